@@ -1,0 +1,128 @@
+"""Corpora shipped with poslab (xz-compressed) and text loading.
+
+=================  ==========================================  ==========================================
+name               source                                      license
+=================  ==========================================  ==========================================
+``tang5``          五言 subset of 全唐诗 (chinese-poetry, PR #412)   poems public domain; repo MIT; OpenCC Apache-2.0
+``tang``           全唐诗, simplified, one poem per line           same
+``shakespeare``    karpathy/char-rnn ``tinyshakespeare``       public domain text; repo MIT
+=================  ==========================================  ==========================================
+
+Checksums are of the uncompressed UTF-8 text and are verified on load. See ``poslab/data/README.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import lzma
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A shipped corpus: file name inside ``poslab/data/corpora`` and the sha256 of its text."""
+
+    name: str
+    filename: str
+    sha256: str
+    description: str
+
+
+CORPORA: dict[str, Corpus] = {
+    c.name: c
+    for c in (
+        Corpus("tang5", "tang_poems_5char.txt.xz", "d16e79bbae7a87d5d3844e0e49cea804e8adf0dddfd45d818f3bae88fc020b17",
+               "28,494 five-character Tang poems (simplified), one per line"),
+        Corpus("tang", "tang_poems.txt.xz", "003d049c850a9ef6565c730a7419f26a60a7a93f44891b00dedb107359ea821c",
+               "55,704 Tang poems (simplified), one per line"),
+        Corpus("shakespeare", "tinyshakespeare.txt.xz", "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+               "tinyshakespeare (1,115,394 chars), as used by char-rnn and nanoGPT"),
+    )
+}
+
+
+@lru_cache(maxsize=4)
+def load_corpus(name: str) -> str:
+    """Text of a shipped corpus, checksum-verified.
+
+    Raises:
+        ValueError: unknown name (lists the known ones) or checksum mismatch.
+    """
+    if name not in CORPORA:
+        raise ValueError(f"unknown corpus {name!r}; shipped corpora: {', '.join(CORPORA)} (or pass a file path)")
+    corpus = CORPORA[name]
+    raw = lzma.decompress(resources.files("poslab.data").joinpath("corpora", corpus.filename).read_bytes())
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != corpus.sha256:
+        raise ValueError(f"corpus {name!r} is corrupt: sha256 {digest} != expected {corpus.sha256}")
+    return raw.decode("utf-8")
+
+
+def load_text(name_or_path: str | Path) -> str:
+    """A shipped corpus by name, or a user's UTF-8 text file by path.
+
+    Raises:
+        ValueError: missing, empty, binary or non-UTF-8 file.
+    """
+    if isinstance(name_or_path, str) and name_or_path in CORPORA:
+        return load_corpus(name_or_path)
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise ValueError(f"corpus {str(name_or_path)!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file")
+    raw = path.read_bytes()
+    if b"\x00" in raw:
+        raise ValueError(f"corpus file {str(path)!r} looks binary (contains NUL bytes); expected UTF-8 text")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"corpus file {str(path)!r} is not valid UTF-8 (byte {err.start}): {err.reason}") from None
+    if not text.strip():
+        raise ValueError(f"corpus file {str(path)!r} is empty")
+    return text
+
+
+class CharTokenizer:
+    """Character-level tokenizer (seed 001's ``tok.encode("白日依山尽")``).
+
+    Args:
+        chars: the vocabulary, one token per character, in id order.
+    """
+
+    def __init__(self, chars: list[str] | str) -> None:
+        self.chars = list(chars)
+        if len(set(self.chars)) != len(self.chars):
+            raise ValueError("CharTokenizer vocabulary has duplicate characters")
+        self.stoi = {c: i for i, c in enumerate(self.chars)}
+
+    @classmethod
+    def from_text(cls, text: str) -> CharTokenizer:
+        """Vocabulary = sorted set of the characters in ``text``."""
+        return cls(sorted(set(text)))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids; an unknown character raises ``ValueError`` naming it."""
+        unknown = [c for c in text if c not in self.stoi]
+        if unknown:
+            shown = "".join(dict.fromkeys(unknown))[:20]
+            raise ValueError(f"characters not in the tokenizer's vocabulary ({self.vocab_size} chars): {shown!r}")
+        return [self.stoi[c] for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.chars[i] for i in ids)
+
+    def to_dict(self) -> dict:
+        return {"type": "char", "chars": "".join(self.chars)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CharTokenizer:
+        return cls(list(data["chars"]))
+
+
+__all__ = ["CORPORA", "CharTokenizer", "Corpus", "load_corpus", "load_text"]

@@ -1,0 +1,37 @@
+"""The lessons' experiments, one module each, run by ``poslab experiment NAME``.
+
+Each module defines ``NAME`` (CLI name), ``DESCRIPTION``, ``IN_ALL`` (part of ``poslab experiment all``)
+and ``run(out: Path, quick: bool = False) -> dict``; ``run`` prints a readable table, and the caller
+writes the returned dict to ``out/results.json``. Adding an experiment = one module + one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from types import ModuleType
+
+# one line per experiment module
+_MODULES = (
+)
+
+
+def registry() -> dict[str, ModuleType]:
+    """Experiment name -> module, in listing order."""
+    modules = [importlib.import_module(m) for m in _MODULES]
+    return {m.NAME: m for m in modules}
+
+
+def run_experiment(name: str, out: Path | None = None, quick: bool = False) -> dict:
+    """Run one experiment, write ``out/results.json`` (default ``runs/experiments/NAME``), return the results."""
+    experiments = registry()
+    if name not in experiments:
+        raise ValueError(f"unknown experiment {name!r}; known: {', '.join(experiments)}, all")
+    out = Path(out) if out is not None else Path("runs") / "experiments" / name
+    out.mkdir(parents=True, exist_ok=True)
+    results = experiments[name].run(out, quick=quick)
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False, default=float))
+    tmp.replace(out / "results.json")
+    return results

@@ -1,0 +1,131 @@
+"""Position-scheme registry: ``register``, ``build``, ``names``.
+
+Adding a scheme = one file defining a :class:`PositionScheme` subclass with a config dataclass,
+plus one line in :data:`_MODULES` below. The contract tests then cover it automatically.
+
+Example::
+
+    >>> from poslab import positions
+    >>> rope = positions.build("rope", head_dim=64, scaling="yarn", factor=4.0)
+    >>> "alibi" in positions.names()
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+from typing import Any
+
+from poslab.positions.base import PositionScheme
+
+_REGISTRY: dict[str, type[PositionScheme]] = {}
+
+# One line per scheme family (module path); importing a module registers its schemes.
+_MODULES = (
+    "poslab.positions.nope",
+    "poslab.positions.absolute",
+    "poslab.positions.rope",
+    "poslab.positions.alibi",
+    "poslab.positions.t5",
+    "poslab.positions.kerple",
+    "poslab.positions.fire",
+    "poslab.positions.xl",
+)
+
+
+def register(cls: type[PositionScheme]) -> type[PositionScheme]:
+    """Class decorator adding a scheme to the registry under ``cls.name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"position scheme {cls.name!r} is already registered")
+    if not dataclasses.is_dataclass(cls.config_class):
+        raise TypeError(f"{cls.__name__}.config_class must be a dataclass")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _load() -> None:
+    for module in _MODULES:
+        importlib.import_module(module)
+
+
+def names() -> list[str]:
+    """Registered scheme names, in registration order."""
+    _load()
+    return list(_REGISTRY)
+
+
+def get(name: str) -> type[PositionScheme]:
+    """The scheme class registered as ``name``; unknown names raise ``ValueError`` listing the known."""
+    _load()
+    if not isinstance(name, str):
+        raise TypeError(f"position scheme name must be a string, got {name!r}")
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown position scheme {name!r}{hint}; known: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def make_config(name: str, config: Any = None, /, **overrides: Any) -> Any:
+    """Build the typed config of scheme ``name`` from a dataclass, a dict and/or keyword overrides.
+
+    Unknown keys raise ``ValueError`` naming the key and listing the allowed ones.
+    """
+    cls = get(name)
+    config_class = cls.config_class
+    if config is None:
+        values: dict[str, Any] = {}
+    elif isinstance(config, config_class):
+        values = dataclasses.asdict(config)
+    elif isinstance(config, dict):
+        values = dict(config)
+    else:
+        raise TypeError(
+            f"config for {name!r} must be a dict or {config_class.__name__}, got {type(config).__name__}"
+        )
+    values.update(overrides)
+    allowed = [f.name for f in dataclasses.fields(config_class)]
+    for key in values:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"unknown config key {key!r} for position scheme {name!r}{hint}; allowed: {', '.join(allowed)}"
+            )
+    return config_class(**values)
+
+
+def build(name: str, config: Any = None, /, **cfg: Any) -> PositionScheme:
+    """Build scheme ``name`` from its config (dataclass or dict) and/or keyword arguments."""
+    return get(name)(make_config(name, config, **cfg))
+
+
+def build_for_model(name: str, config: Any, context: dict[str, Any]) -> PositionScheme:
+    """Build a scheme for a model, filling config fields the scheme has from ``context``.
+
+    ``context`` holds the model's dimensions (``n_embd``, ``n_heads``, ``head_dim``, ``max_len``,
+    ``bidirectional``). A field the user set explicitly wins for ``max_len``/``bidirectional``;
+    dimension fields must agree with the model.
+    """
+    cls = get(name)
+    user = make_config(name, config)  # validates keys
+    given = config if isinstance(config, dict) else (dataclasses.asdict(config) if config else {})
+    fields = {f.name for f in dataclasses.fields(cls.config_class)}
+    values = dataclasses.asdict(user)
+    for key, value in context.items():
+        if key not in fields:
+            continue
+        if key in given and key in ("n_embd", "n_heads", "head_dim") and given[key] != value:
+            raise ValueError(
+                f"position_config {key}={given[key]!r} disagrees with the model's {key}={value!r}"
+            )
+        if key not in given:
+            values[key] = value
+    return cls(cls.config_class(**values))
+
+
+__all__ = ["PositionScheme", "build", "build_for_model", "get", "make_config", "names", "register"]
