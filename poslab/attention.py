@@ -8,26 +8,55 @@ The head split and merge follow the lessons exactly::
 
 A position scheme is injected; attention calls its hooks at fixed places with explicit positions
 (``rotate`` on q/k, ``score_bias`` on the logits), so offsets, KV-cache decoding and extrapolation
-share one code path.
+share one code path. Every mask is a function of the positions, never of tensor indices:
 
-Backends:
-    * ``sdpa`` (default): ``F.scaled_dot_product_attention``; the ``is_causal`` fast path when there
-      is no bias, mask or cache, a float mask otherwise.
+* causal: query at position ``i`` sees keys ``j <= i``;
+* sliding window ``W`` (Hugging Face / Mistral semantics): ``i - W < j <= i``, i.e. ``W`` keys
+  including itself (flash-attn's ``window_size=(W-1, 0)``); without ``causal`` the window is
+  symmetric, ``|i - j| < W``.
+
+Backends (``backend=``):
+    * ``auto`` (default): ``eager`` when weights are requested, ``flex`` on CUDA (where FlexAttention
+      compiles with a backward), ``sdpa`` otherwise.
+    * ``sdpa``: ``F.scaled_dot_product_attention``. It picks one of three execution paths:
+
+      - the fused ``is_causal`` kernel when there is no bias, mask or window and the positions are
+        one increasing run shared by queries and keys (memory linear in ``T``);
+      - the *blocked* path for long sequences (``T_k >= chunk_threshold``) that carry a bias, a
+        mask or a sliding window: queries are cut into blocks of ``query_chunk``; each block
+        attends only to the keys within its reach (``searchsorted`` on the sorted key positions)
+        with its own slice of the float bias, so ``[B, h, T, T]`` is never materialised. Sliding
+        window ``W`` costs ``O(T (W + chunk))`` instead of ``O(T^2)``. When a trainable bias (or
+        any float bias) spans the whole causal past, each block is checkpointed so the backward
+        pass recomputes its bias rather than keeping all of them: memory stays linear in ``T``;
+      - one call with the combined float mask otherwise.
+
     * ``eager``: explicit ``softmax(q k^T)`` computed in fp32 even under autocast; returns weights.
-    * ``flex``: FlexAttention with the scheme's ``score_mod`` and a positional ``mask_mod``.
+    * ``flex``: FlexAttention with the scheme's ``score_mod`` and a positional ``mask_mod`` (CPU:
+      compiled, forward only).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from poslab.positions.base import PositionScheme
 
-BACKENDS = ("sdpa", "eager", "flex")
+BACKENDS = ("auto", "sdpa", "eager", "flex")
+
+#: queries per block in the blocked path
+DEFAULT_QUERY_CHUNK = 256
+#: key count from which biased / masked / windowed attention runs blocked
+DEFAULT_CHUNK_THRESHOLD = 2048
+
+#: ``bias_fn(q, k, q_pos, k_pos) -> [B|1, h, Tq, Tk]`` fp32 additive bias or ``None``
+BiasFn = Callable[[Tensor, Tensor, Tensor, Tensor], "Tensor | None"]
 
 
 class SplitHeads(nn.Module):
@@ -50,15 +79,30 @@ class MergeHeads(nn.Module):
         return x.transpose(1, 2).reshape(B, T, h * dk)  # [B, h, T, d_k] -> [B, T, h, d_k] -> [B, T, d]
 
 
+# ------------------------------------------------------------------------------------- KV cache
 class KVCache(nn.Module):
     """Preallocated key/value cache indexed by explicit positions (gpt-fast style).
 
-    Stores ``n_kv_heads`` heads (GQA-aware). Keys are stored after ``rotate``.
+    Stores ``n_kv_heads`` heads (GQA-aware) and keys *after* ``rotate``, together with each entry's
+    position, so bias schemes (ALiBi, T5, ...) and rotary schemes see the true positions of cached
+    keys whatever order they are stored in.
+
+    Two layouts:
+
+    * ``rolling=False``: appends up to ``capacity`` tokens; one more raises ``ValueError``.
+    * ``rolling=True`` (sliding-window models): a ring buffer keeping only the most recent
+      ``capacity`` tokens, so decoding runs forever in ``O(capacity)`` memory. Attention checks that
+      its window fits (``window <= capacity``): older keys are out of every query's reach.
+
+    Attributes:
+        length: tokens written so far (the default position of the next token).
+        size: entries currently held (``min(length, capacity)`` for a rolling cache).
 
     Args:
         batch_size, n_kv_heads, head_dim: cache geometry.
-        capacity: maximum number of cached tokens.
-        dtype, device: storage.
+        capacity: maximum number of tokens held.
+        dtype, device: storage (must match the keys written).
+        rolling: ring buffer that forgets the oldest tokens instead of overflowing.
     """
 
     def __init__(
@@ -69,36 +113,342 @@ class KVCache(nn.Module):
         capacity: int,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
+        *,
+        rolling: bool = False,
     ) -> None:
         super().__init__()
-        if capacity <= 0:
-            raise ValueError(f"KV cache capacity must be > 0, got {capacity}")
+        for label, value in (("batch_size", batch_size), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim), ("capacity", capacity)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"KV cache {label} must be an integer, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"KV cache {label} must be > 0, got {value}")
         shape = (batch_size, n_kv_heads, capacity, head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("pos", torch.zeros(capacity, dtype=torch.long, device=device), persistent=False)
         self.capacity = capacity
+        self.rolling = rolling
         self.length = 0
+        self.size = 0
 
     def reset(self) -> None:
         """Forget every cached token."""
         self.length = 0
+        self.size = 0
+
+    def _check(self, k: Tensor, v: Tensor, pos: Tensor) -> None:
+        B, hkv, _, dk = self.k.shape
+        if k.dim() != 4 or k.shape[0] != B or k.shape[1] != hkv or k.shape[3] != dk:
+            raise ValueError(f"keys of shape {list(k.shape)} do not fit this KV cache: expected [{B}, {hkv}, T, {dk}]")
+        if v.shape != k.shape:
+            raise ValueError(f"values {list(v.shape)} and keys {list(k.shape)} must have the same shape")
+        if k.dtype != self.k.dtype or v.dtype != self.k.dtype:
+            raise TypeError(
+                f"KV cache holds {self.k.dtype} but keys/values are {k.dtype}/{v.dtype}; "
+                f"make the cache with dtype={k.dtype}"
+            )
+        if k.device != self.k.device or v.device != self.k.device:
+            raise ValueError(f"KV cache is on {self.k.device} but keys/values are on {k.device}/{v.device}")
+        if pos.shape != (k.shape[2],):
+            raise ValueError(f"pos must have shape [{k.shape[2]}] (one position per new key), got {list(pos.shape)}")
 
     def update(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Append ``k, v [B, h_kv, T, d_k]`` at positions ``[T]``; return every cached k, v, pos."""
+        """Write ``k, v [B, h_kv, T, d_k]`` at positions ``[T]``.
+
+        Returns:
+            Every key, value and position the new queries may need: ``[B, h_kv, Tk, d_k]`` twice and
+            ``[Tk]``. For a rolling cache that is full, the entries come in ring order (attention masks
+            by position, so order does not matter), and a multi-token write returns the previous
+            ``capacity`` entries followed by all ``T`` new ones.
+        """
+        self._check(k, v, pos)
         T = k.shape[2]
-        if self.length + T > self.capacity:
-            raise ValueError(
-                f"KV cache overflow: {self.length} cached + {T} new tokens > capacity {self.capacity}"
-            )
-        end = self.length + T
-        self.k[:, :, self.length : end] = k
-        self.v[:, :, self.length : end] = v
-        self.pos[self.length : end] = pos
-        self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end], self.pos[:end]
+        pos = pos.to(self.pos.device)
+        if not self.rolling or self.size + T <= self.capacity:
+            if self.size + T > self.capacity:
+                raise ValueError(
+                    f"KV cache overflow: {self.size} cached + {T} new tokens > capacity {self.capacity}; "
+                    "make a larger cache (or a rolling one for a sliding-window model)"
+                )
+            end = self.size + T
+            self.k[:, :, self.size : end] = k
+            self.v[:, :, self.size : end] = v
+            self.pos[self.size : end] = pos
+            self.size, self.length = end, self.length + T
+            return self.k[:, :, :end], self.v[:, :, :end], self.pos[:end]
+        # rolling and the ring overflows: slot of the n-th token written is n % capacity
+        C = self.capacity
+        if T == 1:  # decode: overwrite the oldest entry, then read the whole ring
+            slot = self.length % C
+            self.k[:, :, slot : slot + 1] = k
+            self.v[:, :, slot : slot + 1] = v
+            self.pos[slot : slot + 1] = pos
+            self.size, self.length = C, self.length + 1
+            return self.k, self.v, self.pos
+        # several tokens: the new queries need the old entries too, so return old + new
+        k_all = torch.cat((self.k[:, :, : self.size], k), dim=2)  # [B, hkv, size+T, dk]
+        v_all = torch.cat((self.v[:, :, : self.size], v), dim=2)  # [B, hkv, size+T, dk]
+        pos_all = torch.cat((self.pos[: self.size], pos))  # [size+T]
+        keep = min(T, C)
+        slots = (torch.arange(self.length + T - keep, self.length + T, device=self.pos.device)) % C  # [keep]
+        self.k[:, :, slots] = k[:, :, T - keep :]
+        self.v[:, :, slots] = v[:, :, T - keep :]
+        self.pos[slots] = pos[T - keep :]
+        self.size, self.length = C, self.length + T
+        return k_all, v_all, pos_all
+
+    def extra_repr(self) -> str:
+        B, hkv, C, dk = self.k.shape
+        return f"batch={B}, kv_heads={hkv}, capacity={C}, head_dim={dk}, rolling={self.rolling}, length={self.length}"
 
 
+# ----------------------------------------------------------------------------- functional core
+def position_mask(q_pos: Tensor, k_pos: Tensor, causal: bool, window: int | None) -> Tensor | None:
+    """Boolean keep-mask ``[Tq, Tk]`` (True = attend) from positions, or ``None`` for "keep all".
+
+    Causal: ``j <= i``. Window ``W``: ``i - W < j`` (and ``j < i + W`` when not causal).
+    """
+    keep = None
+    if causal:
+        keep = k_pos[None, :] <= q_pos[:, None]  # [Tq, Tk]
+    if window is not None:
+        distance = q_pos[:, None] - k_pos[None, :]  # [Tq, Tk]
+        in_window = distance < window if causal else distance.abs() < window
+        keep = in_window if keep is None else keep & in_window
+    return keep
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    *,
+    causal: bool = True,
+    window: int | None = None,
+    bias_fn: BiasFn | None = None,
+    attn_mask: Tensor | None = None,
+    scale: float | None = None,
+    dropout: float = 0.0,
+    backend: str = "auto",
+    need_weights: bool = False,
+    score_mod: Callable | None = None,
+    query_chunk: int = DEFAULT_QUERY_CHUNK,
+    chunk_threshold: int = DEFAULT_CHUNK_THRESHOLD,
+    probe: Callable[[Tensor], Tensor] | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """Scaled dot-product attention over explicit positions (the core every module here calls).
+
+    Args:
+        q: ``[B, h, Tq, d_k]``; k: ``[B, h_kv, Tk, d_k]``; v: ``[B, h_kv, Tk, d_v]`` (``h_kv`` divides ``h``).
+        q_pos: ``[Tq]`` int positions of the queries; k_pos: ``[Tk]`` of the keys.
+        causal, window: positional masks (see :func:`position_mask`).
+        bias_fn: additive fp32 logit bias, called as ``bias_fn(q, k, q_pos, k_pos)`` on whatever block of
+            queries and keys is being computed, returning ``[B|1, h, tq, tk]`` (or ``None``).
+        attn_mask: ``[Tq, Tk]`` or ``[B|1, h|1, Tq, Tk]``; bool (True = attend) or float (added; fp32
+            or ``q``'s dtype).
+        scale: softmax scale (default ``1/sqrt(d_k)``).
+        dropout: attention-weight dropout probability (pass 0 at eval).
+        backend: ``auto``/``sdpa``/``eager``/``flex`` (see the module docstring).
+        need_weights: also return the ``[B, h, Tq, Tk]`` fp32 weights (forces ``eager``).
+        score_mod: FlexAttention score_mod equivalent to ``bias_fn`` (flex backend only).
+        query_chunk, chunk_threshold: the blocked path's block size and the key count that enables it.
+        probe: applied to the eager weights (a hook point for visualisation).
+
+    Returns:
+        ``(out [B, h, Tq, d_v], weights or None)``.
+    """
+    check_qkv(q, k, v, q_pos, k_pos)
+    if attn_mask is not None:
+        attn_mask = check_mask(attn_mask, q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.device, q.dtype)
+    backend = resolve_backend(backend, q.device, need_weights, has_mask=attn_mask is not None)
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if backend == "eager":
+        bias = bias_fn(q, k, q_pos, k_pos) if bias_fn is not None else None
+        mask = _merge_masks(position_mask(q_pos, k_pos, causal, window), attn_mask)
+        return _eager(q, k, v, _combine_float(mask, bias), scale, dropout, probe)
+    if backend == "flex":
+        if attn_mask is not None:
+            raise ValueError("the flex backend takes no attn_mask; use sdpa or eager for explicit masks")
+        if bias_fn is not None and score_mod is None:
+            raise ValueError("the flex backend needs a score_mod for this bias; use sdpa or eager")
+        return _flex(q, k, v, q_pos, k_pos, causal, window, score_mod, scale), None
+    # sdpa
+    Tq, Tk = q.shape[2], k.shape[2]
+    gqa = q.shape[1] != k.shape[1]
+    plain = bias_fn is None and attn_mask is None and window is None
+    if plain and causal and Tq == Tk and (q_pos is k_pos or torch.equal(q_pos, k_pos)) and _increasing(q_pos):
+        # one increasing run of positions shared by q and k: the fused causal kernel is exact
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scale, enable_gqa=gqa)
+        return out, None
+    if plain and not causal:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale, enable_gqa=gqa), None
+    if Tk >= chunk_threshold and Tq > query_chunk and _sorted(q_pos) and _sorted(k_pos):
+        return _blocked_sdpa(q, k, v, q_pos, k_pos, causal, window, bias_fn, attn_mask, scale, dropout, query_chunk), None
+    return _sdpa_block(q, k, v, q_pos, k_pos, causal, window, bias_fn, attn_mask, scale, dropout), None
+
+
+def resolve_backend(backend: str, device: torch.device, need_weights: bool = False, has_mask: bool = False) -> str:
+    """The concrete backend ``auto`` stands for (explicit choices pass through, validated)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; choose one of {list(BACKENDS)}")
+    if need_weights:
+        return "eager"
+    if backend != "auto":
+        return backend
+    if torch.device(device).type == "cuda" and not has_mask:
+        return "flex"
+    return "sdpa"
+
+
+def _sorted(pos: Tensor) -> bool:
+    return pos.numel() <= 1 or bool((pos[1:] >= pos[:-1]).all())
+
+
+def _increasing(pos: Tensor) -> bool:
+    return pos.numel() <= 1 or bool((pos[1:] > pos[:-1]).all())
+
+
+def _sdpa_block(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    causal: bool,
+    window: int | None,
+    bias_fn: BiasFn | None,
+    attn_mask: Tensor | None,
+    scale: float,
+    dropout: float,
+) -> Tensor:
+    """One SDPA call: positional mask, user mask and bias combined into one (bool or float) mask."""
+    keep = position_mask(q_pos, k_pos, causal, window)
+    if keep is not None and q_pos.shape[0] == 1 and bool(keep.all()):
+        keep = None  # decoding inside the window: nothing to mask
+    mask = _merge_masks(keep, attn_mask)
+    bias = bias_fn(q, k, q_pos, k_pos) if bias_fn is not None else None
+    combined = _combine_float(mask, bias)
+    if combined is not None and combined.dtype != torch.bool:
+        combined = combined.to(q.dtype)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=combined, dropout_p=dropout, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+    )
+
+
+def _blocked_sdpa(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    causal: bool,
+    window: int | None,
+    bias_fn: BiasFn | None,
+    attn_mask: Tensor | None,
+    scale: float,
+    dropout: float,
+    query_chunk: int,
+) -> Tensor:
+    """Attention in query blocks, each over only the keys within its reach (sorted positions).
+
+    Block ``[s, e)`` reads keys with ``q_pos[s] - W < k_pos`` (window) and ``k_pos <= q_pos[e-1]``
+    (causal), found by ``searchsorted``; its bias is computed for that ``[tq, tk]`` tile only.
+    Cost: ``O(T * reach * d)`` time and ``O(B h chunk reach)`` memory per block, where ``reach`` is
+    ``min(T, W + chunk)`` with a window and up to ``T`` without.
+    """
+    Tq = q.shape[2]
+    float_bias = bias_fn is not None or (attn_mask is not None and attn_mask.dtype != torch.bool)
+    # a float bias over the whole causal past would be kept for backward by every block (O(T^2)):
+    # recompute it in backward instead
+    recompute = float_bias and window is None and torch.is_grad_enabled()
+    outs = []
+    for s in range(0, Tq, query_chunk):
+        e = min(s + query_chunk, Tq)
+        qp = q_pos[s:e]
+        lo, hi = 0, k_pos.shape[0]
+        if window is not None:
+            lo = int(torch.searchsorted(k_pos, qp[:1] - window, right=True))
+            if not causal:
+                hi = int(torch.searchsorted(k_pos, qp[-1:] + window - 1, right=True))
+        if causal:
+            hi = int(torch.searchsorted(k_pos, qp[-1:], right=True))
+        hi = max(hi, lo)
+        mask = None
+        if attn_mask is not None:
+            mask = attn_mask[..., s:e, lo:hi]  # [B|1, h|1, tq, tk]
+        args = (q[:, :, s:e], k[:, :, lo:hi], v[:, :, lo:hi], qp, k_pos[lo:hi], causal, window, bias_fn, mask, scale, dropout)
+        if recompute:
+            outs.append(checkpoint(_sdpa_block, *args, use_reentrant=False))
+        else:
+            outs.append(_sdpa_block(*args))
+    return torch.cat(outs, dim=2)  # [B, h, Tq, d_v]
+
+
+def _eager(
+    q: Tensor, k: Tensor, v: Tensor, combined: Tensor | None, scale: float, dropout: float, probe: Callable | None
+) -> tuple[Tensor, Tensor]:
+    """``softmax(q k^T * scale + bias) v`` in fp32 (also under autocast); returns the weights."""
+    if k.shape[1] != q.shape[1]:  # GQA: query head h reads kv head h // (h / h_kv)
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # [B, h, Tk, d]
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale  # [B, h, Tq, Tk] fp32
+        if combined is not None:
+            if combined.dtype == torch.bool:
+                scores = scores.masked_fill(~combined, float("-inf"))
+            else:
+                scores = scores + combined.float()
+        weights = torch.softmax(scores, dim=-1)  # fp32 softmax
+    if probe is not None:
+        weights = probe(weights)
+    attn = F.dropout(weights, p=dropout) if dropout > 0 else weights
+    return torch.matmul(attn.to(v.dtype), v), weights  # [B, h, Tq, d_v]
+
+
+def _flex(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    causal: bool,
+    window: int | None,
+    score_mod: Callable | None,
+    scale: float,
+) -> Tensor:
+    """FlexAttention with a positional ``mask_mod`` (compiled on CPU, where it is forward only)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        qp, kp = q_pos[q_idx], k_pos[kv_idx]
+        keep = (kp <= qp) if causal else (kp == kp)
+        if window is not None:
+            keep = keep & ((qp - kp < window) if causal else ((qp - kp).abs() < window))
+        return keep
+
+    block_mask = None
+    if causal or window is not None:
+        block_mask = create_block_mask(mask_mod, None, None, q.shape[2], k.shape[2], device=q.device.type)
+    run = _compiled_flex() if q.device.type == "cpu" else flex_attention
+    return run(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+
+
+_FLEX = None
+
+
+def _compiled_flex() -> Callable:
+    """FlexAttention runs on CPU only compiled (forward only)."""
+    global _FLEX
+    if _FLEX is None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        _FLEX = torch.compile(flex_attention, dynamic=False)
+    return _FLEX
+
+
+# ---------------------------------------------------------------------------------- the module
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (Vaswani et al. 2017) with GQA (Ainslie et al. 2023) and position hooks.
 
@@ -111,9 +461,12 @@ class MultiHeadAttention(nn.Module):
         bias: biases on the qkv and output projections.
         position: the position scheme whose ``rotate`` / ``score_bias`` hooks run here (optional;
             a model sharing one scheme across layers passes it to :meth:`forward` instead).
-        backend: ``"sdpa"``, ``"eager"`` or ``"flex"``.
-        window: sliding window ``W``: query ``i`` sees keys ``j`` with ``i - W < j <= i``.
+        backend: ``"auto"``, ``"sdpa"``, ``"eager"`` or ``"flex"``.
+        window: sliding window ``W``: query ``i`` sees keys ``j`` with ``i - W < j <= i``
+            (Mistral; ``|i - j| < W`` when not causal).
         scale: softmax scale (default ``1/sqrt(d_k)``).
+        query_chunk: query block size of the blocked (memory-efficient) path.
+        chunk_threshold: key count from which biased, masked or windowed attention runs blocked.
     """
 
     def __init__(
@@ -126,22 +479,27 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         position: PositionScheme | None = None,
-        backend: str = "sdpa",
+        backend: str = "auto",
         window: int | None = None,
         scale: float | None = None,
+        query_chunk: int = DEFAULT_QUERY_CHUNK,
+        chunk_threshold: int = DEFAULT_CHUNK_THRESHOLD,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         validate_geometry(d_model, n_heads, n_kv_heads)
         if backend not in BACKENDS:
             raise ValueError(f"unknown attention backend {backend!r}; choose one of {list(BACKENDS)}")
-        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
-            raise ValueError(f"window must be a positive integer (keys seen per query), got {window!r}")
+        validate_window(window)
+        for label, value in (("query_chunk", query_chunk), ("chunk_threshold", chunk_threshold)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{label} must be a positive integer, got {value!r}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.head_dim = d_model // n_heads
         self.causal, self.dropout, self.backend, self.window = causal, dropout, backend, window
+        self.query_chunk, self.chunk_threshold = query_chunk, chunk_threshold
         self.scale = scale if scale is not None else 1.0 / math.sqrt(self.head_dim)
         self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)  # fused
         self.proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
@@ -161,6 +519,7 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         need_weights: bool = False,
         backend: str | None = None,
+        head_mask: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend.
 
@@ -169,9 +528,12 @@ class MultiHeadAttention(nn.Module):
             pos: positions of the ``T`` tokens ``[T]`` (default ``cache.length + arange(T)``).
             position: scheme overriding ``self.position`` (how a model shares one scheme).
             attn_mask: ``[Tq, Tk]`` or ``[B|1, h|1, Tq, Tk]``; bool (True = attend) or float (added).
-            cache: KV cache to read and extend.
+            cache: KV cache to read and extend (``Tk`` = cached + new tokens).
             need_weights: also return the attention weights ``[B, h, Tq, Tk]`` (eager backend).
             backend: per-call backend override.
+            head_mask: ``[h]`` multiplier of each head's output before the output projection
+                (Michel et al. 2019, https://arxiv.org/abs/1905.10650: 0 prunes a head; the gradient
+                at 1 is the head-importance proxy).
 
         Returns:
             ``[B, T, d]`` (and the weights when ``need_weights``).
@@ -185,11 +547,15 @@ class MultiHeadAttention(nn.Module):
         if pos is None:
             start = cache.length if cache is not None else 0
             pos = torch.arange(start, start + T, device=x.device)
-        elif pos.shape != (T,):
-            raise ValueError(f"pos must have shape [{T}] (one position per token), got {list(pos.shape)}")
-        backend = backend or ("eager" if need_weights else self.backend)
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown attention backend {backend!r}; choose one of {list(BACKENDS)}")
+        elif not isinstance(pos, Tensor) or pos.shape != (T,):
+            raise ValueError(f"pos must have shape [{T}] (one position per token), got {list(getattr(pos, 'shape', []))}")
+        backend = resolve_backend(backend or self.backend, x.device, need_weights, has_mask=attn_mask is not None)
+        window = self.effective_window()
+        if cache is not None and cache.rolling and (window is None or window > cache.capacity):
+            raise ValueError(
+                f"a rolling KV cache of capacity {cache.capacity} keeps only the last {cache.capacity} tokens, "
+                f"but this attention has window={window}; use window <= {cache.capacity} or a non-rolling cache"
+            )
 
         h, hkv, dk = self.n_heads, self.n_kv_heads, self.head_dim
         q, k, v = self.qkv(x).split((h * dk, hkv * dk, hkv * dk), dim=-1)  # [B, T, h*dk], [B, T, hkv*dk] x2
@@ -199,102 +565,74 @@ class MultiHeadAttention(nn.Module):
             q, k = scheme.rotate(q, k, q_pos, k_pos)
         if cache is not None:
             k, v, k_pos = cache.update(k, v, pos)  # [B, hkv, Tk, dk], [Tk]
-        bias = scheme.score_bias(q, k, q_pos, k_pos, self.scale) if scheme is not None and scheme.has_bias else None
-        mask = self._mask(q_pos, k_pos, attn_mask, B, T, k.shape[2], x.device)
-
-        dropout = self.dropout if self.training else 0.0
-        weights = None
-        if backend == "eager":
-            out, weights = self._eager(q, k, v, bias, mask, dropout)
-        elif backend == "flex":
-            out = self._flex(q, k, v, scheme, q_pos, k_pos, attn_mask)
-        else:
-            out = self._sdpa(q, k, v, bias, mask, dropout, fast_causal=cache is None and attn_mask is None)
+        out, weights = attend(
+            q,
+            k,
+            v,
+            q_pos,
+            k_pos,
+            causal=self.causal,
+            window=window,
+            bias_fn=self.bias_fn(scheme),
+            attn_mask=attn_mask,
+            scale=self.scale,
+            dropout=self.dropout if self.training else 0.0,
+            backend=backend,
+            need_weights=need_weights,
+            score_mod=self.score_mod(scheme, q, k, q_pos, k_pos) if backend == "flex" else None,
+            query_chunk=self.query_chunk,
+            chunk_threshold=self.chunk_threshold,
+            probe=self.scores_probe,
+        )
+        if head_mask is not None:
+            if not isinstance(head_mask, Tensor) or head_mask.shape != (h,):
+                raise ValueError(f"head_mask must be a tensor of shape [{h}] (one factor per head), got {getattr(head_mask, 'shape', head_mask)!r}")
+            out = out * head_mask.to(device=out.device, dtype=out.dtype)[None, :, None, None]  # [B, h, T, dk] * [1, h, 1, 1]
         out = self.proj(self.merge(out))  # [B, h, T, dk] -> [B, T, d] -> [B, T, d]
         return (out, weights) if need_weights else out
 
-    # ------------------------------------------------------------------------------------ masks
-    def _mask(
-        self, q_pos: Tensor, k_pos: Tensor, attn_mask: Tensor | None, B: int, Tq: int, Tk: int, device: torch.device
-    ) -> Tensor | None:
-        """Boolean keep-mask broadcastable to ``[B, h, Tq, Tk]`` (``None`` = keep everything)."""
-        keep = None
-        if self.causal:
-            keep = k_pos[None, :] <= q_pos[:, None]  # [Tq, Tk]
-        if self.window is not None:
-            in_window = k_pos[None, :] > q_pos[:, None] - self.window  # [Tq, Tk]
-            keep = in_window if keep is None else keep & in_window
-        if attn_mask is not None:
-            user = check_mask(attn_mask, B, self.n_heads, Tq, Tk, device)
-            if user.dtype == torch.bool:
-                keep = user if keep is None else keep & user
-            else:
-                return _combine_float(keep, user)
-        return keep
+    # ------------------------------------------------------------------- hooks for subclasses
+    def effective_window(self) -> int | None:
+        """Keys farther than this are never attended (``self.window``; adaptive span narrows it)."""
+        return self.window
 
-    # --------------------------------------------------------------------------------- backends
-    def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, mask: Tensor | None, dropout: float, fast_causal: bool) -> Tensor:
-        gqa = self.n_kv_heads != self.n_heads
-        if bias is None and fast_causal and self.causal and self.window is None and q.shape[2] == k.shape[2]:
-            # the fused causal kernel; positions are contiguous because there is no cache
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=self.scale, enable_gqa=gqa)
-        float_mask = _combine_float(mask, bias)
-        if float_mask is not None and float_mask.dtype != torch.bool:
-            float_mask = float_mask.to(q.dtype)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=float_mask, dropout_p=dropout, scale=self.scale, enable_gqa=gqa)
+    def extra_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Additive fp32 bias ``[1, h, Tq, Tk]`` added to the scheme's (``None`` here; see sparse.py)."""
+        return None
 
-    def _eager(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, mask: Tensor | None, dropout: float) -> tuple[Tensor, Tensor]:
-        if self.n_kv_heads != self.n_heads:  # each query head reads kv head h // (h / h_kv)
-            rep = self.n_heads // self.n_kv_heads
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        with torch.autocast(device_type=q.device.type, enabled=False):
-            scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * self.scale  # [B, h, Tq, Tk] fp32
-            combined = _combine_float(mask, bias)
-            if combined is not None:
-                if combined.dtype == torch.bool:
-                    scores = scores.masked_fill(~combined, float("-inf"))
-                else:
-                    scores = scores + combined
-            weights = torch.softmax(scores, dim=-1)  # fp32 softmax
-        weights = self.scores_probe(weights)
-        attn = F.dropout(weights, p=dropout) if dropout > 0 else weights
-        return torch.matmul(attn.to(v.dtype), v), weights  # [B, h, Tq, dk]
+    def bias_fn(self, scheme: PositionScheme | None) -> BiasFn | None:
+        """The scheme's ``score_bias`` plus :meth:`extra_bias` as one block-wise callable."""
+        scheme_bias = scheme is not None and scheme.has_bias
+        extra = type(self).extra_bias is not MultiHeadAttention.extra_bias
+        if not scheme_bias and not extra:
+            return None
+        scale = self.scale
 
-    def _flex(self, q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme | None, q_pos: Tensor, k_pos: Tensor, attn_mask: Tensor | None) -> Tensor:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        def fn(q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+            bias = scheme.score_bias(q, k, q_pos, k_pos, scale) if scheme_bias else None
+            more = self.extra_bias(q_pos, k_pos) if extra else None
+            if more is None:
+                return bias
+            return more if bias is None else bias + more
 
-        if attn_mask is not None:
-            raise ValueError("the flex backend takes no attn_mask; use sdpa or eager for explicit masks")
-        score_mod = scheme.score_mod(q, k, q_pos, k_pos, self.scale) if scheme is not None and scheme.has_bias else None
-        causal, window = self.causal, self.window
+        return fn
 
-        def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            qp, kp = q_pos[q_idx], k_pos[kv_idx]
-            keep = (kp <= qp) if causal else (kp == kp)
-            if window is not None:
-                keep = keep & (kp > qp - window)
-            return keep
+    def score_mod(self, scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Callable | None:
+        """FlexAttention ``score_mod`` of the scheme (``None`` without a bias)."""
+        if type(self).extra_bias is not MultiHeadAttention.extra_bias:
+            raise ValueError(f"{type(self).__name__} adds a bias the flex backend cannot express; use sdpa or eager")
+        if scheme is None or not scheme.has_bias:
+            return None
+        return scheme.score_mod(q, k, q_pos, k_pos, self.scale)
 
-        block_mask = None
-        if causal or window is not None:
-            block_mask = create_block_mask(mask_mod, None, None, q.shape[2], k.shape[2], device=q.device.type)
-        run = _compiled_flex() if q.device.type == "cpu" else flex_attention
-        return run(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads)
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, causal={self.causal}, "
+            f"window={self.window}, backend={self.backend!r}"
+        )
 
 
-_FLEX = None
-
-
-def _compiled_flex():
-    """FlexAttention runs on CPU only compiled (forward only)."""
-    global _FLEX
-    if _FLEX is None:
-        from torch.nn.attention.flex_attention import flex_attention
-
-        _FLEX = torch.compile(flex_attention, dynamic=False)
-    return _FLEX
-
-
+# -------------------------------------------------------------------------------- validation
 def validate_geometry(d_model: int, n_heads: int, n_kv_heads: int) -> None:
     """Raise ``ValueError`` naming the value and the rule for an impossible head layout."""
     for label, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
@@ -308,13 +646,54 @@ def validate_geometry(d_model: int, n_heads: int, n_kv_heads: int) -> None:
         raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads} (each kv head serves n_heads/n_kv_heads query heads)")
 
 
-def check_mask(mask: Tensor, B: int, h: int, Tq: int, Tk: int, device: torch.device) -> Tensor:
-    """Validate a user mask and return it broadcastable to ``[B, h, Tq, Tk]``."""
+def validate_window(window: int | None) -> None:
+    """``None`` or a positive integer (keys seen per query, including itself)."""
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+        raise ValueError(f"window must be a positive integer (keys seen per query, including itself) or None, got {window!r}")
+
+
+def check_qkv(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> None:
+    """Raise a clear error unless q/k/v/positions have consistent shapes, dtypes and devices."""
+    for label, t in (("q", q), ("k", k), ("v", v), ("q_pos", q_pos), ("k_pos", k_pos)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{label} must be a torch.Tensor, got {type(t).__name__}")
+    for label, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{label} must be [B, heads, T, head_dim], got shape {list(t.shape)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{label} must be floating point, got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)} do not fit together")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of key/value heads ({k.shape[1]})")
+    if q_pos.shape != (q.shape[2],) or k_pos.shape != (k.shape[2],):
+        raise ValueError(
+            f"positions must be [Tq]=[{q.shape[2]}] and [Tk]=[{k.shape[2]}], got {list(q_pos.shape)} and {list(k_pos.shape)}"
+        )
+    if q_pos.is_floating_point() or k_pos.is_floating_point():
+        raise TypeError(f"positions must be integer tensors, got {q_pos.dtype} and {k_pos.dtype}")
+    if q_pos.device != q.device or k_pos.device != q.device:
+        raise ValueError(f"positions are on {q_pos.device}/{k_pos.device} but q is on {q.device}")
+
+
+def check_mask(
+    mask: Tensor, B: int, h: int, Tq: int, Tk: int, device: torch.device, dtype: torch.dtype | None = None
+) -> Tensor:
+    """Validate a user mask and return it broadcastable to ``[B, h, Tq, Tk]``.
+
+    A float mask must be fp32 or ``dtype`` (the queries' dtype); a bool mask means True = attend.
+    """
     if not isinstance(mask, Tensor):
         raise TypeError(f"attn_mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool and not mask.is_floating_point():
         raise TypeError(f"attn_mask must be bool (True = attend) or floating point (added to logits), got {mask.dtype}")
-    if mask.device != device and mask.device.type != torch.device(device).type:
+    if mask.is_floating_point() and dtype is not None and mask.dtype not in (torch.float32, dtype):
+        raise TypeError(f"a float attn_mask must be float32 or the queries' dtype {dtype}, got {mask.dtype}")
+    if mask.device != torch.device(device) and mask.device.type != torch.device(device).type:
         raise ValueError(f"attn_mask is on {mask.device} but the inputs are on {device}")
     if mask.dim() == 2:
         mask = mask[None, None]
@@ -322,6 +701,15 @@ def check_mask(mask: Tensor, B: int, h: int, Tq: int, Tk: int, device: torch.dev
     if not ok:
         raise ValueError(f"attn_mask of shape {list(mask.shape)} does not fit: expected [{Tq}, {Tk}] or [{B}|1, {h}|1, {Tq}, {Tk}]")
     return mask
+
+
+def _merge_masks(keep: Tensor | None, user: Tensor | None) -> Tensor | None:
+    """AND two bool keep-masks, or fold a bool keep-mask into a float user mask."""
+    if user is None:
+        return keep
+    if user.dtype == torch.bool:
+        return user if keep is None else keep & user
+    return _combine_float(keep, user)
 
 
 def _combine_float(mask: Tensor | None, bias: Tensor | None) -> Tensor | None:

@@ -14,6 +14,9 @@ from collections.abc import Sequence
 # one line per subcommand module
 COMMANDS = (
     "poslab.experiments.cli",
+    "poslab.cli_train",
+    "poslab.cli_sample",
+    "poslab.cli_presets",
 )
 
 

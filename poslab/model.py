@@ -3,12 +3,18 @@
 Token embedding -> ``position.embed`` -> ``n_layer`` pre-norm blocks (attention with the scheme's
 ``rotate``/``score_bias`` hooks, then an MLP) -> final norm -> LM head (tied by default).
 Field names follow nanoGPT where they exist.
+
+A few fields exist so published model families load exactly (``poslab.from_hf``): parallel residual
+blocks (GPT-NeoX, GPT-J), a norm after the token embedding (Bloom), separate attention / MLP / norm /
+LM-head bias flags, the MLP activation (exact or tanh GELU, SiLU, ReLU), the softmax scale and MPT's
+``clip_qkv``. Their defaults keep the nanoGPT behaviour.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +29,18 @@ from poslab.positions.base import PositionScheme
 
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
+#: MLP activations: exact GELU (BERT, GPT-NeoX, MPT), tanh-approximated GELU (GPT-2 ``gelu_new``,
+#: GPT-J, Bloom), SiLU (Llama's SwiGLU gate), ReLU.
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
+    "silu": F.silu,
+    "relu": F.relu,
+}
+#: How a block combines its two branches: ``x + attn(n1(x))`` then ``+ mlp(n2(.))`` (sequential, GPT-2 /
+#: Llama); ``x + attn(n1(x)) + mlp(n2(x))`` (parallel, GPT-NeoX); ``x + attn(n(x)) + mlp(n(x))``
+#: (parallel_shared_norm, GPT-J: one norm feeds both branches).
+RESIDUALS = ("sequential", "parallel", "parallel_shared_norm")
 
 
 @dataclass
@@ -46,6 +64,15 @@ class GPTConfig:
         window: sliding-window size ``W`` (``None`` = full causal).
         causal: causal language model (False gives bidirectional attention).
         norm_eps: epsilon of the norms.
+        attn_bias, mlp_bias, norm_bias: biases of the attention projections, the MLP and the
+            LayerNorms (``None`` = follow ``bias``); Llama has none, GPT-J has MLP and norm biases only.
+        lm_head_bias: a bias on the LM head (GPT-J).
+        activation: MLP activation, one of :data:`ACTIVATIONS` (``None``: ``gelu_tanh`` for the gelu
+            MLP as in GPT-2, ``silu`` for swiglu).
+        residual: block layout, one of :data:`RESIDUALS` (``sequential`` pre-norm by default).
+        embed_norm: a norm right after the token embedding (Bloom's ``word_embeddings_layernorm``).
+        attn_scale: softmax scale (``None`` = ``1/sqrt(head_dim)``; MPT's ``softmax_scale``).
+        clip_qkv: clamp the fused q/k/v projection to ``[-clip_qkv, clip_qkv]`` (MPT).
     """
 
     vocab_size: int = 65
@@ -66,6 +93,15 @@ class GPTConfig:
     window: int | None = None
     causal: bool = True
     norm_eps: float = 1e-5
+    attn_bias: bool | None = None
+    mlp_bias: bool | None = None
+    norm_bias: bool | None = None
+    lm_head_bias: bool = False
+    activation: str | None = None
+    residual: str = "sequential"
+    embed_norm: bool = False
+    attn_scale: float | None = None
+    clip_qkv: float | None = None
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "n_layer", "block_size"):
@@ -85,6 +121,20 @@ class GPTConfig:
             raise ValueError(f"window must be a positive integer, got {self.window!r}")
         if self.mlp_hidden is not None and self.mlp_hidden <= 0:
             raise ValueError(f"mlp_hidden must be > 0, got {self.mlp_hidden}")
+        for key in ("bias", "lm_head_bias", "embed_norm"):
+            if not isinstance(getattr(self, key), bool):
+                raise TypeError(f"{key} must be a bool, got {getattr(self, key)!r}")
+        for key in ("attn_bias", "mlp_bias", "norm_bias"):
+            if getattr(self, key) is not None and not isinstance(getattr(self, key), bool):
+                raise TypeError(f"{key} must be a bool or None (follow `bias`), got {getattr(self, key)!r}")
+        if self.activation is not None and self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation={self.activation!r} is not allowed; choose one of {list(ACTIVATIONS)} (or None)")
+        if self.residual not in RESIDUALS:
+            raise ValueError(f"residual={self.residual!r} is not allowed; choose one of {list(RESIDUALS)}")
+        for key in ("attn_scale", "clip_qkv"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                raise ValueError(f"{key} must be a positive number or None, got {value!r}")
         positions.get(self.position)  # unknown names fail here, listing the known ones
         if dataclasses.is_dataclass(self.position_config):
             self.position_config = dataclasses.asdict(self.position_config)
@@ -101,6 +151,18 @@ class GPTConfig:
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def mlp_activation(self) -> str:
+        """``activation`` or the MLP kind's default (``gelu_tanh`` for gelu, ``silu`` for swiglu)."""
+        if self.activation is not None:
+            return self.activation
+        return "silu" if self.mlp == "swiglu" else "gelu_tanh"
+
+    def bias_of(self, part: str) -> bool:
+        """Whether ``part`` (``"attn"``, ``"mlp"`` or ``"norm"``) has biases: its flag, else ``bias``."""
+        flag = getattr(self, f"{part}_bias")
+        return self.bias if flag is None else flag
 
     def position_context(self) -> dict[str, Any]:
         """The model dimensions a scheme's config may take."""
@@ -128,11 +190,16 @@ class GPTConfig:
 
 
 class MLP(nn.Module):
-    """GELU MLP (GPT-2) or SwiGLU (Shazeer 2020, https://arxiv.org/abs/2002.05202)."""
+    """Two-layer MLP (GPT-2: tanh GELU) or gated SwiGLU (Shazeer 2020, https://arxiv.org/abs/2002.05202).
 
-    def __init__(self, n_embd: int, hidden: int, kind: str, bias: bool, dropout: float) -> None:
+    ``activation`` names one of :data:`ACTIVATIONS` (default: ``gelu_tanh``, or ``silu`` for swiglu).
+    """
+
+    def __init__(self, n_embd: int, hidden: int, kind: str, bias: bool, dropout: float, activation: str | None = None) -> None:
         super().__init__()
         self.kind = kind
+        self.activation = activation or ("silu" if kind == "swiglu" else "gelu_tanh")
+        self.act = ACTIVATIONS[self.activation]
         if kind == "swiglu":
             self.gate = nn.Linear(n_embd, hidden, bias=bias)
         self.up = nn.Linear(n_embd, hidden, bias=bias)
@@ -141,10 +208,27 @@ class MLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.kind == "swiglu":
-            hidden = F.silu(self.gate(x)) * self.up(x)
+            hidden = self.act(self.gate(x)) * self.up(x)
         else:
-            hidden = F.gelu(self.up(x), approximate="tanh")
+            hidden = self.act(self.up(x))
         return self.drop(self.down(hidden))
+
+
+class ClippedLinear(nn.Linear):
+    """``nn.Linear`` whose output is clamped to ``[-clip, clip]`` (MPT's ``clip_qkv``, Mosaic 2023).
+
+    Same parameters and state-dict keys as the ``nn.Linear`` it replaces.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, clip: float) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        self.clip = float(clip)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x).clamp(min=-self.clip, max=self.clip)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, clip={self.clip}"
 
 
 def make_norm(kind: str, n_embd: int, bias: bool, eps: float) -> nn.Module:
@@ -154,28 +238,46 @@ def make_norm(kind: str, n_embd: int, bias: bool, eps: float) -> nn.Module:
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``."""
+    """Pre-norm transformer block.
+
+    ``residual="sequential"``: ``x + attn(norm1(x))``, then ``+ mlp(norm2(.))``;
+    ``"parallel"`` (GPT-NeoX): ``x + attn(norm1(x)) + mlp(norm2(x))``;
+    ``"parallel_shared_norm"`` (GPT-J): ``x + attn(norm1(x)) + mlp(norm1(x))`` (no ``norm2``).
+    """
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         hidden = cfg.mlp_hidden or (4 * cfg.n_embd if cfg.mlp == "gelu" else 8 * math.ceil(8 * cfg.n_embd / 3 / 8))
-        self.norm1 = make_norm(cfg.norm, cfg.n_embd, cfg.bias, cfg.norm_eps)
+        norm_bias = cfg.bias_of("norm")
+        self.residual = cfg.residual
+        self.norm1 = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
         self.attn = MultiHeadAttention(
             cfg.n_embd,
             cfg.n_head,
             cfg.kv_heads,
             causal=cfg.causal,
             dropout=cfg.dropout,
-            bias=cfg.bias,
+            bias=cfg.bias_of("attn"),
             backend=cfg.backend,
             window=cfg.window,
+            scale=cfg.attn_scale,
         )
-        self.norm2 = make_norm(cfg.norm, cfg.n_embd, cfg.bias, cfg.norm_eps)
-        self.mlp = MLP(cfg.n_embd, hidden, cfg.mlp, cfg.bias, cfg.dropout)
+        if cfg.clip_qkv is not None:
+            fused = self.attn.qkv
+            self.attn.qkv = ClippedLinear(fused.in_features, fused.out_features, fused.bias is not None, cfg.clip_qkv)
+        if cfg.residual != "parallel_shared_norm":
+            self.norm2 = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
+        self.mlp = MLP(cfg.n_embd, hidden, cfg.mlp, cfg.bias_of("mlp"), cfg.dropout, cfg.mlp_activation)
         self.resid_drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: Tensor, pos: Tensor, position: PositionScheme, cache: KVCache | None = None, **attn_kwargs: Any) -> Tensor:
-        x = x + self.resid_drop(self.attn(self.norm1(x), pos, position=position, cache=cache, **attn_kwargs))
+        h = self.norm1(x)
+        attn_out = self.resid_drop(self.attn(h, pos, position=position, cache=cache, **attn_kwargs))
+        if self.residual == "parallel_shared_norm":
+            return x + attn_out + self.mlp(h)
+        if self.residual == "parallel":
+            return x + attn_out + self.mlp(self.norm2(x))
+        x = x + attn_out
         return x + self.mlp(self.norm2(x))
 
 
@@ -189,11 +291,13 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
+        if config.embed_norm:
+            self.embed_norm = make_norm(config.norm, config.n_embd, config.bias_of("norm"), config.norm_eps)
         self.position = positions.build_for_model(config.position, config.position_config, config.position_context())
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
-        self.norm_f = make_norm(config.norm, config.n_embd, config.bias, config.norm_eps)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.norm_f = make_norm(config.norm, config.n_embd, config.bias_of("norm"), config.norm_eps)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.lm_head_bias)
         if config.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
         self.apply(self._init_weights)
@@ -217,10 +321,16 @@ class GPT(nn.Module):
         return n
 
     def make_cache(self, batch_size: int, capacity: int | None = None, dtype: torch.dtype | None = None) -> list[KVCache]:
-        """One preallocated :class:`KVCache` per layer."""
+        """One preallocated :class:`KVCache` per layer.
+
+        With a sliding window the caches are rolling ring buffers of ``window`` entries (``capacity``
+        is then ignored): decoding runs for any length in constant memory.
+        """
         cfg = self.config
         device = self.tok_emb.weight.device
         dtype = dtype or self.tok_emb.weight.dtype
+        if cfg.window is not None:  # rolling: only the last `window` keys are ever attended
+            return [KVCache(batch_size, cfg.kv_heads, cfg.head_dim, cfg.window, dtype, device, rolling=True) for _ in self.blocks]
         capacity = capacity or cfg.block_size
         return [KVCache(batch_size, cfg.kv_heads, cfg.head_dim, capacity, dtype, device) for _ in self.blocks]
 
@@ -256,6 +366,8 @@ class GPT(nn.Module):
             start = cache[0].length if cache else 0
             pos = torch.arange(start, start + T, device=idx.device)
         x = self.tok_emb(idx)  # [B, T, d]
+        if self.config.embed_norm:
+            x = self.embed_norm(x)  # [B, T, d]
         x = self.drop(self.position.embed(x, pos))  # [B, T, d]
         for i, block in enumerate(self.blocks):
             x = block(x, pos, self.position, cache[i] if cache is not None else None, **attn_kwargs)

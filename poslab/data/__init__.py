@@ -20,6 +20,9 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+import torch
+
 
 @dataclass(frozen=True)
 class Corpus:
@@ -125,4 +128,114 @@ class CharTokenizer:
         return cls(list(data["chars"]))
 
 
-__all__ = ["CORPORA", "CharTokenizer", "Corpus", "load_corpus", "load_text"]
+# ------------------------------------------------------------------ tokenizers, splits and batches
+# (used by poslab.train; see docs/training.md)
+
+TOKENIZER_KINDS = ("char", "bpe:VOCAB")
+
+
+def build_tokenizer(spec: str, text: str):
+    """A tokenizer fitted to ``text`` from its spec: ``"char"`` or ``"bpe:VOCAB"`` (byte-level BPE).
+
+    Args:
+        spec: ``"char"`` (vocabulary = every character of ``text``) or ``"bpe:N"`` (byte-level BPE
+            with ``N`` tokens, trained locally on ``text`` with the ``tokenizers`` package).
+        text: the text to fit on (for BPE: the training split only, so validation stays unseen).
+
+    Raises:
+        ValueError: an unknown spec or a bad vocabulary size.
+    """
+    if spec == "char":
+        return CharTokenizer.from_text(text)
+    if isinstance(spec, str) and spec.startswith("bpe:"):
+        from poslab.data.bpe import BPETokenizer
+
+        size = spec.split(":", 1)[1]
+        if not size.isdigit():
+            raise ValueError(f"tokenizer {spec!r}: the BPE vocabulary size must be an integer, e.g. 'bpe:2000'")
+        return BPETokenizer.train(text, int(size))
+    raise ValueError(f"unknown tokenizer {spec!r}; allowed: 'char' or 'bpe:VOCAB' (e.g. 'bpe:2000')")
+
+
+def tokenizer_from_dict(data: dict):
+    """Rebuild a tokenizer saved with ``to_dict()`` (a run's ``tokenizer.json``); never unpickles."""
+    kind = data.get("type") if isinstance(data, dict) else None
+    if kind == "char":
+        return CharTokenizer.from_dict(data)
+    if kind == "bpe":
+        from poslab.data.bpe import BPETokenizer
+
+        return BPETokenizer.from_dict(data)
+    raise ValueError(f"unknown tokenizer type {kind!r} in tokenizer data; known: 'char', 'bpe'")
+
+
+def encode_corpus(tokenizer, text: str) -> torch.Tensor:
+    """Token ids of a whole corpus as an int64 tensor ``[N]`` (vectorised for char tokenizers).
+
+    Raises:
+        ValueError: a character the tokenizer does not know (named in the message).
+    """
+    if isinstance(tokenizer, CharTokenizer):
+        codepoints = np.frombuffer(text.encode("utf-32-le"), dtype="<u4").astype(np.int64)  # [N]
+        vocab = np.array([ord(c) for c in tokenizer.chars], dtype=np.int64)  # [V]
+        order = np.argsort(vocab)
+        slot = np.clip(np.searchsorted(vocab[order], codepoints), 0, len(vocab) - 1)  # [N]
+        known = vocab[order][slot] == codepoints
+        if not known.all():
+            tokenizer.encode(text[int(np.argmin(known)) :])  # raises, naming the unknown characters
+        return torch.from_numpy(order[slot])
+    if hasattr(tokenizer, "encode_corpus"):
+        return torch.tensor(tokenizer.encode_corpus(text), dtype=torch.long)
+    return torch.tensor(tokenizer.encode(text), dtype=torch.long)
+
+
+def split_text(text: str, val_fraction: float) -> tuple[str, str]:
+    """Deterministic split: the first ``1 - val_fraction`` of the characters train, the rest validate.
+
+    Same rule as nanoGPT's ``prepare.py`` (``n_train = int(n * 0.9)``).
+
+    Raises:
+        ValueError: ``val_fraction`` outside ``(0, 0.5]``.
+    """
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0.0 < val_fraction <= 0.5:
+        raise ValueError(f"val_fraction must be in (0, 0.5], got {val_fraction!r}")
+    n_train = int(len(text) * (1.0 - val_fraction))
+    return text[:n_train], text[n_train:]
+
+
+def get_batch(
+    data: torch.Tensor, block_size: int, batch_size: int, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random batch of ``batch_size`` windows (nanoGPT's ``get_batch``).
+
+    Args:
+        data: token ids ``[N]`` (int64), ``N > block_size``.
+        block_size: window length ``T``.
+        batch_size: ``B``.
+        generator: the random source of the window starts (the training loop keeps its own, so the
+            data order is part of a checkpoint).
+
+    Returns:
+        ``x [B, T]`` and the next-token targets ``y [B, T]`` (``y[:, t] = x[:, t + 1]`` shifted by one).
+    """
+    if data.numel() <= block_size:
+        raise ValueError(f"{data.numel()} tokens cannot fill one block of {block_size} + 1 tokens")
+    starts = torch.randint(data.numel() - block_size, (batch_size,), generator=generator)  # [B]
+    window = starts[:, None] + torch.arange(block_size + 1)  # [B, T+1]
+    chunk = data[window]  # [B, T+1]
+    return chunk[:, :-1], chunk[:, 1:]
+
+
+__all__ = [
+    "CORPORA",
+    "TOKENIZER_KINDS",
+    "CharTokenizer",
+    "Corpus",
+    "build_tokenizer",
+    "encode_corpus",
+    "get_batch",
+    "load_corpus",
+    "load_text",
+    "split_text",
+    "tokenizer_from_dict",
+]

@@ -14,6 +14,12 @@ from types import ModuleType
 
 # one line per experiment module
 _MODULES = (
+    "poslab.experiments.params",
+    "poslab.experiments.shapes",
+    "poslab.experiments.rope_relative",
+    "poslab.experiments.permutation",
+    "poslab.experiments.causal_leak",
+    "poslab.experiments.frequencies",
 )
 
 

@@ -75,6 +75,11 @@ def make_config(name: str, config: Any = None, /, **overrides: Any) -> Any:
 
     Unknown keys raise ``ValueError`` naming the key and listing the allowed ones.
     """
+    return get(name).config_class(**_config_values(name, config, overrides))
+
+
+def _config_values(name: str, config: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The config fields given as a dataclass, a dict and/or overrides, keys validated (no values checked)."""
     cls = get(name)
     config_class = cls.config_class
     if config is None:
@@ -96,7 +101,7 @@ def make_config(name: str, config: Any = None, /, **overrides: Any) -> Any:
             raise ValueError(
                 f"unknown config key {key!r} for position scheme {name!r}{hint}; allowed: {', '.join(allowed)}"
             )
-    return config_class(**values)
+    return values
 
 
 def build(name: str, config: Any = None, /, **cfg: Any) -> PositionScheme:
@@ -112,10 +117,10 @@ def build_for_model(name: str, config: Any, context: dict[str, Any]) -> Position
     dimension fields must agree with the model.
     """
     cls = get(name)
-    user = make_config(name, config)  # validates keys
-    given = config if isinstance(config, dict) else (dataclasses.asdict(config) if config else {})
+    # validate the keys only: values such as longrope factors are checked once the model's dims are in
+    given = _config_values(name, config, {})
     fields = {f.name for f in dataclasses.fields(cls.config_class)}
-    values = dataclasses.asdict(user)
+    values = dict(given)
     for key, value in context.items():
         if key not in fields:
             continue

@@ -117,6 +117,7 @@ class SinusoidalPositions(PositionScheme):
 
     name = "sinusoidal"
     config_class = SinusoidalConfig
+    fp32_buffers = ("cache",)
     paper = "Vaswani et al. 2017, https://arxiv.org/abs/1706.03762"
 
     def __init__(self, config: SinusoidalConfig) -> None:

@@ -21,7 +21,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-import torch
 from torch import Tensor, nn
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -45,10 +44,27 @@ class PositionScheme(nn.Module):
     encodes_position: ClassVar[bool] = True
     has_bias: ClassVar[bool] = False
     paper: ClassVar[str] = ""
+    #: buffers that stay fp32 when the module is cast (``model.to(torch.bfloat16)``, ``.half()``):
+    #: RoPE frequencies, ALiBi slopes, ... (angles and biases are computed in fp32).
+    fp32_buffers: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: Any) -> None:
         super().__init__()
         self.config = config
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> PositionScheme:
+        """``nn.Module._apply`` (behind ``.to``/``.half``/``.cuda``) that keeps :attr:`fp32_buffers` in fp32.
+
+        The buffers follow device moves but never a dtype cast: a bf16 copy of RoPE's ``inv_freq``
+        or of ALiBi's slopes would silently bend every angle and bias.
+        """
+        kept = {name: self._buffers[name] for name in self.fp32_buffers if self._buffers.get(name) is not None}
+        super()._apply(fn, recurse)
+        for name, original in kept.items():
+            moved = self._buffers[name]
+            if moved is not None and moved.dtype != original.dtype:
+                self._buffers[name] = original.to(device=moved.device)  # exact fp32 values, new device
+        return self
 
     # ----------------------------------------------------------------------------------------- hooks
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:

@@ -277,6 +277,7 @@ class RoPE(PositionScheme):
     config_class = RopeConfig
     relative = True
     paper = "Su et al. 2021, https://arxiv.org/abs/2104.09864"
+    fp32_buffers = ("inv_freq",)
 
     def __init__(self, config: RopeConfig) -> None:
         super().__init__(config)
@@ -347,6 +348,7 @@ class XPos(RoPE):
     name = "xpos"
     config_class = XPosConfig
     paper = "Sun et al. 2022, https://arxiv.org/abs/2212.10554"
+    fp32_buffers = ("inv_freq", "zeta")
 
     def __init__(self, config: XPosConfig) -> None:
         super().__init__(config)

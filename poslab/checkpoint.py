@@ -1,0 +1,287 @@
+"""Checkpoints: safetensors for tensors, JSON for everything else, every write atomic.
+
+A checkpoint of step ``N`` in ``RUN/checkpoints/`` is two files plus a pointer::
+
+    step_000000N.safetensors   model.* (parameters, tied copies stored once), optim.state.<i>.<key>
+                               (AdamW moments and step counts), rng.<name> (RNG states as uint8)
+    step_000000N.json          step, data position, config + its hash, optimizer param groups,
+                               tied-weight aliases, the sha256 of the .safetensors file, extra state
+    latest                     the name ``step_000000N`` of the newest complete checkpoint
+
+Each file is written to a temporary name in the same folder, flushed, fsynced and renamed, in the
+order tensors -> json -> latest; a checkpoint counts only once its JSON exists and the tensor file's
+sha256 matches, so a kill at any moment leaves the previous checkpoint intact. Loading reads
+safetensors and JSON only: no pickled code is ever run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+CHECKPOINT_DIR = "checkpoints"
+LATEST = "latest"
+_STEP_RE = re.compile(r"^step_(\d{7,})$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, corrupt or does not belong to the run's config."""
+
+
+# ------------------------------------------------------------------------------------ atomic writes
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder + fsync + rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """:func:`atomic_write_bytes` for UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    """Atomically write ``obj`` as indented UTF-8 JSON (non-ASCII kept readable)."""
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def config_hash(config: dict) -> str:
+    """sha256 of the canonical JSON of a config dict (key order does not matter)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:07d}"
+
+
+# ------------------------------------------------------------------------------------ state <-> tensors
+def model_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The model's state dict with tied tensors stored once.
+
+    Returns:
+        ``(tensors, aliases)``: ``tensors`` maps ``model.<key>`` to a contiguous CPU tensor;
+        ``aliases`` maps a tied key to the key actually stored (e.g. ``lm_head.weight`` ->
+        ``tok_emb.weight``).
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple[int, tuple[int, ...], torch.dtype], str] = {}
+    for key, value in model.state_dict().items():
+        ident = (value.untyped_storage().data_ptr() + value.storage_offset() * value.element_size(), tuple(value.shape), value.dtype)
+        if ident in seen:
+            aliases[key] = seen[ident]
+            continue
+        seen[ident] = key
+        tensors[f"model.{key}"] = value.detach().to("cpu").contiguous()
+    return tensors, aliases
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split an optimizer state dict into tensors (``optim.state.<i>.<key>``) and JSON metadata."""
+    state = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for index, entry in state["state"].items():
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optim.state.{index}.{key}"] = value.detach().to("cpu").contiguous()
+            else:
+                scalars.setdefault(str(index), {})[key] = value
+    return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
+
+
+def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    """Load what :func:`optimizer_tensors` saved into ``optimizer``."""
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        if not name.startswith("optim.state."):
+            continue
+        index, key = name[len("optim.state.") :].split(".", 1)
+        state.setdefault(int(index), {})[key] = value
+    for index, entry in meta.get("scalars", {}).items():
+        state.setdefault(int(index), {}).update(entry)
+    groups = meta["param_groups"]
+    for group in groups:
+        if isinstance(group.get("betas"), list):
+            group["betas"] = tuple(group["betas"])
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def restore_model(model: nn.Module, tensors: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:
+    """Load ``model.*`` tensors (and tied aliases) strictly; raises :class:`CheckpointError` listing bad keys."""
+    state = {name[len("model.") :]: value for name, value in tensors.items() if name.startswith("model.")}
+    for key, source in aliases.items():
+        if source in state:
+            state[key] = state[source]
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong_shape = sorted(k for k in set(expected) & set(state) if tuple(expected[k].shape) != tuple(state[k].shape))
+    if missing or unexpected or wrong_shape:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing[:8]}")
+        if unexpected:
+            parts.append(f"unexpected {unexpected[:8]}")
+        if wrong_shape:
+            parts.append(
+                "shape mismatch "
+                + ", ".join(f"{k}: checkpoint {list(state[k].shape)} vs model {list(expected[k].shape)}" for k in wrong_shape[:8])
+            )
+        raise CheckpointError("checkpoint does not fit the model: " + "; ".join(parts))
+    model.load_state_dict(state, strict=True)
+
+
+# ------------------------------------------------------------------------------------ save / find / load
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    tensors: dict[str, torch.Tensor],
+    meta: dict[str, Any],
+    keep: int = 0,
+) -> Path:
+    """Write checkpoint ``step`` atomically and point ``latest`` at it.
+
+    Args:
+        run_dir: the run folder.
+        step: optimizer steps completed.
+        tensors: every tensor to store (names as in the module docstring).
+        meta: JSON-serialisable metadata (``step`` and ``sha256`` are added).
+        keep: keep only the newest ``keep`` checkpoints (0 = keep all); ``latest`` is never removed.
+
+    Returns:
+        Path of the JSON file.
+    """
+    folder = Path(run_dir) / CHECKPOINT_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    name = checkpoint_name(step)
+    tensor_path = folder / f"{name}.safetensors"
+    tmp = folder / f".{name}.safetensors.tmp{os.getpid()}"
+    try:
+        save_file(tensors, str(tmp), metadata={"format": "poslab-checkpoint", "step": str(step)})
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, tensor_path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    meta = {**meta, "step": step, "sha256": sha256_file(tensor_path), "tensors_file": tensor_path.name}
+    json_path = folder / f"{name}.json"
+    atomic_write_json(json_path, meta)
+    atomic_write_text(folder / LATEST, name + "\n")
+    if keep and keep > 0:
+        for old in list_checkpoints(run_dir)[:-keep]:
+            if old != step:
+                for suffix in (".json", ".safetensors"):
+                    (folder / f"{checkpoint_name(old)}{suffix}").unlink(missing_ok=True)
+    return json_path
+
+
+def list_checkpoints(run_dir: str | Path) -> list[int]:
+    """Steps of the checkpoints whose JSON exists, ascending (integrity is checked on load)."""
+    folder = Path(run_dir) / CHECKPOINT_DIR
+    if not folder.is_dir():
+        return []
+    steps = []
+    for path in folder.glob("step_*.json"):
+        match = _STEP_RE.match(path.stem)
+        if match and (folder / f"{path.stem}.safetensors").is_file():
+            steps.append(int(match.group(1)))
+    return sorted(steps)
+
+
+def latest_step(run_dir: str | Path) -> int | None:
+    """Step named by ``checkpoints/latest``, else the newest listed checkpoint, else ``None``."""
+    folder = Path(run_dir) / CHECKPOINT_DIR
+    pointer = folder / LATEST
+    if pointer.is_file():
+        match = _STEP_RE.match(pointer.read_text(encoding="utf-8").strip())
+        if match and (folder / f"{match.group(0)}.json").is_file():
+            return int(match.group(1))
+    steps = list_checkpoints(run_dir)
+    return steps[-1] if steps else None
+
+
+def load_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Read and verify checkpoint ``step`` (default: ``latest``) of a run.
+
+    Returns:
+        ``(tensors, meta)``.
+
+    Raises:
+        CheckpointError: no checkpoint, a step that does not exist, or a tensor file whose sha256
+            differs from the one recorded (truncated or altered).
+    """
+    run_dir = Path(run_dir)
+    if step is None:
+        step = latest_step(run_dir)
+        if step is None:
+            raise CheckpointError(f"run {str(run_dir)!r} has no checkpoint in {CHECKPOINT_DIR}/")
+    available = list_checkpoints(run_dir)
+    if step not in available:
+        raise CheckpointError(f"run {str(run_dir)!r} has no checkpoint of step {step}; available steps: {available}")
+    folder = run_dir / CHECKPOINT_DIR
+    name = checkpoint_name(step)
+    meta = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+    tensor_path = folder / f"{name}.safetensors"
+    digest = sha256_file(tensor_path)
+    if digest != meta.get("sha256"):
+        raise CheckpointError(
+            f"checkpoint {tensor_path} is corrupt: sha256 {digest[:16]}… differs from the recorded {str(meta.get('sha256'))[:16]}…"
+        )
+    return load_file(str(tensor_path)), meta
+
+
+def config_mismatch(saved: dict, current: dict, prefix: str = "") -> list[str]:
+    """Keys (dotted) whose values differ between two nested config dicts, as ``key: saved vs current``."""
+    lines = []
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key, "<absent>"), current.get(key, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            lines.extend(config_mismatch(a, b, f"{prefix}{key}."))
+        elif a != b:
+            lines.append(f"{prefix}{key}: {a!r} (checkpoint) vs {b!r} (now)")
+    return lines
+
+
+__all__ = [
+    "CheckpointError",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "config_hash",
+    "config_mismatch",
+    "latest_step",
+    "list_checkpoints",
+    "load_checkpoint",
+    "model_tensors",
+    "optimizer_tensors",
+    "restore_model",
+    "restore_optimizer",
+    "save_checkpoint",
+]

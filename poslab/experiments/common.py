@@ -1,0 +1,81 @@
+"""Helpers shared by the experiments: fixed-width tables, atomic PNG writes, number formatting."""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _width(text: str) -> int:
+    """Display width of ``text`` in a terminal (CJK characters take two columns)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
+    """Render a plain-text table.
+
+    Args:
+        headers: column titles.
+        rows: one sequence of cells per row (cells are turned into strings with ``str``).
+        align: one character per column, ``"l"`` or ``"r"`` (default: first column left, the rest right).
+
+    Returns:
+        The table as lines joined by newlines (header, rule, rows).
+    """
+    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    n_cols = len(headers)
+    for row in cells:
+        if len(row) != n_cols:
+            raise ValueError(f"table row has {len(row)} cells, expected {n_cols}: {row}")
+    align = align or ("l" + "r" * (n_cols - 1))
+    widths = [max(_width(row[i]) for row in cells) for i in range(n_cols)]
+
+    def line(row: list[str]) -> str:
+        parts = []
+        for i, cell in enumerate(row):
+            pad = " " * (widths[i] - _width(cell))
+            parts.append(cell + pad if align[i] == "l" else pad + cell)
+        return "  " + "  ".join(parts).rstrip()
+
+    rule = "  " + "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule] + [line(row) for row in cells[1:]])
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, align: str | None = None) -> None:
+    """Print :func:`format_table`, preceded by ``title`` if given."""
+    if title:
+        print(f"\n{title}")
+    print(format_table(headers, rows, align))
+
+
+def sci(value: float, digits: int = 1) -> str:
+    """``1.2e-06`` style (the lessons print spreads and differences this way)."""
+    return f"{value:.{digits}e}"
+
+
+def new_figure(n_rows: int = 1, n_cols: int = 1, size: tuple[float, float] = (8.0, 5.0)) -> tuple[Any, Any]:
+    """A matplotlib ``Figure`` on the Agg canvas and its axes, without touching pyplot's global backend."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(n_rows, n_cols)
+    return fig, axes
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 120) -> Path:
+    """Write a figure to ``path`` as PNG atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
+    try:
+        fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
+        tmp.replace(path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path

@@ -1,0 +1,161 @@
+"""Shared helpers of the test suite: scheme variants, tiny models, hypothesis profile.
+
+Every contract test is parametrized over :func:`scheme_variants`, which starts from
+``poslab.positions.names()``: registering a new scheme covers it automatically (with its default
+config). RoPE and xPos get extra variants for every layout and scaling.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+from poslab import GPT, GPTConfig, MultiHeadAttention, positions
+from poslab.positions.base import PositionScheme
+
+# Bounded, deterministic property tests: a few seconds per property on 2 cores.
+settings.register_profile(
+    "poslab",
+    max_examples=int(os.environ.get("POSLAB_HYPOTHESIS_EXAMPLES", "25")),
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("poslab")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One scheme configuration to run the contract on.
+
+    Attributes:
+        id: pytest id.
+        name: registry name.
+        config: ``position_config`` overrides (the model fills in its dimensions).
+        window_len: positions must stay below it for the scheme to be length-independent
+            (``dynamic``/``longrope`` recompute frequencies past the original window, ``logn`` scales
+            queries past it, FIRE normalises by ``max(i, L)``); ``None`` means unbounded.
+    """
+
+    id: str
+    name: str
+    config: dict[str, Any] = field(default_factory=dict)
+    window_len: int | None = None
+
+    @property
+    def cls(self) -> type[PositionScheme]:
+        return positions.get(self.name)
+
+
+# head_dim 8 in the tiny models: rotary pairs = 4
+_LONGROPE = {"short_factor": [1.0, 1.25, 1.5, 2.0], "long_factor": [1.0, 2.0, 4.0, 8.0]}
+_EXTRA_VARIANTS = {
+    "rope": [
+        Variant("rope-interleaved", "rope", {"layout": "interleaved"}),
+        Variant("rope-partial", "rope", {"rotary_dim": 4}),
+        Variant("rope-partial-interleaved", "rope", {"rotary_dim": 4, "layout": "interleaved"}),
+        Variant("rope-linear", "rope", {"scaling": "linear", "factor": 2.0}),
+        Variant("rope-ntk", "rope", {"scaling": "ntk", "factor": 4.0}),
+        Variant("rope-dynamic", "rope", {"scaling": "dynamic", "factor": 4.0, "original_max_len": 128}, 128),
+        Variant("rope-yarn", "rope", {"scaling": "yarn", "factor": 4.0, "original_max_len": 64}),
+        Variant("rope-llama3", "rope", {"scaling": "llama3", "factor": 8.0, "original_max_len": 64}),
+        Variant("rope-longrope", "rope", {"scaling": "longrope", "factor": 4.0, "original_max_len": 128, **_LONGROPE}, 128),
+        Variant("rope-logn", "rope", {"logn_scaling": True, "original_max_len": 128}, 128),
+    ],
+    "xpos": [Variant("xpos-interleaved", "xpos", {"layout": "interleaved"})],
+}
+_WINDOW_LEN = {"fire": 512}  # FIRE's threshold L (threshold_init)
+
+
+def scheme_variants() -> list[Variant]:
+    """Every registered scheme (default config) plus the extra RoPE/xPos variants."""
+    variants = []
+    for name in positions.names():
+        variants.append(Variant(name, name, {}, _WINDOW_LEN.get(name)))
+        variants.extend(_EXTRA_VARIANTS.get(name, []))
+    return variants
+
+
+VARIANTS = scheme_variants()
+VARIANT_IDS = [v.id for v in VARIANTS]
+BIAS_VARIANTS = [v for v in VARIANTS if v.cls.has_bias]
+RELATIVE_VARIANTS = [v for v in VARIANTS if v.cls.relative]
+ABSOLUTE_VARIANTS = [v for v in VARIANTS if not v.cls.relative]
+
+# tiny geometry shared by the contract tests
+D_MODEL, N_HEADS, VOCAB, BLOCK = 32, 4, 50, 64
+
+
+def context(d_model: int = D_MODEL, n_heads: int = N_HEADS, max_len: int = BLOCK, causal: bool = True) -> dict:
+    """The model dimensions ``build_for_model`` fills into a scheme config."""
+    return {
+        "n_embd": d_model,
+        "n_heads": n_heads,
+        "head_dim": d_model // n_heads,
+        "max_len": max_len,
+        "bidirectional": not causal,
+    }
+
+
+def make_scheme(variant: Variant, **ctx: Any) -> PositionScheme:
+    """Build a variant's scheme for the given geometry (see :func:`context`)."""
+    return positions.build_for_model(variant.name, dict(variant.config), context(**ctx))
+
+
+def make_attention(
+    variant: Variant | None,
+    d_model: int = D_MODEL,
+    n_heads: int = N_HEADS,
+    n_kv_heads: int | None = None,
+    *,
+    causal: bool = True,
+    backend: str = "sdpa",
+    window: int | None = None,
+    max_len: int = BLOCK,
+    seed: int = 0,
+) -> MultiHeadAttention:
+    """A seeded bare :class:`MultiHeadAttention` with the variant's scheme attached (eval mode)."""
+    torch.manual_seed(seed)
+    scheme = None if variant is None else make_scheme(variant, d_model=d_model, n_heads=n_heads, max_len=max_len, causal=causal)
+    attn = MultiHeadAttention(
+        d_model, n_heads, n_kv_heads, causal=causal, position=scheme, backend=backend, window=window
+    )
+    _perturb(attn)
+    return attn.eval()
+
+
+def _perturb(module: torch.nn.Module) -> None:
+    """Make learned position parameters non-trivial (inits are small); keeps tests sensitive."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if "position" in name or name.startswith(("r1", "r2", "u", "v", "relative_attention_bias", "table")):
+                p.add_(torch.randn_like(p) * 0.5)
+
+
+def make_gpt(variant: Variant, n_layer: int = 2, n_kv_head: int | None = 2, seed: int = 0, **overrides: Any) -> GPT:
+    """A seeded tiny GPT (2 layers, 4 heads, width 32) with the variant's scheme (eval mode)."""
+    torch.manual_seed(seed)
+    cfg = GPTConfig(
+        vocab_size=VOCAB,
+        n_layer=n_layer,
+        n_head=N_HEADS,
+        n_embd=D_MODEL,
+        block_size=BLOCK,
+        n_kv_head=n_kv_head,
+        position=variant.name,
+        position_config=dict(variant.config),
+        **overrides,
+    )
+    model = GPT(cfg)
+    _perturb(model)
+    return model.eval()
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(1234)

@@ -1,0 +1,295 @@
+"""Contract every registered position scheme must honour, on a tiny GPT and on a bare attention layer.
+
+Parametrized over ``poslab.positions.names()`` (plus RoPE/xPos layout and scaling variants, see
+``conftest.scheme_variants``), so a newly registered scheme is covered without touching this file.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import (
+    ABSOLUTE_VARIANTS,
+    BIAS_VARIANTS,
+    D_MODEL,
+    N_HEADS,
+    RELATIVE_VARIANTS,
+    VARIANT_IDS,
+    VARIANTS,
+    VOCAB,
+    Variant,
+    make_attention,
+    make_gpt,
+    make_scheme,
+)
+from torch.testing import assert_close
+
+from poslab import positions
+
+B, T = 2, 12
+TIGHT = {"atol": 1e-5, "rtol": 1e-5}
+
+
+def _ids(variants: list[Variant]) -> list[str]:
+    return [v.id for v in variants]
+
+
+def _x(T: int = T, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(B, T, D_MODEL, dtype=dtype)
+
+
+def _idx(T: int = T) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (B, T))
+
+
+def test_every_registered_scheme_is_covered() -> None:
+    assert {v.name for v in VARIANTS} == set(positions.names())
+    assert {"none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple", "fire", "xl"} <= set(positions.names())
+
+
+# ------------------------------------------------------------------------------- shape and dtype
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_gpt_keeps_shape_and_dtype(variant: Variant, dtype: torch.dtype) -> None:
+    model = make_gpt(variant).to(dtype)
+    idx = _idx()
+    logits, loss = model(idx, idx)
+    assert logits.shape == (B, T, VOCAB)
+    assert logits.dtype == dtype
+    assert torch.isfinite(logits).all() and torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "eager"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_attention_keeps_shape_and_dtype(variant: Variant, dtype: torch.dtype, backend: str) -> None:
+    attn = make_attention(variant, n_kv_heads=2, backend=backend).to(dtype)
+    out = attn(_x(dtype=dtype))
+    assert out.shape == (B, T, D_MODEL)
+    assert out.dtype == dtype
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_cast_keeps_fp32_buffers_and_angles(variant: Variant) -> None:
+    """``model.to(bf16)`` must not round frequencies, slopes or tables: they stay fp32."""
+    model = make_gpt(variant)
+    reference = {name: buf.clone() for name, buf in model.position.named_buffers()}
+    model.to(torch.bfloat16)
+    for name, buf in model.position.named_buffers():
+        if reference[name].is_floating_point():
+            assert buf.dtype == torch.float32, f"{variant.id}: buffer {name} was cast to {buf.dtype}"
+            assert torch.equal(buf, reference[name])
+
+
+# ------------------------------------------------------------------------------------- causality
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_gpt_is_causal(variant: Variant) -> None:
+    """Changing token t never changes the logits before t (and does change them at t)."""
+    model = make_gpt(variant)
+    idx = _idx()
+    base = model(idx)
+    for t in (0, 5, T - 1):
+        changed = idx.clone()
+        changed[:, t] = (changed[:, t] + 1) % VOCAB
+        out = model(changed)
+        assert_close(out[:, :t], base[:, :t], atol=1e-6, rtol=0)
+        assert (out[:, t] - base[:, t]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "eager"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_attention_is_causal(variant: Variant, backend: str) -> None:
+    attn = make_attention(variant, n_kv_heads=2, backend=backend)
+    x = _x()
+    base = attn(x)
+    t = 7
+    changed = x.clone()
+    changed[:, t] += torch.randn(B, D_MODEL)
+    out = attn(changed)
+    assert_close(out[:, :t], base[:, :t], atol=1e-6, rtol=0)
+    assert (out[:, t:] - base[:, t:]).abs().max() > 1e-4
+
+
+# ---------------------------------------------------------------------------- explicit positions
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_explicit_positions_equal_default(variant: Variant) -> None:
+    model = make_gpt(variant)
+    idx = _idx()
+    assert_close(model(idx, pos=torch.arange(T)), model(idx), atol=0, rtol=0)
+    attn = make_attention(variant, n_kv_heads=2)
+    x = _x()
+    assert_close(attn(x, torch.arange(T)), attn(x), atol=0, rtol=0)
+
+
+# --------------------------------------------------------------------------------------- KV cache
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_kv_cache_decode_equals_full_forward(variant: Variant) -> None:
+    """Prefill 5 tokens, decode the rest one by one: the logits equal one full forward (GQA 4:2)."""
+    model = make_gpt(variant)
+    idx = _idx(T=16)
+    full = model(idx)
+    cache = model.make_cache(B, capacity=32)
+    steps = [model(idx[:, :5], cache=cache)]
+    steps += [model(idx[:, t : t + 1], cache=cache) for t in range(5, 16)]
+    assert cache[0].length == 16
+    assert_close(torch.cat(steps, dim=1), full, **TIGHT)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "eager"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_attention_kv_cache_with_offset_positions(variant: Variant, backend: str) -> None:
+    """Cache decoding at positions 20.. equals a full forward at the same explicit positions."""
+    from poslab import KVCache
+
+    attn = make_attention(variant, n_kv_heads=2, backend=backend)
+    x = _x(T=10)
+    pos = torch.arange(20, 30)
+    full = attn(x, pos)
+    cache = KVCache(B, 2, D_MODEL // N_HEADS, capacity=10)
+    steps = [attn(x[:, :4], pos[:4], cache=cache)]
+    steps += [attn(x[:, t : t + 1], pos[t : t + 1], cache=cache) for t in range(4, 10)]
+    assert_close(torch.cat(steps, dim=1), full, **TIGHT)
+
+
+# ---------------------------------------------------------------------------- shift (in)variance
+SHIFT = 37
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "eager"])
+@pytest.mark.parametrize("variant", RELATIVE_VARIANTS, ids=_ids(RELATIVE_VARIANTS))
+def test_relative_attention_is_shift_invariant(variant: Variant, backend: str) -> None:
+    attn = make_attention(variant, n_kv_heads=2, backend=backend)
+    x = _x()
+    pos = torch.arange(T)
+    assert_close(attn(x, pos + SHIFT), attn(x, pos), **TIGHT)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_gpt_shift_invariance_matches_the_scheme_class(variant: Variant) -> None:
+    """Relative schemes: the whole model is shift-invariant. Absolute (learned, sinusoidal): it is not."""
+    model = make_gpt(variant)
+    idx = _idx()
+    base, shifted = model(idx), model(idx, pos=torch.arange(T) + SHIFT)
+    if variant.cls.relative:
+        assert_close(shifted, base, **TIGHT)
+    else:
+        assert (shifted - base).abs().max() > 1e-2
+
+
+def test_absolute_schemes_exist_and_are_not_relative() -> None:
+    assert {"learned", "sinusoidal"} <= {v.name for v in ABSOLUTE_VARIANTS}
+
+
+@pytest.mark.parametrize(
+    ("variant", "shift"),
+    [
+        (Variant("rope-dynamic-past", "rope", {"scaling": "dynamic", "factor": 4.0, "original_max_len": 16}), 37),
+        (Variant("rope-longrope-past", "rope", {"scaling": "longrope", "factor": 4.0, "original_max_len": 16,
+                                                "short_factor": [1.0, 1.25, 1.5, 2.0], "long_factor": [1.0, 2.0, 4.0, 8.0]}), 37),
+        (Variant("rope-logn-past", "rope", {"logn_scaling": True, "original_max_len": 16}), 37),
+        (Variant("fire-past-L", "fire", {"threshold_init": 8.0}), 37),
+    ],
+    ids=lambda v: v.id if isinstance(v, Variant) else str(v),
+)
+def test_length_dependent_schemes_lose_shift_invariance_past_their_window(variant: Variant, shift: int) -> None:
+    """The flip side of the test above: past ``original_max_len`` (or FIRE's L) positions matter."""
+    attn = make_attention(variant, n_kv_heads=2)
+    x = _x()
+    pos = torch.arange(T)
+    assert (attn(x, pos + shift) - attn(x, pos)).abs().max() > 1e-4
+
+
+# -------------------------------------------------------------------------------------- backends
+# (n_kv_heads, causal, window): every GQA ratio, both maskings and a window, in 4 runs per scheme
+_FAST_GEOMETRIES = [(N_HEADS, True, None), (2, False, None), (1, True, 3), (2, False, 3)]
+_ALL_GEOMETRIES = [(n, c, w) for n in (N_HEADS, 2, 1) for c in (True, False) for w in (None, 3)]
+
+
+def _geometry_id(g: tuple) -> str:
+    n_kv, causal, window = g
+    return f"kv{n_kv}-{'causal' if causal else 'bidir'}" + (f"-w{window}" if window else "")
+
+
+@pytest.mark.parametrize("geometry", _FAST_GEOMETRIES, ids=_geometry_id)
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_sdpa_equals_eager(variant: Variant, geometry: tuple) -> None:
+    _sdpa_vs_eager(variant, *geometry)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("geometry", _ALL_GEOMETRIES, ids=_geometry_id)
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_sdpa_equals_eager_full_sweep(variant: Variant, geometry: tuple) -> None:
+    _sdpa_vs_eager(variant, *geometry)
+
+
+def _sdpa_vs_eager(variant: Variant, n_kv_heads: int, causal: bool, window: int | None) -> None:
+    attn = make_attention(variant, n_kv_heads=n_kv_heads, causal=causal, window=window)
+    x = _x()
+    sdpa = attn(x, backend="sdpa")
+    eager, weights = attn(x, need_weights=True)
+    assert_close(sdpa, eager, **TIGHT)
+    assert weights.shape == (B, N_HEADS, T, T)
+    if causal:
+        assert (weights.triu(1) == 0).all()
+    if window is not None:
+        assert (weights.tril(-window) == 0).all()
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_eager_softmax_is_fp32_under_bf16_autocast(variant: Variant) -> None:
+    attn = make_attention(variant, n_kv_heads=2, backend="eager")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, weights = attn(_x(), need_weights=True)
+    assert out.dtype == torch.bfloat16
+    assert weights.dtype == torch.float32
+    assert_close(weights.sum(-1), torch.ones(B, N_HEADS, T), atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------------------------- score_mod
+@pytest.mark.parametrize("variant", BIAS_VARIANTS, ids=_ids(BIAS_VARIANTS))
+def test_score_mod_equals_score_bias(variant: Variant) -> None:
+    """Evaluate the Flex ``score_mod`` on broadcast index grids: it must equal the materialized bias."""
+    scheme = make_attention(variant, n_kv_heads=2).position
+    dk = D_MODEL // N_HEADS
+    Tq, Tk = 5, 14
+    q = torch.randn(B, N_HEADS, Tq, dk)
+    k = torch.randn(B, 2, Tk, dk)
+    q_pos, k_pos = torch.arange(9, 9 + Tq), torch.arange(Tk)  # the last 5 queries of a cache-like layout
+    scale = dk**-0.5
+    bias = scheme.score_bias(q, k, q_pos, k_pos, scale)
+    mod = scheme.score_mod(q, k, q_pos, k_pos, scale)
+    b = torch.arange(B).view(B, 1, 1, 1)
+    h = torch.arange(N_HEADS).view(1, N_HEADS, 1, 1)
+    q_idx = torch.arange(Tq).view(1, 1, Tq, 1)
+    kv_idx = torch.arange(Tk).view(1, 1, 1, Tk)
+    score = torch.randn(B, N_HEADS, Tq, Tk)
+    modded = mod(score, b, h, q_idx, kv_idx)
+    assert_close(modded - score, bias.expand(B, -1, -1, -1), **TIGHT)
+    assert bias.dtype == torch.float32
+    assert bias.abs().max() > 1e-3  # the bias is not trivially zero
+
+
+def _flex_vs_sdpa(variant: Variant, n_kv_heads: int, causal: bool, window: int | None) -> None:
+    attn = make_attention(variant, n_kv_heads=n_kv_heads, causal=causal, window=window)
+    x = _x(T=16)
+    with torch.no_grad():
+        assert_close(attn(x, backend="flex"), attn(x, backend="sdpa"), **TIGHT)
+
+
+def test_flex_equals_sdpa_alibi() -> None:
+    """One real FlexAttention run (compiled on CPU, ~20-30 s) in the default suite."""
+    _flex_vs_sdpa(Variant("alibi", "alibi"), n_kv_heads=2, causal=True, window=None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("causal", "window"), [(True, None), (False, None), (True, 5)], ids=["causal", "bidir", "causal-w5"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_flex_equals_sdpa_every_scheme(variant: Variant, causal: bool, window: int | None) -> None:
+    _flex_vs_sdpa(variant, n_kv_heads=2, causal=causal, window=window)
+
+
+def test_make_scheme_fills_model_dimensions() -> None:
+    scheme = make_scheme(Variant("rope", "rope"), d_model=48, n_heads=6)
+    assert scheme.config.head_dim == 8

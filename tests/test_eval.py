@@ -1,0 +1,190 @@
+"""``poslab.eval``: perplexity per length, sliding windows, RoPE overrides, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from poslab import GPT, GPTConfig
+from poslab.eval import (
+    apply_rope_scaling,
+    evaluate,
+    nonoverlapping_windows,
+    parse_lengths,
+    parse_rope_scaling,
+    rotary_frequencies,
+    score_windows,
+    sliding_windows,
+)
+from poslab.positions.rope import default_inv_freq
+
+
+def tiny(position: str = "rope", block: int = 16, seed: int = 0, **position_config) -> GPT:
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=11, n_layer=2, n_head=2, n_embd=16, block_size=block, position=position,
+                    position_config=position_config)
+    return GPT(cfg).eval()
+
+
+def tokens(n: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, 11, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+# ------------------------------------------------------------------------------------ correctness
+def test_nonoverlapping_ppl_is_exp_of_mean_loss_by_hand():
+    model, data = tiny(), tokens(100)
+    length, n_targets = 8, 96
+    cell = evaluate(model, data, [length], n_targets=n_targets)[0]["nonoverlapping"]
+    # by hand: the model's own mean loss on each chunk, weighted by chunk size
+    total = 0.0
+    with torch.no_grad():
+        for start in range(0, n_targets, length):
+            chunk = data[start : start + length + 1]
+            _, loss = model(chunk[None, :-1], chunk[None, 1:])
+            total += float(loss) * length
+    assert cell["n_tokens"] == n_targets
+    assert cell["loss"] == pytest.approx(total / n_targets, rel=1e-6)
+    assert cell["ppl"] == pytest.approx(math.exp(total / n_targets), rel=1e-6)
+
+
+def test_partial_last_chunk_scores_the_same_targets():
+    model, data = tiny(), tokens(60)
+    cells = evaluate(model, data, [8, 5], n_targets=50)
+    assert [c["nonoverlapping"]["n_tokens"] for c in cells] == [50, 50]
+    assert [w.length for w in nonoverlapping_windows(50, 8)] == [8] * 6 + [2]
+
+
+def test_stride_equal_to_length_is_nonoverlapping():
+    model, data = tiny("alibi"), tokens(200)
+    cell = evaluate(model, data, [16], stride=16, n_targets=192)[0]
+    assert cell["sliding"]["loss"] == pytest.approx(cell["nonoverlapping"]["loss"], rel=1e-6)
+    assert cell["sliding"]["n_tokens"] == cell["nonoverlapping"]["n_tokens"] == 192
+
+
+@pytest.mark.parametrize("n_targets,length,stride", [(100, 16, 4), (100, 16, 16), (64, 16, 5), (16, 16, 1), (97, 10, 3)])
+def test_sliding_windows_score_each_token_exactly_once(n_targets, length, stride):
+    scored: list[int] = []
+    for w in sliding_windows(n_targets, length, stride):
+        assert w.length == length and w.start >= 0 and 0 < w.n_scored <= length
+        first = w.start + w.length - w.n_scored + 1  # target index of the first scored position
+        targets = list(range(first, w.start + w.length + 1))
+        if w.start > 0:  # every later window leaves at least length - stride tokens of context
+            assert first - 1 - w.start >= length - stride
+        scored += targets
+    assert sorted(scored) == list(range(1, n_targets + 1))  # each target once
+
+
+def test_sliding_window_loss_matches_per_token_brute_force():
+    model, data = tiny("t5"), tokens(60)
+    length, stride, n_targets = 12, 5, 50
+    cell = evaluate(model, data, [length], stride=stride, n_targets=n_targets)[0]["sliding"]
+    losses = []
+    with torch.no_grad():
+        for w in sliding_windows(n_targets, length, stride):
+            for offset in range(length - w.n_scored, length):  # target tokens[w.start + offset + 1]
+                context = data[w.start : w.start + offset + 1]
+                logits = model(context[None])[0, -1]
+                losses.append(float(torch.nn.functional.cross_entropy(logits[None], data[w.start + offset + 1][None])))
+    assert len(losses) == n_targets
+    assert cell["loss"] == pytest.approx(sum(losses) / n_targets, rel=1e-5)
+
+
+def test_batching_does_not_change_the_result():
+    model, data = tiny("fire"), tokens(200)
+    windows = sliding_windows(180, 16, 6)
+    one = score_windows(model, data, windows, batch_tokens=16)
+    many = score_windows(model, data, windows, batch_tokens=16 * 7)
+    assert one["loss"] == pytest.approx(many["loss"], rel=1e-6) and one["n_tokens"] == many["n_tokens"]
+
+
+def test_learned_table_gets_a_cannot_cell_not_a_crash():
+    model, data = tiny("learned", block=16), tokens(100)
+    cells = evaluate(model, data, [16, 32], stride=8, n_targets=64)
+    assert "nonoverlapping" in cells[0]
+    assert cells[1] == {"length": 32, "cannot": "learned table has 16 rows"}
+    json.dumps(cells)  # JSON-ready
+
+
+# ------------------------------------------------------------------------------------ overrides
+@pytest.mark.parametrize("spec,expected", [("linear:4", 1 / 4), ("ntk:4", None), ("yarn:4", None), ("llama3:4", None)])
+def test_rope_scaling_override_changes_frequencies(spec, expected):
+    model = tiny("rope", block=16)
+    before, _ = rotary_frequencies(model)
+    base = default_inv_freq(10000.0, 8)
+    torch.testing.assert_close(before, base)
+    data = tokens(80)
+    loss_before = evaluate(model, data, [64], n_targets=64)[0]["nonoverlapping"]["loss"]
+    config = apply_rope_scaling(model, parse_rope_scaling(spec))
+    assert config["original_max_len"] == 16 and config["scaling"] == spec.split(":")[0]
+    after, _ = rotary_frequencies(model)
+    assert not torch.allclose(after, before)
+    if expected is not None:
+        torch.testing.assert_close(after, before * expected)
+    assert evaluate(model, data, [64], n_targets=64)[0]["nonoverlapping"]["loss"] != loss_before
+    apply_rope_scaling(model, parse_rope_scaling("none"))  # and back
+    torch.testing.assert_close(rotary_frequencies(model)[0], before)
+    assert evaluate(model, data, [64], n_targets=64)[0]["nonoverlapping"]["loss"] == pytest.approx(loss_before, rel=1e-6)
+
+
+def test_dynamic_override_depends_on_length_and_yarn_sets_temperature():
+    model = tiny("rope", block=16)
+    apply_rope_scaling(model, parse_rope_scaling("dynamic:4"))
+    inside, _ = rotary_frequencies(model, 16)
+    torch.testing.assert_close(inside, default_inv_freq(10000.0, 8))
+    assert not torch.allclose(rotary_frequencies(model, 64)[0], inside)
+    apply_rope_scaling(model, parse_rope_scaling("yarn:4"))
+    assert rotary_frequencies(model)[1] == pytest.approx(0.1 * math.log(4) + 1)
+
+
+def test_logn_and_longrope_overrides():
+    model = tiny("xpos", block=16)
+    config = apply_rope_scaling(model, None, logn_scaling=True)
+    assert config["logn_scaling"] is True and model.position.config.logn_scaling
+    config = apply_rope_scaling(model, parse_rope_scaling("longrope:4:1,2,4,8"))
+    assert model.position.config.long_factor == [1.0, 2.0, 4.0, 8.0]
+    assert model.position.config.short_factor == [1.0] * 4  # the default: plain RoPE in the window
+
+
+# ------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("spec,bad", [("64,abc", "'abc'"), ("0,64", "'0'"), ("-8", "'-8'"), ("64,1.5", "'1.5'"), ("", "''"),
+                                      ("64,64", "repeats")])
+def test_bad_lengths(spec, bad):
+    with pytest.raises(ValueError, match=bad):
+        parse_lengths(spec)
+
+
+@pytest.mark.parametrize("spec,bad", [("linear:0", "> 0"), ("yarn:-2", "> 0"), ("ntk:abc", "'abc'"), ("foo:4", "'foo'"),
+                                      ("yarn", "needs a factor"), ("longrope:4", "per-frequency"),
+                                      ("longrope:4:1,0", "> 0"), ("linear:4:2", "only a factor")])
+def test_bad_rope_scaling(spec, bad):
+    with pytest.raises(ValueError, match=bad):
+        parse_rope_scaling(spec)
+
+
+@pytest.mark.parametrize("position", ["alibi", "learned", "t5"])
+def test_scaling_on_a_non_rope_model(position):
+    model = tiny(position)
+    with pytest.raises(ValueError, match=f"position='{position}'"):
+        apply_rope_scaling(model, parse_rope_scaling("yarn:4"))
+    with pytest.raises(ValueError, match="--logn-scaling"):
+        apply_rope_scaling(model, None, logn_scaling=True)
+
+
+def test_longrope_lists_of_the_wrong_length():
+    model = tiny("rope")
+    with pytest.raises(ValueError, match="rotary_dim/2=4"):
+        apply_rope_scaling(model, parse_rope_scaling("longrope:4:1,2,3"))
+
+
+@pytest.mark.parametrize("stride,bad", [(0, "got 0"), (-3, "got -3"), (17, "stride 17 is larger than the evaluation length 16")])
+def test_bad_stride(stride, bad):
+    with pytest.raises(ValueError, match=bad):
+        evaluate(tiny(), tokens(100), [16, 32], stride=stride)
+
+
+def test_text_shorter_than_the_longest_length():
+    with pytest.raises(ValueError, match="has 40 tokens, shorter than the longest length 64"):
+        evaluate(tiny(), tokens(40), [16, 64])

@@ -1,0 +1,206 @@
+"""Every lesson experiment runs (``poslab experiment all``) and its key numbers hold.
+
+The experiments run once per module, through the CLI entry point, into a temporary folder; the tests
+read the ``results.json`` files a user would read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+
+import pytest
+
+from poslab import experiments, positions
+from poslab.cli import main
+from poslab.positions.rope import SCALINGS
+
+NAMES = ("params", "shapes", "rope-relative", "permutation", "causal-leak", "frequencies")
+
+
+@pytest.fixture(scope="module")
+def run_all(tmp_path_factory):
+    """Run ``poslab experiment all --out TMP`` once; return (stdout, {name: results.json dict}, TMP)."""
+    out = tmp_path_factory.mktemp("experiments")
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = main(["experiment", "all", "--out", str(out)])
+    assert code == 0
+    results = {name: json.loads((out / name / "results.json").read_text()) for name in NAMES}
+    return buffer.getvalue(), results, out
+
+
+def test_registry_lists_every_experiment_in_all():
+    registry = experiments.registry()
+    assert set(NAMES) <= set(registry)  # later issues may add experiments
+    for name in NAMES:
+        module = registry[name]
+        assert module.NAME == name
+        assert module.IN_ALL is True
+        assert isinstance(module.DESCRIPTION, str) and module.DESCRIPTION
+
+
+def test_params(run_all):
+    r = run_all[1]["params"]
+    assert r["seed000_one_linear_512"] == 262_656
+    assert r["seed000_four_linear_512"] == 1_050_624
+    assert r["seed000_ratio_four_over_one"] == pytest.approx(4.0, abs=1e-3)
+    d = 512
+    assert [row["n_heads"] for row in r["multihead_attention_512"]] == [1, 8]
+    for row in r["multihead_attention_512"]:
+        assert row["total"] == 4 * d * d + 4 * d == 1_050_624
+    assert r["seed001_qkv_params_by_heads"] == {"1": 3168, "2": 3168, "4": 3168, "8": 3168}
+    assert r["seed001_proj_params_by_heads"] == {"1": 1056, "2": 1056, "4": 1056, "8": 1056}
+    gqa = r["gqa_counterpoint_32"]
+    assert gqa["n_kv_heads"] < gqa["n_heads"]
+    assert gqa["qkv"] == 32 * (8 + 2 * 2) * 4 + (8 + 2 * 2) * 4 == 1584  # fewer kv heads: fewer qkv params
+    assert gqa["proj"] == 1056
+
+
+def test_shapes(run_all):
+    r = run_all[1]["shapes"]
+    observed = [step["shape"] for step in r["seed000_walk"]]
+    assert observed == [
+        [2, 10, 512], [2, 10, 1536], [2, 10, 512], [2, 10, 8, 64], [2, 8, 10, 64], [2, 8, 10, 64],
+        [2, 8, 10, 64], [2, 8, 10, 10], [2, 8, 10, 64], [2, 10, 8, 64], [2, 10, 512], [2, 10, 512],
+    ]
+    assert r["seed000_all_steps_match_lesson"] is True
+    assert [s["submodule"] for s in r["seed000_walk"]][-1] == "proj"
+    assert r["seed001_walk"] == {"q": [1, 5, 32], "q_heads": [1, 4, 5, 8], "scores": [1, 4, 5, 5], "output": [1, 5, 32]}
+
+
+LESSON_ROPE = {0: 2.9839, 1: 2.8449, 2: 1.2160, 4: -0.6933, 8: -2.6004, 16: -3.5409, 32: -2.6989}
+
+
+def test_rope_relative_reproduces_the_lesson_digit_for_digit(run_all):
+    r = run_all[1]["rope-relative"]
+    assert [row["offset"] for row in r["lesson_table"]] == list(LESSON_ROPE)
+    for row in r["lesson_table"]:
+        expected = f"{LESSON_ROPE[row['offset']]:.4f}"
+        # every sampled position, not only the three printed, gives the lesson's number
+        assert [f"{v:.4f}" for v in row["inner_products_sampled"]] == [expected] * len(row["inner_products_sampled"])
+        assert row["spread_over_positions"] < 1e-4  # floating-point level, like the lesson's 1e-6..1e-5
+    assert r["poslab_vs_lesson_apply_rope_max_abs_diff"] < 1e-5
+    assert r["all_match_lesson_4dp"] is True
+
+
+def test_rope_relative_holds_for_every_rope_variant_and_fails_for_absolute(run_all):
+    checks = run_all[1]["rope-relative"]["scheme_checks"]
+    rope_configs = [c["config"] for c in checks if c["scheme"] == "rope"]
+    assert {c.get("scaling") for c in rope_configs} == set(SCALINGS)  # every scaling, and none
+    assert {c.get("layout", "half") for c in rope_configs} == {"half", "interleaved"}
+    assert any(c.get("rotary_dim") for c in rope_configs)
+    for check in checks:
+        if check["expected_offset_only"]:
+            assert check["max_spread_over_positions"] < 1e-4, check["label"]
+        else:
+            assert check["max_spread_over_positions"] > 1e-3, check["label"]
+    by_scheme = {c["scheme"]: c for c in checks if c["scheme"] in ("xpos", "learned", "sinusoidal")}
+    assert by_scheme["xpos"]["offset_only"] is True
+    assert by_scheme["learned"]["offset_only"] is False
+    assert by_scheme["sinusoidal"]["offset_only"] is False
+    assert run_all[1]["rope-relative"]["all_as_expected"] is True
+
+
+def test_permutation(run_all):
+    r = run_all[1]["permutation"]
+    assert r["lesson_raw_matrices"]["max_abs_diff_after_unpermuting"] < 1e-5
+    rows = {row["scheme"]: row for row in r["schemes"]}
+    assert list(rows) == positions.names()  # one row per registered scheme
+    assert rows["none"]["max_abs_diff_after_unpermuting"] < 1e-5
+    for name, row in rows.items():
+        if positions.get(name).encodes_position:
+            assert row["max_abs_diff_after_unpermuting"] > 1e-3, name
+    assert r["all_as_expected"] is True
+
+
+def test_causal_leak(run_all):
+    r = run_all[1]["causal-leak"]
+    diffs = r["max_abs_diff_last_logits"]
+    assert diffs["1"]["none"] < 1e-6  # one layer, no positions: float noise
+    assert diffs["1"]["learned_zeroed"] < 1e-6  # the lesson's own way of removing positions
+    assert diffs["2"]["none"] > 1e-4  # the causal mask leaks order from two layers on
+    assert diffs["3"]["none"] > 1e-4
+    for scheme in ("learned", "rope", "alibi"):
+        assert diffs["1"][scheme] > 1e-4, scheme  # positions tell the two lines apart at any depth
+    assert r["model"]["n_head"] == 4 and r["model"]["n_embd"] == 128 and r["model"]["trained"] is False
+    assert r["lesson_printout"]["1"]["none"] == pytest.approx(3.7e-08)
+
+
+def test_frequencies_table_and_plot(run_all):
+    _, results, out = run_all
+    r = results["frequencies"]
+    table = r["lesson_table_d8_base10000"]
+    assert len(table) == 8
+    for row in table:
+        assert row["inv_freq"] == pytest.approx(10000 ** (-row["dim"] / 8), rel=1e-5)
+        assert row["period_positions"] == pytest.approx(2 * math.pi / row["inv_freq"], rel=1e-6)
+    assert table[-1]["period_positions"] == pytest.approx(19869.2, abs=0.1)
+    assert r["poslab_rope_head16_vs_lesson_max_abs_diff"] == 0.0
+    assert (r["yarn_low_pair"], r["yarn_high_pair"]) == (16, 41)  # reference check values for d=128, L0=2048
+    spectra = {s["label"]: s for s in r["scalings"]}
+    assert len(spectra) == 7
+    assert all(x == pytest.approx(1.0) for x in spectra["none"]["stretch"])
+    assert all(x == pytest.approx(4.0, rel=1e-5) for x in spectra["linear (PI)"]["stretch"])
+    yarn = spectra["yarn"]["stretch"]
+    assert yarn[: r["yarn_low_pair"]] == pytest.approx([1.0] * r["yarn_low_pair"])  # high frequencies kept
+    assert yarn[r["yarn_high_pair"]:] == pytest.approx([4.0] * (64 - r["yarn_high_pair"]), rel=1e-5)
+    assert spectra["yarn"]["attention_factor"] == pytest.approx(0.1 * math.log(4) + 1)
+    assert spectra["llama3"]["stretch"][0] == pytest.approx(1.0) and spectra["llama3"]["stretch"][-1] == pytest.approx(4.0)
+    ntk = spectra["ntk (static)"]["stretch"]
+    assert ntk[0] == pytest.approx(1.0) and ntk[-1] == pytest.approx(4.0, rel=1e-4)
+    assert all(a < b for a, b in zip(ntk, ntk[1:]))
+
+    png = out / "frequencies" / "rope_scaling_spectrum.png"
+    assert png.is_file() and png.stat().st_size > 10_000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from matplotlib import image
+
+    pixels = image.imread(png)
+    assert pixels.ndim == 3 and pixels.shape[0] > 200 and pixels.shape[1] > 400
+    assert pixels.std() > 0.01  # not a blank canvas
+
+
+RESULT_KEYS = {
+    "params": {"seed000_one_linear_512", "seed000_four_linear_512", "seed000_ratio_four_over_one",
+               "formula_4d2_plus_4d_512", "multihead_attention_512", "seed001_multihead_attention_32",
+               "seed001_qkv_params_by_heads", "seed001_proj_params_by_heads", "gqa_counterpoint_32"},
+    "shapes": {"seed000_walk", "seed000_all_steps_match_lesson", "seed001_walk"},
+    "rope-relative": {"head_dim", "positions", "sample_stride", "offset_only_tolerance",
+                      "poslab_vs_lesson_apply_rope_max_abs_diff", "lesson_table", "all_match_lesson_4dp",
+                      "scheme_checks", "all_as_expected"},
+    "permutation": {"equivariant_below", "broken_above", "attention", "lesson_raw_matrices", "schemes",
+                    "all_as_expected"},
+    "causal-leak": {"lines", "model", "max_abs_diff_last_logits", "noise_below", "leak_above",
+                    "one_layer_no_positions_is_noise", "two_plus_layers_no_positions_leak", "lesson_printout"},
+    "frequencies": {"lesson_table_d8_base10000", "poslab_rope_head16_vs_lesson_max_abs_diff", "realistic_head",
+                    "yarn_low_pair", "yarn_high_pair", "scalings", "plot"},
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_results_json_keys(run_all, name):
+    assert set(run_all[1][name]) == RESULT_KEYS[name]
+    assert not list((run_all[2] / name).glob("*.tmp*"))  # atomic writes leave no temp files
+
+
+def test_printed_tables(run_all):
+    stdout = run_all[0]
+    for value in ("262,656", "1,050,624", "3168", "1056", "2.9839", "-3.5409", "-2.6989", "(1, 4, 5, 8)",
+                  "白日依山尽", "19869.2"):
+        assert value in stdout, value
+    for name in NAMES:
+        assert f"=== experiment {name}:" in stdout
+    assert "UNEXPECTED" not in stdout and " NO" not in stdout
+
+
+def test_run_experiment_default_folder_and_unknown_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with contextlib.redirect_stdout(io.StringIO()):
+        results = experiments.run_experiment("params")
+    written = json.loads((tmp_path / "runs" / "experiments" / "params" / "results.json").read_text())
+    assert written == json.loads(json.dumps(results))
+    with pytest.raises(ValueError, match="unknown experiment 'nope'.*params"):
+        experiments.run_experiment("nope")
