@@ -17,6 +17,9 @@ install: $(STAMP)
 
 demo: install
 	$(VENV)/bin/poslab experiment all
+	# a quick Tang-poem training run (runs/tang-small-quick, replaced on each demo), then a poem from it
+	$(VENV)/bin/poslab train --preset tang-small --quick --overwrite
+	$(VENV)/bin/poslab sample tang-small-quick --prompt 白日依山尽 --tokens 64 --seed 0
 
 test: install
 	$(PY) -m pytest -q

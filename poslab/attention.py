@@ -549,7 +549,10 @@ class MultiHeadAttention(nn.Module):
             pos = torch.arange(start, start + T, device=x.device)
         elif not isinstance(pos, Tensor) or pos.shape != (T,):
             raise ValueError(f"pos must have shape [{T}] (one position per token), got {list(getattr(pos, 'shape', []))}")
-        backend = resolve_backend(backend or self.backend, x.device, need_weights, has_mask=attn_mask is not None)
+        requested = backend or self.backend
+        backend = resolve_backend(requested, x.device, need_weights, has_mask=attn_mask is not None)
+        if requested == "auto" and backend == "flex" and self._has_extra_bias():
+            backend = "sdpa"  # flex cannot express a subclass's extra bias
         window = self.effective_window()
         if cache is not None and cache.rolling and (window is None or window > cache.capacity):
             raise ValueError(
@@ -600,10 +603,13 @@ class MultiHeadAttention(nn.Module):
         """Additive fp32 bias ``[1, h, Tq, Tk]`` added to the scheme's (``None`` here; see sparse.py)."""
         return None
 
+    def _has_extra_bias(self) -> bool:
+        return type(self).extra_bias is not MultiHeadAttention.extra_bias
+
     def bias_fn(self, scheme: PositionScheme | None) -> BiasFn | None:
         """The scheme's ``score_bias`` plus :meth:`extra_bias` as one block-wise callable."""
         scheme_bias = scheme is not None and scheme.has_bias
-        extra = type(self).extra_bias is not MultiHeadAttention.extra_bias
+        extra = self._has_extra_bias()
         if not scheme_bias and not extra:
             return None
         scale = self.scale
@@ -619,7 +625,7 @@ class MultiHeadAttention(nn.Module):
 
     def score_mod(self, scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Callable | None:
         """FlexAttention ``score_mod`` of the scheme (``None`` without a bias)."""
-        if type(self).extra_bias is not MultiHeadAttention.extra_bias:
+        if self._has_extra_bias():
             raise ValueError(f"{type(self).__name__} adds a bias the flex backend cannot express; use sdpa or eager")
         if scheme is None or not scheme.has_bias:
             return None
@@ -695,11 +701,12 @@ def check_mask(
         raise TypeError(f"a float attn_mask must be float32 or the queries' dtype {dtype}, got {mask.dtype}")
     if mask.device != torch.device(device) and mask.device.type != torch.device(device).type:
         raise ValueError(f"attn_mask is on {mask.device} but the inputs are on {device}")
+    given = list(mask.shape)
     if mask.dim() == 2:
         mask = mask[None, None]
     ok = mask.dim() == 4 and mask.shape[-2:] == (Tq, Tk) and mask.shape[0] in (1, B) and mask.shape[1] in (1, h)
     if not ok:
-        raise ValueError(f"attn_mask of shape {list(mask.shape)} does not fit: expected [{Tq}, {Tk}] or [{B}|1, {h}|1, {Tq}, {Tk}]")
+        raise ValueError(f"attn_mask of shape {given} does not fit: expected [{Tq}, {Tk}] or [{B}|1, {h}|1, {Tq}, {Tk}]")
     return mask
 
 

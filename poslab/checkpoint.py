@@ -3,14 +3,16 @@
 A checkpoint of step ``N`` in ``RUN/checkpoints/`` is two files plus a pointer::
 
     step_000000N.safetensors   model.* (parameters, tied copies stored once), optim.state.<i>.<key>
-                               (AdamW moments and step counts), rng.<name> (RNG states as uint8)
+                               (AdamW moments and step counts), rng.<name> (RNG states as uint8);
+                               its header holds the sha256 of the JSON's canonical content
     step_000000N.json          step, data position, config + its hash, optimizer param groups,
                                tied-weight aliases, the sha256 of the .safetensors file, extra state
     latest                     the name ``step_000000N`` of the newest complete checkpoint
 
 Each file is written to a temporary name in the same folder, flushed, fsynced and renamed, in the
 order tensors -> json -> latest; a checkpoint counts only once its JSON exists and the tensor file's
-sha256 matches, so a kill at any moment leaves the previous checkpoint intact. Loading reads
+sha256 matches, so a kill at any moment leaves the previous checkpoint intact; a change to
+either file (truncation, a flipped bit) is refused with :class:`CheckpointError`. Loading reads
 safetensors and JSON only: no pickled code is ever run.
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -182,15 +185,19 @@ def save_checkpoint(
     name = checkpoint_name(step)
     tensor_path = folder / f"{name}.safetensors"
     tmp = folder / f".{name}.safetensors.tmp{os.getpid()}"
+    meta = {**meta, "step": step, "tensors_file": tensor_path.name}
+    # the tensor file's header records a checksum of the JSON (all but "sha256"), and the JSON records
+    # the tensor file's sha256: a change to either file is detected on load
+    header = {"format": "poslab-checkpoint", "step": str(step), "meta_sha256": config_hash(meta)}
     try:
-        save_file(tensors, str(tmp), metadata={"format": "poslab-checkpoint", "step": str(step)})
+        save_file(tensors, str(tmp), metadata=header)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, tensor_path)
     finally:
         if tmp.exists():
             tmp.unlink()
-    meta = {**meta, "step": step, "sha256": sha256_file(tensor_path), "tensors_file": tensor_path.name}
+    meta = {**meta, "sha256": sha256_file(tensor_path)}
     json_path = folder / f"{name}.json"
     atomic_write_json(json_path, meta)
     atomic_write_text(folder / LATEST, name + "\n")
@@ -220,7 +227,7 @@ def latest_step(run_dir: str | Path) -> int | None:
     folder = Path(run_dir) / CHECKPOINT_DIR
     pointer = folder / LATEST
     if pointer.is_file():
-        match = _STEP_RE.match(pointer.read_text(encoding="utf-8").strip())
+        match = _STEP_RE.match(pointer.read_text(encoding="utf-8", errors="replace").strip())
         if match and (folder / f"{match.group(0)}.json").is_file():
             return int(match.group(1))
     steps = list_checkpoints(run_dir)
@@ -247,14 +254,31 @@ def load_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[dict[
         raise CheckpointError(f"run {str(run_dir)!r} has no checkpoint of step {step}; available steps: {available}")
     folder = run_dir / CHECKPOINT_DIR
     name = checkpoint_name(step)
-    meta = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+    json_path = folder / f"{name}.json"
+    try:
+        meta = json.loads(json_path.read_text(encoding="utf-8"))
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError: truncated or altered
+        raise CheckpointError(f"checkpoint {json_path} is corrupt: not readable JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"checkpoint {json_path} is corrupt: it holds a {type(meta).__name__}, not a JSON object")
     tensor_path = folder / f"{name}.safetensors"
     digest = sha256_file(tensor_path)
     if digest != meta.get("sha256"):
         raise CheckpointError(
             f"checkpoint {tensor_path} is corrupt: sha256 {digest[:16]}… differs from the recorded {str(meta.get('sha256'))[:16]}…"
         )
-    return load_file(str(tensor_path)), meta
+    try:
+        with safe_open(str(tensor_path), framework="pt") as handle:
+            header = handle.metadata() or {}
+        tensors = load_file(str(tensor_path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"checkpoint {tensor_path} is not a readable safetensors file: {err}") from None
+    recorded = header.get("meta_sha256")  # absent in checkpoints written before it was added
+    if recorded is not None and config_hash({k: v for k, v in meta.items() if k != "sha256"}) != recorded:
+        raise CheckpointError(f"checkpoint {json_path} is corrupt: its content differs from the checksum in {tensor_path.name}")
+    if meta.get("step") != step:
+        raise CheckpointError(f"checkpoint {json_path} is corrupt: it records step {meta.get('step')!r}, not {step}")
+    return tensors, meta
 
 
 def config_mismatch(saved: dict, current: dict, prefix: str = "") -> list[str]:

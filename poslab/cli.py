@@ -17,6 +17,13 @@ COMMANDS = (
     "poslab.cli_train",
     "poslab.cli_sample",
     "poslab.cli_presets",
+    "poslab.bench",
+    "poslab.interop.convert",
+    "poslab.eval",
+    "poslab.lab",
+    "poslab.heads",
+    "poslab.attention_map",
+    "poslab.explore",
 )
 
 
@@ -56,6 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"poslab: error: {message}", file=sys.stderr)
         return 2
+    except OSError as err:  # disk full, read-only file system, I/O error: the machine, not the input
+        where = f": {err.filename!r}" if err.filename else ""
+        message = f"{err.strerror}{where}" if err.strerror else (str(err).splitlines() or [type(err).__name__])[0]
+        print(f"poslab: error: {message}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("poslab: interrupted", file=sys.stderr)
         return 130

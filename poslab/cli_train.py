@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import difflib
 import json
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,9 @@ from typing import Any
 import yaml
 
 from poslab import presets
+from poslab.data import CORPORA, build_tokenizer
+from poslab.distributed import is_main_process
+from poslab.lock import interrupted_start
 from poslab.model import GPTConfig
 from poslab.train import TrainConfig, TrainingDiverged, train
 
@@ -179,6 +183,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run from its latest checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run folder of the same name")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar (the summary still prints)")
+    p.add_argument("--fsdp", action="store_true",
+                   help="under torchrun: shard the model with FSDP2 (fully_shard) instead of DDP (docs/scaling.md)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the config and the run folder, print the resolved config as JSON, write nothing")
     p.set_defaults(func=run, overrides=[])
     original = p.parse_known_args
 
@@ -190,12 +198,48 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.parse_known_args = parse_known_args
 
 
+def dry_run(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict[str, Any]:
+    """What ``train`` would do with ``cfg``, checked without reading the corpus or writing anything.
+
+    Checks the model config (with a placeholder vocabulary), the tokenizer spec, that the corpus is
+    shipped or an existing file, and the run folder against ``--resume``/``--overwrite``.
+
+    Raises:
+        ValueError, TypeError, FileNotFoundError, FileExistsError: what ``train`` would raise.
+    """
+    GPTConfig.from_dict({**cfg.model, "vocab_size": 256})  # keys, types, geometry, position config
+    build_tokenizer(cfg.tokenizer, "ab")  # the spec only (fitted on a two-character text)
+    if cfg.corpus not in CORPORA and not Path(cfg.corpus).is_file():
+        raise ValueError(f"corpus {cfg.corpus!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file")
+    run_dir = cfg.run_dir
+    if resume and overwrite:
+        raise ValueError("choose one of resume and overwrite, not both")
+    occupied = run_dir.is_dir() and any(run_dir.iterdir()) and not interrupted_start(run_dir)
+    is_run = (run_dir / "config.json").is_file()
+    if resume and not is_run:
+        raise FileNotFoundError(f"cannot resume: {str(run_dir)!r} has no config.json (not a poslab run)")
+    if occupied and not resume and not overwrite:
+        raise FileExistsError(
+            f"run folder {str(run_dir)!r} already exists; pass --resume to continue it or --overwrite to replace it"
+        )
+    if occupied and overwrite and not is_run:
+        raise FileExistsError(f"refusing to overwrite {str(run_dir)!r}: it is not a poslab run folder (no config.json)")
+    action = "resume" if resume else ("overwrite" if occupied else "start")
+    return {"dry_run": True, "action": action, "run_dir": str(run_dir), "config": cfg.to_dict()}
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
+    if args.dry_run:
+        print(json.dumps(dry_run(cfg, args.resume, args.overwrite), indent=2, ensure_ascii=False))
+        return 0
     try:
-        results = train(cfg, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
+        results = train(cfg, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
+                        fsdp=getattr(args, "fsdp", False))
     except TrainingDiverged as err:
-        print(f"poslab: error: {err}")
+        if is_main_process():  # under torchrun every rank stops; rank 0 reports
+            print(f"poslab: error: {err}", file=sys.stderr)
         return 1
-    print(f"run {cfg.run_dir}: val loss {results['final_val_loss']:.4f}, results in {cfg.run_dir / 'results.json'}")
+    if is_main_process():
+        print(f"run {cfg.run_dir}: val loss {results['final_val_loss']:.4f}, results in {cfg.run_dir / 'results.json'}")
     return 0

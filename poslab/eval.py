@@ -45,6 +45,9 @@ from poslab.positions.rope import SCALINGS, RoPE
 DEFAULT_BATCH_TOKENS = 4096
 #: Scalings ``--rope-scaling`` accepts (``none`` removes a run's own scaling).
 SCALING_NAMES = tuple(s for s in SCALINGS if s is not None)
+#: RoPE config fields that belong to a scaling (reset when an override replaces the scaling).
+SCALING_KEYS = ("scaling", "factor", "long_factor", "short_factor", "attention_factor", "beta_fast", "beta_slow",
+                "yarn_truncate", "mscale", "mscale_all_dim", "low_freq_factor", "high_freq_factor")
 
 
 # ------------------------------------------------------------------------------------ parsing
@@ -215,7 +218,7 @@ def apply_rope_scaling(
         trained_scaled = config.get("scaling") is not None or config.get("logn_scaling")
         original_max_len = int(config["original_max_len"]) if trained_scaled and "original_max_len" in config else cfg.block_size
     if scaling is not None:
-        for key in ("scaling", "factor", "long_factor", "short_factor"):
+        for key in SCALING_KEYS:  # a new scaling starts from the defaults of every scaling knob
             config.pop(key, None)
         config.update({k: v for k, v in scaling.items() if v is not None or k == "scaling"})
         if config.get("scaling") == "longrope" and config.get("long_factor") and not config.get("short_factor"):
@@ -447,6 +450,37 @@ def results_table(cells: list[dict[str, Any]]) -> tuple[list[str], list[list[str
 
 
 # ------------------------------------------------------------------------------------ runs + CLI
+SPLITS = ("val", "train")
+
+
+def split_tokens(config: dict[str, Any], tokenizer: Any, split: str = "val") -> Tensor:
+    """Token ids of a run's evaluation text.
+
+    Args:
+        config: the run's ``config.json`` (``{"model", "train", "data"}``).
+        tokenizer: the run's tokenizer.
+        split: ``"val"`` / ``"train"`` (the run's own split of its corpus), or any other shipped
+            corpus name or UTF-8 file path (encoded with the run's tokenizer).
+
+    Raises:
+        ValueError: the run's corpus changed since training (checksum), an unknown corpus or file,
+            or characters the tokenizer does not know.
+    """
+    import hashlib
+
+    from poslab.data import encode_corpus, load_text, split_text
+
+    if split not in SPLITS:
+        return encode_corpus(tokenizer, load_text(split))
+    train = config["train"]
+    text = load_text(train["corpus"])
+    recorded = config.get("data", {}).get("corpus_sha256")
+    if recorded is not None and hashlib.sha256(text.encode("utf-8")).hexdigest() != recorded:
+        raise ValueError(f"corpus {train['corpus']!r} changed since the run was trained (sha256 differs); its {split} split is gone")
+    train_text, val_text = split_text(text, train["val_fraction"])
+    return encode_corpus(tokenizer, val_text if split == "val" else train_text)
+
+
 def eval_run(
     run_dir: str | Path,
     lengths: Sequence[int],
@@ -463,7 +497,7 @@ def eval_run(
     Returns:
         JSON-ready results: run, step, split, scheme, train length, scaling, and one cell per length.
     """
-    from poslab.train import load_run, split_tokens
+    from poslab.train import load_run
 
     lengths = parse_lengths(list(lengths))
     model, tokenizer, run_config = load_run(run_dir, step=step)
@@ -500,7 +534,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"RoPE scaling applied at inference: none, {', '.join(s + ':4' for s in SCALING_NAMES if s != 'longrope')}, "
                         "longrope:FACTOR:l1,l2,..[:s1,s2,..] or longrope:PATH.json")
     p.add_argument("--logn-scaling", action="store_true", help="scale queries by log(n)/log(L) past the training length")
-    p.add_argument("--split", default="val", help="which part of the run's corpus to score (default val)")
+    p.add_argument("--split", default="val",
+                   help="text to score: the run's 'val' (default) or 'train' split, or a corpus name / UTF-8 file path")
     p.add_argument("--tokens", type=int, default=None, help="targets scored at every length (default: the whole split)")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
@@ -537,6 +572,7 @@ __all__ = [
     "parse_lengths",
     "parse_rope_scaling",
     "score_windows",
+    "split_tokens",
     "sliding_windows",
     "token_losses",
 ]

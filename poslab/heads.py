@@ -251,7 +251,9 @@ def analyze(
         tokens: evaluation text as token ids ``[N]`` (held-out text of the model's corpus).
         seq_len: window length (default: the model's ``block_size``).
         n_batches, batch_size: evaluation windows for losses and scores.
-        induction_half: length of each copy of the repeated random sequence (default ``seq_len // 2``).
+        induction_half: length of each copy of the repeated random sequence (default ``seq_len // 2``);
+            the induction score averages this period, 3/4 of it and 1/2 of it, so a head that merely
+            attends to one fixed offset does not pass for an induction head.
         seed: for the windows, the random tokens and the random pruning orders.
 
     Returns:
@@ -267,9 +269,15 @@ def analyze(
     text_weights = [torch.cat(ws) for ws in zip(*(attention_weights(model, idx) for idx, _ in batches))]
     prev = previous_token_scores(text_weights)
     offset, confidence = positional_scores(text_weights)
-    repeated = repeated_random_tokens(cfg.vocab_size, half, batch_size, generator)
-    induction = induction_scores(attention_weights(model, repeated), half)
-    repeat_losses = _repeat_losses(model, repeated, half)
+    # three periods: a head attending to one fixed offset (positional) cannot score high on all of them
+    periods = sorted({half, max(2, (3 * half) // 4), max(2, half // 2)}, reverse=True)
+    per_period = {}
+    for period in periods:
+        repeated = repeated_random_tokens(cfg.vocab_size, period, batch_size, generator)
+        per_period[period] = induction_scores(attention_weights(model, repeated), period)
+        if period == half:
+            repeat_losses = _repeat_losses(model, repeated, half)
+    induction = torch.stack(list(per_period.values())).mean(dim=0)  # [L, h]
 
     base, delta = masking_importance(model, batches)
     grad = gradient_importance(model, batches)
@@ -290,6 +298,7 @@ def analyze(
             "head": head,
             "previous_token": p,
             "induction": ind,
+            "induction_by_period": {str(period): float(score[layer, head]) for period, score in per_period.items()},
             "positional_offset": off,
             "positional_confidence": conf,
             "mask_loss_delta": float(delta[layer, head]),
@@ -304,7 +313,7 @@ def analyze(
     index = {f: i for i, f in enumerate(PRUNE_FRACTIONS)}
     return {
         "model": {"n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd, "position": cfg.position, "vocab_size": cfg.vocab_size},
-        "eval": {"seq_len": seq_len, "n_batches": n_batches, "batch_size": batch_size, "induction_half": half, "seed": seed},
+        "eval": {"seq_len": seq_len, "n_batches": n_batches, "batch_size": batch_size, "induction_periods": periods, "seed": seed},
         "thresholds": {"previous_token": PREV_TOKEN_THRESHOLD, "induction": INDUCTION_THRESHOLD, "positional": POSITIONAL_THRESHOLD},
         "base_loss": base,
         "repeat_loss": repeat_losses,
@@ -410,11 +419,20 @@ def print_summary(results: dict[str, Any]) -> None:
 
 
 def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = None) -> dict[str, Any]:
-    """Analyze a trained run's heads; write ``out/results.json`` and ``out/heads.png``."""
-    from poslab.checkpoint import atomic_write_json
+    """Analyze a trained run's heads on its validation split; write ``out/results.json`` and ``out/heads.png``.
 
-    model, tokenizer, config = _load_run(run_dir)
-    tokens = torch.tensor(tokenizer.encode(_eval_text(config, text)), dtype=torch.long)
+    Args:
+        run_dir: a run folder written by :func:`poslab.train.train`.
+        out: output folder.
+        quick: fewer evaluation batches.
+        text: evaluate on this corpus name or file instead (its last 10%).
+    """
+    from poslab.checkpoint import atomic_write_json
+    from poslab.train import load_run
+
+    run_dir = Path(run_dir)
+    model, tokenizer, config = load_run(run_dir)
+    tokens = validation_tokens(tokenizer, config, text)
     results = analyze(model, tokens, n_batches=2 if quick else 8, batch_size=8 if quick else 16)
     results["run"] = str(run_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -424,33 +442,15 @@ def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = 
     return results
 
 
-def _load_run(run_dir: Path) -> tuple[GPT, Any, dict]:
-    try:
-        from poslab.train import load_run
-    except ImportError as err:  # the training module is not installed in this tree
-        raise ValueError(f"cannot load run {str(run_dir)!r}: poslab.train is unavailable ({err})") from None
-    if not Path(run_dir).is_dir():
-        raise ValueError(f"run folder {str(run_dir)!r} does not exist")
-    return load_run(run_dir)
+def validation_tokens(tokenizer: Any, config: dict, text: str | None = None) -> Tensor:
+    """The run's validation split as token ids ``[N]`` (same rule as training), or the last 10% of ``text``."""
+    from poslab.data import encode_corpus, load_text, split_text
 
-
-def _eval_text(config: dict, text: str | None) -> str:
-    """Held-out text: the last 10% of the run's corpus (or of ``text``: a corpus name or a file)."""
-    from poslab.data import load_text
-
-    source = text or _corpus_of(config) or "tang5"
-    body = load_text(source)
-    return body[int(len(body) * 0.9) :]
-
-
-def _corpus_of(config: dict) -> str | None:
-    for key in ("corpus", "data", "dataset"):
-        value = config.get(key) if isinstance(config, dict) else None
-        if isinstance(value, str):
-            return value
-        if isinstance(value, dict) and isinstance(value.get("corpus") or value.get("name"), str):
-            return value.get("corpus") or value.get("name")
-    return None
+    train_cfg = config.get("train", {})
+    source = text or train_cfg.get("corpus", "tang5")
+    fraction = 0.1 if text else train_cfg.get("val_fraction", 0.1)
+    _, val_text = split_text(load_text(source), fraction)
+    return encode_corpus(tokenizer, val_text)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

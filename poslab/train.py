@@ -21,11 +21,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import errno
 import json
 import math
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 import typing
@@ -38,7 +40,9 @@ import torch
 from torch import nn
 
 from poslab import checkpoint as ckpt
+from poslab import distributed
 from poslab.data import build_tokenizer, encode_corpus, get_batch, load_text, split_text, tokenizer_from_dict
+from poslab.lock import RunLock, ensure_writable, interrupted_start, remove_stale_temp_files
 from poslab.model import GPT, GPTConfig
 from poslab.progress import ProgressBar, format_duration, format_rate
 
@@ -47,7 +51,7 @@ DTYPES = ("fp32", "bf16")
 # keys that may differ between a run's saved config and the config it is resumed with
 RESUME_FREE_KEYS = frozenset(
     {"name", "out_dir", "max_steps", "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "keep_checkpoints",
-     "threads"}
+     "threads", "skip_nonfinite"}
 )
 
 
@@ -83,6 +87,12 @@ class TrainConfig:
         seed: seeds the model initialisation, dropout and the data order.
         dtype: ``"fp32"`` or ``"bf16"`` (bf16 autocast; weights and optimizer stay fp32).
         threads: ``torch.set_num_threads`` (``None`` = torch's default).
+        init_from: a run folder whose latest checkpoint's model weights (and tokenizer) start this
+            run: fine-tuning, e.g. at a longer ``block_size`` or with a RoPE scaling; the optimizer,
+            step count and schedule start fresh. Parameter names and shapes must match.
+        skip_nonfinite: skip up to this many batches whose loss or gradient norm is NaN/inf (no
+            update; the next batch is drawn for the same step; recorded in metrics and results)
+            before stopping as diverged (0 = stop at the first one).
     """
 
     name: str
@@ -110,6 +120,8 @@ class TrainConfig:
     seed: int = 1337
     dtype: str = "fp32"
     threads: int | None = None
+    init_from: str | None = None
+    skip_nonfinite: int = 0
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(TrainConfig)
@@ -121,7 +133,7 @@ class TrainConfig:
         for key in positive:
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key} must be > 0, got {getattr(self, key)!r}")
-        for key in ("warmup_steps", "ckpt_interval", "keep_checkpoints", "seed"):
+        for key in ("warmup_steps", "ckpt_interval", "keep_checkpoints", "seed", "skip_nonfinite"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)!r}")
         if self.lr_decay_steps is not None and self.lr_decay_steps <= 0:
@@ -371,9 +383,17 @@ def _read_json(path: Path) -> Any:
 
 
 def _identity(config_doc: dict) -> dict:
-    """The part of a config that must not change across a resume."""
-    train = {k: v for k, v in config_doc["train"].items() if k not in RESUME_FREE_KEYS}
-    return {"model": config_doc["model"], "train": train}
+    """The part of a config that must not change across a resume.
+
+    Both sections are normalised through their dataclasses, so a field added to ``GPTConfig`` or
+    ``TrainConfig`` after a run was saved compares equal to its default instead of blocking the resume.
+    """
+    model = GPTConfig.from_dict(config_doc["model"]).to_dict()
+    train_values = {**config_doc["train"], "model": {}}
+    train_values.setdefault("name", "run")
+    train = {k: v for k, v in TrainConfig.from_dict(train_values).to_dict().items()
+             if k not in RESUME_FREE_KEYS and k != "model"}
+    return {"model": model, "train": train}
 
 
 def _rewrite_metrics(path: Path, last_step: int) -> None:
@@ -439,6 +459,10 @@ def _prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> tuple[bool
         raise ValueError("choose one of resume and overwrite, not both")
     if run_dir.exists() and not run_dir.is_dir():
         raise FileExistsError(f"{str(run_dir)!r} exists and is not a folder")
+    if interrupted_start(run_dir):  # a start killed before its config.json (nothing to keep): start again
+        shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True)
+        return False, None
     if not run_dir.exists() or not any(run_dir.iterdir()):
         if resume:
             raise FileNotFoundError(f"cannot resume: run folder {str(run_dir)!r} does not exist or is empty")
@@ -469,8 +493,13 @@ def train(
     overwrite: bool = False,
     progress: bool = True,
     callback: Callable[[int, dict], None] | None = None,
+    fsdp: bool = False,
 ) -> dict:
     """Train a GPT as ``cfg`` says, writing the run folder ``cfg.out_dir/cfg.name``.
+
+    Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) this is data-parallel training on every
+    process: DDP (or FSDP2 with ``fsdp``), ``batch_size`` per process, only rank 0 writes; see
+    :mod:`poslab.distributed` and ``docs/scaling.md``.
 
     Args:
         cfg: the run's configuration.
@@ -481,6 +510,7 @@ def train(
         callback: called as ``callback(step, record)`` after every optimizer step (``record`` is the
             metrics line of a logged step, else ``{"step", "loss", "lr"}``). Raising
             ``KeyboardInterrupt`` in it acts like Ctrl-C.
+        fsdp: under torchrun, shard the model with FSDP2 ``fully_shard`` instead of DDP.
 
     Returns:
         The results dict (also written to ``results.json``).
@@ -493,45 +523,71 @@ def train(
     """
     wall_start = time.perf_counter()
     run_dir = cfg.run_dir
+    dist_ctx = distributed.setup(fsdp=fsdp)  # under torchrun: a gloo/nccl process group; else one plain process
+    lock = RunLock(run_dir).acquire()  # another live process on this run folder: RunLockedError
+    try:
+        # rank 0 prepares the folder; its outcome (or its error) reaches every rank
+        resuming, displaced = dist_ctx.run_on_main(_prepare_run_dir, run_dir, resume, overwrite)
+    except BaseException:
+        lock.release()
+        distributed.teardown(dist_ctx)
+        raise
+    threads_before = torch.get_num_threads()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    resuming, displaced = _prepare_run_dir(run_dir, resume, overwrite)
     try:
-        return _train(cfg, run_dir, resuming, progress, callback, wall_start, displaced)
+        return _train(cfg, run_dir, resuming, progress, callback, wall_start, displaced, dist_ctx)
     except BaseException:
-        if not resuming and not (run_dir / "config.json").exists():
+        if dist_ctx.is_main and not resuming and not (run_dir / "config.json").exists():
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing was written yet: leave no half folder
             if displaced is not None and displaced.exists():
                 os.replace(displaced, run_dir)  # the new run never started: give the old one back
         raise
+    finally:
+        torch.set_num_threads(threads_before)
+        lock.release()
+        distributed.teardown(dist_ctx)
 
 
 def _train(
     cfg: TrainConfig, run_dir: Path, resuming: bool, show: bool, callback: Callable[[int, dict], None] | None,
-    wall_start: float, displaced: Path | None,
+    wall_start: float, displaced: Path | None, dist_ctx: distributed.DistContext,
 ) -> dict:
+    if dist_ctx.is_main:  # only rank 0 writes the run folder (and holds its lock)
+        remove_stale_temp_files(run_dir)  # left by a writer killed mid-write (the run's lock is ours)
+        for folder in (run_dir, run_dir / ckpt.CHECKPOINT_DIR):
+            if folder.is_dir():
+                ensure_writable(folder)  # fail now, not at the first checkpoint
     saved_doc = _read_json(run_dir / "config.json") if resuming else None
     tokenizer = None
+    if not resuming and cfg.init_from is not None:
+        tokenizer = tokenizer_from_dict(_read_json(Path(cfg.init_from) / "tokenizer.json"))  # same ids as the weights
     if resuming and (run_dir / "tokenizer.json").is_file():
         tokenizer = tokenizer_from_dict(_read_json(run_dir / "tokenizer.json"))
     data = prepare_data(cfg, tokenizer)
     model_cfg = GPTConfig.from_dict({**cfg.model, "vocab_size": data.tokenizer.vocab_size})
     train_doc = {k: v for k, v in cfg.to_dict().items() if k != "model"}
     config_doc = {"model": model_cfg.to_dict(), "train": train_doc, "data": data.info}
+    config_doc.update(dist_ctx.config_section())  # {"distributed": {world_size, ...}} under torchrun, else nothing
 
     torch.manual_seed(cfg.seed)
     model = GPT(model_cfg)
+    if cfg.init_from is not None and (not resuming or ckpt.latest_step(run_dir) is None):
+        _init_from(model, cfg.init_from)  # a resume with a checkpoint overwrites these weights anyway
     limit = model.position.max_positions
     if limit is not None and model_cfg.block_size > limit:
         raise ValueError(
             f"block_size {model_cfg.block_size} is larger than the {model_cfg.position!r} position table "
             f"({limit} positions); lower --model.block_size or raise the table's max_len"
         )
+    train_model = dist_ctx.prepare_model(model, cfg.seed)  # DDP wrapper, FSDP shards (in place), or model itself
+    eval_model, eval_batch = dist_ctx.eval_model(model, cfg.batch_size)  # global eval batch, sharded over ranks
     optimizer = make_optimizer(model, cfg)
     data_rng = torch.Generator().manual_seed(cfg.seed)
     metrics_path = run_dir / "metrics.jsonl"
     step, log_loss_sum, log_loss_count, best = 0, 0.0, 0, {"val_loss": None, "step": None}
     tokens_seen = 0
+    skipped: list[int] = []  # steps whose batch was dropped as non-finite (skip_nonfinite)
 
     if resuming:
         mismatch = ckpt.config_mismatch(_identity(saved_doc), _identity(config_doc))
@@ -539,42 +595,47 @@ def _train(
             mismatch.append(f"data.corpus_sha256: the corpus text changed since the run started ({cfg.corpus!r})")
         if mismatch:
             raise ValueError(f"cannot resume {str(run_dir)!r}: the config differs from the saved one: " + "; ".join(mismatch))
-        step_found = ckpt.latest_step(run_dir)
-        if step_found is not None:
-            tensors, meta = ckpt.load_checkpoint(run_dir, step_found)
-            _check_checkpoint_config(meta, saved_doc, run_dir, step_found)
-            ckpt.restore_model(model, tensors, meta["model_aliases"])
-            ckpt.restore_optimizer(optimizer, tensors, meta["optimizer"])
-            torch.set_rng_state(tensors["rng.torch"])
+        found = _newest_good_checkpoint(run_dir, saved_doc)
+        if found is not None:
+            tensors, meta = found
+            dist_ctx.check_resume(meta, run_dir)  # the same number of processes as the checkpoint's
+            dist_ctx.restore(model, optimizer, tensors, meta)  # ckpt.restore_model/_optimizer (FSDP: re-sharded)
+            dist_ctx.restore_rng(tensors)  # this rank's torch.set_rng_state
             data_rng.set_state(tensors["rng.data"])
             step = meta["step"]
             log_loss_sum, log_loss_count = meta["log_loss_sum"], meta["log_loss_count"]
             best = meta["best"]
             tokens_seen = meta["tokens_seen"]
-        _rewrite_metrics(metrics_path, step)
-    else:
+            skipped = list(meta.get("skipped_nonfinite", []))
+        if dist_ctx.is_main:
+            _rewrite_metrics(metrics_path, step)
+    elif dist_ctx.is_main:
         ckpt.atomic_write_json(run_dir / "tokenizer.json", data.tokenizer.to_dict())
         ckpt.atomic_write_text(metrics_path, "")
-    ckpt.atomic_write_json(run_dir / "config.json", config_doc)
-    if displaced is not None:
+    if dist_ctx.is_main:
+        ckpt.atomic_write_json(run_dir / "config.json", config_doc)
+    if displaced is not None and dist_ctx.is_main:
         shutil.rmtree(displaced, ignore_errors=True)  # --overwrite: the new run is under way
     start_step = step
 
-    peak = _matmul_peak(run_dir, cfg.dtype)
+    peak = dist_ctx.run_on_main(_matmul_peak, run_dir, cfg.dtype)  # per process; measured and cached by rank 0
     flops_per_token = matmul_flops_per_token(model, model_cfg.block_size)
-    tokens_per_step = cfg.batch_size * cfg.grad_accum * model_cfg.block_size
-    bar = ProgressBar(cfg.max_steps, start_step=step, enabled=show)
+    tokens_per_step = cfg.batch_size * cfg.grad_accum * model_cfg.block_size * dist_ctx.world_size  # all processes
+    bar = ProgressBar(cfg.max_steps, start_step=step, enabled=show and dist_ctx.is_main, stream=dist_ctx.bar_stream())
     if resuming:
         bar.message(f"resuming {run_dir} from step {step}")
 
-    def save(at_step: int) -> Path:
-        model_t, aliases = ckpt.model_tensors(model)
-        optim_t, optim_meta = ckpt.optimizer_tensors(optimizer)
-        tensors = {**model_t, **optim_t, "rng.torch": torch.get_rng_state(), "rng.data": data_rng.get_state()}
+    def save(at_step: int) -> Path | None:
+        # every rank takes part (FSDP gathers full tensors; each rank's RNG state); only rank 0 writes
+        model_t, aliases, optim_t, optim_meta = dist_ctx.checkpoint_state(model, optimizer)
+        rank_rng = dist_ctx.rng_states()  # {} in a single process
+        if not dist_ctx.is_main:
+            return None
+        tensors = {**model_t, **optim_t, "rng.torch": torch.get_rng_state(), "rng.data": data_rng.get_state(), **rank_rng}
         meta = {
             "config": _identity(config_doc),
             "config_hash": ckpt.config_hash(_identity(config_doc)),
-            "data_position": at_step * cfg.grad_accum,  # micro-batches drawn; the generator state is rng.data
+            "data_position": (at_step + len(skipped)) * cfg.grad_accum,  # micro-batches drawn; the generator state is rng.data
             "tokens_seen": tokens_seen,
             "model_aliases": aliases,
             "optimizer": optim_meta,
@@ -582,6 +643,8 @@ def _train(
             "log_loss_count": log_loss_count,
             "best": best,
             "torch_version": torch.__version__,
+            **dist_ctx.checkpoint_meta(),  # world_size under torchrun
+            "skipped_nonfinite": skipped,
         }
         return ckpt.save_checkpoint(run_dir, at_step, tensors, meta, keep=cfg.keep_checkpoints)
 
@@ -591,26 +654,37 @@ def _train(
     session_tokens = 0
     tokens_per_s_log: list[float] = []
     model.train()
-    with open(metrics_path, "a", encoding="utf-8") as metrics, _InterruptFlag(bar.message) as interrupt:
+    metrics_target = metrics_path if dist_ctx.is_main else os.devnull  # only rank 0 writes metrics
+    with open(metrics_target, "ab", buffering=0) as metrics, _InterruptFlag(bar.message) as interrupt:
         while step < cfg.max_steps:
             step_start = time.perf_counter()
             lr = lr_at(step, cfg)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss_sum = 0.0
-            for _ in range(cfg.grad_accum):
-                x, y = get_batch(data.train, model_cfg.block_size, cfg.batch_size, data_rng)  # [B, T] x2
-                with autocast(cfg.dtype):
-                    _, loss = model(x, y)
+            for micro in range(cfg.grad_accum):
+                # the global batch (world_size x batch_size windows), then this rank's rows on its device
+                x, y = get_batch(data.train, model_cfg.block_size, cfg.batch_size * dist_ctx.world_size, data_rng)  # [W*B, T] x2
+                x, y = dist_ctx.shard(x, y, cfg.batch_size)  # [B, T] x2
+                dist_ctx.set_grad_sync(train_model, micro == cfg.grad_accum - 1)  # all-reduce once per step
+                with autocast(cfg.dtype, dist_ctx.device.type):
+                    _, loss = train_model(x, y)
                 (loss / cfg.grad_accum).backward()
                 loss_sum += loss.item()
-            step_loss = loss_sum / cfg.grad_accum
+            step_loss = dist_ctx.mean(loss_sum / cfg.grad_accum)  # the global batch's loss, the same on every rank
             if cfg.grad_clip > 0:
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
             else:
                 grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
             if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):
-                _diverged(cfg, run_dir, bar, step + 1, step_loss, grad_norm, wall_start)
+                if len(skipped) >= cfg.skip_nonfinite:
+                    _diverged(cfg, run_dir, bar, step + 1, step_loss, grad_norm, wall_start, skipped)
+                # skip_nonfinite: drop this batch without an update and draw the next one for the same step
+                optimizer.zero_grad(set_to_none=True)
+                skipped.append(step + 1)
+                bar.message(f"skipped a non-finite batch at step {step + 1} (loss={step_loss}, grad_norm={grad_norm}); "
+                            f"{len(skipped)} of {cfg.skip_nonfinite} allowed skips used")
+                continue
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
@@ -640,13 +714,14 @@ def _train(
                 log_loss_sum, log_loss_count = 0.0, 0
                 interval_tokens, interval_time = 0, 0.0
                 if evaluate:
-                    val = evaluate_loss(model, data.val, model_cfg.block_size, cfg.batch_size, cfg.eval_iters,
+                    val = evaluate_loss(eval_model, data.val, model_cfg.block_size, eval_batch, cfg.eval_iters,
                                         seed=cfg.seed + 1, dtype=cfg.dtype)
                     record["val_loss"] = val
                     if best["val_loss"] is None or val < best["val_loss"]:
                         best = {"val_loss": val, "step": step}
-                metrics.write(json.dumps(record) + "\n")
-                metrics.flush()
+                if skipped:
+                    record["skipped_nonfinite"] = len(skipped)
+                _append_line(metrics, json.dumps(record))
                 bar.update(step, loss=record["loss"], val_loss=record.get("val_loss"), tokens_per_s=rate, force=evaluate)
             else:
                 bar.update(step, loss=step_loss)
@@ -657,16 +732,16 @@ def _train(
                     callback(step, record)
                 except KeyboardInterrupt:
                     interrupt.requested = True
-            if interrupt.requested:
+            if dist_ctx.any(interrupt.requested):  # Ctrl-C on any rank stops every rank after the same step
                 if step != cfg.max_steps and not (cfg.ckpt_interval and step % cfg.ckpt_interval == 0):
                     save(step)
                 bar.close(f"interrupted at step {step}; checkpoint saved in {run_dir / ckpt.CHECKPOINT_DIR}; "
                           f"continue with: poslab train --name {cfg.name} --out_dir {cfg.out_dir} --resume")
                 raise KeyboardInterrupt
 
-    final_val = evaluate_loss(model, data.val, model_cfg.block_size, cfg.batch_size, cfg.eval_iters, seed=cfg.seed + 1,
+    final_val = evaluate_loss(eval_model, data.val, model_cfg.block_size, eval_batch, cfg.eval_iters, seed=cfg.seed + 1,
                               dtype=cfg.dtype)
-    final_train = evaluate_loss(model, data.train, model_cfg.block_size, cfg.batch_size, cfg.eval_iters,
+    final_train = evaluate_loss(eval_model, data.train, model_cfg.block_size, eval_batch, cfg.eval_iters,
                                 seed=cfg.seed + 2, dtype=cfg.dtype)
     tokens_per_s = session_tokens / train_time if train_time > 0 else None
     results = {
@@ -681,7 +756,7 @@ def _train(
         "tokens_per_s_median": _median(tokens_per_s_log),
         "flops_per_token": flops_per_token,
         "peak_flops": peak,
-        "mfu": (tokens_per_s * flops_per_token / peak) if tokens_per_s else None,
+        "mfu": (tokens_per_s * flops_per_token / (peak * dist_ctx.world_size)) if tokens_per_s else None,
         "dtype": cfg.dtype,
         "threads": torch.get_num_threads(),
         "train_time_s": train_time,
@@ -692,8 +767,11 @@ def _train(
         "val_tokens": data.info["val_tokens"],
         "vocab_size": data.info["vocab_size"],
         "resumed_from": start_step if resuming else None,
+        **dist_ctx.results_section(tokens_per_s),  # world_size, backend, fsdp, tokens/s per process
+        "skipped_nonfinite": skipped,
     }
-    ckpt.atomic_write_json(run_dir / "results.json", results)
+    if dist_ctx.is_main:
+        ckpt.atomic_write_json(run_dir / "results.json", results)
     summary = (
         f"done: {step} steps | train {final_train:.4f} | val {final_val:.4f} | "
         f"{format_rate(tokens_per_s or 0)} tok/s | MFU {100 * (results['mfu'] or 0):.1f}% of the measured "
@@ -701,6 +779,17 @@ def _train(
     )
     bar.close(summary)
     return results
+
+
+def _init_from(model: GPT, source: str) -> None:
+    """Copy the model weights of run ``source``'s latest checkpoint into ``model`` (``TrainConfig.init_from``)."""
+    if not (Path(source) / "config.json").is_file():
+        raise FileNotFoundError(f"init_from {source!r} is not a poslab run folder (no config.json)")
+    tensors, meta = ckpt.load_checkpoint(source)
+    try:
+        ckpt.restore_model(model, tensors, meta.get("model_aliases", {}))
+    except ckpt.CheckpointError as err:
+        raise ckpt.CheckpointError(f"init_from {source!r}: {err}") from None
 
 
 def _median(values: list[float]) -> float | None:
@@ -718,24 +807,91 @@ def _matmul_peak(run_dir: Path, dtype: str) -> float:
     cached = _read_json(path) if path.is_file() else {}
     key = f"{dtype}/{threads}"
     if key not in cached:
-        cached[key] = measure_matmul_peak(dtype)
+        if key not in _PEAK_CACHE:  # measured once per process, then cached in each run
+            _PEAK_CACHE[key] = measure_matmul_peak(dtype)
+        cached[key] = _PEAK_CACHE[key]
         ckpt.atomic_write_json(path, cached)
     return float(cached[key])
 
 
+_PEAK_CACHE: dict[str, float] = {}
+
+
 def _diverged(cfg: TrainConfig, run_dir: Path, bar: ProgressBar, step: int, loss: float, grad_norm: float,
-              wall_start: float) -> None:
+              wall_start: float, skipped: list[int] | None = None) -> None:
     last = ckpt.latest_step(run_dir)
     where = (f"the last good checkpoint is step {last} ({run_dir / ckpt.CHECKPOINT_DIR / ckpt.checkpoint_name(last)})"
              if last is not None else "no checkpoint was written before it")
     message = (f"training diverged at step {step}: loss={loss}, grad_norm={grad_norm}; the update was not applied; "
                f"{where}")
-    ckpt.atomic_write_json(run_dir / "results.json", {
-        "name": cfg.name, "status": "diverged", "diverged_at_step": step, "loss": repr(loss), "grad_norm": repr(grad_norm),
-        "last_good_checkpoint": last, "wall_time_s": time.perf_counter() - wall_start,
-    })
+    if skipped:
+        message += f"; {len(skipped)} non-finite batches were skipped before (skip_nonfinite={cfg.skip_nonfinite})"
+    if distributed.is_main_process():  # under torchrun every rank gets here (same global loss); rank 0 writes
+        ckpt.atomic_write_json(run_dir / "results.json", {
+            "name": cfg.name, "status": "diverged", "diverged_at_step": step, "loss": repr(loss),
+            "grad_norm": repr(grad_norm), "last_good_checkpoint": last, "wall_time_s": time.perf_counter() - wall_start,
+            "skipped_nonfinite": list(skipped or []),
+        })
     bar.close(message)
     raise TrainingDiverged(message)
+
+
+def _append_line(handle: Any, line: str) -> None:
+    """Append ``line`` + newline to an unbuffered binary file; a failed write (e.g. disk full) is cut
+    back off the file before the error propagates, so no torn line is left."""
+    data = (line + "\n").encode("utf-8")
+    start = os.fstat(handle.fileno()).st_size
+    try:
+        written = handle.write(data)
+        if written != len(data):
+            raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes)", handle.name)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(handle.fileno(), start)
+        raise
+
+
+def _newest_good_checkpoint(run_dir: Path, run_doc: dict) -> tuple[dict, dict] | None:
+    """``(tensors, meta)`` of the newest checkpoint that verifies, trying ``latest`` first.
+
+    A checkpoint that fails (corrupt, truncated, another config) is skipped with a warning on
+    stderr naming it and why, and the previous one is tried; ``None`` when the run has none.
+
+    Raises:
+        CheckpointError: checkpoints exist but none verifies (each one's problem listed).
+    """
+    latest = ckpt.latest_step(run_dir)
+    if latest is None:
+        return None
+    problems = []
+    for step in [latest] + [s for s in reversed(ckpt.list_checkpoints(run_dir)) if s < latest]:
+        try:
+            tensors, meta = ckpt.load_checkpoint(run_dir, step)
+            _check_checkpoint_config(meta, run_doc, run_dir, step)
+        except ckpt.CheckpointError as err:
+            problems.append(str(err))
+            continue
+        if problems:
+            print(f"poslab: warning: {'; '.join(problems)}; resuming from the previous good checkpoint, step {step}",
+                  file=sys.stderr)
+        return tensors, meta
+    raise ckpt.CheckpointError(f"no usable checkpoint in {str(run_dir)!r}: " + "; ".join(problems)
+                               + "; start again with --overwrite")
+
+
+def _previous_good(run_dir: Path, run_doc: dict, below: int | None) -> str:
+    """A hint naming the newest checkpoint before step ``below`` that verifies (for error messages)."""
+    candidates = [s for s in reversed(ckpt.list_checkpoints(run_dir)) if below is None or s < below]
+    if not candidates:
+        return ""
+    for step in candidates:
+        try:
+            _check_checkpoint_config(ckpt.load_checkpoint(run_dir, step)[1], run_doc, run_dir, step)
+        except ckpt.CheckpointError:
+            continue
+        return (f"; the previous good checkpoint is step {step}: load_run(run, step={step}), "
+                f"`poslab sample RUN --step {step}`; `poslab train --resume` falls back to it")
+    return "; no earlier checkpoint verifies"
 
 
 def _check_checkpoint_config(meta: dict, run_doc: dict, run_dir: Path, step: int) -> None:
@@ -743,6 +899,10 @@ def _check_checkpoint_config(meta: dict, run_doc: dict, run_dir: Path, step: int
     saved = meta.get("config")
     if saved is None:
         raise ckpt.CheckpointError(f"checkpoint step {step} of {str(run_dir)!r} records no config")
+    try:
+        saved = _identity(saved)
+    except (TypeError, ValueError) as err:
+        raise ckpt.CheckpointError(f"checkpoint step {step} of {str(run_dir)!r} records an unreadable config: {err}") from None
     if ckpt.config_hash(saved) != ckpt.config_hash(_identity(run_doc)):
         mismatch = ckpt.config_mismatch(saved, _identity(run_doc))
         raise ckpt.CheckpointError(
@@ -772,9 +932,14 @@ def load_run(run_dir: str | Path, step: int | None = None) -> tuple[GPT, Any, di
         raise FileNotFoundError(f"{str(run_dir)!r} is not a poslab run folder (no config.json)")
     config = _read_json(run_dir / "config.json")
     tokenizer = tokenizer_from_dict(_read_json(run_dir / "tokenizer.json"))
-    model = GPT(GPTConfig.from_dict(config["model"]))
-    tensors, meta = ckpt.load_checkpoint(run_dir, step)
-    _check_checkpoint_config(meta, config, run_dir, meta["step"])
+    with torch.random.fork_rng(devices=[]):  # building the model must not move the caller's RNG
+        model = GPT(GPTConfig.from_dict(config["model"]))
+    try:
+        tensors, meta = ckpt.load_checkpoint(run_dir, step)
+        _check_checkpoint_config(meta, config, run_dir, meta["step"])
+    except ckpt.CheckpointError as err:
+        below = step if step is not None else ckpt.latest_step(run_dir)
+        raise ckpt.CheckpointError(f"{err}{_previous_good(run_dir, config, below)}") from None
     ckpt.restore_model(model, tensors, meta.get("model_aliases", {}))
     model.eval()
     return model, tokenizer, config

@@ -344,3 +344,17 @@ def test_build_for_model_fills_dimensions_before_validating() -> None:
         {"head_dim": 8, "n_heads": 4, "n_embd": 32},
     )
     assert scheme.config.head_dim == 8 and scheme.inv_freq.shape == (4,)
+
+
+def test_names_keep_the_canonical_order_whatever_was_imported_first() -> None:
+    """``from poslab.positions.rope import ...`` before the registry loads must not reorder the list
+    (the CLI's "known: ..." messages and the docs depend on it)."""
+    from poslab.positions import _REGISTRY
+
+    canonical = positions.names()
+    assert canonical[:3] == ["none", "learned", "sinusoidal"]
+    moved = _REGISTRY.pop("none")
+    _REGISTRY["none"] = moved  # as if rope and the others had registered first
+    assert positions.names() == canonical
+    with pytest.raises(ValueError, match="known: " + ", ".join(canonical)):
+        positions.get("rotary")

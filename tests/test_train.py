@@ -39,7 +39,7 @@ def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
         name="run", out_dir=str(tmp_path / "runs"), corpus=corpus,
         model=dict(n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.1),
         max_steps=24, batch_size=4, lr=3e-3, min_lr=3e-4, warmup_steps=4, eval_interval=8, eval_iters=2,
-        log_interval=1, ckpt_interval=10, keep_checkpoints=0, seed=7,
+        log_interval=1, ckpt_interval=10, keep_checkpoints=0, seed=7, threads=1,
     )
     model = {**values["model"], **overrides.pop("model", {})}
     values.update(overrides, model=model)
@@ -186,7 +186,7 @@ def test_corrupt_checkpoint_and_foreign_config_are_detected(tmp_path, corpus):
     for suffix in (".json", ".safetensors"):
         src = b.run_dir / "checkpoints" / f"step_0000004{suffix}"
         (a.run_dir / "checkpoints" / f"step_0000004{suffix}").write_bytes(src.read_bytes())
-    with pytest.raises(ckpt.CheckpointError, match=r"model\.n_head: 4 \(checkpoint\) vs 2.*model\.dropout"):
+    with pytest.raises(ckpt.CheckpointError, match=r"model\.dropout: 0\.0 \(checkpoint\) vs 0\.1.*model\.n_head: 4 \(checkpoint\) vs 2"):
         load_run(a.run_dir)
     # a damaged tensor file
     tensors = b.run_dir / "checkpoints" / "step_0000004.safetensors"
@@ -343,3 +343,20 @@ def test_evaluate_loss_full_pass_and_fixed_batches():
     assert full == pytest.approx(expected.item(), rel=1e-6)
     assert evaluate_loss(model, data, 4, 2, 3, seed=5) == evaluate_loss(model, data, 4, 2, 3, seed=5)
     assert model.training  # mode restored
+
+
+def test_bpe_run_saves_and_reuses_its_tokenizer(tmp_path, corpus):
+    from poslab.generate import sample_text
+
+    cfg = tiny(tmp_path, corpus, tokenizer="bpe:300", max_steps=4, eval_interval=2, ckpt_interval=2)
+    results = train(cfg, progress=False)
+    assert results["vocab_size"] == 300
+    assert results["train_tokens"] < 0.8 * 54_000  # merges learned on the training split compress it
+    saved = (cfg.run_dir / "tokenizer.json").read_text()
+    train(tiny(tmp_path, corpus, tokenizer="bpe:300", max_steps=6, eval_interval=2, ckpt_interval=2), resume=True,
+          progress=False)
+    assert (cfg.run_dir / "tokenizer.json").read_text() == saved
+    model, tokenizer, _ = load_run(cfg.run_dir)
+    assert model.config.vocab_size == 300
+    text = sample_text(model, tokenizer, "白日 ROMEO", 5, seed=0)[0]  # unseen characters: byte fallback
+    assert text.startswith("白日 ROMEO")

@@ -166,7 +166,11 @@ def tokenizer_from_dict(data: dict):
         from poslab.data.bpe import BPETokenizer
 
         return BPETokenizer.from_dict(data)
-    raise ValueError(f"unknown tokenizer type {kind!r} in tokenizer data; known: 'char', 'bpe'")
+    if kind in ("hf", "ids"):  # runs converted from Hugging Face folders (poslab convert)
+        from poslab.interop.tokenizer import HFTokenizer, IdsTokenizer
+
+        return (HFTokenizer if kind == "hf" else IdsTokenizer).from_dict(data)
+    raise ValueError(f"unknown tokenizer type {kind!r} in tokenizer data; known: 'char', 'bpe', 'hf', 'ids'")
 
 
 def encode_corpus(tokenizer, text: str) -> torch.Tensor:

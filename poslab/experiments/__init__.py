@@ -20,6 +20,12 @@ _MODULES = (
     "poslab.experiments.permutation",
     "poslab.experiments.causal_leak",
     "poslab.experiments.frequencies",
+    "poslab.experiments.pe_cache",
+    "poslab.experiments.heads",
+    "poslab.experiments.position_training",
+    "poslab.experiments.extrapolation",
+    "poslab.experiments.context_extension",
+    "poslab.experiments.attention_entropy",
 )
 
 

@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -403,10 +404,18 @@ def _convert_mpt(config: Any, w: _Weights) -> Converted:
     # transformers' MPT has no biases anywhere (LayerNorms included) and always uses ALiBi.
     d, heads = config.d_model, config.n_heads
     attn = config.attn_config
+    if attn.alibi_bias_max != 8:
+        warnings.warn(
+            f"mpt: attn_config.alibi_bias_max={attn.alibi_bias_max}, but transformers 5.24's MptModel never passes it "
+            "on (its ALiBi always uses 8); poslab follows transformers so the logits match. MosaicML's original code "
+            f"uses it: set position_config={{'bias_max': {float(attn.alibi_bias_max)}}} for that model (docs/interop.md)",
+            UserWarning,
+            stacklevel=3,
+        )
     up = w.tensors.get("blocks.0.ffn.up_proj.weight")  # transformers hard-codes 4*d_model; read it off the weights
     cfg = dict(
         vocab_size=config.vocab_size, n_layer=config.n_layers, n_head=heads, n_embd=d, block_size=config.max_seq_len,
-        bias=False, position="alibi", position_config={"bias_max": float(attn.alibi_bias_max)}, norm="layernorm",
+        bias=False, position="alibi", norm="layernorm",
         mlp="gelu", mlp_hidden=up.shape[0] if up is not None else 4 * d, activation="gelu",
         tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.layer_norm_epsilon,
         attn_scale=float(attn.softmax_scale) if attn.softmax_scale is not None else None,

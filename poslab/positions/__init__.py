@@ -50,10 +50,18 @@ def register(cls: type[PositionScheme]) -> type[PositionScheme]:
 def _load() -> None:
     for module in _MODULES:
         importlib.import_module(module)
+    # Registration order follows import order (``from poslab.positions.rope import ...`` registers rope
+    # before none): keep the listing in _MODULES order whatever was imported first; schemes registered
+    # from other modules follow, in registration order.
+    rank = {module: i for i, module in enumerate(_MODULES)}
+    ordered = sorted(_REGISTRY.items(), key=lambda item: rank.get(item[1].__module__, len(rank)))
+    if list(_REGISTRY) != [name for name, _ in ordered]:
+        _REGISTRY.clear()
+        _REGISTRY.update(ordered)
 
 
 def names() -> list[str]:
-    """Registered scheme names, in registration order."""
+    """Registered scheme names: the built-in ones in :data:`_MODULES` order, then any others."""
     _load()
     return list(_REGISTRY)
 

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.positions import register
-from poslab.positions.base import PositionScheme, check_positive
+from poslab.positions.base import PositionScheme, check_positions, check_positive
 
 
 def sinusoid_table(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
@@ -80,6 +80,7 @@ class LearnedPositions(PositionScheme):
         return self.config.max_len
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        check_positions(pos, x.shape[1])
         if pos.numel() and (int(pos.max()) >= self.config.max_len or int(pos.min()) < 0):
             bad = int(pos.max()) if int(pos.max()) >= self.config.max_len else int(pos.min())
             raise ValueError(
@@ -128,6 +129,7 @@ class SinusoidalPositions(PositionScheme):
         return sinusoid_table(torch.arange(n, device=device), self.config.n_embd, self.config.base)
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        check_positions(pos, x.shape[1])
         if pos.numel() and int(pos.min()) < 0:
             raise ValueError(f"sinusoidal positions must be >= 0, got {int(pos.min())}")
         needed = int(pos.max()) + 1 if pos.numel() else 0

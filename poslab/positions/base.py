@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import torch
 from torch import Tensor, nn
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -129,6 +130,16 @@ class PositionScheme(nn.Module):
 def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
     """``q_pos[i] - k_pos[j]`` as ``[Tq, Tk]`` int64 (positive for keys in the past)."""
     return q_pos[:, None] - k_pos[None, :]
+
+
+def check_positions(pos: Tensor, length: int) -> None:
+    """Raise ``TypeError``/``ValueError`` unless ``pos`` is an integer tensor of shape ``[length]``."""
+    if not isinstance(pos, Tensor):
+        raise TypeError(f"positions must be a torch.Tensor of integers, got {type(pos).__name__}")
+    if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
+        raise TypeError(f"positions must be an integer tensor (int64 indices), got dtype {pos.dtype}")
+    if pos.shape != (length,):
+        raise ValueError(f"positions must have shape [{length}] (one per token), got {list(pos.shape)}")
 
 
 def check_positive(name: str, value: float | int) -> None:

@@ -91,7 +91,8 @@ class RopeConfig:
         check_positive("original_max_len", self.original_max_len)
         rot = self.dim
         if rot % 2:
-            raise ValueError(f"rotary dim must be even, got rotary_dim={rot}")
+            label = "head_dim" if self.rotary_dim is None else "rotary_dim"
+            raise ValueError(f"rotary dim must be even (RoPE rotates pairs of coordinates), got {label}={rot}")
         if rot > self.head_dim or rot <= 0:
             raise ValueError(f"rotary_dim must be in (0, head_dim={self.head_dim}], got {rot}")
         if self.scaling == "ntk" and rot <= 2:

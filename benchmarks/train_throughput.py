@@ -1,0 +1,190 @@
+"""Training throughput (tokens/s) of poslab's GPT: against transformers' GPT2LMHeadModel, per position
+scheme against ``none``, and at nanoGPT's two CPU configurations.
+
+Every measurement is a full training step — forward with the loss, backward, gradient clipping and a
+fused AdamW step (poslab's ``make_optimizer``; transformers' Trainer also defaults to fused AdamW on
+torch >= 2.8) — on random token batches, in one process with the same thread count. Contenders
+are timed in alternation (A B A B ...), ``--reps`` rounds of ``--steps`` steps each after a warmup,
+and the table reports the median tokens/s over rounds, so a burst of load from other processes
+hits both sides alike. The machine may be shared: look at the spread column, and rerun when it is
+large.
+
+    .venv/bin/python benchmarks/train_throughput.py              # everything (~10 min on 2 cores)
+    .venv/bin/python benchmarks/train_throughput.py --quick      # fewer rounds
+    .venv/bin/python benchmarks/train_throughput.py --only hf    # one section: hf, schemes, nanogpt
+
+nanoGPT's own figures on this machine come from ``../shared/references.md`` (measured there, not
+here): fp32, 2 threads, quiet machine — 4/4/128, block 128, batch 32: ~20,000 tokens/s (19-24k);
+6/6/384, block 256, batch 16: ~2,500 tokens/s (2.5-2.8k). GPT2LMHeadModel at 4/4/128 is on par with
+nanoGPT there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from poslab import GPT, GPTConfig, positions
+from poslab.train import TrainConfig, make_optimizer, matmul_flops_per_token, measure_matmul_peak
+
+VOCAB = 65  # tinyshakespeare's character vocabulary, as in nanoGPT's shakespeare_char
+NANOGPT_REFERENCE = {  # references.md, measured with nanoGPT on this machine (fp32, 2 threads)
+    "4/4/128 T=128 B=32": 20_000,
+    "6/6/384 T=256 B=16": 2_500,
+}
+
+
+def poslab_step_fn(n_layer: int, n_head: int, n_embd: int, block: int, batch: int, position: str = "learned",
+                   dtype: str = "fp32", bias: bool = True) -> tuple[Callable[[], None], GPT]:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block,
+                          dropout=0.0, bias=bias, position=position))
+    model.train()
+    optimizer = make_optimizer(model, TrainConfig(name="bench"))
+    params = [p for p in model.parameters() if p.requires_grad]
+    generator = torch.Generator().manual_seed(1)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else None
+
+    def step() -> None:
+        x = torch.randint(VOCAB, (batch, block), generator=generator)
+        y = torch.randint(VOCAB, (batch, block), generator=generator)
+        if autocast is not None:
+            with autocast:
+                _, loss = model(x, y)
+        else:
+            _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step, model
+
+
+def hf_step_fn(n_layer: int, n_head: int, n_embd: int, block: int, batch: int) -> Callable[[], None]:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=VOCAB, n_positions=block, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPT2LMHeadModel(config)  # attn_implementation defaults to sdpa
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+        lr=1e-3, betas=(0.9, 0.95), fused=True,
+    )
+    generator = torch.Generator().manual_seed(1)
+
+    def step() -> None:
+        x = torch.randint(VOCAB, (batch, block), generator=generator)
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def race(contenders: dict[str, Callable[[], None]], tokens_per_step: int, steps: int, reps: int,
+         warmup: int = 3) -> dict[str, dict[str, float]]:
+    """Alternating timing; returns name -> {median, min, max} tokens/s over the rounds."""
+    for step in contenders.values():
+        for _ in range(warmup):
+            step()
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(reps):
+        for name, step in contenders.items():
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            rates[name].append(tokens_per_step * steps / (time.perf_counter() - start))
+    return {name: {"median": statistics.median(r), "min": min(r), "max": max(r)} for name, r in rates.items()}
+
+
+def spread(stats: dict[str, float]) -> str:
+    return f"{(stats['max'] - stats['min']) / stats['median']:.0%}"
+
+
+def section_hf(args: argparse.Namespace) -> dict:
+    dims = (4, 4, 128, 128, 32)
+    print(f"\n== poslab GPT vs transformers GPT2LMHeadModel, {dims[0]}/{dims[1]}/{dims[2]}, T={dims[3]}, B={dims[4]}, "
+          f"fp32, {torch.get_num_threads()} threads, learned positions")
+    contenders = {"poslab GPT": poslab_step_fn(*dims)[0], "GPT2LMHeadModel": hf_step_fn(*dims)}
+    stats = race(contenders, dims[3] * dims[4], args.steps, args.reps)
+    for name, s in stats.items():
+        print(f"  {name:18s} {s['median']:>9,.0f} tokens/s   (spread {spread(s)})")
+    ratio = stats["poslab GPT"]["median"] / stats["GPT2LMHeadModel"]["median"]
+    print(f"  poslab / GPT2LMHeadModel = {ratio:.2f}x  (goal >= 1.2x)")
+    return {"dims": dims, "stats": stats, "ratio": ratio}
+
+
+def section_schemes(args: argparse.Namespace) -> dict:
+    dims = (4, 4, 128, 128, 32)
+    names = args.schemes or positions.names()
+    print(f"\n== per-scheme training cost vs 'none', {dims[0]}/{dims[1]}/{dims[2]}, T={dims[3]}, B={dims[4]}, fp32")
+    contenders = {name: poslab_step_fn(*dims, position=name)[0] for name in names}
+    stats = race(contenders, dims[3] * dims[4], args.steps, args.reps)
+    base = stats["none"]["median"] if "none" in stats else None
+    goals = {"rope": 0.10, "alibi": 0.30, "t5": 0.30}
+    for name, s in stats.items():
+        overhead = base / s["median"] - 1 if base else float("nan")
+        goal = f"  (goal <= +{goals[name]:.0%})" if name in goals else ""
+        print(f"  {name:12s} {s['median']:>9,.0f} tokens/s  step time {overhead:+6.1%} vs none  (spread {spread(s)}){goal}")
+        s["overhead_vs_none"] = overhead
+    return {"dims": dims, "stats": stats}
+
+
+def section_nanogpt(args: argparse.Namespace) -> dict:
+    print("\n== nanoGPT's CPU configurations (nanoGPT figures: references.md, not measured here)")
+    out = {}
+    peaks = {dtype: measure_matmul_peak(dtype) for dtype in ("fp32", "bf16")}
+    print(f"  measured matmul peak: fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s")
+    for label, dims in (("4/4/128 T=128 B=32", (4, 4, 128, 128, 32)), ("6/6/384 T=256 B=16", (6, 6, 384, 256, 16))):
+        fp32_step, model = poslab_step_fn(*dims, bias=False)
+        bf16_step, _ = poslab_step_fn(*dims, bias=False, dtype="bf16")
+        stats = race({"fp32": fp32_step, "bf16": bf16_step}, dims[3] * dims[4], max(2, args.steps // (4 if dims[2] > 128 else 1)),
+                     args.reps)
+        flops = matmul_flops_per_token(model, dims[3])
+        ref = NANOGPT_REFERENCE[label]
+        for dtype, s in stats.items():
+            mfu = s["median"] * flops / peaks[dtype]
+            vs = f"{s['median'] / ref:.2f}x nanoGPT's fp32 figure" if dtype == "fp32" else \
+                f"{s['median'] / stats['fp32']['median']:.2f}x poslab fp32"
+            print(f"  {label}  {dtype}: {s['median']:>9,.0f} tokens/s  MFU {mfu:5.1%}  ({vs}; spread {spread(s)})")
+            s["mfu"] = mfu
+        out[label] = {"stats": stats, "nanogpt_reference": ref, "flops_per_token": flops}
+    return {"configs": out, "peaks": peaks}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=8, help="steps per timed round")
+    parser.add_argument("--reps", type=int, default=7, help="alternating rounds")
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 4 steps")
+    parser.add_argument("--only", choices=("hf", "schemes", "nanogpt"), action="append")
+    parser.add_argument("--schemes", nargs="*", help="schemes for the per-scheme section (default: all)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.reps = 4, 3
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.reps} alternating rounds x {args.steps} "
+          "steps, median tokens/s (the machine may be shared: see the spread)")
+    sections = {"hf": section_hf, "schemes": section_schemes, "nanogpt": section_nanogpt}
+    results = {name: fn(args) for name, fn in sections.items() if not args.only or name in args.only}
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=float))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""``poslab convert --from-hf DIR --out runs/NAME``: a Hugging Face model folder -> a poslab run folder.
+
+The run folder has the training engineer's layout (``docs/training.md``), written with
+:mod:`poslab.checkpoint`'s writer, so ``poslab sample``, ``poslab eval``, ``poslab attention`` and
+``poslab.train.load_run`` treat it like any trained run::
+
+    config.json      {"model": GPTConfig, "train": TrainConfig (corpus for eval), "data": {..., "converted_from"}}
+    tokenizer.json   {"type": "hf", ...} (the folder's fast tokenizer) or {"type": "ids", ...} (none: ids as text)
+    metrics.jsonl    empty (nothing was trained)
+    checkpoints/     step_0000000.safetensors + .json + latest
+    results.json     {"status": "converted", ...}
+
+The folder is built under a temporary name next to ``--out`` and renamed at the end, so a failure
+leaves nothing half-written, and an existing non-empty ``--out`` is never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from poslab import checkpoint as ckpt
+from poslab.interop.hf import from_hf
+from poslab.interop.tokenizer import HFTokenizer, IdsTokenizer
+
+DTYPES = {"source": None, "fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def convert_hf_folder(source: str | Path, out: str | Path, *, corpus: str = "shakespeare", dtype: str = "source") -> Path:
+    """Convert the Hugging Face model folder ``source`` into the poslab run folder ``out``.
+
+    Args:
+        source: a local folder with ``config.json`` and safetensors (read offline).
+        out: the run folder to create (must not exist, or be empty).
+        corpus: the corpus ``poslab eval`` scores the run on (a shipped name or a text file path).
+        dtype: ``"source"`` (the checkpoint's), ``"fp32"`` or ``"bf16"`` for the stored weights.
+
+    Returns:
+        The run folder.
+
+    Raises:
+        ValueError: not a supported model folder, a bad corpus or dtype (see :func:`poslab.from_hf`).
+        FileExistsError: ``out`` exists and is not an empty folder.
+    """
+    from poslab.data import CORPORA
+    from poslab.train import TrainConfig, _identity
+
+    source, out = Path(source), Path(out)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not allowed; choose one of {list(DTYPES)}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{str(out)!r} already exists and is not an empty folder; convert never overwrites a run")
+    if corpus not in CORPORA and not Path(corpus).is_file():
+        raise ValueError(f"corpus {corpus!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file")
+    try:
+        model = from_hf(source, dtype=DTYPES[dtype])
+    except ImportError as err:
+        raise ValueError(str(err)) from None
+    tokenizer: Any = HFTokenizer.from_folder(source) or IdsTokenizer(model.config.vocab_size)
+    model_doc = model.config.to_dict()
+    train = TrainConfig(name=out.name, out_dir=str(out.parent), corpus=corpus, tokenizer=tokenizer.to_dict()["type"],
+                        model={k: v for k, v in model_doc.items() if k != "vocab_size"})
+    hf_type = _model_type(source)
+    config_doc = {
+        "model": model_doc,
+        "train": {k: v for k, v in train.to_dict().items() if k != "model"},
+        "data": {"corpus": corpus, "vocab_size": model.config.vocab_size,
+                 "converted_from": {"path": str(source.resolve()), "model_type": hf_type}},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.converting-", dir=out.parent))
+    try:
+        ckpt.atomic_write_json(tmp / "config.json", config_doc)
+        ckpt.atomic_write_json(tmp / "tokenizer.json", tokenizer.to_dict())
+        ckpt.atomic_write_text(tmp / "metrics.jsonl", "")
+        tensors, aliases = ckpt.model_tensors(model)
+        identity = _identity(config_doc)
+        meta = {"config": identity, "config_hash": ckpt.config_hash(identity), "model_aliases": aliases, "tokens_seen": 0,
+                "converted_from": config_doc["data"]["converted_from"], "torch_version": torch.__version__}
+        ckpt.save_checkpoint(tmp, 0, tensors, meta)
+        ckpt.atomic_write_json(tmp / "results.json", {
+            "name": out.name, "status": "converted", "model_type": hf_type, "source": str(source.resolve()),
+            "n_params": sum(p.numel() for p in model.parameters()), "tokenizer": tokenizer.to_dict()["type"],
+            "dtype": str(model.tok_emb.weight.dtype).replace("torch.", ""),
+        })
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _model_type(source: Path) -> str:
+    return str(json.loads((source / "config.json").read_text(encoding="utf-8")).get("model_type"))
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("convert", help="convert a Hugging Face model folder into a poslab run folder (offline)")
+    p.add_argument("--from-hf", dest="from_hf", type=Path, required=True, metavar="DIR",
+                   help="local folder with config.json + model.safetensors (gpt2, llama, mistral, gpt_neox, gptj, bloom, mpt)")
+    p.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run folder to create, e.g. runs/NAME")
+    p.add_argument("--corpus", default="shakespeare", help="corpus `poslab eval` scores the run on (default shakespeare)")
+    p.add_argument("--dtype", default="source", choices=list(DTYPES), help="stored weight dtype (default: the checkpoint's)")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    run = convert_hf_folder(args.from_hf, args.out, corpus=args.corpus, dtype=args.dtype)
+    cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))["model"]
+    kind = json.loads((run / "tokenizer.json").read_text(encoding="utf-8"))["type"]
+    print(f"converted {args.from_hf} -> {run}: {cfg['n_layer']} layers, {cfg['n_head']} heads, n_embd {cfg['n_embd']}, "
+          f"position {cfg['position']}, vocab {cfg['vocab_size']}")
+    if kind == "ids":
+        print("the folder has no tokenizer: prompts are token ids, e.g. "
+              f"poslab sample {run} --prompt '1 2 3' --temperature 0")
+    else:
+        print(f"try: poslab sample {run} --prompt 'Hello' --temperature 0")
+    return 0

@@ -1,0 +1,98 @@
+"""Shared, cached fixtures of the lab / report / explorer tests: tiny trained runs and a small lab folder.
+
+Everything is built once per test process into a temporary folder (removed at exit), on one thread
+(tiny models gain nothing from more, and a shared machine makes a second thread spin).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import io
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+PROMPT = "白日依山尽，黄河入海流。"
+CHEAP_EXPERIMENTS = ("params", "shapes", "rope-relative", "permutation")
+
+
+@functools.cache
+def base_dir() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="poslab-lab-tests-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        yield
+
+
+@functools.cache
+def corpus_file() -> Path:
+    """The first 3,000 Tang poems plus the test prompt, as a UTF-8 file."""
+    from poslab.data import load_corpus
+
+    lines = load_corpus("tang5").splitlines()[:3000]
+    path = base_dir() / "corpus.txt"
+    path.write_text("\n".join([*lines, PROMPT, *lines[:300]]) + "\n", encoding="utf-8")
+    return path
+
+
+@functools.cache
+def tiny_run(position: str = "rope", steps: int = 30) -> Path:
+    """A 2-layer, 2-head, n_embd-32 GPT trained ``steps`` steps on :func:`corpus_file`."""
+    from poslab.train import TrainConfig, train
+
+    cfg = TrainConfig(
+        name=f"tiny-{position}", out_dir=str(base_dir() / "runs"), corpus=str(corpus_file()),
+        model={"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32, "position": position},
+        max_steps=steps, batch_size=8, warmup_steps=5, eval_interval=steps, eval_iters=2, ckpt_interval=0, threads=1,
+        lr=3e-3,
+    )
+    with quiet():
+        train(cfg, progress=False)
+    return base_dir() / "runs" / f"tiny-{position}"
+
+
+def make_lab(root: Path) -> Path:
+    """A small lab folder: four cheap experiments, head analysis and the attention map of a tiny run."""
+    from poslab import experiments
+    from poslab.attention_map import run_attention
+    from poslab.heads import run_heads
+
+    with one_thread(), quiet():
+        for name in CHEAP_EXPERIMENTS:
+            experiments.run_experiment(name, root / "experiments" / name)
+        run = tiny_run("rope")
+        run_heads(run, root / "heads", quick=True)
+        run_attention(run, PROMPT, root / "attention" / "attention.png", root / "attention" / "results.json")
+    return root
+
+
+@functools.cache
+def shared_lab() -> Path:
+    """:func:`make_lab` once per process (read-only users)."""
+    return make_lab(base_dir() / "lab")
+
+
+def copy_lab(target: Path) -> Path:
+    """A private copy of :func:`shared_lab` (for tests that edit it)."""
+    shutil.copytree(shared_lab(), target)
+    return target

@@ -1,0 +1,178 @@
+"""Backend choice (``auto``) and the memory-efficient blocked path for bias schemes.
+
+The blocked path must equal the one-shot path (forward and backward, every bias scheme) and must
+never build or keep a ``[B, h, T, T]`` tensor: checked by recording every bias tile requested and
+every tensor autograd saves for backward.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import BIAS_VARIANTS, D_MODEL, N_HEADS, Variant, make_attention
+from torch.testing import assert_close
+
+from poslab import MultiHeadAttention
+from poslab.attention import attend, resolve_backend
+
+B = 2
+TIGHT = {"atol": 1e-5, "rtol": 1e-5}
+BIAS_IDS = [v.id for v in BIAS_VARIANTS]
+
+
+# ---------------------------------------------------------------------------------------- auto
+def test_auto_resolution() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_backend("auto", cpu) == "sdpa"
+    assert resolve_backend("auto", cuda) == "flex"  # FlexAttention compiles with a backward there
+    assert resolve_backend("auto", cuda, has_mask=True) == "sdpa"  # flex takes no explicit mask
+    assert resolve_backend("auto", cpu, need_weights=True) == "eager"
+    assert resolve_backend("sdpa", cuda, need_weights=True) == "eager"  # weights need the eager form
+    for explicit in ("sdpa", "eager", "flex"):
+        assert resolve_backend(explicit, cpu) == explicit
+    with pytest.raises(ValueError, match=r"unknown attention backend 'fast'; choose one of \['auto', 'sdpa', 'eager', 'flex'\]"):
+        resolve_backend("fast", cpu)
+    with pytest.raises(ValueError, match="unknown attention backend"):
+        MultiHeadAttention(D_MODEL, N_HEADS, backend="cudnn")
+
+
+def test_auto_is_the_default_and_matches_explicit_backends() -> None:
+    attn = MultiHeadAttention(D_MODEL, N_HEADS).eval()
+    assert attn.backend == "auto"
+    x = torch.randn(B, 9, D_MODEL)
+    with torch.no_grad():
+        auto = attn(x)
+        out, weights = attn(x, need_weights=True)
+        assert_close(auto, attn(x, backend="sdpa"), atol=0, rtol=0)
+    assert_close(out, auto, **TIGHT)
+    assert weights.shape == (B, N_HEADS, 9, 9)
+
+
+def test_unsorted_positions_do_not_take_the_fused_causal_kernel() -> None:
+    """``is_causal`` masks by index; with permuted positions only the positional mask is right."""
+    attn = make_attention(Variant("rope", "rope"))
+    x = torch.randn(B, 8, D_MODEL)
+    pos = torch.tensor([3, 0, 7, 1, 2, 6, 4, 5])
+    with torch.no_grad():
+        assert_close(attn(x, pos, backend="sdpa"), attn(x, pos, backend="eager"), **TIGHT)
+
+
+# ------------------------------------------------------------------------------ blocked path
+def _blocked(attn: MultiHeadAttention, chunk: int = 8, threshold: int = 16) -> MultiHeadAttention:
+    attn.query_chunk, attn.chunk_threshold = chunk, threshold
+    return attn
+
+
+@pytest.mark.parametrize(("causal", "window"), [(True, None), (False, None), (True, 6), (False, 6)],
+                         ids=["causal", "bidir", "causal-w6", "bidir-w6"])
+@pytest.mark.parametrize("variant", BIAS_VARIANTS, ids=BIAS_IDS)
+def test_blocked_equals_one_shot_forward_and_backward(variant: Variant, causal: bool, window: int | None) -> None:
+    """T=40 in blocks of 8 (checkpointed without a window) equals one SDPA call, values and grads."""
+    attn = make_attention(variant, n_kv_heads=2, causal=causal, window=window)
+    x = torch.randn(B, 40, D_MODEL, requires_grad=True)
+    attn.chunk_threshold = 10_000  # one-shot
+    attn(x).square().sum().backward()
+    one_shot = attn(x).detach()
+    grads = [x.grad.clone()] + [p.grad.clone() for p in attn.parameters()]
+    x.grad = None
+    attn.zero_grad()
+    _blocked(attn)
+    out = attn(x)
+    out.square().sum().backward()
+    assert_close(out, one_shot, **TIGHT)
+    for got, expected in zip([x.grad] + [p.grad for p in attn.parameters()], grads):
+        assert_close(got, expected, **TIGHT)
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32])
+def test_blocked_path_slices_a_user_mask(mask_dtype: torch.dtype) -> None:
+    attn = make_attention(Variant("alibi", "alibi"), n_kv_heads=2)
+    x = torch.randn(B, 40, D_MODEL)
+    keep = torch.rand(B, 1, 40, 40) > 0.3
+    keep |= torch.eye(40, dtype=torch.bool)  # every query keeps itself
+    mask = keep if mask_dtype == torch.bool else torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+    with torch.no_grad():
+        expected = attn(x, attn_mask=mask, backend="eager")
+        assert_close(_blocked(attn)(x, attn_mask=mask), expected, **TIGHT)
+
+
+def _record_bias_tiles(attn: MultiHeadAttention) -> list[tuple[int, int]]:
+    tiles: list[tuple[int, int]] = []
+    original = attn.position.score_bias
+
+    def spy(q, k, q_pos, k_pos, scale):
+        tiles.append((q_pos.shape[0], k_pos.shape[0]))
+        return original(q, k, q_pos, k_pos, scale)
+
+    attn.position.score_bias = spy
+    return tiles
+
+
+@pytest.mark.parametrize("variant", BIAS_VARIANTS, ids=BIAS_IDS)
+def test_blocked_path_never_builds_the_full_bias(variant: Variant) -> None:
+    attn = _blocked(make_attention(variant, n_kv_heads=2), chunk=16, threshold=64)
+    tiles = _record_bias_tiles(attn)
+    with torch.no_grad():
+        attn(torch.randn(1, 128, D_MODEL))
+    assert len(tiles) == 8 and max(tq for tq, _ in tiles) == 16
+    assert [tk for _, tk in tiles] == [16 * (i + 1) for i in range(8)]  # causal: keys up to the block's end
+
+
+def test_blocked_window_reads_only_keys_within_reach() -> None:
+    attn = _blocked(make_attention(Variant("t5", "t5"), window=10), chunk=16, threshold=64)
+    tiles = _record_bias_tiles(attn)
+    with torch.no_grad():
+        attn(torch.randn(1, 128, D_MODEL))
+    assert max(tk for _, tk in tiles) == 16 + 10 - 1  # the block plus the window's reach behind it
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5", "xl"])
+def test_blocked_backward_keeps_no_quadratic_tensor(name: str) -> None:
+    """Every tensor autograd saves for backward is far smaller than one ``[h, T, T]`` bias."""
+    T = 512
+    attn = _blocked(make_attention(Variant(name, name), n_kv_heads=2), chunk=64, threshold=256)
+    x = torch.randn(1, T, D_MODEL, requires_grad=True)
+    saved: list[int] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = attn(x)
+    out.sum().backward()  # the checkpointed blocks recompute their bias here
+    assert max(saved) < N_HEADS * T * T / 8
+    attn.chunk_threshold = 10_000  # the one-shot path keeps the whole bias: the check can fail
+    saved.clear()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        attn(x)
+    assert max(saved) >= N_HEADS * T * T
+
+
+def test_attend_blocked_equals_dense_for_a_callable_bias() -> None:
+    """The functional core with an arbitrary ``bias_fn`` (here: -|i-j|/4 per head scaled by h)."""
+    q, k, v = torch.randn(1, 4, 50, 8), torch.randn(1, 2, 50, 8), torch.randn(1, 2, 50, 8)
+    pos = torch.arange(50)
+
+    def bias_fn(q, k, q_pos, k_pos):
+        dist = (q_pos[:, None] - k_pos[None, :]).abs().float()  # [tq, tk]
+        return -(torch.arange(1, 5).float()[:, None, None] * dist / 4)[None]  # [1, h, tq, tk]
+
+    dense, _ = attend(q, k, v, pos, pos, bias_fn=bias_fn, backend="eager")
+    blocked, _ = attend(q, k, v, pos, pos, bias_fn=bias_fn, query_chunk=7, chunk_threshold=1)
+    assert_close(blocked, dense, **TIGHT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["alibi", "t5", "rope"])
+def test_flex_with_rolling_cache_equals_sdpa(name: str) -> None:
+    from poslab import KVCache
+
+    attn = make_attention(Variant(name, name), n_kv_heads=2, window=4)
+    x = torch.randn(B, 12, D_MODEL)
+    cache = KVCache(B, 2, D_MODEL // N_HEADS, capacity=4, rolling=True)
+    with torch.no_grad():
+        full = attn(x, backend="sdpa")
+        got = [attn(x[:, :5], cache=cache, backend="flex")]
+        got += [attn(x[:, t : t + 1], cache=cache, backend="flex") for t in range(5, 12)]
+    assert_close(torch.cat(got, 1), full, **TIGHT)

@@ -1,0 +1,210 @@
+"""The extrapolation, context-extension and attention-entropy experiments (smoke size) and their pieces."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from poslab import GPT, GPTConfig
+from poslab.experiments import attention_entropy, context_extension, extrapolation
+from poslab.heads import attention_weights
+
+# ------------------------------------------------------------------------------------ smoke runs
+SMOKE_SCHEMES = ("learned", "sinusoidal", "rope", "alibi")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A lab folder where the smoke extrapolation ran (its models are reused by the other two)."""
+    root = tmp_path_factory.mktemp("lab")
+    results = extrapolation.run(root / "extrapolation", size="smoke", schemes=SMOKE_SCHEMES)
+    (root / "extrapolation" / "results.json").write_text(json.dumps(results))
+    return root
+
+
+def test_extrapolation_smoke(lab: Path):
+    results = json.loads((lab / "extrapolation" / "results.json").read_text())
+    L = results["train_length"]
+    assert results["lengths"] == [L, 2 * L, 4 * L, 8 * L, 16 * L]
+    table = results["perplexity"]
+    assert set(table) == set(SMOKE_SCHEMES)
+    for factor in ("2", "4", "8", "16"):
+        assert table["learned"][factor] == {"length": int(factor) * L, "cannot": f"learned table has {L} rows"}
+    for scheme in ("sinusoidal", "rope", "alibi"):
+        for cell in table[scheme].values():
+            for mode in ("nonoverlapping", "sliding"):
+                assert cell[mode]["n_tokens"] == results["n_targets"]
+                assert math.isfinite(cell[mode]["ppl"]) and cell[mode]["ppl"] > 1
+    assert (lab / "extrapolation" / "extrapolation.png").stat().st_size > 1000
+    claims = {c["claim"]: c for c in results["claims"]}
+    assert claims["a learned absolute table has nothing past the training length"]["held"] is True
+    flat = claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]
+    assert flat["measured"]["ratio"] == pytest.approx(table["alibi"]["4"]["nonoverlapping"]["ppl"] / table["alibi"]["1"]["nonoverlapping"]["ppl"])
+    assert flat["held"] == (flat["measured"]["ratio"] <= 1.10)
+    assert all(c["verdict"] in ("held", "did not hold at this scale", "not measurable") for c in results["claims"])
+    # schemes not trained in the smoke run: their claims are "not measurable", not guessed
+    assert claims["Transformer-XL's relative encoding solves long-sequence generalization"]["held"] is None
+
+
+def test_models_are_reused_not_retrained(lab: Path):
+    size = extrapolation.size_of(False, "smoke")
+    run_dir = lab / "extrapolation" / "models" / "smoke" / "rope"
+    before = (run_dir / "results.json").stat().st_mtime_ns
+    assert extrapolation.shared_model("rope", size, lab / "extrapolation") == run_dir
+    assert extrapolation.shared_model("rope", size, lab / "context-extension") == run_dir  # the sibling's model
+    assert (run_dir / "results.json").stat().st_mtime_ns == before
+
+
+def test_context_extension_smoke(lab: Path):
+    results = context_extension.run(lab / "context-extension", size="smoke")
+    L = results["train_length"]
+    assert results["eval_length"] == 4 * L
+    assert list(results["inference"]) == ["none", "PI", "NTK", "dynamic NTK", "YaRN", "Llama3"]
+    ppl = {k: v["nonoverlapping"]["ppl"] for k, v in results["inference"].items()}
+    assert len(set(ppl.values())) > 1  # the scalings change the model's output
+    for label, spec in context_extension.FINETUNE.items():
+        run_dir = Path(results["finetune_runs"][label])
+        config = json.loads((run_dir / "config.json").read_text())
+        assert config["model"]["block_size"] == 4 * L
+        assert config["train"]["init_from"] == results["base_run"]
+        assert config["model"]["position_config"].get("scaling") == (None if spec == "none" else spec.split(":")[0])
+        assert set(results["finetuned"][label]) == {"rope_scaling", "4L", "L"}
+    by_claim = {c["claim"]: c for c in results["claims"]}
+    pi = by_claim["without fine-tuning, PI reads 4x L better than no scaling"]
+    assert pi["held"] == (ppl["PI"] < ppl["none"])
+    assert (lab / "context-extension" / "context_extension.png").is_file()
+
+
+def test_attention_entropy_smoke(lab: Path):
+    results = attention_entropy.run(lab / "attention-entropy", size="smoke", schemes=("learned", "rope", "alibi"))
+    models = results["models"]
+    assert list(models) == ["learned", "rope", "rope + YaRN x4", "rope + YaRN x4 no temperature", "rope + log-n", "alibi"]
+    assert list(models["learned"]["entropy"]) == ["1"]  # nothing past the table
+    L = results["train_length"]
+    for label in ("rope", "alibi", "rope + log-n"):
+        cells = models[label]["entropy"]
+        assert list(cells) == ["1", "2", "4", "8", "16"]
+        sixteen = cells["16"]
+        assert sixteen["length"] == 16 * L
+        assert len(sixteen["per_layer_head"]) == 1 and len(sixteen["per_layer_head"][0]) == 2  # smoke: 1 layer, 2 heads
+        assert cells["4"]["rise"] == pytest.approx(cells["4"]["past_window"] - cells["4"]["in_window"])
+    yarn = models["rope + YaRN x4"]["entropy"]["4"]["rise"]
+    no_temperature = models["rope + YaRN x4 no temperature"]["entropy"]["4"]["rise"]
+    by_claim = {c["claim"][:30]: c for c in results["claims"]}
+    assert by_claim["YaRN's temperature reduces the"]["held"] == (yarn < no_temperature - attention_entropy.MARGIN)
+    assert (lab / "attention-entropy" / "attention_entropy.png").is_file()
+
+
+# ------------------------------------------------------------------------------------ pieces
+def _tiny(position: str, **config) -> GPT:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=13, n_layer=2, n_head=2, n_embd=16, block_size=16, position=position, position_config=config))
+    with torch.no_grad():  # sharpen the attention so the entropies differ from uniform
+        for block in model.blocks:
+            block.attn.qkv.weight.mul_(20)
+    return model.eval()
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi", "xl", "t5", "none"])
+def test_blockwise_entropy_equals_full_attention_weights(position):
+    model, idx = _tiny(position), torch.randint(0, 13, (2, 23))
+    blockwise = attention_entropy.attention_entropy(model, idx, query_block=5)  # [n_layer, h, T]
+    full = torch.stack([torch.special.entr(w).sum(-1).mean(0) for w in attention_weights(model, idx)])  # [n_layer, h, T]
+    torch.testing.assert_close(blockwise, full, rtol=1e-5, atol=1e-5)
+    assert blockwise[..., 0].abs().max() < 1e-6  # the first query has one key: entropy 0
+
+
+def test_uniform_attention_has_entropy_ln_n():
+    model = _tiny("none")
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.qkv.weight.zero_()  # q = k = 0: every row is uniform over its causal past
+    entropy = attention_entropy.attention_entropy(model, torch.randint(0, 13, (1, 20)), query_block=7)
+    expected = torch.log(torch.arange(1, 21, dtype=torch.float32)).expand_as(entropy)
+    torch.testing.assert_close(entropy, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(attention_entropy.normalised(entropy), torch.ones(2, 2, 19))
+
+
+def test_summary_figures():
+    entropy = torch.arange(32, dtype=torch.float32).repeat(2, 2, 1)  # [n_layer=2, h=2, T=32], value = position
+    s = attention_entropy.summarise(entropy, train_length=8, bin_width=4)
+    assert s["in_window"] == pytest.approx((4 + 5 + 6 + 7) / 4)
+    assert s["past_window"] == pytest.approx(sum(range(8, 32)) / 24)
+    assert s["by_position"][:2] == [1.5, 5.5] and s["bin_starts"][:2] == [0, 4]
+
+
+def test_spearman():
+    assert attention_entropy.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert attention_entropy.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert attention_entropy.spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486833, rel=1e-6)
+
+
+def _table(ratios: dict[str, tuple[float, ...]]) -> dict:
+    """A fake perplexity table: scheme -> ppl at 1x, 2x, 4x, 8x, 16x (base 10)."""
+    table = {}
+    for scheme, values in ratios.items():
+        table[scheme] = {str(f): {"length": f, "nonoverlapping": {"ppl": 10 * v}} for f, v in zip(extrapolation.FACTORS, values)}
+    table["learned"] = {"1": {"length": 1, "nonoverlapping": {"ppl": 10.0}},
+                        **{str(f): {"length": f, "cannot": "learned table has 1 rows"} for f in (2, 4, 8, 16)}}
+    return table
+
+
+def test_extrapolation_verdicts_follow_the_numbers():
+    literature = _table({"alibi": (1, 1, 1.05, 1.06, 1.07), "rope": (1, 1.3, 2.0, 3.0, 12.0),
+                         "sinusoidal": (1, 2, 4, 8, 16), "t5": (1, 1, 1.02, 1.03, 1.04), "xl": (1, 1.5, 3, 5, 9)})
+    held = {c["claim"]: c["held"] for c in extrapolation.extrapolation_claims(literature)}
+    assert held["ALiBi's perplexity at 4x L stays within 1.10x its value at L"] is True
+    assert held["sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L"] is True
+    assert held["at 8x L: ALiBi < RoPE < sinusoidal"] is True
+    assert held["RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"] is False
+    assert held["RoPE's perplexity 'jumps from 10 to 100+' past the training length"] is True
+    assert held["Transformer-XL's relative encoding solves long-sequence generalization"] is False
+    opposite = _table({"alibi": (1, 1.5, 2.0, 3.0, 4.0), "rope": (1, 1, 1.1, 1.2, 1.3), "sinusoidal": (1, 1, 1, 1, 1),
+                       "t5": (1, 2, 3, 4, 5), "xl": (1, 1, 1, 1, 1)})
+    held = {c["claim"]: c["held"] for c in extrapolation.extrapolation_claims(opposite)}
+    assert held["ALiBi's perplexity at 4x L stays within 1.10x its value at L"] is False
+    assert held["at 8x L: ALiBi < RoPE < sinusoidal"] is False
+    assert held["RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"] is True
+    assert held["Transformer-XL's relative encoding solves long-sequence generalization"] is True
+
+
+def test_context_verdicts_follow_the_numbers():
+    def cell(ppl: float) -> dict:
+        return {"nonoverlapping": {"ppl": ppl}}
+
+    inference = {"none": cell(50.0), "PI": cell(20.0), "NTK": cell(12.0), "dynamic NTK": cell(60.0), "YaRN": cell(11.0), "Llama3": cell(15.0)}
+    finetuned = {"none": {"4L": cell(14.0)}, "PI": {"4L": cell(10.9)}, "YaRN": {"4L": cell(10.5)}}
+    held = {c["claim"]: c["held"] for c in context_extension.context_claims(inference, finetuned, base_L=10.0, steps=100)}
+    assert held["without fine-tuning, PI reads 4x L better than no scaling"] is True
+    assert held["without fine-tuning, dynamic NTK reads 4x L better than no scaling"] is False
+    assert held["YaRN is the best inference-time scaling"] is True
+    assert held["after 100 fine-tuning steps at 4x L, PI is close to the base model's in-length perplexity"] is True
+    assert held["after fine-tuning, YaRN <= PI"] is True
+    assert held["plain fine-tuning (no scaling) is the worst of the three"] is True
+    assert held["continued training is the most reliable (beats every inference-only scaling)"] is True
+    finetuned["PI"]["4L"] = cell(12.0)
+    held = {c["claim"]: c["held"] for c in context_extension.context_claims(inference, finetuned, base_L=10.0, steps=100)}
+    assert held["after 100 fine-tuning steps at 4x L, PI is close to the base model's in-length perplexity"] is False
+
+
+def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):
+    from poslab.train import TrainConfig, load_run, train
+
+    size = extrapolation.size_of(False, "smoke")
+    base_dir = lab / "extrapolation" / "models" / "smoke" / "rope"
+    cfg = extrapolation.train_config("rope", size, tmp_path, name="ft", block_size=4 * size.train_length,
+                                     position_config={"scaling": "linear", "factor": 4.0, "original_max_len": size.train_length},
+                                     steps=1, lr=1e-12, warmup_steps=0, init_from=str(base_dir))
+    train(cfg, progress=False)
+    base, _, _ = load_run(base_dir)
+    tuned, _, config = load_run(tmp_path / "ft")
+    assert config["train"]["init_from"] == str(base_dir)
+    for (name, a), (_, b) in zip(base.named_parameters(), tuned.named_parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)
+    bad = TrainConfig.from_dict({**cfg.to_dict(), "name": "ft2", "init_from": str(tmp_path / "nope")})
+    with pytest.raises(FileNotFoundError):
+        train(bad, progress=False)

@@ -1,0 +1,125 @@
+"""``poslab convert --from-hf DIR --out RUN``: the run works with load_run, sample, eval and attention."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+transformers = pytest.importorskip("transformers")
+
+from poslab.cli import main  # noqa: E402
+from poslab.train import load_run  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+transformers.logging.set_verbosity_error()
+V = 300
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from poslab.data import load_corpus
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=V, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([load_corpus("shakespeare")[:20000]], trainer)
+    return tok
+
+
+@pytest.fixture(scope="module")
+def hf_folders(tmp_path_factory):
+    """A Llama folder with a tokenizer.json and a GPT-2 folder without one; random weights everywhere."""
+    root = tmp_path_factory.mktemp("hf")
+    torch.manual_seed(0)
+    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=128, rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
+                                                      "rope_theta": 10000.0})).eval()
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_positions=64, n_embd=64, n_layer=2, n_head=4)).eval()
+    for model in (llama, gpt2):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0, 0.2 if p.dim() > 1 else 0.5)
+    llama.save_pretrained(root / "llama")
+    _tokenizer().save(str(root / "llama" / "tokenizer.json"))
+    gpt2.save_pretrained(root / "gpt2")
+    return {"llama": (root / "llama", llama), "gpt2": (root / "gpt2", gpt2)}
+
+
+def test_convert_then_load_run_equals_hf(hf_folders, tmp_path, capsys) -> None:
+    folder, hf = hf_folders["llama"]
+    run = tmp_path / "runs" / "llama"
+    assert main(["convert", "--from-hf", str(folder), "--out", str(run)]) == 0
+    assert "converted" in capsys.readouterr().out
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.json", "metrics.jsonl", "results.json", "tokenizer.json"]
+    assert not list(run.parent.glob(".*"))  # no temporary folder left behind
+    model, tokenizer, config = load_run(run)
+    assert config["data"]["converted_from"]["model_type"] == "llama"
+    assert json.loads((run / "results.json").read_text())["status"] == "converted"
+    idx = torch.randint(0, V, (2, 100))  # past original_max_position_embeddings = 32
+    with torch.no_grad():
+        assert_close(model(idx), hf(idx).logits, rtol=1e-4, atol=1e-4)
+    assert tokenizer.decode(tokenizer.encode("ROMEO: Is the day so young?")) == "ROMEO: Is the day so young?"
+
+
+def test_converted_run_samples_evaluates_and_draws(hf_folders, tmp_path, capsys) -> None:
+    folder, _ = hf_folders["llama"]
+    run = tmp_path / "llama"
+    assert main(["convert", "--from-hf", str(folder), "--out", str(run), "--corpus", "shakespeare"]) == 0
+    capsys.readouterr()
+    assert main(["sample", str(run), "--prompt", "ROMEO:", "--tokens", "8", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out.startswith("ROMEO:")
+
+    from poslab.attention_map import run_attention
+    from poslab.eval import eval_run
+
+    results = eval_run(run, [32, 64], n_targets=128)
+    for cell in results["lengths"]:
+        assert 1.0 < cell["nonoverlapping"]["ppl"] < 10 * V  # random weights: about the vocabulary size
+    assert run_attention(run, "ROMEO: hello").is_file()
+
+
+def test_converted_run_without_tokenizer_takes_token_ids(hf_folders, tmp_path, capsys) -> None:
+    """Greedy ``poslab sample`` on the converted run == transformers' ``generate`` (token ids in, ids out)."""
+    folder, hf = hf_folders["gpt2"]
+    run = tmp_path / "gpt2"
+    assert main(["convert", "--from-hf", str(folder), "--out", str(run)]) == 0
+    assert "prompts are token ids" in capsys.readouterr().out
+    assert main(["sample", str(run), "--prompt", "5 17 42", "--tokens", "12", "--temperature", "0"]) == 0
+    sampled = [int(t) for t in capsys.readouterr().out.split()]
+    prompt = torch.tensor([[5, 17, 42]])
+    expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, min_new_tokens=12,
+                           do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert sampled == expected[0].tolist()
+    assert main(["sample", str(run), "--prompt", "hello", "--tokens", "4"]) == 2
+    assert "give text as token ids" in capsys.readouterr().err
+
+
+def test_convert_errors(hf_folders, tmp_path, capsys) -> None:
+    folder, _ = hf_folders["gpt2"]
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    cases = [
+        (["--from-hf", str(folder), "--out", str(tmp_path / "taken")], "never overwrites"),
+        (["--from-hf", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r1")], "not a local folder"),
+        (["--from-hf", str(folder), "--out", str(tmp_path / "r2"), "--corpus", "nope"], "corpus 'nope'"),
+    ]
+    for args, needle in cases:
+        assert main(["convert", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("poslab: error:") and needle in err, err
+    assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
+    assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()

@@ -1,0 +1,110 @@
+"""The reliability figures: every ``test_reliability_*`` test records what it tried in
+``test-artifacts/reliability.json``; ``docs/reliability.md``'s table is built from that file.
+
+    python tests/test_reliability_artifacts.py      # print the markdown table from the JSON
+
+The JSON maps ``category -> {"default" | "slow": {figure: count, ...}}``: the default run
+(``pytest``) and the long one (``pytest -m slow``) write their own entry, so both are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts" / "reliability.json"
+#: one id per pytest process: counts add up within a session and restart in the next
+SESSION = f"{os.getpid()}-{time.time():.0f}"
+
+#: category -> (title, figure keys shown in the table, in order)
+CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "kill": ("SIGKILL at any moment, then `--resume`",
+             ("kills", "kills_in_checkpoint_write", "kills_at_start", "kills_random_time", "launches",
+              "curve_bitwise_equal", "bad_latest_seen")),
+    "corruption": ("corrupt checkpoints refused", ("corruptions_tried", "refused", "loaded_identical", "silently_wrong")),
+    "unsafe": ("no code execution from files", ("malicious_files_planted", "refused", "markers_created", "source_files_scanned")),
+    "numerics": ("numerics under stress", ("cases", "nonfinite_found", "max_fp32_err_vs_fp64")),
+    "nonfinite": ("NaN/inf during training", ("runs", "detected_within_one_step", "skipped_batches")),
+    "fuzz": ("fuzzed configs and command lines", ("cases", "accepted", "rejected_one_line", "tracebacks", "subprocess_cases")),
+    "disk": ("disk full / read-only folder", ("cases", "clear_error", "half_written_files", "resumed_equal")),
+    "lock": ("two processes on one run folder", ("cases", "second_refused", "interleaved_writes")),
+}
+
+
+def mode(request: pytest.FixtureRequest) -> str:
+    """``"slow"`` for a slow-marked test, else ``"default"``."""
+    return "slow" if request.node.get_closest_marker("slow") else "default"
+
+
+def record(category: str, run_mode: str, figures: dict[str, Any]) -> None:
+    """Merge ``figures`` into ``ARTIFACTS[category][run_mode]`` (atomic rewrite of the JSON).
+
+    Numbers add up across the tests of one pytest session that record the same category (each
+    test adds its own counts); a new session starts the entry afresh.
+    """
+    ARTIFACTS.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(ARTIFACTS.read_text(encoding="utf-8")) if ARTIFACTS.is_file() else {}
+    entry = data.setdefault(category, {}).get(run_mode, {})
+    if entry.get("session") != SESSION:
+        entry = {"session": SESSION}
+    for key, value in figures.items():
+        old = entry.get(key)
+        if old is None or not isinstance(value, (int, float)):
+            entry[key] = value
+        elif isinstance(value, bool):
+            entry[key] = old and value  # a property holds only if it held in every test
+        elif key.startswith("max_"):
+            entry[key] = max(old, value)
+        else:
+            entry[key] = old + value
+    entry["updated"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    data[category][run_mode] = entry
+    tmp = ARTIFACTS.with_name(f".{ARTIFACTS.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, ARTIFACTS)
+
+
+def table(data: dict[str, Any]) -> str:
+    """The markdown table of ``data`` (the artifacts JSON): one row per category and run mode."""
+    lines = ["| what | run | figures |", "|---|---|---|"]
+    for category, (title, keys) in CATEGORIES.items():
+        for run_mode in ("default", "slow"):
+            entry = data.get(category, {}).get(run_mode)
+            if entry is None:
+                continue
+            shown = ", ".join(f"{key.replace('_', ' ')}: {_fmt(entry[key])}" for key in keys if key in entry)
+            lines.append(f"| {title} | {run_mode} | {shown} |")
+    return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.2g}"
+    return str(value)
+
+
+def test_record_adds_within_a_session_and_restarts_in_the_next(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ARTIFACTS", tmp_path / "r.json")
+    monkeypatch.setattr(sys.modules[__name__], "SESSION", "a")
+    record("kill", "default", {"kills": 3, "curve_bitwise_equal": True, "max_x": 1.0})
+    record("kill", "default", {"kills": 2, "curve_bitwise_equal": False, "max_x": 0.5})
+    entry = json.loads((tmp_path / "r.json").read_text())["kill"]["default"]
+    assert (entry["kills"], entry["curve_bitwise_equal"], entry["max_x"]) == (5, False, 1.0)
+    monkeypatch.setattr(sys.modules[__name__], "SESSION", "b")
+    record("kill", "default", {"kills": 4})
+    entry = json.loads((tmp_path / "r.json").read_text())["kill"]["default"]
+    assert entry["kills"] == 4 and "curve_bitwise_equal" not in entry
+    assert "| SIGKILL at any moment, then `--resume` | default | kills: 4 |" in table({"kill": {"default": entry}})
+
+
+if __name__ == "__main__":
+    print(table(json.loads(ARTIFACTS.read_text(encoding="utf-8"))))

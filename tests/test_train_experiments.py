@@ -1,0 +1,74 @@
+"""The training experiments (heads, position-training) on a tiny base; their quick forms are slow tests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from poslab import positions
+from poslab.data import load_corpus
+from poslab.experiments import heads, position_training, run_experiment
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "shakespeare_40k.txt"
+    path.write_text(load_corpus("shakespeare")[:40_000], encoding="utf-8")
+    return {
+        "corpus": str(path), "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
+        "max_steps": 6, "batch_size": 4, "warmup_steps": 1, "lr_decay_steps": 6, "eval_interval": 3, "eval_iters": 2,
+        "ckpt_interval": 0, "keep_checkpoints": 1, "threads": 1, "seed": 3,
+    }
+
+
+def test_heads_experiment_on_a_tiny_base(tmp_path, tiny_base):
+    results = heads.run(tmp_path, quick=True, heads=(1, 2, 4), base=tiny_base)
+    assert set(results["final_val_loss"]) == {"1", "2", "4"}
+    assert (tmp_path / "heads_curves.png").stat().st_size > 1000
+    claim = results["claim_sqrt_d_over_16"]
+    assert claim["predicted"] == pytest.approx(1.0)  # sqrt(16 / 16)
+    assert claim["best_heads"] == min((1, 2, 4), key=lambda h: results["final_val_loss"][str(h)])
+    params = {run["n_params"] for run in results["runs"].values()}
+    assert len(params) == 1  # the head split changes no parameter count
+    json.dumps(results)
+
+
+def test_judge_claim():
+    held = heads.judge_claim({1: 3.0, 2: 2.5, 4: 2.6, 8: 2.7, 16: 2.8}, 128, noise=0.01)
+    assert held["held"] and held["nearest_tested"] == [2, 4] and held["best_heads"] == 2
+    assert "within" not in held["verdict"]
+    failed = heads.judge_claim({1: 3.0, 2: 2.6, 4: 2.59, 8: 2.5, 16: 2.8}, 128, noise=None)
+    assert not failed["held"] and failed["best_heads"] == 8 and failed["verdict"].startswith("did not hold")
+    close = heads.judge_claim({1: 3.0, 2: 2.501, 4: 2.6, 8: 2.5, 16: 2.8}, 128, noise=0.05)
+    assert not close["held"] and "within the measured seed-to-seed spread" in close["verdict"]
+
+
+def test_position_training_on_a_tiny_base(tmp_path, tiny_base):
+    schemes = ["none", "learned", "rope", "alibi"]
+    results = position_training.run(tmp_path, quick=True, schemes=schemes, base=tiny_base)
+    assert set(results["final_val_loss"]) == set(schemes)
+    assert sorted(results["ranking"]) == sorted(schemes)
+    assert (tmp_path / "position_training_curves.png").is_file()
+    config = json.loads((tmp_path / "runs" / "rope" / "config.json").read_text())
+    assert config["model"]["position"] == "rope" and config["model"]["n_embd"] == 16
+
+
+def test_experiments_are_registered_and_not_in_all():
+    from poslab.experiments import registry
+
+    found = registry()
+    assert not found["heads"].IN_ALL and not found["position-training"].IN_ALL
+
+
+@pytest.mark.slow
+def test_heads_quick_form(tmp_path):
+    results = run_experiment("heads", tmp_path, quick=True)
+    assert results["steps"] == 200 and len(results["final_val_loss"]) == 5
+    assert (tmp_path / "results.json").is_file()
+
+
+@pytest.mark.slow
+def test_position_training_quick_form(tmp_path):
+    results = run_experiment("position-training", tmp_path, quick=True)
+    assert set(results["final_val_loss"]) == set(positions.names())
