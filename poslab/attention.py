@@ -54,6 +54,7 @@ BACKENDS = ("auto", "sdpa", "eager", "flex")
 DEFAULT_QUERY_CHUNK = 256
 #: key count from which biased / masked / windowed attention runs blocked
 DEFAULT_CHUNK_THRESHOLD = 2048
+_RECOMPUTE = True
 
 #: ``bias_fn(q, k, q_pos, k_pos) -> [B|1, h, Tq, Tk]`` fp32 additive bias or ``None``
 BiasFn = Callable[[Tensor, Tensor, Tensor, Tensor], "Tensor | None"]
@@ -362,7 +363,7 @@ def _blocked_sdpa(
     float_bias = bias_fn is not None or (attn_mask is not None and attn_mask.dtype != torch.bool)
     # a float bias over the whole causal past would be kept for backward by every block (O(T^2)):
     # recompute it in backward instead
-    recompute = float_bias and window is None and torch.is_grad_enabled()
+    recompute = float_bias and window is None and torch.is_grad_enabled() and _RECOMPUTE
     outs = []
     for s in range(0, Tq, query_chunk):
         e = min(s + query_chunk, Tq)

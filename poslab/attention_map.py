@@ -112,7 +112,7 @@ def summary(weights: Tensor, tokens: list[str]) -> dict[str, Any]:
     rows = torch.arange(1, T)
     previous = weights[:, :, rows, rows - 1].mean(-1) if T > 1 else torch.zeros(L, h)  # [L, h]
     diagonal = weights.diagonal(dim1=-2, dim2=-1).mean(-1)  # [L, h]
-    offsets = (torch.arange(T)[:, None] - weights.argmax(-1)).float()  # [L, h, T]
+    offsets = (torch.arange(T) - weights.argmax(-1)).float()  # query position - argmax key, [L, h, T]
     return {
         "tokens": tokens,
         "n_layer": L,

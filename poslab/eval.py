@@ -497,6 +497,7 @@ def eval_run(
     Returns:
         JSON-ready results: run, step, split, scheme, train length, scaling, and one cell per length.
     """
+    from poslab.checkpoint import latest_step
     from poslab.train import load_run
 
     lengths = parse_lengths(list(lengths))
@@ -507,18 +508,19 @@ def eval_run(
     if rope_scaling is not None or logn_scaling:
         override = apply_rope_scaling(model, rope_scaling, True if logn_scaling else None)
     tokens = split_tokens(run_config, tokenizer, split)
+    n_targets = check_eval_inputs(tokens, lengths, n_targets, stride)
     start = time.perf_counter()
     cells = evaluate(model, tokens, lengths, stride=stride, n_targets=n_targets, batch_tokens=batch_tokens)
     return {
         "run": str(run_dir),
-        "step": run_config.get("step", step),
+        "step": step if step is not None else latest_step(run_dir),
         "split": split,
         "scheme": model.config.position,
         "train_length": train_length,
         "rope_scaling": rope_scaling,
         "logn_scaling": bool(logn_scaling),
         "position_config": override,
-        "n_targets": cells[0].get("nonoverlapping", {}).get("n_tokens") if cells else None,
+        "n_targets": n_targets,
         "stride": stride,
         "seconds": time.perf_counter() - start,
         "lengths": cells,

@@ -140,8 +140,10 @@ class GPTConfig:
             self.position_config = dataclasses.asdict(self.position_config)
         if not isinstance(self.position_config, dict):
             raise TypeError(f"position_config must be a dict or the scheme's dataclass, got {type(self.position_config).__name__}")
-        # validates keys and values now, with the model's dimensions filled in
-        positions.build_for_model(self.position, self.position_config, self.position_context())
+        # validates keys and values now, with the model's dimensions filled in; the throwaway scheme's
+        # initialisation must not advance the global RNG (a config is built between steps on resume)
+        with torch.random.fork_rng(devices=[]):
+            positions.build_for_model(self.position, self.position_config, self.position_context())
 
     @property
     def kv_heads(self) -> int:

@@ -168,6 +168,17 @@ class Browser:
         self.call("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter", windowsVirtualKeyCode=13, text="\r")
         self.call("Input.dispatchKeyEvent", type="keyUp", key="Enter", code="Enter", windowsVirtualKeyCode=13)
 
+    def fonts_used(self, selector: str) -> dict[str, int]:
+        """Fonts Chromium actually rendered the element's text with: family -> glyph count."""
+        self.call("DOM.enable")
+        self.call("CSS.enable")
+        root = self.call("DOM.getDocument", depth=-1)["root"]["nodeId"]
+        node = self.call("DOM.querySelector", nodeId=root, selector=selector)["nodeId"]
+        if not node:
+            raise ValueError(f"no element matches {selector!r}")
+        fonts = self.call("CSS.getPlatformFontsForNode", nodeId=node)["fonts"]
+        return {f["familyName"]: f["glyphCount"] for f in fonts}
+
     def screenshot(self, path: Path, full_page: bool = True) -> Path:
         """Save a PNG screenshot (the whole page by default)."""
         params: dict[str, Any] = {"format": "png"}

@@ -82,6 +82,27 @@ def test_cast_keeps_fp32_buffers_and_angles(variant: Variant) -> None:
             assert torch.equal(buf, reference[name])
 
 
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_every_position_parameter_gets_a_gradient(variant: Variant) -> None:
+    """Learned tables, biases, slopes and MLPs of a scheme train: each gets a finite, non-zero gradient."""
+    model = make_gpt(variant).train()
+    idx = _idx()
+    _, loss = model(idx, idx)
+    loss.backward()
+    for name, p in model.position.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), f"{variant.id}: {name}"
+        assert p.grad.abs().max() > 0, f"{variant.id}: {name} gets no gradient"
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_state_dict_round_trip_restores_the_model(variant: Variant) -> None:
+    model = make_gpt(variant)
+    fresh = make_gpt(variant, seed=99)
+    fresh.load_state_dict(model.state_dict())
+    idx = _idx()
+    assert_close(fresh(idx), model(idx), atol=0, rtol=0)
+
+
 # ------------------------------------------------------------------------------------- causality
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
 def test_gpt_is_causal(variant: Variant) -> None:

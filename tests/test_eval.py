@@ -188,3 +188,82 @@ def test_bad_stride(stride, bad):
 def test_text_shorter_than_the_longest_length():
     with pytest.raises(ValueError, match="has 40 tokens, shorter than the longest length 64"):
         evaluate(tiny(), tokens(40), [16, 64])
+
+
+# ------------------------------------------------------------------------------------ CLI on real runs
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Two seconds-long trained runs (rope and learned, block 16) in a temporary folder."""
+    from poslab.experiments.extrapolation import size_of, train_config
+    from poslab.train import train
+
+    root = tmp_path_factory.mktemp("runs")
+    out = {}
+    for scheme in ("rope", "learned"):
+        train(train_config(scheme, size_of(False, "smoke"), root, steps=2), progress=False)
+        out[scheme] = str(root / scheme)
+    return out
+
+
+def test_cli_eval_writes_results_and_cannot_cells(runs, tmp_path, capsys):
+    from poslab.cli import main
+
+    out = tmp_path / "res" / "eval.json"
+    assert main(["eval", runs["learned"], "--lengths", "16,32", "--stride", "8", "--tokens", "64", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "cannot (learned table has 16 rows)" in printed
+    results = json.loads(out.read_text())
+    assert results["scheme"] == "learned" and results["train_length"] == 16 and results["n_targets"] == 64
+    assert results["lengths"][1] == {"length": 32, "cannot": "learned table has 16 rows"}
+    cell = results["lengths"][0]
+    assert cell["nonoverlapping"]["n_tokens"] == cell["sliding"]["n_tokens"] == 64 and cell["sliding"]["stride"] == 8
+
+
+def test_cli_eval_rope_override_changes_the_numbers(runs, tmp_path):
+    from poslab.cli import main
+
+    plain, scaled = tmp_path / "plain.json", tmp_path / "yarn.json"
+    assert main(["eval", runs["rope"], "--lengths", "64", "--tokens", "128", "--out", str(plain)]) == 0
+    assert main(["eval", runs["rope"], "--lengths", "64", "--tokens", "128", "--rope-scaling", "yarn:4", "--logn-scaling",
+                 "--out", str(scaled)]) == 0
+    a, b = json.loads(plain.read_text()), json.loads(scaled.read_text())
+    assert b["position_config"]["scaling"] == "yarn" and b["position_config"]["original_max_len"] == 16
+    assert b["position_config"]["logn_scaling"] is True
+    assert a["lengths"][0]["nonoverlapping"]["loss"] != b["lengths"][0]["nonoverlapping"]["loss"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--lengths", "16,abc"], "evaluation length 'abc' is not a positive integer"),
+    (["--lengths", "0"], "evaluation length '0' is not a positive integer"),
+    (["--lengths", "16,32", "--stride", "20"], "stride 20 is larger than the evaluation length 16"),
+    (["--lengths", "16", "--stride", "-1"], "stride must be a positive integer, got -1"),
+    (["--lengths", "16", "--rope-scaling", "linear:0"], "RoPE scaling factor must be > 0, got '0'"),
+    (["--lengths", "16", "--rope-scaling", "pi:4"], "unknown RoPE scaling 'pi'"),
+    (["--lengths", "16,999999999"], "shorter than the longest length 999999999"),
+])
+def test_cli_eval_bad_input_is_one_line_exit_2(runs, capsys, args, message):
+    from poslab.cli import main
+
+    assert main(["eval", runs["rope"], *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("poslab: error:") and message in err
+
+
+def test_cli_eval_scaling_on_a_non_rope_run(runs, capsys):
+    from poslab.cli import main
+
+    assert main(["eval", runs["learned"], "--lengths", "16", "--rope-scaling", "yarn:4"]) == 2
+    assert "needs a RoPE-family model (rope, xpos); this run uses position='learned'" in capsys.readouterr().err
+    assert main(["eval", runs["learned"], "--lengths", "16", "--logn-scaling"]) == 2
+    assert "--logn-scaling needs a RoPE-family model" in capsys.readouterr().err
+
+
+def test_eval_text_from_a_file_and_unknown_characters(runs, tmp_path, capsys):
+    from poslab.cli import main
+
+    text = tmp_path / "t.txt"
+    text.write_text("To be, or not to be, that is the question. " * 4)
+    assert main(["eval", runs["rope"], "--lengths", "16,32", "--split", str(text)]) == 0
+    text.write_text("天地" * 40)
+    assert main(["eval", runs["rope"], "--lengths", "16", "--split", str(text)]) == 2
+    assert "not in the tokenizer's vocabulary" in capsys.readouterr().err

@@ -10,6 +10,16 @@ from poslab.data import CharTokenizer
 from poslab.generate import filter_logits, generate, sample_text
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models gain nothing from a second thread, and on a shared machine every op's thread
+    hand-off can stall for milliseconds: run this module's tests on one thread (restored after)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def model_with(position: str, block_size: int = 32) -> GPT:
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=13, n_layer=2, n_head=2, n_embd=16, block_size=block_size, position=position))
@@ -79,3 +89,14 @@ def test_sample_text_and_unknown_characters():
         sample_text(model, tok, "明月", 6)
     with pytest.raises(ValueError, match="empty"):
         sample_text(model, tok, "", 6)
+
+
+def test_decoding_feeds_one_token_per_step():
+    model = model_with("rope")
+    lengths = []
+    handle = model.tok_emb.register_forward_hook(lambda module, args, out: lengths.append(args[0].shape[1]))
+    try:
+        generate(model, torch.tensor([[1, 2, 3, 4, 5]]), 6, temperature=0)
+    finally:
+        handle.remove()
+    assert lengths == [5, 1, 1, 1, 1, 1]  # prefill once, then the cache: no full recompute

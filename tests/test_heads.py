@@ -14,6 +14,12 @@ from poslab.cli import main
 from poslab.data import CharTokenizer
 
 
+@pytest.fixture(autouse=True)
+def _single_thread():
+    with one_thread():
+        yield
+
+
 def causal_uniform(T: int) -> torch.Tensor:
     w = torch.tril(torch.ones(T, T))
     return w / w.sum(-1, keepdim=True)  # [T, T]
@@ -152,8 +158,7 @@ def test_analyze_on_a_trained_run_writes_results_and_plot(tmp_path):
     run = tiny_run("rope")
     model, tokenizer, config = load_run(run)
     tokens = heads.validation_tokens(tokenizer, config)
-    with one_thread():
-        results = heads.analyze(model, tokens, n_batches=1, batch_size=4)
+    results = heads.analyze(model, tokens, n_batches=1, batch_size=4)
     json.dumps(results, allow_nan=False)
     assert len(results["heads"]) == 4 and results["eval"]["induction_periods"] == [16, 12, 8]
     for row in results["heads"]:
@@ -168,7 +173,7 @@ def test_analyze_on_a_trained_run_writes_results_and_plot(tmp_path):
 
 def test_heads_cli_and_errors(tmp_path, capsys):
     run = tiny_run("rope")
-    with one_thread(), quiet():
+    with quiet():
         assert main(["heads", str(run), "--out", str(tmp_path / "h"), "--quick"]) == 0
     assert (tmp_path / "h" / "results.json").is_file() and (tmp_path / "h" / "heads.png").is_file()
     assert main(["heads", str(tmp_path / "missing")]) == 2
@@ -217,8 +222,7 @@ def test_attention_grid_png_has_cjk_glyphs_not_boxes(tmp_path):
 
 def test_attention_cli(tmp_path, capsys):
     run = tiny_run("rope")
-    with one_thread():
-        code = main(["attention", str(run), "--prompt", PROMPT, "--out", str(tmp_path / "a.png"), "--json", str(tmp_path / "a.json")])
+    code = main(["attention", str(run), "--prompt", PROMPT, "--out", str(tmp_path / "a.png"), "--json", str(tmp_path / "a.json")])
     assert code == 0 and (tmp_path / "a.png").stat().st_size > 10_000
     data = json.loads((tmp_path / "a.json").read_text())
     assert data["tokens"] == list(PROMPT) and data["n_layer"] == 2 and len(data["heads"]) == 4

@@ -101,7 +101,7 @@ def _read_weights(folder: Path) -> dict[str, Tensor]:
 
     for index_name, loader in (
         ("model.safetensors.index.json", load_file),
-        ("pytorch_model.bin.index.json", lambda f: torch.load(f, map_location="cpu", weights_only=True)),
+        ("pytorch_model.bin.index.json", _load_bin),
     ):
         index = folder / index_name
         if index.is_file():
@@ -113,11 +113,24 @@ def _read_weights(folder: Path) -> dict[str, Tensor]:
     if (folder / "model.safetensors").is_file():
         return load_file(str(folder / "model.safetensors"))
     if (folder / "pytorch_model.bin").is_file():
-        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        return _load_bin(folder / "pytorch_model.bin")
     found = ", ".join(sorted(p.name for p in folder.iterdir())) or "nothing"
     raise ValueError(
         f"{str(folder)!r} has no weights: expected model.safetensors (or a sharded index, or pytorch_model.bin); found {found}"
     )
+
+
+def _load_bin(path: str | os.PathLike) -> dict[str, Tensor]:
+    """A PyTorch ``.bin`` state dict, unpickled with ``weights_only=True`` (tensors and plain
+    containers only: a file that would run code is refused with ``ValueError``)."""
+    import pickle
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        reason = str(err).splitlines()[-1].strip() if str(err).strip() else type(err).__name__
+        raise ValueError(f"refusing {str(path)!r}: it holds more than tensors ({reason[:160]}); "
+                         "poslab loads weights only (convert it to safetensors with a tool you trust)") from None
 
 
 def _transformers():
@@ -145,7 +158,8 @@ def load_hf_source(model_or_dir: Any) -> tuple[Any, dict[str, Tensor]]:
         )
     if not (folder / "config.json").is_file():
         raise ValueError(f"{str(folder)!r} has no config.json: not a Hugging Face model folder")
-    config = _transformers().AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    # trust_remote_code=False: a folder's own Python code (auto_map) is refused, never run or prompted for
+    config = _transformers().AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
     return config, _read_weights(folder)
 
 
@@ -477,10 +491,8 @@ def from_hf(model_or_dir: Any, *, dtype: torch.dtype | None = None) -> GPT:
     weights = _Weights(tensors, prefix, family)
     values, state = convert(config, weights)
     weights.finish()
-    source_dtype = state["tok_emb.weight"].dtype
-    gpt = GPT(GPTConfig(**values))
-    gpt.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=True)
-    gpt.to(dtype or source_dtype)
+    gpt = GPT(GPTConfig(**values)).to(dtype or state["tok_emb.weight"].dtype)  # RoPE/ALiBi buffers stay fp32
+    gpt.load_state_dict(state, strict=True)  # copies (and casts) into the parameters
     return gpt.eval()
 
 

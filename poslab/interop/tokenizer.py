@@ -47,7 +47,7 @@ class HFTokenizer:
         from transformers import AutoTokenizer
 
         try:
-            slow = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+            slow = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
         except Exception as err:  # a broken or exotic slow tokenizer: say which and why
             raise ValueError(f"{str(folder)!r} has tokenizer files transformers cannot load offline: {err}") from err
         backend = getattr(slow, "backend_tokenizer", None) or getattr(slow, "_tokenizer", None)

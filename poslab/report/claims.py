@@ -243,7 +243,7 @@ def evaluate(results: dict[str, dict]) -> list[Verdict]:
             continue
         try:
             measured, held = claim.check(data)
-        except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as err:
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as err:  # schema changed
             measured, held = f"results.json has no usable {err}", None
         verdicts.append(Verdict(claim.experiment, claim.source, claim.text, measured, held))
     for experiment, data in results.items():

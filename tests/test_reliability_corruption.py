@@ -1,0 +1,201 @@
+"""Corrupt checkpoints are refused with a clear message naming the previous good one.
+
+Every single-bit flip and truncation of the latest checkpoint's two files (the ``.safetensors``
+tensors, the ``.json`` metadata) and a checkpoint copied in from a run with another config must
+either be refused by ``load_run`` (``CheckpointError`` naming the file and the previous good
+checkpoint) or load exactly what was saved (a flip that changes nothing, e.g. ``1e-3`` -> ``1E-3``);
+a checkpoint that loads different numbers ("silently wrong") fails the test. ``poslab train
+--resume`` falls back to the previous good checkpoint with a warning and reproduces the
+uninterrupted run bitwise.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import pytest
+import torch
+
+from poslab import checkpoint as ckpt
+from poslab.cli import main
+from poslab.data import load_corpus
+from poslab.train import TrainConfig, load_run, read_metrics, train
+
+STEPS = (2, 4, 6)  # checkpoints of the corrupted run; 6 is the latest
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A finished run with checkpoints at 2, 4, 6, a longer uninterrupted one, and one with another config."""
+    root = tmp_path_factory.mktemp("corruption")
+    corpus = root / "corpus.txt"
+    corpus.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
+
+    def config(name, **overrides):
+        model = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "dropout": 0.1, **overrides.pop("model", {})}
+        values = dict(name=name, out_dir=str(root / "runs"), corpus=str(corpus), model=model, max_steps=6,
+                      batch_size=4, lr=3e-3, min_lr=3e-4, warmup_steps=2, lr_decay_steps=10, eval_interval=3, eval_iters=1,
+                      log_interval=1, ckpt_interval=2, keep_checkpoints=0, seed=5, threads=1)
+        return TrainConfig.from_dict({**values, **overrides})
+
+    run = config("run")
+    train(run, progress=False)
+    reference = config("reference", max_steps=8)
+    train(reference, progress=False)
+    other = config("other", model={"n_head": 4})
+    train(other, progress=False)
+    return {"config": config, "run": run.run_dir, "reference": reference.run_dir, "other": other.run_dir}
+
+
+def _state(run_dir, step=None):
+    model, _, _ = load_run(run_dir, step)
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _outcome(run_dir, original: dict, counts: dict) -> None:
+    """Load the run's latest checkpoint: refused with the right message, or exactly the saved weights."""
+    try:
+        state = _state(run_dir)
+    except ckpt.CheckpointError as err:
+        message = str(err)
+        assert "\n" not in message
+        assert "step_0000006" in message or "step 6" in message, message  # names the bad checkpoint
+        assert "previous good checkpoint is step 4" in message, message  # and offers the previous one
+        counts["refused"] += 1
+        return
+    if state.keys() == original.keys() and all(torch.equal(state[k], original[k]) for k in state):
+        counts["loaded_identical"] += 1
+    else:
+        counts["silently_wrong"] += 1
+
+
+def _corrupt_everything(run_dir, n_flips: int, seed: int) -> dict:
+    folder = run_dir / ckpt.CHECKPOINT_DIR
+    original = _state(run_dir)
+    counts = {"corruptions_tried": 0, "refused": 0, "loaded_identical": 0, "silently_wrong": 0,
+              "bit_flips": 0, "truncations": 0, "wrong_config": 0}
+    rng = random.Random(seed)
+    for suffix in (".safetensors", ".json"):
+        path = folder / f"step_0000006{suffix}"
+        good = path.read_bytes()
+        cuts = sorted({0, 1, 8, len(good) // 2, len(good) - 1})
+        for cut in cuts:  # truncated (a kill or a full disk mid-copy)
+            path.write_bytes(good[:cut])
+            _outcome(run_dir, original, counts)
+            counts["truncations"] += 1
+        for _ in range(n_flips // 2):  # one flipped bit anywhere in the file
+            position, bit = rng.randrange(len(good)), rng.randrange(8)
+            flipped = bytearray(good)
+            flipped[position] ^= 1 << bit
+            path.write_bytes(bytes(flipped))
+            _outcome(run_dir, original, counts)
+            counts["bit_flips"] += 1
+        path.write_bytes(good)
+    counts["corruptions_tried"] = counts["truncations"] + counts["bit_flips"]
+    return counts
+
+
+def _wrong_config(runs, counts: dict) -> None:
+    """A checkpoint copied in from a run with another config (both files, so the checksums agree)."""
+    folder = runs["run"] / ckpt.CHECKPOINT_DIR
+    saved = {s: (folder / f"step_0000006{s}").read_bytes() for s in (".json", ".safetensors")}
+    original = _state(runs["run"])
+    for suffix in saved:
+        shutil.copy(runs["other"] / ckpt.CHECKPOINT_DIR / f"step_0000006{suffix}", folder / f"step_0000006{suffix}")
+    with pytest.raises(ckpt.CheckpointError, match=r"different config: model\.n_head: 4 \(checkpoint\) vs 2 \(now\)"):
+        load_run(runs["run"])
+    _outcome(runs["run"], original, counts)
+    # only the metadata swapped in: the tensor file no longer matches the sha256 it records
+    (folder / "step_0000006.safetensors").write_bytes(saved[".safetensors"])
+    with pytest.raises(ckpt.CheckpointError, match="corrupt"):
+        load_run(runs["run"])
+    _outcome(runs["run"], original, counts)
+    counts["wrong_config"] += 2
+    counts["corruptions_tried"] += 2
+    for suffix, data in saved.items():
+        (folder / f"step_0000006{suffix}").write_bytes(data)
+
+
+def _check_and_record(request, counts):
+    from test_reliability_artifacts import mode, record
+
+    record("corruption", mode(request), counts)
+    assert counts["silently_wrong"] == 0, counts
+    assert counts["refused"] + counts["loaded_identical"] == counts["corruptions_tried"], counts
+    assert counts["refused"] >= 0.9 * counts["corruptions_tried"], counts
+
+
+def test_truncated_bit_flipped_and_foreign_checkpoints_are_refused(runs, request):
+    counts = _corrupt_everything(runs["run"], n_flips=120, seed=0)
+    _wrong_config(runs, counts)
+    _check_and_record(request, counts)
+    load_run(runs["run"])  # restored: loads again
+
+
+@pytest.mark.slow
+def test_every_kind_of_corruption_many_times(runs, request):
+    counts = _corrupt_everything(runs["run"], n_flips=3000, seed=1)
+    _wrong_config(runs, counts)
+    _check_and_record(request, counts)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "foreign"])
+def test_resume_falls_back_to_the_previous_good_checkpoint(runs, damage, tmp_path, capsys):
+    run = tmp_path / "runs" / "run"
+    shutil.copytree(runs["run"], run)
+    tensors = run / ckpt.CHECKPOINT_DIR / "step_0000006.safetensors"
+    meta = run / ckpt.CHECKPOINT_DIR / "step_0000006.json"
+    if damage == "truncate":
+        tensors.write_bytes(tensors.read_bytes()[:-100])
+    elif damage == "flip":
+        raw = bytearray(meta.read_bytes())
+        raw[raw.index(b'"log_loss_sum"') + 20] ^= 0x01  # a digit of a number: still valid JSON
+        meta.write_bytes(bytes(raw))
+    else:
+        for path in (tensors, meta):
+            shutil.copy(runs["other"] / ckpt.CHECKPOINT_DIR / path.name, path)
+    cfg = runs["config"]("run", out_dir=str(tmp_path / "runs"), max_steps=8)
+    train(cfg, resume=True, progress=False)
+    err = capsys.readouterr().err
+    assert "poslab: warning:" in err and ("step_0000006" in err or "step 6" in err), err
+    assert "resuming from the previous good checkpoint, step 4" in err, err
+    # the replayed steps 5-6 and the new 7-8 are exactly the uninterrupted 8-step run's
+    drop = ("tokens_per_s", "time_s")
+    ours = [{k: v for k, v in r.items() if k not in drop} for r in read_metrics(run)]
+    theirs = [{k: v for k, v in r.items() if k not in drop} for r in read_metrics(runs["reference"])]
+    assert ours == theirs
+    assert json.loads((run / "results.json").read_text())["resumed_from"] == 4
+
+
+def test_cli_names_the_previous_good_checkpoint_and_loads_it_on_request(runs, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(runs["run"], run)
+    tensors = run / ckpt.CHECKPOINT_DIR / "step_0000006.safetensors"
+    tensors.write_bytes(tensors.read_bytes()[: len(tensors.read_bytes()) // 2])
+    assert main(["sample", str(run), "--tokens", "4", "--seed", "0"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "is corrupt" in lines[0] and "previous good checkpoint is step 4" in lines[0], lines
+    assert "--step 4" in lines[0]
+    assert main(["sample", str(run), "--tokens", "4", "--seed", "0", "--step", "4"]) == 0
+
+
+def test_no_good_checkpoint_left_is_a_clear_error(runs, tmp_path):
+    run = tmp_path / "runs" / "run"
+    shutil.copytree(runs["run"], run)
+    for step in STEPS:
+        path = run / ckpt.CHECKPOINT_DIR / f"{ckpt.checkpoint_name(step)}.safetensors"
+        path.write_bytes(b"")
+    with pytest.raises(ckpt.CheckpointError, match=r"no usable checkpoint .*step_0000006.*step_0000002.*--overwrite"):
+        train(runs["config"]("run", out_dir=str(tmp_path / "runs"), max_steps=8), resume=True, progress=False)
+    with pytest.raises(ckpt.CheckpointError, match="no earlier checkpoint verifies"):
+        load_run(run)
+
+
+def test_a_garbled_latest_pointer_falls_back_to_the_newest_checkpoint(runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(runs["run"], run)
+    (run / ckpt.CHECKPOINT_DIR / "latest").write_bytes(b"\xff\xfe garbage")
+    assert ckpt.latest_step(run) == 6
+    load_run(run)

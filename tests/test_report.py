@@ -1,0 +1,252 @@
+"""The HTML report, the claims it checks, the pe-cache experiment and the lab runner."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from lab_helpers import PROMPT, copy_lab, one_thread, quiet, shared_lab
+
+from poslab import lab
+from poslab.cli import main
+from poslab.report import build_report, claims, load_results
+from poslab.report.fonts import FAMILY, covered_chars, font_face_css, font_path
+from poslab.report.sections import SECTIONS
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    with one_thread():
+        yield
+
+
+def verdict_of(html: str, claim_start: str) -> str:
+    """The verdict badge text of the first claims-table row whose claim starts with ``claim_start``."""
+    within = r"(?:(?!</tr>).)*?"  # never across rows
+    row = re.search(r"<tr class='v-\w+'><td class='src'>" + within + "</td><td>" + re.escape(claim_start) + within + "</tr>", html)
+    assert row, claim_start
+    return re.search(r"<span class='badge \w+'>([^<]+)</span>", row.group(0)).group(1)
+
+
+# ------------------------------------------------------------------------------------ the report
+def test_report_is_self_contained_and_has_every_section():
+    lab_dir = shared_lab()
+    html = build_report(lab_dir, lab_dir / "report.html").read_text(encoding="utf-8")
+    for section in SECTIONS:
+        assert f"<section id='{section.key}'>" in html
+    assert "<section id='claims'>" in html and "<section id='machine'>" in html
+    # nothing is loaded from anywhere: every src/href/url() is a data URL or an in-page anchor
+    for ref in re.findall(r"""(?:src|href)=['"]([^'"]+)['"]|url\(([^)]+)\)""", html):
+        target = ref[0] or ref[1]
+        assert target.startswith(("data:", "#")), target
+    assert "<script" not in html
+    assert len(re.findall(r"data:image/png;base64,", html)) == 2  # heads.png and attention.png
+    assert f"font-family: '{FAMILY}'" in html and "data:font/otf;base64," in html
+    assert "Not run in this lab" in html  # the training experiments were not run here
+
+
+def test_report_shows_the_plots_of_each_folder(tmp_path):
+    lab_dir = copy_lab(tmp_path / "lab")
+    (lab_dir / "experiments" / "params" / "extra.png").write_bytes((lab_dir / "heads" / "heads.png").read_bytes())
+    html = build_report(lab_dir).read_text(encoding="utf-8")
+    assert html.count("data:image/png;base64,") == 3
+    assert "<figcaption>extra.png</figcaption>" in html
+
+
+def test_claims_held_on_real_results():
+    html = build_report(shared_lab(), shared_lab() / "claims.html").read_text(encoding="utf-8")
+    for start in ("多头不增加参数量", "单头 Linear(512,512)", "qkv 3168 个", "[batch, seq, d_model]", "&lt;R_m q, R_n k&gt; 只依赖",
+                  "打乱顺序后", "这就是为什么必须要有位置编码"):
+        assert verdict_of(html, start) == "held", start
+    assert verdict_of(html, "1 层：没有位置嵌入") == "not measured"  # causal-leak is not in this lab
+
+
+def test_changing_a_results_file_changes_the_report(tmp_path):
+    lab_dir = copy_lab(tmp_path / "lab")
+    before = build_report(lab_dir).read_text(encoding="utf-8")
+    assert verdict_of(before, "qkv 3168 个") == "held"
+    assert "9,999" not in before
+    path = lab_dir / "experiments" / "params" / "results.json"
+    results = json.loads(path.read_text())
+    results["seed001_qkv_params_by_heads"]["4"] = 9999
+    results["seed000_one_linear_512"] = 123457
+    path.write_text(json.dumps(results))
+    after = build_report(lab_dir).read_text(encoding="utf-8")
+    assert "h=4: qkv 9,999, proj 1,056" in after
+    assert verdict_of(after, "qkv 3168 个") == "did not hold at this scale"
+    assert "one Linear 123,457" in after and verdict_of(after, "单头 Linear(512,512)") == "did not hold at this scale"
+    # the head analysis numbers come from heads/results.json too
+    heads_path = lab_dir / "heads" / "results.json"
+    heads = json.loads(heads_path.read_text())
+    heads["pruned_30"]["loss"] = 42.125
+    heads_path.write_text(json.dumps(heads))
+    assert "42.12" in build_report(lab_dir).read_text(encoding="utf-8")
+
+
+def test_experiment_claim_lists_are_shown(tmp_path):
+    lab_dir = copy_lab(tmp_path / "lab")
+    folder = lab_dir / "experiments" / "extrapolation"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps({"claims": [
+        {"claim": "ALiBi flat past L", "source": "Press et al. 2022", "measured": {"ppl_1x": 3.5, "ppl_4x": 3.61}, "held": True},
+        {"claim": "sinusoidal explodes", "figures": "ppl 4x/1x = 1.2", "held": False},
+        {"statement": "undecided", "held": None},
+    ]}))
+    html = build_report(lab_dir).read_text(encoding="utf-8")
+    assert verdict_of(html, "ALiBi flat past L") == "held"
+    assert "ppl_1x 3.5, ppl_4x 3.61" in html
+    assert verdict_of(html, "sinusoidal explodes") == "did not hold at this scale"
+    assert verdict_of(html, "undecided") == "not measured"
+
+
+def test_report_survives_broken_or_missing_inputs(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        build_report(tmp_path / "nothing")
+    lab_dir = tmp_path / "lab"
+    (lab_dir / "experiments" / "params").mkdir(parents=True)
+    (lab_dir / "experiments" / "params" / "results.json").write_text("{not json")
+    (lab_dir / "experiments" / "shapes").mkdir()
+    (lab_dir / "experiments" / "shapes" / "results.json").write_text(json.dumps({"seed000_walk": "wrong type"}))
+    html = build_report(lab_dir).read_text(encoding="utf-8")
+    assert "unreadable results.json" in html
+    assert verdict_of(html, "[batch, seq, d_model]") == "not measured"
+    assert load_results(lab_dir)["experiments/shapes"] == {"seed000_walk": "wrong type"}
+
+
+def test_number_formatting():
+    assert claims.num(1050624) == "1,050,624"
+    assert claims.num(2.98394608) == "2.984"
+    assert claims.num(1.2e-06) == "1.2e-06"
+    assert claims.num(19869.17) == "19,869"
+    assert claims.num(True) == "True"
+    assert claims.get({"a": {"b": [1, {"c": 5}]}}, "a.b.1.c") == 5
+    with pytest.raises(KeyError):
+        claims.get({"a": 1}, "a.b")
+
+
+def test_font_subset_covers_the_corpora_and_embeds_small():
+    from poslab.data import load_corpus
+
+    assert font_path().stat().st_size < 3_000_000
+    covered = covered_chars()
+    poems = load_corpus("tang5").replace("\n", "")
+    missing = [c for c in poems if c not in covered]
+    # only rare CJK extension B+ characters (no font installed here has them) are missing: < 0.1% of the text
+    assert len(missing) < 0.001 * len(poems) and all(ord(c) > 0x20000 or 0x3400 <= ord(c) < 0x4DC0 or ord(c) > 0x9FA5 for c in missing)
+    assert set(PROMPT) <= covered
+    css = font_face_css("白日依山尽 hello")
+    assert css.startswith("@font-face") and len(css) < 20_000
+    assert font_face_css("ascii only") == ""
+    assert (font_path().parent / "OFL.txt").read_text().count("SIL OPEN FONT LICENSE") == 1
+
+
+# ------------------------------------------------------------------------------------ pe-cache
+def test_pe_cache_experiment(tmp_path):
+    from poslab.experiments import pe_cache, registry
+
+    assert registry()["pe-cache"] is pe_cache and pe_cache.IN_ALL
+    with quiet():
+        results = pe_cache.run(tmp_path, quick=True)
+    json.dumps(results, allow_nan=False)
+    assert [r["seq_len"] for r in results["rows"]] == [128, 512]
+    for row in results["rows"]:
+        assert row["pe_lookup_us"] > 0 and row["pe_compute_us"] > 0
+        assert row["pe_speedup"] == pytest.approx(row["pe_compute_us"] / row["pe_lookup_us"])
+    speed, value_range, wavelengths = results["claims"]
+    assert speed["held"] == (results["headline"]["embed_speedup"] >= pe_cache.HELD_IF_AT_LEAST)
+    assert value_range["held"] and results["value_range"] == {"min": -1.0, "max": 1.0}
+    assert wavelengths["held"] and results["wavelength_range"]["max_over_2pi"] == pytest.approx(10000 ** (510 / 512))
+
+
+# ------------------------------------------------------------------------------------ the lab runner
+def fake_step(name: str, folder: str, lab_dir: Path, fail: bool = False, needs: tuple[str, ...] = ()) -> lab.Step:
+    """A step that runs a tiny Python process writing results.json (or failing) and counting its runs."""
+    code = (
+        "import json, pathlib, sys\n"
+        f"out = pathlib.Path({str(lab_dir / folder)!r}); out.mkdir(parents=True, exist_ok=True)\n"
+        f"counter = pathlib.Path({str(lab_dir / (folder.replace('/', '_') + '.count'))!r})\n"
+        "counter.write_text(str(int(counter.read_text()) + 1 if counter.exists() else 1))\n"
+        "print('step 1/2', end='\\r', flush=True); print('working on', out.name)\n"
+        + ("sys.exit('boom: the step broke')\n" if fail else "(out / 'results.json').write_text(json.dumps({'value': 3.25}))\n")
+    )
+    return lab.Step(name, "experiment", folder, [], needs=needs, command=[sys.executable, "-c", code])
+
+
+def runs_of(lab_dir: Path, folder: str) -> int:
+    path = lab_dir / (folder.replace("/", "_") + ".count")
+    return int(path.read_text()) if path.exists() else 0
+
+
+def test_lab_reuses_finished_steps_records_failures_and_builds_the_report(tmp_path, monkeypatch):
+    lab_dir = tmp_path / "lab"
+    fail = {"flag": False}
+
+    def fake_plan(lab_dir_arg: Path, mode: str) -> list[lab.Step]:
+        return [fake_step("one", "experiments/one", lab_dir), fake_step("two", "experiments/two", lab_dir, fail=fail["flag"]),
+                fake_step("three", "experiments/three", lab_dir, needs=("experiments/two",))]
+
+    monkeypatch.setattr(lab, "plan", fake_plan)
+    stream = __import__("io").StringIO()
+    manifest = lab.run_lab(lab_dir, "quick", stream=stream)
+    assert [s["status"] for s in manifest["steps"]] == ["ok", "ok", "ok"]
+    assert (lab_dir / "report.html").is_file() and (lab_dir / "logs" / "experiments_one.log").read_text().count("working on one")
+    progress = stream.getvalue()
+    assert "lab [1/3] one" in progress and "ETA" in progress and "working on one" in progress
+
+    manifest = lab.run_lab(lab_dir, "quick", stream=stream)  # everything reused
+    assert [s["status"] for s in manifest["steps"]] == ["reused"] * 3
+    assert runs_of(lab_dir, "experiments/one") == 1
+
+    manifest = lab.run_lab(lab_dir, "full", stream=stream)  # another mode: rerun
+    assert runs_of(lab_dir, "experiments/one") == 2 and manifest["mode"] == "full"
+
+    fail["flag"] = True
+    manifest = lab.run_lab(lab_dir, "full", fresh=True, stream=stream)
+    statuses = {s["name"]: s for s in manifest["steps"]}
+    assert statuses["one"]["status"] == "ok" and runs_of(lab_dir, "experiments/one") == 3
+    assert statuses["two"]["status"] == "failed" and "boom: the step broke" in statuses["two"]["error"]
+    assert statuses["three"]["status"] == "skipped" and "experiments/two" in statuses["three"]["error"]
+    html = (lab_dir / "report.html").read_text(encoding="utf-8")
+    assert "boom: the step broke" in html
+    saved = json.loads((lab_dir / "lab.json").read_text())
+    assert saved["machine"]["versions"]["torch"] and saved["records"]["experiments/two"]["status"] == "failed"
+
+
+def test_lab_plan_covers_every_lesson_experiment(tmp_path):
+    from poslab import experiments
+
+    steps = lab.plan(tmp_path, "quick")
+    names = [s.name for s in steps]
+    for name, module in experiments.registry().items():
+        if module.IN_ALL:
+            assert name in names
+    for name in (*lab.TRAINING_EXPERIMENTS, "head analysis", "attention map"):
+        assert name in names
+    assert all("--quick" in s.argv for s in steps if s.kind != "attention")
+    assert not any("--quick" in s.argv for s in lab.plan(tmp_path, "full"))
+    assert {s.folder for s in steps} >= {folder for section in SECTIONS for folder in section.folders}
+
+
+def test_lab_cli_errors(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["lab", "--quick", "--full"])
+    assert exit_info.value.code == 2 and "not allowed" in capsys.readouterr().err
+    assert main(["lab", "--out", str(tmp_path / "x"), "--only", "nope"]) == 2
+    assert "unknown lab step" in capsys.readouterr().err
+    (tmp_path / "file").write_text("x")
+    assert main(["lab", "--out", str(tmp_path / "file")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+    assert main(["lab", "--report-only", "--out", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_lab_quick_end_to_end(tmp_path):
+    """The real ``poslab lab --quick``: every step finishes and the report lists every section."""
+    manifest = lab.run_lab(tmp_path / "lab", "quick", stream=__import__("io").StringIO())
+    assert all(s["status"] == "ok" for s in manifest["steps"]), [(s["name"], s.get("error")) for s in manifest["steps"]]
+    html = (tmp_path / "lab" / "report.html").read_text(encoding="utf-8")
+    assert "not run in this lab" not in html.lower()
