@@ -22,14 +22,15 @@ Backends (``backend=``):
 
       - the fused ``is_causal`` kernel when there is no bias, mask or window and the positions are
         one increasing run shared by queries and keys (memory linear in ``T``);
-      - the *blocked* path for long sequences (``T_k >= chunk_threshold``) that carry a bias, a
-        mask or a sliding window: queries are cut into blocks of ``query_chunk``; each block
-        attends only to the keys within its reach (``searchsorted`` on the sorted key positions)
-        with its own slice of the float bias, so ``[B, h, T, T]`` is never materialised. Sliding
-        window ``W`` costs ``O(T (W + chunk))`` instead of ``O(T^2)``. When a trainable bias (or
-        any float bias) spans the whole causal past, each block is checkpointed so the backward
-        pass recomputes its bias rather than keeping all of them: memory stays linear in ``T``;
-      - one call with the combined float mask otherwise.
+      - the *blocked* path when a bias, a mask or a sliding window meets more than ``query_chunk``
+        queries: queries are cut into blocks of ``query_chunk``; each block attends only to the
+        keys within its reach (``searchsorted`` on the sorted key positions: the causal past, or
+        the window) with its own slice of the float bias, so ``[B, h, T, T]`` is never
+        materialised. Causal blocks skip the future keys (about half the work); a sliding window
+        ``W`` costs ``O(T (W + chunk))`` instead of ``O(T^2)``. From ``T_k >= recompute_threshold``
+        keys, a float bias spanning the whole causal past is not kept for backward: each block is
+        checkpointed and recomputes its bias, so memory stays linear in ``T``;
+      - one call with the combined mask otherwise (short sequences, unsorted positions).
 
     * ``eager``: explicit ``softmax(q k^T)`` computed in fp32 even under autocast; returns weights.
     * ``flex``: FlexAttention with the scheme's ``score_mod`` and a positional ``mask_mod`` (CPU:
@@ -51,10 +52,9 @@ from poslab.positions.base import PositionScheme
 BACKENDS = ("auto", "sdpa", "eager", "flex")
 
 #: queries per block in the blocked path
-DEFAULT_QUERY_CHUNK = 256
-#: key count from which biased / masked / windowed attention runs blocked
-DEFAULT_CHUNK_THRESHOLD = 2048
-_RECOMPUTE = True
+DEFAULT_QUERY_CHUNK = 128
+#: key count from which the blocked path recomputes float biases in backward instead of keeping them
+DEFAULT_RECOMPUTE_THRESHOLD = 2048
 
 #: ``bias_fn(q, k, q_pos, k_pos) -> [B|1, h, Tq, Tk]`` fp32 additive bias or ``None``
 BiasFn = Callable[[Tensor, Tensor, Tensor, Tensor], "Tensor | None"]
@@ -236,7 +236,7 @@ def attend(
     need_weights: bool = False,
     score_mod: Callable | None = None,
     query_chunk: int = DEFAULT_QUERY_CHUNK,
-    chunk_threshold: int = DEFAULT_CHUNK_THRESHOLD,
+    recompute_threshold: int = DEFAULT_RECOMPUTE_THRESHOLD,
     probe: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Scaled dot-product attention over explicit positions (the core every module here calls).
@@ -254,7 +254,8 @@ def attend(
         backend: ``auto``/``sdpa``/``eager``/``flex`` (see the module docstring).
         need_weights: also return the ``[B, h, Tq, Tk]`` fp32 weights (forces ``eager``).
         score_mod: FlexAttention score_mod equivalent to ``bias_fn`` (flex backend only).
-        query_chunk, chunk_threshold: the blocked path's block size and the key count that enables it.
+        query_chunk: the blocked path's query block (it runs when there are more queries than this).
+        recompute_threshold: key count from which blocks recompute float biases in backward.
         probe: applied to the eager weights (a hook point for visualisation).
 
     Returns:
@@ -285,8 +286,10 @@ def attend(
         return out, None
     if plain and not causal:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale, enable_gqa=gqa), None
-    if Tk >= chunk_threshold and Tq > query_chunk and _sorted(q_pos) and _sorted(k_pos):
-        return _blocked_sdpa(q, k, v, q_pos, k_pos, causal, window, bias_fn, attn_mask, scale, dropout, query_chunk), None
+    if Tq > query_chunk and _sorted(q_pos) and _sorted(k_pos):
+        recompute = Tk >= recompute_threshold and torch.is_grad_enabled()
+        out = _blocked_sdpa(q, k, v, q_pos, k_pos, causal, window, bias_fn, attn_mask, scale, dropout, query_chunk, recompute)
+        return out, None
     return _sdpa_block(q, k, v, q_pos, k_pos, causal, window, bias_fn, attn_mask, scale, dropout), None
 
 
@@ -351,19 +354,22 @@ def _blocked_sdpa(
     scale: float,
     dropout: float,
     query_chunk: int,
+    recompute: bool = False,
 ) -> Tensor:
     """Attention in query blocks, each over only the keys within its reach (sorted positions).
 
     Block ``[s, e)`` reads keys with ``q_pos[s] - W < k_pos`` (window) and ``k_pos <= q_pos[e-1]``
     (causal), found by ``searchsorted``; its bias is computed for that ``[tq, tk]`` tile only.
     Cost: ``O(T * reach * d)`` time and ``O(B h chunk reach)`` memory per block, where ``reach`` is
-    ``min(T, W + chunk)`` with a window and up to ``T`` without.
+    ``min(T, W + chunk)`` with a window and up to ``T`` without. With ``recompute``, blocks with a
+    float bias over the whole past (no window) are checkpointed: backward recomputes the bias, so the
+    blocks' biases (``O(h T^2)`` together) are never all alive.
     """
     Tq = q.shape[2]
     float_bias = bias_fn is not None or (attn_mask is not None and attn_mask.dtype != torch.bool)
     # a float bias over the whole causal past would be kept for backward by every block (O(T^2)):
-    # recompute it in backward instead
-    recompute = float_bias and window is None and torch.is_grad_enabled() and _RECOMPUTE
+    # recompute it in backward instead (a window bounds each block's bias: nothing to gain there)
+    recompute = recompute and float_bias and window is None
     outs = []
     for s in range(0, Tq, query_chunk):
         e = min(s + query_chunk, Tq)
@@ -401,7 +407,13 @@ def _eager(
                 scores = scores.masked_fill(~combined, float("-inf"))
             else:
                 scores = scores + combined.float()
+            # a query that sees no key (sliding window + padding): zero weights and output, as SDPA
+            # gives, instead of 0/0 = NaN (masked before the softmax so no NaN reaches the backward)
+            blind = torch.isneginf(scores).all(dim=-1, keepdim=True)  # [B, h, Tq, 1]
+            scores = scores.masked_fill(blind, 0.0)
         weights = torch.softmax(scores, dim=-1)  # fp32 softmax
+        if combined is not None:
+            weights = weights.masked_fill(blind, 0.0)
     if probe is not None:
         weights = probe(weights)
     attn = F.dropout(weights, p=dropout) if dropout > 0 else weights
@@ -466,8 +478,10 @@ class MultiHeadAttention(nn.Module):
         window: sliding window ``W``: query ``i`` sees keys ``j`` with ``i - W < j <= i``
             (Mistral; ``|i - j| < W`` when not causal).
         scale: softmax scale (default ``1/sqrt(d_k)``).
-        query_chunk: query block size of the blocked (memory-efficient) path.
-        chunk_threshold: key count from which biased, masked or windowed attention runs blocked.
+        query_chunk: query block size of the blocked path (biases, masks and windows on more
+            queries than this run in blocks).
+        recompute_threshold: key count from which blocked float biases are recomputed in backward
+            (memory linear in ``T``) rather than kept.
     """
 
     def __init__(
@@ -484,7 +498,7 @@ class MultiHeadAttention(nn.Module):
         window: int | None = None,
         scale: float | None = None,
         query_chunk: int = DEFAULT_QUERY_CHUNK,
-        chunk_threshold: int = DEFAULT_CHUNK_THRESHOLD,
+        recompute_threshold: int = DEFAULT_RECOMPUTE_THRESHOLD,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -492,7 +506,7 @@ class MultiHeadAttention(nn.Module):
         if backend not in BACKENDS:
             raise ValueError(f"unknown attention backend {backend!r}; choose one of {list(BACKENDS)}")
         validate_window(window)
-        for label, value in (("query_chunk", query_chunk), ("chunk_threshold", chunk_threshold)):
+        for label, value in (("query_chunk", query_chunk), ("recompute_threshold", recompute_threshold)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{label} must be a positive integer, got {value!r}")
         if not 0.0 <= dropout < 1.0:
@@ -500,7 +514,7 @@ class MultiHeadAttention(nn.Module):
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.head_dim = d_model // n_heads
         self.causal, self.dropout, self.backend, self.window = causal, dropout, backend, window
-        self.query_chunk, self.chunk_threshold = query_chunk, chunk_threshold
+        self.query_chunk, self.recompute_threshold = query_chunk, recompute_threshold
         self.scale = scale if scale is not None else 1.0 / math.sqrt(self.head_dim)
         self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)  # fused
         self.proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
@@ -585,7 +599,7 @@ class MultiHeadAttention(nn.Module):
             need_weights=need_weights,
             score_mod=self.score_mod(scheme, q, k, q_pos, k_pos) if backend == "flex" else None,
             query_chunk=self.query_chunk,
-            chunk_threshold=self.chunk_threshold,
+            recompute_threshold=self.recompute_threshold,
             probe=self.scores_probe,
         )
         if head_mask is not None:

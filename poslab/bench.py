@@ -1,7 +1,7 @@
 """``poslab bench``: attention speed and memory, and KV-cache decoding, measured side by side.
 
-Attention (forward + backward of one self-attention layer with its projections, ``B=8, h=4,
-d_k=32, d=128``, causal, fp32) for every registered position scheme, a sliding window, and four
+Attention (forward + backward of one self-attention layer with its projections, no projection
+biases except Bloom's (built in), ``B=8, h=4, d_k=32, d=128``, causal, fp32) for every registered position scheme, a sliding window, and four
 references: ``torch.nn.MultiheadAttention`` (causal ``attn_mask``, ``need_weights=False``, and the
 same with the ``is_causal`` hint), a naive eager ``softmax(QK^T)V``, ``transformers``' Llama
 attention (RoPE, SDPA) and Bloom attention (ALiBi).
@@ -93,8 +93,8 @@ class NaiveAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int) -> None:
         super().__init__()
         self.n_heads = n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, d = x.shape
@@ -118,14 +118,14 @@ def build_case(name: str, T: int, seed: int = 0) -> Callable[[], None]:
         scheme = positions.build_for_model(
             scheme_name, {}, {"n_embd": D_MODEL, "n_heads": HEADS, "head_dim": HEAD_DIM, "max_len": T, "bidirectional": False}
         )
-        module: nn.Module = MultiHeadAttention(D_MODEL, HEADS, position=scheme, window=int(window) if window else None)
+        module: nn.Module = MultiHeadAttention(D_MODEL, HEADS, position=scheme, window=int(window) if window else None, bias=False)
         module.add_module("scheme", scheme)
         pos = torch.arange(T)
 
         def forward() -> Tensor:
             return module(scheme.embed(x, pos), pos)  # absolute schemes add their table here
     elif name.startswith("torch-mha"):
-        module = nn.MultiheadAttention(D_MODEL, HEADS, batch_first=True)
+        module = nn.MultiheadAttention(D_MODEL, HEADS, batch_first=True, bias=False)
         future = torch.ones(T, T, dtype=torch.bool).triu(1)  # True = masked (nn.MultiheadAttention)
         hint = name.endswith("is_causal")
 

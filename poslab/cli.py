@@ -24,6 +24,7 @@ COMMANDS = (
     "poslab.heads",
     "poslab.attention_map",
     "poslab.explore",
+    "poslab.sweep",
 )
 
 

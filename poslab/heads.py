@@ -360,7 +360,7 @@ def plot(results: dict[str, Any], path: Path) -> Path:
 
     n_layer, n_head = results["model"]["n_layer"], results["model"]["n_head"]
 
-    def grid(key: str) -> list[list[float]]:
+    def grid_of(key: str) -> list[list[float]]:
         values = [[0.0] * n_head for _ in range(n_layer)]
         for row in results["heads"]:
             values[row["layer"]][row["head"]] = row[key]
@@ -369,35 +369,42 @@ def plot(results: dict[str, Any], path: Path) -> Path:
     panels = [
         ("previous_token", "previous-token score", "Blues", (0, 1)),
         ("induction", "induction score (prefix matching)", "Purples", (0, 1)),
-        ("positional_confidence", "positional confidence (offset shown)", "Greens", (0, 1)),
+        ("positional_confidence", "positional: most frequent offset (confidence)", "Greens", (0, 1)),
         ("mask_loss_delta", "loss increase when masked", "Oranges", None),
     ]
     with matplotlib.rc_context(use_in_matplotlib()):
-        fig, axes = new_figure(1, 5, size=(4.0 * 5, 0.5 * max(n_layer, 4) + 2.2))
+        height = 0.45 * max(n_layer, 3) + 1.6
+        fig, _ = new_figure(1, 1, size=(15.0, 2 * height + 0.6))
+        fig.clear()
+        fig.set_layout_engine("constrained")
+        grid = fig.add_gridspec(2, 3)
+        axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[0, 2]), fig.add_subplot(grid[1, 0])]
         for ax, (key, title, cmap, limits) in zip(axes, panels):
-            values = grid(key)
+            values = grid_of(key)
             vmin, vmax = limits if limits else (min(min(r) for r in values), max(max(r) for r in values))
             image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
-            fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
+            fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
             for row in results["heads"]:
-                text = f"{row[key]:.2f}" if key != "positional_confidence" else f"{row['positional_offset']:+d}\n{row[key]:.2f}"
-                ax.text(row["head"], row["layer"], text, ha="center", va="center", fontsize=7)
+                text = f"{row[key]:.2f}" if key != "positional_confidence" else f"{row['positional_offset']:+d} ({row[key]:.2f})"
+                if key == "mask_loss_delta":
+                    text = f"{row[key]:+.3f}"
+                ax.text(row["head"], row["layer"], text, ha="center", va="center", fontsize=8)
             ax.set_title(title, fontsize=10)
             ax.set_xlabel("head")
             ax.set_ylabel("layer")
             ax.set_xticks(range(n_head))
             ax.set_yticks(range(n_layer))
-        ax = axes[-1]
+        ax = fig.add_subplot(grid[1, 1:])
         pruning = results["pruning"]
         percent = [100 * f for f in pruning["fractions"]]
         ax.plot(percent, pruning["loss_by_importance"], "o-", label="least important first")
         ax.plot(percent, pruning["loss_random_order"], "s--", label="random order (mean of 3)")
-        ax.axhline(results["base_loss"], color="grey", lw=0.8)
+        ax.axhline(results["base_loss"], color="grey", lw=0.8, label="all heads")
         ax.set_xlabel("% of heads masked")
-        ax.set_ylabel("loss")
-        ax.set_title("pruning (Michel et al. 2019)", fontsize=10)
+        ax.set_ylabel("validation loss")
+        ax.set_title("pruning heads (Michel et al. 2019)", fontsize=10)
+        ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
         return save_figure(fig, path)
 
 

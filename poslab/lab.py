@@ -160,6 +160,14 @@ class Display:
             self.stream.write(text + "\n")
             self._draw()
 
+    def finish(self, text: str) -> None:
+        """The running step ended: print ``text`` and drop the status line until the next step."""
+        with self.lock:
+            self._clear()
+            self.label, self.detail = "", ""
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
     def _clear(self) -> None:
         if self.tty:
             self.stream.write("\r\x1b[K")
@@ -353,14 +361,14 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
                     if code == 0 and (lab_dir / step.folder / step.done_file).is_file():
                         record["status"] = "ok"
                         rerun.add(step.folder)
-                        display.message(f"━━ lab {label}: done in {format_duration(seconds)}")
+                        display.finish(f"━━ lab {label}: done in {format_duration(seconds)}")
                     else:
                         why = tail.splitlines()[-1] if tail else f"exit code {code}"
                         if code == 0:
                             why = f"finished without writing {step.folder}/{step.done_file}"
                         record.update(status="interrupted" if interrupted else "failed", error=why, exit_code=code)
                         failed.add(step.folder)
-                        display.message(f"━━ lab {label}: {record['status']} after {format_duration(seconds)}: {why} "
+                        display.finish(f"━━ lab {label}: {record['status']} after {format_duration(seconds)}: {why} "
                                         f"(log: {lab_dir / 'logs'})")
             manifest["steps"].append(record)
             manifest["records"][step.folder] = record

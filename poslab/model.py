@@ -43,6 +43,11 @@ ACTIVATIONS = {
 RESIDUALS = ("sequential", "parallel", "parallel_shared_norm")
 
 
+def default_activation(mlp: str) -> str:
+    """The activation of an MLP kind when none is given: ``silu`` for swiglu, ``gelu_tanh`` (GPT-2) otherwise."""
+    return "silu" if mlp == "swiglu" else "gelu_tanh"
+
+
 @dataclass
 class GPTConfig:
     """Configuration of :class:`GPT` (validated at construction).
@@ -157,9 +162,7 @@ class GPTConfig:
     @property
     def mlp_activation(self) -> str:
         """``activation`` or the MLP kind's default (``gelu_tanh`` for gelu, ``silu`` for swiglu)."""
-        if self.activation is not None:
-            return self.activation
-        return "silu" if self.mlp == "swiglu" else "gelu_tanh"
+        return self.activation if self.activation is not None else default_activation(self.mlp)
 
     def bias_of(self, part: str) -> bool:
         """Whether ``part`` (``"attn"``, ``"mlp"`` or ``"norm"``) has biases: its flag, else ``bias``."""
@@ -200,7 +203,7 @@ class MLP(nn.Module):
     def __init__(self, n_embd: int, hidden: int, kind: str, bias: bool, dropout: float, activation: str | None = None) -> None:
         super().__init__()
         self.kind = kind
-        self.activation = activation or ("silu" if kind == "swiglu" else "gelu_tanh")
+        self.activation = activation or default_activation(kind)
         self.act = ACTIVATIONS[self.activation]
         if kind == "swiglu":
             self.gate = nn.Linear(n_embd, hidden, bias=bias)

@@ -345,7 +345,7 @@ class AdaptiveSpanAttention(MultiHeadAttention):
 
     def effective_window(self) -> int | None:
         """Keys at distance ``>= z_max + R`` have mask 0: at most ``ceil(z_max + R)`` keys per query."""
-        reach = math.ceil(float(self.spans().max()) + self.ramp)
+        reach = math.ceil(float(self.spans().max().detach()) + self.ramp)
         return reach if self.window is None else min(reach, self.window)
 
     def span_loss(self) -> Tensor:

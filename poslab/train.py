@@ -379,7 +379,10 @@ def prepare_data(cfg: TrainConfig, tokenizer: Any = None) -> RunData:
 
 # ------------------------------------------------------------------------------------------ run folder
 def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # not UTF-8 or not JSON (a damaged or foreign file): name it
+        raise ValueError(f"{str(path)!r} is not a readable JSON file: {err}") from None
 
 
 def _identity(config_doc: dict) -> dict:

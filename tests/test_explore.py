@@ -11,6 +11,7 @@ import pytest
 import torch
 from lab_helpers import PROMPT, one_thread, tiny_run
 
+from poslab import positions
 from poslab.cli import main
 from poslab.explore import COLORMAP, ModelStore, colormap_rgb, make_server, page_html
 from poslab.heads import attention_weights
@@ -21,7 +22,7 @@ from poslab.train import load_run
 def server():
     with one_thread():
         runs = [tiny_run("rope"), tiny_run("alibi")]
-    store = ModelStore(runs, ["rope", "alibi", "t5", "learned", "none", "xl"])
+    store = ModelStore(runs)  # and an untrained model of every registered scheme
     httpd = make_server(store, 0)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -79,7 +80,7 @@ def test_attention_matches_the_models_weights(server, model_id, run_index):
 def test_scheme_views(server):
     url, _ = server
     views = {}
-    for scheme in ("rope", "alibi", "t5", "learned", "none", "xl"):
+    for scheme in positions.names():
         status, body = request(url + "/api/attention", {"model": f"scheme:{scheme}", "prompt": "白日依山尽"})
         assert status == 200, body
         views[scheme] = [v["title"] for v in body["views"]]

@@ -208,3 +208,15 @@ def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):
     bad = TrainConfig.from_dict({**cfg.to_dict(), "name": "ft2", "init_from": str(tmp_path / "nope")})
     with pytest.raises(FileNotFoundError):
         train(bad, progress=False)
+
+
+def test_a_model_that_did_not_train_makes_its_claims_not_measurable():
+    table = _table({"alibi": (1, 1, 1.05, 1.06, 1.07), "rope": (1, 1.3, 2.0, 3.0, 12.0), "sinusoidal": (3, 3, 3, 3, 3),
+                    "t5": (1, 1, 1.02, 1.03, 1.04), "xl": (1, 1.5, 3, 5, 9)})
+    assert set(extrapolation.undertrained(table)) == {"sinusoidal"}  # ppl 30 at L vs a median of 10
+    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(table)}
+    sinusoidal = claims["sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L"]
+    assert sinusoidal["held"] is None and sinusoidal["verdict"] == "not measurable" and "did not train" in sinusoidal["note"]
+    assert sinusoidal["measured"]["ratio"] == pytest.approx(1.0)  # the numbers are still reported
+    assert claims["at 8x L: ALiBi < RoPE < sinusoidal"]["held"] is None
+    assert claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["held"] is True

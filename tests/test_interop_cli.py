@@ -123,3 +123,22 @@ def test_convert_errors(hf_folders, tmp_path, capsys) -> None:
         assert err.startswith("poslab: error:") and needle in err, err
     assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
     assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
+
+
+def test_slow_tokenizer_files_are_converted_offline(hf_folders, tmp_path) -> None:
+    """A folder with only vocab.json + merges.txt (no tokenizer.json) gets its fast tokenizer via AutoTokenizer."""
+    import shutil
+
+    from poslab.interop.tokenizer import HFTokenizer
+
+    folder, _ = hf_folders["gpt2"]
+    slow = tmp_path / "slow"
+    shutil.copytree(folder, slow)
+    bpe = _tokenizer()
+    bpe.model.save(str(slow))  # vocab.json + merges.txt
+    assert not (slow / "tokenizer.json").exists()
+    tokenizer = HFTokenizer.from_folder(slow)
+    text = "ROMEO: Is the day so young?"
+    assert tokenizer.encode(text) == bpe.encode(text).ids
+    assert tokenizer.decode(tokenizer.encode(text)) == text
+    assert HFTokenizer.from_folder(folder) is None  # no tokenizer files at all

@@ -93,7 +93,7 @@ def test_rolling_cache_larger_than_the_window_is_exact() -> None:
 def test_long_prefill_through_the_blocked_path_then_decode() -> None:
     """A prefill long enough for the blocked path (threshold lowered) followed by decoding."""
     attn = make_attention(Variant("t5", "t5"), n_kv_heads=2)
-    attn.query_chunk, attn.chunk_threshold = 8, 16
+    attn.query_chunk = 8
     x = torch.randn(B, 40, D_MODEL)
     cache = KVCache(B, 2, DK, capacity=40)
     with torch.no_grad():

@@ -123,7 +123,7 @@ def test_window_equals_brute_force(variant: Variant, W: int) -> None:
     with torch.no_grad():
         assert_close(attn(x, backend="sdpa"), expected, **TIGHT)
         assert_close(attn(x, backend="eager"), expected, **TIGHT)
-        attn.query_chunk, attn.chunk_threshold = 3, 1  # force the blocked path: 4 query blocks
+        attn.query_chunk = 3  # force the blocked path: 4 query blocks
         assert_close(attn(x, backend="sdpa"), expected, **TIGHT)
 
 
@@ -161,7 +161,7 @@ def test_window_gradient_matches_the_reference_path() -> None:
     grads_eager = [p.grad.clone() for p in attn.parameters()]
     x.grad = None
     attn.zero_grad()
-    attn.query_chunk, attn.chunk_threshold = 4, 1
+    attn.query_chunk, attn.recompute_threshold = 4, 1
     attn(x, backend="sdpa").square().sum().backward()
     assert_close(x.grad, grad_eager, **TIGHT)
     for p, g in zip(attn.parameters(), grads_eager):

@@ -15,7 +15,8 @@ The RoPE model is the extrapolation experiment's (reused when that experiment ra
 with the same size, else trained here). Each scaling is applied at inference with
 :func:`poslab.eval.apply_rope_scaling` (factor 4, ``original_max_len = L``); the fine-tunes are new
 runs initialised from the RoPE run's checkpoint (``TrainConfig.init_from``) with the scaling set and
-``block_size = 4 L``, trained for 100 steps at the same tokens per step.
+``block_size = 4 L``, trained for 100 steps at the same tokens per step. A control run trains the same
+number of extra steps at ``L`` without scaling, to separate what more training alone buys.
 """
 
 from __future__ import annotations
@@ -69,6 +70,16 @@ def finetune_config(label: str, spec: str, lab: Any, base_run: Path, out: Path) 
                         block_size=FACTOR * lab.train_length, position_config=position_config,
                         steps=lab.finetune_steps, batch_size=batch, lr=lab.lr / 3,
                         warmup_steps=max(1, lab.finetune_steps // 10), init_from=str(base_run))
+
+
+def control_config(lab: Any, base_run: Path, out: Path) -> Any:
+    """The control: the same number of extra steps at the original length ``L``, no scaling.
+
+    It separates what more training alone buys (the base model is small and still learning) from
+    what training at 4x L buys.
+    """
+    return train_config("rope", lab, models_dir(out, lab), name="rope-control-more-steps-at-L", steps=lab.finetune_steps,
+                        lr=lab.lr / 3, warmup_steps=max(1, lab.finetune_steps // 10), init_from=str(base_run))
 
 
 def context_claims(inference: dict[str, dict], finetuned: dict[str, dict], base_L: float, steps: int = 100) -> list[dict[str, Any]]:
@@ -158,11 +169,21 @@ def run(out: Path, quick: bool = False, size: str | None = None) -> dict:
     print_table(["scaling (inference only)", "spec", f"ppl at {long_length}", "sliding", "vs base at L"], rows,
                 title=f"RoPE model trained at L={lab.train_length}: base ppl at L = {base_L:.3f} "
                       f"(sliding {_ppl(base['L'], 'sliding'):.3f}); {n_targets} targets")
+    control_dir = ensure_trained(control_config(lab, base_run, out))
+    runs["control"] = str(control_dir)
+    tuned, _, _ = load_model(control_dir)
+    control = {"4L": _cell(tuned, tokens, long_length, n_targets), "L": _cell(tuned, tokens, lab.train_length, n_targets)}
+
     rows = [[label, spec, f"{_ppl(finetuned[label]['4L']):.3f}", f"{_ppl(finetuned[label]['L']):.3f}",
              f"{_ppl(finetuned[label]['4L']) / base_L:.3f}"] for label, spec in FINETUNE.items()]
+    rows.append([f"control: {lab.finetune_steps} more steps at L", "none", f"{_ppl(control['4L']):.3f}", f"{_ppl(control['L']):.3f}",
+                 f"{_ppl(control['4L']) / base_L:.3f}"])
     print_table(["fine-tuned", "spec", f"ppl at {long_length}", f"ppl back at {lab.train_length}", "at 4L vs base at L"], rows,
                 title=f"after {lab.finetune_steps} steps at block size {long_length} (init from the RoPE run)")
     claims = context_claims(inference, finetuned, base_L, lab.finetune_steps)
+    for c in claims:  # what the extra steps alone give, next to the fine-tuning claims
+        if "fine-tun" in c["claim"] and "without" not in c["claim"]:
+            c["measured"]["control_more_steps_at_L_ppl_L"] = _ppl(control["L"])
     print_claims(claims)
     figure = plot(inference, finetuned, base_L, lab, out / "context_extension.png")
     return {
@@ -177,6 +198,7 @@ def run(out: Path, quick: bool = False, size: str | None = None) -> dict:
         "inference": inference,
         "finetune_runs": runs,
         "finetuned": finetuned,
+        "control_more_steps_at_L": control,
         "claims": claims,
         "figure": str(figure),
         "seconds": time.perf_counter() - start,

@@ -97,10 +97,8 @@ class _Weights:
 
 def _read_weights(folder: Path) -> dict[str, Tensor]:
     """Tensors of a local checkpoint folder: safetensors (single or sharded), else PyTorch ``.bin``."""
-    from safetensors.torch import load_file
-
     for index_name, loader in (
-        ("model.safetensors.index.json", load_file),
+        ("model.safetensors.index.json", _load_safetensors),
         ("pytorch_model.bin.index.json", _load_bin),
     ):
         index = folder / index_name
@@ -108,16 +106,29 @@ def _read_weights(folder: Path) -> dict[str, Tensor]:
             shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
             tensors: dict[str, Tensor] = {}
             for shard in shards:
+                if not isinstance(shard, str) or Path(shard).name != shard:
+                    raise ValueError(f"{str(index)!r} names a shard outside the folder: {shard!r}")
                 tensors.update(loader(str(folder / shard)))
             return tensors
     if (folder / "model.safetensors").is_file():
-        return load_file(str(folder / "model.safetensors"))
+        return _load_safetensors(folder / "model.safetensors")
     if (folder / "pytorch_model.bin").is_file():
         return _load_bin(folder / "pytorch_model.bin")
     found = ", ".join(sorted(p.name for p in folder.iterdir())) or "nothing"
     raise ValueError(
         f"{str(folder)!r} has no weights: expected model.safetensors (or a sharded index, or pytorch_model.bin); found {found}"
     )
+
+
+def _load_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
+    """A safetensors file's tensors; a file that is not valid safetensors is refused with ``ValueError``."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except SafetensorError as err:
+        raise ValueError(f"{str(path)!r} is not a readable safetensors file: {err}") from None
 
 
 def _load_bin(path: str | os.PathLike) -> dict[str, Tensor]:
@@ -128,8 +139,9 @@ def _load_bin(path: str | os.PathLike) -> dict[str, Tensor]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        reason = str(err).splitlines()[-1].strip() if str(err).strip() else type(err).__name__
-        raise ValueError(f"refusing {str(path)!r}: it holds more than tensors ({reason[:160]}); "
+        found = [line.split("error:", 1)[1] for line in str(err).splitlines() if "WeightsUnpickler error:" in line]
+        reason = found[0].split(". ")[0].strip() if found else type(err).__name__
+        raise ValueError(f"refusing {str(path)!r}: it holds more than tensors ({reason}); "
                          "poslab loads weights only (convert it to safetensors with a tool you trust)") from None
 
 

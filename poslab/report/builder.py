@@ -210,6 +210,95 @@ def summary_counts(verdicts: list[claims_mod.Verdict]) -> str:
             f"<span class='count unknown'>{unknown} not measured</span>")
 
 
+# ------------------------------------------------------------------------------------------ key tables
+def _table(headers: list[str], rows: list[list[Any]], caption: str) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table class='key'><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _ppl(cell_value: Any, mode: str) -> Any:
+    if not isinstance(cell_value, dict):
+        return cell_value
+    if "cannot" in cell_value:
+        return "cannot"
+    return cell_value.get(mode, {}).get("ppl")
+
+
+def _key_extrapolation(r: dict) -> str:
+    table, factors, length = r["perplexity"], r["factors"], r["train_length"]
+    headers = ["scheme"] + [f"{f}×L = {f * length}" for f in factors]
+    return "".join(
+        _table(headers, [[scheme] + [_ppl(cells.get(str(f)), mode) for f in factors] for scheme, cells in table.items()],
+               f"validation perplexity, {label} (trained at L = {length})")
+        for mode, label in (("nonoverlapping", "non-overlapping chunks"), ("sliding", "sliding window"))
+    )
+
+
+def _key_context(r: dict) -> str:
+    base = _ppl(r["base"]["L"], "nonoverlapping")
+    rows = [[label, entry.get("rope_scaling"), _ppl(entry, "nonoverlapping"), _ppl(entry, "sliding")]
+            for label, entry in r["inference"].items()]
+    first = _table(["scaling at inference", "spec", f"ppl at {r['eval_length']}", "sliding"], rows,
+                   f"RoPE model trained at L = {r['train_length']}; its perplexity at L: {claims_mod.num(base)}")
+    rows = [[label, entry.get("rope_scaling"), _ppl(entry["4L"], "nonoverlapping"), _ppl(entry["L"], "nonoverlapping")]
+            for label, entry in r["finetuned"].items()]
+    return first + _table(["fine-tuned", "spec", f"ppl at {r['eval_length']}", f"ppl back at {r['train_length']}"], rows,
+                          "after fine-tuning at 4×L")
+
+
+def _key_entropy(r: dict) -> str:
+    factors = r["factors"]
+    rows = []
+    for label, entry in r["models"].items():
+        cells = entry["entropy"]
+        rows.append([label] + [cells.get(str(f), {}).get("mean", "cannot") for f in factors]
+                    + [cells.get("4", {}).get("rise"), entry.get("ppl_ratio")])
+    return _table(["model"] + [f"{f}×L" for f in factors] + ["entropy rise at 4×L", "ppl 4×L / L"], rows,
+                  "mean attention entropy (nats) by evaluation length")
+
+
+def _key_training(r: dict, label: str) -> str:
+    rows = [[name, run.get("final_val_loss"), run.get("best_val_loss"), run.get("n_params"), run.get("tokens_per_s")]
+            for name, run in r["runs"].items()]
+    rows.sort(key=lambda row: row[1] if isinstance(row[1], (int, float)) else float("inf"))
+    return _table([label, "final val loss", "best val loss", "parameters", "tokens/s"], rows, f"{r.get('steps')} training steps each")
+
+
+def _key_heads(r: dict) -> str:
+    rows = [[f"L{h['layer']}H{h['head']}", h["previous_token"], h["induction"], f"{h['positional_offset']:+d}",
+             h["positional_confidence"], h["mask_loss_delta"], h["grad_importance"], ", ".join(h["labels"]) or "—"]
+            for h in r["heads"]]
+    table = _table(["head", "previous-token", "induction", "offset", "confidence", "Δloss masked", "|∂L/∂ξ|", "type"], rows,
+                   f"every head (base loss {claims_mod.num(r['base_loss'])})")
+    p30, p60 = r["pruned_30"], r["pruned_60"]
+    return table + _table(["pruned", "heads masked", "loss", "increase"],
+                          [["30%", p30["heads_masked"], p30["loss"], p30["loss_increase"]],
+                           ["60%", p60["heads_masked"], p60["loss"], p60["loss_increase"]]],
+                          "pruning the least important heads (by Δloss when masked alone)")
+
+
+KEY_TABLES = {
+    "experiments/extrapolation": _key_extrapolation,
+    "experiments/context-extension": _key_context,
+    "experiments/attention-entropy": _key_entropy,
+    "experiments/heads": lambda r: _key_training(r, "run"),
+    "experiments/position-training": lambda r: _key_training(r, "scheme"),
+    "heads": _key_heads,
+}
+
+
+def key_tables(folder: str, results: dict) -> str:
+    """The headline table of a folder's results (empty when its results.json has another shape)."""
+    render = KEY_TABLES.get(folder)
+    if render is None:
+        return ""
+    try:
+        return render(results)
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError):
+        return ""
+
+
 # ------------------------------------------------------------------------------------------ sections
 def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | None) -> str:
     """Plots and numbers of one results folder (or why it is missing)."""
@@ -225,6 +314,7 @@ def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | N
         parts.append(f"<p>{esc(description)}</p>")
     for png in sorted((lab_dir / folder).glob("*.png")):
         parts.append(image_tag(png, f"{name}: {png.stem}"))
+    parts.append(key_tables(folder, results))
     parts.append(f"<details><summary>All numbers of {esc(folder)}/results.json</summary>{numbers_html(results)}</details></div>")
     return "".join(parts)
 
@@ -288,7 +378,8 @@ th, td { border-bottom:1px solid var(--line); padding:5px 10px; text-align:left;
 thead th { background:#f0f2f6; } table.kv th { color:var(--muted); font-weight:500; white-space:nowrap; }
 table.claims { display:table; width:100%; table-layout:fixed; } table.claims td { overflow-wrap:anywhere; }
 table.claims td.src { color:var(--muted); font-size:12px; } table.claims .path { font-size:11px; margin-top:4px; }
-.badge { display:inline-block; padding:2px 9px; border-radius:999px; font-size:12px; font-weight:600; white-space:nowrap; }
+.badge { display:inline-block; padding:2px 9px; border-radius:999px; font-size:12px; font-weight:600; }
+table.key { display:table; } table.key td { font-variant-numeric: tabular-nums; }
 .badge.held, .count.held { background:var(--held-bg); color:var(--held); }
 .badge.failed, .count.failed { background:var(--failed-bg); color:var(--failed); }
 .badge.unknown, .count.unknown { background:var(--unknown-bg); color:var(--unknown); }

@@ -181,6 +181,46 @@ def _heads_spare(r: dict) -> tuple[str, bool]:
 
 
 SPARE_HEADS_MAX_INCREASE = 0.02  # "spare" heads: pruning 30% of heads costs < 2% of the loss
+NOPE_MAX_GAP = 0.05  # "only a little worse": NoPE's validation loss within 5% of learned positions'
+
+
+def _losses(r: dict, key: str = "final_val_loss") -> dict[str, float]:
+    return {str(k): float(v) for k, v in get(r, key).items()}
+
+
+def _optimal_heads(r: dict) -> tuple[str, bool]:
+    claim = get(r, "claim_sqrt_d_over_16")
+    finals = _losses(r)
+    measured = ("val loss by heads: " + ", ".join(f"{h}: {num(v)}" for h, v in finals.items())
+                + f"; √(d/16) = {num(claim['predicted'], 3)}, best {claim['best_heads']} heads"
+                + f" (margin to second {num(claim['margin_to_second'])})")
+    return measured, bool(claim["held"])
+
+
+def _small_heads(r: dict) -> tuple[str, bool]:
+    finals = {int(h): v for h, v in _losses(r).items()}
+    d_model = get(r, "d_model")
+    one, most = finals[min(finals)], finals[max(finals)]
+    measured = (f"1 head (d_k {d_model}): {num(one)}; {max(finals)} heads (d_k {d_model // max(finals)}): {num(most)}")
+    return measured, most < one
+
+
+def _alibi_vs_rope(r: dict) -> tuple[str, bool]:
+    finals = _losses(r)
+    return f"final val loss: RoPE {num(finals['rope'])}, ALiBi {num(finals['alibi'])}", finals["alibi"] > finals["rope"]
+
+
+def _nope_close(r: dict) -> tuple[str, bool]:
+    finals = _losses(r)
+    gap = (finals["none"] - finals["learned"]) / finals["learned"]
+    return f"final val loss: none {num(finals['none'])}, learned {num(finals['learned'])} ({gap:+.1%})", gap <= NOPE_MAX_GAP
+
+
+def _rope_beats_absolute(r: dict) -> tuple[str, bool]:
+    finals = _losses(r)
+    measured = f"final val loss: RoPE {num(finals['rope'])}, learned {num(finals['learned'])}, sinusoidal {num(finals['sinusoidal'])}"
+    return measured, finals["rope"] < min(finals["learned"], finals["sinusoidal"])
+
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("experiments/params", "seed 000 §1.2–1.3",
@@ -205,6 +245,17 @@ CLAIMS: tuple[Claim, ...] = (
           "因果掩码本身就泄露了顺序 — from two layers on, the causal mask leaks order", _causal_leak),
     Claim("experiments/frequencies", "seed 000 exp. 4",
           "低维度频率高、周期短；高维度频率低、周期长 — RoPE periods grow geometrically with the dimension", _frequencies),
+    Claim("experiments/heads", "seed 002 §3.2",
+          "最优头数 ≈ √(d_model/16) — the best head count is the one nearest √(d_model/16)", _optimal_heads),
+    Claim("experiments/heads", "seed 000 §1.4",
+          "减小 d_k 往往提升效果 — smaller heads (more of them) do better than one big head", _small_heads),
+    Claim("experiments/position-training", "seed 000 §4",
+          "ALiBi 性能略低于 RoPE — ALiBi trains to a slightly worse loss than RoPE", _alibi_vs_rope),
+    Claim("experiments/position-training", "seed 001",
+          "不加位置编码的因果语言模型也能学到位置信息，效果只比加了位置编码的差一点 — no position encoding is at most "
+          "a little worse (within 5% of the learned table's validation loss)", _nope_close),
+    Claim("experiments/position-training", "seed 000 Q2",
+          "RoPE 比「加位置向量」更好 — RoPE beats adding a learned or sinusoidal position vector", _rope_beats_absolute),
     Claim("heads", "seed 000 Q1",
           "有些头专门做「前一个词」的关注 — some heads specialise in the previous token", _heads_previous_token),
     Claim("heads", "seed 002 §6.1",
@@ -221,12 +272,19 @@ def normalize(entry: dict, experiment: str) -> Verdict:
         measured = ", ".join(f"{k} {num(v) if not isinstance(v, (dict, list)) else v}" for k, v in measured.items())
     elif isinstance(measured, list):
         measured = ", ".join(num(v) for v in measured)
+    if entry.get("criterion"):
+        text = f"{text} (criterion: {entry['criterion']})"
+    if entry.get("mode"):
+        text = f"{text} [{entry['mode']}]"
     held = entry.get("held")
     if held is None and isinstance(entry.get("verdict"), str):
         held = {"held": True, "true": True, "did not hold": False, "false": False}.get(entry["verdict"].lower())
     if not isinstance(held, bool):
         held = None
-    return Verdict(experiment, str(source), str(text), num(measured) if not isinstance(measured, str) else measured, held)
+    measured = num(measured) if not isinstance(measured, str) else measured
+    if isinstance(entry.get("held_sliding_window"), bool):
+        measured += f"; sliding window: {'held' if entry['held_sliding_window'] else 'did not hold'}"
+    return Verdict(experiment, str(source), str(text), measured, held)
 
 
 def evaluate(results: dict[str, dict]) -> list[Verdict]:
