@@ -42,7 +42,8 @@ from pathlib import Path
 MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128, "dropout": 0.0, "position": "learned"}
 
 
-def case_command(case: dict, out: Path, name: str, steps: int, batch: int, log_interval: int) -> tuple[list[str], dict]:
+def case_command(case: dict, out: Path, name: str, steps: int, batch: int, log_interval: int,
+                 model: dict) -> tuple[list[str], dict]:
     """The command line and environment of one run of ``case``."""
     train = [
         "train", "--preset", "tiny", "--corpus", "shakespeare", "--name", name, "--out_dir", str(out),
@@ -50,7 +51,7 @@ def case_command(case: dict, out: Path, name: str, steps: int, batch: int, log_i
         "--eval_interval", str(steps), "--eval_iters", "1", "--log_interval", str(log_interval), "--ckpt_interval", "0",
         "--keep_checkpoints", "1", "--threads", str(case["threads"]), "--no-progress",
     ]
-    for key, value in MODEL.items():
+    for key, value in model.items():
         train += [f"--model.{key}", str(value)]
     if case.get("fsdp"):
         train.append("--fsdp")
@@ -77,6 +78,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3; --quick 2)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 60; --quick 30)")
     parser.add_argument("--batch", type=int, default=16, help="sequences per process per step (default 16)")
+    parser.add_argument("--layers", type=int, default=MODEL["n_layer"])
+    parser.add_argument("--heads", type=int, default=MODEL["n_head"])
+    parser.add_argument("--embd", type=int, default=MODEL["n_embd"])
+    parser.add_argument("--block", type=int, default=MODEL["block_size"])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--fsdp", action="store_true", help="also time 2 processes with FSDP2 (--fsdp)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
@@ -84,6 +89,7 @@ def main() -> int:
     rounds = args.rounds or (2 if args.quick else 3)
     steps = args.steps or (30 if args.quick else 60)
     log_interval = max(steps // 6, 1)
+    model = {**MODEL, "n_layer": args.layers, "n_head": args.heads, "n_embd": args.embd, "block_size": args.block}
     cases = [
         {"label": "1 proc x 2 threads", "procs": 1, "threads": 2},
         {"label": "1 proc x 1 thread", "procs": 1, "threads": 1},
@@ -94,7 +100,7 @@ def main() -> int:
     totals: dict[str, list[float]] = {c["label"]: [] for c in cases}
     load_before = os.getloadavg()
     print(f"cpus: {os.cpu_count()}, load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
-    print(f"model {MODEL['n_layer']}/{MODEL['n_head']}/{MODEL['n_embd']}, T={MODEL['block_size']}, batch {args.batch} "
+    print(f"model {model['n_layer']}/{model['n_head']}/{model['n_embd']}, T={model['block_size']}, batch {args.batch} "
           f"per process, {steps} steps, {rounds} rounds, fp32")
     work = Path(tempfile.mkdtemp(prefix="ddp_throughput_"))
     try:
@@ -102,7 +108,7 @@ def main() -> int:
             order = cases[round_index % len(cases):] + cases[: round_index % len(cases)]
             for case in order:
                 name = f"r{round_index}-{case['label'].split()[0]}-{case['label'].split()[2]}-{'fsdp' if case.get('fsdp') else 'x'}"
-                cmd, env = case_command(case, work, name, steps, args.batch, log_interval)
+                cmd, env = case_command(case, work, name, steps, args.batch, log_interval, model)
                 start = time.perf_counter()
                 done = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 if done.returncode != 0:
@@ -137,7 +143,7 @@ def main() -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({
-            "model": MODEL, "batch_per_process": args.batch, "steps": steps, "rounds": rounds, "cpus": os.cpu_count(),
+            "model": model, "batch_per_process": args.batch, "steps": steps, "rounds": rounds, "cpus": os.cpu_count(),
             "load_average_before": load_before, "load_average_after": load_after, "cases": rows,
         }, indent=2) + "\n")
         print(f"wrote {args.out}")

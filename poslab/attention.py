@@ -365,27 +365,40 @@ def _blocked_sdpa(
     float bias over the whole past (no window) are checkpointed: backward recomputes the bias, so the
     blocks' biases (``O(h T^2)`` together) are never all alive.
     """
-    Tq = q.shape[2]
+    Tk, c = k.shape[2], query_chunk
     float_bias = bias_fn is not None or (attn_mask is not None and attn_mask.dtype != torch.bool)
     # a float bias over the whole causal past would be kept for backward by every block (O(T^2)):
     # recompute it in backward instead (a window bounds each block's bias: nothing to gain there)
     recompute = recompute and float_bias and window is None
+    # With autograd, slicing a block out of q/k/v costs a full-size zero tensor in backward for every
+    # block (O(T^2 / c) traffic); splitting into c-sized blocks and concatenating the key blocks a
+    # query block needs keeps backward to views and c-sized additions.
+    track = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    q_blocks = q.split(c, dim=2)  # [B, h, c, dk] each
+    k_blocks, v_blocks = (k.split(c, dim=2), v.split(c, dim=2)) if track else (None, None)
     outs = []
-    for s in range(0, Tq, query_chunk):
-        e = min(s + query_chunk, Tq)
+    for i, qb in enumerate(q_blocks):
+        s, e = i * c, i * c + qb.shape[2]
         qp = q_pos[s:e]
-        lo, hi = 0, k_pos.shape[0]
+        lo, hi = 0, Tk
         if window is not None:
             lo = int(torch.searchsorted(k_pos, qp[:1] - window, right=True))
             if not causal:
                 hi = int(torch.searchsorted(k_pos, qp[-1:] + window - 1, right=True))
         if causal:
             hi = int(torch.searchsorted(k_pos, qp[-1:], right=True))
-        hi = max(hi, lo)
+        hi = max(hi, lo + 1)  # at least one key (a row with none is NaN either way)
+        if track:  # whole key blocks [a, b): the extra keys are masked by position
+            a, b = lo // c, -(-hi // c)
+            lo, hi = a * c, min(b * c, Tk)
+            kb = k_blocks[a] if b - a == 1 else torch.cat(k_blocks[a:b], dim=2)  # [B, hkv, tk, dk]
+            vb = v_blocks[a] if b - a == 1 else torch.cat(v_blocks[a:b], dim=2)
+        else:
+            kb, vb = k[:, :, lo:hi], v[:, :, lo:hi]
         mask = None
         if attn_mask is not None:
             mask = attn_mask[..., s:e, lo:hi]  # [B|1, h|1, tq, tk]
-        args = (q[:, :, s:e], k[:, :, lo:hi], v[:, :, lo:hi], qp, k_pos[lo:hi], causal, window, bias_fn, mask, scale, dropout)
+        args = (qb, kb, vb, qp, k_pos[lo:hi], causal, window, bias_fn, mask, scale, dropout)
         if recompute:
             outs.append(checkpoint(_sdpa_block, *args, use_reentrant=False))
         else:

@@ -281,15 +281,16 @@ def load_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[dict[
     return tensors, meta
 
 
-def config_mismatch(saved: dict, current: dict, prefix: str = "") -> list[str]:
-    """Keys (dotted) whose values differ between two nested config dicts, as ``key: saved vs current``."""
+def config_mismatch(saved: dict, current: dict, prefix: str = "", saved_label: str = "checkpoint") -> list[str]:
+    """Keys (dotted) whose values differ between two nested config dicts, as
+    ``key: saved (saved_label) vs current (now)``."""
     lines = []
     for key in sorted(set(saved) | set(current)):
         a, b = saved.get(key, "<absent>"), current.get(key, "<absent>")
         if isinstance(a, dict) and isinstance(b, dict):
-            lines.extend(config_mismatch(a, b, f"{prefix}{key}."))
+            lines.extend(config_mismatch(a, b, f"{prefix}{key}.", saved_label))
         elif a != b:
-            lines.append(f"{prefix}{key}: {a!r} (checkpoint) vs {b!r} (now)")
+            lines.append(f"{prefix}{key}: {a!r} ({saved_label}) vs {b!r} (now)")
     return lines
 
 

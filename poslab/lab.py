@@ -22,6 +22,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -37,6 +38,8 @@ from poslab.progress import format_duration
 
 TRAINING_EXPERIMENTS = ("heads", "position-training", "extrapolation", "context-extension", "attention-entropy")
 TRAIN_PRESET = "tang-small"
+# experiments that read the models another one trained (sibling folders): rerun when those are rebuilt
+SHARES_MODELS_OF = {"context-extension": ("extrapolation",), "attention-entropy": ("extrapolation",)}
 MODES = ("quick", "full")
 # first-run guesses of seconds per step on 2 cores (replaced by the last run's timings when known)
 ESTIMATES = {
@@ -80,12 +83,13 @@ def plan(lab_dir: Path, mode: str) -> list[Step]:
     registry = experiments.registry()
     steps = []
     for name, module in registry.items():
-        if getattr(module, "IN_ALL", False):
+        if getattr(module, "IN_ALL", False) and name not in TRAINING_EXPERIMENTS:
             steps.append(Step(name, "experiment", f"experiments/{name}",
                               ["experiment", name, "--out", str(lab_dir / "experiments" / name), *quick]))
     for name in TRAINING_EXPERIMENTS:
         steps.append(Step(name, "experiment", f"experiments/{name}",
-                          ["experiment", name, "--out", str(lab_dir / "experiments" / name), *quick]))
+                          ["experiment", name, "--out", str(lab_dir / "experiments" / name), *quick],
+                          needs=tuple(f"experiments/{n}" for n in SHARES_MODELS_OF.get(name, ()))))
     run_name = TRAIN_PRESET + ("-quick" if mode == "quick" else "")
     run_folder = f"runs/{run_name}"
     run_dir = lab_dir / run_folder
@@ -203,12 +207,13 @@ class Display:
 
 
 # ------------------------------------------------------------------------------------------ running
-def run_step(step: Step, log_path: Path, display: Display) -> tuple[int, str]:
-    """Run one step as a subprocess; relay its output; return (exit code, last output lines)."""
+def run_step(step: Step, log_path: Path, display: Display) -> tuple[int, str, float]:
+    """Run one step as a subprocess; relay its output; return (exit code, last output lines, CPU seconds)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
     command = step.command or [sys.executable, "-m", "poslab", *step.argv]
     tail: list[str] = []
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(log_path, "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(command) + "\n")
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -242,7 +247,9 @@ def run_step(step: Step, log_path: Path, display: Display) -> tuple[int, str]:
         except BaseException:
             _stop(process)
             raise
-    return code, "\n".join(line for line in tail if line.strip())
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return code, "\n".join(line for line in tail if line.strip()), cpu
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -352,12 +359,14 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
                     _clean(lab_dir, step)
                     display.begin(label, step.estimate, remaining)
                     begin = time.monotonic()
+                    cpu = None
                     try:
-                        code, tail = run_step(step, lab_dir / "logs" / f"{step.folder.replace('/', '_')}.log", display)
+                        code, tail, cpu = run_step(step, lab_dir / "logs" / f"{step.folder.replace('/', '_')}.log", display)
                     except KeyboardInterrupt:
                         code, tail, interrupted = 130, "interrupted (Ctrl-C)", True
                     seconds = time.monotonic() - begin
-                    record.update(seconds=round(seconds, 1), finished=dt.datetime.now().astimezone().isoformat(timespec="seconds"))
+                    record.update(seconds=round(seconds, 1), cpu_seconds=None if cpu is None else round(cpu, 1),
+                                  finished=dt.datetime.now().astimezone().isoformat(timespec="seconds"))
                     if code == 0 and (lab_dir / step.folder / step.done_file).is_file():
                         record["status"] = "ok"
                         rerun.add(step.folder)

@@ -593,7 +593,7 @@ def _train(
     skipped: list[int] = []  # steps whose batch was dropped as non-finite (skip_nonfinite)
 
     if resuming:
-        mismatch = ckpt.config_mismatch(_identity(saved_doc), _identity(config_doc))
+        mismatch = ckpt.config_mismatch(_identity(saved_doc), _identity(config_doc), saved_label="saved run")
         if saved_doc.get("data", {}).get("corpus_sha256") != data.info["corpus_sha256"]:
             mismatch.append(f"data.corpus_sha256: the corpus text changed since the run started ({cfg.corpus!r})")
         if mismatch:

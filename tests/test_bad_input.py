@@ -20,6 +20,8 @@ import torch
 
 from poslab import GPT, GPTConfig, MultiHeadAttention, positions
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bad_input.md"
 MAX_DOC_MESSAGE = 100  # longer messages are cut with "…" in the doc (lists of names grow)
 

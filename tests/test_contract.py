@@ -27,6 +27,8 @@ from torch.testing import assert_close
 from poslab import positions
 
 B, T = 2, 12
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 TIGHT = {"atol": 1e-5, "rtol": 1e-5}
 
 

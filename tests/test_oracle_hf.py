@@ -32,7 +32,10 @@ from poslab.positions.alibi import alibi_slopes  # noqa: E402
 from poslab.positions.rope import RopeConfig, rope_parameters  # noqa: E402
 from poslab.positions.t5 import relative_position_bucket  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore")  # HF warns about factor/length mismatches on purpose
+pytestmark = [
+    pytest.mark.filterwarnings("ignore"),  # HF warns about factor/length mismatches on purpose
+    pytest.mark.usefixtures("single_thread"),
+]
 
 
 def test_transformers_version() -> None:

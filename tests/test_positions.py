@@ -15,6 +15,8 @@ from poslab.positions.rope import RopeConfig, apply_rotary, rope_parameters, yar
 from poslab.positions.t5 import relative_position_bucket
 from poslab.positions.xl import rel_shift
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 # ------------------------------------------------------------------------------------------- RoPE
 SEED000_OFFSETS = (0, 1, 2, 4, 8, 16, 32)
 SEED000_VALUES = (2.9839, 2.8449, 1.2160, -0.6933, -2.6004, -3.5409, -2.6989)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 from conftest import VARIANTS, Variant, make_attention
 from hypothesis import given
@@ -18,6 +19,8 @@ from torch.testing import assert_close
 from poslab import KVCache
 
 TIGHT = {"atol": 1e-5, "rtol": 1e-5}
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def _fit(variant: Variant, head_dim: int) -> Variant:

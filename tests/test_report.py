@@ -102,6 +102,30 @@ def test_experiment_claim_lists_are_shown(tmp_path):
     assert verdict_of(html, "undecided") == "not measured"
 
 
+def test_training_claims_read_the_training_experiments():
+    run = {"n_params": 1000, "tokens_per_s": 5000.0}
+    position = {"final_val_loss": {"learned": 5.0, "sinusoidal": 5.1, "rope": 4.8, "alibi": 4.9, "none": 5.2},
+                "runs": {"alibi": run, "rope": run, "none": {"n_params": 1000, "tokens_per_s": 5200.0}}}
+    heads_exp = {"d_model": 128, "final_val_loss": {"1": 5.3, "2": 5.0, "4": 5.1, "8": 5.2},
+                 "claim_sqrt_d_over_16": {"predicted": 2.83, "best_heads": 2, "margin_to_second": 0.1, "held": True}}
+    verdicts = {v.claim.split(" — ")[0]: v for v in claims.evaluate({"experiments/position-training": position,
+                                                                        "experiments/heads": heads_exp})}
+    assert verdicts["ALiBi 性能略低于 RoPE"].held is True and "RoPE 4.8, ALiBi 4.9" in verdicts["ALiBi 性能略低于 RoPE"].measured
+    nope = next(v for k, v in verdicts.items() if k.startswith("不加位置编码"))
+    assert nope.held is True and "+4.0%" in nope.measured
+    assert verdicts["RoPE 比「加位置向量」更好"].held is True
+    assert verdicts["ALiBi 极简：不需要任何参数"].held is True
+    assert verdicts["ALiBi 不增加计算"].held is True and "0.96x" in verdicts["ALiBi 不增加计算"].measured
+    assert verdicts["最优头数 ≈ √(d_model/16)"].held is True and "best 2 heads" in verdicts["最优头数 ≈ √(d_model/16)"].measured
+    assert verdicts["减小 d_k 往往提升效果"].held is True  # 8 heads 5.2 < 1 head 5.3
+    position["final_val_loss"]["none"] = 5.5  # 10% worse than learned
+    position["runs"]["alibi"] = {"n_params": 1016, "tokens_per_s": 4000.0}
+    verdicts = {v.claim.split(" — ")[0]: v for v in claims.evaluate({"experiments/position-training": position})}
+    assert next(v for k, v in verdicts.items() if k.startswith("不加位置编码")).held is False
+    assert verdicts["ALiBi 极简：不需要任何参数"].held is False and verdicts["ALiBi 不增加计算"].held is False
+    assert verdicts["最优头数 ≈ √(d_model/16)"].held is None and verdicts["最优头数 ≈ √(d_model/16)"].measured == "not run in this lab"
+
+
 def test_report_survives_broken_or_missing_inputs(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         build_report(tmp_path / "nothing")

@@ -120,3 +120,14 @@ def test_yaml_preset_file(tmp_path):
     path.write_text("!!python/object/apply:os.system ['echo unsafe']\n")
     with pytest.raises(ValueError, match="not valid YAML"):
         presets.preset_config(str(path))
+
+
+def test_resume_from_the_run_config_with_overrides(tmp_path, capsys):
+    out = str(tmp_path)
+    common = ["--out_dir", out, "--eval_interval", "2", "--threads", "1", "--no-progress"]
+    assert main(["train", "--preset", "tiny", "--quick", "--max_steps", "4", *common]) == 0
+    assert main(["train", "--name", "tiny-quick", "--resume", "--max_steps", "6", *common]) == 0
+    results = json.loads((tmp_path / "tiny-quick" / "results.json").read_text())
+    assert results["steps"] == 6 and results["resumed_from"] == 4
+    assert main(["train", "--name", "tiny-quick", "--resume", "--lr", "0.5", *common]) == 2
+    assert "train.lr: 0.003 (saved run) vs 0.5 (now)" in capsys.readouterr().err

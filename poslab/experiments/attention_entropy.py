@@ -208,10 +208,14 @@ def entropy_claims(results: dict[str, dict[str, Any]], factor: int = 4) -> list[
     pairs = [(v["entropy"][key]["rise"], v["ppl_ratio"]) for v in results.values()
              if key in v.get("entropy", {}) and "rise" in v["entropy"][key] and v.get("ppl_ratio") is not None]
     rho = spearman([p[0] for p in pairs], [p[1] for p in pairs]) if len(pairs) >= 3 else None
+    normalised_pairs = [(v["entropy"][key]["rise_normalised"], v["ppl_ratio"]) for v in results.values()
+                        if key in v.get("entropy", {}) and "rise_normalised" in v["entropy"][key] and v.get("ppl_ratio") is not None]
+    rho_normalised = spearman([p[0] for p in normalised_pairs], [p[1] for p in normalised_pairs]) if len(normalised_pairs) >= 3 else None
     out.append(claim("the entropy rise is what degrades perplexity: across models, larger rises go with larger perplexity ratios",
                      "seed 000 §3.5 (degradation 'because' of the entropy explosion)",
                      f"Spearman rank correlation of rise({factor}L) and ppl({factor}L)/ppl(L) across all variants > 0.5",
-                     {"spearman": rho, "n_variants": len(pairs)}, None if rho is None or math.isnan(rho) else rho > 0.5))
+                     {"spearman": rho, "spearman_normalised_rise": rho_normalised, "n_variants": len(pairs)},
+                     None if rho is None or math.isnan(rho) else rho > 0.5))
     return out
 
 

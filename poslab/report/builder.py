@@ -191,7 +191,7 @@ def verdict_badge(held: bool | None) -> str:
 def verdict_table(verdicts: list[claims_mod.Verdict], with_folder: bool = False) -> str:
     if not verdicts:
         return "<p class='note'>No claim of this section could be checked: its experiments did not run.</p>"
-    colgroup = "<colgroup><col style='width:14%'><col style='width:36%'><col style='width:36%'><col style='width:14%'></colgroup>"
+    colgroup = "<colgroup><col style='width:13%'><col style='width:36%'><col style='width:36%'><col style='width:15%'></colgroup>"
     head = "<th>lesson</th><th>claim</th><th>measured here</th><th>verdict</th>"
     rows = []
     for v in verdicts:
@@ -312,10 +312,14 @@ def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | N
     description = results.get("description") or results.get("DESCRIPTION")
     if isinstance(description, str):
         parts.append(f"<p>{esc(description)}</p>")
-    for png in sorted((lab_dir / folder).glob("*.png")):
+    pngs = sorted((lab_dir / folder).glob("*.png"))
+    for png in pngs:
         parts.append(image_tag(png, f"{name}: {png.stem}"))
-    parts.append(key_tables(folder, results))
-    parts.append(f"<details><summary>All numbers of {esc(folder)}/results.json</summary>{numbers_html(results)}</details></div>")
+    key = key_tables(folder, results)
+    parts.append(key)
+    numbers = numbers_html(results)
+    opened = " open" if not pngs and not key and numbers.count("<tr") <= 60 else ""  # nothing else shows its numbers
+    parts.append(f"<details{opened}><summary>All numbers of {esc(folder)}/results.json</summary>{numbers}</details></div>")
     return "".join(parts)
 
 
@@ -344,7 +348,8 @@ def machine_html(manifest: dict) -> str:
     table = "".join(f"<tr><th>{esc(k)}</th><td>{cell(v)}</td></tr>" for k, v in rows)
     steps = manifest.get("steps") or []
     step_table = records_table(
-        [{k: s.get(k) for k in ("name", "kind", "status", "seconds", "folder", "error") if k in s} for s in steps], "lab steps"
+        [{k: s.get(k) for k in ("name", "kind", "status", "seconds", "cpu_seconds", "folder", "error") if k in s} for s in steps],
+        "lab steps (seconds: wall time; cpu_seconds: CPU time of the step's process)"
     ) if steps else ""
     return (f"<section id='machine'><h2>Machine and versions</h2><p class='note'>{esc(origin)}; the machine may have "
             f"been shared with other work, so timings are noisy.</p><table class='kv'><tbody>{table}</tbody></table>{step_table}</section>")
@@ -378,7 +383,7 @@ th, td { border-bottom:1px solid var(--line); padding:5px 10px; text-align:left;
 thead th { background:#f0f2f6; } table.kv th { color:var(--muted); font-weight:500; white-space:nowrap; }
 table.claims { display:table; width:100%; table-layout:fixed; } table.claims td { overflow-wrap:anywhere; }
 table.claims td.src { color:var(--muted); font-size:12px; } table.claims .path { font-size:11px; margin-top:4px; }
-.badge { display:inline-block; padding:2px 9px; border-radius:999px; font-size:12px; font-weight:600; }
+.badge { display:inline-block; padding:2px 8px; border-radius:6px; font-size:12px; font-weight:600; }
 table.key { display:table; } table.key td { font-variant-numeric: tabular-nums; }
 .badge.held, .count.held { background:var(--held-bg); color:var(--held); }
 .badge.failed, .count.failed { background:var(--failed-bg); color:var(--failed); }

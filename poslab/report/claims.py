@@ -216,6 +216,26 @@ def _nope_close(r: dict) -> tuple[str, bool]:
     return f"final val loss: none {num(finals['none'])}, learned {num(finals['learned'])} ({gap:+.1%})", gap <= NOPE_MAX_GAP
 
 
+def _no_parameters(scheme: str) -> Callable[[dict], tuple[str, bool]]:
+    def check(r: dict) -> tuple[str, bool]:
+        runs = get(r, "runs")
+        mine, none = runs[scheme]["n_params"], runs["none"]["n_params"]
+        return f"model parameters: {scheme} {num(mine)}, no position encoding {num(none)}", mine == none
+
+    return check
+
+
+def _alibi_speed(r: dict) -> tuple[str, bool]:
+    runs = get(r, "runs")
+    alibi, none = runs["alibi"]["tokens_per_s"], runs["none"]["tokens_per_s"]
+    ratio = alibi / none
+    return (f"training tokens/s: ALiBi {num(alibi)}, none {num(none)} ({ratio:.2f}x; one run each, machine may be shared)",
+            ratio >= ALIBI_MIN_SPEED)
+
+
+ALIBI_MIN_SPEED = 0.9  # "no extra compute": ALiBi trains at >= 90% of the speed of no position encoding
+
+
 def _rope_beats_absolute(r: dict) -> tuple[str, bool]:
     finals = _losses(r)
     measured = f"final val loss: RoPE {num(finals['rope'])}, learned {num(finals['learned'])}, sinusoidal {num(finals['sinusoidal'])}"
@@ -256,6 +276,13 @@ CLAIMS: tuple[Claim, ...] = (
           "a little worse (within 5% of the learned table's validation loss)", _nope_close),
     Claim("experiments/position-training", "seed 000 Q2",
           "RoPE 比「加位置向量」更好 — RoPE beats adding a learned or sinusoidal position vector", _rope_beats_absolute),
+    Claim("experiments/position-training", "seed 000 §4",
+          "ALiBi 极简：不需要任何参数 — ALiBi adds no parameters", _no_parameters("alibi")),
+    Claim("experiments/position-training", "seed 000 Q2, seed 002 §4.2",
+          "RoPE 不增加任何维度，无需显式存储位置编码 — RoPE adds no parameters", _no_parameters("rope")),
+    Claim("experiments/position-training", "seed 000 §4",
+          "ALiBi 不增加计算 — ALiBi trains at (nearly) the speed of no position encoding (≥ 90% of its tokens/s)",
+          _alibi_speed),
     Claim("heads", "seed 000 Q1",
           "有些头专门做「前一个词」的关注 — some heads specialise in the previous token", _heads_previous_token),
     Claim("heads", "seed 002 §6.1",
