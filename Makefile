@@ -16,10 +16,11 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: install
-	$(VENV)/bin/poslab experiment all
-	# a quick Tang-poem training run (runs/tang-small-quick, replaced on each demo), then a poem from it
-	$(VENV)/bin/poslab train --preset tang-small --quick --overwrite
-	$(VENV)/bin/poslab sample tang-small-quick --prompt 白日依山尽 --tokens 64 --seed 0
+	# every experiment of the lessons (quick forms; finished steps are reused) -> runs/lab/report.html
+	$(VENV)/bin/poslab lab --quick
+	# a poem from the lab's quick Tang-poem model (runs/lab/runs/tang-small-quick)
+	$(VENV)/bin/poslab sample runs/lab/runs/tang-small-quick --prompt 白日依山尽 --tokens 64 --seed 0
+	@echo "open runs/lab/report.html"
 
 test: install
 	$(PY) -m pytest -q

@@ -376,6 +376,13 @@ def _blocked_sdpa(
     track = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     q_blocks = q.split(c, dim=2)  # [B, h, c, dk] each
     k_blocks, v_blocks = (k.split(c, dim=2), v.split(c, dim=2)) if track else (None, None)
+
+    def block(qb: Tensor, qp: Tensor, kp: Tensor, mask: Tensor | None, *kv: Tensor) -> Tensor:
+        n = len(kv) // 2
+        kb = kv[0] if n == 1 else torch.cat(kv[:n], dim=2)  # [B, hkv, tk, dk]
+        vb = kv[n] if n == 1 else torch.cat(kv[n:], dim=2)  # [B, hkv, tk, dv]
+        return _sdpa_block(qb, kb, vb, qp, kp, causal, window, bias_fn, mask, scale, dropout)
+
     outs = []
     for i, qb in enumerate(q_blocks):
         s, e = i * c, i * c + qb.shape[2]
@@ -391,18 +398,17 @@ def _blocked_sdpa(
         if track:  # whole key blocks [a, b): the extra keys are masked by position
             a, b = lo // c, -(-hi // c)
             lo, hi = a * c, min(b * c, Tk)
-            kb = k_blocks[a] if b - a == 1 else torch.cat(k_blocks[a:b], dim=2)  # [B, hkv, tk, dk]
-            vb = v_blocks[a] if b - a == 1 else torch.cat(v_blocks[a:b], dim=2)
+            kv = (*k_blocks[a:b], *v_blocks[a:b])  # views; concatenated inside the block
         else:
-            kb, vb = k[:, :, lo:hi], v[:, :, lo:hi]
+            kv = (k[:, :, lo:hi], v[:, :, lo:hi])
         mask = None
         if attn_mask is not None:
             mask = attn_mask[..., s:e, lo:hi]  # [B|1, h|1, tq, tk]
-        args = (qb, kb, vb, qp, k_pos[lo:hi], causal, window, bias_fn, mask, scale, dropout)
-        if recompute:
-            outs.append(checkpoint(_sdpa_block, *args, use_reentrant=False))
+        args = (qb, qp, k_pos[lo:hi], mask, *kv)
+        if recompute:  # keeps only the views above for backward, never a block's keys or bias
+            outs.append(checkpoint(block, *args, use_reentrant=False))
         else:
-            outs.append(_sdpa_block(*args))
+            outs.append(block(*args))
     return torch.cat(outs, dim=2)  # [B, h, Tq, d_v]
 
 

@@ -145,9 +145,10 @@ class GPTConfig:
             self.position_config = dataclasses.asdict(self.position_config)
         if not isinstance(self.position_config, dict):
             raise TypeError(f"position_config must be a dict or the scheme's dataclass, got {type(self.position_config).__name__}")
-        # validates keys and values now, with the model's dimensions filled in; the throwaway scheme's
-        # initialisation must not advance the global RNG (a config is built between steps on resume)
-        with torch.random.fork_rng(devices=[]):
+        # validates keys and values now, with the model's dimensions filled in; the throwaway scheme is
+        # built on the meta device: no memory for its tables (however large block_size is) and no
+        # draw from the global RNG (a config is rebuilt between training steps, e.g. on checkpoints)
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
             positions.build_for_model(self.position, self.position_config, self.position_context())
 
     @property

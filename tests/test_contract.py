@@ -73,7 +73,7 @@ def test_attention_keeps_shape_and_dtype(variant: Variant, dtype: torch.dtype, b
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
-def test_cast_keeps_fp32_buffers_and_angles(variant: Variant) -> None:
+def test_cast_keeps_fp32_buffers(variant: Variant) -> None:
     """``model.to(bf16)`` must not round frequencies, slopes or tables: they stay fp32."""
     model = make_gpt(variant)
     reference = {name: buf.clone() for name, buf in model.position.named_buffers()}

@@ -148,3 +148,35 @@ def test_tiny_grid_runs_two_at_a_time_summarises_and_resumes(tmp_path, capsys, c
     after = json.loads((cut / "results.json").read_text())
     assert after["resumed_from"] == 3 and after["steps"] == 6
     assert after["final_val_loss"] == before["final_val_loss"]  # the resume continues the same run exactly
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_runs_with_a_checkpoint_and_the_sweep_continues(tmp_path, corpus):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spec = SPEC.format(corpus=corpus).replace("max_steps: 6", "max_steps: 3000").replace("lr_decay_steps: 6",
+                                                                                          "lr_decay_steps: 3000")
+    spec = spec.replace("ckpt_interval: 3", "ckpt_interval: 1000").replace("eval_interval: 3", "eval_interval: 1000")
+    spec = spec.replace("  seed: [1, 2]\n", "  seed: [1]\n")
+    path = write(tmp_path, spec)
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "poslab", "sweep", path, "--workers", "2", "--out", str(out)]
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = [out / "runs" / name / "metrics.jsonl" for name in ("position=learned,seed=1", "position=rope,seed=1")]
+    deadline = time.time() + 300
+    while time.time() < deadline and not all(m.is_file() and m.stat().st_size > 0 for m in metrics):
+        time.sleep(1)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 130, output
+    assert "sweep interrupted; run the same command again to continue" in output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == {"interrupted": 2}, summary["status"]
+    for name in ("position=learned,seed=1", "position=rope,seed=1"):
+        step = ckpt.latest_step(out / "runs" / name)
+        assert step is not None and 0 < step < 3000  # each training saved the step it was on
+    done = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert done.stdout.count("resume ") == 2

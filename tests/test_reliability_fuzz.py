@@ -1,0 +1,281 @@
+"""Fuzzed configs and command lines: every input works or gets a one-line error (exit 2), never a traceback.
+
+Hypothesis generates random keys (real field names and random unicode), values of every JSON/YAML
+type (huge integers, NaN/inf, unicode, nested lists and dicts), and "near-valid" inputs (a valid
+config with one to three fields replaced), for ``TrainConfig.from_dict``, ``GPTConfig.from_dict`` (a
+config it accepts with a small model is also built and run: accepted must mean working), preset
+YAML files (random mappings and random text) and ``poslab train`` command lines (in-process through
+``poslab.cli.main`` with ``--dry-run``, so nothing trains; a few in real subprocesses). Only
+``ValueError``/``TypeError`` (and their subclasses) with a one-line message are allowed out of the
+Python API; the CLI must return 0 or 2 with a single ``poslab: error: ...`` line on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from poslab import GPT, GPTConfig, positions, presets
+from poslab.cli import main
+from poslab.train import TrainConfig
+
+DEFAULT_EXAMPLES = {"train": 150, "model": 200, "yaml": 60, "cli": 150}
+SLOW_EXAMPLES = {"train": 2500, "model": 3000, "yaml": 800, "cli": 2000}
+COUNTS = {"cases": 0, "accepted": 0, "rejected_one_line": 0, "tracebacks": 0, "subprocess_cases": 0, "models_run": 0}
+
+TRAIN_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
+MODEL_FIELDS = [f.name for f in dataclasses.fields(GPTConfig)]
+WEIRD_TEXT = ["", " ", "none", "null", "nan", "-inf", "1e309", "0x10", "٣", "１２", "🙂", "é", "a/b", "..", ".",
+              "\x00", "\n", "--", "-1", "true", "[]", "{}", "{'a': 1}", "rope", "alibi", "tang5", "bpe:٣", "bpe:0"]
+
+scalars = st.one_of(
+    st.none(), st.booleans(),
+    st.integers(min_value=-5, max_value=300),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=16),
+    st.sampled_from(WEIRD_TEXT),
+)
+values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=5,
+)
+
+
+def _keys(fields: list[str]):
+    return st.one_of(st.sampled_from(fields), st.text(max_size=12), st.sampled_from([f + "s" for f in fields]))
+
+
+def _settings(kind: str, slow: bool):
+    examples = (SLOW_EXAMPLES if slow else DEFAULT_EXAMPLES)[kind]
+    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+
+def _api(call) -> str:
+    """Run ``call``: ``"accepted"``, or ``"rejected"`` for a ValueError/TypeError with a one-line message."""
+    COUNTS["cases"] += 1
+    try:
+        result = call()
+    except (ValueError, TypeError) as err:
+        message = str(err)
+        assert message.strip() and "\n" not in message, repr(message)
+        COUNTS["rejected_one_line"] += 1
+        return "rejected"
+    except BaseException:
+        COUNTS["tracebacks"] += 1
+        raise
+    COUNTS["accepted"] += 1
+    return result
+
+
+# ------------------------------------------------------------------------------------ TrainConfig
+TRAIN_BASE = {"name": "fuzz", "max_steps": 10, "batch_size": 2, "model": {"n_layer": 1, "n_head": 2, "n_embd": 16}}
+
+
+@st.composite
+def train_dicts(draw):
+    if draw(st.booleans()):  # near-valid: the base with a few fields replaced
+        values_ = dict(TRAIN_BASE)
+        for key in draw(st.lists(_keys(TRAIN_FIELDS), min_size=1, max_size=3)):
+            values_[key] = draw(values)
+        return values_
+    return draw(st.dictionaries(_keys(TRAIN_FIELDS), values, max_size=6))
+
+
+def _check_train(values_: dict) -> None:
+    cfg = _api(lambda: TrainConfig.from_dict(values_))
+    if cfg != "rejected":  # what dry-run and train check next: the model config
+        _check_model({**cfg.model, "vocab_size": 50}, run=False)
+
+
+def _train_test(slow: bool):
+    @_settings("train", slow)
+    @given(train_dicts())
+    def check(values_):
+        _check_train(values_)
+
+    return check
+
+
+# ------------------------------------------------------------------------------------ GPTConfig
+MODEL_BASE = {"vocab_size": 50, "n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}
+SCHEME_FIELDS = sorted({f.name for name in positions.names() for f in dataclasses.fields(positions.get(name).config_class)})
+
+
+@st.composite
+def model_dicts(draw):
+    choice = draw(st.integers(0, 2))
+    if choice == 0:
+        return draw(st.dictionaries(_keys(MODEL_FIELDS), values, max_size=6))
+    values_ = dict(MODEL_BASE, position=draw(st.sampled_from(positions.names())))
+    if choice == 1:
+        for key in draw(st.lists(_keys(MODEL_FIELDS), min_size=1, max_size=3)):
+            values_[key] = draw(values)
+    else:  # a scheme config with random fields
+        values_["position_config"] = draw(st.dictionaries(_keys(SCHEME_FIELDS), values, max_size=3))
+    return values_
+
+
+def _check_model(values_: dict, run: bool = True) -> None:
+    cfg = _api(lambda: GPTConfig.from_dict(values_))
+    if cfg == "rejected" or not run:
+        return
+    weights = 12 * cfg.n_layer * cfg.n_embd**2 + (cfg.vocab_size + cfg.block_size) * cfg.n_embd
+    if weights > 2_000_000 or cfg.block_size > 4096:
+        return  # accepted but too big to build here
+    torch.manual_seed(0)
+    model = GPT(cfg).eval()  # accepted must mean it works
+    T = min(cfg.block_size, 8)
+    with torch.no_grad():
+        logits = model(torch.zeros(1, T, dtype=torch.long))
+    assert logits.shape == (1, T, cfg.vocab_size) and torch.isfinite(logits).all(), values_
+    COUNTS["models_run"] += 1
+
+
+def _model_test(slow: bool):
+    @_settings("model", slow)
+    @given(model_dicts())
+    def check(values_):
+        _check_model(values_)
+
+    return check
+
+
+# ------------------------------------------------------------------------------------ CLI
+def _cli(argv: list[str]) -> int:
+    """``poslab.cli.main(argv)`` in-process: 0 with anything on stdout, or 2 with one error line."""
+    COUNTS["cases"] += 1
+    err, out = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                code = main(argv)
+            except SystemExit as exit_:  # argparse (--help, a missing value)
+                code = exit_.code if isinstance(exit_.code, int) else 2
+    except BaseException:
+        COUNTS["tracebacks"] += 1
+        raise
+    lines = err.getvalue().strip().splitlines()
+    if code == 0:
+        COUNTS["accepted"] += 1
+        assert "Traceback" not in err.getvalue()
+        return code
+    assert code == 2, (argv, code, err.getvalue())
+    assert len(lines) == 1 and lines[0].startswith("poslab: error: "), (argv, lines)
+    COUNTS["rejected_one_line"] += 1
+    return code
+
+
+FLAGS = ["--max_steps", "--max-steps", "--lr", "--batch_size", "--dtype", "--tokenizer", "--corpus", "--name",
+         "--seed", "--threads", "--val_fraction", "--skip-nonfinite", "--model.n_head", "--model.n_embd",
+         "--model.position", "--model.block_size", "--model.dropout", "--model.window", "--model.bias",
+         "--model.position_config", "--model.position_config.base", "--model.position_config.scaling",
+         "--quick", "--resume", "--overwrite", "--preset", "--model.", "--model.position_config.", "-x", "--"]
+tokens = st.one_of(st.sampled_from(FLAGS), st.text(max_size=12).map(lambda t: "--" + t), st.sampled_from(WEIRD_TEXT),
+                   st.text(max_size=12), st.integers(min_value=-(10**30), max_value=10**30).map(str),
+                   st.floats().map(repr))
+
+
+def _cli_test(slow: bool, out_dir: Path):
+    base = ["train", "--preset", "tiny", "--dry-run", "--out_dir", str(out_dir)]
+
+    @_settings("cli", slow)
+    @given(st.lists(tokens, max_size=8))
+    def check(extra):
+        _cli([*base, *extra])
+
+    return check
+
+
+# ------------------------------------------------------------------------------------ preset YAML
+yaml_docs = st.one_of(
+    st.text(max_size=80),
+    st.dictionaries(st.sampled_from(["config", "quick", "description", "x"]),
+                    st.dictionaries(_keys(TRAIN_FIELDS), values, max_size=4) | values, max_size=3)
+    .map(lambda d: json.dumps(d, ensure_ascii=False, default=str)),
+)
+
+
+def _yaml_test(slow: bool, folder: Path):
+    path = folder / "fuzz.yaml"
+
+    @_settings("yaml", slow)
+    @given(yaml_docs)
+    def check(text):
+        try:
+            path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        except UnicodeEncodeError:
+            path.write_bytes(text.encode("utf-8", errors="replace"))
+        _api(lambda: presets.load_preset_file(path))
+        _cli(["train", "--preset", str(path), "--dry-run", "--out_dir", str(folder / "runs")])
+
+    return check
+
+
+# ------------------------------------------------------------------------------------ tests
+def _run_all(tmp_path: Path, slow: bool, request) -> None:
+    for key in COUNTS:
+        COUNTS[key] = 0
+    _train_test(slow)()
+    _model_test(slow)()
+    _cli_test(slow, tmp_path / "runs")()
+    _yaml_test(slow, tmp_path)()
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir()), "a dry run wrote files"
+    from test_reliability_artifacts import mode, record
+
+    record("fuzz", mode(request), dict(COUNTS))
+    assert COUNTS["tracebacks"] == 0 and COUNTS["accepted"] > 50 and COUNTS["rejected_one_line"] > 100, COUNTS
+
+
+def test_fuzzed_configs_and_command_lines(tmp_path, request):
+    _run_all(tmp_path, slow=False, request=request)
+
+
+@pytest.mark.slow
+def test_fuzzed_configs_and_command_lines_at_length(tmp_path, request):
+    _run_all(tmp_path, slow=True, request=request)
+
+
+SUBPROCESS_CASES = [
+    ["--max_steps", "1" + "0" * 40],
+    ["--model.position", "🙂"],
+    ["--name", "a/b"],
+    ["--lr", "nan"],
+    ["--model.position_config", "{base: [1, 2]}"],
+    ["--tokenizer", "bpe:٣x"],
+    ["--corpus", "\x7f/nowhere.txt"],
+    ["--model.n_head", "-3"],
+]
+
+
+@pytest.mark.parametrize("extra", SUBPROCESS_CASES[:2], ids=["huge-int", "emoji-scheme"])
+def test_bad_command_lines_in_a_real_process(extra, tmp_path, request):
+    _subprocess_case(extra, tmp_path, request)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", SUBPROCESS_CASES[2:], ids=[str(i) for i in range(2, len(SUBPROCESS_CASES))])
+def test_more_bad_command_lines_in_a_real_process(extra, tmp_path, request):
+    _subprocess_case(extra, tmp_path, request)
+
+
+def _subprocess_case(extra: list[str], tmp_path: Path, request) -> None:
+    argv = [sys.executable, "-m", "poslab", "train", "--preset", "tiny", "--out_dir", str(tmp_path), *extra]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("poslab: error: "), done.stderr
+    assert not list(tmp_path.iterdir()), "nothing may be written"
+    from test_reliability_artifacts import mode, record
+
+    record("fuzz", mode(request), {"subprocess_cases": 1})
