@@ -14,6 +14,12 @@ grow it 16x. The verdict per scheme is "linear" when the ratio is below 8 (the g
     .venv/bin/python benchmarks/eval_memory.py                     # every scheme at T = 2048, 8192
     .venv/bin/python benchmarks/eval_memory.py --lengths 1024,4096 --schemes alibi,t5 --unblocked
     .venv/bin/python benchmarks/eval_memory.py --out eval_memory.json
+    .venv/bin/python benchmarks/eval_memory.py --allocator default   # glibc's default (fragmenting) heap
+
+``--allocator mmap`` (default) sets glibc's mmap threshold to 1 MiB in the child, exactly as
+``poslab eval`` does (:func:`poslab.eval.return_freed_memory_to_os`): every freed bias tile goes back to
+the OS. With ``--allocator default`` the dynamic threshold lets tiles of a few MiB come from the heap,
+whose fragmentation makes the measured peak grow faster than the tensors that are actually alive.
 
 Memory, unlike time, hardly depends on other processes, but the machine may be shared: the wall
 times printed alongside are indicative only.
@@ -32,12 +38,15 @@ from pathlib import Path
 SCHEMES = ("learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple", "fire", "xl", "none")
 
 
-def child(scheme: str, length: int, unblocked: bool) -> dict:
+def child(scheme: str, length: int, unblocked: bool, allocator: str) -> dict:
     """One case, in this (fresh) process: returns baseline and peak RSS in MiB."""
     import torch
 
     from poslab import GPT, GPTConfig
-    from poslab.eval import evaluate_length
+    from poslab.eval import evaluate_length, return_freed_memory_to_os
+
+    if allocator == "mmap":
+        return_freed_memory_to_os()  # what `poslab eval` does
 
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=65, n_layer=2, n_head=4, n_embd=64, block_size=length if scheme == "learned" else 64,
@@ -52,17 +61,17 @@ def child(scheme: str, length: int, unblocked: bool) -> dict:
     cell = evaluate_length(model, tokens, length, length)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"scheme": scheme, "length": length, "unblocked": unblocked, "baseline_mib": baseline, "peak_mib": peak,
+    return {"scheme": scheme, "length": length, "unblocked": unblocked, "allocator": allocator, "baseline_mib": baseline, "peak_mib": peak,
             "eval_peak_mib": peak - baseline, "seconds": seconds, "loss": cell["nonoverlapping"]["loss"],
             "threads": torch.get_num_threads()}
 
 
-def run_case(scheme: str, length: int, unblocked: bool) -> dict:
-    cmd = [sys.executable, __file__, "--child", scheme, str(length)] + (["--unblocked"] if unblocked else [])
+def run_case(scheme: str, length: int, unblocked: bool, allocator: str) -> dict:
+    cmd = [sys.executable, __file__, "--child", scheme, str(length), "--allocator", allocator] + (["--unblocked"] if unblocked else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        return {"scheme": scheme, "length": length, "unblocked": unblocked, "error": f"exit {proc.returncode}: {tail}"}
+        return {"scheme": scheme, "length": length, "unblocked": unblocked, "allocator": allocator, "error": f"exit {proc.returncode}: {tail}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -71,11 +80,14 @@ def main() -> int:
     parser.add_argument("--lengths", default="2048,8192", help="two or more window lengths T")
     parser.add_argument("--schemes", default=",".join(SCHEMES))
     parser.add_argument("--unblocked", action="store_true", help="also the reference cases without the blocked path (bias schemes)")
+    parser.add_argument("--allocator", choices=("mmap", "default"), default="mmap",
+                        help="mmap: large blocks returned to the OS when freed, as `poslab eval` sets it (default); "
+                             "default: glibc's dynamic threshold, whose heap fragmentation inflates the peak")
     parser.add_argument("--out", type=Path, default=None, help="write the cases and verdicts as JSON")
     parser.add_argument("--child", nargs=2, metavar=("SCHEME", "T"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child[0], int(args.child[1]), args.unblocked)))
+        print(json.dumps(child(args.child[0], int(args.child[1]), args.unblocked, args.allocator)))
         return 0
 
     lengths = [int(x) for x in args.lengths.split(",")]
@@ -93,7 +105,7 @@ def main() -> int:
     cases = []
     for scheme, unblocked in variants:
         for length in lengths:
-            case = run_case(scheme, length, unblocked)
+            case = run_case(scheme, length, unblocked, args.allocator)
             cases.append(case)
             label = scheme + (" (unblocked)" if unblocked else "")
             if "error" in case:
@@ -121,7 +133,8 @@ def main() -> int:
         print(f"  {label:22s} +{small['eval_peak_mib']:7.1f} -> +{large['eval_peak_mib']:8.1f} MiB  x{growth:5.2f}  {verdict}")
     if args.out:
         tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(json.dumps({"lengths": lengths, "threshold": threshold, "cases": cases, "verdicts": verdicts}, indent=2))
+        tmp.write_text(json.dumps({"lengths": lengths, "allocator": args.allocator, "threshold": threshold, "cases": cases,
+                                   "verdicts": verdicts}, indent=2))
         tmp.replace(args.out)
     blocked_ok = all(v["verdict"] == "linear" for v in verdicts if not v["unblocked"])
     return 0 if blocked_ok else 1

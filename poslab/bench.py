@@ -8,8 +8,12 @@ attention (RoPE, SDPA) and Bloom attention (ALiBi).
 
 Honesty rules:
 
-* **Alternating runs, medians.** Every case is built once per ``T`` and warmed up; then the cases
-  run in turn, the order rotating each round, ``repeats`` rounds; the table shows the median.
+* **Alternating runs, medians.** Every case is built once per ``T`` and warmed up (``T <= 2048``;
+  longer runs skip the warm-up and take at least 3 rounds); then the cases run in turn, the order
+  rotating each round; the table shows the median.
+* **Clock.** Wall time by default; ``--clock cpu --threads 1`` times this process's CPU time on one
+  thread, which stays honest when other jobs share the cores (an oversubscribed OpenMP thread pool
+  waits for descheduled peers, inflating wall time unevenly).
 * **Peak memory per case in a fresh subprocess.** The worker builds the case, records its resident
   set, resets the kernel's high-water mark (``/proc/self/clear_refs``), runs forward + backward once
   and reports ``VmHWM - VmRSS(before)``. Cases whose naive estimate exceeds half the free memory are
@@ -31,6 +35,7 @@ import json
 import math
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -51,6 +56,21 @@ QUICK_SIZES = (256, 1024)
 FULL_CONTEXTS = (64, 128, 256, 512, 1024, 2048)
 QUICK_CONTEXTS = (64, 512)
 THREADS_ENV = "POSLAB_BENCH_THREADS"
+#: the clock of every timing: wall time (``perf_counter``) or this process's CPU time (``process_time``)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+_clock = time.perf_counter
+
+
+def set_clock(name: str) -> None:
+    """Time with ``"wall"`` (default) or ``"cpu"`` (process CPU time: steadier on a busy machine at 1 thread)."""
+    global _clock
+    if name not in CLOCKS:
+        raise ValueError(f"clock must be one of {list(CLOCKS)}, got {name!r}")
+    _clock = CLOCKS[name]
+
+
+def clock_name() -> str:
+    return next(name for name, fn in CLOCKS.items() if fn is _clock)
 REFERENCES = ("torch-mha", "torch-mha-is_causal", "naive", "hf-llama-rope", "hf-bloom-alibi")
 
 
@@ -190,25 +210,25 @@ def matmul_gflops(n: int = 1024, repeats: int = 7) -> float:
         a @ b
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = _clock()
         a @ b
-        times.append(time.perf_counter() - start)
+        times.append(_clock() - start)
     return 2 * n**3 / statistics.median(times) / 1e9
 
 
-def time_cases(steps: dict[str, Callable[[], None]], repeats: int) -> dict[str, list[float]]:
-    """Warm up each step once, then ``repeats`` rounds in rotating order; seconds per run."""
+def time_cases(steps: dict[str, Callable[[], None]], repeats: int, warmup: bool = True) -> dict[str, list[float]]:
+    """Warm up each step once (optional), then ``repeats`` rounds in rotating order; seconds per run."""
     names = list(steps)
-    for name in names:
+    for name in names if warmup else ():
         steps[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
         order = names[r % len(names) :] + names[: r % len(names)]  # alternate who goes first
         for name in order:
             gc.collect()
-            start = time.perf_counter()
+            start = _clock()
             steps[name]()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(_clock() - start)
     return times
 
 
@@ -267,10 +287,11 @@ def run_attention(sizes: Sequence[int], repeats: int, memory: bool = True, case_
     for T in sizes:
         runnable = [c for c in cases if c.quadratic_bytes * T * T / 2**20 <= 0.5 * available_mib()]
         skipped = [c.name for c in cases if c not in runnable]
-        n_repeats = repeats if T <= 2048 else max(3, repeats // 2)
+        # long sizes: no warm-up round, at least 3 timed rounds (the median drops a cold first run)
+        n_repeats, warmup = (repeats, True) if T <= 2048 else (max(3, repeats // 2), False)
         log(f"T={T}: timing {len(runnable)} cases x {n_repeats} alternating rounds" + (f" (skipped, too much memory: {', '.join(skipped)})" if skipped else ""))
         steps = {c.name: build_case(c.name, T) for c in runnable}
-        times = time_cases(steps, n_repeats)
+        times = time_cases(steps, n_repeats, warmup)
         del steps
         gc.collect()
         for case in cases:
@@ -288,7 +309,7 @@ def run_attention(sizes: Sequence[int], repeats: int, memory: bool = True, case_
             if row["ms"] is not None:
                 mem = f"{row['peak_mib']:.0f} MiB" if row["peak_mib"] is not None else "-"
                 log(f"  {case.name:24s} {row['ms']:10.1f} ms  {mem}")
-    return {"roofline_gflops": peak, "threads": torch.get_num_threads(), "rows": rows,
+    return {"roofline_gflops": peak, "threads": torch.get_num_threads(), "clock": clock_name(), "rows": rows,
             "geometry": {"batch": BATCH, "heads": HEADS, "head_dim": HEAD_DIM, "window": WINDOW}}
 
 
@@ -320,22 +341,23 @@ def run_decode(contexts: Sequence[int], repeats: int, steps: int = 16, log: Call
                 for name in names[r % len(names) :] + names[: r % len(names)]:
                     gc.collect()
                     if name == "recompute:rope":  # one new token = one forward over everything so far
-                        start = time.perf_counter()
+                        start = _clock()
                         recompute(idx[:, : context + 1])
-                        latencies[name].append(time.perf_counter() - start)
+                        latencies[name].append(_clock() - start)
                         continue
                     model = models[name]
                     cache = model.make_cache(1, capacity=context + steps)
                     model(idx[:, :context], cache=cache)  # prefill (not timed)
                     for t in range(context, context + steps):
-                        start = time.perf_counter()
+                        start = _clock()
                         model(idx[:, t : t + 1], cache=cache)
-                        latencies[name].append(time.perf_counter() - start)
+                        latencies[name].append(_clock() - start)
             for name, values in latencies.items():
                 median = statistics.median(values)
                 rows.append({"case": name, "context": context, "ms_per_token": median * 1e3, "tokens_per_s": 1 / median})
                 log(f"  context {context:5d}  {name:24s} {median * 1e3:8.2f} ms/token  {1 / median:8.1f} tokens/s")
-    return {"model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "batch": 1}, "steps": steps, "rows": rows}
+    return {"model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "batch": 1}, "steps": steps, "rows": rows,
+            "threads": torch.get_num_threads(), "clock": clock_name()}
 
 
 # ======================================================================================= report
@@ -402,7 +424,7 @@ def format_report(attention: dict | None, decode: dict | None, checks: list[dict
         g = attention["geometry"]
         lines += [
             f"Attention forward+backward, B={g['batch']}, h={g['heads']}, d_k={g['head_dim']}, causal, fp32, "
-            f"{attention['threads']} threads; roofline = measured fp32 matmul {peak:.0f} GFLOP/s. "
+            f"{attention['threads']} thread(s), {attention['clock']} clock; roofline = measured fp32 matmul {peak:.0f} GFLOP/s. "
             "Median of alternating runs; peak = resident-memory high-water mark of one run in a fresh process.",
             "",
             "| T | case | fwd+bwd ms | peak MiB | GFLOP/s | % roofline | vs naive |",
@@ -420,7 +442,8 @@ def format_report(attention: dict | None, decode: dict | None, checks: list[dict
     if decode is not None:
         m = decode["model"]
         lines += [
-            f"Decoding: GPT {m['n_layer']} layers, d={m['n_embd']}, {m['n_head']} heads, batch {m['batch']}; median of "
+            f"Decoding: GPT {m['n_layer']} layers, d={m['n_embd']}, {m['n_head']} heads, batch {m['batch']}, "
+            f"{decode['threads']} thread(s), {decode['clock']} clock; median of "
             f"{decode['steps']} decode steps per round (cache) or one full forward per round (recompute).",
             "",
             "| context | case | ms/token | tokens/s |",
@@ -506,6 +529,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: torch's choice). On a shared, oversubscribed machine 1 thread "
                    "gives stable timings: OpenMP threads that wait for a descheduled peer can be 10x slower")
+    p.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                   help="wall time (default) or process CPU time (steadier when other jobs share the cores; use with --threads 1)")
     p.add_argument("--out", type=Path, default=Path("runs") / "bench", help="output folder (default runs/bench)")
     p.set_defaults(func=run)
 
@@ -523,6 +548,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--threads must be a positive integer, got {args.threads}")
         torch.set_num_threads(args.threads)
         os.environ[THREADS_ENV] = str(args.threads)  # the memory workers follow
+    set_clock(args.clock)
     cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
     if cases is not None:
         known = [c.name for c in attention_cases()]
@@ -530,7 +556,7 @@ def run(args: argparse.Namespace) -> int:
             if case not in known:
                 raise ValueError(f"unknown benchmark case {case!r}; known: {', '.join(known)}")
     args.out.mkdir(parents=True, exist_ok=True)
-    command = "poslab bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "poslab bench"
+    command = shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])  # exactly what was run
     started = time.time()
     attention = decode = None
     if args.only in (None, "attention"):

@@ -451,6 +451,30 @@ def results_table(cells: list[dict[str, Any]]) -> tuple[list[str], list[list[str
 
 # ------------------------------------------------------------------------------------ runs + CLI
 SPLITS = ("val", "train")
+#: allocations from this size up are served by mmap and go back to the OS when freed (glibc)
+MMAP_THRESHOLD = 1 << 20
+
+
+def return_freed_memory_to_os(threshold: int = MMAP_THRESHOLD) -> bool:
+    """Make glibc serve allocations of ``threshold`` bytes and more with ``mmap`` (``mallopt``).
+
+    Long evaluations allocate one bias tile per query block (tens of MiB at ``T = 8192``). glibc's
+    default *dynamic* mmap threshold rises to the size of the largest freed block (up to 32 MiB), after
+    which such tiles come from the heap, which fragments and keeps the peak resident memory growing
+    faster than ``T`` although no tensor outlives its block (``benchmarks/eval_memory.py`` measures
+    both). A fixed threshold returns every freed tile to the OS. Process-wide; used by ``poslab eval``.
+
+    Returns:
+        Whether the setting was applied (``False`` off glibc).
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(-3, int(threshold)))  # M_MMAP_THRESHOLD = -3
+    except (OSError, AttributeError):
+        return False
 
 
 def split_tokens(config: dict[str, Any], tokenizer: Any, split: str = "val") -> Tensor:
@@ -549,6 +573,7 @@ def _cli(args: argparse.Namespace) -> int:
     from poslab.experiments.common import print_table
 
     lengths = parse_lengths(args.lengths)
+    return_freed_memory_to_os()
     if args.stride is not None:
         check_stride(args.stride, min(lengths))
     scaling = parse_rope_scaling(args.rope_scaling) if args.rope_scaling is not None else None

@@ -114,8 +114,10 @@ class GPTConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{key} must be a positive integer, got {value!r}")
         validate_geometry(self.n_embd, self.n_head, self.kv_heads)
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
+        if isinstance(self.norm_eps, bool) or not isinstance(self.norm_eps, (int, float)) or not 0.0 < self.norm_eps < math.inf:
+            raise ValueError(f"norm_eps must be a positive number (e.g. 1e-5), got {self.norm_eps!r}")
         if self.norm not in NORMS:
             raise ValueError(f"norm={self.norm!r} is not allowed; choose one of {list(NORMS)}")
         if self.mlp not in MLPS:
@@ -149,7 +151,12 @@ class GPTConfig:
         # built on the meta device: no memory for its tables (however large block_size is) and no
         # draw from the global RNG (a config is rebuilt between training steps, e.g. on checkpoints)
         with torch.random.fork_rng(devices=[]), torch.device("meta"):
-            positions.build_for_model(self.position, self.position_config, self.position_context())
+            try:
+                positions.build_for_model(self.position, self.position_config, self.position_context())
+            except (RuntimeError, OverflowError) as err:  # torch refusing a value the scheme did not check
+                message = str(err).splitlines()[0] if str(err) else type(err).__name__
+                raise ValueError(f"position_config {self.position_config!r} is not usable for {self.position!r}: "
+                                 f"{message}") from None
 
     @property
     def kv_heads(self) -> int:
@@ -366,6 +373,10 @@ class GPT(nn.Module):
         if idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
             raise TypeError(f"idx must hold integer token ids, got dtype {idx.dtype}")
         B, T = idx.shape
+        if idx.device.type == "cpu" and idx.numel() and (int(idx.max()) >= self.config.vocab_size or int(idx.min()) < 0):
+            # checked on CPU only: on an accelerator this would add a host sync to every forward
+            bad = int(idx.max()) if int(idx.max()) >= self.config.vocab_size else int(idx.min())
+            raise ValueError(f"token id {bad} is outside the vocabulary: ids must lie in [0, {self.config.vocab_size})")
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"cache has {len(cache)} layers, the model has {len(self.blocks)}")
         if pos is None:

@@ -177,3 +177,25 @@ def test_flex_with_rolling_cache_equals_sdpa(name: str) -> None:
         got = [attn(x[:, :5], cache=cache, backend="flex")]
         got += [attn(x[:, t : t + 1], cache=cache, backend="flex") for t in range(5, 12)]
     assert_close(torch.cat(got, 1), full, **TIGHT)
+
+
+# --------------------------------------------------------------------------------- bench CLI
+def test_bench_cli_smoke(tmp_path) -> None:
+    """``poslab bench`` on tiny sizes writes its table, JSON and plot; bad sizes are one-line errors."""
+    import json
+
+    from poslab.cli import main
+
+    out = tmp_path / "bench"
+    args = ["bench", "--sizes", "32", "--contexts", "8", "--repeats", "1", "--cases", "poslab:none,naive", "--out", str(out)]
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    rows = {r["case"]: r for r in results["attention"]["rows"]}
+    assert set(rows) == {"poslab:none", "naive"}
+    assert all(r["ms"] > 0 and r["peak_mib"] is not None for r in rows.values())  # memory from a subprocess
+    assert results["attention"]["roofline_gflops"] > 0
+    assert {r["case"] for r in results["decode"]["rows"]} >= {"kv-cache:rope", "recompute:rope"}
+    assert "| 32 | poslab:none |" in (out / "report.md").read_text()
+    assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["bench", "--sizes", "32,zero", "--out", str(out)]) == 2
+    assert main(["bench", "--cases", "poslab:nope", "--out", str(out)]) == 2

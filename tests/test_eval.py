@@ -267,3 +267,19 @@ def test_eval_text_from_a_file_and_unknown_characters(runs, tmp_path, capsys):
     text.write_text("天地" * 40)
     assert main(["eval", runs["rope"], "--lengths", "16", "--split", str(text)]) == 2
     assert "not in the tokenizer's vocabulary" in capsys.readouterr().err
+
+
+def test_longrope_from_a_json_file(tmp_path):
+    good = tmp_path / "longrope.json"
+    good.write_text(json.dumps({"factor": 4, "long_factor": [1, 2, 4, 8], "short_factor": [1, 1, 1, 1]}))
+    assert parse_rope_scaling(f"longrope:{good}") == {"scaling": "longrope", "factor": 4.0, "long_factor": [1.0, 2.0, 4.0, 8.0],
+                                                      "short_factor": [1.0, 1.0, 1.0, 1.0]}
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        parse_rope_scaling(f"longrope:{bad}")
+    bad.write_text(json.dumps({"factor": 4, "long_factor": [1, 2], "typo": 1}))
+    with pytest.raises(ValueError, match="unknown keys \\['typo'\\]"):
+        parse_rope_scaling(f"longrope:{bad}")
+    with pytest.raises(ValueError, match="does not exist"):
+        parse_rope_scaling(f"longrope:{tmp_path / 'missing.json'}")

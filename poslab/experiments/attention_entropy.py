@@ -230,16 +230,20 @@ def variants_of(scheme: str) -> list[tuple[str, dict[str, Any] | None, bool]]:
 
 def plot(results: dict[str, dict[str, Any]], lab: Any, path: Path) -> Path:
     """Entropy vs query position at 16x L (left) and mean entropy vs evaluation length (right)."""
+    from matplotlib import colormaps
+
+    colors = colormaps["tab20"]
     fig, axes = new_figure(1, 2, size=(14.0, 5.2))
     longest = str(max(FACTORS))
-    for label, entry in results.items():
+    for i, (label, entry) in enumerate(results.items()):
         style = "--" if " + " in label else "-"
+        color = colors(i % 20)
         cell = entry["entropy"].get(longest)
         if cell is not None:
-            xs = [b + lab.train_length / 4 for b in cell["bin_starts"]]
-            axes[0].plot(xs, cell["by_position"], style, label=label, linewidth=1.2)
+            xs = [b + (cell["bin_starts"][1] if len(cell["bin_starts"]) > 1 else 1) / 2 for b in cell["bin_starts"]]  # bin centres
+            axes[0].plot(xs, cell["by_position"], style, color=color, label=label, linewidth=1.2)
         lengths = [int(f) * lab.train_length for f in entry["entropy"]]
-        axes[1].plot(lengths, [c["mean"] for c in entry["entropy"].values()], style, marker="o", label=label, linewidth=1.2)
+        axes[1].plot(lengths, [c["mean"] for c in entry["entropy"].values()], style, color=color, marker="o", label=label, linewidth=1.2)
     T = max(FACTORS) * lab.train_length
     n = torch.arange(1, T + 1, dtype=torch.float32)
     axes[0].plot(n.tolist(), torch.log(n).tolist(), color="black", linestyle=":", linewidth=1, label="uniform (ln n)")

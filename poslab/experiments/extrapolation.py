@@ -77,7 +77,7 @@ class Size:
 SIZES = {
     "smoke": Size("smoke", 16, 1, 2, 16, 8, 4, 3e-3, 2, 2, 4, 1),
     "quick": Size("quick", 64, 2, 4, 64, 250, 16, 3e-3, 25, 4, 100, 2),
-    "full": Size("full", 128, 3, 4, 96, 600, 16, 2e-3, 50, 4, 100, 2),
+    "full": Size("full", 128, 3, 4, 96, 400, 16, 2e-3, 40, 4, 100, 2),
 }
 
 
@@ -303,15 +303,21 @@ def evaluate_scheme(run_dir: Path, size: Size) -> dict[str, Any]:
 
 def plot(table: dict[str, dict[str, Any]], size: Size, path: Path) -> Path:
     """Log-log perplexity vs evaluation length, one line per scheme (non-overlapping and sliding)."""
+    from matplotlib import colormaps
+    from matplotlib.ticker import ScalarFormatter
+
+    colors = colormaps["tab10"]
     fig, axes = new_figure(1, 2, size=(13.0, 5.0))
     for ax, mode, title in ((axes[0], "nonoverlapping", "non-overlapping chunks"), (axes[1], "sliding", "sliding window (stride length/2)")):
-        for scheme in table:
+        for i, scheme in enumerate(table):
             xs = [f * size.train_length for f in FACTORS if _ppl(table, scheme, f, mode) is not None]
             ys = [_ppl(table, scheme, f, mode) for f in FACTORS if _ppl(table, scheme, f, mode) is not None]
-            ax.plot(xs, ys, marker="o", label=scheme)
+            ax.plot(xs, ys, marker="o", label=scheme if len(xs) > 1 else f"{scheme} (only L)", color=colors(i % 10))
         ax.axvline(size.train_length, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
         ax.set_xlabel("evaluation length (tokens)")
         ax.set_ylabel("perplexity")
         ax.set_title(f"{title}; trained at L={size.train_length}")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import math
+import typing
 from typing import Any
 
 from poslab.positions.base import PositionScheme
@@ -109,7 +111,51 @@ def _config_values(name: str, config: Any, overrides: dict[str, Any]) -> dict[st
             raise ValueError(
                 f"unknown config key {key!r} for position scheme {name!r}{hint}; allowed: {', '.join(allowed)}"
             )
+    hints = typing.get_type_hints(config_class)
+    for key, value in values.items():
+        _check_type(name, key, value, hints.get(key))
     return values
+
+
+#: integer config fields (dimensions, lengths, bucket counts) above this are refused before any table is built
+_MAX_INT = 2**31 - 1
+
+
+def _check_type(name: str, key: str, value: Any, hint: Any) -> None:
+    """``value`` against a config field's annotation (int, float, bool, str, ``list[float]``, ``X | None``).
+
+    Ranges are each scheme's own checks; this only rules out the wrong type, ``bool`` for a number,
+    NaN/inf and integers too large for any tensor, with one clear message naming the key.
+    """
+    args = typing.get_args(hint)
+    if type(None) in args:
+        if value is None:
+            return
+        hint = next(a for a in args if a is not type(None))
+    origin = typing.get_origin(hint)
+    where = f"position_config {key!r} of {name!r}"
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and abs(value) > _MAX_INT:
+            raise ValueError(f"{where} is too large: {value!r} (at most {_MAX_INT})")
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and not math.isfinite(value):
+            raise ValueError(f"{where} must be finite, got {value!r}")
+    elif hint is str:
+        ok = isinstance(value, str)
+    elif origin is list:
+        ok = isinstance(value, (list, tuple))
+        if ok:
+            for item in value:
+                _check_type(name, f"{key}[]", item, typing.get_args(hint)[0] if typing.get_args(hint) else None)
+    else:
+        return  # not a simple annotation: left to the scheme
+    if not ok:
+        expected = getattr(hint, "__name__", str(hint))
+        raise TypeError(f"{where} must be {expected}, got {value!r} ({type(value).__name__})")
 
 
 def build(name: str, config: Any = None, /, **cfg: Any) -> PositionScheme:
