@@ -8,8 +8,8 @@ model + tokens), runs :func:`poslab.eval.evaluate_length` on one window of ``T``
 
 Linear memory means the peak grows about 4x from T = 2048 to 8192; materialising ``[h, T, T]`` would
 grow it 16x. The verdict per scheme is "linear" when the ratio is below 8 (the geometric midpoint).
-``--unblocked`` adds reference cases with the attention's blocked path disabled
-(``chunk_threshold`` above T), which show what quadratic memory looks like.
+``--unblocked`` adds reference cases for the bias schemes with the attention's blocked path disabled
+(``query_chunk`` above T, so all queries form one block), which show what quadratic memory looks like.
 
     .venv/bin/python benchmarks/eval_memory.py                     # every scheme at T = 2048, 8192
     .venv/bin/python benchmarks/eval_memory.py --lengths 1024,4096 --schemes alibi,t5 --unblocked
@@ -54,7 +54,7 @@ def child(scheme: str, length: int, unblocked: bool, allocator: str) -> dict:
     model = GPT(config).eval()
     if unblocked:
         for block in model.blocks:
-            block.attn.chunk_threshold = 10 * length  # never blocked: one [B, h, T, T] bias per layer
+            block.attn.query_chunk = 10 * length  # one block of all queries: one [B, h, T, T] bias per layer
     tokens = torch.randint(0, 65, (length + 1,), generator=torch.Generator().manual_seed(0))
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
     start = time.perf_counter()

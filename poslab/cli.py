@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 
@@ -68,6 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f": {err.filename!r}" if err.filename else ""
         message = f"{err.strerror}{where}" if err.strerror else (str(err).splitlines() or [type(err).__name__])[0]
         print(f"poslab: error: {message}", file=sys.stderr)
+        return 1
+    except (MemoryError, RuntimeError) as err:
+        if not isinstance(err, MemoryError) and "can't allocate memory" not in str(err):
+            raise  # a bug: keep the traceback
+        needed = re.search(r"allocate (\d+) bytes", str(err))
+        size = f" ({int(needed.group(1)) / 2**30:,.1f} GiB requested)" if needed else ""
+        print(f"poslab: error: out of memory{size}; use a smaller model or batch", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("poslab: interrupted", file=sys.stderr)

@@ -18,6 +18,7 @@ loop did before, so a plain ``poslab train`` is unchanged bit for bit.
   rows ``[rank*B, (rank+1)*B)``. The shards are distinct and deterministic, and N processes x batch
   B train on exactly the windows of 1 process x batch N*B (tested: the loss after 20 steps agrees to
   1e-5). Because the generator is the same on every rank, rank 0's checkpointed state is everyone's.
+  Evaluation uses the same global batch, each rank computing its rows, the mean shared.
 * **Writes**: only rank 0 writes (run folder, metrics, checkpoints, results, progress bar). Work
   that only rank 0 does and others depend on (preparing the run folder, the matmul peak) runs there
   and its outcome (or its error) is broadcast, so every rank fails with the same message.

@@ -37,6 +37,8 @@ from poslab.model import GPT
 PREV_TOKEN_THRESHOLD = 0.5  # mean attention to i-1 to call a head previous-token
 INDUCTION_THRESHOLD = 0.3  # mean prefix-matching attention to call a head an induction head
 POSITIONAL_THRESHOLD = 0.9  # fraction of queries whose argmax key sits at the head's offset (Voita)
+PUNCTUATION_THRESHOLD = 0.5  # mean attention mass on punctuation keys to call a head a punctuation head
+PUNCTUATION = "，。！？；：、,.!?;:"
 PRUNE_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
@@ -116,6 +118,42 @@ def previous_token_scores(weights: list[Tensor]) -> Tensor:
         T = w.shape[-1]
         rows = torch.arange(1, T)
         scores.append(w[:, :, rows, rows - 1].mean(dim=(0, 2)))  # [B, h, T-1] -> [h]
+    return torch.stack(scores)
+
+
+def punctuation_ids(tokenizer: Any) -> list[int]:
+    """Ids of the punctuation marks (:data:`PUNCTUATION`) that are single tokens of ``tokenizer``."""
+    ids = set()
+    for mark in PUNCTUATION:
+        try:
+            encoded = tokenizer.encode(mark)
+        except ValueError:  # not in a char vocabulary
+            continue
+        if len(encoded) == 1:
+            ids.add(int(encoded[0]))
+    return sorted(ids)
+
+
+def punctuation_scores(weights: list[Tensor], idx: Tensor, marks: list[int]) -> Tensor:
+    """Mean attention mass on punctuation keys, over queries that have one in view, ``[L, h]``.
+
+    Seed 000 Q1: some heads attend to the full stop (「句号」). Returns zeros when ``marks`` is empty.
+
+    Args:
+        weights: per-layer ``[B, h, T, T]`` attention weights of the token ids ``idx [B, T]``.
+        marks: punctuation token ids.
+    """
+    L, h = len(weights), weights[0].shape[1]
+    if not marks:
+        return torch.zeros(L, h)
+    is_mark = torch.isin(idx, torch.tensor(marks)).float()  # [B, T]
+    seen = is_mark.cumsum(dim=1) > 0  # [B, T]: a punctuation key at or before the query
+    if not seen.any():
+        return torch.zeros(L, h)
+    scores = []
+    for w in weights:
+        mass = (w * is_mark[:, None, None, :]).sum(-1)  # [B, h, T]
+        scores.append(mass.permute(1, 0, 2)[:, seen].mean(-1))  # [h, B, T] -> [h, n] -> [h]
     return torch.stack(scores)
 
 
@@ -222,7 +260,7 @@ def text_batches(tokens: Tensor, block_size: int, n_batches: int, batch_size: in
     return batches
 
 
-def head_labels(prev: float, induction: float, offset: int, confidence: float) -> list[str]:
+def head_labels(prev: float, induction: float, offset: int, confidence: float, punctuation: float = 0.0) -> list[str]:
     """Names for one head from its scores (thresholds are the module constants)."""
     labels = []
     if prev >= PREV_TOKEN_THRESHOLD:
@@ -231,6 +269,8 @@ def head_labels(prev: float, induction: float, offset: int, confidence: float) -
         labels.append("induction")
     if confidence >= POSITIONAL_THRESHOLD and not (offset == 1 and "previous-token" in labels):
         labels.append(f"positional (offset {offset})")
+    if punctuation >= PUNCTUATION_THRESHOLD:
+        labels.append("punctuation")
     return labels
 
 
@@ -242,6 +282,7 @@ def analyze(
     n_batches: int = 4,
     batch_size: int = 16,
     induction_half: int | None = None,
+    punctuation: list[int] | None = None,
     seed: int = 0,
 ) -> dict[str, Any]:
     """Detect head types and measure head importance.
@@ -254,6 +295,7 @@ def analyze(
         induction_half: length of each copy of the repeated random sequence (default ``seq_len // 2``);
             the induction score averages this period, 3/4 of it and 1/2 of it, so a head that merely
             attends to one fixed offset does not pass for an induction head.
+        punctuation: token ids of punctuation marks (:func:`punctuation_ids`) for the punctuation score.
         seed: for the windows, the random tokens and the random pruning orders.
 
     Returns:
@@ -268,6 +310,7 @@ def analyze(
 
     text_weights = [torch.cat(ws) for ws in zip(*(attention_weights(model, idx) for idx, _ in batches))]
     prev = previous_token_scores(text_weights)
+    punct = punctuation_scores(text_weights, torch.cat([idx for idx, _ in batches]), punctuation or [])
     offset, confidence = positional_scores(text_weights)
     # three periods: a head attending to one fixed offset (positional) cannot score high on all of them
     periods = sorted({half, max(2, (3 * half) // 4), max(2, half // 2)}, reverse=True)
@@ -293,6 +336,7 @@ def analyze(
     table = []
     for layer, head in heads:
         p, ind, off, conf = (float(prev[layer, head]), float(induction[layer, head]), int(offset[layer, head]), float(confidence[layer, head]))
+        mark = float(punct[layer, head])
         table.append({
             "layer": layer,
             "head": head,
@@ -301,20 +345,25 @@ def analyze(
             "induction_by_period": {str(period): float(score[layer, head]) for period, score in per_period.items()},
             "positional_offset": off,
             "positional_confidence": conf,
+            "punctuation": mark,
             "mask_loss_delta": float(delta[layer, head]),
             "grad_importance": float(grad[layer, head]),
-            "labels": head_labels(p, ind, off, conf),
+            "labels": head_labels(p, ind, off, conf, mark),
         })
     counts = {
         "previous-token": sum("previous-token" in h["labels"] for h in table),
         "induction": sum("induction" in h["labels"] for h in table),
         "positional": sum(any(x.startswith("positional") for x in h["labels"]) for h in table),
+        "punctuation": sum("punctuation" in h["labels"] for h in table),
     }
     index = {f: i for i, f in enumerate(PRUNE_FRACTIONS)}
     return {
         "model": {"n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd, "position": cfg.position, "vocab_size": cfg.vocab_size},
         "eval": {"seq_len": seq_len, "n_batches": n_batches, "batch_size": batch_size, "induction_periods": periods, "seed": seed},
-        "thresholds": {"previous_token": PREV_TOKEN_THRESHOLD, "induction": INDUCTION_THRESHOLD, "positional": POSITIONAL_THRESHOLD},
+        "thresholds": {"previous_token": PREV_TOKEN_THRESHOLD, "induction": INDUCTION_THRESHOLD, "positional": POSITIONAL_THRESHOLD,
+                       "punctuation": PUNCTUATION_THRESHOLD},
+        "punctuation_ids": list(punctuation or []),
+        "punctuation_share_of_keys": float(torch.isin(tokens, torch.tensor(punctuation or [-1])).float().mean()),
         "base_loss": base,
         "repeat_loss": repeat_losses,
         "heads": table,
@@ -370,6 +419,7 @@ def plot(results: dict[str, Any], path: Path) -> Path:
         ("previous_token", "previous-token score", "Blues", (0, 1)),
         ("induction", "induction score (prefix matching)", "Purples", (0, 1)),
         ("positional_confidence", "positional: most frequent offset (confidence)", "Greens", (0, 1)),
+        ("punctuation", "attention on punctuation (，。…)", "Reds", (0, 1)),
         ("mask_loss_delta", "loss increase when masked", "Oranges", None),
     ]
     with matplotlib.rc_context(use_in_matplotlib()):
@@ -378,14 +428,14 @@ def plot(results: dict[str, Any], path: Path) -> Path:
         fig.clear()
         fig.set_layout_engine("constrained")
         grid = fig.add_gridspec(2, 3)
-        axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[0, 2]), fig.add_subplot(grid[1, 0])]
+        axes = [fig.add_subplot(grid[row, col]) for row, col in ((0, 0), (0, 1), (0, 2), (1, 0), (1, 1))]
         for ax, (key, title, cmap, limits) in zip(axes, panels):
-            values = grid_of(key)
+            values = grid_of(key) if key in results["heads"][0] else [[0.0] * n_head for _ in range(n_layer)]
             vmin, vmax = limits if limits else (min(min(r) for r in values), max(max(r) for r in values))
             image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
             fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
             for row in results["heads"]:
-                text = f"{row[key]:.2f}" if key != "positional_confidence" else f"{row['positional_offset']:+d} ({row[key]:.2f})"
+                text = f"{row.get(key, 0.0):.2f}" if key != "positional_confidence" else f"{row['positional_offset']:+d} ({row[key]:.2f})"
                 if key == "mask_loss_delta":
                     text = f"{row[key]:+.3f}"
                 ax.text(row["head"], row["layer"], text, ha="center", va="center", fontsize=8)
@@ -394,7 +444,7 @@ def plot(results: dict[str, Any], path: Path) -> Path:
             ax.set_ylabel("layer")
             ax.set_xticks(range(n_head))
             ax.set_yticks(range(n_layer))
-        ax = fig.add_subplot(grid[1, 1:])
+        ax = fig.add_subplot(grid[1, 2])
         pruning = results["pruning"]
         percent = [100 * f for f in pruning["fractions"]]
         ax.plot(percent, pruning["loss_by_importance"], "o-", label="least important first")
@@ -414,12 +464,12 @@ def print_summary(results: dict[str, Any]) -> None:
 
     rows = [
         [f"L{r['layer']}H{r['head']}", f"{r['previous_token']:.2f}", f"{r['induction']:.2f}",
-         f"{r['positional_offset']:+d} ({r['positional_confidence']:.2f})", f"{r['mask_loss_delta']:+.4f}",
+         f"{r['positional_offset']:+d} ({r['positional_confidence']:.2f})", f"{r.get('punctuation', 0.0):.2f}", f"{r['mask_loss_delta']:+.4f}",
          f"{r['grad_importance']:.4f}", ", ".join(r["labels"]) or "-"]
         for r in results["heads"]
     ]
-    print_table(["head", "prev", "induction", "offset (conf)", "dloss masked", "|dL/dxi|", "type"], rows,
-                title=f"Heads (base loss {results['base_loss']:.4f})", align="lrrrrrl")
+    print_table(["head", "prev", "induction", "offset (conf)", "punct", "dloss masked", "|dL/dxi|", "type"], rows,
+                title=f"Heads (base loss {results['base_loss']:.4f})", align="lrrrrrrl")
     for key in ("pruned_30", "pruned_60"):
         p = results[key]
         print(f"  pruning {p['heads_masked']} least important heads ({p['fraction']:.0%}): loss {p['loss']:.4f} ({p['loss_increase']:+.4f})")
@@ -440,7 +490,8 @@ def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = 
     run_dir = Path(run_dir)
     model, tokenizer, config = load_run(run_dir)
     tokens = validation_tokens(tokenizer, config, text)
-    results = analyze(model, tokens, n_batches=2 if quick else 8, batch_size=8 if quick else 16)
+    results = analyze(model, tokens, n_batches=2 if quick else 8, batch_size=8 if quick else 16,
+                      punctuation=punctuation_ids(tokenizer))
     results["run"] = str(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     plot(results, out / "heads.png")

@@ -334,7 +334,8 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
     with Display(stream) as display:
         for index, step in enumerate(steps):
             label = f"[{index + 1}/{len(steps)}] {step.name}"
-            remaining = sum(s.estimate for s in steps[index + 1 :] if not _finished(s, lab_dir, previous, mode) or fresh)
+            remaining = sum(s.estimate for s in steps[index + 1 :]
+                            if (not only or s.name in only) and (fresh or not _finished(s, lab_dir, previous, mode)))
             record = {"name": step.name, "kind": step.kind, "folder": step.folder, "mode": mode}
             blocked = [n for n in step.needs if n in failed]
             if blocked:

@@ -126,15 +126,17 @@ class GPTConfig:
             raise ValueError(f"backend={self.backend!r} is not allowed; choose one of {list(BACKENDS)}")
         if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int) or self.window <= 0):
             raise ValueError(f"window must be a positive integer, got {self.window!r}")
-        if self.mlp_hidden is not None and self.mlp_hidden <= 0:
-            raise ValueError(f"mlp_hidden must be > 0, got {self.mlp_hidden}")
+        if self.mlp_hidden is not None and (
+            isinstance(self.mlp_hidden, bool) or not isinstance(self.mlp_hidden, int) or self.mlp_hidden <= 0
+        ):
+            raise ValueError(f"mlp_hidden must be a positive integer or None, got {self.mlp_hidden!r}")
         for key in ("bias", "lm_head_bias", "embed_norm"):
             if not isinstance(getattr(self, key), bool):
                 raise TypeError(f"{key} must be a bool, got {getattr(self, key)!r}")
         for key in ("attn_bias", "mlp_bias", "norm_bias"):
             if getattr(self, key) is not None and not isinstance(getattr(self, key), bool):
                 raise TypeError(f"{key} must be a bool or None (follow `bias`), got {getattr(self, key)!r}")
-        if self.activation is not None and self.activation not in ACTIVATIONS:
+        if self.activation is not None and (not isinstance(self.activation, str) or self.activation not in ACTIVATIONS):
             raise ValueError(f"activation={self.activation!r} is not allowed; choose one of {list(ACTIVATIONS)} (or None)")
         if self.residual not in RESIDUALS:
             raise ValueError(f"residual={self.residual!r} is not allowed; choose one of {list(RESIDUALS)}")

@@ -102,8 +102,13 @@ def load_preset_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise ValueError(f"preset file {str(path)!r} is not valid YAML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"preset file {str(path)!r} is not UTF-8 text (byte {err.start})") from None
+    except yaml.YAMLError as err:  # one line: the problem and where (the YAML text itself may be anything)
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        reason = getattr(err, "problem", None) or (str(err).splitlines() or [type(err).__name__])[0]
+        raise ValueError(f"preset file {str(path)!r} is not valid YAML{where}: {reason}") from None
     if not isinstance(data, dict):
         raise ValueError(f"preset file {str(path)!r} must hold a mapping, got {type(data).__name__}")
     if "config" not in data:

@@ -515,7 +515,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep",
         help="run a grid of training configurations (e.g. every scheme x 3 seeds), K at a time, resumable",
-        description=__doc__.split("\n\n", 1)[1].split("\n\nEvery combination")[0],
+        description=__doc__.split("\n\nEvery combination")[0] + "\n\nSee docs/scaling.md.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("config", help="the sweep YAML file")

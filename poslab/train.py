@@ -625,8 +625,15 @@ def _train(
     flops_per_token = matmul_flops_per_token(model, model_cfg.block_size)
     tokens_per_step = cfg.batch_size * cfg.grad_accum * model_cfg.block_size * dist_ctx.world_size  # all processes
     bar = ProgressBar(cfg.max_steps, start_step=step, enabled=show and dist_ctx.is_main, stream=dist_ctx.bar_stream())
-    if resuming:
-        bar.message(f"resuming {run_dir} from step {step}")
+    if show and dist_ctx.is_main:
+        n_params = sum(p.numel() for p in model.parameters())
+        bar.message(
+            f"{'resuming' if resuming else 'training'} {run_dir}{f' from step {step}' if resuming else ''}: "
+            f"{n_params / 1e6:.2f}M parameters, {model_cfg.position} positions, corpus {cfg.corpus} "
+            f"({data.info['train_tokens']:,} train / {data.info['val_tokens']:,} val tokens, vocab "
+            f"{data.tokenizer.vocab_size}), {cfg.max_steps} steps x {tokens_per_step:,} tokens, {cfg.dtype}, "
+            f"{torch.get_num_threads()} threads"
+        )
 
     def save(at_step: int) -> Path | None:
         # every rank takes part (FSDP gathers full tensors; each rank's RNG state); only rank 0 writes
@@ -739,7 +746,8 @@ def _train(
                 if step != cfg.max_steps and not (cfg.ckpt_interval and step % cfg.ckpt_interval == 0):
                     save(step)
                 bar.close(f"interrupted at step {step}; checkpoint saved in {run_dir / ckpt.CHECKPOINT_DIR}; "
-                          f"continue with: poslab train --name {cfg.name} --out_dir {cfg.out_dir} --resume")
+                          f"continue with: {'torchrun (the same options) -m ' if dist_ctx.world_size > 1 else ''}"
+                          f"poslab train --name {cfg.name} --out_dir {cfg.out_dir} --resume")
                 raise KeyboardInterrupt
 
     final_val = evaluate_loss(eval_model, data.val, model_cfg.block_size, eval_batch, cfg.eval_iters, seed=cfg.seed + 1,

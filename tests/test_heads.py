@@ -79,6 +79,23 @@ def test_head_labels_follow_the_thresholds():
     assert heads.head_labels(0.1, 0.5, 3, 0.2) == ["induction"]
     assert heads.head_labels(0.1, 0.0, 4, 0.95) == ["positional (offset 4)"]
     assert heads.head_labels(0.1, 0.1, 4, 0.5) == []
+    assert heads.head_labels(0.1, 0.1, 4, 0.5, 0.7) == ["punctuation"]
+
+
+def test_punctuation_scores_measure_attention_on_marks():
+    tokenizer = CharTokenizer.from_text(PROMPT)
+    marks = heads.punctuation_ids(tokenizer)
+    assert sorted(tokenizer.decode([m]) for m in marks) == ["。", "，"]
+    idx = torch.tensor([tokenizer.encode(PROMPT)])  # the comma is token 5
+    T = idx.shape[1]
+    to_comma = torch.zeros(T, T)
+    for i in range(T):
+        to_comma[i, 5 if i >= 5 else i] = 1.0  # from the comma on, everything attends to it
+    w = torch.stack([to_comma, shifted(T, 1)])[None]  # [1, 2, T, T]
+    scores = heads.punctuation_scores([w], idx, marks)
+    assert scores[0, 0] == 1.0  # queries 5..11 see a mark; all their attention is on the comma
+    torch.testing.assert_close(scores[0, 1], torch.tensor(1 / 7))  # previous-token head: only query 6 lands on a mark
+    assert heads.punctuation_scores([w], idx, []).abs().sum() == 0
 
 
 def test_repeated_random_tokens_repeat_without_duplicates():
@@ -164,7 +181,7 @@ def test_analyze_on_a_trained_run_writes_results_and_plot(tmp_path):
     for row in results["heads"]:
         assert 0.0 <= row["previous_token"] <= 1.0 and 0.0 <= row["induction"] <= 1.0
         assert row["labels"] == heads.head_labels(row["previous_token"], row["induction"], row["positional_offset"],
-                                                  row["positional_confidence"])
+                                                  row["positional_confidence"], row["punctuation"])
     assert results["pruning"]["loss_by_importance"][0] == pytest.approx(results["base_loss"])
     assert results["pruned_30"]["heads_masked"] == 1 and results["pruned_60"]["heads_masked"] == 2
     png = heads.plot(results, tmp_path / "heads.png")

@@ -136,7 +136,7 @@ def _check_model(values_: dict, run: bool = True) -> None:
         return  # accepted but too big to build here
     torch.manual_seed(0)
     model = GPT(cfg).eval()  # accepted must mean it works
-    T = min(cfg.block_size, 8)
+    T = min(cfg.block_size, 8, model.position.max_positions or 8)  # a learned table may be shorter
     with torch.no_grad():
         logits = model(torch.zeros(1, T, dtype=torch.long))
     assert logits.shape == (1, T, cfg.vocab_size) and torch.isfinite(logits).all(), values_
@@ -187,11 +187,27 @@ tokens = st.one_of(st.sampled_from(FLAGS), st.text(max_size=12).map(lambda t: "-
                    st.floats().map(repr))
 
 
+#: near-valid command lines: a real flag with a plausible (or random) value
+PLAUSIBLE = {
+    "--max_steps": st.integers(-2, 50).map(str), "--lr": st.floats(-1, 1).map(repr),
+    "--batch_size": st.integers(-1, 64).map(str), "--dtype": st.sampled_from(["fp32", "bf16", "fp16", "FP32"]),
+    "--tokenizer": st.sampled_from(["char", "bpe:300", "bpe:", "bpe:-1", "word"]),
+    "--skip-nonfinite": st.integers(-1, 5).map(str), "--model.n_head": st.integers(-1, 8).map(str),
+    "--model.position": st.sampled_from([*positions.names(), "rotary", "ALiBi"]),
+    "--model.block_size": st.integers(-1, 64).map(str), "--model.dropout": st.floats(-0.5, 1.5).map(repr),
+    "--model.window": st.sampled_from(["none", "0", "4", "-4", "2.5"]),
+    "--model.position_config.scaling": st.sampled_from(["linear", "yarn", "dynamic", "llama3", "none", "bogus"]),
+    "--model.position_config.factor": st.sampled_from(["2", "0", "-1", "nan", "1e400"]),
+    "--model.norm": st.sampled_from(["layernorm", "rmsnorm", "batchnorm"]),
+}
+pairs = st.sampled_from(sorted(PLAUSIBLE)).flatmap(lambda flag: st.tuples(st.just(flag), PLAUSIBLE[flag] | tokens))
+
+
 def _cli_test(slow: bool, out_dir: Path):
     base = ["train", "--preset", "tiny", "--dry-run", "--out_dir", str(out_dir)]
 
     @_settings("cli", slow)
-    @given(st.lists(tokens, max_size=8))
+    @given(st.one_of(st.lists(tokens, max_size=8), st.lists(pairs, max_size=4).map(lambda ps: [t for p in ps for t in p])))
     def check(extra):
         _cli([*base, *extra])
 
@@ -201,6 +217,7 @@ def _cli_test(slow: bool, out_dir: Path):
 # ------------------------------------------------------------------------------------ preset YAML
 yaml_docs = st.one_of(
     st.text(max_size=80),
+    st.binary(max_size=40).map(lambda raw: raw.decode("latin-1")),
     st.dictionaries(st.sampled_from(["config", "quick", "description", "x"]),
                     st.dictionaries(_keys(TRAIN_FIELDS), values, max_size=4) | values, max_size=3)
     .map(lambda d: json.dumps(d, ensure_ascii=False, default=str)),
@@ -213,10 +230,8 @@ def _yaml_test(slow: bool, folder: Path):
     @_settings("yaml", slow)
     @given(yaml_docs)
     def check(text):
-        try:
-            path.write_text(text, encoding="utf-8", errors="surrogatepass")
-        except UnicodeEncodeError:
-            path.write_bytes(text.encode("utf-8", errors="replace"))
+        raw = text.encode("latin-1") if all(ord(c) < 256 for c in text) else text.encode("utf-8", errors="replace")
+        path.write_bytes(raw)  # sometimes not UTF-8 at all
         _api(lambda: presets.load_preset_file(path))
         _cli(["train", "--preset", str(path), "--dry-run", "--out_dir", str(folder / "runs")])
 

@@ -371,3 +371,23 @@ def test_bpe_run_saves_and_reuses_its_tokenizer(tmp_path, corpus):
     assert model.config.vocab_size == 300
     text = sample_text(model, tokenizer, "白日 ROMEO", 5, seed=0)[0]  # unseen characters: byte fallback
     assert text.startswith("白日 ROMEO")
+
+
+def test_progress_bar_lines():
+    import io
+
+    from poslab.progress import ProgressBar, format_duration, format_rate
+
+    stream = io.StringIO()  # not a terminal: plain lines, no carriage returns
+    bar = ProgressBar(100, stream=stream)
+    bar.update(50, loss=2.5, val_loss=2.75, tokens_per_s=21_345.0, force=True)
+    bar.close("done: summary")
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("step  50/100 [##########----------]  50% | loss 2.5000 | val 2.7500 | 21.3k tok/s | ETA")
+    assert lines[-1] == "done: summary" and "\r" not in stream.getvalue()
+    assert (format_duration(75), format_duration(3725), format_rate(950)) == ("1m15s", "1h02m", "950")
+    quiet = io.StringIO()
+    silent = ProgressBar(10, stream=quiet, enabled=False)
+    silent.update(5, loss=1.0, force=True)
+    silent.close("summary only")
+    assert quiet.getvalue() == "summary only\n"

@@ -119,6 +119,8 @@ def _config_values(name: str, config: Any, overrides: dict[str, Any]) -> dict[st
 
 #: integer config fields (dimensions, lengths, bucket counts) above this are refused before any table is built
 _MAX_INT = 2**31 - 1
+#: float config fields feed fp32 computations: the largest finite fp32
+_MAX_FLOAT = 3.4028234663852886e38
 
 
 def _check_type(name: str, key: str, value: Any, hint: Any) -> None:
@@ -142,8 +144,9 @@ def _check_type(name: str, key: str, value: Any, hint: Any) -> None:
             raise ValueError(f"{where} is too large: {value!r} (at most {_MAX_INT})")
     elif hint is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok and not math.isfinite(value):
-            raise ValueError(f"{where} must be finite, got {value!r}")
+        limit = 2**53 if isinstance(value, int) else _MAX_FLOAT  # an int beyond 2**53 is not a float's exact value
+        if ok and not (math.isfinite(value) and abs(value) <= limit):
+            raise ValueError(f"{where} must be finite and at most {limit:.3g} in size, got {value!r}")
     elif hint is str:
         ok = isinstance(value, str)
     elif origin is list:

@@ -113,6 +113,8 @@ def cell(value: Any) -> str:
     """One table cell: numbers formatted, short lists inline, long ones summarised."""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if value is None:
+        return "—"
     if _is_scalar(value):
         return esc(claims_mod.num(value))
     if isinstance(value, list) and all(_is_scalar(v) for v in value):
@@ -267,9 +269,9 @@ def _key_training(r: dict, label: str) -> str:
 
 def _key_heads(r: dict) -> str:
     rows = [[f"L{h['layer']}H{h['head']}", h["previous_token"], h["induction"], f"{h['positional_offset']:+d}",
-             h["positional_confidence"], h["mask_loss_delta"], h["grad_importance"], ", ".join(h["labels"]) or "—"]
+             h["positional_confidence"], h.get("punctuation"), h["mask_loss_delta"], h["grad_importance"], ", ".join(h["labels"]) or "—"]
             for h in r["heads"]]
-    table = _table(["head", "previous-token", "induction", "offset", "confidence", "Δloss masked", "|∂L/∂ξ|", "type"], rows,
+    table = _table(["head", "previous-token", "induction", "offset", "confidence", "punctuation", "Δloss masked", "|∂L/∂ξ|", "type"], rows,
                    f"every head (base loss {claims_mod.num(r['base_loss'])})")
     p30, p60 = r["pruned_30"], r["pruned_60"]
     return table + _table(["pruned", "heads masked", "loss", "increase"],
@@ -304,8 +306,8 @@ def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | N
     """Plots and numbers of one results folder (or why it is missing)."""
     name = folder.split("/")[-1]
     parts = [f"<div class='folder'><h3>{esc(name)} <span class='path'>{esc(folder)}/</span></h3>"]
-    if step and step.get("status") not in (None, "ok", "reused"):
-        parts.append(f"<p class='warn'>This step {esc(step.get('status'))}: {esc(step.get('error', ''))}</p>")
+    if step and step.get("status") in ("failed", "interrupted", "skipped", "unavailable"):
+        parts.append(f"<p class='warn'>This step {esc(step['status'])}: {esc(step.get('error', ''))}</p>")
     if results is None:
         parts.append("<p class='note'>Not run in this lab (no results.json).</p></div>")
         return "".join(parts)

@@ -172,6 +172,16 @@ def _heads_previous_token(r: dict) -> tuple[str, bool | None]:
     return measured, counts["previous-token"] > 0
 
 
+def _heads_punctuation(r: dict) -> tuple[str, bool | None]:
+    heads = get(r, "heads")
+    best = max(heads, key=lambda h: h["punctuation"])
+    share = get(r, "punctuation_share_of_keys")
+    measured = (f"{get(r, 'counts.punctuation')} of {len(heads)} heads put ≥ {num(get(r, 'thresholds.punctuation'))} of their "
+                f"attention on punctuation; strongest L{best['layer']}H{best['head']} ({num(best['punctuation'], 3)}); "
+                f"punctuation is {share:.0%} of the text")
+    return measured, (get(r, "counts.punctuation") > 0) if get(r, "punctuation_ids") else None
+
+
 def _heads_spare(r: dict) -> tuple[str, bool]:
     base, pruned = get(r, "base_loss"), get(r, "pruned_30")
     relative = pruned["loss_increase"] / base
@@ -285,6 +295,8 @@ CLAIMS: tuple[Claim, ...] = (
           _alibi_speed),
     Claim("heads", "seed 000 Q1",
           "有些头专门做「前一个词」的关注 — some heads specialise in the previous token", _heads_previous_token),
+    Claim("heads", "seed 000 Q1",
+          "有些头做「句号」的关注 — some heads attend to punctuation (the full stop)", _heads_punctuation),
     Claim("heads", "seed 002 §6.1",
           "头7/8充当\"备用通道\" — some heads are spare: pruning the least important 30% costs < 2% of the loss", _heads_spare),
 )
