@@ -138,8 +138,10 @@ class TrainConfig:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)!r}")
         if self.lr_decay_steps is not None and self.lr_decay_steps <= 0:
             raise ValueError(f"lr_decay_steps must be > 0 or None, got {self.lr_decay_steps!r}")
-        if self.threads is not None and self.threads <= 0:
-            raise ValueError(f"threads must be > 0 or None, got {self.threads!r}")
+        if self.threads is not None and not 0 < self.threads <= 4096:
+            raise ValueError(f"threads must be in 1..4096 or None, got {self.threads!r}")
+        if self.seed >= 2**63:  # torch seeds are 64-bit
+            raise ValueError(f"seed must be < 2**63, got {self.seed!r}")
         if not (self.lr > 0 and 0 <= self.min_lr <= self.lr):
             raise ValueError(f"need lr > 0 and 0 <= min_lr <= lr, got lr={self.lr!r}, min_lr={self.min_lr!r}")
         for key in ("beta1", "beta2"):
@@ -310,10 +312,12 @@ def matmul_flops_per_token(model: GPT, block_size: int) -> float:
     return 6.0 * n_matmul + 12.0 * cfg.n_layer * cfg.n_embd * block_size
 
 
-def measure_matmul_peak(dtype: str = "fp32", n: int = 1024, seconds: float = 0.3) -> float:
+def measure_matmul_peak(dtype: str = "fp32", n: int = 1024, seconds: float = 0.3, min_reps: int = 8) -> float:
     """Best measured FLOP/s of an ``n x n @ n x n`` matmul on the CPU with the current threads.
 
-    Uses no global RNG (so a run's random stream is untouched).
+    The best of at least ``min_reps`` timed matmuls (and at least ``seconds``): on a machine shared
+    with other jobs the best one is the least disturbed. Uses no global RNG (a run's random stream is
+    untouched).
     """
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
     generator = torch.Generator().manual_seed(0)
@@ -323,12 +327,14 @@ def measure_matmul_peak(dtype: str = "fp32", n: int = 1024, seconds: float = 0.3
         torch.matmul(a, b)
     best = 0.0
     deadline = time.perf_counter() + seconds
+    reps = 0
     while True:
         start = time.perf_counter()
         torch.matmul(a, b)
         elapsed = time.perf_counter() - start
         best = max(best, 2.0 * n**3 / elapsed)
-        if time.perf_counter() > deadline:
+        reps += 1
+        if reps >= min_reps and time.perf_counter() > deadline:
             return best
 
 
@@ -557,10 +563,10 @@ def _train(
     wall_start: float, displaced: Path | None, dist_ctx: distributed.DistContext,
 ) -> dict:
     if dist_ctx.is_main:  # only rank 0 writes the run folder (and holds its lock)
-        remove_stale_temp_files(run_dir)  # left by a writer killed mid-write (the run's lock is ours)
         for folder in (run_dir, run_dir / ckpt.CHECKPOINT_DIR):
             if folder.is_dir():
                 ensure_writable(folder)  # fail now, not at the first checkpoint
+        remove_stale_temp_files(run_dir)  # left by a writer killed mid-write (the run's lock is ours)
     saved_doc = _read_json(run_dir / "config.json") if resuming else None
     tokenizer = None
     if not resuming and cfg.init_from is not None:

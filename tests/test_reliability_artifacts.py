@@ -26,14 +26,19 @@ SESSION = f"{os.getpid()}-{time.time():.0f}"
 #: category -> (title, figure keys shown in the table, in order)
 CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kill": ("SIGKILL at any moment, then `--resume`",
-             ("kills", "kills_in_checkpoint_write", "kills_at_start", "kills_random_time", "launches",
-              "curve_bitwise_equal", "bad_latest_seen")),
-    "corruption": ("corrupt checkpoints refused", ("corruptions_tried", "refused", "loaded_identical", "silently_wrong")),
-    "unsafe": ("no code execution from files", ("malicious_files_planted", "refused", "markers_created", "source_files_scanned")),
-    "numerics": ("numerics under stress", ("cases", "nonfinite_found", "max_fp32_err_vs_fp64")),
+             ("kills", "kills_in_checkpoint_write", "kills_at_start", "kills_metrics_torn", "kills_random_time",
+              "launches", "steps", "curve_bitwise_equal", "bad_latest_seen", "bad_listed_seen")),
+    "corruption": ("corrupt checkpoints refused",
+                   ("corruptions_tried", "bit_flips", "truncations", "wrong_config", "refused", "loaded_identical",
+                    "silently_wrong")),
+    "unsafe": ("no code execution from files",
+               ("malicious_files_planted", "refused", "markers_created", "source_files_scanned")),
+    "numerics": ("numerics under stress (bf16/fp16, logits ~1e4, masked rows)",
+                 ("cases", "nonfinite_found", "max_err_vs_fp64_bf16", "max_err_vs_fp64_fp16", "max_fp32_err_vs_fp64")),
     "nonfinite": ("NaN/inf during training", ("runs", "detected_within_one_step", "skipped_batches")),
-    "fuzz": ("fuzzed configs and command lines", ("cases", "accepted", "rejected_one_line", "tracebacks", "subprocess_cases")),
-    "disk": ("disk full / read-only folder", ("cases", "clear_error", "half_written_files", "resumed_equal")),
+    "fuzz": ("fuzzed configs and command lines",
+             ("cases", "accepted", "rejected_one_line", "tracebacks", "models_run", "subprocess_cases")),
+    "disk": ("disk full / read-only run folder", ("cases", "clear_error", "half_written_files", "resumed_equal")),
     "lock": ("two processes on one run folder", ("cases", "second_refused", "interleaved_writes")),
 }
 

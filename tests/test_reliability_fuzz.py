@@ -263,7 +263,7 @@ def test_fuzzed_configs_and_command_lines_at_length(tmp_path, request):
 
 
 SUBPROCESS_CASES = [
-    ["--max_steps", "1" + "0" * 40],
+    ["--seed", "1" + "0" * 40],
     ["--model.position", "🙂"],
     ["--name", "a/b"],
     ["--lr", "nan"],
@@ -271,10 +271,12 @@ SUBPROCESS_CASES = [
     ["--tokenizer", "bpe:٣x"],
     ["--corpus", "\x7f/nowhere.txt"],
     ["--model.n_head", "-3"],
+    ["--threads", "1" + "0" * 12],
+    ["--model.position_config.base", "1e400"],
 ]
 
 
-@pytest.mark.parametrize("extra", SUBPROCESS_CASES[:2], ids=["huge-int", "emoji-scheme"])
+@pytest.mark.parametrize("extra", SUBPROCESS_CASES[:2], ids=["huge-seed", "emoji-scheme"])
 def test_bad_command_lines_in_a_real_process(extra, tmp_path, request):
     _subprocess_case(extra, tmp_path, request)
 
@@ -287,10 +289,24 @@ def test_more_bad_command_lines_in_a_real_process(extra, tmp_path, request):
 
 def _subprocess_case(extra: list[str], tmp_path: Path, request) -> None:
     argv = [sys.executable, "-m", "poslab", "train", "--preset", "tiny", "--out_dir", str(tmp_path), *extra]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("poslab: error: "), done.stderr
     assert not list(tmp_path.iterdir()), "nothing may be written"
     from test_reliability_artifacts import mode, record
 
     record("fuzz", mode(request), {"subprocess_cases": 1})
+
+
+def test_dry_run_checks_the_run_folder_and_writes_nothing(tmp_path, capsys):
+    base = ["train", "--preset", "tiny", "--out_dir", str(tmp_path), "--dry-run"]
+    assert main(base) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["action"] == "start" and report["config"]["max_steps"] == 40 and not list(tmp_path.iterdir())
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "notes.txt").write_text("mine")
+    assert main(base) == 2 and "already exists" in capsys.readouterr().err
+    assert main([*base, "--resume"]) == 2 and "has no config.json" in capsys.readouterr().err
+    assert main([*base, "--overwrite"]) == 2 and "not a poslab run folder" in capsys.readouterr().err
+    assert main([*base, "--model.n_head", "3"]) == 2 and "divisible" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["notes.txt", "tiny"]

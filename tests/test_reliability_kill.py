@@ -427,6 +427,21 @@ def test_sigkill_anywhere_many_times(tmp_path, request):
     assert figures["kills"] >= 90, figures
 
 
+def test_building_a_config_leaves_the_global_rng_alone():
+    """A resume replays dropout from the saved RNG state; a ``GPTConfig`` built between steps (the
+    trainer does, for each checkpoint's config) must not draw from it (it used to, via the throwaway
+    position scheme's initialisation: the resumed curve then differed from step one on)."""
+    import torch
+
+    from poslab import GPTConfig
+
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    for position in ("learned", "t5", "fire", "xl", "kerple"):
+        GPTConfig(vocab_size=10, n_layer=1, n_head=2, n_embd=8, block_size=8, position=position)
+    assert torch.equal(before, torch.get_rng_state())
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--zygote"]:
         _zygote()

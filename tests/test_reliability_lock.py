@@ -1,0 +1,132 @@
+"""Two ``poslab train`` processes on one run folder: the second refuses, in one line naming the first.
+
+The lock is an ``flock`` on ``OUT_DIR/.NAME.lock``, so a killed holder never leaves a stale lock:
+after a SIGKILL the next ``--resume`` starts at once. A real ``python -m poslab train`` process holds
+the run while this test (a second process) tries to train it (plain, ``--resume``, ``--overwrite``);
+then the holder is killed and the run resumed and finished, its metrics holding each step once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from poslab import checkpoint as ckpt
+from poslab.cli import main
+from poslab.data import load_corpus
+from poslab.lock import RunLock, RunLockedError, lock_path
+from poslab.train import read_metrics
+
+FIGURES = {"cases": 0, "second_refused": 0, "interleaved_writes": 0}
+
+
+def argv(corpus: Path, out: Path, max_steps: int) -> list[str]:
+    return ["train", "--preset", "tiny", "--name", "shared", "--out_dir", str(out), "--corpus", str(corpus),
+            "--model.block_size", "16", "--batch_size", "4", "--max_steps", str(max_steps), "--log_interval", "1",
+            "--eval_interval", "50", "--eval_iters", "1", "--ckpt_interval", "5", "--threads", "1", "--no-progress"]
+
+
+def refused(extra: list[str], base: list[str], capsys) -> str:
+    capsys.readouterr()
+    assert main([*base, *extra]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("poslab: error: "), lines
+    return lines[0]
+
+
+def test_a_second_process_is_refused_and_a_killed_holder_leaves_no_stale_lock(tmp_path, capsys, request):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
+    out = tmp_path / "runs"
+    run = out / "shared"
+    holder = subprocess.Popen([sys.executable, "-m", "poslab", *argv(corpus, out, 100_000)], stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (run / "checkpoints" / "latest").exists():  # the holder is training
+            assert holder.poll() is None, holder.stderr.read()
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        base = argv(corpus, out, 20)
+        for extra in ([], ["--resume"], ["--overwrite"]):
+            line = refused(extra, base, capsys)
+            assert f"is in use by another poslab process (pid {holder.pid} on " in line, line
+            FIGURES["cases"] += 1
+            FIGURES["second_refused"] += 1
+        assert run.is_dir() and (run / "config.json").is_file()  # --overwrite moved nothing away
+        assert holder.poll() is None  # the holder never noticed
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)
+    assert lock_path(run).exists()  # the dead holder's file is still there ...
+    end = ckpt.latest_step(run) + 5
+    assert main([*argv(corpus, out, end), "--resume"]) == 0  # ... but its flock died with it
+    records = read_metrics(run)
+    raw = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(raw) == len(records)  # every line parses
+    steps = [r["step"] for r in records]
+    assert steps == list(range(1, end + 1))
+    FIGURES["interleaved_writes"] += int(steps != sorted(set(steps)))
+    assert not lock_path(run).exists()  # released and removed at the end
+    assert json.loads((run / "results.json").read_text())["steps"] == end
+    FIGURES["cases"] += 1
+    _record(request)
+
+
+def test_run_lock_semantics(tmp_path):
+    run = tmp_path / "runs" / "x"
+    first = RunLock(run).acquire()
+    assert first.held and lock_path(run).read_text().startswith(f"pid {os.getpid()} on ")
+    with pytest.raises(RunLockedError, match=rf"in use by another poslab process \(pid {os.getpid()} on "):
+        RunLock(run).acquire()  # flock conflicts between two open files, even in one process
+    first.release()
+    first.release()  # idempotent
+    assert not lock_path(run).exists()
+    with RunLock(run) as second:
+        assert second.held
+    # a lock file left by a process that died without releasing: only the flock counts
+    lock_path(run).write_text("pid 999999 on elsewhere\n")
+    with RunLock(run) as third:
+        assert third.held
+    # the folder may be moved away (--overwrite) while locked: the lock is next to it, not in it
+    with RunLock(run):
+        run.mkdir(parents=True)
+        run.rename(tmp_path / "moved")
+        with pytest.raises(RunLockedError):
+            RunLock(run).acquire()
+    # under torchrun, ranks other than 0 do not write the folder and take no lock
+    os.environ["RANK"] = "1"
+    try:
+        with RunLock(run) as other, RunLock(run) as again:
+            assert not other.held and not again.held
+    finally:
+        del os.environ["RANK"]
+
+
+def test_lock_in_a_read_only_parent_is_a_clear_error(tmp_path, monkeypatch):
+    import errno
+
+    real_open = os.open
+
+    def read_only(path, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    with pytest.raises(PermissionError, match="cannot create the run lock in .*Read-only file system; is the folder writable"):
+        RunLock(tmp_path / "runs" / "x").acquire()
+
+
+def _record(request) -> None:
+    from test_reliability_artifacts import mode, record
+
+    record("lock", mode(request), FIGURES)
+
