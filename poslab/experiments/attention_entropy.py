@@ -293,13 +293,13 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
             entry["ppl_ratio"] = None if None in ppl.values() else ppl["4"] / ppl["1"]
             results[label] = entry
 
-    headers = ["model"] + [f"{f}x" for f in FACTORS] + ["in [L/2,L)", "past L @4x", "rise @4x", "norm. rise @4x", "ppl 4x/1x"]
+    headers = ["model"] + [f"{f}x" for f in FACTORS] + ["in [L/2,L) @4x", "past L @4x", "rise @4x", "norm. rise @4x", "ppl 4x/1x"]
     rows = []
     for label, entry in results.items():
         cells = entry["entropy"]
         four = cells.get("4", {})
         rows.append([label] + [f"{cells[str(f)]['mean']:.3f}" if str(f) in cells else "cannot" for f in FACTORS]
-                    + [f"{cells['1']['in_window']:.3f}",
+                    + [f"{four.get('in_window', cells['1']['in_window']):.3f}",
                        f"{four['past_window']:.3f}" if "past_window" in four else "-",
                        f"{four['rise']:+.3f}" if "rise" in four else "-",
                        f"{four['rise_normalised']:+.3f}" if "rise_normalised" in four else "-",

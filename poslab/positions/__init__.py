@@ -85,7 +85,7 @@ def make_config(name: str, config: Any = None, /, **overrides: Any) -> Any:
 
     Unknown keys raise ``ValueError`` naming the key and listing the allowed ones.
     """
-    return get(name).config_class(**_config_values(name, config, overrides))
+    return _checked(name, get(name).config_class(**_config_values(name, config, overrides)))
 
 
 def _config_values(name: str, config: Any, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -111,10 +111,15 @@ def _config_values(name: str, config: Any, overrides: dict[str, Any]) -> dict[st
             raise ValueError(
                 f"unknown config key {key!r} for position scheme {name!r}{hint}; allowed: {', '.join(allowed)}"
             )
-    hints = typing.get_type_hints(config_class)
-    for key, value in values.items():
-        _check_type(name, key, value, hints.get(key))
     return values
+
+
+def _checked(name: str, config: Any) -> Any:
+    """``config`` (built, so the scheme's own checks and messages came first) with every field's type checked."""
+    hints = typing.get_type_hints(type(config))
+    for field in dataclasses.fields(config):
+        _check_type(name, field.name, getattr(config, field.name), hints.get(field.name))
+    return config
 
 
 #: integer config fields (dimensions, lengths, bucket counts) above this are refused before any table is built
@@ -187,7 +192,7 @@ def build_for_model(name: str, config: Any, context: dict[str, Any]) -> Position
             )
         if key not in given:
             values[key] = value
-    return cls(cls.config_class(**values))
+    return cls(_checked(name, cls.config_class(**values)))
 
 
 __all__ = ["PositionScheme", "build", "build_for_model", "get", "make_config", "names", "register"]

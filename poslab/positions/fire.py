@@ -81,7 +81,9 @@ class Fire(PositionScheme):
         def mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             qf = q_pos[q_idx].to(torch.float32)
             x = self._normalised(qf, (qf - k_pos[kv_idx].to(torch.float32)).abs())
-            hidden = torch.relu(x[..., None] * w1 + b1)  # [..., hidden]
-            return score + (hidden * w2[h][..., :]).sum(-1) + b2[h]
+            bias = b2[h]
+            for unit in range(w1.shape[0]):  # unrolled: Inductor cannot lower a reduction inside a score_mod
+                bias = bias + torch.relu(x * w1[unit] + b1[unit]) * w2[h, unit]
+            return score + bias
 
         return mod
