@@ -203,8 +203,8 @@ def save_checkpoint(
     atomic_write_text(folder / LATEST, name + "\n")
     if keep and keep > 0:
         for old in list_checkpoints(run_dir)[:-keep]:
-            if old != step:
-                for suffix in (".json", ".safetensors"):
+            if old != step:  # the big tensor file first: a kill in between leaves a small stray JSON, not GBs
+                for suffix in (".safetensors", ".json"):
                     (folder / f"{checkpoint_name(old)}{suffix}").unlink(missing_ok=True)
     return json_path
 

@@ -8,8 +8,8 @@ leaves a stale lock behind. The file records the holder's pid and host for the r
 is removed on release.
 
 While the lock is held no other poslab process writes the folder, so any temporary file left in it
-(``.NAME.tmpPID`` from an atomic write cut short by a kill) is stale: :func:`remove_stale_temp_files`
-deletes them on start.
+(``.NAME.tmpPID`` from an atomic write cut short by a kill, ``.tmpXXXXXX`` from safetensors' own) is
+stale: :func:`remove_stale_temp_files` deletes them on start.
 
 Under ``torchrun`` only rank 0 writes the run folder, so only rank 0 takes the lock.
 """
@@ -29,8 +29,9 @@ try:
 except ImportError:  # pragma: no cover - Windows: no flock, no lock
     fcntl = None  # type: ignore[assignment]
 
-#: temporary names of ``poslab.checkpoint``'s atomic writes: ``.NAME.tmpPID``
-_TEMP_RE = re.compile(r"^\..+\.tmp\d+$")
+#: temporary names: ``poslab.checkpoint``'s atomic writes (``.NAME.tmpPID``) and safetensors' own
+#: (``.tmpXXXXXX``, written next to the target and renamed)
+_TEMP_RE = re.compile(r"^\.(.+\.tmp\d+|tmp[A-Za-z0-9_]{6,})$")
 
 
 class RunLockedError(FileExistsError):
@@ -141,7 +142,7 @@ def _error(code: int | None, message: str) -> OSError:
 
 
 def remove_stale_temp_files(run_dir: str | Path) -> list[Path]:
-    """Delete ``.NAME.tmpPID`` files left in ``run_dir`` and ``run_dir/checkpoints`` by a killed writer.
+    """Delete temporary files left in ``run_dir`` and ``run_dir/checkpoints`` by a killed writer.
 
     Call only while holding the run's :class:`RunLock` (then no live writer owns them).
 

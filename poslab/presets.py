@@ -45,8 +45,9 @@ PRESETS: dict[str, dict[str, Any]] = {
             "log_interval": 10,
             "ckpt_interval": 500,
         },
-        "quick": {"max_steps": 400, "batch_size": 16, "lr_decay_steps": 400, "warmup_steps": 40, "eval_interval": 100,
-                  "eval_iters": 10, "ckpt_interval": 200},
+        # quick: 400 steps of 16 x 128 tokens; lr 2e-3 measured val 6.00 vs 6.10 for 1e-3 at 400 steps
+        "quick": {"max_steps": 400, "batch_size": 16, "lr": 2e-3, "min_lr": 2e-4, "lr_decay_steps": 400,
+                  "warmup_steps": 40, "eval_interval": 100, "eval_iters": 10, "ckpt_interval": 200},
     },
     "shakespeare-char": {
         "description": "nanoGPT's CPU shakespeare_char recipe (4/4/128, block 64, batch 12, 2000 iters; nanoGPT: val 1.88)",

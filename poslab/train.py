@@ -525,7 +525,12 @@ def train(
         The results dict (also written to ``results.json``).
 
     Raises:
-        FileExistsError: the folder exists and neither ``resume`` nor ``overwrite`` was given.
+        FileExistsError: the folder exists and neither ``resume`` nor ``overwrite`` was given;
+            :class:`poslab.lock.RunLockedError` (a subclass): another live process trains this folder.
+        PermissionError / OSError: the run folder is read-only (checked before training), or the
+            disk filled up (the last complete checkpoint is kept; ``resume`` continues once there is space).
+        CheckpointError: on ``resume``, no checkpoint of the run verifies (a bad newest one is skipped
+            with a warning and the previous good one used).
         ValueError: bad config or corpus, a config mismatch on resume (lists the keys).
         TrainingDiverged: NaN/inf loss or gradient norm (names the step and the last good checkpoint).
         KeyboardInterrupt: after Ctrl-C, once the checkpoint of the last completed step is saved.

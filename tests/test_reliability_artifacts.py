@@ -27,7 +27,7 @@ SESSION = f"{os.getpid()}-{time.time():.0f}"
 CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kill": ("SIGKILL at any moment, then `--resume`",
              ("kills", "kills_in_checkpoint_write", "kills_at_start", "kills_metrics_torn", "kills_random_time",
-              "launches", "steps", "curve_bitwise_equal", "bad_latest_seen", "bad_listed_seen")),
+              "launches", "steps", "curve_bitwise_equal", "bad_latest_seen", "bad_listed_seen", "stray_json_files")),
     "corruption": ("corrupt checkpoints refused",
                    ("corruptions_tried", "bit_flips", "truncations", "wrong_config", "refused", "loaded_identical",
                     "silently_wrong")),
