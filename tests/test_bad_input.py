@@ -23,6 +23,7 @@ from poslab import GPT, GPTConfig, MultiHeadAttention, positions
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bad_input.md"
+README = Path(__file__).resolve().parents[1] / "README.md"  # shows the same table
 MAX_DOC_MESSAGE = 100  # longer messages are cut with "…" in the doc (lists of names grow)
 
 
@@ -168,10 +169,10 @@ def test_cli_prints_one_line_and_exits_2(case_id: str, args: list[str], pattern:
     assert _matches_doc(lines[0], doc_message), (lines[0], doc_message)
 
 
-def _table_rows() -> dict[str, tuple[str, str]]:
+def _table_rows(doc: Path = DOC) -> dict[str, tuple[str, str]]:
     """``{test id: (error type, message)}`` read from the doc's table."""
     rows = {}
-    for line in DOC.read_text(encoding="utf-8").splitlines():
+    for line in doc.read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
         if len(cells) != 4 or not cells[3].startswith("`test_"):
             continue
@@ -181,8 +182,9 @@ def _table_rows() -> dict[str, tuple[str, str]]:
     return rows
 
 
-def test_docs_table_matches_the_code() -> None:
-    rows = _table_rows()
+@pytest.mark.parametrize("doc", [DOC, README], ids=["docs", "readme"])
+def test_docs_table_matches_the_code(doc: Path) -> None:
+    rows = _table_rows(doc)
     assert set(rows) == {c.id for c in CASES} | {c[0] for c in CLI_CASES}
     for case in CASES:
         error, doc_message = rows[case.id]
