@@ -197,5 +197,9 @@ def test_bench_cli_smoke(tmp_path) -> None:
     assert {r["case"] for r in results["decode"]["rows"]} >= {"kv-cache:rope", "recompute:rope"}
     assert "| 32 | poslab:none |" in (out / "report.md").read_text()
     assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    again = tmp_path / "again"
+    assert main(["bench", "--from-results", str(out / "results.json"), "--out", str(again)]) == 0  # no measuring
+    assert (again / "report.md").read_text() == (out / "report.md").read_text()
+    assert main(["bench", "--from-results", str(tmp_path / "missing.json")]) == 2
     assert main(["bench", "--sizes", "32,zero", "--out", str(out)]) == 2
     assert main(["bench", "--cases", "poslab:nope", "--out", str(out)]) == 2
