@@ -41,10 +41,10 @@ NANOGPT_REFERENCE = {  # references.md, measured with nanoGPT on this machine (f
 
 
 def poslab_step_fn(n_layer: int, n_head: int, n_embd: int, block: int, batch: int, position: str = "learned",
-                   dtype: str = "fp32", bias: bool = True) -> tuple[Callable[[], None], GPT]:
+                   dtype: str = "fp32", bias: bool = True, activation: str | None = None) -> tuple[Callable[[], None], GPT]:
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block,
-                          dropout=0.0, bias=bias, position=position))
+                          dropout=0.0, bias=bias, position=position, activation=activation))
     model.train()
     optimizer = make_optimizer(model, TrainConfig(name="bench"))
     params = [p for p in model.parameters() if p.requires_grad]
@@ -107,24 +107,38 @@ def race(contenders: dict[str, Callable[[], None]], tokens_per_step: int, steps:
             for _ in range(steps):
                 step()
             rates[name].append(tokens_per_step * steps / (time.perf_counter() - start))
-    return {name: {"median": statistics.median(r), "min": min(r), "max": max(r)} for name, r in rates.items()}
+    return {name: {"median": statistics.median(r), "min": min(r), "max": max(r), "rounds": r} for name, r in rates.items()}
 
 
 def spread(stats: dict[str, float]) -> str:
+    """Range of the rounds relative to the median: large means other jobs were competing for the CPU."""
     return f"{(stats['max'] - stats['min']) / stats['median']:.0%}"
+
+
+def show(name: str, stats: dict[str, float], extra: str = "") -> None:
+    print(f"  {name:18s} median {stats['median']:>9,.0f}  best {stats['max']:>9,.0f} tokens/s  "
+          f"(spread {spread(stats)}){extra}", flush=True)
 
 
 def section_hf(args: argparse.Namespace) -> dict:
     dims = (4, 4, 128, 128, 32)
     print(f"\n== poslab GPT vs transformers GPT2LMHeadModel, {dims[0]}/{dims[1]}/{dims[2]}, T={dims[3]}, B={dims[4]}, "
           f"fp32, {torch.get_num_threads()} threads, learned positions")
-    contenders = {"poslab GPT": poslab_step_fn(*dims)[0], "GPT2LMHeadModel": hf_step_fn(*dims)}
+    contenders = {
+        "poslab GPT": poslab_step_fn(*dims)[0],  # GPTConfig defaults: GPT-2's tanh GELU, as GPT2LMHeadModel
+        "GPT2LMHeadModel": hf_step_fn(*dims),
+        "poslab exact GELU": poslab_step_fn(*dims, activation="gelu")[0],  # the presets' (and nanoGPT's) choice
+    }
     stats = race(contenders, dims[3] * dims[4], args.steps, args.reps)
     for name, s in stats.items():
-        print(f"  {name:18s} {s['median']:>9,.0f} tokens/s   (spread {spread(s)})")
+        show(name, s)
     ratio = stats["poslab GPT"]["median"] / stats["GPT2LMHeadModel"]["median"]
-    print(f"  poslab / GPT2LMHeadModel = {ratio:.2f}x  (goal >= 1.2x)")
-    return {"dims": dims, "stats": stats, "ratio": ratio}
+    best_ratio = stats["poslab GPT"]["max"] / stats["GPT2LMHeadModel"]["max"]
+    print(f"  poslab / GPT2LMHeadModel = {ratio:.2f}x on medians, {best_ratio:.2f}x on best rounds  (goal >= 1.2x)",
+          flush=True)
+    exact = stats["poslab exact GELU"]["median"] / stats["GPT2LMHeadModel"]["median"]
+    print(f"  poslab exact GELU / GPT2LMHeadModel = {exact:.2f}x on medians", flush=True)
+    return {"dims": dims, "stats": stats, "ratio": ratio, "ratio_best": best_ratio, "ratio_exact_gelu": exact}
 
 
 def section_schemes(args: argparse.Namespace) -> dict:
@@ -135,11 +149,14 @@ def section_schemes(args: argparse.Namespace) -> dict:
     stats = race(contenders, dims[3] * dims[4], args.steps, args.reps)
     base = stats["none"]["median"] if "none" in stats else None
     goals = {"rope": 0.10, "alibi": 0.30, "t5": 0.30}
+    best_base = stats["none"]["max"] if "none" in stats else None
     for name, s in stats.items():
         overhead = base / s["median"] - 1 if base else float("nan")
+        best_overhead = best_base / s["max"] - 1 if best_base else float("nan")
         goal = f"  (goal <= +{goals[name]:.0%})" if name in goals else ""
-        print(f"  {name:12s} {s['median']:>9,.0f} tokens/s  step time {overhead:+6.1%} vs none  (spread {spread(s)}){goal}")
+        show(name, s, f"  step time vs none {overhead:+6.1%} (medians), {best_overhead:+6.1%} (best){goal}")
         s["overhead_vs_none"] = overhead
+        s["overhead_vs_none_best"] = best_overhead
     return {"dims": dims, "stats": stats}
 
 
@@ -147,20 +164,21 @@ def section_nanogpt(args: argparse.Namespace) -> dict:
     print("\n== nanoGPT's CPU configurations (nanoGPT figures: references.md, not measured here)")
     out = {}
     peaks = {dtype: measure_matmul_peak(dtype) for dtype in ("fp32", "bf16")}
-    print(f"  measured matmul peak: fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s")
+    print(f"  measured matmul peak: fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s "
+          "(references.md, quiet machine: 342 and 1,849)", flush=True)
     for label, dims in (("4/4/128 T=128 B=32", (4, 4, 128, 128, 32)), ("6/6/384 T=256 B=16", (6, 6, 384, 256, 16))):
-        fp32_step, model = poslab_step_fn(*dims, bias=False)
-        bf16_step, _ = poslab_step_fn(*dims, bias=False, dtype="bf16")
+        fp32_step, model = poslab_step_fn(*dims, bias=False, activation="gelu")  # nanoGPT: no bias, exact GELU
+        bf16_step, _ = poslab_step_fn(*dims, bias=False, activation="gelu", dtype="bf16")
         stats = race({"fp32": fp32_step, "bf16": bf16_step}, dims[3] * dims[4], max(2, args.steps // (4 if dims[2] > 128 else 1)),
                      args.reps)
         flops = matmul_flops_per_token(model, dims[3])
         ref = NANOGPT_REFERENCE[label]
         for dtype, s in stats.items():
-            mfu = s["median"] * flops / peaks[dtype]
-            vs = f"{s['median'] / ref:.2f}x nanoGPT's fp32 figure" if dtype == "fp32" else \
-                f"{s['median'] / stats['fp32']['median']:.2f}x poslab fp32"
-            print(f"  {label}  {dtype}: {s['median']:>9,.0f} tokens/s  MFU {mfu:5.1%}  ({vs}; spread {spread(s)})")
-            s["mfu"] = mfu
+            mfu = s["max"] * flops / peaks[dtype]
+            vs = f"best {s['max'] / ref:.2f}x nanoGPT's fp32 figure" if dtype == "fp32" else \
+                f"{s['median'] / stats['fp32']['median']:.2f}x poslab fp32 on medians"
+            show(f"{label} {dtype}", s, f"  MFU of best {mfu:5.1%}; {vs}")
+            s["mfu_best"] = mfu
         out[label] = {"stats": stats, "nanogpt_reference": ref, "flops_per_token": flops}
     return {"configs": out, "peaks": peaks}
 
@@ -179,11 +197,14 @@ def main() -> None:
         args.steps, args.reps = 4, 3
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.reps} alternating rounds x {args.steps} "
-          "steps, median tokens/s (the machine may be shared: see the spread)")
+          "steps; median and best round in tokens/s (the machine may be shared: see the spread)", flush=True)
     sections = {"hf": section_hf, "schemes": section_schemes, "nanogpt": section_nanogpt}
-    results = {name: fn(args) for name, fn in sections.items() if not args.only or name in args.only}
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2, default=float))
+    results = {}
+    for name, fn in sections.items():
+        if not args.only or name in args.only:
+            results[name] = fn(args)
+            if args.json:  # after every section, so a long run interrupted still leaves its figures
+                args.json.write_text(json.dumps(results, indent=2, default=float))
 
 
 if __name__ == "__main__":
