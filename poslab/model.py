@@ -13,7 +13,6 @@ LM-head bias flags, the MLP activation (exact or tanh GELU, SiLU, ReLU), the sof
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import math
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from torch import Tensor, nn
 
 from poslab import positions
 from poslab.attention import BACKENDS, KVCache, MultiHeadAttention, validate_geometry
+from poslab.config_keys import reject_unknown_keys
 from poslab.positions.base import PositionScheme
 
 NORMS = ("layernorm", "rmsnorm")
@@ -195,12 +195,7 @@ class GPTConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> GPTConfig:
         """Build from a dict; unknown keys raise ``ValueError`` suggesting the close key."""
-        allowed = [f.name for f in dataclasses.fields(cls)]
-        for key in values:
-            if key not in allowed:
-                close = difflib.get_close_matches(key, allowed, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"unknown GPTConfig key {key!r}{hint}; allowed: {', '.join(allowed)}")
+        reject_unknown_keys(values, [f.name for f in dataclasses.fields(cls)], "GPTConfig key")
         return cls(**values)
 
 

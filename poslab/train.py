@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import errno
 import json
 import math
@@ -41,6 +40,7 @@ from torch import nn
 
 from poslab import checkpoint as ckpt
 from poslab import distributed
+from poslab.config_keys import reject_unknown_keys
 from poslab.data import build_tokenizer, encode_corpus, get_batch, load_text, split_text, tokenizer_from_dict
 from poslab.lock import RunLock, ensure_writable, interrupted_start, remove_stale_temp_files
 from poslab.model import GPT, GPTConfig
@@ -154,22 +154,12 @@ class TrainConfig:
         split_text("", self.val_fraction)  # validates the range
         if "vocab_size" in self.model:
             raise ValueError("model.vocab_size is set from the tokenizer; remove it from the config")
-        allowed = [f.name for f in dataclasses.fields(GPTConfig)]
-        for key in self.model:
-            if key not in allowed:
-                close = difflib.get_close_matches(key, allowed, n=1)
-                hint = f" (did you mean 'model.{close[0]}'?)" if close else ""
-                raise ValueError(f"unknown model key 'model.{key}'{hint}; allowed: {', '.join(allowed)}")
+        reject_unknown_keys(self.model, [f.name for f in dataclasses.fields(GPTConfig)], "model key", prefix="model.")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         """Build from a dict; unknown keys raise ``ValueError`` suggesting the close key."""
-        allowed = [f.name for f in dataclasses.fields(cls)]
-        for key in values:
-            if key not in allowed:
-                close = difflib.get_close_matches(key, allowed, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"unknown training key {key!r}{hint}; allowed: {', '.join(allowed)}")
+        reject_unknown_keys(values, [f.name for f in dataclasses.fields(cls)], "training key")
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -203,6 +193,17 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ pieces
+def data_seed(seed: int) -> int:
+    """Seed of a run's batch generator, derived from ``seed`` but not equal to it.
+
+    The global RNG (initialisation, dropout) is seeded with ``seed``; a batch generator seeded with
+    the same number would replay the very bits the initial weights were drawn from as batch offsets,
+    tying the data order to the initialisation. A fixed odd offset makes the two streams independent
+    while keeping one ``seed`` the only knob.
+    """
+    return (seed + 0x9E3779B97F4A7C15) % (2**63)
+
+
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """nanoGPT's schedule: linear warmup over ``warmup_steps``, cosine to ``min_lr`` at ``decay_steps``.
 
@@ -391,7 +392,7 @@ def _read_json(path: Path) -> Any:
         raise ValueError(f"{str(path)!r} is not a readable JSON file: {err}") from None
 
 
-def _identity(config_doc: dict) -> dict:
+def resume_identity(config_doc: dict) -> dict:
     """The part of a config that must not change across a resume.
 
     Both sections are normalised through their dataclasses, so a field added to ``GPTConfig`` or
@@ -597,14 +598,14 @@ def _train(
     train_model = dist_ctx.prepare_model(model, cfg.seed)  # DDP wrapper, FSDP shards (in place), or model itself
     eval_model, eval_batch = dist_ctx.eval_model(model, cfg.batch_size)  # global eval batch, sharded over ranks
     optimizer = make_optimizer(model, cfg)
-    data_rng = torch.Generator().manual_seed(cfg.seed)
+    data_rng = torch.Generator().manual_seed(data_seed(cfg.seed))
     metrics_path = run_dir / "metrics.jsonl"
     step, log_loss_sum, log_loss_count, best = 0, 0.0, 0, {"val_loss": None, "step": None}
     tokens_seen = 0
     skipped: list[int] = []  # steps whose batch was dropped as non-finite (skip_nonfinite)
 
     if resuming:
-        mismatch = ckpt.config_mismatch(_identity(saved_doc), _identity(config_doc), saved_label="saved run")
+        mismatch = ckpt.config_mismatch(resume_identity(saved_doc), resume_identity(config_doc), saved_label="saved run")
         if saved_doc.get("data", {}).get("corpus_sha256") != data.info["corpus_sha256"]:
             mismatch.append(f"data.corpus_sha256: the corpus text changed since the run started ({cfg.corpus!r})")
         if mismatch:
@@ -654,8 +655,8 @@ def _train(
             return None
         tensors = {**model_t, **optim_t, "rng.torch": torch.get_rng_state(), "rng.data": data_rng.get_state(), **rank_rng}
         meta = {
-            "config": _identity(config_doc),
-            "config_hash": ckpt.config_hash(_identity(config_doc)),
+            "config": resume_identity(config_doc),
+            "config_hash": ckpt.config_hash(resume_identity(config_doc)),
             "data_position": (at_step + len(skipped)) * cfg.grad_accum,  # micro-batches drawn; the generator state is rng.data
             "tokens_seen": tokens_seen,
             "model_aliases": aliases,
@@ -922,11 +923,11 @@ def _check_checkpoint_config(meta: dict, run_doc: dict, run_dir: Path, step: int
     if saved is None:
         raise ckpt.CheckpointError(f"checkpoint step {step} of {str(run_dir)!r} records no config")
     try:
-        saved = _identity(saved)
+        saved = resume_identity(saved)
     except (TypeError, ValueError) as err:
         raise ckpt.CheckpointError(f"checkpoint step {step} of {str(run_dir)!r} records an unreadable config: {err}") from None
-    if ckpt.config_hash(saved) != ckpt.config_hash(_identity(run_doc)):
-        mismatch = ckpt.config_mismatch(saved, _identity(run_doc))
+    if ckpt.config_hash(saved) != ckpt.config_hash(resume_identity(run_doc)):
+        mismatch = ckpt.config_mismatch(saved, resume_identity(run_doc))
         raise ckpt.CheckpointError(
             f"checkpoint step {step} in {str(run_dir)!r} was written by a different config: " + "; ".join(mismatch)
         )

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from cdp import Browser, find_chromium
-from lab_helpers import PROMPT, copy_lab, one_thread, tiny_run
+from lab_helpers import PROMPT, copy_lab, tiny_run
 
 from poslab.explore import ModelStore, colormap_rgb, make_server
 from poslab.heads import attention_weights
@@ -22,9 +22,11 @@ from poslab.report import build_report
 from poslab.report.fonts import FAMILY
 from poslab.train import load_run
 
-pytestmark = pytest.mark.skipif(
-    find_chromium() is None, reason="chromium is not installed (apt-get install -y chromium; .ci/run does it)"
-)
+pytestmark = [
+    pytest.mark.skipif(find_chromium() is None,
+                       reason="chromium is not installed (apt-get install -y chromium; .ci/run does it)"),
+    pytest.mark.usefixtures("single_thread"),  # tiny models: one thread (conftest)
+]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 
 GLYPHS_DIFFER = """(() => {
@@ -35,12 +37,6 @@ GLYPHS_DIFFER = """(() => {
   const inked = (d) => d.some((v, i) => i % 4 === 3 && v > 0);
   return [inked(a), inked(b), a.join() !== b.join(), inked(blank)];
 })()"""
-
-
-@pytest.fixture(autouse=True)
-def _single_thread():
-    with one_thread():
-        yield
 
 
 def test_report_renders_in_chromium(tmp_path):

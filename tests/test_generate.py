@@ -9,15 +9,7 @@ from poslab import GPT, GPTConfig
 from poslab.data import CharTokenizer
 from poslab.generate import filter_logits, generate, sample_text
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from a second thread, and on a shared machine every op's thread
-    hand-off can stall for milliseconds: run this module's tests on one thread (restored after)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
 
 def model_with(position: str, block_size: int = 32) -> GPT:

@@ -6,18 +6,14 @@ import json
 
 import pytest
 import torch
-from lab_helpers import PROMPT, one_thread, quiet, tiny_run
+from lab_helpers import PROMPT, quiet, tiny_run
 
 from poslab import GPT, GPTConfig, heads
 from poslab.attention_map import plot_grid, prompt_attention, prompt_ids, summary
 from poslab.cli import main
 from poslab.data import CharTokenizer
 
-
-@pytest.fixture(autouse=True)
-def _single_thread():
-    with one_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
 
 def causal_uniform(T: int) -> torch.Tensor:

@@ -25,7 +25,6 @@ from poslab.generate import generate  # noqa: E402
 from poslab.interop.hf import SUPPORTED  # noqa: E402
 from poslab.positions.alibi import alibi_slopes  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore")  # HF warns about tiny vocabularies / factor ratios on purpose
 transformers.logging.set_verbosity_error()
 
 V = 97  # vocabulary of every test model
@@ -33,13 +32,10 @@ TOL = dict(rtol=1e-4, atol=1e-4)
 
 
 # ------------------------------------------------------------------------------------------ helpers
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one intra-op thread is ~10x faster than two fighting over a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore"),  # HF warns about tiny vocabularies / factor ratios on purpose
+    pytest.mark.usefixtures("single_thread"),  # tiny models: one thread (conftest)
+]
 
 
 def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:

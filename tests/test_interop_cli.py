@@ -13,17 +13,14 @@ transformers = pytest.importorskip("transformers")
 from poslab.cli import main  # noqa: E402
 from poslab.train import load_run  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore")
 transformers.logging.set_verbosity_error()
 V = 300
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore"),  # HF warns about tiny vocabularies / factor ratios on purpose
+    pytest.mark.usefixtures("single_thread"),  # tiny models: one thread (conftest)
+]
 
 
 def _tokenizer():

@@ -10,13 +10,7 @@ import poslab
 from poslab import GPT, GPTConfig, MultiHeadAttention, positions
 from poslab.interop import permute_rope, relayout_rope
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
 
 def test_permute_rope_known_rows() -> None:

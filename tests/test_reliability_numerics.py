@@ -31,13 +31,7 @@ TOLERANCE = {"bf16": 0.06, "fp16": 0.01}
 FIGURES = {"cases": 0, "nonfinite_found": 0, "max_fp32_err_vs_fp64": 0.0}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread is faster than two fighting over a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
 
 def _record(request, **extra) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from lab_helpers import PROMPT, copy_lab, one_thread, quiet, shared_lab
+from lab_helpers import PROMPT, copy_lab, quiet, shared_lab
 
 from poslab import lab
 from poslab.cli import main
@@ -16,11 +16,7 @@ from poslab.report import build_report, claims, load_results
 from poslab.report.fonts import FAMILY, covered_chars, font_face_css, font_path
 from poslab.report.sections import SECTIONS
 
-
-@pytest.fixture(autouse=True)
-def _single_thread():
-    with one_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
 
 def verdict_of(html: str, claim_start: str) -> str:

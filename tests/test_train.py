@@ -24,15 +24,7 @@ from poslab.train import (
     train,
 )
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from a second thread, and on a shared machine every op's thread
-    hand-off can stall for milliseconds: run this module's tests on one thread (restored after)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
 
 COMPARED = ("step", "loss", "lr", "grad_norm", "val_loss")  # everything but timings

@@ -5,21 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from poslab import positions
 from poslab.data import load_corpus
 from poslab.experiments import heads, position_training, run_experiment
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from a second thread, and on a shared machine every op's thread
-    hand-off can stall for milliseconds: run this module's tests on one thread (restored after)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
 
 @pytest.fixture(scope="module")

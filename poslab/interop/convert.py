@@ -50,7 +50,7 @@ def convert_hf_folder(source: str | Path, out: str | Path, *, corpus: str = "sha
         FileExistsError: ``out`` exists and is not an empty folder.
     """
     from poslab.data import CORPORA
-    from poslab.train import TrainConfig, _identity
+    from poslab.train import TrainConfig, resume_identity
 
     source, out = Path(source), Path(out)
     if dtype not in DTYPES:
@@ -81,7 +81,7 @@ def convert_hf_folder(source: str | Path, out: str | Path, *, corpus: str = "sha
         ckpt.atomic_write_json(tmp / "tokenizer.json", tokenizer.to_dict())
         ckpt.atomic_write_text(tmp / "metrics.jsonl", "")
         tensors, aliases = ckpt.model_tensors(model)
-        identity = _identity(config_doc)
+        identity = resume_identity(config_doc)
         meta = {"config": identity, "config_hash": ckpt.config_hash(identity), "model_aliases": aliases, "tokens_seen": 0,
                 "converted_from": config_doc["data"]["converted_from"], "torch_version": torch.__version__}
         ckpt.save_checkpoint(tmp, 0, tensors, meta)

@@ -20,6 +20,7 @@ import math
 import typing
 from typing import Any
 
+from poslab.config_keys import reject_unknown_keys
 from poslab.positions.base import PositionScheme
 
 _REGISTRY: dict[str, type[PositionScheme]] = {}
@@ -103,14 +104,8 @@ def _config_values(name: str, config: Any, overrides: dict[str, Any]) -> dict[st
             f"config for {name!r} must be a dict or {config_class.__name__}, got {type(config).__name__}"
         )
     values.update(overrides)
-    allowed = [f.name for f in dataclasses.fields(config_class)]
-    for key in values:
-        if key not in allowed:
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(
-                f"unknown config key {key!r} for position scheme {name!r}{hint}; allowed: {', '.join(allowed)}"
-            )
+    reject_unknown_keys(values, [f.name for f in dataclasses.fields(config_class)], "config key",
+                        where=f" for position scheme {name!r}")
     return values
 
 
