@@ -25,7 +25,7 @@ def tiny_base(tmp_path_factory):
 
 
 def test_heads_experiment_on_a_tiny_base(tmp_path, tiny_base):
-    results = heads.run(tmp_path, quick=True, heads=(1, 2, 4), base=tiny_base)
+    results = heads.run(tmp_path, quick=True, heads=(1, 2, 4), base=tiny_base, workers=1)
     assert set(results["final_val_loss"]) == {"1", "2", "4"}
     assert (tmp_path / "heads_curves.png").stat().st_size > 1000
     claim = results["claim_sqrt_d_over_16"]
@@ -48,12 +48,32 @@ def test_judge_claim():
 
 def test_position_training_on_a_tiny_base(tmp_path, tiny_base):
     schemes = ["none", "learned", "rope", "alibi"]
-    results = position_training.run(tmp_path, quick=True, schemes=schemes, base=tiny_base)
+    results = position_training.run(tmp_path, quick=True, schemes=schemes, base=tiny_base, workers=1)
     assert set(results["final_val_loss"]) == set(schemes)
     assert sorted(results["ranking"]) == sorted(schemes)
     assert (tmp_path / "position_training_curves.png").is_file()
     config = json.loads((tmp_path / "runs" / "rope" / "config.json").read_text())
     assert config["model"]["position"] == "rope" and config["model"]["n_embd"] == 16
+
+
+def test_parallel_trainings_equal_sequential_ones(tmp_path, tiny_base):
+    """Two worker processes (one thread each) give the runs one process gives, in the same order."""
+    schemes = ["rope", "alibi", "learned"]
+    one = position_training.run(tmp_path / "one", quick=True, schemes=schemes, base=tiny_base, workers=1)
+    two = position_training.run(tmp_path / "two", quick=True, schemes=schemes, base=tiny_base, workers=2)
+    assert list(two["runs"]) == schemes
+    for name in schemes:
+        assert two["runs"][name]["threads"] == 1
+        assert two["runs"][name]["val_curve"] == one["runs"][name]["val_curve"]
+        assert two["runs"][name]["train_curve"] == one["runs"][name]["train_curve"]
+        assert (tmp_path / "two" / "runs" / name / "results.json").is_file()
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True])
+def test_bad_worker_count_is_refused(tmp_path, tiny_base, workers):
+    with pytest.raises(ValueError, match="workers must be a positive integer"):
+        heads.train_variants(tmp_path, tiny_base, {"a": {}}, workers=workers)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_experiments_are_registered_and_not_in_all():
@@ -67,6 +87,8 @@ def test_experiments_are_registered_and_not_in_all():
 def test_heads_quick_form(tmp_path):
     results = run_experiment("heads", tmp_path, quick=True)
     assert results["steps"] == 200 and len(results["final_val_loss"]) == 5
+    config = json.loads((tmp_path / "runs" / "heads-4" / "config.json").read_text())
+    assert config["model"]["block_size"] == 64 and config["train"]["batch_size"] == 8
     assert (tmp_path / "results.json").is_file()
 
 

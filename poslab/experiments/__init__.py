@@ -8,6 +8,7 @@ writes the returned dict to ``out/results.json``. Adding an experiment = one mod
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 from pathlib import Path
 from types import ModuleType
@@ -35,14 +36,22 @@ def registry() -> dict[str, ModuleType]:
     return {m.NAME: m for m in modules}
 
 
-def run_experiment(name: str, out: Path | None = None, quick: bool = False) -> dict:
-    """Run one experiment, write ``out/results.json`` (default ``runs/experiments/NAME``), return the results."""
+def run_experiment(name: str, out: Path | None = None, quick: bool = False, workers: int | None = None) -> dict:
+    """Run one experiment, write ``out/results.json`` (default ``runs/experiments/NAME``), return the results.
+
+    ``workers`` (trainings at a time) goes to the experiments whose ``run`` takes it; the others
+    ignore it.
+    """
     experiments = registry()
     if name not in experiments:
         raise ValueError(f"unknown experiment {name!r}; known: {', '.join(experiments)}, all")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"--workers must be a positive integer, got {workers!r}")
     out = Path(out) if out is not None else Path("runs") / "experiments" / name
     out.mkdir(parents=True, exist_ok=True)
-    results = experiments[name].run(out, quick=quick)
+    module = experiments[name]
+    options = {"workers": workers} if workers is not None and "workers" in inspect.signature(module.run).parameters else {}
+    results = module.run(out, quick=quick, **options)
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False, default=float))
     tmp.replace(out / "results.json")

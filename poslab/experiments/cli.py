@@ -1,4 +1,4 @@
-"""``poslab experiment NAME|all|list [--out DIR] [--quick]``.
+"""``poslab experiment NAME|all|list [--out DIR] [--quick] [--workers N]``.
 
 ``NAME`` runs one experiment and writes ``DIR/results.json`` (default ``runs/experiments/NAME``);
 ``all`` runs every experiment marked ``IN_ALL``, each into ``DIR/NAME`` (default
@@ -25,6 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default runs/experiments/NAME; with 'all', one subfolder per experiment)")
     p.add_argument("--quick", action="store_true", help="short form of experiments that have a long one (the lessons' experiments take seconds and ignore it)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="trainings at a time for the experiments that train several models (default: one per "
+                        "core, at most 2; each on one thread)")
     p.set_defaults(func=run)
 
 
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         where = out if out is not None else Path("runs") / "experiments" / name
         start = time.perf_counter()
         print(f"\n=== experiment {name}: {registry[name].DESCRIPTION}")
-        experiments.run_experiment(name, where, quick=args.quick)
+        experiments.run_experiment(name, where, quick=args.quick, workers=args.workers)
         print(f"--- {name}: {time.perf_counter() - start:.1f}s, results in {where / 'results.json'}")
     if len(names) > 1:
         print(f"\n=== {len(names)} experiments in {time.perf_counter() - total:.1f}s")

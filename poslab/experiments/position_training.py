@@ -24,20 +24,22 @@ DESCRIPTION = "train the same GPT with every registered position scheme; curves 
 IN_ALL = False  # it trains: run it by name
 
 
-def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: dict[str, Any] | None = None) -> dict:
+def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: dict[str, Any] | None = None,
+        workers: int | None = None) -> dict:
     """Train one GPT per scheme, print the table, plot the curves.
 
     Args:
         out: output folder (runs in ``out/runs/SCHEME``, plot ``out/position_training_curves.png``).
-        quick: the short form (200 steps, batch 8).
+        quick: the short form (200 steps of 8 x 64 tokens).
         schemes: scheme names (default: every registered one).
         base: a config mapping replacing the ``tang-small`` base (tests use a tiny one).
+        workers: trainings at a time (see :func:`poslab.experiments.heads.train_variants`).
     """
     out = Path(out)
     schemes = list(schemes) if schemes is not None else positions.names()
     base = base if base is not None else base_config(quick)
     variants = {name: {"model": {"position": name, "position_config": {}}} for name in schemes}
-    summary = train_variants(out, base, variants)
+    summary = train_variants(out, base, variants, workers)
     ranked = sorted(schemes, key=lambda s: summary[s]["final_val_loss"])
     reference = summary["learned"]["final_val_loss"] if "learned" in summary else None
     rows = []
