@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -242,6 +243,40 @@ def rope_parameters(cfg: RopeConfig, seq_len: int | None = None, device: torch.d
 
 
 # ------------------------------------------------------------------------------------ rotation
+def _rotate_into(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """Write the rotation of ``x`` by angles with ``cos``/``sin`` into ``out`` (same shape): four
+    elementwise kernels, no temporaries. Rotating by ``-sin`` is the inverse (and the transpose)."""
+    half = cos.shape[-1]
+    if layout == "half":
+        x1, x2 = x[..., :half], x[..., half : 2 * half]  # [..., T, r/2] each
+        o1, o2 = out[..., :half], out[..., half : 2 * half]
+    else:
+        x1, x2 = x[..., 0 : 2 * half : 2], x[..., 1 : 2 * half : 2]  # even / odd coordinates
+        o1, o2 = out[..., 0 : 2 * half : 2], out[..., 1 : 2 * half : 2]
+    torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-1.0)  # x1 cos - x2 sin
+    torch.mul(x2, cos, out=o2).addcmul_(x1, sin)  # x2 cos + x1 sin
+    if x.shape[-1] > 2 * half:  # partial rotary: the rest passes through
+        out[..., 2 * half :].copy_(x[..., 2 * half :])
+    return out
+
+
+class _Rotary(torch.autograd.Function):
+    """The rotation as one autograd node: the backward is the inverse rotation of the incoming
+    gradient (a rotation's Jacobian is orthogonal), so nothing but ``cos``/``sin`` is saved."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+        ctx.save_for_backward(cos, sin)
+        ctx.layout = layout
+        return _rotate_into(torch.empty_like(x, memory_format=torch.contiguous_format), x, cos, sin, layout)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
+        cos, sin = ctx.saved_tensors
+        grad_x = _rotate_into(torch.empty_like(grad, memory_format=torch.contiguous_format), grad, cos, -sin, ctx.layout)
+        return grad_x, None, None, None
+
+
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     """Rotate the first ``2 * cos.shape[-1]`` coordinates of ``x``; the rest pass through.
 
@@ -251,11 +286,18 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
         layout: ``"half"`` pairs ``(i, i + r/2)``; ``"interleaved"`` pairs ``(2i, 2i + 1)``.
 
     Returns:
-        ``[..., T, d_k]`` in ``x.dtype``.
+        ``[..., T, d_k]`` in ``x.dtype`` (contiguous).
     """
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    if cos.requires_grad or sin.requires_grad:  # angles that learn: let autograd see every op
+        return _rotary_reference(x, cos, sin, layout)
+    return _Rotary.apply(x, cos, sin, layout)
+
+
+def _rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """The rotation written with plain differentiable ops (used when the angles need gradients)."""
     half = cos.shape[-1]
     rot, rest = x[..., : 2 * half], x[..., 2 * half :]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if layout == "half":
         x1, x2 = rot[..., :half], rot[..., half:]  # [..., T, r/2] each
         out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)  # [..., T, r]
