@@ -12,6 +12,7 @@ large.
     .venv/bin/python benchmarks/train_throughput.py              # everything (~10 min on 2 cores)
     .venv/bin/python benchmarks/train_throughput.py --quick      # fewer rounds
     .venv/bin/python benchmarks/train_throughput.py --only hf    # one section: hf, schemes, nanogpt
+    .venv/bin/python benchmarks/train_throughput.py --profile    # where poslab's fp32 step spends its time
 
 nanoGPT's own figures on this machine come from ``../shared/references.md`` (measured there, not
 here): fp32, 2 threads, quiet machine — 4/4/128, block 128, batch 32: ~20,000 tokens/s (19-24k);
@@ -216,6 +217,38 @@ def section_nanogpt(args: argparse.Namespace) -> dict:
     return {"configs": out, "peaks": peaks}
 
 
+def profile_step(steps: int = 10) -> None:
+    """Where a training step's time goes: ``torch.profiler`` over ``steps`` steps, ops grouped."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step, _ = poslab_step_fn(4, 4, 128, 128, 32, bias=False, activation="gelu")
+    for _ in range(3):
+        step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    groups = {"matmul (mm/addmm/bmm)": ("aten::mm", "aten::addmm", "aten::bmm"),
+              "SDPA (forward + backward)": ("aten::_scaled_dot_product",),
+              "GELU (forward + backward)": ("aten::gelu",),
+              "LayerNorm (forward + backward)": ("aten::native_layer_norm",),
+              "AdamW": ("aten::_fused_adamw", "Optimizer."),
+              "cross-entropy": ("aten::_log_softmax", "aten::nll_loss")}
+    shares = {name: 0.0 for name in groups}
+    for event in events:
+        for name, prefixes in groups.items():
+            if event.key.startswith(prefixes):
+                shares[name] += event.self_cpu_time_total
+                break
+    print(f"poslab fp32 step, 4/4/128, T=128, B=32, {torch.get_num_threads()} threads: "
+          f"{total / steps / 1e3:.0f} ms of CPU per step (self time, {steps} steps)")
+    for name, value in shares.items():
+        print(f"  {name:32s} {value / total:6.1%}")
+    print(f"  {'everything else':32s} {1 - sum(shares.values()) / total:6.1%}")
+    print(events.table(sort_by="self_cpu_time_total", row_limit=15))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
@@ -225,12 +258,17 @@ def main() -> None:
     parser.add_argument("--only", choices=("hf", "schemes", "nanogpt"), action="append")
     parser.add_argument("--schemes", nargs="*", help="schemes for the per-scheme section (default: all)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--profile", action="store_true",
+                        help="only profile poslab's fp32 step (4/4/128, T=128, B=32) and print where the time goes")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.reps = 4, 3
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.reps} alternating rounds x {args.steps} "
           "steps; median and best round in tokens/s (the machine may be shared: see the spread)", flush=True)
+    if args.profile:
+        profile_step()
+        return
     sections = {"hf": section_hf, "schemes": section_schemes, "nanogpt": section_nanogpt}
     results = {}
     for name, fn in sections.items():
