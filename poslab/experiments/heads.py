@@ -55,9 +55,9 @@ def base_config(quick: bool) -> dict[str, Any]:
 def default_workers() -> int:
     """Trainings run side by side by default: one per core, at most two.
 
-    The lab's small GPTs use two cores poorly (one training step on two threads is ~1.4x faster
-    than on one, measured for the quick Tang model), so two one-thread trainings at a time finish a
-    set of runs sooner than one two-thread training after another.
+    The lab's small GPTs use a second thread poorly, so two one-thread trainings at a time finish a
+    set of runs sooner than one two-thread training after another (``docs/lab.md`` has the lab's
+    timings before and after).
     """
     try:
         cores = len(os.sched_getaffinity(0))
