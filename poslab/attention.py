@@ -419,6 +419,7 @@ def _eager(
     if k.shape[1] != q.shape[1]:  # GQA: query head h reads kv head h // (h / h_kv)
         rep = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # [B, h, Tk, d]
+    blind = None  # [B, h, Tq, 1]: queries that see no key, when there are any
     with torch.autocast(device_type=q.device.type, enabled=False):
         scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale  # [B, h, Tq, Tk] fp32
         if combined is not None:
@@ -427,11 +428,15 @@ def _eager(
             else:
                 scores = scores + combined.float()
             # a query that sees no key (sliding window + padding): zero weights and output, as SDPA
-            # gives, instead of 0/0 = NaN (masked before the softmax so no NaN reaches the backward)
-            blind = torch.isneginf(scores).all(dim=-1, keepdim=True)  # [B, h, Tq, 1]
-            scores = scores.masked_fill(blind, 0.0)
+            # gives, instead of 0/0 = NaN (masked before the softmax so no NaN reaches the backward);
+            # one reduction finds such rows, and the two fills run only when there is one
+            blind = torch.isneginf(scores.amax(dim=-1, keepdim=True))  # [B, h, Tq, 1]
+            if not bool(blind.any()):
+                blind = None
+            else:
+                scores = scores.masked_fill(blind, 0.0)
         weights = torch.softmax(scores, dim=-1)  # fp32 softmax
-        if combined is not None:
+        if blind is not None:
             weights = weights.masked_fill(blind, 0.0)
     if probe is not None:
         weights = probe(weights)

@@ -99,8 +99,13 @@ class T5Bias(PositionScheme):
         return relative_position_bucket(k_pos[None, :] - q_pos[:, None], c.bidirectional, c.num_buckets, c.max_distance)
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> Tensor:
-        values = self.relative_attention_bias(self.buckets(q_pos, k_pos))  # [Tq, Tk, h]
-        return values.permute(2, 0, 1)[None].to(torch.float32)  # [1, h, Tq, Tk]
+        buckets = self.buckets(q_pos, k_pos)  # [Tq, Tk]
+        # index the [h, num_buckets] transpose along its bucket axis: the result is laid out
+        # [h, Tq, Tk] already, and the backward is one index_add into the table (an embedding
+        # lookup's backward sorts all Tq*Tk indices: ~13x slower for a 128 x 1024 block)
+        table = self.relative_attention_bias.weight.t()  # [h, num_buckets]
+        values = torch.index_select(table, 1, buckets.reshape(-1)).view(-1, *buckets.shape)  # [h, Tq, Tk]
+        return values[None].to(torch.float32)  # [1, h, Tq, Tk]
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> ScoreMod:
         c = self.config
