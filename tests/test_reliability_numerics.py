@@ -284,5 +284,8 @@ def test_flex_backend_fully_masked_rows_and_large_logits(request):
     FIGURES["cases"] += 1
     assert torch.isfinite(out).all()
     assert torch.equal(out[0, :, :8], torch.zeros_like(out[0, :, :8]))
-    assert (out.double() - expected).abs().max().item() < 1e-3
+    # logits ~1e4 carry an fp32 rounding of up to ulp(1e4)/2 = 4.9e-4 each, which moves the weights
+    # (and an output of |v| ~ 2) by ~1e-3 depending on the compiled kernel's order of operations:
+    # measured 1.2e-3 when flex was compiled after other tests, under 1e-3 alone
+    assert (out.double() - expected).abs().max().item() < 4e-3
     _record(request)
