@@ -102,7 +102,7 @@ class T5Bias(PositionScheme):
         buckets = self.buckets(q_pos, k_pos)  # [Tq, Tk]
         # index the [h, num_buckets] transpose along its bucket axis: the result is laid out
         # [h, Tq, Tk] already, and the backward is one index_add into the table (an embedding
-        # lookup's backward sorts all Tq*Tk indices: ~13x slower for a 128 x 1024 block)
+        # lookup's backward sorts all Tq*Tk indices first; benchmarks/README.md has the effect on T5)
         table = self.relative_attention_bias.weight.t()  # [h, num_buckets]
         values = torch.index_select(table, 1, buckets.reshape(-1)).view(-1, *buckets.shape)  # [h, Tq, Tk]
         return values[None].to(torch.float32)  # [1, h, Tq, Tk]
