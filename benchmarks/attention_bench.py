@@ -1,7 +1,7 @@
 """Attention forward+backward time and peak memory: every poslab scheme vs the references.
 
 Equivalent to ``poslab bench --only attention``; see ``benchmarks/README.md`` for the measured
-table and ``poslab/bench.py`` for the method (alternating runs, medians, peak memory per case in a
+table and ``poslab/lab/bench.py`` for the method (alternating runs, medians, peak memory per case in a
 fresh subprocess, matmul roofline).
 
 Usage::
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from poslab.cli import main
+from poslab.cli.app import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "--only", "attention", *sys.argv[1:]]))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from poslab.cli import main
+from poslab.cli.app import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "--only", "decode", *sys.argv[1:]]))

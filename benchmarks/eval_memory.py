@@ -3,7 +3,7 @@
 Each case runs in a fresh subprocess (so one case's peak cannot hide another's): it imports poslab,
 builds the lab's quick-size GPT (2 layers, 4 heads, n_embd 64, vocab 65, random weights; the learned
 table gets T rows, as a model trained at T would have), reads ``ru_maxrss`` (the baseline: imports +
-model + tokens), runs :func:`poslab.eval.evaluate_length` on one window of ``T`` tokens (non-overlapping,
+model + tokens), runs :func:`poslab.analysis.eval.evaluate_length` on one window of ``T`` tokens (non-overlapping,
 ``torch.no_grad``), and reads ``ru_maxrss`` again. The *evaluation peak* is the difference.
 
 Linear memory means the peak grows about 4x from T = 2048 to 8192; materialising ``[h, T, T]`` would
@@ -17,7 +17,7 @@ grow it 16x. The verdict per scheme is "linear" when the ratio is below 8 (the g
     .venv/bin/python benchmarks/eval_memory.py --allocator default   # glibc's default (fragmenting) heap
 
 ``--allocator mmap`` (default) sets glibc's mmap threshold to 1 MiB in the child, exactly as
-``poslab eval`` does (:func:`poslab.eval.return_freed_memory_to_os`): every freed bias tile goes back to
+``poslab eval`` does (:func:`poslab.analysis.eval.return_freed_memory_to_os`): every freed bias tile goes back to
 the OS. With ``--allocator default`` the dynamic threshold lets tiles of a few MiB come from the heap,
 whose fragmentation makes the measured peak grow faster than the tensors that are actually alive.
 
@@ -43,7 +43,7 @@ def child(scheme: str, length: int, unblocked: bool, allocator: str) -> dict:
     import torch
 
     from poslab import GPT, GPTConfig
-    from poslab.eval import evaluate_length, return_freed_memory_to_os
+    from poslab.analysis.eval import evaluate_length, return_freed_memory_to_os
 
     if allocator == "mmap":
         return_freed_memory_to_os()  # what `poslab eval` does

@@ -1,7 +1,7 @@
 """DDP vs FSDP2 on GPUs (nccl): equivalence, tokens/s and peak memory per GPU, MFU.
 
-The script launches ``poslab.train.train`` under ``torchrun --standalone`` itself (one process per
-GPU; ``poslab.distributed`` picks ``nccl`` and ``cuda:LOCAL_RANK``), in three parts:
+The script launches ``poslab.training.loop.train`` under ``torchrun --standalone`` itself (one process per
+GPU; ``poslab.training.distributed`` picks ``nccl`` and ``cuda:LOCAL_RANK``), in three parts:
 
 1. **Equivalence** (fp32, TF32 off, the tiny model, 20 steps): 1 GPU x batch N*b vs N GPUs x batch b
    (DDP) vs N GPUs x batch b with ``--fsdp``: the loss after 20 steps and the final val loss must
@@ -43,7 +43,7 @@ def worker(spec_path: str) -> int:
     """Under torchrun: one training run, then this rank's peak memory (and rank 0: the GPU matmul peak)."""
     import torch
 
-    from poslab.train import TrainConfig, train
+    from poslab.training.loop import TrainConfig, train
 
     spec = json.loads(Path(spec_path).read_text())
     if torch.cuda.is_available():

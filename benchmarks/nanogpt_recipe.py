@@ -13,7 +13,7 @@ characters in non-overlapping 64-character windows), which is the steadier numbe
 
 Is a gap poslab's or the recipe's? ``benchmarks/nanogpt_control.py`` trains nanoGPT's own model and
 loop (re-written there, sharing no code with poslab) on the same data; ``tests/test_nanogpt_equivalence.py``
-checks that ``poslab.train`` and that loop give the same loss at every step and the same final weights
+checks that ``poslab.training.loop`` and that loop give the same loss at every step and the same final weights
 when they start from the same weights and see the same batches. The two differ only in their random
 streams (initialisation, batch order, evaluation batches), so compare them over several seeds.
 
@@ -29,8 +29,8 @@ import json
 import statistics
 from pathlib import Path
 
-from poslab import presets
-from poslab.train import TrainConfig, evaluate_loss, load_run, prepare_data, train
+from poslab.training import presets
+from poslab.training.loop import TrainConfig, evaluate_loss, load_run, prepare_data, train
 
 NANOGPT_VAL_LOSS = 1.88
 

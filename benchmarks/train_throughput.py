@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from poslab import GPT, GPTConfig, positions
-from poslab.train import TrainConfig, make_optimizer, matmul_flops_per_token, measure_matmul_peak
+from poslab.training.loop import TrainConfig, make_optimizer, matmul_flops_per_token, measure_matmul_peak
 
 VOCAB = 65  # tinyshakespeare's character vocabulary, as in nanoGPT's shakespeare_char
 NANOGPT_REFERENCE = {  # references.md, measured with nanoGPT on this machine (fp32, 2 threads)

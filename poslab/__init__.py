@@ -1,10 +1,9 @@
 """poslab: multi-head attention and position encodings, correct, fast and measured."""
 
-from poslab import positions
-from poslab.attention import KVCache, MultiHeadAttention
 from poslab.interop import from_hf, to_hf
-from poslab.model import GPT, GPTConfig
-
-__version__ = "0.1.0"
+from poslab.nn import positions
+from poslab.nn.attention import KVCache, MultiHeadAttention
+from poslab.nn.model import GPT, GPTConfig
+from poslab.version import __version__
 
 __all__ = ["GPT", "GPTConfig", "KVCache", "MultiHeadAttention", "from_hf", "positions", "to_hf", "__version__"]

@@ -2,7 +2,7 @@
 
 import sys
 
-from poslab.cli import main
+from poslab.cli.app import main
 
 if __name__ == "__main__":
     sys.exit(main())

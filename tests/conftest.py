@@ -1,7 +1,7 @@
 """Shared helpers of the test suite: scheme variants, tiny models, hypothesis profile.
 
 Every contract test is parametrized over :func:`scheme_variants`, which starts from
-``poslab.positions.names()``: registering a new scheme covers it automatically (with its default
+``poslab.nn.positions.names()``: registering a new scheme covers it automatically (with its default
 config). RoPE and xPos get extra variants for every layout and scaling.
 """
 
@@ -16,7 +16,7 @@ import torch
 from hypothesis import HealthCheck, settings
 
 from poslab import GPT, GPTConfig, MultiHeadAttention, positions
-from poslab.positions.base import PositionScheme
+from poslab.nn.positions.base import PositionScheme
 
 # Bounded, deterministic property tests: a few seconds per property on 2 cores
 # (POSLAB_HYPOTHESIS_EXAMPLES=400 for a deeper search).

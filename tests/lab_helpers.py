@@ -58,7 +58,7 @@ def corpus_file() -> Path:
 @functools.cache
 def tiny_run(position: str = "rope", steps: int = 30) -> Path:
     """A 2-layer, 2-head, n_embd-32 GPT trained ``steps`` steps on :func:`corpus_file`."""
-    from poslab.train import TrainConfig, train
+    from poslab.training.loop import TrainConfig, train
 
     cfg = TrainConfig(
         name=f"tiny-{position}", out_dir=str(base_dir() / "runs"), corpus=str(corpus_file()),
@@ -73,9 +73,9 @@ def tiny_run(position: str = "rope", steps: int = 30) -> Path:
 
 def make_lab(root: Path) -> Path:
     """A small lab folder: four cheap experiments, head analysis and the attention map of a tiny run."""
-    from poslab import experiments
-    from poslab.attention_map import run_attention
-    from poslab.heads import run_heads
+    from poslab.analysis.attention_map import run_attention
+    from poslab.analysis.heads import run_heads
+    from poslab.lab import experiments
 
     with one_thread(), quiet():
         for name in CHEAP_EXPERIMENTS:

@@ -13,7 +13,7 @@ from conftest import BIAS_VARIANTS, D_MODEL, N_HEADS, Variant, make_attention
 from torch.testing import assert_close
 
 from poslab import MultiHeadAttention
-from poslab.attention import attend, resolve_backend
+from poslab.nn.attention import attend, resolve_backend
 
 B = 2
 TIGHT = {"atol": 1e-5, "rtol": 1e-5}
@@ -184,7 +184,7 @@ def test_bench_cli_smoke(tmp_path) -> None:
     """``poslab bench`` on tiny sizes writes its table, JSON and plot; bad sizes are one-line errors."""
     import json
 
-    from poslab.cli import main
+    from poslab.cli.app import main
 
     out = tmp_path / "bench"
     args = ["bench", "--sizes", "32", "--contexts", "8", "--repeats", "1", "--cases", "poslab:none,naive", "--out", str(out)]

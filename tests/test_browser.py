@@ -16,11 +16,11 @@ import torch
 from cdp import Browser, find_chromium
 from lab_helpers import PROMPT, copy_lab, tiny_run
 
-from poslab.explore import ModelStore, colormap_rgb, make_server
-from poslab.heads import attention_weights
-from poslab.report import build_report
-from poslab.report.fonts import FAMILY
-from poslab.train import load_run
+from poslab.analysis.heads import attention_weights
+from poslab.display.fonts import FAMILY
+from poslab.lab.explore import ModelStore, colormap_rgb, make_server
+from poslab.lab.report import build_report
+from poslab.training.loop import load_run
 
 pytestmark = [
     pytest.mark.skipif(find_chromium() is None,

@@ -1,6 +1,6 @@
 """Contract every registered position scheme must honour, on a tiny GPT and on a bare attention layer.
 
-Parametrized over ``poslab.positions.names()`` (plus RoPE/xPos layout and scaling variants, see
+Parametrized over ``poslab.nn.positions.names()`` (plus RoPE/xPos layout and scaling variants, see
 ``conftest.scheme_variants``), so a newly registered scheme is covered without touching this file.
 """
 

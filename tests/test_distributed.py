@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from poslab import checkpoint as ckpt
-from poslab import distributed
-from poslab.cli import main
+from poslab.cli.app import main
 from poslab.data import get_batch, load_corpus
-from poslab.distributed import DistContext
-from poslab.train import TrainConfig, evaluate_loss, load_run, prepare_data, read_metrics
+from poslab.training import checkpoint as ckpt
+from poslab.training import distributed
+from poslab.training.distributed import DistContext
+from poslab.training.loop import TrainConfig, evaluate_loss, load_run, prepare_data, read_metrics
 
 TOL = 1e-5
 STEPS = 20
@@ -94,7 +94,7 @@ PROBE = textwrap.dedent('''
         return real_rmtree(path, *args, **kwargs)
 
     shutil.rmtree = rmtree
-    from poslab.cli import main
+    from poslab.cli.app import main
 
     try:
         code = main(argv)

@@ -1,4 +1,4 @@
-"""``poslab.eval``: perplexity per length, sliding windows, RoPE overrides, bad input."""
+"""``poslab.analysis.eval``: perplexity per length, sliding windows, RoPE overrides, bad input."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from poslab import GPT, GPTConfig
-from poslab.eval import (
+from poslab.analysis.eval import (
     apply_rope_scaling,
     evaluate,
     nonoverlapping_windows,
@@ -19,7 +19,7 @@ from poslab.eval import (
     score_windows,
     sliding_windows,
 )
-from poslab.positions.rope import default_inv_freq
+from poslab.nn.positions.rope import default_inv_freq
 
 
 def tiny(position: str = "rope", block: int = 16, seed: int = 0, **position_config) -> GPT:
@@ -194,8 +194,8 @@ def test_text_shorter_than_the_longest_length():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Two seconds-long trained runs (rope and learned, block 16) in a temporary folder."""
-    from poslab.experiments.extrapolation import size_of, train_config
-    from poslab.train import train
+    from poslab.lab.experiments.extrapolation import size_of, train_config
+    from poslab.training.loop import train
 
     root = tmp_path_factory.mktemp("runs")
     out = {}
@@ -206,7 +206,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def test_cli_eval_writes_results_and_cannot_cells(runs, tmp_path, capsys):
-    from poslab.cli import main
+    from poslab.cli.app import main
 
     out = tmp_path / "res" / "eval.json"
     assert main(["eval", runs["learned"], "--lengths", "16,32", "--stride", "8", "--tokens", "64", "--out", str(out)]) == 0
@@ -220,7 +220,7 @@ def test_cli_eval_writes_results_and_cannot_cells(runs, tmp_path, capsys):
 
 
 def test_cli_eval_rope_override_changes_the_numbers(runs, tmp_path):
-    from poslab.cli import main
+    from poslab.cli.app import main
 
     plain, scaled = tmp_path / "plain.json", tmp_path / "yarn.json"
     assert main(["eval", runs["rope"], "--lengths", "64", "--tokens", "128", "--out", str(plain)]) == 0
@@ -242,7 +242,7 @@ def test_cli_eval_rope_override_changes_the_numbers(runs, tmp_path):
     (["--lengths", "16,999999999"], "shorter than the longest length 999999999"),
 ])
 def test_cli_eval_bad_input_is_one_line_exit_2(runs, capsys, args, message):
-    from poslab.cli import main
+    from poslab.cli.app import main
 
     assert main(["eval", runs["rope"], *args]) == 2
     err = capsys.readouterr().err.strip()
@@ -250,7 +250,7 @@ def test_cli_eval_bad_input_is_one_line_exit_2(runs, capsys, args, message):
 
 
 def test_cli_eval_scaling_on_a_non_rope_run(runs, capsys):
-    from poslab.cli import main
+    from poslab.cli.app import main
 
     assert main(["eval", runs["learned"], "--lengths", "16", "--rope-scaling", "yarn:4"]) == 2
     assert "needs a RoPE-family model (rope, xpos); this run uses position='learned'" in capsys.readouterr().err
@@ -259,7 +259,7 @@ def test_cli_eval_scaling_on_a_non_rope_run(runs, capsys):
 
 
 def test_eval_text_from_a_file_and_unknown_characters(runs, tmp_path, capsys):
-    from poslab.cli import main
+    from poslab.cli.app import main
 
     text = tmp_path / "t.txt"
     text.write_text("To be, or not to be, that is the question. " * 4)

@@ -13,9 +13,10 @@ import math
 
 import pytest
 
-from poslab import experiments, positions
-from poslab.cli import main
-from poslab.positions.rope import SCALINGS
+from poslab import positions
+from poslab.cli.app import main
+from poslab.lab import experiments
+from poslab.nn.positions.rope import SCALINGS
 
 NAMES = ("params", "shapes", "rope-relative", "permutation", "causal-leak", "frequencies")
 

@@ -12,10 +12,10 @@ import torch
 from lab_helpers import PROMPT, one_thread, tiny_run
 
 from poslab import positions
-from poslab.cli import main
-from poslab.explore import COLORMAP, ModelStore, colormap_rgb, make_server, page_html
-from poslab.heads import attention_weights
-from poslab.train import load_run
+from poslab.analysis.heads import attention_weights
+from poslab.cli.app import main
+from poslab.lab.explore import COLORMAP, ModelStore, colormap_rgb, make_server, page_html
+from poslab.training.loop import load_run
 
 
 @pytest.fixture(scope="module")

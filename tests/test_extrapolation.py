@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from poslab import GPT, GPTConfig
-from poslab.experiments import attention_entropy, context_extension, extrapolation
-from poslab.heads import attention_weights
+from poslab.analysis.heads import attention_weights
+from poslab.lab.experiments import attention_entropy, context_extension, extrapolation
 
 # ------------------------------------------------------------------------------------ smoke runs
 SMOKE_SCHEMES = ("learned", "sinusoidal", "rope", "alibi")
@@ -192,7 +192,7 @@ def test_context_verdicts_follow_the_numbers():
 
 
 def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):
-    from poslab.train import TrainConfig, load_run, train
+    from poslab.training.loop import TrainConfig, load_run, train
 
     size = extrapolation.size_of(False, "smoke")
     base_dir = lab / "extrapolation" / "models" / "smoke" / "rope"

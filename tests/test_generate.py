@@ -7,7 +7,7 @@ import torch
 
 from poslab import GPT, GPTConfig
 from poslab.data import CharTokenizer
-from poslab.generate import filter_logits, generate, sample_text
+from poslab.nn.generate import filter_logits, generate, sample_text
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 

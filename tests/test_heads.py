@@ -1,4 +1,4 @@
-"""Head analysis (poslab.heads) and the attention grid (poslab.attention_map)."""
+"""Head analysis (poslab.analysis.heads) and the attention grid (poslab.analysis.attention_map)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import pytest
 import torch
 from lab_helpers import PROMPT, quiet, tiny_run
 
-from poslab import GPT, GPTConfig, heads
-from poslab.attention_map import plot_grid, prompt_attention, prompt_ids, summary
-from poslab.cli import main
+from poslab import GPT, GPTConfig
+from poslab.analysis import heads
+from poslab.analysis.attention_map import plot_grid, prompt_attention, prompt_ids, summary
+from poslab.cli.app import main
 from poslab.data import CharTokenizer
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
@@ -166,7 +167,7 @@ def test_pruning_curve_ends_at_the_base_loss_and_at_everything_masked():
 
 
 def test_analyze_on_a_trained_run_writes_results_and_plot(tmp_path):
-    from poslab.train import load_run
+    from poslab.training.loop import load_run
 
     run = tiny_run("rope")
     model, tokenizer, config = load_run(run)
@@ -214,7 +215,7 @@ def test_attention_grid_png_has_cjk_glyphs_not_boxes(tmp_path):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from poslab.report.fonts import use_in_matplotlib
+    from poslab.display.fonts import use_in_matplotlib
 
     def render(char: str) -> bytes:
         with matplotlib.rc_context(use_in_matplotlib()):

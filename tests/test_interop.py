@@ -21,9 +21,9 @@ from torch.testing import assert_close
 transformers = pytest.importorskip("transformers")
 
 import poslab  # noqa: E402
-from poslab.generate import generate  # noqa: E402
 from poslab.interop.hf import SUPPORTED  # noqa: E402
-from poslab.positions.alibi import alibi_slopes  # noqa: E402
+from poslab.nn.generate import generate  # noqa: E402
+from poslab.nn.positions.alibi import alibi_slopes  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 

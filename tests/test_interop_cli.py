@@ -10,8 +10,8 @@ from torch.testing import assert_close
 
 transformers = pytest.importorskip("transformers")
 
-from poslab.cli import main  # noqa: E402
-from poslab.train import load_run  # noqa: E402
+from poslab.cli.app import main  # noqa: E402
+from poslab.training.loop import load_run  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 V = 300
@@ -80,8 +80,8 @@ def test_converted_run_samples_evaluates_and_draws(hf_folders, tmp_path, capsys)
     assert main(["sample", str(run), "--prompt", "ROMEO:", "--tokens", "8", "--temperature", "0"]) == 0
     assert capsys.readouterr().out.startswith("ROMEO:")
 
-    from poslab.attention_map import run_attention
-    from poslab.eval import eval_run
+    from poslab.analysis.attention_map import run_attention
+    from poslab.analysis.eval import eval_run
 
     results = eval_run(run, [32, 64], n_targets=128)
     for cell in results["lengths"]:
@@ -126,7 +126,7 @@ def test_slow_tokenizer_files_are_converted_offline(hf_folders, tmp_path) -> Non
     """A folder with only vocab.json + merges.txt (no tokenizer.json) gets its fast tokenizer via AutoTokenizer."""
     import shutil
 
-    from poslab.interop.tokenizer import HFTokenizer
+    from poslab.data.hf_tokenizer import HFTokenizer
 
     folder, _ = hf_folders["gpt2"]
     slow = tmp_path / "slow"

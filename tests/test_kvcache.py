@@ -9,7 +9,7 @@ from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, VOCAB, Variant, ma
 from torch.testing import assert_close
 
 from poslab import KVCache, positions
-from poslab.attention import attend
+from poslab.nn.attention import attend
 
 B = 2
 TIGHT = {"atol": 1e-5, "rtol": 1e-5}

@@ -1,7 +1,7 @@
 """poslab's training loop is nanoGPT's, step for step.
 
 ``benchmarks/nanogpt_control.py`` re-writes nanoGPT's model and loop plainly (no poslab code). Given
-the same initial weights and the same batches, ``poslab.train`` and that loop must produce the same
+the same initial weights and the same batches, ``poslab.training.loop`` and that loop must produce the same
 losses at every step and the same weights at the end, to float rounding: same architecture (tied
 embeddings, bias-free LayerNorm, exact GELU, depth-scaled init), same AdamW groups and betas, same
 warmup + cosine schedule, same clipping. This is what makes the shakespeare_char recipe comparison in
@@ -19,7 +19,7 @@ import torch
 
 from poslab import GPT, GPTConfig
 from poslab.data import get_batch, load_corpus
-from poslab.train import TrainConfig, data_seed, load_run, prepare_data, train
+from poslab.training.loop import TrainConfig, data_seed, load_run, prepare_data, train
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from nanogpt_control import TinyGPT, nanogpt_lr, nanogpt_optimizer, nanogpt_update  # noqa: E402

@@ -28,9 +28,9 @@ from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotary
 from transformers.models.t5.modeling_t5 import T5Attention  # noqa: E402
 
 from poslab import GPT, GPTConfig, MultiHeadAttention, positions  # noqa: E402
-from poslab.positions.alibi import alibi_slopes  # noqa: E402
-from poslab.positions.rope import RopeConfig, rope_parameters  # noqa: E402
-from poslab.positions.t5 import relative_position_bucket  # noqa: E402
+from poslab.nn.positions.alibi import alibi_slopes  # noqa: E402
+from poslab.nn.positions.rope import RopeConfig, rope_parameters  # noqa: E402
+from poslab.nn.positions.t5 import relative_position_bucket  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore"),  # HF warns about factor/length mismatches on purpose

@@ -9,11 +9,11 @@ import torch
 from torch.testing import assert_close
 
 from poslab import positions
-from poslab.positions.absolute import sinusoid_table
-from poslab.positions.alibi import alibi_slopes
-from poslab.positions.rope import RopeConfig, apply_rotary, rope_parameters, yarn_correction_range
-from poslab.positions.t5 import relative_position_bucket
-from poslab.positions.xl import rel_shift
+from poslab.nn.positions.absolute import sinusoid_table
+from poslab.nn.positions.alibi import alibi_slopes
+from poslab.nn.positions.rope import RopeConfig, apply_rotary, rope_parameters, yarn_correction_range
+from poslab.nn.positions.t5 import relative_position_bucket
+from poslab.nn.positions.xl import rel_shift
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -349,9 +349,9 @@ def test_build_for_model_fills_dimensions_before_validating() -> None:
 
 
 def test_names_keep_the_canonical_order_whatever_was_imported_first() -> None:
-    """``from poslab.positions.rope import ...`` before the registry loads must not reorder the list
+    """``from poslab.nn.positions.rope import ...`` before the registry loads must not reorder the list
     (the CLI's "known: ..." messages and the docs depend on it)."""
-    from poslab.positions import _REGISTRY
+    from poslab.nn.positions import _REGISTRY
 
     canonical = positions.names()
     assert canonical[:3] == ["none", "learned", "sinusoidal"]
@@ -367,7 +367,7 @@ def test_names_keep_the_canonical_order_whatever_was_imported_first() -> None:
 def test_fused_rotation_equals_plain_ops(layout, rotary_dim):
     """``apply_rotary`` (one autograd node whose backward is the inverse rotation) gives the values and
     gradients of the rotation written with plain differentiable ops, on a non-contiguous input."""
-    from poslab.positions.rope import _rotary_reference, apply_rotary
+    from poslab.nn.positions.rope import _rotary_reference, apply_rotary
 
     generator = torch.Generator().manual_seed(rotary_dim)
     x = torch.randn(2, 10, 3, 32, dtype=torch.float64, generator=generator).transpose(1, 2)  # [B, h, T, d] view

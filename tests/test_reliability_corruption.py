@@ -18,10 +18,10 @@ import shutil
 import pytest
 import torch
 
-from poslab import checkpoint as ckpt
-from poslab.cli import main
+from poslab.cli.app import main
 from poslab.data import load_corpus
-from poslab.train import TrainConfig, load_run, read_metrics, train
+from poslab.training import checkpoint as ckpt
+from poslab.training.loop import TrainConfig, load_run, read_metrics, train
 
 STEPS = (2, 4, 6)  # checkpoints of the corrupted run; 6 is the latest
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import save as safetensors_bytes
 
-import poslab.checkpoint as ckpt
-from poslab.cli import main
+import poslab.training.checkpoint as ckpt
+from poslab.cli.app import main
 from poslab.data import load_corpus
 
 REAL_OPEN = builtins.open

@@ -5,7 +5,7 @@ type (huge integers, NaN/inf, unicode, nested lists and dicts), and "near-valid"
 config with one to three fields replaced), for ``TrainConfig.from_dict``, ``GPTConfig.from_dict`` (a
 config it accepts with a small model is also built and run: accepted must mean working), preset
 YAML files (random mappings and random text) and ``poslab train`` command lines (in-process through
-``poslab.cli.main`` with ``--dry-run``, so nothing trains; a few in real subprocesses). Only
+``poslab.cli.app.main`` with ``--dry-run``, so nothing trains; a few in real subprocesses). Only
 ``ValueError``/``TypeError`` (and their subclasses) with a one-line message are allowed out of the
 Python API; the CLI must return 0 or 2 with a single ``poslab: error: ...`` line on stderr.
 """
@@ -25,9 +25,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from poslab import GPT, GPTConfig, positions, presets
-from poslab.cli import main
-from poslab.train import TrainConfig
+from poslab import GPT, GPTConfig, positions
+from poslab.cli.app import main
+from poslab.training import presets
+from poslab.training.loop import TrainConfig
 
 DEFAULT_EXAMPLES = {"train": 150, "model": 200, "yaml": 60, "cli": 150}
 SLOW_EXAMPLES = {"train": 2500, "model": 3000, "yaml": 800, "cli": 2000}
@@ -154,7 +155,7 @@ def _model_test(slow: bool):
 
 # ------------------------------------------------------------------------------------ CLI
 def _cli(argv: list[str]) -> int:
-    """``poslab.cli.main(argv)`` in-process: 0 with anything on stdout, or 2 with one error line."""
+    """``poslab.cli.app.main(argv)`` in-process: 0 with anything on stdout, or 2 with one error line."""
     COUNTS["cases"] += 1
     err, out = io.StringIO(), io.StringIO()
     try:

@@ -9,7 +9,7 @@ must load and verify.
 
 Starting a Python with torch takes seconds on this machine, so the killed processes are forked
 from a "zygote" process that has imported poslab once: each is a separate process running
-``poslab.cli.main(["train", ...])`` (what the ``poslab`` script runs) and is killed with SIGKILL by
+``poslab.cli.app.main(["train", ...])`` (what the ``poslab`` script runs) and is killed with SIGKILL by
 this test. Where the kills land:
 
 * inside every step of a checkpoint write: the child announces each phase on a pipe (tensor file
@@ -61,9 +61,9 @@ def _zygote() -> None:  # pragma: no cover - runs in its own process
     """Import once, then fork one child per job line; report pids, phases and exit statuses."""
     import torch._dynamo  # noqa: F401  (AdamW imports it lazily: seconds, paid once here)
 
-    import poslab.checkpoint  # noqa: F401
-    import poslab.cli  # noqa: F401
-    import poslab.train  # noqa: F401
+    import poslab.cli.app  # noqa: F401
+    import poslab.training.checkpoint  # noqa: F401
+    import poslab.training.loop  # noqa: F401
 
     out = sys.stdout
     out.write(json.dumps({"event": "ready"}) + "\n")
@@ -95,9 +95,9 @@ def _child(job: dict) -> None:  # pragma: no cover - runs in a forked process
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         _install_hooks(marker, job.get("pause"))
-        import poslab.cli
+        import poslab.cli.app
 
-        code = poslab.cli.main(job["argv"])
+        code = poslab.cli.app.main(job["argv"])
     except SystemExit as err:
         code = err.code if isinstance(err.code, int) else 2
     except BaseException:
@@ -114,8 +114,8 @@ def _install_hooks(marker: int, pause: dict | None) -> None:  # pragma: no cover
     """Announce every checkpoint/metrics write phase on ``marker``; hold still at the targeted one."""
     import pathlib
 
-    import poslab.checkpoint as ckpt
-    import poslab.train as train_module
+    import poslab.training.checkpoint as ckpt
+    import poslab.training.loop as train_module
 
     seen = [0]
 
@@ -258,7 +258,7 @@ def curve(run: Path) -> list[dict]:
 
 def verify_folder(run: Path) -> tuple[int, int]:
     """Load and verify ``latest`` and every listed checkpoint. Returns ``(bad_latest, bad_listed)``."""
-    from poslab import checkpoint as ckpt
+    from poslab.training import checkpoint as ckpt
 
     if not (run / "config.json").exists():
         return 0, 0
@@ -293,7 +293,7 @@ def kill_schedule(n_random: int, phase_rounds: int, rng: random.Random) -> list[
 
 
 def run_kill_test(tmp_path: Path, max_steps: int, n_random: int, phase_rounds: int, seed: int) -> dict:
-    from poslab import checkpoint as ckpt
+    from poslab.training import checkpoint as ckpt
 
     corpus = tmp_path / "corpus.txt"
     from poslab.data import load_corpus

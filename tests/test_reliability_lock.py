@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from poslab import checkpoint as ckpt
-from poslab.cli import main
+from poslab.cli.app import main
 from poslab.data import load_corpus
-from poslab.lock import RunLock, RunLockedError, lock_path
-from poslab.train import read_metrics
+from poslab.training import checkpoint as ckpt
+from poslab.training.lock import RunLock, RunLockedError, lock_path
+from poslab.training.loop import read_metrics
 
 FIGURES = {"cases": 0, "second_refused": 0, "interleaved_writes": 0}
 

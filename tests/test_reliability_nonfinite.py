@@ -13,11 +13,11 @@ import json
 import pytest
 import torch
 
-import poslab.train as train_module
-from poslab import checkpoint as ckpt
-from poslab.cli import main
+import poslab.training.loop as train_module
+from poslab.cli.app import main
 from poslab.data import load_corpus
-from poslab.train import TrainConfig, TrainingDiverged, load_run, read_metrics, train
+from poslab.training import checkpoint as ckpt
+from poslab.training.loop import TrainConfig, TrainingDiverged, load_run, read_metrics, train
 
 FIGURES = {"runs": 0, "detected_within_one_step": 0, "skipped_batches": 0}
 
@@ -56,7 +56,7 @@ def batches_of(cfg: TrainConfig, monkeypatch) -> list[torch.Tensor]:
 
 
 class Poison:
-    """Patch ``poslab.train.GPT`` so a forward pass on a poisoned batch gives a NaN loss (``"loss"``) or a
+    """Patch ``poslab.training.loop.GPT`` so a forward pass on a poisoned batch gives a NaN loss (``"loss"``) or a
     finite loss whose gradient is inf (``"grad"``)."""
 
     def __init__(self, monkeypatch, poisoned: list[torch.Tensor], kind: str) -> None:

@@ -23,7 +23,7 @@ import torch
 from conftest import BLOCK, VARIANT_IDS, VARIANTS, make_gpt
 
 from poslab import positions
-from poslab.attention import attend
+from poslab.nn.attention import attend
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 #: max |error| vs fp64 allowed for the attention output (|v| <= ~4): a few 16-bit roundings.

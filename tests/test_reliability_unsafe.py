@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from poslab import checkpoint as ckpt
-from poslab.cli import main
+from poslab.cli.app import main
 from poslab.data import load_corpus
-from poslab.train import TrainConfig, load_run, train
+from poslab.training import checkpoint as ckpt
+from poslab.training.loop import TrainConfig, load_run, train
 
 ROOT = Path(__file__).resolve().parents[1]
 

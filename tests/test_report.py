@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from lab_helpers import PROMPT, copy_lab, quiet, shared_lab
 
-from poslab import lab
-from poslab.cli import main
-from poslab.report import build_report, claims, load_results
-from poslab.report.fonts import FAMILY, covered_chars, font_face_css, font_path
-from poslab.report.sections import SECTIONS
+from poslab.lab import lab
+from poslab.cli.app import main
+from poslab.display.fonts import FAMILY, covered_chars, font_face_css, font_path
+from poslab.lab.report import build_report, claims, load_results
+from poslab.lab.report.sections import SECTIONS
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
@@ -165,7 +165,7 @@ def test_font_subset_covers_the_corpora_and_embeds_small():
 
 # ------------------------------------------------------------------------------------ pe-cache
 def test_pe_cache_experiment(tmp_path):
-    from poslab.experiments import pe_cache, registry
+    from poslab.lab.experiments import pe_cache, registry
 
     assert registry()["pe-cache"] is pe_cache and pe_cache.IN_ALL
     with quiet():
@@ -236,7 +236,7 @@ def test_lab_reuses_finished_steps_records_failures_and_builds_the_report(tmp_pa
 
 
 def test_lab_plan_covers_every_lesson_experiment(tmp_path):
-    from poslab import experiments
+    from poslab.lab import experiments
 
     steps = lab.plan(tmp_path, "quick")
     names = [s.name for s in steps]

@@ -11,7 +11,7 @@ from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, Variant, make_atte
 from torch.testing import assert_close
 
 from poslab import MultiHeadAttention
-from poslab.sparse import (
+from poslab.nn.sparse import (
     SELF_LOGIT,
     AdaptiveSpanAttention,
     AxialAttention,

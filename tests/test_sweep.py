@@ -7,10 +7,10 @@ import statistics
 
 import pytest
 
-from poslab import checkpoint as ckpt
-from poslab.cli import main
+from poslab.cli.app import main
 from poslab.data import load_corpus
-from poslab.sweep import load_plan, run_name_of
+from poslab.lab.sweep import load_plan, run_name_of
+from poslab.training import checkpoint as ckpt
 
 SPEC = """\
 name: tiny-grid

@@ -11,9 +11,9 @@ import signal
 import pytest
 import torch
 
-from poslab import checkpoint as ckpt
 from poslab.data import load_corpus
-from poslab.train import (
+from poslab.training import checkpoint as ckpt
+from poslab.training.loop import (
     TrainConfig,
     TrainingDiverged,
     evaluate_loss,
@@ -237,7 +237,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
             with torch.no_grad():
                 model_param.fill_(float("nan"))
 
-    import poslab.train as train_module
+    import poslab.training.loop as train_module
 
     original = train_module.make_optimizer
 
@@ -349,7 +349,7 @@ def test_evaluate_loss_full_pass_and_fixed_batches():
 
 
 def test_bpe_run_saves_and_reuses_its_tokenizer(tmp_path, corpus):
-    from poslab.generate import sample_text
+    from poslab.nn.generate import sample_text
 
     cfg = tiny(tmp_path, corpus, tokenizer="bpe:300", max_steps=4, eval_interval=2, ckpt_interval=2)
     results = train(cfg, progress=False)
@@ -368,7 +368,7 @@ def test_bpe_run_saves_and_reuses_its_tokenizer(tmp_path, corpus):
 def test_progress_bar_lines():
     import io
 
-    from poslab.progress import ProgressBar, format_duration, format_rate
+    from poslab.training.progress import ProgressBar, format_duration, format_rate
 
     stream = io.StringIO()  # not a terminal: plain lines, no carriage returns
     bar = ProgressBar(100, stream=stream)

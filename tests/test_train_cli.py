@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from poslab import presets
-from poslab.cli import main
-from poslab.cli_train import parse_overrides
+from poslab.cli.app import main
+from poslab.config import parse_overrides
+from poslab.training import presets
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
@@ -70,7 +70,7 @@ def test_bad_command_lines_print_one_line_and_exit_2(argv, message, capsys, tmp_
 
 
 def test_sample_unknown_prompt_character_is_a_clear_error(tmp_path, capsys):
-    from poslab.train import TrainConfig, train
+    from poslab.training.loop import TrainConfig, train
 
     cfg = TrainConfig.from_dict({**presets.preset_config("tiny", quick=True), "name": "t", "out_dir": str(tmp_path),
                                  "max_steps": 2, "eval_interval": 2, "threads": 1})

@@ -8,7 +8,8 @@ import pytest
 
 from poslab import positions
 from poslab.data import load_corpus
-from poslab.experiments import heads, position_training, run_experiment
+from poslab.lab.experiments import head_count as heads
+from poslab.lab.experiments import position_training, run_experiment
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
@@ -77,7 +78,7 @@ def test_bad_worker_count_is_refused(tmp_path, tiny_base, workers):
 
 
 def test_experiments_are_registered_and_not_in_all():
-    from poslab.experiments import registry
+    from poslab.lab.experiments import registry
 
     found = registry()
     assert not found["heads"].IN_ALL and not found["position-training"].IN_ALL

@@ -13,7 +13,7 @@ from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, Variant, make_atte
 from torch.testing import assert_close
 
 from poslab import GPTConfig, MultiHeadAttention
-from poslab.attention import position_mask
+from poslab.nn.attention import position_mask
 
 B, T = 2, 10
 TIGHT = {"atol": 1e-5, "rtol": 1e-5}

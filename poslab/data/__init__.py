@@ -129,7 +129,7 @@ class CharTokenizer:
 
 
 # ------------------------------------------------------------------ tokenizers, splits and batches
-# (used by poslab.train; see docs/training.md)
+# (used by poslab.training.loop; see docs/training.md)
 
 TOKENIZER_KINDS = ("char", "bpe:VOCAB")
 
@@ -167,7 +167,7 @@ def tokenizer_from_dict(data: dict):
 
         return BPETokenizer.from_dict(data)
     if kind in ("hf", "ids"):  # runs converted from Hugging Face folders (poslab convert)
-        from poslab.interop.tokenizer import HFTokenizer, IdsTokenizer
+        from poslab.data.hf_tokenizer import HFTokenizer, IdsTokenizer
 
         return (HFTokenizer if kind == "hf" else IdsTokenizer).from_dict(data)
     raise ValueError(f"unknown tokenizer type {kind!r} in tokenizer data; known: 'char', 'bpe', 'hf', 'ids'")

@@ -1,8 +1,8 @@
 """``poslab convert --from-hf DIR --out runs/NAME``: a Hugging Face model folder -> a poslab run folder.
 
 The run folder has the training engineer's layout (``docs/training.md``), written with
-:mod:`poslab.checkpoint`'s writer, so ``poslab sample``, ``poslab eval``, ``poslab attention`` and
-``poslab.train.load_run`` treat it like any trained run::
+:mod:`poslab.training.checkpoint`'s writer, so ``poslab sample``, ``poslab eval``, ``poslab attention`` and
+``poslab.training.loop.load_run`` treat it like any trained run::
 
     config.json      {"model": GPTConfig, "train": TrainConfig (corpus for eval), "data": {..., "converted_from"}}
     tokenizer.json   {"type": "hf", ...} (the folder's fast tokenizer) or {"type": "ids", ...} (none: ids as text)
@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from poslab import checkpoint as ckpt
+from poslab.data.hf_tokenizer import HFTokenizer, IdsTokenizer
 from poslab.interop.hf import from_hf
-from poslab.interop.tokenizer import HFTokenizer, IdsTokenizer
+from poslab.training import checkpoint as ckpt
 
 DTYPES = {"source": None, "fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -50,7 +50,7 @@ def convert_hf_folder(source: str | Path, out: str | Path, *, corpus: str = "sha
         FileExistsError: ``out`` exists and is not an empty folder.
     """
     from poslab.data import CORPORA
-    from poslab.train import TrainConfig, resume_identity
+    from poslab.training.loop import TrainConfig, resume_identity
 
     source, out = Path(source), Path(out)
     if dtype not in DTYPES:

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.interop.permute import relayout_rope
-from poslab.model import GPT, GPTConfig
+from poslab.nn.model import GPT, GPTConfig
 
 #: model_type -> what poslab maps it to (shown in errors).
 SUPPORTED = {

@@ -77,7 +77,7 @@ def relayout_rope(model: torch.nn.Module, to: str) -> torch.nn.Module:
     Returns:
         A new ``poslab.GPT`` (the original is untouched).
     """
-    from poslab.model import GPT, GPTConfig
+    from poslab.nn.model import GPT, GPTConfig
 
     if not isinstance(model, GPT):
         raise TypeError(f"relayout_rope takes a poslab.GPT, got {type(model).__name__}")

@@ -1,0 +1,1 @@
+"""Analyses of trained runs: perplexity vs length (eval), head analysis, attention maps."""

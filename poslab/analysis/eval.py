@@ -1,0 +1,605 @@
+"""Perplexity per evaluation length, and inference-time RoPE scaling overrides.
+
+``poslab eval RUN --lengths 64,128,256,512,1024`` scores the same held-out tokens at every length, two
+ways (Press et al. 2022, "Train Short, Test Long", https://arxiv.org/abs/2108.12409, §B):
+
+* **non-overlapping**: the text is cut into chunks of ``length`` tokens and each chunk is one forward
+  pass. A token's context is its offset inside its chunk, so on average ``length/2``: early tokens of
+  every chunk see almost nothing (the "early-token curse"), and longer chunks hide it.
+* **sliding window** with a stride ``S``: windows of ``length`` tokens move by ``S``; each token is
+  scored exactly once, in the first window where it is among the last ``S`` (the first window scores
+  all its tokens), so every token after the first window sees at least ``length - S`` tokens of
+  context. ``S = length`` is exactly the non-overlapping evaluation.
+
+Both score exactly the targets ``tokens[1 : n_targets + 1]`` at every length (the last non-overlapping
+chunk is shorter when ``length`` does not divide ``n_targets``), so the numbers are comparable across
+lengths. A position scheme that cannot encode a length (a learned table with fewer rows) gets a
+``cannot`` cell instead of a crash or a silent clamp.
+
+RoPE overrides (:func:`apply_rope_scaling`) rebuild the model's rotary scheme with a context-extension
+scaling -- PI (Chen et al. 2023), NTK-aware, dynamic NTK, YaRN (Peng et al. 2023), Llama 3, LongRoPE
+(Ding et al. 2024) -- and/or log-n query scaling (Chiang & Cholak 2022, https://arxiv.org/abs/2202.12172)
+without retraining: the rotary schemes hold no trained parameters, so the weights are untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from poslab.nn import positions
+from poslab.nn.model import GPT
+from poslab.nn.positions.rope import SCALINGS, RoPE
+
+#: Tokens per forward pass when batching windows (a window longer than this runs alone).
+DEFAULT_BATCH_TOKENS = 4096
+#: Scalings ``--rope-scaling`` accepts (``none`` removes a run's own scaling).
+SCALING_NAMES = tuple(s for s in SCALINGS if s is not None)
+#: RoPE config fields that belong to a scaling (reset when an override replaces the scaling).
+SCALING_KEYS = ("scaling", "factor", "long_factor", "short_factor", "attention_factor", "beta_fast", "beta_slow",
+                "yarn_truncate", "mscale", "mscale_all_dim", "low_freq_factor", "high_freq_factor")
+
+
+# ------------------------------------------------------------------------------------ parsing
+def parse_lengths(spec: str | Sequence[int]) -> list[int]:
+    """``"64,128,256"`` (or a sequence) -> ``[64, 128, 256]``; anything not a positive integer raises.
+
+    Raises:
+        ValueError: naming the bad entry.
+    """
+    items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    if not items or items == [""]:
+        raise ValueError(f"--lengths needs at least one positive integer, got {spec!r}")
+    lengths = []
+    for item in items:
+        if isinstance(item, bool):
+            raise ValueError(f"evaluation length {item!r} is not a positive integer")
+        if isinstance(item, int):
+            value = item
+        else:
+            try:
+                value = int(str(item), 10)
+            except ValueError:
+                raise ValueError(f"evaluation length {item!r} is not a positive integer (from --lengths {spec!r})") from None
+        if value <= 0:
+            raise ValueError(f"evaluation length {item!r} is not a positive integer (from --lengths {spec!r})")
+        lengths.append(value)
+    if len(set(lengths)) != len(lengths):
+        raise ValueError(f"--lengths {spec!r} repeats a length")
+    return lengths
+
+
+def parse_rope_scaling(spec: str) -> dict[str, Any]:
+    """Parse ``--rope-scaling`` into RoPE config overrides.
+
+    Forms:
+        ``none``: no scaling (removes a run's own scaling).
+        ``NAME:FACTOR``: ``linear``, ``ntk``, ``dynamic``, ``yarn``, ``llama3`` (e.g. ``yarn:4``).
+        ``longrope:FACTOR:LONG[:SHORT]``: ``LONG``/``SHORT`` are comma-separated per-frequency divisors
+        (``rotary_dim/2`` values each; ``SHORT`` defaults to all ones, i.e. plain RoPE in the window).
+        ``longrope:PATH.json``: a JSON object with ``factor``, ``long_factor`` and optionally ``short_factor``.
+
+    Returns:
+        ``{"scaling": ..., "factor": ...}`` plus ``long_factor``/``short_factor`` for LongRoPE.
+
+    Raises:
+        ValueError: unknown scaling, a factor that is not a number > 0, malformed LongRoPE lists.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"--rope-scaling needs NAME:FACTOR (NAME one of {', '.join(SCALING_NAMES)}), got {spec!r}")
+    name, _, rest = spec.strip().partition(":")
+    name = name.lower()
+    if name == "none":
+        if rest:
+            raise ValueError(f"--rope-scaling none takes no factor, got {spec!r}")
+        return {"scaling": None, "factor": 1.0}
+    if name not in SCALING_NAMES:
+        raise ValueError(f"unknown RoPE scaling {name!r} in --rope-scaling {spec!r}; choose one of none, {', '.join(SCALING_NAMES)}")
+    if not rest:
+        raise ValueError(f"--rope-scaling {spec!r} needs a factor, e.g. {name}:4")
+    if name == "longrope" and rest.endswith(".json"):
+        return _longrope_from_json(Path(rest), spec)
+    factor_text, _, lists = rest.partition(":")
+    factor = _parse_factor(factor_text, spec)
+    if name != "longrope":
+        if lists:
+            raise ValueError(f"--rope-scaling {spec!r}: {name} takes only a factor ({name}:FACTOR)")
+        return {"scaling": name, "factor": factor}
+    if not lists:
+        raise ValueError(
+            f"--rope-scaling {spec!r}: longrope needs per-frequency factors, "
+            "longrope:FACTOR:l1,l2,...[:s1,s2,...] (rotary_dim/2 values each) or longrope:PATH.json"
+        )
+    long_text, _, short_text = lists.partition(":")
+    out: dict[str, Any] = {"scaling": "longrope", "factor": factor, "long_factor": _parse_floats(long_text, "long", spec)}
+    if short_text:
+        out["short_factor"] = _parse_floats(short_text, "short", spec)
+    return out
+
+
+def _parse_factor(text: str, spec: str) -> float:
+    try:
+        factor = float(text)
+    except ValueError:
+        raise ValueError(f"RoPE scaling factor {text!r} in --rope-scaling {spec!r} is not a number") from None
+    if not math.isfinite(factor) or factor <= 0:
+        raise ValueError(f"RoPE scaling factor must be > 0, got {text!r} in --rope-scaling {spec!r}")
+    return factor
+
+
+def _parse_floats(text: str, label: str, spec: str) -> list[float]:
+    values = []
+    for item in text.split(","):
+        try:
+            value = float(item)
+        except ValueError:
+            raise ValueError(f"longrope {label} factor {item!r} in --rope-scaling {spec!r} is not a number") from None
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"longrope {label} factors must be > 0, got {item!r} in --rope-scaling {spec!r}")
+        values.append(value)
+    return values
+
+
+def _longrope_from_json(path: Path, spec: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise ValueError(f"--rope-scaling {spec!r}: file {str(path)!r} does not exist")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"--rope-scaling {spec!r}: {str(path)!r} is not valid JSON ({err})") from None
+    if not isinstance(data, dict) or "factor" not in data or "long_factor" not in data:
+        raise ValueError(f"--rope-scaling {spec!r}: {str(path)!r} must hold an object with 'factor' and 'long_factor'")
+    unknown = set(data) - {"factor", "long_factor", "short_factor"}
+    if unknown:
+        raise ValueError(f"--rope-scaling {spec!r}: unknown keys {sorted(unknown)} in {str(path)!r}")
+    out: dict[str, Any] = {"scaling": "longrope", "factor": _parse_factor(str(data["factor"]), spec)}
+    for key in ("long_factor", "short_factor"):
+        if key in data:
+            if not isinstance(data[key], list):
+                raise ValueError(f"--rope-scaling {spec!r}: {key} in {str(path)!r} must be a list of numbers")
+            out[key] = _parse_floats(",".join(str(v) for v in data[key]), key.split("_")[0], spec)
+    return out
+
+
+# ------------------------------------------------------------------------------------ overrides
+def is_rotary(model: GPT) -> bool:
+    """Whether the model's position scheme is of the RoPE family (``rope``, ``xpos``)."""
+    return issubclass(positions.get(model.config.position), RoPE)
+
+
+def rotary_frequencies(model: GPT, seq_len: int | None = None) -> tuple[Tensor, float]:
+    """``(inv_freq [r/2], attention_factor)`` the model's rotary scheme uses at ``seq_len`` positions."""
+    if not isinstance(model.position, RoPE):
+        raise ValueError(f"model uses position={model.config.position!r}, which has no rotary frequencies")
+    return model.position.frequencies(seq_len if seq_len is not None else 0)
+
+
+def apply_rope_scaling(
+    model: GPT,
+    scaling: dict[str, Any] | None = None,
+    logn_scaling: bool | None = None,
+    original_max_len: int | None = None,
+) -> dict[str, Any]:
+    """Rebuild a RoPE-family model's position scheme with a new scaling, in place, without retraining.
+
+    Args:
+        model: a :class:`~poslab.nn.model.GPT` whose ``position`` is ``rope`` or ``xpos``.
+        scaling: overrides from :func:`parse_rope_scaling` (``None`` keeps the run's scaling).
+        logn_scaling: turn log-n query scaling on/off (``None`` keeps the run's setting).
+        original_max_len: the window ``L0`` the scaling extends from; default: the run's own
+            ``original_max_len`` when it was trained with a scaling, else its ``block_size``
+            (the length it was trained at).
+
+    Returns:
+        The new ``position_config`` (also stored in ``model.config.position_config``).
+
+    Raises:
+        ValueError: the model is not RoPE-family, or the config is invalid (e.g. LongRoPE lists of
+            the wrong length).
+    """
+    cfg = model.config
+    if not is_rotary(model):
+        what = "--rope-scaling" if scaling is not None else "--logn-scaling"
+        raise ValueError(
+            f"{what} needs a RoPE-family model (rope, xpos); this run uses position={cfg.position!r}"
+        )
+    config = dict(cfg.position_config)
+    if original_max_len is None:
+        trained_scaled = config.get("scaling") is not None or config.get("logn_scaling")
+        original_max_len = int(config["original_max_len"]) if trained_scaled and "original_max_len" in config else cfg.block_size
+    if scaling is not None:
+        for key in SCALING_KEYS:  # a new scaling starts from the defaults of every scaling knob
+            config.pop(key, None)
+        config.update({k: v for k, v in scaling.items() if v is not None or k == "scaling"})
+        if config.get("scaling") == "longrope" and config.get("long_factor") and not config.get("short_factor"):
+            config["short_factor"] = [1.0] * len(config["long_factor"])  # plain RoPE inside the window
+    if logn_scaling is not None:
+        config["logn_scaling"] = bool(logn_scaling)
+    config["original_max_len"] = int(original_max_len)
+    device = model.tok_emb.weight.device
+    scheme = positions.build_for_model(cfg.position, config, cfg.position_context()).to(device)
+    model.position = scheme
+    cfg.position_config = config
+    return config
+
+
+def max_length(model: GPT) -> int | None:
+    """Longest sequence the model's position scheme can encode (``None`` = unbounded)."""
+    return model.position.max_positions
+
+
+def cannot_reason(model: GPT, length: int) -> str | None:
+    """Why the model cannot be evaluated at ``length`` (``None`` if it can)."""
+    limit = max_length(model)
+    if limit is not None and length > limit:
+        return f"{model.config.position} table has {limit} rows"
+    return None
+
+
+# ------------------------------------------------------------------------------------ scoring
+def token_losses(model: GPT, idx: Tensor, targets: Tensor) -> Tensor:
+    """Cross-entropy of every target, ``[B, T]`` fp32 (no reduction).
+
+    Args:
+        model: a GPT (call under ``torch.no_grad`` in eval mode).
+        idx: inputs ``[B, T]``; targets: next tokens ``[B, T]``.
+    """
+    logits = model(idx)  # [B, T, V]
+    B, T, V = logits.shape
+    flat = F.cross_entropy(logits.float().reshape(B * T, V), targets.reshape(B * T), reduction="none")  # [B*T]
+    return flat.view(B, T)  # [B*T] -> [B, T]
+
+
+@dataclass
+class Window:
+    """One forward pass of the evaluation: inputs ``tokens[start : start + length]``, of which the
+    last ``n_scored`` positions are scored (their targets are ``tokens[start + 1 : start + length + 1]``)."""
+
+    start: int
+    length: int
+    n_scored: int
+
+
+def nonoverlapping_windows(n_targets: int, length: int) -> list[Window]:
+    """Chunks ``[0, L), [L, 2L), ...`` covering targets ``1..n_targets`` (last chunk possibly shorter)."""
+    windows = []
+    for start in range(0, n_targets, length):
+        size = min(length, n_targets - start)
+        windows.append(Window(start, size, size))
+    return windows
+
+
+def sliding_windows(n_targets: int, length: int, stride: int) -> list[Window]:
+    """Windows of ``length`` moving by ``stride``; each target in ``1..n_targets`` scored exactly once.
+
+    The first window scores all of its ``length`` targets; each later window ends ``stride`` targets
+    further (the last one possibly fewer) and scores only the targets no earlier window scored, so
+    each has at least ``length - stride`` tokens of context.
+    """
+    check_stride(stride, length)
+    if n_targets < length:
+        raise ValueError(f"sliding window of length {length} needs at least {length} targets, got {n_targets}")
+    windows = [Window(0, length, length)]
+    scored_until = length  # targets 1..scored_until are done
+    while scored_until < n_targets:
+        end = min(scored_until + stride, n_targets)
+        windows.append(Window(end - length, length, end - scored_until))
+        scored_until = end
+    return windows
+
+
+def check_stride(stride: int, length: int) -> None:
+    """Raise ``ValueError`` unless ``0 < stride <= length``."""
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride <= 0:
+        raise ValueError(f"stride must be a positive integer, got {stride!r}")
+    if stride > length:
+        raise ValueError(f"stride {stride} is larger than the evaluation length {length}; a stride must be <= every length")
+
+
+@torch.no_grad()
+def score_windows(model: GPT, tokens: Tensor, windows: list[Window], batch_tokens: int = DEFAULT_BATCH_TOKENS) -> dict[str, float]:
+    """Sum the losses of the scored targets of ``windows``, batching windows of equal length.
+
+    Args:
+        model: the GPT (switched to eval mode).
+        tokens: 1-D int64 token ids; ``tokens[w.start + w.length]`` must exist for every window.
+        windows: from :func:`nonoverlapping_windows` / :func:`sliding_windows`.
+        batch_tokens: tokens per forward pass (windows per batch = ``batch_tokens // length``, >= 1).
+
+    Returns:
+        ``{"loss": mean nats per token, "ppl": exp(loss), "n_tokens": scored targets}``.
+    """
+    model.eval()
+    device = model.tok_emb.weight.device
+    total, count = 0.0, 0
+    by_length: dict[int, list[Window]] = {}
+    for w in windows:
+        by_length.setdefault(w.length, []).append(w)
+    for length, group in by_length.items():
+        per_batch = max(1, batch_tokens // length)
+        for i in range(0, len(group), per_batch):
+            batch = group[i : i + per_batch]
+            starts = torch.tensor([w.start for w in batch])
+            offsets = starts[:, None] + torch.arange(length + 1)[None, :]  # [b, L+1]
+            chunk = tokens[offsets].to(device)  # [b, L+1]
+            losses = token_losses(model, chunk[:, :-1], chunk[:, 1:])  # [b, L]
+            keep = torch.arange(length, device=device)[None, :] >= torch.tensor(
+                [length - w.n_scored for w in batch], device=device
+            )[:, None]  # [b, L]: the last n_scored positions of each window
+            total += float(losses[keep].double().sum())
+            count += int(keep.sum())
+    loss = total / count
+    return {"loss": loss, "ppl": math.exp(loss), "n_tokens": count}
+
+
+def evaluate_length(
+    model: GPT,
+    tokens: Tensor,
+    length: int,
+    n_targets: int,
+    stride: int | None = None,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+) -> dict[str, Any]:
+    """Non-overlapping and (if ``stride``) sliding-window loss/perplexity at one length.
+
+    Returns:
+        ``{"length", "nonoverlapping": {...}, "sliding": {... , "stride"} | None}``, or
+        ``{"length", "cannot": reason}`` when the scheme cannot encode ``length`` positions.
+    """
+    reason = cannot_reason(model, length)
+    if reason is not None:
+        return {"length": length, "cannot": reason}
+    result: dict[str, Any] = {"length": length}
+    result["nonoverlapping"] = score_windows(model, tokens, nonoverlapping_windows(n_targets, length), batch_tokens)
+    if stride is not None:
+        result["sliding"] = {**score_windows(model, tokens, sliding_windows(n_targets, length, stride), batch_tokens), "stride": stride}
+    return result
+
+
+def check_eval_inputs(tokens: Tensor, lengths: list[int], n_targets: int | None, stride: int | None) -> int:
+    """Validate the text length and stride against the lengths; return the number of targets.
+
+    ``n_targets`` defaults to all targets the text holds, rounded down to a multiple of the longest
+    length (so every length's non-overlapping chunks are full).
+
+    Raises:
+        ValueError: a text shorter than the longest length (+1 for the last target), a stride
+            outside ``(0, min(lengths)]``, a ``n_targets`` outside ``[max(lengths), len(tokens) - 1]``.
+    """
+    longest = max(lengths)
+    available = int(tokens.numel()) - 1
+    if available < longest:
+        raise ValueError(
+            f"the evaluation text has {tokens.numel()} tokens, shorter than the longest length {longest} "
+            f"(+1 token for the last target); use shorter --lengths or a longer text"
+        )
+    if stride is not None:
+        check_stride(stride, min(lengths))
+    if n_targets is None:
+        return (available // longest) * longest
+    if isinstance(n_targets, bool) or not isinstance(n_targets, int) or n_targets < longest:
+        raise ValueError(f"the number of evaluation tokens must be an integer >= the longest length {longest}, got {n_targets!r}")
+    if n_targets > available:
+        raise ValueError(f"{n_targets} evaluation tokens requested but the text has only {available} targets")
+    return n_targets
+
+
+def evaluate(
+    model: GPT,
+    tokens: Tensor,
+    lengths: Sequence[int],
+    stride: int | None = None,
+    n_targets: int | None = None,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+) -> list[dict[str, Any]]:
+    """:func:`evaluate_length` at every length, on the same targets ``tokens[1 : n_targets + 1]``.
+
+    Args:
+        model: the GPT.
+        tokens: 1-D int64 token ids of the evaluation text.
+        lengths: evaluation lengths (positive integers).
+        stride: sliding-window stride (``None``: non-overlapping only).
+        n_targets: targets scored at every length (default: see :func:`check_eval_inputs`).
+        batch_tokens: tokens per forward pass.
+    """
+    lengths = parse_lengths(list(lengths))
+    tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
+    n_targets = check_eval_inputs(tokens, lengths, n_targets, stride)
+    return [evaluate_length(model, tokens, length, n_targets, stride, batch_tokens) for length in lengths]
+
+
+def ppl_of(cell: dict[str, Any], mode: str = "nonoverlapping") -> float | None:
+    """Perplexity of a result cell in ``mode`` (``None`` for a ``cannot`` cell or a missing mode)."""
+    entry = cell.get(mode)
+    return None if entry is None else entry["ppl"]
+
+
+def format_cell(cell: dict[str, Any], mode: str, key: str = "ppl") -> str:
+    """Table text of one cell: the number, or ``cannot (reason)``."""
+    if "cannot" in cell:
+        return f"cannot ({cell['cannot']})"
+    entry = cell.get(mode)
+    return "-" if entry is None else f"{entry[key]:.3f}"
+
+
+def results_table(cells: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows (one per length) for :func:`poslab.display.print_table`."""
+    has_sliding = any("sliding" in c for c in cells)
+    headers = ["length", "loss", "ppl"] + (["loss (sliding)", "ppl (sliding)", "stride"] if has_sliding else [])
+    rows = []
+    for c in cells:
+        row = [str(c["length"])]
+        if "cannot" in c:
+            row += [f"cannot ({c['cannot']})", ""] + (["", "", ""] if has_sliding else [])
+        else:
+            row += [format_cell(c, "nonoverlapping", "loss"), format_cell(c, "nonoverlapping")]
+            if has_sliding:
+                row += [format_cell(c, "sliding", "loss"), format_cell(c, "sliding"), str(c["sliding"]["stride"])]
+        rows.append(row)
+    return headers, rows
+
+
+# ------------------------------------------------------------------------------------ runs + CLI
+SPLITS = ("val", "train")
+#: allocations from this size up are served by mmap and go back to the OS when freed (glibc)
+MMAP_THRESHOLD = 1 << 20
+
+
+def return_freed_memory_to_os(threshold: int = MMAP_THRESHOLD) -> bool:
+    """Make glibc serve allocations of ``threshold`` bytes and more with ``mmap`` (``mallopt``).
+
+    Long evaluations allocate one bias tile per query block (tens of MiB at ``T = 8192``). glibc's
+    default *dynamic* mmap threshold rises to the size of the largest freed block (up to 32 MiB), after
+    which such tiles come from the heap, which fragments and keeps the peak resident memory growing
+    faster than ``T`` although no tensor outlives its block (``benchmarks/eval_memory.py`` measures
+    both). A fixed threshold returns every freed tile to the OS. Process-wide; used by ``poslab eval``.
+
+    Returns:
+        Whether the setting was applied (``False`` off glibc).
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(-3, int(threshold)))  # M_MMAP_THRESHOLD = -3
+    except (OSError, AttributeError):
+        return False
+
+
+def split_tokens(config: dict[str, Any], tokenizer: Any, split: str = "val") -> Tensor:
+    """Token ids of a run's evaluation text.
+
+    Args:
+        config: the run's ``config.json`` (``{"model", "train", "data"}``).
+        tokenizer: the run's tokenizer.
+        split: ``"val"`` / ``"train"`` (the run's own split of its corpus), or any other shipped
+            corpus name or UTF-8 file path (encoded with the run's tokenizer).
+
+    Raises:
+        ValueError: the run's corpus changed since training (checksum), an unknown corpus or file,
+            or characters the tokenizer does not know.
+    """
+    import hashlib
+
+    from poslab.data import encode_corpus, load_text, split_text
+
+    if split not in SPLITS:
+        return encode_corpus(tokenizer, load_text(split))
+    train = config["train"]
+    text = load_text(train["corpus"])
+    recorded = config.get("data", {}).get("corpus_sha256")
+    if recorded is not None and hashlib.sha256(text.encode("utf-8")).hexdigest() != recorded:
+        raise ValueError(f"corpus {train['corpus']!r} changed since the run was trained (sha256 differs); its {split} split is gone")
+    train_text, val_text = split_text(text, train["val_fraction"])
+    return encode_corpus(tokenizer, val_text if split == "val" else train_text)
+
+
+def eval_run(
+    run_dir: str | Path,
+    lengths: Sequence[int],
+    stride: int | None = None,
+    rope_scaling: dict[str, Any] | None = None,
+    logn_scaling: bool = False,
+    split: str = "val",
+    n_targets: int | None = None,
+    step: int | None = None,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+) -> dict[str, Any]:
+    """Evaluate a training run's checkpoint at every length (see the module docstring).
+
+    Returns:
+        JSON-ready results: run, step, split, scheme, train length, scaling, and one cell per length.
+    """
+    from poslab.training.checkpoint import latest_step
+    from poslab.training.loop import load_run
+
+    lengths = parse_lengths(list(lengths))
+    model, tokenizer, run_config = load_run(run_dir, step=step)
+    model.eval()
+    train_length = model.config.block_size
+    override = None
+    if rope_scaling is not None or logn_scaling:
+        override = apply_rope_scaling(model, rope_scaling, True if logn_scaling else None)
+    tokens = split_tokens(run_config, tokenizer, split)
+    n_targets = check_eval_inputs(tokens, lengths, n_targets, stride)
+    start = time.perf_counter()
+    cells = evaluate(model, tokens, lengths, stride=stride, n_targets=n_targets, batch_tokens=batch_tokens)
+    return {
+        "run": str(run_dir),
+        "step": step if step is not None else latest_step(run_dir),
+        "split": split,
+        "scheme": model.config.position,
+        "train_length": train_length,
+        "rope_scaling": rope_scaling,
+        "logn_scaling": bool(logn_scaling),
+        "position_config": override,
+        "n_targets": n_targets,
+        "stride": stride,
+        "seconds": time.perf_counter() - start,
+        "lengths": cells,
+    }
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="perplexity of a trained run per evaluation length (length extrapolation)")
+    p.add_argument("run", type=Path, help="run folder (runs/NAME)")
+    p.add_argument("--lengths", default="64,128,256,512,1024", help="comma-separated evaluation lengths")
+    p.add_argument("--stride", type=int, default=None, help="also a sliding-window evaluation with this stride (<= every length)")
+    p.add_argument("--rope-scaling", default=None, metavar="NAME:FACTOR",
+                   help=f"RoPE scaling applied at inference: none, {', '.join(s + ':4' for s in SCALING_NAMES if s != 'longrope')}, "
+                        "longrope:FACTOR:l1,l2,..[:s1,s2,..] or longrope:PATH.json")
+    p.add_argument("--logn-scaling", action="store_true", help="scale queries by log(n)/log(L) past the training length")
+    p.add_argument("--split", default="val",
+                   help="text to score: the run's 'val' (default) or 'train' split, or a corpus name / UTF-8 file path")
+    p.add_argument("--tokens", type=int, default=None, help="targets scored at every length (default: the whole split)")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+    p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    from poslab.display import print_table
+    from poslab.training.checkpoint import atomic_write_json
+
+    lengths = parse_lengths(args.lengths)
+    return_freed_memory_to_os()
+    if args.stride is not None:
+        check_stride(args.stride, min(lengths))
+    scaling = parse_rope_scaling(args.rope_scaling) if args.rope_scaling is not None else None
+    results = eval_run(args.run, lengths, stride=args.stride, rope_scaling=scaling, logn_scaling=args.logn_scaling,
+                       split=args.split, n_targets=args.tokens, step=args.step)
+    title = f"{args.run} ({results['scheme']}, trained at {results['train_length']}), {results['split']} split"
+    if args.rope_scaling or args.logn_scaling:
+        title += f", rope scaling {args.rope_scaling or 'as trained'}{' + log-n' if args.logn_scaling else ''}"
+    print_table(*results_table(results["lengths"]), title=title)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(args.out, results)
+        print(f"results in {args.out}")
+    return 0
+
+
+__all__ = [
+    "apply_rope_scaling",
+    "evaluate",
+    "evaluate_length",
+    "eval_run",
+    "nonoverlapping_windows",
+    "parse_lengths",
+    "parse_rope_scaling",
+    "score_windows",
+    "split_tokens",
+    "sliding_windows",
+    "token_losses",
+]

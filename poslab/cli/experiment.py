@@ -1,0 +1,58 @@
+"""``poslab experiment NAME|all|list [--out DIR] [--quick] [--workers N]``.
+
+``NAME`` runs one experiment and writes ``DIR/results.json`` (default ``runs/experiments/NAME``);
+``all`` runs every experiment marked ``IN_ALL``, each into ``DIR/NAME`` (default
+``runs/experiments/NAME``); ``list`` prints the names and descriptions. An unknown name is a one-line
+error (exit 2) listing the known ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from poslab.lab import experiments
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "experiment",
+        help="run one of the lessons' experiments (or all)",
+        description="Run one of the lessons' experiments, print its table and write DIR/results.json.",
+    )
+    p.add_argument("name", help="experiment name, 'all' or 'list'")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output folder (default runs/experiments/NAME; with 'all', one subfolder per experiment)")
+    p.add_argument("--quick", action="store_true", help="short form of experiments that have a long one (the lessons' experiments take seconds and ignore it)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="trainings at a time for the experiments that train several models (default: one per "
+                        "core, at most 2; each on one thread)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    registry = experiments.registry()
+    if args.name == "list":
+        width = max(len(name) for name in [*registry, "all"])
+        for name, module in registry.items():
+            print(f"{name:{width}s}  {module.DESCRIPTION}")
+        print(f"{'all':{width}s}  every experiment above, in this order")
+        return 0
+    if args.name == "all":
+        names = [n for n, m in registry.items() if getattr(m, "IN_ALL", False)]
+    else:
+        if args.name not in registry:
+            raise ValueError(f"unknown experiment {args.name!r}; known: {', '.join(registry)}, all, list")
+        names = [args.name]
+    total = time.perf_counter()
+    for name in names:
+        out = args.out / name if args.out is not None and args.name == "all" else args.out
+        where = out if out is not None else Path("runs") / "experiments" / name
+        start = time.perf_counter()
+        print(f"\n=== experiment {name}: {registry[name].DESCRIPTION}")
+        experiments.run_experiment(name, where, quick=args.quick, workers=args.workers)
+        print(f"--- {name}: {time.perf_counter() - start:.1f}s, results in {where / 'results.json'}")
+    if len(names) > 1:
+        print(f"\n=== {len(names)} experiments in {time.perf_counter() - total:.1f}s")
+    return 0

@@ -1,0 +1,126 @@
+"""``poslab train --preset NAME [--quick] [--name RUN] [--resume|--overwrite] [--KEY VALUE ...]``.
+
+Overrides: ``--KEY VALUE`` (or ``--KEY=VALUE``) for a :class:`poslab.training.loop.TrainConfig` field,
+``--model.KEY VALUE`` for a :class:`poslab.GPTConfig` field, ``--model.position_config.KEY VALUE``
+for a field of the position scheme's config (or ``--model.position_config '{"base": 500}'``).
+Values are checked against the field's type; ``none`` sets an optional field to ``None``; dashes in
+keys are read as underscores (``--max-steps`` = ``--max_steps``). A key that does not exist is an
+error suggesting the close one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from poslab.config import key_help, merge, parse_overrides
+from poslab.data import CORPORA, build_tokenizer
+from poslab.nn.model import GPTConfig
+from poslab.training import presets
+from poslab.training.distributed import is_main_process
+from poslab.training.lock import interrupted_start
+from poslab.training.loop import TrainConfig, TrainingDiverged, train
+
+
+def build_config(args: argparse.Namespace) -> TrainConfig:
+    """The :class:`TrainConfig` the command line describes."""
+    overrides = parse_overrides(args.overrides or [])
+    if args.preset:
+        base = presets.preset_config(args.preset, quick=args.quick)
+        default_name = Path(args.preset).stem if args.preset.endswith((".yaml", ".yml")) else args.preset
+        default_name += "-quick" if args.quick else ""
+    elif args.resume:
+        if not args.name:
+            raise ValueError("--resume without --preset needs --name RUN (the run folder to continue)")
+        out_dir = overrides.get("out_dir", "runs")
+        config_path = Path(out_dir) / args.name / "config.json"
+        if not config_path.is_file():
+            raise FileNotFoundError(f"cannot resume: {str(config_path)!r} does not exist")
+        saved = json.loads(config_path.read_text(encoding="utf-8"))
+        base = {**saved["train"], "model": {k: v for k, v in saved["model"].items() if k != "vocab_size"}}
+        default_name = args.name
+    else:
+        raise ValueError("give --preset NAME (see `poslab presets`), or --resume --name RUN")
+    values = merge(base, overrides)
+    values["name"] = args.name or overrides.get("name") or default_name
+    return TrainConfig.from_dict(values)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a GPT from a preset with --KEY VALUE overrides",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+        epilog="keys: " + ", ".join(key_help()),
+    )
+    p.add_argument("--preset", help="preset name (see `poslab presets`) or a .yaml file")
+    p.add_argument("--quick", action="store_true", help="the preset's short form (a few hundred steps)")
+    p.add_argument("--name", help="run name (default: the preset's name, + '-quick')")
+    p.add_argument("--resume", action="store_true", help="continue the run from its latest checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run folder of the same name")
+    p.add_argument("--no-progress", action="store_true", help="no live progress bar (the summary still prints)")
+    p.add_argument("--fsdp", action="store_true",
+                   help="under torchrun: shard the model with FSDP2 (fully_shard) instead of DDP (docs/scaling.md)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the config and the run folder, print the resolved config as JSON, write nothing")
+    p.set_defaults(func=run, overrides=[])
+    original = p.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):  # collect --KEY VALUE overrides instead of failing
+        namespace, extras = original(args, namespace)
+        namespace.overrides = list(getattr(namespace, "overrides", []) or []) + extras
+        return namespace, []
+
+    p.parse_known_args = parse_known_args
+
+
+def dry_run(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict[str, Any]:
+    """What ``train`` would do with ``cfg``, checked without reading the corpus or writing anything.
+
+    Checks the model config (with a placeholder vocabulary), the tokenizer spec, that the corpus is
+    shipped or an existing file, and the run folder against ``--resume``/``--overwrite``.
+
+    Raises:
+        ValueError, TypeError, FileNotFoundError, FileExistsError: what ``train`` would raise.
+    """
+    GPTConfig.from_dict({**cfg.model, "vocab_size": 256})  # keys, types, geometry, position config
+    build_tokenizer(cfg.tokenizer, "ab")  # the spec only (fitted on a two-character text)
+    if cfg.corpus not in CORPORA and not Path(cfg.corpus).is_file():
+        raise ValueError(f"corpus {cfg.corpus!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file")
+    run_dir = cfg.run_dir
+    if resume and overwrite:
+        raise ValueError("choose one of resume and overwrite, not both")
+    occupied = run_dir.is_dir() and any(run_dir.iterdir()) and not interrupted_start(run_dir)
+    is_run = (run_dir / "config.json").is_file()
+    if resume and not is_run:
+        raise FileNotFoundError(f"cannot resume: {str(run_dir)!r} has no config.json (not a poslab run)")
+    if occupied and not resume and not overwrite:
+        raise FileExistsError(
+            f"run folder {str(run_dir)!r} already exists; pass --resume to continue it or --overwrite to replace it"
+        )
+    if occupied and overwrite and not is_run:
+        raise FileExistsError(f"refusing to overwrite {str(run_dir)!r}: it is not a poslab run folder (no config.json)")
+    action = "resume" if resume else ("overwrite" if occupied else "start")
+    return {"dry_run": True, "action": action, "run_dir": str(run_dir), "config": cfg.to_dict()}
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = build_config(args)
+    if args.dry_run:
+        print(json.dumps(dry_run(cfg, args.resume, args.overwrite), indent=2, ensure_ascii=False))
+        return 0
+    try:
+        results = train(cfg, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
+                        fsdp=getattr(args, "fsdp", False))
+    except TrainingDiverged as err:
+        if is_main_process():  # under torchrun every rank stops; rank 0 reports
+            print(f"poslab: error: {err}", file=sys.stderr)
+        return 1
+    if is_main_process():
+        print(f"run {cfg.run_dir}: val loss {results['final_val_loss']:.4f}, results in {cfg.run_dir / 'results.json'}")
+    return 0

@@ -1,0 +1,624 @@
+"""``poslab bench``: attention speed and memory, and KV-cache decoding, measured side by side.
+
+Attention (forward + backward of one self-attention layer with its projections, no projection
+biases except Bloom's (built in), ``B=8, h=4, d_k=32, d=128``, causal, fp32) for every registered position scheme, a sliding window, and four
+references: ``torch.nn.MultiheadAttention`` (causal ``attn_mask``, ``need_weights=False``, and the
+same with the ``is_causal`` hint), a naive eager ``softmax(QK^T)V``, ``transformers``' Llama
+attention (RoPE, SDPA) and Bloom attention (ALiBi).
+
+Honesty rules:
+
+* **Alternating runs, medians.** Every case is built once per ``T`` and warmed up (``T <= 2048``;
+  longer runs skip the warm-up and take at least 3 rounds); then the cases run in turn, the order
+  rotating each round; the table shows the median.
+* **Clock.** Wall time by default; ``--clock cpu --threads 1`` times this process's CPU time on one
+  thread, which stays honest when other jobs share the cores (an oversubscribed OpenMP thread pool
+  waits for descheduled peers, inflating wall time unevenly).
+* **Peak memory per case in a fresh subprocess.** The worker builds the case, records its resident
+  set, resets the kernel's high-water mark (``/proc/self/clear_refs``), runs forward + backward once
+  and reports ``VmHWM - VmRSS(before)``. Cases whose naive estimate exceeds half the free memory are
+  skipped and marked so.
+* **Roofline.** The machine's fp32 matmul GFLOP/s is measured first; each case's achieved rate counts
+  the *useful* FLOPs of causal attention (``3x`` the forward: projections ``8 B T d^2`` plus
+  ``4 B T k d`` for ``k`` visible keys per query on average), whatever the implementation computes.
+
+Decoding: a 4-layer GPT (d=128, 4 heads, RoPE/ALiBi, batch 1) prefilled to a context of 64 .. 2048
+tokens, then per-token latency with the KV cache vs recomputing the full forward for each token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import io
+import json
+import math
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+BATCH, HEADS, HEAD_DIM = 8, 4, 32
+D_MODEL = HEADS * HEAD_DIM
+WINDOW = 256
+FULL_SIZES = (256, 512, 1024, 2048, 4096, 8192)
+QUICK_SIZES = (256, 1024)
+FULL_CONTEXTS = (64, 128, 256, 512, 1024, 2048)
+QUICK_CONTEXTS = (64, 512)
+THREADS_ENV = "POSLAB_BENCH_THREADS"
+#: the clock of every timing: wall time (``perf_counter``) or this process's CPU time (``process_time``)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+_clock = time.perf_counter
+
+
+def set_clock(name: str) -> None:
+    """Time with ``"wall"`` (default) or ``"cpu"`` (process CPU time: steadier on a busy machine at 1 thread)."""
+    global _clock
+    if name not in CLOCKS:
+        raise ValueError(f"clock must be one of {list(CLOCKS)}, got {name!r}")
+    _clock = CLOCKS[name]
+
+
+def clock_name() -> str:
+    return next(name for name, fn in CLOCKS.items() if fn is _clock)
+REFERENCES = ("torch-mha", "torch-mha-is_causal", "naive", "hf-llama-rope", "hf-bloom-alibi")
+
+
+# ================================================================================ attention cases
+@dataclass(frozen=True)
+class Case:
+    """One benchmarked attention implementation.
+
+    Attributes:
+        name: table name.
+        window: sliding window (for the FLOP count), ``None`` = causal.
+        quadratic_bytes: bytes per ``T^2`` the case keeps (for the skip estimate), 0 if linear.
+    """
+
+    name: str
+    window: int | None = None
+    quadratic_bytes: float = 0.0
+
+
+def attention_cases(schemes: Sequence[str] | None = None) -> list[Case]:
+    """poslab with every registered scheme (or ``schemes``), a sliding window, then the references."""
+    from poslab.nn import positions
+
+    names = list(schemes) if schemes is not None else positions.names()
+    cases = [Case(f"poslab:{n}") for n in names]
+    cases.append(Case(f"poslab:none-window{WINDOW}", window=WINDOW))
+    cases += [
+        Case("torch-mha", quadratic_bytes=5.0),  # its [T, T] mask, bool then float inside SDPA
+        Case("torch-mha-is_causal", quadratic_bytes=1.0),
+        Case("naive", quadratic_bytes=BATCH * HEADS * 4 * 3.0),  # measured: ~3 fp32 [B, h, T, T] at the peak
+        Case("hf-llama-rope"),
+        Case("hf-bloom-alibi", quadratic_bytes=BATCH * HEADS * 4 * 3.5),
+    ]
+    return cases
+
+
+class NaiveAttention(nn.Module):
+    """The textbook form: ``softmax(q k^T / sqrt(d_k))`` masked with ``-inf``, times ``v`` (eager)."""
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)  # [B, T, d] x3
+        q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2) for t in (q, k, v))  # [B, h, T, d_k]
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # [B, h, T, T]
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+        return self.proj((weights @ v).transpose(1, 2).reshape(B, T, d))  # [B, h, T, d_k] -> [B, T, d]
+
+
+def build_case(name: str, T: int, seed: int = 0) -> Callable[[], None]:
+    """A closure running one forward + backward of case ``name`` at length ``T`` (grads reset first)."""
+    torch.manual_seed(seed)
+    x = torch.randn(BATCH, T, D_MODEL, requires_grad=True)
+    if name.startswith("poslab:"):
+        from poslab.nn import positions
+        from poslab.nn.attention import MultiHeadAttention
+
+        scheme_name, _, window = name.split(":", 1)[1].partition("-window")
+        scheme = positions.build_for_model(
+            scheme_name, {}, {"n_embd": D_MODEL, "n_heads": HEADS, "head_dim": HEAD_DIM, "max_len": T, "bidirectional": False}
+        )
+        module: nn.Module = MultiHeadAttention(D_MODEL, HEADS, position=scheme, window=int(window) if window else None, bias=False)
+        module.add_module("scheme", scheme)
+        pos = torch.arange(T)
+
+        def forward() -> Tensor:
+            return module(scheme.embed(x, pos), pos)  # absolute schemes add their table here
+    elif name.startswith("torch-mha"):
+        module = nn.MultiheadAttention(D_MODEL, HEADS, batch_first=True, bias=False)
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)  # True = masked (nn.MultiheadAttention)
+        hint = name.endswith("is_causal")
+
+        def forward() -> Tensor:
+            return module(x, x, x, attn_mask=future, need_weights=False, is_causal=hint)[0]
+    elif name == "naive":
+        module = NaiveAttention(D_MODEL, HEADS)
+
+        def forward() -> Tensor:
+            return module(x)
+    elif name == "hf-llama-rope":
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+
+        config = LlamaConfig(hidden_size=D_MODEL, num_attention_heads=HEADS, num_key_value_heads=HEADS,
+                             head_dim=HEAD_DIM, max_position_embeddings=T, intermediate_size=4 * D_MODEL)
+        config._attn_implementation = "sdpa"
+        module = LlamaAttention(config, layer_idx=0)
+        rotary = LlamaRotaryEmbedding(config)
+        position_ids = torch.arange(T)[None]
+
+        def forward() -> Tensor:
+            cos_sin = rotary(x, position_ids)  # the model computes these once per forward
+            return module(x, position_embeddings=cos_sin, attention_mask=None)[0]  # None: SDPA is_causal
+    elif name == "hf-bloom-alibi":
+        from transformers import BloomConfig
+        from transformers.models.bloom.modeling_bloom import BloomAttention, build_alibi_tensor
+
+        module = BloomAttention(BloomConfig(hidden_size=D_MODEL, n_head=HEADS), layer_idx=0)
+        ones = torch.ones(BATCH, T)
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        residual = torch.zeros(BATCH, T, D_MODEL)
+
+        def forward() -> Tensor:
+            alibi = build_alibi_tensor(ones, HEADS, x.dtype)  # [B*h, 1, T], as BloomModel builds it
+            mask = torch.zeros(BATCH, 1, T, T).masked_fill(future, torch.finfo(x.dtype).min)
+            return module(x, residual, alibi, mask)[0]
+    else:
+        known = [c.name for c in attention_cases()]
+        raise ValueError(f"unknown benchmark case {name!r}; known: {', '.join(known)}")
+    module.train()
+
+    def step() -> None:
+        x.grad = None
+        module.zero_grad(set_to_none=True)
+        forward().sum().backward()
+
+    return step
+
+
+def useful_flops(T: int, window: int | None) -> float:
+    """FLOPs of causal attention (with projections), forward + backward (= 3x forward)."""
+    keys = (T + 1) / 2 if window is None or window >= T else (window * T - window * (window - 1) / 2) / T
+    forward = 8 * BATCH * T * D_MODEL**2 + 4 * BATCH * T * keys * D_MODEL
+    return 3 * forward
+
+
+def matmul_gflops(n: int = 1024, repeats: int = 7) -> float:
+    """The machine's fp32 ``torch.matmul`` rate (median of ``repeats``), in GFLOP/s."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(2):
+        a @ b
+    times = []
+    for _ in range(repeats):
+        start = _clock()
+        a @ b
+        times.append(_clock() - start)
+    return 2 * n**3 / statistics.median(times) / 1e9
+
+
+def time_cases(steps: dict[str, Callable[[], None]], repeats: int, warmup: bool = True) -> dict[str, list[float]]:
+    """Warm up each step once (optional), then ``repeats`` rounds in rotating order; seconds per run."""
+    names = list(steps)
+    for name in names if warmup else ():
+        steps[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        order = names[r % len(names) :] + names[: r % len(names)]  # alternate who goes first
+        for name in order:
+            gc.collect()
+            start = _clock()
+            steps[name]()
+            times[name].append(_clock() - start)
+    return times
+
+
+# ---------------------------------------------------------------------------------- memory
+def _status_kb(field: str) -> int:
+    match = re.search(rf"{field}:\s+(\d+) kB", Path("/proc/self/status").read_text())
+    if match is None:
+        raise RuntimeError(f"/proc/self/status has no {field}")
+    return int(match.group(1))
+
+
+def _worker(name: str, T: int) -> None:
+    """Subprocess entry: peak resident memory of one forward + backward, printed as JSON (MiB)."""
+    if os.environ.get(THREADS_ENV):
+        torch.set_num_threads(int(os.environ[THREADS_ENV]))
+    step = build_case(name, T)
+    gc.collect()
+    before = _status_kb("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+    step()
+    peak = _status_kb("VmHWM")
+    print(json.dumps({"peak_mib": (peak - before) / 1024}))
+
+
+def available_mib() -> float:
+    match = re.search(r"MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text())
+    return int(match.group(1)) / 1024 if match else float("inf")
+
+
+def measure_memory(case: Case, T: int, timeout: float = 1800) -> float | None:
+    """Peak MiB of ``case`` at ``T`` in a fresh subprocess (``None`` if skipped or failed)."""
+    if case.quadratic_bytes * T * T / 2**20 > 0.5 * available_mib():
+        return None
+    cmd = [sys.executable, "-m", "poslab.lab.bench", "--worker", case.name, str(T)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+    if done.returncode != 0:
+        print(f"  memory worker for {case.name} at T={T} failed: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return None
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["peak_mib"])
+
+
+# ------------------------------------------------------------------------------------- run
+def run_attention(sizes: Sequence[int], repeats: int, memory: bool = True, case_names: Sequence[str] | None = None,
+                  log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Time (and measure) every case at every size; returns the rows and the roofline."""
+    peak = matmul_gflops()
+    log(f"fp32 matmul roofline: {peak:.0f} GFLOP/s ({torch.get_num_threads()} threads)")
+    cases = attention_cases()
+    if case_names is not None:
+        known = {c.name: c for c in cases}
+        unknown = [n for n in case_names if n not in known]
+        if unknown:
+            raise ValueError(f"unknown benchmark case {unknown[0]!r}; known: {', '.join(known)}")
+        cases = [known[n] for n in case_names]
+    rows = []
+    for T in sizes:
+        runnable = [c for c in cases if c.quadratic_bytes * T * T / 2**20 <= 0.5 * available_mib()]
+        skipped = [c.name for c in cases if c not in runnable]
+        # long sizes: no warm-up round, at least 3 timed rounds (the median drops a cold first run)
+        n_repeats, warmup = (repeats, True) if T <= 2048 else (max(3, repeats // 2), False)
+        log(f"T={T}: timing {len(runnable)} cases x {n_repeats} alternating rounds" + (f" (skipped, too much memory: {', '.join(skipped)})" if skipped else ""))
+        steps = {c.name: build_case(c.name, T) for c in runnable}
+        times = time_cases(steps, n_repeats, warmup)
+        del steps
+        gc.collect()
+        for case in cases:
+            row: dict[str, Any] = {"case": case.name, "T": T, "ms": None, "runs_ms": [], "peak_mib": None}
+            if case.name in times:
+                median = statistics.median(times[case.name])
+                flops = useful_flops(T, case.window)
+                row.update(ms=median * 1e3, runs_ms=[t * 1e3 for t in times[case.name]],
+                           gflops=flops / median / 1e9, roofline=flops / median / 1e9 / peak)
+                if memory:
+                    row["peak_mib"] = measure_memory(case, T)
+            else:
+                row["skipped"] = "estimated memory above half of MemAvailable"
+            rows.append(row)
+            if row["ms"] is not None:
+                mem = f"{row['peak_mib']:.0f} MiB" if row["peak_mib"] is not None else "-"
+                log(f"  {case.name:24s} {row['ms']:10.1f} ms  {mem}")
+    return {"roofline_gflops": peak, "threads": torch.get_num_threads(), "clock": clock_name(), "rows": rows,
+            "geometry": {"batch": BATCH, "heads": HEADS, "head_dim": HEAD_DIM, "window": WINDOW}}
+
+
+# ======================================================================================== decode
+def _decode_model(position: str, window: int | None, block: int) -> nn.Module:
+    from poslab.nn.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=256, n_layer=4, n_head=4, n_embd=128, block_size=block,
+                         position=position, window=window)).eval()
+
+
+def run_decode(contexts: Sequence[int], repeats: int, steps: int = 16, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Per-token latency at each context: KV cache (RoPE, ALiBi, rolling window) vs full recompute (RoPE)."""
+    block = max(contexts) + steps + 1
+    models = {
+        "kv-cache:rope": _decode_model("rope", None, block),
+        "kv-cache:alibi": _decode_model("alibi", None, block),
+        f"kv-cache:rope-window{WINDOW}": _decode_model("rope", WINDOW, block),
+    }
+    recompute = models["kv-cache:rope"]
+    rows = []
+    with torch.no_grad():
+        for context in contexts:
+            idx = torch.randint(0, 256, (1, context + steps))
+            latencies: dict[str, list[float]] = {name: [] for name in [*models, "recompute:rope"]}
+            for r in range(repeats):
+                names = list(latencies)
+                for name in names[r % len(names) :] + names[: r % len(names)]:
+                    gc.collect()
+                    if name == "recompute:rope":  # one new token = one forward over everything so far
+                        start = _clock()
+                        recompute(idx[:, : context + 1])
+                        latencies[name].append(_clock() - start)
+                        continue
+                    model = models[name]
+                    cache = model.make_cache(1, capacity=context + steps)
+                    model(idx[:, :context], cache=cache)  # prefill (not timed)
+                    for t in range(context, context + steps):
+                        start = _clock()
+                        model(idx[:, t : t + 1], cache=cache)
+                        latencies[name].append(_clock() - start)
+            for name, values in latencies.items():
+                median = statistics.median(values)
+                rows.append({"case": name, "context": context, "ms_per_token": median * 1e3, "tokens_per_s": 1 / median})
+                log(f"  context {context:5d}  {name:24s} {median * 1e3:8.2f} ms/token  {1 / median:8.1f} tokens/s")
+    return {"model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "batch": 1}, "steps": steps, "rows": rows,
+            "threads": torch.get_num_threads(), "clock": clock_name()}
+
+
+# ======================================================================================= report
+def _lookup(rows: list[dict], case: str, key: str, **where: Any) -> float | None:
+    for row in rows:
+        if row["case"] == case and all(row.get(k) == v for k, v in where.items()):
+            return row.get(key)
+    return None
+
+
+def check_targets(attention: dict | None, decode: dict | None) -> list[dict[str, Any]]:
+    """The issue's targets, evaluated on the measured numbers (``None`` where not measured)."""
+    checks: list[dict[str, Any]] = []
+
+    def add(target: str, value: float | None, ok: Callable[[float], bool | None], fmt: str = "{:.2f}x") -> None:
+        met = None if value is None else ok(value)
+        checks.append({"target": target, "measured": None if value is None else fmt.format(value),
+                       "met": None if met is None else bool(met)})
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else a / b
+
+    if attention is not None:
+        rows = attention["rows"]
+
+        def ms(case: str, T: int) -> float | None:
+            return _lookup(rows, case, "ms", T=T)
+
+        add("causal fwd+bwd vs nn.MultiheadAttention (mask), T=1024: >= 1.3x", ratio(ms("torch-mha", 1024), ms("poslab:none", 1024)), lambda v: v >= 1.3)
+        add("(info) causal fwd+bwd vs nn.MultiheadAttention with the is_causal hint (same SDPA kernel), T=1024",
+            ratio(ms("torch-mha-is_causal", 1024), ms("poslab:none", 1024)), lambda v: None)
+        add("causal fwd+bwd vs naive, T=1024: >= 5x", ratio(ms("naive", 1024), ms("poslab:none", 1024)), lambda v: v >= 5)
+        add("causal fwd+bwd vs naive, T=4096: >= 10x", ratio(ms("naive", 4096), ms("poslab:none", 4096)), lambda v: v >= 10)
+        add("RoPE over no position, T=1024: <= +10%", ratio(ms("poslab:rope", 1024), ms("poslab:none", 1024)), lambda v: v <= 1.10)
+        for scheme in ("alibi", "t5"):
+            add(f"{scheme} / no-bias causal, T=1024: <= 1.6x", ratio(ms(f"poslab:{scheme}", 1024), ms("poslab:none", 1024)), lambda v: v <= 1.6)
+        add(f"window {WINDOW} vs full causal, T=8192: >= 4x", ratio(ms("poslab:none", 8192), ms(f"poslab:none-window{WINDOW}", 8192)), lambda v: v >= 4)
+        add("poslab RoPE vs transformers Llama attention, T=1024: > 1x", ratio(ms("hf-llama-rope", 1024), ms("poslab:rope", 1024)), lambda v: v > 1)
+        add("poslab ALiBi vs transformers Bloom attention, T=1024: > 1x", ratio(ms("hf-bloom-alibi", 1024), ms("poslab:alibi", 1024)), lambda v: v > 1)
+        for case in sorted({r["case"] for r in rows}, key=lambda c: (not c.startswith("poslab:"), c)):
+            measured = sorted((r["T"], r["peak_mib"]) for r in rows if r["case"] == case and r.get("peak_mib"))
+            if len(measured) < 2:
+                continue
+            (lo, m_lo), (hi, m_hi) = measured[0], measured[-1]
+            growth = math.log(m_hi / m_lo) / math.log(hi / lo)
+            if case.startswith("poslab:"):
+                add(f"{case} peak memory ~ T^k, T={lo}..{hi}: k <= 1.2 (linear)", growth, lambda v: v <= 1.2, "k={:.2f}")
+            else:
+                add(f"(info) {case} peak memory ~ T^k, T={lo}..{hi}", growth, lambda v: None, "k={:.2f}")
+    if decode is not None:
+        rows = decode["rows"]
+        contexts = sorted({r["context"] for r in rows})
+        lo, hi = contexts[0], contexts[-1]
+
+        def lat(case: str, c: int) -> float | None:
+            return _lookup(rows, case, "ms_per_token", context=c)
+
+        add(f"KV-cache decode latency at {hi} / at {lo}: <= 2x", ratio(lat("kv-cache:rope", hi), lat("kv-cache:rope", lo)), lambda v: v <= 2)
+        add(f"KV-cache vs full recompute at context {hi}: >= 10x", ratio(lat("recompute:rope", hi), lat("kv-cache:rope", hi)), lambda v: v >= 10)
+    return checks
+
+
+def format_report(attention: dict | None, decode: dict | None, checks: list[dict], command: str) -> str:
+    """Markdown: the attention table, the decode table and the targets."""
+    lines = [f"Command: `{command}`", ""]
+    if attention is not None:
+        peak = attention["roofline_gflops"]
+        g = attention["geometry"]
+        lines += [
+            f"Attention forward+backward, B={g['batch']}, h={g['heads']}, d_k={g['head_dim']}, causal, fp32, "
+            f"{attention['threads']} thread(s), {attention['clock']} clock; roofline = measured fp32 matmul {peak:.0f} GFLOP/s. "
+            "Median of alternating runs; peak = resident-memory high-water mark of one run in a fresh process.",
+            "",
+            "| T | case | fwd+bwd ms | peak MiB | GFLOP/s | % roofline | vs naive |",
+            "|---:|:---|---:|---:|---:|---:|---:|",
+        ]
+        for row in attention["rows"]:
+            naive = _lookup(attention["rows"], "naive", "ms", T=row["T"])
+            if row["ms"] is None:
+                lines.append(f"| {row['T']} | {row['case']} | skipped | (memory) | | | |")
+                continue
+            mem = f"{row['peak_mib']:.0f}" if row.get("peak_mib") is not None else "-"
+            vs = f"{naive / row['ms']:.1f}x" if naive else "-"
+            lines.append(f"| {row['T']} | {row['case']} | {row['ms']:.1f} | {mem} | {row['gflops']:.1f} | {100 * row['roofline']:.1f}% | {vs} |")
+        lines.append("")
+    if decode is not None:
+        m = decode["model"]
+        lines += [
+            f"Decoding: GPT {m['n_layer']} layers, d={m['n_embd']}, {m['n_head']} heads, batch {m['batch']}, "
+            f"{decode['threads']} thread(s), {decode['clock']} clock; median of "
+            f"{decode['steps']} decode steps per round (cache) or one full forward per round (recompute).",
+            "",
+            "| context | case | ms/token | tokens/s |",
+            "|---:|:---|---:|---:|",
+        ]
+        for row in decode["rows"]:
+            lines.append(f"| {row['context']} | {row['case']} | {row['ms_per_token']:.2f} | {row['tokens_per_s']:.1f} |")
+        lines.append("")
+    if checks:
+        lines += ["| target | measured | met |", "|:---|---:|:---:|"]
+        for c in checks:
+            met = "n/a" if c["met"] is None else ("yes" if c["met"] else "**no**")
+            lines.append(f"| {c['target']} | {c['measured'] or '-'} | {met} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(attention: dict | None, decode: dict | None) -> bytes:
+    """PNG: time and peak memory against T, decode latency against context (log-log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    panels = (2 if attention else 0) + (1 if decode else 0)
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 5), squeeze=False)
+    ax_iter = iter(axes[0])
+    if attention is not None:
+        rows = attention["rows"]
+        cases = list(dict.fromkeys(r["case"] for r in rows))
+        sizes = sorted({r["T"] for r in rows})
+        colors = plt.cm.tab20(range(len(cases)))
+        for key, label in (("ms", "forward+backward (ms)"), ("peak_mib", "peak memory (MiB)")):
+            ax = next(ax_iter)
+            for case, color in zip(cases, colors):
+                pts = [(r["T"], r[key]) for r in rows if r["case"] == case and r.get(key)]
+                if pts:
+                    style = "-" if case.startswith("poslab") else "--"
+                    ax.plot(*zip(*pts), style, marker="o", markersize=3, label=case, color=color)
+            ax.set(xscale="log", yscale="log", xlabel="sequence length T", ylabel=label, title=f"attention {label}")
+            ax.set_xticks(sizes, [str(t) for t in sizes], minor=False)
+            ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+            ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, ncol=2)
+    if decode is not None:
+        ax = next(ax_iter)
+        rows = decode["rows"]
+        for case in dict.fromkeys(r["case"] for r in rows):
+            pts = [(r["context"], r["ms_per_token"]) for r in rows if r["case"] == case]
+            ax.plot(*zip(*pts), marker="o", label=case)
+        ax.set(xscale="log", yscale="log", xlabel="context (tokens)", ylabel="ms per generated token", title="decoding")
+        contexts = sorted({r["context"] for r in rows})
+        ax.set_xticks(contexts, [str(c) for c in contexts], minor=False)
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+# ========================================================================================== CLI
+def parse_sizes(text: str, label: str = "--sizes") -> list[int]:
+    """``"256,1024"`` -> ``[256, 1024]`` (positive integers), else ``ValueError`` naming the bad item."""
+    values = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item.isdigit() or int(item) <= 0:
+            raise ValueError(f"{label} must be comma-separated positive integers, got {item!r} in {text!r}")
+        values.append(int(item))
+    return values
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="benchmark attention (time, memory) and KV-cache decoding against reference implementations",
+        description="Attention forward+backward time and peak memory for every scheme and the references, and "
+        "KV-cache decoding vs full recompute. Alternating runs, medians; writes results.json, report.md, bench.png.",
+    )
+    p.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, contexts {QUICK_CONTEXTS}, 3 repeats")
+    p.add_argument("--sizes", default=None, help=f"attention lengths, comma-separated (default {','.join(map(str, FULL_SIZES))})")
+    p.add_argument("--contexts", default=None, help=f"decode contexts (default {','.join(map(str, FULL_CONTEXTS))})")
+    p.add_argument("--cases", default=None, help="only these attention cases, comma-separated (default: all)")
+    p.add_argument("--repeats", type=int, default=None, help="alternating rounds per size (default 5; 3 with --quick)")
+    p.add_argument("--only", choices=("attention", "decode"), default=None, help="run one half")
+    p.add_argument("--no-memory", action="store_true", help="skip the per-case peak-memory subprocesses")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's choice). On a shared, oversubscribed machine 1 thread "
+                   "gives stable timings: OpenMP threads that wait for a descheduled peer can be 10x slower")
+    p.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                   help="wall time (default) or process CPU time (steadier when other jobs share the cores; use with --threads 1)")
+    p.add_argument("--out", type=Path, default=Path("runs") / "bench", help="output folder (default runs/bench)")
+    p.add_argument("--from-results", type=Path, default=None, metavar="JSON",
+                   help="measure nothing: re-render report.md, the targets and bench.png from a results.json")
+    p.set_defaults(func=run)
+
+
+def rerender(path: Path, out: Path) -> int:
+    """Rebuild the report, targets and plot of a finished run from its ``results.json`` (no measuring)."""
+    from poslab.training.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
+
+    if not path.is_file():
+        raise FileNotFoundError(f"--from-results: no such file {str(path)!r}")
+    try:
+        results = json.loads(path.read_text())
+        attention, decode, command = results["attention"], results["decode"], results["command"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"--from-results: {str(path)!r} is not a poslab bench results.json ({err})") from err
+    results["targets"] = check_targets(attention, decode)
+    report = format_report(attention, decode, results["targets"], command)
+    print(report)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "results.json", results)
+    atomic_write_text(out / "report.md", report + "\n")
+    atomic_write_bytes(out / "bench.png", plot(attention, decode))
+    print(f"re-rendered into {out}/ (results.json, report.md, bench.png)")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from poslab.training.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
+
+    if args.from_results is not None:
+        return rerender(args.from_results, args.out)
+
+    sizes = parse_sizes(args.sizes) if args.sizes else list(QUICK_SIZES if args.quick else FULL_SIZES)
+    contexts = parse_sizes(args.contexts, "--contexts") if args.contexts else list(QUICK_CONTEXTS if args.quick else FULL_CONTEXTS)
+    repeats = args.repeats if args.repeats is not None else (3 if args.quick else 5)
+    if repeats <= 0:
+        raise ValueError(f"--repeats must be a positive integer, got {repeats}")
+    if args.threads is not None:
+        if args.threads <= 0:
+            raise ValueError(f"--threads must be a positive integer, got {args.threads}")
+        torch.set_num_threads(args.threads)
+        os.environ[THREADS_ENV] = str(args.threads)  # the memory workers follow
+    set_clock(args.clock)
+    cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
+    if cases is not None:
+        known = [c.name for c in attention_cases()]
+        for case in cases:
+            if case not in known:
+                raise ValueError(f"unknown benchmark case {case!r}; known: {', '.join(known)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    command = shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])  # exactly what was run
+    started = time.time()
+    attention = decode = None
+    if args.only in (None, "attention"):
+        print("== attention forward+backward")
+        attention = run_attention(sizes, repeats, memory=not args.no_memory, case_names=cases)
+    if args.only in (None, "decode"):
+        print("== decoding: KV cache vs full recompute")
+        decode = run_decode(contexts, repeats)
+    checks = check_targets(attention, decode)
+    report = format_report(attention, decode, checks, command)
+    print()
+    print(report)
+    results = {"command": command, "seconds": time.time() - started, "torch": torch.__version__,
+               "attention": attention, "decode": decode, "targets": checks}
+    atomic_write_json(args.out / "results.json", results)
+    atomic_write_text(args.out / "report.md", report + "\n")
+    atomic_write_bytes(args.out / "bench.png", plot(attention, decode))
+    print(f"results in {args.out}/ (results.json, report.md, bench.png)")
+    return 0
+
+
+if __name__ == "__main__":  # memory worker: python -m poslab.lab.bench --worker CASE T
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        _worker(sys.argv[2], int(sys.argv[3]))
+    else:
+        sys.exit("usage: python -m poslab.lab.bench --worker CASE T (use `poslab bench` for the benchmark)")

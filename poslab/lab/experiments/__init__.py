@@ -1,0 +1,58 @@
+"""The lessons' experiments, one module each, run by ``poslab experiment NAME``.
+
+Each module defines ``NAME`` (CLI name), ``DESCRIPTION``, ``IN_ALL`` (part of ``poslab experiment all``)
+and ``run(out: Path, quick: bool = False) -> dict``; ``run`` prints a readable table, and the caller
+writes the returned dict to ``out/results.json``. Adding an experiment = one module + one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from pathlib import Path
+from types import ModuleType
+
+# one line per experiment module
+_MODULES = (
+    "poslab.lab.experiments.params",
+    "poslab.lab.experiments.shapes",
+    "poslab.lab.experiments.rope_relative",
+    "poslab.lab.experiments.permutation",
+    "poslab.lab.experiments.causal_leak",
+    "poslab.lab.experiments.frequencies",
+    "poslab.lab.experiments.pe_cache",
+    "poslab.lab.experiments.head_count",
+    "poslab.lab.experiments.position_training",
+    "poslab.lab.experiments.extrapolation",
+    "poslab.lab.experiments.context_extension",
+    "poslab.lab.experiments.attention_entropy",
+)
+
+
+def registry() -> dict[str, ModuleType]:
+    """Experiment name -> module, in listing order."""
+    modules = [importlib.import_module(m) for m in _MODULES]
+    return {m.NAME: m for m in modules}
+
+
+def run_experiment(name: str, out: Path | None = None, quick: bool = False, workers: int | None = None) -> dict:
+    """Run one experiment, write ``out/results.json`` (default ``runs/experiments/NAME``), return the results.
+
+    ``workers`` (trainings at a time) goes to the experiments whose ``run`` takes it; the others
+    ignore it.
+    """
+    experiments = registry()
+    if name not in experiments:
+        raise ValueError(f"unknown experiment {name!r}; known: {', '.join(experiments)}, all")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"--workers must be a positive integer, got {workers!r}")
+    out = Path(out) if out is not None else Path("runs") / "experiments" / name
+    out.mkdir(parents=True, exist_ok=True)
+    module = experiments[name]
+    options = {"workers": workers} if workers is not None and "workers" in inspect.signature(module.run).parameters else {}
+    results = module.run(out, quick=quick, **options)
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False, default=float))
+    tmp.replace(out / "results.json")
+    return results

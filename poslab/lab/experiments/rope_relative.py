@@ -1,0 +1,180 @@
+"""RoPE's inner product depends only on the offset (seed 000 §3.4, experiment 2).
+
+The lesson fixes ``torch.manual_seed(0)``, draws one ``q`` and one ``k`` (d = 16), rotates both to
+each of 200 positions and prints ``<R_i q, R_{i+off} k>`` for offsets 0, 1, 2, 4, 8, 16, 32 sampled
+every 20 positions: 2.9839, 2.8449, 1.2160, -0.6933, -2.6004, -3.5409, -2.6989, with a spread over
+positions at floating-point level. This module reproduces that table with poslab's ``rope`` scheme
+(and checks it against the lesson's own ``apply_rope``), then runs the same test on every RoPE layout
+and scaling, on xPos, and on the absolute schemes, which fail it: adding a position vector to ``q`` and
+``k`` makes the inner product depend on where the pair sits, not only on how far apart it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from poslab.display import print_table, sci
+from poslab.nn import positions
+
+NAME = "rope-relative"
+DESCRIPTION = "RoPE inner products depend only on the offset; absolute schemes do not (seed 000 §3.4)"
+IN_ALL = True
+
+HEAD_DIM, MAX_POS, STRIDE = 16, 200, 20
+OFFSETS = (0, 1, 2, 4, 8, 16, 32)
+# what seed 000 §3.4 printed ("实测输出"), shown beside poslab's numbers
+LESSON_VALUES = {0: 2.9839, 1: 2.8449, 2: 1.2160, 4: -0.6933, 8: -2.6004, 16: -3.5409, 32: -2.6989}
+LESSON_SPREADS = {0: 1.2e-06, 1: 3.1e-06, 2: 2.4e-06, 4: 8.6e-06, 8: 1.0e-05, 16: 1.2e-05, 32: 3.3e-06}
+# a spread below this is floating-point noise (the lesson's spreads are <= 1.2e-5 on values ~3)
+OFFSET_ONLY_TOL = 1e-4
+
+
+def lesson_apply_rope(x: Tensor, pos: Tensor, base: float = 10000) -> Tensor:
+    """Seed 000's ``apply_rope``, verbatim: ``x [d]`` or ``[seq, d]``, ``pos [seq]`` -> ``[seq, d]``."""
+    d = x.shape[-1] // 2
+    inv_freq = 1.0 / (base ** (torch.arange(0, d).float() / d))
+    angles = pos[:, None].float() * inv_freq[None, :]
+    cos, sin = angles.cos(), angles.sin()
+    x1, x2 = x[..., :d], x[..., d:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+def lesson_vectors() -> tuple[Tensor, Tensor]:
+    """The lesson's ``q, k`` (``torch.manual_seed(0)``; ``q = randn(16)``, ``k = randn(16)``)."""
+    torch.manual_seed(0)
+    q = torch.randn(HEAD_DIM)
+    k = torch.randn(HEAD_DIM)
+    return q, k
+
+
+def inner_products(Q: Tensor, K: Tensor) -> dict[int, list[float]]:
+    """``<Q[i], K[i + off]>`` for each offset, ``i`` every ``STRIDE`` positions (the lesson's sampling).
+
+    Args:
+        Q, K: ``[MAX_POS, d]`` query and key placed at every position.
+    """
+    return {
+        off: [(Q[i] * K[i + off]).sum().item() for i in range(0, MAX_POS - off, STRIDE)] for off in OFFSETS
+    }
+
+
+def place_everywhere(scheme: positions.PositionScheme, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """``q`` and ``k`` at every position ``0..MAX_POS-1`` through the scheme's own hooks.
+
+    Rotary schemes go through ``rotate`` (one call, as attention does); absolute schemes go through
+    ``embed``, which adds the position vector (q + p_i, k + p_j), as in an embedding-level model.
+
+    Returns:
+        ``Q, K`` of shape ``[MAX_POS, d]``.
+    """
+    pos = torch.arange(MAX_POS)
+    with torch.no_grad():
+        if scheme.has_bias:
+            raise ValueError(f"scheme {scheme.name!r} adds a score bias; this experiment compares q/k transforms")
+        q_all = q.expand(1, 1, MAX_POS, HEAD_DIM)  # [B=1, h=1, T, d]
+        k_all = k.expand(1, 1, MAX_POS, HEAD_DIM)
+        q_all, k_all = scheme.rotate(q_all, k_all, pos, pos)
+        q_all = scheme.embed(q_all[0], pos)[0]  # [1, T, d] -> [T, d]
+        k_all = scheme.embed(k_all[0], pos)[0]
+    return q_all, k_all
+
+
+def variants() -> list[dict[str, Any]]:
+    """Every scheme variant checked, with whether it should make the inner product offset-only."""
+    d, half = HEAD_DIM, HEAD_DIM // 2
+    short = torch.linspace(1.0, 1.5, half).tolist()  # illustrative LongRoPE factors (not a searched set)
+    long = torch.linspace(1.0, 4.0, half).tolist()
+    rope = [
+        ("rope half (the lesson's layout)", {}),
+        ("rope interleaved", {"layout": "interleaved"}),
+        ("rope partial rotary (rotary_dim=8)", {"rotary_dim": 8}),
+        ("rope base 500000 (Llama 3)", {"base": 500000.0}),
+        ("rope linear / PI, s=4", {"scaling": "linear", "factor": 4.0}),
+        ("rope ntk, s=4", {"scaling": "ntk", "factor": 4.0}),
+        ("rope dynamic, s=4, within window (L0=2048)", {"scaling": "dynamic", "factor": 4.0}),
+        ("rope dynamic, s=4, past window (L0=64)", {"scaling": "dynamic", "factor": 4.0, "original_max_len": 64}),
+        ("rope yarn, s=4 (L0=2048)", {"scaling": "yarn", "factor": 4.0}),
+        ("rope llama3, s=8 (L0=2048)", {"scaling": "llama3", "factor": 8.0}),
+        ("rope longrope, s=4, within window (L0=2048)",
+         {"scaling": "longrope", "factor": 4.0, "short_factor": short, "long_factor": long}),
+        ("rope longrope, s=4, past window (L0=64)",
+         {"scaling": "longrope", "factor": 4.0, "original_max_len": 64, "short_factor": short, "long_factor": long}),
+        ("rope + logn query scaling past L0=64", {"logn_scaling": True, "original_max_len": 64}),
+    ]
+    out = [{"label": label, "scheme": "rope", "config": {"head_dim": d, **cfg}, "expected_offset_only": True}
+           for label, cfg in rope]
+    # log-n scaling multiplies each query by log(n)/log(L0), a function of its absolute position
+    out[-1]["expected_offset_only"] = False
+    out.append({"label": "xpos (decayed, offset-only)", "scheme": "xpos", "config": {"head_dim": d},
+                "expected_offset_only": True})
+    out.append({"label": "learned table (q + p_i, k + p_j)", "scheme": "learned",
+                "config": {"n_embd": d, "max_len": MAX_POS}, "expected_offset_only": False})
+    out.append({"label": "sinusoidal (q + p_i, k + p_j)", "scheme": "sinusoidal",
+                "config": {"n_embd": d, "max_len": MAX_POS}, "expected_offset_only": False})
+    return out
+
+
+def run(out: Path, quick: bool = False) -> dict:
+    """Print the lesson's table and the per-scheme check; return both (``out`` gets only results.json)."""
+    q, k = lesson_vectors()
+    pos = torch.arange(MAX_POS)
+    rope = positions.build("rope", head_dim=HEAD_DIM)
+    Q, K = place_everywhere(rope, q, k)
+    Q_lesson, K_lesson = lesson_apply_rope(q, pos), lesson_apply_rope(k, pos)
+    poslab_vs_lesson = max((Q - Q_lesson).abs().max().item(), (K - K_lesson).abs().max().item())
+    values = inner_products(Q, K)
+
+    rows, table = [], []
+    for off in OFFSETS:
+        vals = values[off]
+        spread = max(vals) - min(vals)
+        first3 = [f"{v:.4f}" for v in vals[:3]]
+        same = all(f"{v:.4f}" == f"{LESSON_VALUES[off]:.4f}" for v in vals[:3])
+        rows.append([off, ", ".join(first3), sci(spread), f"{LESSON_VALUES[off]:.4f}", sci(LESSON_SPREADS[off]),
+                     "yes" if same else "NO"])
+        table.append({"offset": off, "inner_products_sampled": vals, "first_three_4dp": first3,
+                      "spread_over_positions": spread, "lesson_value": LESSON_VALUES[off],
+                      "lesson_spread": LESSON_SPREADS[off], "matches_lesson_4dp": same})
+    print_table(
+        ["|Δpos|", "poslab rope: first three <R_i q, R_i+off k>", "spread", "lesson", "lesson spread", "same 4dp"],
+        rows,
+        title=("seed 000 §3.4 with poslab's rope (seed 0, d=16, 200 positions, sampled every 20); "
+               f"poslab vs the lesson's apply_rope: max |diff| = {sci(poslab_vs_lesson)}"),
+    )
+
+    rows, checks = [], []
+    for variant in variants():
+        scheme = positions.build(variant["scheme"], **variant["config"])
+        vq, vk = place_everywhere(scheme, q, k)
+        vvals = inner_products(vq, vk)
+        spreads = {off: max(v) - min(v) for off, v in vvals.items()}
+        worst = max(spreads.values())
+        offset_only = worst < OFFSET_ONLY_TOL
+        as_expected = offset_only == variant["expected_offset_only"]
+        rows.append([variant["label"], "yes" if variant["expected_offset_only"] else "no", sci(worst),
+                     f"{vvals[1][0]:+.4f}", "PASS" if offset_only else "FAIL", "ok" if as_expected else "UNEXPECTED"])
+        checks.append({"label": variant["label"], "scheme": variant["scheme"], "config": variant["config"],
+                       "expected_offset_only": variant["expected_offset_only"],
+                       "max_spread_over_positions": worst,
+                       "spread_per_offset": {str(o): s for o, s in spreads.items()},
+                       "offset_only": offset_only, "as_expected": as_expected})
+    print_table(
+        ["scheme", "expected", "max spread", "<q,k> at Δ=1", f"offset-only (<{OFFSET_ONLY_TOL:g})", "as expected"],
+        rows,
+        title="the same test for every RoPE layout and scaling, xPos and the absolute schemes (same q, k)",
+    )
+    return {
+        "head_dim": HEAD_DIM,
+        "positions": MAX_POS,
+        "sample_stride": STRIDE,
+        "offset_only_tolerance": OFFSET_ONLY_TOL,
+        "poslab_vs_lesson_apply_rope_max_abs_diff": poslab_vs_lesson,
+        "lesson_table": table,
+        "all_match_lesson_4dp": all(r["matches_lesson_4dp"] for r in table),
+        "scheme_checks": checks,
+        "all_as_expected": all(c["as_expected"] for c in checks),
+    }

@@ -1,0 +1,432 @@
+"""``poslab lab``: run every experiment of the lessons and write one self-contained ``report.html``.
+
+Steps (each a ``python -m poslab ...`` subprocess, its output kept in ``LAB/logs/STEP.log``):
+
+1. the lessons' foundation experiments (every experiment marked ``IN_ALL``) into ``LAB/experiments/NAME``;
+2. the training experiments ``heads``, ``position-training``, ``extrapolation``, ``context-extension``,
+   ``attention-entropy`` (``--quick`` or full);
+3. a Tang-poem GPT (preset ``tang-small``) into ``LAB/runs/tang-small[-quick]``;
+4. head analysis of that model (:mod:`poslab.analysis.heads`) into ``LAB/heads`` and its attention grid on
+   白日依山尽，黄河入海流。 into ``LAB/attention``;
+5. ``LAB/report.html`` (:func:`poslab.lab.report.build_report`).
+
+A step whose folder holds a finished result of the same mode (recorded in ``LAB/lab.json``) is reused
+unless ``--fresh``; a failed step is recorded and the lab goes on (its dependants are skipped), and
+the report says so. Progress: a status line with the step, its elapsed time and the lab's ETA
+(estimated from the last run's timings where there is one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from poslab.analysis.attention_map import DEFAULT_PROMPT
+from poslab.training.progress import format_duration
+
+TRAINING_EXPERIMENTS = ("heads", "position-training", "extrapolation", "context-extension", "attention-entropy")
+TRAIN_PRESET = "tang-small"
+# experiments that read the models another one trained (sibling folders): rerun when those are rebuilt
+SHARES_MODELS_OF = {"context-extension": ("extrapolation",), "attention-entropy": ("extrapolation",)}
+MODES = ("quick", "full")
+# first-run guesses of seconds per step on 2 cores (replaced by the last run's timings when known)
+ESTIMATES = {
+    "quick": {"experiment": 4, "heads": 95, "position-training": 160, "extrapolation": 50, "context-extension": 15,
+              "attention-entropy": 8, "train": 95, "head-analysis": 16, "attention": 6},  # measured: 7m50s in all
+    "full": {"experiment": 12, "heads": 1500, "position-training": 2400, "extrapolation": 1200,
+             "context-extension": 600, "attention-entropy": 300, "train": 900, "head-analysis": 120, "attention": 12},
+}
+
+
+@dataclass
+class Step:
+    """One unit of the lab.
+
+    Attributes:
+        name: shown in the progress line and the report.
+        kind: ``experiment``, ``train``, ``head-analysis`` or ``attention``.
+        folder: output folder relative to the lab folder.
+        argv: arguments of ``python -m poslab``.
+        done_file: the file whose presence (with a matching manifest entry) marks the step finished.
+        needs: folders of steps this one reads.
+        estimate: expected seconds.
+        command: the full command line instead of ``python -m poslab ARGV`` (tests).
+    """
+
+    name: str
+    kind: str
+    folder: str
+    argv: list[str]
+    done_file: str = "results.json"
+    needs: tuple[str, ...] = ()
+    estimate: float = 10.0
+    command: list[str] | None = None
+
+
+def plan(lab_dir: Path, mode: str) -> list[Step]:
+    """The lab's steps for ``mode`` (``quick`` or ``full``), in order."""
+    from poslab.lab import experiments
+
+    quick = ["--quick"] if mode == "quick" else []
+    registry = experiments.registry()
+    steps = []
+    for name, module in registry.items():
+        if getattr(module, "IN_ALL", False) and name not in TRAINING_EXPERIMENTS:
+            steps.append(Step(name, "experiment", f"experiments/{name}",
+                              ["experiment", name, "--out", str(lab_dir / "experiments" / name), *quick]))
+    for name in TRAINING_EXPERIMENTS:
+        steps.append(Step(name, "experiment", f"experiments/{name}",
+                          ["experiment", name, "--out", str(lab_dir / "experiments" / name), *quick],
+                          needs=tuple(f"experiments/{n}" for n in SHARES_MODELS_OF.get(name, ()))))
+    run_name = TRAIN_PRESET + ("-quick" if mode == "quick" else "")
+    run_folder = f"runs/{run_name}"
+    run_dir = lab_dir / run_folder
+    steps.append(Step(f"train {run_name}", "train", run_folder,
+                      ["train", "--preset", TRAIN_PRESET, *quick, "--name", run_name, "--out_dir", str(lab_dir / "runs")]))
+    steps.append(Step("head analysis", "head-analysis", "heads",
+                      ["heads", str(run_dir), "--out", str(lab_dir / "heads"), *quick], needs=(run_folder,)))
+    steps.append(Step("attention map", "attention", "attention",
+                      ["attention", str(run_dir), "--prompt", DEFAULT_PROMPT, "--out", str(lab_dir / "attention" / "attention.png"),
+                       "--json", str(lab_dir / "attention" / "results.json")], needs=(run_folder,)))
+    return steps
+
+
+# ------------------------------------------------------------------------------------------ display
+class Display:
+    """The lab's progress: a status line redrawn in place on a terminal, plain lines otherwise."""
+
+    def __init__(self, stream: TextIO | None = None, interval: float = 1.0, heartbeat: float = 60.0) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.interval, self.heartbeat = interval, heartbeat
+        self.lock = threading.Lock()
+        self.status = ""
+        self.detail = ""
+        self.step_start = time.monotonic()
+        self.lab_start = time.monotonic()
+        self.remaining_after = 0.0  # estimated seconds of the steps after the current one
+        self.estimate = 0.0
+        self.label = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_beat = time.monotonic()
+
+    def eta(self) -> float:
+        elapsed = time.monotonic() - self.step_start
+        return max(self.estimate - elapsed, 0.1 * self.estimate if elapsed > self.estimate else 0.0) + self.remaining_after
+
+    def line(self) -> str:
+        step = format_duration(time.monotonic() - self.step_start)
+        total = format_duration(time.monotonic() - self.lab_start)
+        text = f"lab {self.label} · {step} in step · {total} total · ETA ~{format_duration(self.eta())}"
+        if self.detail:
+            text += f" │ {self.detail}"
+        width = shutil.get_terminal_size((120, 20)).columns - 1
+        return text[:width]
+
+    def begin(self, label: str, estimate: float, remaining_after: float) -> None:
+        with self.lock:
+            self.label, self.estimate, self.remaining_after = label, estimate, remaining_after
+            self.step_start = time.monotonic()
+            self.detail = ""
+            self._clear()
+            self.stream.write(f"\n━━ lab {label} · ETA ~{format_duration(estimate + remaining_after)} ━━\n")
+            self._draw()
+
+    def output(self, text: str, transient: bool = False) -> None:
+        """A line of the running step's output (``transient``: a progress update ending in ``\\r``)."""
+        with self.lock:
+            if transient:
+                self.detail = text.strip()
+                self._draw()
+                return
+            self._clear()
+            self.stream.write(text + "\n")
+            if text.strip():
+                self.detail = text.strip()
+            self._draw()
+
+    def message(self, text: str) -> None:
+        with self.lock:
+            self._clear()
+            self.stream.write(text + "\n")
+            self._draw()
+
+    def finish(self, text: str) -> None:
+        """The running step ended: print ``text`` and drop the status line until the next step."""
+        with self.lock:
+            self._clear()
+            self.label, self.detail = "", ""
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K")
+
+    def _draw(self) -> None:
+        if self.tty and self.label:
+            self.stream.write("\r\x1b[K" + self.line())
+        self.stream.flush()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.interval):
+            with self.lock:
+                if self.tty:
+                    self._draw()
+                elif time.monotonic() - self._last_beat >= self.heartbeat and self.label:
+                    self._last_beat = time.monotonic()
+                    self.stream.write(self.line() + "\n")
+                    self.stream.flush()
+
+    def __enter__(self) -> Display:
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        with self.lock:
+            self._clear()
+            self.label = ""
+            self.stream.flush()
+
+
+# ------------------------------------------------------------------------------------------ running
+def run_step(step: Step, log_path: Path, display: Display) -> tuple[int, str, float]:
+    """Run one step as a subprocess; relay its output; return (exit code, last output lines, CPU seconds)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
+    command = step.command or [sys.executable, "-m", "poslab", *step.argv]
+    tail: list[str] = []
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write("$ " + " ".join(command) + "\n")
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        assert process.stdout is not None
+        pending = b""
+        try:
+            while True:
+                chunk = os.read(process.stdout.fileno(), 4096)
+                if not chunk:
+                    break
+                pending += chunk
+                while True:
+                    cut = min((i for i in (pending.find(b"\n"), pending.find(b"\r")) if i >= 0), default=-1)
+                    if cut < 0:
+                        break
+                    text = pending[:cut].decode("utf-8", errors="replace")
+                    transient = pending[cut : cut + 1] == b"\r" and pending[cut + 1 : cut + 2] != b"\n"
+                    pending = pending[cut + 1 :]
+                    if transient:
+                        display.output(text, transient=True)
+                        continue
+                    log.write(text + "\n")
+                    tail = (tail + [text])[-15:]
+                    display.output(text)
+            if pending:
+                text = pending.decode("utf-8", errors="replace")
+                log.write(text + "\n")
+                tail = (tail + [text])[-15:]
+                display.output(text)
+            code = process.wait()
+        except BaseException:
+            _stop(process)
+            raise
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return code, "\n".join(line for line in tail if line.strip()), cpu
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Stop a step's process group (Ctrl-C first, so a training step can save its checkpoint)."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=20)
+    except (subprocess.TimeoutExpired, ProcessLookupError):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
+def _read_manifest(lab_dir: Path) -> dict:
+    try:
+        data = json.loads((lab_dir / "lab.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_manifest(lab_dir: Path, manifest: dict) -> None:
+    from poslab.training.checkpoint import atomic_write_json
+
+    atomic_write_json(lab_dir / "lab.json", manifest)
+
+
+def _finished(step: Step, lab_dir: Path, previous: dict, mode: str) -> bool:
+    """Whether the step's result from an earlier run of the same mode can be reused."""
+    record = previous.get("records", {}).get(step.folder, {})
+    return (record.get("status") in ("ok", "reused") and record.get("mode") == mode
+            and (lab_dir / step.folder / step.done_file).is_file())
+
+
+def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: bool = False,
+            only: list[str] | None = None, stream: TextIO | None = None) -> dict:
+    """Run the lab and write ``lab_dir/report.html``.
+
+    Args:
+        lab_dir: output folder.
+        mode: ``quick`` (the demo; under 10 minutes on 2 cores) or ``full``.
+        fresh: rerun every step even where a finished result of the same mode exists.
+        only: run only the steps with these names (plus reuse); others are left as they are.
+        stream: where progress goes (default stderr).
+
+    Returns:
+        The manifest written to ``lab_dir/lab.json``.
+    """
+    from poslab.lab.report import build_report, machine_info
+
+    if mode not in MODES:
+        raise ValueError(f"lab mode must be one of {list(MODES)}, got {mode!r}")
+    lab_dir = Path(lab_dir)
+    if lab_dir.exists() and not lab_dir.is_dir():
+        raise ValueError(f"lab folder {str(lab_dir)!r} exists and is not a folder")
+    lab_dir.mkdir(parents=True, exist_ok=True)
+    previous = _read_manifest(lab_dir)
+    steps = plan(lab_dir, mode)
+    known = {s.name for s in steps}
+    if only:
+        unknown = [name for name in only if name not in known]
+        if unknown:
+            raise ValueError(f"unknown lab step(s) {unknown}; steps: {', '.join(s.name for s in steps)}")
+    last_times = {r.get("folder"): r.get("seconds") for r in previous.get("steps", []) if r.get("mode") == mode}
+    for step in steps:
+        guess = ESTIMATES[mode].get(step.name, ESTIMATES[mode].get(step.kind, 30))
+        step.estimate = float(last_times.get(step.folder) or guess)
+
+    started = time.time()
+    manifest = {
+        "mode": mode, "command": "poslab lab " + ("--quick" if mode == "quick" else "--full") + (" --fresh" if fresh else ""),
+        "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": machine_info(),
+        "steps": [], "records": dict(previous.get("records", {})),
+    }
+    rerun: set[str] = set()
+    failed: set[str] = set()
+    interrupted = False
+    with Display(stream) as display:
+        for index, step in enumerate(steps):
+            label = f"[{index + 1}/{len(steps)}] {step.name}"
+            remaining = sum(s.estimate for s in steps[index + 1 :]
+                            if (not only or s.name in only) and (fresh or not _finished(s, lab_dir, previous, mode)))
+            record = {"name": step.name, "kind": step.kind, "folder": step.folder, "mode": mode}
+            blocked = [n for n in step.needs if n in failed]
+            if blocked:
+                record.update(status="skipped", error=f"needs {', '.join(blocked)}, which failed", seconds=0.0)
+                display.message(f"━━ lab {label}: skipped (needs {', '.join(blocked)}, which failed)")
+            elif interrupted or (only and step.name not in only):
+                old = manifest["records"].get(step.folder)
+                if old:
+                    record = old
+                else:
+                    record.update(status="not run", seconds=0.0)
+            elif not fresh and not any(n in rerun for n in step.needs) and _finished(step, lab_dir, previous, mode):
+                old = previous["records"][step.folder]
+                record.update(status="reused", seconds=old.get("seconds", 0.0), finished=old.get("finished"))
+                display.message(f"━━ lab {label}: reused ({step.folder}, finished {old.get('finished', '?')})")
+            else:
+                if step.kind == "experiment" and step.command is None and step.name not in _registered():
+                    record.update(status="unavailable", error=f"experiment {step.name!r} is not part of this poslab", seconds=0.0)
+                    failed.add(step.folder)
+                    display.message(f"━━ lab {label}: unavailable in this poslab")
+                else:
+                    _clean(lab_dir, step)
+                    display.begin(label, step.estimate, remaining)
+                    begin = time.monotonic()
+                    cpu = None
+                    try:
+                        code, tail, cpu = run_step(step, lab_dir / "logs" / f"{step.folder.replace('/', '_')}.log", display)
+                    except KeyboardInterrupt:
+                        code, tail, interrupted = 130, "interrupted (Ctrl-C)", True
+                    seconds = time.monotonic() - begin
+                    record.update(seconds=round(seconds, 1), cpu_seconds=None if cpu is None else round(cpu, 1),
+                                  finished=dt.datetime.now().astimezone().isoformat(timespec="seconds"))
+                    if code == 0 and (lab_dir / step.folder / step.done_file).is_file():
+                        record["status"] = "ok"
+                        rerun.add(step.folder)
+                        display.finish(f"━━ lab {label}: done in {format_duration(seconds)}")
+                    else:
+                        why = tail.splitlines()[-1] if tail else f"exit code {code}"
+                        if code == 0:
+                            why = f"finished without writing {step.folder}/{step.done_file}"
+                        record.update(status="interrupted" if interrupted else "failed", error=why, exit_code=code)
+                        failed.add(step.folder)
+                        display.finish(f"━━ lab {label}: {record['status']} after {format_duration(seconds)}: {why} "
+                                        f"(log: {lab_dir / 'logs'})")
+            manifest["steps"].append(record)
+            manifest["records"][step.folder] = record
+            _write_manifest(lab_dir, manifest)
+    manifest["finished"] = dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    manifest["seconds"] = round(time.time() - started, 1)
+    _write_manifest(lab_dir, manifest)
+    report = build_report(lab_dir)
+    ok = sum(r["status"] in ("ok", "reused") for r in manifest["steps"])
+    print(f"\nlab: {ok} of {len(steps)} steps finished in {format_duration(manifest['seconds'])}; report: {report}", file=stream or sys.stderr)
+    if interrupted:
+        raise KeyboardInterrupt
+    return manifest
+
+
+def _registered() -> set[str]:
+    from poslab.lab import experiments
+
+    return set(experiments.registry())
+
+
+def _clean(lab_dir: Path, step: Step) -> None:
+    """Remove a step's previous output before rerunning it (only inside the lab folder)."""
+    target = (lab_dir / step.folder).resolve()
+    if lab_dir.resolve() not in target.parents:
+        raise ValueError(f"refusing to clean {target}: outside the lab folder")
+    if target.is_dir():
+        shutil.rmtree(target)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("lab", help="run every experiment and write one self-contained report.html",
+                            description="Run every experiment of the lessons and write LAB/report.html.")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", dest="mode", action="store_const", const="quick", help="short forms (the demo; default)")
+    group.add_argument("--full", dest="mode", action="store_const", const="full", help="full forms (long)")
+    parser.add_argument("--out", type=Path, default=Path("runs/lab"), help="lab folder (default runs/lab)")
+    parser.add_argument("--fresh", action="store_true", help="rerun every step instead of reusing finished ones")
+    parser.add_argument("--only", action="append", default=None, metavar="STEP", help="run only this step (repeatable)")
+    parser.add_argument("--report-only", action="store_true", help="rebuild report.html from the existing results")
+    parser.set_defaults(func=_cli, mode="quick")
+
+
+def _cli(args: argparse.Namespace) -> int:
+    if args.report_only:
+        from poslab.lab.report import build_report
+
+        print(f"wrote {build_report(args.out)}")
+        return 0
+    manifest = run_lab(args.out, args.mode, args.fresh, args.only)
+    return 0 if all(r["status"] in ("ok", "reused") for r in manifest["steps"]) else 1

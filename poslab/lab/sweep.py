@@ -1,0 +1,544 @@
+"""``poslab sweep CONFIG.yaml --workers K``: a grid of training runs, K at a time, resumable.
+
+``CONFIG.yaml`` (read with ``yaml.safe_load``)::
+
+    name: pe-sweep              # optional; the sweep folder is OUT_DIR/NAME (default: the file's stem)
+    out_dir: sweeps             # optional (default "sweeps")
+    description: ...            # optional
+    preset: tiny                # optional base preset: a name (`poslab presets`) or a .yaml file
+    quick: false                # optional: the preset's --quick variant
+    overrides:                  # optional: training keys on top of the preset, as `poslab train` takes
+      max_steps: 200            #   them: TrainConfig fields, model.FIELD, model.position_config.KEY
+      model.n_layer: 2          #   (dotted, or nested under `model:`)
+    grid:                       # required: KEY -> list of values; every combination is one run
+      model.position: [learned, rope, alibi]
+      seed: [1, 2, 3]
+
+Every combination of the grid is a separate ``poslab train`` subprocess, ``--workers`` at a time,
+each writing its own run folder ``SWEEP_DIR/runs/NAME`` (``NAME`` = the grid values, e.g.
+``position=rope,seed=2``), its log ``SWEEP_DIR/logs/NAME.log`` and the preset file it was started
+from ``SWEEP_DIR/configs/NAME.yaml``. Running the same command again continues the sweep: finished
+runs (completed, or diverged) are skipped, interrupted ones resume from their latest checkpoint
+(``poslab train --resume``), failed ones start again; raising ``max_steps`` extends completed runs.
+When a run's config does not set ``threads``, each subprocess gets ``OMP_NUM_THREADS = cores // K``.
+
+At the end the runs are grouped by their grid point without ``seed``, and ``final_val_loss`` and
+``tokens_per_s`` are summarised as mean ± sample standard deviation over the seeds: printed, and
+written to ``SWEEP_DIR/summary.json`` and ``SWEEP_DIR/summary.md``. ``summary.json``::
+
+    {"sweep", "config_file", "sweep_dir", "grid", "group_by", "status": {completed, diverged, failed, ...},
+     "configs": [{"label", "point", "runs", "completed", "seeds", "final_val_loss": {"mean", "std", "values"},
+                  "tokens_per_s": {...}, "best_val_loss": {...}}],
+     "runs": [{"name", "point", "status", "run_dir", "final_val_loss", "best_val_loss", "tokens_per_s", "steps",
+               "error"}]}
+
+A bad file (not YAML, unknown keys, a grid key that is no training key, an empty list, a bad value)
+is a one-line error before anything runs (exit 2). Ctrl-C forwards one SIGINT to the running
+trainings (each saves a checkpoint), writes the summary of what finished, and exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import itertools
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from poslab.nn import positions
+from poslab.nn.model import GPTConfig
+from poslab.training import checkpoint as ckpt
+from poslab.training import presets
+
+SPEC_KEYS = ("name", "out_dir", "description", "preset", "quick", "overrides", "grid")
+REPLICATE_KEY = "seed"  # grid key whose values are replicates (averaged), not configurations
+_RESERVED = {"name": "the sweep names each run", "out_dir": "runs go to SWEEP_DIR/runs"}
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+@dataclass
+class SweepRun:
+    """One grid point: its run name, the grid values, and the full training config (a preset mapping)."""
+
+    name: str
+    point: dict[str, Any]
+    config: dict[str, Any]
+    max_steps: int = 0
+    status: str = "pending"
+    error: str | None = None
+    results: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass
+class SweepPlan:
+    """A parsed sweep file: where it writes and every run."""
+
+    name: str
+    sweep_dir: Path
+    config_file: Path
+    grid: dict[str, list[Any]]
+    description: str
+    runs: list[SweepRun]
+
+    @property
+    def group_keys(self) -> list[str]:
+        return [key for key in self.grid if key != REPLICATE_KEY]
+
+
+# ------------------------------------------------------------------------------------------ parsing
+def load_plan(path: str | Path, out: str | Path | None = None) -> SweepPlan:
+    """Read and validate a sweep file; every run's config is checked before anything runs.
+
+    Args:
+        path: the sweep YAML.
+        out: the sweep folder (default: ``out_dir/name`` from the file, ``sweeps/<file stem>``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not YAML, not a mapping, unknown keys (with the close one suggested), an empty
+            or non-list grid entry, a grid key that is no training key, or a run config that
+            ``TrainConfig``/``GPTConfig``/the position scheme rejects (the run named).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"sweep file {str(path)!r} does not exist")
+    try:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ValueError(f"sweep file {str(path)!r} is not valid YAML{at}: {problem}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"sweep file {str(path)!r} is not UTF-8 text") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"sweep file {str(path)!r} must hold a mapping with a 'grid', got {type(spec).__name__}")
+    for key in spec:
+        if key not in SPEC_KEYS:
+            close = difflib.get_close_matches(str(key), SPEC_KEYS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"sweep file {str(path)!r}: unknown key {key!r}{hint}; allowed: {', '.join(SPEC_KEYS)}")
+    name = spec.get("name", path.stem)
+    if not isinstance(name, str) or not name or _UNSAFE.sub("", name) != name:
+        raise ValueError(f"sweep name must be a plain folder name (letters, digits, . _ + -), got {name!r}")
+    out_dir = spec.get("out_dir", "sweeps")
+    if not isinstance(out_dir, str):
+        raise ValueError(f"out_dir must be a string, got {out_dir!r}")
+    quick = spec.get("quick", False)
+    if not isinstance(quick, bool):
+        raise ValueError(f"quick must be true or false, got {quick!r}")
+    description = spec.get("description", "")
+    base: dict[str, Any] = {}
+    if spec.get("preset") is not None:
+        if not isinstance(spec["preset"], str):
+            raise ValueError(f"preset must be a preset name or a .yaml path, got {spec['preset']!r}")
+        base = presets.preset_config(spec["preset"], quick=quick)
+    elif quick:
+        raise ValueError("quick: true needs a preset")
+    overrides = _nest(spec.get("overrides") or {}, "overrides")
+    grid = spec.get("grid")
+    if not isinstance(grid, dict) or not grid:
+        raise ValueError(f"sweep file {str(path)!r} needs a non-empty 'grid' mapping KEY -> [values], e.g. "
+                         f"grid: {{model.position: [learned, rope], seed: [1, 2]}}")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"grid entry {key!r} must be a non-empty list of values, got {values!r}")
+        _nest({key: values[0]}, "grid")  # the key must be a training key
+        if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
+            raise ValueError(f"grid entry {key!r} repeats a value: {values!r}")
+
+    from poslab.config import merge
+
+    runs: list[SweepRun] = []
+    names: dict[str, dict] = {}
+    for combination in itertools.product(*grid.values()):
+        point = dict(zip(grid, combination))
+        run_name = run_name_of(point)
+        if run_name in names:
+            raise ValueError(f"grid points {names[run_name]} and {point} get the same run name {run_name!r}; "
+                             f"use values that differ after replacing characters outside [A-Za-z0-9._+-]")
+        names[run_name] = point
+        config = merge(merge(base, overrides), _nest(point, "grid"))
+        try:
+            max_steps = _check_config(config, run_name)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"sweep file {str(path)!r}, run {run_name}: {err}") from None
+        runs.append(SweepRun(run_name, point, config, max_steps))
+    sweep_dir = Path(out) if out is not None else Path(out_dir) / name
+    return SweepPlan(name, sweep_dir, path, grid, str(description), runs)
+
+
+def _nest(mapping: Any, where: str) -> dict[str, Any]:
+    """Dotted/nested training keys -> the nested overrides ``poslab.config.merge`` takes.
+
+    ``{"model.position": "rope", "model.position_config.base": 500, "seed": 1}`` ->
+    ``{"model": {"position": "rope", "position_config": {"base": 500}}, "seed": 1}``.
+    """
+    from poslab.training.loop import TrainConfig
+
+    if not isinstance(mapping, dict):
+        raise ValueError(f"{where} must be a mapping of training keys, got {mapping!r}")
+    train_keys = [f.name for f in dataclasses.fields(TrainConfig)]
+    model_keys = [f.name for f in dataclasses.fields(GPTConfig) if f.name != "vocab_size"]
+    result: dict[str, Any] = {}
+    for raw_key, value in mapping.items():
+        key = str(raw_key)
+        if key == "model" and isinstance(value, dict):
+            for sub, sub_value in value.items():
+                _merge_into(result, _nest({f"model.{sub}": sub_value}, where))
+            continue
+        parts = key.split(".")
+        if parts[0] in _RESERVED and len(parts) == 1:
+            raise ValueError(f"{where}: {key!r} cannot be set in a sweep ({_RESERVED[parts[0]]})")
+        if len(parts) == 1 and key in train_keys and key != "model":
+            result[key] = value
+        elif parts[0] == "model" and len(parts) == 2 and parts[1] in model_keys:
+            if parts[1] == "position_config" and not isinstance(value, dict):
+                raise ValueError(f"{where}: model.position_config must be a mapping, got {value!r}")
+            result.setdefault("model", {})[parts[1]] = value
+        elif parts[0] == "model" and len(parts) == 3 and parts[1] == "position_config":
+            result.setdefault("model", {}).setdefault("position_config", {})[parts[2]] = value
+        else:
+            candidates = [k for k in train_keys if k not in ("model", *_RESERVED)] + [f"model.{k}" for k in model_keys]
+            close = difflib.get_close_matches(key, candidates, n=1) or difflib.get_close_matches(
+                f"model.{key}", candidates, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{where}: unknown training key {key!r}{hint}; use TrainConfig fields, model.FIELD "
+                             f"or model.position_config.KEY (see `poslab train --help`)")
+    return result
+
+
+def _merge_into(target: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge_into(target[key], value)
+        else:
+            target[key] = value
+
+
+def _check_config(config: dict[str, Any], run_name: str) -> int:
+    """What ``poslab train`` would reject about this config, found before anything runs; returns max_steps."""
+    from poslab.data import CORPORA
+    from poslab.training.loop import TrainConfig
+
+    cfg = TrainConfig.from_dict({**config, "name": run_name})
+    model = GPTConfig.from_dict({**cfg.model, "vocab_size": 2})
+    positions.make_config(model.position, model.position_config or {})
+    if cfg.corpus not in CORPORA and not Path(cfg.corpus).is_file():
+        raise ValueError(f"corpus {cfg.corpus!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor a file")
+    return cfg.max_steps
+
+
+def run_name_of(point: dict[str, Any]) -> str:
+    """``{"model.position": "rope", "seed": 2}`` -> ``"position=rope,seed=2"`` (a safe folder name)."""
+    parts = []
+    for key, value in point.items():
+        short = key[len("model."):] if key.startswith("model.") else key
+        text = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+        parts.append(f"{short}={_UNSAFE.sub('_', text).strip('_') or '_'}")
+    return ",".join(parts)
+
+
+# ------------------------------------------------------------------------------------------ running
+def run_state(run_dir: Path, max_steps: int) -> str:
+    """``"done"``, ``"diverged"``, ``"resume"`` (a run folder to continue) or ``"new"``."""
+    results_path = run_dir / "results.json"
+    if results_path.is_file():
+        try:
+            results = json.loads(results_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            results = {}
+        if results.get("status") == "diverged":
+            return "diverged"
+        if results.get("status") == "completed" and results.get("steps", 0) >= max_steps:
+            return "done"
+    if (run_dir / "config.json").is_file():
+        return "resume"
+    return "new"
+
+
+class _Runner:
+    """Runs :class:`SweepRun` s as ``poslab train`` subprocesses; forwards one SIGINT on interrupt."""
+
+    def __init__(self, plan: SweepPlan, workers: int, echo: Any) -> None:
+        self.plan = plan
+        self.workers = workers
+        self.echo = echo
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+        self.running: set[subprocess.Popen] = set()
+        cores = os.cpu_count() or 1
+        self.threads = max(1, cores // workers)
+
+    def command(self, run: SweepRun, state: str) -> list[str]:
+        runs_dir = self.plan.sweep_dir / "runs"
+        preset_file = self.plan.sweep_dir / "configs" / f"{run.name}.yaml"
+        cmd = [sys.executable, "-m", "poslab", "train", "--preset", str(preset_file), "--name", run.name,
+               "--out_dir", str(runs_dir), "--no-progress"]
+        if state == "resume":
+            cmd.append("--resume")
+        return cmd
+
+    def execute(self, run: SweepRun) -> SweepRun:
+        if self.stopping.is_set():
+            run.status = "not started"
+            return run
+        run_dir = self.plan.sweep_dir / "runs" / run.name
+        state = run_state(run_dir, run.max_steps)
+        preset_file = self.plan.sweep_dir / "configs" / f"{run.name}.yaml"
+        ckpt.atomic_write_text(preset_file, yaml.safe_dump(
+            {"description": f"sweep {self.plan.name}: {run.name}", "config": run.config},
+            sort_keys=False, allow_unicode=True))
+        env = dict(os.environ)
+        if run.config.get("threads") is None:
+            env["OMP_NUM_THREADS"] = str(self.threads)
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+            env.pop(key, None)  # each run is its own single-process training
+        log_path = self.plan.sweep_dir / "logs" / f"{run.name}.log"
+        start = time.perf_counter()
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(self.command(run, state))}\n")
+            log.flush()
+            process = subprocess.Popen(self.command(run, state), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                       start_new_session=True)  # Ctrl-C reaches it once, from us
+            with self.lock:
+                self.running.add(process)
+            try:
+                returncode = process.wait()
+            finally:
+                with self.lock:
+                    self.running.discard(process)
+        run.seconds = time.perf_counter() - start
+        run.results = _read_results(run_dir)
+        if returncode == 0 and run.results.get("status") == "completed":
+            run.status = "completed"
+        elif run.results.get("status") == "diverged":
+            run.status = "diverged"
+            run.error = f"diverged at step {run.results.get('diverged_at_step')}"
+        elif returncode == 130:
+            run.status = "interrupted"
+        else:
+            run.status = "failed"
+            run.error = f"exit {returncode}: {_last_error(log_path)}"
+        return run
+
+    def interrupt(self) -> None:
+        self.stopping.set()
+        with self.lock:
+            processes = list(self.running)
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)  # the training saves a checkpoint, then exits 130
+
+
+def _read_results(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _last_error(log_path: Path) -> str:
+    """The last ``poslab: error:`` line of a log (else its last non-empty line)."""
+    try:
+        lines = [line.strip() for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines()]
+    except OSError:
+        return "no log"
+    errors = [line for line in lines if line.startswith("poslab: error:")]
+    if errors:
+        return errors[-1][len("poslab: error:"):].strip()
+    lines = [line for line in lines if line and not line.startswith("===")]
+    return lines[-1] if lines else "no output"
+
+
+def run_sweep(plan: SweepPlan, workers: int = 1, echo: Any = print) -> dict[str, Any]:
+    """Run every unfinished run of ``plan``, ``workers`` at a time, then write and return the summary.
+
+    Raises:
+        ValueError: ``workers`` < 1.
+        KeyboardInterrupt: after Ctrl-C, once the running trainings have saved and the summary is written.
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"--workers must be a positive integer, got {workers!r}")
+    for folder in ("runs", "configs", "logs"):
+        (plan.sweep_dir / folder).mkdir(parents=True, exist_ok=True)
+    ckpt.atomic_write_json(plan.sweep_dir / "sweep.json", {
+        "sweep": plan.name, "config_file": str(plan.config_file), "description": plan.description,
+        "grid": plan.grid, "runs": [{"name": r.name, "point": r.point, "config": r.config} for r in plan.runs],
+    })
+    todo = []
+    for run in plan.runs:
+        state = run_state(plan.sweep_dir / "runs" / run.name, run.max_steps)
+        if state in ("done", "diverged"):
+            run.status = "completed" if state == "done" else "diverged"
+            run.results = _read_results(plan.sweep_dir / "runs" / run.name)
+        else:
+            todo.append((run, state))
+    skipped = len(plan.runs) - len(todo)
+    resumed = sum(state == "resume" for _, state in todo)
+    echo(f"sweep {plan.name}: {len(plan.runs)} runs ({skipped} finished before, {resumed} to resume, "
+         f"{len(todo) - resumed} new), {workers} at a time -> {plan.sweep_dir}")
+    runner = _Runner(plan, workers, echo)
+    interrupted = False
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(runner.execute, run) for run, _ in todo]
+        done = 0
+        try:
+            for future in as_completed(futures):
+                run = future.result()
+                done += 1
+                val = run.results.get("final_val_loss")
+                figure = f"val {val:.4f}" if isinstance(val, (int, float)) else (run.error or "")
+                echo(f"[{done}/{len(todo)}] {run.status:<11} {run.name}  {figure}  ({run.seconds:.0f}s)")
+        except KeyboardInterrupt:
+            interrupted = True
+            echo("sweep: Ctrl-C: stopping the running trainings (each saves a checkpoint) ...")
+            runner.interrupt()
+            for future in futures:
+                future.cancel()
+            for future in futures:
+                if not future.cancelled():
+                    try:
+                        future.result()
+                    except KeyboardInterrupt:
+                        runner.interrupt()
+    summary = summarize(plan)
+    write_summary(plan, summary)
+    echo(format_table(summary))
+    echo(f"summary: {plan.sweep_dir / 'summary.json'}, {plan.sweep_dir / 'summary.md'}")
+    if interrupted:
+        echo("sweep interrupted; run the same command again to continue")
+        raise KeyboardInterrupt
+    return summary
+
+
+# ------------------------------------------------------------------------------------------ summary
+def _stats(values: list[float]) -> dict[str, Any]:
+    """``{"mean", "std" (sample, n-1; None below 2 values), "values"}``."""
+    if not values:
+        return {"mean": None, "std": None, "values": []}
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else None
+    return {"mean": mean, "std": std, "values": values}
+
+
+def summarize(plan: SweepPlan) -> dict[str, Any]:
+    """Group the runs by their grid point without ``seed``; mean ± std of the final figures."""
+    for run in plan.runs:  # runs not touched this time: read what their folders hold
+        if run.status == "pending":
+            run_dir = plan.sweep_dir / "runs" / run.name
+            state = run_state(run_dir, run.max_steps)
+            run.status = {"done": "completed", "diverged": "diverged", "resume": "unfinished"}.get(state, "not started")
+            run.results = _read_results(run_dir)
+    groups: dict[str, list[SweepRun]] = {}
+    for run in plan.runs:
+        key_point = {k: v for k, v in run.point.items() if k != REPLICATE_KEY}
+        groups.setdefault(run_name_of(key_point) if key_point else "all", []).append(run)
+    configs = []
+    for label, members in groups.items():
+        completed = [r for r in members if r.status == "completed"]
+        configs.append({
+            "label": label,
+            "point": {k: v for k, v in members[0].point.items() if k != REPLICATE_KEY},
+            "runs": len(members),
+            "completed": len(completed),
+            "seeds": [r.point.get(REPLICATE_KEY, r.config.get("seed")) for r in completed],
+            "final_val_loss": _stats([r.results["final_val_loss"] for r in completed]),
+            "best_val_loss": _stats([r.results["best_val_loss"] for r in completed
+                                     if r.results.get("best_val_loss") is not None]),
+            "tokens_per_s": _stats([r.results["tokens_per_s"] for r in completed if r.results.get("tokens_per_s")]),
+        })
+    status: dict[str, int] = {}
+    for run in plan.runs:
+        status[run.status] = status.get(run.status, 0) + 1
+    return {
+        "sweep": plan.name,
+        "description": plan.description,
+        "config_file": str(plan.config_file),
+        "sweep_dir": str(plan.sweep_dir),
+        "grid": plan.grid,
+        "group_by": plan.group_keys,
+        "status": status,
+        "configs": configs,
+        "runs": [{
+            "name": r.name, "point": r.point, "status": r.status, "run_dir": str(plan.sweep_dir / "runs" / r.name),
+            "final_val_loss": r.results.get("final_val_loss"), "best_val_loss": r.results.get("best_val_loss"),
+            "tokens_per_s": r.results.get("tokens_per_s"), "steps": r.results.get("steps"), "error": r.error,
+        } for r in plan.runs],
+    }
+
+
+def _pm(stats: dict[str, Any], digits: int) -> str:
+    if stats["mean"] is None:
+        return "-"
+    text = f"{stats['mean']:.{digits}f}"
+    return text + (f" ± {stats['std']:.{digits}f}" if stats["std"] is not None else "")
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """The summary as a markdown table: one row per configuration."""
+    lines = [
+        "| config | completed/runs | final val loss (mean ± std) | tokens/s (mean ± std) |",
+        "|---|---|---|---|",
+    ]
+    for config in summary["configs"]:
+        lines.append(f"| {config['label']} | {config['completed']}/{config['runs']} | "
+                     f"{_pm(config['final_val_loss'], 4)} | {_pm(config['tokens_per_s'], 0)} |")
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(summary["status"].items()))
+    return "\n".join(lines) + f"\n\n{counts}; std is the sample standard deviation over seeds (n-1)."
+
+
+def write_summary(plan: SweepPlan, summary: dict[str, Any]) -> None:
+    """``summary.json`` and ``summary.md`` in the sweep folder (atomic writes)."""
+    ckpt.atomic_write_json(plan.sweep_dir / "summary.json", summary)
+    header = f"# Sweep {plan.name}\n\n" + (f"{plan.description}\n\n" if plan.description else "")
+    header += f"Config: `{plan.config_file}`; grid: " + ", ".join(f"`{k}` = {v}" for k, v in plan.grid.items()) + "\n\n"
+    ckpt.atomic_write_text(plan.sweep_dir / "summary.md", header + format_table(summary) + "\n")
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="run a grid of training configurations (e.g. every scheme x 3 seeds), K at a time, resumable",
+        description=__doc__.split("\n\nEvery combination")[0] + "\n\nSee docs/scaling.md.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("config", help="the sweep YAML file")
+    p.add_argument("--workers", type=int, default=1, help="trainings running at the same time (default 1)")
+    p.add_argument("--out", default=None, help="sweep folder (default: OUT_DIR/NAME from the file, sweeps/<stem>)")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and their state, run nothing")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise ValueError(f"--workers must be a positive integer, got {args.workers}")
+    plan = load_plan(args.config, args.out)
+    if args.dry_run:
+        for sweep_run in plan.runs:
+            state = run_state(plan.sweep_dir / "runs" / sweep_run.name, sweep_run.max_steps)
+            print(f"{state:<9} {sweep_run.name}")
+        print(f"{len(plan.runs)} runs -> {plan.sweep_dir}")
+        return 0
+    summary = run_sweep(plan, args.workers)
+    return 1 if summary["status"].get("failed") else 0
+
+
+__all__ = ["SweepPlan", "SweepRun", "format_table", "load_plan", "run_name_of", "run_state", "run_sweep", "summarize",
+           "write_summary"]

@@ -1,0 +1,225 @@
+"""One claim record and one rule for verdicts, used by every experiment and by the report.
+
+A verdict is one of :data:`VERDICTS`: ``held``, ``did not hold`` or ``inconclusive``.
+
+The rule (one rule, everywhere; docs/lab.md explains it for learners):
+
+* **Seeded comparisons** (training runs): each arm is run with ``n >= 3`` seeds. The *margin* is the
+  difference of the two means in the direction the claim predicts (positive = as claimed). The
+  *noise* is the half-width of the 95% confidence interval of that difference (Welch's t interval:
+  ``t_{0.975, df} * sqrt(s_a^2/n_a + s_b^2/n_b)``). The claim ``held`` when ``margin > noise``, ``did
+  not hold`` when ``margin < -noise`` and is ``inconclusive`` otherwise (ties included). With fewer
+  than 2 seeds in an arm there is no measured noise: the comparison is ``inconclusive`` unless a seed
+  repeat of the same setting measured it (``noise_sd``, the seed-to-seed standard deviation of one run),
+  and a comparison with fewer than 3 seeds per arm is never conclusive.
+* **Deterministic claims** (parameter counts, the RoPE table, permutation equivariance) have no seed
+  noise: they hold when the measured value is within a stated float tolerance (``noise`` is that
+  tolerance, ``n_seeds`` is 0).
+
+Every record has the same fields: ``claim``, ``source``, ``criterion`` (in words), ``measured``,
+``margin``, ``noise`` (``None`` where not applicable), ``n_seeds``, ``verdict``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+HELD = "held"
+DID_NOT_HOLD = "did not hold"
+INCONCLUSIVE = "inconclusive"
+VERDICTS = (HELD, DID_NOT_HOLD, INCONCLUSIVE)
+
+#: fewest seeds per arm for a seeded comparison to be conclusive
+MIN_SEEDS = 3
+
+# two-sided 95% quantiles of Student's t, t_{0.975, df} for df = 1..30 (standard tables)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def t975(df: float) -> float:
+    """``t_{0.975}`` for (possibly fractional, Welch) degrees of freedom ``df >= 1``; 1.96 as ``df -> inf``."""
+    if not df >= 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df!r}")
+    if df >= 30:
+        return 1.960 + (_T975[-1] - 1.960) * 30 / df  # within 0.002 of the exact quantile past 30
+    lo = int(math.floor(df))
+    frac = df - lo
+    hi = min(lo + 1, 30)
+    return _T975[lo - 1] * (1 - frac) + _T975[hi - 1] * frac
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    """One tested claim, as results.json and the report hold it.
+
+    Attributes:
+        claim: the claim in words (with its lesson's wording where it has one).
+        source: where it is made (``"seed 000 §1.3"``, ``"Press et al. 2022"``).
+        criterion: how it is decided, in words (``"mean val loss of none > learned by more than the 95% interval"``).
+        measured: the figures, as a short text (``"none 2.31 ± 0.02 vs learned 2.05 ± 0.01 (n=3)"``).
+        margin: how far the measurement went in the claim's direction (positive = as claimed); for
+            deterministic claims the tolerance left over (``tolerance - error``); ``None`` if unmeasurable.
+        noise: the 95% half-width (seeded) or the float tolerance (deterministic); ``None`` if none applies.
+        n_seeds: seeds per arm (the smaller arm); 0 for deterministic claims.
+        verdict: one of :data:`VERDICTS`.
+        details: any further numbers (per-seed values, means, spreads), for plots and the page.
+    """
+
+    claim: str
+    source: str
+    criterion: str
+    measured: str
+    margin: float | None
+    noise: float | None
+    n_seeds: int
+    verdict: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {list(VERDICTS)}, got {self.verdict!r}")
+        if self.verdict != INCONCLUSIVE:
+            if self.margin is None:
+                raise ValueError(f"a {self.verdict!r} verdict needs a margin ({self.claim!r})")
+            if self.noise is not None and abs(self.margin) <= self.noise:
+                raise ValueError(f"margin {self.margin!r} is within the noise {self.noise!r}: "
+                                 f"the verdict must be inconclusive ({self.claim!r})")
+            if 0 < self.n_seeds < MIN_SEEDS:
+                raise ValueError(f"{self.n_seeds} seed(s) cannot decide a seeded comparison ({self.claim!r})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClaimRecord:
+        """A record from its dict form; a missing field or an unknown verdict is a ``ValueError``."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [n for n in names if n not in data and n != "details"]
+        if missing:
+            raise ValueError(f"claim record misses {missing}: {data!r}"[:300])
+        return cls(**{n: data[n] for n in names if n in data})
+
+
+def mean_sd(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (``None`` for one value)."""
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("no values")
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def pm(values: Sequence[float], digits: int = 3) -> str:
+    """``"2.314 ± 0.021 (n=3)"``: mean ± sample standard deviation over seeds."""
+    mean, sd = mean_sd(values)
+    spread = f" ± {sd:.{digits}f}" if sd is not None else ""
+    return f"{mean:.{digits}f}{spread} (n={len(values)})"
+
+
+def interval_halfwidth(a: Sequence[float], b: Sequence[float], noise_sd: float | None = None) -> float | None:
+    """95% half-width of ``mean(a) - mean(b)`` (Welch), or from a measured seed sd when an arm has one value."""
+    na, nb = len(a), len(b)
+    if na >= 2 and nb >= 2:
+        va, vb = statistics.variance(a), statistics.variance(b)
+        se2 = va / na + vb / nb
+        if se2 == 0:
+            return 0.0
+        df = se2**2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1)) if va and vb else min(na, nb) - 1
+        return t975(max(df, 1.0)) * math.sqrt(se2)
+    if noise_sd is not None:
+        return 1.96 * noise_sd * math.sqrt(1 / na + 1 / nb)
+    return None
+
+
+def compare(
+    claim: str,
+    source: str,
+    better: Sequence[float],
+    worse: Sequence[float],
+    *,
+    better_label: str,
+    worse_label: str,
+    metric: str,
+    lower_is_better: bool = True,
+    noise_sd: float | None = None,
+    digits: int = 3,
+) -> ClaimRecord:
+    """A seeded comparison: the claim is that ``better`` beats ``worse`` on ``metric``.
+
+    Args:
+        claim, source: the claim and where it is made.
+        better: the per-seed values of the arm the claim says wins; worse: the other arm's.
+        better_label, worse_label: names of the arms for the text.
+        metric: what the values are (``"val loss"``, ``"accuracy at 2L"``).
+        lower_is_better: the metric's direction.
+        noise_sd: a seed-to-seed sd measured by a repeat of the same setting (used when an arm has one seed).
+
+    Returns:
+        The record with the verdict of the module docstring's rule.
+    """
+    mb, _ = mean_sd(better)
+    mw, _ = mean_sd(worse)
+    margin = (mw - mb) if lower_is_better else (mb - mw)
+    noise = interval_halfwidth(list(better), list(worse), noise_sd)
+    n_seeds = min(len(better), len(worse))
+    word = "lower" if lower_is_better else "higher"
+    criterion = (f"{metric} of {better_label} {word} than {worse_label} by more than the 95% interval of the "
+                 f"difference over seeds (at least {MIN_SEEDS} seeds each)")
+    if noise is None or n_seeds < MIN_SEEDS or margin == 0:
+        verdict = INCONCLUSIVE
+    elif margin > noise:
+        verdict = HELD
+    elif margin < -noise:
+        verdict = DID_NOT_HOLD
+    else:
+        verdict = INCONCLUSIVE
+    measured = f"{better_label} {pm(better, digits)} vs {worse_label} {pm(worse, digits)}"
+    details = {"better": [float(v) for v in better], "worse": [float(v) for v in worse],
+               "better_label": better_label, "worse_label": worse_label, "metric": metric,
+               "lower_is_better": lower_is_better}
+    return ClaimRecord(claim, source, criterion, measured, float(margin),
+                       None if noise is None else float(noise), n_seeds, verdict, details)
+
+
+def deterministic(claim: str, source: str, criterion: str, measured: str, error: float, tolerance: float,
+                  details: dict[str, Any] | None = None) -> ClaimRecord:
+    """A claim decided by a computation, not by training: ``held`` when ``error <= tolerance``, else ``did not hold``.
+
+    ``margin`` is ``tolerance - error`` (negative when it failed), ``noise`` is ``None`` (no seeds; the
+    float tolerance is part of ``criterion``) and ``n_seeds`` is 0.
+    """
+    if not (math.isfinite(error) and math.isfinite(tolerance)) or tolerance < 0:
+        raise ValueError(f"error and tolerance must be finite, tolerance >= 0; got {error!r}, {tolerance!r}")
+    verdict = HELD if error <= tolerance else DID_NOT_HOLD
+    return ClaimRecord(claim, source, criterion, measured, float(tolerance - error), None, 0, verdict,
+                       dict(details or {}, error=float(error), tolerance=float(tolerance)))
+
+
+def check_records(records: Sequence[dict[str, Any] | ClaimRecord]) -> list[str]:
+    """Problems with a list of records (empty = all obey the rule): what the verdict test asserts."""
+    problems = []
+    for raw in records:
+        try:
+            record = raw if isinstance(raw, ClaimRecord) else ClaimRecord.from_dict(raw)
+        except (ValueError, TypeError) as err:
+            problems.append(str(err))
+            continue
+        if record.verdict != INCONCLUSIVE and record.noise is not None and abs(record.margin) <= record.noise:
+            problems.append(f"{record.claim!r}: margin {record.margin} within noise {record.noise}")
+        if record.verdict != INCONCLUSIVE and 0 < record.n_seeds < MIN_SEEDS:
+            problems.append(f"{record.claim!r}: {record.n_seeds} seeds decided a comparison")
+    return problems
+
+
+def tally(records: Sequence[dict[str, Any] | ClaimRecord]) -> dict[str, int]:
+    """``{"held": n, "did not hold": n, "inconclusive": n}`` for the page's header."""
+    counts = dict.fromkeys(VERDICTS, 0)
+    for raw in records:
+        counts[raw.verdict if isinstance(raw, ClaimRecord) else raw["verdict"]] += 1
+    return counts

@@ -1,0 +1,156 @@
+"""Sampling from a trained GPT with the KV cache (``poslab sample RUN --prompt 白日依山尽``).
+
+The prompt is run once through the model (prefill) to fill a preallocated per-layer
+:class:`poslab.KVCache`; every new token then costs one single-token forward pass that reads the
+cache, so decoding does not recompute the whole sequence. Logits are filtered in fp32:
+temperature, then top-k (Fan et al. 2018, https://arxiv.org/abs/1805.04833), then top-p / nucleus
+(Holtzman et al. 2020, https://arxiv.org/abs/1904.09751).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from poslab.nn.model import GPT
+
+
+def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> Tensor:
+    """Temperature-scaled logits with everything outside top-k / top-p set to ``-inf``.
+
+    Args:
+        logits: ``[B, V]`` (any float dtype; computed in fp32).
+        temperature: > 0 (callers treat 0 as greedy before reaching here).
+        top_k: keep the ``k`` largest logits (``None`` = all).
+        top_p: keep the smallest set of tokens whose probability mass reaches ``p`` (``None`` = all).
+
+    Returns:
+        ``[B, V]`` fp32 logits.
+    """
+    logits = logits.float() / temperature  # [B, V]
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # [B, 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # [B, V] x2
+        probs = torch.softmax(sorted_logits, dim=-1)  # [B, V]
+        mass_before = torch.cumsum(probs, dim=-1) - probs  # [B, V]: mass of the better tokens
+        drop_sorted = mass_before >= top_p  # the first token is always kept
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to vocabulary order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """Raise ``ValueError`` naming a bad sampling argument and its allowed range."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+
+
+@torch.no_grad()
+def generate(
+    model: GPT,
+    idx: Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    max_len: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Continue ``idx`` by up to ``max_new_tokens`` sampled tokens, with the KV cache.
+
+    Args:
+        model: a :class:`GPT` (eval mode recommended).
+        idx: prompt token ids ``[B, T0]``, ``T0 >= 1``.
+        max_new_tokens: tokens to add.
+        temperature: softmax temperature; 0 = greedy (argmax).
+        top_k, top_p: see :func:`filter_logits`.
+        max_len: stop when the sequence reaches this many tokens (default ``block_size``); must fit
+            the position scheme (a learned table has ``block_size`` rows).
+        generator: random source (for ``--seed``).
+
+    Returns:
+        ``[B, T0 + n]`` with ``n <= max_new_tokens`` (fewer when ``max_len`` is reached).
+
+    Raises:
+        ValueError: a bad argument, a prompt longer than ``max_len``, or ``max_len`` past what the
+            position scheme can encode.
+    """
+    check_sampling_args(temperature, top_k, top_p)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"the number of new tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if idx.dim() != 2 or idx.shape[1] == 0:
+        raise ValueError(f"the prompt must be a non-empty [B, T] tensor of token ids, got shape {list(idx.shape)}")
+    max_len = model.config.block_size if max_len is None else max_len
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len <= 0:
+        raise ValueError(f"max_len must be a positive integer, got {max_len!r}")
+    limit = model.position.max_positions
+    if limit is not None and max_len > limit:
+        raise ValueError(
+            f"max_len {max_len} is past the {model.config.position!r} position table ({limit} positions); "
+            f"use --max-len {limit} or less"
+        )
+    B, T0 = idx.shape
+    if T0 > max_len:
+        raise ValueError(f"the prompt has {T0} tokens, more than max_len {max_len}")
+    steps = min(max_new_tokens, max_len - T0)
+    if steps == 0:
+        return idx
+    cache = model.make_cache(B, capacity=T0 + steps)
+    logits = model(idx, cache=cache)[:, -1]  # prefill: [B, V] at the last prompt position
+    out = [idx]
+    for i in range(steps):
+        if temperature == 0:
+            next_id = logits.argmax(dim=-1, keepdim=True)  # [B, 1]
+        else:
+            probs = torch.softmax(filter_logits(logits, temperature, top_k, top_p), dim=-1)  # [B, V]
+            next_id = torch.multinomial(probs, 1, generator=generator)  # [B, 1]
+        out.append(next_id)
+        if i + 1 < steps:
+            logits = model(next_id, cache=cache)[:, -1]  # one token through the cache: [B, V]
+    return torch.cat(out, dim=1)  # [B, T0 + steps]
+
+
+def sample_text(
+    model: GPT,
+    tokenizer,
+    prompt: str,
+    tokens: int,
+    *,
+    num_samples: int = 1,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    max_len: int | None = None,
+    seed: int | None = None,
+) -> list[str]:
+    """Texts that continue ``prompt`` (each includes the prompt).
+
+    Raises:
+        ValueError: an empty prompt, or characters the tokenizer does not know (char tokenizers
+            name them; byte-level BPE encodes any text).
+    """
+    if not prompt:
+        raise ValueError("the prompt is empty; give at least one character")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples <= 0:
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+    ids = tokenizer.encode(prompt)
+    if not ids:
+        raise ValueError(f"the prompt {prompt!r} encodes to no tokens")
+    device = next(model.parameters()).device
+    idx = torch.tensor([ids] * num_samples, dtype=torch.long, device=device)  # [n, T0]
+    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    out = generate(model, idx, tokens, temperature=temperature, top_k=top_k, top_p=top_p, max_len=max_len,
+                   generator=generator)
+    return [tokenizer.decode(row.tolist()) for row in out]
+
+
+__all__ = ["check_sampling_args", "filter_logits", "generate", "sample_text"]

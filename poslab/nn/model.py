@@ -1,0 +1,392 @@
+"""A small GPT whose position scheme is injected, never special-cased.
+
+Token embedding -> ``position.embed`` -> ``n_layer`` pre-norm blocks (attention with the scheme's
+``rotate``/``score_bias`` hooks, then an MLP) -> final norm -> LM head (tied by default).
+Field names follow nanoGPT where they exist.
+
+A few fields exist so published model families load exactly (``poslab.from_hf``): parallel residual
+blocks (GPT-NeoX, GPT-J), a norm after the token embedding (Bloom), separate attention / MLP / norm /
+LM-head bias flags, the MLP activation (exact or tanh GELU, SiLU, ReLU), the softmax scale and MPT's
+``clip_qkv``. Their defaults keep the nanoGPT behaviour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from poslab.config_keys import reject_unknown_keys
+from poslab.nn import positions
+from poslab.nn.attention import BACKENDS, KVCache, MultiHeadAttention, validate_geometry
+from poslab.nn.positions.base import PositionScheme
+
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu", "swiglu")
+#: MLP activations: exact GELU (BERT, GPT-NeoX, MPT), tanh-approximated GELU (GPT-2 ``gelu_new``,
+#: GPT-J, Bloom), SiLU (Llama's SwiGLU gate), ReLU.
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
+    "silu": F.silu,
+    "relu": F.relu,
+}
+#: How a block combines its two branches: ``x + attn(n1(x))`` then ``+ mlp(n2(.))`` (sequential, GPT-2 /
+#: Llama); ``x + attn(n1(x)) + mlp(n2(x))`` (parallel, GPT-NeoX); ``x + attn(n(x)) + mlp(n(x))``
+#: (parallel_shared_norm, GPT-J: one norm feeds both branches).
+RESIDUALS = ("sequential", "parallel", "parallel_shared_norm")
+
+
+def default_activation(mlp: str) -> str:
+    """The activation of an MLP kind when none is given: ``silu`` for swiglu, ``gelu_tanh`` (GPT-2) otherwise."""
+    return "silu" if mlp == "swiglu" else "gelu_tanh"
+
+
+@dataclass
+class GPTConfig:
+    """Configuration of :class:`GPT` (validated at construction).
+
+    Attributes:
+        vocab_size: number of tokens.
+        n_layer, n_head, n_embd: depth, query heads, width (``n_embd % n_head == 0``).
+        block_size: training context; also the default ``max_len`` of bounded schemes.
+        dropout: dropout on embeddings, attention weights and residual branches.
+        bias: biases in linear layers and LayerNorm.
+        n_kv_head: key/value heads for GQA/MQA (``None`` = ``n_head``).
+        position: registry name of the position scheme (see ``poslab.nn.positions.names()``).
+        position_config: the scheme's config as a dict or its dataclass.
+        norm: ``"layernorm"`` or ``"rmsnorm"``.
+        mlp: ``"gelu"`` (4x, GPT-2) or ``"swiglu"`` (Llama).
+        mlp_hidden: MLP hidden width (default ``4*n_embd`` for gelu, ``int(8/3*n_embd)`` rounded up to 8 for swiglu).
+        tie_embeddings: share the token embedding with the LM head.
+        backend: attention backend (``sdpa``, ``eager``, ``flex``).
+        window: sliding-window size ``W`` (``None`` = full causal).
+        causal: causal language model (False gives bidirectional attention).
+        norm_eps: epsilon of the norms.
+        attn_bias, mlp_bias, norm_bias: biases of the attention projections, the MLP and the
+            LayerNorms (``None`` = follow ``bias``); Llama has none, GPT-J has MLP and norm biases only.
+        lm_head_bias: a bias on the LM head (GPT-J).
+        activation: MLP activation, one of :data:`ACTIVATIONS` (``None``: ``gelu_tanh`` for the gelu
+            MLP as in GPT-2, ``silu`` for swiglu).
+        residual: block layout, one of :data:`RESIDUALS` (``sequential`` pre-norm by default).
+        embed_norm: a norm right after the token embedding (Bloom's ``word_embeddings_layernorm``).
+        attn_scale: softmax scale (``None`` = ``1/sqrt(head_dim)``; MPT's ``softmax_scale``).
+        clip_qkv: clamp the fused q/k/v projection to ``[-clip_qkv, clip_qkv]`` (MPT).
+    """
+
+    vocab_size: int = 65
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    block_size: int = 128
+    dropout: float = 0.0
+    bias: bool = True
+    n_kv_head: int | None = None
+    position: str = "learned"
+    position_config: Any = field(default_factory=dict)
+    norm: str = "layernorm"
+    mlp: str = "gelu"
+    mlp_hidden: int | None = None
+    tie_embeddings: bool = True
+    backend: str = "sdpa"
+    window: int | None = None
+    causal: bool = True
+    norm_eps: float = 1e-5
+    attn_bias: bool | None = None
+    mlp_bias: bool | None = None
+    norm_bias: bool | None = None
+    lm_head_bias: bool = False
+    activation: str | None = None
+    residual: str = "sequential"
+    embed_norm: bool = False
+    attn_scale: float | None = None
+    clip_qkv: float | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("vocab_size", "n_layer", "block_size"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{key} must be a positive integer, got {value!r}")
+        validate_geometry(self.n_embd, self.n_head, self.kv_heads)
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
+        if isinstance(self.norm_eps, bool) or not isinstance(self.norm_eps, (int, float)) or not 0.0 < self.norm_eps < math.inf:
+            raise ValueError(f"norm_eps must be a positive number (e.g. 1e-5), got {self.norm_eps!r}")
+        if self.norm not in NORMS:
+            raise ValueError(f"norm={self.norm!r} is not allowed; choose one of {list(NORMS)}")
+        if self.mlp not in MLPS:
+            raise ValueError(f"mlp={self.mlp!r} is not allowed; choose one of {list(MLPS)}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend={self.backend!r} is not allowed; choose one of {list(BACKENDS)}")
+        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int) or self.window <= 0):
+            raise ValueError(f"window must be a positive integer, got {self.window!r}")
+        if self.mlp_hidden is not None and (
+            isinstance(self.mlp_hidden, bool) or not isinstance(self.mlp_hidden, int) or self.mlp_hidden <= 0
+        ):
+            raise ValueError(f"mlp_hidden must be a positive integer or None, got {self.mlp_hidden!r}")
+        for key in ("bias", "lm_head_bias", "embed_norm"):
+            if not isinstance(getattr(self, key), bool):
+                raise TypeError(f"{key} must be a bool, got {getattr(self, key)!r}")
+        for key in ("attn_bias", "mlp_bias", "norm_bias"):
+            if getattr(self, key) is not None and not isinstance(getattr(self, key), bool):
+                raise TypeError(f"{key} must be a bool or None (follow `bias`), got {getattr(self, key)!r}")
+        if self.activation is not None and (not isinstance(self.activation, str) or self.activation not in ACTIVATIONS):
+            raise ValueError(f"activation={self.activation!r} is not allowed; choose one of {list(ACTIVATIONS)} (or None)")
+        if self.residual not in RESIDUALS:
+            raise ValueError(f"residual={self.residual!r} is not allowed; choose one of {list(RESIDUALS)}")
+        for key in ("attn_scale", "clip_qkv"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                raise ValueError(f"{key} must be a positive number or None, got {value!r}")
+        positions.get(self.position)  # unknown names fail here, listing the known ones
+        if dataclasses.is_dataclass(self.position_config):
+            self.position_config = dataclasses.asdict(self.position_config)
+        if not isinstance(self.position_config, dict):
+            raise TypeError(f"position_config must be a dict or the scheme's dataclass, got {type(self.position_config).__name__}")
+        # validates keys and values now, with the model's dimensions filled in; the throwaway scheme is
+        # built on the meta device: no memory for its tables (however large block_size is) and no
+        # draw from the global RNG (a config is rebuilt between training steps, e.g. on checkpoints)
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            try:
+                positions.build_for_model(self.position, self.position_config, self.position_context())
+            except (RuntimeError, OverflowError) as err:  # torch refusing a value the scheme did not check
+                message = str(err).splitlines()[0] if str(err) else type(err).__name__
+                raise ValueError(f"position_config {self.position_config!r} is not usable for {self.position!r}: "
+                                 f"{message}") from None
+
+    @property
+    def kv_heads(self) -> int:
+        """``n_kv_head`` or ``n_head``."""
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def mlp_activation(self) -> str:
+        """``activation`` or the MLP kind's default (``gelu_tanh`` for gelu, ``silu`` for swiglu)."""
+        return self.activation if self.activation is not None else default_activation(self.mlp)
+
+    def bias_of(self, part: str) -> bool:
+        """Whether ``part`` (``"attn"``, ``"mlp"`` or ``"norm"``) has biases: its flag, else ``bias``."""
+        flag = getattr(self, f"{part}_bias")
+        return self.bias if flag is None else flag
+
+    def position_context(self) -> dict[str, Any]:
+        """The model dimensions a scheme's config may take."""
+        return {
+            "n_embd": self.n_embd,
+            "n_heads": self.n_head,
+            "head_dim": self.head_dim,
+            "max_len": self.block_size,
+            "bidirectional": not self.causal,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> GPTConfig:
+        """Build from a dict; unknown keys raise ``ValueError`` suggesting the close key."""
+        reject_unknown_keys(values, [f.name for f in dataclasses.fields(cls)], "GPTConfig key")
+        return cls(**values)
+
+
+class MLP(nn.Module):
+    """Two-layer MLP (GPT-2: tanh GELU) or gated SwiGLU (Shazeer 2020, https://arxiv.org/abs/2002.05202).
+
+    ``activation`` names one of :data:`ACTIVATIONS` (default: ``gelu_tanh``, or ``silu`` for swiglu).
+    """
+
+    def __init__(self, n_embd: int, hidden: int, kind: str, bias: bool, dropout: float, activation: str | None = None) -> None:
+        super().__init__()
+        self.kind = kind
+        self.activation = activation or default_activation(kind)
+        self.act = ACTIVATIONS[self.activation]
+        if kind == "swiglu":
+            self.gate = nn.Linear(n_embd, hidden, bias=bias)
+        self.up = nn.Linear(n_embd, hidden, bias=bias)
+        self.down = nn.Linear(hidden, n_embd, bias=bias)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.kind == "swiglu":
+            hidden = self.act(self.gate(x)) * self.up(x)
+        else:
+            hidden = self.act(self.up(x))
+        return self.drop(self.down(hidden))
+
+
+class ClippedLinear(nn.Linear):
+    """``nn.Linear`` whose output is clamped to ``[-clip, clip]`` (MPT's ``clip_qkv``, Mosaic 2023).
+
+    Same parameters and state-dict keys as the ``nn.Linear`` it replaces.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, clip: float) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        self.clip = float(clip)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x).clamp(min=-self.clip, max=self.clip)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, clip={self.clip}"
+
+
+def make_norm(kind: str, n_embd: int, bias: bool, eps: float) -> nn.Module:
+    if kind == "rmsnorm":
+        return nn.RMSNorm(n_embd, eps=eps)
+    return nn.LayerNorm(n_embd, eps=eps, bias=bias)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block.
+
+    ``residual="sequential"``: ``x + attn(norm1(x))``, then ``+ mlp(norm2(.))``;
+    ``"parallel"`` (GPT-NeoX): ``x + attn(norm1(x)) + mlp(norm2(x))``;
+    ``"parallel_shared_norm"`` (GPT-J): ``x + attn(norm1(x)) + mlp(norm1(x))`` (no ``norm2``).
+    """
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        hidden = cfg.mlp_hidden or (4 * cfg.n_embd if cfg.mlp == "gelu" else 8 * math.ceil(8 * cfg.n_embd / 3 / 8))
+        norm_bias = cfg.bias_of("norm")
+        self.residual = cfg.residual
+        self.norm1 = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
+        self.attn = MultiHeadAttention(
+            cfg.n_embd,
+            cfg.n_head,
+            cfg.kv_heads,
+            causal=cfg.causal,
+            dropout=cfg.dropout,
+            bias=cfg.bias_of("attn"),
+            backend=cfg.backend,
+            window=cfg.window,
+            scale=cfg.attn_scale,
+        )
+        if cfg.clip_qkv is not None:
+            fused = self.attn.qkv
+            self.attn.qkv = ClippedLinear(fused.in_features, fused.out_features, fused.bias is not None, cfg.clip_qkv)
+        if cfg.residual != "parallel_shared_norm":
+            self.norm2 = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
+        self.mlp = MLP(cfg.n_embd, hidden, cfg.mlp, cfg.bias_of("mlp"), cfg.dropout, cfg.mlp_activation)
+        self.resid_drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, pos: Tensor, position: PositionScheme, cache: KVCache | None = None, **attn_kwargs: Any) -> Tensor:
+        h = self.norm1(x)
+        attn_out = self.resid_drop(self.attn(h, pos, position=position, cache=cache, **attn_kwargs))
+        if self.residual == "parallel_shared_norm":
+            return x + attn_out + self.mlp(h)
+        if self.residual == "parallel":
+            return x + attn_out + self.mlp(self.norm2(x))
+        x = x + attn_out
+        return x + self.mlp(self.norm2(x))
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer with an injected position scheme.
+
+    ``model(idx)`` returns logits ``[B, T, V]``; ``model(idx, targets)`` returns ``(logits, loss)``.
+    """
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
+        if config.embed_norm:
+            self.embed_norm = make_norm(config.norm, config.n_embd, config.bias_of("norm"), config.norm_eps)
+        self.position = positions.build_for_model(config.position, config.position_config, config.position_context())
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.norm_f = make_norm(config.norm, config.n_embd, config.bias_of("norm"), config.norm_eps)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.lm_head_bias)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2: scale residual projections by depth
+            if name.endswith(("attn.proj.weight", "mlp.down.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear) and not getattr(module, "_keep_init", False):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding) and module.weight.shape[-1] > 1:
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.tok_emb.weight.numel() if not self.config.tie_embeddings else 0
+        return n
+
+    def make_cache(self, batch_size: int, capacity: int | None = None, dtype: torch.dtype | None = None) -> list[KVCache]:
+        """One preallocated :class:`KVCache` per layer.
+
+        With a sliding window the caches are rolling ring buffers of ``window`` entries (``capacity``
+        is then ignored): decoding runs for any length in constant memory.
+        """
+        cfg = self.config
+        device = self.tok_emb.weight.device
+        dtype = dtype or self.tok_emb.weight.dtype
+        if cfg.window is not None:  # rolling: only the last `window` keys are ever attended
+            return [KVCache(batch_size, cfg.kv_heads, cfg.head_dim, cfg.window, dtype, device, rolling=True) for _ in self.blocks]
+        capacity = capacity or cfg.block_size
+        return [KVCache(batch_size, cfg.kv_heads, cfg.head_dim, capacity, dtype, device) for _ in self.blocks]
+
+    def forward(
+        self,
+        idx: Tensor,
+        targets: Tensor | None = None,
+        *,
+        pos: Tensor | None = None,
+        cache: list[KVCache] | None = None,
+        **attn_kwargs: Any,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Run the model.
+
+        Args:
+            idx: token ids ``[B, T]`` (int64).
+            targets: next-token ids ``[B, T]`` (``-1`` ignored) to also return the loss.
+            pos: explicit positions ``[T]`` (default: ``arange(T)`` after any cached tokens).
+            cache: per-layer KV caches from :meth:`make_cache` (decoding).
+            attn_kwargs: passed to every attention layer (``attn_mask``, ``backend``).
+
+        Returns:
+            logits ``[B, T, V]``, or ``(logits, loss)`` when ``targets`` is given.
+        """
+        if not isinstance(idx, Tensor) or idx.dim() != 2:
+            raise ValueError(f"idx must be a [B, T] tensor of token ids, got {getattr(idx, 'shape', type(idx).__name__)}")
+        if idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise TypeError(f"idx must hold integer token ids, got dtype {idx.dtype}")
+        B, T = idx.shape
+        if idx.device.type == "cpu" and idx.numel() and (int(idx.max()) >= self.config.vocab_size or int(idx.min()) < 0):
+            # checked on CPU only: on an accelerator this would add a host sync to every forward
+            bad = int(idx.max()) if int(idx.max()) >= self.config.vocab_size else int(idx.min())
+            raise ValueError(f"token id {bad} is outside the vocabulary: ids must lie in [0, {self.config.vocab_size})")
+        if cache is not None and len(cache) != len(self.blocks):
+            raise ValueError(f"cache has {len(cache)} layers, the model has {len(self.blocks)}")
+        if pos is None:
+            start = cache[0].length if cache else 0
+            pos = torch.arange(start, start + T, device=idx.device)
+        x = self.tok_emb(idx)  # [B, T, d]
+        if self.config.embed_norm:
+            x = self.embed_norm(x)  # [B, T, d]
+        x = self.drop(self.position.embed(x, pos))  # [B, T, d]
+        for i, block in enumerate(self.blocks):
+            x = block(x, pos, self.position, cache[i] if cache is not None else None, **attn_kwargs)
+        logits = self.lm_head(self.norm_f(x))  # [B, T, V]
+        if targets is None:
+            return logits
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
+        return logits, loss

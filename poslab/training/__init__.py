@@ -1,0 +1,1 @@
+"""Training: the loop, optimiser, data preparation, checkpoint format, run lock, progress, presets, DDP/FSDP."""

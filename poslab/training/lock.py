@@ -1,0 +1,210 @@
+"""Run-folder lock: one ``poslab train`` process per run folder at a time.
+
+The lock of run folder ``OUT_DIR/NAME`` is the file ``OUT_DIR/.NAME.lock``, next to the folder
+rather than inside it (so it survives ``--overwrite`` moving the old folder away and never makes a
+fresh run folder look non-empty). It is held with ``fcntl.flock``: the kernel drops the lock when
+the holding process ends, however it ends (SIGKILL and power loss included), so a crash never
+leaves a stale lock behind. The file records the holder's pid and host for the refusal message and
+is removed on release.
+
+While the lock is held no other poslab process writes the folder, so any temporary file left in it
+(``.NAME.tmpPID`` from an atomic write cut short by a kill, ``.tmpXXXXXX`` from safetensors' own) is
+stale: :func:`remove_stale_temp_files` deletes them on start.
+
+Under ``torchrun`` only rank 0 writes the run folder, so only rank 0 takes the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import socket
+from pathlib import Path
+from types import TracebackType
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no flock, no lock
+    fcntl = None  # type: ignore[assignment]
+
+#: temporary names: ``poslab.training.checkpoint``'s atomic writes (``.NAME.tmpPID``) and safetensors' own
+#: (``.tmpXXXXXX``, written next to the target and renamed)
+_TEMP_RE = re.compile(r"^\.(.+\.tmp\d+|tmp[A-Za-z0-9_]{6,})$")
+
+
+class RunLockedError(FileExistsError):
+    """Another live process is training the same run folder."""
+
+
+def lock_path(run_dir: str | Path) -> Path:
+    """``OUT_DIR/.NAME.lock`` for the run folder ``OUT_DIR/NAME``."""
+    run_dir = Path(run_dir)
+    return run_dir.parent / f".{run_dir.name}.lock"
+
+
+class RunLock:
+    """An exclusive, non-blocking ``flock`` on a run folder's lock file.
+
+    Use as ``with RunLock(run_dir): ...`` or ``lock = RunLock(run_dir).acquire()`` ...
+    ``lock.release()``. Acquiring raises :class:`RunLockedError` naming the holder when another
+    live process holds it; a lock file left by a dead process is simply taken over.
+
+    Args:
+        run_dir: the run folder (it need not exist yet; its parent is created).
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = lock_path(self.run_dir)
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> RunLock:
+        """Take the lock or raise :class:`RunLockedError` (never waits)."""
+        if self._fd is not None or fcntl is None or os.environ.get("RANK", "0") != "0":
+            return self
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise _unwritable(self.path.parent, err) from None
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as err:
+                raise _unwritable(self.path.parent, err) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise RunLockedError(
+                    f"run folder {str(self.run_dir)!r} is in use by another poslab process ({holder}); "
+                    f"wait for it to finish or stop it (its lock {str(self.path)!r} is released when it exits)"
+                ) from None
+            # the previous holder may have removed the file between our open and flock: only the
+            # file that is at the path now counts
+            try:
+                current = os.stat(self.path)
+                opened = os.fstat(fd)
+                same = (current.st_dev, current.st_ino) == (opened.st_dev, opened.st_ino)
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        with contextlib.suppress(OSError):  # informative only: a full disk must not stop the lock
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Remove the lock file and drop the lock (idempotent)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)  # waiters that opened the old file see the inode change and retry
+        os.close(self._fd)  # drops the flock
+        self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> str:
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        text = os.pread(fd, 200, 0).decode("utf-8").strip()
+        if text:
+            return text
+    return "pid unknown"
+
+
+def _unwritable(folder: Path, err: OSError) -> OSError:
+    """A one-line error for a folder where the lock file cannot be created."""
+    reason = os.strerror(err.errno) if err.errno else str(err)
+    return _error(err.errno, f"cannot create the run lock in {str(folder)!r}: {reason}; is the folder writable?")
+
+
+def _error(code: int | None, message: str) -> OSError:
+    """``PermissionError`` (read-only) or ``OSError`` whose ``str`` is just ``message``, ``errno`` kept."""
+    kind = PermissionError if code in (errno.EACCES, errno.EPERM, errno.EROFS) else OSError
+    error = kind(message)
+    error.errno = code
+    return error
+
+
+def remove_stale_temp_files(run_dir: str | Path) -> list[Path]:
+    """Delete temporary files left in ``run_dir`` and ``run_dir/checkpoints`` by a killed writer.
+
+    Call only while holding the run's :class:`RunLock` (then no live writer owns them).
+
+    Returns:
+        The removed paths.
+    """
+    removed = []
+    run_dir = Path(run_dir)
+    for folder in (run_dir, run_dir / "checkpoints"):
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            if _TEMP_RE.match(path.name) and path.is_file():
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    removed.append(path)
+    return removed
+
+
+#: what a fresh ``train`` writes before ``config.json`` (``metrics.jsonl`` still empty then)
+_BEFORE_CONFIG = ("tokenizer.json", "metrics.jsonl")
+
+
+def interrupted_start(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds only what a fresh run writes before its ``config.json``.
+
+    Such a folder is left by a ``train`` killed in its first moments: it holds nothing of value
+    (``tokenizer.json``, an empty ``metrics.jsonl``, temporary files) and can be started afresh.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or (run_dir / "config.json").exists():
+        return False
+    for path in run_dir.iterdir():
+        if not path.is_file():
+            return False
+        if path.name == "metrics.jsonl" and path.stat().st_size > 0:
+            return False
+        if path.name not in _BEFORE_CONFIG and not _TEMP_RE.match(path.name):
+            return False
+    return True
+
+
+def ensure_writable(folder: str | Path) -> None:
+    """Fail now, not at the first checkpoint an hour later, if ``folder`` cannot take new files.
+
+    Creates and removes a probe file ``.write-probe.tmpPID``.
+
+    Raises:
+        PermissionError: the folder is read-only (permissions or a read-only file system).
+        OSError: another write error (e.g. ``ENOSPC``), with the folder named.
+    """
+    folder = Path(folder)
+    probe = folder / f".write-probe.tmp{os.getpid()}"
+    try:
+        with open(probe, "wb") as handle:
+            handle.write(b"probe")
+    except OSError as err:
+        reason = os.strerror(err.errno) if err.errno else str(err)
+        raise _error(err.errno, f"run folder {str(folder)!r} is not writable: {reason}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
+__all__ = ["RunLock", "RunLockedError", "ensure_writable", "interrupted_start", "lock_path", "remove_stale_temp_files"]
