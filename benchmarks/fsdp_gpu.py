@@ -43,7 +43,8 @@ def worker(spec_path: str) -> int:
     """Under torchrun: one training run, then this rank's peak memory (and rank 0: the GPU matmul peak)."""
     import torch
 
-    from poslab.training.loop import TrainConfig, train
+    from poslab.session import train
+    from poslab.training.config import TrainConfig
 
     spec = json.loads(Path(spec_path).read_text())
     if torch.cuda.is_available():

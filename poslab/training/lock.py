@@ -127,6 +127,23 @@ class RunLock:
         self.release()
 
 
+def is_locked(run_dir: str | Path) -> bool:
+    """Whether a live process holds the lock of ``run_dir`` now (probed without taking it over)."""
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(lock_path(run_dir), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False  # no lock file (or not a usable one): nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops our shared probe lock
+    return False
+
+
 def _read_holder(fd: int) -> str:
     with contextlib.suppress(OSError, UnicodeDecodeError):
         text = os.pread(fd, 200, 0).decode("utf-8").strip()
@@ -225,4 +242,5 @@ def ensure_writable(folder: str | Path) -> None:
             probe.unlink()
 
 
-__all__ = ["RunLock", "RunLockedError", "ensure_writable", "interrupted_start", "lock_path", "remove_stale_temp_files"]
+__all__ = ["RunLock", "RunLockedError", "ensure_writable", "interrupted_start", "is_locked", "lock_path",
+           "remove_stale_temp_files"]
