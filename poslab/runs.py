@@ -163,10 +163,11 @@ class RunFolder:
         path = self.file(TOKENIZER)
         if not path.is_file():
             raise RunFileError(f"{str(path)!r} does not exist; the run's token ids cannot be decoded without it")
-        if recorded is not None and sha256_file(path) != recorded:
-            raise RunFileError(f"{str(path)!r} was changed after training: its sha256 {sha256_file(path)[:16]}… "
-                               f"differs from the {recorded[:16]}… recorded in {CONFIG}")
-        data = self._object(TOKENIZER)
+        data = self._object(TOKENIZER)  # not JSON at all: said first
+        digest = sha256_file(path)
+        if recorded is not None and digest != recorded:
+            raise RunFileError(f"{str(path)!r} was changed after training: its sha256 {digest[:16]}… "
+                               f"differs from the {str(recorded)[:16]}… recorded in {CONFIG}")
         try:
             return tokenizer_from_dict(data)
         except KeyError as err:
