@@ -33,7 +33,7 @@ from poslab.fileio import atomic_write, atomic_write_json, atomic_write_text, sh
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
-_STEP_RE = re.compile(r"^step_(\d{7,})$")
+_STEP_RE = re.compile(r"^step_([0-9]{7,})$")  # ASCII digits only: int() would read other scripts' digits
 
 
 class CheckpointError(ValueError):
@@ -218,10 +218,15 @@ def load_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[dict[
         meta = json.loads(json_path.read_text(encoding="utf-8"))
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError: truncated or altered
         raise CheckpointError(f"checkpoint {json_path} is corrupt: not readable JSON ({err})") from None
+    except OSError as err:  # a folder in its place, unreadable permissions, an I/O error
+        raise CheckpointError(f"checkpoint {json_path} cannot be read: {err.strerror or err}") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"checkpoint {json_path} is corrupt: it holds a {type(meta).__name__}, not a JSON object")
     tensor_path = folder / f"{name}.safetensors"
-    digest = sha256_file(tensor_path)
+    try:
+        digest = sha256_file(tensor_path)
+    except OSError as err:
+        raise CheckpointError(f"checkpoint {tensor_path} cannot be read: {err.strerror or err}") from None
     if digest != meta.get("sha256"):
         raise CheckpointError(
             f"checkpoint {tensor_path} is corrupt: sha256 {digest[:16]}… differs from the recorded {str(meta.get('sha256'))[:16]}…"
