@@ -59,6 +59,14 @@ def run(trained, tmp_path) -> Path:
     return copy
 
 
+def record(request, **figures) -> None:
+    """Add this case's figures to the reliability table (test-artifacts/reliability.json)."""
+    from test_reliability_artifacts import mode
+    from test_reliability_artifacts import record as write
+
+    write("run_folder", mode(request), {"cases": 1, **figures})
+
+
 def error_line(capsys) -> str:
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("poslab: error:")]
     assert len(err) == 1, err
@@ -70,7 +78,7 @@ def resume(run: Path, *extra: str) -> int:
 
 
 # ------------------------------------------------------------------------------------ 1. symlinked writers
-def test_a_symlinked_name_shares_the_lock_of_its_folder(run, capsys):
+def test_a_symlinked_name_shares_the_lock_of_its_folder(run, capsys, request):
     alias = run.parent / "B"
     os.symlink(run.name, alias)
     assert lock_path(alias) == lock_path(run)
@@ -79,10 +87,11 @@ def test_a_symlinked_name_shares_the_lock_of_its_folder(run, capsys):
         assert resume(alias, "--max_steps", "6") == 2
         assert "is in use by another poslab process" in error_line(capsys)
     assert read_metrics(run) == before  # B never rewrote A's metrics
+    record(request, symlinked_writers_refused=1)
 
 
 @pytest.mark.parametrize("kind", ["symlink", "dangling", "directory"])
-def test_a_planted_lock_path_is_refused_not_followed(run, tmp_path, kind, capsys):
+def test_a_planted_lock_path_is_refused_not_followed(run, tmp_path, kind, capsys, request):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     planted = lock_path(run)
@@ -96,11 +105,13 @@ def test_a_planted_lock_path_is_refused_not_followed(run, tmp_path, kind, capsys
                                        "directory": "is a directory, not a lock file"}[kind]):
         RunLock(run).acquire()
     assert resume(run) != 0 and str(planted) in error_line(capsys)
-    assert victim.read_text() == "precious\n"  # never truncated through the link
+    changed = victim.read_text() != "precious\n"
+    record(request, planted_lock_paths_refused=1, victim_files_changed=int(changed))
+    assert not changed  # never truncated through the link
 
 
 # ------------------------------------------------------------------------------------ 2. tokenizer digest
-def test_a_changed_tokenizer_is_refused_by_sample_and_resume(run, capsys):
+def test_a_changed_tokenizer_is_refused_by_sample_and_resume(run, capsys, request):
     path = run / "tokenizer.json"
     data = json.loads(path.read_text(encoding="utf-8"))
     chars = list(data["chars"])
@@ -111,6 +122,7 @@ def test_a_changed_tokenizer_is_refused_by_sample_and_resume(run, capsys):
     assert "tokenizer.json' was changed after training" in error_line(capsys)
     assert resume(run, "--max_steps", "6") == 2
     assert "tokenizer.json' was changed after training" in error_line(capsys)
+    record(request, changed_tokenizers_refused=1)
 
 
 # ------------------------------------------------------------------------------------ 3. forged, consistent
@@ -124,13 +136,14 @@ def rewrite_config(run: Path, edit) -> None:
     (lambda doc: {k: v for k, v in doc.items() if k != "train"}, "config.json' lacks the 'train' section"),
     (lambda doc: {**doc, "model": {**doc["model"], "n_head": "two"}}, "config.json': the model section does not build"),
 ])
-def test_a_forged_config_is_one_line(run, edit, message, capsys):
+def test_a_forged_config_is_one_line(run, edit, message, capsys, request):
     rewrite_config(run, edit)
     assert main(["sample", str(run), "--tokens", "2"]) == 2
     assert message in error_line(capsys)
+    record(request, forged_files_one_line=1)
 
 
-def test_a_tokenizer_without_chars_is_one_line(run, capsys):
+def test_a_tokenizer_without_chars_is_one_line(run, capsys, request):
     data = json.loads((run / "tokenizer.json").read_text(encoding="utf-8"))
     del data["chars"]
     (run / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
@@ -138,6 +151,7 @@ def test_a_tokenizer_without_chars_is_one_line(run, capsys):
     rewrite_config(run, lambda doc: {**doc, "data": {**doc["data"], "tokenizer_sha256": digest}})  # consistent
     assert main(["sample", str(run), "--tokens", "2"]) == 2
     assert "tokenizer.json' is not a usable 'char' tokenizer: it lacks 'chars'" in error_line(capsys)
+    record(request, forged_files_one_line=1)
 
 
 def reforge(run: Path, tensors_edit=None, meta_edit=None) -> None:
@@ -153,7 +167,7 @@ def reforge(run: Path, tensors_edit=None, meta_edit=None) -> None:
 
 
 @pytest.mark.parametrize("strip", ["rng.data", "rng.torch", "exp_avg", "optimizer"])
-def test_a_model_only_checkpoint_samples_but_does_not_resume(run, strip, capsys):
+def test_a_model_only_checkpoint_samples_but_does_not_resume(run, strip, capsys, request):
     if strip == "optimizer":
         reforge(run, meta_edit=lambda meta: {k: v for k, v in meta.items() if k != "optimizer"})
     else:
@@ -163,9 +177,10 @@ def test_a_model_only_checkpoint_samples_but_does_not_resume(run, strip, capsys)
     assert resume(run, "--max_steps", "6") == 2
     line = error_line(capsys)
     assert "holds the model only" in line and "cannot resume the optimizer" in line and "--init_from" in line
+    record(request, model_only_sampled=1, model_only_resume_refused=1)
 
 
-def test_non_finite_weights_are_refused_by_sample(run, capsys):
+def test_non_finite_weights_are_refused_by_sample(run, capsys, request):
     def poison(tensors):
         tensors["model.tok_emb.weight"][0, 0] = float("nan")
         return tensors
@@ -173,10 +188,11 @@ def test_non_finite_weights_are_refused_by_sample(run, capsys):
     reforge(run, tensors_edit=poison)
     assert main(["sample", str(run), "--tokens", "2"]) == 2
     assert "non-finite weights (NaN/inf) in model.tok_emb.weight" in error_line(capsys)
+    record(request, forged_files_one_line=1)
 
 
 # ------------------------------------------------------------------------------------ 9. resume edge cases
-def test_preset_resume_of_a_run_that_was_never_created_starts_it(tmp_path, corpus, capsys):
+def test_preset_resume_of_a_run_that_was_never_created_starts_it(tmp_path, corpus, capsys, request):
     out = tmp_path / "runs"
     argv = ["train", "--preset", "tiny", "--name", "fresh", "--out_dir", str(out), "--corpus", str(corpus),
             "--max_steps", "2", "--eval_interval", "2", *SMALL, "--resume"]
@@ -185,10 +201,11 @@ def test_preset_resume_of_a_run_that_was_never_created_starts_it(tmp_path, corpu
     assert RunFolder(out / "fresh").finished(2)
     assert main(argv[:-1] + ["--max_steps", "3", "--resume"]) == 0  # and a real resume still resumes
     assert RunFolder(out / "fresh").results()["resumed_from"] == 2
+    record(request, resume_edge_cases_ok=1)
 
 
 @pytest.mark.parametrize("new_run_started", [False, True])
-def test_an_overwrite_killed_early_is_cleaned_up(run, corpus, new_run_started, capsys):
+def test_an_overwrite_killed_early_is_cleaned_up(run, corpus, new_run_started, capsys, request):
     hidden = run.with_name(f".{run.name}.replaced-999999")
     shutil.copytree(run, hidden)
     if not new_run_started:  # killed right after moving the old run away: the folder is empty
@@ -205,10 +222,11 @@ def test_an_overwrite_killed_early_is_cleaned_up(run, corpus, new_run_started, c
     else:  # the old run was given back, then replaced by the --overwrite that runs now
         assert results["resumed_from"] is None and results["steps"] == 5
         assert not list(run.parent.glob(".A.replaced-*"))
+    record(request, resume_edge_cases_ok=1)
 
 
 @pytest.mark.parametrize("damage", ["folder", "no-best"])
-def test_an_unreadable_checkpoint_json_falls_back_to_the_previous_one(tmp_path, corpus, damage, capsys):
+def test_an_unreadable_checkpoint_json_falls_back_to_the_previous_one(tmp_path, corpus, damage, capsys, request):
     cfg = tiny(tmp_path / "runs", corpus, ckpt_interval=2)
     train(cfg, progress=False)
     newest = cfg.run_dir / "checkpoints" / "step_0000004.json"
@@ -221,9 +239,10 @@ def test_an_unreadable_checkpoint_json_falls_back_to_the_previous_one(tmp_path, 
     results = train(tiny(tmp_path / "runs", corpus, ckpt_interval=2, max_steps=3), resume=True, progress=False)
     assert results["resumed_from"] == 2
     assert "resuming from the previous good checkpoint, step 2" in capsys.readouterr().err
+    record(request, resume_edge_cases_ok=1)
 
 
-def test_a_stray_non_ascii_step_name_is_ignored(run, capsys):
+def test_a_stray_non_ascii_step_name_is_ignored(run, capsys, request):
     folder = run / "checkpoints"
     stray = "step_" + "\u0660" * 6 + "\u0669"  # Arabic-Indic digits: int() reads 9
     for suffix in (".json", ".safetensors"):
@@ -232,14 +251,16 @@ def test_a_stray_non_ascii_step_name_is_ignored(run, capsys):
     assert ckpt.list_checkpoints(run) == [4]
     assert main(["sample", str(run), "--tokens", "2", "--seed", "1"]) == 0
     assert resume(run, "--max_steps", "5") == 0
+    record(request, resume_edge_cases_ok=1)
 
 
-def test_resume_without_any_checkpoint_says_it_starts_from_zero(run, capsys):
+def test_resume_without_any_checkpoint_says_it_starts_from_zero(run, capsys, request):
     shutil.rmtree(run / "checkpoints")
     (run / "results.json").unlink()
     assert resume(run, "--max_steps", "2") == 0
     assert "has no checkpoint yet: --resume starts it from step 0" in capsys.readouterr().err
     assert RunFolder(run).results()["resumed_from"] == 0 and RunFolder(run).finished(2)
+    record(request, resume_edge_cases_ok=1)
 
 
 def test_resume_matches_the_uninterrupted_run_through_run_folder(tmp_path, corpus):
