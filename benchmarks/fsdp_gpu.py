@@ -1,6 +1,6 @@
 """DDP vs FSDP2 on GPUs (nccl): equivalence, tokens/s and peak memory per GPU, MFU.
 
-The script launches ``poslab.training.loop.train`` under ``torchrun --standalone`` itself (one process per
+The script launches ``poslab.session.train`` under ``torchrun --standalone`` itself (one process per
 GPU; ``poslab.training.distributed`` picks ``nccl`` and ``cuda:LOCAL_RANK``), in three parts:
 
 1. **Equivalence** (fp32, TF32 off, the tiny model, 20 steps): 1 GPU x batch N*b vs N GPUs x batch b

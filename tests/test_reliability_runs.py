@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_runs import corpus_file
+from test_runs import tiny as tiny_run_config
 
 from poslab.cli.app import main
-from poslab.data import load_corpus
 from poslab.runs import RunFolder, read_metrics
 from poslab.session import train
 from poslab.training import checkpoint as ckpt
@@ -29,18 +30,12 @@ SMALL = ["--model.n_layer", "1", "--model.n_embd", "16", "--model.block_size", "
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "tang.txt"
-    path.write_text(load_corpus("tang5")[:30_000], encoding="utf-8")
-    return path
+    return corpus_file(tmp_path_factory)
 
 
 def tiny(out: Path, corpus: Path, **overrides) -> TrainConfig:
-    values = dict(name="A", out_dir=str(out), corpus=str(corpus),
-                  model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16), max_steps=4, batch_size=2,
-                  warmup_steps=1, eval_interval=2, eval_iters=1, log_interval=1, ckpt_interval=0, keep_checkpoints=0,
-                  seed=5, threads=1)
-    values.update(overrides)
-    return TrainConfig.from_dict(values)
+    """:func:`test_runs.tiny` named ``A``, with one checkpoint at the end."""
+    return tiny_run_config(out, corpus, **{"name": "A", "ckpt_interval": 0, "seed": 5, **overrides})
 
 
 @pytest.fixture(scope="module")

@@ -89,11 +89,16 @@ def test_readers_do_not_import_the_training_loop(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ a real run
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus_file(tmp_path_factory) -> Path:
+    """30k characters of the Tang corpus in a file (the tiny runs' corpus)."""
     path = tmp_path_factory.mktemp("corpus") / "tang.txt"
     path.write_text(load_corpus("tang5")[:30_000], encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return corpus_file(tmp_path_factory)
 
 
 def tiny(out: Path, corpus: Path, **overrides) -> TrainConfig:

@@ -479,7 +479,7 @@ def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = 
     """Analyze a trained run's heads on its validation split; write ``out/results.json`` and ``out/heads.png``.
 
     Args:
-        run_dir: a run folder written by :func:`poslab.training.loop.train`.
+        run_dir: a run folder written by :func:`poslab.session.train`.
         out: output folder.
         quick: fewer evaluation batches.
         text: evaluate on this corpus name or file instead (its last 10%).
