@@ -40,6 +40,10 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
              ("cases", "accepted", "rejected_one_line", "tracebacks", "models_run", "subprocess_cases")),
     "disk": ("disk full / read-only run folder", ("cases", "clear_error", "half_written_files", "resumed_equal")),
     "lock": ("two processes on one run folder", ("cases", "second_refused", "interleaved_writes")),
+    "run_folder": ("symlinked writers, changed tokenizers, forged-consistent files, resume edge cases",
+                   ("cases", "symlinked_writers_refused", "planted_lock_paths_refused", "changed_tokenizers_refused",
+                    "forged_files_one_line", "model_only_sampled", "model_only_resume_refused", "resume_edge_cases_ok",
+                    "victim_files_changed")),
 }
 
 

@@ -450,7 +450,6 @@ def results_table(cells: list[dict[str, Any]]) -> tuple[list[str], list[list[str
 
 
 # ------------------------------------------------------------------------------------ runs + CLI
-SPLITS = ("val", "train")
 #: allocations from this size up are served by mmap and go back to the OS when freed (glibc)
 MMAP_THRESHOLD = 1 << 20
 
@@ -477,34 +476,6 @@ def return_freed_memory_to_os(threshold: int = MMAP_THRESHOLD) -> bool:
         return False
 
 
-def split_tokens(config: dict[str, Any], tokenizer: Any, split: str = "val") -> Tensor:
-    """Token ids of a run's evaluation text.
-
-    Args:
-        config: the run's ``config.json`` (``{"model", "train", "data"}``).
-        tokenizer: the run's tokenizer.
-        split: ``"val"`` / ``"train"`` (the run's own split of its corpus), or any other shipped
-            corpus name or UTF-8 file path (encoded with the run's tokenizer).
-
-    Raises:
-        ValueError: the run's corpus changed since training (checksum), an unknown corpus or file,
-            or characters the tokenizer does not know.
-    """
-    import hashlib
-
-    from poslab.data import encode_corpus, load_text, split_text
-
-    if split not in SPLITS:
-        return encode_corpus(tokenizer, load_text(split))
-    train = config["train"]
-    text = load_text(train["corpus"])
-    recorded = config.get("data", {}).get("corpus_sha256")
-    if recorded is not None and hashlib.sha256(text.encode("utf-8")).hexdigest() != recorded:
-        raise ValueError(f"corpus {train['corpus']!r} changed since the run was trained (sha256 differs); its {split} split is gone")
-    train_text, val_text = split_text(text, train["val_fraction"])
-    return encode_corpus(tokenizer, val_text if split == "val" else train_text)
-
-
 def eval_run(
     run_dir: str | Path,
     lengths: Sequence[int],
@@ -521,23 +492,22 @@ def eval_run(
     Returns:
         JSON-ready results: run, step, split, scheme, train length, scaling, and one cell per length.
     """
-    from poslab.training.checkpoint import latest_step
-    from poslab.training.loop import load_run
+    from poslab.runs import RunFolder
 
     lengths = parse_lengths(list(lengths))
-    model, tokenizer, run_config = load_run(run_dir, step=step)
-    model.eval()
+    run = RunFolder(run_dir)
+    model, tokenizer, _ = run.load(step=step)
     train_length = model.config.block_size
     override = None
     if rope_scaling is not None or logn_scaling:
         override = apply_rope_scaling(model, rope_scaling, True if logn_scaling else None)
-    tokens = split_tokens(run_config, tokenizer, split)
+    tokens = run.split_tokens(split, tokenizer)
     n_targets = check_eval_inputs(tokens, lengths, n_targets, stride)
     start = time.perf_counter()
     cells = evaluate(model, tokens, lengths, stride=stride, n_targets=n_targets, batch_tokens=batch_tokens)
     return {
         "run": str(run_dir),
-        "step": step if step is not None else latest_step(run_dir),
+        "step": step if step is not None else run.latest_step(),
         "split": split,
         "scheme": model.config.position,
         "train_length": train_length,
@@ -570,7 +540,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _cli(args: argparse.Namespace) -> int:
     from poslab.display import print_table
-    from poslab.training.checkpoint import atomic_write_json
+    from poslab.fileio import atomic_write_json
 
     lengths = parse_lengths(args.lengths)
     return_freed_memory_to_os()
@@ -599,7 +569,6 @@ __all__ = [
     "parse_lengths",
     "parse_rope_scaling",
     "score_windows",
-    "split_tokens",
     "sliding_windows",
     "token_losses",
 ]

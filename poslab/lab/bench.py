@@ -551,7 +551,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def rerender(path: Path, out: Path) -> int:
     """Rebuild the report, targets and plot of a finished run from its ``results.json`` (no measuring)."""
-    from poslab.training.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
+    from poslab.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text
 
     if not path.is_file():
         raise FileNotFoundError(f"--from-results: no such file {str(path)!r}")
@@ -572,7 +572,7 @@ def rerender(path: Path, out: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poslab.training.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
+    from poslab.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text
 
     if args.from_results is not None:
         return rerender(args.from_results, args.out)

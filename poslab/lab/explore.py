@@ -90,9 +90,9 @@ class ModelStore:
 
     def _load(self, entry: Entry) -> tuple[GPT, Any]:
         if entry.kind == "run":
-            from poslab.training.loop import load_run
+            from poslab.runs import RunFolder
 
-            model, tokenizer, _ = load_run(entry.source)
+            model, tokenizer, _ = RunFolder(entry.source).load()
             return model.eval(), tokenizer
         if self._scheme_tokenizer is None:
             from poslab.data import CharTokenizer, load_corpus
@@ -108,9 +108,11 @@ class ModelStore:
         for entry in self.entries.values():
             item: dict[str, Any] = {"id": entry.id, "label": entry.label, "kind": entry.kind}
             if entry.kind == "run":
+                from poslab.runs import RunFolder
+
                 try:
-                    config = json.loads((Path(entry.source) / "config.json").read_text(encoding="utf-8"))["model"]
-                except (OSError, ValueError, KeyError):
+                    config = RunFolder(entry.source).config()["model"]
+                except (OSError, ValueError):
                     config = {}
                 item.update(position=config.get("position"), n_layer=config.get("n_layer"), n_head=config.get("n_head"),
                             block_size=config.get("block_size"))

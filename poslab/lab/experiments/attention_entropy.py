@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling, split_tokens
+from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.extrapolation import (
     FACTORS,
@@ -43,6 +43,7 @@ from poslab.lab.experiments.extrapolation import (
 )
 from poslab.nn.attention import attend
 from poslab.nn.model import GPT
+from poslab.runs import RunFolder
 
 NAME = "attention-entropy"
 DESCRIPTION = "attention entropy vs query position and length, per scheme, with/without YaRN temperature and log-n (seed 000 §3.5)"
@@ -284,7 +285,7 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
             model, tokenizer, config = load_model(run_dir)
             if scaling is not None or logn:
                 apply_rope_scaling(model, scaling, True if logn else None, original_max_len=lab.train_length)
-            tokens = split_tokens(config, tokenizer, "val")
+            tokens = RunFolder(run_dir).split_tokens("val", tokenizer)
             entry: dict[str, Any] = {"scheme": scheme, "rope_scaling": scaling, "logn_scaling": logn, "entropy": {}}
             for factor in FACTORS:
                 length = factor * lab.train_length
