@@ -106,6 +106,7 @@ def _config_values(name: str, config: Any, overrides: dict[str, Any]) -> dict[st
     values.update(overrides)
     reject_unknown_keys(values, [f.name for f in dataclasses.fields(config_class)], "config key",
                         where=f" for position scheme {name!r}")
+    cls.check_config_keys(values)
     return values
 
 
@@ -170,8 +171,8 @@ def build_for_model(name: str, config: Any, context: dict[str, Any]) -> Position
     """Build a scheme for a model, filling config fields the scheme has from ``context``.
 
     ``context`` holds the model's dimensions (``n_embd``, ``n_heads``, ``head_dim``, ``max_len``,
-    ``bidirectional``). A field the user set explicitly wins for ``max_len``/``bidirectional``;
-    dimension fields must agree with the model.
+    ``original_max_len``, ``bidirectional``). A field the user set explicitly wins for ``max_len``,
+    ``original_max_len`` and ``bidirectional``; dimension fields must agree with the model.
     """
     cls = get(name)
     # validate the keys only: values such as longrope factors are checked once the model's dims are in
@@ -185,7 +186,7 @@ def build_for_model(name: str, config: Any, context: dict[str, Any]) -> Position
             raise ValueError(
                 f"position_config {key}={given[key]!r} disagrees with the model's {key}={value!r}"
             )
-        if key not in given:
+        if given.get(key) is None:  # missing or None ("follow the model", e.g. T5's bidirectional)
             values[key] = value
     return cls(_checked(name, cls.config_class(**values)))
 
