@@ -86,7 +86,10 @@ def make_config(name: str, config: Any = None, /, **overrides: Any) -> Any:
 
     Unknown keys raise ``ValueError`` naming the key and listing the allowed ones.
     """
-    return _checked(name, get(name).config_class(**_config_values(name, config, overrides)))
+    values = _config_values(name, config, overrides)
+    built = _checked(name, get(name).config_class(**values))
+    get(name).check_config_keys(values)  # after the config's own checks, whose messages are more specific
+    return built
 
 
 def _config_values(name: str, config: Any, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -106,7 +109,6 @@ def _config_values(name: str, config: Any, overrides: dict[str, Any]) -> dict[st
     values.update(overrides)
     reject_unknown_keys(values, [f.name for f in dataclasses.fields(config_class)], "config key",
                         where=f" for position scheme {name!r}")
-    cls.check_config_keys(values)
     return values
 
 
@@ -188,7 +190,9 @@ def build_for_model(name: str, config: Any, context: dict[str, Any]) -> Position
             )
         if given.get(key) is None:  # missing or None ("follow the model", e.g. T5's bidirectional)
             values[key] = value
-    return cls(_checked(name, cls.config_class(**values)))
+    built = _checked(name, cls.config_class(**values))
+    cls.check_config_keys(given)
+    return cls(built)
 
 
 __all__ = ["PositionScheme", "build", "build_for_model", "get", "make_config", "names", "register"]

@@ -97,7 +97,6 @@ class RopeConfig:
         check_positive("base", self.base)
         check_choice("layout", self.layout, LAYOUTS)
         check_choice("scaling", self.scaling, SCALINGS)
-        check_scaling_keys(self)
         check_positive("factor", self.factor)
         check_positive("original_max_len", self.original_max_len)
         rot = self.dim
@@ -121,6 +120,7 @@ class RopeConfig:
                     raise ValueError(f"longrope {label} values must be > 0, got {values}")
         if self.attention_factor is not None:
             check_positive("attention_factor", self.attention_factor)
+        check_scaling_keys(self)  # last: the value checks above name the more specific problem
 
     @property
     def dim(self) -> int:
