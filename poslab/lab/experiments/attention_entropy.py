@@ -41,6 +41,7 @@ from poslab.lab.experiments.extrapolation import (
     shared_model,
     size_of,
 )
+from poslab.nn import positions
 from poslab.nn.attention import attend
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder
@@ -230,9 +231,10 @@ def entropy_claims(results: dict[str, dict[str, Any]], factor: int = 4) -> list[
 
 # ------------------------------------------------------------------------------------ run
 def variants_of(scheme: str) -> list[tuple[str, dict[str, Any] | None, bool]]:
-    """``(label, scaling overrides, log-n)`` to measure for a scheme (RoPE family: + YaRN and log-n)."""
+    """``(label, scaling overrides, log-n)`` to measure for a scheme (+ YaRN and log-n for every scheme
+    that takes a context-extension scaling, i.e. implements ``rescaled_config``: the RoPE family)."""
     out = [(scheme, None, False)]
-    if scheme in ("rope", "xpos"):
+    if positions.get(scheme).rescalable():
         out += [(f"{scheme} + {suffix}", scaling, logn) for suffix, (scaling, logn) in ROPE_VARIANTS.items()]
     return out
 
