@@ -452,7 +452,9 @@ class RunFolder:
             One line per copy handled (printed by the caller).
         """
         notes = []
-        for hidden in sorted(self.path.parent.glob(f".{self.path.name}.replaced-*")):
+        prefix = f".{self.path.name}.replaced-"
+        siblings = sorted(self.path.parent.iterdir()) if self.path.parent.is_dir() else []
+        for hidden in (p for p in siblings if p.name.startswith(prefix)):
             pid = hidden.name.rsplit("-", 1)[-1]
             if not hidden.is_dir() or (pid.isdecimal() and int(pid) == os.getpid()):
                 continue
@@ -478,6 +480,9 @@ class RunFolder:
             raise ValueError("choose one of resume and overwrite, not both")
         if self.path.exists() and not self.path.is_dir():
             raise FileExistsError(f"{str(self.path)!r} exists and is not a folder")
+        if overwrite and self.path.is_symlink():  # replacing the link would leave its lock on the old target
+            raise FileExistsError(f"refusing to overwrite {str(self.path)!r}: it is a symbolic link to "
+                                  f"{os.readlink(self.path)!r}; overwrite that folder by its own name")
         for note in self.restore_displaced():
             print(note, file=sys.stderr)
         if interrupted_start(self.path):  # a start killed before its config.json (nothing to keep): start again
