@@ -132,9 +132,10 @@ class RunFolder:
 
         return self._built(build, "train")
 
-    def resume_identity(self) -> dict[str, Any]:
-        """The part of the config a resume must match (:func:`poslab.training.config.resume_identity`)."""
-        return self._built(resume_identity, "model/train")
+    def resume_identity(self, model: GPTConfig | None = None) -> dict[str, Any]:
+        """The part of the config a resume must match (:func:`poslab.training.config.resume_identity`);
+        ``model``: :meth:`model_config` if already built."""
+        return self._built(lambda doc: resume_identity(doc, model), "model/train")
 
     def _built(self, build: Callable[[dict], Any], section: str) -> Any:
         doc = self.config()
@@ -378,7 +379,7 @@ class RunFolder:
                 (the mismatched keys listed, the previous good checkpoint named), or non-finite weights.
         """
         model_cfg = self.model_config()
-        identity = self.resume_identity()
+        identity = self.resume_identity(model_cfg)
         with torch.random.fork_rng(devices=[]):  # building the model must not move the caller's RNG
             model = GPT(model_cfg)
         try:
