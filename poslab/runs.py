@@ -132,9 +132,10 @@ class RunFolder:
 
         return self._built(build, "train")
 
-    def resume_identity(self) -> dict[str, Any]:
-        """The part of the config a resume must match (:func:`poslab.training.config.resume_identity`)."""
-        return self._built(resume_identity, "model/train")
+    def resume_identity(self, model: GPTConfig | None = None) -> dict[str, Any]:
+        """The part of the config a resume must match (:func:`poslab.training.config.resume_identity`);
+        ``model``: :meth:`model_config` if already built."""
+        return self._built(lambda doc: resume_identity(doc, model), "model/train")
 
     def _built(self, build: Callable[[dict], Any], section: str) -> Any:
         doc = self.config()
@@ -378,7 +379,7 @@ class RunFolder:
                 (the mismatched keys listed, the previous good checkpoint named), or non-finite weights.
         """
         model_cfg = self.model_config()
-        identity = self.resume_identity()
+        identity = self.resume_identity(model_cfg)
         with torch.random.fork_rng(devices=[]):  # building the model must not move the caller's RNG
             model = GPT(model_cfg)
         try:
@@ -452,7 +453,9 @@ class RunFolder:
             One line per copy handled (printed by the caller).
         """
         notes = []
-        for hidden in sorted(self.path.parent.glob(f".{self.path.name}.replaced-*")):
+        prefix = f".{self.path.name}.replaced-"
+        siblings = sorted(self.path.parent.iterdir()) if self.path.parent.is_dir() else []
+        for hidden in (p for p in siblings if p.name.startswith(prefix)):
             pid = hidden.name.rsplit("-", 1)[-1]
             if not hidden.is_dir() or (pid.isdecimal() and int(pid) == os.getpid()):
                 continue
@@ -478,6 +481,9 @@ class RunFolder:
             raise ValueError("choose one of resume and overwrite, not both")
         if self.path.exists() and not self.path.is_dir():
             raise FileExistsError(f"{str(self.path)!r} exists and is not a folder")
+        if overwrite and self.path.is_symlink():  # replacing the link would leave its lock on the old target
+            raise FileExistsError(f"refusing to overwrite {str(self.path)!r}: it is a symbolic link to "
+                                  f"{os.readlink(self.path)!r}; overwrite that folder by its own name")
         for note in self.restore_displaced():
             print(note, file=sys.stderr)
         if interrupted_start(self.path):  # a start killed before its config.json (nothing to keep): start again

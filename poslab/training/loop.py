@@ -296,26 +296,44 @@ class _Trainer:
 
     # -------------------------------------------------------------------------------- setup
     def setup(self, resuming: bool, init_from: RunStore | None) -> None:
-        cfg, store, dist = self.cfg, self.store, self.dist
+        """Data, model and optimizer; the saved state restored (``resuming``) or the run's files started."""
+        store, dist = self.store, self.dist
         self.resuming = resuming
         if dist.is_main:  # only rank 0 writes the run folder (and holds its lock)
             store.prepare_for_writing()
         saved_doc = store.read_config() if resuming else None
-        tokenizer = None
-        if not resuming and init_from is not None:
-            tokenizer = init_from.read_tokenizer()  # the same ids as the weights
+        self._prepare_data(init_from)
+        self._build_model(init_from)
         if resuming:
-            tokenizer = store.read_tokenizer()
+            self._restore(saved_doc)
+        elif dist.is_main:
+            store.write_start(self.data.tokenizer)
+        if dist.is_main:
+            store.write_config(self.config_doc)
+        self.start_step = self.state.step
+        self._start_progress()
+
+    def _prepare_data(self, init_from: RunStore | None) -> None:
+        """The corpus encoded (with the resumed run's or ``init_from``'s tokenizer) and the run's config document."""
+        cfg = self.cfg
+        tokenizer = None
+        if self.resuming:
+            tokenizer = self.store.read_tokenizer()
+        elif init_from is not None:
+            tokenizer = init_from.read_tokenizer()  # the same ids as the weights
         self.data: RunData = prepare_data(cfg, tokenizer)
         self.model_cfg = model_config(cfg, self.data.tokenizer.vocab_size)
         train_doc = {k: v for k, v in cfg.to_dict().items() if k != "model"}
         self.config_doc = {"model": self.model_cfg.to_dict(), "train": train_doc, "data": self.data.info}
-        self.config_doc.update(dist.config_section())  # {"distributed": {world_size, ...}} under torchrun
+        self.config_doc.update(self.dist.config_section())  # {"distributed": {world_size, ...}} under torchrun
         self.identity = resume_identity(self.config_doc, self.model_cfg)  # once per run, not per checkpoint
 
+    def _build_model(self, init_from: RunStore | None) -> None:
+        """The seeded model (``init_from``'s weights where given), its DDP/FSDP form, the optimizer, the data RNG."""
+        cfg, dist = self.cfg, self.dist
         torch.manual_seed(cfg.seed)
         self.model = GPT(self.model_cfg)
-        if init_from is not None and (not resuming or store.latest_step() is None):
+        if init_from is not None and (not self.resuming or self.store.latest_step() is None):
             init_from.restore_weights(self.model)  # a resume with a checkpoint overwrites these weights anyway
         limit = self.model.position.max_positions
         if limit is not None and self.model_cfg.block_size > limit:
@@ -329,14 +347,10 @@ class _Trainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.data_rng = torch.Generator().manual_seed(data_seed(cfg.seed))
 
-        if resuming:
-            self._restore(saved_doc)
-        elif dist.is_main:
-            store.write_start(self.data.tokenizer)
-        if dist.is_main:
-            store.write_config(self.config_doc)
-        self.start_step = self.state.step
-        self.peak = dist.run_on_main(store.matmul_peak, f"{cfg.dtype}/{torch.get_num_threads()}",
+    def _start_progress(self) -> None:
+        """The matmul peak (MFU), FLOPs per token and the progress bar, with the opening line and notes."""
+        cfg, dist = self.cfg, self.dist
+        self.peak = dist.run_on_main(self.store.matmul_peak, f"{cfg.dtype}/{torch.get_num_threads()}",
                                      lambda: _measured_peak(cfg.dtype))
         self.flops_per_token = matmul_flops_per_token(self.model, self.model_cfg.block_size)
         self.tokens_per_step = cfg.batch_size * cfg.grad_accum * self.model_cfg.block_size * dist.world_size
