@@ -637,7 +637,7 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(f"attention input must be a floating-point tensor, got {x.dtype}")
         B, T, _ = x.shape
         scheme = position if position is not None else self.position
-        if scheme is not None:
+        if scheme is not None and not torch.compiler.is_compiling():  # checked eagerly, once per scheme and layer kind
             self.fit(scheme)
         if pos is None:
             start = cache.length if cache is not None else 0
