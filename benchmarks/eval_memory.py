@@ -14,12 +14,15 @@ grow it 16x. The verdict per scheme is "linear" when the ratio is below 8 (the g
     .venv/bin/python benchmarks/eval_memory.py                     # every scheme at T = 2048, 8192
     .venv/bin/python benchmarks/eval_memory.py --lengths 1024,4096 --schemes alibi,t5 --unblocked
     .venv/bin/python benchmarks/eval_memory.py --out eval_memory.json
-    .venv/bin/python benchmarks/eval_memory.py --allocator default   # glibc's default (fragmenting) heap
+    .venv/bin/python benchmarks/eval_memory.py --allocator default   # glibc's default heap: the library path
+    .venv/bin/python benchmarks/eval_memory.py --allocator default --train --schemes alibi   # one training step
 
 ``--allocator mmap`` (default) sets glibc's mmap threshold to 1 MiB in the child, exactly as
 ``poslab eval`` does (:func:`poslab.analysis.eval.return_freed_memory_to_os`): every freed bias tile goes back to
-the OS. With ``--allocator default`` the dynamic threshold lets tiles of a few MiB come from the heap,
-whose fragmentation makes the measured peak grow faster than the tensors that are actually alive.
+the OS. ``--allocator default`` keeps glibc's dynamic threshold, as any library user or training script
+has; the blocked path runs its largest blocks first so that the heap does not fragment there either.
+``--train`` measures one training step (forward + backward of the loss on one sequence) instead of
+the evaluation.
 
 Memory, unlike time, hardly depends on other processes, but the machine may be shared: the wall
 times printed alongside are indicative only.
@@ -38,7 +41,7 @@ from pathlib import Path
 SCHEMES = ("learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple", "fire", "xl", "none")
 
 
-def child(scheme: str, length: int, unblocked: bool, allocator: str) -> dict:
+def child(scheme: str, length: int, unblocked: bool, allocator: str, train: bool = False) -> dict:
     """One case, in this (fresh) process: returns baseline and peak RSS in MiB."""
     import torch
 
@@ -58,16 +61,22 @@ def child(scheme: str, length: int, unblocked: bool, allocator: str) -> dict:
     tokens = torch.randint(0, 65, (length + 1,), generator=torch.Generator().manual_seed(0))
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
     start = time.perf_counter()
-    cell = evaluate_length(model, tokens, length, length)
+    if train:
+        model.train()
+        _, loss_tensor = model(tokens[None, :-1], tokens[None, 1:])
+        loss_tensor.backward()
+        loss = float(loss_tensor)
+    else:
+        loss = evaluate_length(model, tokens, length, length)["nonoverlapping"]["loss"]
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"scheme": scheme, "length": length, "unblocked": unblocked, "allocator": allocator, "baseline_mib": baseline, "peak_mib": peak,
-            "eval_peak_mib": peak - baseline, "seconds": seconds, "loss": cell["nonoverlapping"]["loss"],
-            "threads": torch.get_num_threads()}
+    return {"scheme": scheme, "length": length, "unblocked": unblocked, "allocator": allocator, "train": train, "baseline_mib": baseline,
+            "peak_mib": peak, "eval_peak_mib": peak - baseline, "seconds": seconds, "loss": loss, "threads": torch.get_num_threads()}
 
 
-def run_case(scheme: str, length: int, unblocked: bool, allocator: str) -> dict:
-    cmd = [sys.executable, __file__, "--child", scheme, str(length), "--allocator", allocator] + (["--unblocked"] if unblocked else [])
+def run_case(scheme: str, length: int, unblocked: bool, allocator: str, train: bool = False) -> dict:
+    cmd = [sys.executable, __file__, "--child", scheme, str(length), "--allocator", allocator]
+    cmd += (["--unblocked"] if unblocked else []) + (["--train"] if train else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -83,11 +92,12 @@ def main() -> int:
     parser.add_argument("--allocator", choices=("mmap", "default"), default="mmap",
                         help="mmap: large blocks returned to the OS when freed, as `poslab eval` sets it (default); "
                              "default: glibc's dynamic threshold, whose heap fragmentation inflates the peak")
+    parser.add_argument("--train", action="store_true", help="one training step (forward + backward) instead of the evaluation")
     parser.add_argument("--out", type=Path, default=None, help="write the cases and verdicts as JSON")
     parser.add_argument("--child", nargs=2, metavar=("SCHEME", "T"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child[0], int(args.child[1]), args.unblocked, args.allocator)))
+        print(json.dumps(child(args.child[0], int(args.child[1]), args.unblocked, args.allocator, args.train)))
         return 0
 
     lengths = [int(x) for x in args.lengths.split(",")]
@@ -105,7 +115,7 @@ def main() -> int:
     cases = []
     for scheme, unblocked in variants:
         for length in lengths:
-            case = run_case(scheme, length, unblocked, args.allocator)
+            case = run_case(scheme, length, unblocked, args.allocator, args.train)
             cases.append(case)
             label = scheme + (" (unblocked)" if unblocked else "")
             if "error" in case:

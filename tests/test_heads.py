@@ -147,7 +147,9 @@ def test_importance_of_a_dead_head_is_zero_and_gradient_matches_finite_differenc
     assert delta.abs().sum() > 0
     grad = heads.gradient_importance(model, batches)
     assert grad[0, 1] == 0.0
-    eps = 1e-2  # the loss is computed in fp32: a larger step keeps rounding out of the difference
+    # the loss is computed in fp32, whose rounding quantises a loss difference at eps=1e-2 in steps of ~1%
+    # of this gradient; at 1e-1 the central difference's own error (O(eps^2) curvature) stays below 0.1%
+    eps = 1e-1
     for layer, head in [(0, 0), (1, 2)]:
         per_batch = []
         for batch in batches:

@@ -379,6 +379,8 @@ def _blocked_sdpa(
     k_blocks, v_blocks = (k.split(c, dim=2), v.split(c, dim=2)) if track else (None, None)
 
     def block(qb: Tensor, qp: Tensor, kp: Tensor, mask: Tensor | None, *kv: Tensor) -> Tensor:
+        if qb.shape[0] * qb.shape[1] * qb.shape[2] * kp.shape[0] * 4 >= TRIM_TILE_BYTES:
+            trim_heap()  # the previous block's tiles (forward, or backward's recompute) go back to the OS
         n = len(kv) // 2
         kb = kv[0] if n == 1 else torch.cat(kv[:n], dim=2)  # [B, hkv, tk, dk]
         vb = kv[n] if n == 1 else torch.cat(kv[n:], dim=2)  # [B, hkv, tk, dv]
@@ -388,8 +390,9 @@ def _blocked_sdpa(
     # reach, so in increasing order each tile is larger than every freed one and glibc's heap (whose
     # dynamic mmap threshold rises to the largest freed block) keeps growing around the live tensors:
     # +37 / +149 / +572 MiB at T = 2048 / 4096 / 8192 for ALiBi (benchmarks/eval_memory.py,
-    # --allocator default). Largest first, every later tile fits in a freed one: memory stays linear
-    # in T for library users and training without any allocator setting.
+    # --allocator default). Largest first, every later tile fits in a freed one; backward recomputes
+    # checkpointed blocks in the other order, which trim_heap() covers: memory stays linear in T for
+    # library users and training without any allocator setting.
     outs: list[Tensor] = [q] * len(q_blocks)  # placeholders, filled in block order below
     for i in reversed(range(len(q_blocks))):
         qb = q_blocks[i]
@@ -418,6 +421,34 @@ def _blocked_sdpa(
         else:
             outs[i] = block(*args)
     return torch.cat(outs, dim=2)  # [B, h, Tq, d_v]
+
+
+#: a block whose fp32 score tile is at least this large returns the freed heap to the OS first
+TRIM_TILE_BYTES = 1 << 20
+_MALLOC_TRIM: Callable[[int], int] | None | bool = None
+
+
+def trim_heap() -> None:
+    """Return free heap pages to the OS (glibc ``malloc_trim(0)``, about 2 us; a no-op elsewhere).
+
+    The blocked path frees one set of tiles per block. Under glibc's dynamic mmap threshold those
+    tiles come from the heap, and tiles of growing sizes (a causal block's reach grows; backward
+    recomputes blocks in the other order) fragment it, so the resident peak grew faster than ``T``
+    (T5 training: x11.6 from T = 2048 to 8192). Trimming before each large block keeps it linear for
+    library users and training, without a process-wide allocator setting.
+    """
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        _MALLOC_TRIM = False
+        try:
+            import ctypes
+            import ctypes.util
+
+            _MALLOC_TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            pass
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
 
 
 def _eager(
@@ -606,7 +637,7 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(f"attention input must be a floating-point tensor, got {x.dtype}")
         B, T, _ = x.shape
         scheme = position if position is not None else self.position
-        if scheme is not None:
+        if scheme is not None and not torch.compiler.is_compiling():  # checked eagerly, once per scheme and layer kind
             self.fit(scheme)
         if pos is None:
             start = cache.length if cache is not None else 0

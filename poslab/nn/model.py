@@ -342,7 +342,7 @@ class GPT(nn.Module):
 
         The new scheme is built from ``name`` (default: the current one) and ``config`` (default: the
         current ``position_config`` when the name is unchanged, else ``{}``) updated with
-        ``overrides``, with the model's dimensions filled in, on the old scheme's device. Its
+        ``overrides``, with the model's dimensions filled in, on the model's device and dtype. Its
         parameters (if any) are fresh: swapping a trained learned table or T5 bias loses it, swapping
         the rotary schemes' scaling (``position.rescaled_config``) loses nothing.
 
