@@ -125,8 +125,14 @@ def run_jobs(jobs: list[tuple[str, int, str, int, ProbeRecipe, tuple[int, ...]]]
         return [_job((*job, None)) for job in jobs]
     print(f"--- training {len(jobs)} probe models, {min(workers, len(jobs))} at a time (one thread each)", flush=True)
     context = multiprocessing.get_context("spawn")  # not fork: a forked OpenMP runtime can hang
+    results: list[dict[str, Any] | None] = [None] * len(jobs)
     with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
-        return list(pool.map(_job, [(*job, 1) for job in jobs], chunksize=1))
+        futures = {pool.submit(_job, (*job, 1)): i for i, job in enumerate(jobs)}
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            results[futures[future]] = future.result()
+            if done % 10 == 0 or done == len(jobs):
+                print(f"--- {done}/{len(jobs)} trained", flush=True)
+    return [r for r in results if r is not None]
 
 
 # ------------------------------------------------------------------------------------ tables
