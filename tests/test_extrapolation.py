@@ -11,6 +11,8 @@ import torch
 
 from poslab import GPT, GPTConfig
 from poslab.analysis.heads import attention_weights
+from poslab.data import CharTokenizer
+from poslab.lab import verdicts
 from poslab.lab.experiments import attention_entropy, context_extension, extrapolation
 
 # ------------------------------------------------------------------------------------ smoke runs
@@ -60,23 +62,102 @@ def test_models_are_reused_not_retrained(lab: Path):
 
 
 def test_context_extension_smoke(lab: Path):
-    results = context_extension.run(lab / "context-extension", size="smoke")
+    seed = extrapolation.SEED
+    results = context_extension.run(lab / "context-extension", size="smoke", seeds=(seed,), workers=1)
     L = results["train_length"]
     assert results["eval_length"] == 4 * L
+    assert results["seeds"] == [seed]
+    assert results["base_runs"] == [str(lab / "extrapolation" / "models" / "smoke" / "rope")]  # the sibling's model
     assert list(results["inference"]) == ["none", "PI", "NTK", "dynamic NTK", "YaRN", "Llama3"]
     ppl = {k: v["nonoverlapping"]["ppl"] for k, v in results["inference"].items()}
     assert len(set(ppl.values())) > 1  # the scalings change the model's output
     for label, spec in context_extension.FINETUNE.items():
-        run_dir = Path(results["finetune_runs"][label])
+        (run_dir,) = [Path(p) for p in results["finetune_runs"][label]]
         config = json.loads((run_dir / "config.json").read_text())
         assert config["model"]["block_size"] == 4 * L
         assert config["train"]["init_from"] == results["base_run"]
+        assert config["train"]["seed"] == seed
         assert config["model"]["position_config"].get("scaling") == (None if spec == "none" else spec.split(":")[0])
         assert set(results["finetuned"][label]) == {"rope_scaling", "4L", "L"}
-    by_claim = {c["claim"]: c for c in results["claims"]}
-    pi = by_claim["without fine-tuning, PI reads 4x L better than no scaling"]
-    assert pi["held"] == (ppl["PI"] < ppl["none"])
+    passkey = results["passkey"]
+    assert passkey["factors"] == [1, 2, 4, 8]
+    assert passkey["inference"]["PI"]["1"] == [None]  # smoke L=16: the needle and the question do not fit in 16 tokens
+    for f in ("2", "4", "8"):
+        (value,) = passkey["inference"]["PI"][f]
+        assert 0.0 <= value <= 1.0
+    claims = results["claims"]
+    assert verdicts.check_records(claims) == []
+    assert all(c["verdict"] == "inconclusive" for c in claims)  # one seed decides nothing
+    pi = next(c for c in claims if c["claim"] == "without fine-tuning, PI reads 4x L better than no scaling")
+    assert pi["details"]["better"] == [pytest.approx(ppl["PI"])] and pi["n_seeds"] == 1
     assert (lab / "context-extension" / "context_extension.png").is_file()
+
+
+def test_context_extension_seeds_come_from_extrapolation(tmp_path: Path):
+    out = tmp_path / "context-extension"
+    assert context_extension.seeds_of(out) == [extrapolation.SEED, extrapolation.SEED + 1, extrapolation.SEED + 2]
+    (tmp_path / "extrapolation").mkdir()
+    (tmp_path / "extrapolation" / "results.json").write_text(json.dumps({"seeds": [7, 8, 9, 10]}))
+    assert context_extension.seeds_of(out) == [7, 8, 9, 10]
+    (tmp_path / "extrapolation" / "results.json").write_text(json.dumps({"seed": 5}))
+    assert context_extension.seeds_of(out) == [5, extrapolation.SEED, extrapolation.SEED + 1]  # topped up to 3
+
+
+def test_passkey_prompts_hide_the_key_and_ask_for_it():
+    tokenizer = CharTokenizer(sorted(set("abcdefghijky ABCDEFGHIJKLMNOPQRSTUVWXYZ.")))
+    tokens = torch.tensor(tokenizer.encode("abc defg hij " * 40), dtype=torch.long)
+    idx, targets, keys = context_extension.passkey_prompts(tokens, tokenizer, 48, 6, seed=0)
+    assert idx.shape == targets.shape == (6, 48)
+    k = context_extension.KEY_LETTERS
+    assert ((targets >= 0).sum(1) == k).all() and (targets[:, :-k] == -1).all()
+    for row, target, key in zip(idx, targets, keys):
+        text = tokenizer.decode(row.tolist()) + tokenizer.decode(target[-1:].tolist())
+        assert text.endswith(f" key {key}") and f" key {key}." in text  # the needle, then the question
+        assert tokenizer.decode(target[-k:].tolist()) == key
+    assert context_extension.passkey_prompts(tokens, tokenizer, 12, 2, seed=0) is None  # too short for the needle
+
+
+def test_context_verdicts_follow_the_numbers():
+    def seeds(x: float) -> list[float]:
+        return [x - 0.1, x, x + 0.1]
+
+    inference = {"none": seeds(50.0), "PI": seeds(20.0), "NTK": seeds(12.0), "dynamic NTK": seeds(60.0), "YaRN": seeds(11.0),
+                 "Llama3": seeds(15.0)}
+    finetuned = {"none": seeds(14.0), "PI": seeds(10.9), "YaRN": seeds(10.5)}
+    claims = context_extension.context_claims(inference, finetuned, base_L=seeds(10.0), steps=100)
+    assert verdicts.check_records(claims) == []
+    held = {c.claim: c.verdict for c in claims}
+    assert held["without fine-tuning, PI reads 4x L better than no scaling"] == "held"
+    assert held["without fine-tuning, dynamic NTK reads 4x L better than no scaling"] == "did not hold"
+    assert held['without fine-tuning, NTK reads 4x L better than PI ("YaRN or NTK-aware first, much better than PI")'] == "held"
+    assert held["YaRN is the best inference-time scaling"] == "held"
+    assert held["after 100 fine-tuning steps at 4x L, PI is close to the base model's in-length perplexity"] == "held"
+    assert held["after fine-tuning, YaRN <= PI"] == "held"
+    assert held["plain fine-tuning (no scaling) is the worst of the three"] == "held"
+    assert held["continued training is the most reliable (beats every inference-only scaling)"] == "held"
+    finetuned["PI"] = seeds(12.0)
+    inference["YaRN"] = [11.0, 13.0, 12.0]  # overlaps NTK's seeds: no verdict either way
+    held = {c.claim: c.verdict for c in context_extension.context_claims(inference, finetuned, base_L=seeds(10.0), steps=100)}
+    assert held["after 100 fine-tuning steps at 4x L, PI is close to the base model's in-length perplexity"] == "did not hold"
+    assert held["YaRN is the best inference-time scaling"] == "inconclusive"
+    two = {k: v[:2] for k, v in inference.items()}
+    claims = context_extension.context_claims(two, {k: v[:2] for k, v in finetuned.items()}, base_L=seeds(10.0)[:2])
+    assert all(c.verdict == "inconclusive" for c in claims)  # two seeds are never conclusive
+
+
+def test_passkey_claims_need_retrieval_in_length():
+    chance = 1 / len(context_extension.KEY_ALPHABET)
+    row = {str(f): [chance] * 3 for f in context_extension.PASSKEY_FACTORS}
+    strong = {str(f): [0.9, 0.92, 0.88] for f in context_extension.PASSKEY_FACTORS}
+    weak = {str(f): [0.1, 0.12, 0.11] for f in context_extension.PASSKEY_FACTORS}
+    passkey = {"base": row, "inference": {"PI": weak, "none": weak, "YaRN": weak}, "finetuned": {"PI": strong, "YaRN": strong}}
+    claims = context_extension.passkey_claims(passkey)
+    assert claims[0].verdict == "inconclusive"  # the base models sit at chance
+    assert all(c.verdict == "inconclusive" for c in claims)
+    passkey["base"] = strong
+    verdict = {c.claim: c.verdict for c in context_extension.passkey_claims(passkey)}
+    assert verdict["fine-tuning at 4x L makes PI retrieve the passkey at 4x L better than PI without it"] == "held"
+    assert verdict["without fine-tuning, PI retrieves the passkey at 4x L better than no scaling"] == "inconclusive"  # a tie
 
 
 def test_attention_entropy_smoke(lab: Path):
@@ -170,25 +251,6 @@ def test_extrapolation_verdicts_follow_the_numbers():
     assert held["at 8x L: ALiBi < RoPE < sinusoidal"] is False
     assert held["RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"] is True
     assert held["Transformer-XL's relative encoding solves long-sequence generalization"] is True
-
-
-def test_context_verdicts_follow_the_numbers():
-    def cell(ppl: float) -> dict:
-        return {"nonoverlapping": {"ppl": ppl}}
-
-    inference = {"none": cell(50.0), "PI": cell(20.0), "NTK": cell(12.0), "dynamic NTK": cell(60.0), "YaRN": cell(11.0), "Llama3": cell(15.0)}
-    finetuned = {"none": {"4L": cell(14.0)}, "PI": {"4L": cell(10.9)}, "YaRN": {"4L": cell(10.5)}}
-    held = {c["claim"]: c["held"] for c in context_extension.context_claims(inference, finetuned, base_L=10.0, steps=100)}
-    assert held["without fine-tuning, PI reads 4x L better than no scaling"] is True
-    assert held["without fine-tuning, dynamic NTK reads 4x L better than no scaling"] is False
-    assert held["YaRN is the best inference-time scaling"] is True
-    assert held["after 100 fine-tuning steps at 4x L, PI is close to the base model's in-length perplexity"] is True
-    assert held["after fine-tuning, YaRN <= PI"] is True
-    assert held["plain fine-tuning (no scaling) is the worst of the three"] is True
-    assert held["continued training is the most reliable (beats every inference-only scaling)"] is True
-    finetuned["PI"]["4L"] = cell(12.0)
-    held = {c["claim"]: c["held"] for c in context_extension.context_claims(inference, finetuned, base_L=10.0, steps=100)}
-    assert held["after 100 fine-tuning steps at 4x L, PI is close to the base model's in-length perplexity"] is False
 
 
 def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):

@@ -1,6 +1,7 @@
-"""Context extension of a RoPE model: inference-time scalings, then 100 fine-tuning steps at 4x L.
+"""Context extension of a RoPE model: inference-time scalings, then fine-tuning at 4x L; perplexity and passkey.
 
-Claims tested (verdicts computed from the measured perplexities, never typed in):
+Claims tested (verdicts computed from the measured values over seeds, never typed in; every claim is a
+:class:`poslab.lab.verdicts.ClaimRecord` decided by :func:`poslab.lab.verdicts.compare`):
 
 * Chen et al. 2023, "Extending Context Window of Large Language Models via Positional Interpolation"
   (PI, https://arxiv.org/abs/2306.15595); bloc97 2023 (NTK-aware); emozilla 2023 (dynamic NTK);
@@ -10,18 +11,28 @@ Claims tested (verdicts computed from the measured perplexities, never typed in)
   fine-tuning plain RoPE.
 * Seed 000 §3.5 and Q4: "YaRN or NTK-aware first, much better than PI"; YaRN "currently the best";
   continued pre-training "slow but the most reliable".
+* Passkey retrieval (Mohtashami & Jaggi 2023, https://arxiv.org/abs/2305.16300; the test the PI,
+  YaRN and LongRoPE papers report): a random key of capital letters is hidden in validation text and
+  asked for at the end; accuracy of the model's argmax on the key's letters at 1x/2x/4x/8x L for each
+  scaling, without and with fine-tuning. Fine-tuning at 4x L should retrieve there better than the
+  same scaling without it.
 
-The RoPE model is the extrapolation experiment's (reused when that experiment ran next to this one
-with the same size, else trained here). Each scaling is applied at inference with
-:func:`poslab.analysis.eval.apply_rope_scaling` (factor 4, ``original_max_len = L``); the fine-tunes are new
-runs initialised from the RoPE run's checkpoint (``TrainConfig.init_from``) with the scaling set and
-``block_size = 4 L``, trained for 100 steps at the same tokens per step. A control run trains the same
-number of extra steps at ``L`` without scaling, to separate what more training alone buys.
+The RoPE models are the extrapolation experiment's, one per seed (at least :data:`MIN_SEEDS`): the
+seeds are read from that experiment's ``results.json`` when it lists them, completed identical runs
+anywhere under its ``models/SIZE`` folder are reused, and missing seeds are trained here. Each scaling
+is applied at inference by :func:`scale_rope` (factor 4, ``original_max_len = L``); the fine-tunes are
+new runs initialised from each seed's RoPE run (``TrainConfig.init_from``) with the scaling set and
+``block_size = 4 L``, trained at the same tokens per step. A control run trains the same number of
+extra steps at ``L`` without scaling, to separate what more training alone buys.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import json
+import multiprocessing
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -30,21 +41,24 @@ import torch
 
 from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling
 from poslab.display import new_figure, print_table, save_figure
+from poslab.lab import verdicts
 from poslab.lab.experiments.extrapolation import (
-    claim,
+    NAME as EXTRAPOLATION,
+)
+from poslab.lab.experiments.extrapolation import (
+    SEED,
+    _same_run,
     ensure_trained,
     load_model,
     models_dir,
-    print_claims,
-    ratio,
-    shared_model,
     size_of,
     train_config,
 )
 from poslab.runs import RunFolder
+from poslab.lab.experiments.head_count import default_workers
 
 NAME = "context-extension"
-DESCRIPTION = "RoPE at 4x L with PI / NTK / dynamic / YaRN / Llama3, then 100 fine-tuning steps (seed 000 §3.5, Q4)"
+DESCRIPTION = "RoPE at 4x L with PI / NTK / dynamic / YaRN / Llama3, fine-tuning at 4x L; perplexity + passkey, 3 seeds (seed 000 §3.5, Q4)"
 IN_ALL = False  # trains models
 
 FACTOR = 4
@@ -52,6 +66,26 @@ FACTOR = 4
 INFERENCE = {"none": "none", "PI": "linear:4", "NTK": "ntk:4", "dynamic NTK": "dynamic:4", "YaRN": "yarn:4", "Llama3": "llama3:4"}
 #: fine-tuned variants: label -> --rope-scaling spec
 FINETUNE = {"none": "none", "PI": "linear:4", "YaRN": "yarn:4"}
+#: fewest seeds the experiment runs (a comparison needs this many to be conclusive)
+MIN_SEEDS = verdicts.MIN_SEEDS
+#: passkey test lengths, as multiples of L
+PASSKEY_FACTORS = (1, 2, 4, 8)
+#: passkey prompts per length; letters in a key
+PASSKEY_PROMPTS = 48
+KEY_LETTERS = 4
+KEY_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+SOURCE_SCALINGS = "Chen et al. 2023 (PI); bloc97 2023 (NTK); Peng et al. 2023 (YaRN)"
+SOURCE_PASSKEY = "Mohtashami & Jaggi 2023; Chen et al. 2023 (PI); Peng et al. 2023 (YaRN)"
+
+
+def scale_rope(model: Any, spec: str, original_max_len: int) -> Any:
+    """Apply RoPE scaling ``spec`` (``"linear:4"``, ``"none"``, ...) to ``model`` at inference, in place.
+
+    The one place this experiment changes a trained model's positions (today
+    :func:`poslab.analysis.eval.apply_rope_scaling`).
+    """
+    apply_rope_scaling(model, parse_rope_scaling(spec), original_max_len=original_max_len)
+    return model
 
 
 def _cell(model: Any, tokens: torch.Tensor, length: int, n_targets: int) -> dict[str, Any]:
@@ -62,145 +96,448 @@ def _ppl(cell: dict[str, Any], mode: str = "nonoverlapping") -> float:
     return cell[mode]["ppl"]
 
 
-def finetune_config(label: str, spec: str, lab: Any, base_run: Path, out: Path) -> Any:
+# ------------------------------------------------------------------------------------ passkey
+def passkey_prompts(tokens: torch.Tensor, tokenizer: Any, length: int, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, list[str]] | None:
+    """``n`` passkey prompts of exactly ``length`` input tokens, or ``None`` if the needle does not fit.
+
+    A prompt is validation text with ``" key ABCD."`` inserted at a uniformly random depth, ending in
+    ``" key ABCD"``: the last :data:`KEY_LETTERS` targets are the key's letters, which the model can
+    only predict by finding the needle.
+
+    Returns:
+        ``(idx [n, length], targets [n, length] with -1 except on the final key letters, keys)``.
+    """
+    g = torch.Generator().manual_seed(seed)
+    needle_len, query_len = len(" key .") + KEY_LETTERS, len(" key ") + KEY_LETTERS
+    filler_len = length + 1 - needle_len - query_len
+    if filler_len < 1 or tokens.numel() < filler_len + 1:
+        return None
+    rows, keys = [], []
+    for _ in range(n):
+        key = "".join(KEY_ALPHABET[int(i)] for i in torch.randint(len(KEY_ALPHABET), (KEY_LETTERS,), generator=g))
+        start = int(torch.randint(tokens.numel() - filler_len, (1,), generator=g))
+        depth = int(torch.randint(filler_len + 1, (1,), generator=g))
+        filler = tokens[start:start + filler_len]
+        needle = torch.tensor(tokenizer.encode(f" key {key}."), dtype=torch.long)
+        query = torch.tensor(tokenizer.encode(f" key {key}"), dtype=torch.long)
+        rows.append(torch.cat([filler[:depth], needle, filler[depth:], query]))  # [length + 1]
+        keys.append(key)
+    seq = torch.stack(rows)  # [n, length + 1]
+    targets = torch.full((n, length), -1, dtype=torch.long)
+    targets[:, -KEY_LETTERS:] = seq[:, -KEY_LETTERS:]
+    return seq[:, :-1], targets, keys
+
+
+@torch.no_grad()
+def passkey_accuracy(model: Any, tokens: torch.Tensor, tokenizer: Any, length: int, n: int = PASSKEY_PROMPTS,
+                     seed: int = 0, batch: int = 16) -> float | None:
+    """Argmax accuracy on the key letters of :func:`passkey_prompts` (``None``: does not fit ``length``)."""
+    prompts = passkey_prompts(tokens, tokenizer, length, n, seed)
+    if prompts is None:
+        return None
+    idx, targets, _ = prompts
+    hits = total = 0
+    for i in range(0, n, batch):
+        logits = model(idx[i:i + batch])  # [b, length, V]
+        keep = targets[i:i + batch] >= 0
+        hits += int((logits.argmax(-1)[keep] == targets[i:i + batch][keep]).sum())
+        total += int(keep.sum())
+    return hits / total
+
+
+def passkey_row(model: Any, tokens: torch.Tensor, tokenizer: Any, train_length: int) -> dict[str, float | None]:
+    """Passkey accuracy at each of :data:`PASSKEY_FACTORS` x L (the same prompts for every model)."""
+    return {str(f): passkey_accuracy(model, tokens, tokenizer, f * train_length, seed=f) for f in PASSKEY_FACTORS}
+
+
+# ------------------------------------------------------------------------------------ runs
+def seeds_of(out: Path) -> list[int]:
+    """The seeds of the RoPE models: the extrapolation experiment's (its ``results.json``) when it
+    lists them, topped up to :data:`MIN_SEEDS` with ``SEED, SEED + 1, ...``."""
+    seeds: list[int] = []
+    path = Path(out).parent / EXTRAPOLATION / "results.json"
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        results = {}
+    listed = results.get("seeds", [results["seed"]] if isinstance(results.get("seed"), int) else [])
+    for seed in listed if isinstance(listed, list) else []:
+        if isinstance(seed, int) and not isinstance(seed, bool) and seed not in seeds:
+            seeds.append(seed)
+    candidate = SEED
+    while len(seeds) < MIN_SEEDS:
+        if candidate not in seeds:
+            seeds.append(candidate)
+        candidate += 1
+    return seeds
+
+
+def with_seed(cfg: Any, seed: int, name: str) -> Any:
+    """``cfg`` with another seed and run name."""
+    from poslab.training.loop import TrainConfig
+
+    return TrainConfig.from_dict({**cfg.to_dict(), "seed": seed, "name": name})
+
+
+def _seeded_name(name: str, seed: int) -> str:
+    return name if seed == SEED else f"{name}-seed{seed}"
+
+
+def _run_folders(root: Path, depth: int = 3) -> list[Path]:
+    """Run folders (holding ``config.json``) under ``root``, at most ``depth`` levels down."""
+    if not root.is_dir():
+        return []
+    found, level = [], [root]
+    for _ in range(depth):
+        level = [p for d in level for p in sorted(d.iterdir()) if p.is_dir()]
+        found += [p for p in level if (p / "config.json").is_file()]
+    return found
+
+
+def base_config(lab: Any, out: Path, seed: int) -> Any:
+    return with_seed(train_config("rope", lab, models_dir(out, lab)), seed, _seeded_name("rope", seed))
+
+
+def _ensure(cfg: Any, reuse: tuple[Path, ...]) -> str:
+    return str(ensure_trained(cfg, reuse))
+
+
+def _ensure_in_worker(args: tuple[dict[str, Any], tuple[str, ...]]) -> str:
+    from poslab.training.loop import TrainConfig
+
+    torch.set_num_threads(1)
+    values, reuse = args
+    return _ensure(TrainConfig.from_dict(values), tuple(Path(p) for p in reuse))
+
+
+def ensure_all(configs: list[Any], reuse: tuple[Path, ...], workers: int) -> list[Path]:
+    """:func:`ensure_trained` for each config (a matching completed run in ``reuse`` is used as is),
+    ``workers`` trainings at a time, each on one thread when more than one."""
+    todo = [i for i, cfg in enumerate(configs) if not any(_same_run(p, cfg) for p in (Path(cfg.out_dir) / cfg.name, *reuse))]
+    done = {i: next(p for p in (Path(cfg.out_dir) / cfg.name, *reuse) if _same_run(p, cfg))
+            for i, cfg in enumerate(configs) if i not in todo}
+    if workers == 1 or len(todo) <= 1:
+        for i in todo:
+            done[i] = Path(_ensure(configs[i], reuse))
+    else:
+        print(f"--- training {len(todo)} runs, {min(workers, len(todo))} at a time (one thread each)", flush=True)
+        context = multiprocessing.get_context("spawn")  # not fork: a forked OpenMP runtime can hang
+        with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context) as pool:
+            paths = pool.map(_ensure_in_worker, [(configs[i].to_dict(), tuple(str(p) for p in reuse)) for i in todo])
+            for i, path in zip(todo, paths):
+                done[i] = Path(path)
+    return [done[i] for i in range(len(configs))]
+
+
+def finetune_config(label: str, spec: str, lab: Any, base_run: Path, out: Path, seed: int = SEED) -> Any:
     """The fine-tuning run of one variant: ``block_size = 4 L``, the scaling set, initialised from ``base_run``."""
     scaling = parse_rope_scaling(spec)
     position_config = {} if scaling["scaling"] is None else {**scaling, "original_max_len": lab.train_length}
     batch = max(1, lab.batch_size // FACTOR)  # the same tokens per step as the base run
-    return train_config("rope", lab, models_dir(out, lab), name=f"rope-finetune-{spec.split(':')[0]}",
-                        block_size=FACTOR * lab.train_length, position_config=position_config,
-                        steps=lab.finetune_steps, batch_size=batch, lr=lab.lr / 3,
-                        warmup_steps=max(1, lab.finetune_steps // 10), init_from=str(base_run))
+    cfg = train_config("rope", lab, models_dir(out, lab), name=f"rope-finetune-{spec.split(':')[0]}",
+                       block_size=FACTOR * lab.train_length, position_config=position_config,
+                       steps=lab.finetune_steps, batch_size=batch, lr=lab.lr / 3,
+                       warmup_steps=max(1, lab.finetune_steps // 10), init_from=str(base_run))
+    return with_seed(cfg, seed, _seeded_name(cfg.name, seed))
 
 
-def control_config(lab: Any, base_run: Path, out: Path) -> Any:
+def control_config(lab: Any, base_run: Path, out: Path, seed: int = SEED) -> Any:
     """The control: the same number of extra steps at the original length ``L``, no scaling.
 
     It separates what more training alone buys (the base model is small and still learning) from
     what training at 4x L buys.
     """
-    return train_config("rope", lab, models_dir(out, lab), name="rope-control-more-steps-at-L", steps=lab.finetune_steps,
-                        lr=lab.lr / 3, warmup_steps=max(1, lab.finetune_steps // 10), init_from=str(base_run))
+    cfg = train_config("rope", lab, models_dir(out, lab), name="rope-control-more-steps-at-L", steps=lab.finetune_steps,
+                       lr=lab.lr / 3, warmup_steps=max(1, lab.finetune_steps // 10), init_from=str(base_run))
+    return with_seed(cfg, seed, _seeded_name(cfg.name, seed))
 
 
-def context_claims(inference: dict[str, dict], finetuned: dict[str, dict], base_L: float, steps: int = 100) -> list[dict[str, Any]]:
-    """Claims with figures and verdicts (non-overlapping perplexity at 4x L unless said otherwise)."""
-    p = {k: _ppl(v) for k, v in inference.items()}
+# ------------------------------------------------------------------------------------ claims
+def context_claims(inference: dict[str, list[float]], finetuned: dict[str, list[float]], base_L: list[float],
+                   steps: int = 100, passkey: dict[str, Any] | None = None) -> list[verdicts.ClaimRecord]:
+    """Claims as :class:`~poslab.lab.verdicts.ClaimRecord`, from per-seed values.
+
+    Args:
+        inference: scaling label -> per-seed perplexity at 4x L without fine-tuning.
+        finetuned: fine-tuned label -> per-seed perplexity at 4x L.
+        base_L: per-seed perplexity of the base models at L.
+        steps: fine-tuning steps (for the wording).
+        passkey: ``{"inference": {label: {factor: [per seed]}}, "finetuned": {...}, "base": {factor: [...]}}``
+            (``None``: no passkey claims).
+    """
+    def cmp(claim: str, source: str, better: list[float], worse: list[float], b: str, w: str, metric: str,
+            lower: bool = True) -> verdicts.ClaimRecord:
+        return verdicts.compare(claim, source, better, worse, better_label=b, worse_label=w, metric=metric,
+                                lower_is_better=lower)
+
+    def mean(values: list[float]) -> float:
+        return statistics.fmean(values)
+
+    ppl4 = f"perplexity at {FACTOR}x L (non-overlapping)"
     out = []
     for label in ("PI", "NTK", "dynamic NTK", "YaRN"):
-        out.append(claim(f"without fine-tuning, {label} reads 4x L better than no scaling",
-                         "Chen et al. 2023 (PI); bloc97 2023 (NTK); Peng et al. 2023 (YaRN)",
-                         f"ppl_{label}(4L) < ppl_none(4L)", {label: p[label], "none": p["none"]}, p[label] < p["none"]))
-    out.append(claim("YaRN and NTK-aware are much better than PI (without fine-tuning)", "seed 000 §3.5",
-                     "ppl_YaRN(4L) < ppl_PI(4L) and ppl_NTK(4L) < ppl_PI(4L)",
-                     {"YaRN": p["YaRN"], "NTK": p["NTK"], "PI": p["PI"]}, p["YaRN"] < p["PI"] and p["NTK"] < p["PI"]))
-    best = min((v, k) for k, v in p.items() if k != "none")
-    out.append(claim("YaRN is the best inference-time scaling", "seed 000 Q4 (YaRN ★★★)",
-                     "ppl_YaRN(4L) <= every other scaling's ppl(4L)", {**p, "best": best[1]}, best[1] == "YaRN"))
-    f = {k: _ppl(v["4L"]) for k, v in finetuned.items()}
+        out.append(cmp(f"without fine-tuning, {label} reads 4x L better than no scaling", SOURCE_SCALINGS,
+                       inference[label], inference["none"], label, "no scaling", ppl4))
+    for label in ("NTK", "YaRN"):
+        out.append(cmp(f"without fine-tuning, {label} reads 4x L better than PI (\"YaRN or NTK-aware first, much better than PI\")",
+                       "seed 000 §3.5", inference[label], inference["PI"], label, "PI", ppl4))
+    rival = min((k for k in inference if k not in ("none", "YaRN")), key=lambda k: mean(inference[k]))
+    out.append(cmp("YaRN is the best inference-time scaling", "seed 000 Q4 (YaRN ★★★)", inference["YaRN"],
+                   inference[rival], "YaRN", f"the best other scaling ({rival})", ppl4))
     for label in ("PI", "YaRN"):
-        value = ratio(f[label], base_L)
-        out.append(claim(f"after {steps} fine-tuning steps at 4x L, {label} is close to the base model's in-length perplexity",
-                         "Chen et al. 2023 (PI); Peng et al. 2023 (YaRN)", "ppl_finetuned(4L) / ppl_base(L) <= 1.15",
-                         {"finetuned_4L": f[label], "base_L": base_L, "ratio": value}, value <= 1.15))
-    out.append(claim("after fine-tuning, YaRN <= PI", "Peng et al. 2023 (YaRN)", "ppl_YaRN_ft(4L) <= ppl_PI_ft(4L)",
-                     {"YaRN": f["YaRN"], "PI": f["PI"]}, f["YaRN"] <= f["PI"]))
-    out.append(claim("plain fine-tuning (no scaling) is the worst of the three", "Chen et al. 2023 (PI)",
-                     "ppl_none_ft(4L) > ppl_PI_ft(4L) and > ppl_YaRN_ft(4L)",
-                     {"none": f["none"], "PI": f["PI"], "YaRN": f["YaRN"]}, f["none"] > max(f["PI"], f["YaRN"])))
-    best_ft, best_inf = min(f.values()), min(p.values())
-    out.append(claim("continued training is the most reliable (beats every inference-only scaling)", "seed 000 Q4 (★★★ slow but most reliable)",
-                     "min ppl_finetuned(4L) < min ppl_inference(4L)", {"best_finetuned": best_ft, "best_inference": best_inf},
-                     best_ft < best_inf))
+        ratios = [f / b for f, b in zip(finetuned[label], base_L)]
+        out.append(cmp(f"after {steps} fine-tuning steps at 4x L, {label} is close to the base model's in-length perplexity",
+                       SOURCE_SCALINGS, ratios, [1.15] * len(ratios), f"ppl_{label}_ft(4L) / ppl_base(L)", "the 1.15 bound",
+                       "perplexity ratio"))
+    out.append(cmp("after fine-tuning, YaRN <= PI", "Peng et al. 2023 (YaRN)", finetuned["YaRN"], finetuned["PI"],
+                   "YaRN fine-tuned", "PI fine-tuned", ppl4))
+    weaker = max(("PI", "YaRN"), key=lambda k: mean(finetuned[k]))
+    out.append(cmp("plain fine-tuning (no scaling) is the worst of the three", "Chen et al. 2023 (PI)", finetuned[weaker],
+                   finetuned["none"], f"{weaker} fine-tuned (the weaker scaling)", "plain RoPE fine-tuned", ppl4))
+    best_ft = min(finetuned, key=lambda k: mean(finetuned[k]))
+    best_inf = min(inference, key=lambda k: mean(inference[k]))
+    out.append(cmp("continued training is the most reliable (beats every inference-only scaling)",
+                   "seed 000 Q4 (★★★ slow but most reliable)", finetuned[best_ft], inference[best_inf],
+                   f"best fine-tuned ({best_ft})", f"best inference-only ({best_inf})", ppl4))
+    if passkey is not None:
+        out += passkey_claims(passkey)
     return out
 
 
-def plot(inference: dict, finetuned: dict, base_L: float, lab: Any, path: Path) -> Path:
-    """Bars: perplexity at 4x L per inference-time scaling, and fine-tuned at 4x L and back at L."""
-    fig, axes = new_figure(1, 2, size=(13.0, 4.8))
+def passkey_claims(passkey: dict[str, Any]) -> list[verdicts.ClaimRecord]:
+    """Passkey claims; inconclusive (with why) unless the base models retrieve above chance at the
+    shortest length the needle fits in, and wherever a length is too short for the needle."""
+    acc = f"passkey accuracy at {FACTOR}x L"
+    first = next((f for f in PASSKEY_FACTORS if None not in passkey["base"][str(f)]), None)
+    if first is None:
+        gate = verdicts.ClaimRecord("the base RoPE models retrieve the passkey in length", SOURCE_PASSKEY,
+                                    "passkey accuracy above chance", "no length fits the needle", None, None, 0,
+                                    verdicts.INCONCLUSIVE)
+    else:
+        chance = [1.0 / len(KEY_ALPHABET)] * len(passkey["base"][str(first)])
+        gate = verdicts.compare(f"the base RoPE models retrieve the passkey at {first}x L", SOURCE_PASSKEY,
+                                passkey["base"][str(first)], chance, better_label=f"base at {first}x L",
+                                worse_label=f"chance ({chance[0]:.3f})", metric=f"passkey accuracy at {first}x L",
+                                lower_is_better=False)
+    claims = [gate]
+    wanted = []
+    for label in ("PI", "YaRN"):
+        wanted.append((f"fine-tuning at 4x L makes {label} retrieve the passkey at 4x L better than {label} without it",
+                       passkey["finetuned"][label][str(FACTOR)], passkey["inference"][label][str(FACTOR)],
+                       f"{label} fine-tuned", f"{label} inference-only"))
+    wanted.append(("without fine-tuning, PI retrieves the passkey at 4x L better than no scaling",
+                   passkey["inference"]["PI"][str(FACTOR)], passkey["inference"]["none"][str(FACTOR)], "PI", "no scaling"))
+    for claim, better, worse, b, w in wanted:
+        if None in better or None in worse:
+            claims.append(verdicts.ClaimRecord(claim, SOURCE_PASSKEY, f"{acc} of {b} higher than {w}",
+                                               f"{FACTOR}x L is too short for the needle", None, None, 0, verdicts.INCONCLUSIVE))
+            continue
+        record = verdicts.compare(claim, SOURCE_PASSKEY, better, worse, better_label=b, worse_label=w, metric=acc,
+                                  lower_is_better=False)
+        if gate.verdict != verdicts.HELD and record.verdict != verdicts.INCONCLUSIVE:
+            record = dataclasses.replace(record, verdict=verdicts.INCONCLUSIVE,
+                                         measured=record.measured + " (the base models do not retrieve in length: not judged)")
+        claims.append(record)
+    return claims
+
+
+def print_claims(claims: list[verdicts.ClaimRecord]) -> None:
+    rows = [[c.verdict, c.claim, c.measured, "-" if c.margin is None else f"{c.margin:+.3g}",
+             "-" if c.noise is None else f"{c.noise:.3g}", c.n_seeds] for c in claims]
+    print_table(["verdict", "claim", "measured", "margin", "95% noise", "seeds"], rows, title="claims", align="llllrr")
+    print("  counts: " + ", ".join(f"{k} {v}" for k, v in verdicts.tally(claims).items()))
+
+
+# ------------------------------------------------------------------------------------ tables
+def _mean_cell(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """A cell of mean perplexities over seeds (the shape of one seed's cell), with the per-seed values."""
+    out: dict[str, Any] = {"length": cells[0]["length"]}
+    for mode in ("nonoverlapping", "sliding"):
+        if all(c.get(mode) for c in cells):
+            values = [c[mode]["ppl"] for c in cells]
+            out[mode] = {"ppl": statistics.fmean(values), "ppl_sd": statistics.stdev(values) if len(values) > 1 else None,
+                         "ppl_per_seed": values}
+    return out
+
+
+def _pm(values: list[float | None], digits: int = 3) -> str:
+    kept = [v for v in values if v is not None]
+    if not kept:
+        return "cannot"
+    mean, sd = verdicts.mean_sd(kept)
+    return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "")
+
+
+def plot(inference: dict, finetuned: dict, base_L: float, lab: Any, path: Path, passkey: dict[str, Any] | None = None) -> Path:
+    """Perplexity at 4x L per scaling (bars, ± sd over seeds), fine-tuned at 4x L and at L, and passkey accuracy vs length."""
+    fig, axes = new_figure(1, 3, size=(18.0, 4.8))
     names = list(inference)
-    axes[0].bar(names, [_ppl(inference[n]) for n in names], color="tab:blue")
+
+    def sd(cell: dict) -> float:
+        return cell["nonoverlapping"].get("ppl_sd") or 0.0
+
+    axes[0].bar(names, [_ppl(inference[n]) for n in names], yerr=[sd(inference[n]) for n in names], color="tab:blue", capsize=3)
     axes[0].axhline(base_L, color="black", linestyle="--", linewidth=1, label=f"base model at L={lab.train_length}")
     axes[0].set_yscale("log")
     axes[0].set_ylabel("perplexity (non-overlapping)")
     axes[0].set_title(f"RoPE model at 4x L = {FACTOR * lab.train_length}, no fine-tuning")
     axes[0].legend(fontsize=8)
     labels = list(finetuned)
-    x = torch.arange(len(labels)).tolist()
-    axes[1].bar([i - 0.2 for i in x], [_ppl(finetuned[k]["4L"]) for k in labels], width=0.4, label=f"at 4x L = {FACTOR * lab.train_length}")
-    axes[1].bar([i + 0.2 for i in x], [_ppl(finetuned[k]["L"]) for k in labels], width=0.4, label=f"back at L = {lab.train_length}")
+    x = list(range(len(labels)))
+    axes[1].bar([i - 0.2 for i in x], [_ppl(finetuned[k]["4L"]) for k in labels], yerr=[sd(finetuned[k]["4L"]) for k in labels],
+                width=0.4, capsize=3, label=f"at 4x L = {FACTOR * lab.train_length}")
+    axes[1].bar([i + 0.2 for i in x], [_ppl(finetuned[k]["L"]) for k in labels], yerr=[sd(finetuned[k]["L"]) for k in labels],
+                width=0.4, capsize=3, label=f"back at L = {lab.train_length}")
     axes[1].axhline(base_L, color="black", linestyle="--", linewidth=1, label="base model at L")
     axes[1].set_xticks(x, labels)
     axes[1].set_title(f"after {lab.finetune_steps} fine-tuning steps at 4x L")
     axes[1].legend(fontsize=8)
-    for ax in axes:
+    for ax in axes[:2]:
         ax.grid(True, axis="y", alpha=0.3)
+    ax = axes[2]
+    if passkey is not None:
+        rows = [(f"{k} (inference)", v, "-") for k, v in passkey["inference"].items()]
+        rows += [(f"{k} fine-tuned", v, "--") for k, v in passkey["finetuned"].items()]
+        for label, per_factor, style in rows:
+            xs, ms, ss = [], [], []
+            for f in PASSKEY_FACTORS:
+                values = [v for v in per_factor[str(f)] if v is not None]
+                if values:
+                    m, s = verdicts.mean_sd(values)
+                    xs.append(f * lab.train_length)
+                    ms.append(m)
+                    ss.append(s or 0.0)
+            line = ax.plot(xs, ms, marker="o", markersize=3, linestyle=style, label=label)[0]
+            ax.fill_between(xs, [m - s for m, s in zip(ms, ss)], [m + s for m, s in zip(ms, ss)], color=line.get_color(), alpha=0.12)
+        ax.axhline(1 / len(KEY_ALPHABET), color="grey", linestyle=":", linewidth=1, label="chance (1/26)")
+        ax.axvline(lab.train_length, color="black", linestyle="--", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("prompt length (tokens)")
+        ax.set_ylabel("passkey letter accuracy")
+        ax.set_title("passkey retrieval (mean ± sd over seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    else:
+        ax.axis("off")
     return save_figure(fig, path)
 
 
-def run(out: Path, quick: bool = False, size: str | None = None) -> dict:
-    """Inference-time scalings and fine-tunes of the lab's RoPE model; table, plot, claims."""
+# ------------------------------------------------------------------------------------ run
+def run(out: Path, quick: bool = False, size: str | None = None, workers: int | None = None,
+        seeds: tuple[int, ...] | None = None) -> dict:
+    """Inference-time scalings and fine-tunes of the lab's RoPE models (one per seed); tables, plot, claims.
+
+    Args:
+        out: output folder.
+        quick: the lab's quick size (else full).
+        size: a size name overriding ``quick`` (``smoke`` for tests).
+        workers: trainings at a time (default: one per core, at most two).
+        seeds: the RoPE models' seeds (default :func:`seeds_of`: the extrapolation experiment's, at
+            least :data:`MIN_SEEDS`); with fewer than :data:`MIN_SEEDS` every claim is inconclusive.
+    """
     lab = size_of(quick, size)
     out = Path(out)
     start = time.perf_counter()
+    workers = default_workers() if workers is None else workers
     long_length = FACTOR * lab.train_length
-    base_run = shared_model("rope", lab, out)
-    model, tokenizer, config = load_model(base_run)
-    tokens = RunFolder(base_run).split_tokens("val", tokenizer)
-    n_targets = lab.n_targets
-    base = {"L": _cell(model, tokens, lab.train_length, n_targets)}
-    inference: dict[str, dict] = {}
-    for label, spec in INFERENCE.items():
-        apply_rope_scaling(model, parse_rope_scaling(spec), original_max_len=lab.train_length)
-        inference[label] = _cell(model, tokens, long_length, n_targets)
-        inference[label]["rope_scaling"] = spec
+    seeds = list(seeds) if seeds is not None else seeds_of(out)
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    reuse = tuple(_run_folders(out.parent / EXTRAPOLATION / "models" / lab.name))
+    base_runs = ensure_all([base_config(lab, out, s) for s in seeds], reuse, workers)
+    tuned_configs = [finetune_config(label, spec, lab, base_runs[i], out, seed)
+                     for i, seed in enumerate(seeds) for label, spec in FINETUNE.items()]
+    tuned_configs += [control_config(lab, base_runs[i], out, seed) for i, seed in enumerate(seeds)]
+    tuned_runs = ensure_all(tuned_configs, (), workers)
+
+    per_seed: list[dict[str, Any]] = []
+    for i, seed in enumerate(seeds):
+        model, tokenizer, config = load_model(base_runs[i])
+        tokens = RunFolder(base_runs[i]).split_tokens("val", tokenizer)
+        entry: dict[str, Any] = {"seed": seed, "base_run": str(base_runs[i]), "base": {"L": _cell(model, tokens, lab.train_length, lab.n_targets)},
+                                 "inference": {}, "finetuned": {}, "passkey": {"inference": {}, "finetuned": {}}}
+        entry["passkey"]["base"] = passkey_row(model, tokens, tokenizer, lab.train_length)
+        for label, spec in INFERENCE.items():
+            scale_rope(model, spec, lab.train_length)
+            entry["inference"][label] = {**_cell(model, tokens, long_length, lab.n_targets), "rope_scaling": spec}
+            entry["passkey"]["inference"][label] = passkey_row(model, tokens, tokenizer, lab.train_length)
+        for j, (label, spec) in enumerate([*FINETUNE.items(), ("control", "none")]):
+            run_dir = tuned_runs[i * len(FINETUNE) + j] if label != "control" else tuned_runs[len(seeds) * len(FINETUNE) + i]
+            tuned, _, _ = load_model(run_dir)
+            entry["finetuned"][label] = {"rope_scaling": spec, "run": str(run_dir),
+                                         "4L": _cell(tuned, tokens, long_length, lab.n_targets),
+                                         "L": _cell(tuned, tokens, lab.train_length, lab.n_targets)}
+            entry["passkey"]["finetuned"][label] = passkey_row(tuned, tokens, tokenizer, lab.train_length)
+        per_seed.append(entry)
+
+    def seeds_of_cell(get: Any) -> list[dict[str, Any]]:
+        return [get(e) for e in per_seed]
+
+    base = {"L": _mean_cell(seeds_of_cell(lambda e: e["base"]["L"]))}
+    inference = {label: {**_mean_cell(seeds_of_cell(lambda e, k=label: e["inference"][k])), "rope_scaling": spec}
+                 for label, spec in INFERENCE.items()}
+    finetuned = {label: {"rope_scaling": spec, "4L": _mean_cell(seeds_of_cell(lambda e, k=label: e["finetuned"][k]["4L"])),
+                         "L": _mean_cell(seeds_of_cell(lambda e, k=label: e["finetuned"][k]["L"]))}
+                 for label, spec in FINETUNE.items()}
+    control = {"4L": _mean_cell(seeds_of_cell(lambda e: e["finetuned"]["control"]["4L"])),
+               "L": _mean_cell(seeds_of_cell(lambda e: e["finetuned"]["control"]["L"]))}
+    passkey = {
+        "base": {str(f): [e["passkey"]["base"][str(f)] for e in per_seed] for f in PASSKEY_FACTORS},
+        "inference": {k: {str(f): [e["passkey"]["inference"][k][str(f)] for e in per_seed] for f in PASSKEY_FACTORS} for k in INFERENCE},
+        "finetuned": {k: {str(f): [e["passkey"]["finetuned"][k][str(f)] for e in per_seed] for f in PASSKEY_FACTORS}
+                      for k in [*FINETUNE, "control"]},
+    }
     base_L = _ppl(base["L"])
 
-    finetuned: dict[str, dict] = {}
-    runs: dict[str, str] = {}
-    for label, spec in FINETUNE.items():
-        run_dir = ensure_trained(finetune_config(label, spec, lab, base_run, out))
-        runs[label] = str(run_dir)
-        tuned, _, _ = load_model(run_dir)
-        finetuned[label] = {"rope_scaling": spec, "4L": _cell(tuned, tokens, long_length, n_targets),
-                            "L": _cell(tuned, tokens, lab.train_length, n_targets)}
+    def ppls(get: Any) -> list[float]:
+        return [get(e) for e in per_seed]
 
-    rows = [[label, inference[label]["rope_scaling"], f"{_ppl(inference[label]):.3f}", f"{_ppl(inference[label], 'sliding'):.3f}",
-             f"{_ppl(inference[label]) / base_L:.3f}"] for label in INFERENCE]
+    n = len(seeds)
+    rows = [[label, spec, _pm(ppls(lambda e, k=label: _ppl(e["inference"][k]))),
+             _pm(ppls(lambda e, k=label: _ppl(e["inference"][k], "sliding"))),
+             f"{_ppl(inference[label]) / base_L:.3f}"] for label, spec in INFERENCE.items()]
     print_table(["scaling (inference only)", "spec", f"ppl at {long_length}", "sliding", "vs base at L"], rows,
-                title=f"RoPE model trained at L={lab.train_length}: base ppl at L = {base_L:.3f} "
-                      f"(sliding {_ppl(base['L'], 'sliding'):.3f}); {n_targets} targets")
-    control_dir = ensure_trained(control_config(lab, base_run, out))
-    runs["control"] = str(control_dir)
-    tuned, _, _ = load_model(control_dir)
-    control = {"4L": _cell(tuned, tokens, long_length, n_targets), "L": _cell(tuned, tokens, lab.train_length, n_targets)}
-
-    rows = [[label, spec, f"{_ppl(finetuned[label]['4L']):.3f}", f"{_ppl(finetuned[label]['L']):.3f}",
-             f"{_ppl(finetuned[label]['4L']) / base_L:.3f}"] for label, spec in FINETUNE.items()]
-    rows.append([f"control: {lab.finetune_steps} more steps at L", "none", f"{_ppl(control['4L']):.3f}", f"{_ppl(control['L']):.3f}",
-                 f"{_ppl(control['4L']) / base_L:.3f}"])
+                title=f"RoPE models trained at L={lab.train_length}, mean ± sd over {n} seeds {seeds}: base ppl at L = "
+                      f"{_pm(ppls(lambda e: _ppl(e['base']['L'])))}; {lab.n_targets} targets")
+    rows = [[label, spec, _pm(ppls(lambda e, k=label: _ppl(e["finetuned"][k]["4L"]))),
+             _pm(ppls(lambda e, k=label: _ppl(e["finetuned"][k]["L"]))), f"{_ppl(finetuned[label]['4L']) / base_L:.3f}"]
+            for label, spec in FINETUNE.items()]
+    rows.append([f"control: {lab.finetune_steps} more steps at L", "none", _pm(ppls(lambda e: _ppl(e["finetuned"]["control"]["4L"]))),
+                 _pm(ppls(lambda e: _ppl(e["finetuned"]["control"]["L"]))), f"{_ppl(control['4L']) / base_L:.3f}"])
     print_table(["fine-tuned", "spec", f"ppl at {long_length}", f"ppl back at {lab.train_length}", "at 4L vs base at L"], rows,
-                title=f"after {lab.finetune_steps} steps at block size {long_length} (init from the RoPE run)")
-    claims = context_claims(inference, finetuned, base_L, lab.finetune_steps)
-    for c in claims:  # what the extra steps alone give, next to the fine-tuning claims
-        if "fine-tun" in c["claim"] and "without" not in c["claim"]:
-            c["measured"]["control_more_steps_at_L_ppl_L"] = _ppl(control["L"])
+                title=f"after {lab.finetune_steps} steps at block size {long_length} (init from each seed's RoPE run)")
+    headers = ["model"] + [f"{f}x L ({f * lab.train_length})" for f in PASSKEY_FACTORS]
+    rows = [[f"{k} (inference only)"] + [_pm(v[str(f)]) for f in PASSKEY_FACTORS] for k, v in passkey["inference"].items()]
+    rows += [[f"{k} fine-tuned at 4x L"] + [_pm(v[str(f)]) for f in PASSKEY_FACTORS] for k, v in passkey["finetuned"].items()]
+    print_table(headers, rows, title=f"passkey retrieval: accuracy on the {KEY_LETTERS} key letters, {PASSKEY_PROMPTS} prompts "
+                                     f"per length, mean ± sd over {n} seeds (chance {1 / len(KEY_ALPHABET):.3f})")
+    claims = context_claims({k: ppls(lambda e, k=k: _ppl(e["inference"][k])) for k in INFERENCE},
+                            {k: ppls(lambda e, k=k: _ppl(e["finetuned"][k]["4L"])) for k in FINETUNE},
+                            ppls(lambda e: _ppl(e["base"]["L"])), lab.finetune_steps,
+                            passkey={**passkey, "finetuned": {k: v for k, v in passkey["finetuned"].items() if k != "control"}})
     print_claims(claims)
-    figure = plot(inference, finetuned, base_L, lab, out / "context_extension.png")
+    figure = plot(inference, finetuned, base_L, lab, out / "context_extension.png", passkey)
     return {
         "experiment": NAME,
         "size": dataclasses.asdict(lab),
         "train_length": lab.train_length,
         "eval_length": long_length,
         "factor": FACTOR,
-        "n_targets": n_targets,
-        "base_run": str(base_run),
+        "n_targets": lab.n_targets,
+        "seeds": seeds,
+        "base_run": str(base_runs[0]),
+        "base_runs": [str(p) for p in base_runs],
         "base": base,
         "inference": inference,
-        "finetune_runs": runs,
+        "finetune_runs": {label: [e["finetuned"][label]["run"] for e in per_seed] for label in [*FINETUNE, "control"]},
         "finetuned": finetuned,
         "control_more_steps_at_L": control,
-        "claims": claims,
+        "passkey": {**passkey, "factors": list(PASSKEY_FACTORS), "prompts": PASSKEY_PROMPTS, "key_letters": KEY_LETTERS,
+                    "chance": 1 / len(KEY_ALPHABET)},
+        "per_seed": per_seed,
+        "claims": [c.to_dict() for c in claims],
         "figure": str(figure),
         "seconds": time.perf_counter() - start,
+        "workers": workers,
     }

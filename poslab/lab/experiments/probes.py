@@ -1,0 +1,352 @@
+"""Probes: synthetic tasks where position decides the answer, trained at L and tested at L, 2L, 4L.
+
+Every registered position scheme (``poslab.nn.positions.names()``) trains a tiny GPT on each task
+(:mod:`poslab.analysis.probes`: copy, reverse, retrieve-at-k, multi-query associative recall,
+counting, passkey retrieval) with the same recipe, data stream and seeds, for at least three seeds.
+A scheme that cannot read a test length (a learned table: ``max_positions`` rows) is reported as such.
+
+Claims (seeded comparisons, :func:`poslab.lab.verdicts.compare`, accuracy higher is better):
+
+* Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalization in
+  Transformers" (https://arxiv.org/abs/2305.19466): length generalisation ranks NoPE > T5 > ALiBi >
+  RoPE > absolute (the paper's APE is Vaswani et al.'s sinusoidal code). Tested pairwise on adjacent
+  ranks, on each seed's accuracy past L (mean over 2L and 4L and over the ranking tasks).
+* Attention needs position (seed 000 §2.1; Haviv et al. 2022 for where NoPE still works): on
+  reverse and retrieve-at-k, in length, a positional scheme (RoPE) beats NoPE.
+* Seed 000 Q1: more heads carry more relations at once: multi-query associative recall at fixed
+  width, several heads beat one (in length).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import multiprocessing
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from poslab.analysis.probes import TASKS, ProbeRecipe, Task, describe, train_probe
+from poslab.display import new_figure, print_table, save_figure
+from poslab.lab import verdicts
+from poslab.lab.experiments.head_count import default_workers
+from poslab.nn import positions
+
+NAME = "probes"
+DESCRIPTION = "synthetic position probes (copy, reverse, retrieve-at-k, MQAR, count, passkey) at L/2L/4L for every scheme"
+IN_ALL = False  # trains hundreds of tiny models
+
+#: Kazemnejad et al. 2023's length-generalisation ranking, best first (absolute = sinusoidal APE)
+RANKING = ("none", "t5", "alibi", "rope", "sinusoidal")
+RANKING_SOURCE = "Kazemnejad et al. 2023 (arXiv:2305.19466)"
+#: the positional scheme NoPE is compared with in length ("attention needs position")
+POSITIONAL = "rope"
+#: tasks of the "attention needs position" claim
+NEEDS_POSITION_TASKS = ("reverse", "retrieve")
+#: the scheme of the head-count comparison (MQAR at fixed width)
+HEADS_SCHEME = "rope"
+
+
+@dataclass(frozen=True)
+class Form:
+    """One form of the experiment (``quick``, ``full``, ``smoke`` for tests).
+
+    Attributes:
+        name: label.
+        tasks: probe tasks trained for every scheme.
+        ranking_tasks: the tasks whose past-L accuracy decides the ranking claims.
+        train_size: ``L``.
+        factors: test sizes as multiples of ``L``.
+        seeds: training seeds (at least 3 for conclusive verdicts).
+        recipe: model and schedule.
+        heads: MQAR head counts at fixed width (``()``: no head-count comparison).
+        heads_recipe: the recipe of the head-count runs (its ``n_head`` is replaced).
+        heads_size: ``L`` of the head-count runs (key-value pairs; ``None``: ``train_size``).
+    """
+
+    name: str
+    tasks: tuple[str, ...]
+    ranking_tasks: tuple[str, ...]
+    train_size: int
+    factors: tuple[int, ...]
+    seeds: tuple[int, ...]
+    recipe: ProbeRecipe
+    heads: tuple[int, ...] = ()
+    heads_recipe: ProbeRecipe = field(default_factory=ProbeRecipe)
+    heads_size: int | None = None
+
+    @property
+    def mqar_size(self) -> int:
+        return self.train_size if self.heads_size is None else self.heads_size
+
+
+# The quick form: two layers at width 64, 300 steps of 64 sequences at lr 1e-2 (each training about
+# 2-3 s of one core); reverse and retrieve-at-k for every scheme, the ranking on reverse (the
+# Kazemnejad et al. task of the two); MQAR's head count at 4 pairs, 400 steps at lr 3e-3.
+FORMS = {
+    "smoke": Form("smoke", ("reverse", "retrieve"), ("reverse",), 4, (1, 2), (0, 1, 2),
+                  ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=8),
+                  heads=(1, 2), heads_recipe=ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2,
+                                                         warmup_steps=2, eval_batch=8)),
+    "quick": Form("quick", ("reverse", "retrieve"), ("reverse",), 8, (1, 2, 4), (0, 1, 2),
+                  ProbeRecipe(n_layer=2, n_head=4, n_embd=64, steps=300, batch_size=64, lr=1e-2, warmup_steps=30, eval_batch=128),
+                  heads=(1, 4), heads_recipe=ProbeRecipe(n_layer=2, n_head=4, n_embd=64, steps=400, batch_size=64, lr=3e-3,
+                                                         warmup_steps=40, eval_batch=128), heads_size=4),
+    "full": Form("full", TASKS, ("copy", "reverse"), 16, (1, 2, 4), (0, 1, 2, 3, 4),
+                 ProbeRecipe(n_layer=2, n_head=4, n_embd=64, steps=1500, batch_size=64, lr=3e-3, warmup_steps=100, eval_batch=256),
+                 heads=(1, 2, 4, 8), heads_recipe=ProbeRecipe(n_layer=2, n_head=4, n_embd=64, steps=1500, batch_size=64,
+                                                              lr=3e-3, warmup_steps=100, eval_batch=256), heads_size=8),
+}
+
+
+def form_of(quick: bool, form: str | None = None) -> Form:
+    """The :class:`Form` named ``form``, else ``quick`` or ``full``."""
+    name = form or ("quick" if quick else "full")
+    if name not in FORMS:
+        raise ValueError(f"unknown probes form {name!r}; choose one of {', '.join(FORMS)}")
+    return FORMS[name]
+
+
+# ------------------------------------------------------------------------------------ training
+def _job(args: tuple[str, int, str, int, ProbeRecipe, tuple[int, ...], int | None]) -> dict[str, Any]:
+    task, size, scheme, seed, recipe, factors, threads = args
+    return train_probe(task, size, scheme, seed, recipe, factors, threads=threads)
+
+
+def run_jobs(jobs: list[tuple[str, int, str, int, ProbeRecipe, tuple[int, ...]]], workers: int) -> list[dict[str, Any]]:
+    """Train every job (``(task, L, scheme, seed, recipe, factors)``), ``workers`` at a time, in job order.
+
+    With more than one worker each training runs in its own (spawned) process on one thread.
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if workers == 1 or len(jobs) <= 1:
+        return [_job((*job, None)) for job in jobs]
+    print(f"--- training {len(jobs)} probe models, {min(workers, len(jobs))} at a time (one thread each)", flush=True)
+    context = multiprocessing.get_context("spawn")  # not fork: a forked OpenMP runtime can hang
+    results: list[dict[str, Any] | None] = [None] * len(jobs)
+    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
+        futures = {pool.submit(_job, (*job, 1)): i for i, job in enumerate(jobs)}
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            results[futures[future]] = future.result()
+            if done % 10 == 0 or done == len(jobs):
+                print(f"--- {done}/{len(jobs)} trained", flush=True)
+    return [r for r in results if r is not None]
+
+
+# ------------------------------------------------------------------------------------ tables
+def collect(results: list[dict[str, Any]], factors: tuple[int, ...]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``task -> scheme -> {"accuracy": {factor: [per seed]}, "cannot": {factor: reason}, "seeds": [...]}``."""
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in results:
+        cell = table.setdefault(r["task"], {}).setdefault(r["scheme"], {
+            "accuracy": {str(f): [] for f in factors}, "cannot": {}, "seeds": [], "final_loss": [], "chance": r["chance"]})
+        cell["seeds"].append(r["seed"])
+        cell["final_loss"].append(r["final_loss"])
+        for f in factors:
+            value = r["accuracy"][str(f)]
+            if value is None:
+                cell["cannot"][str(f)] = r["cannot"][str(f)]
+            else:
+                cell["accuracy"][str(f)].append(value)
+    return table
+
+
+def _text(values: list[float], reason: str | None) -> str:
+    if reason is not None:
+        return "cannot"
+    mean, sd = verdicts.mean_sd(values)
+    return f"{mean:.3f} ± {sd:.3f}" if sd is not None else f"{mean:.3f}"
+
+
+def print_tables(table: dict[str, dict[str, dict[str, Any]]], form: Form) -> None:
+    L = form.train_size
+    headers = ["scheme"] + [f"{f}L (n={f * L})" for f in form.factors]
+    for task, schemes in table.items():
+        rows = [[scheme] + [_text(cell["accuracy"][str(f)], cell["cannot"].get(str(f))) for f in form.factors]
+                for scheme, cell in schemes.items()]
+        chance = next(iter(schemes.values()))["chance"]
+        print_table(headers, rows, title=f"{task}: {describe(Task(task, L))}; answer accuracy, mean ± sd over "
+                                         f"{len(form.seeds)} seeds (chance {chance:.3f})")
+    cannot = {s: c["cannot"] for cells in table.values() for s, c in cells.items() if c["cannot"]}
+    for scheme, reasons in cannot.items():
+        print(f"  {scheme}: {next(iter(reasons.values()))}")
+
+
+def past_length_scores(table: dict[str, dict[str, dict[str, Any]]], scheme: str, form: Form) -> list[float] | None:
+    """Per seed: accuracy past L (mean over the factors > 1 and over the ranking tasks); ``None`` if it cannot."""
+    past = [f for f in form.factors if f > 1]
+    per_seed: list[float] = []
+    for i in range(len(form.seeds)):
+        values = []
+        for task in form.ranking_tasks:
+            cell = table.get(task, {}).get(scheme)
+            if cell is None or any(str(f) in cell["cannot"] for f in past):
+                return None
+            values.extend(cell["accuracy"][str(f)][i] for f in past)
+        per_seed.append(sum(values) / len(values))
+    return per_seed
+
+
+def _unmeasurable(claim: str, source: str, criterion: str, why: str) -> verdicts.ClaimRecord:
+    return verdicts.ClaimRecord(claim, source, criterion, why, None, None, 0, verdicts.INCONCLUSIVE)
+
+
+# ------------------------------------------------------------------------------------ claims
+def probe_claims(table: dict[str, dict[str, dict[str, Any]]], heads: dict[int, list[float]], form: Form) -> list[verdicts.ClaimRecord]:
+    """The experiment's claims as :class:`~poslab.lab.verdicts.ClaimRecord` (see the module docstring)."""
+    out: list[verdicts.ClaimRecord] = []
+    known = set(positions.names())
+    past = [f for f in form.factors if f > 1]
+    metric = (f"answer accuracy past L ({', '.join(f'{f}L' for f in past)}; mean over {', '.join(form.ranking_tasks)})")
+    for better, worse in zip(RANKING, RANKING[1:]):
+        claim = f"{better} generalises past the training length better than {worse}"
+        if not past or better not in known or worse not in known:
+            out.append(_unmeasurable(claim, RANKING_SOURCE, f"{metric} of {better} higher than {worse}",
+                                     "not measured (no test past L, or a scheme is not registered)"))
+            continue
+        a, b = past_length_scores(table, better, form), past_length_scores(table, worse, form)
+        if a is None or b is None:
+            who = better if a is None else worse
+            out.append(_unmeasurable(claim, RANKING_SOURCE, f"{metric} of {better} higher than {worse}",
+                                     f"{who} cannot be tested past L"))
+            continue
+        out.append(verdicts.compare(claim, RANKING_SOURCE, a, b, better_label=better, worse_label=worse, metric=metric,
+                                    lower_is_better=False))
+    for task in NEEDS_POSITION_TASKS:
+        claim = f"attention needs position: on {task}, {POSITIONAL} beats NoPE in length"
+        source = "seed 000 §2.1; Haviv et al. 2022"
+        cells = table.get(task, {})
+        if POSITIONAL not in cells or "none" not in cells:
+            out.append(_unmeasurable(claim, source, f"accuracy at L of {POSITIONAL} higher than none",
+                                     f"{task} was not trained with both schemes in this form"))
+            continue
+        out.append(verdicts.compare(claim, source, cells[POSITIONAL]["accuracy"]["1"], cells["none"]["accuracy"]["1"],
+                                    better_label=POSITIONAL, worse_label="none", metric=f"{task} accuracy at L",
+                                    lower_is_better=False))
+    if len(heads) >= 2:
+        few, many = min(heads), max(heads)
+        out.append(verdicts.compare(
+            f"more heads carry more relations at once: {many} heads beat {few} on multi-query associative recall "
+            f"at fixed width", "seed 000 Q1; Arora et al. 2023 (Zoology)", heads[many], heads[few],
+            better_label=f"{many} heads", worse_label=f"{few} head{'s' if few > 1 else ''}",
+            metric=f"MQAR accuracy at L ({HEADS_SCHEME}, n_embd {form.heads_recipe.n_embd})", lower_is_better=False))
+    return out
+
+
+def print_claims(claims: list[verdicts.ClaimRecord]) -> None:
+    rows = [[c.verdict, c.claim, c.measured, "-" if c.margin is None else f"{c.margin:+.3f}",
+             "-" if c.noise is None else f"{c.noise:.3f}", c.n_seeds] for c in claims]
+    print_table(["verdict", "claim", "measured", "margin", "95% noise", "seeds"], rows, title="claims", align="llllrr")
+    print("  counts: " + ", ".join(f"{k} {v}" for k, v in verdicts.tally(claims).items()))
+
+
+# ------------------------------------------------------------------------------------ plot
+def plot(table: dict[str, dict[str, dict[str, Any]]], form: Form, path: Path) -> Path:
+    """Accuracy vs test length per scheme (mean line, ± sd band), one panel per task."""
+    from matplotlib import colormaps
+
+    colors = colormaps["tab10"]
+    tasks = list(table)
+    cols = min(3, len(tasks))
+    rows = -(-len(tasks) // cols)
+    fig, axes = new_figure(rows, cols, size=(5.0 * cols, 3.8 * rows))
+    flat = list(axes.flat) if hasattr(axes, "flat") else [axes]
+    L = form.train_size
+    for ax, task in zip(flat, tasks):
+        for i, (scheme, cell) in enumerate(table[task].items()):
+            xs, means, lows, highs = [], [], [], []
+            for f in form.factors:
+                values = cell["accuracy"][str(f)]
+                if not values:
+                    continue
+                mean, sd = verdicts.mean_sd(values)
+                xs.append(f * L)
+                means.append(mean)
+                lows.append(mean - (sd or 0.0))
+                highs.append(mean + (sd or 0.0))
+            label = scheme if len(xs) == len(form.factors) else f"{scheme} (cannot past {xs[-1] if xs else L})"
+            ax.plot(xs, means, marker="o", markersize=3, color=colors(i % 10), label=label)
+            ax.fill_between(xs, lows, highs, color=colors(i % 10), alpha=0.15)
+        ax.axhline(next(iter(table[task].values()))["chance"], color="grey", linestyle=":", linewidth=1, label="chance")
+        ax.axvline(L, color="black", linestyle="--", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([f * L for f in form.factors], [f"{f}L={f * L}" for f in form.factors])
+        ax.set_ylim(0, 1.02)
+        ax.set_title(task)
+        ax.set_xlabel("test size n")
+        ax.set_ylabel("answer accuracy")
+        ax.grid(alpha=0.3)
+    for ax in flat[len(tasks):]:
+        ax.axis("off")
+    flat[0].legend(fontsize=7, ncol=2)
+    fig.suptitle(f"probes: trained at L={L}, mean ± sd over {len(form.seeds)} seeds")
+    return save_figure(fig, path)
+
+
+# ------------------------------------------------------------------------------------ run
+def run(out: Path, quick: bool = False, form: str | None = None, schemes: list[str] | None = None,
+        workers: int | None = None) -> dict:
+    """Train every (task, scheme, seed), test at each factor x L, print tables and claims, plot.
+
+    Args:
+        out: output folder (``probes.png`` and, via the caller, ``results.json``).
+        quick: the short form (about two minutes on two cores).
+        form: a :data:`FORMS` name overriding ``quick`` (``smoke`` for tests).
+        schemes: position schemes (default: every registered one).
+        workers: trainings at a time (default: one per core, at most two).
+    """
+    spec = form_of(quick, form)
+    out = Path(out)
+    start = time.perf_counter()
+    schemes = list(schemes) if schemes is not None else positions.names()
+    for scheme in schemes:
+        positions.get(scheme)  # an unknown name fails before any training
+    workers = default_workers() if workers is None else workers
+    jobs = [(task, spec.train_size, scheme, seed, spec.recipe, spec.factors)
+            for task in spec.tasks for scheme in schemes for seed in spec.seeds]
+    head_jobs = []
+    if spec.heads and HEADS_SCHEME in schemes:
+        for h in spec.heads:
+            recipe = dataclasses.replace(spec.heads_recipe, n_head=h)
+            reused = "mqar" in spec.tasks and recipe == spec.recipe and spec.mqar_size == spec.train_size
+            if not reused:
+                head_jobs += [("mqar", spec.mqar_size, HEADS_SCHEME, seed, recipe, (1,)) for seed in spec.seeds]
+    results = run_jobs(jobs + head_jobs, workers)
+    table = collect(results[:len(jobs)], spec.factors)
+    heads: dict[int, list[float]] = {}
+    for h in spec.heads:
+        recipe = dataclasses.replace(spec.heads_recipe, n_head=h)
+        if ("mqar" in spec.tasks and recipe == spec.recipe and spec.mqar_size == spec.train_size
+                and HEADS_SCHEME in table.get("mqar", {})):
+            heads[h] = list(table["mqar"][HEADS_SCHEME]["accuracy"]["1"])
+        else:
+            heads[h] = [r["accuracy"]["1"] for r in results[len(jobs):] if r["n_head"] == h]
+    heads = {h: v for h, v in heads.items() if v}
+    print_tables(table, spec)
+    if heads:
+        print_table(["heads", "d_k", "MQAR accuracy at L"],
+                    [[h, spec.heads_recipe.n_embd // h, _text(v, None)] for h, v in heads.items()],
+                    title=f"multi-query associative recall at n_embd {spec.heads_recipe.n_embd} ({HEADS_SCHEME}), "
+                          f"{spec.mqar_size} pairs, {spec.heads_recipe.steps} steps")
+    claims = probe_claims(table, heads, spec)
+    print_claims(claims)
+    figure = plot(table, spec, out / "probes.png")
+    seconds = time.perf_counter() - start
+    print(f"\n  {len(results)} trainings in {seconds:.0f} s ({workers} worker{'s' if workers > 1 else ''})")
+    return {
+        "experiment": NAME,
+        "form": dataclasses.asdict(spec),
+        "train_size": spec.train_size,
+        "factors": list(spec.factors),
+        "lengths": [f * spec.train_size for f in spec.factors],
+        "seeds": list(spec.seeds),
+        "schemes": schemes,
+        "accuracy": table,
+        "heads_mqar": {str(h): v for h, v in heads.items()},
+        "claims": [c.to_dict() for c in claims],
+        "figure": str(figure),
+        "seconds": seconds,
+        "workers": workers,
+    }

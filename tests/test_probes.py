@@ -1,0 +1,206 @@
+"""The probe tasks (poslab.analysis.probes) and the ``probes`` experiment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from poslab.analysis import probes as P
+from poslab.lab import verdicts
+from poslab.lab.experiments import probes as experiment
+
+# positions of the answer part: sequences are [BOS, problem (n), SEP, answer part]; inputs drop the last token
+
+
+def _batch(name: str, n: int, L: int = 8, batch: int = 16, seed: int = 0) -> tuple[P.Task, torch.Tensor, torch.Tensor]:
+    task = P.Task(name, L)
+    idx, targets = task.sample(n, batch, torch.Generator().manual_seed(seed))
+    return task, idx, targets
+
+
+def _full(idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The whole sequence back: inputs plus the last target (every task ends on an answer token)."""
+    return torch.cat([idx, targets[:, -1:]], dim=1)
+
+
+@pytest.mark.parametrize("name", P.TASKS)
+@pytest.mark.parametrize("n", [2, 5, 16])
+def test_shapes_vocabulary_and_answer_count(name: str, n: int):
+    task, idx, targets = _batch(name, n)
+    assert idx.shape == targets.shape == (16, task.seq_len(n))
+    assert idx.dtype == targets.dtype == torch.long
+    assert int(idx.min()) >= 0 and int(idx.max()) < task.vocab_size
+    assert ((targets == -1) | ((targets >= P.FIRST) & (targets < task.vocab_size))).all()
+    assert ((targets >= 0).sum(1) == task.answers_per_sequence(n)).all()
+    assert (idx[:, 0] == P.BOS).all()
+    # every target is the next input token (teacher forcing)
+    keep = targets[:, :-1] >= 0
+    assert torch.equal(targets[:, :-1][keep], idx[:, 1:][keep])
+
+
+@pytest.mark.parametrize("name", P.TASKS)
+def test_same_seed_same_batch_other_seed_other_batch(name: str):
+    _, a, ta = _batch(name, 6, seed=3)
+    _, b, tb = _batch(name, 6, seed=3)
+    _, c, _ = _batch(name, 6, seed=4)
+    assert torch.equal(a, b) and torch.equal(ta, tb)
+    assert not torch.equal(a, c)
+
+
+def test_copy_and_reverse_targets():
+    n = 7
+    for name, expect in (("copy", lambda x: x), ("reverse", lambda x: x.flip(1))):
+        _, idx, targets = _batch(name, n)
+        seq = _full(idx, targets)
+        x = seq[:, 1:1 + n]
+        assert (seq[:, 1 + n] == P.SEP).all()
+        answers = targets[:, n + 1:]  # predicted from SEP (input position n + 1) onwards
+        assert torch.equal(answers, expect(x))
+        assert (targets[:, :n + 1] == -1).all()
+
+
+def test_retrieve_answer_is_the_token_at_k():
+    n, L = 12, 8
+    task, idx, targets = _batch("retrieve", n, L=L)
+    seq = _full(idx, targets)
+    x = seq[:, 1:1 + n]
+    part = seq[:, 2 + n:].reshape(16, P.QUERIES, 2)  # [B, Q, (index, value)]
+    k = part[:, :, 0] - P.FIRST - P.SYMBOLS
+    assert int(k.min()) >= 0 and int(k.max()) < min(n, L)  # only indices seen in training
+    assert torch.equal(part[:, :, 1], x.gather(1, k))
+    assert torch.equal(targets[:, targets.shape[1] - 2 * P.QUERIES + 1::2], part[:, :, 1])
+
+
+def test_mqar_keys_distinct_and_values_consistent():
+    n, L = 10, 4
+    task, idx, targets = _batch("mqar", n, L=L)
+    seq = _full(idx, targets)
+    pairs = seq[:, 1:1 + 2 * n].reshape(16, n, 2)  # [B, n, (key, value)]
+    queries = seq[:, 1 + 2 * n:].reshape(16, n // 2, 2)
+    keys, values = pairs[:, :, 0], pairs[:, :, 1]
+    assert ((keys >= P.FIRST) & (keys < P.FIRST + task.n_keys)).all()
+    assert ((values >= P.FIRST + task.n_keys) & (values < task.vocab_size)).all()
+    for b in range(16):
+        assert len(set(keys[b].tolist())) == n  # distinct keys
+        table = dict(zip(keys[b].tolist(), values[b].tolist()))
+        asked = queries[b, :, 0].tolist()
+        assert len(set(asked)) == len(asked)
+        assert queries[b, :, 1].tolist() == [table[k] for k in asked]
+    answer_positions = (targets >= 0).nonzero()[:, 1].view(16, -1)
+    assert torch.equal(answer_positions[0], torch.arange(2 * n + 1, 2 * n + 1 + n, 2))  # at each query key
+    with pytest.raises(ValueError, match="mqar has 16 keys"):
+        task.sample(17, 2, torch.Generator())
+
+
+def test_count_answers_are_the_counts():
+    n = 20
+    _, idx, targets = _batch("count", n)
+    seq = _full(idx, targets)
+    x = seq[:, 1:1 + n]
+    part = seq[:, 2 + n:].reshape(16, P.COUNTABLE, 2)
+    for b in range(16):
+        counts = Counter(x[b].tolist())
+        assert sorted(part[b, :, 0].tolist()) == list(range(P.FIRST, P.FIRST + P.COUNTABLE))  # each symbol asked once
+        for symbol, answer in part[b].tolist():
+            value = answer - (P.FIRST + P.COUNTABLE + P.FILLER)
+            assert 0 <= value <= P.MAX_COUNT
+            assert counts[symbol] == value
+
+
+def test_passkey_answer_is_the_hidden_key():
+    n = 30
+    _, idx, targets = _batch("passkey", n)
+    seq = _full(idx, targets)
+    key_token = P.FIRST + P.FILLER
+    for b in range(16):
+        row = seq[b].tolist()
+        assert row.count(key_token) == 1
+        at = row.index(key_token)
+        hidden = row[at + 1:at + 1 + P.KEY_DIGITS]
+        assert row[-P.KEY_DIGITS - 1] == P.SEP
+        assert row[-P.KEY_DIGITS:] == hidden
+        assert sum(1 for t in row[1:-P.KEY_DIGITS - 1] if P.FIRST <= t < P.FIRST + P.FILLER) == n
+    depths = {seq[b].tolist().index(key_token) for b in range(16)}
+    assert len(depths) > 1  # the needle moves
+
+
+def test_bad_task_inputs():
+    with pytest.raises(ValueError, match="unknown probe task 'sort'"):
+        P.Task("sort", 8)
+    with pytest.raises(ValueError, match="train size L must be an integer >= 2"):
+        P.Task("copy", 1)
+    with pytest.raises(ValueError, match="task size n must be a positive integer"):
+        P.Task("copy", 8).sample(0, 2, torch.Generator())
+    with pytest.raises(ValueError, match="unknown probes form 'huge'"):
+        experiment.form_of(False, "huge")
+
+
+def test_learned_table_cannot_read_past_its_rows():
+    task = P.Task("reverse", 4)
+    recipe = experiment.FORMS["smoke"].recipe
+    model = P.build_model(task, "learned", recipe, seed=0)
+    assert P.cannot_reason(model, task.seq_len(4)) is None
+    assert "encodes at most" in P.cannot_reason(model, task.seq_len(8))
+    assert P.cannot_reason(P.build_model(task, "rope", recipe, seed=0), task.seq_len(64)) is None
+
+
+SMOKE_SCHEMES = ["none", "learned", "sinusoidal", "rope", "alibi", "t5"]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    torch.set_num_threads(1)
+    return experiment.run(tmp_path_factory.mktemp("probes"), form="smoke", schemes=SMOKE_SCHEMES, workers=1)
+
+
+def test_smoke_run_records_obey_the_verdict_rule(smoke: dict):
+    claims = smoke["claims"]
+    assert verdicts.check_records(claims) == []
+    names = [c["claim"] for c in claims]
+    for better, worse in zip(experiment.RANKING, experiment.RANKING[1:]):
+        assert f"{better} generalises past the training length better than {worse}" in names
+    assert sum("attention needs position" in n for n in names) == len(experiment.NEEDS_POSITION_TASKS)
+    assert any("more heads" in n for n in names)
+    for c in claims:
+        if c["margin"] is not None:
+            assert c["n_seeds"] == len(experiment.FORMS["smoke"].seeds)
+
+
+def test_smoke_run_table(smoke: dict):
+    form = experiment.FORMS["smoke"]
+    table = smoke["accuracy"]
+    assert set(table) == set(form.tasks)
+    for cells in table.values():
+        assert list(cells) == SMOKE_SCHEMES
+        assert cells["learned"]["cannot"].keys() == {"2"}  # derived from max_positions, not named
+        assert len(cells["learned"]["accuracy"]["1"]) == len(form.seeds)
+        for scheme in SMOKE_SCHEMES[2:]:
+            for f in form.factors:
+                values = cells[scheme]["accuracy"][str(f)]
+                assert len(values) == len(form.seeds) and all(0.0 <= v <= 1.0 for v in values)
+    ranking = {c["claim"]: c for c in smoke["claims"]}
+    mean_past = experiment.past_length_scores(table, "none", form)
+    record = ranking["none generalises past the training length better than t5"]
+    assert record["details"]["better"] == pytest.approx(mean_past)
+    assert sorted(smoke["heads_mqar"]) == ["1", "2"]
+    assert Path(smoke["figure"]).stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_quick_cli(tmp_path: Path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-m", "poslab", "experiment", "probes", "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert verdicts.check_records(results["claims"]) == []
+    assert len(results["claims"]) >= len(experiment.RANKING) - 1 + len(experiment.NEEDS_POSITION_TASKS) + 1
+    assert all(c["n_seeds"] >= verdicts.MIN_SEEDS for c in results["claims"] if c["margin"] is not None)
+    assert (tmp_path / "probes.png").is_file()
