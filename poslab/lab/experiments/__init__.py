@@ -27,6 +27,7 @@ _MODULES = (
     "poslab.lab.experiments.extrapolation",
     "poslab.lab.experiments.context_extension",
     "poslab.lab.experiments.attention_entropy",
+    "poslab.lab.experiments.model_zoo",
 )
 
 
