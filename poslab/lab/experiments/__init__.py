@@ -28,6 +28,7 @@ _MODULES = (
     "poslab.lab.experiments.context_extension",
     "poslab.lab.experiments.attention_entropy",
     "poslab.lab.experiments.model_zoo",
+    "poslab.lab.experiments.corrections",
 )
 
 
