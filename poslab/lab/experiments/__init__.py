@@ -29,6 +29,7 @@ _MODULES = (
     "poslab.lab.experiments.attention_entropy",
     "poslab.lab.experiments.model_zoo",
     "poslab.lab.experiments.corrections",
+    "poslab.lab.experiments.sparse",
 )
 
 
