@@ -30,6 +30,7 @@ _MODULES = (
     "poslab.lab.experiments.model_zoo",
     "poslab.lab.experiments.corrections",
     "poslab.lab.experiments.sparse",
+    "poslab.lab.experiments.head_map",
 )
 
 
