@@ -29,6 +29,10 @@ _MODULES = (
     "poslab.lab.experiments.context_extension",
     "poslab.lab.experiments.attention_entropy",
     "poslab.lab.experiments.probes",
+    "poslab.lab.experiments.model_zoo",
+    "poslab.lab.experiments.corrections",
+    "poslab.lab.experiments.sparse",
+    "poslab.lab.experiments.head_map",
 )
 
 

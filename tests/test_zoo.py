@@ -1,0 +1,125 @@
+"""The model zoo table (poslab/lab/data/model_zoo.json) and ``poslab experiment model-zoo``.
+
+The statistics are recomputed here straight from the JSON file, independently of the experiment's
+code, and compared with its results.json.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from poslab.cli.app import main
+from poslab.lab.experiments import model_zoo
+from poslab.lab.verdicts import check_records
+
+ZOO = Path(model_zoo.__file__).resolve().parent.parent / "data" / "model_zoo.json"
+RAW = json.loads(ZOO.read_text())["models"]
+REQUIRED_FAMILIES = {"GPT-2", "Llama 1", "Llama 2", "Llama 3", "Llama 3.1", "Mistral", "Qwen2.5", "Qwen3", "Gemma",
+                     "Gemma 2", "Gemma 3", "Phi-3", "OLMo 2", "Falcon", "BLOOM", "MPT", "DeepSeek", "T5", "BERT"}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("zoo")
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["experiment", "model-zoo", "--quick", "--out", str(out)]) == 0
+    return json.loads((out / "results.json").read_text()), buffer.getvalue(), out
+
+
+def test_zoo_covers_the_issue_families_and_sizes():
+    assert len(RAW) >= 25
+    assert REQUIRED_FAMILIES <= {r["family"] for r in RAW}
+    assert {"GPT-2 small", "GPT-2 medium", "GPT-2 large", "GPT-2 XL"} <= {r["name"] for r in RAW}
+    assert len({r["hf_repo"] for r in RAW}) == len(RAW)  # no model twice
+
+
+@pytest.mark.parametrize("row", RAW, ids=[r["name"] for r in RAW])
+def test_every_row_obeys_the_schema(row):
+    assert set(model_zoo.FIELDS) <= set(row)
+    for field in ("d_model", "n_heads", "n_kv_heads", "head_dim", "layers", "context_length", "year"):
+        value = row[field]
+        if value is None:
+            assert row["null_fields"].get(field), f"{field} null without a reason"
+        else:
+            assert isinstance(value, int) and not isinstance(value, bool) and value > 0, field
+    assert row["rope_theta"] is not None or row["null_fields"].get("rope_theta")
+    assert row["source"] == f"{row['hf_repo']} config.json"
+    assert row["verified_via"].strip()
+    assert row["n_heads"] % row["n_kv_heads"] == 0
+    assert 2017 <= row["year"] <= 2026
+    assert set(row["derived"]) <= {"n_kv_heads", "head_dim"}
+    if "head_dim" in row["derived"] and row["attention"] != "MLA":
+        assert row["head_dim"] * row["n_heads"] == row["d_model"]  # derived as d_model / n_heads
+    if row["attention"] == "MHA":
+        assert row["n_kv_heads"] == row["n_heads"]
+    if row["attention"] == "MQA":
+        assert row["n_kv_heads"] == 1
+    if row["attention"] == "MLA":
+        assert row["head_dim"] == row["qk_nope_head_dim"] + row["qk_rope_head_dim"]
+    if row["position"] in ("learned", "alibi") or row["position"].startswith("relative"):
+        assert row["rope_theta"] is None and row["rope_scaling"] is None
+
+
+def test_check_row_rejects_bad_rows():
+    good = copy.deepcopy(RAW[0])
+    model_zoo.check_row(good)
+    for field, value, words in (("head_dim", 0, "positive integer"), ("n_kv_heads", 5, "does not divide"),
+                                ("layers", None, "without a reason"), ("source", "somewhere", "config.json"),
+                                ("attention", "dense", "MHA, GQA")):
+        bad = dict(copy.deepcopy(good), **{field: value})
+        with pytest.raises(ValueError, match=words):
+            model_zoo.check_row(bad)
+    with pytest.raises(ValueError, match="misses"):
+        model_zoo.check_row({k: v for k, v in good.items() if k != "layers"})
+
+
+def test_dk_statistics_recomputed_from_the_json(results):
+    r = results[0]
+    in_common = sum(1 for row in RAW if row["head_dim"] in (64, 128))
+    share = in_common / len(RAW)
+    assert r["dk"]["share_64_128"] == pytest.approx(share)
+    assert sorted(name for name, _ in r["dk"]["counter_examples"]) == sorted(
+        row["name"] for row in RAW if row["head_dim"] not in (64, 128))
+    assert "Gemma 7B" in [name for name, _ in r["dk"]["counter_examples"]]  # head_dim 256, the issue's example
+    claim = next(c for c in r["claims"] if c["source"].startswith("seed 000 §1.4 and Q3"))
+    assert claim["verdict"] == ("held" if share >= 0.90 else "did not hold")
+    assert claim["margin"] == pytest.approx(share - 0.90)
+
+
+def test_head_rule_and_width_recomputed(results):
+    r = results[0]
+    ratios = [row["n_heads"] / math.sqrt(row["d_model"] / 16) for row in RAW]
+    within = sum(1 for x in ratios if 2 ** -0.5 <= x <= 2 ** 0.5) / len(RAW)
+    assert r["head_rule"]["share_within_factor"] == pytest.approx(within)
+    claim = next(c for c in r["claims"] if c["source"] == "seed 002 §3.2")
+    assert claim["verdict"] == ("held" if within >= 0.5 else "did not hold")
+    mismatched = {row["name"] for row in RAW if row["n_heads"] * row["head_dim"] != row["d_model"]}
+    assert {m[0] for m in r["width_mismatches"]} == mismatched
+    assert {"Gemma 7B", "Qwen3 4B"} <= mismatched
+
+
+def test_parameter_counts_follow_the_projection_widths(results):
+    by_name = {p["name"]: p for p in results[0]["parameters"]}
+    llama3 = by_name["Llama 3 8B"]  # 4096 wide, 32 heads, 8 kv heads of 128
+    assert llama3["built"] == 2 * 4096 * 4096 + 2 * 4096 * 1024 + (4096 + 2 * 1024 + 4096)
+    assert llama3["small_built"] == llama3["small_formula"]
+    gpt2 = by_name["GPT-2 small"]
+    assert gpt2["built"] == 4 * 768 * 768 + 4 * 768
+    assert by_name["Gemma 7B"]["built"] is None  # 16 x 256 != 3072: poslab's MHA cannot express it
+
+
+def test_claim_records_and_outputs(results):
+    r, stdout, out = results
+    assert not check_records(r["claims"])
+    assert len(r["claims"]) == 5
+    assert {c["verdict"] for c in r["claims"]} <= {"held", "did not hold", "inconclusive"}
+    assert (out / "model_zoo.png").stat().st_size > 10_000
+    assert "claims" in stdout and "Llama 3 8B" in stdout
