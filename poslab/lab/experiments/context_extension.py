@@ -54,8 +54,8 @@ from poslab.lab.experiments.extrapolation import (
     size_of,
     train_config,
 )
-from poslab.runs import RunFolder
 from poslab.lab.experiments.head_count import default_workers
+from poslab.runs import RunFolder
 
 NAME = "context-extension"
 DESCRIPTION = "RoPE at 4x L with PI / NTK / dynamic / YaRN / Llama3, fine-tuning at 4x L; perplexity + passkey, 3 seeds (seed 000 §3.5, Q4)"
