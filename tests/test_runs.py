@@ -28,6 +28,7 @@ ALLOWED = {
     ("interop/convert.py", "_model_type"): "a Hugging Face folder's config.json, not a run's",
     ("lab/report/builder.py", "load_results"): "experiment folders' results.json (it skips runs/)",
     ("lab/bench.py", "rerender"): "a bench output folder's results.json",
+    ("lab/experiments/__init__.py", "read_results"): "an experiment folder's results.json, not a run's",
 }
 RUN_FILE_HINTS = (*RUN_FILES, "checkpoints", "step_")
 

@@ -60,3 +60,18 @@ def run_experiment(name: str, out: Path | None = None, quick: bool = False, work
     results = module.run(out, quick=quick, **options)
     atomic_write_json(out / "results.json", results, default=float)
     return results
+
+
+def read_results(folder: Path) -> dict:
+    """An experiment folder's ``results.json`` (what :func:`run_experiment` wrote), ``{}`` if absent or unreadable.
+
+    Experiment folders are not run folders: their results are the experiment's own dict, read here
+    (run folders are read through :class:`poslab.runs.RunFolder`).
+    """
+    import json
+
+    try:
+        data = json.loads((Path(folder) / "results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import json
 import multiprocessing
 import statistics
 import time
@@ -42,6 +41,7 @@ import torch
 from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab import verdicts
+from poslab.lab.experiments import read_results
 from poslab.lab.experiments.extrapolation import (
     NAME as EXTRAPOLATION,
 )
@@ -155,11 +155,7 @@ def seeds_of(out: Path) -> list[int]:
     """The seeds of the RoPE models: the extrapolation experiment's (its ``results.json``) when it
     lists them, topped up to :data:`MIN_SEEDS` with ``SEED, SEED + 1, ...``."""
     seeds: list[int] = []
-    path = Path(out).parent / EXTRAPOLATION / "results.json"
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        results = {}
+    results = read_results(Path(out).parent / EXTRAPOLATION)
     listed = results.get("seeds", [results["seed"]] if isinstance(results.get("seed"), int) else [])
     for seed in listed if isinstance(listed, list) else []:
         if isinstance(seed, int) and not isinstance(seed, bool) and seed not in seeds:
@@ -174,7 +170,7 @@ def seeds_of(out: Path) -> list[int]:
 
 def with_seed(cfg: Any, seed: int, name: str) -> Any:
     """``cfg`` with another seed and run name."""
-    from poslab.training.loop import TrainConfig
+    from poslab.training.config import TrainConfig
 
     return TrainConfig.from_dict({**cfg.to_dict(), "seed": seed, "name": name})
 
@@ -203,7 +199,7 @@ def _ensure(cfg: Any, reuse: tuple[Path, ...]) -> str:
 
 
 def _ensure_in_worker(args: tuple[dict[str, Any], tuple[str, ...]]) -> str:
-    from poslab.training.loop import TrainConfig
+    from poslab.training.config import TrainConfig
 
     torch.set_num_threads(1)
     values, reuse = args

@@ -39,8 +39,10 @@ import torch
 from poslab.analysis import heads as head_analysis
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.verdicts import ClaimRecord, deterministic
+from poslab.runs import load_run
+from poslab.session import train
 from poslab.training import presets
-from poslab.training.loop import TrainConfig, load_run, train
+from poslab.training.config import TrainConfig
 
 NAME = "head-map"
 DESCRIPTION = "each head of a trained GPT as a point: PCA / t-SNE map by layer and head type; tests seed 002 §6.1"
