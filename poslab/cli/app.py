@@ -18,14 +18,14 @@ COMMANDS = (
     "poslab.cli.train",
     "poslab.cli.sample",
     "poslab.cli.presets",
-    "poslab.lab.bench",
-    "poslab.interop.convert",
-    "poslab.analysis.eval",
-    "poslab.lab.lab",
-    "poslab.analysis.heads",
-    "poslab.analysis.attention_map",
-    "poslab.lab.explore",
-    "poslab.lab.sweep",
+    "poslab.cli.bench",
+    "poslab.cli.convert",
+    "poslab.cli.eval",
+    "poslab.cli.lab",
+    "poslab.cli.heads",
+    "poslab.cli.attention",
+    "poslab.cli.explore",
+    "poslab.cli.sweep",
 )
 
 

@@ -16,7 +16,6 @@ JSON API (used by the page):
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import threading
@@ -481,11 +480,3 @@ def serve(runs: list[Path], port: int = 8765, schemes: list[str] | None = None) 
     finally:
         server.server_close()
     return 0
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("explore", help="local web page: attention heads and position schemes, live",
-                            description="Serve a local page (127.0.0.1) to explore attention heads of runs and schemes.")
-    parser.add_argument("runs", nargs="*", type=Path, help="run folders to offer (untrained models of every scheme are always offered)")
-    parser.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (default 8765; 0 = any free port)")
-    parser.set_defaults(func=lambda a: serve(a.runs, a.port))

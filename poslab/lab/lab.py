@@ -18,7 +18,6 @@ the report says so. Progress: a status line with the step, its elapsed time and 
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -394,6 +393,12 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
     return manifest
 
 
+def succeeded(manifest: dict, only: list[str] | None = None) -> bool:
+    """Whether every step that was asked for (all, or those in ``only``) finished (``ok`` or ``reused``)."""
+    asked = [r for r in manifest["steps"] if not only or r.get("name") in only]
+    return all(r.get("status") in ("ok", "reused") for r in asked)
+
+
 def _registered() -> set[str]:
     from poslab.lab import experiments
 
@@ -407,26 +412,3 @@ def _clean(lab_dir: Path, step: Step) -> None:
         raise ValueError(f"refusing to clean {target}: outside the lab folder")
     if target.is_dir():
         shutil.rmtree(target)
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("lab", help="run every experiment and write one self-contained report.html",
-                            description="Run every experiment of the lessons and write LAB/report.html.")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--quick", dest="mode", action="store_const", const="quick", help="short forms (the demo; default)")
-    group.add_argument("--full", dest="mode", action="store_const", const="full", help="full forms (long)")
-    parser.add_argument("--out", type=Path, default=Path("runs/lab"), help="lab folder (default runs/lab)")
-    parser.add_argument("--fresh", action="store_true", help="rerun every step instead of reusing finished ones")
-    parser.add_argument("--only", action="append", default=None, metavar="STEP", help="run only this step (repeatable)")
-    parser.add_argument("--report-only", action="store_true", help="rebuild report.html from the existing results")
-    parser.set_defaults(func=_cli, mode="quick")
-
-
-def _cli(args: argparse.Namespace) -> int:
-    if args.report_only:
-        from poslab.lab.report import build_report
-
-        print(f"wrote {build_report(args.out)}")
-        return 0
-    manifest = run_lab(args.out, args.mode, args.fresh, args.only)
-    return 0 if all(r["status"] in ("ok", "reused") for r in manifest["steps"]) else 1
