@@ -33,8 +33,11 @@ written to ``SWEEP_DIR/summary.json`` and ``SWEEP_DIR/summary.md``. ``summary.js
                "error"}]}
 
 A bad file (not YAML, unknown keys, a grid key that is no training key, an empty list, a bad value)
-is a one-line error before anything runs (exit 2). Ctrl-C forwards one SIGINT to the running
-trainings (each saves a checkpoint), writes the summary of what finished, and exits 130.
+is a one-line error before anything runs (exit 2). Ctrl-C, SIGTERM or SIGHUP forward one SIGINT to
+the running trainings (each saves a checkpoint), write the summary of what finished, and exit 130.
+The trainings die with the sweep however it dies: each gets SIGTERM (and saves a checkpoint) when the
+sweep's process is gone, SIGKILL included. A rerun that finds a run still held by a training of an
+earlier sweep waits for it to let go, then continues (or skips) it, instead of failing it.
 """
 
 from __future__ import annotations
@@ -67,6 +70,10 @@ SPEC_KEYS = ("name", "out_dir", "description", "preset", "quick", "overrides", "
 REPLICATE_KEY = "seed"  # grid key whose values are replicates (averaged), not configurations
 _RESERVED = {"name": "the sweep names each run", "out_dir": "runs go to SWEEP_DIR/runs"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+#: the environment variable that makes a training follow its parent (``poslab.cli.app`` reads it)
+PARENT_ENV = "POSLAB_PARENT_PID"
+LOCK_POLL_S = 0.5  # how often a run still in use by another process is checked
+WAIT_NOTICE_S = 60.0  # how often the wait for it is announced
 
 
 @dataclass
@@ -293,12 +300,39 @@ class _Runner:
             cmd.append("--resume")
         return cmd
 
+    def wait_until_free(self, run: SweepRun, run_dir: Path) -> bool:
+        """Wait while another process (e.g. a training of a killed sweep, saving) holds the run's lock.
+
+        Returns:
+            ``False`` if the sweep is being stopped meanwhile.
+        """
+        from poslab.training.lock import RunLock, RunLockedError
+
+        said = 0.0
+        while not self.stopping.is_set():
+            try:
+                RunLock(run_dir).acquire().release()
+                return True
+            except RunLockedError as err:
+                if time.monotonic() - said > WAIT_NOTICE_S:
+                    said = time.monotonic()
+                    self.echo(f"sweep: waiting for {run.name}: {str(err).split('; wait')[0]}")
+            self.stopping.wait(LOCK_POLL_S)
+        return False
+
     def execute(self, run: SweepRun) -> SweepRun:
         if self.stopping.is_set():
             run.status = "not started"
             return run
         run_dir = self.plan.sweep_dir / "runs" / run.name
-        state = run_state(run_dir, run.max_steps)
+        if not self.wait_until_free(run, run_dir):
+            run.status = "not started"
+            return run
+        state = run_state(run_dir, run.max_steps)  # what the previous holder left
+        if state in ("done", "diverged"):
+            run.status = "completed" if state == "done" else "diverged"
+            run.results = _read_results(run_dir)
+            return run
         preset_file = self.plan.sweep_dir / "configs" / f"{run.name}.yaml"
         ckpt.atomic_write_text(preset_file, yaml.safe_dump(
             {"description": f"sweep {self.plan.name}: {run.name}", "config": run.config},
@@ -308,6 +342,7 @@ class _Runner:
             env["OMP_NUM_THREADS"] = str(self.threads)
         for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(key, None)  # each run is its own single-process training
+        env[PARENT_ENV] = str(os.getpid())  # the training stops (and saves) if this sweep dies, even by SIGKILL
         log_path = self.plan.sweep_dir / "logs" / f"{run.name}.log"
         start = time.perf_counter()
         with open(log_path, "a", encoding="utf-8") as log:
