@@ -18,6 +18,7 @@ from typing import Any
 
 from poslab.config import key_help, merge, parse_overrides
 from poslab.data import CORPORA, build_tokenizer
+from poslab.nn.footprint import check_training
 from poslab.nn.model import GPTConfig
 from poslab.training import presets
 from poslab.training.distributed import is_main_process
@@ -68,6 +69,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="under torchrun: shard the model with FSDP2 (fully_shard) instead of DDP (docs/scaling.md)")
     p.add_argument("--dry-run", action="store_true",
                    help="check the config and the run folder, print the resolved config as JSON, write nothing")
+    p.add_argument("--force", action="store_true",
+                   help="train even when the memory estimate says the model cannot fit this machine")
     p.set_defaults(func=run, overrides=[])
     original = p.parse_known_args
 
@@ -111,6 +114,7 @@ def dry_run(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
+    check_training(cfg.model, cfg.batch_size, cfg.eval_iters, force=args.force)  # before anything is built
     if args.dry_run:
         print(json.dumps(dry_run(cfg, args.resume, args.overwrite), indent=2, ensure_ascii=False))
         return 0

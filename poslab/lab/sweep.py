@@ -1,6 +1,6 @@
 """``poslab sweep CONFIG.yaml --workers K``: a grid of training runs, K at a time, resumable.
 
-``CONFIG.yaml`` (read with ``yaml.safe_load``)::
+``CONFIG.yaml`` (read with ``yaml.safe_load``, aliases bounded by :mod:`poslab.data.safe_yaml`)::
 
     name: pe-sweep              # optional; the sweep folder is OUT_DIR/NAME (default: the file's stem)
     out_dir: sweeps             # optional (default "sweeps")
@@ -61,7 +61,9 @@ from typing import Any
 
 import yaml
 
+from poslab.data import safe_yaml
 from poslab.nn import positions
+from poslab.nn.footprint import check_training
 from poslab.nn.model import GPTConfig
 from poslab.training import checkpoint as ckpt
 from poslab.training import presets
@@ -124,7 +126,7 @@ def load_plan(path: str | Path, out: str | Path | None = None) -> SweepPlan:
     if not path.is_file():
         raise FileNotFoundError(f"sweep file {str(path)!r} does not exist")
     try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+        spec = safe_yaml.load(path.read_text(encoding="utf-8"), f"sweep file {str(path)!r}")  # refuses alias bombs
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
@@ -245,6 +247,7 @@ def _check_config(config: dict[str, Any], run_name: str) -> int:
     cfg = TrainConfig.from_dict({**config, "name": run_name})
     model = GPTConfig.from_dict({**cfg.model, "vocab_size": 2})
     positions.make_config(model.position, model.position_config or {})
+    check_training(cfg.model, cfg.batch_size, cfg.eval_iters)  # what cannot fit this machine, before anything runs
     if cfg.corpus not in CORPORA and not Path(cfg.corpus).is_file():
         raise ValueError(f"corpus {cfg.corpus!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor a file")
     return cfg.max_steps
