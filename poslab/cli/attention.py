@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from poslab.analysis.attention_map import DEFAULT_PROMPT, run_attention
+from poslab.cli import paths
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,5 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    paths.output_file(args.out, "--out")
+    paths.output_file(args.json, "--json")
     run_attention(args.run, args.prompt, args.out, args.json)
     return 0

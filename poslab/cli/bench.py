@@ -12,6 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from poslab.cli import paths
 from poslab.lab import bench
 
 
@@ -55,6 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    paths.output_folder(args.out, "--out")
     if args.from_results is not None:
         return bench.rerender(args.from_results, args.out)
     sizes = parse_sizes(args.sizes) if args.sizes else list(bench.QUICK_SIZES if args.quick else bench.FULL_SIZES)

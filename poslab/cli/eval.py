@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from poslab.analysis import eval as evaluation
+from poslab.cli import paths
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from poslab.display import print_table
     from poslab.training.checkpoint import atomic_write_json
 
+    paths.output_file(args.out, "--out")
     lengths = evaluation.parse_lengths(args.lengths)
     evaluation.return_freed_memory_to_os()
     if args.stride is not None:

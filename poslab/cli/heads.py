@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from poslab.analysis.heads import run_heads
+from poslab.cli import paths
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,5 +19,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    paths.output_folder(args.out, "--out")
     run_heads(args.run, args.out or args.run / "heads", args.quick, args.text)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from poslab.cli import paths
 from poslab.lab import sweep
 
 
@@ -24,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ValueError(f"--workers must be a positive integer, got {args.workers}")
+    paths.output_folder(args.out, "--out")
     plan = sweep.load_plan(args.config, args.out)
     if args.dry_run:
         for sweep_run in plan.runs:

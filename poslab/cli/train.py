@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from poslab.cli import paths
 from poslab.config import key_help, merge, parse_overrides
 from poslab.data import CORPORA, build_tokenizer
 from poslab.nn.footprint import check_training
@@ -113,7 +114,11 @@ def dry_run(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    paths.run_name(args.name)  # '' or a newline: refused, not replaced or accepted
     cfg = build_config(args)
+    paths.output_folder(cfg.out_dir, "--out_dir")
+    if cfg.init_from:
+        paths.run_folder(cfg.init_from, "--init_from")
     check_training(cfg.model, cfg.batch_size, cfg.eval_iters, force=args.force)  # before anything is built
     if args.dry_run:
         print(json.dumps(dry_run(cfg, args.resume, args.overwrite), indent=2, ensure_ascii=False))
