@@ -27,6 +27,21 @@ def server():
     httpd.server_close()
 
 
+FIGURES: dict[str, int] = {"requests": 0, "refused": 0, "served_anyway": 0, "disconnects_logged_in_one_line": 0,
+                           "tracebacks": 0}
+
+
+@pytest.fixture(autouse=True)
+def _record(request):
+    """Each test's counts go to ``test-artifacts/reliability.json`` (the reliability table)."""
+    from test_reliability_artifacts import mode, record
+
+    for key in FIGURES:
+        FIGURES[key] = 0
+    yield
+    record("explorer", mode(request), dict(FIGURES))
+
+
 def raw(port: int, head: str, body: bytes = b"", timeout: float = 20) -> tuple[int, dict]:
     """Send ``head`` (request line + headers, ``\\r\\n``-joined, without the blank line) and ``body``.
 
@@ -39,6 +54,8 @@ def raw(port: int, head: str, body: bytes = b"", timeout: float = 20) -> tuple[i
             data += chunk
     header, _, payload = data.partition(b"\r\n\r\n")
     status = int(header.split(b" ", 2)[1])
+    FIGURES["requests"] += 1
+    FIGURES["refused" if status >= 400 else "served_anyway"] += 1
     return status, json.loads(payload) if payload.startswith(b"{") else {}
 
 
@@ -56,6 +73,8 @@ def test_a_good_request_still_works(server):
     assert status == 200 and body["tokens"] == ["白", "日"]
     status, body = post(server, PROMPT, f"Content-Length: {len(PROMPT)}", host=f"localhost:{server}")
     assert status == 200
+    for key in FIGURES:  # good requests are not part of the bad-request figures
+        FIGURES[key] = 0
 
 
 @pytest.mark.parametrize("length", ["-1", "+5", "1e3", "0x10", "abc", "99999999999999999999999"])
@@ -123,5 +142,8 @@ def test_client_disconnect_is_one_line(server, capfd):
             break
         time.sleep(0.1)
     lines = [line for line in err.splitlines() if line.strip()]
+    FIGURES["requests"] += 1
+    FIGURES["tracebacks"] += "Traceback" in err
     assert len(lines) == 1 and "poslab explore: client 127.0.0.1:" in lines[0], err
     assert "disconnected (POST /api/attention HTTP/1.1)" in lines[0] and "Traceback" not in err
+    FIGURES["disconnects_logged_in_one_line"] += 1

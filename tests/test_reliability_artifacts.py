@@ -40,6 +40,13 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
              ("cases", "accepted", "rejected_one_line", "tracebacks", "models_run", "subprocess_cases")),
     "disk": ("disk full / read-only run folder", ("cases", "clear_error", "half_written_files", "resumed_equal")),
     "lock": ("two processes on one run folder", ("cases", "second_refused", "interleaved_writes")),
+    "sweep_lab": ("kills of sweeps and trainings, lab reruns",
+                  ("sweep_kills", "trainings_stopped_with_sweep", "final_checkpoints_saved", "sigterm_to_train_saved",
+                   "reruns_waited_for_run_in_use", "lab_trainings_resumed", "checkpoints_deleted")),
+    "inputs": ("unbounded and rough inputs refused before they cost",
+               ("cases", "refused_one_line", "tracebacks", "max_mib_grown_reading_1gib_binary_corpus")),
+    "explorer": ("explorer request checks (Host, Origin, Content-Length, disconnects)",
+                 ("requests", "refused", "served_anyway", "disconnects_logged_in_one_line", "tracebacks")),
 }
 
 

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,25 @@ from poslab.nn import footprint
 from poslab.nn.model import GPT, GPTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
+FIGURES: dict[str, int] = {}
+
+
+@pytest.fixture(autouse=True)
+def _record(request):
+    """What each test tried goes to ``test-artifacts/reliability.json`` (the reliability table)."""
+    from test_reliability_artifacts import mode, record
+
+    FIGURES.clear()
+    FIGURES.update(cases=0, refused_one_line=0, tracebacks=0)
+    yield
+    if FIGURES["cases"]:
+        record("inputs", mode(request), dict(FIGURES))
+
+
+def tally(cases: int = 1, refused: int | None = None) -> None:
+    """Count ``cases`` bad inputs of a test that passed its assertions (``refused`` of them refused)."""
+    FIGURES["cases"] += cases
+    FIGURES["refused_one_line"] += cases if refused is None else refused
 
 
 # ------------------------------------------------------------------------------------------ YAML alias bombs
@@ -47,6 +65,7 @@ def test_sweep_file_alias_bomb_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "expands to more than 100,000 values through its aliases" in err and "bomb.yaml" in err
     assert len(err.strip().splitlines()) == 1
+    tally()
 
 
 def test_preset_file_alias_bomb_is_refused_by_the_same_guard(tmp_path, capsys):
@@ -54,11 +73,13 @@ def test_preset_file_alias_bomb_is_refused_by_the_same_guard(tmp_path, capsys):
     path.write_text("config:\n  corpus: shakespeare\n" + bomb().replace("description:", "  model:\n    position_config:\n      x:").replace("\n  - ", "\n        - "))
     assert main(["train", "--preset", str(path), "--dry-run"]) == 2
     assert "expands to more than 100,000 values" in capsys.readouterr().err
+    tally()
 
 
 def test_recursive_alias_is_refused(tmp_path):
     with pytest.raises(ValueError, match="refers to itself"):
         safe_yaml.load("a: &a [1, *a]\n", "x.yaml")
+    tally()
 
 
 def test_ordinary_aliases_still_load():
@@ -85,6 +106,7 @@ def test_a_model_that_cannot_fit_is_refused_by_dry_run(tmp_path, capsys):
     assert "available" in err and len(err.strip().splitlines()) == 1
     with pytest.warns(UserWarning, match="--force"):
         assert main([*args, "--force"]) == 0  # the user knows better: the dry run goes on
+    tally()
 
 
 def test_the_estimate_is_refused_by_the_sweep_pre_flight(tmp_path, capsys):
@@ -92,6 +114,7 @@ def test_the_estimate_is_refused_by_the_sweep_pre_flight(tmp_path, capsys):
     path.write_text("preset: tiny\noverrides: {model.n_layer: 100000000}\ngrid: {seed: [1]}\n")
     assert main(["sweep", str(path), "--dry-run"]) == 2
     assert "this training needs about" in capsys.readouterr().err
+    tally()
 
 
 def test_parameter_count_matches_built_models():
@@ -111,6 +134,7 @@ def test_eval_iters_past_any_real_use_is_refused(tmp_path, capsys):
     assert main(["train", "--preset", "tiny", "--dry-run", "--out_dir", str(tmp_path), "--eval_iters", "10000000000000"]) == 2
     err = capsys.readouterr().err
     assert "eval_iters 10,000,000,000,000 is more than 100,000" in err
+    tally()
 
 
 def test_eager_attention_refuses_scores_past_the_ram_fraction(monkeypatch):
@@ -125,6 +149,7 @@ def test_eager_attention_refuses_scores_past_the_ram_fraction(monkeypatch):
         model(torch.zeros(1, 2048, dtype=torch.long))
     with torch.no_grad():
         assert model(torch.zeros(1, 64, dtype=torch.long)).shape == (1, 64, 8)  # small inputs: no check at all
+    tally(2)
 
 
 # ------------------------------------------------------------------------------------------ corpus sniffing
@@ -142,6 +167,8 @@ def test_a_huge_sparse_corpus_is_refused_without_reading_it(tmp_path):
     message, grown_mib = done.stdout.strip().splitlines()
     assert "looks binary (contains NUL bytes)" in message
     assert int(grown_mib) < 256, grown_mib  # MiB the process grew by; the whole file is 1024
+    tally()
+    FIGURES["max_mib_grown_reading_1gib_binary_corpus"] = int(grown_mib)
 
 
 def test_sniffing_keeps_a_character_cut_at_the_sniff_boundary(tmp_path):
@@ -169,6 +196,7 @@ def test_tiny_temperature_is_greedy_not_a_traceback(run_dir, capsys):
     tiny = capsys.readouterr().out
     assert main(["sample", str(run_dir), "--prompt", "白日", "--tokens", "6", "--temperature", "0"]) == 0
     assert tiny == capsys.readouterr().out  # the limit of a vanishing temperature is greedy decoding
+    tally(1, refused=0)  # accepted: greedy, no traceback
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -194,6 +222,7 @@ def test_path_and_name_arguments_get_one_line_naming_the_argument(tmp_path, caps
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("poslab: error: ") and message.format(**names) in err and len(err.splitlines()) == 1, err
+    tally()
 
 
 def test_token_ids_and_targets_get_clear_errors():
@@ -213,6 +242,7 @@ def test_token_ids_and_targets_get_clear_errors():
         model(ids, torch.tensor([[1, 2]]))
     _, loss = model(ids, torch.tensor([[2, -1, 4]]))
     assert torch.isfinite(loss)
+    tally(6, refused=4)  # uint8 and int16 ids are accepted, the 4 bad targets refused
 
 
 def test_make_cache_capacity_zero_is_refused():
@@ -222,3 +252,4 @@ def test_make_cache_capacity_zero_is_refused():
         with pytest.raises(ValueError, match=r"capacity must be a positive integer \(or None = block_size\)"):
             model.make_cache(1, capacity=bad)
     assert len(model.make_cache(1, capacity=4)) == 1 and len(model.make_cache(1)) == 1
+    tally(4)

@@ -26,6 +26,13 @@ from poslab.lab import lab
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _record(request, **figures: int) -> None:
+    """Add a passing test's figures to ``test-artifacts/reliability.json`` (the reliability table)."""
+    from test_reliability_artifacts import mode, record
+
+    record("sweep_lab", mode(request), figures)
+
+
 # ------------------------------------------------------------------------------------------ the lab
 def fake_training(lab_dir: Path, folder: str) -> lab.Step:
     """A "train" step: the first run writes a checkpoint and is interrupted (exit 130); a resumed run finishes.
@@ -54,7 +61,7 @@ def calls_of(lab_dir: Path) -> list[list[str]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_lab_resumes_an_interrupted_training_instead_of_deleting_it(tmp_path, monkeypatch):
+def test_lab_resumes_an_interrupted_training_instead_of_deleting_it(tmp_path, monkeypatch, request):
     lab_dir = tmp_path / "lab"
     monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [fake_training(lab_dir, "runs/fake")])
     manifest = lab.run_lab(lab_dir, "quick", stream=io.StringIO())
@@ -69,6 +76,7 @@ def test_lab_resumes_an_interrupted_training_instead_of_deleting_it(tmp_path, mo
     assert "continuing the interrupted run in runs/fake" in stream.getvalue()
     log = (lab_dir / "logs" / "runs_fake.log").read_text()
     assert log.count("$ ") == 2 and log.rstrip().endswith("--resume")  # the log keeps the interrupted run's part
+    _record(request, lab_trainings_resumed=1, checkpoints_deleted=0)
 
 
 def test_lab_fresh_still_starts_the_training_again(tmp_path, monkeypatch):
@@ -138,7 +146,7 @@ def _alive(pid: int) -> bool:
     return "\nState:\tZ" not in status and "\nState:\tX" not in status
 
 
-def test_sigterm_to_train_saves_a_final_checkpoint(tmp_path):
+def test_sigterm_to_train_saves_a_final_checkpoint(tmp_path, request):
     """``timeout`` and schedulers send SIGTERM: the training saves its last step, as after Ctrl-C (old: killed, nothing saved)."""
     run_dir = tmp_path / "runs" / "t"
     process = subprocess.Popen([sys.executable, "-m", "poslab", "train", "--preset", "tiny", "--name", "t",
@@ -158,6 +166,7 @@ def test_sigterm_to_train_saves_a_final_checkpoint(tmp_path):
                               "--out_dir", str(tmp_path / "runs"), "--no-progress", *LONG[:-4], "--eval_interval", "100000",
                               "--max_steps", "1", "--dry-run"], env=_env(), capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
+    _record(request, sigterm_to_train_saved=1)
 
 
 SWEEP = """preset: tiny
@@ -177,7 +186,7 @@ def _start_sweep(tmp_path: Path, steps: int, **popen: object) -> tuple[subproces
     return process, sweep_dir / "runs" / "seed=1"
 
 
-def _kill_sweep(tmp_path: Path, sig: int) -> None:
+def _kill_sweep(tmp_path: Path, sig: int, request) -> None:
     restore = {"preexec_fn": lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL)} if sig == signal.SIGHUP else {}
     process, run_dir = _start_sweep(tmp_path, 100000, **restore)
     lock = run_dir.parent / f".{run_dir.name}.lock"
@@ -199,20 +208,21 @@ def _kill_sweep(tmp_path: Path, sig: int) -> None:
     assert _checkpoints(run_dir)  # it stopped by saving, not by being killed
     if sig != signal.SIGKILL:
         assert process.returncode == 130
+    _record(request, sweep_kills=1, trainings_stopped_with_sweep=1, final_checkpoints_saved=1)
 
 
-def test_sigkill_of_a_sweep_stops_its_trainings(tmp_path):
+def test_sigkill_of_a_sweep_stops_its_trainings(tmp_path, request):
     """The hardest kill: nothing of the sweep runs after it; the training gets SIGTERM from the kernel and saves."""
-    _kill_sweep(tmp_path, signal.SIGKILL)
+    _kill_sweep(tmp_path, signal.SIGKILL, request)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_sigterm_or_sighup_of_a_sweep_stops_its_trainings(tmp_path, sig):
-    _kill_sweep(tmp_path, sig)
+def test_sigterm_or_sighup_of_a_sweep_stops_its_trainings(tmp_path, sig, request):
+    _kill_sweep(tmp_path, sig, request)
 
 
-def test_the_sweep_runner_waits_while_a_run_is_locked(tmp_path):
+def test_the_sweep_runner_waits_while_a_run_is_locked(tmp_path, request):
     """Fast form of the rerun test below: :meth:`_Runner.wait_until_free` returns once the lock is released."""
     import threading
 
@@ -239,10 +249,11 @@ def test_the_sweep_runner_waits_while_a_run_is_locked(tmp_path):
     runner.stopping.set()
     assert runner.wait_until_free(plan.runs[0], run_dir) is False
     held.release()
+    _record(request, reruns_waited_for_run_in_use=1)
 
 
 @pytest.mark.slow
-def test_a_rerun_waits_for_a_run_still_in_use(tmp_path):
+def test_a_rerun_waits_for_a_run_still_in_use(tmp_path, request):
     """A training of a killed sweep still saving: the rerun waits for its lock instead of failing the run."""
     from poslab.training.lock import RunLock
 
@@ -266,3 +277,4 @@ def test_a_rerun_waits_for_a_run_still_in_use(tmp_path):
     assert process.returncode == 0, output  # old code: "failed exit 2: run folder ... is in use", exit 1
     summary = json.loads((tmp_path / "sweep" / "summary.json").read_text())
     assert summary["status"] == {"completed": 1}
+    _record(request, reruns_waited_for_run_in_use=1)
