@@ -1,6 +1,6 @@
 """DDP vs FSDP2 on GPUs (nccl): equivalence, tokens/s and peak memory per GPU, MFU.
 
-The script launches ``poslab.training.loop.train`` under ``torchrun --standalone`` itself (one process per
+The script launches ``poslab.session.train`` under ``torchrun --standalone`` itself (one process per
 GPU; ``poslab.training.distributed`` picks ``nccl`` and ``cuda:LOCAL_RANK``), in three parts:
 
 1. **Equivalence** (fp32, TF32 off, the tiny model, 20 steps): 1 GPU x batch N*b vs N GPUs x batch b
@@ -43,7 +43,8 @@ def worker(spec_path: str) -> int:
     """Under torchrun: one training run, then this rank's peak memory (and rank 0: the GPU matmul peak)."""
     import torch
 
-    from poslab.training.loop import TrainConfig, train
+    from poslab.session import train
+    from poslab.training.config import TrainConfig
 
     spec = json.loads(Path(spec_path).read_text())
     if torch.cuda.is_available():

@@ -29,8 +29,12 @@ import json
 import statistics
 from pathlib import Path
 
+from poslab.runs import load_run
+from poslab.session import train
 from poslab.training import presets
-from poslab.training.loop import TrainConfig, evaluate_loss, load_run, prepare_data, train
+from poslab.training.config import TrainConfig
+from poslab.training.data import prepare_data
+from poslab.training.loop import evaluate_loss
 
 NANOGPT_VAL_LOSS = 1.88
 

@@ -32,7 +32,9 @@ from pathlib import Path
 import torch
 
 from poslab import GPT, GPTConfig, positions
-from poslab.training.loop import TrainConfig, make_optimizer, matmul_flops_per_token, measure_matmul_peak
+from poslab.training.config import TrainConfig
+from poslab.training.loop import matmul_flops_per_token, measure_matmul_peak
+from poslab.training.optim import make_optimizer
 
 VOCAB = 65  # tinyshakespeare's character vocabulary, as in nanoGPT's shakespeare_char
 NANOGPT_REFERENCE = {  # references.md, measured with nanoGPT on this machine (fp32, 2 threads)

@@ -1,6 +1,11 @@
-"""The one config pipeline: typed values from text, dotted ``--a.b value`` overrides, merging onto presets.
+"""The one config pipeline: CLI text / YAML -> nested overrides -> merged onto a preset -> ``TrainConfig``.
 
-Shared by ``poslab train`` and ``poslab sweep``.
+* values: :func:`poslab.config_keys.coerce` (the one text -> typed value conversion);
+* keys: :func:`nest`, the one dotted-key parser (``model.position_config.base``), used by
+  :func:`parse_overrides` (``poslab train --KEY VALUE``) and by ``poslab sweep`` (YAML mappings);
+* :func:`merge`: overrides on top of a preset;
+* :func:`preflight`: what ``train`` would refuse, checked without reading the corpus or writing
+  anything (``poslab train --dry-run`` and ``poslab sweep``).
 """
 
 from __future__ import annotations
@@ -8,56 +13,100 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import typing
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
-import yaml
-
+from poslab.config_keys import coerce
+from poslab.data import CORPORA, build_tokenizer
 from poslab.nn.model import GPTConfig
-from poslab.training.loop import TrainConfig
+from poslab.runs import RunFolder
+from poslab.training.config import MODEL_KEYS, TrainConfig
+from poslab.training.lock import interrupted_start
 
-_TRUE = {"true", "yes", "1", "on"}
-_FALSE = {"false", "no", "0", "off"}
-
-
-def _parse_value(key: str, text: str, hint: Any) -> Any:
-    """Convert ``text`` to the type ``hint`` of field ``key`` or raise ``ValueError`` naming both."""
-    args = typing.get_args(hint)
-    if type(None) in args:
-        if text.lower() in ("none", "null"):
-            return None
-        hint = next(a for a in args if a is not type(None))
-    if hint is bool:
-        if text.lower() in _TRUE:
-            return True
-        if text.lower() in _FALSE:
-            return False
-        raise ValueError(f"--{key} expects true or false, got {text!r}")
-    if hint is int:
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError(f"--{key} expects an integer, got {text!r}") from None
-    if hint is float:
-        try:
-            return float(text)
-        except ValueError:
-            raise ValueError(f"--{key} expects a number, got {text!r}") from None
-    if hint is str:
-        return text
-    # dict / Any (position_config): a JSON or YAML mapping
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        value = None
-    if not isinstance(value, dict):
-        raise ValueError(f"--{key} expects a mapping such as '{{\"base\": 500}}', got {text!r}")
-    return value
+TRAIN_KEYS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "model")
 
 
 def key_help() -> list[str]:
-    train_keys = [f.name for f in dataclasses.fields(TrainConfig) if f.name != "model"]
-    model_keys = [f"model.{f.name}" for f in dataclasses.fields(GPTConfig) if f.name != "vocab_size"]
-    return train_keys + model_keys
+    return list(TRAIN_KEYS) + [f"model.{k}" for k in MODEL_KEYS]
+
+
+def nest(pairs: Iterable[tuple[str, Any]], *, text: bool = False, where: str = "",
+         reserved: dict[str, str] | None = None) -> dict[str, Any]:
+    """Dotted training keys -> the nested overrides :func:`merge` takes.
+
+    ``[("model.position", "rope"), ("model.position_config.base", 500), ("seed", 1)]`` ->
+    ``{"model": {"position": "rope", "position_config": {"base": 500}}, "seed": 1}``. A key ``model``
+    whose value is a mapping is read as its dotted keys.
+
+    Args:
+        pairs: ``(key, value)`` in order (a later key wins).
+        text: values are command-line text, converted with :func:`coerce` (``--KEY VALUE``); else
+            typed values (YAML) left for ``TrainConfig`` to check.
+        where: prefix of error messages (a sweep file's section); empty for the command line.
+        reserved: keys that cannot be set here, with the reason.
+
+    Raises:
+        ValueError / TypeError: an unknown key (the close one suggested), a reserved key, a value
+            that does not convert.
+    """
+    train_hints = typing.get_type_hints(TrainConfig)
+    model_hints = typing.get_type_hints(GPTConfig)
+    result: dict[str, Any] = {}
+    for raw_key, value in pairs:
+        key = str(raw_key).replace("-", "_") if text else str(raw_key)
+        parts = key.split(".")
+        if key == "model" and isinstance(value, dict) and not text:
+            _merge_into(result, nest([(f"model.{k}", v) for k, v in value.items()], where=where, reserved=reserved))
+            continue
+        if reserved and len(parts) == 1 and key in reserved:
+            raise ValueError(f"{where}{': ' if where else ''}{key!r} cannot be set in a sweep ({reserved[key]})")
+        if len(parts) == 1 and key in TRAIN_KEYS:
+            result[key] = coerce(key, value, train_hints[key], text=True) if text else value
+        elif parts[0] == "model" and len(parts) == 2 and parts[1] in MODEL_KEYS:
+            value = coerce(key, value, model_hints[parts[1]], text=True) if text else value
+            if parts[1] == "position_config":
+                if not isinstance(value, dict):
+                    raise ValueError(f"{where}{': ' if where else ''}model.position_config must be a mapping, got {value!r}")
+                result.setdefault("model", {}).setdefault("position_config", {}).update(value)
+            else:
+                result.setdefault("model", {})[parts[1]] = value
+        elif parts[0] == "model" and len(parts) == 3 and parts[1] == "position_config":
+            if text:
+                value = _yaml_scalar(value)
+            result.setdefault("model", {}).setdefault("position_config", {})[parts[2]] = value
+        else:
+            raise ValueError(_unknown(raw_key, key, where, reserved))
+    return result
+
+
+def _unknown(raw_key: str, key: str, where: str, reserved: dict[str, str] | None) -> str:
+    candidates = [k for k in key_help() if k not in (reserved or {})]
+    close = difflib.get_close_matches(key, candidates, n=1) or difflib.get_close_matches(f"model.{key}", candidates, n=1)
+    if not where:  # the command line
+        hint = f" (did you mean --{close[0]}?)" if close else ""
+        return f"unknown key --{raw_key}{hint}; see `poslab train --help` for the keys"
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (f"{where}: unknown training key {key!r}{hint}; use TrainConfig fields, model.FIELD "
+            f"or model.position_config.KEY (see `poslab train --help`)")
+
+
+def _yaml_scalar(text: str) -> Any:
+    """A ``--model.position_config.KEY VALUE`` value: YAML (``500`` -> 500, ``[1, 2]`` -> a list), else the text."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _merge_into(target: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge_into(target[key], value)
+        else:
+            target[key] = value
 
 
 def parse_overrides(tokens: list[str]) -> dict[str, Any]:
@@ -67,53 +116,23 @@ def parse_overrides(tokens: list[str]) -> dict[str, Any]:
         ValueError: a token that is not ``--KEY``, a missing value, an unknown key (with the close
             one suggested) or a value of the wrong type.
     """
-    train_hints = typing.get_type_hints(TrainConfig)
-    model_hints = typing.get_type_hints(GPTConfig)
-    result: dict[str, Any] = {}
+    pairs = []
     i = 0
     while i < len(tokens):
         token = tokens[i]
         if not token.startswith("--") or token == "--":
             raise ValueError(f"unexpected argument {token!r}; overrides are written --KEY VALUE (e.g. --max_steps 20)")
         if "=" in token:
-            raw_key, text = token[2:].split("=", 1)
+            raw_key, value = token[2:].split("=", 1)
             i += 1
         else:
             raw_key = token[2:]
             if i + 1 >= len(tokens):
                 raise ValueError(f"--{raw_key} needs a value")
-            text = tokens[i + 1]
+            value = tokens[i + 1]
             i += 2
-        key = raw_key.replace("-", "_")
-        parts = key.split(".")
-        if parts[0] == "model" and len(parts) >= 2:
-            field_name = parts[1]
-            if field_name == "position_config" and len(parts) == 3:
-                try:
-                    value = yaml.safe_load(text)
-                except yaml.YAMLError:
-                    value = text
-                model = result.setdefault("model", {})
-                model.setdefault("position_config", {})[parts[2]] = value
-                continue
-            if len(parts) == 2 and field_name in model_hints and field_name != "vocab_size":
-                value = _parse_value(key, text, model_hints[field_name])
-                model = result.setdefault("model", {})
-                if field_name == "position_config":
-                    model.setdefault("position_config", {}).update(value)
-                else:
-                    model[field_name] = value
-                continue
-        elif len(parts) == 1 and key in train_hints and key != "model":
-            result[key] = _parse_value(key, text, train_hints[key])
-            continue
-        candidates = key_help()
-        close = difflib.get_close_matches(key, candidates, n=1) or difflib.get_close_matches(
-            f"model.{key}", candidates, n=1
-        )
-        hint = f" (did you mean --{close[0]}?)" if close else ""
-        raise ValueError(f"unknown key --{raw_key}{hint}; see `poslab train --help` for the keys")
-    return result
+        pairs.append((raw_key, value))
+    return nest(pairs, text=True)
 
 
 def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -129,3 +148,40 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
         model["position_config"] = {}  # a new scheme starts from its own defaults
     merged["model"] = model
     return merged
+
+
+def preflight(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, folder: bool = True) -> str:
+    """What ``train`` would refuse about ``cfg``, found before anything is read or written.
+
+    ``cfg`` itself is already checked (its keys, types and ranges, and its model: geometry and position
+    config, the scheme built once on the meta device). This checks the tokenizer spec, that the corpus
+    is shipped or an existing file and (with ``folder``) the run folder against ``resume``/``overwrite``.
+
+    Returns:
+        The action ``train`` would take: ``"start"``, ``"resume"`` or ``"overwrite"``.
+
+    Raises:
+        ValueError, FileNotFoundError, FileExistsError: what ``train`` would raise.
+    """
+    build_tokenizer(cfg.tokenizer, "ab")  # the spec only (fitted on a two-character text)
+    if cfg.corpus not in CORPORA and not Path(cfg.corpus).is_file():
+        raise ValueError(f"corpus {cfg.corpus!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file")
+    if not folder:
+        return "start"
+    run_dir = cfg.run_dir
+    if resume and overwrite:
+        raise ValueError("choose one of resume and overwrite, not both")
+    occupied = run_dir.is_dir() and any(run_dir.iterdir()) and not interrupted_start(run_dir)
+    is_run = RunFolder(run_dir).is_run
+    if resume and not is_run:
+        raise FileNotFoundError(f"cannot resume: {str(run_dir)!r} has no config.json (not a poslab run)")
+    if occupied and not resume and not overwrite:
+        raise FileExistsError(
+            f"run folder {str(run_dir)!r} already exists; pass --resume to continue it or --overwrite to replace it"
+        )
+    if occupied and overwrite and not is_run:
+        raise FileExistsError(f"refusing to overwrite {str(run_dir)!r}: it is not a poslab run folder (no config.json)")
+    return "resume" if resume else ("overwrite" if occupied else "start")
+
+
+__all__ = ["TRAIN_KEYS", "key_help", "merge", "nest", "parse_overrides", "preflight"]

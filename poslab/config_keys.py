@@ -1,9 +1,13 @@
-"""The one check behind every typed config's "unknown key" error (model, training, position schemes)."""
+"""The checks behind every typed config: the "unknown key" error (model, training, position schemes)
+and :func:`coerce`, the one conversion of a config value (or its command-line text) to a field's type."""
 
 from __future__ import annotations
 
 import difflib
+import math
+import typing
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 
 def reject_unknown_keys(keys: Iterable[str], allowed: Sequence[str], what: str, *, prefix: str = "",
@@ -25,3 +29,73 @@ def reject_unknown_keys(keys: Iterable[str], allowed: Sequence[str], what: str, 
             close = difflib.get_close_matches(str(key), list(allowed), n=1)
             hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
             raise ValueError(f"unknown {what} {prefix + str(key)!r}{where}{hint}; allowed: {', '.join(allowed)}")
+
+
+_TRUE = {"true", "yes", "1", "on"}
+_FALSE = {"false", "no", "0", "off"}
+
+
+def coerce(key: str, value: Any, hint: Any, *, text: bool = False) -> Any:
+    """The one typed-value conversion of the config pipeline (CLI text, YAML values, dataclass fields).
+
+    Args:
+        key: the field's name, for the message (``"max_steps"``, ``"model.n_head"``).
+        value: the value; with ``text`` a string from the command line.
+        hint: the field's annotation: ``int``, ``float``, ``str``, ``bool``, ``dict``/``Any`` (a mapping)
+            or ``X | None``.
+        text: ``value`` is command-line text: ``"none"``/``"null"`` is ``None`` for an optional field,
+            ``true/false/yes/no/on/off/1/0`` a bool, a number is parsed, a mapping is read as YAML/JSON.
+
+    Returns:
+        The typed value (an ``int`` given for a ``float`` field becomes a ``float``).
+
+    Raises:
+        TypeError: a value of the wrong type (``bool`` is not an integer).
+        ValueError: text that does not parse, or a non-finite float.
+    """
+    args = typing.get_args(hint)
+    if type(None) in args:
+        if value is None or (text and isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        hint = next(a for a in args if a is not type(None))
+    if text and isinstance(value, str):
+        value = _from_text(key, value, hint)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"{key} must be an integer, got {value!r} ({type(value).__name__})")
+    if hint in (float, str, bool, dict) and not isinstance(value, hint):
+        raise TypeError(f"{key} must be {hint.__name__}, got {value!r} ({type(value).__name__})")
+    if hint is float and not math.isfinite(value):
+        raise ValueError(f"{key} must be finite, got {value!r}")
+    return value
+
+
+def _from_text(key: str, text: str, hint: Any) -> Any:
+    if hint is bool:
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise ValueError(f"--{key} expects true or false, got {text!r}")
+    if hint is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"--{key} expects an integer, got {text!r}") from None
+    if hint is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"--{key} expects a number, got {text!r}") from None
+    if hint is str:
+        return text
+    import yaml  # a mapping (dict / Any fields such as position_config), as JSON or YAML
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = None
+    if not isinstance(value, dict):
+        raise ValueError(f"--{key} expects a mapping such as '{{\"base\": 500}}', got {text!r}")
+    return value

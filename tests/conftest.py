@@ -1,8 +1,10 @@
 """Shared helpers of the test suite: scheme variants, tiny models, hypothesis profile.
 
-Every contract test is parametrized over :func:`scheme_variants`, which starts from
-``poslab.nn.positions.names()``: registering a new scheme covers it automatically (with its default
-config). RoPE and xPos get extra variants for every layout and scaling.
+Every contract test is parametrized over :func:`scheme_variants`: one variant per name in
+``poslab.nn.positions.names()``, so registering a new scheme covers it automatically (with its default
+config). The RoPE layouts and scalings and xPos's interleaved layout (:data:`ROTARY_VARIANTS`) change
+only the rotation, so they run the contract checks a rotation can break (``test_contract.py::
+test_rotary_variant_contract``) rather than being multiplied into every contract test.
 """
 
 from __future__ import annotations
@@ -55,8 +57,7 @@ class Variant:
 
 # head_dim 8 in the tiny models: rotary pairs = 4
 _LONGROPE = {"short_factor": [1.0, 1.25, 1.5, 2.0], "long_factor": [1.0, 2.0, 4.0, 8.0]}
-_EXTRA_VARIANTS = {
-    "rope": [
+ROTARY_VARIANTS = [
         Variant("rope-interleaved", "rope", {"layout": "interleaved"}),
         Variant("rope-partial", "rope", {"rotary_dim": 4}),
         Variant("rope-partial-interleaved", "rope", {"rotary_dim": 4, "layout": "interleaved"}),
@@ -66,25 +67,22 @@ _EXTRA_VARIANTS = {
         Variant("rope-yarn", "rope", {"scaling": "yarn", "factor": 4.0, "original_max_len": 64}),
         Variant("rope-llama3", "rope", {"scaling": "llama3", "factor": 8.0, "original_max_len": 64}),
         Variant("rope-longrope", "rope", {"scaling": "longrope", "factor": 4.0, "original_max_len": 128, **_LONGROPE}, 128),
-        Variant("rope-logn", "rope", {"logn_scaling": True, "original_max_len": 128}, 128),
-    ],
-    "xpos": [Variant("xpos-interleaved", "xpos", {"layout": "interleaved"})],
-}
+    Variant("rope-logn", "rope", {"logn_scaling": True, "original_max_len": 128}, 128),
+    Variant("xpos-interleaved", "xpos", {"layout": "interleaved"}),
+]
 _WINDOW_LEN = {"fire": 512}  # FIRE's threshold L (threshold_init)
 
 
 def scheme_variants() -> list[Variant]:
-    """Every registered scheme (default config) plus the extra RoPE/xPos variants."""
-    variants = []
-    for name in positions.names():
-        variants.append(Variant(name, name, {}, _WINDOW_LEN.get(name)))
-        variants.extend(_EXTRA_VARIANTS.get(name, []))
-    return variants
+    """Every registered scheme, with its default config."""
+    return [Variant(name, name, {}, _WINDOW_LEN.get(name)) for name in positions.names()]
 
 
 VARIANTS = scheme_variants()
 VARIANT_IDS = [v.id for v in VARIANTS]
-BIAS_VARIANTS = [v for v in VARIANTS if v.cls.has_bias]
+#: every scheme plus every rotary layout/scaling (suites that sweep numerics over all configurations)
+ALL_VARIANTS = VARIANTS + ROTARY_VARIANTS
+BIAS_VARIANTS = [v for v in VARIANTS if v.cls.has_bias]  # derived from the overridden hooks
 RELATIVE_VARIANTS = [v for v in VARIANTS if v.cls.relative]
 ABSOLUTE_VARIANTS = [v for v in VARIANTS if not v.cls.relative]
 

@@ -58,7 +58,8 @@ def corpus_file() -> Path:
 @functools.cache
 def tiny_run(position: str = "rope", steps: int = 30) -> Path:
     """A 2-layer, 2-head, n_embd-32 GPT trained ``steps`` steps on :func:`corpus_file`."""
-    from poslab.training.loop import TrainConfig, train
+    from poslab.session import train
+    from poslab.training.config import TrainConfig
 
     cfg = TrainConfig(
         name=f"tiny-{position}", out_dir=str(base_dir() / "runs"), corpus=str(corpus_file()),

@@ -20,7 +20,7 @@ from poslab.analysis.heads import attention_weights
 from poslab.display.fonts import FAMILY
 from poslab.lab.explore import ModelStore, colormap_rgb, make_server
 from poslab.lab.report import build_report
-from poslab.training.loop import load_run
+from poslab.runs import load_run
 
 pytestmark = [
     pytest.mark.skipif(find_chromium() is None,

@@ -1,7 +1,9 @@
 """Contract every registered position scheme must honour, on a tiny GPT and on a bare attention layer.
 
-Parametrized over ``poslab.nn.positions.names()`` (plus RoPE/xPos layout and scaling variants, see
-``conftest.scheme_variants``), so a newly registered scheme is covered without touching this file.
+Parametrized over ``poslab.nn.positions.names()`` (``conftest.scheme_variants``), so a newly
+registered scheme is covered without touching this file. The RoPE layouts/scalings and xPos's
+interleaved layout change only the rotation: :func:`test_rotary_variant_contract` runs on each of
+them the checks a rotation can break.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from conftest import (
     D_MODEL,
     N_HEADS,
     RELATIVE_VARIANTS,
+    ROTARY_VARIANTS,
     VARIANT_IDS,
     VARIANTS,
     VOCAB,
@@ -21,10 +24,12 @@ from conftest import (
     make_attention,
     make_gpt,
     make_scheme,
+    scheme_variants,
 )
 from torch.testing import assert_close
 
-from poslab import positions
+from poslab import MultiHeadAttention, positions
+from poslab.nn.positions.base import PositionScheme
 
 B, T = 2, 12
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -44,9 +49,40 @@ def _idx(T: int = T) -> torch.Tensor:
     return torch.randint(0, VOCAB, (B, T))
 
 
-def test_every_registered_scheme_is_covered() -> None:
-    assert {v.name for v in VARIANTS} == set(positions.names())
+def test_the_builtin_schemes_are_registered() -> None:
     assert {"none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple", "fire", "xl"} <= set(positions.names())
+
+
+def test_a_newly_registered_scheme_joins_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registering a scheme (one file + one registry line) puts it in the contract's parametrization."""
+    from dataclasses import dataclass
+
+    from poslab.nn.positions import _REGISTRY
+
+    @dataclass
+    class _Config:
+        pass
+
+    cls = type("ContractProbe", (PositionScheme,), {"name": "contract-probe", "config_class": _Config})
+    monkeypatch.setitem(_REGISTRY, "contract-probe", cls)
+    assert "contract-probe" in [v.name for v in scheme_variants()]
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v.cls.encodes_position], ids=lambda v: v.id)
+def test_every_scheme_that_encodes_position_changes_attention_vs_none(variant: Variant) -> None:
+    """Embed + attention with the scheme differ from the same layer with ``none``.
+
+    Catches a scheme whose hook is never called (e.g. a bias that is not dispatched): it would pass every
+    other contract test as NoPE.
+    """
+    scheme = make_scheme(variant)
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(D_MODEL, N_HEADS, 2).eval()
+    x, pos = _x(), torch.arange(T)
+    with torch.no_grad():
+        plain = attn(x, pos, position=positions.build("none"))
+        encoded = attn(scheme.embed(x, pos), pos, position=scheme)
+    assert (encoded - plain).abs().max() > 1e-3, variant.id
 
 
 # ------------------------------------------------------------------------------- shape and dtype
@@ -316,3 +352,34 @@ def test_flex_equals_sdpa_every_scheme(variant: Variant, causal: bool, window: i
 def test_make_scheme_fills_model_dimensions() -> None:
     scheme = make_scheme(Variant("rope", "rope"), d_model=48, n_heads=6)
     assert scheme.config.head_dim == 8
+
+
+# ---------------------------------------------------------------------- rotary layouts and scalings
+@pytest.mark.parametrize("variant", ROTARY_VARIANTS, ids=_ids(ROTARY_VARIANTS))
+def test_rotary_variant_contract(variant: Variant) -> None:
+    """Each RoPE layout/scaling and xPos layout: the contract checks a rotation can break.
+
+    bf16 keeps shape, dtype and finiteness; the cast keeps frequencies fp32; the GPT is causal and
+    decoding with a KV cache equals the full forward; attention is shift invariant inside the
+    variant's window (past it, see the length-dependent test above).
+    """
+    model = make_gpt(variant)
+    idx = _idx(T=16)
+    full = model(idx)
+    base = model(idx[:, :T])
+    changed = idx[:, :T].clone()
+    changed[:, 5] = (changed[:, 5] + 1) % VOCAB
+    assert_close(model(changed)[:, :5], base[:, :5], atol=1e-6, rtol=0)
+    cache = model.make_cache(B, capacity=16)
+    steps = [model(idx[:, :5], cache=cache)] + [model(idx[:, t : t + 1], cache=cache) for t in range(5, 16)]
+    assert_close(torch.cat(steps, dim=1), full, **TIGHT)
+    attn = make_attention(variant, n_kv_heads=2)
+    x, pos = _x(), torch.arange(T)
+    assert_close(attn(x, pos + SHIFT), attn(x, pos), **TIGHT)
+    reference = {name: buf.clone() for name, buf in model.position.named_buffers()}
+    model.to(torch.bfloat16)
+    for name, buf in model.position.named_buffers():
+        if reference[name].is_floating_point():
+            assert buf.dtype == torch.float32 and torch.equal(buf, reference[name]), name
+    logits = model(idx)
+    assert logits.dtype == torch.bfloat16 and torch.isfinite(logits).all()

@@ -25,10 +25,13 @@ import torch
 
 from poslab.cli.app import main
 from poslab.data import get_batch, load_corpus
+from poslab.runs import load_run, read_metrics
 from poslab.training import checkpoint as ckpt
 from poslab.training import distributed
+from poslab.training.config import TrainConfig
+from poslab.training.data import prepare_data
 from poslab.training.distributed import DistContext
-from poslab.training.loop import TrainConfig, evaluate_loss, load_run, prepare_data, read_metrics
+from poslab.training.loop import evaluate_loss
 
 TOL = 1e-5
 STEPS = 20

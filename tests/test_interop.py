@@ -473,7 +473,7 @@ def test_gptconfig_family_fields_are_validated(overrides: dict, error: type, nee
 def test_gptconfig_family_fields_default_to_the_nanogpt_block() -> None:
     cfg = poslab.GPTConfig()
     assert (cfg.residual, cfg.mlp_activation, cfg.bias_of("attn"), cfg.bias_of("norm"), cfg.embed_norm) == (
-        "sequential", "gelu_tanh", True, True, False)
+        "sequential", "gelu", True, True, False)  # nanoGPT's nn.GELU() is the exact GELU
     model = poslab.GPT(poslab.GPTConfig(bias=False, mlp_bias=True, norm_bias=True))
     assert model.blocks[0].attn.qkv.bias is None and model.blocks[0].mlp.up.bias is not None
     assert model.blocks[0].norm1.bias is not None and model.lm_head.bias is None

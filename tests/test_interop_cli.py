@@ -11,7 +11,7 @@ from torch.testing import assert_close
 transformers = pytest.importorskip("transformers")
 
 from poslab.cli.app import main  # noqa: E402
-from poslab.training.loop import load_run  # noqa: E402
+from poslab.runs import load_run  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 V = 300

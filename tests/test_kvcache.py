@@ -8,7 +8,7 @@ import torch
 from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, VOCAB, Variant, make_attention, make_gpt
 from torch.testing import assert_close
 
-from poslab import KVCache, positions
+from poslab import KVCache
 from poslab.nn.attention import attend
 
 B = 2
@@ -24,10 +24,6 @@ def _decode(model, idx: torch.Tensor, steps: list[int], cache) -> torch.Tensor:
         t += n
     assert t == idx.shape[1]
     return torch.cat(outs, dim=1)
-
-
-def test_contract_covers_every_registered_scheme() -> None:
-    assert {v.name for v in VARIANTS} == set(positions.names())
 
 
 HEAD_LAYOUTS = [(v, 2) for v in VARIANTS] + [(Variant(n, n), kv) for n in ("rope", "alibi", "xl") for kv in (N_HEADS, 1)]

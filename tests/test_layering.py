@@ -18,8 +18,8 @@ LAYERS: dict[str, int] = {
     "config_keys": 0, "fileio": 0, "version": 0, "data": 0,
     "nn": 1, "display": 1,
     "training": 2,
-    "runs": 3, "config": 3,
-    "analysis": 4, "interop": 4,
+    "runs": 3,
+    "session": 4, "config": 4, "analysis": 4, "interop": 4,
     "lab": 5,
     "cli": 6, "__main__": 7,
 }

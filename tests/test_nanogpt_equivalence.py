@@ -19,7 +19,10 @@ import torch
 
 from poslab import GPT, GPTConfig
 from poslab.data import get_batch, load_corpus
-from poslab.training.loop import TrainConfig, data_seed, load_run, prepare_data, train
+from poslab.runs import load_run
+from poslab.session import train
+from poslab.training.config import TrainConfig
+from poslab.training.data import data_seed, prepare_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from nanogpt_control import TinyGPT, nanogpt_lr, nanogpt_optimizer, nanogpt_update  # noqa: E402
@@ -49,7 +52,7 @@ def test_train_equals_nanogpt_loop(tmp_path):
 
     # nanoGPT's side: the weights poslab starts from (train() seeds, then builds the GPT), its batches
     torch.manual_seed(cfg.seed)
-    start = GPT(GPTConfig.from_dict({**cfg.model, "vocab_size": data.tokenizer.vocab_size})).state_dict()
+    start = GPT(GPTConfig.from_dict({**cfg.to_dict()["model"], "vocab_size": data.tokenizer.vocab_size})).state_dict()
     reference = TinyGPT(data.tokenizer.vocab_size, BLOCK, LAYERS, HEADS, WIDTH)
     weights = {ours: start[theirs] for ours, theirs in NAMES.items()}
     reference.load_state_dict({**weights, "head.weight": weights["wte.weight"]})  # tied: one tensor

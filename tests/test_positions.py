@@ -125,7 +125,10 @@ def test_yarn_correction_range_check_value() -> None:
 def test_dynamic_ntk_check_value() -> None:
     cfg = RopeConfig(head_dim=128, base=1e4, scaling="dynamic", factor=10.0, original_max_len=2048)
     inv, _ = rope_parameters(cfg, seq_len=16384)
-    assert float(inv[1]) == pytest.approx(0.80931, abs=5e-6)
+    # transformers' _compute_dynamic_ntk_parameters: base' = base * (s * L / L0 - (s - 1))^(d / (d - 2)),
+    # computed here in fp64 from the formula: inv[1] = base'^(-2/d) = 0.80931
+    base = 1e4 * (10.0 * 16384 / 2048 - 9.0) ** (128 / 126)
+    assert float(inv[1]) == pytest.approx(base ** (-2 / 128), abs=5e-6)
     # at or below the original window the frequencies are the unscaled ones
     assert torch.equal(rope_parameters(cfg, seq_len=2048)[0], rope_parameters(RopeConfig(head_dim=128, base=1e4))[0])
 

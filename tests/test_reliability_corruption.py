@@ -20,8 +20,10 @@ import torch
 
 from poslab.cli.app import main
 from poslab.data import load_corpus
+from poslab.runs import load_run, read_metrics
+from poslab.session import train
 from poslab.training import checkpoint as ckpt
-from poslab.training.loop import TrainConfig, load_run, read_metrics, train
+from poslab.training.config import TrainConfig
 
 STEPS = (2, 4, 6)  # checkpoints of the corrupted run; 6 is the latest
 

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from poslab import GPT, GPTConfig, positions
 from poslab.cli.app import main
 from poslab.training import presets
-from poslab.training.loop import TrainConfig
+from poslab.training.config import TrainConfig
 
 DEFAULT_EXAMPLES = {"train": 150, "model": 200, "yaml": 60, "cli": 150}
 SLOW_EXAMPLES = {"train": 2500, "model": 3000, "yaml": 800, "cli": 2000}
@@ -97,7 +97,7 @@ def train_dicts(draw):
 def _check_train(values_: dict) -> None:
     cfg = _api(lambda: TrainConfig.from_dict(values_))
     if cfg != "rejected":  # what dry-run and train check next: the model config
-        _check_model({**cfg.model, "vocab_size": 50}, run=False)
+        _check_model({**cfg.to_dict()["model"], "vocab_size": 50}, run=False)
 
 
 def _train_test(slow: bool):

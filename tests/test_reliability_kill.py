@@ -62,6 +62,8 @@ def _zygote() -> None:  # pragma: no cover - runs in its own process
     import torch._dynamo  # noqa: F401  (AdamW imports it lazily: seconds, paid once here)
 
     import poslab.cli.app  # noqa: F401
+    import poslab.runs  # noqa: F401
+    import poslab.session  # noqa: F401
     import poslab.training.checkpoint  # noqa: F401
     import poslab.training.loop  # noqa: F401
 
@@ -114,8 +116,8 @@ def _install_hooks(marker: int, pause: dict | None) -> None:  # pragma: no cover
     """Announce every checkpoint/metrics write phase on ``marker``; hold still at the targeted one."""
     import pathlib
 
+    import poslab.runs as runs_module  # the metrics appender is the run folder's
     import poslab.training.checkpoint as ckpt
-    import poslab.training.loop as train_module
 
     seen = [0]
 
@@ -136,7 +138,7 @@ def _install_hooks(marker: int, pause: dict | None) -> None:  # pragma: no cover
             time.sleep(600)  # the SIGKILL arrives here
 
     real_replace, real_unlink = os.replace, pathlib.Path.unlink
-    real_save_file, real_save_checkpoint, real_append = ckpt.save_file, ckpt.save_checkpoint, train_module._append_line
+    real_save_file, real_save_checkpoint, real_append = ckpt.save_file, ckpt.save_checkpoint, runs_module._append_line
 
     def replace(src, dst, *args, **kwargs):
         name = Path(dst).name
@@ -172,7 +174,7 @@ def _install_hooks(marker: int, pause: dict | None) -> None:  # pragma: no cover
     pathlib.Path.unlink = unlink
     ckpt.save_file = save_file
     ckpt.save_checkpoint = save_checkpoint
-    train_module._append_line = append_line
+    runs_module._append_line = append_line
 
 
 class Zygote:

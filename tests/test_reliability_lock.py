@@ -20,9 +20,9 @@ import pytest
 
 from poslab.cli.app import main
 from poslab.data import load_corpus
+from poslab.runs import read_metrics
 from poslab.training import checkpoint as ckpt
 from poslab.training.lock import RunLock, RunLockedError, lock_path
-from poslab.training.loop import read_metrics
 
 FIGURES = {"cases": 0, "second_refused": 0, "interleaved_writes": 0}
 

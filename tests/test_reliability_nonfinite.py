@@ -16,8 +16,11 @@ import torch
 import poslab.training.loop as train_module
 from poslab.cli.app import main
 from poslab.data import load_corpus
+from poslab.runs import load_run, read_metrics
+from poslab.session import train
 from poslab.training import checkpoint as ckpt
-from poslab.training.loop import TrainConfig, TrainingDiverged, load_run, read_metrics, train
+from poslab.training.config import TrainConfig
+from poslab.training.loop import TrainingDiverged
 
 FIGURES = {"runs": 0, "detected_within_one_step": 0, "skipped_batches": 0}
 

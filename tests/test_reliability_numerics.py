@@ -20,7 +20,8 @@ import math
 
 import pytest
 import torch
-from conftest import BLOCK, VARIANT_IDS, VARIANTS, make_gpt
+from conftest import ALL_VARIANTS as VARIANTS  # every scheme and every rotary configuration
+from conftest import BLOCK, make_gpt
 
 from poslab import positions
 from poslab.nn.attention import attend
@@ -156,14 +157,14 @@ def _finite_everywhere(model: torch.nn.Module, run, backward: bool) -> list[str]
     return bad + ([] if torch.isfinite(logits).all() else ["logits"])
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v.id for v in VARIANTS])
 def test_every_scheme_stays_finite_under_16_bit_autocast(variant, request):
     """The default run alternates the backend between schemes; the slow run does both for each."""
     _stress_model(variant, [("sdpa", "eager")[VARIANTS.index(variant) % 2]], request)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v.id for v in VARIANTS])
 def test_every_scheme_and_backend_stays_finite_under_16_bit_autocast(variant, request):
     _stress_model(variant, ["sdpa", "eager"], request)
 

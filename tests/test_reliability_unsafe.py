@@ -25,8 +25,10 @@ import torch
 
 from poslab.cli.app import main
 from poslab.data import load_corpus
+from poslab.runs import load_run
+from poslab.session import train
 from poslab.training import checkpoint as ckpt
-from poslab.training.loop import TrainConfig, load_run, train
+from poslab.training.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -130,10 +132,10 @@ def test_planted_pickles_in_a_run_folder_are_never_unpickled(trained, tmp_path, 
         (run / name).write_bytes(payload)
     (folder / "latest").write_text("step_0000009\n")
     cases.check(lambda: load_run(run), None)  # ignored: the real checkpoint of step 2 loads
-    cfg = TrainConfig.from_dict({**json.loads((run / "config.json").read_text())["train"],
-                                 "model": {}, "out_dir": str(tmp_path), "max_steps": 3})
     saved = json.loads((run / "config.json").read_text())["model"]
-    cfg.model = {k: v for k, v in saved.items() if k != "vocab_size"}
+    cfg = TrainConfig.from_dict({**json.loads((run / "config.json").read_text())["train"],
+                                 "model": {k: v for k, v in saved.items() if k != "vocab_size"},
+                                 "out_dir": str(tmp_path), "max_steps": 3})
     cases.check(lambda: train(cfg, resume=True, progress=False), None)  # resume ignores them too
     # a tokenizer.json / config.json that is a pickle: refused as not JSON
     for name in ("tokenizer.json", "config.json"):

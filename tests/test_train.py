@@ -12,17 +12,12 @@ import pytest
 import torch
 
 from poslab.data import load_corpus
+from poslab.runs import load_run, read_metrics
+from poslab.session import train
 from poslab.training import checkpoint as ckpt
-from poslab.training.loop import (
-    TrainConfig,
-    TrainingDiverged,
-    evaluate_loss,
-    load_run,
-    lr_at,
-    make_optimizer,
-    read_metrics,
-    train,
-)
+from poslab.training.config import TrainConfig
+from poslab.training.loop import TrainingDiverged, evaluate_loss
+from poslab.training.optim import lr_at, make_optimizer
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 

@@ -70,7 +70,8 @@ def test_bad_command_lines_print_one_line_and_exit_2(argv, message, capsys, tmp_
 
 
 def test_sample_unknown_prompt_character_is_a_clear_error(tmp_path, capsys):
-    from poslab.training.loop import TrainConfig, train
+    from poslab.session import train
+    from poslab.training.config import TrainConfig
 
     cfg = TrainConfig.from_dict({**presets.preset_config("tiny", quick=True), "name": "t", "out_dir": str(tmp_path),
                                  "max_steps": 2, "eval_interval": 2, "threads": 1})

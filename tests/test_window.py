@@ -112,8 +112,13 @@ def test_mask_follows_positions_not_indices() -> None:
 
 
 # ----------------------------------------------------------------------- layer vs reference
-@pytest.mark.parametrize("W", WINDOWS, ids=[f"W{w}" for w in WINDOWS])
-@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+# The mask depends on positions only, never on the scheme: every scheme runs one window (W=2, inside
+# T); every window runs on one bias scheme and one rotary scheme, which is where the mask meets a
+# scheme's hook (the bias is added before masking, the rotation before the logits).
+WINDOW_CASES = [(v, 2) for v in VARIANTS] + [(Variant(n, n), W) for n in ("alibi", "rope") for W in WINDOWS if W != 2]
+
+
+@pytest.mark.parametrize(("variant", "W"), WINDOW_CASES, ids=[f"{v.id}-W{w}" for v, w in WINDOW_CASES])
 def test_window_equals_brute_force(variant: Variant, W: int) -> None:
     """sdpa (one call), sdpa (blocked path) and eager all equal the reference (GQA 4:2)."""
     attn = make_attention(variant, n_kv_heads=2, window=W)
@@ -192,7 +197,16 @@ def test_bad_window_is_rejected(bad: object) -> None:
         GPTConfig(window=bad)
 
 
-def test_gpt_with_window_runs_every_scheme() -> None:
-    for variant in VARIANTS[:3]:
-        model = make_gpt(variant, window=4)
-        assert model(torch.randint(0, 10, (B, T))).shape[:2] == (B, T)
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_gpt_with_window_sees_exactly_its_receptive_field(variant: Variant) -> None:
+    """Every scheme: with window W and L layers, the logit at t depends on tokens t-L(W-1) .. t only."""
+    W, layers, T_long = 3, 2, 12
+    reach = layers * (W - 1)  # 4: each layer looks W-1 tokens further back
+    model = make_gpt(variant, n_layer=layers, window=W)
+    idx = torch.randint(0, 10, (B, T_long))
+    changed = idx.clone()
+    changed[:, 0] = (changed[:, 0] + 1) % 10
+    with torch.no_grad():
+        diff = (model(changed) - model(idx)).abs().amax(dim=(0, 2))  # [T]: per position
+    assert (diff[reach + 1 :] == 0).all(), variant.id  # out of reach: bitwise unchanged
+    assert diff[0] > 1e-4, variant.id

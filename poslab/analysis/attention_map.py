@@ -129,8 +129,8 @@ def run_attention(run_dir: Path, prompt: str, out: Path | None = None, json_path
 
     ``json_path`` also receives the prompt, the tokens and :func:`summary` of the weights.
     """
-    from poslab.training.checkpoint import atomic_write_json
-    from poslab.training.loop import load_run
+    from poslab.fileio import atomic_write_json
+    from poslab.runs import load_run
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir() and (Path("runs") / run_dir).is_dir():

@@ -24,7 +24,7 @@ without retraining: the rotary schemes hold no trained parameters, so the weight
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -38,15 +38,10 @@ from torch import Tensor
 
 from poslab.nn import positions
 from poslab.nn.model import GPT
-from poslab.nn.positions.rope import SCALINGS, RoPE
+from poslab.nn.positions.rope import parse_scaling
 
 #: Tokens per forward pass when batching windows (a window longer than this runs alone).
 DEFAULT_BATCH_TOKENS = 4096
-#: Scalings ``--rope-scaling`` accepts (``none`` removes a run's own scaling).
-SCALING_NAMES = tuple(s for s in SCALINGS if s is not None)
-#: RoPE config fields that belong to a scaling (reset when an override replaces the scaling).
-SCALING_KEYS = ("scaling", "factor", "long_factor", "short_factor", "attention_factor", "beta_fast", "beta_slow",
-                "yarn_truncate", "mscale", "mscale_all_dim", "low_freq_factor", "high_freq_factor")
 
 
 # ------------------------------------------------------------------------------------ parsing
@@ -79,157 +74,69 @@ def parse_lengths(spec: str | Sequence[int]) -> list[int]:
 
 
 def parse_rope_scaling(spec: str) -> dict[str, Any]:
-    """Parse ``--rope-scaling`` into RoPE config overrides.
+    """Parse ``--rope-scaling`` (the spec language of :func:`poslab.nn.positions.rope.parse_scaling`).
 
-    Forms:
-        ``none``: no scaling (removes a run's own scaling).
-        ``NAME:FACTOR``: ``linear``, ``ntk``, ``dynamic``, ``yarn``, ``llama3`` (e.g. ``yarn:4``).
-        ``longrope:FACTOR:LONG[:SHORT]``: ``LONG``/``SHORT`` are comma-separated per-frequency divisors
-        (``rotary_dim/2`` values each; ``SHORT`` defaults to all ones, i.e. plain RoPE in the window).
-        ``longrope:PATH.json``: a JSON object with ``factor``, ``long_factor`` and optionally ``short_factor``.
-
-    Returns:
-        ``{"scaling": ..., "factor": ...}`` plus ``long_factor``/``short_factor`` for LongRoPE.
+    Forms: ``none``, ``NAME:FACTOR`` (``yarn:4``), ``longrope:FACTOR:LONG[:SHORT]``, ``longrope:PATH.json``.
 
     Raises:
         ValueError: unknown scaling, a factor that is not a number > 0, malformed LongRoPE lists.
     """
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"--rope-scaling needs NAME:FACTOR (NAME one of {', '.join(SCALING_NAMES)}), got {spec!r}")
-    name, _, rest = spec.strip().partition(":")
-    name = name.lower()
-    if name == "none":
-        if rest:
-            raise ValueError(f"--rope-scaling none takes no factor, got {spec!r}")
-        return {"scaling": None, "factor": 1.0}
-    if name not in SCALING_NAMES:
-        raise ValueError(f"unknown RoPE scaling {name!r} in --rope-scaling {spec!r}; choose one of none, {', '.join(SCALING_NAMES)}")
-    if not rest:
-        raise ValueError(f"--rope-scaling {spec!r} needs a factor, e.g. {name}:4")
-    if name == "longrope" and rest.endswith(".json"):
-        return _longrope_from_json(Path(rest), spec)
-    factor_text, _, lists = rest.partition(":")
-    factor = _parse_factor(factor_text, spec)
-    if name != "longrope":
-        if lists:
-            raise ValueError(f"--rope-scaling {spec!r}: {name} takes only a factor ({name}:FACTOR)")
-        return {"scaling": name, "factor": factor}
-    if not lists:
-        raise ValueError(
-            f"--rope-scaling {spec!r}: longrope needs per-frequency factors, "
-            "longrope:FACTOR:l1,l2,...[:s1,s2,...] (rotary_dim/2 values each) or longrope:PATH.json"
-        )
-    long_text, _, short_text = lists.partition(":")
-    out: dict[str, Any] = {"scaling": "longrope", "factor": factor, "long_factor": _parse_floats(long_text, "long", spec)}
-    if short_text:
-        out["short_factor"] = _parse_floats(short_text, "short", spec)
-    return out
-
-
-def _parse_factor(text: str, spec: str) -> float:
-    try:
-        factor = float(text)
-    except ValueError:
-        raise ValueError(f"RoPE scaling factor {text!r} in --rope-scaling {spec!r} is not a number") from None
-    if not math.isfinite(factor) or factor <= 0:
-        raise ValueError(f"RoPE scaling factor must be > 0, got {text!r} in --rope-scaling {spec!r}")
-    return factor
-
-
-def _parse_floats(text: str, label: str, spec: str) -> list[float]:
-    values = []
-    for item in text.split(","):
-        try:
-            value = float(item)
-        except ValueError:
-            raise ValueError(f"longrope {label} factor {item!r} in --rope-scaling {spec!r} is not a number") from None
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"longrope {label} factors must be > 0, got {item!r} in --rope-scaling {spec!r}")
-        values.append(value)
-    return values
-
-
-def _longrope_from_json(path: Path, spec: str) -> dict[str, Any]:
-    if not path.is_file():
-        raise ValueError(f"--rope-scaling {spec!r}: file {str(path)!r} does not exist")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"--rope-scaling {spec!r}: {str(path)!r} is not valid JSON ({err})") from None
-    if not isinstance(data, dict) or "factor" not in data or "long_factor" not in data:
-        raise ValueError(f"--rope-scaling {spec!r}: {str(path)!r} must hold an object with 'factor' and 'long_factor'")
-    unknown = set(data) - {"factor", "long_factor", "short_factor"}
-    if unknown:
-        raise ValueError(f"--rope-scaling {spec!r}: unknown keys {sorted(unknown)} in {str(path)!r}")
-    out: dict[str, Any] = {"scaling": "longrope", "factor": _parse_factor(str(data["factor"]), spec)}
-    for key in ("long_factor", "short_factor"):
-        if key in data:
-            if not isinstance(data[key], list):
-                raise ValueError(f"--rope-scaling {spec!r}: {key} in {str(path)!r} must be a list of numbers")
-            out[key] = _parse_floats(",".join(str(v) for v in data[key]), key.split("_")[0], spec)
-    return out
+    return parse_scaling(spec, "--rope-scaling")
 
 
 # ------------------------------------------------------------------------------------ overrides
+def rescalable_schemes() -> list[str]:
+    """Registered schemes with a context-extension scaling (they implement ``rescaled_config``)."""
+    return [name for name in positions.names() if positions.get(name).rescalable()]
+
+
 def is_rotary(model: GPT) -> bool:
-    """Whether the model's position scheme is of the RoPE family (``rope``, ``xpos``)."""
-    return issubclass(positions.get(model.config.position), RoPE)
+    """Whether the model's position scheme takes a context-extension scaling (the RoPE family)."""
+    return type(model.position).rescalable()
 
 
 def rotary_frequencies(model: GPT, seq_len: int | None = None) -> tuple[Tensor, float]:
     """``(inv_freq [r/2], attention_factor)`` the model's rotary scheme uses at ``seq_len`` positions."""
-    if not isinstance(model.position, RoPE):
+    if not is_rotary(model):
         raise ValueError(f"model uses position={model.config.position!r}, which has no rotary frequencies")
     return model.position.frequencies(seq_len if seq_len is not None else 0)
 
 
 def apply_rope_scaling(
     model: GPT,
-    scaling: dict[str, Any] | None = None,
+    scaling: dict[str, Any] | str | None = None,
     logn_scaling: bool | None = None,
     original_max_len: int | None = None,
 ) -> dict[str, Any]:
     """Rebuild a RoPE-family model's position scheme with a new scaling, in place, without retraining.
 
+    The scheme owns the scaling language and its keys (``rescaled_config``); the model swaps the
+    scheme with :meth:`~poslab.nn.model.GPT.replace_position`, which keeps ``model.config`` in sync.
+
     Args:
-        model: a :class:`~poslab.nn.model.GPT` whose ``position`` is ``rope`` or ``xpos``.
-        scaling: overrides from :func:`parse_rope_scaling` (``None`` keeps the run's scaling).
+        model: a :class:`~poslab.nn.model.GPT` whose scheme takes a scaling (``rope``, ``xpos``).
+        scaling: a spec (``"yarn:4"``, a dict from :func:`parse_rope_scaling`); ``None`` keeps the run's.
         logn_scaling: turn log-n query scaling on/off (``None`` keeps the run's setting).
         original_max_len: the window ``L0`` the scaling extends from; default: the run's own
-            ``original_max_len`` when it was trained with a scaling, else its ``block_size``
-            (the length it was trained at).
+            ``original_max_len`` if its config gives one, else its ``block_size`` (the model fills it).
 
     Returns:
-        The new ``position_config`` (also stored in ``model.config.position_config``).
+        Every field of the new scheme's config (the effective values, ``original_max_len`` included).
 
     Raises:
-        ValueError: the model is not RoPE-family, or the config is invalid (e.g. LongRoPE lists of
-            the wrong length).
+        ValueError: the model's scheme takes no scaling, or the config is invalid (e.g. LongRoPE lists
+            of the wrong length).
     """
     cfg = model.config
     if not is_rotary(model):
         what = "--rope-scaling" if scaling is not None else "--logn-scaling"
         raise ValueError(
-            f"{what} needs a RoPE-family model (rope, xpos); this run uses position={cfg.position!r}"
+            f"{what} needs a RoPE-family model ({', '.join(rescalable_schemes())}); this run uses position={cfg.position!r}"
         )
-    config = dict(cfg.position_config)
-    if original_max_len is None:
-        trained_scaled = config.get("scaling") is not None or config.get("logn_scaling")
-        original_max_len = int(config["original_max_len"]) if trained_scaled and "original_max_len" in config else cfg.block_size
-    if scaling is not None:
-        for key in SCALING_KEYS:  # a new scaling starts from the defaults of every scaling knob
-            config.pop(key, None)
-        config.update({k: v for k, v in scaling.items() if v is not None or k == "scaling"})
-        if config.get("scaling") == "longrope" and config.get("long_factor") and not config.get("short_factor"):
-            config["short_factor"] = [1.0] * len(config["long_factor"])  # plain RoPE inside the window
-    if logn_scaling is not None:
-        config["logn_scaling"] = bool(logn_scaling)
-    config["original_max_len"] = int(original_max_len)
-    device = model.tok_emb.weight.device
-    scheme = positions.build_for_model(cfg.position, config, cfg.position_context()).to(device)
-    model.position = scheme
-    cfg.position_config = config
-    return config
+    config = type(model.position).rescaled_config(cfg.position_config, scaling, logn_scaling=logn_scaling,
+                                                  original_max_len=original_max_len)
+    scheme = model.replace_position(config=config)
+    return dataclasses.asdict(scheme.config)
 
 
 def max_length(model: GPT) -> int | None:
@@ -449,7 +356,6 @@ def results_table(cells: list[dict[str, Any]]) -> tuple[list[str], list[list[str
 
 
 # ------------------------------------------------------------------------------------ runs + CLI
-SPLITS = ("val", "train")
 #: allocations from this size up are served by mmap and go back to the OS when freed (glibc)
 MMAP_THRESHOLD = 1 << 20
 
@@ -476,34 +382,6 @@ def return_freed_memory_to_os(threshold: int = MMAP_THRESHOLD) -> bool:
         return False
 
 
-def split_tokens(config: dict[str, Any], tokenizer: Any, split: str = "val") -> Tensor:
-    """Token ids of a run's evaluation text.
-
-    Args:
-        config: the run's ``config.json`` (``{"model", "train", "data"}``).
-        tokenizer: the run's tokenizer.
-        split: ``"val"`` / ``"train"`` (the run's own split of its corpus), or any other shipped
-            corpus name or UTF-8 file path (encoded with the run's tokenizer).
-
-    Raises:
-        ValueError: the run's corpus changed since training (checksum), an unknown corpus or file,
-            or characters the tokenizer does not know.
-    """
-    import hashlib
-
-    from poslab.data import encode_corpus, load_text, split_text
-
-    if split not in SPLITS:
-        return encode_corpus(tokenizer, load_text(split))
-    train = config["train"]
-    text = load_text(train["corpus"])
-    recorded = config.get("data", {}).get("corpus_sha256")
-    if recorded is not None and hashlib.sha256(text.encode("utf-8")).hexdigest() != recorded:
-        raise ValueError(f"corpus {train['corpus']!r} changed since the run was trained (sha256 differs); its {split} split is gone")
-    train_text, val_text = split_text(text, train["val_fraction"])
-    return encode_corpus(tokenizer, val_text if split == "val" else train_text)
-
-
 def eval_run(
     run_dir: str | Path,
     lengths: Sequence[int],
@@ -520,23 +398,22 @@ def eval_run(
     Returns:
         JSON-ready results: run, step, split, scheme, train length, scaling, and one cell per length.
     """
-    from poslab.training.checkpoint import latest_step
-    from poslab.training.loop import load_run
+    from poslab.runs import RunFolder
 
     lengths = parse_lengths(list(lengths))
-    model, tokenizer, run_config = load_run(run_dir, step=step)
-    model.eval()
+    run = RunFolder(run_dir)
+    model, tokenizer, _ = run.load(step=step)
     train_length = model.config.block_size
     override = None
     if rope_scaling is not None or logn_scaling:
         override = apply_rope_scaling(model, rope_scaling, True if logn_scaling else None)
-    tokens = split_tokens(run_config, tokenizer, split)
+    tokens = run.split_tokens(split, tokenizer)
     n_targets = check_eval_inputs(tokens, lengths, n_targets, stride)
     start = time.perf_counter()
     cells = evaluate(model, tokens, lengths, stride=stride, n_targets=n_targets, batch_tokens=batch_tokens)
     return {
         "run": str(run_dir),
-        "step": step if step is not None else latest_step(run_dir),
+        "step": step if step is not None else run.latest_step(),
         "split": split,
         "scheme": model.config.position,
         "train_length": train_length,
@@ -559,7 +436,6 @@ __all__ = [
     "parse_lengths",
     "parse_rope_scaling",
     "score_windows",
-    "split_tokens",
     "sliding_windows",
     "token_losses",
 ]

@@ -478,17 +478,18 @@ def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = 
     """Analyze a trained run's heads on its validation split; write ``out/results.json`` and ``out/heads.png``.
 
     Args:
-        run_dir: a run folder written by :func:`poslab.training.loop.train`.
+        run_dir: a run folder written by :func:`poslab.session.train`.
         out: output folder.
         quick: fewer evaluation batches.
         text: evaluate on this corpus name or file instead (its last 10%).
     """
-    from poslab.training.checkpoint import atomic_write_json
-    from poslab.training.loop import load_run
+    from poslab.fileio import atomic_write_json
+    from poslab.runs import RunFolder
 
     run_dir = Path(run_dir)
-    model, tokenizer, config = load_run(run_dir)
-    tokens = validation_tokens(tokenizer, config, text)
+    run = RunFolder(run_dir)
+    model, tokenizer, _ = run.load()
+    tokens = run.split_tokens("val", tokenizer) if text is None else text_tokens(tokenizer, text)
     results = analyze(model, tokens, n_batches=2 if quick else 8, batch_size=8 if quick else 16,
                       punctuation=punctuation_ids(tokenizer))
     results["run"] = str(run_dir)
@@ -499,12 +500,9 @@ def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = 
     return results
 
 
-def validation_tokens(tokenizer: Any, config: dict, text: str | None = None) -> Tensor:
-    """The run's validation split as token ids ``[N]`` (same rule as training), or the last 10% of ``text``."""
+def text_tokens(tokenizer: Any, text: str) -> Tensor:
+    """The last 10% of corpus ``text`` (a name or a file) as token ids ``[N]`` (``--text``)."""
     from poslab.data import encode_corpus, load_text, split_text
 
-    train_cfg = config.get("train", {})
-    source = text or train_cfg.get("corpus", "tang5")
-    fraction = 0.1 if text else train_cfg.get("val_fraction", 0.1)
-    _, val_text = split_text(load_text(source), fraction)
+    _, val_text = split_text(load_text(text), 0.1)
     return encode_corpus(tokenizer, val_text)

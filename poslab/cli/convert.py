@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from poslab.interop.convert import DTYPES, convert_hf_folder
+from poslab.runs import RunFolder
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,8 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     run = convert_hf_folder(args.from_hf, args.out, corpus=args.corpus, dtype=args.dtype)
-    cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))["model"]
-    kind = json.loads((run / "tokenizer.json").read_text(encoding="utf-8"))["type"]
+    folder = RunFolder(run)
+    cfg = folder.config()["model"]
+    kind = folder.tokenizer().to_dict()["type"]
     print(f"converted {args.from_hf} -> {run}: {cfg['n_layer']} layers, {cfg['n_head']} heads, n_embd {cfg['n_embd']}, "
           f"position {cfg['position']}, vocab {cfg['vocab_size']}")
     if kind == "ids":

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from poslab.analysis import eval as evaluation
 from poslab.cli import paths
+from poslab.nn.positions.rope import SPEC_NAMES
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stride", type=int, default=None, help="also a sliding-window evaluation with this stride (<= every length)")
     p.add_argument("--rope-scaling", default=None, metavar="NAME:FACTOR",
                    help=f"RoPE scaling applied at inference: none, "
-                        f"{', '.join(s + ':4' for s in evaluation.SCALING_NAMES if s != 'longrope')}, "
+                        f"{', '.join(s + ':4' for s in SPEC_NAMES[1:] if s != 'longrope')}, "
                         "longrope:FACTOR:l1,l2,..[:s1,s2,..] or longrope:PATH.json")
     p.add_argument("--logn-scaling", action="store_true", help="scale queries by log(n)/log(L) past the training length")
     p.add_argument("--split", default="val",
@@ -29,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from poslab.display import print_table
-    from poslab.training.checkpoint import atomic_write_json
+    from poslab.fileio import atomic_write_json
 
     paths.output_file(args.out, "--out")
     lengths = evaluation.parse_lengths(args.lengths)

@@ -3,21 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from poslab.nn.generate import sample_text
-from poslab.training.loop import load_run
-
-
-def resolve_run(run: str) -> Path:
-    """A run folder given as a path, or as a name under ``runs/``."""
-    path = Path(run)
-    if (path / "config.json").is_file():
-        return path
-    under_runs = Path("runs") / run
-    if (under_runs / "config.json").is_file():
-        return under_runs
-    raise FileNotFoundError(f"no run {run!r}: neither {str(path)!r} nor {str(under_runs)!r} holds a config.json")
+from poslab.runs import resolve_run
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model, tokenizer, _ = load_run(resolve_run(args.run), step=args.step)
+    model, tokenizer, _ = resolve_run(args.run).load(step=args.step)
     texts = sample_text(model, tokenizer, args.prompt, args.tokens, num_samples=args.num_samples,
                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, max_len=args.max_len,
                         seed=args.seed)

@@ -1,6 +1,6 @@
 """``poslab train --preset NAME [--quick] [--name RUN] [--resume|--overwrite] [--KEY VALUE ...]``.
 
-Overrides: ``--KEY VALUE`` (or ``--KEY=VALUE``) for a :class:`poslab.training.loop.TrainConfig` field,
+Overrides: ``--KEY VALUE`` (or ``--KEY=VALUE``) for a :class:`poslab.training.config.TrainConfig` field,
 ``--model.KEY VALUE`` for a :class:`poslab.GPTConfig` field, ``--model.position_config.KEY VALUE``
 for a field of the position scheme's config (or ``--model.position_config '{"base": 500}'``).
 Values are checked against the field's type; ``none`` sets an optional field to ``None``; dashes in
@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from poslab.cli import paths
-from poslab.config import key_help, merge, parse_overrides
-from poslab.data import CORPORA, build_tokenizer
+from poslab.config import key_help, merge, parse_overrides, preflight
 from poslab.nn.footprint import check_training
-from poslab.nn.model import GPTConfig
+from poslab.runs import RunFolder
+from poslab.session import train
 from poslab.training import presets
+from poslab.training.config import TrainConfig
 from poslab.training.distributed import is_main_process
-from poslab.training.lock import interrupted_start
-from poslab.training.loop import TrainConfig, TrainingDiverged, train
+from poslab.training.loop import TrainingDiverged
 
 
 def build_config(args: argparse.Namespace) -> TrainConfig:
@@ -37,18 +37,26 @@ def build_config(args: argparse.Namespace) -> TrainConfig:
     elif args.resume:
         if not args.name:
             raise ValueError("--resume without --preset needs --name RUN (the run folder to continue)")
-        out_dir = overrides.get("out_dir", "runs")
-        config_path = Path(out_dir) / args.name / "config.json"
-        if not config_path.is_file():
-            raise FileNotFoundError(f"cannot resume: {str(config_path)!r} does not exist")
-        saved = json.loads(config_path.read_text(encoding="utf-8"))
-        base = {**saved["train"], "model": {k: v for k, v in saved["model"].items() if k != "vocab_size"}}
+        run = RunFolder(Path(overrides.get("out_dir", "runs")) / args.name)
+        if not run.is_run:
+            raise FileNotFoundError(f"cannot resume: {str(run.file('config.json'))!r} does not exist")
+        base = run.train_config().to_dict()
         default_name = args.name
     else:
         raise ValueError("give --preset NAME (see `poslab presets`), or --resume --name RUN")
     values = merge(base, overrides)
     values["name"] = args.name or overrides.get("name") or default_name
     return TrainConfig.from_dict(values)
+
+
+def resume_or_start(cfg: TrainConfig, resume: bool) -> bool:
+    """``--resume`` of a run whose folder does not exist yet (killed before it was made, or a retry script
+    that always passes ``--resume``) starts it instead, saying so; the full config is on the command line."""
+    run_dir = cfg.run_dir
+    if resume and not RunFolder(run_dir).is_run and not (run_dir.is_dir() and any(run_dir.iterdir())):
+        print(f"poslab: note: {str(run_dir)!r} does not exist yet: --resume starts the run", file=sys.stderr)
+        return False
+    return resume
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -84,33 +92,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def dry_run(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict[str, Any]:
-    """What ``train`` would do with ``cfg``, checked without reading the corpus or writing anything.
-
-    Checks the model config (with a placeholder vocabulary), the tokenizer spec, that the corpus is
-    shipped or an existing file, and the run folder against ``--resume``/``--overwrite``.
+    """What ``train`` would do with ``cfg``, checked without reading the corpus or writing anything
+    (:func:`poslab.config.preflight`, shared with ``poslab sweep``).
 
     Raises:
         ValueError, TypeError, FileNotFoundError, FileExistsError: what ``train`` would raise.
     """
-    GPTConfig.from_dict({**cfg.model, "vocab_size": 256})  # keys, types, geometry, position config
-    build_tokenizer(cfg.tokenizer, "ab")  # the spec only (fitted on a two-character text)
-    if cfg.corpus not in CORPORA and not Path(cfg.corpus).is_file():
-        raise ValueError(f"corpus {cfg.corpus!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file")
-    run_dir = cfg.run_dir
-    if resume and overwrite:
-        raise ValueError("choose one of resume and overwrite, not both")
-    occupied = run_dir.is_dir() and any(run_dir.iterdir()) and not interrupted_start(run_dir)
-    is_run = (run_dir / "config.json").is_file()
-    if resume and not is_run:
-        raise FileNotFoundError(f"cannot resume: {str(run_dir)!r} has no config.json (not a poslab run)")
-    if occupied and not resume and not overwrite:
-        raise FileExistsError(
-            f"run folder {str(run_dir)!r} already exists; pass --resume to continue it or --overwrite to replace it"
-        )
-    if occupied and overwrite and not is_run:
-        raise FileExistsError(f"refusing to overwrite {str(run_dir)!r}: it is not a poslab run folder (no config.json)")
-    action = "resume" if resume else ("overwrite" if occupied else "start")
-    return {"dry_run": True, "action": action, "run_dir": str(run_dir), "config": cfg.to_dict()}
+    action = preflight(cfg, resume=resume, overwrite=overwrite)
+    return {"dry_run": True, "action": action, "run_dir": str(cfg.run_dir), "config": cfg.to_dict()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,11 +109,12 @@ def run(args: argparse.Namespace) -> int:
     if cfg.init_from:
         paths.run_folder(cfg.init_from, "--init_from")
     check_training(cfg.model, cfg.batch_size, cfg.eval_iters, force=args.force)  # before anything is built
+    resume = resume_or_start(cfg, args.resume) if args.preset else args.resume
     if args.dry_run:
-        print(json.dumps(dry_run(cfg, args.resume, args.overwrite), indent=2, ensure_ascii=False))
+        print(json.dumps(dry_run(cfg, resume, args.overwrite), indent=2, ensure_ascii=False))
         return 0
     try:
-        results = train(cfg, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
+        results = train(cfg, resume=resume, overwrite=args.overwrite, progress=not args.no_progress,
                         fsdp=getattr(args, "fsdp", False))
     except TrainingDiverged as err:
         if is_main_process():  # under torchrun every rank stops; rank 0 reports

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from poslab.fileio import atomic_write
 
 
 def _width(text: str) -> int:
@@ -71,11 +72,4 @@ def save_figure(fig: Any, path: Path, dpi: int = 120) -> Path:
     """Write a figure to ``path`` as PNG atomically (temp file + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
-    try:
-        fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
-        tmp.replace(path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight"))

@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from poslab.fileio import atomic_write
+
 SOURCE = Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc")
 SOURCE_FACE = "Noto Sans CJK SC"
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -70,10 +72,7 @@ def build(source: Path = SOURCE, out: Path = ASSETS / "PoslabCJK-Regular.otf") -
     names.setName("Poslab CJK Regular", 4, 3, 1, 0x409)
     names.setName("PoslabCJK-Regular", 6, 3, 1, 0x409)
     font["CFF "].cff.fontNames = ["PoslabCJK-Regular"]
-    tmp = out.with_suffix(".tmp")
-    font.save(str(tmp))
-    tmp.replace(out)
-    return out
+    return atomic_write(out, lambda tmp: font.save(str(tmp)))
 
 
 def main() -> None:

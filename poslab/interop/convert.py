@@ -2,7 +2,7 @@
 
 The run folder has the training engineer's layout (``docs/training.md``), written with
 :mod:`poslab.training.checkpoint`'s writer, so ``poslab sample``, ``poslab eval``, ``poslab attention`` and
-``poslab.training.loop.load_run`` treat it like any trained run::
+``poslab.runs.load_run`` treat it like any trained run::
 
     config.json      {"model": GPTConfig, "train": TrainConfig (corpus for eval), "data": {..., "converted_from"}}
     tokenizer.json   {"type": "hf", ...} (the folder's fast tokenizer) or {"type": "ids", ...} (none: ids as text)
@@ -17,15 +17,13 @@ leaves nothing half-written, and an existing non-empty ``--out`` is never touche
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from poslab.data.hf_tokenizer import HFTokenizer, IdsTokenizer
+from poslab.fileio import atomic_write_folder
 from poslab.interop.hf import from_hf
 from poslab.training import checkpoint as ckpt
 
@@ -49,7 +47,8 @@ def convert_hf_folder(source: str | Path, out: str | Path, *, corpus: str = "sha
         FileExistsError: ``out`` exists and is not an empty folder.
     """
     from poslab.data import CORPORA
-    from poslab.training.loop import TrainConfig, resume_identity
+    from poslab.runs import RunFolder
+    from poslab.training.config import TrainConfig
 
     source, out = Path(source), Path(out)
     if dtype not in DTYPES:
@@ -65,7 +64,7 @@ def convert_hf_folder(source: str | Path, out: str | Path, *, corpus: str = "sha
     tokenizer: Any = HFTokenizer.from_folder(source) or IdsTokenizer(model.config.vocab_size)
     model_doc = model.config.to_dict()
     train = TrainConfig(name=out.name, out_dir=str(out.parent), corpus=corpus, tokenizer=tokenizer.to_dict()["type"],
-                        model={k: v for k, v in model_doc.items() if k != "vocab_size"})
+                        model=model.config)
     hf_type = _model_type(source)
     config_doc = {
         "model": model_doc,
@@ -73,28 +72,23 @@ def convert_hf_folder(source: str | Path, out: str | Path, *, corpus: str = "sha
         "data": {"corpus": corpus, "vocab_size": model.config.vocab_size,
                  "converted_from": {"path": str(source.resolve()), "model_type": hf_type}},
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.converting-", dir=out.parent))
-    try:
-        ckpt.atomic_write_json(tmp / "config.json", config_doc)
-        ckpt.atomic_write_json(tmp / "tokenizer.json", tokenizer.to_dict())
-        ckpt.atomic_write_text(tmp / "metrics.jsonl", "")
+
+    def fill(folder: Path) -> None:
+        run = RunFolder(folder)
+        run.write_start(tokenizer)
+        run.write_config(config_doc)  # records the tokenizer's digest
         tensors, aliases = ckpt.model_tensors(model)
-        identity = resume_identity(config_doc)
+        identity = run.resume_identity()
         meta = {"config": identity, "config_hash": ckpt.config_hash(identity), "model_aliases": aliases, "tokens_seen": 0,
                 "converted_from": config_doc["data"]["converted_from"], "torch_version": torch.__version__}
-        ckpt.save_checkpoint(tmp, 0, tensors, meta)
-        ckpt.atomic_write_json(tmp / "results.json", {
+        run.save_checkpoint(0, tensors, meta)
+        run.write_results({
             "name": out.name, "status": "converted", "model_type": hf_type, "source": str(source.resolve()),
             "n_params": sum(p.numel() for p in model.parameters()), "tokenizer": tokenizer.to_dict()["type"],
             "dtype": str(model.tok_emb.weight.dtype).replace("torch.", ""),
         })
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    atomic_write_folder(out, fill)
     return out
 
 

@@ -29,8 +29,6 @@ import json
 import math
 import os
 import re
-import shutil
-import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.fileio import atomic_write_folder
 from poslab.interop.permute import relayout_rope
 from poslab.nn.model import GPT, GPTConfig
 
@@ -688,14 +687,5 @@ def to_hf(gpt: GPT, out_dir: str | os.PathLike | None = None) -> Any:
     hf_model.load_state_dict({k: v.detach().to(torch.float32) for k, v in state.items()}, strict=True)
     hf_model.to(dtype=dtype).eval()
     if target is not None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-        try:
-            hf_model.save_pretrained(str(tmp))
-            if target.exists():
-                target.rmdir()  # empty (checked above)
-            tmp.replace(target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        atomic_write_folder(target, lambda tmp: hf_model.save_pretrained(str(tmp)))
     return hf_model

@@ -564,7 +564,7 @@ def plot(attention: dict | None, decode: dict | None) -> bytes:
 # ========================================================================================= entry
 def rerender(path: Path, out: Path) -> int:
     """Rebuild the report, targets and plot of a finished run from its ``results.json`` (no measuring)."""
-    from poslab.training.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
+    from poslab.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text
 
     if not path.is_file():
         raise FileNotFoundError(f"--from-results: no such file {str(path)!r}")
@@ -602,7 +602,7 @@ def run_bench(out: Path, sizes: Sequence[int], contexts: Sequence[int], repeats:
     Returns:
         The results written to ``results.json``.
     """
-    from poslab.training.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
+    from poslab.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text
 
     if repeats <= 0:
         raise ValueError(f"--repeats must be a positive integer, got {repeats}")

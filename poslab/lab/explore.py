@@ -99,9 +99,9 @@ class ModelStore:
 
     def _load(self, entry: Entry) -> tuple[GPT, Any]:
         if entry.kind == "run":
-            from poslab.training.loop import load_run
+            from poslab.runs import RunFolder
 
-            model, tokenizer, _ = load_run(entry.source)
+            model, tokenizer, _ = RunFolder(entry.source).load()
             return model.eval(), tokenizer
         if self._scheme_tokenizer is None:
             from poslab.data import CharTokenizer, load_corpus
@@ -117,9 +117,11 @@ class ModelStore:
         for entry in self.entries.values():
             item: dict[str, Any] = {"id": entry.id, "label": entry.label, "kind": entry.kind}
             if entry.kind == "run":
+                from poslab.runs import RunFolder
+
                 try:
-                    config = json.loads((Path(entry.source) / "config.json").read_text(encoding="utf-8"))["model"]
-                except (OSError, ValueError, KeyError):
+                    config = RunFolder(entry.source).config()["model"]
+                except (OSError, ValueError):
                     config = {}
                 item.update(position=config.get("position"), n_layer=config.get("n_layer"), n_head=config.get("n_head"),
                             block_size=config.get("block_size"))
@@ -144,35 +146,14 @@ def _matrix(title: str, data: torch.Tensor, row_label: str, col_label: str, dive
 
 @torch.no_grad()
 def scheme_views(model: GPT, T: int) -> list[dict[str, Any]]:
-    """Pictures of how the model's position scheme injects position for ``T`` tokens."""
-    from poslab.nn.positions.rope import RoPE
+    """Pictures of how the model's position scheme injects position for ``T`` tokens.
 
-    scheme, cfg = model.position, model.config
-    pos = torch.arange(T)
-    views = []
-    if isinstance(scheme, RoPE):
-        inv_freq, _ = scheme.frequencies(T)
-        angles = pos[:, None].float() * inv_freq[None, :].float()  # [T, d/2]
-        views.append(_matrix("RoPE rotation cos(m·θ_i)", angles.cos(), "position m", "frequency pair i", True,
-                             "each pair of q/k dimensions turns by m·θ_i; low pairs turn fast, high pairs slowly"))
-    embedded = scheme.embed(torch.zeros(1, T, cfg.n_embd), pos)[0]  # [T, d]
-    if embedded.abs().max() > 0:
-        views.append(_matrix(f"{cfg.position}: position vector added to each token", embedded, "position", "dimension", True))
-    if scheme.has_bias:
-        dk = cfg.n_embd // cfg.n_head
-        zeros = torch.zeros(1, cfg.n_head, T, dk)
-        bias = scheme.score_bias(zeros, zeros[:, : cfg.kv_heads], pos, pos, 1.0 / math.sqrt(dk))
-        if bias is not None:
-            bias = bias[0].float()  # [h, T, T]
-            keep = pos[None, :] <= pos[:, None] if cfg.causal else torch.ones(T, T, dtype=torch.bool)
-            bias = bias.masked_fill(~keep, float("nan"))
-            for head in range(min(cfg.n_head, 4)):
-                views.append(_matrix(f"{cfg.position} bias, head {head}", bias[head], "query", "key", True,
-                                     "added to q·k/√d_k before the softmax" + (" (with q = 0)" if cfg.position == "xl" else "")))
-        if hasattr(scheme, "buckets"):
-            views.append(_matrix("T5 bucket of each (query, key)", scheme.buckets(pos, pos).float(), "query", "key", False,
-                                 "nearby offsets get their own bucket, far ones share log-spaced buckets"))
-    return views
+    The scheme describes itself (``PositionScheme.describe``: RoPE's angles, an absolute table, a
+    bias per head, T5's buckets, ...); this only lays the matrices out for the page.
+    """
+    cfg = model.config
+    return [_matrix(v["title"], v["data"], v["rows"], v["cols"], v["diverging"], v["note"])
+            for v in model.position.describe(T, n_heads=cfg.n_head, causal=cfg.causal)]
 
 
 def attention_payload(store: ModelStore, key: str, prompt: str) -> dict[str, Any]:

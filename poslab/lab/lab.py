@@ -283,7 +283,7 @@ def _read_manifest(lab_dir: Path) -> dict:
 
 
 def _write_manifest(lab_dir: Path, manifest: dict) -> None:
-    from poslab.training.checkpoint import atomic_write_json
+    from poslab.fileio import atomic_write_json
 
     atomic_write_json(lab_dir / "lab.json", manifest)
 

@@ -42,7 +42,6 @@ earlier sweep waits for it to let go, then continues (or skips) it, instead of f
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import itertools
 import json
@@ -62,10 +61,8 @@ from typing import Any
 import yaml
 
 from poslab.data import safe_yaml
-from poslab.nn import positions
+from poslab.fileio import atomic_write_json, atomic_write_text
 from poslab.nn.footprint import check_training
-from poslab.nn.model import GPTConfig
-from poslab.training import checkpoint as ckpt
 from poslab.training import presets
 
 SPEC_KEYS = ("name", "out_dir", "description", "preset", "quick", "overrides", "grid")
@@ -192,64 +189,24 @@ def load_plan(path: str | Path, out: str | Path | None = None) -> SweepPlan:
 
 
 def _nest(mapping: Any, where: str) -> dict[str, Any]:
-    """Dotted/nested training keys -> the nested overrides ``poslab.config.merge`` takes.
-
-    ``{"model.position": "rope", "model.position_config.base": 500, "seed": 1}`` ->
-    ``{"model": {"position": "rope", "position_config": {"base": 500}}, "seed": 1}``.
-    """
-    from poslab.training.loop import TrainConfig
+    """Dotted/nested training keys -> the nested overrides ``poslab.config.merge`` takes (:func:`poslab.config.nest`,
+    the parser ``poslab train --KEY VALUE`` uses too)."""
+    from poslab.config import nest
 
     if not isinstance(mapping, dict):
         raise ValueError(f"{where} must be a mapping of training keys, got {mapping!r}")
-    train_keys = [f.name for f in dataclasses.fields(TrainConfig)]
-    model_keys = [f.name for f in dataclasses.fields(GPTConfig) if f.name != "vocab_size"]
-    result: dict[str, Any] = {}
-    for raw_key, value in mapping.items():
-        key = str(raw_key)
-        if key == "model" and isinstance(value, dict):
-            for sub, sub_value in value.items():
-                _merge_into(result, _nest({f"model.{sub}": sub_value}, where))
-            continue
-        parts = key.split(".")
-        if parts[0] in _RESERVED and len(parts) == 1:
-            raise ValueError(f"{where}: {key!r} cannot be set in a sweep ({_RESERVED[parts[0]]})")
-        if len(parts) == 1 and key in train_keys and key != "model":
-            result[key] = value
-        elif parts[0] == "model" and len(parts) == 2 and parts[1] in model_keys:
-            if parts[1] == "position_config" and not isinstance(value, dict):
-                raise ValueError(f"{where}: model.position_config must be a mapping, got {value!r}")
-            result.setdefault("model", {})[parts[1]] = value
-        elif parts[0] == "model" and len(parts) == 3 and parts[1] == "position_config":
-            result.setdefault("model", {}).setdefault("position_config", {})[parts[2]] = value
-        else:
-            candidates = [k for k in train_keys if k not in ("model", *_RESERVED)] + [f"model.{k}" for k in model_keys]
-            close = difflib.get_close_matches(key, candidates, n=1) or difflib.get_close_matches(
-                f"model.{key}", candidates, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"{where}: unknown training key {key!r}{hint}; use TrainConfig fields, model.FIELD "
-                             f"or model.position_config.KEY (see `poslab train --help`)")
-    return result
-
-
-def _merge_into(target: dict[str, Any], extra: dict[str, Any]) -> None:
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            _merge_into(target[key], value)
-        else:
-            target[key] = value
+    return nest(mapping.items(), where=where, reserved=_RESERVED)
 
 
 def _check_config(config: dict[str, Any], run_name: str) -> int:
-    """What ``poslab train`` would reject about this config, found before anything runs; returns max_steps."""
-    from poslab.data import CORPORA
-    from poslab.training.loop import TrainConfig
+    """What ``poslab train`` would reject about this config (:func:`poslab.config.preflight`, as
+    ``poslab train --dry-run``), found before anything runs; returns max_steps."""
+    from poslab.config import preflight
+    from poslab.training.config import TrainConfig
 
     cfg = TrainConfig.from_dict({**config, "name": run_name})
-    model = GPTConfig.from_dict({**cfg.model, "vocab_size": 2})
-    positions.make_config(model.position, model.position_config or {})
+    preflight(cfg, folder=False)
     check_training(cfg.model, cfg.batch_size, cfg.eval_iters)  # what cannot fit this machine, before anything runs
-    if cfg.corpus not in CORPORA and not Path(cfg.corpus).is_file():
-        raise ValueError(f"corpus {cfg.corpus!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor a file")
     return cfg.max_steps
 
 
@@ -265,20 +222,16 @@ def run_name_of(point: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------------ running
 def run_state(run_dir: Path, max_steps: int) -> str:
-    """``"done"``, ``"diverged"``, ``"resume"`` (a run folder to continue) or ``"new"``."""
-    results_path = run_dir / "results.json"
-    if results_path.is_file():
-        try:
-            results = json.loads(results_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            results = {}
-        if results.get("status") == "diverged":
-            return "diverged"
-        if results.get("status") == "completed" and results.get("steps", 0) >= max_steps:
-            return "done"
-    if (run_dir / "config.json").is_file():
-        return "resume"
-    return "new"
+    """``"done"``, ``"diverged"``, ``"resume"`` (a run folder to continue) or ``"new"`` (from :attr:`RunFolder.state`)."""
+    from poslab.runs import RunFolder
+
+    run = RunFolder(run_dir)
+    state = run.state
+    if state == "failed":
+        return "diverged"
+    if state == "finished" and run.finished(max_steps):
+        return "done"
+    return "resume" if run.is_run else "new"
 
 
 class _Runner:
@@ -337,7 +290,7 @@ class _Runner:
             run.results = _read_results(run_dir)
             return run
         preset_file = self.plan.sweep_dir / "configs" / f"{run.name}.yaml"
-        ckpt.atomic_write_text(preset_file, yaml.safe_dump(
+        atomic_write_text(preset_file, yaml.safe_dump(
             {"description": f"sweep {self.plan.name}: {run.name}", "config": run.config},
             sort_keys=False, allow_unicode=True))
         env = dict(os.environ)
@@ -384,9 +337,11 @@ class _Runner:
 
 
 def _read_results(run_dir: Path) -> dict[str, Any]:
+    from poslab.runs import RunFolder
+
     try:
-        return json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        return RunFolder(run_dir).results() or {}
+    except (OSError, ValueError):
         return {}
 
 
@@ -414,7 +369,7 @@ def run_sweep(plan: SweepPlan, workers: int = 1, echo: Any = print) -> dict[str,
         raise ValueError(f"--workers must be a positive integer, got {workers!r}")
     for folder in ("runs", "configs", "logs"):
         (plan.sweep_dir / folder).mkdir(parents=True, exist_ok=True)
-    ckpt.atomic_write_json(plan.sweep_dir / "sweep.json", {
+    atomic_write_json(plan.sweep_dir / "sweep.json", {
         "sweep": plan.name, "config_file": str(plan.config_file), "description": plan.description,
         "grid": plan.grid, "runs": [{"name": r.name, "point": r.point, "config": r.config} for r in plan.runs],
     })
@@ -542,10 +497,10 @@ def format_table(summary: dict[str, Any]) -> str:
 
 def write_summary(plan: SweepPlan, summary: dict[str, Any]) -> None:
     """``summary.json`` and ``summary.md`` in the sweep folder (atomic writes)."""
-    ckpt.atomic_write_json(plan.sweep_dir / "summary.json", summary)
+    atomic_write_json(plan.sweep_dir / "summary.json", summary)
     header = f"# Sweep {plan.name}\n\n" + (f"{plan.description}\n\n" if plan.description else "")
     header += f"Config: `{plan.config_file}`; grid: " + ", ".join(f"`{k}` = {v}" for k, v in plan.grid.items()) + "\n\n"
-    ckpt.atomic_write_text(plan.sweep_dir / "summary.md", header + format_table(summary) + "\n")
+    atomic_write_text(plan.sweep_dir / "summary.md", header + format_table(summary) + "\n")
 
 
 __all__ = ["SweepPlan", "SweepRun", "format_table", "load_plan", "run_name_of", "run_state", "run_sweep", "summarize",

@@ -85,9 +85,10 @@ class MergeHeads(nn.Module):
 class KVCache(nn.Module):
     """Preallocated key/value cache indexed by explicit positions (gpt-fast style).
 
-    Stores ``n_kv_heads`` heads (GQA-aware) and keys *after* ``rotate``, together with each entry's
-    position, so bias schemes (ALiBi, T5, ...) and rotary schemes see the true positions of cached
-    keys whatever order they are stored in.
+    Stores ``n_kv_heads`` heads (GQA-aware) and keys *after* ``rotate`` (before it for a scheme with
+    ``rotate_needs_all_keys``, xPos, which attention then rotates on every call), together with each
+    entry's position, so bias schemes (ALiBi, T5, ...) and rotary schemes see the true positions of
+    cached keys whatever order they are stored in.
 
     Two layouts:
 
@@ -385,8 +386,15 @@ def _blocked_sdpa(
         vb = kv[n] if n == 1 else torch.cat(kv[n:], dim=2)  # [B, hkv, tk, dv]
         return _sdpa_block(qb, kb, vb, qp, kp, causal, window, bias_fn, mask, scale, dropout)
 
-    outs = []
-    for i, qb in enumerate(q_blocks):
+    # Blocks run from the last to the first: a causal block's tiles (keys, bias, scores) grow with its
+    # reach, so in increasing order each tile is larger than every freed one and glibc's heap (whose
+    # dynamic mmap threshold rises to the largest freed block) keeps growing around the live tensors:
+    # +37 / +149 / +572 MiB at T = 2048 / 4096 / 8192 for ALiBi (benchmarks/eval_memory.py,
+    # --allocator default). Largest first, every later tile fits in a freed one: memory stays linear
+    # in T for library users and training without any allocator setting.
+    outs: list[Tensor] = [q] * len(q_blocks)  # placeholders, filled in block order below
+    for i in reversed(range(len(q_blocks))):
+        qb = q_blocks[i]
         s, e = i * c, i * c + qb.shape[2]
         qp = q_pos[s:e]
         lo, hi = 0, Tk
@@ -408,9 +416,9 @@ def _blocked_sdpa(
             mask = attn_mask[..., s:e, lo:hi]  # [B|1, h|1, tq, tk]
         args = (qb, qp, k_pos[lo:hi], mask, *kv)
         if recompute:  # keeps only the views above for backward, never a block's keys or bias
-            outs.append(checkpoint(block, *args, use_reentrant=False))
+            outs[i] = checkpoint(block, *args, use_reentrant=False)
         else:
-            outs.append(block(*args))
+            outs[i] = block(*args)
     return torch.cat(outs, dim=2)  # [B, h, Tq, d_v]
 
 
@@ -548,7 +556,22 @@ class MultiHeadAttention(nn.Module):
         self.split_kv = SplitHeads(n_kv_heads)
         self.merge = MergeHeads()
         self.scores_probe = nn.Identity()  # sees [B, h, Tq, Tk] weights in the eager backend
+        if position is not None:
+            self.fit(position)
         self.position = position
+
+    def fit(self, scheme: PositionScheme) -> None:
+        """Check ``scheme`` against this layer's geometry and causality (see ``PositionScheme.check_layer``).
+
+        A scheme built for other heads (RoPE's default ``head_dim=64`` in 128-wide heads, ALiBi's 8
+        slopes in a 4-head layer) raises ``ValueError`` naming both values; layer-dependent defaults
+        (T5's ``bidirectional``) are filled in. Runs once per scheme object.
+        """
+        layer = (self.n_heads, self.head_dim, self.causal)
+        fitted = scheme.__dict__.setdefault("_fitted_layers", set())  # layer kinds this scheme already passed
+        if layer not in fitted:
+            scheme.check_layer(*layer)
+            fitted.add(layer)
 
     def forward(
         self,
@@ -585,6 +608,8 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(f"attention input must be a floating-point tensor, got {x.dtype}")
         B, T, _ = x.shape
         scheme = position if position is not None else self.position
+        if scheme is not None:
+            self.fit(scheme)
         if pos is None:
             start = cache.length if cache is not None else 0
             pos = torch.arange(start, start + T, device=x.device)
@@ -603,16 +628,21 @@ class MultiHeadAttention(nn.Module):
 
         h, hkv, dk = self.n_heads, self.n_kv_heads, self.head_dim
         q, k, v = self.qkv(x).split((h * dk, hkv * dk, hkv * dk), dim=-1)  # [B, T, h*dk], [B, T, hkv*dk] x2
-        if scheme is not None and type(scheme).rotate is not PositionScheme.rotate:
+        if scheme is not None and scheme.rotates:
             # elementwise rotations run ~1.5x faster (with backward) on dense rows than on views of
             # the fused qkv output; one copy of q and k pays for itself
             q, k = q.contiguous(), k.contiguous()
         q, k, v = self.split_q(q), self.split_kv(k), self.split_kv(v)  # [B, h|hkv, T, dk]
         q_pos = k_pos = pos
-        if scheme is not None:
+        # a scheme whose key rotation depends on the other positions (xPos's anchor) gets the cached keys
+        # unrotated and rotates them with the new queries; the others' keys are cached after rotate
+        late = cache is not None and scheme is not None and scheme.rotates and scheme.rotate_needs_all_keys
+        if scheme is not None and scheme.rotates and not late:
             q, k = scheme.rotate(q, k, q_pos, k_pos)
         if cache is not None:
             k, v, k_pos = cache.update(k, v, pos)  # [B, hkv, Tk, dk], [Tk]
+        if late:
+            q, k = scheme.rotate(q, k, q_pos, k_pos)
         out, weights = attend(
             q,
             k,
@@ -652,7 +682,11 @@ class MultiHeadAttention(nn.Module):
         return type(self).extra_bias is not MultiHeadAttention.extra_bias
 
     def bias_fn(self, scheme: PositionScheme | None) -> BiasFn | None:
-        """The scheme's ``score_bias`` plus :meth:`extra_bias` as one block-wise callable."""
+        """The scheme's ``score_bias`` plus :meth:`extra_bias` as one block-wise callable.
+
+        Whether the scheme has a bias is derived from the hooks it overrides (``has_bias``), never
+        from a flag it could forget.
+        """
         scheme_bias = scheme is not None and scheme.has_bias
         extra = self._has_extra_bias()
         if not scheme_bias and not extra:

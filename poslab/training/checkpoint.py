@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -30,47 +29,15 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from poslab.fileio import atomic_write, atomic_write_json, atomic_write_text, sha256_file
+
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
-_STEP_RE = re.compile(r"^step_(\d{7,})$")
+_STEP_RE = re.compile(r"^step_([0-9]{7,})$")  # ASCII digits only: int() would read other scripts' digits
 
 
 class CheckpointError(ValueError):
     """A checkpoint that is missing, corrupt or does not belong to the run's config."""
-
-
-# ------------------------------------------------------------------------------------ atomic writes
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder + fsync + rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """:func:`atomic_write_bytes` for UTF-8 text."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> None:
-    """Atomically write ``obj`` as indented UTF-8 JSON (non-ASCII kept readable)."""
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
-
-
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def config_hash(config: dict) -> str:
@@ -184,19 +151,11 @@ def save_checkpoint(
     folder.mkdir(parents=True, exist_ok=True)
     name = checkpoint_name(step)
     tensor_path = folder / f"{name}.safetensors"
-    tmp = folder / f".{name}.safetensors.tmp{os.getpid()}"
     meta = {**meta, "step": step, "tensors_file": tensor_path.name}
     # the tensor file's header records a checksum of the JSON (all but "sha256"), and the JSON records
     # the tensor file's sha256: a change to either file is detected on load
     header = {"format": "poslab-checkpoint", "step": str(step), "meta_sha256": config_hash(meta)}
-    try:
-        save_file(tensors, str(tmp), metadata=header)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, tensor_path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_write(tensor_path, lambda tmp: save_file(tensors, str(tmp), metadata=header))
     meta = {**meta, "sha256": sha256_file(tensor_path)}
     json_path = folder / f"{name}.json"
     atomic_write_json(json_path, meta)
@@ -259,10 +218,15 @@ def load_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[dict[
         meta = json.loads(json_path.read_text(encoding="utf-8"))
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError: truncated or altered
         raise CheckpointError(f"checkpoint {json_path} is corrupt: not readable JSON ({err})") from None
+    except OSError as err:  # a folder in its place, unreadable permissions, an I/O error
+        raise CheckpointError(f"checkpoint {json_path} cannot be read: {err.strerror or err}") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"checkpoint {json_path} is corrupt: it holds a {type(meta).__name__}, not a JSON object")
     tensor_path = folder / f"{name}.safetensors"
-    digest = sha256_file(tensor_path)
+    try:
+        digest = sha256_file(tensor_path)
+    except OSError as err:
+        raise CheckpointError(f"checkpoint {tensor_path} cannot be read: {err.strerror or err}") from None
     if digest != meta.get("sha256"):
         raise CheckpointError(
             f"checkpoint {tensor_path} is corrupt: sha256 {digest[:16]}… differs from the recorded {str(meta.get('sha256'))[:16]}…"
@@ -296,9 +260,6 @@ def config_mismatch(saved: dict, current: dict, prefix: str = "", saved_label: s
 
 __all__ = [
     "CheckpointError",
-    "atomic_write_bytes",
-    "atomic_write_json",
-    "atomic_write_text",
     "config_hash",
     "config_mismatch",
     "latest_step",

@@ -22,7 +22,7 @@ loop did before, so a plain ``poslab train`` is unchanged bit for bit.
 * **Writes**: only rank 0 writes (run folder, metrics, checkpoints, results, progress bar). Work
   that only rank 0 does and others depend on (preparing the run folder, the matmul peak) runs there
   and its outcome (or its error) is broadcast, so every rank fails with the same message.
-* **Checkpoints** keep the single-process format, loadable by plain ``poslab.training.loop.load_run``:
+* **Checkpoints** keep the single-process format, loadable by plain ``poslab.runs.load_run``:
   under FSDP every ``DTensor`` (weights and AdamW moments) is gathered to a full tensor first (tied
   weights stay stored once). Resuming loads that full checkpoint on every rank (the run folder must be
   visible to every process: one machine, or a shared filesystem across machines) and re-shards it;

@@ -1,7 +1,10 @@
 """Run-folder lock: one ``poslab train`` process per run folder at a time.
 
 The lock of run folder ``OUT_DIR/NAME`` is the file ``OUT_DIR/.NAME.lock``, next to the folder
-rather than inside it (so it survives ``--overwrite`` moving the old folder away and never makes a
+rather than inside it; the folder is resolved first (its real path), so ``runs/B`` symlinked to
+``runs/A`` takes the lock of ``runs/A`` and two trainers can never write one folder through two names.
+The lock file is opened with ``O_NOFOLLOW``: a symbolic link planted at the lock path is refused,
+never followed (it would make poslab truncate the file it points to) (so it survives ``--overwrite`` moving the old folder away and never makes a
 fresh run folder look non-empty). It is held with ``fcntl.flock``: the kernel drops the lock when
 the holding process ends, however it ends (SIGKILL and power loss included), so a crash never
 leaves a stale lock behind. The file records the holder's pid and host for the refusal message and
@@ -19,19 +22,20 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import socket
 from pathlib import Path
 from types import TracebackType
+
+from poslab.fileio import TEMP_RE
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no flock, no lock
     fcntl = None  # type: ignore[assignment]
 
-#: temporary names: ``poslab.training.checkpoint``'s atomic writes (``.NAME.tmpPID``) and safetensors' own
+#: temporary names: :mod:`poslab.fileio`'s atomic writes (``.NAME.tmpPID``) and safetensors' own
 #: (``.tmpXXXXXX``, written next to the target and renamed)
-_TEMP_RE = re.compile(r"^\.(.+\.tmp\d+|tmp[A-Za-z0-9_]{6,})$")
+_TEMP_RE = TEMP_RE
 
 
 class RunLockedError(FileExistsError):
@@ -39,9 +43,13 @@ class RunLockedError(FileExistsError):
 
 
 def lock_path(run_dir: str | Path) -> Path:
-    """``OUT_DIR/.NAME.lock`` for the run folder ``OUT_DIR/NAME``."""
-    run_dir = Path(run_dir)
-    return run_dir.parent / f".{run_dir.name}.lock"
+    """``REAL_OUT_DIR/.NAME.lock`` for the run folder ``OUT_DIR/NAME`` resolved to its real path.
+
+    Every name of one folder (a symlink to it, a path through a symlinked parent, ``..``) gets the
+    same lock; the folder need not exist yet.
+    """
+    real = Path(os.path.realpath(run_dir))
+    return real.parent / f".{real.name}.lock"
 
 
 class RunLock:
@@ -74,9 +82,9 @@ class RunLock:
             raise _unwritable(self.path.parent, err) from None
         while True:
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
             except OSError as err:
-                raise _unwritable(self.path.parent, err) from None
+                raise _bad_lock_path(self.path, err) or _unwritable(self.path.parent, err) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -119,12 +127,39 @@ class RunLock:
         self.release()
 
 
+def is_locked(run_dir: str | Path) -> bool:
+    """Whether a live process holds the lock of ``run_dir`` now (probed without taking it over)."""
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(lock_path(run_dir), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False  # no lock file (or not a usable one): nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops our shared probe lock
+    return False
+
+
 def _read_holder(fd: int) -> str:
     with contextlib.suppress(OSError, UnicodeDecodeError):
         text = os.pread(fd, 200, 0).decode("utf-8").strip()
         if text:
             return text
     return "pid unknown"
+
+
+def _bad_lock_path(path: Path, err: OSError) -> OSError | None:
+    """A one-line error when the lock path is a symlink (dangling or not) or a directory, else ``None``."""
+    if path.is_symlink():
+        what = "a dangling symbolic link" if not path.exists() else f"a symbolic link to {os.readlink(path)!r}"
+        return _error(err.errno, f"run lock {str(path)!r} is {what}; poslab never follows a link there: remove it")
+    if path.is_dir():
+        return _error(err.errno, f"run lock {str(path)!r} is a directory, not a lock file: remove it")
+    return None
 
 
 def _unwritable(folder: Path, err: OSError) -> OSError:
@@ -207,4 +242,5 @@ def ensure_writable(folder: str | Path) -> None:
             probe.unlink()
 
 
-__all__ = ["RunLock", "RunLockedError", "ensure_writable", "interrupted_start", "lock_path", "remove_stale_temp_files"]
+__all__ = ["RunLock", "RunLockedError", "ensure_writable", "interrupted_start", "is_locked", "lock_path",
+           "remove_stale_temp_files"]

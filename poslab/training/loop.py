@@ -1,241 +1,94 @@
-"""Training: ``train(TrainConfig)`` writes a self-contained run folder that can be resumed exactly.
+"""The training loop: ``run_training(cfg, store, ...)`` trains a GPT and writes through ``store``.
 
 The loop follows nanoGPT's ``train.py`` (random windows, AdamW with weight-decay groups, linear
 warmup then cosine decay to ``min_lr``, gradient clipping and accumulation, optional bf16 autocast),
 with a checkpoint format that never unpickles and a resume that reproduces the uninterrupted loss
-curve bitwise on CPU. Run folder ``OUT_DIR/NAME/``::
+curve bitwise on CPU.
 
-    config.json        {"model": GPTConfig, "train": TrainConfig without "model", "data": split info}
-    tokenizer.json     the tokenizer (char vocabulary or byte-level BPE), JSON
-    metrics.jsonl      one JSON line per logged step (step, loss, lr, tokens_per_s, grad_norm, time_s,
-                       val_loss when evaluated)
-    peak.json          the measured matmul peak (FLOP/s) used for MFU
-    checkpoints/       step_NNNNNNN.safetensors + step_NNNNNNN.json, and the ``latest`` pointer
-    results.json       final losses, tokens/s, MFU, wall time, split sizes (written at the end)
-
-See ``docs/training.md``.
+The loop knows nothing of the run folder's layout: it reads and writes through a :class:`RunStore`
+it is given. :class:`poslab.runs.RunFolder` is the store (the one reader and writer of a run folder),
+and ``poslab.session.train(cfg)`` is the public entry that takes the run's lock, prepares the
+folder and calls :func:`run_training`. See ``docs/training.md``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import errno
-import json
 import math
-import os
-import shutil
 import signal
-import sys
 import threading
 import time
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from poslab.config_keys import reject_unknown_keys
-from poslab.data import build_tokenizer, encode_corpus, get_batch, load_text, split_text, tokenizer_from_dict
-from poslab.nn.model import GPT, GPTConfig
+from poslab.data import get_batch
+from poslab.nn.model import GPT
 from poslab.training import checkpoint as ckpt
 from poslab.training import distributed
-from poslab.training.lock import RunLock, ensure_writable, interrupted_start, remove_stale_temp_files
+from poslab.training.config import DTYPES, RESUME_FREE_KEYS, TrainConfig, model_config, resume_identity
+from poslab.training.data import RunData, data_seed, prepare_data
+from poslab.training.optim import lr_at, make_optimizer
 from poslab.training.progress import ProgressBar, format_duration, format_rate
-
-DTYPES = ("fp32", "bf16")
-
-# keys that may differ between a run's saved config and the config it is resumed with
-RESUME_FREE_KEYS = frozenset(
-    {"name", "out_dir", "max_steps", "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "keep_checkpoints",
-     "threads", "skip_nonfinite"}
-)
 
 
 class TrainingDiverged(RuntimeError):
     """The loss or the gradient norm became NaN/inf; training stopped before applying that update."""
 
 
-@dataclass
-class TrainConfig:
-    """Everything a training run needs; flat and typed (``model`` holds :class:`GPTConfig` fields).
+class RunStore(Protocol):
+    """What the loop needs of a run folder (implemented by :class:`poslab.runs.RunFolder`).
 
-    Attributes:
-        name: run name; the run folder is ``out_dir/name``.
-        out_dir: parent folder of runs.
-        corpus: a shipped corpus (``tang5``, ``tang``, ``shakespeare``) or a path to a UTF-8 text file.
-        tokenizer: ``"char"`` or ``"bpe:VOCAB"`` (byte-level BPE trained on the training split).
-        val_fraction: the last fraction of the text (by character) used for validation.
-        model: :class:`GPTConfig` fields; ``vocab_size`` is filled in from the tokenizer.
-        max_steps: optimizer steps.
-        batch_size: sequences per micro-batch.
-        grad_accum: micro-batches per optimizer step (tokens per step = ``batch_size*grad_accum*block_size``).
-        lr, min_lr: peak and final learning rate.
-        warmup_steps: linear warmup steps.
-        lr_decay_steps: the cosine reaches ``min_lr`` here (``None`` = ``max_steps``).
-        weight_decay: AdamW decay on parameters with 2+ dimensions (nanoGPT's groups).
-        beta1, beta2: AdamW betas.
-        grad_clip: clip the global gradient norm to this (0 = no clipping).
-        eval_interval: evaluate the validation loss every this many steps (and at the end).
-        eval_iters: validation batches per evaluation (the same batches every time).
-        log_interval: write a metrics line every this many steps.
-        ckpt_interval: checkpoint every this many steps (0 = only at the end).
-        keep_checkpoints: keep the newest N checkpoints (0 = all).
-        seed: seeds the model initialisation, dropout and the data order.
-        dtype: ``"fp32"`` or ``"bf16"`` (bf16 autocast; weights and optimizer stay fp32).
-        threads: ``torch.set_num_threads`` (``None`` = torch's default).
-        init_from: a run folder whose latest checkpoint's model weights (and tokenizer) start this
-            run: fine-tuning, e.g. at a longer ``block_size`` or with a RoPE scaling; the optimizer,
-            step count and schedule start fresh. Parameter names and shapes must match.
-        skip_nonfinite: skip up to this many batches whose loss or gradient norm is NaN/inf (no
-            update; the next batch is drawn for the same step; recorded in metrics and results)
-            before stopping as diverged (0 = stop at the first one).
+    Under ``torchrun`` only rank 0 calls the writing methods.
     """
 
-    name: str
-    out_dir: str = "runs"
-    corpus: str = "tang5"
-    tokenizer: str = "char"
-    val_fraction: float = 0.1
-    model: dict = field(default_factory=dict)
-    max_steps: int = 2000
-    batch_size: int = 32
-    grad_accum: int = 1
-    lr: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_steps: int = 100
-    lr_decay_steps: int | None = None
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    eval_interval: int = 250
-    eval_iters: int = 20
-    log_interval: int = 10
-    ckpt_interval: int = 500
-    keep_checkpoints: int = 3
-    seed: int = 1337
-    dtype: str = "fp32"
-    threads: int | None = None
-    init_from: str | None = None
-    skip_nonfinite: int = 0
+    path: Path
 
-    def __post_init__(self) -> None:
-        hints = typing.get_type_hints(TrainConfig)
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
-        if not self.name or any(c in self.name for c in "/\\") or self.name in (".", ".."):
-            raise ValueError(f"name must be a plain folder name (no '/', not '.' or '..'), got {self.name!r}")
-        positive = ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval")
-        for key in positive:
-            if getattr(self, key) <= 0:
-                raise ValueError(f"{key} must be > 0, got {getattr(self, key)!r}")
-        for key in ("warmup_steps", "ckpt_interval", "keep_checkpoints", "seed", "skip_nonfinite"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"{key} must be >= 0, got {getattr(self, key)!r}")
-        if self.lr_decay_steps is not None and self.lr_decay_steps <= 0:
-            raise ValueError(f"lr_decay_steps must be > 0 or None, got {self.lr_decay_steps!r}")
-        if self.threads is not None and not 0 < self.threads <= 4096:
-            raise ValueError(f"threads must be in 1..4096 or None, got {self.threads!r}")
-        if self.seed >= 2**63:  # torch seeds are 64-bit
-            raise ValueError(f"seed must be < 2**63, got {self.seed!r}")
-        if not (self.lr > 0 and 0 <= self.min_lr <= self.lr):
-            raise ValueError(f"need lr > 0 and 0 <= min_lr <= lr, got lr={self.lr!r}, min_lr={self.min_lr!r}")
-        for key in ("beta1", "beta2"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                raise ValueError(f"{key} must be in [0, 1), got {getattr(self, key)!r}")
-        if self.weight_decay < 0 or self.grad_clip < 0:
-            raise ValueError(f"weight_decay and grad_clip must be >= 0, got {self.weight_decay!r}, {self.grad_clip!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype={self.dtype!r} is not allowed; choose one of {list(DTYPES)}")
-        split_text("", self.val_fraction)  # validates the range
-        if "vocab_size" in self.model:
-            raise ValueError("model.vocab_size is set from the tokenizer; remove it from the config")
-        reject_unknown_keys(self.model, [f.name for f in dataclasses.fields(GPTConfig)], "model key", prefix="model.")
+    def prepare_for_writing(self) -> None:
+        """Fail now if the folder is read-only; delete temporary files a killed writer left."""
 
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
-        """Build from a dict; unknown keys raise ``ValueError`` suggesting the close key."""
-        reject_unknown_keys(values, [f.name for f in dataclasses.fields(cls)], "training key")
-        return cls(**values)
+    def read_config(self) -> dict:
+        """The saved ``config.json`` (a resume)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def read_tokenizer(self) -> Any:
+        """The saved tokenizer, checked against its recorded digest (``None`` if the run has none)."""
 
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.out_dir) / self.name
+    def write_start(self, tokenizer: Any) -> None:
+        """A fresh run: write the tokenizer and an empty metrics file."""
 
-    @property
-    def decay_steps(self) -> int:
-        return self.lr_decay_steps if self.lr_decay_steps is not None else self.max_steps
+    def write_config(self, config_doc: dict) -> None:
+        """Write ``config.json`` (with the tokenizer's digest recorded)."""
 
+    def truncate_metrics(self, last_step: int) -> None:
+        """Keep only the metrics of steps ``<= last_step``."""
 
-def _coerce(key: str, value: Any, hint: Any) -> Any:
-    """Check ``value`` against the annotation ``hint`` (int, float, str, bool, dict, ``X | None``)."""
-    args = typing.get_args(hint)
-    if type(None) in args:
-        if value is None:
-            return None
-        hint = next(a for a in args if a is not type(None))
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise TypeError(f"{key} must be an integer, got {value!r} ({type(value).__name__})")
-    if hint in (float, str, bool, dict) and not isinstance(value, hint):
-        raise TypeError(f"{key} must be {hint.__name__}, got {value!r} ({type(value).__name__})")
-    if hint is float and not math.isfinite(value):
-        raise ValueError(f"{key} must be finite, got {value!r}")
-    return value
+    def metrics_appender(self, enabled: bool) -> contextlib.AbstractContextManager[Callable[[dict], None]]:
+        """A context giving ``append(record)``; a no-op writer when not ``enabled``."""
 
+    def write_results(self, results: dict) -> None:
+        """Write ``results.json``."""
 
-# ------------------------------------------------------------------------------------------ pieces
-def data_seed(seed: int) -> int:
-    """Seed of a run's batch generator, derived from ``seed`` but not equal to it.
+    def save_checkpoint(self, step: int, tensors: dict[str, torch.Tensor], meta: dict, keep: int) -> Path:
+        """Write checkpoint ``step`` (keeping the newest ``keep``)."""
 
-    The global RNG (initialisation, dropout) is seeded with ``seed``; a batch generator seeded with
-    the same number would replay the very bits the initial weights were drawn from as batch offsets,
-    tying the data order to the initialisation. A fixed odd offset makes the two streams independent
-    while keeping one ``seed`` the only knob.
-    """
-    return (seed + 0x9E3779B97F4A7C15) % (2**63)
+    def latest_step(self) -> int | None:
+        """The newest complete checkpoint's step."""
 
+    def checkpoint_path(self, step: int) -> Path:
+        """The tensor file of checkpoint ``step`` (for messages)."""
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """nanoGPT's schedule: linear warmup over ``warmup_steps``, cosine to ``min_lr`` at ``decay_steps``.
+    def resume_checkpoint(self, identity: dict) -> tuple[dict[str, torch.Tensor], dict] | None:
+        """The newest checkpoint that verifies and holds the full training state, or ``None`` (none at all)."""
 
-    Args:
-        step: optimizer steps already taken (0 for the first update).
-    """
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / (cfg.warmup_steps + 1)
-    if step > cfg.decay_steps:
-        return cfg.min_lr
-    span = max(cfg.decay_steps - cfg.warmup_steps, 1)
-    ratio = (step - cfg.warmup_steps) / span
-    coeff = 0.5 * (1.0 + math.cos(math.pi * ratio))
-    return cfg.min_lr + coeff * (cfg.lr - cfg.min_lr)
+    def restore_weights(self, model: nn.Module) -> None:
+        """Load the latest checkpoint's model weights into ``model`` (``init_from``)."""
 
-
-def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with nanoGPT's groups: weight decay on every parameter with 2+ dims (matmul weights and
-    embedding tables), none on biases, norm gains and other 1-D or scalar parameters.
-
-    Uses the fused kernel where torch has one for the parameters' device (CPU included): same fp32
-    math, one launch instead of one per tensor.
-    """
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    kwargs: dict[str, Any] = {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2)}
-    try:
-        return torch.optim.AdamW(groups, fused=True, **kwargs)
-    except (RuntimeError, ValueError):  # a device without a fused kernel
-        return torch.optim.AdamW(groups, **kwargs)
+    def matmul_peak(self, key: str, measure: Callable[[], float]) -> float:
+        """The cached matmul peak for ``key`` (``dtype/threads``), measured with ``measure`` on first use."""
 
 
 def autocast(dtype: str, device_type: str = "cpu") -> contextlib.AbstractContextManager:
@@ -339,98 +192,6 @@ def measure_matmul_peak(dtype: str = "fp32", n: int = 1024, seconds: float = 0.3
             return best
 
 
-# ------------------------------------------------------------------------------------------ data
-@dataclass
-class RunData:
-    """Tokenizer and the encoded splits of a run."""
-
-    tokenizer: Any
-    train: torch.Tensor
-    val: torch.Tensor
-    info: dict[str, Any]
-
-
-def prepare_data(cfg: TrainConfig, tokenizer: Any = None) -> RunData:
-    """Load the corpus, split it, fit (or reuse) the tokenizer and encode both splits.
-
-    Raises:
-        ValueError: bad corpus (missing, empty, binary, non-UTF-8) or a split too short for one block.
-    """
-    text = load_text(cfg.corpus)
-    train_text, val_text = split_text(text, cfg.val_fraction)
-    if tokenizer is None:
-        # char: the vocabulary of the whole text (nanoGPT); BPE: merges learned on the training split only
-        tokenizer = build_tokenizer(cfg.tokenizer, text if cfg.tokenizer == "char" else train_text)
-    train_ids, val_ids = encode_corpus(tokenizer, train_text), encode_corpus(tokenizer, val_text)
-    block_size = int(cfg.model.get("block_size", GPTConfig.block_size))
-    for label, ids in (("training", train_ids), ("validation", val_ids)):
-        if ids.numel() <= block_size:
-            raise ValueError(
-                f"corpus {cfg.corpus!r} is too short for block_size {block_size}: its {label} split has "
-                f"{ids.numel()} tokens, needs at least {block_size + 1}; use a longer text, a smaller "
-                f"--model.block_size or another --val_fraction"
-            )
-    import hashlib
-
-    info = {
-        "corpus": cfg.corpus,
-        "corpus_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
-        "chars": len(text),
-        "split": f"first {1 - cfg.val_fraction:.0%} of the characters train, last {cfg.val_fraction:.0%} validate",
-        "train_tokens": int(train_ids.numel()),
-        "val_tokens": int(val_ids.numel()),
-        "vocab_size": int(tokenizer.vocab_size),
-    }
-    return RunData(tokenizer, train_ids, val_ids, info)
-
-
-# ------------------------------------------------------------------------------------------ run folder
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as err:  # not UTF-8 or not JSON (a damaged or foreign file): name it
-        raise ValueError(f"{str(path)!r} is not a readable JSON file: {err}") from None
-
-
-def resume_identity(config_doc: dict) -> dict:
-    """The part of a config that must not change across a resume.
-
-    Both sections are normalised through their dataclasses, so a field added to ``GPTConfig`` or
-    ``TrainConfig`` after a run was saved compares equal to its default instead of blocking the resume.
-    """
-    model = GPTConfig.from_dict(config_doc["model"]).to_dict()
-    train_values = {**config_doc["train"], "model": {}}
-    train_values.setdefault("name", "run")
-    train = {k: v for k, v in TrainConfig.from_dict(train_values).to_dict().items()
-             if k not in RESUME_FREE_KEYS and k != "model"}
-    return {"model": model, "train": train}
-
-
-def _rewrite_metrics(path: Path, last_step: int) -> None:
-    """Keep only the metric lines of steps ``<= last_step`` (dropping any torn last line), atomically."""
-    kept = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and record.get("step", math.inf) <= last_step:
-                kept.append(line)
-    ckpt.atomic_write_text(path, "".join(line + "\n" for line in kept))
-
-
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The records of a run's ``metrics.jsonl`` (a torn last line is skipped)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    records = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(json.JSONDecodeError):
-                records.append(json.loads(line))
-    return records
-
-
 class _InterruptFlag:
     """SIGINT -> a flag checked between steps (the step in flight completes, then a checkpoint is saved).
 
@@ -458,361 +219,391 @@ class _InterruptFlag:
             signal.signal(signal.SIGINT, self._previous)
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> tuple[bool, Path | None]:
-    """Create/validate the run folder.
+# ------------------------------------------------------------------------------------------ the loop
+@dataclass
+class _State:
+    """What a checkpoint restores: the step, the running log sums, the best validation loss, counters."""
 
-    Returns:
-        ``(resuming, displaced)``: whether an existing run is resumed, and (for ``overwrite``) where
-        the old run was moved; it is deleted only once the new run has written its config.
-    """
-    if resume and overwrite:
-        raise ValueError("choose one of resume and overwrite, not both")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise FileExistsError(f"{str(run_dir)!r} exists and is not a folder")
-    if interrupted_start(run_dir):  # a start killed before its config.json (nothing to keep): start again
-        shutil.rmtree(run_dir)
-        run_dir.mkdir(parents=True)
-        return False, None
-    if not run_dir.exists() or not any(run_dir.iterdir()):
-        if resume:
-            raise FileNotFoundError(f"cannot resume: run folder {str(run_dir)!r} does not exist or is empty")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        return False, None
-    is_run = (run_dir / "config.json").is_file()
-    if resume:
-        if not is_run:
-            raise FileNotFoundError(f"cannot resume: {str(run_dir)!r} has no config.json (not a poslab run)")
-        return True, None
-    if not overwrite:
-        raise FileExistsError(
-            f"run folder {str(run_dir)!r} already exists; pass --resume to continue it or --overwrite to replace it"
-        )
-    if not is_run:
-        raise FileExistsError(f"refusing to overwrite {str(run_dir)!r}: it is not a poslab run folder (no config.json)")
-    displaced = run_dir.with_name(f".{run_dir.name}.replaced-{os.getpid()}")
-    os.replace(run_dir, displaced)
-    run_dir.mkdir(parents=True)
-    return False, displaced
+    step: int = 0
+    log_loss_sum: float = 0.0
+    log_loss_count: int = 0
+    best: dict[str, Any] = field(default_factory=lambda: {"val_loss": None, "step": None})
+    tokens_seen: int = 0
+    skipped: list[int] = field(default_factory=list)  # steps whose batch was dropped as non-finite
 
 
-# ------------------------------------------------------------------------------------------ train
-def train(
+@dataclass
+class _Timing:
+    """Wall-clock bookkeeping of one session (not saved: a resume measures its own)."""
+
+    wall_start: float
+    train_time: float = 0.0
+    interval_tokens: int = 0
+    interval_time: float = 0.0
+    session_tokens: int = 0
+    tokens_per_s_log: list[float] = field(default_factory=list)
+
+
+def run_training(
     cfg: TrainConfig,
+    store: RunStore,
     *,
-    resume: bool = False,
-    overwrite: bool = False,
+    resuming: bool,
+    dist_ctx: distributed.DistContext,
     progress: bool = True,
     callback: Callable[[int, dict], None] | None = None,
-    fsdp: bool = False,
+    init_from: RunStore | None = None,
+    wall_start: float | None = None,
+    on_started: Callable[[], None] | None = None,
 ) -> dict:
-    """Train a GPT as ``cfg`` says, writing the run folder ``cfg.out_dir/cfg.name``.
-
-    Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) this is data-parallel training on every
-    process: DDP (or FSDP2 with ``fsdp``), ``batch_size`` per process, only rank 0 writes; see
-    :mod:`poslab.training.distributed` and ``docs/scaling.md``.
+    """Train as ``cfg`` says, reading and writing the run through ``store``.
 
     Args:
         cfg: the run's configuration.
-        resume: continue the run in the existing folder from its latest checkpoint (the config must
-            match the saved one except for :data:`RESUME_FREE_KEYS`); bitwise the same curve on CPU.
-        overwrite: delete an existing run folder of the same name first.
-        progress: draw the live progress bar on stderr (the final summary prints regardless).
-        callback: called as ``callback(step, record)`` after every optimizer step (``record`` is the
-            metrics line of a logged step, else ``{"step", "loss", "lr"}``). Raising
-            ``KeyboardInterrupt`` in it acts like Ctrl-C.
-        fsdp: under torchrun, shard the model with FSDP2 ``fully_shard`` instead of DDP.
+        store: the run folder (already locked and prepared by the caller).
+        resuming: continue from the store's newest good checkpoint (the config must match the saved
+            one except for :data:`RESUME_FREE_KEYS`).
+        dist_ctx: the process group context (:func:`poslab.training.distributed.setup`).
+        progress: draw the live progress bar.
+        callback: ``callback(step, record)`` after every optimizer step; raising ``KeyboardInterrupt``
+            in it acts like Ctrl-C.
+        init_from: the run whose weights and tokenizer start this one (``cfg.init_from``).
+        wall_start: ``time.perf_counter()`` at the start of the command (default: now).
+        on_started: called once the run's config is written (the run exists from then on).
 
     Returns:
-        The results dict (also written to ``results.json``).
-
-    Raises:
-        FileExistsError: the folder exists and neither ``resume`` nor ``overwrite`` was given;
-            :class:`poslab.training.lock.RunLockedError` (a subclass): another live process trains this folder.
-        PermissionError / OSError: the run folder is read-only (checked before training), or the
-            disk filled up (the last complete checkpoint is kept; ``resume`` continues once there is space).
-        CheckpointError: on ``resume``, no checkpoint of the run verifies (a bad newest one is skipped
-            with a warning and the previous good one used).
-        ValueError: bad config or corpus, a config mismatch on resume (lists the keys).
-        TrainingDiverged: NaN/inf loss or gradient norm (names the step and the last good checkpoint).
-        KeyboardInterrupt: after Ctrl-C, once the checkpoint of the last completed step is saved.
+        The results dict (also written through ``store``).
     """
-    wall_start = time.perf_counter()
-    run_dir = cfg.run_dir
-    dist_ctx = distributed.setup(fsdp=fsdp)  # under torchrun: a gloo/nccl process group; else one plain process
-    lock = RunLock(run_dir).acquire()  # another live process on this run folder: RunLockedError
-    try:
-        # rank 0 prepares the folder; its outcome (or its error) reaches every rank
-        resuming, displaced = dist_ctx.run_on_main(_prepare_run_dir, run_dir, resume, overwrite)
-    except BaseException:
-        lock.release()
-        distributed.teardown(dist_ctx)
-        raise
-    threads_before = torch.get_num_threads()
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
-    try:
-        return _train(cfg, run_dir, resuming, progress, callback, wall_start, displaced, dist_ctx)
-    except BaseException:
-        if dist_ctx.is_main and not resuming and not (run_dir / "config.json").exists():
-            shutil.rmtree(run_dir, ignore_errors=True)  # nothing was written yet: leave no half folder
-            if displaced is not None and displaced.exists():
-                os.replace(displaced, run_dir)  # the new run never started: give the old one back
-        raise
-    finally:
-        torch.set_num_threads(threads_before)
-        lock.release()
-        distributed.teardown(dist_ctx)
+    trainer = _Trainer(cfg, store, dist_ctx, progress, callback, wall_start or time.perf_counter())
+    trainer.setup(resuming, init_from)
+    if on_started is not None:
+        on_started()
+    trainer.loop()
+    return trainer.finish()
 
 
-def _train(
-    cfg: TrainConfig, run_dir: Path, resuming: bool, show: bool, callback: Callable[[int, dict], None] | None,
-    wall_start: float, displaced: Path | None, dist_ctx: distributed.DistContext,
-) -> dict:
-    if dist_ctx.is_main:  # only rank 0 writes the run folder (and holds its lock)
-        for folder in (run_dir, run_dir / ckpt.CHECKPOINT_DIR):
-            if folder.is_dir():
-                ensure_writable(folder)  # fail now, not at the first checkpoint
-        remove_stale_temp_files(run_dir)  # left by a writer killed mid-write (the run's lock is ours)
-    saved_doc = _read_json(run_dir / "config.json") if resuming else None
-    tokenizer = None
-    if not resuming and cfg.init_from is not None:
-        tokenizer = tokenizer_from_dict(_read_json(Path(cfg.init_from) / "tokenizer.json"))  # same ids as the weights
-    if resuming and (run_dir / "tokenizer.json").is_file():
-        tokenizer = tokenizer_from_dict(_read_json(run_dir / "tokenizer.json"))
-    data = prepare_data(cfg, tokenizer)
-    model_cfg = GPTConfig.from_dict({**cfg.model, "vocab_size": data.tokenizer.vocab_size})
-    train_doc = {k: v for k, v in cfg.to_dict().items() if k != "model"}
-    config_doc = {"model": model_cfg.to_dict(), "train": train_doc, "data": data.info}
-    config_doc.update(dist_ctx.config_section())  # {"distributed": {world_size, ...}} under torchrun, else nothing
+class _Trainer:
+    """One training session: built by :meth:`setup`, run by :meth:`loop`, summarised by :meth:`finish`."""
 
-    torch.manual_seed(cfg.seed)
-    model = GPT(model_cfg)
-    if cfg.init_from is not None and (not resuming or ckpt.latest_step(run_dir) is None):
-        _init_from(model, cfg.init_from)  # a resume with a checkpoint overwrites these weights anyway
-    limit = model.position.max_positions
-    if limit is not None and model_cfg.block_size > limit:
-        raise ValueError(
-            f"block_size {model_cfg.block_size} is larger than the {model_cfg.position!r} position table "
-            f"({limit} positions); lower --model.block_size or raise the table's max_len"
-        )
-    train_model = dist_ctx.prepare_model(model, cfg.seed)  # DDP wrapper, FSDP shards (in place), or model itself
-    eval_model, eval_batch = dist_ctx.eval_model(model, cfg.batch_size)  # global eval batch, sharded over ranks
-    optimizer = make_optimizer(model, cfg)
-    data_rng = torch.Generator().manual_seed(data_seed(cfg.seed))
-    metrics_path = run_dir / "metrics.jsonl"
-    step, log_loss_sum, log_loss_count, best = 0, 0.0, 0, {"val_loss": None, "step": None}
-    tokens_seen = 0
-    skipped: list[int] = []  # steps whose batch was dropped as non-finite (skip_nonfinite)
+    def __init__(self, cfg: TrainConfig, store: RunStore, dist_ctx: distributed.DistContext, show: bool,
+                 callback: Callable[[int, dict], None] | None, wall_start: float) -> None:
+        self.cfg, self.store, self.dist, self.show, self.callback = cfg, store, dist_ctx, show, callback
+        self.timing = _Timing(wall_start)
+        self.state = _State()
+        self.resuming = False
+        self.start_step = 0
+        self.notes: list[str] = []  # printed once the progress bar exists
 
-    if resuming:
-        mismatch = ckpt.config_mismatch(resume_identity(saved_doc), resume_identity(config_doc), saved_label="saved run")
-        if saved_doc.get("data", {}).get("corpus_sha256") != data.info["corpus_sha256"]:
+    # -------------------------------------------------------------------------------- setup
+    def setup(self, resuming: bool, init_from: RunStore | None) -> None:
+        """Data, model and optimizer; the saved state restored (``resuming``) or the run's files started."""
+        store, dist = self.store, self.dist
+        self.resuming = resuming
+        if dist.is_main:  # only rank 0 writes the run folder (and holds its lock)
+            store.prepare_for_writing()
+        saved_doc = store.read_config() if resuming else None
+        self._prepare_data(init_from)
+        self._build_model(init_from)
+        if resuming:
+            self._restore(saved_doc)
+        elif dist.is_main:
+            store.write_start(self.data.tokenizer)
+        if dist.is_main:
+            store.write_config(self.config_doc)
+        self.start_step = self.state.step
+        self._start_progress()
+
+    def _prepare_data(self, init_from: RunStore | None) -> None:
+        """The corpus encoded (with the resumed run's or ``init_from``'s tokenizer) and the run's config document."""
+        cfg = self.cfg
+        tokenizer = None
+        if self.resuming:
+            tokenizer = self.store.read_tokenizer()
+        elif init_from is not None:
+            tokenizer = init_from.read_tokenizer()  # the same ids as the weights
+        self.data: RunData = prepare_data(cfg, tokenizer)
+        self.model_cfg = model_config(cfg, self.data.tokenizer.vocab_size)
+        train_doc = {k: v for k, v in cfg.to_dict().items() if k != "model"}
+        self.config_doc = {"model": self.model_cfg.to_dict(), "train": train_doc, "data": self.data.info}
+        self.config_doc.update(self.dist.config_section())  # {"distributed": {world_size, ...}} under torchrun
+        self.identity = resume_identity(self.config_doc, self.model_cfg)  # once per run, not per checkpoint
+
+    def _build_model(self, init_from: RunStore | None) -> None:
+        """The seeded model (``init_from``'s weights where given), its DDP/FSDP form, the optimizer, the data RNG."""
+        cfg, dist = self.cfg, self.dist
+        torch.manual_seed(cfg.seed)
+        self.model = GPT(self.model_cfg)
+        if init_from is not None and (not self.resuming or self.store.latest_step() is None):
+            init_from.restore_weights(self.model)  # a resume with a checkpoint overwrites these weights anyway
+        limit = self.model.position.max_positions
+        if limit is not None and self.model_cfg.block_size > limit:
+            raise ValueError(
+                f"block_size {self.model_cfg.block_size} is larger than the {self.model_cfg.position!r} position "
+                f"table ({limit} positions); lower --model.block_size or raise the table's max_len"
+            )
+        self.train_model = dist.prepare_model(self.model, cfg.seed)  # DDP wrapper, FSDP shards, or the model
+        self.eval_model, self.eval_batch = dist.eval_model(self.model, cfg.batch_size)  # global eval batch
+        self.optimizer = make_optimizer(self.model, cfg)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.data_rng = torch.Generator().manual_seed(data_seed(cfg.seed))
+
+    def _start_progress(self) -> None:
+        """The matmul peak (MFU), FLOPs per token and the progress bar, with the opening line and notes."""
+        cfg, dist = self.cfg, self.dist
+        self.peak = dist.run_on_main(self.store.matmul_peak, f"{cfg.dtype}/{torch.get_num_threads()}",
+                                     lambda: _measured_peak(cfg.dtype))
+        self.flops_per_token = matmul_flops_per_token(self.model, self.model_cfg.block_size)
+        self.tokens_per_step = cfg.batch_size * cfg.grad_accum * self.model_cfg.block_size * dist.world_size
+        self.bar = ProgressBar(cfg.max_steps, start_step=self.state.step, enabled=self.show and dist.is_main,
+                               stream=dist.bar_stream())
+        if self.show and dist.is_main:
+            self.bar.message(self._banner())
+        if dist.is_main:
+            for note in self.notes:
+                self.bar.message(note)
+
+    def _restore(self, saved_doc: dict) -> None:
+        """Check the config against the saved one, then load the newest good checkpoint (if any)."""
+        cfg, store, dist = self.cfg, self.store, self.dist
+        mismatch = ckpt.config_mismatch(resume_identity(saved_doc), self.identity, saved_label="saved run")
+        if saved_doc.get("data", {}).get("corpus_sha256") != self.data.info["corpus_sha256"]:
             mismatch.append(f"data.corpus_sha256: the corpus text changed since the run started ({cfg.corpus!r})")
         if mismatch:
-            raise ValueError(f"cannot resume {str(run_dir)!r}: the config differs from the saved one: " + "; ".join(mismatch))
-        found = _newest_good_checkpoint(run_dir, saved_doc)
-        if found is not None:
+            raise ValueError(f"cannot resume {str(store.path)!r}: the config differs from the saved one: "
+                             + "; ".join(mismatch))
+        found = store.resume_checkpoint(self.identity)
+        if found is None:  # killed before its first checkpoint: nothing to restore (said, not silent)
+            self.notes.append(f"poslab: note: {str(store.path)!r} has no checkpoint yet: --resume starts it from step 0")
+        else:
             tensors, meta = found
-            dist_ctx.check_resume(meta, run_dir)  # the same number of processes as the checkpoint's
-            dist_ctx.restore(model, optimizer, tensors, meta)  # ckpt.restore_model/_optimizer (FSDP: re-sharded)
-            dist_ctx.restore_rng(tensors)  # this rank's torch.set_rng_state
-            data_rng.set_state(tensors["rng.data"])
-            step = meta["step"]
-            log_loss_sum, log_loss_count = meta["log_loss_sum"], meta["log_loss_count"]
-            best = meta["best"]
-            tokens_seen = meta["tokens_seen"]
-            skipped = list(meta.get("skipped_nonfinite", []))
-        if dist_ctx.is_main:
-            _rewrite_metrics(metrics_path, step)
-    elif dist_ctx.is_main:
-        ckpt.atomic_write_json(run_dir / "tokenizer.json", data.tokenizer.to_dict())
-        ckpt.atomic_write_text(metrics_path, "")
-    if dist_ctx.is_main:
-        ckpt.atomic_write_json(run_dir / "config.json", config_doc)
-    if displaced is not None and dist_ctx.is_main:
-        shutil.rmtree(displaced, ignore_errors=True)  # --overwrite: the new run is under way
-    start_step = step
+            dist.check_resume(meta, store.path)  # the same number of processes as the checkpoint's
+            dist.restore(self.model, self.optimizer, tensors, meta)  # model + optimizer (FSDP: re-sharded)
+            dist.restore_rng(tensors)  # this rank's torch.set_rng_state
+            self.data_rng.set_state(tensors["rng.data"])
+            self.state = _State(step=meta["step"], log_loss_sum=meta["log_loss_sum"],
+                                log_loss_count=meta["log_loss_count"], best=meta["best"],
+                                tokens_seen=meta["tokens_seen"], skipped=list(meta.get("skipped_nonfinite", [])))
+        if dist.is_main:
+            store.truncate_metrics(self.state.step)
 
-    peak = dist_ctx.run_on_main(_matmul_peak, run_dir, cfg.dtype)  # per process; measured and cached by rank 0
-    flops_per_token = matmul_flops_per_token(model, model_cfg.block_size)
-    tokens_per_step = cfg.batch_size * cfg.grad_accum * model_cfg.block_size * dist_ctx.world_size  # all processes
-    bar = ProgressBar(cfg.max_steps, start_step=step, enabled=show and dist_ctx.is_main, stream=dist_ctx.bar_stream())
-    if show and dist_ctx.is_main:
-        n_params = sum(p.numel() for p in model.parameters())
-        bar.message(
-            f"{'resuming' if resuming else 'training'} {run_dir}{f' from step {step}' if resuming else ''}: "
-            f"{n_params / 1e6:.2f}M parameters, {model_cfg.position} positions, corpus {cfg.corpus} "
+    def _banner(self) -> str:
+        cfg, data, state = self.cfg, self.data, self.state
+        n_params = sum(p.numel() for p in self.model.parameters())
+        return (
+            f"{'resuming' if self.resuming else 'training'} {self.store.path}"
+            f"{f' from step {state.step}' if self.resuming else ''}: "
+            f"{n_params / 1e6:.2f}M parameters, {self.model_cfg.position} positions, corpus {cfg.corpus} "
             f"({data.info['train_tokens']:,} train / {data.info['val_tokens']:,} val tokens, vocab "
-            f"{data.tokenizer.vocab_size}), {cfg.max_steps} steps x {tokens_per_step:,} tokens, {cfg.dtype}, "
+            f"{data.tokenizer.vocab_size}), {cfg.max_steps} steps x {self.tokens_per_step:,} tokens, {cfg.dtype}, "
             f"{torch.get_num_threads()} threads"
         )
 
-    def save(at_step: int) -> Path | None:
-        # every rank takes part (FSDP gathers full tensors; each rank's RNG state); only rank 0 writes
-        model_t, aliases, optim_t, optim_meta = dist_ctx.checkpoint_state(model, optimizer)
-        rank_rng = dist_ctx.rng_states()  # {} in a single process
-        if not dist_ctx.is_main:
+    # -------------------------------------------------------------------------------- checkpoints
+    def save(self, at_step: int) -> Path | None:
+        """Checkpoint the state after ``at_step`` steps (every rank takes part; only rank 0 writes)."""
+        cfg, state, dist = self.cfg, self.state, self.dist
+        model_t, aliases, optim_t, optim_meta = dist.checkpoint_state(self.model, self.optimizer)
+        rank_rng = dist.rng_states()  # {} in a single process
+        if not dist.is_main:
             return None
-        tensors = {**model_t, **optim_t, "rng.torch": torch.get_rng_state(), "rng.data": data_rng.get_state(), **rank_rng}
+        tensors = {**model_t, **optim_t, "rng.torch": torch.get_rng_state(), "rng.data": self.data_rng.get_state(),
+                   **rank_rng}
         meta = {
-            "config": resume_identity(config_doc),
-            "config_hash": ckpt.config_hash(resume_identity(config_doc)),
-            "data_position": (at_step + len(skipped)) * cfg.grad_accum,  # micro-batches drawn; the generator state is rng.data
-            "tokens_seen": tokens_seen,
+            "config": self.identity,
+            "config_hash": ckpt.config_hash(self.identity),
+            "data_position": (at_step + len(state.skipped)) * cfg.grad_accum,  # micro-batches drawn (state: rng.data)
+            "tokens_seen": state.tokens_seen,
             "model_aliases": aliases,
             "optimizer": optim_meta,
-            "log_loss_sum": log_loss_sum,
-            "log_loss_count": log_loss_count,
-            "best": best,
+            "log_loss_sum": state.log_loss_sum,
+            "log_loss_count": state.log_loss_count,
+            "best": state.best,
             "torch_version": torch.__version__,
-            **dist_ctx.checkpoint_meta(),  # world_size under torchrun
-            "skipped_nonfinite": skipped,
+            **dist.checkpoint_meta(),  # world_size under torchrun
+            "skipped_nonfinite": state.skipped,
         }
-        return ckpt.save_checkpoint(run_dir, at_step, tensors, meta, keep=cfg.keep_checkpoints)
+        return self.store.save_checkpoint(at_step, tensors, meta, keep=cfg.keep_checkpoints)
 
-    params = [p for p in model.parameters() if p.requires_grad]
-    train_time = 0.0
-    interval_tokens, interval_time = 0, 0.0
-    session_tokens = 0
-    tokens_per_s_log: list[float] = []
-    model.train()
-    metrics_target = metrics_path if dist_ctx.is_main else os.devnull  # only rank 0 writes metrics
-    with open(metrics_target, "ab", buffering=0) as metrics, _InterruptFlag(bar.message) as interrupt:
-        while step < cfg.max_steps:
-            step_start = time.perf_counter()
-            lr = lr_at(step, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            loss_sum = 0.0
-            for micro in range(cfg.grad_accum):
-                # the global batch (world_size x batch_size windows), then this rank's rows on its device
-                x, y = get_batch(data.train, model_cfg.block_size, cfg.batch_size * dist_ctx.world_size, data_rng)  # [W*B, T] x2
-                x, y = dist_ctx.shard(x, y, cfg.batch_size)  # [B, T] x2
-                dist_ctx.set_grad_sync(train_model, micro == cfg.grad_accum - 1)  # all-reduce once per step
-                with autocast(cfg.dtype, dist_ctx.device.type):
-                    _, loss = train_model(x, y)
-                (loss / cfg.grad_accum).backward()
-                loss_sum += loss.item()
-            step_loss = dist_ctx.mean(loss_sum / cfg.grad_accum)  # the global batch's loss, the same on every rank
-            if cfg.grad_clip > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-            else:
-                grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
-            if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):
-                if len(skipped) >= cfg.skip_nonfinite:
-                    _diverged(cfg, run_dir, bar, step + 1, step_loss, grad_norm, wall_start, skipped)
-                # skip_nonfinite: drop this batch without an update and draw the next one for the same step
-                optimizer.zero_grad(set_to_none=True)
-                skipped.append(step + 1)
-                bar.message(f"skipped a non-finite batch at step {step + 1} (loss={step_loss}, grad_norm={grad_norm}); "
-                            f"{len(skipped)} of {cfg.skip_nonfinite} allowed skips used")
-                continue
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            elapsed = time.perf_counter() - step_start
-            train_time += elapsed
-            interval_time += elapsed
-            interval_tokens += tokens_per_step
-            session_tokens += tokens_per_step
-            tokens_seen += tokens_per_step
-            log_loss_sum += step_loss
-            log_loss_count += 1
+    def _checkpoint_due(self, step: int) -> bool:
+        return step == self.cfg.max_steps or bool(self.cfg.ckpt_interval and step % self.cfg.ckpt_interval == 0)
 
-            evaluate = step % cfg.eval_interval == 0 or step == cfg.max_steps
-            logged = evaluate or step % cfg.log_interval == 0 or step == cfg.max_steps
-            record: dict[str, Any] = {"step": step, "loss": step_loss, "lr": lr}
-            if logged:
-                rate = interval_tokens / interval_time if interval_time > 0 else 0.0
-                tokens_per_s_log.append(rate)
-                record = {
-                    "step": step,
-                    "loss": log_loss_sum / log_loss_count,
-                    "lr": lr,
-                    "tokens_per_s": rate,
-                    "grad_norm": grad_norm,
-                    "time_s": time.perf_counter() - wall_start,
-                }
-                log_loss_sum, log_loss_count = 0.0, 0
-                interval_tokens, interval_time = 0, 0.0
-                if evaluate:
-                    val = evaluate_loss(eval_model, data.val, model_cfg.block_size, eval_batch, cfg.eval_iters,
-                                        seed=cfg.seed + 1, dtype=cfg.dtype)
-                    record["val_loss"] = val
-                    if best["val_loss"] is None or val < best["val_loss"]:
-                        best = {"val_loss": val, "step": step}
-                if skipped:
-                    record["skipped_nonfinite"] = len(skipped)
-                _append_line(metrics, json.dumps(record))
-                bar.update(step, loss=record["loss"], val_loss=record.get("val_loss"), tokens_per_s=rate, force=evaluate)
-            else:
-                bar.update(step, loss=step_loss)
-            if step == cfg.max_steps or (cfg.ckpt_interval and step % cfg.ckpt_interval == 0):
-                save(step)
-            if callback is not None:
-                try:
-                    callback(step, record)
-                except KeyboardInterrupt:
-                    interrupt.requested = True
-            if dist_ctx.any(interrupt.requested):  # Ctrl-C on any rank stops every rank after the same step
-                if step != cfg.max_steps and not (cfg.ckpt_interval and step % cfg.ckpt_interval == 0):
-                    save(step)
-                bar.close(f"interrupted at step {step}; checkpoint saved in {run_dir / ckpt.CHECKPOINT_DIR}; "
-                          f"continue with: {'torchrun (the same options) -m ' if dist_ctx.world_size > 1 else ''}"
-                          f"poslab train --name {cfg.name} --out_dir {cfg.out_dir} --resume")
-                raise KeyboardInterrupt
+    # -------------------------------------------------------------------------------- steps
+    def loop(self) -> None:
+        """Optimizer steps until ``max_steps``; Ctrl-C saves a checkpoint and raises ``KeyboardInterrupt``."""
+        self.model.train()
+        with self.store.metrics_appender(self.dist.is_main) as append, _InterruptFlag(self.bar.message) as interrupt:
+            while self.state.step < self.cfg.max_steps:
+                step_start = time.perf_counter()
+                lr = lr_at(self.state.step, self.cfg)
+                step_loss, grad_norm = self._forward_backward(lr)
+                if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):
+                    self._skip_nonfinite(step_loss, grad_norm)
+                    continue
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                self._count_step(time.perf_counter() - step_start, step_loss)
+                record = self._log(append, lr, step_loss, grad_norm)
+                step = self.state.step
+                if self._checkpoint_due(step):
+                    self.save(step)
+                if self.callback is not None:
+                    try:
+                        self.callback(step, record)
+                    except KeyboardInterrupt:
+                        interrupt.requested = True
+                if self.dist.any(interrupt.requested):  # Ctrl-C on any rank stops every rank after the same step
+                    self._stop_interrupted(step)
 
-    final_val = evaluate_loss(eval_model, data.val, model_cfg.block_size, eval_batch, cfg.eval_iters, seed=cfg.seed + 1,
-                              dtype=cfg.dtype)
-    final_train = evaluate_loss(eval_model, data.train, model_cfg.block_size, eval_batch, cfg.eval_iters,
-                                seed=cfg.seed + 2, dtype=cfg.dtype)
-    tokens_per_s = session_tokens / train_time if train_time > 0 else None
-    results = {
-        "name": cfg.name,
-        "status": "completed",
-        "steps": step,
-        "final_train_loss": final_train,
-        "final_val_loss": final_val,
-        "best_val_loss": best["val_loss"],
-        "best_val_step": best["step"],
-        "tokens_per_s": tokens_per_s,
-        "tokens_per_s_median": _median(tokens_per_s_log),
-        "flops_per_token": flops_per_token,
-        "peak_flops": peak,
-        "mfu": (tokens_per_s * flops_per_token / (peak * dist_ctx.world_size)) if tokens_per_s else None,
-        "dtype": cfg.dtype,
-        "threads": torch.get_num_threads(),
-        "train_time_s": train_time,
-        "wall_time_s": time.perf_counter() - wall_start,
-        "tokens_seen": tokens_seen,
-        "n_params": sum(p.numel() for p in model.parameters()),
-        "train_tokens": data.info["train_tokens"],
-        "val_tokens": data.info["val_tokens"],
-        "vocab_size": data.info["vocab_size"],
-        "resumed_from": start_step if resuming else None,
-        **dist_ctx.results_section(tokens_per_s),  # world_size, backend, fsdp, tokens/s per process
-        "skipped_nonfinite": skipped,
-    }
-    if dist_ctx.is_main:
-        ckpt.atomic_write_json(run_dir / "results.json", results)
-    summary = (
-        f"done: {step} steps | train {final_train:.4f} | val {final_val:.4f} | "
-        f"{format_rate(tokens_per_s or 0)} tok/s | MFU {100 * (results['mfu'] or 0):.1f}% of the measured "
-        f"{cfg.dtype} matmul peak {peak / 1e9:.0f} GFLOP/s | {format_duration(results['wall_time_s'])} | {run_dir}"
-    )
-    bar.close(summary)
-    return results
+    def _forward_backward(self, lr: float) -> tuple[float, float]:
+        """One step's micro-batches: the mean loss of the global batch and the (clipped) gradient norm."""
+        cfg, dist = self.cfg, self.dist
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = 0.0
+        for micro in range(cfg.grad_accum):
+            # the global batch (world_size x batch_size windows), then this rank's rows on its device
+            x, y = get_batch(self.data.train, self.model_cfg.block_size, cfg.batch_size * dist.world_size,
+                             self.data_rng)  # [W*B, T] x2
+            x, y = dist.shard(x, y, cfg.batch_size)  # [B, T] x2
+            dist.set_grad_sync(self.train_model, micro == cfg.grad_accum - 1)  # all-reduce once per step
+            with autocast(cfg.dtype, dist.device.type):
+                _, loss = self.train_model(x, y)
+            (loss / cfg.grad_accum).backward()
+            loss_sum += loss.item()
+        step_loss = dist.mean(loss_sum / cfg.grad_accum)  # the global batch's loss, the same on every rank
+        params = self.params
+        if cfg.grad_clip > 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+        else:
+            grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
+        return step_loss, grad_norm
 
+    def _skip_nonfinite(self, step_loss: float, grad_norm: float) -> None:
+        """Drop a non-finite batch without an update (``skip_nonfinite``), or stop as diverged."""
+        state, cfg = self.state, self.cfg
+        if len(state.skipped) >= cfg.skip_nonfinite:
+            self._diverged(state.step + 1, step_loss, grad_norm)
+        self.optimizer.zero_grad(set_to_none=True)
+        state.skipped.append(state.step + 1)
+        self.bar.message(f"skipped a non-finite batch at step {state.step + 1} (loss={step_loss}, "
+                         f"grad_norm={grad_norm}); {len(state.skipped)} of {cfg.skip_nonfinite} allowed skips used")
 
-def _init_from(model: GPT, source: str) -> None:
-    """Copy the model weights of run ``source``'s latest checkpoint into ``model`` (``TrainConfig.init_from``)."""
-    if not (Path(source) / "config.json").is_file():
-        raise FileNotFoundError(f"init_from {source!r} is not a poslab run folder (no config.json)")
-    tensors, meta = ckpt.load_checkpoint(source)
-    try:
-        ckpt.restore_model(model, tensors, meta.get("model_aliases", {}))
-    except ckpt.CheckpointError as err:
-        raise ckpt.CheckpointError(f"init_from {source!r}: {err}") from None
+    def _count_step(self, elapsed: float, step_loss: float) -> None:
+        state, timing = self.state, self.timing
+        state.step += 1
+        timing.train_time += elapsed
+        timing.interval_time += elapsed
+        timing.interval_tokens += self.tokens_per_step
+        timing.session_tokens += self.tokens_per_step
+        state.tokens_seen += self.tokens_per_step
+        state.log_loss_sum += step_loss
+        state.log_loss_count += 1
+
+    def _log(self, append: Callable[[dict], None], lr: float, step_loss: float, grad_norm: float) -> dict[str, Any]:
+        """The step's record; on a logged step also the metrics line (and the evaluation when due)."""
+        cfg, state, timing = self.cfg, self.state, self.timing
+        step = state.step
+        evaluate = step % cfg.eval_interval == 0 or step == cfg.max_steps
+        if not (evaluate or step % cfg.log_interval == 0 or step == cfg.max_steps):
+            self.bar.update(step, loss=step_loss)
+            return {"step": step, "loss": step_loss, "lr": lr}
+        rate = timing.interval_tokens / timing.interval_time if timing.interval_time > 0 else 0.0
+        timing.tokens_per_s_log.append(rate)
+        record: dict[str, Any] = {
+            "step": step,
+            "loss": state.log_loss_sum / state.log_loss_count,
+            "lr": lr,
+            "tokens_per_s": rate,
+            "grad_norm": grad_norm,
+            "time_s": time.perf_counter() - timing.wall_start,
+        }
+        state.log_loss_sum, state.log_loss_count = 0.0, 0
+        timing.interval_tokens, timing.interval_time = 0, 0.0
+        if evaluate:
+            val = self._evaluate(self.data.val, cfg.seed + 1)
+            record["val_loss"] = val
+            if state.best["val_loss"] is None or val < state.best["val_loss"]:
+                state.best = {"val_loss": val, "step": step}
+        if state.skipped:
+            record["skipped_nonfinite"] = len(state.skipped)
+        append(record)
+        self.bar.update(step, loss=record["loss"], val_loss=record.get("val_loss"), tokens_per_s=rate, force=evaluate)
+        return record
+
+    def _evaluate(self, data: torch.Tensor, seed: int) -> float:
+        return evaluate_loss(self.eval_model, data, self.model_cfg.block_size, self.eval_batch, self.cfg.eval_iters,
+                             seed=seed, dtype=self.cfg.dtype)
+
+    def _stop_interrupted(self, step: int) -> None:
+        cfg = self.cfg
+        if not self._checkpoint_due(step):
+            self.save(step)
+        self.bar.close(f"interrupted at step {step}; checkpoint saved in {self.store.checkpoint_path(step).parent}; "
+                       f"continue with: {'torchrun (the same options) -m ' if self.dist.world_size > 1 else ''}"
+                       f"poslab train --name {cfg.name} --out_dir {cfg.out_dir} --resume")
+        raise KeyboardInterrupt
+
+    def _diverged(self, step: int, loss: float, grad_norm: float) -> None:
+        cfg, skipped = self.cfg, self.state.skipped
+        last = self.store.latest_step()
+        where = (f"the last good checkpoint is step {last} ({self.store.checkpoint_path(last)})"
+                 if last is not None else "no checkpoint was written before it")
+        message = (f"training diverged at step {step}: loss={loss}, grad_norm={grad_norm}; the update was not applied; "
+                   f"{where}")
+        if skipped:
+            message += f"; {len(skipped)} non-finite batches were skipped before (skip_nonfinite={cfg.skip_nonfinite})"
+        if distributed.is_main_process():  # under torchrun every rank gets here (same global loss); rank 0 writes
+            self.store.write_results({
+                "name": cfg.name, "status": "diverged", "diverged_at_step": step, "loss": repr(loss),
+                "grad_norm": repr(grad_norm), "last_good_checkpoint": last,
+                "wall_time_s": time.perf_counter() - self.timing.wall_start, "skipped_nonfinite": list(skipped),
+            })
+        self.bar.close(message)
+        raise TrainingDiverged(message)
+
+    # -------------------------------------------------------------------------------- the end
+    def finish(self) -> dict:
+        """Final train/val losses, throughput and MFU; ``results.json`` written; the summary printed."""
+        cfg, state, timing, dist, data = self.cfg, self.state, self.timing, self.dist, self.data
+        final_val = self._evaluate(data.val, cfg.seed + 1)
+        final_train = self._evaluate(data.train, cfg.seed + 2)
+        tokens_per_s = timing.session_tokens / timing.train_time if timing.train_time > 0 else None
+        results = {
+            "name": cfg.name,
+            "status": "completed",
+            "steps": state.step,
+            "final_train_loss": final_train,
+            "final_val_loss": final_val,
+            "best_val_loss": state.best["val_loss"],
+            "best_val_step": state.best["step"],
+            "tokens_per_s": tokens_per_s,
+            "tokens_per_s_median": _median(timing.tokens_per_s_log),
+            "flops_per_token": self.flops_per_token,
+            "peak_flops": self.peak,
+            "mfu": (tokens_per_s * self.flops_per_token / (self.peak * dist.world_size)) if tokens_per_s else None,
+            "dtype": cfg.dtype,
+            "threads": torch.get_num_threads(),
+            "train_time_s": timing.train_time,
+            "wall_time_s": time.perf_counter() - timing.wall_start,
+            "tokens_seen": state.tokens_seen,
+            "n_params": sum(p.numel() for p in self.model.parameters()),
+            "train_tokens": data.info["train_tokens"],
+            "val_tokens": data.info["val_tokens"],
+            "vocab_size": data.info["vocab_size"],
+            "resumed_from": self.start_step if self.resuming else None,
+            **dist.results_section(tokens_per_s),  # world_size, backend, fsdp, tokens/s per process
+            "skipped_nonfinite": state.skipped,
+        }
+        if dist.is_main:
+            self.store.write_results(results)
+        summary = (
+            f"done: {state.step} steps | train {final_train:.4f} | val {final_val:.4f} | "
+            f"{format_rate(tokens_per_s or 0)} tok/s | MFU {100 * (results['mfu'] or 0):.1f}% of the measured "
+            f"{cfg.dtype} matmul peak {self.peak / 1e9:.0f} GFLOP/s | {format_duration(results['wall_time_s'])} | "
+            f"{self.store.path}"
+        )
+        self.bar.close(summary)
+        return results
 
 
 def _median(values: list[float]) -> float | None:
@@ -823,163 +614,26 @@ def _median(values: list[float]) -> float | None:
     return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
-def _matmul_peak(run_dir: Path, dtype: str) -> float:
-    """The run's cached matmul peak (``peak.json``), measured on first use for this dtype/threads."""
-    path = run_dir / "peak.json"
-    threads = torch.get_num_threads()
-    cached = _read_json(path) if path.is_file() else {}
-    key = f"{dtype}/{threads}"
-    if key not in cached:
-        if key not in _PEAK_CACHE:  # measured once per process, then cached in each run
-            _PEAK_CACHE[key] = measure_matmul_peak(dtype)
-        cached[key] = _PEAK_CACHE[key]
-        ckpt.atomic_write_json(path, cached)
-    return float(cached[key])
-
-
 _PEAK_CACHE: dict[str, float] = {}
 
 
-def _diverged(cfg: TrainConfig, run_dir: Path, bar: ProgressBar, step: int, loss: float, grad_norm: float,
-              wall_start: float, skipped: list[int] | None = None) -> None:
-    last = ckpt.latest_step(run_dir)
-    where = (f"the last good checkpoint is step {last} ({run_dir / ckpt.CHECKPOINT_DIR / ckpt.checkpoint_name(last)})"
-             if last is not None else "no checkpoint was written before it")
-    message = (f"training diverged at step {step}: loss={loss}, grad_norm={grad_norm}; the update was not applied; "
-               f"{where}")
-    if skipped:
-        message += f"; {len(skipped)} non-finite batches were skipped before (skip_nonfinite={cfg.skip_nonfinite})"
-    if distributed.is_main_process():  # under torchrun every rank gets here (same global loss); rank 0 writes
-        ckpt.atomic_write_json(run_dir / "results.json", {
-            "name": cfg.name, "status": "diverged", "diverged_at_step": step, "loss": repr(loss),
-            "grad_norm": repr(grad_norm), "last_good_checkpoint": last, "wall_time_s": time.perf_counter() - wall_start,
-            "skipped_nonfinite": list(skipped or []),
-        })
-    bar.close(message)
-    raise TrainingDiverged(message)
-
-
-def _append_line(handle: Any, line: str) -> None:
-    """Append ``line`` + newline to an unbuffered binary file; a failed write (e.g. disk full) is cut
-    back off the file before the error propagates, so no torn line is left."""
-    data = (line + "\n").encode("utf-8")
-    start = os.fstat(handle.fileno()).st_size
-    try:
-        written = handle.write(data)
-        if written != len(data):
-            raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes)", handle.name)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.ftruncate(handle.fileno(), start)
-        raise
-
-
-def _newest_good_checkpoint(run_dir: Path, run_doc: dict) -> tuple[dict, dict] | None:
-    """``(tensors, meta)`` of the newest checkpoint that verifies, trying ``latest`` first.
-
-    A checkpoint that fails (corrupt, truncated, another config) is skipped with a warning on
-    stderr naming it and why, and the previous one is tried; ``None`` when the run has none.
-
-    Raises:
-        CheckpointError: checkpoints exist but none verifies (each one's problem listed).
-    """
-    latest = ckpt.latest_step(run_dir)
-    if latest is None:
-        return None
-    problems = []
-    for step in [latest] + [s for s in reversed(ckpt.list_checkpoints(run_dir)) if s < latest]:
-        try:
-            tensors, meta = ckpt.load_checkpoint(run_dir, step)
-            _check_checkpoint_config(meta, run_doc, run_dir, step)
-        except ckpt.CheckpointError as err:
-            problems.append(str(err))
-            continue
-        if problems:
-            print(f"poslab: warning: {'; '.join(problems)}; resuming from the previous good checkpoint, step {step}",
-                  file=sys.stderr)
-        return tensors, meta
-    raise ckpt.CheckpointError(f"no usable checkpoint in {str(run_dir)!r}: " + "; ".join(problems)
-                               + "; start again with --overwrite")
-
-
-def _previous_good(run_dir: Path, run_doc: dict, below: int | None) -> str:
-    """A hint naming the newest checkpoint before step ``below`` that verifies (for error messages)."""
-    candidates = [s for s in reversed(ckpt.list_checkpoints(run_dir)) if below is None or s < below]
-    if not candidates:
-        return ""
-    for step in candidates:
-        try:
-            _check_checkpoint_config(ckpt.load_checkpoint(run_dir, step)[1], run_doc, run_dir, step)
-        except ckpt.CheckpointError:
-            continue
-        return (f"; the previous good checkpoint is step {step}: load_run(run, step={step}), "
-                f"`poslab sample RUN --step {step}`; `poslab train --resume` falls back to it")
-    return "; no earlier checkpoint verifies"
-
-
-def _check_checkpoint_config(meta: dict, run_doc: dict, run_dir: Path, step: int) -> None:
-    """Raise ``CheckpointError`` listing the keys where the checkpoint's config differs from the run's."""
-    saved = meta.get("config")
-    if saved is None:
-        raise ckpt.CheckpointError(f"checkpoint step {step} of {str(run_dir)!r} records no config")
-    try:
-        saved = resume_identity(saved)
-    except (TypeError, ValueError) as err:
-        raise ckpt.CheckpointError(f"checkpoint step {step} of {str(run_dir)!r} records an unreadable config: {err}") from None
-    if ckpt.config_hash(saved) != ckpt.config_hash(resume_identity(run_doc)):
-        mismatch = ckpt.config_mismatch(saved, resume_identity(run_doc))
-        raise ckpt.CheckpointError(
-            f"checkpoint step {step} in {str(run_dir)!r} was written by a different config: " + "; ".join(mismatch)
-        )
-
-
-# ------------------------------------------------------------------------------------------ load
-def load_run(run_dir: str | Path, step: int | None = None) -> tuple[GPT, Any, dict]:
-    """Load a trained model from a run folder.
-
-    Args:
-        run_dir: the run folder (``OUT_DIR/NAME``).
-        step: checkpoint step (default: the ``latest`` pointer).
-
-    Returns:
-        ``(model, tokenizer, config)``: the :class:`GPT` in eval mode on CPU, its tokenizer, and the
-        run's ``config.json`` (``{"model": ..., "train": ..., "data": ...}``).
-
-    Raises:
-        FileNotFoundError: not a run folder.
-        CheckpointError (a ``ValueError``): no/corrupt checkpoint, or one written by a different
-            config (the message lists the mismatched keys).
-    """
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{str(run_dir)!r} is not a poslab run folder (no config.json)")
-    config = _read_json(run_dir / "config.json")
-    tokenizer = tokenizer_from_dict(_read_json(run_dir / "tokenizer.json"))
-    with torch.random.fork_rng(devices=[]):  # building the model must not move the caller's RNG
-        model = GPT(GPTConfig.from_dict(config["model"]))
-    try:
-        tensors, meta = ckpt.load_checkpoint(run_dir, step)
-        _check_checkpoint_config(meta, config, run_dir, meta["step"])
-    except ckpt.CheckpointError as err:
-        below = step if step is not None else ckpt.latest_step(run_dir)
-        raise ckpt.CheckpointError(f"{err}{_previous_good(run_dir, config, below)}") from None
-    ckpt.restore_model(model, tensors, meta.get("model_aliases", {}))
-    model.eval()
-    return model, tokenizer, config
+def _measured_peak(dtype: str) -> float:
+    """:func:`measure_matmul_peak`, measured once per process for each dtype/threads."""
+    key = f"{dtype}/{torch.get_num_threads()}"
+    if key not in _PEAK_CACHE:
+        _PEAK_CACHE[key] = measure_matmul_peak(dtype)
+    return _PEAK_CACHE[key]
 
 
 __all__ = [
     "DTYPES",
     "RESUME_FREE_KEYS",
+    "RunStore",
     "TrainConfig",
     "TrainingDiverged",
+    "autocast",
     "evaluate_loss",
-    "load_run",
-    "lr_at",
-    "make_optimizer",
     "matmul_flops_per_token",
     "measure_matmul_peak",
-    "prepare_data",
-    "read_metrics",
-    "train",
+    "run_training",
 ]

@@ -1,6 +1,6 @@
 """Named training presets (``poslab presets`` lists them; ``poslab train --preset NAME``).
 
-A preset is a partial :class:`poslab.training.loop.TrainConfig` (flat training keys plus a ``model`` dict
+A preset is a partial :class:`poslab.training.config.TrainConfig` (flat training keys plus a ``model`` dict
 of :class:`poslab.GPTConfig` fields) with a description and a ``quick`` variant (``--quick``).
 ``--preset FILE.yaml`` loads the same structure from a YAML file (``yaml.safe_load`` only).
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 from pathlib import Path
 from types import ModuleType
+
+from poslab.fileio import atomic_write_json
 
 # one line per experiment module
 _MODULES = (
@@ -52,7 +53,5 @@ def run_experiment(name: str, out: Path | None = None, quick: bool = False, work
     module = experiments[name]
     options = {"workers": workers} if workers is not None and "workers" in inspect.signature(module.run).parameters else {}
     results = module.run(out, quick=quick, **options)
-    tmp = out / "results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False, default=float))
-    tmp.replace(out / "results.json")
+    atomic_write_json(out / "results.json", results, default=float)
     return results

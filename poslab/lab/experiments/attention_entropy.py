@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling, split_tokens
+from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.extrapolation import (
     FACTORS,
@@ -41,8 +41,10 @@ from poslab.lab.experiments.extrapolation import (
     shared_model,
     size_of,
 )
+from poslab.nn import positions
 from poslab.nn.attention import attend
 from poslab.nn.model import GPT
+from poslab.runs import RunFolder
 
 NAME = "attention-entropy"
 DESCRIPTION = "attention entropy vs query position and length, per scheme, with/without YaRN temperature and log-n (seed 000 §3.5)"
@@ -229,9 +231,10 @@ def entropy_claims(results: dict[str, dict[str, Any]], factor: int = 4) -> list[
 
 # ------------------------------------------------------------------------------------ run
 def variants_of(scheme: str) -> list[tuple[str, dict[str, Any] | None, bool]]:
-    """``(label, scaling overrides, log-n)`` to measure for a scheme (RoPE family: + YaRN and log-n)."""
+    """``(label, scaling overrides, log-n)`` to measure for a scheme (+ YaRN and log-n for every scheme
+    that takes a context-extension scaling, i.e. implements ``rescaled_config``: the RoPE family)."""
     out = [(scheme, None, False)]
-    if scheme in ("rope", "xpos"):
+    if positions.get(scheme).rescalable():
         out += [(f"{scheme} + {suffix}", scaling, logn) for suffix, (scaling, logn) in ROPE_VARIANTS.items()]
     return out
 
@@ -284,7 +287,7 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
             model, tokenizer, config = load_model(run_dir)
             if scaling is not None or logn:
                 apply_rope_scaling(model, scaling, True if logn else None, original_max_len=lab.train_length)
-            tokens = split_tokens(config, tokenizer, "val")
+            tokens = RunFolder(run_dir).split_tokens("val", tokenizer)
             entry: dict[str, Any] = {"scheme": scheme, "rope_scaling": scaling, "logn_scaling": logn, "entropy": {}}
             for factor in FACTORS:
                 length = factor * lab.train_length

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling, split_tokens
+from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.extrapolation import (
     claim,
@@ -41,6 +41,7 @@ from poslab.lab.experiments.extrapolation import (
     size_of,
     train_config,
 )
+from poslab.runs import RunFolder
 
 NAME = "context-extension"
 DESCRIPTION = "RoPE at 4x L with PI / NTK / dynamic / YaRN / Llama3, then 100 fine-tuning steps (seed 000 §3.5, Q4)"
@@ -145,7 +146,7 @@ def run(out: Path, quick: bool = False, size: str | None = None) -> dict:
     long_length = FACTOR * lab.train_length
     base_run = shared_model("rope", lab, out)
     model, tokenizer, config = load_model(base_run)
-    tokens = split_tokens(config, tokenizer, "val")
+    tokens = RunFolder(base_run).split_tokens("val", tokenizer)
     n_targets = lab.n_targets
     base = {"L": _cell(model, tokens, lab.train_length, n_targets)}
     inference: dict[str, dict] = {}

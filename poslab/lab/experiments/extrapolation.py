@@ -12,7 +12,7 @@ Claims tested (never forced; each verdict is computed from the measured perplexi
 * Seed 002 §4.1: Transformer-XL's relative encoding "solves long-sequence generalization".
 
 Every scheme trains with the same data (tinyshakespeare, char-level), steps, batch and seed
-(:func:`poslab.training.loop.train`), then :func:`poslab.analysis.eval.evaluate_length` scores the same validation
+(:func:`poslab.session.train`), then :func:`poslab.analysis.eval.evaluate_length` scores the same validation
 targets at every length, both in non-overlapping chunks (the ALiBi paper's protocol, which carries
 the "early-token curse") and with a sliding window of stride ``length/2``.
 """
@@ -20,7 +20,6 @@ the "early-token curse") and with a sliding window of stride ``length/2``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -29,14 +28,35 @@ from typing import Any
 
 import torch
 
-from poslab.analysis.eval import evaluate_length, split_tokens
+from poslab.analysis.eval import evaluate_length
 from poslab.display import new_figure, print_table, save_figure
+from poslab.runs import RunFolder
 
 NAME = "extrapolation"
 DESCRIPTION = "train one GPT per position scheme at L, perplexity at 1x..16x L (ALiBi paper; seeds 000, 002)"
 IN_ALL = False  # trains ten models
 
-SCHEMES = ("learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple", "fire", "xl", "none")
+def lab_schemes() -> tuple[str, ...]:
+    """The schemes the extrapolation (and attention-entropy) lab trains: every registered scheme a GPT can be
+    built with from its default config (``positions.names()`` order), so a newly registered scheme reaches
+    these labs without an edit here. The filter is a property of the scheme, never its name: a scheme whose
+    default config does not build for the lab's geometry (it needs a hand-chosen value) is left out.
+    """
+    from poslab.nn import positions
+
+    context = {"n_embd": 64, "n_heads": 4, "head_dim": 16, "max_len": 64, "original_max_len": 64, "bidirectional": False}
+    out = []
+    for name in positions.names():
+        try:
+            with torch.device("meta"):
+                positions.build_for_model(name, {}, context)
+        except (ValueError, TypeError):
+            continue
+        out.append(name)
+    return tuple(out)
+
+
+SCHEMES = lab_schemes()
 FACTORS = (1, 2, 4, 8, 16)
 CORPUS = "shakespeare"
 SEED = 1337
@@ -93,7 +113,7 @@ def size_of(quick: bool, size: str | None = None) -> Size:
 def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None = None, block_size: int | None = None,
                  position_config: dict | None = None, steps: int | None = None, batch_size: int | None = None,
                  lr: float | None = None, warmup_steps: int | None = None, init_from: str | None = None) -> Any:
-    """The :class:`poslab.training.loop.TrainConfig` of one lab model (same data, seed and recipe for every scheme).
+    """The :class:`poslab.training.config.TrainConfig` of one lab model (same data, seed and recipe for every scheme).
 
     The recipe is nanoGPT's (AdamW, warmup + cosine, no dropout, no biases) plus a LayerNorm on the
     token embeddings (``embed_norm``, as in Bloom) for every scheme: with nanoGPT's 0.02-std token
@@ -101,7 +121,7 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
     train at this scale (quick size, measured: validation loss 3.34 against 2.45 for a learned table;
     2.50 with the norm). The norm costs the other schemes about 0.1 nats at the quick size.
     """
-    from poslab.training.loop import TrainConfig
+    from poslab.training.config import TrainConfig
 
     steps = steps or size.steps
     lr = lr or size.lr
@@ -135,18 +155,19 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
 
 def _same_run(run_dir: Path, cfg: Any) -> bool:
     """A completed run in ``run_dir`` trained with exactly ``cfg`` (up to its name and folder)."""
+    from poslab.runs import RunFileError, RunFolder
+
+    run = RunFolder(run_dir)
     try:
-        saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-        done = json.loads((run_dir / "results.json").read_text(encoding="utf-8")).get("status") == "completed"
-    except (OSError, json.JSONDecodeError):
+        if run.state != "finished":
+            return False
+        saved = run.config()
+    except (OSError, RunFileError):
         return False
     wanted = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "out_dir", "model")}
-    have = {k: v for k, v in saved.get("train", {}).items() if k not in ("name", "out_dir")}
-    model = {k: v for k, v in saved.get("model", {}).items() if k != "vocab_size"}
-    from poslab.nn.model import GPTConfig
-
-    expected_model = {k: v for k, v in GPTConfig.from_dict({**cfg.model}).to_dict().items() if k != "vocab_size"}
-    return done and have == wanted and model == expected_model
+    have = {k: v for k, v in saved["train"].items() if k not in ("name", "out_dir")}
+    model = {k: v for k, v in saved["model"].items() if k != "vocab_size"}
+    return have == wanted and model == cfg.to_dict()["model"]
 
 
 def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
@@ -155,7 +176,7 @@ def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
     Returns:
         The run folder holding the trained model.
     """
-    from poslab.training.loop import train
+    from poslab.session import train
 
     run_dir = Path(cfg.out_dir) / cfg.name
     for candidate in (run_dir, *reuse):
@@ -180,10 +201,10 @@ def shared_model(scheme: str, size: Size, out: Path) -> Path:
 
 
 def load_model(run_dir: Path) -> tuple[Any, Any, dict]:
-    """:func:`poslab.training.loop.load_run` (model in eval mode)."""
-    from poslab.training.loop import load_run
+    """:meth:`poslab.runs.RunFolder.load` (model in eval mode)."""
+    from poslab.runs import RunFolder
 
-    model, tokenizer, config = load_run(run_dir)
+    model, tokenizer, config = RunFolder(run_dir).load()
     return model.eval(), tokenizer, config
 
 
@@ -293,7 +314,7 @@ def extrapolation_claims(table: dict[str, dict[str, Any]], mode: str = "nonoverl
 def evaluate_scheme(run_dir: Path, size: Size) -> dict[str, Any]:
     """Every factor's cell (non-overlapping + sliding window with stride ``length/2``) of one trained model."""
     model, tokenizer, config = load_model(run_dir)
-    tokens = split_tokens(config, tokenizer, "val")
+    tokens = RunFolder(run_dir).split_tokens("val", tokenizer)
     cells = {}
     for factor in FACTORS:
         length = factor * size.train_length
@@ -337,7 +358,7 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         t0 = time.perf_counter()
         run_dir = shared_model(scheme, lab, out)
         trained_s = time.perf_counter() - t0
-        results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+        results = RunFolder(run_dir).results() or {}
         t1 = time.perf_counter()
         table[scheme] = evaluate_scheme(run_dir, lab)
         training[scheme] = {"run": str(run_dir), "final_val_loss": results.get("final_val_loss"),

@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from poslab.display import new_figure, print_table, save_figure
+from poslab.runs import read_metrics
+from poslab.session import train
 from poslab.training import presets
-from poslab.training.loop import TrainConfig, read_metrics, train
+from poslab.training.config import TrainConfig
 
 NAME = "heads"
 DESCRIPTION = "train 1/2/4/8/16 heads at n_embd 128 on Tang poems; test 'optimal heads ≈ sqrt(d/16)' (seeds 001, 002)"

@@ -409,7 +409,7 @@ def build_report(lab_dir: Path | str, out: Path | str | None = None) -> Path:
     Returns:
         The path written.
     """
-    from poslab.training.checkpoint import atomic_write_text
+    from poslab.fileio import atomic_write_text
 
     lab_dir = Path(lab_dir)
     if not lab_dir.is_dir():

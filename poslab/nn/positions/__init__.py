@@ -86,7 +86,10 @@ def make_config(name: str, config: Any = None, /, **overrides: Any) -> Any:
 
     Unknown keys raise ``ValueError`` naming the key and listing the allowed ones.
     """
-    return _checked(name, get(name).config_class(**_config_values(name, config, overrides)))
+    values = _config_values(name, config, overrides)
+    built = _checked(name, get(name).config_class(**values))
+    get(name).check_config_keys(values)  # after the config's own checks, whose messages are more specific
+    return built
 
 
 def _config_values(name: str, config: Any, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -170,8 +173,8 @@ def build_for_model(name: str, config: Any, context: dict[str, Any]) -> Position
     """Build a scheme for a model, filling config fields the scheme has from ``context``.
 
     ``context`` holds the model's dimensions (``n_embd``, ``n_heads``, ``head_dim``, ``max_len``,
-    ``bidirectional``). A field the user set explicitly wins for ``max_len``/``bidirectional``;
-    dimension fields must agree with the model.
+    ``original_max_len``, ``bidirectional``). A field the user set explicitly wins for ``max_len``,
+    ``original_max_len`` and ``bidirectional``; dimension fields must agree with the model.
     """
     cls = get(name)
     # validate the keys only: values such as longrope factors are checked once the model's dims are in
@@ -185,9 +188,11 @@ def build_for_model(name: str, config: Any, context: dict[str, Any]) -> Position
             raise ValueError(
                 f"position_config {key}={given[key]!r} disagrees with the model's {key}={value!r}"
             )
-        if key not in given:
+        if given.get(key) is None:  # missing or None ("follow the model", e.g. T5's bidirectional)
             values[key] = value
-    return cls(_checked(name, cls.config_class(**values)))
+    built = _checked(name, cls.config_class(**values))
+    cls.check_config_keys(given)
+    return cls(built)
 
 
 __all__ = ["PositionScheme", "build", "build_for_model", "get", "make_config", "names", "register"]

@@ -64,7 +64,6 @@ class ALiBi(PositionScheme):
     name = "alibi"
     config_class = AlibiConfig
     relative = True
-    has_bias = True
     paper = "Press et al. 2022, https://arxiv.org/abs/2108.12409"
     fp32_buffers = ("slopes",)
 

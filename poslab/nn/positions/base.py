@@ -18,6 +18,7 @@ lengths, ``d_k`` head dim, ``d`` model width. Positions are 1-D ``int64`` tensor
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -35,19 +36,42 @@ class PositionScheme(nn.Module):
     * ``name``: registry name.
     * ``config_class``: the dataclass holding the scheme's typed configuration.
     * ``relative``: attention is unchanged when every position is shifted by a constant.
-    * ``encodes_position``: the scheme breaks permutation equivariance (False only for NoPE).
     * ``paper``: citation shown in docs and reports.
+    * ``rotate_needs_all_keys``: ``rotate`` of a key depends on the other positions of the call (xPos
+      anchors its scale there), so a KV cache stores keys *before* ``rotate`` and attention rotates
+      every cached key on each call.
+
+    Derived, never declared (set for every subclass from the hooks it overrides, so a scheme cannot
+    forget a flag and silently become NoPE): ``embeds``, ``rotates``, ``has_bias`` (overrides
+    ``score_bias``) and ``encodes_position`` (any of the three; False only for a scheme that
+    overrides no hook, i.e. NoPE).
     """
 
     name: ClassVar[str] = ""
     config_class: ClassVar[type] = object
     relative: ClassVar[bool] = False
-    encodes_position: ClassVar[bool] = True
-    has_bias: ClassVar[bool] = False
     paper: ClassVar[str] = ""
+    rotate_needs_all_keys: ClassVar[bool] = False
+    # derived in __init_subclass__ from the overridden hooks
+    embeds: ClassVar[bool] = False
+    rotates: ClassVar[bool] = False
+    has_bias: ClassVar[bool] = False
+    encodes_position: ClassVar[bool] = False
     #: buffers that stay fp32 when the module is cast (``model.to(torch.bfloat16)``, ``.half()``):
     #: RoPE frequencies, ALiBi slopes, ... (angles and biases are computed in fp32).
     fp32_buffers: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.embeds = overrides(cls, "embed")
+        cls.rotates = overrides(cls, "rotate")
+        cls.has_bias = overrides(cls, "score_bias")
+        cls.encodes_position = cls.embeds or cls.rotates or cls.has_bias
+        if overrides(cls, "score_mod") and not cls.has_bias:
+            raise TypeError(
+                f"{cls.__name__} overrides score_mod but not score_bias: the sdpa and eager backends call "
+                "score_bias, so they would drop its bias; define score_bias (score_mod is the flex form of it)"
+            )
 
     def __init__(self, config: Any) -> None:
         super().__init__()
@@ -117,6 +141,77 @@ class PositionScheme(nn.Module):
 
         return mod
 
+    # --------------------------------------------------------------------------- optional hooks
+    def check_layer(self, n_heads: int, head_dim: int, causal: bool) -> None:
+        """Check (or complete) the scheme for an attention layer of this geometry; ``ValueError`` if it cannot serve it.
+
+        Called by :class:`~poslab.nn.attention.MultiHeadAttention` when a scheme is attached. The
+        default compares the config's ``n_heads``/``head_dim`` (where the config has them) with the
+        layer's: a RoPE table for 64-wide heads in 128-wide heads would leave half of each head
+        unrotated, ALiBi slopes for 8 heads in a 4-head layer fail later with a raw size error.
+        Schemes with layer-dependent defaults (T5's ``bidirectional``) override this and call it.
+        """
+        for key, layer_value in (("n_heads", n_heads), ("head_dim", head_dim)):
+            value = getattr(self.config, key, None)
+            if value is not None and value != layer_value:
+                raise ValueError(
+                    f"position scheme {self.name!r} was built with {key}={value} but the attention layer has "
+                    f"{key}={layer_value}; build it with {key}={layer_value} (or let GPT fill it in)"
+                )
+
+    def describe(self, T: int, n_heads: int | None = None, causal: bool = True) -> list[dict[str, Any]]:
+        """What this scheme does to ``T`` positions, as named matrices for the explorer and analyses.
+
+        Each entry is ``{"title", "data" [rows, cols] fp32, "rows", "cols", "diverging", "note"}``.
+        The default shows what the hooks produce with neutral inputs: the position vector ``embed``
+        adds (zero tokens) and the bias ``score_bias`` adds (zero queries and keys, at most 4 heads,
+        future keys NaN when ``causal``). Schemes add their own views (RoPE's angles, T5's buckets).
+
+        Args:
+            T: positions ``0 .. T-1``.
+            n_heads: heads of the layer (default: the config's ``n_heads``, else 1).
+            causal: blank the future keys of the bias views.
+        """
+        views: list[dict[str, Any]] = []
+        pos = torch.arange(T)
+        with torch.no_grad():
+            width = getattr(self.config, "n_embd", None)
+            if self.embeds and width is not None:
+                views.append(view(f"{self.name}: position vector added to each token",
+                                  self.embed(torch.zeros(1, T, width), pos)[0], "position", "dimension", True))
+            if self.has_bias:
+                h = n_heads or getattr(self.config, "n_heads", None) or 1
+                dk = getattr(self.config, "head_dim", None) or 8
+                zeros = torch.zeros(1, h, T, dk)
+                bias = self.score_bias(zeros, zeros, pos, pos, 1.0 / math.sqrt(dk))
+                if bias is not None:
+                    bias = bias[0].float()  # [h, T, T]
+                    if causal:
+                        bias = bias.masked_fill(pos[None, :] > pos[:, None], float("nan"))
+                    for head in range(min(h, 4)):
+                        views.append(view(f"{self.name} bias, head {head}", bias[head], "query", "key", True,
+                                          "added to q·k/√d_k before the softmax" + self.bias_note()))
+        return views
+
+    def bias_note(self) -> str:
+        """Caveat appended to the bias views (a bias that depends on q/k is shown with q = k = 0)."""
+        return ""
+
+    @classmethod
+    def check_config_keys(cls, given: dict[str, Any]) -> None:
+        """Check the keys given for a config as a whole (RoPE: a scaling's required keys); no-op by default."""
+
+    @classmethod
+    def rescaled_config(cls, config: dict[str, Any], scaling: Any = None, *, logn_scaling: bool | None = None,
+                        original_max_len: int | None = None) -> dict[str, Any]:
+        """``config`` with a context-extension scaling replaced (RoPE family); others raise ``ValueError``."""
+        raise ValueError(f"position scheme {cls.name!r} has no context-extension scaling (the RoPE family has)")
+
+    @classmethod
+    def rescalable(cls) -> bool:
+        """Whether :meth:`rescaled_config` is implemented (RoPE-family schemes)."""
+        return overrides(cls, "rescaled_config")
+
     @property
     def max_positions(self) -> int | None:
         """Largest position count the scheme can encode, or ``None`` if unbounded."""
@@ -125,6 +220,18 @@ class PositionScheme(nn.Module):
     def extra_repr(self) -> str:
         fields = dataclasses.asdict(self.config) if dataclasses.is_dataclass(self.config) else {}
         return ", ".join(f"{k}={v!r}" for k, v in fields.items())
+
+
+def overrides(cls: type, hook: str) -> bool:
+    """Whether scheme class ``cls`` defines ``hook`` itself rather than inheriting the identity default."""
+    mine = getattr(cls, hook, None)
+    base = getattr(PositionScheme, hook)
+    return getattr(mine, "__func__", mine) is not getattr(base, "__func__", base)
+
+
+def view(title: str, data: Tensor, rows: str, cols: str, diverging: bool, note: str = "") -> dict[str, Any]:
+    """One :meth:`PositionScheme.describe` entry (``data`` detached, fp32)."""
+    return {"title": title, "data": data.detach().float(), "rows": rows, "cols": cols, "diverging": diverging, "note": note}
 
 
 def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:

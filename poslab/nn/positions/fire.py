@@ -48,7 +48,6 @@ class Fire(PositionScheme):
     name = "fire"
     config_class = FireConfig
     relative = True  # while query positions stay below the threshold L
-    has_bias = True
     paper = "Li et al. 2023, https://arxiv.org/abs/2310.04418"
 
     def __init__(self, config: FireConfig) -> None:

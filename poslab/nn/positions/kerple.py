@@ -45,7 +45,6 @@ class Kerple(PositionScheme):
     name = "kerple"
     config_class = KerpleConfig
     relative = True
-    has_bias = True
     paper = "Chi et al. 2022, https://arxiv.org/abs/2205.09921"
 
     def __init__(self, config: KerpleConfig) -> None:

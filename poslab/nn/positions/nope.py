@@ -25,5 +25,4 @@ class NoPE(PositionScheme):
     name = "none"
     config_class = NoPEConfig
     relative = True
-    encodes_position = False
     paper = "Haviv et al. 2022, https://arxiv.org/abs/2203.16634"

@@ -25,16 +25,19 @@ Frequencies are computed in fp32 exactly as ``transformers==5.24.0`` ``modeling_
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from poslab.nn.positions import register
-from poslab.nn.positions.base import PositionScheme, check_choice, check_positive
+from poslab.nn.positions.base import PositionScheme, check_choice, check_positive, view
 
 LAYOUTS = ("half", "interleaved")
 SCALINGS = (None, "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
@@ -52,8 +55,10 @@ class RopeConfig:
             GPT-NeoX / GPT-J); ``None`` rotates all. Must be even.
         scaling: ``None`` or one of ``linear, ntk, dynamic, yarn, llama3, longrope``.
         factor: context-extension factor ``s`` (> 0).
-        original_max_len: the training context ``L0`` the scaling extends from
+        original_max_len: the training context ``L0`` the scaling (and ``logn_scaling``) extends from
             (HF ``original_max_position_embeddings``; for ``dynamic`` HF's ``max_position_embeddings``).
+            One owner: a :class:`~poslab.nn.model.GPT` fills it with its ``block_size`` (the length
+            it trains at) unless given, like ``head_dim``; 2048 is only the bare scheme's default.
         beta_fast, beta_slow: YaRN ramp boundaries in rotations (32 and 1).
         yarn_truncate: floor/ceil the YaRN correction range (HF default ``True``).
         mscale, mscale_all_dim: DeepSeek-style YaRN attention-factor knobs.
@@ -62,6 +67,10 @@ class RopeConfig:
         short_factor, long_factor: LongRoPE per-frequency divisors (``rotary_dim/2`` values each).
         logn_scaling: scale queries by ``log(n)/log(original_max_len)`` for positions past
             ``original_max_len`` (Chiang & Cholak 2022, https://arxiv.org/abs/2202.12172).
+
+    Each scaling accepts only its own keys (:data:`ROPE_SCALINGS`): a key another scaling uses set to
+    anything but its default (``scaling="linear", beta_fast=3``) is a ``ValueError`` listing what the
+    scaling accepts.
     """
 
     head_dim: int = 64
@@ -111,6 +120,7 @@ class RopeConfig:
                     raise ValueError(f"longrope {label} values must be > 0, got {values}")
         if self.attention_factor is not None:
             check_positive("attention_factor", self.attention_factor)
+        check_scaling_keys(self)  # last: the value checks above name the more specific problem
 
     @property
     def dim(self) -> int:
@@ -218,19 +228,221 @@ def _scale_longrope(cfg: RopeConfig, seq_len: int, device: torch.device | None) 
 
 ScalingFn = Callable[[RopeConfig, int, "torch.device | None"], tuple[Tensor, float]]
 
-#: One function per scaling, like transformers' ``ROPE_INIT_FUNCTIONS``.
-ROPE_SCALINGS: dict[str | None, ScalingFn] = {
-    None: _scale_default,
-    "linear": _scale_linear,
-    "ntk": _scale_ntk,
-    "dynamic": _scale_dynamic,
-    "yarn": _scale_yarn,
-    "llama3": _scale_llama3,
-    "longrope": _scale_longrope,
+
+@dataclass(frozen=True)
+class Scaling:
+    """One context-extension scaling: its frequency function and the config keys it reads.
+
+    Attributes:
+        fn: ``fn(cfg, seq_len, device) -> (inv_freq [r/2] fp32, attention_factor)``.
+        required: keys a spec must give (``yarn:4`` gives ``factor``).
+        optional: further keys it reads (each keeps its :class:`RopeConfig` default unless given).
+        length_dependent: the frequencies depend on the current sequence length.
+    """
+
+    fn: ScalingFn
+    required: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+    length_dependent: bool = False
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.required + self.optional
+
+
+#: One entry per scaling, like transformers' ``ROPE_INIT_FUNCTIONS`` plus its per-type key validation
+#: (``modeling_rope_utils._validate_*_rope_parameters``). ``original_max_len`` is not a scaling key:
+#: every RoPE model has a training context (``logn_scaling`` reads it too).
+ROPE_SCALINGS: dict[str | None, Scaling] = {
+    None: Scaling(_scale_default),
+    "linear": Scaling(_scale_linear, ("factor",)),
+    "ntk": Scaling(_scale_ntk, ("factor",)),
+    "dynamic": Scaling(_scale_dynamic, ("factor",), length_dependent=True),
+    "yarn": Scaling(_scale_yarn, ("factor",), ("beta_fast", "beta_slow", "yarn_truncate", "mscale", "mscale_all_dim",
+                                               "attention_factor")),
+    "llama3": Scaling(_scale_llama3, ("factor",), ("low_freq_factor", "high_freq_factor")),
+    "longrope": Scaling(_scale_longrope, ("long_factor", "short_factor"), ("factor", "attention_factor"),
+                        length_dependent=True),
 }
 
+#: Every key some scaling reads (replaced together when a new scaling is applied).
+SCALING_KEYS: tuple[str, ...] = tuple(dict.fromkeys(k for s in ROPE_SCALINGS.values() for k in s.keys))
+
 #: Scalings whose frequencies depend on the current sequence length.
-LENGTH_DEPENDENT = ("dynamic", "longrope")
+LENGTH_DEPENDENT = tuple(name for name, s in ROPE_SCALINGS.items() if s.length_dependent)
+
+
+def _scaling_label(name: str | None) -> str:
+    return "no scaling" if name is None else f"scaling {name!r}"
+
+
+def check_scaling_keys(cfg: RopeConfig) -> None:
+    """``ValueError`` if a key of another scaling differs from its default (it would be silently ignored)."""
+    entry = ROPE_SCALINGS[cfg.scaling]
+    defaults = {f.name: f.default for f in dataclasses.fields(RopeConfig)}
+    stray = [k for k in SCALING_KEYS if k not in entry.keys and getattr(cfg, k) != defaults[k]]
+    if stray:
+        accepted = ", ".join(entry.keys) or "no scaling keys"
+        given = ", ".join(f"{k}={getattr(cfg, k)!r}" for k in stray)
+        raise ValueError(f"RoPE {_scaling_label(cfg.scaling)} does not use {given}; it accepts: {accepted}")
+
+
+def check_scaling_given(given: dict[str, Any]) -> None:
+    """``ValueError`` if a config dict names a scaling but lacks one of its required keys."""
+    name = given.get("scaling")
+    if name not in ROPE_SCALINGS:
+        return  # RopeConfig refuses it, listing the known scalings
+    missing = [k for k in ROPE_SCALINGS[name].required if k not in given]
+    if missing:
+        entry = ROPE_SCALINGS[name]
+        raise ValueError(
+            f"RoPE scaling {name!r} needs {', '.join(missing)}; it accepts: {', '.join(entry.keys)} "
+            f"(e.g. {name}:4 for factor 4)"
+        )
+
+
+# ------------------------------------------------------------------------------ scaling specs
+#: the spec words: a scaling name, or ``none`` for no scaling
+SPEC_NAMES = ("none", *(name for name in ROPE_SCALINGS if name is not None))
+
+
+def parse_scaling(spec: str | dict[str, Any] | None, what: str = "RoPE scaling") -> dict[str, Any]:
+    """A scaling spec as RoPE config keys, checked against the scaling's own keys.
+
+    Forms (``what`` names the spec's origin in error messages, e.g. ``"--rope-scaling"``):
+
+    * ``None`` or ``"none"``: no scaling, ``{"scaling": None}``.
+    * ``"NAME:FACTOR"``: ``linear``, ``ntk``, ``dynamic``, ``yarn``, ``llama3`` (e.g. ``"yarn:4"``).
+    * ``"longrope:FACTOR:LONG[:SHORT]"``: comma-separated per-frequency divisors (``rotary_dim/2``
+      each; ``SHORT`` defaults to all ones, plain RoPE inside the window).
+    * ``"longrope:PATH.json"``: a JSON object with ``factor``, ``long_factor`` and optionally ``short_factor``.
+    * a dict ``{"scaling": NAME, ...}`` with that scaling's keys (:data:`ROPE_SCALINGS`).
+
+    Returns:
+        ``{"scaling": NAME, <its keys>}``.
+
+    Raises:
+        ValueError: unknown scaling, a key the scaling does not accept or lacks, a factor that is
+            not a number > 0, malformed LongRoPE lists.
+    """
+    if spec is None:
+        return {"scaling": None}
+    if isinstance(spec, dict):
+        return _checked_spec(dict(spec), what)
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"{what} needs NAME:FACTOR (NAME one of {', '.join(SPEC_NAMES)}), got {spec!r}")
+    name, _, rest = spec.strip().partition(":")
+    name = name.lower()
+    if name == "none":
+        if rest:
+            raise ValueError(f"{what} none takes no factor, got {spec!r}")
+        return {"scaling": None}
+    if name not in ROPE_SCALINGS:
+        raise ValueError(f"unknown RoPE scaling {name!r} in {what} {spec!r}; choose one of {', '.join(SPEC_NAMES)}")
+    if not rest:
+        raise ValueError(f"{what} {spec!r} needs a factor, e.g. {name}:4")
+    if name == "longrope" and rest.endswith(".json"):
+        return _longrope_from_json(Path(rest), spec, what)
+    factor_text, _, lists = rest.partition(":")
+    factor = _spec_factor(factor_text, spec, what)
+    if name != "longrope":
+        if lists:
+            raise ValueError(f"{what} {spec!r}: {name} takes only a factor ({name}:FACTOR)")
+        return {"scaling": name, "factor": factor}
+    if not lists:
+        raise ValueError(
+            f"{what} {spec!r}: longrope needs per-frequency factors, "
+            "longrope:FACTOR:l1,l2,...[:s1,s2,...] (rotary_dim/2 values each) or longrope:PATH.json"
+        )
+    long_text, _, short_text = lists.partition(":")
+    long = _spec_floats(long_text, "long", spec, what)
+    short = _spec_floats(short_text, "short", spec, what) if short_text else [1.0] * len(long)
+    return {"scaling": "longrope", "factor": factor, "long_factor": long, "short_factor": short}
+
+
+def _checked_spec(spec: dict[str, Any], what: str) -> dict[str, Any]:
+    """A dict spec: known scaling, only its keys, its required keys present."""
+    name = spec.get("scaling")
+    if name not in ROPE_SCALINGS:
+        raise ValueError(f"unknown RoPE scaling {name!r} in {what}; choose one of {', '.join(SPEC_NAMES)}")
+    entry = ROPE_SCALINGS[name]
+    stray = sorted(set(spec) - {"scaling", *entry.keys})
+    if stray:
+        raise ValueError(f"RoPE {_scaling_label(name)} does not use {', '.join(stray)} (in {what}); "
+                         f"it accepts: {', '.join(entry.keys) or 'no scaling keys'}")
+    check_scaling_given(spec)
+    return spec
+
+
+def _spec_factor(text: str, spec: str, what: str) -> float:
+    try:
+        factor = float(text)
+    except ValueError:
+        raise ValueError(f"RoPE scaling factor {text!r} in {what} {spec!r} is not a number") from None
+    if not math.isfinite(factor) or factor <= 0:
+        raise ValueError(f"RoPE scaling factor must be > 0, got {text!r} in {what} {spec!r}")
+    return factor
+
+
+def _spec_floats(text: str, label: str, spec: str, what: str) -> list[float]:
+    values = []
+    for item in text.split(","):
+        try:
+            value = float(item)
+        except ValueError:
+            raise ValueError(f"longrope {label} factor {item!r} in {what} {spec!r} is not a number") from None
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"longrope {label} factors must be > 0, got {item!r} in {what} {spec!r}")
+        values.append(value)
+    return values
+
+
+def _longrope_from_json(path: Path, spec: str, what: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise ValueError(f"{what} {spec!r}: file {str(path)!r} does not exist")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{what} {spec!r}: {str(path)!r} is not valid JSON ({err})") from None
+    if not isinstance(data, dict) or "factor" not in data or "long_factor" not in data:
+        raise ValueError(f"{what} {spec!r}: {str(path)!r} must hold an object with 'factor' and 'long_factor'")
+    unknown = set(data) - {"factor", "long_factor", "short_factor"}
+    if unknown:
+        raise ValueError(f"{what} {spec!r}: unknown keys {sorted(unknown)} in {str(path)!r}")
+    out: dict[str, Any] = {"scaling": "longrope", "factor": _spec_factor(str(data["factor"]), spec, what)}
+    for key in ("long_factor", "short_factor"):
+        if key in data:
+            if not isinstance(data[key], list):
+                raise ValueError(f"{what} {spec!r}: {key} in {str(path)!r} must be a list of numbers")
+            out[key] = _spec_floats(",".join(str(v) for v in data[key]), key.split("_")[0], spec, what)
+    out.setdefault("short_factor", [1.0] * len(out["long_factor"]))
+    return out
+
+
+def rescale(config: dict[str, Any], scaling: str | dict[str, Any] | None = None, *, logn_scaling: bool | None = None,
+            original_max_len: int | None = None, what: str = "RoPE scaling") -> dict[str, Any]:
+    """A RoPE config dict with its scaling replaced by ``scaling`` (a spec, see :func:`parse_scaling`).
+
+    Every key of the old scaling (:data:`SCALING_KEYS`) goes back to its default before the new
+    scaling's keys apply; the other keys (``head_dim``, ``base``, ``layout``, ...) stay.
+
+    Args:
+        config: the current config (keys of :class:`RopeConfig`).
+        scaling: the new scaling spec; ``None`` keeps the current one (``"none"`` removes it).
+        logn_scaling: turn log-n query scaling on/off (``None`` keeps it).
+        original_max_len: the window ``L0`` the scaling extends from (``None`` keeps the config's; a
+            GPT fills a missing one with its ``block_size``).
+    """
+    out = dict(config)
+    if scaling is not None:
+        for key in SCALING_KEYS:
+            out.pop(key, None)
+        out.update(parse_scaling(scaling, what))
+    if logn_scaling is not None:
+        out["logn_scaling"] = bool(logn_scaling)
+    if original_max_len is not None:
+        out["original_max_len"] = int(original_max_len)
+    return out
 
 
 def rope_parameters(cfg: RopeConfig, seq_len: int | None = None, device: torch.device | None = None) -> tuple[Tensor, float]:
@@ -239,7 +451,7 @@ def rope_parameters(cfg: RopeConfig, seq_len: int | None = None, device: torch.d
     ``seq_len`` (the largest position + 1) matters only for ``dynamic`` and ``longrope``; ``None``
     means "within the original window".
     """
-    return ROPE_SCALINGS[cfg.scaling](cfg, seq_len if seq_len is not None else 0, device)
+    return ROPE_SCALINGS[cfg.scaling].fn(cfg, seq_len if seq_len is not None else 0, device)
 
 
 # ------------------------------------------------------------------------------------ rotation
@@ -328,6 +540,23 @@ class RoPE(PositionScheme):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.attention_factor = attention_factor
 
+    @classmethod
+    def check_config_keys(cls, given: dict[str, Any]) -> None:
+        check_scaling_given(given)
+
+    @classmethod
+    def rescaled_config(cls, config: dict[str, Any], scaling: Any = None, *, logn_scaling: bool | None = None,
+                        original_max_len: int | None = None) -> dict[str, Any]:
+        """See :func:`rescale` (the rotary schemes hold no trained parameters: weights stay valid)."""
+        return rescale(config, scaling, logn_scaling=logn_scaling, original_max_len=original_max_len)
+
+    def describe(self, T: int, n_heads: int | None = None, causal: bool = True) -> list[dict[str, Any]]:
+        """RoPE's rotation ``cos(m theta_i)`` per position ``m`` and frequency pair ``i`` (scaling included)."""
+        inv_freq, _ = self.frequencies(T)
+        angles = torch.arange(T, dtype=torch.float32)[:, None] * inv_freq.float().cpu()[None, :]  # [T, r/2]
+        return [view("RoPE rotation cos(m·θ_i)", angles.cos(), "position m", "frequency pair i", True,
+                     "each pair of q/k dimensions turns by m·θ_i; low pairs turn fast, high pairs slowly")]
+
     def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
         """``(inv_freq, attention_factor)`` in effect for a sequence of ``seq_len`` positions."""
         if self.config.scaling in LENGTH_DEPENDENT:
@@ -379,19 +608,32 @@ class XPosConfig(RopeConfig):
         check_positive("gamma", self.gamma)
 
 
+#: headroom between xPos's largest query/key scale and the dtype's largest finite value, for the
+#: activations it multiplies (|q|, |k| up to 2^8 stay finite)
+XPOS_HEADROOM = 2.0**8
+
+
 @register
 class XPos(RoPE):
     """xPos (Sun et al. 2022, https://arxiv.org/abs/2212.10554): RoPE whose pair ``i`` decays as
     ``zeta_i^((n - m)/scale_base)`` with the query-key distance ``n - m``.
 
-    Queries at position ``n`` are scaled by ``zeta^(n/scale_base)`` and keys at ``m`` by
-    ``zeta^(-m/scale_base)`` (positions measured from 0, so cached keys stay valid).
+    Queries at position ``n`` are scaled by ``zeta^((n - a)/scale_base)`` and keys at ``m`` by
+    ``zeta^(-(m - a)/scale_base)``: the anchor ``a`` cancels in every score, so the scores are the
+    paper's. The paper's form is ``a = 0``, whose key scale ``(1/zeta)^(m/scale_base)`` overflows fp32
+    near position 36,000 (fp16 near 4,500). Here ``a`` is the middle of the positions of the call, so
+    only the *span* of one call is bounded (about 68,000 positions in fp32/bf16 and 4,500 in fp16 with
+    the defaults; beyond that :meth:`rotate` raises naming the positions and the dtype), never the
+    absolute position. Because the anchor depends on every position of the call,
+    ``rotate_needs_all_keys`` makes a KV cache store keys before ``rotate``: each call rotates the
+    cached keys with the queries' anchor, so decoding equals the full pass.
     """
 
     name = "xpos"
     config_class = XPosConfig
     paper = "Sun et al. 2022, https://arxiv.org/abs/2212.10554"
     fp32_buffers = ("inv_freq", "zeta")
+    rotate_needs_all_keys = True
 
     def __init__(self, config: XPosConfig) -> None:
         super().__init__(config)
@@ -399,19 +641,42 @@ class XPos(RoPE):
         zeta = (torch.arange(0, d, 2, dtype=torch.float32) / d + config.gamma) / (1 + config.gamma)
         self.register_buffer("zeta", zeta, persistent=False)  # [r/2]
 
-    def _decay(self, pos: Tensor, sign: float) -> Tensor:
-        exponent = sign * pos.to(torch.float32)[:, None] / self.config.scale_base  # [T, 1]
+    def max_span(self, dtype: torch.dtype) -> int:
+        """Largest ``max - min`` of the positions of one call whose scales stay finite in ``dtype``."""
+        budget = math.log(torch.finfo(dtype).max / XPOS_HEADROOM)  # ln of the largest scale allowed
+        zeta_min = (self.config.gamma) / (1 + self.config.gamma)  # pair 0: the fastest decay
+        return int(2 * budget * self.config.scale_base / -math.log(zeta_min))
+
+    def _decay(self, pos: Tensor, anchor: float, sign: float) -> Tensor:
+        exponent = sign * (pos.to(torch.float64) - anchor).to(torch.float32)[:, None] / self.config.scale_base  # [T, 1]
         return self.zeta.to(pos.device)[None, :] ** exponent  # [T, r/2]
 
-    def cos_sin_scaled(self, pos: Tensor, seq_len: int, sign: float) -> tuple[Tensor, Tensor]:
+    def cos_sin_scaled(self, pos: Tensor, seq_len: int, sign: float, anchor: float = 0.0) -> tuple[Tensor, Tensor]:
+        """``cos, sin [T, r/2]`` times the decay ``zeta^(sign (pos - anchor) / scale_base)`` (fp32)."""
         cos, sin = self.cos_sin(pos, seq_len)
-        decay = self._decay(pos, sign)
+        decay = self._decay(pos, anchor, sign)
         return cos * decay, sin * decay
+
+    def anchor(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> float:
+        """The middle of the call's positions; ``ValueError`` if their span cannot be scaled in ``dtype``."""
+        if not q_pos.numel() and not k_pos.numel():
+            return 0.0
+        both = torch.cat((q_pos.reshape(-1), k_pos.reshape(-1)))
+        lo, hi = int(both.min()), int(both.max())
+        limit = self.max_span(dtype)
+        if hi - lo > limit:
+            raise ValueError(
+                f"xpos cannot scale positions {lo}..{hi} in one call in {dtype}: a span of {hi - lo} positions overflows "
+                f"its query/key scales past {limit} (scale_base={self.config.scale_base}, gamma={self.config.gamma}); "
+                "use float32/bfloat16, a larger scale_base or shorter calls"
+            )
+        return (lo + hi) / 2
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         seq_len = int(torch.maximum(q_pos.max(), k_pos.max())) + 1 if q_pos.numel() else 0
-        q = apply_rotary(q, *self.cos_sin_scaled(q_pos, seq_len, 1.0), self.config.layout)
-        k = apply_rotary(k, *self.cos_sin_scaled(k_pos, seq_len, -1.0), self.config.layout)
+        anchor = self.anchor(q_pos, k_pos, q.dtype)
+        q = apply_rotary(q, *self.cos_sin_scaled(q_pos, seq_len, 1.0, anchor), self.config.layout)
+        k = apply_rotary(k, *self.cos_sin_scaled(k_pos, seq_len, -1.0, anchor), self.config.layout)
         if self.config.logn_scaling:
             q = q * self._logn(q_pos).to(q.dtype)
         return q, k

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from poslab.nn.positions import register
-from poslab.nn.positions.base import PositionScheme, ScoreMod, check_positive
+from poslab.nn.positions.base import PositionScheme, ScoreMod, check_positive, view
 
 
 def relative_position_bucket(
@@ -57,14 +58,17 @@ class T5Config:
         n_heads: number of query heads (filled in by the model).
         num_buckets: bucket count (32 in T5).
         max_distance: distance sharing the last bucket (128 in T5).
-        bidirectional: split buckets by sign; the model sets it to ``not causal`` unless given.
+        bidirectional: split buckets by sign (T5's encoder) or not (its decoder). ``None`` (default)
+            follows the attention layer: ``not causal`` (a causal layer never sees future keys, so
+            splitting would spend half the buckets on distances it never meets). ``True`` in a causal
+            layer is refused. A bare scheme used outside a layer reads ``None`` as ``True``.
         init_std: normal initialisation of the bias table.
     """
 
     n_heads: int = 8
     num_buckets: int = 32
     max_distance: int = 128
-    bidirectional: bool = True
+    bidirectional: bool | None = None
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
@@ -85,7 +89,6 @@ class T5Bias(PositionScheme):
     name = "t5"
     config_class = T5Config
     relative = True
-    has_bias = True
     paper = "Raffel et al. 2020, https://arxiv.org/abs/1910.10683"
 
     def __init__(self, config: T5Config) -> None:
@@ -93,10 +96,33 @@ class T5Bias(PositionScheme):
         self.relative_attention_bias = nn.Embedding(config.num_buckets, config.n_heads)
         nn.init.normal_(self.relative_attention_bias.weight, std=config.init_std)
 
+    @property
+    def bidirectional(self) -> bool:
+        """Whether buckets are split by sign (``config.bidirectional``, ``None`` read as ``True``)."""
+        return self.config.bidirectional is not False
+
+    def check_layer(self, n_heads: int, head_dim: int, causal: bool) -> None:
+        """Geometry as every scheme, then ``bidirectional``: ``None`` follows the layer, ``True`` in a causal layer is refused."""
+        super().check_layer(n_heads, head_dim, causal)
+        if self.config.bidirectional is None:
+            self.config.bidirectional = not causal
+        elif self.config.bidirectional and causal:
+            raise ValueError(
+                "t5 bidirectional=True in a causal attention layer would spend half of its buckets on future keys "
+                "the layer never sees; use bidirectional=False (or leave it None to follow the layer)"
+            )
+
     def buckets(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """Bucket of every (query, key) pair, ``[Tq, Tk]``."""
         c = self.config
-        return relative_position_bucket(k_pos[None, :] - q_pos[:, None], c.bidirectional, c.num_buckets, c.max_distance)
+        return relative_position_bucket(k_pos[None, :] - q_pos[:, None], self.bidirectional, c.num_buckets, c.max_distance)
+
+    def describe(self, T: int, n_heads: int | None = None, causal: bool = True) -> list[dict[str, Any]]:
+        pos = torch.arange(T)
+        return super().describe(T, n_heads, causal) + [
+            view("T5 bucket of each (query, key)", self.buckets(pos, pos).float(), "query", "key", False,
+                 "nearby offsets get their own bucket, far ones share log-spaced buckets")
+        ]
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> Tensor:
         buckets = self.buckets(q_pos, k_pos)  # [Tq, Tk]
@@ -108,11 +134,11 @@ class T5Bias(PositionScheme):
         return values[None].to(torch.float32)  # [1, h, Tq, Tk]
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> ScoreMod:
-        c = self.config
+        c, bidirectional = self.config, self.bidirectional
         table = self.relative_attention_bias.weight.to(torch.float32)  # [num_buckets, h]
 
         def mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            bucket = relative_position_bucket(k_pos[kv_idx] - q_pos[q_idx], c.bidirectional, c.num_buckets, c.max_distance)
+            bucket = relative_position_bucket(k_pos[kv_idx] - q_pos[q_idx], bidirectional, c.num_buckets, c.max_distance)
             return score + table[bucket, h]
 
         return mod

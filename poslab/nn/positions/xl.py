@@ -76,7 +76,6 @@ class TransformerXL(PositionScheme):
     name = "xl"
     config_class = XLConfig
     relative = True
-    has_bias = True
     paper = "Dai et al. 2019, https://arxiv.org/abs/1901.02860"
 
     def __init__(self, config: XLConfig) -> None:
@@ -86,6 +85,9 @@ class TransformerXL(PositionScheme):
         self.u = nn.Parameter(torch.randn(h, dk) * config.init_std)  # content bias
         self.v = nn.Parameter(torch.randn(h, dk) * config.init_std)  # position bias
         nn.init.normal_(self.r_proj.weight, std=config.init_std)
+
+    def bias_note(self) -> str:
+        return " (with q = 0: terms (c) and (d) only)"
 
     def projected_r(self, distances: Tensor) -> Tensor:
         """``W_R R_d`` for distances ``[N]`` -> ``[h, N, d_k]``."""

@@ -1,0 +1,115 @@
+"""The one atomic-write helper set: every file poslab writes goes through here (layer 0).
+
+A file is written to a temporary name in its own folder (``.NAME.tmpPID``), flushed, fsynced and
+renamed over the target, so a reader (or a process killed mid-write) sees the old file or the new
+one, never a torn one. :func:`atomic_write` takes a writer callback for libraries that write a path
+themselves (safetensors, matplotlib, fonttools); the others are built on it. A leftover temporary
+name is recognised by :data:`TEMP_RE` (``poslab.training.lock.remove_stale_temp_files``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+#: temporary names left by a killed writer: ours (``.NAME.tmpPID``) and safetensors' own (``.tmpXXXXXX``)
+TEMP_RE = re.compile(r"^\.(.+\.tmp\d+|tmp[A-Za-z0-9_]{6,})$")
+
+
+def temp_path(path: str | Path) -> Path:
+    """The temporary name :func:`atomic_write` uses for ``path``: ``.NAME.tmpPID`` in the same folder."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp)`` to fill a temporary file, fsync it and rename it to ``path``.
+
+    Args:
+        path: the target file.
+        write: writes the complete content to the path it is given (e.g. ``safetensors.torch.save_file``).
+
+    Returns:
+        ``path``.
+
+    Raises:
+        OSError: from the writer, the fsync or the rename; the temporary file is removed and the
+            previous ``path`` (if any) is untouched.
+    """
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def atomic_write_folder(path: str | Path, fill: Callable[[Path], None]) -> Path:
+    """Create the folder ``path`` atomically: ``fill(tmp)`` writes a temporary sibling folder, renamed at the end.
+
+    ``path`` must not exist or be an empty folder (it is replaced by the filled one). On any error the
+    temporary folder is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp", dir=path.parent))
+    try:
+        fill(tmp)
+        if path.exists():
+            path.rmdir()  # empty (the caller checked); a non-empty folder raises OSError here
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temporary file + fsync + rename)."""
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+
+    return atomic_write(path, write)
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """:func:`atomic_write_bytes` for UTF-8 text."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any, **dumps: Any) -> Path:
+    """Atomically write ``obj`` as indented UTF-8 JSON (non-ASCII kept readable); ``dumps`` go to ``json.dumps``."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, **dumps) + "\n")
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex sha256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of the file at ``path`` (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+__all__ = ["TEMP_RE", "atomic_write", "atomic_write_bytes", "atomic_write_folder", "atomic_write_json", "atomic_write_text", "sha256_bytes",
+           "sha256_file", "temp_path"]

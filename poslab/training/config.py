@@ -1,0 +1,204 @@
+"""``TrainConfig``: everything a training run needs, typed (its ``model`` is a :class:`GPTConfig`).
+
+Values are converted and checked by :func:`poslab.config_keys.coerce`, the one conversion of the
+config pipeline; ranges are checked here. :func:`resume_identity` is the part of a run's config that
+must not change across a resume.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from poslab.config_keys import coerce, reject_unknown_keys
+from poslab.data import split_text
+from poslab.nn.model import GPTConfig
+
+DTYPES = ("fp32", "bf16")
+
+#: keys that may differ between a run's saved config and the config it is resumed with
+RESUME_FREE_KEYS = frozenset(
+    {"name", "out_dir", "max_steps", "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "keep_checkpoints",
+     "threads", "skip_nonfinite"}
+)
+
+#: the model keys a user may set (``vocab_size`` comes from the tokenizer)
+MODEL_KEYS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name != "vocab_size")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs; flat and typed.
+
+    Attributes:
+        name: run name; the run folder is ``out_dir/name``.
+        out_dir: parent folder of runs.
+        corpus: a shipped corpus (``tang5``, ``tang``, ``shakespeare``) or a path to a UTF-8 text file.
+        tokenizer: ``"char"`` or ``"bpe:VOCAB"`` (byte-level BPE trained on the training split).
+        val_fraction: the last fraction of the text (by character) used for validation.
+        model: the :class:`GPTConfig` (given as one or as a dict of its fields, without ``vocab_size``);
+            its ``vocab_size`` is a placeholder until the tokenizer fills it in (:func:`model_config`).
+        max_steps: optimizer steps.
+        batch_size: sequences per micro-batch.
+        grad_accum: micro-batches per optimizer step (tokens per step = ``batch_size*grad_accum*block_size``).
+        lr, min_lr: peak and final learning rate.
+        warmup_steps: linear warmup steps.
+        lr_decay_steps: the cosine reaches ``min_lr`` here (``None`` = ``max_steps``).
+        weight_decay: AdamW decay on parameters with 2+ dimensions (nanoGPT's groups).
+        beta1, beta2: AdamW betas.
+        grad_clip: clip the global gradient norm to this (0 = no clipping).
+        eval_interval: evaluate the validation loss every this many steps (and at the end).
+        eval_iters: validation batches per evaluation (the same batches every time).
+        log_interval: write a metrics line every this many steps.
+        ckpt_interval: checkpoint every this many steps (0 = only at the end).
+        keep_checkpoints: keep the newest N checkpoints (0 = all).
+        seed: seeds the model initialisation, dropout and the data order.
+        dtype: ``"fp32"`` or ``"bf16"`` (bf16 autocast; weights and optimizer stay fp32).
+        threads: ``torch.set_num_threads`` (``None`` = torch's default).
+        init_from: a run folder whose latest checkpoint's model weights (and tokenizer) start this
+            run: fine-tuning, e.g. at a longer ``block_size`` or with a RoPE scaling; the optimizer,
+            step count and schedule start fresh. Parameter names and shapes must match.
+        skip_nonfinite: skip up to this many batches whose loss or gradient norm is NaN/inf (no
+            update; the next batch is drawn for the same step; recorded in metrics and results)
+            before stopping as diverged (0 = stop at the first one).
+    """
+
+    name: str
+    out_dir: str = "runs"
+    corpus: str = "tang5"
+    tokenizer: str = "char"
+    val_fraction: float = 0.1
+    model: GPTConfig = field(default_factory=GPTConfig)
+    max_steps: int = 2000
+    batch_size: int = 32
+    grad_accum: int = 1
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    lr_decay_steps: int | None = None
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    eval_interval: int = 250
+    eval_iters: int = 20
+    log_interval: int = 10
+    ckpt_interval: int = 500
+    keep_checkpoints: int = 3
+    seed: int = 1337
+    dtype: str = "fp32"
+    threads: int | None = None
+    init_from: str | None = None
+    skip_nonfinite: int = 0
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(TrainConfig)
+        for f in dataclasses.fields(self):
+            if f.name != "model":
+                setattr(self, f.name, coerce(f.name, getattr(self, f.name), hints[f.name]))
+        self.model = _model_of(self.model)
+        if not self.name or any(c in self.name for c in "/\\") or self.name in (".", ".."):
+            raise ValueError(f"name must be a plain folder name (no '/', not '.' or '..'), got {self.name!r}")
+        positive = ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval")
+        for key in positive:
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key} must be > 0, got {getattr(self, key)!r}")
+        for key in ("warmup_steps", "ckpt_interval", "keep_checkpoints", "seed", "skip_nonfinite"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key} must be >= 0, got {getattr(self, key)!r}")
+        if self.lr_decay_steps is not None and self.lr_decay_steps <= 0:
+            raise ValueError(f"lr_decay_steps must be > 0 or None, got {self.lr_decay_steps!r}")
+        if self.threads is not None and not 0 < self.threads <= 4096:
+            raise ValueError(f"threads must be in 1..4096 or None, got {self.threads!r}")
+        if self.seed >= 2**63:  # torch seeds are 64-bit
+            raise ValueError(f"seed must be < 2**63, got {self.seed!r}")
+        if not (self.lr > 0 and 0 <= self.min_lr <= self.lr):
+            raise ValueError(f"need lr > 0 and 0 <= min_lr <= lr, got lr={self.lr!r}, min_lr={self.min_lr!r}")
+        for key in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise ValueError(f"{key} must be in [0, 1), got {getattr(self, key)!r}")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise ValueError(f"weight_decay and grad_clip must be >= 0, got {self.weight_decay!r}, {self.grad_clip!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r} is not allowed; choose one of {list(DTYPES)}")
+        split_text("", self.val_fraction)  # validates the range
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """Build from a dict; unknown keys raise ``ValueError`` suggesting the close key."""
+        reject_unknown_keys(values, [f.name for f in dataclasses.fields(cls)], "training key")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values; ``model`` holds every model field except ``vocab_size``."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "model"}
+        return {**values, "model": model_fields(self.model)}
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir) / self.name
+
+    @property
+    def decay_steps(self) -> int:
+        return self.lr_decay_steps if self.lr_decay_steps is not None else self.max_steps
+
+
+def _model_of(model: Any) -> GPTConfig:
+    """A :class:`GPTConfig` from a ``TrainConfig.model`` value (a dict of its fields without ``vocab_size``)."""
+    if isinstance(model, GPTConfig):
+        return model
+    if not isinstance(model, dict):
+        raise TypeError(f"model must be a mapping of GPTConfig fields or a GPTConfig, got {type(model).__name__}")
+    if "vocab_size" in model:
+        raise ValueError("model.vocab_size is set from the tokenizer; remove it from the config")
+    reject_unknown_keys(model, list(MODEL_KEYS), "model key", prefix="model.")
+    return GPTConfig.from_dict(dict(model))
+
+
+def model_fields(model: GPTConfig) -> dict[str, Any]:
+    """The fields of ``model`` a user sets (all but ``vocab_size``), as plain values."""
+    return {k: v for k, v in model.to_dict().items() if k != "vocab_size"}
+
+
+def model_config(cfg: TrainConfig, vocab_size: int) -> GPTConfig:
+    """``cfg.model`` with the tokenizer's ``vocab_size``, without building (and validating) it again.
+
+    ``vocab_size`` takes no part in the position scheme or the geometry that ``GPTConfig`` checks,
+    so the validated config is copied rather than rebuilt: the scheme is built once more only by the
+    model itself.
+    """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
+        raise ValueError(f"vocab_size must be a positive integer, got {vocab_size!r}")
+    out = copy.copy(cfg.model)
+    out.position_config = copy.deepcopy(cfg.model.position_config)
+    out.vocab_size = vocab_size
+    return out
+
+
+def resume_identity(config_doc: dict, model: GPTConfig | None = None) -> dict:
+    """The part of a run's config (``{"model": ..., "train": ...}``) that must not change across a resume.
+
+    Both sections are normalised through their dataclasses, so a field added to ``GPTConfig`` or
+    ``TrainConfig`` after a run was saved compares equal to its default instead of blocking the resume.
+
+    Args:
+        config_doc: the run's config document.
+        model: ``config_doc["model"]`` already built (saves building it again).
+
+    Raises:
+        KeyError: a section is missing; TypeError / ValueError: a section does not build.
+    """
+    if model is None:
+        model = GPTConfig.from_dict(config_doc["model"])
+    train_values = {**config_doc["train"], "model": model}
+    train_values.setdefault("name", "run")
+    train = {k: v for k, v in TrainConfig.from_dict(train_values).to_dict().items()
+             if k not in RESUME_FREE_KEYS and k != "model"}
+    return {"model": model.to_dict(), "train": train}
+
+
+__all__ = ["DTYPES", "MODEL_KEYS", "RESUME_FREE_KEYS", "TrainConfig", "model_config", "model_fields", "resume_identity"]
