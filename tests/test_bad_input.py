@@ -9,6 +9,7 @@ with ``.venv/bin/python tests/test_bad_input.py``.
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -134,6 +135,14 @@ CASES = [
          lambda: positions.build("xpos", head_dim=16).rotate(torch.ones(1, 1, 1, 16).half(), torch.ones(1, 1, 1, 16).half(),
                                                              torch.tensor([9000]), torch.tensor([0])),
          ValueError, r"xpos cannot scale positions 0\.\.9000 in one call in torch\.float16"),
+    Case("targets-float", "`model(idx, targets=idx.float())`",
+         lambda: _tiny_gpt()(torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, 5)),
+         TypeError, r"targets must hold integer token ids \(-1 = ignored\), got torch\.float32"),
+    Case("targets-out-of-range", "`model(idx, targets)` with a target id 20 (vocab 20)",
+         lambda: _tiny_gpt()(torch.zeros(1, 5, dtype=torch.long), torch.full((1, 5), 20)),
+         ValueError, r"target id 20 is outside the vocabulary: targets must lie in \[0, 20\) or be -1"),
+    Case("cache-capacity-0", "`model.make_cache(1, capacity=0)`", lambda: _tiny_gpt().make_cache(1, capacity=0),
+         ValueError, r"capacity must be a positive integer \(or None = block_size\), got 0"),
 ]
 
 
@@ -166,6 +175,13 @@ CLI_CASES = [
     ("cli-unknown-experiment", ["experiment", "nonexistent"], r"unknown experiment 'nonexistent'; known: .*params"),
     ("cli-unknown-scheme", ["train", "--preset", "tiny", "--quick", "--model.position", "alibii"],
      r"unknown position scheme 'alibii' \(did you mean 'alibi'\?\)"),
+    ("cli-model-too-big", ["train", "--preset", "tiny", "--dry-run", "--model.n_layer", "100000000"],
+     r"this training needs about [\d,.]+ GiB \(1,228,800,0\d\d,\d\d\d parameters.*available.*--force"),
+    ("cli-eval-iters-huge", ["train", "--preset", "tiny", "--dry-run", "--eval_iters", "10000000000000"],
+     r"eval_iters 10,000,000,000,000 is more than 100,000 validation batches"),
+    ("cli-empty-name", ["train", "--preset", "tiny", "--dry-run", "--name", ""], r"--name must not be empty"),
+    ("cli-out-dir-file", ["train", "--preset", "tiny", "--dry-run", "--out_dir", "/etc/passwd"],
+     r"--out_dir '/etc/passwd' is a file, not a folder"),
 ]
 
 
@@ -225,7 +241,7 @@ def render_table(cli_messages: dict[str, str]) -> str:
                      f"`test_bad_input.py::test_bad_input[{case.id}]` |")
     for case_id, args, _ in CLI_CASES:
         message = _escape(_doc_message(cli_messages[case_id]))
-        lines.append(f"| `poslab {' '.join(args)}` | exit 2 | `{message}` | "
+        lines.append(f"| `poslab {shlex.join(args)}` | exit 2 | `{message}` | "
                      f"`test_bad_input.py::test_cli_prints_one_line_and_exits_2[{case_id}]` |")
     return "\n".join(lines)
 

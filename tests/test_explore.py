@@ -14,7 +14,7 @@ from lab_helpers import PROMPT, one_thread, tiny_run
 from poslab import positions
 from poslab.analysis.heads import attention_weights
 from poslab.cli.app import main
-from poslab.lab.explore import COLORMAP, ModelStore, colormap_rgb, make_server, page_html
+from poslab.lab.explore import COLORMAP, ModelStore, asset, colormap_rgb, make_server
 from poslab.runs import load_run
 
 
@@ -48,6 +48,11 @@ def test_page_and_font_are_served_locally(server):
     url, _ = server
     status, page = request(url + "/")
     assert status == 200 and b"<canvas" not in page and b"poslab explore" in page
+    assert b'src="/explore.js"' in page and b'href="/explore.css"' in page
+    for name in ("explore.js", "explore.css"):
+        status, text = request(url + "/" + name)
+        assert status == 200 and text == asset(name) and len(text) > 500
+        page += text
     for ref in (b"http://", b"https://", b"//cdn"):
         assert ref not in page
     status, font = request(url + "/font.otf")
@@ -122,7 +127,7 @@ def test_bad_requests(server):
 def test_colormap_matches_the_page():
     assert colormap_rgb(0.0) == COLORMAP[0] and colormap_rgb(1.0) == COLORMAP[-1]
     assert colormap_rgb(0.5) == COLORMAP[4] and colormap_rgb(2.0) == COLORMAP[-1] and colormap_rgb(-1) == COLORMAP[0]
-    assert "Math.floor(a + (COLORMAP[i + 1][k] - a) * t + 0.5)" in page_html()
+    assert "Math.floor(a + (COLORMAP[i + 1][k] - a) * t + 0.5)" in asset("explore.js").decode()
 
 
 def test_explore_cli_errors(tmp_path, capsys):

@@ -44,6 +44,13 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
                    ("cases", "symlinked_writers_refused", "planted_lock_paths_refused", "changed_tokenizers_refused",
                     "forged_files_one_line", "model_only_sampled", "model_only_resume_refused", "resume_edge_cases_ok",
                     "victim_files_changed")),
+    "sweep_lab": ("kills of sweeps and trainings, lab reruns",
+                  ("sweep_kills", "trainings_stopped_with_sweep", "final_checkpoints_saved", "sigterm_to_train_saved",
+                   "reruns_waited_for_run_in_use", "lab_trainings_resumed", "checkpoints_deleted")),
+    "inputs": ("unbounded and rough inputs refused before they cost",
+               ("cases", "refused_one_line", "tracebacks", "max_mib_grown_reading_1gib_binary_corpus")),
+    "explorer": ("explorer request checks (Host, Origin, Content-Length, disconnects)",
+                 ("requests", "refused", "served_anyway", "disconnects_logged_in_one_line", "tracebacks")),
 }
 
 

@@ -8,7 +8,6 @@ read from the model (eager backend, fp32). Poem characters are drawn with the CJ
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -149,12 +148,3 @@ def run_attention(run_dir: Path, prompt: str, out: Path | None = None, json_path
                                             "png": out.name, **summary(weights, tokens)})
     print(f"wrote {out} ({cfg.n_layer} layers x {cfg.n_head} heads, {len(tokens)} tokens)")
     return out
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("attention", help="grid of attention heatmaps (layer x head) of a trained run for a prompt")
-    parser.add_argument("run", type=Path, help="run folder, or a name under runs/")
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"text to read (default {DEFAULT_PROMPT})")
-    parser.add_argument("--out", type=Path, default=None, help="PNG to write (default RUN/attention.png)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the tokens and per-head numbers as JSON")
-    parser.set_defaults(func=lambda a: run_attention(a.run, a.prompt, a.out, a.json) and 0)

@@ -22,7 +22,6 @@ Everything here is computed from the model; nothing is looked up.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 from collections.abc import Iterator
@@ -507,12 +506,3 @@ def text_tokens(tokenizer: Any, text: str) -> Tensor:
 
     _, val_text = split_text(load_text(text), 0.1)
     return encode_corpus(tokenizer, val_text)
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("heads", help="what each attention head does: types and importance of a trained run")
-    parser.add_argument("run", type=Path, help="run folder (runs/NAME)")
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default RUN/heads)")
-    parser.add_argument("--text", default=None, help="evaluation corpus name or file (default: the run's corpus)")
-    parser.add_argument("--quick", action="store_true", help="fewer evaluation batches")
-    parser.set_defaults(func=lambda a: run_heads(a.run, a.out or a.run / "heads", a.quick, a.text) and 0)

@@ -2,15 +2,24 @@
 
 Each subcommand lives in its own module exposing ``add_parser(subparsers)``; adding a command is one
 line in :data:`COMMANDS`. Bad input prints one line ``poslab: error: ...`` and exits 2, never a traceback.
+
+Signals: SIGTERM (what schedulers, ``timeout`` and ``kill`` send) and SIGHUP (a closed terminal,
+unless ignored, e.g. by ``nohup``) act as Ctrl-C: a training finishes its step, saves a checkpoint
+and exits 130. A command started by a sweep (``POSLAB_PARENT_PID`` set) gets SIGTERM when that
+parent dies, however it dies (``PR_SET_PDEATHSIG`` on Linux, else a watcher thread).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import re
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 # one line per subcommand module
 COMMANDS = (
@@ -18,14 +27,14 @@ COMMANDS = (
     "poslab.cli.train",
     "poslab.cli.sample",
     "poslab.cli.presets",
-    "poslab.lab.bench",
-    "poslab.interop.convert",
-    "poslab.analysis.eval",
-    "poslab.lab.lab",
-    "poslab.analysis.heads",
-    "poslab.analysis.attention_map",
-    "poslab.lab.explore",
-    "poslab.lab.sweep",
+    "poslab.cli.bench",
+    "poslab.cli.convert",
+    "poslab.cli.eval",
+    "poslab.cli.lab",
+    "poslab.cli.heads",
+    "poslab.cli.attention",
+    "poslab.cli.explore",
+    "poslab.cli.sweep",
 )
 
 
@@ -53,7 +62,70 @@ def _version() -> str:
     return __version__
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _as_ctrl_c(signum: int, frame: object) -> None:
+    """SIGTERM / SIGHUP -> whatever Ctrl-C does now (the trainer's save-and-stop flag, else KeyboardInterrupt)."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:  # SIGINT ignored (a background job) or default: still stop
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _signals_as_ctrl_c() -> Iterator[None]:
+    """Route SIGTERM (and SIGHUP unless it is ignored) to the Ctrl-C path for the command's duration."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is None or signal.getsignal(sig) is signal.SIG_IGN:
+            continue
+        previous[sig] = signal.signal(sig, _as_ctrl_c)
+    try:
+        _follow_parent()
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _follow_parent() -> None:
+    """When :data:`PARENT_ENV` names our parent, receive SIGTERM as soon as it dies."""
+    from poslab.lab.sweep import PARENT_ENV  # set by the sweep to its pid
+
+    text = os.environ.pop(PARENT_ENV, None)
+    if not text or not text.isdigit():
+        return
+    parent = int(text)
+    armed = False
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
+    if os.getppid() != parent:  # it died before we armed: stop now
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    if not armed:
+        def watch() -> None:
+            while os.getppid() == parent:
+                threading.Event().wait(1.0)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=watch, name="poslab-parent-watch", daemon=True).start()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    with _signals_as_ctrl_c():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -12,6 +12,7 @@ import argparse
 import time
 from pathlib import Path
 
+from poslab.cli import paths
 from poslab.lab import experiments
 
 
@@ -32,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    paths.output_folder(args.out, "--out")
     registry = experiments.registry()
     if args.name == "list":
         width = max(len(name) for name in [*registry, "all"])

@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from poslab.cli import paths
 from poslab.config import key_help, merge, parse_overrides, preflight
+from poslab.nn.footprint import check_training
 from poslab.runs import RunFolder
 from poslab.session import train
 from poslab.training import presets
@@ -76,6 +78,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="under torchrun: shard the model with FSDP2 (fully_shard) instead of DDP (docs/scaling.md)")
     p.add_argument("--dry-run", action="store_true",
                    help="check the config and the run folder, print the resolved config as JSON, write nothing")
+    p.add_argument("--force", action="store_true",
+                   help="train even when the memory estimate says the model cannot fit this machine")
     p.set_defaults(func=run, overrides=[])
     original = p.parse_known_args
 
@@ -99,7 +103,12 @@ def dry_run(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    paths.run_name(args.name)  # '' or a newline: refused, not replaced or accepted
     cfg = build_config(args)
+    paths.output_folder(cfg.out_dir, "--out_dir")
+    if cfg.init_from:
+        paths.run_folder(cfg.init_from, "--init_from")
+    check_training(cfg.model, cfg.batch_size, cfg.eval_iters, force=args.force)  # before anything is built
     resume = resume_or_start(cfg, args.resume) if args.preset else args.resume
     if args.dry_run:
         print(json.dumps(dry_run(cfg, resume, args.overwrite), indent=2, ensure_ascii=False))

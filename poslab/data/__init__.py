@@ -64,6 +64,21 @@ def load_corpus(name: str) -> str:
     return raw.decode("utf-8")
 
 
+#: bytes of a corpus file checked (NUL bytes, UTF-8) before the rest is read
+SNIFF_BYTES = 4 * 2**20
+
+
+def _check_text_start(head: bytes, path: Path, complete: bool) -> None:
+    """Refuse a file whose first :data:`SNIFF_BYTES` are binary or not UTF-8 (a cut last character is fine)."""
+    if b"\x00" in head:
+        raise ValueError(f"corpus file {str(path)!r} looks binary (contains NUL bytes); expected UTF-8 text")
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if complete or err.start < len(head) - 3:  # not just a character cut by the sniff's end
+            raise ValueError(f"corpus file {str(path)!r} is not valid UTF-8 (byte {err.start}): {err.reason}") from None
+
+
 def load_text(name_or_path: str | Path) -> str:
     """A shipped corpus by name, or a user's UTF-8 text file by path.
 
@@ -75,7 +90,10 @@ def load_text(name_or_path: str | Path) -> str:
     path = Path(name_or_path)
     if not path.is_file():
         raise ValueError(f"corpus {str(name_or_path)!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file")
-    raw = path.read_bytes()
+    with open(path, "rb") as handle:  # sniff the start first: a binary file is refused before it is read whole
+        raw = handle.read(SNIFF_BYTES)
+        _check_text_start(raw, path, complete=len(raw) < SNIFF_BYTES)
+        raw += handle.read()
     if b"\x00" in raw:
         raise ValueError(f"corpus file {str(path)!r} looks binary (contains NUL bytes); expected UTF-8 text")
     try:

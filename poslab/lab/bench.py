@@ -28,14 +28,12 @@ tokens, then per-token latency with the KV cache vs recomputing the full forward
 
 from __future__ import annotations
 
-import argparse
 import gc
 import io
 import json
 import math
 import os
 import re
-import shlex
 import statistics
 import subprocess
 import sys
@@ -75,19 +73,120 @@ REFERENCES = ("torch-mha", "torch-mha-is_causal", "naive", "hf-llama-rope", "hf-
 
 
 # ================================================================================ attention cases
+#: what a case builder returns: the module (for ``zero_grad``) and its forward pass
+Built = tuple[nn.Module, Callable[[], Tensor]]
+
+
 @dataclass(frozen=True)
 class Case:
-    """One benchmarked attention implementation.
+    """One benchmarked attention implementation: a builder of :data:`BUILDERS` and its typed parameters.
 
     Attributes:
-        name: table name.
+        name: table name (what ``--cases`` and the results use).
+        builder: key of :data:`BUILDERS`.
+        params: keyword arguments of the builder, as ``(name, value)`` pairs (hashable).
         window: sliding window (for the FLOP count), ``None`` = causal.
         quadratic_bytes: bytes per ``T^2`` the case keeps (for the skip estimate), 0 if linear.
     """
 
     name: str
+    builder: str
+    params: tuple[tuple[str, Any], ...] = ()
     window: int | None = None
     quadratic_bytes: float = 0.0
+
+    def to_json(self) -> str:
+        """The spec as one JSON string (how the memory worker receives it)."""
+        return json.dumps({"name": self.name, "builder": self.builder, "params": [list(p) for p in self.params],
+                           "window": self.window, "quadratic_bytes": self.quadratic_bytes})
+
+    @classmethod
+    def from_json(cls, text: str) -> Case:
+        data = json.loads(text)
+        return cls(data["name"], data["builder"], tuple((k, v) for k, v in data["params"]), data["window"],
+                   data["quadratic_bytes"])
+
+
+def build_poslab(x: Tensor, T: int, *, scheme: str, window: int | None = None) -> Built:
+    """poslab's :class:`~poslab.nn.attention.MultiHeadAttention` with position scheme ``scheme``."""
+    from poslab.nn import positions
+    from poslab.nn.attention import MultiHeadAttention
+
+    position = positions.build_for_model(
+        scheme, {}, {"n_embd": D_MODEL, "n_heads": HEADS, "head_dim": HEAD_DIM, "max_len": T, "bidirectional": False}
+    )
+    module = MultiHeadAttention(D_MODEL, HEADS, position=position, window=window, bias=False)
+    module.add_module("scheme", position)
+    pos = torch.arange(T)
+
+    def forward() -> Tensor:
+        return module(position.embed(x, pos), pos)  # absolute schemes add their table here
+
+    return module, forward
+
+
+def build_torch_mha(x: Tensor, T: int, *, is_causal_hint: bool = False) -> Built:
+    """``torch.nn.MultiheadAttention`` with a causal ``attn_mask`` (and optionally the ``is_causal`` hint)."""
+    module = nn.MultiheadAttention(D_MODEL, HEADS, batch_first=True, bias=False)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)  # True = masked (nn.MultiheadAttention)
+
+    def forward() -> Tensor:
+        return module(x, x, x, attn_mask=future, need_weights=False, is_causal=is_causal_hint)[0]
+
+    return module, forward
+
+
+def build_naive(x: Tensor, T: int) -> Built:
+    """:class:`NaiveAttention`: eager ``softmax(QK^T)V``."""
+    module = NaiveAttention(D_MODEL, HEADS)
+    return module, lambda: module(x)
+
+
+def build_hf_llama(x: Tensor, T: int) -> Built:
+    """``transformers``' Llama attention (RoPE, SDPA)."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+
+    config = LlamaConfig(hidden_size=D_MODEL, num_attention_heads=HEADS, num_key_value_heads=HEADS,
+                         head_dim=HEAD_DIM, max_position_embeddings=T, intermediate_size=4 * D_MODEL)
+    config._attn_implementation = "sdpa"
+    module = LlamaAttention(config, layer_idx=0)
+    rotary = LlamaRotaryEmbedding(config)
+    position_ids = torch.arange(T)[None]
+
+    def forward() -> Tensor:
+        cos_sin = rotary(x, position_ids)  # the model computes these once per forward
+        return module(x, position_embeddings=cos_sin, attention_mask=None)[0]  # None: SDPA is_causal
+
+    return module, forward
+
+
+def build_hf_bloom(x: Tensor, T: int) -> Built:
+    """``transformers``' Bloom attention (ALiBi, eager, with its projection biases)."""
+    from transformers import BloomConfig
+    from transformers.models.bloom.modeling_bloom import BloomAttention, build_alibi_tensor
+
+    module = BloomAttention(BloomConfig(hidden_size=D_MODEL, n_head=HEADS), layer_idx=0)
+    ones = torch.ones(BATCH, T)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    residual = torch.zeros(BATCH, T, D_MODEL)
+
+    def forward() -> Tensor:
+        alibi = build_alibi_tensor(ones, HEADS, x.dtype)  # [B*h, 1, T], as BloomModel builds it
+        mask = torch.zeros(BATCH, 1, T, T).masked_fill(future, torch.finfo(x.dtype).min)
+        return module(x, residual, alibi, mask)[0]
+
+    return module, forward
+
+
+#: builder name -> function ``(x [B, T, d], T, **params) -> (module, forward)``
+BUILDERS: dict[str, Callable[..., Built]] = {
+    "poslab": build_poslab,
+    "torch-mha": build_torch_mha,
+    "naive": build_naive,
+    "hf-llama": build_hf_llama,
+    "hf-bloom": build_hf_bloom,
+}
 
 
 def attention_cases(schemes: Sequence[str] | None = None) -> list[Case]:
@@ -95,16 +194,25 @@ def attention_cases(schemes: Sequence[str] | None = None) -> list[Case]:
     from poslab.nn import positions
 
     names = list(schemes) if schemes is not None else positions.names()
-    cases = [Case(f"poslab:{n}") for n in names]
-    cases.append(Case(f"poslab:none-window{WINDOW}", window=WINDOW))
+    cases = [Case(f"poslab:{n}", "poslab", (("scheme", n),)) for n in names]
+    cases.append(Case(f"poslab:none-window{WINDOW}", "poslab", (("scheme", "none"), ("window", WINDOW)), window=WINDOW))
     cases += [
-        Case("torch-mha", quadratic_bytes=5.0),  # its [T, T] mask, bool then float inside SDPA
-        Case("torch-mha-is_causal", quadratic_bytes=1.0),
-        Case("naive", quadratic_bytes=BATCH * HEADS * 4 * 3.0),  # measured: ~3 fp32 [B, h, T, T] at the peak
-        Case("hf-llama-rope"),
-        Case("hf-bloom-alibi", quadratic_bytes=BATCH * HEADS * 4 * 3.5),
+        Case("torch-mha", "torch-mha", quadratic_bytes=5.0),  # its [T, T] mask, bool then float inside SDPA
+        Case("torch-mha-is_causal", "torch-mha", (("is_causal_hint", True),), quadratic_bytes=1.0),
+        Case("naive", "naive", quadratic_bytes=BATCH * HEADS * 4 * 3.0),  # measured: ~3 fp32 [B, h, T, T] at the peak
+        Case("hf-llama-rope", "hf-llama"),
+        Case("hf-bloom-alibi", "hf-bloom", quadratic_bytes=BATCH * HEADS * 4 * 3.5),
     ]
     return cases
+
+
+def find_cases(names: Sequence[str]) -> list[Case]:
+    """The cases named (``--cases``), in that order; ``ValueError`` naming an unknown one and listing the known."""
+    known = {c.name: c for c in attention_cases()}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown benchmark case {unknown[0]!r}; known: {', '.join(known)}")
+    return [known[n] for n in names]
 
 
 class NaiveAttention(nn.Module):
@@ -126,66 +234,13 @@ class NaiveAttention(nn.Module):
         return self.proj((weights @ v).transpose(1, 2).reshape(B, T, d))  # [B, h, T, d_k] -> [B, T, d]
 
 
-def build_case(name: str, T: int, seed: int = 0) -> Callable[[], None]:
-    """A closure running one forward + backward of case ``name`` at length ``T`` (grads reset first)."""
+def build_case(case: Case, T: int, seed: int = 0) -> Callable[[], None]:
+    """A closure running one forward + backward of ``case`` at length ``T`` (grads reset first)."""
+    if case.builder not in BUILDERS:
+        raise ValueError(f"unknown benchmark builder {case.builder!r}; known: {', '.join(BUILDERS)}")
     torch.manual_seed(seed)
     x = torch.randn(BATCH, T, D_MODEL, requires_grad=True)
-    if name.startswith("poslab:"):
-        from poslab.nn import positions
-        from poslab.nn.attention import MultiHeadAttention
-
-        scheme_name, _, window = name.split(":", 1)[1].partition("-window")
-        scheme = positions.build_for_model(
-            scheme_name, {}, {"n_embd": D_MODEL, "n_heads": HEADS, "head_dim": HEAD_DIM, "max_len": T, "bidirectional": False}
-        )
-        module: nn.Module = MultiHeadAttention(D_MODEL, HEADS, position=scheme, window=int(window) if window else None, bias=False)
-        module.add_module("scheme", scheme)
-        pos = torch.arange(T)
-
-        def forward() -> Tensor:
-            return module(scheme.embed(x, pos), pos)  # absolute schemes add their table here
-    elif name.startswith("torch-mha"):
-        module = nn.MultiheadAttention(D_MODEL, HEADS, batch_first=True, bias=False)
-        future = torch.ones(T, T, dtype=torch.bool).triu(1)  # True = masked (nn.MultiheadAttention)
-        hint = name.endswith("is_causal")
-
-        def forward() -> Tensor:
-            return module(x, x, x, attn_mask=future, need_weights=False, is_causal=hint)[0]
-    elif name == "naive":
-        module = NaiveAttention(D_MODEL, HEADS)
-
-        def forward() -> Tensor:
-            return module(x)
-    elif name == "hf-llama-rope":
-        from transformers import LlamaConfig
-        from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
-
-        config = LlamaConfig(hidden_size=D_MODEL, num_attention_heads=HEADS, num_key_value_heads=HEADS,
-                             head_dim=HEAD_DIM, max_position_embeddings=T, intermediate_size=4 * D_MODEL)
-        config._attn_implementation = "sdpa"
-        module = LlamaAttention(config, layer_idx=0)
-        rotary = LlamaRotaryEmbedding(config)
-        position_ids = torch.arange(T)[None]
-
-        def forward() -> Tensor:
-            cos_sin = rotary(x, position_ids)  # the model computes these once per forward
-            return module(x, position_embeddings=cos_sin, attention_mask=None)[0]  # None: SDPA is_causal
-    elif name == "hf-bloom-alibi":
-        from transformers import BloomConfig
-        from transformers.models.bloom.modeling_bloom import BloomAttention, build_alibi_tensor
-
-        module = BloomAttention(BloomConfig(hidden_size=D_MODEL, n_head=HEADS), layer_idx=0)
-        ones = torch.ones(BATCH, T)
-        future = torch.ones(T, T, dtype=torch.bool).triu(1)
-        residual = torch.zeros(BATCH, T, D_MODEL)
-
-        def forward() -> Tensor:
-            alibi = build_alibi_tensor(ones, HEADS, x.dtype)  # [B*h, 1, T], as BloomModel builds it
-            mask = torch.zeros(BATCH, 1, T, T).masked_fill(future, torch.finfo(x.dtype).min)
-            return module(x, residual, alibi, mask)[0]
-    else:
-        known = [c.name for c in attention_cases()]
-        raise ValueError(f"unknown benchmark case {name!r}; known: {', '.join(known)}")
+    module, forward = BUILDERS[case.builder](x, T, **dict(case.params))
     module.train()
 
     def step() -> None:
@@ -240,11 +295,11 @@ def _status_kb(field: str) -> int:
     return int(match.group(1))
 
 
-def _worker(name: str, T: int) -> None:
+def _worker(case: Case, T: int) -> None:
     """Subprocess entry: peak resident memory of one forward + backward, printed as JSON (MiB)."""
     if os.environ.get(THREADS_ENV):
         torch.set_num_threads(int(os.environ[THREADS_ENV]))
-    step = build_case(name, T)
+    step = build_case(case, T)
     gc.collect()
     before = _status_kb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
@@ -262,7 +317,7 @@ def measure_memory(case: Case, T: int, timeout: float = 1800) -> float | None:
     """Peak MiB of ``case`` at ``T`` in a fresh subprocess (``None`` if skipped or failed)."""
     if case.quadratic_bytes * T * T / 2**20 > 0.5 * available_mib():
         return None
-    cmd = [sys.executable, "-m", "poslab.lab.bench", "--worker", case.name, str(T)]
+    cmd = [sys.executable, "-m", "poslab.lab.bench", "--worker", case.to_json(), str(T)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
     if done.returncode != 0:
         print(f"  memory worker for {case.name} at T={T} failed: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
@@ -271,18 +326,12 @@ def measure_memory(case: Case, T: int, timeout: float = 1800) -> float | None:
 
 
 # ------------------------------------------------------------------------------------- run
-def run_attention(sizes: Sequence[int], repeats: int, memory: bool = True, case_names: Sequence[str] | None = None,
+def run_attention(sizes: Sequence[int], repeats: int, memory: bool = True, cases: Sequence[Case] | None = None,
                   log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Time (and measure) every case at every size; returns the rows and the roofline."""
+    """Time (and measure) every case (default :func:`attention_cases`) at every size; the rows and the roofline."""
     peak = matmul_gflops()
     log(f"fp32 matmul roofline: {peak:.0f} GFLOP/s ({torch.get_num_threads()} threads)")
-    cases = attention_cases()
-    if case_names is not None:
-        known = {c.name: c for c in cases}
-        unknown = [n for n in case_names if n not in known]
-        if unknown:
-            raise ValueError(f"unknown benchmark case {unknown[0]!r}; known: {', '.join(known)}")
-        cases = [known[n] for n in case_names]
+    cases = list(cases) if cases is not None else attention_cases()
     rows = []
     for T in sizes:
         runnable = [c for c in cases if c.quadratic_bytes * T * T / 2**20 <= 0.5 * available_mib()]
@@ -290,7 +339,7 @@ def run_attention(sizes: Sequence[int], repeats: int, memory: bool = True, case_
         # long sizes: no warm-up round, at least 3 timed rounds (the median drops a cold first run)
         n_repeats, warmup = (repeats, True) if T <= 2048 else (max(3, repeats // 2), False)
         log(f"T={T}: timing {len(runnable)} cases x {n_repeats} alternating rounds" + (f" (skipped, too much memory: {', '.join(skipped)})" if skipped else ""))
-        steps = {c.name: build_case(c.name, T) for c in runnable}
+        steps = {c.name: build_case(c, T) for c in runnable}
         times = time_cases(steps, n_repeats, warmup)
         del steps
         gc.collect()
@@ -512,43 +561,7 @@ def plot(attention: dict | None, decode: dict | None) -> bytes:
     return buffer.getvalue()
 
 
-# ========================================================================================== CLI
-def parse_sizes(text: str, label: str = "--sizes") -> list[int]:
-    """``"256,1024"`` -> ``[256, 1024]`` (positive integers), else ``ValueError`` naming the bad item."""
-    values = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item.isdigit() or int(item) <= 0:
-            raise ValueError(f"{label} must be comma-separated positive integers, got {item!r} in {text!r}")
-        values.append(int(item))
-    return values
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "bench",
-        help="benchmark attention (time, memory) and KV-cache decoding against reference implementations",
-        description="Attention forward+backward time and peak memory for every scheme and the references, and "
-        "KV-cache decoding vs full recompute. Alternating runs, medians; writes results.json, report.md, bench.png.",
-    )
-    p.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, contexts {QUICK_CONTEXTS}, 3 repeats")
-    p.add_argument("--sizes", default=None, help=f"attention lengths, comma-separated (default {','.join(map(str, FULL_SIZES))})")
-    p.add_argument("--contexts", default=None, help=f"decode contexts (default {','.join(map(str, FULL_CONTEXTS))})")
-    p.add_argument("--cases", default=None, help="only these attention cases, comma-separated (default: all)")
-    p.add_argument("--repeats", type=int, default=None, help="alternating rounds per size (default 5; 3 with --quick)")
-    p.add_argument("--only", choices=("attention", "decode"), default=None, help="run one half")
-    p.add_argument("--no-memory", action="store_true", help="skip the per-case peak-memory subprocesses")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: torch's choice). On a shared, oversubscribed machine 1 thread "
-                   "gives stable timings: OpenMP threads that wait for a descheduled peer can be 10x slower")
-    p.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
-                   help="wall time (default) or process CPU time (steadier when other jobs share the cores; use with --threads 1)")
-    p.add_argument("--out", type=Path, default=Path("runs") / "bench", help="output folder (default runs/bench)")
-    p.add_argument("--from-results", type=Path, default=None, metavar="JSON",
-                   help="measure nothing: re-render report.md, the targets and bench.png from a results.json")
-    p.set_defaults(func=run)
-
-
+# ========================================================================================= entry
 def rerender(path: Path, out: Path) -> int:
     """Rebuild the report, targets and plot of a finished run from its ``results.json`` (no measuring)."""
     from poslab.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -571,37 +584,37 @@ def rerender(path: Path, out: Path) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
+def run_bench(out: Path, sizes: Sequence[int], contexts: Sequence[int], repeats: int,
+              cases: Sequence[Case] | None = None, only: str | None = None, memory: bool = True,
+              command: str = "") -> dict[str, Any]:
+    """Measure, print the report and write ``out/results.json``, ``report.md``, ``bench.png``.
+
+    Args:
+        out: output folder (created).
+        sizes: attention lengths ``T``.
+        contexts: decode contexts.
+        repeats: alternating rounds per size (positive).
+        cases: the attention cases (default :func:`attention_cases`).
+        only: ``"attention"`` or ``"decode"`` to run one half.
+        memory: measure each case's peak memory in a subprocess.
+        command: the command line recorded in the report.
+
+    Returns:
+        The results written to ``results.json``.
+    """
     from poslab.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text
 
-    if args.from_results is not None:
-        return rerender(args.from_results, args.out)
-
-    sizes = parse_sizes(args.sizes) if args.sizes else list(QUICK_SIZES if args.quick else FULL_SIZES)
-    contexts = parse_sizes(args.contexts, "--contexts") if args.contexts else list(QUICK_CONTEXTS if args.quick else FULL_CONTEXTS)
-    repeats = args.repeats if args.repeats is not None else (3 if args.quick else 5)
     if repeats <= 0:
         raise ValueError(f"--repeats must be a positive integer, got {repeats}")
-    if args.threads is not None:
-        if args.threads <= 0:
-            raise ValueError(f"--threads must be a positive integer, got {args.threads}")
-        torch.set_num_threads(args.threads)
-        os.environ[THREADS_ENV] = str(args.threads)  # the memory workers follow
-    set_clock(args.clock)
-    cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
-    if cases is not None:
-        known = [c.name for c in attention_cases()]
-        for case in cases:
-            if case not in known:
-                raise ValueError(f"unknown benchmark case {case!r}; known: {', '.join(known)}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    command = shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])  # exactly what was run
+    if only not in (None, "attention", "decode"):
+        raise ValueError(f"only must be None, 'attention' or 'decode', got {only!r}")
+    out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     attention = decode = None
-    if args.only in (None, "attention"):
+    if only in (None, "attention"):
         print("== attention forward+backward")
-        attention = run_attention(sizes, repeats, memory=not args.no_memory, case_names=cases)
-    if args.only in (None, "decode"):
+        attention = run_attention(sizes, repeats, memory=memory, cases=cases)
+    if only in (None, "decode"):
         print("== decoding: KV cache vs full recompute")
         decode = run_decode(contexts, repeats)
     checks = check_targets(attention, decode)
@@ -610,15 +623,15 @@ def run(args: argparse.Namespace) -> int:
     print(report)
     results = {"command": command, "seconds": time.time() - started, "torch": torch.__version__,
                "attention": attention, "decode": decode, "targets": checks}
-    atomic_write_json(args.out / "results.json", results)
-    atomic_write_text(args.out / "report.md", report + "\n")
-    atomic_write_bytes(args.out / "bench.png", plot(attention, decode))
-    print(f"results in {args.out}/ (results.json, report.md, bench.png)")
-    return 0
+    atomic_write_json(out / "results.json", results)
+    atomic_write_text(out / "report.md", report + "\n")
+    atomic_write_bytes(out / "bench.png", plot(attention, decode))
+    print(f"results in {out}/ (results.json, report.md, bench.png)")
+    return results
 
 
 if __name__ == "__main__":  # memory worker: python -m poslab.lab.bench --worker CASE T
     if len(sys.argv) == 4 and sys.argv[1] == "--worker":
-        _worker(sys.argv[2], int(sys.argv[3]))
+        _worker(Case.from_json(sys.argv[2]), int(sys.argv[3]))
     else:
-        sys.exit("usage: python -m poslab.lab.bench --worker CASE T (use `poslab bench` for the benchmark)")
+        sys.exit("usage: python -m poslab.lab.bench --worker CASE_JSON T (use `poslab bench` for the benchmark)")

@@ -1,7 +1,8 @@
 """``poslab explore [RUN ...] [--port P]``: a local web page to watch attention heads read a prompt.
 
-Served on 127.0.0.1 by the standard library's ``http.server`` (no external assets: the page, its
-script and the CJK font all come from this process). Pick a trained run or a position scheme (an
+Served on 127.0.0.1 by the standard library's ``http.server`` (no external assets: the page
+``poslab/lab/assets/explore.html``, its script ``explore.js`` and style ``explore.css``, shipped as
+package data, and the CJK font all come from this process). Pick a trained run or a position scheme (an
 untrained GPT of that scheme, when no run is given), type a prompt, and every head of every layer is
 drawn as a heatmap, beside the scheme's own picture: the RoPE rotation ``cos(m·θ_i)``, the ALiBi / T5 /
 KERPLE / FIRE / Transformer-XL bias, T5's buckets, or the absolute position vectors. Two panels
@@ -12,16 +13,21 @@ JSON API (used by the page):
 * ``GET /api/models`` -> ``{"models": [{"id", "label", "kind", "position", "n_layer", "n_head", "block_size"}], ...}``
 * ``POST /api/attention`` ``{"model": ID, "prompt": TEXT}`` -> ``{"tokens", "weights" [L][h][T][T], "views"}``;
   a prompt the model cannot read (empty, unknown characters, too long) -> HTTP 400 ``{"error": MESSAGE}``.
+
+Requests are checked (:class:`Handler`): a loopback ``Host`` at this port, same origin, a bounded
+``Content-Length``; anything else is HTTP 403/400 with ``{"error": MESSAGE}``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import re
+import sys
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +37,9 @@ from poslab.analysis.attention_map import DEFAULT_PROMPT, prompt_attention
 from poslab.nn.model import GPT, GPTConfig
 
 MAX_BODY_BYTES = 64 * 1024
+#: the page's files (``poslab/lab/assets/``) -> their content type
+ASSETS = {"explore.html": "text/html; charset=utf-8", "explore.js": "text/javascript; charset=utf-8",
+          "explore.css": "text/css; charset=utf-8"}
 MAX_PROMPT_CHARS = 1024
 UNTRAINED = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 64}
 # viridis at 9 stops; the page interpolates linearly between them (the tests use colormap_rgb)
@@ -165,32 +174,106 @@ def attention_payload(store: ModelStore, key: str, prompt: str) -> dict[str, Any
 
 
 # ------------------------------------------------------------------------------------------ server
+#: the names a loopback server may be reached by (``Host`` values without the port)
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+_HOST_RE = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(?::(\d{1,5}))?$")
+
+
+class RequestRefused(Exception):
+    """A request the explorer does not serve: HTTP ``status`` and a one-line message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class Handler(BaseHTTPRequestHandler):
-    """Routes: ``/``, ``/font.otf``, ``/api/models``, ``/api/attention``."""
+    """Routes: ``/``, the page's assets, ``/font.otf``, ``/api/models``, ``/api/attention``.
+
+    Every request must name a loopback ``Host`` (``127.0.0.1``, ``localhost`` or ``[::1]``, at this
+    server's port: a DNS-rebinding page reaches the server under its own host name) and, when it
+    carries an ``Origin``, come from this server's own origin (a page elsewhere cannot make it
+    compute). A ``POST`` body needs a decimal ``Content-Length`` of at most :data:`MAX_BODY_BYTES`.
+    A client that goes away before its answer is sent is logged in one line.
+    """
 
     store: ModelStore
     server_version = "poslab-explore"
     quiet = True
+    timeout = 60  # seconds a client may take to send its request
 
     def log_message(self, format: str, *args: Any) -> None:
         if not self.quiet:
             super().log_message(format, *args)
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (ConnectionError, TimeoutError) as err:  # the client went away (or stalled): one line, no traceback
+            what = getattr(self, "requestline", "") or "before sending a request"
+            host, port = self.client_address[:2]
+            sys.stderr.write(f"poslab explore: client {host}:{port} disconnected ({what}): {type(err).__name__}\n")
+            self.close_connection = True
 
     def _send(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
     def _json(self, status: int, data: Any) -> None:
         self._send(status, json.dumps(data, ensure_ascii=False, allow_nan=False).encode("utf-8"), "application/json; charset=utf-8")
 
+    def _check_origin(self) -> None:
+        """Refuse (403) a non-loopback ``Host`` or a cross-origin request."""
+        port = self.server.server_address[1]
+        host = self.headers.get("Host")
+        match = _HOST_RE.match(host.strip()) if host else None
+        if match is None or match.group(1).lower() not in LOOPBACK_HOSTS or (match.group(2) and int(match.group(2)) != port):
+            raise RequestRefused(403, f"Host {host!r} is not this server; use http://127.0.0.1:{port}/")
+        origin = self.headers.get("Origin")
+        if origin is not None and origin.rstrip("/").lower() not in {f"http://{h}:{port}" for h in LOOPBACK_HOSTS}:
+            raise RequestRefused(403, f"cross-origin request from {origin!r} refused; open http://127.0.0.1:{port}/")
+        site = self.headers.get("Sec-Fetch-Site")
+        if site is not None and site not in ("same-origin", "none"):
+            raise RequestRefused(403, f"cross-site request (Sec-Fetch-Site: {site}) refused")
+
+    def _body(self) -> bytes:
+        """The request body, after checking its length (no chunked bodies)."""
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            raise RequestRefused(411, "send the body with a Content-Length (no Transfer-Encoding)")
+        text = self.headers.get("Content-Length")
+        if text is None:
+            return b""
+        if not re.fullmatch(r"\d{1,20}", text.strip()):
+            self.close_connection = True  # the body's end is unknown: this connection cannot be reused
+            raise RequestRefused(400, f"Content-Length must be a non-negative integer, got {text!r}")
+        length = int(text)
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True  # the body is not read
+            raise RequestRefused(400, f"request of {length} bytes is larger than {MAX_BODY_BYTES}")
+        body = self.rfile.read(length)
+        if len(body) < length:
+            raise ConnectionResetError(f"body ended after {len(body)} of {length} bytes")
+        return body
+
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        try:
+            self._check_origin()
+        except RequestRefused as err:
+            self._json(err.status, {"error": str(err)})
+            return
         path = self.path.split("?", 1)[0]
         if path in ("/", "/index.html"):
-            self._send(200, page_html().encode("utf-8"), "text/html; charset=utf-8")
+            self._send(200, asset("explore.html"), ASSETS["explore.html"])
+        elif path.lstrip("/") in ASSETS:
+            self._send(200, asset(path.lstrip("/")), ASSETS[path.lstrip("/")])
         elif path == "/font.otf":
             from poslab.display.fonts import font_path
 
@@ -203,21 +286,25 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": f"no such page: {path}"})
 
     def do_POST(self) -> None:  # noqa: N802
-        if self.path.split("?", 1)[0] != "/api/attention":
-            self._json(404, {"error": f"no such endpoint: {self.path}"})
-            return
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY_BYTES:
-                raise ValueError(f"request of {length} bytes is larger than {MAX_BODY_BYTES}")
-            request = json.loads(self.rfile.read(length).decode("utf-8") or "{}")
+            self._check_origin()
+            if self.path.split("?", 1)[0] != "/api/attention":
+                self.close_connection = True  # the body is not read
+                raise RequestRefused(404, f"no such endpoint: {self.path}")
+            request = json.loads(self._body().decode("utf-8") or "{}")
             if not isinstance(request, dict):
                 raise ValueError("the request must be a JSON object {model, prompt}")
-            self._json(200, attention_payload(self.store, request.get("model"), request.get("prompt", "")))
+            payload = attention_payload(self.store, request.get("model"), request.get("prompt", ""))
+        except RequestRefused as err:
+            self._json(err.status, {"error": str(err)})
+        except (ConnectionError, TimeoutError):
+            raise  # the client is gone: handle() logs it
         except (ValueError, TypeError, UnicodeDecodeError) as err:
             self._json(400, {"error": str(err).splitlines()[0] if str(err) else type(err).__name__})
         except Exception as err:  # never a bare traceback: the page shows the message
             self._json(500, {"error": f"internal error: {type(err).__name__}: {err}"})
+        else:
+            self._json(200, payload)
 
 
 def make_server(store: ModelStore, port: int = 8765, host: str = "127.0.0.1", quiet: bool = True) -> ThreadingHTTPServer:
@@ -228,220 +315,16 @@ def make_server(store: ModelStore, port: int = 8765, host: str = "127.0.0.1", qu
     return server
 
 
+def asset(name: str) -> bytes:
+    """A file of the page (``explore.html``, ``explore.js``, ``explore.css``), shipped as package data."""
+    if name not in ASSETS:
+        raise ValueError(f"unknown explorer asset {name!r}; known: {', '.join(ASSETS)}")
+    return resources.files("poslab.lab").joinpath("assets", name).read_bytes()
+
+
 def page_html() -> str:
-    """The explorer page (HTML + CSS + vanilla JS, no external assets)."""
-    return PAGE.replace("__COLORMAP__", json.dumps(COLORMAP)).replace("__PROMPT__", json.dumps(DEFAULT_PROMPT))
-
-
-PAGE = r"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>poslab explore</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>
-@font-face { font-family: 'Poslab CJK'; src: url(/font.otf) format('opentype'); }
-body { margin:0; font-family: "DejaVu Sans", "Segoe UI", Arial, 'Poslab CJK', sans-serif; color:#1d2330; background:#f6f7f9; }
-header { background:#111827; color:#f3f4f6; padding:16px 28px; }
-header h1 { font-size:20px; margin:0 0 10px; }
-form { display:flex; gap:10px; align-items:center; flex-wrap:wrap; }
-#prompt { font-size:18px; padding:6px 10px; width:420px; font-family:'Poslab CJK', sans-serif; border-radius:6px; border:1px solid #9aa3b5; }
-button { font-size:15px; padding:7px 16px; border-radius:6px; border:0; background:#3057d5; color:#fff; cursor:pointer; }
-#message { margin:10px 28px 0; padding:8px 12px; border-radius:6px; display:none; }
-#message.error { display:block; background:#fdf0e1; color:#a35200; }
-#message.info { display:block; background:#e3f4ea; color:#1e7d46; }
-main { display:flex; gap:18px; padding:14px 28px; align-items:flex-start; }
-.panel { flex:1; min-width:0; background:#fff; border:1px solid #e3e6ec; border-radius:10px; padding:14px 16px; }
-.panel .controls { display:flex; gap:10px; align-items:center; margin-bottom:8px; flex-wrap:wrap; }
-.panel h2 { font-size:16px; margin:0; }
-select { font-size:14px; padding:4px 6px; }
-.layer h3 { font-size:13px; color:#5b6475; margin:10px 0 4px; }
-.heads, .views { display:flex; flex-wrap:wrap; gap:10px; }
-.head { font-size:12px; color:#5b6475; }
-canvas { display:block; }
-.views h4 { font-size:12px; margin:4px 0; color:#5b6475; max-width:280px; }
-.view-note { font-size:11px; color:#8a92a3; max-width:280px; }
-.legend { font-size:12px; color:#5b6475; }
-</style></head>
-<body>
-<header><h1>poslab explore — attention heads and position encodings</h1>
-<form id="form"><input id="prompt" autocomplete="off" placeholder="type a prompt, e.g. 白日依山尽"><button id="go" type="submit">Show attention</button>
-<span class="legend">colour = attention weight, 0 (dark) … 1 (yellow); rows = query token, columns = key token</span></form></header>
-<div id="message" role="status"></div>
-<main><section class="panel" id="panel-a"></section><section class="panel" id="panel-b"></section></main>
-<script>
-"use strict";
-const COLORMAP = __COLORMAP__;
-const DEFAULT_PROMPT = __PROMPT__;
-let MODELS = [];
-const state = { a: { model: null, layer: "all", data: null }, b: { model: null, layer: "all", data: null } };
-
-function color(v) {
-  const x = Math.min(Math.max(v, 0), 1) * (COLORMAP.length - 1);
-  const i = Math.min(Math.floor(x), COLORMAP.length - 2), t = x - i;
-  const c = COLORMAP[i].map((a, k) => Math.floor(a + (COLORMAP[i + 1][k] - a) * t + 0.5));
-  return `rgb(${c[0]},${c[1]},${c[2]})`;
-}
-function diverging(v, lim) {  // blue (negative) - white - red (positive)
-  const t = lim > 0 ? Math.max(-1, Math.min(1, v / lim)) : 0;
-  const r = t < 0 ? Math.round(255 * (1 + t)) : 255, b = t > 0 ? Math.round(255 * (1 - t)) : 255;
-  const g = Math.round(255 * (1 - Math.abs(t)));
-  return `rgb(${r},${g},${b})`;
-}
-function showMessage(text, kind) {
-  const m = document.getElementById("message");
-  m.textContent = text; m.className = text ? kind : "";
-}
-function heatmap(weights, tokens, layer, head, width) {
-  const T = tokens.length, cell = Math.max(3, Math.min(34, Math.floor((width - 22) / T))), font = Math.min(14, Math.max(9, cell - 4));
-  const labels = T <= 48, left = labels ? font + 8 : 2, top = labels ? font + 8 : 2;
-  const canvas = document.createElement("canvas");
-  canvas.width = left + T * cell + 2; canvas.height = top + T * cell + 2;
-  canvas.className = "heatmap";
-  Object.assign(canvas.dataset, { layer, head, cell, left, top, tokens: T });
-  const ctx = canvas.getContext("2d");
-  ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
-  for (let i = 0; i < T; i++) for (let j = 0; j < T; j++) {
-    ctx.fillStyle = color(weights[i][j]);
-    ctx.fillRect(left + j * cell, top + i * cell, cell, cell);
-  }
-  if (labels) {
-    ctx.fillStyle = "#1d2330"; ctx.font = `${font}px 'Poslab CJK', sans-serif`; ctx.textAlign = "center"; ctx.textBaseline = "middle";
-    tokens.forEach((t, k) => {
-      ctx.fillText(t, left + k * cell + cell / 2, top / 2);
-      ctx.fillText(t, left / 2, top + k * cell + cell / 2);
-    });
-  }
-  return canvas;
-}
-
-function viewCanvas(view) {
-  const rows = view.data.length, cols = rows ? view.data[0].length : 0;
-  const cell = Math.max(2, Math.min(16, Math.floor(240 / Math.max(rows, cols, 1))));
-  const canvas = document.createElement("canvas");
-  canvas.width = cols * cell; canvas.height = rows * cell; canvas.className = "scheme-view";
-  const ctx = canvas.getContext("2d");
-  const span = view.vmax - view.vmin || 1;
-  view.data.forEach((row, i) => row.forEach((v, j) => {
-    if (v === null) { ctx.fillStyle = "#eceef2"; }
-    else { ctx.fillStyle = view.diverging ? diverging(v, view.vmax) : color((v - view.vmin) / span); }
-    ctx.fillRect(j * cell, i * cell, cell, cell);
-  }));
-  return canvas;
-}
-
-function renderPanel(side) {
-  const s = state[side], root = document.getElementById(`panel-${side}`), body = root.querySelector(".body");
-  body.innerHTML = "";
-  if (!s.data) { return; }
-  const d = s.data, layers = s.layer === "all" ? [...Array(d.n_layer).keys()] : [Number(s.layer)];
-  const avail = Math.max(body.clientWidth, 240), perRow = s.layer === "all" ? Math.min(d.n_head, 4) : Math.min(d.n_head, 2);
-  const width = Math.floor(avail / perRow) - 12;
-  const info = document.createElement("p");
-  info.className = "legend";
-  info.textContent = `${d.label}: ${d.position} positions, ${d.n_layer} layers × ${d.n_head} heads, ${d.tokens.length} tokens (block size ${d.block_size})`;
-  body.appendChild(info);
-  for (const layer of layers) {
-    const box = document.createElement("div"); box.className = "layer";
-    box.innerHTML = `<h3>layer ${layer}</h3>`;
-    const heads = document.createElement("div"); heads.className = "heads";
-    d.weights[layer].forEach((w, head) => {
-      const h = document.createElement("div"); h.className = "head";
-      h.appendChild(heatmap(w, d.tokens, layer, head, width));
-      h.appendChild(document.createTextNode(`head ${head}`));
-      heads.appendChild(h);
-    });
-    box.appendChild(heads); body.appendChild(box);
-  }
-  const views = document.createElement("div"); views.className = "layer";
-  views.innerHTML = `<h3>how ${d.position} injects position</h3>`;
-  const grid = document.createElement("div"); grid.className = "views";
-  if (!d.views.length) { grid.textContent = "no position information (NoPE): order comes only from the causal mask"; }
-  d.views.forEach(v => {
-    const item = document.createElement("div");
-    const title = document.createElement("h4"); title.textContent = `${v.title} (rows: ${v.row_label}, columns: ${v.col_label})`;
-    item.appendChild(title); item.appendChild(viewCanvas(v));
-    if (v.note) { const n = document.createElement("div"); n.className = "view-note"; n.textContent = v.note; item.appendChild(n); }
-    grid.appendChild(item);
-  });
-  views.appendChild(grid); body.appendChild(views);
-}
-
-function layerOptions(side) {
-  const s = state[side], select = document.querySelector(`#panel-${side} .layer-select`);
-  const model = MODELS.find(m => m.id === s.model);
-  const n = s.data ? s.data.n_layer : (model && model.n_layer) || 0;
-  const current = s.layer;
-  select.innerHTML = `<option value="all">all layers</option>` + [...Array(n).keys()].map(l => `<option value="${l}">layer ${l}</option>`).join("");
-  select.value = [...select.options].some(o => o.value === current) ? current : "all";
-  s.layer = select.value;
-}
-
-async function load(side) {
-  const s = state[side], prompt = document.getElementById("prompt").value;
-  const root = document.getElementById(`panel-${side}`);
-  if (!s.model) { s.data = null; renderPanel(side); return true; }
-  if (!prompt.trim()) { showMessage("The prompt is empty: type at least one character.", "error"); return false; }
-  root.dataset.status = "loading";
-  let response, body;
-  try {
-    response = await fetch("/api/attention", { method: "POST", headers: { "Content-Type": "application/json" },
-                                                body: JSON.stringify({ model: s.model, prompt }) });
-    body = await response.json();
-  } catch (err) {
-    root.dataset.status = "error"; showMessage(`The server did not answer: ${err}`, "error"); return false;
-  }
-  if (!response.ok) {
-    root.dataset.status = "error";
-    const label = (MODELS.find(m => m.id === s.model) || {}).label || s.model;
-    showMessage(`${label}: ${body.error}`, "error"); return false;
-  }
-  s.data = body; layerOptions(side); renderPanel(side);
-  root.dataset.status = "ready"; root.dataset.prompt = prompt; root.dataset.model = s.model;
-  return true;
-}
-
-async function refresh() {
-  showMessage("", "");
-  const ok = await Promise.all(["a", "b"].map(load));
-  if (ok.every(Boolean)) { showMessage("", ""); }
-}
-
-function buildPanel(side, initial) {
-  const root = document.getElementById(`panel-${side}`);
-  root.innerHTML = `<div class="controls"><h2>${side === "a" ? "Left" : "Right"}</h2>
-    <select class="model-select" aria-label="model"></select><select class="layer-select" aria-label="layer"></select></div><div class="body"></div>`;
-  const select = root.querySelector(".model-select");
-  const groups = { run: "trained runs", scheme: "untrained model of a scheme" };
-  if (side === "b") { select.insertAdjacentHTML("beforeend", `<option value="">(none)</option>`); }
-  for (const kind of ["run", "scheme"]) {
-    const items = MODELS.filter(m => m.kind === kind);
-    if (!items.length) continue;
-    const group = document.createElement("optgroup"); group.label = groups[kind];
-    items.forEach(m => { const o = document.createElement("option"); o.value = m.id; o.textContent = m.label; group.appendChild(o); });
-    select.appendChild(group);
-  }
-  select.value = initial || "";
-  state[side].model = select.value || null;
-  select.addEventListener("change", async () => { state[side].model = select.value || null; state[side].data = null; layerOptions(side); await load(side); });
-  const layer = root.querySelector(".layer-select");
-  layer.addEventListener("change", () => { state[side].layer = layer.value; renderPanel(side); });
-  layerOptions(side);
-}
-
-async function main() {
-  await document.fonts.load("16px 'Poslab CJK'", "白日依山尽");
-  const response = await fetch("/api/models");
-  MODELS = (await response.json()).models;
-  const runs = MODELS.filter(m => m.kind === "run"), schemes = MODELS.filter(m => m.kind === "scheme");
-  const pick = (i, name) => (runs[i] || schemes.find(m => m.position === name) || MODELS[i] || {}).id;
-  buildPanel("a", pick(0, "rope"));
-  buildPanel("b", pick(1, "alibi"));
-  document.getElementById("prompt").value = DEFAULT_PROMPT;
-  document.getElementById("form").addEventListener("submit", ev => { ev.preventDefault(); refresh(); });
-  await refresh();
-  document.body.dataset.ready = "1";
-}
-main();
-</script></body></html>
-"""
+    """The explorer page (HTML; its script and style are the assets ``explore.js`` and ``explore.css``)."""
+    return asset("explore.html").decode("utf-8")
 
 
 def serve(runs: list[Path], port: int = 8765, schemes: list[str] | None = None) -> int:
@@ -462,11 +345,3 @@ def serve(runs: list[Path], port: int = 8765, schemes: list[str] | None = None) 
     finally:
         server.server_close()
     return 0
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("explore", help="local web page: attention heads and position schemes, live",
-                            description="Serve a local page (127.0.0.1) to explore attention heads of runs and schemes.")
-    parser.add_argument("runs", nargs="*", type=Path, help="run folders to offer (untrained models of every scheme are always offered)")
-    parser.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (default 8765; 0 = any free port)")
-    parser.set_defaults(func=lambda a: serve(a.runs, a.port))

@@ -11,14 +11,14 @@ Steps (each a ``python -m poslab ...`` subprocess, its output kept in ``LAB/logs
 5. ``LAB/report.html`` (:func:`poslab.lab.report.build_report`).
 
 A step whose folder holds a finished result of the same mode (recorded in ``LAB/lab.json``) is reused
-unless ``--fresh``; a failed step is recorded and the lab goes on (its dependants are skipped), and
+unless ``--fresh``; an interrupted training (Ctrl-C, a kill) continues from its last checkpoint
+(``train --resume``) instead of starting again; a failed step is recorded and the lab goes on (its dependants are skipped), and
 the report says so. Progress: a status line with the step, its elapsed time and the lab's ETA
 (estimated from the last run's timings where there is one).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -63,6 +63,8 @@ class Step:
         needs: folders of steps this one reads.
         estimate: expected seconds.
         command: the full command line instead of ``python -m poslab ARGV`` (tests).
+        resume: arguments that continue an interrupted run of this step from what its folder holds
+            (``["--resume"]`` for a training: its checkpoint); ``None``: rerun from scratch.
     """
 
     name: str
@@ -73,6 +75,7 @@ class Step:
     needs: tuple[str, ...] = ()
     estimate: float = 10.0
     command: list[str] | None = None
+    resume: list[str] | None = None
 
 
 def plan(lab_dir: Path, mode: str) -> list[Step]:
@@ -94,7 +97,8 @@ def plan(lab_dir: Path, mode: str) -> list[Step]:
     run_folder = f"runs/{run_name}"
     run_dir = lab_dir / run_folder
     steps.append(Step(f"train {run_name}", "train", run_folder,
-                      ["train", "--preset", TRAIN_PRESET, *quick, "--name", run_name, "--out_dir", str(lab_dir / "runs")]))
+                      ["train", "--preset", TRAIN_PRESET, *quick, "--name", run_name, "--out_dir", str(lab_dir / "runs")],
+                      resume=["--resume"]))
     steps.append(Step("head analysis", "head-analysis", "heads",
                       ["heads", str(run_dir), "--out", str(lab_dir / "heads"), *quick], needs=(run_folder,)))
     steps.append(Step("attention map", "attention", "attention",
@@ -207,14 +211,17 @@ class Display:
 
 
 # ------------------------------------------------------------------------------------------ running
-def run_step(step: Step, log_path: Path, display: Display) -> tuple[int, str, float]:
-    """Run one step as a subprocess; relay its output; return (exit code, last output lines, CPU seconds)."""
+def run_step(step: Step, log_path: Path, display: Display, resume: bool = False) -> tuple[int, str, float]:
+    """Run one step as a subprocess; relay its output; return (exit code, last output lines, CPU seconds).
+
+    ``resume``: append the step's :attr:`Step.resume` arguments (continue an interrupted run).
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
-    command = step.command or [sys.executable, "-m", "poslab", *step.argv]
+    command = [*(step.command or [sys.executable, "-m", "poslab", *step.argv]), *(step.resume if resume else [])]
     tail: list[str] = []
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with open(log_path, "w", encoding="utf-8") as log:
+    with open(log_path, "a" if resume else "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(command) + "\n")
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         assert process.stdout is not None
@@ -357,12 +364,18 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
                     failed.add(step.folder)
                     display.message(f"━━ lab {label}: unavailable in this poslab")
                 else:
-                    _clean(lab_dir, step)
+                    resume = not fresh and _resumable(lab_dir, step)
+                    if not resume:
+                        _clean(lab_dir, step)
                     display.begin(label, step.estimate, remaining)
+                    if resume:
+                        display.message(f"━━ lab {label}: continuing the interrupted run in {step.folder} "
+                                        f"({' '.join(step.resume or [])}; --fresh starts it again)")
                     begin = time.monotonic()
                     cpu = None
                     try:
-                        code, tail, cpu = run_step(step, lab_dir / "logs" / f"{step.folder.replace('/', '_')}.log", display)
+                        code, tail, cpu = run_step(step, lab_dir / "logs" / f"{step.folder.replace('/', '_')}.log", display,
+                                                   resume=resume)
                     except KeyboardInterrupt:
                         code, tail, interrupted = 130, "interrupted (Ctrl-C)", True
                     seconds = time.monotonic() - begin
@@ -394,10 +407,25 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
     return manifest
 
 
+def succeeded(manifest: dict, only: list[str] | None = None) -> bool:
+    """Whether every step that was asked for (all, or those in ``only``) finished (``ok`` or ``reused``)."""
+    asked = [r for r in manifest["steps"] if not only or r.get("name") in only]
+    return all(r.get("status") in ("ok", "reused") for r in asked)
+
+
 def _registered() -> set[str]:
     from poslab.lab import experiments
 
     return set(experiments.registry())
+
+
+def _resumable(lab_dir: Path, step: Step) -> bool:
+    """Whether the step can continue what an interrupted run left in its folder (a training's checkpoint)."""
+    if step.resume is None:
+        return False
+    folder = lab_dir / step.folder
+    checkpoints = folder / "checkpoints"
+    return (folder / "config.json").is_file() and checkpoints.is_dir() and any(checkpoints.iterdir())
 
 
 def _clean(lab_dir: Path, step: Step) -> None:
@@ -407,26 +435,3 @@ def _clean(lab_dir: Path, step: Step) -> None:
         raise ValueError(f"refusing to clean {target}: outside the lab folder")
     if target.is_dir():
         shutil.rmtree(target)
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("lab", help="run every experiment and write one self-contained report.html",
-                            description="Run every experiment of the lessons and write LAB/report.html.")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--quick", dest="mode", action="store_const", const="quick", help="short forms (the demo; default)")
-    group.add_argument("--full", dest="mode", action="store_const", const="full", help="full forms (long)")
-    parser.add_argument("--out", type=Path, default=Path("runs/lab"), help="lab folder (default runs/lab)")
-    parser.add_argument("--fresh", action="store_true", help="rerun every step instead of reusing finished ones")
-    parser.add_argument("--only", action="append", default=None, metavar="STEP", help="run only this step (repeatable)")
-    parser.add_argument("--report-only", action="store_true", help="rebuild report.html from the existing results")
-    parser.set_defaults(func=_cli, mode="quick")
-
-
-def _cli(args: argparse.Namespace) -> int:
-    if args.report_only:
-        from poslab.lab.report import build_report
-
-        print(f"wrote {build_report(args.out)}")
-        return 0
-    manifest = run_lab(args.out, args.mode, args.fresh, args.only)
-    return 0 if all(r["status"] in ("ok", "reused") for r in manifest["steps"]) else 1

@@ -1,6 +1,6 @@
 """``poslab sweep CONFIG.yaml --workers K``: a grid of training runs, K at a time, resumable.
 
-``CONFIG.yaml`` (read with ``yaml.safe_load``)::
+``CONFIG.yaml`` (read with ``yaml.safe_load``, aliases bounded by :mod:`poslab.data.safe_yaml`)::
 
     name: pe-sweep              # optional; the sweep folder is OUT_DIR/NAME (default: the file's stem)
     out_dir: sweeps             # optional (default "sweeps")
@@ -33,13 +33,15 @@ written to ``SWEEP_DIR/summary.json`` and ``SWEEP_DIR/summary.md``. ``summary.js
                "error"}]}
 
 A bad file (not YAML, unknown keys, a grid key that is no training key, an empty list, a bad value)
-is a one-line error before anything runs (exit 2). Ctrl-C forwards one SIGINT to the running
-trainings (each saves a checkpoint), writes the summary of what finished, and exits 130.
+is a one-line error before anything runs (exit 2). Ctrl-C, SIGTERM or SIGHUP forward one SIGINT to
+the running trainings (each saves a checkpoint), write the summary of what finished, and exit 130.
+The trainings die with the sweep however it dies: each gets SIGTERM (and saves a checkpoint) when the
+sweep's process is gone, SIGKILL included. A rerun that finds a run still held by a training of an
+earlier sweep waits for it to let go, then continues (or skips) it, instead of failing it.
 """
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import itertools
 import json
@@ -58,13 +60,19 @@ from typing import Any
 
 import yaml
 
+from poslab.data import safe_yaml
 from poslab.fileio import atomic_write_json, atomic_write_text
+from poslab.nn.footprint import check_training
 from poslab.training import presets
 
 SPEC_KEYS = ("name", "out_dir", "description", "preset", "quick", "overrides", "grid")
 REPLICATE_KEY = "seed"  # grid key whose values are replicates (averaged), not configurations
 _RESERVED = {"name": "the sweep names each run", "out_dir": "runs go to SWEEP_DIR/runs"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+#: the environment variable that makes a training follow its parent (``poslab.cli.app`` reads it)
+PARENT_ENV = "POSLAB_PARENT_PID"
+LOCK_POLL_S = 0.5  # how often a run still in use by another process is checked
+WAIT_NOTICE_S = 60.0  # how often the wait for it is announced
 
 
 @dataclass
@@ -115,7 +123,7 @@ def load_plan(path: str | Path, out: str | Path | None = None) -> SweepPlan:
     if not path.is_file():
         raise FileNotFoundError(f"sweep file {str(path)!r} does not exist")
     try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+        spec = safe_yaml.load(path.read_text(encoding="utf-8"), f"sweep file {str(path)!r}")  # refuses alias bombs
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
@@ -198,6 +206,7 @@ def _check_config(config: dict[str, Any], run_name: str) -> int:
 
     cfg = TrainConfig.from_dict({**config, "name": run_name})
     preflight(cfg, folder=False)
+    check_training(cfg.model, cfg.batch_size, cfg.eval_iters)  # what cannot fit this machine, before anything runs
     return cfg.max_steps
 
 
@@ -247,12 +256,39 @@ class _Runner:
             cmd.append("--resume")
         return cmd
 
+    def wait_until_free(self, run: SweepRun, run_dir: Path) -> bool:
+        """Wait while another process (e.g. a training of a killed sweep, saving) holds the run's lock.
+
+        Returns:
+            ``False`` if the sweep is being stopped meanwhile.
+        """
+        from poslab.training.lock import RunLock, RunLockedError
+
+        said = 0.0
+        while not self.stopping.is_set():
+            try:
+                RunLock(run_dir).acquire().release()
+                return True
+            except RunLockedError as err:
+                if time.monotonic() - said > WAIT_NOTICE_S:
+                    said = time.monotonic()
+                    self.echo(f"sweep: waiting for {run.name}: {str(err).split('; wait')[0]}")
+            self.stopping.wait(LOCK_POLL_S)
+        return False
+
     def execute(self, run: SweepRun) -> SweepRun:
         if self.stopping.is_set():
             run.status = "not started"
             return run
         run_dir = self.plan.sweep_dir / "runs" / run.name
-        state = run_state(run_dir, run.max_steps)
+        if not self.wait_until_free(run, run_dir):
+            run.status = "not started"
+            return run
+        state = run_state(run_dir, run.max_steps)  # what the previous holder left
+        if state in ("done", "diverged"):
+            run.status = "completed" if state == "done" else "diverged"
+            run.results = _read_results(run_dir)
+            return run
         preset_file = self.plan.sweep_dir / "configs" / f"{run.name}.yaml"
         atomic_write_text(preset_file, yaml.safe_dump(
             {"description": f"sweep {self.plan.name}: {run.name}", "config": run.config},
@@ -262,6 +298,7 @@ class _Runner:
             env["OMP_NUM_THREADS"] = str(self.threads)
         for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(key, None)  # each run is its own single-process training
+        env[PARENT_ENV] = str(os.getpid())  # the training stops (and saves) if this sweep dies, even by SIGKILL
         log_path = self.plan.sweep_dir / "logs" / f"{run.name}.log"
         start = time.perf_counter()
         with open(log_path, "a", encoding="utf-8") as log:
@@ -464,35 +501,6 @@ def write_summary(plan: SweepPlan, summary: dict[str, Any]) -> None:
     header = f"# Sweep {plan.name}\n\n" + (f"{plan.description}\n\n" if plan.description else "")
     header += f"Config: `{plan.config_file}`; grid: " + ", ".join(f"`{k}` = {v}" for k, v in plan.grid.items()) + "\n\n"
     atomic_write_text(plan.sweep_dir / "summary.md", header + format_table(summary) + "\n")
-
-
-# ------------------------------------------------------------------------------------------ CLI
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "sweep",
-        help="run a grid of training configurations (e.g. every scheme x 3 seeds), K at a time, resumable",
-        description=__doc__.split("\n\nEvery combination")[0] + "\n\nSee docs/scaling.md.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("config", help="the sweep YAML file")
-    p.add_argument("--workers", type=int, default=1, help="trainings running at the same time (default 1)")
-    p.add_argument("--out", default=None, help="sweep folder (default: OUT_DIR/NAME from the file, sweeps/<stem>)")
-    p.add_argument("--dry-run", action="store_true", help="list the runs and their state, run nothing")
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.workers < 1:
-        raise ValueError(f"--workers must be a positive integer, got {args.workers}")
-    plan = load_plan(args.config, args.out)
-    if args.dry_run:
-        for sweep_run in plan.runs:
-            state = run_state(plan.sweep_dir / "runs" / sweep_run.name, sweep_run.max_steps)
-            print(f"{state:<9} {sweep_run.name}")
-        print(f"{len(plan.runs)} runs -> {plan.sweep_dir}")
-        return 0
-    summary = run_sweep(plan, args.workers)
-    return 1 if summary["status"].get("failed") else 0
 
 
 __all__ = ["SweepPlan", "SweepRun", "format_table", "load_plan", "run_name_of", "run_state", "run_sweep", "summarize",

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from poslab.nn.footprint import check_eager_scores
 from poslab.nn.positions.base import PositionScheme
 
 BACKENDS = ("auto", "sdpa", "eager", "flex")
@@ -268,6 +269,7 @@ def attend(
     backend = resolve_backend(backend, q.device, need_weights, has_mask=attn_mask is not None)
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if backend == "eager":
+        check_eager_scores(q.shape[0], q.shape[1], q.shape[2], k.shape[2])  # refuse what would exhaust the RAM
         bias = bias_fn(q, k, q_pos, k_pos) if bias_fn is not None else None
         mask = _merge_masks(position_mask(q_pos, k_pos, causal, window), attn_mask)
         return _eager(q, k, v, _combine_float(mask, bias), scale, dropout, probe)

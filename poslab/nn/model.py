@@ -375,6 +375,8 @@ class GPT(nn.Module):
         With a sliding window the caches are rolling ring buffers of ``window`` entries (``capacity``
         is then ignored): decoding runs for any length in constant memory.
         """
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0):
+            raise ValueError(f"capacity must be a positive integer (or None = block_size), got {capacity!r}")
         cfg = self.config
         device = self.tok_emb.weight.device
         dtype = dtype or self.tok_emb.weight.dtype
@@ -382,6 +384,21 @@ class GPT(nn.Module):
             return [KVCache(batch_size, cfg.kv_heads, cfg.head_dim, cfg.window, dtype, device, rolling=True) for _ in self.blocks]
         capacity = capacity or cfg.block_size
         return [KVCache(batch_size, cfg.kv_heads, cfg.head_dim, capacity, dtype, device) for _ in self.blocks]
+
+    def _check_targets(self, idx: Tensor, targets: Tensor) -> Tensor:
+        """``targets`` as int64 ``[B, T]`` ids in ``[0, vocab_size)`` or ``-1``, else a one-line error."""
+        if not isinstance(targets, Tensor) or targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
+            kind = targets.dtype if isinstance(targets, Tensor) else type(targets).__name__
+            raise TypeError(f"targets must hold integer token ids (-1 = ignored), got {kind}")
+        if targets.shape != idx.shape:
+            raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
+        if targets.device.type == "cpu" and targets.numel():
+            low, high = int(targets.min()), int(targets.max())
+            if low < -1 or high >= self.config.vocab_size:
+                bad = high if high >= self.config.vocab_size else low
+                raise ValueError(f"target id {bad} is outside the vocabulary: targets must lie in "
+                                 f"[0, {self.config.vocab_size}) or be -1 (ignored)")
+        return targets.long()
 
     def forward(
         self,
@@ -408,6 +425,10 @@ class GPT(nn.Module):
             raise ValueError(f"idx must be a [B, T] tensor of token ids, got {getattr(idx, 'shape', type(idx).__name__)}")
         if idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
             raise TypeError(f"idx must hold integer token ids, got dtype {idx.dtype}")
+        if idx.dtype in (torch.int16, torch.uint8):
+            idx = idx.long()  # the embedding takes int32/int64 indices
+        if targets is not None:
+            targets = self._check_targets(idx, targets)
         B, T = idx.shape
         if idx.device.type == "cpu" and idx.numel() and (int(idx.max()) >= self.config.vocab_size or int(idx.min()) < 0):
             # checked on CPU only: on an accelerator this would add a host sync to every forward

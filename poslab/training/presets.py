@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from poslab.data import safe_yaml
+
 # nanoGPT's shakespeare_char optimisation and logging settings, shared by the Tang and Shakespeare presets
 NANOGPT_SCHEDULE: dict[str, Any] = {
     "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 100, "beta2": 0.99, "weight_decay": 0.1, "grad_clip": 1.0,
@@ -91,7 +93,7 @@ def load_preset_file(path: str | Path) -> dict[str, Any]:
     """A preset from a YAML file: ``{description?, config: {...}, quick?: {...}}`` or just the config mapping."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_yaml.load(path.read_text(encoding="utf-8"), f"preset file {str(path)!r}")  # refuses alias bombs
     except UnicodeDecodeError as err:
         raise ValueError(f"preset file {str(path)!r} is not UTF-8 text (byte {err.start})") from None
     except yaml.YAMLError as err:  # one line: the problem and where (the YAML text itself may be anything)

@@ -1,0 +1,31 @@
+"""``poslab lab [--quick|--full] [--out DIR] [--fresh] [--only STEP ...] [--report-only]``: the whole lab."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from poslab.lab import lab
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("lab", help="run every experiment and write one self-contained report.html",
+                            description="Run every experiment of the lessons and write LAB/report.html.")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", dest="mode", action="store_const", const="quick", help="short forms (the demo; default)")
+    group.add_argument("--full", dest="mode", action="store_const", const="full", help="full forms (long)")
+    parser.add_argument("--out", type=Path, default=Path("runs/lab"), help="lab folder (default runs/lab)")
+    parser.add_argument("--fresh", action="store_true", help="rerun every step instead of reusing finished ones")
+    parser.add_argument("--only", action="append", default=None, metavar="STEP", help="run only this step (repeatable)")
+    parser.add_argument("--report-only", action="store_true", help="rebuild report.html from the existing results")
+    parser.set_defaults(func=run, mode="quick")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.report_only:
+        from poslab.lab.report import build_report
+
+        print(f"wrote {build_report(args.out)}")
+        return 0
+    manifest = lab.run_lab(args.out, args.mode, args.fresh, args.only)
+    return 0 if lab.succeeded(manifest, args.only) else 1

@@ -1,0 +1,37 @@
+"""``poslab sweep CONFIG.yaml [--workers K] [--out DIR] [--dry-run]``: a grid of trainings, K at a time."""
+
+from __future__ import annotations
+
+import argparse
+
+from poslab.cli import paths
+from poslab.lab import sweep
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="run a grid of training configurations (e.g. every scheme x 3 seeds), K at a time, resumable",
+        description=sweep.__doc__.split("\n\nEvery combination")[0] + "\n\nSee docs/scaling.md.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("config", help="the sweep YAML file")
+    p.add_argument("--workers", type=int, default=1, help="trainings running at the same time (default 1)")
+    p.add_argument("--out", default=None, help="sweep folder (default: OUT_DIR/NAME from the file, sweeps/<stem>)")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and their state, run nothing")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise ValueError(f"--workers must be a positive integer, got {args.workers}")
+    paths.output_folder(args.out, "--out")
+    plan = sweep.load_plan(args.config, args.out)
+    if args.dry_run:
+        for sweep_run in plan.runs:
+            state = sweep.run_state(plan.sweep_dir / "runs" / sweep_run.name, sweep_run.max_steps)
+            print(f"{state:<9} {sweep_run.name}")
+        print(f"{len(plan.runs)} runs -> {plan.sweep_dir}")
+        return 0
+    summary = sweep.run_sweep(plan, args.workers)
+    return 1 if summary["status"].get("failed") else 0
