@@ -42,7 +42,7 @@ ACTIVATIONS = {
 #: (parallel_shared_norm, GPT-J: one norm feeds both branches).
 RESIDUALS = ("sequential", "parallel", "parallel_shared_norm", "sandwich")
 #: ``GPTConfig`` fields a ``layer_pattern`` entry may override for its layers.
-LAYER_KEYS = ("position", "position_config", "window", "attn_chunk", "attn_temperature")
+LAYER_KEYS = ("position", "position_config", "window", "attn_chunk", "attn_temperature", "qk_norm")
 
 
 def default_activation(mlp: str) -> str:
@@ -91,7 +91,8 @@ class GPTConfig:
         attn_temperature: ``[floor_scale, attn_scale]``: Llama 4's attention-temperature tuning.
         embed_scale: multiply the token embeddings by this (Gemma: ``sqrt(n_embd)``).
         layer_pattern: per-layer overrides, a list of dicts with keys from :data:`LAYER_KEYS`
-            (``position``, ``position_config``, ``window``, ``attn_chunk``, ``attn_temperature``); layer
+            (``position``, ``position_config``, ``window``, ``attn_chunk``, ``attn_temperature``,
+            ``qk_norm``); layer
             ``i`` takes entry ``i % len(layer_pattern)``, so ``[{"window": 4096}, {}]`` is Gemma 2's
             local/global alternation and a list of ``n_layer`` entries spells out every layer. A
             per-layer scheme must be one that acts inside attention (no ``embed``).
@@ -392,7 +393,7 @@ def attention_options(cfg: GPTConfig, layer: int) -> dict[str, Any]:
     return {
         "head_dim": cfg.attn_head_dim,
         "softcap": cfg.attn_softcap,
-        "qk_norm": cfg.qk_norm,
+        "qk_norm": cfg.layer_value(layer, "qk_norm"),
         "qk_norm_eps": cfg.norm_eps,
         "qk_norm_affine": cfg.qk_norm_affine,
         "sinks": cfg.attn_sinks,
