@@ -222,6 +222,8 @@ class GPTConfig:
             if dataclasses.is_dataclass(entry.get("position_config")):
                 entry["position_config"] = dataclasses.asdict(entry["position_config"])
             values = {key: entry[key] for key in entry}
+            if "position" in entry and "position_config" not in entry:
+                values["position_config"] = {}  # another scheme than the global one starts from its defaults
             try:  # the same checks as the global fields, with this entry's values in place
                 dataclasses.replace(self, layer_pattern=None, **values)
             except (ValueError, TypeError) as err:
