@@ -38,7 +38,7 @@ def convert(config: Any, w: _Weights) -> Converted:
     rope = m.rope_config(FAMILY, config, config.rope_parameters, head_dim, layout="interleaved")
     chunk = config.attention_chunk_size
     pattern = []
-    for i, (t, use_rope) in enumerate(zip(types, config.no_rope_layers)):
+    for t, use_rope in zip(types, config.no_rope_layers, strict=True):
         entry: dict[str, Any] = {"qk_norm": bool(config.use_qk_norm and use_rope)}
         if t == m.CHUNKED:
             entry["attn_chunk"] = int(chunk)
