@@ -268,8 +268,8 @@ def attend(
             before any bias or mask (Gemma 2). Not expressible in ``sdpa``: ``auto`` picks ``eager``
             (``flex`` on CUDA); an explicit ``sdpa`` raises.
         sinks: ``[h]`` learned sink logits (gpt-oss): one extra logit per head joins every row's
-            softmax denominator and is dropped after it (the weights then sum to < 1). ``sdpa`` runs
-            it as an extra all-zero key/value column whose float-mask entry is the sink.
+            softmax denominator and is dropped after it (the weights then sum to < 1). ``sdpa`` and
+            ``flex`` run it as an extra all-zero key/value whose logit is the sink.
         chunk: chunked local attention ``j // C == i // C`` (Llama 4), on top of ``causal``/``window``.
 
     Returns:
@@ -553,38 +553,43 @@ def _flex(
 ) -> Tensor:
     """FlexAttention with a positional ``mask_mod`` (compiled; on CPU forward only).
 
-    ``softcap`` wraps the score_mod (capped first, then the scheme's bias); ``sinks`` rescale the
-    output by ``sigmoid(lse - sink)``, the share of the denominator the real keys keep.
+    ``softcap`` wraps the score_mod (capped first, then the scheme's bias). ``sinks`` append one
+    all-zero key/value at index ``Tk`` that every query may see and whose score is the head's sink
+    (CPU's compiled flex cannot return the log-sum-exp that would otherwise rescale the output).
     """
-    from torch.nn.attention.flex_attention import AuxRequest, create_block_mask
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    Tk = k.shape[2]
+    inner = score_mod
 
     def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        qp, kp = q_pos[q_idx], k_pos[kv_idx]
+        qp, kp = q_pos[q_idx], k_pos[kv_idx.clamp(max=Tk - 1)]
         keep = (kp <= qp) if causal else (kp == kp)
         if window is not None:
             keep = keep & ((qp - kp < window) if causal else ((qp - kp).abs() < window))
         if chunk is not None:
             keep = keep & (torch.div(kp, chunk, rounding_mode="floor") == torch.div(qp, chunk, rounding_mode="floor"))
-        return keep
+        return keep | (kv_idx == Tk) if sinks is not None else keep
 
-    if softcap is not None:
-        inner = score_mod
+    if softcap is not None or sinks is not None:
 
-        def capped(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            score = torch.tanh(score / softcap) * softcap
-            return inner(score, b, h, q_idx, kv_idx) if inner is not None else score
+        def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            if softcap is not None:
+                score = torch.tanh(score / softcap) * softcap
+            if inner is not None:
+                score = inner(score, b, h, q_idx, kv_idx.clamp(max=Tk - 1) if sinks is not None else kv_idx)
+            if sinks is not None:
+                score = torch.where(kv_idx == Tk, sinks[h].to(score.dtype), score)
+            return score
 
-        score_mod = capped
+    if sinks is not None:
+        k = torch.cat((k, k.new_zeros(k.shape[0], k.shape[1], 1, k.shape[3])), dim=2)  # [B, hkv, Tk+1, dk]
+        v = torch.cat((v, v.new_zeros(v.shape[0], v.shape[1], 1, v.shape[3])), dim=2)  # [B, hkv, Tk+1, dv]
     block_mask = None
-    if causal or window is not None or chunk is not None:
+    if causal or window is not None or chunk is not None or sinks is not None:
         block_mask = create_block_mask(mask_mod, None, None, q.shape[2], k.shape[2], device=q.device.type)
     run = _compiled_flex()  # eager flex_attention is a slow reference implementation on every device
-    gqa = q.shape[1] != k.shape[1]
-    if sinks is None:
-        return run(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
-    out, aux = run(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa, return_aux=AuxRequest(lse=True))
-    keep = torch.sigmoid(aux.lse.float() - sinks.float().view(1, -1, 1))  # [B, h, Tq]: Z / (Z + exp(sink))
-    return out * keep.unsqueeze(-1).to(out.dtype)  # [B, h, Tq, dv] * [B, h, Tq, 1]
+    return run(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
 
 _FLEX = None

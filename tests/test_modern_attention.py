@@ -1,0 +1,328 @@
+"""Modern attention mechanisms under the contract: soft-capping, QK-norm, sinks, chunks, temperature, layer patterns.
+
+Each mechanism runs with every registered position scheme (``conftest.VARIANTS``, so a new scheme is
+covered automatically) through the attention contract: causality, KV-cache decoding = a full pass at
+offset positions, explicit positions = default, and ``sdpa`` = ``eager`` wherever sdpa can express the
+mechanism (soft-capping cannot: ``auto`` moves to eager and an explicit ``sdpa`` is refused). One
+FlexAttention run (CPU: compiled, forward only) checks every mechanism at once against eager.
+
+The mechanisms themselves are checked against their defining formulas (written out here from the
+papers / transformers sources, not taken from poslab), and ``GPTConfig.layer_pattern`` through a GPT.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, VOCAB, Variant, make_scheme
+from torch.testing import assert_close
+
+from poslab import GPT, GPTConfig, KVCache, MultiHeadAttention
+from poslab.nn.attention import attend
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+B, T = 2, 12
+TIGHT = {"atol": 1e-5, "rtol": 1e-5}
+HEAD_DIM = 8  # the schemes' head_dim (longrope's factors fit it) ...
+WIDTH = 40  # ... decoupled from the attention's width (40 // 4 = 10): exercises head_dim too
+
+#: id -> MultiHeadAttention options
+MECHANISMS: dict[str, dict[str, Any]] = {
+    "softcap": {"softcap": 2.0},
+    "qk-norm": {"qk_norm": True},
+    "qk-norm-weightless": {"qk_norm": True, "qk_norm_affine": False},
+    "sinks": {"sinks": True},
+    "chunk": {"chunk": 5},
+    "temperature": {"temperature_tuning": (3.0, 0.5)},
+    "all": {"softcap": 2.0, "qk_norm": True, "sinks": True, "chunk": 5, "temperature_tuning": (3.0, 0.5)},
+}
+SDPA_OK = [m for m, opts in MECHANISMS.items() if "softcap" not in opts]
+
+
+def make(variant: Variant | None, mechanism: str, *, n_kv_heads: int = 2, window: int | None = None, causal: bool = True,
+         backend: str = "auto", seed: int = 0) -> MultiHeadAttention:
+    """A seeded attention with the mechanism, random sinks / norm gains, and the variant's scheme."""
+    torch.manual_seed(seed)
+    scheme = None if variant is None else make_scheme(variant, d_model=N_HEADS * HEAD_DIM, n_heads=N_HEADS, causal=causal)
+    attn = MultiHeadAttention(WIDTH, N_HEADS, n_kv_heads, head_dim=HEAD_DIM, position=scheme, window=window, causal=causal,
+                              backend=backend, **MECHANISMS[mechanism])
+    with torch.no_grad():
+        for name, p in attn.named_parameters():
+            if name == "sinks" or name.endswith("norm.weight"):
+                p.copy_(torch.randn_like(p) * 0.5 + (1.0 if name.endswith("norm.weight") else 0.0))
+            elif "position" in name:
+                p.add_(torch.randn_like(p) * 0.5)
+    return attn.eval()
+
+
+def _x(T: int = T) -> torch.Tensor:
+    return torch.randn(B, T, WIDTH)
+
+
+# ------------------------------------------------------------------------------------ contract
+@pytest.mark.parametrize("mechanism", list(MECHANISMS))
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_causal_and_cache_equals_full_pass(variant: Variant, mechanism: str) -> None:
+    """Causality, and prefill + one-token decoding at positions 20.. equal to a full pass (eager path)."""
+    attn = make(variant, mechanism)
+    x = _x()
+    pos = torch.arange(20, 20 + T)
+    with torch.no_grad():
+        base = attn(x, pos, backend="eager")
+        changed = x.clone()
+        changed[:, 7] += torch.randn(B, WIDTH)
+        out = attn(changed, pos, backend="eager")
+        assert_close(out[:, :7], base[:, :7], atol=1e-6, rtol=0)
+        assert (out[:, 7:] - base[:, 7:]).abs().max() > 1e-4
+        cache = KVCache(B, 2, HEAD_DIM, capacity=T)
+        steps = [attn(x[:, :4], pos[:4], cache=cache, backend="eager")]
+        steps += [attn(x[:, t : t + 1], pos[t : t + 1], cache=cache, backend="eager") for t in range(4, T)]
+        assert_close(torch.cat(steps, dim=1), base, **TIGHT)
+        assert_close(attn(x, torch.arange(T)), attn(x), atol=0, rtol=0)  # explicit positions = default
+
+
+@pytest.mark.parametrize("mechanism", SDPA_OK)
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_sdpa_equals_eager(variant: Variant, mechanism: str) -> None:
+    attn = make(variant, mechanism, window=4)
+    x = _x()
+    with torch.no_grad():
+        assert_close(attn(x, backend="sdpa"), attn(x, backend="eager"), **TIGHT)
+
+
+@pytest.mark.parametrize("mechanism", SDPA_OK)
+@pytest.mark.parametrize("name", ["none", "rope", "alibi", "t5"])
+@pytest.mark.parametrize(("causal", "window"), [(True, None), (True, 37), (False, 37)], ids=["causal", "causal-w37", "bidir-w37"])
+def test_blocked_sdpa_equals_eager_forward_and_backward(name: str, mechanism: str, causal: bool, window: int | None) -> None:
+    """Past ``query_chunk`` queries the sdpa path runs in blocks; sinks ride along as an extra key per block."""
+    attn = make(Variant(name, name), mechanism, window=window, causal=causal)
+    attn.query_chunk = 16
+    x = _x(70).requires_grad_()
+    out_s = attn(x, backend="sdpa")
+    grads_s = torch.autograd.grad(out_s.square().sum(), [x, *attn.parameters()], allow_unused=True)
+    out_e = attn(x, backend="eager")
+    grads_e = torch.autograd.grad(out_e.square().sum(), [x, *attn.parameters()], allow_unused=True)
+    assert_close(out_s, out_e, **TIGHT)
+    for gs, ge in zip(grads_s, grads_e):
+        assert (gs is None) == (ge is None)
+        if gs is not None:
+            assert_close(gs, ge, atol=1e-4, rtol=1e-4)
+
+
+def test_softcap_picks_a_backend_that_can_run_it() -> None:
+    attn = make(Variant("rope", "rope"), "softcap")
+    x = _x()
+    with torch.no_grad():
+        assert_close(attn(x), attn(x, backend="eager"), atol=0, rtol=0)  # auto on CPU: eager, not sdpa
+    with pytest.raises(ValueError, match=r"softcap=2.0 .* cannot run in the sdpa backend; use backend='eager', 'flex' or 'auto'"):
+        attn(x, backend="sdpa")
+    q = torch.randn(1, 4, 3, 8)
+    with pytest.raises(ValueError, match="cannot run in the sdpa backend"):
+        attend(q, q, q, torch.arange(3), torch.arange(3), softcap=1.0, backend="sdpa")
+
+
+@pytest.mark.slow
+def test_flex_equals_eager_with_every_mechanism() -> None:
+    """One compiled FlexAttention run (CPU, forward only): soft-cap + ALiBi score_mod, QK-norm, sinks via lse, chunk, window."""
+    attn = make(Variant("alibi", "alibi"), "all", window=7)
+    x = _x(16)
+    with torch.no_grad():
+        assert_close(attn(x, backend="flex"), attn(x, backend="eager"), **TIGHT)
+
+
+# ------------------------------------------------------------------------------------ oracles
+def _qkv(h: int = 4, hkv: int = 4, Tq: int = 6, Tk: int = 6, dk: int = 8) -> tuple[torch.Tensor, ...]:
+    return torch.randn(B, h, Tq, dk), torch.randn(B, hkv, Tk, dk), torch.randn(B, hkv, Tk, dk)
+
+
+def test_softcap_weights_follow_the_gemma2_formula() -> None:
+    q, k, v = _qkv()
+    q = q * 4  # large logits: the cap bends them
+    pos = torch.arange(6)
+    cap, scale = 1.5, 8**-0.5
+    _, weights = attend(q, k, v, pos, pos, softcap=cap, need_weights=True)
+    logits = cap * torch.tanh((q @ k.transpose(-1, -2)) * scale / cap)
+    logits = logits.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
+    assert_close(weights, torch.softmax(logits, -1), **TIGHT)
+    _, plain = attend(q, k, v, pos, pos, need_weights=True)
+    assert (plain - weights).abs().max() > 1e-2  # the cap changed something
+
+
+def test_sink_weights_follow_the_gpt_oss_formula() -> None:
+    """``softmax([logits, sink])`` with the sink column dropped: rows sum to ``1 - p_sink``."""
+    q, k, v = _qkv(hkv=2)
+    pos = torch.arange(6)
+    sinks = torch.tensor([0.0, 1.0, -2.0, 3.0])
+    out, weights = attend(q, k, v, pos, pos, sinks=sinks, need_weights=True)
+    kk = k.repeat_interleave(2, dim=1)
+    logits = (q @ kk.transpose(-1, -2)) * 8**-0.5
+    logits = logits.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
+    denom = logits.exp().sum(-1, keepdim=True) + sinks.view(1, 4, 1, 1).exp()
+    assert_close(weights, logits.exp() / denom, **TIGHT)
+    assert_close(out, weights @ v.repeat_interleave(2, dim=1), **TIGHT)
+    assert (weights.sum(-1) < 1).all()
+    assert_close(attend(q, k, v, pos, pos, sinks=sinks, backend="sdpa")[0], out, **TIGHT)
+
+
+def test_chunk_mask_is_same_chunk_and_causal() -> None:
+    q, k, v = _qkv(Tq=11, Tk=11)
+    pos = torch.arange(11)
+    _, weights = attend(q, k, v, pos, pos, chunk=4, need_weights=True)
+    i, j = pos[:, None], pos[None, :]
+    allowed = (j <= i) & (j // 4 == i // 4)
+    assert (weights[..., ~allowed] == 0).all() and (weights[..., allowed] > 0).all()
+
+
+def test_temperature_tuning_follows_llama4() -> None:
+    """Queries times ``log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1`` (1 below ``floor_scale - 1``)."""
+    attn = make(Variant("none", "none"), "temperature")
+    pos = torch.tensor([0, 1, 2, 5, 8, 100])
+    expected = torch.tensor([math.log(math.floor((p + 1) / 3) + 1) * 0.5 + 1 for p in pos.tolist()])
+    assert_close(attn.temperature(pos), expected, **TIGHT)
+    plain = make(Variant("none", "none"), "qk-norm")  # same seed, same projections, no temperature
+    plain.qk_norm = False
+    x = _x()
+    with torch.no_grad():
+        assert_close(attn(x)[:, :2], plain(x)[:, :2], **TIGHT)  # positions 0, 1: factor 1
+        assert (attn(x)[:, 5:] - plain(x)[:, 5:]).abs().max() > 1e-3
+
+
+def test_qk_norm_normalises_each_head() -> None:
+    attn = make(None, "qk-norm-weightless")
+    seen = []
+    attn.q_norm.register_forward_hook(lambda m, i, o: seen.append(o))
+    with torch.no_grad():
+        attn(_x() * 7)
+    assert_close(seen[0].pow(2).mean(-1), torch.ones(B, N_HEADS, T), atol=1e-4, rtol=0)
+    assert not any(True for _ in attn.q_norm.parameters())
+
+
+def test_mechanism_parameters_train() -> None:
+    attn = make(Variant("rope", "rope"), "all").train()
+    attn(_x()).square().sum().backward()
+    for name in ("sinks", "q_norm.weight", "k_norm.weight"):
+        grad = attn.get_parameter(name).grad
+        assert grad is not None and torch.isfinite(grad).all() and grad.abs().max() > 0, name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("backend", ["sdpa", "eager"])
+def test_every_mechanism_keeps_shape_and_dtype(dtype: torch.dtype, backend: str) -> None:
+    for mechanism in MECHANISMS:
+        if backend == "sdpa" and mechanism not in SDPA_OK:
+            continue
+        attn = make(Variant("rope", "rope"), mechanism).to(dtype)
+        out = attn(_x().to(dtype), backend=backend)
+        assert out.shape == (B, T, WIDTH) and out.dtype == dtype and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        ({"softcap": 0.0}, "softcap must be a positive finite number"),
+        ({"chunk": 0}, "chunk must be a positive integer"),
+        ({"temperature_tuning": (0.0, 0.1)}, r"temperature_tuning must be \(floor_scale > 0, attn_scale\)"),
+        ({"head_dim": 0}, "head_dim must be a positive integer"),
+        ({"qk_norm_eps": -1.0}, "qk_norm_eps must be a positive number"),
+    ],
+)
+def test_bad_mechanism_options_are_named(options: dict, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        MultiHeadAttention(D_MODEL, N_HEADS, **options)
+    with pytest.raises(TypeError, match="sinks must be a bool"):
+        MultiHeadAttention(D_MODEL, N_HEADS, sinks=1)
+    q = torch.randn(1, 4, 3, 8)
+    with pytest.raises(ValueError, match=r"sinks must be a tensor of shape \[4\]"):
+        attend(q, q, q, torch.arange(3), torch.arange(3), sinks=torch.zeros(3))
+
+
+# ------------------------------------------------------------------------------------ GPT and layer_pattern
+def _gpt(**overrides: Any) -> GPT:
+    torch.manual_seed(0)
+    cfg = GPTConfig(**{"vocab_size": VOCAB, "n_layer": 4, "n_head": N_HEADS, "n_embd": D_MODEL, "n_kv_head": 2, "block_size": 64,
+                       "backend": "auto", **overrides})  # the GPT's head_dim is 8 unless attn_head_dim is set
+    model = GPT(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("sinks"):
+                p.normal_()
+    return model.eval()
+
+
+PATTERNS: dict[str, dict[str, Any]] = {
+    "gemma2-like": dict(position="rope", layer_pattern=[{"window": 4}, {}], attn_softcap=3.0, final_softcap=4.0,
+                        residual="sandwich", norm="rmsnorm", embed_scale=D_MODEL**0.5, attn_head_dim=12),
+    "gemma3-like": dict(position="rope", position_config={"base": 1e6}, qk_norm=True, norm="rmsnorm", residual="sandwich",
+                        layer_pattern=[{"window": 3, "position_config": {"base": 1e4}}] * 3 + [{}]),
+    "gpt-oss-like": dict(position="rope", attn_sinks=True, layer_pattern=[{"window": 5}, {}]),
+    "llama4-like": dict(position="rope", qk_norm_affine=False, layer_pattern=[{"attn_chunk": 4, "qk_norm": True}] * 3
+                        + [{"position": "none", "attn_temperature": [2.0, 0.3]}]),
+    "mixed-schemes": dict(position="none", layer_pattern=[{"position": "alibi", "window": 6}, {"position": "rope"},
+                                                          {"position": "t5"}]),
+}
+
+
+@pytest.mark.parametrize("case", list(PATTERNS))
+def test_layer_pattern_gpt_contract(case: str) -> None:
+    """Causal; prefill + decode through ``make_cache`` (rolling rings on windowed layers) = full pass; explicit positions."""
+    model = _gpt(**PATTERNS[case])
+    idx = torch.randint(0, VOCAB, (B, 20))
+    with torch.no_grad():
+        full = model(idx)
+        changed = idx.clone()
+        changed[:, 9] = (changed[:, 9] + 1) % VOCAB
+        out = model(changed)
+        assert_close(out[:, :9], full[:, :9], atol=1e-6, rtol=0)
+        assert (out[:, 9:] - full[:, 9:]).abs().max() > 1e-4
+        cache = model.make_cache(B, capacity=20)
+        steps = [model(idx[:, :6], cache=cache)] + [model(idx[:, t : t + 1], cache=cache) for t in range(6, 20)]
+        assert_close(torch.cat(steps, dim=1), full, **TIGHT)
+        assert_close(model(idx, pos=torch.arange(20)), full, atol=0, rtol=0)
+
+
+def test_layer_pattern_repeats_and_builds_per_layer_schemes() -> None:
+    model = _gpt(position="rope", layer_pattern=[{"window": 4, "position_config": {"base": 500.0}}, {}])
+    cfg = model.config
+    assert [cfg.layer_value(i, "window") for i in range(4)] == [4, None, 4, None]
+    assert [model.layer_position(i).config.base for i in range(4)] == [500.0, 10000.0, 500.0, 10000.0]
+    assert [(c.capacity, c.rolling) for c in model.make_cache(1, capacity=32)] == [(4, True), (32, False)] * 2
+    again = GPT(GPTConfig.from_dict(cfg.to_dict()))
+    again.load_state_dict(model.state_dict())
+    idx = torch.randint(0, VOCAB, (1, 10))
+    with torch.no_grad():
+        assert_close(again.eval()(idx), model(idx), atol=0, rtol=0)
+
+
+def test_final_softcap_follows_the_gemma2_formula() -> None:
+    """``c * tanh(logits / c)`` of the uncapped model's logits (same seed, same weights)."""
+    idx = torch.randint(0, VOCAB, (B, 8))
+    with torch.no_grad():
+        raw, capped = _gpt()(idx), _gpt(final_softcap=0.5)(idx)
+    assert_close(capped, torch.tanh(raw / 0.5) * 0.5, **TIGHT)
+    assert capped.abs().max() < 0.5 < raw.abs().max()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "needle"),
+    [
+        ({"layer_pattern": [{"windw": 3}]}, ValueError, r"unknown layer_pattern key 'windw' in layer_pattern\[0\] \(did you mean 'window'\?\)"),
+        ({"layer_pattern": [{"window": 0}]}, ValueError, r"layer_pattern\[0\]: window must be a positive integer"),
+        ({"layer_pattern": [{"position": "learned"}]}, ValueError, r"layer_pattern\[0\]: position 'learned' adds embeddings"),
+        ({"layer_pattern": [{"position": "rope", "position_config": {"bse": 1.0}}]}, ValueError, r"layer_pattern\[0\]: unknown config key 'bse'"),
+        ({"layer_pattern": [{}] * 5}, ValueError, "at most n_layer=4"),
+        ({"layer_pattern": ["window"]}, TypeError, r"layer_pattern\[0\] must be a dict"),
+        ({"attn_softcap": -1.0}, ValueError, "attn_softcap must be a positive finite number"),
+        ({"final_softcap": float("inf")}, ValueError, "final_softcap must be a positive finite number"),
+        ({"attn_chunk": 1.5}, ValueError, "attn_chunk must be a positive integer"),
+        ({"attn_temperature": [1.0]}, ValueError, "attn_temperature must be"),
+        ({"attn_sinks": "yes"}, TypeError, "attn_sinks must be a bool"),
+        ({"attn_head_dim": -3}, ValueError, "head_dim must be a positive integer"),
+        ({"residual": "sandwiches"}, ValueError, "residual='sandwiches' is not allowed"),
+    ],
+)
+def test_gptconfig_mechanism_fields_are_validated(overrides: dict, error: type, needle: str) -> None:
+    with pytest.raises(error, match=needle):
+        GPTConfig(n_layer=4, **overrides)
