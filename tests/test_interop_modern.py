@@ -263,3 +263,67 @@ def test_from_hf_folder_gemma2(tmp_path) -> None:
     idx = torch.randint(0, V, (2, 30))
     with torch.no_grad():
         assert_close(ours(idx), hf(idx).logits, **TOL)
+
+
+# ------------------------------------------------------------------------------------------ export
+def _exporters() -> dict[str, Any]:
+    from poslab.interop import gemma, llama4, qwen3
+
+    return {"qwen3": qwen3.to_hf, "gemma2": gemma.to_hf_gemma2, "gemma3_text": gemma.to_hf_gemma3, "llama4_text": llama4.to_hf}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_round_trip_to_hf_from_hf_equals_original(case: str) -> None:
+    """``<family>.to_hf(from_hf(m))`` has ``m``'s weights (Gemma's ``1 + w`` gains to fp32 rounding) and logits."""
+    config, _ = CASES[case]
+    hf = hf_model(config)
+    back = _exporters()[config.model_type](poslab.from_hf(hf))
+    assert type(back) is type(hf)
+    assert back.config.layer_types == hf.config.layer_types
+    want, got = hf.state_dict(), back.state_dict()
+    assert set(got) == set(want)
+    for key in want:
+        exact = "norm" not in key or not config.model_type.startswith("gemma")
+        assert_close(got[key], want[key], atol=0 if exact else 1e-6, rtol=0, msg=key)
+    idx = torch.randint(0, V, (2, 40))
+    with torch.no_grad():
+        assert_close(back(idx).logits, hf(idx).logits, rtol=0, atol=1e-5)
+
+
+def test_to_hf_folder_loads_with_from_pretrained(tmp_path) -> None:
+    from poslab.interop import llama4 as family
+
+    hf = hf_model(llama4())
+    family.to_hf(poslab.from_hf(hf), tmp_path / "export")
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "export", local_files_only=True).eval()
+    idx = torch.randint(0, V, (2, 30))
+    with torch.no_grad():
+        assert_close(loaded(idx).logits, hf(idx).logits, **TOL)
+    with pytest.raises(FileExistsError, match="not an empty folder"):
+        family.to_hf(poslab.from_hf(hf), tmp_path / "export")
+
+
+@pytest.mark.parametrize(
+    ("family", "overrides", "needle"),
+    [
+        ("qwen3", {"qk_norm": False}, "qk_norm=False"),
+        ("qwen3", {"attn_sinks": True}, "attn_sinks=True"),
+        ("qwen3", {"layer_pattern": [{"window": 3}, {"window": 5}]}, r"windows of several sizes \[3, 5\]"),
+        ("gemma2", {"residual": "sequential"}, "residual='sequential'"),
+        ("gemma3_text", {"attn_softcap": 3.0}, "attn_softcap=3.0"),
+        ("llama4_text", {"layer_pattern": [{"position": "alibi"}, {}]}, "position='alibi'"),
+        ("llama4_text", {"layer_pattern": [{"position": "none", "qk_norm": True}, {}]}, "qk_norm on a NoPE layer"),
+    ],
+)
+def test_to_hf_refuses_what_the_family_cannot_hold(family: str, overrides: dict, needle: str) -> None:
+    base = {
+        "qwen3": dict(position="rope", norm="rmsnorm", mlp="swiglu", bias=False, qk_norm=True),
+        "gemma2": dict(position="rope", norm="rmsnorm", mlp="swiglu", bias=False, residual="sandwich", embed_scale=8.0),
+        "gemma3_text": dict(position="rope", norm="rmsnorm", mlp="swiglu", bias=False, residual="sandwich", embed_scale=8.0,
+                            qk_norm=True),
+        "llama4_text": dict(position="rope", position_config={"layout": "interleaved"}, norm="rmsnorm", mlp="swiglu", bias=False,
+                            qk_norm_affine=False),
+    }[family]
+    model = poslab.GPT(poslab.GPTConfig(vocab_size=V, n_layer=2, n_head=4, n_embd=64, block_size=32, **{**base, **overrides}))
+    with pytest.raises(ValueError, match=needle):
+        _exporters()[family](model)

@@ -83,3 +83,71 @@ def export_attention(src: dict[str, Tensor], sd: dict[str, Tensor], s: str, d: s
     if qk_norm:
         sd[f"{d}q_norm.weight"] = src[f"{s}attn.q_norm.weight"] - norm_offset
         sd[f"{d}k_norm.weight"] = src[f"{s}attn.k_norm.weight"] - norm_offset
+
+
+# ------------------------------------------------------------------------------------------ export
+def export_problems(gpt: Any, allowed: set[str], **required: Any) -> list[str]:
+    """The ``GPTConfig`` fields of ``gpt`` a family layout cannot hold, as ``field=value`` strings.
+
+    ``required`` pins fields to one value; mechanism fields outside ``allowed`` must keep their
+    defaults (the layer_pattern is each family's own business, checked by the caller).
+    """
+    import dataclasses
+
+    from poslab.nn.model import GPTConfig
+
+    cfg = gpt.config
+    defaults = {f.name: f.default for f in dataclasses.fields(GPTConfig) if f.default is not dataclasses.MISSING}
+    problems = [f"{key}={getattr(cfg, key)!r} (needs {value!r})" for key, value in required.items() if getattr(cfg, key) != value]
+    for key in ("attn_softcap", "final_softcap", "qk_norm", "qk_norm_affine", "attn_sinks", "attn_chunk", "attn_temperature",
+                "embed_scale", "embed_norm", "lm_head_bias", "clip_qkv", "window", "layer_pattern"):
+        if key not in allowed and getattr(cfg, key) != defaults[key]:
+            problems.append(f"{key}={getattr(cfg, key)!r}")
+    if cfg.bias_of("mlp") or (cfg.bias_of("norm") and cfg.norm == "layernorm"):
+        problems.append("MLP / norm biases")
+    return problems
+
+
+def refuse_export(family: str, problems: list[str]) -> None:
+    if problems:
+        raise ValueError(f"to_hf ({family}): this model does not fit the {family} layout: {'; '.join(problems)}")
+
+
+def hf_rope(family: str, gpt: Any, scheme: Any) -> dict[str, Any]:
+    """``rope_parameters`` of one RoPE scheme (``_hf_rope_parameters`` on a model view with that scheme)."""
+    from poslab.interop.hf import _hf_rope_parameters
+
+    view = SimpleNamespace(position=scheme, config=gpt.config)
+    try:
+        params, _ = _hf_rope_parameters(view)
+    except ValueError as err:
+        raise ValueError(f"to_hf ({family}): {err}") from None
+    return params
+
+
+def finish_export(hf_model: Any, state: dict[str, Tensor], dtype: torch.dtype, out_dir: Any) -> Any:
+    """Load ``state`` (strict), cast, and ``save_pretrained`` to a new or empty ``out_dir`` (via a temp folder)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    target = Path(out_dir) if out_dir is not None else None
+    if target is not None and target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise FileExistsError(f"{str(target)!r} already exists and is not an empty folder; to_hf never overwrites")
+    hf_model.load_state_dict({k: v.detach().to(torch.float32) for k, v in state.items()}, strict=True)
+    hf_model.to(dtype=dtype).eval()
+    if target is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            hf_model.save_pretrained(str(tmp))
+            if target.exists():
+                target.rmdir()
+            tmp.replace(target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return hf_model
+
+
+HF_ACT = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}

@@ -106,3 +106,85 @@ register_family("gemma2", "model.", convert_gemma2,
                 "Gemma 2 (attention and final-logit soft-capping, local/global layers, sandwich norms)")
 register_family("gemma3_text", "model.", convert_gemma3,
                 "Gemma 3 text (QK-norm, 5:1 local/global layers with their own RoPE bases, sandwich norms)")
+
+
+def _export(gpt: Any, family: str, out_dir: Any) -> Any:
+    import math
+
+    import transformers
+
+    cfg = gpt.config
+    gemma3 = family == "gemma3_text"
+    allowed = {"layer_pattern", "embed_scale", "final_softcap", "window"} | ({"qk_norm"} if gemma3 else {"attn_softcap"})
+    problems = m.export_problems(gpt, allowed, position="rope", norm="rmsnorm", mlp="swiglu", residual="sandwich",
+                                 qk_norm=gemma3, embed_scale=float(cfg.n_embd**0.5), tie_embeddings=cfg.tie_embeddings)
+    scale = cfg.attn_scale if cfg.attn_scale is not None else cfg.head_dim**-0.5
+    scalar = round(scale**-2)
+    if not math.isclose(scalar**-0.5, scale, rel_tol=1e-9):
+        problems.append(f"attn_scale={cfg.attn_scale} (Gemma's is query_pre_attn_scalar ** -0.5 for an integer scalar)")
+    m.refuse_export(family, problems)
+    for i in range(cfg.n_layer):
+        extra = set(cfg.layer(i)) - {"window", "position_config"}
+        if extra or (cfg.layer(i).get("position_config") is not None and not gemma3):
+            raise ValueError(f"to_hf ({family}): layer_pattern entry of layer {i} sets {sorted(cfg.layer(i))}; "
+                             f"{family} maps {'window and position_config' if gemma3 else 'window'} only")
+    windows = [cfg.layer_value(i, "window") for i in range(cfg.n_layer)]
+    sizes = {w for w in windows if w is not None}
+    if len(sizes) > 1:
+        raise ValueError(f"to_hf ({family}): sliding windows of several sizes {sorted(sizes)}; transformers has one sliding_window")
+    types = [m.SLIDING if w is not None else m.FULL for w in windows]
+    ropes: dict[str, dict] = {}
+    for i, t in enumerate(types):
+        scheme = gpt.layer_position(i)
+        if scheme.config.layout != "half":
+            raise ValueError(f"to_hf ({family}): RoPE layout {scheme.config.layout!r} in layer {i} (Gemma rotates half-split pairs)")
+        params = m.hf_rope(family, gpt, scheme)
+        if ropes.setdefault(t, params) != params:
+            raise ValueError(f"to_hf ({family}): the {t} layers use different RoPE configurations; transformers has one per layer type")
+    if not gemma3 and len({str(p) for p in ropes.values()}) > 1:
+        raise ValueError(f"to_hf ({family}): local and global layers with different RoPE; Gemma 2 has one (Gemma 3 has two)")
+    common = dict(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=gpt.blocks[0].mlp.up.out_features,
+        num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+        hidden_activation=m.HF_ACT[cfg.mlp_activation], max_position_embeddings=cfg.block_size, rms_norm_eps=cfg.norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings, attention_bias=cfg.bias_of("attn"), query_pre_attn_scalar=scalar,
+        sliding_window=sizes.pop() if sizes else 4096, layer_types=types, final_logit_softcapping=cfg.final_softcap,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )
+    if gemma3:
+        full = ropes.get(m.FULL) or ropes[m.SLIDING]
+        hf_config = transformers.Gemma3TextConfig(
+            rope_parameters={m.FULL: full, m.SLIDING: ropes.get(m.SLIDING) or full}, attn_logit_softcapping=None, **common)
+        hf = transformers.Gemma3ForCausalLM(hf_config)
+    else:
+        hf_config = transformers.Gemma2Config(rope_parameters=next(iter(ropes.values())), attn_logit_softcapping=cfg.attn_softcap,
+                                              **common)
+        hf = transformers.Gemma2ForCausalLM(hf_config)
+    src = gpt.state_dict()
+    q_rows, kv_rows = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    sd = {"model.embed_tokens.weight": src["tok_emb.weight"], "model.norm.weight": src["norm_f.weight"] - 1.0,
+          "lm_head.weight": src["lm_head.weight"]}
+    for i in range(cfg.n_layer):
+        s, d = f"blocks.{i}.", f"model.layers.{i}."
+        m.export_attention(src, sd, s, f"{d}self_attn.", q_rows, kv_rows, cfg.bias_of("attn"), qk_norm=gemma3, norm_offset=1.0)
+        for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+            sd[f"{d}mlp.{theirs}.weight"] = src[f"{s}mlp.{ours}.weight"]
+        for theirs, ours in NORMS:
+            sd[f"{d}{theirs}.weight"] = src[f"{s}{ours}.weight"] - 1.0
+    return m.finish_export(hf, sd, gpt.tok_emb.weight.dtype, out_dir)
+
+
+def to_hf_gemma2(gpt: Any, out_dir: Any = None) -> Any:
+    """A ``Gemma2ForCausalLM`` with the weights and logits of a Gemma-2-layout :class:`poslab.GPT`.
+
+    The layout: RoPE (half-split), rmsnorm, swiglu, ``residual="sandwich"``,
+    ``embed_scale=sqrt(n_embd)``, optional ``attn_softcap``/``final_softcap``, windows (one size)
+    through ``layer_pattern``. Anything else is refused naming the option.
+    """
+    return _export(gpt, "gemma2", out_dir)
+
+
+def to_hf_gemma3(gpt: Any, out_dir: Any = None) -> Any:
+    """A ``Gemma3ForCausalLM`` for a Gemma-3-layout :class:`poslab.GPT` (Gemma 2's plus ``qk_norm``, no
+    attention soft-cap, and one RoPE configuration for the local layers and one for the global ones)."""
+    return _export(gpt, "gemma3_text", out_dir)
