@@ -83,6 +83,16 @@ def gpt_oss(**kw: Any) -> Any:
                                         "num_experts_per_tok": 2, "sliding_window": 6, "rope_parameters": rope, **kw})
 
 
+def deepseek(**kw: Any) -> Any:
+    return transformers.DeepseekV3Config(**{"vocab_size": V, "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 16,
+                                            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+                                            "kv_lora_rank": 16, "q_lora_rank": 24, "qk_rope_head_dim": 8, "qk_nope_head_dim": 12,
+                                            "v_head_dim": 10, "first_k_dense_replace": 2, "max_position_embeddings": 128, **kw})
+
+
+_DEEPSEEK_YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 1.0,
+                  "rope_theta": 10000.0, "beta_fast": 32.0, "beta_slow": 1.0}
+
 # id -> (config, lengths): every length list goes past the windows (6) and chunks (8)
 CASES: dict[str, tuple[Any, tuple[int, ...]]] = {
     "qwen3": (qwen3(), (1, 9, 40)),
@@ -98,6 +108,9 @@ CASES: dict[str, tuple[Any, tuple[int, ...]]] = {
     "llama4": (llama4(), (1, 9, 40)),
     "llama4-no-qk-norm-no-temperature": (llama4(use_qk_norm=False, attn_temperature_tuning=False), (40,)),
     "llama4-no-chunk-interval-2": (llama4(attention_chunk_size=None, no_rope_layer_interval=2), (40,)),
+    "deepseek-v3-mla": (deepseek(), (1, 9, 40)),
+    "deepseek-v3-full-q-half-rope-bias": (deepseek(q_lora_rank=None, rope_interleave=False, attention_bias=True), (40,)),
+    "deepseek-v3-yarn-mscale": (deepseek(rope_parameters=_DEEPSEEK_YARN), (9, 40)),
 }
 
 
@@ -132,6 +145,25 @@ def test_mapped_configs_use_the_mechanisms() -> None:
     assert [l4.layer_value(i, "position") for i in range(4)] == ["rope", "rope", "rope", "none"]
     assert l4.layer_value(3, "attn_temperature") == [4.0, 0.5] and l4.layer_value(0, "attn_temperature") is None
     assert poslab.from_hf(hf_model(qwen3())).config.qk_norm
+    ds = poslab.from_hf(hf_model(deepseek()))
+    assert type(ds.blocks[0].attn).__name__ == "MultiHeadLatentAttention"
+    assert type(ds.make_cache(1)[0]).__name__ == "LatentKVCache"
+
+
+def test_deepseek_absorbed_decoding_equals_the_naive_path() -> None:
+    """The absorbed-projection decode path (kv_b folded into q and the output) gives HF's cached logits too."""
+    hf = hf_model(deepseek())
+    ours = poslab.from_hf(hf)
+    prompt = torch.randint(0, V, (2, 8))
+    tokens, hf_logits = hf_greedy(hf, prompt, 16)
+    for block in ours.blocks:
+        block.attn.absorb = True
+    cache = ours.make_cache(2, capacity=24)
+    seq = torch.cat([prompt, tokens], dim=1)
+    with torch.no_grad():
+        steps = [ours(prompt, cache=cache)[:, -1]] + [ours(seq[:, t : t + 1], cache=cache)[:, -1] for t in range(8, 23)]
+    assert_close(torch.stack(steps, dim=1), hf_logits, **TOL)
+    assert cache[0].bytes_per_token() == 2 * (16 + 8) * 4  # latent + rotary key, fp32, batch 2
 
 
 # ------------------------------------------------------------------------------------------ generation
@@ -142,7 +174,8 @@ def hf_greedy(hf: torch.nn.Module, prompt: torch.Tensor, n: int) -> tuple[torch.
     return out.sequences[:, prompt.shape[1]:], torch.stack(out.logits, dim=1)
 
 
-GENERATION = {"qwen3-sliding": CASES["qwen3-sliding-bias-tied"][0], "gemma2": gemma2(), "gemma3": gemma3(), "llama4": llama4()}
+GENERATION = {"qwen3-sliding": CASES["qwen3-sliding-bias-tied"][0], "gemma2": gemma2(), "gemma3": gemma3(), "llama4": llama4(),
+              "deepseek-v3-latent-cache": deepseek(rope_parameters=_DEEPSEEK_YARN)}
 
 
 @pytest.mark.parametrize("case", list(GENERATION))
@@ -224,6 +257,8 @@ def test_gpt_oss_whole_model_is_refused_naming_the_moe() -> None:
     "config, needle",
     [
         (llama4(moe_layers=[1]), r"llama4_text: moe_layers=\[1\]"),
+        (deepseek(first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1),
+         "deepseek_v3: first_k_dense_replace=1 with num_hidden_layers=2"),
         (gemma2(use_bidirectional_attention=True), "use_bidirectional_attention=True"),
         (qwen3(hidden_act="quick_gelu"), "activation 'quick_gelu'"),
         (qwen3(hidden_size=66, num_attention_heads=4), "hidden_size=66 not divisible"),
@@ -267,9 +302,10 @@ def test_from_hf_folder_gemma2(tmp_path) -> None:
 
 # ------------------------------------------------------------------------------------------ export
 def _exporters() -> dict[str, Any]:
-    from poslab.interop import gemma, llama4, qwen3
+    from poslab.interop import deepseek, gemma, llama4, qwen3
 
-    return {"qwen3": qwen3.to_hf, "gemma2": gemma.to_hf_gemma2, "gemma3_text": gemma.to_hf_gemma3, "llama4_text": llama4.to_hf}
+    return {"qwen3": qwen3.to_hf, "gemma2": gemma.to_hf_gemma2, "gemma3_text": gemma.to_hf_gemma3, "llama4_text": llama4.to_hf,
+            "deepseek_v3": deepseek.to_hf}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -279,7 +315,7 @@ def test_round_trip_to_hf_from_hf_equals_original(case: str) -> None:
     hf = hf_model(config)
     back = _exporters()[config.model_type](poslab.from_hf(hf))
     assert type(back) is type(hf)
-    assert back.config.layer_types == hf.config.layer_types
+    assert getattr(back.config, "layer_types", None) == getattr(hf.config, "layer_types", None)
     want, got = hf.state_dict(), back.state_dict()
     assert set(got) == set(want)
     for key in want:

@@ -117,7 +117,8 @@ def hf_rope(family: str, gpt: Any, scheme: Any) -> dict[str, Any]:
     """``rope_parameters`` of one RoPE scheme (``_hf_rope_parameters`` on a model view with that scheme)."""
     from poslab.interop.hf import _hf_rope_parameters
 
-    view = SimpleNamespace(position=scheme, config=gpt.config)
+    # the scheme's own head_dim (MLA rotates qk_rope_head_dim dims, not the model's head_dim)
+    view = SimpleNamespace(position=scheme, config=SimpleNamespace(head_dim=scheme.config.head_dim, block_size=gpt.config.block_size))
     try:
         params, _ = _hf_rope_parameters(view)
     except ValueError as err:

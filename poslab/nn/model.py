@@ -96,6 +96,10 @@ class GPTConfig:
             ``i`` takes entry ``i % len(layer_pattern)``, so ``[{"window": 4096}, {}]`` is Gemma 2's
             local/global alternation and a list of ``n_layer`` entries spells out every layer. A
             per-layer scheme must be one that acts inside attention (no ``embed``).
+        mla: multi-head latent attention (DeepSeek-V2/V3) instead of MHA: a dict with
+            ``kv_lora_rank``, ``q_lora_rank`` (``None`` = full query projection), ``qk_nope_head_dim``,
+            ``qk_rope_head_dim``, ``v_head_dim``, optional ``latent_eps`` (see ``poslab.nn.mla``); the scheme's ``head_dim`` is
+            ``qk_rope_head_dim`` and ``make_cache`` returns compressed latent caches.
     """
 
     vocab_size: int = 65
@@ -135,6 +139,7 @@ class GPTConfig:
     attn_temperature: list[float] | None = None
     embed_scale: float | None = None
     layer_pattern: list[dict[str, Any]] | None = None
+    mla: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "n_layer", "block_size"):
@@ -209,6 +214,8 @@ class GPTConfig:
             raise ValueError(str(err).replace("chunk must", "attn_chunk must").replace("temperature_tuning must", "attn_temperature must")) from None
         if self.attn_temperature is not None:
             self.attn_temperature = [float(x) for x in self.attn_temperature]
+        if self.mla is not None:
+            self._validate_mla()
         if self.layer_pattern is None:
             return
         if not isinstance(self.layer_pattern, (list, tuple)) or not self.layer_pattern or len(self.layer_pattern) > self.n_layer:
@@ -233,6 +240,22 @@ class GPTConfig:
                 if cls.embed is not PositionScheme.embed:
                     raise ValueError(f"layer_pattern[{i}]: position {cls.name!r} adds embeddings, which are shared by all "
                                      "layers; a per-layer scheme must act inside attention (rotate / score_bias)")
+
+    def _validate_mla(self) -> None:
+        from poslab.nn.mla import validate_mla
+
+        self.mla = validate_mla(self.mla)
+        clash = [key for key in ("attn_softcap", "qk_norm", "attn_sinks", "attn_chunk", "attn_temperature", "clip_qkv", "attn_head_dim")
+                 if getattr(self, key) not in (None, False)]
+        if self.n_kv_head not in (None, self.n_head):
+            clash.append("n_kv_head")
+        if self.layer_pattern is not None and any(set(e) - {"window", "position", "position_config"} for e in self.layer_pattern
+                                                  if isinstance(e, dict)):
+            clash.append("layer_pattern (beyond window/position)")
+        if clash:
+            raise ValueError(f"mla (multi-head latent attention) does not combine with {', '.join(clash)}")
+        if positions.get(self.position).has_bias:
+            raise ValueError(f"mla runs rotary (or no) position schemes; position={self.position!r} adds a bias")
 
     def layer(self, i: int) -> dict[str, Any]:
         """The ``layer_pattern`` overrides of layer ``i`` (``{}`` without a pattern)."""
@@ -271,7 +294,7 @@ class GPTConfig:
         return {
             "n_embd": self.n_embd,
             "n_heads": self.n_head,
-            "head_dim": self.head_dim,
+            "head_dim": self.head_dim if self.mla is None else self.mla["qk_rope_head_dim"],
             "max_len": self.block_size,
             "bidirectional": not self.causal,
         }
@@ -364,6 +387,8 @@ class Block(nn.Module):
             scale=cfg.attn_scale,
             **attention_options(cfg, layer),
         )
+        if cfg.mla is not None:
+            self.attn = latent_attention(cfg, layer)
         if cfg.clip_qkv is not None:
             fused = self.attn.qkv
             self.attn.qkv = ClippedLinear(fused.in_features, fused.out_features, fused.bias is not None, cfg.clip_qkv)
@@ -402,6 +427,15 @@ def attention_options(cfg: GPTConfig, layer: int) -> dict[str, Any]:
         "chunk": cfg.layer_value(layer, "attn_chunk"),
         "temperature_tuning": tuple(temperature) if temperature is not None else None,
     }
+
+
+def latent_attention(cfg: GPTConfig, layer: int) -> nn.Module:
+    """Layer ``layer``'s :class:`~poslab.nn.mla.MultiHeadLatentAttention` (``cfg.mla`` set)."""
+    from poslab.nn.mla import MultiHeadLatentAttention
+
+    return MultiHeadLatentAttention(cfg.n_embd, cfg.n_head, **cfg.mla, causal=cfg.causal, dropout=cfg.dropout,
+                                    bias=cfg.bias_of("attn"), backend=cfg.backend, window=cfg.layer_value(layer, "window"),
+                                    scale=cfg.attn_scale)
 
 
 def build_layer_positions(cfg: GPTConfig) -> nn.ModuleDict:
@@ -464,6 +498,12 @@ class GPT(nn.Module):
         cfg = self.config
         device = self.tok_emb.weight.device
         dtype = dtype or self.tok_emb.weight.dtype
+        if cfg.mla is not None:
+            from poslab.nn.mla import LatentKVCache
+
+            mla = cfg.mla
+            return [LatentKVCache(batch_size, mla["kv_lora_rank"], mla["qk_rope_head_dim"], capacity or cfg.block_size, dtype, device)
+                    for _ in self.blocks]
         if cfg.layer_pattern is not None:
             return self._make_layer_caches(batch_size, capacity, dtype, device)
         if cfg.window is not None:  # rolling: only the last `window` keys are ever attended
