@@ -395,3 +395,33 @@ def test_kv_cache_bytes_per_token_mha_gqa_mqa_mla() -> None:
         held = sum(b.numel() * b.element_size() for name, b in cache.named_buffers() if name != "pos")
         sizes[label] = held // 10
     assert sizes == {"mha": 2 * 4 * 8 * 4, "gqa": 2 * 2 * 8 * 4, "mqa": 2 * 8 * 4, "mla": (8 + 4) * 4}
+
+
+# ------------------------------------------------------------------------------------ new schemes
+def test_prope_frequencies_equal_transformers_proportional_rope() -> None:
+    """p-RoPE's frequencies are transformers' ``rope_type="proportional"``; p = 1 is RoPE, p = 0 is NoPE."""
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from poslab.nn import positions
+
+    for fraction in (0.0, 0.25, 0.5, 0.75, 1.0):
+        ours = positions.build("prope", head_dim=16, base=5000.0, fraction=fraction)
+        params = {"rope_type": "proportional", "rope_theta": 5000.0, "partial_rotary_factor": fraction}
+        config = SimpleNamespace(rope_parameters=params, head_dim=16, hidden_size=64, num_attention_heads=4,
+                                 standardize_rope_params=lambda: None)
+        theirs, _ = ROPE_INIT_FUNCTIONS["proportional"](config, None)
+        assert_close(ours.inv_freq, theirs, atol=0, rtol=0)
+    q, k = torch.randn(1, 2, 5, 16), torch.randn(1, 2, 5, 16)
+    pos = torch.arange(3, 8)
+    full, rope = positions.build("prope", head_dim=16, fraction=1.0), positions.build("rope", head_dim=16)
+    assert all(torch.equal(a, b) for a, b in zip(full.rotate(q, k, pos, pos), rope.rotate(q, k, pos, pos)))
+    none = positions.build("prope", head_dim=16, fraction=0.0)
+    assert all(torch.equal(a, b) for a, b in zip(none.rotate(q, k, pos, pos), (q, k)))
+    half = positions.build("prope", head_dim=16, fraction=0.5).rotate(q, k, pos, pos)[0]
+    assert torch.equal(half[..., 4:8], q[..., 4:8]) and torch.equal(half[..., 12:], q[..., 12:])  # low pairs stay
+    assert not torch.equal(half[..., :4], q[..., :4])
+    with pytest.raises(ValueError, match=r"fraction must be a number in \[0, 1\]"):
+        positions.build("prope", head_dim=16, fraction=1.5)

@@ -35,6 +35,7 @@ _MODULES = (
     "poslab.nn.positions.kerple",
     "poslab.nn.positions.fire",
     "poslab.nn.positions.xl",
+    "poslab.nn.positions.prope",
 )
 
 
