@@ -36,6 +36,8 @@ _MODULES = (
     "poslab.nn.positions.fire",
     "poslab.nn.positions.xl",
     "poslab.nn.positions.prope",
+    "poslab.nn.positions.cope",
+    "poslab.nn.positions.forgetting",
 )
 
 
