@@ -425,3 +425,49 @@ def test_prope_frequencies_equal_transformers_proportional_rope() -> None:
     assert not torch.equal(half[..., :4], q[..., :4])
     with pytest.raises(ValueError, match=r"fraction must be a number in \[0, 1\]"):
         positions.build("prope", head_dim=16, fraction=1.5)
+
+
+def test_cope_bias_follows_the_paper_loop() -> None:
+    """``p_ij = sum_{t=j..i} sigmoid(q_i.k_t * scale)``; bias = interpolation of ``q_i . e[p]`` (a plain loop here)."""
+    from poslab.nn import positions
+
+    torch.manual_seed(3)
+    scheme = positions.build("cope", head_dim=4, npos_max=3)  # small table: the clip at npos_max-1 is reached
+    with torch.no_grad():
+        scheme.pos_emb.normal_()
+    q, k = torch.randn(1, 2, 5, 4), torch.randn(1, 1, 5, 4)
+    pos = torch.arange(5)
+    scale = 0.5
+    got = scheme.score_bias(q, k, pos, pos, scale)
+    want = torch.zeros(1, 2, 5, 5)
+    for h in range(2):
+        for i in range(5):
+            logits = q[0, h, i] @ scheme.pos_emb  # [npos_max]
+            for j in range(i + 1):
+                p = min(sum(torch.sigmoid(q[0, h, i] @ k[0, 0, t] * scale) for t in range(j, i + 1)).item(), 2.0)
+                lo, hi = math.floor(p), math.ceil(p)
+                want[0, h, i, j] = logits[lo] * (1 - (p - lo)) + logits[hi] * (p - lo)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    assert_close(got[..., causal], want[..., causal], **TIGHT)
+    perm = torch.tensor([3, 0, 4, 1, 2])  # keys stored out of order (a rolling cache): same bias per position
+    assert_close(scheme.score_bias(q, k[:, :, perm], pos, pos[perm], scale), got[..., perm], **TIGHT)
+
+
+def test_fox_bias_follows_the_paper_sum() -> None:
+    """``D_ij = sum_{l=j+1..i} log f_l`` with ``f_l = sigmoid(w_h . k_l + b_h)`` (a plain loop here)."""
+    from poslab.nn import positions
+
+    torch.manual_seed(4)
+    scheme = positions.build("fox", n_heads=2, head_dim=4, bias_init=0.5)
+    q, k = torch.randn(1, 2, 6, 4), torch.randn(1, 1, 6, 4)
+    pos = torch.arange(10, 16)
+    got = scheme.score_bias(q, k, pos, pos, 0.5)
+    for h in range(2):
+        log_f = [torch.nn.functional.logsigmoid(scheme.gate_weight[h] @ k[0, 0, t] + scheme.gate_bias[h]) for t in range(6)]
+        for i in range(6):
+            for j in range(i + 1):
+                want = sum((log_f[t] for t in range(j + 1, i + 1)), torch.tensor(0.0))
+                assert_close(got[0, h, i, j], want, **TIGHT)
+    assert (got[..., torch.ones(6, 6, dtype=torch.bool).tril(-1)] < 0).all()  # a decay: older keys weigh less
+    decode = scheme.score_bias(q[:, :, -1:], k, pos[-1:], pos, 0.5)  # one cached query sees the same row
+    assert_close(decode, got[:, :, -1:], **TIGHT)
