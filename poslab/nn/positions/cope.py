@@ -32,15 +32,20 @@ class CoPEConfig:
         head_dim: per-head width (filled in by the model).
         npos_max: number of position embeddings (contextual positions are clipped below it).
         bidirectional: also position keys after the query, counting ``i <= t <= j`` (filled in by the model).
+        init_std: normal initialisation of the embeddings. The paper's code starts them at zero, which
+            makes a fresh model exactly NoPE; 0 reproduces that.
     """
 
     head_dim: int = 64
     npos_max: int = 64
     bidirectional: bool = False
+    init_std: float = 0.02
 
     def __post_init__(self) -> None:
         check_positive("head_dim", self.head_dim)
         check_positive("npos_max", self.npos_max)
+        if not self.init_std >= 0:
+            raise ValueError(f"init_std must be >= 0, got {self.init_std}")
 
 
 @register
@@ -55,7 +60,7 @@ class CoPE(PositionScheme):
 
     def __init__(self, config: CoPEConfig) -> None:
         super().__init__(config)
-        self.pos_emb = nn.Parameter(torch.zeros(config.head_dim, config.npos_max))  # zeros, as in the paper's code
+        self.pos_emb = nn.Parameter(torch.randn(config.head_dim, config.npos_max) * config.init_std)  # [d_k, npos_max]
 
     def contextual_positions(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> Tensor:
         """``p_ij`` ``[B, h, Tq, Tk]`` fp32 (clipped at ``npos_max - 1``)."""
