@@ -471,3 +471,28 @@ def test_fox_bias_follows_the_paper_sum() -> None:
     assert (got[..., torch.ones(6, 6, dtype=torch.bool).tril(-1)] < 0).all()  # a decay: older keys weigh less
     decode = scheme.score_bias(q[:, :, -1:], k, pos[-1:], pos, 0.5)  # one cached query sees the same row
     assert_close(decode, got[:, :, -1:], **TIGHT)
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi"])
+@pytest.mark.parametrize("window", [None, 37])
+def test_softcap_runs_in_linear_memory_blocks_equal_to_one_shot(name: str, window: int | None, monkeypatch) -> None:
+    """Past ``query_chunk`` queries soft-capped eager attention runs in checkpointed blocks: values and grads equal."""
+    import poslab.nn.attention as attention
+
+    tiles = []
+    eager = attention._eager
+    monkeypatch.setattr(attention, "_eager", lambda q, k, *a, **kw: tiles.append(tuple(q.shape[2:3] + k.shape[2:3])) or eager(q, k, *a, **kw))
+    attn = make(Variant(name, name), "all", window=window)
+    x = _x(70).requires_grad_()
+    attn.query_chunk, attn.recompute_threshold = 16, 32
+    blocked = attn(x)
+    assert len(tiles) == 5 and max(tq for tq, _ in tiles) == 16  # five query blocks of <= 16, never [70, 70]
+    grads_b = torch.autograd.grad(blocked.square().sum(), [x, *attn.parameters()], allow_unused=True)
+    attn.query_chunk = 10_000  # one shot
+    one_shot = attn(x)
+    grads_o = torch.autograd.grad(one_shot.square().sum(), [x, *attn.parameters()], allow_unused=True)
+    assert_close(blocked, one_shot, **TIGHT)
+    for gb, go in zip(grads_b, grads_o):
+        assert (gb is None) == (go is None)
+        if gb is not None:
+            assert_close(gb, go, atol=1e-4, rtol=1e-4)

@@ -283,6 +283,12 @@ def attend(
     backend = mechanism_backend(requested, backend, softcap)
     check_mechanisms(q.shape[1], softcap, sinks, chunk)
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if backend == "eager" and _blocked_eager_ok(q, q_pos, k_pos, softcap, need_weights, probe, query_chunk):
+        # soft-capped attention without weights: eager in query blocks, linear memory in T
+        recompute = k.shape[2] >= recompute_threshold and torch.is_grad_enabled()
+        out = _blocked_sdpa(q, k, v, q_pos, k_pos, causal, window, bias_fn, attn_mask, scale, dropout, query_chunk, recompute,
+                            chunk=chunk, sinks=sinks, softcap=softcap)
+        return out, None
     if backend == "eager":
         bias = bias_fn(q, k, q_pos, k_pos) if bias_fn is not None else None
         mask = _merge_masks(position_mask(q_pos, k_pos, causal, window, chunk), attn_mask)
@@ -309,6 +315,14 @@ def attend(
                             chunk=chunk, sinks=sinks)
         return out, None
     return _sdpa_block(q, k, v, q_pos, k_pos, causal, window, bias_fn, attn_mask, scale, dropout, chunk=chunk, sinks=sinks), None
+
+
+def _blocked_eager_ok(q: Tensor, q_pos: Tensor, k_pos: Tensor, softcap: float | None, need_weights: bool,
+                      probe: Callable | None, query_chunk: int) -> bool:
+    """Whether soft-capped eager attention runs in query blocks (no weights wanted, none watched, sorted positions)."""
+    watched = probe is not None and bool(getattr(probe, "_forward_hooks", None) or getattr(probe, "_forward_pre_hooks", None))
+    return (softcap is not None and not need_weights and not watched and q.shape[2] > query_chunk
+            and _sorted(q_pos) and _sorted(k_pos))
 
 
 def mechanism_backend(requested: str, resolved: str, softcap: float | None) -> str:
@@ -426,6 +440,7 @@ def _blocked_sdpa(
     recompute: bool = False,
     chunk: int | None = None,
     sinks: Tensor | None = None,
+    softcap: float | None = None,
 ) -> Tensor:
     """Attention in query blocks, each over only the keys within its reach (sorted positions).
 
@@ -434,13 +449,14 @@ def _blocked_sdpa(
     Cost: ``O(T * reach * d)`` time and ``O(B h chunk reach)`` memory per block, where ``reach`` is
     ``min(T, W + chunk)`` with a window and up to ``T`` without. With ``recompute``, blocks with a
     float bias over the whole past (no window) are checkpointed: backward recomputes the bias, so the
-    blocks' biases (``O(h T^2)`` together) are never all alive.
+    blocks' biases (``O(h T^2)`` together) are never all alive. With ``softcap`` each block runs the
+    eager form (soft-capped fp32 logits; SDPA cannot cap), checkpointed like a float bias.
     """
     Tk, c = k.shape[2], query_chunk
     float_bias = bias_fn is not None or (attn_mask is not None and attn_mask.dtype != torch.bool)
     # a float bias over the whole causal past would be kept for backward by every block (O(T^2)):
     # recompute it in backward instead (a window bounds each block's bias: nothing to gain there)
-    recompute = recompute and float_bias and window is None
+    recompute = recompute and (float_bias or softcap is not None) and window is None
     # With autograd, slicing a block out of q/k/v costs a full-size zero tensor in backward for every
     # block (O(T^2 / c) traffic); splitting into c-sized blocks and concatenating the key blocks a
     # query block needs keeps backward to views and c-sized additions.
@@ -452,6 +468,10 @@ def _blocked_sdpa(
         n = len(kv) // 2
         kb = kv[0] if n == 1 else torch.cat(kv[:n], dim=2)  # [B, hkv, tk, dk]
         vb = kv[n] if n == 1 else torch.cat(kv[n:], dim=2)  # [B, hkv, tk, dv]
+        if softcap is not None:
+            bias = bias_fn(qb, kb, qp, kp) if bias_fn is not None else None
+            combined = _combine_float(_merge_masks(position_mask(qp, kp, causal, window, chunk), mask), bias)
+            return _eager(qb, kb, vb, combined, scale, dropout, None, softcap=softcap, sinks=sinks)[0]
         return _sdpa_block(qb, kb, vb, qp, kp, causal, window, bias_fn, mask, scale, dropout, chunk=chunk, sinks=sinks)
 
     outs = []
