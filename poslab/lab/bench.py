@@ -72,6 +72,17 @@ def set_clock(name: str) -> None:
 def clock_name() -> str:
     return next(name for name, fn in CLOCKS.items() if fn is _clock)
 REFERENCES = ("torch-mha", "torch-mha-is_causal", "naive", "hf-llama-rope", "hf-bloom-alibi")
+#: ``poslab:<scheme>+<mechanism>`` cases (not in the default run; ask with ``--cases``): the
+#: MultiHeadAttention options of each modern mechanism at its models' settings
+MECHANISMS: dict[str, dict[str, Any]] = {
+    "softcap": {"softcap": 50.0},  # Gemma 2
+    "qknorm": {"qk_norm": True},  # Qwen3, Gemma 3
+    "sinks": {"sinks": True},  # gpt-oss
+    "chunk": {"chunk": WINDOW},  # Llama 4 (8192 there; 256 here, like the window case)
+    "temperature": {"temperature_tuning": (8192.0, 0.1)},  # Llama 4 NoPE layers
+}
+#: ``poslab:mla``: multi-head latent attention at this width (latent 64, rotary key 16, nope 32, v 32)
+MLA_DIMS = {"kv_lora_rank": 64, "q_lora_rank": None, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}
 
 
 # ================================================================================ attention cases
@@ -90,8 +101,15 @@ class Case:
     quadratic_bytes: float = 0.0
 
 
-def attention_cases(schemes: Sequence[str] | None = None) -> list[Case]:
-    """poslab with every registered scheme (or ``schemes``), a sliding window, then the references."""
+def mechanism_cases() -> list[Case]:
+    """The modern-mechanism cases (RoPE, or NoPE for the temperature tuning) and MLA."""
+    cases = [Case(f"poslab:{'none' if m == 'temperature' else 'rope'}+{m}") for m in MECHANISMS]
+    return [*cases, Case("poslab:mla")]
+
+
+def attention_cases(schemes: Sequence[str] | None = None, mechanisms: bool = False) -> list[Case]:
+    """poslab with every registered scheme (or ``schemes``), a sliding window, then the references
+    (and, with ``mechanisms``, :func:`mechanism_cases`)."""
     from poslab.nn import positions
 
     names = list(schemes) if schemes is not None else positions.names()
@@ -104,7 +122,7 @@ def attention_cases(schemes: Sequence[str] | None = None) -> list[Case]:
         Case("hf-llama-rope"),
         Case("hf-bloom-alibi", quadratic_bytes=BATCH * HEADS * 4 * 3.5),
     ]
-    return cases
+    return cases + mechanism_cases() if mechanisms else cases
 
 
 class NaiveAttention(nn.Module):
@@ -130,7 +148,33 @@ def build_case(name: str, T: int, seed: int = 0) -> Callable[[], None]:
     """A closure running one forward + backward of case ``name`` at length ``T`` (grads reset first)."""
     torch.manual_seed(seed)
     x = torch.randn(BATCH, T, D_MODEL, requires_grad=True)
-    if name.startswith("poslab:"):
+    if name == "poslab:mla":
+        from poslab.nn import positions
+        from poslab.nn.mla import MultiHeadLatentAttention
+
+        scheme = positions.build_for_model("rope", {}, {"head_dim": MLA_DIMS["qk_rope_head_dim"], "max_len": T})
+        module = MultiHeadLatentAttention(D_MODEL, HEADS, **MLA_DIMS, position=scheme)
+        pos = torch.arange(T)
+
+        def forward() -> Tensor:
+            return module(x, pos)
+    elif name.startswith("poslab:") and "+" in name:
+        from poslab.nn import positions
+        from poslab.nn.attention import MultiHeadAttention
+
+        scheme_name, _, mechanism = name.split(":", 1)[1].partition("+")
+        if mechanism not in MECHANISMS:
+            raise ValueError(f"unknown mechanism {mechanism!r} in {name!r}; known: {', '.join(MECHANISMS)}")
+        scheme = positions.build_for_model(
+            scheme_name, {}, {"n_embd": D_MODEL, "n_heads": HEADS, "head_dim": HEAD_DIM, "max_len": T, "bidirectional": False}
+        )
+        module = MultiHeadAttention(D_MODEL, HEADS, position=scheme, bias=False, **MECHANISMS[mechanism])
+        module.add_module("scheme", scheme)
+        pos = torch.arange(T)
+
+        def forward() -> Tensor:
+            return module(x, pos)
+    elif name.startswith("poslab:"):
         from poslab.nn import positions
         from poslab.nn.attention import MultiHeadAttention
 
@@ -184,7 +228,7 @@ def build_case(name: str, T: int, seed: int = 0) -> Callable[[], None]:
             mask = torch.zeros(BATCH, 1, T, T).masked_fill(future, torch.finfo(x.dtype).min)
             return module(x, residual, alibi, mask)[0]
     else:
-        known = [c.name for c in attention_cases()]
+        known = [c.name for c in attention_cases(mechanisms=True)]
         raise ValueError(f"unknown benchmark case {name!r}; known: {', '.join(known)}")
     module.train()
 
@@ -278,7 +322,7 @@ def run_attention(sizes: Sequence[int], repeats: int, memory: bool = True, case_
     log(f"fp32 matmul roofline: {peak:.0f} GFLOP/s ({torch.get_num_threads()} threads)")
     cases = attention_cases()
     if case_names is not None:
-        known = {c.name: c for c in cases}
+        known = {c.name: c for c in attention_cases(mechanisms=True)}
         unknown = [n for n in case_names if n not in known]
         if unknown:
             raise ValueError(f"unknown benchmark case {unknown[0]!r}; known: {', '.join(known)}")
@@ -590,7 +634,7 @@ def run(args: argparse.Namespace) -> int:
     set_clock(args.clock)
     cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
     if cases is not None:
-        known = [c.name for c in attention_cases()]
+        known = [c.name for c in attention_cases(mechanisms=True)]
         for case in cases:
             if case not in known:
                 raise ValueError(f"unknown benchmark case {case!r}; known: {', '.join(known)}")
