@@ -44,6 +44,14 @@ def _parse_value(key: str, text: str, hint: Any) -> Any:
             raise ValueError(f"--{key} expects a number, got {text!r}") from None
     if hint is str:
         return text
+    if typing.get_origin(hint) is list:  # attn_temperature, layer_pattern: a JSON or YAML list
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = None
+        if not isinstance(value, list):
+            raise ValueError(f"--{key} expects a list such as '[{{window: 4096}}, {{}}]', got {text!r}")
+        return value
     # dict / Any (position_config): a JSON or YAML mapping
     try:
         value = yaml.safe_load(text)

@@ -496,3 +496,14 @@ def test_softcap_runs_in_linear_memory_blocks_equal_to_one_shot(name: str, windo
         assert (gb is None) == (go is None)
         if gb is not None:
             assert_close(gb, go, atol=1e-4, rtol=1e-4)
+
+
+def test_cli_overrides_take_the_list_fields() -> None:
+    from poslab.config import parse_overrides
+
+    parsed = parse_overrides(["--model.layer_pattern", "[{window: 4}, {}]", "--model.attn_temperature=[8192, 0.1]",
+                              "--model.attn_softcap", "50"])
+    assert parsed == {"model": {"layer_pattern": [{"window": 4}, {}], "attn_temperature": [8192, 0.1], "attn_softcap": 50.0}}
+    assert GPTConfig(n_layer=2, **parsed["model"]).layer_value(0, "window") == 4
+    with pytest.raises(ValueError, match="--model.layer_pattern expects a list"):
+        parse_overrides(["--model.layer_pattern", "4"])
