@@ -182,6 +182,8 @@ class MultiHeadLatentAttention(nn.Module):
         Tk = latent.shape[1]
         requested = backend or self.backend
         resolved = resolve_backend(requested, x.device, need_weights, has_mask=attn_mask is not None)
+        if requested == "auto" and resolved == "flex" and T == 1:
+            resolved = "sdpa"  # one decoded token needs no block mask (as MultiHeadAttention)
         bias_fn = None
         if scheme is not None and scheme.has_bias:
             raise ValueError(f"multi-head latent attention runs rotary (or no) position schemes; {scheme.name!r} adds a bias")
