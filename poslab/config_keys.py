@@ -90,12 +90,16 @@ def _from_text(key: str, text: str, hint: Any) -> Any:
             raise ValueError(f"--{key} expects a number, got {text!r}") from None
     if hint is str:
         return text
-    import yaml  # a mapping (dict / Any fields such as position_config), as JSON or YAML
+    import yaml  # a list (layer_pattern, attn_temperature) or a mapping (position_config), as JSON or YAML
 
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         value = None
+    if typing.get_origin(hint) is list:
+        if not isinstance(value, list):
+            raise ValueError(f"--{key} expects a list such as '[{{window: 4096}}, {{}}]', got {text!r}")
+        return value
     if not isinstance(value, dict):
         raise ValueError(f"--{key} expects a mapping such as '{{\"base\": 500}}', got {text!r}")
     return value

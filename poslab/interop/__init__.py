@@ -12,3 +12,6 @@ from poslab.interop.hf import SUPPORTED, from_hf, to_hf
 from poslab.interop.permute import permute_rope, relayout_rope
 
 __all__ = ["SUPPORTED", "from_hf", "permute_rope", "relayout_rope", "to_hf"]
+
+# family modules register themselves with from_hf's dispatch (after hf.py is loaded)
+from poslab.interop import deepseek, gemma, gpt_oss, llama4, qwen3  # noqa: E402,F401

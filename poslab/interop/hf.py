@@ -472,6 +472,17 @@ _FAMILIES: dict[str, tuple[str, Callable[[Any, _Weights], Converted]]] = {
 }
 
 
+#: model_type -> module of the families registered from their own files (poslab/interop/<family>.py)
+FAMILY_MODULES: dict[str, str] = {}
+
+
+def register_family(model_type: str, prefix: str, convert: Callable[[Any, _Weights], Converted], description: str) -> None:
+    """Add a family converter to the :func:`from_hf` dispatch (called by each family module)."""
+    SUPPORTED[model_type] = description
+    _FAMILIES[model_type] = (prefix, convert)
+    FAMILY_MODULES[model_type] = convert.__module__
+
+
 def _supported_list() -> str:
     return "; ".join(f"{k} = {v}" for k, v in SUPPORTED.items())
 

@@ -70,6 +70,17 @@ def set_clock(name: str) -> None:
 def clock_name() -> str:
     return next(name for name, fn in CLOCKS.items() if fn is _clock)
 REFERENCES = ("torch-mha", "torch-mha-is_causal", "naive", "hf-llama-rope", "hf-bloom-alibi")
+#: ``poslab:<scheme>+<mechanism>`` cases (not in the default run; ask with ``--cases``): the
+#: MultiHeadAttention options of each modern mechanism at its models' settings
+MECHANISMS: dict[str, dict[str, Any]] = {
+    "softcap": {"softcap": 50.0},  # Gemma 2
+    "qknorm": {"qk_norm": True},  # Qwen3, Gemma 3
+    "sinks": {"sinks": True},  # gpt-oss
+    "chunk": {"chunk": WINDOW},  # Llama 4 (8192 there; 256 here, like the window case)
+    "temperature": {"temperature_tuning": (8192.0, 0.1)},  # Llama 4 NoPE layers
+}
+#: ``poslab:mla``: multi-head latent attention at this width (latent 64, rotary key 16, nope 32, v 32)
+MLA_DIMS = {"kv_lora_rank": 64, "q_lora_rank": None, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}
 
 
 # ================================================================================ attention cases
@@ -107,15 +118,19 @@ class Case:
                    data["quadratic_bytes"])
 
 
-def build_poslab(x: Tensor, T: int, *, scheme: str, window: int | None = None) -> Built:
-    """poslab's :class:`~poslab.nn.attention.MultiHeadAttention` with position scheme ``scheme``."""
+def build_poslab(x: Tensor, T: int, *, scheme: str, window: int | None = None, mechanism: str | None = None) -> Built:
+    """poslab's :class:`~poslab.nn.attention.MultiHeadAttention` with position scheme ``scheme``
+    (and one of :data:`MECHANISMS`: soft-capping, QK-norm, sinks, temperature tuning)."""
     from poslab.nn import positions
     from poslab.nn.attention import MultiHeadAttention
 
+    if mechanism is not None and mechanism not in MECHANISMS:
+        raise ValueError(f"unknown mechanism {mechanism!r}; known: {', '.join(MECHANISMS)}")
     position = positions.build_for_model(
         scheme, {}, {"n_embd": D_MODEL, "n_heads": HEADS, "head_dim": HEAD_DIM, "max_len": T, "bidirectional": False}
     )
-    module = MultiHeadAttention(D_MODEL, HEADS, position=position, window=window, bias=False)
+    options = MECHANISMS[mechanism] if mechanism is not None else {}
+    module = MultiHeadAttention(D_MODEL, HEADS, position=position, window=window, bias=False, **options)
     module.add_module("scheme", position)
     pos = torch.arange(T)
 
@@ -179,6 +194,17 @@ def build_hf_bloom(x: Tensor, T: int) -> Built:
     return module, forward
 
 
+def build_mla(x: Tensor, T: int) -> Built:
+    """DeepSeek's multi-head latent attention (:data:`MLA_DIMS`) with decoupled RoPE."""
+    from poslab.nn import positions
+    from poslab.nn.mla import MultiHeadLatentAttention
+
+    scheme = positions.build_for_model("rope", {}, {"head_dim": MLA_DIMS["qk_rope_head_dim"], "max_len": T})
+    module = MultiHeadLatentAttention(D_MODEL, HEADS, **MLA_DIMS, position=scheme)
+    pos = torch.arange(T)
+    return module, lambda: module(x, pos)
+
+
 #: builder name -> function ``(x [B, T, d], T, **params) -> (module, forward)``
 BUILDERS: dict[str, Callable[..., Built]] = {
     "poslab": build_poslab,
@@ -186,11 +212,22 @@ BUILDERS: dict[str, Callable[..., Built]] = {
     "naive": build_naive,
     "hf-llama": build_hf_llama,
     "hf-bloom": build_hf_bloom,
+    "mla": build_mla,
 }
 
 
-def attention_cases(schemes: Sequence[str] | None = None) -> list[Case]:
-    """poslab with every registered scheme (or ``schemes``), a sliding window, then the references."""
+def mechanism_cases() -> list[Case]:
+    """The modern-mechanism cases (RoPE, or NoPE for the temperature tuning) and MLA."""
+    cases = []
+    for mechanism in MECHANISMS:
+        scheme = "none" if mechanism == "temperature" else "rope"
+        cases.append(Case(f"poslab:{scheme}+{mechanism}", "poslab", (("scheme", scheme), ("mechanism", mechanism))))
+    return [*cases, Case("poslab:mla", "mla")]
+
+
+def attention_cases(schemes: Sequence[str] | None = None, mechanisms: bool = False) -> list[Case]:
+    """poslab with every registered scheme (or ``schemes``), a sliding window, then the references
+    (and, with ``mechanisms``, :func:`mechanism_cases`)."""
     from poslab.nn import positions
 
     names = list(schemes) if schemes is not None else positions.names()
@@ -203,12 +240,12 @@ def attention_cases(schemes: Sequence[str] | None = None) -> list[Case]:
         Case("hf-llama-rope", "hf-llama"),
         Case("hf-bloom-alibi", "hf-bloom", quadratic_bytes=BATCH * HEADS * 4 * 3.5),
     ]
-    return cases
+    return cases + mechanism_cases() if mechanisms else cases
 
 
 def find_cases(names: Sequence[str]) -> list[Case]:
     """The cases named (``--cases``), in that order; ``ValueError`` naming an unknown one and listing the known."""
-    known = {c.name: c for c in attention_cases()}
+    known = {c.name: c for c in attention_cases(mechanisms=True)}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown benchmark case {unknown[0]!r}; known: {', '.join(known)}")

@@ -206,10 +206,11 @@ class KVCache(nn.Module):
 
 
 # ----------------------------------------------------------------------------- functional core
-def position_mask(q_pos: Tensor, k_pos: Tensor, causal: bool, window: int | None) -> Tensor | None:
+def position_mask(q_pos: Tensor, k_pos: Tensor, causal: bool, window: int | None, chunk: int | None = None) -> Tensor | None:
     """Boolean keep-mask ``[Tq, Tk]`` (True = attend) from positions, or ``None`` for "keep all".
 
-    Causal: ``j <= i``. Window ``W``: ``i - W < j`` (and ``j < i + W`` when not causal).
+    Causal: ``j <= i``. Window ``W``: ``i - W < j`` (and ``j < i + W`` when not causal). Chunk ``C``
+    (Llama 4's chunked local attention): ``j // C == i // C``.
     """
     keep = None
     if causal:
@@ -218,6 +219,9 @@ def position_mask(q_pos: Tensor, k_pos: Tensor, causal: bool, window: int | None
         distance = q_pos[:, None] - k_pos[None, :]  # [Tq, Tk]
         in_window = distance < window if causal else distance.abs() < window
         keep = in_window if keep is None else keep & in_window
+    if chunk is not None:
+        same = torch.div(k_pos[None, :], chunk, rounding_mode="floor") == torch.div(q_pos[:, None], chunk, rounding_mode="floor")  # [Tq, Tk]
+        keep = same if keep is None else keep & same
     return keep
 
 
@@ -240,6 +244,9 @@ def attend(
     query_chunk: int = DEFAULT_QUERY_CHUNK,
     recompute_threshold: int = DEFAULT_RECOMPUTE_THRESHOLD,
     probe: Callable[[Tensor], Tensor] | None = None,
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
+    chunk: int | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Scaled dot-product attention over explicit positions (the core every module here calls).
 
@@ -259,6 +266,13 @@ def attend(
         query_chunk: the blocked path's query block (it runs when there are more queries than this).
         recompute_threshold: key count from which blocks recompute float biases in backward.
         probe: applied to the eager weights (a hook point for visualisation).
+        softcap: logit soft-capping ``c * tanh(s / c)`` of the scaled logits ``s = q k^T * scale``,
+            before any bias or mask (Gemma 2). Not expressible in ``sdpa``: ``auto`` picks ``eager``
+            (``flex`` on CUDA); an explicit ``sdpa`` raises.
+        sinks: ``[h]`` learned sink logits (gpt-oss): one extra logit per head joins every row's
+            softmax denominator and is dropped after it (the weights then sum to < 1). ``sdpa`` and
+            ``flex`` run it as an extra all-zero key/value whose logit is the sink.
+        chunk: chunked local attention ``j // C == i // C`` (Llama 4), on top of ``causal``/``window``.
 
     Returns:
         ``(out [B, h, Tq, d_v], weights or None)``.
@@ -266,23 +280,32 @@ def attend(
     check_qkv(q, k, v, q_pos, k_pos)
     if attn_mask is not None:
         attn_mask = check_mask(attn_mask, q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.device, q.dtype)
+    requested = backend
     backend = resolve_backend(backend, q.device, need_weights, has_mask=attn_mask is not None)
+    backend = mechanism_backend(requested, backend, softcap)
+    check_mechanisms(q.shape[1], softcap, sinks, chunk)
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if backend == "eager" and _blocked_eager_ok(q, q_pos, k_pos, softcap, need_weights, probe, query_chunk):
+        # soft-capped attention without weights: eager in query blocks, linear memory in T
+        recompute = k.shape[2] >= recompute_threshold and torch.is_grad_enabled()
+        out = _blocked_sdpa(q, k, v, q_pos, k_pos, causal, window, bias_fn, attn_mask, scale, dropout, query_chunk, recompute,
+                            chunk=chunk, sinks=sinks, softcap=softcap)
+        return out, None
     if backend == "eager":
         check_eager_scores(q.shape[0], q.shape[1], q.shape[2], k.shape[2])  # refuse what would exhaust the RAM
         bias = bias_fn(q, k, q_pos, k_pos) if bias_fn is not None else None
-        mask = _merge_masks(position_mask(q_pos, k_pos, causal, window), attn_mask)
-        return _eager(q, k, v, _combine_float(mask, bias), scale, dropout, probe)
+        mask = _merge_masks(position_mask(q_pos, k_pos, causal, window, chunk), attn_mask)
+        return _eager(q, k, v, _combine_float(mask, bias), scale, dropout, probe, softcap=softcap, sinks=sinks)
     if backend == "flex":
         if attn_mask is not None:
             raise ValueError("the flex backend takes no attn_mask; use sdpa or eager for explicit masks")
         if bias_fn is not None and score_mod is None:
             raise ValueError("the flex backend needs a score_mod for this bias; use sdpa or eager")
-        return _flex(q, k, v, q_pos, k_pos, causal, window, score_mod, scale), None
+        return _flex(q, k, v, q_pos, k_pos, causal, window, score_mod, scale, chunk=chunk, softcap=softcap, sinks=sinks), None
     # sdpa
     Tq, Tk = q.shape[2], k.shape[2]
     gqa = q.shape[1] != k.shape[1]
-    plain = bias_fn is None and attn_mask is None and window is None
+    plain = bias_fn is None and attn_mask is None and window is None and chunk is None and sinks is None
     if plain and causal and Tq == Tk and (q_pos is k_pos or torch.equal(q_pos, k_pos)) and _increasing(q_pos):
         # one increasing run of positions shared by q and k: the fused causal kernel is exact
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scale, enable_gqa=gqa)
@@ -291,9 +314,65 @@ def attend(
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale, enable_gqa=gqa), None
     if Tq > query_chunk and _sorted(q_pos) and _sorted(k_pos):
         recompute = Tk >= recompute_threshold and torch.is_grad_enabled()
-        out = _blocked_sdpa(q, k, v, q_pos, k_pos, causal, window, bias_fn, attn_mask, scale, dropout, query_chunk, recompute)
+        out = _blocked_sdpa(q, k, v, q_pos, k_pos, causal, window, bias_fn, attn_mask, scale, dropout, query_chunk, recompute,
+                            chunk=chunk, sinks=sinks)
         return out, None
-    return _sdpa_block(q, k, v, q_pos, k_pos, causal, window, bias_fn, attn_mask, scale, dropout), None
+    return _sdpa_block(q, k, v, q_pos, k_pos, causal, window, bias_fn, attn_mask, scale, dropout, chunk=chunk, sinks=sinks), None
+
+
+def _blocked_eager_ok(q: Tensor, q_pos: Tensor, k_pos: Tensor, softcap: float | None, need_weights: bool,
+                      probe: Callable | None, query_chunk: int) -> bool:
+    """Whether soft-capped eager attention runs in query blocks (no weights wanted, none watched, sorted positions)."""
+    watched = probe is not None and bool(getattr(probe, "_forward_hooks", None) or getattr(probe, "_forward_pre_hooks", None))
+    return (softcap is not None and not need_weights and not watched and q.shape[2] > query_chunk
+            and _sorted(q_pos) and _sorted(k_pos))
+
+
+def mechanism_backend(requested: str, resolved: str, softcap: float | None) -> str:
+    """The backend that can run the attention mechanisms asked for (never one that would drop them).
+
+    Soft-capping is a ``tanh`` of the logits, which ``F.scaled_dot_product_attention`` cannot apply:
+    ``auto`` moves from ``sdpa`` to ``eager``; an explicit ``sdpa`` is refused.
+    """
+    if softcap is None or resolved != "sdpa":
+        return resolved
+    if requested == "sdpa":
+        raise ValueError(
+            f"softcap={softcap} (attention logit soft-capping) cannot run in the sdpa backend; "
+            "use backend='eager', 'flex' or 'auto'"
+        )
+    return "eager"
+
+
+def check_mechanisms(n_heads: int, softcap: float | None, sinks: Tensor | None, chunk: int | None) -> None:
+    """Raise a clear error for a bad soft-cap, sink tensor or chunk size."""
+    if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not 0 < softcap < math.inf):
+        raise ValueError(f"softcap must be a positive finite number or None, got {softcap!r}")
+    if sinks is not None and (not isinstance(sinks, Tensor) or sinks.shape != (n_heads,)):
+        raise ValueError(f"sinks must be a tensor of shape [{n_heads}] (one logit per query head), got {getattr(sinks, 'shape', sinks)!r}")
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
+        raise ValueError(f"chunk must be a positive integer (tokens per attention chunk) or None, got {chunk!r}")
+
+
+def _with_sink_column(q: Tensor, k: Tensor, v: Tensor, combined: Tensor | None, sinks: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Sinks for SDPA: one more key and value, both zero, whose float-mask entry is the head's sink.
+
+    Its logit is ``0 * scale + sink``, so ``exp(sink)`` joins the denominator and nothing the output.
+    """
+    B, h, Tq, _ = q.shape
+    Tk = k.shape[2]
+    if combined is None:
+        combined = torch.zeros(1, 1, Tq, Tk, dtype=q.dtype, device=q.device)
+    elif combined.dtype == torch.bool:
+        combined = torch.zeros(combined.shape, dtype=q.dtype, device=q.device).masked_fill(~combined, float("-inf"))
+    if combined.dim() == 2:
+        combined = combined[None, None]  # [Tq, Tk] -> [1, 1, Tq, Tk]
+    combined = combined.expand(combined.shape[0], h, Tq, Tk)  # [B|1, h, Tq, Tk]
+    sink = sinks.to(combined.dtype).view(1, h, 1, 1).expand(combined.shape[0], h, Tq, 1)  # [B|1, h, Tq, 1]
+    combined = torch.cat((combined, sink), dim=-1)  # [B|1, h, Tq, Tk+1]
+    k = torch.cat((k, k.new_zeros(B, k.shape[1], 1, k.shape[3])), dim=2)  # [B, hkv, Tk+1, dk]
+    v = torch.cat((v, v.new_zeros(B, v.shape[1], 1, v.shape[3])), dim=2)  # [B, hkv, Tk+1, dv]
+    return k, v, combined
 
 
 def resolve_backend(backend: str, device: torch.device, need_weights: bool = False, has_mask: bool = False) -> str:
@@ -329,9 +408,11 @@ def _sdpa_block(
     attn_mask: Tensor | None,
     scale: float,
     dropout: float,
+    chunk: int | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """One SDPA call: positional mask, user mask and bias combined into one (bool or float) mask."""
-    keep = position_mask(q_pos, k_pos, causal, window)
+    keep = position_mask(q_pos, k_pos, causal, window, chunk)
     if keep is not None and q_pos.shape[0] == 1 and bool(keep.all()):
         keep = None  # decoding inside the window: nothing to mask
     mask = _merge_masks(keep, attn_mask)
@@ -339,6 +420,8 @@ def _sdpa_block(
     combined = _combine_float(mask, bias)
     if combined is not None and combined.dtype != torch.bool:
         combined = combined.to(q.dtype)
+    if sinks is not None:
+        k, v, combined = _with_sink_column(q, k, v, combined, sinks)
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=combined, dropout_p=dropout, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
     )
@@ -358,6 +441,9 @@ def _blocked_sdpa(
     dropout: float,
     query_chunk: int,
     recompute: bool = False,
+    chunk: int | None = None,
+    sinks: Tensor | None = None,
+    softcap: float | None = None,
 ) -> Tensor:
     """Attention in query blocks, each over only the keys within its reach (sorted positions).
 
@@ -366,13 +452,15 @@ def _blocked_sdpa(
     Cost: ``O(T * reach * d)`` time and ``O(B h chunk reach)`` memory per block, where ``reach`` is
     ``min(T, W + chunk)`` with a window and up to ``T`` without. With ``recompute``, blocks with a
     float bias over the whole past (no window) are checkpointed: backward recomputes the bias, so the
-    blocks' biases (``O(h T^2)`` together) are never all alive.
+    blocks' biases (``O(h T^2)`` together) are never all alive. With ``softcap`` each block runs the
+    eager form (soft-capped fp32 logits; SDPA cannot cap), checkpointed like a float bias.
     """
     Tk, c = k.shape[2], query_chunk
     float_bias = bias_fn is not None or (attn_mask is not None and attn_mask.dtype != torch.bool)
+    float_bias = float_bias or sinks is not None  # the sink column is a float mask too
     # a float bias over the whole causal past would be kept for backward by every block (O(T^2)):
     # recompute it in backward instead (a window bounds each block's bias: nothing to gain there)
-    recompute = recompute and float_bias and window is None
+    recompute = recompute and (float_bias or softcap is not None) and window is None
     # With autograd, slicing a block out of q/k/v costs a full-size zero tensor in backward for every
     # block (O(T^2 / c) traffic); splitting into c-sized blocks and concatenating the key blocks a
     # query block needs keeps backward to views and c-sized additions.
@@ -386,7 +474,11 @@ def _blocked_sdpa(
         n = len(kv) // 2
         kb = kv[0] if n == 1 else torch.cat(kv[:n], dim=2)  # [B, hkv, tk, dk]
         vb = kv[n] if n == 1 else torch.cat(kv[n:], dim=2)  # [B, hkv, tk, dv]
-        return _sdpa_block(qb, kb, vb, qp, kp, causal, window, bias_fn, mask, scale, dropout)
+        if softcap is not None:
+            bias = bias_fn(qb, kb, qp, kp) if bias_fn is not None else None
+            combined = _combine_float(_merge_masks(position_mask(qp, kp, causal, window, chunk), mask), bias)
+            return _eager(qb, kb, vb, combined, scale, dropout, None, softcap=softcap, sinks=sinks)[0]
+        return _sdpa_block(qb, kb, vb, qp, kp, causal, window, bias_fn, mask, scale, dropout, chunk=chunk, sinks=sinks)
 
     # Blocks run from the last to the first: a causal block's tiles (keys, bias, scores) grow with its
     # reach, so in increasing order each tile is larger than every freed one and glibc's heap (whose
@@ -407,6 +499,8 @@ def _blocked_sdpa(
                 hi = int(torch.searchsorted(k_pos, qp[-1:] + window - 1, right=True))
         if causal:
             hi = int(torch.searchsorted(k_pos, qp[-1:], right=True))
+        if chunk is not None:  # keys before the first query's chunk are out of every query's reach
+            lo = max(lo, int(torch.searchsorted(k_pos, torch.div(qp[:1], chunk, rounding_mode="floor") * chunk)))
         hi = max(hi, lo + 1)  # at least one key (a row with none is NaN either way)
         if track:  # whole key blocks [a, b): the extra keys are masked by position
             a, b = lo // c, -(-hi // c)
@@ -454,15 +548,30 @@ def trim_heap() -> None:
 
 
 def _eager(
-    q: Tensor, k: Tensor, v: Tensor, combined: Tensor | None, scale: float, dropout: float, probe: Callable | None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    combined: Tensor | None,
+    scale: float,
+    dropout: float,
+    probe: Callable | None,
+    *,
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """``softmax(q k^T * scale + bias) v`` in fp32 (also under autocast); returns the weights."""
+    """``softmax(q k^T * scale + bias) v`` in fp32 (also under autocast); returns the weights.
+
+    ``softcap`` caps the scaled logits before the bias; ``sinks [h]`` join each row's softmax as one
+    extra logit that is dropped afterwards.
+    """
     if k.shape[1] != q.shape[1]:  # GQA: query head h reads kv head h // (h / h_kv)
         rep = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # [B, h, Tk, d]
     blind = None  # [B, h, Tq, 1]: queries that see no key, when there are any
     with torch.autocast(device_type=q.device.type, enabled=False):
         scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale  # [B, h, Tq, Tk] fp32
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
         if combined is not None:
             if combined.dtype == torch.bool:
                 scores = scores.masked_fill(~combined, float("-inf"))
@@ -476,7 +585,11 @@ def _eager(
                 blind = None
             else:
                 scores = scores.masked_fill(blind, 0.0)
-        weights = torch.softmax(scores, dim=-1)  # fp32 softmax
+        if sinks is not None:
+            sink = sinks.float().view(1, -1, 1, 1).expand(scores.shape[0], -1, scores.shape[2], 1)  # [B, h, Tq, 1]
+            weights = torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]  # fp32, sink column dropped
+        else:
+            weights = torch.softmax(scores, dim=-1)  # fp32 softmax
         if blind is not None:
             weights = weights.masked_fill(blind, 0.0)
     if probe is not None:
@@ -495,19 +608,47 @@ def _flex(
     window: int | None,
     score_mod: Callable | None,
     scale: float,
+    *,
+    chunk: int | None = None,
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
-    """FlexAttention with a positional ``mask_mod`` (compiled; on CPU forward only)."""
+    """FlexAttention with a positional ``mask_mod`` (compiled; on CPU forward only).
+
+    ``softcap`` wraps the score_mod (capped first, then the scheme's bias). ``sinks`` append one
+    all-zero key/value at index ``Tk`` that every query may see and whose score is the head's sink
+    (CPU's compiled flex cannot return the log-sum-exp that would otherwise rescale the output).
+    """
     from torch.nn.attention.flex_attention import create_block_mask
 
+    Tk = k.shape[2]
+    inner = score_mod
+
     def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        qp, kp = q_pos[q_idx], k_pos[kv_idx]
+        qp, kp = q_pos[q_idx], k_pos[kv_idx.clamp(max=Tk - 1)]
         keep = (kp <= qp) if causal else (kp == kp)
         if window is not None:
             keep = keep & ((qp - kp < window) if causal else ((qp - kp).abs() < window))
-        return keep
+        if chunk is not None:
+            keep = keep & (torch.div(kp, chunk, rounding_mode="floor") == torch.div(qp, chunk, rounding_mode="floor"))
+        return keep | (kv_idx == Tk) if sinks is not None else keep
 
+    if softcap is not None or sinks is not None:
+
+        def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            if softcap is not None:
+                score = torch.tanh(score / softcap) * softcap
+            if inner is not None:
+                score = inner(score, b, h, q_idx, kv_idx.clamp(max=Tk - 1) if sinks is not None else kv_idx)
+            if sinks is not None:
+                score = torch.where(kv_idx == Tk, sinks[h].to(score.dtype), score)
+            return score
+
+    if sinks is not None:
+        k = torch.cat((k, k.new_zeros(k.shape[0], k.shape[1], 1, k.shape[3])), dim=2)  # [B, hkv, Tk+1, dk]
+        v = torch.cat((v, v.new_zeros(v.shape[0], v.shape[1], 1, v.shape[3])), dim=2)  # [B, hkv, Tk+1, dv]
     block_mask = None
-    if causal or window is not None:
+    if causal or window is not None or chunk is not None or sinks is not None:
         block_mask = create_block_mask(mask_mod, None, None, q.shape[2], k.shape[2], device=q.device.type)
     run = _compiled_flex()  # eager flex_attention is a slow reference implementation on every device
     return run(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
@@ -547,6 +688,20 @@ class MultiHeadAttention(nn.Module):
             queries than this run in blocks).
         recompute_threshold: key count from which blocked float biases are recomputed in backward
             (memory linear in ``T``) rather than kept.
+        head_dim: per-head width ``d_k`` (default ``d_model // n_heads``; Gemma and Qwen3 decouple it:
+            the projections are then ``d -> h*d_k`` and ``h*d_k -> d``).
+        softcap: attention-logit soft-capping ``c * tanh(s / c)`` (Gemma 2, https://arxiv.org/abs/2408.00118);
+            eager and flex only (``auto`` picks one, an explicit ``sdpa`` is refused).
+        qk_norm: RMSNorm over ``d_k`` on every query and key head before ``rotate`` (Qwen3, Gemma 3;
+            Dehghani et al. 2023, https://arxiv.org/abs/2302.05442); modules ``q_norm``/``k_norm``.
+        qk_norm_eps: epsilon of those norms.
+        qk_norm_affine: learned gains on them (False: Llama 4's weightless L2 norm).
+        sinks: a learned per-head sink logit in the softmax denominator (gpt-oss; Xiao et al. 2023,
+            https://arxiv.org/abs/2309.17453), parameter ``sinks [h]``.
+        chunk: chunked local attention: query ``i`` sees keys ``j`` with ``j // C == i // C`` (Llama 4).
+        temperature_tuning: ``(floor_scale, attn_scale)``: queries at position ``p`` are multiplied by
+            ``log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1`` after ``rotate`` (Llama 4's
+            attention-temperature tuning on its NoPE layers).
     """
 
     def __init__(
@@ -564,6 +719,14 @@ class MultiHeadAttention(nn.Module):
         scale: float | None = None,
         query_chunk: int = DEFAULT_QUERY_CHUNK,
         recompute_threshold: int = DEFAULT_RECOMPUTE_THRESHOLD,
+        head_dim: int | None = None,
+        softcap: float | None = None,
+        qk_norm: bool = False,
+        qk_norm_eps: float = 1e-6,
+        qk_norm_affine: bool = True,
+        sinks: bool = False,
+        chunk: int | None = None,
+        temperature_tuning: tuple[float, float] | None = None,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -577,7 +740,7 @@ class MultiHeadAttention(nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = d_model // n_heads if head_dim is None else validate_head_dim(head_dim)
         self.causal, self.dropout, self.backend, self.window = causal, dropout, backend, window
         self.query_chunk, self.recompute_threshold = query_chunk, recompute_threshold
         self.scale = scale if scale is not None else 1.0 / math.sqrt(self.head_dim)
@@ -590,6 +753,42 @@ class MultiHeadAttention(nn.Module):
         if position is not None:
             self.fit(position)
         self.position = position
+        self._init_mechanisms(softcap, qk_norm, qk_norm_eps, qk_norm_affine, sinks, chunk, temperature_tuning)
+
+    def _init_mechanisms(
+        self,
+        softcap: float | None,
+        qk_norm: bool,
+        qk_norm_eps: float,
+        qk_norm_affine: bool,
+        sinks: bool,
+        chunk: int | None,
+        temperature_tuning: tuple[float, float] | None,
+    ) -> None:
+        """Validate and build the optional mechanisms (soft-cap, QK-norm, sinks, chunks, temperature)."""
+        check_mechanisms(self.n_heads, softcap, None, chunk)
+        for label, flag in (("qk_norm", qk_norm), ("qk_norm_affine", qk_norm_affine), ("sinks", sinks)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{label} must be a bool, got {flag!r}")
+        if isinstance(qk_norm_eps, bool) or not isinstance(qk_norm_eps, (int, float)) or not 0 < qk_norm_eps < math.inf:
+            raise ValueError(f"qk_norm_eps must be a positive number, got {qk_norm_eps!r}")
+        self.softcap = None if softcap is None else float(softcap)
+        self.chunk = chunk
+        self.temperature_tuning = validate_temperature_tuning(temperature_tuning)
+        self.qk_norm = qk_norm
+        if qk_norm:
+            self.q_norm = nn.RMSNorm(self.head_dim, eps=float(qk_norm_eps), elementwise_affine=qk_norm_affine)
+            self.k_norm = nn.RMSNorm(self.head_dim, eps=float(qk_norm_eps), elementwise_affine=qk_norm_affine)
+        self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if sinks else None
+
+    def _mechanism_backend(self, requested: str, backend: str) -> str:
+        """``backend`` moved off ``sdpa`` when a mechanism needs it (:func:`mechanism_backend`)."""
+        return mechanism_backend(requested, backend, self.softcap)
+
+    def temperature(self, q_pos: Tensor) -> Tensor:
+        """Llama 4's per-position query multiplier ``[Tq]`` (fp32) of ``temperature_tuning``."""
+        floor_scale, attn_scale = self.temperature_tuning
+        return torch.log1p(torch.floor((q_pos.float() + 1.0) / floor_scale)) * attn_scale + 1.0
 
     def fit(self, scheme: PositionScheme) -> None:
         """Check ``scheme`` against this layer's geometry and causality (see ``PositionScheme.check_layer``).
@@ -650,6 +849,7 @@ class MultiHeadAttention(nn.Module):
         backend = resolve_backend(requested, x.device, need_weights, has_mask=attn_mask is not None)
         if requested == "auto" and backend == "flex" and (self._has_extra_bias() or T == 1):
             backend = "sdpa"  # flex cannot express a subclass's extra bias; one decoded token needs no block mask
+        backend = self._mechanism_backend(requested, backend)
         window = self.effective_window()
         if cache is not None and cache.rolling and (window is None or window > cache.capacity):
             raise ValueError(
@@ -665,11 +865,15 @@ class MultiHeadAttention(nn.Module):
             q, k = q.contiguous(), k.contiguous()
         q, k, v = self.split_q(q), self.split_kv(k), self.split_kv(v)  # [B, h|hkv, T, dk]
         q_pos = k_pos = pos
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)  # RMSNorm over d_k, per head
         # a scheme whose key rotation depends on the other positions (xPos's anchor) gets the cached keys
         # unrotated and rotates them with the new queries; the others' keys are cached after rotate
         late = cache is not None and scheme is not None and scheme.rotates and scheme.rotate_needs_all_keys
         if scheme is not None and scheme.rotates and not late:
             q, k = scheme.rotate(q, k, q_pos, k_pos)
+        if self.temperature_tuning is not None:
+            q = (q * self.temperature(q_pos).view(1, 1, T, 1)).to(q.dtype)  # [B, h, T, dk] * [1, 1, T, 1]
         if cache is not None:
             k, v, k_pos = cache.update(k, v, pos)  # [B, hkv, Tk, dk], [Tk]
         if late:
@@ -692,6 +896,9 @@ class MultiHeadAttention(nn.Module):
             query_chunk=self.query_chunk,
             recompute_threshold=self.recompute_threshold,
             probe=self.scores_probe,
+            softcap=self.softcap,
+            sinks=self.sinks,
+            chunk=self.chunk,
         )
         if head_mask is not None:
             if not isinstance(head_mask, Tensor) or head_mask.shape != (h,):
@@ -760,6 +967,25 @@ def validate_geometry(d_model: int, n_heads: int, n_kv_heads: int) -> None:
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads} (d_model must equal n_heads * d_k)")
     if n_heads % n_kv_heads:
         raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads} (each kv head serves n_heads/n_kv_heads query heads)")
+
+
+def validate_head_dim(head_dim: int) -> int:
+    """A positive integer head width (``head_dim=`` of attention), returned."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
+        raise ValueError(f"head_dim must be a positive integer or None (d_model // n_heads), got {head_dim!r}")
+    return head_dim
+
+
+def validate_temperature_tuning(value: tuple[float, float] | list[float] | None) -> tuple[float, float] | None:
+    """``None`` or ``(floor_scale > 0, attn_scale)`` as floats (Llama 4: ``(8192, 0.1)``)."""
+    if value is None:
+        return None
+    ok = isinstance(value, (tuple, list)) and len(value) == 2 and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value
+    )
+    if not ok or value[0] <= 0:
+        raise ValueError(f"temperature_tuning must be (floor_scale > 0, attn_scale) or None, got {value!r}")
+    return float(value[0]), float(value[1])
 
 
 def validate_window(window: int | None) -> None:

@@ -40,7 +40,9 @@ ACTIVATIONS = {
 #: How a block combines its two branches: ``x + attn(n1(x))`` then ``+ mlp(n2(.))`` (sequential, GPT-2 /
 #: Llama); ``x + attn(n1(x)) + mlp(n2(x))`` (parallel, GPT-NeoX); ``x + attn(n(x)) + mlp(n(x))``
 #: (parallel_shared_norm, GPT-J: one norm feeds both branches).
-RESIDUALS = ("sequential", "parallel", "parallel_shared_norm")
+RESIDUALS = ("sequential", "parallel", "parallel_shared_norm", "sandwich")
+#: ``GPTConfig`` fields a ``layer_pattern`` entry may override for its layers.
+LAYER_KEYS = ("position", "position_config", "window", "attn_chunk", "attn_temperature", "qk_norm")
 
 
 def default_activation(mlp: str) -> str:
@@ -85,6 +87,26 @@ class GPTConfig:
         embed_norm: a norm right after the token embedding (Bloom's ``word_embeddings_layernorm``).
         attn_scale: softmax scale (``None`` = ``1/sqrt(head_dim)``; MPT's ``softmax_scale``).
         clip_qkv: clamp the fused q/k/v projection to ``[-clip_qkv, clip_qkv]`` (MPT).
+        attn_head_dim: per-head width (``None`` = ``n_embd // n_head``; Gemma, Qwen3 decouple it).
+        attn_softcap: attention-logit soft-capping ``c * tanh(s / c)`` (Gemma 2: 50); runs in the
+            eager/flex backends (``auto`` picks one; ``sdpa`` is refused).
+        final_softcap: the same on the final logits (Gemma 2: 30).
+        qk_norm: RMSNorm per head on q and k before the rotation (Qwen3, Gemma 3).
+        qk_norm_affine: learned gains on the QK-norms (False: Llama 4's weightless L2 norm).
+        attn_sinks: a learned per-head sink logit in every softmax denominator (gpt-oss).
+        attn_chunk: chunked local attention, ``j // C == i // C`` (Llama 4).
+        attn_temperature: ``[floor_scale, attn_scale]``: Llama 4's attention-temperature tuning.
+        embed_scale: multiply the token embeddings by this (Gemma: ``sqrt(n_embd)``).
+        layer_pattern: per-layer overrides, a list of dicts with keys from :data:`LAYER_KEYS`
+            (``position``, ``position_config``, ``window``, ``attn_chunk``, ``attn_temperature``,
+            ``qk_norm``); layer
+            ``i`` takes entry ``i % len(layer_pattern)``, so ``[{"window": 4096}, {}]`` is Gemma 2's
+            local/global alternation and a list of ``n_layer`` entries spells out every layer. A
+            per-layer scheme must be one that acts inside attention (no ``embed``).
+        mla: multi-head latent attention (DeepSeek-V2/V3) instead of MHA: a dict with
+            ``kv_lora_rank``, ``q_lora_rank`` (``None`` = full query projection), ``qk_nope_head_dim``,
+            ``qk_rope_head_dim``, ``v_head_dim``, optional ``latent_eps`` (see ``poslab.nn.mla``); the scheme's ``head_dim`` is
+            ``qk_rope_head_dim`` and ``make_cache`` returns compressed latent caches.
     """
 
     vocab_size: int = 65
@@ -114,6 +136,17 @@ class GPTConfig:
     embed_norm: bool = False
     attn_scale: float | None = None
     clip_qkv: float | None = None
+    attn_head_dim: int | None = None
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    qk_norm: bool = False
+    qk_norm_affine: bool = True
+    attn_sinks: bool = False
+    attn_chunk: int | None = None
+    attn_temperature: list[float] | None = None
+    embed_scale: float | None = None
+    layer_pattern: list[dict[str, Any]] | None = None
+    mla: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "n_layer", "block_size"):
@@ -164,11 +197,88 @@ class GPTConfig:
         with torch.random.fork_rng(devices=[]), torch.device("meta"):
             try:
                 scheme = positions.build_for_model(self.position, self.position_config, self.position_context())
-                scheme.check_layer(self.n_head, self.head_dim, self.causal)
+                scheme.check_layer(self.n_head, self.position_context()["head_dim"], self.causal)
             except (RuntimeError, OverflowError) as err:  # torch refusing a value the scheme did not check
                 message = str(err).splitlines()[0] if str(err) else type(err).__name__
                 raise ValueError(f"position_config {self.position_config!r} is not usable for {self.position!r}: "
                                  f"{message}") from None
+        self._validate_modern()
+
+    def _validate_modern(self) -> None:
+        """Checks of the attention-mechanism fields and of ``layer_pattern`` (each names the field)."""
+        from poslab.nn.attention import check_mechanisms, validate_head_dim, validate_temperature_tuning
+
+        if self.attn_head_dim is not None:
+            validate_head_dim(self.attn_head_dim)
+        for key in ("attn_softcap", "final_softcap", "embed_scale"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf):
+                raise ValueError(f"{key} must be a positive finite number or None, got {value!r}")
+        for key in ("qk_norm", "qk_norm_affine", "attn_sinks"):
+            if not isinstance(getattr(self, key), bool):
+                raise TypeError(f"{key} must be a bool, got {getattr(self, key)!r}")
+        try:
+            check_mechanisms(self.n_head, None, None, self.attn_chunk)
+            validate_temperature_tuning(self.attn_temperature)
+        except ValueError as err:
+            raise ValueError(str(err).replace("chunk must", "attn_chunk must").replace("temperature_tuning must", "attn_temperature must")) from None
+        if self.attn_temperature is not None:
+            self.attn_temperature = [float(x) for x in self.attn_temperature]
+        if self.mla is not None:
+            self._validate_mla()
+        if self.layer_pattern is None:
+            return
+        if not isinstance(self.layer_pattern, (list, tuple)) or not self.layer_pattern or len(self.layer_pattern) > self.n_layer:
+            raise ValueError(f"layer_pattern must be a non-empty list of at most n_layer={self.n_layer} dicts (or None), "
+                             f"got {self.layer_pattern!r}")
+        self.layer_pattern = [dict(entry) if isinstance(entry, dict) else entry for entry in self.layer_pattern]
+        for i, entry in enumerate(self.layer_pattern):
+            if not isinstance(entry, dict):
+                raise TypeError(f"layer_pattern[{i}] must be a dict of GPTConfig overrides, got {entry!r}")
+            reject_unknown_keys(entry, list(LAYER_KEYS), "layer_pattern key", where=f" in layer_pattern[{i}]")
+            if dataclasses.is_dataclass(entry.get("position_config")):
+                entry["position_config"] = dataclasses.asdict(entry["position_config"])
+            values = {key: entry[key] for key in entry}
+            if "position" in entry and "position_config" not in entry:
+                values["position_config"] = {}  # another scheme than the global one starts from its defaults
+            try:  # the same checks as the global fields, with this entry's values in place
+                dataclasses.replace(self, layer_pattern=None, **values)
+            except (ValueError, TypeError) as err:
+                raise type(err)(f"layer_pattern[{i}]: {err}") from None
+            if "position" in entry or "position_config" in entry:
+                cls = positions.get(entry.get("position", self.position))
+                if cls.embed is not PositionScheme.embed:
+                    raise ValueError(f"layer_pattern[{i}]: position {cls.name!r} adds embeddings, which are shared by all "
+                                     "layers; a per-layer scheme must act inside attention (rotate / score_bias)")
+
+    def _validate_mla(self) -> None:
+        from poslab.nn.mla import validate_mla
+
+        self.mla = validate_mla(self.mla)
+        clash = [key for key in ("attn_softcap", "qk_norm", "attn_sinks", "attn_chunk", "attn_temperature", "clip_qkv", "attn_head_dim")
+                 if getattr(self, key) not in (None, False)]
+        if self.n_kv_head not in (None, self.n_head):
+            clash.append("n_kv_head")
+        if self.layer_pattern is not None and any(set(e) - {"window", "position", "position_config"} for e in self.layer_pattern
+                                                  if isinstance(e, dict)):
+            clash.append("layer_pattern (beyond window/position)")
+        if clash:
+            raise ValueError(f"mla (multi-head latent attention) does not combine with {', '.join(clash)}")
+        if positions.get(self.position).has_bias:
+            raise ValueError(f"mla runs rotary (or no) position schemes; position={self.position!r} adds a bias")
+
+    def layer(self, i: int) -> dict[str, Any]:
+        """The ``layer_pattern`` overrides of layer ``i`` (``{}`` without a pattern)."""
+        if self.layer_pattern is None:
+            return {}
+        return self.layer_pattern[i % len(self.layer_pattern)]
+
+    def layer_value(self, i: int, key: str) -> Any:
+        """Field ``key`` as layer ``i`` sees it: its ``layer_pattern`` override, else the global value."""
+        entry = self.layer(i)
+        if key == "position_config" and "position" in entry and "position_config" not in entry:
+            return {}  # another scheme than the global one starts from its defaults
+        return entry.get(key, getattr(self, key))
 
     @property
     def kv_heads(self) -> int:
@@ -177,7 +287,7 @@ class GPTConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+        return self.attn_head_dim if self.attn_head_dim is not None else self.n_embd // self.n_head
 
     @property
     def mlp_activation(self) -> str:
@@ -194,7 +304,7 @@ class GPTConfig:
         return {
             "n_embd": self.n_embd,
             "n_heads": self.n_head,
-            "head_dim": self.head_dim,
+            "head_dim": self.head_dim if self.mla is None else self.mla["qk_rope_head_dim"],
             "max_len": self.block_size,
             "original_max_len": self.block_size,  # the context the positions are trained at (RoPE scalings, log-n)
             "bidirectional": not self.causal,
@@ -263,10 +373,14 @@ class Block(nn.Module):
 
     ``residual="sequential"``: ``x + attn(norm1(x))``, then ``+ mlp(norm2(.))``;
     ``"parallel"`` (GPT-NeoX): ``x + attn(norm1(x)) + mlp(norm2(x))``;
-    ``"parallel_shared_norm"`` (GPT-J): ``x + attn(norm1(x)) + mlp(norm1(x))`` (no ``norm2``).
+    ``"parallel_shared_norm"`` (GPT-J): ``x + attn(norm1(x)) + mlp(norm1(x))`` (no ``norm2``);
+    ``"sandwich"`` (Gemma 2/3): ``x + post_attn_norm(attn(norm1(x)))``, then
+    ``+ post_mlp_norm(mlp(norm2(.)))``.
+
+    ``layer`` picks the layer's ``layer_pattern`` overrides (window, chunk, temperature).
     """
 
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, layer: int = 0) -> None:
         super().__init__()
         hidden = cfg.mlp_hidden or (4 * cfg.n_embd if cfg.mlp == "gelu" else 8 * math.ceil(8 * cfg.n_embd / 3 / 8))
         norm_bias = cfg.bias_of("norm")
@@ -280,9 +394,12 @@ class Block(nn.Module):
             dropout=cfg.dropout,
             bias=cfg.bias_of("attn"),
             backend=cfg.backend,
-            window=cfg.window,
+            window=cfg.layer_value(layer, "window"),
             scale=cfg.attn_scale,
+            **attention_options(cfg, layer),
         )
+        if cfg.mla is not None:
+            self.attn = latent_attention(cfg, layer)
         if cfg.clip_qkv is not None:
             fused = self.attn.qkv
             self.attn.qkv = ClippedLinear(fused.in_features, fused.out_features, fused.bias is not None, cfg.clip_qkv)
@@ -290,6 +407,9 @@ class Block(nn.Module):
             self.norm2 = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
         self.mlp = MLP(cfg.n_embd, hidden, cfg.mlp, cfg.bias_of("mlp"), cfg.dropout, cfg.mlp_activation)
         self.resid_drop = nn.Dropout(cfg.dropout)
+        if cfg.residual == "sandwich":
+            self.post_attn_norm = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
+            self.post_mlp_norm = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
 
     def forward(self, x: Tensor, pos: Tensor, position: PositionScheme, cache: KVCache | None = None, **attn_kwargs: Any) -> Tensor:
         h = self.norm1(x)
@@ -298,8 +418,46 @@ class Block(nn.Module):
             return x + attn_out + self.mlp(h)
         if self.residual == "parallel":
             return x + attn_out + self.mlp(self.norm2(x))
+        if self.residual == "sandwich":
+            x = x + self.post_attn_norm(attn_out)
+            return x + self.post_mlp_norm(self.mlp(self.norm2(x)))
         x = x + attn_out
         return x + self.mlp(self.norm2(x))
+
+
+def attention_options(cfg: GPTConfig, layer: int) -> dict[str, Any]:
+    """The :class:`MultiHeadAttention` keyword options of layer ``layer`` (mechanism fields + overrides)."""
+    temperature = cfg.layer_value(layer, "attn_temperature")
+    return {
+        "head_dim": cfg.attn_head_dim,
+        "softcap": cfg.attn_softcap,
+        "qk_norm": cfg.layer_value(layer, "qk_norm"),
+        "qk_norm_eps": cfg.norm_eps,
+        "qk_norm_affine": cfg.qk_norm_affine,
+        "sinks": cfg.attn_sinks,
+        "chunk": cfg.layer_value(layer, "attn_chunk"),
+        "temperature_tuning": tuple(temperature) if temperature is not None else None,
+    }
+
+
+def latent_attention(cfg: GPTConfig, layer: int) -> nn.Module:
+    """Layer ``layer``'s :class:`~poslab.nn.mla.MultiHeadLatentAttention` (``cfg.mla`` set)."""
+    from poslab.nn.mla import MultiHeadLatentAttention
+
+    return MultiHeadLatentAttention(cfg.n_embd, cfg.n_head, **cfg.mla, causal=cfg.causal, dropout=cfg.dropout,
+                                    bias=cfg.bias_of("attn"), backend=cfg.backend, window=cfg.layer_value(layer, "window"),
+                                    scale=cfg.attn_scale)
+
+
+def build_layer_positions(cfg: GPTConfig) -> nn.ModuleDict:
+    """One scheme per layer whose ``layer_pattern`` entry names its own (keys ``"0"``, ``"1"``, ...)."""
+    schemes = nn.ModuleDict()
+    for i in range(cfg.n_layer):
+        entry = cfg.layer(i)
+        if "position" in entry or "position_config" in entry:
+            name, config = cfg.layer_value(i, "position"), cfg.layer_value(i, "position_config")
+            schemes[str(i)] = positions.build_for_model(name, config, cfg.position_context())
+    return schemes
 
 
 class GPT(nn.Module):
@@ -316,9 +474,10 @@ class GPT(nn.Module):
             self.embed_norm = make_norm(config.norm, config.n_embd, config.bias_of("norm"), config.norm_eps)
         self.position = positions.build_for_model(config.position, config.position_config, config.position_context())
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
-        for block in self.blocks:
-            block.attn.fit(self.position)
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
+        self.layer_positions = build_layer_positions(config)
+        for i, block in enumerate(self.blocks):
+            block.attn.fit(self.layer_position(i))  # the layer's scheme takes the layer's geometry
         self.norm_f = make_norm(config.norm, config.n_embd, config.bias_of("norm"), config.norm_eps)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.lm_head_bias)
         if config.tie_embeddings:
@@ -380,6 +539,14 @@ class GPT(nn.Module):
         cfg = self.config
         device = self.tok_emb.weight.device
         dtype = dtype or self.tok_emb.weight.dtype
+        if cfg.mla is not None:
+            from poslab.nn.mla import LatentKVCache
+
+            mla = cfg.mla
+            return [LatentKVCache(batch_size, mla["kv_lora_rank"], mla["qk_rope_head_dim"], capacity or cfg.block_size, dtype, device)
+                    for _ in self.blocks]
+        if cfg.layer_pattern is not None:
+            return self._make_layer_caches(batch_size, capacity, dtype, device)
         if cfg.window is not None:  # rolling: only the last `window` keys are ever attended
             return [KVCache(batch_size, cfg.kv_heads, cfg.head_dim, cfg.window, dtype, device, rolling=True) for _ in self.blocks]
         capacity = capacity or cfg.block_size
@@ -399,6 +566,23 @@ class GPT(nn.Module):
                 raise ValueError(f"target id {bad} is outside the vocabulary: targets must lie in "
                                  f"[0, {self.config.vocab_size}) or be -1 (ignored)")
         return targets.long()
+
+    def _make_layer_caches(self, batch_size: int, capacity: int | None, dtype: torch.dtype, device: torch.device) -> list[KVCache]:
+        """Per-layer caches: a rolling ring of ``window`` entries on windowed layers, ``capacity`` elsewhere."""
+        cfg = self.config
+        caches = []
+        for block in self.blocks:
+            window = block.attn.window
+            if window is not None:
+                caches.append(KVCache(batch_size, cfg.kv_heads, cfg.head_dim, window, dtype, device, rolling=True))
+            else:
+                caches.append(KVCache(batch_size, cfg.kv_heads, cfg.head_dim, capacity or cfg.block_size, dtype, device))
+        return caches
+
+    def layer_position(self, i: int) -> PositionScheme:
+        """The scheme layer ``i`` runs: its ``layer_pattern`` one, else the model's."""
+        key = str(i)
+        return self.layer_positions[key] if key in self.layer_positions else self.position
 
     def forward(
         self,
@@ -440,12 +624,16 @@ class GPT(nn.Module):
             start = cache[0].length if cache else 0
             pos = torch.arange(start, start + T, device=idx.device)
         x = self.tok_emb(idx)  # [B, T, d]
+        if self.config.embed_scale is not None:
+            x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)  # Gemma: sqrt(d) rounded to the dtype
         if self.config.embed_norm:
             x = self.embed_norm(x)  # [B, T, d]
         x = self.drop(self.position.embed(x, pos))  # [B, T, d]
         for i, block in enumerate(self.blocks):
-            x = block(x, pos, self.position, cache[i] if cache is not None else None, **attn_kwargs)
+            x = block(x, pos, self.layer_position(i), cache[i] if cache is not None else None, **attn_kwargs)
         logits = self.lm_head(self.norm_f(x))  # [B, T, V]
+        if self.config.final_softcap is not None:
+            logits = torch.tanh(logits / self.config.final_softcap) * self.config.final_softcap
         if targets is None:
             return logits
         loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)

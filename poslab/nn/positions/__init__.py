@@ -35,6 +35,9 @@ _MODULES = (
     "poslab.nn.positions.kerple",
     "poslab.nn.positions.fire",
     "poslab.nn.positions.xl",
+    "poslab.nn.positions.prope",
+    "poslab.nn.positions.cope",
+    "poslab.nn.positions.forgetting",
 )
 
 

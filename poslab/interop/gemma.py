@@ -1,0 +1,190 @@
+"""Gemma 2 (``gemma2``) and Gemma 3 text (``gemma3_text``) for :func:`poslab.from_hf`.
+
+What they exercise (Gemma Team 2024, https://arxiv.org/abs/2408.00118; Gemma Team 2025,
+https://arxiv.org/abs/2503.19786):
+
+* **logit soft-capping** ``c * tanh(x / c)`` on the attention logits (``attn_logit_softcapping``)
+  and the final logits (``final_logit_softcapping``) -- Gemma 2 (``GPTConfig.attn_softcap`` /
+  ``final_softcap``; soft-capped attention runs in the eager/flex backends);
+* **QK-norm** (Gemma 3): RMSNorm on every q/k head before RoPE;
+* **local/global alternation** from ``layer_types``: sliding-window layers (``i - W < j <= i``)
+  between global ones, and for Gemma 3 a different RoPE base on the local layers
+  (``rope_parameters["sliding_attention"]``) -- one ``GPTConfig.layer_pattern`` entry per layer;
+* sandwich norms (``residual="sandwich"``), embeddings times ``sqrt(hidden_size)``
+  (``embed_scale``), the ``query_pre_attn_scalar ** -0.5`` softmax scale, tanh-GELU SwiGLU.
+
+Gemma's RMSNorm multiplies by ``1 + w``; poslab's by ``w``: the gains are shifted by one on the way.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from torch import Tensor
+
+from poslab.interop import _modern as m
+from poslab.interop.hf import Converted, _activation, _lm_head, _unsupported, _Weights, register_family
+
+NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "post_attn_norm"),
+         ("pre_feedforward_layernorm", "norm2"), ("post_feedforward_layernorm", "post_mlp_norm"))
+
+
+def _convert(config: Any, w: _Weights, family: str) -> Converted:
+    m.check_divisible(family, config)
+    m.refuse_if(family, config, "use_bidirectional_attention", bool)
+    head_dim = m.head_dim_of(config)
+    bias = bool(getattr(config, "attention_bias", False))
+    types = m.layer_types(family, config, (m.FULL, m.SLIDING))
+    gemma3 = family == "gemma3_text"
+    rope = config.rope_parameters
+    if gemma3:
+        global_rope = m.rope_config(family, config, rope.get(m.FULL), head_dim)
+        local_rope = m.rope_config(family, config, rope.get(m.SLIDING), head_dim)
+    else:
+        global_rope = local_rope = m.rope_config(family, config, rope, head_dim)
+    pattern = []
+    for t in types:
+        entry: dict[str, Any] = {}
+        if t == m.SLIDING:
+            entry["window"] = int(config.sliding_window)
+            if local_rope != global_rope:
+                entry["position_config"] = local_rope
+        pattern.append(entry)
+    attn_cap = _cap(family, config, "attn_logit_softcapping")
+    if gemma3 and attn_cap is not None:
+        warnings.warn(
+            f"gemma3_text: attn_logit_softcapping={attn_cap}, but transformers 5.24's Gemma3Attention never applies it "
+            "(only Gemma 2 soft-caps attention logits); poslab follows transformers so the logits match. Set "
+            f"GPTConfig.attn_softcap={attn_cap} on the result for a model that caps them",
+            UserWarning,
+            stacklevel=4,
+        )
+        attn_cap = None
+    cfg: dict[str, Any] = dict(
+        vocab_size=config.vocab_size, n_layer=config.num_hidden_layers, n_head=config.num_attention_heads,
+        n_kv_head=config.num_key_value_heads, n_embd=config.hidden_size, block_size=config.max_position_embeddings,
+        bias=False, attn_bias=bias, position="rope", position_config=global_rope, norm="rmsnorm", mlp="swiglu",
+        mlp_hidden=config.intermediate_size, activation=_activation(family, config.hidden_activation),
+        tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.rms_norm_eps, attn_head_dim=head_dim,
+        residual="sandwich", embed_scale=float(config.hidden_size**0.5), attn_scale=float(config.query_pre_attn_scalar**-0.5),
+        attn_softcap=attn_cap, final_softcap=_cap(family, config, "final_logit_softcapping"),
+        qk_norm=gemma3, layer_pattern=pattern if any(pattern) else None, backend="auto",
+    )
+    sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
+    for i in range(config.num_hidden_layers):
+        src, dst = f"layers.{i}.", f"blocks.{i}."
+        m.attention(w, sd, f"{src}self_attn.", dst, bias, qk_norm=gemma3, norm_offset=1.0)
+        m.swiglu(w, sd, f"{src}mlp.", dst)
+        for hf, ours in NORMS:
+            sd[f"{dst}{ours}.weight"] = w.take(f"{src}{hf}.weight") + 1.0  # Gemma's RMSNorm scales by 1 + w
+    sd["norm_f.weight"] = w.take("norm.weight") + 1.0
+    _lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
+    return cfg, sd
+
+
+def _cap(family: str, config: Any, field: str) -> float | None:
+    value = getattr(config, field, None)
+    if value is None:
+        return None
+    if not value > 0:
+        raise _unsupported(family, f"{field}={value!r} (a soft-cap must be > 0 or None)")
+    return float(value)
+
+
+def convert_gemma2(config: Any, w: _Weights) -> Converted:
+    """``(GPTConfig values, state dict)`` of a ``Gemma2ForCausalLM``."""
+    return _convert(config, w, "gemma2")
+
+
+def convert_gemma3(config: Any, w: _Weights) -> Converted:
+    """``(GPTConfig values, state dict)`` of a ``Gemma3ForCausalLM`` (text only)."""
+    return _convert(config, w, "gemma3_text")
+
+
+register_family("gemma2", "model.", convert_gemma2,
+                "Gemma 2 (attention and final-logit soft-capping, local/global layers, sandwich norms)")
+register_family("gemma3_text", "model.", convert_gemma3,
+                "Gemma 3 text (QK-norm, 5:1 local/global layers with their own RoPE bases, sandwich norms)")
+
+
+def _export(gpt: Any, family: str, out_dir: Any) -> Any:
+    import math
+
+    import transformers
+
+    cfg = gpt.config
+    gemma3 = family == "gemma3_text"
+    allowed = {"layer_pattern", "embed_scale", "final_softcap", "window"} | ({"qk_norm"} if gemma3 else {"attn_softcap"})
+    problems = m.export_problems(gpt, allowed, position="rope", norm="rmsnorm", mlp="swiglu", residual="sandwich",
+                                 qk_norm=gemma3, embed_scale=float(cfg.n_embd**0.5), tie_embeddings=cfg.tie_embeddings)
+    scale = cfg.attn_scale if cfg.attn_scale is not None else cfg.head_dim**-0.5
+    scalar = round(scale**-2)
+    if not math.isclose(scalar**-0.5, scale, rel_tol=1e-9):
+        problems.append(f"attn_scale={cfg.attn_scale} (Gemma's is query_pre_attn_scalar ** -0.5 for an integer scalar)")
+    m.refuse_export(family, problems)
+    for i in range(cfg.n_layer):
+        extra = set(cfg.layer(i)) - {"window", "position_config"}
+        if extra or (cfg.layer(i).get("position_config") is not None and not gemma3):
+            raise ValueError(f"to_hf ({family}): layer_pattern entry of layer {i} sets {sorted(cfg.layer(i))}; "
+                             f"{family} maps {'window and position_config' if gemma3 else 'window'} only")
+    windows = [cfg.layer_value(i, "window") for i in range(cfg.n_layer)]
+    sizes = {w for w in windows if w is not None}
+    if len(sizes) > 1:
+        raise ValueError(f"to_hf ({family}): sliding windows of several sizes {sorted(sizes)}; transformers has one sliding_window")
+    types = [m.SLIDING if w is not None else m.FULL for w in windows]
+    ropes: dict[str, dict] = {}
+    for i, t in enumerate(types):
+        scheme = gpt.layer_position(i)
+        if scheme.config.layout != "half":
+            raise ValueError(f"to_hf ({family}): RoPE layout {scheme.config.layout!r} in layer {i} (Gemma rotates half-split pairs)")
+        params = m.hf_rope(family, gpt, scheme)
+        if ropes.setdefault(t, params) != params:
+            raise ValueError(f"to_hf ({family}): the {t} layers use different RoPE configurations; transformers has one per layer type")
+    if not gemma3 and len({str(p) for p in ropes.values()}) > 1:
+        raise ValueError(f"to_hf ({family}): local and global layers with different RoPE; Gemma 2 has one (Gemma 3 has two)")
+    common = dict(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=gpt.blocks[0].mlp.up.out_features,
+        num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+        hidden_activation=m.HF_ACT[cfg.mlp_activation], max_position_embeddings=cfg.block_size, rms_norm_eps=cfg.norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings, attention_bias=cfg.bias_of("attn"), query_pre_attn_scalar=scalar,
+        sliding_window=sizes.pop() if sizes else 4096, layer_types=types, final_logit_softcapping=cfg.final_softcap,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )
+    if gemma3:
+        full = ropes.get(m.FULL) or ropes[m.SLIDING]
+        hf_config = transformers.Gemma3TextConfig(
+            rope_parameters={m.FULL: full, m.SLIDING: ropes.get(m.SLIDING) or full}, attn_logit_softcapping=None, **common)
+        hf = transformers.Gemma3ForCausalLM(hf_config)
+    else:
+        hf_config = transformers.Gemma2Config(rope_parameters=next(iter(ropes.values())), attn_logit_softcapping=cfg.attn_softcap,
+                                              **common)
+        hf = transformers.Gemma2ForCausalLM(hf_config)
+    src = gpt.state_dict()
+    q_rows, kv_rows = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    sd = {"model.embed_tokens.weight": src["tok_emb.weight"], "model.norm.weight": src["norm_f.weight"] - 1.0,
+          "lm_head.weight": src["lm_head.weight"]}
+    for i in range(cfg.n_layer):
+        s, d = f"blocks.{i}.", f"model.layers.{i}."
+        m.export_attention(src, sd, s, f"{d}self_attn.", q_rows, kv_rows, cfg.bias_of("attn"), qk_norm=gemma3, norm_offset=1.0)
+        for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+            sd[f"{d}mlp.{theirs}.weight"] = src[f"{s}mlp.{ours}.weight"]
+        for theirs, ours in NORMS:
+            sd[f"{d}{theirs}.weight"] = src[f"{s}{ours}.weight"] - 1.0
+    return m.finish_export(hf, sd, gpt.tok_emb.weight.dtype, out_dir)
+
+
+def to_hf_gemma2(gpt: Any, out_dir: Any = None) -> Any:
+    """A ``Gemma2ForCausalLM`` with the weights and logits of a Gemma-2-layout :class:`poslab.GPT`.
+
+    The layout: RoPE (half-split), rmsnorm, swiglu, ``residual="sandwich"``,
+    ``embed_scale=sqrt(n_embd)``, optional ``attn_softcap``/``final_softcap``, windows (one size)
+    through ``layer_pattern``. Anything else is refused naming the option.
+    """
+    return _export(gpt, "gemma2", out_dir)
+
+
+def to_hf_gemma3(gpt: Any, out_dir: Any = None) -> Any:
+    """A ``Gemma3ForCausalLM`` for a Gemma-3-layout :class:`poslab.GPT` (Gemma 2's plus ``qk_norm``, no
+    attention soft-cap, and one RoPE configuration for the local layers and one for the global ones)."""
+    return _export(gpt, "gemma3_text", out_dir)

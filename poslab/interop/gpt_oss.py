@@ -1,0 +1,86 @@
+"""gpt-oss (``model_type="gpt_oss"``): its attention layers, loaded into :class:`MultiHeadAttention`.
+
+gpt-oss attention (OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card",
+https://arxiv.org/abs/2508.10925): GQA with biases, RoPE (YaRN), layers alternating between a
+sliding window of ``sliding_window`` keys and full attention (``layer_types``), and **attention
+sinks**: one learned logit per head appended to every row of logits before the softmax and dropped
+after it (``MultiHeadAttention(sinks=True)``, parameter ``sinks``).
+
+Every gpt-oss MLP is a routed mixture of experts, which ``poslab.GPT`` does not implement, so
+:func:`poslab.from_hf` refuses the whole model (naming ``num_local_experts``) and this module maps
+the attention layers alone: :func:`attention_from_hf` returns layer ``i``'s attention (same weights)
+and its RoPE scheme; tests feed it the hidden states transformers' own layer receives and compare
+outputs, with and without the KV cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from poslab.interop import _modern as m
+from poslab.interop.hf import Converted, _Weights, register_family
+from poslab.nn import positions
+from poslab.nn.attention import MultiHeadAttention
+from poslab.nn.positions.base import PositionScheme
+
+FAMILY = "gpt_oss"
+
+
+def convert(config: Any, w: _Weights) -> Converted:
+    """Refuses: every gpt-oss MLP is a mixture of experts (see :func:`attention_from_hf`)."""
+    raise ValueError(
+        f"gpt_oss: the routed mixture-of-experts MLP (num_local_experts={config.num_local_experts}, "
+        f"num_experts_per_tok={config.num_experts_per_tok}) is not supported by poslab.from_hf; "
+        "poslab.interop.gpt_oss.attention_from_hf(model, layer) loads its attention layers"
+    )
+
+
+def attention_from_hf(model: nn.Module, layer: int, *, backend: str = "auto") -> tuple[MultiHeadAttention, PositionScheme]:
+    """Layer ``layer``'s attention of a ``GptOssForCausalLM`` (or ``GptOssModel``) with the same weights.
+
+    Args:
+        model: the transformers model.
+        layer: layer index.
+        backend: poslab attention backend of the result.
+
+    Returns:
+        ``(attention, rope)``: call ``attention(x, pos, position=rope, cache=...)`` on the hidden
+        states ``[B, T, hidden_size]`` that enter transformers' ``self_attn``.
+    """
+    config = model.config
+    if getattr(config, "model_type", None) != FAMILY:
+        raise ValueError(f"attention_from_hf takes a gpt_oss model, got model_type {getattr(config, 'model_type', None)!r}")
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < config.num_hidden_layers:
+        raise ValueError(f"layer must be an integer in [0, {config.num_hidden_layers}), got {layer!r}")
+    m.check_divisible(FAMILY, config)
+    head_dim = m.head_dim_of(config)
+    kind = m.layer_types(FAMILY, config, (m.FULL, m.SLIDING))[layer]
+    rope = positions.build_for_model(
+        "rope", m.rope_config(FAMILY, config, config.rope_parameters, head_dim),
+        {"n_embd": config.hidden_size, "n_heads": config.num_attention_heads, "head_dim": head_dim,
+         "max_len": config.max_position_embeddings, "bidirectional": False},
+    )
+    bias = bool(config.attention_bias)
+    attn = MultiHeadAttention(
+        config.hidden_size, config.num_attention_heads, config.num_key_value_heads, bias=bias, head_dim=head_dim,
+        sinks=True, window=int(config.sliding_window) if kind == m.SLIDING else None, backend=backend,
+    )
+    tensors = {k: v.detach() for k, v in model.state_dict().items()}
+    prefix = f"model.layers.{layer}.self_attn." if f"model.layers.{layer}.self_attn.sinks" in tensors else f"layers.{layer}.self_attn."
+    w = _Weights({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}, "", FAMILY)
+    sd: dict[str, torch.Tensor] = {}
+    m.attention(w, sd, "", "", bias)
+    sd = {k[len("attn."):]: v for k, v in sd.items()}
+    sd["sinks"] = w.take("sinks")
+    w.finish()
+    attn.load_state_dict(sd, strict=True)
+    dtype = tensors[f"{prefix}q_proj.weight"].dtype
+    return attn.to(dtype).eval(), rope
+
+
+register_family(FAMILY, "model.", convert,
+                "gpt-oss (attention layers only, via poslab.interop.gpt_oss.attention_from_hf: sinks, "
+                "alternating sliding/full; the MoE MLP is refused)")

@@ -1,0 +1,151 @@
+"""Llama 4 text (``model_type="llama4_text"``) for :func:`poslab.from_hf`, dense layers only.
+
+iRoPE (Meta 2025, "The Llama 4 herd", https://ai.meta.com/blog/llama-4-multimodal-intelligence/):
+RoPE (interleaved, complex pairs) on three layers of every four with **chunked local attention**
+(``attention_chunk_size``: ``j // C == i // C``) and a weightless L2 **QK-norm**
+(``use_qk_norm``); every fourth layer (``no_rope_layers[i] == 0``) is **NoPE** with global
+attention and **attention-temperature tuning**: queries times
+``log(floor((pos + 1) / floor_scale) + 1) * attn_scale + 1``. All of it is one
+``GPTConfig.layer_pattern`` entry per layer.
+
+transformers applies the L2 norm after RoPE, poslab before it: a rotation keeps every pair's norm,
+so both orders give the same vectors (up to rounding). The routed mixture-of-experts layers
+(``moe_layers``) are refused: build the model with ``moe_layers=[]`` (every layer dense, width
+``intermediate_size_mlp``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from poslab.interop import _modern as m
+from poslab.interop.hf import Converted, _activation, _lm_head, _unsupported, _Weights, register_family
+
+FAMILY = "llama4_text"
+
+
+def convert(config: Any, w: _Weights) -> Converted:
+    """``(GPTConfig values, state dict)`` of a dense ``Llama4ForCausalLM``."""
+    if config.moe_layers:
+        raise _unsupported(FAMILY, f"moe_layers={list(config.moe_layers)} (routed mixture-of-experts layers; "
+                                   "poslab maps dense Llama 4 layers only: moe_layers=[])")
+    m.check_divisible(FAMILY, config)
+    head_dim = m.head_dim_of(config)
+    bias = bool(config.attention_bias)
+    types = m.layer_types(FAMILY, config, (m.FULL, m.CHUNKED))
+    rope = m.rope_config(FAMILY, config, config.rope_parameters, head_dim, layout="interleaved")
+    chunk = config.attention_chunk_size
+    pattern = []
+    for t, use_rope in zip(types, config.no_rope_layers, strict=True):
+        entry: dict[str, Any] = {"qk_norm": bool(config.use_qk_norm and use_rope)}
+        if t == m.CHUNKED:
+            entry["attn_chunk"] = int(chunk)
+        if not use_rope:
+            entry["position"] = "none"
+            if config.attn_temperature_tuning:
+                entry["attn_temperature"] = [float(config.floor_scale), float(config.attn_scale)]
+        pattern.append(entry)
+    cfg: dict[str, Any] = dict(
+        vocab_size=config.vocab_size, n_layer=config.num_hidden_layers, n_head=config.num_attention_heads,
+        n_kv_head=config.num_key_value_heads, n_embd=config.hidden_size, block_size=config.max_position_embeddings,
+        bias=False, attn_bias=bias, position="rope", position_config=rope, norm="rmsnorm", mlp="swiglu",
+        mlp_hidden=config.intermediate_size_mlp, activation=_activation(FAMILY, config.hidden_act),
+        tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.rms_norm_eps, attn_head_dim=head_dim,
+        qk_norm_affine=False, layer_pattern=pattern, backend="auto",
+    )
+    sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
+    for i in range(config.num_hidden_layers):
+        src, dst = f"layers.{i}.", f"blocks.{i}."
+        m.attention(w, sd, f"{src}self_attn.", dst, bias)
+        m.swiglu(w, sd, f"{src}feed_forward.", dst)
+        sd[f"{dst}norm1.weight"] = w.take(f"{src}input_layernorm.weight")
+        sd[f"{dst}norm2.weight"] = w.take(f"{src}post_attention_layernorm.weight")
+    sd["norm_f.weight"] = w.take("norm.weight")
+    _lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
+    return cfg, sd
+
+
+register_family(FAMILY, "model.", convert,
+                "Llama 4 text, dense layers (iRoPE: chunked RoPE layers with L2 QK-norm, NoPE layers with "
+                "attention-temperature tuning)")
+
+
+def to_hf(gpt: Any, out_dir: Any = None) -> Any:
+    """A dense ``Llama4ForCausalLM`` (``moe_layers=[]``) for a Llama-4-layout :class:`poslab.GPT`.
+
+    The layout: interleaved RoPE on some layers and ``position="none"`` on the others (through
+    ``layer_pattern``), weightless QK-norm on all RoPE layers or none, one temperature tuning on all
+    NoPE layers or none, one ``attn_chunk`` size; rmsnorm, swiglu, sequential residual.
+    """
+    import transformers
+
+    cfg = gpt.config
+    problems = m.export_problems(gpt, {"layer_pattern", "attn_chunk", "attn_temperature", "qk_norm", "qk_norm_affine"},
+                                 position="rope", norm="rmsnorm", mlp="swiglu", residual="sequential", qk_norm_affine=False)
+    if cfg.attn_scale is not None and abs(cfg.attn_scale - cfg.head_dim**-0.5) > 1e-12:
+        problems.append(f"attn_scale={cfg.attn_scale}")
+    m.refuse_export(FAMILY, problems)
+    use_rope, types, qk, temps, chunks = [], [], set(), set(), set()
+    rope_params = None
+    for i in range(cfg.n_layer):
+        extra = set(cfg.layer(i)) - {"position", "attn_chunk", "attn_temperature", "qk_norm"}
+        if extra:
+            raise ValueError(f"to_hf ({FAMILY}): layer_pattern entry of layer {i} sets {sorted(extra)}")
+        name, chunk = cfg.layer_value(i, "position"), cfg.layer_value(i, "attn_chunk")
+        temp, norm = cfg.layer_value(i, "attn_temperature"), cfg.layer_value(i, "qk_norm")
+        if name not in ("rope", "none"):
+            raise ValueError(f"to_hf ({FAMILY}): layer {i} has position={name!r} (Llama 4 layers are RoPE or NoPE)")
+        rope = name == "rope"
+        if rope and temp is not None:
+            raise ValueError(f"to_hf ({FAMILY}): layer {i} tunes the attention temperature on a RoPE layer (Llama 4 does it on NoPE layers)")
+        if not rope and norm:
+            raise ValueError(f"to_hf ({FAMILY}): layer {i} has qk_norm on a NoPE layer (Llama 4 norms RoPE layers only)")
+        if rope:
+            qk.add(bool(norm))
+            scheme = gpt.layer_position(i)
+            if scheme.config.layout != "interleaved":
+                raise ValueError(f"to_hf ({FAMILY}): RoPE layout {scheme.config.layout!r} in layer {i} (Llama 4 rotates interleaved pairs)")
+            params = m.hf_rope(FAMILY, gpt, scheme)
+            if rope_params not in (None, params):
+                raise ValueError(f"to_hf ({FAMILY}): RoPE layers with different configurations; Llama 4 has one")
+            rope_params = params
+        else:
+            temps.add(tuple(temp) if temp is not None else None)
+        if chunk is not None:
+            chunks.add(chunk)
+        use_rope.append(int(rope))
+        types.append(m.CHUNKED if chunk is not None else m.FULL)
+    for label, values in (("qk_norm on the RoPE layers", qk), ("attn_temperature on the NoPE layers", temps), ("attn_chunk", chunks)):
+        if len(values) > 1:
+            raise ValueError(f"to_hf ({FAMILY}): {label} differs between layers ({sorted(map(str, values))}); Llama 4 has one setting")
+    if rope_params is None:
+        rope_params = {"rope_type": "default", "rope_theta": 500000.0}
+    temp = next(iter(temps)) if temps else None
+    hidden = gpt.blocks[0].mlp.up.out_features
+    hf_config = transformers.Llama4TextConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=hidden, intermediate_size_mlp=hidden,
+        num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+        hidden_act=m.HF_ACT[cfg.mlp_activation], max_position_embeddings=cfg.block_size, rms_norm_eps=cfg.norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings, attention_bias=cfg.bias_of("attn"), rope_parameters=rope_params, moe_layers=[],
+        no_rope_layers=use_rope, layer_types=types, attention_chunk_size=next(iter(chunks)) if chunks else None,
+        use_qk_norm=bool(qk and qk.pop()), attn_temperature_tuning=temp is not None,
+        floor_scale=int(temp[0]) if temp is not None else 8192, attn_scale=float(temp[1]) if temp is not None else 0.1,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )
+    if temp is not None and float(int(temp[0])) != temp[0]:
+        raise ValueError(f"to_hf ({FAMILY}): attn_temperature floor_scale={temp[0]} (transformers takes an integer)")
+    hf = transformers.Llama4ForCausalLM(hf_config)
+    src = gpt.state_dict()
+    q_rows, kv_rows = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    sd = {"model.embed_tokens.weight": src["tok_emb.weight"], "model.norm.weight": src["norm_f.weight"],
+          "lm_head.weight": src["lm_head.weight"]}
+    for i in range(cfg.n_layer):
+        s, d = f"blocks.{i}.", f"model.layers.{i}."
+        m.export_attention(src, sd, s, f"{d}self_attn.", q_rows, kv_rows, cfg.bias_of("attn"))
+        for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+            sd[f"{d}feed_forward.{theirs}.weight"] = src[f"{s}mlp.{ours}.weight"]
+        sd[f"{d}input_layernorm.weight"] = src[f"{s}norm1.weight"]
+        sd[f"{d}post_attention_layernorm.weight"] = src[f"{s}norm2.weight"]
+    return m.finish_export(hf, sd, gpt.tok_emb.weight.dtype, out_dir)

@@ -1,0 +1,106 @@
+"""Qwen3 (``model_type="qwen3"``) for :func:`poslab.from_hf` / :func:`poslab.to_hf`.
+
+Qwen3 = Llama (RoPE half-split, GQA, SwiGLU, RMSNorm) + **QK-norm**: an RMSNorm over ``head_dim`` on
+every query and key head before RoPE (``q_norm``/``k_norm``), and a ``head_dim`` free of
+``hidden_size / num_attention_heads``. Sliding-window layers (``use_sliding_window``, the
+``layer_types`` list) map onto ``GPTConfig.layer_pattern`` windows.
+Qwen Team 2025, "Qwen3 Technical Report", https://arxiv.org/abs/2505.09388.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from poslab.interop import _modern as m
+from poslab.interop.hf import Converted, _activation, _lm_head, _Weights, register_family
+
+FAMILY = "qwen3"
+
+
+def convert(config: Any, w: _Weights) -> Converted:
+    """``(GPTConfig values, state dict)`` of a ``Qwen3ForCausalLM``."""
+    m.check_divisible(FAMILY, config)
+    head_dim = m.head_dim_of(config)
+    bias = bool(config.attention_bias)
+    types = m.layer_types(FAMILY, config, (m.FULL, m.SLIDING))
+    cfg: dict[str, Any] = dict(
+        vocab_size=config.vocab_size, n_layer=config.num_hidden_layers, n_head=config.num_attention_heads,
+        n_kv_head=config.num_key_value_heads, n_embd=config.hidden_size, block_size=config.max_position_embeddings,
+        bias=False, attn_bias=bias, position="rope", position_config=m.rope_config(FAMILY, config, config.rope_parameters, head_dim),
+        norm="rmsnorm", mlp="swiglu", mlp_hidden=config.intermediate_size, activation=_activation(FAMILY, config.hidden_act),
+        tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.rms_norm_eps, attn_head_dim=head_dim, qk_norm=True,
+        backend="auto",
+    )
+    if m.SLIDING in types:
+        cfg["layer_pattern"] = [{"window": int(config.sliding_window)} if t == m.SLIDING else {} for t in types]
+    sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
+    for i in range(config.num_hidden_layers):
+        src, dst = f"layers.{i}.", f"blocks.{i}."
+        m.attention(w, sd, f"{src}self_attn.", dst, bias, qk_norm=True)
+        m.swiglu(w, sd, f"{src}mlp.", dst)
+        sd[f"{dst}norm1.weight"] = w.take(f"{src}input_layernorm.weight")
+        sd[f"{dst}norm2.weight"] = w.take(f"{src}post_attention_layernorm.weight")
+    sd["norm_f.weight"] = w.take("norm.weight")
+    _lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
+    return cfg, sd
+
+
+register_family(FAMILY, "model.", convert, "Qwen3 (Llama + QK-norm, free head_dim, per-layer sliding windows)")
+
+
+def windows_of(gpt: Any, family: str) -> tuple[list[str], int | None]:
+    """``(layer_types, sliding_window)`` of a model whose ``layer_pattern`` holds only windows (one size)."""
+    cfg = gpt.config
+    for i in range(cfg.n_layer):
+        extra = set(cfg.layer(i)) - {"window"}
+        if extra:
+            raise ValueError(f"to_hf ({family}): layer_pattern entry of layer {i} sets {sorted(extra)}; only 'window' maps")
+    windows = [cfg.layer_value(i, "window") for i in range(cfg.n_layer)]
+    sizes = {w for w in windows if w is not None}
+    if len(sizes) > 1:
+        raise ValueError(f"to_hf ({family}): sliding windows of several sizes {sorted(sizes)}; transformers has one sliding_window")
+    return [m.SLIDING if w is not None else m.FULL for w in windows], (sizes.pop() if sizes else None)
+
+
+def to_hf(gpt: Any, out_dir: Any = None) -> Any:
+    """A ``Qwen3ForCausalLM`` with the weights and logits of a Qwen3-layout :class:`poslab.GPT`.
+
+    The layout: ``position="rope"`` (half-split, any transformers scaling), rmsnorm, swiglu without
+    biases, ``qk_norm=True`` with gains, sequential residual; windows only through ``layer_pattern``
+    or ``window`` (one size). Anything else is refused naming the option. ``out_dir``: also
+    ``save_pretrained`` there (a new or empty folder).
+    """
+    import transformers
+
+    cfg = gpt.config
+    problems = m.export_problems(gpt, {"qk_norm", "layer_pattern", "window"}, position="rope", norm="rmsnorm", mlp="swiglu",
+                                 residual="sequential", qk_norm=True)
+    if cfg.attn_scale is not None and abs(cfg.attn_scale - cfg.head_dim**-0.5) > 1e-12:
+        problems.append(f"attn_scale={cfg.attn_scale}")
+    m.refuse_export(FAMILY, problems)
+    if gpt.position.config.layout != "half":
+        raise ValueError(f"to_hf ({FAMILY}): RoPE layout {gpt.position.config.layout!r} (Qwen3 rotates half-split pairs)")
+    types, window = windows_of(gpt, FAMILY)
+    hf_config = transformers.Qwen3Config(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=gpt.blocks[0].mlp.up.out_features,
+        num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+        hidden_act=m.HF_ACT[cfg.mlp_activation], max_position_embeddings=cfg.block_size, rms_norm_eps=cfg.norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings, rope_parameters=m.hf_rope(FAMILY, gpt, gpt.position),
+        attention_bias=cfg.bias_of("attn"), use_sliding_window=window is not None, sliding_window=window or 4096,
+        layer_types=types, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )
+    hf = transformers.Qwen3ForCausalLM(hf_config)
+    src = gpt.state_dict()
+    q_rows, kv_rows = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    sd = {"model.embed_tokens.weight": src["tok_emb.weight"], "model.norm.weight": src["norm_f.weight"],
+          "lm_head.weight": src["lm_head.weight"]}
+    for i in range(cfg.n_layer):
+        s, d = f"blocks.{i}.", f"model.layers.{i}."
+        m.export_attention(src, sd, s, f"{d}self_attn.", q_rows, kv_rows, cfg.bias_of("attn"), qk_norm=True)
+        for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+            sd[f"{d}mlp.{theirs}.weight"] = src[f"{s}mlp.{ours}.weight"]
+        sd[f"{d}input_layernorm.weight"] = src[f"{s}norm1.weight"]
+        sd[f"{d}post_attention_layernorm.weight"] = src[f"{s}norm2.weight"]
+    return m.finish_export(hf, sd, gpt.tok_emb.weight.dtype, out_dir)

@@ -1,0 +1,234 @@
+"""Multi-head latent attention (MLA) with decoupled RoPE and its compressed KV cache.
+
+DeepSeek-AI 2024, "DeepSeek-V2" (https://arxiv.org/abs/2405.04434), Sec. 2.1; DeepSeek-V3
+(https://arxiv.org/abs/2412.19437). Keys and values are compressed into one latent per token::
+
+    x [B, T, d] --kv_a--> [latent c (r) | k_rot (d_r)]        c = RMSNorm(c)   (the cache holds c, k_rot)
+    c  --kv_b--> [B, T, h, d_n + d_v] -> k_nope [B, h, T, d_n], v [B, h, T, d_v]
+    x  --q (or q_a -> RMSNorm -> q_b)--> [B, T, h, d_n + d_r] -> q_nope, q_rot
+    rotate(q_rot, k_rot): one rotary key shared by every head ("decoupled RoPE")
+    softmax([q_rot | q_nope] . [k_rot | k_nope] * scale) v
+
+The position scheme's ``rotate`` sees only the ``d_r`` rotary dims (its ``head_dim`` is ``d_r``);
+putting them first in q and k changes no dot product. The cache (:class:`LatentKVCache`) stores
+``r + d_r`` numbers per token and layer instead of ``2 h d_k``.
+
+Decoding can *absorb* ``kv_b`` (the "absorbed-projection" path, ``absorb=True``): with
+``W_uk [h, d_n, r]`` and ``W_uv [h, d_v, r]`` the slices of ``kv_b``,
+``q_nope . (W_uk c) = (W_uk^T q_nope) . c`` and ``softmax(.) (W_uv c) = W_uv (softmax(.) c)``, so
+attention runs directly on the latents and no per-head key or value is ever built.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from poslab.nn.attention import BACKENDS, attend, resolve_backend
+from poslab.nn.positions.base import PositionScheme
+
+#: keys of ``GPTConfig.mla``
+MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "latent_eps")
+
+
+def validate_mla(values: Any) -> dict[str, int | None]:
+    """The MLA dimensions as a dict (``q_lora_rank`` may be ``None``; ``latent_eps``, the epsilon of the
+    latent RMSNorms, defaults to DeepSeek's 1e-6); bad keys or values raise ``ValueError``."""
+    if not isinstance(values, dict):
+        raise TypeError(f"mla must be a dict with keys {list(MLA_KEYS)} (or None), got {values!r}")
+    unknown = sorted(set(values) - set(MLA_KEYS))
+    missing = sorted(set(MLA_KEYS) - {"q_lora_rank", "latent_eps"} - set(values))
+    if unknown or missing:
+        raise ValueError(f"mla keys: unknown {unknown}, missing {missing}; allowed: {list(MLA_KEYS)}")
+    out: dict[str, int | None] = {}
+    eps = values.get("latent_eps", 1e-6)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
+        raise ValueError(f"mla latent_eps must be a positive number, got {eps!r}")
+    for key in MLA_KEYS[:-1]:
+        value = values.get(key)
+        if key == "q_lora_rank" and value is None:
+            out[key] = None
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"mla {key} must be a positive integer, got {value!r}")
+        out[key] = value
+    if out["qk_rope_head_dim"] % 2:
+        raise ValueError(f"mla qk_rope_head_dim must be even (RoPE rotates pairs), got {out['qk_rope_head_dim']}")
+    out["latent_eps"] = float(eps)
+    return out
+
+
+class LatentKVCache(nn.Module):
+    """MLA's compressed cache: per token the normalised latent ``[r]`` and the rotated shared key ``[d_r]``.
+
+    Args:
+        batch_size, kv_lora_rank, rope_dim: geometry; capacity: tokens held (appending past it raises).
+        dtype, device: storage.
+    """
+
+    def __init__(self, batch_size: int, kv_lora_rank: int, rope_dim: int, capacity: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        for label, value in (("batch_size", batch_size), ("kv_lora_rank", kv_lora_rank), ("rope_dim", rope_dim), ("capacity", capacity)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"latent KV cache {label} must be a positive integer, got {value!r}")
+        self.register_buffer("latent", torch.zeros(batch_size, capacity, kv_lora_rank, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("k_rot", torch.zeros(batch_size, 1, capacity, rope_dim, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("pos", torch.zeros(capacity, dtype=torch.long, device=device), persistent=False)
+        self.capacity, self.length, self.size, self.rolling = capacity, 0, 0, False
+
+    def reset(self) -> None:
+        self.length = self.size = 0
+
+    def bytes_per_token(self) -> int:
+        """Bytes one token costs this cache (latent + rotary key, every batch row)."""
+        return (self.latent[:, 0].numel() + self.k_rot[:, :, 0].numel()) * self.latent.element_size()
+
+    def update(self, latent: Tensor, k_rot: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Append ``latent [B, T, r]``, ``k_rot [B, 1, T, d_r]`` at positions ``[T]``; return everything held."""
+        T = latent.shape[1]
+        if latent.shape[0] != self.latent.shape[0] or latent.shape[2] != self.latent.shape[2] or k_rot.shape[-1] != self.k_rot.shape[-1]:
+            raise ValueError(f"latent {list(latent.shape)} / k_rot {list(k_rot.shape)} do not fit this cache "
+                             f"(batch {self.latent.shape[0]}, rank {self.latent.shape[2]}, rope dim {self.k_rot.shape[-1]})")
+        if latent.dtype != self.latent.dtype:
+            raise TypeError(f"latent KV cache holds {self.latent.dtype} but got {latent.dtype}; make it with dtype={latent.dtype}")
+        end = self.size + T
+        if end > self.capacity:
+            raise ValueError(f"KV cache overflow: {self.size} cached + {T} new tokens > capacity {self.capacity}; make a larger cache")
+        self.latent[:, self.size : end] = latent
+        self.k_rot[:, :, self.size : end] = k_rot
+        self.pos[self.size : end] = pos.to(self.pos.device)
+        self.size = self.length = end
+        return self.latent[:, :end], self.k_rot[:, :, :end], self.pos[:end]
+
+    def extra_repr(self) -> str:
+        B, C, r = self.latent.shape
+        return f"batch={B}, capacity={C}, kv_lora_rank={r}, rope_dim={self.k_rot.shape[-1]}, length={self.length}"
+
+
+class MultiHeadLatentAttention(nn.Module):
+    """DeepSeek-V2/V3 multi-head latent attention (see the module docstring).
+
+    Args:
+        d_model, n_heads: width and heads.
+        kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim: MLA dimensions
+            (``q_lora_rank=None``: one full query projection).
+        causal, dropout, bias, position, backend, window, scale: as :class:`~poslab.nn.attention.MultiHeadAttention`
+            (``bias``: on ``q_a``/``kv_a`` and the output projection, as DeepSeek's ``attention_bias``).
+        latent_eps: epsilon of the latent RMSNorms.
+        absorb: decode single tokens with the absorbed projections (equal to the naive path).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int,
+                 v_head_dim: int, q_lora_rank: int | None = None, causal: bool = True, dropout: float = 0.0, bias: bool = False,
+                 position: PositionScheme | None = None, backend: str = "auto", window: int | None = None,
+                 scale: float | None = None, latent_eps: float = 1e-6, absorb: bool = False) -> None:
+        super().__init__()
+        dims = validate_mla({"kv_lora_rank": kv_lora_rank, "q_lora_rank": q_lora_rank, "qk_nope_head_dim": qk_nope_head_dim,
+                             "qk_rope_head_dim": qk_rope_head_dim, "v_head_dim": v_head_dim, "latent_eps": latent_eps})
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown attention backend {backend!r}; choose one of {list(BACKENDS)}")
+        self.d_model, self.n_heads = d_model, n_heads
+        self.n_kv_heads = n_heads
+        self.r, self.dn, self.dr, self.dv = kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+        self.head_dim = self.dn + self.dr
+        self.q_lora_rank = dims["q_lora_rank"]
+        self.causal, self.dropout, self.backend, self.window, self.absorb = causal, dropout, backend, window, absorb
+        self.scale = scale if scale is not None else 1.0 / math.sqrt(self.head_dim)
+        self.position = position
+        if self.q_lora_rank is None:
+            self.q = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
+        else:
+            self.q_a = nn.Linear(d_model, self.q_lora_rank, bias=bias)
+            self.q_a_norm = nn.RMSNorm(self.q_lora_rank, eps=dims["latent_eps"])
+            self.q_b = nn.Linear(self.q_lora_rank, n_heads * self.head_dim, bias=False)
+        self.kv_a = nn.Linear(d_model, self.r + self.dr, bias=bias)
+        self.kv_a_norm = nn.RMSNorm(self.r, eps=dims["latent_eps"])
+        self.kv_b = nn.Linear(self.r, n_heads * (self.dn + self.dv), bias=False)
+        self.proj = nn.Linear(n_heads * self.dv, d_model, bias=bias)
+        self.scores_probe = nn.Identity()
+
+    def fit(self, scheme: PositionScheme) -> None:
+        """Check ``scheme`` against this layer: it rotates the ``qk_rope_head_dim`` part of each head."""
+        scheme.check_layer(self.n_heads, self.dr, self.causal)
+
+    def _queries(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        B, T, _ = x.shape
+        q = self.q(x) if self.q_lora_rank is None else self.q_b(self.q_a_norm(self.q_a(x)))
+        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # [B, T, h, dn+dr] -> [B, h, T, dn+dr]
+        return q.split((self.dn, self.dr), dim=-1)  # q_nope [B, h, T, dn], q_rot [B, h, T, dr]
+
+    def forward(self, x: Tensor, pos: Tensor | None = None, *, position: PositionScheme | None = None,
+                attn_mask: Tensor | None = None, cache: LatentKVCache | None = None, need_weights: bool = False,
+                backend: str | None = None, head_mask: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        """``x [B, T, d]`` -> ``[B, T, d]`` (and the weights ``[B, h, Tq, Tk]`` when ``need_weights``)."""
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"attention input must be [B, T, {self.d_model}], got {list(x.shape)}")
+        if cache is not None and not isinstance(cache, LatentKVCache):
+            raise TypeError(f"multi-head latent attention needs a LatentKVCache, got {type(cache).__name__}")
+        B, T, _ = x.shape
+        scheme = position if position is not None else self.position
+        if pos is None:
+            start = cache.length if cache is not None else 0
+            pos = torch.arange(start, start + T, device=x.device)
+        q_nope, q_rot = self._queries(x)
+        latent, k_rot = self.kv_a(x).split((self.r, self.dr), dim=-1)  # [B, T, r], [B, T, dr]
+        latent = self.kv_a_norm(latent)
+        k_rot = k_rot.view(B, 1, T, self.dr)  # [B, T, dr] -> [B, 1, T, dr]: one rotary key for all heads
+        # a scheme whose key rotation depends on the other positions (xPos's anchor) is applied after the
+        # cache, to the unrotated cached keys and the new queries together (as MultiHeadAttention does)
+        late = cache is not None and scheme is not None and scheme.rotate_needs_all_keys
+        if scheme is not None and not late:
+            q_rot, k_rot = scheme.rotate(q_rot.contiguous(), k_rot, pos, pos)
+        k_pos = pos
+        if cache is not None:
+            latent, k_rot, k_pos = cache.update(latent, k_rot, pos)  # [B, Tk, r], [B, 1, Tk, dr], [Tk]
+        if late:
+            q_rot, k_rot = scheme.rotate(q_rot.contiguous(), k_rot, pos, k_pos)
+        Tk = latent.shape[1]
+        requested = backend or self.backend
+        resolved = resolve_backend(requested, x.device, need_weights, has_mask=attn_mask is not None)
+        if requested == "auto" and resolved == "flex" and T == 1:
+            resolved = "sdpa"  # one decoded token needs no block mask (as MultiHeadAttention)
+        bias_fn = None
+        if scheme is not None and scheme.has_bias:
+            raise ValueError(f"multi-head latent attention runs rotary (or no) position schemes; {scheme.name!r} adds a bias")
+        if self.absorb and T == 1 and not need_weights and attn_mask is None:
+            out = self._absorbed(q_nope, q_rot, latent, k_rot, pos, k_pos)
+        else:
+            kv = self.kv_b(latent).view(B, Tk, self.n_heads, self.dn + self.dv).transpose(1, 2)  # [B, h, Tk, dn+dv]
+            k_nope, v = kv.split((self.dn, self.dv), dim=-1)
+            q = torch.cat((q_rot, q_nope), dim=-1)  # [B, h, T, dr+dn]: rotary dims first (dot products unchanged)
+            k = torch.cat((k_rot.expand(B, self.n_heads, Tk, self.dr), k_nope), dim=-1)  # [B, h, Tk, dr+dn]
+            out, weights = attend(q, k, v.contiguous(), pos, k_pos, causal=self.causal, window=self.window, bias_fn=bias_fn,
+                                  attn_mask=attn_mask, scale=self.scale, dropout=self.dropout if self.training else 0.0,
+                                  backend=resolved, need_weights=need_weights, probe=self.scores_probe)
+        if head_mask is not None:
+            out = out * head_mask.to(out.dtype)[None, :, None, None]  # [B, h, T, dv] * [1, h, 1, 1]
+        out = self.proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.dv))  # [B, h, T, dv] -> [B, T, h*dv] -> [B, T, d]
+        return (out, weights) if need_weights else out
+
+    def _absorbed(self, q_nope: Tensor, q_rot: Tensor, latent: Tensor, k_rot: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """One query per row against the latents directly (``kv_b`` folded into q and the output)."""
+        w = self.kv_b.weight.view(self.n_heads, self.dn + self.dv, self.r)  # [h, dn+dv, r]
+        w_uk, w_uv = w.split((self.dn, self.dv), dim=1)  # [h, dn, r], [h, dv, r]
+        with torch.autocast(device_type=q_nope.device.type, enabled=False):
+            q_lat = torch.einsum("bhtn,hnr->bhtr", q_nope.float(), w_uk.float())  # [B, h, T, r]
+            scores = torch.einsum("bhtr,bkr->bhtk", q_lat, latent.float())  # [B, h, T, Tk]
+            scores = scores + torch.einsum("bhtd,bkd->bhtk", q_rot.float(), k_rot[:, 0].float())  # + rotary part
+            scores = scores * self.scale
+            keep = k_pos[None, :] <= q_pos[:, None] if self.causal else torch.ones(len(q_pos), len(k_pos), dtype=torch.bool,
+                                                                                   device=k_pos.device)
+            if self.window is not None:
+                keep = keep & ((q_pos[:, None] - k_pos[None, :]) < self.window)
+            weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)  # [B, h, T, Tk] fp32
+            ctx = torch.einsum("bhtk,bkr->bhtr", weights, latent.float())  # [B, h, T, r]
+            out = torch.einsum("bhtr,hvr->bhtv", ctx, w_uv.float())  # [B, h, T, dv]
+        return out.to(q_nope.dtype)
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, n_heads={self.n_heads}, kv_lora_rank={self.r}, q_lora_rank={self.q_lora_rank}, "
+                f"qk_nope={self.dn}, qk_rope={self.dr}, v={self.dv}, absorb={self.absorb}")
