@@ -8,8 +8,11 @@ Layouts:
     * ``half``: pairs ``(i, i + d/2)`` -- GPT-NeoX, Hugging Face Llama ``rotate_half``, seed 000's code.
     * ``interleaved``: pairs ``(2i, 2i + 1)`` -- RoFormer, GPT-J ``rotate_every_two``, Meta's Llama.
 
-Scalings (one function each in :data:`ROPE_SCALINGS`, all returning ``(inv_freq, attention_factor)``;
-the attention factor multiplies cos and sin, so logits scale by its square, as in transformers):
+Scalings (one :class:`Scaling` each in :data:`ROPE_SCALINGS`: a function returning ``(inv_freq,
+attention_factor)`` and the config keys it requires and accepts, as transformers validates per
+``rope_type``; the attention factor multiplies cos and sin, so logits scale by its square, as in
+transformers). :func:`parse_scaling` reads specs (``"yarn:4"``, dicts) and :func:`rescale` swaps a
+config's scaling; ``poslab eval --rope-scaling`` uses both:
     * ``linear``: position interpolation, Chen et al. 2023 (https://arxiv.org/abs/2306.15595).
     * ``ntk``: static NTK-aware base change ``base * s^(d/(d-2))`` (bloc97, 2023,
       https://www.reddit.com/r/LocalLLaMA/comments/14lz7j5/).
