@@ -146,6 +146,7 @@ def _alive(pid: int) -> bool:
     return "\nState:\tZ" not in status and "\nState:\tX" not in status
 
 
+@pytest.mark.slow  # the default run covers it: SIGKILL of a sweep reaches its training as SIGTERM (below)
 def test_sigterm_to_train_saves_a_final_checkpoint(tmp_path, request):
     """``timeout`` and schedulers send SIGTERM: the training saves its last step, as after Ctrl-C (old: killed, nothing saved)."""
     run_dir = tmp_path / "runs" / "t"
@@ -212,7 +213,11 @@ def _kill_sweep(tmp_path: Path, sig: int, request) -> None:
 
 
 def test_sigkill_of_a_sweep_stops_its_trainings(tmp_path, request):
-    """The hardest kill: nothing of the sweep runs after it; the training gets SIGTERM from the kernel and saves."""
+    """The hardest kill: nothing of the sweep runs after it; the training gets SIGTERM from the kernel and saves.
+
+    With ``ckpt_interval`` 100000 the only checkpoint is the one SIGTERM makes ``poslab train`` save,
+    so this also checks SIGTERM to a training (the slow run checks it alone).
+    """
     _kill_sweep(tmp_path, signal.SIGKILL, request)
 
 
