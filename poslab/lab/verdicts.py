@@ -360,6 +360,16 @@ def deterministic(claim: str, source: str, criterion: str, measured: str, error:
                        dict(details or {}, error=float(error), tolerance=float(tolerance)))
 
 
+def at_least(claim: str, source: str, criterion: str, measured: str, value: float, floor: float,
+             details: dict[str, Any] | None = None) -> ClaimRecord:
+    """A claim decided by a computation: ``held`` when ``value >= floor`` (margin ``value - floor``), no seeds."""
+    if not (math.isfinite(value) and math.isfinite(floor)):
+        raise ValueError(f"value and floor must be finite; got {value!r}, {floor!r}")
+    verdict = HELD if value >= floor else DID_NOT_HOLD
+    return ClaimRecord(claim, source, criterion, measured, float(value - floor), None, 0, verdict,
+                       dict(details or {}, value=float(value), floor=float(floor)))
+
+
 def check_records(records: Sequence[dict[str, Any] | ClaimRecord]) -> list[str]:
     """Problems with a list of records (empty = all obey the rule): what the verdict test asserts."""
     problems = []
