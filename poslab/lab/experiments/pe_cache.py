@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from poslab.lab.verdicts import at_least, deterministic
 from poslab.display import print_table
+from poslab.lab.verdicts import at_least, deterministic
 from poslab.nn import positions
 from poslab.nn.model import GPT, GPTConfig
 from poslab.nn.positions.absolute import sinusoid_table
