@@ -140,3 +140,27 @@ def test_position_training_quick_form(tmp_path):
     assert check_records(results["claims"]) == []
     learned = next(c for c in results["claims"] if c["claim"].startswith("a causal model learns better"))
     assert learned["verdict"] != INCONCLUSIVE, learned  # issue 14: resolved at 3 seeds
+
+
+def test_training_claims_follow_the_numbers():
+    def runs(params: int, speed: float) -> list[dict]:
+        return [{"n_params": params, "tokens_per_s": speed * (1 + 0.01 * k)} for k in range(3)]
+
+    losses = {"learned": [2.00, 2.01, 1.99], "sinusoidal": [2.10, 2.11, 2.09], "rope": [1.90, 1.91, 1.89],
+              "alibi": [1.95, 1.96, 1.94], "none": [2.06, 2.07, 2.05]}
+    summary = {"alibi": runs(1000, 5000.0), "rope": runs(1000, 5000.0), "none": runs(1000, 5100.0)}
+    verdict = {c["claim"].split(" — ")[0]: c for c in position_training.training_claims(losses, summary)}
+    assert verdict["a causal model learns better with positions: the learned table beats none in-length"]["verdict"] == HELD
+    nope = next(v for k, v in verdict.items() if k.startswith("不加位置编码"))
+    assert nope["verdict"] == HELD and nope["margin"] == pytest.approx(0.05 * 2.0 - 0.06)  # 3% worse, 5% allowed
+    assert verdict["ALiBi 性能略低于 RoPE"]["verdict"] == HELD
+    assert verdict["RoPE 比「加位置向量」更好"]["verdict"] == HELD
+    assert verdict["ALiBi 极简：不需要任何参数"]["verdict"] == HELD
+    assert verdict["ALiBi 不增加计算"]["verdict"] == HELD  # 98% of the speed, 90% required
+    losses["none"] = [2.20, 2.21, 2.19]  # 10% worse than learned
+    summary["alibi"] = runs(1016, 4000.0)
+    verdict = {c["claim"].split(" — ")[0]: c for c in position_training.training_claims(losses, summary)}
+    assert next(v for k, v in verdict.items() if k.startswith("不加位置编码"))["verdict"] == DID_NOT_HOLD
+    assert verdict["ALiBi 极简：不需要任何参数"]["verdict"] == DID_NOT_HOLD
+    assert verdict["ALiBi 不增加计算"]["verdict"] == DID_NOT_HOLD
+    assert check_records(list(verdict.values())) == []
