@@ -250,3 +250,23 @@ def test_a_model_that_did_not_train_makes_its_claims_inconclusive():
     claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables, baseline=2.0)}
     assert claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["verdict"] == INCONCLUSIVE
     assert "unigram baseline" in claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["measured"]
+
+
+# ------------------------------------------------------------------------------------ the real quick forms
+#: issue 14's claims the quick lab must decide (either way) at 3 seeds
+MUST_RESOLVE = ("RoPE reads past the training length better than a learned table",
+                "ALiBi's perplexity at 4x L stays within 1.10x its value at L")
+
+
+@pytest.mark.slow
+def test_quick_extrapolation_resolves_its_claims(tmp_path: Path):
+    """The real quick form (3 seeds per scheme): every verdict obeys the rule, and the issue's claims are decided."""
+    results = extrapolation.run(tmp_path / "extrapolation", quick=True)
+    assert results["seeds"] == list(extrapolation.SEEDS)
+    assert check_records(results["claims"]) == []
+    by_claim = {c["claim"]: c for c in results["claims"]}
+    for text in MUST_RESOLVE:
+        assert by_claim[text]["verdict"] != INCONCLUSIVE, by_claim[text]
+    # every scheme learned structure: in-length loss well below the character-frequency baseline
+    for scheme, cells in results["perplexity"].items():
+        assert math.log(cells["1"]["nonoverlapping"]["ppl"]) < results["unigram_entropy_nats"] - 0.5, scheme

@@ -38,8 +38,11 @@ from poslab.training.progress import format_duration
 
 TRAINING_EXPERIMENTS = ("heads", "position-training", "extrapolation", "context-extension", "attention-entropy")
 TRAIN_PRESET = "tang-small"
-# experiments that read the models another one trained (sibling folders): rerun when those are rebuilt
-SHARES_MODELS_OF = {"context-extension": ("extrapolation",), "attention-entropy": ("extrapolation",)}
+# experiments that read the models another one trained (sibling folders): rerun when those are rebuilt. In the
+# quick form position-training trains the lab's 3-seed extrapolation models; the others reuse them.
+SHARES_MODELS_OF = {"extrapolation": ("position-training",),
+                    "context-extension": ("extrapolation", "position-training"),
+                    "attention-entropy": ("extrapolation", "position-training")}
 MODES = ("quick", "full")
 # first-run guesses of seconds per step on 2 cores (replaced by the last run's timings when known)
 ESTIMATES = {
