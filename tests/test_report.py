@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from lab_helpers import PROMPT, copy_lab, quiet, shared_lab
 
-from poslab.lab import lab
 from poslab.cli.app import main
 from poslab.display.fonts import FAMILY, covered_chars, font_face_css, font_path
+from poslab.lab import lab
 from poslab.lab.report import build_report, claims, load_results
 from poslab.lab.report.sections import SECTIONS
 from poslab.lab.verdicts import bound, check_records, compare, tally

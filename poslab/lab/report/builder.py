@@ -364,6 +364,27 @@ def key_tables(folder: str, results: dict) -> str:
         return ""
 
 
+def run_baselines(lab_dir: Path) -> str:
+    """The lab's own training runs (``LAB/runs/*``): final validation loss beside the corpus's unigram baseline."""
+    from poslab.lab.experiments.common import unigram_entropy
+
+    rows = []
+    for config_path in sorted(Path(lab_dir).glob("runs/*/config.json")):
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+            results = json.loads((config_path.parent / "results.json").read_text(encoding="utf-8"))
+            corpus = config["train"]["corpus"]
+            baseline = unigram_entropy(corpus, config["train"].get("val_fraction", 0.1))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        rows.append([config_path.parent.name, corpus, results.get("steps") or config["train"].get("max_steps"),
+                     results.get("final_val_loss"), baseline])
+    if not rows:
+        return ""
+    return _table(["run", "corpus", "steps", "final val loss (nats)", "unigram-entropy baseline (nats)"], rows,
+                  "the model these heads belong to: how far below the character-frequency baseline it trained")
+
+
 # ------------------------------------------------------------------------------------------ sections
 def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | None) -> str:
     """Plots and numbers of one results folder (or why it is missing)."""
@@ -382,6 +403,8 @@ def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | N
         parts.append(image_tag(png, f"{name}: {png.stem}"))
     key = key_tables(folder, results)
     parts.append(key)
+    if folder == "heads":
+        parts.append(run_baselines(lab_dir))
     numbers = numbers_html(results)
     opened = " open" if not pngs and not key and numbers.count("<tr") <= 60 else ""  # nothing else shows its numbers
     parts.append(f"<details{opened}><summary>All numbers of {esc(folder)}/results.json</summary>{numbers}</details></div>")
