@@ -280,7 +280,11 @@ def plot(results: dict[str, dict[str, Any]], lab: Any, path: Path) -> Path:
             xs = [b + (cell["bin_starts"][1] if len(cell["bin_starts"]) > 1 else 1) / 2 for b in cell["bin_starts"]]  # bin centres
             axes[0].plot(xs, cell["by_position"], style, color=color, label=label, linewidth=1.2)
         lengths = [int(f) * lab.train_length for f in entry["entropy"]]
-        axes[1].plot(lengths, [c["mean"] for c in entry["entropy"].values()], style, color=color, marker="o", label=label, linewidth=1.2)
+        means = [c["mean"] for c in entry["entropy"].values()]
+        seeds = [[e["entropy"][f]["mean"] for e in entry.get("by_seed", {}).values() if f in e["entropy"]] or [m]
+                 for f, m in zip(entry["entropy"], means)]
+        yerr = [[m - min(v) for m, v in zip(means, seeds)], [max(v) - m for m, v in zip(means, seeds)]]
+        axes[1].errorbar(lengths, means, yerr=yerr, fmt=style, color=color, marker="o", label=label, linewidth=1.2, capsize=2)
     T = max(FACTORS) * lab.train_length
     n = torch.arange(1, T + 1, dtype=torch.float32)
     axes[0].plot(n.tolist(), torch.log(n).tolist(), color="black", linestyle=":", linewidth=1, label="uniform (ln n)")
@@ -293,7 +297,7 @@ def plot(results: dict[str, dict[str, Any]], lab: Any, path: Path) -> Path:
     axes[1].set_xscale("log", base=2)
     axes[1].set_xlabel("evaluation length")
     axes[1].set_ylabel("mean attention entropy (nats)")
-    axes[1].set_title("mean over every query, layer and head")
+    axes[1].set_title("mean over every query, layer and head (bars: min..max over seeds)")
     axes[1].legend(fontsize=7, ncol=2)
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
