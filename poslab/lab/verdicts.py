@@ -258,23 +258,36 @@ def paired(
     metric: str,
     lower_is_better: bool = True,
     digits: int = 3,
+    offset: float = 0.0,
+    criterion: str | None = None,
 ) -> ClaimRecord:
-    """A paired comparison: two measurements of the same seeds' models (``better[i]`` and ``worse[i]`` share seed i).
+    """A paired comparison: ``better[i]`` and ``worse[i]`` share seed ``i``.
 
-    The per-seed differences (in the claim's direction) are tested against 0 with :func:`bound`, so the
-    seed-to-seed variation common to both measurements cancels.
+    Two measurements of the same seed's model, or two models trained with the same seed (the same
+    batches in the same order). The per-seed differences (in the claim's direction, minus ``offset`` as
+    in :func:`compare`) are tested against 0 with :func:`bound`, so the variation common to both arms
+    of a seed cancels.
     """
     if len(better) != len(worse):
         raise ValueError(f"paired measurements need one value per seed in each arm, got {len(better)} and {len(worse)}")
-    diffs = [(w - b) if lower_is_better else (b - w) for b, w in zip(better, worse)]
+    diffs = [((w - b) if lower_is_better else (b - w)) - offset for b, w in zip(better, worse)]
     word = "lower" if lower_is_better else "higher"
+    if criterion is None:
+        if offset == 0:
+            gap = f"{word} than {worse_label}"
+        elif offset > 0:
+            gap = f"{word} than {worse_label} by more than {offset:.{digits}g}"
+        else:
+            gap = f"at most {-offset:.{digits}g} {'higher' if lower_is_better else 'lower'} than {worse_label}"
+        criterion = f"{metric} of {better_label} {gap}"
     record = bound(claim, source, diffs, 0.0, below=False, label=f"{worse_label} - {better_label}" if lower_is_better
                    else f"{better_label} - {worse_label}", metric=metric, digits=digits,
-                   criterion=f"{metric}: {better_label} {word} than {worse_label} for the same models (paired over seeds)",
+                   criterion=f"{criterion} (paired by seed: the per-seed differences)",
                    details={"better": [float(v) for v in better], "worse": [float(v) for v in worse],
                             "better_label": better_label, "worse_label": worse_label, "lower_is_better": lower_is_better})
     measured = (f"{better_label} {pm(better, digits)} vs {worse_label} {pm(worse, digits)}; "
-                f"paired difference {pm(diffs, digits)}")
+                f"paired difference {pm([d + offset for d in diffs], digits)}")
+    record.details.update(offset=float(offset), paired=True)
     return dataclasses.replace(record, measured=measured)
 
 
@@ -287,10 +300,12 @@ def best_of(
     metric: str,
     lower_is_better: bool = True,
     digits: int = 3,
+    paired_seeds: bool = False,
 ) -> ClaimRecord:
     """A ranking claim: the best arm is one of ``predicted`` (e.g. the head counts nearest a rule).
 
-    Decided pairwise with :func:`compare`: ``held`` when the best predicted arm beats every other arm
+    Decided pairwise with :func:`compare` (or :func:`paired` when ``paired_seeds``: every arm's i-th
+    value comes from seed i): ``held`` when the best predicted arm beats every other arm
     (each by more than its 95% interval); ``did not hold`` when some other arm beats every predicted arm
     so; otherwise ``inconclusive``. The record's margin and noise are those of the deciding (weakest)
     pair: for ``held`` the predicted arm's closest rival, for ``did not hold`` the closest predicted arm,
@@ -307,11 +322,13 @@ def best_of(
                "metric": metric, "lower_is_better": lower_is_better}
 
     def pair(b: str, w: str) -> ClaimRecord:
-        return compare(claim, source, arms[b], arms[w], better_label=b, worse_label=w, metric=metric,
-                       lower_is_better=lower_is_better, digits=digits)
+        test = paired if paired_seeds else compare
+        return test(claim, source, arms[b], arms[w], better_label=b, worse_label=w, metric=metric,
+                    lower_is_better=lower_is_better, digits=digits)
 
+    how = "paired by seed" if paired_seeds else "Welch"
     criterion = (f"{metric}: the best arm is one of {list(predicted)}; decided pairwise (each pair's margin against "
-                 f"its 95% Welch interval, at least {MIN_SEEDS} seeds each)")
+                 f"its 95% interval, {how}, at least {MIN_SEEDS} seeds each)")
     if not others:
         return ClaimRecord(claim, source, criterion, table, None, None, min(len(v) for v in arms.values()),
                            INCONCLUSIVE, details)

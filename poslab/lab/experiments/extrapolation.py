@@ -31,7 +31,7 @@ import torch
 
 from poslab.analysis.eval import evaluate_length, split_tokens
 from poslab.display import new_figure, print_table, save_figure
-from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, best_of, bound, compare, mean_sd, missed_by
+from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, best_of, bound, mean_sd, missed_by, paired
 
 NAME = "extrapolation"
 DESCRIPTION = "train one GPT per position scheme at L, perplexity at 1x..16x L (ALiBi paper; seeds 000, 002)"
@@ -335,7 +335,8 @@ def extrapolation_claims(tables: dict[str, dict[str, dict]], mode: str = "nonove
             learned nothing beyond character frequencies, and its claims are inconclusive.
 
     Ratios ``ppl(fL) / ppl(L)`` are taken per seed (the same model read at two lengths) and their mean
-    tested against the claim's bound; comparisons between schemes use the loss ``ln ppl`` per seed.
+    tested against the claim's bound; comparisons between schemes use the loss ``ln ppl``, paired by
+    seed (seed i trains every scheme on the same batches).
     """
     failed = undertrained_seeded(tables, mode)
     if baseline is not None:
@@ -382,8 +383,8 @@ def extrapolation_claims(tables: dict[str, dict[str, dict]], mode: str = "nonove
         a, b = losses(better, factor), losses(worse, factor)
         crit = f"ln ppl at {factor}x L of {better} < that of {worse}"
         out.append(missing(text, source, crit, (better, worse), [a, b]) or
-                   compare(text, source, a, b, better_label=better, worse_label=worse,
-                           metric=f"ln ppl at {factor}x L", criterion=crit).to_dict())
+                   paired(text, source, a, b, better_label=better, worse_label=worse,
+                          metric=f"ln ppl at {factor}x L", criterion=crit).to_dict())
 
     ratio_bound("ALiBi's perplexity at 4x L stays within 1.10x its value at L", "Press et al. 2022 (ALiBi)",
                 "alibi", 4, 1.10, below=True)
@@ -402,7 +403,7 @@ def extrapolation_claims(tables: dict[str, dict[str, dict]], mode: str = "nonove
     arms = {s: ratios(s, 4) for s in ("rope", "t5", "alibi")}
     crit = "ppl(4L)/ppl(L) of RoPE < that of T5 and of ALiBi"
     out.append(missing(text, source, crit, tuple(arms), list(arms.values())) or
-               best_of(text, source, arms, ["rope"], metric="ppl(4L) / ppl(L)").to_dict())
+               best_of(text, source, arms, ["rope"], metric="ppl(4L) / ppl(L)", paired_seeds=True).to_dict())
     ratio_bound("RoPE's perplexity 'jumps from 10 to 100+' past the training length", "seed 000 Q4", "rope", 16, 10.0,
                 below=False)
     ratio_bound("Transformer-XL's relative encoding solves long-sequence generalization", "seed 002 §4.1", "xl", 4, 1.10,

@@ -7,7 +7,8 @@ Tang poems), so only the head split differs — the parameter count is identical
 
 Seed 002 (§3.2) states, from "ImageNet classification experiments", that the optimal number of heads
 is about ``sqrt(d_model / 16)``: ``sqrt(8) ≈ 2.83`` for ``d_model = 128``. Every head count is trained
-with 3 seeds and the claim is decided pairwise over the seeds (:func:`poslab.lab.verdicts.best_of`):
+with 3 seeds — the same 3 for every count, so seed i gives every count the same batches — and the claim
+is decided pairwise on the per-seed differences (:func:`poslab.lab.verdicts.best_of`, ``paired_seeds``):
 it *holds* when the best of the counts nearest the rule beats every other count by more than the 95%
 interval of the difference. The metric is the loss on the whole validation split (the same tokens
 for every run). Michel et al. 2019 ("Are Sixteen Heads Really Better than One?",
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from poslab.display import print_table
-from poslab.lab.verdicts import best_of, compare, pm
+from poslab.lab.verdicts import best_of, paired, pm
 from poslab.training import presets
 from poslab.training.loop import TrainConfig, evaluate_loss, load_run, prepare_data, read_metrics, train
 
@@ -192,10 +193,11 @@ def head_claims(losses: dict[int, list[float]], d_model: int) -> list[dict[str, 
     nearest = nearest_counts(list(losses), d_model)
     arms = {f"{h} heads": v for h, v in losses.items()}
     out = [best_of(f"最优头数 ≈ √(d_model/16): the best head count is the one nearest √({d_model}/16) = {predicted:.2f}",
-                   "seed 002 §3.2", arms, [f"{h} heads" for h in nearest], metric="val loss (whole validation split)").to_dict()]
+                   "seed 002 §3.2", arms, [f"{h} heads" for h in nearest], metric="val loss (whole validation split)",
+                   paired_seeds=True).to_dict()]
     one, most = min(losses), max(losses)
     if most != one:
-        out.append(compare("减小 d_k 往往提升效果 — smaller heads (more of them) do better than one big head", "seed 000 §1.4",
+        out.append(paired("减小 d_k 往往提升效果 — smaller heads (more of them) do better than one big head", "seed 000 §1.4",
                            losses[most], losses[one], better_label=f"{most} heads (d_k {d_model // most})",
                            worse_label=f"{one} head (d_k {d_model // one})",
                            metric="val loss (whole validation split)").to_dict())

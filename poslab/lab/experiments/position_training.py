@@ -6,7 +6,9 @@ trains its GPT once per registered scheme and seed — ``none`` (NoPE, Haviv et 
 ``sinusoidal``, ``rope``, ``xpos``, ``alibi``, ``t5``, ``kerple``, ``fire``, ``xl`` and any scheme
 registered later — with the same data, batches and schedule, and reports the validation loss (mean
 ± sd over 3 seeds, on the whole validation split), the curves (mean and band over seeds) and the
-training speed. Seed 001 predicts that NoPE still learns (the causal mask leaks position) but
+training speed. Every scheme is trained with the same 3 seeds (seed i: the same batches for every
+scheme), so two schemes are compared on their per-seed differences (:func:`poslab.lab.verdicts.paired`);
+the speed claim, timed on a possibly shared machine at different moments, is compared unpaired. Seed 001 predicts that NoPE still learns (the causal mask leaks position) but
 somewhat worse than explicit positions; the claims are decided by :mod:`poslab.lab.verdicts`.
 
 The full form trains ``tang-small`` (seed 001's GPT on the Tang poems, 1000 steps). The quick form
@@ -22,7 +24,7 @@ from typing import Any
 
 from poslab.display import print_table
 from poslab.lab.experiments.head_count import SEEDS, base_config, print_claims, seed_values, train_seeded
-from poslab.lab.verdicts import compare, deterministic, pm
+from poslab.lab.verdicts import compare, deterministic, paired, pm
 from poslab.nn import positions
 
 NAME = "position-training"
@@ -53,23 +55,23 @@ def training_claims(losses: dict[str, list[float]], runs: dict[str, list[dict]])
         return all(n in losses for n in names)
 
     if have("learned", "none"):
-        out.append(compare("a causal model learns better with positions: the learned table beats none in-length",
+        out.append(paired("a causal model learns better with positions: the learned table beats none in-length",
                            "seed 001 (NoPE learns, 'only a little worse')", losses["learned"], losses["none"],
                            better_label="learned", worse_label="none", metric=METRIC).to_dict())
         gap = NOPE_MAX_GAP * sum(losses["learned"]) / len(losses["learned"])
-        out.append(compare("不加位置编码的因果语言模型也能学到位置信息，效果只比加了位置编码的差一点 — no position encoding is "
+        out.append(paired("不加位置编码的因果语言模型也能学到位置信息，效果只比加了位置编码的差一点 — no position encoding is "
                            f"at most a little worse (within {NOPE_MAX_GAP:.0%} of the learned table's loss)", "seed 001",
                            losses["none"], losses["learned"], better_label="none", worse_label="learned", metric=METRIC,
                            offset=-gap).to_dict())
     if have("rope", "alibi"):
-        out.append(compare("ALiBi 性能略低于 RoPE — ALiBi trains to a slightly worse loss than RoPE", "seed 000 §4",
+        out.append(paired("ALiBi 性能略低于 RoPE — ALiBi trains to a slightly worse loss than RoPE", "seed 000 §4",
                            losses["rope"], losses["alibi"], better_label="rope", worse_label="alibi", metric=METRIC).to_dict())
     if have("rope", "learned", "sinusoidal"):
         from poslab.lab.verdicts import best_of
 
         out.append(best_of("RoPE 比「加位置向量」更好 — RoPE beats adding a learned or sinusoidal position vector",
                            "seed 000 Q2", {k: losses[k] for k in ("rope", "learned", "sinusoidal")}, ["rope"],
-                           metric=METRIC).to_dict())
+                           metric=METRIC, paired_seeds=True).to_dict())
     for scheme, source, text in (("alibi", "seed 000 §4", "ALiBi 极简：不需要任何参数 — ALiBi adds no parameters"),
                                  ("rope", "seed 000 Q2, seed 002 §4.2", "RoPE 不增加任何维度，无需显式存储位置编码 — RoPE adds no parameters")):
         if have(scheme, "none"):
