@@ -48,8 +48,8 @@ MODES = ("quick", "full")
 # first-run guesses of wall seconds per step on 2 quiet cores (replaced by the last run's timings when known);
 # quick: from the CPU seconds of each step measured with /usr/bin/time -v (docs/lab.md, "Timing")
 ESTIMATES = {
-    "quick": {"experiment": 4, "heads": 70, "position-training": 140, "extrapolation": 25, "context-extension": 30,
-              "attention-entropy": 16, "train": 95, "head-analysis": 16, "attention": 6},
+    "quick": {"experiment": 4, "heads": 70, "position-training": 85, "extrapolation": 22, "context-extension": 30,
+              "attention-entropy": 15, "train": 95, "head-analysis": 16, "attention": 6},
     "full": {"experiment": 12, "heads": 3750, "position-training": 7200, "extrapolation": 3600,  # 3 seeds per arm
              "context-extension": 600, "attention-entropy": 900, "train": 900, "head-analysis": 120, "attention": 12},
 }
