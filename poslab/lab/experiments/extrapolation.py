@@ -266,7 +266,8 @@ def load_model(run_dir: Path) -> tuple[Any, Any, dict]:
 # ------------------------------------------------------------------------------------ claims
 def claim(claim_text: str, source: str, criterion: str, measured: dict[str, Any], held: bool | None,
           note: str | None = None) -> dict[str, Any]:
-    """One tested claim: the measured figures and a verdict computed from them (``held=None``: not measurable)."""
+    """The older two-valued claim entry, kept only for ``context_extension`` until it writes
+    :class:`poslab.lab.verdicts.ClaimRecord` dicts (the report shows such an entry as inconclusive)."""
     verdict = "not measurable" if held is None else ("held" if held else "did not hold at this scale")
     out = {"claim": claim_text, "source": source, "criterion": criterion, "measured": measured,
            "held": held, "verdict": verdict}
