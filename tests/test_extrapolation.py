@@ -14,6 +14,7 @@ from poslab.analysis.heads import attention_weights
 from poslab.data import CharTokenizer
 from poslab.lab import verdicts
 from poslab.lab.experiments import attention_entropy, context_extension, extrapolation
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, VERDICTS, check_records
 
 # ------------------------------------------------------------------------------------ smoke runs
 SMOKE_SCHEMES = ("learned", "sinusoidal", "rope", "alibi")
@@ -23,7 +24,7 @@ SMOKE_SCHEMES = ("learned", "sinusoidal", "rope", "alibi")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A lab folder where the smoke extrapolation ran (its models are reused by the other two)."""
     root = tmp_path_factory.mktemp("lab")
-    results = extrapolation.run(root / "extrapolation", size="smoke", schemes=SMOKE_SCHEMES)
+    results = extrapolation.run(root / "extrapolation", size="smoke", schemes=SMOKE_SCHEMES, workers=1)
     (root / "extrapolation" / "results.json").write_text(json.dumps(results))
     return root
 
@@ -32,24 +33,42 @@ def test_extrapolation_smoke(lab: Path):
     results = json.loads((lab / "extrapolation" / "results.json").read_text())
     L = results["train_length"]
     assert results["lengths"] == [L, 2 * L, 4 * L, 8 * L, 16 * L]
-    table = results["perplexity"]
+    assert results["seeds"] == list(extrapolation.SEEDS) and len(results["seeds"]) >= 3
+    table, by_seed = results["perplexity"], results["perplexity_by_seed"]
     assert set(table) == set(SMOKE_SCHEMES)
-    for factor in ("2", "4", "8", "16"):
-        assert table["learned"][factor] == {"length": int(factor) * L, "cannot": f"learned table has {L} rows"}
-    for scheme in ("sinusoidal", "rope", "alibi"):
+    for scheme in SMOKE_SCHEMES:
+        assert set(results["run_dirs"][scheme]) == {str(s) for s in extrapolation.SEEDS}
+        for seed, run_dir in results["run_dirs"][scheme].items():
+            config = json.loads((Path(run_dir) / "config.json").read_text())
+            assert config["train"]["seed"] == int(seed) and config["model"]["position"] == scheme
         for cell in table[scheme].values():
             for mode in ("nonoverlapping", "sliding"):
-                assert cell[mode]["n_tokens"] == results["n_targets"]
-                assert math.isfinite(cell[mode]["ppl"]) and cell[mode]["ppl"] > 1
+                seeds = [by_seed[scheme][str(s)][str(cell["length"] // L)][mode]["ppl"] for s in extrapolation.SEEDS]
+                assert cell[mode]["ppl_seeds"] == seeds and cell[mode]["ppl"] == pytest.approx(sum(seeds) / len(seeds))
+                assert all(math.isfinite(v) and v > 1 for v in seeds)
+    # the learned table has rows past L (never trained), so it is read there rather than refused
+    learned = json.loads((Path(results["run_dirs"]["learned"]["1337"]) / "config.json").read_text())
+    assert learned["model"]["position_config"]["max_len"] == 16 * L
     assert (lab / "extrapolation" / "extrapolation.png").stat().st_size > 1000
+    # 8 smoke steps learn nothing beyond character frequencies: every claim is inconclusive, saying why
+    baseline = results["unigram_entropy_nats"]
+    assert all(math.log(table[s]["1"]["nonoverlapping"]["ppl"]) >= baseline for s in SMOKE_SCHEMES)
+    assert {c["verdict"] for c in results["claims"]} == {INCONCLUSIVE}
     claims = {c["claim"]: c for c in results["claims"]}
-    assert claims["a learned absolute table has nothing past the training length"]["held"] is True
+    assert "unigram baseline" in claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["measured"]
+    assert all("sliding_window" in c["details"] for c in results["claims"])
+    # without the baseline guard the same tables give per-seed ratios
+    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(by_seed)}
     flat = claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]
-    assert flat["measured"]["ratio"] == pytest.approx(table["alibi"]["4"]["nonoverlapping"]["ppl"] / table["alibi"]["1"]["nonoverlapping"]["ppl"])
-    assert flat["held"] == (flat["measured"]["ratio"] <= 1.10)
-    assert all(c["verdict"] in ("held", "did not hold at this scale", "not measurable") for c in results["claims"])
-    # schemes not trained in the smoke run: their claims are "not measurable", not guessed
-    assert claims["Transformer-XL's relative encoding solves long-sequence generalization"]["held"] is None
+    ratios = [by_seed["alibi"][str(s)]["4"]["nonoverlapping"]["ppl"] / by_seed["alibi"][str(s)]["1"]["nonoverlapping"]["ppl"]
+              for s in extrapolation.SEEDS]
+    assert flat["details"]["values"] == pytest.approx(ratios)
+    assert flat["margin"] == pytest.approx(1.10 - sum(ratios) / len(ratios))
+    assert check_records(list(claims.values())) == [] and check_records(results["claims"]) == []
+    assert all(c["verdict"] in VERDICTS for c in results["claims"])
+    # schemes not trained in the smoke run: their claims are inconclusive, not guessed
+    xl = claims["Transformer-XL's relative encoding solves long-sequence generalization"]
+    assert xl["verdict"] == INCONCLUSIVE and xl["margin"] is None and "not measured" in xl["measured"]
 
 
 def test_models_are_reused_not_retrained(lab: Path):
@@ -161,22 +180,27 @@ def test_passkey_claims_need_retrieval_in_length():
 
 
 def test_attention_entropy_smoke(lab: Path):
-    results = attention_entropy.run(lab / "attention-entropy", size="smoke", schemes=("learned", "rope", "alibi"))
+    results = attention_entropy.run(lab / "attention-entropy", size="smoke", schemes=("learned", "rope", "alibi"), workers=1)
     models = results["models"]
     assert list(models) == ["learned", "rope", "rope + YaRN x4", "rope + YaRN x4 no temperature", "rope + log-n", "alibi"]
-    assert list(models["learned"]["entropy"]) == ["1"]  # nothing past the table
     L = results["train_length"]
     for label in ("rope", "alibi", "rope + log-n"):
-        cells = models[label]["entropy"]
-        assert list(cells) == ["1", "2", "4", "8", "16"]
-        sixteen = cells["16"]
-        assert sixteen["length"] == 16 * L
-        assert len(sixteen["per_layer_head"]) == 1 and len(sixteen["per_layer_head"][0]) == 2  # smoke: 1 layer, 2 heads
-        assert cells["4"]["rise"] == pytest.approx(cells["4"]["past_window"] - cells["4"]["in_window"])
-    yarn = models["rope + YaRN x4"]["entropy"]["4"]["rise"]
-    no_temperature = models["rope + YaRN x4 no temperature"]["entropy"]["4"]["rise"]
+        assert set(models[label]["by_seed"]) == {str(s) for s in extrapolation.SEEDS}
+        for entry in models[label]["by_seed"].values():
+            cells = entry["entropy"]
+            assert list(cells) == ["1", "2", "4", "8", "16"]
+            assert cells["16"]["length"] == 16 * L
+            assert len(cells["16"]["per_layer_head"]) == 1 and len(cells["16"]["per_layer_head"][0]) == 2  # 1 layer, 2 heads
+            assert cells["4"]["rise"] == pytest.approx(cells["4"]["past_window"] - cells["4"]["in_window"])
+        rises = [e["entropy"]["4"]["rise"] for e in models[label]["by_seed"].values()]
+        assert models[label]["entropy"]["4"]["rise"] == pytest.approx(sum(rises) / len(rises))
+    seeds = [str(s) for s in extrapolation.SEEDS]
+    yarn = [models["rope + YaRN x4"]["by_seed"][s]["entropy"]["4"]["rise"] for s in seeds]
+    no_temperature = [models["rope + YaRN x4 no temperature"]["by_seed"][s]["entropy"]["4"]["rise"] for s in seeds]
     by_claim = {c["claim"][:30]: c for c in results["claims"]}
-    assert by_claim["YaRN's temperature reduces the"]["held"] == (yarn < no_temperature - attention_entropy.MARGIN)
+    record = by_claim["YaRN's temperature reduces the"]
+    assert record["details"]["values"] == pytest.approx([n - y for n, y in zip(no_temperature, yarn)])
+    assert check_records(results["claims"]) == []
     assert (lab / "attention-entropy" / "attention_entropy.png").is_file()
 
 
@@ -224,33 +248,44 @@ def test_spearman():
     assert attention_entropy.spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486833, rel=1e-6)
 
 
-def _table(ratios: dict[str, tuple[float, ...]]) -> dict:
-    """A fake perplexity table: scheme -> ppl at 1x, 2x, 4x, 8x, 16x (base 10)."""
-    table = {}
+def _tables(ratios: dict[str, tuple[float, ...]], jitter: float = 0.002) -> dict:
+    """Fake per-seed perplexity tables: scheme -> seed -> factor -> cell, ppl 10 x ratio x (1 + jitter x k) for seed k."""
+    tables = {}
     for scheme, values in ratios.items():
-        table[scheme] = {str(f): {"length": f, "nonoverlapping": {"ppl": 10 * v}} for f, v in zip(extrapolation.FACTORS, values)}
-    table["learned"] = {"1": {"length": 1, "nonoverlapping": {"ppl": 10.0}},
-                        **{str(f): {"length": f, "cannot": "learned table has 1 rows"} for f in (2, 4, 8, 16)}}
-    return table
+        tables[scheme] = {str(k): {str(f): {"length": f, "nonoverlapping": {"ppl": 10 * v * (1 + jitter * k) * (1 + jitter * k * (f > 1))}}
+                                   for f, v in zip(extrapolation.FACTORS, values)} for k in range(3)}
+    return tables
 
 
 def test_extrapolation_verdicts_follow_the_numbers():
-    literature = _table({"alibi": (1, 1, 1.05, 1.06, 1.07), "rope": (1, 1.3, 2.0, 3.0, 12.0),
-                         "sinusoidal": (1, 2, 4, 8, 16), "t5": (1, 1, 1.02, 1.03, 1.04), "xl": (1, 1.5, 3, 5, 9)})
-    held = {c["claim"]: c["held"] for c in extrapolation.extrapolation_claims(literature)}
-    assert held["ALiBi's perplexity at 4x L stays within 1.10x its value at L"] is True
-    assert held["sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L"] is True
-    assert held["at 8x L: ALiBi < RoPE < sinusoidal"] is True
-    assert held["RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"] is False
-    assert held["RoPE's perplexity 'jumps from 10 to 100+' past the training length"] is True
-    assert held["Transformer-XL's relative encoding solves long-sequence generalization"] is False
-    opposite = _table({"alibi": (1, 1.5, 2.0, 3.0, 4.0), "rope": (1, 1, 1.1, 1.2, 1.3), "sinusoidal": (1, 1, 1, 1, 1),
-                       "t5": (1, 2, 3, 4, 5), "xl": (1, 1, 1, 1, 1)})
-    held = {c["claim"]: c["held"] for c in extrapolation.extrapolation_claims(opposite)}
-    assert held["ALiBi's perplexity at 4x L stays within 1.10x its value at L"] is False
-    assert held["at 8x L: ALiBi < RoPE < sinusoidal"] is False
-    assert held["RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"] is True
-    assert held["Transformer-XL's relative encoding solves long-sequence generalization"] is True
+    literature = _tables({"alibi": (1, 1, 1.05, 1.06, 1.07), "rope": (1, 1.3, 2.0, 3.0, 12.0), "learned": (1, 3, 6, 9, 12),
+                          "sinusoidal": (1, 2, 4, 8, 16), "t5": (1, 1, 1.02, 1.03, 1.04), "xl": (1, 1.5, 3, 5, 9)})
+    verdict = {c["claim"]: c["verdict"] for c in extrapolation.extrapolation_claims(literature)}
+    assert verdict["ALiBi's perplexity at 4x L stays within 1.10x its value at L"] == HELD
+    assert verdict["sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L"] == HELD
+    assert verdict["at 8x L: ALiBi < RoPE"] == HELD and verdict["at 8x L: RoPE < sinusoidal"] == HELD
+    assert verdict["a learned absolute table collapses past the training length (its rows past L were never trained)"] == HELD
+    assert verdict["RoPE reads past the training length better than a learned table"] == HELD
+    assert verdict["RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"] == DID_NOT_HOLD
+    assert verdict["RoPE's perplexity 'jumps from 10 to 100+' past the training length"] == HELD
+    assert verdict["Transformer-XL's relative encoding solves long-sequence generalization"] == DID_NOT_HOLD
+    opposite = _tables({"alibi": (1, 1.5, 2.0, 3.0, 4.0), "rope": (1, 1, 1.1, 1.2, 1.3), "sinusoidal": (1, 1, 1, 1, 1),
+                        "learned": (1, 1, 1, 1, 1), "t5": (1, 2, 3, 4, 5), "xl": (1, 1, 1, 1, 1)})
+    records = extrapolation.extrapolation_claims(opposite)
+    verdict = {c["claim"]: c["verdict"] for c in records}
+    assert verdict["ALiBi's perplexity at 4x L stays within 1.10x its value at L"] == DID_NOT_HOLD
+    assert verdict["at 8x L: ALiBi < RoPE"] == DID_NOT_HOLD
+    assert verdict["RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"] == HELD
+    assert verdict["Transformer-XL's relative encoding solves long-sequence generalization"] == HELD
+    assert check_records(records) == []
+
+
+def test_seed_noise_makes_a_close_comparison_inconclusive():
+    close = _tables({"alibi": (1, 1, 1, 1.0, 1), "rope": (1, 1, 1, 1.001, 1)})
+    for k, wobble in enumerate((1.05, 0.95, 1.0)):  # seed-to-seed noise that differs between the two schemes
+        close["rope"][str(k)]["8"]["nonoverlapping"]["ppl"] *= wobble
+    record = {c["claim"]: c for c in extrapolation.extrapolation_claims(close)}["at 8x L: ALiBi < RoPE"]
+    assert record["verdict"] == INCONCLUSIVE and abs(record["margin"]) <= record["noise"]
 
 
 def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):
@@ -274,13 +309,36 @@ def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):
         train(bad, progress=False)
 
 
-def test_a_model_that_did_not_train_makes_its_claims_not_measurable():
-    table = _table({"alibi": (1, 1, 1.05, 1.06, 1.07), "rope": (1, 1.3, 2.0, 3.0, 12.0), "sinusoidal": (3, 3, 3, 3, 3),
-                    "t5": (1, 1, 1.02, 1.03, 1.04), "xl": (1, 1.5, 3, 5, 9)})
-    assert set(extrapolation.undertrained(table)) == {"sinusoidal"}  # ppl 30 at L vs a median of 10
-    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(table)}
+def test_a_model_that_did_not_train_makes_its_claims_inconclusive():
+    tables = _tables({"alibi": (1, 1, 1.05, 1.06, 1.07), "rope": (1, 1.3, 2.0, 3.0, 12.0), "sinusoidal": (3, 3, 3, 3, 3),
+                      "t5": (1, 1, 1.02, 1.03, 1.04), "xl": (1, 1.5, 3, 5, 9)})
+    assert set(extrapolation.undertrained_seeded(tables)) == {"sinusoidal"}  # ppl 30 at L vs a median of 10
+    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}
     sinusoidal = claims["sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L"]
-    assert sinusoidal["held"] is None and sinusoidal["verdict"] == "not measurable" and "did not train" in sinusoidal["note"]
-    assert sinusoidal["measured"]["ratio"] == pytest.approx(1.0)  # the numbers are still reported
-    assert claims["at 8x L: ALiBi < RoPE < sinusoidal"]["held"] is None
-    assert claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["held"] is True
+    assert sinusoidal["verdict"] == INCONCLUSIVE and "did not train" in sinusoidal["measured"]
+    assert claims["at 8x L: RoPE < sinusoidal"]["verdict"] == INCONCLUSIVE
+    assert claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["verdict"] == HELD
+    # a model not below the corpus's unigram baseline learned nothing either: ln(10 * 1.0) = 2.30 > 2.0
+    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables, baseline=2.0)}
+    assert claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["verdict"] == INCONCLUSIVE
+    assert "unigram baseline" in claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["measured"]
+
+
+# ------------------------------------------------------------------------------------ the real quick forms
+#: issue 14's claims the quick lab must decide (either way) at 3 seeds
+MUST_RESOLVE = ("RoPE reads past the training length better than a learned table",
+                "ALiBi's perplexity at 4x L stays within 1.10x its value at L")
+
+
+@pytest.mark.slow
+def test_quick_extrapolation_resolves_its_claims(tmp_path: Path):
+    """The real quick form (3 seeds per scheme): every verdict obeys the rule, and the issue's claims are decided."""
+    results = extrapolation.run(tmp_path / "extrapolation", quick=True)
+    assert results["seeds"] == list(extrapolation.SEEDS)
+    assert check_records(results["claims"]) == []
+    by_claim = {c["claim"]: c for c in results["claims"]}
+    for text in MUST_RESOLVE:
+        assert by_claim[text]["verdict"] != INCONCLUSIVE, by_claim[text]
+    # every scheme learned structure: in-length loss well below the character-frequency baseline
+    for scheme, cells in results["perplexity"].items():
+        assert math.log(cells["1"]["nonoverlapping"]["ppl"]) < results["unigram_entropy_nats"] - 0.5, scheme

@@ -15,6 +15,7 @@ from poslab.display.fonts import FAMILY, covered_chars, font_face_css, font_path
 from poslab.lab import lab
 from poslab.lab.report import build_report, claims, load_results
 from poslab.lab.report.sections import SECTIONS
+from poslab.lab.verdicts import bound, check_records, compare, tally
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
@@ -57,7 +58,13 @@ def test_claims_held_on_real_results():
     for start in ("多头不增加参数量", "单头 Linear(512,512)", "qkv 3168 个", "[batch, seq, d_model]", "&lt;R_m q, R_n k&gt; 只依赖",
                   "打乱顺序后", "这就是为什么必须要有位置编码"):
         assert verdict_of(html, start) == "held", start
-    assert verdict_of(html, "1 层：没有位置嵌入") == "not measured"  # causal-leak is not in this lab
+    assert verdict_of(html, "1 层：没有位置嵌入") == "inconclusive"  # causal-leak is not in this lab
+    records = [v.record for v in claims.evaluate(load_results(shared_lab()))]
+    assert check_records(records) == []  # every deterministic record obeys the rule
+    assert all(r.n_seeds == 0 and r.noise is None for r in records if r.verdict != "inconclusive")
+    counts = tally(records)
+    assert f"{counts['held']} held</span> <span class='count failed'>{counts['did not hold']} did not hold</span> " \
+           f"<span class='count unknown'>{counts['inconclusive']} inconclusive</span>" in html
 
 
 def test_changing_a_results_file_changes_the_report(tmp_path):
@@ -72,8 +79,8 @@ def test_changing_a_results_file_changes_the_report(tmp_path):
     path.write_text(json.dumps(results))
     after = build_report(lab_dir).read_text(encoding="utf-8")
     assert "h=4: qkv 9,999, proj 1,056" in after
-    assert verdict_of(after, "qkv 3168 个") == "did not hold at this scale"
-    assert "one Linear 123,457" in after and verdict_of(after, "单头 Linear(512,512)") == "did not hold at this scale"
+    assert verdict_of(after, "qkv 3168 个") == "did not hold"
+    assert "one Linear 123,457" in after and verdict_of(after, "单头 Linear(512,512)") == "did not hold"
     # the head analysis numbers come from heads/results.json too
     heads_path = lab_dir / "heads" / "results.json"
     heads = json.loads(heads_path.read_text())
@@ -86,40 +93,28 @@ def test_experiment_claim_lists_are_shown(tmp_path):
     lab_dir = copy_lab(tmp_path / "lab")
     folder = lab_dir / "experiments" / "extrapolation"
     folder.mkdir()
-    (folder / "results.json").write_text(json.dumps({"claims": [
-        {"claim": "ALiBi flat past L", "source": "Press et al. 2022", "measured": {"ppl_1x": 3.5, "ppl_4x": 3.61}, "held": True},
-        {"claim": "sinusoidal explodes", "figures": "ppl 4x/1x = 1.2", "held": False},
-        {"statement": "undecided", "held": None},
-    ]}))
+    flat = bound("ALiBi flat past L", "Press et al. 2022", [1.01, 1.02, 1.03], 1.10, below=True, label="alibi", metric="ratio")
+    close = compare("rope beats alibi", "seed 000 §4", [2.30, 2.35, 2.28], [2.31, 2.33, 2.30], better_label="rope",
+                    worse_label="alibi", metric="val loss")
+    assert close.verdict == "inconclusive"
+    (folder / "results.json").write_text(json.dumps({"claims": [flat.to_dict(), close.to_dict(),
+                                                                {"claim": "old shape", "held": True}]}))
     html = build_report(lab_dir).read_text(encoding="utf-8")
     assert verdict_of(html, "ALiBi flat past L") == "held"
-    assert "ppl_1x 3.5, ppl_4x 3.61" in html
-    assert verdict_of(html, "sinusoidal explodes") == "did not hold at this scale"
-    assert verdict_of(html, "undecided") == "not measured"
+    assert "ratio of alibi 1.020 ± 0.010 (n=3)" in html  # the measured cell: mean ± sd
+    assert verdict_of(html, "rope beats alibi") == "inconclusive"
+    missed = claims.num(close.noise - abs(close.margin))
+    assert f"missed by {missed}" in html  # an inconclusive verdict says by how much it missed
+    assert verdict_of(html, "old shape") == "inconclusive" and "unusable claim entry" in html
 
 
-def test_training_claims_read_the_training_experiments():
-    run = {"n_params": 1000, "tokens_per_s": 5000.0}
-    position = {"final_val_loss": {"learned": 5.0, "sinusoidal": 5.1, "rope": 4.8, "alibi": 4.9, "none": 5.2},
-                "runs": {"alibi": run, "rope": run, "none": {"n_params": 1000, "tokens_per_s": 5200.0}}}
-    heads_exp = {"d_model": 128, "final_val_loss": {"1": 5.3, "2": 5.0, "4": 5.1, "8": 5.2},
-                 "claim_sqrt_d_over_16": {"predicted": 2.83, "best_heads": 2, "margin_to_second": 0.1, "held": True}}
-    verdicts = {v.claim.split(" — ")[0]: v for v in claims.evaluate({"experiments/position-training": position,
-                                                                        "experiments/heads": heads_exp})}
-    assert verdicts["ALiBi 性能略低于 RoPE"].held is True and "RoPE 4.8, ALiBi 4.9" in verdicts["ALiBi 性能略低于 RoPE"].measured
-    nope = next(v for k, v in verdicts.items() if k.startswith("不加位置编码"))
-    assert nope.held is True and "+4.0%" in nope.measured
-    assert verdicts["RoPE 比「加位置向量」更好"].held is True
-    assert verdicts["ALiBi 极简：不需要任何参数"].held is True
-    assert verdicts["ALiBi 不增加计算"].held is True and "0.96x" in verdicts["ALiBi 不增加计算"].measured
-    assert verdicts["最优头数 ≈ √(d_model/16)"].held is True and "best 2 heads" in verdicts["最优头数 ≈ √(d_model/16)"].measured
-    assert verdicts["减小 d_k 往往提升效果"].held is True  # 8 heads 5.2 < 1 head 5.3
-    position["final_val_loss"]["none"] = 5.5  # 10% worse than learned
-    position["runs"]["alibi"] = {"n_params": 1016, "tokens_per_s": 4000.0}
-    verdicts = {v.claim.split(" — ")[0]: v for v in claims.evaluate({"experiments/position-training": position})}
-    assert next(v for k, v in verdicts.items() if k.startswith("不加位置编码")).held is False
-    assert verdicts["ALiBi 极简：不需要任何参数"].held is False and verdicts["ALiBi 不增加计算"].held is False
-    assert verdicts["最优头数 ≈ √(d_model/16)"].held is None and verdicts["最优头数 ≈ √(d_model/16)"].measured == "not run in this lab"
+def test_margin_text():
+    from poslab.lab.report.builder import margin_text
+
+    held = compare("a", "s", [1.0, 1.01, 0.99], [2.0, 2.01, 1.99], better_label="x", worse_label="y", metric="m")
+    assert margin_text(held) == f"margin 1 vs noise ±{claims.num(held.noise)} (n=3)"
+    few = compare("a", "s", [1.0, 1.01], [2.0, 2.01], better_label="x", worse_label="y", metric="m")
+    assert few.verdict == "inconclusive" and margin_text(few).endswith("fewer than 3 seeds")
 
 
 def test_report_survives_broken_or_missing_inputs(tmp_path):
@@ -132,7 +127,7 @@ def test_report_survives_broken_or_missing_inputs(tmp_path):
     (lab_dir / "experiments" / "shapes" / "results.json").write_text(json.dumps({"seed000_walk": "wrong type"}))
     html = build_report(lab_dir).read_text(encoding="utf-8")
     assert "unreadable results.json" in html
-    assert verdict_of(html, "[batch, seq, d_model]") == "not measured"
+    assert verdict_of(html, "[batch, seq, d_model]") == "inconclusive"
     assert load_results(lab_dir)["experiments/shapes"] == {"seed000_walk": "wrong type"}
 
 
@@ -176,9 +171,12 @@ def test_pe_cache_experiment(tmp_path):
         assert row["pe_lookup_us"] > 0 and row["pe_compute_us"] > 0
         assert row["pe_speedup"] == pytest.approx(row["pe_compute_us"] / row["pe_lookup_us"])
     speed, value_range, wavelengths = results["claims"]
-    assert speed["held"] == (results["headline"]["embed_speedup"] >= pe_cache.HELD_IF_AT_LEAST)
-    assert value_range["held"] and results["value_range"] == {"min": -1.0, "max": 1.0}
-    assert wavelengths["held"] and results["wavelength_range"]["max_over_2pi"] == pytest.approx(10000 ** (510 / 512))
+    held = results["headline"]["embed_speedup"] >= pe_cache.HELD_IF_AT_LEAST
+    assert speed["verdict"] == ("held" if held else "did not hold")
+    assert speed["margin"] == pytest.approx(results["headline"]["embed_speedup"] - pe_cache.HELD_IF_AT_LEAST)
+    assert value_range["verdict"] == "held" and results["value_range"] == {"min": -1.0, "max": 1.0}
+    assert wavelengths["verdict"] == "held" and results["wavelength_range"]["max_over_2pi"] == pytest.approx(10000 ** (510 / 512))
+    assert check_records(results["claims"]) == []
 
 
 # ------------------------------------------------------------------------------------ the lab runner

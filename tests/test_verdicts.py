@@ -9,10 +9,14 @@ from poslab.lab.verdicts import (
     HELD,
     INCONCLUSIVE,
     ClaimRecord,
+    best_of,
+    bound,
     check_records,
     compare,
     deterministic,
     interval_halfwidth,
+    missed_by,
+    paired,
     t975,
     tally,
 )
@@ -85,3 +89,53 @@ def test_deterministic_claims_use_a_tolerance():
     bad = deterministic("table", "seed 000", "max |diff| <= 1e-4", "0.2", error=0.2, tolerance=1e-4)
     assert (ok.verdict, bad.verdict) == (HELD, DID_NOT_HOLD) and ok.n_seeds == 0 and ok.noise is None
     assert tally([ok, bad.to_dict()]) == {HELD: 1, DID_NOT_HOLD: 1, INCONCLUSIVE: 0}
+
+
+def test_offset_turns_a_comparison_into_a_non_inferiority_claim():
+    none, learned = [2.10, 2.11, 2.09], [2.00, 2.01, 1.99]
+    # "none is at most 0.2 worse than learned": margin = -0.1 + 0.2 = 0.1, well outside the interval
+    close = compare("close", "t", none, learned, better_label="none", worse_label="learned", metric="loss", offset=-0.2)
+    assert close.verdict == HELD and close.margin == pytest.approx(0.1)
+    # "at most 0.05 worse": margin -0.05 against a half-width of 2.776 * sqrt(2 * 0.0001 / 3) = 0.0227
+    far = compare("close", "t", none, learned, better_label="none", worse_label="learned", metric="loss", offset=-0.05)
+    assert far.verdict == DID_NOT_HOLD and far.margin == pytest.approx(-0.05)
+    assert "at most 0.05" in far.criterion
+
+
+def test_bound_uses_the_interval_of_the_mean():
+    ratios = [1.00, 1.02, 1.04]  # mean 1.02, sd 0.02: half-width 4.303 * 0.02 / sqrt(3) = 0.0497
+    record = bound("flat", "t", ratios, 1.10, below=True, label="alibi", metric="ratio")
+    assert record.verdict == HELD and record.margin == pytest.approx(0.08)
+    assert record.noise == pytest.approx(4.303 * 0.02 / 3 ** 0.5)
+    near = bound("flat", "t", ratios, 1.05, below=True, label="alibi", metric="ratio")
+    assert near.verdict == INCONCLUSIVE  # margin 0.03 < 0.0497
+    assert bound("flat", "t", [1.0, 1.0], 1.1, below=True, label="a", metric="r").verdict == INCONCLUSIVE  # 2 seeds
+
+
+def test_paired_differences_cancel_the_shared_seed_noise():
+    at_l = [2.0, 2.3, 2.6]  # large seed-to-seed spread, shared by both measurements
+    past = [2.1, 2.4, 2.7]
+    unpaired = compare("worse past L", "t", at_l, past, better_label="L", worse_label="4L", metric="loss")
+    record = paired("worse past L", "t", at_l, past, better_label="L", worse_label="4L", metric="loss")
+    assert unpaired.verdict == INCONCLUSIVE and record.verdict == HELD and record.margin == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="one value per seed"):
+        paired("x", "t", [1.0, 2.0], [1.0], better_label="a", worse_label="b", metric="m")
+
+
+def test_best_of_is_decided_pairwise():
+    arms = {"1": [3.0, 3.01, 2.99], "2": [2.5, 2.51, 2.49], "4": [2.6, 2.61, 2.59], "8": [2.7, 2.71, 2.69]}
+    assert best_of("best", "t", arms, ["2"], metric="loss").verdict == HELD
+    lost = best_of("best", "t", arms, ["8"], metric="loss")
+    assert lost.verdict == DID_NOT_HOLD and lost.margin < -lost.noise
+    arms["4"] = [2.5, 2.52, 2.48]  # a tie with the predicted arm
+    tie = best_of("best", "t", arms, ["2"], metric="loss")
+    assert tie.verdict == INCONCLUSIVE and abs(tie.margin) <= tie.noise
+    assert check_records([tie, lost]) == []
+    with pytest.raises(ValueError, match="must be among"):
+        best_of("best", "t", arms, ["3"], metric="loss")
+
+
+def test_missed_by_says_margin_against_noise():
+    tie = compare("tie", "t", [1.0, 1.1, 0.9], [1.0, 1.05, 0.95], better_label="a", worse_label="b", metric="m")
+    assert tie.verdict == INCONCLUSIVE and missed_by(tie).startswith("|margin| 0 ≤ noise")
+    assert "deterministic" in missed_by(deterministic("c", "s", "e <= 1", "0", error=0.0, tolerance=1.0))

@@ -4,7 +4,8 @@ Steps (each a ``python -m poslab ...`` subprocess, its output kept in ``LAB/logs
 
 1. the lessons' foundation experiments (every experiment marked ``IN_ALL``) into ``LAB/experiments/NAME``;
 2. the training experiments ``heads``, ``position-training``, ``extrapolation``, ``context-extension``,
-   ``attention-entropy`` (``--quick`` or full);
+   ``attention-entropy`` (``--quick`` or full), every arm with 3 seeds; in the quick form
+   position-training trains the lab's quick extrapolation models, which the three after it reuse;
 3. a Tang-poem GPT (preset ``tang-small``) into ``LAB/runs/tang-small[-quick]``;
 4. head analysis of that model (:mod:`poslab.analysis.heads`) into ``LAB/heads`` and its attention grid on
    白日依山尽，黄河入海流。 into ``LAB/attention``;
@@ -38,15 +39,19 @@ from poslab.training.progress import format_duration
 
 TRAINING_EXPERIMENTS = ("heads", "position-training", "extrapolation", "context-extension", "attention-entropy")
 TRAIN_PRESET = "tang-small"
-# experiments that read the models another one trained (sibling folders): rerun when those are rebuilt
-SHARES_MODELS_OF = {"context-extension": ("extrapolation",), "attention-entropy": ("extrapolation",)}
+# experiments that read the models another one trained (sibling folders): rerun when those are rebuilt. In the
+# quick form position-training trains the lab's 3-seed extrapolation models; the others reuse them.
+SHARES_MODELS_OF = {"extrapolation": ("position-training",),
+                    "context-extension": ("extrapolation", "position-training"),
+                    "attention-entropy": ("extrapolation", "position-training")}
 MODES = ("quick", "full")
-# first-run guesses of seconds per step on 2 cores (replaced by the last run's timings when known)
+# first-run guesses of wall seconds per step on 2 quiet cores (replaced by the last run's timings when known);
+# quick: from the CPU seconds of each step measured with /usr/bin/time -v (docs/lab.md, "Timing")
 ESTIMATES = {
-    "quick": {"experiment": 4, "heads": 95, "position-training": 160, "extrapolation": 50, "context-extension": 15,
-              "attention-entropy": 8, "train": 95, "head-analysis": 16, "attention": 6},  # measured: 7m50s in all
-    "full": {"experiment": 12, "heads": 1500, "position-training": 2400, "extrapolation": 1200,
-             "context-extension": 600, "attention-entropy": 300, "train": 900, "head-analysis": 120, "attention": 12},
+    "quick": {"experiment": 4, "heads": 70, "position-training": 85, "extrapolation": 22, "context-extension": 30,
+              "attention-entropy": 15, "train": 95, "head-analysis": 16, "attention": 6},
+    "full": {"experiment": 12, "heads": 3750, "position-training": 7200, "extrapolation": 3600,  # 3 seeds per arm
+             "context-extension": 600, "attention-entropy": 900, "train": 900, "head-analysis": 120, "attention": 12},
 }
 
 

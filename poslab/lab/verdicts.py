@@ -149,8 +149,10 @@ def compare(
     lower_is_better: bool = True,
     noise_sd: float | None = None,
     digits: int = 3,
+    offset: float = 0.0,
+    criterion: str | None = None,
 ) -> ClaimRecord:
-    """A seeded comparison: the claim is that ``better`` beats ``worse`` on ``metric``.
+    """A seeded comparison: the claim is that ``better`` beats ``worse`` on ``metric`` (by more than ``offset``).
 
     Args:
         claim, source: the claim and where it is made.
@@ -159,18 +161,29 @@ def compare(
         metric: what the values are (``"val loss"``, ``"accuracy at 2L"``).
         lower_is_better: the metric's direction.
         noise_sd: a seed-to-seed sd measured by a repeat of the same setting (used when an arm has one seed).
+        offset: the claim is that the advantage exceeds ``offset`` (metric units; negative: "at most
+            ``-offset`` worse", a non-inferiority claim). The margin is the advantage minus ``offset``.
+        criterion: the criterion in words (default: generated from the labels and the rule).
 
     Returns:
         The record with the verdict of the module docstring's rule.
     """
     mb, _ = mean_sd(better)
     mw, _ = mean_sd(worse)
-    margin = (mw - mb) if lower_is_better else (mb - mw)
+    margin = ((mw - mb) if lower_is_better else (mb - mw)) - offset
     noise = interval_halfwidth(list(better), list(worse), noise_sd)
     n_seeds = min(len(better), len(worse))
     word = "lower" if lower_is_better else "higher"
-    criterion = (f"{metric} of {better_label} {word} than {worse_label} by more than the 95% interval of the "
-                 f"difference over seeds (at least {MIN_SEEDS} seeds each)")
+    if criterion is None:
+        if offset == 0:
+            gap = f"{word} than {worse_label}"
+        elif offset > 0:
+            gap = f"{word} than {worse_label} by more than {offset:.{digits}g}"
+        else:
+            gap = f"at most {-offset:.{digits}g} {'higher' if lower_is_better else 'lower'} than {worse_label}"
+        criterion = f"{metric} of {better_label} {gap}"
+    criterion += (f"; decided when the margin exceeds the 95% interval of the difference of the means "
+                  f"(Welch, at least {MIN_SEEDS} seeds each)")
     if noise is None or n_seeds < MIN_SEEDS or margin == 0:
         verdict = INCONCLUSIVE
     elif margin > noise:
@@ -182,9 +195,172 @@ def compare(
     measured = f"{better_label} {pm(better, digits)} vs {worse_label} {pm(worse, digits)}"
     details = {"better": [float(v) for v in better], "worse": [float(v) for v in worse],
                "better_label": better_label, "worse_label": worse_label, "metric": metric,
-               "lower_is_better": lower_is_better}
+               "lower_is_better": lower_is_better, "offset": float(offset)}
     return ClaimRecord(claim, source, criterion, measured, float(margin),
                        None if noise is None else float(noise), n_seeds, verdict, details)
+
+
+def bound(
+    claim: str,
+    source: str,
+    values: Sequence[float],
+    limit: float,
+    *,
+    below: bool,
+    label: str,
+    metric: str,
+    digits: int = 3,
+    criterion: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> ClaimRecord:
+    """A seeded one-sample claim: the mean over seeds of ``values`` lies below (or above) ``limit``.
+
+    The margin is ``limit - mean`` (``below``) or ``mean - limit``; the noise is the 95% half-width of
+    the mean, ``t_{0.975, n-1} * sd / sqrt(n)``. Per-seed ratios or differences of two measurements of
+    the same model (``ppl(4L) / ppl(L)``; :func:`paired`) are tested this way.
+
+    Args:
+        values: one value per seed.
+        limit: the bound the claim states.
+        below: the claim is ``mean < limit`` (else ``mean > limit``).
+        label, metric: what the values are, for the text (``"ALiBi"``, ``"ppl(4L) / ppl(L)"``).
+    """
+    values = [float(v) for v in values]
+    mean, sd = mean_sd(values)
+    n = len(values)
+    margin = (limit - mean) if below else (mean - limit)
+    noise = None if sd is None else t975(n - 1) * sd / math.sqrt(n)
+    if criterion is None:
+        criterion = f"{metric} of {label} {'below' if below else 'above'} {limit:.{digits}g}"
+    criterion += f"; decided when the margin exceeds the 95% interval of the mean (at least {MIN_SEEDS} seeds)"
+    if noise is None or n < MIN_SEEDS or margin == 0:
+        verdict = INCONCLUSIVE
+    elif margin > noise:
+        verdict = HELD
+    elif margin < -noise:
+        verdict = DID_NOT_HOLD
+    else:
+        verdict = INCONCLUSIVE
+    measured = f"{metric} of {label} {pm(values, digits)} (limit {limit:.{digits}g})"
+    info = dict(details or {}, values=values, label=label, metric=metric, limit=float(limit), below=below)
+    return ClaimRecord(claim, source, criterion, measured, float(margin), None if noise is None else float(noise), n,
+                       verdict, info)
+
+
+def paired(
+    claim: str,
+    source: str,
+    better: Sequence[float],
+    worse: Sequence[float],
+    *,
+    better_label: str,
+    worse_label: str,
+    metric: str,
+    lower_is_better: bool = True,
+    digits: int = 3,
+    offset: float = 0.0,
+    criterion: str | None = None,
+) -> ClaimRecord:
+    """A paired comparison: ``better[i]`` and ``worse[i]`` share seed ``i``.
+
+    Two measurements of the same seed's model, or two models trained with the same seed (the same
+    batches in the same order). The per-seed differences (in the claim's direction, minus ``offset`` as
+    in :func:`compare`) are tested against 0 with :func:`bound`, so the variation common to both arms
+    of a seed cancels.
+    """
+    if len(better) != len(worse):
+        raise ValueError(f"paired measurements need one value per seed in each arm, got {len(better)} and {len(worse)}")
+    diffs = [((w - b) if lower_is_better else (b - w)) - offset for b, w in zip(better, worse)]
+    word = "lower" if lower_is_better else "higher"
+    if criterion is None:
+        if offset == 0:
+            gap = f"{word} than {worse_label}"
+        elif offset > 0:
+            gap = f"{word} than {worse_label} by more than {offset:.{digits}g}"
+        else:
+            gap = f"at most {-offset:.{digits}g} {'higher' if lower_is_better else 'lower'} than {worse_label}"
+        criterion = f"{metric} of {better_label} {gap}"
+    record = bound(claim, source, diffs, 0.0, below=False, label=f"{worse_label} - {better_label}" if lower_is_better
+                   else f"{better_label} - {worse_label}", metric=metric, digits=digits,
+                   criterion=f"{criterion} (paired by seed: the per-seed differences)",
+                   details={"better": [float(v) for v in better], "worse": [float(v) for v in worse],
+                            "better_label": better_label, "worse_label": worse_label, "lower_is_better": lower_is_better})
+    measured = (f"{better_label} {pm(better, digits)} vs {worse_label} {pm(worse, digits)}; "
+                f"paired difference {pm([d + offset for d in diffs], digits)}")
+    record.details.update(offset=float(offset), paired=True)
+    return dataclasses.replace(record, measured=measured)
+
+
+def best_of(
+    claim: str,
+    source: str,
+    arms: dict[str, Sequence[float]],
+    predicted: Sequence[str],
+    *,
+    metric: str,
+    lower_is_better: bool = True,
+    digits: int = 3,
+    paired_seeds: bool = False,
+) -> ClaimRecord:
+    """A ranking claim: the best arm is one of ``predicted`` (e.g. the head counts nearest a rule).
+
+    Decided pairwise with :func:`compare` (or :func:`paired` when ``paired_seeds``: every arm's i-th
+    value comes from seed i): ``held`` when the best predicted arm beats every other arm
+    (each by more than its 95% interval); ``did not hold`` when some other arm beats every predicted arm
+    so; otherwise ``inconclusive``. The record's margin and noise are those of the deciding (weakest)
+    pair: for ``held`` the predicted arm's closest rival, for ``did not hold`` the closest predicted arm,
+    for ``inconclusive`` the best predicted arm against the best other arm.
+    """
+    unknown = [p for p in predicted if p not in arms]
+    if unknown or not predicted:
+        raise ValueError(f"predicted arms {list(predicted)} must be among the arms {list(arms)}")
+    others = [a for a in arms if a not in predicted]
+    sign = 1.0 if lower_is_better else -1.0
+    means = {a: sign * mean_sd(v)[0] for a, v in arms.items()}
+    table = ", ".join(f"{a}: {pm(v, digits)}" for a, v in arms.items())
+    details = {"arms": {a: [float(x) for x in v] for a, v in arms.items()}, "predicted": list(predicted),
+               "metric": metric, "lower_is_better": lower_is_better}
+
+    def pair(b: str, w: str) -> ClaimRecord:
+        test = paired if paired_seeds else compare
+        return test(claim, source, arms[b], arms[w], better_label=b, worse_label=w, metric=metric,
+                    lower_is_better=lower_is_better, digits=digits)
+
+    how = "paired by seed" if paired_seeds else "Welch"
+    criterion = (f"{metric}: the best arm is one of {list(predicted)}; decided pairwise (each pair's margin against "
+                 f"its 95% interval, {how}, at least {MIN_SEEDS} seeds each)")
+    if not others:
+        return ClaimRecord(claim, source, criterion, table, None, None, min(len(v) for v in arms.values()),
+                           INCONCLUSIVE, details)
+    top = min(predicted, key=means.get)
+    rival = min(others, key=means.get)
+    wins = [pair(top, o) for o in others]
+    if all(r.verdict == HELD for r in wins):
+        decide = min(wins, key=lambda r: r.margin - r.noise)
+        verdict = HELD
+    else:
+        beaten = [o for o in others if all(pair(p, o).verdict == DID_NOT_HOLD for p in predicted)]
+        if beaten:
+            losses = [pair(p, beaten[0]) for p in predicted]
+            decide = max(losses, key=lambda r: r.margin + r.noise)  # the closest predicted arm
+            verdict = DID_NOT_HOLD
+        else:
+            decide = pair(top, rival)
+            verdict = INCONCLUSIVE
+    details.update(deciding_pair=[decide.details["better_label"], decide.details["worse_label"]])
+    measured = f"{table}; deciding pair {decide.details['better_label']} vs {decide.details['worse_label']}"
+    return ClaimRecord(claim, source, criterion, measured, decide.margin, decide.noise, decide.n_seeds, verdict, details)
+
+
+def missed_by(record: dict[str, Any] | ClaimRecord) -> str:
+    """For the page: how a verdict relates its margin to its noise (``"margin 0.012 < noise 0.031"``)."""
+    r = record if isinstance(record, ClaimRecord) else ClaimRecord.from_dict(record)
+    if r.margin is None:
+        return "not measurable"
+    if r.noise is None:
+        return f"margin {r.margin:.3g}" + (" (deterministic)" if r.n_seeds == 0 else " (no measured noise)")
+    relation = ">" if abs(r.margin) > r.noise else "≤"
+    return f"|margin| {abs(r.margin):.3g} {relation} noise {r.noise:.3g}"
 
 
 def deterministic(claim: str, source: str, criterion: str, measured: str, error: float, tolerance: float,
@@ -199,6 +375,16 @@ def deterministic(claim: str, source: str, criterion: str, measured: str, error:
     verdict = HELD if error <= tolerance else DID_NOT_HOLD
     return ClaimRecord(claim, source, criterion, measured, float(tolerance - error), None, 0, verdict,
                        dict(details or {}, error=float(error), tolerance=float(tolerance)))
+
+
+def at_least(claim: str, source: str, criterion: str, measured: str, value: float, floor: float,
+             details: dict[str, Any] | None = None) -> ClaimRecord:
+    """A claim decided by a computation: ``held`` when ``value >= floor`` (margin ``value - floor``), no seeds."""
+    if not (math.isfinite(value) and math.isfinite(floor)):
+        raise ValueError(f"value and floor must be finite; got {value!r}, {floor!r}")
+    verdict = HELD if value >= floor else DID_NOT_HOLD
+    return ClaimRecord(claim, source, criterion, measured, float(value - floor), None, 0, verdict,
+                       dict(details or {}, value=float(value), floor=float(floor)))
 
 
 def check_records(records: Sequence[dict[str, Any] | ClaimRecord]) -> list[str]:

@@ -32,15 +32,18 @@ from torch import Tensor
 
 from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling
 from poslab.display import new_figure, print_table, save_figure
+from poslab.lab.experiments.common import baseline_line, unigram_entropy
 from poslab.lab.experiments.extrapolation import (
+    CORPUS,
     FACTORS,
     SCHEMES,
-    claim,
+    SEEDS,
     load_model,
     print_claims,
-    shared_model,
+    shared_models,
     size_of,
 )
+from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, bound, mean_sd, pm
 from poslab.nn import positions
 from poslab.nn.attention import attend
 from poslab.nn.model import GPT
@@ -184,48 +187,74 @@ def spearman(xs: list[float], ys: list[float]) -> float:
 
 
 def entropy_claims(results: dict[str, dict[str, Any]], factor: int = 4) -> list[dict[str, Any]]:
-    """The claims this experiment tests, with figures and verdicts (at ``factor`` x L)."""
+    """The claims this experiment tests, as :class:`poslab.lab.verdicts.ClaimRecord` dicts (at ``factor`` x L).
+
+    ``results``: variant label -> ``{"by_seed": {seed: entry}}`` (an entry as :func:`measure_variant`
+    returns it). Each claim is decided over the seeds: rises, and differences of rises between two
+    readings of the same seed's model, are tested against their bound with the 95% interval of the mean.
+    """
     key = str(factor)
 
-    def at(variant: str) -> dict[str, Any] | None:
-        cell = results.get(variant, {}).get("entropy", {}).get(key)
-        return cell if cell and "rise" in cell else None
+    def per_seed(variant: str, field: str = "rise") -> list[float] | None:
+        entries = results.get(variant, {}).get("by_seed", {})
+        cells = [e.get("entropy", {}).get(key) for e in entries.values()]
+        if not cells or any(c is None or field not in c for c in cells):
+            return None
+        return [float(c[field]) for c in cells]
+
+    def record(text: str, source: str, criterion: str, values: list[float] | None, limit: float, label: str,
+               metric: str) -> dict[str, Any]:
+        if values is None:
+            return ClaimRecord(text, source, criterion, "not measured (a variant is missing)", None, None, 0,
+                               INCONCLUSIVE).to_dict()
+        return bound(text, source, values, limit, below=False, label=label, metric=metric, criterion=criterion).to_dict()
+
+    def diff(a: list[float] | None, b: list[float] | None) -> list[float] | None:
+        return None if a is None or b is None else [x - y for x, y in zip(a, b)]
 
     out = []
-    rope = at("rope")
-    out.append(claim(f"plain RoPE's attention entropy past L rises above its in-length value (at {factor}x L)",
-                     "seed 000 §3.5, Q4 (注意力熵爆炸)", f"mean entropy of queries past L > of queries in [L/2, L) + {MARGIN} nats",
-                     {} if rope is None else {"in_window": rope["in_window"], "past_window": rope["past_window"], "rise": rope["rise"]},
-                     None if rope is None else rope["rise"] > MARGIN))
-    out.append(claim("the rise is more than the growing key count explains (normalised entropy H/ln n rises too)",
-                     "seed 000 Q4 (注意力分布变得均匀或混乱)", "normalised entropy past L > in [L/2, L) + 0.01",
-                     {} if rope is None else {"in_window": rope["in_window_normalised"], "past_window": rope["past_window_normalised"],
-                                              "rise": rope["rise_normalised"]},
-                     None if rope is None else rope["rise_normalised"] > 0.01))
-    yarn, no_temp, logn = at("rope + YaRN x4"), at("rope + YaRN x4 no temperature"), at("rope + log-n")
-    out.append(claim("YaRN's temperature reduces the entropy rise (vs the same YaRN frequencies without it)",
-                     "Peng et al. 2023 (YaRN §3.4)", f"rise(YaRN) < rise(YaRN, attention factor 1) - {MARGIN} nats",
-                     {} if None in (yarn, no_temp) else {"rise_yarn": yarn["rise"], "rise_no_temperature": no_temp["rise"]},
-                     None if None in (yarn, no_temp) else yarn["rise"] < no_temp["rise"] - MARGIN))
-    out.append(claim("YaRN (with its temperature) rises less than plain RoPE", "Peng et al. 2023 (YaRN)",
-                     f"rise(YaRN) < rise(plain RoPE) - {MARGIN} nats",
-                     {} if None in (yarn, rope) else {"rise_yarn": yarn["rise"], "rise_rope": rope["rise"]},
-                     None if None in (yarn, rope) else yarn["rise"] < rope["rise"] - MARGIN))
-    out.append(claim("log-n scaling reduces the entropy rise", "Chiang & Cholak 2022",
-                     f"rise(log-n) < rise(plain RoPE) - {MARGIN} nats",
-                     {} if None in (logn, rope) else {"rise_logn": logn["rise"], "rise_rope": rope["rise"]},
-                     None if None in (logn, rope) else logn["rise"] < rope["rise"] - MARGIN))
-    pairs = [(v["entropy"][key]["rise"], v["ppl_ratio"]) for v in results.values()
-             if key in v.get("entropy", {}) and "rise" in v["entropy"][key] and v.get("ppl_ratio") is not None]
-    rho = spearman([p[0] for p in pairs], [p[1] for p in pairs]) if len(pairs) >= 3 else None
-    normalised_pairs = [(v["entropy"][key]["rise_normalised"], v["ppl_ratio"]) for v in results.values()
-                        if key in v.get("entropy", {}) and "rise_normalised" in v["entropy"][key] and v.get("ppl_ratio") is not None]
-    rho_normalised = spearman([p[0] for p in normalised_pairs], [p[1] for p in normalised_pairs]) if len(normalised_pairs) >= 3 else None
-    out.append(claim("the entropy rise is what degrades perplexity: across models, larger rises go with larger perplexity ratios",
-                     "seed 000 §3.5 (degradation 'because' of the entropy explosion)",
-                     f"Spearman rank correlation of rise({factor}L) and ppl({factor}L)/ppl(L) across all variants > 0.5",
-                     {"spearman": rho, "spearman_normalised_rise": rho_normalised, "n_variants": len(pairs)},
-                     None if rho is None or math.isnan(rho) else rho > 0.5))
+    rope = per_seed("rope")
+    out.append(record(f"plain RoPE's attention entropy past L rises above its in-length value (at {factor}x L)",
+                      "seed 000 §3.5, Q4 (注意力熵爆炸)", f"mean entropy of queries past L minus of queries in [L/2, L) > {MARGIN} nats",
+                      rope, MARGIN, "rope", f"entropy rise at {factor}x L (nats)"))
+    out.append(record("the rise is more than the growing key count explains (normalised entropy H/ln n rises too)",
+                      "seed 000 Q4 (注意力分布变得均匀或混乱)", "normalised entropy past L minus in [L/2, L) > 0.01",
+                      per_seed("rope", "rise_normalised"), 0.01, "rope", f"normalised entropy rise at {factor}x L"))
+    yarn, no_temp, logn = per_seed("rope + YaRN x4"), per_seed("rope + YaRN x4 no temperature"), per_seed("rope + log-n")
+    out.append(record("YaRN's temperature reduces the entropy rise (vs the same YaRN frequencies without it)",
+                      "Peng et al. 2023 (YaRN §3.4)", f"rise(YaRN, attention factor 1) - rise(YaRN) > {MARGIN} nats, "
+                      "per seed (the same model read both ways)", diff(no_temp, yarn), MARGIN, "rope",
+                      "rise without temperature - rise with it (nats)"))
+    out.append(record("YaRN (with its temperature) rises less than plain RoPE", "Peng et al. 2023 (YaRN)",
+                      f"rise(plain RoPE) - rise(YaRN) > {MARGIN} nats, per seed", diff(rope, yarn), MARGIN, "rope",
+                      "rise of plain RoPE - rise with YaRN (nats)"))
+    out.append(record("log-n scaling reduces the entropy rise", "Chiang & Cholak 2022",
+                      f"rise(plain RoPE) - rise(log-n) > {MARGIN} nats, per seed", diff(rope, logn), MARGIN, "rope",
+                      "rise of plain RoPE - rise with log-n (nats)"))
+    rhos, rhos_normalised, counts = [], [], []
+    seeds = sorted({seed for v in results.values() for seed in v.get("by_seed", {})})
+    for seed in seeds:
+        entries = [v["by_seed"][seed] for v in results.values() if seed in v.get("by_seed", {})]
+        pairs = [(e["entropy"][key]["rise"], e["ppl_ratio"]) for e in entries
+                 if key in e.get("entropy", {}) and "rise" in e["entropy"][key] and e.get("ppl_ratio") is not None]
+        npairs = [(e["entropy"][key]["rise_normalised"], e["ppl_ratio"]) for e in entries
+                  if key in e.get("entropy", {}) and "rise_normalised" in e["entropy"][key] and e.get("ppl_ratio") is not None]
+        if len(pairs) >= 3:
+            rho = spearman([p[0] for p in pairs], [p[1] for p in pairs])
+            if not math.isnan(rho):
+                rhos.append(rho)
+                counts.append(len(pairs))
+        if len(npairs) >= 3:
+            rho = spearman([p[0] for p in npairs], [p[1] for p in npairs])
+            if not math.isnan(rho):
+                rhos_normalised.append(rho)
+    text = "the entropy rise is what degrades perplexity: across models, larger rises go with larger perplexity ratios"
+    source = "seed 000 §3.5 (degradation 'because' of the entropy explosion)"
+    criterion = (f"Spearman rank correlation of rise({factor}L) and ppl({factor}L)/ppl(L) across all variants > 0.5 "
+                 "(one correlation per seed)")
+    entry = record(text, source, criterion, rhos or None, 0.5, "all variants", "Spearman correlation")
+    entry.setdefault("details", {}).update(spearman_normalised_rise=rhos_normalised, n_variants=counts)
+    out.append(entry)
     return out
 
 
@@ -254,7 +283,11 @@ def plot(results: dict[str, dict[str, Any]], lab: Any, path: Path) -> Path:
             xs = [b + (cell["bin_starts"][1] if len(cell["bin_starts"]) > 1 else 1) / 2 for b in cell["bin_starts"]]  # bin centres
             axes[0].plot(xs, cell["by_position"], style, color=color, label=label, linewidth=1.2)
         lengths = [int(f) * lab.train_length for f in entry["entropy"]]
-        axes[1].plot(lengths, [c["mean"] for c in entry["entropy"].values()], style, color=color, marker="o", label=label, linewidth=1.2)
+        means = [c["mean"] for c in entry["entropy"].values()]
+        seeds = [[e["entropy"][f]["mean"] for e in entry.get("by_seed", {}).values() if f in e["entropy"]] or [m]
+                 for f, m in zip(entry["entropy"], means)]
+        yerr = [[m - min(v) for m, v in zip(means, seeds)], [max(v) - m for m, v in zip(means, seeds)]]
+        axes[1].errorbar(lengths, means, yerr=yerr, fmt=style, color=color, marker="o", label=label, linewidth=1.2, capsize=2)
     T = max(FACTORS) * lab.train_length
     n = torch.arange(1, T + 1, dtype=torch.float32)
     axes[0].plot(n.tolist(), torch.log(n).tolist(), color="black", linestyle=":", linewidth=1, label="uniform (ln n)")
@@ -267,41 +300,73 @@ def plot(results: dict[str, dict[str, Any]], lab: Any, path: Path) -> Path:
     axes[1].set_xscale("log", base=2)
     axes[1].set_xlabel("evaluation length")
     axes[1].set_ylabel("mean attention entropy (nats)")
-    axes[1].set_title("mean over every query, layer and head")
+    axes[1].set_title("mean over every query, layer and head (bars: min..max over seeds)")
     axes[1].legend(fontsize=7, ncol=2)
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
     return save_figure(fig, path)
 
 
-def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[str, ...] = SCHEMES) -> dict:
-    """Measure entropies (and perplexity at L and 4x L) of every lab model and variant; table, plot, claims."""
+def measure_variant(run_dir: Path, lab: Any, scaling: dict[str, Any] | None, logn: bool, bin_width: int) -> dict[str, Any]:
+    """Entropy maps at every factor and perplexity at 1x and 4x L of one model read one way."""
+    model, tokenizer, config = load_model(run_dir)
+    if scaling is not None or logn:
+        apply_rope_scaling(model, scaling, True if logn else None, original_max_len=lab.train_length)
+    tokens = RunFolder(run_dir).split_tokens("val", tokenizer)
+    entry: dict[str, Any] = {"entropy": {}}
+    for factor in FACTORS:
+        length = factor * lab.train_length
+        limit = model.position.max_positions
+        if limit is not None and length > limit:
+            continue  # a bounded table: nothing to measure past it
+        idx = sample_windows(tokens, length, lab.entropy_batch)
+        entry["entropy"][str(factor)] = summarise(attention_entropy(model, idx), lab.train_length, bin_width)
+    ppl = {}
+    for factor in (1, 4):
+        cell = evaluate_length(model, tokens, factor * lab.train_length, lab.n_targets)
+        ppl[str(factor)] = None if "cannot" in cell else cell["nonoverlapping"]["ppl"]
+    entry["ppl"] = ppl
+    entry["ppl_ratio"] = None if None in ppl.values() else ppl["4"] / ppl["1"]
+    return entry
+
+
+_SCALARS = ("mean", "in_window", "in_window_normalised", "past_window", "past_window_normalised", "rise", "rise_normalised")
+
+
+def mean_entry(by_seed: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The seeds' entries averaged: scalar entropy figures and ``by_position`` (mean), with each scalar's sd."""
+    entries = list(by_seed.values())
+    out: dict[str, Any] = {"entropy": {}}
+    for key in entries[0]["entropy"]:
+        cells = [e["entropy"][key] for e in entries if key in e["entropy"]]
+        cell: dict[str, Any] = {k: cells[0][k] for k in ("length", "bin_starts")}
+        for field in _SCALARS:
+            if all(field in c for c in cells):
+                mean, sd = mean_sd([c[field] for c in cells])
+                cell[field], cell[f"{field}_sd"] = mean, sd
+        cell["by_position"] = [sum(v) / len(v) for v in zip(*(c["by_position"] for c in cells))]
+        out["entropy"][key] = cell
+    ratios = [e["ppl_ratio"] for e in entries if e.get("ppl_ratio") is not None]
+    out["ppl_ratio"] = sum(ratios) / len(ratios) if len(ratios) == len(entries) else None
+    out["ppl_ratio_sd"] = mean_sd(ratios)[1] if out["ppl_ratio"] is not None else None
+    return out
+
+
+def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[str, ...] = SCHEMES,
+        seeds: tuple[int, ...] = SEEDS, workers: int | None = None) -> dict:
+    """Measure entropies (and perplexity at L and 4x L) of every lab model, seed and variant; table, plot, claims."""
     lab = size_of(quick, size)
     out = Path(out)
     start = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
     bin_width = max(1, lab.train_length // 2)
+    run_dirs = shared_models(tuple(schemes), lab, out, tuple(seeds), workers)
     for scheme in schemes:
-        run_dir = shared_model(scheme, lab, out)
         for label, scaling, logn in variants_of(scheme):
-            model, tokenizer, config = load_model(run_dir)
-            if scaling is not None or logn:
-                apply_rope_scaling(model, scaling, True if logn else None, original_max_len=lab.train_length)
-            tokens = RunFolder(run_dir).split_tokens("val", tokenizer)
-            entry: dict[str, Any] = {"scheme": scheme, "rope_scaling": scaling, "logn_scaling": logn, "entropy": {}}
-            for factor in FACTORS:
-                length = factor * lab.train_length
-                limit = model.position.max_positions
-                if limit is not None and length > limit:
-                    continue  # a learned table: nothing to measure past it
-                idx = sample_windows(tokens, length, lab.entropy_batch)
-                entry["entropy"][str(factor)] = summarise(attention_entropy(model, idx), lab.train_length, bin_width)
-            ppl = {}
-            for factor in (1, 4):
-                cell = evaluate_length(model, tokens, factor * lab.train_length, lab.n_targets)
-                ppl[str(factor)] = None if "cannot" in cell else cell["nonoverlapping"]["ppl"]
-            entry["ppl"] = ppl
-            entry["ppl_ratio"] = None if None in ppl.values() else ppl["4"] / ppl["1"]
+            by_seed = {str(seed): measure_variant(run_dir, lab, scaling, logn, bin_width)
+                       for seed, run_dir in run_dirs[scheme].items()}
+            entry = {"scheme": scheme, "rope_scaling": scaling, "logn_scaling": logn, **mean_entry(by_seed),
+                     "by_seed": by_seed, "runs": {str(seed): str(d) for seed, d in run_dirs[scheme].items()}}
             results[label] = entry
 
     headers = ["model"] + [f"{f}x" for f in FACTORS] + ["in [L/2,L) @4x", "past L @4x", "rise @4x", "norm. rise @4x", "ppl 4x/1x"]
@@ -316,7 +381,11 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
                        f"{four['rise_normalised']:+.3f}" if "rise_normalised" in four else "-",
                        f"{entry['ppl_ratio']:.3f}" if entry["ppl_ratio"] is not None else "-"])
     print_table(headers, rows, title=f"mean attention entropy (nats) per evaluation length; trained at L={lab.train_length} "
-                                     f"({lab.entropy_batch} sequences per length)")
+                                     f"({lab.entropy_batch} sequences per length; means over {len(seeds)} seeds)")
+    rises = [[label, pm([e["entropy"]["4"]["rise"] for e in entry["by_seed"].values()])]
+             for label, entry in results.items() if all("rise" in e["entropy"].get("4", {}) for e in entry["by_seed"].values())]
+    print_table(["model", "entropy rise at 4x L: mean ± sd over seeds"], rises, title="the rise per seed")
+    print(baseline_line(CORPUS))
     claims = entropy_claims(results)
     print_claims(claims)
     figure = plot(results, lab, out / "attention_entropy.png")
@@ -327,6 +396,9 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         "factors": list(FACTORS),
         "bin_width": bin_width,
         "query_block": QUERY_BLOCK,
+        "seeds": list(seeds),
+        "corpus": CORPUS,
+        "unigram_entropy_nats": unigram_entropy(CORPUS),
         "models": results,
         "claims": claims,
         "figure": str(figure),

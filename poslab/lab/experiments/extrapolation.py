@@ -30,6 +30,7 @@ import torch
 
 from poslab.analysis.eval import evaluate_length
 from poslab.display import new_figure, print_table, save_figure
+from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, best_of, bound, mean_sd, missed_by, paired
 from poslab.runs import RunFolder
 
 NAME = "extrapolation"
@@ -60,6 +61,8 @@ SCHEMES = lab_schemes()
 FACTORS = (1, 2, 4, 8, 16)
 CORPUS = "shakespeare"
 SEED = 1337
+#: the seeds every lab model is trained with (the rule needs at least 3 per arm; poslab.lab.verdicts)
+SEEDS = (1337, 1338, 1339)
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,8 @@ def size_of(quick: bool, size: str | None = None) -> Size:
 # ------------------------------------------------------------------------------------ training
 def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None = None, block_size: int | None = None,
                  position_config: dict | None = None, steps: int | None = None, batch_size: int | None = None,
-                 lr: float | None = None, warmup_steps: int | None = None, init_from: str | None = None) -> Any:
+                 lr: float | None = None, warmup_steps: int | None = None, init_from: str | None = None,
+                 seed: int = SEED) -> Any:
     """The :class:`poslab.training.config.TrainConfig` of one lab model (same data, seed and recipe for every scheme).
 
     The recipe is nanoGPT's (AdamW, warmup + cosine, no dropout, no biases) plus a LayerNorm on the
@@ -120,11 +124,19 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
     embeddings, the unit-amplitude sinusoidal code swamps the content and the sinusoidal model does not
     train at this scale (quick size, measured: validation loss 3.34 against 2.45 for a learned table;
     2.50 with the norm). The norm costs the other schemes about 0.1 nats at the quick size.
+
+    The learned table has ``max(FACTORS) * L`` rows, of which training only ever reads the first ``L``
+    (as a GPT-2 checkpoint's table past the lengths it was trained on): the rows past ``L`` keep their
+    random initialisation, so the model can be read past ``L`` and the lesson's "collapse" measured.
+    Every model records its ``seed`` (model initialisation and batches); :data:`SEEDS` are the lab's.
     """
     from poslab.training.config import TrainConfig
 
     steps = steps or size.steps
     lr = lr or size.lr
+    position_config = dict(position_config or {})
+    if scheme == "learned" and block_size is None and "max_len" not in position_config:
+        position_config["max_len"] = max(FACTORS) * size.train_length
     values: dict[str, Any] = {
         "name": name or scheme,
         "out_dir": str(models_dir),
@@ -132,7 +144,7 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
         "tokenizer": "char",
         "model": {"n_layer": size.n_layer, "n_head": size.n_head, "n_embd": size.n_embd,
                   "block_size": block_size or size.train_length, "dropout": 0.0, "bias": False,
-                  "embed_norm": True, "position": scheme, "position_config": dict(position_config or {})},
+                  "embed_norm": True, "position": scheme, "position_config": position_config},
         "max_steps": steps,
         "batch_size": batch_size or size.batch_size,
         "lr": lr,
@@ -141,12 +153,12 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
         "beta2": 0.99,
         "weight_decay": 0.1,
         "grad_clip": 1.0,
-        "eval_interval": steps,
+        "eval_interval": max(1, steps // 5),  # five points of the validation curve
         "eval_iters": 4,
         "log_interval": max(1, steps // 10),
         "ckpt_interval": 0,
         "keep_checkpoints": 1,
-        "seed": SEED,
+        "seed": seed,
     }
     if init_from is not None:
         values["init_from"] = init_from
@@ -164,10 +176,12 @@ def _same_run(run_dir: Path, cfg: Any) -> bool:
         saved = run.config()
     except (OSError, RunFileError):
         return False
-    wanted = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "out_dir", "model")}
-    have = {k: v for k, v in saved["train"].items() if k not in ("name", "out_dir")}
-    model = {k: v for k, v in saved["model"].items() if k != "vocab_size"}
-    return have == wanted and model == cfg.to_dict()["model"]
+    # threads change no result (tests/test_train_experiments.py: parallel one-thread == sequential)
+    wanted = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "out_dir", "model", "threads")}
+    have = {k: v for k, v in saved.get("train", {}).items() if k not in ("name", "out_dir", "threads")}
+    model = {k: v for k, v in saved.get("model", {}).items() if k != "vocab_size"}
+    expected_model = {k: v for k, v in cfg.to_dict()["model"].items() if k != "vocab_size"}
+    return have == wanted and model == expected_model
 
 
 def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
@@ -192,12 +206,75 @@ def models_dir(out: Path, size: Size) -> Path:
     return Path(out) / "models" / size.name
 
 
-def shared_model(scheme: str, size: Size, out: Path) -> Path:
-    """The lab model of ``scheme`` for ``size``: trained into ``OUT/models/SIZE/SCHEME``, or reused from
-    the extrapolation experiment's folder next to ``OUT`` when that one is complete and identical."""
-    cfg = train_config(scheme, size, models_dir(out, size))
-    sibling = Path(out).parent / NAME / "models" / size.name / scheme
-    return ensure_trained(cfg, reuse=(sibling,))
+def run_name(scheme: str, seed: int = SEED) -> str:
+    """A lab model's folder name: ``SCHEME`` for the first seed (:data:`SEED`), ``SCHEME-sN`` for the others."""
+    return scheme if seed == SEED else f"{scheme}-s{seed}"
+
+
+#: the experiment whose quick form trains the same models first (its runs are reused here)
+POSITION_TRAINING = "position-training"
+
+
+def _reuse_candidates(scheme: str, size: Size, out: Path, seed: int) -> tuple[Path, ...]:
+    parent = Path(out).parent
+    return (parent / NAME / "models" / size.name / run_name(scheme, seed),
+            parent / POSITION_TRAINING / "runs" / f"{scheme}-s{seed}")
+
+
+def shared_model(scheme: str, size: Size, out: Path, seed: int = SEED) -> Path:
+    """The lab model of ``scheme`` for ``size`` and ``seed``: trained into ``OUT/models/SIZE/NAME``, or reused
+    from a sibling folder (this experiment's, or the position-training experiment's runs) when one there is
+    complete and identical."""
+    cfg = train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed)
+    return ensure_trained(cfg, reuse=_reuse_candidates(scheme, size, out, seed))
+
+
+def _ensure_one(values: dict, reuse: tuple[str, ...]) -> str:
+    """Worker: :func:`ensure_trained` of one config (one thread), returns the run folder."""
+    from poslab.training.config import TrainConfig
+
+    return str(ensure_trained(TrainConfig.from_dict(values), tuple(Path(r) for r in reuse)))
+
+
+def shared_models(schemes: tuple[str, ...] | list[str], size: Size, out: Path, seeds: tuple[int, ...] = SEEDS,
+                  workers: int | None = None) -> dict[str, dict[int, Path]]:
+    """:func:`shared_model` for every scheme and seed, training the missing ones ``workers`` at a time.
+
+    Returns:
+        scheme -> seed -> run folder.
+    """
+    import concurrent.futures
+    import multiprocessing
+
+    from poslab.lab.experiments.head_count import default_workers
+
+    workers = default_workers() if workers is None else workers
+    jobs = {}
+    found: dict[str, dict[int, Path]] = {s: {} for s in schemes}
+    for scheme in schemes:
+        for seed in seeds:
+            cfg = train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed)
+            reuse = _reuse_candidates(scheme, size, out, seed)
+            done = next((c for c in (Path(cfg.out_dir) / cfg.name, *reuse) if _same_run(c, cfg)), None)
+            if done is not None:
+                found[scheme][seed] = done
+            else:
+                jobs[(scheme, seed)] = (cfg, reuse)
+    if jobs:
+        print(f"--- training {len(jobs)} lab models ({min(workers, len(jobs))} at a time): "
+              f"{', '.join(f'{s}/{seed}' for s, seed in jobs)}", flush=True)
+    if workers == 1 or len(jobs) <= 1:
+        for (scheme, seed), (cfg, reuse) in jobs.items():
+            found[scheme][seed] = ensure_trained(cfg, reuse)
+    elif jobs:
+        context = multiprocessing.get_context("spawn")  # not fork: see head_count.train_variants
+        with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
+            futures = {pool.submit(_ensure_one, {**cfg.to_dict(), "threads": cfg.threads or 1}, tuple(map(str, reuse))): key
+                       for key, (cfg, reuse) in jobs.items()}
+            for future in concurrent.futures.as_completed(futures):
+                scheme, seed = futures[future]
+                found[scheme][seed] = Path(future.result())
+    return {s: {seed: found[s][seed] for seed in seeds} for s in schemes}
 
 
 def load_model(run_dir: Path) -> tuple[Any, Any, dict]:
@@ -211,7 +288,8 @@ def load_model(run_dir: Path) -> tuple[Any, Any, dict]:
 # ------------------------------------------------------------------------------------ claims
 def claim(claim_text: str, source: str, criterion: str, measured: dict[str, Any], held: bool | None,
           note: str | None = None) -> dict[str, Any]:
-    """One tested claim: the measured figures and a verdict computed from them (``held=None``: not measurable)."""
+    """The older two-valued claim entry, kept only for ``context_extension`` until it writes
+    :class:`poslab.lab.verdicts.ClaimRecord` dicts (the report shows such an entry as inconclusive)."""
     verdict = "not measurable" if held is None else ("held" if held else "did not hold at this scale")
     out = {"claim": claim_text, "source": source, "criterion": criterion, "measured": measured,
            "held": held, "verdict": verdict}
@@ -250,63 +328,111 @@ def undertrained(table: dict[str, dict[str, Any]], mode: str = "nonoverlapping")
     return {s: {"ppl_L": v, "median_L": median} for s, v in at_l.items() if v is not None and v > UNDERTRAINED * median}
 
 
-def extrapolation_claims(table: dict[str, dict[str, Any]], mode: str = "nonoverlapping") -> list[dict[str, Any]]:
-    """The claims this experiment tests, each with its figures and verdict (see the module docstring)."""
-    def p(scheme: str, factor: int) -> float | None:
-        return _ppl(table, scheme, factor, mode)
+def _seed_values(tables: dict[str, dict[str, dict]], scheme: str, factor: int, mode: str) -> list[float] | None:
+    """Per-seed perplexities of ``scheme`` at ``factor`` x L (``None`` if any seed lacks it)."""
+    by_seed = tables.get(scheme)
+    if not by_seed:
+        return None
+    values = [_ppl(table, scheme, factor, mode) for table in ({scheme: t} for t in by_seed.values())]
+    return None if any(v is None for v in values) else values
 
-    def r(scheme: str, factor: int) -> float | None:
-        return ratio(p(scheme, factor), p(scheme, 1))
 
-    failed = undertrained(table, mode)
+def undertrained_seeded(tables: dict[str, dict[str, dict]], mode: str = "nonoverlapping") -> dict[str, dict[str, float]]:
+    """:func:`undertrained` on the mean perplexity at L over each scheme's seeds."""
+    means = {}
+    for scheme in tables:
+        values = _seed_values(tables, scheme, 1, mode)
+        if values:
+            means[scheme] = {"1": {mode: {"ppl": sum(values) / len(values)}}}
+    return undertrained(means, mode)
 
-    def judged(schemes: tuple[str, ...], held: bool | None) -> tuple[bool | None, str | None]:
-        """``held``, unless one of ``schemes`` did not learn in-length (then not measurable, with why)."""
+
+def extrapolation_claims(tables: dict[str, dict[str, dict]], mode: str = "nonoverlapping",
+                         baseline: float | None = None) -> list[dict[str, Any]]:
+    """The claims this experiment tests as :class:`poslab.lab.verdicts.ClaimRecord` dicts (see the module docstring).
+
+    Args:
+        tables: scheme -> seed -> factor -> evaluation cell (:func:`evaluate_scheme` of each seed's model).
+        mode: ``"nonoverlapping"`` or ``"sliding"``.
+        baseline: the corpus's unigram entropy (nats): a scheme whose mean in-length loss is not below it
+            learned nothing beyond character frequencies, and its claims are inconclusive.
+
+    Ratios ``ppl(fL) / ppl(L)`` are taken per seed (the same model read at two lengths) and their mean
+    tested against the claim's bound; comparisons between schemes use the loss ``ln ppl``, paired by
+    seed (seed i trains every scheme on the same batches).
+    """
+    failed = undertrained_seeded(tables, mode)
+    if baseline is not None:
+        for scheme in tables:
+            at_l = _seed_values(tables, scheme, 1, mode)
+            if at_l and math.log(sum(at_l) / len(at_l)) >= baseline and scheme not in failed:
+                failed[scheme] = {"ppl_L": sum(at_l) / len(at_l), "median_L": math.exp(baseline), "baseline": True}
+
+    def ppl(scheme: str, factor: int) -> list[float] | None:
+        return _seed_values(tables, scheme, factor, mode)
+
+    def ratios(scheme: str, factor: int) -> list[float] | None:
+        top, base = ppl(scheme, factor), ppl(scheme, 1)
+        return None if top is None or base is None else [t / b for t, b in zip(top, base)]
+
+    def losses(scheme: str, factor: int) -> list[float] | None:
+        values = ppl(scheme, factor)
+        return None if values is None else [math.log(v) for v in values]
+
+    def missing(text: str, source: str, criterion: str, schemes: tuple[str, ...], needed: list | None) -> dict | None:
+        """An inconclusive record when a scheme was not measured or did not learn in-length (else ``None``)."""
         bad = [s for s in schemes if s in failed]
-        if not bad:
-            return held, None
-        return None, "; ".join(f"{s} did not train (ppl at L {failed[s]['ppl_L']:.3g} > {UNDERTRAINED}x the median "
-                               f"{failed[s]['median_L']:.3g}): its curve says nothing about extrapolation" for s in bad)
+        if bad:
+            why = "; ".join(f"{s} did not train (ppl at L {failed[s]['ppl_L']:.3g} "
+                            + (f">= the unigram baseline's {failed[s]['median_L']:.3g}" if failed[s].get("baseline") else
+                               f"> {UNDERTRAINED}x the median {failed[s]['median_L']:.3g}")
+                            + "): its curve says nothing about extrapolation" for s in bad)
+        elif any(v is None for v in needed or [None]):
+            why = f"not measured: needs {', '.join(schemes)} evaluated at every length"
+        else:
+            return None
+        return ClaimRecord(text, source, criterion, why, None, None, 0, INCONCLUSIVE).to_dict()
 
-    out = []
-    alibi_r4 = r("alibi", 4)
-    out.append(claim("ALiBi's perplexity at 4x L stays within 1.10x its value at L", "Press et al. 2022 (ALiBi)",
-                     "ppl(4L) / ppl(L) <= 1.10",
-                     {"ppl_L": p("alibi", 1), "ppl_4L": p("alibi", 4), "ratio": alibi_r4},
-                     *judged(("alibi",), None if alibi_r4 is None else alibi_r4 <= 1.10)))
-    for scheme, label in (("sinusoidal", "sinusoidal"), ("rope", "plain RoPE")):
-        value = r(scheme, 4)
-        out.append(claim(f"{label} degrades past L: perplexity at 4x L at least 1.5x its value at L",
-                         "Press et al. 2022 (ALiBi)", "ppl(4L) / ppl(L) >= 1.5",
-                         {"ppl_L": p(scheme, 1), "ppl_4L": p(scheme, 4), "ratio": value},
-                         *judged((scheme,), None if value is None else value >= 1.5)))
-    a8, r8, s8 = p("alibi", 8), p("rope", 8), p("sinusoidal", 8)
-    out.append(claim("at 8x L: ALiBi < RoPE < sinusoidal", "Press et al. 2022 (ALiBi)", "ppl_alibi(8L) < ppl_rope(8L) < ppl_sinusoidal(8L)",
-                     {"alibi": a8, "rope": r8, "sinusoidal": s8},
-                     *judged(("alibi", "rope", "sinusoidal"), None if None in (a8, r8, s8) else a8 < r8 < s8)))
-    learned_cells = table.get("learned", {})
-    past = {f: learned_cells.get(str(f), {}) for f in FACTORS if f > 1}
-    out.append(claim("a learned absolute table has nothing past the training length", "seed 000 §2.2",
-                     "every evaluation past L is impossible (no table row), not silently clamped",
-                     {f"{f}x": c.get("cannot", "evaluated") for f, c in past.items()},
-                     None if not past else all("cannot" in c for c in past.values())))
-    rope_r4, t5_r4 = r("rope", 4), r("t5", 4)
-    out.append(claim("RoPE extrapolates better than the relative-bias schemes T5 and ALiBi", "seed 000 §2.2 (table: RoPE 'good', T5/ALiBi 'medium')",
-                     "ppl(4L)/ppl(L) of RoPE < that of T5 and of ALiBi",
-                     {"rope_ratio": rope_r4, "t5_ratio": t5_r4, "alibi_ratio": alibi_r4},
-                     *judged(("rope", "t5", "alibi"), None if None in (rope_r4, t5_r4, alibi_r4) else rope_r4 < min(t5_r4, alibi_r4))))
-    rope_r16 = r("rope", 16)
-    out.append(claim("RoPE's perplexity 'jumps from 10 to 100+' past the training length", "seed 000 Q4",
-                     "ppl(16L) / ppl(L) >= 10",
-                     {"ppl_L": p("rope", 1), "ppl_16L": p("rope", 16), "ratio": rope_r16},
-                     *judged(("rope",), None if rope_r16 is None else rope_r16 >= 10)))
-    xl_r4 = r("xl", 4)
-    out.append(claim("Transformer-XL's relative encoding solves long-sequence generalization", "seed 002 §4.1",
-                     "ppl(4L) / ppl(L) <= 1.10 (the ALiBi criterion)",
-                     {"ppl_L": p("xl", 1), "ppl_4L": p("xl", 4), "ratio": xl_r4},
-                     *judged(("xl",), None if xl_r4 is None else xl_r4 <= 1.10)))
+    out: list[dict[str, Any]] = []
+
+    def ratio_bound(text: str, source: str, scheme: str, factor: int, limit: float, below: bool) -> None:
+        values = ratios(scheme, factor)
+        crit = f"ppl({factor}L) / ppl(L) of {scheme} {'<=' if below else '>='} {limit:g}, per seed"
+        out.append(missing(text, source, crit, (scheme,), [values]) or
+                   bound(text, source, values, limit, below=below, label=scheme, metric=f"ppl({factor}L) / ppl(L)",
+                         criterion=crit).to_dict())
+
+    def scheme_compare(text: str, source: str, better: str, worse: str, factor: int) -> None:
+        a, b = losses(better, factor), losses(worse, factor)
+        crit = f"ln ppl at {factor}x L of {better} < that of {worse}"
+        out.append(missing(text, source, crit, (better, worse), [a, b]) or
+                   paired(text, source, a, b, better_label=better, worse_label=worse,
+                          metric=f"ln ppl at {factor}x L", criterion=crit).to_dict())
+
+    ratio_bound("ALiBi's perplexity at 4x L stays within 1.10x its value at L", "Press et al. 2022 (ALiBi)",
+                "alibi", 4, 1.10, below=True)
+    ratio_bound("sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L", "Press et al. 2022 (ALiBi)",
+                "sinusoidal", 4, 1.5, below=False)
+    ratio_bound("plain RoPE degrades past L: perplexity at 4x L at least 1.5x its value at L", "Press et al. 2022 (ALiBi)",
+                "rope", 4, 1.5, below=False)
+    scheme_compare("at 8x L: ALiBi < RoPE", "Press et al. 2022 (ALiBi)", "alibi", "rope", 8)
+    scheme_compare("at 8x L: RoPE < sinusoidal", "Press et al. 2022 (ALiBi)", "rope", "sinusoidal", 8)
+    ratio_bound("a learned absolute table collapses past the training length (its rows past L were never trained)",
+                "seed 000 §2.2 (超出训练长度就崩)", "learned", 2, 1.5, below=False)
+    scheme_compare("RoPE reads past the training length better than a learned table", "seed 000 §2.2 (RoPE 'good', "
+                   "learned 'collapses')", "rope", "learned", 4)
+    text = "RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"
+    source = "seed 000 §2.2 (table: RoPE 'good', T5/ALiBi 'medium')"
+    arms = {s: ratios(s, 4) for s in ("rope", "t5", "alibi")}
+    crit = "ppl(4L)/ppl(L) of RoPE < that of T5 and of ALiBi"
+    out.append(missing(text, source, crit, tuple(arms), list(arms.values())) or
+               best_of(text, source, arms, ["rope"], metric="ppl(4L) / ppl(L)", paired_seeds=True).to_dict())
+    ratio_bound("RoPE's perplexity 'jumps from 10 to 100+' past the training length", "seed 000 Q4", "rope", 16, 10.0,
+                below=False)
+    ratio_bound("Transformer-XL's relative encoding solves long-sequence generalization", "seed 002 §4.1", "xl", 4, 1.10,
+                below=True)
     for c in out:
-        c["mode"] = mode
+        c.setdefault("details", {})["mode"] = mode
     return out
 
 
@@ -322,8 +448,34 @@ def evaluate_scheme(run_dir: Path, size: Size) -> dict[str, Any]:
     return cells
 
 
+def aggregate(tables: dict[str, dict[str, dict]]) -> dict[str, dict[str, Any]]:
+    """scheme -> factor -> ``{"cannot": why}`` or ``{mode: {"ppl": mean, "ppl_sd": sd, "ppl_seeds": [...]}}`` over seeds."""
+    out: dict[str, dict[str, Any]] = {}
+    for scheme, by_seed in tables.items():
+        cells: dict[str, Any] = {}
+        for factor in FACTORS:
+            key = str(factor)
+            seeds = [t[key] for t in by_seed.values()]
+            blocked = next((c for c in seeds if "cannot" in c), None)
+            if blocked is not None:
+                cells[key] = {"length": blocked["length"], "cannot": blocked["cannot"]}
+                continue
+            cell: dict[str, Any] = {"length": seeds[0]["length"]}
+            for mode in ("nonoverlapping", "sliding"):
+                values = [c[mode]["ppl"] for c in seeds if c.get(mode)]
+                if len(values) == len(seeds):
+                    mean, sd = mean_sd(values)
+                    cell[mode] = {"ppl": mean, "ppl_sd": sd, "ppl_seeds": values}
+            cells[key] = cell
+        out[scheme] = cells
+    return out
+
+
 def plot(table: dict[str, dict[str, Any]], size: Size, path: Path) -> Path:
-    """Log-log perplexity vs evaluation length, one line per scheme (non-overlapping and sliding)."""
+    """Log-log perplexity vs evaluation length, one line per scheme (non-overlapping and sliding).
+
+    ``table`` is :func:`aggregate`'s: the line is the mean over seeds, the error bars the min..max.
+    """
     from matplotlib import colormaps
     from matplotlib.ticker import ScalarFormatter
 
@@ -331,38 +483,63 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path) -> Path:
     fig, axes = new_figure(1, 2, size=(13.0, 5.0))
     for ax, mode, title in ((axes[0], "nonoverlapping", "non-overlapping chunks"), (axes[1], "sliding", "sliding window (stride length/2)")):
         for i, scheme in enumerate(table):
-            xs = [f * size.train_length for f in FACTORS if _ppl(table, scheme, f, mode) is not None]
-            ys = [_ppl(table, scheme, f, mode) for f in FACTORS if _ppl(table, scheme, f, mode) is not None]
-            ax.plot(xs, ys, marker="o", label=scheme if len(xs) > 1 else f"{scheme} (only L)", color=colors(i % 10))
+            points = [(f * size.train_length, table[scheme][str(f)][mode]) for f in FACTORS
+                      if mode in table[scheme].get(str(f), {})]
+            if not points:
+                continue
+            xs = [x for x, _ in points]
+            ys = [c["ppl"] for _, c in points]
+            seeds = [c.get("ppl_seeds") or [c["ppl"]] for _, c in points]
+            yerr = [[y - min(v) for y, v in zip(ys, seeds)], [max(v) - y for y, v in zip(ys, seeds)]]
+            n = len(seeds[0])
+            ax.errorbar(xs, ys, yerr=yerr, marker="o", capsize=3, color=colors(i % 10),
+                        label=f"{scheme} (n={n})" if len(xs) > 1 else f"{scheme} (only L, n={n})")
         ax.axvline(size.train_length, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(ScalarFormatter())
         ax.yaxis.set_minor_formatter(ScalarFormatter())
         ax.set_xlabel("evaluation length (tokens)")
-        ax.set_ylabel("perplexity")
+        ax.set_ylabel("perplexity (mean over seeds; bars: min..max)")
         ax.set_title(f"{title}; trained at L={size.train_length}")
         ax.grid(True, which="both", alpha=0.3)
     axes[1].legend(fontsize=8, ncol=2)
     return save_figure(fig, path)
 
 
-def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[str, ...] = SCHEMES) -> dict:
-    """Train (or reuse) one model per scheme, evaluate at 1x..16x L, print the table, plot, return the results."""
+def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[str, ...] = SCHEMES,
+        seeds: tuple[int, ...] = SEEDS, workers: int | None = None) -> dict:
+    """Train (or reuse) one model per scheme and seed, evaluate at 1x..16x L, print the tables, plot, judge.
+
+    Args:
+        out: output folder (models in ``out/models/SIZE/NAME``, :func:`run_name`).
+        quick: the demo's size; ``size`` names one of :data:`SIZES` instead.
+        schemes: position schemes to train.
+        seeds: training seeds (at least 3 for conclusive verdicts).
+        workers: trainings at a time (default: :func:`poslab.lab.experiments.head_count.default_workers`).
+    """
+    from poslab.lab.experiments.common import baseline_line, unigram_entropy
+
     lab = size_of(quick, size)
     out = Path(out)
     start = time.perf_counter()
-    table: dict[str, dict[str, Any]] = {}
+    t0 = time.perf_counter()
+    run_dirs = shared_models(tuple(schemes), lab, out, tuple(seeds), workers)
+    train_s = time.perf_counter() - t0
+    tables: dict[str, dict[str, dict]] = {}
     training: dict[str, Any] = {}
     for scheme in schemes:
-        t0 = time.perf_counter()
-        run_dir = shared_model(scheme, lab, out)
-        trained_s = time.perf_counter() - t0
-        results = RunFolder(run_dir).results() or {}
+        tables[scheme] = {}
+        finals = []
         t1 = time.perf_counter()
-        table[scheme] = evaluate_scheme(run_dir, lab)
-        training[scheme] = {"run": str(run_dir), "final_val_loss": results.get("final_val_loss"),
-                            "train_seconds": trained_s, "eval_seconds": time.perf_counter() - t1}
+        for seed, run_dir in run_dirs[scheme].items():
+            results = RunFolder(run_dir).results() or {}
+            finals.append(results.get("final_val_loss"))
+            tables[scheme][str(seed)] = evaluate_scheme(run_dir, lab)
+        training[scheme] = {"runs": {str(seed): str(d) for seed, d in run_dirs[scheme].items()},
+                            "final_val_loss": finals, "eval_seconds": time.perf_counter() - t1}
+    table = aggregate(tables)
+    baseline = unigram_entropy(CORPUS)
     headers = ["scheme"] + [f"{f}x ({f * lab.train_length})" for f in FACTORS]
     for mode, title in (("nonoverlapping", "non-overlapping chunks"), ("sliding", "sliding window, stride length/2")):
         rows = []
@@ -370,28 +547,37 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
             row = [scheme]
             for f in FACTORS:
                 cell = cells[str(f)]
-                row.append(f"cannot ({cell['cannot']})" if "cannot" in cell else f"{cell[mode]['ppl']:.3f}")
+                if "cannot" in cell:
+                    row.append(f"cannot ({cell['cannot']})")
+                else:
+                    sd = cell[mode]["ppl_sd"]
+                    row.append(f"{cell[mode]['ppl']:.3f}" + (f" ± {sd:.3f}" if sd is not None else ""))
             rows.append(row)
         print_table(headers, rows, title=f"validation perplexity, {title} (trained at L={lab.train_length}, "
-                                         f"{lab.n_targets} targets at every length)")
-    claims = extrapolation_claims(table, "nonoverlapping")
-    sliding_claims = extrapolation_claims(table, "sliding")
+                                         f"{lab.n_targets} targets at every length; mean ± sd over {len(seeds)} seeds)")
+    print(f"  in-length loss = ln(ppl at 1x); {baseline_line(CORPUS).strip()} (perplexity {math.exp(baseline):.2f})")
+    claims = extrapolation_claims(tables, "nonoverlapping", baseline)
+    sliding_claims = extrapolation_claims(tables, "sliding", baseline)
     for c, s in zip(claims, sliding_claims):
-        c["held_sliding_window"] = s["held"]
-        c["measured_sliding_window"] = s["measured"]
+        c["details"]["sliding_window"] = {k: s.get(k) for k in ("measured", "margin", "noise", "verdict")}
     print_claims(claims)
     figure = plot(table, lab, out / "extrapolation.png")
     return {
         "experiment": NAME,
         "size": dataclasses.asdict(lab),
         "corpus": CORPUS,
+        "unigram_entropy_nats": baseline,
         "seed": SEED,
+        "seeds": list(seeds),
         "train_length": lab.train_length,
         "factors": list(FACTORS),
         "lengths": [f * lab.train_length for f in FACTORS],
         "n_targets": lab.n_targets,
         "perplexity": table,
+        "perplexity_by_seed": tables,
+        "run_dirs": {scheme: {str(seed): str(d) for seed, d in by_seed.items()} for scheme, by_seed in run_dirs.items()},
         "training": training,
+        "train_seconds": train_s,
         "claims": claims,
         "figure": str(figure),
         "seconds": time.perf_counter() - start,
@@ -400,14 +586,24 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
 
 
 def print_claims(claims: list[dict[str, Any]]) -> None:
-    """Print the verdicts as a table."""
+    """Print the verdicts as a table: verdict, claim, measured, margin against noise.
+
+    Takes :class:`poslab.lab.verdicts.ClaimRecord` dicts (and, for experiments not yet converted,
+    the older ``{"claim", "measured": {...}, "verdict"}`` entries).
+    """
     rows = []
     for c in claims:
-        figures = ", ".join(f"{k}={_fmt(v)}" for k, v in c["measured"].items())
+        measured = c.get("measured", "")
+        if isinstance(measured, dict):
+            measured = ", ".join(f"{k}={_fmt(v)}" for k, v in measured.items())
         if c.get("note"):
-            figures += f" ({c['note']})"
-        rows.append([c["verdict"], c["claim"], figures])
-    print_table(["verdict", "claim", "measured"], rows, title="claims", align="lll")
+            measured += f" ({c['note']})"
+        try:
+            against = missed_by(c)
+        except (ValueError, TypeError):
+            against = "-"
+        rows.append([c.get("verdict", "?"), c.get("claim", "?"), measured, against])
+    print_table(["verdict", "claim", "measured", "margin vs noise"], rows, title="claims", align="llll")
 
 
 def _fmt(value: Any) -> str:

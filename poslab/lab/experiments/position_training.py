@@ -2,12 +2,19 @@
 
 Seed 001 keeps GPT-2's learned position table and, as a challenge (exercise 3), asks to add RoPE
 (Su et al. 2021, https://arxiv.org/abs/2104.09864), drop ``pos_emb`` and compare training. poslab
-trains its ``tang-small`` GPT once per registered scheme — ``none`` (NoPE, Haviv et al. 2022),
-``learned``, ``sinusoidal``, ``rope``, ``xpos``, ``alibi``, ``t5``, ``kerple``, ``fire``, ``xl`` and any
-scheme registered later — with the same seed, data, batches and schedule, and reports the final
-validation loss, the curves and the training speed. Seed 001 predicts that NoPE still learns
-(the causal mask leaks position) but somewhat worse than explicit positions; the table says by how
-much at this scale.
+trains its GPT once per registered scheme and seed — ``none`` (NoPE, Haviv et al. 2022), ``learned``,
+``sinusoidal``, ``rope``, ``xpos``, ``alibi``, ``t5``, ``kerple``, ``fire``, ``xl`` and any scheme
+registered later — with the same data, batches and schedule, and reports the validation loss (mean
+± sd over 3 seeds, on the whole validation split), the curves (mean and band over seeds) and the
+training speed. Every scheme is trained with the same 3 seeds (seed i: the same batches for every
+scheme), so two schemes are compared on their per-seed differences (:func:`poslab.lab.verdicts.paired`);
+the speed claim, timed on a possibly shared machine at different moments, is compared unpaired. Seed 001 predicts that NoPE still learns (the causal mask leaks position) but
+somewhat worse than explicit positions; the claims are decided by :mod:`poslab.lab.verdicts`.
+
+The full form trains ``tang-small`` (seed 001's GPT on the Tang poems, 1000 steps). The quick form
+trains exactly the lab's quick extrapolation models (tinyshakespeare, 2 layers, n_embd 64, window 64;
+:func:`poslab.lab.experiments.extrapolation.train_config`), so the extrapolation, context-extension and
+attention-entropy experiments of the same lab reuse these runs instead of training them again.
 """
 
 from __future__ import annotations
@@ -16,47 +23,125 @@ from pathlib import Path
 from typing import Any
 
 from poslab.display import print_table
-from poslab.lab.experiments.head_count import base_config, plot_curves, train_variants
+from poslab.lab.experiments.head_count import SEEDS, base_config, print_claims, seed_values, train_seeded
+from poslab.lab.verdicts import compare, deterministic, paired, pm
 from poslab.nn import positions
 
 NAME = "position-training"
-DESCRIPTION = "train the same GPT with every registered position scheme; curves and final val loss (seed 001 ex. 3)"
+DESCRIPTION = "train the same GPT with every registered position scheme, 3 seeds; curves and val loss (seed 001 ex. 3)"
 IN_ALL = False  # it trains: run it by name
+
+#: "only a little worse": NoPE's validation loss within this fraction of the learned table's
+NOPE_MAX_GAP = 0.05
+#: "no extra compute": ALiBi trains at no less than this fraction of the tokens/s of no position encoding
+ALIBI_MIN_SPEED = 0.9
+METRIC = "val loss (whole validation split)"
+
+
+def quick_variants(schemes: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Base and per-scheme overrides that reproduce the extrapolation experiment's quick models exactly."""
+    from poslab.lab.experiments.extrapolation import SIZES, train_config
+
+    base = base_config(True, position="none")
+    variants = {name: {"model": train_config(name, SIZES["quick"], Path("runs")).to_dict()["model"]} for name in schemes}
+    return base, variants
+
+
+def training_claims(losses: dict[str, list[float]], runs: dict[str, list[dict]]) -> list[dict[str, Any]]:
+    """The lessons' claims about training with each scheme, as claim records (schemes absent: skipped)."""
+    out = []
+
+    def have(*names: str) -> bool:
+        return all(n in losses for n in names)
+
+    if have("learned", "none"):
+        out.append(paired("a causal model learns better with positions: the learned table beats none in-length",
+                           "seed 001 (NoPE learns, 'only a little worse')", losses["learned"], losses["none"],
+                           better_label="learned", worse_label="none", metric=METRIC).to_dict())
+        gap = NOPE_MAX_GAP * sum(losses["learned"]) / len(losses["learned"])
+        out.append(paired("不加位置编码的因果语言模型也能学到位置信息，效果只比加了位置编码的差一点 — no position encoding is "
+                           f"at most a little worse (within {NOPE_MAX_GAP:.0%} of the learned table's loss)", "seed 001",
+                           losses["none"], losses["learned"], better_label="none", worse_label="learned", metric=METRIC,
+                           offset=-gap).to_dict())
+    if have("rope", "alibi"):
+        out.append(paired("ALiBi 性能略低于 RoPE — ALiBi trains to a slightly worse loss than RoPE", "seed 000 §4",
+                           losses["rope"], losses["alibi"], better_label="rope", worse_label="alibi", metric=METRIC).to_dict())
+    if have("rope", "learned", "sinusoidal"):
+        from poslab.lab.verdicts import best_of
+
+        out.append(best_of("RoPE 比「加位置向量」更好 — RoPE beats adding a learned or sinusoidal position vector",
+                           "seed 000 Q2", {k: losses[k] for k in ("rope", "learned", "sinusoidal")}, ["rope"],
+                           metric=METRIC, paired_seeds=True).to_dict())
+    for scheme, source, text in (("alibi", "seed 000 §4", "ALiBi 极简：不需要任何参数 — ALiBi adds no parameters"),
+                                 ("rope", "seed 000 Q2, seed 002 §4.2", "RoPE 不增加任何维度，无需显式存储位置编码 — RoPE adds no parameters")):
+        if have(scheme, "none"):
+            mine, none = runs[scheme][0]["n_params"], runs["none"][0]["n_params"]
+            out.append(deterministic(text, source, "parameter count equals the no-position model's exactly (tolerance 0)",
+                                     f"model parameters: {scheme} {mine:,}, no position encoding {none:,}",
+                                     error=float(abs(mine - none)), tolerance=0.0))
+            out[-1] = out[-1].to_dict()
+    if have("alibi", "none"):
+        speed = {k: seed_values(runs[k], "tokens_per_s") for k in ("alibi", "none")}
+        out.append(compare(f"ALiBi 不增加计算 — ALiBi trains at (nearly) the speed of no position encoding "
+                           f"(at least {ALIBI_MIN_SPEED:.0%} of its tokens/s)", "seed 000 §4", speed["alibi"], speed["none"],
+                           better_label="alibi", worse_label="none", metric="training tokens/s (machine may be shared)",
+                           lower_is_better=False, digits=0,
+                           offset=-(1 - ALIBI_MIN_SPEED) * sum(speed["none"]) / len(speed["none"])).to_dict())
+    return out
 
 
 def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: dict[str, Any] | None = None,
-        workers: int | None = None) -> dict:
-    """Train one GPT per scheme, print the table, plot the curves.
+        workers: int | None = None, seeds: tuple[int, ...] = SEEDS) -> dict:
+    """Train one GPT per scheme and seed, print the table, plot the curves, judge the claims.
 
     Args:
-        out: output folder (runs in ``out/runs/SCHEME``, plot ``out/position_training_curves.png``).
-        quick: the short form (200 steps of 8 x 64 tokens).
+        out: output folder (runs in ``out/runs/SCHEME-sSEED``, plot ``out/position_training_curves.png``).
+        quick: the short form (the lab's quick models; see the module docstring).
         schemes: scheme names (default: every registered one).
-        base: a config mapping replacing the ``tang-small`` base (tests use a tiny one).
+        base: a config mapping replacing the base (tests use a tiny one; every scheme then trains on it
+            with ``position`` set).
         workers: trainings at a time (see :func:`poslab.lab.experiments.head_count.train_variants`).
+        seeds: training seeds (at least 3 for a conclusive verdict).
     """
+    from poslab.lab.experiments.common import baseline_line, plot_seeded_curves, unigram_entropy
+
     out = Path(out)
     schemes = list(schemes) if schemes is not None else positions.names()
-    base = base if base is not None else base_config(quick)
-    variants = {name: {"model": {"position": name, "position_config": {}}} for name in schemes}
-    summary = train_variants(out, base, variants, workers)
-    ranked = sorted(schemes, key=lambda s: summary[s]["final_val_loss"])
-    reference = summary["learned"]["final_val_loss"] if "learned" in summary else None
+    if base is None and quick:
+        base, variants = quick_variants(schemes)
+    else:
+        base = base if base is not None else base_config(quick)
+        variants = {name: {"model": {"position": name, "position_config": {}}} for name in schemes}
+    runs = train_seeded(out, base, variants, tuple(seeds), workers)
+    losses = {name: seed_values(runs[name]) for name in schemes}
+    ranked = sorted(schemes, key=lambda s: sum(losses[s]) / len(losses[s]))
+    reference = sum(losses["learned"]) / len(losses["learned"]) if "learned" in losses else None
+    corpus = base.get("corpus", "tang5")
+    baseline = unigram_entropy(corpus, base.get("val_fraction", 0.1))
     rows = []
     for name in ranked:
-        run_summary = summary[name]
-        delta = f"{run_summary['final_val_loss'] - reference:+.4f}" if reference is not None else "-"
-        rows.append([name, f"{run_summary['final_val_loss']:.4f}", delta, f"{run_summary['best_val_loss']:.4f}",
-                     f"{run_summary['tokens_per_s']:,.0f}"])
-    print_table(["scheme", "final val loss", "vs learned", "best val loss", "tokens/s"], rows,
-                title=f"seed 001 exercise 3: one GPT, every position scheme, {base['max_steps']} steps")
-    plot = plot_curves(summary, out / "position_training_curves.png",
-                       f"position schemes, same GPT ({base['max_steps']} steps)")
+        mean = sum(losses[name]) / len(losses[name])
+        delta = f"{mean - reference:+.4f}" if reference is not None else "-"
+        rows.append([name, pm(losses[name], 4), delta, pm(seed_values(runs[name], "best_val_loss"), 4),
+                     f"{sum(seed_values(runs[name], 'tokens_per_s')) / len(seeds):,.0f}"])
+    print_table(["scheme", "val loss (whole split)", "vs learned", "best val loss (sampled)", "tokens/s"], rows,
+                title=f"seed 001 exercise 3: one GPT, every position scheme, {base['max_steps']} steps on {corpus!r}; "
+                      f"mean ± sd over seeds {list(seeds)}")
+    print(baseline_line(corpus, base.get("val_fraction", 0.1)))
+    claims = training_claims(losses, runs)
+    print_claims(claims)
+    plot = plot_seeded_curves(runs, out / "position_training_curves.png",
+                              f"position schemes, same GPT ({base['max_steps']} steps, {corpus})", baseline)
     return {
         "steps": base["max_steps"],
         "quick": quick,
-        "runs": summary,
-        "final_val_loss": {name: summary[name]["final_val_loss"] for name in schemes},
+        "corpus": corpus,
+        "unigram_entropy_nats": baseline,
+        "seeds": list(seeds),
+        "runs": runs,
+        "val_loss": {name: pm(losses[name], 4) for name in schemes},
+        "val_loss_seeds": losses,
         "ranking": ranked,
+        "claims": claims,
         "plot": str(plot),
     }

@@ -17,6 +17,7 @@ import base64
 import datetime as dt
 import html
 import json
+import math
 import os
 import platform
 import sys
@@ -26,8 +27,14 @@ from typing import Any
 from poslab.display.fonts import FAMILY, font_face_css
 from poslab.lab.report import claims as claims_mod
 from poslab.lab.report.sections import KNOWN_FOLDERS, SECTIONS, Section
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, MIN_SEEDS, ClaimRecord, pm, tally
 
 MAX_TABLE_ROWS = 40
+RULE = ("How a verdict is decided: training comparisons run every arm with at least 3 seeds; the margin is the "
+        "difference of the means in the claim's direction and the noise the half-width of its 95% interval (Welch). "
+        "held: margin > noise; did not hold: margin < -noise; inconclusive otherwise, or with fewer than 3 seeds. "
+        "Deterministic claims (counts, tables, float identities) are decided against the tolerance in their criterion. "
+        "docs/lab.md explains the rule.")
 MAX_COLUMNS = 12
 
 
@@ -184,32 +191,58 @@ def numbers_html(results: dict, skip: tuple[str, ...] = ("claims",)) -> str:
     return table + "".join(blocks)
 
 
-def verdict_badge(held: bool | None) -> str:
-    cls = {True: "held", False: "failed", None: "unknown"}[held]
-    text = {True: "held", False: "did not hold at this scale", None: "not measured"}[held]
-    return f"<span class='badge {cls}'>{text}</span>"
+_BADGE = {HELD: "held", DID_NOT_HOLD: "failed", INCONCLUSIVE: "unknown"}
+
+
+def verdict_badge(verdict: str) -> str:
+    return f"<span class='badge {_BADGE.get(verdict, 'unknown')}'>{esc(verdict)}</span>"
+
+
+def margin_text(record: ClaimRecord) -> str:
+    """Margin against noise in words; for an inconclusive verdict, by how much it missed."""
+    if record.margin is None:
+        return "not measurable"
+    if record.noise is None:
+        kind = "deterministic: no seeds" if record.n_seeds == 0 else "no measured noise"
+        return f"margin {claims_mod.num(record.margin)} ({kind}; the tolerance is in the criterion)"
+    text = f"margin {claims_mod.num(record.margin)} vs noise ±{claims_mod.num(record.noise)} (n={record.n_seeds})"
+    if record.verdict == INCONCLUSIVE:
+        if record.n_seeds < MIN_SEEDS:
+            text += f"; fewer than {MIN_SEEDS} seeds"
+        else:
+            text += f"; missed by {claims_mod.num(record.noise - abs(record.margin))}"
+    return text
 
 
 def verdict_table(verdicts: list[claims_mod.Verdict], with_folder: bool = False) -> str:
     if not verdicts:
         return "<p class='note'>No claim of this section could be checked: its experiments did not run.</p>"
-    colgroup = "<colgroup><col style='width:13%'><col style='width:36%'><col style='width:36%'><col style='width:15%'></colgroup>"
-    head = "<th>lesson</th><th>claim</th><th>measured here</th><th>verdict</th>"
+    colgroup = ("<colgroup><col style='width:11%'><col style='width:31%'><col style='width:28%'><col style='width:18%'>"
+                "<col style='width:12%'></colgroup>")
+    head = "<th>lesson</th><th>claim</th><th>measured here (mean ± sd)</th><th>margin vs noise</th><th>verdict</th>"
     rows = []
     for v in verdicts:
-        state = {True: "held", False: "failed", None: "unknown"}[v.held]
+        r = v.record
         where = f"<div class='path'>{esc(v.experiment)}/results.json</div>" if with_folder else ""
-        rows.append(f"<tr class='v-{state}'><td class='src'>{esc(v.source)}{where}</td><td>{esc(v.claim)}</td>"
-                    f"<td>{esc(v.measured)}</td><td>{verdict_badge(v.held)}</td></tr>")
+        criterion = f"<div class='crit'>criterion: {esc(r.criterion)}</div>" if r.criterion else ""
+        rows.append(f"<tr class='v-{_BADGE.get(r.verdict, 'unknown')}'><td class='src'>{esc(r.source)}{where}</td>"
+                    f"<td>{esc(r.claim)}{criterion}</td><td>{esc(r.measured)}</td><td>{esc(margin_text(r))}</td>"
+                    f"<td>{verdict_badge(r.verdict)}</td></tr>")
     return f"<table class='claims'>{colgroup}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
 def summary_counts(verdicts: list[claims_mod.Verdict]) -> str:
-    held = sum(v.held is True for v in verdicts)
-    failed = sum(v.held is False for v in verdicts)
-    unknown = sum(v.held is None for v in verdicts)
-    return (f"<span class='count held'>{held} held</span> <span class='count failed'>{failed} did not hold</span> "
-            f"<span class='count unknown'>{unknown} not measured</span>")
+    counts = tally([v.record for v in verdicts])
+    return (f"<span class='count held'>{counts[HELD]} held</span> "
+            f"<span class='count failed'>{counts[DID_NOT_HOLD]} did not hold</span> "
+            f"<span class='count unknown'>{counts[INCONCLUSIVE]} inconclusive</span>")
+
+
+def _spread(values: Any, digits: int = 4) -> Any:
+    """Per-seed values as ``mean ± sd (n)``; a scalar as itself."""
+    if isinstance(values, list) and values and all(isinstance(v, (int, float)) for v in values):
+        return pm(values, digits)
+    return values
 
 
 # ------------------------------------------------------------------------------------------ key tables
@@ -227,12 +260,32 @@ def _ppl(cell_value: Any, mode: str) -> Any:
     return cell_value.get(mode, {}).get("ppl")
 
 
+def _ppl_spread(cell_value: Any, mode: str) -> Any:
+    if not isinstance(cell_value, dict):
+        return cell_value
+    if "cannot" in cell_value:
+        return "cannot"
+    inner = cell_value.get(mode, {})
+    if inner.get("ppl_seeds"):
+        return pm(inner["ppl_seeds"], 3)
+    return inner.get("ppl")
+
+
+def _baseline_note(r: dict) -> str:
+    value = r.get("unigram_entropy_nats")
+    if not isinstance(value, (int, float)):
+        return ""
+    return (f"; unigram-entropy baseline of {r.get('corpus', 'the corpus')}: {claims_mod.num(value)} nats "
+            f"(perplexity {claims_mod.num(math.exp(value))})")
+
+
 def _key_extrapolation(r: dict) -> str:
     table, factors, length = r["perplexity"], r["factors"], r["train_length"]
     headers = ["scheme"] + [f"{f}×L = {f * length}" for f in factors]
+    seeds = r.get("seeds")
     return "".join(
-        _table(headers, [[scheme] + [_ppl(cells.get(str(f)), mode) for f in factors] for scheme, cells in table.items()],
-               f"validation perplexity, {label} (trained at L = {length})")
+        _table(headers, [[scheme] + [_ppl_spread(cells.get(str(f)), mode) for f in factors] for scheme, cells in table.items()],
+               f"validation perplexity, {label} (trained at L = {length}; mean ± sd over seeds {seeds}){_baseline_note(r)}")
         for mode, label in (("nonoverlapping", "non-overlapping chunks"), ("sliding", "sliding window"))
     )
 
@@ -254,17 +307,27 @@ def _key_entropy(r: dict) -> str:
     rows = []
     for label, entry in r["models"].items():
         cells = entry["entropy"]
+        by_seed = entry.get("by_seed") or {}
+        rises = [e["entropy"]["4"]["rise"] for e in by_seed.values() if "rise" in e.get("entropy", {}).get("4", {})]
+        ratios = [e["ppl_ratio"] for e in by_seed.values() if e.get("ppl_ratio") is not None]
         rows.append([label] + [cells.get(str(f), {}).get("mean", "cannot") for f in factors]
-                    + [cells.get("4", {}).get("rise"), entry.get("ppl_ratio")])
+                    + [pm(rises, 3) if rises else cells.get("4", {}).get("rise"),
+                       pm(ratios, 3) if ratios else entry.get("ppl_ratio")])
     return _table(["model"] + [f"{f}×L" for f in factors] + ["entropy rise at 4×L", "ppl 4×L / L"], rows,
-                  "mean attention entropy (nats) by evaluation length")
+                  f"mean attention entropy (nats) by evaluation length (means over seeds {r.get('seeds')})")
 
 
 def _key_training(r: dict, label: str) -> str:
-    rows = [[name, run.get("final_val_loss"), run.get("best_val_loss"), run.get("n_params"), run.get("tokens_per_s")]
-            for name, run in r["runs"].items()]
-    rows.sort(key=lambda row: row[1] if isinstance(row[1], (int, float)) else float("inf"))
-    return _table([label, "final val loss", "best val loss", "parameters", "tokens/s"], rows, f"{r.get('steps')} training steps each")
+    rows = []
+    for name, runs in r["runs"].items():
+        runs = runs if isinstance(runs, list) else [runs]
+        values = [x.get("val_loss_all", x.get("final_val_loss")) for x in runs]
+        rows.append([name, _spread(values), _spread([x.get("best_val_loss") for x in runs]), runs[0].get("n_params"),
+                     _spread([x.get("tokens_per_s") for x in runs], 0), sum(values) / len(values)])
+    rows.sort(key=lambda row: row[-1] if isinstance(row[-1], (int, float)) else float("inf"))
+    return _table([label, "val loss, whole split (mean ± sd)", "best val loss (sampled)", "parameters", "tokens/s"],
+                  [row[:-1] for row in rows],
+                  f"{r.get('steps')} training steps each on {r.get('corpus', '?')}, seeds {r.get('seeds')}{_baseline_note(r)}")
 
 
 def _key_heads(r: dict) -> str:
@@ -301,6 +364,27 @@ def key_tables(folder: str, results: dict) -> str:
         return ""
 
 
+def run_baselines(lab_dir: Path) -> str:
+    """The lab's own training runs (``LAB/runs/*``): final validation loss beside the corpus's unigram baseline."""
+    from poslab.lab.experiments.common import unigram_entropy
+
+    rows = []
+    for config_path in sorted(Path(lab_dir).glob("runs/*/config.json")):
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+            results = json.loads((config_path.parent / "results.json").read_text(encoding="utf-8"))
+            corpus = config["train"]["corpus"]
+            baseline = unigram_entropy(corpus, config["train"].get("val_fraction", 0.1))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        rows.append([config_path.parent.name, corpus, results.get("steps") or config["train"].get("max_steps"),
+                     results.get("final_val_loss"), baseline])
+    if not rows:
+        return ""
+    return _table(["run", "corpus", "steps", "final val loss (nats)", "unigram-entropy baseline (nats)"], rows,
+                  "the model these heads belong to: how far below the character-frequency baseline it trained")
+
+
 # ------------------------------------------------------------------------------------------ sections
 def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | None) -> str:
     """Plots and numbers of one results folder (or why it is missing)."""
@@ -319,6 +403,8 @@ def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | N
         parts.append(image_tag(png, f"{name}: {png.stem}"))
     key = key_tables(folder, results)
     parts.append(key)
+    if folder == "heads":
+        parts.append(run_baselines(lab_dir))
     numbers = numbers_html(results)
     opened = " open" if not pngs and not key and numbers.count("<tr") <= 60 else ""  # nothing else shows its numbers
     parts.append(f"<details{opened}><summary>All numbers of {esc(folder)}/results.json</summary>{numbers}</details></div>")
@@ -384,7 +470,7 @@ caption { text-align:left; font-weight:600; color:var(--muted); padding:4px 0; }
 th, td { border-bottom:1px solid var(--line); padding:5px 10px; text-align:left; vertical-align:top; }
 thead th { background:#f0f2f6; } table.kv th { color:var(--muted); font-weight:500; white-space:nowrap; }
 table.claims { display:table; width:100%; table-layout:fixed; } table.claims td { overflow-wrap:anywhere; }
-table.claims td.src { color:var(--muted); font-size:12px; } table.claims .path { font-size:11px; margin-top:4px; }
+table.claims td.src { color:var(--muted); font-size:12px; } .crit { color:var(--muted); font-size:11px; margin-top:4px; } table.claims .path { font-size:11px; margin-top:4px; }
 .badge { display:inline-block; padding:2px 8px; border-radius:6px; font-size:12px; font-weight:600; }
 table.key { display:table; } table.key td { font-variant-numeric: tabular-nums; }
 .badge.held, .count.held { background:var(--held-bg); color:var(--held); }
@@ -429,6 +515,7 @@ def build_report(lab_dir: Path | str, out: Path | str | None = None) -> Path:
     claims_section = (
         "<section id='claims'><h2>Claims checked</h2><p class='lessons'>Every quantitative claim of the lessons that "
         f"a machine can test, with the figure measured by this lab · {summary_counts(verdicts)}</p>"
+        f"<p class='note'>{esc(RULE)}</p>"
         f"{verdict_table(verdicts, with_folder=True)}</section>"
     )
     nav_items = [(s.key, s.title) for s in SECTIONS] + ([("other", "Other results")] if others else [])
