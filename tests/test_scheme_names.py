@@ -37,6 +37,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("lab/experiments/context_extension.py", "none"): "experiment about RoPE scalings: 'none' is its no-scaling variant",
     ("lab/experiments/position_training.py", "learned"): "reports each scheme against GPT-2's learned table, the lessons' baseline",
     ("config.py", "none"): "the literal None of a CLI override ('none'/'null'), not the NoPE scheme",
+    ("interop/llama4.py", "rope"): "model family: Llama 4's RoPE layers",
+    ("interop/llama4.py", "none"): "model family: Llama 4's NoPE layers (every 4th)",
+    ("lab/explore.py", "none"): "the HTTP header value Sec-Fetch-Site: none, not the NoPE scheme",
     ("config_keys.py", "none"): "the literal None of a typed value given as text ('none'/'null'), not the NoPE scheme",
     ("lab/experiments/probes.py", "none"): "claims about NoPE: Kazemnejad et al.'s ranking and 'attention needs position'",
 }

@@ -83,9 +83,28 @@ def parameter_count(model: dict[str, Any]) -> int:
     attention = d * (d + 2 * kv * head_dim) + d * d
     mlp = (3 if gated else 2) * d * hidden
     embeddings = V * d * (1 if model.get("tie_embeddings", True) else 2)
-    if model.get("position", "learned") == "learned":
-        embeddings += T * d
+    embeddings += position_parameters(model, d, heads, head_dim, T)
     return L * (attention + mlp) + embeddings
+
+
+def position_parameters(model: dict[str, Any], d: int, heads: int, head_dim: int, T: int) -> int:
+    """Parameters of the model's position scheme (a learned table's ``T x d``), asked of the scheme itself.
+
+    The scheme is built on the meta device (no memory, no RNG draw); a config it refuses counts 0 here
+    (building the model reports the error).
+    """
+    import torch
+
+    from poslab.nn import positions
+
+    name = model.get("position", "learned")
+    context = {"n_embd": d, "n_heads": heads, "head_dim": head_dim, "max_len": T, "bidirectional": not model.get("causal", True)}
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            scheme = positions.build_for_model(name, model.get("position_config") or {}, context)
+    except (ValueError, TypeError, RuntimeError):
+        return 0
+    return sum(p.numel() for p in scheme.parameters())
 
 
 def estimate(model: dict[str, Any], batch_size: int, *, training: bool = True, seq_len: int | None = None) -> Footprint:

@@ -113,6 +113,17 @@ def size_of(quick: bool, size: str | None = None) -> Size:
 
 
 # ------------------------------------------------------------------------------------ training
+def _bounded(scheme: str, size: Any) -> bool:
+    """Whether ``scheme`` (default config at this size) encodes only a bounded number of positions (a table)."""
+    from poslab.nn import positions
+
+    context = {"n_embd": size.n_embd, "n_heads": size.n_head, "head_dim": size.n_embd // size.n_head,
+               "max_len": size.train_length, "bidirectional": False}
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        built = positions.build_for_model(scheme, {}, context)
+    return built.max_positions is not None
+
+
 def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None = None, block_size: int | None = None,
                  position_config: dict | None = None, steps: int | None = None, batch_size: int | None = None,
                  lr: float | None = None, warmup_steps: int | None = None, init_from: str | None = None,
@@ -135,8 +146,8 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
     steps = steps or size.steps
     lr = lr or size.lr
     position_config = dict(position_config or {})
-    if scheme == "learned" and block_size is None and "max_len" not in position_config:
-        position_config["max_len"] = max(FACTORS) * size.train_length
+    if block_size is None and "max_len" not in position_config and _bounded(scheme, size):
+        position_config["max_len"] = max(FACTORS) * size.train_length  # a table with rows to read past L
     values: dict[str, Any] = {
         "name": name or scheme,
         "out_dir": str(models_dir),

@@ -367,15 +367,17 @@ def key_tables(folder: str, results: dict) -> str:
 def run_baselines(lab_dir: Path) -> str:
     """The lab's own training runs (``LAB/runs/*``): final validation loss beside the corpus's unigram baseline."""
     from poslab.lab.experiments.common import unigram_entropy
+    from poslab.runs import RunFileError, RunFolder
 
     rows = []
     for config_path in sorted(Path(lab_dir).glob("runs/*/config.json")):
+        run = RunFolder(config_path.parent)
         try:
-            config = json.loads(config_path.read_text(encoding="utf-8"))
-            results = json.loads((config_path.parent / "results.json").read_text(encoding="utf-8"))
+            config = run.config()
+            results = run.results() or {}
             corpus = config["train"]["corpus"]
             baseline = unigram_entropy(corpus, config["train"].get("val_fraction", 0.1))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RunFileError):
             continue
         rows.append([config_path.parent.name, corpus, results.get("steps") or config["train"].get("max_steps"),
                      results.get("final_val_loss"), baseline])
