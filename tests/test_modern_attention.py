@@ -508,19 +508,3 @@ def test_cli_overrides_take_the_list_fields() -> None:
     with pytest.raises(ValueError, match="--model.layer_pattern expects a list"):
         parse_overrides(["--model.layer_pattern", "4"])
 
-
-def test_sinks_blocks_are_checkpointed_past_the_recompute_threshold(monkeypatch) -> None:
-    """The sink column is a float mask: long sequences recompute each block in backward (linear memory)."""
-    import poslab.nn.attention as attention
-
-    calls = []
-    real = attention.checkpoint
-    monkeypatch.setattr(attention, "checkpoint", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    attn = make(Variant("rope", "rope"), "sinks")
-    attn.query_chunk, attn.recompute_threshold = 16, 32
-    x = _x(70).requires_grad_()
-    out = attn(x, backend="sdpa")
-    assert len(calls) == 5
-    out.sum().backward()
-    attn.query_chunk = 10_000
-    assert_close(out, attn(x, backend="sdpa"), **TIGHT)
