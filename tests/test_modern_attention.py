@@ -508,3 +508,16 @@ def test_cli_overrides_take_the_list_fields() -> None:
     with pytest.raises(ValueError, match="--model.layer_pattern expects a list"):
         parse_overrides(["--model.layer_pattern", "4"])
 
+
+
+def test_bench_mechanism_cases_build_and_run() -> None:
+    """``poslab bench`` mechanism cases run one forward+backward (timing lives in benchmarks/, never in tests)."""
+    from poslab.lab import bench
+
+    names = [c.name for c in bench.mechanism_cases()]
+    assert names == ["poslab:rope+softcap", "poslab:rope+qknorm", "poslab:rope+sinks", "poslab:rope+chunk",
+                     "poslab:none+temperature", "poslab:mla"]
+    for name in names:
+        bench.build_case(name, 16)()
+    with pytest.raises(ValueError, match="unknown mechanism 'capped'"):
+        bench.build_case("poslab:rope+capped", 16)
