@@ -509,18 +509,15 @@ def test_cli_overrides_take_the_list_fields() -> None:
         parse_overrides(["--model.layer_pattern", "4"])
 
 
-def test_sinks_blocks_are_checkpointed_past_the_recompute_threshold(monkeypatch) -> None:
-    """The sink column is a float mask: long sequences recompute each block in backward (linear memory)."""
-    import poslab.nn.attention as attention
 
-    calls = []
-    real = attention.checkpoint
-    monkeypatch.setattr(attention, "checkpoint", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    attn = make(Variant("rope", "rope"), "sinks")
-    attn.query_chunk, attn.recompute_threshold = 16, 32
-    x = _x(70).requires_grad_()
-    out = attn(x, backend="sdpa")
-    assert len(calls) == 5
-    out.sum().backward()
-    attn.query_chunk = 10_000
-    assert_close(out, attn(x, backend="sdpa"), **TIGHT)
+def test_bench_mechanism_cases_build_and_run() -> None:
+    """``poslab bench`` mechanism cases run one forward+backward (timing lives in benchmarks/, never in tests)."""
+    from poslab.lab import bench
+
+    names = [c.name for c in bench.mechanism_cases()]
+    assert names == ["poslab:rope+softcap", "poslab:rope+qknorm", "poslab:rope+sinks", "poslab:rope+chunk",
+                     "poslab:none+temperature", "poslab:mla"]
+    for name in names:
+        bench.build_case(name, 16)()
+    with pytest.raises(ValueError, match="unknown mechanism 'capped'"):
+        bench.build_case("poslab:rope+capped", 16)

@@ -457,7 +457,6 @@ def _blocked_sdpa(
     """
     Tk, c = k.shape[2], query_chunk
     float_bias = bias_fn is not None or (attn_mask is not None and attn_mask.dtype != torch.bool)
-    float_bias = float_bias or sinks is not None  # the sink column is a float mask too
     # a float bias over the whole causal past would be kept for backward by every block (O(T^2)):
     # recompute it in backward instead (a window bounds each block's bias: nothing to gain there)
     recompute = recompute and (float_bias or softcap is not None) and window is None

@@ -25,6 +25,7 @@ import math
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.nn.attention import BACKENDS, attend, resolve_backend
@@ -203,9 +204,15 @@ class MultiHeadLatentAttention(nn.Module):
             k_nope, v = kv.split((self.dn, self.dv), dim=-1)
             q = torch.cat((q_rot, q_nope), dim=-1)  # [B, h, T, dr+dn]: rotary dims first (dot products unchanged)
             k = torch.cat((k_rot.expand(B, self.n_heads, Tk, self.dr), k_nope), dim=-1)  # [B, h, Tk, dr+dn]
+            # SDPA's fused CPU kernels need one head width for q, k and v (else the O(T^2) math path runs):
+            # zero-pad the narrower side (zeros change no dot product and no output column), slice after
+            width = max(self.head_dim, self.dv)
+            q, k = F.pad(q, (0, width - self.head_dim)), F.pad(k, (0, width - self.head_dim))
+            v = F.pad(v, (0, width - self.dv))  # [B, h, Tk, width]
             out, weights = attend(q, k, v.contiguous(), pos, k_pos, causal=self.causal, window=self.window, bias_fn=bias_fn,
                                   attn_mask=attn_mask, scale=self.scale, dropout=self.dropout if self.training else 0.0,
                                   backend=resolved, need_weights=need_weights, probe=self.scores_probe)
+            out = out[..., : self.dv]  # [B, h, T, dv]
         if head_mask is not None:
             out = out * head_mask.to(out.dtype)[None, :, None, None]  # [B, h, T, dv] * [1, h, 1, 1]
         out = self.proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.dv))  # [B, h, T, dv] -> [B, T, h*dv] -> [B, T, d]
