@@ -83,10 +83,9 @@ class SmallDisk:
 
     def fill(self, leave_pages: int = 0) -> None:
         """Fill the disk with a file (``filler``) but ``leave_pages`` pages."""
-        with open(self.path / "filler", "ab") as handle, contextlib.suppress(OSError):
+        with open(self.path / "filler", "ab", buffering=0) as handle, contextlib.suppress(OSError):
             while True:
                 handle.write(b"\0" * PAGE)
-                handle.flush()
         filler = self.path / "filler"
         os.truncate(filler, max(0, filler.stat().st_size - leave_pages * PAGE))
         assert os.statvfs(self.path).f_bavail == leave_pages
@@ -257,18 +256,25 @@ def test_training_fills_a_real_disk_at_more_sizes(name, reference, disks, capsys
 
 def test_resume_on_a_full_disk_keeps_every_earlier_file(reference, disks, capsys, request):
     """A finished run (every checkpoint kept) resumed for 8 more steps on a full disk: nothing earlier changes."""
-    disk = disks(PAGE * 16 + 6 * reference["tensor_pages"] * PAGE)
+    disk = disks(PAGE * 16 + 10 * reference["tensor_pages"] * PAGE)  # 8 checkpoints of 16 steps fit
     out = disk.path / "runs"
     assert main(argv(reference["corpus"], out, "r", keep=0)) == 0
     run = out / "r"
     before = snapshot(run)
     metrics_before = (run / "metrics.jsonl").read_bytes()
+    config_before = json.loads((run / "config.json").read_text(encoding="utf-8"))
     disk.fill(leave_pages=8)  # room for the start of the resume; the first new checkpoint does not fit
     capsys.readouterr()
     assert main([*argv(reference["corpus"], out, "r", steps=16, keep=0), "--resume"]) == 1
     one_line_disk_full(capsys, disk)
     after = snapshot(run)
-    changed = [name for name, digest in before.items() if name != "metrics.jsonl" and after.get(name) != digest]
+    # appended to: metrics.jsonl; rewritten by the resume: config.json, with the new max_steps only
+    changed = [name for name, digest in before.items()
+               if name not in ("metrics.jsonl", "config.json") and after.get(name) != digest]
+    config_after = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    config_after["train"]["max_steps"] = config_before["train"]["max_steps"]
+    if config_after != config_before:
+        changed.append("config.json")
     assert changed == [], changed
     assert (run / "metrics.jsonl").read_bytes().startswith(metrics_before)
     assert temporaries(disk.path) == []
