@@ -40,7 +40,7 @@ from poslab.data import load_corpus
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 #: the sizes of the disk, as (name, what fills it): tensor files a fresh run fits before the disk is full
 SIZES = {
-    "first files": None,            # a few pages: the run's first files
+    "first files": None,            # 2 pages: the lock file and tokenizer.json, not config.json
     "half tensor file 1": 0.5,      # half-way through the first checkpoint's tensors
     "checkpoint json 1": 1.0,       # the first tensor file fits exactly: its JSON does not
     "half tensor file 2": 1.5,
@@ -148,7 +148,9 @@ def one_line_disk_full(capsys, disk: SmallDisk) -> Path:
     """The one error line of a full disk; returns the file it names (inside ``disk``, not temporary)."""
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
-    match = re.fullmatch(r"poslab: error: No space left on device: '(.+)'", lines[0])
+    # a write that failed, or the write probe before training (the run folder named)
+    match = (re.fullmatch(r"poslab: error: No space left on device: '(.+)'", lines[0])
+             or re.fullmatch(r"poslab: error: run folder '(.+)' is not writable: No space left on device", lines[0]))
     assert match, lines[0]
     named = Path(match.group(1))
     assert named.is_relative_to(disk.path) and ".tmp" not in str(named), lines[0]
@@ -188,7 +190,7 @@ def check_run_after_failure(run: Path, ref: dict) -> int:
 
 def _train_until_full(name: str, ref: dict, disks, capsys, figures: dict) -> None:
     fraction = SIZES[name]
-    pages = 1 if fraction is None else start_pages(disks, ref) + int(ref["tensor_pages"] * fraction)
+    pages = 2 if fraction is None else start_pages(disks, ref) + int(ref["tensor_pages"] * fraction)
     disk = disks(pages * PAGE)
     out = disk.path / "runs"
     capsys.readouterr()
@@ -207,7 +209,7 @@ def _train_until_full(name: str, ref: dict, disks, capsys, figures: dict) -> Non
     run = out / "r"
     figures["checkpoints_verified"] += check_run_after_failure(run, ref)
     if fraction is None:
-        assert not run.exists()  # failed before config.json: no folder left
+        assert named.name == "config.json" and not run.exists()  # failed before config.json: no folder left
     # the disk grows: continue (or start again if the run never got its config written)
     disk.resize(pages * PAGE + 4 * ref["tensor_pages"] * PAGE)
     resume = ["--resume"] if (run / "config.json").exists() else []
@@ -230,7 +232,8 @@ def start_pages(disks, ref: dict) -> int:
         with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):
             assert main(argv(ref["corpus"], out, "probe")) == 1
         assert (out / "probe" / "config.json").exists() and not temporaries(disk.path)
-        _START["pages"] = disk.used() // PAGE
+        lock_pages = 0 if (out / ".probe.lock").exists() else 1  # the lock file (pid, host) is removed at exit
+        _START["pages"] = disk.used() // PAGE + lock_pages
     return _START["pages"]
 
 
