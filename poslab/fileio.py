@@ -14,13 +14,17 @@ serializing: I/O error: No space left on device (os error 28)``), see :func:`wri
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +150,64 @@ def atomic_write_json(path: str | Path, obj: Any, **dumps: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, **dumps) + "\n")
 
 
+@contextlib.contextmanager
+def stdout_errors() -> Iterator[None]:
+    """A command's body whose standard output may go to a full disk (``poslab sample RUN > out.txt``).
+
+    Standard output is flushed at the end of the block, so a write error surfaces here rather than in
+    Python's own flush at exit (a two-line ``Exception ignored`` message and exit code 120). An
+    ``OSError`` naming no file is checked against standard output: if stdout cannot be flushed either
+    (or, unbuffered, it is a file on a file system with no space left and the error is ``ENOSPC``),
+    the error is raised again naming the file stdout goes to, and what could not be written is
+    dropped (stdout is pointed at ``/dev/null``) so that the exit does not fail a second time. Any
+    other error passes unchanged.
+
+    Raises:
+        OSError: standard output could not be written, naming where it goes (a file path, or ``<stdout>``).
+    """
+    try:
+        yield
+        sys.stdout.flush()
+    except OSError as err:
+        if err.filename is not None or err.errno is None or (_stdout_flushes() and not _stdout_disk_full(err)):
+            raise
+        where = _stdout_target()
+        with contextlib.suppress(OSError, ValueError):  # drop the pending output: it cannot be written
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+            sys.stdout.flush()
+        raise OSError(err.errno, err.strerror or os.strerror(err.errno), where) from err
+
+
+def _stdout_flushes() -> bool:
+    try:
+        sys.stdout.flush()
+    except OSError:
+        return False
+    return True
+
+
+def _stdout_disk_full(err: OSError) -> bool:
+    """An unbuffered stdout (``PYTHONUNBUFFERED``) keeps nothing to flush again: ``ENOSPC`` while the
+    file system of stdout (a regular file) has no space left is taken as stdout's."""
+    if err.errno != errno.ENOSPC:
+        return False
+    try:
+        fd = sys.stdout.fileno()
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.fstatvfs(fd).f_bavail == 0
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _stdout_target() -> str:
+    """The file standard output is written to (``/proc/self/fd/1``), else ``<stdout>``."""
+    try:
+        return os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}")
+    except (OSError, ValueError, AttributeError):
+        return "<stdout>"
+
+
 def sha256_bytes(data: bytes) -> str:
     """Hex sha256 of ``data``."""
     return hashlib.sha256(data).hexdigest()
@@ -161,4 +223,4 @@ def sha256_file(path: str | Path) -> str:
 
 
 __all__ = ["TEMP_RE", "atomic_write", "atomic_write_bytes", "atomic_write_folder", "atomic_write_json", "atomic_write_text", "sha256_bytes",
-           "sha256_file", "temp_path", "write_error"]
+           "sha256_file", "stdout_errors", "temp_path", "write_error"]

@@ -12,6 +12,8 @@ import re
 import sys
 from collections.abc import Sequence
 
+from poslab.fileio import stdout_errors
+
 # one line per subcommand module
 COMMANDS = (
     "poslab.cli.experiment",
@@ -60,7 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        result = args.func(args)
+        with stdout_errors():  # output redirected to a full disk: one line naming the file, not a traceback at exit
+            result = args.func(args)
     except (UsageError, ValueError, TypeError, FileNotFoundError, FileExistsError, PermissionError) as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"poslab: error: {message}", file=sys.stderr)
