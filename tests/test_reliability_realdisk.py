@@ -1,20 +1,25 @@
 """A real full disk: a small tmpfs fills up under ``poslab train``, ``eval``, ``experiment``, ``sample`` and the lab report.
 
 ``tests/test_reliability_disk.py`` fakes disk-full inside Python's ``open``; the tensor files are
-written by safetensors' Rust writer, which a Python fake never reaches (it used to end in a
+written by safetensors' Rust writer, which a Python fake never reaches (it ended in a
 ``SafetensorError`` traceback). Here the file system is real: a tmpfs mounted for the test (root
 only; skipped with the reason where mounting is not permitted, e.g. a container without
-``CAP_SYS_ADMIN``), sized in pages from a reference run so that the disk fills up at the first files,
-half-way through the first tensor file, right after it (the checkpoint JSON), half-way through the
-second and the third tensor file (default run: two of these sizes; slow run: all five). After each
-failure: exit 1 and one line ``poslab: error: No space left on device: '<file>'`` naming a file of
-the run (not a temporary name), no temporary file left, every listed checkpoint verifies and holds
-exactly the reference run's tensors of that step, ``metrics.jsonl`` is the reference's first lines;
-then the tmpfs is grown (``mount -o remount,size=``) and ``--resume`` must reproduce the
-uninterrupted run bitwise. A finished run resumed for more steps on a full disk keeps every earlier
-file byte-identical (sha256). ``eval --out``, ``experiment --out``, ``lab --report-only`` on a full
-disk exit 1 with one line naming their output file and leave the previous file (if any) as it was;
-``sample`` reads a run on a full disk.
+``CAP_SYS_ADMIN``), sized in pages from a reference run so that the disk fills up at the first files
+(before ``config.json``), half-way through the first tensor file, right after it (the checkpoint
+JSON), half-way through the second and the third tensor file (default run: two of these sizes; slow
+run: all five). After each failure: exit 1 and one line ``poslab: error: No space left on device:
+'<file>'`` naming a file of the run (not a temporary name), no temporary file left, every listed
+checkpoint verifies and holds exactly the reference run's tensors of that step, no tensor file
+without its JSON, ``metrics.jsonl`` is the reference's first lines; then the tmpfs is grown
+(``mount -o remount,size=``) and ``--resume`` must reproduce the uninterrupted run bitwise.
+
+A finished run resumed for more steps on a nearly full disk keeps every earlier file byte-identical
+(sha256; ``metrics.jsonl`` only appended to, ``config.json`` only its new ``max_steps``), then
+continues once there is space. ``eval --out``, ``experiment --out``, ``lab --report-only`` and
+``sample`` printing to a file on a full disk exit 1 with one line naming their output file, and
+leave every earlier file (the previous report included) as it was; ``sample`` reads a run on a full
+disk. The slow run adds ``poslab sample RUN > FULL/out.txt`` as a real process, buffered (Python's
+flush at exit was ``Exception ignored ... OSError``, exit 120) and unbuffered.
 """
 
 from __future__ import annotations
@@ -242,21 +247,21 @@ def _figures() -> dict:
 
 
 @pytest.mark.parametrize("name", FAST)
-def test_training_fills_a_real_disk_then_resumes(name, reference, disks, capsys, request):
+def test_training_fills_a_real_disk_then_resumes(name, disks, reference, capsys, request):
     figures = _figures()
     _train_until_full(name, reference, disks, capsys, figures)
     _record(request, {**figures, "sizes": 1})
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in SIZES if n not in FAST])
-def test_training_fills_a_real_disk_at_more_sizes(name, reference, disks, capsys, request):
+@pytest.mark.parametrize("name", list(SIZES))  # all five: `pytest -m slow` runs the slow tests only
+def test_training_fills_a_real_disk_at_every_size(name, disks, reference, capsys, request):
     figures = _figures()
     _train_until_full(name, reference, disks, capsys, figures)
     _record(request, {**figures, "sizes": 1})
 
 
-def test_resume_on_a_full_disk_keeps_every_earlier_file(reference, disks, capsys, request):
+def test_resume_on_a_full_disk_keeps_every_earlier_file(disks, reference, capsys, request):
     """A finished run (every checkpoint kept) resumed for 8 more steps on a full disk: nothing earlier changes."""
     disk = disks(PAGE * 16 + 10 * reference["tensor_pages"] * PAGE)  # 8 checkpoints of 16 steps fit
     out = disk.path / "runs"
@@ -288,8 +293,8 @@ def test_resume_on_a_full_disk_keeps_every_earlier_file(reference, disks, capsys
                       "earlier_files_changed": len(changed)})
 
 
-def test_outputs_on_a_full_disk_are_one_line_and_keep_the_old_file(reference, disks, capsys, request):
-    """``eval --out``, ``experiment --out``, ``lab --report-only`` on a full disk; ``sample`` reads from it."""
+def test_outputs_on_a_full_disk_are_one_line_and_keep_the_old_file(disks, reference, capsys, request):
+    """``eval --out``, ``experiment --out``, ``lab --report-only``, ``sample > FILE`` on a full disk; ``sample`` reads from it."""
     disk = disks(PAGE * 64 + 2 * reference["tensor_pages"] * PAGE)
     run = disk.path / "r"
     shutil.copytree(reference["run"], run)
@@ -313,6 +318,14 @@ def test_outputs_on_a_full_disk_are_one_line_and_keep_the_old_file(reference, di
         assert one_line_disk_full(capsys, disk) == target, what
         figures["clear_error"] += 1
         assert temporaries(disk.path) == [], what
+    # `poslab sample RUN > FULL/sample.txt`, in-process: stdout is a buffered file on the full disk
+    printed = disk.path / "sample.txt"
+    with open(printed, "w", encoding="utf-8") as stdout, contextlib.redirect_stdout(stdout):
+        code = main(["sample", str(run), "--tokens", "8", "--seed", "1"])
+    assert code == 1
+    figures["cases"] += 1
+    assert one_line_disk_full(capsys, disk) == printed
+    figures["clear_error"] += 1
     after = snapshot(disk.path)
     changed = [name for name, digest in before.items() if after.get(name) != digest]
     figures["earlier_files_changed"] += len(changed)
@@ -327,7 +340,7 @@ def test_outputs_on_a_full_disk_are_one_line_and_keep_the_old_file(reference, di
 
 @pytest.mark.slow
 @pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
-def test_sample_printing_to_a_full_disk_is_one_line(buffered, reference, disks, request):
+def test_sample_printing_to_a_full_disk_is_one_line(buffered, disks, reference, request):
     """``poslab sample RUN > FULL_DISK/out.txt``: a real process whose stdout is a file on the full disk.
 
     Buffered (Python's default) the write fails in Python's flush at exit unless poslab flushes first
