@@ -25,7 +25,9 @@ flush at exit was ``Exception ignored ... OSError``, exit 120) and unbuffered.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import io
 import json
 import os
 import re
@@ -361,6 +363,80 @@ def test_sample_printing_to_a_full_disk_is_one_line(buffered, disks, reference, 
     assert done.returncode == 1 and lines == [f"poslab: error: No space left on device: {str(target)!r}"], \
         (done.returncode, lines)
     _record(request, {"cases": 1, "clear_error": 1, "half_written_files": 0})
+
+
+# ------------------------------------------------------------------------ without a mount (run everywhere)
+def test_a_library_error_wrapping_an_os_error_becomes_an_oserror_naming_the_target(tmp_path):
+    from safetensors import SafetensorError
+
+    from poslab.fileio import atomic_write, write_error
+
+    target = tmp_path / "model.safetensors"
+    target.write_bytes(b"previous")
+
+    def rust_writer(tmp: Path) -> None:  # what safetensors raises on a full disk, after writing part of the file
+        tmp.write_bytes(b"half")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    with pytest.raises(OSError) as caught:
+        atomic_write(target, rust_writer)
+    assert (caught.value.errno, caught.value.strerror, caught.value.filename) == (28, os.strerror(28), str(target))
+    assert isinstance(caught.value.__cause__, SafetensorError)
+    assert target.read_bytes() == b"previous" and sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
+    # Python's errors: a temporary name or no name becomes the target; another file's name is kept; bugs pass
+    assert write_error(OSError(28, "x", str(tmp_path / ".a.json.tmp12")), tmp_path / "a.json").filename == str(tmp_path / "a.json")
+    assert write_error(OSError(5, "x"), tmp_path / "a.json").filename == str(tmp_path / "a.json")
+    other = OSError(28, "x", "/elsewhere/file")
+    assert write_error(other, tmp_path / "a.json") is other
+    assert write_error(ValueError("a bug"), tmp_path / "a.json") is None
+    assert write_error(SafetensorError("header too large"), tmp_path / "a.json") is None
+
+
+def test_a_checkpoint_whose_json_cannot_be_written_leaves_no_tensor_file(tmp_path, monkeypatch):
+    tensors = {"model.w": torch.ones(3)}
+    ckpt.save_checkpoint(tmp_path, 2, tensors, {"config": {}})
+    folder = tmp_path / ckpt.CHECKPOINT_DIR
+    before = snapshot(folder)
+
+    def full(path, obj, **kwargs):
+        raise OSError(28, os.strerror(28), str(path))
+
+    monkeypatch.setattr(ckpt, "atomic_write_json", full)
+    with pytest.raises(OSError, match="No space left on device"):
+        ckpt.save_checkpoint(tmp_path, 4, tensors, {"config": {}})
+    assert snapshot(folder) == before and ckpt.latest_step(tmp_path) == 2  # step 4's tensor file deleted
+
+
+class _FullFile(io.RawIOBase):
+    """A file on a full disk: every write fails with ``ENOSPC`` until ``full`` is cleared."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.full = fd, True
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        if self.full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return len(data)
+
+    def fileno(self) -> int:
+        return self.fd
+
+
+def test_stdout_on_a_full_disk_is_one_line_naming_its_file(tmp_path, capsys):
+    target = tmp_path / "listing.txt"
+    with open(target, "wb") as real:
+        raw = _FullFile(real.fileno())
+        stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8")
+        capsys.readouterr()
+        with contextlib.redirect_stdout(stdout):
+            code = main(["presets"])  # prints a table, buffered: the error comes at the flush poslab adds
+        raw.full = False
+        stdout.flush()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and lines == [f"poslab: error: No space left on device: {str(target)!r}"], (code, lines)
 
 
 def _record(request, figures: dict) -> None:
