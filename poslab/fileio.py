@@ -201,11 +201,12 @@ def _stdout_disk_full(err: OSError) -> bool:
 
 
 def _stdout_target() -> str:
-    """The file standard output is written to (``/proc/self/fd/1``), else ``<stdout>``."""
+    """The file standard output is written to (``/proc/self/fd/1``), else ``<stdout>`` (a pipe, a socket)."""
     try:
-        return os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}")
+        target = os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}")
     except (OSError, ValueError, AttributeError):
         return "<stdout>"
+    return target if target.startswith("/") else "<stdout>"  # not 'pipe:[1234]'
 
 
 def sha256_bytes(data: bytes) -> str:
