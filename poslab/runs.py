@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.data import encode_corpus, load_text, split_text, tokenizer_from_dict
-from poslab.fileio import atomic_write_json, atomic_write_text, sha256_bytes, sha256_file
+from poslab.fileio import atomic_write_json, atomic_write_text, sha256_bytes, sha256_file, write_error
 from poslab.nn.model import GPT, GPTConfig
 from poslab.training import checkpoint as ckpt
 from poslab.training.config import TrainConfig, resume_identity
@@ -566,10 +566,13 @@ def _append_line(handle: Any, line: str) -> None:
         written = handle.write(data)
         if written != len(data):
             raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes)", handle.name)
-    except OSError:
+    except OSError as err:
         with contextlib.suppress(OSError):
             os.ftruncate(handle.fileno(), start)
-        raise
+        failure = write_error(err, handle.name)  # a raw write's error names no file: name metrics.jsonl
+        if failure is err:
+            raise
+        raise failure from err
 
 
 __all__ = ["RUN_FILES", "STATES", "RunFileError", "RunFolder", "load_run", "read_metrics", "resolve_run",

@@ -21,6 +21,8 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 
+from poslab.fileio import stdout_errors
+
 # one line per subcommand module
 COMMANDS = (
     "poslab.cli.experiment",
@@ -132,7 +134,8 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help()
         return 2
     try:
-        result = args.func(args)
+        with stdout_errors():  # output redirected to a full disk: one line naming the file, not a traceback at exit
+            result = args.func(args)
     except (UsageError, ValueError, TypeError, FileNotFoundError, FileExistsError, PermissionError) as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"poslab: error: {message}", file=sys.stderr)

@@ -18,6 +18,7 @@ safetensors and JSON only: no pickled code is ever run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -146,6 +147,11 @@ def save_checkpoint(
 
     Returns:
         Path of the JSON file.
+
+    Raises:
+        OSError: a write failed (disk full, I/O error), naming the file; safetensors' own error is turned
+            into it. Nothing of the new checkpoint is left (a tensor file whose JSON could not be written
+            is deleted), and ``latest`` still names the previous complete checkpoint.
     """
     folder = Path(run_dir) / CHECKPOINT_DIR
     folder.mkdir(parents=True, exist_ok=True)
@@ -155,10 +161,15 @@ def save_checkpoint(
     # the tensor file's header records a checksum of the JSON (all but "sha256"), and the JSON records
     # the tensor file's sha256: a change to either file is detected on load
     header = {"format": "poslab-checkpoint", "step": str(step), "meta_sha256": config_hash(meta)}
-    atomic_write(tensor_path, lambda tmp: save_file(tensors, str(tmp), metadata=header))
-    meta = {**meta, "sha256": sha256_file(tensor_path)}
+    atomic_write(tensor_path, lambda tmp: save_file(tensors, str(tmp), metadata=header))  # OSError names the file
     json_path = folder / f"{name}.json"
-    atomic_write_json(json_path, meta)
+    try:
+        meta = {**meta, "sha256": sha256_file(tensor_path)}
+        atomic_write_json(json_path, meta)
+    except Exception:  # e.g. the disk filled up: an unlisted tensor file would only hold on to the space
+        with contextlib.suppress(OSError):
+            tensor_path.unlink()
+        raise
     atomic_write_text(folder / LATEST, name + "\n")
     if keep and keep > 0:
         for old in list_checkpoints(run_dir)[:-keep]:
