@@ -200,7 +200,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("runs")
     out = {}
     for scheme in ("rope", "learned"):
-        train(train_config(scheme, size_of(False, "smoke"), root, steps=2), progress=False)
+        # the learned table exactly as long as training (16 rows): eval must refuse 32 (extrapolation's
+        # own default gives tables room past L)
+        table = {"max_len": 16} if scheme == "learned" else None
+        train(train_config(scheme, size_of(False, "smoke"), root, steps=2, position_config=table), progress=False)
         out[scheme] = str(root / scheme)
     return out
 
@@ -253,7 +256,11 @@ def test_cli_eval_scaling_on_a_non_rope_run(runs, capsys):
     from poslab.cli.app import main
 
     assert main(["eval", runs["learned"], "--lengths", "16", "--rope-scaling", "yarn:4"]) == 2
-    assert "needs a RoPE-family model (rope, xpos); this run uses position='learned'" in capsys.readouterr().err
+    from poslab.analysis.eval import rescalable_schemes
+
+    family = ", ".join(rescalable_schemes())  # the registry's rescalable schemes (rope, xpos, prope, ...)
+    assert "rope" in family and "learned" not in family
+    assert f"needs a RoPE-family model ({family}); this run uses position='learned'" in capsys.readouterr().err
     assert main(["eval", runs["learned"], "--lengths", "16", "--logn-scaling"]) == 2
     assert "--logn-scaling needs a RoPE-family model" in capsys.readouterr().err
 

@@ -39,7 +39,7 @@ import torch
 from poslab.analysis import heads as head_analysis
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.verdicts import ClaimRecord, deterministic
-from poslab.runs import load_run
+from poslab.runs import RunFolder, load_run
 from poslab.session import train
 from poslab.training import presets
 from poslab.training.config import TrainConfig
@@ -216,7 +216,7 @@ def run(out: Path, quick: bool = False) -> dict:
 def _run(out: Path, quick: bool) -> dict:
     run_dir = train_model(out, quick)
     model, tokenizer, config = load_run(run_dir)
-    tokens = head_analysis.validation_tokens(tokenizer, config)
+    tokens = RunFolder(run_dir).split_tokens("val", tokenizer)  # checksummed validation split
     analysis = head_analysis.analyze(model, tokens, n_batches=2 if quick else 8, batch_size=8 if quick else 16,
                                      punctuation=head_analysis.punctuation_ids(tokenizer))
     n, length = PROBE["quick" if quick else "full"]

@@ -52,7 +52,6 @@ class ForgettingGate(PositionScheme):
     name = "fox"
     config_class = ForgettingConfig
     relative = True
-    has_bias = True
     paper = "Lin et al. 2025, https://arxiv.org/abs/2503.02130"
 
     def __init__(self, config: ForgettingConfig) -> None:
@@ -72,10 +71,19 @@ class ForgettingGate(PositionScheme):
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> Tensor:
         order = torch.argsort(k_pos, stable=True)
         sorted_pos = k_pos[order]
-        running = self.log_forget(k)[..., order].cumsum(-1)  # [B, h, Tk]: c at each key, in position order
-        c_k = torch.empty_like(running).scatter_(-1, order.expand_as(running), running)  # back to storage order
-        # c at each query: the running sum up to the last key at or before its position
-        at = (torch.searchsorted(sorted_pos, q_pos, right=True) - 1).clamp(min=0)  # [Tq]
-        c_q = running[..., at]  # [B, h, Tq]
-        diff = c_q[..., :, None] - c_k[..., None, :]  # [B, h, Tq, Tk] = sum_{l=j+1..i} log f_l for j <= i
-        return -diff.abs() if self.config.bidirectional else diff
+        log_f = self.log_forget(k)[..., order]  # [B, h, Tk]: log f at each key, in position order
+        if self.config.bidirectional:
+            running = log_f.cumsum(-1)  # c at each key, in position order
+            c_k = torch.empty_like(running).scatter_(-1, order.expand_as(running), running)  # back to storage order
+            # c at each query: the running sum up to the last key at or before its position
+            at = (torch.searchsorted(sorted_pos, q_pos, right=True) - 1).clamp(min=0)  # [Tq]
+            c_q = running[..., at]  # [B, h, Tq]
+            return -(c_q[..., :, None] - c_k[..., None, :]).abs()  # [B, h, Tq, Tk]
+        # causal: sum_{pos_j < pos_l <= pos_i} log f_l summed from l = i downwards, so each entry depends on
+        # the gates between j and i only, bitwise (a running sum's difference c_i - c_j would carry the
+        # rounding of every earlier gate into windows that never see them)
+        seen = sorted_pos[None, :] <= q_pos[:, None]  # [Tq, Tk]: keys at or before each query
+        masked = torch.where(seen, log_f[..., None, :], log_f.new_zeros(()))  # [B, h, Tq, Tk]
+        from_the_end = masked.flip(-1).cumsum(-1).flip(-1)  # [..., m] = sum over l >= m
+        after = torch.cat((from_the_end[..., 1:], torch.zeros_like(from_the_end[..., :1])), dim=-1)  # sum over l > m
+        return torch.empty_like(after).scatter_(-1, order.expand_as(after), after)  # [B, h, Tq, Tk], storage order
