@@ -37,7 +37,10 @@ from typing import TextIO
 from poslab.analysis.attention_map import DEFAULT_PROMPT
 from poslab.training.progress import format_duration
 
-TRAINING_EXPERIMENTS = ("heads", "position-training", "extrapolation", "context-extension", "attention-entropy")
+TRAINING_EXPERIMENTS = ("heads", "position-training", "extrapolation", "context-extension", "attention-entropy",
+                        "probes")
+#: training experiments of the full lab only (the quick lab keeps within 10 minutes on 2 cores without them)
+FULL_ONLY_EXPERIMENTS = ("bidirectional", "sparse", "head-map", "streaming", "rope-frequency-usage")
 TRAIN_PRESET = "tang-small"
 # experiments that read the models another one trained (sibling folders): rerun when those are rebuilt. In the
 # quick form position-training trains the lab's 3-seed extrapolation models; the others reuse them.
@@ -48,10 +51,12 @@ MODES = ("quick", "full")
 # first-run guesses of wall seconds per step on 2 quiet cores (replaced by the last run's timings when known);
 # quick: from the CPU seconds of each step measured with /usr/bin/time -v (docs/lab.md, "Timing")
 ESTIMATES = {
-    "quick": {"experiment": 4, "heads": 70, "position-training": 85, "extrapolation": 22, "context-extension": 30,
-              "attention-entropy": 15, "train": 95, "head-analysis": 16, "attention": 6},
+    "quick": {"experiment": 4, "heads": 70, "position-training": 85, "extrapolation": 22, "context-extension": 65,
+              "attention-entropy": 15, "probes": 150, "train": 95, "head-analysis": 16, "attention": 6},
     "full": {"experiment": 12, "heads": 3750, "position-training": 7200, "extrapolation": 3600,  # 3 seeds per arm
-             "context-extension": 600, "attention-entropy": 900, "train": 900, "head-analysis": 120, "attention": 12},
+             "context-extension": 600, "attention-entropy": 900,
+             "probes": 1800, "bidirectional": 900, "sparse": 1800, "head-map": 1300, "streaming": 300,
+             "rope-frequency-usage": 300, "train": 900, "head-analysis": 120, "attention": 12},
 }
 
 
@@ -94,7 +99,8 @@ def plan(lab_dir: Path, mode: str) -> list[Step]:
         if getattr(module, "IN_ALL", False) and name not in TRAINING_EXPERIMENTS:
             steps.append(Step(name, "experiment", f"experiments/{name}",
                               ["experiment", name, "--out", str(lab_dir / "experiments" / name), *quick]))
-    for name in TRAINING_EXPERIMENTS:
+    training = TRAINING_EXPERIMENTS + (tuple(n for n in FULL_ONLY_EXPERIMENTS if n in registry) if mode == "full" else ())
+    for name in training:
         steps.append(Step(name, "experiment", f"experiments/{name}",
                           ["experiment", name, "--out", str(lab_dir / "experiments" / name), *quick],
                           needs=tuple(f"experiments/{n}" for n in SHARES_MODELS_OF.get(name, ()))))

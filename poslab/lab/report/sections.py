@@ -52,8 +52,9 @@ SECTIONS: tuple[Section, ...] = (
         "encoding still tells 白日依山尽 from 山依日白尽 — the mask itself leaks order (Haviv et al. 2022).",
         "The lesson's raw-matrix experiment and one attention layer per registered position scheme under a random "
         "permutation; an untrained character GPT with 1, 2 and 3 layers reading the two five-character lines, with "
-        "and without position information.",
-        ("experiments/permutation", "experiments/causal-leak"),
+        "and without position information; and (full lab) Haviv et al.'s control: a causal LM and a bidirectional "
+        "masked LM, each with and without positions, at 3 seeds.",
+        ("experiments/permutation", "experiments/causal-leak", "experiments/bidirectional"),
     ),
     Section(
         "training", "Which position encoding trains best", "seed 000 §2.2 and §4, seed 001 exercise 3",
@@ -115,6 +116,50 @@ SECTIONS: tuple[Section, ...] = (
         "offset and its confidence per head, and the loss change when each head is masked, with the loss after "
         "pruning the least important 30% and 60% of heads.",
         ("attention", "heads"),
+    ),
+    Section(
+        "probes", "Synthetic probes: where position decides the answer", "seed 000 §2.1, Q1; Kazemnejad et al. 2023",
+        "Attention without positions cannot order tokens, so tasks such as reversing a sequence or fetching the "
+        "token at position k need a position encoding. Kazemnejad et al. 2023 rank length generalisation "
+        "NoPE > T5 > ALiBi > RoPE > absolute; seed 000 Q1 says more heads let a layer carry more relations at once.",
+        "Tiny GPTs trained in seconds per registered scheme on copy / reverse / retrieve-at-k / multi-query "
+        "associative recall / counting / passkey, trained at L and tested at L, 2L and 4L, 3 seeds each.",
+        ("experiments/probes",),
+    ),
+    Section(
+        "sparse", "Sparse attention: what it keeps and what it saves", "seed 002 §6.1, §7.1",
+        "Seed 002 presents local, axial, LSH and adaptive-span attention as ways to cut the quadratic cost, and "
+        "claims adaptive span saves 23% of computation on PG-19; §6.1 describes heads for local grammar, keywords "
+        "and long-range dependencies and spare heads.",
+        "Full, sliding-window, axial, LSH and adaptive-span attention on a task with a long-range dependency at "
+        "growing length: quality, step time and peak memory side by side, and the spans each head learns (full "
+        "lab); the heads of a trained model as points of a PCA / t-SNE map, tested against seed 002's descriptions.",
+        ("experiments/sparse", "experiments/head-map"),
+    ),
+    Section(
+        "modern", "Mechanisms of recent models", "seed 000 §3; Xiao et al. 2023; Barbero et al. 2024",
+        "StreamingLLM keeps a few first tokens (attention sinks) beside a rolling window and reports stable "
+        "perplexity on streams far longer than the window; Barbero et al. 2024 find that RoPE models use the lowest "
+        "frequencies for content and the highest for position.",
+        "Perplexity over a long stream with a sink cache, a plain rolling window and full attention; the per-frequency "
+        "norms of q and k of a trained RoPE model (full lab).",
+        ("experiments/streaming", "experiments/rope-frequency-usage"),
+    ),
+    Section(
+        "zoo", "Real models' head geometry", "seed 000 §1.4, Q3; seed 002 §3.2",
+        "「d_k 几乎总是 64 或 128」 (seed 000 Q3) and 「最优头数 ≈ √(d_model/16)」 (seed 002 §3.2); the attention "
+        "parameters are 4·d_model² whatever the head count.",
+        "A shipped table of published configs of open models (each row citing its config.json): the d_k "
+        "distribution, head counts against the √(d/16) rule, GQA ratios, and parameter counts of scaled-down builds.",
+        ("experiments/model-zoo",),
+    ),
+    Section(
+        "corrections", "Corrections: what the lessons get wrong", "seeds 000 and 002",
+        "Statements of the lessons that the lab shows to be wrong, each quoted with an English gloss.",
+        "For each, the measurement or computation that shows it (ALiBi's sign and direction, NTK-aware scaling's "
+        "direction, the memory RoPE saves on a 7B model, the inverted local-window mask, gradient clipping under a "
+        "gradient scaler), and what poslab measured in place of the lessons' empty tables.",
+        ("experiments/corrections",),
     ),
 )
 
