@@ -514,10 +514,12 @@ def test_bench_mechanism_cases_build_and_run() -> None:
     """``poslab bench`` mechanism cases run one forward+backward (timing lives in benchmarks/, never in tests)."""
     from poslab.lab import bench
 
-    names = [c.name for c in bench.mechanism_cases()]
-    assert names == ["poslab:rope+softcap", "poslab:rope+qknorm", "poslab:rope+sinks", "poslab:rope+chunk",
-                     "poslab:none+temperature", "poslab:mla"]
-    for name in names:
-        bench.build_case(name, 16)()
+    cases = bench.mechanism_cases()
+    assert [c.name for c in cases] == ["poslab:rope+softcap", "poslab:rope+qknorm", "poslab:rope+sinks", "poslab:rope+chunk",
+                                       "poslab:none+temperature", "poslab:mla"]
+    for case in bench.find_cases([c.name for c in cases]):  # the names --cases takes
+        bench.build_case(case, 16)()
     with pytest.raises(ValueError, match="unknown mechanism 'capped'"):
-        bench.build_case("poslab:rope+capped", 16)
+        bench.build_case(bench.Case("poslab:rope+capped", "poslab", (("scheme", "rope"), ("mechanism", "capped"))), 16)
+    with pytest.raises(ValueError, match="unknown benchmark case"):
+        bench.find_cases(["poslab:rope+capped"])
