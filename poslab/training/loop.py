@@ -47,11 +47,13 @@ from poslab.training.lock import RunLock, ensure_writable, interrupted_start, re
 from poslab.training.progress import ProgressBar, format_duration, format_rate
 
 DTYPES = ("fp32", "bf16")
+#: ``TrainConfig.optimizer`` choices (see :func:`make_optimizer`)
+OPTIMIZERS = ("adamw", "muon")
 
 # keys that may differ between a run's saved config and the config it is resumed with
 RESUME_FREE_KEYS = frozenset(
     {"name", "out_dir", "max_steps", "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "keep_checkpoints",
-     "threads", "skip_nonfinite"}
+     "threads", "skip_nonfinite", "stop_val_loss"}
 )
 
 
@@ -80,7 +82,8 @@ class TrainConfig:
         beta1, beta2: AdamW betas.
         grad_clip: clip the global gradient norm to this (0 = no clipping).
         eval_interval: evaluate the validation loss every this many steps (and at the end).
-        eval_iters: validation batches per evaluation (the same batches every time).
+        eval_iters: validation batches per evaluation (the same batches every time); 0 = the whole
+            validation split in non-overlapping windows (the training-loss estimate then uses 20 batches).
         log_interval: write a metrics line every this many steps.
         ckpt_interval: checkpoint every this many steps (0 = only at the end).
         keep_checkpoints: keep the newest N checkpoints (0 = all).
@@ -93,6 +96,12 @@ class TrainConfig:
         skip_nonfinite: skip up to this many batches whose loss or gradient norm is NaN/inf (no
             update; the next batch is drawn for the same step; recorded in metrics and results)
             before stopping as diverged (0 = stop at the first one).
+        optimizer: ``"adamw"`` (nanoGPT's groups, fused) or ``"muon"``: ``torch.optim.Muon`` for the
+            2-D weights inside the blocks (its update RMS matched to AdamW's, so ``lr`` and the
+            schedule are shared), AdamW for embeddings, the LM head and 1-D parameters.
+        stop_val_loss: stop once an evaluated validation loss is ``<=`` this (``None`` = run all
+            ``max_steps``): time to quality. The checkpoint of that step is saved; ``results.json``
+            records ``status: "target reached"``, the step, the tokens and the training time.
     """
 
     name: str
@@ -122,6 +131,8 @@ class TrainConfig:
     threads: int | None = None
     init_from: str | None = None
     skip_nonfinite: int = 0
+    optimizer: str = "adamw"
+    stop_val_loss: float | None = None
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(TrainConfig)
@@ -129,11 +140,11 @@ class TrainConfig:
             setattr(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
         if not self.name or any(c in self.name for c in "/\\") or self.name in (".", ".."):
             raise ValueError(f"name must be a plain folder name (no '/', not '.' or '..'), got {self.name!r}")
-        positive = ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval")
+        positive = ("max_steps", "batch_size", "grad_accum", "eval_interval", "log_interval")
         for key in positive:
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key} must be > 0, got {getattr(self, key)!r}")
-        for key in ("warmup_steps", "ckpt_interval", "keep_checkpoints", "seed", "skip_nonfinite"):
+        for key in ("warmup_steps", "ckpt_interval", "keep_checkpoints", "seed", "skip_nonfinite", "eval_iters"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)!r}")
         if self.lr_decay_steps is not None and self.lr_decay_steps <= 0:
@@ -151,6 +162,10 @@ class TrainConfig:
             raise ValueError(f"weight_decay and grad_clip must be >= 0, got {self.weight_decay!r}, {self.grad_clip!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is not allowed; choose one of {list(DTYPES)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer={self.optimizer!r} is not allowed; choose one of {list(OPTIMIZERS)}")
+        if self.stop_val_loss is not None and not self.stop_val_loss > 0:
+            raise ValueError(f"stop_val_loss must be > 0 or None, got {self.stop_val_loss!r}")
         split_text("", self.val_fraction)  # validates the range
         if "vocab_size" in self.model:
             raise ValueError("model.vocab_size is set from the tokenizer; remove it from the config")
@@ -220,22 +235,102 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr + coeff * (cfg.lr - cfg.min_lr)
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with nanoGPT's groups: weight decay on every parameter with 2+ dims (matmul weights and
-    embedding tables), none on biases, norm gains and other 1-D or scalar parameters.
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The optimizer ``cfg.optimizer`` names, with nanoGPT's weight-decay groups.
 
-    Uses the fused kernel where torch has one for the parameters' device (CPU included): same fp32
-    math, one launch instead of one per tensor.
+    ``adamw``: AdamW with weight decay on every parameter with 2+ dims (matmul weights and
+    embedding tables), none on biases, norm gains and other 1-D or scalar parameters. Uses the
+    fused kernel where torch has one for the parameters' device (CPU included): same fp32 math,
+    one launch instead of one per tensor.
+
+    ``muon``: see :func:`make_muon`.
     """
+    if cfg.optimizer == "muon":
+        return make_muon(model, cfg)
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return _adamw(groups, cfg)
+
+
+def _adamw(groups: list[dict], cfg: TrainConfig) -> torch.optim.AdamW:
     kwargs: dict[str, Any] = {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2)}
     try:
         return torch.optim.AdamW(groups, fused=True, **kwargs)
     except (RuntimeError, ValueError):  # a device without a fused kernel
         return torch.optim.AdamW(groups, **kwargs)
+
+
+# ---- Muon (TrainConfig.optimizer = "muon"): make_muon + ChainedOptimizer; self-contained for optim.py
+def make_muon(model: nn.Module, cfg: TrainConfig) -> ChainedOptimizer:
+    """Muon (Jordan et al. 2024, ``torch.optim.Muon``) for the blocks' 2-D weights, AdamW for the rest.
+
+    Muon orthogonalises the momentum of each hidden matrix (Newton-Schulz) and is meant for those
+    only; the token embedding (tied to the LM head), other embeddings and 1-D parameters keep
+    AdamW with nanoGPT's groups. ``adjust_lr_fn="match_rms_adamw"`` (Moonshot's scaling, Liu et al.
+    2025) gives Muon's update AdamW's RMS, so one ``lr`` and schedule drive both. Muon keeps its
+    default Nesterov momentum 0.95 and takes ``weight_decay``.
+    """
+    params = {id(p): p for p in model.parameters() if p.requires_grad}
+    blocks = getattr(model, "blocks", None)
+    matrices = [p for p in (blocks.parameters() if blocks is not None else []) if p.requires_grad and p.dim() == 2]
+    taken = {id(p) for p in matrices}
+    rest = [p for p in params.values() if id(p) not in taken]
+    adamw = _adamw([{"params": [p for p in rest if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+                    {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}], cfg)
+    if not matrices:
+        return ChainedOptimizer([adamw])
+    muon = torch.optim.Muon(matrices, lr=cfg.lr, weight_decay=cfg.weight_decay, adjust_lr_fn="match_rms_adamw")
+    return ChainedOptimizer([muon, adamw])
+
+
+class ChainedOptimizer(torch.optim.Optimizer):
+    """Several optimizers over disjoint parameters behind one optimizer's interface.
+
+    ``param_groups`` is the concatenation of theirs (the same dicts: setting ``group["lr"]`` reaches
+    the owner), ``step``/``zero_grad`` call each, and ``state_dict`` is one standard state dict with
+    parameter indices numbered across the parts in order, so checkpoints and resume treat it as one
+    optimizer.
+    """
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:  # no super().__init__: the parts own the state
+        self.optimizers = optimizers
+        self.param_groups = [g for opt in optimizers for g in opt.param_groups]
+        self.defaults = {}
+        self.state = {}
+
+    @torch.no_grad()
+    def step(self, closure: Callable | None = None) -> None:
+        for opt in self.optimizers:
+            opt.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        state, groups, offset = {}, [], 0
+        for opt in self.optimizers:
+            sd = opt.state_dict()
+            n = sum(len(g["params"]) for g in sd["param_groups"])
+            state.update({offset + int(i): v for i, v in sd["state"].items()})
+            groups.extend({**g, "params": [offset + i for i in g["params"]]} for g in sd["param_groups"])
+            offset += n
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        groups, state, offset = list(state_dict["param_groups"]), state_dict["state"], 0
+        for opt in self.optimizers:
+            mine = groups[: len(opt.param_groups)]
+            groups = groups[len(opt.param_groups) :]
+            n = sum(len(g["params"]) for g in mine)
+            opt.load_state_dict({
+                "state": {int(i) - offset: v for i, v in state.items() if offset <= int(i) < offset + n},
+                "param_groups": [{**g, "params": [i - offset for i in g["params"]]} for g in mine],
+            })
+            offset += n
+        self.param_groups = [g for opt in self.optimizers for g in opt.param_groups]
 
 
 def autocast(dtype: str, device_type: str = "cpu") -> contextlib.AbstractContextManager:
@@ -603,6 +698,7 @@ def _train(
     step, log_loss_sum, log_loss_count, best = 0, 0.0, 0, {"val_loss": None, "step": None}
     tokens_seen = 0
     skipped: list[int] = []  # steps whose batch was dropped as non-finite (skip_nonfinite)
+    target: dict[str, Any] = {}  # stop_val_loss reached: where
 
     if resuming:
         mismatch = ckpt.config_mismatch(resume_identity(saved_doc), resume_identity(config_doc), saved_label="saved run")
@@ -736,18 +832,20 @@ def _train(
                 log_loss_sum, log_loss_count = 0.0, 0
                 interval_tokens, interval_time = 0, 0.0
                 if evaluate:
-                    val = evaluate_loss(eval_model, data.val, model_cfg.block_size, eval_batch, cfg.eval_iters,
+                    val = evaluate_loss(eval_model, data.val, model_cfg.block_size, eval_batch, cfg.eval_iters or None,
                                         seed=cfg.seed + 1, dtype=cfg.dtype)
                     record["val_loss"] = val
                     if best["val_loss"] is None or val < best["val_loss"]:
                         best = {"val_loss": val, "step": step}
+                    if cfg.stop_val_loss is not None and val <= cfg.stop_val_loss:  # time to quality: stop here
+                        target = {"step": step, "tokens": tokens_seen, "train_time_s": train_time, "val_loss": val}
                 if skipped:
                     record["skipped_nonfinite"] = len(skipped)
                 _append_line(metrics, json.dumps(record))
                 bar.update(step, loss=record["loss"], val_loss=record.get("val_loss"), tokens_per_s=rate, force=evaluate)
             else:
                 bar.update(step, loss=step_loss)
-            if step == cfg.max_steps or (cfg.ckpt_interval and step % cfg.ckpt_interval == 0):
+            if step == cfg.max_steps or (cfg.ckpt_interval and step % cfg.ckpt_interval == 0) or target:
                 save(step)
             if callback is not None:
                 try:
@@ -761,15 +859,17 @@ def _train(
                           f"continue with: {'torchrun (the same options) -m ' if dist_ctx.world_size > 1 else ''}"
                           f"poslab train --name {cfg.name} --out_dir {cfg.out_dir} --resume")
                 raise KeyboardInterrupt
+            if target:
+                break
 
-    final_val = evaluate_loss(eval_model, data.val, model_cfg.block_size, eval_batch, cfg.eval_iters, seed=cfg.seed + 1,
-                              dtype=cfg.dtype)
-    final_train = evaluate_loss(eval_model, data.train, model_cfg.block_size, eval_batch, cfg.eval_iters,
+    final_val = evaluate_loss(eval_model, data.val, model_cfg.block_size, eval_batch, cfg.eval_iters or None,
+                              seed=cfg.seed + 1, dtype=cfg.dtype)
+    final_train = evaluate_loss(eval_model, data.train, model_cfg.block_size, eval_batch, cfg.eval_iters or 20,
                                 seed=cfg.seed + 2, dtype=cfg.dtype)
     tokens_per_s = session_tokens / train_time if train_time > 0 else None
     results = {
         "name": cfg.name,
-        "status": "completed",
+        "status": "target reached" if target else "completed",
         "steps": step,
         "final_train_loss": final_train,
         "final_val_loss": final_val,
@@ -793,6 +893,8 @@ def _train(
         **dist_ctx.results_section(tokens_per_s),  # world_size, backend, fsdp, tokens/s per process
         "skipped_nonfinite": skipped,
     }
+    if cfg.stop_val_loss is not None:  # time to quality (train_time_s counts optimizer steps only, no evaluation)
+        results["target"] = {"stop_val_loss": cfg.stop_val_loss, "reached": bool(target), **target}
     if dist_ctx.is_main:
         ckpt.atomic_write_json(run_dir / "results.json", results)
     summary = (
@@ -970,12 +1072,15 @@ def load_run(run_dir: str | Path, step: int | None = None) -> tuple[GPT, Any, di
 
 __all__ = [
     "DTYPES",
+    "OPTIMIZERS",
+    "ChainedOptimizer",
     "RESUME_FREE_KEYS",
     "TrainConfig",
     "TrainingDiverged",
     "evaluate_loss",
     "load_run",
     "lr_at",
+    "make_muon",
     "make_optimizer",
     "matmul_flops_per_token",
     "measure_matmul_peak",
