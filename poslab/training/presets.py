@@ -61,6 +61,28 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
         "quick": {"max_steps": 300, "lr_decay_steps": 300, "warmup_steps": 30, "eval_interval": 100, "ckpt_interval": 100},
     },
+    "shakespeare-char-fast": {
+        "description": "time to quality: the shakespeare-char model with RoPE, bf16 autocast and a short schedule; "
+                       "stops at whole-split val 1.90 (benchmarks/time_to_loss.py)",
+        "config": {
+            "corpus": "shakespeare",
+            "tokenizer": "char",
+            "model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0, "bias": False,
+                      "position": "rope", "activation": "gelu"},
+            "max_steps": 1000,
+            "lr_decay_steps": 1000,
+            "batch_size": 12,
+            **NANOGPT_SCHEDULE,
+            "lr": 2e-3,
+            "warmup_steps": 50,
+            "dtype": "bf16",
+            "eval_interval": 100,
+            "eval_iters": 0,
+            "stop_val_loss": 1.90,
+        },
+        "quick": {"max_steps": 200, "lr_decay_steps": 200, "warmup_steps": 20, "eval_interval": 100, "eval_iters": 10,
+                  "ckpt_interval": 100, "stop_val_loss": None},
+    },
     "tiny": {
         "description": "a seconds-long smoke run (2 layers, 2 heads, n_embd 32, block 32) on tinyshakespeare",
         "config": {
