@@ -13,6 +13,10 @@ of :class:`poslab.GPTConfig` fields) with a description and a ``quick`` variant 
 Both GPT presets use the exact GELU (``activation: gelu``) as nanoGPT's ``nn.GELU()`` does, rather
 than GPT-2's tanh approximation (poslab's ``GPTConfig`` default): on CPU its forward + backward
 costs about half as much.
+* ``shakespeare-char-fast``: time to quality (``benchmarks/time_to_loss.py``): the ``shakespeare-char``
+  model and windows (4/4/128, block 64, batch 12) with RoPE, bf16 autocast, lr 2e-3 (warmup 50)
+  decayed over 1000 steps, the whole validation split evaluated every 100 steps, stopping at val
+  1.90 (``stop_val_loss``). The same windows keep its whole-split loss comparable with nanoGPT's.
 * ``tiny``: a seconds-long run for tests and smoke checks.
 """
 
