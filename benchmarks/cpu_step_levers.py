@@ -1,6 +1,8 @@
 """CPU step levers at the time-to-loss size (4/4/128 RoPE, block 64, exact GELU, no bias): tokens/s of
 full training steps (``train_throughput.poslab_step_fn``: forward with loss, backward, clip, fused
-AdamW) for batch 12 vs 48, fp32 vs bf16 autocast, and SDPA's flash kernel vs its math kernel.
+AdamW) for batch 12 vs 48, fp32 vs bf16 autocast, and SDPA's flash kernel vs its math kernel, with
+nanoGPT's own step at its recipe's size (``nanogpt_control.py``'s model and per-tensor AdamW) in the
+same rotation.
 
 ``default`` is poslab as shipped (since the math-kernel change: bf16 at T <= 128 takes the math
 kernel on CPU); ``flash`` forces the flash kernel, ``math`` the math kernel. Contenders alternate
@@ -24,7 +26,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_throughput import poslab_step_fn  # noqa: E402
+from train_throughput import nanogpt_step_fn, poslab_step_fn  # noqa: E402
 
 KERNELS = {"default": None, "flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}
 
@@ -39,7 +41,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cases = [(12, "fp32", "default"), (12, "bf16", "default"), (12, "bf16", "flash"), (12, "bf16", "math"),
              (12, "fp32", "math"), (48, "fp32", "default"), (48, "bf16", "default")]
-    steps = {}
+    steps = {(12, "fp32", "nanoGPT"): nanogpt_step_fn(4, 4, 128, 64, 12)}  # the recipe's step, per-tensor AdamW
     for batch, dtype, kernel in cases:
         fn = poslab_step_fn(4, 4, 128, 64, batch, position="rope", dtype=dtype, bias=False, activation="gelu")[0]
 
