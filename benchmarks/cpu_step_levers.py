@@ -28,6 +28,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_throughput import nanogpt_step_fn, poslab_step_fn  # noqa: E402
 
+from poslab.nn import attention  # noqa: E402
+
 KERNELS = {"default": None, "flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}
 
 
@@ -46,8 +48,14 @@ def main() -> None:
         fn = poslab_step_fn(4, 4, 128, 64, batch, position="rope", dtype=dtype, bias=False, activation="gelu")[0]
 
         def step(fn=fn, kernel=KERNELS[kernel]) -> None:
-            with sdpa_kernel(kernel) if kernel is not None else contextlib.nullcontext():
-                fn()
+            # poslab's own choice sits inside the model (an inner sdpa_kernel wins): switch it off to force a kernel
+            limit = attention.CPU_LOWP_MATH_MAX_T
+            attention.CPU_LOWP_MATH_MAX_T = limit if kernel is None else -1
+            try:
+                with sdpa_kernel(kernel) if kernel is not None else contextlib.nullcontext():
+                    fn()
+            finally:
+                attention.CPU_LOWP_MATH_MAX_T = limit
 
         steps[(batch, dtype, kernel)] = step
         step()
