@@ -516,9 +516,11 @@ def training_state_missing(tensors: dict[str, Tensor], meta: dict[str, Any]) -> 
     missing += [f"{key!r} in its JSON" for key in _TRAINING_META if key not in meta]
     optimizer = meta.get("optimizer")
     if isinstance(optimizer, dict) and isinstance(optimizer.get("param_groups"), list):
-        indices = [i for group in optimizer["param_groups"] if isinstance(group, dict) for i in group.get("params", [])]
-        for key in ("exp_avg", "exp_avg_sq"):
-            if any(f"optim.state.{i}.{key}" not in tensors for i in indices):
+        for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
+            # AdamW groups (they have betas) keep exp_avg/exp_avg_sq, Muon groups a momentum_buffer per parameter
+            indices = [i for group in optimizer["param_groups"] if isinstance(group, dict)
+                       and (("betas" in group) == (key != "momentum_buffer")) for i in group.get("params", [])]
+            if any(f"optim.state.{i}.{key}" not in tensors for i in indices) and f"the optimizer's {key}" not in missing:
                 missing.append(f"the optimizer's {key}")
     elif "optimizer" in meta:
         missing.append("the optimizer's param_groups")

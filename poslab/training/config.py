@@ -19,11 +19,13 @@ from poslab.data import split_text
 from poslab.nn.model import GPTConfig
 
 DTYPES = ("fp32", "bf16")
+#: ``TrainConfig.optimizer`` choices (see :func:`poslab.training.optim.make_optimizer`)
+OPTIMIZERS = ("adamw", "muon")
 
 #: keys that may differ between a run's saved config and the config it is resumed with
 RESUME_FREE_KEYS = frozenset(
     {"name", "out_dir", "max_steps", "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "keep_checkpoints",
-     "threads", "skip_nonfinite"}
+     "threads", "skip_nonfinite", "stop_val_loss"}
 )
 
 #: the model keys a user may set (``vocab_size`` comes from the tokenizer)
@@ -52,7 +54,8 @@ class TrainConfig:
         beta1, beta2: AdamW betas.
         grad_clip: clip the global gradient norm to this (0 = no clipping).
         eval_interval: evaluate the validation loss every this many steps (and at the end).
-        eval_iters: validation batches per evaluation (the same batches every time).
+        eval_iters: validation batches per evaluation (the same batches every time); 0 = the whole
+            validation split in non-overlapping windows (the training-loss estimate then uses 20 batches).
         log_interval: write a metrics line every this many steps.
         ckpt_interval: checkpoint every this many steps (0 = only at the end).
         keep_checkpoints: keep the newest N checkpoints (0 = all).
@@ -65,6 +68,12 @@ class TrainConfig:
         skip_nonfinite: skip up to this many batches whose loss or gradient norm is NaN/inf (no
             update; the next batch is drawn for the same step; recorded in metrics and results)
             before stopping as diverged (0 = stop at the first one).
+        optimizer: ``"adamw"`` (nanoGPT's groups, fused) or ``"muon"``: ``torch.optim.Muon`` for the
+            2-D weights inside the blocks (its update RMS matched to AdamW's, so ``lr`` and the
+            schedule are shared), AdamW for embeddings, the LM head and 1-D parameters.
+        stop_val_loss: stop once an evaluated validation loss is ``<=`` this (``None`` = run all
+            ``max_steps``): time to quality. The checkpoint of that step is saved; ``results.json``
+            records ``status: "target reached"``, the step, the tokens and the training time.
     """
 
     name: str
@@ -94,6 +103,8 @@ class TrainConfig:
     threads: int | None = None
     init_from: str | None = None
     skip_nonfinite: int = 0
+    optimizer: str = "adamw"
+    stop_val_loss: float | None = None
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(TrainConfig)
@@ -103,11 +114,11 @@ class TrainConfig:
         self.model = _model_of(self.model)
         if not self.name or any(c in self.name for c in "/\\") or self.name in (".", ".."):
             raise ValueError(f"name must be a plain folder name (no '/', not '.' or '..'), got {self.name!r}")
-        positive = ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval")
+        positive = ("max_steps", "batch_size", "grad_accum", "eval_interval", "log_interval")
         for key in positive:
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key} must be > 0, got {getattr(self, key)!r}")
-        for key in ("warmup_steps", "ckpt_interval", "keep_checkpoints", "seed", "skip_nonfinite"):
+        for key in ("warmup_steps", "ckpt_interval", "keep_checkpoints", "seed", "skip_nonfinite", "eval_iters"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)!r}")
         if self.lr_decay_steps is not None and self.lr_decay_steps <= 0:
@@ -125,6 +136,10 @@ class TrainConfig:
             raise ValueError(f"weight_decay and grad_clip must be >= 0, got {self.weight_decay!r}, {self.grad_clip!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is not allowed; choose one of {list(DTYPES)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer={self.optimizer!r} is not allowed; choose one of {list(OPTIMIZERS)}")
+        if self.stop_val_loss is not None and not self.stop_val_loss > 0:
+            raise ValueError(f"stop_val_loss must be > 0 or None, got {self.stop_val_loss!r}")
         split_text("", self.val_fraction)  # validates the range
 
     @classmethod
@@ -201,4 +216,4 @@ def resume_identity(config_doc: dict, model: GPTConfig | None = None) -> dict:
     return {"model": model.to_dict(), "train": train}
 
 
-__all__ = ["DTYPES", "MODEL_KEYS", "RESUME_FREE_KEYS", "TrainConfig", "model_config", "model_fields", "resume_identity"]
+__all__ = ["DTYPES", "MODEL_KEYS", "OPTIMIZERS", "RESUME_FREE_KEYS", "TrainConfig", "model_config", "model_fields", "resume_identity"]

@@ -290,6 +290,7 @@ class _Trainer:
         self.cfg, self.store, self.dist, self.show, self.callback = cfg, store, dist_ctx, show, callback
         self.timing = _Timing(wall_start)
         self.state = _State()
+        self.target: dict[str, Any] = {}  # where stop_val_loss was reached (time to quality), empty until then
         self.resuming = False
         self.start_step = 0
         self.notes: list[str] = []  # printed once the progress bar exists
@@ -444,7 +445,7 @@ class _Trainer:
                 self._count_step(time.perf_counter() - step_start, step_loss)
                 record = self._log(append, lr, step_loss, grad_norm)
                 step = self.state.step
-                if self._checkpoint_due(step):
+                if self._checkpoint_due(step) or self.target:
                     self.save(step)
                 if self.callback is not None:
                     try:
@@ -453,6 +454,8 @@ class _Trainer:
                         interrupt.requested = True
                 if self.dist.any(interrupt.requested):  # Ctrl-C on any rank stops every rank after the same step
                     self._stop_interrupted(step)
+                if self.target:  # stop_val_loss reached: time to quality, stop here
+                    break
 
     def _forward_backward(self, lr: float) -> tuple[float, float]:
         """One step's micro-batches: the mean loss of the global batch and the (clipped) gradient norm."""
@@ -524,14 +527,18 @@ class _Trainer:
             record["val_loss"] = val
             if state.best["val_loss"] is None or val < state.best["val_loss"]:
                 state.best = {"val_loss": val, "step": step}
+            if cfg.stop_val_loss is not None and val <= cfg.stop_val_loss:
+                self.target = {"step": step, "tokens": state.tokens_seen, "train_time_s": timing.train_time, "val_loss": val}
         if state.skipped:
             record["skipped_nonfinite"] = len(state.skipped)
         append(record)
         self.bar.update(step, loss=record["loss"], val_loss=record.get("val_loss"), tokens_per_s=rate, force=evaluate)
         return record
 
-    def _evaluate(self, data: torch.Tensor, seed: int) -> float:
-        return evaluate_loss(self.eval_model, data, self.model_cfg.block_size, self.eval_batch, self.cfg.eval_iters,
+    def _evaluate(self, data: torch.Tensor, seed: int, iters: int | None = None) -> float:
+        """Mean loss over ``eval_iters`` fixed batches (``eval_iters=0``: the whole split, or ``iters`` batches)."""
+        n = self.cfg.eval_iters or iters  # None: every non-overlapping window of the split
+        return evaluate_loss(self.eval_model, data, self.model_cfg.block_size, self.eval_batch, n,
                              seed=seed, dtype=self.cfg.dtype)
 
     def _stop_interrupted(self, step: int) -> None:
@@ -566,11 +573,11 @@ class _Trainer:
         """Final train/val losses, throughput and MFU; ``results.json`` written; the summary printed."""
         cfg, state, timing, dist, data = self.cfg, self.state, self.timing, self.dist, self.data
         final_val = self._evaluate(data.val, cfg.seed + 1)
-        final_train = self._evaluate(data.train, cfg.seed + 2)
+        final_train = self._evaluate(data.train, cfg.seed + 2, iters=20)  # the train split is too big to read whole
         tokens_per_s = timing.session_tokens / timing.train_time if timing.train_time > 0 else None
         results = {
             "name": cfg.name,
-            "status": "completed",
+            "status": "target reached" if self.target else "completed",
             "steps": state.step,
             "final_train_loss": final_train,
             "final_val_loss": final_val,
@@ -594,6 +601,8 @@ class _Trainer:
             **dist.results_section(tokens_per_s),  # world_size, backend, fsdp, tokens/s per process
             "skipped_nonfinite": state.skipped,
         }
+        if cfg.stop_val_loss is not None:  # time to quality (train_time_s counts optimizer steps only, no evaluation)
+            results["target"] = {"stop_val_loss": cfg.stop_val_loss, "reached": bool(self.target), **self.target}
         if dist.is_main:
             self.store.write_results(results)
         summary = (

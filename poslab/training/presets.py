@@ -13,6 +13,10 @@ of :class:`poslab.GPTConfig` fields) with a description and a ``quick`` variant 
 Both GPT presets use the exact GELU (``activation: gelu``) as nanoGPT's ``nn.GELU()`` does, rather
 than GPT-2's tanh approximation (poslab's ``GPTConfig`` default): on CPU its forward + backward
 costs about half as much.
+* ``shakespeare-char-fast``: time to quality (``benchmarks/time_to_loss.py``): the ``shakespeare-char``
+  model and windows (4/4/128, block 64, batch 12) with RoPE, bf16 autocast, lr 2e-3 (warmup 50)
+  decayed over 1000 steps, the whole validation split evaluated every 100 steps, stopping at val
+  1.90 (``stop_val_loss``). The same windows keep its whole-split loss comparable with nanoGPT's.
 * ``tiny``: a seconds-long run for tests and smoke checks.
 """
 
@@ -62,6 +66,28 @@ PRESETS: dict[str, dict[str, Any]] = {
             **NANOGPT_SCHEDULE,
         },
         "quick": {"max_steps": 300, "lr_decay_steps": 300, "warmup_steps": 30, "eval_interval": 100, "ckpt_interval": 100},
+    },
+    "shakespeare-char-fast": {
+        "description": "time to quality: the shakespeare-char model with RoPE, bf16 autocast and a short schedule; "
+                       "stops at whole-split val 1.90 (benchmarks/time_to_loss.py)",
+        "config": {
+            "corpus": "shakespeare",
+            "tokenizer": "char",
+            "model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0, "bias": False,
+                      "position": "rope", "activation": "gelu"},
+            "max_steps": 1000,
+            "lr_decay_steps": 1000,
+            "batch_size": 12,
+            **NANOGPT_SCHEDULE,
+            "lr": 2e-3,
+            "warmup_steps": 50,
+            "dtype": "bf16",
+            "eval_interval": 100,
+            "eval_iters": 0,
+            "stop_val_loss": 1.90,
+        },
+        "quick": {"max_steps": 200, "lr_decay_steps": 200, "warmup_steps": 20, "eval_interval": 100, "eval_iters": 10,
+                  "ckpt_interval": 100, "stop_val_loss": None},
     },
     "tiny": {
         "description": "a seconds-long smoke run (2 layers, 2 heads, n_embd 32, block 32) on tinyshakespeare",

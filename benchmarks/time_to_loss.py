@@ -1,0 +1,207 @@
+"""Time to quality: wall time and tokens until the whole-validation-split loss reaches a target.
+
+Side by side in one process, same threads, alternating: poslab's ``train()`` with a preset
+(default ``shakespeare-char-fast``) stopping at ``--target`` (``stop_val_loss``, validation on the
+whole split every ``--eval-every`` steps) and nanoGPT's CPU recipe (the model and loop of
+``benchmarks/nanogpt_control.py``: 4/4/128, block 64, batch 12, 2000 iterations, lr 1e-3 -> 1e-4)
+with the same whole-split validation every ``--nano-eval-every`` iterations. Both clocks count the
+training steps only (batch, forward, backward, clip, update), never the evaluations, so how often
+each side is evaluated does not move its time. nanoGPT's figure is the time of its 2000-step recipe
+(which reaches 1.899 on the whole split over three seeds here) and, where its curve crossed the
+target at an evaluation, the time to that crossing.
+
+    .venv/bin/python benchmarks/time_to_loss.py --seeds 1337 1 2                 # the comparison
+    .venv/bin/python benchmarks/time_to_loss.py --target 2.2 --no-nanogpt \\
+        --variant rope --variant learned:model.position=learned                  # a lever trial
+
+``--variant LABEL[:key=value,key=value]`` runs the preset with those overrides (dotted keys reach
+``model``); several variants alternate with each other and with nanoGPT, seed by seed, with the
+order rotated every seed. Results: ``--out`` (JSON, every run) and a table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nanogpt_control import TinyGPT, nanogpt_lr, nanogpt_optimizer, nanogpt_update  # noqa: E402
+
+from poslab.data import build_tokenizer, encode_corpus, load_text, split_text  # noqa: E402
+from poslab.session import train  # noqa: E402
+from poslab.training import presets  # noqa: E402
+from poslab.training.config import TrainConfig  # noqa: E402
+
+
+def full_split_loss(model: TinyGPT, ids: torch.Tensor, block: int, batch: int = 64) -> float:
+    """Mean loss over the whole split in consecutive non-overlapping windows (nanogpt_control's figure)."""
+    model.eval()
+    with torch.no_grad():
+        n = (len(ids) - 1) // block
+        total = 0.0
+        for first in range(0, n, batch):
+            starts = torch.arange(first, min(first + batch, n)) * block  # [b]
+            window = starts[:, None] + torch.arange(block + 1)  # [b, T+1]
+            chunk = ids[window]  # [b, T+1]
+            total += model(chunk[:, :-1], chunk[:, 1:]).item() * chunk.shape[0]
+    model.train()
+    return total / n
+
+
+def nanogpt_run(seed: int, args: argparse.Namespace, train_ids: torch.Tensor, val_ids: torch.Tensor,
+                vocab: int) -> dict[str, Any]:
+    """nanoGPT's 2000-iteration recipe; training time to the first evaluation at or under the target, and in all."""
+    torch.manual_seed(seed)
+    block, batch, iters = 64, 12, args.nano_iters
+    model = TinyGPT(vocab, block, 4, 4, 128)
+    opt = nanogpt_optimizer(model)
+    train_time, crossed, curve = 0.0, None, []
+    for it in range(iters):
+        start = time.perf_counter()
+        ix = torch.randint(len(train_ids) - block, (batch,))
+        x = torch.stack([train_ids[i : i + block] for i in ix])  # [B, T]
+        y = torch.stack([train_ids[i + 1 : i + 1 + block] for i in ix])  # [B, T]
+        nanogpt_update(model, opt, x, y, nanogpt_lr(it, decay_iters=iters))
+        train_time += time.perf_counter() - start
+        step = it + 1
+        if step % args.nano_eval_every == 0 or step == iters:
+            val = full_split_loss(model, val_ids, block)
+            curve.append({"step": step, "val_loss": val, "train_time_s": train_time})
+            if crossed is None and val <= args.target:
+                crossed = {"step": step, "tokens": step * batch * block, "train_time_s": train_time, "val_loss": val}
+    return {"contender": "nanoGPT", "seed": seed, "steps": iters, "tokens": iters * batch * block,
+            "train_time_s": train_time, "final_val_loss": curve[-1]["val_loss"], "reached": crossed is not None,
+            "crossing": crossed, "curve": curve}
+
+
+def _scalar(text: str) -> Any:
+    """``"2e-3"`` -> 0.002, ``"24"`` -> 24, ``"null"`` -> None, else YAML's reading (strings stay strings)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return yaml.safe_load(text)
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
+    """``LABEL[:key=value,...]`` -> (label, overrides); values parsed as YAML scalars."""
+    label, _, rest = text.partition(":")
+    overrides: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--variant {text!r}: {item!r} is not key=value")
+        overrides[key.strip()] = _scalar(value)
+    return label, overrides
+
+
+def poslab_config(args: argparse.Namespace, label: str, overrides: dict[str, Any], seed: int) -> TrainConfig:
+    values = presets.preset_config(args.preset)
+    for key, value in overrides.items():
+        if key.startswith("model."):
+            values.setdefault("model", {})[key[len("model."):]] = value
+        else:
+            values[key] = value
+    values.update(name=f"{label}-s{seed}", out_dir=str(args.runs), seed=seed, threads=args.threads,
+                  stop_val_loss=args.target, eval_iters=0, ckpt_interval=0, keep_checkpoints=1)
+    if args.eval_every is not None:
+        values["eval_interval"] = args.eval_every
+    return TrainConfig.from_dict(values)
+
+
+def poslab_run(args: argparse.Namespace, label: str, overrides: dict[str, Any], seed: int) -> dict[str, Any]:
+    cfg = poslab_config(args, label, overrides, seed)
+    results = train(cfg, overwrite=True, progress=False)
+    target = results["target"]
+    return {"contender": label, "seed": seed, "overrides": overrides, "run_dir": str(cfg.run_dir),
+            "steps": results["steps"], "tokens": results["tokens_seen"], "train_time_s": results["train_time_s"],
+            "final_val_loss": results["final_val_loss"], "reached": target["reached"],
+            "crossing": {k: target[k] for k in ("step", "tokens", "train_time_s", "val_loss")} if target["reached"] else None,
+            "tokens_per_s": results["tokens_per_s"], "mfu": results["mfu"]}
+
+
+def summarise(rows: list[dict[str, Any]], target: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(r["contender"] for r in rows):
+        mine = [r for r in rows if r["contender"] == name]
+        reached = [r for r in mine if r["reached"]]
+        entry = {"runs": len(mine), "reached": len(reached),
+                 "train_time_s_mean": statistics.fmean(r["train_time_s"] for r in mine),
+                 "final_val_loss_mean": statistics.fmean(r["final_val_loss"] for r in mine)}
+        if reached:
+            entry["time_to_target_s_mean"] = statistics.fmean(r["crossing"]["train_time_s"] for r in reached)
+            entry["tokens_to_target_mean"] = statistics.fmean(r["crossing"]["tokens"] for r in reached)
+        out[name] = entry
+    if "nanoGPT" in out:
+        base = out["nanoGPT"]["train_time_s_mean"]
+        for name, entry in out.items():
+            if name != "nanoGPT" and "time_to_target_s_mean" in entry and entry["reached"] == entry["runs"]:
+                entry["time_vs_nanogpt_recipe"] = entry["time_to_target_s_mean"] / base
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", type=float, default=1.90, help="whole-split validation loss to reach")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1337])
+    parser.add_argument("--preset", default="shakespeare-char-fast")
+    parser.add_argument("--variant", action="append", default=None, help="LABEL[:key=value,...] (repeatable)")
+    parser.add_argument("--no-nanogpt", action="store_true", help="poslab variants only (lever trials)")
+    parser.add_argument("--nano-iters", type=int, default=2000)
+    parser.add_argument("--nano-eval-every", type=int, default=250)
+    parser.add_argument("--eval-every", type=int, default=None, help="poslab evaluation interval (default: the preset's)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--runs", type=Path, default=Path("runs/time-to-loss"))
+    parser.add_argument("--out", type=Path, default=Path("runs/time-to-loss/results.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    variants = [parse_variant(v) for v in (args.variant or [args.preset.replace("shakespeare-char-", "poslab-")])]
+    text = load_text("shakespeare")
+    tokenizer = build_tokenizer("char", text)
+    train_text, val_text = split_text(text, 0.1)
+    train_ids, val_ids = encode_corpus(tokenizer, train_text), encode_corpus(tokenizer, val_text)
+
+    contenders: list[str] = ([] if args.no_nanogpt else ["nanoGPT"]) + [label for label, _ in variants]
+    overrides = dict(variants)
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    for i, seed in enumerate(args.seeds):
+        order = contenders[i % len(contenders):] + contenders[: i % len(contenders)]  # rotate: alternating starts
+        for name in order:
+            row = (nanogpt_run(seed, args, train_ids, val_ids, tokenizer.vocab_size) if name == "nanoGPT"
+                   else poslab_run(args, name, overrides[name], seed))
+            rows.append(row)
+            cross = row["crossing"]
+            print(f"  {name:24s} seed {seed:5d}: " + (f"val {args.target} at step {cross['step']} after "
+                  f"{cross['train_time_s']:.1f} s, {cross['tokens']:,} tokens" if cross else f"did not reach {args.target}")
+                  + f"; final val {row['final_val_loss']:.4f} after {row['steps']} steps, {row['train_time_s']:.1f} s",
+                  flush=True)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"target": args.target, "threads": args.threads, "rows": rows}, indent=2))
+    summary = summarise(rows, args.target)
+    report = {"target": args.target, "threads": args.threads, "seeds": args.seeds, "preset": args.preset,
+              "preset_config": presets.preset_config(args.preset), "rows": rows, "summary": summary,
+              "wall_s": time.perf_counter() - started,
+              "load_average": list(__import__("os").getloadavg())}
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"\ntime to whole-split val loss {args.target} ({len(args.seeds)} seed(s), {args.threads} thread(s); "
+          "training-step time, evaluations excluded)")
+    for name, s in summary.items():
+        to = (f"{s['time_to_target_s_mean']:.1f} s, {s['tokens_to_target_mean']:,.0f} tokens"
+              if "time_to_target_s_mean" in s else "-")
+        ratio = f"  = {s['time_vs_nanogpt_recipe']:.2f}x nanoGPT's recipe time" if "time_vs_nanogpt_recipe" in s else ""
+        print(f"  {name:24s} reached {s['reached']}/{s['runs']}: to target {to}; whole run {s['train_time_s_mean']:.1f} s, "
+              f"final val {s['final_val_loss_mean']:.4f}{ratio}")
+
+
+if __name__ == "__main__":
+    main()

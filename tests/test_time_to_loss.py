@@ -1,0 +1,138 @@
+"""Time to quality: ``stop_val_loss``, whole-split evaluation, the Muon option, the preset and
+``benchmarks/time_to_loss.py`` (a fast smoke of both contenders)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from poslab.runs import load_run, read_metrics
+from poslab.session import train
+from poslab.training import presets
+from poslab.training.config import TrainConfig
+from poslab.training.data import prepare_data
+from poslab.training.loop import evaluate_loss
+from poslab.training.optim import ChainedOptimizer, make_optimizer
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import time_to_loss  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> str:
+    """The first 40,000 characters of tinyshakespeare: whole-split evaluations stay quick."""
+    from poslab.data import load_text
+
+    path = tmp_path_factory.mktemp("corpus") / "shakespeare-40k.txt"
+    path.write_text(load_text("shakespeare")[:40_000], encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _tiny(tmp_path: Path, corpus: str, **overrides) -> TrainConfig:
+    values = presets.preset_config("tiny")
+    values.update(out_dir=str(tmp_path), threads=1, ckpt_interval=10, lr_decay_steps=30, max_steps=30, corpus=corpus)
+    values.update(overrides)
+    return TrainConfig.from_dict(values)
+
+
+def test_stop_val_loss_stops_at_the_first_evaluation_under_it(tmp_path: Path, corpus: str) -> None:
+    full = train(_tiny(tmp_path, corpus, name="full", eval_interval=5, eval_iters=0), progress=False)
+    curve = [r for r in read_metrics(tmp_path / "full") if "val_loss" in r]
+    target = curve[2]["val_loss"] + 1e-9  # reached at the third evaluation, not before
+    assert all(r["val_loss"] > target for r in curve[:2])
+    stopped = train(_tiny(tmp_path, corpus, name="stop", eval_interval=5, eval_iters=0, stop_val_loss=target), progress=False)
+    assert stopped["status"] == "target reached" and stopped["steps"] == curve[2]["step"] == 15
+    assert stopped["target"]["reached"] and stopped["target"]["step"] == 15
+    assert stopped["target"]["tokens"] == 15 * 8 * 32 == stopped["tokens_seen"]
+    assert 0 < stopped["target"]["train_time_s"] <= stopped["wall_time_s"]
+    assert full["status"] == "completed" and full["steps"] == 30
+    model, _, _ = load_run(tmp_path / "stop")  # the checkpoint of the stopping step: usable by sample/eval
+    cfg = _tiny(tmp_path, corpus, name="stop")
+    assert evaluate_loss(model, prepare_data(cfg).val, 32, 8, None) == pytest.approx(stopped["target"]["val_loss"], abs=1e-6)
+
+
+def test_eval_iters_zero_is_the_whole_validation_split(tmp_path: Path, corpus: str) -> None:
+    result = train(_tiny(tmp_path, corpus, name="whole", eval_iters=0, max_steps=10, lr_decay_steps=10), progress=False)
+    model, _, _ = load_run(tmp_path / "whole")
+    whole = evaluate_loss(model, prepare_data(_tiny(tmp_path, corpus, name="whole")).val, 32, 8, None)
+    assert result["final_val_loss"] == pytest.approx(whole, abs=1e-6)
+    assert "target" not in result
+
+
+def test_muon_trains_and_resumes_bitwise(tmp_path: Path, corpus: str) -> None:
+    straight = train(_tiny(tmp_path, corpus, name="muon", optimizer="muon"), progress=False)
+    train(_tiny(tmp_path, corpus, name="muon-resumed", optimizer="muon", max_steps=10), progress=False)
+    resumed = train(_tiny(tmp_path, corpus, name="muon-resumed", optimizer="muon"), resume=True, progress=False)
+    assert resumed["final_val_loss"] == straight["final_val_loss"]
+    adamw = train(_tiny(tmp_path, corpus, name="adamw"), progress=False)
+    assert adamw["final_val_loss"] != straight["final_val_loss"]  # a different optimizer, a different run
+
+
+def test_muon_takes_the_block_matrices_and_adamw_the_rest(tmp_path: Path, corpus: str) -> None:
+    from poslab import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=20, n_layer=2, n_head=2, n_embd=16, block_size=8, bias=True))
+    opt = make_optimizer(model, _tiny(tmp_path, corpus, name="x", optimizer="muon"))
+    assert isinstance(opt, ChainedOptimizer)
+    muon, adamw = opt.optimizers
+    assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
+    muon_ids = {id(p) for g in muon.param_groups for p in g["params"]}
+    block_matrices = {id(p) for n, p in model.named_parameters() if n.startswith("blocks.") and p.dim() == 2}
+    assert muon_ids == block_matrices
+    assert id(model.tok_emb.weight) not in muon_ids
+    every = [id(p) for g in opt.param_groups for p in g["params"]]
+    assert sorted(every) == sorted(id(p) for p in model.parameters())  # each parameter once
+    for group in opt.param_groups:  # the loop's schedule reaches both parts
+        group["lr"] = 0.123
+    assert muon.param_groups[0]["lr"] == adamw.param_groups[0]["lr"] == 0.123
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("optimizer", "sgd", "optimizer='sgd' is not allowed; choose one of ['adamw', 'muon']"),
+    ("stop_val_loss", 0.0, "stop_val_loss must be > 0 or None, got 0.0"),
+    ("eval_iters", -1, "eval_iters must be >= 0, got -1"),
+])
+def test_bad_values_get_one_line_errors(tmp_path: Path, corpus: str, key: str, value, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+        _tiny(tmp_path, corpus, name="bad", **{key: value})
+
+
+def test_fast_preset_is_listed_and_builds() -> None:
+    assert "shakespeare-char-fast" in presets.names()
+    cfg = TrainConfig.from_dict({**presets.preset_config("shakespeare-char-fast"), "name": "x"})
+    assert cfg.stop_val_loss == pytest.approx(1.90) and cfg.eval_iters == 0
+    assert cfg.model.block_size == 64  # the recipe's windows: its whole-split loss is comparable with nanoGPT's
+    quick = TrainConfig.from_dict({**presets.preset_config("shakespeare-char-fast", quick=True), "name": "x"})
+    assert quick.stop_val_loss is None and quick.max_steps < cfg.max_steps
+
+
+def test_time_to_loss_smoke(tmp_path: Path, corpus: str) -> None:
+    """Both contenders through the benchmark's own functions, tiny: the rows have what the table needs."""
+    args = argparse.Namespace(target=4.0, nano_iters=4, nano_eval_every=2, preset="tiny", eval_every=5, threads=1,
+                              runs=tmp_path / "runs")
+    ids = torch.randint(0, 65, (3000,), generator=torch.Generator().manual_seed(0))
+    nano = time_to_loss.nanogpt_run(1, args, ids[:2000], ids[2000:], 65)
+    label, overrides = time_to_loss.parse_variant("tiny-b4:batch_size=4,lr=2e-3,model.n_embd=16")
+    assert overrides == {"batch_size": 4, "lr": 0.002, "model.n_embd": 16}
+    row = time_to_loss.poslab_run(args, label, {**overrides, "corpus": corpus}, seed=1)
+    assert nano["steps"] == 4 and [c["step"] for c in nano["curve"]] == [2, 4] and nano["tokens"] == 4 * 12 * 64
+    assert row["reached"] and row["crossing"]["val_loss"] <= 4.0 and row["steps"] % 5 == 0
+    assert row["tokens"] == row["steps"] * 4 * 32
+    summary = time_to_loss.summarise([nano, row], 4.0)
+    assert summary["tiny-b4"]["reached"] == 1
+    assert ("time_vs_nanogpt_recipe" in summary["tiny-b4"]) and summary["tiny-b4"]["time_vs_nanogpt_recipe"] > 0
+    with pytest.raises(SystemExit, match="is not key=value"):
+        time_to_loss.parse_variant("x:lr")
