@@ -34,6 +34,7 @@ _MODULES = (
     "poslab.lab.experiments.sparse",
     "poslab.lab.experiments.head_map",
     "poslab.lab.experiments.streaming",
+    "poslab.lab.experiments.rope_frequency_usage",
 )
 
 
