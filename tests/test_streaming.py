@@ -104,3 +104,46 @@ def test_bad_streaming_options():
         with pytest.raises(ValueError, match="only one at a time"):
             m(torch.zeros(1, 2, dtype=torch.long), cache=cache)
     assert isinstance(cache[0], StreamingKVCache) and "sinks=2" in repr(cache[0])
+
+
+# ------------------------------------------------------------------------------------ the experiment
+def test_stream_nll_methods_agree_until_the_cache_is_full():
+    from poslab.lab.experiments import streaming as exp
+
+    m = model("rope", block_size=16)
+    stream = torch.randint(0, 37, (2, 40), generator=torch.Generator().manual_seed(5))
+    full = exp.stream_nll(m, stream, "full")
+    sink = exp.stream_nll(m, stream, "streaming", size=16)
+    window = exp.stream_nll(m, stream, "window", size=16)
+    assert full.shape == sink.shape == window.shape == (2, 39)
+    torch.testing.assert_close(sink[:, :16], full[:, :16], atol=1e-5, rtol=1e-5)  # nothing evicted yet
+    torch.testing.assert_close(window[:, :16], full[:, :16], atol=1e-5, rtol=1e-5)
+    assert (sink[:, 16:] - window[:, 16:]).abs().max() > 0  # evictions differ
+    torch.testing.assert_close(exp.stream_nll(m, stream, "streaming", size=64), full, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="unknown method 'ring'"):
+        exp.stream_nll(m, stream, "ring")
+    with pytest.raises(ValueError, match="sinks must lie in"):
+        exp.stream_nll(m, stream, "streaming", sinks=16, size=16)
+
+
+def test_streaming_experiment_runs_small_and_writes_claims(tmp_path):
+    from poslab.lab.experiments import registry
+    from poslab.lab.experiments import streaming as exp
+    from poslab.lab.verdicts import ClaimRecord
+
+    assert registry()["streaming"] is exp
+    tiny = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8, "position": "rope"}
+    steps = {"max_steps": 6, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "eval_interval": 6, "eval_iters": 1,
+             "ckpt_interval": 0, "keep_checkpoints": 1}
+    results = exp.run(tmp_path, quick=True, seeds=(1, 2, 3), model=tiny, steps=steps)
+    assert (tmp_path / exp.PLOT_FILE).exists()
+    (claim,) = results["claims"]
+    record = ClaimRecord.from_dict(claim)
+    assert record.n_seeds == 3
+    sink = [r["streaming"]["ppl_after_eviction"] for r in results["per_seed"]]
+    assert record.details["better"] == sink
+    for r in results["per_seed"]:
+        assert r["stream_length"] == 64 and len(r["full"]["ppl_by_block"]) == 8
+        # before any eviction the three methods see the same keys
+        assert r["streaming"]["ppl_first_block"] == pytest.approx(r["full"]["ppl_first_block"], rel=1e-4)
+        assert r["window"]["ppl_first_block"] == pytest.approx(r["full"]["ppl_first_block"], rel=1e-4)
