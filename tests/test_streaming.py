@@ -36,6 +36,17 @@ def test_window_larger_than_the_sequence_equals_the_full_pass(position, sinks):
     torch.testing.assert_close(streamed, full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("n_kv_head", [2, 1])
+def test_streaming_backends_agree_after_eviction(n_kv_head):
+    """sdpa and eager give the same streamed logits (MHA and MQA) once keys are evicted."""
+    m = model("rope", n_kv_head=n_kv_head)
+    idx = torch.randint(0, 37, (1, 30), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        eager = decode(m, idx, m.make_cache(1, sinks=2, window=6), backend="eager")
+        sdpa = decode(m, idx, m.make_cache(1, sinks=2, window=6), backend="sdpa")
+    torch.testing.assert_close(sdpa, eager, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("position", ["rope", "alibi"])
 def test_sinks_plus_window_equals_the_full_pass_on_the_kept_tokens(position):
     """One layer: step t sees exactly tokens [0, k) and (t-w, t], at cache places 0..k+w-1."""
@@ -143,6 +154,8 @@ def test_streaming_experiment_runs_small_and_writes_claims(tmp_path):
     sink = [r["streaming"]["ppl_after_eviction"] for r in results["per_seed"]]
     assert record.details["better"] == sink
     for r in results["per_seed"]:
+        assert torch.tensor(r["sink_rate"]["per_head"]).shape == (1, 2)
+        assert 0.0 <= r["sink_rate"]["mean"] <= r["sink_rate"]["max"] <= 1.0
         assert r["stream_length"] == 64 and len(r["full"]["ppl_by_block"]) == 8
         # before any eviction the three methods see the same keys
         assert r["streaming"]["ppl_first_block"] == pytest.approx(r["full"]["ppl_first_block"], rel=1e-4)

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from poslab.analysis.heads import attention_weights, sink_scores
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.verdicts import compare
 from poslab.nn.model import GPT
@@ -100,6 +101,10 @@ def measure(run_dir: Path, n_streams: int) -> dict[str, Any]:
     L = model.config.block_size
     stream = streams_of(RunFolder(run_dir).split_tokens("val", tokenizer), n_streams, STREAM_FACTOR * L)
     out: dict[str, Any] = {"block_size": L, "stream_length": STREAM_FACTOR * L, "n_streams": n_streams}
+    # do the models have sinks at all? the head analysis' sink rate on the streams' first L tokens
+    rates = sink_scores(attention_weights(model, stream[:, :L]))  # [n_layer, n_head]
+    out["sink_rate"] = {"max": float(rates.max()), "mean": float(rates.mean()), "per_head": rates.tolist(),
+                        "uniform": float((1.0 / torch.arange(2, L + 1, dtype=torch.float64)).mean())}
     for method in METHODS:
         nll = stream_nll(model, stream, method).double()  # [B, N-1]; target t+1 predicted at query t
         after = nll[:, L - 1 :]  # queries t >= L: the first token has left a plain window of L
@@ -159,6 +164,9 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
         rows.append([method, f"{sum(first) / len(first):.3f}", f"{sum(after) / len(after):.3f}", " ".join(f"{v:.2f}" for v in after)])
     print_table(["method", "ppl tokens < L", "ppl tokens >= L", "per seed (>= L)"], rows,
                 title=f"StreamingLLM: stream {STREAM_FACTOR * L} tokens, cache {L} ({SINKS} sinks + {L - SINKS}), {len(seeds)} seeds")
+    top = [r["sink_rate"]["max"] for r in per_seed]
+    print(f"  strongest head sink rate per seed (attention on the first token; uniform {per_seed[0]['sink_rate']['uniform']:.3f}): "
+          + " ".join(f"{v:.3f}" for v in top))
     plot(per_seed, out / PLOT_FILE)
     results = {"sinks": SINKS, "block_size": L, "stream_factor": STREAM_FACTOR, "seeds": list(seeds), "per_seed": per_seed,
                "quick": quick, "plot": PLOT_FILE, "claims": claims(per_seed)}
