@@ -7,6 +7,10 @@ Head types (scores in [0, 1], one per layer and head):
   https://arxiv.org/abs/2209.11895): on a random token sequence repeated twice, the mean attention
   from each token of the second copy to the token that *followed* its earlier occurrence
   (prefix matching). Induction heads need two or more layers.
+* **sink rate** (Xiao et al. 2023, "Efficient Streaming Language Models with Attention Sinks",
+  https://arxiv.org/abs/2309.17453): the mean attention weight on the first token (key position 0)
+  over queries ``i >= 1`` (query 0 has no other key) on real text. Heads at or above
+  :data:`SINK_THRESHOLD` are labelled "sink".
 * **positional** heads (Voita et al. 2019, "Analyzing Multi-Head Self-Attention",
   https://arxiv.org/abs/1905.09418): heads whose strongest key sits at one fixed relative offset
   for at least 90% of queries. The offset and that fraction (the confidence) are reported.
@@ -37,6 +41,7 @@ PREV_TOKEN_THRESHOLD = 0.5  # mean attention to i-1 to call a head previous-toke
 INDUCTION_THRESHOLD = 0.3  # mean prefix-matching attention to call a head an induction head
 POSITIONAL_THRESHOLD = 0.9  # fraction of queries whose argmax key sits at the head's offset (Voita)
 PUNCTUATION_THRESHOLD = 0.5  # mean attention mass on punctuation keys to call a head a punctuation head
+SINK_THRESHOLD = 0.5  # mean attention on the first token to call a head a sink head (Xiao et al. 2023)
 PUNCTUATION = "，。！？；：、,.!?;:"
 PRUNE_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
@@ -117,6 +122,20 @@ def previous_token_scores(weights: list[Tensor]) -> Tensor:
         T = w.shape[-1]
         rows = torch.arange(1, T)
         scores.append(w[:, :, rows, rows - 1].mean(dim=(0, 2)))  # [B, h, T-1] -> [h]
+    return torch.stack(scores)
+
+
+def sink_scores(weights: list[Tensor]) -> Tensor:
+    """Sink rate (Xiao et al. 2023): mean attention on key position 0 over queries ``i >= 1``, ``[L, h]``.
+
+    Args:
+        weights: per-layer ``[B, h, T, T]`` attention weights (``T >= 2``).
+    """
+    scores = []
+    for w in weights:  # [B, h, T, T]
+        if w.shape[-1] < 2:
+            raise ValueError(f"sink rates need sequences of at least 2 tokens, got T={w.shape[-1]}")
+        scores.append(w[:, :, 1:, 0].mean(dim=(0, 2)))  # [B, h, T-1] -> [h]
     return torch.stack(scores)
 
 
@@ -259,7 +278,8 @@ def text_batches(tokens: Tensor, block_size: int, n_batches: int, batch_size: in
     return batches
 
 
-def head_labels(prev: float, induction: float, offset: int, confidence: float, punctuation: float = 0.0) -> list[str]:
+def head_labels(prev: float, induction: float, offset: int, confidence: float, punctuation: float = 0.0,
+                sink: float = 0.0) -> list[str]:
     """Names for one head from its scores (thresholds are the module constants)."""
     labels = []
     if prev >= PREV_TOKEN_THRESHOLD:
@@ -270,6 +290,8 @@ def head_labels(prev: float, induction: float, offset: int, confidence: float, p
         labels.append(f"positional (offset {offset})")
     if punctuation >= PUNCTUATION_THRESHOLD:
         labels.append("punctuation")
+    if sink >= SINK_THRESHOLD:
+        labels.append("sink")
     return labels
 
 
@@ -311,6 +333,7 @@ def analyze(
     prev = previous_token_scores(text_weights)
     punct = punctuation_scores(text_weights, torch.cat([idx for idx, _ in batches]), punctuation or [])
     offset, confidence = positional_scores(text_weights)
+    sink = sink_scores(text_weights)
     # three periods: a head attending to one fixed offset (positional) cannot score high on all of them
     periods = sorted({half, max(2, (3 * half) // 4), max(2, half // 2)}, reverse=True)
     per_period = {}
@@ -335,7 +358,7 @@ def analyze(
     table = []
     for layer, head in heads:
         p, ind, off, conf = (float(prev[layer, head]), float(induction[layer, head]), int(offset[layer, head]), float(confidence[layer, head]))
-        mark = float(punct[layer, head])
+        mark, sink_rate = float(punct[layer, head]), float(sink[layer, head])
         table.append({
             "layer": layer,
             "head": head,
@@ -345,22 +368,28 @@ def analyze(
             "positional_offset": off,
             "positional_confidence": conf,
             "punctuation": mark,
+            "sink_rate": sink_rate,
             "mask_loss_delta": float(delta[layer, head]),
             "grad_importance": float(grad[layer, head]),
-            "labels": head_labels(p, ind, off, conf, mark),
+            "labels": head_labels(p, ind, off, conf, mark, sink_rate),
         })
     counts = {
         "previous-token": sum("previous-token" in h["labels"] for h in table),
         "induction": sum("induction" in h["labels"] for h in table),
         "positional": sum(any(x.startswith("positional") for x in h["labels"]) for h in table),
         "punctuation": sum("punctuation" in h["labels"] for h in table),
+        "sink": sum("sink" in h["labels"] for h in table),
     }
+    # uniform causal attention puts 1/(i+1) on key 0 at query i: the sink rate a head with no
+    # preference for the first token would show, for reading the per-head rates
+    uniform_sink = float((1.0 / torch.arange(2, seq_len + 1, dtype=torch.float64)).mean())
     index = {f: i for i, f in enumerate(PRUNE_FRACTIONS)}
     return {
         "model": {"n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd, "position": cfg.position, "vocab_size": cfg.vocab_size},
         "eval": {"seq_len": seq_len, "n_batches": n_batches, "batch_size": batch_size, "induction_periods": periods, "seed": seed},
         "thresholds": {"previous_token": PREV_TOKEN_THRESHOLD, "induction": INDUCTION_THRESHOLD, "positional": POSITIONAL_THRESHOLD,
-                       "punctuation": PUNCTUATION_THRESHOLD},
+                       "punctuation": PUNCTUATION_THRESHOLD, "sink": SINK_THRESHOLD},
+        "sink_rate_uniform": uniform_sink,
         "punctuation_ids": list(punctuation or []),
         "punctuation_share_of_keys": float(torch.isin(tokens, torch.tensor(punctuation or [-1])).float().mean()),
         "base_loss": base,
@@ -419,15 +448,16 @@ def plot(results: dict[str, Any], path: Path) -> Path:
         ("induction", "induction score (prefix matching)", "Purples", (0, 1)),
         ("positional_confidence", "positional: most frequent offset (confidence)", "Greens", (0, 1)),
         ("punctuation", "attention on punctuation (，。…)", "Reds", (0, 1)),
+        ("sink_rate", "sink rate: attention on the first token", "Greys", (0, 1)),
         ("mask_loss_delta", "loss increase when masked", "Oranges", None),
     ]
     with matplotlib.rc_context(use_in_matplotlib()):
         height = 0.45 * max(n_layer, 3) + 1.6
-        fig, _ = new_figure(1, 1, size=(15.0, 2 * height + 0.6))
+        fig, _ = new_figure(1, 1, size=(20.0, 2 * height + 0.6))
         fig.clear()
         fig.set_layout_engine("constrained")
-        grid = fig.add_gridspec(2, 3)
-        axes = [fig.add_subplot(grid[row, col]) for row, col in ((0, 0), (0, 1), (0, 2), (1, 0), (1, 1))]
+        grid = fig.add_gridspec(2, 4)
+        axes = [fig.add_subplot(grid[row, col]) for row, col in ((0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1))]
         for ax, (key, title, cmap, limits) in zip(axes, panels):
             values = grid_of(key) if key in results["heads"][0] else [[0.0] * n_head for _ in range(n_layer)]
             vmin, vmax = limits if limits else (min(min(r) for r in values), max(max(r) for r in values))
@@ -443,7 +473,7 @@ def plot(results: dict[str, Any], path: Path) -> Path:
             ax.set_ylabel("layer")
             ax.set_xticks(range(n_head))
             ax.set_yticks(range(n_layer))
-        ax = fig.add_subplot(grid[1, 2])
+        ax = fig.add_subplot(grid[1, 2:])
         pruning = results["pruning"]
         percent = [100 * f for f in pruning["fractions"]]
         ax.plot(percent, pruning["loss_by_importance"], "o-", label="least important first")
@@ -463,12 +493,15 @@ def print_summary(results: dict[str, Any]) -> None:
 
     rows = [
         [f"L{r['layer']}H{r['head']}", f"{r['previous_token']:.2f}", f"{r['induction']:.2f}",
-         f"{r['positional_offset']:+d} ({r['positional_confidence']:.2f})", f"{r.get('punctuation', 0.0):.2f}", f"{r['mask_loss_delta']:+.4f}",
+         f"{r['positional_offset']:+d} ({r['positional_confidence']:.2f})", f"{r.get('punctuation', 0.0):.2f}", f"{r.get('sink_rate', 0.0):.2f}", f"{r['mask_loss_delta']:+.4f}",
          f"{r['grad_importance']:.4f}", ", ".join(r["labels"]) or "-"]
         for r in results["heads"]
     ]
-    print_table(["head", "prev", "induction", "offset (conf)", "punct", "dloss masked", "|dL/dxi|", "type"], rows,
-                title=f"Heads (base loss {results['base_loss']:.4f})", align="lrrrrrrl")
+    print_table(["head", "prev", "induction", "offset (conf)", "punct", "sink", "dloss masked", "|dL/dxi|", "type"], rows,
+                title=f"Heads (base loss {results['base_loss']:.4f})", align="lrrrrrrrl")
+    if "sink_rate_uniform" in results:
+        print(f"  sink = mean attention on the first token (queries >= 1); uniform causal attention gives "
+              f"{results['sink_rate_uniform']:.3f} at this length")
     for key in ("pruned_30", "pruned_60"):
         p = results[key]
         print(f"  pruning {p['heads_masked']} least important heads ({p['fraction']:.0%}): loss {p['loss']:.4f} ({p['loss_increase']:+.4f})")

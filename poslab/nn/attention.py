@@ -883,13 +883,17 @@ class MultiHeadAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)  # RMSNorm over d_k, per head
         # a scheme whose key rotation depends on the other positions (xPos's anchor) gets the cached keys
         # unrotated and rotates them with the new queries; the others' keys are cached after rotate
-        late = cache is not None and scheme is not None and scheme.rotates and scheme.rotate_needs_all_keys
+        # a cache that assigns positions by place (StreamingLLM, poslab/nn/streaming.py) also stores keys unrotated
+        replaced = cache is not None and getattr(cache, "reassigns_positions", False)
+        late = cache is not None and scheme is not None and scheme.rotates and (scheme.rotate_needs_all_keys or replaced)
         if scheme is not None and scheme.rotates and not late:
             q, k = scheme.rotate(q, k, q_pos, k_pos)
         if self.temperature_tuning is not None:
             q = (q * self.temperature(q_pos).view(1, 1, T, 1)).to(q.dtype)  # [B, h, T, dk] * [1, 1, T, 1]
         if cache is not None:
             k, v, k_pos = cache.update(k, v, pos)  # [B, hkv, Tk, dk], [Tk]
+            if replaced:
+                q_pos = k_pos[-T:]  # the new tokens are the cache's last entries
         if late:
             q, k = scheme.rotate(q, k, q_pos, k_pos)
         out, weights = attend(

@@ -528,17 +528,32 @@ class GPT(nn.Module):
             n -= self.tok_emb.weight.numel() if not self.config.tie_embeddings else 0
         return n
 
-    def make_cache(self, batch_size: int, capacity: int | None = None, dtype: torch.dtype | None = None) -> list[KVCache]:
+    def make_cache(self, batch_size: int, capacity: int | None = None, dtype: torch.dtype | None = None, *,
+                   sinks: int | None = None, window: int | None = None) -> list[KVCache]:
         """One preallocated :class:`KVCache` per layer.
 
         With a sliding window the caches are rolling ring buffers of ``window`` entries (``capacity``
         is then ignored): decoding runs for any length in constant memory.
+
+        ``window=w`` (with ``sinks=k``, default 0) makes StreamingLLM caches instead
+        (:class:`~poslab.nn.streaming.StreamingKVCache`, Xiao et al. 2023): the first ``k`` tokens
+        plus the last ``w``, positions by place in the cache; ``sinks=0`` is plain window attention.
         """
         if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0):
             raise ValueError(f"capacity must be a positive integer (or None = block_size), got {capacity!r}")
         cfg = self.config
         device = self.tok_emb.weight.device
         dtype = dtype or self.tok_emb.weight.dtype
+        if sinks is not None and window is None:
+            raise ValueError(f"sinks={sinks!r} needs window=W (the StreamingLLM cache keeps the first sinks plus the last W tokens)")
+        if window is not None:
+            from poslab.nn.streaming import StreamingKVCache
+
+            reason = ("mla" if cfg.mla is not None else "layer_pattern" if cfg.layer_pattern is not None
+                      else "window" if cfg.window is not None else "attn_chunk" if cfg.attn_chunk is not None else None)
+            if reason is not None:
+                raise ValueError(f"a streaming cache (window={window}) needs a full-attention model; this one sets {reason}")
+            return [StreamingKVCache(batch_size, cfg.kv_heads, cfg.head_dim, sinks or 0, window, dtype, device) for _ in self.blocks]
         if cfg.mla is not None:
             from poslab.nn.mla import LatentKVCache
 

@@ -33,6 +33,8 @@ _MODULES = (
     "poslab.lab.experiments.corrections",
     "poslab.lab.experiments.sparse",
     "poslab.lab.experiments.head_map",
+    "poslab.lab.experiments.streaming",
+    "poslab.lab.experiments.rope_frequency_usage",
 )
 
 

@@ -1,0 +1,192 @@
+"""Which RoPE frequencies a trained model uses: per-frequency q/k norms (Barbero et al. 2024).
+
+Barbero, Vitvitskyi, Perivolaropoulos, Pascanu, Veličković, "Round and Round We Go! What makes
+Rotary Positional Encodings useful?" (https://arxiv.org/abs/2410.06205), §4–5: in Gemma 7B the
+queries and keys put most of their norm on the *lowest* frequencies (pairs that barely turn over
+the context: they carry semantic content), while the highest frequencies are used by a few heads
+to build positional patterns (diagonal / previous-token heads).
+
+Seed 000's experiment 4 (``poslab experiment frequencies``) prints the frequencies and their periods;
+this experiment asks which of them a trained model actually uses. For small RoPE GPTs trained on
+tinyshakespeare (one per seed) it captures q and k as they enter the rotation, takes each rotary
+pair's 2-D norm ``||(q_a, q_b)||`` averaged over tokens, and reports it per layer x head x
+frequency pair (pair 0 = the highest frequency ``theta_0 = 1``), against the same models untrained.
+The claim tested: the lowest-frequency quarter of the pairs carries larger mean q/k norms than the
+highest-frequency quarter (seeded, :func:`~poslab.lab.verdicts.compare`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from poslab.display import new_figure, print_table, save_figure
+from poslab.lab.experiments.streaming import train_model
+from poslab.lab.verdicts import compare
+from poslab.nn.model import GPT
+from poslab.runs import RunFolder
+
+NAME = "rope-frequency-usage"
+DESCRIPTION = "per-frequency q/k norms of trained RoPE GPTs: which frequencies carry content (Barbero et al. 2024)"
+IN_ALL = False  # it trains: run it by name
+
+SEEDS = (1, 2, 3)
+MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64, "position": "rope"}  # d_k 32: 16 pairs
+QUICK = {"max_steps": 150, "batch_size": 16, "lr": 3e-3, "warmup_steps": 20, "eval_interval": 150, "eval_iters": 2,
+         "ckpt_interval": 0, "keep_checkpoints": 1}
+FULL = {"max_steps": 1500, "batch_size": 32, "lr": 2e-3, "warmup_steps": 100, "eval_interval": 500, "eval_iters": 10,
+        "ckpt_interval": 0, "keep_checkpoints": 1}
+WINDOWS = {"quick": 4, "full": 32}
+PLOT_FILE = "rope_frequency_usage.png"
+
+
+@contextlib.contextmanager
+def captured_qk(model: GPT) -> Iterator[list[tuple[Tensor, Tensor]]]:
+    """Inside the block, every rotation call appends ``(q [B, h, T, d_k], k [B, h_kv, T, d_k])`` as they enter it."""
+    seen: list[tuple[Tensor, Tensor]] = []
+    schemes = {id(model.layer_position(i)): model.layer_position(i) for i in range(len(model.blocks))}
+    for scheme in schemes.values():
+        if not scheme.rotates:
+            raise ValueError(f"position scheme {scheme.name!r} does not rotate q/k: frequency usage needs a rotary model")
+        original = scheme.rotate
+
+        def wrapper(q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, _original=original):
+            seen.append((q.detach().float(), k.detach().float()))
+            return _original(q, k, q_pos, k_pos)
+
+        scheme.rotate = wrapper  # instance attribute shadows the method
+    try:
+        yield seen
+    finally:
+        for scheme in schemes.values():
+            del scheme.rotate
+
+
+def pair_norms(x: Tensor, layout: str, rotary_dim: int | None = None) -> Tensor:
+    """Mean 2-D norm of each rotary pair, ``[h, r/2]``, from ``x [B, h, T, d_k]``.
+
+    ``half`` pairs ``(i, i + r/2)``, ``interleaved`` pairs ``(2i, 2i + 1)`` (poslab's RoPE layouts).
+    """
+    r = rotary_dim or x.shape[-1]
+    rot = x[..., :r]
+    if layout == "half":
+        a, b = rot[..., : r // 2], rot[..., r // 2 :]  # [B, h, T, r/2] each
+    elif layout == "interleaved":
+        a, b = rot[..., 0::2], rot[..., 1::2]
+    else:
+        raise ValueError(f"unknown RoPE layout {layout!r}; expected 'half' or 'interleaved'")
+    return (a * a + b * b).sqrt().mean(dim=(0, 2))  # [B, h, T, r/2] -> [h, r/2]
+
+
+@torch.no_grad()
+def frequency_norms(model: GPT, idx: Tensor) -> dict[str, Tensor]:
+    """Per layer x head x pair mean q and k norms (``[L, h, r/2]`` and ``[L, h_kv, r/2]``) on ``idx [B, T]``."""
+    model.eval()
+    with captured_qk(model) as seen:
+        model(idx)
+    if len(seen) != len(model.blocks):
+        raise RuntimeError(f"captured {len(seen)} rotations for {len(model.blocks)} layers")
+    q, k = [], []
+    for i, (qi, ki) in enumerate(seen):
+        cfg = model.layer_position(i).config
+        q.append(pair_norms(qi, cfg.layout, cfg.rotary_dim))
+        k.append(pair_norms(ki, cfg.layout, cfg.rotary_dim))
+    return {"q": torch.stack(q), "k": torch.stack(k)}
+
+
+def quarter_means(norms: Tensor) -> tuple[float, float]:
+    """Mean norm of the highest-frequency quarter of pairs and of the lowest-frequency quarter (``[..., r/2]``)."""
+    n = norms.shape[-1]
+    quarter = max(1, n // 4)
+    return float(norms[..., :quarter].mean()), float(norms[..., n - quarter :].mean())
+
+
+def measure(run_dir: Path, n_windows: int) -> dict[str, Any]:
+    """Trained and untrained (same config, seed-0 init) per-frequency norms of one run."""
+    run = RunFolder(run_dir)
+    model, tokenizer, _ = run.load()
+    tokens = run.split_tokens("val", tokenizer)
+    T = model.config.block_size
+    starts = torch.linspace(0, tokens.numel() - T - 1, n_windows).long()
+    idx = torch.stack([tokens[s : s + T] for s in starts.tolist()])  # [n, T]
+    torch.manual_seed(0)
+    untrained = GPT(model.config).eval()
+    out: dict[str, Any] = {"inv_freq": model.layer_position(0).inv_freq.tolist()}
+    for label, m in (("trained", model), ("untrained", untrained)):
+        norms = frequency_norms(m, idx)
+        qk = torch.cat([norms["q"].mean(1), norms["k"].mean(1)])  # [2L, r/2]: per layer, heads averaged
+        high, low = quarter_means(qk)
+        out[label] = {"q": norms["q"].tolist(), "k": norms["k"].tolist(), "high_quarter": high, "low_quarter": low,
+                      "low_over_high": low / high}
+    return out
+
+
+def plot(per_seed: list[dict[str, Any]], path: Path) -> Path:
+    """Mean q and k norm per pair (over layers, heads, seeds), trained vs untrained; seed 1's q per head."""
+    fig, (ax_line, ax_map) = new_figure(1, 2, size=(13.0, 4.8))
+    wavelengths = [2 * math.pi / f for f in per_seed[0]["inv_freq"]]
+    pairs = list(range(len(wavelengths)))
+    for label, style in (("trained", "-"), ("untrained", ":")):
+        for part, marker in (("q", "o"), ("k", "s")):
+            curves = [torch.tensor(r[label][part]).mean(dim=(0, 1)) for r in per_seed]  # [r/2] each
+            mean = torch.stack(curves).mean(0)
+            ax_line.plot(pairs, mean.tolist(), style, marker=marker, label=f"{part}, {label}")
+    ax_line.set_xlabel("rotary pair i (0 = highest frequency; wavelength 2π/θ_i grows →)")
+    ax_line.set_ylabel("mean 2-D norm of the pair")
+    ax_line.set_title(f"per-frequency q/k norm, mean over layers, heads and {len(per_seed)} seeds")
+    ax_line.grid(alpha=0.3)
+    ax_line.legend(fontsize=8)
+    q = torch.tensor(per_seed[0]["trained"]["q"])  # [L, h, r/2]
+    grid = q.reshape(-1, q.shape[-1])  # [L*h, r/2]
+    image = ax_map.imshow(grid.tolist(), aspect="auto", cmap="viridis")
+    fig.colorbar(image, ax=ax_map, fraction=0.05)
+    ax_map.set_yticks(range(grid.shape[0]), [f"L{i // q.shape[1]}H{i % q.shape[1]}" for i in range(grid.shape[0])])
+    ax_map.set_xlabel("rotary pair i")
+    ax_map.set_title(f"trained q norm per head (seed {per_seed[0]['seed']})")
+    return save_figure(fig, path)
+
+
+def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Low-frequency quarter vs high-frequency quarter of the trained models; the untrained control."""
+    low = [r["trained"]["low_quarter"] for r in per_seed]
+    high = [r["trained"]["high_quarter"] for r in per_seed]
+    main = compare("the lowest frequencies carry the largest q/k norms (semantic channels); the highest ones less",
+                   "Barbero et al. 2024 (Round and Round We Go), §4-5", low, high,
+                   better_label="lowest-frequency quarter", worse_label="highest-frequency quarter",
+                   metric="mean q/k pair norm of trained models", lower_is_better=False)
+    ratio_trained = [r["trained"]["low_over_high"] for r in per_seed]
+    ratio_untrained = [r["untrained"]["low_over_high"] for r in per_seed]
+    control = compare("training, not initialisation, moves q/k norm to the low frequencies",
+                      "Barbero et al. 2024, §4 (control)", ratio_trained, ratio_untrained,
+                      better_label="trained", worse_label="untrained", metric="low/high quarter norm ratio",
+                      lower_is_better=False)
+    return [main.to_dict(), control.to_dict()]
+
+
+def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: dict[str, Any] | None = None,
+        steps: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train one RoPE GPT per seed, measure per-frequency norms, plot, return results (with ``claims``)."""
+    per_seed = []
+    for seed in seeds:
+        run_dir = train_model(out, quick, seed, model or MODEL, steps or (QUICK if quick else FULL))
+        per_seed.append({"seed": seed, **measure(run_dir, WINDOWS["quick" if quick else "full"])})
+    n_pairs = len(per_seed[0]["inv_freq"])
+    rows = []
+    for r in per_seed:
+        t, u = r["trained"], r["untrained"]
+        rows.append([str(r["seed"]), f"{t['high_quarter']:.3f}", f"{t['low_quarter']:.3f}", f"{t['low_over_high']:.2f}",
+                     f"{u['low_over_high']:.2f}"])
+    print_table(["seed", "high-freq quarter", "low-freq quarter", "low/high trained", "low/high untrained"], rows,
+                title=f"RoPE frequency usage: mean q/k pair norm ({n_pairs} pairs per head, quarters of {max(1, n_pairs // 4)})")
+    plot(per_seed, out / PLOT_FILE)
+    results = {"seeds": list(seeds), "n_pairs": n_pairs, "per_seed": per_seed, "quick": quick, "plot": PLOT_FILE,
+               "claims": claims(per_seed)}
+    for c in results["claims"]:
+        print(f"  [{c['verdict']}] {c['claim']}: {c['measured']}")
+    return results

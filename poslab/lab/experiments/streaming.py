@@ -1,0 +1,175 @@
+"""StreamingLLM: attention sinks keep a windowed cache's perplexity stable (Xiao et al. 2023).
+
+Xiao, Tian, Chen, Han, Lewis, "Efficient Streaming Language Models with Attention Sinks" (ICLR 2024,
+https://arxiv.org/abs/2309.17453), Figure 3 / Table 1: on a stream far longer than the cache,
+window attention (keep the last ``L`` tokens) blows up once the first tokens are evicted, while
+keeping 4 initial tokens ("attention sinks") plus the window stays near the sliding-window-with-
+recomputation perplexity.
+
+Here: small RoPE GPTs trained on tinyshakespeare (block ``L``), one per seed, read a validation
+stream of ``8 L`` characters token by token through
+
+* ``streaming``: :class:`~poslab.nn.streaming.StreamingKVCache` with 4 sinks + ``L - 4`` window,
+* ``window``: the same cache with 0 sinks and an ``L`` window (same memory, same cache positions),
+* ``full``: one pass over the whole stream (every key, positions up to ``8 L``: past training).
+
+The claim is tested on the perplexity of the tokens after the first eviction (``t >= L``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from poslab.analysis.heads import attention_weights, sink_scores
+from poslab.display import new_figure, print_table, save_figure
+from poslab.lab.verdicts import compare
+from poslab.nn.model import GPT
+from poslab.runs import RunFolder
+from poslab.session import train
+from poslab.training import presets
+from poslab.training.config import TrainConfig
+
+NAME = "streaming"
+DESCRIPTION = "StreamingLLM: 4 attention sinks + window vs a plain window vs full attention on an 8x-long stream (Xiao et al. 2023)"
+IN_ALL = False  # it trains: run it by name
+
+SINKS, STREAM_FACTOR = 4, 8
+SEEDS = (1, 2, 3)
+MODEL = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 32, "position": "rope"}
+QUICK = {"max_steps": 150, "batch_size": 16, "lr": 3e-3, "warmup_steps": 20, "eval_interval": 150, "eval_iters": 2,
+         "ckpt_interval": 0, "keep_checkpoints": 1}
+FULL = {"max_steps": 1500, "batch_size": 32, "lr": 2e-3, "warmup_steps": 100, "eval_interval": 500, "eval_iters": 10,
+        "ckpt_interval": 0, "keep_checkpoints": 1}
+STREAMS = {"quick": 2, "full": 8}
+METHODS = ("streaming", "window", "full")
+PLOT_FILE = "streaming_ppl.png"
+
+
+def train_model(out: Path, quick: bool, seed: int, model: dict[str, Any] | None = None,
+                steps: dict[str, Any] | None = None) -> Path:
+    """Train one small RoPE GPT on tinyshakespeare into ``out/runs/seed-N``; return the run folder."""
+    config = presets.preset_config("shakespeare-char")
+    config.update(steps or (QUICK if quick else FULL))
+    config["model"] = {**config["model"], **(model or MODEL)}
+    config.update(lr_decay_steps=config["max_steps"], name=f"seed-{seed}", out_dir=str(out / "runs"), seed=seed, threads=1)
+    cfg = TrainConfig.from_dict(config)
+    train(cfg, overwrite=True, progress=False)
+    return cfg.run_dir
+
+
+@torch.no_grad()
+def stream_nll(model: GPT, stream: torch.Tensor, method: str, sinks: int = SINKS, size: int | None = None) -> torch.Tensor:
+    """Per-token negative log-likelihood ``[B, N-1]`` of predicting ``stream[:, 1:]`` (``stream [B, N]``).
+
+    Args:
+        model: the GPT.
+        method: ``streaming`` (``sinks`` + ``size - sinks`` window), ``window`` (``size`` window, no
+            sinks) or ``full`` (one pass, every key).
+        size: cache entries for the two cached methods (default: the model's ``block_size``).
+    """
+    model.eval()
+    size = size or model.config.block_size
+    if method == "full":
+        logits = model(stream[:, :-1])  # [B, N-1, V]
+    elif method in ("streaming", "window"):
+        k = sinks if method == "streaming" else 0
+        if not 0 <= k < size:
+            raise ValueError(f"sinks must lie in [0, {size}) for a cache of {size} entries, got {k}")
+        cache = model.make_cache(stream.shape[0], sinks=k, window=size - k)
+        logits = torch.cat([model(stream[:, t : t + 1], cache=cache) for t in range(stream.shape[1] - 1)], dim=1)  # [B, N-1, V]
+    else:
+        raise ValueError(f"unknown method {method!r}; choose one of {list(METHODS)}")
+    return F.cross_entropy(logits.float().transpose(1, 2), stream[:, 1:], reduction="none")  # [B, N-1]
+
+
+def streams_of(tokens: torch.Tensor, n: int, length: int) -> torch.Tensor:
+    """``[n, length]`` evenly spaced windows of ``tokens``."""
+    if tokens.numel() < length + 1:
+        raise ValueError(f"the validation text has {tokens.numel()} tokens, fewer than one stream of {length}")
+    starts = torch.linspace(0, tokens.numel() - length - 1, n).long()
+    return torch.stack([tokens[s : s + length] for s in starts.tolist()])
+
+
+def measure(run_dir: Path, n_streams: int) -> dict[str, Any]:
+    """Perplexities of the three methods on one trained run's validation stream."""
+    model, tokenizer, _ = RunFolder(run_dir).load()
+    L = model.config.block_size
+    stream = streams_of(RunFolder(run_dir).split_tokens("val", tokenizer), n_streams, STREAM_FACTOR * L)
+    out: dict[str, Any] = {"block_size": L, "stream_length": STREAM_FACTOR * L, "n_streams": n_streams}
+    # do the models have sinks at all? the head analysis' sink rate on the streams' first L tokens
+    rates = sink_scores(attention_weights(model, stream[:, :L]))  # [n_layer, n_head]
+    out["sink_rate"] = {"max": float(rates.max()), "mean": float(rates.mean()), "per_head": rates.tolist(),
+                        "uniform": float((1.0 / torch.arange(2, L + 1, dtype=torch.float64)).mean())}
+    for method in METHODS:
+        nll = stream_nll(model, stream, method).double()  # [B, N-1]; target t+1 predicted at query t
+        after = nll[:, L - 1 :]  # queries t >= L: the first token has left a plain window of L
+        segments = nll.mean(0).split(L)
+        out[method] = {"ppl_after_eviction": math.exp(float(after.mean())), "ppl_first_block": math.exp(float(nll[:, : L - 1].mean())),
+                       "ppl_by_block": [math.exp(float(s.mean())) for s in segments]}
+    return out
+
+
+def plot(per_seed: list[dict[str, Any]], path: Path) -> Path:
+    """Perplexity per block of ``L`` stream tokens, mean over seeds, one line per method."""
+    fig, ax = new_figure(size=(8.0, 4.5))
+    L = per_seed[0]["block_size"]
+    for method, style in zip(METHODS, ("o-", "s--", "^:")):
+        curves = [r[method]["ppl_by_block"] for r in per_seed]
+        mean = [sum(c) / len(c) for c in zip(*curves)]
+        ax.plot([(i + 1) * L for i in range(len(mean))], mean, style, label=method)
+    ax.axvline(L, color="0.5", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel(f"stream position (block of {L} tokens ending here); the cache holds {L}")
+    ax.set_ylabel("perplexity (mean over seeds)")
+    ax.set_title(f"StreamingLLM ({SINKS} sinks + {L - SINKS} window) vs window {L} vs full, stream {STREAM_FACTOR}x{L}")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    return save_figure(fig, path)
+
+
+def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The paper's claim as a seeded comparison on the after-eviction perplexity."""
+    sink = [r["streaming"]["ppl_after_eviction"] for r in per_seed]
+    window = [r["window"]["ppl_after_eviction"] for r in per_seed]
+    record = compare(
+        "keeping 4 attention sinks keeps perplexity stable where the plain window of the same size blows up",
+        "Xiao et al. 2023 (StreamingLLM), Fig. 3 / Table 1", sink, window,
+        better_label=f"{SINKS} sinks + window", worse_label="plain window", metric=f"perplexity after the first eviction on an {STREAM_FACTOR}x stream",
+    )
+    return [record.to_dict()]
+
+
+def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: dict[str, Any] | None = None,
+        steps: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train one model per seed, measure the three methods, plot, return results (with ``claims``)."""
+    per_seed = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # token-by-token decoding of a tiny GPT: more threads only add overhead
+    try:
+        for seed in seeds:
+            run_dir = train_model(out, quick, seed, model, steps)
+            per_seed.append({"seed": seed, **measure(run_dir, STREAMS["quick" if quick else "full"])})
+    finally:
+        torch.set_num_threads(threads)
+    L = per_seed[0]["block_size"]
+    rows = []
+    for method in METHODS:
+        after = [r[method]["ppl_after_eviction"] for r in per_seed]
+        first = [r[method]["ppl_first_block"] for r in per_seed]
+        rows.append([method, f"{sum(first) / len(first):.3f}", f"{sum(after) / len(after):.3f}", " ".join(f"{v:.2f}" for v in after)])
+    print_table(["method", "ppl tokens < L", "ppl tokens >= L", "per seed (>= L)"], rows,
+                title=f"StreamingLLM: stream {STREAM_FACTOR * L} tokens, cache {L} ({SINKS} sinks + {L - SINKS}), {len(seeds)} seeds")
+    top = [r["sink_rate"]["max"] for r in per_seed]
+    print(f"  strongest head sink rate per seed (attention on the first token; uniform {per_seed[0]['sink_rate']['uniform']:.3f}): "
+          + " ".join(f"{v:.3f}" for v in top))
+    plot(per_seed, out / PLOT_FILE)
+    results = {"sinks": SINKS, "block_size": L, "stream_factor": STREAM_FACTOR, "seeds": list(seeds), "per_seed": per_seed,
+               "quick": quick, "plot": PLOT_FILE, "claims": claims(per_seed)}
+    for c in results["claims"]:
+        print(f"  [{c['verdict']}] {c['claim']}: {c['measured']}")
+    return results
