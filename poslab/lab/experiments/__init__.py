@@ -33,6 +33,7 @@ _MODULES = (
     "poslab.lab.experiments.corrections",
     "poslab.lab.experiments.sparse",
     "poslab.lab.experiments.head_map",
+    "poslab.lab.experiments.bidirectional",
 )
 
 
