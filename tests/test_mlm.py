@@ -19,8 +19,16 @@ from poslab.nn.positions.nope import NoPE
 from poslab.runs import load_run
 from poslab.session import train
 from poslab.training.config import TrainConfig, model_config
-from poslab.training.data import (MLM_MASK, MLM_RANDOM, MLM_SELECT, mask_id_of, mask_tokens, model_vocab_size,
-                                  objective_batch, prepare_data)
+from poslab.training.data import (
+    MLM_MASK,
+    MLM_RANDOM,
+    MLM_SELECT,
+    mask_id_of,
+    mask_tokens,
+    model_vocab_size,
+    objective_batch,
+    prepare_data,
+)
 from poslab.training.loop import evaluate_loss
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
