@@ -211,13 +211,14 @@ def test_leak_without_the_mask_is_float_noise_and_with_it_is_not():
 
 def test_haviv_claims_follow_the_numbers():
     losses = {"clm-none": [2.50, 2.51, 2.49], "clm-learned": [2.48, 2.49, 2.47],
-              "mlm-none": [3.10, 3.11, 3.09], "mlm-learned": [2.60, 2.61, 2.59]}
-    close, far = bidirectional.haviv_claims(losses)
-    assert close["verdict"] == HELD and far["verdict"] == HELD
+              "mlm-none": [3.10, 3.11, 3.09], "mlm-learned": [2.60, 2.61, 2.59], "mlm-rope": [3.0, 3.01, 2.99]}
+    close, learned, rope = bidirectional.haviv_claims(losses)
+    assert close["verdict"] == HELD and learned["verdict"] == HELD
+    assert rope["verdict"] == DID_NOT_HOLD  # 3.0 -> 3.1 is 3%, not more than 10%
     losses["clm-none"] = [3.0, 3.01, 2.99]  # 20% worse: not close
     losses["mlm-none"] = [2.61, 2.62, 2.60]  # NoPos MLM as good as learned: did not fail
-    close, far = bidirectional.haviv_claims(losses)
-    assert close["verdict"] == DID_NOT_HOLD and far["verdict"] == DID_NOT_HOLD
+    close, learned, _ = bidirectional.haviv_claims(losses)
+    assert close["verdict"] == DID_NOT_HOLD and learned["verdict"] == DID_NOT_HOLD
 
 
 def test_bidirectional_experiment_on_a_tiny_base(tmp_path, corpus):
