@@ -16,7 +16,7 @@ from poslab.lab.verdicts import DID_NOT_HOLD, HELD, check_records
 from poslab.nn import positions
 from poslab.nn.model import GPT, GPTConfig
 from poslab.nn.positions.nope import NoPE
-from poslab.runs import load_run
+from poslab.runs import load_run, read_metrics
 from poslab.session import train
 from poslab.training.config import TrainConfig, model_config
 from poslab.training.data import (
@@ -132,6 +132,23 @@ def test_training_and_evaluation_use_the_masked_objective(tmp_path, corpus):
     assert evaluate_loss(*args, seed=cfg.seed + 1, objective="clm") != pytest.approx(mlm, rel=1e-3)
     saved = json.loads((cfg.run_dir / "config.json").read_text())
     assert saved["train"]["objective"] == "mlm"
+
+
+def test_mlm_resume_after_ctrl_c_is_bitwise_identical(tmp_path, corpus):
+    """The masks come from the run's data generator, which a checkpoint holds: a resume replays them."""
+    reference = TrainConfig.from_dict(tiny_values(corpus, tmp_path, name="straight", max_steps=8))
+    train(reference, progress=False)
+    cfg = TrainConfig.from_dict(tiny_values(corpus, tmp_path, name="interrupted", max_steps=8))
+
+    def interrupt(step, record):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, progress=False, callback=interrupt)
+    train(cfg, resume=True, progress=False)
+    a, b = read_metrics(reference.run_dir), read_metrics(cfg.run_dir)
+    assert [(r["step"], r["loss"], r.get("val_loss")) for r in a] == [(r["step"], r["loss"], r.get("val_loss")) for r in b]
 
 
 def test_config_without_objective_is_a_causal_run(tmp_path, corpus):
