@@ -123,7 +123,7 @@ def evaluate_loss(
         seed: seed of the random windows.
         dtype: ``"fp32"`` or ``"bf16"`` (autocast).
         objective: ``"clm"`` or ``"mlm"`` (the windows masked as in training, from a generator seeded
-            with ``seed``: every call masks the same positions).
+            with ``seed + 1``: every call masks the same positions).
         mask_id: the ``[MASK]`` id for ``mlm`` (default: the model's last id, :func:`mask_id_of`).
 
     Returns:
