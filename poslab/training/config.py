@@ -21,6 +21,8 @@ from poslab.nn.model import GPTConfig
 DTYPES = ("fp32", "bf16")
 #: ``TrainConfig.optimizer`` choices (see :func:`poslab.training.optim.make_optimizer`)
 OPTIMIZERS = ("adamw", "muon")
+#: training objectives: next-token prediction (causal LM) and BERT's masked LM (bidirectional encoder)
+OBJECTIVES = ("clm", "mlm")
 
 #: keys that may differ between a run's saved config and the config it is resumed with
 RESUME_FREE_KEYS = frozenset(
@@ -74,6 +76,10 @@ class TrainConfig:
         stop_val_loss: stop once an evaluated validation loss is ``<=`` this (``None`` = run all
             ``max_steps``): time to quality. The checkpoint of that step is saved; ``results.json``
             records ``status: "target reached"``, the step, the tokens and the training time.
+        objective: ``"clm"`` (next-token prediction) or ``"mlm"`` (BERT's masked LM: 15% of the
+            positions selected, 80/10/10 mask/random/kept, the loss on the selected positions only;
+            needs ``model.causal = False`` and a scheme that works without the causal mask; the model
+            gets one extra vocabulary id, the ``[MASK]`` token: see :mod:`poslab.training.data`).
     """
 
     name: str
@@ -105,13 +111,25 @@ class TrainConfig:
     skip_nonfinite: int = 0
     optimizer: str = "adamw"
     stop_val_loss: float | None = None
+    objective: str = "clm"
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(TrainConfig)
         for f in dataclasses.fields(self):
             if f.name != "model":
                 setattr(self, f.name, coerce(f.name, getattr(self, f.name), hints[f.name]))
-        self.model = _model_of(self.model)
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective={self.objective!r} is not allowed; choose one of {list(OBJECTIVES)}")
+        try:
+            self.model = _model_of(self.model)
+        except ValueError as err:
+            if self.objective == "mlm":
+                position = self.model.get("position", "none") if isinstance(self.model, dict) else "?"
+                raise ValueError(f"objective 'mlm' needs non-causal attention, and the model does not build with "
+                                 f"position scheme {position!r}: {err}") from None
+            raise
+        if self.objective == "mlm":
+            check_bidirectional(self.model)
         if not self.name or any(c in self.name for c in "/\\") or self.name in (".", ".."):
             raise ValueError(f"name must be a plain folder name (no '/', not '.' or '..'), got {self.name!r}")
         positive = ("max_steps", "batch_size", "grad_accum", "eval_interval", "log_interval")
@@ -174,6 +192,23 @@ def _model_of(model: Any) -> GPTConfig:
     return GPTConfig.from_dict(dict(model))
 
 
+def check_bidirectional(model: GPTConfig) -> None:
+    """``ValueError`` unless ``model`` can train a masked LM: its scheme works without the causal mask, and ``causal`` is off.
+
+    Whether a scheme is causal-only is the scheme's own answer: the model config is rebuilt with
+    ``causal=False``, which calls the scheme's ``check_layer(..., causal=False)``; a refusal there is
+    reported naming the scheme.
+    """
+    if model.causal:
+        try:
+            dataclasses.replace(model, causal=False, position_config=copy.deepcopy(model.position_config))
+        except ValueError as err:
+            raise ValueError(f"position scheme {model.position!r} is causal-only, so it cannot train a masked LM "
+                             f"(objective 'mlm'): {err}") from None
+        raise ValueError("objective 'mlm' trains a bidirectional encoder: set model.causal to false "
+                         "(--model.causal false)")
+
+
 def model_fields(model: GPTConfig) -> dict[str, Any]:
     """The fields of ``model`` a user sets (all but ``vocab_size``), as plain values."""
     return {k: v for k, v in model.to_dict().items() if k != "vocab_size"}
@@ -216,4 +251,5 @@ def resume_identity(config_doc: dict, model: GPTConfig | None = None) -> dict:
     return {"model": model.to_dict(), "train": train}
 
 
-__all__ = ["DTYPES", "MODEL_KEYS", "OPTIMIZERS", "RESUME_FREE_KEYS", "TrainConfig", "model_config", "model_fields", "resume_identity"]
+__all__ = ["DTYPES", "MODEL_KEYS", "OBJECTIVES", "OPTIMIZERS", "RESUME_FREE_KEYS", "TrainConfig", "check_bidirectional",
+           "model_config", "model_fields", "resume_identity"]

@@ -1,4 +1,11 @@
-"""A run's data: the corpus split, the tokenizer fitted (or reused) and both splits encoded."""
+"""A run's data: the corpus split, the tokenizer fitted (or reused) and both splits encoded; MLM masking.
+
+The masked-LM objective (``TrainConfig.objective = "mlm"``) needs one id that no text encodes: the
+model of an MLM run gets one more vocabulary row than the tokenizer has ids, and that last id
+(``tokenizer.vocab_size``) is the ``[MASK]`` token (:func:`model_vocab_size`, :func:`mask_id_of`). The
+tokenizer itself is unchanged, so every run saved before the objective existed (and every causal run)
+loads as before; an MLM run's saved ``model.vocab_size`` is the tokenizer's plus one.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,11 @@ import torch
 
 from poslab.data import build_tokenizer, encode_corpus, load_text, split_text
 from poslab.fileio import sha256_bytes
-from poslab.training.config import TrainConfig
+from poslab.training.config import OBJECTIVES, TrainConfig
+
+#: BERT's recipe (Devlin et al. 2019, https://arxiv.org/abs/1810.04805, §3.1): 15% of the positions are
+#: selected; of those 80% become [MASK], 10% a random token, 10% stay as they are
+MLM_SELECT, MLM_MASK, MLM_RANDOM = 0.15, 0.8, 0.1
 
 
 def data_seed(seed: int) -> int:
@@ -65,4 +76,82 @@ def prepare_data(cfg: TrainConfig, tokenizer: Any = None) -> RunData:
     return RunData(tokenizer, train_ids, val_ids, info)
 
 
-__all__ = ["RunData", "data_seed", "prepare_data"]
+def model_vocab_size(tokenizer_vocab: int, objective: str) -> int:
+    """The model's vocabulary: the tokenizer's, plus the ``[MASK]`` id for ``objective="mlm"``."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r} is not allowed; choose one of {list(OBJECTIVES)}")
+    return tokenizer_vocab + (1 if objective == "mlm" else 0)
+
+
+def mask_id_of(model_vocab: int) -> int:
+    """The ``[MASK]`` id of an MLM model with ``model_vocab`` rows: the last one (the tokenizer has ``model_vocab - 1`` ids)."""
+    if model_vocab < 2:
+        raise ValueError(f"an MLM model needs at least one token id and the mask id, got vocab_size {model_vocab}")
+    return model_vocab - 1
+
+
+def mask_tokens(
+    ids: torch.Tensor,
+    mask_id: int,
+    generator: torch.Generator | None = None,
+    *,
+    select: float = MLM_SELECT,
+    replace_mask: float = MLM_MASK,
+    replace_random: float = MLM_RANDOM,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT-style masking of a batch: the inputs with selected positions corrupted, and targets only there.
+
+    Every position is selected independently with probability ``select``; a selected position is
+    replaced by ``mask_id`` with probability ``replace_mask``, by a token drawn uniformly from
+    ``[0, mask_id)`` (the tokenizer's ids, never the mask) with probability ``replace_random``, and
+    kept otherwise. If no position of the batch is selected (tiny batches only), one uniformly drawn
+    position is, so the loss is always defined.
+
+    Args:
+        ids: token ids ``[B, T]`` (all ``< mask_id``).
+        mask_id: the ``[MASK]`` id (:func:`mask_id_of`).
+        generator: the random source (the training loop's data generator: masks are part of a checkpoint).
+        select, replace_mask, replace_random: the probabilities (BERT: 0.15, 0.8, 0.1).
+
+    Returns:
+        ``inputs [B, T]`` and ``targets [B, T]``: the original id at selected positions, ``-1`` (ignored
+        by the loss) elsewhere.
+    """
+    if not 0 < select <= 1 or replace_mask < 0 or replace_random < 0 or replace_mask + replace_random > 1:
+        raise ValueError(f"need 0 < select <= 1 and replace_mask, replace_random >= 0 summing to <= 1, got "
+                         f"{select!r}, {replace_mask!r}, {replace_random!r}")
+    if mask_id < 1:
+        raise ValueError(f"mask_id must be >= 1 (the ids below it are the tokens), got {mask_id!r}")
+    u = torch.rand(ids.shape, generator=generator)  # [B, T]
+    selected = u < select  # [B, T]
+    if not selected.any():
+        flat = torch.randint(ids.numel(), (1,), generator=generator)
+        selected.view(-1)[flat] = True
+    action = torch.rand(ids.shape, generator=generator)  # [B, T]: which corruption a selected position gets
+    random_ids = torch.randint(mask_id, ids.shape, generator=generator)  # [B, T]
+    inputs = ids.clone()
+    to_mask = selected & (action < replace_mask)
+    to_random = selected & (action >= replace_mask) & (action < replace_mask + replace_random)
+    inputs[to_mask] = mask_id
+    inputs[to_random] = random_ids[to_random]
+    targets = torch.where(selected, ids, torch.full_like(ids, -1))  # [B, T]
+    return inputs, targets
+
+
+def objective_batch(objective: str, x: torch.Tensor, y: torch.Tensor, mask_id: int | None,
+                    generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (inputs, targets) an objective trains on, from a window batch ``x, y [B, T]`` of :func:`get_batch`.
+
+    ``"clm"``: ``(x, y)``, next-token prediction. ``"mlm"``: :func:`mask_tokens` of ``x`` (``y`` unused).
+    """
+    if objective == "clm":
+        return x, y
+    if objective == "mlm":
+        if mask_id is None:
+            raise ValueError("objective 'mlm' needs the mask id (mask_id_of(model.config.vocab_size))")
+        return mask_tokens(x, mask_id, generator)
+    raise ValueError(f"objective={objective!r} is not allowed; choose one of {list(OBJECTIVES)}")
+
+
+__all__ = ["MLM_MASK", "MLM_RANDOM", "MLM_SELECT", "RunData", "data_seed", "mask_id_of", "mask_tokens",
+           "model_vocab_size", "objective_batch", "prepare_data"]

@@ -31,7 +31,7 @@ from poslab.nn.model import GPT
 from poslab.training import checkpoint as ckpt
 from poslab.training import distributed
 from poslab.training.config import DTYPES, RESUME_FREE_KEYS, TrainConfig, model_config, resume_identity
-from poslab.training.data import RunData, data_seed, prepare_data
+from poslab.training.data import RunData, data_seed, mask_id_of, model_vocab_size, objective_batch, prepare_data
 from poslab.training.optim import lr_at, make_optimizer
 from poslab.training.progress import ProgressBar, format_duration, format_rate
 
@@ -108,8 +108,10 @@ def evaluate_loss(
     *,
     seed: int = 0,
     dtype: str = "fp32",
+    objective: str = "clm",
+    mask_id: int | None = None,
 ) -> float:
-    """Mean next-token cross-entropy of ``model`` on ``data``.
+    """Mean cross-entropy of ``model`` on ``data``: next-token (``clm``) or on masked positions (``mlm``).
 
     Args:
         model: a :class:`GPT` (put in eval mode for the call, its mode restored after).
@@ -120,14 +122,21 @@ def evaluate_loss(
             whole of ``data`` in consecutive non-overlapping windows.
         seed: seed of the random windows.
         dtype: ``"fp32"`` or ``"bf16"`` (autocast).
+        objective: ``"clm"`` or ``"mlm"`` (the windows masked as in training, from a generator seeded
+            with ``seed + 1``: every call masks the same positions).
+        mask_id: the ``[MASK]`` id for ``mlm`` (default: the model's last id, :func:`mask_id_of`).
 
     Returns:
-        The mean loss per token (float).
+        The mean loss per (predicted) token (float; for ``mlm`` the mean over batches of each batch's
+        mean over its masked positions).
     """
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     total, count = 0.0, 0
+    if objective == "mlm" and mask_id is None:
+        mask_id = mask_id_of(_config_of(model).vocab_size)
+    mask_rng = torch.Generator().manual_seed(seed + 1)
     try:
         if iters is None:
             n_windows = (data.numel() - 1) // block_size
@@ -136,15 +145,17 @@ def evaluate_loss(
             starts = torch.arange(n_windows) * block_size  # [W]
             for first in range(0, n_windows, batch_size):
                 window = starts[first : first + batch_size, None] + torch.arange(block_size + 1)  # [b, T+1]
-                chunk = data[window].to(device)  # [b, T+1]
+                chunk = data[window]  # [b, T+1]
+                x, y = objective_batch(objective, chunk[:, :-1], chunk[:, 1:], mask_id, mask_rng)  # [b, T] x2
                 with autocast(dtype, device.type):
-                    _, loss = model(chunk[:, :-1], chunk[:, 1:])
+                    _, loss = model(x.to(device), y.to(device))
                 total += loss.item() * chunk.shape[0]
                 count += chunk.shape[0]
         else:
             generator = torch.Generator().manual_seed(seed)
             for _ in range(iters):
                 x, y = get_batch(data, block_size, batch_size, generator)  # [B, T] x2
+                x, y = objective_batch(objective, x, y, mask_id, mask_rng)  # [B, T] x2
                 with autocast(dtype, device.type):
                     _, loss = model(x.to(device), y.to(device))
                 total += loss.item()
@@ -152,6 +163,16 @@ def evaluate_loss(
     finally:
         model.train(was_training)
     return total / count
+
+
+def _config_of(model: nn.Module) -> Any:
+    """The :class:`GPTConfig` of ``model`` or of the model a wrapper holds (``.module``: DDP, ``.model``: sharded eval)."""
+    while getattr(model, "config", None) is None:
+        inner = getattr(model, "module", None) or getattr(model, "model", None)
+        if inner is None:
+            raise ValueError(f"cannot find the model config of {type(model).__name__}; pass mask_id")
+        model = inner
+    return model.config
 
 
 def matmul_flops_per_token(model: GPT, block_size: int) -> float:
@@ -323,7 +344,8 @@ class _Trainer:
         elif init_from is not None:
             tokenizer = init_from.read_tokenizer()  # the same ids as the weights
         self.data: RunData = prepare_data(cfg, tokenizer)
-        self.model_cfg = model_config(cfg, self.data.tokenizer.vocab_size)
+        self.model_cfg = model_config(cfg, model_vocab_size(self.data.tokenizer.vocab_size, cfg.objective))
+        self.mask_id = mask_id_of(self.model_cfg.vocab_size) if cfg.objective == "mlm" else None
         train_doc = {k: v for k, v in cfg.to_dict().items() if k != "model"}
         self.config_doc = {"model": self.model_cfg.to_dict(), "train": train_doc, "data": self.data.info}
         self.config_doc.update(self.dist.config_section())  # {"distributed": {world_size, ...}} under torchrun
@@ -467,6 +489,7 @@ class _Trainer:
             # the global batch (world_size x batch_size windows), then this rank's rows on its device
             x, y = get_batch(self.data.train, self.model_cfg.block_size, cfg.batch_size * dist.world_size,
                              self.data_rng)  # [W*B, T] x2
+            x, y = objective_batch(cfg.objective, x, y, self.mask_id, self.data_rng)  # [W*B, T] x2: masked for mlm
             x, y = dist.shard(x, y, cfg.batch_size)  # [B, T] x2
             dist.set_grad_sync(self.train_model, micro == cfg.grad_accum - 1)  # all-reduce once per step
             with autocast(cfg.dtype, dist.device.type):
@@ -539,7 +562,7 @@ class _Trainer:
         """Mean loss over ``eval_iters`` fixed batches (``eval_iters=0``: the whole split, or ``iters`` batches)."""
         n = self.cfg.eval_iters or iters  # None: every non-overlapping window of the split
         return evaluate_loss(self.eval_model, data, self.model_cfg.block_size, self.eval_batch, n,
-                             seed=seed, dtype=self.cfg.dtype)
+                             seed=seed, dtype=self.cfg.dtype, objective=self.cfg.objective, mask_id=self.mask_id)
 
     def _stop_interrupted(self, step: int) -> None:
         cfg = self.cfg

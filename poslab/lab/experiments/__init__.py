@@ -35,6 +35,7 @@ _MODULES = (
     "poslab.lab.experiments.head_map",
     "poslab.lab.experiments.streaming",
     "poslab.lab.experiments.rope_frequency_usage",
+    "poslab.lab.experiments.bidirectional",
 )
 
 

@@ -96,7 +96,7 @@ def _train_variant(label: str, values: dict[str, Any], progress: bool) -> tuple[
     model, tokenizer, _ = load_run(cfg.run_dir)
     data = prepare_data(cfg, tokenizer)
     block = model.config.block_size
-    val_all = evaluate_loss(model, data.val, block, max(1, 8192 // block), None)
+    val_all = evaluate_loss(model, data.val, block, max(1, 8192 // block), None, objective=cfg.objective)
     return label, {
         "val_loss_all": val_all,
         "seed": cfg.seed,

@@ -1,0 +1,253 @@
+"""Encoder mode: Haviv et al. 2022's control, and seed 001's leak experiment without the causal mask.
+
+Haviv et al. 2022 ("Transformer Language Models without Positional Encodings Still Learn Positional
+Information", https://arxiv.org/abs/2203.16634) train causal LMs without any position encoding
+(NoPos) and find them close to ones with learned positions; their control is a *masked* LM
+(bidirectional attention), which without positions is a bag of words and does much worse: the
+causal mask, not the architecture, is what tells a NoPos model where it is (§5). Here, at 3 seeds
+each (the same 3 for every arm, so seed i gives every arm the same windows):
+
+* ``clm-none`` vs ``clm-learned``: causal LMs (next-token loss). The claim that NoPos is *close*
+  is a non-inferiority claim, :func:`poslab.lab.verdicts.compare` with ``offset = -CLOSE x`` the
+  learned loss: NoPos is at most ``CLOSE`` (relative) worse.
+* ``mlm-none`` vs ``mlm-learned`` and ``mlm-rope``: masked LMs (``objective="mlm"``,
+  ``model.causal=False``; loss on the 15% selected positions). The claim that NoPos *fails* is
+  ``compare`` with ``offset = +FAR x`` the positioned arm's loss: NoPos is worse by more than ``FAR``
+  (relative). Haviv et al. used learned positions; RoPE is added because at the quick size a learned
+  table barely trains in a masked LM (measured: after 250 steps and after 800 steps the learned and
+  the NoPos MLM are within 0.01 nats, both near the bag-of-words level), while RoPE, which needs
+  nothing learned to tell positions apart, does: a test of "NoPos fails" needs an arm that uses
+  positions at all.
+
+The metric is the loss on the whole validation split (the same windows, and for the MLM the same
+masks, for every run). Both objectives' losses are in nats per predicted character; the unigram
+entropy of the corpus (a model of character frequencies only) is printed beside each.
+
+Seed 001's leak experiment (:mod:`poslab.lab.experiments.causal_leak`) in bidirectional mode: the two
+lines '白日依山尽' and '山依日白尽' are permutations of the same characters. Without positions and
+without the causal mask, attention is permutation-equivariant at every depth, so each character's
+output is the same in both lines up to float noise -- at 1, 2 and 3 layers (a deterministic claim
+per depth, tolerance :data:`TOLERANCE`). The same models with the causal mask differ by far more from
+2 layers on: the mask, not depth, leaks order.
+
+Quick form: tinyshakespeare, the lab's quick model (2 layers, n_embd 64, window 64, lr 3e-3, 250
+steps; the masked LMs 400, :data:`MLM_STEPS_FACTOR`). Full form: the lab's full model (3 layers,
+n_embd 128, window 96, 400 steps; the masked LMs 640).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from poslab.display import print_table, sci
+from poslab.lab.verdicts import at_least, compare, deterministic, pm
+
+NAME = "bidirectional"
+DESCRIPTION = "Haviv et al. 2022's control: NoPos works for a causal LM, fails for a masked LM; no leak without the mask"
+IN_ALL = False  # it trains: run it by name
+
+ARMS = {  # label -> (objective, position)
+    "clm-none": ("clm", "none"),
+    "clm-learned": ("clm", "learned"),
+    "mlm-none": ("mlm", "none"),
+    "mlm-learned": ("mlm", "learned"),
+    "mlm-rope": ("mlm", "rope"),
+}
+#: the masked-LM arms with positions, each tested against the NoPos masked LM
+MLM_WITH_POSITIONS = ("mlm-learned", "mlm-rope")
+SEEDS = (1337, 1338, 1339)
+#: "close": NoPos causal LM at most 5% (relative) above the learned one
+CLOSE = 0.05
+#: "fails": NoPos masked LM more than 10% (relative) above the learned one
+FAR = 0.10
+#: the masked LMs train this many times the causal LMs' steps: they get a loss on 15% of the positions
+#: (measured at the quick size: at 250 steps the RoPE MLM is still leaving the bag-of-words plateau,
+#: 2.78 ± 0.13 over 3 seeds, too spread for a verdict)
+MLM_STEPS_FACTOR = 1.6
+LEAK_LAYERS = (1, 2, 3)
+#: float noise of an untrained fp32 GPT's logits (|logit| ~ 1): summation order only
+TOLERANCE = 1e-5
+#: the causal counterpart must differ by more than this from 2 layers on (causal_leak's LEAK_ABOVE)
+LEAK_ABOVE = 1e-4
+SOURCE = "Haviv et al. 2022 (arXiv 2203.16634); issue 17 item 1"
+
+
+# ------------------------------------------------------------------------------------ the leak
+def leak_differences(n_layer: int, causal: bool, position: str = "none", seed: int = 0) -> dict[str, float]:
+    """Seed 001's two lines through a fresh untrained GPT (4 heads, n_embd 128, ``tang5`` vocabulary).
+
+    Args:
+        n_layer: depth.
+        causal: the causal mask on (seed 001) or off (encoder mode).
+        position: the position scheme.
+        seed: ``torch.manual_seed`` before building the model.
+
+    Returns:
+        ``last``: max |logits_a - logits_b| at the last position (the same character '尽' in both
+        lines); ``all``: max over every position of |logits_b[i] - logits_a[perm[i]]|, where
+        ``perm`` maps each character of the shuffled line to its place in the first line.
+    """
+    from poslab.data import CharTokenizer, load_corpus
+    from poslab.lab.experiments.causal_leak import LINE, SHUFFLED
+    from poslab.nn.model import GPT, GPTConfig
+
+    tok = CharTokenizer.from_text(load_corpus("tang5"))
+    perm = [LINE.index(ch) for ch in SHUFFLED]  # SHUFFLED[i] == LINE[perm[i]] (the characters are distinct)
+    torch.manual_seed(seed)
+    config = GPTConfig(vocab_size=tok.vocab_size, n_layer=n_layer, n_head=4, n_embd=128, block_size=128,
+                       dropout=0.0, position=position, causal=causal)
+    model = GPT(config).eval()
+    with torch.no_grad():
+        a = model(torch.tensor([tok.encode(LINE)]))[0]  # [T, V]
+        b = model(torch.tensor([tok.encode(SHUFFLED)]))[0]  # [T, V]
+    return {"last": (a[-1] - b[-1]).abs().max().item(), "all": (b - a[perm]).abs().max().item()}
+
+
+def leak_claims(diffs: dict[str, dict[int, dict[str, float]]]) -> list[dict[str, Any]]:
+    """One deterministic claim per depth (bidirectional: noise), and one for the causal contrast (leak from 2 layers)."""
+    out = []
+    for n in sorted(diffs["bidirectional"]):
+        error = diffs["bidirectional"][n]["all"]
+        out.append(deterministic(
+            f"encoder mode, no positions, {n} layer{'s' if n > 1 else ''}: the two lines' outputs are the same "
+            "up to the permutation (no order leaks without the causal mask)",
+            "seed 001 (leak experiment) in bidirectional mode; Haviv et al. 2022 §5",
+            f"max over positions |logits(line 2)[i] - logits(line 1)[perm i]| <= {TOLERANCE:g} (fp32 float noise)",
+            f"{sci(error)} (last position {sci(diffs['bidirectional'][n]['last'])})", error, TOLERANCE,
+            details={"n_layer": n}).to_dict())
+    deeper = [n for n in diffs["causal"] if n > 1]
+    if deeper:
+        smallest = min(diffs["causal"][n]["last"] for n in deeper)
+        out.append(at_least(
+            "with the causal mask (same models otherwise) the two lines differ from 2 layers on: the mask, not depth, leaks order",
+            "seed 001 (leak experiment)",
+            f"min over {deeper} layers of max |last-position logit difference| >= {LEAK_ABOVE:g}",
+            ", ".join(f"{n} layers {sci(diffs['causal'][n]['last'])}" for n in deeper), smallest, LEAK_ABOVE,
+            details={"layers": deeper}).to_dict())
+    return out
+
+
+# ------------------------------------------------------------------------------------ training
+def base_config(quick: bool, size: str | None = None) -> dict[str, Any]:
+    """The lab's model at the quick (or full, or named) size, as a config mapping without name and folder.
+
+    The learned table has exactly ``block_size`` rows (this experiment never reads past the
+    training length).
+    """
+    from poslab.lab.experiments.extrapolation import size_of, train_config
+
+    lab = size_of(quick, size)
+    config = train_config("none", lab, Path("runs"), block_size=lab.train_length).to_dict()
+    for key in ("name", "out_dir"):
+        config.pop(key, None)
+    return config
+
+
+def arm_overrides(label: str, steps: int | None = None) -> dict[str, Any]:
+    """The config overrides of one arm of :data:`ARMS`; ``steps``: the causal LMs' steps (masked LMs get
+    :data:`MLM_STEPS_FACTOR` times as many, with the schedule stretched to match)."""
+    objective, position = ARMS[label]
+    out: dict[str, Any] = {"objective": objective, "model": {"position": position, "position_config": {},
+                                                             "causal": objective == "clm"}}
+    if steps is not None and objective == "mlm":
+        out.update(max_steps=round(steps * MLM_STEPS_FACTOR), lr_decay_steps=None)
+    return out
+
+
+def haviv_claims(losses: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """The seeded claims of the control (module docstring), from arm -> per-seed whole-split losses."""
+    metric = "val loss (whole validation split)"
+
+    def mean(label: str) -> float:
+        return sum(losses[label]) / len(losses[label])
+
+    close = compare(
+        f"a causal LM without positions (NoPos) is close to one with learned positions: at most {CLOSE:.0%} worse",
+        SOURCE, losses["clm-none"], losses["clm-learned"], better_label="causal NoPos", worse_label="causal learned",
+        metric=metric, offset=-CLOSE * mean("clm-learned"), digits=4)
+    close.details.update(relative_margin=CLOSE)
+    out = [close.to_dict()]
+    for label in MLM_WITH_POSITIONS:
+        if label not in losses:
+            continue
+        position = ARMS[label][1]
+        far = compare(
+            f"a bidirectional masked LM without positions fails: more than {FAR:.0%} worse than with {position} positions",
+            SOURCE, losses[label], losses["mlm-none"], better_label=f"MLM {position}", worse_label="MLM NoPos",
+            metric=metric, offset=FAR * mean(label), digits=4)
+        far.details.update(relative_margin=FAR)
+        out.append(far.to_dict())
+    return out
+
+
+def run(out: Path, quick: bool = False, base: dict[str, Any] | None = None, workers: int | None = None,
+        seeds: tuple[int, ...] = SEEDS, leak_layers: tuple[int, ...] = LEAK_LAYERS) -> dict:
+    """Train the four arms at every seed, measure the leak, print the tables, plot, judge the claims.
+
+    Args:
+        out: output folder (runs in ``out/runs/ARM-sSEED``, plot ``out/bidirectional_curves.png``).
+        quick: the short form (module docstring).
+        base: a config mapping replacing the base (tests use a tiny one).
+        workers: trainings at a time (:func:`poslab.lab.experiments.head_count.train_variants`).
+        seeds: training seeds (at least 3 for a conclusive verdict).
+        leak_layers: depths of the leak experiment.
+    """
+    from poslab.lab.experiments.common import plot_seeded_curves, unigram_entropy
+    from poslab.lab.experiments.head_count import print_claims, seed_values, train_seeded
+
+    out = Path(out)
+    base = base if base is not None else base_config(quick)
+    variants = {label: arm_overrides(label, base["max_steps"]) for label in ARMS}
+    runs = train_seeded(out, base, variants, tuple(seeds), workers)
+    losses = {label: seed_values(runs[label]) for label in ARMS}
+    corpus = base.get("corpus", "tang5")
+    baseline = unigram_entropy(corpus, base.get("val_fraction", 0.1))
+    rows = []
+    for label, (objective, position) in ARMS.items():
+        mean = sum(losses[label]) / len(losses[label])
+        rows.append([label, "masked LM (bidirectional)" if objective == "mlm" else "causal LM", position,
+                     variants[label].get("max_steps", base["max_steps"]),
+                     pm(losses[label], 4), f"{baseline:.3f}", f"{mean / baseline:.3f}",
+                     pm(seed_values(runs[label], "final_val_loss"), 4)])
+    model = base["model"]
+    print_table(["arm", "objective", "positions", "steps", "val loss (whole split)", "unigram baseline", "loss / baseline",
+                 "final val loss (sampled)"], rows,
+                title=(f"Haviv et al. 2022's control: {model['n_layer']} layers, n_embd {model['n_embd']}, "
+                       f"on {corpus!r}; mean ± sd over seeds {list(seeds)}; "
+                       "MLM loss on the 15% selected positions"))
+
+    diffs: dict[str, dict[int, dict[str, float]]] = {
+        mode: {n: leak_differences(n, causal=mode == "causal") for n in leak_layers} for mode in ("bidirectional", "causal")
+    }
+    print_table(["untrained GPT, no positions", "encoder: last position", "encoder: every position (permuted)",
+                 "causal: last position"],
+                [[f"{n} layer{'s' if n > 1 else ''}", sci(diffs["bidirectional"][n]["last"]),
+                  sci(diffs["bidirectional"][n]["all"]), sci(diffs["causal"][n]["last"])] for n in leak_layers],
+                title=f"seed 001's two lines without and with the causal mask: max |logit difference| (tolerance {TOLERANCE:g})")
+
+    claims = haviv_claims(losses) + leak_claims(diffs)
+    print_claims(claims)
+    plot = plot_seeded_curves({label: runs[label] for label in ARMS}, out / "bidirectional_curves.png",
+                              f"causal vs masked LM, with and without positions ({corpus})",
+                              baseline)
+    return {
+        "steps": base["max_steps"],
+        "mlm_steps": round(base["max_steps"] * MLM_STEPS_FACTOR),
+        "quick": quick,
+        "corpus": corpus,
+        "unigram_entropy_nats": baseline,
+        "seeds": list(seeds),
+        "arms": {label: {"objective": o, "position": p} for label, (o, p) in ARMS.items()},
+        "runs": runs,
+        "val_loss": {label: pm(losses[label], 4) for label in ARMS},
+        "val_loss_seeds": losses,
+        "close_relative": CLOSE,
+        "far_relative": FAR,
+        "leak": {mode: {str(n): d for n, d in per.items()} for mode, per in diffs.items()},
+        "leak_tolerance": TOLERANCE,
+        "claims": claims,
+        "plot": str(plot),
+    }
