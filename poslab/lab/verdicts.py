@@ -137,6 +137,18 @@ def interval_halfwidth(a: Sequence[float], b: Sequence[float], noise_sd: float |
     return None
 
 
+def decide(margin: float, noise: float | None, n_seeds: int) -> str:
+    """The one rule: ``held`` when ``margin > noise``, ``did not hold`` when ``margin < -noise``, else
+    ``inconclusive`` (also with no measured noise, fewer than :data:`MIN_SEEDS` seeds, or a tie)."""
+    if noise is None or n_seeds < MIN_SEEDS or margin == 0:
+        return INCONCLUSIVE
+    if margin > noise:
+        return HELD
+    if margin < -noise:
+        return DID_NOT_HOLD
+    return INCONCLUSIVE
+
+
 def compare(
     claim: str,
     source: str,
@@ -184,14 +196,7 @@ def compare(
         criterion = f"{metric} of {better_label} {gap}"
     criterion += (f"; decided when the margin exceeds the 95% interval of the difference of the means "
                   f"(Welch, at least {MIN_SEEDS} seeds each)")
-    if noise is None or n_seeds < MIN_SEEDS or margin == 0:
-        verdict = INCONCLUSIVE
-    elif margin > noise:
-        verdict = HELD
-    elif margin < -noise:
-        verdict = DID_NOT_HOLD
-    else:
-        verdict = INCONCLUSIVE
+    verdict = decide(margin, noise, n_seeds)
     measured = f"{better_label} {pm(better, digits)} vs {worse_label} {pm(worse, digits)}"
     details = {"better": [float(v) for v in better], "worse": [float(v) for v in worse],
                "better_label": better_label, "worse_label": worse_label, "metric": metric,
@@ -233,14 +238,7 @@ def bound(
     if criterion is None:
         criterion = f"{metric} of {label} {'below' if below else 'above'} {limit:.{digits}g}"
     criterion += f"; decided when the margin exceeds the 95% interval of the mean (at least {MIN_SEEDS} seeds)"
-    if noise is None or n < MIN_SEEDS or margin == 0:
-        verdict = INCONCLUSIVE
-    elif margin > noise:
-        verdict = HELD
-    elif margin < -noise:
-        verdict = DID_NOT_HOLD
-    else:
-        verdict = INCONCLUSIVE
+    verdict = decide(margin, noise, n)
     measured = f"{metric} of {label} {pm(values, digits)} (limit {limit:.{digits}g})"
     info = dict(details or {}, values=values, label=label, metric=metric, limit=float(limit), below=below)
     return ClaimRecord(claim, source, criterion, measured, float(margin), None if noise is None else float(noise), n,

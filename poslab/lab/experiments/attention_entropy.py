@@ -32,7 +32,7 @@ from torch import Tensor
 
 from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling
 from poslab.display import new_figure, print_table, save_figure
-from poslab.lab.experiments.common import baseline_line, unigram_entropy
+from poslab.lab.experiments.common import baseline_line, spearman, unigram_entropy
 from poslab.lab.experiments.extrapolation import (
     CORPUS,
     FACTORS,
@@ -164,28 +164,6 @@ def sample_windows(tokens: Tensor, length: int, count: int) -> Tensor:
 
 
 # ------------------------------------------------------------------------------------ claims
-def spearman(xs: list[float], ys: list[float]) -> float:
-    """Spearman rank correlation (average ranks for ties)."""
-    def ranks(values: list[float]) -> list[float]:
-        order = sorted(range(len(values)), key=lambda i: values[i])
-        out = [0.0] * len(values)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                out[order[k]] = (i + j) / 2
-            i = j + 1
-        return out
-
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    var = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
-    return cov / var if var > 0 else float("nan")
-
-
 def entropy_claims(results: dict[str, dict[str, Any]], factor: int = 4) -> list[dict[str, Any]]:
     """The claims this experiment tests, as :class:`poslab.lab.verdicts.ClaimRecord` dicts (at ``factor`` x L).
 

@@ -38,6 +38,7 @@ import torch
 
 from poslab.analysis import heads as head_analysis
 from poslab.display import new_figure, print_table, save_figure
+from poslab.lab.experiments.common import spearman
 from poslab.lab.verdicts import ClaimRecord, deterministic
 from poslab.runs import RunFolder, load_run
 from poslab.session import train
@@ -117,27 +118,6 @@ def two_clusters(points: list[list[float]], seed: int = 0) -> list[int]:
     return KMeans(n_clusters=2, n_init=10, random_state=seed).fit_predict(points).tolist()
 
 
-def spearman(a: list[float], b: list[float]) -> float:
-    """Spearman rank correlation (average ranks for ties)."""
-    def ranks(v: list[float]) -> list[float]:
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2
-            i = j + 1
-        return r
-    ra, rb = ranks(a), ranks(b)
-    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
-    num = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    den = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
-    return num / den if den else 0.0
-
-
 def map_claims(table: list[dict[str, Any]], clusters: list[int], base_loss: float) -> list[ClaimRecord]:
     """Seed 002 §6.1's testable descriptions as records (criteria in the module docstring)."""
     dist = [h["mean_distance"] for h in table]
@@ -155,6 +135,7 @@ def map_claims(table: list[dict[str, Any]], clusters: list[int], base_loss: floa
         error=DISTANCE_FACTOR - ratio, tolerance=0.0, details={"cluster_medians": medians})]
     index = [h["head"] for h in table]
     rho = spearman([float(i) for i in index], dist)
+    rho = 0.0 if math.isnan(rho) else rho  # every head at one distance: no correlation
     claims.append(deterministic(
         "a head's role follows its index (heads 1/2 local, 3/4 keywords, 5/6 long range, 7/8 spare)",
         "seed 002 §6.1",
