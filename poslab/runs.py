@@ -39,6 +39,7 @@ from poslab.data import encode_corpus, load_text, split_text, tokenizer_from_dic
 from poslab.fileio import atomic_write_json, atomic_write_text, sha256_bytes, sha256_file, write_error
 from poslab.nn.model import GPT, GPTConfig
 from poslab.training import checkpoint as ckpt
+from poslab.training.averaging import average_state_dicts
 from poslab.training.config import TrainConfig, resume_identity
 from poslab.training.lock import RunLock, ensure_writable, interrupted_start, is_locked, remove_stale_temp_files
 
@@ -394,6 +395,49 @@ class RunFolder:
                                        f"weights (NaN/inf) in {', '.join(bad[:4])}; sampling from it is meaningless")
         ckpt.restore_model(model, tensors, _aliases(meta))
         return model.eval()
+
+    def averaged_model(self, last: int, weights: list[float] | None = None) -> tuple[GPT, list[int]]:
+        """A :class:`GPT` holding the weighted mean of the run's newest ``last`` checkpoints' weights.
+
+        Each checkpoint is verified (sha256, config) as in :meth:`load_model`, then the model tensors
+        are averaged by :func:`poslab.training.averaging.average_state_dicts` (float32 accumulation).
+
+        Args:
+            last: how many of the newest checkpoints to average (>= 1; 1 is the latest checkpoint).
+            weights: one weight per averaged checkpoint, oldest first (default uniform).
+
+        Returns:
+            ``(model in eval mode on CPU, the averaged steps ascending)``.
+
+        Raises:
+            ValueError: ``last`` not a positive int, or bad weights.
+            CheckpointError: fewer than ``last`` checkpoints (the steps kept named, and the settings that
+                keep more), a corrupt one, or one written by another config.
+        """
+        if isinstance(last, bool) or not isinstance(last, int) or last < 1:
+            raise ValueError(f"last = {last!r}: the number of checkpoints to average must be an int >= 1")
+        steps = self.checkpoints()
+        if len(steps) < last:
+            raise ckpt.CheckpointError(
+                f"run {str(self.path)!r} keeps {len(steps)} checkpoint(s) (steps {steps}); averaging the last {last} needs "
+                f"{last}: train with keep_checkpoints >= {last} and a ckpt_interval that saves them")
+        chosen = steps[-last:]
+        model_cfg = self.model_config()
+        identity = self.resume_identity(model_cfg)
+        with torch.random.fork_rng(devices=[]):  # building the model must not move the caller's RNG
+            model = GPT(model_cfg)
+        states, aliases = [], {}
+        for step in chosen:
+            tensors, meta = self.load_checkpoint(step, identity)
+            states.append({name: t for name, t in tensors.items() if name.startswith("model.")})
+            aliases = _aliases(meta)
+        averaged = average_state_dicts(states, weights)
+        bad = [name for name, t in averaged.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+        if bad:
+            raise ckpt.CheckpointError(f"the average of checkpoints {chosen} of {str(self.path)!r} holds non-finite "
+                                       f"weights (NaN/inf) in {', '.join(bad[:4])}")
+        ckpt.restore_model(model, averaged, aliases)
+        return model.eval(), chosen
 
     def load(self, step: int | None = None) -> tuple[GPT, Any, dict[str, Any]]:
         """``(model, tokenizer, config)``: :meth:`load_model`, :meth:`tokenizer`, :meth:`config`."""

@@ -24,6 +24,21 @@ is applied at inference by :func:`scale_rope` (factor 4, ``original_max_len = L`
 new runs initialised from each seed's RoPE run (``TrainConfig.init_from``) with the scaling set and
 ``block_size = 4 L``, trained at the same tokens per step. A control run trains the same number of
 extra steps at ``L`` without scaling, to separate what more training alone buys.
+
+Checkpoint averaging (seed 000 Q4: 「LLaMA3 的做法：8K 预训练 → 分阶段扩展到 128K，中间用 NTK-aware + 继续预训练 +
+平均检查点（averaging checkpoints）避免灾难性遗忘。」, "Llama 3: pre-train at 8K, extend to 128K in stages, with
+NTK-aware + continued pre-training + averaging checkpoints to avoid catastrophic forgetting"). The
+:data:`AVERAGED` fine-tune keeps its last :data:`AVERAGE_LAST` checkpoints (every
+``finetune_steps // 10`` steps); four models of each seed are compared at ``L`` (forgetting), at
+``4 L`` and on the passkey: the base model (no scaling at ``L``; the fine-tune's scaling at inference
+at ``4 L``), the plain fine-tune (its final checkpoint), the mean of its last ``k`` checkpoints
+(:meth:`poslab.runs.RunFolder.averaged_model`), and base ⊕ fine-tune, the mean with weights
+:data:`BASE_WEIGHT` / ``1 - BASE_WEIGHT`` of the base's and the final fine-tune's weights (the same shapes:
+RoPE has no weights; the average uses the fine-tune's position config). Averaging costs no training
+step. In the Llama 3 paper (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv:2407.21783)
+checkpoint averaging belongs to the annealing stage of pre-training (§3.4.3) and to post-training
+(§4.1.5, averaging models across RM / SFT / DPO runs), not to the long-context stage (§3.4.2) the lesson
+ties it to.
 """
 
 from __future__ import annotations
@@ -56,6 +71,7 @@ from poslab.lab.experiments.extrapolation import (
 )
 from poslab.lab.experiments.head_count import default_workers
 from poslab.runs import RunFolder
+from poslab.training.averaging import average_state_dicts
 
 NAME = "context-extension"
 DESCRIPTION = "RoPE at 4x L with PI / NTK / dynamic / YaRN / Llama3, fine-tuning at 4x L; perplexity + passkey, 3 seeds (seed 000 §3.5, Q4)"
@@ -76,6 +92,27 @@ KEY_LETTERS = 4
 KEY_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 SOURCE_SCALINGS = "Chen et al. 2023 (PI); bloc97 2023 (NTK); Peng et al. 2023 (YaRN)"
 SOURCE_PASSKEY = "Mohtashami & Jaggi 2023; Chen et al. 2023 (PI); Peng et al. 2023 (YaRN)"
+#: the fine-tune whose checkpoints are averaged (seed 000 Q4's first choice, YaRN)
+AVERAGED = "YaRN"
+#: checkpoints of the :data:`AVERAGED` fine-tune that are kept and averaged, per lab size
+AVERAGE_LAST = {"smoke": 3, "quick": 3, "full": 5}
+#: weight of the base model in base ⊕ fine-tune (the fine-tune gets ``1 - BASE_WEIGHT``)
+BASE_WEIGHT = 0.5
+#: the averaging variants: label -> what it is (the order of the tables and the plot)
+AVERAGING = {"base": "the base model (no fine-tuning)", "fine-tuned": "the plain fine-tune (its final checkpoint)",
+             "last-k average": "the mean of the fine-tune's last k checkpoints",
+             "base ⊕ fine-tuned": "base and final fine-tune weights averaged"}
+#: non-inferiority tolerances of the averaging claims (stated before any measurement)
+PPL_TOLERANCE = 1.01
+PASSKEY_TOLERANCE = 0.05
+SOURCE_AVERAGING = "seed 000 Q4 (LLaMA3: 平均检查点 avoids catastrophic forgetting)"
+SOURCE_WISE = "Wortsman et al. 2022 (WiSE-FT: interpolating base and fine-tuned weights)"
+#: where averaging belongs in the Llama 3 recipe (shown with the results and in the report)
+LLAMA3_NOTE = ("In the Llama 3 paper (Dubey et al. 2024, \"The Llama 3 Herd of Models\", arXiv:2407.21783) checkpoint "
+               "averaging belongs to the annealing stage of pre-training (§3.4.3: the final pre-trained model is the "
+               "average of checkpoints taken during annealing) and to post-training (§4.1.5: models from runs with "
+               "different data or hyperparameters are averaged at each RM, SFT and DPO stage), not to the long-context "
+               "pre-training stage (§3.4.2) that seed 000 Q4 ties it to.")
 
 
 def scale_rope(model: Any, spec: str, original_max_len: int) -> Any:
@@ -234,7 +271,37 @@ def finetune_config(label: str, spec: str, lab: Any, base_run: Path, out: Path, 
                        block_size=FACTOR * lab.train_length, position_config=position_config,
                        steps=lab.finetune_steps, batch_size=batch, lr=lab.lr / 3,
                        warmup_steps=max(1, lab.finetune_steps // 10), init_from=str(base_run))
+    if label == AVERAGED:  # its last k checkpoints are averaged: keep them (saving costs no step)
+        from poslab.training.config import TrainConfig
+
+        cfg = TrainConfig.from_dict({**cfg.to_dict(), "ckpt_interval": max(1, lab.finetune_steps // 10),
+                                     "keep_checkpoints": average_last(lab)})
     return with_seed(cfg, seed, _seeded_name(cfg.name, seed))
+
+
+def average_last(lab: Any) -> int:
+    """How many checkpoints of the :data:`AVERAGED` fine-tune are averaged at this size (:data:`AVERAGE_LAST`)."""
+    return AVERAGE_LAST.get(lab.name, 3)
+
+
+def averaging_models(base: Any, run_dir: Path, last: int, base_weight: float = BASE_WEIGHT) -> dict[str, Any]:
+    """The two averaged models of one seed: the mean of the fine-tune's last ``last`` checkpoints, and
+    base ⊕ fine-tuned (``base_weight`` on the base model's weights, the rest on the final fine-tune's).
+
+    Args:
+        base: the base model (its weights only are read).
+        run_dir: the fine-tune's run folder.
+        last: checkpoints averaged.
+        base_weight: the base model's weight in base ⊕ fine-tuned.
+
+    Returns:
+        ``{"last-k average": model, "base ⊕ fine-tuned": model, "steps": averaged steps}``; both models
+        carry the fine-tune's position config (its scaling).
+    """
+    averaged, steps = RunFolder(run_dir).averaged_model(last)
+    mixed, _, _ = load_model(run_dir)
+    mixed.load_state_dict(average_state_dicts([base.state_dict(), mixed.state_dict()], [base_weight, 1 - base_weight]))
+    return {"last-k average": averaged, "base ⊕ fine-tuned": mixed.eval(), "steps": steps}
 
 
 def control_config(lab: Any, base_run: Path, out: Path, seed: int = SEED) -> Any:
@@ -298,6 +365,62 @@ def context_claims(inference: dict[str, list[float]], finetuned: dict[str, list[
     if passkey is not None:
         out += passkey_claims(passkey)
     return out
+
+
+def averaging_claims(ppl_L: dict[str, list[float]], ppl_4L: dict[str, list[float]], passkey_4L: dict[str, list[float | None]],
+                     last: int) -> list[verdicts.ClaimRecord]:
+    """Claims of the checkpoint-averaging comparison, paired by seed (each seed's four models share its base run).
+
+    The criteria and tolerances (:data:`PPL_TOLERANCE`, :data:`PASSKEY_TOLERANCE`) were fixed before any run.
+
+    Args:
+        ppl_L: variant (:data:`AVERAGING`) -> per-seed perplexity at L (forgetting).
+        ppl_4L: variant -> per-seed perplexity at 4x L.
+        passkey_4L: variant -> per-seed passkey accuracy at 4x L (``None``: the needle does not fit).
+        last: checkpoints averaged (for the wording).
+    """
+    avg, mix, ft, base = "last-k average", "base ⊕ fine-tuned", "fine-tuned", "base"
+    at_L, at_4L = "perplexity at L (non-overlapping)", f"perplexity at {FACTOR}x L (non-overlapping)"
+    claims = [
+        verdicts.paired(f"averaging the last {last} checkpoints of the {AVERAGED} fine-tune reduces forgetting "
+                        "(lower perplexity at L than the plain fine-tune)", SOURCE_AVERAGING, ppl_L[avg], ppl_L[ft],
+                        better_label=f"mean of the last {last}", worse_label="plain fine-tune", metric=at_L),
+        verdicts.bound(f"averaging the last {last} checkpoints does not hurt perplexity at {FACTOR}x L "
+                       f"(within {PPL_TOLERANCE - 1:.0%} of the plain fine-tune)", "seed 000 Q4 (the recipe keeps the extension)",
+                       [a / b for a, b in zip(ppl_4L[avg], ppl_4L[ft])], PPL_TOLERANCE, below=True,
+                       label=f"mean of the last {last} / plain fine-tune", metric=f"ratio of {at_4L}"),
+        verdicts.paired(f"base ⊕ fine-tuned ({BASE_WEIGHT:g}/{1 - BASE_WEIGHT:g}) reduces forgetting (lower perplexity "
+                        "at L than the plain fine-tune)", f"{SOURCE_AVERAGING}; {SOURCE_WISE}", ppl_L[mix], ppl_L[ft],
+                        better_label="base ⊕ fine-tuned", worse_label="plain fine-tune", metric=at_L),
+        verdicts.paired(f"base ⊕ fine-tuned keeps the extension (lower perplexity at {FACTOR}x L than the base model "
+                        f"with {AVERAGED} at inference)", SOURCE_WISE, ppl_4L[mix], ppl_4L[base],
+                        better_label="base ⊕ fine-tuned", worse_label=f"base with {AVERAGED}", metric=at_4L),
+    ]
+    claim = (f"averaging the last {last} checkpoints keeps passkey retrieval at {FACTOR}x L "
+             f"(at most {PASSKEY_TOLERANCE:g} below the plain fine-tune)")
+    metric = f"passkey accuracy at {FACTOR}x L"
+    if None in passkey_4L[avg] or None in passkey_4L[ft]:
+        claims.append(verdicts.ClaimRecord(claim, SOURCE_AVERAGING, f"{metric} of the mean at most {PASSKEY_TOLERANCE:g} below",
+                                           f"{FACTOR}x L is too short for the needle", None, None, 0, verdicts.INCONCLUSIVE))
+        return claims
+    record = verdicts.paired(claim, SOURCE_AVERAGING, passkey_4L[avg], passkey_4L[ft], better_label=f"mean of the last {last}",
+                             worse_label="plain fine-tune", metric=metric, lower_is_better=False, offset=-PASSKEY_TOLERANCE)
+    chance = [1.0 / len(KEY_ALPHABET)] * len(passkey_4L[ft])
+    gate = verdicts.compare("the plain fine-tune retrieves", SOURCE_PASSKEY, passkey_4L[ft], chance, better_label="fine-tuned",
+                            worse_label="chance", metric=metric, lower_is_better=False)
+    if gate.verdict != verdicts.HELD and record.verdict != verdicts.INCONCLUSIVE:
+        record = dataclasses.replace(record, verdict=verdicts.INCONCLUSIVE, measured=record.measured
+                                     + f" (the plain fine-tune does not retrieve above chance at {FACTOR}x L: not judged)")
+    claims.append(record)
+    return claims
+
+
+def weight_distance(model: Any, reference: Any) -> float:
+    """``||w - w_ref|| / ||w_ref||`` over every floating tensor of two models' state dicts (same keys)."""
+    a, b = model.state_dict(), reference.state_dict()
+    num = sum(float((a[k].double() - b[k].double()).pow(2).sum()) for k in b if b[k].is_floating_point())
+    den = sum(float(b[k].double().pow(2).sum()) for k in b if b[k].is_floating_point())
+    return (num / den) ** 0.5 if den else 0.0
 
 
 def passkey_claims(passkey: dict[str, Any]) -> list[verdicts.ClaimRecord]:
@@ -419,6 +542,42 @@ def plot(inference: dict, finetuned: dict, base_L: float, lab: Any, path: Path, 
     return save_figure(fig, path)
 
 
+def plot_averaging(per_seed: list[dict[str, Any]], lab: Any, last: int, path: Path) -> Path:
+    """Checkpoint averaging: perplexity at L, at 4x L and passkey accuracy at 4x L of each variant
+    (:data:`AVERAGING`), one dot per seed, mean ± sd."""
+    fig, axes = new_figure(1, 3, size=(16.0, 4.6))
+    names = list(AVERAGING)
+    panels = [("L", f"perplexity at L = {lab.train_length} (forgetting)"),
+              ("4L", f"perplexity at 4x L = {FACTOR * lab.train_length}"),
+              ("passkey", f"passkey letter accuracy at 4x L = {FACTOR * lab.train_length}")]
+    for ax, (key, title) in zip(axes, panels):
+        for x, name in enumerate(names):
+            cells = [e["averaging"][name] for e in per_seed]
+            values = [c["passkey"][str(FACTOR)] if key == "passkey" else _ppl(c[key]) for c in cells]
+            values = [v for v in values if v is not None]
+            if not values:
+                continue
+            mean, sd = verdicts.mean_sd(values)
+            ax.bar(x, mean, yerr=sd or 0.0, width=0.6, capsize=4, color=f"C{x}", alpha=0.55)
+            ax.scatter([x + 0.12 * (j - (len(values) - 1) / 2) for j in range(len(values))], values, color="black", s=10,
+                       zorder=3, label="one seed" if x == 0 else None)
+        ax.set_xticks(range(len(names)), [n.replace("last-k", f"last-{last}") for n in names], fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+        if key != "passkey":  # zoom on the differences
+            kept = [_ppl(e["averaging"][n][key]) for e in per_seed for n in names]
+            low, high = min(kept), max(kept)
+            ax.set_ylim(low - 0.1 * (high - low + 1e-9), high + 0.1 * (high - low + 1e-9))
+            ax.set_ylabel("perplexity (non-overlapping)")
+        else:
+            ax.axhline(1 / len(KEY_ALPHABET), color="grey", linestyle=":", linewidth=1, label="chance (1/26)")
+            ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"checkpoint averaging of the {AVERAGED} fine-tune ({lab.finetune_steps} steps at 4x L): mean ± sd over "
+                 f"{len(per_seed)} seeds; base ⊕ fine-tuned = {BASE_WEIGHT:g} base + {1 - BASE_WEIGHT:g} final", fontsize=10)
+    return save_figure(fig, path)
+
+
 # ------------------------------------------------------------------------------------ run
 def run(out: Path, quick: bool = False, size: str | None = None, workers: int | None = None,
         seeds: tuple[int, ...] | None = None) -> dict:
@@ -438,6 +597,7 @@ def run(out: Path, quick: bool = False, size: str | None = None, workers: int | 
     workers = default_workers() if workers is None else workers
     long_length = FACTOR * lab.train_length
     seeds = list(seeds) if seeds is not None else seeds_of(out)
+    last = average_last(lab)
     if not seeds:
         raise ValueError("seeds must name at least one seed")
     reuse = tuple(_run_folders(out.parent / EXTRAPOLATION / "models" / lab.name))
@@ -465,6 +625,22 @@ def run(out: Path, quick: bool = False, size: str | None = None, workers: int | 
                                          "4L": _cell(tuned, tokens, long_length, lab.n_targets),
                                          "L": _cell(tuned, tokens, lab.train_length, lab.n_targets)}
             entry["passkey"]["finetuned"][label] = passkey_row(tuned, tokens, tokenizer, lab.train_length)
+            if label == AVERAGED:
+                final = tuned
+        made = averaging_models(model, tuned_runs[i * len(FINETUNE) + list(FINETUNE).index(AVERAGED)], last)
+        entry["averaging"] = {
+            "steps": made["steps"],
+            "base": {"L": entry["base"]["L"], "4L": entry["inference"][AVERAGED], "passkey": entry["passkey"]["inference"][AVERAGED]},
+            "fine-tuned": {"L": entry["finetuned"][AVERAGED]["L"], "4L": entry["finetuned"][AVERAGED]["4L"],
+                           "passkey": entry["passkey"]["finetuned"][AVERAGED]},
+            "weight_distance_to_fine_tuned": {"base": weight_distance(model, final)},
+        }
+        for label in ("last-k average", "base ⊕ fine-tuned"):
+            averaged = made[label]
+            entry["averaging"][label] = {"L": _cell(averaged, tokens, lab.train_length, lab.n_targets),
+                                         "4L": _cell(averaged, tokens, long_length, lab.n_targets),
+                                         "passkey": passkey_row(averaged, tokens, tokenizer, lab.train_length)}
+            entry["averaging"]["weight_distance_to_fine_tuned"][label] = weight_distance(averaged, final)
         per_seed.append(entry)
 
     def seeds_of_cell(get: Any) -> list[dict[str, Any]]:
@@ -512,8 +688,36 @@ def run(out: Path, quick: bool = False, size: str | None = None, workers: int | 
                             {k: ppls(lambda e, k=k: _ppl(e["finetuned"][k]["4L"])) for k in FINETUNE},
                             ppls(lambda e: _ppl(e["base"]["L"])), lab.finetune_steps,
                             passkey={**passkey, "finetuned": {k: v for k, v in passkey["finetuned"].items() if k != "control"}})
+    names = list(AVERAGING)
+    rows = [[name.replace("last-k", f"last-{last}"), _pm(ppls(lambda e, k=name: _ppl(e["averaging"][k]["L"]))),
+             _pm(ppls(lambda e, k=name: _ppl(e["averaging"][k]["4L"])))]
+            + [_pm([e["averaging"][name]["passkey"][str(f)] for e in per_seed]) for f in PASSKEY_FACTORS]
+            + [_pm([e["averaging"]["weight_distance_to_fine_tuned"].get(name, 0.0) for e in per_seed], 4)] for name in names]
+    print_table(["model", f"ppl at L={lab.train_length}", f"ppl at {long_length}"]
+                + [f"passkey {f}x L" for f in PASSKEY_FACTORS] + ["|w - w_ft| / |w_ft|"], rows,
+                title=f"checkpoint averaging of the {AVERAGED} fine-tune: the last {last} checkpoints (steps "
+                      f"{per_seed[0]['averaging']['steps']}), base ⊕ fine-tuned {BASE_WEIGHT:g}/{1 - BASE_WEIGHT:g}; "
+                      f"mean ± sd over {n} seeds")
+    print(f"  note: {LLAMA3_NOTE}")
+    claims += averaging_claims({k: ppls(lambda e, k=k: _ppl(e["averaging"][k]["L"])) for k in names},
+                               {k: ppls(lambda e, k=k: _ppl(e["averaging"][k]["4L"])) for k in names},
+                               {k: [e["averaging"][k]["passkey"][str(FACTOR)] for e in per_seed] for k in names}, last)
     print_claims(claims)
     figure = plot(inference, finetuned, base_L, lab, out / "context_extension.png", passkey)
+    averaging_figure = plot_averaging(per_seed, lab, last, out / "checkpoint_averaging.png")
+    averaging = {
+        "fine_tune": AVERAGED, "rope_scaling": FINETUNE[AVERAGED], "last": last, "base_weight": BASE_WEIGHT,
+        "ckpt_interval": max(1, lab.finetune_steps // 10), "steps": [e["averaging"]["steps"] for e in per_seed],
+        "variants": {name: {"what": what, "L": _mean_cell([e["averaging"][name]["L"] for e in per_seed]),
+                            "4L": _mean_cell([e["averaging"][name]["4L"] for e in per_seed]),
+                            "passkey": {str(f): [e["averaging"][name]["passkey"][str(f)] for e in per_seed] for f in PASSKEY_FACTORS},
+                            "weight_distance_to_fine_tuned": [e["averaging"]["weight_distance_to_fine_tuned"].get(name, 0.0)
+                                                              for e in per_seed]}
+                     for name, what in AVERAGING.items()},
+        "tolerances": {"ppl_ratio": PPL_TOLERANCE, "passkey": PASSKEY_TOLERANCE},
+        "note": LLAMA3_NOTE,
+        "figure": str(averaging_figure),
+    }
     return {
         "experiment": NAME,
         "size": dataclasses.asdict(lab),
@@ -531,9 +735,11 @@ def run(out: Path, quick: bool = False, size: str | None = None, workers: int | 
         "control_more_steps_at_L": control,
         "passkey": {**passkey, "factors": list(PASSKEY_FACTORS), "prompts": PASSKEY_PROMPTS, "key_letters": KEY_LETTERS,
                     "chance": 1 / len(KEY_ALPHABET)},
+        "averaging": averaging,
         "per_seed": per_seed,
         "claims": [c.to_dict() for c in claims],
         "figure": str(figure),
+        "figures": [str(figure), str(averaging_figure)],
         "seconds": time.perf_counter() - start,
         "workers": workers,
     }
