@@ -110,6 +110,40 @@ def test_context_extension_smoke(lab: Path):
     pi = next(c for c in claims if c["claim"] == "without fine-tuning, PI reads 4x L better than no scaling")
     assert pi["details"]["better"] == [pytest.approx(ppl["PI"])] and pi["n_seeds"] == 1
     assert (lab / "context-extension" / "context_extension.png").is_file()
+    # checkpoint averaging of the YaRN fine-tune: its last 3 checkpoints, base ⊕ fine-tuned, against plain and base
+    averaging = results["averaging"]
+    assert list(averaging["variants"]) == list(context_extension.AVERAGING) and averaging["last"] == 3
+    assert averaging["steps"] == [[2, 3, 4]]  # smoke: 4 fine-tuning steps, a checkpoint every step, the last 3 kept
+    (tuned,) = [Path(p) for p in results["finetune_runs"][context_extension.AVERAGED]]
+    train_cfg = json.loads((tuned / "config.json").read_text())["train"]
+    assert train_cfg["keep_checkpoints"] == 3 and train_cfg["ckpt_interval"] == 1
+    (plain,) = [Path(p) for p in results["finetune_runs"]["PI"]]
+    assert json.loads((plain / "config.json").read_text())["train"]["keep_checkpoints"] == 1  # the others unchanged
+    for variant in averaging["variants"].values():
+        for key in ("L", "4L"):
+            (value,) = variant[key]["nonoverlapping"]["ppl_per_seed"]
+            assert math.isfinite(value) and value > 1
+        assert set(variant["passkey"]) == {"1", "2", "4", "8"}
+    fine = averaging["variants"]["fine-tuned"]
+    assert fine["4L"]["nonoverlapping"]["ppl"] == pytest.approx(results["finetuned"]["YaRN"]["4L"]["nonoverlapping"]["ppl"])
+    distance = {k: v["weight_distance_to_fine_tuned"][0] for k, v in averaging["variants"].items()}
+    assert distance["fine-tuned"] == 0.0 and 0 < distance["last-k average"] < distance["base ⊕ fine-tuned"] < distance["base"]
+    assert distance["base ⊕ fine-tuned"] == pytest.approx(distance["base"] / 2, rel=1e-6)  # halfway, by construction
+    # the averaged weights differ from both endpoints of the averaged checkpoints
+    from poslab.runs import RunFolder
+    run = RunFolder(tuned)
+    mean, _ = run.averaged_model(3)
+    first, last = run.load_model(step=2).state_dict(), run.load_model(step=4).state_dict()
+    moved = [k for k in last if not torch.equal(first[k], last[k])]
+    assert moved and all(not torch.equal(mean.state_dict()[k], last[k]) and not torch.equal(mean.state_dict()[k], first[k])
+                         for k in moved)
+    ppl = {k: v["L"]["nonoverlapping"]["ppl"] for k, v in averaging["variants"].items()}
+    assert len(set(ppl.values())) == 4  # four different models
+    mine = [c for c in claims if c["source"].startswith((context_extension.SOURCE_AVERAGING, "seed 000 Q4 (the recipe",
+                                                         context_extension.SOURCE_WISE))]
+    assert len(mine) == 5 and all(c["n_seeds"] <= 1 and c["verdict"] == "inconclusive" for c in mine)
+    assert "Llama 3" in averaging["note"] and "annealing" in averaging["note"]
+    assert (lab / "context-extension" / "checkpoint_averaging.png").stat().st_size > 1000
 
 
 def test_context_extension_seeds_come_from_extrapolation(tmp_path: Path):
@@ -342,3 +376,37 @@ def test_quick_extrapolation_resolves_its_claims(tmp_path: Path):
     # every scheme learned structure: in-length loss well below the character-frequency baseline
     for scheme, cells in results["perplexity"].items():
         assert math.log(cells["1"]["nonoverlapping"]["ppl"]) < results["unigram_entropy_nats"] - 0.5, scheme
+
+
+def test_averaging_verdicts_follow_the_numbers():
+    def seeds(x: float) -> list[float]:
+        return [x - 0.1, x, x + 0.1]
+
+    def claims(ppl_L: dict, ppl_4L: dict, passkey: dict) -> dict[str, str]:
+        records = context_extension.averaging_claims(ppl_L, ppl_4L, passkey, last=3)
+        assert verdicts.check_records(records) == []
+        return {c.claim.rsplit(" (", 1)[0]: c.verdict for c in records}
+
+    ppl_L = {"base": seeds(10.0), "fine-tuned": seeds(10.5), "last-k average": [10.3, 10.4, 10.5], "base ⊕ fine-tuned": [10.1, 10.2, 10.3]}
+    ppl_4L = {"base": seeds(14.0), "fine-tuned": seeds(10.5), "last-k average": [10.43, 10.53, 10.63], "base ⊕ fine-tuned": seeds(11.0)}
+    passkey = {"base": [0.1] * 3, "fine-tuned": [0.8, 0.85, 0.9], "last-k average": [0.79, 0.84, 0.89], "base ⊕ fine-tuned": [0.5] * 3}
+    held = claims(ppl_L, ppl_4L, passkey)
+    assert held["averaging the last 3 checkpoints of the YaRN fine-tune reduces forgetting"] == HELD
+    assert held["averaging the last 3 checkpoints does not hurt perplexity at 4x L"] == HELD  # +0.3% < 1%
+    assert held["base ⊕ fine-tuned (0.5/0.5) reduces forgetting"] == HELD
+    assert held["base ⊕ fine-tuned keeps the extension"] == HELD
+    assert held["averaging the last 3 checkpoints keeps passkey retrieval at 4x L"] == HELD  # 0.01 below, within 0.05
+    ppl_4L["last-k average"] = [10.8, 10.9, 11.0]  # +3.8%: hurts
+    ppl_L["base ⊕ fine-tuned"] = [10.7, 10.8, 10.9]  # more forgetting
+    passkey["last-k average"] = [0.6, 0.65, 0.7]
+    held = claims(ppl_L, ppl_4L, passkey)
+    assert held["averaging the last 3 checkpoints does not hurt perplexity at 4x L"] == DID_NOT_HOLD
+    assert held["base ⊕ fine-tuned (0.5/0.5) reduces forgetting"] == DID_NOT_HOLD
+    assert held["averaging the last 3 checkpoints keeps passkey retrieval at 4x L"] == DID_NOT_HOLD
+    passkey["fine-tuned"] = [0.03, 0.04, 0.05]  # the fine-tune itself does not retrieve: not judged
+    passkey["last-k average"] = [0.0, 0.0, 0.0]
+    assert claims(ppl_L, ppl_4L, passkey)["averaging the last 3 checkpoints keeps passkey retrieval at 4x L"] == INCONCLUSIVE
+    passkey["fine-tuned"] = [None] * 3
+    assert claims(ppl_L, ppl_4L, passkey)["averaging the last 3 checkpoints keeps passkey retrieval at 4x L"] == INCONCLUSIVE
+    ppl_L["last-k average"] = list(ppl_L["fine-tuned"])  # a tie
+    assert claims(ppl_L, ppl_4L, passkey)["averaging the last 3 checkpoints of the YaRN fine-tune reduces forgetting"] == INCONCLUSIVE

@@ -241,3 +241,29 @@ def test_a_config_without_its_sections_is_one_line(run, doc, match):
     run.file("config.json").write_text(json.dumps(doc), encoding="utf-8")
     with pytest.raises(RunFileError, match=match):
         load_run(run.path)
+
+
+def test_averaged_model_is_the_mean_of_the_last_checkpoints(run):
+    averaged, steps = run.averaged_model(2)
+    assert steps == [2, 4] and not averaged.training
+    first, last = run.load_model(step=2).state_dict(), run.load_model(step=4).state_dict()
+    mean = averaged.state_dict()
+    for key in last:
+        torch.testing.assert_close(mean[key], (first[key] + last[key]) / 2)
+    differs = [k for k in last if not torch.equal(first[k], last[k])]
+    assert differs and all(not torch.equal(mean[k], last[k]) and not torch.equal(mean[k], first[k]) for k in differs)
+    assert averaged.lm_head.weight is averaged.tok_emb.weight or "lm_head.weight" not in mean  # ties survive
+    only_first, _ = run.averaged_model(2, weights=[1.0, 0.0])
+    assert all(torch.equal(only_first.state_dict()[k], first[k]) for k in first)
+    latest, steps = run.averaged_model(1)
+    assert steps == [4] and all(torch.equal(latest.state_dict()[k], last[k]) for k in last)
+
+
+def test_averaged_model_refuses_what_it_cannot_average(run):
+    with pytest.raises(ckpt.CheckpointError, match=r"keeps 2 checkpoint\(s\) \(steps \[2, 4\]\); averaging the last 3.*keep_checkpoints >= 3"):
+        run.averaged_model(3)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="an int >= 1"):
+            run.averaged_model(bad)
+    with pytest.raises(ValueError, match="one weight per state dict"):
+        run.averaged_model(2, weights=[1.0])

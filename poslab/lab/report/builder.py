@@ -266,8 +266,9 @@ def _ppl_spread(cell_value: Any, mode: str) -> Any:
     if "cannot" in cell_value:
         return "cannot"
     inner = cell_value.get(mode, {})
-    if inner.get("ppl_seeds"):
-        return pm(inner["ppl_seeds"], 3)
+    seeds = inner.get("ppl_seeds") or inner.get("ppl_per_seed")  # extrapolation's cells / context-extension's
+    if seeds:
+        return pm(seeds, 3)
     return inner.get("ppl")
 
 
@@ -298,8 +299,22 @@ def _key_context(r: dict) -> str:
                    f"RoPE model trained at L = {r['train_length']}; its perplexity at L: {claims_mod.num(base)}")
     rows = [[label, entry.get("rope_scaling"), _ppl(entry["4L"], "nonoverlapping"), _ppl(entry["L"], "nonoverlapping")]
             for label, entry in r["finetuned"].items()]
-    return first + _table(["fine-tuned", "spec", f"ppl at {r['eval_length']}", f"ppl back at {r['train_length']}"], rows,
-                          "after fine-tuning at 4×L")
+    tables = first + _table(["fine-tuned", "spec", f"ppl at {r['eval_length']}", f"ppl back at {r['train_length']}"], rows,
+                            "after fine-tuning at 4×L")
+    averaging = r.get("averaging")
+    if not isinstance(averaging, dict) or not isinstance(averaging.get("variants"), dict):
+        return tables  # results written before checkpoint averaging was measured
+    factor = str(r.get("factor", 4))
+    rows = [[label, _ppl_spread(v.get("L"), "nonoverlapping"), _ppl_spread(v.get("4L"), "nonoverlapping"),
+             _spread([x for x in v.get("passkey", {}).get(factor, []) if x is not None]),
+             _spread(v.get("weight_distance_to_fine_tuned") or [], 4)]
+            for label, v in averaging["variants"].items()]
+    tables += _table(["model", f"ppl at L = {r['train_length']} (forgetting)", f"ppl at {r['eval_length']}",
+                      f"passkey at {factor}×L", "|w − w_ft| / |w_ft|"], rows,
+                     f"checkpoint averaging of the {averaging.get('fine_tune')} fine-tune: last {averaging.get('last')} "
+                     f"checkpoints, base ⊕ fine-tuned {averaging.get('base_weight')}/{1 - averaging.get('base_weight', 0.5):g} "
+                     f"(mean ± sd over seeds {r.get('seeds')})")
+    return tables + f"<p class='note'>{esc(averaging.get('note', ''))}</p>"
 
 
 def _key_entropy(r: dict) -> str:

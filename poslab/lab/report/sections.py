@@ -99,10 +99,18 @@ SECTIONS: tuple[Section, ...] = (
     Section(
         "context", "Stretching the context: PI, NTK-aware, YaRN", "seed 000 §3.5, Q4",
         "「扩展上下文长度时，第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」; the table ranks YaRN ★★★, NTK ★★☆, "
-        "PI ★★ (lossy), continued pre-training ★★★ (slow but most reliable).",
+        "PI ★★ (lossy), continued pre-training ★★★ (slow but most reliable).\n\n"
+        "Q4 adds: 「LLaMA3 的做法：8K 预训练 → 分阶段扩展到 128K，中间用 NTK-aware + 继续预训练 + 平均检查点（averaging "
+        "checkpoints）避免灾难性遗忘。」 (Llama 3 extends 8K to 128K in stages with NTK-aware scaling, continued "
+        "pre-training and checkpoint averaging against catastrophic forgetting). In the Llama 3 paper (Dubey et al. "
+        "2024, \"The Llama 3 Herd of Models\") checkpoint averaging belongs to the annealing stage of pre-training "
+        "(§3.4.3) and to post-training (§4.1.5, models averaged at each RM, SFT and DPO stage), not to the "
+        "long-context stage (§3.4.2) the lesson ties it to.",
         "The RoPE model evaluated at 4× its training length with no scaling, PI, NTK, dynamic NTK, YaRN and Llama 3 "
         "applied at inference; then a short fine-tune at 4× L with none, PI and YaRN, evaluated again at 4× L and "
-        "back at L.",
+        "back at L. Checkpoint averaging, on the YaRN fine-tune: the mean of its last k checkpoints and the "
+        "0.5/0.5 mean of the base and fine-tuned weights, against the plain fine-tune and the base model, at L "
+        "(forgetting), at 4× L and on the passkey (no extra training step).",
         ("experiments/context-extension",),
     ),
     Section(
