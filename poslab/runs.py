@@ -36,7 +36,14 @@ import torch
 from torch import Tensor, nn
 
 from poslab.data import encode_corpus, load_text, split_text, tokenizer_from_dict
-from poslab.fileio import atomic_write_json, atomic_write_text, sha256_bytes, sha256_file, write_error
+from poslab.fileio import (
+    atomic_write_folder,
+    atomic_write_json,
+    atomic_write_text,
+    sha256_bytes,
+    sha256_file,
+    write_error,
+)
 from poslab.nn.model import GPT, GPTConfig
 from poslab.training import checkpoint as ckpt
 from poslab.training.averaging import average_state_dicts
@@ -243,7 +250,7 @@ class RunFolder:
             status = (self.results() or {}).get("status")
         except RunFileError:
             return "interrupted"  # a torn results.json: the run did not end cleanly
-        if status in ("completed", "converted"):
+        if status in ("completed", "converted", "averaged"):
             return "finished"
         if status is not None:
             return "failed"
@@ -438,6 +445,46 @@ class RunFolder:
                                        f"weights (NaN/inf) in {', '.join(bad[:4])}")
         ckpt.restore_model(model, averaged, aliases)
         return model.eval(), chosen
+
+    def write_average(self, out: str | Path, last: int, weights: list[float] | None = None) -> Path:
+        """Create the run folder ``out`` holding the mean of this run's newest ``last`` checkpoints.
+
+        The new run has this run's config (its name and folder changed; ``data.averaged_from`` names
+        this run, the steps and the normalised weights), its tokenizer, one model-only checkpoint at the
+        newest averaged step and a ``results.json`` with ``status: averaged``: ``load_run``, ``poslab
+        eval`` and ``poslab sample`` read it as any run. The folder is written aside and renamed at the
+        end; nothing existing is ever overwritten.
+
+        Raises:
+            FileExistsError: ``out`` exists and is not an empty folder.
+            ValueError, CheckpointError: as :meth:`averaged_model`.
+        """
+        out = Path(out)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise FileExistsError(f"{str(out)!r} already exists and is not an empty folder; averaging never overwrites a run")
+        model, steps = self.averaged_model(last, weights)
+        tokenizer = self.tokenizer()
+        total = sum(weights) if weights is not None else None
+        normalised = [1.0 / len(steps)] * len(steps) if weights is None else [float(w) / total for w in weights]
+        source = {"run": str(self.path.resolve()), "steps": steps, "weights": normalised}
+        doc = self.config()
+        doc = {**doc, "train": {**doc.get("train", {}), "name": out.name, "out_dir": str(out.parent)},
+               "data": {**doc.get("data", {}), "averaged_from": source}}
+
+        def fill(folder: Path) -> None:
+            run = RunFolder(folder)
+            run.write_start(tokenizer)
+            run.write_config(doc)  # records the tokenizer's digest
+            tensors, aliases = ckpt.model_tensors(model)
+            identity = run.resume_identity()
+            meta = {"config": identity, "config_hash": ckpt.config_hash(identity), "model_aliases": aliases,
+                    "averaged_from": source, "torch_version": torch.__version__}
+            run.save_checkpoint(steps[-1], tensors, meta)
+            run.write_results({"name": out.name, "status": "averaged", "steps": steps[-1], "averaged_from": source,
+                               "n_params": sum(p.numel() for p in model.parameters())})
+
+        atomic_write_folder(out, fill)
+        return out
 
     def load(self, step: int | None = None) -> tuple[GPT, Any, dict[str, Any]]:
         """``(model, tokenizer, config)``: :meth:`load_model`, :meth:`tokenizer`, :meth:`config`."""

@@ -35,7 +35,7 @@ def by_source(results, source: str) -> list[dict]:
 def test_records_obey_the_rule_and_carry_quotes(results):
     claims = results[0]["claims"]
     assert not check_records(claims)
-    assert len(claims) == 10
+    assert len(claims) == 11
     for c in claims:
         assert c["details"]["quote"] and c["details"]["gloss"] and c["details"]["evidence"]
         assert c["n_seeds"] == 0
@@ -101,3 +101,9 @@ def test_empty_tables_point_at_registered_experiments(results):
                      or f" {n}," in entry["poslab"]]
         assert mentioned or "poslab heads" in entry["poslab"], entry["where"]
     assert len(results[0]["empty_tables"]) == 4
+
+
+def test_llama3_averaging_is_placed_where_the_paper_puts_it(results):
+    (c,) = [c for c in by_source(results, "seed 000 Q4") if "Llama 3" in c["claim"]]
+    assert c["verdict"] == "did not hold" and "平均检查点" in c["details"]["quote"]
+    assert "§3.4.3" in c["measured"] and "§4.1.5" in c["measured"] and "context-extension" in c["details"]["evidence"]

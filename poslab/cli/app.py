@@ -31,6 +31,7 @@ COMMANDS = (
     "poslab.cli.presets",
     "poslab.cli.bench",
     "poslab.cli.convert",
+    "poslab.cli.average",
     "poslab.cli.eval",
     "poslab.cli.lab",
     "poslab.cli.heads",

@@ -54,6 +54,10 @@ QUOTES: dict[str, tuple[str, str, str]] = {
                    "scores = scores.masked_fill(mask == 0, -1e9)", "the local (sliding-window) attention mask, in code"),
     "fp16_clip": ("seed 002 §7.2", "3. 梯度裁剪阈值需要调整为FP16适应范围",
                   "3. the gradient-clipping threshold must be adjusted to suit the FP16 range"),
+    "llama3_averaging": ("seed 000 Q4", "LLaMA3 的做法：8K 预训练 → 分阶段扩展到 128K，中间用 NTK-aware + 继续预训练 + 平均检查点"
+                         "（averaging checkpoints）避免灾难性遗忘。",
+                         "Llama 3's recipe: pre-train at 8K, extend to 128K in stages, with NTK-aware scaling + continued "
+                         "pre-training + averaging checkpoints in between to avoid catastrophic forgetting"),
     "adaptive_span": ("seed 002 §7.1", "Google最新研究的Adaptive Attention Span … 在PG-19任务上减少23%计算量",
                       "Google's latest research, Adaptive Attention Span … cuts computation by 23% on PG-19"),
 }
@@ -193,6 +197,9 @@ def rope_memory_claim() -> dict[str, Any]:
 XL_DATASETS = ("WikiText-103", "enwik8", "text8", "One Billion Word", "Penn Treebank")
 SPAN_DATASETS = ("text8", "enwik8")
 SPAN_LAB = "Facebook AI Research"  # the paper's affiliation (Sukhbaatar, Grave, Bojanowski, Joulin)
+#: where the Llama 3 paper (Dubey et al. 2024, arXiv:2407.21783) averages checkpoints or models, and its long-context stage
+LLAMA3_AVERAGING = ("annealing, §3.4.3", "post-training, §4.1.5")
+LLAMA3_LONG_CONTEXT = "long-context pre-training, §3.4.2"
 
 
 def citation_claims() -> list[dict[str, Any]]:
@@ -208,8 +215,19 @@ def citation_claims() -> list[dict[str, Any]]:
         f"it is Sukhbaatar, Grave, Bojanowski and Joulin 2019, Facebook AI Research; it reports {', '.join(SPAN_DATASETS)} "
         "(PG-19 came later). Experiment sparse measures what the learned spans save on this machine",
         error=float(SPAN_LAB != "Google") + float("PG-19" not in SPAN_DATASETS), tolerance=0.0, details={"datasets": list(SPAN_DATASETS), "authors": "Sukhbaatar et al. 2019 (FAIR)"})
+    llama = deterministic(
+        "Llama 3 averages checkpoints while extending the context, against catastrophic forgetting", "seed 000 Q4",
+        "the Llama 3 paper (arXiv:2407.21783) averages checkpoints in its long-context stage (error = 1 if not)",
+        f"the paper averages checkpoints or models in {' and in '.join(LLAMA3_AVERAGING)} (the average of the annealing "
+        "checkpoints is the final pre-trained model; RM, SFT and DPO models of several runs are averaged); its "
+        f"{LLAMA3_LONG_CONTEXT} grows 8K to 128K in six stages of continued pre-training, with no averaging. "
+        "Experiment context-extension measures what averaging does to a context extension",
+        error=float(LLAMA3_LONG_CONTEXT not in LLAMA3_AVERAGING), tolerance=0.0,
+        details={"averaging_stages": list(LLAMA3_AVERAGING), "long_context_stage": LLAMA3_LONG_CONTEXT})
     return [_record("xl_pg19", xl, "the Transformer-XL paper's experiments section"),
-            _record("adaptive_span", span, "the adaptive-span paper's title page and experiments; experiment sparse")]
+            _record("adaptive_span", span, "the adaptive-span paper's title page and experiments; experiment sparse"),
+            _record("llama3_averaging", llama, "the Llama 3 paper, §3.4.2-§3.4.3 and §4.1.5; experiment context-extension "
+                    "(checkpoint averaging of the YaRN fine-tune)")]
 
 
 def xl_r_claim() -> dict[str, Any]:
