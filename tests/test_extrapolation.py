@@ -141,7 +141,7 @@ def test_context_extension_smoke(lab: Path):
     assert len(set(ppl.values())) == 4  # four different models
     mine = [c for c in claims if c["source"].startswith((context_extension.SOURCE_AVERAGING, "seed 000 Q4 (the recipe",
                                                          context_extension.SOURCE_WISE))]
-    assert len(mine) == 5 and all(c["n_seeds"] <= 1 and c["verdict"] == "inconclusive" for c in mine)
+    assert len(mine) == 6 and all(c["n_seeds"] <= 1 and c["verdict"] == "inconclusive" for c in mine)
     assert "Llama 3" in averaging["note"] and "annealing" in averaging["note"]
     assert (lab / "context-extension" / "checkpoint_averaging.png").stat().st_size > 1000
 
@@ -391,6 +391,7 @@ def test_averaging_verdicts_follow_the_numbers():
     ppl_4L = {"base": seeds(14.0), "fine-tuned": seeds(10.5), "last-k average": [10.43, 10.53, 10.63], "base ⊕ fine-tuned": seeds(11.0)}
     passkey = {"base": [0.1] * 3, "fine-tuned": [0.8, 0.85, 0.9], "last-k average": [0.79, 0.84, 0.89], "base ⊕ fine-tuned": [0.5] * 3}
     held = claims(ppl_L, ppl_4L, passkey)
+    assert held["the plain YaRN fine-tune forgets"] == HELD
     assert held["averaging the last 3 checkpoints of the YaRN fine-tune reduces forgetting"] == HELD
     assert held["averaging the last 3 checkpoints does not hurt perplexity at 4x L"] == HELD  # +0.3% < 1%
     assert held["base ⊕ fine-tuned (0.5/0.5) reduces forgetting"] == HELD
@@ -410,3 +411,5 @@ def test_averaging_verdicts_follow_the_numbers():
     assert claims(ppl_L, ppl_4L, passkey)["averaging the last 3 checkpoints keeps passkey retrieval at 4x L"] == INCONCLUSIVE
     ppl_L["last-k average"] = list(ppl_L["fine-tuned"])  # a tie
     assert claims(ppl_L, ppl_4L, passkey)["averaging the last 3 checkpoints of the YaRN fine-tune reduces forgetting"] == INCONCLUSIVE
+    ppl_L["fine-tuned"] = seeds(9.0)  # the fine-tune improves at L: no forgetting to reduce
+    assert claims(ppl_L, ppl_4L, passkey)["the plain YaRN fine-tune forgets"] == DID_NOT_HOLD

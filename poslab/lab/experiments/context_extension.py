@@ -382,6 +382,9 @@ def averaging_claims(ppl_L: dict[str, list[float]], ppl_4L: dict[str, list[float
     avg, mix, ft, base = "last-k average", "base ⊕ fine-tuned", "fine-tuned", "base"
     at_L, at_4L = "perplexity at L (non-overlapping)", f"perplexity at {FACTOR}x L (non-overlapping)"
     claims = [
+        verdicts.paired(f"the plain {AVERAGED} fine-tune forgets (higher perplexity at L than the base model; the premise "
+                        "of the forgetting claims below)", SOURCE_AVERAGING, ppl_L[ft], ppl_L[base], better_label="plain fine-tune",
+                        worse_label="base", metric=at_L, lower_is_better=False),
         verdicts.paired(f"averaging the last {last} checkpoints of the {AVERAGED} fine-tune reduces forgetting "
                         "(lower perplexity at L than the plain fine-tune)", SOURCE_AVERAGING, ppl_L[avg], ppl_L[ft],
                         better_label=f"mean of the last {last}", worse_label="plain fine-tune", metric=at_L),
