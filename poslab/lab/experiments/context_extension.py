@@ -16,6 +16,8 @@ Claims tested (verdicts computed from the measured values over seeds, never type
   asked for at the end; accuracy of the model's argmax on the key's letters at 1x/2x/4x/8x L for each
   scaling, without and with fine-tuning. Fine-tuning at 4x L should retrieve there better than the
   same scaling without it.
+* Seed 000 Q4's Llama 3 recipe, checkpoint averaging "avoids catastrophic forgetting": the mean of the
+  YaRN fine-tune's last k checkpoints, and base ⊕ fine-tuned, against the plain fine-tune (below).
 
 The RoPE models are the extrapolation experiment's, one per seed (at least :data:`MIN_SEEDS`): the
 seeds are read from that experiment's ``results.json`` when it lists them, completed identical runs
@@ -74,7 +76,8 @@ from poslab.runs import RunFolder
 from poslab.training.averaging import average_state_dicts
 
 NAME = "context-extension"
-DESCRIPTION = "RoPE at 4x L with PI / NTK / dynamic / YaRN / Llama3, fine-tuning at 4x L; perplexity + passkey, 3 seeds (seed 000 §3.5, Q4)"
+DESCRIPTION = ("RoPE at 4x L with PI / NTK / dynamic / YaRN / Llama3, fine-tuning at 4x L, checkpoint averaging; perplexity + "
+               "passkey, 3 seeds (seed 000 §3.5, Q4)")
 IN_ALL = False  # trains models
 
 FACTOR = 4
