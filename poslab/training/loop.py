@@ -364,7 +364,10 @@ class _Trainer:
                 f"block_size {self.model_cfg.block_size} is larger than the {self.model_cfg.position!r} position "
                 f"table ({limit} positions); lower --model.block_size or raise the table's max_len"
             )
-        self.train_model = dist.prepare_model(self.model, cfg.seed)  # DDP wrapper, FSDP shards, or the model
+        self.wrapped_model = dist.prepare_model(self.model, cfg.seed)  # DDP wrapper, FSDP shards, or the model
+        # cfg.compile: only the training calls go through the compiled wrapper; self.model (evaluation,
+        # checkpoints: no "_orig_mod." in the names) stays the plain module with the same parameters
+        self.train_model = torch.compile(self.wrapped_model, dynamic=False) if cfg.compile else self.wrapped_model
         self.eval_model, self.eval_batch = dist.eval_model(self.model, cfg.batch_size)  # global eval batch
         self.optimizer = make_optimizer(self.model, cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -491,7 +494,7 @@ class _Trainer:
                              self.data_rng)  # [W*B, T] x2
             x, y = objective_batch(cfg.objective, x, y, self.mask_id, self.data_rng)  # [W*B, T] x2: masked for mlm
             x, y = dist.shard(x, y, cfg.batch_size)  # [B, T] x2
-            dist.set_grad_sync(self.train_model, micro == cfg.grad_accum - 1)  # all-reduce once per step
+            dist.set_grad_sync(self.wrapped_model, micro == cfg.grad_accum - 1)  # all-reduce once per step
             with autocast(cfg.dtype, dist.device.type):
                 _, loss = self.train_model(x, y)
             (loss / cfg.grad_accum).backward()
