@@ -295,11 +295,14 @@ def _children_cpu() -> float:
     return t.children_user + t.children_system
 
 
-#: the compile section's configurations: label -> (dims, dtypes, steps per round)
+#: the compile section's configurations: label -> (dims, dtypes, steps per round, poslab's position scheme);
+#: "preset" is ``shakespeare-char-fast``'s step (RoPE, bf16) against nanoGPT's recipe step (learned)
 COMPILE_CONFIGS = {
-    "4/4/128 T=128 B=32": ((4, 4, 128, 128, 32), ("fp32",), 4),
-    "6/6/384 T=256 B=16": ((6, 6, 384, 256, 16), ("fp32", "bf16"), 2),
+    "4/4/128 T=128 B=32": ((4, 4, 128, 128, 32), ("fp32",), 4, "learned"),
+    "6/6/384 T=256 B=16": ((6, 6, 384, 256, 16), ("fp32", "bf16"), 2, "learned"),
+    "preset 4/4/128 T=64 B=12": ((4, 4, 128, 64, 12), ("fp32", "bf16"), 8, "rope"),
 }
+DEFAULT_COMPILE_CONFIGS = ("4/4/128 T=128 B=32", "6/6/384 T=256 B=16")
 
 
 def section_compile(args: argparse.Namespace) -> dict:
@@ -317,13 +320,15 @@ def section_compile(args: argparse.Namespace) -> dict:
           f"GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s (wall clock: {wall_peaks['fp32'] / 1e9:,.0f}, "
           f"{wall_peaks['bf16'] / 1e9:,.0f})", flush=True)
     out: dict = {"peaks": peaks, "wall_peaks": wall_peaks, "threads": torch.get_num_threads(), "configs": {}}
-    for label, (dims, dtypes, steps) in COMPILE_CONFIGS.items():
+    for label in args.compile_configs or DEFAULT_COMPILE_CONFIGS:
+        dims, dtypes, steps, position = COMPILE_CONFIGS[label]
         for dtype in dtypes:
             contenders: dict[str, Callable[[], None]] = {}
             model = None
             for compiled in (False, True):
                 tag = " compiled" if compiled else ""
-                step, built = poslab_step_fn(*dims, bias=False, activation="gelu", dtype=dtype, compile=compiled)
+                step, built = poslab_step_fn(*dims, position=position, bias=False, activation="gelu", dtype=dtype,
+                                             compile=compiled)
                 model = model or built
                 contenders[f"poslab{tag}"] = step
                 contenders[f"nanoGPT{tag}"] = nanogpt_step_fn(*dims, dtype=dtype, compile=compiled)
@@ -385,6 +390,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=7, help="alternating rounds")
     parser.add_argument("--quick", action="store_true", help="3 rounds of 4 steps")
     parser.add_argument("--only", choices=("hf", "schemes", "nanogpt", "compile"), action="append")
+    parser.add_argument("--compile-configs", nargs="*", choices=list(COMPILE_CONFIGS),
+                        help=f"configurations of the compile section (default: {', '.join(DEFAULT_COMPILE_CONFIGS)})")
     parser.add_argument("--schemes", nargs="*", help="schemes for the per-scheme section (default: all)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--profile", action="store_true",

@@ -83,8 +83,10 @@ class TrainConfig:
         compile: run the training forward and backward through ``torch.compile(model, dynamic=False)``
             (inductor; on CPU it generates C++ and needs a compiler). Only the training step is
             compiled: evaluation, checkpoints (plain parameter names) and sampling use the model as
-            is. The first step pays the compilation (tens of seconds on CPU); a resume may switch it.
-            Measured on CPU it does not pay at the presets' sizes (``benchmarks/README.md``), so it is off.
+            is. The first step pays the compilation (about a minute on a shared 2-core CPU); a resume
+            may switch it. Measured on CPU (``benchmarks/README.md``, "Compiled step"): no gain at
+            4/4/128 T=128 or 6/6/384 T=256, 1.2-1.35x at the fast preset's size (T=64, RoPE), where
+            the warm-up still costs more than it saves over the preset's run; so it is off.
     """
 
     name: str
