@@ -127,3 +127,13 @@ def test_compiled_training_matches_eager_and_checkpoint_loads(tmp_path: Path, co
     cfg = _tiny(tmp_path, corpus, name="compiled")
     val = evaluate_loss(model, prepare_data(cfg).val, cfg.model.block_size, 8, 2, seed=cfg.seed + 1)
     assert val == pytest.approx(compiled["final_val_loss"], abs=1e-6)
+
+
+@pytest.mark.parametrize("position", ["learned", "rope", "alibi"])
+def test_increasing_hint_changes_nothing(position: str) -> None:
+    """The model's own ``arange`` positions (hinted increasing) give what explicit positions (checked) give."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=65, n_layer=2, n_head=2, n_embd=32, block_size=16, position=position)).eval()
+    idx = torch.randint(65, (2, 16))
+    with torch.no_grad():
+        assert torch.equal(model(idx), model(idx, pos=torch.arange(16)))
