@@ -89,6 +89,7 @@ def test_compile_wraps_only_the_training_calls(tmp_path: Path, corpus: str, monk
     assert isinstance(module, GPT) and kwargs == {"dynamic": False}
     assert wrapper.calls == 2  # the two training steps; the evaluations ran on the plain model
     assert compiled["final_val_loss"] == eager["final_val_loss"]  # the wrapper computes what the model does
+    assert 0 < compiled["compile_first_step_s"] <= compiled["train_time_s"] and "compile_first_step_s" not in eager
     model, _, config = load_run(tmp_path / "compiled")  # plain parameter names: loads like any run
     assert config["train"]["compile"] is True
     assert not any("_orig_mod" in key for key in model.state_dict())

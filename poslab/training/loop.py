@@ -263,6 +263,7 @@ class _Timing:
     interval_time: float = 0.0
     session_tokens: int = 0
     tokens_per_s_log: list[float] = field(default_factory=list)
+    first_step_s: float | None = None  # this session's first step (with cfg.compile: the compilation)
 
 
 def run_training(
@@ -520,6 +521,8 @@ class _Trainer:
     def _count_step(self, elapsed: float, step_loss: float) -> None:
         state, timing = self.state, self.timing
         state.step += 1
+        if timing.first_step_s is None:
+            timing.first_step_s = elapsed
         timing.train_time += elapsed
         timing.interval_time += elapsed
         timing.interval_tokens += self.tokens_per_step
@@ -627,6 +630,8 @@ class _Trainer:
             **dist.results_section(tokens_per_s),  # world_size, backend, fsdp, tokens/s per process
             "skipped_nonfinite": state.skipped,
         }
+        if cfg.compile:  # the compilation happens in the first step: counted in train_time_s and tokens_per_s
+            results["compile_first_step_s"] = timing.first_step_s
         if cfg.stop_val_loss is not None:  # time to quality (train_time_s counts optimizer steps only, no evaluation)
             results["target"] = {"stop_val_loss": cfg.stop_val_loss, "reached": bool(self.target), **self.target}
         if dist.is_main:
