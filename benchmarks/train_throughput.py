@@ -9,12 +9,17 @@ and the table reports the median tokens/s over rounds, so a burst of load from o
 hits both sides alike. The machine may be shared: look at the spread column, and rerun when it is
 large.
 
-    .venv/bin/python benchmarks/train_throughput.py              # everything (~10 min on 2 cores)
+    .venv/bin/python benchmarks/train_throughput.py              # everything (~25 min on 2 cores)
     .venv/bin/python benchmarks/train_throughput.py --quick      # fewer rounds
-    .venv/bin/python benchmarks/train_throughput.py --only hf    # one section: hf, schemes, nanogpt
+    .venv/bin/python benchmarks/train_throughput.py --only hf    # one section: hf, schemes, nanogpt, compile
     .venv/bin/python benchmarks/train_throughput.py --profile    # where poslab's fp32 step spends its time
     .venv/bin/python benchmarks/train_throughput.py --only compile --threads 1 --reps 5 \
         --json benchmarks/results/train_compile.json             # torch.compile, both sides (~15 min)
+
+The compile section times on the process CPU clock (``time.process_time``, meant for one thread on
+a shared machine) as well as the wall clock, compiles from scratch (no inductor cache) and reports
+each compiled contender's first step (the compilation) apart; ``--compile-configs`` adds the fast
+preset's size, ``--compile-mode`` passes torch.compile's mode (e.g. ``max-autotune``).
 
 nanoGPT's own figures on this machine come from ``../shared/references.md`` (measured there, not
 here): fp32, 2 threads, quiet machine — 4/4/128, block 128, batch 32: ~20,000 tokens/s (19-24k);
@@ -50,12 +55,14 @@ NANOGPT_REFERENCE = {  # references.md, measured with nanoGPT on this machine (f
 
 def poslab_step_fn(n_layer: int, n_head: int, n_embd: int, block: int, batch: int, position: str = "learned",
                    dtype: str = "fp32", bias: bool = True, activation: str | None = None,
-                   loop_adamw: bool = False, compile: bool = False) -> tuple[Callable[[], None], GPT]:
+                   loop_adamw: bool = False, compile: bool = False,
+                   compile_mode: str | None = None) -> tuple[Callable[[], None], GPT]:
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block,
                           dropout=0.0, bias=bias, position=position, activation=activation))
     model.train()
-    train_model = torch.compile(model, dynamic=False) if compile else model  # as the loop does for cfg.compile
+    # as the loop does for cfg.compile (compile_mode: torch.compile's mode, e.g. "max-autotune"; the loop uses the default)
+    train_model = torch.compile(model, dynamic=False, mode=compile_mode) if compile else model
     optimizer = make_optimizer(model, TrainConfig(name="bench"))
     if loop_adamw:  # what nanoGPT runs on CPU: the default (per-tensor loop) AdamW, same groups
         groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in optimizer.param_groups]
@@ -178,7 +185,7 @@ def section_schemes(args: argparse.Namespace) -> dict:
 
 
 def nanogpt_step_fn(n_layer: int, n_head: int, n_embd: int, block: int, batch: int, dtype: str = "fp32",
-                    compile: bool = False) -> Callable[[], None]:
+                    compile: bool = False, compile_mode: str | None = None) -> Callable[[], None]:
     """nanoGPT's CPU training step, from ``nanogpt_control.py``'s re-implementation of its model: no
     bias, exact GELU, SDPA ``is_causal``, tied embeddings, and the per-tensor-loop AdamW that
     nanoGPT gets on CPU (it asks for ``fused`` on CUDA only). ``dtype="bf16"``: the forward under
@@ -190,7 +197,7 @@ def nanogpt_step_fn(n_layer: int, n_head: int, n_embd: int, block: int, batch: i
     model = TinyGPT(VOCAB, block, n_layer, n_head, n_embd)
     model.train()
     optimizer = nanogpt_optimizer(model)
-    forward = torch.compile(model, dynamic=False) if compile else model
+    forward = torch.compile(model, dynamic=False, mode=compile_mode) if compile else model
     generator = torch.Generator().manual_seed(1)
 
     def step() -> None:
@@ -319,19 +326,21 @@ def section_compile(args: argparse.Namespace) -> dict:
     print(f"  measured matmul peak ({torch.get_num_threads()} threads, CPU clock): fp32 {peaks['fp32'] / 1e9:,.0f} "
           f"GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s (wall clock: {wall_peaks['fp32'] / 1e9:,.0f}, "
           f"{wall_peaks['bf16'] / 1e9:,.0f})", flush=True)
-    out: dict = {"peaks": peaks, "wall_peaks": wall_peaks, "threads": torch.get_num_threads(), "configs": {}}
+    out: dict = {"peaks": peaks, "wall_peaks": wall_peaks, "threads": torch.get_num_threads(), "configs": {},
+                 "compile_mode": args.compile_mode}
     for label in args.compile_configs or DEFAULT_COMPILE_CONFIGS:
         dims, dtypes, steps, position = COMPILE_CONFIGS[label]
-        for dtype in dtypes:
+        for dtype in (d for d in dtypes if not args.dtypes or d in args.dtypes):
             contenders: dict[str, Callable[[], None]] = {}
             model = None
             for compiled in (False, True):
                 tag = " compiled" if compiled else ""
                 step, built = poslab_step_fn(*dims, position=position, bias=False, activation="gelu", dtype=dtype,
-                                             compile=compiled)
+                                             compile=compiled, compile_mode=args.compile_mode)
                 model = model or built
                 contenders[f"poslab{tag}"] = step
-                contenders[f"nanoGPT{tag}"] = nanogpt_step_fn(*dims, dtype=dtype, compile=compiled)
+                contenders[f"nanoGPT{tag}"] = nanogpt_step_fn(*dims, dtype=dtype, compile=compiled,
+                                                              compile_mode=args.compile_mode)
             print(f"  {label} {dtype}:", flush=True)
             stats = race_cpu(contenders, dims[3] * dims[4], steps, args.reps)
             flops = matmul_flops_per_token(model, dims[3])  # the same matrices on both sides (no bias, tied head)
@@ -392,6 +401,8 @@ def main() -> None:
     parser.add_argument("--only", choices=("hf", "schemes", "nanogpt", "compile"), action="append")
     parser.add_argument("--compile-configs", nargs="*", choices=list(COMPILE_CONFIGS),
                         help=f"configurations of the compile section (default: {', '.join(DEFAULT_COMPILE_CONFIGS)})")
+    parser.add_argument("--compile-mode", help="torch.compile's mode in the compile section (default: its default)")
+    parser.add_argument("--dtypes", nargs="*", choices=("fp32", "bf16"), help="compile section: only these dtypes")
     parser.add_argument("--schemes", nargs="*", help="schemes for the per-scheme section (default: all)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--profile", action="store_true",
