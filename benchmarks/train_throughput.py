@@ -360,11 +360,13 @@ def section_compile(args: argparse.Namespace) -> dict:
     return out
 
 
-def profile_step(steps: int = 10) -> None:
-    """Where a training step's time goes: ``torch.profiler`` over ``steps`` steps, ops grouped."""
+def profile_step(steps: int = 10, config: str = "4/4/128 T=128 B=32", dtype: str = "fp32") -> None:
+    """Where a training step's time goes: ``torch.profiler`` over ``steps`` steps, ops grouped
+    (``config``: a :data:`COMPILE_CONFIGS` label; learned positions, no bias, exact GELU)."""
     from torch.profiler import ProfilerActivity, profile
 
-    step, _ = poslab_step_fn(4, 4, 128, 128, 32, bias=False, activation="gelu")
+    dims = COMPILE_CONFIGS[config][0]
+    step, _ = poslab_step_fn(*dims, bias=False, activation="gelu", dtype=dtype)
     for _ in range(3):
         step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -376,6 +378,7 @@ def profile_step(steps: int = 10) -> None:
               "SDPA (forward + backward)": ("aten::_scaled_dot_product",),
               "GELU (forward + backward)": ("aten::gelu",),
               "LayerNorm (forward + backward)": ("aten::native_layer_norm",),
+              "copies (autocast casts, contiguous)": ("aten::copy_",),
               "AdamW": ("aten::_fused_adamw", "Optimizer."),
               "cross-entropy": ("aten::_log_softmax", "aten::nll_loss")}
     shares = {name: 0.0 for name in groups}
@@ -384,7 +387,7 @@ def profile_step(steps: int = 10) -> None:
             if event.key.startswith(prefixes):
                 shares[name] += event.self_cpu_time_total
                 break
-    print(f"poslab fp32 step, 4/4/128, T=128, B=32, {torch.get_num_threads()} threads: "
+    print(f"poslab {dtype} step, {config}, {torch.get_num_threads()} threads: "
           f"{total / steps / 1e3:.0f} ms of CPU per step (self time, {steps} steps)")
     for name, value in shares.items():
         print(f"  {name:32s} {value / total:6.1%}")
@@ -406,7 +409,9 @@ def main() -> None:
     parser.add_argument("--schemes", nargs="*", help="schemes for the per-scheme section (default: all)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--profile", action="store_true",
-                        help="only profile poslab's fp32 step (4/4/128, T=128, B=32) and print where the time goes")
+                        help="only profile poslab's step (default fp32 4/4/128, T=128, B=32) and print where the time goes")
+    parser.add_argument("--profile-config", default="4/4/128 T=128 B=32", choices=list(COMPILE_CONFIGS))
+    parser.add_argument("--profile-dtype", default="fp32", choices=("fp32", "bf16"))
     args = parser.parse_args()
     if args.quick:
         args.steps, args.reps = 4, 3
@@ -414,7 +419,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.reps} alternating rounds x {args.steps} "
           "steps; median and best round in tokens/s (the machine may be shared: see the spread)", flush=True)
     if args.profile:
-        profile_step()
+        profile_step(config=args.profile_config, dtype=args.profile_dtype)
         return
     sections = {"hf": section_hf, "schemes": section_schemes, "nanogpt": section_nanogpt, "compile": section_compile}
     results = {}
