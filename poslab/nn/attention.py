@@ -252,6 +252,7 @@ def attend(
     softcap: float | None = None,
     sinks: Tensor | None = None,
     chunk: int | None = None,
+    increasing: bool | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Scaled dot-product attention over explicit positions (the core every module here calls).
 
@@ -278,6 +279,9 @@ def attend(
             softmax denominator and is dropped after it (the weights then sum to < 1). ``sdpa`` and
             ``flex`` run it as an extra all-zero key/value whose logit is the sink.
         chunk: chunked local attention ``j // C == i // C`` (Llama 4), on top of ``causal``/``window``.
+        increasing: the caller knows ``q_pos`` is strictly increasing (``True``: the model made it with
+            ``arange``); ``None`` = look at the values. Lets ``torch.compile`` trace the fused causal
+            path without a data-dependent branch (a graph break).
 
     Returns:
         ``(out [B, h, Tq, d_v], weights or None)``.
@@ -311,7 +315,8 @@ def attend(
     Tq, Tk = q.shape[2], k.shape[2]
     gqa = q.shape[1] != k.shape[1]
     plain = bias_fn is None and attn_mask is None and window is None and chunk is None and sinks is None
-    if plain and causal and Tq == Tk and (q_pos is k_pos or torch.equal(q_pos, k_pos)) and _increasing(q_pos):
+    if (plain and causal and Tq == Tk and (q_pos is k_pos or torch.equal(q_pos, k_pos))
+            and (increasing if increasing is not None else _increasing(q_pos))):
         # one increasing run of positions shared by q and k: the fused causal kernel is exact
         with _cpu_lowp_kernel(q):
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scale, enable_gqa=gqa)
@@ -828,6 +833,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         backend: str | None = None,
         head_mask: Tensor | None = None,
+        pos_increasing: bool | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend.
 
@@ -842,6 +848,7 @@ class MultiHeadAttention(nn.Module):
             head_mask: ``[h]`` multiplier of each head's output before the output projection
                 (Michel et al. 2019, https://arxiv.org/abs/1905.10650: 0 prunes a head; the gradient
                 at 1 is the head-importance proxy).
+            pos_increasing: ``pos`` is known strictly increasing (``None`` = check it; see :func:`attend`).
 
         Returns:
             ``[B, T, d]`` (and the weights when ``need_weights``).
@@ -917,6 +924,7 @@ class MultiHeadAttention(nn.Module):
             softcap=self.softcap,
             sinks=self.sinks,
             chunk=self.chunk,
+            increasing=pos_increasing if q_pos is pos else None,
         )
         if head_mask is not None:
             if not isinstance(head_mask, Tensor) or head_mask.shape != (h,):

@@ -164,8 +164,12 @@ class MultiHeadLatentAttention(nn.Module):
 
     def forward(self, x: Tensor, pos: Tensor | None = None, *, position: PositionScheme | None = None,
                 attn_mask: Tensor | None = None, cache: LatentKVCache | None = None, need_weights: bool = False,
-                backend: str | None = None, head_mask: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-        """``x [B, T, d]`` -> ``[B, T, d]`` (and the weights ``[B, h, Tq, Tk]`` when ``need_weights``)."""
+                backend: str | None = None, head_mask: Tensor | None = None,
+                pos_increasing: bool | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        """``x [B, T, d]`` -> ``[B, T, d]`` (and the weights ``[B, h, Tq, Tk]`` when ``need_weights``).
+
+        ``pos_increasing``: ``pos`` is known strictly increasing (``None`` = check it; see :func:`attend`).
+        """
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"attention input must be [B, T, {self.d_model}], got {list(x.shape)}")
         if cache is not None and not isinstance(cache, LatentKVCache):
@@ -211,7 +215,8 @@ class MultiHeadLatentAttention(nn.Module):
             v = F.pad(v, (0, width - self.dv))  # [B, h, Tk, width]
             out, weights = attend(q, k, v.contiguous(), pos, k_pos, causal=self.causal, window=self.window, bias_fn=bias_fn,
                                   attn_mask=attn_mask, scale=self.scale, dropout=self.dropout if self.training else 0.0,
-                                  backend=resolved, need_weights=need_weights, probe=self.scores_probe)
+                                  backend=resolved, need_weights=need_weights, probe=self.scores_probe,
+                                  increasing=pos_increasing)
             out = out[..., : self.dv]  # [B, h, T, dv]
         if head_mask is not None:
             out = out * head_mask.to(out.dtype)[None, :, None, None]  # [B, h, T, dv] * [1, h, 1, 1]

@@ -574,7 +574,7 @@ class GPT(nn.Module):
             raise TypeError(f"targets must hold integer token ids (-1 = ignored), got {kind}")
         if targets.shape != idx.shape:
             raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
-        if targets.device.type == "cpu" and targets.numel():
+        if targets.device.type == "cpu" and targets.numel() and not torch.compiler.is_compiling():
             low, high = int(targets.min()), int(targets.max())
             if low < -1 or high >= self.config.vocab_size:
                 bad = high if high >= self.config.vocab_size else low
@@ -629,7 +629,9 @@ class GPT(nn.Module):
         if targets is not None:
             targets = self._check_targets(idx, targets)
         B, T = idx.shape
-        if idx.device.type == "cpu" and idx.numel() and (int(idx.max()) >= self.config.vocab_size or int(idx.min()) < 0):
+        checking = not torch.compiler.is_compiling()  # value checks are data-dependent: skipped inside torch.compile
+        if checking and idx.device.type == "cpu" and idx.numel() and (int(idx.max()) >= self.config.vocab_size
+                                                                       or int(idx.min()) < 0):
             # checked on CPU only: on an accelerator this would add a host sync to every forward
             bad = int(idx.max()) if int(idx.max()) >= self.config.vocab_size else int(idx.min())
             raise ValueError(f"token id {bad} is outside the vocabulary: ids must lie in [0, {self.config.vocab_size})")
@@ -638,6 +640,8 @@ class GPT(nn.Module):
         if pos is None:
             start = cache[0].length if cache else 0
             pos = torch.arange(start, start + T, device=idx.device)
+            if cache is None:  # increasing by construction: attention need not look (no graph break under compile)
+                attn_kwargs.setdefault("pos_increasing", True)
         x = self.tok_emb(idx)  # [B, T, d]
         if self.config.embed_scale is not None:
             x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)  # Gemma: sqrt(d) rounded to the dtype

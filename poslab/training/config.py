@@ -27,7 +27,7 @@ OBJECTIVES = ("clm", "mlm")
 #: keys that may differ between a run's saved config and the config it is resumed with
 RESUME_FREE_KEYS = frozenset(
     {"name", "out_dir", "max_steps", "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "keep_checkpoints",
-     "threads", "skip_nonfinite", "stop_val_loss"}
+     "threads", "skip_nonfinite", "stop_val_loss", "compile"}
 )
 
 #: the model keys a user may set (``vocab_size`` comes from the tokenizer)
@@ -80,6 +80,13 @@ class TrainConfig:
             positions selected, 80/10/10 mask/random/kept, the loss on the selected positions only;
             needs ``model.causal = False`` and a scheme that works without the causal mask; the model
             gets one extra vocabulary id, the ``[MASK]`` token: see :mod:`poslab.training.data`).
+        compile: run the training forward and backward through ``torch.compile(model, dynamic=False)``
+            (inductor; on CPU it generates C++ and needs a compiler). Only the training step is
+            compiled: evaluation, checkpoints (plain parameter names) and sampling use the model as
+            is. The first step pays the compilation (about a minute on a shared 2-core CPU); a resume
+            may switch it. Measured on CPU (``benchmarks/README.md``, "Compiled step"): no gain at
+            4/4/128 T=128 or 6/6/384 T=256, 1.2-1.35x at the fast preset's size (T=64, RoPE), where
+            the warm-up still costs more than it saves over the preset's run; so it is off.
     """
 
     name: str
@@ -112,6 +119,7 @@ class TrainConfig:
     optimizer: str = "adamw"
     stop_val_loss: float | None = None
     objective: str = "clm"
+    compile: bool = False
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(TrainConfig)

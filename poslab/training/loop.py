@@ -263,6 +263,7 @@ class _Timing:
     interval_time: float = 0.0
     session_tokens: int = 0
     tokens_per_s_log: list[float] = field(default_factory=list)
+    first_step_s: float | None = None  # this session's first step (with cfg.compile: the compilation)
 
 
 def run_training(
@@ -364,7 +365,10 @@ class _Trainer:
                 f"block_size {self.model_cfg.block_size} is larger than the {self.model_cfg.position!r} position "
                 f"table ({limit} positions); lower --model.block_size or raise the table's max_len"
             )
-        self.train_model = dist.prepare_model(self.model, cfg.seed)  # DDP wrapper, FSDP shards, or the model
+        self.wrapped_model = dist.prepare_model(self.model, cfg.seed)  # DDP wrapper, FSDP shards, or the model
+        # cfg.compile: only the training calls go through the compiled wrapper; self.model (evaluation,
+        # checkpoints: no "_orig_mod." in the names) stays the plain module with the same parameters
+        self.train_model = torch.compile(self.wrapped_model, dynamic=False) if cfg.compile else self.wrapped_model
         self.eval_model, self.eval_batch = dist.eval_model(self.model, cfg.batch_size)  # global eval batch
         self.optimizer = make_optimizer(self.model, cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -491,7 +495,7 @@ class _Trainer:
                              self.data_rng)  # [W*B, T] x2
             x, y = objective_batch(cfg.objective, x, y, self.mask_id, self.data_rng)  # [W*B, T] x2: masked for mlm
             x, y = dist.shard(x, y, cfg.batch_size)  # [B, T] x2
-            dist.set_grad_sync(self.train_model, micro == cfg.grad_accum - 1)  # all-reduce once per step
+            dist.set_grad_sync(self.wrapped_model, micro == cfg.grad_accum - 1)  # all-reduce once per step
             with autocast(cfg.dtype, dist.device.type):
                 _, loss = self.train_model(x, y)
             (loss / cfg.grad_accum).backward()
@@ -517,6 +521,8 @@ class _Trainer:
     def _count_step(self, elapsed: float, step_loss: float) -> None:
         state, timing = self.state, self.timing
         state.step += 1
+        if timing.first_step_s is None:
+            timing.first_step_s = elapsed
         timing.train_time += elapsed
         timing.interval_time += elapsed
         timing.interval_tokens += self.tokens_per_step
@@ -624,6 +630,8 @@ class _Trainer:
             **dist.results_section(tokens_per_s),  # world_size, backend, fsdp, tokens/s per process
             "skipped_nonfinite": state.skipped,
         }
+        if cfg.compile:  # the compilation happens in the first step: counted in train_time_s and tokens_per_s
+            results["compile_first_step_s"] = timing.first_step_s
         if cfg.stop_val_loss is not None:  # time to quality (train_time_s counts optimizer steps only, no evaluation)
             results["target"] = {"stop_val_loss": cfg.stop_val_loss, "reached": bool(self.target), **self.target}
         if dist.is_main:

@@ -504,7 +504,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
         ``[..., T, d_k]`` in ``x.dtype`` (contiguous).
     """
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    if cos.requires_grad or sin.requires_grad:  # angles that learn: let autograd see every op
+    if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling():
+        # angles that learn: let autograd see every op; under torch.compile the plain ops (inductor
+        # fuses them) instead of the out= kernels, which dynamo cannot trace
         return _rotary_reference(x, cos, sin, layout)
     return _Rotary.apply(x, cos, sin, layout)
 
@@ -582,8 +584,11 @@ class RoPE(PositionScheme):
         return torch.clamp(torch.log(n) / math.log(self.config.original_max_len), min=1.0)[:, None]
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        # both use the length of the current call (HF semantics for dynamic/longrope)
-        seq_len = int(torch.maximum(q_pos.max(), k_pos.max())) + 1 if q_pos.numel() else 0
+        # both use the length of the current call (HF semantics for dynamic/longrope); only those
+        # scalings read it (computed lazily: a host sync, and a graph break under torch.compile)
+        seq_len = 0
+        if self.config.scaling in LENGTH_DEPENDENT and q_pos.numel():
+            seq_len = int(torch.maximum(q_pos.max(), k_pos.max())) + 1
         cos_q, sin_q = self.cos_sin(q_pos, seq_len)
         cos_k, sin_k = (cos_q, sin_q) if k_pos is q_pos else self.cos_sin(k_pos, seq_len)
         q = apply_rotary(q, cos_q, sin_q, self.config.layout)
