@@ -80,6 +80,13 @@ class TrainConfig:
             positions selected, 80/10/10 mask/random/kept, the loss on the selected positions only;
             needs ``model.causal = False`` and a scheme that works without the causal mask; the model
             gets one extra vocabulary id, the ``[MASK]`` token: see :mod:`poslab.training.data`).
+        memory: Transformer-XL segment-level recurrence (Dai et al. 2019): the memory length ``M``
+            (0 = off). Batches are then consecutive segments of ``batch_size`` contiguous streams of
+            the training text (each micro-batch of ``grad_accum`` its own streams), every layer also
+            attends the last ``M`` inputs it saw (no gradient into them), and validation reads the
+            validation streams segment after segment with the memory carried. The memory starts
+            empty when a stream wraps around and on a resume. Causal LM, one process, and a scheme
+            without a position table (positions continue across segments) only.
     """
 
     name: str
@@ -112,6 +119,7 @@ class TrainConfig:
     optimizer: str = "adamw"
     stop_val_loss: float | None = None
     objective: str = "clm"
+    memory: int = 0
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(TrainConfig)
@@ -136,7 +144,7 @@ class TrainConfig:
         for key in positive:
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key} must be > 0, got {getattr(self, key)!r}")
-        for key in ("warmup_steps", "ckpt_interval", "keep_checkpoints", "seed", "skip_nonfinite", "eval_iters"):
+        for key in ("warmup_steps", "ckpt_interval", "keep_checkpoints", "seed", "skip_nonfinite", "eval_iters", "memory"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)!r}")
         if self.lr_decay_steps is not None and self.lr_decay_steps <= 0:
@@ -158,6 +166,9 @@ class TrainConfig:
             raise ValueError(f"optimizer={self.optimizer!r} is not allowed; choose one of {list(OPTIMIZERS)}")
         if self.stop_val_loss is not None and not self.stop_val_loss > 0:
             raise ValueError(f"stop_val_loss must be > 0 or None, got {self.stop_val_loss!r}")
+        if self.memory and self.objective != "clm":
+            raise ValueError(f"memory={self.memory} (Transformer-XL segment recurrence) reads the text left to right: "
+                             f"it needs objective 'clm', got {self.objective!r}")
         split_text("", self.val_fraction)  # validates the range
 
     @classmethod
