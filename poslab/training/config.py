@@ -87,6 +87,9 @@ class TrainConfig:
             validation streams segment after segment with the memory carried. The memory starts
             empty when a stream wraps around and on a resume. Causal LM, one process, and a scheme
             without a position table (positions continue across segments) only.
+        stream_batches: batches are consecutive segments of contiguous streams, as with ``memory``,
+            but without a memory (the fixed-context baseline of Transformer-XL trained on the same
+            segments); implied by ``memory > 0``.
     """
 
     name: str
@@ -120,6 +123,7 @@ class TrainConfig:
     stop_val_loss: float | None = None
     objective: str = "clm"
     memory: int = 0
+    stream_batches: bool = False
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(TrainConfig)
@@ -166,9 +170,9 @@ class TrainConfig:
             raise ValueError(f"optimizer={self.optimizer!r} is not allowed; choose one of {list(OPTIMIZERS)}")
         if self.stop_val_loss is not None and not self.stop_val_loss > 0:
             raise ValueError(f"stop_val_loss must be > 0 or None, got {self.stop_val_loss!r}")
-        if self.memory and self.objective != "clm":
-            raise ValueError(f"memory={self.memory} (Transformer-XL segment recurrence) reads the text left to right: "
-                             f"it needs objective 'clm', got {self.objective!r}")
+        if (self.memory or self.stream_batches) and self.objective != "clm":
+            what = f"memory={self.memory} (Transformer-XL segment recurrence)" if self.memory else "stream_batches"
+            raise ValueError(f"{what} reads the text left to right: it needs objective 'clm', got {self.objective!r}")
         split_text("", self.val_fraction)  # validates the range
 
     @classmethod

@@ -419,7 +419,7 @@ class _Trainer:
                 f"block_size {self.model_cfg.block_size} is larger than the {self.model_cfg.position!r} position "
                 f"table ({limit} positions); lower --model.block_size or raise the table's max_len"
             )
-        if cfg.memory:
+        if cfg.memory or cfg.stream_batches:
             self._setup_memory(limit)
         self.train_model = dist.prepare_model(self.model, cfg.seed)  # DDP wrapper, FSDP shards, or the model
         self.eval_model, self.eval_batch = dist.eval_model(self.model, cfg.batch_size)  # global eval batch
@@ -428,21 +428,23 @@ class _Trainer:
         self.data_rng = torch.Generator().manual_seed(data_seed(cfg.seed))
 
     def _setup_memory(self, limit: int | None) -> None:
-        """Segment recurrence (``cfg.memory``): the streams of each micro-batch and their memories."""
+        """Stream batches (``cfg.memory``, ``cfg.stream_batches``): the streams of each micro-batch and their memories."""
         cfg, dist = self.cfg, self.dist
+        what = f"memory={cfg.memory} (segment recurrence)" if cfg.memory else "stream_batches"
         if dist.world_size > 1:
-            raise ValueError(f"memory={cfg.memory} (segment recurrence) runs in one process; this run has "
-                             f"world_size={dist.world_size} (drop --memory or torchrun)")
-        if limit is not None:
+            raise ValueError(f"{what} runs in one process; this run has world_size={dist.world_size} "
+                             "(drop --memory / --stream_batches or torchrun)")
+        if limit is not None and cfg.memory:
             raise ValueError(f"memory={cfg.memory} continues positions across segments, past the "
                              f"{self.model_cfg.position!r} table of {limit} positions; use a scheme without a table")
         if self.model_cfg.mla is not None:
-            raise ValueError(f"memory={cfg.memory} (segment recurrence) needs standard attention, not mla")
+            raise ValueError(f"{what} needs standard attention, not mla")
         T = self.model_cfg.block_size
         streams = batchify(self.data.train, cfg.batch_size * cfg.grad_accum, T)  # [B*A, S]
         self.train_streams = list(streams.split(cfg.batch_size))  # one stream set per micro-batch: [B, S] each
         self.train_segments = stream_segments(streams, T)
-        self.memories = [SegmentMemory(cfg.memory) for _ in self.train_streams]  # empty: also after a resume
+        # empty at the start, also after a resume; None: stream batches without a memory
+        self.memories = [SegmentMemory(cfg.memory) if cfg.memory else None for _ in self.train_streams]
 
     def _start_progress(self) -> None:
         """The matmul peak (MFU), FLOPs per token and the progress bar, with the opening line and notes."""
@@ -561,9 +563,11 @@ class _Trainer:
         loss_sum = 0.0
         for micro in range(cfg.grad_accum):
             extra: dict[str, Any] = {}
-            if cfg.memory:  # segment recurrence: the next segment of this micro-batch's streams
-                x, y, extra["memory"] = self._memory_batch(micro)  # [B, T] x2
+            if cfg.memory or cfg.stream_batches:  # the next segment of this micro-batch's streams
+                x, y, memory = self._memory_batch(micro)  # [B, T] x2
                 x, y = x.to(dist.device), y.to(dist.device)
+                if memory is not None:
+                    extra["memory"] = memory
             else:
                 # the global batch (world_size x batch_size windows), then this rank's rows on its device
                 x, y = get_batch(self.data.train, self.model_cfg.block_size, cfg.batch_size * dist.world_size,
@@ -583,8 +587,8 @@ class _Trainer:
             grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
         return step_loss, grad_norm
 
-    def _memory_batch(self, micro: int) -> tuple[torch.Tensor, torch.Tensor, SegmentMemory]:
-        """Micro-batch ``micro``'s next segment and its memory (emptied when its streams wrap around).
+    def _memory_batch(self, micro: int) -> tuple[torch.Tensor, torch.Tensor, SegmentMemory | None]:
+        """Micro-batch ``micro``'s next segment and its memory (emptied when its streams wrap around; ``None``: none).
 
         The segment read is the number of batches drawn so far (steps and skipped batches), so a
         resume continues where the run stopped (with an empty memory).
@@ -592,7 +596,7 @@ class _Trainer:
         drawn = self.state.step + len(self.state.skipped)
         x, y = stream_segment(self.train_streams[micro], drawn, self.model_cfg.block_size)  # [B, T] x2
         memory = self.memories[micro]
-        if drawn % self.train_segments == 0:
+        if memory is not None and drawn % self.train_segments == 0:
             memory.reset()
         return x, y, memory
 
@@ -603,7 +607,8 @@ class _Trainer:
             self._diverged(state.step + 1, step_loss, grad_norm)
         self.optimizer.zero_grad(set_to_none=True)
         for memory in getattr(self, "memories", ()):  # the dropped batch's states may be non-finite
-            memory.reset()
+            if memory is not None:
+                memory.reset()
         state.skipped.append(state.step + 1)
         self.bar.message(f"skipped a non-finite batch at step {state.step + 1} (loss={step_loss}, "
                          f"grad_norm={grad_norm}); {len(state.skipped)} of {cfg.skip_nonfinite} allowed skips used")
