@@ -84,12 +84,14 @@ PLOT_FILE = "transformer_xl_by_position.png"
 
 
 def train_config(out: Path, quick: bool, arm: str, seed: int, model: dict[str, Any] | None = None,
-                 steps: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The training config mapping of one arm and seed (runs in ``out/runs/ARM-sSEED``)."""
+                 steps: dict[str, Any] | None = None, corpus: str | None = None) -> dict[str, Any]:
+    """The training config mapping of one arm and seed (runs in ``out/runs/ARM-sSEED``; ``corpus``: tests)."""
     form = "quick" if quick else "full"
     geometry = dict(model or MODELS[form])
     config = presets.preset_config("shakespeare-char")
     config.update(steps or STEPS[form])
+    if corpus is not None:
+        config["corpus"] = corpus
     config["model"] = {**config["model"], **geometry, "position": SCHEME, "position_config": {}}
     config.update(lr_decay_steps=config["max_steps"], name=f"{arm}-s{seed}", out_dir=str(out / "runs"), seed=seed,
                   threads=1, **arm_overrides(arm, geometry["block_size"]))
@@ -213,7 +215,7 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: dict[str, Any] | None = None,
-        steps: dict[str, Any] | None = None, workers: int | None = None) -> dict[str, Any]:
+        steps: dict[str, Any] | None = None, workers: int | None = None, corpus: str | None = None) -> dict[str, Any]:
     """Train both arms at every seed, read the validation stream by segments, plot, judge the claims.
 
     Args:
@@ -221,6 +223,7 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
         quick: the short form (:data:`MODELS`, :data:`STEPS`).
         seeds: training seeds (at least 3 for a conclusive verdict).
         model, steps: geometry and training overrides (tests use tiny ones).
+        corpus: replaces the lab's corpus (tests use a short text).
         workers: trainings at a time (:func:`poslab.lab.experiments.head_count.train_variants`).
     """
     from poslab.lab.experiments.common import baseline_line, unigram_entropy
@@ -228,15 +231,20 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
 
     out = Path(out)
     form = "quick" if quick else "full"
-    first = train_config(out, quick, "a", seeds[0], model, steps)
+    first = train_config(out, quick, "a", seeds[0], model, steps, corpus)
     base = {k: v for k, v in first.items() if k not in ("name", "seed", "memory", "stream_batches")}
     L = base["model"]["block_size"]
     variants = {arm: arm_overrides(arm, L) for arm in ARMS}
     runs = train_seeded(out, base, variants, tuple(seeds), workers)
     per_seed = []
-    for i, seed in enumerate(seeds):
-        dirs = {arm: Path(runs[arm][i]["run_dir"]) for arm in ARMS}
-        per_seed.append({"seed": seed, **measure(dirs, EVAL_STREAMS[form], EVAL_SEGMENTS[form])})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # segment after segment through a tiny GPT: a second thread only adds waiting
+    try:
+        for i, seed in enumerate(seeds):
+            dirs = {arm: Path(runs[arm][i]["run_dir"]) for arm in ARMS}
+            per_seed.append({"seed": seed, **measure(dirs, EVAL_STREAMS[form], EVAL_SEGMENTS[form])})
+    finally:
+        torch.set_num_threads(threads)
     corpus = base.get("corpus", "shakespeare")
     baseline = unigram_entropy(corpus, base.get("val_fraction", 0.1))
 
