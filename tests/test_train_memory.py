@@ -101,3 +101,28 @@ def test_a_memory_run_resumes(tmp_path, corpus):
     more = tiny(tmp_path, corpus, max_steps=14, eval_interval=10, eval_iters=1, ckpt_interval=5)
     results = train(more, resume=True, progress=False)
     assert results["steps"] == 14 and results["resumed_from"] == 10
+
+
+def test_stream_batches_train_on_the_memory_runs_segments_without_a_memory(tmp_path, corpus, monkeypatch):
+    """The fixed-context baseline reads exactly the segments a memory run reads, in the same order."""
+    from poslab.training import loop
+
+    seen: dict[str, list] = {"memory": [], "stream": []}
+    original = loop._Trainer._memory_batch
+
+    def spy(self, micro):
+        x, y, memory = original(self, micro)
+        seen["memory" if memory is not None else "stream"].append(x.clone())
+        return x, y, memory
+
+    monkeypatch.setattr(loop._Trainer, "_memory_batch", spy)
+    train(tiny(tmp_path, corpus, name="mem", max_steps=4, eval_interval=4, eval_iters=1), progress=False)
+    train(tiny(tmp_path, corpus, name="seg", memory=0, stream_batches=True, max_steps=4, eval_interval=4, eval_iters=1),
+          progress=False)
+    assert len(seen["memory"]) == len(seen["stream"]) == 4
+    for a, b in zip(seen["memory"], seen["stream"]):
+        assert torch.equal(a, b)
+    for before, after in zip(seen["memory"], seen["memory"][1:]):  # consecutive segments of the same streams
+        assert not torch.equal(before, after)
+    with pytest.raises(ValueError, match="stream_batches reads the text left to right"):
+        tiny(tmp_path, corpus, memory=0, stream_batches=True, objective="mlm", model=dict(causal=False))
