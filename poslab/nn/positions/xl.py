@@ -5,8 +5,10 @@ Dai et al. 2019, "Transformer-XL: Attentive Language Models Beyond a Fixed-Lengt
 
     (a) q_i.k_j  +  (b) q_i.W_R R_{i-j}  +  (c) u.k_j  +  (d) v.W_R R_{i-j}
 
-with ``R`` the sinusoidal code of the distance ``i - j``, ``W_R`` a learned projection and ``u, v``
-learned per-head vectors. Attention computes (a); this scheme returns (b)+(c)+(d), scaled like (a).
+with ``R`` the sinusoidal code of the distance ``i - j``, ``W_R`` a learned projection (one per layer,
+the paper's ``W^n_{k,R}``) and ``u, v`` learned per-head vectors (shared by the layers). Attention
+computes (a); this scheme returns (b)+(c)+(d), scaled like (a). The segment-level recurrence the
+paper pairs it with is a model mechanism (:mod:`poslab.nn.memory`).
 The paper computes (b)+(d) with a "relative shift" of a ``[T, T+M]`` matrix; :func:`rel_shift`
 implements it, and :class:`TransformerXL` gathers by distance, which also handles arbitrary
 positions (KV cache, offsets). The tests check that the two agree.
