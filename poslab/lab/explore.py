@@ -153,7 +153,7 @@ def scheme_views(model: GPT, T: int) -> list[dict[str, Any]]:
     """
     cfg = model.config
     return [_matrix(v["title"], v["data"], v["rows"], v["cols"], v["diverging"], v["note"])
-            for v in model.position.describe(T, n_heads=cfg.n_head, causal=cfg.causal)]
+            for v in model.layer_position(0).describe(T, n_heads=cfg.n_head, causal=cfg.causal)]
 
 
 def attention_payload(store: ModelStore, key: str, prompt: str) -> dict[str, Any]:

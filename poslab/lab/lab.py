@@ -40,7 +40,7 @@ from poslab.training.progress import format_duration
 TRAINING_EXPERIMENTS = ("heads", "position-training", "extrapolation", "context-extension", "attention-entropy",
                         "probes")
 #: training experiments of the full lab only (the quick lab keeps within 10 minutes on 2 cores without them)
-FULL_ONLY_EXPERIMENTS = ("bidirectional", "sparse", "head-map", "streaming", "rope-frequency-usage")
+FULL_ONLY_EXPERIMENTS = ("bidirectional", "sparse", "head-map", "streaming", "rope-frequency-usage", "transformer-xl")
 TRAIN_PRESET = "tang-small"
 # experiments that read the models another one trained (sibling folders): rerun when those are rebuilt. In the
 # quick form position-training trains the lab's 3-seed extrapolation models; the others reuse them.
@@ -56,7 +56,7 @@ ESTIMATES = {
     "full": {"experiment": 12, "heads": 3750, "position-training": 7200, "extrapolation": 3600,  # 3 seeds per arm
              "context-extension": 600, "attention-entropy": 900,
              "probes": 1800, "bidirectional": 900, "sparse": 1800, "head-map": 1300, "streaming": 300,
-             "rope-frequency-usage": 300, "train": 900, "head-analysis": 120, "attention": 12},
+             "rope-frequency-usage": 300, "transformer-xl": 900, "train": 900, "head-analysis": 120, "attention": 12},
 }
 
 

@@ -101,6 +101,10 @@ class KVCache(nn.Module):
     * ``rolling=True`` (sliding-window models): a ring buffer keeping only the most recent
       ``capacity`` tokens, so decoding runs forever in ``O(capacity)`` memory. Attention checks that
       its window fits (``window <= capacity``): older keys are out of every query's reach.
+    * ``rolling=True, memory=True`` (Transformer-XL's segment memory at evaluation, Dai et al. 2019):
+      every write of ``T`` tokens attends the previous ``capacity`` tokens plus itself (causally), for
+      any ``T`` and whatever the attention's window; it is the KV-cache form of
+      :class:`~poslab.nn.memory.SegmentMemory` with ``mem_len = capacity``.
 
     Attributes:
         length: tokens written so far (the default position of the next token).
@@ -111,6 +115,8 @@ class KVCache(nn.Module):
         capacity: maximum number of tokens held.
         dtype, device: storage (must match the keys written).
         rolling: ring buffer that forgets the oldest tokens instead of overflowing.
+        memory: segment-memory semantics (needs ``rolling``): every write attends the previous
+            ``capacity`` tokens plus itself, so attention accepts the cache without a window.
     """
 
     def __init__(
@@ -123,8 +129,11 @@ class KVCache(nn.Module):
         device: torch.device | str | None = None,
         *,
         rolling: bool = False,
+        memory: bool = False,
     ) -> None:
         super().__init__()
+        if memory and not rolling:
+            raise ValueError("a segment-memory KV cache (memory=True) is a ring buffer: pass rolling=True as well")
         for label, value in (("batch_size", batch_size), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim), ("capacity", capacity)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"KV cache {label} must be an integer, got {value!r}")
@@ -136,6 +145,7 @@ class KVCache(nn.Module):
         self.register_buffer("pos", torch.zeros(capacity, dtype=torch.long, device=device), persistent=False)
         self.capacity = capacity
         self.rolling = rolling
+        self.memory = memory
         self.length = 0
         self.size = 0
 
@@ -167,7 +177,7 @@ class KVCache(nn.Module):
             Every key, value and position the new queries may need: ``[B, h_kv, Tk, d_k]`` twice and
             ``[Tk]``. For a rolling cache that is full, the entries come in ring order (attention masks
             by position, so order does not matter), and a multi-token write returns the previous
-            ``capacity`` entries followed by all ``T`` new ones.
+            ``capacity`` entries followed by all ``T`` new ones (also for ``T = 1`` with ``memory``).
         """
         self._check(k, v, pos)
         T = k.shape[2]
@@ -186,7 +196,7 @@ class KVCache(nn.Module):
             return self.k[:, :, :end], self.v[:, :, :end], self.pos[:end]
         # rolling and the ring overflows: slot of the n-th token written is n % capacity
         C = self.capacity
-        if T == 1:  # decode: overwrite the oldest entry, then read the whole ring
+        if T == 1 and not self.memory:  # decode: overwrite the oldest entry, then read the whole ring
             slot = self.length % C
             self.k[:, :, slot : slot + 1] = k
             self.v[:, :, slot : slot + 1] = v
@@ -207,7 +217,7 @@ class KVCache(nn.Module):
 
     def extra_repr(self) -> str:
         B, hkv, C, dk = self.k.shape
-        return f"batch={B}, kv_heads={hkv}, capacity={C}, head_dim={dk}, rolling={self.rolling}, length={self.length}"
+        return f"batch={B}, kv_heads={hkv}, capacity={C}, head_dim={dk}, rolling={self.rolling}, memory={self.memory}, length={self.length}"
 
 
 # ----------------------------------------------------------------------------- functional core
@@ -834,6 +844,8 @@ class MultiHeadAttention(nn.Module):
         backend: str | None = None,
         head_mask: Tensor | None = None,
         pos_increasing: bool | None = None,
+        memory: Tensor | None = None,
+        memory_pos: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend.
 
@@ -849,6 +861,12 @@ class MultiHeadAttention(nn.Module):
                 (Michel et al. 2019, https://arxiv.org/abs/1905.10650: 0 prunes a head; the gradient
                 at 1 is the head-importance proxy).
             pos_increasing: ``pos`` is known strictly increasing (``None`` = check it; see :func:`attend`).
+            memory: Transformer-XL segment memory (Dai et al. 2019): the previous segment's inputs to
+                this layer ``[B, M, d]`` (already normed, detached by the caller). Their keys and
+                values come from the current ``qkv`` weights and are placed before the segment's
+                (``k_pos = cat(memory_pos, pos)``); the causal mask by positions does the rest.
+                Not with ``cache``.
+            memory_pos: positions of the memory ``[M]`` (int64, before ``pos``).
 
         Returns:
             ``[B, T, d]`` (and the weights when ``need_weights``).
@@ -866,16 +884,20 @@ class MultiHeadAttention(nn.Module):
             pos = torch.arange(start, start + T, device=x.device)
         elif not isinstance(pos, Tensor) or pos.shape != (T,):
             raise ValueError(f"pos must have shape [{T}] (one position per token), got {list(getattr(pos, 'shape', []))}")
+        if memory is not None or memory_pos is not None:
+            self._check_memory(x, memory, memory_pos, cache)
         requested = backend or self.backend
         backend = resolve_backend(requested, x.device, need_weights, has_mask=attn_mask is not None)
         if requested == "auto" and backend == "flex" and (self._has_extra_bias() or T == 1):
             backend = "sdpa"  # flex cannot express a subclass's extra bias; one decoded token needs no block mask
         backend = self._mechanism_backend(requested, backend)
         window = self.effective_window()
-        if cache is not None and cache.rolling and (window is None or window > cache.capacity):
+        segment_cache = getattr(cache, "memory", False)  # Transformer-XL memory: the ring is the context
+        if cache is not None and cache.rolling and not segment_cache and (window is None or window > cache.capacity):
             raise ValueError(
                 f"a rolling KV cache of capacity {cache.capacity} keeps only the last {cache.capacity} tokens, "
-                f"but this attention has window={window}; use window <= {cache.capacity} or a non-rolling cache"
+                f"but this attention has window={window}; use window <= {cache.capacity}, a non-rolling cache, "
+                "or a segment-memory cache (KVCache(..., rolling=True, memory=True), GPT.make_cache(B, memory=M))"
             )
 
         h, hkv, dk = self.n_heads, self.n_kv_heads, self.head_dim
@@ -888,6 +910,10 @@ class MultiHeadAttention(nn.Module):
         q_pos = k_pos = pos
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)  # RMSNorm over d_k, per head
+        if memory is not None:
+            k_mem, v_mem = self._memory_kv(memory)  # [B, hkv, M, dk] x2
+            k, v = torch.cat((k_mem, k), dim=2), torch.cat((v_mem, v), dim=2)  # [B, hkv, M+T, dk]
+            k_pos = torch.cat((memory_pos.to(pos.device), pos))  # [M+T]
         # a scheme whose key rotation depends on the other positions (xPos's anchor) gets the cached keys
         # unrotated and rotates them with the new queries; the others' keys are cached after rotate
         # a cache that assigns positions by place (StreamingLLM, poslab/nn/streaming.py) also stores keys unrotated
@@ -932,6 +958,36 @@ class MultiHeadAttention(nn.Module):
             out = out * head_mask.to(device=out.device, dtype=out.dtype)[None, :, None, None]  # [B, h, T, dk] * [1, h, 1, 1]
         out = self.proj(self.merge(out))  # [B, h, T, dk] -> [B, T, d] -> [B, T, d]
         return (out, weights) if need_weights else out
+
+    def _check_memory(self, x: Tensor, memory: Tensor | None, memory_pos: Tensor | None, cache: KVCache | None) -> None:
+        """``ValueError`` unless ``memory [B, M, d]`` and ``memory_pos [M]`` fit ``x`` and no cache is given."""
+        if cache is not None:
+            raise ValueError("segment memory and a KV cache cannot be combined: the cache already holds the past "
+                             "(use GPT.make_cache(B, memory=M) for the cached form of the memory)")
+        if memory is None or memory_pos is None:
+            raise ValueError("segment memory needs both memory [B, M, d] and memory_pos [M]")
+        B, _, d = x.shape
+        if not isinstance(memory, Tensor) or memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != d:
+            raise ValueError(f"memory must be [{B}, M, {d}] (the batch and width of x), got {list(getattr(memory, 'shape', []))}")
+        if memory.dtype != x.dtype or memory.device != x.device:
+            raise ValueError(f"memory is {memory.dtype} on {memory.device} but x is {x.dtype} on {x.device}")
+        if not isinstance(memory_pos, Tensor) or memory_pos.shape != (memory.shape[1],) or memory_pos.is_floating_point():
+            raise ValueError(f"memory_pos must be an integer tensor of shape [{memory.shape[1]}] (one position per memory "
+                             f"entry), got {getattr(memory_pos, 'dtype', None)} {list(getattr(memory_pos, 'shape', []))}")
+
+    def _memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values ``[B, h_kv, M, d_k]`` of memory ``[B, M, d]`` under the current weights (before ``rotate``)."""
+        h, hkv, dk = self.n_heads, self.n_kv_heads, self.head_dim
+        if type(self.qkv) is nn.Linear:  # only the k, v rows of the fused projection
+            bias = self.qkv.bias[h * dk :] if self.qkv.bias is not None else None
+            kv = F.linear(memory, self.qkv.weight[h * dk :], bias)  # [B, M, 2*hkv*dk]
+        else:  # a wrapped projection (clip_qkv): run it whole, drop the queries
+            kv = self.qkv(memory)[..., h * dk :]  # [B, M, 2*hkv*dk]
+        k, v = kv.split((hkv * dk, hkv * dk), dim=-1)  # [B, M, hkv*dk] x2
+        k, v = self.split_kv(k), self.split_kv(v)  # [B, hkv, M, dk] x2
+        if self.qk_norm:
+            k = self.k_norm(k)
+        return k, v
 
     # ------------------------------------------------------------------- hooks for subclasses
     def effective_window(self) -> int | None:

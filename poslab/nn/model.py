@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from poslab.config_keys import reject_unknown_keys
 from poslab.nn import positions
 from poslab.nn.attention import BACKENDS, KVCache, MultiHeadAttention, validate_geometry
+from poslab.nn.memory import SegmentMemory
 from poslab.nn.positions.base import PositionScheme
 
 NORMS = ("layernorm", "rmsnorm")
@@ -305,6 +306,7 @@ class GPTConfig:
             "n_embd": self.n_embd,
             "n_heads": self.n_head,
             "head_dim": self.head_dim if self.mla is None else self.mla["qk_rope_head_dim"],
+            "n_layer": self.n_layer,  # per-layer scheme parameters (Transformer-XL's W_R)
             "max_len": self.block_size,
             "original_max_len": self.block_size,  # the context the positions are trained at (RoPE scalings, log-n)
             "bidirectional": not self.causal,
@@ -411,8 +413,12 @@ class Block(nn.Module):
             self.post_attn_norm = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
             self.post_mlp_norm = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
 
-    def forward(self, x: Tensor, pos: Tensor, position: PositionScheme, cache: KVCache | None = None, **attn_kwargs: Any) -> Tensor:
+    def forward(self, x: Tensor, pos: Tensor, position: PositionScheme, cache: KVCache | None = None,
+                memory: Tensor | None = None, memory_pos: Tensor | None = None, **attn_kwargs: Any) -> Tensor:
+        """``x [B, T, d]`` -> ``[B, T, d]``; ``memory [B, M, d]`` (this block's earlier inputs) is normed like ``x``."""
         h = self.norm1(x)
+        if memory is not None:
+            attn_kwargs = {**attn_kwargs, "memory": self.norm1(memory), "memory_pos": memory_pos}
         attn_out = self.resid_drop(self.attn(h, pos, position=position, cache=cache, **attn_kwargs))
         if self.residual == "parallel_shared_norm":
             return x + attn_out + self.mlp(h)
@@ -456,7 +462,8 @@ def build_layer_positions(cfg: GPTConfig) -> nn.ModuleDict:
         entry = cfg.layer(i)
         if "position" in entry or "position_config" in entry:
             name, config = cfg.layer_value(i, "position"), cfg.layer_value(i, "position_config")
-            schemes[str(i)] = positions.build_for_model(name, config, cfg.position_context())
+            # a layer's own scheme serves that layer only: one set of per-layer parameters
+            schemes[str(i)] = positions.build_for_model(name, config, {**cfg.position_context(), "n_layer": 1})
     return schemes
 
 
@@ -529,8 +536,12 @@ class GPT(nn.Module):
         return n
 
     def make_cache(self, batch_size: int, capacity: int | None = None, dtype: torch.dtype | None = None, *,
-                   sinks: int | None = None, window: int | None = None) -> list[KVCache]:
+                   sinks: int | None = None, window: int | None = None, memory: int | None = None) -> list[KVCache]:
         """One preallocated :class:`KVCache` per layer.
+
+        ``memory=M`` makes Transformer-XL segment-memory caches (rolling rings of ``M`` entries with
+        ``memory=True``): each forward of a segment attends the previous ``M`` tokens plus itself,
+        the cached form of :class:`~poslab.nn.memory.SegmentMemory` (``capacity`` is then ignored).
 
         With a sliding window the caches are rolling ring buffers of ``window`` entries (``capacity``
         is then ignored): decoding runs for any length in constant memory.
@@ -544,6 +555,13 @@ class GPT(nn.Module):
         cfg = self.config
         device = self.tok_emb.weight.device
         dtype = dtype or self.tok_emb.weight.dtype
+        if memory is not None:
+            if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
+                raise ValueError(f"memory (the segment memory's length M) must be a positive integer, got {memory!r}")
+            if window is not None or sinks is not None or cfg.mla is not None:
+                raise ValueError("a segment-memory cache (memory=M) takes no window/sinks and needs standard attention (not mla)")
+            return [KVCache(batch_size, cfg.kv_heads, cfg.head_dim, memory, dtype, device, rolling=True, memory=True)
+                    for _ in self.blocks]
         if sinks is not None and window is None:
             raise ValueError(f"sinks={sinks!r} needs window=W (the StreamingLLM cache keeps the first sinks plus the last W tokens)")
         if window is not None:
@@ -595,9 +613,9 @@ class GPT(nn.Module):
         return caches
 
     def layer_position(self, i: int) -> PositionScheme:
-        """The scheme layer ``i`` runs: its ``layer_pattern`` one, else the model's."""
+        """The scheme layer ``i`` runs: its ``layer_pattern`` one, else the model's ``position.for_layer(i)``."""
         key = str(i)
-        return self.layer_positions[key] if key in self.layer_positions else self.position
+        return self.layer_positions[key] if key in self.layer_positions else self.position.for_layer(i)
 
     def forward(
         self,
@@ -606,6 +624,7 @@ class GPT(nn.Module):
         *,
         pos: Tensor | None = None,
         cache: list[KVCache] | None = None,
+        memory: SegmentMemory | None = None,
         **attn_kwargs: Any,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Run the model.
@@ -615,6 +634,9 @@ class GPT(nn.Module):
             targets: next-token ids ``[B, T]`` (``-1`` ignored) to also return the loss.
             pos: explicit positions ``[T]`` (default: ``arange(T)`` after any cached tokens).
             cache: per-layer KV caches from :meth:`make_cache` (decoding).
+            memory: Transformer-XL segment memory (:class:`~poslab.nn.memory.SegmentMemory`): every
+                layer also attends its remembered inputs, then ``memory`` is updated in place with
+                this segment's (detached); ``pos`` defaults to ``memory.length + arange(T)``.
             attn_kwargs: passed to every attention layer (``attn_mask``, ``backend``).
 
         Returns:
@@ -637,8 +659,15 @@ class GPT(nn.Module):
             raise ValueError(f"token id {bad} is outside the vocabulary: ids must lie in [0, {self.config.vocab_size})")
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"cache has {len(cache)} layers, the model has {len(self.blocks)}")
+        if memory is not None:
+            if cache is not None:
+                raise ValueError("segment memory and a KV cache cannot be combined: the cache already holds the past "
+                                 "(make_cache(B, memory=M) is the cached form of the memory)")
+            if self.config.mla is not None:
+                raise ValueError("segment memory needs standard attention; this model uses mla")
+            memory.check(B, len(self.blocks))
         if pos is None:
-            start = cache[0].length if cache else 0
+            start = cache[0].length if cache else memory.length if memory is not None else 0
             pos = torch.arange(start, start + T, device=idx.device)
             if cache is None:  # increasing by construction: attention need not look (no graph break under compile)
                 attn_kwargs.setdefault("pos_increasing", True)
@@ -648,8 +677,17 @@ class GPT(nn.Module):
         if self.config.embed_norm:
             x = self.embed_norm(x)  # [B, T, d]
         x = self.drop(self.position.embed(x, pos))  # [B, T, d]
+        inputs: list[Tensor] = []  # each layer's input, for the segment memory
         for i, block in enumerate(self.blocks):
-            x = block(x, pos, self.layer_position(i), cache[i] if cache is not None else None, **attn_kwargs)
+            layer_cache = cache[i] if cache is not None else None
+            if memory is not None:
+                inputs.append(x)
+                mem, mem_pos = memory.layer(i)
+                x = block(x, pos, self.layer_position(i), layer_cache, mem, mem_pos, **attn_kwargs)
+            else:
+                x = block(x, pos, self.layer_position(i), layer_cache, **attn_kwargs)
+        if memory is not None:
+            memory.update(inputs, pos)
         logits = self.lm_head(self.norm_f(x))  # [B, T, V]
         if self.config.final_softcap is not None:
             logits = torch.tanh(logits / self.config.final_softcap) * self.config.final_softcap

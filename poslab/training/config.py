@@ -87,6 +87,16 @@ class TrainConfig:
             may switch it. Measured on CPU (``benchmarks/README.md``, "Compiled step"): no gain at
             4/4/128 T=128 or 6/6/384 T=256, 1.2-1.35x at the fast preset's size (T=64, RoPE), where
             the warm-up still costs more than it saves over the preset's run; so it is off.
+        memory: Transformer-XL segment-level recurrence (Dai et al. 2019): the memory length ``M``
+            (0 = off). Batches are then consecutive segments of ``batch_size`` contiguous streams of
+            the training text (each micro-batch of ``grad_accum`` its own streams), every layer also
+            attends the last ``M`` inputs it saw (no gradient into them), and validation reads the
+            validation streams segment after segment with the memory carried. The memory starts
+            empty when a stream wraps around and on a resume. Causal LM, one process, and a scheme
+            without a position table (positions continue across segments) only.
+        stream_batches: batches are consecutive segments of contiguous streams, as with ``memory``,
+            but without a memory (the fixed-context baseline of Transformer-XL trained on the same
+            segments); implied by ``memory > 0``.
     """
 
     name: str
@@ -120,6 +130,8 @@ class TrainConfig:
     stop_val_loss: float | None = None
     objective: str = "clm"
     compile: bool = False
+    memory: int = 0
+    stream_batches: bool = False
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(TrainConfig)
@@ -144,7 +156,7 @@ class TrainConfig:
         for key in positive:
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key} must be > 0, got {getattr(self, key)!r}")
-        for key in ("warmup_steps", "ckpt_interval", "keep_checkpoints", "seed", "skip_nonfinite", "eval_iters"):
+        for key in ("warmup_steps", "ckpt_interval", "keep_checkpoints", "seed", "skip_nonfinite", "eval_iters", "memory"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)!r}")
         if self.lr_decay_steps is not None and self.lr_decay_steps <= 0:
@@ -166,6 +178,12 @@ class TrainConfig:
             raise ValueError(f"optimizer={self.optimizer!r} is not allowed; choose one of {list(OPTIMIZERS)}")
         if self.stop_val_loss is not None and not self.stop_val_loss > 0:
             raise ValueError(f"stop_val_loss must be > 0 or None, got {self.stop_val_loss!r}")
+        if (self.memory or self.stream_batches) and self.objective != "clm":
+            what = f"memory={self.memory} (Transformer-XL segment recurrence)" if self.memory else "stream_batches"
+            raise ValueError(f"{what} reads the text left to right: it needs objective 'clm', got {self.objective!r}")
+        if self.memory and self.compile:
+            raise ValueError(f"compile=true does not run with memory={self.memory} (the segment memory changes between "
+                             "calls, which a compiled graph cannot follow); set compile=false or memory=0")
         split_text("", self.val_fraction)  # validates the range
 
     @classmethod

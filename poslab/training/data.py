@@ -76,6 +76,45 @@ def prepare_data(cfg: TrainConfig, tokenizer: Any = None) -> RunData:
     return RunData(tokenizer, train_ids, val_ids, info)
 
 
+def batchify(data: torch.Tensor, n_streams: int, seg_len: int) -> torch.Tensor:
+    """Transformer-XL's ``batchify``: ``data [N]`` cut into ``n_streams`` contiguous streams ``[n_streams, N // n_streams]``.
+
+    The tail that does not divide evenly is dropped. Segment ``s`` of every stream is read by
+    :func:`stream_segment`.
+
+    Raises:
+        ValueError: a stream would be too short for one segment of ``seg_len`` + 1 tokens.
+    """
+    if isinstance(n_streams, bool) or not isinstance(n_streams, int) or n_streams <= 0:
+        raise ValueError(f"n_streams must be a positive integer, got {n_streams!r}")
+    length = data.numel() // n_streams
+    if length <= seg_len:
+        raise ValueError(f"{data.numel()} tokens in {n_streams} streams give {length} tokens each, too few for one "
+                         f"segment of {seg_len} + 1 tokens; use fewer streams (batch_size) or a longer text")
+    return data[: n_streams * length].view(n_streams, length)  # [n_streams, S]
+
+
+def stream_segments(streams: torch.Tensor, seg_len: int) -> int:
+    """Segments of ``seg_len`` (each with its next-token target) in streams ``[n, S]``: ``(S - 1) // seg_len``."""
+    return (streams.shape[1] - 1) // seg_len
+
+
+def stream_segment(streams: torch.Tensor, index: int, seg_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Segment ``index`` (modulo the segments there are: it wraps around) of every stream.
+
+    Args:
+        streams: ``[n, S]`` from :func:`batchify`.
+        index: segment number (``index % stream_segments(...)`` is read).
+        seg_len: ``T``.
+
+    Returns:
+        ``x [n, T]`` and its next-token targets ``y [n, T]``.
+    """
+    s = index % stream_segments(streams, seg_len)
+    chunk = streams[:, s * seg_len : s * seg_len + seg_len + 1]  # [n, T+1]
+    return chunk[:, :-1], chunk[:, 1:]
+
+
 def model_vocab_size(tokenizer_vocab: int, objective: str) -> int:
     """The model's vocabulary: the tokenizer's, plus the ``[MASK]`` id for ``objective="mlm"``."""
     if objective not in OBJECTIVES:
@@ -153,5 +192,5 @@ def objective_batch(objective: str, x: torch.Tensor, y: torch.Tensor, mask_id: i
     raise ValueError(f"objective={objective!r} is not allowed; choose one of {list(OBJECTIVES)}")
 
 
-__all__ = ["MLM_MASK", "MLM_RANDOM", "MLM_SELECT", "RunData", "data_seed", "mask_id_of", "mask_tokens",
-           "model_vocab_size", "objective_batch", "prepare_data"]
+__all__ = ["MLM_MASK", "MLM_RANDOM", "MLM_SELECT", "RunData", "batchify", "data_seed", "mask_id_of", "mask_tokens",
+           "model_vocab_size", "objective_batch", "prepare_data", "stream_segment", "stream_segments"]

@@ -27,11 +27,22 @@ import torch
 from torch import nn
 
 from poslab.data import get_batch
+from poslab.nn.memory import SegmentMemory
 from poslab.nn.model import GPT
 from poslab.training import checkpoint as ckpt
 from poslab.training import distributed
 from poslab.training.config import DTYPES, RESUME_FREE_KEYS, TrainConfig, model_config, resume_identity
-from poslab.training.data import RunData, data_seed, mask_id_of, model_vocab_size, objective_batch, prepare_data
+from poslab.training.data import (
+    RunData,
+    batchify,
+    data_seed,
+    mask_id_of,
+    model_vocab_size,
+    objective_batch,
+    prepare_data,
+    stream_segment,
+    stream_segments,
+)
 from poslab.training.optim import lr_at, make_optimizer
 from poslab.training.progress import ProgressBar, format_duration, format_rate
 
@@ -163,6 +174,50 @@ def evaluate_loss(
     finally:
         model.train(was_training)
     return total / count
+
+
+@torch.no_grad()
+def segment_nll(
+    model: nn.Module,
+    streams: torch.Tensor,
+    seg_len: int,
+    mem_len: int,
+    segments: int | None = None,
+    *,
+    dtype: str = "fp32",
+) -> torch.Tensor:
+    """Per-token next-token loss reading streams segment after segment (Transformer-XL's evaluation).
+
+    Args:
+        model: a :class:`GPT` (eval mode for the call, its mode restored after).
+        streams: ``[n, S]`` token ids (:func:`~poslab.training.data.batchify`).
+        seg_len: segment length ``T``.
+        mem_len: segment memory ``M`` carried from segment to segment (0: every segment alone, at
+            positions ``0 .. T-1``).
+        segments: the first this many segments (``None``: every whole segment of the streams).
+        dtype: ``"fp32"`` or ``"bf16"`` (autocast).
+
+    Returns:
+        ``[segments, n, T]`` fp32 losses (nats); ``[s, :, t]`` is the loss at place ``t`` of segment ``s``.
+    """
+    available = stream_segments(streams, seg_len)
+    count = available if segments is None else min(segments, available)
+    if count <= 0:
+        raise ValueError(f"streams of {streams.shape[1]} tokens hold no segment of {seg_len} + 1 tokens")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    memory = SegmentMemory(mem_len) if mem_len else None
+    out = []
+    try:
+        for s in range(count):
+            x, y = stream_segment(streams, s, seg_len)  # [n, T] x2
+            with autocast(dtype, device.type):
+                logits = model(x.to(device), memory=memory) if memory is not None else model(x.to(device))
+            out.append(torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), y.to(device), reduction="none").cpu())
+    finally:
+        model.train(was_training)
+    return torch.stack(out)  # [segments, n, T]
 
 
 def _config_of(model: nn.Module) -> Any:
@@ -365,6 +420,8 @@ class _Trainer:
                 f"block_size {self.model_cfg.block_size} is larger than the {self.model_cfg.position!r} position "
                 f"table ({limit} positions); lower --model.block_size or raise the table's max_len"
             )
+        if cfg.memory or cfg.stream_batches:
+            self._setup_memory(limit)
         self.wrapped_model = dist.prepare_model(self.model, cfg.seed)  # DDP wrapper, FSDP shards, or the model
         # cfg.compile: only the training calls go through the compiled wrapper; self.model (evaluation,
         # checkpoints: no "_orig_mod." in the names) stays the plain module with the same parameters
@@ -373,6 +430,25 @@ class _Trainer:
         self.optimizer = make_optimizer(self.model, cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.data_rng = torch.Generator().manual_seed(data_seed(cfg.seed))
+
+    def _setup_memory(self, limit: int | None) -> None:
+        """Stream batches (``cfg.memory``, ``cfg.stream_batches``): the streams of each micro-batch and their memories."""
+        cfg, dist = self.cfg, self.dist
+        what = f"memory={cfg.memory} (segment recurrence)" if cfg.memory else "stream_batches"
+        if dist.world_size > 1:
+            raise ValueError(f"{what} runs in one process; this run has world_size={dist.world_size} "
+                             "(drop --memory / --stream_batches or torchrun)")
+        if limit is not None and cfg.memory:
+            raise ValueError(f"memory={cfg.memory} continues positions across segments, past the "
+                             f"{self.model_cfg.position!r} table of {limit} positions; use a scheme without a table")
+        if self.model_cfg.mla is not None:
+            raise ValueError(f"{what} needs standard attention, not mla")
+        T = self.model_cfg.block_size
+        streams = batchify(self.data.train, cfg.batch_size * cfg.grad_accum, T)  # [B*A, S]
+        self.train_streams = list(streams.split(cfg.batch_size))  # one stream set per micro-batch: [B, S] each
+        self.train_segments = stream_segments(streams, T)
+        # empty at the start, also after a resume; None: stream batches without a memory
+        self.memories = [SegmentMemory(cfg.memory) if cfg.memory else None for _ in self.train_streams]
 
     def _start_progress(self) -> None:
         """The matmul peak (MFU), FLOPs per token and the progress bar, with the opening line and notes."""
@@ -490,14 +566,21 @@ class _Trainer:
             group["lr"] = lr
         loss_sum = 0.0
         for micro in range(cfg.grad_accum):
-            # the global batch (world_size x batch_size windows), then this rank's rows on its device
-            x, y = get_batch(self.data.train, self.model_cfg.block_size, cfg.batch_size * dist.world_size,
-                             self.data_rng)  # [W*B, T] x2
-            x, y = objective_batch(cfg.objective, x, y, self.mask_id, self.data_rng)  # [W*B, T] x2: masked for mlm
-            x, y = dist.shard(x, y, cfg.batch_size)  # [B, T] x2
+            extra: dict[str, Any] = {}
+            if cfg.memory or cfg.stream_batches:  # the next segment of this micro-batch's streams
+                x, y, memory = self._memory_batch(micro)  # [B, T] x2
+                x, y = x.to(dist.device), y.to(dist.device)
+                if memory is not None:
+                    extra["memory"] = memory
+            else:
+                # the global batch (world_size x batch_size windows), then this rank's rows on its device
+                x, y = get_batch(self.data.train, self.model_cfg.block_size, cfg.batch_size * dist.world_size,
+                                 self.data_rng)  # [W*B, T] x2
+                x, y = objective_batch(cfg.objective, x, y, self.mask_id, self.data_rng)  # [W*B, T] x2: masked for mlm
+                x, y = dist.shard(x, y, cfg.batch_size)  # [B, T] x2
             dist.set_grad_sync(self.wrapped_model, micro == cfg.grad_accum - 1)  # all-reduce once per step
             with autocast(cfg.dtype, dist.device.type):
-                _, loss = self.train_model(x, y)
+                _, loss = self.train_model(x, y, **extra)
             (loss / cfg.grad_accum).backward()
             loss_sum += loss.item()
         step_loss = dist.mean(loss_sum / cfg.grad_accum)  # the global batch's loss, the same on every rank
@@ -508,12 +591,28 @@ class _Trainer:
             grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
         return step_loss, grad_norm
 
+    def _memory_batch(self, micro: int) -> tuple[torch.Tensor, torch.Tensor, SegmentMemory | None]:
+        """Micro-batch ``micro``'s next segment and its memory (emptied when its streams wrap around; ``None``: none).
+
+        The segment read is the number of batches drawn so far (steps and skipped batches), so a
+        resume continues where the run stopped (with an empty memory).
+        """
+        drawn = self.state.step + len(self.state.skipped)
+        x, y = stream_segment(self.train_streams[micro], drawn, self.model_cfg.block_size)  # [B, T] x2
+        memory = self.memories[micro]
+        if memory is not None and drawn % self.train_segments == 0:
+            memory.reset()
+        return x, y, memory
+
     def _skip_nonfinite(self, step_loss: float, grad_norm: float) -> None:
         """Drop a non-finite batch without an update (``skip_nonfinite``), or stop as diverged."""
         state, cfg = self.state, self.cfg
         if len(state.skipped) >= cfg.skip_nonfinite:
             self._diverged(state.step + 1, step_loss, grad_norm)
         self.optimizer.zero_grad(set_to_none=True)
+        for memory in getattr(self, "memories", ()):  # the dropped batch's states may be non-finite
+            if memory is not None:
+                memory.reset()
         state.skipped.append(state.step + 1)
         self.bar.message(f"skipped a non-finite batch at step {state.step + 1} (loss={step_loss}, "
                          f"grad_norm={grad_norm}); {len(state.skipped)} of {cfg.skip_nonfinite} allowed skips used")
@@ -567,6 +666,10 @@ class _Trainer:
     def _evaluate(self, data: torch.Tensor, seed: int, iters: int | None = None) -> float:
         """Mean loss over ``eval_iters`` fixed batches (``eval_iters=0``: the whole split, or ``iters`` batches)."""
         n = self.cfg.eval_iters or iters  # None: every non-overlapping window of the split
+        if self.cfg.memory:  # the split's streams read segment after segment, the memory carried (n segments)
+            streams = batchify(data, self.eval_batch, self.model_cfg.block_size)  # [B, S]
+            return float(segment_nll(self.eval_model, streams, self.model_cfg.block_size, self.cfg.memory, n,
+                                     dtype=self.cfg.dtype).double().mean())
         return evaluate_loss(self.eval_model, data, self.model_cfg.block_size, self.eval_batch, n,
                              seed=seed, dtype=self.cfg.dtype, objective=self.cfg.objective, mask_id=self.mask_id)
 
@@ -676,4 +779,5 @@ __all__ = [
     "matmul_flops_per_token",
     "measure_matmul_peak",
     "run_training",
+    "segment_nll",
 ]

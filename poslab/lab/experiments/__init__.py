@@ -36,6 +36,7 @@ _MODULES = (
     "poslab.lab.experiments.streaming",
     "poslab.lab.experiments.rope_frequency_usage",
     "poslab.lab.experiments.bidirectional",
+    "poslab.lab.experiments.transformer_xl",
 )
 
 

@@ -93,8 +93,11 @@ SECTIONS: tuple[Section, ...] = (
         "al. 2022) measured sinusoidal perplexity exploding past L while ALiBi stays flat.",
         "One small GPT per position scheme trained at length L and evaluated at 1×, 2×, 4×, 8× and 16× L; the mean "
         "attention entropy per layer as a function of evaluation length, with and without YaRN's temperature and "
-        "log-n scaling.",
-        ("experiments/extrapolation", "experiments/attention-entropy"),
+        "log-n scaling. In the full lab, Transformer-XL as the paper has it (Dai et al. 2019): the relative encoding "
+        "plus segment-level recurrence, a model trained with a memory of L against the same model trained on the "
+        "same segments without one, read segment after segment with memories of L, 2L and 4L, the loss by place "
+        "inside the segment.",
+        ("experiments/extrapolation", "experiments/attention-entropy", "experiments/transformer-xl"),
     ),
     Section(
         "context", "Stretching the context: PI, NTK-aware, YaRN", "seed 000 §3.5, Q4",

@@ -175,8 +175,8 @@ def build(name: str, config: Any = None, /, **cfg: Any) -> PositionScheme:
 def build_for_model(name: str, config: Any, context: dict[str, Any]) -> PositionScheme:
     """Build a scheme for a model, filling config fields the scheme has from ``context``.
 
-    ``context`` holds the model's dimensions (``n_embd``, ``n_heads``, ``head_dim``, ``max_len``,
-    ``original_max_len``, ``bidirectional``). A field the user set explicitly wins for ``max_len``,
+    ``context`` holds the model's dimensions (``n_embd``, ``n_heads``, ``head_dim``, ``n_layer``, ``max_len``,
+    ``original_max_len``, ``bidirectional``); a scheme takes only the ones its config has. A field the user set explicitly wins for ``max_len``,
     ``original_max_len`` and ``bidirectional``; dimension fields must agree with the model.
     """
     cls = get(name)
@@ -187,7 +187,7 @@ def build_for_model(name: str, config: Any, context: dict[str, Any]) -> Position
     for key, value in context.items():
         if key not in fields:
             continue
-        if key in given and key in ("n_embd", "n_heads", "head_dim") and given[key] != value:
+        if key in given and key in ("n_embd", "n_heads", "head_dim", "n_layer") and given[key] != value:
             raise ValueError(
                 f"position_config {key}={given[key]!r} disagrees with the model's {key}={value!r}"
             )

@@ -142,6 +142,14 @@ class PositionScheme(nn.Module):
         return mod
 
     # --------------------------------------------------------------------------- optional hooks
+    def for_layer(self, i: int) -> PositionScheme:
+        """The scheme layer ``i`` of a model runs: ``self`` by default (one scheme shared by all layers).
+
+        A scheme with per-layer parameters (Transformer-XL's ``W_R``) returns a view that uses layer
+        ``i``'s; :meth:`poslab.nn.model.GPT.layer_position` calls this.
+        """
+        return self
+
     def check_layer(self, n_heads: int, head_dim: int, causal: bool) -> None:
         """Check (or complete) the scheme for an attention layer of this geometry; ``ValueError`` if it cannot serve it.
 

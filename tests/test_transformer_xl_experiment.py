@@ -1,0 +1,76 @@
+"""The ``transformer-xl`` experiment: a tiny run in the default suite, the quick form marked slow."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from poslab.lab.experiments import registry
+from poslab.lab.experiments import transformer_xl as exp
+from poslab.lab.lab import FULL_ONLY_EXPERIMENTS, plan
+from poslab.lab.verdicts import VERDICTS, ClaimRecord
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+TINY_MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8}
+TINY_STEPS = {"max_steps": 6, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "eval_interval": 6, "eval_iters": 1,
+              "ckpt_interval": 0, "keep_checkpoints": 1}
+
+
+def test_the_experiment_is_registered_and_in_the_full_lab_only(tmp_path):
+    assert registry()["transformer-xl"] is exp and not exp.IN_ALL
+    assert "transformer-xl" in FULL_ONLY_EXPERIMENTS
+    assert "transformer-xl" in [s.name for s in plan(tmp_path, "full")]
+    assert "transformer-xl" not in [s.name for s in plan(tmp_path, "quick")]
+
+
+def test_the_arms_differ_only_by_the_memory(tmp_path):
+    a = exp.train_config(tmp_path, True, "a", 1)
+    b = exp.train_config(tmp_path, True, "b", 1)
+    assert a["memory"] == 0 and a["stream_batches"] and b["memory"] == b["model"]["block_size"]
+    differing = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+    assert differing == {"name", "memory", "stream_batches"}
+    assert a["model"]["position"] == b["model"]["position"] == exp.SCHEME
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    from poslab.data import load_corpus
+
+    path = tmp_path_factory.mktemp("corpus") / "shakespeare_30k.txt"
+    path.write_text(load_corpus("shakespeare")[:30_000], encoding="utf-8")
+    return str(path)
+
+
+def test_a_tiny_run_writes_results_plot_and_claims(tmp_path, corpus):
+    results = exp.run(tmp_path, quick=True, seeds=(1, 2, 3), model=TINY_MODEL, steps=TINY_STEPS, workers=1, corpus=corpus)
+    assert (tmp_path / exp.PLOT_FILE).is_file()
+    json.dumps(results, default=float)  # what run_experiment writes
+    L = TINY_MODEL["block_size"]
+    labels = list(exp.conditions(L))
+    for r in results["per_seed"]:
+        for label in labels:
+            assert len(r[label]["by_position"]) == L
+            assert r[label]["loss"] == pytest.approx(sum(r[label]["by_position"]) / L, rel=1e-6)
+        # every condition reads the same segments: 3,000 validation tokens in 8 streams hold 46 of 8 (+1)
+        assert {r[label]["segments"] for label in labels} == {min(exp.EVAL_SEGMENTS["quick"], (3000 // 8 - 1) // L)}
+    records = [ClaimRecord.from_dict(c) for c in results["claims"]]
+    assert len(records) == 4 and all(r.verdict in VERDICTS and r.n_seeds == 3 for r in records)
+    first = records[0]
+    assert first.details["better"] == [r[f"b, memory {L}"]["loss"] for r in results["per_seed"]]
+    assert first.details["worse"] == [r["a, no memory"]["loss"] for r in results["per_seed"]]
+    timing = results["step_time"]
+    assert timing["memory_s"] > 0 and timing["none_s"] > 0 and timing["mem_len"] == L
+    assert results["unigram_entropy_nats"] > 0
+
+
+@pytest.mark.slow
+def test_transformer_xl_quick_form(tmp_path):
+    from poslab.lab.experiments import run_experiment
+
+    results = run_experiment("transformer-xl", tmp_path, quick=True)
+    assert (tmp_path / "results.json").is_file() and (tmp_path / exp.PLOT_FILE).is_file()
+    assert len(results["claims"]) == 4 and results["seeds"] == list(exp.SEEDS)
+    for label in results["val_loss"]:  # every model learned structure beyond the character frequencies
+        assert all(r[label]["loss"] < results["unigram_entropy_nats"] - 0.3 for r in results["per_seed"])
