@@ -225,9 +225,10 @@ HF_FAMILY_CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "deepseek-v3-mla": ("deepseek_v3", "sdpa", {**MLA_DIMS, "first_k_dense_replace": 1, "n_routed_experts": 2,
                                                 "num_experts_per_tok": 1, "n_group": 1, "topk_group": 1}),
 }
-#: bytes per ``T^2`` kept by transformers' eager layers (the skip estimate): ~4 fp32 ``[B, h, T, T]``
-#: (scores, soft-capped scores, weights, the float mask broadcast), 5 with the soft-cap's tanh
-_HF_EAGER_BYTES = BATCH * HEADS * 4 * 5.0
+#: bytes per ``T^2`` transformers' layers keep (the skip estimate), measured at T=2048: eager 3.4 fp32
+#: ``[B, h, T, T]`` (gpt-oss) to 4.2 (Gemma 2's soft-cap); DeepSeek-V3's SDPA 3.2 (q and v widths
+#: differ: SDPA's math path); Llama 4's chunked SDPA keeps its boolean ``[B, 1, T, T]`` masks
+_HF_QUADRATIC_BYTES = {"eager": BATCH * HEADS * 4 * 4.5, "deepseek-v3-mla": BATCH * HEADS * 4 * 3.5, "llama4-chunk": 64.0}
 
 
 def hf_family_model(variant: str, T: int, **overrides: Any) -> nn.Module:
@@ -336,7 +337,7 @@ def hf_family_cases() -> list[Case]:
     cases = []
     for variant, (_, implementation, settings) in HF_FAMILY_CASES.items():
         window = settings.get("sliding_window", WINDOW) if "sliding_attention" in settings.get("layer_types", ()) else None
-        quadratic = _HF_EAGER_BYTES if implementation == "eager" else 0.0
+        quadratic = _HF_QUADRATIC_BYTES.get(implementation, _HF_QUADRATIC_BYTES.get(variant, 0.0))
         params = (("variant", variant),)
         cases += [Case(f"poslab:{variant}", "poslab-family", params, window=window),
                   Case(f"hf-{variant}", "hf-family", params, window=window, quadratic_bytes=quadratic)]
