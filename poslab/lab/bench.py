@@ -4,7 +4,9 @@ Attention (forward + backward of one self-attention layer with its projections, 
 biases except Bloom's (built in), ``B=8, h=4, d_k=32, d=128``, causal, fp32) for every registered position scheme, a sliding window, and four
 references: ``torch.nn.MultiheadAttention`` (causal ``attn_mask``, ``need_weights=False``, and the
 same with the ``is_causal`` hint), a naive eager ``softmax(QK^T)V``, ``transformers``' Llama
-attention (RoPE, SDPA) and Bloom attention (ALiBi).
+attention (RoPE, SDPA) and Bloom attention (ALiBi). On request (``--cases``): the modern mechanisms
+(:func:`mechanism_cases`), and transformers' own attention of each modern family next to poslab's layer
+converted from the same model by :mod:`poslab.interop` (:func:`hf_family_cases`).
 
 Honesty rules:
 
