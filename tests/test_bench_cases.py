@@ -30,3 +30,47 @@ def test_unknown_names_and_builders_are_one_line_errors():
         bench.find_cases(["naive", "poslab:nope"])
     with pytest.raises(ValueError, match="unknown benchmark builder 'nope'"):
         bench.build_case(bench.Case("x", "nope"), 8)
+
+
+#: shrink what T=64 would not reach: windows, chunks, the temperature's floor_scale
+_SMALL = {"sliding_window": 16, "attention_chunk_size": 16, "floor_scale": 8}
+
+
+@pytest.mark.parametrize("variant", list(bench.HF_FAMILY_CASES))
+def test_hf_family_case_and_its_poslab_twin_compute_the_same_function(variant, single_thread):
+    """``hf-<variant>`` and ``poslab:<variant>`` (converted by poslab.interop from the same model):
+    equal outputs and input gradients, so the benchmark compares like with like."""
+    T = 64
+    torch.manual_seed(0)
+    _, _, settings = bench.HF_FAMILY_CASES[variant]
+    overrides = {k: v for k, v in _SMALL.items() if k in settings or (k == "sliding_window" and "sliding_attention" in settings.get("layer_types", ()))}
+    model = bench.hf_family_model(variant, T, **overrides)
+    with torch.no_grad():  # outputs O(1), logits O(10): near enough the soft-cap; sinks that matter
+        for name, p in model.named_parameters():
+            query_or_key = any(part in name for part in ("q_proj", "k_proj", "q_a", "q_b", "kv_a_proj", "kv_b"))
+            p.normal_(0.0, 3.0 if name.endswith("sinks") else 0.3 if query_or_key else bench.D_MODEL**-0.5)
+    x = torch.randn(2, T, bench.D_MODEL, requires_grad=True)
+    hf_module, hf_forward = bench.hf_family_attention(model, x, T)
+    ours_module, ours_forward = bench.poslab_family_attention(model, x, T)
+    assert sum(p.numel() for p in hf_module.parameters()) == sum(p.numel() for p in ours_module.parameters())
+    probe = torch.randn(2, T, bench.D_MODEL)  # a fixed random loss direction
+    theirs = hf_forward()
+    (g_theirs,) = torch.autograd.grad((theirs * probe).sum(), x)
+    ours = ours_forward()
+    (g_ours,) = torch.autograd.grad((ours * probe).sum(), x)
+    assert theirs.std() > 0.1  # not trivially close
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(g_ours, g_theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_hf_family_cases_pair_up_and_name_their_implementation():
+    cases = bench.hf_family_cases()
+    names = [c.name for c in cases]
+    assert names == [n for v in bench.HF_FAMILY_CASES for n in (f"poslab:{v}", f"hf-{v}")]
+    assert bench.find_cases(["hf-gemma2-softcap"]) == [c for c in cases if c.name == "hf-gemma2-softcap"]
+    for case in cases:
+        assert bench.Case.from_json(case.to_json()) == case
+    eager = {v for v, (_, impl, _) in bench.HF_FAMILY_CASES.items() if impl == "eager"}
+    assert eager == {"gemma2-softcap", "gemma2-softcap-window256", "gptoss-sinks", "gptoss-sinks-window128"}
+    with pytest.raises(ValueError, match="unknown transformers family case 'nope'"):
+        bench.hf_family_model("nope", 8)

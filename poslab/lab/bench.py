@@ -4,7 +4,9 @@ Attention (forward + backward of one self-attention layer with its projections, 
 biases except Bloom's (built in), ``B=8, h=4, d_k=32, d=128``, causal, fp32) for every registered position scheme, a sliding window, and four
 references: ``torch.nn.MultiheadAttention`` (causal ``attn_mask``, ``need_weights=False``, and the
 same with the ``is_causal`` hint), a naive eager ``softmax(QK^T)V``, ``transformers``' Llama
-attention (RoPE, SDPA) and Bloom attention (ALiBi).
+attention (RoPE, SDPA) and Bloom attention (ALiBi). On request (``--cases``): the modern mechanisms
+(:func:`mechanism_cases`), and transformers' own attention of each modern family next to poslab's layer
+converted from the same model by :mod:`poslab.interop` (:func:`hf_family_cases`).
 
 Honesty rules:
 
@@ -205,6 +207,111 @@ def build_mla(x: Tensor, T: int) -> Built:
     return module, lambda: module(x, pos)
 
 
+# ------------------------------------------------------------------ transformers' modern families
+#: ``hf-<family>-<mechanism>`` cases: transformers' own attention layer of each modern family, built
+#: offline from a one-layer config at this width. Each maps to ``(model_type, attn_implementation,
+#: config settings)``; ``eager`` where transformers refuses SDPA for the family (``_supports_sdpa =
+#: False``: Gemma 2's soft-cap, gpt-oss's sinks), ``sdpa`` elsewhere. Its ``poslab:<family>-<mechanism>``
+#: twin is poslab's layer converted from the same config and weights by :mod:`poslab.interop`.
+HF_FAMILY_CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "gemma2-softcap": ("gemma2", "eager", {"layer_types": ["full_attention"], "attn_logit_softcapping": 50.0}),
+    f"gemma2-softcap-window{WINDOW}": ("gemma2", "eager", {"layer_types": ["sliding_attention"], "attn_logit_softcapping": 50.0}),
+    "gemma3-qknorm": ("gemma3_text", "sdpa", {"layer_types": ["full_attention"]}),
+    "qwen3-qknorm": ("qwen3", "sdpa", {}),
+    "gptoss-sinks": ("gpt_oss", "eager", {"layer_types": ["full_attention"]}),
+    "gptoss-sinks-window128": ("gpt_oss", "eager", {"layer_types": ["sliding_attention"], "sliding_window": 128}),
+    "llama4-chunk": ("llama4_text", "sdpa", {"layer_types": ["chunked_attention"], "no_rope_layers": [1],
+                                             "attention_chunk_size": WINDOW, "use_qk_norm": True}),
+    "llama4-nope-temperature": ("llama4_text", "sdpa", {"layer_types": ["full_attention"], "no_rope_layers": [0],
+                                                        "attn_temperature_tuning": True, "floor_scale": 8192, "attn_scale": 0.1}),
+    "deepseek-v3-mla": ("deepseek_v3", "sdpa", {**MLA_DIMS, "first_k_dense_replace": 1, "n_routed_experts": 2,
+                                                "num_experts_per_tok": 1, "n_group": 1, "topk_group": 1}),
+}
+#: bytes per ``T^2`` transformers' layers keep (the skip estimate), measured at T=2048: eager 3.4 fp32
+#: ``[B, h, T, T]`` (gpt-oss) to 4.2 (Gemma 2's soft-cap); DeepSeek-V3's SDPA 3.2 (q and v widths
+#: differ: SDPA's math path); Llama 4's chunked SDPA keeps its boolean ``[B, 1, T, T]`` masks
+_HF_QUADRATIC_BYTES = {"eager": BATCH * HEADS * 4 * 4.5, "deepseek-v3-mla": BATCH * HEADS * 4 * 3.5, "llama4-chunk": 64.0}
+
+
+def hf_family_model(variant: str, T: int, **overrides: Any) -> nn.Module:
+    """A one-layer ``...ForCausalLM`` of :data:`HF_FAMILY_CASES` ``variant`` at the bench geometry (fp32, train mode).
+
+    Args:
+        variant: key of :data:`HF_FAMILY_CASES`.
+        T: longest sequence the model will see (its ``max_position_embeddings`` is at least this).
+        overrides: config fields replacing the variant's (tests shrink windows, chunks, ``floor_scale``).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if variant not in HF_FAMILY_CASES:
+        raise ValueError(f"unknown transformers family case {variant!r}; known: {', '.join(HF_FAMILY_CASES)}")
+    model_type, implementation, settings = HF_FAMILY_CASES[variant]
+    common: dict[str, Any] = dict(
+        vocab_size=256, hidden_size=D_MODEL, num_attention_heads=HEADS, num_key_value_heads=HEADS, head_dim=HEAD_DIM,
+        num_hidden_layers=1, intermediate_size=4 * D_MODEL, max_position_embeddings=max(T, 4096),
+        bos_token_id=None, eos_token_id=None, pad_token_id=None, sliding_window=WINDOW,
+    )
+    if model_type in ("gemma2", "gemma3_text"):
+        common["query_pre_attn_scalar"] = HEAD_DIM  # softmax scale 1/sqrt(d_k), as every other case
+    if model_type == "llama4_text":
+        common.update(moe_layers=[], intermediate_size_mlp=4 * D_MODEL)
+    if model_type == "gpt_oss":
+        common.update(num_local_experts=2, num_experts_per_tok=1)
+    if model_type == "deepseek_v3":
+        del common["head_dim"]  # MLA: the config derives its rotary head_dim from qk_rope_head_dim
+    config = AutoConfig.for_model(model_type, **{**common, **settings, **overrides})
+    return AutoModelForCausalLM.from_config(config, attn_implementation=implementation).float().train()
+
+
+def hf_family_attention(model: nn.Module, x: Tensor, T: int) -> Built:
+    """Layer 0's ``self_attn`` of ``model``, called as its model calls it: the model's rotary embedding
+    and the mask of the layer's type (causal, sliding window or chunked) from ``transformers.masking_utils``."""
+    from transformers import masking_utils
+
+    config, inner = model.config, model.model
+    layer_type = (getattr(config, "layer_types", None) or ["full_attention"])[0]
+    make_mask = {"full_attention": masking_utils.create_causal_mask,
+                 "sliding_attention": masking_utils.create_sliding_window_causal_mask,
+                 "chunked_attention": masking_utils.create_chunked_causal_mask}[layer_type]
+    attn = inner.layers[0].self_attn
+    position_ids = torch.arange(T)[None]
+    per_type_rope = config.model_type == "gemma3_text"  # Gemma 3: one rotary embedding per layer type
+
+    def forward() -> Tensor:
+        rope = inner.rotary_emb(x, position_ids, layer_type) if per_type_rope else inner.rotary_emb(x, position_ids)
+        mask = make_mask(config=config, inputs_embeds=x, attention_mask=None, cache=None, position_ids=position_ids)
+        return attn(x, position_embeddings=rope, attention_mask=mask)[0]
+
+    return attn, forward
+
+
+def poslab_family_attention(model: nn.Module, x: Tensor, T: int) -> Built:
+    """poslab's attention for layer 0 of ``model``, converted by :mod:`poslab.interop` (``from_hf``; gpt-oss:
+    ``attention_from_hf``), with the same weights and every mechanism setting taken from the config."""
+    if model.config.model_type == "gpt_oss":  # MoE MLPs: from_hf refuses the model, the attention layers convert
+        from poslab.interop.gpt_oss import attention_from_hf
+
+        attn, scheme = attention_from_hf(model, 0)
+    else:
+        from poslab.interop.hf import from_hf
+
+        gpt = from_hf(model)
+        attn, scheme = gpt.blocks[0].attn, gpt.layer_position(0)
+    attn.train()
+    pos = torch.arange(T)
+    return attn, lambda: attn(x, pos, position=scheme)
+
+
+def build_hf_family(x: Tensor, T: int, *, variant: str) -> Built:
+    """``transformers``' own attention layer of :data:`HF_FAMILY_CASES` ``variant`` (:func:`hf_family_attention`)."""
+    return hf_family_attention(hf_family_model(variant, T), x, T)
+
+
+def build_poslab_family(x: Tensor, T: int, *, variant: str) -> Built:
+    """poslab's twin of ``hf-<variant>``, converted from the same config (:func:`poslab_family_attention`)."""
+    return poslab_family_attention(hf_family_model(variant, T), x, T)
+
+
 #: builder name -> function ``(x [B, T, d], T, **params) -> (module, forward)``
 BUILDERS: dict[str, Callable[..., Built]] = {
     "poslab": build_poslab,
@@ -213,6 +320,8 @@ BUILDERS: dict[str, Callable[..., Built]] = {
     "hf-llama": build_hf_llama,
     "hf-bloom": build_hf_bloom,
     "mla": build_mla,
+    "hf-family": build_hf_family,
+    "poslab-family": build_poslab_family,
 }
 
 
@@ -223,6 +332,18 @@ def mechanism_cases() -> list[Case]:
         scheme = "none" if mechanism == "temperature" else "rope"
         cases.append(Case(f"poslab:{scheme}+{mechanism}", "poslab", (("scheme", scheme), ("mechanism", mechanism))))
     return [*cases, Case("poslab:mla", "mla")]
+
+
+def hf_family_cases() -> list[Case]:
+    """Each :data:`HF_FAMILY_CASES` variant twice: ``poslab:<variant>`` (converted) then ``hf-<variant>``."""
+    cases = []
+    for variant, (_, implementation, settings) in HF_FAMILY_CASES.items():
+        window = settings.get("sliding_window", WINDOW) if "sliding_attention" in settings.get("layer_types", ()) else None
+        quadratic = _HF_QUADRATIC_BYTES.get(implementation, _HF_QUADRATIC_BYTES.get(variant, 0.0))
+        params = (("variant", variant),)
+        cases += [Case(f"poslab:{variant}", "poslab-family", params, window=window),
+                  Case(f"hf-{variant}", "hf-family", params, window=window, quadratic_bytes=quadratic)]
+    return cases
 
 
 def attention_cases(schemes: Sequence[str] | None = None, mechanisms: bool = False) -> list[Case]:
@@ -245,7 +366,7 @@ def attention_cases(schemes: Sequence[str] | None = None, mechanisms: bool = Fal
 
 def find_cases(names: Sequence[str]) -> list[Case]:
     """The cases named (``--cases``), in that order; ``ValueError`` naming an unknown one and listing the known."""
-    known = {c.name: c for c in attention_cases(mechanisms=True)}
+    known = {c.name: c for c in [*attention_cases(mechanisms=True), *hf_family_cases()]}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown benchmark case {unknown[0]!r}; known: {', '.join(known)}")
