@@ -36,6 +36,12 @@ def test_unknown_names_and_builders_are_one_line_errors():
 _SMALL = {"sliding_window": 16, "attention_chunk_size": 16, "floor_scale": 8}
 
 
+#: gpt-oss's global layer: poslab runs SDPA's fused (flash) kernel, transformers an eager softmax; at these
+#: scaled-up logits the flash kernel's fp32 backward is ~1e-4..1e-3 from an fp64 reference with or
+#: without sinks (eager: ~3e-5), so the gradients get 5e-4 here (outputs keep 1e-4)
+_GRAD_ATOL = {"gptoss-sinks": 5e-4}
+
+
 @pytest.mark.parametrize("variant", list(bench.HF_FAMILY_CASES))
 def test_hf_family_case_and_its_poslab_twin_compute_the_same_function(variant, single_thread):
     """``hf-<variant>`` and ``poslab:<variant>`` (converted by poslab.interop from the same model):
@@ -60,7 +66,7 @@ def test_hf_family_case_and_its_poslab_twin_compute_the_same_function(variant, s
     (g_ours,) = torch.autograd.grad((ours * probe).sum(), x)
     assert theirs.std() > 0.1  # not trivially close
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(g_ours, g_theirs, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(g_ours, g_theirs, atol=_GRAD_ATOL.get(variant, 1e-4), rtol=1e-4)
 
 
 def test_hf_family_cases_pair_up_and_name_their_implementation():

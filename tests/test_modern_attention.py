@@ -167,6 +167,34 @@ def test_sink_weights_follow_the_gpt_oss_formula() -> None:
     assert_close(attend(q, k, v, pos, pos, sinks=sinks, backend="sdpa")[0], out, **TIGHT)
 
 
+@pytest.mark.parametrize("hkv,dv", [(4, 16), (2, 16), (2, 24)])
+def test_causal_sinks_run_in_one_fused_call_equal_to_eager(monkeypatch, hkv: int, dv: int) -> None:
+    """A causal layer with sinks and no window is one fused SDPA call (linear memory), equal to eager, gradients too."""
+    import poslab.nn.attention as attention_module
+
+    def no_blocks(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the blocked path ran: its per-block float masks are O(T^2) saved for backward")
+
+    gen = torch.Generator().manual_seed(5)
+    T = 300  # past query_chunk (128): the blocked path would have run before
+    q = torch.randn(2, 4, T, 16, generator=gen, requires_grad=True)
+    k = torch.randn(2, hkv, T, 16, generator=gen, requires_grad=True)
+    v = torch.randn(2, hkv, T, dv, generator=gen, requires_grad=True)
+    sinks = (torch.randn(4, generator=gen) * 2).requires_grad_()
+    pos = torch.arange(T)
+    ref, _ = attend(q, k, v, pos, pos, sinks=sinks, backend="eager")
+    grads_ref = torch.autograd.grad(ref.square().sum(), (q, k, v, sinks))
+    monkeypatch.setattr(attention_module, "_blocked_sdpa", no_blocks)
+    monkeypatch.setattr(attention_module, "_sdpa_block", no_blocks)
+    out, _ = attend(q, k, v, pos, pos, sinks=sinks, backend="sdpa")
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v, sinks))
+    assert_close(out, ref, atol=1e-5, rtol=1e-4)
+    for got, want in zip(grads, grads_ref):
+        assert_close(got, want, atol=1e-4, rtol=1e-4)
+    no_sinks, _ = attend(q, k, v, pos, pos, backend="sdpa")
+    assert (no_sinks - out).abs().max() > 1e-2  # the sinks changed the output
+
+
 def test_chunk_mask_is_same_chunk_and_causal() -> None:
     q, k, v = _qkv(Tq=11, Tk=11)
     pos = torch.arange(11)

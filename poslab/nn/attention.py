@@ -333,6 +333,10 @@ def attend(
         return out, None
     if plain and not causal:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale, enable_gqa=gqa), None
+    sinks_only = (sinks is not None and bias_fn is None and attn_mask is None and window is None and chunk is None)
+    if (sinks_only and causal and Tq == Tk and (q_pos is k_pos or torch.equal(q_pos, k_pos))
+            and (increasing if increasing is not None else _increasing(q_pos))):
+        return _fused_causal_sinks(q, k, v, sinks, scale, dropout, gqa), None
     if Tq > query_chunk and _sorted(q_pos) and _sorted(k_pos):
         recompute = Tk >= recompute_threshold and torch.is_grad_enabled()
         out = _blocked_sdpa(q, k, v, q_pos, k_pos, causal, window, bias_fn, attn_mask, scale, dropout, query_chunk, recompute,
@@ -394,6 +398,43 @@ def _with_sink_column(q: Tensor, k: Tensor, v: Tensor, combined: Tensor | None, 
     k = torch.cat((k, k.new_zeros(B, k.shape[1], 1, k.shape[3])), dim=2)  # [B, hkv, Tk+1, dk]
     v = torch.cat((v, v.new_zeros(B, v.shape[1], 1, v.shape[3])), dim=2)  # [B, hkv, Tk+1, dv]
     return k, v, combined
+
+
+#: zero head dims appended by :func:`_fused_causal_sinks` (one carries the sink; d_k + 8 keeps SDPA's vector widths)
+SINK_PAD = 8
+
+
+def _fused_causal_sinks(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, scale: float, dropout: float, gqa: bool) -> Tensor:
+    """Causal attention with a learned sink logit per head, in one fused SDPA call (linear memory in ``T``).
+
+    The sink becomes a key in front of the sequence, and the queries get :data:`SINK_PAD` more head
+    dims: query head ``h`` carries ``sink_h / scale`` in the first of them, the sink key a 1 and every
+    real key a 0, so the sink's logit is ``sink_h`` and every other logit is unchanged. An all-zero
+    query row in front keeps SDPA's top-left causal mask aligned (query ``i`` then sees the sink and
+    keys ``0 .. i``); its output row is dropped. Values get a zero row for the sink (so it joins the
+    denominator only) and are padded to the query width, which SDPA's fused CPU kernels require.
+
+    Args:
+        q: ``[B, h, T, d_k]``; k: ``[B, h_kv, T, d_k]``; v: ``[B, h_kv, T, d_v]`` (same positions, increasing).
+        sinks: ``[h]`` sink logits.
+
+    Returns:
+        ``[B, h, T, d_v]``.
+    """
+    B, h, T, dk = q.shape
+    hkv, dv = k.shape[1], v.shape[3]
+    width = max(dk + SINK_PAD, dv)
+    sink_q = (sinks.to(q.dtype) / scale).view(1, h, 1, 1).expand(B, h, T, 1)  # [B, h, T, 1]
+    q_ext = torch.cat((q, sink_q, q.new_zeros(B, h, T, width - dk - 1)), dim=-1)  # [B, h, T, width]
+    q_ext = torch.cat((q_ext.new_zeros(B, h, 1, width), q_ext), dim=2)  # [B, h, 1+T, width]: a dropped row in front
+    sink_key = k.new_zeros(B, hkv, 1, width)
+    sink_key[..., dk] = 1.0  # the sink's dot product with query head h: sink_h / scale
+    k_ext = torch.cat((sink_key, F.pad(k, (0, width - dk))), dim=2)  # [B, hkv, 1+T, width]
+    v_ext = F.pad(v, (0, width - dv, 1, 0))  # [B, hkv, 1+T, width]: a zero value for the sink, zero-padded
+    with _cpu_lowp_kernel(q_ext):
+        out = F.scaled_dot_product_attention(q_ext, k_ext, v_ext, dropout_p=dropout, is_causal=True, scale=scale,
+                                             enable_gqa=gqa)  # [B, h, 1+T, width]
+    return out[:, :, 1:, :dv]  # [B, h, T, d_v]
 
 
 def _cpu_lowp_kernel(q: Tensor) -> contextlib.AbstractContextManager:
