@@ -143,6 +143,16 @@ CASES = [
          ValueError, r"target id 20 is outside the vocabulary: targets must lie in \[0, 20\) or be -1"),
     Case("cache-capacity-0", "`model.make_cache(1, capacity=0)`", lambda: _tiny_gpt().make_cache(1, capacity=0),
          ValueError, r"capacity must be a positive integer \(or None = block_size\), got 0"),
+    Case("segment-memory-length", "`SegmentMemory(0)`", lambda: __import__("poslab.nn.memory", fromlist=["x"]).SegmentMemory(0),
+         ValueError, r"mem_len \(the segment memory's length M\) must be a positive integer, got 0"),
+    Case("average-shape-mismatch", '`average_state_dicts([{"w": torch.zeros(2)}, {"w": torch.zeros(3)}])`',
+         lambda: __import__("poslab.training.averaging", fromlist=["x"]).average_state_dicts(
+             [{"w": torch.zeros(2)}, {"w": torch.zeros(3)}]),
+         ValueError, r"key 'w': shape \[3\] in state dict 1 differs from \[2\] in state dict 0"),
+    Case("average-negative-weight", '`average_state_dicts([sd, sd], weights=[1.0, -1.0])`',
+         lambda: __import__("poslab.training.averaging", fromlist=["x"]).average_state_dicts(
+             [{"w": torch.zeros(2)}, {"w": torch.zeros(2)}], weights=[1.0, -1.0]),
+         ValueError, r"weights\[1\] = -1\.0: each weight must be a finite number >= 0"),
 ]
 
 
