@@ -459,32 +459,16 @@ class RunFolder:
             FileExistsError: ``out`` exists and is not an empty folder.
             ValueError, CheckpointError: as :meth:`averaged_model`.
         """
-        out = Path(out)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise FileExistsError(f"{str(out)!r} already exists and is not an empty folder; averaging never overwrites a run")
+        out = refuse_existing_run(out, "averaging")
         model, steps = self.averaged_model(last, weights)
-        tokenizer = self.tokenizer()
         total = sum(weights) if weights is not None else None
         normalised = [1.0 / len(steps)] * len(steps) if weights is None else [float(w) / total for w in weights]
         source = {"run": str(self.path.resolve()), "steps": steps, "weights": normalised}
         doc = self.config()
         doc = {**doc, "train": {**doc.get("train", {}), "name": out.name, "out_dir": str(out.parent)},
                "data": {**doc.get("data", {}), "averaged_from": source}}
-
-        def fill(folder: Path) -> None:
-            run = RunFolder(folder)
-            run.write_start(tokenizer)
-            run.write_config(doc)  # records the tokenizer's digest
-            tensors, aliases = ckpt.model_tensors(model)
-            identity = run.resume_identity()
-            meta = {"config": identity, "config_hash": ckpt.config_hash(identity), "model_aliases": aliases,
-                    "averaged_from": source, "torch_version": torch.__version__}
-            run.save_checkpoint(steps[-1], tensors, meta)
-            run.write_results({"name": out.name, "status": "averaged", "steps": steps[-1], "averaged_from": source,
-                               "n_params": sum(p.numel() for p in model.parameters())})
-
-        atomic_write_folder(out, fill)
-        return out
+        return write_model_run(out, model, self.tokenizer(), doc, step=steps[-1], meta={"averaged_from": source},
+                               results={"status": "averaged", "steps": steps[-1], "averaged_from": source})
 
     def load(self, step: int | None = None) -> tuple[GPT, Any, dict[str, Any]]:
         """``(model, tokenizer, config)``: :meth:`load_model`, :meth:`tokenizer`, :meth:`config`."""
@@ -616,6 +600,40 @@ def training_state_missing(tensors: dict[str, Tensor], meta: dict[str, Any]) -> 
     elif "optimizer" in meta:
         missing.append("the optimizer's param_groups")
     return missing
+
+
+def refuse_existing_run(out: str | Path, action: str) -> Path:
+    """``out`` as a ``Path``; ``FileExistsError`` if it exists and is not an empty folder (``action`` never overwrites)."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{str(out)!r} already exists and is not an empty folder; {action} never overwrites a run")
+    return out
+
+
+def write_model_run(out: str | Path, model: nn.Module, tokenizer: Any, config_doc: dict[str, Any], *, step: int,
+                    meta: dict[str, Any], results: dict[str, Any]) -> Path:
+    """Create the run folder ``out`` holding ``model`` as one model-only checkpoint (a converted or averaged run).
+
+    The folder gets the tokenizer, ``config_doc`` as its config (with the tokenizer's digest), the
+    checkpoint at ``step`` (its meta: the resume identity, the model's tensor aliases, ``meta`` and the
+    torch version) and ``results.json`` (``name``, ``results``, ``n_params``); ``load_run``, ``poslab
+    eval`` and ``poslab sample`` read it as any run. It is written aside and renamed at the end, and an
+    existing non-empty ``out`` is refused (:func:`refuse_existing_run`).
+    """
+    out = refuse_existing_run(out, "writing a run")
+
+    def fill(folder: Path) -> None:
+        run = RunFolder(folder)
+        run.write_start(tokenizer)
+        run.write_config(config_doc)  # records the tokenizer's digest
+        tensors, aliases = ckpt.model_tensors(model)
+        identity = run.resume_identity()
+        run.save_checkpoint(step, tensors, {"config": identity, "config_hash": ckpt.config_hash(identity),
+                                            "model_aliases": aliases, **meta, "torch_version": torch.__version__})
+        run.write_results({"name": out.name, **results, "n_params": sum(p.numel() for p in model.parameters())})
+
+    atomic_write_folder(out, fill)
+    return out
 
 
 def load_run(run_dir: str | Path, step: int | None = None) -> tuple[GPT, Any, dict[str, Any]]:

@@ -32,12 +32,7 @@ def corpus(tmp_path_factory) -> str:
     return str(path)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def _tiny(tmp_path: Path, corpus: str, **overrides) -> TrainConfig:

@@ -23,9 +23,7 @@ from typing import Any
 import torch
 
 from poslab.data.hf_tokenizer import HFTokenizer, IdsTokenizer
-from poslab.fileio import atomic_write_folder
 from poslab.interop.hf import from_hf
-from poslab.training import checkpoint as ckpt
 
 DTYPES = {"source": None, "fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -47,14 +45,13 @@ def convert_hf_folder(source: str | Path, out: str | Path, *, corpus: str = "sha
         FileExistsError: ``out`` exists and is not an empty folder.
     """
     from poslab.data import CORPORA
-    from poslab.runs import RunFolder
+    from poslab.runs import refuse_existing_run, write_model_run
     from poslab.training.config import TrainConfig
 
     source, out = Path(source), Path(out)
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not allowed; choose one of {list(DTYPES)}")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"{str(out)!r} already exists and is not an empty folder; convert never overwrites a run")
+    refuse_existing_run(out, "convert")  # before the conversion's work
     if corpus not in CORPORA and not Path(corpus).is_file():
         raise ValueError(f"corpus {corpus!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file")
     try:
@@ -73,23 +70,12 @@ def convert_hf_folder(source: str | Path, out: str | Path, *, corpus: str = "sha
                  "converted_from": {"path": str(source.resolve()), "model_type": hf_type}},
     }
 
-    def fill(folder: Path) -> None:
-        run = RunFolder(folder)
-        run.write_start(tokenizer)
-        run.write_config(config_doc)  # records the tokenizer's digest
-        tensors, aliases = ckpt.model_tensors(model)
-        identity = run.resume_identity()
-        meta = {"config": identity, "config_hash": ckpt.config_hash(identity), "model_aliases": aliases, "tokens_seen": 0,
-                "converted_from": config_doc["data"]["converted_from"], "torch_version": torch.__version__}
-        run.save_checkpoint(0, tensors, meta)
-        run.write_results({
-            "name": out.name, "status": "converted", "model_type": hf_type, "source": str(source.resolve()),
-            "n_params": sum(p.numel() for p in model.parameters()), "tokenizer": tokenizer.to_dict()["type"],
-            "dtype": str(model.tok_emb.weight.dtype).replace("torch.", ""),
-        })
-
-    atomic_write_folder(out, fill)
-    return out
+    converted_from = config_doc["data"]["converted_from"]
+    return write_model_run(out, model, tokenizer, config_doc, step=0,
+                           meta={"tokens_seen": 0, "converted_from": converted_from},
+                           results={"status": "converted", "model_type": hf_type, "source": str(source.resolve()),
+                                    "tokenizer": tokenizer.to_dict()["type"],
+                                    "dtype": str(model.tok_emb.weight.dtype).replace("torch.", "")})
 
 
 def _model_type(source: Path) -> str:
