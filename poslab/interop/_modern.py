@@ -86,6 +86,36 @@ def export_attention(src: dict[str, Tensor], sd: dict[str, Tensor], s: str, d: s
 
 
 # ------------------------------------------------------------------------------------------ export
+#: a pre-norm decoder layer's two RMSNorms, HF name -> poslab name
+PRE_NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm2"))
+
+
+def export_decoder(gpt: Any, *, mlp: str = "mlp", qk_norm: bool = False, norms: tuple[tuple[str, str], ...] = PRE_NORMS,
+                   norm_offset: float = 0.0) -> dict[str, Tensor]:
+    """The HF state dict (``model.*``, ``lm_head``) of a dense :class:`poslab.GPT` with fused-qkv attention and a SwiGLU MLP.
+
+    Args:
+        gpt: the model.
+        mlp: the HF name of a layer's MLP (``"mlp"``; Llama 4: ``"feed_forward"``).
+        qk_norm: export each layer's ``q_norm``/``k_norm``.
+        norms: ``(HF name, poslab name)`` of each layer's norms.
+        norm_offset: subtracted from every norm gain (Gemma stores ``w`` where poslab holds ``1 + w``).
+    """
+    cfg, src = gpt.config, gpt.state_dict()
+    q_rows, kv_rows = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    sd = {"model.embed_tokens.weight": src["tok_emb.weight"], "model.norm.weight": src["norm_f.weight"] - norm_offset,
+          "lm_head.weight": src["lm_head.weight"]}
+    for i in range(cfg.n_layer):
+        s, d = f"blocks.{i}.", f"model.layers.{i}."
+        export_attention(src, sd, s, f"{d}self_attn.", q_rows, kv_rows, cfg.bias_of("attn"), qk_norm=qk_norm,
+                         norm_offset=norm_offset)
+        for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+            sd[f"{d}{mlp}.{theirs}.weight"] = src[f"{s}mlp.{ours}.weight"]
+        for theirs, ours in norms:
+            sd[f"{d}{theirs}.weight"] = src[f"{s}{ours}.weight"] - norm_offset
+    return sd
+
+
 def export_problems(gpt: Any, allowed: set[str], **required: Any) -> list[str]:
     """The ``GPTConfig`` fields of ``gpt`` a family layout cannot hold, as ``field=value`` strings.
 

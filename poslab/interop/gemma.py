@@ -160,17 +160,7 @@ def _export(gpt: Any, family: str, out_dir: Any) -> Any:
         hf_config = transformers.Gemma2Config(rope_parameters=next(iter(ropes.values())), attn_logit_softcapping=cfg.attn_softcap,
                                               **common)
         hf = transformers.Gemma2ForCausalLM(hf_config)
-    src = gpt.state_dict()
-    q_rows, kv_rows = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-    sd = {"model.embed_tokens.weight": src["tok_emb.weight"], "model.norm.weight": src["norm_f.weight"] - 1.0,
-          "lm_head.weight": src["lm_head.weight"]}
-    for i in range(cfg.n_layer):
-        s, d = f"blocks.{i}.", f"model.layers.{i}."
-        m.export_attention(src, sd, s, f"{d}self_attn.", q_rows, kv_rows, cfg.bias_of("attn"), qk_norm=gemma3, norm_offset=1.0)
-        for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
-            sd[f"{d}mlp.{theirs}.weight"] = src[f"{s}mlp.{ours}.weight"]
-        for theirs, ours in NORMS:
-            sd[f"{d}{theirs}.weight"] = src[f"{s}{ours}.weight"] - 1.0
+    sd = m.export_decoder(gpt, qk_norm=gemma3, norms=NORMS, norm_offset=1.0)
     return m.finish_export(hf, sd, gpt.tok_emb.weight.dtype, out_dir)
 
 

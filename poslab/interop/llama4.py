@@ -137,15 +137,5 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
     if temp is not None and float(int(temp[0])) != temp[0]:
         raise ValueError(f"to_hf ({FAMILY}): attn_temperature floor_scale={temp[0]} (transformers takes an integer)")
     hf = transformers.Llama4ForCausalLM(hf_config)
-    src = gpt.state_dict()
-    q_rows, kv_rows = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-    sd = {"model.embed_tokens.weight": src["tok_emb.weight"], "model.norm.weight": src["norm_f.weight"],
-          "lm_head.weight": src["lm_head.weight"]}
-    for i in range(cfg.n_layer):
-        s, d = f"blocks.{i}.", f"model.layers.{i}."
-        m.export_attention(src, sd, s, f"{d}self_attn.", q_rows, kv_rows, cfg.bias_of("attn"))
-        for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
-            sd[f"{d}feed_forward.{theirs}.weight"] = src[f"{s}mlp.{ours}.weight"]
-        sd[f"{d}input_layernorm.weight"] = src[f"{s}norm1.weight"]
-        sd[f"{d}post_attention_layernorm.weight"] = src[f"{s}norm2.weight"]
+    sd = m.export_decoder(gpt, mlp="feed_forward")
     return m.finish_export(hf, sd, gpt.tok_emb.weight.dtype, out_dir)

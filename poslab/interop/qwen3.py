@@ -92,15 +92,5 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
         layer_types=types, bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )
     hf = transformers.Qwen3ForCausalLM(hf_config)
-    src = gpt.state_dict()
-    q_rows, kv_rows = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-    sd = {"model.embed_tokens.weight": src["tok_emb.weight"], "model.norm.weight": src["norm_f.weight"],
-          "lm_head.weight": src["lm_head.weight"]}
-    for i in range(cfg.n_layer):
-        s, d = f"blocks.{i}.", f"model.layers.{i}."
-        m.export_attention(src, sd, s, f"{d}self_attn.", q_rows, kv_rows, cfg.bias_of("attn"), qk_norm=True)
-        for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
-            sd[f"{d}mlp.{theirs}.weight"] = src[f"{s}mlp.{ours}.weight"]
-        sd[f"{d}input_layernorm.weight"] = src[f"{s}norm1.weight"]
-        sd[f"{d}post_attention_layernorm.weight"] = src[f"{s}norm2.weight"]
+    sd = m.export_decoder(gpt, qk_norm=True)
     return m.finish_export(hf, sd, gpt.tok_emb.weight.dtype, out_dir)
