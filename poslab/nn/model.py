@@ -187,6 +187,8 @@ class GPTConfig:
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
                 raise ValueError(f"{key} must be a positive number or None, got {value!r}")
+        if not isinstance(self.causal, bool):
+            raise TypeError(f"causal must be a bool (False = bidirectional attention), got {self.causal!r}")
         positions.get(self.position)  # unknown names fail here, listing the known ones
         if dataclasses.is_dataclass(self.position_config):
             self.position_config = dataclasses.asdict(self.position_config)
@@ -195,6 +197,10 @@ class GPTConfig:
         # validates keys and values now, with the model's dimensions filled in; the throwaway scheme is
         # built on the meta device: no memory for its tables (however large block_size is) and no
         # draw from the global RNG (a config is rebuilt between training steps, e.g. on checkpoints)
+        if self.mla is not None:  # the scheme's head_dim is mla's qk_rope_head_dim: check mla first
+            from poslab.nn.mla import validate_mla
+
+            self.mla = validate_mla(self.mla)
         with torch.random.fork_rng(devices=[]), torch.device("meta"):
             try:
                 scheme = positions.build_for_model(self.position, self.position_config, self.position_context())
