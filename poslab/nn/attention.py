@@ -325,8 +325,12 @@ def attend(
     Tq, Tk = q.shape[2], k.shape[2]
     gqa = q.shape[1] != k.shape[1]
     plain = bias_fn is None and attn_mask is None and window is None and chunk is None and sinks is None
-    if (plain and causal and Tq == Tk and (q_pos is k_pos or torch.equal(q_pos, k_pos))
-            and (increasing if increasing is not None else _increasing(q_pos))):
+
+    def one_run() -> bool:  # q and k share one increasing run of positions: SDPA's is_causal is exact
+        return (causal and Tq == Tk and (q_pos is k_pos or torch.equal(q_pos, k_pos))
+                and (increasing if increasing is not None else _increasing(q_pos)))
+
+    if plain and one_run():
         # one increasing run of positions shared by q and k: the fused causal kernel is exact
         with _cpu_lowp_kernel(q):
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scale, enable_gqa=gqa)
@@ -334,8 +338,7 @@ def attend(
     if plain and not causal:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale, enable_gqa=gqa), None
     sinks_only = (sinks is not None and bias_fn is None and attn_mask is None and window is None and chunk is None)
-    if (sinks_only and causal and Tq == Tk and (q_pos is k_pos or torch.equal(q_pos, k_pos))
-            and (increasing if increasing is not None else _increasing(q_pos))):
+    if sinks_only and one_run():
         return _fused_causal_sinks(q, k, v, sinks, scale, dropout, gqa), None
     if Tq > query_chunk and _sorted(q_pos) and _sorted(k_pos):
         recompute = Tk >= recompute_threshold and torch.is_grad_enabled()
