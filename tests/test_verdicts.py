@@ -139,3 +139,20 @@ def test_missed_by_says_margin_against_noise():
     tie = compare("tie", "t", [1.0, 1.1, 0.9], [1.0, 1.05, 0.95], better_label="a", worse_label="b", metric="m")
     assert tie.verdict == INCONCLUSIVE and missed_by(tie).startswith("|margin| 0 ≤ noise")
     assert "deterministic" in missed_by(deterministic("c", "s", "e <= 1", "0", error=0.0, tolerance=1.0))
+
+
+def test_an_unmet_premise_makes_the_claim_not_testable_and_a_decided_record_is_refused():
+    from poslab.lab.verdicts import Premise, check_records, not_testable, with_premise
+
+    record = compare("a beats b", "test", [1.0, 1.1, 0.9], [3.0, 3.1, 2.9], better_label="a", worse_label="b",
+                     metric="loss")
+    assert record.verdict == "held"
+    gated = with_premise(record, Premise("accuracy at L >= 0.9", "a 0.40, b 0.35", met=False))
+    assert gated.verdict == "inconclusive" and not_testable(gated)
+    assert gated.details["reason"].startswith("premise not met: accuracy at L >= 0.9")
+    assert gated.details["verdict_without_premise"] == "held"
+    kept = with_premise(record, Premise("accuracy at L >= 0.9", "a 0.97, b 0.95", met=True))
+    assert kept.verdict == "held" and not not_testable(kept)
+    forged = {**record.to_dict(), "premise": {"text": "x", "measured": "y", "met": False}}
+    assert check_records([forged]) and "unmet premise" in check_records([forged])[0]
+    assert ClaimRecord.from_dict(gated.to_dict()) == gated

@@ -56,6 +56,32 @@ def t975(df: float) -> float:
 
 
 @dataclass(frozen=True)
+class Premise:
+    """What the models must be able to do before a claim about them can be tested.
+
+    Fixed before any run (its text and threshold live in the experiment's code, never tuned to the
+    result) and measured on the same runs as the claim.
+
+    Attributes:
+        text: the requirement in words (``"accuracy at L >= 0.9 in both arms"``).
+        measured: what the runs reached, as a short text (``"rope 0.97, nope 0.42"``).
+        met: whether every arm met it.
+    """
+
+    text: str
+    measured: str
+    met: bool
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.met, bool):
+            raise ValueError(f"premise 'met' must be a bool, got {self.met!r}")
+
+
+#: the start of the reason an unmet premise gives in a record's ``details["reason"]``
+PREMISE_NOT_MET = "premise not met"
+
+
+@dataclass(frozen=True)
 class ClaimRecord:
     """One tested claim, as results.json and the report hold it.
 
@@ -70,6 +96,8 @@ class ClaimRecord:
         n_seeds: seeds per arm (the smaller arm); 0 for deterministic claims.
         verdict: one of :data:`VERDICTS`.
         details: any further numbers (per-seed values, means, spreads), for plots and the page.
+        premise: what the models had to be able to do for the claim to be testable (every claim
+            decided on trained models has one); unmet means the verdict is ``inconclusive``.
     """
 
     claim: str
@@ -81,10 +109,16 @@ class ClaimRecord:
     n_seeds: int
     verdict: str
     details: dict[str, Any] = field(default_factory=dict)
+    premise: Premise | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {list(VERDICTS)}, got {self.verdict!r}")
+        if isinstance(self.premise, dict):
+            object.__setattr__(self, "premise", Premise(**self.premise))
+        if self.premise is not None and not self.premise.met and self.verdict != INCONCLUSIVE:
+            raise ValueError(f"a {self.verdict!r} verdict on an unmet premise ({self.premise.text!r}): "
+                             f"the claim is not testable at this scale ({self.claim!r})")
         if self.verdict != INCONCLUSIVE:
             if self.margin is None:
                 raise ValueError(f"a {self.verdict!r} verdict needs a margin ({self.claim!r})")
@@ -101,10 +135,28 @@ class ClaimRecord:
     def from_dict(cls, data: dict[str, Any]) -> ClaimRecord:
         """A record from its dict form; a missing field or an unknown verdict is a ``ValueError``."""
         names = [f.name for f in dataclasses.fields(cls)]
-        missing = [n for n in names if n not in data and n != "details"]
+        missing = [n for n in names if n not in data and n not in ("details", "premise")]
         if missing:
             raise ValueError(f"claim record misses {missing}: {data!r}"[:300])
         return cls(**{n: data[n] for n in names if n in data})
+
+
+def not_testable(record: ClaimRecord) -> bool:
+    """Whether the record's premise was measured and not met ("not testable at this scale")."""
+    return record.premise is not None and not record.premise.met
+
+
+def with_premise(record: ClaimRecord, premise: Premise) -> ClaimRecord:
+    """``record`` with its premise; an unmet premise turns the verdict into ``inconclusive``.
+
+    The reason is kept in ``details["reason"]`` (``"premise not met: ..."``) and the verdict the
+    comparison alone would have given in ``details["verdict_without_premise"]``.
+    """
+    if premise.met:
+        return dataclasses.replace(record, premise=premise)
+    details = dict(record.details, reason=f"{PREMISE_NOT_MET}: {premise.text} (measured: {premise.measured})",
+                   verdict_without_premise=record.verdict)
+    return dataclasses.replace(record, premise=premise, verdict=INCONCLUSIVE, details=details)
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float | None]:
@@ -398,6 +450,8 @@ def check_records(records: Sequence[dict[str, Any] | ClaimRecord]) -> list[str]:
             problems.append(f"{record.claim!r}: margin {record.margin} within noise {record.noise}")
         if record.verdict != INCONCLUSIVE and 0 < record.n_seeds < MIN_SEEDS:
             problems.append(f"{record.claim!r}: {record.n_seeds} seeds decided a comparison")
+        if record.verdict != INCONCLUSIVE and not_testable(record):
+            problems.append(f"{record.claim!r}: decided on an unmet premise")
     return problems
 
 
