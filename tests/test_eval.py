@@ -290,3 +290,24 @@ def test_longrope_from_a_json_file(tmp_path):
         parse_rope_scaling(f"longrope:{bad}")
     with pytest.raises(ValueError, match="does not exist"):
         parse_rope_scaling(f"longrope:{tmp_path / 'missing.json'}")
+
+
+def test_loss_by_position_is_flat_for_a_model_without_context_and_drops_for_one_with_it():
+    import torch
+
+    from poslab.analysis.eval import loss_by_position
+    from poslab.nn.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, n_layer=1, n_head=1, n_embd=16, block_size=16, position="none")).eval()
+    stream = torch.randint(0, 11, (200,))
+    curve = loss_by_position(model, stream, 16, max_windows=8)
+    assert curve.shape == (16,) and curve.dtype == torch.float32
+    # position t scores target t+1 of each window: the mean of the model's own token losses there
+    idx, targets = stream[:128].view(8, 16), stream[1:129].view(8, 16)
+    with torch.no_grad():
+        logits = model(idx)
+    expected = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none").mean(0)
+    torch.testing.assert_close(curve, expected)
+    with pytest.raises(ValueError, match="holds no window"):
+        loss_by_position(model, stream[:10], 16)

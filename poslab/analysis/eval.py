@@ -166,6 +166,37 @@ def token_losses(model: GPT, idx: Tensor, targets: Tensor) -> Tensor:
     return flat.view(B, T)  # [B*T] -> [B, T]
 
 
+def loss_by_position(model: GPT, tokens: Tensor, length: int, max_windows: int = 64) -> Tensor:
+    """Mean loss at each position of a window: how much a model uses its context.
+
+    The stream is cut into non-overlapping windows of ``length`` inputs (at most ``max_windows``,
+    from the start); position ``t`` of a window predicts its target from ``t + 1`` tokens of context.
+    A model that uses its context has a lower loss at late positions than at early ones; a bigram
+    model's curve is flat after position 0.
+
+    Args:
+        model: a GPT (put in eval mode by the caller).
+        tokens: a 1-D token stream ``[N]`` with ``N > length``.
+        length: the window length (at most the model's block size for a learned table).
+        max_windows: how many windows to average.
+
+    Returns:
+        ``[length]`` fp32: the mean cross-entropy (nats) at each position.
+
+    Raises:
+        ValueError: ``length`` < 1 or the stream holds no whole window.
+    """
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ValueError(f"length must be a positive integer, got {length!r}")
+    n = min(max_windows, (tokens.numel() - 1) // length)
+    if n < 1:
+        raise ValueError(f"a stream of {tokens.numel()} tokens holds no window of {length} inputs and their targets")
+    idx = tokens[: n * length].view(n, length)  # [N] -> [n, L]
+    targets = tokens[1 : n * length + 1].view(n, length)  # [n, L]
+    with torch.no_grad():
+        return token_losses(model, idx, targets).mean(dim=0)  # [n, L] -> [L]
+
+
 @dataclass
 class Window:
     """One forward pass of the evaluation: inputs ``tokens[start : start + length]``, of which the
