@@ -165,3 +165,11 @@ def test_report_command(tmp_path, capsys):
         main(["report", "--lang", "fr"])
     assert stop.value.code == 2
     assert main(["lab", "--report-only", "--out", str(lab_dir), "--lang", "zh"]) == 0
+
+
+def test_the_shipped_font_covers_every_chinese_string():
+    from poslab.display.fonts import covered_chars
+
+    text = "".join(m["zh"] for m in STRINGS.values()) + "".join(LESSONS.values())
+    missing = sorted({c for c in text if ord(c) >= 0x2E80 and c not in covered_chars()})
+    assert missing == [], f"characters the shipped font lacks (add them to poslab/display/make_font.py): {missing}"
