@@ -173,3 +173,16 @@ def test_the_shipped_font_covers_every_chinese_string():
     text = "".join(m["zh"] for m in STRINGS.values()) + "".join(LESSONS.values())
     missing = sorted({c for c in text if ord(c) >= 0x2E80 and c not in covered_chars()})
     assert missing == [], f"characters the shipped font lacks (add them to poslab/display/make_font.py): {missing}"
+
+
+def test_lab_lang_zh_writes_the_chinese_page_after_the_run(tmp_path, monkeypatch):
+    from poslab.lab import lab
+
+    lab_dir = copy_lab(tmp_path / "lab")
+    ran = []
+    monkeypatch.setattr(lab, "run_lab", lambda out, mode, fresh, only: ran.append((out, mode)) or {"steps": []})
+    monkeypatch.setattr(lab, "succeeded", lambda manifest, only: True)
+    with quiet():
+        assert main(["lab", "--quick", "--out", str(lab_dir), "--lang", "zh"]) == 0
+    assert ran == [(lab_dir, "quick")]
+    assert "<html lang='zh-Hans'>" in (lab_dir / "report.zh.html").read_text(encoding="utf-8")
