@@ -87,8 +87,9 @@ def _moe(gpt: Any) -> list[m.Problem]:
 
 #: gpt-oss carries attention sinks and alternating windows, but its MLP is one poslab has not: every
 #: model is refused, and refusals of ``attn_sinks`` name this family.
-WRITES = m.Writes(FAMILY, requires={}, carries=frozenset({"attn_sinks", "window", "layer_pattern", "n_kv_head", "attn_head_dim",
-                                                          "attn_bias"}),
+WRITES = m.Writes(FAMILY, requires={"position": "rope", "norm": "rmsnorm", "residual": "sequential"},
+                  carries=frozenset({"mlp", "attn_sinks", "window", "layer_pattern", "n_kv_head", "attn_head_dim",
+                                                          "attn_bias", "mlp_bias", "norm_bias"}),
                   layer_keys=frozenset({"window"}), checks=(_moe,), export=None)
 FAMILIES = (m.Family(FAMILY, "model.", "gpt-oss (attention layers only, via poslab.interop.gpt_oss.attention_from_hf: sinks, "
                                        "alternating sliding/full; the MoE MLP is refused)", convert, WRITES),)

@@ -92,24 +92,27 @@ def from_hf(model_or_dir: Any, *, dtype: torch.dtype | None = None) -> GPT:
 def refusal(gpt: GPT) -> str | None:
     """``None`` when some family expresses ``gpt``, else the one-line reason :func:`to_hf` refuses it.
 
-    The line names the nearest family (fewest problems), its first problem's option, and every
-    family that carries that option (whose other requirements the model misses).
+    The line names the nearest writable family (fewest problems) and what it cannot hold, then each
+    family that carries that option and the first thing of the model it does not hold.
     """
-    tried: list[tuple[Writes, list[Problem]]] = []
-    for writes in WRITERS:
-        problems = writes.expresses(gpt)
-        if not problems:
-            return None
-        tried.append((writes, problems))
-    nearest, problems = min(tried, key=lambda t: len(t[1]))
+    tried = [(w, w.expresses(gpt)) for w in WRITERS]
+    if any(not problems for _, problems in tried):
+        return None
+    nearest, problems = min(((w, p) for w, p in tried if w.export is not None), key=lambda t: len(t[1]))
     field, text = problems[0]
-    carriers = [w.family for w in WRITERS if field in w.carries or field in w.requires]
-    carriers = [f for f in carriers if f != nearest.family]
     value = effective(gpt.config, field) if hasattr(gpt.config, field) else None
-    carried = (f"{field} is carried by {', '.join(carriers)}, which this model does not fit either"
-               if carriers else f"no family poslab writes carries {field}={value!r}")
-    rest = f" (also: {'; '.join(t for _, t in problems[1:])})" if len(problems) > 1 else ""
-    return f"to_hf cannot write this model exactly: nearest family {nearest.family} needs {text}{rest}; {carried}"
+    carriers = [(w, p) for w, p in tried if w is not nearest and (field in w.carries or _requires(w, field, value))]
+    if carriers:
+        tail = "; ".join(f"{w.family} carries {field} but not {p[0][1]}" for w, p in carriers[:3])
+    else:
+        tail = f"no family poslab writes carries {field}={value!r}"
+    rest = f" (also {'; '.join(t for _, t in problems[1:3])}{'; ...' if len(problems) > 3 else ''})" if len(problems) > 1 else ""
+    return f"to_hf cannot write this model exactly: {nearest.family}, the nearest family, cannot hold {text}{rest}; {tail}"
+
+
+def _requires(writes: Writes, field: str, value: Any) -> bool:
+    want = writes.requires.get(field, object())
+    return value in (want if isinstance(want, tuple) else (want,))
 
 
 def to_hf(gpt: GPT, out_dir: str | os.PathLike | None = None) -> Any:
