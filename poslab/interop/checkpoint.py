@@ -140,6 +140,7 @@ def load_hf_source(model_or_dir: Any) -> tuple[Any, dict[str, Tensor]]:
     try:
         config = transformers_module().AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
     except KeyError as err:  # a rope_parameters entry transformers' own validation reads without a default
-        raise ValueError(f"{str(folder / 'config.json')!r}: transformers cannot read it: field {err} is missing "
-                         "(rope_parameters needs every field of its rope_type)") from None
+        reason = err.args[0] if err.args else repr(err)
+        raise ValueError(f"{str(folder / 'config.json')!r}: transformers cannot read it: {reason} "
+                         "(each rope_type needs its own fields)") from None
     return config, read_weights(folder)

@@ -83,8 +83,8 @@ def from_hf(model_or_dir: Any, *, dtype: torch.dtype | None = None) -> GPT:
     expected = gpt.state_dict()
     for key, tensor in state.items():
         if key in expected and tensor.shape != expected[key].shape:
-            raise ValueError(f"{family} checkpoint weight for {key!r} has shape {list(tensor.shape)}; "
-                             f"the config's dimensions need {list(expected[key].shape)}")
+            raise ValueError(f"{family} checkpoint: the weights mapped to poslab's {key!r} have shape {list(tensor.shape)}; "
+                             f"the config's sizes need {list(expected[key].shape)}")
     gpt.load_state_dict(state, strict=True)  # copies (and casts) into the parameters
     return gpt.eval()
 
