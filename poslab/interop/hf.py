@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from poslab.interop.checkpoint import load_hf_source
-from poslab.interop.common import ROPE_TYPES, Family, Problem, Weights, Writes, effective
+from poslab.interop.common import ROPE_TYPES, Family, Weights, Writes, effective
 from poslab.nn.model import GPT, GPTConfig
 
 #: the family modules, in export preference order (the simplest layout that expresses a model wins)
