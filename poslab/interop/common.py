@@ -485,7 +485,8 @@ def rope_check(family: str, layout: str | None = "half") -> Callable[[Any], list
             scheme = gpt.layer_position(i)
             if layout is not None and scheme.config.layout != layout:
                 problems.append(("position_config", f"RoPE layout {scheme.config.layout!r} in layer {i} "
-                                                    f"({family} rotates {layout}-split pairs; see poslab.interop.relayout_rope)"))
+                                                    f"({family} rotates {'half-split' if layout == 'half' else 'interleaved'} pairs; "
+                                                    "see poslab.interop.relayout_rope)"))
             try:
                 hf_rope_parameters(scheme, scheme.config.head_dim, gpt.config.block_size)
             except ValueError as err:
