@@ -10,7 +10,7 @@ import pytest
 from poslab import positions
 from poslab.data import load_corpus
 from poslab.lab.experiments import head_count as heads
-from poslab.lab.experiments import position_training, run_experiment
+from poslab.lab.experiments import position_training, run_experiment, training
 from poslab.lab.experiments.common import unigram_entropy
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records
 
@@ -111,7 +111,7 @@ def test_parallel_trainings_equal_sequential_ones(tmp_path, tiny_base):
 @pytest.mark.parametrize("workers", [0, -1, 1.5, True])
 def test_bad_worker_count_is_refused(tmp_path, tiny_base, workers):
     with pytest.raises(ValueError, match="workers must be a positive integer"):
-        heads.train_variants(tmp_path, tiny_base, {"a": {}}, workers=workers)
+        training.train_variants(tmp_path, tiny_base, {"a": {}}, workers=workers)
     assert not (tmp_path / "runs").exists()
 
 
@@ -119,7 +119,7 @@ def test_experiments_are_registered_and_not_in_all():
     from poslab.lab.experiments import registry
 
     found = registry()
-    assert not found["heads"].IN_ALL and not found["position-training"].IN_ALL
+    assert not found["heads"].EXPERIMENT.in_all and not found["position-training"].EXPERIMENT.in_all
 
 
 @pytest.mark.slow

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from poslab.lab.experiments import registry
+from poslab.lab.experiments import descriptions, registry
 from poslab.lab.experiments import transformer_xl as exp
-from poslab.lab.lab import FULL_ONLY_EXPERIMENTS, plan
+from poslab.lab.lab import plan
 from poslab.lab.verdicts import VERDICTS, ClaimRecord
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -19,8 +19,8 @@ TINY_STEPS = {"max_steps": 6, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "e
 
 
 def test_the_experiment_is_registered_and_in_the_full_lab_only(tmp_path):
-    assert registry()["transformer-xl"] is exp and not exp.IN_ALL
-    assert "transformer-xl" in FULL_ONLY_EXPERIMENTS
+    assert registry()["transformer-xl"] is exp and not exp.EXPERIMENT.in_all
+    assert "transformer-xl" in descriptions("full")
     assert "transformer-xl" in [s.name for s in plan(tmp_path, "full")]
     assert "transformer-xl" not in [s.name for s in plan(tmp_path, "quick")]
 

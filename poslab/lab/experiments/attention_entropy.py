@@ -32,26 +32,20 @@ from torch import Tensor
 
 from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling
 from poslab.display import new_figure, print_table, save_figure
-from poslab.lab.experiments.common import baseline_line, spearman, unigram_entropy
+from poslab.lab.experiments.common import LAB, Experiment, baseline_line, spearman, unigram_entropy
 from poslab.lab.experiments.extrapolation import (
     CORPUS,
     FACTORS,
     SCHEMES,
-    SEEDS,
-    load_model,
-    print_claims,
     shared_models,
     size_of,
 )
+from poslab.lab.experiments.training import SEEDS, load_model, print_claims
 from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, bound, mean_sd, pm
 from poslab.nn import positions
 from poslab.nn.attention import attend
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder
-
-NAME = "attention-entropy"
-DESCRIPTION = "attention entropy vs query position and length, per scheme, with/without YaRN temperature and log-n (seed 000 §3.5)"
-IN_ALL = False  # trains ten models (or reuses the extrapolation experiment's)
 
 QUERY_BLOCK = 256
 #: a rise must be smaller by more than this (nats) to count as "reduced"
@@ -368,7 +362,7 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
     print_claims(claims)
     figure = plot(results, lab, out / "attention_entropy.png")
     return {
-        "experiment": NAME,
+        "experiment": EXPERIMENT.name,
         "size": dataclasses.asdict(lab),
         "train_length": lab.train_length,
         "factors": list(FACTORS),
@@ -382,3 +376,12 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         "figure": str(figure),
         "seconds": time.perf_counter() - start,
     }
+
+EXPERIMENT = Experiment(
+    name="attention-entropy",
+    description="attention entropy vs query position and length, per scheme, with/without YaRN temperature and log-n (seed 000 §3.5)",
+    tier=LAB,
+    run=run,
+    reuses=('extrapolation', 'position-training'),
+    estimate=(15, 900),
+)

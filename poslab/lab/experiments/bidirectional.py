@@ -43,11 +43,10 @@ from typing import Any
 import torch
 
 from poslab.display import print_table, sci
+from poslab.lab.experiments.common import FULL_ONLY, Experiment, plot_seeded_curves, unigram_entropy
+from poslab.lab.experiments.extrapolation import size_of, train_config
+from poslab.lab.experiments.training import SEEDS, print_claims, seed_values, train_seeded
 from poslab.lab.verdicts import at_least, compare, deterministic, pm
-
-NAME = "bidirectional"
-DESCRIPTION = "Haviv et al. 2022's control: NoPos works for a causal LM, fails for a masked LM; no leak without the mask"
-IN_ALL = False  # it trains: run it by name
 
 ARMS = {  # label -> (objective, position)
     "clm-none": ("clm", "none"),
@@ -58,7 +57,6 @@ ARMS = {  # label -> (objective, position)
 }
 #: the masked-LM arms with positions, each tested against the NoPos masked LM
 MLM_WITH_POSITIONS = ("mlm-learned", "mlm-rope")
-SEEDS = (1337, 1338, 1339)
 #: "close": NoPos causal LM at most 5% (relative) above the learned one
 CLOSE = 0.05
 #: "fails": NoPos masked LM more than 10% (relative) above the learned one
@@ -137,8 +135,6 @@ def base_config(quick: bool, size: str | None = None) -> dict[str, Any]:
     The learned table has exactly ``block_size`` rows (this experiment never reads past the
     training length).
     """
-    from poslab.lab.experiments.extrapolation import size_of, train_config
-
     lab = size_of(quick, size)
     config = train_config("none", lab, Path("runs"), block_size=lab.train_length).to_dict()
     for key in ("name", "out_dir"):
@@ -191,13 +187,10 @@ def run(out: Path, quick: bool = False, base: dict[str, Any] | None = None, work
         out: output folder (runs in ``out/runs/ARM-sSEED``, plot ``out/bidirectional_curves.png``).
         quick: the short form (module docstring).
         base: a config mapping replacing the base (tests use a tiny one).
-        workers: trainings at a time (:func:`poslab.lab.experiments.head_count.train_variants`).
+        workers: trainings at a time (:func:`poslab.lab.experiments.training.train_variants`).
         seeds: training seeds (at least 3 for a conclusive verdict).
         leak_layers: depths of the leak experiment.
     """
-    from poslab.lab.experiments.common import plot_seeded_curves, unigram_entropy
-    from poslab.lab.experiments.head_count import print_claims, seed_values, train_seeded
-
     out = Path(out)
     base = base if base is not None else base_config(quick)
     variants = {label: arm_overrides(label, base["max_steps"]) for label in ARMS}
@@ -251,3 +244,11 @@ def run(out: Path, quick: bool = False, base: dict[str, Any] | None = None, work
         "claims": claims,
         "plot": str(plot),
     }
+
+EXPERIMENT = Experiment(
+    name="bidirectional",
+    description="Haviv et al. 2022's control: NoPos works for a causal LM, fails for a masked LM; no leak without the mask",
+    tier=FULL_ONLY,
+    run=run,
+    estimate=(90, 900),
+)

@@ -30,12 +30,11 @@ import torch
 
 from poslab.analysis.eval import evaluate_length
 from poslab.display import new_figure, print_table, save_figure
-from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, best_of, bound, mean_sd, missed_by, paired
+from poslab.lab.experiments.common import LAB, Experiment, baseline_line, unigram_entropy
+from poslab.lab.experiments.training import SEED, SEEDS, ensure_many, ensure_trained, load_model, print_claims
+from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, best_of, bound, mean_sd, paired
 from poslab.runs import RunFolder
 
-NAME = "extrapolation"
-DESCRIPTION = "train one GPT per position scheme at L, perplexity at 1x..16x L (ALiBi paper; seeds 000, 002)"
-IN_ALL = False  # trains ten models
 
 def lab_schemes() -> tuple[str, ...]:
     """The schemes the extrapolation (and attention-entropy) lab trains: every registered scheme a GPT can be
@@ -60,9 +59,6 @@ def lab_schemes() -> tuple[str, ...]:
 SCHEMES = lab_schemes()
 FACTORS = (1, 2, 4, 8, 16)
 CORPUS = "shakespeare"
-SEED = 1337
-#: the seeds every lab model is trained with (the rule needs at least 3 per arm; poslab.lab.verdicts)
-SEEDS = (1337, 1338, 1339)
 
 
 @dataclass(frozen=True)
@@ -176,42 +172,6 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
     return TrainConfig.from_dict(values)
 
 
-def _same_run(run_dir: Path, cfg: Any) -> bool:
-    """A completed run in ``run_dir`` trained with exactly ``cfg`` (up to its name and folder)."""
-    from poslab.runs import RunFileError, RunFolder
-
-    run = RunFolder(run_dir)
-    try:
-        if run.state != "finished":
-            return False
-        saved = run.config()
-    except (OSError, RunFileError):
-        return False
-    # threads change no result (tests/test_train_experiments.py: parallel one-thread == sequential)
-    wanted = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "out_dir", "model", "threads")}
-    have = {k: v for k, v in saved.get("train", {}).items() if k not in ("name", "out_dir", "threads")}
-    model = {k: v for k, v in saved.get("model", {}).items() if k != "vocab_size"}
-    expected_model = {k: v for k, v in cfg.to_dict()["model"].items() if k != "vocab_size"}
-    return have == wanted and model == expected_model
-
-
-def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
-    """Train ``cfg`` unless a completed identical run exists in its folder or one of ``reuse``.
-
-    Returns:
-        The run folder holding the trained model.
-    """
-    from poslab.session import train
-
-    run_dir = Path(cfg.out_dir) / cfg.name
-    for candidate in (run_dir, *reuse):
-        if _same_run(candidate, cfg):
-            return candidate
-    exists = run_dir.exists() and any(run_dir.iterdir())
-    train(cfg, overwrite=exists, progress=False)
-    return run_dir
-
-
 def models_dir(out: Path, size: Size) -> Path:
     """Where an experiment keeps its trained models: ``OUT/models/SIZE``."""
     return Path(out) / "models" / size.name
@@ -228,7 +188,7 @@ POSITION_TRAINING = "position-training"
 
 def _reuse_candidates(scheme: str, size: Size, out: Path, seed: int) -> tuple[Path, ...]:
     parent = Path(out).parent
-    return (parent / NAME / "models" / size.name / run_name(scheme, seed),
+    return (parent / EXPERIMENT.name / "models" / size.name / run_name(scheme, seed),
             parent / POSITION_TRAINING / "runs" / f"{scheme}-s{seed}")
 
 
@@ -240,13 +200,6 @@ def shared_model(scheme: str, size: Size, out: Path, seed: int = SEED) -> Path:
     return ensure_trained(cfg, reuse=_reuse_candidates(scheme, size, out, seed))
 
 
-def _ensure_one(values: dict, reuse: tuple[str, ...]) -> str:
-    """Worker: :func:`ensure_trained` of one config (one thread), returns the run folder."""
-    from poslab.training.config import TrainConfig
-
-    return str(ensure_trained(TrainConfig.from_dict(values), tuple(Path(r) for r in reuse)))
-
-
 def shared_models(schemes: tuple[str, ...] | list[str], size: Size, out: Path, seeds: tuple[int, ...] = SEEDS,
                   workers: int | None = None) -> dict[str, dict[int, Path]]:
     """:func:`shared_model` for every scheme and seed, training the missing ones ``workers`` at a time.
@@ -254,46 +207,11 @@ def shared_models(schemes: tuple[str, ...] | list[str], size: Size, out: Path, s
     Returns:
         scheme -> seed -> run folder.
     """
-    import concurrent.futures
-    import multiprocessing
-
-    from poslab.lab.experiments.head_count import default_workers
-
-    workers = default_workers() if workers is None else workers
-    jobs = {}
-    found: dict[str, dict[int, Path]] = {s: {} for s in schemes}
-    for scheme in schemes:
-        for seed in seeds:
-            cfg = train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed)
-            reuse = _reuse_candidates(scheme, size, out, seed)
-            done = next((c for c in (Path(cfg.out_dir) / cfg.name, *reuse) if _same_run(c, cfg)), None)
-            if done is not None:
-                found[scheme][seed] = done
-            else:
-                jobs[(scheme, seed)] = (cfg, reuse)
-    if jobs:
-        print(f"--- training {len(jobs)} lab models ({min(workers, len(jobs))} at a time): "
-              f"{', '.join(f'{s}/{seed}' for s, seed in jobs)}", flush=True)
-    if workers == 1 or len(jobs) <= 1:
-        for (scheme, seed), (cfg, reuse) in jobs.items():
-            found[scheme][seed] = ensure_trained(cfg, reuse)
-    elif jobs:
-        context = multiprocessing.get_context("spawn")  # not fork: see head_count.train_variants
-        with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
-            futures = {pool.submit(_ensure_one, {**cfg.to_dict(), "threads": cfg.threads or 1}, tuple(map(str, reuse))): key
-                       for key, (cfg, reuse) in jobs.items()}
-            for future in concurrent.futures.as_completed(futures):
-                scheme, seed = futures[future]
-                found[scheme][seed] = Path(future.result())
-    return {s: {seed: found[s][seed] for seed in seeds} for s in schemes}
-
-
-def load_model(run_dir: Path) -> tuple[Any, Any, dict]:
-    """:meth:`poslab.runs.RunFolder.load` (model in eval mode)."""
-    from poslab.runs import RunFolder
-
-    model, tokenizer, config = RunFolder(run_dir).load()
-    return model.eval(), tokenizer, config
+    keys = [(scheme, seed) for scheme in schemes for seed in seeds]
+    jobs = [(train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed),
+             _reuse_candidates(scheme, size, out, seed)) for scheme, seed in keys]
+    found = dict(zip(keys, ensure_many(jobs, workers, what="lab models")))
+    return {s: {seed: found[(s, seed)] for seed in seeds} for s in schemes}
 
 
 # ------------------------------------------------------------------------------------ claims
@@ -527,10 +445,8 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         quick: the demo's size; ``size`` names one of :data:`SIZES` instead.
         schemes: position schemes to train.
         seeds: training seeds (at least 3 for conclusive verdicts).
-        workers: trainings at a time (default: :func:`poslab.lab.experiments.head_count.default_workers`).
+        workers: trainings at a time (default: :func:`poslab.lab.runner.default_workers`).
     """
-    from poslab.lab.experiments.common import baseline_line, unigram_entropy
-
     lab = size_of(quick, size)
     out = Path(out)
     start = time.perf_counter()
@@ -574,7 +490,7 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
     print_claims(claims)
     figure = plot(table, lab, out / "extrapolation.png")
     return {
-        "experiment": NAME,
+        "experiment": EXPERIMENT.name,
         "size": dataclasses.asdict(lab),
         "corpus": CORPUS,
         "unigram_entropy_nats": baseline,
@@ -595,29 +511,11 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         "threads": torch.get_num_threads(),
     }
 
-
-def print_claims(claims: list[dict[str, Any]]) -> None:
-    """Print the verdicts as a table: verdict, claim, measured, margin against noise.
-
-    Takes :class:`poslab.lab.verdicts.ClaimRecord` dicts (and, for experiments not yet converted,
-    the older ``{"claim", "measured": {...}, "verdict"}`` entries).
-    """
-    rows = []
-    for c in claims:
-        measured = c.get("measured", "")
-        if isinstance(measured, dict):
-            measured = ", ".join(f"{k}={_fmt(v)}" for k, v in measured.items())
-        if c.get("note"):
-            measured += f" ({c['note']})"
-        try:
-            against = missed_by(c)
-        except (ValueError, TypeError):
-            against = "-"
-        rows.append([c.get("verdict", "?"), c.get("claim", "?"), measured, against])
-    print_table(["verdict", "claim", "measured", "margin vs noise"], rows, title="claims", align="llll")
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.3g}"
-    return str(value)
+EXPERIMENT = Experiment(
+    name="extrapolation",
+    description="train one GPT per position scheme at L, perplexity at 1x..16x L (ALiBi paper; seeds 000, 002)",
+    tier=LAB,
+    run=run,
+    reuses=('position-training',),
+    estimate=(22, 3600),
+)

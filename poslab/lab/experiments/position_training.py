@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from poslab.display import print_table
-from poslab.lab.experiments.head_count import SEEDS, base_config, print_claims, seed_values, train_seeded
+from poslab.lab.experiments.common import LAB, Experiment, baseline_line, plot_seeded_curves, unigram_entropy
+from poslab.lab.experiments.extrapolation import SIZES, train_config
+from poslab.lab.experiments.head_count import base_config
+from poslab.lab.experiments.training import SEEDS, print_claims, seed_values, train_seeded
 from poslab.lab.verdicts import compare, deterministic, paired, pm
 from poslab.nn import positions
-
-NAME = "position-training"
-DESCRIPTION = "train the same GPT with every registered position scheme, 3 seeds; curves and val loss (seed 001 ex. 3)"
-IN_ALL = False  # it trains: run it by name
 
 #: "only a little worse": NoPE's validation loss within this fraction of the learned table's
 NOPE_MAX_GAP = 0.05
@@ -40,8 +39,6 @@ METRIC = "val loss (whole validation split)"
 
 def quick_variants(schemes: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Base and per-scheme overrides that reproduce the extrapolation experiment's quick models exactly."""
-    from poslab.lab.experiments.extrapolation import SIZES, train_config
-
     base = base_config(True, position="none")
     variants = {name: {"model": train_config(name, SIZES["quick"], Path("runs")).to_dict()["model"]} for name in schemes}
     return base, variants
@@ -100,11 +97,9 @@ def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: 
         schemes: scheme names (default: every registered one).
         base: a config mapping replacing the base (tests use a tiny one; every scheme then trains on it
             with ``position`` set).
-        workers: trainings at a time (see :func:`poslab.lab.experiments.head_count.train_variants`).
+        workers: trainings at a time (see :func:`poslab.lab.experiments.training.train_variants`).
         seeds: training seeds (at least 3 for a conclusive verdict).
     """
-    from poslab.lab.experiments.common import baseline_line, plot_seeded_curves, unigram_entropy
-
     out = Path(out)
     schemes = list(schemes) if schemes is not None else positions.names()
     if base is None and quick:
@@ -145,3 +140,12 @@ def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: 
         "claims": claims,
         "plot": str(plot),
     }
+
+
+EXPERIMENT = Experiment(
+    name="position-training",
+    description="train the same GPT with every registered position scheme, 3 seeds; curves and val loss (seed 001 ex. 3)",
+    tier=LAB,
+    run=run,
+    estimate=(85, 7200),
+)

@@ -27,16 +27,14 @@ import torch
 from torch import Tensor
 
 from poslab.display import new_figure, print_table, save_figure
+from poslab.lab.experiments.common import FULL_ONLY, Experiment
 from poslab.lab.experiments.streaming import train_model
+from poslab.lab.experiments.training import SEEDS
+from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import compare
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder
 
-NAME = "rope-frequency-usage"
-DESCRIPTION = "per-frequency q/k norms of trained RoPE GPTs: which frequencies carry content (Barbero et al. 2024)"
-IN_ALL = False  # it trains: run it by name
-
-SEEDS = (1, 2, 3)
 MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64, "position": "rope"}  # d_k 32: 16 pairs
 QUICK = {"max_steps": 150, "batch_size": 16, "lr": 3e-3, "warmup_steps": 20, "eval_interval": 150, "eval_iters": 2,
          "ckpt_interval": 0, "keep_checkpoints": 1}
@@ -170,11 +168,12 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: dict[str, Any] | None = None,
-        steps: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train one RoPE GPT per seed, measure per-frequency norms, plot, return results (with ``claims``)."""
+        steps: dict[str, Any] | None = None, workers: int | None = None) -> dict[str, Any]:
+    """Train one RoPE GPT per seed (``workers`` at a time), measure per-frequency norms, plot, return results (with ``claims``)."""
     per_seed = []
-    for seed in seeds:
-        run_dir = train_model(out, quick, seed, model or MODEL, steps or (QUICK if quick else FULL))
+    tasks = [Task(f"seed-{seed}", train_model, (out, quick, seed, model or MODEL, steps or (QUICK if quick else FULL)))
+             for seed in seeds]
+    for seed, run_dir in zip(seeds, train_many(tasks, workers)):
         per_seed.append({"seed": seed, **measure(run_dir, WINDOWS["quick" if quick else "full"])})
     n_pairs = len(per_seed[0]["inv_freq"])
     rows = []
@@ -190,3 +189,11 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
     for c in results["claims"]:
         print(f"  [{c['verdict']}] {c['claim']}: {c['measured']}")
     return results
+
+EXPERIMENT = Experiment(
+    name="rope-frequency-usage",
+    description="per-frequency q/k norms of trained RoPE GPTs: which frequencies carry content (Barbero et al. 2024)",
+    tier=FULL_ONLY,
+    run=run,
+    estimate=(30, 300),
+)

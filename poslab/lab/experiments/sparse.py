@@ -45,13 +45,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.display import new_figure, print_table, save_figure
+from poslab.lab.experiments.common import FULL_ONLY, Experiment
+from poslab.lab.experiments.training import print_claims
+from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import ClaimRecord, compare
 from poslab.nn.attention import MultiHeadAttention
 from poslab.nn.sparse import AdaptiveSpanAttention, AxialAttention, LSHAttention
-
-NAME = "sparse"
-DESCRIPTION = "full vs window / axial / LSH / adaptive-span attention: long-range quality, time and memory per step (seed 002 §3.1, §7.1)"
-IN_ALL = False  # it trains: run it by name
 
 KINDS = ("full", "window", "axial", "lsh", "adaptive")
 VOCAB, D_MODEL, N_HEADS, N_LAYERS = 16, 64, 4, 2
@@ -278,14 +277,14 @@ def run(out: Path, quick: bool = False, config: dict[str, Any] | None = None) ->
 
 
 def _run(out: Path, quick: bool, cfg: dict[str, Any]) -> dict:
-    runs = []
-    for T in cfg["lengths"]:
-        for kind in KINDS:
-            for seed in cfg["seeds"]:
-                runs.append(train_one(kind, T, seed, cfg))
-                r = runs[-1]
-                print(f"  {kind:>8} T={T:<4} seed {seed}: loss {r['eval_loss']:.3f} acc {r['accuracy']:.2f} "
-                      f"{r['step_ms']:.1f} ms/step {r['peak_mib']:.1f} MiB", flush=True)
+    def done(task: Task, r: dict[str, Any]) -> None:
+        print(f"  {r['kind']:>8} T={r['T']:<4} seed {r['seed']}: loss {r['eval_loss']:.3f} acc {r['accuracy']:.2f} "
+              f"{r['step_ms']:.1f} ms/step {r['peak_mib']:.1f} MiB", flush=True)
+
+    tasks = [Task(f"{kind}-T{T}-s{seed}", train_one, (kind, T, seed, cfg))
+             for T in cfg["lengths"] for kind in KINDS for seed in cfg["seeds"]]
+    # one after another in this process: the step times and peak memory compare like with like only so
+    runs = train_many(tasks, 1, on_done=done)
     summary: dict[str, dict[int, dict[str, float]]] = {}
     for kind in KINDS:
         summary[kind] = {}
@@ -309,10 +308,18 @@ def _run(out: Path, quick: bool, cfg: dict[str, Any]) -> dict:
           f"key pairs ({saved:.0%} fewer); {abs(time_saved):.0%} {'less' if time_saved >= 0 else 'more'} time per step than "
           "full attention (seed 002 §7.1 claims 23% less computation on PG-19)")
     claims = sparse_claims(runs, T_max)
-    print_table(["verdict", "claim", "measured"], [[c.verdict, c.claim, c.measured] for c in claims], title="claims", align="lll")
+    print_claims(claims)
     plot = plot_results(summary, spans, out / "sparse.png")
     return {"quick": quick, "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
             "runs": runs, "summary": {k: {str(T): v for T, v in by_T.items()} for k, by_T in summary.items()},
             "adaptive_span": {"T": T_max, "key_pairs_saved": saved, "step_time_saved": time_saved,
                               "spans": {str(T): s for T, s in spans.items()}},
             "claims": [c.to_dict() for c in claims], "plots": [str(plot)]}
+
+EXPERIMENT = Experiment(
+    name="sparse",
+    description="full vs window / axial / LSH / adaptive-span attention: long-range quality, time and memory per step (seed 002 §3.1, §7.1)",
+    tier=FULL_ONLY,
+    run=run,
+    estimate=(180, 1800),
+)

@@ -27,6 +27,9 @@ import torch.nn.functional as F
 
 from poslab.analysis.heads import attention_weights, sink_scores
 from poslab.display import new_figure, print_table, save_figure
+from poslab.lab.experiments.common import FULL_ONLY, Experiment
+from poslab.lab.experiments.training import SEEDS
+from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import compare
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder
@@ -34,12 +37,7 @@ from poslab.session import train
 from poslab.training import presets
 from poslab.training.config import TrainConfig
 
-NAME = "streaming"
-DESCRIPTION = "StreamingLLM: 4 attention sinks + window vs a plain window vs full attention on an 8x-long stream (Xiao et al. 2023)"
-IN_ALL = False  # it trains: run it by name
-
 SINKS, STREAM_FACTOR = 4, 8
-SEEDS = (1, 2, 3)
 MODEL = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 32, "position": "rope"}
 QUICK = {"max_steps": 150, "batch_size": 16, "lr": 3e-3, "warmup_steps": 20, "eval_interval": 150, "eval_iters": 2,
          "ckpt_interval": 0, "keep_checkpoints": 1}
@@ -145,14 +143,14 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: dict[str, Any] | None = None,
-        steps: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train one model per seed, measure the three methods, plot, return results (with ``claims``)."""
+        steps: dict[str, Any] | None = None, workers: int | None = None) -> dict[str, Any]:
+    """Train one model per seed (``workers`` at a time), measure the three methods, plot, return results (with ``claims``)."""
     per_seed = []
+    run_dirs = train_many([Task(f"seed-{seed}", train_model, (out, quick, seed, model, steps)) for seed in seeds], workers)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # token-by-token decoding of a tiny GPT: more threads only add overhead
     try:
-        for seed in seeds:
-            run_dir = train_model(out, quick, seed, model, steps)
+        for seed, run_dir in zip(seeds, run_dirs):
             per_seed.append({"seed": seed, **measure(run_dir, STREAMS["quick" if quick else "full"])})
     finally:
         torch.set_num_threads(threads)
@@ -173,3 +171,11 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
     for c in results["claims"]:
         print(f"  [{c['verdict']}] {c['claim']}: {c['measured']}")
     return results
+
+EXPERIMENT = Experiment(
+    name="streaming",
+    description="StreamingLLM: 4 attention sinks + window vs a plain window vs full attention on an 8x-long stream (Xiao et al. 2023)",
+    tier=FULL_ONLY,
+    run=run,
+    estimate=(30, 300),
+)

@@ -49,6 +49,8 @@ from typing import Any
 import torch
 
 from poslab.display import new_figure, print_table, save_figure
+from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, unigram_entropy
+from poslab.lab.experiments.training import SEEDS, train_seeded
 from poslab.lab.verdicts import compare, paired, pm
 from poslab.nn.memory import SegmentMemory
 from poslab.nn.model import GPT
@@ -57,11 +59,6 @@ from poslab.training import presets
 from poslab.training.data import batchify
 from poslab.training.loop import segment_nll
 
-NAME = "transformer-xl"
-DESCRIPTION = "Transformer-XL segment recurrence + relative encoding: what memory buys past the segment length L (Dai et al. 2019)"
-IN_ALL = False  # it trains: run it by name (the full lab runs it)
-
-SEEDS = (1, 2, 3)
 SCHEME = "xl"
 #: the quick and full model and training (L = block_size is the segment length)
 MODELS = {"quick": {"n_layer": 2, "n_head": 4, "n_embd": 48, "block_size": 32},
@@ -224,11 +221,8 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
         seeds: training seeds (at least 3 for a conclusive verdict).
         model, steps: geometry and training overrides (tests use tiny ones).
         corpus: replaces the lab's corpus (tests use a short text).
-        workers: trainings at a time (:func:`poslab.lab.experiments.head_count.train_variants`).
+        workers: trainings at a time (:func:`poslab.lab.experiments.training.train_variants`).
     """
-    from poslab.lab.experiments.common import baseline_line, unigram_entropy
-    from poslab.lab.experiments.head_count import train_seeded
-
     out = Path(out)
     form = "quick" if quick else "full"
     first = train_config(out, quick, "a", seeds[0], model, steps, corpus)
@@ -289,3 +283,11 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
         "claims": records,
         "plot": PLOT_FILE,
     }
+
+EXPERIMENT = Experiment(
+    name="transformer-xl",
+    description="Transformer-XL segment recurrence + relative encoding: what memory buys past the segment length L (Dai et al. 2019)",
+    tier=FULL_ONLY,
+    run=run,
+    estimate=(90, 900),
+)
