@@ -31,9 +31,10 @@ are never tuned to a result:
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-from poslab.lab.verdicts import HELD, Premise, compare
+from poslab.lab.verdicts import HELD, ClaimRecord, Premise, compare, with_premise
 
 #: fewest mean accuracy at L of each arm of a length-generalisation claim
 LENGTH_ACCURACY = 0.9
@@ -130,3 +131,29 @@ def all_of(*premises: Premise) -> Premise:
         raise ValueError("all_of needs at least one premise")
     return Premise("; ".join(p.text for p in premises), "; ".join(p.measured for p in premises),
                    all(p.met for p in premises))
+
+
+def arms_of(record: ClaimRecord, known: Iterable[str]) -> list[str]:
+    """The arms among ``known`` a record compares (``details``: ``arms``, ``better_label`` / ``worse_label``
+    or ``label``); every known arm when none of them is named there."""
+    known = list(known)
+    d = record.details
+    named = list(d.get("arms", {})) or [d.get("better_label"), d.get("worse_label")] + [d.get("label")]
+    arms = [a for a in known if a in named]
+    return arms or known
+
+
+def attach(records: Sequence[dict[str, Any] | ClaimRecord],
+           premise_for: Callable[[ClaimRecord], Premise]) -> list[dict[str, Any]]:
+    """Every seeded record (``n_seeds > 0``) with its premise (:func:`poslab.lab.verdicts.with_premise`), as dicts.
+
+    ``premise_for(record)`` computes the premise of one claim from measurements of the same runs;
+    deterministic records (``n_seeds == 0``) pass through unchanged.
+    """
+    out = []
+    for raw in records:
+        record = raw if isinstance(raw, ClaimRecord) else ClaimRecord.from_dict(raw)
+        if record.n_seeds > 0:
+            record = with_premise(record, premise_for(record))
+        out.append(record.to_dict())
+    return out

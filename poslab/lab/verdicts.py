@@ -541,6 +541,16 @@ def check_records(records: Sequence[dict[str, Any] | ClaimRecord]) -> list[str]:
     return problems
 
 
+def missing_premises(records: Sequence[dict[str, Any] | ClaimRecord]) -> list[str]:
+    """The claims decided on trained models (``n_seeds > 0``) that carry no premise (empty = every one has one)."""
+    out = []
+    for raw in records:
+        record = raw if isinstance(raw, ClaimRecord) else ClaimRecord.from_dict(raw)
+        if record.n_seeds > 0 and record.premise is None:
+            out.append(record.claim)
+    return out
+
+
 def tally(records: Sequence[dict[str, Any] | ClaimRecord]) -> dict[str, int]:
     """``{"held": n, "did not hold": n, "inconclusive": n}`` for the page's header."""
     counts = dict.fromkeys(VERDICTS, 0)

@@ -28,11 +28,20 @@ from typing import Any
 
 import torch
 
-from poslab.analysis.eval import evaluate_length
+from poslab.analysis.eval import evaluate_length, loss_by_position
 from poslab.display import new_figure, print_table, save_figure
-from poslab.lab.experiments.common import LAB, Experiment, baseline_line, unigram_entropy
-from poslab.lab.experiments.training import SEED, SEEDS, ensure_many, ensure_trained, load_model, print_claims
-from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, best_of, bound, mean_sd, paired
+from poslab.lab.experiments.common import LAB, Experiment, baseline_line, ngram_baselines, unigram_entropy
+from poslab.lab.experiments.training import (
+    CONTEXT_WINDOWS,
+    SEED,
+    SEEDS,
+    ensure_many,
+    ensure_trained,
+    load_model,
+    print_claims,
+)
+from poslab.lab.premises import all_of, arms_of, attach, below_bigram, uses_context
+from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, best_of, bound, mean_sd, paired
 from poslab.runs import RunFolder
 
 
@@ -377,6 +386,22 @@ def evaluate_scheme(run_dir: Path, size: Size) -> dict[str, Any]:
     return cells
 
 
+def context_curve(run_dir: Path, size: Size) -> list[float]:
+    """Mean validation loss at each position of a window of ``L`` (:func:`poslab.analysis.eval.loss_by_position`)."""
+    model, tokenizer, _ = load_model(run_dir)
+    tokens = RunFolder(run_dir).split_tokens("val", tokenizer)
+    return [float(v) for v in loss_by_position(model, tokens, size.train_length, CONTEXT_WINDOWS)]
+
+
+def premise_of(record: ClaimRecord, tables: dict[str, dict[str, dict]], curves: dict[str, dict[str, list[float]]],
+               bigram: float) -> Premise:
+    """A claim about reading past ``L``: every scheme it names is a language model (every seed's in-length
+    loss clearly below the bigram baseline) that uses its context within ``L`` (:mod:`poslab.lab.premises`)."""
+    arms = arms_of(record, list(tables))
+    losses = {s: [math.log(v) for v in _seed_values(tables, s, 1, "nonoverlapping") or []] for s in arms}
+    return all_of(below_bigram(losses, bigram), uses_context({s: list(curves[s].values()) for s in arms}))
+
+
 def aggregate(tables: dict[str, dict[str, dict]]) -> dict[str, dict[str, Any]]:
     """scheme -> factor -> ``{"cannot": why}`` or ``{mode: {"ppl": mean, "ppl_sd": sd, "ppl_seeds": [...]}}`` over seeds."""
     out: dict[str, dict[str, Any]] = {}
@@ -466,7 +491,9 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         training[scheme] = {"runs": {str(seed): str(d) for seed, d in run_dirs[scheme].items()},
                             "final_val_loss": finals, "eval_seconds": time.perf_counter() - t1}
     table = aggregate(tables)
+    curves = {scheme: {str(seed): context_curve(d, lab) for seed, d in run_dirs[scheme].items()} for scheme in schemes}
     baseline = unigram_entropy(CORPUS)
+    ngrams = ngram_baselines(CORPUS)
     headers = ["scheme"] + [f"{f}x ({f * lab.train_length})" for f in FACTORS]
     for mode, title in (("nonoverlapping", "non-overlapping chunks"), ("sliding", "sliding window, stride length/2")):
         rows = []
@@ -482,11 +509,12 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
             rows.append(row)
         print_table(headers, rows, title=f"validation perplexity, {title} (trained at L={lab.train_length}, "
                                          f"{lab.n_targets} targets at every length; mean ± sd over {len(seeds)} seeds)")
-    print(f"  in-length loss = ln(ppl at 1x); {baseline_line(CORPUS).strip()} (perplexity {math.exp(baseline):.2f})")
+    print(f"  in-length loss = ln(ppl at 1x); {baseline_line(CORPUS).strip()} (unigram perplexity {math.exp(baseline):.2f})")
     claims = extrapolation_claims(tables, "nonoverlapping", baseline)
     sliding_claims = extrapolation_claims(tables, "sliding", baseline)
     for c, s in zip(claims, sliding_claims):
         c["details"]["sliding_window"] = {k: s.get(k) for k in ("measured", "margin", "noise", "verdict")}
+    claims = attach(claims, lambda record: premise_of(record, tables, curves, ngrams["bigram"]))
     print_claims(claims)
     figure = plot(table, lab, out / "extrapolation.png")
     return {
@@ -494,6 +522,8 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         "size": dataclasses.asdict(lab),
         "corpus": CORPUS,
         "unigram_entropy_nats": baseline,
+        "ngram_baselines": ngrams,
+        "loss_by_position": curves,
         "seed": SEED,
         "seeds": list(seeds),
         "train_length": lab.train_length,

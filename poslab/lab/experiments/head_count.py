@@ -28,9 +28,17 @@ from pathlib import Path
 from typing import Any
 
 from poslab.display import print_table
-from poslab.lab.experiments.common import LAB, Experiment, baseline_line, plot_seeded_curves, unigram_entropy
+from poslab.lab.experiments.common import (
+    LAB,
+    Experiment,
+    baseline_line,
+    ngram_baselines,
+    plot_seeded_curves,
+    unigram_entropy,
+)
 from poslab.lab.experiments.extrapolation import SIZES, train_config
-from poslab.lab.experiments.training import SEEDS, print_claims, seed_values, train_seeded
+from poslab.lab.experiments.training import SEEDS, lm_premise, print_claims, seed_values, train_seeded
+from poslab.lab.premises import attach
 from poslab.lab.verdicts import best_of, paired, pm
 from poslab.training import presets
 
@@ -104,9 +112,11 @@ def run(out: Path, quick: bool = False, heads: tuple[int, ...] = HEADS, base: di
     variants: dict[str, dict[str, Any]] = {f"heads-{h}": {"model": {"n_head": h}} for h in heads}
     runs = train_seeded(out, base, variants, tuple(seeds), workers)
     losses = {h: seed_values(runs[f"heads-{h}"]) for h in heads}
-    claims = head_claims(losses, d_model)
     corpus = base.get("corpus", "tang5")
     baseline = unigram_entropy(corpus, base.get("val_fraction", 0.1))
+    ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
+    arms = [f"heads-{h}" for h in heads]  # every claim ranks or compares head counts: all must be language models
+    claims = attach(head_claims(losses, d_model), lambda record: lm_premise(runs, arms, ngrams["bigram"]))
     rows = [[h, d_model // h, f"{runs[f'heads-{h}'][0]['n_params']:,}", pm(losses[h], 4),
              pm(seed_values(runs[f"heads-{h}"], "final_val_loss"), 4),
              f"{sum(r['tokens_per_s'] for r in runs[f'heads-{h}']) / len(seeds):,.0f}"]
@@ -117,12 +127,13 @@ def run(out: Path, quick: bool = False, heads: tuple[int, ...] = HEADS, base: di
     print(baseline_line(corpus, base.get("val_fraction", 0.1)))
     print_claims(claims)
     plot = plot_seeded_curves({f"{h} heads": runs[f"heads-{h}"] for h in heads}, out / "heads_curves.png",
-                              f"heads at n_embd {d_model} ({base['max_steps']} steps, {corpus})", baseline)
+                              f"heads at n_embd {d_model} ({base['max_steps']} steps, {corpus})", baseline, ngrams)
     return {
         "steps": base["max_steps"],
         "quick": quick,
         "corpus": corpus,
         "unigram_entropy_nats": baseline,
+        "ngram_baselines": ngrams,
         "d_model": d_model,
         "seeds": list(seeds),
         "runs": runs,

@@ -30,6 +30,7 @@ from poslab.display import new_figure, print_table, save_figure
 from poslab.lab import runner, verdicts
 from poslab.lab.experiments.common import LAB, Experiment
 from poslab.lab.experiments.training import print_claims
+from poslab.lab.premises import attach, fits_length
 from poslab.lab.runner import check_workers, default_workers, train_many
 from poslab.nn import positions
 
@@ -188,6 +189,26 @@ def _unmeasurable(claim: str, source: str, criterion: str, why: str) -> verdicts
 
 
 # ------------------------------------------------------------------------------------ claims
+def probe_premise(record: verdicts.ClaimRecord, table: dict[str, dict[str, dict[str, Any]]], heads: dict[int, list[float]],
+                  form: Form) -> verdicts.Premise:
+    """What the models of a probe claim must do first (:func:`poslab.lab.premises.fits_length`):
+
+    * a ranking past L: both schemes reach the accuracy threshold at L on every ranking task;
+    * "attention needs position": the positional arm reaches it at L on the task (NoPE is the arm
+      expected to fail);
+    * the head-count claim: the arm with more heads reaches it at L on MQAR.
+    """
+    d = record.details
+    if d["metric"].startswith("MQAR"):
+        many = max(heads)
+        return fits_length({d["better_label"]: heads[many]})
+    if d["metric"].startswith("answer accuracy past L"):
+        return fits_length({f"{scheme} {task}": table[task][scheme]["accuracy"]["1"]
+                            for scheme in (d["better_label"], d["worse_label"]) for task in form.ranking_tasks})
+    task = d["metric"].split(" accuracy at L")[0]
+    return fits_length({f"{d['better_label']} {task}": table[task][d["better_label"]]["accuracy"]["1"]})
+
+
 def probe_claims(table: dict[str, dict[str, dict[str, Any]]], heads: dict[int, list[float]], form: Form) -> list[verdicts.ClaimRecord]:
     """The experiment's claims as :class:`~poslab.lab.verdicts.ClaimRecord` (see the module docstring)."""
     out: list[verdicts.ClaimRecord] = []
@@ -317,7 +338,7 @@ def run(out: Path, quick: bool = False, form: str | None = None, schemes: list[s
                     [[h, spec.heads_recipe.n_embd // h, _text(v, None)] for h, v in heads.items()],
                     title=f"multi-query associative recall at n_embd {spec.heads_recipe.n_embd} ({HEADS_SCHEME}), "
                           f"{spec.mqar_size} pairs, {spec.heads_recipe.steps} steps")
-    claims = probe_claims(table, heads, spec)
+    claims = attach(probe_claims(table, heads, spec), lambda record: probe_premise(record, table, heads, spec))
     print_claims(claims)
     figure = plot(table, spec, out / "probes.png")
     seconds = time.perf_counter() - start
@@ -332,7 +353,7 @@ def run(out: Path, quick: bool = False, form: str | None = None, schemes: list[s
         "schemes": schemes,
         "accuracy": table,
         "heads_mqar": {str(h): v for h, v in heads.items()},
-        "claims": [c.to_dict() for c in claims],
+        "claims": claims,
         "figure": str(figure),
         "seconds": seconds,
         "workers": workers,

@@ -14,13 +14,27 @@ from pathlib import Path
 from typing import Any
 
 from poslab.display import print_table
+from poslab.lab.premises import all_of, below_bigram, uses_context
 from poslab.lab.runner import Task, check_workers, default_workers, train_many
-from poslab.lab.verdicts import ClaimRecord, missed_by, tally
+from poslab.lab.verdicts import ClaimRecord, Premise, missed_by, tally
 
 #: the seeds of every seeded arm of every experiment (the verdict rule needs at least 3)
 SEEDS = (1337, 1338, 1339)
 #: the first seed (a lab model of this seed keeps the scheme's bare name)
 SEED = SEEDS[0]
+#: validation windows averaged for the per-position loss (the context premise)
+CONTEXT_WINDOWS = 64
+
+
+def lm_premise(runs: dict[str, list[dict]], arms: list[str], bigram: float, context: bool = False) -> Premise:
+    """The language-model premise of a claim over ``arms`` of :func:`train_seeded`'s runs: every seed's
+    whole-split loss clearly below the bigram baseline, and (``context``) every seed using its context
+    within the window (:func:`poslab.lab.premises.uses_context`)."""
+    found = below_bigram({a: seed_values(runs[a]) for a in arms}, bigram)
+    if not context:
+        return found
+    curves = {a: [r["loss_by_position"] for r in runs[a] if r.get("loss_by_position")] for a in arms}
+    return all_of(found, uses_context(curves))
 
 
 # ------------------------------------------------------------------------------------ training
@@ -29,7 +43,10 @@ def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[s
 
     ``val_loss_all`` is the loss on the whole validation split in consecutive windows of the training
     length: the same tokens for every run and seed, so it carries no evaluation-sampling noise.
+    ``loss_by_position`` is the mean loss at each window position over the first
+    :data:`CONTEXT_WINDOWS` windows of the validation split (causal models; ``None`` for a masked LM).
     """
+    from poslab.analysis.eval import loss_by_position
     from poslab.runs import load_run, read_metrics
     from poslab.session import train
     from poslab.training.config import TrainConfig
@@ -43,8 +60,12 @@ def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[s
     data = prepare_data(cfg, tokenizer)
     block = model.config.block_size
     val_all = evaluate_loss(model, data.val, block, max(1, 8192 // block), None, objective=cfg.objective)
+    by_position = None
+    if cfg.objective != "mlm":  # the context premise: loss at each position of the window
+        by_position = [float(v) for v in loss_by_position(model.eval(), data.val, block, CONTEXT_WINDOWS)]
     return {
         "val_loss_all": val_all,
+        "loss_by_position": by_position,
         "seed": cfg.seed,
         "final_val_loss": results["final_val_loss"],
         "final_train_loss": results["final_train_loss"],
@@ -127,6 +148,69 @@ def train_seeded(out: Path, base: dict[str, Any], variants: dict[str, dict[str, 
 def seed_values(runs: list[dict], key: str = "val_loss_all") -> list[float]:
     """One figure per seed from :func:`train_seeded`'s summaries."""
     return [float(r[key]) for r in runs]
+
+
+# ------------------------------------------------------------------------------------ timing
+#: training steps of each arm per round, and rounds, of :func:`alternating_cpu_speed`
+TIMING_STEPS = 4
+TIMING_ROUNDS = 5
+
+
+def alternating_cpu_speed(configs: dict[str, dict[str, Any]], vocab_size: int, steps: int = TIMING_STEPS,
+                          rounds: int = TIMING_ROUNDS, seed: int = SEED) -> dict[str, list[float]]:
+    """Training tokens per CPU second of each arm, measured in this process with the arms interleaved.
+
+    Each arm's model and optimiser are built from its config; every round runs ``steps`` training
+    steps of each arm in turn (same random batches for every arm) on one thread and charges the
+    process CPU time (:func:`time.process_time`) of those steps to the arm. Interleaving spreads
+    whatever else the machine is doing over every arm alike, and CPU time does not count the time a
+    process waits for a core: unlike wall-clock tokens/s of trainings run side by side, the ratio
+    does not follow the machine's load. The first round is a warm-up and is not returned.
+
+    Args:
+        configs: arm -> a training config mapping (:class:`poslab.training.config.TrainConfig` fields).
+        vocab_size: the vocabulary of the models.
+
+    Returns:
+        arm -> tokens per CPU second of each measured round (``rounds`` values).
+    """
+    import time
+
+    import torch
+
+    from poslab.nn.model import GPT
+    from poslab.training.config import TrainConfig, model_config
+    from poslab.training.optim import make_optimizer
+
+    if steps < 1 or rounds < 3:
+        raise ValueError(f"alternating timing needs steps >= 1 and rounds >= 3, got steps={steps!r}, rounds={rounds!r}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        arms = {}
+        for arm, values in configs.items():
+            cfg = TrainConfig.from_dict({"name": f"timing-{arm}", **values})
+            torch.manual_seed(seed)
+            model = GPT(model_config(cfg, vocab_size)).train()
+            arms[arm] = (cfg, model, make_optimizer(model, cfg))
+        generator = torch.Generator().manual_seed(seed)
+        out: dict[str, list[float]] = {arm: [] for arm in arms}
+        for round_ in range(rounds + 1):
+            for arm, (cfg, model, optimizer) in arms.items():
+                block = cfg.model.block_size
+                batches = [torch.randint(0, vocab_size, (cfg.batch_size, block + 1), generator=generator) for _ in range(steps)]
+                start = time.process_time()
+                for batch in batches:
+                    _, loss = model(batch[:, :-1], batch[:, 1:])  # [B, T+1] -> inputs [B, T], targets [B, T]
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                spent = time.process_time() - start
+                if round_ > 0:
+                    out[arm].append(steps * cfg.batch_size * block / max(spent, 1e-9))
+        return out
+    finally:
+        torch.set_num_threads(threads)
 
 
 # ------------------------------------------------------------------------------------ reusing runs
