@@ -110,6 +110,10 @@ def uses_context(by_position: Mapping[str, Sequence[Sequence[float]]], margin: f
         by_position: arm -> per seed, the mean loss at each window position ``[L]``
             (:func:`poslab.analysis.eval.loss_by_position`).
     """
+    shortest = min((len(c) for curves in by_position.values() for c in curves), default=0)
+    if shortest < 2 * max(EARLY) + 2:
+        return Premise(f"the model uses its context within L (positions {EARLY[0]}-{EARLY[-1]} vs the last quarter)",
+                       f"not measurable: a window of {shortest} positions is too short", False)
     gains = {arm: [context_gain(curve) for curve in curves] for arm, curves in by_position.items()}
     met = bool(gains) and all(g and min(g) >= margin for g in gains.values())
     return Premise(f"every seed: mean loss at positions {EARLY[0]}-{EARLY[-1]} minus mean loss at the last quarter of the "

@@ -43,10 +43,11 @@ from typing import Any
 import torch
 
 from poslab.display import print_table, sci
-from poslab.lab.experiments.common import FULL_ONLY, Experiment, plot_seeded_curves, unigram_entropy
+from poslab.lab.experiments.common import FULL_ONLY, Experiment, ngram_baselines, plot_seeded_curves, unigram_entropy
 from poslab.lab.experiments.extrapolation import size_of, train_config
 from poslab.lab.experiments.training import SEEDS, print_claims, seed_values, train_seeded
-from poslab.lab.verdicts import at_least, compare, deterministic, pm
+from poslab.lab.premises import attach, below_baseline, below_bigram
+from poslab.lab.verdicts import ClaimRecord, Premise, at_least, compare, deterministic, pm
 
 ARMS = {  # label -> (objective, position)
     "clm-none": ("clm", "none"),
@@ -179,6 +180,17 @@ def haviv_claims(losses: dict[str, list[float]]) -> list[dict[str, Any]]:
     return out
 
 
+def haviv_premise(record: ClaimRecord, losses: dict[str, list[float]], corpus: str, base: dict[str, Any]) -> Premise:
+    """The causal claim needs both causal LMs clearly below the corpus's bigram baseline; a masked-LM claim
+    needs the masked LM with positions clearly below the unigram baseline (its loss is over masked
+    positions with context on both sides, not comparable to a causal bigram)."""
+    ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
+    if record.details["better_label"].startswith("causal"):
+        return below_bigram({"clm-none": losses["clm-none"], "clm-learned": losses["clm-learned"]}, ngrams["bigram"])
+    label = next(k for k in MLM_WITH_POSITIONS if record.details["better_label"] == f"MLM {ARMS[k][1]}")
+    return below_baseline({label: losses[label]}, ngrams["unigram"], "unigram")
+
+
 def run(out: Path, quick: bool = False, base: dict[str, Any] | None = None, workers: int | None = None,
         seeds: tuple[int, ...] = SEEDS, leak_layers: tuple[int, ...] = LEAK_LAYERS) -> dict:
     """Train the four arms at every seed, measure the leak, print the tables, plot, judge the claims.
@@ -221,7 +233,7 @@ def run(out: Path, quick: bool = False, base: dict[str, Any] | None = None, work
                   sci(diffs["bidirectional"][n]["all"]), sci(diffs["causal"][n]["last"])] for n in leak_layers],
                 title=f"seed 001's two lines without and with the causal mask: max |logit difference| (tolerance {TOLERANCE:g})")
 
-    claims = haviv_claims(losses) + leak_claims(diffs)
+    claims = attach(haviv_claims(losses), lambda record: haviv_premise(record, losses, corpus, base)) + leak_claims(diffs)
     print_claims(claims)
     plot = plot_seeded_curves({label: runs[label] for label in ARMS}, out / "bidirectional_curves.png",
                               f"causal vs masked LM, with and without positions ({corpus})",

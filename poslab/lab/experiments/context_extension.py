@@ -46,6 +46,7 @@ ties it to.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from pathlib import Path
@@ -53,14 +54,15 @@ from typing import Any
 
 import torch
 
-from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling
+from poslab.analysis.eval import apply_rope_scaling, evaluate_length, loss_by_position, parse_rope_scaling
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab import verdicts
 from poslab.lab.experiments import read_results
-from poslab.lab.experiments.common import LAB, Experiment
+from poslab.lab.experiments.common import LAB, Experiment, baseline_line, ngram_baselines
+from poslab.lab.experiments.extrapolation import CORPUS, models_dir, size_of, train_config
 from poslab.lab.experiments.extrapolation import EXPERIMENT as EXTRAPOLATION
-from poslab.lab.experiments.extrapolation import models_dir, size_of, train_config
-from poslab.lab.experiments.training import SEED, ensure_many, load_model, print_claims
+from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEED, ensure_many, load_model, print_claims
+from poslab.lab.premises import all_of, attach, below_bigram, retrieves, uses_context
 from poslab.lab.runner import check_workers, default_workers
 from poslab.runs import RunFolder
 from poslab.training.averaging import average_state_dicts
@@ -564,7 +566,8 @@ def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path
     entry: dict[str, Any] = {"seed": seed, "base_run": str(base_run), "base": {"L": _cell(model, tokens, lab.train_length, lab.n_targets)},
                              "inference": {}, "finetuned": {}, "passkey": {"inference": {}, "finetuned": {}}}
     entry["passkey"]["base"] = passkey_row(model, tokens, tokenizer, lab.train_length)
-    for label, spec in INFERENCE.items():
+    entry["loss_by_position"] = [float(v) for v in loss_by_position(model, tokens, lab.train_length, CONTEXT_WINDOWS)]
+    for label, spec in INFERENCE.items():  # scale_rope changes the model: every measurement at L comes first
         scale_rope(model, spec, lab.train_length)
         entry["inference"][label] = {**_cell(model, tokens, long_length, lab.n_targets), "rope_scaling": spec}
         entry["passkey"]["inference"][label] = passkey_row(model, tokens, tokenizer, lab.train_length)
@@ -674,6 +677,22 @@ def all_claims(per_seed: list[dict[str, Any]], means: dict[str, Any], lab: Any, 
     return claims
 
 
+def premise_of(record: verdicts.ClaimRecord, per_seed: list[dict[str, Any]], bigram: float) -> verdicts.Premise:
+    """Every claim here is about reading past ``L``: the base RoPE models must be language models that use
+    their context within ``L`` (every seed clearly below the bigram baseline at L; later positions of the
+    window clearly better than positions 1-4). A passkey claim also needs the base models to retrieve the
+    key at the shortest length it fits in (:func:`poslab.lab.premises.retrieves`)."""
+    language = all_of(below_bigram({"base RoPE": [math.log(_ppl(e["base"]["L"])) for e in per_seed]}, bigram),
+                      uses_context({"base RoPE": [e["loss_by_position"] for e in per_seed]}))
+    if "passkey" not in record.details.get("metric", ""):
+        return language
+    first = next((f for f in PASSKEY_FACTORS if all(e["passkey"]["base"][str(f)] is not None for e in per_seed)), None)
+    if first is None:
+        return all_of(language, verdicts.Premise("the passkey fits in some tested length", "it fits in none", False))
+    found = retrieves({f"base at {first}x L": [e["passkey"]["base"][str(first)] for e in per_seed]}, 1 / len(KEY_ALPHABET))
+    return all_of(language, found)
+
+
 def averaging_summary(per_seed: list[dict[str, Any]], lab: Any, last: int, figure: Path) -> dict[str, Any]:
     """The checkpoint-averaging block of results.json."""
     return {
@@ -719,7 +738,9 @@ def run(out: Path, quick: bool = False, size: str | None = None, workers: int | 
                 for i, seed in enumerate(seeds)]
     means = aggregate(per_seed)
     report(per_seed, means, lab, last)
-    claims = all_claims(per_seed, means, lab, last)
+    bigram = ngram_baselines(CORPUS)["bigram"]
+    print(baseline_line(CORPUS))
+    claims = attach(all_claims(per_seed, means, lab, last), lambda record: premise_of(record, per_seed, bigram))
     print_claims(claims)
     figure = plot(means["inference"], means["finetuned"], _ppl(means["base"]["L"]), lab, out / "context_extension.png",
                   means["passkey"])
@@ -743,7 +764,8 @@ def run(out: Path, quick: bool = False, size: str | None = None, workers: int | 
                     "key_letters": KEY_LETTERS, "chance": 1 / len(KEY_ALPHABET)},
         "averaging": averaging_summary(per_seed, lab, last, averaging_figure),
         "per_seed": per_seed,
-        "claims": [c.to_dict() for c in claims],
+        "claims": claims,
+        "ngram_baselines": ngram_baselines(CORPUS),
         "figure": str(figure),
         "figures": [str(figure), str(averaging_figure)],
         "seconds": time.perf_counter() - start,

@@ -27,13 +27,15 @@ import torch
 from torch import Tensor
 
 from poslab.display import new_figure, print_table, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, Experiment
+from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines
 from poslab.lab.experiments.streaming import train_model
-from poslab.lab.experiments.training import SEEDS
+from poslab.lab.experiments.training import SEEDS, print_claims
+from poslab.lab.premises import attach, below_bigram
 from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import compare
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder
+from poslab.training.loop import evaluate_loss
 
 MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64, "position": "rope"}  # d_k 32: 16 pairs
 QUICK = {"max_steps": 150, "batch_size": 16, "lr": 3e-3, "warmup_steps": 20, "eval_interval": 150, "eval_iters": 2,
@@ -115,7 +117,9 @@ def measure(run_dir: Path, n_windows: int) -> dict[str, Any]:
     idx = torch.stack([tokens[s : s + T] for s in starts.tolist()])  # [n, T]
     torch.manual_seed(0)
     untrained = GPT(model.config).eval()
-    out: dict[str, Any] = {"inv_freq": model.layer_position(0).inv_freq.tolist()}
+    out: dict[str, Any] = {"inv_freq": model.layer_position(0).inv_freq.tolist(),
+                           "corpus": run.config()["train"]["corpus"],
+                           "val_loss": evaluate_loss(model.eval(), tokens, T, max(1, 8192 // T), None)}
     for label, m in (("trained", model), ("untrained", untrained)):
         norms = frequency_norms(m, idx)
         qk = torch.cat([norms["q"].mean(1), norms["k"].mean(1)])  # [2L, r/2]: per layer, heads averaged
@@ -184,10 +188,13 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
     print_table(["seed", "high-freq quarter", "low-freq quarter", "low/high trained", "low/high untrained"], rows,
                 title=f"RoPE frequency usage: mean q/k pair norm ({n_pairs} pairs per head, quarters of {max(1, n_pairs // 4)})")
     plot(per_seed, out / PLOT_FILE)
+    ngrams = ngram_baselines(per_seed[0]["corpus"])
+    print(baseline_line(per_seed[0]["corpus"]))
+    # which frequencies a model's content uses is a question about a model that learned the language
+    premise = below_bigram({"rope": [r["val_loss"] for r in per_seed]}, ngrams["bigram"])
     results = {"seeds": list(seeds), "n_pairs": n_pairs, "per_seed": per_seed, "quick": quick, "plot": PLOT_FILE,
-               "claims": claims(per_seed)}
-    for c in results["claims"]:
-        print(f"  [{c['verdict']}] {c['claim']}: {c['measured']}")
+               "ngram_baselines": ngrams, "claims": attach(claims(per_seed), lambda record: premise)}
+    print_claims(results["claims"])
     return results
 
 EXPERIMENT = Experiment(

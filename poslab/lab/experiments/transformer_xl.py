@@ -49,8 +49,9 @@ from typing import Any
 import torch
 
 from poslab.display import new_figure, print_table, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, unigram_entropy
-from poslab.lab.experiments.training import SEEDS, train_seeded
+from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines, unigram_entropy
+from poslab.lab.experiments.training import SEEDS, lm_premise, print_claims, train_seeded
+from poslab.lab.premises import attach
 from poslab.lab.verdicts import compare, paired, pm
 from poslab.nn.memory import SegmentMemory
 from poslab.nn.model import GPT
@@ -259,15 +260,17 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
     print(f"  step time (forward + backward, batch {base['batch_size']}, {timing['clock']}): memory {L} "
           f"{1e3 * timing['memory_s']:.1f} ms vs none {1e3 * timing['none_s']:.1f} ms ({timing['ratio']:.2f}x)")
 
-    records = claims(per_seed)
-    for c in records:
-        print(f"  [{c['verdict']}] {c['claim']}: {c['measured']}")
+    ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
+    # every claim is about context past L: both arms must be language models that use their context within L
+    records = attach(claims(per_seed), lambda record: lm_premise(runs, list(ARMS), ngrams["bigram"], context=True))
+    print_claims(records)
     plot(per_seed, out / PLOT_FILE, baseline)
     return {
         "quick": quick,
         "scheme": SCHEME,
         "corpus": corpus,
         "unigram_entropy_nats": baseline,
+        "ngram_baselines": ngrams,
         "segment_length": L,
         "train_memory": L,
         "eval_memories": [f * L for f in EVAL_MEMORY_FACTORS],
