@@ -228,16 +228,22 @@ def welch_p(a: Sequence[float], b: Sequence[float], shift: float = 0.0) -> float
     The same statistic as :func:`interval_halfwidth`: ``p < 0.05`` exactly when the 95% interval of
     the difference excludes ``shift`` (up to the t-table's interpolation in :func:`t975`).
     """
-    na, nb = len(a), len(b)
-    if na < 2 or nb < 2:
+    if len(a) < 2 or len(b) < 2:
         return None
-    va, vb = statistics.variance(a), statistics.variance(b)
-    se2 = va / na + vb / nb
+    se2, df = _welch(a, b)
     diff = statistics.fmean(a) - statistics.fmean(b) - shift
     if se2 == 0:
         return 0.0 if diff != 0 else 1.0
+    return t_two_sided_p(diff / math.sqrt(se2), df)
+
+
+def _welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Welch's squared standard error of ``mean(a) - mean(b)`` and its degrees of freedom (at least 1); 2+ values each."""
+    na, nb = len(a), len(b)
+    va, vb = statistics.variance(a), statistics.variance(b)
+    se2 = va / na + vb / nb
     df = se2**2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1)) if va and vb else min(na, nb) - 1
-    return t_two_sided_p(diff / math.sqrt(se2), max(df, 1.0))
+    return se2, max(df, 1.0)
 
 
 def one_sample_p(values: Sequence[float], limit: float) -> float | None:
@@ -256,12 +262,8 @@ def interval_halfwidth(a: Sequence[float], b: Sequence[float], noise_sd: float |
     """95% half-width of ``mean(a) - mean(b)`` (Welch), or from a measured seed sd when an arm has one value."""
     na, nb = len(a), len(b)
     if na >= 2 and nb >= 2:
-        va, vb = statistics.variance(a), statistics.variance(b)
-        se2 = va / na + vb / nb
-        if se2 == 0:
-            return 0.0
-        df = se2**2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1)) if va and vb else min(na, nb) - 1
-        return t975(max(df, 1.0)) * math.sqrt(se2)
+        se2, df = _welch(a, b)
+        return 0.0 if se2 == 0 else t975(df) * math.sqrt(se2)
     if noise_sd is not None:
         return 1.96 * noise_sd * math.sqrt(1 / na + 1 / nb)
     return None
