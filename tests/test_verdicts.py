@@ -219,3 +219,18 @@ def test_holm_keeps_only_the_decisions_that_survive():
     assert holm([_seeded("a", 0.011)])[0].verdict == HELD  # one claim: no correction (0.011 <= 0.05)
     with pytest.raises(ValueError, match="alpha"):
         holm(records, alpha=1.5)
+
+
+def test_the_report_corrects_the_lab_s_seeded_claims_as_one_family():
+    from poslab.lab.report import claims
+
+    def record(name: str, p: float) -> dict:
+        return _seeded(name, p).to_dict()
+
+    results = {"experiments/a": {"claims": [record("a1", 0.001), record("a2", 0.04)]},
+               "experiments/b": {"claims": [record("b1", 0.03)]}}
+    shown = {v.record.claim: v for v in claims.evaluate(results)}
+    # m = 3: 0.001 <= 0.05/3 survives; 0.03 > 0.05/2 does not, nor does 0.04 after it (each alone would hold)
+    assert shown["a1"].verdict == HELD and shown["a1"].experiment == "experiments/a"
+    assert shown["b1"].verdict == INCONCLUSIVE and shown["a2"].verdict == INCONCLUSIVE
+    assert shown["b1"].record.details["unadjusted_verdict"] == HELD
