@@ -224,22 +224,6 @@ def shared_models(schemes: tuple[str, ...] | list[str], size: Size, out: Path, s
 
 
 # ------------------------------------------------------------------------------------ claims
-def claim(claim_text: str, source: str, criterion: str, measured: dict[str, Any], held: bool | None,
-          note: str | None = None) -> dict[str, Any]:
-    """The older two-valued claim entry, kept only for ``context_extension`` until it writes
-    :class:`poslab.lab.verdicts.ClaimRecord` dicts (the report shows such an entry as inconclusive)."""
-    verdict = "not measurable" if held is None else ("held" if held else "did not hold at this scale")
-    out = {"claim": claim_text, "source": source, "criterion": criterion, "measured": measured,
-           "held": held, "verdict": verdict}
-    if note:
-        out["note"] = note
-    return out
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a / b
-
-
 def _ppl(table: dict, scheme: str, factor: int, mode: str) -> float | None:
     cell = table.get(scheme, {}).get(str(factor))
     if cell is None or "cannot" in cell or mode not in cell:
