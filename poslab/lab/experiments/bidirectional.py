@@ -237,7 +237,7 @@ def run(out: Path, quick: bool = False, base: dict[str, Any] | None = None, work
     print_claims(claims)
     plot = plot_seeded_curves({label: runs[label] for label in ARMS}, out / "bidirectional_curves.png",
                               f"causal vs masked LM, with and without positions ({corpus})",
-                              baseline)
+                              baseline, ngram_baselines(corpus, base.get("val_fraction", 0.1)))
     return {
         "steps": base["max_steps"],
         "mlm_steps": round(base["max_steps"] * MLM_STEPS_FACTOR),

@@ -157,7 +157,8 @@ def step_times(model: GPT, batch: int, mem_len: int, steps: int) -> dict[str, fl
             "mem_len": mem_len, "clock": "process CPU time, 1 thread, alternating"}
 
 
-def plot(per_seed: list[dict[str, Any]], path: Path, baseline: float | None) -> Path:
+def plot(per_seed: list[dict[str, Any]], path: Path, baseline: float | None,
+         baselines: dict[str, float] | None = None) -> Path:
     """Loss by place in the segment, one line per condition: mean over seeds, band min..max."""
     fig, ax = new_figure(size=(8.5, 5.0))
     L = per_seed[0]["block_size"]
@@ -172,6 +173,10 @@ def plot(per_seed: list[dict[str, Any]], path: Path, baseline: float | None) -> 
         ax.fill_between(places, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
     if baseline is not None:
         ax.axhline(baseline, color="black", linestyle=":", linewidth=1, label=f"unigram baseline {baseline:.3f}")
+    for name, style in (("bigram", "-."), ("trigram", (0, (1, 3)))):
+        if baselines and name in baselines:
+            ax.axhline(baselines[name], color="dimgray", linestyle=style, linewidth=1,
+                       label=f"{name} count model {baselines[name]:.3f}")
     ax.set_xlabel(f"place inside the segment (segment length L = {L})")
     ax.set_ylabel("validation loss (nats/token)")
     ax.set_title(f"Transformer-XL: loss by place in the segment, (a) trained without / (b) with memory\n"
@@ -264,7 +269,7 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
     # every claim is about context past L: both arms must be language models that use their context within L
     records = attach(claims(per_seed), lambda record: lm_premise(runs, list(ARMS), ngrams["bigram"], context=True))
     print_claims(records)
-    plot(per_seed, out / PLOT_FILE, baseline)
+    plot(per_seed, out / PLOT_FILE, baseline, ngrams)
     return {
         "quick": quick,
         "scheme": SCHEME,
