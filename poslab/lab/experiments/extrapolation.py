@@ -409,10 +409,11 @@ def aggregate(tables: dict[str, dict[str, dict]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def plot(table: dict[str, dict[str, Any]], size: Size, path: Path) -> Path:
+def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: dict[str, float] | None = None) -> Path:
     """Log-log perplexity vs evaluation length, one line per scheme (non-overlapping and sliding).
 
     ``table`` is :func:`aggregate`'s: the line is the mean over seeds, the error bars the min..max.
+    ``baselines``: the corpus's n-gram baselines (nats), drawn as the perplexities ``exp(nats)``.
     """
     from matplotlib import colormaps
     from matplotlib.ticker import ScalarFormatter
@@ -432,6 +433,10 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path) -> Path:
             n = len(seeds[0])
             ax.errorbar(xs, ys, yerr=yerr, marker="o", capsize=3, color=colors(i % 10),
                         label=f"{scheme} (n={n})" if len(xs) > 1 else f"{scheme} (only L, n={n})")
+        for name, style in (("bigram", "-."), ("trigram", (0, (1, 3)))):
+            if baselines and name in baselines:
+                ax.axhline(math.exp(baselines[name]), color="dimgray", linestyle=style, linewidth=1,
+                           label=f"{name} count model {math.exp(baselines[name]):.2f}")
         ax.axvline(size.train_length, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -500,7 +505,7 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         c["details"]["sliding_window"] = {k: s.get(k) for k in ("measured", "margin", "noise", "verdict")}
     claims = attach(claims, lambda record: premise_of(record, tables, curves, ngrams["bigram"]))
     print_claims(claims)
-    figure = plot(table, lab, out / "extrapolation.png")
+    figure = plot(table, lab, out / "extrapolation.png", ngrams)
     return {
         "experiment": EXPERIMENT.name,
         "size": dataclasses.asdict(lab),
