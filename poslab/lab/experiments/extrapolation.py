@@ -40,7 +40,7 @@ from poslab.lab.experiments.training import (
     load_model,
     print_claims,
 )
-from poslab.lab.premises import all_of, arms_of, attach, below_bigram, uses_context
+from poslab.lab.premises import all_of, arms_of, attach, beats_nope, below_bigram, uses_context
 from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, best_of, bound, mean_sd, paired
 from poslab.runs import RunFolder
 
@@ -380,10 +380,17 @@ def context_curve(run_dir: Path, size: Size) -> list[float]:
 def premise_of(record: ClaimRecord, tables: dict[str, dict[str, dict]], curves: dict[str, dict[str, list[float]]],
                bigram: float) -> Premise:
     """A claim about reading past ``L``: every scheme it names is a language model (every seed's in-length
-    loss clearly below the bigram baseline) that uses its context within ``L`` (:mod:`poslab.lab.premises`)."""
+    loss clearly below the bigram baseline) that uses its context within ``L``; a comparison of two or
+    more position schemes also needs each of them to beat NoPE in length by more than the noise (their
+    positions matter to the model). :mod:`poslab.lab.premises` has the rules."""
     arms = arms_of(record, list(tables))
     losses = {s: [math.log(v) for v in _seed_values(tables, s, 1, "nonoverlapping") or []] for s in arms}
-    return all_of(below_bigram(losses, bigram), uses_context({s: list(curves[s].values()) for s in arms}))
+    found = [below_bigram(losses, bigram), uses_context({s: list(curves[s].values()) for s in arms})]
+    positional = [s for s in arms if s != "none"]
+    if len(positional) >= 2 and "none" in tables:
+        nope = [math.log(v) for v in _seed_values(tables, "none", 1, "nonoverlapping") or []]
+        found += [beats_nope(s, losses[s], nope, metric="in-length loss") for s in positional]
+    return all_of(*found)
 
 
 def aggregate(tables: dict[str, dict[str, dict]]) -> dict[str, dict[str, Any]]:
