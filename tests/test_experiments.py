@@ -38,9 +38,9 @@ def test_registry_lists_every_experiment_in_all():
     assert set(NAMES) <= set(registry)  # later issues may add experiments
     for name in NAMES:
         module = registry[name]
-        assert module.NAME == name
-        assert module.IN_ALL is True
-        assert isinstance(module.DESCRIPTION, str) and module.DESCRIPTION
+        assert module.EXPERIMENT.name == name
+        assert module.EXPERIMENT.in_all is True
+        assert isinstance(module.EXPERIMENT.description, str) and module.EXPERIMENT.description
 
 
 def test_params(run_all):
@@ -187,7 +187,8 @@ RESULT_KEYS = {
 
 @pytest.mark.parametrize("name", NAMES)
 def test_results_json_keys(run_all, name):
-    assert set(run_all[1][name]) == RESULT_KEYS[name]
+    assert set(run_all[1][name]) == RESULT_KEYS[name] | {"claims"}  # every experiment decides its own claims
+    assert run_all[1][name]["claims"] and all(c["verdict"] == "held" for c in run_all[1][name]["claims"])
     assert not list((run_all[2] / name).glob("*.tmp*"))  # atomic writes leave no temp files
 
 
@@ -209,3 +210,28 @@ def test_run_experiment_default_folder_and_unknown_name(tmp_path, monkeypatch):
     assert written == json.loads(json.dumps(results))
     with pytest.raises(ValueError, match="unknown experiment 'nope'.*params"):
         experiments.run_experiment("nope")
+
+
+def test_every_experiment_is_described_once_and_the_lab_plans_from_the_descriptions(tmp_path):
+    from poslab.lab import lab
+    from poslab.lab.experiments.common import FOUNDATION, FULL_ONLY, LAB, Experiment
+
+    described = experiments.descriptions()
+    assert list(described) == list(experiments.registry())
+    for module in experiments.registry().values():
+        assert isinstance(module.EXPERIMENT, Experiment) and module.EXPERIMENT.run is module.run
+    quick = {s.name: s for s in lab.plan(tmp_path, "quick") if s.kind == "experiment"}
+    full = {s.name: s for s in lab.plan(tmp_path, "full") if s.kind == "experiment"}
+    assert set(quick) == {n for n, e in described.items() if e.tier in (FOUNDATION, LAB)}
+    assert set(full) == set(described)
+    for name, step in full.items():
+        e = described[name]
+        assert step.needs == tuple(f"experiments/{n}" for n in e.reuses) and step.estimate == e.estimate[1]
+        if name in quick:
+            assert quick[name].estimate == e.estimate[0]
+    assert [n for n in quick if described[n].tier == FOUNDATION] == [n for n in quick][: len(experiments.descriptions(FOUNDATION))]
+    assert set(experiments.descriptions(FULL_ONLY)) == set(full) - set(quick)
+    with pytest.raises(ValueError, match="tier must be one of"):
+        Experiment("x", "y", "sometimes", run=lambda out, quick=False: {})
+    with pytest.raises(ValueError, match="tier must be one of"):
+        experiments.descriptions("sometimes")

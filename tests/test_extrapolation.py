@@ -14,7 +14,7 @@ from poslab.analysis.heads import attention_weights
 from poslab.data import CharTokenizer
 from poslab.lab import verdicts
 from poslab.lab.experiments import attention_entropy, context_extension, extrapolation
-from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, VERDICTS, check_records
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, VERDICTS, check_records, missing_premises
 
 # ------------------------------------------------------------------------------------ smoke runs
 SMOKE_SCHEMES = ("learned", "sinusoidal", "rope", "alibi")
@@ -65,6 +65,7 @@ def test_extrapolation_smoke(lab: Path):
     assert flat["details"]["values"] == pytest.approx(ratios)
     assert flat["margin"] == pytest.approx(1.10 - sum(ratios) / len(ratios))
     assert check_records(list(claims.values())) == [] and check_records(results["claims"]) == []
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     assert all(c["verdict"] in VERDICTS for c in results["claims"])
     # schemes not trained in the smoke run: their claims are inconclusive, not guessed
     xl = claims["Transformer-XL's relative encoding solves long-sequence generalization"]
@@ -106,6 +107,7 @@ def test_context_extension_smoke(lab: Path):
         assert 0.0 <= value <= 1.0
     claims = results["claims"]
     assert verdicts.check_records(claims) == []
+    assert missing_premises(claims) == []  # every training claim carries its premise
     assert all(c["verdict"] == "inconclusive" for c in claims)  # one seed decides nothing
     pi = next(c for c in claims if c["claim"] == "without fine-tuning, PI reads 4x L better than no scaling")
     assert pi["details"]["better"] == [pytest.approx(ppl["PI"])] and pi["n_seeds"] == 1
@@ -235,6 +237,7 @@ def test_attention_entropy_smoke(lab: Path):
     record = by_claim["YaRN's temperature reduces the"]
     assert record["details"]["values"] == pytest.approx([n - y for n, y in zip(no_temperature, yarn)])
     assert check_records(results["claims"]) == []
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     assert (lab / "attention-entropy" / "attention_entropy.png").is_file()
 
 
@@ -370,6 +373,7 @@ def test_quick_extrapolation_resolves_its_claims(tmp_path: Path):
     results = extrapolation.run(tmp_path / "extrapolation", quick=True)
     assert results["seeds"] == list(extrapolation.SEEDS)
     assert check_records(results["claims"]) == []
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     by_claim = {c["claim"]: c for c in results["claims"]}
     for text in MUST_RESOLVE:
         assert by_claim[text]["verdict"] != INCONCLUSIVE, by_claim[text]

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from poslab.data import get_batch, load_corpus
 from poslab.lab.experiments import bidirectional
-from poslab.lab.verdicts import DID_NOT_HOLD, HELD, check_records
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, check_records, missing_premises
 from poslab.nn import positions
 from poslab.nn.model import GPT, GPTConfig
 from poslab.nn.positions.nope import NoPE
@@ -247,6 +247,7 @@ def test_bidirectional_experiment_on_a_tiny_base(tmp_path, corpus):
     assert set(results["val_loss_seeds"]) == set(bidirectional.ARMS)
     assert all(len(v) == 3 for v in results["val_loss_seeds"].values())
     assert check_records(results["claims"]) == []
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     leak = [c for c in results["claims"] if c["claim"].startswith("encoder mode")]
     assert len(leak) == 2 and all(c["verdict"] == HELD for c in leak)
     for label, (objective, position) in bidirectional.ARMS.items():
@@ -263,4 +264,5 @@ def test_bidirectional_quick_form(tmp_path):
 
     results = run_experiment("bidirectional", tmp_path, quick=True)
     assert check_records(results["claims"]) == []
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     assert (tmp_path / "results.json").exists() and (tmp_path / "bidirectional_curves.png").exists()

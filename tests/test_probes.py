@@ -15,6 +15,7 @@ import torch
 from poslab.analysis import probes as P
 from poslab.lab import verdicts
 from poslab.lab.experiments import probes as experiment
+from poslab.lab.verdicts import missing_premises
 
 # positions of the answer part: sequences are [BOS, problem (n), SEP, answer part]; inputs drop the last token
 
@@ -201,6 +202,7 @@ def test_quick_cli(tmp_path: Path):
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert verdicts.check_records(results["claims"]) == []
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     assert len(results["claims"]) >= len(experiment.RANKING) - 1 + len(experiment.NEEDS_POSITION_TASKS) + 1
     assert all(c["n_seeds"] >= verdicts.MIN_SEEDS for c in results["claims"] if c["margin"] is not None)
     assert (tmp_path / "probes.png").is_file()

@@ -12,7 +12,8 @@ from lab_helpers import PROMPT, copy_lab, quiet, shared_lab
 
 from poslab.cli.app import main
 from poslab.display.fonts import FAMILY, covered_chars, font_face_css, font_path
-from poslab.lab import lab
+from poslab.lab import experiments, lab
+from poslab.lab.experiments import params, shapes
 from poslab.lab.report import build_report, claims, load_results
 from poslab.lab.report.sections import SECTIONS
 from poslab.lab.verdicts import bound, check_records, compare, not_testable, tally
@@ -59,7 +60,7 @@ def test_claims_held_on_real_results():
     for start in ("多头不增加参数量", "单头 Linear(512,512)", "qkv 3168 个", "[batch, seq, d_model]", "&lt;R_m q, R_n k&gt; 只依赖",
                   "打乱顺序后", "这就是为什么必须要有位置编码"):
         assert verdict_of(html, start) == "held", start
-    assert verdict_of(html, "1 层：没有位置嵌入") == "inconclusive"  # causal-leak is not in this lab
+    assert "1 层：没有位置嵌入" not in html  # causal-leak is not in this lab: its claims are decided when it runs
     records = [v.record for v in claims.evaluate(load_results(shared_lab()))]
     assert check_records(records) == []  # every deterministic record obeys the rule
     assert all(r.n_seeds == 0 and r.noise is None for r in records if r.verdict != "inconclusive")
@@ -79,6 +80,7 @@ def test_changing_a_results_file_changes_the_report(tmp_path):
     results = json.loads(path.read_text())
     results["seed001_qkv_params_by_heads"]["4"] = 9999
     results["seed000_one_linear_512"] = 123457
+    results["claims"] = [c.to_dict() for c in params.claims(results)]  # the experiment decides its claims
     path.write_text(json.dumps(results))
     after = build_report(lab_dir).read_text(encoding="utf-8")
     assert "h=4: qkv 9,999, proj 1,056" in after
@@ -127,11 +129,14 @@ def test_report_survives_broken_or_missing_inputs(tmp_path):
     (lab_dir / "experiments" / "params").mkdir(parents=True)
     (lab_dir / "experiments" / "params" / "results.json").write_text("{not json")
     (lab_dir / "experiments" / "shapes").mkdir()
-    (lab_dir / "experiments" / "shapes" / "results.json").write_text(json.dumps({"seed000_walk": "wrong type"}))
+    (lab_dir / "experiments" / "shapes" / "results.json").write_text(json.dumps({"seed000_walk": "wrong type",
+                                                                                  "claims": "wrong type"}))
+    with pytest.raises((TypeError, AttributeError)):
+        shapes.claims({"seed000_walk": "wrong type"})  # the experiment refuses to decide on a broken walk
     html = build_report(lab_dir).read_text(encoding="utf-8")
     assert "unreadable results.json" in html
-    assert verdict_of(html, "[batch, seq, d_model]") == "inconclusive"
-    assert load_results(lab_dir)["experiments/shapes"] == {"seed000_walk": "wrong type"}
+    assert verdict_of(html, "(claims of experiments/shapes)") == "inconclusive"
+    assert load_results(lab_dir)["experiments/shapes"] == {"seed000_walk": "wrong type", "claims": "wrong type"}
 
 
 def test_number_formatting():
@@ -165,7 +170,7 @@ def test_font_subset_covers_the_corpora_and_embeds_small():
 def test_pe_cache_experiment(tmp_path):
     from poslab.lab.experiments import pe_cache, registry
 
-    assert registry()["pe-cache"] is pe_cache and pe_cache.IN_ALL
+    assert registry()["pe-cache"] is pe_cache and pe_cache.EXPERIMENT.in_all
     with quiet():
         results = pe_cache.run(tmp_path, quick=True)
     json.dumps(results, allow_nan=False)
@@ -237,21 +242,19 @@ def test_lab_reuses_finished_steps_records_failures_and_builds_the_report(tmp_pa
 
 
 def test_lab_plan_covers_every_lesson_experiment(tmp_path):
-    from poslab.lab import experiments
-
     steps = lab.plan(tmp_path, "quick")
     names = [s.name for s in steps]
     for name, module in experiments.registry().items():
-        if module.IN_ALL:
+        if module.EXPERIMENT.in_all:
             assert name in names
-    for name in (*lab.TRAINING_EXPERIMENTS, "head analysis", "attention map"):
+    for name in (*experiments.descriptions("lab"), "head analysis", "attention map"):
         assert name in names
     assert all("--quick" in s.argv for s in steps if s.kind != "attention")
     assert not any("--quick" in s.argv for s in lab.plan(tmp_path, "full"))
     shown = {folder for section in SECTIONS for folder in section.folders}
     assert {s.folder for s in lab.plan(tmp_path, "full")} >= shown  # the full lab fills every section
     # the quick lab leaves out exactly the full-only experiments (their sections say "not run in this lab")
-    full_only = {f"experiments/{n}" for n in lab.FULL_ONLY_EXPERIMENTS}
+    full_only = {f"experiments/{n}" for n in experiments.descriptions("full")}
     assert shown - {s.folder for s in steps} == shown & full_only
 
 
@@ -276,7 +279,7 @@ def test_lab_quick_end_to_end(tmp_path):
     html = (tmp_path / "lab" / "report.html").read_text(encoding="utf-8")
     # only the full-only experiments' sections may say so (test_lab_plan checks which those are)
     missing = re.findall(r"<span class='path'>([^<]*)/</span></h3><p class='note'>Not run in this lab", html)
-    assert set(missing) <= {f"experiments/{n}" for n in lab.FULL_ONLY_EXPERIMENTS}, missing
+    assert set(missing) <= {f"experiments/{n}" for n in experiments.descriptions("full")}, missing
     assert html.lower().count("not run in this lab") == len(missing)  # no claim record says it
 
 

@@ -8,7 +8,7 @@ import torch
 from poslab import GPT, GPTConfig
 from poslab.lab.experiments import registry
 from poslab.lab.experiments import rope_frequency_usage as rfu
-from poslab.lab.verdicts import ClaimRecord
+from poslab.lab.verdicts import ClaimRecord, missing_premises
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -65,6 +65,7 @@ def test_experiment_runs_small_and_writes_claims(tmp_path):
     results = rfu.run(tmp_path, quick=True, seeds=(1, 2, 3), model=TINY_MODEL, steps=TINY_STEPS)
     assert (tmp_path / rfu.PLOT_FILE).exists()
     assert results["n_pairs"] == 4 and len(results["per_seed"]) == 3
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     for claim in results["claims"]:
         assert ClaimRecord.from_dict(claim).n_seeds == 3
     for r in results["per_seed"]:

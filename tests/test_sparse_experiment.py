@@ -11,7 +11,7 @@ import torch
 
 from poslab.cli.app import main
 from poslab.lab.experiments import sparse
-from poslab.lab.verdicts import check_records
+from poslab.lab.verdicts import check_records, missing_premises
 
 
 def test_delayed_copy_repeats_its_first_half_and_the_loss_reads_only_the_second():
@@ -86,6 +86,7 @@ def _run_cli(out, quick: bool = True):
 
 def _check(results, stdout, out, n_seeds):
     assert not check_records(results["claims"])
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     assert len(results["claims"]) == len(sparse.KINDS)
     if n_seeds < 3:
         assert {c["verdict"] for c in results["claims"]} == {"inconclusive"}  # one seed decides nothing

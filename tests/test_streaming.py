@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from poslab import GPT, GPTConfig
+from poslab.lab.verdicts import missing_premises
 from poslab.nn.streaming import StreamingKVCache
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -148,6 +149,7 @@ def test_streaming_experiment_runs_small_and_writes_claims(tmp_path):
              "ckpt_interval": 0, "keep_checkpoints": 1}
     results = exp.run(tmp_path, quick=True, seeds=(1, 2, 3), model=tiny, steps=steps)
     assert (tmp_path / exp.PLOT_FILE).exists()
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     (claim,) = results["claims"]
     record = ClaimRecord.from_dict(claim)
     assert record.n_seeds == 3

@@ -10,9 +10,9 @@ import pytest
 from poslab import positions
 from poslab.data import load_corpus
 from poslab.lab.experiments import head_count as heads
-from poslab.lab.experiments import position_training, run_experiment
+from poslab.lab.experiments import position_training, run_experiment, training
 from poslab.lab.experiments.common import unigram_entropy
-from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, missing_premises
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
@@ -45,6 +45,7 @@ def test_heads_experiment_on_a_tiny_base(tmp_path, tiny_base):
     seeds = {json.loads((tmp_path / "runs" / f"heads-2-s{s}" / "config.json").read_text())["train"]["seed"] for s in SEEDS}
     assert seeds == set(SEEDS)
     assert check_records(results["claims"]) == []
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     assert results["unigram_entropy_nats"] == pytest.approx(unigram_entropy(tiny_base["corpus"]))
     json.dumps(results)
 
@@ -78,6 +79,7 @@ def test_position_training_on_a_tiny_base(tmp_path, tiny_base):
     learned = next(c for c in results["claims"] if c["claim"].startswith("a causal model learns better with positions"))
     assert learned["details"]["better"] == results["val_loss_seeds"]["learned"] and learned["n_seeds"] == 3
     assert check_records(results["claims"]) == []
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
 
 
 def test_quick_position_training_trains_the_extrapolation_models(tmp_path):
@@ -111,7 +113,7 @@ def test_parallel_trainings_equal_sequential_ones(tmp_path, tiny_base):
 @pytest.mark.parametrize("workers", [0, -1, 1.5, True])
 def test_bad_worker_count_is_refused(tmp_path, tiny_base, workers):
     with pytest.raises(ValueError, match="workers must be a positive integer"):
-        heads.train_variants(tmp_path, tiny_base, {"a": {}}, workers=workers)
+        training.train_variants(tmp_path, tiny_base, {"a": {}}, workers=workers)
     assert not (tmp_path / "runs").exists()
 
 
@@ -119,7 +121,7 @@ def test_experiments_are_registered_and_not_in_all():
     from poslab.lab.experiments import registry
 
     found = registry()
-    assert not found["heads"].IN_ALL and not found["position-training"].IN_ALL
+    assert not found["heads"].EXPERIMENT.in_all and not found["position-training"].EXPERIMENT.in_all
 
 
 @pytest.mark.slow
@@ -131,6 +133,7 @@ def test_heads_quick_form(tmp_path):
     # trained into structure: every model far below the character-frequency baseline
     assert all(max(v) < results["unigram_entropy_nats"] - 0.5 for v in results["val_loss_seeds"].values())
     assert check_records(results["claims"]) == []
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
 
 
 @pytest.mark.slow
@@ -138,6 +141,7 @@ def test_position_training_quick_form(tmp_path):
     results = run_experiment("position-training", tmp_path, quick=True)
     assert set(results["val_loss_seeds"]) == set(positions.names())
     assert check_records(results["claims"]) == []
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     # issue 14: learned vs none in-length is decided at 3 seeds (as "none is within 5% of learned")
     nope = next(c for c in results["claims"] if c["claim"].startswith("不加位置编码"))
     assert nope["verdict"] != INCONCLUSIVE, nope

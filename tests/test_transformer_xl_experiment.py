@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from poslab.lab.experiments import registry
+from poslab.lab.experiments import descriptions, registry
 from poslab.lab.experiments import transformer_xl as exp
-from poslab.lab.lab import FULL_ONLY_EXPERIMENTS, plan
-from poslab.lab.verdicts import VERDICTS, ClaimRecord
+from poslab.lab.lab import plan
+from poslab.lab.verdicts import VERDICTS, ClaimRecord, missing_premises
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -19,8 +19,8 @@ TINY_STEPS = {"max_steps": 6, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "e
 
 
 def test_the_experiment_is_registered_and_in_the_full_lab_only(tmp_path):
-    assert registry()["transformer-xl"] is exp and not exp.IN_ALL
-    assert "transformer-xl" in FULL_ONLY_EXPERIMENTS
+    assert registry()["transformer-xl"] is exp and not exp.EXPERIMENT.in_all
+    assert "transformer-xl" in descriptions("full")
     assert "transformer-xl" in [s.name for s in plan(tmp_path, "full")]
     assert "transformer-xl" not in [s.name for s in plan(tmp_path, "quick")]
 
@@ -55,6 +55,7 @@ def test_a_tiny_run_writes_results_plot_and_claims(tmp_path, corpus):
             assert r[label]["loss"] == pytest.approx(sum(r[label]["by_position"]) / L, rel=1e-6)
         # every condition reads the same segments: 3,000 validation tokens in 8 streams hold 46 of 8 (+1)
         assert {r[label]["segments"] for label in labels} == {min(exp.EVAL_SEGMENTS["quick"], (3000 // 8 - 1) // L)}
+    assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     records = [ClaimRecord.from_dict(c) for c in results["claims"]]
     assert len(records) == 4 and all(r.verdict in VERDICTS and r.n_seeds == 3 for r in records)
     first = records[0]

@@ -156,3 +156,81 @@ def test_an_unmet_premise_makes_the_claim_not_testable_and_a_decided_record_is_r
     forged = {**record.to_dict(), "premise": {"text": "x", "measured": "y", "met": False}}
     assert check_records([forged]) and "unmet premise" in check_records([forged])[0]
     assert ClaimRecord.from_dict(gated.to_dict()) == gated
+
+
+def test_t_p_values_by_hand():
+    import math
+
+    from poslab.lab.verdicts import one_sample_p, t_two_sided_p, welch_p
+
+    assert t_two_sided_p(1.0, 1) == pytest.approx(0.5, abs=1e-12)  # Cauchy: P(|T| > 1) = 1/2
+    # df = 2 has the closed form p = 1 - |t| / sqrt(2 + t^2)
+    for t in (0.5, 2.0, 4.303):
+        assert t_two_sided_p(t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-12)
+    assert t_two_sided_p(4.303, 2) == pytest.approx(0.05, abs=1e-4)  # the table's t_{0.975, 2}
+    assert t_two_sided_p(0.0, 5) == pytest.approx(1.0)
+    # [1, 2, 3] against 0: mean 2, sd 1, t = 2 sqrt(3), df 2
+    assert one_sample_p([1.0, 2.0, 3.0], 0.0) == pytest.approx(1 - 2 * math.sqrt(3) / math.sqrt(14), abs=1e-12)
+    # Welch with equal variances and sizes is Student's t: [1,2,3] vs [4,5,6]: t = -3 / sqrt(2/3), df 4
+    assert welch_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(t_two_sided_p(3 / math.sqrt(2 / 3), 4), abs=1e-12)
+    assert welch_p([1.0], [2.0, 3.0]) is None
+
+
+def test_comparisons_carry_a_p_value_that_agrees_with_the_interval():
+    clear = compare("a", "s", [1.0, 1.1, 0.9], [3.0, 3.1, 2.9], better_label="x", worse_label="y", metric="m")
+    close = compare("a", "s", [2.30, 2.35, 2.28], [2.31, 2.33, 2.30], better_label="x", worse_label="y", metric="m")
+    assert clear.verdict == HELD and clear.details["p_value"] < 0.05
+    assert close.verdict == INCONCLUSIVE and close.details["p_value"] > 0.05
+    # with an offset the test is against the shifted difference: "x at most 3 worse" holds only far from the edge
+    shifted = compare("a", "s", [3.0, 3.1, 2.9], [1.0, 1.1, 0.9], better_label="x", worse_label="y", metric="m", offset=-2.0)
+    assert shifted.verdict == INCONCLUSIVE and shifted.details["p_value"] == pytest.approx(1.0)
+    assert bound("b", "s", [1.01, 1.02, 1.03], 1.10, below=True, label="x", metric="r").details["p_value"] < 0.05
+    ranked = best_of("c", "s", {"1": [1.0, 1.1, 0.9], "2": [3.0, 3.1, 2.9], "3": [2.0, 2.1, 1.9]}, ["1"], metric="m")
+    assert ranked.verdict == HELD
+    worst = compare("c", "s", [1.0, 1.1, 0.9], [2.0, 2.1, 1.9], better_label="1", worse_label="3", metric="m")
+    assert ranked.details["p_value"] == pytest.approx(worst.details["p_value"])  # the weakest pair decides
+
+
+def _seeded(name: str, p: float, verdict: str = HELD, premise: object = None) -> ClaimRecord:
+    return ClaimRecord(name, "test", "c", "m", 1.0, 0.5, 3, verdict, {"p_value": p}, premise)
+
+
+def test_holm_keeps_only_the_decisions_that_survive():
+    from poslab.lab.verdicts import Premise, holm
+
+    fixed = deterministic("d", "test", "c", "m", error=0.0, tolerance=0.0)
+    untestable = _seeded("u", 0.0001, INCONCLUSIVE, Premise("p", "q", met=False))
+    records = [_seeded("a", 0.011), _seeded("b", 0.04), fixed, _seeded("c", 0.03, DID_NOT_HOLD), untestable,
+               _seeded("e", 0.5, INCONCLUSIVE)]
+    out = holm(records)
+    assert [r.claim for r in out] == ["a", "b", "d", "c", "u", "e"]  # order kept
+    by = {r.claim: r for r in out}
+    # m = 4 (the deterministic and the untestable record are not in the family): 0.011 <= 0.05/4 survives;
+    # 0.03 > 0.05/3 fails, and everything after it (0.04, 0.5) is not significant either
+    assert by["a"].verdict == HELD and by["a"].details["holm"] == {"m": 4, "rank": 1, "threshold": 0.0125, "alpha": 0.05,
+                                                                   "survives": True}
+    assert by["c"].verdict == INCONCLUSIVE and by["c"].details["unadjusted_verdict"] == DID_NOT_HOLD
+    assert "Holm" in by["c"].details["reason"] and "0.05/3" in by["c"].details["reason"]
+    assert by["b"].verdict == INCONCLUSIVE and by["b"].details["unadjusted_verdict"] == HELD
+    assert by["e"].verdict == INCONCLUSIVE and "unadjusted_verdict" not in by["e"].details
+    assert by["d"] == fixed and by["u"] == untestable
+    # with the untestable record counted the family would be 5 and 0.011 > 0.05/5: it is not counted
+    assert holm([*records[:4], records[5], _seeded("f", 0.9, INCONCLUSIVE)])[0].verdict == INCONCLUSIVE
+    assert holm([_seeded("a", 0.011)])[0].verdict == HELD  # one claim: no correction (0.011 <= 0.05)
+    with pytest.raises(ValueError, match="alpha"):
+        holm(records, alpha=1.5)
+
+
+def test_the_report_corrects_the_lab_s_seeded_claims_as_one_family():
+    from poslab.lab.report import claims
+
+    def record(name: str, p: float) -> dict:
+        return _seeded(name, p).to_dict()
+
+    results = {"experiments/a": {"claims": [record("a1", 0.001), record("a2", 0.04)]},
+               "experiments/b": {"claims": [record("b1", 0.03)]}}
+    shown = {v.record.claim: v for v in claims.evaluate(results)}
+    # m = 3: 0.001 <= 0.05/3 survives; 0.03 > 0.05/2 does not, nor does 0.04 after it (each alone would hold)
+    assert shown["a1"].verdict == HELD and shown["a1"].experiment == "experiments/a"
+    assert shown["b1"].verdict == INCONCLUSIVE and shown["a2"].verdict == INCONCLUSIVE
+    assert shown["b1"].record.details["unadjusted_verdict"] == HELD

@@ -1,7 +1,7 @@
 """``poslab experiment NAME|all|list [--out DIR] [--quick] [--workers N]``.
 
 ``NAME`` runs one experiment and writes ``DIR/results.json`` (default ``runs/experiments/NAME``);
-``all`` runs every experiment marked ``IN_ALL``, each into ``DIR/NAME`` (default
+``all`` runs every experiment of tier ``all`` (the ones that train nothing), each into ``DIR/NAME`` (default
 ``runs/experiments/NAME``); ``list`` prints the names and descriptions. An unknown name is a one-line
 error (exit 2) listing the known ones.
 """
@@ -34,15 +34,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     paths.output_folder(args.out, "--out")
-    registry = experiments.registry()
+    registry = experiments.descriptions()
     if args.name == "list":
         width = max(len(name) for name in [*registry, "all"])
-        for name, module in registry.items():
-            print(f"{name:{width}s}  {module.DESCRIPTION}")
-        print(f"{'all':{width}s}  every experiment above, in this order")
+        for name, experiment in registry.items():
+            print(f"{name:{width}s}  {experiment.description}")
+        print(f"{'all':{width}s}  every experiment that trains nothing (tier 'all'), in the order above")
         return 0
     if args.name == "all":
-        names = [n for n, m in registry.items() if getattr(m, "IN_ALL", False)]
+        names = [n for n, e in registry.items() if e.in_all]
     else:
         if args.name not in registry:
             raise ValueError(f"unknown experiment {args.name!r}; known: {', '.join(registry)}, all, list")
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         out = args.out / name if args.out is not None and args.name == "all" else args.out
         where = out if out is not None else Path("runs") / "experiments" / name
         start = time.perf_counter()
-        print(f"\n=== experiment {name}: {registry[name].DESCRIPTION}")
+        print(f"\n=== experiment {name}: {registry[name].description}")
         experiments.run_experiment(name, where, quick=args.quick, workers=args.workers)
         print(f"--- {name}: {time.perf_counter() - start:.1f}s, results in {where / 'results.json'}")
     if len(names) > 1:

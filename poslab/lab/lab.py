@@ -2,10 +2,10 @@
 
 Steps (each a ``python -m poslab ...`` subprocess, its output kept in ``LAB/logs/STEP.log``):
 
-1. the lessons' foundation experiments (every experiment marked ``IN_ALL``) into ``LAB/experiments/NAME``;
-2. the training experiments ``heads``, ``position-training``, ``extrapolation``, ``context-extension``,
-   ``attention-entropy`` (``--quick`` or full), every arm with 3 seeds; in the quick form
-   position-training trains the lab's quick extrapolation models, which the three after it reuse;
+1. the lessons' foundation experiments (tier ``all`` in their descriptions) into ``LAB/experiments/NAME``;
+2. the training experiments of tier ``lab`` (and, in the full lab, ``full``), ``--quick`` or full, every
+   arm with 3 seeds; in the quick form position-training trains the lab's quick extrapolation models,
+   which the experiments that name it in their ``reuses`` read;
 3. a Tang-poem GPT (preset ``tang-small``) into ``LAB/runs/tang-small[-quick]``;
 4. head analysis of that model (:mod:`poslab.analysis.heads`) into ``LAB/heads`` and its attention grid on
    白日依山尽，黄河入海流。 into ``LAB/attention``;
@@ -37,26 +37,13 @@ from typing import TextIO
 from poslab.analysis.attention_map import DEFAULT_PROMPT
 from poslab.training.progress import format_duration
 
-TRAINING_EXPERIMENTS = ("heads", "position-training", "extrapolation", "context-extension", "attention-entropy",
-                        "probes")
-#: training experiments of the full lab only (the quick lab keeps within 10 minutes on 2 cores without them)
-FULL_ONLY_EXPERIMENTS = ("bidirectional", "sparse", "head-map", "streaming", "rope-frequency-usage", "transformer-xl")
 TRAIN_PRESET = "tang-small"
-# experiments that read the models another one trained (sibling folders): rerun when those are rebuilt. In the
-# quick form position-training trains the lab's 3-seed extrapolation models; the others reuse them.
-SHARES_MODELS_OF = {"extrapolation": ("position-training",),
-                    "context-extension": ("extrapolation", "position-training"),
-                    "attention-entropy": ("extrapolation", "position-training")}
 MODES = ("quick", "full")
-# first-run guesses of wall seconds per step on 2 quiet cores (replaced by the last run's timings when known);
-# quick: from the CPU seconds of each step measured with /usr/bin/time -v (docs/lab.md, "Timing")
+# first-run guesses of wall seconds of the steps that are not experiments (each experiment states its own
+# in its description); from the CPU seconds of each step measured with /usr/bin/time -v (docs/lab.md, "Timing")
 ESTIMATES = {
-    "quick": {"experiment": 4, "heads": 70, "position-training": 85, "extrapolation": 22, "context-extension": 65,
-              "attention-entropy": 15, "probes": 150, "train": 95, "head-analysis": 16, "attention": 6},
-    "full": {"experiment": 12, "heads": 3750, "position-training": 7200, "extrapolation": 3600,  # 3 seeds per arm
-             "context-extension": 600, "attention-entropy": 900,
-             "probes": 1800, "bidirectional": 900, "sparse": 1800, "head-map": 1300, "streaming": 300,
-             "rope-frequency-usage": 300, "transformer-xl": 900, "train": 900, "head-analysis": 120, "attention": 12},
+    "quick": {"train": 95, "head-analysis": 16, "attention": 6},
+    "full": {"train": 900, "head-analysis": 120, "attention": 12},
 }
 
 
@@ -89,21 +76,28 @@ class Step:
 
 
 def plan(lab_dir: Path, mode: str) -> list[Step]:
-    """The lab's steps for ``mode`` (``quick`` or ``full``), in order."""
+    """The lab's steps for ``mode`` (``quick`` or ``full``), in order.
+
+    The experiments come from their descriptions (:func:`poslab.lab.experiments.descriptions`): first
+    every experiment of tier ``all``, then the training experiments of tier ``lab`` and, in the full
+    lab, ``full``; each in registry order, with the folders of the experiments it reuses as ``needs``
+    and its own time estimate.
+    """
     from poslab.lab import experiments
+    from poslab.lab.experiments.common import FOUNDATION, FULL_ONLY, LAB
 
     quick = ["--quick"] if mode == "quick" else []
-    registry = experiments.registry()
+    described = experiments.descriptions()
+    tiers = (FOUNDATION, LAB) + ((FULL_ONLY,) if mode == "full" else ())
     steps = []
-    for name, module in registry.items():
-        if getattr(module, "IN_ALL", False) and name not in TRAINING_EXPERIMENTS:
+    for tier in tiers:
+        for name, experiment in described.items():
+            if experiment.tier != tier:
+                continue
             steps.append(Step(name, "experiment", f"experiments/{name}",
-                              ["experiment", name, "--out", str(lab_dir / "experiments" / name), *quick]))
-    training = TRAINING_EXPERIMENTS + (tuple(n for n in FULL_ONLY_EXPERIMENTS if n in registry) if mode == "full" else ())
-    for name in training:
-        steps.append(Step(name, "experiment", f"experiments/{name}",
-                          ["experiment", name, "--out", str(lab_dir / "experiments" / name), *quick],
-                          needs=tuple(f"experiments/{n}" for n in SHARES_MODELS_OF.get(name, ()))))
+                              ["experiment", name, "--out", str(lab_dir / "experiments" / name), *quick],
+                              needs=tuple(f"experiments/{n}" for n in experiment.reuses),
+                              estimate=float(experiment.estimate[MODES.index(mode)])))
     run_name = TRAIN_PRESET + ("-quick" if mode == "quick" else "")
     run_folder = f"runs/{run_name}"
     run_dir = lab_dir / run_folder
@@ -337,7 +331,7 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
             raise ValueError(f"unknown lab step(s) {unknown}; steps: {', '.join(s.name for s in steps)}")
     last_times = {r.get("folder"): r.get("seconds") for r in previous.get("steps", []) if r.get("mode") == mode}
     for step in steps:
-        guess = ESTIMATES[mode].get(step.name, ESTIMATES[mode].get(step.kind, 30))
+        guess = step.estimate if step.kind == "experiment" else ESTIMATES[mode].get(step.kind, 30)
         step.estimate = float(last_times.get(step.folder) or guess)
 
     started = time.time()

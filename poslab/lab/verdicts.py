@@ -55,6 +55,54 @@ def t975(df: float) -> float:
     return _T975[lo - 1] * (1 - frac) + _T975[hi - 1] * frac
 
 
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta function (modified Lentz; Numerical Recipes 6.4)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < eps:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function ``I_x(a, b)`` for ``a, b > 0`` and ``0 <= x <= 1``."""
+    if not (a > 0 and b > 0 and 0.0 <= x <= 1.0):
+        raise ValueError(f"betainc needs a, b > 0 and 0 <= x <= 1, got a={a!r}, b={b!r}, x={x!r}")
+    if x in (0.0, 1.0):
+        return x
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """Two-sided p-value ``P(|T| >= |t|)`` of Student's t with ``df > 0`` (possibly fractional) degrees of freedom."""
+    if not df > 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {df!r}")
+    if math.isinf(t):
+        return 0.0
+    return betainc(df / 2, 0.5, df / (df + t * t))
+
+
 @dataclass(frozen=True)
 class Premise:
     """What the models must be able to do before a claim about them can be tested.
@@ -174,16 +222,48 @@ def pm(values: Sequence[float], digits: int = 3) -> str:
     return f"{mean:.{digits}f}{spread} (n={len(values)})"
 
 
+def welch_p(a: Sequence[float], b: Sequence[float], shift: float = 0.0) -> float | None:
+    """Two-sided p-value of Welch's t-test of ``mean(a) - mean(b) = shift`` (``None`` with fewer than 2 values in an arm).
+
+    The same statistic as :func:`interval_halfwidth`: ``p < 0.05`` exactly when the 95% interval of
+    the difference excludes ``shift`` (up to the t-table's interpolation in :func:`t975`).
+    """
+    if len(a) < 2 or len(b) < 2:
+        return None
+    se2, df = _welch(a, b)
+    diff = statistics.fmean(a) - statistics.fmean(b) - shift
+    if se2 == 0:
+        return 0.0 if diff != 0 else 1.0
+    return t_two_sided_p(diff / math.sqrt(se2), df)
+
+
+def _welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Welch's squared standard error of ``mean(a) - mean(b)`` and its degrees of freedom (at least 1); 2+ values each."""
+    na, nb = len(a), len(b)
+    va, vb = statistics.variance(a), statistics.variance(b)
+    se2 = va / na + vb / nb
+    df = se2**2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1)) if va and vb else min(na, nb) - 1
+    return se2, max(df, 1.0)
+
+
+def one_sample_p(values: Sequence[float], limit: float) -> float | None:
+    """Two-sided p-value of the one-sample t-test of ``mean(values) = limit`` (``None`` for one value)."""
+    n = len(values)
+    if n < 2:
+        return None
+    sd = statistics.stdev(values)
+    diff = statistics.fmean(values) - limit
+    if sd == 0:
+        return 0.0 if diff != 0 else 1.0
+    return t_two_sided_p(diff / (sd / math.sqrt(n)), n - 1)
+
+
 def interval_halfwidth(a: Sequence[float], b: Sequence[float], noise_sd: float | None = None) -> float | None:
     """95% half-width of ``mean(a) - mean(b)`` (Welch), or from a measured seed sd when an arm has one value."""
     na, nb = len(a), len(b)
     if na >= 2 and nb >= 2:
-        va, vb = statistics.variance(a), statistics.variance(b)
-        se2 = va / na + vb / nb
-        if se2 == 0:
-            return 0.0
-        df = se2**2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1)) if va and vb else min(na, nb) - 1
-        return t975(max(df, 1.0)) * math.sqrt(se2)
+        se2, df = _welch(a, b)
+        return 0.0 if se2 == 0 else t975(df) * math.sqrt(se2)
     if noise_sd is not None:
         return 1.96 * noise_sd * math.sqrt(1 / na + 1 / nb)
     return None
@@ -252,7 +332,8 @@ def compare(
     measured = f"{better_label} {pm(better, digits)} vs {worse_label} {pm(worse, digits)}"
     details = {"better": [float(v) for v in better], "worse": [float(v) for v in worse],
                "better_label": better_label, "worse_label": worse_label, "metric": metric,
-               "lower_is_better": lower_is_better, "offset": float(offset)}
+               "lower_is_better": lower_is_better, "offset": float(offset),
+               "p_value": welch_p(list(better), list(worse), (-offset if lower_is_better else offset))}
     return ClaimRecord(claim, source, criterion, measured, float(margin),
                        None if noise is None else float(noise), n_seeds, verdict, details)
 
@@ -292,7 +373,8 @@ def bound(
     criterion += f"; decided when the margin exceeds the 95% interval of the mean (at least {MIN_SEEDS} seeds)"
     verdict = decide(margin, noise, n)
     measured = f"{metric} of {label} {pm(values, digits)} (limit {limit:.{digits}g})"
-    info = dict(details or {}, values=values, label=label, metric=metric, limit=float(limit), below=below)
+    info = dict(details or {}, values=values, label=label, metric=metric, limit=float(limit), below=below,
+                p_value=one_sample_p(values, limit))
     return ClaimRecord(claim, source, criterion, measured, float(margin), None if noise is None else float(noise), n,
                        verdict, info)
 
@@ -388,16 +470,22 @@ def best_of(
     if all(r.verdict == HELD for r in wins):
         decide = min(wins, key=lambda r: r.margin - r.noise)
         verdict = HELD
+        tests = wins
     else:
         beaten = [o for o in others if all(pair(p, o).verdict == DID_NOT_HOLD for p in predicted)]
         if beaten:
             losses = [pair(p, beaten[0]) for p in predicted]
             decide = max(losses, key=lambda r: r.margin + r.noise)  # the closest predicted arm
             verdict = DID_NOT_HOLD
+            tests = losses
         else:
             decide = pair(top, rival)
             verdict = INCONCLUSIVE
-    details.update(deciding_pair=[decide.details["better_label"], decide.details["worse_label"]])
+            tests = [decide]
+    # every pair must be decided for the ranking to be: its p-value is the largest of the pairs' (intersection-union)
+    ps = [r.details.get("p_value") for r in tests]
+    details.update(deciding_pair=[decide.details["better_label"], decide.details["worse_label"]],
+                   p_value=None if any(p is None for p in ps) else max(ps))
     measured = f"{table}; deciding pair {decide.details['better_label']} vs {decide.details['worse_label']}"
     return ClaimRecord(claim, source, criterion, measured, decide.margin, decide.noise, decide.n_seeds, verdict, details)
 
@@ -455,9 +543,101 @@ def check_records(records: Sequence[dict[str, Any] | ClaimRecord]) -> list[str]:
     return problems
 
 
+def missing_premises(records: Sequence[dict[str, Any] | ClaimRecord]) -> list[str]:
+    """The claims decided on trained models (``n_seeds > 0``) that carry no premise (empty = every one has one)."""
+    out = []
+    for raw in records:
+        record = raw if isinstance(raw, ClaimRecord) else ClaimRecord.from_dict(raw)
+        if record.n_seeds > 0 and record.premise is None:
+            out.append(record.claim)
+    return out
+
+
 def tally(records: Sequence[dict[str, Any] | ClaimRecord]) -> dict[str, int]:
     """``{"held": n, "did not hold": n, "inconclusive": n}`` for the page's header."""
     counts = dict.fromkeys(VERDICTS, 0)
     for raw in records:
         counts[raw.verdict if isinstance(raw, ClaimRecord) else raw["verdict"]] += 1
     return counts
+
+
+#: the family-wise error rate the lab's multiple-comparison correction keeps (:func:`holm`)
+FAMILY_ALPHA = 0.05
+
+
+def holm(records: Sequence[dict[str, Any] | ClaimRecord], alpha: float = FAMILY_ALPHA) -> list[ClaimRecord]:
+    """Holm–Bonferroni over the seeded claims: ``records`` with the decisions that survive the correction.
+
+    Each seeded comparison is decided at 95% on its own; over ``m`` of them, about ``0.05 m`` false
+    decisions are expected when no claim is true. The family is every seeded record (``n_seeds > 0``)
+    with a p-value (``details["p_value"]``, two-sided, from the comparison's t-test) whose premise was
+    not found unmet (a claim that cannot be tested is not a test). Sorted by p-value, the ``i``-th
+    (from 0) is kept decided only while every p-value up to it is at most ``alpha / (m - i)``; from the
+    first that is not, every later one is ``inconclusive``. That keeps the chance of even one false
+    decision in the family at most ``alpha``, whatever the dependence between the claims.
+
+    A record the correction turns inconclusive keeps its own verdict in
+    ``details["unadjusted_verdict"]`` and says why in ``details["reason"]``; every record of the family
+    gets ``details["holm"]`` (``m``, its rank, its threshold). Deterministic records, unmet premises
+    and seeded records without a p-value pass through unchanged, in their places.
+
+    Raises:
+        ValueError: ``alpha`` is not in (0, 1).
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    out = [r if isinstance(r, ClaimRecord) else ClaimRecord.from_dict(r) for r in records]
+    family = [i for i, r in enumerate(out)
+              if r.n_seeds > 0 and r.details.get("p_value") is not None and not not_testable(r)]
+    m = len(family)
+    order = sorted(family, key=lambda i: out[i].details["p_value"])
+    rejecting = True
+    for rank, i in enumerate(order):
+        record = out[i]
+        p = float(record.details["p_value"])
+        threshold = alpha / (m - rank)
+        rejecting = rejecting and p <= threshold
+        details = dict(record.details, holm={"m": m, "rank": rank + 1, "threshold": threshold, "alpha": alpha,
+                                             "survives": rejecting})
+        if record.verdict != INCONCLUSIVE and not rejecting:
+            details.update(unadjusted_verdict=record.verdict,
+                           reason=f"not significant after Holm–Bonferroni over {m} seeded claims: p = {p:.3g} > "
+                                  f"{alpha:g}/{m - rank} = {threshold:.3g} (or a smaller p-value before it failed)")
+            out[i] = dataclasses.replace(record, verdict=INCONCLUSIVE, details=details)
+        else:
+            out[i] = dataclasses.replace(record, details=details)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- reading results
+def get(results: dict, path: str) -> Any:
+    """``results["a"]["b"][0]`` for ``path="a.b.0"`` (``KeyError`` naming the missing key)."""
+    value: Any = results
+    for part in path.split("."):
+        if isinstance(value, list) and part.lstrip("-").isdigit():
+            value = value[int(part)]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            raise KeyError(path)
+    return value
+
+
+def num(value: Any, digits: int = 4) -> str:
+    """A number as the report prints it: thousands separators for ints, 4 significant digits, e-notation for tiny/huge."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return str(value)
+        if value == 0:
+            return "0"
+        if abs(value) < 1e-3 or abs(value) >= 1e6:
+            return f"{value:.{max(1, digits - 3)}e}"
+        text = f"{value:.{digits}g}"
+        if "e" in text:  # 4 significant digits of a number in [1e4, 1e6): print it whole
+            return f"{value:,.0f}"
+        return text
+    return str(value)

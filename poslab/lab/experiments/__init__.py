@@ -1,8 +1,11 @@
-"""The lessons' experiments, one module each, run by ``poslab experiment NAME``.
+"""The lessons' experiments, one module each, run by ``poslab experiment NAME`` and planned by ``poslab lab``.
 
-Each module defines ``NAME`` (CLI name), ``DESCRIPTION``, ``IN_ALL`` (part of ``poslab experiment all``)
-and ``run(out: Path, quick: bool = False) -> dict``; ``run`` prints a readable table, and the caller
-writes the returned dict to ``out/results.json``. Adding an experiment = one module + one line here.
+Each module ends with ``EXPERIMENT``, its :class:`~poslab.lab.experiments.common.Experiment`: name,
+description, tier (``poslab experiment all`` / quick and full lab / full lab only), the experiments
+whose models it reuses, time estimates, and ``run(out: Path, quick: bool = False, ...) -> dict``.
+``run`` prints a readable table and returns the results with their claim records under
+``"claims"``; the caller writes the dict to ``out/results.json``. Adding an experiment = one module
++ one line here. ``common`` and ``training`` are the shared modules, not experiments.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 from poslab.fileio import atomic_write_json
+from poslab.lab.experiments.common import TIERS, Experiment
 
 # one line per experiment module
 _MODULES = (
@@ -31,19 +35,26 @@ _MODULES = (
     "poslab.lab.experiments.probes",
     "poslab.lab.experiments.model_zoo",
     "poslab.lab.experiments.corrections",
+    "poslab.lab.experiments.bidirectional",
     "poslab.lab.experiments.sparse",
     "poslab.lab.experiments.head_map",
     "poslab.lab.experiments.streaming",
     "poslab.lab.experiments.rope_frequency_usage",
-    "poslab.lab.experiments.bidirectional",
     "poslab.lab.experiments.transformer_xl",
 )
 
 
 def registry() -> dict[str, ModuleType]:
-    """Experiment name -> module, in listing order."""
+    """Experiment name -> module, in listing order (the order ``poslab lab`` runs them in)."""
     modules = [importlib.import_module(m) for m in _MODULES]
-    return {m.NAME: m for m in modules}
+    return {m.EXPERIMENT.name: m for m in modules}
+
+
+def descriptions(tier: str | None = None) -> dict[str, Experiment]:
+    """Experiment name -> its :class:`Experiment`, in listing order; only those of ``tier`` if given."""
+    if tier is not None and tier not in TIERS:
+        raise ValueError(f"tier must be one of {list(TIERS)}, got {tier!r}")
+    return {name: m.EXPERIMENT for name, m in registry().items() if tier is None or m.EXPERIMENT.tier == tier}
 
 
 def run_experiment(name: str, out: Path | None = None, quick: bool = False, workers: int | None = None) -> dict:
@@ -59,9 +70,9 @@ def run_experiment(name: str, out: Path | None = None, quick: bool = False, work
         raise ValueError(f"--workers must be a positive integer, got {workers!r}")
     out = Path(out) if out is not None else Path("runs") / "experiments" / name
     out.mkdir(parents=True, exist_ok=True)
-    module = experiments[name]
-    options = {"workers": workers} if workers is not None and "workers" in inspect.signature(module.run).parameters else {}
-    results = module.run(out, quick=quick, **options)
+    experiment = experiments[name].EXPERIMENT
+    options = {"workers": workers} if workers is not None and "workers" in inspect.signature(experiment.run).parameters else {}
+    results = experiment.run(out, quick=quick, **options)
     atomic_write_json(out / "results.json", results, default=float)
     return results
 

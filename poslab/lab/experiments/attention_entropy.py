@@ -32,26 +32,21 @@ from torch import Tensor
 
 from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling
 from poslab.display import new_figure, print_table, save_figure
-from poslab.lab.experiments.common import baseline_line, spearman, unigram_entropy
+from poslab.lab.experiments.common import LAB, Experiment, baseline_line, ngram_baselines, spearman, unigram_entropy
 from poslab.lab.experiments.extrapolation import (
     CORPUS,
     FACTORS,
     SCHEMES,
-    SEEDS,
-    load_model,
-    print_claims,
     shared_models,
     size_of,
 )
-from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, bound, mean_sd, pm
+from poslab.lab.experiments.training import SEEDS, load_model, print_claims
+from poslab.lab.premises import attach, below_bigram
+from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, bound, mean_sd, pm
 from poslab.nn import positions
 from poslab.nn.attention import attend
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder
-
-NAME = "attention-entropy"
-DESCRIPTION = "attention entropy vs query position and length, per scheme, with/without YaRN temperature and log-n (seed 000 §3.5)"
-IN_ALL = False  # trains ten models (or reuses the extrapolation experiment's)
 
 QUERY_BLOCK = 256
 #: a rise must be smaller by more than this (nats) to count as "reduced"
@@ -237,6 +232,15 @@ def entropy_claims(results: dict[str, dict[str, Any]], factor: int = 4) -> list[
 
 
 # ------------------------------------------------------------------------------------ run
+def premise_of(record: ClaimRecord, results: dict[str, dict[str, Any]], bigram: float) -> Premise:
+    """How a model spreads its attention past ``L`` says something only about a language model: every seed
+    of each scheme the claim reads (as trained, without scaling) clearly below the bigram baseline at L."""
+    plain = {e["scheme"]: e for e in results.values() if e["rope_scaling"] is None and not e["logn_scaling"]}
+    named = [scheme for scheme in plain if scheme in str(record.details.get("label", ""))] or list(plain)
+    return below_bigram({scheme: [math.log(e["ppl"]["1"]) for e in plain[scheme]["by_seed"].values()] for scheme in named},
+                        bigram)
+
+
 def variants_of(scheme: str) -> list[tuple[str, dict[str, Any] | None, bool]]:
     """``(label, scaling overrides, log-n)`` to measure for a scheme (+ YaRN and log-n for every scheme
     that takes a context-extension scaling, i.e. implements ``rescaled_config``: the RoPE family)."""
@@ -364,11 +368,12 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
              for label, entry in results.items() if all("rise" in e["entropy"].get("4", {}) for e in entry["by_seed"].values())]
     print_table(["model", "entropy rise at 4x L: mean ± sd over seeds"], rises, title="the rise per seed")
     print(baseline_line(CORPUS))
-    claims = entropy_claims(results)
+    bigram = ngram_baselines(CORPUS)["bigram"]
+    claims = attach(entropy_claims(results), lambda record: premise_of(record, results, bigram))
     print_claims(claims)
     figure = plot(results, lab, out / "attention_entropy.png")
     return {
-        "experiment": NAME,
+        "experiment": EXPERIMENT.name,
         "size": dataclasses.asdict(lab),
         "train_length": lab.train_length,
         "factors": list(FACTORS),
@@ -377,8 +382,18 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         "seeds": list(seeds),
         "corpus": CORPUS,
         "unigram_entropy_nats": unigram_entropy(CORPUS),
+        "ngram_baselines": ngram_baselines(CORPUS),
         "models": results,
         "claims": claims,
         "figure": str(figure),
         "seconds": time.perf_counter() - start,
     }
+
+EXPERIMENT = Experiment(
+    name="attention-entropy",
+    description="attention entropy vs query position and length, per scheme, with/without YaRN temperature and log-n (seed 000 §3.5)",
+    tier=LAB,
+    run=run,
+    reuses=('extrapolation', 'position-training'),
+    estimate=(15, 900),
+)

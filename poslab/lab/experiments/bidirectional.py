@@ -43,11 +43,11 @@ from typing import Any
 import torch
 
 from poslab.display import print_table, sci
-from poslab.lab.verdicts import at_least, compare, deterministic, pm
-
-NAME = "bidirectional"
-DESCRIPTION = "Haviv et al. 2022's control: NoPos works for a causal LM, fails for a masked LM; no leak without the mask"
-IN_ALL = False  # it trains: run it by name
+from poslab.lab.experiments.common import FULL_ONLY, Experiment, ngram_baselines, plot_seeded_curves, unigram_entropy
+from poslab.lab.experiments.extrapolation import size_of, train_config
+from poslab.lab.experiments.training import SEEDS, print_claims, seed_values, train_seeded
+from poslab.lab.premises import attach, below_baseline, below_bigram
+from poslab.lab.verdicts import ClaimRecord, Premise, at_least, compare, deterministic, pm
 
 ARMS = {  # label -> (objective, position)
     "clm-none": ("clm", "none"),
@@ -58,7 +58,6 @@ ARMS = {  # label -> (objective, position)
 }
 #: the masked-LM arms with positions, each tested against the NoPos masked LM
 MLM_WITH_POSITIONS = ("mlm-learned", "mlm-rope")
-SEEDS = (1337, 1338, 1339)
 #: "close": NoPos causal LM at most 5% (relative) above the learned one
 CLOSE = 0.05
 #: "fails": NoPos masked LM more than 10% (relative) above the learned one
@@ -137,8 +136,6 @@ def base_config(quick: bool, size: str | None = None) -> dict[str, Any]:
     The learned table has exactly ``block_size`` rows (this experiment never reads past the
     training length).
     """
-    from poslab.lab.experiments.extrapolation import size_of, train_config
-
     lab = size_of(quick, size)
     config = train_config("none", lab, Path("runs"), block_size=lab.train_length).to_dict()
     for key in ("name", "out_dir"):
@@ -183,6 +180,17 @@ def haviv_claims(losses: dict[str, list[float]]) -> list[dict[str, Any]]:
     return out
 
 
+def haviv_premise(record: ClaimRecord, losses: dict[str, list[float]], corpus: str, base: dict[str, Any]) -> Premise:
+    """The causal claim needs both causal LMs clearly below the corpus's bigram baseline; a masked-LM claim
+    needs the masked LM with positions clearly below the unigram baseline (its loss is over masked
+    positions with context on both sides, not comparable to a causal bigram)."""
+    ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
+    if record.details["better_label"].startswith("causal"):
+        return below_bigram({"clm-none": losses["clm-none"], "clm-learned": losses["clm-learned"]}, ngrams["bigram"])
+    label = next(k for k in MLM_WITH_POSITIONS if record.details["better_label"] == f"MLM {ARMS[k][1]}")
+    return below_baseline({label: losses[label]}, ngrams["unigram"], "unigram")
+
+
 def run(out: Path, quick: bool = False, base: dict[str, Any] | None = None, workers: int | None = None,
         seeds: tuple[int, ...] = SEEDS, leak_layers: tuple[int, ...] = LEAK_LAYERS) -> dict:
     """Train the four arms at every seed, measure the leak, print the tables, plot, judge the claims.
@@ -191,13 +199,10 @@ def run(out: Path, quick: bool = False, base: dict[str, Any] | None = None, work
         out: output folder (runs in ``out/runs/ARM-sSEED``, plot ``out/bidirectional_curves.png``).
         quick: the short form (module docstring).
         base: a config mapping replacing the base (tests use a tiny one).
-        workers: trainings at a time (:func:`poslab.lab.experiments.head_count.train_variants`).
+        workers: trainings at a time (:func:`poslab.lab.experiments.training.train_variants`).
         seeds: training seeds (at least 3 for a conclusive verdict).
         leak_layers: depths of the leak experiment.
     """
-    from poslab.lab.experiments.common import plot_seeded_curves, unigram_entropy
-    from poslab.lab.experiments.head_count import print_claims, seed_values, train_seeded
-
     out = Path(out)
     base = base if base is not None else base_config(quick)
     variants = {label: arm_overrides(label, base["max_steps"]) for label in ARMS}
@@ -228,11 +233,11 @@ def run(out: Path, quick: bool = False, base: dict[str, Any] | None = None, work
                   sci(diffs["bidirectional"][n]["all"]), sci(diffs["causal"][n]["last"])] for n in leak_layers],
                 title=f"seed 001's two lines without and with the causal mask: max |logit difference| (tolerance {TOLERANCE:g})")
 
-    claims = haviv_claims(losses) + leak_claims(diffs)
+    claims = attach(haviv_claims(losses), lambda record: haviv_premise(record, losses, corpus, base)) + leak_claims(diffs)
     print_claims(claims)
     plot = plot_seeded_curves({label: runs[label] for label in ARMS}, out / "bidirectional_curves.png",
                               f"causal vs masked LM, with and without positions ({corpus})",
-                              baseline)
+                              baseline, ngram_baselines(corpus, base.get("val_fraction", 0.1)))
     return {
         "steps": base["max_steps"],
         "mlm_steps": round(base["max_steps"] * MLM_STEPS_FACTOR),
@@ -251,3 +256,11 @@ def run(out: Path, quick: bool = False, base: dict[str, Any] | None = None, work
         "claims": claims,
         "plot": str(plot),
     }
+
+EXPERIMENT = Experiment(
+    name="bidirectional",
+    description="Haviv et al. 2022's control: NoPos works for a causal LM, fails for a masked LM; no leak without the mask",
+    tier=FULL_ONLY,
+    run=run,
+    estimate=(90, 900),
+)

@@ -1,4 +1,4 @@
-"""Helpers shared by the lab's training experiments: the corpus's unigram baseline and seeded curves.
+"""What every experiment shares: its description (:class:`Experiment`), the corpus baselines, seeded curves.
 
 Not an experiment (the registry in ``__init__`` lists the experiment modules by name).
 """
@@ -8,10 +8,52 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from poslab.data import load_text, split_text
+
+#: tiers: part of ``poslab experiment all`` and the first step of every lab (computed, not trained)
+FOUNDATION = "all"
+#: a training experiment of both the quick and the full lab
+LAB = "lab"
+#: a training experiment of the full lab only (the quick lab keeps within 10 minutes on 2 cores without it)
+FULL_ONLY = "full"
+TIERS = (FOUNDATION, LAB, FULL_ONLY)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment, described once: what ``poslab experiment`` lists and ``poslab lab`` plans.
+
+    Attributes:
+        name: the CLI name (``poslab experiment NAME``) and the results folder ``experiments/NAME``.
+        description: one line for ``poslab experiment list``.
+        tier: :data:`FOUNDATION`, :data:`LAB` or :data:`FULL_ONLY`.
+        run: ``run(out, quick=False, ...) -> dict`` (the dict becomes ``out/results.json``).
+        reuses: names of the experiments whose trained models this one reads from their sibling
+            folders (rerun in the lab when those are rebuilt).
+        estimate: first-run guesses of wall seconds ``(quick, full)`` on 2 quiet cores (the lab replaces
+            them with its last run's timings).
+    """
+
+    name: str
+    description: str
+    tier: str
+    run: Callable[..., dict]
+    reuses: tuple[str, ...] = ()
+    estimate: tuple[float, float] = (4.0, 12.0)
+
+    def __post_init__(self) -> None:
+        if self.tier not in TIERS:
+            raise ValueError(f"experiment {self.name!r}: tier must be one of {list(TIERS)}, got {self.tier!r}")
+
+    @property
+    def in_all(self) -> bool:
+        """Part of ``poslab experiment all``."""
+        return self.tier == FOUNDATION
 
 
 @functools.lru_cache(maxsize=8)
@@ -28,13 +70,67 @@ def unigram_entropy(corpus: str, val_fraction: float = 0.1) -> float:
     return -sum(c / total * math.log(c / total) for c in counts.values())
 
 
+#: add-k smoothing of the n-gram baselines: every count + ADD_K, over the corpus's whole character set
+ADD_K = 0.1
+NGRAM_ORDERS = {"unigram": 1, "bigram": 2, "trigram": 3}
+
+
+@functools.lru_cache(maxsize=8)
+def ngram_baselines(corpus: str, val_fraction: float = 0.1, k: float = ADD_K) -> dict[str, float]:
+    """Unigram, bigram and trigram count models fitted on the training split, scored on the validation split.
+
+    Each model predicts a character from the ``n - 1`` before it with add-``k`` smoothing over the
+    character set of the whole corpus (a character tokenizer's vocabulary ``V``):
+    ``P(c | ctx) = (count(ctx, c) + k) / (count(ctx) + k V)``. Every order is scored on the same
+    validation targets (from the third character on), in nats per character, so the three numbers
+    compare with each other and with a trained model's validation loss. A model that barely uses its
+    context sits at the bigram level (one character of context).
+
+    Returns:
+        ``{"unigram": nats, "bigram": nats, "trigram": nats, "add_k": k}``.
+    """
+    import numpy as np
+
+    text = load_text(corpus)
+    train, val = split_text(text, val_fraction)
+    chars = sorted(set(text))
+    index = {c: i for i, c in enumerate(chars)}
+    vocab = len(chars)
+    tr = np.array([index[c] for c in train], dtype=np.int64)
+    va = np.array([index[c] for c in val], dtype=np.int64)
+
+    def keys(ids: np.ndarray, n: int, start: int) -> np.ndarray:
+        """The n-gram ending at each position from ``start`` on, as one int64 in base ``vocab`` ``[len(ids) - start]``."""
+        key = np.zeros(len(ids) - start, dtype=np.int64)
+        for j in range(n):
+            key = key * vocab + ids[start - n + 1 + j : len(ids) - n + 1 + j]
+        return key
+
+    def counts_of(table: np.ndarray, query: np.ndarray) -> np.ndarray:
+        values, counts = np.unique(table, return_counts=True)
+        at = np.clip(np.searchsorted(values, query), 0, len(values) - 1)
+        return np.where(values[at] == query, counts[at], 0)
+
+    out: dict[str, float] = {}
+    for name, n in NGRAM_ORDERS.items():
+        seen = counts_of(keys(tr, n, n - 1), keys(va, n, 2))
+        # a context's count is over the positions followed by a character (the n-grams it starts)
+        among = counts_of(keys(tr[:-1], n - 1, n - 2), keys(va[:-1], n - 1, 1)) if n > 1 else np.full(len(va) - 2, len(tr))
+        out[name] = float(-np.log((seen + k) / (among + k * vocab)).mean())
+    out["add_k"] = k
+    return out
+
+
 def baseline_line(corpus: str, val_fraction: float = 0.1) -> str:
-    """The line printed under every loss table."""
-    return (f"  unigram-entropy baseline of {corpus!r} (character frequencies only): "
-            f"{unigram_entropy(corpus, val_fraction):.3f} nats/token; a model that learned structure sits well below it")
+    """The line printed under every loss table: the corpus's unigram, bigram and trigram baselines."""
+    b = ngram_baselines(corpus, val_fraction)
+    return (f"  count-model baselines of {corpus!r} on its validation split (add-{b['add_k']:g} smoothing): "
+            f"unigram {b['unigram']:.3f}, bigram {b['bigram']:.3f}, trigram {b['trigram']:.3f} nats/token; "
+            f"a model that uses its context sits clearly below the bigram")
 
 
-def plot_seeded_curves(runs: dict[str, list[dict[str, Any]]], path: Path, title: str, baseline: float | None = None) -> Path:
+def plot_seeded_curves(runs: dict[str, list[dict[str, Any]]], path: Path, title: str, baseline: float | None = None,
+                       baselines: dict[str, float] | None = None) -> Path:
     """Validation-loss curves, mean over seeds (line) and min..max over seeds (band), one colour per arm.
 
     Args:
@@ -42,6 +138,7 @@ def plot_seeded_curves(runs: dict[str, list[dict[str, Any]]], path: Path, title:
         path: the PNG.
         title: the figure title.
         baseline: the unigram-entropy baseline (drawn dashed) or ``None``.
+        baselines: the n-gram baselines (:func:`ngram_baselines`), each drawn as a dotted line.
     """
     from poslab.display import new_figure, save_figure
 
@@ -62,6 +159,10 @@ def plot_seeded_curves(runs: dict[str, list[dict[str, Any]]], path: Path, title:
         finals.append(means[-1])
     if baseline is not None:
         ax.axhline(baseline, color="black", linestyle="--", linewidth=1, label=f"unigram baseline {baseline:.3f}")
+    for (name, value), style in zip(((n, v) for n, v in (baselines or {}).items() if n in NGRAM_ORDERS), (":", "-.", ":")):
+        if name == "unigram" and baseline is not None:
+            continue
+        ax.axhline(value, color="dimgray", linestyle=style, linewidth=1, label=f"{name} count model {value:.3f}")
     ax.set_xlabel("step")
     ax.set_ylabel("validation loss (nats/token)")
     ax.set_title(f"{title}\nline: mean over seeds; band: min..max over seeds")

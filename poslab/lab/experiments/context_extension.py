@@ -45,9 +45,8 @@ ties it to.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import multiprocessing
+import math
 import statistics
 import time
 from pathlib import Path
@@ -55,30 +54,18 @@ from typing import Any
 
 import torch
 
-from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling
+from poslab.analysis.eval import apply_rope_scaling, evaluate_length, loss_by_position, parse_rope_scaling
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab import verdicts
 from poslab.lab.experiments import read_results
-from poslab.lab.experiments.extrapolation import (
-    NAME as EXTRAPOLATION,
-)
-from poslab.lab.experiments.extrapolation import (
-    SEED,
-    _same_run,
-    ensure_trained,
-    load_model,
-    models_dir,
-    size_of,
-    train_config,
-)
-from poslab.lab.experiments.head_count import default_workers
+from poslab.lab.experiments.common import LAB, Experiment, baseline_line, ngram_baselines
+from poslab.lab.experiments.extrapolation import CORPUS, models_dir, size_of, train_config
+from poslab.lab.experiments.extrapolation import EXPERIMENT as EXTRAPOLATION
+from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEED, ensure_many, load_model, print_claims
+from poslab.lab.premises import all_of, attach, below_bigram, retrieves, uses_context
+from poslab.lab.runner import check_workers, default_workers
 from poslab.runs import RunFolder
 from poslab.training.averaging import average_state_dicts
-
-NAME = "context-extension"
-DESCRIPTION = ("RoPE at 4x L with PI / NTK / dynamic / YaRN / Llama3, fine-tuning at 4x L, checkpoint averaging; perplexity + "
-               "passkey, 3 seeds (seed 000 §3.5, Q4)")
-IN_ALL = False  # trains models
 
 FACTOR = 4
 #: inference-time variants: label -> --rope-scaling spec
@@ -195,7 +182,7 @@ def seeds_of(out: Path) -> list[int]:
     """The seeds of the RoPE models: the extrapolation experiment's (its ``results.json``) when it
     lists them, topped up to :data:`MIN_SEEDS` with ``SEED, SEED + 1, ...``."""
     seeds: list[int] = []
-    results = read_results(Path(out).parent / EXTRAPOLATION)
+    results = read_results(Path(out).parent / EXTRAPOLATION.name)
     listed = results.get("seeds", [results["seed"]] if isinstance(results.get("seed"), int) else [])
     for seed in listed if isinstance(listed, list) else []:
         if isinstance(seed, int) and not isinstance(seed, bool) and seed not in seeds:
@@ -232,37 +219,6 @@ def _run_folders(root: Path, depth: int = 3) -> list[Path]:
 
 def base_config(lab: Any, out: Path, seed: int) -> Any:
     return with_seed(train_config("rope", lab, models_dir(out, lab)), seed, _seeded_name("rope", seed))
-
-
-def _ensure(cfg: Any, reuse: tuple[Path, ...]) -> str:
-    return str(ensure_trained(cfg, reuse))
-
-
-def _ensure_in_worker(args: tuple[dict[str, Any], tuple[str, ...]]) -> str:
-    from poslab.training.config import TrainConfig
-
-    torch.set_num_threads(1)
-    values, reuse = args
-    return _ensure(TrainConfig.from_dict(values), tuple(Path(p) for p in reuse))
-
-
-def ensure_all(configs: list[Any], reuse: tuple[Path, ...], workers: int) -> list[Path]:
-    """:func:`ensure_trained` for each config (a matching completed run in ``reuse`` is used as is),
-    ``workers`` trainings at a time, each on one thread when more than one."""
-    todo = [i for i, cfg in enumerate(configs) if not any(_same_run(p, cfg) for p in (Path(cfg.out_dir) / cfg.name, *reuse))]
-    done = {i: next(p for p in (Path(cfg.out_dir) / cfg.name, *reuse) if _same_run(p, cfg))
-            for i, cfg in enumerate(configs) if i not in todo}
-    if workers == 1 or len(todo) <= 1:
-        for i in todo:
-            done[i] = Path(_ensure(configs[i], reuse))
-    else:
-        print(f"--- training {len(todo)} runs, {min(workers, len(todo))} at a time (one thread each)", flush=True)
-        context = multiprocessing.get_context("spawn")  # not fork: a forked OpenMP runtime can hang
-        with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context) as pool:
-            paths = pool.map(_ensure_in_worker, [(configs[i].to_dict(), tuple(str(p) for p in reuse)) for i in todo])
-            for i, path in zip(todo, paths):
-                done[i] = Path(path)
-    return [done[i] for i in range(len(configs))]
 
 
 def finetune_config(label: str, spec: str, lab: Any, base_run: Path, out: Path, seed: int = SEED) -> Any:
@@ -466,13 +422,6 @@ def passkey_claims(passkey: dict[str, Any]) -> list[verdicts.ClaimRecord]:
     return claims
 
 
-def print_claims(claims: list[verdicts.ClaimRecord]) -> None:
-    rows = [[c.verdict, c.claim, c.measured, "-" if c.margin is None else f"{c.margin:+.3g}",
-             "-" if c.noise is None else f"{c.noise:.3g}", c.n_seeds] for c in claims]
-    print_table(["verdict", "claim", "measured", "margin", "95% noise", "seeds"], rows, title="claims", align="llllrr")
-    print("  counts: " + ", ".join(f"{k} {v}" for k, v in verdicts.tally(claims).items()))
-
-
 # ------------------------------------------------------------------------------------ tables
 def _mean_cell(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """A cell of mean perplexities over seeds (the shape of one seed's cell), with the per-seed values."""
@@ -585,6 +534,182 @@ def plot_averaging(per_seed: list[dict[str, Any]], lab: Any, last: int, path: Pa
 
 
 # ------------------------------------------------------------------------------------ run
+def train_models(lab: Any, out: Path, seeds: list[int], workers: int) -> tuple[list[Path], list[Path]]:
+    """Train (or reuse) the RoPE base model of each seed, then every fine-tune and control of each base.
+
+    Returns:
+        ``(base_runs, tuned_runs)``: one base run per seed; the fine-tunes seed by seed in the order of
+        :data:`FINETUNE`, then one control run per seed.
+    """
+    reuse = tuple(_run_folders(out.parent / EXTRAPOLATION.name / "models" / lab.name))
+    base_runs = ensure_many([(base_config(lab, out, s), reuse) for s in seeds], workers)
+    tuned = [finetune_config(label, spec, lab, base_runs[i], out, seed)
+             for i, seed in enumerate(seeds) for label, spec in FINETUNE.items()]
+    tuned += [control_config(lab, base_runs[i], out, seed) for i, seed in enumerate(seeds)]
+    return base_runs, ensure_many([(cfg, ()) for cfg in tuned], workers)
+
+
+def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path], last: int) -> dict[str, Any]:
+    """Every measurement of one seed: the base at L, each inference-time scaling and fine-tune at 4 L
+    and back at L, passkey retrieval of each, and the checkpoint-averaging variants.
+
+    Args:
+        lab: the size.
+        seed: the seed (recorded).
+        base_run: the seed's RoPE run.
+        tuned_runs: fine-tune label (and ``"control"``) -> its run.
+        last: checkpoints averaged (:func:`average_last`).
+    """
+    long_length = FACTOR * lab.train_length
+    model, tokenizer, _ = load_model(base_run)
+    tokens = RunFolder(base_run).split_tokens("val", tokenizer)
+    entry: dict[str, Any] = {"seed": seed, "base_run": str(base_run), "base": {"L": _cell(model, tokens, lab.train_length, lab.n_targets)},
+                             "inference": {}, "finetuned": {}, "passkey": {"inference": {}, "finetuned": {}}}
+    entry["passkey"]["base"] = passkey_row(model, tokens, tokenizer, lab.train_length)
+    entry["loss_by_position"] = [float(v) for v in loss_by_position(model, tokens, lab.train_length, CONTEXT_WINDOWS)]
+    for label, spec in INFERENCE.items():  # scale_rope changes the model: every measurement at L comes first
+        scale_rope(model, spec, lab.train_length)
+        entry["inference"][label] = {**_cell(model, tokens, long_length, lab.n_targets), "rope_scaling": spec}
+        entry["passkey"]["inference"][label] = passkey_row(model, tokens, tokenizer, lab.train_length)
+    for label, spec in [*FINETUNE.items(), ("control", "none")]:
+        tuned, _, _ = load_model(tuned_runs[label])
+        entry["finetuned"][label] = {"rope_scaling": spec, "run": str(tuned_runs[label]),
+                                     "4L": _cell(tuned, tokens, long_length, lab.n_targets),
+                                     "L": _cell(tuned, tokens, lab.train_length, lab.n_targets)}
+        entry["passkey"]["finetuned"][label] = passkey_row(tuned, tokens, tokenizer, lab.train_length)
+        if label == AVERAGED:
+            final = tuned
+    made = averaging_models(model, tuned_runs[AVERAGED], last)
+    entry["averaging"] = {
+        "steps": made["steps"],
+        "base": {"L": entry["base"]["L"], "4L": entry["inference"][AVERAGED], "passkey": entry["passkey"]["inference"][AVERAGED]},
+        "fine-tuned": {"L": entry["finetuned"][AVERAGED]["L"], "4L": entry["finetuned"][AVERAGED]["4L"],
+                       "passkey": entry["passkey"]["finetuned"][AVERAGED]},
+        "weight_distance_to_fine_tuned": {"base": weight_distance(model, final)},
+    }
+    for label in ("last-k average", "base ⊕ fine-tuned"):
+        averaged = made[label]
+        entry["averaging"][label] = {"L": _cell(averaged, tokens, lab.train_length, lab.n_targets),
+                                     "4L": _cell(averaged, tokens, long_length, lab.n_targets),
+                                     "passkey": passkey_row(averaged, tokens, tokenizer, lab.train_length)}
+        entry["averaging"]["weight_distance_to_fine_tuned"][label] = weight_distance(averaged, final)
+    return entry
+
+
+def aggregate(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+    """The per-seed measurements as means over seeds: ``base``, ``inference``, ``finetuned``, ``control``, ``passkey``."""
+    def mean_of(get: Any) -> dict[str, Any]:
+        return _mean_cell([get(e) for e in per_seed])
+
+    return {
+        "base": {"L": mean_of(lambda e: e["base"]["L"])},
+        "inference": {label: {**mean_of(lambda e, k=label: e["inference"][k]), "rope_scaling": spec}
+                      for label, spec in INFERENCE.items()},
+        "finetuned": {label: {"rope_scaling": spec, "4L": mean_of(lambda e, k=label: e["finetuned"][k]["4L"]),
+                              "L": mean_of(lambda e, k=label: e["finetuned"][k]["L"])}
+                      for label, spec in FINETUNE.items()},
+        "control": {"4L": mean_of(lambda e: e["finetuned"]["control"]["4L"]),
+                    "L": mean_of(lambda e: e["finetuned"]["control"]["L"])},
+        "passkey": {
+            "base": {str(f): [e["passkey"]["base"][str(f)] for e in per_seed] for f in PASSKEY_FACTORS},
+            "inference": {k: {str(f): [e["passkey"]["inference"][k][str(f)] for e in per_seed] for f in PASSKEY_FACTORS}
+                          for k in INFERENCE},
+            "finetuned": {k: {str(f): [e["passkey"]["finetuned"][k][str(f)] for e in per_seed] for f in PASSKEY_FACTORS}
+                          for k in [*FINETUNE, "control"]},
+        },
+    }
+
+
+def report(per_seed: list[dict[str, Any]], means: dict[str, Any], lab: Any, last: int) -> None:
+    """Print the tables: inference-time scalings, fine-tunes, passkey retrieval, checkpoint averaging."""
+    long_length = FACTOR * lab.train_length
+    seeds = [e["seed"] for e in per_seed]
+    base_L = _ppl(means["base"]["L"])
+
+    def ppls(get: Any) -> list[float]:
+        return [get(e) for e in per_seed]
+
+    n = len(seeds)
+    rows = [[label, spec, _pm(ppls(lambda e, k=label: _ppl(e["inference"][k]))),
+             _pm(ppls(lambda e, k=label: _ppl(e["inference"][k], "sliding"))),
+             f"{_ppl(means['inference'][label]) / base_L:.3f}"] for label, spec in INFERENCE.items()]
+    print_table(["scaling (inference only)", "spec", f"ppl at {long_length}", "sliding", "vs base at L"], rows,
+                title=f"RoPE models trained at L={lab.train_length}, mean ± sd over {n} seeds {seeds}: base ppl at L = "
+                      f"{_pm(ppls(lambda e: _ppl(e['base']['L'])))}; {lab.n_targets} targets")
+    rows = [[label, spec, _pm(ppls(lambda e, k=label: _ppl(e["finetuned"][k]["4L"]))),
+             _pm(ppls(lambda e, k=label: _ppl(e["finetuned"][k]["L"]))), f"{_ppl(means['finetuned'][label]['4L']) / base_L:.3f}"]
+            for label, spec in FINETUNE.items()]
+    rows.append([f"control: {lab.finetune_steps} more steps at L", "none", _pm(ppls(lambda e: _ppl(e["finetuned"]["control"]["4L"]))),
+                 _pm(ppls(lambda e: _ppl(e["finetuned"]["control"]["L"]))), f"{_ppl(means['control']['4L']) / base_L:.3f}"])
+    print_table(["fine-tuned", "spec", f"ppl at {long_length}", f"ppl back at {lab.train_length}", "at 4L vs base at L"], rows,
+                title=f"after {lab.finetune_steps} steps at block size {long_length} (init from each seed's RoPE run)")
+    passkey = means["passkey"]
+    headers = ["model"] + [f"{f}x L ({f * lab.train_length})" for f in PASSKEY_FACTORS]
+    rows = [[f"{k} (inference only)"] + [_pm(v[str(f)]) for f in PASSKEY_FACTORS] for k, v in passkey["inference"].items()]
+    rows += [[f"{k} fine-tuned at 4x L"] + [_pm(v[str(f)]) for f in PASSKEY_FACTORS] for k, v in passkey["finetuned"].items()]
+    print_table(headers, rows, title=f"passkey retrieval: accuracy on the {KEY_LETTERS} key letters, {PASSKEY_PROMPTS} prompts "
+                                     f"per length, mean ± sd over {n} seeds (chance {1 / len(KEY_ALPHABET):.3f})")
+    rows = [[name.replace("last-k", f"last-{last}"), _pm(ppls(lambda e, k=name: _ppl(e["averaging"][k]["L"]))),
+             _pm(ppls(lambda e, k=name: _ppl(e["averaging"][k]["4L"])))]
+            + [_pm([e["averaging"][name]["passkey"][str(f)] for e in per_seed]) for f in PASSKEY_FACTORS]
+            + [_pm([e["averaging"]["weight_distance_to_fine_tuned"].get(name, 0.0) for e in per_seed], 4)] for name in AVERAGING]
+    print_table(["model", f"ppl at L={lab.train_length}", f"ppl at {long_length}"]
+                + [f"passkey {f}x L" for f in PASSKEY_FACTORS] + ["|w - w_ft| / |w_ft|"], rows,
+                title=f"checkpoint averaging of the {AVERAGED} fine-tune: the last {last} checkpoints (steps "
+                      f"{per_seed[0]['averaging']['steps']}), base ⊕ fine-tuned {BASE_WEIGHT:g}/{1 - BASE_WEIGHT:g}; "
+                      f"mean ± sd over {n} seeds")
+    print(f"  note: {LLAMA3_NOTE}")
+
+
+def all_claims(per_seed: list[dict[str, Any]], means: dict[str, Any], lab: Any, last: int) -> list[verdicts.ClaimRecord]:
+    """The context-extension, passkey and checkpoint-averaging claims from the per-seed measurements."""
+    def ppls(get: Any) -> list[float]:
+        return [get(e) for e in per_seed]
+
+    passkey = means["passkey"]
+    claims = context_claims({k: ppls(lambda e, k=k: _ppl(e["inference"][k])) for k in INFERENCE},
+                            {k: ppls(lambda e, k=k: _ppl(e["finetuned"][k]["4L"])) for k in FINETUNE},
+                            ppls(lambda e: _ppl(e["base"]["L"])), lab.finetune_steps,
+                            passkey={**passkey, "finetuned": {k: v for k, v in passkey["finetuned"].items() if k != "control"}})
+    claims += averaging_claims({k: ppls(lambda e, k=k: _ppl(e["averaging"][k]["L"])) for k in AVERAGING},
+                               {k: ppls(lambda e, k=k: _ppl(e["averaging"][k]["4L"])) for k in AVERAGING},
+                               {k: [e["averaging"][k]["passkey"][str(FACTOR)] for e in per_seed] for k in AVERAGING}, last)
+    return claims
+
+
+def premise_of(record: verdicts.ClaimRecord, per_seed: list[dict[str, Any]], bigram: float) -> verdicts.Premise:
+    """Every claim here is about reading past ``L``: the base RoPE models must be language models that use
+    their context within ``L`` (every seed clearly below the bigram baseline at L; later positions of the
+    window clearly better than positions 1-4). A passkey claim also needs the base models to retrieve the
+    key at the shortest length it fits in (:func:`poslab.lab.premises.retrieves`)."""
+    language = all_of(below_bigram({"base RoPE": [math.log(_ppl(e["base"]["L"])) for e in per_seed]}, bigram),
+                      uses_context({"base RoPE": [e["loss_by_position"] for e in per_seed]}))
+    if "passkey" not in record.details.get("metric", ""):
+        return language
+    first = next((f for f in PASSKEY_FACTORS if all(e["passkey"]["base"][str(f)] is not None for e in per_seed)), None)
+    if first is None:
+        return all_of(language, verdicts.Premise("the passkey fits in some tested length", "it fits in none", False))
+    found = retrieves({f"base at {first}x L": [e["passkey"]["base"][str(first)] for e in per_seed]}, 1 / len(KEY_ALPHABET))
+    return all_of(language, found)
+
+
+def averaging_summary(per_seed: list[dict[str, Any]], lab: Any, last: int, figure: Path) -> dict[str, Any]:
+    """The checkpoint-averaging block of results.json."""
+    return {
+        "fine_tune": AVERAGED, "rope_scaling": FINETUNE[AVERAGED], "last": last, "base_weight": BASE_WEIGHT,
+        "ckpt_interval": max(1, lab.finetune_steps // 10), "steps": [e["averaging"]["steps"] for e in per_seed],
+        "variants": {name: {"what": what, "L": _mean_cell([e["averaging"][name]["L"] for e in per_seed]),
+                            "4L": _mean_cell([e["averaging"][name]["4L"] for e in per_seed]),
+                            "passkey": {str(f): [e["averaging"][name]["passkey"][str(f)] for e in per_seed] for f in PASSKEY_FACTORS},
+                            "weight_distance_to_fine_tuned": [e["averaging"]["weight_distance_to_fine_tuned"].get(name, 0.0)
+                                                              for e in per_seed]}
+                     for name, what in AVERAGING.items()},
+        "tolerances": {"ppl_ratio": PPL_TOLERANCE, "passkey": PASSKEY_TOLERANCE},
+        "note": LLAMA3_NOTE,
+        "figure": str(figure),
+    }
+
+
 def run(out: Path, quick: bool = False, size: str | None = None, workers: int | None = None,
         seeds: tuple[int, ...] | None = None) -> dict:
     """Inference-time scalings and fine-tunes of the lab's RoPE models (one per seed); tables, plot, claims.
@@ -600,152 +725,60 @@ def run(out: Path, quick: bool = False, size: str | None = None, workers: int | 
     lab = size_of(quick, size)
     out = Path(out)
     start = time.perf_counter()
-    workers = default_workers() if workers is None else workers
-    long_length = FACTOR * lab.train_length
+    workers = default_workers() if workers is None else check_workers(workers)
     seeds = list(seeds) if seeds is not None else seeds_of(out)
     last = average_last(lab)
     if not seeds:
         raise ValueError("seeds must name at least one seed")
-    reuse = tuple(_run_folders(out.parent / EXTRAPOLATION / "models" / lab.name))
-    base_runs = ensure_all([base_config(lab, out, s) for s in seeds], reuse, workers)
-    tuned_configs = [finetune_config(label, spec, lab, base_runs[i], out, seed)
-                     for i, seed in enumerate(seeds) for label, spec in FINETUNE.items()]
-    tuned_configs += [control_config(lab, base_runs[i], out, seed) for i, seed in enumerate(seeds)]
-    tuned_runs = ensure_all(tuned_configs, (), workers)
-
-    per_seed: list[dict[str, Any]] = []
-    for i, seed in enumerate(seeds):
-        model, tokenizer, config = load_model(base_runs[i])
-        tokens = RunFolder(base_runs[i]).split_tokens("val", tokenizer)
-        entry: dict[str, Any] = {"seed": seed, "base_run": str(base_runs[i]), "base": {"L": _cell(model, tokens, lab.train_length, lab.n_targets)},
-                                 "inference": {}, "finetuned": {}, "passkey": {"inference": {}, "finetuned": {}}}
-        entry["passkey"]["base"] = passkey_row(model, tokens, tokenizer, lab.train_length)
-        for label, spec in INFERENCE.items():
-            scale_rope(model, spec, lab.train_length)
-            entry["inference"][label] = {**_cell(model, tokens, long_length, lab.n_targets), "rope_scaling": spec}
-            entry["passkey"]["inference"][label] = passkey_row(model, tokens, tokenizer, lab.train_length)
-        for j, (label, spec) in enumerate([*FINETUNE.items(), ("control", "none")]):
-            run_dir = tuned_runs[i * len(FINETUNE) + j] if label != "control" else tuned_runs[len(seeds) * len(FINETUNE) + i]
-            tuned, _, _ = load_model(run_dir)
-            entry["finetuned"][label] = {"rope_scaling": spec, "run": str(run_dir),
-                                         "4L": _cell(tuned, tokens, long_length, lab.n_targets),
-                                         "L": _cell(tuned, tokens, lab.train_length, lab.n_targets)}
-            entry["passkey"]["finetuned"][label] = passkey_row(tuned, tokens, tokenizer, lab.train_length)
-            if label == AVERAGED:
-                final = tuned
-        made = averaging_models(model, tuned_runs[i * len(FINETUNE) + list(FINETUNE).index(AVERAGED)], last)
-        entry["averaging"] = {
-            "steps": made["steps"],
-            "base": {"L": entry["base"]["L"], "4L": entry["inference"][AVERAGED], "passkey": entry["passkey"]["inference"][AVERAGED]},
-            "fine-tuned": {"L": entry["finetuned"][AVERAGED]["L"], "4L": entry["finetuned"][AVERAGED]["4L"],
-                           "passkey": entry["passkey"]["finetuned"][AVERAGED]},
-            "weight_distance_to_fine_tuned": {"base": weight_distance(model, final)},
-        }
-        for label in ("last-k average", "base ⊕ fine-tuned"):
-            averaged = made[label]
-            entry["averaging"][label] = {"L": _cell(averaged, tokens, lab.train_length, lab.n_targets),
-                                         "4L": _cell(averaged, tokens, long_length, lab.n_targets),
-                                         "passkey": passkey_row(averaged, tokens, tokenizer, lab.train_length)}
-            entry["averaging"]["weight_distance_to_fine_tuned"][label] = weight_distance(averaged, final)
-        per_seed.append(entry)
-
-    def seeds_of_cell(get: Any) -> list[dict[str, Any]]:
-        return [get(e) for e in per_seed]
-
-    base = {"L": _mean_cell(seeds_of_cell(lambda e: e["base"]["L"]))}
-    inference = {label: {**_mean_cell(seeds_of_cell(lambda e, k=label: e["inference"][k])), "rope_scaling": spec}
-                 for label, spec in INFERENCE.items()}
-    finetuned = {label: {"rope_scaling": spec, "4L": _mean_cell(seeds_of_cell(lambda e, k=label: e["finetuned"][k]["4L"])),
-                         "L": _mean_cell(seeds_of_cell(lambda e, k=label: e["finetuned"][k]["L"]))}
-                 for label, spec in FINETUNE.items()}
-    control = {"4L": _mean_cell(seeds_of_cell(lambda e: e["finetuned"]["control"]["4L"])),
-               "L": _mean_cell(seeds_of_cell(lambda e: e["finetuned"]["control"]["L"]))}
-    passkey = {
-        "base": {str(f): [e["passkey"]["base"][str(f)] for e in per_seed] for f in PASSKEY_FACTORS},
-        "inference": {k: {str(f): [e["passkey"]["inference"][k][str(f)] for e in per_seed] for f in PASSKEY_FACTORS} for k in INFERENCE},
-        "finetuned": {k: {str(f): [e["passkey"]["finetuned"][k][str(f)] for e in per_seed] for f in PASSKEY_FACTORS}
-                      for k in [*FINETUNE, "control"]},
-    }
-    base_L = _ppl(base["L"])
-
-    def ppls(get: Any) -> list[float]:
-        return [get(e) for e in per_seed]
-
-    n = len(seeds)
-    rows = [[label, spec, _pm(ppls(lambda e, k=label: _ppl(e["inference"][k]))),
-             _pm(ppls(lambda e, k=label: _ppl(e["inference"][k], "sliding"))),
-             f"{_ppl(inference[label]) / base_L:.3f}"] for label, spec in INFERENCE.items()]
-    print_table(["scaling (inference only)", "spec", f"ppl at {long_length}", "sliding", "vs base at L"], rows,
-                title=f"RoPE models trained at L={lab.train_length}, mean ± sd over {n} seeds {seeds}: base ppl at L = "
-                      f"{_pm(ppls(lambda e: _ppl(e['base']['L'])))}; {lab.n_targets} targets")
-    rows = [[label, spec, _pm(ppls(lambda e, k=label: _ppl(e["finetuned"][k]["4L"]))),
-             _pm(ppls(lambda e, k=label: _ppl(e["finetuned"][k]["L"]))), f"{_ppl(finetuned[label]['4L']) / base_L:.3f}"]
-            for label, spec in FINETUNE.items()]
-    rows.append([f"control: {lab.finetune_steps} more steps at L", "none", _pm(ppls(lambda e: _ppl(e["finetuned"]["control"]["4L"]))),
-                 _pm(ppls(lambda e: _ppl(e["finetuned"]["control"]["L"]))), f"{_ppl(control['4L']) / base_L:.3f}"])
-    print_table(["fine-tuned", "spec", f"ppl at {long_length}", f"ppl back at {lab.train_length}", "at 4L vs base at L"], rows,
-                title=f"after {lab.finetune_steps} steps at block size {long_length} (init from each seed's RoPE run)")
-    headers = ["model"] + [f"{f}x L ({f * lab.train_length})" for f in PASSKEY_FACTORS]
-    rows = [[f"{k} (inference only)"] + [_pm(v[str(f)]) for f in PASSKEY_FACTORS] for k, v in passkey["inference"].items()]
-    rows += [[f"{k} fine-tuned at 4x L"] + [_pm(v[str(f)]) for f in PASSKEY_FACTORS] for k, v in passkey["finetuned"].items()]
-    print_table(headers, rows, title=f"passkey retrieval: accuracy on the {KEY_LETTERS} key letters, {PASSKEY_PROMPTS} prompts "
-                                     f"per length, mean ± sd over {n} seeds (chance {1 / len(KEY_ALPHABET):.3f})")
-    claims = context_claims({k: ppls(lambda e, k=k: _ppl(e["inference"][k])) for k in INFERENCE},
-                            {k: ppls(lambda e, k=k: _ppl(e["finetuned"][k]["4L"])) for k in FINETUNE},
-                            ppls(lambda e: _ppl(e["base"]["L"])), lab.finetune_steps,
-                            passkey={**passkey, "finetuned": {k: v for k, v in passkey["finetuned"].items() if k != "control"}})
-    names = list(AVERAGING)
-    rows = [[name.replace("last-k", f"last-{last}"), _pm(ppls(lambda e, k=name: _ppl(e["averaging"][k]["L"]))),
-             _pm(ppls(lambda e, k=name: _ppl(e["averaging"][k]["4L"])))]
-            + [_pm([e["averaging"][name]["passkey"][str(f)] for e in per_seed]) for f in PASSKEY_FACTORS]
-            + [_pm([e["averaging"]["weight_distance_to_fine_tuned"].get(name, 0.0) for e in per_seed], 4)] for name in names]
-    print_table(["model", f"ppl at L={lab.train_length}", f"ppl at {long_length}"]
-                + [f"passkey {f}x L" for f in PASSKEY_FACTORS] + ["|w - w_ft| / |w_ft|"], rows,
-                title=f"checkpoint averaging of the {AVERAGED} fine-tune: the last {last} checkpoints (steps "
-                      f"{per_seed[0]['averaging']['steps']}), base ⊕ fine-tuned {BASE_WEIGHT:g}/{1 - BASE_WEIGHT:g}; "
-                      f"mean ± sd over {n} seeds")
-    print(f"  note: {LLAMA3_NOTE}")
-    claims += averaging_claims({k: ppls(lambda e, k=k: _ppl(e["averaging"][k]["L"])) for k in names},
-                               {k: ppls(lambda e, k=k: _ppl(e["averaging"][k]["4L"])) for k in names},
-                               {k: [e["averaging"][k]["passkey"][str(FACTOR)] for e in per_seed] for k in names}, last)
+    base_runs, tuned_runs = train_models(lab, out, seeds, workers)
+    labels = [*FINETUNE, "control"]
+    per_seed = [measure_seed(lab, seed, base_runs[i],
+                             {label: tuned_runs[i * len(FINETUNE) + j] if label != "control"
+                              else tuned_runs[len(seeds) * len(FINETUNE) + i] for j, label in enumerate(labels)}, last)
+                for i, seed in enumerate(seeds)]
+    means = aggregate(per_seed)
+    report(per_seed, means, lab, last)
+    bigram = ngram_baselines(CORPUS)["bigram"]
+    print(baseline_line(CORPUS))
+    claims = attach(all_claims(per_seed, means, lab, last), lambda record: premise_of(record, per_seed, bigram))
     print_claims(claims)
-    figure = plot(inference, finetuned, base_L, lab, out / "context_extension.png", passkey)
+    figure = plot(means["inference"], means["finetuned"], _ppl(means["base"]["L"]), lab, out / "context_extension.png",
+                  means["passkey"])
     averaging_figure = plot_averaging(per_seed, lab, last, out / "checkpoint_averaging.png")
-    averaging = {
-        "fine_tune": AVERAGED, "rope_scaling": FINETUNE[AVERAGED], "last": last, "base_weight": BASE_WEIGHT,
-        "ckpt_interval": max(1, lab.finetune_steps // 10), "steps": [e["averaging"]["steps"] for e in per_seed],
-        "variants": {name: {"what": what, "L": _mean_cell([e["averaging"][name]["L"] for e in per_seed]),
-                            "4L": _mean_cell([e["averaging"][name]["4L"] for e in per_seed]),
-                            "passkey": {str(f): [e["averaging"][name]["passkey"][str(f)] for e in per_seed] for f in PASSKEY_FACTORS},
-                            "weight_distance_to_fine_tuned": [e["averaging"]["weight_distance_to_fine_tuned"].get(name, 0.0)
-                                                              for e in per_seed]}
-                     for name, what in AVERAGING.items()},
-        "tolerances": {"ppl_ratio": PPL_TOLERANCE, "passkey": PASSKEY_TOLERANCE},
-        "note": LLAMA3_NOTE,
-        "figure": str(averaging_figure),
-    }
     return {
-        "experiment": NAME,
+        "experiment": EXPERIMENT.name,
         "size": dataclasses.asdict(lab),
         "train_length": lab.train_length,
-        "eval_length": long_length,
+        "eval_length": FACTOR * lab.train_length,
         "factor": FACTOR,
         "n_targets": lab.n_targets,
         "seeds": seeds,
         "base_run": str(base_runs[0]),
         "base_runs": [str(p) for p in base_runs],
-        "base": base,
-        "inference": inference,
-        "finetune_runs": {label: [e["finetuned"][label]["run"] for e in per_seed] for label in [*FINETUNE, "control"]},
-        "finetuned": finetuned,
-        "control_more_steps_at_L": control,
-        "passkey": {**passkey, "factors": list(PASSKEY_FACTORS), "prompts": PASSKEY_PROMPTS, "key_letters": KEY_LETTERS,
-                    "chance": 1 / len(KEY_ALPHABET)},
-        "averaging": averaging,
+        "base": means["base"],
+        "inference": means["inference"],
+        "finetune_runs": {label: [e["finetuned"][label]["run"] for e in per_seed] for label in labels},
+        "finetuned": means["finetuned"],
+        "control_more_steps_at_L": means["control"],
+        "passkey": {**means["passkey"], "factors": list(PASSKEY_FACTORS), "prompts": PASSKEY_PROMPTS,
+                    "key_letters": KEY_LETTERS, "chance": 1 / len(KEY_ALPHABET)},
+        "averaging": averaging_summary(per_seed, lab, last, averaging_figure),
         "per_seed": per_seed,
-        "claims": [c.to_dict() for c in claims],
+        "claims": claims,
+        "ngram_baselines": ngram_baselines(CORPUS),
         "figure": str(figure),
         "figures": [str(figure), str(averaging_figure)],
         "seconds": time.perf_counter() - start,
         "workers": workers,
     }
+
+
+EXPERIMENT = Experiment(
+    name="context-extension",
+    description="RoPE at 4x L with PI / NTK / dynamic / YaRN / Llama3, fine-tuning at 4x L, checkpoint averaging; perplexity + "
+               "passkey, 3 seeds (seed 000 §3.5, Q4)",
+    tier=LAB,
+    run=run,
+    reuses=('extrapolation', 'position-training'),
+    estimate=(65, 600),
+)

@@ -25,15 +25,12 @@ from torch import nn
 
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments import model_zoo
+from poslab.lab.experiments.common import FOUNDATION, Experiment
 from poslab.lab.verdicts import ClaimRecord, at_least, deterministic
 from poslab.nn import positions
 from poslab.nn.attention import position_mask
 from poslab.nn.model import GPT, GPTConfig
 from poslab.nn.positions.rope import default_inv_freq
-
-NAME = "corrections"
-DESCRIPTION = "the lessons' wrong statements, each tested against a measurement (ALiBi sign, NTK, 12%, masks, fp16)"
-IN_ALL = True
 
 #: the quoted passages: key -> (where, Chinese text, English gloss)
 QUOTES: dict[str, tuple[str, str, str]] = {
@@ -705,3 +702,11 @@ def run(out: Path, quick: bool = False) -> dict:
     plot = plot_evidence(out / "corrections.png")
     return {"quick": quick, "claims": claims, "empty_tables": EMPTY_TABLES, "plots": [str(plot)],
             "quotes": {k: {"where": w, "text": t, "gloss": g} for k, (w, t, g) in QUOTES.items()}}
+
+EXPERIMENT = Experiment(
+    name="corrections",
+    description="the lessons' wrong statements, each tested against a measurement (ALiBi sign, NTK, 12%, masks, fp16)",
+    tier=FOUNDATION,
+    run=run,
+    estimate=(4, 12),
+)

@@ -28,14 +28,22 @@ from typing import Any
 
 import torch
 
-from poslab.analysis.eval import evaluate_length
+from poslab.analysis.eval import evaluate_length, loss_by_position
 from poslab.display import new_figure, print_table, save_figure
-from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, best_of, bound, mean_sd, missed_by, paired
+from poslab.lab.experiments.common import LAB, Experiment, baseline_line, ngram_baselines, unigram_entropy
+from poslab.lab.experiments.training import (
+    CONTEXT_WINDOWS,
+    SEED,
+    SEEDS,
+    ensure_many,
+    ensure_trained,
+    load_model,
+    print_claims,
+)
+from poslab.lab.premises import all_of, arms_of, attach, beats_nope, below_bigram, uses_context
+from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, best_of, bound, mean_sd, paired
 from poslab.runs import RunFolder
 
-NAME = "extrapolation"
-DESCRIPTION = "train one GPT per position scheme at L, perplexity at 1x..16x L (ALiBi paper; seeds 000, 002)"
-IN_ALL = False  # trains ten models
 
 def lab_schemes() -> tuple[str, ...]:
     """The schemes the extrapolation (and attention-entropy) lab trains: every registered scheme a GPT can be
@@ -60,9 +68,6 @@ def lab_schemes() -> tuple[str, ...]:
 SCHEMES = lab_schemes()
 FACTORS = (1, 2, 4, 8, 16)
 CORPUS = "shakespeare"
-SEED = 1337
-#: the seeds every lab model is trained with (the rule needs at least 3 per arm; poslab.lab.verdicts)
-SEEDS = (1337, 1338, 1339)
 
 
 @dataclass(frozen=True)
@@ -176,42 +181,6 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
     return TrainConfig.from_dict(values)
 
 
-def _same_run(run_dir: Path, cfg: Any) -> bool:
-    """A completed run in ``run_dir`` trained with exactly ``cfg`` (up to its name and folder)."""
-    from poslab.runs import RunFileError, RunFolder
-
-    run = RunFolder(run_dir)
-    try:
-        if run.state != "finished":
-            return False
-        saved = run.config()
-    except (OSError, RunFileError):
-        return False
-    # threads change no result (tests/test_train_experiments.py: parallel one-thread == sequential)
-    wanted = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "out_dir", "model", "threads")}
-    have = {k: v for k, v in saved.get("train", {}).items() if k not in ("name", "out_dir", "threads")}
-    model = {k: v for k, v in saved.get("model", {}).items() if k != "vocab_size"}
-    expected_model = {k: v for k, v in cfg.to_dict()["model"].items() if k != "vocab_size"}
-    return have == wanted and model == expected_model
-
-
-def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
-    """Train ``cfg`` unless a completed identical run exists in its folder or one of ``reuse``.
-
-    Returns:
-        The run folder holding the trained model.
-    """
-    from poslab.session import train
-
-    run_dir = Path(cfg.out_dir) / cfg.name
-    for candidate in (run_dir, *reuse):
-        if _same_run(candidate, cfg):
-            return candidate
-    exists = run_dir.exists() and any(run_dir.iterdir())
-    train(cfg, overwrite=exists, progress=False)
-    return run_dir
-
-
 def models_dir(out: Path, size: Size) -> Path:
     """Where an experiment keeps its trained models: ``OUT/models/SIZE``."""
     return Path(out) / "models" / size.name
@@ -228,7 +197,7 @@ POSITION_TRAINING = "position-training"
 
 def _reuse_candidates(scheme: str, size: Size, out: Path, seed: int) -> tuple[Path, ...]:
     parent = Path(out).parent
-    return (parent / NAME / "models" / size.name / run_name(scheme, seed),
+    return (parent / EXPERIMENT.name / "models" / size.name / run_name(scheme, seed),
             parent / POSITION_TRAINING / "runs" / f"{scheme}-s{seed}")
 
 
@@ -240,13 +209,6 @@ def shared_model(scheme: str, size: Size, out: Path, seed: int = SEED) -> Path:
     return ensure_trained(cfg, reuse=_reuse_candidates(scheme, size, out, seed))
 
 
-def _ensure_one(values: dict, reuse: tuple[str, ...]) -> str:
-    """Worker: :func:`ensure_trained` of one config (one thread), returns the run folder."""
-    from poslab.training.config import TrainConfig
-
-    return str(ensure_trained(TrainConfig.from_dict(values), tuple(Path(r) for r in reuse)))
-
-
 def shared_models(schemes: tuple[str, ...] | list[str], size: Size, out: Path, seeds: tuple[int, ...] = SEEDS,
                   workers: int | None = None) -> dict[str, dict[int, Path]]:
     """:func:`shared_model` for every scheme and seed, training the missing ones ``workers`` at a time.
@@ -254,65 +216,14 @@ def shared_models(schemes: tuple[str, ...] | list[str], size: Size, out: Path, s
     Returns:
         scheme -> seed -> run folder.
     """
-    import concurrent.futures
-    import multiprocessing
-
-    from poslab.lab.experiments.head_count import default_workers
-
-    workers = default_workers() if workers is None else workers
-    jobs = {}
-    found: dict[str, dict[int, Path]] = {s: {} for s in schemes}
-    for scheme in schemes:
-        for seed in seeds:
-            cfg = train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed)
-            reuse = _reuse_candidates(scheme, size, out, seed)
-            done = next((c for c in (Path(cfg.out_dir) / cfg.name, *reuse) if _same_run(c, cfg)), None)
-            if done is not None:
-                found[scheme][seed] = done
-            else:
-                jobs[(scheme, seed)] = (cfg, reuse)
-    if jobs:
-        print(f"--- training {len(jobs)} lab models ({min(workers, len(jobs))} at a time): "
-              f"{', '.join(f'{s}/{seed}' for s, seed in jobs)}", flush=True)
-    if workers == 1 or len(jobs) <= 1:
-        for (scheme, seed), (cfg, reuse) in jobs.items():
-            found[scheme][seed] = ensure_trained(cfg, reuse)
-    elif jobs:
-        context = multiprocessing.get_context("spawn")  # not fork: see head_count.train_variants
-        with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
-            futures = {pool.submit(_ensure_one, {**cfg.to_dict(), "threads": cfg.threads or 1}, tuple(map(str, reuse))): key
-                       for key, (cfg, reuse) in jobs.items()}
-            for future in concurrent.futures.as_completed(futures):
-                scheme, seed = futures[future]
-                found[scheme][seed] = Path(future.result())
-    return {s: {seed: found[s][seed] for seed in seeds} for s in schemes}
-
-
-def load_model(run_dir: Path) -> tuple[Any, Any, dict]:
-    """:meth:`poslab.runs.RunFolder.load` (model in eval mode)."""
-    from poslab.runs import RunFolder
-
-    model, tokenizer, config = RunFolder(run_dir).load()
-    return model.eval(), tokenizer, config
+    keys = [(scheme, seed) for scheme in schemes for seed in seeds]
+    jobs = [(train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed),
+             _reuse_candidates(scheme, size, out, seed)) for scheme, seed in keys]
+    found = dict(zip(keys, ensure_many(jobs, workers, what="lab models")))
+    return {s: {seed: found[(s, seed)] for seed in seeds} for s in schemes}
 
 
 # ------------------------------------------------------------------------------------ claims
-def claim(claim_text: str, source: str, criterion: str, measured: dict[str, Any], held: bool | None,
-          note: str | None = None) -> dict[str, Any]:
-    """The older two-valued claim entry, kept only for ``context_extension`` until it writes
-    :class:`poslab.lab.verdicts.ClaimRecord` dicts (the report shows such an entry as inconclusive)."""
-    verdict = "not measurable" if held is None else ("held" if held else "did not hold at this scale")
-    out = {"claim": claim_text, "source": source, "criterion": criterion, "measured": measured,
-           "held": held, "verdict": verdict}
-    if note:
-        out["note"] = note
-    return out
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a / b
-
-
 def _ppl(table: dict, scheme: str, factor: int, mode: str) -> float | None:
     cell = table.get(scheme, {}).get(str(factor))
     if cell is None or "cannot" in cell or mode not in cell:
@@ -459,6 +370,29 @@ def evaluate_scheme(run_dir: Path, size: Size) -> dict[str, Any]:
     return cells
 
 
+def context_curve(run_dir: Path, size: Size) -> list[float]:
+    """Mean validation loss at each position of a window of ``L`` (:func:`poslab.analysis.eval.loss_by_position`)."""
+    model, tokenizer, _ = load_model(run_dir)
+    tokens = RunFolder(run_dir).split_tokens("val", tokenizer)
+    return [float(v) for v in loss_by_position(model, tokens, size.train_length, CONTEXT_WINDOWS)]
+
+
+def premise_of(record: ClaimRecord, tables: dict[str, dict[str, dict]], curves: dict[str, dict[str, list[float]]],
+               bigram: float) -> Premise:
+    """A claim about reading past ``L``: every scheme it names is a language model (every seed's in-length
+    loss clearly below the bigram baseline) that uses its context within ``L``; a comparison of two or
+    more position schemes also needs each of them to beat NoPE in length by more than the noise (their
+    positions matter to the model). :mod:`poslab.lab.premises` has the rules."""
+    arms = arms_of(record, list(tables))
+    losses = {s: [math.log(v) for v in _seed_values(tables, s, 1, "nonoverlapping") or []] for s in arms}
+    found = [below_bigram(losses, bigram), uses_context({s: list(curves[s].values()) for s in arms})]
+    positional = [s for s in arms if s != "none"]
+    if len(positional) >= 2 and "none" in tables:
+        nope = [math.log(v) for v in _seed_values(tables, "none", 1, "nonoverlapping") or []]
+        found += [beats_nope(s, losses[s], nope, metric="in-length loss") for s in positional]
+    return all_of(*found)
+
+
 def aggregate(tables: dict[str, dict[str, dict]]) -> dict[str, dict[str, Any]]:
     """scheme -> factor -> ``{"cannot": why}`` or ``{mode: {"ppl": mean, "ppl_sd": sd, "ppl_seeds": [...]}}`` over seeds."""
     out: dict[str, dict[str, Any]] = {}
@@ -482,10 +416,11 @@ def aggregate(tables: dict[str, dict[str, dict]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def plot(table: dict[str, dict[str, Any]], size: Size, path: Path) -> Path:
+def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: dict[str, float] | None = None) -> Path:
     """Log-log perplexity vs evaluation length, one line per scheme (non-overlapping and sliding).
 
     ``table`` is :func:`aggregate`'s: the line is the mean over seeds, the error bars the min..max.
+    ``baselines``: the corpus's n-gram baselines (nats), drawn as the perplexities ``exp(nats)``.
     """
     from matplotlib import colormaps
     from matplotlib.ticker import ScalarFormatter
@@ -505,6 +440,10 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path) -> Path:
             n = len(seeds[0])
             ax.errorbar(xs, ys, yerr=yerr, marker="o", capsize=3, color=colors(i % 10),
                         label=f"{scheme} (n={n})" if len(xs) > 1 else f"{scheme} (only L, n={n})")
+        for name, style in (("bigram", "-."), ("trigram", (0, (1, 3)))):
+            if baselines and name in baselines:
+                ax.axhline(math.exp(baselines[name]), color="dimgray", linestyle=style, linewidth=1,
+                           label=f"{name} count model {math.exp(baselines[name]):.2f}")
         ax.axvline(size.train_length, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -527,10 +466,8 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         quick: the demo's size; ``size`` names one of :data:`SIZES` instead.
         schemes: position schemes to train.
         seeds: training seeds (at least 3 for conclusive verdicts).
-        workers: trainings at a time (default: :func:`poslab.lab.experiments.head_count.default_workers`).
+        workers: trainings at a time (default: :func:`poslab.lab.runner.default_workers`).
     """
-    from poslab.lab.experiments.common import baseline_line, unigram_entropy
-
     lab = size_of(quick, size)
     out = Path(out)
     start = time.perf_counter()
@@ -550,7 +487,9 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         training[scheme] = {"runs": {str(seed): str(d) for seed, d in run_dirs[scheme].items()},
                             "final_val_loss": finals, "eval_seconds": time.perf_counter() - t1}
     table = aggregate(tables)
+    curves = {scheme: {str(seed): context_curve(d, lab) for seed, d in run_dirs[scheme].items()} for scheme in schemes}
     baseline = unigram_entropy(CORPUS)
+    ngrams = ngram_baselines(CORPUS)
     headers = ["scheme"] + [f"{f}x ({f * lab.train_length})" for f in FACTORS]
     for mode, title in (("nonoverlapping", "non-overlapping chunks"), ("sliding", "sliding window, stride length/2")):
         rows = []
@@ -566,18 +505,21 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
             rows.append(row)
         print_table(headers, rows, title=f"validation perplexity, {title} (trained at L={lab.train_length}, "
                                          f"{lab.n_targets} targets at every length; mean ± sd over {len(seeds)} seeds)")
-    print(f"  in-length loss = ln(ppl at 1x); {baseline_line(CORPUS).strip()} (perplexity {math.exp(baseline):.2f})")
+    print(f"  in-length loss = ln(ppl at 1x); {baseline_line(CORPUS).strip()} (unigram perplexity {math.exp(baseline):.2f})")
     claims = extrapolation_claims(tables, "nonoverlapping", baseline)
     sliding_claims = extrapolation_claims(tables, "sliding", baseline)
     for c, s in zip(claims, sliding_claims):
         c["details"]["sliding_window"] = {k: s.get(k) for k in ("measured", "margin", "noise", "verdict")}
+    claims = attach(claims, lambda record: premise_of(record, tables, curves, ngrams["bigram"]))
     print_claims(claims)
-    figure = plot(table, lab, out / "extrapolation.png")
+    figure = plot(table, lab, out / "extrapolation.png", ngrams)
     return {
-        "experiment": NAME,
+        "experiment": EXPERIMENT.name,
         "size": dataclasses.asdict(lab),
         "corpus": CORPUS,
         "unigram_entropy_nats": baseline,
+        "ngram_baselines": ngrams,
+        "loss_by_position": curves,
         "seed": SEED,
         "seeds": list(seeds),
         "train_length": lab.train_length,
@@ -595,29 +537,11 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         "threads": torch.get_num_threads(),
     }
 
-
-def print_claims(claims: list[dict[str, Any]]) -> None:
-    """Print the verdicts as a table: verdict, claim, measured, margin against noise.
-
-    Takes :class:`poslab.lab.verdicts.ClaimRecord` dicts (and, for experiments not yet converted,
-    the older ``{"claim", "measured": {...}, "verdict"}`` entries).
-    """
-    rows = []
-    for c in claims:
-        measured = c.get("measured", "")
-        if isinstance(measured, dict):
-            measured = ", ".join(f"{k}={_fmt(v)}" for k, v in measured.items())
-        if c.get("note"):
-            measured += f" ({c['note']})"
-        try:
-            against = missed_by(c)
-        except (ValueError, TypeError):
-            against = "-"
-        rows.append([c.get("verdict", "?"), c.get("claim", "?"), measured, against])
-    print_table(["verdict", "claim", "measured", "margin vs noise"], rows, title="claims", align="llll")
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.3g}"
-    return str(value)
+EXPERIMENT = Experiment(
+    name="extrapolation",
+    description="train one GPT per position scheme at L, perplexity at 1x..16x L (ALiBi paper; seeds 000, 002)",
+    tier=LAB,
+    run=run,
+    reuses=('position-training',),
+    estimate=(22, 3600),
+)

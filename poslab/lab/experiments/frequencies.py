@@ -18,12 +18,11 @@ from typing import Any
 import torch
 
 from poslab.display import new_figure, print_table, save_figure
+from poslab.lab.experiments.common import FOUNDATION, Experiment
+from poslab.lab.experiments.training import print_claims
+from poslab.lab.verdicts import ClaimRecord, at_least, get, num
 from poslab.nn import positions
 from poslab.nn.positions.rope import RopeConfig, default_inv_freq, yarn_correction_range
-
-NAME = "frequencies"
-DESCRIPTION = "RoPE frequencies and periods per dimension; how each scaling changes them (seed 000 exp. 4)"
-IN_ALL = True
 
 BASE = 10000
 HEAD_DIM, FACTOR, L0 = 128, 4.0, 2048
@@ -131,7 +130,7 @@ def run(out: Path, quick: bool = False) -> dict:
     )
     path = plot(spectra, yarn_low, yarn_high, Path(out) / PLOT_FILE)
     print(f"  plot: {path}")
-    return {
+    results = {
         "lesson_table_d8_base10000": table,
         "poslab_rope_head16_vs_lesson_max_abs_diff": rope_vs_lesson,
         "realistic_head": {"head_dim": HEAD_DIM, "base": BASE, "factor": FACTOR, "original_max_len": L0},
@@ -140,3 +139,35 @@ def run(out: Path, quick: bool = False) -> dict:
         "scalings": spectra,
         "plot": str(path),
     }
+    records = claims(results)
+    print_claims(records)
+    return {**results, "claims": [c.to_dict() for c in records]}
+
+
+# ------------------------------------------------------------------------------------ claims
+
+def _frequencies(r: dict, text: str, source: str) -> ClaimRecord:
+    table = get(r, "lesson_table_d8_base10000")
+    periods = [row["period_positions"] for row in table]
+    measured = "period per dimension: " + ", ".join(num(p, 3) for p in periods) + " positions"
+    ratios = [b / a for a, b in zip(periods, periods[1:])]
+    return at_least(text, source, "each dimension pair's period is longer than the previous one "
+                                  "(smallest ratio of consecutive periods ≥ 1 + 1e-6)", measured,
+                    value=float(min(ratios)), floor=1.0 + 1e-6)
+
+
+def claims(results: dict) -> list[ClaimRecord]:
+    """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
+    return [
+        _frequencies(results, '低维度频率高、周期短；高维度频率低、周期长 — RoPE periods grow geometrically with the dimension',
+            'seed 000 exp. 4'),
+    ]
+
+
+EXPERIMENT = Experiment(
+    name="frequencies",
+    description="RoPE frequencies and periods per dimension; how each scaling changes them (seed 000 exp. 4)",
+    tier=FOUNDATION,
+    run=run,
+    estimate=(4, 12),
+)

@@ -23,29 +23,26 @@ seconds. At n_embd 64 the rule predicts ``sqrt(4) = 2`` heads.
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
-import multiprocessing
-import os
 from pathlib import Path
 from typing import Any
 
 from poslab.display import print_table
+from poslab.lab.experiments.common import (
+    LAB,
+    Experiment,
+    baseline_line,
+    ngram_baselines,
+    plot_seeded_curves,
+    unigram_entropy,
+)
+from poslab.lab.experiments.extrapolation import SIZES, train_config
+from poslab.lab.experiments.training import SEEDS, lm_premise, print_claims, seed_values, train_seeded
+from poslab.lab.premises import attach
 from poslab.lab.verdicts import best_of, paired, pm
-from poslab.runs import load_run, read_metrics
-from poslab.session import train
 from poslab.training import presets
-from poslab.training.config import TrainConfig
-from poslab.training.data import prepare_data
-from poslab.training.loop import evaluate_loss
-
-NAME = "heads"
-DESCRIPTION = "train 1/2/4/8/16 heads at n_embd 128 on Tang poems; test 'optimal heads ≈ sqrt(d/16)' (seeds 001, 002)"
-IN_ALL = False  # it trains: run it by name
 
 HEADS = (1, 2, 4, 8, 16)
-#: the seeds of every arm (the verdict rule needs at least 3)
-SEEDS = (1337, 1338, 1339)
 FULL = {"max_steps": 1000, "batch_size": 16, "warmup_steps": 100, "eval_interval": 100, "eval_iters": 20,
         "ckpt_interval": 0, "keep_checkpoints": 1}
 
@@ -58,8 +55,6 @@ def base_config(quick: bool, position: str = "learned") -> dict[str, Any]:
     (:func:`poslab.lab.experiments.extrapolation.train_config`, size ``quick``), with ``position``.
     """
     if quick:
-        from poslab.lab.experiments.extrapolation import SIZES, train_config
-
         config = train_config(position, SIZES["quick"], Path("runs")).to_dict()
         for key in ("name", "out_dir"):
             config.pop(key, None)
@@ -68,115 +63,6 @@ def base_config(quick: bool, position: str = "learned") -> dict[str, Any]:
     config.update(FULL)
     config["lr_decay_steps"] = config["max_steps"]
     return config
-
-
-def default_workers() -> int:
-    """Trainings run side by side by default: one per core, at most two.
-
-    The lab's small GPTs use a second thread poorly, so two one-thread trainings at a time finish a
-    set of runs sooner than one two-thread training after another (``docs/lab.md`` has the lab's
-    timings before and after).
-    """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(2, cores))
-
-
-def _train_variant(label: str, values: dict[str, Any], progress: bool) -> tuple[str, dict[str, Any]]:
-    """Train one variant (in this process or a worker) and summarise its run.
-
-    ``val_loss_all`` is the loss on the whole validation split in consecutive windows of the training
-    length: the same tokens for every run and seed, so it carries no evaluation-sampling noise.
-    """
-    cfg = TrainConfig.from_dict(values)
-    results = train(cfg, overwrite=True, progress=progress)
-    metrics = read_metrics(cfg.run_dir)
-    model, tokenizer, _ = load_run(cfg.run_dir)
-    data = prepare_data(cfg, tokenizer)
-    block = model.config.block_size
-    val_all = evaluate_loss(model, data.val, block, max(1, 8192 // block), None, objective=cfg.objective)
-    return label, {
-        "val_loss_all": val_all,
-        "seed": cfg.seed,
-        "final_val_loss": results["final_val_loss"],
-        "final_train_loss": results["final_train_loss"],
-        "best_val_loss": results["best_val_loss"],
-        "tokens_per_s": results["tokens_per_s"],
-        "wall_time_s": results["wall_time_s"],
-        "n_params": results["n_params"],
-        "threads": results["threads"],
-        "val_curve": [(r["step"], r["val_loss"]) for r in metrics if "val_loss" in r],
-        "train_curve": [(r["step"], r["loss"]) for r in metrics],
-        "run_dir": str(cfg.run_dir),
-    }
-
-
-def train_variants(out: Path, base: dict[str, Any], variants: dict[str, dict[str, Any]],
-                   workers: int | None = None) -> dict[str, dict]:
-    """Train one run per variant (``model`` overrides merged key by key) into ``out/runs/LABEL``.
-
-    Args:
-        out: the experiment's folder.
-        base: the config every variant starts from.
-        variants: label -> overrides.
-        workers: trainings at a time (``None``: :func:`default_workers`). With more than one, each
-            training runs in its own process on one thread (unless ``base`` sets ``threads``) without
-            a live progress bar, and a line is printed as each finishes.
-
-    Returns:
-        label -> {final/best val loss, tokens/s, wall time, curve [(step, val_loss)], train curve},
-        in the order of ``variants``.
-
-    Raises:
-        ValueError: ``workers`` < 1.
-    """
-    workers = default_workers() if workers is None else workers
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
-    jobs = {}
-    for label, override in variants.items():
-        values = {**base, **{k: v for k, v in override.items() if k != "model"}}
-        values["model"] = {**base.get("model", {}), **override.get("model", {})}
-        values.update(name=label, out_dir=str(out / "runs"))
-        TrainConfig.from_dict(values)  # every config checked before the first training starts
-        jobs[label] = values
-    summary: dict[str, dict] = {}
-    if workers == 1 or len(jobs) == 1:
-        for label, values in jobs.items():
-            print(f"\n--- {label}")
-            summary[label] = _train_variant(label, values, progress=True)[1]
-        return summary
-    print(f"\n--- training {len(jobs)} runs, {min(workers, len(jobs))} at a time (one thread each): "
-          f"{', '.join(jobs)}", flush=True)
-    # spawn, not fork: a forked child of a process that already ran OpenMP threads can hang
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
-        futures = [pool.submit(_train_variant, label, {**values, "threads": values.get("threads") or 1}, False) for label, values in jobs.items()]
-        for future in concurrent.futures.as_completed(futures):
-            label, result = future.result()
-            summary[label] = result
-            print(f"--- {label}: final val loss {result['final_val_loss']:.4f}, {result['tokens_per_s']:,.0f} tokens/s, "
-                  f"{result['wall_time_s']:.0f}s ({len(summary)}/{len(jobs)} done)", flush=True)
-    return {label: summary[label] for label in jobs}
-
-
-def train_seeded(out: Path, base: dict[str, Any], variants: dict[str, dict[str, Any]],
-                 seeds: tuple[int, ...] = SEEDS, workers: int | None = None) -> dict[str, list[dict]]:
-    """:func:`train_variants` for every variant and seed: runs ``out/runs/LABEL-sSEED``.
-
-    Returns:
-        label -> one run summary per seed (in the order of ``seeds``).
-    """
-    jobs = {f"{label}-s{seed}": {**override, "seed": seed} for label, override in variants.items() for seed in seeds}
-    summary = train_variants(out, base, jobs, workers)
-    return {label: [summary[f"{label}-s{seed}"] for seed in seeds] for label in variants}
-
-
-def seed_values(runs: list[dict], key: str = "val_loss_all") -> list[float]:
-    """One figure per seed from :func:`train_seeded`'s summaries."""
-    return [float(r[key]) for r in runs]
 
 
 def nearest_counts(heads: list[int] | tuple[int, ...], d_model: int) -> list[int]:
@@ -217,20 +103,20 @@ def run(out: Path, quick: bool = False, heads: tuple[int, ...] = HEADS, base: di
         quick: the short form (tinyshakespeare, the lab's quick model; see the module docstring).
         heads: head counts to train (each must divide the width).
         base: a config mapping replacing the base (tests use a tiny one).
-        workers: trainings at a time (see :func:`train_variants`).
+        workers: trainings at a time (see :func:`poslab.lab.experiments.training.train_variants`).
         seeds: training seeds (at least 3 for a conclusive verdict).
     """
-    from poslab.lab.experiments.common import baseline_line, plot_seeded_curves, unigram_entropy
-
     out = Path(out)
     base = base if base is not None else base_config(quick)
     d_model = base["model"]["n_embd"]
     variants: dict[str, dict[str, Any]] = {f"heads-{h}": {"model": {"n_head": h}} for h in heads}
     runs = train_seeded(out, base, variants, tuple(seeds), workers)
     losses = {h: seed_values(runs[f"heads-{h}"]) for h in heads}
-    claims = head_claims(losses, d_model)
     corpus = base.get("corpus", "tang5")
     baseline = unigram_entropy(corpus, base.get("val_fraction", 0.1))
+    ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
+    arms = [f"heads-{h}" for h in heads]  # every claim ranks or compares head counts: all must be language models
+    claims = attach(head_claims(losses, d_model), lambda record: lm_premise(runs, arms, ngrams["bigram"]))
     rows = [[h, d_model // h, f"{runs[f'heads-{h}'][0]['n_params']:,}", pm(losses[h], 4),
              pm(seed_values(runs[f"heads-{h}"], "final_val_loss"), 4),
              f"{sum(r['tokens_per_s'] for r in runs[f'heads-{h}']) / len(seeds):,.0f}"]
@@ -241,12 +127,13 @@ def run(out: Path, quick: bool = False, heads: tuple[int, ...] = HEADS, base: di
     print(baseline_line(corpus, base.get("val_fraction", 0.1)))
     print_claims(claims)
     plot = plot_seeded_curves({f"{h} heads": runs[f"heads-{h}"] for h in heads}, out / "heads_curves.png",
-                              f"heads at n_embd {d_model} ({base['max_steps']} steps, {corpus})", baseline)
+                              f"heads at n_embd {d_model} ({base['max_steps']} steps, {corpus})", baseline, ngrams)
     return {
         "steps": base["max_steps"],
         "quick": quick,
         "corpus": corpus,
         "unigram_entropy_nats": baseline,
+        "ngram_baselines": ngrams,
         "d_model": d_model,
         "seeds": list(seeds),
         "runs": runs,
@@ -257,9 +144,10 @@ def run(out: Path, quick: bool = False, heads: tuple[int, ...] = HEADS, base: di
         "plot": str(plot),
     }
 
-
-def print_claims(claims: list[dict[str, Any]]) -> None:
-    """The claim records as a table (see :func:`poslab.lab.experiments.extrapolation.print_claims`)."""
-    from poslab.lab.experiments.extrapolation import print_claims as show
-
-    show(claims)
+EXPERIMENT = Experiment(
+    name="heads",
+    description="train 1/2/4/8/16 heads at n_embd 128 on Tang poems; test 'optimal heads ≈ sqrt(d/16)' (seeds 001, 002)",
+    tier=LAB,
+    run=run,
+    estimate=(70, 3750),
+)

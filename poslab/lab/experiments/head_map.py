@@ -38,16 +38,13 @@ import torch
 
 from poslab.analysis import heads as head_analysis
 from poslab.display import new_figure, print_table, save_figure
-from poslab.lab.experiments.common import spearman
+from poslab.lab.experiments.common import FULL_ONLY, Experiment, spearman
+from poslab.lab.experiments.training import print_claims
 from poslab.lab.verdicts import ClaimRecord, deterministic
 from poslab.runs import RunFolder, load_run
 from poslab.session import train
 from poslab.training import presets
 from poslab.training.config import TrainConfig
-
-NAME = "head-map"
-DESCRIPTION = "each head of a trained GPT as a point: PCA / t-SNE map by layer and head type; tests seed 002 §6.1"
-IN_ALL = False  # it trains: run it by name
 
 N_HEAD = 8
 PRESET = "shakespeare-char"  # 65 characters: heads take shape within a few hundred steps
@@ -215,9 +212,17 @@ def _run(out: Path, quick: bool) -> dict:
                   f"{h['mask_loss_delta']:+.4f}", h["cluster"]] for h in table],
                 title=f"heads of a {model.config.n_layer}x{N_HEAD}-head GPT ({PRESET}; base loss {analysis['base_loss']:.3f})")
     claims = map_claims(table, clusters, analysis["base_loss"])
-    print_table(["verdict", "claim", "measured"], [[c.verdict, c.claim, c.measured] for c in claims], title="claims", align="lll")
+    print_claims(claims)
     plot = plot_map(table, coords, out / "head_map.png")
     return {"quick": quick, "run": str(run_dir), "probe": {"windows": n, "length": length}, "base_loss": analysis["base_loss"],
             "pca_explained": coords["pca_explained"], "heads": table, "counts": analysis["counts"],
             "not_tested": "heads 3/4 'semantic keywords': the corpus has no word-level semantic labels",
             "claims": [c.to_dict() for c in claims], "plots": [str(plot)]}
+
+EXPERIMENT = Experiment(
+    name="head-map",
+    description="each head of a trained GPT as a point: PCA / t-SNE map by layer and head type; tests seed 002 §6.1",
+    tier=FULL_ONLY,
+    run=run,
+    estimate=(130, 1300),
+)

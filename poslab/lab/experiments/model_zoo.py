@@ -34,12 +34,10 @@ from typing import Any
 import torch
 
 from poslab.display import new_figure, print_table, save_figure
+from poslab.lab.experiments.common import FOUNDATION, Experiment
+from poslab.lab.experiments.training import print_claims
 from poslab.lab.verdicts import ClaimRecord, deterministic
 from poslab.nn.attention import MultiHeadAttention
-
-NAME = "model-zoo"
-DESCRIPTION = "head geometry of 39 open models from their config.json: d_k, sqrt(d/16) heads, GQA, 4d² (seeds 000, 002)"
-IN_ALL = True
 
 ZOO_PATH = Path(__file__).resolve().parent.parent / "data" / "model_zoo.json"
 #: fields every row carries
@@ -223,12 +221,6 @@ def zoo_claims(rows: list[dict[str, Any]], dk: dict[str, Any], rule: dict[str, A
     return claims
 
 
-def print_claims(claims: list[ClaimRecord]) -> None:
-    """The verdicts as a table."""
-    print_table(["verdict", "claim", "measured"], [[c.verdict, c.claim, c.measured] for c in claims],
-                title="claims", align="lll")
-
-
 # ------------------------------------------------------------------------------------ plots
 def plot_zoo(rows: list[dict[str, Any]], rule: dict[str, Any], gqa: dict[str, Any], path: Path) -> Path:
     """Three panels: d_k by d_model, head counts vs the sqrt(d/16) rule, GQA ratio by release year."""
@@ -301,3 +293,11 @@ def run(out: Path, quick: bool = False) -> dict:
     return {"quick": quick, "n_models": len(rows), "dk": dk, "width_mismatches": width_mismatches(rows),
             "head_rule": rule, "gqa_by_year": gqa, "parameters": params,
             "claims": [c.to_dict() for c in claims], "plots": [str(plot)]}
+
+EXPERIMENT = Experiment(
+    name="model-zoo",
+    description="head geometry of 39 open models from their config.json: d_k, sqrt(d/16) heads, GQA, 4d² (seeds 000, 002)",
+    tier=FOUNDATION,
+    run=run,
+    estimate=(4, 12),
+)

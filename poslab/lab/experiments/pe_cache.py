@@ -27,14 +27,11 @@ from pathlib import Path
 import torch
 
 from poslab.display import print_table
+from poslab.lab.experiments.common import FOUNDATION, Experiment
 from poslab.lab.verdicts import at_least, deterministic
 from poslab.nn import positions
 from poslab.nn.model import GPT, GPTConfig
 from poslab.nn.positions.absolute import sinusoid_table
-
-NAME = "pe-cache"
-DESCRIPTION = "precomputed vs on-the-fly sinusoidal encoding: seed 002's '40x faster' (timed here)"
-IN_ALL = True
 
 CLAIM = "预计算版本比实时计算快40倍 (the precomputed positional encoding is 40x faster than computing it)"
 CLAIMED_SPEEDUP = 40.0
@@ -168,3 +165,11 @@ def _model_forward(samples: int, calls: int) -> dict:
         scheme.__dict__.pop("embed", None)  # back to the class's cached embed
     return {"config": "4 layers, 4 heads, n_embd 128, T 256, batch 8", "cached_ms": cached * 1e3,
             "on_the_fly_ms": fly * 1e3, "speedup": fly / cached}
+
+EXPERIMENT = Experiment(
+    name="pe-cache",
+    description="precomputed vs on-the-fly sinusoidal encoding: seed 002's '40x faster' (timed here)",
+    tier=FOUNDATION,
+    run=run,
+    estimate=(4, 12),
+)

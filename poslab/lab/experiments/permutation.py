@@ -17,13 +17,12 @@ import torch
 from torch import Tensor
 
 from poslab.display import print_table, sci
+from poslab.lab.experiments.common import FOUNDATION, Experiment
+from poslab.lab.experiments.training import print_claims
+from poslab.lab.verdicts import ClaimRecord, at_least, deterministic, get, num
 from poslab.nn import positions
 from poslab.nn.attention import MultiHeadAttention
 from poslab.nn.positions.base import PositionScheme
-
-NAME = "permutation"
-DESCRIPTION = "no-position attention is permutation-equivariant; every scheme breaks it (seed 000 exp. 3)"
-IN_ALL = True
 
 EQUIVARIANT_BELOW = 1e-5
 BROKEN_ABOVE = 1e-3
@@ -112,7 +111,7 @@ def run(out: Path, quick: bool = False) -> dict:
         align="lllrll",
     )
     print(f"  lesson's permutation: {lesson_perm}")
-    return {
+    results = {
         "equivariant_below": EQUIVARIANT_BELOW,
         "broken_above": BROKEN_ABOVE,
         "attention": {"d_model": D_MODEL, "n_heads": N_HEADS, "seq": SEQ, "causal": False},
@@ -121,3 +120,46 @@ def run(out: Path, quick: bool = False) -> dict:
         "schemes": schemes,
         "all_as_expected": lesson_diff < EQUIVARIANT_BELOW and all(s["as_expected"] for s in schemes),
     }
+    records = claims(results)
+    print_claims(records)
+    return {**results, "claims": [c.to_dict() for c in records]}
+
+
+# ------------------------------------------------------------------------------------ claims
+
+def _permutation_equivariant(r: dict, text: str, source: str) -> ClaimRecord:
+    diff = get(r, "lesson_raw_matrices.max_abs_diff_after_unpermuting")
+    bound = get(r, "equivariant_below")
+    return deterministic(text, source, f"max |difference| after un-permuting ≤ {num(bound)} (fp32 float tolerance)",
+                         f"max |difference| after un-permuting: {num(diff)}", error=float(diff), tolerance=float(bound))
+
+
+def _permutation_broken(r: dict, text: str, source: str) -> ClaimRecord:
+    schemes = get(r, "schemes")
+    encoding = [s for s in schemes if s["encodes_position"]]
+    weakest = min(encoding, key=lambda s: s["max_abs_diff_after_unpermuting"])
+    measured = (f"{sum(s['verdict'] == 'broken' for s in encoding)} of {len(encoding)} position schemes change the output; "
+                f"smallest change {num(weakest['max_abs_diff_after_unpermuting'])} ({weakest['scheme']})")
+    floor = get(r, "broken_above") if "broken_above" in r else get(r, "equivariant_below")
+    return at_least(text, source, f"every position scheme changes the un-permuted output by ≥ {num(floor)} "
+                                  "(far above the fp32 float noise)", measured,
+                    value=float(weakest["max_abs_diff_after_unpermuting"]), floor=float(floor))
+
+
+def claims(results: dict) -> list[ClaimRecord]:
+    """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
+    return [
+        _permutation_equivariant(results, '打乱顺序后，输出（对齐后）的差异为 0 — attention without positions is permutation-equivariant',
+            'seed 000 §2.1, exp. 3'),
+        _permutation_broken(results, '这就是为什么必须要有位置编码 — every position scheme breaks the equivariance',
+            'seed 000 §2.1'),
+    ]
+
+
+EXPERIMENT = Experiment(
+    name="permutation",
+    description="no-position attention is permutation-equivariant; every scheme breaks it (seed 000 exp. 3)",
+    tier=FOUNDATION,
+    run=run,
+    estimate=(4, 12),
+)

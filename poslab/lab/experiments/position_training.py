@@ -23,32 +23,53 @@ from pathlib import Path
 from typing import Any
 
 from poslab.display import print_table
-from poslab.lab.experiments.head_count import SEEDS, base_config, print_claims, seed_values, train_seeded
-from poslab.lab.verdicts import compare, deterministic, paired, pm
+from poslab.lab.experiments.common import (
+    LAB,
+    Experiment,
+    baseline_line,
+    ngram_baselines,
+    plot_seeded_curves,
+    unigram_entropy,
+)
+from poslab.lab.experiments.extrapolation import SIZES, train_config
+from poslab.lab.experiments.head_count import base_config
+from poslab.lab.experiments.training import (
+    SEEDS,
+    TIMING_STEPS,
+    alternating_cpu_speed,
+    lm_premise,
+    print_claims,
+    seed_values,
+    train_seeded,
+)
+from poslab.lab.premises import arms_of, attach
+from poslab.lab.verdicts import ClaimRecord, Premise, compare, deterministic, paired, pm
 from poslab.nn import positions
-
-NAME = "position-training"
-DESCRIPTION = "train the same GPT with every registered position scheme, 3 seeds; curves and val loss (seed 001 ex. 3)"
-IN_ALL = False  # it trains: run it by name
+from poslab.runs import RunFolder
 
 #: "only a little worse": NoPE's validation loss within this fraction of the learned table's
 NOPE_MAX_GAP = 0.05
 #: "no extra compute": ALiBi trains at no less than this fraction of the tokens/s of no position encoding
 ALIBI_MIN_SPEED = 0.9
 METRIC = "val loss (whole validation split)"
+SPEED_METRIC = "training tokens per CPU second (arms alternating in one process)"
 
 
 def quick_variants(schemes: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Base and per-scheme overrides that reproduce the extrapolation experiment's quick models exactly."""
-    from poslab.lab.experiments.extrapolation import SIZES, train_config
-
     base = base_config(True, position="none")
     variants = {name: {"model": train_config(name, SIZES["quick"], Path("runs")).to_dict()["model"]} for name in schemes}
     return base, variants
 
 
-def training_claims(losses: dict[str, list[float]], runs: dict[str, list[dict]]) -> list[dict[str, Any]]:
-    """The lessons' claims about training with each scheme, as claim records (schemes absent: skipped)."""
+def training_claims(losses: dict[str, list[float]], runs: dict[str, list[dict]],
+                    speed: dict[str, list[float]] | None = None) -> list[dict[str, Any]]:
+    """The lessons' claims about training with each scheme, as claim records (schemes absent: skipped).
+
+    ``speed``: arm -> training tokens per CPU second of alternating runs in one process
+    (:func:`poslab.lab.experiments.training.alternating_cpu_speed`); without it the runs' own
+    wall-clock tokens/s are used.
+    """
     out = []
 
     def have(*names: str) -> bool:
@@ -81,13 +102,21 @@ def training_claims(losses: dict[str, list[float]], runs: dict[str, list[dict]])
                                      error=float(abs(mine - none)), tolerance=0.0))
             out[-1] = out[-1].to_dict()
     if have("alibi", "none"):
-        speed = {k: seed_values(runs[k], "tokens_per_s") for k in ("alibi", "none")}
+        metric = SPEED_METRIC if speed is not None else "training tokens/s (wall clock; machine may be shared)"
+        speed = speed if speed is not None else {k: seed_values(runs[k], "tokens_per_s") for k in ("alibi", "none")}
         out.append(compare(f"ALiBi 不增加计算 — ALiBi trains at (nearly) the speed of no position encoding "
                            f"(at least {ALIBI_MIN_SPEED:.0%} of its tokens/s)", "seed 000 §4", speed["alibi"], speed["none"],
-                           better_label="alibi", worse_label="none", metric="training tokens/s (machine may be shared)",
+                           better_label="alibi", worse_label="none", metric=metric,
                            lower_is_better=False, digits=0,
                            offset=-(1 - ALIBI_MIN_SPEED) * sum(speed["none"]) / len(speed["none"])).to_dict())
     return out
+
+
+def _config(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with a variant's overrides (``model`` merged key by key), as :func:`train_variants` builds it."""
+    values = {**base, **{k: v for k, v in override.items() if k != "model"}}
+    values["model"] = {**base.get("model", {}), **override.get("model", {})}
+    return values
 
 
 def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: dict[str, Any] | None = None,
@@ -100,11 +129,9 @@ def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: 
         schemes: scheme names (default: every registered one).
         base: a config mapping replacing the base (tests use a tiny one; every scheme then trains on it
             with ``position`` set).
-        workers: trainings at a time (see :func:`poslab.lab.experiments.head_count.train_variants`).
+        workers: trainings at a time (see :func:`poslab.lab.experiments.training.train_variants`).
         seeds: training seeds (at least 3 for a conclusive verdict).
     """
-    from poslab.lab.experiments.common import baseline_line, plot_seeded_curves, unigram_entropy
-
     out = Path(out)
     schemes = list(schemes) if schemes is not None else positions.names()
     if base is None and quick:
@@ -128,15 +155,31 @@ def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: 
                 title=f"seed 001 exercise 3: one GPT, every position scheme, {base['max_steps']} steps on {corpus!r}; "
                       f"mean ± sd over seeds {list(seeds)}")
     print(baseline_line(corpus, base.get("val_fraction", 0.1)))
-    claims = training_claims(losses, runs)
+    ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
+    speed = None
+    if "alibi" in schemes and "none" in schemes:
+        vocab = RunFolder(runs["none"][0]["run_dir"]).config()["model"]["vocab_size"]
+        speed = alternating_cpu_speed({k: _config(base, variants[k]) for k in ("alibi", "none")}, vocab)
+        print(f"  training tokens per CPU second, alibi vs none alternating in this process: "
+              f"{pm(speed['alibi'], 0)} vs {pm(speed['none'], 0)}")
+
+    def premise(record: ClaimRecord) -> Premise:
+        if record.details.get("metric") == SPEED_METRIC:
+            return Premise("timing: process CPU time of the arms alternating in one process",
+                           f"{len(speed['alibi'])} rounds of {TIMING_STEPS} steps of each arm", True)
+        return lm_premise(runs, arms_of(record, schemes), ngrams["bigram"])
+
+    claims = attach(training_claims(losses, runs, speed), premise)
     print_claims(claims)
     plot = plot_seeded_curves(runs, out / "position_training_curves.png",
-                              f"position schemes, same GPT ({base['max_steps']} steps, {corpus})", baseline)
+                              f"position schemes, same GPT ({base['max_steps']} steps, {corpus})", baseline, ngrams)
     return {
         "steps": base["max_steps"],
         "quick": quick,
         "corpus": corpus,
         "unigram_entropy_nats": baseline,
+        "ngram_baselines": ngrams,
+        "cpu_speed": speed,
         "seeds": list(seeds),
         "runs": runs,
         "val_loss": {name: pm(losses[name], 4) for name in schemes},
@@ -145,3 +188,12 @@ def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: 
         "claims": claims,
         "plot": str(plot),
     }
+
+
+EXPERIMENT = Experiment(
+    name="position-training",
+    description="train the same GPT with every registered position scheme, 3 seeds; curves and val loss (seed 001 ex. 3)",
+    tier=LAB,
+    run=run,
+    estimate=(85, 7200),
+)

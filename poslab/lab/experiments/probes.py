@@ -19,9 +19,7 @@ Claims (seeded comparisons, :func:`poslab.lab.verdicts.compare`, accuracy higher
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import multiprocessing
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +27,12 @@ from typing import Any
 
 from poslab.analysis.probes import TASKS, ProbeRecipe, Task, describe, train_probe
 from poslab.display import new_figure, print_table, save_figure
-from poslab.lab import verdicts
-from poslab.lab.experiments.head_count import default_workers
+from poslab.lab import runner, verdicts
+from poslab.lab.experiments.common import LAB, Experiment
+from poslab.lab.experiments.training import print_claims
+from poslab.lab.premises import attach, fits_length
+from poslab.lab.runner import check_workers, default_workers, train_many
 from poslab.nn import positions
-
-NAME = "probes"
-DESCRIPTION = "synthetic position probes (copy, reverse, retrieve-at-k, MQAR, count, passkey) at L/2L/4L for every scheme"
-IN_ALL = False  # trains hundreds of tiny models
 
 #: Kazemnejad et al. 2023's length-generalisation ranking, best first (absolute = sinusoidal APE)
 RANKING = ("none", "t5", "alibi", "rope", "sinusoidal")
@@ -109,8 +106,8 @@ def form_of(quick: bool, form: str | None = None) -> Form:
 
 
 # ------------------------------------------------------------------------------------ training
-def _job(args: tuple[str, int, str, int, ProbeRecipe, tuple[int, ...], int | None]) -> dict[str, Any]:
-    task, size, scheme, seed, recipe, factors, threads = args
+def _job(task: str, size: int, scheme: str, seed: int, recipe: ProbeRecipe, factors: tuple[int, ...],
+         threads: int | None) -> dict[str, Any]:
     return train_probe(task, size, scheme, seed, recipe, factors, threads=threads)
 
 
@@ -119,23 +116,21 @@ def run_jobs(jobs: list[tuple[str, int, str, int, ProbeRecipe, tuple[int, ...]]]
 
     With more than one worker each training runs in its own (spawned) process on one thread.
     """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
-    if workers == 1 or len(jobs) <= 1:
-        return [_job((*job, None)) for job in jobs]
-    print(f"--- training {len(jobs)} probe models, {min(workers, len(jobs))} at a time (one thread each)", flush=True)
-    context = multiprocessing.get_context("spawn")  # not fork: a forked OpenMP runtime can hang
-    results: list[dict[str, Any] | None] = [None] * len(jobs)
-    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
-        futures = {pool.submit(_job, (*job, 1)): i for i, job in enumerate(jobs)}
-        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-            results[futures[future]] = future.result()
-            if done % 10 == 0 or done == len(jobs):
-                print(f"--- {done}/{len(jobs)} trained", flush=True)
-    return [r for r in results if r is not None]
+    workers = check_workers(workers)
+    alone = workers == 1 or len(jobs) <= 1
+    if not alone:
+        print(f"--- training {len(jobs)} probe models, {min(workers, len(jobs))} at a time (one thread each)", flush=True)
+    tasks = [runner.Task(f"{job[0]}-{job[2]}-s{job[3]}", _job, (*job, None if alone else 1)) for job in jobs]
+    finished = []
+
+    def done(task: runner.Task, result: dict[str, Any]) -> None:
+        finished.append(task.label)
+        if not alone and (len(finished) % 10 == 0 or len(finished) == len(jobs)):
+            print(f"--- {len(finished)}/{len(jobs)} trained", flush=True)
+
+    return train_many(tasks, 1 if alone else workers, on_done=done)
 
 
-# ------------------------------------------------------------------------------------ tables
 def collect(results: list[dict[str, Any]], factors: tuple[int, ...]) -> dict[str, dict[str, dict[str, Any]]]:
     """``task -> scheme -> {"accuracy": {factor: [per seed]}, "cannot": {factor: reason}, "seeds": [...]}``."""
     table: dict[str, dict[str, dict[str, Any]]] = {}
@@ -194,6 +189,26 @@ def _unmeasurable(claim: str, source: str, criterion: str, why: str) -> verdicts
 
 
 # ------------------------------------------------------------------------------------ claims
+def probe_premise(record: verdicts.ClaimRecord, table: dict[str, dict[str, dict[str, Any]]], heads: dict[int, list[float]],
+                  form: Form) -> verdicts.Premise:
+    """What the models of a probe claim must do first (:func:`poslab.lab.premises.fits_length`):
+
+    * a ranking past L: both schemes reach the accuracy threshold at L on every ranking task;
+    * "attention needs position": the positional arm reaches it at L on the task (NoPE is the arm
+      expected to fail);
+    * the head-count claim: the arm with more heads reaches it at L on MQAR.
+    """
+    d = record.details
+    if d["metric"].startswith("MQAR"):
+        many = max(heads)
+        return fits_length({d["better_label"]: heads[many]})
+    if d["metric"].startswith("answer accuracy past L"):
+        return fits_length({f"{scheme} {task}": table[task][scheme]["accuracy"]["1"]
+                            for scheme in (d["better_label"], d["worse_label"]) for task in form.ranking_tasks})
+    task = d["metric"].split(" accuracy at L")[0]
+    return fits_length({f"{d['better_label']} {task}": table[task][d["better_label"]]["accuracy"]["1"]})
+
+
 def probe_claims(table: dict[str, dict[str, dict[str, Any]]], heads: dict[int, list[float]], form: Form) -> list[verdicts.ClaimRecord]:
     """The experiment's claims as :class:`~poslab.lab.verdicts.ClaimRecord` (see the module docstring)."""
     out: list[verdicts.ClaimRecord] = []
@@ -233,13 +248,6 @@ def probe_claims(table: dict[str, dict[str, dict[str, Any]]], heads: dict[int, l
             better_label=f"{many} heads", worse_label=f"{few} head{'s' if few > 1 else ''}",
             metric=f"MQAR accuracy at L ({HEADS_SCHEME}, n_embd {form.heads_recipe.n_embd})", lower_is_better=False))
     return out
-
-
-def print_claims(claims: list[verdicts.ClaimRecord]) -> None:
-    rows = [[c.verdict, c.claim, c.measured, "-" if c.margin is None else f"{c.margin:+.3f}",
-             "-" if c.noise is None else f"{c.noise:.3f}", c.n_seeds] for c in claims]
-    print_table(["verdict", "claim", "measured", "margin", "95% noise", "seeds"], rows, title="claims", align="llllrr")
-    print("  counts: " + ", ".join(f"{k} {v}" for k, v in verdicts.tally(claims).items()))
 
 
 # ------------------------------------------------------------------------------------ plot
@@ -303,7 +311,7 @@ def run(out: Path, quick: bool = False, form: str | None = None, schemes: list[s
     schemes = list(schemes) if schemes is not None else positions.names()
     for scheme in schemes:
         positions.get(scheme)  # an unknown name fails before any training
-    workers = default_workers() if workers is None else workers
+    workers = default_workers() if workers is None else check_workers(workers)
     jobs = [(task, spec.train_size, scheme, seed, spec.recipe, spec.factors)
             for task in spec.tasks for scheme in schemes for seed in spec.seeds]
     head_jobs = []
@@ -330,13 +338,13 @@ def run(out: Path, quick: bool = False, form: str | None = None, schemes: list[s
                     [[h, spec.heads_recipe.n_embd // h, _text(v, None)] for h, v in heads.items()],
                     title=f"multi-query associative recall at n_embd {spec.heads_recipe.n_embd} ({HEADS_SCHEME}), "
                           f"{spec.mqar_size} pairs, {spec.heads_recipe.steps} steps")
-    claims = probe_claims(table, heads, spec)
+    claims = attach(probe_claims(table, heads, spec), lambda record: probe_premise(record, table, heads, spec))
     print_claims(claims)
     figure = plot(table, spec, out / "probes.png")
     seconds = time.perf_counter() - start
     print(f"\n  {len(results)} trainings in {seconds:.0f} s ({workers} worker{'s' if workers > 1 else ''})")
     return {
-        "experiment": NAME,
+        "experiment": EXPERIMENT.name,
         "form": dataclasses.asdict(spec),
         "train_size": spec.train_size,
         "factors": list(spec.factors),
@@ -345,8 +353,16 @@ def run(out: Path, quick: bool = False, form: str | None = None, schemes: list[s
         "schemes": schemes,
         "accuracy": table,
         "heads_mqar": {str(h): v for h, v in heads.items()},
-        "claims": [c.to_dict() for c in claims],
+        "claims": claims,
         "figure": str(figure),
         "seconds": seconds,
         "workers": workers,
     }
+
+EXPERIMENT = Experiment(
+    name="probes",
+    description="synthetic position probes (copy, reverse, retrieve-at-k, MQAR, count, passkey) at L/2L/4L for every scheme",
+    tier=LAB,
+    run=run,
+    estimate=(150, 1800),
+)

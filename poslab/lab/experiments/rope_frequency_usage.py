@@ -27,16 +27,16 @@ import torch
 from torch import Tensor
 
 from poslab.display import new_figure, print_table, save_figure
+from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines
 from poslab.lab.experiments.streaming import train_model
+from poslab.lab.experiments.training import SEEDS, print_claims
+from poslab.lab.premises import attach, below_bigram
+from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import compare
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder
+from poslab.training.loop import evaluate_loss
 
-NAME = "rope-frequency-usage"
-DESCRIPTION = "per-frequency q/k norms of trained RoPE GPTs: which frequencies carry content (Barbero et al. 2024)"
-IN_ALL = False  # it trains: run it by name
-
-SEEDS = (1, 2, 3)
 MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64, "position": "rope"}  # d_k 32: 16 pairs
 QUICK = {"max_steps": 150, "batch_size": 16, "lr": 3e-3, "warmup_steps": 20, "eval_interval": 150, "eval_iters": 2,
          "ckpt_interval": 0, "keep_checkpoints": 1}
@@ -117,7 +117,9 @@ def measure(run_dir: Path, n_windows: int) -> dict[str, Any]:
     idx = torch.stack([tokens[s : s + T] for s in starts.tolist()])  # [n, T]
     torch.manual_seed(0)
     untrained = GPT(model.config).eval()
-    out: dict[str, Any] = {"inv_freq": model.layer_position(0).inv_freq.tolist()}
+    out: dict[str, Any] = {"inv_freq": model.layer_position(0).inv_freq.tolist(),
+                           "corpus": run.config()["train"]["corpus"],
+                           "val_loss": evaluate_loss(model.eval(), tokens, T, max(1, 8192 // T), None)}
     for label, m in (("trained", model), ("untrained", untrained)):
         norms = frequency_norms(m, idx)
         qk = torch.cat([norms["q"].mean(1), norms["k"].mean(1)])  # [2L, r/2]: per layer, heads averaged
@@ -170,11 +172,12 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: dict[str, Any] | None = None,
-        steps: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train one RoPE GPT per seed, measure per-frequency norms, plot, return results (with ``claims``)."""
+        steps: dict[str, Any] | None = None, workers: int | None = None) -> dict[str, Any]:
+    """Train one RoPE GPT per seed (``workers`` at a time), measure per-frequency norms, plot, return results (with ``claims``)."""
     per_seed = []
-    for seed in seeds:
-        run_dir = train_model(out, quick, seed, model or MODEL, steps or (QUICK if quick else FULL))
+    tasks = [Task(f"seed-{seed}", train_model, (out, quick, seed, model or MODEL, steps or (QUICK if quick else FULL)))
+             for seed in seeds]
+    for seed, run_dir in zip(seeds, train_many(tasks, workers)):
         per_seed.append({"seed": seed, **measure(run_dir, WINDOWS["quick" if quick else "full"])})
     n_pairs = len(per_seed[0]["inv_freq"])
     rows = []
@@ -185,8 +188,19 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
     print_table(["seed", "high-freq quarter", "low-freq quarter", "low/high trained", "low/high untrained"], rows,
                 title=f"RoPE frequency usage: mean q/k pair norm ({n_pairs} pairs per head, quarters of {max(1, n_pairs // 4)})")
     plot(per_seed, out / PLOT_FILE)
+    ngrams = ngram_baselines(per_seed[0]["corpus"])
+    print(baseline_line(per_seed[0]["corpus"]))
+    # which frequencies a model's content uses is a question about a model that learned the language
+    premise = below_bigram({"rope": [r["val_loss"] for r in per_seed]}, ngrams["bigram"])
     results = {"seeds": list(seeds), "n_pairs": n_pairs, "per_seed": per_seed, "quick": quick, "plot": PLOT_FILE,
-               "claims": claims(per_seed)}
-    for c in results["claims"]:
-        print(f"  [{c['verdict']}] {c['claim']}: {c['measured']}")
+               "ngram_baselines": ngrams, "claims": attach(claims(per_seed), lambda record: premise)}
+    print_claims(results["claims"])
     return results
+
+EXPERIMENT = Experiment(
+    name="rope-frequency-usage",
+    description="per-frequency q/k norms of trained RoPE GPTs: which frequencies carry content (Barbero et al. 2024)",
+    tier=FULL_ONLY,
+    run=run,
+    estimate=(30, 300),
+)

@@ -18,11 +18,10 @@ import torch
 from torch import Tensor
 
 from poslab.display import print_table, sci
+from poslab.lab.experiments.common import FOUNDATION, Experiment
+from poslab.lab.experiments.training import print_claims
+from poslab.lab.verdicts import ClaimRecord, deterministic, get, num
 from poslab.nn import positions
-
-NAME = "rope-relative"
-DESCRIPTION = "RoPE inner products depend only on the offset; absolute schemes do not (seed 000 §3.4)"
-IN_ALL = True
 
 HEAD_DIM, MAX_POS, STRIDE = 16, 200, 20
 OFFSETS = (0, 1, 2, 4, 8, 16, 32)
@@ -167,7 +166,7 @@ def run(out: Path, quick: bool = False) -> dict:
         rows,
         title="the same test for every RoPE layout and scaling, xPos and the absolute schemes (same q, k)",
     )
-    return {
+    results = {
         "head_dim": HEAD_DIM,
         "positions": MAX_POS,
         "sample_stride": STRIDE,
@@ -178,3 +177,53 @@ def run(out: Path, quick: bool = False) -> dict:
         "scheme_checks": checks,
         "all_as_expected": all(c["as_expected"] for c in checks),
     }
+    records = claims(results)
+    print_claims(records)
+    return {**results, "claims": [c.to_dict() for c in records]}
+
+
+# ------------------------------------------------------------------------------------ claims
+
+def _rope_offset_only(r: dict, text: str, source: str) -> ClaimRecord:
+    table = get(r, "lesson_table")
+    tolerance = get(r, "offset_only_tolerance")
+    worst = max(row["spread_over_positions"] for row in table)
+    values = ", ".join(f"Δ={row['offset']}: {row['first_three_4dp'][0]}" for row in table)
+    measured = f"{values}; largest spread over positions {num(worst)}; lesson's digits matched: {bool(get(r, 'all_match_lesson_4dp'))}"
+    error = worst if get(r, "all_match_lesson_4dp") else float("inf")
+    if error == float("inf"):
+        error = tolerance + 1.0
+    return deterministic(text, source, f"spread of <R_m q, R_n k> over positions at a fixed offset ≤ {num(tolerance)} "
+                                       "(fp32 float tolerance) and the lesson's 4 decimals reproduced",
+                         measured, error=float(error), tolerance=float(tolerance))
+
+
+def _rope_variants(r: dict, text: str, source: str) -> ClaimRecord:
+    checks = get(r, "scheme_checks")
+    relative = [c for c in checks if c["expected_offset_only"]]
+    absolute = [c for c in checks if not c["expected_offset_only"]]
+    measured = (f"{sum(c['offset_only'] for c in relative)} of {len(relative)} rotary variants offset-only; "
+                f"{sum(not c['offset_only'] for c in absolute)} of {len(absolute)} others not")
+    wrong = sum(c["offset_only"] != c["expected_offset_only"] for c in checks)
+    return deterministic(text, source, f"every scheme offset-only exactly when expected (spread ≤ "
+                                       f"{num(get(r, 'offset_only_tolerance'))}; tolerance: 0 schemes wrong)",
+                         measured, error=float(wrong), tolerance=0.0)
+
+
+def claims(results: dict) -> list[ClaimRecord]:
+    """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
+    return [
+        _rope_offset_only(results, '<R_m q, R_n k> 只依赖相对距离，波动仅 1e-6 — RoPE inner products depend only on the offset',
+            'seed 000 §3.4'),
+        _rope_variants(results, 'RoPE 天然编码了相对位置 — every RoPE layout/scaling is offset-only; absolute codes are not',
+            'seed 000 §3.2'),
+    ]
+
+
+EXPERIMENT = Experiment(
+    name="rope-relative",
+    description="RoPE inner products depend only on the offset; absolute schemes do not (seed 000 §3.4)",
+    tier=FOUNDATION,
+    run=run,
+    estimate=(4, 12),
+)

@@ -16,11 +16,10 @@ import torch
 from torch import Tensor, nn
 
 from poslab.display import print_table
+from poslab.lab.experiments.common import FOUNDATION, Experiment
+from poslab.lab.experiments.training import print_claims
+from poslab.lab.verdicts import ClaimRecord, deterministic, get
 from poslab.nn.attention import MultiHeadAttention
-
-NAME = "shapes"
-DESCRIPTION = "the multi-head shape walk, recorded by hooks on the real module (seeds 000 §1.2, 001)"
-IN_ALL = True
 
 # the lesson's drawing, in order: (step, symbolic shape)
 SEED000_WALK = (
@@ -134,8 +133,38 @@ def run(out: Path, quick: bool = False) -> dict:
     print(f"  split into heads     {tuple(seed001['q_heads'])}  (sentences, heads, characters, head dim)")
     print(f"  attention scores     {tuple(seed001['scores'])}  (one 5x5 table per head)")
     print(f"  output               {tuple(seed001['output'])}")
-    return {
+    results = {
         "seed000_walk": seed000,
         "seed000_all_steps_match_lesson": all(r["matches_lesson"] for r in seed000),
         "seed001_walk": seed001,
     }
+    records = claims(results)
+    print_claims(records)
+    return {**results, "claims": [c.to_dict() for c in records]}
+
+
+# ------------------------------------------------------------------------------------ claims
+
+def _shapes(r: dict, text: str, source: str) -> ClaimRecord:
+    walk = get(r, "seed000_walk")
+    matched = sum(bool(step.get("matches_lesson")) for step in walk)
+    return deterministic(text, source, "every step of the shape walk has the lesson's shape (tolerance: 0 mismatches)",
+                         f"{matched} of {len(walk)} steps of the shape walk have the lesson's shape",
+                         error=float(len(walk) - matched), tolerance=0.0)
+
+
+def claims(results: dict) -> list[ClaimRecord]:
+    """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
+    return [
+        _shapes(results, '[batch, seq, d_model] → [batch, h, seq, d_k] → … → [batch, seq, d_model] — the head split/merge shape walk',
+            'seed 000 §1.2'),
+    ]
+
+
+EXPERIMENT = Experiment(
+    name="shapes",
+    description="the multi-head shape walk, recorded by hooks on the real module (seeds 000 §1.2, 001)",
+    tier=FOUNDATION,
+    run=run,
+    estimate=(4, 12),
+)

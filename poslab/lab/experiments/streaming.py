@@ -25,21 +25,21 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from poslab.analysis.eval import loss_by_position
 from poslab.analysis.heads import attention_weights, sink_scores
 from poslab.display import new_figure, print_table, save_figure
-from poslab.lab.verdicts import compare
+from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines
+from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, print_claims
+from poslab.lab.premises import all_of, attach, below_bigram, uses_context
+from poslab.lab.runner import Task, train_many
+from poslab.lab.verdicts import Premise, compare
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder
 from poslab.session import train
 from poslab.training import presets
 from poslab.training.config import TrainConfig
 
-NAME = "streaming"
-DESCRIPTION = "StreamingLLM: 4 attention sinks + window vs a plain window vs full attention on an 8x-long stream (Xiao et al. 2023)"
-IN_ALL = False  # it trains: run it by name
-
 SINKS, STREAM_FACTOR = 4, 8
-SEEDS = (1, 2, 3)
 MODEL = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 32, "position": "rope"}
 QUICK = {"max_steps": 150, "batch_size": 16, "lr": 3e-3, "warmup_steps": 20, "eval_interval": 150, "eval_iters": 2,
          "ckpt_interval": 0, "keep_checkpoints": 1}
@@ -100,7 +100,10 @@ def measure(run_dir: Path, n_streams: int) -> dict[str, Any]:
     model, tokenizer, _ = RunFolder(run_dir).load()
     L = model.config.block_size
     stream = streams_of(RunFolder(run_dir).split_tokens("val", tokenizer), n_streams, STREAM_FACTOR * L)
-    out: dict[str, Any] = {"block_size": L, "stream_length": STREAM_FACTOR * L, "n_streams": n_streams}
+    val = RunFolder(run_dir).split_tokens("val", tokenizer)
+    out: dict[str, Any] = {"block_size": L, "stream_length": STREAM_FACTOR * L, "n_streams": n_streams,
+                           "corpus": RunFolder(run_dir).config()["train"]["corpus"],
+                           "loss_by_position": [float(v) for v in loss_by_position(model.eval(), val, L, CONTEXT_WINDOWS)]}
     # do the models have sinks at all? the head analysis' sink rate on the streams' first L tokens
     rates = sink_scores(attention_weights(model, stream[:, :L]))  # [n_layer, n_head]
     out["sink_rate"] = {"max": float(rates.max()), "mean": float(rates.mean()), "per_head": rates.tolist(),
@@ -144,15 +147,22 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [record.to_dict()]
 
 
+def premise_of(per_seed: list[dict[str, Any]], bigram: float) -> Premise:
+    """Attention sinks matter to a model that attends over its window: every seed's model, read with full
+    attention within L, clearly below the bigram baseline and using its context (:mod:`poslab.lab.premises`)."""
+    losses = {"full attention within L": [math.log(r["full"]["ppl_first_block"]) for r in per_seed]}
+    return all_of(below_bigram(losses, bigram), uses_context({"full attention within L": [r["loss_by_position"] for r in per_seed]}))
+
+
 def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: dict[str, Any] | None = None,
-        steps: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train one model per seed, measure the three methods, plot, return results (with ``claims``)."""
+        steps: dict[str, Any] | None = None, workers: int | None = None) -> dict[str, Any]:
+    """Train one model per seed (``workers`` at a time), measure the three methods, plot, return results (with ``claims``)."""
     per_seed = []
+    run_dirs = train_many([Task(f"seed-{seed}", train_model, (out, quick, seed, model, steps)) for seed in seeds], workers)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # token-by-token decoding of a tiny GPT: more threads only add overhead
     try:
-        for seed in seeds:
-            run_dir = train_model(out, quick, seed, model, steps)
+        for seed, run_dir in zip(seeds, run_dirs):
             per_seed.append({"seed": seed, **measure(run_dir, STREAMS["quick" if quick else "full"])})
     finally:
         torch.set_num_threads(threads)
@@ -168,8 +178,18 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
     print(f"  strongest head sink rate per seed (attention on the first token; uniform {per_seed[0]['sink_rate']['uniform']:.3f}): "
           + " ".join(f"{v:.3f}" for v in top))
     plot(per_seed, out / PLOT_FILE)
+    ngrams = ngram_baselines(per_seed[0]["corpus"])
+    print(baseline_line(per_seed[0]["corpus"]))
     results = {"sinks": SINKS, "block_size": L, "stream_factor": STREAM_FACTOR, "seeds": list(seeds), "per_seed": per_seed,
-               "quick": quick, "plot": PLOT_FILE, "claims": claims(per_seed)}
-    for c in results["claims"]:
-        print(f"  [{c['verdict']}] {c['claim']}: {c['measured']}")
+               "quick": quick, "plot": PLOT_FILE, "ngram_baselines": ngrams,
+               "claims": attach(claims(per_seed), lambda record: premise_of(per_seed, ngrams["bigram"]))}
+    print_claims(results["claims"])
     return results
+
+EXPERIMENT = Experiment(
+    name="streaming",
+    description="StreamingLLM: 4 attention sinks + window vs a plain window vs full attention on an 8x-long stream (Xiao et al. 2023)",
+    tier=FULL_ONLY,
+    run=run,
+    estimate=(30, 300),
+)

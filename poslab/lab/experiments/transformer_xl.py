@@ -49,6 +49,9 @@ from typing import Any
 import torch
 
 from poslab.display import new_figure, print_table, save_figure
+from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines, unigram_entropy
+from poslab.lab.experiments.training import SEEDS, lm_premise, print_claims, train_seeded
+from poslab.lab.premises import attach
 from poslab.lab.verdicts import compare, paired, pm
 from poslab.nn.memory import SegmentMemory
 from poslab.nn.model import GPT
@@ -57,11 +60,6 @@ from poslab.training import presets
 from poslab.training.data import batchify
 from poslab.training.loop import segment_nll
 
-NAME = "transformer-xl"
-DESCRIPTION = "Transformer-XL segment recurrence + relative encoding: what memory buys past the segment length L (Dai et al. 2019)"
-IN_ALL = False  # it trains: run it by name (the full lab runs it)
-
-SEEDS = (1, 2, 3)
 SCHEME = "xl"
 #: the quick and full model and training (L = block_size is the segment length)
 MODELS = {"quick": {"n_layer": 2, "n_head": 4, "n_embd": 48, "block_size": 32},
@@ -159,7 +157,8 @@ def step_times(model: GPT, batch: int, mem_len: int, steps: int) -> dict[str, fl
             "mem_len": mem_len, "clock": "process CPU time, 1 thread, alternating"}
 
 
-def plot(per_seed: list[dict[str, Any]], path: Path, baseline: float | None) -> Path:
+def plot(per_seed: list[dict[str, Any]], path: Path, baseline: float | None,
+         baselines: dict[str, float] | None = None) -> Path:
     """Loss by place in the segment, one line per condition: mean over seeds, band min..max."""
     fig, ax = new_figure(size=(8.5, 5.0))
     L = per_seed[0]["block_size"]
@@ -174,6 +173,10 @@ def plot(per_seed: list[dict[str, Any]], path: Path, baseline: float | None) -> 
         ax.fill_between(places, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
     if baseline is not None:
         ax.axhline(baseline, color="black", linestyle=":", linewidth=1, label=f"unigram baseline {baseline:.3f}")
+    for name, style in (("bigram", "-."), ("trigram", (0, (1, 3)))):
+        if baselines and name in baselines:
+            ax.axhline(baselines[name], color="dimgray", linestyle=style, linewidth=1,
+                       label=f"{name} count model {baselines[name]:.3f}")
     ax.set_xlabel(f"place inside the segment (segment length L = {L})")
     ax.set_ylabel("validation loss (nats/token)")
     ax.set_title(f"Transformer-XL: loss by place in the segment, (a) trained without / (b) with memory\n"
@@ -224,11 +227,8 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
         seeds: training seeds (at least 3 for a conclusive verdict).
         model, steps: geometry and training overrides (tests use tiny ones).
         corpus: replaces the lab's corpus (tests use a short text).
-        workers: trainings at a time (:func:`poslab.lab.experiments.head_count.train_variants`).
+        workers: trainings at a time (:func:`poslab.lab.experiments.training.train_variants`).
     """
-    from poslab.lab.experiments.common import baseline_line, unigram_entropy
-    from poslab.lab.experiments.head_count import train_seeded
-
     out = Path(out)
     form = "quick" if quick else "full"
     first = train_config(out, quick, "a", seeds[0], model, steps, corpus)
@@ -265,15 +265,17 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
     print(f"  step time (forward + backward, batch {base['batch_size']}, {timing['clock']}): memory {L} "
           f"{1e3 * timing['memory_s']:.1f} ms vs none {1e3 * timing['none_s']:.1f} ms ({timing['ratio']:.2f}x)")
 
-    records = claims(per_seed)
-    for c in records:
-        print(f"  [{c['verdict']}] {c['claim']}: {c['measured']}")
-    plot(per_seed, out / PLOT_FILE, baseline)
+    ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
+    # every claim is about context past L: both arms must be language models that use their context within L
+    records = attach(claims(per_seed), lambda record: lm_premise(runs, list(ARMS), ngrams["bigram"], context=True))
+    print_claims(records)
+    plot(per_seed, out / PLOT_FILE, baseline, ngrams)
     return {
         "quick": quick,
         "scheme": SCHEME,
         "corpus": corpus,
         "unigram_entropy_nats": baseline,
+        "ngram_baselines": ngrams,
         "segment_length": L,
         "train_memory": L,
         "eval_memories": [f * L for f in EVAL_MEMORY_FACTORS],
@@ -289,3 +291,11 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
         "claims": records,
         "plot": PLOT_FILE,
     }
+
+EXPERIMENT = Experiment(
+    name="transformer-xl",
+    description="Transformer-XL segment recurrence + relative encoding: what memory buys past the segment length L (Dai et al. 2019)",
+    tier=FULL_ONLY,
+    run=run,
+    estimate=(90, 900),
+)

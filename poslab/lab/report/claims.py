@@ -1,12 +1,13 @@
-"""The lessons' machine-testable claims, each checked against the numbers in a results.json.
+"""The claim records the report shows: every experiment's own, and the head analysis's.
 
 Every claim on the page is one :class:`poslab.lab.verdicts.ClaimRecord` (claim, source, criterion,
-measured, margin, noise, n_seeds, verdict). A :class:`Claim` here names the experiment whose
-``results.json`` holds the evidence of a deterministic claim and a ``check`` function that reads it
-and returns the record (via :func:`~poslab.lab.verdicts.deterministic` / :func:`~poslab.lab.verdicts.at_least`,
-with the float tolerance in the criterion). Experiments carry their own records (the training
-comparisons, decided over seeds) under the key ``"claims"``; :func:`evaluate` gathers both. Nothing
-here holds a measured figure: every number shown comes from the results passed in.
+measured, margin, noise, n_seeds, verdict, premise). Experiments decide their claims themselves and
+return the records under the key ``"claims"`` of their results. The lab's head analysis
+(``poslab heads``, a step of the lab, not an experiment) writes only numbers; a :class:`Claim` here
+names its results folder and a ``check`` function that reads them and returns the record (via
+:func:`~poslab.lab.verdicts.at_least` / :func:`~poslab.lab.verdicts.deterministic`, with the
+tolerance in the criterion). :func:`evaluate` gathers both. Nothing here holds a measured figure:
+every number shown comes from the results passed in.
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, at_least, deterministic
+from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, at_least, deterministic, get, holm, num
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A deterministic claim from a lesson and how to check it.
+    """A claim about the lab's trained Tang model and how to check it from the head analysis's results.
 
     Attributes:
-        experiment: the results folder holding the evidence (``experiments/NAME`` or ``heads``).
+        experiment: the results folder holding the evidence (``heads``).
         source: where the claim is made (``"seed 000 §1.3"``).
         text: the claim, quoted (Chinese) with an English gloss.
         check: ``(results, text, source) -> ClaimRecord``.
@@ -45,145 +46,27 @@ class Verdict:
     @property
     def verdict(self) -> str:
         return self.record.verdict
-def get(results: dict, path: str) -> Any:
-    """``results["a"]["b"][0]`` for ``path="a.b.0"`` (``KeyError`` naming the missing key)."""
-    value: Any = results
-    for part in path.split("."):
-        if isinstance(value, list) and part.lstrip("-").isdigit():
-            value = value[int(part)]
-        elif isinstance(value, dict) and part in value:
-            value = value[part]
-        else:
-            raise KeyError(path)
-    return value
-
-
-def num(value: Any, digits: int = 4) -> str:
-    """A number as the report prints it: thousands separators for ints, 4 significant digits, e-notation for tiny/huge."""
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            return str(value)
-        if value == 0:
-            return "0"
-        if abs(value) < 1e-3 or abs(value) >= 1e6:
-            return f"{value:.{max(1, digits - 3)}e}"
-        text = f"{value:.{digits}g}"
-        if "e" in text:  # 4 significant digits of a number in [1e4, 1e6): print it whole
-            return f"{value:,.0f}"
-        return text
-    return str(value)
-
-
 # ------------------------------------------------------------------------------------------- checks
-def _params_same_total(r: dict, text: str, source: str) -> ClaimRecord:
-    rows = get(r, "multihead_attention_512")
-    formula = get(r, "formula_4d2_plus_4d_512")
-    small = get(r, "seed001_multihead_attention_32")
-    measured = (
-        "d_model 512: " + ", ".join(f"h={x['n_heads']} → {num(x['total'])}" for x in rows)
-        + f" (4d²+4d = {num(formula)}); d_model 32: " + ", ".join(f"h={x['n_heads']} → {num(x['total'])}" for x in small)
-    )
-    error = max([abs(x["total"] - formula) for x in rows] + [max(x["total"] for x in small) - min(x["total"] for x in small)])
-    return deterministic(text, source, "every head count's parameter count equals 4d²+4d exactly (integer counts, tolerance 0)",
-                         measured, error=float(error), tolerance=0.0)
 
 
-def _params_lesson_printout(r: dict, text: str, source: str) -> ClaimRecord:
-    one, four, ratio = get(r, "seed000_one_linear_512"), get(r, "seed000_four_linear_512"), get(r, "seed000_ratio_four_over_one")
-    error = abs(one - 262_656) + abs(four - 1_050_624)
-    return deterministic(text, source, "parameter counts equal the lesson's 262,656 and 1,050,624 exactly (tolerance 0)",
-                         f"one Linear {num(one)}, four {num(four)}, ratio {ratio:.1f}x", error=float(error), tolerance=0.0)
 
 
-def _params_seed001(r: dict, text: str, source: str) -> ClaimRecord:
-    qkv, proj = get(r, "seed001_qkv_params_by_heads"), get(r, "seed001_proj_params_by_heads")
-    measured = "; ".join(f"h={h}: qkv {num(qkv[h])}, proj {num(proj[h])}" for h in qkv)
-    error = max(abs(v - 3168) for v in qkv.values()) + max(abs(v - 1056) for v in proj.values())
-    return deterministic(text, source, "qkv = 3168 and proj = 1056 for every head count (tolerance 0)", measured,
-                         error=float(error), tolerance=0.0)
 
 
-def _shapes(r: dict, text: str, source: str) -> ClaimRecord:
-    walk = get(r, "seed000_walk")
-    matched = sum(bool(step.get("matches_lesson")) for step in walk)
-    return deterministic(text, source, "every step of the shape walk has the lesson's shape (tolerance: 0 mismatches)",
-                         f"{matched} of {len(walk)} steps of the shape walk have the lesson's shape",
-                         error=float(len(walk) - matched), tolerance=0.0)
 
 
-def _rope_offset_only(r: dict, text: str, source: str) -> ClaimRecord:
-    table = get(r, "lesson_table")
-    tolerance = get(r, "offset_only_tolerance")
-    worst = max(row["spread_over_positions"] for row in table)
-    values = ", ".join(f"Δ={row['offset']}: {row['first_three_4dp'][0]}" for row in table)
-    measured = f"{values}; largest spread over positions {num(worst)}; lesson's digits matched: {bool(get(r, 'all_match_lesson_4dp'))}"
-    error = worst if get(r, "all_match_lesson_4dp") else float("inf")
-    if error == float("inf"):
-        error = tolerance + 1.0
-    return deterministic(text, source, f"spread of <R_m q, R_n k> over positions at a fixed offset ≤ {num(tolerance)} "
-                                       "(fp32 float tolerance) and the lesson's 4 decimals reproduced",
-                         measured, error=float(error), tolerance=float(tolerance))
 
 
-def _rope_variants(r: dict, text: str, source: str) -> ClaimRecord:
-    checks = get(r, "scheme_checks")
-    relative = [c for c in checks if c["expected_offset_only"]]
-    absolute = [c for c in checks if not c["expected_offset_only"]]
-    measured = (f"{sum(c['offset_only'] for c in relative)} of {len(relative)} rotary variants offset-only; "
-                f"{sum(not c['offset_only'] for c in absolute)} of {len(absolute)} others not")
-    wrong = sum(c["offset_only"] != c["expected_offset_only"] for c in checks)
-    return deterministic(text, source, f"every scheme offset-only exactly when expected (spread ≤ "
-                                       f"{num(get(r, 'offset_only_tolerance'))}; tolerance: 0 schemes wrong)",
-                         measured, error=float(wrong), tolerance=0.0)
 
 
-def _permutation_equivariant(r: dict, text: str, source: str) -> ClaimRecord:
-    diff = get(r, "lesson_raw_matrices.max_abs_diff_after_unpermuting")
-    bound = get(r, "equivariant_below")
-    return deterministic(text, source, f"max |difference| after un-permuting ≤ {num(bound)} (fp32 float tolerance)",
-                         f"max |difference| after un-permuting: {num(diff)}", error=float(diff), tolerance=float(bound))
 
 
-def _permutation_broken(r: dict, text: str, source: str) -> ClaimRecord:
-    schemes = get(r, "schemes")
-    encoding = [s for s in schemes if s["encodes_position"]]
-    weakest = min(encoding, key=lambda s: s["max_abs_diff_after_unpermuting"])
-    measured = (f"{sum(s['verdict'] == 'broken' for s in encoding)} of {len(encoding)} position schemes change the output; "
-                f"smallest change {num(weakest['max_abs_diff_after_unpermuting'])} ({weakest['scheme']})")
-    floor = get(r, "broken_above") if "broken_above" in r else get(r, "equivariant_below")
-    return at_least(text, source, f"every position scheme changes the un-permuted output by ≥ {num(floor)} "
-                                  "(far above the fp32 float noise)", measured,
-                    value=float(weakest["max_abs_diff_after_unpermuting"]), floor=float(floor))
 
 
-def _causal_one_layer(r: dict, text: str, source: str) -> ClaimRecord:
-    diff, bound = get(r, "max_abs_diff_last_logits.1.none"), get(r, "noise_below")
-    return deterministic(text, source, f"max |logit difference| of the two orders ≤ {num(bound)} (fp32 float tolerance)",
-                         f"1 layer, no positions: {num(diff)}; with learned positions: "
-                         f"{num(get(r, 'max_abs_diff_last_logits.1.learned'))}", error=float(diff), tolerance=float(bound))
 
 
-def _causal_leak(r: dict, text: str, source: str) -> ClaimRecord:
-    diffs = get(r, "max_abs_diff_last_logits")
-    bound = get(r, "leak_above")
-    deep = {layers: v["none"] for layers, v in diffs.items() if int(layers) >= 2}
-    measured = ", ".join(f"{layers} layers: {num(v)}" for layers, v in deep.items())
-    return at_least(text, source, f"from 2 layers on, the two orders' logits differ by ≥ {num(bound)} (far above float noise)",
-                    measured, value=float(min(deep.values())), floor=float(bound))
 
 
-def _frequencies(r: dict, text: str, source: str) -> ClaimRecord:
-    table = get(r, "lesson_table_d8_base10000")
-    periods = [row["period_positions"] for row in table]
-    measured = "period per dimension: " + ", ".join(num(p, 3) for p in periods) + " positions"
-    ratios = [b / a for a, b in zip(periods, periods[1:])]
-    return at_least(text, source, "each dimension pair's period is longer than the previous one "
-                                  "(smallest ratio of consecutive periods ≥ 1 + 1e-6)", measured,
-                    value=float(min(ratios)), floor=1.0 + 1e-6)
 
 
 def _one_model(text: str) -> str:
@@ -232,28 +115,6 @@ SPARE_HEADS_MAX_INCREASE = 0.02  # "spare" heads: pruning 30% of heads costs < 2
 
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim("experiments/params", "seed 000 §1.2–1.3",
-          "多头不增加参数量 — multi-head attention has exactly the parameters of single-head (4·d²+4·d)", _params_same_total),
-    Claim("experiments/params", "seed 000 §1.3",
-          "单头 Linear(512,512): 262,656；多头 4 个矩阵: 1,050,624；倍数 4.0x — the lesson's printout", _params_lesson_printout),
-    Claim("experiments/params", "seed 001 §2",
-          "qkv 3168 个，proj 1056 个，头数多少都不影响这个数 — at n_embd 32 the head count does not change qkv/proj", _params_seed001),
-    Claim("experiments/shapes", "seed 000 §1.2",
-          "[batch, seq, d_model] → [batch, h, seq, d_k] → … → [batch, seq, d_model] — the head split/merge shape walk", _shapes),
-    Claim("experiments/rope-relative", "seed 000 §3.4",
-          "<R_m q, R_n k> 只依赖相对距离，波动仅 1e-6 — RoPE inner products depend only on the offset", _rope_offset_only),
-    Claim("experiments/rope-relative", "seed 000 §3.2",
-          "RoPE 天然编码了相对位置 — every RoPE layout/scaling is offset-only; absolute codes are not", _rope_variants),
-    Claim("experiments/permutation", "seed 000 §2.1, exp. 3",
-          "打乱顺序后，输出（对齐后）的差异为 0 — attention without positions is permutation-equivariant", _permutation_equivariant),
-    Claim("experiments/permutation", "seed 000 §2.1",
-          "这就是为什么必须要有位置编码 — every position scheme breaks the equivariance", _permutation_broken),
-    Claim("experiments/causal-leak", "seed 001",
-          "1 层：没有位置嵌入 3.7e-08 — one layer without positions cannot tell 白日依山尽 from 山依日白尽", _causal_one_layer),
-    Claim("experiments/causal-leak", "seed 001",
-          "因果掩码本身就泄露了顺序 — from two layers on, the causal mask leaks order", _causal_leak),
-    Claim("experiments/frequencies", "seed 000 exp. 4",
-          "低维度频率高、周期短；高维度频率低、周期长 — RoPE periods grow geometrically with the dimension", _frequencies),
     Claim("heads", "seed 000 Q1",
           "有些头专门做「前一个词」的关注 — some heads specialise in the previous token", _heads_previous_token),
     Claim("heads", "seed 000 Q1",
@@ -278,7 +139,9 @@ def normalize(entry: Any, experiment: str) -> Verdict:
 
 
 def evaluate(results: dict[str, dict]) -> list[Verdict]:
-    """Check every claim in :data:`CLAIMS`, then add each experiment's own ``"claims"`` records.
+    """Check every claim in :data:`CLAIMS`, add each experiment's own ``"claims"`` records, then correct
+    the seeded ones for multiple comparisons (:func:`poslab.lab.verdicts.holm`, Holm–Bonferroni at a
+    family-wise 5%): a seeded claim is shown ``held`` / ``did not hold`` only if it survives.
 
     Args:
         results: results folder (``"experiments/params"``, ``"heads"``, ...) -> its results.json.
@@ -296,6 +159,13 @@ def evaluate(results: dict[str, dict]) -> list[Verdict]:
                                      INCONCLUSIVE)
         verdicts.append(Verdict(claim.experiment, record))
     for experiment, data in results.items():
-        for entry in data.get("claims", []) if isinstance(data, dict) else []:
+        entries = data.get("claims", []) if isinstance(data, dict) else []
+        if not isinstance(entries, list):
+            record = ClaimRecord(f"(claims of {experiment})", "", "not a claim record",
+                                 f"unusable claims entry: a {type(entries).__name__}, not a list", None, None, 0, INCONCLUSIVE)
+            verdicts.append(Verdict(experiment, record))
+            continue
+        for entry in entries:
             verdicts.append(normalize(entry, experiment))
-    return verdicts
+    adjusted = holm([v.record for v in verdicts])  # the lab's seeded claims as one family (docs/lab.md)
+    return [Verdict(v.experiment, record) for v, record in zip(verdicts, adjusted)]

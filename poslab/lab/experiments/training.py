@@ -1,0 +1,328 @@
+"""What the lab's training experiments share: the seeds, training many runs, reusing finished ones, the claims table.
+
+Not an experiment (the registry in ``__init__`` lists the experiment modules by name). Every
+experiment that trains several models hands them to :func:`poslab.lab.runner.train_many` through
+:func:`train_variants` (one config per run, summarised) or :func:`ensure_many` (configs trained
+unless an identical finished run exists).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from poslab.display import print_table
+from poslab.lab.premises import all_of, below_bigram, uses_context
+from poslab.lab.runner import Task, check_workers, default_workers, train_many
+from poslab.lab.verdicts import ClaimRecord, Premise, missed_by, tally
+
+#: the seeds of every seeded arm of every experiment (the verdict rule needs at least 3)
+SEEDS = (1337, 1338, 1339)
+#: the first seed (a lab model of this seed keeps the scheme's bare name)
+SEED = SEEDS[0]
+#: validation windows averaged for the per-position loss (the context premise)
+CONTEXT_WINDOWS = 64
+
+
+def lm_premise(runs: dict[str, list[dict]], arms: list[str], bigram: float, context: bool = False) -> Premise:
+    """The language-model premise of a claim over ``arms`` of :func:`train_seeded`'s runs: every seed's
+    whole-split loss clearly below the bigram baseline, and (``context``) every seed using its context
+    within the window (:func:`poslab.lab.premises.uses_context`)."""
+    found = below_bigram({a: seed_values(runs[a]) for a in arms}, bigram)
+    if not context:
+        return found
+    curves = {a: [r["loss_by_position"] for r in runs[a] if r.get("loss_by_position")] for a in arms}
+    return all_of(found, uses_context(curves))
+
+
+# ------------------------------------------------------------------------------------ training
+def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[str, Any]:
+    """Train one variant (in this process or a worker) and summarise its run.
+
+    ``val_loss_all`` is the loss on the whole validation split in consecutive windows of the training
+    length: the same tokens for every run and seed, so it carries no evaluation-sampling noise.
+    ``loss_by_position`` is the mean loss at each window position over the first
+    :data:`CONTEXT_WINDOWS` windows of the validation split (causal models; ``None`` for a masked LM).
+    """
+    from poslab.analysis.eval import loss_by_position
+    from poslab.runs import load_run, read_metrics
+    from poslab.session import train
+    from poslab.training.config import TrainConfig
+    from poslab.training.data import prepare_data
+    from poslab.training.loop import evaluate_loss
+
+    cfg = TrainConfig.from_dict(values)
+    results = train(cfg, overwrite=True, progress=progress)
+    metrics = read_metrics(cfg.run_dir)
+    model, tokenizer, _ = load_run(cfg.run_dir)
+    data = prepare_data(cfg, tokenizer)
+    block = model.config.block_size
+    val_all = evaluate_loss(model, data.val, block, max(1, 8192 // block), None, objective=cfg.objective)
+    by_position = None
+    if cfg.objective != "mlm":  # the context premise: loss at each position of the window
+        by_position = [float(v) for v in loss_by_position(model.eval(), data.val, block, CONTEXT_WINDOWS)]
+    return {
+        "val_loss_all": val_all,
+        "loss_by_position": by_position,
+        "seed": cfg.seed,
+        "final_val_loss": results["final_val_loss"],
+        "final_train_loss": results["final_train_loss"],
+        "best_val_loss": results["best_val_loss"],
+        "tokens_per_s": results["tokens_per_s"],
+        "wall_time_s": results["wall_time_s"],
+        "n_params": results["n_params"],
+        "threads": results["threads"],
+        "val_curve": [(r["step"], r["val_loss"]) for r in metrics if "val_loss" in r],
+        "train_curve": [(r["step"], r["loss"]) for r in metrics],
+        "run_dir": str(cfg.run_dir),
+    }
+
+
+def train_variants(out: Path, base: dict[str, Any], variants: dict[str, dict[str, Any]],
+                   workers: int | None = None) -> dict[str, dict]:
+    """Train one run per variant (``model`` overrides merged key by key) into ``out/runs/LABEL``.
+
+    Args:
+        out: the experiment's folder.
+        base: the config every variant starts from.
+        variants: label -> overrides.
+        workers: trainings at a time (``None``: :func:`poslab.lab.runner.default_workers`). With more
+            than one, each training runs in its own process on one thread (unless ``base`` sets
+            ``threads``) without a live progress bar, and a line is printed as each finishes.
+
+    Returns:
+        label -> {final/best val loss, tokens/s, wall time, curve [(step, val_loss)], train curve},
+        in the order of ``variants``.
+
+    Raises:
+        ValueError: ``workers`` < 1.
+    """
+    from poslab.training.config import TrainConfig
+
+    workers = default_workers() if workers is None else check_workers(workers)
+    jobs = {}
+    for label, override in variants.items():
+        values = {**base, **{k: v for k, v in override.items() if k != "model"}}
+        values["model"] = {**base.get("model", {}), **override.get("model", {})}
+        values.update(name=label, out_dir=str(out / "runs"))
+        TrainConfig.from_dict(values)  # every config checked before the first training starts
+        jobs[label] = values
+    alone = workers == 1 or len(jobs) == 1
+    if not alone:
+        print(f"\n--- training {len(jobs)} runs, {min(workers, len(jobs))} at a time (one thread each): "
+              f"{', '.join(jobs)}", flush=True)
+    tasks = [Task(label, _train_variant, (label, values if alone else {**values, "threads": values.get("threads") or 1},
+                                          alone))
+             for label, values in jobs.items()]
+    finished: list[str] = []
+
+    def done(task: Task, result: dict[str, Any]) -> None:
+        finished.append(task.label)
+        if not alone:
+            print(f"--- {task.label}: final val loss {result['final_val_loss']:.4f}, {result['tokens_per_s']:,.0f} "
+                  f"tokens/s, {result['wall_time_s']:.0f}s ({len(finished)}/{len(jobs)} done)", flush=True)
+
+    if alone:  # one after another in this process, each with its live progress bar
+        summary = {}
+        for task in tasks:
+            print(f"\n--- {task.label}")
+            summary[task.label] = train_many([task], 1)[0]
+        return summary
+    return dict(zip(jobs, train_many(tasks, workers, on_done=done)))
+
+
+def train_seeded(out: Path, base: dict[str, Any], variants: dict[str, dict[str, Any]],
+                 seeds: tuple[int, ...] = SEEDS, workers: int | None = None) -> dict[str, list[dict]]:
+    """:func:`train_variants` for every variant and seed: runs ``out/runs/LABEL-sSEED``.
+
+    Returns:
+        label -> one run summary per seed (in the order of ``seeds``).
+    """
+    jobs = {f"{label}-s{seed}": {**override, "seed": seed} for label, override in variants.items() for seed in seeds}
+    summary = train_variants(out, base, jobs, workers)
+    return {label: [summary[f"{label}-s{seed}"] for seed in seeds] for label in variants}
+
+
+def seed_values(runs: list[dict], key: str = "val_loss_all") -> list[float]:
+    """One figure per seed from :func:`train_seeded`'s summaries."""
+    return [float(r[key]) for r in runs]
+
+
+# ------------------------------------------------------------------------------------ timing
+#: training steps of each arm per round, and rounds, of :func:`alternating_cpu_speed`
+TIMING_STEPS = 4
+TIMING_ROUNDS = 5
+
+
+def alternating_cpu_speed(configs: dict[str, dict[str, Any]], vocab_size: int, steps: int = TIMING_STEPS,
+                          rounds: int = TIMING_ROUNDS, seed: int = SEED) -> dict[str, list[float]]:
+    """Training tokens per CPU second of each arm, measured in this process with the arms interleaved.
+
+    Each arm's model and optimiser are built from its config; every round runs ``steps`` training
+    steps of each arm in turn (same random batches for every arm) on one thread and charges the
+    process CPU time (:func:`time.process_time`) of those steps to the arm. Interleaving spreads
+    whatever else the machine is doing over every arm alike, and CPU time does not count the time a
+    process waits for a core: unlike wall-clock tokens/s of trainings run side by side, the ratio
+    does not follow the machine's load. The first round is a warm-up and is not returned.
+
+    Args:
+        configs: arm -> a training config mapping (:class:`poslab.training.config.TrainConfig` fields).
+        vocab_size: the vocabulary of the models.
+
+    Returns:
+        arm -> tokens per CPU second of each measured round (``rounds`` values).
+    """
+    import time
+
+    import torch
+
+    from poslab.nn.model import GPT
+    from poslab.training.config import TrainConfig, model_config
+    from poslab.training.optim import make_optimizer
+
+    if steps < 1 or rounds < 3:
+        raise ValueError(f"alternating timing needs steps >= 1 and rounds >= 3, got steps={steps!r}, rounds={rounds!r}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        arms = {}
+        for arm, values in configs.items():
+            cfg = TrainConfig.from_dict({"name": f"timing-{arm}", **values})
+            torch.manual_seed(seed)
+            model = GPT(model_config(cfg, vocab_size)).train()
+            arms[arm] = (cfg, model, make_optimizer(model, cfg))
+        generator = torch.Generator().manual_seed(seed)
+        out: dict[str, list[float]] = {arm: [] for arm in arms}
+        for round_ in range(rounds + 1):
+            for arm, (cfg, model, optimizer) in arms.items():
+                block = cfg.model.block_size
+                batches = [torch.randint(0, vocab_size, (cfg.batch_size, block + 1), generator=generator) for _ in range(steps)]
+                start = time.process_time()
+                for batch in batches:
+                    _, loss = model(batch[:, :-1], batch[:, 1:])  # [B, T+1] -> inputs [B, T], targets [B, T]
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                spent = time.process_time() - start
+                if round_ > 0:
+                    out[arm].append(steps * cfg.batch_size * block / max(spent, 1e-9))
+        return out
+    finally:
+        torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------------------------------ reusing runs
+def same_run(run_dir: Path, cfg: Any) -> bool:
+    """A completed run in ``run_dir`` trained with exactly ``cfg`` (up to its name and folder)."""
+    from poslab.runs import RunFileError, RunFolder
+
+    run = RunFolder(run_dir)
+    try:
+        if run.state != "finished":
+            return False
+        saved = run.config()
+    except (OSError, RunFileError):
+        return False
+    # threads change no result (tests/test_train_experiments.py: parallel one-thread == sequential)
+    wanted = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "out_dir", "model", "threads")}
+    have = {k: v for k, v in saved.get("train", {}).items() if k not in ("name", "out_dir", "threads")}
+    model = {k: v for k, v in saved.get("model", {}).items() if k != "vocab_size"}
+    expected_model = {k: v for k, v in cfg.to_dict()["model"].items() if k != "vocab_size"}
+    return have == wanted and model == expected_model
+
+
+def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
+    """Train ``cfg`` unless a completed identical run exists in its folder or one of ``reuse``.
+
+    Returns:
+        The run folder holding the trained model.
+    """
+    from poslab.session import train
+
+    run_dir = Path(cfg.out_dir) / cfg.name
+    for candidate in (run_dir, *reuse):
+        if same_run(candidate, cfg):
+            return candidate
+    exists = run_dir.exists() and any(run_dir.iterdir())
+    train(cfg, overwrite=exists, progress=False)
+    return run_dir
+
+
+def _ensure_in_worker(values: dict[str, Any], reuse: tuple[str, ...]) -> str:
+    """Worker: :func:`ensure_trained` of one config given as a dict; returns the run folder."""
+    from poslab.training.config import TrainConfig
+
+    return str(ensure_trained(TrainConfig.from_dict(values), tuple(Path(r) for r in reuse)))
+
+
+def ensure_many(jobs: Sequence[tuple[Any, tuple[Path, ...]]], workers: int | None = None,
+                what: str = "runs") -> list[Path]:
+    """:func:`ensure_trained` of every ``(config, reuse)`` pair, training the missing ones ``workers`` at a time.
+
+    A config with a finished identical run in its folder or in one of its ``reuse`` folders is not
+    trained again. With more than one worker each training runs in its own process on one thread.
+
+    Returns:
+        The run folder of each job, in job order.
+    """
+    workers = default_workers() if workers is None else check_workers(workers)
+    found: dict[int, Path] = {}
+    todo = []
+    for i, (cfg, reuse) in enumerate(jobs):
+        done = next((c for c in (Path(cfg.out_dir) / cfg.name, *reuse) if same_run(c, cfg)), None)
+        if done is None:
+            todo.append(i)
+        else:
+            found[i] = done
+    if todo:
+        print(f"--- training {len(todo)} {what} ({min(workers, len(todo))} at a time): "
+              f"{', '.join(jobs[i][0].name for i in todo)}", flush=True)
+    alone = workers == 1 or len(todo) <= 1
+    tasks = [Task(jobs[i][0].name, _ensure_in_worker,
+                  ({**jobs[i][0].to_dict(), **({} if alone else {"threads": jobs[i][0].threads or 1})},
+                   tuple(str(p) for p in jobs[i][1])))
+             for i in todo]
+    for i, path in zip(todo, train_many(tasks, 1 if alone else workers)):
+        found[i] = Path(path)
+    return [found[i] for i in range(len(jobs))]
+
+
+def load_model(run_dir: Path) -> tuple[Any, Any, dict]:
+    """:meth:`poslab.runs.RunFolder.load` (model in eval mode)."""
+    from poslab.runs import RunFolder
+
+    model, tokenizer, config = RunFolder(run_dir).load()
+    return model.eval(), tokenizer, config
+
+
+# ------------------------------------------------------------------------------------ claims
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.3g}"
+    return str(value)
+
+
+def print_claims(claims: Sequence[dict[str, Any] | ClaimRecord]) -> None:
+    """Print the verdicts as a table: verdict, claim, measured, margin against noise, premise; then the counts.
+
+    Takes :class:`poslab.lab.verdicts.ClaimRecord` values or their dicts.
+    """
+    rows = []
+    records = []
+    for c in claims:
+        c = c.to_dict() if isinstance(c, ClaimRecord) else c
+        measured = c.get("measured", "")
+        if isinstance(measured, dict):
+            measured = ", ".join(f"{k}={_fmt(v)}" for k, v in measured.items())
+        try:
+            against = missed_by(c)
+            records.append(c)
+        except (ValueError, TypeError):
+            against = "-"
+        premise = c.get("premise")
+        shown = "-" if not premise else f"{'met' if premise['met'] else 'NOT MET'}: {premise['measured']}"
+        rows.append([c.get("verdict", "?"), c.get("claim", "?"), measured, against, shown])
+    print_table(["verdict", "claim", "measured", "margin vs noise", "premise"], rows, title="claims", align="lllll")
+    print("  counts: " + ", ".join(f"{k} {v}" for k, v in tally(records).items()))

@@ -1,0 +1,163 @@
+"""The premises of the lab's training claims: what the models must be able to do before a claim about them is tested.
+
+Each rule turns measurements of the same runs the claim is decided on into a
+:class:`poslab.lab.verdicts.Premise`; an experiment attaches it with
+:func:`poslab.lab.verdicts.with_premise`, which makes the claim ``inconclusive`` ("not testable at
+this scale") when the premise is unmet. The thresholds below are fixed here, before any run, and
+are never tuned to a result:
+
+* **length generalisation** (:func:`fits_length`): the mean accuracy at the training length ``L``
+  over seeds is at least :data:`LENGTH_ACCURACY` (0.9) in every arm of the claim. A model that has
+  not learned the task at ``L`` says nothing about how it generalises past ``L``.
+* **passkey** (:func:`retrieves`): the mean retrieval accuracy at ``L`` is at least halfway from
+  chance to perfect, ``chance + PASSKEY_SHARE * (1 - chance)`` with :data:`PASSKEY_SHARE` = 0.5.
+* **language models** (:func:`below_bigram`): every seed's validation loss is at least
+  :data:`BIGRAM_MARGIN` (0.05 nats/token) below the corpus's bigram baseline
+  (:func:`poslab.lab.experiments.common.ngram_baselines`): a model at bigram level uses one
+  character of context, so claims about how it uses positions or context do not apply to it.
+* **positions** (:func:`beats_nope`): the positional arm's metric beats NoPE's by more than the
+  95% interval of the difference (the comparison rule of :func:`poslab.lab.verdicts.compare`).
+* **context past L** (:func:`uses_context`): for every seed, the mean loss at the last quarter of
+  the training window is at least :data:`CONTEXT_MARGIN` (0.1 nats/token) below the mean loss at
+  positions 1-4 (:data:`EARLY`; position 0 has no context at all). A bigram-level model has the
+  same loss at every position past 0 and fails it.
+* **masked LMs** (:func:`below_baseline`): a masked LM's loss on its masked positions is at least
+  :data:`BIGRAM_MARGIN` below the unigram baseline (a masked LM's loss is not comparable to a
+  causal bigram, whose context is one side only).
+
+:func:`all_of` joins several premises of one claim.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from poslab.lab.verdicts import HELD, ClaimRecord, Premise, compare, with_premise
+
+#: fewest mean accuracy at L of each arm of a length-generalisation claim
+LENGTH_ACCURACY = 0.9
+#: passkey retrieval at L must reach this share of the way from chance to perfect
+PASSKEY_SHARE = 0.5
+#: every seed's loss at least this far (nats/token) below the bigram (or, masked LMs, unigram) baseline
+BIGRAM_MARGIN = 0.05
+#: the late positions of the window at least this far (nats/token) below the early ones, every seed
+CONTEXT_MARGIN = 0.1
+#: the early positions of the window (0 has no context and is left out)
+EARLY = (1, 2, 3, 4)
+
+
+def _arms(measured: Mapping[str, Sequence[float]], digits: int = 3) -> str:
+    return ", ".join(f"{arm} {statistics.fmean(v):.{digits}f}" if v else f"{arm} -" for arm, v in measured.items())
+
+
+def fits_length(accuracy_at_L: Mapping[str, Sequence[float]], threshold: float = LENGTH_ACCURACY) -> Premise:
+    """Every arm's mean accuracy at the training length reaches ``threshold``.
+
+    Args:
+        accuracy_at_L: arm -> per-seed accuracy at ``L``.
+    """
+    met = bool(accuracy_at_L) and all(v and statistics.fmean(v) >= threshold for v in accuracy_at_L.values())
+    return Premise(f"mean accuracy at L >= {threshold:g} in every arm", f"accuracy at L: {_arms(accuracy_at_L)}", met)
+
+
+def retrieves(accuracy_at_L: Mapping[str, Sequence[float | None]], chance: float, share: float = PASSKEY_SHARE) -> Premise:
+    """Every arm's mean passkey retrieval at ``L`` is at least ``chance + share * (1 - chance)``."""
+    bound = chance + share * (1 - chance)
+    values = {arm: [float(x) for x in v if x is not None] for arm, v in accuracy_at_L.items()}
+    met = bool(values) and all(v and statistics.fmean(v) >= bound for v in values.values())
+    return Premise(f"mean passkey retrieval at L >= {bound:.3f} (halfway from chance {chance:.3f} to 1) in every arm",
+                   f"retrieval at L: {_arms(values)}", met)
+
+
+def below_bigram(losses: Mapping[str, Sequence[float]], bigram: float, margin: float = BIGRAM_MARGIN) -> Premise:
+    """Every seed of every arm has a validation loss at least ``margin`` below the bigram baseline.
+
+    Args:
+        losses: arm -> per-seed validation loss (nats/token).
+        bigram: the corpus's bigram baseline on the validation split (nats/token).
+    """
+    limit = bigram - margin
+    met = bool(losses) and all(v and max(v) <= limit for v in losses.values())
+    return Premise(f"every seed's loss <= bigram baseline {bigram:.3f} - {margin:g} = {limit:.3f} nats/token",
+                   "worst seed per arm: " + ", ".join(f"{a} {max(v):.3f}" for a, v in losses.items() if v), met)
+
+
+def below_baseline(losses: Mapping[str, Sequence[float]], baseline: float, name: str,
+                   margin: float = BIGRAM_MARGIN) -> Premise:
+    """:func:`below_bigram` against another named baseline (``"unigram"`` for a masked LM)."""
+    limit = baseline - margin
+    met = bool(losses) and all(v and max(v) <= limit for v in losses.values())
+    return Premise(f"every seed's loss <= {name} baseline {baseline:.3f} - {margin:g} = {limit:.3f} nats/token",
+                   "worst seed per arm: " + ", ".join(f"{a} {max(v):.3f}" for a, v in losses.items() if v), met)
+
+
+def context_gain(by_position: Sequence[float]) -> float:
+    """Mean loss at :data:`EARLY` minus mean loss at the last quarter of the window (positive: context helps)."""
+    n = len(by_position)
+    if n < 2 * max(EARLY) + 2:
+        raise ValueError(f"a window of {n} positions is too short for early positions {EARLY} and a last quarter")
+    early = statistics.fmean(by_position[i] for i in EARLY)
+    late = statistics.fmean(by_position[n - max(1, n // 4):])
+    return early - late
+
+
+def uses_context(by_position: Mapping[str, Sequence[Sequence[float]]], margin: float = CONTEXT_MARGIN) -> Premise:
+    """Every seed of every arm: loss at the window's last quarter at least ``margin`` below positions 1-4.
+
+    Args:
+        by_position: arm -> per seed, the mean loss at each window position ``[L]``
+            (:func:`poslab.analysis.eval.loss_by_position`).
+    """
+    shortest = min((len(c) for curves in by_position.values() for c in curves), default=0)
+    if shortest < 2 * max(EARLY) + 2:
+        return Premise(f"the model uses its context within L (positions {EARLY[0]}-{EARLY[-1]} vs the last quarter)",
+                       f"not measurable: a window of {shortest} positions is too short", False)
+    gains = {arm: [context_gain(curve) for curve in curves] for arm, curves in by_position.items()}
+    met = bool(gains) and all(g and min(g) >= margin for g in gains.values())
+    return Premise(f"every seed: mean loss at positions {EARLY[0]}-{EARLY[-1]} minus mean loss at the last quarter of the "
+                   f"window >= {margin:g} nats/token (the model uses its context within L)",
+                   "smallest gain per arm: " + ", ".join(f"{a} {min(g):.3f}" for a, g in gains.items() if g), met)
+
+
+def beats_nope(arm: str, values: Sequence[float], nope: Sequence[float], *, metric: str,
+               lower_is_better: bool = True) -> Premise:
+    """The positional arm beats NoPE on ``metric`` by more than the 95% interval of the difference."""
+    record = compare("premise", "premise", values, nope, better_label=arm, worse_label="none", metric=metric,
+                     lower_is_better=lower_is_better)
+    return Premise(f"{arm} beats NoPE on {metric} by more than the noise", record.measured, record.verdict == HELD)
+
+
+def all_of(*premises: Premise) -> Premise:
+    """One premise met when every one of ``premises`` is (texts and measurements joined with ``; ``)."""
+    if not premises:
+        raise ValueError("all_of needs at least one premise")
+    return Premise("; ".join(p.text for p in premises), "; ".join(p.measured for p in premises),
+                   all(p.met for p in premises))
+
+
+def arms_of(record: ClaimRecord, known: Iterable[str]) -> list[str]:
+    """The arms among ``known`` a record compares (``details``: ``arms``, ``better_label`` / ``worse_label``
+    or ``label``); every known arm when none of them is named there."""
+    known = list(known)
+    d = record.details
+    named = list(d.get("arms", {})) or [d.get("better_label"), d.get("worse_label")] + [d.get("label")]
+    arms = [a for a in known if a in named]
+    return arms or known
+
+
+def attach(records: Sequence[dict[str, Any] | ClaimRecord],
+           premise_for: Callable[[ClaimRecord], Premise]) -> list[dict[str, Any]]:
+    """Every seeded record (``n_seeds > 0``) with its premise (:func:`poslab.lab.verdicts.with_premise`), as dicts.
+
+    ``premise_for(record)`` computes the premise of one claim from measurements of the same runs;
+    deterministic records (``n_seeds == 0``) pass through unchanged.
+    """
+    out = []
+    for raw in records:
+        record = raw if isinstance(raw, ClaimRecord) else ClaimRecord.from_dict(raw)
+        if record.n_seeds > 0:
+            record = with_premise(record, premise_for(record))
+        out.append(record.to_dict())
+    return out
