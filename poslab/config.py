@@ -21,6 +21,7 @@ from poslab.config_keys import coerce
 from poslab.data import CORPORA, build_tokenizer
 from poslab.nn.model import GPTConfig
 from poslab.runs import RunFolder
+from poslab.safe_load import load_yaml
 from poslab.training.config import MODEL_KEYS, TrainConfig
 from poslab.training.lock import interrupted_start
 
@@ -73,7 +74,7 @@ def nest(pairs: Iterable[tuple[str, Any]], *, text: bool = False, where: str = "
                 result.setdefault("model", {})[parts[1]] = value
         elif parts[0] == "model" and len(parts) == 3 and parts[1] == "position_config":
             if text:
-                value = _yaml_scalar(value)
+                value = _yaml_scalar(key, value)
             result.setdefault("model", {}).setdefault("position_config", {})[parts[2]] = value
         else:
             raise ValueError(_unknown(raw_key, key, where, reserved))
@@ -91,12 +92,16 @@ def _unknown(raw_key: str, key: str, where: str, reserved: dict[str, str] | None
             f"or model.position_config.KEY (see `poslab train --help`)")
 
 
-def _yaml_scalar(text: str) -> Any:
-    """A ``--model.position_config.KEY VALUE`` value: YAML (``500`` -> 500, ``[1, 2]`` -> a list), else the text."""
+def _yaml_scalar(key: str, text: str) -> Any:
+    """A ``--model.position_config.KEY VALUE`` value: YAML (``500`` -> 500, ``[1, 2]`` -> a list), else the text.
+
+    Read through the one guarded reader (:func:`poslab.safe_load.load_yaml`): a deeply nested value
+    or an alias bomb is refused in one line naming ``--key``.
+    """
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text, f"--{key}")
     except yaml.YAMLError:
         return text
 

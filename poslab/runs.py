@@ -45,6 +45,7 @@ from poslab.fileio import (
     write_error,
 )
 from poslab.nn.model import GPT, GPTConfig
+from poslab.safe_load import load_json
 from poslab.training import checkpoint as ckpt
 from poslab.training.averaging import average_state_dicts
 from poslab.training.config import TrainConfig, resume_identity
@@ -92,12 +93,12 @@ class RunFolder:
     def _read_json(self, name: str) -> Any:
         path = self.file(name)
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return load_json(path.read_text(encoding="utf-8"), repr(str(path)))
         except FileNotFoundError:
             raise RunFileError(f"{str(path)!r} does not exist") from None
         except IsADirectoryError:
             raise RunFileError(f"{str(path)!r} is a folder, not a file") from None
-        except ValueError as err:  # not UTF-8 or not JSON (a damaged or foreign file): name it
+        except ValueError as err:  # not UTF-8, not JSON or nested too deeply (a damaged or foreign file): name it
             raise RunFileError(f"{str(path)!r} is not a readable JSON file: {err}") from None
 
     def _object(self, name: str) -> dict[str, Any]:
@@ -199,8 +200,8 @@ class RunFolder:
         records = []
         if self.file(METRICS).is_file():
             for line in self.file(METRICS).read_text(encoding="utf-8", errors="replace").splitlines():
-                with contextlib.suppress(json.JSONDecodeError):
-                    record = json.loads(line)
+                with contextlib.suppress(ValueError):  # torn, not JSON or nested too deeply
+                    record = load_json(line, METRICS)
                     if isinstance(record, dict):
                         records.append(record)
         return records
@@ -211,8 +212,8 @@ class RunFolder:
         if self.file(METRICS).is_file():
             for line in self.file(METRICS).read_text(encoding="utf-8", errors="replace").splitlines():
                 try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
+                    record = load_json(line, METRICS)
+                except ValueError:  # torn, not JSON or nested too deeply
                     continue
                 if isinstance(record, dict) and _number(record.get("step"), math.inf) <= last_step:
                     kept.append(line)

@@ -31,6 +31,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from poslab.fileio import atomic_write, atomic_write_json, atomic_write_text, sha256_file
+from poslab.safe_load import load_json
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
@@ -232,8 +233,8 @@ def load_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[dict[
     name = checkpoint_name(step)
     json_path = folder / f"{name}.json"
     try:
-        meta = json.loads(json_path.read_text(encoding="utf-8"))
-    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError: truncated or altered
+        meta = load_json(json_path.read_text(encoding="utf-8"), str(json_path))
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, too deep: truncated or altered
         raise CheckpointError(f"checkpoint {json_path} is corrupt: not readable JSON ({err})") from None
     except OSError as err:  # a folder in its place, unreadable permissions, an I/O error
         raise CheckpointError(f"checkpoint {json_path} cannot be read: {err.strerror or err}") from None

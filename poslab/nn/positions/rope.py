@@ -29,7 +29,6 @@ Frequencies are computed in fp32 exactly as ``transformers==5.24.0`` ``modeling_
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from torch import Tensor
 
 from poslab.nn.positions import register
 from poslab.nn.positions.base import PositionScheme, check_choice, check_positive, view
+from poslab.safe_load import load_json
 
 LAYOUTS = ("half", "interleaved")
 SCALINGS = (None, "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
@@ -404,8 +404,8 @@ def _longrope_from_json(path: Path, spec: str, what: str) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"{what} {spec!r}: file {str(path)!r} does not exist")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        data = load_json(path.read_text(encoding="utf-8"), repr(str(path)))
+    except ValueError as err:  # not UTF-8, not JSON, or nested too deeply
         raise ValueError(f"{what} {spec!r}: {str(path)!r} is not valid JSON ({err})") from None
     if not isinstance(data, dict) or "factor" not in data or "long_factor" not in data:
         raise ValueError(f"{what} {spec!r}: {str(path)!r} must hold an object with 'factor' and 'long_factor'")

@@ -1,0 +1,104 @@
+"""The red-team findings, one section per cause: each input gets the right answer or one line naming
+the value and the rule (exit 2), never a traceback, a silently different model or lost work.
+
+Every test here failed on the code before its fix (the cause it guards is named in its section).
+The figures go to ``test-artifacts/reliability.json`` under ``redteam`` (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_reliability_runs import corpus, error_line, reforge, resume, rewrite_config, run, trained  # noqa: F401
+
+from poslab.cli.app import main
+from poslab.training import checkpoint as ckpt
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+FIGURES: dict[str, int] = {}
+DRY = ["train", "--preset", "tiny", "--dry-run"]
+
+
+@pytest.fixture(autouse=True)
+def _record(request):
+    """What each test tried goes to ``test-artifacts/reliability.json`` (the reliability table)."""
+    from test_reliability_artifacts import mode, record
+
+    FIGURES.clear()
+    FIGURES.update(cases=0, refused_one_line=0, right_answer=0)
+    yield
+    if FIGURES["cases"]:
+        record("redteam", mode(request), dict(FIGURES))
+
+
+def refused(capsys, argv: list[str], *needles: str) -> str:
+    """Run ``poslab ARGV``: exit 2 with one ``poslab: error:`` line holding every needle."""
+    assert main(argv) == 2
+    line = error_line(capsys)
+    for needle in needles:
+        assert needle in line, line
+    FIGURES["cases"] += 1
+    FIGURES["refused_one_line"] += 1
+    return line
+
+
+def answered() -> None:
+    FIGURES["cases"] += 1
+    FIGURES["right_answer"] += 1
+
+
+# ------------------------------------------------------------------------------ 1. deep nesting
+DEEP = "[" * 5000 + "]" * 5000
+
+
+@pytest.mark.parametrize("key", ["model.position_config", "model.position_config.base", "model.layer_pattern",
+                                 "model.mla"])
+def test_deeply_nested_cli_values_are_one_line(key, capsys):
+    refused(capsys, [*DRY, f"--{key}", DEEP], f"--{key}", "nested more than 100 levels")
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer.json", "metrics.jsonl", "peak.json", "checkpoint"])
+def test_deeply_nested_run_files_are_one_line(run, name, capsys):  # noqa: F811
+    deep = "[" * 200_000 + "]" * 200_000
+    if name == "checkpoint":
+        (path,) = (run / ckpt.CHECKPOINT_DIR).glob("*.json")
+    else:
+        path = run / name
+    path.write_text(deep + ("\n" if name == "metrics.jsonl" else ""), encoding="utf-8")
+    if name == "tokenizer.json":  # consistent: the digest in config.json matches
+        digest = ckpt.sha256_file(path)
+        rewrite_config(run, lambda doc: {**doc, "data": {**doc["data"], "tokenizer_sha256": digest}})
+    if name in ("metrics.jsonl", "peak.json"):  # readers that skip a damaged file: no traceback
+        from poslab.runs import RunFolder
+
+        folder = RunFolder(run)
+        if name == "metrics.jsonl":
+            assert folder.metrics() == []
+        else:
+            assert folder.matmul_peak("k", lambda: 2.0) == 2.0  # measured again, the damaged cache replaced
+        answered()
+        return
+    refused(capsys, ["sample", str(run), "--tokens", "2"], "nested more than 100 levels")
+
+
+def test_deeply_nested_longrope_file_is_one_line(run, tmp_path, capsys):  # noqa: F811
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000, encoding="utf-8")
+    refused(capsys, ["eval", str(run), "--rope-scaling", f"longrope:{deep}", "--lengths", "16"],
+            "nested more than 100 levels")
+
+
+# ------------------------------------------------------------------------------ 2. alias bombs in CLI values
+def cli_bomb(levels: int = 9, width: int = 9) -> str:
+    """About 300 bytes of flow YAML expanding to ``width ** levels`` values."""
+    names = [chr(ord("a") + i) for i in range(levels)]
+    parts = [f"{names[0]}: &{names[0]} [{', '.join(['x'] * width)}]"]
+    parts += [f"{n}: &{n} [{', '.join([f'*{names[i]}'] * width)}]" for i, n in enumerate(names[1:])]
+    return "{" + ", ".join(parts) + "}"
+
+
+@pytest.mark.parametrize("key", ["model.position_config.base", "model.position_config", "model.layer_pattern"])
+def test_an_alias_bomb_in_a_cli_value_is_refused_at_once(key, capsys):
+    assert len(cli_bomb()) < 400
+    value = cli_bomb() if key != "model.layer_pattern" else f"[{cli_bomb()}]"
+    refused(capsys, [*DRY, f"--{key}", value], f"--{key}", "more than 100,000 values through its aliases")
