@@ -102,3 +102,26 @@ def test_an_alias_bomb_in_a_cli_value_is_refused_at_once(key, capsys):
     assert len(cli_bomb()) < 400
     value = cli_bomb() if key != "model.layer_pattern" else f"[{cli_bomb()}]"
     refused(capsys, [*DRY, f"--{key}", value], f"--{key}", "more than 100,000 values through its aliases")
+
+
+# ------------------------------------------------------------------------------ 3. flex cannot train on CPU
+def test_flex_backend_is_refused_for_training_on_cpu_by_dry_run_and_train(tmp_path, capsys):
+    argv = ["train", "--preset", "tiny", "--model.backend", "flex", "--out_dir", str(tmp_path), "--max_steps", "1"]
+    refused(capsys, [*argv, "--dry-run"], "model.backend='flex' cannot train on cpu", "sdpa or eager")
+    refused(capsys, argv, "model.backend='flex' cannot train on cpu")
+    assert not any(tmp_path.iterdir())  # refused before the run folder was made
+
+
+# ------------------------------------------------------------------------------ 14. dry-run checks what train checks
+def test_dry_run_refuses_memory_with_a_position_table(tmp_path, capsys):
+    refused(capsys, [*DRY, "--memory", "16", "--model.position", "learned", "--out_dir", str(tmp_path)],
+            "memory=16 continues positions across segments", "'learned' table")
+
+
+def test_dry_run_refuses_init_from_weights_that_do_not_fit(run, tmp_path, capsys):  # noqa: F811
+    base = ["train", "--preset", "tiny", "--out_dir", str(tmp_path), "--init_from", str(run),
+            "--model.n_layer", "1", "--model.n_head", "2", "--model.block_size", "16"]
+    refused(capsys, [*base, "--model.n_embd", "64", "--dry-run"], "checkpoint does not fit the model", "shape mismatch")
+    assert main([*base, "--model.n_embd", "16", "--dry-run"]) == 0  # the run's own geometry passes
+    capsys.readouterr()
+    answered()

@@ -306,6 +306,11 @@ class GPTConfig:
         flag = getattr(self, f"{part}_bias")
         return self.bias if flag is None else flag
 
+    def max_positions(self) -> int | None:
+        """The position scheme's table size (``None``: unbounded), from the scheme built on the meta device."""
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            return positions.build_for_model(self.position, self.position_config, self.position_context()).max_positions
+
     def position_context(self) -> dict[str, Any]:
         """The model dimensions a scheme's config may take."""
         return {

@@ -31,7 +31,14 @@ from poslab.nn.memory import SegmentMemory
 from poslab.nn.model import GPT
 from poslab.training import checkpoint as ckpt
 from poslab.training import distributed
-from poslab.training.config import DTYPES, RESUME_FREE_KEYS, TrainConfig, model_config, resume_identity
+from poslab.training.config import (
+    DTYPES,
+    RESUME_FREE_KEYS,
+    TrainConfig,
+    check_model_for_training,
+    model_config,
+    resume_identity,
+)
 from poslab.training.data import (
     RunData,
     batchify,
@@ -414,14 +421,9 @@ class _Trainer:
         self.model = GPT(self.model_cfg)
         if init_from is not None and (not self.resuming or self.store.latest_step() is None):
             init_from.restore_weights(self.model)  # a resume with a checkpoint overwrites these weights anyway
-        limit = self.model.position.max_positions
-        if limit is not None and self.model_cfg.block_size > limit:
-            raise ValueError(
-                f"block_size {self.model_cfg.block_size} is larger than the {self.model_cfg.position!r} position "
-                f"table ({limit} positions); lower --model.block_size or raise the table's max_len"
-            )
+        check_model_for_training(cfg, self.model.position.max_positions, dist.world_size, dist.device.type)  # = pre-flight
         if cfg.memory or cfg.stream_batches:
-            self._setup_memory(limit)
+            self._setup_memory()
         self.wrapped_model = dist.prepare_model(self.model, cfg.seed)  # DDP wrapper, FSDP shards, or the model
         # cfg.compile: only the training calls go through the compiled wrapper; self.model (evaluation,
         # checkpoints: no "_orig_mod." in the names) stays the plain module with the same parameters
@@ -431,18 +433,9 @@ class _Trainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.data_rng = torch.Generator().manual_seed(data_seed(cfg.seed))
 
-    def _setup_memory(self, limit: int | None) -> None:
+    def _setup_memory(self) -> None:
         """Stream batches (``cfg.memory``, ``cfg.stream_batches``): the streams of each micro-batch and their memories."""
-        cfg, dist = self.cfg, self.dist
-        what = f"memory={cfg.memory} (segment recurrence)" if cfg.memory else "stream_batches"
-        if dist.world_size > 1:
-            raise ValueError(f"{what} runs in one process; this run has world_size={dist.world_size} "
-                             "(drop --memory / --stream_batches or torchrun)")
-        if limit is not None and cfg.memory:
-            raise ValueError(f"memory={cfg.memory} continues positions across segments, past the "
-                             f"{self.model_cfg.position!r} table of {limit} positions; use a scheme without a table")
-        if self.model_cfg.mla is not None:
-            raise ValueError(f"{what} needs standard attention, not mla")
+        cfg = self.cfg
         T = self.model_cfg.block_size
         streams = batchify(self.data.train, cfg.batch_size * cfg.grad_accum, T)  # [B*A, S]
         self.train_streams = list(streams.split(cfg.batch_size))  # one stream set per micro-batch: [B, S] each
