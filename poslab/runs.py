@@ -47,7 +47,7 @@ from poslab.fileio import (
 from poslab.nn.model import GPT, GPTConfig
 from poslab.safe_load import load_json
 from poslab.training import checkpoint as ckpt
-from poslab.training.averaging import average_state_dicts
+from poslab.training.averaging import average_state_dicts, normalised_weights
 from poslab.training.config import TrainConfig, resume_identity
 from poslab.training.lock import RunLock, ensure_writable, interrupted_start, is_locked, remove_stale_temp_files
 
@@ -462,8 +462,7 @@ class RunFolder:
         """
         out = refuse_existing_run(out, "averaging")
         model, steps = self.averaged_model(last, weights)
-        total = sum(weights) if weights is not None else None
-        normalised = [1.0 / len(steps)] * len(steps) if weights is None else [float(w) / total for w in weights]
+        normalised = normalised_weights(len(steps), weights)  # the weights the average used
         source = {"run": str(self.path.resolve()), "steps": steps, "weights": normalised}
         doc = self.config()
         doc = {**doc, "train": {**doc.get("train", {}), "name": out.name, "out_dir": str(out.parent)},

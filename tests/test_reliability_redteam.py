@@ -7,7 +7,12 @@ The figures go to ``test-artifacts/reliability.json`` under ``redteam`` (docs/re
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 import pytest
+import torch
 from test_reliability_runs import corpus, error_line, reforge, resume, rewrite_config, run, trained  # noqa: F401
 
 from poslab.cli.app import main
@@ -124,4 +129,44 @@ def test_dry_run_refuses_init_from_weights_that_do_not_fit(run, tmp_path, capsys
     refused(capsys, [*base, "--model.n_embd", "64", "--dry-run"], "checkpoint does not fit the model", "shape mismatch")
     assert main([*base, "--model.n_embd", "16", "--dry-run"]) == 0  # the run's own geometry passes
     capsys.readouterr()
+    answered()
+
+
+# ------------------------------------------------------------------------------ 4. top-p below fp32's range
+def test_a_top_p_that_underflows_fp32_is_greedy(run, capsys):  # noqa: F811
+    from poslab.nn.generate import filter_logits
+
+    logits = torch.tensor([[0.5, 2.0, -1.0, 1.9]])
+    kept = torch.isfinite(filter_logits(logits, 1.0, None, 1e-300))
+    assert kept.tolist() == [[False, True, False, False]]  # the best token only, as p -> 0
+    base = ["sample", str(run), "--prompt", "白日", "--tokens", "5", "--seed", "1"]
+    assert main([*base, "--top-p", "1e-46"]) == 0
+    tiny = capsys.readouterr().out
+    assert main([*base, "--temperature", "0"]) == 0
+    assert tiny == capsys.readouterr().out
+    answered()
+
+
+# ------------------------------------------------------------------------------ 6. averaging weights past float's range
+@pytest.fixture(scope="module")
+def two_checkpoints(tmp_path_factory, corpus):  # noqa: F811
+    from test_reliability_runs import tiny
+
+    from poslab.session import train
+
+    cfg = tiny(tmp_path_factory.mktemp("runs"), corpus, name="B", ckpt_interval=2)
+    train(cfg, progress=False)
+    return cfg.run_dir
+
+
+def test_average_weights_summing_past_float_range_are_an_equal_mean(two_checkpoints, tmp_path, capsys):
+    from poslab.runs import RunFolder
+
+    huge, plain = tmp_path / "huge", tmp_path / "plain"
+    assert main(["average", str(two_checkpoints), "--last", "2", "--out", str(huge), "--weights", "1e308", "1e308"]) == 0
+    assert main(["average", str(two_checkpoints), "--last", "2", "--out", str(plain)]) == 0
+    capsys.readouterr()
+    a, b = RunFolder(huge).load_model().state_dict(), RunFolder(plain).load_model().state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a) and any(bool(v.abs().sum() > 0) for v in a.values())
+    assert json.loads((huge / "results.json").read_text())["averaged_from"]["weights"] == [0.5, 0.5]
     answered()

@@ -42,7 +42,10 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None = 
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # [B, V] x2
         probs = torch.softmax(sorted_logits, dim=-1)  # [B, V]
         mass_before = torch.cumsum(probs, dim=-1) - probs  # [B, V]: mass of the better tokens
-        drop_sorted = mass_before >= top_p  # the first token is always kept
+        drop_sorted = mass_before >= top_p  # [B, V]
+        # the best token is always kept: a top_p below fp32's smallest number (1e-46) compares as 0.0,
+        # and p -> 0 is greedy decoding in the limit
+        drop_sorted[:, 0] = False
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to vocabulary order
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
@@ -116,6 +119,9 @@ def generate(
         if temperature == 0:
             next_id = logits.argmax(dim=-1, keepdim=True)  # [B, 1]
         else:
+            if not bool(torch.isfinite(logits.float()).all()):
+                raise ValueError(f"the model's logits are not finite (NaN/inf) at generated token {i}: its weights "
+                                 "overflow fp32; the checkpoint is damaged or was not trained by poslab")
             probs = torch.softmax(filter_logits(logits, temperature, top_k, top_p), dim=-1)  # [B, V]
             next_id = torch.multinomial(probs, 1, generator=generator)  # [B, 1]
         out.append(next_id)
