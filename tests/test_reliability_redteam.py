@@ -170,3 +170,24 @@ def test_average_weights_summing_past_float_range_are_an_equal_mean(two_checkpoi
     assert all(torch.equal(a[k], b[k]) for k in a) and any(bool(v.abs().sum() > 0) for v in a.values())
     assert json.loads((huge / "results.json").read_text())["averaged_from"]["weights"] == [0.5, 0.5]
     answered()
+
+
+# ------------------------------------------------------------------------------ 7. the lock file deleted while a run trains
+def test_a_deleted_lock_file_does_not_let_a_second_train_in(run, capsys):  # noqa: F811
+    from poslab.runs import RunFolder
+    from poslab.training.lock import RunLock, is_locked, lock_path
+
+    metrics = (run / "metrics.jsonl").read_bytes()
+    holder = RunLock(run).acquire()  # the training run A (flock is per open file: this process counts as another)
+    try:
+        lock_path(run).unlink()  # a user tidying up next to the folder
+        assert is_locked(run) and RunFolder(run).state == "running"
+        refused(capsys, [*resume_args(run), "--max_steps", "6"], "is in use by another poslab process", "was deleted")
+        assert (run / "metrics.jsonl").read_bytes() == metrics  # nothing of A's rewritten
+    finally:
+        holder.release()
+    assert not is_locked(run)
+
+
+def resume_args(run: Path) -> list[str]:
+    return ["train", "--resume", "--name", run.name, "--out_dir", str(run.parent), "--no-progress"]
