@@ -49,6 +49,7 @@ from poslab.safe_load import load_json
 from poslab.training import checkpoint as ckpt
 from poslab.training.averaging import average_state_dicts, normalised_weights
 from poslab.training.config import TrainConfig, resume_identity
+from poslab.training.data import model_vocab_size
 from poslab.training.lock import RunLock, ensure_writable, interrupted_start, is_locked, remove_stale_temp_files
 
 CONFIG, TOKENIZER, METRICS, RESULTS, PEAK = "config.json", "tokenizer.json", "metrics.jsonl", "results.json", "peak.json"
@@ -337,6 +338,10 @@ class RunFolder:
             try:
                 tensors, meta = self.load_checkpoint(step, identity)
                 missing = training_state_missing(tensors, meta)
+                if not missing:
+                    problem = ckpt.training_state_problem(tensors, meta)
+                    if problem:
+                        raise ckpt.CheckpointError(f"checkpoint {str(self.checkpoint_path(step))!r} {problem}")
                 if missing:
                     model_only = True
                     raise ckpt.CheckpointError(
@@ -471,9 +476,22 @@ class RunFolder:
                                results={"status": "averaged", "steps": steps[-1], "averaged_from": source})
 
     def load(self, step: int | None = None) -> tuple[GPT, Any, dict[str, Any]]:
-        """``(model, tokenizer, config)``: :meth:`load_model`, :meth:`tokenizer`, :meth:`config`."""
+        """``(model, tokenizer, config)``: :meth:`load_model`, :meth:`tokenizer`, :meth:`config`.
+
+        Raises:
+            RunFileError: the tokenizer's vocabulary is not the model's (a decoded id would fall
+                outside it, or ids the model knows could never be written).
+        """
         tokenizer = self.tokenizer()
-        return self.load_model(step), tokenizer, self.config()
+        model = self.load_model(step)
+        config = self.config()
+        objective = config["train"].get("objective", "clm")
+        expected = model_vocab_size(tokenizer.vocab_size, objective) if objective in ("clm", "mlm") else None
+        if expected is not None and expected != model.config.vocab_size:
+            raise RunFileError(
+                f"{str(self.file(TOKENIZER))!r} has {tokenizer.vocab_size} tokens but the model has "
+                f"{model.config.vocab_size} ids ({objective}); a run's tokenizer and model must have one vocabulary")
+        return model, tokenizer, config
 
     # -------------------------------------------------------------------------------- data
     def split_tokens(self, split: str = "val", tokenizer: Any = None) -> Tensor:

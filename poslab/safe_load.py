@@ -74,7 +74,7 @@ def load_json(text: str | bytes, what: str, max_depth: int = MAX_DEPTH) -> Any:
 
     Args:
         text: the JSON text (bytes are decoded as UTF-8 by ``json``).
-        what: how the message names the source (``"'runs/a/config.json'"``).
+        what: how the message names the source (``"'factors.json'"``).
         max_depth: bound on the nesting of arrays and objects.
 
     Raises:

@@ -8,12 +8,11 @@ The figures go to ``test-artifacts/reliability.json`` under ``redteam`` (docs/re
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
 import torch
-from test_reliability_runs import corpus, error_line, reforge, resume, rewrite_config, run, trained  # noqa: F401
+from test_reliability_runs import corpus, error_line, reforge, rewrite_config, run, trained  # noqa: F401
 
 from poslab.cli.app import main
 from poslab.training import checkpoint as ckpt
@@ -189,5 +188,61 @@ def test_a_deleted_lock_file_does_not_let_a_second_train_in(run, capsys):  # noq
     assert not is_locked(run)
 
 
-def resume_args(run: Path) -> list[str]:
-    return ["train", "--resume", "--name", run.name, "--out_dir", str(run.parent), "--no-progress"]
+def resume_args(folder: Path) -> list[str]:
+    return ["train", "--resume", "--name", folder.name, "--out_dir", str(folder.parent), "--no-progress"]
+
+
+# ------------------------------------------------------------------------------ 8. forged files with consistent checksums
+def forge_rng(name: str):
+    return lambda t: {**t, name: torch.zeros(7, dtype=torch.uint8)}
+
+
+def forge_step(t):
+    (key,) = [k for k in t if k.startswith("optim.state.0.") and k.endswith(".step")] or ["optim.state.0.step"]
+    return {**t, key: torch.zeros(5)}
+
+
+@pytest.mark.parametrize(("tensors_edit", "meta_edit", "needle"), [
+    (forge_rng("rng.torch"), None, "unusable random-generator state 'rng.torch'"),
+    (forge_rng("rng.data"), None, "unusable random-generator state 'rng.data'"),
+    (forge_step, None, "step counter"),
+    (None, lambda m: {**m, "optimizer": {**m["optimizer"], "param_groups": [1]}}, "unusable optimizer param_groups"),
+], ids=["rng-torch-7-bytes", "rng-data-7-bytes", "step-shape-5", "param-groups-1"])
+def test_a_forged_training_state_is_refused_by_resume(run, tensors_edit, meta_edit, needle, capsys):  # noqa: F811
+    reforge(run, tensors_edit=tensors_edit, meta_edit=meta_edit)
+    refused(capsys, [*resume_args(run), "--max_steps", "6"], needle)
+
+
+def forge_tokenizer(folder: Path, data: dict) -> None:
+    (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    digest = ckpt.sha256_file(folder / "tokenizer.json")
+    rewrite_config(folder, lambda doc: {**doc, "data": {**doc["data"], "tokenizer_sha256": digest}})  # consistent
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    (lambda chars: {"type": "char", "chars": chars[:10]}, "has 10 tokens but the model has"),
+    (lambda chars: {"type": "ids", "vocab_size": 3}, "has 3 tokens but the model has"),
+    (lambda chars: {"type": "bpe", "vocab_size": 5, "tokenizer": {"garbage": 1}}, "'bpe' tokenizer body does not load"),
+    (lambda chars: {"type": "hf", "vocab_size": 5, "tokenizer": [1, 2]}, "'hf' tokenizer body does not load"),
+], ids=["char-10-of-V", "ids-vocab-3", "bpe-garbage", "hf-garbage"])
+def test_a_forged_tokenizer_is_refused_by_sample(run, body, needle, capsys):  # noqa: F811
+    chars = json.loads((run / "tokenizer.json").read_text(encoding="utf-8"))["chars"]
+    forge_tokenizer(run, body(chars))
+    refused(capsys, ["sample", str(run), "--prompt", chars[0], "--tokens", "3"], needle)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.uint8])
+def test_weights_of_an_integer_dtype_are_refused_not_cast(run, dtype, capsys):  # noqa: F811
+    def cast(tensors):
+        return {k: (v.to(dtype) if k == "model.tok_emb.weight" else v) for k, v in tensors.items()}
+
+    reforge(run, tensors_edit=cast)
+    refused(capsys, ["sample", str(run), "--tokens", "2"], "wrong dtype", "tok_emb")
+
+
+def test_weights_that_overflow_the_logits_are_one_line(run, capsys):  # noqa: F811
+    def scale(tensors):
+        return {k: (v * 1e25 if k.startswith("model.") and v.is_floating_point() else v) for k, v in tensors.items()}
+
+    reforge(run, tensors_edit=scale)
+    refused(capsys, ["sample", str(run), "--tokens", "3", "--seed", "1"], "logits are not finite")
