@@ -149,11 +149,13 @@ def test_a_top_p_that_underflows_fp32_is_greedy(run, capsys):  # noqa: F811
 # ------------------------------------------------------------------------------ 6. averaging weights past float's range
 @pytest.fixture(scope="module")
 def two_checkpoints(tmp_path_factory, corpus):  # noqa: F811
+    """A rope run with two checkpoints (steps 2 and 4)."""
     from test_reliability_runs import tiny
 
     from poslab.session import train
 
-    cfg = tiny(tmp_path_factory.mktemp("runs"), corpus, name="B", ckpt_interval=2)
+    cfg = tiny(tmp_path_factory.mktemp("runs"), corpus, name="B", ckpt_interval=2,
+               model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16, position="rope"))
     train(cfg, progress=False)
     return cfg.run_dir
 
@@ -246,3 +248,70 @@ def test_weights_that_overflow_the_logits_are_one_line(run, capsys):  # noqa: F8
 
     reforge(run, tensors_edit=scale)
     refused(capsys, ["sample", str(run), "--tokens", "3", "--seed", "1"], "logits are not finite")
+
+
+# ------------------------------------------------------------------------------ 13. extreme legal values: refused, not NaN
+EXTREME = [
+    ("rope", {"base": 1e-300}, "base=1e-300 gives frequencies"),
+    ("prope", {"base": 1e-300}, "base=1e-300 gives frequencies"),
+    ("xpos", {"base": 1e-300}, "base=1e-300 gives frequencies"),
+    ("sinusoidal", {"base": 1e-300}, "base=1e-300 gives frequencies"),
+    ("xl", {"base": 1e-300}, "base=1e-300 gives frequencies"),
+    ("xpos", {"gamma": 1e-300}, "zeta_0 = gamma/(1+gamma) must be a normal fp32 number"),
+    ("fire", {"c_init": 1e-300}, "log(c_init * threshold_init + 1)"),
+    ("fire", {"threshold_init": 1e-300}, "log(c_init * threshold_init + 1)"),
+    *[("rope", {"scaling": s, "factor": 1e-300, **({"original_max_len": 16} if s != "linear" else {})},
+       "frequencies up to") for s in ("linear", "yarn", "llama3")],
+    ("rope", {"scaling": "ntk", "factor": 1e-300}, "frequencies up to"),
+]
+
+
+@pytest.mark.parametrize(("position", "config", "needle"), EXTREME,
+                         ids=[f"{p}-{'-'.join(map(str, c.values()))}" for p, c, _ in EXTREME])
+def test_extreme_position_configs_are_refused_with_the_rule(position, config, needle):
+    from poslab.nn.model import GPTConfig
+
+    with pytest.raises(ValueError, match=None) as err:
+        GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=11, position=position,
+                  position_config=config)
+    assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+    FIGURES["cases"] += 1
+    FIGURES["refused_one_line"] += 1
+
+
+@pytest.mark.parametrize("key", ["attn_scale", "embed_scale"])
+def test_extreme_model_scales_are_refused(key):
+    from poslab.nn.model import GPTConfig
+
+    with pytest.raises(ValueError, match=f"{key} must be at most 1e\\+06"):
+        GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=11, **{key: 1e300})
+    FIGURES["cases"] += 1
+    FIGURES["refused_one_line"] += 1
+
+
+def test_ordinary_extreme_but_finite_configs_still_train_finite():
+    """The bounds refuse only what overflows: the edge values just inside them give finite logits."""
+    from poslab.nn.model import GPT, GPTConfig
+
+    for position, config in [("rope", {"base": 1.0}), ("sinusoidal", {"base": 2.0}), ("xpos", {"gamma": 1e-30}),
+                             ("fire", {"c_init": 1e-3, "threshold_init": 1.0}), ("rope", {"scaling": "linear", "factor": 1e-5})]:
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=11, position=position,
+                              position_config=config))
+        logits = model(torch.randint(0, 11, (1, 16)))
+        assert bool(torch.isfinite(logits).all()), (position, config)
+    answered()
+
+
+def test_eval_rope_scaling_that_overflows_is_refused(two_checkpoints, capsys):
+    refused(capsys, ["eval", str(two_checkpoints), "--rope-scaling", "yarn:1e-300", "--lengths", "16"], "frequencies up to")
+
+
+def test_sinusoidal_positions_past_fp32_integers_are_refused():
+    from poslab.nn.model import GPT, GPTConfig
+
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=11, position="sinusoidal"))
+    with pytest.raises(ValueError, match=r"sinusoidal positions must be < 2\^24"):
+        model(torch.zeros(1, 3, dtype=torch.long), pos=torch.tensor([0, 1, 2**62]))
+    FIGURES["cases"] += 1
+    FIGURES["refused_one_line"] += 1

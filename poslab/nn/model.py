@@ -56,6 +56,11 @@ def default_activation(mlp: str) -> str:
     return "silu" if mlp == "swiglu" else "gelu"
 
 
+#: the largest ``attn_scale`` / ``embed_scale``: scores of |q.k| ~ 1e4 and activations squared by the
+#: norms stay well inside fp32 (3.4e38) below it
+MAX_SCALE = 1e6
+
+
 @dataclass
 class GPTConfig:
     """Configuration of :class:`GPT` (validated at construction).
@@ -187,6 +192,11 @@ class GPTConfig:
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
                 raise ValueError(f"{key} must be a positive number or None, got {value!r}")
+        for key in ("attn_scale", "embed_scale"):  # multipliers of scores / activations that fp32 must hold
+            value = getattr(self, key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > MAX_SCALE:
+                raise ValueError(f"{key} must be at most {MAX_SCALE:g} (a larger factor overflows fp32 scores or "
+                                 f"activations to inf, then NaN), got {value!r}")
         if not isinstance(self.causal, bool):
             raise TypeError(f"causal must be a bool (False = bidirectional attention), got {self.causal!r}")
         positions.get(self.position)  # unknown names fail here, listing the known ones

@@ -39,7 +39,14 @@ import torch
 from torch import Tensor
 
 from poslab.nn.positions import register
-from poslab.nn.positions.base import PositionScheme, check_choice, check_positive, view
+from poslab.nn.positions.base import (
+    MAX_FREQUENCY,
+    PositionScheme,
+    check_choice,
+    check_positive,
+    check_wavelength_base,
+    view,
+)
 from poslab.safe_load import load_json
 
 LAYOUTS = ("half", "interleaved")
@@ -123,7 +130,27 @@ class RopeConfig:
                     raise ValueError(f"longrope {label} values must be > 0, got {values}")
         if self.attention_factor is not None:
             check_positive("attention_factor", self.attention_factor)
-        check_scaling_keys(self)  # last: the value checks above name the more specific problem
+        check_scaling_keys(self)  # the value checks above name the more specific problem
+        self._check_fp32_frequencies()
+
+    def _check_fp32_frequencies(self) -> None:
+        """The frequencies this config gives (fp32, on the CPU) must be finite and at most
+        :data:`~poslab.nn.positions.base.MAX_FREQUENCY`; the attention factor finite and > 0.
+
+        ``base=1e-300`` or ``factor=1e-300`` are legal numbers whose frequencies overflow fp32 to inf
+        (then NaN angles and scores): refused here, with the rule, not found as a NaN loss later.
+        """
+        check_wavelength_base("base", self.base, self.dim)
+        with torch.device("cpu"):  # a model config is validated under the meta device: values are needed here
+            inv_freq, attention_factor = rope_parameters(self, device=torch.device("cpu"))
+        largest = float(inv_freq.max()) if inv_freq.numel() else 0.0
+        if not bool(torch.isfinite(inv_freq).all()) or largest > MAX_FREQUENCY:
+            raise ValueError(f"RoPE scaling {self.scaling!r} with base={self.base!r}, factor={self.factor!r} gives "
+                             f"frequencies up to {largest:g} radians per position in fp32; they must be finite and at most "
+                             f"{MAX_FREQUENCY:g} (raise factor or base)")
+        if not math.isfinite(attention_factor) or not attention_factor > 0:
+            raise ValueError(f"RoPE scaling {self.scaling!r} with factor={self.factor!r} gives attention factor "
+                             f"{attention_factor!r}; it must be a finite number > 0")
 
     @property
     def dim(self) -> int:
@@ -614,6 +641,12 @@ class XPosConfig(RopeConfig):
         super().__post_init__()
         check_positive("scale_base", self.scale_base)
         check_positive("gamma", self.gamma)
+        tiny = torch.finfo(torch.float32).tiny
+        if not math.isfinite(self.gamma) or self.gamma / (1 + self.gamma) < tiny:
+            raise ValueError(f"xpos gamma={self.gamma!r}: its fastest decay zeta_0 = gamma/(1+gamma) must be a normal "
+                             f"fp32 number (>= {tiny:.3g}), else its scales are 0 and inf (NaN scores)")
+        if not math.isfinite(self.scale_base):
+            raise ValueError(f"xpos scale_base must be finite, got {self.scale_base!r}")
 
 
 #: headroom between xPos's largest query/key scale and the dtype's largest finite value, for the
