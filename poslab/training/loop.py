@@ -440,7 +440,7 @@ class _Trainer:
         streams = batchify(self.data.train, cfg.batch_size * cfg.grad_accum, T)  # [B*A, S]
         self.train_streams = list(streams.split(cfg.batch_size))  # one stream set per micro-batch: [B, S] each
         self.train_segments = stream_segments(streams, T)
-        # empty at the start, also after a resume; None: stream batches without a memory
+        # empty at the start (a resume loads the checkpoint's); None: stream batches without a memory
         self.memories = [SegmentMemory(cfg.memory) if cfg.memory else None for _ in self.train_streams]
 
     def _start_progress(self) -> None:
@@ -476,6 +476,7 @@ class _Trainer:
             dist.restore(self.model, self.optimizer, tensors, meta)  # model + optimizer (FSDP: re-sharded)
             dist.restore_rng(tensors)  # this rank's torch.set_rng_state
             self.data_rng.set_state(tensors["rng.data"])
+            self._restore_memories(tensors, store.path)
             self.state = _State(step=meta["step"], log_loss_sum=meta["log_loss_sum"],
                                 log_loss_count=meta["log_loss_count"], best=meta["best"],
                                 tokens_seen=meta["tokens_seen"], skipped=list(meta.get("skipped_nonfinite", [])))
@@ -503,7 +504,7 @@ class _Trainer:
         if not dist.is_main:
             return None
         tensors = {**model_t, **optim_t, "rng.torch": torch.get_rng_state(), "rng.data": self.data_rng.get_state(),
-                   **rank_rng}
+                   **rank_rng, **self._memory_tensors()}
         meta = {
             "config": self.identity,
             "config_hash": ckpt.config_hash(self.identity),
@@ -519,6 +520,30 @@ class _Trainer:
             "skipped_nonfinite": state.skipped,
         }
         return self.store.save_checkpoint(at_step, tensors, meta, keep=cfg.keep_checkpoints)
+
+    def _memory_tensors(self) -> dict[str, torch.Tensor]:
+        """The segment memories (``cfg.memory``) as checkpoint tensors ``memory.{micro}.*``: a resume continues bitwise."""
+        out: dict[str, torch.Tensor] = {}
+        for micro, memory in enumerate(getattr(self, "memories", ())):
+            if memory is not None:
+                out.update(memory.state_tensors(f"memory.{micro}"))
+        return out
+
+    def _restore_memories(self, tensors: dict[str, torch.Tensor], run_dir: Path) -> None:
+        """Load the segment memories a checkpoint saved (one without them resumes with empty ones, said in a note)."""
+        memories = [(micro, m) for micro, m in enumerate(getattr(self, "memories", ())) if m is not None]
+        if not memories:
+            return
+        if f"memory.{memories[0][0]}.length" not in tensors:
+            self.notes.append(f"poslab: note: the checkpoint of {str(run_dir)!r} holds no segment memory: "
+                              "training resumes with an empty one (not bitwise equal to an uninterrupted run)")
+            return
+        cfg = self.model_cfg
+        for micro, memory in memories:
+            try:
+                memory.load_state(tensors, f"memory.{micro}", cfg.n_layer, self.train_streams[micro].shape[0], cfg.n_embd)
+            except ValueError as err:
+                raise ckpt.CheckpointError(f"cannot resume {str(run_dir)!r}: {err}") from None
 
     def _checkpoint_due(self, step: int) -> bool:
         return step == self.cfg.max_steps or bool(self.cfg.ckpt_interval and step % self.cfg.ckpt_interval == 0)
@@ -588,7 +613,7 @@ class _Trainer:
         """Micro-batch ``micro``'s next segment and its memory (emptied when its streams wrap around; ``None``: none).
 
         The segment read is the number of batches drawn so far (steps and skipped batches), so a
-        resume continues where the run stopped (with an empty memory).
+        resume continues where the run stopped, with the memory its checkpoint saved.
         """
         drawn = self.state.step + len(self.state.skipped)
         x, y = stream_segment(self.train_streams[micro], drawn, self.model_cfg.block_size)  # [B, T] x2
