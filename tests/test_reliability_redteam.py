@@ -340,3 +340,56 @@ def test_a_memory_run_interrupted_and_resumed_continues_bitwise(tmp_path, corpus
     a, b = RunFolder(whole.run_dir).load_model(), RunFolder(part.run_dir).load_model()
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     answered()
+
+
+# ------------------------------------------------------------------------------ 10. costs estimated before they are paid
+def test_text_then_a_sparse_hole_is_refused_without_reading_it_whole(tmp_path):
+    """5 MiB of text, then a 2 GiB sparse hole (no disk used): refused after about 1 MiB of probes, not
+    after reading 2 GiB (43 s and 4.4 GB before)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "text-then-hole.txt"
+    with open(path, "wb") as handle:
+        handle.write(("白日依山尽，黄河入海流。\n" * 200_000).encode("utf-8")[: 5 * 2**20])
+        handle.truncate(2 * 2**30)
+    code = ("import resource, sys, time\nfrom poslab.data import load_text\nt = time.process_time()\n"
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "try:\n    load_text(sys.argv[1])\nexcept ValueError as err:\n    print(err)\n"
+            "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    message, grown_mib = done.stdout.strip().splitlines()
+    assert "looks binary (contains NUL bytes)" in message
+    assert int(grown_mib) < 256, grown_mib  # MiB the process grew by; the file is 2048
+    FIGURES["cases"] += 1
+    FIGURES["refused_one_line"] += 1
+
+
+def test_a_huge_num_samples_is_refused_before_any_memory_is_spent(run, capsys):  # noqa: F811
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    refused(capsys, ["sample", str(run), "--num-samples", "100000000", "--tokens", "8"],
+            "--num-samples 100000000 needs about", "sample fewer at once")
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024 < 64  # MiB grown (1.8 GB before)
+
+
+def test_eval_prints_its_cost_before_scoring(run, capsys, monkeypatch):  # noqa: F811
+    """``eval --stride 1`` at a long length: the estimate is printed before the first window is scored."""
+    from poslab.analysis import eval as evaluation
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt  # scoring began: the warning must already be out
+
+    monkeypatch.setattr(evaluation, "WARN_TOKEN_POSITIONS", 1000)
+    monkeypatch.setattr(evaluation, "evaluate", stop)
+    assert main(["eval", str(run), "--stride", "1", "--lengths", "16"]) == 130
+    err = capsys.readouterr().err
+    assert "poslab: warning: this evaluation runs" in err and "token positions" in err and "TFLOP" in err
+    from poslab.runs import RunFolder
+
+    cost = evaluation.estimate_cost(RunFolder(run).load_model(), n_targets=100, lengths=[16], stride=1)
+    assert cost["windows"] == 7 + 1 + 84  # ceil(100/16) non-overlapping; 1 + (100-16)/1 sliding
+    answered()
