@@ -263,6 +263,7 @@ EXTREME = [
     *[("rope", {"scaling": s, "factor": 1e-300, **({"original_max_len": 16} if s != "linear" else {})},
        "frequencies up to") for s in ("linear", "yarn", "llama3")],
     ("rope", {"scaling": "ntk", "factor": 1e-300}, "frequencies up to"),
+    ("xpos", {"scale_base": 5e-324}, "scale_base (the decay length, in positions)"),  # found by the fuzzer
 ]
 
 
@@ -279,12 +280,13 @@ def test_extreme_position_configs_are_refused_with_the_rule(position, config, ne
     FIGURES["refused_one_line"] += 1
 
 
-@pytest.mark.parametrize("key", ["attn_scale", "embed_scale"])
-def test_extreme_model_scales_are_refused(key):
+@pytest.mark.parametrize("value", [1e300, 3.4028235677973366e38, 5e-324])  # the last two found by the fuzzer
+@pytest.mark.parametrize("key", ["attn_scale", "embed_scale", "attn_softcap", "final_softcap"])
+def test_extreme_model_scales_are_refused(key, value):
     from poslab.nn.model import GPTConfig
 
-    with pytest.raises(ValueError, match=f"{key} must be at most 1e\\+06"):
-        GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=11, **{key: 1e300})
+    with pytest.raises(ValueError, match=f"{key} must be at most 1e\\+06 and at least 1e-06"):
+        GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=11, **{key: value})
     FIGURES["cases"] += 1
     FIGURES["refused_one_line"] += 1
 

@@ -645,8 +645,9 @@ class XPosConfig(RopeConfig):
         if not math.isfinite(self.gamma) or self.gamma / (1 + self.gamma) < tiny:
             raise ValueError(f"xpos gamma={self.gamma!r}: its fastest decay zeta_0 = gamma/(1+gamma) must be a normal "
                              f"fp32 number (>= {tiny:.3g}), else its scales are 0 and inf (NaN scores)")
-        if not math.isfinite(self.scale_base):
-            raise ValueError(f"xpos scale_base must be finite, got {self.scale_base!r}")
+        if not math.isfinite(self.scale_base) or self.scale_base < 1:
+            raise ValueError(f"xpos scale_base (the decay length, in positions) must be a finite number >= 1, got "
+                             f"{self.scale_base!r}: below 1 the fp32 scales overflow within a few positions")
 
 
 #: headroom between xPos's largest query/key scale and the dtype's largest finite value, for the
