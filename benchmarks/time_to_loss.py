@@ -37,7 +37,7 @@ from nanogpt_control import TinyGPT, nanogpt_lr, nanogpt_optimizer, nanogpt_upda
 
 from poslab.data import build_tokenizer, encode_corpus, load_text, split_text  # noqa: E402
 from poslab.session import train  # noqa: E402
-from poslab.training import presets  # noqa: E402
+from poslab.training import precision, presets  # noqa: E402
 from poslab.training.config import TrainConfig  # noqa: E402
 
 
@@ -126,7 +126,8 @@ def poslab_run(args: argparse.Namespace, label: str, overrides: dict[str, Any], 
             "steps": results["steps"], "tokens": results["tokens_seen"], "train_time_s": results["train_time_s"],
             "final_val_loss": results["final_val_loss"], "reached": target["reached"],
             "crossing": {k: target[k] for k in ("step", "tokens", "train_time_s", "val_loss")} if target["reached"] else None,
-            "tokens_per_s": results["tokens_per_s"], "mfu": results["mfu"]}
+            "tokens_per_s": results["tokens_per_s"], "mfu": results["mfu"], "dtype": results["dtype"],
+            "precision": results["precision"]}
 
 
 def summarise(rows: list[dict[str, Any]], target: float) -> dict[str, Any]:
@@ -164,6 +165,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/time-to-loss/results.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    # this machine's bf16/fp32 figures, beside the result: the preset's dtype auto follows them
+    figures = precision.measure()
+    machine = {"key": precision.machine_key(), **figures.__dict__, "bf16_over_fp32_step": figures.step_ratio}
+    print(f"this machine: a bf16 training step takes {figures.step_ratio:.2f}x the fp32 step "
+          f"(matmul bf16 {figures.bf16_matmul_flops / 1e9:.0f} vs fp32 {figures.fp32_matmul_flops / 1e9:.0f} GFLOP/s)",
+          flush=True)
     variants = [parse_variant(v) for v in (args.variant or [args.preset.replace("shakespeare-char-", "poslab-")])]
     text = load_text("shakespeare")
     tokenizer = build_tokenizer("char", text)
@@ -189,6 +196,7 @@ def main() -> None:
             args.out.write_text(json.dumps({"target": args.target, "threads": args.threads, "rows": rows}, indent=2))
     summary = summarise(rows, args.target)
     report = {"target": args.target, "threads": args.threads, "seeds": args.seeds, "preset": args.preset,
+              "machine_precision": machine,
               "preset_config": presets.preset_config(args.preset), "rows": rows, "summary": summary,
               "wall_s": time.perf_counter() - started,
               "load_average": list(__import__("os").getloadavg())}
@@ -199,8 +207,10 @@ def main() -> None:
         to = (f"{s['time_to_target_s_mean']:.1f} s, {s['tokens_to_target_mean']:,.0f} tokens"
               if "time_to_target_s_mean" in s else "-")
         ratio = f"  = {s['time_vs_nanogpt_recipe']:.2f}x nanoGPT's recipe time" if "time_vs_nanogpt_recipe" in s else ""
-        print(f"  {name:24s} reached {s['reached']}/{s['runs']}: to target {to}; whole run {s['train_time_s_mean']:.1f} s, "
-              f"final val {s['final_val_loss_mean']:.4f}{ratio}")
+        dtypes = sorted({r["dtype"] for r in rows if r["contender"] == name and "dtype" in r}) or ["fp32"]
+        print(f"  {name:24s} ({'/'.join(dtypes)}) reached {s['reached']}/{s['runs']}: to target {to}; whole run "
+              f"{s['train_time_s_mean']:.1f} s, final val {s['final_val_loss_mean']:.4f}{ratio}")
+    print(f"  (this machine's bf16 step: {figures.step_ratio:.2f}x the fp32 step)")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,34 @@ settings.register_profile(
 settings.load_profile("poslab")
 
 
+def _seed_precision_cache() -> None:
+    """The suite's ``dtype: auto`` resolves to fp32 on every machine (numerics the tests can compare).
+
+    The cache of measured figures (``poslab.training.precision``) goes to a folder of this session's,
+    seeded with figures that make bf16 the slower dtype for every thread count; CLI tests in
+    subprocesses inherit the folder. ``tests/test_precision.py`` measures and stubs on its own paths.
+    """
+    import json
+    import tempfile
+
+    from poslab.training import precision
+
+    folder = tempfile.mkdtemp(prefix="poslab-test-cache-")
+    os.environ["POSLAB_CACHE_DIR"] = folder
+    threads = torch.get_num_threads()
+    entries = {}
+    for n in range(1, max(os.cpu_count() or 1, threads) + 1):
+        torch.set_num_threads(n)
+        entries[precision.machine_key()] = {"fp32_step_s": 1.0, "bf16_step_s": 2.0,
+                                            "fp32_matmul_flops": 1e10, "bf16_matmul_flops": 1e10}
+    torch.set_num_threads(threads)
+    with open(os.path.join(folder, "precision.json"), "w", encoding="utf-8") as f:
+        json.dump(entries, f)
+
+
+_seed_precision_cache()
+
+
 @dataclass(frozen=True)
 class Variant:
     """One scheme configuration to run the contract on.

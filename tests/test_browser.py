@@ -65,6 +65,31 @@ def test_report_renders_in_chromium(tmp_path):
     assert shot.stat().st_size > 50_000
 
 
+def test_chinese_report_renders_in_chromium(tmp_path):
+    lab_dir = copy_lab(tmp_path / "lab")
+    report = build_report(lab_dir, lang="zh")
+    with Browser(width=1280, height=900) as browser:
+        browser.goto(report.as_uri())
+        browser.wait_for("document.fonts.status === 'loaded'")
+        fonts = browser.eval(f"[...document.fonts].filter(f => f.family.includes('{FAMILY}')).map(f => f.status)")
+        text = browser.eval("document.body.innerText")
+        title = browser.eval("document.querySelector('header h1').innerText")
+        legend_fonts = browser.fonts_used("header .legend li")
+        traditional = browser.eval("document.querySelector('#guide h3:nth-of-type(2)').innerText")
+        heading_fonts = browser.fonts_used("#guide h3:nth-of-type(2)")
+        checked = browser.eval(f"document.fonts.check(\"16px '{FAMILY}'\", '{traditional}')")
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = browser.screenshot(ARTIFACTS / "report-zh.png")
+        errors = browser.console_errors
+    assert errors == [] and fonts == ["loaded"]
+    assert title == "poslab 实验报告" and "课文有误" in text and "此规模无法检验" in text
+    assert legend_fonts.get(FAMILY, 0) >= 20, legend_fonts  # the Chinese UI is drawn with the embedded font
+    assert traditional == "「多頭注意力和位置編碼」"  # the lesson in traditional characters, by its title
+    assert heading_fonts == {FAMILY: len(traditional)}, heading_fonts  # every glyph from the embedded font
+    assert checked is True
+    assert shot.stat().st_size > 50_000
+
+
 def cell_colours(browser: Browser, side: str) -> dict[tuple[int, int], list[list[list[int]]]]:
     """(layer, head) -> [T][T] RGB read back from each heatmap canvas of a panel, at each cell's centre."""
     found = browser.eval(f"""[...document.querySelectorAll('#panel-{side} canvas.heatmap')].map(c => {{

@@ -35,7 +35,8 @@ def by_source(results, source: str) -> list[dict]:
 def test_records_obey_the_rule_and_carry_quotes(results):
     claims = results[0]["claims"]
     assert not check_records(claims)
-    assert len(claims) == 11
+    assert len(claims) == 21
+    assert len({c['details']['quote'] for c in claims}) == len(claims)  # one quoted passage each
     for c in claims:
         assert c["details"]["quote"] and c["details"]["gloss"] and c["details"]["evidence"]
         assert c["n_seeds"] == 0
@@ -104,6 +105,74 @@ def test_empty_tables_point_at_registered_experiments(results):
 
 
 def test_llama3_averaging_is_placed_where_the_paper_puts_it(results):
-    (c,) = [c for c in by_source(results, "seed 000 Q4") if "Llama 3" in c["claim"]]
+    (c,) = [c for c in by_source(results, "seed 000 Q4") if "Llama 3" in c["claim"] and "averages" in c["claim"]]
     assert c["verdict"] == "did not hold" and "平均检查点" in c["details"]["quote"]
     assert "§3.4.3" in c["measured"] and "§4.1.5" in c["measured"] and "context-extension" in c["details"]["evidence"]
+
+
+# ------------------------------------------------------------------ the records beside the first eleven
+def test_autocast_casts_the_lessons_float_scores_down():
+    m = corrections.autocast_scores_dtype()
+    assert m["lesson"] == "bfloat16"  # .float() inside autocast: the matmul still runs in low precision
+    assert m["autocast_disabled"] == "float32"
+    q = torch.randn(1, 2, 4, 8).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the same fact, independently
+        assert torch.matmul(q.float(), q.transpose(-2, -1).float()).dtype == torch.bfloat16
+
+
+def test_lessons_pe_cache_class_fails_on_d_model(results):
+    assert corrections.run_lesson_pe_cache() == "NameError: name 'd_model' is not defined"
+    (c,) = by_source(results, "seed 002 §5.2")
+    assert c["verdict"] == "did not hold" and "d_model" in c["measured"]
+
+
+def test_lessons_adaptive_mask_faults():
+    f = corrections.adaptive_mask_faults(seq_len=6, spans=(1, 2))
+    assert f["masked_pairs"] == 0 and f["future_pairs_kept"] == f["of_future_pairs"] == 15
+    assert all(f["faults"].values())
+    mask = corrections.lesson_adaptive_mask(6, [1, 2])
+    assert mask[0, 5] == 3 and mask[5, 0] == 1  # far past: only the initial ones; the future: every head
+
+
+def test_adaptive_span_heading_and_imagenet_rule(results):
+    heading = [c for c in by_source(results, "seed 002 §7.1") if "number of heads" in c["claim"]]
+    assert len(heading) == 1 and "动态头数调节" in heading[0]["details"]["quote"]
+    (rule,) = [c for c in by_source(results, "seed 002 §3.2")]
+    assert rule["verdict"] == "did not hold" and "ImageNet" in rule["details"]["quote"]
+    for _, d, h in corrections.VIT_CONFIGS:
+        assert h / math.sqrt(d / 16) > 1.25  # every ViT has far more heads than the rule
+
+
+def test_scaled_dot_product_variance_does_not_grow_with_dk():
+    v = corrections.score_variance(dims=(8, 512), n=8000, seed=3)
+    assert v["raw"][512] / v["raw"][8] == pytest.approx(64, rel=0.15)  # before ÷√d_k: proportional to d_k
+    assert v["scaled"][8] == pytest.approx(1, abs=0.06) and v["scaled"][512] == pytest.approx(1, abs=0.06)
+
+
+def test_low_frequencies_leave_the_trained_range():
+    r = corrections.angles_out_of_range(d=64, base=10000.0, train=512, factor=4)
+    inv = 1.0 / 10000.0 ** (torch.arange(0, 64, 2).float() / 64)
+    periods = 2 * math.pi / inv
+    assert r["out_of_range"] == [i for i in range(32) if periods[i] > 511]  # a period longer than the training length
+    assert r["out_of_range"] and not r["high_frequency_out"]
+
+
+def test_table_22_and_llama3(results):
+    (table,) = by_source(results, "seed 000 §2.2")
+    assert table["details"]["duplicated_rows"] == 1 and not table["details"]["sinusoidal_listed"]
+    c = corrections.llama3_vs_ntk()
+    assert c["ntk_pairs_unchanged"] == 1  # NTK-aware moves every pair but the highest-frequency one
+    assert c["llama3_pairs_unchanged"] > 10 and c["max_relative_difference"] > 0.5
+    (llama,) = [r for r in by_source(results, "seed 000 Q4") if "Llama 3 extends" in r["claim"]]
+    assert "500000" in llama["measured"] and "'llama3'" in llama["measured"]
+
+
+def test_rope_spread_is_1e5_not_1e6():
+    here = corrections.lesson_rope_spreads()
+    assert max(corrections.LESSON_SPREADS.values()) == pytest.approx(1.2e-5)
+    assert 2e-6 < max(here.values()) < 1e-4  # fp32 rounding near |value| 3: of the order of 1e-5
+
+
+def test_no_issue_numbers_in_the_records(results):
+    text = json.dumps(results[0], ensure_ascii=False)
+    assert "issue " not in text.lower()

@@ -139,3 +139,52 @@ def test_slow_tokenizer_files_are_converted_offline(hf_folders, tmp_path) -> Non
     assert tokenizer.encode(text) == bpe.encode(text).ids
     assert tokenizer.decode(tokenizer.encode(text)) == text
     assert HFTokenizer.from_folder(folder) is None  # no tokenizer files at all
+
+
+def _malformed(kind: str, source, folder) -> str:
+    """Copy ``source`` to ``folder`` and break it one way; returns the needle its one-line error must hold."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, folder)
+    config_path = folder / "config.json"
+    config = json.loads(config_path.read_text())
+    if kind in ("index-no-weight-map", "index-weight-map-list"):
+        tensors = load_file(str(folder / "model.safetensors"))
+        (folder / "model.safetensors").rename(folder / "shard-1.safetensors")
+        index = {"metadata": {}} if kind == "index-no-weight-map" else {"weight_map": sorted(tensors)}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+        return "weight_map" if kind == "index-weight-map-list" else "no weight_map"
+    if kind == "linear-without-factor":
+        config["rope_parameters"] = {"rope_type": "linear", "rope_theta": 10000.0}
+        needle = "'factor'"
+    elif kind == "llama3-without-frequency-factors":
+        config["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                                     "original_max_position_embeddings": 32}
+        needle = "low_freq_factor"
+    elif kind == "zero-heads":
+        config["num_attention_heads"] = 0
+        needle = "num_attention_heads=0 must be a positive integer"
+    else:  # one weight of the wrong shape
+        tensors = load_file(str(folder / "model.safetensors"))
+        key = "model.layers.0.self_attn.k_proj.weight"
+        tensors[key] = torch.zeros(tensors[key].shape[0] + 1, tensors[key].shape[1])
+        save_file(tensors, str(folder / "model.safetensors"))
+        needle = "'blocks.0.attn.qkv.weight' have shape [129, 64]; the config's sizes need [128, 64]"
+    config_path.write_text(json.dumps(config))
+    return needle
+
+
+@pytest.mark.parametrize("kind", ["index-no-weight-map", "index-weight-map-list", "linear-without-factor",
+                                  "llama3-without-frequency-factors", "zero-heads", "wrong-shape"])
+def test_convert_of_a_malformed_folder_is_one_line(kind: str, hf_folders, tmp_path, capsys, request) -> None:
+    """Each malformed Hugging Face folder is ``poslab: error: ...`` naming the file or field, exit 2, nothing written."""
+    needle = _malformed(kind, hf_folders["llama"][0], tmp_path / "broken")
+    assert main(["convert", "--from-hf", str(tmp_path / "broken"), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("poslab: error:") and err.count("\n") == 1 and needle in err, err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
+    from test_reliability_artifacts import mode, record
+
+    record("hf_folders", mode(request), {"cases": 1, "refused_one_line": 1, "tracebacks": 0})

@@ -54,6 +54,9 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
                ("cases", "refused_one_line", "tracebacks", "max_mib_grown_reading_1gib_binary_corpus")),
     "explorer": ("explorer request checks (Host, Origin, Content-Length, disconnects)",
                  ("requests", "refused", "served_anyway", "disconnects_logged_in_one_line", "tracebacks")),
+    "hf_folders": ("malformed Hugging Face folders given to `poslab convert`", ("cases", "refused_one_line", "tracebacks")),
+    "export": ("`poslab.to_hf` of every GPTConfig option (alone, family combinations; pairs in slow)",
+               ("cases", "exact", "refused", "not_offered", "silent_differences")),
     "redteam": ("red-team causes (deep nesting, alias bombs, forged files, extreme values, costs, lock, memory resume)",
                 ("cases", "refused_one_line", "right_answer")),
 }

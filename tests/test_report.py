@@ -15,7 +15,7 @@ from poslab.display.fonts import FAMILY, covered_chars, font_face_css, font_path
 from poslab.lab import lab
 from poslab.lab.report import build_report, claims, load_results
 from poslab.lab.report.sections import SECTIONS
-from poslab.lab.verdicts import bound, check_records, compare, tally
+from poslab.lab.verdicts import bound, check_records, compare, not_testable, tally
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
@@ -23,7 +23,8 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread
 def verdict_of(html: str, claim_start: str) -> str:
     """The verdict badge text of the first claims-table row whose claim starts with ``claim_start``."""
     within = r"(?:(?!</tr>).)*?"  # never across rows
-    row = re.search(r"<tr class='v-\w+'><td class='src'>" + within + "</td><td>" + re.escape(claim_start) + within + "</tr>", html)
+    row = re.search(r"<tr class='v-\w+'><td class='src'>" + within + r"</td><td>(?:<span class='\w+'>)?" + re.escape(claim_start)
+                    + within + "</tr>", html)
     assert row, claim_start
     return re.search(r"<span class='badge \w+'>([^<]+)</span>", row.group(0)).group(1)
 
@@ -63,8 +64,10 @@ def test_claims_held_on_real_results():
     assert check_records(records) == []  # every deterministic record obeys the rule
     assert all(r.n_seeds == 0 and r.noise is None for r in records if r.verdict != "inconclusive")
     counts = tally(records)
-    assert f"{counts['held']} held</span> <span class='count failed'>{counts['did not hold']} did not hold</span> " \
-           f"<span class='count unknown'>{counts['inconclusive']} inconclusive</span>" in html
+    untestable = sum(not_testable(r) for r in records)
+    assert (f"<span class='count held'>{counts['held']} held</span> <span class='count wrong'>{counts['did not hold']} "
+            f"did not hold</span> <span class='count untestable'>{untestable} not testable</span> "
+            f"<span class='count inconclusive'>{counts['inconclusive'] - untestable} inconclusive</span>") in html
 
 
 def test_changing_a_results_file_changes_the_report(tmp_path):

@@ -34,6 +34,7 @@ COMMANDS = (
     "poslab.cli.average",
     "poslab.cli.eval",
     "poslab.cli.lab",
+    "poslab.cli.report",
     "poslab.cli.heads",
     "poslab.cli.attention",
     "poslab.cli.explore",

@@ -6,13 +6,14 @@ import argparse
 from pathlib import Path
 
 from poslab.interop.convert import DTYPES, convert_hf_folder
+from poslab.interop.hf import SUPPORTED
 from poslab.runs import RunFolder
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="convert a Hugging Face model folder into a poslab run folder (offline)")
     p.add_argument("--from-hf", dest="from_hf", type=Path, required=True, metavar="DIR",
-                   help="local folder with config.json + model.safetensors (gpt2, llama, mistral, gpt_neox, gptj, bloom, mpt)")
+                   help=f"local folder with config.json + model.safetensors ({', '.join(SUPPORTED)})")
     p.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run folder to create, e.g. runs/NAME")
     p.add_argument("--corpus", default="shakespeare", help="corpus `poslab eval` scores the run on (default shakespeare)")
     p.add_argument("--dtype", default="source", choices=list(DTYPES), help="stored weight dtype (default: the checkpoint's)")

@@ -1,4 +1,4 @@
-"""``poslab lab [--quick|--full] [--out DIR] [--fresh] [--only STEP ...] [--report-only]``: the whole lab."""
+"""``poslab lab [--quick|--full] [--out DIR] [--fresh] [--only STEP ...] [--report-only] [--lang en|zh]``: the whole lab."""
 
 from __future__ import annotations
 
@@ -18,14 +18,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--fresh", action="store_true", help="rerun every step instead of reusing finished ones")
     parser.add_argument("--only", action="append", default=None, metavar="STEP", help="run only this step (repeatable)")
     parser.add_argument("--report-only", action="store_true", help="rebuild report.html from the existing results")
+    parser.add_argument("--lang", choices=("en", "zh"), default="en",
+                        help="language of the page (default en; zh writes LAB/report.zh.html beside report.html)")
     parser.set_defaults(func=run, mode="quick")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.report_only:
-        from poslab.lab.report import build_report
+    from poslab.lab.report import build_report
 
-        print(f"wrote {build_report(args.out)}")
+    if args.report_only:
+        print(f"wrote {build_report(args.out, lang=args.lang)}")
         return 0
     manifest = lab.run_lab(args.out, args.mode, args.fresh, args.only)
+    if args.lang != "en":
+        print(f"wrote {build_report(args.out, lang=args.lang)}")
     return 0 if lab.succeeded(manifest, args.only) else 1

@@ -23,6 +23,9 @@ SOURCE_FACE = "Noto Sans CJK SC"
 ASSETS = Path(__file__).resolve().parent / "assets"
 FAMILY = "Poslab CJK"
 EXTRA = "·—–‘’“”…×÷→←↑↓≈≠≤≥√θαβγπΔΣ∞±°²³½¼"
+#: traditional characters the pages print: the title of the lesson written in traditional characters
+#: (「多頭注意力和位置編碼」) and its exercise and self-test headings (練習, 自測)
+TRADITIONAL = "頭編碼練習測"
 
 
 def charset() -> set[str]:
@@ -41,7 +44,7 @@ def charset() -> set[str]:
     chars |= {chr(c) for c in range(0x20, 0x7F)}
     chars |= {chr(c) for c in range(0x3000, 0x3040)}  # CJK symbols and punctuation
     chars |= {chr(c) for c in range(0xFF01, 0xFF66)}  # full-width forms
-    chars |= set(EXTRA)
+    chars |= set(EXTRA) | set(TRADITIONAL)
     return {c for c in chars if c.isprintable()}
 
 

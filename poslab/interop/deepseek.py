@@ -11,12 +11,13 @@ layers are all dense (``first_k_dense_replace = num_hidden_layers``).
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 from torch import Tensor
 
-from poslab.interop import _modern as m
-from poslab.interop.hf import Converted, _activation, _lm_head, _unsupported, _Weights, register_family
+from poslab.interop import common as m
+from poslab.interop.checkpoint import transformers_module
 
 FAMILY = "deepseek_v3"
 
@@ -32,15 +33,15 @@ def _softmax_scale(config: Any) -> float:
     return scale
 
 
-def convert(config: Any, w: _Weights) -> Converted:
+def convert(config: Any, w: m.Weights) -> m.Converted:
     """``(GPTConfig values, state dict)`` of an all-dense ``DeepseekV3ForCausalLM``."""
     n = config.num_hidden_layers
     if config.first_k_dense_replace is None or config.first_k_dense_replace < n:
-        raise _unsupported(FAMILY, f"first_k_dense_replace={config.first_k_dense_replace} with num_hidden_layers={n} "
+        raise m.unsupported(FAMILY, f"first_k_dense_replace={config.first_k_dense_replace} with num_hidden_layers={n} "
                                    "(routed mixture-of-experts layers; poslab maps all-dense DeepSeek-V3 configs: "
                                    "first_k_dense_replace >= num_hidden_layers)")
     if config.num_key_value_heads != config.num_attention_heads:
-        raise _unsupported(FAMILY, f"num_key_value_heads={config.num_key_value_heads} != num_attention_heads (MLA expands to every head)")
+        raise m.unsupported(FAMILY, f"num_key_value_heads={config.num_key_value_heads} != num_attention_heads (MLA expands to every head)")
     m.check_divisible(FAMILY, config)
     bias = bool(config.attention_bias)
     layout = "interleaved" if config.rope_interleave else "half"
@@ -48,7 +49,7 @@ def convert(config: Any, w: _Weights) -> Converted:
     cfg: dict[str, Any] = dict(
         vocab_size=config.vocab_size, n_layer=n, n_head=config.num_attention_heads, n_embd=config.hidden_size,
         block_size=config.max_position_embeddings, bias=False, attn_bias=bias, position="rope", position_config=rope,
-        norm="rmsnorm", mlp="swiglu", mlp_hidden=config.intermediate_size, activation=_activation(FAMILY, config.hidden_act),
+        norm="rmsnorm", mlp="swiglu", mlp_hidden=config.intermediate_size, activation=m.activation(FAMILY, config.hidden_act),
         tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.rms_norm_eps, attn_scale=_softmax_scale(config),
         backend="auto",
         mla={"kv_lora_rank": config.kv_lora_rank, "q_lora_rank": config.q_lora_rank, "qk_nope_head_dim": config.qk_nope_head_dim,
@@ -74,12 +75,19 @@ def convert(config: Any, w: _Weights) -> Converted:
         sd[f"blocks.{i}.norm1.weight"] = w.take(f"layers.{i}.input_layernorm.weight")
         sd[f"blocks.{i}.norm2.weight"] = w.take(f"layers.{i}.post_attention_layernorm.weight")
     sd["norm_f.weight"] = w.take("norm.weight")
-    _lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
+    m.lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
     return cfg, sd
 
 
-register_family(FAMILY, "model.", convert,
-                "DeepSeek-V3, all-dense configs (multi-head latent attention with decoupled RoPE, compressed KV cache)")
+def _mla(gpt: Any) -> list[m.Problem]:
+    cfg = gpt.config
+    if cfg.mla["latent_eps"] != 1e-6:
+        return [("mla", f"mla latent_eps={cfg.mla['latent_eps']} (transformers' latent norms use 1e-6)")]
+    expected = _softmax_scale(SimpleNamespace(qk_nope_head_dim=cfg.mla["qk_nope_head_dim"], qk_rope_head_dim=cfg.mla["qk_rope_head_dim"],
+                                              rope_parameters=m.hf_rope(FAMILY, gpt, gpt.position)))
+    if cfg.attn_scale is not None and abs(cfg.attn_scale - expected) > 1e-12 * expected:
+        return [("attn_scale", f"attn_scale={cfg.attn_scale} (transformers derives {expected})")]
+    return []
 
 
 def to_hf(gpt: Any, out_dir: Any = None) -> Any:
@@ -88,16 +96,10 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
     The layout: ``mla`` set, RoPE (either layout; any transformers scaling), rmsnorm, swiglu, sequential
     residual, the softmax scale transformers derives (``qk_head_dim ** -0.5``, YaRN's ``mscale**2``).
     """
-    import transformers
-
+    WRITES.refuse(gpt)
+    transformers = transformers_module()
     cfg = gpt.config
-    problems = m.export_problems(gpt, set(), position="rope", norm="rmsnorm", mlp="swiglu", residual="sequential")
-    if cfg.mla is None:
-        problems.append("mla=None (DeepSeek-V3 attention is multi-head latent attention)")
-    m.refuse_export(FAMILY, problems)
     mla = cfg.mla
-    if mla["latent_eps"] != 1e-6:
-        raise ValueError(f"to_hf ({FAMILY}): mla latent_eps={mla['latent_eps']} (transformers' latent norms use 1e-6)")
     rope_params = m.hf_rope(FAMILY, gpt, gpt.position)
     hidden = gpt.blocks[0].mlp.up.out_features
     hf_config = transformers.DeepseekV3Config(
@@ -109,9 +111,6 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
         rope_parameters=rope_params, rope_interleave=gpt.position.config.layout == "interleaved",
         attention_bias=cfg.bias_of("attn"), bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )
-    expected = _softmax_scale(hf_config)
-    if cfg.attn_scale is not None and abs(cfg.attn_scale - expected) > 1e-12 * expected:
-        raise ValueError(f"to_hf ({FAMILY}): attn_scale={cfg.attn_scale} (transformers derives {expected})")
     hf = transformers.DeepseekV3ForCausalLM(hf_config)
     src = gpt.state_dict()
     bias = cfg.bias_of("attn")
@@ -137,3 +136,16 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
         sd[f"model.layers.{i}.input_layernorm.weight"] = src[f"blocks.{i}.norm1.weight"]
         sd[f"model.layers.{i}.post_attention_layernorm.weight"] = src[f"blocks.{i}.norm2.weight"]
     return m.finish_export(hf, sd, gpt.tok_emb.weight.dtype, out_dir)
+
+
+WRITES = m.Writes(
+    FAMILY,
+    requires={"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "residual": "sequential", "mlp_bias": False,
+              "n_kv_head": None},
+    carries=frozenset({"mla", "attn_bias", "attn_scale", "attn_head_dim"}),
+    checks=(lambda gpt: [] if gpt.config.mla is not None else [("mla", "mla=None (DeepSeek-V3 attention is multi-head latent attention)")],
+            m.rope_check(FAMILY, layout=None), _mla),
+    export=to_hf,
+)
+FAMILIES = (m.Family(FAMILY, "model.", "DeepSeek-V3, all-dense configs (multi-head latent attention with decoupled RoPE, "
+                                       "compressed KV cache)", convert, WRITES),)

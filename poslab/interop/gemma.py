@@ -18,19 +18,20 @@ Gemma's RMSNorm multiplies by ``1 + w``; poslab's by ``w``: the gains are shifte
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
 from torch import Tensor
 
-from poslab.interop import _modern as m
-from poslab.interop.hf import Converted, _activation, _lm_head, _unsupported, _Weights, register_family
+from poslab.interop import common as m
+from poslab.interop.checkpoint import transformers_module
 
 NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "post_attn_norm"),
          ("pre_feedforward_layernorm", "norm2"), ("post_feedforward_layernorm", "post_mlp_norm"))
 
 
-def _convert(config: Any, w: _Weights, family: str) -> Converted:
+def _convert(config: Any, w: m.Weights, family: str) -> m.Converted:
     m.check_divisible(family, config)
     m.refuse_if(family, config, "use_bidirectional_attention", bool)
     head_dim = m.head_dim_of(config)
@@ -65,7 +66,7 @@ def _convert(config: Any, w: _Weights, family: str) -> Converted:
         vocab_size=config.vocab_size, n_layer=config.num_hidden_layers, n_head=config.num_attention_heads,
         n_kv_head=config.num_key_value_heads, n_embd=config.hidden_size, block_size=config.max_position_embeddings,
         bias=False, attn_bias=bias, position="rope", position_config=global_rope, norm="rmsnorm", mlp="swiglu",
-        mlp_hidden=config.intermediate_size, activation=_activation(family, config.hidden_activation),
+        mlp_hidden=config.intermediate_size, activation=m.activation(family, config.hidden_activation),
         tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.rms_norm_eps, attn_head_dim=head_dim,
         residual="sandwich", embed_scale=float(config.hidden_size**0.5), attn_scale=float(config.query_pre_attn_scalar**-0.5),
         attn_softcap=attn_cap, final_softcap=_cap(family, config, "final_logit_softcapping"),
@@ -79,7 +80,7 @@ def _convert(config: Any, w: _Weights, family: str) -> Converted:
         for hf, ours in NORMS:
             sd[f"{dst}{ours}.weight"] = w.take(f"{src}{hf}.weight") + 1.0  # Gemma's RMSNorm scales by 1 + w
     sd["norm_f.weight"] = w.take("norm.weight") + 1.0
-    _lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
+    m.lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
     return cfg, sd
 
 
@@ -88,67 +89,62 @@ def _cap(family: str, config: Any, field: str) -> float | None:
     if value is None:
         return None
     if not value > 0:
-        raise _unsupported(family, f"{field}={value!r} (a soft-cap must be > 0 or None)")
+        raise m.unsupported(family, f"{field}={value!r} (a soft-cap must be > 0 or None)")
     return float(value)
 
 
-def convert_gemma2(config: Any, w: _Weights) -> Converted:
+def convert_gemma2(config: Any, w: m.Weights) -> m.Converted:
     """``(GPTConfig values, state dict)`` of a ``Gemma2ForCausalLM``."""
     return _convert(config, w, "gemma2")
 
 
-def convert_gemma3(config: Any, w: _Weights) -> Converted:
+def convert_gemma3(config: Any, w: m.Weights) -> m.Converted:
     """``(GPTConfig values, state dict)`` of a ``Gemma3ForCausalLM`` (text only)."""
     return _convert(config, w, "gemma3_text")
 
 
-register_family("gemma2", "model.", convert_gemma2,
-                "Gemma 2 (attention and final-logit soft-capping, local/global layers, sandwich norms)")
-register_family("gemma3_text", "model.", convert_gemma3,
-                "Gemma 3 text (QK-norm, 5:1 local/global layers with their own RoPE bases, sandwich norms)")
+def _scale(gpt: Any) -> list[m.Problem]:
+    cfg = gpt.config
+    scale = cfg.attn_scale if cfg.attn_scale is not None else cfg.head_dim**-0.5
+    if not math.isclose(round(scale**-2) ** -0.5, scale, rel_tol=1e-9):
+        return [("attn_scale", f"attn_scale={cfg.attn_scale} (Gemma's is query_pre_attn_scalar ** -0.5 for an integer scalar)")]
+    return []
+
+
+def _embed_scale(gpt: Any) -> list[m.Problem]:
+    cfg = gpt.config
+    if cfg.embed_scale is None or not math.isclose(cfg.embed_scale, cfg.n_embd**0.5, rel_tol=1e-12):
+        return [("embed_scale", f"embed_scale={cfg.embed_scale!r} (Gemma multiplies the embeddings by sqrt(n_embd)={cfg.n_embd**0.5})")]
+    return []
+
+
+def _ropes(gpt: Any, family: str) -> tuple[dict[str, dict], list[m.Problem]]:
+    """``{layer type: rope_parameters}`` of the model, and what transformers' one-RoPE-per-type cannot hold."""
+    types, _ = m.window_layers(gpt)
+    ropes: dict[str, dict] = {}
+    for i, t in enumerate(types):
+        params = m.hf_rope(family, gpt, gpt.layer_position(i))
+        if ropes.setdefault(t, params) != params:
+            return ropes, [("layer_pattern", f"the {t} layers use different RoPE configurations; transformers has one per layer type")]
+    if family == "gemma2" and len({str(p) for p in ropes.values()}) > 1:
+        return ropes, [("layer_pattern", "local and global layers with different RoPE; Gemma 2 has one (Gemma 3 has two)")]
+    return ropes, []
 
 
 def _export(gpt: Any, family: str, out_dir: Any) -> Any:
-    import math
-
-    import transformers
-
-    cfg = gpt.config
     gemma3 = family == "gemma3_text"
-    allowed = {"layer_pattern", "embed_scale", "final_softcap", "window"} | ({"qk_norm"} if gemma3 else {"attn_softcap"})
-    problems = m.export_problems(gpt, allowed, position="rope", norm="rmsnorm", mlp="swiglu", residual="sandwich",
-                                 qk_norm=gemma3, embed_scale=float(cfg.n_embd**0.5), tie_embeddings=cfg.tie_embeddings)
+    (GEMMA3 if gemma3 else GEMMA2).refuse(gpt)
+    transformers = transformers_module()
+    cfg = gpt.config
     scale = cfg.attn_scale if cfg.attn_scale is not None else cfg.head_dim**-0.5
-    scalar = round(scale**-2)
-    if not math.isclose(scalar**-0.5, scale, rel_tol=1e-9):
-        problems.append(f"attn_scale={cfg.attn_scale} (Gemma's is query_pre_attn_scalar ** -0.5 for an integer scalar)")
-    m.refuse_export(family, problems)
-    for i in range(cfg.n_layer):
-        extra = set(cfg.layer(i)) - {"window", "position_config"}
-        if extra or (cfg.layer(i).get("position_config") is not None and not gemma3):
-            raise ValueError(f"to_hf ({family}): layer_pattern entry of layer {i} sets {sorted(cfg.layer(i))}; "
-                             f"{family} maps {'window and position_config' if gemma3 else 'window'} only")
-    windows = [cfg.layer_value(i, "window") for i in range(cfg.n_layer)]
-    sizes = {w for w in windows if w is not None}
-    if len(sizes) > 1:
-        raise ValueError(f"to_hf ({family}): sliding windows of several sizes {sorted(sizes)}; transformers has one sliding_window")
-    types = [m.SLIDING if w is not None else m.FULL for w in windows]
-    ropes: dict[str, dict] = {}
-    for i, t in enumerate(types):
-        scheme = gpt.layer_position(i)
-        if scheme.config.layout != "half":
-            raise ValueError(f"to_hf ({family}): RoPE layout {scheme.config.layout!r} in layer {i} (Gemma rotates half-split pairs)")
-        params = m.hf_rope(family, gpt, scheme)
-        if ropes.setdefault(t, params) != params:
-            raise ValueError(f"to_hf ({family}): the {t} layers use different RoPE configurations; transformers has one per layer type")
-    if not gemma3 and len({str(p) for p in ropes.values()}) > 1:
-        raise ValueError(f"to_hf ({family}): local and global layers with different RoPE; Gemma 2 has one (Gemma 3 has two)")
+    types, window = m.window_layers(gpt)
+    ropes, _ = _ropes(gpt, family)
     common = dict(
         vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=gpt.blocks[0].mlp.up.out_features,
         num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
         hidden_activation=m.HF_ACT[cfg.mlp_activation], max_position_embeddings=cfg.block_size, rms_norm_eps=cfg.norm_eps,
-        tie_word_embeddings=cfg.tie_embeddings, attention_bias=cfg.bias_of("attn"), query_pre_attn_scalar=scalar,
-        sliding_window=sizes.pop() if sizes else 4096, layer_types=types, final_logit_softcapping=cfg.final_softcap,
+        tie_word_embeddings=cfg.tie_embeddings, attention_bias=cfg.bias_of("attn"), query_pre_attn_scalar=round(scale**-2),
+        sliding_window=window or 4096, layer_types=types, final_logit_softcapping=cfg.final_softcap,
         bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )
     if gemma3:
@@ -178,3 +174,22 @@ def to_hf_gemma3(gpt: Any, out_dir: Any = None) -> Any:
     """A ``Gemma3ForCausalLM`` for a Gemma-3-layout :class:`poslab.GPT` (Gemma 2's plus ``qk_norm``, no
     attention soft-cap, and one RoPE configuration for the local layers and one for the global ones)."""
     return _export(gpt, "gemma3_text", out_dir)
+
+
+_CARRIED = frozenset({"n_kv_head", "attn_head_dim", "attn_bias", "attn_scale", "embed_scale", "final_softcap", "window",
+                      "layer_pattern"})
+_REQUIRED = {"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "residual": "sandwich", "mlp_bias": False}
+GEMMA2 = m.Writes("gemma2", requires=_REQUIRED, carries=_CARRIED | {"attn_softcap"}, layer_keys=frozenset({"window"}),
+                  checks=(m.rope_check("gemma2"), m.one_window("gemma2"), _scale, _embed_scale, lambda gpt: _ropes(gpt, "gemma2")[1]),
+                  export=to_hf_gemma2)
+GEMMA3 = m.Writes("gemma3_text", requires={**_REQUIRED, "qk_norm": True}, carries=_CARRIED | {"qk_norm"},
+                  layer_keys=frozenset({"window", "position_config"}),
+                  checks=(m.rope_check("gemma3_text"), m.one_window("gemma3_text"), _scale, _embed_scale,
+                          lambda gpt: _ropes(gpt, "gemma3_text")[1]),
+                  export=to_hf_gemma3)
+FAMILIES = (
+    m.Family("gemma2", "model.", "Gemma 2 (attention and final-logit soft-capping, local/global layers, sandwich norms)",
+             convert_gemma2, GEMMA2),
+    m.Family("gemma3_text", "model.", "Gemma 3 text (QK-norm, 5:1 local/global layers with their own RoPE bases, sandwich norms)",
+             convert_gemma3, GEMMA3),
+)

@@ -20,8 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from poslab.interop import _modern as m
-from poslab.interop.hf import Converted, _Weights, register_family
+from poslab.interop import common as m
 from poslab.nn import positions
 from poslab.nn.attention import MultiHeadAttention
 from poslab.nn.positions.base import PositionScheme
@@ -29,7 +28,7 @@ from poslab.nn.positions.base import PositionScheme
 FAMILY = "gpt_oss"
 
 
-def convert(config: Any, w: _Weights) -> Converted:
+def convert(config: Any, w: m.Weights) -> m.Converted:
     """Refuses: every gpt-oss MLP is a mixture of experts (see :func:`attention_from_hf`)."""
     raise ValueError(
         f"gpt_oss: the routed mixture-of-experts MLP (num_local_experts={config.num_local_experts}, "
@@ -70,7 +69,7 @@ def attention_from_hf(model: nn.Module, layer: int, *, backend: str = "auto") ->
     )
     tensors = {k: v.detach() for k, v in model.state_dict().items()}
     prefix = f"model.layers.{layer}.self_attn." if f"model.layers.{layer}.self_attn.sinks" in tensors else f"layers.{layer}.self_attn."
-    w = _Weights({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}, "", FAMILY)
+    w = m.Weights({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}, "", FAMILY)
     sd: dict[str, torch.Tensor] = {}
     m.attention(w, sd, "", "", bias)
     sd = {k[len("attn."):]: v for k, v in sd.items()}
@@ -81,6 +80,16 @@ def attention_from_hf(model: nn.Module, layer: int, *, backend: str = "auto") ->
     return attn.to(dtype).eval(), rope
 
 
-register_family(FAMILY, "model.", convert,
-                "gpt-oss (attention layers only, via poslab.interop.gpt_oss.attention_from_hf: sinks, "
-                "alternating sliding/full; the MoE MLP is refused)")
+def _moe(gpt: Any) -> list[m.Problem]:
+    return [("mlp", f"mlp={gpt.config.mlp!r} (gpt-oss MLPs are routed mixtures of experts with a clamped SwiGLU, "
+                    "which poslab.GPT does not implement, so poslab writes no gpt-oss model)")]
+
+
+#: gpt-oss carries attention sinks and alternating windows, but its MLP is one poslab has not: every
+#: model is refused, and refusals of ``attn_sinks`` name this family.
+WRITES = m.Writes(FAMILY, requires={"position": "rope", "norm": "rmsnorm", "residual": "sequential"},
+                  carries=frozenset({"mlp", "attn_sinks", "window", "layer_pattern", "n_kv_head", "attn_head_dim",
+                                                          "attn_bias", "mlp_bias", "norm_bias"}),
+                  layer_keys=frozenset({"window"}), checks=(_moe,), export=None)
+FAMILIES = (m.Family(FAMILY, "model.", "gpt-oss (attention layers only, via poslab.interop.gpt_oss.attention_from_hf: sinks, "
+                                       "alternating sliding/full; the MoE MLP is refused)", convert, WRITES),)

@@ -20,16 +20,16 @@ from typing import Any
 
 from torch import Tensor
 
-from poslab.interop import _modern as m
-from poslab.interop.hf import Converted, _activation, _lm_head, _unsupported, _Weights, register_family
+from poslab.interop import common as m
+from poslab.interop.checkpoint import transformers_module
 
 FAMILY = "llama4_text"
 
 
-def convert(config: Any, w: _Weights) -> Converted:
+def convert(config: Any, w: m.Weights) -> m.Converted:
     """``(GPTConfig values, state dict)`` of a dense ``Llama4ForCausalLM``."""
     if config.moe_layers:
-        raise _unsupported(FAMILY, f"moe_layers={list(config.moe_layers)} (routed mixture-of-experts layers; "
+        raise m.unsupported(FAMILY, f"moe_layers={list(config.moe_layers)} (routed mixture-of-experts layers; "
                                    "poslab maps dense Llama 4 layers only: moe_layers=[])")
     m.check_divisible(FAMILY, config)
     head_dim = m.head_dim_of(config)
@@ -51,7 +51,7 @@ def convert(config: Any, w: _Weights) -> Converted:
         vocab_size=config.vocab_size, n_layer=config.num_hidden_layers, n_head=config.num_attention_heads,
         n_kv_head=config.num_key_value_heads, n_embd=config.hidden_size, block_size=config.max_position_embeddings,
         bias=False, attn_bias=bias, position="rope", position_config=rope, norm="rmsnorm", mlp="swiglu",
-        mlp_hidden=config.intermediate_size_mlp, activation=_activation(FAMILY, config.hidden_act),
+        mlp_hidden=config.intermediate_size_mlp, activation=m.activation(FAMILY, config.hidden_act),
         tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.rms_norm_eps, attn_head_dim=head_dim,
         qk_norm_affine=False, layer_pattern=pattern, backend="auto",
     )
@@ -63,53 +63,31 @@ def convert(config: Any, w: _Weights) -> Converted:
         sd[f"{dst}norm1.weight"] = w.take(f"{src}input_layernorm.weight")
         sd[f"{dst}norm2.weight"] = w.take(f"{src}post_attention_layernorm.weight")
     sd["norm_f.weight"] = w.take("norm.weight")
-    _lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
+    m.lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
     return cfg, sd
 
 
-register_family(FAMILY, "model.", convert,
-                "Llama 4 text, dense layers (iRoPE: chunked RoPE layers with L2 QK-norm, NoPE layers with "
-                "attention-temperature tuning)")
-
-
-def to_hf(gpt: Any, out_dir: Any = None) -> Any:
-    """A dense ``Llama4ForCausalLM`` (``moe_layers=[]``) for a Llama-4-layout :class:`poslab.GPT`.
-
-    The layout: interleaved RoPE on some layers and ``position="none"`` on the others (through
-    ``layer_pattern``), weightless QK-norm on all RoPE layers or none, one temperature tuning on all
-    NoPE layers or none, one ``attn_chunk`` size; rmsnorm, swiglu, sequential residual.
-    """
-    import transformers
-
+def _plan(gpt: Any) -> tuple[dict[str, Any], list[m.Problem]]:
+    """The Llama 4 config fields of ``gpt``'s layers, and what Llama 4's one setting per kind of layer cannot hold."""
     cfg = gpt.config
-    problems = m.export_problems(gpt, {"layer_pattern", "attn_chunk", "attn_temperature", "qk_norm", "qk_norm_affine"},
-                                 position="rope", norm="rmsnorm", mlp="swiglu", residual="sequential", qk_norm_affine=False)
-    if cfg.attn_scale is not None and abs(cfg.attn_scale - cfg.head_dim**-0.5) > 1e-12:
-        problems.append(f"attn_scale={cfg.attn_scale}")
-    m.refuse_export(FAMILY, problems)
     use_rope, types, qk, temps, chunks = [], [], set(), set(), set()
     rope_params = None
     for i in range(cfg.n_layer):
-        extra = set(cfg.layer(i)) - {"position", "attn_chunk", "attn_temperature", "qk_norm"}
-        if extra:
-            raise ValueError(f"to_hf ({FAMILY}): layer_pattern entry of layer {i} sets {sorted(extra)}")
         name, chunk = cfg.layer_value(i, "position"), cfg.layer_value(i, "attn_chunk")
         temp, norm = cfg.layer_value(i, "attn_temperature"), cfg.layer_value(i, "qk_norm")
         if name not in ("rope", "none"):
-            raise ValueError(f"to_hf ({FAMILY}): layer {i} has position={name!r} (Llama 4 layers are RoPE or NoPE)")
+            return {}, [("position", f"layer {i} has position={name!r} (Llama 4 layers are RoPE or NoPE)")]
         rope = name == "rope"
         if rope and temp is not None:
-            raise ValueError(f"to_hf ({FAMILY}): layer {i} tunes the attention temperature on a RoPE layer (Llama 4 does it on NoPE layers)")
+            return {}, [("attn_temperature", f"layer {i} tunes the attention temperature on a RoPE layer "
+                                             "(Llama 4 does it on NoPE layers)")]
         if not rope and norm:
-            raise ValueError(f"to_hf ({FAMILY}): layer {i} has qk_norm on a NoPE layer (Llama 4 norms RoPE layers only)")
+            return {}, [("qk_norm", f"layer {i} has qk_norm on a NoPE layer (Llama 4 norms RoPE layers only)")]
         if rope:
             qk.add(bool(norm))
-            scheme = gpt.layer_position(i)
-            if scheme.config.layout != "interleaved":
-                raise ValueError(f"to_hf ({FAMILY}): RoPE layout {scheme.config.layout!r} in layer {i} (Llama 4 rotates interleaved pairs)")
-            params = m.hf_rope(FAMILY, gpt, scheme)
+            params = m.hf_rope(FAMILY, gpt, gpt.layer_position(i))
             if rope_params not in (None, params):
-                raise ValueError(f"to_hf ({FAMILY}): RoPE layers with different configurations; Llama 4 has one")
+                return {}, [("layer_pattern", "RoPE layers with different configurations; Llama 4 has one")]
             rope_params = params
         else:
             temps.add(tuple(temp) if temp is not None else None)
@@ -117,25 +95,60 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
             chunks.add(chunk)
         use_rope.append(int(rope))
         types.append(m.CHUNKED if chunk is not None else m.FULL)
-    for label, values in (("qk_norm on the RoPE layers", qk), ("attn_temperature on the NoPE layers", temps), ("attn_chunk", chunks)):
+    for field, label, values in (("qk_norm", "qk_norm on the RoPE layers", qk), ("attn_temperature", "attn_temperature on the NoPE layers", temps),
+                                 ("attn_chunk", "attn_chunk", chunks)):
         if len(values) > 1:
-            raise ValueError(f"to_hf ({FAMILY}): {label} differs between layers ({sorted(map(str, values))}); Llama 4 has one setting")
-    if rope_params is None:
-        rope_params = {"rope_type": "default", "rope_theta": 500000.0}
+            return {}, [(field, f"{label} differs between layers ({sorted(map(str, values))}); Llama 4 has one setting")]
     temp = next(iter(temps)) if temps else None
+    if temp is not None and float(int(temp[0])) != temp[0]:
+        return {}, [("attn_temperature", f"attn_temperature floor_scale={temp[0]} (transformers takes an integer)")]
+    return dict(
+        rope_parameters=rope_params or {"rope_type": "default", "rope_theta": 500000.0}, no_rope_layers=use_rope,
+        layer_types=types, attention_chunk_size=next(iter(chunks)) if chunks else None, use_qk_norm=bool(qk and qk.pop()),
+        attn_temperature_tuning=temp is not None, floor_scale=int(temp[0]) if temp is not None else 8192,
+        attn_scale=float(temp[1]) if temp is not None else 0.1,
+    ), []
+
+
+def _weightless(gpt: Any) -> list[m.Problem]:
+    cfg = gpt.config
+    if cfg.qk_norm_affine and any(cfg.layer_value(i, "qk_norm") for i in range(cfg.n_layer)):
+        return [("qk_norm_affine", "qk_norm_affine=True (Llama 4's QK-norm is a weightless L2 norm: qk_norm_affine=False)")]
+    return []
+
+
+def to_hf(gpt: Any, out_dir: Any = None) -> Any:
+    """A dense ``Llama4ForCausalLM`` (``moe_layers=[]``) for a Llama-4-layout :class:`poslab.GPT`.
+
+    The layout: interleaved RoPE on some layers and ``position="none"`` on the others (through
+    ``layer_pattern``), weightless QK-norm on all RoPE layers or none, one temperature tuning on all
+    NoPE layers or none, one ``attn_chunk`` size; rmsnorm, swiglu, sequential residual. Anything
+    else is refused naming the option (:data:`WRITES`).
+    """
+    WRITES.refuse(gpt)
+    transformers = transformers_module()
+    cfg = gpt.config
+    plan, _ = _plan(gpt)
     hidden = gpt.blocks[0].mlp.up.out_features
     hf_config = transformers.Llama4TextConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=hidden, intermediate_size_mlp=hidden,
         num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
         hidden_act=m.HF_ACT[cfg.mlp_activation], max_position_embeddings=cfg.block_size, rms_norm_eps=cfg.norm_eps,
-        tie_word_embeddings=cfg.tie_embeddings, attention_bias=cfg.bias_of("attn"), rope_parameters=rope_params, moe_layers=[],
-        no_rope_layers=use_rope, layer_types=types, attention_chunk_size=next(iter(chunks)) if chunks else None,
-        use_qk_norm=bool(qk and qk.pop()), attn_temperature_tuning=temp is not None,
-        floor_scale=int(temp[0]) if temp is not None else 8192, attn_scale=float(temp[1]) if temp is not None else 0.1,
-        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        tie_word_embeddings=cfg.tie_embeddings, attention_bias=cfg.bias_of("attn"), moe_layers=[],
+        bos_token_id=None, eos_token_id=None, pad_token_id=None, **plan,
     )
-    if temp is not None and float(int(temp[0])) != temp[0]:
-        raise ValueError(f"to_hf ({FAMILY}): attn_temperature floor_scale={temp[0]} (transformers takes an integer)")
     hf = transformers.Llama4ForCausalLM(hf_config)
     sd = m.export_decoder(gpt, mlp="feed_forward")
     return m.finish_export(hf, sd, gpt.tok_emb.weight.dtype, out_dir)
+
+
+WRITES = m.Writes(
+    FAMILY,
+    requires={"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "residual": "sequential", "mlp_bias": False},
+    carries=frozenset({"qk_norm_affine", "n_kv_head", "attn_head_dim", "attn_bias", "layer_pattern", "attn_chunk", "attn_temperature", "qk_norm"}),
+    layer_keys=frozenset({"position", "attn_chunk", "attn_temperature", "qk_norm"}),
+    checks=(_weightless, m.rope_check(FAMILY, layout="interleaved"), lambda gpt: _plan(gpt)[1]),
+    export=to_hf,
+)
+FAMILIES = (m.Family(FAMILY, "model.", "Llama 4 text, dense layers (iRoPE: chunked RoPE layers with L2 QK-norm, NoPE layers with "
+                                       "attention-temperature tuning)", convert, WRITES),)

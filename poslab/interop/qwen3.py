@@ -13,13 +13,13 @@ from typing import Any
 
 from torch import Tensor
 
-from poslab.interop import _modern as m
-from poslab.interop.hf import Converted, _activation, _lm_head, _Weights, register_family
+from poslab.interop import common as m
+from poslab.interop.checkpoint import transformers_module
 
 FAMILY = "qwen3"
 
 
-def convert(config: Any, w: _Weights) -> Converted:
+def convert(config: Any, w: m.Weights) -> m.Converted:
     """``(GPTConfig values, state dict)`` of a ``Qwen3ForCausalLM``."""
     m.check_divisible(FAMILY, config)
     head_dim = m.head_dim_of(config)
@@ -29,7 +29,7 @@ def convert(config: Any, w: _Weights) -> Converted:
         vocab_size=config.vocab_size, n_layer=config.num_hidden_layers, n_head=config.num_attention_heads,
         n_kv_head=config.num_key_value_heads, n_embd=config.hidden_size, block_size=config.max_position_embeddings,
         bias=False, attn_bias=bias, position="rope", position_config=m.rope_config(FAMILY, config, config.rope_parameters, head_dim),
-        norm="rmsnorm", mlp="swiglu", mlp_hidden=config.intermediate_size, activation=_activation(FAMILY, config.hidden_act),
+        norm="rmsnorm", mlp="swiglu", mlp_hidden=config.intermediate_size, activation=m.activation(FAMILY, config.hidden_act),
         tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.rms_norm_eps, attn_head_dim=head_dim, qk_norm=True,
         backend="auto",
     )
@@ -43,46 +43,22 @@ def convert(config: Any, w: _Weights) -> Converted:
         sd[f"{dst}norm1.weight"] = w.take(f"{src}input_layernorm.weight")
         sd[f"{dst}norm2.weight"] = w.take(f"{src}post_attention_layernorm.weight")
     sd["norm_f.weight"] = w.take("norm.weight")
-    _lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
+    m.lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
     return cfg, sd
-
-
-register_family(FAMILY, "model.", convert, "Qwen3 (Llama + QK-norm, free head_dim, per-layer sliding windows)")
-
-
-def windows_of(gpt: Any, family: str) -> tuple[list[str], int | None]:
-    """``(layer_types, sliding_window)`` of a model whose ``layer_pattern`` holds only windows (one size)."""
-    cfg = gpt.config
-    for i in range(cfg.n_layer):
-        extra = set(cfg.layer(i)) - {"window"}
-        if extra:
-            raise ValueError(f"to_hf ({family}): layer_pattern entry of layer {i} sets {sorted(extra)}; only 'window' maps")
-    windows = [cfg.layer_value(i, "window") for i in range(cfg.n_layer)]
-    sizes = {w for w in windows if w is not None}
-    if len(sizes) > 1:
-        raise ValueError(f"to_hf ({family}): sliding windows of several sizes {sorted(sizes)}; transformers has one sliding_window")
-    return [m.SLIDING if w is not None else m.FULL for w in windows], (sizes.pop() if sizes else None)
 
 
 def to_hf(gpt: Any, out_dir: Any = None) -> Any:
     """A ``Qwen3ForCausalLM`` with the weights and logits of a Qwen3-layout :class:`poslab.GPT`.
 
     The layout: ``position="rope"`` (half-split, any transformers scaling), rmsnorm, swiglu without
-    biases, ``qk_norm=True`` with gains, sequential residual; windows only through ``layer_pattern``
-    or ``window`` (one size). Anything else is refused naming the option. ``out_dir``: also
-    ``save_pretrained`` there (a new or empty folder).
+    MLP biases, ``qk_norm=True`` with gains, sequential residual; windows through ``layer_pattern``
+    or ``window`` (one size). Anything else is refused naming the option (:data:`WRITES`).
+    ``out_dir``: also ``save_pretrained`` there (a new or empty folder).
     """
-    import transformers
-
+    WRITES.refuse(gpt)
+    transformers = transformers_module()
     cfg = gpt.config
-    problems = m.export_problems(gpt, {"qk_norm", "layer_pattern", "window"}, position="rope", norm="rmsnorm", mlp="swiglu",
-                                 residual="sequential", qk_norm=True)
-    if cfg.attn_scale is not None and abs(cfg.attn_scale - cfg.head_dim**-0.5) > 1e-12:
-        problems.append(f"attn_scale={cfg.attn_scale}")
-    m.refuse_export(FAMILY, problems)
-    if gpt.position.config.layout != "half":
-        raise ValueError(f"to_hf ({FAMILY}): RoPE layout {gpt.position.config.layout!r} (Qwen3 rotates half-split pairs)")
-    types, window = windows_of(gpt, FAMILY)
+    types, window = m.window_layers(gpt)
     hf_config = transformers.Qwen3Config(
         vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=gpt.blocks[0].mlp.up.out_features,
         num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
@@ -94,3 +70,15 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
     hf = transformers.Qwen3ForCausalLM(hf_config)
     sd = m.export_decoder(gpt, qk_norm=True)
     return m.finish_export(hf, sd, gpt.tok_emb.weight.dtype, out_dir)
+
+
+WRITES = m.Writes(
+    FAMILY,
+    requires={"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "residual": "sequential", "qk_norm": True,
+              "mlp_bias": False},
+    carries=frozenset({"n_kv_head", "attn_head_dim", "attn_bias", "qk_norm", "window", "layer_pattern"}),
+    layer_keys=frozenset({"window"}),
+    checks=(m.rope_check(FAMILY), m.one_window(FAMILY)),
+    export=to_hf,
+)
+FAMILIES = (m.Family(FAMILY, "model.", "Qwen3 (Llama + QK-norm, free head_dim, per-layer sliding windows)", convert, WRITES),)

@@ -18,7 +18,7 @@ from poslab.config_keys import coerce, reject_unknown_keys
 from poslab.data import split_text
 from poslab.nn.model import GPTConfig
 
-DTYPES = ("fp32", "bf16")
+DTYPES = ("auto", "fp32", "bf16")
 #: ``TrainConfig.optimizer`` choices (see :func:`poslab.training.optim.make_optimizer`)
 OPTIMIZERS = ("adamw", "muon")
 #: training objectives: next-token prediction (causal LM) and BERT's masked LM (bidirectional encoder)
@@ -62,7 +62,9 @@ class TrainConfig:
         ckpt_interval: checkpoint every this many steps (0 = only at the end).
         keep_checkpoints: keep the newest N checkpoints (0 = all).
         seed: seeds the model initialisation, dropout and the data order.
-        dtype: ``"fp32"`` or ``"bf16"`` (bf16 autocast; weights and optimizer stay fp32).
+        dtype: ``"fp32"``, ``"bf16"`` (bf16 autocast; weights and optimizer stay fp32) or ``"auto"``:
+            bf16 only where it measured faster on this machine (:mod:`poslab.training.precision`;
+            the presets' default). A resumed ``auto`` run keeps the dtype it started with.
         threads: ``torch.set_num_threads`` (``None`` = torch's default).
         init_from: a run folder whose latest checkpoint's model weights (and tokenizer) start this
             run: fine-tuning, e.g. at a longer ``block_size`` or with a RoPE scaling; the optimizer,

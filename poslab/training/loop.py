@@ -14,6 +14,8 @@ folder and calls :func:`run_training`. See ``docs/training.md``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import math
 import signal
 import threading
@@ -51,6 +53,7 @@ from poslab.training.data import (
     stream_segments,
 )
 from poslab.training.optim import lr_at, make_optimizer
+from poslab.training.precision import CONCRETE_DTYPES, PrecisionChoice, choose_dtype
 from poslab.training.progress import ProgressBar, format_duration, format_rate
 
 
@@ -387,6 +390,7 @@ class _Trainer:
         if dist.is_main:  # only rank 0 writes the run folder (and holds its lock)
             store.prepare_for_writing()
         saved_doc = store.read_config() if resuming else None
+        self._resolve_precision(saved_doc)
         self._prepare_data(init_from)
         self._build_model(init_from)
         if resuming:
@@ -397,6 +401,22 @@ class _Trainer:
             store.write_config(self.config_doc)
         self.start_step = self.state.step
         self._start_progress()
+
+    def _resolve_precision(self, saved_doc: dict | None) -> None:
+        """``dtype="auto"`` made concrete (measured once per machine); every rank takes rank 0's choice.
+
+        A resumed ``auto`` run keeps the dtype its saved config records, so a resume on another
+        machine continues the same computation.
+        """
+        cfg = self.cfg
+        saved = ((saved_doc or {}).get("train") or {}).get("dtype")
+        if cfg.dtype == "auto" and saved in CONCRETE_DTYPES:
+            self.precision = PrecisionChoice("auto", saved, f"auto: {saved}, kept from the resumed run")
+        else:
+            self.precision = self.dist.run_on_main(choose_dtype, cfg.dtype, self.dist.device)
+        if self.precision.warning:
+            self.notes.append(self.precision.warning)
+        self.cfg = dataclasses.replace(cfg, dtype=self.precision.dtype)
 
     def _prepare_data(self, init_from: RunStore | None) -> None:
         """The corpus encoded (with the resumed run's or ``init_from``'s tokenizer) and the run's config document."""
@@ -446,8 +466,11 @@ class _Trainer:
     def _start_progress(self) -> None:
         """The matmul peak (MFU), FLOPs per token and the progress bar, with the opening line and notes."""
         cfg, dist = self.cfg, self.dist
-        self.peak = dist.run_on_main(self.store.matmul_peak, f"{cfg.dtype}/{torch.get_num_threads()}",
-                                     lambda: _measured_peak(cfg.dtype))
+        # under bf16 autocast the matmuls run in bf16 and the rest in fp32: the peak is the faster of the two,
+        # so the figure is a fraction of what this machine can do in any dtype the run uses
+        used = ("fp32", "bf16") if cfg.dtype == "bf16" else ("fp32",)
+        self.peak = max(dist.run_on_main(self.store.matmul_peak, f"{d}/{torch.get_num_threads()}",
+                                         functools.partial(_measured_peak, d)) for d in used)
         self.flops_per_token = matmul_flops_per_token(self.model, self.model_cfg.block_size)
         self.tokens_per_step = cfg.batch_size * cfg.grad_accum * self.model_cfg.block_size * dist.world_size
         self.bar = ProgressBar(cfg.max_steps, start_step=self.state.step, enabled=self.show and dist.is_main,
@@ -491,7 +514,8 @@ class _Trainer:
             f"{f' from step {state.step}' if self.resuming else ''}: "
             f"{n_params / 1e6:.2f}M parameters, {self.model_cfg.position} positions, corpus {cfg.corpus} "
             f"({data.info['train_tokens']:,} train / {data.info['val_tokens']:,} val tokens, vocab "
-            f"{data.tokenizer.vocab_size}), {cfg.max_steps} steps x {self.tokens_per_step:,} tokens, {cfg.dtype}, "
+            f"{data.tokenizer.vocab_size}), {cfg.max_steps} steps x {self.tokens_per_step:,} tokens, "
+            f"{self.precision.reason}, "
             f"{torch.get_num_threads()} threads"
         )
 
@@ -737,8 +761,9 @@ class _Trainer:
             "tokens_per_s_median": _median(timing.tokens_per_s_log),
             "flops_per_token": self.flops_per_token,
             "peak_flops": self.peak,
-            "mfu": (tokens_per_s * self.flops_per_token / (self.peak * dist.world_size)) if tokens_per_s else None,
+            "mfu": None,
             "dtype": cfg.dtype,
+            "precision": self.precision.to_dict(),
             "threads": torch.get_num_threads(),
             "train_time_s": timing.train_time,
             "wall_time_s": time.perf_counter() - timing.wall_start,
@@ -751,6 +776,12 @@ class _Trainer:
             **dist.results_section(tokens_per_s),  # world_size, backend, fsdp, tokens/s per process
             "skipped_nonfinite": state.skipped,
         }
+        mfu = mfu_of(tokens_per_s, self.flops_per_token, self.peak * dist.world_size)
+        if isinstance(mfu, str):
+            results["mfu_refused"] = mfu
+            self.bar.message(f"poslab: warning: {mfu}")
+        else:
+            results["mfu"] = mfu
         if cfg.compile:  # the compilation happens in the first step: counted in train_time_s and tokens_per_s
             results["compile_first_step_s"] = timing.first_step_s
         if cfg.stop_val_loss is not None:  # time to quality (train_time_s counts optimizer steps only, no evaluation)
@@ -760,11 +791,26 @@ class _Trainer:
         summary = (
             f"done: {state.step} steps | train {final_train:.4f} | val {final_val:.4f} | "
             f"{format_rate(tokens_per_s or 0)} tok/s | MFU {100 * (results['mfu'] or 0):.1f}% of the measured "
-            f"{cfg.dtype} matmul peak {self.peak / 1e9:.0f} GFLOP/s | {format_duration(results['wall_time_s'])} | "
+            f"{'fp32/bf16' if cfg.dtype == 'bf16' else 'fp32'} matmul peak {self.peak / 1e9:.0f} GFLOP/s | {format_duration(results['wall_time_s'])} | "
             f"{self.store.path}"
         )
         self.bar.close(summary)
         return results
+
+
+def mfu_of(tokens_per_s: float | None, flops_per_token: float, peak: float) -> float | str | None:
+    """Model FLOPs utilisation, ``None`` without a throughput, or the reason it is refused.
+
+    A fraction above 1 cannot be: the peak would be wrong (measured at a disturbed moment, or in a
+    dtype the run does not use), so the figure is not recorded and the reason is returned instead.
+    """
+    if not tokens_per_s:
+        return None
+    mfu = tokens_per_s * flops_per_token / peak
+    if not 0.0 <= mfu <= 1.0:
+        return (f"MFU {mfu:.2f} exceeds 1 ({tokens_per_s:,.0f} tok/s x {flops_per_token:,.0f} FLOP/token over a "
+                f"measured peak of {peak / 1e9:.2f} GFLOP/s): the peak is wrong, the figure is not recorded")
+    return mfu
 
 
 def _median(values: list[float]) -> float | None:
@@ -796,6 +842,7 @@ __all__ = [
     "evaluate_loss",
     "matmul_flops_per_token",
     "measure_matmul_peak",
+    "mfu_of",
     "run_training",
     "segment_nll",
 ]

@@ -2,6 +2,7 @@
 
 ``build_report(lab_dir)`` writes ``lab_dir/report.html`` (see :mod:`poslab.lab.report.builder`);
 :mod:`poslab.lab.report.claims` checks the lessons' claims against the results;
+:mod:`poslab.lab.report.i18n` holds every string of the page in English and Chinese (``lang="zh"``);
 :mod:`poslab.display.fonts` ships the CJK font used by the figures and the page.
 """
 

@@ -20,22 +20,22 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from poslab.display.fonts import FAMILY, font_face_css
 from poslab.lab.report import claims as claims_mod
+from poslab.lab.report.i18n import LESSONS, language, name_lessons, t, use_language
 from poslab.lab.report.sections import KNOWN_FOLDERS, SECTIONS, Section
-from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, MIN_SEEDS, ClaimRecord, pm, tally
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, MIN_SEEDS, ClaimRecord, not_testable, pm
 
 MAX_TABLE_ROWS = 40
-RULE = ("How a verdict is decided: training comparisons run every arm with at least 3 seeds; the margin is the "
-        "difference of the means in the claim's direction and the noise the half-width of its 95% interval (Welch). "
-        "held: margin > noise; did not hold: margin < -noise; inconclusive otherwise, or with fewer than 3 seeds. "
-        "Deterministic claims (counts, tables, float identities) are decided against the tolerance in their criterion. "
-        "docs/lab.md explains the rule.")
 MAX_COLUMNS = 12
+
+#: the four kinds of verdict a reader tells apart, in the order the page lists them
+KINDS = ("held", "wrong", "untestable", "inconclusive")
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -117,9 +117,13 @@ def _is_scalar(value: Any) -> bool:
 
 
 def cell(value: Any) -> str:
-    """One table cell: numbers formatted, short lists inline, long ones summarised."""
+    """One table cell (a value from the results, marked as data): numbers formatted, short lists inline."""
+    return f"<span class='d'>{_cell(value)}</span>"
+
+
+def _cell(value: Any) -> str:
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return t("cell.yes") if value else t("cell.no")
     if value is None:
         return "—"
     if _is_scalar(value):
@@ -127,7 +131,8 @@ def cell(value: Any) -> str:
     if isinstance(value, list) and all(_is_scalar(v) for v in value):
         if len(value) <= 8:
             return esc(", ".join(claims_mod.num(v) for v in value))
-        return esc(f"{len(value)} values: {claims_mod.num(value[0])}, {claims_mod.num(value[1])} … {claims_mod.num(value[-1])}")
+        return esc(t("cell.values", n=len(value), first=claims_mod.num(value[0]), second=claims_mod.num(value[1]),
+                     last=claims_mod.num(value[-1])))
     if isinstance(value, dict) and all(_is_scalar(v) for v in value.values()) and len(value) <= 6:
         return esc(", ".join(f"{k}={claims_mod.num(v)}" for k, v in value.items()))
     text = json.dumps(value, ensure_ascii=False)
@@ -146,7 +151,7 @@ def records_table(rows: list[dict], caption: str) -> str:
     body = "".join(
         "<tr>" + "".join(f"<td>{cell(row.get(c, ''))}</td>" for c in columns) + "</tr>" for row in rows[:MAX_TABLE_ROWS]
     )
-    more = f"<p class='note'>… {len(rows) - MAX_TABLE_ROWS} more rows in results.json</p>" if len(rows) > MAX_TABLE_ROWS else ""
+    more = f"<p class='note'>{esc(t('folder.more', n=len(rows) - MAX_TABLE_ROWS))}</p>" if len(rows) > MAX_TABLE_ROWS else ""
     return f"<table><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
 
 
@@ -191,51 +196,118 @@ def numbers_html(results: dict, skip: tuple[str, ...] = ("claims",)) -> str:
     return table + "".join(blocks)
 
 
-_BADGE = {HELD: "held", DID_NOT_HOLD: "failed", INCONCLUSIVE: "unknown"}
+def kind(record: ClaimRecord) -> str:
+    """Which of :data:`KINDS` a record is: the lesson right, the lesson wrong, not testable here, or inside the noise."""
+    if not_testable(record):
+        return "untestable"
+    if record.verdict == HELD:
+        return "held"
+    if record.verdict == DID_NOT_HOLD:
+        return "wrong"
+    return "inconclusive"
 
 
-def verdict_badge(verdict: str) -> str:
-    return f"<span class='badge {_BADGE.get(verdict, 'unknown')}'>{esc(verdict)}</span>"
+def verdict_badge(record: ClaimRecord) -> str:
+    """The badge of a record's kind (its own colour; the text in the page's language)."""
+    k = kind(record)
+    return f"<span class='badge {k}'>{esc(t('kind.' + k))}</span>"
+
+
+def show(text: Any) -> str:
+    """Text an experiment wrote (a claim, a criterion, a figure), escaped, with the lessons named by their titles."""
+    return f"<span class='d'>{esc(name_lessons(str(text)))}</span>"
+
+
+def source_text(source: str) -> str:
+    """Where a claim is made, with the lessons named by their titles."""
+    text = name_lessons(source)
+    return text.replace(" and ", "、") if language() == "zh" else text
+
+
+def show_source(source: str) -> str:
+    """:func:`source_text`, marked as data (an experiment wrote it)."""
+    return f"<span class='d'>{esc(source_text(source))}</span>"
+
+
+def claim_text(record: ClaimRecord) -> str:
+    """The claim as the page shows it: a correction's Chinese quotation in the Chinese page, else the claim."""
+    quote = record.details.get("quote") if isinstance(record.details, dict) else None
+    if language() == "zh" and isinstance(quote, str) and quote:
+        return f"<span class='zh'>{esc(quote)}</span>"
+    return show(record.claim)
 
 
 def margin_text(record: ClaimRecord) -> str:
     """Margin against noise in words; for an inconclusive verdict, by how much it missed."""
     if record.margin is None:
-        return "not measurable"
+        return t("margin.unmeasurable")
+    margin = claims_mod.num(record.margin)
     if record.noise is None:
-        kind = "deterministic: no seeds" if record.n_seeds == 0 else "no measured noise"
-        return f"margin {claims_mod.num(record.margin)} ({kind}; the tolerance is in the criterion)"
-    text = f"margin {claims_mod.num(record.margin)} vs noise ±{claims_mod.num(record.noise)} (n={record.n_seeds})"
-    if record.verdict == INCONCLUSIVE:
+        return t("margin.deterministic" if record.n_seeds == 0 else "margin.nonoise", margin=margin)
+    text = t("margin.seeded", margin=margin, noise=claims_mod.num(record.noise), n=record.n_seeds)
+    if kind(record) == "inconclusive":
         if record.n_seeds < MIN_SEEDS:
-            text += f"; fewer than {MIN_SEEDS} seeds"
+            text += t("margin.fewseeds", n=MIN_SEEDS)
         else:
-            text += f"; missed by {claims_mod.num(record.noise - abs(record.margin))}"
+            text += t("margin.missed", by=claims_mod.num(record.noise - abs(record.margin)))
     return text
 
 
 def verdict_table(verdicts: list[claims_mod.Verdict], with_folder: bool = False) -> str:
+    """The claims table: lesson, claim (with its criterion and evidence), measured, margin vs noise, badge."""
     if not verdicts:
-        return "<p class='note'>No claim of this section could be checked: its experiments did not run.</p>"
+        return f"<p class='note'>{esc(t('table.none'))}</p>"
     colgroup = ("<colgroup><col style='width:11%'><col style='width:31%'><col style='width:28%'><col style='width:18%'>"
                 "<col style='width:12%'></colgroup>")
-    head = "<th>lesson</th><th>claim</th><th>measured here (mean ± sd)</th><th>margin vs noise</th><th>verdict</th>"
+    head = "".join(f"<th>{esc(t(k))}</th>" for k in ("table.lesson", "table.claim", "table.measured", "table.margin",
+                                                      "table.verdict"))
     rows = []
     for v in verdicts:
         r = v.record
-        where = f"<div class='path'>{esc(v.experiment)}/results.json</div>" if with_folder else ""
-        criterion = f"<div class='crit'>criterion: {esc(r.criterion)}</div>" if r.criterion else ""
-        rows.append(f"<tr class='v-{_BADGE.get(r.verdict, 'unknown')}'><td class='src'>{esc(r.source)}{where}</td>"
-                    f"<td>{esc(r.claim)}{criterion}</td><td>{esc(r.measured)}</td><td>{esc(margin_text(r))}</td>"
-                    f"<td>{verdict_badge(r.verdict)}</td></tr>")
+        where = f"<div class='path'>{show(v.experiment + '/results.json')}</div>" if with_folder else ""
+        criterion = f"<div class='crit'>{esc(t('table.criterion'))} {show(r.criterion)}</div>" if r.criterion else ""
+        evidence = r.details.get("evidence") if isinstance(r.details, dict) else None
+        if evidence and kind(r) == "wrong":
+            criterion += f"<div class='crit'>{esc(t('table.evidence'))} {show(evidence)}</div>"
+        rows.append(f"<tr class='v-{kind(r)}'><td class='src'>{show_source(r.source)}{where}</td>"
+                    f"<td>{claim_text(r)}{criterion}</td><td>{show(r.measured)}</td><td>{esc(margin_text(r))}</td>"
+                    f"<td>{verdict_badge(r)}</td></tr>")
     return f"<table class='claims'>{colgroup}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def untestable_table(verdicts: list[claims_mod.Verdict]) -> str:
+    """The claims not testable at this scale, each with what was missing (its ``details["reason"]``)."""
+    rows = []
+    for v in verdicts:
+        r = v.record
+        reason = r.details.get("reason") or (r.premise.text if r.premise else "")
+        rows.append(f"<tr class='v-untestable'><td class='src'>{show_source(r.source)}"
+                    f"<div class='path'>{show(v.experiment + '/results.json')}</div></td><td>{claim_text(r)}</td>"
+                    f"<td>{show(reason)}</td><td>{show(r.details.get('verdict_without_premise', ''))}</td>"
+                    f"<td>{verdict_badge(r)}</td></tr>")
+    head = "".join(f"<th>{esc(t(k))}</th>" for k in ("table.lesson", "table.claim", "table.reason", "table.without",
+                                                      "table.verdict"))
+    return f"<table class='claims'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def kind_counts(verdicts: list[claims_mod.Verdict]) -> dict[str, int]:
+    """How many records of each of :data:`KINDS`."""
+    counts = dict.fromkeys(KINDS, 0)
+    for v in verdicts:
+        counts[kind(v.record)] += 1
+    return counts
+
+
 def summary_counts(verdicts: list[claims_mod.Verdict]) -> str:
-    counts = tally([v.record for v in verdicts])
-    return (f"<span class='count held'>{counts[HELD]} held</span> "
-            f"<span class='count failed'>{counts[DID_NOT_HOLD]} did not hold</span> "
-            f"<span class='count unknown'>{counts[INCONCLUSIVE]} inconclusive</span>")
+    counts = kind_counts(verdicts)
+    return " ".join(f"<span class='count {k}'>{esc(t('count', n=counts[k], name=t('kind.' + k)))}</span>" for k in KINDS)
+
+
+def legend() -> str:
+    """The four badges, each with its one-line meaning."""
+    items = "".join(f"<li><span class='badge {k}'>{esc(t('kind.' + k))}</span> {esc(t('kind.' + k + '.meaning'))}</li>"
+                    for k in KINDS)
+    return f"<div class='legend'><strong>{esc(t('legend.title'))}</strong><ul>{items}</ul></div>"
 
 
 def _spread(values: Any, digits: int = 4) -> Any:
@@ -276,18 +348,17 @@ def _baseline_note(r: dict) -> str:
     value = r.get("unigram_entropy_nats")
     if not isinstance(value, (int, float)):
         return ""
-    return (f"; unigram-entropy baseline of {r.get('corpus', 'the corpus')}: {claims_mod.num(value)} nats "
-            f"(perplexity {claims_mod.num(math.exp(value))})")
+    return t("key.baseline", corpus=r.get("corpus", "?"), value=claims_mod.num(value), ppl=claims_mod.num(math.exp(value)))
 
 
 def _key_extrapolation(r: dict) -> str:
     table, factors, length = r["perplexity"], r["factors"], r["train_length"]
-    headers = ["scheme"] + [f"{f}×L = {f * length}" for f in factors]
+    headers = [t("key.scheme")] + [f"{f}×L = {f * length}" for f in factors]
     seeds = r.get("seeds")
     return "".join(
         _table(headers, [[scheme] + [_ppl_spread(cells.get(str(f)), mode) for f in factors] for scheme, cells in table.items()],
-               f"validation perplexity, {label} (trained at L = {length}; mean ± sd over seeds {seeds}){_baseline_note(r)}")
-        for mode, label in (("nonoverlapping", "non-overlapping chunks"), ("sliding", "sliding window"))
+               t("key.extrapolation", label=t(f"key.{mode}"), length=length, seeds=seeds, baseline=_baseline_note(r)))
+        for mode in ("nonoverlapping", "sliding")
     )
 
 
@@ -295,12 +366,12 @@ def _key_context(r: dict) -> str:
     base = _ppl(r["base"]["L"], "nonoverlapping")
     rows = [[label, entry.get("rope_scaling"), _ppl(entry, "nonoverlapping"), _ppl(entry, "sliding")]
             for label, entry in r["inference"].items()]
-    first = _table(["scaling at inference", "spec", f"ppl at {r['eval_length']}", "sliding"], rows,
-                   f"RoPE model trained at L = {r['train_length']}; its perplexity at L: {claims_mod.num(base)}")
+    first = _table([t("key.ctx.scaling"), t("key.ctx.spec"), t("key.ctx.pplat", n=r["eval_length"]), t("key.sliding")], rows,
+                   t("key.ctx.base", length=r["train_length"], ppl=claims_mod.num(base)))
     rows = [[label, entry.get("rope_scaling"), _ppl(entry["4L"], "nonoverlapping"), _ppl(entry["L"], "nonoverlapping")]
             for label, entry in r["finetuned"].items()]
-    tables = first + _table(["fine-tuned", "spec", f"ppl at {r['eval_length']}", f"ppl back at {r['train_length']}"], rows,
-                            "after fine-tuning at 4×L")
+    tables = first + _table([t("key.ctx.finetuned"), t("key.ctx.spec"), t("key.ctx.pplat", n=r["eval_length"]),
+                             t("key.ctx.back", n=r["train_length"])], rows, t("key.ctx.after"))
     averaging = r.get("averaging")
     if not isinstance(averaging, dict) or not isinstance(averaging.get("variants"), dict):
         return tables  # results written before checkpoint averaging was measured
@@ -309,12 +380,11 @@ def _key_context(r: dict) -> str:
              _spread([x for x in v.get("passkey", {}).get(factor, []) if x is not None]),
              _spread(v.get("weight_distance_to_fine_tuned") or [], 4)]
             for label, v in averaging["variants"].items()]
-    tables += _table(["model", f"ppl at L = {r['train_length']} (forgetting)", f"ppl at {r['eval_length']}",
-                      f"passkey at {factor}×L", "|w − w_ft| / |w_ft|"], rows,
-                     f"checkpoint averaging of the {averaging.get('fine_tune')} fine-tune: last {averaging.get('last')} "
-                     f"checkpoints, base ⊕ fine-tuned {averaging.get('base_weight')}/{1 - averaging.get('base_weight', 0.5):g} "
-                     f"(mean ± sd over seeds {r.get('seeds')})")
-    return tables + f"<p class='note'>{esc(averaging.get('note', ''))}</p>"
+    tables += _table([t("key.model"), t("key.ctx.forgetting", n=r["train_length"]), t("key.ctx.pplat", n=r["eval_length"]),
+                      t("key.ctx.passkey", f=factor), "|w − w_ft| / |w_ft|"], rows,
+                     t("key.ctx.averaging", ft=averaging.get("fine_tune"), last=averaging.get("last"),
+                       w=averaging.get("base_weight"), w2=f"{1 - averaging.get('base_weight', 0.5):g}", seeds=r.get("seeds")))
+    return tables + f"<p class='note'>{show(averaging.get('note', ''))}</p>"
 
 
 def _key_entropy(r: dict) -> str:
@@ -328,8 +398,8 @@ def _key_entropy(r: dict) -> str:
         rows.append([label] + [cells.get(str(f), {}).get("mean", "cannot") for f in factors]
                     + [pm(rises, 3) if rises else cells.get("4", {}).get("rise"),
                        pm(ratios, 3) if ratios else entry.get("ppl_ratio")])
-    return _table(["model"] + [f"{f}×L" for f in factors] + ["entropy rise at 4×L", "ppl 4×L / L"], rows,
-                  f"mean attention entropy (nats) by evaluation length (means over seeds {r.get('seeds')})")
+    return _table([t("key.model")] + [f"{f}×L" for f in factors] + [t("key.entropy.rise"), "ppl 4×L / L"], rows,
+                  t("key.entropy.caption", seeds=r.get("seeds")))
 
 
 def _key_training(r: dict, label: str) -> str:
@@ -340,30 +410,31 @@ def _key_training(r: dict, label: str) -> str:
         rows.append([name, _spread(values), _spread([x.get("best_val_loss") for x in runs]), runs[0].get("n_params"),
                      _spread([x.get("tokens_per_s") for x in runs], 0), sum(values) / len(values)])
     rows.sort(key=lambda row: row[-1] if isinstance(row[-1], (int, float)) else float("inf"))
-    return _table([label, "val loss, whole split (mean ± sd)", "best val loss (sampled)", "parameters", "tokens/s"],
+    return _table([t(label), t("key.train.val"), t("key.train.best"), t("key.train.params"), "tokens/s"],
                   [row[:-1] for row in rows],
-                  f"{r.get('steps')} training steps each on {r.get('corpus', '?')}, seeds {r.get('seeds')}{_baseline_note(r)}")
+                  t("key.train.caption", steps=r.get("steps"), corpus=r.get("corpus", "?"), seeds=r.get("seeds"),
+                    baseline=_baseline_note(r)))
 
 
 def _key_heads(r: dict) -> str:
     rows = [[f"L{h['layer']}H{h['head']}", h["previous_token"], h["induction"], f"{h['positional_offset']:+d}",
              h["positional_confidence"], h.get("punctuation"), h["mask_loss_delta"], h["grad_importance"], ", ".join(h["labels"]) or "—"]
             for h in r["heads"]]
-    table = _table(["head", "previous-token", "induction", "offset", "confidence", "punctuation", "Δloss masked", "|∂L/∂ξ|", "type"], rows,
-                   f"every head (base loss {claims_mod.num(r['base_loss'])})")
+    table = _table([t("key.heads." + k) for k in ("head", "prev", "induction", "offset", "confidence", "punct", "masked")]
+                   + ["|∂L/∂ξ|", t("key.heads.type")], rows, t("key.heads.caption", loss=claims_mod.num(r["base_loss"])))
     p30, p60 = r["pruned_30"], r["pruned_60"]
-    return table + _table(["pruned", "heads masked", "loss", "increase"],
+    return table + _table([t("key.heads." + k) for k in ("pruned", "nmasked", "loss", "increase")],
                           [["30%", p30["heads_masked"], p30["loss"], p30["loss_increase"]],
                            ["60%", p60["heads_masked"], p60["loss"], p60["loss_increase"]]],
-                          "pruning the least important heads (by Δloss when masked alone)")
+                          t("key.heads.prune"))
 
 
 KEY_TABLES = {
     "experiments/extrapolation": _key_extrapolation,
     "experiments/context-extension": _key_context,
     "experiments/attention-entropy": _key_entropy,
-    "experiments/heads": lambda r: _key_training(r, "run"),
-    "experiments/position-training": lambda r: _key_training(r, "scheme"),
+    "experiments/heads": lambda r: _key_training(r, "key.run"),
+    "experiments/position-training": lambda r: _key_training(r, "key.scheme"),
     "heads": _key_heads,
 }
 
@@ -398,23 +469,24 @@ def run_baselines(lab_dir: Path) -> str:
                      results.get("final_val_loss"), baseline])
     if not rows:
         return ""
-    return _table(["run", "corpus", "steps", "final val loss (nats)", "unigram-entropy baseline (nats)"], rows,
-                  "the model these heads belong to: how far below the character-frequency baseline it trained")
+    return _table([t("key.run"), t("key.runs.corpus"), t("key.runs.steps"), t("key.runs.final"), t("key.runs.baseline")], rows,
+                  t("key.runs.caption"))
 
 
 # ------------------------------------------------------------------------------------------ sections
 def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | None) -> str:
     """Plots and numbers of one results folder (or why it is missing)."""
     name = folder.split("/")[-1]
-    parts = [f"<div class='folder'><h3>{esc(name)} <span class='path'>{esc(folder)}/</span></h3>"]
+    parts = [f"<div class='folder'><h3>{show(name)} <span class='path'>{show(folder + '/')}</span></h3>"]
     if step and step.get("status") in ("failed", "interrupted", "skipped", "unavailable"):
-        parts.append(f"<p class='warn'>This step {esc(step['status'])}: {esc(step.get('error', ''))}</p>")
+        status = t("status." + step["status"])
+        parts.append(f"<p class='warn'>{esc(t('folder.step', status=status))}{show(step.get('error', ''))}</p>")
     if results is None:
-        parts.append("<p class='note'>Not run in this lab (no results.json).</p></div>")
+        parts.append(f"<p class='note'>{esc(t('folder.notrun'))}</p></div>")
         return "".join(parts)
     description = results.get("description") or results.get("DESCRIPTION")
     if isinstance(description, str):
-        parts.append(f"<p>{esc(description)}</p>")
+        parts.append(f"<p>{show(description)}</p>")
     pngs = sorted((lab_dir / folder).glob("*.png"))
     for png in pngs:
         parts.append(image_tag(png, f"{name}: {png.stem}"))
@@ -424,45 +496,57 @@ def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | N
         parts.append(run_baselines(lab_dir))
     numbers = numbers_html(results)
     opened = " open" if not pngs and not key and numbers.count("<tr") <= 60 else ""  # nothing else shows its numbers
-    parts.append(f"<details{opened}><summary>All numbers of {esc(folder)}/results.json</summary>{numbers}</details></div>")
+    parts.append(f"<details{opened}><summary>{esc(t('folder.numbers', path=folder + '/results.json'))}</summary>{numbers}</details></div>")
     return "".join(parts)
 
 
 def section_html(section: Section, lab_dir: Path, results: dict[str, dict], verdicts: list[claims_mod.Verdict], steps: dict[str, dict]) -> str:
     mine = [v for v in verdicts if v.experiment in section.folders]
     folders = "".join(folder_html(lab_dir, f, results.get(f), steps.get(f)) for f in section.folders)
+    title, claim, measured = (section_text(section, f) for f in ("title", "claim", "measured"))
     return (
-        f"<section id='{esc(section.key)}'><h2>{esc(section.title)}</h2>"
-        f"<p class='lessons'>{esc(section.lessons)} · {summary_counts(mine)}</p>"
-        f"<div class='claim'><h4>The lesson's claim</h4>{paragraphs(section.claim)}</div>"
-        f"<div class='measured'><h4>What was measured</h4>{paragraphs(section.measured)}</div>"
-        f"<h4>Verdicts</h4>{verdict_table(mine)}{folders}</section>"
+        f"<section id='{esc(section.key)}'><h2>{esc(title)}</h2>"
+        f"<p class='lessons'>{esc(source_text(section.lessons))} · {summary_counts(mine)}</p>"
+        f"<div class='claim'><h4>{esc(t('section.claimhead'))}</h4>{paragraphs(claim)}</div>"
+        f"<div class='measured'><h4>{esc(t('section.measuredhead'))}</h4>{paragraphs(measured)}</div>"
+        f"<h4>{esc(t('section.verdicts'))}</h4>{verdict_table(mine)}{folders}</section>"
     )
+
+
+def section_text(section: Section, field: str) -> str:
+    """A section's title, claim or measured text in the page's language (from the string table when listed there)."""
+    key = f"section.{section.key}.{field}"
+    try:
+        return name_lessons(t(key))
+    except KeyError:  # a section built here (the "other" one) carries its own text
+        return getattr(section, field)
 
 
 def machine_html(manifest: dict) -> str:
     machine = manifest.get("machine") or machine_info()
-    origin = "recorded by the lab run" if manifest.get("machine") else "of the machine that built this report (no lab.json)"
+    origin = t("machine.recorded") if manifest.get("machine") else t("machine.here")
     versions = machine.get("versions", {})
-    rows = [("CPU", machine.get("cpu")), ("cores", machine.get("cores")), ("torch threads", machine.get("torch_threads")),
-            ("CUDA", machine.get("cuda")), ("platform", machine.get("platform"))]
+    rows = [(t("machine.cpu"), machine.get("cpu")), (t("machine.cores"), machine.get("cores")),
+            (t("machine.threads"), machine.get("torch_threads")), (t("machine.cuda"), machine.get("cuda")),
+            (t("machine.platform"), machine.get("platform"))]
     rows += [(name, version) for name, version in versions.items()]
     for key in ("mode", "started", "finished", "seconds", "command"):
         if key in manifest:
-            rows.append((f"lab {key}", manifest[key]))
+            rows.append((t("machine.lab", key=key), manifest[key]))
     table = "".join(f"<tr><th>{esc(k)}</th><td>{cell(v)}</td></tr>" for k, v in rows)
     steps = manifest.get("steps") or []
     step_table = records_table(
         [{k: s.get(k) for k in ("name", "kind", "status", "seconds", "cpu_seconds", "folder", "error") if k in s} for s in steps],
-        "lab steps (seconds: wall time; cpu_seconds: CPU time of the step's process)"
+        t("machine.steps")
     ) if steps else ""
-    return (f"<section id='machine'><h2>Machine and versions</h2><p class='note'>{esc(origin)}; the machine may have "
-            f"been shared with other work, so timings are noisy.</p><table class='kv'><tbody>{table}</tbody></table>{step_table}</section>")
+    return (f"<section id='machine'><h2>{esc(t('nav.machine'))}</h2><p class='note'>{esc(t('machine.shared', origin=origin))}"
+            f"</p><table class='kv'><tbody>{table}</tbody></table>{step_table}</section>")
 
 
 CSS = """
 :root { --ink:#1d2330; --muted:#5b6475; --line:#e3e6ec; --bg:#f6f7f9; --card:#fff; --accent:#3057d5;
-  --held:#1e7d46; --held-bg:#e3f4ea; --failed:#a35200; --failed-bg:#fdf0e1; --unknown:#5b6475; --unknown-bg:#eceef2; }
+  --held:#1e7d46; --held-bg:#e3f4ea; --wrong:#b3261e; --wrong-bg:#fde7e5; --untestable:#5b3fa8; --untestable-bg:#ece6fa;
+  --inconclusive:#5b6475; --inconclusive-bg:#eceef2; --warn:#a35200; --warn-bg:#fdf0e1; }
 * { box-sizing: border-box; }
 body { margin:0; background:var(--bg); color:var(--ink); line-height:1.55;
   font-family: "DejaVu Sans", "Segoe UI", "Helvetica Neue", Arial, 'FAMILY', sans-serif; font-size:15px; }
@@ -479,7 +563,7 @@ h2 { margin:0 0 4px; font-size:21px; } h3 { font-size:16px; margin:22px 0 8px; }
 .lessons { color:var(--muted); margin:0 0 8px; font-size:13px; }
 .claim { border-left:4px solid var(--accent); background:#f3f6fe; padding:4px 16px; border-radius:0 8px 8px 0; }
 .measured { border-left:4px solid #9aa3b5; padding:4px 16px; }
-.zh, .claim p { font-family: 'FAMILY', "DejaVu Sans", sans-serif; }
+.zh, .claim p, html[lang='zh-Hans'] body { font-family: 'FAMILY', "DejaVu Sans", sans-serif; }
 figure { margin:14px 0; } img { max-width:100%; height:auto; border:1px solid var(--line); border-radius:6px; background:#fff; }
 figcaption { color:var(--muted); font-size:12px; }
 table { border-collapse:collapse; margin:10px 0; font-size:13px; width:auto; max-width:100%; display:block; overflow-x:auto; }
@@ -491,23 +575,65 @@ table.claims td.src { color:var(--muted); font-size:12px; } .crit { color:var(--
 .badge { display:inline-block; padding:2px 8px; border-radius:6px; font-size:12px; font-weight:600; }
 table.key { display:table; } table.key td { font-variant-numeric: tabular-nums; }
 .badge.held, .count.held { background:var(--held-bg); color:var(--held); }
-.badge.failed, .count.failed { background:var(--failed-bg); color:var(--failed); }
-.badge.unknown, .count.unknown { background:var(--unknown-bg); color:var(--unknown); }
+.badge.wrong, .count.wrong { background:var(--wrong-bg); color:var(--wrong); }
+.badge.untestable, .count.untestable { background:var(--untestable-bg); color:var(--untestable); }
+.badge.inconclusive, .count.inconclusive { background:var(--inconclusive-bg); color:var(--inconclusive); }
+.legend { margin-top:10px; font-size:13px; } .legend ul { list-style:none; margin:4px 0 0; padding:0; }
+.legend li { margin:3px 0; color:#cbd1dc; } header .badge { margin-right:6px; }
+table.guide { display:table; width:100%; }
 .count { padding:1px 8px; border-radius:999px; font-size:12px; font-weight:600; }
 .path { color:var(--muted); font-weight:400; font-size:12px; } .note { color:var(--muted); font-size:13px; }
-.warn { background:var(--failed-bg); color:var(--failed); padding:8px 12px; border-radius:6px; }
+.warn { background:var(--warn-bg); color:var(--warn); padding:8px 12px; border-radius:6px; }
 details { margin:8px 0 4px; } summary { cursor:pointer; color:var(--accent); font-size:13px; }
 .folder { border-top:1px dashed var(--line); margin-top:18px; }
 @media (max-width: 900px) { nav { display:none; } main { padding:12px; } }
 """.replace("FAMILY", FAMILY)
 
 
-def build_report(lab_dir: Path | str, out: Path | str | None = None) -> Path:
+def lesson_refs(lessons: str) -> list[tuple[str, str]]:
+    """``(lesson id, section)`` pairs of a section's ``lessons`` text ("seed 000 §2.2 and §4, seed 001 exercise 3")."""
+    refs, current = [], None
+    for piece in re.split(r"[,;]", lessons):
+        piece = piece.strip()
+        match = re.match(r"seeds? (\d{3})(.*)", piece)
+        if match:
+            current, rest = match.group(1), match.group(2).strip()
+        elif current and re.match(r"(§|Q\d|exercise|exp\.|\()", piece):
+            rest = piece
+        else:
+            current = None if not piece.startswith(("§", "Q")) else current
+            continue
+        refs.append((current, rest.strip("() ") or "—"))
+    return refs
+
+
+def guide_html(lab_dir: Path, verdicts: list[claims_mod.Verdict]) -> str:
+    """From each lesson section to the part of the page that measures it, its figures and its verdicts."""
+    rows: dict[str, list[str]] = {lesson: [] for lesson in LESSONS}
+    for section in SECTIONS:
+        pngs = [p.name for f in section.folders for p in sorted((lab_dir / f).glob("*.png"))]
+        mine = [v for v in verdicts if v.experiment in section.folders]
+        figures = show(", ".join(pngs)) if pngs else esc(t("guide.nofigure"))
+        for lesson, ref in lesson_refs(section.lessons):
+            if lesson in rows:
+                rows[lesson].append(f"<tr><td>{show_source(ref)}</td><td><a href='#{esc(section.key)}'>"
+                                    f"{esc(section_text(section, 'title'))}</a></td><td>{figures}</td>"
+                                    f"<td>{summary_counts(mine)}</td></tr>")
+    head = "".join(f"<th>{esc(t(k))}</th>" for k in ("guide.section", "guide.where", "guide.figures", "guide.verdicts"))
+    tables = "".join(f"<h3 class='zh'>{esc(LESSONS[lesson])}</h3><table class='guide'><thead><tr>{head}</tr></thead>"
+                     f"<tbody>{''.join(body)}</tbody></table>" for lesson, body in rows.items() if body)
+    return (f"<section id='guide'><h2>{esc(t('nav.guide'))}</h2><p class='note'>{esc(t('guide.intro'))}</p>"
+            f"{tables}</section>")
+
+
+def build_report(lab_dir: Path | str, out: Path | str | None = None, lang: str = "en") -> Path:
     """Write the self-contained HTML report of a lab folder.
 
     Args:
         lab_dir: the lab folder (``runs/lab``).
-        out: the HTML file (default ``lab_dir/report.html``); written atomically.
+        out: the HTML file (default ``lab_dir/report.html``, or ``report.zh.html`` for ``lang="zh"``); written
+            atomically.
+        lang: the page's language, ``"en"`` or ``"zh"`` (:mod:`poslab.lab.report.i18n`).
 
     Returns:
         The path written.
@@ -517,7 +643,15 @@ def build_report(lab_dir: Path | str, out: Path | str | None = None) -> Path:
     lab_dir = Path(lab_dir)
     if not lab_dir.is_dir():
         raise ValueError(f"lab folder {str(lab_dir)!r} does not exist; run `poslab lab` first")
-    out = Path(out) if out is not None else lab_dir / "report.html"
+    with use_language(lang):
+        out = Path(out) if out is not None else lab_dir / ("report.html" if lang == "en" else f"report.{lang}.html")
+        page = _page(lab_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, page)
+    return out
+
+
+def _page(lab_dir: Path) -> str:
     results = load_results(lab_dir)
     manifest = load_manifest(lab_dir)
     steps = {s.get("folder"): s for s in manifest.get("steps", []) if isinstance(s, dict)}
@@ -526,31 +660,32 @@ def build_report(lab_dir: Path | str, out: Path | str | None = None) -> Path:
     sections = [section_html(s, lab_dir, results, verdicts, steps) for s in SECTIONS]
     others = [k for k in results if k not in KNOWN_FOLDERS]
     if others:
-        extra = Section("other", "Other results", "", "Results of experiments no lesson section lists.",
-                        "See each experiment's description.", tuple(others))
+        extra = Section("other", t("nav.other"), "", t("other.claim"), t("other.measured"), tuple(others))
         sections.append(section_html(extra, lab_dir, results, verdicts, steps))
+    untestable = [v for v in verdicts if kind(v.record) == "untestable"]
+    apart = (f"<h3 id='untestable'>{esc(t('claims.untestable'))}</h3><p class='note'>{esc(t('claims.untestable.intro'))}</p>"
+             f"{untestable_table(untestable)}") if untestable else ""
     claims_section = (
-        "<section id='claims'><h2>Claims checked</h2><p class='lessons'>Every quantitative claim of the lessons that "
-        f"a machine can test, with the figure measured by this lab · {summary_counts(verdicts)}</p>"
-        f"<p class='note'>{esc(RULE)}</p>"
-        f"{verdict_table(verdicts, with_folder=True)}</section>"
+        f"<section id='claims'><h2>{esc(t('nav.claims'))}</h2><p class='lessons'>{esc(t('claims.intro'))} · "
+        f"{summary_counts(verdicts)}</p><p class='note'>{esc(t('rule'))}</p>"
+        f"{verdict_table([v for v in verdicts if kind(v.record) != 'untestable'], with_folder=True)}{apart}</section>"
     )
-    nav_items = [(s.key, s.title) for s in SECTIONS] + ([("other", "Other results")] if others else [])
-    nav = "".join(f"<a href='#{esc(k)}'>{esc(t)}</a>" for k, t in [("claims", "Claims checked"), *nav_items, ("machine", "Machine and versions")])
-    mode = manifest.get("mode", "unknown mode")
+    nav_items = [(s.key, section_text(s, "title")) for s in SECTIONS] + ([("other", t("nav.other"))] if others else [])
+    nav = "".join(f"<a href='#{esc(k)}'>{esc(v)}</a>" for k, v in
+                  [("claims", t("nav.claims")), ("guide", t("nav.guide")), *nav_items, ("machine", t("nav.machine"))])
+    mode = manifest.get("mode", "unknown")
+    mode_text = t(f"mode.{mode}") if mode in ("quick", "full", "unknown") else mode
     built = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     body = (
-        f"<header><h1>poslab lab report</h1><p>Multi-head attention and position encodings: the three lessons' claims, "
-        f"measured on this machine ({esc(mode)} run, report built {esc(built)}).</p>"
-        f"<p>{summary_counts(verdicts)}</p></header>"
-        f"<div class='layout'><nav>{nav}</nav><main>{claims_section}{''.join(sections)}{machine_html(manifest)}</main></div>"
+        f"<header><h1>{esc(t('page.title'))}</h1><p>{esc(t('page.intro', mode=mode_text, built=built))}</p>"
+        f"<p>{summary_counts(verdicts)}</p>{legend()}</header>"
+        f"<div class='layout'><nav>{nav}</nav><main>{claims_section}{guide_html(lab_dir, verdicts)}{''.join(sections)}"
+        f"{machine_html(manifest)}</main></div>"
     )
     font_css = font_face_css(body)
-    page = (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+    html_lang = "zh-Hans" if language() == "zh" else "en"
+    return (
+        f"<!DOCTYPE html><html lang='{html_lang}'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>poslab lab report</title><style>{font_css}{CSS}</style></head><body>{body}</body></html>"
+        f"<title>{esc(t('page.title'))}</title><style>{font_css}{CSS}</style></head><body>{body}</body></html>"
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, page)
-    return out

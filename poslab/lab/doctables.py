@@ -1,0 +1,173 @@
+"""The docs' figures from a lab run: a compact snapshot of its results and the tables rendered from it.
+
+``docs/results/lab-quick.json`` holds what a quick lab measured (every claim record as the report
+decides it, and the per-step times). Marked blocks of docs/lab.md and docs/extrapolation.md::
+
+    <!-- generated: lab-verdicts -->
+    ...
+    <!-- end -->
+
+are rendered from that one snapshot, so the two docs cannot disagree; ``tests/test_doctables.py``
+fails when a block differs from the rendering. After a new quick lab, one command refreshes both::
+
+    python -m poslab.lab.doctables --results runs/lab --write
+
+(``--check`` only compares, exit 1 on a difference.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from poslab.lab.report.builder import kind, load_manifest, load_results
+from poslab.lab.report.claims import evaluate, num
+from poslab.lab.report.i18n import name_lessons
+
+SNAPSHOT = Path("docs/results/lab-quick.json")
+DOCS = ("lab.md", "extrapolation.md")
+BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end -->)", re.S)
+#: what each kind of verdict is called in the docs (the report's English badges)
+KIND_NAMES = {"held": "held", "wrong": "did not hold", "untestable": "not testable", "inconclusive": "inconclusive"}
+TRAINED = ("experiments/heads", "experiments/position-training", "experiments/extrapolation",
+           "experiments/attention-entropy", "experiments/context-extension", "experiments/probes")
+
+
+def snapshot(lab_dir: Path | str) -> dict[str, Any]:
+    """The compact record of a lab folder: its mode, per-step times and every claim record (no per-seed details).
+
+    Args:
+        lab_dir: a lab folder written by ``poslab lab`` (``lab.json`` and the results folders).
+    """
+    lab_dir = Path(lab_dir)
+    if not (lab_dir / "lab.json").is_file():
+        raise ValueError(f"--results {str(lab_dir)!r} has no lab.json; give the folder `poslab lab --out` wrote")
+    manifest = load_manifest(lab_dir)
+    claims = []
+    for v in evaluate(load_results(lab_dir)):
+        r = v.record
+        claims.append({"experiment": v.experiment, "claim": r.claim, "source": r.source, "measured": r.measured,
+                       "margin": r.margin, "noise": r.noise, "n_seeds": r.n_seeds, "verdict": r.verdict,
+                       "kind": kind(r), "reason": r.details.get("reason", "") if isinstance(r.details, dict) else ""})
+    steps = [{"name": s.get("name"), "status": s.get("status"), "seconds": s.get("seconds")}
+             for s in manifest.get("steps", []) if isinstance(s, dict)]
+    return {"mode": manifest.get("mode"), "command": manifest.get("command"), "seconds": manifest.get("seconds"),
+            "cores": (manifest.get("machine") or {}).get("cores"), "steps": steps, "claims": claims}
+
+
+def _md(value: Any) -> str:
+    """One markdown table cell."""
+    if value is None:
+        return "—"
+    text = num(value, 3) if isinstance(value, float) else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _duration(seconds: float | None) -> str:
+    if not isinstance(seconds, (int, float)):
+        return "—"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
+
+
+def _counts(claims: Sequence[dict]) -> str:
+    counts = {k: sum(c["kind"] == k for c in claims) for k in KIND_NAMES}
+    return ", ".join(f"{counts[k]} {name}" for k, name in KIND_NAMES.items())
+
+
+def _table(claims: Sequence[dict], with_experiment: bool) -> str:
+    head = (["experiment"] if with_experiment else []) + ["claim", "source", "measured", "margin", "noise", "verdict"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in claims:
+        verdict = KIND_NAMES[c["kind"]] + (f" ({c['reason']})" if c["kind"] == "untestable" and c["reason"] else "")
+        row = ([c["experiment"].split("/")[-1]] if with_experiment else []) + [
+            name_lessons(c["claim"]), name_lessons(c["source"]), name_lessons(c["measured"]), c["margin"], c["noise"], verdict]
+        lines.append("| " + " | ".join(_md(x) for x in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _summary(snap: dict) -> str:
+    steps = snap["steps"]
+    finished = sum(s["status"] in ("ok", "reused") for s in steps)
+    lines = [f"`{snap.get('command') or 'poslab lab'}` ({snap.get('mode')} mode, {snap.get('cores')} cores as recorded "
+             f"in lab.json): {finished} of {len(steps)} steps finished in {_duration(snap.get('seconds'))} wall; "
+             f"{len(snap['claims'])} claim records: {_counts(snap['claims'])}. Wall times as lab.json recorded them "
+             "(the machine may have been shared with other work).", "",
+             "| step | status | wall |", "|---|---|---:|"]
+    lines += [f"| {_md(s['name'])} | {_md(s['status'])} | {_duration(s['seconds'])} |" for s in steps]
+    return "\n".join(lines) + "\n"
+
+
+def _of(*folders: str) -> Callable[[dict], str]:
+    def render(snap: dict) -> str:
+        mine = [c for c in snap["claims"] if c["experiment"] in folders]
+        return f"{len(mine)} records: {_counts(mine)}.\n\n" + _table(mine, with_experiment=len(folders) > 1)
+
+    return render
+
+
+#: block name -> renderer of the snapshot
+BLOCKS: dict[str, Callable[[dict], str]] = {
+    "lab-summary": _summary,
+    "lab-verdicts": _of(*TRAINED),
+    "extrapolation-verdicts": _of("experiments/extrapolation"),
+    "context-extension-verdicts": _of("experiments/context-extension"),
+    "attention-entropy-verdicts": _of("experiments/attention-entropy"),
+}
+
+
+def render(snap: dict, name: str) -> str:
+    """Block ``name`` rendered from a snapshot (``ValueError`` naming an unknown block)."""
+    if name not in BLOCKS:
+        raise ValueError(f"unknown generated block {name!r}; known: {sorted(BLOCKS)}")
+    return BLOCKS[name](snap)
+
+
+def update(text: str, snap: dict) -> str:
+    """``text`` with every marked block replaced by its rendering."""
+    return BLOCK.sub(lambda m: m.group(1) + render(snap, m.group(2)) + m.group(4), text)
+
+
+def differences(text: str, snap: dict) -> list[str]:
+    """The names of the blocks of ``text`` whose content differs from the rendering."""
+    return [m.group(2) for m in BLOCK.finditer(text) if m.group(3) != render(snap, m.group(2))]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m poslab.lab.doctables", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, help="a lab folder: write its snapshot to --snapshot first")
+    parser.add_argument("--snapshot", type=Path, default=SNAPSHOT, help=f"the snapshot (default {SNAPSHOT})")
+    parser.add_argument("--docs", type=Path, default=Path("docs"), help="the docs folder (default docs)")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--write", action="store_true", help="rewrite the generated blocks of the docs")
+    action.add_argument("--check", action="store_true", help="exit 1 when a generated block differs")
+    args = parser.parse_args(argv)
+    try:
+        if args.results is not None:
+            snap = snapshot(args.results)
+            args.snapshot.parent.mkdir(parents=True, exist_ok=True)
+            args.snapshot.write_text(json.dumps(snap, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        snap = json.loads(args.snapshot.read_text(encoding="utf-8"))
+        stale = []
+        for name in DOCS:
+            path = args.docs / name
+            text = path.read_text(encoding="utf-8")
+            if args.write:
+                path.write_text(update(text, snap), encoding="utf-8")
+            else:
+                stale += [f"{name}: {block}" for block in differences(text, snap)]
+    except (OSError, ValueError) as err:
+        print(f"doctables: error: {err}", file=sys.stderr)
+        return 2
+    for line in stale:
+        print(f"differs from {args.snapshot}: {line}")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""``poslab.to_hf`` over every option ``GPTConfig`` offers: an exact export or a one-line refusal, never a silent difference.
+
+Each case builds a small random-weight :class:`poslab.GPT` (2 layers, width 32, T = 40), exports it
+with ``poslab.to_hf(model, folder)``, loads the folder with ``AutoModelForCausalLM.from_pretrained``
+and compares logits with ``torch.testing.assert_close``; or sees a ``ValueError`` of one line. The
+options come from ``dataclasses.fields(GPTConfig)``: a field without test values here fails
+:func:`test_every_gptconfig_field_has_export_cases`, so a new option cannot be skipped.
+
+Cases: every option value alone on a GPT-2 base and on a Llama base, and the combinations each
+family uses (its base), in the default run; every pair of option values on the Llama base and every
+option on every family base under ``-m slow``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+transformers = pytest.importorskip("transformers")
+
+import poslab  # noqa: E402
+from poslab.nn import positions  # noqa: E402
+from poslab.nn.model import ACTIVATIONS, RESIDUALS, GPTConfig  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.usefixtures("single_thread")]
+
+V, T, D = 97, 40, 32
+#: fields the bases set (model sizes): not options
+SIZES = {"vocab_size": V, "n_layer": 2, "n_head": 4, "n_embd": D, "block_size": T}
+_MLA = {"kv_lora_rank": 16, "q_lora_rank": None, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8}
+#: GPTConfig field -> values other than its default, each one a case
+OPTIONS: dict[str, list[Any]] = {
+    "dropout": [0.1],
+    "bias": [False],
+    "n_kv_head": [2, 1],
+    "position": [name for name in positions.names() if name != "learned"],
+    "position_config": [{"scaling": "yarn", "factor": 2.0, "original_max_len": 16}, {"scaling": "linear", "factor": 2.0},
+                        {"scaling": "ntk", "factor": 2.0}, {"layout": "interleaved"}, {"rotary_dim": 4}, {"base": 500.0},
+                        {"max_len": 64}],
+    "norm": ["rmsnorm"],
+    "mlp": ["swiglu", "gelu"],
+    "mlp_hidden": [48],
+    "tie_embeddings": [False],
+    "backend": ["eager", "sdpa"],
+    "window": [8],
+    "causal": [False],
+    "norm_eps": [1e-6],
+    "attn_bias": [True, False],
+    "mlp_bias": [True, False],
+    "norm_bias": [True, False],
+    "lm_head_bias": [True],
+    "activation": list(ACTIVATIONS),
+    "residual": [r for r in RESIDUALS if r != "sequential"],
+    "embed_norm": [True],
+    "attn_scale": [0.5, 1.0],
+    "clip_qkv": [0.5],
+    "attn_head_dim": [16],
+    "attn_softcap": [5.0],
+    "final_softcap": [3.0],
+    "qk_norm": [True],
+    "qk_norm_affine": [False],
+    "attn_sinks": [True],
+    "attn_chunk": [8],
+    "attn_temperature": [[4.0, 0.1]],
+    "embed_scale": [D**0.5, 2.0],
+    "layer_pattern": [[{"window": 8}, {}], [{"window": 8}, {"window": 4}], [{"position": "none"}, {}],
+                      [{"attn_chunk": 8}, {}], [{"qk_norm": True}, {}]],
+    "mla": [_MLA],
+}
+LLAMA = dict(position="rope", norm="rmsnorm", mlp="swiglu", bias=False)
+SANDWICH = dict(LLAMA, residual="sandwich", embed_scale=D**0.5)
+#: base name -> (config, the transformers class it must export to; None: refused)
+BASES: dict[str, tuple[dict[str, Any], str | None]] = {
+    "gpt2": ({}, "GPT2LMHeadModel"),
+    "llama": (LLAMA, "LlamaForCausalLM"),
+    "llama-gqa-bias-interleaved": (dict(LLAMA, n_kv_head=2, attn_bias=True, position_config={"layout": "interleaved"}),
+                                   "LlamaForCausalLM"),
+    "mistral": (dict(LLAMA, window=8), "MistralForCausalLM"),
+    "qwen3": (dict(LLAMA, qk_norm=True, attn_head_dim=16, layer_pattern=[{"window": 8}, {}]), "Qwen3ForCausalLM"),
+    "gemma2": (dict(SANDWICH, attn_softcap=5.0, final_softcap=3.0, attn_scale=0.25, layer_pattern=[{"window": 8}, {}]),
+               "Gemma2ForCausalLM"),
+    "gemma3": (dict(SANDWICH, qk_norm=True, position_config={"base": 1e6},
+                    layer_pattern=[{"window": 8, "position_config": {"base": 1e4}}, {}]), "Gemma3ForCausalLM"),
+    "llama4": (dict(LLAMA, position_config={"layout": "interleaved"}, qk_norm_affine=False,
+                    layer_pattern=[{"attn_chunk": 8, "qk_norm": True}, {"position": "none", "attn_temperature": [4.0, 0.1]}]),
+               "Llama4ForCausalLM"),
+    "deepseek": (dict(LLAMA, mla=_MLA, attn_scale=(8 + 4) ** -0.5), "DeepseekV3ForCausalLM"),
+    "gpt-oss-attention": (dict(LLAMA, n_kv_head=2, attn_bias=True, attn_sinks=True, layer_pattern=[{"window": 8}, {}]), None),
+}
+
+
+def test_every_gptconfig_field_has_export_cases() -> None:
+    """A ``GPTConfig`` field that is neither a size nor listed in :data:`OPTIONS` would go untested here."""
+    fields = {f.name for f in dataclasses.fields(GPTConfig)}
+    assert fields - set(SIZES) - set(OPTIONS) == set(), "add export cases for the new GPTConfig option"
+    assert set(OPTIONS) <= fields
+
+
+def _model(values: dict[str, Any]) -> poslab.GPT | None:
+    try:
+        config = GPTConfig(**{**SIZES, **values})
+    except (ValueError, TypeError):
+        return None  # a combination GPTConfig refuses is not one the library offers
+    torch.manual_seed(0)
+    model = poslab.GPT(config)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():  # every gain, bias and sink random: a dropped one changes the logits
+            p.copy_(torch.randn(p.shape, generator=g) * (0.2 if p.dim() > 1 else 0.5))
+    return model.eval()
+
+
+FIGURES: dict[str, int] = {}
+
+
+def _record(request) -> None:
+    """A passing test's outcomes go to ``test-artifacts/reliability.json`` (docs/reliability.md's table):
+    reached only after every export of the test compared equal, so its silent differences are 0."""
+    from test_reliability_artifacts import mode, record
+
+    record("export", mode(request), {"cases": sum(FIGURES.values()), "silent_differences": 0, **FIGURES})
+    FIGURES.clear()
+
+
+def check_export(values: dict[str, Any], folder, expect: str | None = "any") -> str:
+    """Export ``values``'s model through ``poslab.to_hf``: ``"exact"``, ``"refused"`` or ``"not offered"``.
+
+    An export must load from its folder with the same logits; a refusal must be one ``ValueError`` line.
+    ``expect``: the transformers class name the export must have (``None``: it must be refused).
+    """
+    model = _model(values)
+    if model is None:
+        return _tally("not_offered")
+    idx = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(2))
+    try:
+        with torch.no_grad():
+            want = model(idx)
+    except ValueError:
+        return _tally("not_offered")  # a combination the model refuses to run (soft-capping in the sdpa backend)
+    try:
+        poslab.to_hf(model, folder)
+    except ValueError as err:
+        message = str(err)
+        assert "\n" not in message and message.startswith("to_hf"), message
+        assert expect in (None, "any"), f"{values} refused: {message}"
+        return _tally("refused")
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+    assert expect is not None, f"{values} exported as {type(loaded).__name__}, expected a refusal"
+    if expect != "any":
+        assert type(loaded).__name__ == expect, (values, type(loaded).__name__)
+    with torch.no_grad():
+        got = loaded(idx).logits
+    assert want.abs().max() > 0.5  # logits far from zero: the comparison can fail
+    assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"silent difference for {values}: {m}")
+    return _tally("exact")
+
+
+def _tally(outcome: str) -> str:
+    FIGURES[outcome] = FIGURES.get(outcome, 0) + 1
+    return outcome
+
+
+SINGLES = [(base, field, value) for base in ("gpt2", "llama") for field, values in OPTIONS.items() for value in values]
+
+
+@pytest.mark.parametrize(("base", "field", "value"), SINGLES, ids=[f"{b}-{f}-{i}" for i, (b, f, _) in enumerate(SINGLES)])
+def test_each_option_alone_exports_exactly_or_is_refused(base: str, field: str, value: Any, tmp_path, request) -> None:
+    FIGURES.clear()
+    check_export({**BASES[base][0], field: value}, tmp_path / "export")
+    _record(request)
+
+
+@pytest.mark.parametrize("base", list(BASES))
+def test_each_family_combination_exports_to_its_family(base: str, tmp_path, request) -> None:
+    FIGURES.clear()
+    values, expect = BASES[base]
+    assert check_export(values, tmp_path / "export", expect) == ("refused" if expect is None else "exact")
+    _record(request)
+
+
+@pytest.mark.parametrize(
+    ("values", "needle"),
+    [
+        (dict(LLAMA, attn_sinks=True), "attn_sinks=True.*gpt_oss"),
+        (dict(LLAMA, attn_chunk=8), "attn_chunk=8; llama4_text carries attn_chunk but not RoPE layout 'half'"),
+        (dict(LLAMA, layer_pattern=[{"window": 8}, {}]), "layer_pattern"),
+        (dict(LLAMA, qk_norm=True, attn_chunk=8), "attn_chunk=8"),
+        ({"embed_norm": True}, "embed_norm=True"),
+        ({"position": "alibi"}, "position='alibi'"),
+    ],
+)
+def test_refusals_name_the_option(values: dict, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle) as err:
+        poslab.to_hf(_model(values))
+    assert "\n" not in str(err.value)
+
+
+def test_a_new_option_is_refused_by_every_family(monkeypatch) -> None:
+    """An option no family declares (here ``qk_norm`` made undeclared everywhere) is refused, not exported."""
+    from poslab.interop import hf
+
+    stripped = tuple(dataclasses.replace(w, carries=w.carries - {"qk_norm"}, requires={k: v for k, v in w.requires.items() if k != "qk_norm"})
+                     for w in hf.WRITERS)
+    monkeypatch.setattr(hf, "WRITERS", stripped)
+    with pytest.raises(ValueError, match="no family poslab writes carries qk_norm=True"):
+        poslab.to_hf(_model(dict(LLAMA, qk_norm=True)))
+
+
+@pytest.mark.slow
+def test_every_pair_of_options_exports_exactly_or_is_refused(tmp_path, request) -> None:
+    """Every pair of option values on the Llama base, and every option value on every family base."""
+    flat = [(field, value) for field, values in OPTIONS.items() for value in values]
+    cases = [{**LLAMA, f1: v1, f2: v2} for (f1, v1), (f2, v2) in itertools.combinations(flat, 2) if f1 != f2]
+    cases += [{**values, field: value} for values, _ in BASES.values() for field, value in flat]
+    FIGURES.clear()
+    for i, values in enumerate(cases):
+        check_export(values, tmp_path / f"e{i}")
+    assert FIGURES.get("exact", 0) > 50, FIGURES
+    _record(request)

@@ -1,0 +1,144 @@
+"""``dtype: auto``: the precision chosen by measuring it, the cache, the warning, MFU that cannot exceed 1."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from poslab.data import load_corpus
+from poslab.runs import load_run
+from poslab.session import train
+from poslab.training import precision
+from poslab.training.config import TrainConfig
+from poslab.training.loop import mfu_of
+from poslab.training.precision import PrecisionFigures, cached_figures, choose_dtype
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+CPU = torch.device("cpu")
+BF16_FASTER = PrecisionFigures(fp32_step_s=0.010, bf16_step_s=0.004, fp32_matmul_flops=1e11, bf16_matmul_flops=3e11)
+BF16_SLOWER = PrecisionFigures(fp32_step_s=0.010, bf16_step_s=0.180, fp32_matmul_flops=1e11, bf16_matmul_flops=5e8)
+
+
+class Stub:
+    """A measurement that returns fixed figures and counts its calls."""
+
+    def __init__(self, figures: PrecisionFigures) -> None:
+        self.figures, self.calls = figures, 0
+
+    def __call__(self) -> PrecisionFigures:
+        self.calls += 1
+        return self.figures
+
+
+def test_auto_takes_bf16_only_where_it_measured_faster(tmp_path):
+    faster = choose_dtype("auto", CPU, Stub(BF16_FASTER), tmp_path / "a.json")
+    assert faster.dtype == "bf16" and faster.warning is None
+    assert "0.40x" in faster.reason and faster.figures == BF16_FASTER
+    slower = choose_dtype("auto", CPU, Stub(BF16_SLOWER), tmp_path / "b.json")
+    assert slower.dtype == "fp32" and slower.warning is None
+    assert "18.00x" in slower.reason
+    record = slower.to_dict()
+    assert record["requested"] == "auto" and record["dtype"] == "fp32"
+    assert record["figures"]["bf16_over_fp32_step"] == pytest.approx(18.0)
+
+
+def test_explicit_bf16_measured_slower_runs_with_a_warning_naming_the_ratio(tmp_path):
+    choice = choose_dtype("bf16", CPU, Stub(BF16_SLOWER), tmp_path / "c.json")
+    assert choice.dtype == "bf16"
+    assert choice.warning is not None and "\n" not in choice.warning
+    assert "18.00x" in choice.warning and "slower than fp32" in choice.warning
+    assert choose_dtype("bf16", CPU, Stub(BF16_FASTER), tmp_path / "d.json").warning is None
+
+
+def test_fp32_measures_nothing_and_a_bad_dtype_is_refused(tmp_path):
+    def never() -> PrecisionFigures:
+        raise AssertionError("fp32 must not measure")
+
+    assert choose_dtype("fp32", CPU, never, tmp_path / "e.json").dtype == "fp32"
+    with pytest.raises(ValueError, match="dtype='fp16' is not allowed"):
+        choose_dtype("fp16", CPU, never, tmp_path / "e.json")
+    with pytest.raises(ValueError, match="dtype='fp16' is not allowed"):
+        TrainConfig(name="x", dtype="fp16")
+
+
+def test_figures_are_measured_once_per_machine_and_a_corrupt_cache_is_measured_again(tmp_path):
+    path = tmp_path / "cache" / "precision.json"
+    stub = Stub(BF16_FASTER)
+    assert cached_figures(stub, path) == BF16_FASTER
+    assert cached_figures(stub, path) == BF16_FASTER
+    assert stub.calls == 1
+    assert precision.machine_key() in json.loads(path.read_text())
+    path.write_text("[" * 5000)  # unreadable: measured again, rewritten
+    assert cached_figures(stub, path) == BF16_FASTER and stub.calls == 2
+    assert json.loads(path.read_text())[precision.machine_key()]["bf16_step_s"] == BF16_FASTER.bf16_step_s
+
+
+def test_the_real_measurement_returns_positive_figures(tmp_path):
+    figures = precision.measure(reps=2, budget_s=0.2, rounds=1)
+    assert figures.fp32_step_s > 0 and figures.bf16_step_s > 0
+    assert figures.fp32_matmul_flops > 0 and figures.bf16_matmul_flops > 0
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "shakespeare_20k.txt"
+    path.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
+    return str(path)
+
+
+def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
+    values = dict(name="run", out_dir=str(tmp_path / "runs"), corpus=corpus, dtype="auto",
+                  model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16), max_steps=6, batch_size=2,
+                  warmup_steps=1, eval_interval=3, eval_iters=1, log_interval=1, ckpt_interval=3, seed=3, threads=1)
+    values.update(overrides)
+    return TrainConfig.from_dict(values)
+
+
+def seed_cache(monkeypatch, tmp_path, figures: PrecisionFigures, name: str) -> None:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "precision.json").write_text(json.dumps({precision.machine_key(): figures.__dict__}))
+    monkeypatch.setenv("POSLAB_CACHE_DIR", str(folder))
+
+
+@pytest.mark.parametrize(("figures", "expected"), [(BF16_FASTER, "bf16"), (BF16_SLOWER, "fp32")])
+def test_a_run_records_the_choice_and_its_figures(tmp_path, corpus, monkeypatch, capsys, figures, expected):
+    seed_cache(monkeypatch, tmp_path, figures, "cache")
+    results = train(tiny(tmp_path, corpus), progress=True)
+    assert results["dtype"] == expected
+    assert results["precision"]["requested"] == "auto" and results["precision"]["dtype"] == expected
+    assert results["precision"]["figures"]["bf16_step_s"] == figures.bf16_step_s
+    _, _, config = load_run(tmp_path / "runs" / "run")
+    assert config["train"]["dtype"] == expected  # the run computes in a concrete dtype
+    assert f"auto: {expected}" in capsys.readouterr().err  # the progress header says what was chosen
+
+
+def test_a_resumed_auto_run_keeps_the_dtype_it_started_with(tmp_path, corpus, monkeypatch):
+    seed_cache(monkeypatch, tmp_path, BF16_FASTER, "first")
+    train(tiny(tmp_path, corpus, max_steps=3), progress=False)
+    seed_cache(monkeypatch, tmp_path, BF16_SLOWER, "second")  # another machine's figures
+    results = train(tiny(tmp_path, corpus), resume=True, progress=False)
+    assert results["dtype"] == "bf16" and results["resumed_from"] == 3
+    assert "kept from the resumed run" in results["precision"]["reason"]
+
+
+def test_mfu_above_one_is_refused_not_recorded(tmp_path, corpus, monkeypatch):
+    assert mfu_of(1000.0, 1e6, 1e10) == pytest.approx(0.1)
+    assert mfu_of(None, 1e6, 1e10) is None
+    refused = mfu_of(1000.0, 1e6, 1e8)
+    assert isinstance(refused, str) and "exceeds 1" in refused
+    # a peak far below what the run reaches: the run records no MFU and says why
+    monkeypatch.setattr("poslab.training.loop._measured_peak", lambda dtype: 1.0)
+    results = train(tiny(tmp_path, corpus, dtype="fp32"), progress=False)
+    assert results["mfu"] is None and "exceeds 1" in results["mfu_refused"]
+
+
+def test_the_bf16_mfu_peak_is_the_faster_of_the_two_dtypes(tmp_path, corpus, monkeypatch):
+    peaks = {"fp32": 4e12, "bf16": 1e9}  # emulated bf16: its own peak would make MFU look above 1
+    monkeypatch.setattr("poslab.training.loop._measured_peak", lambda dtype: peaks[dtype])
+    results = train(tiny(tmp_path, corpus, dtype="bf16"), progress=False)
+    assert results["peak_flops"] == 4e12
+    assert results["mfu"] is not None and 0 < results["mfu"] <= 1
