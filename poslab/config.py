@@ -12,16 +12,21 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import typing
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from poslab.config_keys import coerce
 from poslab.data import CORPORA, build_tokenizer
-from poslab.nn.model import GPTConfig
+from poslab.nn.model import GPT, GPTConfig
 from poslab.runs import RunFolder
-from poslab.training.config import MODEL_KEYS, TrainConfig
+from poslab.safe_load import load_yaml
+from poslab.training.config import MODEL_KEYS, TrainConfig, check_model_for_training, model_config
 from poslab.training.lock import interrupted_start
 
 TRAIN_KEYS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "model")
@@ -73,7 +78,7 @@ def nest(pairs: Iterable[tuple[str, Any]], *, text: bool = False, where: str = "
                 result.setdefault("model", {})[parts[1]] = value
         elif parts[0] == "model" and len(parts) == 3 and parts[1] == "position_config":
             if text:
-                value = _yaml_scalar(value)
+                value = _yaml_scalar(key, value)
             result.setdefault("model", {}).setdefault("position_config", {})[parts[2]] = value
         else:
             raise ValueError(_unknown(raw_key, key, where, reserved))
@@ -91,12 +96,16 @@ def _unknown(raw_key: str, key: str, where: str, reserved: dict[str, str] | None
             f"or model.position_config.KEY (see `poslab train --help`)")
 
 
-def _yaml_scalar(text: str) -> Any:
-    """A ``--model.position_config.KEY VALUE`` value: YAML (``500`` -> 500, ``[1, 2]`` -> a list), else the text."""
+def _yaml_scalar(key: str, text: str) -> Any:
+    """A ``--model.position_config.KEY VALUE`` value: YAML (``500`` -> 500, ``[1, 2]`` -> a list), else the text.
+
+    Read through the one guarded reader (:func:`poslab.safe_load.load_yaml`): a deeply nested value
+    or an alias bomb is refused in one line naming ``--key``.
+    """
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text, f"--{key}")
     except yaml.YAMLError:
         return text
 
@@ -150,12 +159,20 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _training_device(world_size: int) -> str:
+    """Where ``train`` puts the model: CUDA under torchrun when a GPU is visible, else the CPU."""
+    return "cuda" if world_size > 1 and torch.cuda.is_available() else "cpu"
+
+
 def preflight(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, folder: bool = True) -> str:
     """What ``train`` would refuse about ``cfg``, found before anything is read or written.
 
     ``cfg`` itself is already checked (its keys, types and ranges, and its model: geometry and position
-    config, the scheme built once on the meta device). This checks the tokenizer spec, that the corpus
-    is shipped or an existing file and (with ``folder``) the run folder against ``resume``/``overwrite``.
+    config, the scheme built once on the meta device). This checks the tokenizer spec, what the training
+    loop refuses about the model (:func:`~poslab.training.config.check_model_for_training`: block size
+    past the position table, ``memory`` with a table or mla), that the backend can train on this device,
+    that ``init_from``'s weights fit the model, that the corpus is shipped or an existing file and (with
+    ``folder``) the run folder against ``resume``/``overwrite``.
 
     Returns:
         The action ``train`` would take: ``"start"``, ``"resume"`` or ``"overwrite"``.
@@ -164,6 +181,15 @@ def preflight(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False
         ValueError, FileNotFoundError, FileExistsError: what ``train`` would raise.
     """
     build_tokenizer(cfg.tokenizer, "ab")  # the spec only (fitted on a two-character text)
+    world_size = int(os.environ.get("WORLD_SIZE", "1")) if os.environ.get("WORLD_SIZE", "").isdigit() else 1
+    check_model_for_training(cfg, cfg.model.max_positions(), world_size, _training_device(world_size))  # the loop's
+    if cfg.init_from is not None:  # the weights must fit the model, as train finds when it loads them
+        init = RunFolder(cfg.init_from)
+        with torch.device("meta"):
+            model = GPT(model_config(cfg, init.model_config().vocab_size))
+        with warnings.catch_warnings():  # copying into meta parameters is a no-op, as wanted: names and shapes only
+            warnings.simplefilter("ignore", UserWarning)
+            init.restore_weights(model)
     if cfg.corpus not in CORPORA and not Path(cfg.corpus).is_file():
         raise ValueError(f"corpus {cfg.corpus!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file")
     if not folder:

@@ -9,6 +9,8 @@ import typing
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from poslab.safe_load import load_yaml
+
 
 def reject_unknown_keys(keys: Iterable[str], allowed: Sequence[str], what: str, *, prefix: str = "",
                         where: str = "") -> None:
@@ -71,6 +73,20 @@ def coerce(key: str, value: Any, hint: Any, *, text: bool = False) -> Any:
     return value
 
 
+def parse_text(key: str, text: str) -> Any:
+    """A command-line value read as YAML/JSON through the one guarded reader (``None`` if it is not YAML).
+
+    Raises:
+        ValueError: nested too deeply or an alias bomb (:func:`poslab.safe_load.load_yaml`), naming ``--key``.
+    """
+    import yaml
+
+    try:
+        return load_yaml(text, f"--{key}")
+    except yaml.YAMLError:
+        return None
+
+
 def _from_text(key: str, text: str, hint: Any) -> Any:
     if hint is bool:
         if text.lower() in _TRUE:
@@ -90,12 +106,7 @@ def _from_text(key: str, text: str, hint: Any) -> Any:
             raise ValueError(f"--{key} expects a number, got {text!r}") from None
     if hint is str:
         return text
-    import yaml  # a list (layer_pattern, attn_temperature) or a mapping (position_config), as JSON or YAML
-
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        value = None
+    value = parse_text(key, text)  # a list (layer_pattern, attn_temperature) or a mapping (position_config)
     if typing.get_origin(hint) is list:
         if not isinstance(value, list):
             raise ValueError(f"--{key} expects a list such as '[{{window: 4096}}, {{}}]', got {text!r}")

@@ -45,9 +45,11 @@ from poslab.fileio import (
     write_error,
 )
 from poslab.nn.model import GPT, GPTConfig
+from poslab.safe_load import load_json
 from poslab.training import checkpoint as ckpt
-from poslab.training.averaging import average_state_dicts
+from poslab.training.averaging import average_state_dicts, normalised_weights
 from poslab.training.config import TrainConfig, resume_identity
+from poslab.training.data import model_vocab_size
 from poslab.training.lock import RunLock, ensure_writable, interrupted_start, is_locked, remove_stale_temp_files
 
 CONFIG, TOKENIZER, METRICS, RESULTS, PEAK = "config.json", "tokenizer.json", "metrics.jsonl", "results.json", "peak.json"
@@ -92,12 +94,12 @@ class RunFolder:
     def _read_json(self, name: str) -> Any:
         path = self.file(name)
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return load_json(path.read_text(encoding="utf-8"), repr(str(path)))
         except FileNotFoundError:
             raise RunFileError(f"{str(path)!r} does not exist") from None
         except IsADirectoryError:
             raise RunFileError(f"{str(path)!r} is a folder, not a file") from None
-        except ValueError as err:  # not UTF-8 or not JSON (a damaged or foreign file): name it
+        except ValueError as err:  # not UTF-8, not JSON or nested too deeply (a damaged or foreign file): name it
             raise RunFileError(f"{str(path)!r} is not a readable JSON file: {err}") from None
 
     def _object(self, name: str) -> dict[str, Any]:
@@ -199,8 +201,8 @@ class RunFolder:
         records = []
         if self.file(METRICS).is_file():
             for line in self.file(METRICS).read_text(encoding="utf-8", errors="replace").splitlines():
-                with contextlib.suppress(json.JSONDecodeError):
-                    record = json.loads(line)
+                with contextlib.suppress(ValueError):  # torn, not JSON or nested too deeply
+                    record = load_json(line, METRICS)
                     if isinstance(record, dict):
                         records.append(record)
         return records
@@ -211,8 +213,8 @@ class RunFolder:
         if self.file(METRICS).is_file():
             for line in self.file(METRICS).read_text(encoding="utf-8", errors="replace").splitlines():
                 try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
+                    record = load_json(line, METRICS)
+                except ValueError:  # torn, not JSON or nested too deeply
                     continue
                 if isinstance(record, dict) and _number(record.get("step"), math.inf) <= last_step:
                     kept.append(line)
@@ -336,6 +338,10 @@ class RunFolder:
             try:
                 tensors, meta = self.load_checkpoint(step, identity)
                 missing = training_state_missing(tensors, meta)
+                if not missing:
+                    problem = ckpt.training_state_problem(tensors, meta)
+                    if problem:
+                        raise ckpt.CheckpointError(f"checkpoint {str(self.checkpoint_path(step))!r} {problem}")
                 if missing:
                     model_only = True
                     raise ckpt.CheckpointError(
@@ -461,8 +467,7 @@ class RunFolder:
         """
         out = refuse_existing_run(out, "averaging")
         model, steps = self.averaged_model(last, weights)
-        total = sum(weights) if weights is not None else None
-        normalised = [1.0 / len(steps)] * len(steps) if weights is None else [float(w) / total for w in weights]
+        normalised = normalised_weights(len(steps), weights)  # the weights the average used
         source = {"run": str(self.path.resolve()), "steps": steps, "weights": normalised}
         doc = self.config()
         doc = {**doc, "train": {**doc.get("train", {}), "name": out.name, "out_dir": str(out.parent)},
@@ -471,9 +476,22 @@ class RunFolder:
                                results={"status": "averaged", "steps": steps[-1], "averaged_from": source})
 
     def load(self, step: int | None = None) -> tuple[GPT, Any, dict[str, Any]]:
-        """``(model, tokenizer, config)``: :meth:`load_model`, :meth:`tokenizer`, :meth:`config`."""
+        """``(model, tokenizer, config)``: :meth:`load_model`, :meth:`tokenizer`, :meth:`config`.
+
+        Raises:
+            RunFileError: the tokenizer's vocabulary is not the model's (a decoded id would fall
+                outside it, or ids the model knows could never be written).
+        """
         tokenizer = self.tokenizer()
-        return self.load_model(step), tokenizer, self.config()
+        model = self.load_model(step)
+        config = self.config()
+        objective = config["train"].get("objective", "clm")
+        expected = model_vocab_size(tokenizer.vocab_size, objective) if objective in ("clm", "mlm") else None
+        if expected is not None and expected != model.config.vocab_size:
+            raise RunFileError(
+                f"{str(self.file(TOKENIZER))!r} has {tokenizer.vocab_size} tokens but the model has "
+                f"{model.config.vocab_size} ids ({objective}); a run's tokenizer and model must have one vocabulary")
+        return model, tokenizer, config
 
     # -------------------------------------------------------------------------------- data
     def split_tokens(self, split: str = "val", tokenizer: Any = None) -> Tensor:

@@ -71,6 +71,7 @@ def train(
     try:
         # rank 0 prepares the folder; its outcome (or its error) reaches every rank
         resuming, displaced = dist_ctx.run_on_main(run.prepare, resume, overwrite)
+        lock.hold_folder()  # the folder as prepared (new, replaced or resumed) is locked too
     except BaseException:
         lock.release()
         distributed.teardown(dist_ctx)

@@ -147,3 +147,20 @@ def test_client_disconnect_is_one_line(server, capfd):
     assert len(lines) == 1 and "poslab explore: client 127.0.0.1:" in lines[0], err
     assert "disconnected (POST /api/attention HTTP/1.1)" in lines[0] and "Traceback" not in err
     FIGURES["disconnects_logged_in_one_line"] += 1
+
+
+def test_two_host_headers_are_a_bad_request(server):
+    """RFC 7230 5.4: a request with more than one Host field gets 400 (a proxy and the server could
+    otherwise read different hosts)."""
+    lines = ["GET /api/models HTTP/1.1", f"Host: 127.0.0.1:{server}", "Host: evil.example"]
+    status, body = raw(server, "\r\n".join(lines))
+    assert status == 400 and "2 Host headers" in body["error"]
+
+
+def test_non_finite_attention_is_one_json_error(server, monkeypatch):
+    """A model whose attention is NaN: a 422 with the reason, not an exception after the handler."""
+    import poslab.lab.explore as explore
+
+    monkeypatch.setattr(explore, "attention_payload", lambda store, model, prompt: {"weights": [[float("nan")]]})
+    status, body = post(server, PROMPT, f"Content-Length: {len(PROMPT)}")
+    assert status == 422 and "not finite" in body["error"]

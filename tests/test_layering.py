@@ -15,6 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "poslab"
 
 #: layer of each top-level part of the package (higher may import lower, never the reverse)
 LAYERS: dict[str, int] = {
+    "safe_load": -1,
     "config_keys": 0, "fileio": 0, "version": 0, "data": 0,
     "nn": 1, "display": 1,
     "training": 2,

@@ -37,7 +37,7 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
                  ("cases", "nonfinite_found", "max_err_vs_fp64_bf16", "max_err_vs_fp64_fp16", "max_fp32_err_vs_fp64")),
     "nonfinite": ("NaN/inf during training", ("runs", "detected_within_one_step", "skipped_batches")),
     "fuzz": ("fuzzed configs and command lines",
-             ("cases", "accepted", "rejected_one_line", "tracebacks", "models_run", "subprocess_cases")),
+             ("cases", "accepted", "rejected_one_line", "tracebacks", "models_run", "subprocess_cases", "forged_runs")),
     "disk": ("disk full / read-only run folder", ("cases", "clear_error", "half_written_files", "resumed_equal")),
     "realdisk": ("real disk full (a small tmpfs): training, resume, eval/experiment/report/sample outputs",
                  ("cases", "sizes", "clear_error", "half_written_files", "checkpoints_verified", "resumed_equal",
@@ -57,6 +57,8 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "hf_folders": ("malformed Hugging Face folders given to `poslab convert`", ("cases", "refused_one_line", "tracebacks")),
     "export": ("`poslab.to_hf` of every GPTConfig option (alone, family combinations; pairs in slow)",
                ("cases", "exact", "refused", "not_offered", "silent_differences")),
+    "redteam": ("red-team causes (deep nesting, alias bombs, forged files, extreme values, costs, lock, memory resume)",
+                ("cases", "refused_one_line", "right_answer")),
 }
 
 

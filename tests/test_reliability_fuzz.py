@@ -30,9 +30,11 @@ from poslab.cli.app import main
 from poslab.training import presets
 from poslab.training.config import TrainConfig
 
-DEFAULT_EXAMPLES = {"train": 150, "model": 200, "yaml": 60, "cli": 150}
-SLOW_EXAMPLES = {"train": 2500, "model": 3000, "yaml": 800, "cli": 2000}
-COUNTS = {"cases": 0, "accepted": 0, "rejected_one_line": 0, "tracebacks": 0, "subprocess_cases": 0, "models_run": 0}
+DEFAULT_EXAMPLES = {"train": 150, "model": 200, "yaml": 60, "cli": 150, "extreme": 80, "hostile_cli": 40, "forged": 12}
+SLOW_EXAMPLES = {"train": 2500, "model": 3000, "yaml": 800, "cli": 2000, "extreme": 1500, "hostile_cli": 400,
+                 "forged": 150}
+COUNTS = {"cases": 0, "accepted": 0, "rejected_one_line": 0, "tracebacks": 0, "subprocess_cases": 0, "models_run": 0,
+          "forged_runs": 0}
 
 TRAIN_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
 MODEL_FIELDS = [f.name for f in dataclasses.fields(GPTConfig)]
@@ -204,6 +206,75 @@ PLAUSIBLE = {
 pairs = st.sampled_from(sorted(PLAUSIBLE)).flatmap(lambda flag: st.tuples(st.just(flag), PLAUSIBLE[flag] | tokens))
 
 
+# ------------------------------------------------------------------------------------ hostile values
+#: finite numbers at the edges of float64 and fp32 (and past fp32's range), of both signs
+EXTREME_NUMBERS = [5e-324, 1e-300, 1e-46, 1e-38, 1e-30, 1e-6, 1e6, 1e30, 3.4e38, 1e39, 1e300, 1.7e308, 2**31, 2**53,
+                   2**62, 2**63, -1e-300, -1e300]
+extreme_numbers = st.one_of(st.sampled_from(EXTREME_NUMBERS),
+                            st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: abs(x) > 1e30 or 0 < abs(x) < 1e-30))
+
+
+def nested(depth: int, opener: str) -> str:
+    """``depth`` levels of ``[`` / ``{a:`` (flow YAML) or ``{"a":`` (JSON), closed."""
+    closer = {"[": "]", "{a: ": "}", '{"a": ': "}"}[opener]
+    return opener * depth + ("1" if opener != "[" else "") + closer * depth
+
+
+deep_values = st.builds(nested, st.integers(1, 6000), st.sampled_from(["[", "{a: ", '{"a": ']))
+
+
+def alias_bomb(levels: int, width: int) -> str:
+    """Flow YAML of about ``30 * levels * width`` bytes expanding to ``width ** levels`` values."""
+    names = [f"n{i}" for i in range(levels)]
+    parts = [f"{names[0]}: &{names[0]} [{', '.join(['x'] * width)}]"]
+    parts += [f"{n}: &{n} [{', '.join([f'*{names[i]}'] * width)}]" for i, n in enumerate(names[1:])]
+    return "{" + ", ".join(parts) + "}"
+
+
+bombs = st.builds(alias_bomb, st.integers(1, 12), st.integers(1, 12))
+HOSTILE_FLAGS = ["--model.position_config", "--model.position_config.base", "--model.position_config.factor",
+                 "--model.layer_pattern", "--model.mla", "--model.attn_temperature"]
+hostile_pairs = st.tuples(st.sampled_from(HOSTILE_FLAGS), st.one_of(deep_values, bombs, extreme_numbers.map(repr)))
+
+
+def _hostile_cli_test(slow: bool, out_dir: Path):
+    base = ["train", "--preset", "tiny", "--dry-run", "--out_dir", str(out_dir)]
+
+    @_settings("hostile_cli", slow)
+    @given(st.lists(hostile_pairs, min_size=1, max_size=2).map(lambda ps: [t for p in ps for t in p]))
+    def check(extra):
+        _cli([*base, *extra])
+
+    return check
+
+
+@st.composite
+def extreme_model_dicts(draw):
+    """A valid small model whose scheme or model scales get extreme finite numbers."""
+    values_ = dict(MODEL_BASE, position=draw(st.sampled_from(positions.names())))
+    fields = [f.name for f in dataclasses.fields(positions.get(values_["position"]).config_class)
+              if f.type in ("float", float, "float | None", "int")]
+    numeric = [k for k in fields if k not in ("n_embd", "n_heads", "head_dim", "n_layer", "max_len", "rotary_dim")]
+    if numeric and draw(st.booleans()):
+        values_["position_config"] = {k: draw(extreme_numbers) for k in draw(st.lists(st.sampled_from(numeric),
+                                                                                         min_size=1, max_size=2))}
+        if values_["position"] in ("rope", "xpos", "prope") and draw(st.booleans()):
+            values_["position_config"]["scaling"] = draw(st.sampled_from(["linear", "ntk", "yarn", "llama3", "dynamic"]))
+            values_["position_config"].setdefault("original_max_len", 8)
+    else:
+        values_[draw(st.sampled_from(["attn_scale", "embed_scale", "attn_softcap", "final_softcap"]))] = draw(extreme_numbers)
+    return values_
+
+
+def _extreme_test(slow: bool):
+    @_settings("extreme", slow)
+    @given(extreme_model_dicts())
+    def check(values_):
+        _check_model(values_)  # accepted must mean finite logits
+
+    return check
+
+
 def _cli_test(slow: bool, out_dir: Path):
     base = ["train", "--preset", "tiny", "--dry-run", "--out_dir", str(out_dir)]
 
@@ -247,6 +318,8 @@ def _run_all(tmp_path: Path, slow: bool, request) -> None:
     _model_test(slow)()
     _cli_test(slow, tmp_path / "runs")()
     _yaml_test(slow, tmp_path)()
+    _hostile_cli_test(slow, tmp_path / "runs")()
+    _extreme_test(slow)()
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir()), "a dry run wrote files"
     from test_reliability_artifacts import mode, record
 
@@ -312,3 +385,139 @@ def test_dry_run_checks_the_run_folder_and_writes_nothing(tmp_path, capsys):
     assert main([*base, "--overwrite"]) == 2 and "not a poslab run folder" in capsys.readouterr().err
     assert main([*base, "--model.n_head", "3"]) == 2 and "divisible" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["notes.txt", "tiny"]
+
+
+# ------------------------------------------------------------------------------------ forged, consistent run files
+def _forged_cli(argv: list[str]) -> int:
+    """Like :func:`_cli`, also allowing exit 1 (a diverged training) with its one error line."""
+    COUNTS["cases"] += 1
+    err, out = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            code = main(argv)
+    except BaseException:
+        COUNTS["tracebacks"] += 1
+        raise
+    errors = [line for line in err.getvalue().splitlines() if line.startswith("poslab: error: ")]
+    assert "Traceback" not in err.getvalue(), (argv, err.getvalue())
+    if code == 0:
+        COUNTS["accepted"] += 1
+        return code
+    assert code in (1, 2) and len(errors) == 1, (argv, code, err.getvalue())
+    COUNTS["rejected_one_line"] += 1
+    return code
+
+
+TENSOR_EDITS = ["scale", "int64", "bool", "uint8", "float16", "float64", "flatten", "truncate", "empty", "bytes"]
+
+
+@st.composite
+def forgeries(draw):
+    """One consistent forgery: ``(kind, target, edit)`` with checksums recomputed after it."""
+    kind = draw(st.sampled_from(["tensor", "meta", "tokenizer", "config"]))
+    if kind == "tensor":
+        return kind, draw(st.integers(0, 10_000)), (draw(st.sampled_from(TENSOR_EDITS)), draw(extreme_numbers))
+    if kind == "meta":
+        key = draw(st.sampled_from(["optimizer", "log_loss_sum", "log_loss_count", "best", "tokens_seen",
+                                    "skipped_nonfinite", "model_aliases", "data_position"]))
+        return kind, key, draw(values | extreme_numbers | st.just({"param_groups": [1]}))
+    if kind == "tokenizer":
+        return kind, draw(st.sampled_from(["char", "bpe", "hf", "ids"])), draw(values | deep_values | st.integers(0, 70))
+    return kind, draw(st.sampled_from(["n_embd", "vocab_size", "position", "block_size", "n_head"])), draw(values)
+
+
+def _apply_forgery(run: Path, forgery: tuple) -> None:
+    from poslab.training import checkpoint as ckpt
+
+    kind, target, edit = forgery
+    if kind in ("tensor", "meta"):
+        tensors, meta = ckpt.load_checkpoint(run)
+        step = meta["step"]
+        meta = {k: v for k, v in meta.items() if k not in ("sha256", "step", "tensors_file")}
+        if kind == "tensor":
+            name = sorted(tensors)[target % len(tensors)]
+            op, number = edit
+            t = tensors[name]
+            tensors[name] = {
+                "scale": lambda: t * number if t.is_floating_point() else t,
+                "int64": lambda: t.to(torch.int64), "bool": lambda: t.to(torch.bool), "uint8": lambda: t.to(torch.uint8),
+                "float16": lambda: t.to(torch.float16), "float64": lambda: t.to(torch.float64),
+                "flatten": lambda: t.reshape(-1).clone(), "truncate": lambda: t.reshape(-1)[: max(t.numel() // 2, 1)].clone(),
+                "empty": lambda: t.reshape(-1)[:0].clone(), "bytes": lambda: torch.zeros(7, dtype=torch.uint8),
+            }[op]()
+        else:
+            meta[target] = edit
+        ckpt.save_checkpoint(run, step, tensors, meta)
+        return
+    if kind == "tokenizer":
+        chars = json.loads((run / "tokenizer.json").read_text(encoding="utf-8")).get("chars", ["a"])
+        body = {"type": target, "vocab_size": edit, "tokenizer": edit,
+                "chars": chars[: edit] if isinstance(edit, int) else edit}
+        (run / "tokenizer.json").write_text(json.dumps(body, default=str) if not isinstance(edit, str) or
+                                            not edit.startswith(("[", "{")) else edit, encoding="utf-8")
+        from poslab.fileio import sha256_file
+
+        field, value = "tokenizer_sha256", sha256_file(run / "tokenizer.json")
+        doc = json.loads((run / "config.json").read_text(encoding="utf-8"))
+        doc.setdefault("data", {})[field] = value
+        (run / "config.json").write_text(json.dumps(doc), encoding="utf-8")
+        return
+    doc = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    doc["model"][target] = edit
+    (run / "config.json").write_text(json.dumps(doc, default=str), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    from poslab.data import load_corpus
+    from poslab.session import train
+
+    folder = tmp_path_factory.mktemp("forge")
+    corpus = folder / "corpus.txt"
+    corpus.write_text(load_corpus("tang5")[:20_000], encoding="utf-8")
+    cfg = TrainConfig.from_dict(dict(
+        name="A", out_dir=str(folder / "runs"), corpus=str(corpus), model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16),
+        max_steps=2, batch_size=2, warmup_steps=1, eval_interval=2, eval_iters=1, ckpt_interval=0, seed=1, threads=1))
+    with contextlib.redirect_stderr(io.StringIO()):
+        train(cfg, progress=False)
+    return cfg.run_dir
+
+
+def _forged_test(slow: bool, trained: Path, scratch: Path):
+    import shutil
+
+    @_settings("forged", slow)
+    @given(forgeries(), st.booleans())
+    def check(forgery, also_resume):
+        run = scratch / "A"
+        if run.exists():
+            shutil.rmtree(run)
+        shutil.copytree(trained, run)
+        _apply_forgery(run, forgery)
+        COUNTS["forged_runs"] += 1
+        _forged_cli(["sample", str(run), "--tokens", "2", "--seed", "1"])
+        if also_resume:
+            _forged_cli(["train", "--resume", "--name", "A", "--out_dir", str(scratch), "--max_steps", "3", "--no-progress"])
+
+    return check
+
+
+def _run_forged(trained: Path, tmp_path: Path, slow: bool, request) -> None:
+    for key in COUNTS:
+        COUNTS[key] = 0
+    _forged_test(slow, trained, tmp_path)()
+    from test_reliability_artifacts import mode, record
+
+    record("fuzz", mode(request), dict(COUNTS))
+    assert COUNTS["tracebacks"] == 0 and COUNTS["forged_runs"] >= 5, COUNTS
+
+
+def test_fuzzed_forged_run_files(trained_run, tmp_path, request):
+    """Consistent forgeries of checkpoints, tokenizers and configs: ``sample`` and ``--resume`` answer
+    or refuse in one line, never a traceback."""
+    _run_forged(trained_run, tmp_path, slow=False, request=request)
+
+
+@pytest.mark.slow
+def test_fuzzed_forged_run_files_at_length(trained_run, tmp_path, request):
+    _run_forged(trained_run, tmp_path, slow=True, request=request)

@@ -240,13 +240,13 @@ class Zygote:
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def train_args(corpus: Path, out: Path, name: str, max_steps: int) -> list[str]:
+def train_args(corpus: Path, out: Path, name: str, max_steps: int, extra: tuple[str, ...] = ()) -> list[str]:
     return [
         "train", "--preset", "tiny", "--name", name, "--out_dir", str(out), "--corpus", str(corpus),
         "--model.block_size", "16", "--model.dropout", "0.1", "--batch_size", "4", "--grad_accum", "2",
         "--max_steps", str(max_steps), "--warmup_steps", "4", "--eval_interval", "5", "--eval_iters", "1",
         "--log_interval", "2", "--ckpt_interval", "1", "--keep_checkpoints", "2", "--seed", "3", "--threads", "1",
-        "--no-progress",
+        "--no-progress", *extra,
     ]
 
 
@@ -294,7 +294,8 @@ def kill_schedule(n_random: int, phase_rounds: int, rng: random.Random) -> list[
     return plans
 
 
-def run_kill_test(tmp_path: Path, max_steps: int, n_random: int, phase_rounds: int, seed: int) -> dict:
+def run_kill_test(tmp_path: Path, max_steps: int, n_random: int, phase_rounds: int, seed: int,
+                  extra: tuple[str, ...] = ()) -> dict:
     from poslab.training import checkpoint as ckpt
 
     corpus = tmp_path / "corpus.txt"
@@ -303,7 +304,7 @@ def run_kill_test(tmp_path: Path, max_steps: int, n_random: int, phase_rounds: i
     corpus.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
     out = tmp_path / "runs"
     # the reference: one uninterrupted run in a fresh interpreter (the real command line)
-    done = subprocess.run([sys.executable, "-m", "poslab", *train_args(corpus, out, "reference", max_steps)],
+    done = subprocess.run([sys.executable, "-m", "poslab", *train_args(corpus, out, "reference", max_steps, extra)],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     reference = out / "reference"
@@ -311,7 +312,7 @@ def run_kill_test(tmp_path: Path, max_steps: int, n_random: int, phase_rounds: i
     rng = random.Random(seed)
     plans = kill_schedule(n_random, phase_rounds, rng)
     run = out / "killed"
-    args = train_args(corpus, out, "killed", max_steps)
+    args = train_args(corpus, out, "killed", max_steps, extra)
     figures = {"kills": 0, "kills_in_checkpoint_write": 0, "kills_at_start": 0, "kills_random_time": 0,
                "kills_metrics_torn": 0, "launches": 0, "bad_latest_seen": 0, "bad_listed_seen": 0}
     step_time = 0.15  # refined from the children's checkpoint timestamps
@@ -427,6 +428,18 @@ def test_sigkill_anywhere_then_resume_reproduces_the_uninterrupted_run(tmp_path,
     record("kill", mode(request), figures)
     assert figures["kills"] >= 20, figures
     assert figures["kills_in_checkpoint_write"] >= 6 and figures["kills_at_start"] >= 2, figures
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_memory_run_then_resume_is_bitwise(tmp_path, request):
+    """Transformer-XL recurrence (``--memory``): the segment memory is checkpointed, so killed and
+    resumed runs continue bitwise too (the fast version: tests/test_reliability_redteam.py)."""
+    from test_reliability_artifacts import mode, record
+
+    memory = ("--model.position", "rope", "--memory", "8")
+    figures = run_kill_test(tmp_path, max_steps=30, n_random=4, phase_rounds=1, seed=2, extra=memory)
+    record("kill", mode(request), figures)
+    assert figures["kills"] >= 8, figures
 
 
 @pytest.mark.slow

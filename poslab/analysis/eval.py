@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -331,6 +332,31 @@ def check_eval_inputs(tokens: Tensor, lengths: list[int], n_targets: int | None,
     return n_targets
 
 
+#: token positions (windows x length) above which ``eval_run`` prints its cost estimate before scoring
+WARN_TOKEN_POSITIONS = 20_000_000
+
+
+def estimate_cost(model: GPT, n_targets: int, lengths: Sequence[int], stride: int | None) -> dict[str, float]:
+    """What :func:`evaluate` will compute, from the sizes alone (nothing is run).
+
+    Returns:
+        ``{"windows", "token_positions", "flops"}``: forward windows over all lengths (non-overlapping
+        plus sliding), the token positions they process (windows x length) and the matmul FLOPs,
+        ``2 * params * tokens`` plus the attention's ``4 * n_layer * length^2 * n_embd`` per window.
+    """
+    params = sum(p.numel() for p in model.parameters())
+    windows = positions = flops = 0.0
+    cfg = model.config
+    for length in lengths:
+        count = math.ceil(n_targets / length)
+        if stride is not None:
+            count += 1 + math.ceil(max(n_targets - length, 0) / stride)
+        windows += count
+        positions += count * length
+        flops += count * (2 * params * length + 4 * cfg.n_layer * length * length * cfg.n_embd)
+    return {"windows": windows, "token_positions": positions, "flops": flops}
+
+
 def evaluate(
     model: GPT,
     tokens: Tensor,
@@ -440,6 +466,11 @@ def eval_run(
         override = apply_rope_scaling(model, rope_scaling, True if logn_scaling else None)
     tokens = run.split_tokens(split, tokenizer)
     n_targets = check_eval_inputs(tokens, lengths, n_targets, stride)
+    cost = estimate_cost(model, n_targets, lengths, stride)
+    if cost["token_positions"] > WARN_TOKEN_POSITIONS:  # said before the minutes (or hours) are spent
+        print(f"poslab: warning: this evaluation runs {cost['windows']:,.0f} windows ({cost['token_positions']:,.0f} "
+              f"token positions, about {cost['flops'] / 1e12:,.1f} TFLOP); a larger --stride or fewer --tokens "
+              "makes it shorter", file=sys.stderr, flush=True)
     start = time.perf_counter()
     cells = evaluate(model, tokens, lengths, stride=stride, n_targets=n_targets, batch_tokens=batch_tokens)
     return {
@@ -454,12 +485,14 @@ def eval_run(
         "n_targets": n_targets,
         "stride": stride,
         "seconds": time.perf_counter() - start,
+        "estimated_flops": cost["flops"],
         "lengths": cells,
     }
 
 
 __all__ = [
     "apply_rope_scaling",
+    "estimate_cost",
     "evaluate",
     "evaluate_length",
     "eval_run",

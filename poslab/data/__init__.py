@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -68,6 +69,28 @@ def load_corpus(name: str) -> str:
 SNIFF_BYTES = 4 * 2**20
 
 
+#: blocks read across a large file, and their size, before it is read whole (:func:`_probe_finds_nul`)
+PROBES, PROBE_BYTES = 16, 64 * 2**10
+
+
+def _probe_finds_nul(handle: BinaryIO, size: int) -> bool:
+    """Whether any of :data:`PROBES` blocks spread over the file (its end included) holds a NUL byte.
+
+    A text file that turns binary after its first :data:`SNIFF_BYTES` (a sparse hole, an archive
+    appended) is refused after about 1 MiB of reads instead of being read whole first. The handle is
+    left after the sniffed start.
+    """
+    start = handle.tell()
+    try:
+        for i in range(1, PROBES + 1):
+            handle.seek(max(start, start + (size - start) * i // PROBES - PROBE_BYTES))
+            if b"\x00" in handle.read(PROBE_BYTES):
+                return True
+        return False
+    finally:
+        handle.seek(start)
+
+
 def _check_text_start(head: bytes, path: Path, complete: bool) -> None:
     """Refuse a file whose first :data:`SNIFF_BYTES` are binary or not UTF-8 (a cut last character is fine)."""
     if b"\x00" in head:
@@ -90,12 +113,18 @@ def load_text(name_or_path: str | Path) -> str:
     path = Path(name_or_path)
     if not path.is_file():
         raise ValueError(f"corpus {str(name_or_path)!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file")
+    binary = f"corpus file {str(path)!r} looks binary (contains NUL bytes); expected UTF-8 text"
     with open(path, "rb") as handle:  # sniff the start first: a binary file is refused before it is read whole
         raw = handle.read(SNIFF_BYTES)
         _check_text_start(raw, path, complete=len(raw) < SNIFF_BYTES)
-        raw += handle.read()
-    if b"\x00" in raw:
-        raise ValueError(f"corpus file {str(path)!r} looks binary (contains NUL bytes); expected UTF-8 text")
+        if len(raw) == SNIFF_BYTES and _probe_finds_nul(handle, path.stat().st_size):
+            raise ValueError(binary)  # a NUL (a sparse hole, a binary tail) past the sniffed start
+        chunks = [raw]
+        while chunk := handle.read(SNIFF_BYTES):  # chunk by chunk: a NUL stops the read where it is found
+            if b"\x00" in chunk:
+                raise ValueError(binary)
+            chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -77,7 +77,13 @@ class HFTokenizer:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HFTokenizer:
-        return cls(Tokenizer.from_str(json.dumps(data["tokenizer"])))
+        try:
+            return cls(Tokenizer.from_str(json.dumps(data["tokenizer"])))
+        except KeyError:
+            raise
+        except Exception as err:  # the tokenizers library raises a bare Exception for a body it cannot read
+            message = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ValueError(f"its 'hf' tokenizer body does not load: {message}") from None
 
 
 class IdsTokenizer:

@@ -230,8 +230,13 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(data, ensure_ascii=False, allow_nan=False).encode("utf-8"), "application/json; charset=utf-8")
 
     def _check_origin(self) -> None:
-        """Refuse (403) a non-loopback ``Host`` or a cross-origin request."""
+        """Refuse (403) a non-loopback ``Host`` or a cross-origin request; (400) more than one ``Host``."""
         port = self.server.server_address[1]
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) > 1:  # RFC 7230 section 5.4: more than one Host field is a bad request
+            self.close_connection = True
+            raise RequestRefused(400, f"the request has {len(hosts)} Host headers ({', '.join(map(repr, hosts))}); "
+                                      "HTTP/1.1 allows one")
         host = self.headers.get("Host")
         match = _HOST_RE.match(host.strip()) if host else None
         if match is None or match.group(1).lower() not in LOOPBACK_HOSTS or (match.group(2) and int(match.group(2)) != port):
@@ -295,6 +300,11 @@ class Handler(BaseHTTPRequestHandler):
             if not isinstance(request, dict):
                 raise ValueError("the request must be a JSON object {model, prompt}")
             payload = attention_payload(self.store, request.get("model"), request.get("prompt", ""))
+            try:
+                body = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
+            except ValueError:  # NaN or inf in the weights: JSON cannot carry them, and they are no answer
+                raise RequestRefused(422, f"the attention of model {request.get('model')!r} is not finite (NaN or "
+                                          "inf): its weights are damaged or overflow fp32") from None
         except RequestRefused as err:
             self._json(err.status, {"error": str(err)})
         except (ConnectionError, TimeoutError):
@@ -304,7 +314,7 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as err:  # never a bare traceback: the page shows the message
             self._json(500, {"error": f"internal error: {type(err).__name__}: {err}"})
         else:
-            self._json(200, payload)
+            self._send(200, body, "application/json; charset=utf-8")
 
 
 def make_server(store: ModelStore, port: int = 8765, host: str = "127.0.0.1", quiet: bool = True) -> ThreadingHTTPServer:

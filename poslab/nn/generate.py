@@ -42,7 +42,10 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None = 
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # [B, V] x2
         probs = torch.softmax(sorted_logits, dim=-1)  # [B, V]
         mass_before = torch.cumsum(probs, dim=-1) - probs  # [B, V]: mass of the better tokens
-        drop_sorted = mass_before >= top_p  # the first token is always kept
+        drop_sorted = mass_before >= top_p  # [B, V]
+        # the best token is always kept: a top_p below fp32's smallest number (1e-46) compares as 0.0,
+        # and p -> 0 is greedy decoding in the limit
+        drop_sorted[:, 0] = False
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to vocabulary order
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
@@ -116,12 +119,46 @@ def generate(
         if temperature == 0:
             next_id = logits.argmax(dim=-1, keepdim=True)  # [B, 1]
         else:
+            if not bool(torch.isfinite(logits.float()).all()):
+                raise ValueError(f"the model's logits are not finite (NaN/inf) at generated token {i}: its weights "
+                                 "overflow fp32; the checkpoint is damaged or was not trained by poslab")
             probs = torch.softmax(filter_logits(logits, temperature, top_k, top_p), dim=-1)  # [B, V]
             next_id = torch.multinomial(probs, 1, generator=generator)  # [B, 1]
         out.append(next_id)
         if i + 1 < steps:
             logits = model(next_id, cache=cache)[:, -1]  # one token through the cache: [B, V]
     return torch.cat(out, dim=1)  # [B, T0 + steps]
+
+
+def sampling_bytes(model: GPT, num_samples: int, prompt_len: int, tokens: int, max_len: int | None = None) -> int:
+    """Bytes that sampling ``num_samples`` rows at once needs, estimated from the config before anything is built.
+
+    Per row: the KV cache (``n_layer * 2 * T * n_embd`` fp32, an upper bound with grouped heads), the
+    prefill's activations (``~16 * T0 * n_embd``) and eager scores (``n_head * T0^2``) in fp32, four fp32
+    copies of the logits and the ids (int64), with ``T = min(prompt + tokens, max_len)``.
+    """
+    cfg = model.config
+    limit = cfg.block_size if max_len is None else max_len
+    T = max(1, min(prompt_len + max(tokens, 0), limit if isinstance(limit, int) and limit > 0 else prompt_len))
+    T0 = min(prompt_len, T)
+    row = (cfg.n_layer * 2 * T * cfg.n_embd * 4 + 16 * T0 * cfg.n_embd * 4 + cfg.n_head * T0 * T0 * 4
+           + 4 * cfg.vocab_size * 4 + T * 8)
+    return num_samples * row
+
+
+def check_sampling_memory(model: GPT, num_samples: int, prompt_len: int, tokens: int, max_len: int | None = None) -> None:
+    """Refuse, before paying for it, a sampling call that needs more than half of the available memory.
+
+    Raises:
+        ValueError: ``--num-samples N needs about X GiB ... Y GiB available``, naming the way out.
+    """
+    from poslab.nn.footprint import available_bytes
+
+    needed, available = sampling_bytes(model, num_samples, prompt_len, tokens, max_len), available_bytes()
+    if needed > available // 2:
+        raise ValueError(f"--num-samples {num_samples} needs about {needed / 2**30:,.1f} GiB at once (KV cache, "
+                         f"logits and ids of every sample), more than half of the {available / 2**30:,.1f} GiB "
+                         "available; sample fewer at once")
 
 
 def sample_text(
@@ -150,6 +187,7 @@ def sample_text(
     ids = tokenizer.encode(prompt)
     if not ids:
         raise ValueError(f"the prompt {prompt!r} encodes to no tokens")
+    check_sampling_memory(model, num_samples, len(ids), tokens, max_len)
     device = next(model.parameters()).device
     idx = torch.tensor([ids] * num_samples, dtype=torch.long, device=device)  # [n, T0]
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
@@ -158,4 +196,4 @@ def sample_text(
     return [tokenizer.decode(row.tolist()) for row in out]
 
 
-__all__ = ["check_sampling_args", "filter_logits", "generate", "sample_text"]
+__all__ = ["check_sampling_args", "check_sampling_memory", "sampling_bytes", "filter_logits", "generate", "sample_text"]

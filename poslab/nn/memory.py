@@ -85,6 +85,42 @@ class SegmentMemory:
         self.pos = positions[-M:].clone()
         self.length += int(pos.numel())
 
+    def state_tensors(self, prefix: str) -> dict[str, Tensor]:
+        """The memory as checkpoint tensors: ``{prefix}.length`` (a 0-dim int64) and, when not empty,
+        ``{prefix}.pos`` ``[m]`` and ``{prefix}.hidden.{i}`` ``[B, m, d]`` per layer (contiguous copies)."""
+        out = {f"{prefix}.length": torch.tensor(self.length, dtype=torch.int64)}
+        if self.hidden is not None and self.pos is not None:
+            out[f"{prefix}.pos"] = self.pos.detach().clone().contiguous()
+            out.update({f"{prefix}.hidden.{i}": h.detach().clone().contiguous() for i, h in enumerate(self.hidden)})
+        return out
+
+    def load_state(self, tensors: dict[str, Tensor], prefix: str, n_layer: int, batch: int, width: int) -> None:
+        """Restore what :meth:`state_tensors` saved under ``prefix``.
+
+        Args:
+            tensors: checkpoint tensors.
+            prefix: the memory's name in them.
+            n_layer, batch, width: the model's layers, the streams of the batch and ``n_embd``.
+
+        Raises:
+            ValueError: the tensors are missing or of the wrong shape or dtype (a forged or foreign checkpoint).
+        """
+        length = tensors.get(f"{prefix}.length")
+        if length is None or length.dim() != 0 or length.is_floating_point() or int(length) < 0:
+            raise ValueError(f"checkpoint segment memory {prefix!r} lacks a usable length")
+        self.reset()
+        pos = tensors.get(f"{prefix}.pos")
+        if pos is None:
+            self.length = int(length)
+            return
+        hidden = [tensors.get(f"{prefix}.hidden.{i}") for i in range(n_layer)]
+        m = pos.numel()
+        if (pos.dim() != 1 or pos.dtype != torch.int64 or not 0 < m <= self.mem_len
+                or any(h is None or tuple(h.shape) != (batch, m, width) or not h.is_floating_point() for h in hidden)):
+            raise ValueError(f"checkpoint segment memory {prefix!r} does not fit: {n_layer} layers of "
+                             f"[{batch}, m <= {self.mem_len}, {width}] and positions [m] are needed")
+        self.hidden, self.pos, self.length = hidden, pos, int(length)
+
     def __repr__(self) -> str:
         return f"SegmentMemory(mem_len={self.mem_len}, size={self.size}, length={self.length})"
 

@@ -56,6 +56,19 @@ def default_activation(mlp: str) -> str:
     return "silu" if mlp == "swiglu" else "gelu"
 
 
+#: the largest ``attn_scale`` / ``embed_scale`` / soft-cap (its inverse the smallest): scores of |q.k| ~ 1e4 and
+#: activations squared by the norms stay well inside fp32 (3.4e38, and above its 1.2e-38) between them
+MAX_SCALE = 1e6
+
+
+def check_fp32_factor(key: str, value: float | None) -> None:
+    """Raise ``ValueError`` unless a positive factor of scores or activations lies in ``[1/MAX_SCALE, MAX_SCALE]``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not 1 / MAX_SCALE <= value <= MAX_SCALE:
+        raise ValueError(f"{key} must be at most {MAX_SCALE:g} and at least {1 / MAX_SCALE:g} (a larger factor "
+                         f"overflows fp32 scores or activations to inf, a smaller one underflows them to 0; "
+                         f"either gives NaN), got {value!r}")
+
+
 @dataclass
 class GPTConfig:
     """Configuration of :class:`GPT` (validated at construction).
@@ -187,6 +200,7 @@ class GPTConfig:
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
                 raise ValueError(f"{key} must be a positive number or None, got {value!r}")
+        check_fp32_factor("attn_scale", self.attn_scale)
         if not isinstance(self.causal, bool):
             raise TypeError(f"causal must be a bool (False = bidirectional attention), got {self.causal!r}")
         positions.get(self.position)  # unknown names fail here, listing the known ones
@@ -221,6 +235,7 @@ class GPTConfig:
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf):
                 raise ValueError(f"{key} must be a positive finite number or None, got {value!r}")
+            check_fp32_factor(key, value)
         for key in ("qk_norm", "qk_norm_affine", "attn_sinks"):
             if not isinstance(getattr(self, key), bool):
                 raise TypeError(f"{key} must be a bool, got {getattr(self, key)!r}")
@@ -305,6 +320,11 @@ class GPTConfig:
         """Whether ``part`` (``"attn"``, ``"mlp"`` or ``"norm"``) has biases: its flag, else ``bias``."""
         flag = getattr(self, f"{part}_bias")
         return self.bias if flag is None else flag
+
+    def max_positions(self) -> int | None:
+        """The position scheme's table size (``None``: unbounded), from the scheme built on the meta device."""
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            return positions.build_for_model(self.position, self.position_config, self.position_context()).max_positions
 
     def position_context(self) -> dict[str, Any]:
         """The model dimensions a scheme's config may take."""

@@ -21,20 +21,30 @@ from collections.abc import Mapping, Sequence
 import torch
 
 
-def _weights(n: int, weights: Sequence[float] | None) -> list[float]:
+def normalised_weights(n: int, weights: Sequence[float] | None) -> list[float]:
     """Validated averaging weights, normalised to sum 1 (default: uniform)."""
     if weights is None:
         return [1.0 / n] * n
     weights = list(weights)
     if len(weights) != n:
         raise ValueError(f"weights has {len(weights)} values for {n} state dicts; give one weight per state dict")
+    values = []
     for i, w in enumerate(weights):
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+        try:
+            value = float(w) if not isinstance(w, bool) and isinstance(w, (int, float)) else math.nan
+        except OverflowError:  # an integer past float's range
+            value = math.inf
+        if not math.isfinite(value) or value < 0:
             raise ValueError(f"weights[{i}] = {w!r}: each weight must be a finite number >= 0")
-    total = float(sum(weights))
-    if total <= 0:
-        raise ValueError(f"weights {weights} sum to {total}: at least one weight must be > 0")
-    return [float(w) / total for w in weights]
+        values.append(value)
+    largest = max(values)
+    if largest <= 0:
+        raise ValueError(f"weights {weights} sum to 0.0: at least one weight must be > 0")
+    # divided by the largest first: 1e308 + 1e308 overflows to inf (and every weight would become 0),
+    # the scaled weights sum to at most n
+    scaled = [v / largest for v in values]
+    total = sum(scaled)
+    return [v / total for v in scaled]
 
 
 def average_state_dicts(state_dicts: Sequence[Mapping[str, torch.Tensor]],
@@ -61,7 +71,7 @@ def average_state_dicts(state_dicts: Sequence[Mapping[str, torch.Tensor]],
     """
     if len(state_dicts) == 0:
         raise ValueError("average_state_dicts needs at least one state dict; got none")
-    w = _weights(len(state_dicts), weights)
+    w = normalised_weights(len(state_dicts), weights)
     first = state_dicts[0]
     keys = list(first)
     for i, sd in enumerate(state_dicts[1:], start=1):
@@ -95,4 +105,4 @@ def average_state_dicts(state_dicts: Sequence[Mapping[str, torch.Tensor]],
     return out
 
 
-__all__ = ["average_state_dicts"]
+__all__ = ["average_state_dicts", "normalised_weights"]

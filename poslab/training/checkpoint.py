@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from poslab.fileio import atomic_write, atomic_write_json, atomic_write_text, sha256_file
+from poslab.safe_load import load_json
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
@@ -86,8 +88,43 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch
     return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
 
 
+def training_state_problem(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> str | None:
+    """What makes a checkpoint's training state unusable (its checksums may be consistent: a forgery), or ``None``.
+
+    Checks the RNG states (``uint8`` vectors of the size torch's generators use), the optimizer's
+    ``param_groups`` (a list of mappings with integer ``params``) and per-parameter scalars, the
+    ``step`` counters (one number each) and the running numbers of the loop.
+    """
+    sizes = {"rng.torch": torch.get_rng_state().numel(), "rng.data": torch.Generator().get_state().numel()}
+    for name, value in tensors.items():
+        base = name.split(".rank")[0] if name.startswith("rng.torch.rank") else name
+        if base in sizes and (value.dtype != torch.uint8 or value.dim() != 1 or value.numel() != sizes[base]):
+            return (f"holds an unusable random-generator state {name!r} ({value.dtype}, shape {list(value.shape)}; "
+                    f"torch's is uint8 [{sizes[base]}])")
+        if name.startswith("optim.state.") and name.endswith(".step") and value.numel() != 1:
+            return f"holds an optimizer step counter {name!r} of shape {list(value.shape)}, not one number"
+    optimizer = meta.get("optimizer")
+    groups = optimizer.get("param_groups") if isinstance(optimizer, dict) else None
+    if not isinstance(groups, list) or not groups or not all(
+            isinstance(g, dict) and isinstance(g.get("params"), list)
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in g["params"]) for g in groups):
+        return "has unusable optimizer param_groups (a list of mappings with integer 'params' is needed)"
+    scalars = optimizer.get("scalars", {})
+    if not isinstance(scalars, dict) or not all(isinstance(v, dict) and str(k).isdecimal() for k, v in scalars.items()):
+        return "has unusable optimizer scalars (a mapping of parameter index to values is needed)"
+    for key in ("log_loss_sum", "log_loss_count", "tokens_seen"):
+        value = meta.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"has an unusable {key!r}: {value!r} (a finite number is needed)"
+    return None
+
+
 def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    """Load what :func:`optimizer_tensors` saved into ``optimizer``."""
+    """Load what :func:`optimizer_tensors` saved into ``optimizer``.
+
+    Raises:
+        CheckpointError: a state tensor whose shape is not its parameter's, or a state torch refuses.
+    """
     state: dict[int, dict[str, Any]] = {}
     for name, value in tensors.items():
         if not name.startswith("optim.state."):
@@ -100,7 +137,20 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch
     for group in groups:
         if isinstance(group.get("betas"), list):
             group["betas"] = tuple(group["betas"])
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
+    inner = getattr(optimizer, "optimizer", optimizer)  # FSDP's loader wraps the optimizer it fills
+    params = [p for group in inner.param_groups for p in group["params"]]
+    for index, entry in state.items():
+        if not 0 <= index < len(params):
+            raise CheckpointError(f"checkpoint optimizer state names parameter {index}; the model has {len(params)}")
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor) and key != "step" and tuple(value.shape) != tuple(params[index].shape):
+                raise CheckpointError(f"checkpoint optimizer state {index}.{key} has shape {list(value.shape)}, "
+                                      f"its parameter {list(params[index].shape)}")
+    try:
+        optimizer.load_state_dict({"state": state, "param_groups": groups})
+    except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as err:
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(f"checkpoint optimizer state does not load: {message}") from None
 
 
 def restore_model(model: nn.Module, tensors: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:
@@ -113,6 +163,13 @@ def restore_model(model: nn.Module, tensors: dict[str, torch.Tensor], aliases: d
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     wrong_shape = sorted(k for k in set(expected) & set(state) if tuple(expected[k].shape) != tuple(state[k].shape))
+    wrong_kind = sorted(k for k in set(expected) & set(state)
+                        if expected[k].is_floating_point() != state[k].is_floating_point()
+                        or (state[k].dtype == torch.bool) != (expected[k].dtype == torch.bool))
+    if wrong_kind:  # an int64/uint8/bool tensor would be cast silently into a float weight (or the reverse)
+        raise CheckpointError("checkpoint does not fit the model: wrong dtype " + ", ".join(
+            f"{k}: checkpoint {str(state[k].dtype).removeprefix('torch.')} vs model "
+            f"{str(expected[k].dtype).removeprefix('torch.')}" for k in wrong_kind[:8]))
     if (missing or unexpected) and not wrong_shape:
         # a module may rename its own keys on load (Transformer-XL's pre-per-layer ``r_proj.weight``,
         # ``_load_from_state_dict``): torch's own key accounting, after those hooks, has the last word
@@ -232,8 +289,8 @@ def load_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[dict[
     name = checkpoint_name(step)
     json_path = folder / f"{name}.json"
     try:
-        meta = json.loads(json_path.read_text(encoding="utf-8"))
-    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError: truncated or altered
+        meta = load_json(json_path.read_text(encoding="utf-8"), str(json_path))
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, too deep: truncated or altered
         raise CheckpointError(f"checkpoint {json_path} is corrupt: not readable JSON ({err})") from None
     except OSError as err:  # a folder in its place, unreadable permissions, an I/O error
         raise CheckpointError(f"checkpoint {json_path} cannot be read: {err.strerror or err}") from None
@@ -275,7 +332,7 @@ def config_mismatch(saved: dict, current: dict, prefix: str = "", saved_label: s
     return lines
 
 
-__all__ = [
+__all__ = ["training_state_problem",
     "CheckpointError",
     "config_hash",
     "config_mismatch",
@@ -287,4 +344,5 @@ __all__ = [
     "restore_model",
     "restore_optimizer",
     "save_checkpoint",
+    "training_state_problem",
 ]

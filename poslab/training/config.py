@@ -257,6 +257,63 @@ def model_config(cfg: TrainConfig, vocab_size: int) -> GPTConfig:
     return out
 
 
+#: attention backends that cannot run a backward pass on a device, with the reason
+_NO_BACKWARD = {("flex", "cpu"): "FlexAttention does not support backward on CPU in torch"}
+
+
+def check_backend_trains(backend: str, device: str) -> None:
+    """Refuse an attention backend that cannot run a backward pass on ``device``.
+
+    Asks the attention layer's backend registry (``poslab.nn.attention.backend_trains(backend, device)``,
+    a reason or ``None``) where it has one; otherwise the known rule (:data:`_NO_BACKWARD`).
+
+    Raises:
+        ValueError: ``model.backend='flex' cannot train on cpu: ...``, naming the backends that can.
+    """
+    from poslab.nn import attention
+
+    ask = getattr(attention, "backend_trains", None)
+    reason = ask(backend, device) if callable(ask) else _NO_BACKWARD.get((backend, device))
+    if isinstance(reason, str) and reason:
+        raise ValueError(f"model.backend={backend!r} cannot train on {device}: {reason}; use --model.backend "
+                         "auto, sdpa or eager to train (a trained model can still be evaluated with flex)")
+
+
+def check_model_for_training(cfg: TrainConfig, max_positions: int | None, world_size: int = 1,
+                             device: str = "cpu") -> None:
+    """What training refuses about ``cfg.model`` beyond its own checks: one function for ``train`` and its pre-flight.
+
+    Args:
+        cfg: the training config.
+        max_positions: the position scheme's table size (``None``: no table), from the scheme itself.
+        world_size: processes of the run (torchrun), 1 for one process.
+        device: the device type training runs on (``"cpu"``, ``"cuda"``).
+
+    Raises:
+        ValueError: a backend that cannot train on ``device``; ``block_size`` past the scheme's table;
+            ``memory``/``stream_batches`` with several processes, with a position table (``memory``) or
+            with mla.
+    """
+    model = cfg.model
+    check_backend_trains(model.backend, device)
+    if max_positions is not None and model.block_size > max_positions:
+        raise ValueError(
+            f"block_size {model.block_size} is larger than the {model.position!r} position "
+            f"table ({max_positions} positions); lower --model.block_size or raise the table's max_len"
+        )
+    if not (cfg.memory or cfg.stream_batches):
+        return
+    what = f"memory={cfg.memory} (segment recurrence)" if cfg.memory else "stream_batches"
+    if world_size > 1:
+        raise ValueError(f"{what} runs in one process; this run has world_size={world_size} "
+                         "(drop --memory / --stream_batches or torchrun)")
+    if max_positions is not None and cfg.memory:
+        raise ValueError(f"memory={cfg.memory} continues positions across segments, past the "
+                         f"{model.position!r} table of {max_positions} positions; use a scheme without a table")
+    if model.mla is not None:
+        raise ValueError(f"{what} needs standard attention, not mla")
+
+
 def resume_identity(config_doc: dict, model: GPTConfig | None = None) -> dict:
     """The part of a run's config (``{"model": ..., "train": ...}``) that must not change across a resume.
 
@@ -279,5 +336,6 @@ def resume_identity(config_doc: dict, model: GPTConfig | None = None) -> dict:
     return {"model": model.to_dict(), "train": train}
 
 
-__all__ = ["DTYPES", "MODEL_KEYS", "OBJECTIVES", "OPTIMIZERS", "RESUME_FREE_KEYS", "TrainConfig", "check_bidirectional",
+__all__ = ["DTYPES", "MODEL_KEYS", "OBJECTIVES", "OPTIMIZERS", "RESUME_FREE_KEYS", "TrainConfig", "check_backend_trains",
+           "check_bidirectional", "check_model_for_training",
            "model_config", "model_fields", "resume_identity"]

@@ -10,6 +10,12 @@ the holding process ends, however it ends (SIGKILL and power loss included), so 
 leaves a stale lock behind. The file records the holder's pid and host for the refusal message and
 is removed on release.
 
+A user can delete the lock file while its run trains (it looks like litter next to the folder); a
+second ``train`` would then create a new one and lock that. So the holder also takes an ``flock`` on the run
+folder itself (:meth:`RunLock.hold_folder`, an ``O_DIRECTORY`` descriptor: a folder is not deleted
+by accident while it trains, and deleting it loses the run anyway), and acquiring checks both: the
+second ``train`` is refused even when the lock file was removed.
+
 While the lock is held no other poslab process writes the folder, so any temporary file left in it
 (``.NAME.tmpPID`` from an atomic write cut short by a kill, ``.tmpXXXXXX`` from safetensors' own) is
 stale: :func:`remove_stale_temp_files` deletes them on start.
@@ -67,6 +73,8 @@ class RunLock:
         self.run_dir = Path(run_dir)
         self.path = lock_path(self.run_dir)
         self._fd: int | None = None
+        self._folder_fd: int | None = None
+        self._folder_id: tuple[int, int] | None = None
 
     @property
     def held(self) -> bool:
@@ -105,11 +113,48 @@ class RunLock:
             if same:
                 break
             os.close(fd)
+        self._fd = fd
+        try:
+            self.hold_folder()
+        except BaseException:
+            self.release()
+            raise
         with contextlib.suppress(OSError):  # informative only: a full disk must not stop the lock
             os.ftruncate(fd, 0)
             os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
-        self._fd = fd
         return self
+
+    def hold_folder(self) -> None:
+        """Also ``flock`` the run folder itself (once it exists; again after it was replaced).
+
+        Call after creating or replacing the folder while holding the lock (``train`` does after
+        preparing it). A no-op before the folder exists or when its current inode is already held.
+
+        Raises:
+            RunLockedError: another live process holds the folder (its lock file was deleted).
+        """
+        if self._fd is None or fcntl is None:
+            return
+        real = os.path.realpath(self.run_dir)
+        try:
+            fd = os.open(real, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            return  # not a folder yet (a fresh run): held once it is made
+        stat = os.fstat(fd)
+        if (stat.st_dev, stat.st_ino) == self._folder_id:
+            os.close(fd)
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunLockedError(
+                f"run folder {str(self.run_dir)!r} is in use by another poslab process (its lock file "
+                f"{str(self.path)!r} was deleted, the folder itself is locked); wait for it to finish or stop it"
+            ) from None
+        if self._folder_fd is not None:
+            os.close(self._folder_fd)  # the folder was replaced (--overwrite): the old one is not ours to hold
+        self._folder_fd, self._folder_id = fd, (stat.st_dev, stat.st_ino)
 
     def release(self) -> None:
         """Remove the lock file and drop the lock (idempotent)."""
@@ -117,6 +162,9 @@ class RunLock:
             return
         with contextlib.suppress(OSError):
             os.unlink(self.path)  # waiters that opened the old file see the inode change and retry
+        if self._folder_fd is not None:
+            os.close(self._folder_fd)  # drops the folder's flock
+            self._folder_fd = self._folder_id = None
         os.close(self._fd)  # drops the flock
         self._fd = None
 
@@ -128,13 +176,18 @@ class RunLock:
 
 
 def is_locked(run_dir: str | Path) -> bool:
-    """Whether a live process holds the lock of ``run_dir`` now (probed without taking it over)."""
+    """Whether a live process holds the lock of ``run_dir`` (its lock file or its folder) now, probed without taking it."""
     if fcntl is None:
         return False
+    return _probe(lock_path(run_dir), 0) or _probe(Path(os.path.realpath(run_dir)), getattr(os, "O_DIRECTORY", 0))
+
+
+def _probe(path: Path, flags: int) -> bool:
+    """Whether someone holds an exclusive ``flock`` on ``path`` (a shared probe lock, dropped at once)."""
     try:
-        fd = os.open(lock_path(run_dir), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | flags)
     except OSError:
-        return False  # no lock file (or not a usable one): nobody holds it
+        return False  # no lock file or folder (or not a usable one): nobody holds it
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -33,7 +33,14 @@ from poslab.nn.memory import SegmentMemory
 from poslab.nn.model import GPT
 from poslab.training import checkpoint as ckpt
 from poslab.training import distributed
-from poslab.training.config import DTYPES, RESUME_FREE_KEYS, TrainConfig, model_config, resume_identity
+from poslab.training.config import (
+    DTYPES,
+    RESUME_FREE_KEYS,
+    TrainConfig,
+    check_model_for_training,
+    model_config,
+    resume_identity,
+)
 from poslab.training.data import (
     RunData,
     batchify,
@@ -434,14 +441,9 @@ class _Trainer:
         self.model = GPT(self.model_cfg)
         if init_from is not None and (not self.resuming or self.store.latest_step() is None):
             init_from.restore_weights(self.model)  # a resume with a checkpoint overwrites these weights anyway
-        limit = self.model.position.max_positions
-        if limit is not None and self.model_cfg.block_size > limit:
-            raise ValueError(
-                f"block_size {self.model_cfg.block_size} is larger than the {self.model_cfg.position!r} position "
-                f"table ({limit} positions); lower --model.block_size or raise the table's max_len"
-            )
+        check_model_for_training(cfg, self.model.position.max_positions, dist.world_size, dist.device.type)  # = pre-flight
         if cfg.memory or cfg.stream_batches:
-            self._setup_memory(limit)
+            self._setup_memory()
         self.wrapped_model = dist.prepare_model(self.model, cfg.seed)  # DDP wrapper, FSDP shards, or the model
         # cfg.compile: only the training calls go through the compiled wrapper; self.model (evaluation,
         # checkpoints: no "_orig_mod." in the names) stays the plain module with the same parameters
@@ -451,23 +453,14 @@ class _Trainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.data_rng = torch.Generator().manual_seed(data_seed(cfg.seed))
 
-    def _setup_memory(self, limit: int | None) -> None:
+    def _setup_memory(self) -> None:
         """Stream batches (``cfg.memory``, ``cfg.stream_batches``): the streams of each micro-batch and their memories."""
-        cfg, dist = self.cfg, self.dist
-        what = f"memory={cfg.memory} (segment recurrence)" if cfg.memory else "stream_batches"
-        if dist.world_size > 1:
-            raise ValueError(f"{what} runs in one process; this run has world_size={dist.world_size} "
-                             "(drop --memory / --stream_batches or torchrun)")
-        if limit is not None and cfg.memory:
-            raise ValueError(f"memory={cfg.memory} continues positions across segments, past the "
-                             f"{self.model_cfg.position!r} table of {limit} positions; use a scheme without a table")
-        if self.model_cfg.mla is not None:
-            raise ValueError(f"{what} needs standard attention, not mla")
+        cfg = self.cfg
         T = self.model_cfg.block_size
         streams = batchify(self.data.train, cfg.batch_size * cfg.grad_accum, T)  # [B*A, S]
         self.train_streams = list(streams.split(cfg.batch_size))  # one stream set per micro-batch: [B, S] each
         self.train_segments = stream_segments(streams, T)
-        # empty at the start, also after a resume; None: stream batches without a memory
+        # empty at the start (a resume loads the checkpoint's); None: stream batches without a memory
         self.memories = [SegmentMemory(cfg.memory) if cfg.memory else None for _ in self.train_streams]
 
     def _start_progress(self) -> None:
@@ -506,6 +499,7 @@ class _Trainer:
             dist.restore(self.model, self.optimizer, tensors, meta)  # model + optimizer (FSDP: re-sharded)
             dist.restore_rng(tensors)  # this rank's torch.set_rng_state
             self.data_rng.set_state(tensors["rng.data"])
+            self._restore_memories(tensors, store.path)
             self.state = _State(step=meta["step"], log_loss_sum=meta["log_loss_sum"],
                                 log_loss_count=meta["log_loss_count"], best=meta["best"],
                                 tokens_seen=meta["tokens_seen"], skipped=list(meta.get("skipped_nonfinite", [])))
@@ -534,7 +528,7 @@ class _Trainer:
         if not dist.is_main:
             return None
         tensors = {**model_t, **optim_t, "rng.torch": torch.get_rng_state(), "rng.data": self.data_rng.get_state(),
-                   **rank_rng}
+                   **rank_rng, **self._memory_tensors()}
         meta = {
             "config": self.identity,
             "config_hash": ckpt.config_hash(self.identity),
@@ -550,6 +544,30 @@ class _Trainer:
             "skipped_nonfinite": state.skipped,
         }
         return self.store.save_checkpoint(at_step, tensors, meta, keep=cfg.keep_checkpoints)
+
+    def _memory_tensors(self) -> dict[str, torch.Tensor]:
+        """The segment memories (``cfg.memory``) as checkpoint tensors ``memory.{micro}.*``: a resume continues bitwise."""
+        out: dict[str, torch.Tensor] = {}
+        for micro, memory in enumerate(getattr(self, "memories", ())):
+            if memory is not None:
+                out.update(memory.state_tensors(f"memory.{micro}"))
+        return out
+
+    def _restore_memories(self, tensors: dict[str, torch.Tensor], run_dir: Path) -> None:
+        """Load the segment memories a checkpoint saved (one without them resumes with empty ones, said in a note)."""
+        memories = [(micro, m) for micro, m in enumerate(getattr(self, "memories", ())) if m is not None]
+        if not memories:
+            return
+        if f"memory.{memories[0][0]}.length" not in tensors:
+            self.notes.append(f"poslab: note: the checkpoint of {str(run_dir)!r} holds no segment memory: "
+                              "training resumes with an empty one (not bitwise equal to an uninterrupted run)")
+            return
+        cfg = self.model_cfg
+        for micro, memory in memories:
+            try:
+                memory.load_state(tensors, f"memory.{micro}", cfg.n_layer, self.train_streams[micro].shape[0], cfg.n_embd)
+            except ValueError as err:
+                raise ckpt.CheckpointError(f"cannot resume {str(run_dir)!r}: {err}") from None
 
     def _checkpoint_due(self, step: int) -> bool:
         return step == self.cfg.max_steps or bool(self.cfg.ckpt_interval and step % self.cfg.ckpt_interval == 0)
@@ -619,7 +637,7 @@ class _Trainer:
         """Micro-batch ``micro``'s next segment and its memory (emptied when its streams wrap around; ``None``: none).
 
         The segment read is the number of batches drawn so far (steps and skipped batches), so a
-        resume continues where the run stopped (with an empty memory).
+        resume continues where the run stopped, with the memory its checkpoint saved.
         """
         drawn = self.state.step + len(self.state.skipped)
         x, y = stream_segment(self.train_streams[micro], drawn, self.model_cfg.block_size)  # [B, T] x2

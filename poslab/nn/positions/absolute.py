@@ -16,7 +16,10 @@ import torch
 from torch import Tensor, nn
 
 from poslab.nn.positions import register
-from poslab.nn.positions.base import PositionScheme, check_positions, check_positive
+from poslab.nn.positions.base import PositionScheme, check_positions, check_positive, check_wavelength_base
+
+#: positions the sinusoidal table may reach: fp32 represents every integer exactly below 2^24
+MAX_SINUSOID_POSITIONS = 2**24
 
 
 def sinusoid_table(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
@@ -109,7 +112,7 @@ class SinusoidalConfig:
         check_positive("n_embd", self.n_embd)
         if self.n_embd % 2:
             raise ValueError(f"sinusoidal n_embd must be even, got {self.n_embd}")
-        check_positive("base", self.base)
+        check_wavelength_base("base", self.base, self.n_embd)
         check_positive("max_len", self.max_len)
 
 
@@ -134,6 +137,9 @@ class SinusoidalPositions(PositionScheme):
         if pos.numel() and int(pos.min()) < 0:
             raise ValueError(f"sinusoidal positions must be >= 0, got {int(pos.min())}")
         needed = int(pos.max()) + 1 if pos.numel() else 0
+        if needed > MAX_SINUSOID_POSITIONS:
+            raise ValueError(f"sinusoidal positions must be < 2^24 = {MAX_SINUSOID_POSITIONS:,} (its table holds one row "
+                             f"per position, and fp32 holds every integer exactly only below 2^24), got {needed - 1}")
         if needed > self.cache.shape[0]:
             # grow geometrically so a long decode does not rebuild the table every step
             self.cache = self._table(max(needed, 2 * self.cache.shape[0]), self.cache.device)

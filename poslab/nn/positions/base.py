@@ -265,6 +265,27 @@ def check_positive(name: str, value: float | int) -> None:
         raise ValueError(f"{name} must be > 0, got {value!r}")
 
 
+#: the largest frequency (radians per position) a rotation or sinusoid may have: angles of every
+#: position below 2^31 stay finite in fp32 (and a frequency past pi radians per position aliases anyway)
+MAX_FREQUENCY = 1e6
+
+
+def check_wavelength_base(name: str, base: float, dim: int) -> None:
+    """Raise ``ValueError`` unless the frequencies ``base^(-2i/dim)`` stay at most :data:`MAX_FREQUENCY`.
+
+    A base below 1 makes the frequencies grow with ``i`` (up to ``base^(-(dim-2)/dim)``); far below,
+    they overflow fp32 to inf and every angle, cosine and score becomes NaN.
+    """
+    check_positive(name, base)
+    if not math.isfinite(base):
+        raise ValueError(f"{name} must be finite, got {base!r}")
+    exponent = (dim - 2) / dim if dim > 2 else 0.0
+    if base < 1 and -exponent * math.log(base) > math.log(MAX_FREQUENCY):
+        lowest = MAX_FREQUENCY ** (-1 / exponent)
+        raise ValueError(f"{name}={base!r} gives frequencies base^(-2i/d) above {MAX_FREQUENCY:g} radians per position "
+                         f"(they overflow fp32 to NaN); with d={dim} {name} must be >= {lowest:.3g}")
+
+
 def check_choice(name: str, value: Any, allowed: tuple[Any, ...]) -> None:
     """Raise ``ValueError`` unless ``value`` is one of ``allowed``."""
     if value not in allowed:

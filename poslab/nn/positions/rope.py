@@ -29,7 +29,6 @@ Frequencies are computed in fp32 exactly as ``transformers==5.24.0`` ``modeling_
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,7 +39,15 @@ import torch
 from torch import Tensor
 
 from poslab.nn.positions import register
-from poslab.nn.positions.base import PositionScheme, check_choice, check_positive, view
+from poslab.nn.positions.base import (
+    MAX_FREQUENCY,
+    PositionScheme,
+    check_choice,
+    check_positive,
+    check_wavelength_base,
+    view,
+)
+from poslab.safe_load import load_json
 
 LAYOUTS = ("half", "interleaved")
 SCALINGS = (None, "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
@@ -123,7 +130,27 @@ class RopeConfig:
                     raise ValueError(f"longrope {label} values must be > 0, got {values}")
         if self.attention_factor is not None:
             check_positive("attention_factor", self.attention_factor)
-        check_scaling_keys(self)  # last: the value checks above name the more specific problem
+        check_scaling_keys(self)  # the value checks above name the more specific problem
+        self._check_fp32_frequencies()
+
+    def _check_fp32_frequencies(self) -> None:
+        """The frequencies this config gives (fp32, on the CPU) must be finite and at most
+        :data:`~poslab.nn.positions.base.MAX_FREQUENCY`; the attention factor finite and > 0.
+
+        ``base=1e-300`` or ``factor=1e-300`` are legal numbers whose frequencies overflow fp32 to inf
+        (then NaN angles and scores): refused here, with the rule, not found as a NaN loss later.
+        """
+        check_wavelength_base("base", self.base, self.dim)
+        with torch.device("cpu"):  # a model config is validated under the meta device: values are needed here
+            inv_freq, attention_factor = rope_parameters(self, device=torch.device("cpu"))
+        largest = float(inv_freq.max()) if inv_freq.numel() else 0.0
+        if not bool(torch.isfinite(inv_freq).all()) or largest > MAX_FREQUENCY:
+            raise ValueError(f"RoPE scaling {self.scaling!r} with base={self.base!r}, factor={self.factor!r} gives "
+                             f"frequencies up to {largest:g} radians per position in fp32; they must be finite and at most "
+                             f"{MAX_FREQUENCY:g} (raise factor or base)")
+        if not math.isfinite(attention_factor) or not attention_factor > 0:
+            raise ValueError(f"RoPE scaling {self.scaling!r} with factor={self.factor!r} gives attention factor "
+                             f"{attention_factor!r}; it must be a finite number > 0")
 
     @property
     def dim(self) -> int:
@@ -404,8 +431,8 @@ def _longrope_from_json(path: Path, spec: str, what: str) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"{what} {spec!r}: file {str(path)!r} does not exist")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        data = load_json(path.read_text(encoding="utf-8"), repr(str(path)))
+    except ValueError as err:  # not UTF-8, not JSON, or nested too deeply
         raise ValueError(f"{what} {spec!r}: {str(path)!r} is not valid JSON ({err})") from None
     if not isinstance(data, dict) or "factor" not in data or "long_factor" not in data:
         raise ValueError(f"{what} {spec!r}: {str(path)!r} must hold an object with 'factor' and 'long_factor'")
@@ -614,6 +641,13 @@ class XPosConfig(RopeConfig):
         super().__post_init__()
         check_positive("scale_base", self.scale_base)
         check_positive("gamma", self.gamma)
+        tiny = torch.finfo(torch.float32).tiny
+        if not math.isfinite(self.gamma) or self.gamma / (1 + self.gamma) < tiny:
+            raise ValueError(f"xpos gamma={self.gamma!r}: its fastest decay zeta_0 = gamma/(1+gamma) must be a normal "
+                             f"fp32 number (>= {tiny:.3g}), else its scales are 0 and inf (NaN scores)")
+        if not math.isfinite(self.scale_base) or self.scale_base < 1:
+            raise ValueError(f"xpos scale_base (the decay length, in positions) must be a finite number >= 1, got "
+                             f"{self.scale_base!r}: below 1 the fp32 scales overflow within a few positions")
 
 
 #: headroom between xPos's largest query/key scale and the dtype's largest finite value, for the

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from poslab.nn.positions import register
 from poslab.nn.positions.absolute import sinusoid_table
-from poslab.nn.positions.base import PositionScheme, check_positive, relative_distance
+from poslab.nn.positions.base import PositionScheme, check_positive, check_wavelength_base, relative_distance
 
 
 def rel_shift(x: Tensor) -> Tensor:
@@ -71,6 +71,7 @@ class XLConfig:
             check_positive(key, getattr(self, key))
         if self.n_embd % 2:
             raise ValueError(f"xl n_embd must be even (sinusoidal R), got {self.n_embd}")
+        check_wavelength_base("base", self.base, self.n_embd)
 
 
 @register
