@@ -327,16 +327,23 @@ def use_executor(executor: LocalExecutor | RayExecutor | None) -> Iterator[None]
 
 
 CLUSTERS = ("local", "ray")
+#: the environment variable through which a command's child steps (``poslab lab`` -> ``poslab experiment``)
+#: learn the cluster; Ray's own ``RAY_ADDRESS`` names the cluster to join
+CLUSTER_ENV = "POSLAB_CLUSTER"
 
 
 def executor_for(cluster: str | None, ray_address: str | None = None) -> LocalExecutor | RayExecutor | None:
     """The executor of ``--cluster`` / ``--ray-address`` (``None``: the default local pool).
 
-    ``--ray-address`` (or ``RAY_ADDRESS`` in the environment) alone means Ray.
+    Without ``--cluster``, :data:`CLUSTER_ENV` in the environment decides (set by ``poslab lab --cluster``
+    for its steps); ``--ray-address`` alone means Ray. A Ray executor joins ``--ray-address``, else
+    ``RAY_ADDRESS``, else starts a local Ray.
 
     Raises:
         ValueError: an unknown cluster, an address with ``--cluster local``, or Ray not installed.
     """
+    if cluster is None:
+        cluster = os.environ.get(CLUSTER_ENV) or None
     if cluster is not None and cluster not in CLUSTERS:
         raise ValueError(f"--cluster must be one of {', '.join(CLUSTERS)}, got {cluster!r}")
     if cluster == "local":
@@ -395,6 +402,6 @@ def select_shard(items: Sequence[_T], shard: tuple[int, int] | None) -> list[_T]
     return list(items[index - 1 :: count])
 
 
-__all__ = ["CLUSTERS", "RAY_EXTRA", "LocalExecutor", "RayExecutor", "Task", "TrainingLost", "check_workers",
+__all__ = ["CLUSTERS", "CLUSTER_ENV", "RAY_EXTRA", "LocalExecutor", "RayExecutor", "Task", "TrainingLost", "check_workers",
            "current_executor", "default_workers", "die_with_parent", "executor_for", "import_ray", "launch", "parse_shard",
            "select_shard", "train_many", "use_executor"]
