@@ -167,3 +167,23 @@ def test_a_killed_training_is_retried_by_ray_and_resumes_bitwise(local_ray, tmp_
     straight = read_metrics(tmp_path / "straight" / "runs" / victim.name)
     again = read_metrics(victim)
     assert [r["loss"] for r in again if r["step"] > 10] == [r["loss"] for r in straight if r["step"] > 10]
+
+
+def test_the_lab_hands_its_ray_to_its_steps(local_ray, monkeypatch):
+    """``poslab lab --cluster ray``: a step (a child ``poslab`` process) joins the lab's Ray and trains there."""
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv(runner.CLUSTER_ENV, raising=False)
+    step = ("from poslab.lab import runner\n"
+            "executor = runner.executor_for(None)\n"
+            "with runner.use_executor(executor):\n"
+            "    print(type(executor).__name__, runner.train_many([runner.Task('a', pow, (2, 5)), "
+            "runner.Task('b', pow, (3, 2))]))\n")
+    with runner.for_child_steps(runner.executor_for("ray")):
+        assert os.environ[runner.CLUSTER_ENV] == "ray" and os.environ["RAY_ADDRESS"]
+        done = subprocess.run([sys.executable, "-c", step], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "RayExecutor [32, 9]"
+    assert runner.CLUSTER_ENV not in os.environ and "RAY_ADDRESS" not in os.environ  # restored after the lab

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from poslab.lab import lab
+from poslab.lab import lab, runner
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,6 +18,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--fresh", action="store_true", help="rerun every step instead of reusing finished ones")
     parser.add_argument("--only", action="append", default=None, metavar="STEP", help="run only this step (repeatable)")
     parser.add_argument("--report-only", action="store_true", help="rebuild report.html from the existing results")
+    parser.add_argument("--cluster", choices=runner.CLUSTERS, default=None,
+                        help="where the experiments' trainings run: local (a process pool, the default) or ray "
+                             f"(needs pip install '{runner.RAY_EXTRA}'; docs/scaling.md)")
+    parser.add_argument("--ray-address", default=None,
+                        help="the Ray cluster to use (default: RAY_ADDRESS, else one local Ray for the whole lab)")
     parser.set_defaults(func=run, mode="quick")
 
 
@@ -27,5 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
         print(f"wrote {build_report(args.out)}")
         return 0
-    manifest = lab.run_lab(args.out, args.mode, args.fresh, args.only)
+    executor = runner.executor_for(args.cluster, args.ray_address)
+    with runner.for_child_steps(executor):  # each step (a `poslab experiment` process) uses the same cluster
+        manifest = lab.run_lab(args.out, args.mode, args.fresh, args.only)
     return 0 if lab.succeeded(manifest, args.only) else 1

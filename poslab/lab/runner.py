@@ -355,6 +355,31 @@ def executor_for(cluster: str | None, ray_address: str | None = None) -> LocalEx
     return None
 
 
+@contextlib.contextmanager
+def for_child_steps(executor: LocalExecutor | RayExecutor | None) -> Iterator[None]:
+    """Pass ``executor`` to the ``poslab`` child processes started inside the block (``poslab lab``'s steps).
+
+    For Ray, one Ray serves every step: the cluster of ``--ray-address``/``RAY_ADDRESS``, or a local
+    Ray started here for the block; its address goes to the steps in ``RAY_ADDRESS``, and
+    :data:`CLUSTER_ENV` tells them to use it (:func:`executor_for`).
+    """
+    if not isinstance(executor, RayExecutor):
+        yield
+        return
+    saved = {key: os.environ.get(key) for key in (CLUSTER_ENV, "RAY_ADDRESS")}
+    with executor._session():
+        os.environ[CLUSTER_ENV] = "ray"
+        os.environ["RAY_ADDRESS"] = executor.address or executor.ray.get_runtime_context().gcs_address
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
 def train_many(tasks: Sequence[Task], workers: int | None = None,
                on_done: Callable[[Task, Any], None] | None = None) -> list[Any]:
     """Run every task on the current executor; the results come back in the order of ``tasks``.
@@ -403,5 +428,5 @@ def select_shard(items: Sequence[_T], shard: tuple[int, int] | None) -> list[_T]
 
 
 __all__ = ["CLUSTERS", "CLUSTER_ENV", "RAY_EXTRA", "LocalExecutor", "RayExecutor", "Task", "TrainingLost", "check_workers",
-           "current_executor", "default_workers", "die_with_parent", "executor_for", "import_ray", "launch", "parse_shard",
+           "current_executor", "default_workers", "die_with_parent", "executor_for", "for_child_steps", "import_ray", "launch", "parse_shard",
            "select_shard", "train_many", "use_executor"]
