@@ -157,8 +157,9 @@ class LocalExecutor:
             except KeyboardInterrupt:
                 for future in futures:
                     future.cancel()
-                children.interrupt()  # trainings launched by threads of this process
-                _interrupt_workers(pool)  # trainings running in pool processes
+                # trainings launched by threads of this process get SIGINT once, from here; pool processes
+                # share the terminal's process group and got Ctrl-C already (a second one could cut a save short)
+                children.interrupt()
                 raise
         return results
 
@@ -204,15 +205,6 @@ def launch(cmd: list[str], **popen: Any) -> int:
     finally:
         with children.lock:
             children.running.discard(process)
-
-
-def _interrupt_workers(pool: concurrent.futures.Executor) -> None:
-    """Ctrl-C reaches the trainings of a process pool once: SIGINT to each live worker (it saves and stops)."""
-    processes = getattr(pool, "_processes", None) or {}
-    for process in list(processes.values()):
-        with contextlib.suppress(ProcessLookupError, AttributeError, ValueError):
-            if process.is_alive():
-                os.kill(process.pid, signal.SIGINT)
 
 
 # ------------------------------------------------------------------------------------------ Ray
