@@ -1,4 +1,4 @@
-"""``poslab lab [--quick|--full] [--out DIR] [--fresh] [--only STEP ...] [--report-only]``: the whole lab."""
+"""``poslab lab [--quick|--full] [--out DIR] [--fresh] [--only STEP ...] [--report-only] [--cluster ray]``: the whole lab."""
 
 from __future__ import annotations
 

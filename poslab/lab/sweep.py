@@ -21,6 +21,10 @@ from ``SWEEP_DIR/configs/NAME.yaml``. Running the same command again continues t
 runs (completed, or diverged) are skipped, interrupted ones resume from their latest checkpoint
 (``poslab train --resume``), failed ones start again; raising ``max_steps`` extends completed runs.
 When a run's config does not set ``threads``, each subprocess gets ``OMP_NUM_THREADS = cores // K``.
+The runs go through :func:`poslab.lab.runner.train_many`: on this machine by default, as Ray tasks
+with ``--cluster ray`` (a killed training is retried by Ray and resumes from its checkpoint), and
+``--shard i/N`` runs only the i-th of N disjoint slices (a batch scheduler's job array); the call
+without ``--shard`` writes the summary.
 
 At the end the runs are grouped by their grid point without ``seed``, and ``final_val_loss`` and
 ``tokens_per_s`` are summarised as mean ± sample standard deviation over the seeds: printed, and
