@@ -392,7 +392,9 @@ def run_sweep(plan: SweepPlan, workers: int = 1, echo: Any = print,
     part = f" (shard {shard[0]}/{shard[1]}: {len(mine)} of {len(plan.runs)} runs)" if shard else ""
     echo(f"sweep {plan.name}{part}: {len(mine)} runs ({skipped} finished before, {resumed} to resume, "
          f"{len(todo) - resumed} new), {where} -> {plan.sweep_dir}")
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    # threads of a training whose config sets none: this machine's cores shared by the K local trainings;
+    # on Ray one (a task requests what it uses; Ray packs the tasks onto the nodes' CPUs)
+    threads = max(1, (os.cpu_count() or 1) // workers) if executor.name == "local" else 1
     tasks = [runner.Task(run.name, train_point, (str(plan.sweep_dir), plan.name, run, threads),
                          cpus=int(run.config.get("threads") or threads), gpus=0,  # poslab train runs on the CPU
                          launches_process=True)
