@@ -312,8 +312,9 @@ def train_point(sweep_dir: str, plan_name: str, run: SweepRun, threads: int) -> 
         log.flush()
         try:
             returncode = runner.launch(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        except KeyboardInterrupt:  # ray.cancel: the training got SIGINT, saved, and stopped
-            returncode = 130
+        except KeyboardInterrupt:  # Ctrl-C in this thread (one run at a time) or ray.cancel: the training saved
+            runner.children.stopping.set()  # and no further run starts here
+            raise
     run.seconds = time.perf_counter() - start
     run.results = _read_results(run_dir)
     if returncode == 0 and run.results.get("status") == "completed":
