@@ -10,7 +10,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned, so pip never resolves a bare (multi-GB CUDA) torch
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	# the Ray extra too: tests/test_ray.py runs on every fresh clone and in CI
+	$(PY) -m pip install -q -e '.[test,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -7,7 +7,9 @@ The default run launches torchrun twice (2 processes each, 1 thread each):
   wrapped around ``poslab train`` records every file-system write of each rank: rank 1 makes none.
 * That DDP run, cut back to its step-10 checkpoint (a crash after step 10), is resumed under
   torchrun with ``--fsdp``: it continues from step 10, matches the uninterrupted run to 1e-5, and
-  its final (gathered) checkpoint loads with plain ``load_run`` and reproduces the recorded val loss.
+  its final (gathered) checkpoint loads with plain ``load_run`` and reproduces the recorded val loss;
+  no gloo thread of either rank outlives the command (one alive at interpreter exit can abort a
+  finished run with ``terminate called without an active exception``).
 """
 
 from __future__ import annotations
@@ -102,8 +104,16 @@ PROBE = textwrap.dedent('''
     try:
         code = main(argv)
     finally:
-        with real_open(os.path.join(logdir, "writes-rank%s.json" % os.environ.get("RANK", "0")), "w") as f:
+        rank = os.environ.get("RANK", "0")
+        with real_open(os.path.join(logdir, "writes-rank%s.json" % rank), "w") as f:
             json.dump(writes, f)
+        threads = []  # the native threads still running once the command returned (Linux)
+        if os.path.isdir("/proc/self/task"):
+            for task in os.listdir("/proc/self/task"):
+                with real_open("/proc/self/task/%s/comm" % task) as f:
+                    threads.append(f.read().strip())
+        with real_open(os.path.join(logdir, "threads-rank%s.json" % rank), "w") as f:
+            json.dump(threads, f)
     sys.exit(code)
 ''')
 
@@ -178,7 +188,14 @@ def test_resume_under_torchrun_with_fsdp_continues_the_run(runs, corpus):
     ckpt.atomic_write_text(resumed / "checkpoints" / "latest", "step_0000010\n")
     (resumed / "results.json").unlink()
 
-    torchrun(train_args(corpus, out, "resumed", 4, "--resume", "--fsdp"))
+    logs = out.parent / "resume-writes"
+    logs.mkdir()
+    torchrun(train_args(corpus, out, "resumed", 4, "--resume", "--fsdp"), script=[str(out.parent / "probe.py"), str(out), str(logs)])
+    # no gloo thread outlives the command: DTensor's caches would keep the process group (and its
+    # threads) alive until interpreter exit, where its destruction can abort a finished run
+    for rank in (0, 1):
+        threads = json.loads((logs / f"threads-rank{rank}.json").read_text())
+        assert threads and not [name for name in threads if "gloo" in name], (rank, threads)
     ddp = json.loads((runs["ddp"] / "results.json").read_text())
     results = json.loads((resumed / "results.json").read_text())
     assert results["resumed_from"] == 10 and results["steps"] == STEPS and results["fsdp"] is True

@@ -228,21 +228,20 @@ def test_sigterm_or_sighup_of_a_sweep_stops_its_trainings(tmp_path, sig, request
 
 
 def test_the_sweep_runner_waits_while_a_run_is_locked(tmp_path, request):
-    """Fast form of the rerun test below: :meth:`_Runner.wait_until_free` returns once the lock is released."""
+    """Fast form of the rerun test below: ``sweep._wait_until_free`` returns once the lock is released."""
     import threading
 
-    from poslab.lab import sweep
+    from poslab.lab import runner, sweep
     from poslab.training.lock import RunLock
 
     config = tmp_path / "s.yaml"
     config.write_text(SWEEP.format(steps=4))
     plan = sweep.load_plan(config, tmp_path / "sweep")
     messages: list[str] = []
-    runner = sweep._Runner(plan, 1, messages.append)
     run_dir = plan.sweep_dir / "runs" / plan.runs[0].name
     held = RunLock(run_dir).acquire()
     result: list[bool] = []
-    waiter = threading.Thread(target=lambda: result.append(runner.wait_until_free(plan.runs[0], run_dir)))
+    waiter = threading.Thread(target=lambda: result.append(sweep._wait_until_free(plan.runs[0], run_dir, messages.append)))
     waiter.start()
     time.sleep(1.5)
     assert waiter.is_alive() and result == []  # still waiting
@@ -251,8 +250,11 @@ def test_the_sweep_runner_waits_while_a_run_is_locked(tmp_path, request):
     waiter.join(timeout=30)
     assert result == [True]
     held = RunLock(run_dir).acquire()  # and a stopping sweep stops waiting
-    runner.stopping.set()
-    assert runner.wait_until_free(plan.runs[0], run_dir) is False
+    runner.children.stopping.set()
+    try:
+        assert sweep._wait_until_free(plan.runs[0], run_dir, messages.append) is False
+    finally:
+        runner.children.stopping.clear()
     held.release()
     _record(request, reruns_waited_for_run_in_use=1)
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from poslab.cli import paths
-from poslab.lab import experiments
+from poslab.lab import experiments, runner
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +29,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=None,
                    help="trainings at a time for the experiments that train several models (default: one per "
                         "core, at most 2; each on one thread)")
+    p.add_argument("--size", default=None, metavar="NAME[=BASE,FIELD=VALUE,...]",
+                   help="a size of the training experiments (smoke, quick, full; poslab.lab.sizes), or a new one: "
+                        "e.g. deep=quick,n_layer=4,steps=600")
+    p.add_argument("--cluster", choices=runner.CLUSTERS, default=None,
+                   help="where the trainings run: local (a process pool, the default) or ray "
+                        f"(needs pip install '{runner.RAY_EXTRA}'; docs/scaling.md)")
+    p.add_argument("--ray-address", default=None,
+                   help="the Ray cluster to use (default: RAY_ADDRESS, else a local Ray started for the command)")
     p.set_defaults(func=run)
 
 
@@ -47,14 +55,20 @@ def run(args: argparse.Namespace) -> int:
         if args.name not in registry:
             raise ValueError(f"unknown experiment {args.name!r}; known: {', '.join(registry)}, all, list")
         names = [args.name]
+    executor = runner.executor_for(args.cluster, args.ray_address)
+    with runner.use_executor(executor):
+        _run_all(args, registry, names)
+    return 0
+
+
+def _run_all(args: argparse.Namespace, registry: dict, names: list[str]) -> None:
     total = time.perf_counter()
     for name in names:
         out = args.out / name if args.out is not None and args.name == "all" else args.out
         where = out if out is not None else Path("runs") / "experiments" / name
         start = time.perf_counter()
         print(f"\n=== experiment {name}: {registry[name].description}")
-        experiments.run_experiment(name, where, quick=args.quick, workers=args.workers)
+        experiments.run_experiment(name, where, quick=args.quick, workers=args.workers, size=args.size)
         print(f"--- {name}: {time.perf_counter() - start:.1f}s, results in {where / 'results.json'}")
     if len(names) > 1:
         print(f"\n=== {len(names)} experiments in {time.perf_counter() - total:.1f}s")
-    return 0

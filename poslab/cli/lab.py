@@ -1,11 +1,12 @@
-"""``poslab lab [--quick|--full] [--out DIR] [--fresh] [--only STEP ...] [--report-only] [--lang en|zh]``: the whole lab."""
+"""``poslab lab [--quick|--full] [--out DIR] [--fresh] [--only STEP ...] [--report-only] [--lang en|zh] [--cluster ray]``:
+the whole lab."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from poslab.lab import lab
+from poslab.lab import lab, runner
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +21,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--report-only", action="store_true", help="rebuild report.html from the existing results")
     parser.add_argument("--lang", choices=("en", "zh"), default="en",
                         help="language of the page (default en; zh writes LAB/report.zh.html beside report.html)")
+    parser.add_argument("--cluster", choices=runner.CLUSTERS, default=None,
+                        help="where the experiments' trainings run: local (a process pool, the default) or ray "
+                             f"(needs pip install '{runner.RAY_EXTRA}'; docs/scaling.md)")
+    parser.add_argument("--ray-address", default=None,
+                        help="the Ray cluster to use (default: RAY_ADDRESS, else one local Ray for the whole lab)")
     parser.set_defaults(func=run, mode="quick")
 
 
@@ -29,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
     if args.report_only:
         print(f"wrote {build_report(args.out, lang=args.lang)}")
         return 0
-    manifest = lab.run_lab(args.out, args.mode, args.fresh, args.only)
+    executor = runner.executor_for(args.cluster, args.ray_address)
+    with runner.for_child_steps(executor):  # each step (a `poslab experiment` process) uses the same cluster
+        manifest = lab.run_lab(args.out, args.mode, args.fresh, args.only)
     if args.lang != "en":
         print(f"wrote {build_report(args.out, lang=args.lang)}")
     return 0 if lab.succeeded(manifest, args.only) else 1

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TextIO
 
 from poslab.analysis.attention_map import DEFAULT_PROMPT
+from poslab.lab.sweep import PARENT_ENV
 from poslab.training.progress import format_duration
 
 TRAIN_PRESET = "tang-small"
@@ -223,6 +224,7 @@ def run_step(step: Step, log_path: Path, display: Display, resume: bool = False)
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
+    env[PARENT_ENV] = str(os.getpid())  # the step gets SIGTERM (and saves) when the lab dies, SIGKILL included
     command = [*(step.command or [sys.executable, "-m", "poslab", *step.argv]), *(step.resume if resume else [])]
     tail: list[str] = []
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

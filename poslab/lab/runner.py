@@ -1,22 +1,48 @@
-"""One way to run many independent trainings: :func:`train_many`.
+"""One way to run many independent trainings: :func:`train_many`, on a local pool or on Ray.
 
 The lab's workload is many small trainings (schemes x seeds x sizes). Every experiment that trains
 more than one model, and ``poslab sweep``, hands its trainings here as :class:`Task` values; the
-executor decides where they run. The default is a local pool of spawned processes, one thread each
-(what a laptop needs, nothing to install or start).
+*current executor* decides where they run:
+
+* :class:`LocalExecutor` (the default): a pool of spawned processes on this machine, one thread
+  each (nothing to install or start). A task marked ``launches_process`` (its ``fn`` starts the
+  training as a child process and waits, as the sweep's do) runs in a thread instead.
+* :class:`RayExecutor`: each task is a Ray task (``ray.remote``) that requests ``task.cpus`` CPUs
+  and ``task.gpus`` GPUs; Ray places it on any node of the cluster and runs it again when its worker
+  dies (``max_retries``) or when it raises :class:`TrainingLost`. Ray is imported only here, only
+  when a user asks for it (``pip install 'poslab[ray]'``).
+
+The command line chooses the executor once (``--cluster ray``, ``--ray-address``, ``RAY_ADDRESS``)
+with :func:`use_executor`; experiments call :func:`train_many` and need no argument for it.
 
 A task's ``fn`` is a module-level function (so a spawned process or a remote worker can import it by
-name) and its ``args`` are plain picklable values; it returns a picklable result.
+name) and its ``args`` are plain picklable values; it returns a picklable result. A task that writes
+a run folder writes it where the caller can read it: on a cluster, run folders must live on storage
+every node sees (NFS, a shared mount); see docs/scaling.md.
+
+:func:`parse_shard` and :func:`select_shard` cut a list of work items into N disjoint slices for a
+batch scheduler (``--shard i/N``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+#: ``pip install`` extra that brings Ray
+RAY_EXTRA = "poslab[ray]"
+#: how many times Ray runs a task again after its worker died or it raised :class:`TrainingLost`
+RAY_RETRIES = 3
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -29,6 +55,8 @@ class Task:
         args: its arguments (plain values: dicts, strings, numbers).
         cpus: CPU threads the training uses.
         gpus: GPUs it needs (1 when its device is CUDA).
+        launches_process: ``fn`` starts the training as a child process and waits for it (a local
+            thread is enough to run it; the child is the training).
     """
 
     label: str
@@ -36,6 +64,15 @@ class Task:
     args: tuple[Any, ...] = field(default_factory=tuple)
     cpus: int = 1
     gpus: int = 0
+    launches_process: bool = False
+
+
+class TrainingLost(RuntimeError):
+    """Raised by a task's ``fn`` when its training died from outside (a killed process, a lost node).
+
+    Ray runs the task again (up to :data:`RAY_RETRIES` times); a resumable ``fn`` continues from the
+    training's last checkpoint. The local pool does not retry: the error reaches the caller.
+    """
 
 
 def default_workers() -> int:
@@ -58,14 +95,292 @@ def check_workers(workers: Any) -> int:
     return workers
 
 
+# ------------------------------------------------------------------------------------------ local
+def die_with_parent() -> None:
+    """Tie this process to its parent: SIGTERM when the parent dies (Linux ``PR_SET_PDEATHSIG``), SIGTERM as Ctrl-C.
+
+    A pool worker runs a training in-process; when the lab or sweep that started it dies (SIGKILL
+    included) the kernel sends the worker SIGTERM, which interrupts the training like Ctrl-C (it saves
+    a checkpoint and the worker exits) instead of leaving it training alone. Elsewhere a no-op for
+    the death signal.
+    """
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() == 1:  # the parent died before the prctl: no signal will come
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+class LocalExecutor:
+    """Trainings on this machine: a pool of ``workers`` spawned processes (threads for ``launches_process`` tasks)."""
+
+    name = "local"
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = None if workers is None else check_workers(workers)
+
+    def run(self, tasks: Sequence[Task], workers: int | None,
+            on_done: Callable[[Task, Any], None] | None) -> list[Any]:
+        workers = workers if workers is not None else (self.workers or default_workers())
+        results: list[Any] = [None] * len(tasks)
+        if workers == 1 or len(tasks) <= 1:
+            for i, task in enumerate(tasks):
+                results[i] = task.fn(*task.args)
+                if on_done is not None:
+                    on_done(task, results[i])
+            return results
+        size = min(workers, len(tasks))
+        if all(task.launches_process for task in tasks):
+            pool: concurrent.futures.Executor = concurrent.futures.ThreadPoolExecutor(max_workers=size)
+        else:
+            # spawn, not fork: a forked child of a process that already ran OpenMP threads can hang
+            pool = concurrent.futures.ProcessPoolExecutor(max_workers=size, mp_context=multiprocessing.get_context("spawn"),
+                                                          initializer=die_with_parent)
+        with pool:
+            futures = {pool.submit(task.fn, *task.args): i for i, task in enumerate(tasks)}
+            try:
+                for future in concurrent.futures.as_completed(futures):
+                    i = futures[future]
+                    results[i] = future.result()
+                    if on_done is not None:
+                        on_done(tasks[i], results[i])
+            except KeyboardInterrupt:
+                for future in futures:
+                    future.cancel()
+                # trainings launched by threads of this process get SIGINT once, from here; pool processes
+                # share the terminal's process group and got Ctrl-C already (a second one could cut a save short)
+                children.interrupt()
+                raise
+        return results
+
+
+class _Children:
+    """The training processes that ``launches_process`` tasks of this process started (see :func:`launch`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: set[subprocess.Popen] = set()
+        self.stopping = threading.Event()
+
+    def interrupt(self) -> None:
+        """Stop starting trainings; SIGINT (once) to each running one: it saves a checkpoint and exits 130."""
+        self.stopping.set()
+        with self.lock:
+            processes = list(self.running)
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+
+
+#: the trainings launched from this process (a local sweep's threads share it; a Ray worker has its own)
+children = _Children()
+
+
+def launch(cmd: list[str], **popen: Any) -> int:
+    """Run one training as a child process in its own session and wait; returns its exit status.
+
+    Ctrl-C reaches it once, from :meth:`_Children.interrupt` (the local pool on Ctrl-C) or from a
+    ``KeyboardInterrupt`` in this thread (``ray.cancel`` of the task), never twice from the terminal.
+    """
+    process = subprocess.Popen(cmd, start_new_session=True, **popen)
+    with children.lock:
+        children.running.add(process)
+    try:
+        try:
+            return process.wait()
+        except KeyboardInterrupt:
+            process.send_signal(signal.SIGINT)
+            process.wait()
+            raise
+    finally:
+        with children.lock:
+            children.running.discard(process)
+
+
+# ------------------------------------------------------------------------------------------ Ray
+def import_ray() -> Any:
+    """The ``ray`` module, or a one-line ``ValueError`` naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise ValueError(f"--cluster ray needs Ray, which is not installed: pip install '{RAY_EXTRA}'") from None
+    return ray
+
+
+def _ray_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, str]:
+    """Inside a Ray worker: ``(fn(*args), the node's host name)``."""
+    import socket
+
+    return fn(*args), socket.gethostname()
+
+
+class RayExecutor:
+    """Trainings as Ray tasks on an existing cluster (``address``) or on a local Ray started for the call.
+
+    Each task requests ``task.cpus`` CPUs and ``task.gpus`` GPUs (``ray.remote`` resources), so Ray
+    runs as many at a time as the cluster has room for (``workers`` is not used). A task whose worker
+    dies, or that raises :class:`TrainingLost`, is run again by Ray up to ``retries`` times.
+
+    Args:
+        address: a cluster's address (``ray://host:10001``, ``host:6379``, ``"auto"``); ``None``:
+            ``RAY_ADDRESS`` if set, else a local Ray with ``num_cpus`` CPUs, started and stopped here.
+            A Ray this process already initialised is used as it is (and left running).
+        num_cpus: CPUs of the local Ray (``None``: every core).
+        retries: ``max_retries`` of every task.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, retries: int = RAY_RETRIES) -> None:
+        self.ray = import_ray()
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self.num_cpus = num_cpus
+        self.retries = retries
+        self.hosts: list[str] = []  # the node of each finished task, in completion order
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[None]:
+        ray = self.ray
+        if ray.is_initialized():
+            yield
+            return
+        if self.address:
+            ray.init(address=self.address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+
+    def run(self, tasks: Sequence[Task], workers: int | None,
+            on_done: Callable[[Task, Any], None] | None) -> list[Any]:
+        ray = self.ray
+        results: list[Any] = [None] * len(tasks)
+        if not tasks:
+            return results
+        with self._session():
+            remote = ray.remote(_ray_call)
+            refs = {}
+            for i, task in enumerate(tasks):
+                ref = remote.options(num_cpus=task.cpus, num_gpus=task.gpus, max_retries=self.retries,
+                                     retry_exceptions=[TrainingLost], name=task.label).remote(task.fn, task.args)
+                refs[ref] = i
+            pending = list(refs)
+            try:
+                while pending:
+                    ready, pending = ray.wait(pending, num_returns=1)
+                    i = refs[ready[0]]
+                    try:
+                        results[i], host = ray.get(ready[0])
+                    except ray.exceptions.RayTaskError as err:
+                        raise err.as_instanceof_cause() from None  # the task's own exception, not Ray's wrapper
+                    self.hosts.append(host)
+                    if on_done is not None:
+                        on_done(tasks[i], results[i])
+            except KeyboardInterrupt:
+                for ref in pending:
+                    ray.cancel(ref)  # KeyboardInterrupt inside each running task: it saves and stops
+                with contextlib.suppress(Exception):
+                    ray.wait(pending, num_returns=len(pending), timeout=60)
+                raise
+        return results
+
+
+# ------------------------------------------------------------------------------------------ the current one
+_current: LocalExecutor | RayExecutor | None = None
+
+
+def current_executor() -> LocalExecutor | RayExecutor:
+    """The executor :func:`train_many` uses: the one :func:`use_executor` installed, else a :class:`LocalExecutor`."""
+    return _current if _current is not None else LocalExecutor()
+
+
+@contextlib.contextmanager
+def use_executor(executor: LocalExecutor | RayExecutor | None) -> Iterator[None]:
+    """Run every :func:`train_many` inside the block on ``executor`` (``None``: the default local pool)."""
+    global _current
+    previous = _current
+    _current = executor
+    try:
+        yield
+    finally:
+        _current = previous
+
+
+CLUSTERS = ("local", "ray")
+#: the environment variable through which a command's child steps (``poslab lab`` -> ``poslab experiment``)
+#: learn the cluster; Ray's own ``RAY_ADDRESS`` names the cluster to join
+CLUSTER_ENV = "POSLAB_CLUSTER"
+
+
+def executor_for(cluster: str | None, ray_address: str | None = None) -> LocalExecutor | RayExecutor | None:
+    """The executor of ``--cluster`` / ``--ray-address`` (``None``: the default local pool).
+
+    Without ``--cluster``, :data:`CLUSTER_ENV` in the environment decides (set by ``poslab lab --cluster``
+    for its steps); ``--ray-address`` alone means Ray. A Ray executor joins ``--ray-address``, else
+    ``RAY_ADDRESS``, else starts a local Ray.
+
+    Raises:
+        ValueError: an unknown cluster, an address with ``--cluster local``, or Ray not installed.
+    """
+    if cluster is None:
+        cluster = os.environ.get(CLUSTER_ENV) or None
+    if cluster is not None and cluster not in CLUSTERS:
+        raise ValueError(f"--cluster must be one of {', '.join(CLUSTERS)}, got {cluster!r}")
+    if cluster == "local":
+        if ray_address:
+            raise ValueError(f"--ray-address {ray_address!r} needs --cluster ray (or no --cluster), not local")
+        return None
+    if cluster == "ray" or ray_address:
+        return RayExecutor(address=ray_address)
+    return None
+
+
+@contextlib.contextmanager
+def for_child_steps(executor: LocalExecutor | RayExecutor | None) -> Iterator[None]:
+    """Pass ``executor`` to the ``poslab`` child processes started inside the block (``poslab lab``'s steps).
+
+    For Ray, one Ray serves every step: the cluster of ``--ray-address``/``RAY_ADDRESS``, or a local
+    Ray started here for the block; its address goes to the steps in ``RAY_ADDRESS``, and
+    :data:`CLUSTER_ENV` tells them to use it (:func:`executor_for`).
+    """
+    if not isinstance(executor, RayExecutor):
+        yield
+        return
+    saved = {key: os.environ.get(key) for key in (CLUSTER_ENV, "RAY_ADDRESS")}
+    with executor._session():
+        os.environ[CLUSTER_ENV] = "ray"
+        os.environ["RAY_ADDRESS"] = executor.address or executor.ray.get_runtime_context().gcs_address
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
 def train_many(tasks: Sequence[Task], workers: int | None = None,
                on_done: Callable[[Task, Any], None] | None = None) -> list[Any]:
-    """Run every task; the results come back in the order of ``tasks``.
+    """Run every task on the current executor; the results come back in the order of ``tasks``.
 
     Args:
         tasks: the trainings.
-        workers: trainings at a time (``None``: :func:`default_workers`). With one worker, or one
-            task, the tasks run in this process one after another.
+        workers: trainings at a time on the local pool (``None``: :func:`default_workers`). With one
+            worker, or one task, the tasks run in this process one after another. Ray ignores it
+            (each task's resources decide).
         on_done: called as ``on_done(task, result)`` when each task finishes (progress lines).
 
     Returns:
@@ -74,21 +389,36 @@ def train_many(tasks: Sequence[Task], workers: int | None = None,
     Raises:
         ValueError: ``workers`` is not a positive integer.
     """
-    workers = default_workers() if workers is None else check_workers(workers)
-    results: list[Any] = [None] * len(tasks)
-    if workers == 1 or len(tasks) <= 1:
-        for i, task in enumerate(tasks):
-            results[i] = task.fn(*task.args)
-            if on_done is not None:
-                on_done(task, results[i])
-        return results
-    # spawn, not fork: a forked child of a process that already ran OpenMP threads can hang
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
-        futures = {pool.submit(task.fn, *task.args): i for i, task in enumerate(tasks)}
-        for future in concurrent.futures.as_completed(futures):
-            i = futures[future]
-            results[i] = future.result()
-            if on_done is not None:
-                on_done(tasks[i], results[i])
-    return results
+    workers = None if workers is None else check_workers(workers)
+    return current_executor().run(tasks, workers, on_done)
+
+
+# ------------------------------------------------------------------------------------------ shards
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"2/8"`` -> ``(2, 8)``: the 2nd of 8 slices (``i`` counts from 1 to ``N``).
+
+    Raises:
+        ValueError: not ``i/N`` with integers ``1 <= i <= N``.
+    """
+    parts = str(text).split("/")
+    if len(parts) == 2 and all(p.strip().isdigit() for p in parts):
+        index, count = int(parts[0]), int(parts[1])
+        if 1 <= index <= count:
+            return index, count
+    raise ValueError(f"--shard must be i/N with 1 <= i <= N (e.g. 1/4 ... 4/4), got {text!r}")
+
+
+def select_shard(items: Sequence[_T], shard: tuple[int, int] | None) -> list[_T]:
+    """The items of shard ``(i, N)``: every N-th item from the i-th (``None``: all of them).
+
+    The N shards are disjoint and together hold every item once; their sizes differ by at most one.
+    """
+    if shard is None:
+        return list(items)
+    index, count = shard
+    return list(items[index - 1 :: count])
+
+
+__all__ = ["CLUSTERS", "CLUSTER_ENV", "RAY_EXTRA", "LocalExecutor", "RayExecutor", "Task", "TrainingLost", "check_workers",
+           "current_executor", "default_workers", "die_with_parent", "executor_for", "for_child_steps", "import_ray", "launch", "parse_shard",
+           "select_shard", "train_many", "use_executor"]

@@ -21,6 +21,10 @@ from ``SWEEP_DIR/configs/NAME.yaml``. Running the same command again continues t
 runs (completed, or diverged) are skipped, interrupted ones resume from their latest checkpoint
 (``poslab train --resume``), failed ones start again; raising ``max_steps`` extends completed runs.
 When a run's config does not set ``threads``, each subprocess gets ``OMP_NUM_THREADS = cores // K``.
+The runs go through :func:`poslab.lab.runner.train_many`: on this machine by default, as Ray tasks
+with ``--cluster ray`` (a killed training is retried by Ray and resumes from its checkpoint), and
+``--shard i/N`` runs only the i-th of N disjoint slices (a batch scheduler's job array); the call
+without ``--shard`` writes the summary.
 
 At the end the runs are grouped by their grid point without ``seed``, and ``final_val_loss`` and
 ``tokens_per_s`` are summarised as mean ± sample standard deviation over the seeds: printed, and
@@ -48,12 +52,9 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ import yaml
 
 from poslab.data import safe_yaml
 from poslab.fileio import atomic_write_json, atomic_write_text
+from poslab.lab import runner
 from poslab.nn.footprint import check_training
 from poslab.training import presets
 
@@ -234,106 +236,101 @@ def run_state(run_dir: Path, max_steps: int) -> str:
     return "resume" if run.is_run else "new"
 
 
-class _Runner:
-    """Runs :class:`SweepRun` s as ``poslab train`` subprocesses; forwards one SIGINT on interrupt."""
+def _command(sweep_dir: Path, run: SweepRun, state: str) -> list[str]:
+    """The ``poslab train`` command of one grid point (``--resume`` to continue its folder)."""
+    cmd = [sys.executable, "-m", "poslab", "train", "--preset", str(sweep_dir / "configs" / f"{run.name}.yaml"),
+           "--name", run.name, "--out_dir", str(sweep_dir / "runs"), "--no-progress"]
+    if state == "resume":
+        cmd.append("--resume")
+    return cmd
 
-    def __init__(self, plan: SweepPlan, workers: int, echo: Any) -> None:
-        self.plan = plan
-        self.workers = workers
-        self.echo = echo
-        self.stopping = threading.Event()
-        self.lock = threading.Lock()
-        self.running: set[subprocess.Popen] = set()
-        cores = os.cpu_count() or 1
-        self.threads = max(1, cores // workers)
 
-    def command(self, run: SweepRun, state: str) -> list[str]:
-        runs_dir = self.plan.sweep_dir / "runs"
-        preset_file = self.plan.sweep_dir / "configs" / f"{run.name}.yaml"
-        cmd = [sys.executable, "-m", "poslab", "train", "--preset", str(preset_file), "--name", run.name,
-               "--out_dir", str(runs_dir), "--no-progress"]
-        if state == "resume":
-            cmd.append("--resume")
-        return cmd
+def _wait_until_free(run: SweepRun, run_dir: Path, echo: Any) -> bool:
+    """Wait while another process (e.g. a training of a killed sweep, saving) holds the run's lock.
 
-    def wait_until_free(self, run: SweepRun, run_dir: Path) -> bool:
-        """Wait while another process (e.g. a training of a killed sweep, saving) holds the run's lock.
+    Returns:
+        ``False`` if the sweep is being stopped meanwhile.
+    """
+    from poslab.training.lock import RunLock, RunLockedError
 
-        Returns:
-            ``False`` if the sweep is being stopped meanwhile.
-        """
-        from poslab.training.lock import RunLock, RunLockedError
+    said = 0.0
+    while not runner.children.stopping.is_set():
+        try:
+            RunLock(run_dir).acquire().release()
+            return True
+        except RunLockedError as err:
+            if time.monotonic() - said > WAIT_NOTICE_S:
+                said = time.monotonic()
+                echo(f"sweep: waiting for {run.name}: {str(err).split('; wait')[0]}")
+        runner.children.stopping.wait(LOCK_POLL_S)
+    return False
 
-        said = 0.0
-        while not self.stopping.is_set():
-            try:
-                RunLock(run_dir).acquire().release()
-                return True
-            except RunLockedError as err:
-                if time.monotonic() - said > WAIT_NOTICE_S:
-                    said = time.monotonic()
-                    self.echo(f"sweep: waiting for {run.name}: {str(err).split('; wait')[0]}")
-            self.stopping.wait(LOCK_POLL_S)
-        return False
 
-    def execute(self, run: SweepRun) -> SweepRun:
-        if self.stopping.is_set():
-            run.status = "not started"
-            return run
-        run_dir = self.plan.sweep_dir / "runs" / run.name
-        if not self.wait_until_free(run, run_dir):
-            run.status = "not started"
-            return run
-        state = run_state(run_dir, run.max_steps)  # what the previous holder left
-        if state in ("done", "diverged"):
-            run.status = "completed" if state == "done" else "diverged"
-            run.results = _read_results(run_dir)
-            return run
-        preset_file = self.plan.sweep_dir / "configs" / f"{run.name}.yaml"
-        atomic_write_text(preset_file, yaml.safe_dump(
-            {"description": f"sweep {self.plan.name}: {run.name}", "config": run.config},
-            sort_keys=False, allow_unicode=True))
-        env = dict(os.environ)
-        if run.config.get("threads") is None:
-            env["OMP_NUM_THREADS"] = str(self.threads)
-        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-            env.pop(key, None)  # each run is its own single-process training
-        env[PARENT_ENV] = str(os.getpid())  # the training stops (and saves) if this sweep dies, even by SIGKILL
-        log_path = self.plan.sweep_dir / "logs" / f"{run.name}.log"
-        start = time.perf_counter()
-        with open(log_path, "a", encoding="utf-8") as log:
-            log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(self.command(run, state))}\n")
-            log.flush()
-            process = subprocess.Popen(self.command(run, state), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                       start_new_session=True)  # Ctrl-C reaches it once, from us
-            with self.lock:
-                self.running.add(process)
-            try:
-                returncode = process.wait()
-            finally:
-                with self.lock:
-                    self.running.discard(process)
-        run.seconds = time.perf_counter() - start
-        run.results = _read_results(run_dir)
-        if returncode == 0 and run.results.get("status") == "completed":
-            run.status = "completed"
-        elif run.results.get("status") == "diverged":
-            run.status = "diverged"
-            run.error = f"diverged at step {run.results.get('diverged_at_step')}"
-        elif returncode == 130:
-            run.status = "interrupted"
-        else:
-            run.status = "failed"
-            run.error = f"exit {returncode}: {_last_error(log_path)}"
+def train_point(sweep_dir: str, plan_name: str, run: SweepRun, threads: int) -> SweepRun:
+    """Train one grid point as a ``poslab train`` child process (a :class:`poslab.lab.runner.Task` function).
+
+    Resumable: a finished run is read back, an interrupted one continues from its latest checkpoint
+    (``--resume``). A training killed by a signal from outside raises
+    :class:`~poslab.lab.runner.TrainingLost`, so Ray runs this again and it resumes.
+
+    Args:
+        sweep_dir: the sweep folder (on storage every node sees, under Ray).
+        plan_name: the sweep's name (the preset file's description).
+        run: the grid point.
+        threads: ``OMP_NUM_THREADS`` of the training when its config does not set ``threads``.
+
+    Returns:
+        ``run`` with its status, error, results and seconds filled in.
+    """
+    folder = Path(sweep_dir)
+    if runner.children.stopping.is_set():
+        run.status = "not started"
         return run
-
-    def interrupt(self) -> None:
-        self.stopping.set()
-        with self.lock:
-            processes = list(self.running)
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)  # the training saves a checkpoint, then exits 130
+    run_dir = folder / "runs" / run.name
+    if not _wait_until_free(run, run_dir, print):
+        run.status = "not started"
+        return run
+    state = run_state(run_dir, run.max_steps)  # what the previous holder left
+    if state in ("done", "diverged"):
+        run.status = "completed" if state == "done" else "diverged"
+        run.results = _read_results(run_dir)
+        return run
+    preset_file = folder / "configs" / f"{run.name}.yaml"
+    atomic_write_text(preset_file, yaml.safe_dump(
+        {"description": f"sweep {plan_name}: {run.name}", "config": run.config}, sort_keys=False, allow_unicode=True))
+    env = dict(os.environ)
+    if run.config.get("threads") is None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)  # each run is its own single-process training
+    env[PARENT_ENV] = str(os.getpid())  # the training stops (and saves) if this process dies, even by SIGKILL
+    log_path = folder / "logs" / f"{run.name}.log"
+    start = time.perf_counter()
+    cmd = _command(folder, run, state)
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
+        log.flush()
+        try:
+            returncode = runner.launch(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        except KeyboardInterrupt:  # Ctrl-C in this thread (one run at a time) or ray.cancel: the training saved
+            runner.children.stopping.set()  # and no further run starts here
+            raise
+    run.seconds = time.perf_counter() - start
+    run.results = _read_results(run_dir)
+    if returncode == 0 and run.results.get("status") == "completed":
+        run.status = "completed"
+    elif run.results.get("status") == "diverged":
+        run.status = "diverged"
+        run.error = f"diverged at step {run.results.get('diverged_at_step')}"
+    elif returncode == 130:
+        run.status = "interrupted"
+    elif returncode < 0 and not runner.children.stopping.is_set():
+        raise runner.TrainingLost(f"sweep run {run.name}: the training was killed by signal {-returncode} "
+                                  f"(its last checkpoint is kept; the next attempt resumes from it)")
+    else:
+        run.status = "failed"
+        run.error = f"exit {returncode}: {_last_error(log_path)}"
+    return run
 
 
 def _read_results(run_dir: Path) -> dict[str, Any]:
@@ -358,11 +355,18 @@ def _last_error(log_path: Path) -> str:
     return lines[-1] if lines else "no output"
 
 
-def run_sweep(plan: SweepPlan, workers: int = 1, echo: Any = print) -> dict[str, Any]:
-    """Run every unfinished run of ``plan``, ``workers`` at a time, then write and return the summary.
+def run_sweep(plan: SweepPlan, workers: int = 1, echo: Any = print,
+              shard: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Run every unfinished run of ``plan`` through :func:`poslab.lab.runner.train_many`, then summarise.
+
+    The current executor decides where the trainings run: ``workers`` at a time on this machine (the
+    default), or as Ray tasks (``--cluster ray``). With ``shard=(i, N)`` only the i-th of N disjoint
+    slices of the grid runs (:func:`poslab.lab.runner.select_shard`) and no summary is written: a
+    last call without a shard runs what is left, if anything, and writes the summary of every run.
 
     Raises:
-        ValueError: ``workers`` < 1.
+        ValueError: ``workers`` < 1; a run reported finished whose folder this process cannot see
+            (run folders must be on storage every node sees).
         KeyboardInterrupt: after Ctrl-C, once the running trainings have saved and the summary is written.
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -373,42 +377,62 @@ def run_sweep(plan: SweepPlan, workers: int = 1, echo: Any = print) -> dict[str,
         "sweep": plan.name, "config_file": str(plan.config_file), "description": plan.description,
         "grid": plan.grid, "runs": [{"name": r.name, "point": r.point, "config": r.config} for r in plan.runs],
     })
+    mine = runner.select_shard(plan.runs, shard)
     todo = []
-    for run in plan.runs:
+    for run in mine:
         state = run_state(plan.sweep_dir / "runs" / run.name, run.max_steps)
         if state in ("done", "diverged"):
             run.status = "completed" if state == "done" else "diverged"
             run.results = _read_results(plan.sweep_dir / "runs" / run.name)
         else:
             todo.append((run, state))
-    skipped = len(plan.runs) - len(todo)
+    skipped = len(mine) - len(todo)
     resumed = sum(state == "resume" for _, state in todo)
-    echo(f"sweep {plan.name}: {len(plan.runs)} runs ({skipped} finished before, {resumed} to resume, "
-         f"{len(todo) - resumed} new), {workers} at a time -> {plan.sweep_dir}")
-    runner = _Runner(plan, workers, echo)
+    executor = runner.current_executor()
+    where = f"{workers} at a time" if executor.name == "local" else f"on {executor.name}"
+    part = f" (shard {shard[0]}/{shard[1]}: {len(mine)} of {len(plan.runs)} runs)" if shard else ""
+    echo(f"sweep {plan.name}{part}: {len(mine)} runs ({skipped} finished before, {resumed} to resume, "
+         f"{len(todo) - resumed} new), {where} -> {plan.sweep_dir}")
+    # threads of a training whose config sets none: this machine's cores shared by the K local trainings;
+    # on Ray one (a task requests what it uses; Ray packs the tasks onto the nodes' CPUs)
+    threads = max(1, (os.cpu_count() or 1) // workers) if executor.name == "local" else 1
+    tasks = [runner.Task(run.name, train_point, (str(plan.sweep_dir), plan.name, run, threads),
+                         cpus=int(run.config.get("threads") or threads), gpus=0,  # poslab train runs on the CPU
+                         launches_process=True)
+             for run, _ in todo]
+    by_name = {run.name: run for run in plan.runs}
+    done = 0
+
+    def finished(task: runner.Task, result: SweepRun) -> None:
+        nonlocal done
+        run = by_name[result.name]
+        run.status, run.error, run.results, run.seconds = result.status, result.error, result.results, result.seconds
+        if run.status == "completed" and not (plan.sweep_dir / "runs" / run.name / "results.json").is_file():
+            raise ValueError(f"run {run.name} finished, but its results are not at "
+                             f"{str(plan.sweep_dir / 'runs' / run.name)!r} here: the sweep folder must be on "
+                             f"storage every node sees (a shared file system; docs/scaling.md)")
+        done += 1
+        val = run.results.get("final_val_loss")
+        figure = f"val {val:.4f}" if isinstance(val, (int, float)) else (run.error or "")
+        echo(f"[{done}/{len(todo)}] {run.status:<11} {run.name}  {figure}  ({run.seconds:.0f}s)")
+
     interrupted = False
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(runner.execute, run) for run, _ in todo]
-        done = 0
-        try:
-            for future in as_completed(futures):
-                run = future.result()
-                done += 1
-                val = run.results.get("final_val_loss")
-                figure = f"val {val:.4f}" if isinstance(val, (int, float)) else (run.error or "")
-                echo(f"[{done}/{len(todo)}] {run.status:<11} {run.name}  {figure}  ({run.seconds:.0f}s)")
-        except KeyboardInterrupt:
-            interrupted = True
-            echo("sweep: Ctrl-C: stopping the running trainings (each saves a checkpoint) ...")
-            runner.interrupt()
-            for future in futures:
-                future.cancel()
-            for future in futures:
-                if not future.cancelled():
-                    try:
-                        future.result()
-                    except KeyboardInterrupt:
-                        runner.interrupt()
+    runner.children.stopping.clear()
+    try:
+        runner.train_many(tasks, workers, finished)
+    except KeyboardInterrupt:
+        interrupted = True
+        echo("sweep: Ctrl-C: the running trainings stopped (each saved a checkpoint)")
+    finally:
+        runner.children.stopping.clear()
+    if shard is not None and not interrupted:
+        counts: dict[str, int] = {}
+        for run in mine:
+            counts[run.status] = counts.get(run.status, 0) + 1
+        echo(f"shard {shard[0]}/{shard[1]} done: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+             + "; run the sweep without --shard to write the summary")
+        return {"sweep": plan.name, "shard": list(shard), "status": counts,
+                "runs": [{"name": r.name, "status": r.status} for r in mine]}
     summary = summarize(plan)
     write_summary(plan, summary)
     echo(format_table(summary))
@@ -504,4 +528,4 @@ def write_summary(plan: SweepPlan, summary: dict[str, Any]) -> None:
 
 
 __all__ = ["SweepPlan", "SweepRun", "format_table", "load_plan", "run_name_of", "run_state", "run_sweep", "summarize",
-           "write_summary"]
+           "train_point", "write_summary"]

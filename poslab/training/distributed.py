@@ -491,9 +491,53 @@ def setup(fsdp: bool = False) -> DistContext:
 
 
 def teardown(context: DistContext) -> None:
-    """Destroy the process group if :func:`setup` created it."""
+    """Destroy the process group if :func:`setup` created it, its backend's threads joined.
+
+    Under FSDP, DTensor's sharding caches keep ``DTensorSpec`` keys alive after the model is gone;
+    each spec holds a ``DeviceMesh``, and the mesh holds the process group. ``destroy_process_group``
+    alone then leaves the gloo backend (its ``gloo_tcp_loop`` and ``pt_gloo_runloop`` threads)
+    running until interpreter exit, where its destruction races those threads and the process can
+    die of ``terminate called without an active exception`` (SIGABRT) after a finished run. The
+    caches are emptied first, so the last reference goes and ``destroy_process_group`` joins the
+    threads while the interpreter is fully alive.
+    """
     if context.owns_group and dist.is_available() and dist.is_initialized():
+        if context.fsdp:
+            _release_dtensor_caches()
         dist.destroy_process_group()
+
+
+def _release_dtensor_caches() -> None:
+    """Empty DTensor's caches that hold a ``DeviceMesh`` (and so the process group) after the model is gone.
+
+    They are torch internals (torch 2.13: the sharding propagator's Python and C++ caches, its tensor
+    meta cache, the redistribution plans and planners, the mesh topology cache); one that a torch
+    version lacks is skipped. ``tests/test_distributed.py`` checks that no gloo thread outlives
+    :func:`teardown`, so a cache a later torch adds shows up there.
+    """
+    import gc
+    import importlib
+
+    for module_name, path in (
+        ("torch.distributed.tensor._api", "DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding"),
+        ("torch.distributed.tensor._api", "DTensor._op_dispatcher.sharding_propagator._propagate_tensor_meta_cached"),
+        ("torch.distributed.tensor._redistribute", "_gen_transform_infos"),
+        ("torch.distributed.tensor._redistribute", "_planner_cache"),
+        ("torch.distributed.tensor._collective_utils", "MeshTopoInfo.build_from_mesh"),
+    ):
+        try:
+            target: Any = importlib.import_module(module_name)
+            for name in path.split("."):
+                target = getattr(target, name)
+        except (ImportError, AttributeError):
+            continue
+        clear = getattr(target, "cache_clear", None) or getattr(target, "clear", None)
+        if clear is not None:
+            clear()
+    clear_fast_path = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)
+    if clear_fast_path is not None:
+        clear_fast_path()  # the C++ fast path's sharding cache
+    gc.collect()  # specs and meshes in reference cycles
 
 
 __all__ = ["DistContext", "is_main_process", "rank_seed", "setup", "teardown"]

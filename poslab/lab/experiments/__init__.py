@@ -57,11 +57,13 @@ def descriptions(tier: str | None = None) -> dict[str, Experiment]:
     return {name: m.EXPERIMENT for name, m in registry().items() if tier is None or m.EXPERIMENT.tier == tier}
 
 
-def run_experiment(name: str, out: Path | None = None, quick: bool = False, workers: int | None = None) -> dict:
+def run_experiment(name: str, out: Path | None = None, quick: bool = False, workers: int | None = None,
+                   size: str | None = None) -> dict:
     """Run one experiment, write ``out/results.json`` (default ``runs/experiments/NAME``), return the results.
 
     ``workers`` (trainings at a time) goes to the experiments whose ``run`` takes it; the others
-    ignore it.
+    ignore it. ``size`` names a size of :data:`poslab.lab.sizes.SIZES` (or defines one,
+    :func:`poslab.lab.sizes.define_size`) for the experiments whose ``run`` takes it; the others refuse it.
     """
     experiments = registry()
     if name not in experiments:
@@ -72,6 +74,13 @@ def run_experiment(name: str, out: Path | None = None, quick: bool = False, work
     out.mkdir(parents=True, exist_ok=True)
     experiment = experiments[name].EXPERIMENT
     options = {"workers": workers} if workers is not None and "workers" in inspect.signature(experiment.run).parameters else {}
+    if size is not None:
+        if "size" not in inspect.signature(experiment.run).parameters:
+            sized = [n for n, m in experiments.items() if "size" in inspect.signature(m.EXPERIMENT.run).parameters]
+            raise ValueError(f"--size {size!r}: experiment {name!r} has no sizes (those with sizes: {', '.join(sized)})")
+        from poslab.lab.sizes import define_size
+
+        options["size"] = define_size(size).name
     results = experiment.run(out, quick=quick, **options)
     atomic_write_json(out / "results.json", results, default=float)
     return results

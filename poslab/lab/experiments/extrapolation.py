@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from poslab.lab.experiments.training import (
     print_claims,
 )
 from poslab.lab.premises import all_of, arms_of, attach, beats_nope, below_bigram, uses_context
+from poslab.lab.sizes import EXTRAPOLATION_FACTORS, SIZES, Size, size_of  # noqa: F401  (SIZES, size_of: re-exported)
 from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, best_of, bound, mean_sd, paired
 from poslab.runs import RunFolder
 
@@ -66,55 +66,8 @@ def lab_schemes() -> tuple[str, ...]:
 
 
 SCHEMES = lab_schemes()
-FACTORS = (1, 2, 4, 8, 16)
+FACTORS = EXTRAPOLATION_FACTORS
 CORPUS = "shakespeare"
-
-
-@dataclass(frozen=True)
-class Size:
-    """One scale of the lab (``smoke`` for tests, ``quick`` for the demo, ``full``).
-
-    Attributes:
-        name: label (also the models' subfolder).
-        train_length: ``L``, the training block size.
-        n_layer, n_head, n_embd: model geometry.
-        steps, batch_size, lr, warmup_steps: training.
-        eval_windows: the evaluation scores ``eval_windows * 16 * L`` validation targets at every length.
-        finetune_steps: context-extension fine-tuning steps at ``4 L``.
-        entropy_batch: sequences per length in the attention-entropy measurement.
-    """
-
-    name: str
-    train_length: int
-    n_layer: int
-    n_head: int
-    n_embd: int
-    steps: int
-    batch_size: int
-    lr: float
-    warmup_steps: int
-    eval_windows: int
-    finetune_steps: int
-    entropy_batch: int
-
-    @property
-    def n_targets(self) -> int:
-        return self.eval_windows * max(FACTORS) * self.train_length
-
-
-SIZES = {
-    "smoke": Size("smoke", 16, 1, 2, 16, 8, 4, 3e-3, 2, 2, 4, 1),
-    "quick": Size("quick", 64, 2, 4, 64, 250, 16, 3e-3, 25, 4, 100, 2),
-    "full": Size("full", 128, 3, 4, 96, 400, 16, 2e-3, 40, 4, 100, 2),
-}
-
-
-def size_of(quick: bool, size: str | None = None) -> Size:
-    """The :class:`Size` named ``size``, else ``quick`` or ``full``."""
-    name = size or ("quick" if quick else "full")
-    if name not in SIZES:
-        raise ValueError(f"unknown size {name!r}; choose one of {', '.join(SIZES)}")
-    return SIZES[name]
 
 
 # ------------------------------------------------------------------------------------ training

@@ -1,0 +1,70 @@
+"""``poslab.lab.sizes``: the training experiments' size table, extended from the command line."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from poslab.cli.app import main
+from poslab.lab import experiments, sizes
+from poslab.lab.experiments import extrapolation
+
+
+@pytest.fixture
+def table(monkeypatch):
+    """A private copy of the table (``define_size`` adds to it)."""
+    copy = dict(sizes.SIZES)
+    monkeypatch.setattr(sizes, "SIZES", copy)
+    return copy
+
+
+def test_the_table_is_the_one_the_experiments_use():
+    assert extrapolation.SIZES is sizes.SIZES and extrapolation.Size is sizes.Size
+    assert list(sizes.SIZES)[:3] == ["smoke", "quick", "full"]
+    assert extrapolation.size_of(True) is sizes.SIZES["quick"] and extrapolation.size_of(False) is sizes.SIZES["full"]
+    assert extrapolation.FACTORS == sizes.EXTRAPOLATION_FACTORS
+    quick = sizes.SIZES["quick"]
+    assert quick.n_targets == quick.eval_windows * 16 * quick.train_length
+
+
+def test_a_user_defines_a_size_from_a_base(table):
+    deep = sizes.define_size("deep=quick,n_layer=4,steps=600,lr=1e-3")
+    assert (deep.name, deep.n_layer, deep.steps, deep.lr) == ("deep", 4, 600, 1e-3)
+    assert deep.n_embd == table["quick"].n_embd  # the rest from the base
+    assert table["deep"] is deep and sizes.size_of(False, "deep") is deep
+    assert sizes.define_size("deep") is deep  # a plain name picks it
+    assert sizes.define_size("deep=quick,n_layer=4,steps=600,lr=1e-3") == deep  # the same definition again: fine
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("x=nope", "unknown base size 'nope'; choose one of smoke, quick, full"),
+    ("x=quick,depth=4", "'depth=4' must be FIELD=VALUE with FIELD one of train_length, n_layer"),
+    ("x=quick,n_layer", "'n_layer' must be FIELD=VALUE"),
+    ("x=quick,n_layer=2.5", "n_layer must be an integer, got '2.5'"),
+    ("x=quick,lr=fast", "lr must be a number, got 'fast'"),
+    ("x=quick,steps=0", "steps must be > 0, got '0'"),
+    ("quick=smoke", "'quick' is already the size"),
+    ("../x=quick", "must be a plain folder name"),
+    ("nope", "unknown size 'nope'; choose one of smoke, quick, full"),
+])
+def test_bad_sizes_are_refused_naming_the_value(table, spec, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        sizes.define_size(spec)
+
+
+def test_experiment_size_reaches_the_experiments_that_take_one(table, monkeypatch, tmp_path, capsys):
+    seen = {}
+
+    def run(out, quick=False, size=None):
+        seen["size"] = size
+        return {"size": size}
+
+    fake = types.SimpleNamespace(run=run, DESCRIPTION="a stand-in with sizes")
+    plain = types.SimpleNamespace(run=lambda out, quick=False: {}, DESCRIPTION="a stand-in without")
+    monkeypatch.setattr(experiments, "registry", lambda: {"sized": fake, "plain": plain})
+    assert main(["experiment", "sized", "--size", "mine=smoke,steps=3", "--out", str(tmp_path / "a")]) == 0
+    assert seen == {"size": "mine"} and table["mine"].steps == 3
+    assert main(["experiment", "plain", "--size", "quick", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["poslab: error: --size 'quick': experiment 'plain' has no sizes (those with sizes: sized)"]
