@@ -180,10 +180,10 @@ def clip_members(params: Sequence[Tensor], max_norm: float) -> Tensor:
     return norms
 
 
-def _stackable(models: Sequence[GPT], cfg: TrainConfig) -> bool:
-    """Whether these members' forward and backward run under vmap (probed on one tiny batch, then discarded)."""
-    probe = StackedGPT(models[:1])
-    idx = torch.zeros(1, 1, min(4, cfg.model.block_size), dtype=torch.long)  # [1, 1, T]
+def vmappable(model: GPT) -> bool:
+    """Whether ``model``'s forward and backward run under vmap (probed on a copy with one tiny batch)."""
+    probe = StackedGPT([model])
+    idx = torch.zeros(1, 1, min(4, model.config.block_size), dtype=torch.long)  # [1, 1, T]
     try:
         probe.losses(idx, idx).sum().backward()
     except RuntimeError:
@@ -244,7 +244,7 @@ def _train_group(configs: list[TrainConfig], stores: list[RunStore | None], data
     if limit is not None and mcfg.block_size > limit:
         raise ValueError(f"block_size {mcfg.block_size} is larger than the {mcfg.position!r} position table "
                          f"({limit} positions); lower model.block_size or raise the table's max_len")
-    vmap = _stackable(models, cfg)
+    vmap = vmappable(models[0])
     if not vmap and progress is not None:
         progress(f"--- {mcfg.position}: cannot run under vmap; its {len(configs)} members run one after another")
     cfg, M, T = configs[0], len(configs), mcfg.block_size
@@ -374,4 +374,4 @@ def _evaluate(stack: StackedGPT, data: Tensor, configs: list[TrainConfig], offse
     return [float(v) / iters for v in total]
 
 
-__all__ = ["MEMBER_KEYS", "StackedGPT", "check_stackable", "clip_members", "stack_key", "train_stacked"]
+__all__ = ["MEMBER_KEYS", "StackedGPT", "check_stackable", "clip_members", "stack_key", "train_stacked", "vmappable"]
