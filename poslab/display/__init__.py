@@ -68,6 +68,31 @@ def new_figure(n_rows: int = 1, n_cols: int = 1, size: tuple[float, float] = (8.
     return fig, axes
 
 
+#: 20 distinct colours (matplotlib's tab20, dark shades first, then light) for plot series
+SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                 "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
+                 "#dbdb8d", "#9edae5")
+#: line styles and markers, cycled with a period prime to the colours' so that pairs repeat late
+SERIES_LINES = ("-", "--", "-.", ":")
+SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def series_style(index: int) -> dict[str, str]:
+    """Colour, line style and marker of plot series ``index`` (matplotlib keyword arguments).
+
+    Series ``0 .. 19`` each get their own colour; the line style cycles every 4 and the marker every
+    7, so no two of the first 140 series share all three. Give a series the same ``index`` in every
+    plot (for position schemes: its place in ``positions.names()``) and it looks the same everywhere.
+
+    Raises:
+        ValueError: ``index`` is not a non-negative integer.
+    """
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ValueError(f"series index must be a non-negative integer, got {index!r}")
+    return {"color": SERIES_COLORS[index % len(SERIES_COLORS)], "linestyle": SERIES_LINES[index % len(SERIES_LINES)],
+            "marker": SERIES_MARKERS[index % len(SERIES_MARKERS)]}
+
+
 def save_figure(fig: Any, path: Path, dpi: int = 120) -> Path:
     """Write a figure to ``path`` as PNG atomically (temp file + rename)."""
     path = Path(path)

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from poslab.analysis.probes import TASKS, ProbeRecipe, Task, describe, train_probe
-from poslab.display import new_figure, print_table, save_figure
+from poslab.analysis.probes import TASKS, ProbeRecipe, Task, describe, train_probes_stacked
+from poslab.display import new_figure, print_table, save_figure, series_style
 from poslab.lab import verdicts
 from poslab.lab.experiments.head_count import default_workers
 from poslab.nn import positions
@@ -109,29 +109,44 @@ def form_of(quick: bool, form: str | None = None) -> Form:
 
 
 # ------------------------------------------------------------------------------------ training
-def _job(args: tuple[str, int, str, int, ProbeRecipe, tuple[int, ...], int | None]) -> dict[str, Any]:
-    task, size, scheme, seed, recipe, factors, threads = args
-    return train_probe(task, size, scheme, seed, recipe, factors, threads=threads)
+def _job(args: tuple[str, int, str, tuple[int, ...], ProbeRecipe, tuple[int, ...], int | None]) -> list[dict[str, Any]]:
+    task, size, scheme, seeds, recipe, factors, threads = args
+    return train_probes_stacked(task, size, scheme, seeds, recipe, factors, threads=threads)
 
 
 def run_jobs(jobs: list[tuple[str, int, str, int, ProbeRecipe, tuple[int, ...]]], workers: int) -> list[dict[str, Any]]:
     """Train every job (``(task, L, scheme, seed, recipe, factors)``), ``workers`` at a time, in job order.
 
-    With more than one worker each training runs in its own (spawned) process on one thread.
+    Jobs that differ only in the seed train together as one stacked model
+    (:func:`~poslab.analysis.probes.train_probes_stacked`, each seed's result equal to its training
+    alone). With more than one worker each stack runs in its own (spawned) process on one thread.
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
-    if workers == 1 or len(jobs) <= 1:
-        return [_job((*job, None)) for job in jobs]
-    print(f"--- training {len(jobs)} probe models, {min(workers, len(jobs))} at a time (one thread each)", flush=True)
-    context = multiprocessing.get_context("spawn")  # not fork: a forked OpenMP runtime can hang
+    groups: dict[tuple, list[int]] = {}
+    for i, (task, size, scheme, _, recipe, factors) in enumerate(jobs):
+        groups.setdefault((task, size, scheme, recipe, factors), []).append(i)
+    stacks = [(key, members, tuple(jobs[i][3] for i in members)) for key, members in groups.items()]
     results: list[dict[str, Any] | None] = [None] * len(jobs)
-    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
-        futures = {pool.submit(_job, (*job, 1)): i for i, job in enumerate(jobs)}
+
+    def place(members: list[int], out: list[dict[str, Any]]) -> None:
+        for i, r in zip(members, out):
+            results[i] = r
+
+    if workers == 1 or len(stacks) <= 1:
+        for (task, size, scheme, recipe, factors), members, seeds in stacks:
+            place(members, _job((task, size, scheme, seeds, recipe, factors, None)))
+        return [r for r in results if r is not None]
+    print(f"--- training {len(jobs)} probe models as {len(stacks)} stacks of seeds, {min(workers, len(stacks))} at a "
+          f"time (one thread each)", flush=True)
+    context = multiprocessing.get_context("spawn")  # not fork: a forked OpenMP runtime can hang
+    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(stacks)), mp_context=context) as pool:
+        futures = {pool.submit(_job, (task, size, scheme, seeds, recipe, factors, 1)): members
+                   for (task, size, scheme, recipe, factors), members, seeds in stacks}
         for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-            results[futures[future]] = future.result()
-            if done % 10 == 0 or done == len(jobs):
-                print(f"--- {done}/{len(jobs)} trained", flush=True)
+            place(futures[future], future.result())
+            if done % 5 == 0 or done == len(stacks):
+                print(f"--- {done}/{len(stacks)} stacks trained", flush=True)
     return [r for r in results if r is not None]
 
 
@@ -245,9 +260,7 @@ def print_claims(claims: list[verdicts.ClaimRecord]) -> None:
 # ------------------------------------------------------------------------------------ plot
 def plot(table: dict[str, dict[str, dict[str, Any]]], form: Form, path: Path) -> Path:
     """Accuracy vs test length per scheme (mean line, ± sd band), one panel per task."""
-    from matplotlib import colormaps
-
-    colors = colormaps["tab10"]
+    names = positions.names()
     tasks = list(table)
     cols = min(3, len(tasks))
     rows = -(-len(tasks) // cols)
@@ -267,8 +280,9 @@ def plot(table: dict[str, dict[str, dict[str, Any]]], form: Form, path: Path) ->
                 lows.append(mean - (sd or 0.0))
                 highs.append(mean + (sd or 0.0))
             label = scheme if len(xs) == len(form.factors) else f"{scheme} (cannot past {xs[-1] if xs else L})"
-            ax.plot(xs, means, marker="o", markersize=3, color=colors(i % 10), label=label)
-            ax.fill_between(xs, lows, highs, color=colors(i % 10), alpha=0.15)
+            style = series_style(names.index(scheme) if scheme in names else len(names) + i)
+            ax.plot(xs, means, markersize=3, label=label, **style)
+            ax.fill_between(xs, lows, highs, color=style["color"], alpha=0.15)
         ax.axhline(next(iter(table[task].values()))["chance"], color="grey", linestyle=":", linewidth=1, label="chance")
         ax.axvline(L, color="black", linestyle="--", linewidth=0.8)
         ax.set_xscale("log", base=2)
