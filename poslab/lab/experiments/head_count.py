@@ -40,7 +40,8 @@ from poslab.training.data import prepare_data
 from poslab.training.loop import evaluate_loss
 
 NAME = "heads"
-DESCRIPTION = "train 1/2/4/8/16 heads at n_embd 128 on Tang poems; test 'optimal heads ≈ sqrt(d/16)' (seeds 001, 002)"
+DESCRIPTION = ("train 1/2/4/8/16 heads (full: n_embd 128 on Tang poems; --quick: n_embd 64 on tinyshakespeare); "
+               "test 'optimal heads ≈ sqrt(d/16)' (seeds 001, 002)")
 IN_ALL = False  # it trains: run it by name
 
 HEADS = (1, 2, 4, 8, 16)

@@ -28,7 +28,8 @@ from poslab.lab.verdicts import compare, deterministic, paired, pm
 from poslab.nn import positions
 
 NAME = "position-training"
-DESCRIPTION = "train the same GPT with every registered position scheme, 3 seeds; curves and val loss (seed 001 ex. 3)"
+DESCRIPTION = ("train the same GPT with every registered position scheme, 3 seeds (full: Tang poems, n_embd 128; --quick: "
+               "tinyshakespeare, n_embd 64); curves and val loss (seed 001 ex. 3)")
 IN_ALL = False  # it trains: run it by name
 
 #: "only a little worse": NoPE's validation loss within this fraction of the learned table's

@@ -63,6 +63,7 @@ class Form:
         heads: MQAR head counts at fixed width (``()``: no head-count comparison).
         heads_recipe: the recipe of the head-count runs (its ``n_head`` is replaced).
         heads_size: ``L`` of the head-count runs (key-value pairs; ``None``: ``train_size``).
+        schemes: the position schemes trained (``None``: every registered one).
     """
 
     name: str
@@ -75,6 +76,7 @@ class Form:
     heads: tuple[int, ...] = ()
     heads_recipe: ProbeRecipe = field(default_factory=ProbeRecipe)
     heads_size: int | None = None
+    schemes: tuple[str, ...] | None = None
 
     @property
     def mqar_size(self) -> int:
@@ -308,13 +310,13 @@ def run(out: Path, quick: bool = False, form: str | None = None, schemes: list[s
         out: output folder (``probes.png`` and, via the caller, ``results.json``).
         quick: the short form (about two minutes on two cores).
         form: a :data:`FORMS` name overriding ``quick`` (``smoke`` for tests).
-        schemes: position schemes (default: every registered one).
+        schemes: position schemes (default: the form's, else every registered one).
         workers: trainings at a time (default: one per core, at most two).
     """
     spec = form_of(quick, form)
     out = Path(out)
     start = time.perf_counter()
-    schemes = list(schemes) if schemes is not None else positions.names()
+    schemes = list(schemes) if schemes is not None else list(spec.schemes or positions.names())
     for scheme in schemes:
         positions.get(scheme)  # an unknown name fails before any training
     workers = default_workers() if workers is None else workers
