@@ -118,12 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 2:
         print(f"--seeds must be >= 2 (two processes), got {args.seeds}", file=sys.stderr)
         return 2
-    rows = [measure(w, args.seeds, args.steps, args.repeats) for w in args.workloads.split(",")]
-    for r in rows:
+    rows = []
+    for workload in args.workloads.split(","):
+        r = measure(workload, args.seeds, args.steps, args.repeats)
+        rows.append(r)
         print(f"{r['workload']:6s} {r['seeds']} models x {r['steps']} steps, 2 processes x 1 thread: "
               f"per-process {r['rate']['per-process']:,.0f} {r['unit']} ({r['wall_s']['per-process']:.1f} s), "
               f"stacked {r['rate']['stacked']:,.0f} {r['unit']} ({r['wall_s']['stacked']:.1f} s): "
-              f"x{r['ratio']:.2f}")
+              f"x{r['ratio']:.2f}", flush=True)
     if args.out is not None:
         args.out.write_text(json.dumps(rows, indent=1))
     return 0
