@@ -206,3 +206,20 @@ def test_quick_cli(tmp_path: Path):
     assert len(results["claims"]) >= len(experiment.RANKING) - 1 + len(experiment.NEEDS_POSITION_TASKS) + 1
     assert all(c["n_seeds"] >= verdicts.MIN_SEEDS for c in results["claims"] if c["margin"] is not None)
     assert (tmp_path / "probes.png").is_file()
+
+
+@pytest.mark.parametrize("scheme", ["rope", "learned", "t5"])
+def test_stacked_seeds_equal_single_trainings(scheme: str):
+    """Seeds trained as one stacked model (sizes padded to a step's longest) end where each ends alone."""
+    from poslab.analysis.probes import ProbeRecipe, train_probe, train_probes_stacked
+
+    recipe = ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=8, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=16)
+    seeds = (0, 1, 2)
+    stacked = train_probes_stacked("reverse", 6, scheme, seeds, recipe, (1, 2))
+    assert [r["stacked"] for r in stacked] == ([1, 1, 1] if scheme == "t5" else [3, 3, 3])
+    for seed, b in zip(seeds, stacked):
+        a = train_probe("reverse", 6, scheme, seed, recipe, (1, 2))
+        assert b["final_loss"] == pytest.approx(a["final_loss"], abs=1e-5)
+        for factor, value in a["accuracy"].items():  # None: the scheme cannot read that length
+            assert b["accuracy"][factor] == (None if value is None else pytest.approx(value, abs=1e-5))
+    assert len({round(r["final_loss"], 6) for r in stacked}) == 3  # the members are different models

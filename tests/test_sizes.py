@@ -9,6 +9,7 @@ import pytest
 from poslab.cli.app import main
 from poslab.lab import experiments, sizes
 from poslab.lab.experiments import extrapolation
+from poslab.lab.experiments.common import LAB, Experiment
 
 
 @pytest.fixture
@@ -60,8 +61,9 @@ def test_experiment_size_reaches_the_experiments_that_take_one(table, monkeypatc
         seen["size"] = size
         return {"size": size}
 
-    fake = types.SimpleNamespace(run=run, DESCRIPTION="a stand-in with sizes")
-    plain = types.SimpleNamespace(run=lambda out, quick=False: {}, DESCRIPTION="a stand-in without")
+    fake = types.SimpleNamespace(EXPERIMENT=Experiment("sized", "a stand-in with sizes", LAB, run))
+    plain = types.SimpleNamespace(EXPERIMENT=Experiment("plain", "a stand-in without", LAB,
+                                                        lambda out, quick=False: {}))
     monkeypatch.setattr(experiments, "registry", lambda: {"sized": fake, "plain": plain})
     assert main(["experiment", "sized", "--size", "mine=smoke,steps=3", "--out", str(tmp_path / "a")]) == 0
     assert seen == {"size": "mine"} and table["mine"].steps == 3

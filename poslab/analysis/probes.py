@@ -299,13 +299,8 @@ def train_probe(task_name: str, train_size: int, scheme: str, seed: int, recipe:
     low, high = task.min_size(), task.train_size
     losses = []
     for step in range(recipe.steps):
-        if step < recipe.warmup_steps:
-            lr = recipe.lr * (step + 1) / recipe.warmup_steps
-        else:
-            frac = (step - recipe.warmup_steps) / max(1, recipe.steps - recipe.warmup_steps)
-            lr = recipe.lr * (1.0 - 0.9 * frac)
         for group in optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = probe_lr(step, recipe)
         n = int(torch.randint(low, high + 1, (1,), generator=g))
         idx, targets = task.sample(n, recipe.batch_size, g)
         logits = model(idx)  # [B, T, V]
@@ -315,10 +310,24 @@ def train_probe(task_name: str, train_size: int, scheme: str, seed: int, recipe:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         losses.append(float(loss.detach()))
+    return _result(model, task, scheme, seed, recipe, test_factors, losses, time.perf_counter() - start)
+
+
+def probe_lr(step: int, recipe: ProbeRecipe) -> float:
+    """The probes' schedule: linear warmup over ``warmup_steps``, then linear decay to ``lr / 10``."""
+    if step < recipe.warmup_steps:
+        return recipe.lr * (step + 1) / recipe.warmup_steps
+    frac = (step - recipe.warmup_steps) / max(1, recipe.steps - recipe.warmup_steps)
+    return recipe.lr * (1.0 - 0.9 * frac)
+
+
+def _result(model: Any, task: Task, scheme: str, seed: int, recipe: ProbeRecipe, test_factors: tuple[int, ...],
+            losses: list[float], seconds: float) -> dict[str, Any]:
+    """A trained probe model tested at ``factor * L`` for each factor: :func:`train_probe`'s result."""
     acc: dict[str, float | None] = {}
     cannot: dict[str, str] = {}
     for factor in test_factors:
-        n = factor * train_size
+        n = factor * task.train_size
         reason = cannot_reason(model, task.seq_len(n))
         if reason is not None:
             acc[str(factor)] = None
@@ -326,9 +335,68 @@ def train_probe(task_name: str, train_size: int, scheme: str, seed: int, recipe:
             continue
         acc[str(factor)] = accuracy(model, task, n, recipe.eval_batch, seed=1_000_000 + factor)
     tail = losses[-max(1, len(losses) // 10):]
-    return {"task": task_name, "scheme": scheme, "seed": seed, "n_head": recipe.n_head, "accuracy": acc,
-            "cannot": cannot, "final_loss": sum(tail) / len(tail), "seconds": time.perf_counter() - start,
-            "chance": chance(task)}
+    return {"task": task.name, "scheme": scheme, "seed": seed, "n_head": recipe.n_head, "accuracy": acc,
+            "cannot": cannot, "final_loss": sum(tail) / len(tail), "seconds": seconds, "chance": chance(task)}
+
+
+def train_probes_stacked(task_name: str, train_size: int, scheme: str, seeds: tuple[int, ...], recipe: ProbeRecipe,
+                         test_factors: tuple[int, ...] = (1, 2, 4), threads: int | None = None) -> list[dict[str, Any]]:
+    """:func:`train_probe` for every seed, the seeds trained together as one stacked model.
+
+    The members are stacked (:class:`poslab.training.batched.StackedGPT`: one vmapped forward, one
+    AdamW over the stacked tensors, each member's gradient clipped on its own) and each draws its own
+    sizes and batches from its own generator, exactly as it would alone. A step's batches of
+    different sizes are right-padded to the longest (pad targets ``-1``): the models are causal, so a
+    padded tail changes no earlier logit, and the loss is the mean over each member's own answer
+    tokens. Each result equals :func:`train_probe` with the same arguments (``tests/test_probes.py``
+    compares them to 1e-5); ``"seconds"`` is the stack's time divided by the members.
+
+    Args:
+        task_name, train_size, scheme, recipe, test_factors: as for :func:`train_probe`.
+        seeds: the members' seeds.
+        threads: torch threads for this training (``None``: leave as is).
+
+    Returns:
+        One :func:`train_probe` result per seed, in order, each with ``"stacked"``: the members
+        trained together (1 when the scheme cannot run under vmap and they ran one after another).
+    """
+    import time
+
+    from poslab.training.batched import StackedGPT, clip_members, vmappable
+
+    if not seeds:
+        raise ValueError("train_probes_stacked needs at least one seed")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    task = Task(task_name, train_size)
+    models = [build_model(task, scheme, recipe, seed) for seed in seeds]
+    stack = StackedGPT(models, vmap=vmappable(models[0]))
+    params = list(stack.params.values())
+    optimizer = torch.optim.AdamW(params, lr=recipe.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    gens = [torch.Generator().manual_seed(10_000 + seed) for seed in seeds]
+    low, high = task.min_size(), task.train_size
+    losses: list[list[float]] = [[] for _ in seeds]
+    for step in range(recipe.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = probe_lr(step, recipe)
+        batches = []
+        for g in gens:
+            n = int(torch.randint(low, high + 1, (1,), generator=g))
+            batches.append(task.sample(n, recipe.batch_size, g))  # ([B, T_m], [B, T_m])
+        T = max(b[0].shape[1] for b in batches)
+        idx = torch.stack([F.pad(b[0], (0, T - b[0].shape[1]), value=BOS) for b in batches])  # [M, B, T]
+        targets = torch.stack([F.pad(b[1], (0, T - b[1].shape[1]), value=-1) for b in batches])  # [M, B, T]
+        loss = stack.losses(idx, targets)  # [M]
+        optimizer.zero_grad(set_to_none=True)
+        loss.sum().backward()
+        clip_members(params, 1.0)
+        optimizer.step()
+        for m, value in enumerate(loss.detach().tolist()):
+            losses[m].append(value)
+    seconds = (time.perf_counter() - start) / len(seeds)
+    return [{**_result(stack.member(m), task, scheme, seed, recipe, test_factors, losses[m], seconds),
+             "stacked": len(seeds) if stack.vmap else 1} for m, seed in enumerate(seeds)]
 
 
 def chance(task: Task) -> float:
@@ -351,4 +419,4 @@ def describe(task: Task) -> str:
 
 
 __all__ = ["TASKS", "ProbeRecipe", "Task", "accuracy", "build_model", "cannot_reason", "chance", "describe",
-           "train_probe"]
+           "probe_lr", "train_probe", "train_probes_stacked"]

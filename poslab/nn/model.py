@@ -46,6 +46,15 @@ RESIDUALS = ("sequential", "parallel", "parallel_shared_norm", "sandwich")
 LAYER_KEYS = ("position", "position_config", "window", "attn_chunk", "attn_temperature", "qk_norm")
 
 
+def _traced(t: Tensor) -> bool:
+    """Whether ``t`` is being traced (``torch.compile``) or batched (``torch.vmap``): no data-dependent checks then.
+
+    A value check reads a tensor's contents (``int(t.max())``), which neither transform allows; the
+    caller of a vmapped forward checks the stacked ids once (:mod:`poslab.training.batched`).
+    """
+    return torch.compiler.is_compiling() or torch._C._functorch.is_batchedtensor(t)
+
+
 def default_activation(mlp: str) -> str:
     """The activation of an MLP kind when none is given: ``silu`` for swiglu, exact ``gelu`` otherwise.
 
@@ -618,7 +627,7 @@ class GPT(nn.Module):
             raise TypeError(f"targets must hold integer token ids (-1 = ignored), got {kind}")
         if targets.shape != idx.shape:
             raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
-        if targets.device.type == "cpu" and targets.numel() and not torch.compiler.is_compiling():
+        if targets.device.type == "cpu" and targets.numel() and not _traced(targets):
             low, high = int(targets.min()), int(targets.max())
             if low < -1 or high >= self.config.vocab_size:
                 bad = high if high >= self.config.vocab_size else low
@@ -677,7 +686,7 @@ class GPT(nn.Module):
         if targets is not None:
             targets = self._check_targets(idx, targets)
         B, T = idx.shape
-        checking = not torch.compiler.is_compiling()  # value checks are data-dependent: skipped inside torch.compile
+        checking = not _traced(idx)  # value checks are data-dependent: skipped inside torch.compile and vmap
         if checking and idx.device.type == "cpu" and idx.numel() and (int(idx.max()) >= self.config.vocab_size
                                                                        or int(idx.min()) < 0):
             # checked on CPU only: on an accelerator this would add a host sync to every forward

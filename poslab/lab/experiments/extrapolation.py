@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from poslab.analysis.eval import evaluate_length, loss_by_position
-from poslab.display import new_figure, print_table, save_figure
+from poslab.display import new_figure, print_table, save_figure, series_style
 from poslab.lab.experiments.common import LAB, Experiment, baseline_line, ngram_baselines, unigram_entropy
 from poslab.lab.experiments.training import (
     CONTEXT_WINDOWS,
@@ -375,10 +375,11 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: di
     ``table`` is :func:`aggregate`'s: the line is the mean over seeds, the error bars the min..max.
     ``baselines``: the corpus's n-gram baselines (nats), drawn as the perplexities ``exp(nats)``.
     """
-    from matplotlib import colormaps
     from matplotlib.ticker import ScalarFormatter
 
-    colors = colormaps["tab10"]
+    from poslab.nn import positions
+
+    names = positions.names()
     fig, axes = new_figure(1, 2, size=(13.0, 5.0))
     for ax, mode, title in ((axes[0], "nonoverlapping", "non-overlapping chunks"), (axes[1], "sliding", "sliding window (stride length/2)")):
         for i, scheme in enumerate(table):
@@ -391,7 +392,8 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: di
             seeds = [c.get("ppl_seeds") or [c["ppl"]] for _, c in points]
             yerr = [[y - min(v) for y, v in zip(ys, seeds)], [max(v) - y for y, v in zip(ys, seeds)]]
             n = len(seeds[0])
-            ax.errorbar(xs, ys, yerr=yerr, marker="o", capsize=3, color=colors(i % 10),
+            style = series_style(names.index(scheme) if scheme in names else len(names) + i)
+            ax.errorbar(xs, ys, yerr=yerr, capsize=3, **style,
                         label=f"{scheme} (n={n})" if len(xs) > 1 else f"{scheme} (only L, n={n})")
         for name, style in (("bigram", "-."), ("trigram", (0, (1, 3)))):
             if baselines and name in baselines:

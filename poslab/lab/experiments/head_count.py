@@ -146,7 +146,8 @@ def run(out: Path, quick: bool = False, heads: tuple[int, ...] = HEADS, base: di
 
 EXPERIMENT = Experiment(
     name="heads",
-    description="train 1/2/4/8/16 heads at n_embd 128 on Tang poems; test 'optimal heads ≈ sqrt(d/16)' (seeds 001, 002)",
+    description=("train 1/2/4/8/16 heads (full: n_embd 128 on Tang poems; --quick: n_embd 64 on tinyshakespeare); "
+                 "test 'optimal heads ≈ sqrt(d/16)' (seeds 001, 002)"),
     tier=LAB,
     run=run,
     estimate=(70, 3750),

@@ -192,7 +192,8 @@ def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: 
 
 EXPERIMENT = Experiment(
     name="position-training",
-    description="train the same GPT with every registered position scheme, 3 seeds; curves and val loss (seed 001 ex. 3)",
+    description=("train the same GPT with every registered position scheme, 3 seeds (full: Tang poems, n_embd 128; "
+                 "--quick: tinyshakespeare, n_embd 64); curves and val loss (seed 001 ex. 3)"),
     tier=LAB,
     run=run,
     estimate=(85, 7200),

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from poslab.analysis.probes import TASKS, ProbeRecipe, Task, describe, train_probe
-from poslab.display import new_figure, print_table, save_figure
+from poslab.display import new_figure, print_table, save_figure, series_style
 from poslab.lab import runner, verdicts
 from poslab.lab.experiments.common import LAB, Experiment
 from poslab.lab.experiments.training import print_claims
@@ -60,6 +60,7 @@ class Form:
         heads: MQAR head counts at fixed width (``()``: no head-count comparison).
         heads_recipe: the recipe of the head-count runs (its ``n_head`` is replaced).
         heads_size: ``L`` of the head-count runs (key-value pairs; ``None``: ``train_size``).
+        schemes: the position schemes trained (``None``: every registered one).
     """
 
     name: str
@@ -72,6 +73,7 @@ class Form:
     heads: tuple[int, ...] = ()
     heads_recipe: ProbeRecipe = field(default_factory=ProbeRecipe)
     heads_size: int | None = None
+    schemes: tuple[str, ...] | None = None
 
     @property
     def mqar_size(self) -> int:
@@ -114,7 +116,11 @@ def _job(task: str, size: int, scheme: str, seed: int, recipe: ProbeRecipe, fact
 def run_jobs(jobs: list[tuple[str, int, str, int, ProbeRecipe, tuple[int, ...]]], workers: int) -> list[dict[str, Any]]:
     """Train every job (``(task, L, scheme, seed, recipe, factors)``), ``workers`` at a time, in job order.
 
-    With more than one worker each training runs in its own (spawned) process on one thread.
+    Each job is one probe model (:func:`~poslab.analysis.probes.train_probe`) through
+    :func:`poslab.lab.runner.train_many`. Stacking the seeds of a job into one vmapped model
+    (:func:`~poslab.analysis.probes.train_probes_stacked`) gives the same results but measured no
+    faster on a 2-core CPU (``benchmarks/batched_training.py``), so the experiment keeps one process
+    per model.
     """
     workers = check_workers(workers)
     alone = workers == 1 or len(jobs) <= 1
@@ -253,9 +259,7 @@ def probe_claims(table: dict[str, dict[str, dict[str, Any]]], heads: dict[int, l
 # ------------------------------------------------------------------------------------ plot
 def plot(table: dict[str, dict[str, dict[str, Any]]], form: Form, path: Path) -> Path:
     """Accuracy vs test length per scheme (mean line, ± sd band), one panel per task."""
-    from matplotlib import colormaps
-
-    colors = colormaps["tab10"]
+    names = positions.names()
     tasks = list(table)
     cols = min(3, len(tasks))
     rows = -(-len(tasks) // cols)
@@ -275,8 +279,9 @@ def plot(table: dict[str, dict[str, dict[str, Any]]], form: Form, path: Path) ->
                 lows.append(mean - (sd or 0.0))
                 highs.append(mean + (sd or 0.0))
             label = scheme if len(xs) == len(form.factors) else f"{scheme} (cannot past {xs[-1] if xs else L})"
-            ax.plot(xs, means, marker="o", markersize=3, color=colors(i % 10), label=label)
-            ax.fill_between(xs, lows, highs, color=colors(i % 10), alpha=0.15)
+            style = series_style(names.index(scheme) if scheme in names else len(names) + i)
+            ax.plot(xs, means, markersize=3, label=label, **style)
+            ax.fill_between(xs, lows, highs, color=style["color"], alpha=0.15)
         ax.axhline(next(iter(table[task].values()))["chance"], color="grey", linestyle=":", linewidth=1, label="chance")
         ax.axvline(L, color="black", linestyle="--", linewidth=0.8)
         ax.set_xscale("log", base=2)
@@ -302,13 +307,13 @@ def run(out: Path, quick: bool = False, form: str | None = None, schemes: list[s
         out: output folder (``probes.png`` and, via the caller, ``results.json``).
         quick: the short form (about two minutes on two cores).
         form: a :data:`FORMS` name overriding ``quick`` (``smoke`` for tests).
-        schemes: position schemes (default: every registered one).
+        schemes: position schemes (default: the form's, else every registered one).
         workers: trainings at a time (default: one per core, at most two).
     """
     spec = form_of(quick, form)
     out = Path(out)
     start = time.perf_counter()
-    schemes = list(schemes) if schemes is not None else positions.names()
+    schemes = list(schemes) if schemes is not None else list(spec.schemes or positions.names())
     for scheme in schemes:
         positions.get(scheme)  # an unknown name fails before any training
     workers = default_workers() if workers is None else check_workers(workers)

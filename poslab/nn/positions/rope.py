@@ -531,9 +531,10 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
         ``[..., T, d_k]`` in ``x.dtype`` (contiguous).
     """
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling():
+    if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling() or torch._C._functorch.is_batchedtensor(x):
         # angles that learn: let autograd see every op; under torch.compile the plain ops (inductor
-        # fuses them) instead of the out= kernels, which dynamo cannot trace
+        # fuses them) instead of the out= kernels, which dynamo cannot trace; under vmap (stacked
+        # training, poslab.training.batched) the plain ops, which have batching rules
         return _rotary_reference(x, cos, sin, layout)
     return _Rotary.apply(x, cos, sin, layout)
 
