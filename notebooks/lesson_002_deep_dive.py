@@ -167,6 +167,7 @@ for n_embd, block in ((128, 128), (512, 1024)):
 # Unscaled, the logits' std is about $\sqrt{d_k}$ and softmax is nearly one-hot; scaled it is about 1.
 
 # %%
+torch.manual_seed(0)
 for d_k in (64, 512):
     q, k = torch.randn(1, 64, d_k), torch.randn(1, 64, d_k)
     logits = q @ k.transpose(-2, -1)  # [1, 64, 64]
@@ -207,6 +208,7 @@ if not SMALL:
 # autocast disabled to get fp32.
 
 # %%
+torch.manual_seed(0)
 q, k = torch.randn(2, 16, 8), torch.randn(2, 16, 8)
 with torch.autocast("cpu", dtype=torch.bfloat16):
     lesson_scores = torch.matmul(q.float(), k.transpose(-2, -1).float())
