@@ -47,7 +47,9 @@ from poslab.lab.experiments import run_experiment
 SMALL = os.environ.get("POSLAB_NOTEBOOK_SMALL") == "1"
 STEPS = 20 if SMALL else 600  # training steps per model (§3.5)
 TRAIN_LEN = 32  # the training length L of §3.5's models
-OUT = Path(tempfile.mkdtemp(prefix="poslab-nb-000-"))  # every result of this notebook goes here
+# every result of this notebook goes here (POSLAB_NOTEBOOK_OUT, or a fresh temporary folder)
+OUT = Path(os.environ.get("POSLAB_NOTEBOOK_OUT") or tempfile.mkdtemp(prefix="poslab-nb-000-"))
+OUT.mkdir(parents=True, exist_ok=True)
 torch.manual_seed(0)
 print("results in", OUT, "| small settings:", SMALL)
 

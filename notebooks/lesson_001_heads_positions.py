@@ -43,10 +43,12 @@ from poslab.session import train
 from poslab.training.config import TrainConfig
 
 SMALL = os.environ.get("POSLAB_NOTEBOOK_SMALL") == "1"
-STEPS = 10 if SMALL else 400  # training steps per model (exercises 2 and 3)
+STEPS = 10 if SMALL else 250  # training steps per model (exercises 2 and 3)
 N_EMBD = 32 if SMALL else 128  # the lesson keeps n_embd 128
 BATCH = 4 if SMALL else 16  # sequences per step
-OUT = Path(tempfile.mkdtemp(prefix="poslab-nb-001-"))
+# every result of this notebook goes here (POSLAB_NOTEBOOK_OUT, or a fresh temporary folder)
+OUT = Path(os.environ.get("POSLAB_NOTEBOOK_OUT") or tempfile.mkdtemp(prefix="poslab-nb-001-"))
+OUT.mkdir(parents=True, exist_ok=True)
 print("results in", OUT, "| small settings:", SMALL)
 
 # %% [markdown]

@@ -38,7 +38,9 @@ from poslab.nn.attention import position_mask
 from poslab.nn.positions.absolute import sinusoid_table
 
 SMALL = os.environ.get("POSLAB_NOTEBOOK_SMALL") == "1"
-OUT = Path(tempfile.mkdtemp(prefix="poslab-nb-002-"))
+# every result of this notebook goes here (POSLAB_NOTEBOOK_OUT, or a fresh temporary folder)
+OUT = Path(os.environ.get("POSLAB_NOTEBOOK_OUT") or tempfile.mkdtemp(prefix="poslab-nb-002-"))
+OUT.mkdir(parents=True, exist_ok=True)
 print("results in", OUT, "| small settings:", SMALL)
 
 # %% [markdown]

@@ -26,7 +26,8 @@ def _execute(path: Path, tmp_path: Path, small: bool) -> object:
     """Run the notebook at ``path`` in a fresh kernel (cwd ``tmp_path``); the executed notebook."""
     notebook = jupytext.read(path)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-               MPLBACKEND="module://matplotlib_inline.backend_inline", OMP_NUM_THREADS="1")
+               MPLBACKEND="module://matplotlib_inline.backend_inline", OMP_NUM_THREADS="1",
+               POSLAB_NOTEBOOK_OUT=str(tmp_path / "out"))
     if small:
         env["POSLAB_NOTEBOOK_SMALL"] = "1"
     else:
