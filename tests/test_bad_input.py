@@ -24,7 +24,6 @@ from poslab import GPT, GPTConfig, MultiHeadAttention, positions
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bad_input.md"
-README = Path(__file__).resolve().parents[1] / "README.md"  # shows the same table
 MAX_DOC_MESSAGE = 100  # longer messages are cut with "…" in the doc (lists of names grow)
 
 
@@ -226,7 +225,7 @@ def _table_rows(doc: Path = DOC) -> dict[str, tuple[str, str]]:
     return rows
 
 
-@pytest.mark.parametrize("doc", [DOC, README], ids=["docs", "readme"])
+@pytest.mark.parametrize("doc", [DOC], ids=["docs"])
 def test_docs_table_matches_the_code(doc: Path) -> None:
     rows = _table_rows(doc)
     assert set(rows) == {c.id for c in CASES} | {c[0] for c in CLI_CASES}
