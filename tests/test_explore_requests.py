@@ -1,4 +1,4 @@
-"""The explorer's request checks (issue 16 item 8): body length, Host, Origin, client disconnects.
+"""The explorer's request checks: body length, Host, Origin, client disconnects.
 
 Raw sockets, so that headers a browser or urllib would never send (``Content-Length: -1``, a foreign
 ``Host``) reach the server as written.

@@ -362,7 +362,7 @@ def test_a_model_that_did_not_train_makes_its_claims_inconclusive():
 
 
 # ------------------------------------------------------------------------------------ the real quick forms
-#: issue 14's claims the quick lab must decide (either way) at 3 seeds
+#: the claims the quick lab must decide (either way) at 3 seeds
 MUST_RESOLVE = ("RoPE reads past the training length better than a learned table",
                 "ALiBi's perplexity at 4x L stays within 1.10x its value at L")
 

@@ -1,4 +1,4 @@
-"""Unbounded and rough inputs (issue 16 items 7 and 10): each refused in one line before it costs anything.
+"""Unbounded and rough inputs: each refused in one line before it costs anything.
 
 * YAML alias bombs in sweep and preset files (one guard, :mod:`poslab.data.safe_yaml`);
 * a model that cannot fit this machine, refused by ``--dry-run`` too, with the estimate (``--force`` overrides);

@@ -1,4 +1,4 @@
-"""Reliability of the run folder, second pass (issue 16 items 1, 2, 3, 9): symlinked writers, the
+"""Reliability of the run folder, second pass: symlinked writers, the
 tokenizer's digest, forged-but-consistent files, resume edge cases. Each case failed on the code
 before ``RunFolder`` (a second writer through a symlink, a swapped tokenizer sampled silently, raw
 ``KeyError``s, ``--resume`` of a missing folder exiting 2, ...)."""

@@ -1,4 +1,4 @@
-"""Reliability of the long-running commands (issue 16 items 5-6): sweeps and the lab, interrupted and rerun.
+"""Reliability of the long-running commands: sweeps and the lab, interrupted and rerun.
 
 * the lab continues an interrupted training from its checkpoint instead of deleting it;
 * ``poslab lab --only STEP`` exits 0 when that step succeeds;

@@ -1,4 +1,4 @@
-"""Issue 15: inputs that used to give silently wrong numbers now give the right ones or a clear error.
+"""Inputs that could give silently wrong numbers: each gives the right one or a clear error.
 
 Each test failed on the code before the fix (the reason is in its docstring).
 """

@@ -142,7 +142,7 @@ def test_position_training_quick_form(tmp_path):
     assert set(results["val_loss_seeds"]) == set(positions.names())
     assert check_records(results["claims"]) == []
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise
-    # issue 14: learned vs none in-length is decided at 3 seeds (as "none is within 5% of learned")
+    # learned vs none in-length is decided at 3 seeds (as "none is within 5% of learned")
     nope = next(c for c in results["claims"] if c["claim"].startswith("不加位置编码"))
     assert nope["verdict"] != INCONCLUSIVE, nope
     assert all(max(v) < results["unigram_entropy_nats"] - 0.5 for v in results["val_loss_seeds"].values())

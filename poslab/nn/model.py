@@ -59,7 +59,7 @@ def default_activation(mlp: str) -> str:
     """The activation of an MLP kind when none is given: ``silu`` for swiglu, exact ``gelu`` otherwise.
 
     Exact GELU (nanoGPT's ``nn.GELU()``, BERT) rather than GPT-2's tanh approximation: its CPU kernels
-    take less than half the time (issue 15 profiled 32 ms vs 14 ms forward at 4/4/128 over 3 steps).
+    take less than half the time (profiled: 32 ms vs 14 ms forward at 4/4/128 over 3 steps).
     GPT-2 checkpoints keep ``gelu_tanh``: ``poslab.from_hf`` sets ``activation`` from the checkpoint.
     """
     return "silu" if mlp == "swiglu" else "gelu"

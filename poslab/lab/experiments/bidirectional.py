@@ -71,7 +71,7 @@ LEAK_LAYERS = (1, 2, 3)
 TOLERANCE = 1e-5
 #: the causal counterpart must differ by more than this from 2 layers on (causal_leak's LEAK_ABOVE)
 LEAK_ABOVE = 1e-4
-SOURCE = "Haviv et al. 2022 (arXiv 2203.16634); issue 17 item 1"
+SOURCE = "Haviv et al. 2022 (arXiv 2203.16634)"
 
 
 # ------------------------------------------------------------------------------------ the leak

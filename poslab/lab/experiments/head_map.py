@@ -1,4 +1,4 @@
-"""The head-pattern map seed 002 §6.1 describes but does not show (issue 17 item 2).
+"""The head-pattern map seed 002 §6.1 describes but does not show.
 
 Seed 002 §6.1: "通过t-SNE降维展示8个头在文本分类任务中的关注模式：…可见：头1/2主要捕捉局部语法关系；头3/4关注语义
 关键词；头5/6处理长距离依赖；头7/8充当'备用通道'" (a t-SNE of 8 heads' attention patterns shows: heads 1/2

@@ -77,7 +77,7 @@ EVAL_MEMORY_FACTORS = (1, 2, 4)
 TIMED_STEPS = {"quick": 5, "full": 20}
 ARMS = ("a", "b")
 ARM_LABELS = {"a": "(a) trained without memory", "b": "(b) trained with memory M = L"}
-SOURCE = "Dai et al. 2019 (arXiv 1901.02860) §3.2, §4.2; seed 002 §4.1; issue 17 item 5"
+SOURCE = "Dai et al. 2019 (arXiv 1901.02860) §3.2, §4.2; seed 002 §4.1"
 PLOT_FILE = "transformer_xl_by_position.png"
 
 
