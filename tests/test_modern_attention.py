@@ -170,7 +170,7 @@ def test_sink_weights_follow_the_gpt_oss_formula() -> None:
 @pytest.mark.parametrize("hkv,dv", [(4, 16), (2, 16), (2, 24)])
 def test_causal_sinks_run_in_one_fused_call_equal_to_eager(monkeypatch, hkv: int, dv: int) -> None:
     """A causal layer with sinks and no window is one fused SDPA call (linear memory), equal to eager, gradients too."""
-    import poslab.nn.attention as attention_module
+    import poslab.nn.attention.backends as attention_module
 
     def no_blocks(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the blocked path ran: its per-block float masks are O(T^2) saved for backward")
@@ -505,7 +505,7 @@ def test_fox_bias_follows_the_paper_sum() -> None:
 @pytest.mark.parametrize("window", [None, 37])
 def test_softcap_runs_in_linear_memory_blocks_equal_to_one_shot(name: str, window: int | None, monkeypatch) -> None:
     """Past ``query_chunk`` queries soft-capped eager attention runs in checkpointed blocks: values and grads equal."""
-    import poslab.nn.attention as attention
+    import poslab.nn.attention.backends as attention
 
     tiles = []
     eager = attention._eager
