@@ -15,9 +15,9 @@ import math
 
 import pytest
 import torch
+from conftest import VARIANTS, Variant, make_attention
 from torch.testing import assert_close
 
-from conftest import VARIANTS, Variant, make_attention
 from poslab.nn import attention
 from poslab.nn.attention import AttentionSpec, Call, MaskTerm, MultiHeadAttention, attend
 

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from poslab.nn.attention.blocked import blocked
 from poslab.nn.attention.inputs import combine_float, merge_masks
-from poslab.nn.attention.spec import AttentionSpec, LazyScoreMod
+from poslab.nn.attention.spec import AttentionSpec, LazyScoreMod, register, unregister
 from poslab.nn.footprint import check_eager_scores
 
 #: on CPU, a bf16/fp16 fused causal call with at most this many queries runs SDPA's math kernel: at
@@ -432,16 +432,12 @@ def register_backend(backend: Backend) -> None:
     """Add ``backend`` to the registry (``auto`` then tries it by its ``priority``)."""
     if not isinstance(backend, Backend) or not backend.name or backend.name == "auto":
         raise ValueError(f"a backend is a Backend instance with a name other than 'auto', got {backend!r}")
-    if backend.name in REGISTRY:
-        raise ValueError(f"backend {backend.name!r} is already registered")
-    REGISTRY[backend.name] = backend
+    register(REGISTRY, backend.name, backend, "backend")
 
 
 def unregister_backend(name: str) -> None:
-    """Remove a backend added by :func:`register_backend` (the three built-in ones stay)."""
-    if name in ("sdpa", "eager", "flex"):
-        raise ValueError(f"the built-in backend {name!r} cannot be removed")
-    REGISTRY.pop(name, None)
+    """Remove a backend added by :func:`register_backend`."""
+    unregister(REGISTRY, name, ("sdpa", "eager", "flex"), "backend")
 
 
 def backend_names() -> tuple[str, ...]:

@@ -61,20 +61,30 @@ MASK_TERMS: dict[str, MaskTerm] = {
 }
 
 
+def register(registry: dict[str, Any], name: str, entry: Any, what: str) -> None:
+    """Add ``entry`` under ``name`` to one of the package's registries (mask terms, backends)."""
+    if name in registry:
+        raise ValueError(f"{what} {name!r} is already registered")
+    registry[name] = entry
+
+
+def unregister(registry: dict[str, Any], name: str, builtin: tuple[str, ...], what: str) -> None:
+    """Remove a registered ``name`` (the built-in entries stay)."""
+    if name in builtin:
+        raise ValueError(f"the built-in {what} {name!r} cannot be removed")
+    registry.pop(name, None)
+
+
 def register_mask_term(term: MaskTerm) -> None:
     """Add a mechanism's term to the position rule (its field must exist on the spec class used)."""
     if not isinstance(term, MaskTerm):
         raise TypeError(f"register_mask_term takes a MaskTerm, got {type(term).__name__}")
-    if term.field in MASK_TERMS:
-        raise ValueError(f"a mask term for {term.field!r} is already registered")
-    MASK_TERMS[term.field] = term
+    register(MASK_TERMS, term.field, term, "mask term")
 
 
 def unregister_mask_term(field: str) -> None:
-    """Remove a term added by :func:`register_mask_term` (the three built-in ones stay)."""
-    if field in ("causal", "window", "chunk"):
-        raise ValueError(f"the built-in mask term {field!r} cannot be removed")
-    MASK_TERMS.pop(field, None)
+    """Remove a term added by :func:`register_mask_term`."""
+    unregister(MASK_TERMS, field, ("causal", "window", "chunk"), "mask term")
 
 
 def check_mechanisms(n_heads: int, softcap: float | None, sinks: Tensor | None, chunk: int | None) -> None:
