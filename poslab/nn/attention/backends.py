@@ -386,34 +386,45 @@ class Flex(Backend):
 
         q, k, v, q_pos, k_pos = call.q, call.k, call.v, call.q_pos, call.k_pos
         Tq, Tk = q.shape[2], k.shape[2]
-        inner = spec.score_mod() if isinstance(spec.score_mod, LazyScoreMod) else spec.score_mod
         sinks = spec.sinks
         if sinks is not None:  # one all-zero key/value at index Tk that every query may see, scored as the sink
             k, v = _append_zero_key(k, v)
         # CPU: pad to a multiple of the kernel's block (padded keys masked, padded query rows dropped)
-        pad = q.device.type == "cpu" and (Tq % FLEX_CPU_BLOCK or k.shape[2] % FLEX_CPU_BLOCK)
+        pad = q.device.type == "cpu" and bool(Tq % FLEX_CPU_BLOCK or k.shape[2] % FLEX_CPU_BLOCK)
         if pad:
             P_q, P_k = _pad_len(Tq, FLEX_CPU_BLOCK), _pad_len(k.shape[2], FLEX_CPU_BLOCK)
             q = F.pad(q, (0, 0, 0, P_q - Tq))  # [B, h, P_q, dk]
             k, v = F.pad(k, (0, 0, 0, P_k - k.shape[2])), F.pad(v, (0, 0, 0, P_k - v.shape[2]))  # [B, hkv, P_k, d]
-        n_keys = Tk + (sinks is not None)  # real keys (and the sink) among the padded ones
+        # positions of every (padded) row and column, the last one repeated: the rule and the scheme's
+        # score_mod index them directly, and their shapes depend on the padded lengths only, so one
+        # compiled kernel serves every length that pads to the same size
+        qp_all = torch.cat((q_pos, q_pos[-1:].expand(q.shape[2] - Tq)))  # [P_q]
+        kp_all = torch.cat((k_pos, k_pos[-1:].expand(k.shape[2] - Tk)))  # [P_k]
+        n_real = torch.tensor(Tk, device=q.device)  # index of the sink key; keys at or past it are padding
+        if isinstance(spec.score_mod, LazyScoreMod):
+            inner, qi_max, ki_max = spec.score_mod(qp_all, kp_all), None, None
+        else:  # a score_mod made for the unpadded positions: clamp its indices into them
+            inner, qi_max, ki_max = spec.score_mod, Tq - 1, Tk - 1
 
         def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            qp, kp = q_pos[q_idx.clamp(max=Tq - 1)], k_pos[kv_idx.clamp(max=Tk - 1)]
+            qp, kp = qp_all[q_idx], kp_all[kv_idx]
             keep = spec.keep(qp, kp)
             keep = (kp == kp) if keep is None else keep
+            if sinks is not None or pad:
+                keep = keep & (kv_idx < n_real)
             if sinks is not None:
-                keep = keep | (kv_idx == Tk)
-            return keep & (kv_idx < n_keys) if pad else keep
+                keep = keep | (kv_idx == n_real)
+            return keep
 
         score_mod = None
         if spec.softcap is not None or inner is not None or sinks is not None:
 
             def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-                qi, ki = (q_idx.clamp(max=Tq - 1), kv_idx.clamp(max=Tk - 1)) if pad or sinks is not None else (q_idx, kv_idx)
+                qi = q_idx if qi_max is None else q_idx.clamp(max=qi_max)
+                ki = kv_idx if ki_max is None else kv_idx.clamp(max=ki_max)
                 score = spec.transform(score, (lambda s: inner(s, b, h, qi, ki)) if inner is not None else None)
                 if sinks is not None:
-                    score = torch.where(kv_idx == Tk, sinks[h].to(score.dtype), score)
+                    score = torch.where(kv_idx == n_real, sinks[h].to(score.dtype), score)
                 return score
 
         block_mask = None

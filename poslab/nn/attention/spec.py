@@ -181,13 +181,17 @@ class AttentionSpec:
 
 
 class LazyScoreMod:
-    """A flex ``score_mod`` built only if the flex backend runs (a bias scheme's tables cost work)."""
+    """A flex ``score_mod`` built only if the flex backend runs (a bias scheme's tables cost work).
 
-    def __init__(self, build: Callable[[], Callable | None]) -> None:
+    ``build(q_pos, k_pos)`` makes the ``score_mod`` for the positions flex indexes (its padded rows
+    and columns included).
+    """
+
+    def __init__(self, build: Callable[[Tensor, Tensor], Callable | None]) -> None:
         self.build = build
 
-    def __call__(self) -> Callable | None:
-        return self.build()
+    def __call__(self, q_pos: Tensor, k_pos: Tensor) -> Callable | None:
+        return self.build(q_pos, k_pos)
 
 
 def position_mask(q_pos: Tensor, k_pos: Tensor, causal: bool, window: int | None, chunk: int | None = None) -> Tensor | None:
