@@ -89,21 +89,25 @@ def main() -> int:
                 p.stdin.flush()
                 times[json.dumps(item)][side] += json.loads(p.stdout.readline())
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+        table = report(items, times)
+        if args.json:  # after every round, so a cut-short run keeps what it measured
+            Path(args.json).write_text(json.dumps({"rounds": r + 1, "table": table, "times": times}, indent=1))
     for p in procs.values():
         p.stdin.close()
         p.wait()
-    print("| item | before ms | after ms | after / before |")
-    print("|:---|---:|---:|---:|")
-    rows = []
+    print(table)
+    return 0
+
+
+def report(items: list, times: dict) -> str:
+    """The markdown table of medians (ms) and after/before ratios."""
+    lines = ["| item | before ms | after ms | after / before |", "|:---|---:|---:|---:|"]
     for item in items:
         t = times[json.dumps(item)]
         b, a = statistics.median(t["before"]) * 1e3, statistics.median(t["after"]) * 1e3
         label = f"attention fwd+bwd {item[1]} T={item[2]}" if item[0] == "attn" else f"training step {item[1]} 4/4/128"
-        print(f"| {label} | {b:.1f} | {a:.1f} | {a / b:.3f} |")
-        rows.append({"item": item, "before_s": t["before"], "after_s": t["after"]})
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
-    return 0
+        lines.append(f"| {label} | {b:.1f} | {a:.1f} | {a / b:.3f} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
