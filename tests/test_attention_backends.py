@@ -14,8 +14,10 @@ import dataclasses
 import math
 
 import pytest
+import test_contract as contract
+import test_modern_attention as modern
 import torch
-from conftest import VARIANTS, Variant, make_attention
+from conftest import N_HEADS, VARIANT_IDS, VARIANTS, Variant, make_attention
 from torch.testing import assert_close
 
 from poslab.nn import attention
@@ -166,6 +168,71 @@ def test_sdpa_refuses_softcap_and_auto_moves_to_eager() -> None:
     assert attention.resolve("auto", spec, call).name == "eager"
     with pytest.raises(ValueError, match="cannot run in the sdpa backend"):
         attend(q, k, v, q_pos, k_pos, spec=spec, backend="sdpa")
+
+
+# ------------------------------------------------ every scheme through MultiHeadAttention: sdpa = eager
+# (n_kv_heads, causal, window): every GQA ratio, both maskings and a window, in 4 runs per scheme
+_FAST_GEOMETRIES = [(N_HEADS, True, None), (2, False, None), (1, True, 3), (2, False, 3)]
+_ALL_GEOMETRIES = [(n, c, w) for n in (N_HEADS, 2, 1) for c in (True, False) for w in (None, 3)]
+
+
+def _geometry_id(g: tuple) -> str:
+    n_kv, causal, window = g
+    return f"kv{n_kv}-{'causal' if causal else 'bidir'}" + (f"-w{window}" if window else "")
+
+
+@pytest.mark.parametrize("geometry", _FAST_GEOMETRIES, ids=_geometry_id)
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_sdpa_equals_eager(variant: Variant, geometry: tuple) -> None:
+    _sdpa_vs_eager(variant, *geometry)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("geometry", _ALL_GEOMETRIES, ids=_geometry_id)
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_sdpa_equals_eager_full_sweep(variant: Variant, geometry: tuple) -> None:
+    _sdpa_vs_eager(variant, *geometry)
+
+
+def _sdpa_vs_eager(variant: Variant, n_kv_heads: int, causal: bool, window: int | None) -> None:
+    attn = make_attention(variant, n_kv_heads=n_kv_heads, causal=causal, window=window)
+    x = contract._x()
+    sdpa = attn(x, backend="sdpa")
+    eager, weights = attn(x, need_weights=True)
+    assert_close(sdpa, eager, **TIGHT)
+    assert weights.shape == (contract.B, N_HEADS, contract.T, contract.T)
+    if causal:
+        assert (weights.triu(1) == 0).all()
+    if window is not None:
+        assert (weights.tril(-window) == 0).all()
+
+
+@pytest.mark.parametrize("mechanism", modern.SDPA_OK)
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_sdpa_equals_eager_with_every_mechanism(variant: Variant, mechanism: str) -> None:
+    attn = modern.make(variant, mechanism, window=4)
+    x = modern._x()
+    with torch.no_grad():
+        assert_close(attn(x, backend="sdpa"), attn(x, backend="eager"), **TIGHT)
+
+
+@pytest.mark.parametrize("mechanism", modern.SDPA_OK)
+@pytest.mark.parametrize("name", ["none", "rope", "alibi", "t5"])
+@pytest.mark.parametrize(("causal", "window"), [(True, None), (True, 37), (False, 37)], ids=["causal", "causal-w37", "bidir-w37"])
+def test_blocked_sdpa_equals_eager_forward_and_backward(name: str, mechanism: str, causal: bool, window: int | None) -> None:
+    """Past ``query_chunk`` queries the sdpa path runs in blocks; sinks ride along as an extra key per block."""
+    attn = modern.make(Variant(name, name), mechanism, window=window, causal=causal)
+    attn.query_chunk = 16
+    x = modern._x(70).requires_grad_()
+    out_s = attn(x, backend="sdpa")
+    grads_s = torch.autograd.grad(out_s.square().sum(), [x, *attn.parameters()], allow_unused=True)
+    out_e = attn(x, backend="eager")
+    grads_e = torch.autograd.grad(out_e.square().sum(), [x, *attn.parameters()], allow_unused=True)
+    assert_close(out_s, out_e, **TIGHT)
+    for gs, ge in zip(grads_s, grads_e):
+        assert (gs is None) == (ge is None)
+        if gs is not None:
+            assert_close(gs, ge, atol=1e-4, rtol=1e-4)
 
 
 # ----------------------------------------------------------------------------- a toy mechanism
