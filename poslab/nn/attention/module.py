@@ -273,7 +273,7 @@ class MultiHeadAttention(nn.Module):
         if self.temperature_tuning is not None:
             q = (q * self.temperature(q_pos).view(1, 1, T, 1)).to(q.dtype)  # [B, h, T, dk] * [1, 1, T, 1]
         spec = AttentionSpec(causal=self.causal, window=window, chunk=self.chunk, sinks=self.sinks, softcap=self.softcap,
-                             scale=self.scale, bias_fn=self.bias_fn(scheme), score_mod=self._lazy_score_mod(scheme, q, k))
+                             scale=self.scale, bias_fn=self.bias_fn(scheme), score_mod=self._lazy_score_mod(scheme, q, k, q_pos, k_pos))
         out, weights = attend(
             q,
             k,
@@ -360,11 +360,23 @@ class MultiHeadAttention(nn.Module):
 
         return fn
 
-    def _lazy_score_mod(self, scheme: PositionScheme | None, q: Tensor, k: Tensor) -> LazyScoreMod | None:
+    def _lazy_score_mod(self, scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor,
+                        k_pos: Tensor) -> LazyScoreMod | None:
         """The flex form of :meth:`bias_fn`, built only if flex runs (``None``: a bias flex cannot express)."""
         if self._has_extra_bias():
             return None
-        return LazyScoreMod(lambda qp, kp: self.score_mod(scheme, q, k, qp, kp))
+
+        def build(qp: Tensor, kp: Tensor) -> Callable | None:
+            if scheme is None or type(scheme).score_mod is not PositionScheme.score_mod:
+                return self.score_mod(scheme, q, k, qp, kp)  # a closed form of the (padded) positions
+            # the default form materialises score_bias on the real q, k and positions (a q- or k-dependent
+            # bias, CoPE's gates, would change with padded keys): clamp flex's padded indices into it
+            mod, q_last, k_last = self.score_mod(scheme, q, k, q_pos, k_pos), q.shape[2] - 1, k.shape[2] - 1
+            if mod is None:
+                return None
+            return lambda score, b, h, qi, ki: mod(score, b, h, qi.clamp(max=q_last), ki.clamp(max=k_last))
+
+        return LazyScoreMod(build)
 
     def score_mod(self, scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Callable | None:
         """FlexAttention ``score_mod`` of the scheme (``None`` without a bias)."""
