@@ -28,7 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_throughput import nanogpt_step_fn, poslab_step_fn  # noqa: E402
 
-from poslab.nn import attention  # noqa: E402
+from poslab.nn.attention import backends as attention  # noqa: E402
 
 KERNELS = {"default": None, "flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}
 

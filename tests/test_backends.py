@@ -116,7 +116,7 @@ def test_blocked_path_never_builds_the_full_bias(variant: Variant) -> None:
     with torch.no_grad():
         attn(torch.randn(1, 128, D_MODEL))
     assert len(tiles) == 8 and max(tq for tq, _ in tiles) == 16
-    # causal: keys up to the block's end; the largest block runs first (memory, see attention._blocked_sdpa)
+    # causal: keys up to the block's end; the largest block runs first (memory, see poslab.nn.attention.blocked)
     assert [tk for _, tk in tiles] == [16 * (8 - i) for i in range(8)]
 
 

@@ -260,42 +260,6 @@ def test_length_dependent_schemes_lose_shift_invariance_past_their_window(varian
 
 
 # -------------------------------------------------------------------------------------- backends
-# (n_kv_heads, causal, window): every GQA ratio, both maskings and a window, in 4 runs per scheme
-_FAST_GEOMETRIES = [(N_HEADS, True, None), (2, False, None), (1, True, 3), (2, False, 3)]
-_ALL_GEOMETRIES = [(n, c, w) for n in (N_HEADS, 2, 1) for c in (True, False) for w in (None, 3)]
-
-
-def _geometry_id(g: tuple) -> str:
-    n_kv, causal, window = g
-    return f"kv{n_kv}-{'causal' if causal else 'bidir'}" + (f"-w{window}" if window else "")
-
-
-@pytest.mark.parametrize("geometry", _FAST_GEOMETRIES, ids=_geometry_id)
-@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
-def test_sdpa_equals_eager(variant: Variant, geometry: tuple) -> None:
-    _sdpa_vs_eager(variant, *geometry)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("geometry", _ALL_GEOMETRIES, ids=_geometry_id)
-@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
-def test_sdpa_equals_eager_full_sweep(variant: Variant, geometry: tuple) -> None:
-    _sdpa_vs_eager(variant, *geometry)
-
-
-def _sdpa_vs_eager(variant: Variant, n_kv_heads: int, causal: bool, window: int | None) -> None:
-    attn = make_attention(variant, n_kv_heads=n_kv_heads, causal=causal, window=window)
-    x = _x()
-    sdpa = attn(x, backend="sdpa")
-    eager, weights = attn(x, need_weights=True)
-    assert_close(sdpa, eager, **TIGHT)
-    assert weights.shape == (B, N_HEADS, T, T)
-    if causal:
-        assert (weights.triu(1) == 0).all()
-    if window is not None:
-        assert (weights.tril(-window) == 0).all()
-
-
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
 def test_eager_softmax_is_fp32_under_bf16_autocast(variant: Variant) -> None:
     attn = make_attention(variant, n_kv_heads=2, backend="eager")

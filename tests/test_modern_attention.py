@@ -2,8 +2,9 @@
 
 Each mechanism runs with every registered position scheme (``conftest.VARIANTS``, so a new scheme is
 covered automatically) through the attention contract: causality, KV-cache decoding = a full pass at
-offset positions, explicit positions = default, and ``sdpa`` = ``eager`` wherever sdpa can express the
-mechanism (soft-capping cannot: ``auto`` moves to eager and an explicit ``sdpa`` is refused). One
+offset positions, explicit positions = default (``sdpa`` = ``eager`` for every mechanism sdpa can
+express is in ``tests/test_attention_backends.py``; soft-capping it cannot: ``auto`` moves to eager
+and an explicit ``sdpa`` is refused). One
 FlexAttention run (CPU: compiled, forward only) checks every mechanism at once against eager.
 
 The mechanisms themselves are checked against their defining formulas (written out here from the
@@ -84,34 +85,6 @@ def test_causal_and_cache_equals_full_pass(variant: Variant, mechanism: str) -> 
         assert_close(attn(x, torch.arange(T)), attn(x), atol=0, rtol=0)  # explicit positions = default
 
 
-@pytest.mark.parametrize("mechanism", SDPA_OK)
-@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
-def test_sdpa_equals_eager(variant: Variant, mechanism: str) -> None:
-    attn = make(variant, mechanism, window=4)
-    x = _x()
-    with torch.no_grad():
-        assert_close(attn(x, backend="sdpa"), attn(x, backend="eager"), **TIGHT)
-
-
-@pytest.mark.parametrize("mechanism", SDPA_OK)
-@pytest.mark.parametrize("name", ["none", "rope", "alibi", "t5"])
-@pytest.mark.parametrize(("causal", "window"), [(True, None), (True, 37), (False, 37)], ids=["causal", "causal-w37", "bidir-w37"])
-def test_blocked_sdpa_equals_eager_forward_and_backward(name: str, mechanism: str, causal: bool, window: int | None) -> None:
-    """Past ``query_chunk`` queries the sdpa path runs in blocks; sinks ride along as an extra key per block."""
-    attn = make(Variant(name, name), mechanism, window=window, causal=causal)
-    attn.query_chunk = 16
-    x = _x(70).requires_grad_()
-    out_s = attn(x, backend="sdpa")
-    grads_s = torch.autograd.grad(out_s.square().sum(), [x, *attn.parameters()], allow_unused=True)
-    out_e = attn(x, backend="eager")
-    grads_e = torch.autograd.grad(out_e.square().sum(), [x, *attn.parameters()], allow_unused=True)
-    assert_close(out_s, out_e, **TIGHT)
-    for gs, ge in zip(grads_s, grads_e):
-        assert (gs is None) == (ge is None)
-        if gs is not None:
-            assert_close(gs, ge, atol=1e-4, rtol=1e-4)
-
-
 def test_softcap_picks_a_backend_that_can_run_it() -> None:
     attn = make(Variant("rope", "rope"), "softcap")
     x = _x()
@@ -170,7 +143,7 @@ def test_sink_weights_follow_the_gpt_oss_formula() -> None:
 @pytest.mark.parametrize("hkv,dv", [(4, 16), (2, 16), (2, 24)])
 def test_causal_sinks_run_in_one_fused_call_equal_to_eager(monkeypatch, hkv: int, dv: int) -> None:
     """A causal layer with sinks and no window is one fused SDPA call (linear memory), equal to eager, gradients too."""
-    import poslab.nn.attention as attention_module
+    import poslab.nn.attention.backends as attention_module
 
     def no_blocks(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the blocked path ran: its per-block float masks are O(T^2) saved for backward")
@@ -505,7 +478,7 @@ def test_fox_bias_follows_the_paper_sum() -> None:
 @pytest.mark.parametrize("window", [None, 37])
 def test_softcap_runs_in_linear_memory_blocks_equal_to_one_shot(name: str, window: int | None, monkeypatch) -> None:
     """Past ``query_chunk`` queries soft-capped eager attention runs in checkpointed blocks: values and grads equal."""
-    import poslab.nn.attention as attention
+    import poslab.nn.attention.backends as attention
 
     tiles = []
     eager = attention._eager

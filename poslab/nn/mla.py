@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.nn.attention import BACKENDS, attend, resolve_backend
+from poslab.nn.attention import attend, check_backend_name, position_mask, rotate_with_cache
 from poslab.nn.positions.base import PositionScheme
 
 #: keys of ``GPTConfig.mla``
@@ -130,8 +130,7 @@ class MultiHeadLatentAttention(nn.Module):
         super().__init__()
         dims = validate_mla({"kv_lora_rank": kv_lora_rank, "q_lora_rank": q_lora_rank, "qk_nope_head_dim": qk_nope_head_dim,
                              "qk_rope_head_dim": qk_rope_head_dim, "v_head_dim": v_head_dim, "latent_eps": latent_eps})
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown attention backend {backend!r}; choose one of {list(BACKENDS)}")
+        check_backend_name(backend)
         self.d_model, self.n_heads = d_model, n_heads
         self.n_kv_heads = n_heads
         self.r, self.dn, self.dr, self.dv = kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim
@@ -183,21 +182,16 @@ class MultiHeadLatentAttention(nn.Module):
         latent, k_rot = self.kv_a(x).split((self.r, self.dr), dim=-1)  # [B, T, r], [B, T, dr]
         latent = self.kv_a_norm(latent)
         k_rot = k_rot.view(B, 1, T, self.dr)  # [B, T, dr] -> [B, 1, T, dr]: one rotary key for all heads
-        # a scheme whose key rotation depends on the other positions (xPos's anchor) is applied after the
-        # cache, to the unrotated cached keys and the new queries together (as MultiHeadAttention does)
-        late = cache is not None and scheme is not None and scheme.rotate_needs_all_keys
-        if scheme is not None and not late:
-            q_rot, k_rot = scheme.rotate(q_rot.contiguous(), k_rot, pos, pos)
-        k_pos = pos
+        update = None
         if cache is not None:
-            latent, k_rot, k_pos = cache.update(latent, k_rot, pos)  # [B, Tk, r], [B, 1, Tk, dr], [Tk]
-        if late:
-            q_rot, k_rot = scheme.rotate(q_rot.contiguous(), k_rot, pos, k_pos)
+
+            def update(k_new: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+                nonlocal latent
+                latent, k_all, k_pos_all = cache.update(latent, k_new, pos)  # [B, Tk, r], [B, 1, Tk, dr], [Tk]
+                return k_all, pos, k_pos_all
+
+        q_rot, k_rot, _, k_pos = rotate_with_cache(scheme, q_rot.contiguous(), k_rot, pos, pos, update)
         Tk = latent.shape[1]
-        requested = backend or self.backend
-        resolved = resolve_backend(requested, x.device, need_weights, has_mask=attn_mask is not None)
-        if requested == "auto" and resolved == "flex" and T == 1:
-            resolved = "sdpa"  # one decoded token needs no block mask (as MultiHeadAttention)
         bias_fn = None
         if scheme is not None and scheme.has_bias:
             raise ValueError(f"multi-head latent attention runs rotary (or no) position schemes; {scheme.name!r} adds a bias")
@@ -215,7 +209,7 @@ class MultiHeadLatentAttention(nn.Module):
             v = F.pad(v, (0, width - self.dv))  # [B, h, Tk, width]
             out, weights = attend(q, k, v.contiguous(), pos, k_pos, causal=self.causal, window=self.window, bias_fn=bias_fn,
                                   attn_mask=attn_mask, scale=self.scale, dropout=self.dropout if self.training else 0.0,
-                                  backend=resolved, need_weights=need_weights, probe=self.scores_probe,
+                                  backend=backend or self.backend, need_weights=need_weights, probe=self.scores_probe,
                                   increasing=pos_increasing)
             out = out[..., : self.dv]  # [B, h, T, dv]
         if head_mask is not None:
@@ -232,11 +226,10 @@ class MultiHeadLatentAttention(nn.Module):
             scores = torch.einsum("bhtr,bkr->bhtk", q_lat, latent.float())  # [B, h, T, Tk]
             scores = scores + torch.einsum("bhtd,bkd->bhtk", q_rot.float(), k_rot[:, 0].float())  # + rotary part
             scores = scores * self.scale
-            keep = k_pos[None, :] <= q_pos[:, None] if self.causal else torch.ones(len(q_pos), len(k_pos), dtype=torch.bool,
-                                                                                   device=k_pos.device)
-            if self.window is not None:
-                keep = keep & ((q_pos[:, None] - k_pos[None, :]) < self.window)
-            weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)  # [B, h, T, Tk] fp32
+            keep = position_mask(q_pos, k_pos, self.causal, self.window)  # [T, Tk] or None
+            if keep is not None:
+                scores = scores.masked_fill(~keep, float("-inf"))
+            weights = torch.softmax(scores, dim=-1)  # [B, h, T, Tk] fp32
             ctx = torch.einsum("bhtk,bkr->bhtr", weights, latent.float())  # [B, h, T, r]
             out = torch.einsum("bhtr,hvr->bhtv", ctx, w_uv.float())  # [B, h, T, dv]
         return out.to(q_nope.dtype)

@@ -18,7 +18,7 @@ and §7.1's adaptive span:
   Transformers", https://arxiv.org/abs/1905.07799): each head learns a span ``z`` through the soft
   mask ``m_z(x) = clamp((R + z - x) / R, 0, 1)`` on the distance ``x = i - j``, and an L1 penalty on
   the spans shrinks them. Keys beyond the widest head's ``z + R`` are skipped (the blocked path of
-  attention.py), so cost is ``O(T min(T, z_max + R) d)``.
+  poslab/nn/attention/blocked.py), so cost is ``O(T min(T, z_max + R) d)``.
 
 Seed 002 §7.1's code for the adaptive span is wrong in several ways (see
 :class:`AdaptiveSpanAttention`); §3.1's local mask keeps the far tokens and masks the window (see

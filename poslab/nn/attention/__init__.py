@@ -1,0 +1,76 @@
+"""Multi-head attention over explicit positions: a spec, a backend registry, the KV cache, the module.
+
+Every mask is a function of the positions, never of tensor indices:
+
+* causal: query at position ``i`` sees keys ``j <= i``;
+* sliding window ``W`` (Hugging Face / Mistral semantics): ``i - W < j <= i``, i.e. ``W`` keys
+  including itself (flash-attn's ``window_size=(W-1, 0)``); without ``causal`` the window is
+  symmetric, ``|i - j| < W``;
+* chunk ``C`` (Llama 4): ``j // C == i // C``.
+
+The package, bottom up (docs/attention.md describes it):
+
+* :mod:`~poslab.nn.attention.spec`: :class:`AttentionSpec`, the frozen description of what a call
+  computes; its position rule ``keep(q_pos, k_pos)`` (one :class:`MaskTerm` per mechanism) and its
+  score transform (soft-cap, then bias).
+* :mod:`~poslab.nn.attention.inputs`: the input checks and mask merging.
+* :mod:`~poslab.nn.attention.blocked`: query blocking with recompute, a wrapper over any per-block kernel.
+* :mod:`~poslab.nn.attention.backends`: ``eager``, ``sdpa``, ``flex`` in a registry, each with a
+  ``supports(spec, call)`` rule; ``auto`` takes the first (by priority) that is preferred on the
+  device and supports the call.
+* :mod:`~poslab.nn.attention.core`: :func:`attend`.
+* :mod:`~poslab.nn.attention.cache`: :class:`KVCache`.
+* :mod:`~poslab.nn.attention.rotation`: the scheme's ``rotate`` around a cache (shared with MLA).
+* :mod:`~poslab.nn.attention.module`: :class:`MultiHeadAttention`.
+"""
+
+from poslab.nn.attention.backends import (
+    CPU_LOWP_MATH_MAX_T,
+    FLEX_CPU_BLOCK,
+    REGISTRY,
+    SINK_PAD,
+    Backend,
+    Call,
+    backend_names,
+    check_backend_name,
+    register_backend,
+    resolve,
+    unregister_backend,
+)
+from poslab.nn.attention.blocked import TRIM_TILE_BYTES, blocked, key_reach, trim_heap
+from poslab.nn.attention.cache import KVCache
+from poslab.nn.attention.core import DEFAULT_QUERY_CHUNK, DEFAULT_RECOMPUTE_THRESHOLD, attend, resolve_backend
+from poslab.nn.attention.inputs import (
+    check_mask,
+    check_qkv,
+    validate_geometry,
+    validate_head_dim,
+    validate_temperature_tuning,
+)
+from poslab.nn.attention.module import MergeHeads, MultiHeadAttention, SplitHeads
+from poslab.nn.attention.rotation import rotate_with_cache
+from poslab.nn.attention.spec import (
+    MASK_TERMS,
+    AttentionSpec,
+    BiasFn,
+    LazyScoreMod,
+    MaskTerm,
+    check_mechanisms,
+    position_mask,
+    register_mask_term,
+    unregister_mask_term,
+    validate_window,
+)
+
+#: the built-in backend names (``auto`` first); :func:`backend_names` also lists registered ones
+BACKENDS = ("auto", "sdpa", "eager", "flex")
+
+__all__ = [
+    "BACKENDS", "CPU_LOWP_MATH_MAX_T", "DEFAULT_QUERY_CHUNK", "DEFAULT_RECOMPUTE_THRESHOLD", "FLEX_CPU_BLOCK",
+    "MASK_TERMS", "REGISTRY", "SINK_PAD", "TRIM_TILE_BYTES", "AttentionSpec", "Backend", "BiasFn", "Call", "KVCache",
+    "LazyScoreMod", "MaskTerm", "MergeHeads", "MultiHeadAttention", "SplitHeads", "attend", "backend_names", "blocked",
+    "check_backend_name", "check_mask", "check_mechanisms", "check_qkv", "key_reach", "position_mask",
+    "register_backend", "register_mask_term", "resolve", "resolve_backend", "rotate_with_cache", "trim_heap",
+    "unregister_backend", "unregister_mask_term", "validate_geometry", "validate_head_dim",
+    "validate_temperature_tuning", "validate_window",
+]

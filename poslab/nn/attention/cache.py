@@ -1,0 +1,140 @@
+"""Preallocated key/value cache indexed by explicit positions (plain, rolling, segment memory)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class KVCache(nn.Module):
+    """Preallocated key/value cache indexed by explicit positions (gpt-fast style).
+
+    Stores ``n_kv_heads`` heads (GQA-aware) and keys *after* ``rotate`` (before it for a scheme with
+    ``rotate_needs_all_keys``, xPos, which attention then rotates on every call), together with each
+    entry's position, so bias schemes (ALiBi, T5, ...) and rotary schemes see the true positions of
+    cached keys whatever order they are stored in.
+
+    Two layouts:
+
+    * ``rolling=False``: appends up to ``capacity`` tokens; one more raises ``ValueError``.
+    * ``rolling=True`` (sliding-window models): a ring buffer keeping only the most recent
+      ``capacity`` tokens, so decoding runs forever in ``O(capacity)`` memory. Attention checks that
+      its window fits (``window <= capacity``): older keys are out of every query's reach.
+    * ``rolling=True, memory=True`` (Transformer-XL's segment memory at evaluation, Dai et al. 2019):
+      every write of ``T`` tokens attends the previous ``capacity`` tokens plus itself (causally), for
+      any ``T`` and whatever the attention's window; it is the KV-cache form of
+      :class:`~poslab.nn.memory.SegmentMemory` with ``mem_len = capacity``.
+
+    Attributes:
+        length: tokens written so far (the default position of the next token).
+        size: entries currently held (``min(length, capacity)`` for a rolling cache).
+
+    Args:
+        batch_size, n_kv_heads, head_dim: cache geometry.
+        capacity: maximum number of tokens held.
+        dtype, device: storage (must match the keys written).
+        rolling: ring buffer that forgets the oldest tokens instead of overflowing.
+        memory: segment-memory semantics (needs ``rolling``): every write attends the previous
+            ``capacity`` tokens plus itself, so attention accepts the cache without a window.
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+        *,
+        rolling: bool = False,
+        memory: bool = False,
+    ) -> None:
+        super().__init__()
+        if memory and not rolling:
+            raise ValueError("a segment-memory KV cache (memory=True) is a ring buffer: pass rolling=True as well")
+        for label, value in (("batch_size", batch_size), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim), ("capacity", capacity)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"KV cache {label} must be an integer, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"KV cache {label} must be > 0, got {value}")
+        shape = (batch_size, n_kv_heads, capacity, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("pos", torch.zeros(capacity, dtype=torch.long, device=device), persistent=False)
+        self.capacity = capacity
+        self.rolling = rolling
+        self.memory = memory
+        self.length = 0
+        self.size = 0
+
+    def reset(self) -> None:
+        """Forget every cached token."""
+        self.length = 0
+        self.size = 0
+
+    def _check(self, k: Tensor, v: Tensor, pos: Tensor) -> None:
+        B, hkv, _, dk = self.k.shape
+        if k.dim() != 4 or k.shape[0] != B or k.shape[1] != hkv or k.shape[3] != dk:
+            raise ValueError(f"keys of shape {list(k.shape)} do not fit this KV cache: expected [{B}, {hkv}, T, {dk}]")
+        if v.shape != k.shape:
+            raise ValueError(f"values {list(v.shape)} and keys {list(k.shape)} must have the same shape")
+        if k.dtype != self.k.dtype or v.dtype != self.k.dtype:
+            raise TypeError(
+                f"KV cache holds {self.k.dtype} but keys/values are {k.dtype}/{v.dtype}; "
+                f"make the cache with dtype={k.dtype}"
+            )
+        if k.device != self.k.device or v.device != self.k.device:
+            raise ValueError(f"KV cache is on {self.k.device} but keys/values are on {k.device}/{v.device}")
+        if pos.shape != (k.shape[2],):
+            raise ValueError(f"pos must have shape [{k.shape[2]}] (one position per new key), got {list(pos.shape)}")
+
+    def update(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Write ``k, v [B, h_kv, T, d_k]`` at positions ``[T]``.
+
+        Returns:
+            Every key, value and position the new queries may need: ``[B, h_kv, Tk, d_k]`` twice and
+            ``[Tk]``. For a rolling cache that is full, the entries come in ring order (attention masks
+            by position, so order does not matter), and a multi-token write returns the previous
+            ``capacity`` entries followed by all ``T`` new ones (also for ``T = 1`` with ``memory``).
+        """
+        self._check(k, v, pos)
+        T = k.shape[2]
+        pos = pos.to(self.pos.device)
+        if not self.rolling or self.size + T <= self.capacity:
+            if self.size + T > self.capacity:
+                raise ValueError(
+                    f"KV cache overflow: {self.size} cached + {T} new tokens > capacity {self.capacity}; "
+                    "make a larger cache (or a rolling one for a sliding-window model)"
+                )
+            end = self.size + T
+            self.k[:, :, self.size : end] = k
+            self.v[:, :, self.size : end] = v
+            self.pos[self.size : end] = pos
+            self.size, self.length = end, self.length + T
+            return self.k[:, :, :end], self.v[:, :, :end], self.pos[:end]
+        # rolling and the ring overflows: slot of the n-th token written is n % capacity
+        C = self.capacity
+        if T == 1 and not self.memory:  # decode: overwrite the oldest entry, then read the whole ring
+            slot = self.length % C
+            self.k[:, :, slot : slot + 1] = k
+            self.v[:, :, slot : slot + 1] = v
+            self.pos[slot : slot + 1] = pos
+            self.size, self.length = C, self.length + 1
+            return self.k, self.v, self.pos
+        # several tokens: the new queries need the old entries too, so return old + new
+        k_all = torch.cat((self.k[:, :, : self.size], k), dim=2)  # [B, hkv, size+T, dk]
+        v_all = torch.cat((self.v[:, :, : self.size], v), dim=2)  # [B, hkv, size+T, dk]
+        pos_all = torch.cat((self.pos[: self.size], pos))  # [size+T]
+        keep = min(T, C)
+        slots = (torch.arange(self.length + T - keep, self.length + T, device=self.pos.device)) % C  # [keep]
+        self.k[:, :, slots] = k[:, :, T - keep :]
+        self.v[:, :, slots] = v[:, :, T - keep :]
+        self.pos[slots] = pos[T - keep :]
+        self.size, self.length = C, self.length + T
+        return k_all, v_all, pos_all
+
+    def extra_repr(self) -> str:
+        B, hkv, C, dk = self.k.shape
+        return f"batch={B}, kv_heads={hkv}, capacity={C}, head_dim={dk}, rolling={self.rolling}, memory={self.memory}, length={self.length}"
+

@@ -1,0 +1,395 @@
+"""``MultiHeadAttention``: the head split, the position hooks, the KV cache and the mechanisms around :func:`attend`.
+
+The head split and merge follow the lessons exactly::
+
+    x [B, T, d] --qkv--> q [B, T, h*d_k] --view--> [B, T, h, d_k] --transpose--> [B, h, T, d_k]
+    softmax(q k^T / sqrt(d_k) + bias) v                                        -> [B, h, T, d_k]
+    --transpose--> [B, T, h, d_k] --reshape--> [B, T, d] --proj--> [B, T, d]
+
+A position scheme is injected; attention calls its hooks at fixed places with explicit positions
+(``rotate`` on q/k, ``score_bias`` on the logits), so offsets, KV-cache decoding and extrapolation
+share one code path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from poslab.nn.attention.backends import check_backend_name
+from poslab.nn.attention.cache import KVCache
+from poslab.nn.attention.core import DEFAULT_QUERY_CHUNK, DEFAULT_RECOMPUTE_THRESHOLD, attend
+from poslab.nn.attention.inputs import validate_geometry, validate_head_dim, validate_temperature_tuning
+from poslab.nn.attention.rotation import rotate_with_cache
+from poslab.nn.attention.spec import AttentionSpec, BiasFn, LazyScoreMod, check_mechanisms, validate_window
+from poslab.nn.positions.base import PositionScheme
+
+
+class SplitHeads(nn.Module):
+    """``[B, T, n*d_k] -> [B, n, T, d_k]`` (a module so forward hooks can watch the shapes)."""
+
+    def __init__(self, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, C = x.shape
+        return x.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # [B, T, n, d_k] -> [B, n, T, d_k]
+
+
+class MergeHeads(nn.Module):
+    """``[B, h, T, d_k] -> [B, T, h*d_k]``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, h, T, dk = x.shape
+        return x.transpose(1, 2).reshape(B, T, h * dk)  # [B, h, T, d_k] -> [B, T, h, d_k] -> [B, T, d]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (Vaswani et al. 2017) with GQA (Ainslie et al. 2023) and position hooks.
+
+    Args:
+        d_model: model width ``d``.
+        n_heads: query heads ``h``; ``d_k = d_model // n_heads``.
+        n_kv_heads: key/value heads (``None`` = ``n_heads``; 1 = MQA); must divide ``n_heads``.
+        causal: mask future keys (by position).
+        dropout: attention-weight dropout (training only).
+        bias: biases on the qkv and output projections.
+        position: the position scheme whose ``rotate`` / ``score_bias`` hooks run here (optional;
+            a model sharing one scheme across layers passes it to :meth:`forward` instead).
+        backend: ``"auto"``, ``"sdpa"``, ``"eager"`` or ``"flex"``.
+        window: sliding window ``W``: query ``i`` sees keys ``j`` with ``i - W < j <= i``
+            (Mistral; ``|i - j| < W`` when not causal).
+        scale: softmax scale (default ``1/sqrt(d_k)``).
+        query_chunk: query block size of the blocked path (biases, masks and windows on more
+            queries than this run in blocks).
+        recompute_threshold: key count from which blocked float biases are recomputed in backward
+            (memory linear in ``T``) rather than kept.
+        head_dim: per-head width ``d_k`` (default ``d_model // n_heads``; Gemma and Qwen3 decouple it:
+            the projections are then ``d -> h*d_k`` and ``h*d_k -> d``).
+        softcap: attention-logit soft-capping ``c * tanh(s / c)`` (Gemma 2, https://arxiv.org/abs/2408.00118);
+            eager and flex only (``auto`` picks one, an explicit ``sdpa`` is refused).
+        qk_norm: RMSNorm over ``d_k`` on every query and key head before ``rotate`` (Qwen3, Gemma 3;
+            Dehghani et al. 2023, https://arxiv.org/abs/2302.05442); modules ``q_norm``/``k_norm``.
+        qk_norm_eps: epsilon of those norms.
+        qk_norm_affine: learned gains on them (False: Llama 4's weightless L2 norm).
+        sinks: a learned per-head sink logit in the softmax denominator (gpt-oss; Xiao et al. 2023,
+            https://arxiv.org/abs/2309.17453), parameter ``sinks [h]``.
+        chunk: chunked local attention: query ``i`` sees keys ``j`` with ``j // C == i // C`` (Llama 4).
+        temperature_tuning: ``(floor_scale, attn_scale)``: queries at position ``p`` are multiplied by
+            ``log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1`` after ``rotate`` (Llama 4's
+            attention-temperature tuning on its NoPE layers).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        *,
+        causal: bool = True,
+        dropout: float = 0.0,
+        bias: bool = True,
+        position: PositionScheme | None = None,
+        backend: str = "auto",
+        window: int | None = None,
+        scale: float | None = None,
+        query_chunk: int = DEFAULT_QUERY_CHUNK,
+        recompute_threshold: int = DEFAULT_RECOMPUTE_THRESHOLD,
+        head_dim: int | None = None,
+        softcap: float | None = None,
+        qk_norm: bool = False,
+        qk_norm_eps: float = 1e-6,
+        qk_norm_affine: bool = True,
+        sinks: bool = False,
+        chunk: int | None = None,
+        temperature_tuning: tuple[float, float] | None = None,
+    ) -> None:
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        validate_geometry(d_model, n_heads, n_kv_heads)
+        check_backend_name(backend)
+        validate_window(window)
+        for label, value in (("query_chunk", query_chunk), ("recompute_threshold", recompute_threshold)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.head_dim = d_model // n_heads if head_dim is None else validate_head_dim(head_dim)
+        self.causal, self.dropout, self.backend, self.window = causal, dropout, backend, window
+        self.query_chunk, self.recompute_threshold = query_chunk, recompute_threshold
+        self.scale = scale if scale is not None else 1.0 / math.sqrt(self.head_dim)
+        self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)  # fused
+        self.proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
+        self.split_q = SplitHeads(n_heads)
+        self.split_kv = SplitHeads(n_kv_heads)
+        self.merge = MergeHeads()
+        self.scores_probe = nn.Identity()  # sees [B, h, Tq, Tk] weights in the eager backend
+        if position is not None:
+            self.fit(position)
+        self.position = position
+        self._init_mechanisms(softcap, qk_norm, qk_norm_eps, qk_norm_affine, sinks, chunk, temperature_tuning)
+
+    def _init_mechanisms(
+        self,
+        softcap: float | None,
+        qk_norm: bool,
+        qk_norm_eps: float,
+        qk_norm_affine: bool,
+        sinks: bool,
+        chunk: int | None,
+        temperature_tuning: tuple[float, float] | None,
+    ) -> None:
+        """Validate and build the optional mechanisms (soft-cap, QK-norm, sinks, chunks, temperature)."""
+        check_mechanisms(self.n_heads, softcap, None, chunk)
+        for label, flag in (("qk_norm", qk_norm), ("qk_norm_affine", qk_norm_affine), ("sinks", sinks)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{label} must be a bool, got {flag!r}")
+        if isinstance(qk_norm_eps, bool) or not isinstance(qk_norm_eps, (int, float)) or not 0 < qk_norm_eps < math.inf:
+            raise ValueError(f"qk_norm_eps must be a positive number, got {qk_norm_eps!r}")
+        self.softcap = None if softcap is None else float(softcap)
+        self.chunk = chunk
+        self.temperature_tuning = validate_temperature_tuning(temperature_tuning)
+        self.qk_norm = qk_norm
+        if qk_norm:
+            self.q_norm = nn.RMSNorm(self.head_dim, eps=float(qk_norm_eps), elementwise_affine=qk_norm_affine)
+            self.k_norm = nn.RMSNorm(self.head_dim, eps=float(qk_norm_eps), elementwise_affine=qk_norm_affine)
+        self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if sinks else None
+
+    def temperature(self, q_pos: Tensor) -> Tensor:
+        """Llama 4's per-position query multiplier ``[Tq]`` (fp32) of ``temperature_tuning``."""
+        floor_scale, attn_scale = self.temperature_tuning
+        return torch.log1p(torch.floor((q_pos.float() + 1.0) / floor_scale)) * attn_scale + 1.0
+
+    def fit(self, scheme: PositionScheme) -> None:
+        """Check ``scheme`` against this layer's geometry and causality (see ``PositionScheme.check_layer``).
+
+        A scheme built for other heads (RoPE's default ``head_dim=64`` in 128-wide heads, ALiBi's 8
+        slopes in a 4-head layer) raises ``ValueError`` naming both values; layer-dependent defaults
+        (T5's ``bidirectional``) are filled in. Runs once per scheme object.
+        """
+        layer = (self.n_heads, self.head_dim, self.causal)
+        fitted = scheme.__dict__.setdefault("_fitted_layers", set())  # layer kinds this scheme already passed
+        if layer not in fitted:
+            scheme.check_layer(*layer)
+            fitted.add(layer)
+
+    def forward(
+        self,
+        x: Tensor,
+        pos: Tensor | None = None,
+        *,
+        position: PositionScheme | None = None,
+        attn_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+        backend: str | None = None,
+        head_mask: Tensor | None = None,
+        pos_increasing: bool | None = None,
+        memory: Tensor | None = None,
+        memory_pos: Tensor | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Attend.
+
+        Args:
+            x: ``[B, T, d]``.
+            pos: positions of the ``T`` tokens ``[T]`` (default ``cache.length + arange(T)``).
+            position: scheme overriding ``self.position`` (how a model shares one scheme).
+            attn_mask: ``[Tq, Tk]`` or ``[B|1, h|1, Tq, Tk]``; bool (True = attend) or float (added).
+            cache: KV cache to read and extend (``Tk`` = cached + new tokens).
+            need_weights: also return the attention weights ``[B, h, Tq, Tk]`` (eager backend).
+            backend: per-call backend override.
+            head_mask: ``[h]`` multiplier of each head's output before the output projection
+                (Michel et al. 2019, https://arxiv.org/abs/1905.10650: 0 prunes a head; the gradient
+                at 1 is the head-importance proxy).
+            pos_increasing: ``pos`` is known strictly increasing (``None`` = check it; see :func:`attend`).
+            memory: Transformer-XL segment memory (Dai et al. 2019): the previous segment's inputs to
+                this layer ``[B, M, d]`` (already normed, detached by the caller). Their keys and
+                values come from the current ``qkv`` weights and are placed before the segment's
+                (``k_pos = cat(memory_pos, pos)``); the causal mask by positions does the rest.
+                Not with ``cache``.
+            memory_pos: positions of the memory ``[M]`` (int64, before ``pos``).
+
+        Returns:
+            ``[B, T, d]`` (and the weights when ``need_weights``).
+        """
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"attention input must be [B, T, {self.d_model}], got {list(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"attention input must be a floating-point tensor, got {x.dtype}")
+        B, T, _ = x.shape
+        scheme = position if position is not None else self.position
+        if scheme is not None and not torch.compiler.is_compiling():  # checked eagerly, once per scheme and layer kind
+            self.fit(scheme)
+        if pos is None:
+            start = cache.length if cache is not None else 0
+            pos = torch.arange(start, start + T, device=x.device)
+        elif not isinstance(pos, Tensor) or pos.shape != (T,):
+            raise ValueError(f"pos must have shape [{T}] (one position per token), got {list(getattr(pos, 'shape', []))}")
+        if memory is not None or memory_pos is not None:
+            self._check_memory(x, memory, memory_pos, cache)
+        if x.dtype != self.qkv.weight.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise TypeError(f"attention input is {x.dtype} but the layer's weights are {self.qkv.weight.dtype}; "
+                            f"convert one (x.to({self.qkv.weight.dtype}) or layer.to({x.dtype}))")
+        window = self.effective_window()
+        segment_cache = getattr(cache, "memory", False)  # Transformer-XL memory: the ring is the context
+        if cache is not None and cache.rolling and not segment_cache and (window is None or window > cache.capacity):
+            raise ValueError(
+                f"a rolling KV cache of capacity {cache.capacity} keeps only the last {cache.capacity} tokens, "
+                f"but this attention has window={window}; use window <= {cache.capacity}, a non-rolling cache, "
+                "or a segment-memory cache (KVCache(..., rolling=True, memory=True), GPT.make_cache(B, memory=M))"
+            )
+
+        h, hkv, dk = self.n_heads, self.n_kv_heads, self.head_dim
+        q, k, v = self.qkv(x).split((h * dk, hkv * dk, hkv * dk), dim=-1)  # [B, T, h*dk], [B, T, hkv*dk] x2
+        if scheme is not None and scheme.rotates:
+            # elementwise rotations run ~1.5x faster (with backward) on dense rows than on views of
+            # the fused qkv output; one copy of q and k pays for itself
+            q, k = q.contiguous(), k.contiguous()
+        q, k, v = self.split_q(q), self.split_kv(k), self.split_kv(v)  # [B, h|hkv, T, dk]
+        k_pos = pos
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)  # RMSNorm over d_k, per head
+        if memory is not None:
+            k_mem, v_mem = self._memory_kv(memory)  # [B, hkv, M, dk] x2
+            k, v = torch.cat((k_mem, k), dim=2), torch.cat((v_mem, v), dim=2)  # [B, hkv, M+T, dk]
+            k_pos = torch.cat((memory_pos.to(pos.device), pos))  # [M+T]
+        update = None
+        # a cache that assigns positions by place (StreamingLLM, poslab/nn/streaming.py) stores keys unrotated
+        replaced = cache is not None and getattr(cache, "reassigns_positions", False)
+        if cache is not None:
+
+            def update(k_new: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+                nonlocal v
+                k_all, v, k_pos_all = cache.update(k_new, v, pos)  # [B, hkv, Tk, dk] x2, [Tk]
+                return k_all, (k_pos_all[-T:] if replaced else pos), k_pos_all  # new tokens: the cache's last entries
+
+        q, k, q_pos, k_pos = rotate_with_cache(scheme, q, k, pos, k_pos, update, keys_unrotated=replaced)
+        if self.temperature_tuning is not None:
+            q = (q * self.temperature(q_pos).view(1, 1, T, 1)).to(q.dtype)  # [B, h, T, dk] * [1, 1, T, 1]
+        spec = AttentionSpec(causal=self.causal, window=window, chunk=self.chunk, sinks=self.sinks, softcap=self.softcap,
+                             scale=self.scale, bias_fn=self.bias_fn(scheme), score_mod=self._lazy_score_mod(scheme, q, k, q_pos, k_pos))
+        out, weights = attend(
+            q,
+            k,
+            v,
+            q_pos,
+            k_pos,
+            spec=spec,
+            attn_mask=attn_mask,
+            dropout=self.dropout if self.training else 0.0,
+            backend=backend or self.backend,
+            need_weights=need_weights,
+            query_chunk=self.query_chunk,
+            recompute_threshold=self.recompute_threshold,
+            probe=self.scores_probe,
+            increasing=pos_increasing if q_pos is pos else None,
+        )
+        if head_mask is not None:
+            if not isinstance(head_mask, Tensor) or head_mask.shape != (h,):
+                raise ValueError(f"head_mask must be a tensor of shape [{h}] (one factor per head), got {getattr(head_mask, 'shape', head_mask)!r}")
+            out = out * head_mask.to(device=out.device, dtype=out.dtype)[None, :, None, None]  # [B, h, T, dk] * [1, h, 1, 1]
+        out = self.proj(self.merge(out))  # [B, h, T, dk] -> [B, T, d] -> [B, T, d]
+        return (out, weights) if need_weights else out
+
+    def _check_memory(self, x: Tensor, memory: Tensor | None, memory_pos: Tensor | None, cache: KVCache | None) -> None:
+        """``ValueError`` unless ``memory [B, M, d]`` and ``memory_pos [M]`` fit ``x`` and no cache is given."""
+        if cache is not None:
+            raise ValueError("segment memory and a KV cache cannot be combined: the cache already holds the past "
+                             "(use GPT.make_cache(B, memory=M) for the cached form of the memory)")
+        if memory is None or memory_pos is None:
+            raise ValueError("segment memory needs both memory [B, M, d] and memory_pos [M]")
+        B, _, d = x.shape
+        if not isinstance(memory, Tensor) or memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != d:
+            raise ValueError(f"memory must be [{B}, M, {d}] (the batch and width of x), got {list(getattr(memory, 'shape', []))}")
+        if memory.dtype != x.dtype or memory.device != x.device:
+            raise ValueError(f"memory is {memory.dtype} on {memory.device} but x is {x.dtype} on {x.device}")
+        if not isinstance(memory_pos, Tensor) or memory_pos.shape != (memory.shape[1],) or memory_pos.is_floating_point():
+            raise ValueError(f"memory_pos must be an integer tensor of shape [{memory.shape[1]}] (one position per memory "
+                             f"entry), got {getattr(memory_pos, 'dtype', None)} {list(getattr(memory_pos, 'shape', []))}")
+
+    def _memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values ``[B, h_kv, M, d_k]`` of memory ``[B, M, d]`` under the current weights (before ``rotate``)."""
+        h, hkv, dk = self.n_heads, self.n_kv_heads, self.head_dim
+        if type(self.qkv) is nn.Linear:  # only the k, v rows of the fused projection
+            bias = self.qkv.bias[h * dk :] if self.qkv.bias is not None else None
+            kv = F.linear(memory, self.qkv.weight[h * dk :], bias)  # [B, M, 2*hkv*dk]
+        else:  # a wrapped projection (clip_qkv): run it whole, drop the queries
+            kv = self.qkv(memory)[..., h * dk :]  # [B, M, 2*hkv*dk]
+        k, v = kv.split((hkv * dk, hkv * dk), dim=-1)  # [B, M, hkv*dk] x2
+        k, v = self.split_kv(k), self.split_kv(v)  # [B, hkv, M, dk] x2
+        if self.qk_norm:
+            k = self.k_norm(k)
+        return k, v
+
+    # ------------------------------------------------------------------- hooks for subclasses
+    def effective_window(self) -> int | None:
+        """Keys farther than this are never attended (``self.window``; adaptive span narrows it)."""
+        return self.window
+
+    def extra_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Additive fp32 bias ``[1, h, Tq, Tk]`` added to the scheme's (``None`` here; see sparse.py)."""
+        return None
+
+    def _has_extra_bias(self) -> bool:
+        return type(self).extra_bias is not MultiHeadAttention.extra_bias
+
+    def bias_fn(self, scheme: PositionScheme | None) -> BiasFn | None:
+        """The scheme's ``score_bias`` plus :meth:`extra_bias` as one block-wise callable.
+
+        Whether the scheme has a bias is derived from the hooks it overrides (``has_bias``), never
+        from a flag it could forget.
+        """
+        scheme_bias = scheme is not None and scheme.has_bias
+        extra = self._has_extra_bias()
+        if not scheme_bias and not extra:
+            return None
+        scale = self.scale
+
+        def fn(q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+            bias = scheme.score_bias(q, k, q_pos, k_pos, scale) if scheme_bias else None
+            more = self.extra_bias(q_pos, k_pos) if extra else None
+            if more is None:
+                return bias
+            return more if bias is None else bias + more
+
+        return fn
+
+    def _lazy_score_mod(self, scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor,
+                        k_pos: Tensor) -> LazyScoreMod | None:
+        """The flex form of :meth:`bias_fn`, built only if flex runs (``None``: a bias flex cannot express)."""
+        if self._has_extra_bias():
+            return None
+
+        def build(qp: Tensor, kp: Tensor) -> Callable | None:
+            if scheme is None or type(scheme).score_mod is not PositionScheme.score_mod:
+                return self.score_mod(scheme, q, k, qp, kp)  # a closed form of the (padded) positions
+            # the default form materialises score_bias on the real q, k and positions (a q- or k-dependent
+            # bias, CoPE's gates, would change with padded keys): clamp flex's padded indices into it
+            mod, q_last, k_last = self.score_mod(scheme, q, k, q_pos, k_pos), q.shape[2] - 1, k.shape[2] - 1
+            if mod is None:
+                return None
+            return lambda score, b, h, qi, ki: mod(score, b, h, qi.clamp(max=q_last), ki.clamp(max=k_last))
+
+        return LazyScoreMod(build)
+
+    def score_mod(self, scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Callable | None:
+        """FlexAttention ``score_mod`` of the scheme (``None`` without a bias)."""
+        if self._has_extra_bias():
+            raise ValueError(f"{type(self).__name__} adds a bias the flex backend cannot express; use sdpa or eager")
+        if scheme is None or not scheme.has_bias:
+            return None
+        return scheme.score_mod(q, k, q_pos, k_pos, self.scale)
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, causal={self.causal}, "
+            f"window={self.window}, backend={self.backend!r}"
+        )
+
+
