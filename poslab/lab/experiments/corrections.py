@@ -384,16 +384,26 @@ class PositionalEncoding:
 
 
 def run_lesson_pe_cache() -> str:
-    """Define seed 002 §5.2's class and build it; the error it raises (``""`` if none)."""
-    import math
+    """The names seed 002 §5.2's class reads but nothing defines (``""`` if none), read with ``ast``.
 
-    namespace: dict[str, Any] = {"torch": torch, "math": math}
-    exec(compile(LESSON_PE_CACHE, "seed 002 §5.2", "exec"), namespace)  # noqa: S102 (a fixed, quoted snippet)
-    try:
-        namespace["PositionalEncoding"]()
-    except Exception as err:  # noqa: BLE001 (whatever the lesson's code raises is the measurement)
-        return f"{type(err).__name__}: {err}"
-    return ""
+    The snippet is parsed, never executed (the package runs no quoted code): every name the class
+    loads must be an argument, an assignment, a builtin or one of the modules the lesson imports
+    (``torch``, ``math``); a name that is none of these raises ``NameError`` when the class is built.
+    """
+    import ast
+    import builtins
+
+    tree = ast.parse(LESSON_PE_CACHE)
+    bound = {"torch", "math", "self", *dir(builtins)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        elif isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            bound.add(node.name)
+    free = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - bound)
+    return f"NameError: name {free[0]!r} is not defined" if free else ""
 
 
 def pe_cache_code_claim() -> dict[str, Any]:
@@ -404,7 +414,7 @@ def pe_cache_code_claim() -> dict[str, Any]:
         f"PositionalEncoding() raises {error}: d_model is neither an argument nor defined; poslab's sinusoidal "
         "scheme takes d_model and caches the table (experiment pe-cache times it)" if error else "built",
         error=float(bool(error)), tolerance=0.0, details={"raised": error})
-    return _record("pe_cache_code", record, "the lesson's class executed verbatim with torch and math in scope")
+    return _record("pe_cache_code", record, "the lesson's class read with ast: the names it loads that nothing binds")
 
 
 # ----------------------------------------------------------------------------- seed 002 §7.1 code
