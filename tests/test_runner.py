@@ -145,6 +145,7 @@ def _alive(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow  # 16 s of real lab and training processes; the fast sibling: test_a_pool_worker_dies_with_its_parent
 def test_sigkill_of_the_lab_stops_its_training_step(tmp_path):
     """``poslab lab --only "train tang-small-quick"``: the training gets SIGTERM from the kernel and stops.
 

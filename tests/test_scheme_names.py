@@ -29,8 +29,6 @@ OWNER = PACKAGE / "nn" / "positions"
 
 #: (module relative to poslab/, scheme name) -> why naming it there is right
 ALLOWED: dict[tuple[str, str], str] = {
-    ("interop/hf.py", "learned"): "model family: the GPT-2 layout needs GPT-2's learned table",
-    ("interop/hf.py", "rope"): "model family: the Llama layout needs rotary positions",
     ("interop/permute.py", "rope"): "model family: relayouts a RoPE checkpoint between half and interleaved pairs",
     ("lab/experiments/causal_leak.py", "none"): "experiment about NoPE: the lesson's table has a 'no positions' column",
     ("lab/experiments/causal_leak.py", "learned"): "experiment about the learned table: the lesson's 'learned' column",
@@ -42,6 +40,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("lab/explore.py", "none"): "the HTTP header value Sec-Fetch-Site: none, not the NoPE scheme",
     ("config_keys.py", "none"): "the literal None of a typed value given as text ('none'/'null'), not the NoPE scheme",
     ("lab/experiments/probes.py", "none"): "claims about NoPE: Kazemnejad et al.'s ranking and 'attention needs position'",
+    ("interop/common.py", "rope"): "model family: the rotary families' check that every RoPE layer has rope_parameters",
+    ("lab/experiments/extrapolation.py", "none"): "the premise of a scheme comparison: each positional arm beats NoPE",
+    ("lab/experiments/position_training.py", "alibi"): "the lesson's claim about ALiBi: it trains at nearly NoPE's speed",
+    ("lab/experiments/position_training.py", "none"): "the lesson's claim about ALiBi: it trains at nearly NoPE's speed",
 }
 
 
