@@ -45,6 +45,13 @@ def test_auto_takes_bf16_only_where_it_measured_faster(tmp_path):
     assert record["figures"]["bf16_over_fp32_step"] == pytest.approx(18.0)
 
 
+def test_a_tie_keeps_fp32(tmp_path):
+    tie = PrecisionFigures(fp32_step_s=0.0260, bf16_step_s=0.0252, fp32_matmul_flops=1e11, bf16_matmul_flops=2e11)
+    assert choose_dtype("auto", CPU, Stub(tie), tmp_path / "t.json").dtype == "fp32"  # 0.97x: inside the noise
+    clear = PrecisionFigures(fp32_step_s=0.0260, bf16_step_s=0.0230, fp32_matmul_flops=1e11, bf16_matmul_flops=2e11)
+    assert choose_dtype("auto", CPU, Stub(clear), tmp_path / "c.json").dtype == "bf16"  # 0.88x
+
+
 def test_explicit_bf16_measured_slower_runs_with_a_warning_naming_the_ratio(tmp_path):
     choice = choose_dtype("bf16", CPU, Stub(BF16_SLOWER), tmp_path / "c.json")
     assert choice.dtype == "bf16"

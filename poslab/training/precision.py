@@ -4,7 +4,7 @@ bf16 autocast is a speed-up only where the hardware computes bf16 natively (CUDA
 CPUs with AVX512-BF16 or AMX). On a CPU without it PyTorch emulates bf16 and a training step runs many
 times slower than in fp32. So ``auto`` does not guess from the CPU's flags: it times a small matmul and
 a small training step (forward + backward of a 2-layer GPT) in fp32 and under bf16 autocast, and uses
-bf16 only where its step is faster. The figures are measured once per machine and cached in
+bf16 only where its step is clearly faster (at most :data:`BF16_AT_MOST` of the fp32 step's time). The figures are measured once per machine and cached in
 ``$XDG_CACHE_HOME/poslab/precision.json`` (``~/.cache/poslab/precision.json``), keyed by CPU model,
 torch version and thread count; ``POSLAB_CACHE_DIR`` names another folder. On CUDA the rule is
 ``torch.cuda.is_bf16_supported()``, with nothing to measure.
@@ -29,6 +29,10 @@ from poslab.fileio import atomic_write_json
 
 #: the dtypes a run computes in; ``"auto"`` resolves to one of them
 CONCRETE_DTYPES = ("fp32", "bf16")
+
+#: ``auto`` takes bf16 only when its step takes at most this fraction of the fp32 step: a tie (inside
+#: the few-percent noise of a short timing) keeps fp32, the more precise dtype
+BF16_AT_MOST = 0.9
 
 
 @dataclass(frozen=True)
@@ -223,7 +227,7 @@ def choose_dtype(requested: str, device: torch.device, measure_fn: Measure = mea
             warning = (f"poslab: warning: dtype bf16 measured slower than fp32 on this CPU ({measured}); "
                        f"--dtype auto or fp32 trains faster")
         return PrecisionChoice(requested, "bf16", f"bf16 as configured ({measured})", figures, warning)
-    dtype = "bf16" if ratio < 1.0 else "fp32"
+    dtype = "bf16" if ratio <= BF16_AT_MOST else "fp32"
     return PrecisionChoice(requested, dtype, f"auto: {dtype}, {measured}", figures)
 
 
