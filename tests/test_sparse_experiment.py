@@ -102,6 +102,13 @@ def _check(results, stdout, out, n_seeds):
     assert "delayed copy" in stdout
 
 
+def test_small_form(tmp_path, capsys):
+    """The quick form's code path at one length and 40 steps: the fast version of ``test_quick_form``."""
+    results = sparse.run(tmp_path, quick=True, config={"lengths": (64,), "steps": 40})
+    _check(json.loads(json.dumps(results)), capsys.readouterr().out, tmp_path, n_seeds=1)
+
+
+@pytest.mark.slow  # 55 s: the quick form as a user runs it; test_small_form runs its code in the default suite
 def test_quick_form(tmp_path):
     results, stdout = _run_cli(tmp_path)
     _check(results, stdout, tmp_path, n_seeds=1)
