@@ -73,10 +73,20 @@ class BPETokenizer:
 
     @classmethod
     def from_dict(cls, data: dict) -> BPETokenizer:
-        try:
-            return cls(Tokenizer.from_str(json.dumps(data["tokenizer"])))
-        except KeyError:
-            raise
-        except Exception as err:  # the tokenizers library raises a bare Exception for a body it cannot read
-            message = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise ValueError(f"its 'bpe' tokenizer body does not load: {message}") from None
+        return cls(tokenizer_from_body(data, "bpe"))
+
+
+def tokenizer_from_body(data: dict, kind: str) -> Tokenizer:
+    """The ``tokenizers`` object of a saved tokenizer's ``"tokenizer"`` body (``kind`` names it in errors).
+
+    Raises:
+        KeyError: the body is missing (the caller names the file).
+        ValueError: the body does not load; the library's bare ``Exception`` becomes one line.
+    """
+    try:
+        return Tokenizer.from_str(json.dumps(data["tokenizer"]))
+    except KeyError:
+        raise
+    except Exception as err:  # the tokenizers library raises a bare Exception for a body it cannot read
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"its {kind!r} tokenizer body does not load: {message}") from None

@@ -20,6 +20,8 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from poslab.data.bpe import tokenizer_from_body
+
 
 class HFTokenizer:
     """A Hugging Face fast tokenizer (``tokenizers.Tokenizer``) behind poslab's tokenizer interface.
@@ -77,13 +79,7 @@ class HFTokenizer:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HFTokenizer:
-        try:
-            return cls(Tokenizer.from_str(json.dumps(data["tokenizer"])))
-        except KeyError:
-            raise
-        except Exception as err:  # the tokenizers library raises a bare Exception for a body it cannot read
-            message = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise ValueError(f"its 'hf' tokenizer body does not load: {message}") from None
+        return cls(tokenizer_from_body(data, "hf"))
 
 
 class IdsTokenizer:
