@@ -311,3 +311,24 @@ def test_loss_by_position_is_flat_for_a_model_without_context_and_drops_for_one_
     torch.testing.assert_close(curve, expected)
     with pytest.raises(ValueError, match="holds no window"):
         loss_by_position(model, stream[:10], 16)
+
+
+def test_loss_by_position_over_the_whole_stream_does_not_depend_on_the_chunk():
+    import torch
+
+    from poslab.analysis.eval import loss_by_position
+    from poslab.nn.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, n_layer=1, n_head=1, n_embd=16, block_size=8, position="rope")).eval()
+    stream = torch.randint(0, 11, (203,))  # 25 whole windows of 8 and their targets
+    idx, targets = stream[:200].view(25, 8), stream[1:201].view(25, 8)
+    with torch.no_grad():
+        logits = model(idx)
+    expected = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none").mean(0)
+    for chunk in (1, 7, 25, 256):
+        torch.testing.assert_close(loss_by_position(model, stream, 8, max_windows=None, chunk=chunk), expected)
+    with pytest.raises(ValueError, match="chunk must be a positive integer, got 0"):
+        loss_by_position(model, stream, 8, chunk=0)
+    with pytest.raises(ValueError, match="max_windows must be a positive integer, got 0"):
+        loss_by_position(model, stream, 8, max_windows=0)
