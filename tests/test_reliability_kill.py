@@ -453,8 +453,8 @@ def test_sigkill_anywhere_many_times(tmp_path, request):
 
 def test_building_a_config_leaves_the_global_rng_alone():
     """A resume replays dropout from the saved RNG state; a ``GPTConfig`` built between steps (the
-    trainer does, for each checkpoint's config) must not draw from it (it used to, via the throwaway
-    position scheme's initialisation: the resumed curve then differed from step one on)."""
+    trainer does, for each checkpoint's config) must not draw from it (a throwaway
+    position scheme's initialisation drawing from it makes the resumed curve differ from step one on)."""
     import torch
 
     from poslab import GPTConfig
