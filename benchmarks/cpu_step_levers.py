@@ -4,8 +4,8 @@ AdamW) for batch 12 vs 48, fp32 vs bf16 autocast, and SDPA's flash kernel vs its
 nanoGPT's own step at its recipe's size (``nanogpt_control.py``'s model and per-tensor AdamW) in the
 same rotation.
 
-``default`` is poslab as shipped (since the math-kernel change: bf16 at T <= 128 takes the math
-kernel on CPU); ``flash`` forces the flash kernel, ``math`` the math kernel. Contenders alternate
+``default`` is poslab as shipped (bf16 at T <= 128 takes the math kernel on CPU,
+``CPU_LOWP_MATH_MAX_T``); ``flash`` forces the flash kernel, ``math`` the math kernel. Contenders alternate
 round by round in one process (median over rounds), one thread by default.
 
     .venv/bin/python benchmarks/cpu_step_levers.py --json benchmarks/results/cpu_step_levers.json

@@ -170,7 +170,7 @@ class RunFolder:
             RunFileError: ``tokenizer.json`` missing, unreadable, changed since training (digest), or
                 not a usable tokenizer (the missing field named).
         """
-        recorded = self.config().get("data", {}).get("tokenizer_sha256")  # absent in runs from before it was added
+        recorded = self.config().get("data", {}).get("tokenizer_sha256")  # absent from runs whose config records no digest: read unchecked
         path = self.file(TOKENIZER)
         if not path.is_file():
             raise RunFileError(f"{str(path)!r} does not exist; the run's token ids cannot be decoded without it")

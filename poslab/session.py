@@ -1,4 +1,4 @@
-"""``train(cfg)``: one training run into its run folder (layer 3: it builds the :class:`RunFolder`).
+"""``train(cfg)``: one training run into its run folder (layer 4: it builds the :class:`RunFolder` of layer 3).
 
 The loop itself (:mod:`poslab.training.loop`, layer 2) writes through the folder object it is given;
 this module takes the run's lock, prepares the folder (``resume`` / ``overwrite``), calls the loop and

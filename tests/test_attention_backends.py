@@ -1,11 +1,14 @@
 """Backend x mechanism x path: every backend that claims a spec computes what eager computes.
 
 The matrix runs every registered backend whose ``supports(spec, call)`` accepts the call, on every
-mechanism (plain, bidirectional, window, chunk, sinks, soft-cap, bias, a user mask, all at once) and
-every execution path (one shot, query blocks, one decoded token, unsorted positions), against a
-brute-force reference built here from the rule's definition. A toy mechanism registered from this
-file (a spec field and its ``keep`` term, no backend edited) runs through the same matrix. Flex on
-CPU is compared with eager at every length 1-300 (slow; a fast subset in the default run).
+mechanism (plain, bidirectional, window, chunk, sinks, soft-cap, bias, user masks bool and float, all
+at once) and every execution path (one shot, query blocks, checkpointed query blocks, one decoded
+token, offset and unsorted positions), against a brute-force reference built here from the rule's
+definition. The same equality through :class:`MultiHeadAttention` runs every position scheme, the
+layer-level mechanisms (QK-norm, temperature) and random geometries (hypothesis), values and
+gradients. A toy mechanism registered from this file (a spec field and its ``keep`` term, no backend
+edited) runs through the same matrix. Flex on CPU is compared with eager at every length 1-300 and
+with every scheme, masking and mechanism (slow; a fast subset in the default run).
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ import math
 import pytest
 import test_contract as contract
 import test_modern_attention as modern
+import test_properties as properties
 import torch
-from conftest import N_HEADS, VARIANT_IDS, VARIANTS, Variant, make_attention
+from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, Variant, make_attention
+from hypothesis import given
+from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from poslab.nn import attention
-from poslab.nn.attention import AttentionSpec, Call, MaskTerm, MultiHeadAttention, attend
+from poslab.nn.attention import DEFAULT_RECOMPUTE_THRESHOLD, AttentionSpec, Call, MaskTerm, MultiHeadAttention, attend
 
 TIGHT = {"atol": 1e-5, "rtol": 1e-5}
 H, HKV, D = 4, 2, 8
@@ -44,21 +50,26 @@ MECHANISMS = {
     "causal": {},
     "bidirectional": {"causal": False},
     "window": {"window": 5},
+    "window-1": {"window": 1},
     "window-bidir": {"causal": False, "window": 5},
     "chunk": {"chunk": 7},
     "sinks": {"sinks": True},
     "softcap": {"softcap": 2.0},
     "bias": {"bias": True},
-    "mask": {"mask": True},
+    "mask": {"mask": "bool"},
+    "mask-batch": {"mask": "bool-batch"},
+    "bias-mask-float": {"bias": True, "mask": "float-batch"},
     "all": {"window": 9, "chunk": 16, "sinks": True, "softcap": 3.0, "bias": True},
 }
-#: path -> (Tq, Tk, query_chunk, positions): one shot, query blocks, one decoded token, unsorted
+#: path -> (Tq, Tk, query_chunk, recompute_threshold, positions): one shot, query blocks, checkpointed
+#: query blocks, one decoded token, offset positions, unsorted positions
 PATHS = {
-    "one-shot": (24, 24, 128, "arange"),
-    "blocked": (70, 70, 16, "arange"),
-    "decode": (1, 30, 128, "last"),
-    "offset": (24, 24, 128, "offset"),
-    "unsorted": (24, 24, 16, "perm"),
+    "one-shot": (24, 24, 128, DEFAULT_RECOMPUTE_THRESHOLD, "arange"),
+    "blocked": (70, 70, 16, DEFAULT_RECOMPUTE_THRESHOLD, "arange"),
+    "recompute": (70, 70, 16, 1, "arange"),
+    "decode": (1, 30, 128, DEFAULT_RECOMPUTE_THRESHOLD, "last"),
+    "offset": (24, 24, 128, DEFAULT_RECOMPUTE_THRESHOLD, "offset"),
+    "unsorted": (24, 24, 16, DEFAULT_RECOMPUTE_THRESHOLD, "perm"),
 }
 
 
@@ -74,9 +85,24 @@ def _positions(kind: str, Tq: int, Tk: int) -> tuple[torch.Tensor, torch.Tensor]
     return k_pos[perm], k_pos[perm]
 
 
+def _user_mask(kind: str, q_pos: torch.Tensor, k_pos: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """A random user mask: ``[Tq, Tk]`` bool, or per batch ``[2, 1, Tq, Tk]`` bool or float (0 / -inf)."""
+    shape = (len(q_pos), len(k_pos)) if kind == "bool" else (2, 1, len(q_pos), len(k_pos))
+    keep = torch.rand(shape, generator=gen) > 0.2
+    keep[..., 0] = True  # every query keeps one key
+    if kind != "bool":
+        keep |= q_pos[:, None] == k_pos[None, :]  # and itself (causal rows keep a key under any order)
+    if kind.startswith("float"):
+        return torch.zeros(shape).masked_fill(~keep, -math.inf)
+    return keep
+
+
 def _case(mechanism: str, path: str, seed: int = 0):
-    """``(spec, q, k, v, q_pos, k_pos, attn_mask, query_chunk)`` of one matrix cell."""
-    Tq, Tk, chunk, kind = PATHS[path]
+    """``(spec, q, k, v, q_pos, k_pos, attn_mask, blocking)`` of one matrix cell.
+
+    ``blocking`` holds ``attend``'s ``query_chunk`` and ``recompute_threshold`` for the path.
+    """
+    Tq, Tk, chunk, recompute, kind = PATHS[path]
     gen = torch.Generator().manual_seed(seed)
     q, k, v = torch.randn(2, H, Tq, D, generator=gen), torch.randn(2, HKV, Tk, D, generator=gen), torch.randn(2, HKV, Tk, D, generator=gen)
     q_pos, k_pos = _positions(kind, Tq, Tk)
@@ -86,10 +112,13 @@ def _case(mechanism: str, path: str, seed: int = 0):
         opts["sinks"] = torch.randn(H, generator=gen)
     if bias:
         opts["bias_fn"], opts["score_mod"] = _bias_fn, _score_mod_for(q_pos, k_pos)
-    attn_mask = torch.rand(Tq, Tk, generator=gen) > 0.2 if mask else None
-    if attn_mask is not None:
+    if mask == "bool":
+        attn_mask = torch.rand(Tq, Tk, generator=gen) > 0.2
         attn_mask[:, 0] = True  # every query keeps one key
-    return AttentionSpec(**opts), q, k, v, q_pos, k_pos, attn_mask, chunk
+    else:
+        attn_mask = _user_mask(mask, q_pos, k_pos, gen) if mask else None
+    blocking = {"query_chunk": chunk, "recompute_threshold": recompute}
+    return AttentionSpec(**opts), q, k, v, q_pos, k_pos, attn_mask, blocking
 
 
 def reference(spec: AttentionSpec, q, k, v, q_pos, k_pos, attn_mask=None) -> torch.Tensor:
@@ -112,8 +141,10 @@ def reference(spec: AttentionSpec, q, k, v, q_pos, k_pos, attn_mask=None) -> tor
     for name, term in attention.MASK_TERMS.items():  # toy terms registered by a test
         if name not in ("causal", "window", "chunk") and getattr(spec, name, None) is not None:
             keep &= term.keep(spec, i, j)
-    if attn_mask is not None:
-        keep &= attn_mask
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        keep = keep & attn_mask
+    elif attn_mask is not None:
+        s = s + attn_mask.double()
     s = s.masked_fill(~keep, -math.inf)
     if spec.sinks is not None:
         s = torch.cat((s, spec.sinks.double().view(1, -1, 1, 1).expand(*s.shape[:3], 1)), dim=-1)
@@ -122,7 +153,8 @@ def reference(spec: AttentionSpec, q, k, v, q_pos, k_pos, attn_mask=None) -> tor
 
 
 def _supported(spec, q, k, v, q_pos, k_pos, attn_mask) -> list[str]:
-    call = Call(q, k, v, q_pos, k_pos, attn_mask=None if attn_mask is None else attn_mask[None, None])
+    mask = None if attn_mask is None else attn_mask if attn_mask.dim() == 4 else attn_mask[None, None]
+    call = Call(q, k, v, q_pos, k_pos, attn_mask=mask)
     return [name for name, b in attention.REGISTRY.items() if b.supports(spec, call) is None]
 
 
@@ -132,30 +164,30 @@ CHEAP = [name for name in attention.REGISTRY if name != "flex"]  # flex compiles
 @pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("mechanism", list(MECHANISMS))
 def test_every_supporting_backend_equals_the_reference(mechanism: str, path: str) -> None:
-    spec, q, k, v, q_pos, k_pos, mask, chunk = _case(mechanism, path)
+    spec, q, k, v, q_pos, k_pos, mask, blocking = _case(mechanism, path)
     want = reference(spec, q, k, v, q_pos, k_pos, mask)
     ran = []
     for name in _supported(spec, q, k, v, q_pos, k_pos, mask):
         if name not in CHEAP:
             continue
-        out, _ = attend(q, k, v, q_pos, k_pos, spec=spec, attn_mask=mask, backend=name, query_chunk=chunk)
+        out, _ = attend(q, k, v, q_pos, k_pos, spec=spec, attn_mask=mask, backend=name, **blocking)
         assert_close(out, want, **TIGHT, msg=lambda m, n=name: f"{n}: {m}")
         ran.append(name)
     assert "eager" in ran  # eager supports every mechanism
     assert ("sdpa" in ran) == (spec.softcap is None)  # sdpa refuses exactly what it cannot compute
-    got, _ = attend(q, k, v, q_pos, k_pos, spec=spec, attn_mask=mask, query_chunk=chunk)  # auto
+    got, _ = attend(q, k, v, q_pos, k_pos, spec=spec, attn_mask=mask, **blocking)  # auto
     assert_close(got, want, **TIGHT)
 
 
 @pytest.mark.parametrize("mechanism", ["window", "sinks", "bias"])
 def test_gradients_agree_across_backends(mechanism: str) -> None:
-    """sdpa's fused, blocked and one-call paths backpropagate like eager."""
-    for path in ("one-shot", "blocked"):
-        spec, q, k, v, q_pos, k_pos, mask, chunk = _case(mechanism, path)
+    """sdpa's fused, blocked, checkpointed and one-call paths backpropagate like eager."""
+    for path in ("one-shot", "blocked", "recompute"):
+        spec, q, k, v, q_pos, k_pos, mask, blocking = _case(mechanism, path)
         grads = {}
         for name in ("eager", "sdpa"):
             leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-            out, _ = attend(*leaves, q_pos, k_pos, spec=spec, backend=name, query_chunk=chunk)
+            out, _ = attend(*leaves, q_pos, k_pos, spec=spec, backend=name, **blocking)
             grads[name] = torch.autograd.grad(out.square().sum(), leaves)
         for got, want in zip(grads["sdpa"], grads["eager"]):
             assert_close(got, want, atol=1e-4, rtol=1e-4)
@@ -235,6 +267,35 @@ def test_blocked_sdpa_equals_eager_forward_and_backward(name: str, mechanism: st
             assert_close(gs, ge, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize(("name", "window", "query_chunk"), [("t5", 5, 4)])
+def test_blocked_sdpa_gradients_equal_eager_to_fp32_rounding(name: str, window: int, query_chunk: int) -> None:
+    """A windowed bias scheme in blocks of 4: every gradient (input and scheme parameters) within 1e-5 of eager."""
+    x = torch.randn(2, 24, D_MODEL, requires_grad=True)
+    attn = make_attention(Variant(name, name), window=window)
+    attn(x, backend="eager").square().sum().backward()
+    grad_eager = x.grad.clone()
+    grads_eager = [p.grad.clone() for p in attn.parameters()]
+    x.grad = None
+    attn.zero_grad()
+    attn.query_chunk, attn.recompute_threshold = query_chunk, 1
+    attn(x, backend="sdpa").square().sum().backward()
+    assert_close(x.grad, grad_eager, **TIGHT)
+    for p, g in zip(attn.parameters(), grads_eager):
+        assert_close(p.grad, g, **TIGHT)
+
+
+@pytest.mark.usefixtures("single_thread")
+@given(g=properties.geometries(), causal=st.booleans(), window=st.one_of(st.none(), st.integers(1, 8)))
+def test_property_sdpa_equals_eager(g: dict, causal: bool, window: int | None) -> None:
+    """Random geometries (every scheme and rotary config, any GQA ratio, head width, batch, length)."""
+    if not causal and window is not None:
+        window = None  # a one-sided window without the causal mask can leave a row empty
+    attn = properties._attention(g, causal=causal, window=window)
+    x = properties._inputs(g)
+    with torch.no_grad():
+        assert_close(attn(x, backend="sdpa"), attn(x, backend="eager"), **TIGHT)
+
+
 # ----------------------------------------------------------------------------- a toy mechanism
 @dataclasses.dataclass(frozen=True, eq=False)
 class StrideSpec(AttentionSpec):
@@ -253,7 +314,7 @@ def stride_term():
 @pytest.mark.parametrize("path", ["one-shot", "blocked", "decode", "unsorted"])
 def test_a_toy_mechanism_runs_on_every_backend_that_supports_it(stride_term, path: str) -> None:
     """One spec field and one keep term, no backend edited: every supporting backend equals the reference."""
-    _, q, k, v, q_pos, k_pos, _, chunk = _case("causal", path)
+    _, q, k, v, q_pos, k_pos, _, blocking = _case("causal", path)
     spec = StrideSpec(stride=3)
     assert spec.term_names() == {"causal", "stride"}
     want = reference(spec, q, k, v, q_pos, k_pos)
@@ -266,7 +327,7 @@ def test_a_toy_mechanism_runs_on_every_backend_that_supports_it(stride_term, pat
         for name in supported:
             if name == "flex" and path != "blocked":
                 continue  # one compiled flex run (T = 70) is enough here
-            out, _ = attend(q, k, v, q_pos, k_pos, spec=spec, backend=name, query_chunk=chunk)
+            out, _ = attend(q, k, v, q_pos, k_pos, spec=spec, backend=name, **blocking)
             assert_close(out, want, **TIGHT, msg=lambda m, n=name: f"{n}: {m}")
 
 
@@ -297,8 +358,8 @@ def test_flex_is_refused_for_training_on_cpu_and_never_auto() -> None:
         attn.train()(torch.randn(1, 5, 32), backend="flex")
 
 
-def _flex_vs_eager(variant: Variant, lengths) -> None:
-    attn = make_attention(variant, n_kv_heads=2, max_len=512)
+def _flex_vs_eager(variant: Variant, lengths, causal: bool = True, window: int | None = None) -> None:
+    attn = make_attention(variant, n_kv_heads=2, max_len=512, causal=causal, window=window)
     for T in lengths:
         x = torch.randn(1, T, 32, generator=torch.Generator().manual_seed(T))
         with torch.no_grad():
@@ -308,14 +369,30 @@ def _flex_vs_eager(variant: Variant, lengths) -> None:
 
 
 def test_flex_on_cpu_equals_eager_where_it_broke() -> None:
-    """The lengths where unpadded CPU flex returned NaN (24) or wrong values (40, 56), and block edges."""
-    _flex_vs_eager(Variant("alibi", "alibi"), (24, 40, 56, 129))
+    """The lengths where unpadded CPU flex returns NaN (24) or wrong values (40, 56), a short one, and block edges."""
+    _flex_vs_eager(Variant("alibi", "alibi"), (16, 24, 40, 56, 129))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.id for v in VARIANTS])
 def test_flex_on_cpu_equals_eager_at_every_length(variant: Variant) -> None:
     _flex_vs_eager(variant, range(1, 301))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("causal", "window"), [(False, None), (True, 5)], ids=["bidir", "causal-w5"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_flex_on_cpu_equals_eager_bidirectional_and_windowed(variant: Variant, causal: bool, window: int | None) -> None:
+    _flex_vs_eager(variant, (16,), causal=causal, window=window)
+
+
+@pytest.mark.slow
+def test_flex_equals_eager_with_every_mechanism() -> None:
+    """One compiled FlexAttention run (CPU, forward only): soft-cap + ALiBi score_mod, QK-norm, sinks via lse, chunk, window."""
+    attn = modern.make(Variant("alibi", "alibi"), "all", window=7)
+    x = modern._x(16)
+    with torch.no_grad():
+        assert_close(attn(x, backend="flex"), attn(x, backend="eager"), **TIGHT)
 
 
 # ----------------------------------------------------------------------------- input dtypes

@@ -294,25 +294,6 @@ def test_score_mod_equals_score_bias(variant: Variant) -> None:
     assert bias.abs().max() > 1e-3  # the bias is not trivially zero
 
 
-def _flex_vs_sdpa(variant: Variant, n_kv_heads: int, causal: bool, window: int | None) -> None:
-    attn = make_attention(variant, n_kv_heads=n_kv_heads, causal=causal, window=window)
-    x = _x(T=16)
-    with torch.no_grad():
-        assert_close(attn(x, backend="flex"), attn(x, backend="sdpa"), **TIGHT)
-
-
-def test_flex_equals_sdpa_alibi() -> None:
-    """One real FlexAttention run (compiled on CPU, ~20-30 s) in the default suite."""
-    _flex_vs_sdpa(Variant("alibi", "alibi"), n_kv_heads=2, causal=True, window=None)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("causal", "window"), [(True, None), (False, None), (True, 5)], ids=["causal", "bidir", "causal-w5"])
-@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
-def test_flex_equals_sdpa_every_scheme(variant: Variant, causal: bool, window: int | None) -> None:
-    _flex_vs_sdpa(variant, n_kv_heads=2, causal=causal, window=window)
-
-
 def test_make_scheme_fills_model_dimensions() -> None:
     scheme = make_scheme(Variant("rope", "rope"), d_model=48, n_heads=6)
     assert scheme.config.head_dim == 8

@@ -105,20 +105,6 @@ def test_property_kv_cache_equals_full_forward(g: dict, backend: str, data: st.D
     assert_close(torch.cat(steps, dim=1), full, **TIGHT)
 
 
-@given(
-    g=geometries(),
-    causal=st.booleans(),
-    window=st.one_of(st.none(), st.integers(1, 8)),
-)
-def test_property_sdpa_equals_eager(g: dict, causal: bool, window: int | None) -> None:
-    if not causal and window is not None:
-        window = None  # a one-sided window without the causal mask can leave a row empty
-    attn = _attention(g, causal=causal, window=window)
-    x = _inputs(g)
-    with torch.no_grad():
-        assert_close(attn(x, backend="sdpa"), attn(x, backend="eager"), **TIGHT)
-
-
 @given(g=geometries(), data=st.data())
 def test_property_permuting_keys_matters_only_with_positions(g: dict, data: st.DataObject) -> None:
     """Non-causal attention without positions is permutation-equivariant; every position scheme breaks it."""

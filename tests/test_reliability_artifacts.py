@@ -57,7 +57,7 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "hf_folders": ("malformed Hugging Face folders given to `poslab convert`", ("cases", "refused_one_line", "tracebacks")),
     "export": ("`poslab.to_hf` of every GPTConfig option (alone, family combinations; pairs in slow)",
                ("cases", "exact", "refused", "not_offered", "silent_differences")),
-    "redteam": ("red-team causes (deep nesting, alias bombs, forged files, extreme values, costs, lock, memory resume)",
+    "hostile_inputs": ("hostile inputs at their cause (deep nesting, alias bombs, forged files, extreme values, costs, lock, memory resume)",
                 ("cases", "refused_one_line", "right_answer")),
 }
 

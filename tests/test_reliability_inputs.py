@@ -59,7 +59,7 @@ def test_bomb_is_small():
 
 
 def test_sweep_file_alias_bomb_is_refused(tmp_path, capsys):
-    """Old code: ``str(description)`` walked 9^9 strings (gigabytes) during ``--dry-run``."""
+    """Refused before ``--dry-run`` describes it: ``str(description)`` would walk 9^9 strings (gigabytes)."""
     path = tmp_path / "bomb.yaml"
     path.write_text(bomb() + "preset: tiny\ngrid:\n  seed: [1]\n")
     assert main(["sweep", str(path), "--dry-run"]) == 2
@@ -99,7 +99,7 @@ def test_expanded_size_counts_every_reference():
 
 # ------------------------------------------------------------------------------------------ memory pre-flight
 def test_a_model_that_cannot_fit_is_refused_by_dry_run(tmp_path, capsys):
-    """Old code: accepted by ``--dry-run``; training grew memory ~4 GB a minute building 10^8 layers."""
+    """The memory estimate refuses it at ``--dry-run``: building 10^8 layers grows memory ~4 GB a minute."""
     args = ["train", "--preset", "tiny", "--dry-run", "--out_dir", str(tmp_path), "--model.n_layer", "100000000"]
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -132,7 +132,7 @@ def test_parameter_count_matches_built_models():
 
 
 def test_eval_iters_past_any_real_use_is_refused(tmp_path, capsys):
-    """Old code: ``--eval_iters 10000000000000`` started, then evaluated for ever."""
+    """``--eval_iters 10000000000000`` would start, then evaluate for ever: refused at the pre-flight."""
     assert main(["train", "--preset", "tiny", "--dry-run", "--out_dir", str(tmp_path), "--eval_iters", "10000000000000"]) == 2
     err = capsys.readouterr().err
     assert "eval_iters 10,000,000,000,000 is more than 100,000" in err
@@ -156,7 +156,7 @@ def test_eager_attention_refuses_scores_past_the_ram_fraction(monkeypatch):
 
 # ------------------------------------------------------------------------------------------ corpus sniffing
 def test_a_huge_sparse_corpus_is_refused_without_reading_it(tmp_path):
-    """Old code read the whole 1 GiB file (1.28 GB RSS) before refusing it as binary."""
+    """Refused from a sniff of the file, not after reading the whole 1 GiB (1.28 GB RSS)."""
     path = tmp_path / "sparse.txt"
     with open(path, "wb") as handle:
         handle.truncate(2**30)  # a sparse GiB of NUL bytes: no disk used
@@ -193,7 +193,7 @@ def run_dir() -> Path:
 
 
 def test_tiny_temperature_is_greedy_not_a_traceback(run_dir, capsys):
-    """Old code: ``logits / 1e-45`` overflowed to inf, the softmax gave NaN, ``multinomial`` raised."""
+    """``logits / 1e-45`` overflows to inf and the softmax to NaN: a temperature that small samples greedily."""
     assert main(["sample", str(run_dir), "--prompt", "白日", "--tokens", "6", "--temperature", "1e-45", "--seed", "1"]) == 0
     tiny = capsys.readouterr().out
     assert main(["sample", str(run_dir), "--prompt", "白日", "--tokens", "6", "--temperature", "0"]) == 0
@@ -215,8 +215,9 @@ def test_tiny_temperature_is_greedy_not_a_traceback(run_dir, capsys):
     (["train", "--preset", "tiny", "--name", "a\nb"], "--name must not contain control characters such as '\\n'"),
 ])
 def test_path_and_name_arguments_get_one_line_naming_the_argument(tmp_path, capsys, run_dir, argv, message):
-    """Old code: exit 1 with 'cannot create the run lock ... File exists', 'Not a directory: .../tokenizer.json',
-    'Is a directory: .x.tmp123', '[Errno 17] File exists'; ``--name ''`` silently became the preset's name."""
+    """Exit 2 with a line naming the argument, never the raw OSError of the first file touched ('cannot create the
+    run lock ... File exists', 'Not a directory: .../tokenizer.json', '[Errno 17] File exists'); ``--name ''``
+    is refused, not replaced by the preset's name."""
     (tmp_path / "f").write_text("x")
     (tmp_path / "d").mkdir()
     names = {"file": str(tmp_path / "f"), "dir": str(tmp_path / "d"), "tmp": str(tmp_path / "runs"), "run": str(run_dir)}
@@ -232,7 +233,7 @@ def test_token_ids_and_targets_get_clear_errors():
         model = GPT(GPTConfig(vocab_size=10, n_layer=1, n_head=2, n_embd=8, block_size=8))
     ids = torch.tensor([[1, 2, 3]])
     expected = model(ids)
-    torch.testing.assert_close(model(ids.to(torch.uint8)), expected, rtol=0, atol=0)  # old: RuntimeError (ByteTensor)
+    torch.testing.assert_close(model(ids.to(torch.uint8)), expected, rtol=0, atol=0)  # uint8 ids index like int64 ones
     torch.testing.assert_close(model(ids.to(torch.int16)), expected, rtol=0, atol=0)
     with pytest.raises(TypeError, match=r"targets must hold integer token ids \(-1 = ignored\), got torch.float32"):
         model(ids, ids.float())

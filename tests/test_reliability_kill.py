@@ -433,7 +433,7 @@ def test_sigkill_anywhere_then_resume_reproduces_the_uninterrupted_run(tmp_path,
 @pytest.mark.slow
 def test_sigkill_of_a_memory_run_then_resume_is_bitwise(tmp_path, request):
     """Transformer-XL recurrence (``--memory``): the segment memory is checkpointed, so killed and
-    resumed runs continue bitwise too (the fast version: tests/test_reliability_redteam.py)."""
+    resumed runs continue bitwise too (the fast version: tests/test_reliability_hostile_inputs.py)."""
     from test_reliability_artifacts import mode, record
 
     memory = ("--model.position", "rope", "--memory", "8")
@@ -453,8 +453,8 @@ def test_sigkill_anywhere_many_times(tmp_path, request):
 
 def test_building_a_config_leaves_the_global_rng_alone():
     """A resume replays dropout from the saved RNG state; a ``GPTConfig`` built between steps (the
-    trainer does, for each checkpoint's config) must not draw from it (it used to, via the throwaway
-    position scheme's initialisation: the resumed curve then differed from step one on)."""
+    trainer does, for each checkpoint's config) must not draw from it (a throwaway
+    position scheme's initialisation drawing from it makes the resumed curve differ from step one on)."""
     import torch
 
     from poslab import GPTConfig

@@ -18,8 +18,8 @@ A finished run resumed for more steps on a nearly full disk keeps every earlier 
 continues once there is space. ``eval --out``, ``experiment --out``, ``lab --report-only`` and
 ``sample`` printing to a file on a full disk exit 1 with one line naming their output file, and
 leave every earlier file (the previous report included) as it was; ``sample`` reads a run on a full
-disk. The slow run adds ``poslab sample RUN > FULL/out.txt`` as a real process, buffered (Python's
-flush at exit was ``Exception ignored ... OSError``, exit 120) and unbuffered.
+disk. The slow run adds ``poslab sample RUN > FULL/out.txt`` as a real process, buffered (unless poslab
+flushes first, Python's flush at exit prints ``Exception ignored ... OSError``, exit 120) and unbuffered.
 """
 
 from __future__ import annotations
@@ -347,7 +347,7 @@ def test_sample_printing_to_a_full_disk_is_one_line(buffered, disks, reference, 
     """``poslab sample RUN > FULL_DISK/out.txt``: a real process whose stdout is a file on the full disk.
 
     Buffered (Python's default) the write fails in Python's flush at exit unless poslab flushes first
-    (it was ``Exception ignored ... OSError`` and exit code 120); unbuffered, in ``print``.
+    (``Exception ignored ... OSError`` and exit code 120); unbuffered, in ``print``.
     """
     disk = disks(PAGE * 8)
     disk.fill()

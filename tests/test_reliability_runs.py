@@ -1,7 +1,7 @@
-"""Reliability of the run folder, second pass: symlinked writers, the
-tokenizer's digest, forged-but-consistent files, resume edge cases. Each case failed on the code
-before ``RunFolder`` (a second writer through a symlink, a swapped tokenizer sampled silently, raw
-``KeyError``s, ``--resume`` of a missing folder exiting 2, ...)."""
+"""Reliability of the run folder (``RunFolder``): symlinked writers, the tokenizer's digest,
+forged-but-consistent files, resume edge cases. Each case guards a failure the one reader/writer
+prevents (a second writer through a symlink, a swapped tokenizer sampled silently, raw ``KeyError``s,
+``--resume`` of a missing folder exiting 2, ...)."""
 
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ def test_lab_resumes_an_interrupted_training_instead_of_deleting_it(tmp_path, mo
     assert (lab_dir / "runs/fake/checkpoints/step_000010.json").is_file()
 
     stream = io.StringIO()
-    manifest = lab.run_lab(lab_dir, "quick", stream=stream)  # old code: rmtree(runs/fake), start again
+    manifest = lab.run_lab(lab_dir, "quick", stream=stream)  # resumed, not deleted and started again
     assert manifest["steps"][0]["status"] == "ok", manifest["steps"][0]
     assert calls_of(lab_dir)[-1] == ["--resume"]
     assert json.loads((lab_dir / "runs/fake/results.json").read_text())["resumed_from"] == 10
@@ -98,7 +98,7 @@ def test_lab_only_exits_0_when_the_step_succeeds(tmp_path, monkeypatch):
                 for name in ("one", "two")]
 
     monkeypatch.setattr(lab, "plan", fake_plan)
-    assert main(["lab", "--out", str(lab_dir), "--only", "two"]) == 0  # old code: 1 ("one" was not run)
+    assert main(["lab", "--out", str(lab_dir), "--only", "two"]) == 0  # "one" not being run is no failure
     assert (lab_dir / "experiments/two/results.json").is_file() and not (lab_dir / "experiments/one").exists()
     assert main(["lab", "--out", str(lab_dir)]) == 0  # "one" runs, "two" is reused
 
@@ -148,7 +148,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow  # the default run covers it: SIGKILL of a sweep reaches its training as SIGTERM (below)
 def test_sigterm_to_train_saves_a_final_checkpoint(tmp_path, request):
-    """``timeout`` and schedulers send SIGTERM: the training saves its last step, as after Ctrl-C (old: killed, nothing saved)."""
+    """``timeout`` and schedulers send SIGTERM: the training saves its last step, as after Ctrl-C (not killed with nothing saved)."""
     run_dir = tmp_path / "runs" / "t"
     process = subprocess.Popen([sys.executable, "-m", "poslab", "train", "--preset", "tiny", "--name", "t",
                                 "--out_dir", str(tmp_path / "runs"), "--no-progress", *LONG],
@@ -198,7 +198,7 @@ def _kill_sweep(tmp_path: Path, sig: int, request) -> None:
         trainer = int(lock.read_text().split()[1])  # "pid N on HOST"
         assert _alive(trainer)
         process.send_signal(sig)
-        _wait_for(lambda: not _alive(trainer), "the training to stop with its sweep", timeout=120)  # old: ran on
+        _wait_for(lambda: not _alive(trainer), "the training to stop with its sweep", timeout=120)  # not left running
         process.wait(timeout=60)
     finally:
         if process.poll() is None:
@@ -281,7 +281,7 @@ def test_a_rerun_waits_for_a_run_still_in_use(tmp_path, request):
             process.kill()
     output = "".join(lines) + rest
     assert "waiting for seed=1" in output and "in use by another poslab process" in output, output
-    assert process.returncode == 0, output  # old code: "failed exit 2: run folder ... is in use", exit 1
+    assert process.returncode == 0, output  # waited, not "failed exit 2: run folder ... is in use"
     summary = json.loads((tmp_path / "sweep" / "summary.json").read_text())
     assert summary["status"] == {"completed": 1}
     _record(request, reruns_waited_for_run_in_use=1)

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.nn.attention import attend, check_backend_name, position_mask, rotate_with_cache
+from poslab.nn.attention import AttentionSpec, attend, check_backend_name, rotate_with_cache
 from poslab.nn.positions.base import PositionScheme
 
 #: keys of ``GPTConfig.mla``
@@ -192,11 +192,11 @@ class MultiHeadLatentAttention(nn.Module):
 
         q_rot, k_rot, _, k_pos = rotate_with_cache(scheme, q_rot.contiguous(), k_rot, pos, pos, update)
         Tk = latent.shape[1]
-        bias_fn = None
         if scheme is not None and scheme.has_bias:
             raise ValueError(f"multi-head latent attention runs rotary (or no) position schemes; {scheme.name!r} adds a bias")
+        spec = AttentionSpec(causal=self.causal, window=self.window, scale=self.scale)  # both paths read its rule
         if self.absorb and T == 1 and not need_weights and attn_mask is None:
-            out = self._absorbed(q_nope, q_rot, latent, k_rot, pos, k_pos)
+            out = self._absorbed(spec, q_nope, q_rot, latent, k_rot, pos, k_pos)
         else:
             kv = self.kv_b(latent).view(B, Tk, self.n_heads, self.dn + self.dv).transpose(1, 2)  # [B, h, Tk, dn+dv]
             k_nope, v = kv.split((self.dn, self.dv), dim=-1)
@@ -207,8 +207,8 @@ class MultiHeadLatentAttention(nn.Module):
             width = max(self.head_dim, self.dv)
             q, k = F.pad(q, (0, width - self.head_dim)), F.pad(k, (0, width - self.head_dim))
             v = F.pad(v, (0, width - self.dv))  # [B, h, Tk, width]
-            out, weights = attend(q, k, v.contiguous(), pos, k_pos, causal=self.causal, window=self.window, bias_fn=bias_fn,
-                                  attn_mask=attn_mask, scale=self.scale, dropout=self.dropout if self.training else 0.0,
+            out, weights = attend(q, k, v.contiguous(), pos, k_pos, spec=spec,
+                                  attn_mask=attn_mask, dropout=self.dropout if self.training else 0.0,
                                   backend=backend or self.backend, need_weights=need_weights, probe=self.scores_probe,
                                   increasing=pos_increasing)
             out = out[..., : self.dv]  # [B, h, T, dv]
@@ -217,7 +217,8 @@ class MultiHeadLatentAttention(nn.Module):
         out = self.proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.dv))  # [B, h, T, dv] -> [B, T, h*dv] -> [B, T, d]
         return (out, weights) if need_weights else out
 
-    def _absorbed(self, q_nope: Tensor, q_rot: Tensor, latent: Tensor, k_rot: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def _absorbed(self, spec: AttentionSpec, q_nope: Tensor, q_rot: Tensor, latent: Tensor, k_rot: Tensor, q_pos: Tensor,
+                  k_pos: Tensor) -> Tensor:
         """One query per row against the latents directly (``kv_b`` folded into q and the output)."""
         w = self.kv_b.weight.view(self.n_heads, self.dn + self.dv, self.r)  # [h, dn+dv, r]
         w_uk, w_uv = w.split((self.dn, self.dv), dim=1)  # [h, dn, r], [h, dv, r]
@@ -225,8 +226,8 @@ class MultiHeadLatentAttention(nn.Module):
             q_lat = torch.einsum("bhtn,hnr->bhtr", q_nope.float(), w_uk.float())  # [B, h, T, r]
             scores = torch.einsum("bhtr,bkr->bhtk", q_lat, latent.float())  # [B, h, T, Tk]
             scores = scores + torch.einsum("bhtd,bkd->bhtk", q_rot.float(), k_rot[:, 0].float())  # + rotary part
-            scores = scores * self.scale
-            keep = position_mask(q_pos, k_pos, self.causal, self.window)  # [T, Tk] or None
+            scores = scores * spec.scale
+            keep = spec.keep(q_pos[:, None], k_pos[None, :])  # [T, Tk] or None
             if keep is not None:
                 scores = scores.masked_fill(~keep, float("-inf"))
             weights = torch.softmax(scores, dim=-1)  # [B, h, T, Tk] fp32

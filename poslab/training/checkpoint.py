@@ -311,7 +311,7 @@ def load_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[dict[
         tensors = load_file(str(tensor_path))
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"checkpoint {tensor_path} is not a readable safetensors file: {err}") from None
-    recorded = header.get("meta_sha256")  # absent in checkpoints written before it was added
+    recorded = header.get("meta_sha256")  # a header without one (an older format) skips this check
     if recorded is not None and config_hash({k: v for k, v in meta.items() if k != "sha256"}) != recorded:
         raise CheckpointError(f"checkpoint {json_path} is corrupt: its content differs from the checksum in {tensor_path.name}")
     if meta.get("step") != step:

@@ -257,26 +257,20 @@ def model_config(cfg: TrainConfig, vocab_size: int) -> GPTConfig:
     return out
 
 
-#: attention backends that cannot run a backward pass on a device, with the reason
-_NO_BACKWARD = {("flex", "cpu"): "FlexAttention does not support backward on CPU in torch"}
-
-
 def check_backend_trains(backend: str, device: str) -> None:
     """Refuse an attention backend that cannot run a backward pass on ``device``.
 
-    Asks the attention layer's backend registry (``poslab.nn.attention.backend_trains(backend, device)``,
-    a reason or ``None``) where it has one; otherwise the known rule (:data:`_NO_BACKWARD`).
+    The rule is the backend registry's (:func:`poslab.nn.attention.backend_trains`, a reason or ``None``).
 
     Raises:
         ValueError: ``model.backend='flex' cannot train on cpu: ...``, naming the backends that can.
     """
-    from poslab.nn import attention
+    from poslab.nn.attention import backend_trains
 
-    ask = getattr(attention, "backend_trains", None)
-    reason = ask(backend, device) if callable(ask) else _NO_BACKWARD.get((backend, device))
-    if isinstance(reason, str) and reason:
-        raise ValueError(f"model.backend={backend!r} cannot train on {device}: {reason}; use --model.backend "
-                         "auto, sdpa or eager to train (a trained model can still be evaluated with flex)")
+    reason = backend_trains(backend, device)
+    if reason is not None:
+        raise ValueError(f"model.backend={backend!r} cannot train on {device}: the {backend} backend {reason}; use "
+                         f"--model.backend auto, sdpa or eager to train (a trained model can still be evaluated with {backend})")
 
 
 def check_model_for_training(cfg: TrainConfig, max_positions: int | None, world_size: int = 1,

@@ -374,7 +374,7 @@ def _key_context(r: dict) -> str:
                              t("key.ctx.back", n=r["train_length"])], rows, t("key.ctx.after"))
     averaging = r.get("averaging")
     if not isinstance(averaging, dict) or not isinstance(averaging.get("variants"), dict):
-        return tables  # results written before checkpoint averaging was measured
+        return tables  # results without checkpoint averaging
     factor = str(r.get("factor", 4))
     rows = [[label, _ppl_spread(v.get("L"), "nonoverlapping"), _ppl_spread(v.get("4L"), "nonoverlapping"),
              _spread([x for x in v.get("passkey", {}).get(factor, []) if x is not None]),

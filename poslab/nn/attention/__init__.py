@@ -32,6 +32,7 @@ from poslab.nn.attention.backends import (
     Backend,
     Call,
     backend_names,
+    backend_trains,
     check_backend_name,
     register_backend,
     resolve,
@@ -68,8 +69,8 @@ BACKENDS = ("auto", "sdpa", "eager", "flex")
 __all__ = [
     "BACKENDS", "CPU_LOWP_MATH_MAX_T", "DEFAULT_QUERY_CHUNK", "DEFAULT_RECOMPUTE_THRESHOLD", "FLEX_CPU_BLOCK",
     "MASK_TERMS", "REGISTRY", "SINK_PAD", "TRIM_TILE_BYTES", "AttentionSpec", "Backend", "BiasFn", "Call", "KVCache",
-    "LazyScoreMod", "MaskTerm", "MergeHeads", "MultiHeadAttention", "SplitHeads", "attend", "backend_names", "blocked",
-    "check_backend_name", "check_mask", "check_mechanisms", "check_qkv", "key_reach", "position_mask",
+    "LazyScoreMod", "MaskTerm", "MergeHeads", "MultiHeadAttention", "SplitHeads", "attend", "backend_names", "backend_trains",
+    "blocked", "check_backend_name", "check_mask", "check_mechanisms", "check_qkv", "key_reach", "position_mask",
     "register_backend", "register_mask_term", "resolve", "resolve_backend", "rotate_with_cache", "trim_heap",
     "unregister_backend", "unregister_mask_term", "validate_geometry", "validate_head_dim",
     "validate_temperature_tuning", "validate_window",

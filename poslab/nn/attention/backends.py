@@ -116,6 +116,10 @@ class Backend:
         """Whether ``auto`` may pick this backend for ``call`` (a preference, not a correctness rule)."""
         return self.auto_devices is None or call.device in self.auto_devices
 
+    def no_backward(self, device: str) -> str | None:
+        """Why this backend cannot run a backward pass on ``device`` (``"has no backward on ..."``), or ``None``."""
+        return None
+
     def run(self, spec: AttentionSpec, call: Call) -> tuple[Tensor, Tensor | None]:
         """``(out [B, h, Tq, d_v], weights or None)``."""
         raise NotImplementedError
@@ -186,7 +190,7 @@ class Eager(Backend):
         q, k, v = call.q, call.k, call.v
         watched = call.probe is not None and bool(getattr(call.probe, "_forward_hooks", None)
                                                   or getattr(call.probe, "_forward_pre_hooks", None))
-        if (spec.softcap is not None and not call.need_weights and not watched and q.shape[2] > call.query_chunk
+        if (spec.reshapes_scores() and not call.need_weights and not watched and q.shape[2] > call.query_chunk
                 and call.sorted()):
             # a score transform SDPA cannot apply, no weights wanted: eager in query blocks, linear memory in T
 
@@ -372,10 +376,13 @@ class Flex(Backend):
             return "the flex backend takes no attn_mask; use sdpa or eager for explicit masks"
         if spec.bias_fn is not None and spec.score_mod is None:
             return "the flex backend cannot express this bias (it has no score_mod); use sdpa or eager"
-        if call.device == "cpu" and call.records_grad(spec):
-            return (f"the flex backend has no backward on CPU (torch {torch.__version__}'s FlexAttention); "
-                    "use sdpa or eager to train on CPU, or run under torch.no_grad()")
+        reason = self.no_backward(call.device)
+        if reason is not None and call.records_grad(spec):
+            return f"the flex backend {reason}; use sdpa or eager to train on CPU, or run under torch.no_grad()"
         return None
+
+    def no_backward(self, device: str) -> str | None:
+        return f"has no backward on CPU (torch {torch.__version__}'s FlexAttention)" if device == "cpu" else None
 
     def auto_ok(self, spec: AttentionSpec, call: Call) -> bool:
         # one decoded token has no block to skip: SDPA needs no block mask
@@ -417,7 +424,7 @@ class Flex(Backend):
             return keep
 
         score_mod = None
-        if spec.softcap is not None or inner is not None or sinks is not None:
+        if spec.reshapes_scores() or inner is not None or sinks is not None:
 
             def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
                 qi = q_idx if qi_max is None else q_idx.clamp(max=qi_max)
@@ -460,6 +467,13 @@ def check_backend_name(backend: str) -> None:
     """``ValueError`` naming the choices unless ``backend`` is ``auto`` or a registered backend."""
     if backend not in backend_names():
         raise ValueError(f"unknown attention backend {backend!r}; choose one of {list(backend_names())}")
+
+
+def backend_trains(backend: str, device: str) -> str | None:
+    """``None`` if ``backend`` can run a backward pass on ``device`` (``auto`` always picks one that
+    can), else the backend's reason (:meth:`Backend.no_backward`): what training asks before it starts."""
+    check_backend_name(backend)
+    return None if backend == "auto" else REGISTRY[backend].no_backward(device)
 
 
 def resolve(requested: str, spec: AttentionSpec, call: Call) -> Backend:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from poslab.nn.attention.backends import REGISTRY, Call, check_backend_name, resolve
+from poslab.nn.attention.backends import Call, check_backend_name, resolve
 from poslab.nn.attention.inputs import check_mask, check_qkv
 from poslab.nn.attention.spec import AttentionSpec, BiasFn, check_mechanisms
 
@@ -106,8 +106,4 @@ def resolve_backend(backend: str, device: torch.device, need_weights: bool = Fal
     pos = torch.empty(2, dtype=torch.long, device="meta")
     call = Call(x, x, x, pos, pos, attn_mask=torch.empty(1, 1, 2, 2, device="meta") if has_mask else None,
                 device_type=torch.device(device).type)
-    spec = AttentionSpec()
-    for b in sorted(REGISTRY.values(), key=lambda b: b.priority):
-        if b.auto_ok(spec, call) and b.supports(spec, call) is None:
-            return b.name
-    return "eager"
+    return resolve("auto", AttentionSpec(), call).name

@@ -163,6 +163,11 @@ class AttentionSpec:
         return all(t.interval for t in self.terms())
 
     # ------------------------------------------------------------------ the score transform
+    def reshapes_scores(self) -> bool:
+        """Whether :meth:`transform` does more than add a bias (soft-capping): a kernel that only adds
+        masks cannot compute it, and eager has to form the scores to apply it."""
+        return self.softcap is not None
+
     def transform(self, scores: Tensor, bias: Tensor | Callable[[Tensor], Tensor] | None = None) -> Tensor:
         """Soft-cap the scaled logits, then add the bias (a tensor, or a callable adding it).
 

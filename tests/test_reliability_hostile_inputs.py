@@ -1,8 +1,10 @@
-"""The red-team findings, one section per cause: each input gets the right answer or one line naming
-the value and the rule (exit 2), never a traceback, a silently different model or lost work.
+"""Hostile inputs, one section per cause (docs/reliability.md section 14): each gets the right answer
+or one line naming the value and the rule (exit 2), never a traceback, a silently different model or
+lost work. Deep nesting and alias bombs, training options the CPU cannot run, values at the edge of
+fp32, a deleted lock file, forged files with consistent checksums, an interrupted ``--memory`` run and
+costs refused before they are paid.
 
-Every test here failed on the code before its fix (the cause it guards is named in its section).
-The figures go to ``test-artifacts/reliability.json`` under ``redteam`` (docs/reliability.md).
+The figures go to ``test-artifacts/reliability.json`` under ``hostile_inputs`` (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def _record(request):
     FIGURES.update(cases=0, refused_one_line=0, right_answer=0)
     yield
     if FIGURES["cases"]:
-        record("redteam", mode(request), dict(FIGURES))
+        record("hostile_inputs", mode(request), dict(FIGURES))
 
 
 def refused(capsys, argv: list[str], *needles: str) -> str:
@@ -322,7 +324,7 @@ def test_sinusoidal_positions_past_fp32_integers_are_refused():
 # ------------------------------------------------------------------------------ 11. --memory resumes bitwise
 def test_a_memory_run_interrupted_and_resumed_continues_bitwise(tmp_path, corpus):  # noqa: F811
     """The segment memory is saved with the checkpoint (``memory.{micro}.*``): the resumed curve and
-    weights equal the uninterrupted run's (before, the memory restarted empty: step 5 loss differed)."""
+    weights equal the uninterrupted run's (a memory restarted empty changes the loss from step 5)."""
     from test_reliability_runs import tiny
 
     from poslab.runs import RunFolder, read_metrics
@@ -347,7 +349,7 @@ def test_a_memory_run_interrupted_and_resumed_continues_bitwise(tmp_path, corpus
 # ------------------------------------------------------------------------------ 10. costs estimated before they are paid
 def test_text_then_a_sparse_hole_is_refused_without_reading_it_whole(tmp_path):
     """5 MiB of text, then a 2 GiB sparse hole (no disk used): refused after about 1 MiB of probes, not
-    after reading 2 GiB (43 s and 4.4 GB before)."""
+    after reading 2 GiB (which takes 43 s and 4.4 GB)."""
     import subprocess
     import sys
 
@@ -375,7 +377,7 @@ def test_a_huge_num_samples_is_refused_before_any_memory_is_spent(run, capsys): 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     refused(capsys, ["sample", str(run), "--num-samples", "100000000", "--tokens", "8"],
             "--num-samples 100000000 needs about", "sample fewer at once")
-    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024 < 64  # MiB grown (1.8 GB before)
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024 < 64  # MiB grown (allocating first takes 1.8 GB)
 
 
 def test_eval_prints_its_cost_before_scoring(run, capsys, monkeypatch):  # noqa: F811
