@@ -61,8 +61,11 @@ def main() -> int:
     parser.add_argument("--before", default="/work/baseline")
     parser.add_argument("--after", default=str(HERE.parent))
     parser.add_argument("--sizes", default="256,1024")
-    parser.add_argument("--cases", default="poslab:none,poslab:rope,poslab:alibi,poslab:t5,poslab:none-window256,"
-                                           "poslab:rope+sinks,poslab:rope+softcap,poslab:rope+chunk")
+    parser.add_argument(
+        "--cases",
+        default="poslab:none,poslab:rope,poslab:alibi,poslab:t5,poslab:none-window256,"
+        "poslab:rope+sinks,poslab:rope+softcap,poslab:rope+chunk",
+    )
     parser.add_argument("--train", default="rope,alibi")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reps", type=int, default=3)
@@ -77,8 +80,14 @@ def main() -> int:
     procs = {}
     for side, tree in (("before", args.before), ("after", args.after)):
         env = dict(os.environ, PYTHONPATH=tree, OMP_NUM_THREADS="1")
-        procs[side] = subprocess.Popen([sys.executable, __file__, "--worker", tree], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, text=True, env=env, cwd=tree)
+        procs[side] = subprocess.Popen(
+            [sys.executable, __file__, "--worker", tree],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=tree,
+        )
     times: dict[str, dict[str, list[float]]] = {json.dumps(i): {"before": [], "after": []} for i in items}
     for r in range(args.rounds):
         for n, item in enumerate(items):

@@ -34,11 +34,31 @@ from typing import Any
 
 
 def _lm_config(out: str, seed: int, steps: int) -> dict[str, Any]:
-    return {"name": f"s{seed}", "out_dir": out, "corpus": "shakespeare", "tokenizer": "char",
-            "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 64, "dropout": 0.0, "bias": False,
-                      "position": "rope"},
-            "max_steps": steps, "batch_size": 16, "lr": 3e-3, "warmup_steps": 10, "eval_interval": steps,
-            "eval_iters": 2, "log_interval": steps, "ckpt_interval": 0, "seed": seed, "threads": 1}
+    return {
+        "name": f"s{seed}",
+        "out_dir": out,
+        "corpus": "shakespeare",
+        "tokenizer": "char",
+        "model": {
+            "n_layer": 2,
+            "n_head": 4,
+            "n_embd": 64,
+            "block_size": 64,
+            "dropout": 0.0,
+            "bias": False,
+            "position": "rope",
+        },
+        "max_steps": steps,
+        "batch_size": 16,
+        "lr": 3e-3,
+        "warmup_steps": 10,
+        "eval_interval": steps,
+        "eval_iters": 2,
+        "log_interval": steps,
+        "ckpt_interval": 0,
+        "seed": seed,
+        "threads": 1,
+    }
 
 
 def _lm_single(out: str, seed: int, steps: int) -> float:
@@ -59,8 +79,9 @@ def _lm_stacked(out: str, seeds: list[int], steps: int) -> list[float]:
 def _probe_recipe(steps: int) -> Any:
     from poslab.analysis.probes import ProbeRecipe
 
-    return ProbeRecipe(n_layer=2, n_head=4, n_embd=64, steps=steps, batch_size=64, lr=3e-3, warmup_steps=10,
-                       eval_batch=128)
+    return ProbeRecipe(
+        n_layer=2, n_head=4, n_embd=64, steps=steps, batch_size=64, lr=3e-3, warmup_steps=10, eval_batch=128
+    )
 
 
 def _probe_single(seed: int, steps: int) -> float:
@@ -72,8 +93,10 @@ def _probe_single(seed: int, steps: int) -> float:
 def _probe_stacked(seeds: list[int], steps: int) -> list[float]:
     from poslab.analysis.probes import train_probes_stacked
 
-    return [r["final_loss"] for r in train_probes_stacked("reverse", 8, "rope", tuple(seeds), _probe_recipe(steps), (1,),
-                                                           threads=1)]
+    return [
+        r["final_loss"]
+        for r in train_probes_stacked("reverse", 8, "rope", tuple(seeds), _probe_recipe(steps), (1,), threads=1)
+    ]
 
 
 def _pool(calls: list[tuple[Any, tuple]]) -> float:
@@ -88,7 +111,7 @@ def _pool(calls: list[tuple[Any, tuple]]) -> float:
 
 def measure(workload: str, seeds: int, steps: int, repeats: int) -> dict[str, Any]:
     ids = list(range(seeds))
-    halves = [ids[: seeds // 2], ids[seeds // 2:]]
+    halves = [ids[: seeds // 2], ids[seeds // 2 :]]
     best = {"per-process": float("inf"), "stacked": float("inf")}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(repeats):
@@ -103,8 +126,15 @@ def measure(workload: str, seeds: int, steps: int, repeats: int) -> dict[str, An
     per_model = steps * (16 * 64 if workload == "lm" else 1)
     unit = "tokens/s" if workload == "lm" else "model-steps/s"
     rates = {k: seeds * per_model / v for k, v in best.items()}
-    return {"workload": workload, "seeds": seeds, "steps": steps, "unit": unit, "wall_s": best, "rate": rates,
-            "ratio": rates["stacked"] / rates["per-process"]}
+    return {
+        "workload": workload,
+        "seeds": seeds,
+        "steps": steps,
+        "unit": unit,
+        "wall_s": best,
+        "rate": rates,
+        "ratio": rates["stacked"] / rates["per-process"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,10 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     for workload in args.workloads.split(","):
         r = measure(workload, args.seeds, args.steps, args.repeats)
         rows.append(r)
-        print(f"{r['workload']:6s} {r['seeds']} models x {r['steps']} steps, 2 processes x 1 thread: "
-              f"per-process {r['rate']['per-process']:,.0f} {r['unit']} ({r['wall_s']['per-process']:.1f} s), "
-              f"stacked {r['rate']['stacked']:,.0f} {r['unit']} ({r['wall_s']['stacked']:.1f} s): "
-              f"x{r['ratio']:.2f}", flush=True)
+        print(
+            f"{r['workload']:6s} {r['seeds']} models x {r['steps']} steps, 2 processes x 1 thread: "
+            f"per-process {r['rate']['per-process']:,.0f} {r['unit']} ({r['wall_s']['per-process']:.1f} s), "
+            f"stacked {r['rate']['stacked']:,.0f} {r['unit']} ({r['wall_s']['stacked']:.1f} s): "
+            f"x{r['ratio']:.2f}",
+            flush=True,
+        )
     if args.out is not None:
         args.out.write_text(json.dumps(rows, indent=1))
     return 0

@@ -41,8 +41,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    cases = [(12, "fp32", "default"), (12, "bf16", "default"), (12, "bf16", "flash"), (12, "bf16", "math"),
-             (12, "fp32", "math"), (48, "fp32", "default"), (48, "bf16", "default")]
+    cases = [
+        (12, "fp32", "default"),
+        (12, "bf16", "default"),
+        (12, "bf16", "flash"),
+        (12, "bf16", "math"),
+        (12, "fp32", "math"),
+        (48, "fp32", "default"),
+        (48, "bf16", "default"),
+    ]
     steps = {(12, "fp32", "nanoGPT"): nanogpt_step_fn(4, 4, 128, 64, 12)}  # the recipe's step, per-tensor AdamW
     for batch, dtype, kernel in cases:
         fn = poslab_step_fn(4, 4, 128, 64, batch, position="rope", dtype=dtype, bias=False, activation="gelu")[0]
@@ -68,13 +75,24 @@ def main() -> None:
             rates[key].append(args.steps * key[0] * 64 / (time.perf_counter() - start))
     rows = []
     for (batch, dtype, kernel), r in rates.items():
-        rows.append({"batch": batch, "dtype": dtype, "sdpa_kernel": kernel, "tokens_per_s_median": statistics.median(r),
-                     "rounds": r})
-        print(f"  B={batch:2d} {dtype} sdpa {kernel:7s} {statistics.median(r):>8,.0f} tokens/s  "
-              f"(rounds {', '.join(f'{x:,.0f}' for x in r)})", flush=True)
+        rows.append(
+            {
+                "batch": batch,
+                "dtype": dtype,
+                "sdpa_kernel": kernel,
+                "tokens_per_s_median": statistics.median(r),
+                "rounds": r,
+            }
+        )
+        print(
+            f"  B={batch:2d} {dtype} sdpa {kernel:7s} {statistics.median(r):>8,.0f} tokens/s  "
+            f"(rounds {', '.join(f'{x:,.0f}' for x in r)})",
+            flush=True,
+        )
     if args.json:
-        args.json.write_text(json.dumps({"threads": args.threads, "rows": rows, "load_average": list(os.getloadavg())},
-                                        indent=2))
+        args.json.write_text(
+            json.dumps({"threads": args.threads, "rows": rows, "load_average": list(os.getloadavg())}, indent=2)
+        )
 
 
 if __name__ == "__main__":

@@ -42,14 +42,41 @@ from pathlib import Path
 MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128, "dropout": 0.0, "position": "learned"}
 
 
-def case_command(case: dict, out: Path, name: str, steps: int, batch: int, log_interval: int,
-                 model: dict) -> tuple[list[str], dict]:
+def case_command(
+    case: dict, out: Path, name: str, steps: int, batch: int, log_interval: int, model: dict
+) -> tuple[list[str], dict]:
     """The command line and environment of one run of ``case``."""
     train = [
-        "train", "--preset", "tiny", "--corpus", "shakespeare", "--name", name, "--out_dir", str(out),
-        "--max_steps", str(steps), "--lr_decay_steps", str(steps), "--warmup_steps", "10", "--batch_size", str(batch),
-        "--eval_interval", str(steps), "--eval_iters", "1", "--log_interval", str(log_interval), "--ckpt_interval", "0",
-        "--keep_checkpoints", "1", "--threads", str(case["threads"]), "--no-progress",
+        "train",
+        "--preset",
+        "tiny",
+        "--corpus",
+        "shakespeare",
+        "--name",
+        name,
+        "--out_dir",
+        str(out),
+        "--max_steps",
+        str(steps),
+        "--lr_decay_steps",
+        str(steps),
+        "--warmup_steps",
+        "10",
+        "--batch_size",
+        str(batch),
+        "--eval_interval",
+        str(steps),
+        "--eval_iters",
+        "1",
+        "--log_interval",
+        str(log_interval),
+        "--ckpt_interval",
+        "0",
+        "--keep_checkpoints",
+        "1",
+        "--threads",
+        str(case["threads"]),
+        "--no-progress",
     ]
     for key, value in model.items():
         train += [f"--model.{key}", str(value)]
@@ -99,13 +126,17 @@ def main() -> int:
         cases.append({"label": "2 procs x 1 thread (FSDP2)", "procs": 2, "threads": 1, "fsdp": True})
     totals: dict[str, list[float]] = {c["label"]: [] for c in cases}
     load_before = os.getloadavg()
-    print(f"cpus: {os.cpu_count()}, load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
-    print(f"model {model['n_layer']}/{model['n_head']}/{model['n_embd']}, T={model['block_size']}, batch {args.batch} "
-          f"per process, {steps} steps, {rounds} rounds, fp32")
+    print(
+        f"cpus: {os.cpu_count()}, load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}"
+    )
+    print(
+        f"model {model['n_layer']}/{model['n_head']}/{model['n_embd']}, T={model['block_size']}, batch {args.batch} "
+        f"per process, {steps} steps, {rounds} rounds, fp32"
+    )
     work = Path(tempfile.mkdtemp(prefix="ddp_throughput_"))
     try:
         for round_index in range(rounds):
-            order = cases[round_index % len(cases):] + cases[: round_index % len(cases)]
+            order = cases[round_index % len(cases) :] + cases[: round_index % len(cases)]
             for case in order:
                 name = f"r{round_index}-{case['label'].split()[0]}-{case['label'].split()[2]}-{'fsdp' if case.get('fsdp') else 'x'}"
                 cmd, env = case_command(case, work, name, steps, args.batch, log_interval, model)
@@ -116,8 +147,11 @@ def main() -> int:
                     raise SystemExit(f"{case['label']} failed (exit {done.returncode})")
                 rate = measure(work / name)
                 totals[case["label"]].append(rate)
-                print(f"round {round_index + 1}: {case['label']:<28} {rate:>9.0f} tokens/s total "
-                      f"({time.perf_counter() - start:.0f} s wall with start-up)", flush=True)
+                print(
+                    f"round {round_index + 1}: {case['label']:<28} {rate:>9.0f} tokens/s total "
+                    f"({time.perf_counter() - start:.0f} s wall with start-up)",
+                    flush=True,
+                )
                 shutil.rmtree(work / name, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -131,21 +165,44 @@ def main() -> int:
     for case in cases:
         values = totals[case["label"]]
         median = statistics.median(values)
-        row = {"case": case["label"], "processes": case["procs"], "threads_per_process": case["threads"],
-               "fsdp": bool(case.get("fsdp")), "tokens_per_s_total": median,
-               "tokens_per_s_per_process": median / case["procs"], "rounds": values,
-               "vs_1proc_2threads": median / base2, "vs_1proc_1thread": median / base1}
+        row = {
+            "case": case["label"],
+            "processes": case["procs"],
+            "threads_per_process": case["threads"],
+            "fsdp": bool(case.get("fsdp")),
+            "tokens_per_s_total": median,
+            "tokens_per_s_per_process": median / case["procs"],
+            "rounds": values,
+            "vs_1proc_2threads": median / base2,
+            "vs_1proc_1thread": median / base1,
+        }
         rows.append(row)
-        print(f"| {case['label']} | {median:,.0f} | {median / case['procs']:,.0f} | {min(values):,.0f}-{max(values):,.0f} "
-              f"| {median / base2:.2f}x | {median / base1:.2f}x |")
-    print(f"\nload average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} "
-          f"(a load above {os.cpu_count()} means other processes shared these cores)")
+        print(
+            f"| {case['label']} | {median:,.0f} | {median / case['procs']:,.0f} | {min(values):,.0f}-{max(values):,.0f} "
+            f"| {median / base2:.2f}x | {median / base1:.2f}x |"
+        )
+    print(
+        f"\nload average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} "
+        f"(a load above {os.cpu_count()} means other processes shared these cores)"
+    )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
-            "model": model, "batch_per_process": args.batch, "steps": steps, "rounds": rounds, "cpus": os.cpu_count(),
-            "load_average_before": load_before, "load_average_after": load_after, "cases": rows,
-        }, indent=2) + "\n")
+        args.out.write_text(
+            json.dumps(
+                {
+                    "model": model,
+                    "batch_per_process": args.batch,
+                    "steps": steps,
+                    "rounds": rounds,
+                    "cpus": os.cpu_count(),
+                    "load_average_before": load_before,
+                    "load_average_after": load_after,
+                    "cases": rows,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         print(f"wrote {args.out}")
     return 0
 

@@ -52,8 +52,15 @@ def child(scheme: str, length: int, unblocked: bool, allocator: str, train: bool
         return_freed_memory_to_os()  # what `poslab eval` does
 
     torch.manual_seed(0)
-    config = GPTConfig(vocab_size=65, n_layer=2, n_head=4, n_embd=64, block_size=length if scheme == "learned" else 64,
-                       bias=False, position=scheme)
+    config = GPTConfig(
+        vocab_size=65,
+        n_layer=2,
+        n_head=4,
+        n_embd=64,
+        block_size=length if scheme == "learned" else 64,
+        bias=False,
+        position=scheme,
+    )
     model = GPT(config).eval()
     if unblocked:
         for block in model.blocks:
@@ -70,8 +77,19 @@ def child(scheme: str, length: int, unblocked: bool, allocator: str, train: bool
         loss = evaluate_length(model, tokens, length, length)["nonoverlapping"]["loss"]
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"scheme": scheme, "length": length, "unblocked": unblocked, "allocator": allocator, "train": train, "baseline_mib": baseline,
-            "peak_mib": peak, "eval_peak_mib": peak - baseline, "seconds": seconds, "loss": loss, "threads": torch.get_num_threads()}
+    return {
+        "scheme": scheme,
+        "length": length,
+        "unblocked": unblocked,
+        "allocator": allocator,
+        "train": train,
+        "baseline_mib": baseline,
+        "peak_mib": peak,
+        "eval_peak_mib": peak - baseline,
+        "seconds": seconds,
+        "loss": loss,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def run_case(scheme: str, length: int, unblocked: bool, allocator: str, train: bool = False) -> dict:
@@ -80,7 +98,13 @@ def run_case(scheme: str, length: int, unblocked: bool, allocator: str, train: b
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        return {"scheme": scheme, "length": length, "unblocked": unblocked, "allocator": allocator, "error": f"exit {proc.returncode}: {tail}"}
+        return {
+            "scheme": scheme,
+            "length": length,
+            "unblocked": unblocked,
+            "allocator": allocator,
+            "error": f"exit {proc.returncode}: {tail}",
+        }
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -88,11 +112,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", default="2048,8192", help="two or more window lengths T")
     parser.add_argument("--schemes", default=",".join(SCHEMES))
-    parser.add_argument("--unblocked", action="store_true", help="also the reference cases without the blocked path (bias schemes)")
-    parser.add_argument("--allocator", choices=("mmap", "default"), default="mmap",
-                        help="mmap: large blocks returned to the OS when freed, as `poslab eval` sets it (default); "
-                             "default: glibc's dynamic threshold, whose heap fragmentation inflates the peak")
-    parser.add_argument("--train", action="store_true", help="one training step (forward + backward) instead of the evaluation")
+    parser.add_argument(
+        "--unblocked", action="store_true", help="also the reference cases without the blocked path (bias schemes)"
+    )
+    parser.add_argument(
+        "--allocator",
+        choices=("mmap", "default"),
+        default="mmap",
+        help="mmap: large blocks returned to the OS when freed, as `poslab eval` sets it (default); "
+        "default: glibc's dynamic threshold, whose heap fragmentation inflates the peak",
+    )
+    parser.add_argument(
+        "--train", action="store_true", help="one training step (forward + backward) instead of the evaluation"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the cases and verdicts as JSON")
     parser.add_argument("--child", nargs=2, metavar=("SCHEME", "T"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -121,11 +153,16 @@ def main() -> int:
             if "error" in case:
                 print(f"{label:22s} T={length:6d}  {case['error']}", flush=True)
             else:
-                print(f"{label:22s} T={length:6d}  baseline {case['baseline_mib']:7.1f} MiB  eval peak +{case['eval_peak_mib']:8.1f} MiB"
-                      f"  {case['seconds']:6.1f} s", flush=True)
+                print(
+                    f"{label:22s} T={length:6d}  baseline {case['baseline_mib']:7.1f} MiB  eval peak +{case['eval_peak_mib']:8.1f} MiB"
+                    f"  {case['seconds']:6.1f} s",
+                    flush=True,
+                )
 
     lo, hi = min(lengths), max(lengths)
-    print(f"\npeak growth from T={lo} to T={hi} (x{hi / lo:g} tokens): linear ~x{hi / lo:g}, quadratic ~x{(hi / lo) ** 2:g}")
+    print(
+        f"\npeak growth from T={lo} to T={hi} (x{hi / lo:g} tokens): linear ~x{hi / lo:g}, quadratic ~x{(hi / lo) ** 2:g}"
+    )
     verdicts = []
     threshold = (hi / lo) ** 1.5  # geometric midpoint of linear and quadratic growth
     for scheme, unblocked in variants:
@@ -138,13 +175,33 @@ def main() -> int:
             continue
         growth = large["eval_peak_mib"] / max(small["eval_peak_mib"], 1.0)
         verdict = "linear" if growth < threshold else "quadratic"
-        verdicts.append({"scheme": scheme, "unblocked": unblocked, "growth": growth, "verdict": verdict,
-                         f"eval_peak_mib_{lo}": small["eval_peak_mib"], f"eval_peak_mib_{hi}": large["eval_peak_mib"]})
-        print(f"  {label:22s} +{small['eval_peak_mib']:7.1f} -> +{large['eval_peak_mib']:8.1f} MiB  x{growth:5.2f}  {verdict}")
+        verdicts.append(
+            {
+                "scheme": scheme,
+                "unblocked": unblocked,
+                "growth": growth,
+                "verdict": verdict,
+                f"eval_peak_mib_{lo}": small["eval_peak_mib"],
+                f"eval_peak_mib_{hi}": large["eval_peak_mib"],
+            }
+        )
+        print(
+            f"  {label:22s} +{small['eval_peak_mib']:7.1f} -> +{large['eval_peak_mib']:8.1f} MiB  x{growth:5.2f}  {verdict}"
+        )
     if args.out:
         tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(json.dumps({"lengths": lengths, "allocator": args.allocator, "threshold": threshold, "cases": cases,
-                                   "verdicts": verdicts}, indent=2))
+        tmp.write_text(
+            json.dumps(
+                {
+                    "lengths": lengths,
+                    "allocator": args.allocator,
+                    "threshold": threshold,
+                    "cases": cases,
+                    "verdicts": verdicts,
+                },
+                indent=2,
+            )
+        )
         tmp.replace(args.out)
     blocked_ok = all(v["verdict"] == "linear" for v in verdicts if not v["unblocked"])
     return 0 if blocked_ok else 1

@@ -88,12 +88,25 @@ def launch(nproc: int, config: dict, fsdp: bool, work: Path, tag: str, env: dict
     """Run one configuration under torchrun; returns rank 0's results and every rank's peak memory."""
     report_dir = work / f"report-{tag}"
     report_dir.mkdir(parents=True)
-    spec = {"config": {**config, "name": tag, "out_dir": str(work / "runs")}, "fsdp": fsdp,
-            "report_dir": str(report_dir), "measure_peak": measure_peak}
+    spec = {
+        "config": {**config, "name": tag, "out_dir": str(work / "runs")},
+        "fsdp": fsdp,
+        "report_dir": str(report_dir),
+        "measure_peak": measure_peak,
+    }
     spec_path = work / f"{tag}.json"
     spec_path.write_text(json.dumps(spec))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
-           str(Path(__file__).resolve()), "--worker", str(spec_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(nproc),
+        str(Path(__file__).resolve()),
+        "--worker",
+        str(spec_path),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-6000:], file=sys.stderr)
@@ -149,9 +162,12 @@ def main() -> int:
         steps, rounds = args.steps or 10, args.rounds or 1
     else:
         if not torch.cuda.is_available():
-            print("fsdp_gpu: no CUDA device here; this script measures DDP/FSDP on GPUs with nccl. "
-                  "Run `benchmarks/fsdp_gpu.py --cpu-smoke` to check the flow on CPU, and "
-                  "`benchmarks/ddp_throughput.py` for CPU throughput.", file=sys.stderr)
+            print(
+                "fsdp_gpu: no CUDA device here; this script measures DDP/FSDP on GPUs with nccl. "
+                "Run `benchmarks/fsdp_gpu.py --cpu-smoke` to check the flow on CPU, and "
+                "`benchmarks/ddp_throughput.py` for CPU throughput.",
+                file=sys.stderr,
+            )
             return 2
         count = torch.cuda.device_count()
         nproc = args.nproc or count
@@ -159,20 +175,43 @@ def main() -> int:
             print(f"fsdp_gpu: --nproc {nproc} but {count} GPU(s) are visible", file=sys.stderr)
             return 2
         device = f"{nproc} x {torch.cuda.get_device_name(0)}"
-        big = {"n_layer": args.layers, "n_head": args.heads, "n_embd": args.embd, "block_size": args.block,
-               "dropout": 0.0, "bias": False, "position": args.position}
+        big = {
+            "n_layer": args.layers,
+            "n_head": args.heads,
+            "n_embd": args.embd,
+            "block_size": args.block,
+            "dropout": 0.0,
+            "bias": False,
+            "position": args.position,
+        }
         batch, dtype, tol = args.batch, "bf16", args.tol or 1e-4
         steps, rounds = args.steps or (30 if args.quick else 60), args.rounds or (1 if args.quick else 2)
     print(f"device: {device}; torch {torch.__version__}")
-    common = {"corpus": "shakespeare", "tokenizer": "char", "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 5,
-              "eval_iters": 2, "ckpt_interval": 0, "keep_checkpoints": 1, "seed": 3}
+    common = {
+        "corpus": "shakespeare",
+        "tokenizer": "char",
+        "lr": 1e-3,
+        "min_lr": 1e-4,
+        "warmup_steps": 5,
+        "eval_iters": 2,
+        "ckpt_interval": 0,
+        "keep_checkpoints": 1,
+        "seed": 3,
+    }
     summary: dict = {"device": device, "nproc": nproc, "torch": torch.__version__}
     with tempfile.TemporaryDirectory(prefix="fsdp_gpu_") as tmp:
         work = Path(tmp)
         # 1. equivalence ------------------------------------------------------------------------------
         b = 4
-        eq = {**common, "model": TINY, "max_steps": 20, "lr_decay_steps": 20, "eval_interval": 20, "log_interval": 5,
-              "dtype": "fp32"}
+        eq = {
+            **common,
+            "model": TINY,
+            "max_steps": 20,
+            "lr_decay_steps": 20,
+            "eval_interval": 20,
+            "log_interval": 5,
+            "dtype": "fp32",
+        }
         ref = launch(1, {**eq, "batch_size": nproc * b}, False, work, "eq-ref", env)
         ddp = launch(nproc, {**eq, "batch_size": b}, False, work, "eq-ddp", env)
         fsdp = launch(nproc, {**eq, "batch_size": b}, True, work, "eq-fsdp", env)
@@ -180,22 +219,35 @@ def main() -> int:
         for label, run in (("DDP", ddp), ("FSDP2", fsdp)):
             d_loss = abs(loss_at(run, 20) - loss_at(ref, 20))
             d_val = abs(run["results"]["final_val_loss"] - ref["results"]["final_val_loss"])
-            rows.append({"case": label, "loss_20_diff": d_loss, "final_val_diff": d_val, "ok": max(d_loss, d_val) < tol})
-        print(f"\nequivalence: 1 process x batch {nproc * b} vs {nproc} processes x batch {b} (fp32, 20 steps, tol {tol:g})")
+            rows.append(
+                {"case": label, "loss_20_diff": d_loss, "final_val_diff": d_val, "ok": max(d_loss, d_val) < tol}
+            )
+        print(
+            f"\nequivalence: 1 process x batch {nproc * b} vs {nproc} processes x batch {b} (fp32, 20 steps, tol {tol:g})"
+        )
         print("| case | loss@20 diff | final val diff | within tol |\n|---|---|---|---|")
         for row in rows:
             print(f"| {row['case']} | {row['loss_20_diff']:.2e} | {row['final_val_diff']:.2e} | {row['ok']} |")
         summary["equivalence"] = {"tol": tol, "reference_loss_20": loss_at(ref, 20), "cases": rows}
 
         # 2. throughput and memory -------------------------------------------------------------------
-        tp = {**common, "model": big, "max_steps": steps, "lr_decay_steps": steps, "eval_interval": steps,
-              "log_interval": max(steps // 6, 1), "batch_size": batch, "dtype": dtype}
+        tp = {
+            **common,
+            "model": big,
+            "max_steps": steps,
+            "lr_decay_steps": steps,
+            "eval_interval": steps,
+            "log_interval": max(steps // 6, 1),
+            "batch_size": batch,
+            "dtype": dtype,
+        }
         runs: dict[str, list[dict]] = {"DDP": [], "FSDP2": []}
         for round_index in range(rounds):
             order = ["DDP", "FSDP2"] if round_index % 2 == 0 else ["FSDP2", "DDP"]
             for label in order:
-                run = launch(nproc, tp, label == "FSDP2", work, f"tp-{label}-{round_index}", env,
-                             measure_peak=not args.cpu_smoke)
+                run = launch(
+                    nproc, tp, label == "FSDP2", work, f"tp-{label}-{round_index}", env, measure_peak=not args.cpu_smoke
+                )
                 runs[label].append(run)
                 print(f"round {round_index + 1}: {label:<6} {run['tokens_per_s']:,.0f} tokens/s total", flush=True)
         print(f"\nthroughput: {big}, batch {batch} per process, {dtype}, {steps} steps, {rounds} round(s)")
@@ -208,14 +260,22 @@ def main() -> int:
             flops_per_token = label_runs[0]["results"]["flops_per_token"]
             mfu = (total / nproc * flops_per_token / statistics.median(peaks)) if peaks else None
             gib = max(memory) / 2**30 if memory else None
-            print(f"| {label} | {total:,.0f} | {total / nproc:,.0f} | {'-' if gib is None else f'{gib:.2f}'} | "
-                  f"{'-' if mfu is None else f'{100 * mfu:.1f}%'} |")
-            summary["throughput"]["cases"].append({
-                "case": label, "tokens_per_s_total": total, "tokens_per_s_per_gpu": total / nproc,
-                "rounds": [r["tokens_per_s"] for r in label_runs], "max_memory_allocated_bytes": max(memory) if memory else None,
-                "gpu_bf16_matmul_peak_flops": statistics.median(peaks) if peaks else None, "mfu_per_gpu": mfu,
-                "flops_per_token": flops_per_token,
-            })
+            print(
+                f"| {label} | {total:,.0f} | {total / nproc:,.0f} | {'-' if gib is None else f'{gib:.2f}'} | "
+                f"{'-' if mfu is None else f'{100 * mfu:.1f}%'} |"
+            )
+            summary["throughput"]["cases"].append(
+                {
+                    "case": label,
+                    "tokens_per_s_total": total,
+                    "tokens_per_s_per_gpu": total / nproc,
+                    "rounds": [r["tokens_per_s"] for r in label_runs],
+                    "max_memory_allocated_bytes": max(memory) if memory else None,
+                    "gpu_bf16_matmul_peak_flops": statistics.median(peaks) if peaks else None,
+                    "mfu_per_gpu": mfu,
+                    "flops_per_token": flops_per_token,
+                }
+            )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(summary, indent=2) + "\n")

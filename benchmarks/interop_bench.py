@@ -32,9 +32,14 @@ def build(args: argparse.Namespace) -> tuple[torch.nn.Module, poslab.GPT]:
     transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
-        vocab_size=args.vocab, hidden_size=args.d, intermediate_size=args.ffn, num_hidden_layers=args.layers,
-        num_attention_heads=args.heads, num_key_value_heads=args.kv_heads or args.heads,
-        max_position_embeddings=max(args.seq, 2048), rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        vocab_size=args.vocab,
+        hidden_size=args.d,
+        intermediate_size=args.ffn,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads or args.heads,
+        max_position_embeddings=max(args.seq, 2048),
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         attn_implementation="sdpa",
     )
     hf = transformers.LlamaForCausalLM(config).eval()
@@ -94,21 +99,34 @@ def main() -> None:
                 rates[name].append(tokens / timed(fn, args.iters))
 
     rows = []
-    print(f"\nforward tokens/s, {args.layers} layers, d {args.d}, {args.heads} heads (kv {args.kv_heads or args.heads}), "
-          f"ffn {args.ffn}, vocab {args.vocab}, T {args.seq}, batch {args.batch}, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}, transformers {transformers.__version__}; logits max |diff| {max_diff:.2e}")
+    print(
+        f"\nforward tokens/s, {args.layers} layers, d {args.d}, {args.heads} heads (kv {args.kv_heads or args.heads}), "
+        f"ffn {args.ffn}, vocab {args.vocab}, T {args.seq}, batch {args.batch}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}, transformers {transformers.__version__}; logits max |diff| {max_diff:.2e}"
+    )
     print(f"{'model':40s} {'median tok/s':>13s} {'min':>9s} {'max':>9s}")
     for name, values in rates.items():
         median = statistics.median(values)
-        rows.append({"model": name, "median_tokens_per_s": median, "min": min(values), "max": max(values), "rounds": values})
+        rows.append(
+            {"model": name, "median_tokens_per_s": median, "min": min(values), "max": max(values), "rounds": values}
+        )
         print(f"{name:40s} {median:13,.0f} {min(values):9,.0f} {max(values):9,.0f}")
     ratio = rows[0]["median_tokens_per_s"] / rows[1]["median_tokens_per_s"]
     print(f"poslab / transformers: {ratio:.2f}x (median of {args.reps} alternating rounds of {args.iters} forwards)")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "max_abs_logit_diff": max_diff,
-                                   "ratio": ratio, "results": rows}, indent=2))
+        tmp.write_text(
+            json.dumps(
+                {
+                    "args": vars(args) | {"out": str(args.out)},
+                    "max_abs_logit_diff": max_diff,
+                    "ratio": ratio,
+                    "results": rows,
+                },
+                indent=2,
+            )
+        )
         tmp.replace(args.out)
 
 

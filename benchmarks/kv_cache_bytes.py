@@ -28,7 +28,12 @@ def main() -> None:
     with torch.device("meta"):
         for label, kv_heads in (("MHA (128 kv heads)", 128), ("GQA (8 kv heads)", 8), ("MQA (1 kv head)", 1)):
             rows.append((label, held_bytes(KVCache(1, kv_heads, head_dim, CAPACITY, torch.bfloat16, "meta"))))
-        rows.append(("MLA (latent 512 + rotary key 64)", held_bytes(LatentKVCache(1, 512, 64, CAPACITY, torch.bfloat16, "meta"))))
+        rows.append(
+            (
+                "MLA (latent 512 + rotary key 64)",
+                held_bytes(LatentKVCache(1, 512, 64, CAPACITY, torch.bfloat16, "meta")),
+            )
+        )
     mha = rows[0][1]
     print("| attention | bytes / token / layer (bf16) | vs MHA |\n|---|---:|---:|")
     for label, total in rows:

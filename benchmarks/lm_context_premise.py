@@ -34,9 +34,13 @@ def main(argv: list[str]) -> int:
 
         data = json.loads(Path(argv[1]).read_text())
         names = positions.names()
-        plot_loss_by_position({k: v["curves"] for k, v in data.items()}, Path(argv[2]),
-                              style_index={k: names.index(k) for k in data if k in names}, baselines=BASELINES,
-                              title=f"quick LM, {Path(argv[1]).stem}: loss at each window position (val)")
+        plot_loss_by_position(
+            {k: v["curves"] for k, v in data.items()},
+            Path(argv[2]),
+            style_index={k: names.index(k) for k in data if k in names},
+            baselines=BASELINES,
+            title=f"quick LM, {Path(argv[1]).stem}: loss at each window position (val)",
+        )
         print(argv[2])
         return 0
     from poslab.analysis.eval import loss_by_position
@@ -49,17 +53,33 @@ def main(argv: list[str]) -> int:
     size = dataclasses.replace(SIZES["quick"], steps=steps, lr=lr, batch_size=bs, warmup_steps=max(10, steps // 10))
     out = {}
     for scheme in argv[3:]:
-        cfgs = [train_config(scheme, size, Path("/tmp/lm_context_premise"), name=f"{scheme}-{s}", seed=s) for s in SEEDS]
+        cfgs = [
+            train_config(scheme, size, Path("/tmp/lm_context_premise"), name=f"{scheme}-{s}", seed=s) for s in SEEDS
+        ]
         data = prepare_data(cfgs[0])
         start = time.perf_counter()
         res = train_stacked(cfgs, None, data=data, progress=None)
         curves = [loss_by_position(r["model"].eval(), data.val, size.train_length, 64).tolist() for r in res]
         early = [sum(c[1:9]) / 8 for c in curves]
         late = [sum(c[-16:]) / 16 for c in curves]
-        out[scheme] = {"val": [r["final_val_loss"] for r in res], "early_1_8": early, "late_last16": late,
-                       "curves": curves, "seconds": time.perf_counter() - start}
-        print(scheme, "val", [round(v, 3) for v in out[scheme]["val"]], "early", [round(v, 3) for v in early],
-              "late", [round(v, 3) for v in late], f"{out[scheme]['seconds']:.0f}s", flush=True)
+        out[scheme] = {
+            "val": [r["final_val_loss"] for r in res],
+            "early_1_8": early,
+            "late_last16": late,
+            "curves": curves,
+            "seconds": time.perf_counter() - start,
+        }
+        print(
+            scheme,
+            "val",
+            [round(v, 3) for v in out[scheme]["val"]],
+            "early",
+            [round(v, 3) for v in early],
+            "late",
+            [round(v, 3) for v in late],
+            f"{out[scheme]['seconds']:.0f}s",
+            flush=True,
+        )
     Path(f"/tmp/lm_{steps}_{lr}_{bs}.json").write_text(json.dumps(out))
     return 0
 

@@ -46,7 +46,9 @@ def main() -> None:
         cache = ours.make_cache(2, capacity=40)
         seq = torch.cat([prompt, tokens], 1)
         with torch.no_grad():
-            steps = [ours(prompt, cache=cache)[:, -1]] + [ours(seq[:, t : t + 1], cache=cache)[:, -1] for t in range(8, 39)]
+            steps = [ours(prompt, cache=cache)[:, -1]] + [
+                ours(seq[:, t : t + 1], cache=cache)[:, -1] for t in range(8, 39)
+            ]
         diff = (torch.stack(steps, 1) - logits).abs().max().item()
         print(f"generate {case:14s} identical={torch.equal(got[:, 8:], tokens)} cached-step max|diff|={diff:.2e}")
     hf = hf_model(gpt_oss())

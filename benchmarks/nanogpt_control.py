@@ -71,12 +71,16 @@ class TinyGPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
-def nanogpt_optimizer(model: nn.Module, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.99)) -> torch.optim.AdamW:
+def nanogpt_optimizer(
+    model: nn.Module, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.99)
+) -> torch.optim.AdamW:
     """nanoGPT's ``configure_optimizers`` on CPU: decay on 2-D tensors, none on the rest, and the
     default per-tensor-loop AdamW (nanoGPT asks for the fused kernel on CUDA only)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=1e-3, betas=betas, foreach=False)
 
 
@@ -90,8 +94,14 @@ def nanogpt_lr(it: int, lr: float = 1e-3, min_lr: float = 1e-4, warmup: int = 10
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
 
 
-def nanogpt_update(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, lr: float,
-                   grad_clip: float = 1.0) -> float:
+def nanogpt_update(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    lr: float,
+    grad_clip: float = 1.0,
+) -> float:
     """One iteration of nanoGPT's loop (no accumulation): set lr, forward, backward, clip, step. Returns the loss."""
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -165,8 +175,10 @@ def main() -> None:
     rows = [run(seed, args, train_ids, val_ids, tokenizer.vocab_size) for seed in args.seeds]
     print(f"\nnanoGPT-style control ({args.iters} iterations; nanoGPT's README reports val 1.88)")
     for r in rows:
-        print(f"  seed {r['seed']:5d}: val (20 batches) {r['val_loss_20_batches']:.4f}  val (full split) "
-              f"{r['val_loss_full_split']:.4f}  train {r['train_loss']:.4f}  wall {r['wall_s']:.0f}s")
+        print(
+            f"  seed {r['seed']:5d}: val (20 batches) {r['val_loss_20_batches']:.4f}  val (full split) "
+            f"{r['val_loss_full_split']:.4f}  train {r['train_loss']:.4f}  wall {r['wall_s']:.0f}s"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=2))
 

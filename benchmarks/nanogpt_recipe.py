@@ -53,9 +53,17 @@ def main() -> None:
     for scheme, seed in ((scheme, seed) for scheme in args.schemes for seed in args.seeds):
         values = presets.preset_config("shakespeare-char")
         values["model"] = {**values["model"], "position": scheme, "position_config": {}}
-        values.update(name=f"{scheme}-{args.dtype}-s{seed}", out_dir=str(args.out), max_steps=args.steps,
-                      lr_decay_steps=args.steps, threads=args.threads, seed=seed, dtype=args.dtype,
-                      ckpt_interval=0, keep_checkpoints=1)
+        values.update(
+            name=f"{scheme}-{args.dtype}-s{seed}",
+            out_dir=str(args.out),
+            max_steps=args.steps,
+            lr_decay_steps=args.steps,
+            threads=args.threads,
+            seed=seed,
+            dtype=args.dtype,
+            ckpt_interval=0,
+            keep_checkpoints=1,
+        )
         cfg = TrainConfig.from_dict(values)
         print(f"\n=== {scheme}: {args.steps} iterations, {args.dtype}, seed {seed}")
         results = train(cfg, overwrite=True)
@@ -63,19 +71,30 @@ def main() -> None:
         data = prepare_data(cfg, tokenizer=None)
         full_val = evaluate_loss(model, data.val, model.config.block_size, 64, None)
         row = {
-            "scheme": scheme, "val_loss_20_batches": results["final_val_loss"], "val_loss_full_split": full_val,
-            "train_loss": results["final_train_loss"], "tokens_per_s": results["tokens_per_s"], "mfu": results["mfu"],
-            "wall_time_s": results["wall_time_s"], "steps": args.steps, "dtype": args.dtype, "seed": seed,
+            "scheme": scheme,
+            "val_loss_20_batches": results["final_val_loss"],
+            "val_loss_full_split": full_val,
+            "train_loss": results["final_train_loss"],
+            "tokens_per_s": results["tokens_per_s"],
+            "mfu": results["mfu"],
+            "wall_time_s": results["wall_time_s"],
+            "steps": args.steps,
+            "dtype": args.dtype,
+            "seed": seed,
         }
         rows.append(row)
         (cfg.run_dir / "recipe.json").write_text(json.dumps(row, indent=2))
 
     print(f"\nnanoGPT shakespeare_char CPU recipe ({args.steps} iterations; nanoGPT reports val {NANOGPT_VAL_LOSS})")
-    print(f"  {'scheme':10s} {'seed':>5s} {'val (20 batches)':>17s} {'val (full split)':>17s} {'train':>8s} "
-          f"{'tokens/s':>9s} {'MFU':>6s} {'wall':>7s}")
+    print(
+        f"  {'scheme':10s} {'seed':>5s} {'val (20 batches)':>17s} {'val (full split)':>17s} {'train':>8s} "
+        f"{'tokens/s':>9s} {'MFU':>6s} {'wall':>7s}"
+    )
     for r in rows:
-        print(f"  {r['scheme']:10s} {r['seed']:>5d} {r['val_loss_20_batches']:>17.4f} {r['val_loss_full_split']:>17.4f} "
-              f"{r['train_loss']:>8.4f} {r['tokens_per_s']:>9,.0f} {r['mfu']:>6.1%} {r['wall_time_s']:>6.0f}s")
+        print(
+            f"  {r['scheme']:10s} {r['seed']:>5d} {r['val_loss_20_batches']:>17.4f} {r['val_loss_full_split']:>17.4f} "
+            f"{r['train_loss']:>8.4f} {r['tokens_per_s']:>9,.0f} {r['mfu']:>6.1%} {r['wall_time_s']:>6.0f}s"
+        )
     for scheme in args.schemes:
         mine = [r for r in rows if r["scheme"] == scheme]
         twenty = statistics.fmean(r["val_loss_20_batches"] for r in mine)
@@ -83,7 +102,9 @@ def main() -> None:
         goal = ""
         if scheme == "learned" and args.steps == 2000:
             goal = f"; goal <= {NANOGPT_VAL_LOSS}: {'met' if full <= NANOGPT_VAL_LOSS else 'NOT met'} on the full split"
-        print(f"  {scheme}: mean over {len(mine)} seed(s): val {twenty:.4f} (20 batches), {full:.4f} (full split){goal}")
+        print(
+            f"  {scheme}: mean over {len(mine)} seed(s): val {twenty:.4f} (20 batches), {full:.4f} (full split){goal}"
+        )
 
 
 if __name__ == "__main__":

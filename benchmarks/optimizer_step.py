@@ -24,8 +24,18 @@ from poslab.training.optim import make_optimizer
 
 def build(kind: str) -> tuple[torch.optim.Optimizer, GPT]:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=65, n_layer=4, n_head=4, n_embd=128, block_size=64, bias=False,
-                          position="rope", activation="gelu"))
+    model = GPT(
+        GPTConfig(
+            vocab_size=65,
+            n_layer=4,
+            n_head=4,
+            n_embd=128,
+            block_size=64,
+            bias=False,
+            position="rope",
+            activation="gelu",
+        )
+    )
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-3
     if kind == "muon":
@@ -58,10 +68,16 @@ def main() -> None:
             times[k].append((time.perf_counter() - start) / args.steps)
     rows = {k: {"ms_median": 1e3 * statistics.median(v), "ms_min": 1e3 * min(v)} for k, v in times.items()}
     for k, r in rows.items():
-        print(f"  {k:8s} step {r['ms_median']:.3f} ms median ({r['ms_min']:.3f} best); "
-              f"{rows['loop']['ms_median'] / r['ms_median']:.2f}x the per-tensor loop")
+        print(
+            f"  {k:8s} step {r['ms_median']:.3f} ms median ({r['ms_min']:.3f} best); "
+            f"{rows['loop']['ms_median'] / r['ms_median']:.2f}x the per-tensor loop"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"threads": args.threads, "rows": rows, "load_average": list(__import__("os").getloadavg())}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {"threads": args.threads, "rows": rows, "load_average": list(__import__("os").getloadavg())}, indent=2
+            )
+        )
 
 
 if __name__ == "__main__":

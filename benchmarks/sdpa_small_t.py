@@ -52,15 +52,24 @@ def main() -> None:
                     for _ in range(args.reps):
                         run(kernel)
                     times[name].append(1e3 * (time.perf_counter() - start) / args.reps)
-            row = {"shape": label, "dtype": str(dtype).replace("torch.", ""),
-                   **{f"{name}_ms": statistics.median(t) for name, t in times.items()}}
+            row = {
+                "shape": label,
+                "dtype": str(dtype).replace("torch.", ""),
+                **{f"{name}_ms": statistics.median(t) for name, t in times.items()},
+            }
             row["math_over_flash"] = row["math_ms"] / row["flash_ms"]
             rows.append(row)
-            print(f"  {label:18s} {row['dtype']:8s} flash {row['flash_ms']:.3f} ms  math {row['math_ms']:.3f} ms  "
-                  f"math/flash {row['math_over_flash']:.2f}", flush=True)
+            print(
+                f"  {label:18s} {row['dtype']:8s} flash {row['flash_ms']:.3f} ms  math {row['math_ms']:.3f} ms  "
+                f"math/flash {row['math_over_flash']:.2f}",
+                flush=True,
+            )
     if args.json:
-        args.json.write_text(json.dumps({"threads": args.threads, "rows": rows,
-                                         "load_average": list(__import__("os").getloadavg())}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {"threads": args.threads, "rows": rows, "load_average": list(__import__("os").getloadavg())}, indent=2
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,9 @@ def full_split_loss(model: TinyGPT, ids: torch.Tensor, block: int, batch: int = 
     return total / n
 
 
-def nanogpt_run(seed: int, args: argparse.Namespace, train_ids: torch.Tensor, val_ids: torch.Tensor,
-                vocab: int) -> dict[str, Any]:
+def nanogpt_run(
+    seed: int, args: argparse.Namespace, train_ids: torch.Tensor, val_ids: torch.Tensor, vocab: int
+) -> dict[str, Any]:
     """nanoGPT's 2000-iteration recipe; training time to the first evaluation at or under the target, and in all."""
     torch.manual_seed(seed)
     block, batch, iters = 64, 12, args.nano_iters
@@ -77,9 +78,17 @@ def nanogpt_run(seed: int, args: argparse.Namespace, train_ids: torch.Tensor, va
             curve.append({"step": step, "val_loss": val, "train_time_s": train_time})
             if crossed is None and val <= args.target:
                 crossed = {"step": step, "tokens": step * batch * block, "train_time_s": train_time, "val_loss": val}
-    return {"contender": "nanoGPT", "seed": seed, "steps": iters, "tokens": iters * batch * block,
-            "train_time_s": train_time, "final_val_loss": curve[-1]["val_loss"], "reached": crossed is not None,
-            "crossing": crossed, "curve": curve}
+    return {
+        "contender": "nanoGPT",
+        "seed": seed,
+        "steps": iters,
+        "tokens": iters * batch * block,
+        "train_time_s": train_time,
+        "final_val_loss": curve[-1]["val_loss"],
+        "reached": crossed is not None,
+        "crossing": crossed,
+        "curve": curve,
+    }
 
 
 def _scalar(text: str) -> Any:
@@ -108,11 +117,19 @@ def poslab_config(args: argparse.Namespace, label: str, overrides: dict[str, Any
     values = presets.preset_config(args.preset)
     for key, value in overrides.items():
         if key.startswith("model."):
-            values.setdefault("model", {})[key[len("model."):]] = value
+            values.setdefault("model", {})[key[len("model.") :]] = value
         else:
             values[key] = value
-    values.update(name=f"{label}-s{seed}", out_dir=str(args.runs), seed=seed, threads=args.threads,
-                  stop_val_loss=args.target, eval_iters=0, ckpt_interval=0, keep_checkpoints=1)
+    values.update(
+        name=f"{label}-s{seed}",
+        out_dir=str(args.runs),
+        seed=seed,
+        threads=args.threads,
+        stop_val_loss=args.target,
+        eval_iters=0,
+        ckpt_interval=0,
+        keep_checkpoints=1,
+    )
     if args.eval_every is not None:
         values["eval_interval"] = args.eval_every
     return TrainConfig.from_dict(values)
@@ -122,12 +139,24 @@ def poslab_run(args: argparse.Namespace, label: str, overrides: dict[str, Any], 
     cfg = poslab_config(args, label, overrides, seed)
     results = train(cfg, overwrite=True, progress=False)
     target = results["target"]
-    return {"contender": label, "seed": seed, "overrides": overrides, "run_dir": str(cfg.run_dir),
-            "steps": results["steps"], "tokens": results["tokens_seen"], "train_time_s": results["train_time_s"],
-            "final_val_loss": results["final_val_loss"], "reached": target["reached"],
-            "crossing": {k: target[k] for k in ("step", "tokens", "train_time_s", "val_loss")} if target["reached"] else None,
-            "tokens_per_s": results["tokens_per_s"], "mfu": results["mfu"], "dtype": results["dtype"],
-            "precision": results["precision"]}
+    return {
+        "contender": label,
+        "seed": seed,
+        "overrides": overrides,
+        "run_dir": str(cfg.run_dir),
+        "steps": results["steps"],
+        "tokens": results["tokens_seen"],
+        "train_time_s": results["train_time_s"],
+        "final_val_loss": results["final_val_loss"],
+        "reached": target["reached"],
+        "crossing": {k: target[k] for k in ("step", "tokens", "train_time_s", "val_loss")}
+        if target["reached"]
+        else None,
+        "tokens_per_s": results["tokens_per_s"],
+        "mfu": results["mfu"],
+        "dtype": results["dtype"],
+        "precision": results["precision"],
+    }
 
 
 def summarise(rows: list[dict[str, Any]], target: float) -> dict[str, Any]:
@@ -135,9 +164,12 @@ def summarise(rows: list[dict[str, Any]], target: float) -> dict[str, Any]:
     for name in dict.fromkeys(r["contender"] for r in rows):
         mine = [r for r in rows if r["contender"] == name]
         reached = [r for r in mine if r["reached"]]
-        entry = {"runs": len(mine), "reached": len(reached),
-                 "train_time_s_mean": statistics.fmean(r["train_time_s"] for r in mine),
-                 "final_val_loss_mean": statistics.fmean(r["final_val_loss"] for r in mine)}
+        entry = {
+            "runs": len(mine),
+            "reached": len(reached),
+            "train_time_s_mean": statistics.fmean(r["train_time_s"] for r in mine),
+            "final_val_loss_mean": statistics.fmean(r["final_val_loss"] for r in mine),
+        }
         if reached:
             entry["time_to_target_s_mean"] = statistics.fmean(r["crossing"]["train_time_s"] for r in reached)
             entry["tokens_to_target_mean"] = statistics.fmean(r["crossing"]["tokens"] for r in reached)
@@ -159,7 +191,9 @@ def main() -> None:
     parser.add_argument("--no-nanogpt", action="store_true", help="poslab variants only (lever trials)")
     parser.add_argument("--nano-iters", type=int, default=2000)
     parser.add_argument("--nano-eval-every", type=int, default=250)
-    parser.add_argument("--eval-every", type=int, default=None, help="poslab evaluation interval (default: the preset's)")
+    parser.add_argument(
+        "--eval-every", type=int, default=None, help="poslab evaluation interval (default: the preset's)"
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=Path, default=Path("runs/time-to-loss"))
     parser.add_argument("--out", type=Path, default=Path("runs/time-to-loss/results.json"))
@@ -168,9 +202,11 @@ def main() -> None:
     # this machine's bf16/fp32 figures, beside the result: the preset's dtype auto follows them
     figures = precision.measure()
     machine = {"key": precision.machine_key(), **figures.__dict__, "bf16_over_fp32_step": figures.step_ratio}
-    print(f"this machine: a bf16 training step takes {figures.step_ratio:.2f}x the fp32 step "
-          f"(matmul bf16 {figures.bf16_matmul_flops / 1e9:.0f} vs fp32 {figures.fp32_matmul_flops / 1e9:.0f} GFLOP/s)",
-          flush=True)
+    print(
+        f"this machine: a bf16 training step takes {figures.step_ratio:.2f}x the fp32 step "
+        f"(matmul bf16 {figures.bf16_matmul_flops / 1e9:.0f} vs fp32 {figures.fp32_matmul_flops / 1e9:.0f} GFLOP/s)",
+        flush=True,
+    )
     variants = [parse_variant(v) for v in (args.variant or [args.preset.replace("shakespeare-char-", "poslab-")])]
     text = load_text("shakespeare")
     tokenizer = build_tokenizer("char", text)
@@ -182,34 +218,58 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     for i, seed in enumerate(args.seeds):
-        order = contenders[i % len(contenders):] + contenders[: i % len(contenders)]  # rotate: alternating starts
+        order = contenders[i % len(contenders) :] + contenders[: i % len(contenders)]  # rotate: alternating starts
         for name in order:
-            row = (nanogpt_run(seed, args, train_ids, val_ids, tokenizer.vocab_size) if name == "nanoGPT"
-                   else poslab_run(args, name, overrides[name], seed))
+            row = (
+                nanogpt_run(seed, args, train_ids, val_ids, tokenizer.vocab_size)
+                if name == "nanoGPT"
+                else poslab_run(args, name, overrides[name], seed)
+            )
             rows.append(row)
             cross = row["crossing"]
-            print(f"  {name:24s} seed {seed:5d}: " + (f"val {args.target} at step {cross['step']} after "
-                  f"{cross['train_time_s']:.1f} s, {cross['tokens']:,} tokens" if cross else f"did not reach {args.target}")
-                  + f"; final val {row['final_val_loss']:.4f} after {row['steps']} steps, {row['train_time_s']:.1f} s",
-                  flush=True)
+            print(
+                f"  {name:24s} seed {seed:5d}: "
+                + (
+                    f"val {args.target} at step {cross['step']} after "
+                    f"{cross['train_time_s']:.1f} s, {cross['tokens']:,} tokens"
+                    if cross
+                    else f"did not reach {args.target}"
+                )
+                + f"; final val {row['final_val_loss']:.4f} after {row['steps']} steps, {row['train_time_s']:.1f} s",
+                flush=True,
+            )
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps({"target": args.target, "threads": args.threads, "rows": rows}, indent=2))
     summary = summarise(rows, args.target)
-    report = {"target": args.target, "threads": args.threads, "seeds": args.seeds, "preset": args.preset,
-              "machine_precision": machine,
-              "preset_config": presets.preset_config(args.preset), "rows": rows, "summary": summary,
-              "wall_s": time.perf_counter() - started,
-              "load_average": list(__import__("os").getloadavg())}
+    report = {
+        "target": args.target,
+        "threads": args.threads,
+        "seeds": args.seeds,
+        "preset": args.preset,
+        "machine_precision": machine,
+        "preset_config": presets.preset_config(args.preset),
+        "rows": rows,
+        "summary": summary,
+        "wall_s": time.perf_counter() - started,
+        "load_average": list(__import__("os").getloadavg()),
+    }
     args.out.write_text(json.dumps(report, indent=2))
-    print(f"\ntime to whole-split val loss {args.target} ({len(args.seeds)} seed(s), {args.threads} thread(s); "
-          "training-step time, evaluations excluded)")
+    print(
+        f"\ntime to whole-split val loss {args.target} ({len(args.seeds)} seed(s), {args.threads} thread(s); "
+        "training-step time, evaluations excluded)"
+    )
     for name, s in summary.items():
-        to = (f"{s['time_to_target_s_mean']:.1f} s, {s['tokens_to_target_mean']:,.0f} tokens"
-              if "time_to_target_s_mean" in s else "-")
+        to = (
+            f"{s['time_to_target_s_mean']:.1f} s, {s['tokens_to_target_mean']:,.0f} tokens"
+            if "time_to_target_s_mean" in s
+            else "-"
+        )
         ratio = f"  = {s['time_vs_nanogpt_recipe']:.2f}x nanoGPT's recipe time" if "time_vs_nanogpt_recipe" in s else ""
         dtypes = sorted({r["dtype"] for r in rows if r["contender"] == name and "dtype" in r}) or ["fp32"]
-        print(f"  {name:24s} ({'/'.join(dtypes)}) reached {s['reached']}/{s['runs']}: to target {to}; whole run "
-              f"{s['train_time_s_mean']:.1f} s, final val {s['final_val_loss_mean']:.4f}{ratio}")
+        print(
+            f"  {name:24s} ({'/'.join(dtypes)}) reached {s['reached']}/{s['runs']}: to target {to}; whole run "
+            f"{s['train_time_s_mean']:.1f} s, final val {s['final_val_loss_mean']:.4f}{ratio}"
+        )
     print(f"  (this machine's bf16 step: {figures.step_ratio:.2f}x the fp32 step)")
 
 

@@ -53,13 +53,34 @@ NANOGPT_REFERENCE = {  # references.md, measured with nanoGPT on this machine (f
 }
 
 
-def poslab_step_fn(n_layer: int, n_head: int, n_embd: int, block: int, batch: int, position: str = "learned",
-                   dtype: str = "fp32", bias: bool = True, activation: str | None = None,
-                   loop_adamw: bool = False, compile: bool = False,
-                   compile_mode: str | None = None) -> tuple[Callable[[], None], GPT]:
+def poslab_step_fn(
+    n_layer: int,
+    n_head: int,
+    n_embd: int,
+    block: int,
+    batch: int,
+    position: str = "learned",
+    dtype: str = "fp32",
+    bias: bool = True,
+    activation: str | None = None,
+    loop_adamw: bool = False,
+    compile: bool = False,
+    compile_mode: str | None = None,
+) -> tuple[Callable[[], None], GPT]:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block,
-                          dropout=0.0, bias=bias, position=position, activation=activation))
+    model = GPT(
+        GPTConfig(
+            vocab_size=VOCAB,
+            n_layer=n_layer,
+            n_head=n_head,
+            n_embd=n_embd,
+            block_size=block,
+            dropout=0.0,
+            bias=bias,
+            position=position,
+            activation=activation,
+        )
+    )
     model.train()
     # as the loop does for cfg.compile (compile_mode: torch.compile's mode, e.g. "max-autotune"; the loop uses the default)
     train_model = torch.compile(model, dynamic=False, mode=compile_mode) if compile else model
@@ -91,15 +112,27 @@ def hf_step_fn(n_layer: int, n_head: int, n_embd: int, block: int, batch: int) -
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=VOCAB, n_positions=block, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    config = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=block,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     model = GPT2LMHeadModel(config)  # attn_implementation defaults to sdpa
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
-        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-        lr=1e-3, betas=(0.9, 0.95), fused=True,
+        [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=1e-3,
+        betas=(0.9, 0.95),
+        fused=True,
     )
     generator = torch.Generator().manual_seed(1)
 
@@ -114,8 +147,9 @@ def hf_step_fn(n_layer: int, n_head: int, n_embd: int, block: int, batch: int) -
     return step
 
 
-def race(contenders: dict[str, Callable[[], None]], tokens_per_step: int, steps: int, reps: int,
-         warmup: int = 3) -> dict[str, dict[str, float]]:
+def race(
+    contenders: dict[str, Callable[[], None]], tokens_per_step: int, steps: int, reps: int, warmup: int = 3
+) -> dict[str, dict[str, float]]:
     """Alternating timing; returns name -> {median, min, max} tokens/s over the rounds."""
     for step in contenders.values():
         for _ in range(warmup):
@@ -127,7 +161,9 @@ def race(contenders: dict[str, Callable[[], None]], tokens_per_step: int, steps:
             for _ in range(steps):
                 step()
             rates[name].append(tokens_per_step * steps / (time.perf_counter() - start))
-    return {name: {"median": statistics.median(r), "min": min(r), "max": max(r), "rounds": r} for name, r in rates.items()}
+    return {
+        name: {"median": statistics.median(r), "min": min(r), "max": max(r), "rounds": r} for name, r in rates.items()
+    }
 
 
 def spread(stats: dict[str, float]) -> str:
@@ -136,14 +172,19 @@ def spread(stats: dict[str, float]) -> str:
 
 
 def show(name: str, stats: dict[str, float], extra: str = "") -> None:
-    print(f"  {name:18s} median {stats['median']:>9,.0f}  best {stats['max']:>9,.0f} tokens/s  "
-          f"(spread {spread(stats)}){extra}", flush=True)
+    print(
+        f"  {name:18s} median {stats['median']:>9,.0f}  best {stats['max']:>9,.0f} tokens/s  "
+        f"(spread {spread(stats)}){extra}",
+        flush=True,
+    )
 
 
 def section_hf(args: argparse.Namespace) -> dict:
     dims = (4, 4, 128, 128, 32)
-    print(f"\n== poslab GPT vs transformers GPT2LMHeadModel, {dims[0]}/{dims[1]}/{dims[2]}, T={dims[3]}, B={dims[4]}, "
-          f"fp32, {torch.get_num_threads()} threads, learned positions")
+    print(
+        f"\n== poslab GPT vs transformers GPT2LMHeadModel, {dims[0]}/{dims[1]}/{dims[2]}, T={dims[3]}, B={dims[4]}, "
+        f"fp32, {torch.get_num_threads()} threads, learned positions"
+    )
     contenders = {
         "poslab GPT": poslab_step_fn(*dims)[0],  # GPTConfig defaults: GPT-2's tanh GELU, as GPT2LMHeadModel
         "GPT2LMHeadModel": hf_step_fn(*dims),
@@ -155,14 +196,22 @@ def section_hf(args: argparse.Namespace) -> dict:
         show(name, s)
     ratio = stats["poslab GPT"]["median"] / stats["GPT2LMHeadModel"]["median"]
     best_ratio = stats["poslab GPT"]["max"] / stats["GPT2LMHeadModel"]["max"]
-    print(f"  poslab / GPT2LMHeadModel = {ratio:.2f}x on medians, {best_ratio:.2f}x on best rounds  (goal >= 1.2x)",
-          flush=True)
+    print(
+        f"  poslab / GPT2LMHeadModel = {ratio:.2f}x on medians, {best_ratio:.2f}x on best rounds  (goal >= 1.2x)",
+        flush=True,
+    )
     exact = stats["poslab exact GELU"]["median"] / stats["GPT2LMHeadModel"]["median"]
     print(f"  poslab exact GELU / GPT2LMHeadModel = {exact:.2f}x on medians", flush=True)
     fused_gain = stats["poslab GPT"]["median"] / stats["poslab loop AdamW"]["median"]
     print(f"  fused AdamW / per-tensor-loop AdamW (poslab GPT) = {fused_gain:.2f}x on medians", flush=True)
-    return {"dims": dims, "stats": stats, "ratio": ratio, "ratio_best": best_ratio, "ratio_exact_gelu": exact,
-            "fused_adamw_gain": fused_gain}
+    return {
+        "dims": dims,
+        "stats": stats,
+        "ratio": ratio,
+        "ratio_best": best_ratio,
+        "ratio_exact_gelu": exact,
+        "fused_adamw_gain": fused_gain,
+    }
 
 
 def section_schemes(args: argparse.Namespace) -> dict:
@@ -184,8 +233,16 @@ def section_schemes(args: argparse.Namespace) -> dict:
     return {"dims": dims, "stats": stats}
 
 
-def nanogpt_step_fn(n_layer: int, n_head: int, n_embd: int, block: int, batch: int, dtype: str = "fp32",
-                    compile: bool = False, compile_mode: str | None = None) -> Callable[[], None]:
+def nanogpt_step_fn(
+    n_layer: int,
+    n_head: int,
+    n_embd: int,
+    block: int,
+    batch: int,
+    dtype: str = "fp32",
+    compile: bool = False,
+    compile_mode: str | None = None,
+) -> Callable[[], None]:
     """nanoGPT's CPU training step, from ``nanogpt_control.py``'s re-implementation of its model: no
     bias, exact GELU, SDPA ``is_causal``, tied embeddings, and the per-tensor-loop AdamW that
     nanoGPT gets on CPU (it asks for ``fused`` on CUDA only). ``dtype="bf16"``: the forward under
@@ -217,12 +274,17 @@ def nanogpt_step_fn(n_layer: int, n_head: int, n_embd: int, block: int, batch: i
 
 
 def section_nanogpt(args: argparse.Namespace) -> dict:
-    print("\n== nanoGPT's CPU configurations: poslab vs a nanoGPT-style step raced in this run "
-          "(benchmarks/nanogpt_control.py's model, per-tensor AdamW as nanoGPT runs on CPU)")
+    print(
+        "\n== nanoGPT's CPU configurations: poslab vs a nanoGPT-style step raced in this run "
+        "(benchmarks/nanogpt_control.py's model, per-tensor AdamW as nanoGPT runs on CPU)"
+    )
     out = {}
     peaks = {dtype: measure_matmul_peak(dtype) for dtype in ("fp32", "bf16")}
-    print(f"  measured matmul peak: fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s "
-          "(references.md, quiet machine: 342 and 1,849)", flush=True)
+    print(
+        f"  measured matmul peak: fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s "
+        "(references.md, quiet machine: 342 and 1,849)",
+        flush=True,
+    )
     for label, dims in (("4/4/128 T=128 B=32", (4, 4, 128, 128, 32)), ("6/6/384 T=256 B=16", (6, 6, 384, 256, 16))):
         fp32_step, model = poslab_step_fn(*dims, bias=False, activation="gelu")  # nanoGPT: no bias, exact GELU
         bf16_step, _ = poslab_step_fn(*dims, bias=False, activation="gelu", dtype="bf16")
@@ -244,8 +306,9 @@ def section_nanogpt(args: argparse.Namespace) -> dict:
     return {"configs": out, "peaks": peaks}
 
 
-def race_cpu(contenders: dict[str, Callable[[], None]], tokens_per_step: int, steps: int, reps: int,
-             warmup: int = 2) -> dict[str, dict]:
+def race_cpu(
+    contenders: dict[str, Callable[[], None]], tokens_per_step: int, steps: int, reps: int, warmup: int = 2
+) -> dict[str, dict]:
     """Alternating timing on two clocks: process CPU time (``time.process_time``: what this process
     got of the machine, which other jobs' load does not inflate at one thread) and wall time.
 
@@ -257,13 +320,19 @@ def race_cpu(contenders: dict[str, Callable[[], None]], tokens_per_step: int, st
     for name, step in contenders.items():
         cpu, wall, children = time.process_time(), time.perf_counter(), _children_cpu()
         step()
-        out[name] = {"first_step_cpu_s": time.process_time() - cpu, "first_step_wall_s": time.perf_counter() - wall,
-                     "first_step_children_cpu_s": _children_cpu() - children}  # the C++ compiler's processes
+        out[name] = {
+            "first_step_cpu_s": time.process_time() - cpu,
+            "first_step_wall_s": time.perf_counter() - wall,
+            "first_step_children_cpu_s": _children_cpu() - children,
+        }  # the C++ compiler's processes
         for _ in range(warmup - 1):
             step()
-        print(f"  {name}: first step {out[name]['first_step_wall_s']:.1f} s wall, "
-              f"{out[name]['first_step_cpu_s']:.1f} s CPU (+ {out[name]['first_step_children_cpu_s']:.1f} s in "
-              "compiler processes)", flush=True)
+        print(
+            f"  {name}: first step {out[name]['first_step_wall_s']:.1f} s wall, "
+            f"{out[name]['first_step_cpu_s']:.1f} s CPU (+ {out[name]['first_step_children_cpu_s']:.1f} s in "
+            "compiler processes)",
+            flush=True,
+        )
     rates: dict[str, list[float]] = {name: [] for name in contenders}
     wall_rates: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(reps):
@@ -275,8 +344,16 @@ def race_cpu(contenders: dict[str, Callable[[], None]], tokens_per_step: int, st
             wall_rates[name].append(tokens_per_step * steps / (time.perf_counter() - wall))
     for name in contenders:
         r, w = rates[name], wall_rates[name]
-        out[name].update({"median": statistics.median(r), "min": min(r), "max": max(r), "rounds": r,
-                          "wall_median": statistics.median(w), "wall_rounds": w})
+        out[name].update(
+            {
+                "median": statistics.median(r),
+                "min": min(r),
+                "max": max(r),
+                "rounds": r,
+                "wall_median": statistics.median(w),
+                "wall_rounds": w,
+            }
+        )
     return out
 
 
@@ -319,15 +396,26 @@ def section_compile(args: argparse.Namespace) -> dict:
     inductor_config.compile_threads = 1  # compile in this process, so process_time counts the compilation too
     inductor_config.fx_graph_cache = False  # and compile from scratch: the warm-up is a first run's
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="poslab-inductor-")  # no earlier run's kernels
-    print("\n== torch.compile: poslab (eager, compiled) vs nanoGPT's step (eager, compiled), the same dtype "
-          "(bf16: the same autocast on both sides); clock: process CPU time", flush=True)
+    print(
+        "\n== torch.compile: poslab (eager, compiled) vs nanoGPT's step (eager, compiled), the same dtype "
+        "(bf16: the same autocast on both sides); clock: process CPU time",
+        flush=True,
+    )
     peaks = {dtype: cpu_matmul_peak(dtype) for dtype in ("fp32", "bf16")}
     wall_peaks = {dtype: measure_matmul_peak(dtype) for dtype in ("fp32", "bf16")}  # the loop's (wall clock)
-    print(f"  measured matmul peak ({torch.get_num_threads()} threads, CPU clock): fp32 {peaks['fp32'] / 1e9:,.0f} "
-          f"GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s (wall clock: {wall_peaks['fp32'] / 1e9:,.0f}, "
-          f"{wall_peaks['bf16'] / 1e9:,.0f})", flush=True)
-    out: dict = {"peaks": peaks, "wall_peaks": wall_peaks, "threads": torch.get_num_threads(), "configs": {},
-                 "compile_mode": args.compile_mode}
+    print(
+        f"  measured matmul peak ({torch.get_num_threads()} threads, CPU clock): fp32 {peaks['fp32'] / 1e9:,.0f} "
+        f"GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s (wall clock: {wall_peaks['fp32'] / 1e9:,.0f}, "
+        f"{wall_peaks['bf16'] / 1e9:,.0f})",
+        flush=True,
+    )
+    out: dict = {
+        "peaks": peaks,
+        "wall_peaks": wall_peaks,
+        "threads": torch.get_num_threads(),
+        "configs": {},
+        "compile_mode": args.compile_mode,
+    }
     for label in args.compile_configs or DEFAULT_COMPILE_CONFIGS:
         dims, dtypes, steps, position = COMPILE_CONFIGS[label]
         for dtype in (d for d in dtypes if not args.dtypes or d in args.dtypes):
@@ -335,12 +423,20 @@ def section_compile(args: argparse.Namespace) -> dict:
             model = None
             for compiled in (False, True):
                 tag = " compiled" if compiled else ""
-                step, built = poslab_step_fn(*dims, position=position, bias=False, activation="gelu", dtype=dtype,
-                                             compile=compiled, compile_mode=args.compile_mode)
+                step, built = poslab_step_fn(
+                    *dims,
+                    position=position,
+                    bias=False,
+                    activation="gelu",
+                    dtype=dtype,
+                    compile=compiled,
+                    compile_mode=args.compile_mode,
+                )
                 model = model or built
                 contenders[f"poslab{tag}"] = step
-                contenders[f"nanoGPT{tag}"] = nanogpt_step_fn(*dims, dtype=dtype, compile=compiled,
-                                                              compile_mode=args.compile_mode)
+                contenders[f"nanoGPT{tag}"] = nanogpt_step_fn(
+                    *dims, dtype=dtype, compile=compiled, compile_mode=args.compile_mode
+                )
             print(f"  {label} {dtype}:", flush=True)
             stats = race_cpu(contenders, dims[3] * dims[4], steps, args.reps)
             flops = matmul_flops_per_token(model, dims[3])  # the same matrices on both sides (no bias, tied head)
@@ -349,11 +445,19 @@ def section_compile(args: argparse.Namespace) -> dict:
                 st["mfu"] = st["median"] * flops / peaks[dtype]
                 st["vs_nanogpt_same_mode"] = st["median"] / nano
                 st["vs_nanogpt_eager"] = st["median"] / stats["nanoGPT"]["median"]
-                show(f"{label} {dtype} {name}", st, f"  MFU {st['mfu']:5.1%}; {st['vs_nanogpt_eager']:.2f}x nanoGPT "
-                     f"eager, {st['vs_nanogpt_same_mode']:.2f}x nanoGPT in the same mode; wall median "
-                     f"{st['wall_median']:,.0f}")
-            out["configs"][f"{label} {dtype}"] = {"stats": stats, "flops_per_token": flops, "steps": steps,
-                                                   "reps": args.reps}
+                show(
+                    f"{label} {dtype} {name}",
+                    st,
+                    f"  MFU {st['mfu']:5.1%}; {st['vs_nanogpt_eager']:.2f}x nanoGPT "
+                    f"eager, {st['vs_nanogpt_same_mode']:.2f}x nanoGPT in the same mode; wall median "
+                    f"{st['wall_median']:,.0f}",
+                )
+            out["configs"][f"{label} {dtype}"] = {
+                "stats": stats,
+                "flops_per_token": flops,
+                "steps": steps,
+                "reps": args.reps,
+            }
             if args.json:
                 args.json.write_text(json.dumps({"compile": out}, indent=2, default=float))
     out["load_average_end"] = list(os.getloadavg())
@@ -374,21 +478,25 @@ def profile_step(steps: int = 10, config: str = "4/4/128 T=128 B=32", dtype: str
             step()
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events)
-    groups = {"matmul (mm/addmm/bmm)": ("aten::mm", "aten::addmm", "aten::bmm"),
-              "SDPA (forward + backward)": ("aten::_scaled_dot_product",),
-              "GELU (forward + backward)": ("aten::gelu",),
-              "LayerNorm (forward + backward)": ("aten::native_layer_norm",),
-              "copies (autocast casts, contiguous)": ("aten::copy_",),
-              "AdamW": ("aten::_fused_adamw", "Optimizer."),
-              "cross-entropy": ("aten::_log_softmax", "aten::nll_loss")}
+    groups = {
+        "matmul (mm/addmm/bmm)": ("aten::mm", "aten::addmm", "aten::bmm"),
+        "SDPA (forward + backward)": ("aten::_scaled_dot_product",),
+        "GELU (forward + backward)": ("aten::gelu",),
+        "LayerNorm (forward + backward)": ("aten::native_layer_norm",),
+        "copies (autocast casts, contiguous)": ("aten::copy_",),
+        "AdamW": ("aten::_fused_adamw", "Optimizer."),
+        "cross-entropy": ("aten::_log_softmax", "aten::nll_loss"),
+    }
     shares = {name: 0.0 for name in groups}
     for event in events:
         for name, prefixes in groups.items():
             if event.key.startswith(prefixes):
                 shares[name] += event.self_cpu_time_total
                 break
-    print(f"poslab {dtype} step, {config}, {torch.get_num_threads()} threads: "
-          f"{total / steps / 1e3:.0f} ms of CPU per step (self time, {steps} steps)")
+    print(
+        f"poslab {dtype} step, {config}, {torch.get_num_threads()} threads: "
+        f"{total / steps / 1e3:.0f} ms of CPU per step (self time, {steps} steps)"
+    )
     for name, value in shares.items():
         print(f"  {name:32s} {value / total:6.1%}")
     print(f"  {'everything else':32s} {1 - sum(shares.values()) / total:6.1%}")
@@ -402,22 +510,32 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=7, help="alternating rounds")
     parser.add_argument("--quick", action="store_true", help="3 rounds of 4 steps")
     parser.add_argument("--only", choices=("hf", "schemes", "nanogpt", "compile"), action="append")
-    parser.add_argument("--compile-configs", nargs="*", choices=list(COMPILE_CONFIGS),
-                        help=f"configurations of the compile section (default: {', '.join(DEFAULT_COMPILE_CONFIGS)})")
+    parser.add_argument(
+        "--compile-configs",
+        nargs="*",
+        choices=list(COMPILE_CONFIGS),
+        help=f"configurations of the compile section (default: {', '.join(DEFAULT_COMPILE_CONFIGS)})",
+    )
     parser.add_argument("--compile-mode", help="torch.compile's mode in the compile section (default: its default)")
     parser.add_argument("--dtypes", nargs="*", choices=("fp32", "bf16"), help="compile section: only these dtypes")
     parser.add_argument("--schemes", nargs="*", help="schemes for the per-scheme section (default: all)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--profile", action="store_true",
-                        help="only profile poslab's step (default fp32 4/4/128, T=128, B=32) and print where the time goes")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="only profile poslab's step (default fp32 4/4/128, T=128, B=32) and print where the time goes",
+    )
     parser.add_argument("--profile-config", default="4/4/128 T=128 B=32", choices=list(COMPILE_CONFIGS))
     parser.add_argument("--profile-dtype", default="fp32", choices=("fp32", "bf16"))
     args = parser.parse_args()
     if args.quick:
         args.steps, args.reps = 4, 3
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.reps} alternating rounds x {args.steps} "
-          "steps; median and best round in tokens/s (the machine may be shared: see the spread)", flush=True)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.reps} alternating rounds x {args.steps} "
+        "steps; median and best round in tokens/s (the machine may be shared: see the spread)",
+        flush=True,
+    )
     if args.profile:
         profile_step(config=args.profile_config, dtype=args.profile_dtype)
         return

@@ -234,10 +234,19 @@ def train_small(name: str, position: str, steps: int = STEPS, **model) -> tuple[
     """Train a 2-layer GPT on tinyshakespeare for ``steps`` steps; its run folder and loss curve."""
     curve: list[float] = []
     cfg = TrainConfig(
-        name=name, out_dir=str(OUT / "runs"), corpus="shakespeare",
+        name=name,
+        out_dir=str(OUT / "runs"),
+        corpus="shakespeare",
         model={"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": TRAIN_LEN, "position": position, **model},
-        max_steps=steps, batch_size=16, lr=3e-3, warmup_steps=min(50, steps // 4),
-        eval_interval=steps, eval_iters=4, log_interval=steps, threads=1, seed=0,
+        max_steps=steps,
+        batch_size=16,
+        lr=3e-3,
+        warmup_steps=min(50, steps // 4),
+        eval_interval=steps,
+        eval_iters=4,
+        log_interval=steps,
+        threads=1,
+        seed=0,
     )
     train(cfg, progress=False, callback=lambda step, rec: curve.append(rec["loss"]))
     return OUT / "runs" / name, curve

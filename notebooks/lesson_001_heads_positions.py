@@ -85,8 +85,11 @@ tok = build_tokenizer("char", load_text("tang5"))
 diffs = {}
 for layers in (1, 2, 3):
     torch.manual_seed(0)
-    model = poslab.GPT(poslab.GPTConfig(vocab_size=tok.vocab_size, n_layer=layers, n_head=4, n_embd=128,
-                                        block_size=128, position="none")).eval()
+    model = poslab.GPT(
+        poslab.GPTConfig(
+            vocab_size=tok.vocab_size, n_layer=layers, n_head=4, n_embd=128, block_size=128, position="none"
+        )
+    ).eval()
     with torch.no_grad():
         a = model(torch.tensor([tok.encode("白日依山尽")]))[0, -1]
         b = model(torch.tensor([tok.encode("山依日白尽")]))[0, -1]
@@ -114,10 +117,19 @@ def train_small(name: str, steps: int = STEPS, **model) -> tuple[dict, list[floa
     """Train a 2-layer GPT on the five-character Tang poems; its results and loss curve."""
     curve: list[float] = []
     cfg = TrainConfig(
-        name=name, out_dir=str(OUT / "runs"), corpus="tang5",
+        name=name,
+        out_dir=str(OUT / "runs"),
+        corpus="tang5",
         model={"n_layer": 2, "n_head": 4, "n_embd": N_EMBD, "block_size": 64, "position": "learned", **model},
-        max_steps=steps, batch_size=BATCH, lr=2e-3, warmup_steps=min(50, steps // 4),
-        eval_interval=steps, eval_iters=2 if SMALL else 8, log_interval=steps, threads=1, seed=0,
+        max_steps=steps,
+        batch_size=BATCH,
+        lr=2e-3,
+        warmup_steps=min(50, steps // 4),
+        eval_interval=steps,
+        eval_iters=2 if SMALL else 8,
+        log_interval=steps,
+        threads=1,
+        seed=0,
     )
     results = train(cfg, progress=False, callback=lambda step, rec: curve.append(rec["loss"]))
     return results, curve
@@ -146,7 +158,9 @@ plt.show()
 fig, ax = plt.subplots(figsize=(6, 3))
 for scheme in ("learned", "rope", "none"):
     results, curve = train_small(f"pos-{scheme}", position=scheme)
-    model = poslab.GPT(poslab.GPTConfig(vocab_size=100, n_layer=2, n_head=4, n_embd=N_EMBD, block_size=64, position=scheme))
+    model = poslab.GPT(
+        poslab.GPTConfig(vocab_size=100, n_layer=2, n_head=4, n_embd=N_EMBD, block_size=64, position=scheme)
+    )
     table = sum(p.numel() for name, p in model.named_parameters() if name.startswith("position."))
     print(f"{scheme:>7}: final val loss {results['final_val_loss']:.4f}  position parameters: {table:,}")
     ax.plot(curve, label=scheme)

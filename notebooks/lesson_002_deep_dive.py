@@ -68,8 +68,10 @@ print("d_model=512, h=8 -> d_k =", poslab.MultiHeadAttention(512, 8).head_dim)
 d_model = 64
 pe = sinusoid_table(torch.arange(256), d_model)  # [256, 64]
 wavelengths = 2 * math.pi * 10000 ** (torch.arange(0, d_model, 2) / d_model)  # [32]
-print(f"range [{pe.min().item():.3f}, {pe.max().item():.3f}]; wavelengths {wavelengths[0].item():.2f} .. "
-      f"{wavelengths[-1].item():.0f} (10000·2π = {10000 * 2 * math.pi:.0f})")
+print(
+    f"range [{pe.min().item():.3f}, {pe.max().item():.3f}]; wavelengths {wavelengths[0].item():.2f} .. "
+    f"{wavelengths[-1].item():.0f} (10000·2π = {10000 * 2 * math.pi:.0f})"
+)
 fig, ax = plt.subplots(figsize=(7, 3))
 im = ax.imshow(pe.T, aspect="auto", cmap="RdBu")
 ax.set_xlabel("position")
@@ -92,8 +94,14 @@ lesson_mask = torch.ones(L, L).tril(-W) + torch.ones(L, L).triu(W)  # the lesson
 lesson_keep = lesson_mask != 0  # masked_fill(mask == 0, -1e9) keeps mask != 0
 pos = torch.arange(L)
 poslab_keep = position_mask(pos, pos, causal=True, window=W)
-print("pairs that disagree:", int((lesson_keep != poslab_keep).sum()), "of", L * L,
-      "| lesson keeps the diagonal:", bool(lesson_keep.diagonal().all()))
+print(
+    "pairs that disagree:",
+    int((lesson_keep != poslab_keep).sum()),
+    "of",
+    L * L,
+    "| lesson keeps the diagonal:",
+    bool(lesson_keep.diagonal().all()),
+)
 fig, axes = plt.subplots(1, 2, figsize=(7, 3.2))
 for ax, m, title in ((axes[0], lesson_keep, "lesson §3.1 (kept)"), (axes[1], poslab_keep, f"poslab window={W} (kept)")):
     ax.imshow(m, cmap="Greens")
@@ -158,8 +166,10 @@ for n_embd, block in ((128, 128), (512, 1024)):
         cfg = poslab.GPTConfig(vocab_size=7721, n_layer=4, n_head=4, n_embd=n_embd, block_size=block, position=scheme)
         sizes[scheme] = sum(p.numel() for p in poslab.GPT(cfg).parameters())
     saved = sizes["learned"] - sizes["rope"]
-    print(f"n_embd={n_embd} block={block}: learned {sizes['learned']:,}, rope {sizes['rope']:,}, "
-          f"saved {saved:,} = {100 * saved / sizes['learned']:.2f}%")
+    print(
+        f"n_embd={n_embd} block={block}: learned {sizes['learned']:,}, rope {sizes['rope']:,}, "
+        f"saved {saved:,} = {100 * saved / sizes['learned']:.2f}%"
+    )
 
 # %% [markdown]
 # ## 5.1 缩放 / Scaling by $\sqrt{d_k}$
@@ -186,11 +196,11 @@ for d_k in (64, 512):
 # The lesson's class uses an undefined `d_model`; poslab times precomputed vs on-the-fly codes.
 
 # %%
-lesson_code = '''
+lesson_code = """
 class PositionalEncoding:
     def __init__(self, max_len=5000):
         self.pe = torch.zeros(max_len, d_model)
-'''
+"""
 namespace = {"torch": torch}
 exec(lesson_code, namespace)  # noqa: S102 - the lesson's own snippet, to show its error
 try:
@@ -217,8 +227,12 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
     with torch.autocast("cpu", enabled=False):
         fp32_scores = torch.matmul(q.float(), k.transpose(-2, -1).float())
 exact = q.double() @ k.transpose(-2, -1).double()
-print(f"lesson's scores: {lesson_scores.dtype}, max error vs fp64 {(lesson_scores.double() - exact).abs().max().item():.1e}")
-print(f"autocast disabled: {fp32_scores.dtype}, max error vs fp64 {(fp32_scores.double() - exact).abs().max().item():.1e}")
+print(
+    f"lesson's scores: {lesson_scores.dtype}, max error vs fp64 {(lesson_scores.double() - exact).abs().max().item():.1e}"
+)
+print(
+    f"autocast disabled: {fp32_scores.dtype}, max error vs fp64 {(fp32_scores.double() - exact).abs().max().item():.1e}"
+)
 
 # %% [markdown]
 # ## 7.1 与 3.1：稀疏注意力与自适应跨度 / Sparse attention and adaptive span
@@ -233,4 +247,7 @@ print(f"autocast disabled: {fp32_scores.dtype}, max error vs fp64 {(fp32_scores.
 # %%
 from poslab.nn import sparse  # noqa: E402
 
-print("poslab.nn.sparse:", [name for name in ("AxialAttention", "LSHAttention", "AdaptiveSpanAttention") if hasattr(sparse, name)])
+print(
+    "poslab.nn.sparse:",
+    [name for name in ("AxialAttention", "LSHAttention", "AdaptiveSpanAttention") if hasattr(sparse, name)],
+)

@@ -36,8 +36,9 @@ def key_help() -> list[str]:
     return list(TRAIN_KEYS) + [f"model.{k}" for k in MODEL_KEYS]
 
 
-def nest(pairs: Iterable[tuple[str, Any]], *, text: bool = False, where: str = "",
-         reserved: dict[str, str] | None = None) -> dict[str, Any]:
+def nest(
+    pairs: Iterable[tuple[str, Any]], *, text: bool = False, where: str = "", reserved: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Dotted training keys -> the nested overrides :func:`merge` takes.
 
     ``[("model.position", "rope"), ("model.position_config.base", 500), ("seed", 1)]`` ->
@@ -72,7 +73,9 @@ def nest(pairs: Iterable[tuple[str, Any]], *, text: bool = False, where: str = "
             value = coerce(key, value, model_hints[parts[1]], text=True) if text else value
             if parts[1] == "position_config":
                 if not isinstance(value, dict):
-                    raise ValueError(f"{where}{': ' if where else ''}model.position_config must be a mapping, got {value!r}")
+                    raise ValueError(
+                        f"{where}{': ' if where else ''}model.position_config must be a mapping, got {value!r}"
+                    )
                 result.setdefault("model", {}).setdefault("position_config", {}).update(value)
             else:
                 result.setdefault("model", {})[parts[1]] = value
@@ -87,13 +90,17 @@ def nest(pairs: Iterable[tuple[str, Any]], *, text: bool = False, where: str = "
 
 def _unknown(raw_key: str, key: str, where: str, reserved: dict[str, str] | None) -> str:
     candidates = [k for k in key_help() if k not in (reserved or {})]
-    close = difflib.get_close_matches(key, candidates, n=1) or difflib.get_close_matches(f"model.{key}", candidates, n=1)
+    close = difflib.get_close_matches(key, candidates, n=1) or difflib.get_close_matches(
+        f"model.{key}", candidates, n=1
+    )
     if not where:  # the command line
         hint = f" (did you mean --{close[0]}?)" if close else ""
         return f"unknown key --{raw_key}{hint}; see `poslab train --help` for the keys"
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return (f"{where}: unknown training key {key!r}{hint}; use TrainConfig fields, model.FIELD "
-            f"or model.position_config.KEY (see `poslab train --help`)")
+    return (
+        f"{where}: unknown training key {key!r}{hint}; use TrainConfig fields, model.FIELD "
+        f"or model.position_config.KEY (see `poslab train --help`)"
+    )
 
 
 def _yaml_scalar(key: str, text: str) -> Any:
@@ -191,7 +198,9 @@ def preflight(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False
             warnings.simplefilter("ignore", UserWarning)
             init.restore_weights(model)
     if cfg.corpus not in CORPORA and not Path(cfg.corpus).is_file():
-        raise ValueError(f"corpus {cfg.corpus!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file")
+        raise ValueError(
+            f"corpus {cfg.corpus!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file"
+        )
     if not folder:
         return "start"
     run_dir = cfg.run_dir

@@ -12,8 +12,9 @@ from typing import Any
 from poslab.safe_load import load_yaml
 
 
-def reject_unknown_keys(keys: Iterable[str], allowed: Sequence[str], what: str, *, prefix: str = "",
-                        where: str = "") -> None:
+def reject_unknown_keys(
+    keys: Iterable[str], allowed: Sequence[str], what: str, *, prefix: str = "", where: str = ""
+) -> None:
     """Raise ``ValueError`` for the first key not in ``allowed``, suggesting the closest allowed one.
 
     Args:

@@ -63,7 +63,9 @@ def write_error(err: BaseException, path: str | Path) -> OSError | None:
 
 def _temporary(name: Any) -> bool:
     """Whether a file name is (inside) a temporary name of ours: ``.NAME.tmpPID``, ``.NAME.tmpXXXXXXXX/...``."""
-    return any(TEMP_RE.match(part) or (part.startswith(".") and ".tmp" in part) for part in Path(os.fsdecode(name)).parts)
+    return any(
+        TEMP_RE.match(part) or (part.startswith(".") and ".tmp" in part) for part in Path(os.fsdecode(name)).parts
+    )
 
 
 def temp_path(path: str | Path) -> Path:
@@ -223,5 +225,16 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["TEMP_RE", "atomic_write", "atomic_write_bytes", "atomic_write_folder", "atomic_write_json", "atomic_write_text", "sha256_bytes",
-           "sha256_file", "stdout_errors", "temp_path", "write_error"]
+__all__ = [
+    "TEMP_RE",
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_folder",
+    "atomic_write_json",
+    "atomic_write_text",
+    "sha256_bytes",
+    "sha256_file",
+    "stdout_errors",
+    "temp_path",
+    "write_error",
+]

@@ -52,7 +52,13 @@ from poslab.training.config import TrainConfig, resume_identity
 from poslab.training.data import model_vocab_size
 from poslab.training.lock import RunLock, ensure_writable, interrupted_start, is_locked, remove_stale_temp_files
 
-CONFIG, TOKENIZER, METRICS, RESULTS, PEAK = "config.json", "tokenizer.json", "metrics.jsonl", "results.json", "peak.json"
+CONFIG, TOKENIZER, METRICS, RESULTS, PEAK = (
+    "config.json",
+    "tokenizer.json",
+    "metrics.jsonl",
+    "results.json",
+    "peak.json",
+)
 #: every file of the format (the test that no other module parses them reads this list)
 RUN_FILES = (CONFIG, TOKENIZER, METRICS, RESULTS, PEAK)
 #: a run's states: no run here / a live process trains it / stopped before the end (resumable) /
@@ -135,6 +141,7 @@ class RunFolder:
 
     def train_config(self, **overrides: Any) -> TrainConfig:
         """The run's :class:`TrainConfig` (``overrides`` replace saved training keys, e.g. ``max_steps``)."""
+
         def build(doc: dict) -> TrainConfig:
             model = {k: v for k, v in doc["model"].items() if k != "vocab_size"}
             values = {"name": self.path.name, "out_dir": str(self.path.parent), **doc["train"], **overrides}
@@ -170,19 +177,25 @@ class RunFolder:
             RunFileError: ``tokenizer.json`` missing, unreadable, changed since training (digest), or
                 not a usable tokenizer (the missing field named).
         """
-        recorded = self.config().get("data", {}).get("tokenizer_sha256")  # absent from runs whose config records no digest: read unchecked
+        recorded = (
+            self.config().get("data", {}).get("tokenizer_sha256")
+        )  # absent from runs whose config records no digest: read unchecked
         path = self.file(TOKENIZER)
         if not path.is_file():
             raise RunFileError(f"{str(path)!r} does not exist; the run's token ids cannot be decoded without it")
         data = self._object(TOKENIZER)  # not JSON at all: said first
         digest = sha256_file(path)
         if recorded is not None and digest != recorded:
-            raise RunFileError(f"{str(path)!r} was changed after training: its sha256 {digest[:16]}… "
-                               f"differs from the {str(recorded)[:16]}… recorded in {CONFIG}")
+            raise RunFileError(
+                f"{str(path)!r} was changed after training: its sha256 {digest[:16]}… "
+                f"differs from the {str(recorded)[:16]}… recorded in {CONFIG}"
+            )
         try:
             return tokenizer_from_dict(data)
         except KeyError as err:
-            raise RunFileError(f"{str(path)!r} is not a usable {data.get('type')!r} tokenizer: it lacks {err}") from None
+            raise RunFileError(
+                f"{str(path)!r} is not a usable {data.get('type')!r} tokenizer: it lacks {err}"
+            ) from None
         except (TypeError, ValueError) as err:
             raise RunFileError(f"{str(path)!r} is not a usable tokenizer: {err}") from None
 
@@ -311,11 +324,14 @@ class RunFolder:
             saved = resume_identity(saved)
         except (TypeError, ValueError, KeyError) as err:
             raise ckpt.CheckpointError(
-                f"checkpoint step {step} of {str(self.path)!r} records an unreadable config: {err}") from None
+                f"checkpoint step {step} of {str(self.path)!r} records an unreadable config: {err}"
+            ) from None
         if ckpt.config_hash(saved) != ckpt.config_hash(identity):
             mismatch = ckpt.config_mismatch(saved, identity)
             raise ckpt.CheckpointError(
-                f"checkpoint step {step} in {str(self.path)!r} was written by a different config: " + "; ".join(mismatch))
+                f"checkpoint step {step} in {str(self.path)!r} was written by a different config: "
+                + "; ".join(mismatch)
+            )
 
     def resume_checkpoint(self, identity: dict) -> tuple[dict[str, Tensor], dict] | None:
         """RunStore: ``(tensors, meta)`` of the newest checkpoint that verifies and can continue training.
@@ -332,7 +348,9 @@ class RunFolder:
         candidates = self.checkpoints()
         if latest is None and not candidates:
             return None
-        order = ([latest] if latest is not None else []) + [s for s in reversed(candidates) if latest is None or s < latest]
+        order = ([latest] if latest is not None else []) + [
+            s for s in reversed(candidates) if latest is None or s < latest
+        ]
         problems, model_only = [], False
         for step in order:
             try:
@@ -346,16 +364,22 @@ class RunFolder:
                     model_only = True
                     raise ckpt.CheckpointError(
                         f"checkpoint {str(self.checkpoint_path(step))!r} holds the model only (no {', '.join(missing)}): "
-                        "it cannot resume the optimizer and the data order")
+                        "it cannot resume the optimizer and the data order"
+                    )
             except ckpt.CheckpointError as err:
                 problems.append(str(err))
                 continue
             if problems:
-                print(f"poslab: warning: {'; '.join(problems)}; resuming from the previous good checkpoint, step {step}",
-                      file=sys.stderr)
+                print(
+                    f"poslab: warning: {'; '.join(problems)}; resuming from the previous good checkpoint, step {step}",
+                    file=sys.stderr,
+                )
             return tensors, meta
-        hint = (f"; to train on from its weights start a new run with --init_from {self.path}" if model_only
-                else "; start again with --overwrite")
+        hint = (
+            f"; to train on from its weights start a new run with --init_from {self.path}"
+            if model_only
+            else "; start again with --overwrite"
+        )
         raise ckpt.CheckpointError(f"no usable checkpoint in {str(self.path)!r}: " + "; ".join(problems) + hint)
 
     def _previous_good(self, identity: dict, below: int | None) -> str:
@@ -368,8 +392,10 @@ class RunFolder:
                 self.load_checkpoint(step, identity)
             except ckpt.CheckpointError:
                 continue
-            return (f"; the previous good checkpoint is step {step}: load_run(run, step={step}), "
-                    f"`poslab sample RUN --step {step}`; `poslab train --resume` falls back to it")
+            return (
+                f"; the previous good checkpoint is step {step}: load_run(run, step={step}), "
+                f"`poslab sample RUN --step {step}`; `poslab train --resume` falls back to it"
+            )
         return "; no earlier checkpoint verifies"
 
     def restore_weights(self, model: nn.Module) -> None:
@@ -401,11 +427,16 @@ class RunFolder:
         except ckpt.CheckpointError as err:
             below = step if step is not None else self.latest_step()
             raise ckpt.CheckpointError(f"{err}{self._previous_good(identity, below)}") from None
-        bad = [name for name, t in tensors.items()
-               if name.startswith("model.") and t.is_floating_point() and not bool(torch.isfinite(t).all())]
+        bad = [
+            name
+            for name, t in tensors.items()
+            if name.startswith("model.") and t.is_floating_point() and not bool(torch.isfinite(t).all())
+        ]
         if bad:
-            raise ckpt.CheckpointError(f"checkpoint {str(self.checkpoint_path(meta['step']))!r} holds non-finite "
-                                       f"weights (NaN/inf) in {', '.join(bad[:4])}; sampling from it is meaningless")
+            raise ckpt.CheckpointError(
+                f"checkpoint {str(self.checkpoint_path(meta['step']))!r} holds non-finite "
+                f"weights (NaN/inf) in {', '.join(bad[:4])}; sampling from it is meaningless"
+            )
         ckpt.restore_model(model, tensors, _aliases(meta))
         return model.eval()
 
@@ -433,7 +464,8 @@ class RunFolder:
         if len(steps) < last:
             raise ckpt.CheckpointError(
                 f"run {str(self.path)!r} keeps {len(steps)} checkpoint(s) (steps {steps}); averaging the last {last} needs "
-                f"{last}: train with keep_checkpoints >= {last} and a ckpt_interval that saves them")
+                f"{last}: train with keep_checkpoints >= {last} and a ckpt_interval that saves them"
+            )
         chosen = steps[-last:]
         model_cfg = self.model_config()
         identity = self.resume_identity(model_cfg)
@@ -447,8 +479,10 @@ class RunFolder:
         averaged = average_state_dicts(states, weights)
         bad = [name for name, t in averaged.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
         if bad:
-            raise ckpt.CheckpointError(f"the average of checkpoints {chosen} of {str(self.path)!r} holds non-finite "
-                                       f"weights (NaN/inf) in {', '.join(bad[:4])}")
+            raise ckpt.CheckpointError(
+                f"the average of checkpoints {chosen} of {str(self.path)!r} holds non-finite "
+                f"weights (NaN/inf) in {', '.join(bad[:4])}"
+            )
         ckpt.restore_model(model, averaged, aliases)
         return model.eval(), chosen
 
@@ -470,10 +504,20 @@ class RunFolder:
         normalised = normalised_weights(len(steps), weights)  # the weights the average used
         source = {"run": str(self.path.resolve()), "steps": steps, "weights": normalised}
         doc = self.config()
-        doc = {**doc, "train": {**doc.get("train", {}), "name": out.name, "out_dir": str(out.parent)},
-               "data": {**doc.get("data", {}), "averaged_from": source}}
-        return write_model_run(out, model, self.tokenizer(), doc, step=steps[-1], meta={"averaged_from": source},
-                               results={"status": "averaged", "steps": steps[-1], "averaged_from": source})
+        doc = {
+            **doc,
+            "train": {**doc.get("train", {}), "name": out.name, "out_dir": str(out.parent)},
+            "data": {**doc.get("data", {}), "averaged_from": source},
+        }
+        return write_model_run(
+            out,
+            model,
+            self.tokenizer(),
+            doc,
+            step=steps[-1],
+            meta={"averaged_from": source},
+            results={"status": "averaged", "steps": steps[-1], "averaged_from": source},
+        )
 
     def load(self, step: int | None = None) -> tuple[GPT, Any, dict[str, Any]]:
         """``(model, tokenizer, config)``: :meth:`load_model`, :meth:`tokenizer`, :meth:`config`.
@@ -490,7 +534,8 @@ class RunFolder:
         if expected is not None and expected != model.config.vocab_size:
             raise RunFileError(
                 f"{str(self.file(TOKENIZER))!r} has {tokenizer.vocab_size} tokens but the model has "
-                f"{model.config.vocab_size} ids ({objective}); a run's tokenizer and model must have one vocabulary")
+                f"{model.config.vocab_size} ids ({objective}); a run's tokenizer and model must have one vocabulary"
+            )
         return model, tokenizer, config
 
     # -------------------------------------------------------------------------------- data
@@ -516,7 +561,9 @@ class RunFolder:
         text = load_text(corpus)
         recorded = doc.get("data", {}).get("corpus_sha256")
         if recorded is not None and sha256_bytes(text.encode("utf-8")) != recorded:
-            raise ValueError(f"corpus {corpus!r} changed since the run was trained (sha256 differs); its {split} split is gone")
+            raise ValueError(
+                f"corpus {corpus!r} changed since the run was trained (sha256 differs); its {split} split is gone"
+            )
         train_text, val_text = split_text(text, train.get("val_fraction", 0.1))
         return encode_corpus(tokenizer, val_text if split == "val" else train_text)
 
@@ -556,8 +603,10 @@ class RunFolder:
                 if self.path.exists():
                     shutil.rmtree(self.path)
                 os.replace(hidden, self.path)
-                notes.append(f"poslab: note: restored {str(self.path)!r} from {hidden.name}, left by an --overwrite "
-                             "that was killed before the new run started")
+                notes.append(
+                    f"poslab: note: restored {str(self.path)!r} from {hidden.name}, left by an --overwrite "
+                    "that was killed before the new run started"
+                )
             else:
                 shutil.rmtree(hidden, ignore_errors=True)
                 notes.append(f"poslab: note: removed {hidden.name}, the old run an earlier --overwrite replaced")
@@ -575,8 +624,10 @@ class RunFolder:
         if self.path.exists() and not self.path.is_dir():
             raise FileExistsError(f"{str(self.path)!r} exists and is not a folder")
         if overwrite and self.path.is_symlink():  # replacing the link would leave its lock on the old target
-            raise FileExistsError(f"refusing to overwrite {str(self.path)!r}: it is a symbolic link to "
-                                  f"{os.readlink(self.path)!r}; overwrite that folder by its own name")
+            raise FileExistsError(
+                f"refusing to overwrite {str(self.path)!r}: it is a symbolic link to "
+                f"{os.readlink(self.path)!r}; overwrite that folder by its own name"
+            )
         for note in self.restore_displaced():
             print(note, file=sys.stderr)
         if interrupted_start(self.path):  # a start killed before its config.json (nothing to keep): start again
@@ -594,9 +645,12 @@ class RunFolder:
             return True, None
         if not overwrite:
             raise FileExistsError(
-                f"run folder {str(self.path)!r} already exists; pass --resume to continue it or --overwrite to replace it")
+                f"run folder {str(self.path)!r} already exists; pass --resume to continue it or --overwrite to replace it"
+            )
         if not self.is_run:
-            raise FileExistsError(f"refusing to overwrite {str(self.path)!r}: it is not a poslab run folder (no {CONFIG})")
+            raise FileExistsError(
+                f"refusing to overwrite {str(self.path)!r}: it is not a poslab run folder (no {CONFIG})"
+            )
         displaced = self.displaced_name()
         os.replace(self.path, displaced)
         self.path.mkdir(parents=True)
@@ -611,9 +665,16 @@ def training_state_missing(tensors: dict[str, Tensor], meta: dict[str, Any]) -> 
     if isinstance(optimizer, dict) and isinstance(optimizer.get("param_groups"), list):
         for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
             # AdamW groups (they have betas) keep exp_avg/exp_avg_sq, Muon groups a momentum_buffer per parameter
-            indices = [i for group in optimizer["param_groups"] if isinstance(group, dict)
-                       and (("betas" in group) == (key != "momentum_buffer")) for i in group.get("params", [])]
-            if any(f"optim.state.{i}.{key}" not in tensors for i in indices) and f"the optimizer's {key}" not in missing:
+            indices = [
+                i
+                for group in optimizer["param_groups"]
+                if isinstance(group, dict) and (("betas" in group) == (key != "momentum_buffer"))
+                for i in group.get("params", [])
+            ]
+            if (
+                any(f"optim.state.{i}.{key}" not in tensors for i in indices)
+                and f"the optimizer's {key}" not in missing
+            ):
                 missing.append(f"the optimizer's {key}")
     elif "optimizer" in meta:
         missing.append("the optimizer's param_groups")
@@ -624,12 +685,22 @@ def refuse_existing_run(out: str | Path, action: str) -> Path:
     """``out`` as a ``Path``; ``FileExistsError`` if it exists and is not an empty folder (``action`` never overwrites)."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"{str(out)!r} already exists and is not an empty folder; {action} never overwrites a run")
+        raise FileExistsError(
+            f"{str(out)!r} already exists and is not an empty folder; {action} never overwrites a run"
+        )
     return out
 
 
-def write_model_run(out: str | Path, model: nn.Module, tokenizer: Any, config_doc: dict[str, Any], *, step: int,
-                    meta: dict[str, Any], results: dict[str, Any]) -> Path:
+def write_model_run(
+    out: str | Path,
+    model: nn.Module,
+    tokenizer: Any,
+    config_doc: dict[str, Any],
+    *,
+    step: int,
+    meta: dict[str, Any],
+    results: dict[str, Any],
+) -> Path:
     """Create the run folder ``out`` holding ``model`` as one model-only checkpoint (a converted or averaged run).
 
     The folder gets the tokenizer, ``config_doc`` as its config (with the tokenizer's digest), the
@@ -646,8 +717,17 @@ def write_model_run(out: str | Path, model: nn.Module, tokenizer: Any, config_do
         run.write_config(config_doc)  # records the tokenizer's digest
         tensors, aliases = ckpt.model_tensors(model)
         identity = run.resume_identity()
-        run.save_checkpoint(step, tensors, {"config": identity, "config_hash": ckpt.config_hash(identity),
-                                            "model_aliases": aliases, **meta, "torch_version": torch.__version__})
+        run.save_checkpoint(
+            step,
+            tensors,
+            {
+                "config": identity,
+                "config_hash": ckpt.config_hash(identity),
+                "model_aliases": aliases,
+                **meta,
+                "torch_version": torch.__version__,
+            },
+        )
         run.write_results({"name": out.name, **results, "n_params": sum(p.numel() for p in model.parameters())})
 
     atomic_write_folder(out, fill)
@@ -674,7 +754,9 @@ def resolve_run(run: str | Path) -> RunFolder:
     for candidate in (path, Path("runs") / path):
         if RunFolder(candidate).is_run:
             return RunFolder(candidate)
-    raise FileNotFoundError(f"no run {str(run)!r}: neither {str(path)!r} nor {str(Path('runs') / path)!r} holds a {CONFIG}")
+    raise FileNotFoundError(
+        f"no run {str(run)!r}: neither {str(path)!r} nor {str(Path('runs') / path)!r} holds a {CONFIG}"
+    )
 
 
 def _aliases(meta: dict[str, Any]) -> dict[str, str]:
@@ -704,5 +786,13 @@ def _append_line(handle: Any, line: str) -> None:
         raise failure from err
 
 
-__all__ = ["RUN_FILES", "STATES", "RunFileError", "RunFolder", "load_run", "read_metrics", "resolve_run",
-           "training_state_missing"]
+__all__ = [
+    "RUN_FILES",
+    "STATES",
+    "RunFileError",
+    "RunFolder",
+    "load_run",
+    "read_metrics",
+    "resolve_run",
+    "training_state_missing",
+]

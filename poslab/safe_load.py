@@ -54,13 +54,17 @@ def load_yaml(text: str, what: str, max_values: int = MAX_VALUES, max_depth: int
             return None
         size = expanded_size(node, max_values, max_depth)
         if size is None:
-            raise ValueError(f"{what} refers to itself through an alias (&anchor ... *anchor inside it); "
-                             f"poslab config values cannot be recursive")
+            raise ValueError(
+                f"{what} refers to itself through an alias (&anchor ... *anchor inside it); "
+                f"poslab config values cannot be recursive"
+            )
         if size < 0:
             raise ValueError(_too_deep(what, max_depth))
         if size > max_values:
-            raise ValueError(f"{what} expands to more than {max_values:,} values through its aliases (*anchor); "
-                             f"poslab refuses such values (a config holds tens of values)")
+            raise ValueError(
+                f"{what} expands to more than {max_values:,} values through its aliases (*anchor); "
+                f"poslab refuses such values (a config holds tens of values)"
+            )
         try:
             return loader.construct_document(node)
         except RecursionError:
@@ -91,7 +95,9 @@ def load_json(text: str | bytes, what: str, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def _too_deep(what: str, max_depth: int) -> str:
-    return f"{what} is nested more than {max_depth} levels deep (lists or mappings inside each other); poslab refuses it"
+    return (
+        f"{what} is nested more than {max_depth} levels deep (lists or mappings inside each other); poslab refuses it"
+    )
 
 
 def _depth_exceeds(data: Any, max_depth: int) -> bool:

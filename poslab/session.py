@@ -85,8 +85,17 @@ def train(
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     try:
-        return run_training(cfg, run, resuming=resuming, dist_ctx=dist_ctx, progress=progress, callback=callback,
-                            init_from=init, wall_start=wall_start, on_started=started)
+        return run_training(
+            cfg,
+            run,
+            resuming=resuming,
+            dist_ctx=dist_ctx,
+            progress=progress,
+            callback=callback,
+            init_from=init,
+            wall_start=wall_start,
+            on_started=started,
+        )
     except BaseException:
         if dist_ctx.is_main and not resuming and not run.is_run:
             shutil.rmtree(run.path, ignore_errors=True)  # nothing was written yet: leave no half folder
@@ -99,8 +108,13 @@ def train(
         distributed.teardown(dist_ctx)
 
 
-def train_stacked(configs: list[TrainConfig], *, overwrite: bool = False, progress: Callable[[str], None] | None = print,
-                  threads: int | None = None) -> list[dict]:
+def train_stacked(
+    configs: list[TrainConfig],
+    *,
+    overwrite: bool = False,
+    progress: Callable[[str], None] | None = print,
+    threads: int | None = None,
+) -> list[dict]:
     """Train several runs in this process, stacked where their configs allow (:mod:`poslab.training.batched`).
 
     Each config gets its run folder ``cfg.out_dir/cfg.name`` as :func:`train` would (locked, prepared;

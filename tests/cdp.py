@@ -16,18 +16,38 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "chromium", "chromium-browser", "google-chrome")
+CHROMIUM_CANDIDATES = (
+    "/usr/bin/chromium",
+    "/usr/bin/chromium-browser",
+    "chromium",
+    "chromium-browser",
+    "google-chrome",
+)
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
-    "--no-default-browser-check", "--font-render-hinting=none",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--mute-audio",
+    "--no-default-browser-check",
+    "--font-render-hinting=none",
 )
 
 
 def find_chromium() -> str | None:
     """Path of a Chromium binary, or ``None``."""
     for candidate in CHROMIUM_CANDIDATES:
-        found = shutil.which(candidate) if not candidate.startswith("/") else (candidate if Path(candidate).exists() else None)
+        found = (
+            shutil.which(candidate)
+            if not candidate.startswith("/")
+            else (candidate if Path(candidate).exists() else None)
+        )
         if found:
             return found
     return None
@@ -49,9 +69,16 @@ class Browser:
             raise RuntimeError("chromium not found")
         self.profile = tempfile.mkdtemp(prefix="poslab-chromium-")
         self.process = subprocess.Popen(
-            [binary, *FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
-             f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                binary,
+                *FLAGS,
+                f"--user-data-dir={self.profile}",
+                "--remote-debugging-port=0",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         port_file = Path(self.profile) / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
@@ -82,10 +109,14 @@ class Browser:
         method, params = message.get("method"), message.get("params", {})
         self.events.append(message)
         if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-            self.console_errors.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+            self.console_errors.append(
+                " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+            )
         elif method == "Runtime.exceptionThrown":
             details = params.get("exceptionDetails", {})
-            self.console_errors.append(details.get("exception", {}).get("description") or details.get("text", "exception"))
+            self.console_errors.append(
+                details.get("exception", {}).get("description") or details.get("text", "exception")
+            )
         elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
             entry = params["entry"]
             self.console_errors.append(f"{entry.get('source')}: {entry.get('text')} {entry.get('url', '')}")
@@ -149,23 +180,33 @@ class Browser:
 
     def click(self, selector: str) -> None:
         """A real mouse click at the centre of the element."""
-        box = self.eval(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.scrollIntoView({{block:'center'}});"
-                        " const r = e.getBoundingClientRect(); return [r.x + r.width/2, r.y + r.height/2]; })()")
+        box = self.eval(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.scrollIntoView({{block:'center'}});"
+            " const r = e.getBoundingClientRect(); return [r.x + r.width/2, r.y + r.height/2]; })()"
+        )
         for kind in ("mousePressed", "mouseReleased"):
             self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
 
     def type_text(self, selector: str, text: str, clear: bool = True) -> None:
         """Focus an input and type ``text`` as keyboard input."""
-        self.eval(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.focus();"
-                  f" {'e.select();' if clear else ''} }})()")
+        self.eval(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.focus();"
+            f" {'e.select();' if clear else ''} }})()"
+        )
         if clear:
-            self.call("Input.dispatchKeyEvent", type="keyDown", key="Backspace", code="Backspace", windowsVirtualKeyCode=8)
-            self.call("Input.dispatchKeyEvent", type="keyUp", key="Backspace", code="Backspace", windowsVirtualKeyCode=8)
+            self.call(
+                "Input.dispatchKeyEvent", type="keyDown", key="Backspace", code="Backspace", windowsVirtualKeyCode=8
+            )
+            self.call(
+                "Input.dispatchKeyEvent", type="keyUp", key="Backspace", code="Backspace", windowsVirtualKeyCode=8
+            )
         if text:
             self.call("Input.insertText", text=text)
 
     def press_enter(self) -> None:
-        self.call("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter", windowsVirtualKeyCode=13, text="\r")
+        self.call(
+            "Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter", windowsVirtualKeyCode=13, text="\r"
+        )
         self.call("Input.dispatchKeyEvent", type="keyUp", key="Enter", code="Enter", windowsVirtualKeyCode=13)
 
     def fonts_used(self, selector: str) -> dict[str, int]:
@@ -181,8 +222,9 @@ class Browser:
         if not node:
             raise ValueError(f"no element matches {selector!r}")
         fonts = self.call("CSS.getPlatformFontsForNode", nodeId=node)["fonts"]
-        self.console_errors[before:] = [e for e in self.console_errors[before:]
-                                        if not e.startswith("security: Unsafe attempt to load URL file:")]
+        self.console_errors[before:] = [
+            e for e in self.console_errors[before:] if not e.startswith("security: Unsafe attempt to load URL file:")
+        ]
         return {f["familyName"]: f["glyphCount"] for f in fonts}
 
     def screenshot(self, path: Path, full_page: bool = True) -> Path:
@@ -191,7 +233,10 @@ class Browser:
         if full_page:
             metrics = self.call("Page.getLayoutMetrics")
             size = metrics.get("cssContentSize") or metrics["contentSize"]
-            params.update(captureBeyondViewport=True, clip={"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 16000), "scale": 1})
+            params.update(
+                captureBeyondViewport=True,
+                clip={"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 16000), "scale": 1},
+            )
         data = self.call("Page.captureScreenshot", **params)["data"]
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

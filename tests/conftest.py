@@ -50,8 +50,12 @@ def _seed_precision_cache() -> None:
     entries = {}
     for n in range(1, max(os.cpu_count() or 1, threads) + 1):
         torch.set_num_threads(n)
-        entries[precision.machine_key()] = {"fp32_step_s": 1.0, "bf16_step_s": 2.0,
-                                            "fp32_matmul_flops": 1e10, "bf16_matmul_flops": 1e10}
+        entries[precision.machine_key()] = {
+            "fp32_step_s": 1.0,
+            "bf16_step_s": 2.0,
+            "fp32_matmul_flops": 1e10,
+            "bf16_matmul_flops": 1e10,
+        }
     torch.set_num_threads(threads)
     with open(os.path.join(folder, "precision.json"), "w", encoding="utf-8") as f:
         json.dump(entries, f)
@@ -86,15 +90,15 @@ class Variant:
 # head_dim 8 in the tiny models: rotary pairs = 4
 _LONGROPE = {"short_factor": [1.0, 1.25, 1.5, 2.0], "long_factor": [1.0, 2.0, 4.0, 8.0]}
 ROTARY_VARIANTS = [
-        Variant("rope-interleaved", "rope", {"layout": "interleaved"}),
-        Variant("rope-partial", "rope", {"rotary_dim": 4}),
-        Variant("rope-partial-interleaved", "rope", {"rotary_dim": 4, "layout": "interleaved"}),
-        Variant("rope-linear", "rope", {"scaling": "linear", "factor": 2.0}),
-        Variant("rope-ntk", "rope", {"scaling": "ntk", "factor": 4.0}),
-        Variant("rope-dynamic", "rope", {"scaling": "dynamic", "factor": 4.0, "original_max_len": 128}, 128),
-        Variant("rope-yarn", "rope", {"scaling": "yarn", "factor": 4.0, "original_max_len": 64}),
-        Variant("rope-llama3", "rope", {"scaling": "llama3", "factor": 8.0, "original_max_len": 64}),
-        Variant("rope-longrope", "rope", {"scaling": "longrope", "factor": 4.0, "original_max_len": 128, **_LONGROPE}, 128),
+    Variant("rope-interleaved", "rope", {"layout": "interleaved"}),
+    Variant("rope-partial", "rope", {"rotary_dim": 4}),
+    Variant("rope-partial-interleaved", "rope", {"rotary_dim": 4, "layout": "interleaved"}),
+    Variant("rope-linear", "rope", {"scaling": "linear", "factor": 2.0}),
+    Variant("rope-ntk", "rope", {"scaling": "ntk", "factor": 4.0}),
+    Variant("rope-dynamic", "rope", {"scaling": "dynamic", "factor": 4.0, "original_max_len": 128}, 128),
+    Variant("rope-yarn", "rope", {"scaling": "yarn", "factor": 4.0, "original_max_len": 64}),
+    Variant("rope-llama3", "rope", {"scaling": "llama3", "factor": 8.0, "original_max_len": 64}),
+    Variant("rope-longrope", "rope", {"scaling": "longrope", "factor": 4.0, "original_max_len": 128, **_LONGROPE}, 128),
     Variant("rope-logn", "rope", {"logn_scaling": True, "original_max_len": 128}, 128),
     Variant("xpos-interleaved", "xpos", {"layout": "interleaved"}),
 ]
@@ -148,7 +152,11 @@ def make_attention(
 ) -> MultiHeadAttention:
     """A seeded bare :class:`MultiHeadAttention` with the variant's scheme attached (eval mode)."""
     torch.manual_seed(seed)
-    scheme = None if variant is None else make_scheme(variant, d_model=d_model, n_heads=n_heads, max_len=max_len, causal=causal)
+    scheme = (
+        None
+        if variant is None
+        else make_scheme(variant, d_model=d_model, n_heads=n_heads, max_len=max_len, causal=causal)
+    )
     attn = MultiHeadAttention(
         d_model, n_heads, n_kv_heads, causal=causal, position=scheme, backend=backend, window=window
     )

@@ -62,9 +62,17 @@ def tiny_run(position: str = "rope", steps: int = 30) -> Path:
     from poslab.training.config import TrainConfig
 
     cfg = TrainConfig(
-        name=f"tiny-{position}", out_dir=str(base_dir() / "runs"), corpus=str(corpus_file()),
+        name=f"tiny-{position}",
+        out_dir=str(base_dir() / "runs"),
+        corpus=str(corpus_file()),
         model={"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32, "position": position},
-        max_steps=steps, batch_size=8, warmup_steps=5, eval_interval=steps, eval_iters=2, ckpt_interval=0, threads=1,
+        max_steps=steps,
+        batch_size=8,
+        warmup_steps=5,
+        eval_interval=steps,
+        eval_iters=2,
+        ckpt_interval=0,
+        threads=1,
         lr=3e-3,
     )
     with quiet():

@@ -104,7 +104,11 @@ def _case(mechanism: str, path: str, seed: int = 0):
     """
     Tq, Tk, chunk, recompute, kind = PATHS[path]
     gen = torch.Generator().manual_seed(seed)
-    q, k, v = torch.randn(2, H, Tq, D, generator=gen), torch.randn(2, HKV, Tk, D, generator=gen), torch.randn(2, HKV, Tk, D, generator=gen)
+    q, k, v = (
+        torch.randn(2, H, Tq, D, generator=gen),
+        torch.randn(2, HKV, Tk, D, generator=gen),
+        torch.randn(2, HKV, Tk, D, generator=gen),
+    )
     q_pos, k_pos = _positions(kind, Tq, Tk)
     opts = dict(MECHANISMS[mechanism])
     bias, mask = opts.pop("bias", False), opts.pop("mask", False)
@@ -250,8 +254,12 @@ def test_sdpa_equals_eager_with_every_mechanism(variant: Variant, mechanism: str
 
 @pytest.mark.parametrize("mechanism", modern.SDPA_OK)
 @pytest.mark.parametrize("name", ["none", "rope", "alibi", "t5"])
-@pytest.mark.parametrize(("causal", "window"), [(True, None), (True, 37), (False, 37)], ids=["causal", "causal-w37", "bidir-w37"])
-def test_blocked_sdpa_equals_eager_forward_and_backward(name: str, mechanism: str, causal: bool, window: int | None) -> None:
+@pytest.mark.parametrize(
+    ("causal", "window"), [(True, None), (True, 37), (False, 37)], ids=["causal", "causal-w37", "bidir-w37"]
+)
+def test_blocked_sdpa_equals_eager_forward_and_backward(
+    name: str, mechanism: str, causal: bool, window: int | None
+) -> None:
     """Past ``query_chunk`` queries the sdpa path runs in blocks; sinks ride along as an extra key per block."""
     attn = modern.make(Variant(name, name), mechanism, window=window, causal=causal)
     attn.query_chunk = 16
@@ -382,7 +390,9 @@ def test_flex_on_cpu_equals_eager_at_every_length(variant: Variant) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("causal", "window"), [(False, None), (True, 5)], ids=["bidir", "causal-w5"])
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
-def test_flex_on_cpu_equals_eager_bidirectional_and_windowed(variant: Variant, causal: bool, window: int | None) -> None:
+def test_flex_on_cpu_equals_eager_bidirectional_and_windowed(
+    variant: Variant, causal: bool, window: int | None
+) -> None:
     _flex_vs_eager(variant, (16,), causal=causal, window=window)
 
 

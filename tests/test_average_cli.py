@@ -22,7 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     return subprocess.run([sys.executable, "-m", "poslab", *args], capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -31,10 +35,24 @@ def source(tmp_path_factory) -> Path:
     """A tiny run that keeps its checkpoints of steps 2, 4 and 6."""
     corpus = tmp_path_factory.mktemp("corpus") / "tang.txt"
     corpus.write_text(load_corpus("tang5")[:30_000], encoding="utf-8")
-    cfg = TrainConfig.from_dict(dict(
-        name="run", out_dir=str(tmp_path_factory.mktemp("runs")), corpus=str(corpus),
-        model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16), max_steps=6, batch_size=2, warmup_steps=1,
-        eval_interval=3, eval_iters=1, log_interval=1, ckpt_interval=2, keep_checkpoints=3, seed=3, threads=1))
+    cfg = TrainConfig.from_dict(
+        dict(
+            name="run",
+            out_dir=str(tmp_path_factory.mktemp("runs")),
+            corpus=str(corpus),
+            model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16),
+            max_steps=6,
+            batch_size=2,
+            warmup_steps=1,
+            eval_interval=3,
+            eval_iters=1,
+            log_interval=1,
+            ckpt_interval=2,
+            keep_checkpoints=3,
+            seed=3,
+            threads=1,
+        )
+    )
     train(cfg, progress=False)
     return cfg.run_dir
 
@@ -54,7 +72,10 @@ def test_average_writes_a_new_run_and_never_overwrites(source, tmp_path, capsys)
     four, six = run.load_model(step=4).state_dict(), run.load_model(step=6).state_dict()
     for key, value in model.state_dict().items():
         torch.testing.assert_close(value, (four[key] + six[key]) / 2)
-    assert config["data"]["averaged_from"]["steps"] == [4, 6] and config["data"]["averaged_from"]["weights"] == [0.5, 0.5]
+    assert config["data"]["averaged_from"]["steps"] == [4, 6] and config["data"]["averaged_from"]["weights"] == [
+        0.5,
+        0.5,
+    ]
     assert config["train"]["name"] == "averaged" and RunFolder(new).state == "finished"
     assert RunFolder(new).checkpoints() == [6] and tokenizer.to_dict() == run.tokenizer().to_dict()
     assert fingerprint(source) == before  # the source run is only read

@@ -20,7 +20,9 @@ def test_mean_of_two_known_dicts():
     a, b = two()
     out = average_state_dicts([a, b])
     assert list(out) == ["w", "b", "step"]
-    assert torch.equal(out["w"], torch.tensor([[2.0, 2.0], [2.0, 2.0]])) and torch.equal(out["b"], torch.tensor([2.0, 0.0]))
+    assert torch.equal(out["w"], torch.tensor([[2.0, 2.0], [2.0, 2.0]])) and torch.equal(
+        out["b"], torch.tensor([2.0, 0.0])
+    )
     assert torch.equal(out["step"], torch.tensor(7))  # integer buffers are copied, not averaged
     weighted = average_state_dicts([a, b], weights=[3, 1])  # normalised to 0.75 / 0.25
     assert torch.equal(weighted["w"], torch.tensor([[1.5, 2.0], [2.5, 3.0]]))
@@ -47,15 +49,18 @@ def test_mismatches_are_refused_naming_the_key():
         average_state_dicts([])
 
 
-@pytest.mark.parametrize("weights, match", [
-    ([1.0], "weights has 1 values for 2 state dicts"),
-    ([1.0, -0.5], r"weights\[1\] = -0.5"),
-    ([math.nan, 1.0], r"weights\[0\] = nan"),
-    ([math.inf, 1.0], r"weights\[0\] = inf"),
-    ([True, 1.0], r"weights\[0\] = True"),
-    (["1", 1.0], r"weights\[0\] = '1'"),
-    ([0.0, 0.0], "sum to 0.0"),
-])
+@pytest.mark.parametrize(
+    "weights, match",
+    [
+        ([1.0], "weights has 1 values for 2 state dicts"),
+        ([1.0, -0.5], r"weights\[1\] = -0.5"),
+        ([math.nan, 1.0], r"weights\[0\] = nan"),
+        ([math.inf, 1.0], r"weights\[0\] = inf"),
+        ([True, 1.0], r"weights\[0\] = True"),
+        (["1", 1.0], r"weights\[0\] = '1'"),
+        ([0.0, 0.0], "sum to 0.0"),
+    ],
+)
 def test_weights_are_validated(weights, match):
     with pytest.raises(ValueError, match=match):
         average_state_dicts(list(two()), weights=weights)
@@ -69,7 +74,9 @@ def test_dtype_is_preserved_and_the_sum_is_taken_in_float32(dtype):
     assert out["w"].dtype == dtype and out["mask"].dtype == torch.bool
     exact = sum(d["w"].double() for d in dicts) / 5
     assert torch.equal(out["w"], exact.to(dtype)) or dtype in (torch.float32, torch.float64)  # one rounding, at the end
-    torch.testing.assert_close(out["w"].double(), exact, rtol=0, atol=1e-6 if dtype in (torch.float32, torch.float64) else 0.01)
+    torch.testing.assert_close(
+        out["w"].double(), exact, rtol=0, atol=1e-6 if dtype in (torch.float32, torch.float64) else 0.01
+    )
     if dtype == torch.bfloat16:  # summing in bf16 rounds at every partial sum: a larger error
         in_bf16 = dicts[0]["w"] * 0.2
         for d in dicts[1:]:

@@ -35,7 +35,9 @@ def test_auto_resolution() -> None:
     assert resolve_backend("sdpa", cuda, need_weights=True) == "eager"  # weights need the eager form
     for explicit in ("sdpa", "eager", "flex"):
         assert resolve_backend(explicit, cpu) == explicit
-    with pytest.raises(ValueError, match=r"unknown attention backend 'fast'; choose one of \['auto', 'sdpa', 'eager', 'flex'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown attention backend 'fast'; choose one of \['auto', 'sdpa', 'eager', 'flex'\]"
+    ):
         resolve_backend("fast", cpu)
     with pytest.raises(ValueError, match="unknown attention backend"):
         MultiHeadAttention(D_MODEL, N_HEADS, backend="cudnn")
@@ -59,11 +61,15 @@ def _blocked(attn: MultiHeadAttention, chunk: int = 8, recompute_from: int = 16)
     return attn
 
 
-@pytest.mark.parametrize(("causal", "window", "recompute_from"),
-                         [(True, None, 16), (True, None, 10_000), (False, None, 16), (True, 6, 16), (False, 6, 16)],
-                         ids=["causal-recompute", "causal-keep", "bidir-recompute", "causal-w6", "bidir-w6"])
+@pytest.mark.parametrize(
+    ("causal", "window", "recompute_from"),
+    [(True, None, 16), (True, None, 10_000), (False, None, 16), (True, 6, 16), (False, 6, 16)],
+    ids=["causal-recompute", "causal-keep", "bidir-recompute", "causal-w6", "bidir-w6"],
+)
 @pytest.mark.parametrize("variant", BIAS_VARIANTS, ids=BIAS_IDS)
-def test_blocked_equals_one_shot_forward_and_backward(variant: Variant, causal: bool, window: int | None, recompute_from: int) -> None:
+def test_blocked_equals_one_shot_forward_and_backward(
+    variant: Variant, causal: bool, window: int | None, recompute_from: int
+) -> None:
     """T=40 in blocks of 8 (checkpointed or not) equals one SDPA call, values and grads."""
     attn = make_attention(variant, n_kv_heads=2, causal=causal, window=window)
     x = torch.randn(B, 40, D_MODEL, requires_grad=True)
@@ -162,8 +168,22 @@ def test_memory_is_linear_in_T_without_allocator_settings(mode: list[str]) -> No
     Without the largest-first order and heap trimming: ALiBi's evaluation x15.4, T5's training step x11.6
     (``benchmarks/eval_memory.py --allocator default``).
     """
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "eval_memory.py"), "--lengths", "2048,8192",
-                             "--schemes", "alibi,t5", "--allocator", "default", *mode], capture_output=True, text=True, timeout=1800)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "eval_memory.py"),
+            "--lengths",
+            "2048,8192",
+            "--schemes",
+            "alibi,t5",
+            "--allocator",
+            "default",
+            *mode,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert result.returncode == 0, result.stdout + result.stderr  # exit 1 when a scheme's growth is >= 8x
 
 
@@ -190,7 +210,19 @@ def test_bench_cli_smoke(tmp_path) -> None:
     from poslab.cli.app import main
 
     out = tmp_path / "bench"
-    args = ["bench", "--sizes", "32", "--contexts", "8", "--repeats", "1", "--cases", "poslab:none,naive", "--out", str(out)]
+    args = [
+        "bench",
+        "--sizes",
+        "32",
+        "--contexts",
+        "8",
+        "--repeats",
+        "1",
+        "--cases",
+        "poslab:none,naive",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     results = json.loads((out / "results.json").read_text())
     rows = {r["case"]: r for r in results["attention"]["rows"]}

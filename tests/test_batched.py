@@ -13,11 +13,31 @@ from poslab.training.config import TrainConfig
 
 def _config(tmp_path, name: str, seed: int, position: str = "rope", **extra) -> TrainConfig:
     values = {
-        "name": name, "out_dir": str(tmp_path), "corpus": "shakespeare", "tokenizer": "char",
-        "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "dropout": 0.0, "bias": False,
-                  "position": position},
-        "max_steps": 4, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "weight_decay": 0.1, "grad_clip": 0.5,
-        "eval_interval": 2, "eval_iters": 2, "log_interval": 1, "ckpt_interval": 0, "seed": seed, **extra,
+        "name": name,
+        "out_dir": str(tmp_path),
+        "corpus": "shakespeare",
+        "tokenizer": "char",
+        "model": {
+            "n_layer": 2,
+            "n_head": 2,
+            "n_embd": 32,
+            "block_size": 16,
+            "dropout": 0.0,
+            "bias": False,
+            "position": position,
+        },
+        "max_steps": 4,
+        "batch_size": 4,
+        "lr": 3e-3,
+        "warmup_steps": 2,
+        "weight_decay": 0.1,
+        "grad_clip": 0.5,
+        "eval_interval": 2,
+        "eval_iters": 2,
+        "log_interval": 1,
+        "ckpt_interval": 0,
+        "seed": seed,
+        **extra,
     }
     return TrainConfig.from_dict(values)
 
@@ -26,8 +46,9 @@ def _config(tmp_path, name: str, seed: int, position: str = "rope", **extra) -> 
 def test_members_equal_single_runs(tmp_path, position):
     seeds = (0, 1, 7)
     alone = [train(_config(tmp_path / "alone", f"s{s}", s, position, grad_accum=2), progress=False) for s in seeds]
-    stacked = train_stacked([_config(tmp_path / "stacked", f"s{s}", s, position, grad_accum=2) for s in seeds],
-                            progress=None)
+    stacked = train_stacked(
+        [_config(tmp_path / "stacked", f"s{s}", s, position, grad_accum=2) for s in seeds], progress=None
+    )
     assert [r["stacked"] for r in stacked] == [3, 3, 3]
     for s, a, b in zip(seeds, alone, stacked):
         assert b["final_val_loss"] == pytest.approx(a["final_val_loss"], abs=1e-5)
@@ -78,5 +99,7 @@ def test_refuses_unsupported_settings(tmp_path):
         check_stackable(_config(tmp_path, "x", 0, dtype="bf16"))
     with pytest.raises(ValueError, match=r"stacked input must be \[1, B, T\]"):
         from poslab.nn.model import GPT, GPTConfig
+
         StackedGPT([GPT(GPTConfig(vocab_size=8, n_layer=1, n_head=1, n_embd=8, block_size=4))]).logits(
-            torch.zeros(2, 1, 4, dtype=torch.long))
+            torch.zeros(2, 1, 4, dtype=torch.long)
+        )

@@ -49,7 +49,11 @@ def test_hf_family_case_and_its_poslab_twin_compute_the_same_function(variant, s
     T = 64
     torch.manual_seed(0)
     _, _, settings = bench.HF_FAMILY_CASES[variant]
-    overrides = {k: v for k, v in _SMALL.items() if k in settings or (k == "sliding_window" and "sliding_attention" in settings.get("layer_types", ()))}
+    overrides = {
+        k: v
+        for k, v in _SMALL.items()
+        if k in settings or (k == "sliding_window" and "sliding_attention" in settings.get("layer_types", ()))
+    }
     model = bench.hf_family_model(variant, T, **overrides)
     with torch.no_grad():  # outputs O(1), logits O(10): near enough the soft-cap; sinks that matter
         for name, p in model.named_parameters():

@@ -23,8 +23,9 @@ from poslab.lab.report import build_report
 from poslab.runs import load_run
 
 pytestmark = [
-    pytest.mark.skipif(find_chromium() is None,
-                       reason="chromium is not installed (apt-get install -y chromium; .ci/run does it)"),
+    pytest.mark.skipif(
+        find_chromium() is None, reason="chromium is not installed (apt-get install -y chromium; .ci/run does it)"
+    ),
     pytest.mark.usefixtures("single_thread"),  # tiny models: one thread (conftest)
 ]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
@@ -46,12 +47,16 @@ def test_report_renders_in_chromium(tmp_path):
     with Browser(width=1280, height=900) as browser:
         browser.goto(report.as_uri())
         browser.wait_for("document.fonts.status === 'loaded'")
-        images = browser.eval("[...document.images].map(i => [i.complete, i.naturalWidth, i.naturalHeight, i.getBoundingClientRect().width])")
+        images = browser.eval(
+            "[...document.images].map(i => [i.complete, i.naturalWidth, i.naturalHeight, i.getBoundingClientRect().width])"
+        )
         fonts = browser.eval(f"[...document.fonts].filter(f => f.family.includes('{FAMILY}')).map(f => f.status)")
         checked = browser.eval(f"document.fonts.check(\"16px '{FAMILY}'\", '{PROMPT}')")
         glyphs = browser.eval(GLYPHS_DIFFER)
         claim_fonts = browser.fonts_used("#order .claim p")
-        nav_links = browser.eval("[...document.querySelectorAll('nav a')].map(a => document.querySelector(a.getAttribute('href')) !== null)")
+        nav_links = browser.eval(
+            "[...document.querySelectorAll('nav a')].map(a => document.querySelector(a.getAttribute('href')) !== null)"
+        )
         ARTIFACTS.mkdir(exist_ok=True)
         shot = browser.screenshot(ARTIFACTS / "report.png")
         errors, requests = browser.console_errors, browser.requests
@@ -112,7 +117,14 @@ def assert_matches(colours: dict, weights: torch.Tensor, layers: list[int]) -> N
         for i in range(T):
             for j in range(T):
                 expected = colormap_rgb(float(weights[layer, head, i, j]))
-                assert all(abs(a - b) <= 2 for a, b in zip(rows[i][j], expected)), (layer, head, i, j, rows[i][j], expected)
+                assert all(abs(a - b) <= 2 for a, b in zip(rows[i][j], expected)), (
+                    layer,
+                    head,
+                    i,
+                    j,
+                    rows[i][j],
+                    expected,
+                )
 
 
 def model_weights(run: Path, prompt: str) -> torch.Tensor:
@@ -121,13 +133,18 @@ def model_weights(run: Path, prompt: str) -> torch.Tensor:
 
 
 def wait_ready(browser: Browser, side: str, model: str, prompt: str) -> None:
-    browser.wait_for(f"(() => {{ const p = document.querySelector('#panel-{side}'); return p.dataset.status === 'ready'"
-                     f" && p.dataset.model === '{model}' && p.dataset.prompt === '{prompt}'; }})()", timeout=60)
+    browser.wait_for(
+        f"(() => {{ const p = document.querySelector('#panel-{side}'); return p.dataset.status === 'ready'"
+        f" && p.dataset.model === '{model}' && p.dataset.prompt === '{prompt}'; }})()",
+        timeout=60,
+    )
 
 
 def select(browser: Browser, selector: str, value: str) -> None:
-    browser.eval(f"(() => {{ const s = document.querySelector('{selector}'); s.value = '{value}';"
-                 " s.dispatchEvent(new Event('change')); })()")
+    browser.eval(
+        f"(() => {{ const s = document.querySelector('{selector}'); s.value = '{value}';"
+        " s.dispatchEvent(new Event('change')); })()"
+    )
 
 
 def test_explorer_in_chromium():
@@ -152,7 +169,9 @@ def test_explorer_in_chromium():
             assert_matches(before, rope, [0, 1])
             assert_matches(cell_colours(browser, "b"), alibi, [0, 1])
             assert browser.eval("document.querySelectorAll('#panel-a .scheme-view').length") == 1  # RoPE rotation
-            assert browser.eval("document.querySelectorAll('#panel-b .scheme-view').length") == 2  # ALiBi bias of 2 heads
+            assert (
+                browser.eval("document.querySelectorAll('#panel-b .scheme-view').length") == 2
+            )  # ALiBi bias of 2 heads
 
             # switch the left panel to the other run: the heatmaps change and follow that model
             select(browser, "#panel-a .model-select", "run:tiny-alibi")
@@ -165,11 +184,16 @@ def test_explorer_in_chromium():
             select(browser, "#panel-a .layer-select", "1")
             browser.wait_for("document.querySelectorAll('#panel-a canvas.heatmap').length === 2")
             assert_matches(cell_colours(browser, "a"), alibi, [1])
-            assert browser.eval("[...document.querySelectorAll('#panel-a .layer h3')].map(h => h.textContent)")[0] == "layer 1"
+            assert (
+                browser.eval("[...document.querySelectorAll('#panel-a .layer h3')].map(h => h.textContent)")[0]
+                == "layer 1"
+            )
             # an untrained scheme with its bucket picture
             select(browser, "#panel-b .model-select", "scheme:t5")
             wait_ready(browser, "b", "scheme:t5", prompt)
-            assert browser.eval("document.querySelectorAll('#panel-b .scheme-view').length") == 5  # 4 bias heads + buckets
+            assert (
+                browser.eval("document.querySelectorAll('#panel-b .scheme-view').length") == 5
+            )  # 4 bias heads + buckets
             ARTIFACTS.mkdir(exist_ok=True)
             browser.screenshot(ARTIFACTS / "explore.png", full_page=False)
 

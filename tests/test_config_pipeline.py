@@ -18,32 +18,47 @@ from poslab.training.config import TrainConfig
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-@pytest.mark.parametrize(("text", "hint", "value"), [
-    ("20", int, 20), ("3e-4", float, 3e-4), ("2", float, 2.0), ("none", int | None, None), ("off", bool, False),
-    ("yes", bool, True), ("rope", str, "rope"), ('{"base": 500}', dict, {"base": 500}),
-])
+@pytest.mark.parametrize(
+    ("text", "hint", "value"),
+    [
+        ("20", int, 20),
+        ("3e-4", float, 3e-4),
+        ("2", float, 2.0),
+        ("none", int | None, None),
+        ("off", bool, False),
+        ("yes", bool, True),
+        ("rope", str, "rope"),
+        ('{"base": 500}', dict, {"base": 500}),
+    ],
+)
 def test_coerce_from_text(text, hint, value):
     assert coerce("k", text, hint, text=True) == value
 
 
-@pytest.mark.parametrize(("value", "hint", "error", "match"), [
-    (True, int, TypeError, "k must be an integer, got True"),
-    ("3", int, TypeError, "k must be an integer"),
-    (float("nan"), float, ValueError, "k must be finite"),
-    ([1], dict, TypeError, "k must be dict"),
-])
+@pytest.mark.parametrize(
+    ("value", "hint", "error", "match"),
+    [
+        (True, int, TypeError, "k must be an integer, got True"),
+        ("3", int, TypeError, "k must be an integer"),
+        (float("nan"), float, ValueError, "k must be finite"),
+        ([1], dict, TypeError, "k must be dict"),
+    ],
+)
 def test_coerce_checks_typed_values(value, hint, error, match):
     with pytest.raises(error, match=match):
         coerce("k", value, hint)
 
 
-@pytest.mark.parametrize(("text", "hint", "match"), [
-    ("fast", float, "--k expects a number, got 'fast'"),
-    ("2.5", int, "--k expects an integer, got '2.5'"),
-    ("maybe", bool, "--k expects true or false"),
-    ("[1, 2]", dict, "--k expects a mapping"),
-    ("nan", float, "k must be finite"),
-])
+@pytest.mark.parametrize(
+    ("text", "hint", "match"),
+    [
+        ("fast", float, "--k expects a number, got 'fast'"),
+        ("2.5", int, "--k expects an integer, got '2.5'"),
+        ("maybe", bool, "--k expects true or false"),
+        ("[1, 2]", dict, "--k expects a mapping"),
+        ("nan", float, "k must be finite"),
+    ],
+)
 def test_coerce_refuses_bad_text(text, hint, match):
     with pytest.raises(ValueError, match=match):
         coerce("k", text, hint, text=True)
@@ -58,12 +73,15 @@ def test_train_config_and_cli_share_coerce():
 
 
 def test_cli_and_sweep_share_the_dotted_parser(tmp_path):
-    cli = parse_overrides(["--model.position", "rope", "--model.position_config.base", "500", "--seed", "2",
-                           "--model.n_layer", "1"])
-    sweep_style = nest([("model.position", "rope"), ("model.position_config.base", 500), ("seed", 2),
-                        ("model", {"n_layer": 1})])
-    assert cli == sweep_style == {"model": {"position": "rope", "position_config": {"base": 500}, "n_layer": 1},
-                                  "seed": 2}
+    cli = parse_overrides(
+        ["--model.position", "rope", "--model.position_config.base", "500", "--seed", "2", "--model.n_layer", "1"]
+    )
+    sweep_style = nest(
+        [("model.position", "rope"), ("model.position_config.base", 500), ("seed", 2), ("model", {"n_layer": 1})]
+    )
+    assert (
+        cli == sweep_style == {"model": {"position": "rope", "position_config": {"base": 500}, "n_layer": 1}, "seed": 2}
+    )
     path = tmp_path / "s.yaml"
     path.write_text("preset: tiny\ngrid:\n  model.positon: [rope]\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"unknown training key 'model.positon' \(did you mean 'model.position'\?\)"):
@@ -113,10 +131,21 @@ def test_the_scheme_is_built_once_per_run_not_per_checkpoint(tmp_path, monkeypat
 
     def count(ckpt_interval: int) -> int:
         builds.clear()
-        cfg = TrainConfig.from_dict({
-            "name": f"c{ckpt_interval}", "out_dir": str(tmp_path), "corpus": str(corpus), "max_steps": 6,
-            "batch_size": 2, "warmup_steps": 1, "eval_interval": 6, "eval_iters": 1, "ckpt_interval": ckpt_interval,
-            "threads": 1, "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8, "position": "rope"}})
+        cfg = TrainConfig.from_dict(
+            {
+                "name": f"c{ckpt_interval}",
+                "out_dir": str(tmp_path),
+                "corpus": str(corpus),
+                "max_steps": 6,
+                "batch_size": 2,
+                "warmup_steps": 1,
+                "eval_interval": 6,
+                "eval_iters": 1,
+                "ckpt_interval": ckpt_interval,
+                "threads": 1,
+                "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8, "position": "rope"},
+            }
+        )
         train(cfg, progress=False)
         return len(builds)
 

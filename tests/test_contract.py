@@ -50,7 +50,9 @@ def _idx(T: int = T) -> torch.Tensor:
 
 
 def test_the_builtin_schemes_are_registered() -> None:
-    assert {"none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple", "fire", "xl"} <= set(positions.names())
+    assert {"none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple", "fire", "xl"} <= set(
+        positions.names()
+    )
 
 
 def test_a_newly_registered_scheme_joins_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -244,8 +246,20 @@ def test_absolute_schemes_exist_and_are_not_relative() -> None:
     ("variant", "shift"),
     [
         (Variant("rope-dynamic-past", "rope", {"scaling": "dynamic", "factor": 4.0, "original_max_len": 16}), 37),
-        (Variant("rope-longrope-past", "rope", {"scaling": "longrope", "factor": 4.0, "original_max_len": 16,
-                                                "short_factor": [1.0, 1.25, 1.5, 2.0], "long_factor": [1.0, 2.0, 4.0, 8.0]}), 37),
+        (
+            Variant(
+                "rope-longrope-past",
+                "rope",
+                {
+                    "scaling": "longrope",
+                    "factor": 4.0,
+                    "original_max_len": 16,
+                    "short_factor": [1.0, 1.25, 1.5, 2.0],
+                    "long_factor": [1.0, 2.0, 4.0, 8.0],
+                },
+            ),
+            37,
+        ),
         (Variant("rope-logn-past", "rope", {"logn_scaling": True, "original_max_len": 16}), 37),
         (Variant("fire-past-L", "fire", {"threshold_init": 8.0}), 37),
     ],

@@ -36,7 +36,7 @@ def test_records_obey_the_rule_and_carry_quotes(results):
     claims = results[0]["claims"]
     assert not check_records(claims)
     assert len(claims) == 21
-    assert len({c['details']['quote'] for c in claims}) == len(claims)  # one quoted passage each
+    assert len({c["details"]["quote"] for c in claims}) == len(claims)  # one quoted passage each
     for c in claims:
         assert c["details"]["quote"] and c["details"]["gloss"] and c["details"]["evidence"]
         assert c["n_seeds"] == 0
@@ -47,7 +47,7 @@ def test_records_obey_the_rule_and_carry_quotes(results):
 
 def test_alibi_lesson_formula_against_the_paper():
     mats = corrections.alibi_matrices(T=6, n_heads=8)
-    slopes = torch.tensor([2.0 ** -k for k in range(1, 9)])
+    slopes = torch.tensor([2.0**-k for k in range(1, 9)])
     assert torch.allclose(mats["slopes"], slopes)
     i, j = 4, 1
     assert mats["poslab"][0, i, j].item() == pytest.approx(-0.5 * (i - j))  # Press et al.: -m (i - j), j <= i
@@ -59,7 +59,7 @@ def test_ntk_keeps_high_and_interpolates_low(results):
     r = corrections.ntk_ratios()
     d, s = 128, 4.0
     assert r["highest"] == pytest.approx(1.0)
-    assert r["lowest"] == pytest.approx(s ** -1, rel=1e-4)  # (s^(d/(d-2)))^(-(d-2)/d) = 1/s
+    assert r["lowest"] == pytest.approx(s**-1, rel=1e-4)  # (s^(d/(d-2)))^(-(d-2)/d) = 1/s
     assert r["new_base"] == pytest.approx(1e4 * s ** (d / (d - 2)))
     assert all(a >= b for a, b in zip(r["ratio"], r["ratio"][1:]))  # the stretch grows toward low frequencies
     first, second = by_source(results, "seed 000 §3.5")[0], by_source(results, "seed 000 Q4")[0]
@@ -98,8 +98,11 @@ def test_dk_correction_links_the_zoo(results):
 def test_empty_tables_point_at_registered_experiments(results):
     names = set(experiments.registry())
     for entry in results[0]["empty_tables"]:
-        mentioned = [n for n in names if f"experiment {n}" in entry["poslab"] or f"({n}" in entry["poslab"]
-                     or f" {n}," in entry["poslab"]]
+        mentioned = [
+            n
+            for n in names
+            if f"experiment {n}" in entry["poslab"] or f"({n}" in entry["poslab"] or f" {n}," in entry["poslab"]
+        ]
         assert mentioned or "poslab heads" in entry["poslab"], entry["where"]
     assert len(results[0]["empty_tables"]) == 4
 

@@ -20,12 +20,15 @@ def _kernel(kernel: SDPBackend, q, k, v) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-@pytest.mark.parametrize(("T", "dtype", "expected"), [
-    (64, torch.bfloat16, SDPBackend.MATH),
-    (CPU_LOWP_MATH_MAX_T, torch.bfloat16, SDPBackend.MATH),
-    (CPU_LOWP_MATH_MAX_T + 1, torch.bfloat16, SDPBackend.FLASH_ATTENTION),
-    (64, torch.float32, SDPBackend.FLASH_ATTENTION),
-])
+@pytest.mark.parametrize(
+    ("T", "dtype", "expected"),
+    [
+        (64, torch.bfloat16, SDPBackend.MATH),
+        (CPU_LOWP_MATH_MAX_T, torch.bfloat16, SDPBackend.MATH),
+        (CPU_LOWP_MATH_MAX_T + 1, torch.bfloat16, SDPBackend.FLASH_ATTENTION),
+        (64, torch.float32, SDPBackend.FLASH_ATTENTION),
+    ],
+)
 def test_fused_causal_kernel_choice(T: int, dtype: torch.dtype, expected: SDPBackend) -> None:
     q, k, v = _qkv(T, dtype)
     pos = torch.arange(T)

@@ -68,8 +68,17 @@ def _recompile_limit() -> Iterator[None]:
 def tiny_gpt(variant: Variant, device: str, backend: str = "sdpa", seed: int = 0) -> GPT:
     """A seeded 2-layer GQA GPT (width 64, 4 query / 2 kv heads) with non-trivial position parameters."""
     torch.manual_seed(seed)
-    cfg = GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=N_HEADS, n_kv_head=N_KV, n_embd=D_MODEL, block_size=BLOCK,
-                    position=variant.name, position_config=dict(variant.config), backend=backend)
+    cfg = GPTConfig(
+        vocab_size=VOCAB,
+        n_layer=2,
+        n_head=N_HEADS,
+        n_kv_head=N_KV,
+        n_embd=D_MODEL,
+        block_size=BLOCK,
+        position=variant.name,
+        position_config=dict(variant.config),
+        backend=backend,
+    )
     model = GPT(cfg)
     _perturb(model)
     return model.to(device)
@@ -79,8 +88,9 @@ def autocast(dtype: str, device: str) -> contextlib.AbstractContextManager:
     return torch.autocast(device, dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
 
 
-def forward_backward(model: GPT, idx: torch.Tensor, targets: torch.Tensor, backend: str,
-                     dtype: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def forward_backward(
+    model: GPT, idx: torch.Tensor, targets: torch.Tensor, backend: str, dtype: str
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Logits ``[B, T, V]`` (fp32) and every parameter's gradient (fp32) of one forward + backward."""
     model.zero_grad(set_to_none=True)
     with autocast(dtype, idx.device.type):

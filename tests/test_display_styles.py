@@ -29,8 +29,11 @@ def test_bad_index(bad):
 def test_loss_by_position_plot(tmp_path):
     from poslab.display import plot_loss_by_position
 
-    out = plot_loss_by_position({"a": [[3.0, 2.5, 2.0], [3.1, 2.4, 2.1]], "b": [[3.0, 3.0, 3.0]]}, tmp_path / "p.png",
-                                baselines={"bigram": 2.49})
+    out = plot_loss_by_position(
+        {"a": [[3.0, 2.5, 2.0], [3.1, 2.4, 2.1]], "b": [[3.0, 3.0, 3.0]]},
+        tmp_path / "p.png",
+        baselines={"bigram": 2.49},
+    )
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="needs one or more curves of one length"):
         plot_loss_by_position({"a": [[1.0, 2.0], [1.0]]}, tmp_path / "q.png")

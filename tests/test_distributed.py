@@ -49,11 +49,43 @@ def corpus(tmp_path_factory):
 def train_args(corpus: str, out: Path, name: str, batch_size: int, *extra: str) -> list[str]:
     """``poslab train`` arguments shared by every run here (tiny model, fp32, dropout 0, 1 thread)."""
     return [
-        "train", "--preset", "tiny", "--corpus", corpus, "--name", name, "--out_dir", str(out),
-        "--batch_size", str(batch_size), "--grad_accum", "2", "--max_steps", str(STEPS), "--lr_decay_steps", str(STEPS),
-        "--warmup_steps", "5", "--eval_interval", "10", "--eval_iters", "2", "--log_interval", "5",
-        "--ckpt_interval", "10", "--keep_checkpoints", "0", "--seed", "3", "--threads", "1", "--model.dropout", "0",
-        "--no-progress", *extra,
+        "train",
+        "--preset",
+        "tiny",
+        "--corpus",
+        corpus,
+        "--name",
+        name,
+        "--out_dir",
+        str(out),
+        "--batch_size",
+        str(batch_size),
+        "--grad_accum",
+        "2",
+        "--max_steps",
+        str(STEPS),
+        "--lr_decay_steps",
+        str(STEPS),
+        "--warmup_steps",
+        "5",
+        "--eval_interval",
+        "10",
+        "--eval_iters",
+        "2",
+        "--log_interval",
+        "5",
+        "--ckpt_interval",
+        "10",
+        "--keep_checkpoints",
+        "0",
+        "--seed",
+        "3",
+        "--threads",
+        "1",
+        "--model.dropout",
+        "0",
+        "--no-progress",
+        *extra,
     ]
 
 
@@ -124,7 +156,16 @@ def torchrun(args: list[str], *, nproc: int = 2, script: list[str] | None = None
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     target = script if script is not None else ["-m", "poslab"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), *target, *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(nproc),
+        *target,
+        *args,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, f"torchrun failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     return done
@@ -176,7 +217,12 @@ def test_only_rank_0_writes(runs):
     assert {"config.json", "tokenizer.json", "results.json", "latest", "metrics.jsonl"} <= written, written
     assert rank1 == []
     assert sorted(p.name for p in (runs["ddp"] / "checkpoints").iterdir()) == [
-        "latest", "step_0000010.json", "step_0000010.safetensors", "step_0000020.json", "step_0000020.safetensors"]
+        "latest",
+        "step_0000010.json",
+        "step_0000010.safetensors",
+        "step_0000020.json",
+        "step_0000020.safetensors",
+    ]
 
 
 def test_resume_under_torchrun_with_fsdp_continues_the_run(runs, corpus):
@@ -190,7 +236,10 @@ def test_resume_under_torchrun_with_fsdp_continues_the_run(runs, corpus):
 
     logs = out.parent / "resume-writes"
     logs.mkdir()
-    torchrun(train_args(corpus, out, "resumed", 4, "--resume", "--fsdp"), script=[str(out.parent / "probe.py"), str(out), str(logs)])
+    torchrun(
+        train_args(corpus, out, "resumed", 4, "--resume", "--fsdp"),
+        script=[str(out.parent / "probe.py"), str(out), str(logs)],
+    )
     # no gloo thread outlives the command: DTensor's caches would keep the process group (and its
     # threads) alive until interpreter exit, where its destruction can abort a finished run
     for rank in (0, 1):

@@ -11,8 +11,10 @@ from poslab.lab import doctables
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOT = json.loads((ROOT / doctables.SNAPSHOT).read_text(encoding="utf-8"))
-EXPECTED = {"lab.md": {"lab-summary", "lab-verdicts"},
-            "extrapolation.md": {"extrapolation-verdicts", "context-extension-verdicts", "attention-entropy-verdicts"}}
+EXPECTED = {
+    "lab.md": {"lab-summary", "lab-verdicts"},
+    "extrapolation.md": {"extrapolation-verdicts", "context-extension-verdicts", "attention-entropy-verdicts"},
+}
 
 
 @pytest.mark.parametrize("name", doctables.DOCS)
@@ -20,7 +22,8 @@ def test_doc_blocks_equal_the_rendering_of_the_snapshot(name):
     text = (ROOT / "docs" / name).read_text(encoding="utf-8")
     assert {m.group(2) for m in doctables.BLOCK.finditer(text)} == EXPECTED[name]
     assert doctables.differences(text, SNAPSHOT) == [], (
-        f"docs/{name} differs from {doctables.SNAPSHOT}: run `python -m poslab.lab.doctables --write`")
+        f"docs/{name} differs from {doctables.SNAPSHOT}: run `python -m poslab.lab.doctables --write`"
+    )
 
 
 def test_a_changed_verdict_is_caught_and_both_docs_share_it():
@@ -37,8 +40,16 @@ def test_a_changed_verdict_is_caught_and_both_docs_share_it():
 def test_snapshot_of_a_lab_folder_and_the_command(tmp_path, capsys):
     lab_dir = tmp_path / "lab"
     lab_dir.mkdir()
-    (lab_dir / "lab.json").write_text(json.dumps({"mode": "quick", "command": "poslab lab --quick", "seconds": 61.0,
-                                                  "steps": [{"name": "params", "status": "ok", "seconds": 3.0}]}))
+    (lab_dir / "lab.json").write_text(
+        json.dumps(
+            {
+                "mode": "quick",
+                "command": "poslab lab --quick",
+                "seconds": 61.0,
+                "steps": [{"name": "params", "status": "ok", "seconds": 3.0}],
+            }
+        )
+    )
     snap = doctables.snapshot(lab_dir)
     assert snap["steps"] == [{"name": "params", "status": "ok", "seconds": 3.0}]
     assert all(c["kind"] in doctables.KIND_NAMES for c in snap["claims"])

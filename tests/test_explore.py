@@ -33,7 +33,9 @@ def server():
 
 def request(url: str, body: object | None = None, raw: bytes | None = None) -> tuple[int, dict | bytes]:
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data is not None else {})
+    req = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json"} if data is not None else {}
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as response:
             payload = response.read()
@@ -41,7 +43,9 @@ def request(url: str, body: object | None = None, raw: bytes | None = None) -> t
             kind = response.headers.get("Content-Type", "")
     except urllib.error.HTTPError as err:
         payload, status, kind = err.read(), err.code, err.headers.get("Content-Type", "")
-    return status, json.loads(payload, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")) if "json" in kind else payload
+    return status, json.loads(
+        payload, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")
+    ) if "json" in kind else payload
 
 
 def test_page_and_font_are_served_locally(server):
@@ -98,12 +102,21 @@ def test_scheme_views(server):
     status, body = request(url + "/api/attention", {"model": "scheme:alibi", "prompt": "白日依山尽"})
     bias = body["views"][0]
     assert bias["data"][0][1] is None  # future keys are masked
-    assert bias["data"][4][0] == pytest.approx(-4 * 2 ** -2, abs=1e-5)  # ALiBi: -slope * distance, head 0 slope 2^-2 (4 heads)
+    assert bias["data"][4][0] == pytest.approx(
+        -4 * 2**-2, abs=1e-5
+    )  # ALiBi: -slope * distance, head 0 slope 2^-2 (4 heads)
 
 
-@pytest.mark.parametrize("prompt, message", [
-    ("", "empty"), ("   ", "empty"), ("hello", "'helo'"), ("白" * 33, "at most 32"), ("白" * 5000, "at most 1024"),
-])
+@pytest.mark.parametrize(
+    "prompt, message",
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("hello", "'helo'"),
+        ("白" * 33, "at most 32"),
+        ("白" * 5000, "at most 1024"),
+    ],
+)
 def test_bad_prompts_get_a_message_not_a_server_error(server, prompt, message):
     url, _ = server
     status, body = request(url + "/api/attention", {"model": "run:tiny-rope", "prompt": prompt})
@@ -112,8 +125,12 @@ def test_bad_prompts_get_a_message_not_a_server_error(server, prompt, message):
 
 def test_bad_requests(server):
     url, _ = server
-    for payload, message in [({"model": "run:nope", "prompt": "白"}, "unknown model"), ({"prompt": "白"}, "unknown model"),
-                             ({"model": "run:tiny-rope", "prompt": 5}, "must be a string"), ([1, 2], "JSON object")]:
+    for payload, message in [
+        ({"model": "run:nope", "prompt": "白"}, "unknown model"),
+        ({"prompt": "白"}, "unknown model"),
+        ({"model": "run:tiny-rope", "prompt": 5}, "must be a string"),
+        ([1, 2], "JSON object"),
+    ]:
         status, body = request(url + "/api/attention", payload)
         assert status == 400 and message in body["error"], body
     status, body = request(url + "/api/attention", raw=b"{not json")

@@ -27,8 +27,13 @@ def server():
     httpd.server_close()
 
 
-FIGURES: dict[str, int] = {"requests": 0, "refused": 0, "served_anyway": 0, "disconnects_logged_in_one_line": 0,
-                           "tracebacks": 0}
+FIGURES: dict[str, int] = {
+    "requests": 0,
+    "refused": 0,
+    "served_anyway": 0,
+    "disconnects_logged_in_one_line": 0,
+    "tracebacks": 0,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -60,8 +65,12 @@ def raw(port: int, head: str, body: bytes = b"", timeout: float = 20) -> tuple[i
 
 
 def post(port: int, body: bytes, *headers: str, host: str | None = None) -> tuple[int, dict]:
-    lines = ["POST /api/attention HTTP/1.1", f"Host: {host if host is not None else f'127.0.0.1:{port}'}", "Content-Type: application/json",
-             *headers]
+    lines = [
+        "POST /api/attention HTTP/1.1",
+        f"Host: {host if host is not None else f'127.0.0.1:{port}'}",
+        "Content-Type: application/json",
+        *headers,
+    ]
     return raw(port, "\r\n".join(lines), body)
 
 
@@ -83,7 +92,8 @@ def test_bad_content_length_is_refused_without_reading_the_body(server, length):
     status, body = post(server, b"", f"Content-Length: {length}")
     assert status == 400, body
     assert f"Content-Length must be a non-negative integer, got {length!r}" in body["error"] or (
-        len(length) > 20 and "larger than" not in body["error"]), body
+        len(length) > 20 and "larger than" not in body["error"]
+    ), body
 
 
 def test_huge_content_length_is_refused(server):
@@ -91,8 +101,10 @@ def test_huge_content_length_is_refused(server):
     assert status == 400 and "larger than" in body["error"]
 
 
-@pytest.mark.parametrize("host", ["evil.example:{port}", "evil.example", "127.0.0.1.nip.io:{port}", "127.0.0.1:1",
-                                  "", "127.0.0.1:{port}@evil"])
+@pytest.mark.parametrize(
+    "host",
+    ["evil.example:{port}", "evil.example", "127.0.0.1.nip.io:{port}", "127.0.0.1:1", "", "127.0.0.1:{port}@evil"],
+)
 def test_foreign_host_is_refused(server, host):
     host = host.format(port=server)
     for method in ("GET /api/models", "GET /"):

@@ -60,8 +60,10 @@ def test_extrapolation_smoke(lab: Path):
     # without the baseline guard the same tables give per-seed ratios
     claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(by_seed)}
     flat = claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]
-    ratios = [by_seed["alibi"][str(s)]["4"]["nonoverlapping"]["ppl"] / by_seed["alibi"][str(s)]["1"]["nonoverlapping"]["ppl"]
-              for s in extrapolation.SEEDS]
+    ratios = [
+        by_seed["alibi"][str(s)]["4"]["nonoverlapping"]["ppl"] / by_seed["alibi"][str(s)]["1"]["nonoverlapping"]["ppl"]
+        for s in extrapolation.SEEDS
+    ]
     assert flat["details"]["values"] == pytest.approx(ratios)
     assert flat["margin"] == pytest.approx(1.10 - sum(ratios) / len(ratios))
     assert check_records(list(claims.values())) == [] and check_records(results["claims"]) == []
@@ -127,22 +129,35 @@ def test_context_extension_smoke(lab: Path):
             assert math.isfinite(value) and value > 1
         assert set(variant["passkey"]) == {"1", "2", "4", "8"}
     fine = averaging["variants"]["fine-tuned"]
-    assert fine["4L"]["nonoverlapping"]["ppl"] == pytest.approx(results["finetuned"]["YaRN"]["4L"]["nonoverlapping"]["ppl"])
+    assert fine["4L"]["nonoverlapping"]["ppl"] == pytest.approx(
+        results["finetuned"]["YaRN"]["4L"]["nonoverlapping"]["ppl"]
+    )
     distance = {k: v["weight_distance_to_fine_tuned"][0] for k, v in averaging["variants"].items()}
-    assert distance["fine-tuned"] == 0.0 and 0 < distance["last-k average"] < distance["base ⊕ fine-tuned"] < distance["base"]
+    assert (
+        distance["fine-tuned"] == 0.0
+        and 0 < distance["last-k average"] < distance["base ⊕ fine-tuned"] < distance["base"]
+    )
     assert distance["base ⊕ fine-tuned"] == pytest.approx(distance["base"] / 2, rel=1e-6)  # halfway, by construction
     # the averaged weights differ from both endpoints of the averaged checkpoints
     from poslab.runs import RunFolder
+
     run = RunFolder(tuned)
     mean, _ = run.averaged_model(3)
     first, last = run.load_model(step=2).state_dict(), run.load_model(step=4).state_dict()
     moved = [k for k in last if not torch.equal(first[k], last[k])]
-    assert moved and all(not torch.equal(mean.state_dict()[k], last[k]) and not torch.equal(mean.state_dict()[k], first[k])
-                         for k in moved)
+    assert moved and all(
+        not torch.equal(mean.state_dict()[k], last[k]) and not torch.equal(mean.state_dict()[k], first[k])
+        for k in moved
+    )
     ppl = {k: v["L"]["nonoverlapping"]["ppl"] for k, v in averaging["variants"].items()}
     assert len(set(ppl.values())) == 4  # four different models
-    mine = [c for c in claims if c["source"].startswith((context_extension.SOURCE_AVERAGING, "seed 000 Q4 (the recipe",
-                                                         context_extension.SOURCE_WISE))]
+    mine = [
+        c
+        for c in claims
+        if c["source"].startswith(
+            (context_extension.SOURCE_AVERAGING, "seed 000 Q4 (the recipe", context_extension.SOURCE_WISE)
+        )
+    ]
     assert len(mine) == 6 and all(c["n_seeds"] <= 1 and c["verdict"] == "inconclusive" for c in mine)
     assert "Llama 3" in averaging["note"] and "annealing" in averaging["note"]
     assert (lab / "context-extension" / "checkpoint_averaging.png").stat().st_size > 1000
@@ -176,15 +191,24 @@ def test_context_verdicts_follow_the_numbers():
     def seeds(x: float) -> list[float]:
         return [x - 0.1, x, x + 0.1]
 
-    inference = {"none": seeds(50.0), "PI": seeds(20.0), "NTK": seeds(12.0), "dynamic NTK": seeds(60.0), "YaRN": seeds(11.0),
-                 "Llama3": seeds(15.0)}
+    inference = {
+        "none": seeds(50.0),
+        "PI": seeds(20.0),
+        "NTK": seeds(12.0),
+        "dynamic NTK": seeds(60.0),
+        "YaRN": seeds(11.0),
+        "Llama3": seeds(15.0),
+    }
     finetuned = {"none": seeds(14.0), "PI": seeds(10.9), "YaRN": seeds(10.5)}
     claims = context_extension.context_claims(inference, finetuned, base_L=seeds(10.0), steps=100)
     assert verdicts.check_records(claims) == []
     held = {c.claim: c.verdict for c in claims}
     assert held["without fine-tuning, PI reads 4x L better than no scaling"] == "held"
     assert held["without fine-tuning, dynamic NTK reads 4x L better than no scaling"] == "did not hold"
-    assert held['without fine-tuning, NTK reads 4x L better than PI ("YaRN or NTK-aware first, much better than PI")'] == "held"
+    assert (
+        held['without fine-tuning, NTK reads 4x L better than PI ("YaRN or NTK-aware first, much better than PI")']
+        == "held"
+    )
     assert held["YaRN is the best inference-time scaling"] == "held"
     assert held["after 100 fine-tuning steps at 4x L, PI is close to the base model's in-length perplexity"] == "held"
     assert held["after fine-tuning, YaRN <= PI"] == "held"
@@ -192,8 +216,14 @@ def test_context_verdicts_follow_the_numbers():
     assert held["continued training is the most reliable (beats every inference-only scaling)"] == "held"
     finetuned["PI"] = seeds(12.0)
     inference["YaRN"] = [11.0, 13.0, 12.0]  # overlaps NTK's seeds: no verdict either way
-    held = {c.claim: c.verdict for c in context_extension.context_claims(inference, finetuned, base_L=seeds(10.0), steps=100)}
-    assert held["after 100 fine-tuning steps at 4x L, PI is close to the base model's in-length perplexity"] == "did not hold"
+    held = {
+        c.claim: c.verdict
+        for c in context_extension.context_claims(inference, finetuned, base_L=seeds(10.0), steps=100)
+    }
+    assert (
+        held["after 100 fine-tuning steps at 4x L, PI is close to the base model's in-length perplexity"]
+        == "did not hold"
+    )
     assert held["YaRN is the best inference-time scaling"] == "inconclusive"
     two = {k: v[:2] for k, v in inference.items()}
     claims = context_extension.context_claims(two, {k: v[:2] for k, v in finetuned.items()}, base_L=seeds(10.0)[:2])
@@ -205,20 +235,35 @@ def test_passkey_claims_need_retrieval_in_length():
     row = {str(f): [chance] * 3 for f in context_extension.PASSKEY_FACTORS}
     strong = {str(f): [0.9, 0.92, 0.88] for f in context_extension.PASSKEY_FACTORS}
     weak = {str(f): [0.1, 0.12, 0.11] for f in context_extension.PASSKEY_FACTORS}
-    passkey = {"base": row, "inference": {"PI": weak, "none": weak, "YaRN": weak}, "finetuned": {"PI": strong, "YaRN": strong}}
+    passkey = {
+        "base": row,
+        "inference": {"PI": weak, "none": weak, "YaRN": weak},
+        "finetuned": {"PI": strong, "YaRN": strong},
+    }
     claims = context_extension.passkey_claims(passkey)
     assert claims[0].verdict == "inconclusive"  # the base models sit at chance
     assert all(c.verdict == "inconclusive" for c in claims)
     passkey["base"] = strong
     verdict = {c.claim: c.verdict for c in context_extension.passkey_claims(passkey)}
     assert verdict["fine-tuning at 4x L makes PI retrieve the passkey at 4x L better than PI without it"] == "held"
-    assert verdict["without fine-tuning, PI retrieves the passkey at 4x L better than no scaling"] == "inconclusive"  # a tie
+    assert (
+        verdict["without fine-tuning, PI retrieves the passkey at 4x L better than no scaling"] == "inconclusive"
+    )  # a tie
 
 
 def test_attention_entropy_smoke(lab: Path):
-    results = attention_entropy.run(lab / "attention-entropy", size="smoke", schemes=("learned", "rope", "alibi"), workers=1)
+    results = attention_entropy.run(
+        lab / "attention-entropy", size="smoke", schemes=("learned", "rope", "alibi"), workers=1
+    )
     models = results["models"]
-    assert list(models) == ["learned", "rope", "rope + YaRN x4", "rope + YaRN x4 no temperature", "rope + log-n", "alibi"]
+    assert list(models) == [
+        "learned",
+        "rope",
+        "rope + YaRN x4",
+        "rope + YaRN x4 no temperature",
+        "rope + log-n",
+        "alibi",
+    ]
     L = results["train_length"]
     for label in ("rope", "alibi", "rope + log-n"):
         assert set(models[label]["by_seed"]) == {str(s) for s in extrapolation.SEEDS}
@@ -226,7 +271,9 @@ def test_attention_entropy_smoke(lab: Path):
             cells = entry["entropy"]
             assert list(cells) == ["1", "2", "4", "8", "16"]
             assert cells["16"]["length"] == 16 * L
-            assert len(cells["16"]["per_layer_head"]) == 1 and len(cells["16"]["per_layer_head"][0]) == 2  # 1 layer, 2 heads
+            assert (
+                len(cells["16"]["per_layer_head"]) == 1 and len(cells["16"]["per_layer_head"][0]) == 2
+            )  # 1 layer, 2 heads
             assert cells["4"]["rise"] == pytest.approx(cells["4"]["past_window"] - cells["4"]["in_window"])
         rises = [e["entropy"]["4"]["rise"] for e in models[label]["by_seed"].values()]
         assert models[label]["entropy"]["4"]["rise"] == pytest.approx(sum(rises) / len(rises))
@@ -244,7 +291,11 @@ def test_attention_entropy_smoke(lab: Path):
 # ------------------------------------------------------------------------------------ pieces
 def _tiny(position: str, **config) -> GPT:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=13, n_layer=2, n_head=2, n_embd=16, block_size=16, position=position, position_config=config))
+    model = GPT(
+        GPTConfig(
+            vocab_size=13, n_layer=2, n_head=2, n_embd=16, block_size=16, position=position, position_config=config
+        )
+    )
     with torch.no_grad():  # sharpen the attention so the entropies differ from uniform
         for block in model.blocks:
             block.attn.qkv.weight.mul_(20)
@@ -255,7 +306,9 @@ def _tiny(position: str, **config) -> GPT:
 def test_blockwise_entropy_equals_full_attention_weights(position):
     model, idx = _tiny(position), torch.randint(0, 13, (2, 23))
     blockwise = attention_entropy.attention_entropy(model, idx, query_block=5)  # [n_layer, h, T]
-    full = torch.stack([torch.special.entr(w).sum(-1).mean(0) for w in attention_weights(model, idx)])  # [n_layer, h, T]
+    full = torch.stack(
+        [torch.special.entr(w).sum(-1).mean(0) for w in attention_weights(model, idx)]
+    )  # [n_layer, h, T]
     torch.testing.assert_close(blockwise, full, rtol=1e-5, atol=1e-5)
     assert blockwise[..., 0].abs().max() < 1e-6  # the first query has one key: entropy 0
 
@@ -289,25 +342,49 @@ def _tables(ratios: dict[str, tuple[float, ...]], jitter: float = 0.002) -> dict
     """Fake per-seed perplexity tables: scheme -> seed -> factor -> cell, ppl 10 x ratio x (1 + jitter x k) for seed k."""
     tables = {}
     for scheme, values in ratios.items():
-        tables[scheme] = {str(k): {str(f): {"length": f, "nonoverlapping": {"ppl": 10 * v * (1 + jitter * k) * (1 + jitter * k * (f > 1))}}
-                                   for f, v in zip(extrapolation.FACTORS, values)} for k in range(3)}
+        tables[scheme] = {
+            str(k): {
+                str(f): {"length": f, "nonoverlapping": {"ppl": 10 * v * (1 + jitter * k) * (1 + jitter * k * (f > 1))}}
+                for f, v in zip(extrapolation.FACTORS, values)
+            }
+            for k in range(3)
+        }
     return tables
 
 
 def test_extrapolation_verdicts_follow_the_numbers():
-    literature = _tables({"alibi": (1, 1, 1.05, 1.06, 1.07), "rope": (1, 1.3, 2.0, 3.0, 12.0), "learned": (1, 3, 6, 9, 12),
-                          "sinusoidal": (1, 2, 4, 8, 16), "t5": (1, 1, 1.02, 1.03, 1.04), "xl": (1, 1.5, 3, 5, 9)})
+    literature = _tables(
+        {
+            "alibi": (1, 1, 1.05, 1.06, 1.07),
+            "rope": (1, 1.3, 2.0, 3.0, 12.0),
+            "learned": (1, 3, 6, 9, 12),
+            "sinusoidal": (1, 2, 4, 8, 16),
+            "t5": (1, 1, 1.02, 1.03, 1.04),
+            "xl": (1, 1.5, 3, 5, 9),
+        }
+    )
     verdict = {c["claim"]: c["verdict"] for c in extrapolation.extrapolation_claims(literature)}
     assert verdict["ALiBi's perplexity at 4x L stays within 1.10x its value at L"] == HELD
     assert verdict["sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L"] == HELD
     assert verdict["at 8x L: ALiBi < RoPE"] == HELD and verdict["at 8x L: RoPE < sinusoidal"] == HELD
-    assert verdict["a learned absolute table collapses past the training length (its rows past L were never trained)"] == HELD
+    assert (
+        verdict["a learned absolute table collapses past the training length (its rows past L were never trained)"]
+        == HELD
+    )
     assert verdict["RoPE reads past the training length better than a learned table"] == HELD
     assert verdict["RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"] == DID_NOT_HOLD
     assert verdict["RoPE's perplexity 'jumps from 10 to 100+' past the training length"] == HELD
     assert verdict["Transformer-XL's relative encoding solves long-sequence generalization"] == DID_NOT_HOLD
-    opposite = _tables({"alibi": (1, 1.5, 2.0, 3.0, 4.0), "rope": (1, 1, 1.1, 1.2, 1.3), "sinusoidal": (1, 1, 1, 1, 1),
-                        "learned": (1, 1, 1, 1, 1), "t5": (1, 2, 3, 4, 5), "xl": (1, 1, 1, 1, 1)})
+    opposite = _tables(
+        {
+            "alibi": (1, 1.5, 2.0, 3.0, 4.0),
+            "rope": (1, 1, 1.1, 1.2, 1.3),
+            "sinusoidal": (1, 1, 1, 1, 1),
+            "learned": (1, 1, 1, 1, 1),
+            "t5": (1, 2, 3, 4, 5),
+            "xl": (1, 1, 1, 1, 1),
+        }
+    )
     records = extrapolation.extrapolation_claims(opposite)
     verdict = {c["claim"]: c["verdict"] for c in records}
     assert verdict["ALiBi's perplexity at 4x L stays within 1.10x its value at L"] == DID_NOT_HOLD
@@ -332,9 +409,18 @@ def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):
 
     size = extrapolation.size_of(False, "smoke")
     base_dir = lab / "extrapolation" / "models" / "smoke" / "rope"
-    cfg = extrapolation.train_config("rope", size, tmp_path, name="ft", block_size=4 * size.train_length,
-                                     position_config={"scaling": "linear", "factor": 4.0, "original_max_len": size.train_length},
-                                     steps=1, lr=1e-12, warmup_steps=0, init_from=str(base_dir))
+    cfg = extrapolation.train_config(
+        "rope",
+        size,
+        tmp_path,
+        name="ft",
+        block_size=4 * size.train_length,
+        position_config={"scaling": "linear", "factor": 4.0, "original_max_len": size.train_length},
+        steps=1,
+        lr=1e-12,
+        warmup_steps=0,
+        init_from=str(base_dir),
+    )
     train(cfg, progress=False)
     base, _, _ = load_run(base_dir)
     tuned, _, config = load_run(tmp_path / "ft")
@@ -347,8 +433,15 @@ def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):
 
 
 def test_a_model_that_did_not_train_makes_its_claims_inconclusive():
-    tables = _tables({"alibi": (1, 1, 1.05, 1.06, 1.07), "rope": (1, 1.3, 2.0, 3.0, 12.0), "sinusoidal": (3, 3, 3, 3, 3),
-                      "t5": (1, 1, 1.02, 1.03, 1.04), "xl": (1, 1.5, 3, 5, 9)})
+    tables = _tables(
+        {
+            "alibi": (1, 1, 1.05, 1.06, 1.07),
+            "rope": (1, 1.3, 2.0, 3.0, 12.0),
+            "sinusoidal": (3, 3, 3, 3, 3),
+            "t5": (1, 1, 1.02, 1.03, 1.04),
+            "xl": (1, 1.5, 3, 5, 9),
+        }
+    )
     assert set(extrapolation.undertrained_seeded(tables)) == {"sinusoidal"}  # ppl 30 at L vs a median of 10
     claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}
     sinusoidal = claims["sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L"]
@@ -363,8 +456,10 @@ def test_a_model_that_did_not_train_makes_its_claims_inconclusive():
 
 # ------------------------------------------------------------------------------------ the real quick forms
 #: the claims the quick lab must decide (either way) at 3 seeds
-MUST_RESOLVE = ("RoPE reads past the training length better than a learned table",
-                "ALiBi's perplexity at 4x L stays within 1.10x its value at L")
+MUST_RESOLVE = (
+    "RoPE reads past the training length better than a learned table",
+    "ALiBi's perplexity at 4x L stays within 1.10x its value at L",
+)
 
 
 @pytest.mark.slow
@@ -391,9 +486,24 @@ def test_averaging_verdicts_follow_the_numbers():
         assert verdicts.check_records(records) == []
         return {c.claim.rsplit(" (", 1)[0]: c.verdict for c in records}
 
-    ppl_L = {"base": seeds(10.0), "fine-tuned": seeds(10.5), "last-k average": [10.3, 10.4, 10.5], "base ⊕ fine-tuned": [10.1, 10.2, 10.3]}
-    ppl_4L = {"base": seeds(14.0), "fine-tuned": seeds(10.5), "last-k average": [10.43, 10.53, 10.63], "base ⊕ fine-tuned": seeds(11.0)}
-    passkey = {"base": [0.1] * 3, "fine-tuned": [0.8, 0.85, 0.9], "last-k average": [0.79, 0.84, 0.89], "base ⊕ fine-tuned": [0.5] * 3}
+    ppl_L = {
+        "base": seeds(10.0),
+        "fine-tuned": seeds(10.5),
+        "last-k average": [10.3, 10.4, 10.5],
+        "base ⊕ fine-tuned": [10.1, 10.2, 10.3],
+    }
+    ppl_4L = {
+        "base": seeds(14.0),
+        "fine-tuned": seeds(10.5),
+        "last-k average": [10.43, 10.53, 10.63],
+        "base ⊕ fine-tuned": seeds(11.0),
+    }
+    passkey = {
+        "base": [0.1] * 3,
+        "fine-tuned": [0.8, 0.85, 0.9],
+        "last-k average": [0.79, 0.84, 0.89],
+        "base ⊕ fine-tuned": [0.5] * 3,
+    }
     held = claims(ppl_L, ppl_4L, passkey)
     assert held["the plain YaRN fine-tune forgets"] == HELD
     assert held["averaging the last 3 checkpoints of the YaRN fine-tune reduces forgetting"] == HELD
@@ -410,10 +520,19 @@ def test_averaging_verdicts_follow_the_numbers():
     assert held["averaging the last 3 checkpoints keeps passkey retrieval at 4x L"] == DID_NOT_HOLD
     passkey["fine-tuned"] = [0.03, 0.04, 0.05]  # the fine-tune itself does not retrieve: not judged
     passkey["last-k average"] = [0.0, 0.0, 0.0]
-    assert claims(ppl_L, ppl_4L, passkey)["averaging the last 3 checkpoints keeps passkey retrieval at 4x L"] == INCONCLUSIVE
+    assert (
+        claims(ppl_L, ppl_4L, passkey)["averaging the last 3 checkpoints keeps passkey retrieval at 4x L"]
+        == INCONCLUSIVE
+    )
     passkey["fine-tuned"] = [None] * 3
-    assert claims(ppl_L, ppl_4L, passkey)["averaging the last 3 checkpoints keeps passkey retrieval at 4x L"] == INCONCLUSIVE
+    assert (
+        claims(ppl_L, ppl_4L, passkey)["averaging the last 3 checkpoints keeps passkey retrieval at 4x L"]
+        == INCONCLUSIVE
+    )
     ppl_L["last-k average"] = list(ppl_L["fine-tuned"])  # a tie
-    assert claims(ppl_L, ppl_4L, passkey)["averaging the last 3 checkpoints of the YaRN fine-tune reduces forgetting"] == INCONCLUSIVE
+    assert (
+        claims(ppl_L, ppl_4L, passkey)["averaging the last 3 checkpoints of the YaRN fine-tune reduces forgetting"]
+        == INCONCLUSIVE
+    )
     ppl_L["fine-tuned"] = seeds(9.0)  # the fine-tune improves at L: no forgetting to reduce
     assert claims(ppl_L, ppl_4L, passkey)["the plain YaRN fine-tune forgets"] == DID_NOT_HOLD

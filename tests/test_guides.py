@@ -24,8 +24,11 @@ GUIDES = {p.name: p.read_text(encoding="utf-8") for p in sorted(ZH.glob("*.md"))
 
 
 def test_one_guide_per_lesson_under_its_title() -> None:
-    titles = {"lesson_000.md": "「11 · 多头注意力与位置编码」", "lesson_001.md": "「多頭注意力和位置編碼」",
-              "lesson_002.md": "「多头注意力机制与位置编码的深度解析」"}
+    titles = {
+        "lesson_000.md": "「11 · 多头注意力与位置编码」",
+        "lesson_001.md": "「多頭注意力和位置編碼」",
+        "lesson_002.md": "「多头注意力机制与位置编码的深度解析」",
+    }
     for name, title in titles.items():
         assert GUIDES[name].splitlines()[0].startswith(f"# {title}"), name
 
@@ -45,7 +48,9 @@ def test_links_experiments_and_sections_exist(name: str) -> None:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("guides")
-    return {name: run_experiment(name, out=out / name) for name in ("params", "rope-relative", "permutation", "causal-leak")}
+    return {
+        name: run_experiment(name, out=out / name) for name in ("params", "rope-relative", "permutation", "causal-leak")
+    }
 
 
 def test_lesson_000_quotes_the_experiments(results: dict[str, dict]) -> None:

@@ -41,8 +41,10 @@ def test_spearman():
 
 
 def test_map_claims_follow_their_criteria():
-    table = [{"layer": 0, "head": h, "mean_distance": d, "mask_loss_delta": m}
-             for h, (d, m) in enumerate([(1.0, 0.5), (1.2, 0.0), (6.0, 0.2), (7.0, 0.001)])]
+    table = [
+        {"layer": 0, "head": h, "mean_distance": d, "mask_loss_delta": m}
+        for h, (d, m) in enumerate([(1.0, 0.5), (1.2, 0.0), (6.0, 0.2), (7.0, 0.001)])
+    ]
     clusters = [0, 0, 1, 1]
     local, index, spare = head_map.map_claims(table, clusters, base_loss=1.0)
     assert local.verdict == "held"  # medians 1.1 vs 6.5

@@ -155,7 +155,9 @@ def test_importance_of_a_dead_head_is_zero_and_gradient_matches_finite_differenc
         for batch in batches:
             up, down = torch.ones(2, 3), torch.ones(2, 3)
             up[layer, head], down[layer, head] = 1 + eps, 1 - eps
-            per_batch.append(abs(heads.mean_loss(model, [batch], up) - heads.mean_loss(model, [batch], down)) / (2 * eps))
+            per_batch.append(
+                abs(heads.mean_loss(model, [batch], up) - heads.mean_loss(model, [batch], down)) / (2 * eps)
+            )
         assert grad[layer, head].item() == pytest.approx(sum(per_batch) / len(per_batch), rel=2e-2, abs=1e-5)
 
 
@@ -181,8 +183,13 @@ def test_analyze_on_a_trained_run_writes_results_and_plot(tmp_path):
     assert len(results["heads"]) == 4 and results["eval"]["induction_periods"] == [16, 12, 8]
     for row in results["heads"]:
         assert 0.0 <= row["previous_token"] <= 1.0 and 0.0 <= row["induction"] <= 1.0
-        assert row["labels"] == heads.head_labels(row["previous_token"], row["induction"], row["positional_offset"],
-                                                  row["positional_confidence"], row["punctuation"])
+        assert row["labels"] == heads.head_labels(
+            row["previous_token"],
+            row["induction"],
+            row["positional_offset"],
+            row["positional_confidence"],
+            row["punctuation"],
+        )
     assert results["pruning"]["loss_by_importance"][0] == pytest.approx(results["base_loss"])
     assert results["pruned_30"]["heads_masked"] == 1 and results["pruned_60"]["heads_masked"] == 2
     png = heads.plot(results, tmp_path / "heads.png")
@@ -240,7 +247,18 @@ def test_attention_grid_png_has_cjk_glyphs_not_boxes(tmp_path):
 
 def test_attention_cli(tmp_path, capsys):
     run = tiny_run("rope")
-    code = main(["attention", str(run), "--prompt", PROMPT, "--out", str(tmp_path / "a.png"), "--json", str(tmp_path / "a.json")])
+    code = main(
+        [
+            "attention",
+            str(run),
+            "--prompt",
+            PROMPT,
+            "--out",
+            str(tmp_path / "a.png"),
+            "--json",
+            str(tmp_path / "a.json"),
+        ]
+    )
     assert code == 0 and (tmp_path / "a.png").stat().st_size > 10_000
     data = json.loads((tmp_path / "a.json").read_text())
     assert data["tokens"] == list(PROMPT) and data["n_layer"] == 2 and len(data["heads"]) == 4

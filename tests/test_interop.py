@@ -54,31 +54,61 @@ def hf_model(config: Any, seed: int = 0) -> torch.nn.Module:
 
 
 def gpt2(**kw: Any) -> Any:
-    return transformers.GPT2Config(**{"vocab_size": V, "n_positions": 96, "n_embd": 64, "n_layer": 2, "n_head": 4, **kw})
+    return transformers.GPT2Config(
+        **{"vocab_size": V, "n_positions": 96, "n_embd": 64, "n_layer": 2, "n_head": 4, **kw}
+    )
 
 
 def llama(rope: dict | None = None, **kw: Any) -> Any:
-    base = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=32)
+    base = dict(
+        vocab_size=V,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
     if rope is not None:
         base["rope_parameters"] = {"rope_theta": 10000.0, **rope}
     return transformers.LlamaConfig(**{**base, **kw})
 
 
 def mistral(**kw: Any) -> Any:
-    return transformers.MistralConfig(**{"vocab_size": V, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-                                         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
-                                         "sliding_window": 8, **kw})
+    return transformers.MistralConfig(
+        **{
+            "vocab_size": V,
+            "hidden_size": 64,
+            "intermediate_size": 96,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 128,
+            "sliding_window": 8,
+            **kw,
+        }
+    )
 
 
 def neox(**kw: Any) -> Any:
-    return transformers.GPTNeoXConfig(**{"vocab_size": V, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                                         "num_attention_heads": 4, "max_position_embeddings": 128, "rotary_pct": 0.25, **kw})
+    return transformers.GPTNeoXConfig(
+        **{
+            "vocab_size": V,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "max_position_embeddings": 128,
+            "rotary_pct": 0.25,
+            **kw,
+        }
+    )
 
 
 def gptj(**kw: Any) -> Any:
-    return transformers.GPTJConfig(**{"vocab_size": V, "n_embd": 64, "n_layer": 2, "n_head": 4, "rotary_dim": 8,
-                                      "n_positions": 128, **kw})
+    return transformers.GPTJConfig(
+        **{"vocab_size": V, "n_embd": 64, "n_layer": 2, "n_head": 4, "rotary_dim": 8, "n_positions": 128, **kw}
+    )
 
 
 def bloom(**kw: Any) -> Any:
@@ -86,41 +116,104 @@ def bloom(**kw: Any) -> Any:
 
 
 def mpt(attn_config: dict | None = None, **kw: Any) -> Any:
-    return transformers.MptConfig(**{"vocab_size": V, "d_model": 48, "n_heads": 6, "n_layers": 2, "max_seq_len": 128,
-                                     "attn_config": attn_config or {}, **kw})
+    return transformers.MptConfig(
+        **{
+            "vocab_size": V,
+            "d_model": 48,
+            "n_heads": 6,
+            "n_layers": 2,
+            "max_seq_len": 128,
+            "attn_config": attn_config or {},
+            **kw,
+        }
+    )
 
 
-_LONGROPE = {"short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0], "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0]}
+_LONGROPE = {
+    "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0],
+    "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0],
+}
 
 # id -> (config, lengths). Lengths ascend: HF's dynamic RoPE keeps the largest length seen (see docs).
 CASES: dict[str, tuple[Any, tuple[int, ...]]] = {
     "gpt2": (gpt2(), (1, 9, 40, 96)),
-    "gpt2-untied-gelu-noscale": (gpt2(tie_word_embeddings=False, activation_function="gelu", n_inner=80,
-                                      scale_attn_weights=False), (9, 40)),
+    "gpt2-untied-gelu-noscale": (
+        gpt2(tie_word_embeddings=False, activation_function="gelu", n_inner=80, scale_attn_weights=False),
+        (9, 40),
+    ),
     "llama-default-gqa2": (llama(), (1, 9, 40)),
     "llama-gqa1-mha": (llama(num_key_value_heads=4), (9, 40)),
     "llama-gqa4-mqa": (llama(num_key_value_heads=1), (9, 40)),
-    "llama-bias-tied-theta": (llama({"rope_type": "default", "rope_theta": 500000.0}, attention_bias=True, mlp_bias=True,
-                                    tie_word_embeddings=True), (9, 40)),
+    "llama-bias-tied-theta": (
+        llama(
+            {"rope_type": "default", "rope_theta": 500000.0},
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=True,
+        ),
+        (9, 40),
+    ),
     "llama-linear": (llama({"rope_type": "linear", "factor": 2.0}), (9, 40)),
     "llama-dynamic": (llama({"rope_type": "dynamic", "factor": 4.0}), (9, 32, 33, 50, 90)),  # L0 = 32
-    "llama-yarn": (llama({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}, max_position_embeddings=64),
-                   (9, 40, 90)),
-    "llama-yarn-options": (llama({"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16, "beta_fast": 16.0,
-                                  "beta_slow": 2.0, "truncate": False, "mscale": 1.0, "mscale_all_dim": 0.5},
-                                 max_position_embeddings=128), (9, 40)),
-    "llama-yarn-attention-factor": (llama({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
-                                           "attention_factor": 1.3}, max_position_embeddings=64), (40,)),
-    "llama-llama3": (llama({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                            "original_max_position_embeddings": 64}, max_position_embeddings=512), (9, 90)),
-    "llama-longrope": (llama({"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 16, **_LONGROPE},
-                             max_position_embeddings=64), (9, 16, 17, 60)),  # short factors up to 16, long past it
+    "llama-yarn": (
+        llama({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}, max_position_embeddings=64),
+        (9, 40, 90),
+    ),
+    "llama-yarn-options": (
+        llama(
+            {
+                "rope_type": "yarn",
+                "factor": 8.0,
+                "original_max_position_embeddings": 16,
+                "beta_fast": 16.0,
+                "beta_slow": 2.0,
+                "truncate": False,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.5,
+            },
+            max_position_embeddings=128,
+        ),
+        (9, 40),
+    ),
+    "llama-yarn-attention-factor": (
+        llama(
+            {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "attention_factor": 1.3},
+            max_position_embeddings=64,
+        ),
+        (40,),
+    ),
+    "llama-llama3": (
+        llama(
+            {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+            max_position_embeddings=512,
+        ),
+        (9, 90),
+    ),
+    "llama-longrope": (
+        llama(
+            {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 16, **_LONGROPE},
+            max_position_embeddings=64,
+        ),
+        (9, 16, 17, 60),
+    ),  # short factors up to 16, long past it
     "mistral-window8": (mistral(), (5, 8, 9, 40)),
     "mistral-window3-mqa": (mistral(sliding_window=3, num_key_value_heads=1), (2, 20)),
     "neox-partial-parallel": (neox(), (1, 9, 40)),
     "neox-half-rotary-sequential": (neox(rotary_pct=0.5, use_parallel_residual=False), (9, 40)),
-    "neox-nobias-dynamic": (neox(attention_bias=False, max_position_embeddings=16,
-                                 rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}), (9, 40)),
+    "neox-nobias-dynamic": (
+        neox(
+            attention_bias=False,
+            max_position_embeddings=16,
+            rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
+        ),
+        (9, 40),
+    ),
     "gptj-partial": (gptj(), (1, 9, 40)),
     "gptj-full-rotary": (gptj(rotary_dim=16, activation_function="gelu"), (9, 40)),
     "bloom-6-heads": (bloom(), (1, 9, 40)),
@@ -161,7 +254,9 @@ def test_every_rope_type_is_tested() -> None:
 
 
 def test_gqa_ratios_1_2_and_n_heads_are_tested() -> None:
-    ratios = {CASES[c][0].num_attention_heads // CASES[c][0].num_key_value_heads for c in CASES if c.startswith("llama")}
+    ratios = {
+        CASES[c][0].num_attention_heads // CASES[c][0].num_key_value_heads for c in CASES if c.startswith("llama")
+    }
     assert {1, 2, 4} <= ratios
 
 
@@ -169,11 +264,20 @@ def test_mapped_configs() -> None:
     """Spot checks of what the families map onto (the logits tests prove the rest)."""
     j = poslab.from_hf(hf_model(gptj())).config
     assert (j.residual, j.attn_bias, j.lm_head_bias, j.position_config["layout"], j.position_config["rotary_dim"]) == (
-        "parallel_shared_norm", False, True, "interleaved", 8)
+        "parallel_shared_norm",
+        False,
+        True,
+        "interleaved",
+        8,
+    )
     x = poslab.from_hf(hf_model(neox())).config
     assert (x.residual, x.position_config["rotary_dim"], x.mlp_activation) == ("parallel", 4, "gelu")
     d = poslab.from_hf(hf_model(llama({"rope_type": "dynamic", "factor": 4.0}))).position.config
-    assert (d.scaling, d.factor, d.original_max_len) == ("dynamic", 4.0, 32)  # HF's dynamic L0 is max_position_embeddings
+    assert (d.scaling, d.factor, d.original_max_len) == (
+        "dynamic",
+        4.0,
+        32,
+    )  # HF's dynamic L0 is max_position_embeddings
     m = poslab.from_hf(hf_model(mpt({"clip_qkv": 0.3})))
     assert (m.config.bias, m.config.clip_qkv, m.blocks[0].attn.qkv.clip) == (False, 0.3, 0.3)
     assert poslab.from_hf(hf_model(bloom())).config.embed_norm
@@ -220,9 +324,18 @@ def test_mpt_alibi_bias_max_matches_transformers_function_and_model() -> None:
 # ------------------------------------------------------------------------------------------ generation
 def hf_greedy(hf: torch.nn.Module, prompt: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(new tokens [B, n], raw logits of each step [B, n, V])`` from ``generate(do_sample=False)``."""
-    out = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                      eos_token_id=None, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
-    return out.sequences[:, prompt.shape[1]:], torch.stack(out.logits, dim=1)
+    out = hf.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=n,
+        min_new_tokens=n,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    return out.sequences[:, prompt.shape[1] :], torch.stack(out.logits, dim=1)
 
 
 GENERATION = {
@@ -235,9 +348,17 @@ GENERATION = {
     "gptj": (gptj, 8),
     # the dynamic-NTK trap: decoding past L0=16 recomputes the base every step while cached keys keep theirs
     "llama-dynamic-past-L0": (lambda: llama({"rope_type": "dynamic", "factor": 4.0}, max_position_embeddings=16), 8),
-    "llama-dynamic-prompt-past-L0": (lambda: llama({"rope_type": "dynamic", "factor": 4.0}, max_position_embeddings=16), 24),
-    "llama-longrope-past-L0": (lambda: llama({"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 16,
-                                              **_LONGROPE}, max_position_embeddings=64), 8),
+    "llama-dynamic-prompt-past-L0": (
+        lambda: llama({"rope_type": "dynamic", "factor": 4.0}, max_position_embeddings=16),
+        24,
+    ),
+    "llama-longrope-past-L0": (
+        lambda: llama(
+            {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 16, **_LONGROPE},
+            max_position_embeddings=64,
+        ),
+        8,
+    ),
 }
 
 
@@ -280,11 +401,23 @@ ROUND_TRIP = {
     "llama-gqa2": llama(),
     "llama-bias-tied": llama(attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
     "llama-dynamic": llama({"rope_type": "dynamic", "factor": 4.0}),
-    "llama-yarn": llama({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}, max_position_embeddings=64),
-    "llama-llama3": llama({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                           "original_max_position_embeddings": 64}, max_position_embeddings=512),
-    "llama-longrope": llama({"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 16, **_LONGROPE},
-                            max_position_embeddings=64),
+    "llama-yarn": llama(
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}, max_position_embeddings=64
+    ),
+    "llama-llama3": llama(
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+        max_position_embeddings=512,
+    ),
+    "llama-longrope": llama(
+        {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 16, **_LONGROPE},
+        max_position_embeddings=64,
+    ),
     "mistral": mistral(),
 }
 
@@ -305,9 +438,22 @@ def test_round_trip_to_hf_from_hf_equals_original(case: str) -> None:
 
 def test_to_hf_folder_loads_with_from_pretrained_and_gives_same_logits(tmp_path) -> None:
     torch.manual_seed(0)
-    ours = poslab.GPT(poslab.GPTConfig(vocab_size=V, n_layer=2, n_head=4, n_kv_head=2, n_embd=64, block_size=64, position="rope",
-                                       position_config={"scaling": "yarn", "factor": 4.0, "original_max_len": 16},
-                                       norm="rmsnorm", mlp="swiglu", bias=False, tie_embeddings=False)).eval()
+    ours = poslab.GPT(
+        poslab.GPTConfig(
+            vocab_size=V,
+            n_layer=2,
+            n_head=4,
+            n_kv_head=2,
+            n_embd=64,
+            block_size=64,
+            position="rope",
+            position_config={"scaling": "yarn", "factor": 4.0, "original_max_len": 16},
+            norm="rmsnorm",
+            mlp="swiglu",
+            bias=False,
+            tie_embeddings=False,
+        )
+    ).eval()
     randomize(ours, seed=3)
     poslab.to_hf(ours, tmp_path / "export")
     loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "export", local_files_only=True).eval()
@@ -335,8 +481,19 @@ def test_to_hf_gpt2_layout_from_a_native_poslab_model(tmp_path) -> None:
     "overrides, needle",
     [
         ({"position": "alibi"}, "position='alibi'"),
-        ({"position": "rope", "position_config": {"scaling": "ntk", "factor": 2.0}, "norm": "rmsnorm", "mlp": "swiglu"}, "ntk"),
-        ({"position": "rope", "position_config": {"rotary_dim": 8}, "norm": "rmsnorm", "mlp": "swiglu"}, "rotary_dim=8"),
+        (
+            {
+                "position": "rope",
+                "position_config": {"scaling": "ntk", "factor": 2.0},
+                "norm": "rmsnorm",
+                "mlp": "swiglu",
+            },
+            "ntk",
+        ),
+        (
+            {"position": "rope", "position_config": {"rotary_dim": 8}, "norm": "rmsnorm", "mlp": "swiglu"},
+            "rotary_dim=8",
+        ),
         ({"residual": "parallel"}, "residual='parallel'"),
     ],
 )
@@ -478,7 +635,12 @@ def test_gptconfig_family_fields_are_validated(overrides: dict, error: type, nee
 def test_gptconfig_family_fields_default_to_the_nanogpt_block() -> None:
     cfg = poslab.GPTConfig()
     assert (cfg.residual, cfg.mlp_activation, cfg.bias_of("attn"), cfg.bias_of("norm"), cfg.embed_norm) == (
-        "sequential", "gelu", True, True, False)  # nanoGPT's nn.GELU() is the exact GELU
+        "sequential",
+        "gelu",
+        True,
+        True,
+        False,
+    )  # nanoGPT's nn.GELU() is the exact GELU
     model = poslab.GPT(poslab.GPTConfig(bias=False, mlp_bias=True, norm_bias=True))
     assert model.blocks[0].attn.qkv.bias is None and model.blocks[0].mlp.up.bias is not None
     assert model.blocks[0].norm1.bias is not None and model.lm_head.bias is None

@@ -41,11 +41,26 @@ def hf_folders(tmp_path_factory):
     """A Llama folder with a tokenizer.json and a GPT-2 folder without one; random weights everywhere."""
     root = tmp_path_factory.mktemp("hf")
     torch.manual_seed(0)
-    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=128, rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
-                                                      "rope_theta": 10000.0})).eval()
-    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_positions=64, n_embd=64, n_layer=2, n_head=4)).eval()
+    llama = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            vocab_size=V,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            rope_parameters={
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 32,
+                "rope_theta": 10000.0,
+            },
+        )
+    ).eval()
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=V, n_positions=64, n_embd=64, n_layer=2, n_head=4)
+    ).eval()
     for model in (llama, gpt2):
         with torch.no_grad():
             for p in model.parameters():
@@ -61,7 +76,13 @@ def test_convert_then_load_run_equals_hf(hf_folders, tmp_path, capsys) -> None:
     run = tmp_path / "runs" / "llama"
     assert main(["convert", "--from-hf", str(folder), "--out", str(run)]) == 0
     assert "converted" in capsys.readouterr().out
-    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.json", "metrics.jsonl", "results.json", "tokenizer.json"]
+    assert sorted(p.name for p in run.iterdir()) == [
+        "checkpoints",
+        "config.json",
+        "metrics.jsonl",
+        "results.json",
+        "tokenizer.json",
+    ]
     assert not list(run.parent.glob(".*"))  # no temporary folder left behind
     model, tokenizer, config = load_run(run)
     assert config["data"]["converted_from"]["model_type"] == "llama"
@@ -98,8 +119,15 @@ def test_converted_run_without_tokenizer_takes_token_ids(hf_folders, tmp_path, c
     assert main(["sample", str(run), "--prompt", "5 17 42", "--tokens", "12", "--temperature", "0"]) == 0
     sampled = [int(t) for t in capsys.readouterr().out.split()]
     prompt = torch.tensor([[5, 17, 42]])
-    expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, min_new_tokens=12,
-                           do_sample=False, eos_token_id=None, pad_token_id=0)
+    expected = hf.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=12,
+        min_new_tokens=12,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     assert sampled == expected[0].tolist()
     assert main(["sample", str(run), "--prompt", "hello", "--tokens", "4"]) == 2
     assert "give text as token ids" in capsys.readouterr().err
@@ -160,8 +188,12 @@ def _malformed(kind: str, source, folder) -> str:
         config["rope_parameters"] = {"rope_type": "linear", "rope_theta": 10000.0}
         needle = "'factor'"
     elif kind == "llama3-without-frequency-factors":
-        config["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
-                                     "original_max_position_embeddings": 32}
+        config["rope_parameters"] = {
+            "rope_type": "llama3",
+            "rope_theta": 10000.0,
+            "factor": 8.0,
+            "original_max_position_embeddings": 32,
+        }
         needle = "low_freq_factor"
     elif kind == "zero-heads":
         config["num_attention_heads"] = 0
@@ -176,8 +208,17 @@ def _malformed(kind: str, source, folder) -> str:
     return needle
 
 
-@pytest.mark.parametrize("kind", ["index-no-weight-map", "index-weight-map-list", "linear-without-factor",
-                                  "llama3-without-frequency-factors", "zero-heads", "wrong-shape"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "index-no-weight-map",
+        "index-weight-map-list",
+        "linear-without-factor",
+        "llama3-without-frequency-factors",
+        "zero-heads",
+        "wrong-shape",
+    ],
+)
 def test_convert_of_a_malformed_folder_is_one_line(kind: str, hf_folders, tmp_path, capsys, request) -> None:
     """Each malformed Hugging Face folder is ``poslab: error: ...`` naming the file or field, exit 2, nothing written."""
     needle = _malformed(kind, hf_folders["llama"][0], tmp_path / "broken")

@@ -40,9 +40,15 @@ OPTIONS: dict[str, list[Any]] = {
     "bias": [False],
     "n_kv_head": [2, 1],
     "position": [name for name in positions.names() if name != "learned"],
-    "position_config": [{"scaling": "yarn", "factor": 2.0, "original_max_len": 16}, {"scaling": "linear", "factor": 2.0},
-                        {"scaling": "ntk", "factor": 2.0}, {"layout": "interleaved"}, {"rotary_dim": 4}, {"base": 500.0},
-                        {"max_len": 64}],
+    "position_config": [
+        {"scaling": "yarn", "factor": 2.0, "original_max_len": 16},
+        {"scaling": "linear", "factor": 2.0},
+        {"scaling": "ntk", "factor": 2.0},
+        {"layout": "interleaved"},
+        {"rotary_dim": 4},
+        {"base": 500.0},
+        {"max_len": 64},
+    ],
     "norm": ["rmsnorm"],
     "mlp": ["swiglu", "gelu"],
     "mlp_hidden": [48],
@@ -69,8 +75,13 @@ OPTIONS: dict[str, list[Any]] = {
     "attn_chunk": [8],
     "attn_temperature": [[4.0, 0.1]],
     "embed_scale": [D**0.5, 2.0],
-    "layer_pattern": [[{"window": 8}, {}], [{"window": 8}, {"window": 4}], [{"position": "none"}, {}],
-                      [{"attn_chunk": 8}, {}], [{"qk_norm": True}, {}]],
+    "layer_pattern": [
+        [{"window": 8}, {}],
+        [{"window": 8}, {"window": 4}],
+        [{"position": "none"}, {}],
+        [{"attn_chunk": 8}, {}],
+        [{"qk_norm": True}, {}],
+    ],
     "mla": [_MLA],
 }
 LLAMA = dict(position="rope", norm="rmsnorm", mlp="swiglu", bias=False)
@@ -79,19 +90,39 @@ SANDWICH = dict(LLAMA, residual="sandwich", embed_scale=D**0.5)
 BASES: dict[str, tuple[dict[str, Any], str | None]] = {
     "gpt2": ({}, "GPT2LMHeadModel"),
     "llama": (LLAMA, "LlamaForCausalLM"),
-    "llama-gqa-bias-interleaved": (dict(LLAMA, n_kv_head=2, attn_bias=True, position_config={"layout": "interleaved"}),
-                                   "LlamaForCausalLM"),
+    "llama-gqa-bias-interleaved": (
+        dict(LLAMA, n_kv_head=2, attn_bias=True, position_config={"layout": "interleaved"}),
+        "LlamaForCausalLM",
+    ),
     "mistral": (dict(LLAMA, window=8), "MistralForCausalLM"),
     "qwen3": (dict(LLAMA, qk_norm=True, attn_head_dim=16, layer_pattern=[{"window": 8}, {}]), "Qwen3ForCausalLM"),
-    "gemma2": (dict(SANDWICH, attn_softcap=5.0, final_softcap=3.0, attn_scale=0.25, layer_pattern=[{"window": 8}, {}]),
-               "Gemma2ForCausalLM"),
-    "gemma3": (dict(SANDWICH, qk_norm=True, position_config={"base": 1e6},
-                    layer_pattern=[{"window": 8, "position_config": {"base": 1e4}}, {}]), "Gemma3ForCausalLM"),
-    "llama4": (dict(LLAMA, position_config={"layout": "interleaved"}, qk_norm_affine=False,
-                    layer_pattern=[{"attn_chunk": 8, "qk_norm": True}, {"position": "none", "attn_temperature": [4.0, 0.1]}]),
-               "Llama4ForCausalLM"),
+    "gemma2": (
+        dict(SANDWICH, attn_softcap=5.0, final_softcap=3.0, attn_scale=0.25, layer_pattern=[{"window": 8}, {}]),
+        "Gemma2ForCausalLM",
+    ),
+    "gemma3": (
+        dict(
+            SANDWICH,
+            qk_norm=True,
+            position_config={"base": 1e6},
+            layer_pattern=[{"window": 8, "position_config": {"base": 1e4}}, {}],
+        ),
+        "Gemma3ForCausalLM",
+    ),
+    "llama4": (
+        dict(
+            LLAMA,
+            position_config={"layout": "interleaved"},
+            qk_norm_affine=False,
+            layer_pattern=[{"attn_chunk": 8, "qk_norm": True}, {"position": "none", "attn_temperature": [4.0, 0.1]}],
+        ),
+        "Llama4ForCausalLM",
+    ),
     "deepseek": (dict(LLAMA, mla=_MLA, attn_scale=(8 + 4) ** -0.5), "DeepseekV3ForCausalLM"),
-    "gpt-oss-attention": (dict(LLAMA, n_kv_head=2, attn_bias=True, attn_sinks=True, layer_pattern=[{"window": 8}, {}]), None),
+    "gpt-oss-attention": (
+        dict(LLAMA, n_kv_head=2, attn_bias=True, attn_sinks=True, layer_pattern=[{"window": 8}, {}]),
+        None,
+    ),
 }
 
 
@@ -169,7 +200,9 @@ def _tally(outcome: str) -> str:
 SINGLES = [(base, field, value) for base in ("gpt2", "llama") for field, values in OPTIONS.items() for value in values]
 
 
-@pytest.mark.parametrize(("base", "field", "value"), SINGLES, ids=[f"{b}-{f}-{i}" for i, (b, f, _) in enumerate(SINGLES)])
+@pytest.mark.parametrize(
+    ("base", "field", "value"), SINGLES, ids=[f"{b}-{f}-{i}" for i, (b, f, _) in enumerate(SINGLES)]
+)
 def test_each_option_alone_exports_exactly_or_is_refused(base: str, field: str, value: Any, tmp_path, request) -> None:
     FIGURES.clear()
     check_export({**BASES[base][0], field: value}, tmp_path / "export")
@@ -205,8 +238,12 @@ def test_a_new_option_is_refused_by_every_family(monkeypatch) -> None:
     """An option no family declares (here ``qk_norm`` made undeclared everywhere) is refused, not exported."""
     from poslab.interop import hf
 
-    stripped = tuple(dataclasses.replace(w, carries=w.carries - {"qk_norm"}, requires={k: v for k, v in w.requires.items() if k != "qk_norm"})
-                     for w in hf.WRITERS)
+    stripped = tuple(
+        dataclasses.replace(
+            w, carries=w.carries - {"qk_norm"}, requires={k: v for k, v in w.requires.items() if k != "qk_norm"}
+        )
+        for w in hf.WRITERS
+    )
     monkeypatch.setattr(hf, "WRITERS", stripped)
     with pytest.raises(ValueError, match="no family poslab writes carries qk_norm=True"):
         poslab.to_hf(_model(dict(LLAMA, qk_norm=True)))

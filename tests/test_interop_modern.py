@@ -48,8 +48,15 @@ def hf_model(config: Any, seed: int = 0) -> torch.nn.Module:
     return randomize(transformers.AutoModelForCausalLM.from_config(config), seed)
 
 
-_SMALL = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
-              head_dim=24, max_position_embeddings=256)
+_SMALL = dict(
+    vocab_size=V,
+    hidden_size=64,
+    intermediate_size=96,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=24,
+    max_position_embeddings=256,
+)
 
 
 def qwen3(**kw: Any) -> Any:
@@ -57,51 +64,150 @@ def qwen3(**kw: Any) -> Any:
 
 
 def gemma2(**kw: Any) -> Any:
-    return transformers.Gemma2Config(**{**_SMALL, "num_hidden_layers": 3, "sliding_window": 6, "query_pre_attn_scalar": 20,
-                                        "attn_logit_softcapping": 3.0, "final_logit_softcapping": 5.0, **kw})
+    return transformers.Gemma2Config(
+        **{
+            **_SMALL,
+            "num_hidden_layers": 3,
+            "sliding_window": 6,
+            "query_pre_attn_scalar": 20,
+            "attn_logit_softcapping": 3.0,
+            "final_logit_softcapping": 5.0,
+            **kw,
+        }
+    )
 
 
 def gemma3(**kw: Any) -> Any:
-    rope = {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
-            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
-    return transformers.Gemma3TextConfig(**{**_SMALL, "num_hidden_layers": 4, "sliding_window": 6, "query_pre_attn_scalar": 20,
-                                            "sliding_window_pattern": 3, "rope_parameters": rope, **kw})
+    rope = {
+        "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+    }
+    return transformers.Gemma3TextConfig(
+        **{
+            **_SMALL,
+            "num_hidden_layers": 4,
+            "sliding_window": 6,
+            "query_pre_attn_scalar": 20,
+            "sliding_window_pattern": 3,
+            "rope_parameters": rope,
+            **kw,
+        }
+    )
 
 
 def llama4(**kw: Any) -> Any:
-    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 16, "rope_theta": 500000.0}
-    return transformers.Llama4TextConfig(**{**_SMALL, "intermediate_size": 32, "intermediate_size_mlp": 96, "num_hidden_layers": 4,
-                                            "moe_layers": [], "attention_chunk_size": 8, "floor_scale": 4, "attn_scale": 0.5,
-                                            "rope_parameters": rope, **kw})
+    rope = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+        "rope_theta": 500000.0,
+    }
+    return transformers.Llama4TextConfig(
+        **{
+            **_SMALL,
+            "intermediate_size": 32,
+            "intermediate_size_mlp": 96,
+            "num_hidden_layers": 4,
+            "moe_layers": [],
+            "attention_chunk_size": 8,
+            "floor_scale": 4,
+            "attn_scale": 0.5,
+            "rope_parameters": rope,
+            **kw,
+        }
+    )
 
 
 def gpt_oss(**kw: Any) -> Any:
-    rope = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 150000.0,
-            "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
-    return transformers.GptOssConfig(**{**_SMALL, "intermediate_size": 32, "num_hidden_layers": 2, "num_local_experts": 4,
-                                        "num_experts_per_tok": 2, "sliding_window": 6, "rope_parameters": rope, **kw})
+    rope = {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 16,
+        "rope_theta": 150000.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": False,
+    }
+    return transformers.GptOssConfig(
+        **{
+            **_SMALL,
+            "intermediate_size": 32,
+            "num_hidden_layers": 2,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "sliding_window": 6,
+            "rope_parameters": rope,
+            **kw,
+        }
+    )
 
 
 def deepseek(**kw: Any) -> Any:
-    return transformers.DeepseekV3Config(**{"vocab_size": V, "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 16,
-                                            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
-                                            "kv_lora_rank": 16, "q_lora_rank": 24, "qk_rope_head_dim": 8, "qk_nope_head_dim": 12,
-                                            "v_head_dim": 10, "first_k_dense_replace": 2, "max_position_embeddings": 128, **kw})
+    return transformers.DeepseekV3Config(
+        **{
+            "vocab_size": V,
+            "hidden_size": 64,
+            "intermediate_size": 96,
+            "moe_intermediate_size": 16,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "kv_lora_rank": 16,
+            "q_lora_rank": 24,
+            "qk_rope_head_dim": 8,
+            "qk_nope_head_dim": 12,
+            "v_head_dim": 10,
+            "first_k_dense_replace": 2,
+            "max_position_embeddings": 128,
+            **kw,
+        }
+    )
 
 
-_DEEPSEEK_YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 1.0,
-                  "rope_theta": 10000.0, "beta_fast": 32.0, "beta_slow": 1.0}
+_DEEPSEEK_YARN = {
+    "rope_type": "yarn",
+    "factor": 4.0,
+    "original_max_position_embeddings": 16,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+    "rope_theta": 10000.0,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+}
 
 # id -> (config, lengths): every length list goes past the windows (6) and chunks (8)
 CASES: dict[str, tuple[Any, tuple[int, ...]]] = {
     "qwen3": (qwen3(), (1, 9, 40)),
-    "qwen3-sliding-bias-tied": (qwen3(num_hidden_layers=3, use_sliding_window=True, sliding_window=5, max_window_layers=1,
-                                      attention_bias=True, tie_word_embeddings=True), (9, 40)),
-    "qwen3-yarn-mqa": (qwen3(num_key_value_heads=1, rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
-                                                                      "original_max_position_embeddings": 16}), (40,)),
+    "qwen3-sliding-bias-tied": (
+        qwen3(
+            num_hidden_layers=3,
+            use_sliding_window=True,
+            sliding_window=5,
+            max_window_layers=1,
+            attention_bias=True,
+            tie_word_embeddings=True,
+        ),
+        (9, 40),
+    ),
+    "qwen3-yarn-mqa": (
+        qwen3(
+            num_key_value_heads=1,
+            rope_parameters={
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "rope_theta": 10000.0,
+                "original_max_position_embeddings": 16,
+            },
+        ),
+        (40,),
+    ),
     "gemma2": (gemma2(), (1, 9, 40)),
-    "gemma2-default-caps-untied": (gemma2(attn_logit_softcapping=50.0, final_logit_softcapping=30.0, tie_word_embeddings=False), (40,)),
+    "gemma2-default-caps-untied": (
+        gemma2(attn_logit_softcapping=50.0, final_logit_softcapping=30.0, tie_word_embeddings=False),
+        (40,),
+    ),
     "gemma2-no-caps": (gemma2(attn_logit_softcapping=None, final_logit_softcapping=None), (9, 40)),
     "gemma3": (gemma3(), (1, 9, 40)),
     "gemma3-final-cap-bias": (gemma3(final_logit_softcapping=5.0, attention_bias=True), (40,)),
@@ -109,7 +215,10 @@ CASES: dict[str, tuple[Any, tuple[int, ...]]] = {
     "llama4-no-qk-norm-no-temperature": (llama4(use_qk_norm=False, attn_temperature_tuning=False), (40,)),
     "llama4-no-chunk-interval-2": (llama4(attention_chunk_size=None, no_rope_layer_interval=2), (40,)),
     "deepseek-v3-mla": (deepseek(), (1, 9, 40)),
-    "deepseek-v3-full-q-half-rope-bias": (deepseek(q_lora_rank=None, rope_interleave=False, attention_bias=True), (40,)),
+    "deepseek-v3-full-q-half-rope-bias": (
+        deepseek(q_lora_rank=None, rope_interleave=False, attention_bias=True),
+        (40,),
+    ),
     "deepseek-v3-yarn-mscale": (deepseek(rope_parameters=_DEEPSEEK_YARN), (9, 40)),
 }
 
@@ -171,13 +280,27 @@ def test_deepseek_absorbed_decoding_equals_the_naive_path() -> None:
 # ------------------------------------------------------------------------------------------ generation
 def hf_greedy(hf: torch.nn.Module, prompt: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(new tokens [B, n], raw logits of each step [B, n, V])`` from ``generate(do_sample=False)``."""
-    out = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                      eos_token_id=None, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
-    return out.sequences[:, prompt.shape[1]:], torch.stack(out.logits, dim=1)
+    out = hf.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=n,
+        min_new_tokens=n,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    return out.sequences[:, prompt.shape[1] :], torch.stack(out.logits, dim=1)
 
 
-GENERATION = {"qwen3-sliding": CASES["qwen3-sliding-bias-tied"][0], "gemma2": gemma2(), "gemma3": gemma3(), "llama4": llama4(),
-              "deepseek-v3-latent-cache": deepseek(rope_parameters=_DEEPSEEK_YARN)}
+GENERATION = {
+    "qwen3-sliding": CASES["qwen3-sliding-bias-tied"][0],
+    "gemma2": gemma2(),
+    "gemma3": gemma3(),
+    "llama4": llama4(),
+    "deepseek-v3-latent-cache": deepseek(rope_parameters=_DEEPSEEK_YARN),
+}
 
 
 @pytest.mark.parametrize("case", list(GENERATION))
@@ -205,8 +328,10 @@ def _record_attention(hf: torch.nn.Module) -> tuple[dict[int, list], list]:
     def hook(module, args, kwargs, out, i):
         seen[i].append((kwargs["hidden_states"].detach().clone(), out[0].detach().clone()))
 
-    handles = [layer.self_attn.register_forward_hook(lambda mod, a, kw, out, i=i: hook(mod, a, kw, out, i), with_kwargs=True)
-               for i, layer in enumerate(hf.model.layers)]
+    handles = [
+        layer.self_attn.register_forward_hook(lambda mod, a, kw, out, i=i: hook(mod, a, kw, out, i), with_kwargs=True)
+        for i, layer in enumerate(hf.model.layers)
+    ]
     return seen, handles
 
 
@@ -248,7 +373,9 @@ def test_gpt_oss_attention_layers_equal_transformers_cached_generate() -> None:
 
 
 def test_gpt_oss_whole_model_is_refused_naming_the_moe() -> None:
-    with pytest.raises(ValueError, match=r"gpt_oss: the routed mixture-of-experts MLP \(num_local_experts=4.*attention_from_hf"):
+    with pytest.raises(
+        ValueError, match=r"gpt_oss: the routed mixture-of-experts MLP \(num_local_experts=4.*attention_from_hf"
+    ):
         poslab.from_hf(hf_model(gpt_oss()))
     with pytest.raises(ValueError, match="layer must be an integer in"):
         attention_from_hf(hf_model(gpt_oss()), 2)
@@ -259,8 +386,10 @@ def test_gpt_oss_whole_model_is_refused_naming_the_moe() -> None:
     "config, needle",
     [
         (llama4(moe_layers=[1]), r"llama4_text: moe_layers=\[1\]"),
-        (deepseek(first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1),
-         "deepseek_v3: first_k_dense_replace=1 with num_hidden_layers=2"),
+        (
+            deepseek(first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1),
+            "deepseek_v3: first_k_dense_replace=1 with num_hidden_layers=2",
+        ),
         (gemma2(use_bidirectional_attention=True), "use_bidirectional_attention=True"),
         (qwen3(hidden_act="quick_gelu"), "activation 'quick_gelu'"),
         (qwen3(hidden_size=66, num_attention_heads=4), "hidden_size=66 not divisible"),
@@ -306,8 +435,13 @@ def test_from_hf_folder_gemma2(tmp_path) -> None:
 def _exporters() -> dict[str, Any]:
     from poslab.interop import deepseek, gemma, llama4, qwen3
 
-    return {"qwen3": qwen3.to_hf, "gemma2": gemma.to_hf_gemma2, "gemma3_text": gemma.to_hf_gemma3, "llama4_text": llama4.to_hf,
-            "deepseek_v3": deepseek.to_hf}
+    return {
+        "qwen3": qwen3.to_hf,
+        "gemma2": gemma.to_hf_gemma2,
+        "gemma3_text": gemma.to_hf_gemma3,
+        "llama4_text": llama4.to_hf,
+        "deepseek_v3": deepseek.to_hf,
+    }
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -357,12 +491,27 @@ def test_to_hf_refuses_what_the_family_cannot_hold(family: str, overrides: dict,
     base = {
         "qwen3": dict(position="rope", norm="rmsnorm", mlp="swiglu", bias=False, qk_norm=True),
         "gemma2": dict(position="rope", norm="rmsnorm", mlp="swiglu", bias=False, residual="sandwich", embed_scale=8.0),
-        "gemma3_text": dict(position="rope", norm="rmsnorm", mlp="swiglu", bias=False, residual="sandwich", embed_scale=8.0,
-                            qk_norm=True),
-        "llama4_text": dict(position="rope", position_config={"layout": "interleaved"}, norm="rmsnorm", mlp="swiglu", bias=False,
-                            qk_norm_affine=False),
+        "gemma3_text": dict(
+            position="rope",
+            norm="rmsnorm",
+            mlp="swiglu",
+            bias=False,
+            residual="sandwich",
+            embed_scale=8.0,
+            qk_norm=True,
+        ),
+        "llama4_text": dict(
+            position="rope",
+            position_config={"layout": "interleaved"},
+            norm="rmsnorm",
+            mlp="swiglu",
+            bias=False,
+            qk_norm_affine=False,
+        ),
     }[family]
-    model = poslab.GPT(poslab.GPTConfig(vocab_size=V, n_layer=2, n_head=4, n_embd=64, block_size=32, **{**base, **overrides}))
+    model = poslab.GPT(
+        poslab.GPTConfig(vocab_size=V, n_layer=2, n_head=4, n_embd=64, block_size=32, **{**base, **overrides})
+    )
     with pytest.raises(ValueError, match=needle):
         _exporters()[family](model)
 

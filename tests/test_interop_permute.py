@@ -46,7 +46,9 @@ def test_attention_with_permuted_weights_equals_the_original(n_kv_heads: int, ro
     d, h, hd = 64, 4, 16
     cfg = {} if rotary_dim is None else {"rotary_dim": rotary_dim}
     torch.manual_seed(0)
-    meta = MultiHeadAttention(d, h, n_kv_heads, position=positions.build("rope", head_dim=hd, layout="interleaved", **cfg))
+    meta = MultiHeadAttention(
+        d, h, n_kv_heads, position=positions.build("rope", head_dim=hd, layout="interleaved", **cfg)
+    )
     hf = MultiHeadAttention(d, h, n_kv_heads, position=positions.build("rope", head_dim=hd, layout="half", **cfg))
     q_rows, kv_rows = h * hd, n_kv_heads * hd
     with torch.no_grad():
@@ -58,15 +60,30 @@ def test_attention_with_permuted_weights_equals_the_original(n_kv_heads: int, ro
         x = torch.randn(2, 40, d)
         assert_close(hf(x), meta(x), rtol=1e-5, atol=1e-5)
         # without the permutation the layouts disagree: the test can fail
-        plain = MultiHeadAttention(d, h, n_kv_heads, position=positions.build("rope", head_dim=hd, layout="half", **cfg))
+        plain = MultiHeadAttention(
+            d, h, n_kv_heads, position=positions.build("rope", head_dim=hd, layout="half", **cfg)
+        )
         plain.load_state_dict(meta.state_dict())
         assert (plain(x) - meta(x)).abs().max() > 1e-3
 
 
 def test_relayout_rope_model_logits_equal() -> None:
     torch.manual_seed(0)
-    meta = GPT(GPTConfig(vocab_size=50, n_layer=2, n_head=4, n_kv_head=2, n_embd=64, block_size=64, position="rope",
-                         position_config={"layout": "interleaved"}, norm="rmsnorm", mlp="swiglu", bias=False)).eval()
+    meta = GPT(
+        GPTConfig(
+            vocab_size=50,
+            n_layer=2,
+            n_head=4,
+            n_kv_head=2,
+            n_embd=64,
+            block_size=64,
+            position="rope",
+            position_config={"layout": "interleaved"},
+            norm="rmsnorm",
+            mlp="swiglu",
+            bias=False,
+        )
+    ).eval()
     half = relayout_rope(meta, "half")
     assert half.position.config.layout == "half" and meta.position.config.layout == "interleaved"
     idx = torch.randint(0, 50, (2, 48))
@@ -80,9 +97,22 @@ def test_interleaved_model_exports_to_hf_llama_with_equal_logits() -> None:
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
-    meta = GPT(GPTConfig(vocab_size=50, n_layer=2, n_head=4, n_kv_head=2, n_embd=64, block_size=64, position="rope",
-                         position_config={"layout": "interleaved", "base": 500000.0}, norm="rmsnorm", mlp="swiglu",
-                         bias=False, tie_embeddings=False)).eval()
+    meta = GPT(
+        GPTConfig(
+            vocab_size=50,
+            n_layer=2,
+            n_head=4,
+            n_kv_head=2,
+            n_embd=64,
+            block_size=64,
+            position="rope",
+            position_config={"layout": "interleaved", "base": 500000.0},
+            norm="rmsnorm",
+            mlp="swiglu",
+            bias=False,
+            tie_embeddings=False,
+        )
+    ).eval()
     hf = poslab.to_hf(meta)
     idx = torch.randint(0, 50, (2, 48))
     with torch.no_grad():

@@ -26,7 +26,9 @@ def _decode(model, idx: torch.Tensor, steps: list[int], cache) -> torch.Tensor:
     return torch.cat(outs, dim=1)
 
 
-HEAD_LAYOUTS = [(v, 2) for v in VARIANTS] + [(Variant(n, n), kv) for n in ("rope", "alibi", "xl") for kv in (N_HEADS, 1)]
+HEAD_LAYOUTS = [(v, 2) for v in VARIANTS] + [
+    (Variant(n, n), kv) for n in ("rope", "alibi", "xl") for kv in (N_HEADS, 1)
+]
 
 
 @pytest.mark.parametrize(("variant", "n_kv_head"), HEAD_LAYOUTS, ids=[f"{v.id}-kv{kv}" for v, kv in HEAD_LAYOUTS])
@@ -169,7 +171,9 @@ def test_attend_rejects_mismatched_qkv_dtypes_and_devices() -> None:
 
 def test_attend_rejects_bad_masks() -> None:
     q, k, v, qp, kp = _qkv()
-    with pytest.raises(TypeError, match="float attn_mask must be float32 or the queries' dtype torch.float32, got torch.float64"):
+    with pytest.raises(
+        TypeError, match="float attn_mask must be float32 or the queries' dtype torch.float32, got torch.float64"
+    ):
         attend(q, k, v, qp, kp, attn_mask=torch.zeros(5, 5, dtype=torch.float64))
     with pytest.raises(ValueError, match="attn_mask is on meta"):
         attend(q, k, v, qp, kp, attn_mask=torch.ones(5, 5, dtype=torch.bool, device="meta"))

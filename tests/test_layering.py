@@ -16,13 +16,21 @@ PACKAGE = Path(__file__).resolve().parents[1] / "poslab"
 #: layer of each top-level part of the package (higher may import lower, never the reverse)
 LAYERS: dict[str, int] = {
     "safe_load": -1,
-    "config_keys": 0, "fileio": 0, "version": 0, "data": 0,
-    "nn": 1, "display": 1,
+    "config_keys": 0,
+    "fileio": 0,
+    "version": 0,
+    "data": 0,
+    "nn": 1,
+    "display": 1,
     "training": 2,
     "runs": 3,
-    "session": 4, "config": 4, "analysis": 4, "interop": 4,
+    "session": 4,
+    "config": 4,
+    "analysis": 4,
+    "interop": 4,
     "lab": 5,
-    "cli": 6, "__main__": 7,
+    "cli": 6,
+    "__main__": 7,
 }
 #: the package's front door re-exports the public API from any layer
 FACADE = "__init__"
@@ -68,19 +76,26 @@ def violations(path: Path) -> list[str]:
         if target is None or target == own:
             continue
         if target == FACADE:
-            bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports the facade 'poslab' ({module}); "
-                       "import the submodule that owns it")
+            bad.append(
+                f"{path.relative_to(PACKAGE.parent)}:{line} imports the facade 'poslab' ({module}); "
+                "import the submodule that owns it"
+            )
         elif target not in LAYERS:
             bad.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {module} belongs to no layer")
         elif LAYERS[target] >= LAYERS[own]:
-            bad.append(f"{path.relative_to(PACKAGE.parent)}:{line}: layer {own} ({LAYERS[own]}) imports "
-                       f"{module} (layer {target}, {LAYERS[target]})")
+            bad.append(
+                f"{path.relative_to(PACKAGE.parent)}:{line}: layer {own} ({LAYERS[own]}) imports "
+                f"{module} (layer {target}, {LAYERS[target]})"
+            )
     return bad
 
 
 def test_every_part_has_a_layer():
-    parts = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
-             if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))}
+    parts = {
+        p.stem if p.is_file() else p.name
+        for p in PACKAGE.iterdir()
+        if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))
+    }
     assert parts - {FACADE} <= set(LAYERS), f"parts without a layer: {sorted(parts - set(LAYERS) - {FACADE})}"
 
 
@@ -89,13 +104,16 @@ def test_imports_only_go_down():
     assert not bad, "upward or sideways imports:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize(("source", "expected"), [
-    ("from poslab.lab import experiments\n", True),      # nn -> lab: upward
-    ("from poslab import GPT\n", True),                  # the facade from inside the package
-    ("import poslab.display\n", True),                   # sideways, same layer
-    ("from poslab.config_keys import reject_unknown_keys\n", False),
-    ("import torch\n", False),
-])
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from poslab.lab import experiments\n", True),  # nn -> lab: upward
+        ("from poslab import GPT\n", True),  # the facade from inside the package
+        ("import poslab.display\n", True),  # sideways, same layer
+        ("from poslab.config_keys import reject_unknown_keys\n", False),
+        ("import torch\n", False),
+    ],
+)
 def test_checker_flags_an_upward_import(tmp_path, monkeypatch, source, expected):
     """The checker itself can fail: a planted nn module with an upward import is reported."""
     fake = tmp_path / "poslab"

@@ -43,10 +43,20 @@ def corpus(tmp_path_factory):
 
 def tiny_values(corpus, tmp_path, **extra):
     values = {
-        "name": "mlm", "out_dir": str(tmp_path), "corpus": corpus, "objective": "mlm",
+        "name": "mlm",
+        "out_dir": str(tmp_path),
+        "corpus": corpus,
+        "objective": "mlm",
         "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "causal": False},
-        "max_steps": 4, "batch_size": 4, "warmup_steps": 1, "eval_interval": 2, "eval_iters": 2,
-        "ckpt_interval": 0, "keep_checkpoints": 1, "threads": 1, "seed": 3,
+        "max_steps": 4,
+        "batch_size": 4,
+        "warmup_steps": 1,
+        "eval_interval": 2,
+        "eval_iters": 2,
+        "ckpt_interval": 0,
+        "keep_checkpoints": 1,
+        "threads": 1,
+        "seed": 3,
     }
     values.update(extra)
     return values
@@ -148,7 +158,9 @@ def test_mlm_resume_after_ctrl_c_is_bitwise_identical(tmp_path, corpus):
         train(cfg, progress=False, callback=interrupt)
     train(cfg, resume=True, progress=False)
     a, b = read_metrics(reference.run_dir), read_metrics(cfg.run_dir)
-    assert [(r["step"], r["loss"], r.get("val_loss")) for r in a] == [(r["step"], r["loss"], r.get("val_loss")) for r in b]
+    assert [(r["step"], r["loss"], r.get("val_loss")) for r in a] == [
+        (r["step"], r["loss"], r.get("val_loss")) for r in b
+    ]
 
 
 def test_config_without_objective_is_a_causal_run(tmp_path, corpus):
@@ -174,8 +186,9 @@ class CausalOnly(NoPE):
 
 def test_causal_only_scheme_is_refused_naming_it(tmp_path, corpus, monkeypatch):
     monkeypatch.setitem(positions._REGISTRY, CausalOnly.name, CausalOnly)
-    causal = tiny_values(corpus, tmp_path, model={"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16,
-                                                  "position": CausalOnly.name})
+    causal = tiny_values(
+        corpus, tmp_path, model={"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "position": CausalOnly.name}
+    )
     with pytest.raises(ValueError, match=r"'causal_only_test' is causal-only.*needs the causal mask"):
         TrainConfig.from_dict(causal)
     bidirectional_model = {**causal["model"], "causal": False}
@@ -194,8 +207,11 @@ def test_mlm_with_the_causal_mask_and_unknown_objective_are_refused(tmp_path, co
 
 @pytest.mark.parametrize("scheme", positions.names())
 def test_an_mlm_step_runs_for_every_scheme_that_accepts_bidirectional(scheme, tmp_path, corpus):
-    values = tiny_values(corpus, tmp_path, model={"n_layer": 2, "n_head": 2, "n_embd": 16, "block_size": 16,
-                                                  "causal": False, "position": scheme})
+    values = tiny_values(
+        corpus,
+        tmp_path,
+        model={"n_layer": 2, "n_head": 2, "n_embd": 16, "block_size": 16, "causal": False, "position": scheme},
+    )
     try:
         cfg = TrainConfig.from_dict(values)
     except ValueError as err:  # a causal-only scheme: the refusal names it
@@ -205,7 +221,9 @@ def test_an_mlm_step_runs_for_every_scheme_that_accepts_bidirectional(scheme, tm
     model = GPT(model_config(cfg, model_vocab_size(30, "mlm")))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     x, y = get_batch(torch.randint(30, (400,)), 16, 4, torch.Generator().manual_seed(0))
-    inputs, targets = objective_batch("mlm", x, y, mask_id_of(model.config.vocab_size), torch.Generator().manual_seed(1))
+    inputs, targets = objective_batch(
+        "mlm", x, y, mask_id_of(model.config.vocab_size), torch.Generator().manual_seed(1)
+    )
     _, loss = model(inputs, targets)
     loss.backward()
     assert math.isfinite(loss.item())
@@ -227,8 +245,13 @@ def test_leak_without_the_mask_is_float_noise_and_with_it_is_not():
 
 
 def test_haviv_claims_follow_the_numbers():
-    losses = {"clm-none": [2.50, 2.51, 2.49], "clm-learned": [2.48, 2.49, 2.47],
-              "mlm-none": [3.10, 3.11, 3.09], "mlm-learned": [2.60, 2.61, 2.59], "mlm-rope": [3.0, 3.01, 2.99]}
+    losses = {
+        "clm-none": [2.50, 2.51, 2.49],
+        "clm-learned": [2.48, 2.49, 2.47],
+        "mlm-none": [3.10, 3.11, 3.09],
+        "mlm-learned": [2.60, 2.61, 2.59],
+        "mlm-rope": [3.0, 3.01, 2.99],
+    }
     close, learned, rope = bidirectional.haviv_claims(losses)
     assert close["verdict"] == HELD and learned["verdict"] == HELD
     assert rope["verdict"] == DID_NOT_HOLD  # 3.0 -> 3.1 is 3%, not more than 10%

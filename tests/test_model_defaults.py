@@ -19,7 +19,9 @@ def test_gpt_backend_defaults_to_auto() -> None:
     assert GPTConfig().backend == "auto"
     assert attention.resolve_backend("auto", torch.device("cpu")) == "sdpa"
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=1, n_head=N_HEADS, n_embd=D_MODEL, block_size=16, position="alibi")).eval()
+    model = GPT(
+        GPTConfig(vocab_size=VOCAB, n_layer=1, n_head=N_HEADS, n_embd=D_MODEL, block_size=16, position="alibi")
+    ).eval()
     idx = torch.randint(0, VOCAB, (1, 12))
     assert_close(model(idx), model(idx, backend="sdpa"), atol=0, rtol=0)
 
@@ -35,5 +37,7 @@ def test_new_models_use_exact_gelu_and_gpt2_keeps_tanh() -> None:
     transformers = pytest.importorskip("transformers")
     from poslab.interop.hf import from_hf
 
-    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=50, n_positions=16, n_embd=32, n_layer=1, n_head=4))
+    hf = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=50, n_positions=16, n_embd=32, n_layer=1, n_head=4)
+    )
     assert from_hf(hf).config.activation == "gelu_tanh"  # GPT-2's gelu_new

@@ -43,13 +43,32 @@ MECHANISMS: dict[str, dict[str, Any]] = {
 SDPA_OK = [m for m, opts in MECHANISMS.items() if "softcap" not in opts]
 
 
-def make(variant: Variant | None, mechanism: str, *, n_kv_heads: int = 2, window: int | None = None, causal: bool = True,
-         backend: str = "auto", seed: int = 0) -> MultiHeadAttention:
+def make(
+    variant: Variant | None,
+    mechanism: str,
+    *,
+    n_kv_heads: int = 2,
+    window: int | None = None,
+    causal: bool = True,
+    backend: str = "auto",
+    seed: int = 0,
+) -> MultiHeadAttention:
     """A seeded attention with the mechanism, random sinks / norm gains, and the variant's scheme."""
     torch.manual_seed(seed)
-    scheme = None if variant is None else make_scheme(variant, d_model=N_HEADS * HEAD_DIM, n_heads=N_HEADS, causal=causal)
-    attn = MultiHeadAttention(WIDTH, N_HEADS, n_kv_heads, head_dim=HEAD_DIM, position=scheme, window=window, causal=causal,
-                              backend=backend, **MECHANISMS[mechanism])
+    scheme = (
+        None if variant is None else make_scheme(variant, d_model=N_HEADS * HEAD_DIM, n_heads=N_HEADS, causal=causal)
+    )
+    attn = MultiHeadAttention(
+        WIDTH,
+        N_HEADS,
+        n_kv_heads,
+        head_dim=HEAD_DIM,
+        position=scheme,
+        window=window,
+        causal=causal,
+        backend=backend,
+        **MECHANISMS[mechanism],
+    )
     with torch.no_grad():
         for name, p in attn.named_parameters():
             if name == "sinks" or name.endswith("norm.weight"):
@@ -90,7 +109,9 @@ def test_softcap_picks_a_backend_that_can_run_it() -> None:
     x = _x()
     with torch.no_grad():
         assert_close(attn(x), attn(x, backend="eager"), atol=0, rtol=0)  # auto on CPU: eager, not sdpa
-    with pytest.raises(ValueError, match=r"softcap=2.0 .* cannot run in the sdpa backend; use backend='eager', 'flex' or 'auto'"):
+    with pytest.raises(
+        ValueError, match=r"softcap=2.0 .* cannot run in the sdpa backend; use backend='eager', 'flex' or 'auto'"
+    ):
         attn(x, backend="sdpa")
     q = torch.randn(1, 4, 3, 8)
     with pytest.raises(ValueError, match="cannot run in the sdpa backend"):
@@ -234,8 +255,18 @@ def test_bad_mechanism_options_are_named(options: dict, needle: str) -> None:
 # ------------------------------------------------------------------------------------ GPT and layer_pattern
 def _gpt(**overrides: Any) -> GPT:
     torch.manual_seed(0)
-    cfg = GPTConfig(**{"vocab_size": VOCAB, "n_layer": 4, "n_head": N_HEADS, "n_embd": D_MODEL, "n_kv_head": 2, "block_size": 64,
-                       "backend": "auto", **overrides})  # the GPT's head_dim is 8 unless attn_head_dim is set
+    cfg = GPTConfig(
+        **{
+            "vocab_size": VOCAB,
+            "n_layer": 4,
+            "n_head": N_HEADS,
+            "n_embd": D_MODEL,
+            "n_kv_head": 2,
+            "block_size": 64,
+            "backend": "auto",
+            **overrides,
+        }
+    )  # the GPT's head_dim is 8 unless attn_head_dim is set
     model = GPT(cfg)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -245,15 +276,33 @@ def _gpt(**overrides: Any) -> GPT:
 
 
 PATTERNS: dict[str, dict[str, Any]] = {
-    "gemma2-like": dict(position="rope", layer_pattern=[{"window": 4}, {}], attn_softcap=3.0, final_softcap=4.0,
-                        residual="sandwich", norm="rmsnorm", embed_scale=D_MODEL**0.5, attn_head_dim=12),
-    "gemma3-like": dict(position="rope", position_config={"base": 1e6}, qk_norm=True, norm="rmsnorm", residual="sandwich",
-                        layer_pattern=[{"window": 3, "position_config": {"base": 1e4}}] * 3 + [{}]),
+    "gemma2-like": dict(
+        position="rope",
+        layer_pattern=[{"window": 4}, {}],
+        attn_softcap=3.0,
+        final_softcap=4.0,
+        residual="sandwich",
+        norm="rmsnorm",
+        embed_scale=D_MODEL**0.5,
+        attn_head_dim=12,
+    ),
+    "gemma3-like": dict(
+        position="rope",
+        position_config={"base": 1e6},
+        qk_norm=True,
+        norm="rmsnorm",
+        residual="sandwich",
+        layer_pattern=[{"window": 3, "position_config": {"base": 1e4}}] * 3 + [{}],
+    ),
     "gpt-oss-like": dict(position="rope", attn_sinks=True, layer_pattern=[{"window": 5}, {}]),
-    "llama4-like": dict(position="rope", qk_norm_affine=False, layer_pattern=[{"attn_chunk": 4, "qk_norm": True}] * 3
-                        + [{"position": "none", "attn_temperature": [2.0, 0.3]}]),
-    "mixed-schemes": dict(position="none", layer_pattern=[{"position": "alibi", "window": 6}, {"position": "rope"},
-                                                          {"position": "t5"}]),
+    "llama4-like": dict(
+        position="rope",
+        qk_norm_affine=False,
+        layer_pattern=[{"attn_chunk": 4, "qk_norm": True}] * 3 + [{"position": "none", "attn_temperature": [2.0, 0.3]}],
+    ),
+    "mixed-schemes": dict(
+        position="none", layer_pattern=[{"position": "alibi", "window": 6}, {"position": "rope"}, {"position": "t5"}]
+    ),
 }
 
 
@@ -300,10 +349,22 @@ def test_final_softcap_follows_the_gemma2_formula() -> None:
 @pytest.mark.parametrize(
     ("overrides", "error", "needle"),
     [
-        ({"layer_pattern": [{"windw": 3}]}, ValueError, r"unknown layer_pattern key 'windw' in layer_pattern\[0\] \(did you mean 'window'\?\)"),
+        (
+            {"layer_pattern": [{"windw": 3}]},
+            ValueError,
+            r"unknown layer_pattern key 'windw' in layer_pattern\[0\] \(did you mean 'window'\?\)",
+        ),
         ({"layer_pattern": [{"window": 0}]}, ValueError, r"layer_pattern\[0\]: window must be a positive integer"),
-        ({"layer_pattern": [{"position": "learned"}]}, ValueError, r"layer_pattern\[0\]: position 'learned' adds embeddings"),
-        ({"layer_pattern": [{"position": "rope", "position_config": {"bse": 1.0}}]}, ValueError, r"layer_pattern\[0\]: unknown config key 'bse'"),
+        (
+            {"layer_pattern": [{"position": "learned"}]},
+            ValueError,
+            r"layer_pattern\[0\]: position 'learned' adds embeddings",
+        ),
+        (
+            {"layer_pattern": [{"position": "rope", "position_config": {"bse": 1.0}}]},
+            ValueError,
+            r"layer_pattern\[0\]: unknown config key 'bse'",
+        ),
         ({"layer_pattern": [{}] * 5}, ValueError, "at most n_layer=4"),
         ({"layer_pattern": ["window"]}, TypeError, r"layer_pattern\[0\] must be a dict"),
         ({"attn_softcap": -1.0}, ValueError, "attn_softcap must be a positive finite number"),
@@ -329,8 +390,13 @@ def _mla(name: str | None, **kw: Any):
     from poslab.nn.mla import MultiHeadLatentAttention
 
     torch.manual_seed(0)
-    scheme = None if name is None else positions.build_for_model(name, {}, {"head_dim": 4, "n_heads": N_HEADS, "n_embd": D_MODEL,
-                                                                          "max_len": 64, "bidirectional": False})
+    scheme = (
+        None
+        if name is None
+        else positions.build_for_model(
+            name, {}, {"head_dim": 4, "n_heads": N_HEADS, "n_embd": D_MODEL, "max_len": 64, "bidirectional": False}
+        )
+    )
     return MultiHeadLatentAttention(D_MODEL, N_HEADS, **{**MLA_DIMS, **kw}, position=scheme).eval()
 
 
@@ -354,7 +420,9 @@ def test_mla_contract(name: str, q_lora_rank: int | None) -> None:
         for absorb in (False, True):
             attn.absorb = absorb
             cache = LatentKVCache(B, 12, 4, capacity=T)
-            steps = [attn(x[:, :4], pos[:4], cache=cache)] + [attn(x[:, t : t + 1], pos[t : t + 1], cache=cache) for t in range(4, T)]
+            steps = [attn(x[:, :4], pos[:4], cache=cache)] + [
+                attn(x[:, t : t + 1], pos[t : t + 1], cache=cache) for t in range(4, T)
+            ]
             assert_close(torch.cat(steps, dim=1), base, **TIGHT)
         assert_close(attn(x, torch.arange(T)), attn(x), atol=0, rtol=0)
 
@@ -381,8 +449,12 @@ def test_mla_gpt_cache_and_errors() -> None:
 def test_kv_cache_bytes_per_token_mha_gqa_mqa_mla() -> None:
     """Measured from the caches at equal width (d=32, 4 heads of 8): MHA 2*h*d_k, GQA 2*2*d_k, MQA 2*d_k, MLA r + d_r."""
     sizes = {}
-    for label, extra in (("mha", {"n_kv_head": None}), ("gqa", {"n_kv_head": 2}), ("mqa", {"n_kv_head": 1}),
-                         ("mla", {"n_kv_head": None, "mla": {**MLA_DIMS, "kv_lora_rank": 8}})):
+    for label, extra in (
+        ("mha", {"n_kv_head": None}),
+        ("gqa", {"n_kv_head": 2}),
+        ("mqa", {"n_kv_head": 1}),
+        ("mla", {"n_kv_head": None, "mla": {**MLA_DIMS, "kv_lora_rank": 8}}),
+    ):
         cache = _gpt(position="rope", **extra).make_cache(1, capacity=10)[0]
         held = sum(b.numel() * b.element_size() for name, b in cache.named_buffers() if name != "pos")
         sizes[label] = held // 10
@@ -402,8 +474,13 @@ def test_prope_frequencies_equal_transformers_proportional_rope() -> None:
     for fraction in (0.0, 0.25, 0.5, 0.75, 1.0):
         ours = positions.build("prope", head_dim=16, base=5000.0, fraction=fraction)
         params = {"rope_type": "proportional", "rope_theta": 5000.0, "partial_rotary_factor": fraction}
-        config = SimpleNamespace(rope_parameters=params, head_dim=16, hidden_size=64, num_attention_heads=4,
-                                 standardize_rope_params=lambda: None)
+        config = SimpleNamespace(
+            rope_parameters=params,
+            head_dim=16,
+            hidden_size=64,
+            num_attention_heads=4,
+            standardize_rope_params=lambda: None,
+        )
         theirs, _ = ROPE_INIT_FUNCTIONS["proportional"](config, None)
         assert_close(ours.inv_freq, theirs, atol=0, rtol=0)
     q, k = torch.randn(1, 2, 5, 16), torch.randn(1, 2, 5, 16)
@@ -455,7 +532,9 @@ def test_fox_bias_follows_the_paper_sum() -> None:
     pos = torch.arange(10, 16)
     got = scheme.score_bias(q, k, pos, pos, 0.5)
     for h in range(2):
-        log_f = [torch.nn.functional.logsigmoid(scheme.gate_weight[h] @ k[0, 0, t] + scheme.gate_bias[h]) for t in range(6)]
+        log_f = [
+            torch.nn.functional.logsigmoid(scheme.gate_weight[h] @ k[0, 0, t] + scheme.gate_bias[h]) for t in range(6)
+        ]
         for i in range(6):
             for j in range(i + 1):
                 want = sum((log_f[t] for t in range(j + 1, i + 1)), torch.tensor(0.0))
@@ -473,7 +552,11 @@ def test_softcap_runs_in_linear_memory_blocks_equal_to_one_shot(name: str, windo
 
     tiles = []
     eager = attention._eager
-    monkeypatch.setattr(attention, "_eager", lambda q, k, *a, **kw: tiles.append(tuple(q.shape[2:3] + k.shape[2:3])) or eager(q, k, *a, **kw))
+    monkeypatch.setattr(
+        attention,
+        "_eager",
+        lambda q, k, *a, **kw: tiles.append(tuple(q.shape[2:3] + k.shape[2:3])) or eager(q, k, *a, **kw),
+    )
     attn = make(Variant(name, name), "all", window=window)
     x = _x(70).requires_grad_()
     attn.query_chunk, attn.recompute_threshold = 16, 32
@@ -493,13 +576,21 @@ def test_softcap_runs_in_linear_memory_blocks_equal_to_one_shot(name: str, windo
 def test_cli_overrides_take_the_list_fields() -> None:
     from poslab.config import parse_overrides
 
-    parsed = parse_overrides(["--model.layer_pattern", "[{window: 4}, {}]", "--model.attn_temperature=[8192, 0.1]",
-                              "--model.attn_softcap", "50"])
-    assert parsed == {"model": {"layer_pattern": [{"window": 4}, {}], "attn_temperature": [8192, 0.1], "attn_softcap": 50.0}}
+    parsed = parse_overrides(
+        [
+            "--model.layer_pattern",
+            "[{window: 4}, {}]",
+            "--model.attn_temperature=[8192, 0.1]",
+            "--model.attn_softcap",
+            "50",
+        ]
+    )
+    assert parsed == {
+        "model": {"layer_pattern": [{"window": 4}, {}], "attn_temperature": [8192, 0.1], "attn_softcap": 50.0}
+    }
     assert GPTConfig(n_layer=2, **parsed["model"]).layer_value(0, "window") == 4
     with pytest.raises(ValueError, match="--model.layer_pattern expects a list"):
         parse_overrides(["--model.layer_pattern", "4"])
-
 
 
 def test_bench_mechanism_cases_build_and_run() -> None:
@@ -507,8 +598,14 @@ def test_bench_mechanism_cases_build_and_run() -> None:
     from poslab.lab import bench
 
     cases = bench.mechanism_cases()
-    assert [c.name for c in cases] == ["poslab:rope+softcap", "poslab:rope+qknorm", "poslab:rope+sinks", "poslab:rope+chunk",
-                                       "poslab:none+temperature", "poslab:mla"]
+    assert [c.name for c in cases] == [
+        "poslab:rope+softcap",
+        "poslab:rope+qknorm",
+        "poslab:rope+sinks",
+        "poslab:rope+chunk",
+        "poslab:none+temperature",
+        "poslab:mla",
+    ]
     for case in bench.find_cases([c.name for c in cases]):  # the names --cases takes
         bench.build_case(case, 16)()
     with pytest.raises(ValueError, match="unknown mechanism 'capped'"):

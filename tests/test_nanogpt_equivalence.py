@@ -32,22 +32,51 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread
 LAYERS, HEADS, WIDTH, BLOCK, BATCH, STEPS, WARMUP = 2, 2, 32, 16, 4, 24, 6
 NAMES = {"wte.weight": "tok_emb.weight", "wpe.weight": "position.table.weight", "ln_f.weight": "norm_f.weight"}
 for _i in range(LAYERS):
-    for _ours, _theirs in (("ln1", "norm1"), ("qkv", "attn.qkv"), ("out", "attn.proj"), ("ln2", "norm2"),
-                           ("up", "mlp.up"), ("down", "mlp.down")):
+    for _ours, _theirs in (
+        ("ln1", "norm1"),
+        ("qkv", "attn.qkv"),
+        ("out", "attn.proj"),
+        ("ln2", "norm2"),
+        ("up", "mlp.up"),
+        ("down", "mlp.down"),
+    ):
         NAMES[f"blocks.{_i}.{_ours}.weight"] = f"blocks.{_i}.{_theirs}.weight"
 
 
 def test_train_equals_nanogpt_loop(tmp_path):
     corpus = tmp_path / "shakespeare_30k.txt"
     corpus.write_text(load_corpus("shakespeare")[:30_000], encoding="utf-8")
-    cfg = TrainConfig.from_dict({
-        "name": "run", "out_dir": str(tmp_path / "runs"), "corpus": str(corpus), "seed": 7,
-        "model": {"n_layer": LAYERS, "n_head": HEADS, "n_embd": WIDTH, "block_size": BLOCK, "dropout": 0.0,
-                  "bias": False, "position": "learned", "activation": "gelu"},
-        "max_steps": STEPS, "lr_decay_steps": STEPS, "batch_size": BATCH, "lr": 1e-3, "min_lr": 1e-4,
-        "warmup_steps": WARMUP, "beta2": 0.99, "weight_decay": 0.1, "grad_clip": 1.0,
-        "eval_interval": 1000, "eval_iters": 1, "log_interval": 1, "ckpt_interval": 0,
-    })
+    cfg = TrainConfig.from_dict(
+        {
+            "name": "run",
+            "out_dir": str(tmp_path / "runs"),
+            "corpus": str(corpus),
+            "seed": 7,
+            "model": {
+                "n_layer": LAYERS,
+                "n_head": HEADS,
+                "n_embd": WIDTH,
+                "block_size": BLOCK,
+                "dropout": 0.0,
+                "bias": False,
+                "position": "learned",
+                "activation": "gelu",
+            },
+            "max_steps": STEPS,
+            "lr_decay_steps": STEPS,
+            "batch_size": BATCH,
+            "lr": 1e-3,
+            "min_lr": 1e-4,
+            "warmup_steps": WARMUP,
+            "beta2": 0.99,
+            "weight_decay": 0.1,
+            "grad_clip": 1.0,
+            "eval_interval": 1000,
+            "eval_iters": 1,
+            "log_interval": 1,
+            "ckpt_interval": 0,
+        }
+    )
     data = prepare_data(cfg)
 
     # nanoGPT's side: the weights poslab starts from (train() seeds, then builds the GPT), its batches

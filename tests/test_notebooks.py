@@ -25,15 +25,23 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("lesson_*.py"))
 def _execute(path: Path, tmp_path: Path, small: bool) -> object:
     """Run the notebook at ``path`` in a fresh kernel (cwd ``tmp_path``); the executed notebook."""
     notebook = jupytext.read(path)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-               MPLBACKEND="module://matplotlib_inline.backend_inline", OMP_NUM_THREADS="1",
-               POSLAB_NOTEBOOK_OUT=str(tmp_path / "out"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        MPLBACKEND="module://matplotlib_inline.backend_inline",
+        OMP_NUM_THREADS="1",
+        POSLAB_NOTEBOOK_OUT=str(tmp_path / "out"),
+    )
     if small:
         env["POSLAB_NOTEBOOK_SMALL"] = "1"
     else:
         env.pop("POSLAB_NOTEBOOK_SMALL", None)
-    client = nbclient.NotebookClient(notebook, timeout=1800 if not small else 300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        notebook,
+        timeout=1800 if not small else 300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
     client.execute(env=env)  # the kernel is started with this environment
     return notebook
 
@@ -45,7 +53,9 @@ def test_there_is_one_notebook_per_lesson() -> None:
 def test_no_ipynb_is_committed() -> None:
     """Only the jupytext sources are committed (``notebooks/*.ipynb`` is git-ignored): no stored outputs."""
     try:
-        tracked = subprocess.run(["git", "ls-files", "notebooks"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        tracked = subprocess.run(
+            ["git", "ls-files", "notebooks"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
     assert not [f for f in tracked.split() if f.endswith(".ipynb")]

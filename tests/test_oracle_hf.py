@@ -99,7 +99,9 @@ def poslab_rope_config(cfg: LlamaConfig) -> RopeConfig:
         values["low_freq_factor"] = p["low_freq_factor"]
         values["high_freq_factor"] = p["high_freq_factor"]
     if kind == "longrope":
-        values.update(short_factor=p["short_factor"], long_factor=p["long_factor"], attention_factor=p.get("attention_factor"))
+        values.update(
+            short_factor=p["short_factor"], long_factor=p["long_factor"], attention_factor=p.get("attention_factor")
+        )
     return RopeConfig(**values)
 
 
@@ -110,21 +112,62 @@ ROPE_CASES: dict[str, dict[str, Any]] = {
     "linear": {"rope_type": "linear", "factor": 4.0},
     "dynamic": {"rope_type": "dynamic", "factor": 4.0},
     "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
-    "yarn-no-truncate": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 2048, "truncate": False},
-    "yarn-betas": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 16, "beta_slow": 2},
-    "yarn-mscale": {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
-                    "mscale": 1.0, "mscale_all_dim": 0.707},
-    "yarn-attention-factor": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
-                              "attention_factor": 1.5},
-    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 16},
-    "llama3-8192": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                    "original_max_position_embeddings": 8192, "rope_theta": 500000.0},
-    "longrope": {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 16,
-                 "short_factor": [1.0 + 0.1 * i for i in range(HALF)], "long_factor": [1.0 + i for i in range(HALF)]},
-    "longrope-attention-factor": {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 16,
-                                  "attention_factor": 1.25,
-                                  "short_factor": [1.0] * HALF, "long_factor": [2.0 + i for i in range(HALF)]},
+    "yarn-no-truncate": {
+        "rope_type": "yarn",
+        "factor": 8.0,
+        "original_max_position_embeddings": 2048,
+        "truncate": False,
+    },
+    "yarn-betas": {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 16,
+        "beta_slow": 2,
+    },
+    "yarn-mscale": {
+        "rope_type": "yarn",
+        "factor": 40.0,
+        "original_max_position_embeddings": 4096,
+        "mscale": 1.0,
+        "mscale_all_dim": 0.707,
+    },
+    "yarn-attention-factor": {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 16,
+        "attention_factor": 1.5,
+    },
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    },
+    "llama3-8192": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_theta": 500000.0,
+    },
+    "longrope": {
+        "rope_type": "longrope",
+        "factor": 4.0,
+        "original_max_position_embeddings": 16,
+        "short_factor": [1.0 + 0.1 * i for i in range(HALF)],
+        "long_factor": [1.0 + i for i in range(HALF)],
+    },
+    "longrope-attention-factor": {
+        "rope_type": "longrope",
+        "factor": 4.0,
+        "original_max_position_embeddings": 16,
+        "attention_factor": 1.25,
+        "short_factor": [1.0] * HALF,
+        "long_factor": [2.0 + i for i in range(HALF)],
+    },
 }
 
 
@@ -178,8 +221,9 @@ def test_longrope_short_and_long_equal_transformers(seq_len: int | None) -> None
     assert factor == pytest.approx(factor_hf)
     short = seq_len is None or seq_len <= 16
     expected_ext = cfg.rope_parameters["short_factor" if short else "long_factor"]
-    assert_close(inv, _hf_parameters(llama_config({"rope_type": "default"}))[0] / torch.tensor(expected_ext),
-                 atol=0, rtol=1e-6)
+    assert_close(
+        inv, _hf_parameters(llama_config({"rope_type": "default"}))[0] / torch.tensor(expected_ext), atol=0, rtol=1e-6
+    )
 
 
 def test_static_ntk_is_not_in_transformers_and_matches_its_formula() -> None:
@@ -250,8 +294,16 @@ def test_llama_attention_with_offset_positions_equals_poslab() -> None:
 
 # ------------------------------------------------------------------------------ GPT-2 attention
 def _gpt2_config(n_layer: int = 1) -> GPT2Config:
-    cfg = GPT2Config(n_embd=32, n_head=4, n_layer=n_layer, n_positions=64, vocab_size=50,
-                     attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+    cfg = GPT2Config(
+        n_embd=32,
+        n_head=4,
+        n_layer=n_layer,
+        n_positions=64,
+        vocab_size=50,
+        attn_pdrop=0.0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+    )
     cfg._attn_implementation = "eager"
     return cfg
 

@@ -163,8 +163,9 @@ def test_rope_attention_factor_scales_cos_and_sin() -> None:
 
 def test_longrope_switches_factors_past_the_original_window() -> None:
     short, long = [1.0, 1.5, 2.0, 3.0], [2.0, 4.0, 8.0, 16.0]
-    rope = positions.build("rope", head_dim=8, scaling="longrope", factor=4.0, original_max_len=32,
-                           short_factor=short, long_factor=long)
+    rope = positions.build(
+        "rope", head_dim=8, scaling="longrope", factor=4.0, original_max_len=32, short_factor=short, long_factor=long
+    )
     base_inv = rope_parameters(RopeConfig(head_dim=8))[0]
     assert_close(rope.frequencies(32)[0], base_inv / torch.tensor(short), atol=0, rtol=1e-6)
     assert_close(rope.frequencies(33)[0], base_inv / torch.tensor(long), atol=0, rtol=1e-6)
@@ -345,7 +346,8 @@ def test_build_for_model_fills_dimensions_before_validating() -> None:
     """longrope factors sized for the model's head_dim are valid although the default head_dim is 64."""
     factors = [1.0, 2.0, 3.0, 4.0]
     scheme = positions.build_for_model(
-        "rope", {"scaling": "longrope", "factor": 2.0, "short_factor": factors, "long_factor": factors},
+        "rope",
+        {"scaling": "longrope", "factor": 2.0, "short_factor": factors, "long_factor": factors},
         {"head_dim": 8, "n_heads": 4, "n_embd": 32},
     )
     assert scheme.config.head_dim == 8 and scheme.inv_freq.shape == (4,)

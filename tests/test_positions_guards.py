@@ -38,9 +38,16 @@ def _xpos_expected(xpos, rope, q, k, q_pos, k_pos) -> torch.Tensor:
     return (zeta[None, None, :] ** (distance[..., None] / sb) * per_pair).sum(-1)  # [Tq, Tk]
 
 
-@pytest.mark.parametrize(("dtype", "start", "tol"), [(torch.float32, 40_000, 1e-4), (torch.float32, 1_000_000, 1e-4),
-                                                     (torch.bfloat16, 1_000_000, 3e-2), (torch.float16, 100_000, 3e-3)],
-                         ids=["fp32-4e4", "fp32-1e6", "bf16-1e6", "fp16-1e5"])
+@pytest.mark.parametrize(
+    ("dtype", "start", "tol"),
+    [
+        (torch.float32, 40_000, 1e-4),
+        (torch.float32, 1_000_000, 1e-4),
+        (torch.bfloat16, 1_000_000, 3e-2),
+        (torch.float16, 100_000, 3e-3),
+    ],
+    ids=["fp32-4e4", "fp32-1e6", "bf16-1e6", "fp16-1e5"],
+)
 def test_xpos_scores_stay_finite_and_exact_at_large_positions(dtype, start, tol) -> None:
     """The key scale (1/zeta)^(m/512) anchored at 0 would give non-finite keys from ~36,000 (fp32) / ~4,500 (fp16)."""
     d = 32
@@ -80,21 +87,26 @@ def test_xpos_decode_equals_full_pass_across_the_anchor() -> None:
     with torch.no_grad():
         full = attn(x, pos)
         cache = KVCache(2, 2, D_MODEL // N_HEADS, capacity=12)
-        steps = [attn(x[:, :3], pos[:3], cache=cache)] + [attn(x[:, t : t + 1], pos[t : t + 1], cache=cache) for t in range(3, 12)]
+        steps = [attn(x[:, :3], pos[:3], cache=cache)] + [
+            attn(x[:, t : t + 1], pos[t : t + 1], cache=cache) for t in range(3, 12)
+        ]
     assert torch.isfinite(full).all()
     assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
 def test_xpos_gpt_decodes_at_large_offsets() -> None:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=N_HEADS, n_embd=D_MODEL, block_size=16, position="xpos")).eval()
+    model = GPT(
+        GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=N_HEADS, n_embd=D_MODEL, block_size=16, position="xpos")
+    ).eval()
     idx = torch.randint(0, VOCAB, (1, 10))
     pos = torch.arange(200_000, 200_010)
     with torch.no_grad():
         full = model(idx, pos=pos)
         cache = model.make_cache(1, capacity=10)
-        steps = [model(idx[:, :4], pos=pos[:4], cache=cache)] + [model(idx[:, t : t + 1], pos=pos[t : t + 1], cache=cache)
-                                                                 for t in range(4, 10)]
+        steps = [model(idx[:, :4], pos=pos[:4], cache=cache)] + [
+            model(idx[:, t : t + 1], pos=pos[t : t + 1], cache=cache) for t in range(4, 10)
+        ]
     assert torch.isfinite(full).all()
     assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
@@ -122,8 +134,10 @@ def test_every_scheme_geometry_is_checked_at_construction(name: str) -> None:
     with pytest.raises(ValueError, match="attention layer has") as info:
         MultiHeadAttention(d_model, n_heads, position=scheme)
     layer_value = {"n_heads": n_heads, "head_dim": d_model // n_heads}
-    assert any(f"{k}={getattr(scheme.config, k)} " in str(info.value) and f"has {k}={layer_value[k]};" in str(info.value)
-               for k in fields), str(info.value)  # names both values
+    assert any(
+        f"{k}={getattr(scheme.config, k)} " in str(info.value) and f"has {k}={layer_value[k]};" in str(info.value)
+        for k in fields
+    ), str(info.value)  # names both values
     fitted = positions.build(name, **{k: layer_value[k] for k in fields})
     attn = MultiHeadAttention(d_model, n_heads, position=fitted)
     assert attn(torch.randn(1, 5, d_model)).shape == (1, 5, d_model)
@@ -177,7 +191,9 @@ def test_a_scheme_overriding_score_bias_without_a_flag_is_dispatched() -> None:
         q, k, v = attn.qkv(x).split(D_MODEL, dim=-1)
         q, k, v = attn.split_q(q), attn.split_kv(k), attn.split_kv(v)  # [2, h, 9, dk]
         mask = torch.ones(9, 9, dtype=torch.bool).tril()
-        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=scheme.score_bias(q, k, pos, pos, 1.0).masked_fill(~mask, -math.inf))
+        expected = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=scheme.score_bias(q, k, pos, pos, 1.0).masked_fill(~mask, -math.inf)
+        )
         expected = attn.proj(attn.merge(expected))
     assert (biased - plain).abs().max() > 1e-3
     assert_close(biased, expected, atol=1e-5, rtol=1e-5)
@@ -190,13 +206,25 @@ def test_a_scheme_with_only_a_score_mod_is_refused() -> None:
 
 
 # ------------------------------------------------------------------------------ 5. scaling keys
-@pytest.mark.parametrize(("config", "message"), [
-    ({"scaling": "linear", "factor": 2.0, "beta_fast": 3.0}, r"'linear' does not use beta_fast=3\.0; it accepts: factor$"),
-    ({"scaling": "ntk", "factor": 2.0, "low_freq_factor": 2.0}, r"'ntk' does not use low_freq_factor=2\.0; it accepts: factor"),
-    ({"scaling": "llama3", "factor": 8.0, "mscale": 1.0}, r"'llama3' does not use mscale=1\.0; it accepts: factor, low_freq_factor"),
-    ({"factor": 4.0}, r"no scaling does not use factor=4\.0"),
-    ({"scaling": "yarn"}, r"'yarn' needs factor; it accepts: factor, beta_fast"),
-])
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            {"scaling": "linear", "factor": 2.0, "beta_fast": 3.0},
+            r"'linear' does not use beta_fast=3\.0; it accepts: factor$",
+        ),
+        (
+            {"scaling": "ntk", "factor": 2.0, "low_freq_factor": 2.0},
+            r"'ntk' does not use low_freq_factor=2\.0; it accepts: factor",
+        ),
+        (
+            {"scaling": "llama3", "factor": 8.0, "mscale": 1.0},
+            r"'llama3' does not use mscale=1\.0; it accepts: factor, low_freq_factor",
+        ),
+        ({"factor": 4.0}, r"no scaling does not use factor=4\.0"),
+        ({"scaling": "yarn"}, r"'yarn' needs factor; it accepts: factor, beta_fast"),
+    ],
+)
 def test_each_scaling_accepts_only_its_own_keys(config, message) -> None:
     """A key of another scaling is refused (``beta_fast`` means nothing to position interpolation)."""
     with pytest.raises(ValueError, match=message):
@@ -214,14 +242,20 @@ def test_every_scaling_declares_keys_that_exist_and_a_full_config_round_trips() 
     cfg = positions.build("rope", head_dim=8, scaling="yarn", factor=4.0, beta_fast=16.0).config
     again = positions.build("rope", dataclasses.asdict(cfg))  # every field present, the others at their defaults
     assert again.config == cfg
-    assert parse_scaling({"scaling": "yarn", "factor": 4.0, "beta_fast": 8.0}) == {"scaling": "yarn", "factor": 4.0, "beta_fast": 8.0}
+    assert parse_scaling({"scaling": "yarn", "factor": 4.0, "beta_fast": 8.0}) == {
+        "scaling": "yarn",
+        "factor": 4.0,
+        "beta_fast": 8.0,
+    }
     with pytest.raises(ValueError, match="does not use beta_fast .* it accepts: factor"):
         parse_scaling({"scaling": "linear", "factor": 2.0, "beta_fast": 8.0})
 
 
 def test_replace_position_keeps_config_and_modules_in_sync() -> None:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=1, n_head=N_HEADS, n_embd=D_MODEL, block_size=16, position="rope")).eval()
+    model = GPT(
+        GPTConfig(vocab_size=VOCAB, n_layer=1, n_head=N_HEADS, n_embd=D_MODEL, block_size=16, position="rope")
+    ).eval()
     idx = torch.randint(0, VOCAB, (1, 12))
     before = model(idx)
     scheme = model.replace_position(config=model.position.rescaled_config(model.config.position_config, "linear:2"))

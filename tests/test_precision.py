@@ -97,9 +97,22 @@ def corpus(tmp_path_factory):
 
 
 def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
-    values = dict(name="run", out_dir=str(tmp_path / "runs"), corpus=corpus, dtype="auto",
-                  model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16), max_steps=6, batch_size=2,
-                  warmup_steps=1, eval_interval=3, eval_iters=1, log_interval=1, ckpt_interval=3, seed=3, threads=1)
+    values = dict(
+        name="run",
+        out_dir=str(tmp_path / "runs"),
+        corpus=corpus,
+        dtype="auto",
+        model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16),
+        max_steps=6,
+        batch_size=2,
+        warmup_steps=1,
+        eval_interval=3,
+        eval_iters=1,
+        log_interval=1,
+        ckpt_interval=3,
+        seed=3,
+        threads=1,
+    )
     values.update(overrides)
     return TrainConfig.from_dict(values)
 

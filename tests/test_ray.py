@@ -76,16 +76,20 @@ def sweep_file(tmp_path: Path, corpus: str, steps: int = 6, ckpt: int = 3, eval_
 
 def summary_values(folder: Path) -> dict:
     summary = json.loads((folder / "summary.json").read_text())
-    return {run["name"]: (run["status"], run["final_val_loss"], run["best_val_loss"], run["steps"])
-            for run in summary["runs"]}
+    return {
+        run["name"]: (run["status"], run["final_val_loss"], run["best_val_loss"], run["steps"])
+        for run in summary["runs"]
+    }
 
 
 def test_train_many_on_ray_keeps_the_order_and_names_the_nodes(local_ray):
     executor = runner.RayExecutor()
     seen = []
     with runner.use_executor(executor):
-        results = runner.train_many([runner.Task(f"t{i}", pow, (i, 2)) for i in range(5)],
-                                    on_done=lambda task, result: seen.append((task.label, result)))
+        results = runner.train_many(
+            [runner.Task(f"t{i}", pow, (i, 2)) for i in range(5)],
+            on_done=lambda task, result: seen.append((task.label, result)),
+        )
     assert results == [0, 1, 4, 9, 16]
     assert sorted(seen) == [(f"t{i}", i * i) for i in range(5)]
     assert len(executor.hosts) == 5 and all(executor.hosts)
@@ -176,11 +180,13 @@ def test_the_lab_hands_its_ray_to_its_steps(local_ray, monkeypatch):
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv(runner.CLUSTER_ENV, raising=False)
-    step = ("from poslab.lab import runner\n"
-            "executor = runner.executor_for(None)\n"
-            "with runner.use_executor(executor):\n"
-            "    print(type(executor).__name__, runner.train_many([runner.Task('a', pow, (2, 5)), "
-            "runner.Task('b', pow, (3, 2))]))\n")
+    step = (
+        "from poslab.lab import runner\n"
+        "executor = runner.executor_for(None)\n"
+        "with runner.use_executor(executor):\n"
+        "    print(type(executor).__name__, runner.train_many([runner.Task('a', pow, (2, 5)), "
+        "runner.Task('b', pow, (3, 2))]))\n"
+    )
     with runner.for_child_steps(runner.executor_for("ray")):
         assert os.environ[runner.CLUSTER_ENV] == "ray" and os.environ["RAY_ADDRESS"]
         done = subprocess.run([sys.executable, "-c", step], capture_output=True, text=True, timeout=300)

@@ -43,8 +43,9 @@ def test_every_experiment_named_exists() -> None:
 
 def test_lab_command_options_exist() -> None:
     """The lab example's options are the CLI's (``poslab lab --help`` lists them)."""
-    help_text = subprocess.run([sys.executable, "-m", "poslab", "lab", "--help"], capture_output=True, text=True,
-                               cwd=ROOT, check=True).stdout
+    help_text = subprocess.run(
+        [sys.executable, "-m", "poslab", "lab", "--help"], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout
     for line in (b for block in _blocks("bash") for b in block.splitlines() if b.startswith("poslab lab")):
         for option in re.findall(r"(--[a-z-]+)", line.split("#")[0]):
             assert option in help_text, (line, option)

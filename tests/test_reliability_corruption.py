@@ -36,10 +36,33 @@ def runs(tmp_path_factory):
     corpus.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
 
     def config(name, **overrides):
-        model = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "dropout": 0.1, **overrides.pop("model", {})}
-        values = dict(name=name, out_dir=str(root / "runs"), corpus=str(corpus), model=model, max_steps=6,
-                      batch_size=4, lr=3e-3, min_lr=3e-4, warmup_steps=2, lr_decay_steps=10, eval_interval=3, eval_iters=1,
-                      log_interval=1, ckpt_interval=2, keep_checkpoints=0, seed=5, threads=1)
+        model = {
+            "n_layer": 1,
+            "n_head": 2,
+            "n_embd": 16,
+            "block_size": 16,
+            "dropout": 0.1,
+            **overrides.pop("model", {}),
+        }
+        values = dict(
+            name=name,
+            out_dir=str(root / "runs"),
+            corpus=str(corpus),
+            model=model,
+            max_steps=6,
+            batch_size=4,
+            lr=3e-3,
+            min_lr=3e-4,
+            warmup_steps=2,
+            lr_decay_steps=10,
+            eval_interval=3,
+            eval_iters=1,
+            log_interval=1,
+            ckpt_interval=2,
+            keep_checkpoints=0,
+            seed=5,
+            threads=1,
+        )
         return TrainConfig.from_dict({**values, **overrides})
 
     run = config("run")
@@ -76,8 +99,15 @@ def _outcome(run_dir, original: dict, counts: dict) -> None:
 def _corrupt_everything(run_dir, n_flips: int, seed: int) -> dict:
     folder = run_dir / ckpt.CHECKPOINT_DIR
     original = _state(run_dir)
-    counts = {"corruptions_tried": 0, "refused": 0, "loaded_identical": 0, "silently_wrong": 0,
-              "bit_flips": 0, "truncations": 0, "wrong_config": 0}
+    counts = {
+        "corruptions_tried": 0,
+        "refused": 0,
+        "loaded_identical": 0,
+        "silently_wrong": 0,
+        "bit_flips": 0,
+        "truncations": 0,
+        "wrong_config": 0,
+    }
     rng = random.Random(seed)
     for suffix in (".safetensors", ".json"):
         path = folder / f"step_0000006{suffix}"

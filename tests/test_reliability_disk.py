@@ -103,10 +103,40 @@ def corpus(tmp_path_factory):
 
 
 def argv(corpus: str, out: Path, name: str) -> list[str]:
-    return ["train", "--preset", "tiny", "--name", name, "--out_dir", str(out), "--corpus", corpus,
-            "--model.block_size", "16", "--model.dropout", "0.1", "--batch_size", "4", "--max_steps", "8",
-            "--eval_interval", "4", "--eval_iters", "1", "--log_interval", "1", "--ckpt_interval", "2",
-            "--keep_checkpoints", "2", "--seed", "5", "--threads", "1", "--no-progress"]
+    return [
+        "train",
+        "--preset",
+        "tiny",
+        "--name",
+        name,
+        "--out_dir",
+        str(out),
+        "--corpus",
+        corpus,
+        "--model.block_size",
+        "16",
+        "--model.dropout",
+        "0.1",
+        "--batch_size",
+        "4",
+        "--max_steps",
+        "8",
+        "--eval_interval",
+        "4",
+        "--eval_iters",
+        "1",
+        "--log_interval",
+        "1",
+        "--ckpt_interval",
+        "2",
+        "--keep_checkpoints",
+        "2",
+        "--seed",
+        "5",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
 
 
 def curve(run: Path) -> list[dict]:
@@ -207,7 +237,11 @@ def test_disk_full_at_many_more_points(tmp_path, corpus, capsys, monkeypatch, re
 
 
 def _snapshot(run: Path) -> dict[str, str]:
-    return {str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(run.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_read_only_file_system_is_refused_before_training(tmp_path, corpus, capsys, monkeypatch, request):

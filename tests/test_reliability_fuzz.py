@@ -31,18 +31,61 @@ from poslab.training import presets
 from poslab.training.config import TrainConfig
 
 DEFAULT_EXAMPLES = {"train": 150, "model": 200, "yaml": 60, "cli": 150, "extreme": 80, "hostile_cli": 40, "forged": 12}
-SLOW_EXAMPLES = {"train": 2500, "model": 3000, "yaml": 800, "cli": 2000, "extreme": 1500, "hostile_cli": 400,
-                 "forged": 150}
-COUNTS = {"cases": 0, "accepted": 0, "rejected_one_line": 0, "tracebacks": 0, "subprocess_cases": 0, "models_run": 0,
-          "forged_runs": 0}
+SLOW_EXAMPLES = {
+    "train": 2500,
+    "model": 3000,
+    "yaml": 800,
+    "cli": 2000,
+    "extreme": 1500,
+    "hostile_cli": 400,
+    "forged": 150,
+}
+COUNTS = {
+    "cases": 0,
+    "accepted": 0,
+    "rejected_one_line": 0,
+    "tracebacks": 0,
+    "subprocess_cases": 0,
+    "models_run": 0,
+    "forged_runs": 0,
+}
 
 TRAIN_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
 MODEL_FIELDS = [f.name for f in dataclasses.fields(GPTConfig)]
-WEIRD_TEXT = ["", " ", "none", "null", "nan", "-inf", "1e309", "0x10", "٣", "１２", "🙂", "é", "a/b", "..", ".",
-              "\x00", "\n", "--", "-1", "true", "[]", "{}", "{'a': 1}", "rope", "alibi", "tang5", "bpe:٣", "bpe:0"]
+WEIRD_TEXT = [
+    "",
+    " ",
+    "none",
+    "null",
+    "nan",
+    "-inf",
+    "1e309",
+    "0x10",
+    "٣",
+    "１２",
+    "🙂",
+    "é",
+    "a/b",
+    "..",
+    ".",
+    "\x00",
+    "\n",
+    "--",
+    "-1",
+    "true",
+    "[]",
+    "{}",
+    "{'a': 1}",
+    "rope",
+    "alibi",
+    "tang5",
+    "bpe:٣",
+    "bpe:0",
+]
 
 scalars = st.one_of(
-    st.none(), st.booleans(),
+    st.none(),
+    st.booleans(),
     st.integers(min_value=-5, max_value=300),
     st.integers(min_value=-(10**30), max_value=10**30),
     st.floats(allow_nan=True, allow_infinity=True),
@@ -50,7 +93,8 @@ scalars = st.one_of(
     st.sampled_from(WEIRD_TEXT),
 )
 values = st.recursive(
-    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=5,
 )
 
@@ -61,8 +105,9 @@ def _keys(fields: list[str]):
 
 def _settings(kind: str, slow: bool):
     examples = (SLOW_EXAMPLES if slow else DEFAULT_EXAMPLES)[kind]
-    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=list(HealthCheck))
+    return settings(
+        max_examples=examples, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+    )
 
 
 def _api(call) -> str:
@@ -113,7 +158,9 @@ def _train_test(slow: bool):
 
 # ------------------------------------------------------------------------------------ GPTConfig
 MODEL_BASE = {"vocab_size": 50, "n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}
-SCHEME_FIELDS = sorted({f.name for name in positions.names() for f in dataclasses.fields(positions.get(name).config_class)})
+SCHEME_FIELDS = sorted(
+    {f.name for name in positions.names() for f in dataclasses.fields(positions.get(name).config_class)}
+)
 
 
 @st.composite
@@ -180,24 +227,60 @@ def _cli(argv: list[str]) -> int:
     return code
 
 
-FLAGS = ["--max_steps", "--max-steps", "--lr", "--batch_size", "--dtype", "--tokenizer", "--corpus", "--name",
-         "--seed", "--threads", "--val_fraction", "--skip-nonfinite", "--model.n_head", "--model.n_embd",
-         "--model.position", "--model.block_size", "--model.dropout", "--model.window", "--model.bias",
-         "--model.position_config", "--model.position_config.base", "--model.position_config.scaling",
-         "--quick", "--resume", "--overwrite", "--preset", "--model.", "--model.position_config.", "-x", "--"]
-tokens = st.one_of(st.sampled_from(FLAGS), st.text(max_size=12).map(lambda t: "--" + t), st.sampled_from(WEIRD_TEXT),
-                   st.text(max_size=12), st.integers(min_value=-(10**30), max_value=10**30).map(str),
-                   st.floats().map(repr))
+FLAGS = [
+    "--max_steps",
+    "--max-steps",
+    "--lr",
+    "--batch_size",
+    "--dtype",
+    "--tokenizer",
+    "--corpus",
+    "--name",
+    "--seed",
+    "--threads",
+    "--val_fraction",
+    "--skip-nonfinite",
+    "--model.n_head",
+    "--model.n_embd",
+    "--model.position",
+    "--model.block_size",
+    "--model.dropout",
+    "--model.window",
+    "--model.bias",
+    "--model.position_config",
+    "--model.position_config.base",
+    "--model.position_config.scaling",
+    "--quick",
+    "--resume",
+    "--overwrite",
+    "--preset",
+    "--model.",
+    "--model.position_config.",
+    "-x",
+    "--",
+]
+tokens = st.one_of(
+    st.sampled_from(FLAGS),
+    st.text(max_size=12).map(lambda t: "--" + t),
+    st.sampled_from(WEIRD_TEXT),
+    st.text(max_size=12),
+    st.integers(min_value=-(10**30), max_value=10**30).map(str),
+    st.floats().map(repr),
+)
 
 
 #: near-valid command lines: a real flag with a plausible (or random) value
 PLAUSIBLE = {
-    "--max_steps": st.integers(-2, 50).map(str), "--lr": st.floats(-1, 1).map(repr),
-    "--batch_size": st.integers(-1, 64).map(str), "--dtype": st.sampled_from(["fp32", "bf16", "fp16", "FP32"]),
+    "--max_steps": st.integers(-2, 50).map(str),
+    "--lr": st.floats(-1, 1).map(repr),
+    "--batch_size": st.integers(-1, 64).map(str),
+    "--dtype": st.sampled_from(["fp32", "bf16", "fp16", "FP32"]),
     "--tokenizer": st.sampled_from(["char", "bpe:300", "bpe:", "bpe:-1", "word"]),
-    "--skip-nonfinite": st.integers(-1, 5).map(str), "--model.n_head": st.integers(-1, 8).map(str),
+    "--skip-nonfinite": st.integers(-1, 5).map(str),
+    "--model.n_head": st.integers(-1, 8).map(str),
     "--model.position": st.sampled_from([*positions.names(), "rotary", "ALiBi"]),
-    "--model.block_size": st.integers(-1, 64).map(str), "--model.dropout": st.floats(-0.5, 1.5).map(repr),
+    "--model.block_size": st.integers(-1, 64).map(str),
+    "--model.dropout": st.floats(-0.5, 1.5).map(repr),
     "--model.window": st.sampled_from(["none", "0", "4", "-4", "2.5"]),
     "--model.position_config.scaling": st.sampled_from(["linear", "yarn", "dynamic", "llama3", "none", "bogus"]),
     "--model.position_config.factor": st.sampled_from(["2", "0", "-1", "nan", "1e400"]),
@@ -208,10 +291,30 @@ pairs = st.sampled_from(sorted(PLAUSIBLE)).flatmap(lambda flag: st.tuples(st.jus
 
 # ------------------------------------------------------------------------------------ hostile values
 #: finite numbers at the edges of float64 and fp32 (and past fp32's range), of both signs
-EXTREME_NUMBERS = [5e-324, 1e-300, 1e-46, 1e-38, 1e-30, 1e-6, 1e6, 1e30, 3.4e38, 1e39, 1e300, 1.7e308, 2**31, 2**53,
-                   2**62, 2**63, -1e-300, -1e300]
-extreme_numbers = st.one_of(st.sampled_from(EXTREME_NUMBERS),
-                            st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: abs(x) > 1e30 or 0 < abs(x) < 1e-30))
+EXTREME_NUMBERS = [
+    5e-324,
+    1e-300,
+    1e-46,
+    1e-38,
+    1e-30,
+    1e-6,
+    1e6,
+    1e30,
+    3.4e38,
+    1e39,
+    1e300,
+    1.7e308,
+    2**31,
+    2**53,
+    2**62,
+    2**63,
+    -1e-300,
+    -1e300,
+]
+extreme_numbers = st.one_of(
+    st.sampled_from(EXTREME_NUMBERS),
+    st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: abs(x) > 1e30 or 0 < abs(x) < 1e-30),
+)
 
 
 def nested(depth: int, opener: str) -> str:
@@ -232,8 +335,14 @@ def alias_bomb(levels: int, width: int) -> str:
 
 
 bombs = st.builds(alias_bomb, st.integers(1, 12), st.integers(1, 12))
-HOSTILE_FLAGS = ["--model.position_config", "--model.position_config.base", "--model.position_config.factor",
-                 "--model.layer_pattern", "--model.mla", "--model.attn_temperature"]
+HOSTILE_FLAGS = [
+    "--model.position_config",
+    "--model.position_config.base",
+    "--model.position_config.factor",
+    "--model.layer_pattern",
+    "--model.mla",
+    "--model.attn_temperature",
+]
 hostile_pairs = st.tuples(st.sampled_from(HOSTILE_FLAGS), st.one_of(deep_values, bombs, extreme_numbers.map(repr)))
 
 
@@ -252,17 +361,25 @@ def _hostile_cli_test(slow: bool, out_dir: Path):
 def extreme_model_dicts(draw):
     """A valid small model whose scheme or model scales get extreme finite numbers."""
     values_ = dict(MODEL_BASE, position=draw(st.sampled_from(positions.names())))
-    fields = [f.name for f in dataclasses.fields(positions.get(values_["position"]).config_class)
-              if f.type in ("float", float, "float | None", "int")]
+    fields = [
+        f.name
+        for f in dataclasses.fields(positions.get(values_["position"]).config_class)
+        if f.type in ("float", float, "float | None", "int")
+    ]
     numeric = [k for k in fields if k not in ("n_embd", "n_heads", "head_dim", "n_layer", "max_len", "rotary_dim")]
     if numeric and draw(st.booleans()):
-        values_["position_config"] = {k: draw(extreme_numbers) for k in draw(st.lists(st.sampled_from(numeric),
-                                                                                         min_size=1, max_size=2))}
+        values_["position_config"] = {
+            k: draw(extreme_numbers) for k in draw(st.lists(st.sampled_from(numeric), min_size=1, max_size=2))
+        }
         if values_["position"] in ("rope", "xpos", "prope") and draw(st.booleans()):
-            values_["position_config"]["scaling"] = draw(st.sampled_from(["linear", "ntk", "yarn", "llama3", "dynamic"]))
+            values_["position_config"]["scaling"] = draw(
+                st.sampled_from(["linear", "ntk", "yarn", "llama3", "dynamic"])
+            )
             values_["position_config"].setdefault("original_max_len", 8)
     else:
-        values_[draw(st.sampled_from(["attn_scale", "embed_scale", "attn_softcap", "final_softcap"]))] = draw(extreme_numbers)
+        values_[draw(st.sampled_from(["attn_scale", "embed_scale", "attn_softcap", "final_softcap"]))] = draw(
+            extreme_numbers
+        )
     return values_
 
 
@@ -279,7 +396,9 @@ def _cli_test(slow: bool, out_dir: Path):
     base = ["train", "--preset", "tiny", "--dry-run", "--out_dir", str(out_dir)]
 
     @_settings("cli", slow)
-    @given(st.one_of(st.lists(tokens, max_size=8), st.lists(pairs, max_size=4).map(lambda ps: [t for p in ps for t in p])))
+    @given(
+        st.one_of(st.lists(tokens, max_size=8), st.lists(pairs, max_size=4).map(lambda ps: [t for p in ps for t in p]))
+    )
     def check(extra):
         _cli([*base, *extra])
 
@@ -290,9 +409,11 @@ def _cli_test(slow: bool, out_dir: Path):
 yaml_docs = st.one_of(
     st.text(max_size=80),
     st.binary(max_size=40).map(lambda raw: raw.decode("latin-1")),
-    st.dictionaries(st.sampled_from(["config", "quick", "description", "x"]),
-                    st.dictionaries(_keys(TRAIN_FIELDS), values, max_size=4) | values, max_size=3)
-    .map(lambda d: json.dumps(d, ensure_ascii=False, default=str)),
+    st.dictionaries(
+        st.sampled_from(["config", "quick", "description", "x"]),
+        st.dictionaries(_keys(TRAIN_FIELDS), values, max_size=4) | values,
+        max_size=3,
+    ).map(lambda d: json.dumps(d, ensure_ascii=False, default=str)),
 )
 
 
@@ -418,11 +539,27 @@ def forgeries(draw):
     if kind == "tensor":
         return kind, draw(st.integers(0, 10_000)), (draw(st.sampled_from(TENSOR_EDITS)), draw(extreme_numbers))
     if kind == "meta":
-        key = draw(st.sampled_from(["optimizer", "log_loss_sum", "log_loss_count", "best", "tokens_seen",
-                                    "skipped_nonfinite", "model_aliases", "data_position"]))
+        key = draw(
+            st.sampled_from(
+                [
+                    "optimizer",
+                    "log_loss_sum",
+                    "log_loss_count",
+                    "best",
+                    "tokens_seen",
+                    "skipped_nonfinite",
+                    "model_aliases",
+                    "data_position",
+                ]
+            )
+        )
         return kind, key, draw(values | extreme_numbers | st.just({"param_groups": [1]}))
     if kind == "tokenizer":
-        return kind, draw(st.sampled_from(["char", "bpe", "hf", "ids"])), draw(values | deep_values | st.integers(0, 70))
+        return (
+            kind,
+            draw(st.sampled_from(["char", "bpe", "hf", "ids"])),
+            draw(values | deep_values | st.integers(0, 70)),
+        )
     return kind, draw(st.sampled_from(["n_embd", "vocab_size", "position", "block_size", "n_head"])), draw(values)
 
 
@@ -440,10 +577,15 @@ def _apply_forgery(run: Path, forgery: tuple) -> None:
             t = tensors[name]
             tensors[name] = {
                 "scale": lambda: t * number if t.is_floating_point() else t,
-                "int64": lambda: t.to(torch.int64), "bool": lambda: t.to(torch.bool), "uint8": lambda: t.to(torch.uint8),
-                "float16": lambda: t.to(torch.float16), "float64": lambda: t.to(torch.float64),
-                "flatten": lambda: t.reshape(-1).clone(), "truncate": lambda: t.reshape(-1)[: max(t.numel() // 2, 1)].clone(),
-                "empty": lambda: t.reshape(-1)[:0].clone(), "bytes": lambda: torch.zeros(7, dtype=torch.uint8),
+                "int64": lambda: t.to(torch.int64),
+                "bool": lambda: t.to(torch.bool),
+                "uint8": lambda: t.to(torch.uint8),
+                "float16": lambda: t.to(torch.float16),
+                "float64": lambda: t.to(torch.float64),
+                "flatten": lambda: t.reshape(-1).clone(),
+                "truncate": lambda: t.reshape(-1)[: max(t.numel() // 2, 1)].clone(),
+                "empty": lambda: t.reshape(-1)[:0].clone(),
+                "bytes": lambda: torch.zeros(7, dtype=torch.uint8),
             }[op]()
         else:
             meta[target] = edit
@@ -451,10 +593,16 @@ def _apply_forgery(run: Path, forgery: tuple) -> None:
         return
     if kind == "tokenizer":
         chars = json.loads((run / "tokenizer.json").read_text(encoding="utf-8")).get("chars", ["a"])
-        body = {"type": target, "vocab_size": edit, "tokenizer": edit,
-                "chars": chars[: edit] if isinstance(edit, int) else edit}
-        (run / "tokenizer.json").write_text(json.dumps(body, default=str) if not isinstance(edit, str) or
-                                            not edit.startswith(("[", "{")) else edit, encoding="utf-8")
+        body = {
+            "type": target,
+            "vocab_size": edit,
+            "tokenizer": edit,
+            "chars": chars[:edit] if isinstance(edit, int) else edit,
+        }
+        (run / "tokenizer.json").write_text(
+            json.dumps(body, default=str) if not isinstance(edit, str) or not edit.startswith(("[", "{")) else edit,
+            encoding="utf-8",
+        )
         from poslab.fileio import sha256_file
 
         field, value = "tokenizer_sha256", sha256_file(run / "tokenizer.json")
@@ -475,9 +623,22 @@ def trained_run(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("forge")
     corpus = folder / "corpus.txt"
     corpus.write_text(load_corpus("tang5")[:20_000], encoding="utf-8")
-    cfg = TrainConfig.from_dict(dict(
-        name="A", out_dir=str(folder / "runs"), corpus=str(corpus), model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16),
-        max_steps=2, batch_size=2, warmup_steps=1, eval_interval=2, eval_iters=1, ckpt_interval=0, seed=1, threads=1))
+    cfg = TrainConfig.from_dict(
+        dict(
+            name="A",
+            out_dir=str(folder / "runs"),
+            corpus=str(corpus),
+            model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16),
+            max_steps=2,
+            batch_size=2,
+            warmup_steps=1,
+            eval_interval=2,
+            eval_iters=1,
+            ckpt_interval=0,
+            seed=1,
+            threads=1,
+        )
+    )
     with contextlib.redirect_stderr(io.StringIO()):
         train(cfg, progress=False)
     return cfg.run_dir
@@ -497,7 +658,9 @@ def _forged_test(slow: bool, trained: Path, scratch: Path):
         COUNTS["forged_runs"] += 1
         _forged_cli(["sample", str(run), "--tokens", "2", "--seed", "1"])
         if also_resume:
-            _forged_cli(["train", "--resume", "--name", "A", "--out_dir", str(scratch), "--max_steps", "3", "--no-progress"])
+            _forged_cli(
+                ["train", "--resume", "--name", "A", "--out_dir", str(scratch), "--max_steps", "3", "--no-progress"]
+            )
 
     return check
 

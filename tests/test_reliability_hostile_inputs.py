@@ -57,8 +57,9 @@ def answered() -> None:
 DEEP = "[" * 5000 + "]" * 5000
 
 
-@pytest.mark.parametrize("key", ["model.position_config", "model.position_config.base", "model.layer_pattern",
-                                 "model.mla"])
+@pytest.mark.parametrize(
+    "key", ["model.position_config", "model.position_config.base", "model.layer_pattern", "model.mla"]
+)
 def test_deeply_nested_cli_values_are_one_line(key, capsys):
     refused(capsys, [*DRY, f"--{key}", DEEP], f"--{key}", "nested more than 100 levels")
 
@@ -90,8 +91,11 @@ def test_deeply_nested_run_files_are_one_line(run, name, capsys):  # noqa: F811
 def test_deeply_nested_longrope_file_is_one_line(run, tmp_path, capsys):  # noqa: F811
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 200_000 + "]" * 200_000, encoding="utf-8")
-    refused(capsys, ["eval", str(run), "--rope-scaling", f"longrope:{deep}", "--lengths", "16"],
-            "nested more than 100 levels")
+    refused(
+        capsys,
+        ["eval", str(run), "--rope-scaling", f"longrope:{deep}", "--lengths", "16"],
+        "nested more than 100 levels",
+    )
 
 
 # ------------------------------------------------------------------------------ 2. alias bombs in CLI values
@@ -120,13 +124,30 @@ def test_flex_backend_is_refused_for_training_on_cpu_by_dry_run_and_train(tmp_pa
 
 # ------------------------------------------------------------------------------ 14. dry-run checks what train checks
 def test_dry_run_refuses_memory_with_a_position_table(tmp_path, capsys):
-    refused(capsys, [*DRY, "--memory", "16", "--model.position", "learned", "--out_dir", str(tmp_path)],
-            "memory=16 continues positions across segments", "'learned' table")
+    refused(
+        capsys,
+        [*DRY, "--memory", "16", "--model.position", "learned", "--out_dir", str(tmp_path)],
+        "memory=16 continues positions across segments",
+        "'learned' table",
+    )
 
 
 def test_dry_run_refuses_init_from_weights_that_do_not_fit(run, tmp_path, capsys):  # noqa: F811
-    base = ["train", "--preset", "tiny", "--out_dir", str(tmp_path), "--init_from", str(run),
-            "--model.n_layer", "1", "--model.n_head", "2", "--model.block_size", "16"]
+    base = [
+        "train",
+        "--preset",
+        "tiny",
+        "--out_dir",
+        str(tmp_path),
+        "--init_from",
+        str(run),
+        "--model.n_layer",
+        "1",
+        "--model.n_head",
+        "2",
+        "--model.block_size",
+        "16",
+    ]
     refused(capsys, [*base, "--model.n_embd", "64", "--dry-run"], "checkpoint does not fit the model", "shape mismatch")
     assert main([*base, "--model.n_embd", "16", "--dry-run"]) == 0  # the run's own geometry passes
     capsys.readouterr()
@@ -156,8 +177,13 @@ def two_checkpoints(tmp_path_factory, corpus):  # noqa: F811
 
     from poslab.session import train
 
-    cfg = tiny(tmp_path_factory.mktemp("runs"), corpus, name="B", ckpt_interval=2,
-               model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16, position="rope"))
+    cfg = tiny(
+        tmp_path_factory.mktemp("runs"),
+        corpus,
+        name="B",
+        ckpt_interval=2,
+        model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16, position="rope"),
+    )
     train(cfg, progress=False)
     return cfg.run_dir
 
@@ -166,7 +192,9 @@ def test_average_weights_summing_past_float_range_are_an_equal_mean(two_checkpoi
     from poslab.runs import RunFolder
 
     huge, plain = tmp_path / "huge", tmp_path / "plain"
-    assert main(["average", str(two_checkpoints), "--last", "2", "--out", str(huge), "--weights", "1e308", "1e308"]) == 0
+    assert (
+        main(["average", str(two_checkpoints), "--last", "2", "--out", str(huge), "--weights", "1e308", "1e308"]) == 0
+    )
     assert main(["average", str(two_checkpoints), "--last", "2", "--out", str(plain)]) == 0
     capsys.readouterr()
     a, b = RunFolder(huge).load_model().state_dict(), RunFolder(plain).load_model().state_dict()
@@ -206,12 +234,20 @@ def forge_step(t):
     return {**t, key: torch.zeros(5)}
 
 
-@pytest.mark.parametrize(("tensors_edit", "meta_edit", "needle"), [
-    (forge_rng("rng.torch"), None, "unusable random-generator state 'rng.torch'"),
-    (forge_rng("rng.data"), None, "unusable random-generator state 'rng.data'"),
-    (forge_step, None, "step counter"),
-    (None, lambda m: {**m, "optimizer": {**m["optimizer"], "param_groups": [1]}}, "unusable optimizer param_groups"),
-], ids=["rng-torch-7-bytes", "rng-data-7-bytes", "step-shape-5", "param-groups-1"])
+@pytest.mark.parametrize(
+    ("tensors_edit", "meta_edit", "needle"),
+    [
+        (forge_rng("rng.torch"), None, "unusable random-generator state 'rng.torch'"),
+        (forge_rng("rng.data"), None, "unusable random-generator state 'rng.data'"),
+        (forge_step, None, "step counter"),
+        (
+            None,
+            lambda m: {**m, "optimizer": {**m["optimizer"], "param_groups": [1]}},
+            "unusable optimizer param_groups",
+        ),
+    ],
+    ids=["rng-torch-7-bytes", "rng-data-7-bytes", "step-shape-5", "param-groups-1"],
+)
 def test_a_forged_training_state_is_refused_by_resume(run, tensors_edit, meta_edit, needle, capsys):  # noqa: F811
     reforge(run, tensors_edit=tensors_edit, meta_edit=meta_edit)
     refused(capsys, [*resume_args(run), "--max_steps", "6"], needle)
@@ -223,12 +259,19 @@ def forge_tokenizer(folder: Path, data: dict) -> None:
     rewrite_config(folder, lambda doc: {**doc, "data": {**doc["data"], "tokenizer_sha256": digest}})  # consistent
 
 
-@pytest.mark.parametrize(("body", "needle"), [
-    (lambda chars: {"type": "char", "chars": chars[:10]}, "has 10 tokens but the model has"),
-    (lambda chars: {"type": "ids", "vocab_size": 3}, "has 3 tokens but the model has"),
-    (lambda chars: {"type": "bpe", "vocab_size": 5, "tokenizer": {"garbage": 1}}, "'bpe' tokenizer body does not load"),
-    (lambda chars: {"type": "hf", "vocab_size": 5, "tokenizer": [1, 2]}, "'hf' tokenizer body does not load"),
-], ids=["char-10-of-V", "ids-vocab-3", "bpe-garbage", "hf-garbage"])
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (lambda chars: {"type": "char", "chars": chars[:10]}, "has 10 tokens but the model has"),
+        (lambda chars: {"type": "ids", "vocab_size": 3}, "has 3 tokens but the model has"),
+        (
+            lambda chars: {"type": "bpe", "vocab_size": 5, "tokenizer": {"garbage": 1}},
+            "'bpe' tokenizer body does not load",
+        ),
+        (lambda chars: {"type": "hf", "vocab_size": 5, "tokenizer": [1, 2]}, "'hf' tokenizer body does not load"),
+    ],
+    ids=["char-10-of-V", "ids-vocab-3", "bpe-garbage", "hf-garbage"],
+)
 def test_a_forged_tokenizer_is_refused_by_sample(run, body, needle, capsys):  # noqa: F811
     chars = json.loads((run / "tokenizer.json").read_text(encoding="utf-8"))["chars"]
     forge_tokenizer(run, body(chars))
@@ -262,21 +305,29 @@ EXTREME = [
     ("xpos", {"gamma": 1e-300}, "zeta_0 = gamma/(1+gamma) must be a normal fp32 number"),
     ("fire", {"c_init": 1e-300}, "log(c_init * threshold_init + 1)"),
     ("fire", {"threshold_init": 1e-300}, "log(c_init * threshold_init + 1)"),
-    *[("rope", {"scaling": s, "factor": 1e-300, **({"original_max_len": 16} if s != "linear" else {})},
-       "frequencies up to") for s in ("linear", "yarn", "llama3")],
+    *[
+        (
+            "rope",
+            {"scaling": s, "factor": 1e-300, **({"original_max_len": 16} if s != "linear" else {})},
+            "frequencies up to",
+        )
+        for s in ("linear", "yarn", "llama3")
+    ],
     ("rope", {"scaling": "ntk", "factor": 1e-300}, "frequencies up to"),
     ("xpos", {"scale_base": 5e-324}, "scale_base (the decay length, in positions)"),  # found by the fuzzer
 ]
 
 
-@pytest.mark.parametrize(("position", "config", "needle"), EXTREME,
-                         ids=[f"{p}-{'-'.join(map(str, c.values()))}" for p, c, _ in EXTREME])
+@pytest.mark.parametrize(
+    ("position", "config", "needle"), EXTREME, ids=[f"{p}-{'-'.join(map(str, c.values()))}" for p, c, _ in EXTREME]
+)
 def test_extreme_position_configs_are_refused_with_the_rule(position, config, needle):
     from poslab.nn.model import GPTConfig
 
     with pytest.raises(ValueError, match=None) as err:
-        GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=11, position=position,
-                  position_config=config)
+        GPTConfig(
+            n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=11, position=position, position_config=config
+        )
     assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
     FIGURES["cases"] += 1
     FIGURES["refused_one_line"] += 1
@@ -297,18 +348,28 @@ def test_ordinary_extreme_but_finite_configs_still_train_finite():
     """The bounds refuse only what overflows: the edge values just inside them give finite logits."""
     from poslab.nn.model import GPT, GPTConfig
 
-    for position, config in [("rope", {"base": 1.0}), ("sinusoidal", {"base": 2.0}), ("xpos", {"gamma": 1e-30}),
-                             ("fire", {"c_init": 1e-3, "threshold_init": 1.0}), ("rope", {"scaling": "linear", "factor": 1e-5})]:
+    for position, config in [
+        ("rope", {"base": 1.0}),
+        ("sinusoidal", {"base": 2.0}),
+        ("xpos", {"gamma": 1e-30}),
+        ("fire", {"c_init": 1e-3, "threshold_init": 1.0}),
+        ("rope", {"scaling": "linear", "factor": 1e-5}),
+    ]:
         torch.manual_seed(0)
-        model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=11, position=position,
-                              position_config=config))
+        model = GPT(
+            GPTConfig(
+                n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=11, position=position, position_config=config
+            )
+        )
         logits = model(torch.randint(0, 11, (1, 16)))
         assert bool(torch.isfinite(logits).all()), (position, config)
     answered()
 
 
 def test_eval_rope_scaling_that_overflows_is_refused(two_checkpoints, capsys):
-    refused(capsys, ["eval", str(two_checkpoints), "--rope-scaling", "yarn:1e-300", "--lengths", "16"], "frequencies up to")
+    refused(
+        capsys, ["eval", str(two_checkpoints), "--rope-scaling", "yarn:1e-300", "--lengths", "16"], "frequencies up to"
+    )
 
 
 def test_sinusoidal_positions_past_fp32_integers_are_refused():
@@ -357,13 +418,20 @@ def test_text_then_a_sparse_hole_is_refused_without_reading_it_whole(tmp_path):
     with open(path, "wb") as handle:
         handle.write(("白日依山尽，黄河入海流。\n" * 200_000).encode("utf-8")[: 5 * 2**20])
         handle.truncate(2 * 2**30)
-    code = ("import resource, sys, time\nfrom poslab.data import load_text\nt = time.process_time()\n"
-            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-            "try:\n    load_text(sys.argv[1])\nexcept ValueError as err:\n    print(err)\n"
-            "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n")
+    code = (
+        "import resource, sys, time\nfrom poslab.data import load_text\nt = time.process_time()\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "try:\n    load_text(sys.argv[1])\nexcept ValueError as err:\n    print(err)\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+    )
     message, grown_mib = done.stdout.strip().splitlines()
     assert "looks binary (contains NUL bytes)" in message
     assert int(grown_mib) < 256, grown_mib  # MiB the process grew by; the file is 2048
@@ -375,9 +443,15 @@ def test_a_huge_num_samples_is_refused_before_any_memory_is_spent(run, capsys): 
     import resource
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    refused(capsys, ["sample", str(run), "--num-samples", "100000000", "--tokens", "8"],
-            "--num-samples 100000000 needs about", "sample fewer at once")
-    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024 < 64  # MiB grown (allocating first takes 1.8 GB)
+    refused(
+        capsys,
+        ["sample", str(run), "--num-samples", "100000000", "--tokens", "8"],
+        "--num-samples 100000000 needs about",
+        "sample fewer at once",
+    )
+    assert (
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    ) // 1024 < 64  # MiB grown (allocating first takes 1.8 GB)
 
 
 def test_eval_prints_its_cost_before_scoring(run, capsys, monkeypatch):  # noqa: F811

@@ -71,7 +71,10 @@ def test_sweep_file_alias_bomb_is_refused(tmp_path, capsys):
 
 def test_preset_file_alias_bomb_is_refused_by_the_same_guard(tmp_path, capsys):
     path = tmp_path / "bomb.yaml"
-    path.write_text("config:\n  corpus: shakespeare\n" + bomb().replace("description:", "  model:\n    position_config:\n      x:").replace("\n  - ", "\n        - "))
+    path.write_text(
+        "config:\n  corpus: shakespeare\n"
+        + bomb().replace("description:", "  model:\n    position_config:\n      x:").replace("\n  - ", "\n        - ")
+    )
     assert main(["train", "--preset", str(path), "--dry-run"]) == 2
     assert "expands to more than 100,000 values" in capsys.readouterr().err
     tally()
@@ -85,8 +88,11 @@ def test_recursive_alias_is_refused(tmp_path):
 
 def test_ordinary_aliases_still_load():
     text = "base: &b {lr: 0.001, n: [1, 2]}\nrun1: *b\nrun2: {<<: *b, lr: 0.01}\n"
-    assert safe_yaml.load(text, "x") == {"base": {"lr": 0.001, "n": [1, 2]}, "run1": {"lr": 0.001, "n": [1, 2]},
-                                          "run2": {"lr": 0.01, "n": [1, 2]}}
+    assert safe_yaml.load(text, "x") == {
+        "base": {"lr": 0.001, "n": [1, 2]},
+        "run1": {"lr": 0.001, "n": [1, 2]},
+        "run2": {"lr": 0.01, "n": [1, 2]},
+    }
 
 
 def test_expanded_size_counts_every_reference():
@@ -104,7 +110,10 @@ def test_a_model_that_cannot_fit_is_refused_by_dry_run(tmp_path, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     # 10^8 layers of 12 * 32^2 weights (+ the vocabulary's embedding, whose size the corpus decides later)
-    assert re.search(r"this training needs about [\d,.]+ GiB \(1,228,800,0\d\d,\d\d\d parameters", err) and "--force" in err
+    assert (
+        re.search(r"this training needs about [\d,.]+ GiB \(1,228,800,0\d\d,\d\d\d parameters", err)
+        and "--force" in err
+    )
     assert "available" in err and len(err.strip().splitlines()) == 1
     with pytest.warns(UserWarning, match="--force"):
         assert main([*args, "--force"]) == 0  # the user knows better: the dry run goes on
@@ -121,9 +130,22 @@ def test_the_estimate_is_refused_by_the_sweep_pre_flight(tmp_path, capsys):
 
 def test_parameter_count_matches_built_models():
     """The estimate's parameter count against ``numel`` of real models (biases and norms are what it leaves out)."""
-    for fields in [dict(n_layer=2, n_head=4, n_embd=64, block_size=32, vocab_size=97),
-                   dict(n_layer=3, n_head=4, n_kv_head=2, n_embd=64, block_size=16, vocab_size=50, position="rope",
-                        mlp="swiglu", tie_embeddings=False, norm="rmsnorm", bias=False)]:
+    for fields in [
+        dict(n_layer=2, n_head=4, n_embd=64, block_size=32, vocab_size=97),
+        dict(
+            n_layer=3,
+            n_head=4,
+            n_kv_head=2,
+            n_embd=64,
+            block_size=16,
+            vocab_size=50,
+            position="rope",
+            mlp="swiglu",
+            tie_embeddings=False,
+            norm="rmsnorm",
+            bias=False,
+        ),
+    ]:
         with torch.random.fork_rng():
             model = GPT(GPTConfig(**fields))
         actual = sum(p.numel() for p in model.parameters())
@@ -133,7 +155,10 @@ def test_parameter_count_matches_built_models():
 
 def test_eval_iters_past_any_real_use_is_refused(tmp_path, capsys):
     """``--eval_iters 10000000000000`` would start, then evaluate for ever: refused at the pre-flight."""
-    assert main(["train", "--preset", "tiny", "--dry-run", "--out_dir", str(tmp_path), "--eval_iters", "10000000000000"]) == 2
+    assert (
+        main(["train", "--preset", "tiny", "--dry-run", "--out_dir", str(tmp_path), "--eval_iters", "10000000000000"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "eval_iters 10,000,000,000,000 is more than 100,000" in err
     tally()
@@ -145,8 +170,9 @@ def test_eager_attention_refuses_scores_past_the_ram_fraction(monkeypatch):
         footprint.check_eager_scores(1, 8, 20000, 20000, available=64 * 2**30)
     monkeypatch.setattr(footprint, "available_bytes", lambda: 512 * 2**20)  # 537 MB of scores > half of 512 MiB
     with torch.random.fork_rng():
-        model = GPT(GPTConfig(vocab_size=8, n_layer=1, n_head=8, n_embd=64, block_size=2048, position="alibi",
-                              backend="eager")).eval()
+        model = GPT(
+            GPTConfig(vocab_size=8, n_layer=1, n_head=8, n_embd=64, block_size=2048, position="alibi", backend="eager")
+        ).eval()
     with torch.no_grad(), pytest.raises(ValueError, match="use the sdpa backend"):
         model(torch.zeros(1, 2048, dtype=torch.long))
     with torch.no_grad():
@@ -160,12 +186,19 @@ def test_a_huge_sparse_corpus_is_refused_without_reading_it(tmp_path):
     path = tmp_path / "sparse.txt"
     with open(path, "wb") as handle:
         handle.truncate(2**30)  # a sparse GiB of NUL bytes: no disk used
-    code = ("import resource, sys\nfrom poslab.data import load_text\n"
-            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-            "try:\n    load_text(sys.argv[1])\nexcept ValueError as err:\n    print(err)\n"
-            "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n")
-    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    code = (
+        "import resource, sys\nfrom poslab.data import load_text\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "try:\n    load_text(sys.argv[1])\nexcept ValueError as err:\n    print(err)\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     message, grown_mib = done.stdout.strip().splitlines()
     assert "looks binary (contains NUL bytes)" in message
     assert int(grown_mib) < 256, grown_mib  # MiB the process grew by; the whole file is 1024
@@ -194,34 +227,53 @@ def run_dir() -> Path:
 
 def test_tiny_temperature_is_greedy_not_a_traceback(run_dir, capsys):
     """``logits / 1e-45`` overflows to inf and the softmax to NaN: a temperature that small samples greedily."""
-    assert main(["sample", str(run_dir), "--prompt", "白日", "--tokens", "6", "--temperature", "1e-45", "--seed", "1"]) == 0
+    assert (
+        main(["sample", str(run_dir), "--prompt", "白日", "--tokens", "6", "--temperature", "1e-45", "--seed", "1"])
+        == 0
+    )
     tiny = capsys.readouterr().out
     assert main(["sample", str(run_dir), "--prompt", "白日", "--tokens", "6", "--temperature", "0"]) == 0
     assert tiny == capsys.readouterr().out  # the limit of a vanishing temperature is greedy decoding
     tally(1, refused=0)  # accepted: greedy, no traceback
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["train", "--preset", "tiny", "--out_dir", "{file}"], "--out_dir '{file}' is a file, not a folder"),
-    (["train", "--preset", "tiny", "--out_dir", "{file}/sub"], "'{file}' is a file, not a folder"),
-    (["train", "--preset", "tiny", "--out_dir", "{tmp}", "--init_from", "{file}"], "--init_from '{file}' is a file"),
-    (["train", "--preset", "tiny", "--out_dir", "{tmp}", "--init_from", "{dir}"], "--init_from '{dir}' is not a poslab run folder"),
-    (["experiment", "params", "--out", "{file}"], "--out '{file}' is a file, not a folder"),
-    (["bench", "--out", "{file}", "--only", "decode"], "--out '{file}' is a file, not a folder"),
-    (["eval", "{run}", "--out", "{dir}"], "--out '{dir}' is a folder; give the path of a file"),
-    (["attention", "{run}", "--json", "{dir}"], "--json '{dir}' is a folder"),
-    (["heads", "{run}", "--out", "{file}"], "--out '{file}' is a file, not a folder"),
-    (["train", "--preset", "tiny", "--name", ""], "--name must not be empty"),
-    (["train", "--preset", "tiny", "--name", "a\nb"], "--name must not contain control characters such as '\\n'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--preset", "tiny", "--out_dir", "{file}"], "--out_dir '{file}' is a file, not a folder"),
+        (["train", "--preset", "tiny", "--out_dir", "{file}/sub"], "'{file}' is a file, not a folder"),
+        (
+            ["train", "--preset", "tiny", "--out_dir", "{tmp}", "--init_from", "{file}"],
+            "--init_from '{file}' is a file",
+        ),
+        (
+            ["train", "--preset", "tiny", "--out_dir", "{tmp}", "--init_from", "{dir}"],
+            "--init_from '{dir}' is not a poslab run folder",
+        ),
+        (["experiment", "params", "--out", "{file}"], "--out '{file}' is a file, not a folder"),
+        (["bench", "--out", "{file}", "--only", "decode"], "--out '{file}' is a file, not a folder"),
+        (["eval", "{run}", "--out", "{dir}"], "--out '{dir}' is a folder; give the path of a file"),
+        (["attention", "{run}", "--json", "{dir}"], "--json '{dir}' is a folder"),
+        (["heads", "{run}", "--out", "{file}"], "--out '{file}' is a file, not a folder"),
+        (["train", "--preset", "tiny", "--name", ""], "--name must not be empty"),
+        (["train", "--preset", "tiny", "--name", "a\nb"], "--name must not contain control characters such as '\\n'"),
+    ],
+)
 def test_path_and_name_arguments_get_one_line_naming_the_argument(tmp_path, capsys, run_dir, argv, message):
     """Exit 2 with a line naming the argument, never the raw OSError of the first file touched ('cannot create the
     run lock ... File exists', 'Not a directory: .../tokenizer.json', '[Errno 17] File exists'); ``--name ''``
     is refused, not replaced by the preset's name."""
     (tmp_path / "f").write_text("x")
     (tmp_path / "d").mkdir()
-    names = {"file": str(tmp_path / "f"), "dir": str(tmp_path / "d"), "tmp": str(tmp_path / "runs"), "run": str(run_dir)}
-    argv = [a.format(**names) for a in argv] + (["--dry-run"] if argv[0] == "train" and "--init_from" not in argv else [])
+    names = {
+        "file": str(tmp_path / "f"),
+        "dir": str(tmp_path / "d"),
+        "tmp": str(tmp_path / "runs"),
+        "run": str(run_dir),
+    }
+    argv = [a.format(**names) for a in argv] + (
+        ["--dry-run"] if argv[0] == "train" and "--init_from" not in argv else []
+    )
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("poslab: error: ") and message.format(**names) in err and len(err.splitlines()) == 1, err
@@ -237,7 +289,9 @@ def test_token_ids_and_targets_get_clear_errors():
     torch.testing.assert_close(model(ids.to(torch.int16)), expected, rtol=0, atol=0)
     with pytest.raises(TypeError, match=r"targets must hold integer token ids \(-1 = ignored\), got torch.float32"):
         model(ids, ids.float())
-    with pytest.raises(ValueError, match=r"target id 30 is outside the vocabulary: targets must lie in \[0, 10\) or be -1"):
+    with pytest.raises(
+        ValueError, match=r"target id 30 is outside the vocabulary: targets must lie in \[0, 10\) or be -1"
+    ):
         model(ids, torch.tensor([[1, 2, 30]]))
     with pytest.raises(ValueError, match="target id -5 is outside"):
         model(ids, torch.tensor([[1, -5, 3]]))

@@ -82,8 +82,17 @@ def _zygote() -> None:  # pragma: no cover - runs in its own process
         out.flush()
         _, status = os.waitpid(pid, 0)
         signaled = os.WIFSIGNALED(status)
-        out.write(json.dumps({"event": "exited", "pid": pid, "signal": os.WTERMSIG(status) if signaled else None,
-                              "code": None if signaled else os.WEXITSTATUS(status)}) + "\n")
+        out.write(
+            json.dumps(
+                {
+                    "event": "exited",
+                    "pid": pid,
+                    "signal": os.WTERMSIG(status) if signaled else None,
+                    "code": None if signaled else os.WEXITSTATUS(status),
+                }
+            )
+            + "\n"
+        )
         out.flush()
 
 
@@ -131,8 +140,14 @@ def _install_hooks(marker: int, pause: dict | None) -> None:  # pragma: no cover
         return seen[0] == pause["occurrence"]
 
     def emit(phase: str, detail: str, hold: bool) -> None:
-        event = {"event": "phase", "pid": os.getpid(), "phase": phase, "detail": detail, "paused": hold,
-                 "t": time.monotonic()}
+        event = {
+            "event": "phase",
+            "pid": os.getpid(),
+            "phase": phase,
+            "detail": detail,
+            "paused": hold,
+            "t": time.monotonic(),
+        }
         os.write(marker, (json.dumps(event) + "\n").encode())
         if hold:
             time.sleep(600)  # the SIGKILL arrives here
@@ -182,8 +197,12 @@ class Zygote:
 
     def __init__(self, cwd: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--zygote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            bufsize=1, cwd=cwd,
+            [sys.executable, __file__, "--zygote"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            cwd=cwd,
         )
         self.events: queue.Queue = queue.Queue()
         self.pending: list[dict] = []
@@ -242,11 +261,43 @@ class Zygote:
 # ------------------------------------------------------------------------------------------ helpers
 def train_args(corpus: Path, out: Path, name: str, max_steps: int, extra: tuple[str, ...] = ()) -> list[str]:
     return [
-        "train", "--preset", "tiny", "--name", name, "--out_dir", str(out), "--corpus", str(corpus),
-        "--model.block_size", "16", "--model.dropout", "0.1", "--batch_size", "4", "--grad_accum", "2",
-        "--max_steps", str(max_steps), "--warmup_steps", "4", "--eval_interval", "5", "--eval_iters", "1",
-        "--log_interval", "2", "--ckpt_interval", "1", "--keep_checkpoints", "2", "--seed", "3", "--threads", "1",
-        "--no-progress", *extra,
+        "train",
+        "--preset",
+        "tiny",
+        "--name",
+        name,
+        "--out_dir",
+        str(out),
+        "--corpus",
+        str(corpus),
+        "--model.block_size",
+        "16",
+        "--model.dropout",
+        "0.1",
+        "--batch_size",
+        "4",
+        "--grad_accum",
+        "2",
+        "--max_steps",
+        str(max_steps),
+        "--warmup_steps",
+        "4",
+        "--eval_interval",
+        "5",
+        "--eval_iters",
+        "1",
+        "--log_interval",
+        "2",
+        "--ckpt_interval",
+        "1",
+        "--keep_checkpoints",
+        "2",
+        "--seed",
+        "3",
+        "--threads",
+        "1",
+        "--no-progress",
+        *extra,
     ]
 
 
@@ -294,8 +345,9 @@ def kill_schedule(n_random: int, phase_rounds: int, rng: random.Random) -> list[
     return plans
 
 
-def run_kill_test(tmp_path: Path, max_steps: int, n_random: int, phase_rounds: int, seed: int,
-                  extra: tuple[str, ...] = ()) -> dict:
+def run_kill_test(
+    tmp_path: Path, max_steps: int, n_random: int, phase_rounds: int, seed: int, extra: tuple[str, ...] = ()
+) -> dict:
     from poslab.training import checkpoint as ckpt
 
     corpus = tmp_path / "corpus.txt"
@@ -304,8 +356,13 @@ def run_kill_test(tmp_path: Path, max_steps: int, n_random: int, phase_rounds: i
     corpus.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
     out = tmp_path / "runs"
     # the reference: one uninterrupted run in a fresh interpreter (the real command line)
-    done = subprocess.run([sys.executable, "-m", "poslab", *train_args(corpus, out, "reference", max_steps, extra)],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "poslab", *train_args(corpus, out, "reference", max_steps, extra)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     reference = out / "reference"
 
@@ -313,8 +370,16 @@ def run_kill_test(tmp_path: Path, max_steps: int, n_random: int, phase_rounds: i
     plans = kill_schedule(n_random, phase_rounds, rng)
     run = out / "killed"
     args = train_args(corpus, out, "killed", max_steps, extra)
-    figures = {"kills": 0, "kills_in_checkpoint_write": 0, "kills_at_start": 0, "kills_random_time": 0,
-               "kills_metrics_torn": 0, "launches": 0, "bad_latest_seen": 0, "bad_listed_seen": 0}
+    figures = {
+        "kills": 0,
+        "kills_in_checkpoint_write": 0,
+        "kills_at_start": 0,
+        "kills_random_time": 0,
+        "kills_metrics_torn": 0,
+        "launches": 0,
+        "bad_latest_seen": 0,
+        "bad_listed_seen": 0,
+    }
     step_time = 0.15  # refined from the children's checkpoint timestamps
     first_checkpoint = 1.0  # seconds from a launch to its first checkpoint (refined likewise)
     zygote = Zygote(tmp_path)
@@ -323,7 +388,11 @@ def run_kill_test(tmp_path: Path, max_steps: int, n_random: int, phase_rounds: i
         while True:
             plan = plans.pop(0) if plans else None
             resume = ["--resume"] if run.exists() else []
-            pause = None if plan is None or plan["kind"] == "random" else {k: plan[k] for k in ("phase", "match", "occurrence")}
+            pause = (
+                None
+                if plan is None or plan["kind"] == "random"
+                else {k: plan[k] for k in ("phase", "match", "occurrence")}
+            )
             launched_at = time.monotonic()
             pid = zygote.launch(args + resume, log, pause)
             figures["launches"] += 1
@@ -414,7 +483,9 @@ def run_kill_test(tmp_path: Path, max_steps: int, n_random: int, phase_rounds: i
     orphans = [p.name for p in folder.glob("step_*.safetensors") if not p.with_suffix(".json").exists()]
     assert not orphans, f"tensor files without their JSON: {orphans}"
     # a kill between the two unlinks of pruning leaves a small JSON whose tensors are gone: never listed
-    figures["stray_json_files"] = sum(1 for p in folder.glob("step_*.json") if not p.with_suffix(".safetensors").exists())
+    figures["stray_json_files"] = sum(
+        1 for p in folder.glob("step_*.json") if not p.with_suffix(".safetensors").exists()
+    )
     assert figures["bad_latest_seen"] == 0 and figures["bad_listed_seen"] == 0
     figures["curve_bitwise_equal"] = True
     figures["steps"] = max_steps

@@ -28,9 +28,34 @@ FIGURES = {"cases": 0, "second_refused": 0, "interleaved_writes": 0}
 
 
 def argv(corpus: Path, out: Path, max_steps: int) -> list[str]:
-    return ["train", "--preset", "tiny", "--name", "shared", "--out_dir", str(out), "--corpus", str(corpus),
-            "--model.block_size", "16", "--batch_size", "4", "--max_steps", str(max_steps), "--log_interval", "1",
-            "--eval_interval", "50", "--eval_iters", "1", "--ckpt_interval", "5", "--threads", "1", "--no-progress"]
+    return [
+        "train",
+        "--preset",
+        "tiny",
+        "--name",
+        "shared",
+        "--out_dir",
+        str(out),
+        "--corpus",
+        str(corpus),
+        "--model.block_size",
+        "16",
+        "--batch_size",
+        "4",
+        "--max_steps",
+        str(max_steps),
+        "--log_interval",
+        "1",
+        "--eval_interval",
+        "50",
+        "--eval_iters",
+        "1",
+        "--ckpt_interval",
+        "5",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
 
 
 def refused(extra: list[str], base: list[str], capsys) -> str:
@@ -46,8 +71,9 @@ def test_a_second_process_is_refused_and_a_killed_holder_leaves_no_stale_lock(tm
     corpus.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
     out = tmp_path / "runs"
     run = out / "shared"
-    holder = subprocess.Popen([sys.executable, "-m", "poslab", *argv(corpus, out, 100_000)], stderr=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "poslab", *argv(corpus, out, 100_000)], stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 300
         while not (run / "checkpoints" / "latest").exists():  # the holder is training
@@ -121,7 +147,9 @@ def test_lock_in_a_read_only_parent_is_a_clear_error(tmp_path, monkeypatch):
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", read_only)
-    with pytest.raises(PermissionError, match="cannot create the run lock in .*Read-only file system; is the folder writable"):
+    with pytest.raises(
+        PermissionError, match="cannot create the run lock in .*Read-only file system; is the folder writable"
+    ):
         RunLock(tmp_path / "runs" / "x").acquire()
 
 
@@ -129,4 +157,3 @@ def _record(request) -> None:
     from test_reliability_artifacts import mode, record
 
     record("lock", mode(request), FIGURES)
-

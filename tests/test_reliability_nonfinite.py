@@ -33,11 +33,25 @@ def corpus(tmp_path_factory):
 
 
 def config(tmp_path, corpus, **overrides) -> TrainConfig:
-    values = dict(name="run", out_dir=str(tmp_path / "runs"), corpus=corpus,
-                  model={"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "dropout": 0.1},
-                  max_steps=10, batch_size=4, lr=3e-3, min_lr=3e-4, warmup_steps=2, lr_decay_steps=20,
-                  eval_interval=5, eval_iters=1, log_interval=1, ckpt_interval=1, keep_checkpoints=0, seed=11,
-                  threads=1)
+    values = dict(
+        name="run",
+        out_dir=str(tmp_path / "runs"),
+        corpus=corpus,
+        model={"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "dropout": 0.1},
+        max_steps=10,
+        batch_size=4,
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup_steps=2,
+        lr_decay_steps=20,
+        eval_interval=5,
+        eval_iters=1,
+        log_interval=1,
+        ckpt_interval=1,
+        keep_checkpoints=0,
+        seed=11,
+        threads=1,
+    )
     return TrainConfig.from_dict({**values, **overrides})
 
 
@@ -69,8 +83,10 @@ class Poison:
         class Poisoned(base):
             def forward(self, idx, targets=None, **kwargs):
                 out = super().forward(idx, targets, **kwargs)
-                if not self.training or targets is None or not any(
-                    idx.shape == p.shape and torch.equal(idx, p) for p in poisoned
+                if (
+                    not self.training
+                    or targets is None
+                    or not any(idx.shape == p.shape and torch.equal(idx, p) for p in poisoned)
                 ):
                     return out
                 hits.append(idx)
@@ -88,7 +104,9 @@ def curve(run_dir) -> list[dict]:
 
 
 @pytest.mark.parametrize("kind", ["loss", "grad"])
-def test_a_bad_batch_stops_the_run_at_its_step_with_the_last_good_checkpoint(tmp_path, corpus, monkeypatch, kind, request):
+def test_a_bad_batch_stops_the_run_at_its_step_with_the_last_good_checkpoint(
+    tmp_path, corpus, monkeypatch, kind, request
+):
     batches = batches_of(config(tmp_path, corpus, name="clean"), monkeypatch)
     Poison(monkeypatch, [batches[5]], kind)  # the 6th batch: step 6
     cfg = config(tmp_path, corpus)
@@ -140,13 +158,42 @@ def test_skip_nonfinite_skips_bad_batches_records_them_and_survives_a_resume(tmp
 
 
 def test_absurd_learning_rate_on_the_command_line(tmp_path, corpus, capsys, request):
-    argv = ["train", "--preset", "tiny", "--corpus", corpus, "--out_dir", str(tmp_path), "--name", "hot",
-            "--model.block_size", "16", "--batch_size", "4", "--max_steps", "10", "--ckpt_interval", "1",
-            "--lr", "1e30", "--min_lr", "1e29", "--warmup_steps", "0", "--grad_clip", "0", "--threads", "1",
-            "--no-progress"]
+    argv = [
+        "train",
+        "--preset",
+        "tiny",
+        "--corpus",
+        corpus,
+        "--out_dir",
+        str(tmp_path),
+        "--name",
+        "hot",
+        "--model.block_size",
+        "16",
+        "--batch_size",
+        "4",
+        "--max_steps",
+        "10",
+        "--ckpt_interval",
+        "1",
+        "--lr",
+        "1e30",
+        "--min_lr",
+        "1e29",
+        "--warmup_steps",
+        "0",
+        "--grad_clip",
+        "0",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
     assert main(argv) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("poslab: error: training diverged at step 2: ") and "last good checkpoint is step 1" in err[-1]
+    assert (
+        err[-1].startswith("poslab: error: training diverged at step 2: ")
+        and "last good checkpoint is step 1" in err[-1]
+    )
     results = json.loads((tmp_path / "hot" / "results.json").read_text())
     assert results["diverged_at_step"] == 2 and ckpt.latest_step(tmp_path / "hot") == 1
     # --skip-nonfinite (dashes read as underscores): the bad batches are skipped, then it still stops

@@ -93,9 +93,20 @@ def test_attention_core_with_logits_near_1e4(backend, dtype, request):
                 keep = (causal & in_window) & padding if masked else causal.expand(B, 1, T, T)
                 bias_fn = (lambda q_, k_, qp, kp: alibi[..., qp[:, None], kp[None, :]]) if biased else None
                 with torch.autocast("cpu", dtype=DTYPES[dtype]):
-                    out, _ = attend(q, k, v, pos, pos, causal=True, window=W if masked else None,
-                                    attn_mask=padding.expand(B, 1, T, T) if masked else None, bias_fn=bias_fn,
-                                    scale=1.0, backend=backend, query_chunk=query_chunk)
+                    out, _ = attend(
+                        q,
+                        k,
+                        v,
+                        pos,
+                        pos,
+                        causal=True,
+                        window=W if masked else None,
+                        attn_mask=padding.expand(B, 1, T, T) if masked else None,
+                        bias_fn=bias_fn,
+                        scale=1.0,
+                        backend=backend,
+                        query_chunk=query_chunk,
+                    )
                 out.float().sum().backward()
                 expected = _reference(q.detach(), k, v, keep, alibi if biased else None, 1.0)
                 FIGURES["cases"] += 1
@@ -221,7 +232,9 @@ def test_alibi_slopes_stay_fp32(n_heads, cast, request):
     q = torch.zeros(1, n_heads, pos.numel(), 8, dtype=cast)
     bias = scheme.score_bias(q, q, pos, pos, 1.0)  # [1, h, T, T]
     assert bias.dtype == torch.float32
-    expected = -torch.tensor(slopes64, dtype=torch.float64)[:, None, None] * (pos[:, None] - pos[None, :]).abs().double()
+    expected = (
+        -torch.tensor(slopes64, dtype=torch.float64)[:, None, None] * (pos[:, None] - pos[None, :]).abs().double()
+    )
     relative = ((bias[0].double() - expected).abs() / expected.abs().clamp(min=1e-30)).max().item()
     FIGURES["cases"] += 1
     assert _track(relative) < 2e-7, relative  # fp32 rounding; bf16 slopes would be off by ~4e-3

@@ -46,11 +46,11 @@ from poslab.data import load_corpus
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 #: the sizes of the disk, as (name, what fills it): tensor files a fresh run fits before the disk is full
 SIZES = {
-    "first files": None,            # 2 pages: the lock file and tokenizer.json, not config.json
-    "half tensor file 1": 0.5,      # half-way through the first checkpoint's tensors
-    "checkpoint json 1": 1.0,       # the first tensor file fits exactly: its JSON does not
+    "first files": None,  # 2 pages: the lock file and tokenizer.json, not config.json
+    "half tensor file 1": 0.5,  # half-way through the first checkpoint's tensors
+    "checkpoint json 1": 1.0,  # the first tensor file fits exactly: its JSON does not
     "half tensor file 2": 1.5,
-    "half tensor file 3": 2.5,      # keep 2: the third is written before the oldest is pruned
+    "half tensor file 3": 2.5,  # keep 2: the third is written before the oldest is pruned
 }
 FAST = ("half tensor file 1", "half tensor file 2")
 
@@ -64,8 +64,12 @@ def _mount_error(where: Path) -> str | None:
     if shutil.which("mount") is None or shutil.which("umount") is None:
         return "no mount/umount command"
     where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={PAGE * 4}", "tmpfs", str(where)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={PAGE * 4}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         reason = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[0]
         return f"mount -t tmpfs is not permitted here: {reason}"
@@ -131,14 +135,50 @@ def reference(tmp_path_factory):
     run = out / "run"
     tensors = {step: ckpt.load_checkpoint(run, step)[0] for step in ckpt.list_checkpoints(run)}
     size = (run / ckpt.CHECKPOINT_DIR / f"{ckpt.checkpoint_name(8)}.safetensors").stat().st_size
-    return {"corpus": str(corpus), "run": run, "curve": curve(run), "tensors": tensors, "tensor_pages": -(-size // PAGE)}
+    return {
+        "corpus": str(corpus),
+        "run": run,
+        "curve": curve(run),
+        "tensors": tensors,
+        "tensor_pages": -(-size // PAGE),
+    }
 
 
 def argv(corpus: str, out: Path, name: str, steps: int = 8, keep: int = 2) -> list[str]:
-    return ["train", "--preset", "tiny", "--name", name, "--out_dir", str(out), "--corpus", corpus,
-            "--model.block_size", "16", "--model.dropout", "0.1", "--batch_size", "4", "--max_steps", str(steps),
-            "--eval_interval", "4", "--eval_iters", "1", "--log_interval", "1", "--ckpt_interval", "2",
-            "--keep_checkpoints", str(keep), "--seed", "5", "--threads", "1", "--no-progress"]
+    return [
+        "train",
+        "--preset",
+        "tiny",
+        "--name",
+        name,
+        "--out_dir",
+        str(out),
+        "--corpus",
+        corpus,
+        "--model.block_size",
+        "16",
+        "--model.dropout",
+        "0.1",
+        "--batch_size",
+        "4",
+        "--max_steps",
+        str(steps),
+        "--eval_interval",
+        "4",
+        "--eval_iters",
+        "1",
+        "--log_interval",
+        "1",
+        "--ckpt_interval",
+        "2",
+        "--keep_checkpoints",
+        str(keep),
+        "--seed",
+        "5",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
 
 
 def curve(run: Path) -> list[dict]:
@@ -147,8 +187,11 @@ def curve(run: Path) -> list[dict]:
 
 
 def snapshot(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def one_line_disk_full(capsys, disk: SmallDisk) -> Path:
@@ -156,8 +199,9 @@ def one_line_disk_full(capsys, disk: SmallDisk) -> Path:
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
     # a write that failed, or the write probe before training (the run folder named)
-    match = (re.fullmatch(r"poslab: error: No space left on device: '(.+)'", lines[0])
-             or re.fullmatch(r"poslab: error: run folder '(.+)' is not writable: No space left on device", lines[0]))
+    match = re.fullmatch(r"poslab: error: No space left on device: '(.+)'", lines[0]) or re.fullmatch(
+        r"poslab: error: run folder '(.+)' is not writable: No space left on device", lines[0]
+    )
     assert match, lines[0]
     named = Path(match.group(1))
     assert named.is_relative_to(disk.path) and ".tmp" not in str(named), lines[0]
@@ -181,7 +225,9 @@ def check_run_after_failure(run: Path, ref: dict) -> int:
         tensors, _ = ckpt.load_checkpoint(run, step)  # sha256 of the tensor file and of the JSON verified
         expected = ref["tensors"].get(step)
         if expected is not None:  # steps the reference pruned (keep 2) are not compared
-            assert tensors.keys() == expected.keys() and all(torch.equal(tensors[k], expected[k]) for k in tensors), step
+            assert tensors.keys() == expected.keys() and all(torch.equal(tensors[k], expected[k]) for k in tensors), (
+                step
+            )
     if steps:
         assert ckpt.latest_step(run) == steps[-1]
         ckpt.load_checkpoint(run)
@@ -245,8 +291,17 @@ def start_pages(disks, ref: dict) -> int:
 
 
 def _figures() -> dict:
-    return dict.fromkeys(("cases", "clear_error", "half_written_files", "checkpoints_verified", "resumed_equal",
-                          "earlier_files_changed"), 0)
+    return dict.fromkeys(
+        (
+            "cases",
+            "clear_error",
+            "half_written_files",
+            "checkpoints_verified",
+            "resumed_equal",
+            "earlier_files_changed",
+        ),
+        0,
+    )
 
 
 @pytest.mark.parametrize("name", FAST)
@@ -279,8 +334,11 @@ def test_resume_on_a_full_disk_keeps_every_earlier_file(disks, reference, capsys
     one_line_disk_full(capsys, disk)
     after = snapshot(run)
     # appended to: metrics.jsonl; rewritten by the resume: config.json, with the new max_steps only
-    changed = [name for name, digest in before.items()
-               if name not in ("metrics.jsonl", "config.json") and after.get(name) != digest]
+    changed = [
+        name
+        for name, digest in before.items()
+        if name not in ("metrics.jsonl", "config.json") and after.get(name) != digest
+    ]
     config_after = json.loads((run / "config.json").read_text(encoding="utf-8"))
     config_after["train"]["max_steps"] = config_before["train"]["max_steps"]
     if config_after != config_before:
@@ -292,8 +350,17 @@ def test_resume_on_a_full_disk_keeps_every_earlier_file(disks, reference, capsys
     (disk.path / "filler").unlink()  # space again: the run continues to step 16
     assert main([*argv(reference["corpus"], out, "r", steps=16, keep=0), "--resume"]) == 0
     assert curve(run)[: len(reference["curve"])] == reference["curve"]
-    _record(request, {"cases": 1, "clear_error": 1, "half_written_files": 0, "checkpoints_verified": verified,
-                      "resumed_equal": 1, "earlier_files_changed": len(changed)})
+    _record(
+        request,
+        {
+            "cases": 1,
+            "clear_error": 1,
+            "half_written_files": 0,
+            "checkpoints_verified": verified,
+            "resumed_equal": 1,
+            "earlier_files_changed": len(changed),
+        },
+    )
 
 
 def test_outputs_on_a_full_disk_are_one_line_and_keep_the_old_file(disks, reference, capsys, request):
@@ -357,11 +424,20 @@ def test_sample_printing_to_a_full_disk_is_one_line(buffered, disks, reference, 
     if not buffered:
         env["PYTHONUNBUFFERED"] = "1"
     with open(target, "wb") as stdout:
-        done = subprocess.run([sys.executable, "-m", "poslab", "sample", str(reference["run"]), "--tokens", "64"],
-                              stdout=stdout, stderr=subprocess.PIPE, text=True, check=False, timeout=300, env=env)
+        done = subprocess.run(
+            [sys.executable, "-m", "poslab", "sample", str(reference["run"]), "--tokens", "64"],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+            timeout=300,
+            env=env,
+        )
     lines = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and lines == [f"poslab: error: No space left on device: {str(target)!r}"], \
-        (done.returncode, lines)
+    assert done.returncode == 1 and lines == [f"poslab: error: No space left on device: {str(target)!r}"], (
+        done.returncode,
+        lines,
+    )
     _record(request, {"cases": 1, "clear_error": 1, "half_written_files": 0})
 
 
@@ -384,7 +460,9 @@ def test_a_library_error_wrapping_an_os_error_becomes_an_oserror_naming_the_targ
     assert isinstance(caught.value.__cause__, SafetensorError)
     assert target.read_bytes() == b"previous" and sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
     # Python's errors: a temporary name or no name becomes the target; another file's name is kept; bugs pass
-    assert write_error(OSError(28, "x", str(tmp_path / ".a.json.tmp12")), tmp_path / "a.json").filename == str(tmp_path / "a.json")
+    assert write_error(OSError(28, "x", str(tmp_path / ".a.json.tmp12")), tmp_path / "a.json").filename == str(
+        tmp_path / "a.json"
+    )
     assert write_error(OSError(5, "x"), tmp_path / "a.json").filename == str(tmp_path / "a.json")
     other = OSError(28, "x", "/elsewhere/file")
     assert write_error(other, tmp_path / "a.json") is other

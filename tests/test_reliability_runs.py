@@ -24,8 +24,21 @@ from poslab.training.lock import RunLock, lock_path
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-SMALL = ["--model.n_layer", "1", "--model.n_embd", "16", "--model.block_size", "16", "--batch_size", "2",
-         "--eval_iters", "1", "--threads", "1", "--no-progress"]
+SMALL = [
+    "--model.n_layer",
+    "1",
+    "--model.n_embd",
+    "16",
+    "--model.block_size",
+    "16",
+    "--batch_size",
+    "2",
+    "--eval_iters",
+    "1",
+    "--threads",
+    "1",
+    "--no-progress",
+]
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +118,14 @@ def test_a_planted_lock_path_is_refused_not_followed(run, tmp_path, kind, capsys
         os.symlink(tmp_path / "nowhere", planted)
     else:
         planted.mkdir()
-    with pytest.raises(OSError, match={"symlink": "is a symbolic link to", "dangling": "is a dangling symbolic link",
-                                       "directory": "is a directory, not a lock file"}[kind]):
+    with pytest.raises(
+        OSError,
+        match={
+            "symlink": "is a symbolic link to",
+            "dangling": "is a dangling symbolic link",
+            "directory": "is a directory, not a lock file",
+        }[kind],
+    ):
         RunLock(run).acquire()
     assert resume(run) != 0 and str(planted) in error_line(capsys)
     changed = victim.read_text() != "precious\n"
@@ -135,11 +154,17 @@ def rewrite_config(run: Path, edit) -> None:
     (run / "config.json").write_text(json.dumps(edit(doc)), encoding="utf-8")
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda doc: {}, "config.json' lacks the 'model' section"),
-    (lambda doc: {k: v for k, v in doc.items() if k != "train"}, "config.json' lacks the 'train' section"),
-    (lambda doc: {**doc, "model": {**doc["model"], "n_head": "two"}}, "config.json': the model section does not build"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda doc: {}, "config.json' lacks the 'model' section"),
+        (lambda doc: {k: v for k, v in doc.items() if k != "train"}, "config.json' lacks the 'train' section"),
+        (
+            lambda doc: {**doc, "model": {**doc["model"], "n_head": "two"}},
+            "config.json': the model section does not build",
+        ),
+    ],
+)
 def test_a_forged_config_is_one_line(run, edit, message, capsys, request):
     rewrite_config(run, edit)
     assert main(["sample", str(run), "--tokens", "2"]) == 2
@@ -198,8 +223,23 @@ def test_non_finite_weights_are_refused_by_sample(run, capsys, request):
 # ------------------------------------------------------------------------------------ 9. resume edge cases
 def test_preset_resume_of_a_run_that_was_never_created_starts_it(tmp_path, corpus, capsys, request):
     out = tmp_path / "runs"
-    argv = ["train", "--preset", "tiny", "--name", "fresh", "--out_dir", str(out), "--corpus", str(corpus),
-            "--max_steps", "2", "--eval_interval", "2", *SMALL, "--resume"]
+    argv = [
+        "train",
+        "--preset",
+        "tiny",
+        "--name",
+        "fresh",
+        "--out_dir",
+        str(out),
+        "--corpus",
+        str(corpus),
+        "--max_steps",
+        "2",
+        "--eval_interval",
+        "2",
+        *SMALL,
+        "--resume",
+    ]
     assert main(argv) == 0
     assert "does not exist yet: --resume starts the run" in capsys.readouterr().err
     assert RunFolder(out / "fresh").finished(2)
@@ -216,8 +256,9 @@ def test_an_overwrite_killed_early_is_cleaned_up(run, corpus, new_run_started, c
         shutil.rmtree(run)
         run.mkdir()
     # the next start: the interrupted command again (--overwrite), or a resume of the new run
-    results = train(tiny(run.parent, corpus, max_steps=5), resume=new_run_started, overwrite=not new_run_started,
-                    progress=False)
+    results = train(
+        tiny(run.parent, corpus, max_steps=5), resume=new_run_started, overwrite=not new_run_started, progress=False
+    )
     err = capsys.readouterr().err
     assert not hidden.exists()
     assert ("restored" if not new_run_started else "removed") in err

@@ -93,9 +93,16 @@ def test_lab_only_exits_0_when_the_step_succeeds(tmp_path, monkeypatch):
     code = "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(parents=True); (p / 'results.json').write_text('{}')"
 
     def fake_plan(lab_dir_arg: Path, mode: str) -> list[lab.Step]:
-        return [lab.Step(name, "experiment", f"experiments/{name}", [],
-                         command=[sys.executable, "-c", code, str(lab_dir_arg / "experiments" / name)])
-                for name in ("one", "two")]
+        return [
+            lab.Step(
+                name,
+                "experiment",
+                f"experiments/{name}",
+                [],
+                command=[sys.executable, "-c", code, str(lab_dir_arg / "experiments" / name)],
+            )
+            for name in ("one", "two")
+        ]
 
     monkeypatch.setattr(lab, "plan", fake_plan)
     assert main(["lab", "--out", str(lab_dir), "--only", "two"]) == 0  # "one" not being run is no failure
@@ -105,9 +112,14 @@ def test_lab_only_exits_0_when_the_step_succeeds(tmp_path, monkeypatch):
 
 def test_lab_only_exits_1_when_the_step_fails(tmp_path, monkeypatch):
     lab_dir = tmp_path / "lab"
-    monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [
-        lab.Step("bad", "experiment", "experiments/bad", [], command=[sys.executable, "-c", "raise SystemExit(3)"]),
-        lab.Step("other", "experiment", "experiments/other", [], command=[sys.executable, "-c", "pass"])])
+    monkeypatch.setattr(
+        lab,
+        "plan",
+        lambda lab_dir_arg, mode: [
+            lab.Step("bad", "experiment", "experiments/bad", [], command=[sys.executable, "-c", "raise SystemExit(3)"]),
+            lab.Step("other", "experiment", "experiments/other", [], command=[sys.executable, "-c", "pass"]),
+        ],
+    )
     assert main(["lab", "--out", str(lab_dir), "--only", "bad"]) == 1
 
 
@@ -150,9 +162,27 @@ def _alive(pid: int) -> bool:
 def test_sigterm_to_train_saves_a_final_checkpoint(tmp_path, request):
     """``timeout`` and schedulers send SIGTERM: the training saves its last step, as after Ctrl-C (not killed with nothing saved)."""
     run_dir = tmp_path / "runs" / "t"
-    process = subprocess.Popen([sys.executable, "-m", "poslab", "train", "--preset", "tiny", "--name", "t",
-                                "--out_dir", str(tmp_path / "runs"), "--no-progress", *LONG],
-                               env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "poslab",
+            "train",
+            "--preset",
+            "tiny",
+            "--name",
+            "t",
+            "--out_dir",
+            str(tmp_path / "runs"),
+            "--no-progress",
+            *LONG,
+        ],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         _wait_for(lambda: _logged_steps(run_dir) >= 3 or process.poll() is not None, "the training's first steps")
         assert process.poll() is None, process.stdout.read()
@@ -163,9 +193,32 @@ def test_sigterm_to_train_saves_a_final_checkpoint(tmp_path, request):
             process.kill()
     assert process.returncode == 130, output
     assert _checkpoints(run_dir), output  # ckpt_interval 100000: only the interrupt's checkpoint
-    resumed = subprocess.run([sys.executable, "-m", "poslab", "train", "--preset", "tiny", "--name", "t", "--resume",
-                              "--out_dir", str(tmp_path / "runs"), "--no-progress", *LONG[:-4], "--eval_interval", "100000",
-                              "--max_steps", "1", "--dry-run"], env=_env(), capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "poslab",
+            "train",
+            "--preset",
+            "tiny",
+            "--name",
+            "t",
+            "--resume",
+            "--out_dir",
+            str(tmp_path / "runs"),
+            "--no-progress",
+            *LONG[:-4],
+            "--eval_interval",
+            "100000",
+            "--max_steps",
+            "1",
+            "--dry-run",
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert resumed.returncode == 0, resumed.stderr
     _record(request, sigterm_to_train_saved=1)
 
@@ -181,9 +234,15 @@ def _start_sweep(tmp_path: Path, steps: int, **popen: object) -> tuple[subproces
     config = tmp_path / "s.yaml"
     config.write_text(SWEEP.format(steps=steps))
     sweep_dir = tmp_path / "sweep"
-    process = subprocess.Popen([sys.executable, "-m", "poslab", "sweep", str(config), "--out", str(sweep_dir)],
-                               env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True, **popen)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "poslab", "sweep", str(config), "--out", str(sweep_dir)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        **popen,
+    )
     return process, sweep_dir / "runs" / "seed=1"
 
 
@@ -241,7 +300,9 @@ def test_the_sweep_runner_waits_while_a_run_is_locked(tmp_path, request):
     run_dir = plan.sweep_dir / "runs" / plan.runs[0].name
     held = RunLock(run_dir).acquire()
     result: list[bool] = []
-    waiter = threading.Thread(target=lambda: result.append(sweep._wait_until_free(plan.runs[0], run_dir, messages.append)))
+    waiter = threading.Thread(
+        target=lambda: result.append(sweep._wait_until_free(plan.runs[0], run_dir, messages.append))
+    )
     waiter.start()
     time.sleep(1.5)
     assert waiter.is_alive() and result == []  # still waiting

@@ -58,11 +58,21 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("unsafe")
     corpus = root / "corpus.txt"
     corpus.write_text(load_corpus("shakespeare")[:5_000], encoding="utf-8")
-    cfg = TrainConfig.from_dict(dict(
-        name="run", out_dir=str(root / "runs"), corpus=str(corpus), max_steps=2, batch_size=2, eval_interval=2,
-        eval_iters=1, log_interval=1, ckpt_interval=2, threads=1,
-        model={"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
-    ))
+    cfg = TrainConfig.from_dict(
+        dict(
+            name="run",
+            out_dir=str(root / "runs"),
+            corpus=str(corpus),
+            max_steps=2,
+            batch_size=2,
+            eval_interval=2,
+            eval_iters=1,
+            log_interval=1,
+            ckpt_interval=2,
+            threads=1,
+            model={"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
+        )
+    )
     train(cfg, progress=False)
     return cfg.run_dir
 
@@ -127,23 +137,36 @@ def test_planted_pickles_in_a_run_folder_are_never_unpickled(trained, tmp_path, 
     # pickles where another tool would look (model.pt, pytorch_model.bin, *.pt, a latest pointing at one)
     shutil.copytree(trained, run)
     payload = torch_save_bytes(cases.marker, tmp_path)
-    for name in ("model.pt", "pytorch_model.bin", "checkpoint.pt", "checkpoints/step_0000009.pt",
-                 "checkpoints/optimizer.pt", "checkpoints/step_0000002.pt", "checkpoints/step_0000002.bin"):
+    for name in (
+        "model.pt",
+        "pytorch_model.bin",
+        "checkpoint.pt",
+        "checkpoints/step_0000009.pt",
+        "checkpoints/optimizer.pt",
+        "checkpoints/step_0000002.pt",
+        "checkpoints/step_0000002.bin",
+    ):
         (run / name).write_bytes(payload)
     (folder / "latest").write_text("step_0000009\n")
     cases.check(lambda: load_run(run), None)  # ignored: the real checkpoint of step 2 loads
     saved = json.loads((run / "config.json").read_text())["model"]
-    cfg = TrainConfig.from_dict({**json.loads((run / "config.json").read_text())["train"],
-                                 "model": {k: v for k, v in saved.items() if k != "vocab_size"},
-                                 "out_dir": str(tmp_path), "max_steps": 3})
+    cfg = TrainConfig.from_dict(
+        {
+            **json.loads((run / "config.json").read_text())["train"],
+            "model": {k: v for k, v in saved.items() if k != "vocab_size"},
+            "out_dir": str(tmp_path),
+            "max_steps": 3,
+        }
+    )
     cases.check(lambda: train(cfg, resume=True, progress=False), None)  # resume ignores them too
     # a tokenizer.json / config.json that is a pickle: refused as not JSON
     for name in ("tokenizer.json", "config.json"):
         original = (run / name).read_bytes()
         (run / name).write_bytes(pickle_bytes(cases.marker))
         cases.check(lambda: load_run(run), ValueError, "JSON")
-        cases.cli(["sample", str(run), "--tokens", "2"], capsys,
-                  match="JSON" if name == "tokenizer.json" else "config.json")
+        cases.cli(
+            ["sample", str(run), "--tokens", "2"], capsys, match="JSON" if name == "tokenizer.json" else "config.json"
+        )
         (run / name).write_bytes(original)
     _record(request, cases)
 
@@ -172,7 +195,9 @@ def test_planted_files_in_a_hugging_face_folder_are_refused(hf_folder, tmp_path,
     convert("holds more than tensors")
     # the same as a shard of a sharded .bin checkpoint
     (evil / "pytorch_model.bin").rename(evil / "pytorch_model-00001-of-00001.bin")
-    (evil / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {"x": "pytorch_model-00001-of-00001.bin"}}))
+    (evil / "pytorch_model.bin.index.json").write_text(
+        json.dumps({"weight_map": {"x": "pytorch_model-00001-of-00001.bin"}})
+    )
     cases.check(lambda: from_hf(str(evil)), ValueError, "holds more than tensors")
     # a plain pickle named model.safetensors
     (fresh() / "model.safetensors").write_bytes(pickle_bytes(cases.marker))
@@ -184,14 +209,18 @@ def test_planted_files_in_a_hugging_face_folder_are_refused(hf_folder, tmp_path,
         f"open({str(cases.marker)!r}, 'w')\nfrom transformers import PretrainedConfig\n\n\n"
         "class EvilConfig(PretrainedConfig):\n    model_type = 'evil'\n"
     )
-    (evil / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": {"AutoConfig": "configuration_evil.EvilConfig"}}))
+    (evil / "config.json").write_text(
+        json.dumps({"model_type": "evil", "auto_map": {"AutoConfig": "configuration_evil.EvilConfig"}})
+    )
     cases.check(lambda: from_hf(str(evil)), ValueError, "trust_remote_code")
     convert("custom code")
     # a slow tokenizer with auto_map: its tokenization code must not be imported either
     fresh()
     (evil / "tokenization_evil.py").write_text(f"open({str(cases.marker)!r}, 'w')\n")
     (evil / "vocab.json").write_text("{}")
-    (evil / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}}))
+    (evil / "tokenizer_config.json").write_text(
+        json.dumps({"auto_map": {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}})
+    )
     convert("tokenizer")
     # tokenizer.json that is a pickle
     fresh()
@@ -205,23 +234,68 @@ def test_yaml_with_python_tags_is_refused(tmp_path, capsys, request):
     tag = f"!!python/object/apply:builtins.open [{str(cases.marker)!r}, w]"
     preset = tmp_path / "evil.yaml"
     preset.write_text(f"config:\n  corpus: {tag}\n  max_steps: 2\n", encoding="utf-8")
-    cases.cli(["train", "--preset", str(preset), "--dry-run", "--out_dir", str(tmp_path)], capsys, match="not valid YAML")
+    cases.cli(
+        ["train", "--preset", str(preset), "--dry-run", "--out_dir", str(tmp_path)], capsys, match="not valid YAML"
+    )
     preset.write_text(f"{tag}\n", encoding="utf-8")
     cases.cli(["train", "--preset", str(preset), "--dry-run", "--out_dir", str(tmp_path)], capsys, match="YAML")
-    cases.cli(["train", "--preset", "tiny", "--dry-run", "--out_dir", str(tmp_path), "--model.position", "rope",
-               "--model.position_config", tag], capsys, match="--model.position_config expects a mapping")
-    cases.cli(["train", "--preset", "tiny", "--dry-run", "--out_dir", str(tmp_path), "--model.position", "rope",
-               "--model.position_config.base", tag], capsys, match="base")
+    cases.cli(
+        [
+            "train",
+            "--preset",
+            "tiny",
+            "--dry-run",
+            "--out_dir",
+            str(tmp_path),
+            "--model.position",
+            "rope",
+            "--model.position_config",
+            tag,
+        ],
+        capsys,
+        match="--model.position_config expects a mapping",
+    )
+    cases.cli(
+        [
+            "train",
+            "--preset",
+            "tiny",
+            "--dry-run",
+            "--out_dir",
+            str(tmp_path),
+            "--model.position",
+            "rope",
+            "--model.position_config.base",
+            tag,
+        ],
+        capsys,
+        match="base",
+    )
     _record(request, cases)
 
 
 # ------------------------------------------------------------------------------------ source scan
 #: (module, function) calls that execute code from data
 _FORBIDDEN_CALLS = {
-    ("pickle", "load"), ("pickle", "loads"), ("pickle", "Unpickler"), ("cPickle", "load"), ("cPickle", "loads"),
-    ("dill", "load"), ("dill", "loads"), ("marshal", "load"), ("marshal", "loads"), ("shelve", "open"),
-    ("joblib", "load"), ("yaml", "load"), ("yaml", "load_all"), ("yaml", "unsafe_load"), ("yaml", "full_load"),
-    ("yaml", "unsafe_load_all"), ("jit", "load"), ("torch.jit", "load"), ("serialization", "add_safe_globals"),
+    ("pickle", "load"),
+    ("pickle", "loads"),
+    ("pickle", "Unpickler"),
+    ("cPickle", "load"),
+    ("cPickle", "loads"),
+    ("dill", "load"),
+    ("dill", "loads"),
+    ("marshal", "load"),
+    ("marshal", "loads"),
+    ("shelve", "open"),
+    ("joblib", "load"),
+    ("yaml", "load"),
+    ("yaml", "load_all"),
+    ("yaml", "unsafe_load"),
+    ("yaml", "full_load"),
+    ("yaml", "unsafe_load_all"),
+    ("jit", "load"),
+    ("torch.jit", "load"),
+    ("serialization", "add_safe_globals"),
 }
 
 
@@ -245,7 +319,9 @@ def unsafe_calls(source: str, filename: str) -> list[str]:
         keywords = {k.arg: k.value for k in node.keywords}
         if name in ("eval", "exec", "compile", "builtins.eval", "builtins.exec"):
             found.append(where)
-        elif len(parts) >= 2 and ((parts[-2], parts[-1]) in _FORBIDDEN_CALLS or (".".join(parts[:-1]), parts[-1]) in _FORBIDDEN_CALLS):
+        elif len(parts) >= 2 and (
+            (parts[-2], parts[-1]) in _FORBIDDEN_CALLS or (".".join(parts[:-1]), parts[-1]) in _FORBIDDEN_CALLS
+        ):
             found.append(where)
         elif parts[-1] == "load" and parts[0] == "torch" and len(parts) == 2:
             weights_only = keywords.get("weights_only")
@@ -291,7 +367,9 @@ json.load(f)
 
 def test_the_package_never_calls_an_unsafe_loader(request):
     files = sorted((ROOT / "poslab").rglob("*.py"))
-    found = [hit for path in files for hit in unsafe_calls(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+    found = [
+        hit for path in files for hit in unsafe_calls(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+    ]
     assert found == [], found
     assert len(files) > 30
     from test_reliability_artifacts import mode, record
@@ -302,5 +380,12 @@ def test_the_package_never_calls_an_unsafe_loader(request):
 def _record(request, cases: Cases) -> None:
     from test_reliability_artifacts import mode, record
 
-    record("unsafe", mode(request), {"malicious_files_planted": cases.planted, "refused": cases.refused,
-                                     "markers_created": int(cases.marker.exists())})
+    record(
+        "unsafe",
+        mode(request),
+        {
+            "malicious_files_planted": cases.planted,
+            "refused": cases.refused,
+            "markers_created": int(cases.marker.exists()),
+        },
+    )

@@ -24,8 +24,15 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread
 def verdict_of(html: str, claim_start: str) -> str:
     """The verdict badge text of the first claims-table row whose claim starts with ``claim_start``."""
     within = r"(?:(?!</tr>).)*?"  # never across rows
-    row = re.search(r"<tr class='v-\w+'><td class='src'>" + within + r"</td><td>(?:<span class='\w+'>)?" + re.escape(claim_start)
-                    + within + "</tr>", html)
+    row = re.search(
+        r"<tr class='v-\w+'><td class='src'>"
+        + within
+        + r"</td><td>(?:<span class='\w+'>)?"
+        + re.escape(claim_start)
+        + within
+        + "</tr>",
+        html,
+    )
     assert row, claim_start
     return re.search(r"<span class='badge \w+'>([^<]+)</span>", row.group(0)).group(1)
 
@@ -57,8 +64,15 @@ def test_report_shows_the_plots_of_each_folder(tmp_path):
 
 def test_claims_held_on_real_results():
     html = build_report(shared_lab(), shared_lab() / "claims.html").read_text(encoding="utf-8")
-    for start in ("多头不增加参数量", "单头 Linear(512,512)", "qkv 3168 个", "[batch, seq, d_model]", "&lt;R_m q, R_n k&gt; 只依赖",
-                  "打乱顺序后", "这就是为什么必须要有位置编码"):
+    for start in (
+        "多头不增加参数量",
+        "单头 Linear(512,512)",
+        "qkv 3168 个",
+        "[batch, seq, d_model]",
+        "&lt;R_m q, R_n k&gt; 只依赖",
+        "打乱顺序后",
+        "这就是为什么必须要有位置编码",
+    ):
         assert verdict_of(html, start) == "held", start
     assert "1 层：没有位置嵌入" not in html  # causal-leak is not in this lab: its claims are decided when it runs
     records = [v.record for v in claims.evaluate(load_results(shared_lab()))]
@@ -66,9 +80,11 @@ def test_claims_held_on_real_results():
     assert all(r.n_seeds == 0 and r.noise is None for r in records if r.verdict != "inconclusive")
     counts = tally(records)
     untestable = sum(not_testable(r) for r in records)
-    assert (f"<span class='count held'>{counts['held']} held</span> <span class='count wrong'>{counts['did not hold']} "
-            f"did not hold</span> <span class='count untestable'>{untestable} not testable</span> "
-            f"<span class='count inconclusive'>{counts['inconclusive'] - untestable} inconclusive</span>") in html
+    assert (
+        f"<span class='count held'>{counts['held']} held</span> <span class='count wrong'>{counts['did not hold']} "
+        f"did not hold</span> <span class='count untestable'>{untestable} not testable</span> "
+        f"<span class='count inconclusive'>{counts['inconclusive'] - untestable} inconclusive</span>"
+    ) in html
 
 
 def test_changing_a_results_file_changes_the_report(tmp_path):
@@ -98,12 +114,22 @@ def test_experiment_claim_lists_are_shown(tmp_path):
     lab_dir = copy_lab(tmp_path / "lab")
     folder = lab_dir / "experiments" / "extrapolation"
     folder.mkdir()
-    flat = bound("ALiBi flat past L", "Press et al. 2022", [1.01, 1.02, 1.03], 1.10, below=True, label="alibi", metric="ratio")
-    close = compare("rope beats alibi", "seed 000 §4", [2.30, 2.35, 2.28], [2.31, 2.33, 2.30], better_label="rope",
-                    worse_label="alibi", metric="val loss")
+    flat = bound(
+        "ALiBi flat past L", "Press et al. 2022", [1.01, 1.02, 1.03], 1.10, below=True, label="alibi", metric="ratio"
+    )
+    close = compare(
+        "rope beats alibi",
+        "seed 000 §4",
+        [2.30, 2.35, 2.28],
+        [2.31, 2.33, 2.30],
+        better_label="rope",
+        worse_label="alibi",
+        metric="val loss",
+    )
     assert close.verdict == "inconclusive"
-    (folder / "results.json").write_text(json.dumps({"claims": [flat.to_dict(), close.to_dict(),
-                                                                {"claim": "old shape", "held": True}]}))
+    (folder / "results.json").write_text(
+        json.dumps({"claims": [flat.to_dict(), close.to_dict(), {"claim": "old shape", "held": True}]})
+    )
     html = build_report(lab_dir).read_text(encoding="utf-8")
     assert verdict_of(html, "ALiBi flat past L") == "held"
     assert "ratio of alibi 1.020 ± 0.010 (n=3)" in html  # the measured cell: mean ± sd
@@ -129,8 +155,9 @@ def test_report_survives_broken_or_missing_inputs(tmp_path):
     (lab_dir / "experiments" / "params").mkdir(parents=True)
     (lab_dir / "experiments" / "params" / "results.json").write_text("{not json")
     (lab_dir / "experiments" / "shapes").mkdir()
-    (lab_dir / "experiments" / "shapes" / "results.json").write_text(json.dumps({"seed000_walk": "wrong type",
-                                                                                  "claims": "wrong type"}))
+    (lab_dir / "experiments" / "shapes" / "results.json").write_text(
+        json.dumps({"seed000_walk": "wrong type", "claims": "wrong type"})
+    )
     with pytest.raises((TypeError, AttributeError)):
         shapes.claims({"seed000_walk": "wrong type"})  # the experiment refuses to decide on a broken walk
     html = build_report(lab_dir).read_text(encoding="utf-8")
@@ -158,7 +185,9 @@ def test_font_subset_covers_the_corpora_and_embeds_small():
     poems = load_corpus("tang5").replace("\n", "")
     missing = [c for c in poems if c not in covered]
     # only rare CJK extension B+ characters (no font installed here has them) are missing: < 0.1% of the text
-    assert len(missing) < 0.001 * len(poems) and all(ord(c) > 0x20000 or 0x3400 <= ord(c) < 0x4DC0 or ord(c) > 0x9FA5 for c in missing)
+    assert len(missing) < 0.001 * len(poems) and all(
+        ord(c) > 0x20000 or 0x3400 <= ord(c) < 0x4DC0 or ord(c) > 0x9FA5 for c in missing
+    )
     assert set(PROMPT) <= covered
     css = font_face_css("白日依山尽 hello")
     assert css.startswith("@font-face") and len(css) < 20_000
@@ -183,7 +212,9 @@ def test_pe_cache_experiment(tmp_path):
     assert speed["verdict"] == ("held" if held else "did not hold")
     assert speed["margin"] == pytest.approx(results["headline"]["embed_speedup"] - pe_cache.HELD_IF_AT_LEAST)
     assert value_range["verdict"] == "held" and results["value_range"] == {"min": -1.0, "max": 1.0}
-    assert wavelengths["verdict"] == "held" and results["wavelength_range"]["max_over_2pi"] == pytest.approx(10000 ** (510 / 512))
+    assert wavelengths["verdict"] == "held" and results["wavelength_range"]["max_over_2pi"] == pytest.approx(
+        10000 ** (510 / 512)
+    )
     assert check_records(results["claims"]) == []
 
 
@@ -196,7 +227,11 @@ def fake_step(name: str, folder: str, lab_dir: Path, fail: bool = False, needs: 
         f"counter = pathlib.Path({str(lab_dir / (folder.replace('/', '_') + '.count'))!r})\n"
         "counter.write_text(str(int(counter.read_text()) + 1 if counter.exists() else 1))\n"
         "print('step 1/2', end='\\r', flush=True); print('working on', out.name)\n"
-        + ("sys.exit('boom: the step broke')\n" if fail else "(out / 'results.json').write_text(json.dumps({'value': 3.25}))\n")
+        + (
+            "sys.exit('boom: the step broke')\n"
+            if fail
+            else "(out / 'results.json').write_text(json.dumps({'value': 3.25}))\n"
+        )
     )
     return lab.Step(name, "experiment", folder, [], needs=needs, command=[sys.executable, "-c", code])
 
@@ -211,14 +246,19 @@ def test_lab_reuses_finished_steps_records_failures_and_builds_the_report(tmp_pa
     fail = {"flag": False}
 
     def fake_plan(lab_dir_arg: Path, mode: str) -> list[lab.Step]:
-        return [fake_step("one", "experiments/one", lab_dir), fake_step("two", "experiments/two", lab_dir, fail=fail["flag"]),
-                fake_step("three", "experiments/three", lab_dir, needs=("experiments/two",))]
+        return [
+            fake_step("one", "experiments/one", lab_dir),
+            fake_step("two", "experiments/two", lab_dir, fail=fail["flag"]),
+            fake_step("three", "experiments/three", lab_dir, needs=("experiments/two",)),
+        ]
 
     monkeypatch.setattr(lab, "plan", fake_plan)
     stream = __import__("io").StringIO()
     manifest = lab.run_lab(lab_dir, "quick", stream=stream)
     assert [s["status"] for s in manifest["steps"]] == ["ok", "ok", "ok"]
-    assert (lab_dir / "report.html").is_file() and (lab_dir / "logs" / "experiments_one.log").read_text().count("working on one")
+    assert (lab_dir / "report.html").is_file() and (lab_dir / "logs" / "experiments_one.log").read_text().count(
+        "working on one"
+    )
     progress = stream.getvalue()
     assert "lab [1/3] one" in progress and "ETA" in progress and "working on one" in progress
 
@@ -289,15 +329,35 @@ def test_context_key_table_shows_checkpoint_averaging():
     def cell(*values: float) -> dict:
         return {"nonoverlapping": {"ppl": sum(values) / len(values), "ppl_per_seed": list(values)}}
 
-    results = {"train_length": 64, "eval_length": 256, "factor": 4, "seeds": [1, 2, 3], "base": {"L": cell(10.0)},
-               "inference": {"YaRN": {**cell(12.0), "rope_scaling": "yarn:4"}},
-               "finetuned": {"YaRN": {"rope_scaling": "yarn:4", "4L": cell(10.5), "L": cell(10.25)}}}
+    results = {
+        "train_length": 64,
+        "eval_length": 256,
+        "factor": 4,
+        "seeds": [1, 2, 3],
+        "base": {"L": cell(10.0)},
+        "inference": {"YaRN": {**cell(12.0), "rope_scaling": "yarn:4"}},
+        "finetuned": {"YaRN": {"rope_scaling": "yarn:4", "4L": cell(10.5), "L": cell(10.25)}},
+    }
     before = key_tables("experiments/context-extension", results)
-    assert "ppl at 256" in before and "checkpoint averaging" not in before  # results from before averaging: as they were
-    results["averaging"] = {"fine_tune": "YaRN", "last": 3, "base_weight": 0.5, "note": "Llama 3 averages in annealing",
-                            "variants": {"last-k average": {"L": cell(10.125, 10.375), "4L": cell(10.5),
-                                                            "passkey": {"4": [0.5, None]},
-                                                            "weight_distance_to_fine_tuned": [0.01, 0.03]}}}
+    assert (
+        "ppl at 256" in before and "checkpoint averaging" not in before
+    )  # results from before averaging: as they were
+    results["averaging"] = {
+        "fine_tune": "YaRN",
+        "last": 3,
+        "base_weight": 0.5,
+        "note": "Llama 3 averages in annealing",
+        "variants": {
+            "last-k average": {
+                "L": cell(10.125, 10.375),
+                "4L": cell(10.5),
+                "passkey": {"4": [0.5, None]},
+                "weight_distance_to_fine_tuned": [0.01, 0.03],
+            }
+        },
+    }
     html = key_tables("experiments/context-extension", results)
     assert html.startswith(before) and "checkpoint averaging of the YaRN fine-tune: last 3 checkpoints" in html
-    assert "10.250 ± 0.177 (n=2)" in html and "0.0200 ± 0.0141 (n=2)" in html and "Llama 3 averages in annealing" in html
+    assert (
+        "10.250 ± 0.177 (n=2)" in html and "0.0200 ± 0.0141 (n=2)" in html and "Llama 3 averages in annealing" in html
+    )

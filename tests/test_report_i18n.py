@@ -41,8 +41,11 @@ def english_left(page: str) -> list[tuple[str, str]]:
     for key, message in STRINGS.items():
         for piece in re.split(r"\{[^}]*\}", message["en"]):
             piece = piece.strip(" ;:.,()")
-            if len(piece) >= 4 and piece not in message["zh"] and re.search(
-                    r"(?<![\w-])" + re.escape(piece) + r"(?![\w-])", text):
+            if (
+                len(piece) >= 4
+                and piece not in message["zh"]
+                and re.search(r"(?<![\w-])" + re.escape(piece) + r"(?![\w-])", text)
+            ):
                 left.append((key, piece))
     return left
 
@@ -101,18 +104,40 @@ def test_english_stays_the_default_and_names_the_lessons():
 # ------------------------------------------------------------------------------ four kinds of verdict
 def four_kinds_lab(tmp_path: Path) -> Path:
     lab_dir = copy_lab(tmp_path / "lab")
-    held = compare("rope beats none", "seed 000 §2.2", [1.0, 1.01, 0.99], [2.0, 2.01, 1.99], better_label="rope",
-                   worse_label="none", metric="val loss")
-    wrong = deterministic("the lesson's table is right", "seed 000 §3.4", "error within 0", "off by 3", error=3.0,
-                          tolerance=0.0, details={"evidence": "the table recomputed", "quote": "波动仅 1e-6"})
+    held = compare(
+        "rope beats none",
+        "seed 000 §2.2",
+        [1.0, 1.01, 0.99],
+        [2.0, 2.01, 1.99],
+        better_label="rope",
+        worse_label="none",
+        metric="val loss",
+    )
+    wrong = deterministic(
+        "the lesson's table is right",
+        "seed 000 §3.4",
+        "error within 0",
+        "off by 3",
+        error=3.0,
+        tolerance=0.0,
+        details={"evidence": "the table recomputed", "quote": "波动仅 1e-6"},
+    )
     untestable = with_premise(held, Premise("accuracy at L >= 0.9 in both arms", "rope 0.41, none 0.12", False))
     untestable = type(held)(**{**untestable.to_dict(), "claim": "alibi beats rope"})
-    close = compare("learned beats none", "seed 001", [1.0, 1.1, 0.9], [1.02, 1.12, 0.92], better_label="learned",
-                    worse_label="none", metric="val loss")
+    close = compare(
+        "learned beats none",
+        "seed 001",
+        [1.0, 1.1, 0.9],
+        [1.02, 1.12, 0.92],
+        better_label="learned",
+        worse_label="none",
+        metric="val loss",
+    )
     folder = lab_dir / "experiments" / "position-training"
     folder.mkdir(parents=True)
-    (folder / "results.json").write_text(json.dumps({"claims": [r.to_dict() for r in (held, wrong, untestable, close)]}),
-                                         encoding="utf-8")
+    (folder / "results.json").write_text(
+        json.dumps({"claims": [r.to_dict() for r in (held, wrong, untestable, close)]}), encoding="utf-8"
+    )
     return lab_dir
 
 
@@ -134,7 +159,9 @@ def test_four_kinds_have_their_own_badge_meaning_and_count(tmp_path):
     assert "alibi beats rope" not in main_table  # shown apart, with what was missing
     assert "alibi beats rope" in apart and "premise not met: accuracy at L &gt;= 0.9 in both arms" in apart
     assert "rope 0.41, none 0.12" in apart
-    row = re.search(r"<tr class='v-wrong'>(?:(?!</tr>).)*the lesson&#x27;s table is right(?:(?!</tr>).)*</tr>", main_table)
+    row = re.search(
+        r"<tr class='v-wrong'>(?:(?!</tr>).)*the lesson&#x27;s table is right(?:(?!</tr>).)*</tr>", main_table
+    )
     assert row and "the table recomputed" in row.group(0)  # the correction's evidence
     zh = build_report(lab_dir, lang="zh").read_text(encoding="utf-8")
     assert "波动仅 1e-6" in zh  # the Chinese page quotes the lesson itself

@@ -13,8 +13,16 @@ from poslab.lab.verdicts import ClaimRecord, missing_premises
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 TINY_MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "position": "rope"}
-TINY_STEPS = {"max_steps": 8, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "eval_interval": 8, "eval_iters": 1,
-              "ckpt_interval": 0, "keep_checkpoints": 1}
+TINY_STEPS = {
+    "max_steps": 8,
+    "batch_size": 4,
+    "lr": 3e-3,
+    "warmup_steps": 2,
+    "eval_interval": 8,
+    "eval_iters": 1,
+    "ckpt_interval": 0,
+    "keep_checkpoints": 1,
+}
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
@@ -31,8 +39,17 @@ def test_pair_norms_follow_the_layout(layout):
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_frequency_norms_see_only_the_pair_the_weights_feed(layout):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=20, n_layer=1, n_head=2, n_embd=16, block_size=8, position="rope",
-                          position_config={"layout": layout})).eval()
+    model = GPT(
+        GPTConfig(
+            vocab_size=20,
+            n_layer=1,
+            n_head=2,
+            n_embd=16,
+            block_size=8,
+            position="rope",
+            position_config={"layout": layout},
+        )
+    ).eval()
     d_k = 8
     first, second = (0, d_k // 2) if layout == "half" else (0, 1)  # pair 0 of head 0
     with torch.no_grad():
@@ -70,4 +87,6 @@ def test_experiment_runs_small_and_writes_claims(tmp_path):
         assert ClaimRecord.from_dict(claim).n_seeds == 3
     for r in results["per_seed"]:
         assert torch.tensor(r["trained"]["q"]).shape == (1, 2, 4)
-        assert r["trained"]["low_over_high"] == pytest.approx(r["trained"]["low_quarter"] / r["trained"]["high_quarter"])
+        assert r["trained"]["low_over_high"] == pytest.approx(
+            r["trained"]["low_quarter"] / r["trained"]["high_quarter"]
+        )

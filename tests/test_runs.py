@@ -42,8 +42,13 @@ def _mentions_run_file(node: ast.AST) -> bool:
 
 def _parses_json(node: ast.AST) -> bool:
     for sub in ast.walk(node):
-        if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in ("load", "loads")
-                and isinstance(sub.func.value, ast.Name) and sub.func.value.id == "json"):
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in ("load", "loads")
+            and isinstance(sub.func.value, ast.Name)
+            and sub.func.value.id == "json"
+        ):
             return True
     return False
 
@@ -51,8 +56,9 @@ def _parses_json(node: ast.AST) -> bool:
 def run_file_parsers(source: str) -> list[str]:
     """Functions (or ``<module>``) of ``source`` that call ``json.load(s)`` and name a run file."""
     tree = ast.parse(source)
-    scopes: list[tuple[str, ast.AST]] = [(n.name, n) for n in ast.walk(tree)
-                                         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    scopes: list[tuple[str, ast.AST]] = [
+        (n.name, n) for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
     top = ast.Module(body=[n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))], type_ignores=[])
     scopes.append(("<module>", top))
     return sorted({name for name, node in scopes if _parses_json(node) and _mentions_run_file(node)})
@@ -68,19 +74,29 @@ def test_no_module_outside_runs_parses_a_run_file():
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize(("source", "flagged"), [
-    ('import json\ndef f(run):\n    return json.loads((run / "config.json").read_text())\n', ["f"]),
-    ('import json\nrows = [json.loads(x) for x in open("r/metrics.jsonl")]\n', ["<module>"]),
-    ('import json\ndef g(p):\n    return json.load(open(p / f"checkpoints/{p.name}"))\n', ["g"]),
-    ('import json\ndef h(body):\n    return json.loads(body)\n', []),  # a request body: no run file
-    ('from poslab.runs import RunFolder\ndef k(p):\n    return RunFolder(p).config()\n', []),
-])
+@pytest.mark.parametrize(
+    ("source", "flagged"),
+    [
+        ('import json\ndef f(run):\n    return json.loads((run / "config.json").read_text())\n', ["f"]),
+        ('import json\nrows = [json.loads(x) for x in open("r/metrics.jsonl")]\n', ["<module>"]),
+        ('import json\ndef g(p):\n    return json.load(open(p / f"checkpoints/{p.name}"))\n', ["g"]),
+        ("import json\ndef h(body):\n    return json.loads(body)\n", []),  # a request body: no run file
+        ("from poslab.runs import RunFolder\ndef k(p):\n    return RunFolder(p).config()\n", []),
+    ],
+)
 def test_the_run_file_checker_can_fail(source, flagged):
     assert run_file_parsers(source) == flagged
 
 
-READERS = ("poslab.runs", "poslab.analysis.eval", "poslab.analysis.heads", "poslab.analysis.attention_map",
-           "poslab.cli.sample", "poslab.interop.convert", "poslab.lab.explore")
+READERS = (
+    "poslab.runs",
+    "poslab.analysis.eval",
+    "poslab.analysis.heads",
+    "poslab.analysis.attention_map",
+    "poslab.cli.sample",
+    "poslab.interop.convert",
+    "poslab.lab.explore",
+)
 
 
 def module_file(module: str) -> Path | None:
@@ -143,10 +159,22 @@ def corpus(tmp_path_factory):
 
 
 def tiny(out: Path, corpus: Path, **overrides) -> TrainConfig:
-    values = dict(name="run", out_dir=str(out), corpus=str(corpus),
-                  model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16), max_steps=4, batch_size=2,
-                  warmup_steps=1, eval_interval=2, eval_iters=1, log_interval=1, ckpt_interval=2, keep_checkpoints=0,
-                  seed=3, threads=1)
+    values = dict(
+        name="run",
+        out_dir=str(out),
+        corpus=str(corpus),
+        model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16),
+        max_steps=4,
+        batch_size=2,
+        warmup_steps=1,
+        eval_interval=2,
+        eval_iters=1,
+        log_interval=1,
+        ckpt_interval=2,
+        keep_checkpoints=0,
+        seed=3,
+        threads=1,
+    )
     values.update(overrides)
     return TrainConfig.from_dict(values)
 
@@ -232,11 +260,14 @@ def test_resume_identity_ignores_free_keys(run):
     assert "max_steps" not in identity["train"] and identity["model"]["n_layer"] == 1
 
 
-@pytest.mark.parametrize(("doc", "match"), [
-    ({}, r"config.json' lacks the 'model' section"),
-    ({"model": {}}, r"config.json' lacks the 'train' section"),
-    ([1, 2], r"config.json' holds a list, not a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("doc", "match"),
+    [
+        ({}, r"config.json' lacks the 'model' section"),
+        ({"model": {}}, r"config.json' lacks the 'train' section"),
+        ([1, 2], r"config.json' holds a list, not a JSON object"),
+    ],
+)
 def test_a_config_without_its_sections_is_one_line(run, doc, match):
     run.file("config.json").write_text(json.dumps(doc), encoding="utf-8")
     with pytest.raises(RunFileError, match=match):
@@ -260,7 +291,10 @@ def test_averaged_model_is_the_mean_of_the_last_checkpoints(run):
 
 
 def test_averaged_model_refuses_what_it_cannot_average(run):
-    with pytest.raises(ckpt.CheckpointError, match=r"keeps 2 checkpoint\(s\) \(steps \[2, 4\]\); averaging the last 3.*keep_checkpoints >= 3"):
+    with pytest.raises(
+        ckpt.CheckpointError,
+        match=r"keeps 2 checkpoint\(s\) \(steps \[2, 4\]\); averaging the last 3.*keep_checkpoints >= 3",
+    ):
         run.averaged_model(3)
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="an int >= 1"):

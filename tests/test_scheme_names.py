@@ -32,18 +32,33 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("interop/permute.py", "rope"): "model family: relayouts a RoPE checkpoint between half and interleaved pairs",
     ("lab/experiments/causal_leak.py", "none"): "experiment about NoPE: the lesson's table has a 'no positions' column",
     ("lab/experiments/causal_leak.py", "learned"): "experiment about the learned table: the lesson's 'learned' column",
-    ("lab/experiments/context_extension.py", "none"): "experiment about RoPE scalings: 'none' is its no-scaling variant",
-    ("lab/experiments/position_training.py", "learned"): "reports each scheme against GPT-2's learned table, the lessons' baseline",
+    (
+        "lab/experiments/context_extension.py",
+        "none",
+    ): "experiment about RoPE scalings: 'none' is its no-scaling variant",
+    (
+        "lab/experiments/position_training.py",
+        "learned",
+    ): "reports each scheme against GPT-2's learned table, the lessons' baseline",
     ("config.py", "none"): "the literal None of a CLI override ('none'/'null'), not the NoPE scheme",
     ("interop/llama4.py", "rope"): "model family: Llama 4's RoPE layers",
     ("interop/llama4.py", "none"): "model family: Llama 4's NoPE layers (every 4th)",
     ("lab/explore.py", "none"): "the HTTP header value Sec-Fetch-Site: none, not the NoPE scheme",
     ("config_keys.py", "none"): "the literal None of a typed value given as text ('none'/'null'), not the NoPE scheme",
-    ("lab/experiments/probes.py", "none"): "claims about NoPE: Kazemnejad et al.'s ranking and 'attention needs position'",
+    (
+        "lab/experiments/probes.py",
+        "none",
+    ): "claims about NoPE: Kazemnejad et al.'s ranking and 'attention needs position'",
     ("interop/common.py", "rope"): "model family: the rotary families' check that every RoPE layer has rope_parameters",
     ("lab/experiments/extrapolation.py", "none"): "the premise of a scheme comparison: each positional arm beats NoPE",
-    ("lab/experiments/position_training.py", "alibi"): "the lesson's claim about ALiBi: it trains at nearly NoPE's speed",
-    ("lab/experiments/position_training.py", "none"): "the lesson's claim about ALiBi: it trains at nearly NoPE's speed",
+    (
+        "lab/experiments/position_training.py",
+        "alibi",
+    ): "the lesson's claim about ALiBi: it trains at nearly NoPE's speed",
+    (
+        "lab/experiments/position_training.py",
+        "none",
+    ): "the lesson's claim about ALiBi: it trains at nearly NoPE's speed",
 }
 
 
@@ -64,7 +79,11 @@ def _scheme_only_methods() -> set[str]:
         for cls in positions.get(name).__mro__:
             if cls is PositionScheme or not issubclass(cls, PositionScheme):
                 continue
-            out |= {attr for attr, value in vars(cls).items() if callable(value) and not attr.startswith("_") and attr not in base}
+            out |= {
+                attr
+                for attr, value in vars(cls).items()
+                if callable(value) and not attr.startswith("_") and attr not in base
+            }
     return out
 
 
@@ -85,7 +104,13 @@ def scheme_references(source: str) -> list[tuple[int, str, str]]:
             if node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
                 target = node.args[1]
                 for item in target.elts if isinstance(target, ast.Tuple) else [target]:
-                    label = item.id if isinstance(item, ast.Name) else item.attr if isinstance(item, ast.Attribute) else None
+                    label = (
+                        item.id
+                        if isinstance(item, ast.Name)
+                        else item.attr
+                        if isinstance(item, ast.Attribute)
+                        else None
+                    )
                     if label in classes:
                         found.append((node.lineno, node.func.id, label))
             if node.func.id in ("hasattr", "getattr") and len(node.args) >= 2:
@@ -110,9 +135,18 @@ def test_the_scan_finds_every_kind_of_scheme_test() -> None:
         "name in ('rope', 'xpos')\n"
         "hasattr(scheme, 'buckets')\n"
     )
-    assert [(line, kind) for line, kind, _ in caught] == [(2, "isinstance"), (3, "issubclass"), (4, "compare"),
-                                                          (5, "compare"), (5, "compare"), (6, "hasattr")]
-    assert scheme_references("isinstance(x, PositionScheme)\nscheme.has_bias\nname == 'gpt2'\nhasattr(t, 'encode')\n") == []
+    assert [(line, kind) for line, kind, _ in caught] == [
+        (2, "isinstance"),
+        (3, "issubclass"),
+        (4, "compare"),
+        (5, "compare"),
+        (5, "compare"),
+        (6, "hasattr"),
+    ]
+    assert (
+        scheme_references("isinstance(x, PositionScheme)\nscheme.has_bias\nname == 'gpt2'\nhasattr(t, 'encode')\n")
+        == []
+    )
 
 
 def test_no_module_outside_positions_names_or_type_tests_a_scheme() -> None:
@@ -124,4 +158,6 @@ def test_no_module_outside_positions_names_or_type_tests_a_scheme() -> None:
         for line, kind, what in scheme_references(path.read_text(encoding="utf-8")):
             if (module, what) not in ALLOWED:
                 offences.append(f"poslab/{module}:{line}: {kind} {what!r}")
-    assert not offences, "ask the scheme (flags, describe(), check_layer(), rescalable()) instead of:\n" + "\n".join(offences)
+    assert not offences, "ask the scheme (flags, describe(), check_layer(), rescalable()) instead of:\n" + "\n".join(
+        offences
+    )

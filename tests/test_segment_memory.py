@@ -40,8 +40,13 @@ def test_xl_has_one_distinct_w_r_per_layer_and_shared_u_v() -> None:
     assert len({id(w) for w in weights}) == 3, "each layer must use its own W_R parameter"
     assert all(v.u is model.position.u and v.v is model.position.v for v in views), "u, v are tied across layers"
     keys = [k for k in model.state_dict() if k.startswith("position.")]
-    assert sorted(keys) == ["position.r_proj.0.weight", "position.r_proj.1.weight", "position.r_proj.2.weight",
-                            "position.u", "position.v"]
+    assert sorted(keys) == [
+        "position.r_proj.0.weight",
+        "position.r_proj.1.weight",
+        "position.r_proj.2.weight",
+        "position.u",
+        "position.v",
+    ]
     assert len(list(model.parameters())) == len({id(p) for p in model.parameters()})
     # each layer's W_R gets the gradient of its own layer only: the views really are used
     _, loss = model(_idx(16), _idx(16, seed=2))

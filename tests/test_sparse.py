@@ -75,7 +75,9 @@ def test_axial_rejects_a_sequence() -> None:
 
 
 # ========================================================================================== LSH
-def brute_force_lsh(qk: torch.Tensor, v: torch.Tensor, buckets: torch.Tensor, chunk: int, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def brute_force_lsh(
+    qk: torch.Tensor, v: torch.Tensor, buckets: torch.Tensor, chunk: int, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One hash round for one head, pair by pair. qk [T, d], v [T, dv], buckets [T] -> (out [T, dv], lse [T])."""
     T, d = qk.shape
     keys = torch.nn.functional.normalize(qk.double(), dim=-1)

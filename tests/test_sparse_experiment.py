@@ -66,8 +66,12 @@ def test_attended_fraction():
 
 
 def test_peak_memory_grows_with_T_for_full_attention():
-    small = sparse.peak_step_mib(sparse.CopyModel("full", 64), sparse.delayed_copy(8, 64, torch.Generator().manual_seed(0)))
-    large = sparse.peak_step_mib(sparse.CopyModel("full", 256), sparse.delayed_copy(8, 256, torch.Generator().manual_seed(0)))
+    small = sparse.peak_step_mib(
+        sparse.CopyModel("full", 64), sparse.delayed_copy(8, 64, torch.Generator().manual_seed(0))
+    )
+    large = sparse.peak_step_mib(
+        sparse.CopyModel("full", 256), sparse.delayed_copy(8, 256, torch.Generator().manual_seed(0))
+    )
     assert 0 < small < large
 
 

@@ -73,7 +73,9 @@ def test_attends_exactly_sinks_plus_window_keys():
     k, w = 4, 6
     cache = m.make_cache(1, sinks=k, window=w)
     seen = []
-    hooks = [b.attn.scores_probe.register_forward_hook(lambda _m, _i, out: seen.append(out.shape[-1])) for b in m.blocks]
+    hooks = [
+        b.attn.scores_probe.register_forward_hook(lambda _m, _i, out: seen.append(out.shape[-1])) for b in m.blocks
+    ]
     idx = torch.randint(0, 37, (1, 30), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         for t in range(30):
@@ -145,8 +147,16 @@ def test_streaming_experiment_runs_small_and_writes_claims(tmp_path):
 
     assert registry()["streaming"] is exp
     tiny = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8, "position": "rope"}
-    steps = {"max_steps": 6, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "eval_interval": 6, "eval_iters": 1,
-             "ckpt_interval": 0, "keep_checkpoints": 1}
+    steps = {
+        "max_steps": 6,
+        "batch_size": 4,
+        "lr": 3e-3,
+        "warmup_steps": 2,
+        "eval_interval": 6,
+        "eval_iters": 1,
+        "ckpt_interval": 0,
+        "keep_checkpoints": 1,
+    }
     results = exp.run(tmp_path, quick=True, seeds=(1, 2, 3), model=tiny, steps=steps)
     assert (tmp_path / exp.PLOT_FILE).exists()
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise

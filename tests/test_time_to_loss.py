@@ -53,7 +53,9 @@ def test_stop_val_loss_stops_at_the_first_evaluation_under_it(tmp_path: Path, co
     curve = [r for r in read_metrics(tmp_path / "full") if "val_loss" in r]
     target = curve[2]["val_loss"] + 1e-9  # reached at the third evaluation, not before
     assert all(r["val_loss"] > target for r in curve[:2])
-    stopped = train(_tiny(tmp_path, corpus, name="stop", eval_interval=5, eval_iters=0, stop_val_loss=target), progress=False)
+    stopped = train(
+        _tiny(tmp_path, corpus, name="stop", eval_interval=5, eval_iters=0, stop_val_loss=target), progress=False
+    )
     assert stopped["status"] == "target reached" and stopped["steps"] == curve[2]["step"] == 15
     assert stopped["target"]["reached"] and stopped["target"]["step"] == 15
     assert stopped["target"]["tokens"] == 15 * 8 * 32 == stopped["tokens_seen"]
@@ -61,7 +63,9 @@ def test_stop_val_loss_stops_at_the_first_evaluation_under_it(tmp_path: Path, co
     assert full["status"] == "completed" and full["steps"] == 30
     model, _, _ = load_run(tmp_path / "stop")  # the checkpoint of the stopping step: usable by sample/eval
     cfg = _tiny(tmp_path, corpus, name="stop")
-    assert evaluate_loss(model, prepare_data(cfg).val, 32, 8, None) == pytest.approx(stopped["target"]["val_loss"], abs=1e-6)
+    assert evaluate_loss(model, prepare_data(cfg).val, 32, 8, None) == pytest.approx(
+        stopped["target"]["val_loss"], abs=1e-6
+    )
 
 
 def test_eval_iters_zero_is_the_whole_validation_split(tmp_path: Path, corpus: str) -> None:
@@ -100,11 +104,14 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest(tmp_path: Path, corpus
     assert muon.param_groups[0]["lr"] == adamw.param_groups[0]["lr"] == 0.123
 
 
-@pytest.mark.parametrize(("key", "value", "message"), [
-    ("optimizer", "sgd", "optimizer='sgd' is not allowed; choose one of ['adamw', 'muon']"),
-    ("stop_val_loss", 0.0, "stop_val_loss must be > 0 or None, got 0.0"),
-    ("eval_iters", -1, "eval_iters must be >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("optimizer", "sgd", "optimizer='sgd' is not allowed; choose one of ['adamw', 'muon']"),
+        ("stop_val_loss", 0.0, "stop_val_loss must be > 0 or None, got 0.0"),
+        ("eval_iters", -1, "eval_iters must be >= 0, got -1"),
+    ],
+)
 def test_bad_values_get_one_line_errors(tmp_path: Path, corpus: str, key: str, value, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
         _tiny(tmp_path, corpus, name="bad", **{key: value})
@@ -121,8 +128,9 @@ def test_fast_preset_is_listed_and_builds() -> None:
 
 def test_time_to_loss_smoke(tmp_path: Path, corpus: str) -> None:
     """Both contenders through the benchmark's own functions, tiny: the rows have what the table needs."""
-    args = argparse.Namespace(target=4.0, nano_iters=4, nano_eval_every=2, preset="tiny", eval_every=5, threads=1,
-                              runs=tmp_path / "runs")
+    args = argparse.Namespace(
+        target=4.0, nano_iters=4, nano_eval_every=2, preset="tiny", eval_every=5, threads=1, runs=tmp_path / "runs"
+    )
     ids = torch.randint(0, 65, (3000,), generator=torch.Generator().manual_seed(0))
     nano = time_to_loss.nanogpt_run(1, args, ids[:2000], ids[2000:], 65)
     label, overrides = time_to_loss.parse_variant("tiny-b4:batch_size=4,lr=2e-3,model.n_embd=16")

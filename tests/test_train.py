@@ -34,10 +34,22 @@ def corpus(tmp_path_factory):
 
 def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
     values = dict(
-        name="run", out_dir=str(tmp_path / "runs"), corpus=corpus,
+        name="run",
+        out_dir=str(tmp_path / "runs"),
+        corpus=corpus,
         model=dict(n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.1),
-        max_steps=24, batch_size=4, lr=3e-3, min_lr=3e-4, warmup_steps=4, eval_interval=8, eval_iters=2,
-        log_interval=1, ckpt_interval=10, keep_checkpoints=0, seed=7, threads=1,
+        max_steps=24,
+        batch_size=4,
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup_steps=4,
+        eval_interval=8,
+        eval_iters=2,
+        log_interval=1,
+        ckpt_interval=10,
+        keep_checkpoints=0,
+        seed=7,
+        threads=1,
     )
     model = {**values["model"], **overrides.pop("model", {})}
     values.update(overrides, model=model)
@@ -160,6 +172,7 @@ def test_checkpoint_write_is_atomic(tmp_path, corpus, monkeypatch):
 
     def crash_at_second_save(step, record):
         if step == 15:
+
             def broken_save(tensors, filename, metadata=None):
                 with open(filename, "wb") as handle:
                     handle.write(b"half a file")
@@ -184,7 +197,9 @@ def test_corrupt_checkpoint_and_foreign_config_are_detected(tmp_path, corpus):
     for suffix in (".json", ".safetensors"):
         src = b.run_dir / "checkpoints" / f"step_0000004{suffix}"
         (a.run_dir / "checkpoints" / f"step_0000004{suffix}").write_bytes(src.read_bytes())
-    with pytest.raises(ckpt.CheckpointError, match=r"model\.dropout: 0\.0 \(checkpoint\) vs 0\.1.*model\.n_head: 4 \(checkpoint\) vs 2"):
+    with pytest.raises(
+        ckpt.CheckpointError, match=r"model\.dropout: 0\.0 \(checkpoint\) vs 0\.1.*model\.n_head: 4 \(checkpoint\) vs 2"
+    ):
         load_run(a.run_dir)
     # a damaged tensor file
     tensors = b.run_dir / "checkpoints" / "step_0000004.safetensors"
@@ -255,7 +270,12 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
 
 @pytest.mark.parametrize(
     "content, message",
-    [(b"", "empty"), (b"\x00\x01\x02binary", "binary"), (b"caf\xe9 au lait " * 10, "UTF-8"), (b"short text\n", "too short")],
+    [
+        (b"", "empty"),
+        (b"\x00\x01\x02binary", "binary"),
+        (b"caf\xe9 au lait " * 10, "UTF-8"),
+        (b"short text\n", "too short"),
+    ],
     ids=["empty", "binary", "latin1", "short"],
 )
 def test_bad_corpus_is_a_clear_error(tmp_path, content, message):
@@ -311,8 +331,16 @@ def test_lr_schedule_and_weight_decay_groups():
 
 def test_grad_accumulation_matches_one_big_batch(tmp_path, corpus):
     big = tiny(tmp_path, corpus, name="big", max_steps=3, batch_size=8, model=dict(dropout=0.0), eval_interval=3)
-    accum = tiny(tmp_path, corpus, name="accum", max_steps=3, batch_size=4, grad_accum=2, model=dict(dropout=0.0),
-                 eval_interval=3)
+    accum = tiny(
+        tmp_path,
+        corpus,
+        name="accum",
+        max_steps=3,
+        batch_size=4,
+        grad_accum=2,
+        model=dict(dropout=0.0),
+        eval_interval=3,
+    )
     train(big, progress=False)
     train(accum, progress=False)
     a, b = read_metrics(big.run_dir), read_metrics(accum.run_dir)
@@ -351,8 +379,11 @@ def test_bpe_run_saves_and_reuses_its_tokenizer(tmp_path, corpus):
     assert results["vocab_size"] == 300
     assert results["train_tokens"] < 0.8 * 54_000  # merges learned on the training split compress it
     saved = (cfg.run_dir / "tokenizer.json").read_text()
-    train(tiny(tmp_path, corpus, tokenizer="bpe:300", max_steps=6, eval_interval=2, ckpt_interval=2), resume=True,
-          progress=False)
+    train(
+        tiny(tmp_path, corpus, tokenizer="bpe:300", max_steps=6, eval_interval=2, ckpt_interval=2),
+        resume=True,
+        progress=False,
+    )
     assert (cfg.run_dir / "tokenizer.json").read_text() == saved
     model, tokenizer, _ = load_run(cfg.run_dir)
     assert model.config.vocab_size == 300
@@ -370,7 +401,9 @@ def test_progress_bar_lines():
     bar.update(50, loss=2.5, val_loss=2.75, tokens_per_s=21_345.0, force=True)
     bar.close("done: summary")
     lines = stream.getvalue().splitlines()
-    assert lines[0].startswith("step  50/100 [##########----------]  50% | loss 2.5000 | val 2.7500 | 21.3k tok/s | ETA")
+    assert lines[0].startswith(
+        "step  50/100 [##########----------]  50% | loss 2.5000 | val 2.7500 | 21.3k tok/s | ETA"
+    )
     assert lines[-1] == "done: summary" and "\r" not in stream.getvalue()
     assert (format_duration(75), format_duration(3725), format_rate(950)) == ("1m15s", "1h02m", "950")
     quiet = io.StringIO()

@@ -26,8 +26,23 @@ def run_cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
 
 def test_train_then_sample_in_a_subprocess(tmp_path, capsys):
     out = tmp_path / "runs"
-    done = run_cli("train", "--preset", "tiny", "--quick", "--out_dir", str(out), "--max_steps", "6",
-                   "--eval_interval", "3", "--model.n_head", "4", "--threads", "1", "--no-progress")
+    done = run_cli(
+        "train",
+        "--preset",
+        "tiny",
+        "--quick",
+        "--out_dir",
+        str(out),
+        "--max_steps",
+        "6",
+        "--eval_interval",
+        "3",
+        "--model.n_head",
+        "4",
+        "--threads",
+        "1",
+        "--no-progress",
+    )
     assert done.returncode == 0, done.stderr
     run = out / "tiny-quick"
     results = json.loads((run / "results.json").read_text())
@@ -57,7 +72,10 @@ def test_train_then_sample_in_a_subprocess(tmp_path, capsys):
         (["train", "--preset", "tiny", "--batch_size"], "--batch_size needs a value"),
         (["train", "--preset", "tiny-ish"], "unknown preset 'tiny-ish' (did you mean 'tiny'?)"),
         (["train", "--max_steps", "3"], "give --preset NAME"),
-        (["train", "--preset", "tiny", "--model.position", "rop"], "unknown position scheme 'rop' (did you mean 'rope'?)"),
+        (
+            ["train", "--preset", "tiny", "--model.position", "rop"],
+            "unknown position scheme 'rop' (did you mean 'rope'?)",
+        ),
         (["train", "--preset", "tiny", "--dtype", "fp16"], "dtype='fp16' is not allowed"),
         (["sample", "no-such-run"], "no run 'no-such-run'"),
     ],
@@ -73,8 +91,16 @@ def test_sample_unknown_prompt_character_is_a_clear_error(tmp_path, capsys):
     from poslab.session import train
     from poslab.training.config import TrainConfig
 
-    cfg = TrainConfig.from_dict({**presets.preset_config("tiny", quick=True), "name": "t", "out_dir": str(tmp_path),
-                                 "max_steps": 2, "eval_interval": 2, "threads": 1})
+    cfg = TrainConfig.from_dict(
+        {
+            **presets.preset_config("tiny", quick=True),
+            "name": "t",
+            "out_dir": str(tmp_path),
+            "max_steps": 2,
+            "eval_interval": 2,
+            "threads": 1,
+        }
+    )
     train(cfg, progress=False)
     assert main(["sample", str(cfg.run_dir), "--prompt", "白日依山尽"]) == 2
     assert "characters not in the tokenizer's vocabulary (65 chars): '白日依山尽'" in capsys.readouterr().err
@@ -83,14 +109,34 @@ def test_sample_unknown_prompt_character_is_a_clear_error(tmp_path, capsys):
 
 
 def test_override_syntax():
-    assert parse_overrides(["--max-steps", "20", "--model.n_head=8", "--lr", "3e-4", "--lr_decay_steps", "none",
-                            "--model.position", "rope", "--model.position_config.base", "500",
-                            "--model.bias", "false", "--tokenizer", "bpe:300"]) == {
-        "max_steps": 20, "lr": 3e-4, "lr_decay_steps": None, "tokenizer": "bpe:300",
+    assert parse_overrides(
+        [
+            "--max-steps",
+            "20",
+            "--model.n_head=8",
+            "--lr",
+            "3e-4",
+            "--lr_decay_steps",
+            "none",
+            "--model.position",
+            "rope",
+            "--model.position_config.base",
+            "500",
+            "--model.bias",
+            "false",
+            "--tokenizer",
+            "bpe:300",
+        ]
+    ) == {
+        "max_steps": 20,
+        "lr": 3e-4,
+        "lr_decay_steps": None,
+        "tokenizer": "bpe:300",
         "model": {"n_head": 8, "position": "rope", "position_config": {"base": 500}, "bias": False},
     }
     assert parse_overrides(["--model.position_config", '{"scaling": "linear", "factor": 2.0}']) == {
-        "model": {"position_config": {"scaling": "linear", "factor": 2.0}}}
+        "model": {"position_config": {"scaling": "linear", "factor": 2.0}}
+    }
     with pytest.raises(ValueError, match="model.vocab_size|unknown key"):
         parse_overrides(["--model.vocab_size", "10"])
 

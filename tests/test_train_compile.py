@@ -37,8 +37,17 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 def _tiny(tmp_path: Path, corpus: str, **overrides) -> TrainConfig:
     values = presets.preset_config("tiny")
-    values.update(out_dir=str(tmp_path), threads=1, max_steps=2, eval_interval=2, eval_iters=2, ckpt_interval=0,
-                  corpus=corpus, lr_decay_steps=2, warmup_steps=0)
+    values.update(
+        out_dir=str(tmp_path),
+        threads=1,
+        max_steps=2,
+        eval_interval=2,
+        eval_iters=2,
+        ckpt_interval=0,
+        corpus=corpus,
+        lr_decay_steps=2,
+        warmup_steps=0,
+    )
     values.update(overrides)
     return TrainConfig.from_dict(values)
 

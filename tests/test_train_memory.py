@@ -27,10 +27,23 @@ def corpus(tmp_path_factory):
 
 def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
     values = dict(
-        name="run", out_dir=str(tmp_path / "runs"), corpus=corpus,
+        name="run",
+        out_dir=str(tmp_path / "runs"),
+        corpus=corpus,
         model=dict(n_layer=2, n_head=2, n_embd=32, block_size=16, position="xl"),
-        max_steps=40, batch_size=4, lr=3e-3, min_lr=3e-4, warmup_steps=4, eval_interval=20, eval_iters=4,
-        log_interval=10, ckpt_interval=0, keep_checkpoints=1, seed=3, threads=1, memory=16,
+        max_steps=40,
+        batch_size=4,
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup_steps=4,
+        eval_interval=20,
+        eval_iters=4,
+        log_interval=10,
+        ckpt_interval=0,
+        keep_checkpoints=1,
+        seed=3,
+        threads=1,
+        memory=16,
     )
     model = {**values["model"], **overrides.pop("model", {})}
     values.update(overrides, model=model)
@@ -119,8 +132,10 @@ def test_stream_batches_train_on_the_memory_runs_segments_without_a_memory(tmp_p
 
     monkeypatch.setattr(loop._Trainer, "_memory_batch", spy)
     train(tiny(tmp_path, corpus, name="mem", max_steps=4, eval_interval=4, eval_iters=1), progress=False)
-    train(tiny(tmp_path, corpus, name="seg", memory=0, stream_batches=True, max_steps=4, eval_interval=4, eval_iters=1),
-          progress=False)
+    train(
+        tiny(tmp_path, corpus, name="seg", memory=0, stream_batches=True, max_steps=4, eval_interval=4, eval_iters=1),
+        progress=False,
+    )
     assert len(seen["memory"]) == len(seen["stream"]) == 4
     for a, b in zip(seen["memory"], seen["stream"]):
         assert torch.equal(a, b)
@@ -143,11 +158,27 @@ def test_only_a_memory_run_learns_to_copy_the_previous_segment(tmp_path):
     corpus.write_text("".join(block + block for block in blocks), encoding="utf-8")
     losses = {}
     for arm, extra in (("memory", {"memory": 16}), ("fixed", {"stream_batches": True})):
-        cfg = TrainConfig.from_dict(dict(
-            name=arm, out_dir=str(tmp_path / "runs"), corpus=str(corpus),
-            model=dict(n_layer=1, n_head=2, n_embd=32, block_size=16, position="xl"),
-            max_steps=600, batch_size=8, lr=1e-2, min_lr=1e-3, warmup_steps=10, eval_interval=600, eval_iters=8,
-            log_interval=100, ckpt_interval=0, keep_checkpoints=1, seed=1, threads=1, **extra))
+        cfg = TrainConfig.from_dict(
+            dict(
+                name=arm,
+                out_dir=str(tmp_path / "runs"),
+                corpus=str(corpus),
+                model=dict(n_layer=1, n_head=2, n_embd=32, block_size=16, position="xl"),
+                max_steps=600,
+                batch_size=8,
+                lr=1e-2,
+                min_lr=1e-3,
+                warmup_steps=10,
+                eval_interval=600,
+                eval_iters=8,
+                log_interval=100,
+                ckpt_interval=0,
+                keep_checkpoints=1,
+                seed=1,
+                threads=1,
+                **extra,
+            )
+        )
         losses[arm] = train(cfg, progress=False)["final_val_loss"]
     assert losses["fixed"] > math.log(20) - 0.05  # nothing to learn without the memory
     assert losses["memory"] < losses["fixed"] - 0.4  # measured: 2.27 against 3.00

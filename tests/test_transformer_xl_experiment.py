@@ -14,8 +14,16 @@ from poslab.lab.verdicts import VERDICTS, ClaimRecord, missing_premises
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 TINY_MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8}
-TINY_STEPS = {"max_steps": 6, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "eval_interval": 6, "eval_iters": 1,
-              "ckpt_interval": 0, "keep_checkpoints": 1}
+TINY_STEPS = {
+    "max_steps": 6,
+    "batch_size": 4,
+    "lr": 3e-3,
+    "warmup_steps": 2,
+    "eval_interval": 6,
+    "eval_iters": 1,
+    "ckpt_interval": 0,
+    "keep_checkpoints": 1,
+}
 
 
 def test_the_experiment_is_registered_and_in_the_full_lab_only(tmp_path):
@@ -44,7 +52,9 @@ def corpus(tmp_path_factory):
 
 
 def test_a_tiny_run_writes_results_plot_and_claims(tmp_path, corpus):
-    results = exp.run(tmp_path, quick=True, seeds=(1, 2, 3), model=TINY_MODEL, steps=TINY_STEPS, workers=1, corpus=corpus)
+    results = exp.run(
+        tmp_path, quick=True, seeds=(1, 2, 3), model=TINY_MODEL, steps=TINY_STEPS, workers=1, corpus=corpus
+    )
     assert (tmp_path / exp.PLOT_FILE).is_file()
     json.dumps(results, default=float)  # what run_experiment writes
     L = TINY_MODEL["block_size"]

@@ -37,11 +37,13 @@ def test_welch_halfwidth_by_hand():
 
 
 def test_a_clear_win_holds_and_a_clear_loss_does_not():
-    win = compare("x beats y", "test", [1.00, 1.01, 0.99], [2.00, 2.02, 1.98],
-                  better_label="x", worse_label="y", metric="loss")
+    win = compare(
+        "x beats y", "test", [1.00, 1.01, 0.99], [2.00, 2.02, 1.98], better_label="x", worse_label="y", metric="loss"
+    )
     assert win.verdict == HELD and win.margin == pytest.approx(1.0) and win.n_seeds == 3
-    loss = compare("y beats x", "test", [2.00, 2.02, 1.98], [1.00, 1.01, 0.99],
-                   better_label="y", worse_label="x", metric="loss")
+    loss = compare(
+        "y beats x", "test", [2.00, 2.02, 1.98], [1.00, 1.01, 0.99], better_label="y", worse_label="x", metric="loss"
+    )
     assert loss.verdict == DID_NOT_HOLD and loss.margin == pytest.approx(-1.0)
 
 
@@ -60,8 +62,16 @@ def test_ties_and_single_seeds_are_inconclusive():
 
 
 def test_higher_is_better_direction():
-    r = compare("acc", "t", [0.9, 0.91, 0.92], [0.5, 0.52, 0.51], better_label="a", worse_label="b",
-                metric="accuracy", lower_is_better=False)
+    r = compare(
+        "acc",
+        "t",
+        [0.9, 0.91, 0.92],
+        [0.5, 0.52, 0.51],
+        better_label="a",
+        worse_label="b",
+        metric="accuracy",
+        lower_is_better=False,
+    )
     assert r.verdict == HELD and r.margin > 0
 
 
@@ -106,7 +116,7 @@ def test_bound_uses_the_interval_of_the_mean():
     ratios = [1.00, 1.02, 1.04]  # mean 1.02, sd 0.02: half-width 4.303 * 0.02 / sqrt(3) = 0.0497
     record = bound("flat", "t", ratios, 1.10, below=True, label="alibi", metric="ratio")
     assert record.verdict == HELD and record.margin == pytest.approx(0.08)
-    assert record.noise == pytest.approx(4.303 * 0.02 / 3 ** 0.5)
+    assert record.noise == pytest.approx(4.303 * 0.02 / 3**0.5)
     near = bound("flat", "t", ratios, 1.05, below=True, label="alibi", metric="ratio")
     assert near.verdict == INCONCLUSIVE  # margin 0.03 < 0.0497
     assert bound("flat", "t", [1.0, 1.0], 1.1, below=True, label="a", metric="r").verdict == INCONCLUSIVE  # 2 seeds
@@ -144,8 +154,9 @@ def test_missed_by_says_margin_against_noise():
 def test_an_unmet_premise_makes_the_claim_not_testable_and_a_decided_record_is_refused():
     from poslab.lab.verdicts import Premise, check_records, not_testable, with_premise
 
-    record = compare("a beats b", "test", [1.0, 1.1, 0.9], [3.0, 3.1, 2.9], better_label="a", worse_label="b",
-                     metric="loss")
+    record = compare(
+        "a beats b", "test", [1.0, 1.1, 0.9], [3.0, 3.1, 2.9], better_label="a", worse_label="b", metric="loss"
+    )
     assert record.verdict == "held"
     gated = with_premise(record, Premise("accuracy at L >= 0.9", "a 0.40, b 0.35", met=False))
     assert gated.verdict == "inconclusive" and not_testable(gated)
@@ -182,7 +193,9 @@ def test_comparisons_carry_a_p_value_that_agrees_with_the_interval():
     assert clear.verdict == HELD and clear.details["p_value"] < 0.05
     assert close.verdict == INCONCLUSIVE and close.details["p_value"] > 0.05
     # with an offset the test is against the shifted difference: "x at most 3 worse" holds only far from the edge
-    shifted = compare("a", "s", [3.0, 3.1, 2.9], [1.0, 1.1, 0.9], better_label="x", worse_label="y", metric="m", offset=-2.0)
+    shifted = compare(
+        "a", "s", [3.0, 3.1, 2.9], [1.0, 1.1, 0.9], better_label="x", worse_label="y", metric="m", offset=-2.0
+    )
     assert shifted.verdict == INCONCLUSIVE and shifted.details["p_value"] == pytest.approx(1.0)
     assert bound("b", "s", [1.01, 1.02, 1.03], 1.10, below=True, label="x", metric="r").details["p_value"] < 0.05
     ranked = best_of("c", "s", {"1": [1.0, 1.1, 0.9], "2": [3.0, 3.1, 2.9], "3": [2.0, 2.1, 1.9]}, ["1"], metric="m")
@@ -200,15 +213,26 @@ def test_holm_keeps_only_the_decisions_that_survive():
 
     fixed = deterministic("d", "test", "c", "m", error=0.0, tolerance=0.0)
     untestable = _seeded("u", 0.0001, INCONCLUSIVE, Premise("p", "q", met=False))
-    records = [_seeded("a", 0.011), _seeded("b", 0.04), fixed, _seeded("c", 0.03, DID_NOT_HOLD), untestable,
-               _seeded("e", 0.5, INCONCLUSIVE)]
+    records = [
+        _seeded("a", 0.011),
+        _seeded("b", 0.04),
+        fixed,
+        _seeded("c", 0.03, DID_NOT_HOLD),
+        untestable,
+        _seeded("e", 0.5, INCONCLUSIVE),
+    ]
     out = holm(records)
     assert [r.claim for r in out] == ["a", "b", "d", "c", "u", "e"]  # order kept
     by = {r.claim: r for r in out}
     # m = 4 (the deterministic and the untestable record are not in the family): 0.011 <= 0.05/4 survives;
     # 0.03 > 0.05/3 fails, and everything after it (0.04, 0.5) is not significant either
-    assert by["a"].verdict == HELD and by["a"].details["holm"] == {"m": 4, "rank": 1, "threshold": 0.0125, "alpha": 0.05,
-                                                                   "survives": True}
+    assert by["a"].verdict == HELD and by["a"].details["holm"] == {
+        "m": 4,
+        "rank": 1,
+        "threshold": 0.0125,
+        "alpha": 0.05,
+        "survives": True,
+    }
     assert by["c"].verdict == INCONCLUSIVE and by["c"].details["unadjusted_verdict"] == DID_NOT_HOLD
     assert "Holm" in by["c"].details["reason"] and "0.05/3" in by["c"].details["reason"]
     assert by["b"].verdict == INCONCLUSIVE and by["b"].details["unadjusted_verdict"] == HELD
@@ -227,8 +251,10 @@ def test_the_report_corrects_the_lab_s_seeded_claims_as_one_family():
     def record(name: str, p: float) -> dict:
         return _seeded(name, p).to_dict()
 
-    results = {"experiments/a": {"claims": [record("a1", 0.001), record("a2", 0.04)]},
-               "experiments/b": {"claims": [record("b1", 0.03)]}}
+    results = {
+        "experiments/a": {"claims": [record("a1", 0.001), record("a2", 0.04)]},
+        "experiments/b": {"claims": [record("b1", 0.03)]},
+    }
     shown = {v.record.claim: v for v in claims.evaluate(results)}
     # m = 3: 0.001 <= 0.05/3 survives; 0.03 > 0.05/2 does not, nor does 0.04 after it (each alone would hold)
     assert shown["a1"].verdict == HELD and shown["a1"].experiment == "experiments/a"

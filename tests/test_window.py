@@ -35,7 +35,9 @@ def brute_force_keep(q_pos: list[int], k_pos: list[int], window: int | None, cau
     return keep
 
 
-def reference_attention(attn: MultiHeadAttention, x: torch.Tensor, keep: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+def reference_attention(
+    attn: MultiHeadAttention, x: torch.Tensor, keep: torch.Tensor, pos: torch.Tensor
+) -> torch.Tensor:
     """The layer's output computed densely in fp64 with an explicit keep-mask ``[T, T]``."""
     h, hkv, dk = attn.n_heads, attn.n_kv_heads, attn.head_dim
     with torch.no_grad():

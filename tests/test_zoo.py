@@ -21,8 +21,27 @@ from poslab.lab.verdicts import check_records
 
 ZOO = Path(model_zoo.__file__).resolve().parent.parent / "data" / "model_zoo.json"
 RAW = json.loads(ZOO.read_text())["models"]
-REQUIRED_FAMILIES = {"GPT-2", "Llama 1", "Llama 2", "Llama 3", "Llama 3.1", "Mistral", "Qwen2.5", "Qwen3", "Gemma",
-                     "Gemma 2", "Gemma 3", "Phi-3", "OLMo 2", "Falcon", "BLOOM", "MPT", "DeepSeek", "T5", "BERT"}
+REQUIRED_FAMILIES = {
+    "GPT-2",
+    "Llama 1",
+    "Llama 2",
+    "Llama 3",
+    "Llama 3.1",
+    "Mistral",
+    "Qwen2.5",
+    "Qwen3",
+    "Gemma",
+    "Gemma 2",
+    "Gemma 3",
+    "Phi-3",
+    "OLMo 2",
+    "Falcon",
+    "BLOOM",
+    "MPT",
+    "DeepSeek",
+    "T5",
+    "BERT",
+}
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +90,13 @@ def test_every_row_obeys_the_schema(row):
 def test_check_row_rejects_bad_rows():
     good = copy.deepcopy(RAW[0])
     model_zoo.check_row(good)
-    for field, value, words in (("head_dim", 0, "positive integer"), ("n_kv_heads", 5, "does not divide"),
-                                ("layers", None, "without a reason"), ("source", "somewhere", "config.json"),
-                                ("attention", "dense", "MHA, GQA")):
+    for field, value, words in (
+        ("head_dim", 0, "positive integer"),
+        ("n_kv_heads", 5, "does not divide"),
+        ("layers", None, "without a reason"),
+        ("source", "somewhere", "config.json"),
+        ("attention", "dense", "MHA, GQA"),
+    ):
         bad = dict(copy.deepcopy(good), **{field: value})
         with pytest.raises(ValueError, match=words):
             model_zoo.check_row(bad)
@@ -87,7 +110,8 @@ def test_dk_statistics_recomputed_from_the_json(results):
     share = in_common / len(RAW)
     assert r["dk"]["share_64_128"] == pytest.approx(share)
     assert sorted(name for name, _ in r["dk"]["counter_examples"]) == sorted(
-        row["name"] for row in RAW if row["head_dim"] not in (64, 128))
+        row["name"] for row in RAW if row["head_dim"] not in (64, 128)
+    )
     assert "Gemma 7B" in [name for name, _ in r["dk"]["counter_examples"]]  # head_dim 256, the example
     claim = next(c for c in r["claims"] if c["source"].startswith("seed 000 §1.4 and Q3"))
     assert claim["verdict"] == ("held" if share >= 0.90 else "did not hold")
@@ -97,7 +121,7 @@ def test_dk_statistics_recomputed_from_the_json(results):
 def test_head_rule_and_width_recomputed(results):
     r = results[0]
     ratios = [row["n_heads"] / math.sqrt(row["d_model"] / 16) for row in RAW]
-    within = sum(1 for x in ratios if 2 ** -0.5 <= x <= 2 ** 0.5) / len(RAW)
+    within = sum(1 for x in ratios if 2**-0.5 <= x <= 2**0.5) / len(RAW)
     assert r["head_rule"]["share_within_factor"] == pytest.approx(within)
     claim = next(c for c in r["claims"] if c["source"] == "seed 002 §3.2")
     assert claim["verdict"] == ("held" if within >= 0.5 else "did not hold")

@@ -86,7 +86,9 @@ def plot_grid(weights: Tensor, tokens: list[str], path: Path, title: str | None 
         for layer in range(n_layer):
             for head in range(n_head):
                 ax = axes[layer][head]
-                image = ax.imshow(weights[layer, head].numpy(), cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+                image = ax.imshow(
+                    weights[layer, head].numpy(), cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest"
+                )
                 ax.set_xticks(ticks)
                 ax.set_yticks(ticks)
                 ax.set_xticklabels([tokens[i] for i in ticks], fontsize=font_size)
@@ -117,9 +119,16 @@ def summary(weights: Tensor, tokens: list[str]) -> dict[str, Any]:
         "n_layer": L,
         "n_head": h,
         "heads": [
-            {"layer": l, "head": k, "mean_entropy_nats": float(entropy[l, k]), "previous_token_weight": float(previous[l, k]),
-             "self_weight": float(diagonal[l, k]), "median_argmax_offset": float(offsets[l, k].median())}
-            for l in range(L) for k in range(h)
+            {
+                "layer": l,
+                "head": k,
+                "mean_entropy_nats": float(entropy[l, k]),
+                "previous_token_weight": float(previous[l, k]),
+                "self_weight": float(diagonal[l, k]),
+                "median_argmax_offset": float(offsets[l, k].median()),
+            }
+            for l in range(L)
+            for k in range(h)
         ],
     }
 
@@ -144,7 +153,15 @@ def run_attention(run_dir: Path, prompt: str, out: Path | None = None, json_path
     title = f"{run_dir.name}: {cfg.position} positions, {cfg.n_layer} layers × {cfg.n_head} heads — {prompt}"
     plot_grid(weights, tokens, out, title=title)
     if json_path is not None:
-        atomic_write_json(Path(json_path), {"prompt": prompt, "run": str(run_dir), "position": cfg.position,
-                                            "png": out.name, **summary(weights, tokens)})
+        atomic_write_json(
+            Path(json_path),
+            {
+                "prompt": prompt,
+                "run": str(run_dir),
+                "position": cfg.position,
+                "png": out.name,
+                **summary(weights, tokens),
+            },
+        )
     print(f"wrote {out} ({cfg.n_layer} layers x {cfg.n_head} heads, {len(tokens)} tokens)")
     return out

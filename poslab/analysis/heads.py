@@ -93,7 +93,9 @@ def masked_heads(model: GPT, mask: Tensor) -> Iterator[None]:
 
         return hook
 
-    handles = [block.attn.register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, block in enumerate(model.blocks)]
+    handles = [
+        block.attn.register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, block in enumerate(model.blocks)
+    ]
     try:
         yield
     finally:
@@ -251,7 +253,10 @@ def gradient_importance(model: GPT, batches: list[tuple[Tensor, Tensor]]) -> Ten
 
 
 def pruning_curve(
-    model: GPT, batches: list[tuple[Tensor, Tensor]], order: list[tuple[int, int]], fractions: tuple[float, ...] = PRUNE_FRACTIONS
+    model: GPT,
+    batches: list[tuple[Tensor, Tensor]],
+    order: list[tuple[int, int]],
+    fractions: tuple[float, ...] = PRUNE_FRACTIONS,
 ) -> list[float]:
     """Loss after masking the first ``round(f * n_heads)`` heads of ``order``, for each fraction ``f``."""
     n_layer, n_head = len(model.blocks), model.config.n_head
@@ -265,10 +270,14 @@ def pruning_curve(
 
 
 # ------------------------------------------------------------------------------------ all together
-def text_batches(tokens: Tensor, block_size: int, n_batches: int, batch_size: int, generator: torch.Generator) -> list[tuple[Tensor, Tensor]]:
+def text_batches(
+    tokens: Tensor, block_size: int, n_batches: int, batch_size: int, generator: torch.Generator
+) -> list[tuple[Tensor, Tensor]]:
     """Random ``(idx, targets)`` windows ``[batch_size, block_size]`` from a 1-D token tensor."""
     if tokens.dim() != 1 or tokens.numel() < block_size + 2:
-        raise ValueError(f"evaluation text must hold more than block_size+1={block_size + 1} tokens, got {tokens.numel()}")
+        raise ValueError(
+            f"evaluation text must hold more than block_size+1={block_size + 1} tokens, got {tokens.numel()}"
+        )
     batches = []
     for _ in range(n_batches):
         starts = torch.randint(0, tokens.numel() - block_size - 1, (batch_size,), generator=generator)
@@ -278,8 +287,9 @@ def text_batches(tokens: Tensor, block_size: int, n_batches: int, batch_size: in
     return batches
 
 
-def head_labels(prev: float, induction: float, offset: int, confidence: float, punctuation: float = 0.0,
-                sink: float = 0.0) -> list[str]:
+def head_labels(
+    prev: float, induction: float, offset: int, confidence: float, punctuation: float = 0.0, sink: float = 0.0
+) -> list[str]:
     """Names for one head from its scores (thresholds are the module constants)."""
     labels = []
     if prev >= PREV_TOKEN_THRESHOLD:
@@ -357,22 +367,29 @@ def analyze(
 
     table = []
     for layer, head in heads:
-        p, ind, off, conf = (float(prev[layer, head]), float(induction[layer, head]), int(offset[layer, head]), float(confidence[layer, head]))
+        p, ind, off, conf = (
+            float(prev[layer, head]),
+            float(induction[layer, head]),
+            int(offset[layer, head]),
+            float(confidence[layer, head]),
+        )
         mark, sink_rate = float(punct[layer, head]), float(sink[layer, head])
-        table.append({
-            "layer": layer,
-            "head": head,
-            "previous_token": p,
-            "induction": ind,
-            "induction_by_period": {str(period): float(score[layer, head]) for period, score in per_period.items()},
-            "positional_offset": off,
-            "positional_confidence": conf,
-            "punctuation": mark,
-            "sink_rate": sink_rate,
-            "mask_loss_delta": float(delta[layer, head]),
-            "grad_importance": float(grad[layer, head]),
-            "labels": head_labels(p, ind, off, conf, mark, sink_rate),
-        })
+        table.append(
+            {
+                "layer": layer,
+                "head": head,
+                "previous_token": p,
+                "induction": ind,
+                "induction_by_period": {str(period): float(score[layer, head]) for period, score in per_period.items()},
+                "positional_offset": off,
+                "positional_confidence": conf,
+                "punctuation": mark,
+                "sink_rate": sink_rate,
+                "mask_loss_delta": float(delta[layer, head]),
+                "grad_importance": float(grad[layer, head]),
+                "labels": head_labels(p, ind, off, conf, mark, sink_rate),
+            }
+        )
     counts = {
         "previous-token": sum("previous-token" in h["labels"] for h in table),
         "induction": sum("induction" in h["labels"] for h in table),
@@ -385,10 +402,27 @@ def analyze(
     uniform_sink = float((1.0 / torch.arange(2, seq_len + 1, dtype=torch.float64)).mean())
     index = {f: i for i, f in enumerate(PRUNE_FRACTIONS)}
     return {
-        "model": {"n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd, "position": cfg.position, "vocab_size": cfg.vocab_size},
-        "eval": {"seq_len": seq_len, "n_batches": n_batches, "batch_size": batch_size, "induction_periods": periods, "seed": seed},
-        "thresholds": {"previous_token": PREV_TOKEN_THRESHOLD, "induction": INDUCTION_THRESHOLD, "positional": POSITIONAL_THRESHOLD,
-                       "punctuation": PUNCTUATION_THRESHOLD, "sink": SINK_THRESHOLD},
+        "model": {
+            "n_layer": cfg.n_layer,
+            "n_head": cfg.n_head,
+            "n_embd": cfg.n_embd,
+            "position": cfg.position,
+            "vocab_size": cfg.vocab_size,
+        },
+        "eval": {
+            "seq_len": seq_len,
+            "n_batches": n_batches,
+            "batch_size": batch_size,
+            "induction_periods": periods,
+            "seed": seed,
+        },
+        "thresholds": {
+            "previous_token": PREV_TOKEN_THRESHOLD,
+            "induction": INDUCTION_THRESHOLD,
+            "positional": POSITIONAL_THRESHOLD,
+            "punctuation": PUNCTUATION_THRESHOLD,
+            "sink": SINK_THRESHOLD,
+        },
         "sink_rate_uniform": uniform_sink,
         "punctuation_ids": list(punctuation or []),
         "punctuation_share_of_keys": float(torch.isin(tokens, torch.tensor(punctuation or [-1])).float().mean()),
@@ -402,8 +436,18 @@ def analyze(
             "loss_random_order": random_curve,
             "order": [list(lh) for lh in by_importance],
         },
-        "pruned_30": {"fraction": 0.3, "heads_masked": round(0.3 * len(heads)), "loss": curve[index[0.3]], "loss_increase": curve[index[0.3]] - base},
-        "pruned_60": {"fraction": 0.6, "heads_masked": round(0.6 * len(heads)), "loss": curve[index[0.6]], "loss_increase": curve[index[0.6]] - base},
+        "pruned_30": {
+            "fraction": 0.3,
+            "heads_masked": round(0.3 * len(heads)),
+            "loss": curve[index[0.3]],
+            "loss_increase": curve[index[0.3]] - base,
+        },
+        "pruned_60": {
+            "fraction": 0.6,
+            "heads_masked": round(0.6 * len(heads)),
+            "loss": curve[index[0.6]],
+            "loss_increase": curve[index[0.6]] - base,
+        },
         "rank_agreement": _spearman(delta.flatten(), grad.flatten()),
     }
 
@@ -413,7 +457,9 @@ def _repeat_losses(model: GPT, repeated: Tensor, half: int) -> dict[str, float]:
     """Loss on the first vs the second copy of the repeated random sequence (in-context copying)."""
     model.eval()
     logits = model(repeated[:, :-1])  # [B, 2*half-1, V]
-    losses = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), repeated[:, 1:], reduction="none")  # [B, 2*half-1]
+    losses = torch.nn.functional.cross_entropy(
+        logits.float().transpose(1, 2), repeated[:, 1:], reduction="none"
+    )  # [B, 2*half-1]
     return {"first_copy": float(losses[:, : half - 1].mean()), "second_copy": float(losses[:, half:].mean())}
 
 
@@ -464,7 +510,11 @@ def plot(results: dict[str, Any], path: Path) -> Path:
             image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
             fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
             for row in results["heads"]:
-                text = f"{row.get(key, 0.0):.2f}" if key != "positional_confidence" else f"{row['positional_offset']:+d} ({row[key]:.2f})"
+                text = (
+                    f"{row.get(key, 0.0):.2f}"
+                    if key != "positional_confidence"
+                    else f"{row['positional_offset']:+d} ({row[key]:.2f})"
+                )
                 if key == "mask_loss_delta":
                     text = f"{row[key]:+.3f}"
                 ax.text(row["head"], row["layer"], text, ha="center", va="center", fontsize=8)
@@ -492,19 +542,35 @@ def print_summary(results: dict[str, Any]) -> None:
     from poslab.display import print_table
 
     rows = [
-        [f"L{r['layer']}H{r['head']}", f"{r['previous_token']:.2f}", f"{r['induction']:.2f}",
-         f"{r['positional_offset']:+d} ({r['positional_confidence']:.2f})", f"{r.get('punctuation', 0.0):.2f}", f"{r.get('sink_rate', 0.0):.2f}", f"{r['mask_loss_delta']:+.4f}",
-         f"{r['grad_importance']:.4f}", ", ".join(r["labels"]) or "-"]
+        [
+            f"L{r['layer']}H{r['head']}",
+            f"{r['previous_token']:.2f}",
+            f"{r['induction']:.2f}",
+            f"{r['positional_offset']:+d} ({r['positional_confidence']:.2f})",
+            f"{r.get('punctuation', 0.0):.2f}",
+            f"{r.get('sink_rate', 0.0):.2f}",
+            f"{r['mask_loss_delta']:+.4f}",
+            f"{r['grad_importance']:.4f}",
+            ", ".join(r["labels"]) or "-",
+        ]
         for r in results["heads"]
     ]
-    print_table(["head", "prev", "induction", "offset (conf)", "punct", "sink", "dloss masked", "|dL/dxi|", "type"], rows,
-                title=f"Heads (base loss {results['base_loss']:.4f})", align="lrrrrrrrl")
+    print_table(
+        ["head", "prev", "induction", "offset (conf)", "punct", "sink", "dloss masked", "|dL/dxi|", "type"],
+        rows,
+        title=f"Heads (base loss {results['base_loss']:.4f})",
+        align="lrrrrrrrl",
+    )
     if "sink_rate_uniform" in results:
-        print(f"  sink = mean attention on the first token (queries >= 1); uniform causal attention gives "
-              f"{results['sink_rate_uniform']:.3f} at this length")
+        print(
+            f"  sink = mean attention on the first token (queries >= 1); uniform causal attention gives "
+            f"{results['sink_rate_uniform']:.3f} at this length"
+        )
     for key in ("pruned_30", "pruned_60"):
         p = results[key]
-        print(f"  pruning {p['heads_masked']} least important heads ({p['fraction']:.0%}): loss {p['loss']:.4f} ({p['loss_increase']:+.4f})")
+        print(
+            f"  pruning {p['heads_masked']} least important heads ({p['fraction']:.0%}): loss {p['loss']:.4f} ({p['loss_increase']:+.4f})"
+        )
 
 
 def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = None) -> dict[str, Any]:
@@ -523,8 +589,13 @@ def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = 
     run = RunFolder(run_dir)
     model, tokenizer, _ = run.load()
     tokens = run.split_tokens("val", tokenizer) if text is None else text_tokens(tokenizer, text)
-    results = analyze(model, tokens, n_batches=2 if quick else 8, batch_size=8 if quick else 16,
-                      punctuation=punctuation_ids(tokenizer))
+    results = analyze(
+        model,
+        tokens,
+        n_batches=2 if quick else 8,
+        batch_size=8 if quick else 16,
+        punctuation=punctuation_ids(tokenizer),
+    )
     results["run"] = str(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     plot(results, out / "heads.png")

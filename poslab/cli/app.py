@@ -116,6 +116,7 @@ def _follow_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         return
     if not armed:
+
         def watch() -> None:
             while os.getppid() == parent:
                 threading.Event().wait(1.0)

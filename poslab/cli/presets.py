@@ -19,13 +19,17 @@ def run(args: argparse.Namespace) -> int:
         preset = presets.get(args.name)
         print(json.dumps(preset, indent=2, ensure_ascii=False))
         return 0
-    print(f"{'preset':18s} {'model (layers/heads/n_embd/block)':34s} {'corpus':12s} {'steps':>6s} {'quick':>6s}  description")
+    print(
+        f"{'preset':18s} {'model (layers/heads/n_embd/block)':34s} {'corpus':12s} {'steps':>6s} {'quick':>6s}  description"
+    )
     for name in presets.names():
         preset = presets.get(name)
         config, model = preset["config"], preset["config"].get("model", {})
         dims = f"{model.get('n_layer')}/{model.get('n_head')}/{model.get('n_embd')}/{model.get('block_size')}"
         quick = preset.get("quick", {}).get("max_steps", "")
-        print(f"{name:18s} {dims:34s} {config.get('corpus', ''):12s} {config.get('max_steps', ''):>6} {quick:>6}  "
-              f"{preset['description']}")
+        print(
+            f"{name:18s} {dims:34s} {config.get('corpus', ''):12s} {config.get('max_steps', ''):>6} {quick:>6}  "
+            f"{preset['description']}"
+        )
     print("\nuse: poslab train --preset NAME [--quick] [--KEY VALUE ...]; details: poslab presets NAME")
     return 0

@@ -11,13 +11,20 @@ from poslab.lab.report.i18n import LANGS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("report", help="rebuild the lab's report page from the results it holds (no experiment runs)",
-                            description="Rebuild LAB/report.html (English) or LAB/report.zh.html (简体中文) from "
-                                        "the results.json files and figures of a lab folder.")
+    parser = sub.add_parser(
+        "report",
+        help="rebuild the lab's report page from the results it holds (no experiment runs)",
+        description="Rebuild LAB/report.html (English) or LAB/report.zh.html (简体中文) from "
+        "the results.json files and figures of a lab folder.",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/lab"), help="lab folder (default runs/lab)")
     parser.add_argument("--lang", choices=LANGS, default="en", help="language of the page (default en; zh: 简体中文)")
-    parser.add_argument("--html", type=Path, default=None,
-                        help="page to write (default LAB/report.html, or LAB/report.zh.html for --lang zh)")
+    parser.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        help="page to write (default LAB/report.html, or LAB/report.zh.html for --lang zh)",
+    )
     parser.set_defaults(func=run)
 
 

@@ -17,8 +17,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling: keep the smallest set with mass p")
     p.add_argument("--seed", type=int, default=None, help="random seed (same seed -> same text)")
-    p.add_argument("--max-len", type=int, default=None, help="stop when prompt + sample reach this many tokens "
-                   "(default: the model's block_size)")
+    p.add_argument(
+        "--max-len",
+        type=int,
+        default=None,
+        help="stop when prompt + sample reach this many tokens (default: the model's block_size)",
+    )
     p.add_argument("--num-samples", type=int, default=1, help="independent samples (default 1)")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
     p.set_defaults(func=run)
@@ -26,9 +30,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     model, tokenizer, _ = resolve_run(args.run).load(step=args.step)
-    texts = sample_text(model, tokenizer, args.prompt, args.tokens, num_samples=args.num_samples,
-                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, max_len=args.max_len,
-                        seed=args.seed)
+    texts = sample_text(
+        model,
+        tokenizer,
+        args.prompt,
+        args.tokens,
+        num_samples=args.num_samples,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        max_len=args.max_len,
+        seed=args.seed,
+    )
     for i, text in enumerate(texts):
         if len(texts) > 1:
             print(f"--- sample {i + 1}")

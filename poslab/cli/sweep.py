@@ -43,11 +43,22 @@ def run(args: argparse.Namespace) -> int:
 
 def add_scaleout_arguments(p: argparse.ArgumentParser, what: str) -> None:
     """``--shard i/N``, ``--cluster {local,ray}`` and ``--ray-address`` (shared by sweep, lab and experiment)."""
-    p.add_argument("--shard", default=None, metavar="i/N",
-                   help=f"run only the i-th of N disjoint slices of the {what} (a job array); a last call without "
-                        f"--shard collects (docs/scaling.md)")
-    p.add_argument("--cluster", choices=runner.CLUSTERS, default=None,
-                   help="where the trainings run: local (a process pool, the default) or ray "
-                        f"(needs pip install '{runner.RAY_EXTRA}')")
-    p.add_argument("--ray-address", default=None,
-                   help="the Ray cluster to use (default: RAY_ADDRESS, else a local Ray started for the command)")
+    p.add_argument(
+        "--shard",
+        default=None,
+        metavar="i/N",
+        help=f"run only the i-th of N disjoint slices of the {what} (a job array); a last call without "
+        f"--shard collects (docs/scaling.md)",
+    )
+    p.add_argument(
+        "--cluster",
+        choices=runner.CLUSTERS,
+        default=None,
+        help="where the trainings run: local (a process pool, the default) or ray "
+        f"(needs pip install '{runner.RAY_EXTRA}')",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="the Ray cluster to use (default: RAY_ADDRESS, else a local Ray started for the command)",
+    )

@@ -74,12 +74,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run from its latest checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run folder of the same name")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar (the summary still prints)")
-    p.add_argument("--fsdp", action="store_true",
-                   help="under torchrun: shard the model with FSDP2 (fully_shard) instead of DDP (docs/scaling.md)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="check the config and the run folder, print the resolved config as JSON, write nothing")
-    p.add_argument("--force", action="store_true",
-                   help="train even when the memory estimate says the model cannot fit this machine")
+    p.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="under torchrun: shard the model with FSDP2 (fully_shard) instead of DDP (docs/scaling.md)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the config and the run folder, print the resolved config as JSON, write nothing",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="train even when the memory estimate says the model cannot fit this machine",
+    )
     p.set_defaults(func=run, overrides=[])
     original = p.parse_known_args
 
@@ -114,8 +123,13 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(dry_run(cfg, resume, args.overwrite), indent=2, ensure_ascii=False))
         return 0
     try:
-        results = train(cfg, resume=resume, overwrite=args.overwrite, progress=not args.no_progress,
-                        fsdp=getattr(args, "fsdp", False))
+        results = train(
+            cfg,
+            resume=resume,
+            overwrite=args.overwrite,
+            progress=not args.no_progress,
+            fsdp=getattr(args, "fsdp", False),
+        )
     except TrainingDiverged as err:
         if is_main_process():  # under torchrun every rank stops; rank 0 reports
             print(f"poslab: error: {err}", file=sys.stderr)

@@ -38,12 +38,24 @@ class Corpus:
 CORPORA: dict[str, Corpus] = {
     c.name: c
     for c in (
-        Corpus("tang5", "tang_poems_5char.txt.xz", "d16e79bbae7a87d5d3844e0e49cea804e8adf0dddfd45d818f3bae88fc020b17",
-               "28,494 five-character Tang poems (simplified), one per line"),
-        Corpus("tang", "tang_poems.txt.xz", "003d049c850a9ef6565c730a7419f26a60a7a93f44891b00dedb107359ea821c",
-               "55,704 Tang poems (simplified), one per line"),
-        Corpus("shakespeare", "tinyshakespeare.txt.xz", "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
-               "tinyshakespeare (1,115,394 chars), as used by char-rnn and nanoGPT"),
+        Corpus(
+            "tang5",
+            "tang_poems_5char.txt.xz",
+            "d16e79bbae7a87d5d3844e0e49cea804e8adf0dddfd45d818f3bae88fc020b17",
+            "28,494 five-character Tang poems (simplified), one per line",
+        ),
+        Corpus(
+            "tang",
+            "tang_poems.txt.xz",
+            "003d049c850a9ef6565c730a7419f26a60a7a93f44891b00dedb107359ea821c",
+            "55,704 Tang poems (simplified), one per line",
+        ),
+        Corpus(
+            "shakespeare",
+            "tinyshakespeare.txt.xz",
+            "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+            "tinyshakespeare (1,115,394 chars), as used by char-rnn and nanoGPT",
+        ),
     )
 }
 
@@ -112,7 +124,9 @@ def load_text(name_or_path: str | Path) -> str:
         return load_corpus(name_or_path)
     path = Path(name_or_path)
     if not path.is_file():
-        raise ValueError(f"corpus {str(name_or_path)!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file")
+        raise ValueError(
+            f"corpus {str(name_or_path)!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file"
+        )
     binary = f"corpus file {str(path)!r} looks binary (contains NUL bytes); expected UTF-8 text"
     with open(path, "rb") as handle:  # sniff the start first: a binary file is refused before it is read whole
         raw = handle.read(SNIFF_BYTES)

@@ -35,7 +35,9 @@ class BPETokenizer:
             ValueError: ``vocab_size`` outside ``[257, 1_000_000]`` or an empty text.
         """
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not MIN_VOCAB <= vocab_size <= MAX_VOCAB:
-            raise ValueError(f"BPE vocabulary size must be an integer in [{MIN_VOCAB}, {MAX_VOCAB}], got {vocab_size!r}")
+            raise ValueError(
+                f"BPE vocabulary size must be an integer in [{MIN_VOCAB}, {MAX_VOCAB}], got {vocab_size!r}"
+            )
         if not text:
             raise ValueError("cannot train a BPE tokenizer on an empty text")
         tokenizer = Tokenizer(models.BPE())

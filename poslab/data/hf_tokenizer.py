@@ -45,7 +45,9 @@ class HFTokenizer:
             try:
                 return cls(Tokenizer.from_file(str(folder / "tokenizer.json")))
             except Exception as err:  # tokenizers raises a bare Exception for a damaged or foreign file
-                raise ValueError(f"{str(folder / 'tokenizer.json')!r} is not a readable tokenizer file: {err}") from None
+                raise ValueError(
+                    f"{str(folder / 'tokenizer.json')!r} is not a readable tokenizer file: {err}"
+                ) from None
         slow_files = ("vocab.json", "tokenizer.model", "vocab.txt", "spiece.model")
         if not any((folder / name).is_file() for name in slow_files):
             return None

@@ -45,7 +45,9 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: s
     return "\n".join([line(cells[0]), rule] + [line(row) for row in cells[1:]])
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, align: str | None = None) -> None:
+def print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, align: str | None = None
+) -> None:
     """Print :func:`format_table`, preceded by ``title`` if given."""
     if title:
         print(f"\n{title}")
@@ -69,9 +71,28 @@ def new_figure(n_rows: int = 1, n_cols: int = 1, size: tuple[float, float] = (8.
 
 
 #: 20 distinct colours (matplotlib's tab20, dark shades first, then light) for plot series
-SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-                 "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
-                 "#dbdb8d", "#9edae5")
+SERIES_COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#c7c7c7",
+    "#dbdb8d",
+    "#9edae5",
+)
 #: line styles and markers, cycled with a period prime to the colours' so that pairs repeat late
 SERIES_LINES = ("-", "--", "-.", ":")
 SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
@@ -89,13 +110,21 @@ def series_style(index: int) -> dict[str, str]:
     """
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise ValueError(f"series index must be a non-negative integer, got {index!r}")
-    return {"color": SERIES_COLORS[index % len(SERIES_COLORS)], "linestyle": SERIES_LINES[index % len(SERIES_LINES)],
-            "marker": SERIES_MARKERS[index % len(SERIES_MARKERS)]}
+    return {
+        "color": SERIES_COLORS[index % len(SERIES_COLORS)],
+        "linestyle": SERIES_LINES[index % len(SERIES_LINES)],
+        "marker": SERIES_MARKERS[index % len(SERIES_MARKERS)],
+    }
 
 
-def plot_loss_by_position(curves: dict[str, Sequence[Sequence[float]]], path: Path, *,
-                          style_index: dict[str, int] | None = None, baselines: dict[str, float] | None = None,
-                          title: str = "loss at each position of the window") -> Path:
+def plot_loss_by_position(
+    curves: dict[str, Sequence[Sequence[float]]],
+    path: Path,
+    *,
+    style_index: dict[str, int] | None = None,
+    baselines: dict[str, float] | None = None,
+    title: str = "loss at each position of the window",
+) -> Path:
     """Loss vs position inside the window, mean ± sd over seeds, one line per series; written as PNG.
 
     Args:
@@ -116,19 +145,26 @@ def plot_loss_by_position(curves: dict[str, Sequence[Sequence[float]]], path: Pa
     fig, ax = new_figure(1, 1, size=(8.0, 5.0))
     for i, (label, seeds) in enumerate(curves.items()):
         if not seeds or len({len(c) for c in seeds}) != 1:
-            raise ValueError(f"series {label!r} needs one or more curves of one length, got lengths "
-                             f"{[len(c) for c in seeds]}")
+            raise ValueError(
+                f"series {label!r} needs one or more curves of one length, got lengths {[len(c) for c in seeds]}"
+            )
         n, T = len(seeds), len(seeds[0])
         mean = [sum(c[t] for c in seeds) / n for t in range(T)]
         sd = [(sum((c[t] - mean[t]) ** 2 for c in seeds) / (n - 1)) ** 0.5 if n > 1 else 0.0 for t in range(T)]
         style = series_style((style_index or {}).get(label, i))
         xs = list(range(T))
         ax.plot(xs, mean, label=f"{label} (n={n})", markersize=2, markevery=max(1, T // 8), linewidth=1.2, **style)
-        ax.fill_between(xs, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
-                        color=style["color"], alpha=0.15)
+        ax.fill_between(
+            xs, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], color=style["color"], alpha=0.15
+        )
     for k, (label, value) in enumerate((baselines or {}).items()):
-        ax.axhline(value, color="black", linestyle=SERIES_LINES[(k + 1) % len(SERIES_LINES)], linewidth=0.8,
-                   label=f"{label} {value:.2f}")
+        ax.axhline(
+            value,
+            color="black",
+            linestyle=SERIES_LINES[(k + 1) % len(SERIES_LINES)],
+            linewidth=0.8,
+            label=f"{label} {value:.2f}",
+        )
     ax.set_xlabel("position in the window (tokens of context - 1)")
     ax.set_ylabel("loss (nats), mean ± sd over seeds")
     ax.set_title(title)

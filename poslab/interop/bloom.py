@@ -18,10 +18,20 @@ def convert(config: Any, w: c.Weights) -> c.Converted:
         raise c.unsupported(FAMILY, "apply_residual_connection_post_layernorm=True")
     d, heads = config.hidden_size, config.n_head
     cfg = dict(
-        vocab_size=config.vocab_size, n_layer=config.n_layer, n_head=heads, n_embd=d,
-        block_size=int(getattr(config, "seq_length", None) or 2048), bias=True, position="alibi",
-        norm="layernorm", mlp="gelu", mlp_hidden=4 * d, activation="gelu_tanh", embed_norm=True,
-        tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.layer_norm_epsilon,
+        vocab_size=config.vocab_size,
+        n_layer=config.n_layer,
+        n_head=heads,
+        n_embd=d,
+        block_size=int(getattr(config, "seq_length", None) or 2048),
+        bias=True,
+        position="alibi",
+        norm="layernorm",
+        mlp="gelu",
+        mlp_hidden=4 * d,
+        activation="gelu_tanh",
+        embed_norm=True,
+        tie_embeddings=bool(config.tie_word_embeddings),
+        norm_eps=config.layer_norm_epsilon,
     )
     sd = {"tok_emb.weight": w.take("word_embeddings.weight")}
     for name in ("weight", "bias"):

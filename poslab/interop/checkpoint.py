@@ -19,8 +19,19 @@ from torch import Tensor, nn
 
 #: ``config.json`` fields that must be positive integers wherever a family reads them (a zero head
 #: count divides by zero inside transformers).
-POSITIVE_FIELDS = ("num_attention_heads", "n_head", "n_heads", "num_hidden_layers", "n_layer", "n_layers",
-                   "hidden_size", "n_embd", "d_model", "num_key_value_heads", "vocab_size")
+POSITIVE_FIELDS = (
+    "num_attention_heads",
+    "n_head",
+    "n_heads",
+    "num_hidden_layers",
+    "n_layer",
+    "n_layers",
+    "hidden_size",
+    "n_embd",
+    "d_model",
+    "num_key_value_heads",
+    "vocab_size",
+)
 
 
 def transformers_module() -> Any:
@@ -68,8 +79,12 @@ def _shards(index: Path) -> list[str]:
     doc = _read_json(index)
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
-        found = "no weight_map" if not isinstance(doc, dict) or "weight_map" not in doc else f"weight_map of type {type(weight_map).__name__}"
-        raise ValueError(f"{str(index)!r} has {found}; a sharded index needs \"weight_map\": {{weight name: shard file}}")
+        found = (
+            "no weight_map"
+            if not isinstance(doc, dict) or "weight_map" not in doc
+            else f"weight_map of type {type(weight_map).__name__}"
+        )
+        raise ValueError(f'{str(index)!r} has {found}; a sharded index needs "weight_map": {{weight name: shard file}}')
     shards = set()
     for shard in weight_map.values():
         if not isinstance(shard, str) or Path(shard).name != shard:
@@ -103,8 +118,10 @@ def load_bin(path: str | os.PathLike) -> dict[str, Tensor]:
     except pickle.UnpicklingError as err:
         found = [line.split("error:", 1)[1] for line in str(err).splitlines() if "WeightsUnpickler error:" in line]
         reason = found[0].split(". ")[0].strip() if found else type(err).__name__
-        raise ValueError(f"refusing {str(path)!r}: it holds more than tensors ({reason}); "
-                         "poslab loads weights only (convert it to safetensors with a tool you trust)") from None
+        raise ValueError(
+            f"refusing {str(path)!r}: it holds more than tensors ({reason}); "
+            "poslab loads weights only (convert it to safetensors with a tool you trust)"
+        ) from None
 
 
 def _check_config_json(path: Path) -> None:
@@ -123,7 +140,9 @@ def load_hf_source(model_or_dir: Any) -> tuple[Any, dict[str, Tensor]]:
     if isinstance(model_or_dir, nn.Module):
         config = getattr(model_or_dir, "config", None)
         if config is None or not hasattr(config, "model_type"):
-            raise TypeError(f"from_hf takes a transformers model or a local folder; {type(model_or_dir).__name__} has no HF config")
+            raise TypeError(
+                f"from_hf takes a transformers model or a local folder; {type(model_or_dir).__name__} has no HF config"
+            )
         return config, {k: v.detach() for k, v in model_or_dir.state_dict().items()}
     if not isinstance(model_or_dir, (str, os.PathLike)):
         raise TypeError(f"from_hf takes a transformers model or a local folder path, got {type(model_or_dir).__name__}")
@@ -138,9 +157,13 @@ def load_hf_source(model_or_dir: Any) -> tuple[Any, dict[str, Tensor]]:
     _check_config_json(folder / "config.json")
     # trust_remote_code=False: a folder's own Python code (auto_map) is refused, never run or prompted for
     try:
-        config = transformers_module().AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+        config = transformers_module().AutoConfig.from_pretrained(
+            str(folder), local_files_only=True, trust_remote_code=False
+        )
     except KeyError as err:  # a rope_parameters entry transformers' own validation reads without a default
         reason = err.args[0] if err.args else repr(err)
-        raise ValueError(f"{str(folder / 'config.json')!r}: transformers cannot read it: {reason} "
-                         "(each rope_type needs its own fields)") from None
+        raise ValueError(
+            f"{str(folder / 'config.json')!r}: transformers cannot read it: {reason} "
+            "(each rope_type needs its own fields)"
+        ) from None
     return config, read_weights(folder)

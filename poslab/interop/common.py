@@ -40,7 +40,9 @@ HF_ACT = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "rel
 #: ``layer_types`` entries the modern families use.
 FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attention"
 #: checkpoint entries that are buffers, not weights (old GPT-2 / GPT-J / NeoX checkpoints carry them).
-IGNORED = re.compile(r"(^|\.)(attn\.bias|attn\.masked_bias|attention\.bias|attention\.masked_bias|rotary_emb\.inv_freq)$")
+IGNORED = re.compile(
+    r"(^|\.)(attn\.bias|attn\.masked_bias|attention\.bias|attention\.masked_bias|rotary_emb\.inv_freq)$"
+)
 
 Converted = tuple[dict[str, Any], dict[str, Tensor]]
 
@@ -89,7 +91,8 @@ def full_head_dim(family: str, config: Any, hidden: int, heads: int) -> int:
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     if head_dim * heads != hidden:
         raise unsupported(
-            family, f"head_dim={head_dim} with hidden_size={hidden} and {heads} heads (poslab needs head_dim * heads == hidden_size)"
+            family,
+            f"head_dim={head_dim} with hidden_size={hidden} and {heads} heads (poslab needs head_dim * heads == hidden_size)",
         )
     return head_dim
 
@@ -102,14 +105,19 @@ def head_dim_of(config: Any) -> int:
 def check_divisible(family: str, config: Any) -> None:
     """poslab's GPT needs ``hidden_size % num_attention_heads == 0`` (``head_dim`` itself is free)."""
     if config.hidden_size % config.num_attention_heads:
-        raise unsupported(family, f"hidden_size={config.hidden_size} not divisible by num_attention_heads={config.num_attention_heads}")
+        raise unsupported(
+            family,
+            f"hidden_size={config.hidden_size} not divisible by num_attention_heads={config.num_attention_heads}",
+        )
 
 
 def layer_types(family: str, config: Any, allowed: tuple[str, ...]) -> list[str]:
     """``config.layer_types`` (one per layer), refusing a type poslab does not map."""
     types = list(getattr(config, "layer_types", None) or [FULL] * config.num_hidden_layers)
     if len(types) != config.num_hidden_layers:
-        raise unsupported(family, f"layer_types of length {len(types)} for num_hidden_layers={config.num_hidden_layers}")
+        raise unsupported(
+            family, f"layer_types of length {len(types)} for num_hidden_layers={config.num_hidden_layers}"
+        )
     for t in types:
         if t not in allowed:
             raise unsupported(family, f"layer_types entry {t!r} (supported: {', '.join(allowed)})")
@@ -140,7 +148,9 @@ def rope_config_from_hf(config: Any, head_dim: int, layout: str = "half", family
 
     def need(key: str) -> Any:
         if params.get(key) is None:
-            raise ValueError(f"{family}: rope_parameters of rope_type {rope_type!r} needs {key!r}, which the config lacks")
+            raise ValueError(
+                f"{family}: rope_parameters of rope_type {rope_type!r} needs {key!r}, which the config lacks"
+            )
         return params[key]
 
     theta = params.get("rope_theta", getattr(config, "rope_theta", None) or 10000.0)
@@ -213,14 +223,24 @@ def lm_head(w: Weights, sd: dict[str, Tensor], tie: bool, *names: str) -> None:
     sd["lm_head.weight"] = head
 
 
-def attention(w: Weights, sd: dict[str, Tensor], src: str, dst: str, bias: bool, *, qk_norm: bool = False,
-              norm_offset: float = 0.0) -> None:
+def attention(
+    w: Weights,
+    sd: dict[str, Tensor],
+    src: str,
+    dst: str,
+    bias: bool,
+    *,
+    qk_norm: bool = False,
+    norm_offset: float = 0.0,
+) -> None:
     """q/k/v/o projections (``src`` = ``layers.{i}.self_attn.``) into poslab's fused ``qkv`` and ``proj``.
 
     ``qk_norm`` also maps ``q_norm``/``k_norm`` (plus ``norm_offset``: Gemma stores ``w`` for ``1 + w``).
     """
     for name in ("weight", "bias") if bias else ("weight",):
-        sd[f"{dst}attn.qkv.{name}"] = torch.cat([w.take(f"{src}{p}_proj.{name}") for p in "qkv"], dim=0)  # rows q | k | v
+        sd[f"{dst}attn.qkv.{name}"] = torch.cat(
+            [w.take(f"{src}{p}_proj.{name}") for p in "qkv"], dim=0
+        )  # rows q | k | v
         sd[f"{dst}attn.proj.{name}"] = w.take(f"{src}o_proj.{name}")
     if qk_norm:
         sd[f"{dst}attn.q_norm.weight"] = w.take(f"{src}q_norm.weight") + norm_offset
@@ -235,8 +255,18 @@ def swiglu(w: Weights, sd: dict[str, Tensor], src: str, dst: str, bias: bool = F
 
 
 # ------------------------------------------------------------------------------------------ export: weights
-def export_attention(src: dict[str, Tensor], sd: dict[str, Tensor], s: str, d: str, q_rows: int, kv_rows: int, bias: bool, *,
-                     qk_norm: bool = False, norm_offset: float = 0.0) -> None:
+def export_attention(
+    src: dict[str, Tensor],
+    sd: dict[str, Tensor],
+    s: str,
+    d: str,
+    q_rows: int,
+    kv_rows: int,
+    bias: bool,
+    *,
+    qk_norm: bool = False,
+    norm_offset: float = 0.0,
+) -> None:
     """Inverse of :func:`attention` (poslab ``blocks.{i}.`` -> HF ``...self_attn.``)."""
     for name in ("weight", "bias") if bias else ("weight",):
         q, k, v = src[f"{s}attn.qkv.{name}"].split((q_rows, kv_rows, kv_rows), dim=0)  # rows of q | k | v
@@ -251,8 +281,14 @@ def export_attention(src: dict[str, Tensor], sd: dict[str, Tensor], s: str, d: s
 PRE_NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm2"))
 
 
-def export_decoder(gpt: Any, *, mlp: str = "mlp", qk_norm: bool = False, norms: tuple[tuple[str, str], ...] = PRE_NORMS,
-                   norm_offset: float = 0.0) -> dict[str, Tensor]:
+def export_decoder(
+    gpt: Any,
+    *,
+    mlp: str = "mlp",
+    qk_norm: bool = False,
+    norms: tuple[tuple[str, str], ...] = PRE_NORMS,
+    norm_offset: float = 0.0,
+) -> dict[str, Tensor]:
     """The HF state dict (``model.*``, ``lm_head``) of a dense :class:`poslab.GPT` with fused-qkv attention and a SwiGLU MLP.
 
     Args:
@@ -264,12 +300,16 @@ def export_decoder(gpt: Any, *, mlp: str = "mlp", qk_norm: bool = False, norms: 
     """
     cfg, src = gpt.config, gpt.state_dict()
     q_rows, kv_rows = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-    sd = {"model.embed_tokens.weight": src["tok_emb.weight"], "model.norm.weight": src["norm_f.weight"] - norm_offset,
-          "lm_head.weight": src["lm_head.weight"]}
+    sd = {
+        "model.embed_tokens.weight": src["tok_emb.weight"],
+        "model.norm.weight": src["norm_f.weight"] - norm_offset,
+        "lm_head.weight": src["lm_head.weight"],
+    }
     for i in range(cfg.n_layer):
         s, d = f"blocks.{i}.", f"model.layers.{i}."
-        export_attention(src, sd, s, f"{d}self_attn.", q_rows, kv_rows, cfg.bias_of("attn"), qk_norm=qk_norm,
-                         norm_offset=norm_offset)
+        export_attention(
+            src, sd, s, f"{d}self_attn.", q_rows, kv_rows, cfg.bias_of("attn"), qk_norm=qk_norm, norm_offset=norm_offset
+        )
         for name in ("weight", "bias") if cfg.bias_of("mlp") else ("weight",):
             for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
                 sd[f"{d}{mlp}.{theirs}.{name}"] = src[f"{s}mlp.{ours}.{name}"]
@@ -291,7 +331,9 @@ def hf_rope_parameters(scheme: Any, head_dim: int, block_size: int) -> tuple[dic
         params["rope_type"] = "default"
         return params, max_pos
     if rope.scaling not in ROPE_TYPES:
-        raise ValueError(f"rope scaling {rope.scaling!r} has no transformers rope_type (supported: {', '.join(ROPE_TYPES[1:])})")
+        raise ValueError(
+            f"rope scaling {rope.scaling!r} has no transformers rope_type (supported: {', '.join(ROPE_TYPES[1:])})"
+        )
     params.update(rope_type=rope.scaling, factor=float(rope.factor))
     if rope.scaling == "linear":
         return params, max_pos
@@ -300,7 +342,9 @@ def hf_rope_parameters(scheme: Any, head_dim: int, block_size: int) -> tuple[dic
     params["original_max_position_embeddings"] = rope.original_max_len
     max_pos = max(max_pos, int(round(rope.original_max_len * rope.factor)))
     if rope.scaling == "yarn":
-        params.update(beta_fast=float(rope.beta_fast), beta_slow=float(rope.beta_slow), truncate=bool(rope.yarn_truncate))
+        params.update(
+            beta_fast=float(rope.beta_fast), beta_slow=float(rope.beta_slow), truncate=bool(rope.yarn_truncate)
+        )
         for key in ("mscale", "mscale_all_dim", "attention_factor"):
             if getattr(rope, key) is not None:
                 params[key] = float(getattr(rope, key))
@@ -344,7 +388,9 @@ def refuse_taken(target: Any) -> None:
 def refuse_export(family: str, problems: list[Problem]) -> None:
     """``ValueError`` listing ``problems`` (none: return)."""
     if problems:
-        raise ValueError(f"to_hf ({family}): this model does not fit the {family} layout: {'; '.join(text for _, text in problems)}")
+        raise ValueError(
+            f"to_hf ({family}): this model does not fit the {family} layout: {'; '.join(text for _, text in problems)}"
+        )
 
 
 # ------------------------------------------------------------------------------------------ export: what a family expresses
@@ -352,8 +398,23 @@ def refuse_export(family: str, problems: list[Problem]) -> None:
 Problem = tuple[str, str]
 #: ``GPTConfig`` fields every exporting family writes whatever their value: sizes, training-only
 #: settings, and fields whose translation each family checks itself (the RoPE config, the activation).
-SHAPE_FIELDS = frozenset({"vocab_size", "n_layer", "n_head", "n_embd", "block_size", "dropout", "backend", "mlp_hidden",
-                          "norm_eps", "tie_embeddings", "activation", "position_config", "bias"})
+SHAPE_FIELDS = frozenset(
+    {
+        "vocab_size",
+        "n_layer",
+        "n_head",
+        "n_embd",
+        "block_size",
+        "dropout",
+        "backend",
+        "mlp_hidden",
+        "norm_eps",
+        "tie_embeddings",
+        "activation",
+        "position_config",
+        "bias",
+    }
+)
 
 
 def effective(cfg: Any, field: str) -> Any:
@@ -437,8 +498,13 @@ class Writes:
             for i, entry in enumerate(cfg.layer_pattern):
                 extra = sorted(set(entry) - self.layer_keys)
                 if extra:
-                    problems.append(("layer_pattern", f"layer_pattern entry {i} sets {extra} "
-                                                      f"({self.family} maps {sorted(self.layer_keys) or 'none'})"))
+                    problems.append(
+                        (
+                            "layer_pattern",
+                            f"layer_pattern entry {i} sets {extra} "
+                            f"({self.family} maps {sorted(self.layer_keys) or 'none'})",
+                        )
+                    )
         for check in self.checks if not problems else ():
             problems = check(gpt)  # each check may assume the ones before it passed
             if problems:
@@ -484,9 +550,14 @@ def rope_check(family: str, layout: str | None = "half") -> Callable[[Any], list
                 continue
             scheme = gpt.layer_position(i)
             if layout is not None and scheme.config.layout != layout:
-                problems.append(("position_config", f"RoPE layout {scheme.config.layout!r} in layer {i} "
-                                                    f"({family} rotates {'half-split' if layout == 'half' else 'interleaved'} pairs; "
-                                                    "see poslab.interop.relayout_rope)"))
+                problems.append(
+                    (
+                        "position_config",
+                        f"RoPE layout {scheme.config.layout!r} in layer {i} "
+                        f"({family} rotates {'half-split' if layout == 'half' else 'interleaved'} pairs; "
+                        "see poslab.interop.relayout_rope)",
+                    )
+                )
             try:
                 hf_rope_parameters(scheme, scheme.config.head_dim, gpt.config.block_size)
             except ValueError as err:
@@ -505,7 +576,9 @@ def one_window(family: str) -> Callable[[Any], list[Problem]]:
         cfg = gpt.config
         sizes = {cfg.layer_value(i, "window") for i in range(cfg.n_layer)} - {None}
         if len(sizes) > 1:
-            return [("window", f"sliding windows of several sizes {sorted(sizes)}; transformers has one sliding_window")]
+            return [
+                ("window", f"sliding windows of several sizes {sorted(sizes)}; transformers has one sliding_window")
+            ]
         return []
 
     return check

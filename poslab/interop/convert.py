@@ -28,7 +28,9 @@ from poslab.interop.hf import from_hf
 DTYPES = {"source": None, "fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def convert_hf_folder(source: str | Path, out: str | Path, *, corpus: str = "shakespeare", dtype: str = "source") -> Path:
+def convert_hf_folder(
+    source: str | Path, out: str | Path, *, corpus: str = "shakespeare", dtype: str = "source"
+) -> Path:
     """Convert the Hugging Face model folder ``source`` into the poslab run folder ``out``.
 
     Args:
@@ -60,22 +62,36 @@ def convert_hf_folder(source: str | Path, out: str | Path, *, corpus: str = "sha
         raise ValueError(str(err)) from None
     tokenizer: Any = HFTokenizer.from_folder(source) or IdsTokenizer(model.config.vocab_size)
     model_doc = model.config.to_dict()
-    train = TrainConfig(name=out.name, out_dir=str(out.parent), corpus=corpus, tokenizer=tokenizer.to_dict()["type"],
-                        model=model.config)
+    train = TrainConfig(
+        name=out.name, out_dir=str(out.parent), corpus=corpus, tokenizer=tokenizer.to_dict()["type"], model=model.config
+    )
     hf_type = _model_type(source)
     config_doc = {
         "model": model_doc,
         "train": {k: v for k, v in train.to_dict().items() if k != "model"},
-        "data": {"corpus": corpus, "vocab_size": model.config.vocab_size,
-                 "converted_from": {"path": str(source.resolve()), "model_type": hf_type}},
+        "data": {
+            "corpus": corpus,
+            "vocab_size": model.config.vocab_size,
+            "converted_from": {"path": str(source.resolve()), "model_type": hf_type},
+        },
     }
 
     converted_from = config_doc["data"]["converted_from"]
-    return write_model_run(out, model, tokenizer, config_doc, step=0,
-                           meta={"tokens_seen": 0, "converted_from": converted_from},
-                           results={"status": "converted", "model_type": hf_type, "source": str(source.resolve()),
-                                    "tokenizer": tokenizer.to_dict()["type"],
-                                    "dtype": str(model.tok_emb.weight.dtype).replace("torch.", "")})
+    return write_model_run(
+        out,
+        model,
+        tokenizer,
+        config_doc,
+        step=0,
+        meta={"tokens_seen": 0, "converted_from": converted_from},
+        results={
+            "status": "converted",
+            "model_type": hf_type,
+            "source": str(source.resolve()),
+            "tokenizer": tokenizer.to_dict()["type"],
+            "dtype": str(model.tok_emb.weight.dtype).replace("torch.", ""),
+        },
+    )
 
 
 def _model_type(source: Path) -> str:

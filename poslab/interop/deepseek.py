@@ -37,23 +37,47 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
     """``(GPTConfig values, state dict)`` of an all-dense ``DeepseekV3ForCausalLM``."""
     n = config.num_hidden_layers
     if config.first_k_dense_replace is None or config.first_k_dense_replace < n:
-        raise m.unsupported(FAMILY, f"first_k_dense_replace={config.first_k_dense_replace} with num_hidden_layers={n} "
-                                   "(routed mixture-of-experts layers; poslab maps all-dense DeepSeek-V3 configs: "
-                                   "first_k_dense_replace >= num_hidden_layers)")
+        raise m.unsupported(
+            FAMILY,
+            f"first_k_dense_replace={config.first_k_dense_replace} with num_hidden_layers={n} "
+            "(routed mixture-of-experts layers; poslab maps all-dense DeepSeek-V3 configs: "
+            "first_k_dense_replace >= num_hidden_layers)",
+        )
     if config.num_key_value_heads != config.num_attention_heads:
-        raise m.unsupported(FAMILY, f"num_key_value_heads={config.num_key_value_heads} != num_attention_heads (MLA expands to every head)")
+        raise m.unsupported(
+            FAMILY,
+            f"num_key_value_heads={config.num_key_value_heads} != num_attention_heads (MLA expands to every head)",
+        )
     m.check_divisible(FAMILY, config)
     bias = bool(config.attention_bias)
     layout = "interleaved" if config.rope_interleave else "half"
     rope = m.rope_config(FAMILY, config, config.rope_parameters, config.qk_rope_head_dim, layout)
     cfg: dict[str, Any] = dict(
-        vocab_size=config.vocab_size, n_layer=n, n_head=config.num_attention_heads, n_embd=config.hidden_size,
-        block_size=config.max_position_embeddings, bias=False, attn_bias=bias, position="rope", position_config=rope,
-        norm="rmsnorm", mlp="swiglu", mlp_hidden=config.intermediate_size, activation=m.activation(FAMILY, config.hidden_act),
-        tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.rms_norm_eps, attn_scale=_softmax_scale(config),
+        vocab_size=config.vocab_size,
+        n_layer=n,
+        n_head=config.num_attention_heads,
+        n_embd=config.hidden_size,
+        block_size=config.max_position_embeddings,
+        bias=False,
+        attn_bias=bias,
+        position="rope",
+        position_config=rope,
+        norm="rmsnorm",
+        mlp="swiglu",
+        mlp_hidden=config.intermediate_size,
+        activation=m.activation(FAMILY, config.hidden_act),
+        tie_embeddings=bool(config.tie_word_embeddings),
+        norm_eps=config.rms_norm_eps,
+        attn_scale=_softmax_scale(config),
         backend="auto",
-        mla={"kv_lora_rank": config.kv_lora_rank, "q_lora_rank": config.q_lora_rank, "qk_nope_head_dim": config.qk_nope_head_dim,
-             "qk_rope_head_dim": config.qk_rope_head_dim, "v_head_dim": config.v_head_dim, "latent_eps": 1e-6},
+        mla={
+            "kv_lora_rank": config.kv_lora_rank,
+            "q_lora_rank": config.q_lora_rank,
+            "qk_nope_head_dim": config.qk_nope_head_dim,
+            "qk_rope_head_dim": config.qk_rope_head_dim,
+            "v_head_dim": config.v_head_dim,
+            "latent_eps": 1e-6,
+        },
     )  # transformers builds q_a_layernorm / kv_a_layernorm with their default eps 1e-6, whatever rms_norm_eps says
     sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
     for i in range(n):
@@ -83,8 +107,13 @@ def _mla(gpt: Any) -> list[m.Problem]:
     cfg = gpt.config
     if cfg.mla["latent_eps"] != 1e-6:
         return [("mla", f"mla latent_eps={cfg.mla['latent_eps']} (transformers' latent norms use 1e-6)")]
-    expected = _softmax_scale(SimpleNamespace(qk_nope_head_dim=cfg.mla["qk_nope_head_dim"], qk_rope_head_dim=cfg.mla["qk_rope_head_dim"],
-                                              rope_parameters=m.hf_rope(FAMILY, gpt, gpt.position)))
+    expected = _softmax_scale(
+        SimpleNamespace(
+            qk_nope_head_dim=cfg.mla["qk_nope_head_dim"],
+            qk_rope_head_dim=cfg.mla["qk_rope_head_dim"],
+            rope_parameters=m.hf_rope(FAMILY, gpt, gpt.position),
+        )
+    )
     if cfg.attn_scale is not None and abs(cfg.attn_scale - expected) > 1e-12 * expected:
         return [("attn_scale", f"attn_scale={cfg.attn_scale} (transformers derives {expected})")]
     return []
@@ -103,19 +132,37 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
     rope_params = m.hf_rope(FAMILY, gpt, gpt.position)
     hidden = gpt.blocks[0].mlp.up.out_features
     hf_config = transformers.DeepseekV3Config(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=hidden, num_hidden_layers=cfg.n_layer,
-        num_attention_heads=cfg.n_head, num_key_value_heads=cfg.n_head, first_k_dense_replace=cfg.n_layer,
-        kv_lora_rank=mla["kv_lora_rank"], q_lora_rank=mla["q_lora_rank"], qk_rope_head_dim=mla["qk_rope_head_dim"],
-        qk_nope_head_dim=mla["qk_nope_head_dim"], v_head_dim=mla["v_head_dim"], hidden_act=m.HF_ACT[cfg.mlp_activation],
-        max_position_embeddings=cfg.block_size, rms_norm_eps=cfg.norm_eps, tie_word_embeddings=cfg.tie_embeddings,
-        rope_parameters=rope_params, rope_interleave=gpt.position.config.layout == "interleaved",
-        attention_bias=cfg.bias_of("attn"), bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.n_embd,
+        intermediate_size=hidden,
+        num_hidden_layers=cfg.n_layer,
+        num_attention_heads=cfg.n_head,
+        num_key_value_heads=cfg.n_head,
+        first_k_dense_replace=cfg.n_layer,
+        kv_lora_rank=mla["kv_lora_rank"],
+        q_lora_rank=mla["q_lora_rank"],
+        qk_rope_head_dim=mla["qk_rope_head_dim"],
+        qk_nope_head_dim=mla["qk_nope_head_dim"],
+        v_head_dim=mla["v_head_dim"],
+        hidden_act=m.HF_ACT[cfg.mlp_activation],
+        max_position_embeddings=cfg.block_size,
+        rms_norm_eps=cfg.norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings,
+        rope_parameters=rope_params,
+        rope_interleave=gpt.position.config.layout == "interleaved",
+        attention_bias=cfg.bias_of("attn"),
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
     )
     hf = transformers.DeepseekV3ForCausalLM(hf_config)
     src = gpt.state_dict()
     bias = cfg.bias_of("attn")
-    sd = {"model.embed_tokens.weight": src["tok_emb.weight"], "model.norm.weight": src["norm_f.weight"],
-          "lm_head.weight": src["lm_head.weight"]}
+    sd = {
+        "model.embed_tokens.weight": src["tok_emb.weight"],
+        "model.norm.weight": src["norm_f.weight"],
+        "lm_head.weight": src["lm_head.weight"],
+    }
     for i in range(cfg.n_layer):
         s, d = f"blocks.{i}.attn.", f"model.layers.{i}.self_attn."
         if mla["q_lora_rank"] is None:
@@ -140,12 +187,32 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
 
 WRITES = m.Writes(
     FAMILY,
-    requires={"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "residual": "sequential", "mlp_bias": False,
-              "n_kv_head": None},
+    requires={
+        "position": "rope",
+        "norm": "rmsnorm",
+        "mlp": "swiglu",
+        "residual": "sequential",
+        "mlp_bias": False,
+        "n_kv_head": None,
+    },
     carries=frozenset({"mla", "attn_bias", "attn_scale", "attn_head_dim"}),
-    checks=(lambda gpt: [] if gpt.config.mla is not None else [("mla", "mla=None (DeepSeek-V3 attention is multi-head latent attention)")],
-            m.rope_check(FAMILY, layout=None), _mla),
+    checks=(
+        lambda gpt: (
+            []
+            if gpt.config.mla is not None
+            else [("mla", "mla=None (DeepSeek-V3 attention is multi-head latent attention)")]
+        ),
+        m.rope_check(FAMILY, layout=None),
+        _mla,
+    ),
     export=to_hf,
 )
-FAMILIES = (m.Family(FAMILY, "model.", "DeepSeek-V3, all-dense configs (multi-head latent attention with decoupled RoPE, "
-                                       "compressed KV cache)", convert, WRITES),)
+FAMILIES = (
+    m.Family(
+        FAMILY,
+        "model.",
+        "DeepSeek-V3, all-dense configs (multi-head latent attention with decoupled RoPE, compressed KV cache)",
+        convert,
+        WRITES,
+    ),
+)

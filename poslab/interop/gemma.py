@@ -27,8 +27,12 @@ from torch import Tensor
 from poslab.interop import common as m
 from poslab.interop.checkpoint import transformers_module
 
-NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "post_attn_norm"),
-         ("pre_feedforward_layernorm", "norm2"), ("post_feedforward_layernorm", "post_mlp_norm"))
+NORMS = (
+    ("input_layernorm", "norm1"),
+    ("post_attention_layernorm", "post_attn_norm"),
+    ("pre_feedforward_layernorm", "norm2"),
+    ("post_feedforward_layernorm", "post_mlp_norm"),
+)
 
 
 def _convert(config: Any, w: m.Weights, family: str) -> m.Converted:
@@ -63,14 +67,31 @@ def _convert(config: Any, w: m.Weights, family: str) -> m.Converted:
         )
         attn_cap = None
     cfg: dict[str, Any] = dict(
-        vocab_size=config.vocab_size, n_layer=config.num_hidden_layers, n_head=config.num_attention_heads,
-        n_kv_head=config.num_key_value_heads, n_embd=config.hidden_size, block_size=config.max_position_embeddings,
-        bias=False, attn_bias=bias, position="rope", position_config=global_rope, norm="rmsnorm", mlp="swiglu",
-        mlp_hidden=config.intermediate_size, activation=m.activation(family, config.hidden_activation),
-        tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.rms_norm_eps, attn_head_dim=head_dim,
-        residual="sandwich", embed_scale=float(config.hidden_size**0.5), attn_scale=float(config.query_pre_attn_scalar**-0.5),
-        attn_softcap=attn_cap, final_softcap=_cap(family, config, "final_logit_softcapping"),
-        qk_norm=gemma3, layer_pattern=pattern if any(pattern) else None, backend="auto",
+        vocab_size=config.vocab_size,
+        n_layer=config.num_hidden_layers,
+        n_head=config.num_attention_heads,
+        n_kv_head=config.num_key_value_heads,
+        n_embd=config.hidden_size,
+        block_size=config.max_position_embeddings,
+        bias=False,
+        attn_bias=bias,
+        position="rope",
+        position_config=global_rope,
+        norm="rmsnorm",
+        mlp="swiglu",
+        mlp_hidden=config.intermediate_size,
+        activation=m.activation(family, config.hidden_activation),
+        tie_embeddings=bool(config.tie_word_embeddings),
+        norm_eps=config.rms_norm_eps,
+        attn_head_dim=head_dim,
+        residual="sandwich",
+        embed_scale=float(config.hidden_size**0.5),
+        attn_scale=float(config.query_pre_attn_scalar**-0.5),
+        attn_softcap=attn_cap,
+        final_softcap=_cap(family, config, "final_logit_softcapping"),
+        qk_norm=gemma3,
+        layer_pattern=pattern if any(pattern) else None,
+        backend="auto",
     )
     sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
     for i in range(config.num_hidden_layers):
@@ -107,14 +128,24 @@ def _scale(gpt: Any) -> list[m.Problem]:
     cfg = gpt.config
     scale = cfg.attn_scale if cfg.attn_scale is not None else cfg.head_dim**-0.5
     if not math.isclose(round(scale**-2) ** -0.5, scale, rel_tol=1e-9):
-        return [("attn_scale", f"attn_scale={cfg.attn_scale} (Gemma's is query_pre_attn_scalar ** -0.5 for an integer scalar)")]
+        return [
+            (
+                "attn_scale",
+                f"attn_scale={cfg.attn_scale} (Gemma's is query_pre_attn_scalar ** -0.5 for an integer scalar)",
+            )
+        ]
     return []
 
 
 def _embed_scale(gpt: Any) -> list[m.Problem]:
     cfg = gpt.config
     if cfg.embed_scale is None or not math.isclose(cfg.embed_scale, cfg.n_embd**0.5, rel_tol=1e-12):
-        return [("embed_scale", f"embed_scale={cfg.embed_scale!r} (Gemma multiplies the embeddings by sqrt(n_embd)={cfg.n_embd**0.5})")]
+        return [
+            (
+                "embed_scale",
+                f"embed_scale={cfg.embed_scale!r} (Gemma multiplies the embeddings by sqrt(n_embd)={cfg.n_embd**0.5})",
+            )
+        ]
     return []
 
 
@@ -125,9 +156,16 @@ def _ropes(gpt: Any, family: str) -> tuple[dict[str, dict], list[m.Problem]]:
     for i, t in enumerate(types):
         params = m.hf_rope(family, gpt, gpt.layer_position(i))
         if ropes.setdefault(t, params) != params:
-            return ropes, [("layer_pattern", f"the {t} layers use different RoPE configurations; transformers has one per layer type")]
+            return ropes, [
+                (
+                    "layer_pattern",
+                    f"the {t} layers use different RoPE configurations; transformers has one per layer type",
+                )
+            ]
     if family == "gemma2" and len({str(p) for p in ropes.values()}) > 1:
-        return ropes, [("layer_pattern", "local and global layers with different RoPE; Gemma 2 has one (Gemma 3 has two)")]
+        return ropes, [
+            ("layer_pattern", "local and global layers with different RoPE; Gemma 2 has one (Gemma 3 has two)")
+        ]
     return ropes, []
 
 
@@ -140,21 +178,38 @@ def _export(gpt: Any, family: str, out_dir: Any) -> Any:
     types, window = m.window_layers(gpt)
     ropes, _ = _ropes(gpt, family)
     common = dict(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=gpt.blocks[0].mlp.up.out_features,
-        num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
-        hidden_activation=m.HF_ACT[cfg.mlp_activation], max_position_embeddings=cfg.block_size, rms_norm_eps=cfg.norm_eps,
-        tie_word_embeddings=cfg.tie_embeddings, attention_bias=cfg.bias_of("attn"), query_pre_attn_scalar=round(scale**-2),
-        sliding_window=window or 4096, layer_types=types, final_logit_softcapping=cfg.final_softcap,
-        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.n_embd,
+        intermediate_size=gpt.blocks[0].mlp.up.out_features,
+        num_hidden_layers=cfg.n_layer,
+        num_attention_heads=cfg.n_head,
+        num_key_value_heads=cfg.kv_heads,
+        head_dim=cfg.head_dim,
+        hidden_activation=m.HF_ACT[cfg.mlp_activation],
+        max_position_embeddings=cfg.block_size,
+        rms_norm_eps=cfg.norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings,
+        attention_bias=cfg.bias_of("attn"),
+        query_pre_attn_scalar=round(scale**-2),
+        sliding_window=window or 4096,
+        layer_types=types,
+        final_logit_softcapping=cfg.final_softcap,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
     )
     if gemma3:
         full = ropes.get(m.FULL) or ropes[m.SLIDING]
         hf_config = transformers.Gemma3TextConfig(
-            rope_parameters={m.FULL: full, m.SLIDING: ropes.get(m.SLIDING) or full}, attn_logit_softcapping=None, **common)
+            rope_parameters={m.FULL: full, m.SLIDING: ropes.get(m.SLIDING) or full},
+            attn_logit_softcapping=None,
+            **common,
+        )
         hf = transformers.Gemma3ForCausalLM(hf_config)
     else:
-        hf_config = transformers.Gemma2Config(rope_parameters=next(iter(ropes.values())), attn_logit_softcapping=cfg.attn_softcap,
-                                              **common)
+        hf_config = transformers.Gemma2Config(
+            rope_parameters=next(iter(ropes.values())), attn_logit_softcapping=cfg.attn_softcap, **common
+        )
         hf = transformers.Gemma2ForCausalLM(hf_config)
     sd = m.export_decoder(gpt, qk_norm=gemma3, norms=NORMS, norm_offset=1.0)
     return m.finish_export(hf, sd, gpt.tok_emb.weight.dtype, out_dir)
@@ -176,20 +231,45 @@ def to_hf_gemma3(gpt: Any, out_dir: Any = None) -> Any:
     return _export(gpt, "gemma3_text", out_dir)
 
 
-_CARRIED = frozenset({"n_kv_head", "attn_head_dim", "attn_bias", "attn_scale", "embed_scale", "final_softcap", "window",
-                      "layer_pattern"})
+_CARRIED = frozenset(
+    {"n_kv_head", "attn_head_dim", "attn_bias", "attn_scale", "embed_scale", "final_softcap", "window", "layer_pattern"}
+)
 _REQUIRED = {"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "residual": "sandwich", "mlp_bias": False}
-GEMMA2 = m.Writes("gemma2", requires=_REQUIRED, carries=_CARRIED | {"attn_softcap"}, layer_keys=frozenset({"window"}),
-                  checks=(m.rope_check("gemma2"), m.one_window("gemma2"), _scale, _embed_scale, lambda gpt: _ropes(gpt, "gemma2")[1]),
-                  export=to_hf_gemma2)
-GEMMA3 = m.Writes("gemma3_text", requires={**_REQUIRED, "qk_norm": True}, carries=_CARRIED | {"qk_norm"},
-                  layer_keys=frozenset({"window", "position_config"}),
-                  checks=(m.rope_check("gemma3_text"), m.one_window("gemma3_text"), _scale, _embed_scale,
-                          lambda gpt: _ropes(gpt, "gemma3_text")[1]),
-                  export=to_hf_gemma3)
+GEMMA2 = m.Writes(
+    "gemma2",
+    requires=_REQUIRED,
+    carries=_CARRIED | {"attn_softcap"},
+    layer_keys=frozenset({"window"}),
+    checks=(m.rope_check("gemma2"), m.one_window("gemma2"), _scale, _embed_scale, lambda gpt: _ropes(gpt, "gemma2")[1]),
+    export=to_hf_gemma2,
+)
+GEMMA3 = m.Writes(
+    "gemma3_text",
+    requires={**_REQUIRED, "qk_norm": True},
+    carries=_CARRIED | {"qk_norm"},
+    layer_keys=frozenset({"window", "position_config"}),
+    checks=(
+        m.rope_check("gemma3_text"),
+        m.one_window("gemma3_text"),
+        _scale,
+        _embed_scale,
+        lambda gpt: _ropes(gpt, "gemma3_text")[1],
+    ),
+    export=to_hf_gemma3,
+)
 FAMILIES = (
-    m.Family("gemma2", "model.", "Gemma 2 (attention and final-logit soft-capping, local/global layers, sandwich norms)",
-             convert_gemma2, GEMMA2),
-    m.Family("gemma3_text", "model.", "Gemma 3 text (QK-norm, 5:1 local/global layers with their own RoPE bases, sandwich norms)",
-             convert_gemma3, GEMMA3),
+    m.Family(
+        "gemma2",
+        "model.",
+        "Gemma 2 (attention and final-logit soft-capping, local/global layers, sandwich norms)",
+        convert_gemma2,
+        GEMMA2,
+    ),
+    m.Family(
+        "gemma3_text",
+        "model.",
+        "Gemma 3 text (QK-norm, 5:1 local/global layers with their own RoPE bases, sandwich norms)",
+        convert_gemma3,
+        GEMMA3,
+    ),
 )

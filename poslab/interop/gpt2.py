@@ -16,8 +16,14 @@ from poslab.interop.checkpoint import transformers_module
 
 FAMILY = "gpt2"
 #: ours, theirs, Conv1D (stored ``[in, out]``)
-_LAYER = (("norm1", "ln_1", False), ("attn.qkv", "attn.c_attn", True), ("attn.proj", "attn.c_proj", True),
-          ("norm2", "ln_2", False), ("mlp.up", "mlp.c_fc", True), ("mlp.down", "mlp.c_proj", True))
+_LAYER = (
+    ("norm1", "ln_1", False),
+    ("attn.qkv", "attn.c_attn", True),
+    ("attn.proj", "attn.c_proj", True),
+    ("norm2", "ln_2", False),
+    ("mlp.up", "mlp.c_fc", True),
+    ("mlp.down", "mlp.c_proj", True),
+)
 
 
 def convert(config: Any, w: c.Weights) -> c.Converted:
@@ -28,10 +34,19 @@ def convert(config: Any, w: c.Weights) -> c.Converted:
         raise c.unsupported(FAMILY, "add_cross_attention=True")
     d = config.n_embd
     cfg = dict(
-        vocab_size=config.vocab_size, n_layer=config.n_layer, n_head=config.n_head, n_embd=d,
-        block_size=config.n_positions, bias=True, position="learned", norm="layernorm", mlp="gelu",
-        mlp_hidden=config.n_inner or 4 * d, activation=c.activation(FAMILY, config.activation_function),
-        tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.layer_norm_epsilon,
+        vocab_size=config.vocab_size,
+        n_layer=config.n_layer,
+        n_head=config.n_head,
+        n_embd=d,
+        block_size=config.n_positions,
+        bias=True,
+        position="learned",
+        norm="layernorm",
+        mlp="gelu",
+        mlp_hidden=config.n_inner or 4 * d,
+        activation=c.activation(FAMILY, config.activation_function),
+        tie_embeddings=bool(config.tie_word_embeddings),
+        norm_eps=config.layer_norm_epsilon,
         attn_scale=None if config.scale_attn_weights else 1.0,
     )
     sd = {"tok_emb.weight": w.take("wte.weight"), "position.table.weight": w.take("wpe.weight")}
@@ -63,13 +78,27 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
     transformers = transformers_module()
     cfg = gpt.config
     hf_config = transformers.GPT2Config(
-        vocab_size=cfg.vocab_size, n_positions=gpt.position.config.max_len, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
-        n_head=cfg.n_head, n_inner=gpt.blocks[0].mlp.up.out_features, activation_function=c.HF_ACT[cfg.mlp_activation],
-        layer_norm_epsilon=cfg.norm_eps, tie_word_embeddings=cfg.tie_embeddings, scale_attn_weights=cfg.attn_scale is None,
-        resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout, bos_token_id=None, eos_token_id=None,
+        vocab_size=cfg.vocab_size,
+        n_positions=gpt.position.config.max_len,
+        n_embd=cfg.n_embd,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        n_inner=gpt.blocks[0].mlp.up.out_features,
+        activation_function=c.HF_ACT[cfg.mlp_activation],
+        layer_norm_epsilon=cfg.norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings,
+        scale_attn_weights=cfg.attn_scale is None,
+        resid_pdrop=cfg.dropout,
+        embd_pdrop=cfg.dropout,
+        attn_pdrop=cfg.dropout,
+        bos_token_id=None,
+        eos_token_id=None,
     )
     src = gpt.state_dict()
-    sd: dict[str, Tensor] = {"transformer.wte.weight": src["tok_emb.weight"], "transformer.wpe.weight": src["position.table.weight"]}
+    sd: dict[str, Tensor] = {
+        "transformer.wte.weight": src["tok_emb.weight"],
+        "transformer.wpe.weight": src["position.table.weight"],
+    }
     for i in range(cfg.n_layer):
         s, d = f"blocks.{i}.", f"transformer.h.{i}."
         for ours, hf, conv1d in _LAYER:
@@ -83,8 +112,15 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
 
 WRITES = c.Writes(
     FAMILY,
-    requires={"position": "learned", "norm": "layernorm", "mlp": "gelu", "residual": "sequential",
-              "attn_bias": True, "mlp_bias": True, "norm_bias": True},
+    requires={
+        "position": "learned",
+        "norm": "layernorm",
+        "mlp": "gelu",
+        "residual": "sequential",
+        "attn_bias": True,
+        "mlp_bias": True,
+        "norm_bias": True,
+    },
     carries=frozenset({"attn_scale"}),
     checks=(_scale,),
     export=to_hf,

@@ -37,7 +37,9 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
     )
 
 
-def attention_from_hf(model: nn.Module, layer: int, *, backend: str = "auto") -> tuple[MultiHeadAttention, PositionScheme]:
+def attention_from_hf(
+    model: nn.Module, layer: int, *, backend: str = "auto"
+) -> tuple[MultiHeadAttention, PositionScheme]:
     """Layer ``layer``'s attention of a ``GptOssForCausalLM`` (or ``GptOssModel``) with the same weights.
 
     Args:
@@ -51,28 +53,46 @@ def attention_from_hf(model: nn.Module, layer: int, *, backend: str = "auto") ->
     """
     config = model.config
     if getattr(config, "model_type", None) != FAMILY:
-        raise ValueError(f"attention_from_hf takes a gpt_oss model, got model_type {getattr(config, 'model_type', None)!r}")
+        raise ValueError(
+            f"attention_from_hf takes a gpt_oss model, got model_type {getattr(config, 'model_type', None)!r}"
+        )
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < config.num_hidden_layers:
         raise ValueError(f"layer must be an integer in [0, {config.num_hidden_layers}), got {layer!r}")
     m.check_divisible(FAMILY, config)
     head_dim = m.head_dim_of(config)
     kind = m.layer_types(FAMILY, config, (m.FULL, m.SLIDING))[layer]
     rope = positions.build_for_model(
-        "rope", m.rope_config(FAMILY, config, config.rope_parameters, head_dim),
-        {"n_embd": config.hidden_size, "n_heads": config.num_attention_heads, "head_dim": head_dim,
-         "max_len": config.max_position_embeddings, "bidirectional": False},
+        "rope",
+        m.rope_config(FAMILY, config, config.rope_parameters, head_dim),
+        {
+            "n_embd": config.hidden_size,
+            "n_heads": config.num_attention_heads,
+            "head_dim": head_dim,
+            "max_len": config.max_position_embeddings,
+            "bidirectional": False,
+        },
     )
     bias = bool(config.attention_bias)
     attn = MultiHeadAttention(
-        config.hidden_size, config.num_attention_heads, config.num_key_value_heads, bias=bias, head_dim=head_dim,
-        sinks=True, window=int(config.sliding_window) if kind == m.SLIDING else None, backend=backend,
+        config.hidden_size,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        bias=bias,
+        head_dim=head_dim,
+        sinks=True,
+        window=int(config.sliding_window) if kind == m.SLIDING else None,
+        backend=backend,
     )
     tensors = {k: v.detach() for k, v in model.state_dict().items()}
-    prefix = f"model.layers.{layer}.self_attn." if f"model.layers.{layer}.self_attn.sinks" in tensors else f"layers.{layer}.self_attn."
-    w = m.Weights({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}, "", FAMILY)
+    prefix = (
+        f"model.layers.{layer}.self_attn."
+        if f"model.layers.{layer}.self_attn.sinks" in tensors
+        else f"layers.{layer}.self_attn."
+    )
+    w = m.Weights({k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}, "", FAMILY)
     sd: dict[str, torch.Tensor] = {}
     m.attention(w, sd, "", "", bias)
-    sd = {k[len("attn."):]: v for k, v in sd.items()}
+    sd = {k[len("attn.") :]: v for k, v in sd.items()}
     sd["sinks"] = w.take("sinks")
     w.finish()
     attn.load_state_dict(sd, strict=True)
@@ -81,15 +101,44 @@ def attention_from_hf(model: nn.Module, layer: int, *, backend: str = "auto") ->
 
 
 def _moe(gpt: Any) -> list[m.Problem]:
-    return [("mlp", f"mlp={gpt.config.mlp!r} (gpt-oss MLPs are routed mixtures of experts with a clamped SwiGLU, "
-                    "which poslab.GPT does not implement, so poslab writes no gpt-oss model)")]
+    return [
+        (
+            "mlp",
+            f"mlp={gpt.config.mlp!r} (gpt-oss MLPs are routed mixtures of experts with a clamped SwiGLU, "
+            "which poslab.GPT does not implement, so poslab writes no gpt-oss model)",
+        )
+    ]
 
 
 #: gpt-oss carries attention sinks and alternating windows, but its MLP is one poslab has not: every
 #: model is refused, and refusals of ``attn_sinks`` name this family.
-WRITES = m.Writes(FAMILY, requires={"position": "rope", "norm": "rmsnorm", "residual": "sequential"},
-                  carries=frozenset({"mlp", "attn_sinks", "window", "layer_pattern", "n_kv_head", "attn_head_dim",
-                                                          "attn_bias", "mlp_bias", "norm_bias"}),
-                  layer_keys=frozenset({"window"}), checks=(_moe,), export=None)
-FAMILIES = (m.Family(FAMILY, "model.", "gpt-oss (attention layers only, via poslab.interop.gpt_oss.attention_from_hf: sinks, "
-                                       "alternating sliding/full; the MoE MLP is refused)", convert, WRITES),)
+WRITES = m.Writes(
+    FAMILY,
+    requires={"position": "rope", "norm": "rmsnorm", "residual": "sequential"},
+    carries=frozenset(
+        {
+            "mlp",
+            "attn_sinks",
+            "window",
+            "layer_pattern",
+            "n_kv_head",
+            "attn_head_dim",
+            "attn_bias",
+            "mlp_bias",
+            "norm_bias",
+        }
+    ),
+    layer_keys=frozenset({"window"}),
+    checks=(_moe,),
+    export=None,
+)
+FAMILIES = (
+    m.Family(
+        FAMILY,
+        "model.",
+        "gpt-oss (attention layers only, via poslab.interop.gpt_oss.attention_from_hf: sinks, "
+        "alternating sliding/full; the MoE MLP is refused)",
+        convert,
+        WRITES,
+    ),
+)

@@ -18,20 +18,37 @@ def convert(config: Any, w: c.Weights) -> c.Converted:
     d, heads = config.n_embd, config.n_head
     head_dim = d // heads
     rotary_dim = config.rotary_dim or head_dim
-    position_config: dict[str, Any] = {"base": 10000.0, "layout": "interleaved"}  # GPT-J's base is fixed in transformers
+    position_config: dict[str, Any] = {
+        "base": 10000.0,
+        "layout": "interleaved",
+    }  # GPT-J's base is fixed in transformers
     if rotary_dim != head_dim:
         position_config["rotary_dim"] = rotary_dim
     cfg = dict(
-        vocab_size=config.vocab_size, n_layer=config.n_layer, n_head=heads, n_embd=d, block_size=config.n_positions,
-        bias=True, attn_bias=False, lm_head_bias=True, position="rope", position_config=position_config,
-        norm="layernorm", mlp="gelu", mlp_hidden=config.n_inner or 4 * d,
-        activation=c.activation(FAMILY, config.activation_function), residual="parallel_shared_norm",
-        tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.layer_norm_epsilon,
+        vocab_size=config.vocab_size,
+        n_layer=config.n_layer,
+        n_head=heads,
+        n_embd=d,
+        block_size=config.n_positions,
+        bias=True,
+        attn_bias=False,
+        lm_head_bias=True,
+        position="rope",
+        position_config=position_config,
+        norm="layernorm",
+        mlp="gelu",
+        mlp_hidden=config.n_inner or 4 * d,
+        activation=c.activation(FAMILY, config.activation_function),
+        residual="parallel_shared_norm",
+        tie_embeddings=bool(config.tie_word_embeddings),
+        norm_eps=config.layer_norm_epsilon,
     )
     sd = {"tok_emb.weight": w.take("wte.weight")}
     for i in range(config.n_layer):
         src, dst = f"h.{i}.", f"blocks.{i}."
-        sd[f"{dst}attn.qkv.weight"] = torch.cat([w.take(f"{src}attn.{p}_proj.weight") for p in "qkv"], dim=0)  # rows q | k | v
+        sd[f"{dst}attn.qkv.weight"] = torch.cat(
+            [w.take(f"{src}attn.{p}_proj.weight") for p in "qkv"], dim=0
+        )  # rows q | k | v
         sd[f"{dst}attn.proj.weight"] = w.take(f"{src}attn.out_proj.weight")
         for name in ("weight", "bias"):
             sd[f"{dst}norm1.{name}"] = w.take(f"{src}ln_1.{name}")
@@ -43,4 +60,6 @@ def convert(config: Any, w: c.Weights) -> c.Converted:
     return cfg, sd
 
 
-FAMILIES = (c.Family(FAMILY, "transformer.", "GPT-J (interleaved partial rotary, parallel residual, one norm)", convert),)
+FAMILIES = (
+    c.Family(FAMILY, "transformer.", "GPT-J (interleaved partial rotary, parallel residual, one norm)", convert),
+)

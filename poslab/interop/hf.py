@@ -83,8 +83,10 @@ def from_hf(model_or_dir: Any, *, dtype: torch.dtype | None = None) -> GPT:
     expected = gpt.state_dict()
     for key, tensor in state.items():
         if key in expected and tensor.shape != expected[key].shape:
-            raise ValueError(f"{family} checkpoint: the weights mapped to poslab's {key!r} have shape {list(tensor.shape)}; "
-                             f"the config's sizes need {list(expected[key].shape)}")
+            raise ValueError(
+                f"{family} checkpoint: the weights mapped to poslab's {key!r} have shape {list(tensor.shape)}; "
+                f"the config's sizes need {list(expected[key].shape)}"
+            )
     gpt.load_state_dict(state, strict=True)  # copies (and casts) into the parameters
     return gpt.eval()
 
@@ -106,8 +108,14 @@ def refusal(gpt: GPT) -> str | None:
         tail = "; ".join(f"{w.family} carries {field} but not {p[0][1]}" for w, p in carriers[:3])
     else:
         tail = f"no family poslab writes carries {field}={value!r}"
-    rest = f" (also {'; '.join(t for _, t in problems[1:3])}{'; ...' if len(problems) > 3 else ''})" if len(problems) > 1 else ""
-    return f"to_hf cannot write this model exactly: {nearest.family}, the nearest family, cannot hold {text}{rest}; {tail}"
+    rest = (
+        f" (also {'; '.join(t for _, t in problems[1:3])}{'; ...' if len(problems) > 3 else ''})"
+        if len(problems) > 1
+        else ""
+    )
+    return (
+        f"to_hf cannot write this model exactly: {nearest.family}, the nearest family, cannot hold {text}{rest}; {tail}"
+    )
 
 
 def _requires(writes: Writes, field: str, value: Any) -> bool:

@@ -23,12 +23,23 @@ def _convert(config: Any, w: c.Weights, family: str) -> c.Converted:
     attn_bias = bool(getattr(config, "attention_bias", False))
     mlp_bias = bool(getattr(config, "mlp_bias", False))
     cfg = dict(
-        vocab_size=config.vocab_size, n_layer=config.num_hidden_layers, n_head=heads,
-        n_kv_head=config.num_key_value_heads or heads, n_embd=d, block_size=config.max_position_embeddings,
-        bias=False, attn_bias=attn_bias, mlp_bias=mlp_bias, position="rope",
-        position_config=c.rope_config_from_hf(config, head_dim, "half", family), norm="rmsnorm", mlp="swiglu",
-        mlp_hidden=config.intermediate_size, activation=c.activation(family, config.hidden_act),
-        tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.rms_norm_eps,
+        vocab_size=config.vocab_size,
+        n_layer=config.num_hidden_layers,
+        n_head=heads,
+        n_kv_head=config.num_key_value_heads or heads,
+        n_embd=d,
+        block_size=config.max_position_embeddings,
+        bias=False,
+        attn_bias=attn_bias,
+        mlp_bias=mlp_bias,
+        position="rope",
+        position_config=c.rope_config_from_hf(config, head_dim, "half", family),
+        norm="rmsnorm",
+        mlp="swiglu",
+        mlp_hidden=config.intermediate_size,
+        activation=c.activation(family, config.hidden_act),
+        tie_embeddings=bool(config.tie_word_embeddings),
+        norm_eps=config.rms_norm_eps,
     )
     if family == "mistral":
         cfg["window"] = config.sliding_window
@@ -62,17 +73,28 @@ def _export(gpt: Any, out_dir: Any, family: str) -> Any:
     cfg = gpt.config
     rope_parameters, max_pos = c.hf_rope_parameters(gpt.position, cfg.head_dim, cfg.block_size)
     common = dict(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=gpt.blocks[0].mlp.up.out_features,
-        num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.kv_heads,
-        head_dim=cfg.head_dim, hidden_act=c.HF_ACT[cfg.mlp_activation], max_position_embeddings=max_pos, rms_norm_eps=cfg.norm_eps,
-        tie_word_embeddings=cfg.tie_embeddings, rope_parameters=rope_parameters, attention_dropout=cfg.dropout,
-        bos_token_id=None, eos_token_id=None,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.n_embd,
+        intermediate_size=gpt.blocks[0].mlp.up.out_features,
+        num_hidden_layers=cfg.n_layer,
+        num_attention_heads=cfg.n_head,
+        num_key_value_heads=cfg.kv_heads,
+        head_dim=cfg.head_dim,
+        hidden_act=c.HF_ACT[cfg.mlp_activation],
+        max_position_embeddings=max_pos,
+        rms_norm_eps=cfg.norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings,
+        rope_parameters=rope_parameters,
+        attention_dropout=cfg.dropout,
+        bos_token_id=None,
+        eos_token_id=None,
     )
     if family == "mistral":
         hf_model = transformers.MistralForCausalLM(transformers.MistralConfig(sliding_window=cfg.window, **common))
     else:
         hf_model = transformers.LlamaForCausalLM(
-            transformers.LlamaConfig(attention_bias=cfg.bias_of("attn"), mlp_bias=cfg.bias_of("mlp"), **common))
+            transformers.LlamaConfig(attention_bias=cfg.bias_of("attn"), mlp_bias=cfg.bias_of("mlp"), **common)
+        )
     return c.finish_export(hf_model, c.export_decoder(gpt), gpt.tok_emb.weight.dtype, out_dir)
 
 
@@ -92,13 +114,27 @@ def to_hf_mistral(gpt: Any, out_dir: Any = None) -> Any:
 
 
 _BASE = {"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "residual": "sequential"}
-LLAMA = c.Writes("llama", requires=_BASE, carries=frozenset({"n_kv_head", "attn_head_dim", "attn_bias", "mlp_bias"}),
-                 checks=(c.rope_check("llama", layout=None),), export=to_hf_llama)
-MISTRAL = c.Writes("mistral", requires={**_BASE, "attn_bias": False, "mlp_bias": False},
-                   carries=frozenset({"n_kv_head", "attn_head_dim", "window"}),
-                   checks=(c.rope_check("mistral", layout=None),), export=to_hf_mistral)
+LLAMA = c.Writes(
+    "llama",
+    requires=_BASE,
+    carries=frozenset({"n_kv_head", "attn_head_dim", "attn_bias", "mlp_bias"}),
+    checks=(c.rope_check("llama", layout=None),),
+    export=to_hf_llama,
+)
+MISTRAL = c.Writes(
+    "mistral",
+    requires={**_BASE, "attn_bias": False, "mlp_bias": False},
+    carries=frozenset({"n_kv_head", "attn_head_dim", "window"}),
+    checks=(c.rope_check("mistral", layout=None),),
+    export=to_hf_mistral,
+)
 FAMILIES = (
-    c.Family("llama", "model.", "Llama (RoPE half-split, GQA, rope_parameters: default/linear/dynamic/yarn/llama3/longrope)",
-             convert_llama, LLAMA),
+    c.Family(
+        "llama",
+        "model.",
+        "Llama (RoPE half-split, GQA, rope_parameters: default/linear/dynamic/yarn/llama3/longrope)",
+        convert_llama,
+        LLAMA,
+    ),
     c.Family("mistral", "model.", "Mistral (Llama + sliding window)", convert_mistral, MISTRAL),
 )

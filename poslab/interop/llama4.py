@@ -29,8 +29,11 @@ FAMILY = "llama4_text"
 def convert(config: Any, w: m.Weights) -> m.Converted:
     """``(GPTConfig values, state dict)`` of a dense ``Llama4ForCausalLM``."""
     if config.moe_layers:
-        raise m.unsupported(FAMILY, f"moe_layers={list(config.moe_layers)} (routed mixture-of-experts layers; "
-                                   "poslab maps dense Llama 4 layers only: moe_layers=[])")
+        raise m.unsupported(
+            FAMILY,
+            f"moe_layers={list(config.moe_layers)} (routed mixture-of-experts layers; "
+            "poslab maps dense Llama 4 layers only: moe_layers=[])",
+        )
     m.check_divisible(FAMILY, config)
     head_dim = m.head_dim_of(config)
     bias = bool(config.attention_bias)
@@ -48,12 +51,26 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
                 entry["attn_temperature"] = [float(config.floor_scale), float(config.attn_scale)]
         pattern.append(entry)
     cfg: dict[str, Any] = dict(
-        vocab_size=config.vocab_size, n_layer=config.num_hidden_layers, n_head=config.num_attention_heads,
-        n_kv_head=config.num_key_value_heads, n_embd=config.hidden_size, block_size=config.max_position_embeddings,
-        bias=False, attn_bias=bias, position="rope", position_config=rope, norm="rmsnorm", mlp="swiglu",
-        mlp_hidden=config.intermediate_size_mlp, activation=m.activation(FAMILY, config.hidden_act),
-        tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.rms_norm_eps, attn_head_dim=head_dim,
-        qk_norm_affine=False, layer_pattern=pattern, backend="auto",
+        vocab_size=config.vocab_size,
+        n_layer=config.num_hidden_layers,
+        n_head=config.num_attention_heads,
+        n_kv_head=config.num_key_value_heads,
+        n_embd=config.hidden_size,
+        block_size=config.max_position_embeddings,
+        bias=False,
+        attn_bias=bias,
+        position="rope",
+        position_config=rope,
+        norm="rmsnorm",
+        mlp="swiglu",
+        mlp_hidden=config.intermediate_size_mlp,
+        activation=m.activation(FAMILY, config.hidden_act),
+        tie_embeddings=bool(config.tie_word_embeddings),
+        norm_eps=config.rms_norm_eps,
+        attn_head_dim=head_dim,
+        qk_norm_affine=False,
+        layer_pattern=pattern,
+        backend="auto",
     )
     sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
     for i in range(config.num_hidden_layers):
@@ -79,8 +96,12 @@ def _plan(gpt: Any) -> tuple[dict[str, Any], list[m.Problem]]:
             return {}, [("position", f"layer {i} has position={name!r} (Llama 4 layers are RoPE or NoPE)")]
         rope = name == "rope"
         if rope and temp is not None:
-            return {}, [("attn_temperature", f"layer {i} tunes the attention temperature on a RoPE layer "
-                                             "(Llama 4 does it on NoPE layers)")]
+            return {}, [
+                (
+                    "attn_temperature",
+                    f"layer {i} tunes the attention temperature on a RoPE layer (Llama 4 does it on NoPE layers)",
+                )
+            ]
         if not rope and norm:
             return {}, [("qk_norm", f"layer {i} has qk_norm on a NoPE layer (Llama 4 norms RoPE layers only)")]
         if rope:
@@ -95,17 +116,26 @@ def _plan(gpt: Any) -> tuple[dict[str, Any], list[m.Problem]]:
             chunks.add(chunk)
         use_rope.append(int(rope))
         types.append(m.CHUNKED if chunk is not None else m.FULL)
-    for field, label, values in (("qk_norm", "qk_norm on the RoPE layers", qk), ("attn_temperature", "attn_temperature on the NoPE layers", temps),
-                                 ("attn_chunk", "attn_chunk", chunks)):
+    for field, label, values in (
+        ("qk_norm", "qk_norm on the RoPE layers", qk),
+        ("attn_temperature", "attn_temperature on the NoPE layers", temps),
+        ("attn_chunk", "attn_chunk", chunks),
+    ):
         if len(values) > 1:
-            return {}, [(field, f"{label} differs between layers ({sorted(map(str, values))}); Llama 4 has one setting")]
+            return {}, [
+                (field, f"{label} differs between layers ({sorted(map(str, values))}); Llama 4 has one setting")
+            ]
     temp = next(iter(temps)) if temps else None
     if temp is not None and float(int(temp[0])) != temp[0]:
         return {}, [("attn_temperature", f"attn_temperature floor_scale={temp[0]} (transformers takes an integer)")]
     return dict(
-        rope_parameters=rope_params or {"rope_type": "default", "rope_theta": 500000.0}, no_rope_layers=use_rope,
-        layer_types=types, attention_chunk_size=next(iter(chunks)) if chunks else None, use_qk_norm=bool(qk and qk.pop()),
-        attn_temperature_tuning=temp is not None, floor_scale=int(temp[0]) if temp is not None else 8192,
+        rope_parameters=rope_params or {"rope_type": "default", "rope_theta": 500000.0},
+        no_rope_layers=use_rope,
+        layer_types=types,
+        attention_chunk_size=next(iter(chunks)) if chunks else None,
+        use_qk_norm=bool(qk and qk.pop()),
+        attn_temperature_tuning=temp is not None,
+        floor_scale=int(temp[0]) if temp is not None else 8192,
         attn_scale=float(temp[1]) if temp is not None else 0.1,
     ), []
 
@@ -113,7 +143,9 @@ def _plan(gpt: Any) -> tuple[dict[str, Any], list[m.Problem]]:
 def _weightless(gpt: Any) -> list[m.Problem]:
     cfg = gpt.config
     if cfg.qk_norm_affine and any(cfg.layer_value(i, "qk_norm") for i in range(cfg.n_layer)):
-        return [("qk_norm_affine", "qk_norm_affine=True (Llama 4's QK-norm is a weightless L2 norm: qk_norm_affine=False)")]
+        return [
+            ("qk_norm_affine", "qk_norm_affine=True (Llama 4's QK-norm is a weightless L2 norm: qk_norm_affine=False)")
+        ]
     return []
 
 
@@ -131,11 +163,24 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
     plan, _ = _plan(gpt)
     hidden = gpt.blocks[0].mlp.up.out_features
     hf_config = transformers.Llama4TextConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=hidden, intermediate_size_mlp=hidden,
-        num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
-        hidden_act=m.HF_ACT[cfg.mlp_activation], max_position_embeddings=cfg.block_size, rms_norm_eps=cfg.norm_eps,
-        tie_word_embeddings=cfg.tie_embeddings, attention_bias=cfg.bias_of("attn"), moe_layers=[],
-        bos_token_id=None, eos_token_id=None, pad_token_id=None, **plan,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.n_embd,
+        intermediate_size=hidden,
+        intermediate_size_mlp=hidden,
+        num_hidden_layers=cfg.n_layer,
+        num_attention_heads=cfg.n_head,
+        num_key_value_heads=cfg.kv_heads,
+        head_dim=cfg.head_dim,
+        hidden_act=m.HF_ACT[cfg.mlp_activation],
+        max_position_embeddings=cfg.block_size,
+        rms_norm_eps=cfg.norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings,
+        attention_bias=cfg.bias_of("attn"),
+        moe_layers=[],
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        **plan,
     )
     hf = transformers.Llama4ForCausalLM(hf_config)
     sd = m.export_decoder(gpt, mlp="feed_forward")
@@ -145,10 +190,29 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
 WRITES = m.Writes(
     FAMILY,
     requires={"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "residual": "sequential", "mlp_bias": False},
-    carries=frozenset({"qk_norm_affine", "n_kv_head", "attn_head_dim", "attn_bias", "layer_pattern", "attn_chunk", "attn_temperature", "qk_norm"}),
+    carries=frozenset(
+        {
+            "qk_norm_affine",
+            "n_kv_head",
+            "attn_head_dim",
+            "attn_bias",
+            "layer_pattern",
+            "attn_chunk",
+            "attn_temperature",
+            "qk_norm",
+        }
+    ),
     layer_keys=frozenset({"position", "attn_chunk", "attn_temperature", "qk_norm"}),
     checks=(_weightless, m.rope_check(FAMILY, layout="interleaved"), lambda gpt: _plan(gpt)[1]),
     export=to_hf,
 )
-FAMILIES = (m.Family(FAMILY, "model.", "Llama 4 text, dense layers (iRoPE: chunked RoPE layers with L2 QK-norm, NoPE layers with "
-                                       "attention-temperature tuning)", convert, WRITES),)
+FAMILIES = (
+    m.Family(
+        FAMILY,
+        "model.",
+        "Llama 4 text, dense layers (iRoPE: chunked RoPE layers with L2 QK-norm, NoPE layers with "
+        "attention-temperature tuning)",
+        convert,
+        WRITES,
+    ),
+)

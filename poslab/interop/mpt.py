@@ -27,10 +27,19 @@ def convert(config: Any, w: c.Weights) -> c.Converted:
         )
     up = w.tensors.get("blocks.0.ffn.up_proj.weight")  # transformers hard-codes 4*d_model; read it off the weights
     cfg = dict(
-        vocab_size=config.vocab_size, n_layer=config.n_layers, n_head=heads, n_embd=d, block_size=config.max_seq_len,
-        bias=False, position="alibi", norm="layernorm",
-        mlp="gelu", mlp_hidden=up.shape[0] if up is not None else 4 * d, activation="gelu",
-        tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.layer_norm_epsilon,
+        vocab_size=config.vocab_size,
+        n_layer=config.n_layers,
+        n_head=heads,
+        n_embd=d,
+        block_size=config.max_seq_len,
+        bias=False,
+        position="alibi",
+        norm="layernorm",
+        mlp="gelu",
+        mlp_hidden=up.shape[0] if up is not None else 4 * d,
+        activation="gelu",
+        tie_embeddings=bool(config.tie_word_embeddings),
+        norm_eps=config.layer_norm_epsilon,
         attn_scale=float(attn.softmax_scale) if attn.softmax_scale is not None else None,
         clip_qkv=float(attn.clip_qkv) if attn.clip_qkv else None,
     )

@@ -18,12 +18,22 @@ def convert(config: Any, w: c.Weights) -> c.Converted:
     head_dim = c.full_head_dim(FAMILY, config, d, heads)
     attn_bias = bool(getattr(config, "attention_bias", True))
     cfg = dict(
-        vocab_size=config.vocab_size, n_layer=config.num_hidden_layers, n_head=heads, n_embd=d,
-        block_size=config.max_position_embeddings, bias=True, attn_bias=attn_bias, position="rope",
-        position_config=c.rope_config_from_hf(config, head_dim, "half", FAMILY), norm="layernorm", mlp="gelu",
-        mlp_hidden=config.intermediate_size, activation=c.activation(FAMILY, config.hidden_act),
+        vocab_size=config.vocab_size,
+        n_layer=config.num_hidden_layers,
+        n_head=heads,
+        n_embd=d,
+        block_size=config.max_position_embeddings,
+        bias=True,
+        attn_bias=attn_bias,
+        position="rope",
+        position_config=c.rope_config_from_hf(config, head_dim, "half", FAMILY),
+        norm="layernorm",
+        mlp="gelu",
+        mlp_hidden=config.intermediate_size,
+        activation=c.activation(FAMILY, config.hidden_act),
         residual="parallel" if config.use_parallel_residual else "sequential",
-        tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.layer_norm_eps,
+        tie_embeddings=bool(config.tie_word_embeddings),
+        norm_eps=config.layer_norm_eps,
     )
     sd = {"tok_emb.weight": w.take("embed_in.weight")}
     for i in range(config.num_hidden_layers):

@@ -26,11 +26,24 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
     bias = bool(config.attention_bias)
     types = m.layer_types(FAMILY, config, (m.FULL, m.SLIDING))
     cfg: dict[str, Any] = dict(
-        vocab_size=config.vocab_size, n_layer=config.num_hidden_layers, n_head=config.num_attention_heads,
-        n_kv_head=config.num_key_value_heads, n_embd=config.hidden_size, block_size=config.max_position_embeddings,
-        bias=False, attn_bias=bias, position="rope", position_config=m.rope_config(FAMILY, config, config.rope_parameters, head_dim),
-        norm="rmsnorm", mlp="swiglu", mlp_hidden=config.intermediate_size, activation=m.activation(FAMILY, config.hidden_act),
-        tie_embeddings=bool(config.tie_word_embeddings), norm_eps=config.rms_norm_eps, attn_head_dim=head_dim, qk_norm=True,
+        vocab_size=config.vocab_size,
+        n_layer=config.num_hidden_layers,
+        n_head=config.num_attention_heads,
+        n_kv_head=config.num_key_value_heads,
+        n_embd=config.hidden_size,
+        block_size=config.max_position_embeddings,
+        bias=False,
+        attn_bias=bias,
+        position="rope",
+        position_config=m.rope_config(FAMILY, config, config.rope_parameters, head_dim),
+        norm="rmsnorm",
+        mlp="swiglu",
+        mlp_hidden=config.intermediate_size,
+        activation=m.activation(FAMILY, config.hidden_act),
+        tie_embeddings=bool(config.tie_word_embeddings),
+        norm_eps=config.rms_norm_eps,
+        attn_head_dim=head_dim,
+        qk_norm=True,
         backend="auto",
     )
     if m.SLIDING in types:
@@ -60,12 +73,25 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
     cfg = gpt.config
     types, window = m.window_layers(gpt)
     hf_config = transformers.Qwen3Config(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=gpt.blocks[0].mlp.up.out_features,
-        num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
-        hidden_act=m.HF_ACT[cfg.mlp_activation], max_position_embeddings=cfg.block_size, rms_norm_eps=cfg.norm_eps,
-        tie_word_embeddings=cfg.tie_embeddings, rope_parameters=m.hf_rope(FAMILY, gpt, gpt.position),
-        attention_bias=cfg.bias_of("attn"), use_sliding_window=window is not None, sliding_window=window or 4096,
-        layer_types=types, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.n_embd,
+        intermediate_size=gpt.blocks[0].mlp.up.out_features,
+        num_hidden_layers=cfg.n_layer,
+        num_attention_heads=cfg.n_head,
+        num_key_value_heads=cfg.kv_heads,
+        head_dim=cfg.head_dim,
+        hidden_act=m.HF_ACT[cfg.mlp_activation],
+        max_position_embeddings=cfg.block_size,
+        rms_norm_eps=cfg.norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings,
+        rope_parameters=m.hf_rope(FAMILY, gpt, gpt.position),
+        attention_bias=cfg.bias_of("attn"),
+        use_sliding_window=window is not None,
+        sliding_window=window or 4096,
+        layer_types=types,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
     )
     hf = transformers.Qwen3ForCausalLM(hf_config)
     sd = m.export_decoder(gpt, qk_norm=True)
@@ -74,11 +100,19 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
 
 WRITES = m.Writes(
     FAMILY,
-    requires={"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "residual": "sequential", "qk_norm": True,
-              "mlp_bias": False},
+    requires={
+        "position": "rope",
+        "norm": "rmsnorm",
+        "mlp": "swiglu",
+        "residual": "sequential",
+        "qk_norm": True,
+        "mlp_bias": False,
+    },
     carries=frozenset({"n_kv_head", "attn_head_dim", "attn_bias", "qk_norm", "window", "layer_pattern"}),
     layer_keys=frozenset({"window"}),
     checks=(m.rope_check(FAMILY), m.one_window(FAMILY)),
     export=to_hf,
 )
-FAMILIES = (m.Family(FAMILY, "model.", "Qwen3 (Llama + QK-norm, free head_dim, per-layer sliding windows)", convert, WRITES),)
+FAMILIES = (
+    m.Family(FAMILY, "model.", "Qwen3 (Llama + QK-norm, free head_dim, per-layer sliding windows)", convert, WRITES),
+)

@@ -71,6 +71,8 @@ def set_clock(name: str) -> None:
 
 def clock_name() -> str:
     return next(name for name, fn in CLOCKS.items() if fn is _clock)
+
+
 REFERENCES = ("torch-mha", "torch-mha-is_causal", "naive", "hf-llama-rope", "hf-bloom-alibi")
 #: ``poslab:<scheme>+<mechanism>`` cases (not in the default run; ask with ``--cases``): the
 #: MultiHeadAttention options of each modern mechanism at its models' settings
@@ -110,14 +112,26 @@ class Case:
 
     def to_json(self) -> str:
         """The spec as one JSON string (how the memory worker receives it)."""
-        return json.dumps({"name": self.name, "builder": self.builder, "params": [list(p) for p in self.params],
-                           "window": self.window, "quadratic_bytes": self.quadratic_bytes})
+        return json.dumps(
+            {
+                "name": self.name,
+                "builder": self.builder,
+                "params": [list(p) for p in self.params],
+                "window": self.window,
+                "quadratic_bytes": self.quadratic_bytes,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Case:
         data = json.loads(text)
-        return cls(data["name"], data["builder"], tuple((k, v) for k, v in data["params"]), data["window"],
-                   data["quadratic_bytes"])
+        return cls(
+            data["name"],
+            data["builder"],
+            tuple((k, v) for k, v in data["params"]),
+            data["window"],
+            data["quadratic_bytes"],
+        )
 
 
 def build_poslab(x: Tensor, T: int, *, scheme: str, window: int | None = None, mechanism: str | None = None) -> Built:
@@ -164,8 +178,14 @@ def build_hf_llama(x: Tensor, T: int) -> Built:
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
 
-    config = LlamaConfig(hidden_size=D_MODEL, num_attention_heads=HEADS, num_key_value_heads=HEADS,
-                         head_dim=HEAD_DIM, max_position_embeddings=T, intermediate_size=4 * D_MODEL)
+    config = LlamaConfig(
+        hidden_size=D_MODEL,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        head_dim=HEAD_DIM,
+        max_position_embeddings=T,
+        intermediate_size=4 * D_MODEL,
+    )
     config._attn_implementation = "sdpa"
     module = LlamaAttention(config, layer_idx=0)
     rotary = LlamaRotaryEmbedding(config)
@@ -215,22 +235,57 @@ def build_mla(x: Tensor, T: int) -> Built:
 #: twin is poslab's layer converted from the same config and weights by :mod:`poslab.interop`.
 HF_FAMILY_CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "gemma2-softcap": ("gemma2", "eager", {"layer_types": ["full_attention"], "attn_logit_softcapping": 50.0}),
-    f"gemma2-softcap-window{WINDOW}": ("gemma2", "eager", {"layer_types": ["sliding_attention"], "attn_logit_softcapping": 50.0}),
+    f"gemma2-softcap-window{WINDOW}": (
+        "gemma2",
+        "eager",
+        {"layer_types": ["sliding_attention"], "attn_logit_softcapping": 50.0},
+    ),
     "gemma3-qknorm": ("gemma3_text", "sdpa", {"layer_types": ["full_attention"]}),
     "qwen3-qknorm": ("qwen3", "sdpa", {}),
     "gptoss-sinks": ("gpt_oss", "eager", {"layer_types": ["full_attention"]}),
     "gptoss-sinks-window128": ("gpt_oss", "eager", {"layer_types": ["sliding_attention"], "sliding_window": 128}),
-    "llama4-chunk": ("llama4_text", "sdpa", {"layer_types": ["chunked_attention"], "no_rope_layers": [1],
-                                             "attention_chunk_size": WINDOW, "use_qk_norm": True}),
-    "llama4-nope-temperature": ("llama4_text", "sdpa", {"layer_types": ["full_attention"], "no_rope_layers": [0],
-                                                        "attn_temperature_tuning": True, "floor_scale": 8192, "attn_scale": 0.1}),
-    "deepseek-v3-mla": ("deepseek_v3", "sdpa", {**MLA_DIMS, "first_k_dense_replace": 1, "n_routed_experts": 2,
-                                                "num_experts_per_tok": 1, "n_group": 1, "topk_group": 1}),
+    "llama4-chunk": (
+        "llama4_text",
+        "sdpa",
+        {
+            "layer_types": ["chunked_attention"],
+            "no_rope_layers": [1],
+            "attention_chunk_size": WINDOW,
+            "use_qk_norm": True,
+        },
+    ),
+    "llama4-nope-temperature": (
+        "llama4_text",
+        "sdpa",
+        {
+            "layer_types": ["full_attention"],
+            "no_rope_layers": [0],
+            "attn_temperature_tuning": True,
+            "floor_scale": 8192,
+            "attn_scale": 0.1,
+        },
+    ),
+    "deepseek-v3-mla": (
+        "deepseek_v3",
+        "sdpa",
+        {
+            **MLA_DIMS,
+            "first_k_dense_replace": 1,
+            "n_routed_experts": 2,
+            "num_experts_per_tok": 1,
+            "n_group": 1,
+            "topk_group": 1,
+        },
+    ),
 }
 #: bytes per ``T^2`` transformers' layers keep (the skip estimate), measured at T=2048: eager 3.4 fp32
 #: ``[B, h, T, T]`` (gpt-oss) to 4.2 (Gemma 2's soft-cap); DeepSeek-V3's SDPA 3.2 (q and v widths
 #: differ: SDPA's math path); Llama 4's chunked SDPA keeps its boolean ``[B, 1, T, T]`` masks
-_HF_QUADRATIC_BYTES = {"eager": BATCH * HEADS * 4 * 4.5, "deepseek-v3-mla": BATCH * HEADS * 4 * 3.5, "llama4-chunk": 64.0}
+_HF_QUADRATIC_BYTES = {
+    "eager": BATCH * HEADS * 4 * 4.5,
+    "deepseek-v3-mla": BATCH * HEADS * 4 * 3.5,
+    "llama4-chunk": 64.0,
+}
 
 
 def hf_family_model(variant: str, T: int, **overrides: Any) -> nn.Module:
@@ -247,9 +302,18 @@ def hf_family_model(variant: str, T: int, **overrides: Any) -> nn.Module:
         raise ValueError(f"unknown transformers family case {variant!r}; known: {', '.join(HF_FAMILY_CASES)}")
     model_type, implementation, settings = HF_FAMILY_CASES[variant]
     common: dict[str, Any] = dict(
-        vocab_size=256, hidden_size=D_MODEL, num_attention_heads=HEADS, num_key_value_heads=HEADS, head_dim=HEAD_DIM,
-        num_hidden_layers=1, intermediate_size=4 * D_MODEL, max_position_embeddings=max(T, 4096),
-        bos_token_id=None, eos_token_id=None, pad_token_id=None, sliding_window=WINDOW,
+        vocab_size=256,
+        hidden_size=D_MODEL,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        head_dim=HEAD_DIM,
+        num_hidden_layers=1,
+        intermediate_size=4 * D_MODEL,
+        max_position_embeddings=max(T, 4096),
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        sliding_window=WINDOW,
     )
     if model_type in ("gemma2", "gemma3_text"):
         common["query_pre_attn_scalar"] = HEAD_DIM  # softmax scale 1/sqrt(d_k), as every other case
@@ -270,9 +334,11 @@ def hf_family_attention(model: nn.Module, x: Tensor, T: int) -> Built:
 
     config, inner = model.config, model.model
     layer_type = (getattr(config, "layer_types", None) or ["full_attention"])[0]
-    make_mask = {"full_attention": masking_utils.create_causal_mask,
-                 "sliding_attention": masking_utils.create_sliding_window_causal_mask,
-                 "chunked_attention": masking_utils.create_chunked_causal_mask}[layer_type]
+    make_mask = {
+        "full_attention": masking_utils.create_causal_mask,
+        "sliding_attention": masking_utils.create_sliding_window_causal_mask,
+        "chunked_attention": masking_utils.create_chunked_causal_mask,
+    }[layer_type]
     attn = inner.layers[0].self_attn
     position_ids = torch.arange(T)[None]
     per_type_rope = config.model_type == "gemma3_text"  # Gemma 3: one rotary embedding per layer type
@@ -338,11 +404,15 @@ def hf_family_cases() -> list[Case]:
     """Each :data:`HF_FAMILY_CASES` variant twice: ``poslab:<variant>`` (converted) then ``hf-<variant>``."""
     cases = []
     for variant, (_, implementation, settings) in HF_FAMILY_CASES.items():
-        window = settings.get("sliding_window", WINDOW) if "sliding_attention" in settings.get("layer_types", ()) else None
+        window = (
+            settings.get("sliding_window", WINDOW) if "sliding_attention" in settings.get("layer_types", ()) else None
+        )
         quadratic = _HF_QUADRATIC_BYTES.get(implementation, _HF_QUADRATIC_BYTES.get(variant, 0.0))
         params = (("variant", variant),)
-        cases += [Case(f"poslab:{variant}", "poslab-family", params, window=window),
-                  Case(f"hf-{variant}", "hf-family", params, window=window, quadratic_bytes=quadratic)]
+        cases += [
+            Case(f"poslab:{variant}", "poslab-family", params, window=window),
+            Case(f"hf-{variant}", "hf-family", params, window=window, quadratic_bytes=quadratic),
+        ]
     return cases
 
 
@@ -478,14 +548,21 @@ def measure_memory(case: Case, T: int, timeout: float = 1800) -> float | None:
     cmd = [sys.executable, "-m", "poslab.lab.bench", "--worker", case.to_json(), str(T)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
     if done.returncode != 0:
-        print(f"  memory worker for {case.name} at T={T} failed: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        print(
+            f"  memory worker for {case.name} at T={T} failed: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr
+        )
         return None
     return float(json.loads(done.stdout.strip().splitlines()[-1])["peak_mib"])
 
 
 # ------------------------------------------------------------------------------------- run
-def run_attention(sizes: Sequence[int], repeats: int, memory: bool = True, cases: Sequence[Case] | None = None,
-                  log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_attention(
+    sizes: Sequence[int],
+    repeats: int,
+    memory: bool = True,
+    cases: Sequence[Case] | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Time (and measure) every case (default :func:`attention_cases`) at every size; the rows and the roofline."""
     peak = matmul_gflops()
     log(f"fp32 matmul roofline: {peak:.0f} GFLOP/s ({torch.get_num_threads()} threads)")
@@ -496,7 +573,10 @@ def run_attention(sizes: Sequence[int], repeats: int, memory: bool = True, cases
         skipped = [c.name for c in cases if c not in runnable]
         # long sizes: no warm-up round, at least 3 timed rounds (the median drops a cold first run)
         n_repeats, warmup = (repeats, True) if T <= 2048 else (max(3, repeats // 2), False)
-        log(f"T={T}: timing {len(runnable)} cases x {n_repeats} alternating rounds" + (f" (skipped, too much memory: {', '.join(skipped)})" if skipped else ""))
+        log(
+            f"T={T}: timing {len(runnable)} cases x {n_repeats} alternating rounds"
+            + (f" (skipped, too much memory: {', '.join(skipped)})" if skipped else "")
+        )
         steps = {c.name: build_case(c, T) for c in runnable}
         times = time_cases(steps, n_repeats, warmup)
         del steps
@@ -506,8 +586,12 @@ def run_attention(sizes: Sequence[int], repeats: int, memory: bool = True, cases
             if case.name in times:
                 median = statistics.median(times[case.name])
                 flops = useful_flops(T, case.window)
-                row.update(ms=median * 1e3, runs_ms=[t * 1e3 for t in times[case.name]],
-                           gflops=flops / median / 1e9, roofline=flops / median / 1e9 / peak)
+                row.update(
+                    ms=median * 1e3,
+                    runs_ms=[t * 1e3 for t in times[case.name]],
+                    gflops=flops / median / 1e9,
+                    roofline=flops / median / 1e9 / peak,
+                )
                 if memory:
                     row["peak_mib"] = measure_memory(case, T)
             else:
@@ -516,8 +600,13 @@ def run_attention(sizes: Sequence[int], repeats: int, memory: bool = True, cases
             if row["ms"] is not None:
                 mem = f"{row['peak_mib']:.0f} MiB" if row["peak_mib"] is not None else "-"
                 log(f"  {case.name:24s} {row['ms']:10.1f} ms  {mem}")
-    return {"roofline_gflops": peak, "threads": torch.get_num_threads(), "clock": clock_name(), "rows": rows,
-            "geometry": {"batch": BATCH, "heads": HEADS, "head_dim": HEAD_DIM, "window": WINDOW}}
+    return {
+        "roofline_gflops": peak,
+        "threads": torch.get_num_threads(),
+        "clock": clock_name(),
+        "rows": rows,
+        "geometry": {"batch": BATCH, "heads": HEADS, "head_dim": HEAD_DIM, "window": WINDOW},
+    }
 
 
 # ======================================================================================== decode
@@ -525,11 +614,14 @@ def _decode_model(position: str, window: int | None, block: int) -> nn.Module:
     from poslab.nn.model import GPT, GPTConfig
 
     torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=256, n_layer=4, n_head=4, n_embd=128, block_size=block,
-                         position=position, window=window)).eval()
+    return GPT(
+        GPTConfig(vocab_size=256, n_layer=4, n_head=4, n_embd=128, block_size=block, position=position, window=window)
+    ).eval()
 
 
-def run_decode(contexts: Sequence[int], repeats: int, steps: int = 16, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_decode(
+    contexts: Sequence[int], repeats: int, steps: int = 16, log: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Per-token latency at each context: KV cache (RoPE, ALiBi, rolling window) vs full recompute (RoPE)."""
     block = max(contexts) + steps + 1
     models = {
@@ -561,10 +653,17 @@ def run_decode(contexts: Sequence[int], repeats: int, steps: int = 16, log: Call
                         latencies[name].append(_clock() - start)
             for name, values in latencies.items():
                 median = statistics.median(values)
-                rows.append({"case": name, "context": context, "ms_per_token": median * 1e3, "tokens_per_s": 1 / median})
+                rows.append(
+                    {"case": name, "context": context, "ms_per_token": median * 1e3, "tokens_per_s": 1 / median}
+                )
                 log(f"  context {context:5d}  {name:24s} {median * 1e3:8.2f} ms/token  {1 / median:8.1f} tokens/s")
-    return {"model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "batch": 1}, "steps": steps, "rows": rows,
-            "threads": torch.get_num_threads(), "clock": clock_name()}
+    return {
+        "model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "batch": 1},
+        "steps": steps,
+        "rows": rows,
+        "threads": torch.get_num_threads(),
+        "clock": clock_name(),
+    }
 
 
 # ======================================================================================= report
@@ -581,8 +680,13 @@ def check_targets(attention: dict | None, decode: dict | None) -> list[dict[str,
 
     def add(target: str, value: float | None, ok: Callable[[float], bool | None], fmt: str = "{:.2f}x") -> None:
         met = None if value is None else ok(value)
-        checks.append({"target": target, "measured": None if value is None else fmt.format(value),
-                       "met": None if met is None else bool(met)})
+        checks.append(
+            {
+                "target": target,
+                "measured": None if value is None else fmt.format(value),
+                "met": None if met is None else bool(met),
+            }
+        )
 
     def ratio(a: float | None, b: float | None) -> float | None:
         return None if a is None or b is None else a / b
@@ -593,17 +697,52 @@ def check_targets(attention: dict | None, decode: dict | None) -> list[dict[str,
         def ms(case: str, T: int) -> float | None:
             return _lookup(rows, case, "ms", T=T)
 
-        add("causal fwd+bwd vs nn.MultiheadAttention (mask), T=1024: >= 1.3x", ratio(ms("torch-mha", 1024), ms("poslab:none", 1024)), lambda v: v >= 1.3)
-        add("(info) causal fwd+bwd vs nn.MultiheadAttention with the is_causal hint (same SDPA kernel), T=1024",
-            ratio(ms("torch-mha-is_causal", 1024), ms("poslab:none", 1024)), lambda v: None)
-        add("causal fwd+bwd vs naive, T=1024: >= 5x", ratio(ms("naive", 1024), ms("poslab:none", 1024)), lambda v: v >= 5)
-        add("causal fwd+bwd vs naive, T=4096: >= 10x", ratio(ms("naive", 4096), ms("poslab:none", 4096)), lambda v: v >= 10)
-        add("RoPE over no position, T=1024: <= +10%", ratio(ms("poslab:rope", 1024), ms("poslab:none", 1024)), lambda v: v <= 1.10)
+        add(
+            "causal fwd+bwd vs nn.MultiheadAttention (mask), T=1024: >= 1.3x",
+            ratio(ms("torch-mha", 1024), ms("poslab:none", 1024)),
+            lambda v: v >= 1.3,
+        )
+        add(
+            "(info) causal fwd+bwd vs nn.MultiheadAttention with the is_causal hint (same SDPA kernel), T=1024",
+            ratio(ms("torch-mha-is_causal", 1024), ms("poslab:none", 1024)),
+            lambda v: None,
+        )
+        add(
+            "causal fwd+bwd vs naive, T=1024: >= 5x",
+            ratio(ms("naive", 1024), ms("poslab:none", 1024)),
+            lambda v: v >= 5,
+        )
+        add(
+            "causal fwd+bwd vs naive, T=4096: >= 10x",
+            ratio(ms("naive", 4096), ms("poslab:none", 4096)),
+            lambda v: v >= 10,
+        )
+        add(
+            "RoPE over no position, T=1024: <= +10%",
+            ratio(ms("poslab:rope", 1024), ms("poslab:none", 1024)),
+            lambda v: v <= 1.10,
+        )
         for scheme in ("alibi", "t5"):
-            add(f"{scheme} / no-bias causal, T=1024: <= 1.6x", ratio(ms(f"poslab:{scheme}", 1024), ms("poslab:none", 1024)), lambda v: v <= 1.6)
-        add(f"window {WINDOW} vs full causal, T=8192: >= 4x", ratio(ms("poslab:none", 8192), ms(f"poslab:none-window{WINDOW}", 8192)), lambda v: v >= 4)
-        add("poslab RoPE vs transformers Llama attention, T=1024: > 1x", ratio(ms("hf-llama-rope", 1024), ms("poslab:rope", 1024)), lambda v: v > 1)
-        add("poslab ALiBi vs transformers Bloom attention, T=1024: > 1x", ratio(ms("hf-bloom-alibi", 1024), ms("poslab:alibi", 1024)), lambda v: v > 1)
+            add(
+                f"{scheme} / no-bias causal, T=1024: <= 1.6x",
+                ratio(ms(f"poslab:{scheme}", 1024), ms("poslab:none", 1024)),
+                lambda v: v <= 1.6,
+            )
+        add(
+            f"window {WINDOW} vs full causal, T=8192: >= 4x",
+            ratio(ms("poslab:none", 8192), ms(f"poslab:none-window{WINDOW}", 8192)),
+            lambda v: v >= 4,
+        )
+        add(
+            "poslab RoPE vs transformers Llama attention, T=1024: > 1x",
+            ratio(ms("hf-llama-rope", 1024), ms("poslab:rope", 1024)),
+            lambda v: v > 1,
+        )
+        add(
+            "poslab ALiBi vs transformers Bloom attention, T=1024: > 1x",
+            ratio(ms("hf-bloom-alibi", 1024), ms("poslab:alibi", 1024)),
+            lambda v: v > 1,
+        )
         for case in sorted({r["case"] for r in rows}, key=lambda c: (not c.startswith("poslab:"), c)):
             measured = sorted((r["T"], r["peak_mib"]) for r in rows if r["case"] == case and r.get("peak_mib"))
             if len(measured) < 2:
@@ -611,7 +750,9 @@ def check_targets(attention: dict | None, decode: dict | None) -> list[dict[str,
             (lo, m_lo), (hi, m_hi) = measured[0], measured[-1]
             growth = math.log(m_hi / m_lo) / math.log(hi / lo)
             if case.startswith("poslab:"):
-                add(f"{case} peak memory ~ T^k, T={lo}..{hi}: k <= 1.2 (linear)", growth, lambda v: v <= 1.2, "k={:.2f}")
+                add(
+                    f"{case} peak memory ~ T^k, T={lo}..{hi}: k <= 1.2 (linear)", growth, lambda v: v <= 1.2, "k={:.2f}"
+                )
             else:
                 add(f"(info) {case} peak memory ~ T^k, T={lo}..{hi}", growth, lambda v: None, "k={:.2f}")
     if decode is not None:
@@ -622,8 +763,16 @@ def check_targets(attention: dict | None, decode: dict | None) -> list[dict[str,
         def lat(case: str, c: int) -> float | None:
             return _lookup(rows, case, "ms_per_token", context=c)
 
-        add(f"KV-cache decode latency at {hi} / at {lo}: <= 2x", ratio(lat("kv-cache:rope", hi), lat("kv-cache:rope", lo)), lambda v: v <= 2)
-        add(f"KV-cache vs full recompute at context {hi}: >= 10x", ratio(lat("recompute:rope", hi), lat("kv-cache:rope", hi)), lambda v: v >= 10)
+        add(
+            f"KV-cache decode latency at {hi} / at {lo}: <= 2x",
+            ratio(lat("kv-cache:rope", hi), lat("kv-cache:rope", lo)),
+            lambda v: v <= 2,
+        )
+        add(
+            f"KV-cache vs full recompute at context {hi}: >= 10x",
+            ratio(lat("recompute:rope", hi), lat("kv-cache:rope", hi)),
+            lambda v: v >= 10,
+        )
     return checks
 
 
@@ -648,7 +797,9 @@ def format_report(attention: dict | None, decode: dict | None, checks: list[dict
                 continue
             mem = f"{row['peak_mib']:.0f}" if row.get("peak_mib") is not None else "-"
             vs = f"{naive / row['ms']:.1f}x" if naive else "-"
-            lines.append(f"| {row['T']} | {row['case']} | {row['ms']:.1f} | {mem} | {row['gflops']:.1f} | {100 * row['roofline']:.1f}% | {vs} |")
+            lines.append(
+                f"| {row['T']} | {row['case']} | {row['ms']:.1f} | {mem} | {row['gflops']:.1f} | {100 * row['roofline']:.1f}% | {vs} |"
+            )
         lines.append("")
     if decode is not None:
         m = decode["model"]
@@ -661,7 +812,9 @@ def format_report(attention: dict | None, decode: dict | None, checks: list[dict
             "|---:|:---|---:|---:|",
         ]
         for row in decode["rows"]:
-            lines.append(f"| {row['context']} | {row['case']} | {row['ms_per_token']:.2f} | {row['tokens_per_s']:.1f} |")
+            lines.append(
+                f"| {row['context']} | {row['case']} | {row['ms_per_token']:.2f} | {row['tokens_per_s']:.1f} |"
+            )
         lines.append("")
     if checks:
         lines += ["| target | measured | met |", "|:---|---:|:---:|"]
@@ -742,9 +895,16 @@ def rerender(path: Path, out: Path) -> int:
     return 0
 
 
-def run_bench(out: Path, sizes: Sequence[int], contexts: Sequence[int], repeats: int,
-              cases: Sequence[Case] | None = None, only: str | None = None, memory: bool = True,
-              command: str = "") -> dict[str, Any]:
+def run_bench(
+    out: Path,
+    sizes: Sequence[int],
+    contexts: Sequence[int],
+    repeats: int,
+    cases: Sequence[Case] | None = None,
+    only: str | None = None,
+    memory: bool = True,
+    command: str = "",
+) -> dict[str, Any]:
     """Measure, print the report and write ``out/results.json``, ``report.md``, ``bench.png``.
 
     Args:
@@ -779,8 +939,14 @@ def run_bench(out: Path, sizes: Sequence[int], contexts: Sequence[int], repeats:
     report = format_report(attention, decode, checks, command)
     print()
     print(report)
-    results = {"command": command, "seconds": time.time() - started, "torch": torch.__version__,
-               "attention": attention, "decode": decode, "targets": checks}
+    results = {
+        "command": command,
+        "seconds": time.time() - started,
+        "torch": torch.__version__,
+        "attention": attention,
+        "decode": decode,
+        "targets": checks,
+    }
     atomic_write_json(out / "results.json", results)
     atomic_write_text(out / "report.md", report + "\n")
     atomic_write_bytes(out / "bench.png", plot(attention, decode))

@@ -34,8 +34,14 @@ DOCS = ("lab.md", "extrapolation.md")
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end -->)", re.S)
 #: what each kind of verdict is called in the docs (the report's English badges)
 KIND_NAMES = {"held": "held", "wrong": "did not hold", "untestable": "not testable", "inconclusive": "inconclusive"}
-TRAINED = ("experiments/heads", "experiments/position-training", "experiments/extrapolation",
-           "experiments/attention-entropy", "experiments/context-extension", "experiments/probes")
+TRAINED = (
+    "experiments/heads",
+    "experiments/position-training",
+    "experiments/extrapolation",
+    "experiments/attention-entropy",
+    "experiments/context-extension",
+    "experiments/probes",
+)
 
 
 def snapshot(lab_dir: Path | str) -> dict[str, Any]:
@@ -51,13 +57,33 @@ def snapshot(lab_dir: Path | str) -> dict[str, Any]:
     claims = []
     for v in evaluate(load_results(lab_dir)):
         r = v.record
-        claims.append({"experiment": v.experiment, "claim": r.claim, "source": r.source, "measured": r.measured,
-                       "margin": r.margin, "noise": r.noise, "n_seeds": r.n_seeds, "verdict": r.verdict,
-                       "kind": kind(r), "reason": r.details.get("reason", "") if isinstance(r.details, dict) else ""})
-    steps = [{"name": s.get("name"), "status": s.get("status"), "seconds": s.get("seconds")}
-             for s in manifest.get("steps", []) if isinstance(s, dict)]
-    return {"mode": manifest.get("mode"), "command": manifest.get("command"), "seconds": manifest.get("seconds"),
-            "cores": (manifest.get("machine") or {}).get("cores"), "steps": steps, "claims": claims}
+        claims.append(
+            {
+                "experiment": v.experiment,
+                "claim": r.claim,
+                "source": r.source,
+                "measured": r.measured,
+                "margin": r.margin,
+                "noise": r.noise,
+                "n_seeds": r.n_seeds,
+                "verdict": r.verdict,
+                "kind": kind(r),
+                "reason": r.details.get("reason", "") if isinstance(r.details, dict) else "",
+            }
+        )
+    steps = [
+        {"name": s.get("name"), "status": s.get("status"), "seconds": s.get("seconds")}
+        for s in manifest.get("steps", [])
+        if isinstance(s, dict)
+    ]
+    return {
+        "mode": manifest.get("mode"),
+        "command": manifest.get("command"),
+        "seconds": manifest.get("seconds"),
+        "cores": (manifest.get("machine") or {}).get("cores"),
+        "steps": steps,
+        "claims": claims,
+    }
 
 
 def _md(value: Any) -> str:
@@ -86,7 +112,13 @@ def _table(claims: Sequence[dict], with_experiment: bool) -> str:
     for c in claims:
         verdict = KIND_NAMES[c["kind"]] + (f" ({c['reason']})" if c["kind"] == "untestable" and c["reason"] else "")
         row = ([c["experiment"].split("/")[-1]] if with_experiment else []) + [
-            name_lessons(c["claim"]), name_lessons(c["source"]), name_lessons(c["measured"]), c["margin"], c["noise"], verdict]
+            name_lessons(c["claim"]),
+            name_lessons(c["source"]),
+            name_lessons(c["measured"]),
+            c["margin"],
+            c["noise"],
+            verdict,
+        ]
         lines.append("| " + " | ".join(_md(x) for x in row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -94,11 +126,15 @@ def _table(claims: Sequence[dict], with_experiment: bool) -> str:
 def _summary(snap: dict) -> str:
     steps = snap["steps"]
     finished = sum(s["status"] in ("ok", "reused") for s in steps)
-    lines = [f"`{snap.get('command') or 'poslab lab'}` ({snap.get('mode')} mode, {snap.get('cores')} cores as recorded "
-             f"in lab.json): {finished} of {len(steps)} steps finished in {_duration(snap.get('seconds'))} wall; "
-             f"{len(snap['claims'])} claim records: {_counts(snap['claims'])}. Wall times as lab.json recorded them "
-             "(the machine may have been shared with other work).", "",
-             "| step | status | wall |", "|---|---|---:|"]
+    lines = [
+        f"`{snap.get('command') or 'poslab lab'}` ({snap.get('mode')} mode, {snap.get('cores')} cores as recorded "
+        f"in lab.json): {finished} of {len(steps)} steps finished in {_duration(snap.get('seconds'))} wall; "
+        f"{len(snap['claims'])} claim records: {_counts(snap['claims'])}. Wall times as lab.json recorded them "
+        "(the machine may have been shared with other work).",
+        "",
+        "| step | status | wall |",
+        "|---|---|---:|",
+    ]
     lines += [f"| {_md(s['name'])} | {_md(s['status'])} | {_duration(s['seconds'])} |" for s in steps]
     return "\n".join(lines) + "\n"
 

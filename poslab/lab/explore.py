@@ -38,13 +38,25 @@ from poslab.nn.model import GPT, GPTConfig
 
 MAX_BODY_BYTES = 64 * 1024
 #: the page's files (``poslab/lab/assets/``) -> their content type
-ASSETS = {"explore.html": "text/html; charset=utf-8", "explore.js": "text/javascript; charset=utf-8",
-          "explore.css": "text/css; charset=utf-8"}
+ASSETS = {
+    "explore.html": "text/html; charset=utf-8",
+    "explore.js": "text/javascript; charset=utf-8",
+    "explore.css": "text/css; charset=utf-8",
+}
 MAX_PROMPT_CHARS = 1024
 UNTRAINED = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 64}
 # viridis at 9 stops; the page interpolates linearly between them (the tests use colormap_rgb)
-COLORMAP = [(68, 1, 84), (71, 44, 122), (59, 81, 139), (44, 113, 142), (33, 144, 141),
-            (39, 173, 129), (92, 200, 99), (170, 220, 50), (253, 231, 37)]
+COLORMAP = [
+    (68, 1, 84),
+    (71, 44, 122),
+    (59, 81, 139),
+    (44, 113, 142),
+    (33, 144, 141),
+    (39, 173, 129),
+    (92, 200, 99),
+    (170, 220, 50),
+    (253, 231, 37),
+]
 
 
 def colormap_rgb(value: float) -> tuple[int, int, int]:
@@ -123,8 +135,12 @@ class ModelStore:
                     config = RunFolder(entry.source).config()["model"]
                 except (OSError, ValueError):
                     config = {}
-                item.update(position=config.get("position"), n_layer=config.get("n_layer"), n_head=config.get("n_head"),
-                            block_size=config.get("block_size"))
+                item.update(
+                    position=config.get("position"),
+                    n_layer=config.get("n_layer"),
+                    n_head=config.get("n_head"),
+                    block_size=config.get("block_size"),
+                )
             else:
                 item.update(position=entry.source, **{k: UNTRAINED[k] for k in ("n_layer", "n_head", "block_size")})
             out.append(item)
@@ -132,12 +148,18 @@ class ModelStore:
 
 
 # ------------------------------------------------------------------------------------------ scheme pictures
-def _matrix(title: str, data: torch.Tensor, row_label: str, col_label: str, diverging: bool, note: str = "") -> dict[str, Any]:
+def _matrix(
+    title: str, data: torch.Tensor, row_label: str, col_label: str, diverging: bool, note: str = ""
+) -> dict[str, Any]:
     data = data.detach().float()
     finite = data[torch.isfinite(data)]
     limit = float(finite.abs().max()) if finite.numel() else 1.0
     return {
-        "title": title, "note": note, "row_label": row_label, "col_label": col_label, "diverging": diverging,
+        "title": title,
+        "note": note,
+        "row_label": row_label,
+        "col_label": col_label,
+        "diverging": diverging,
         "vmin": -limit if diverging else (float(finite.min()) if finite.numel() else 0.0),
         "vmax": limit if diverging else (float(finite.max()) if finite.numel() else 1.0),
         "data": [[round(float(v), 5) if math.isfinite(float(v)) else None for v in row] for row in data],
@@ -152,8 +174,10 @@ def scheme_views(model: GPT, T: int) -> list[dict[str, Any]]:
     bias per head, T5's buckets, ...); this only lays the matrices out for the page.
     """
     cfg = model.config
-    return [_matrix(v["title"], v["data"], v["rows"], v["cols"], v["diverging"], v["note"])
-            for v in model.layer_position(0).describe(T, n_heads=cfg.n_head, causal=cfg.causal)]
+    return [
+        _matrix(v["title"], v["data"], v["rows"], v["cols"], v["diverging"], v["note"])
+        for v in model.layer_position(0).describe(T, n_heads=cfg.n_head, causal=cfg.causal)
+    ]
 
 
 def attention_payload(store: ModelStore, key: str, prompt: str) -> dict[str, Any]:
@@ -166,8 +190,13 @@ def attention_payload(store: ModelStore, key: str, prompt: str) -> dict[str, Any
     tokens, weights = prompt_attention(entry.model, entry.tokenizer, prompt)  # [L, h, T, T]
     cfg = entry.model.config
     return {
-        "model": entry.id, "label": entry.label, "position": cfg.position, "n_layer": cfg.n_layer, "n_head": cfg.n_head,
-        "block_size": cfg.block_size, "tokens": tokens,
+        "model": entry.id,
+        "label": entry.label,
+        "position": cfg.position,
+        "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head,
+        "block_size": cfg.block_size,
+        "tokens": tokens,
         "weights": [[[[round(float(v), 6) for v in row] for row in head] for head in layer] for layer in weights],
         "views": scheme_views(entry.model, len(tokens)),
     }
@@ -227,7 +256,11 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _json(self, status: int, data: Any) -> None:
-        self._send(status, json.dumps(data, ensure_ascii=False, allow_nan=False).encode("utf-8"), "application/json; charset=utf-8")
+        self._send(
+            status,
+            json.dumps(data, ensure_ascii=False, allow_nan=False).encode("utf-8"),
+            "application/json; charset=utf-8",
+        )
 
     def _check_origin(self) -> None:
         """Refuse (403) a non-loopback ``Host`` or a cross-origin request; (400) more than one ``Host``."""
@@ -235,11 +268,16 @@ class Handler(BaseHTTPRequestHandler):
         hosts = self.headers.get_all("Host") or []
         if len(hosts) > 1:  # RFC 7230 section 5.4: more than one Host field is a bad request
             self.close_connection = True
-            raise RequestRefused(400, f"the request has {len(hosts)} Host headers ({', '.join(map(repr, hosts))}); "
-                                      "HTTP/1.1 allows one")
+            raise RequestRefused(
+                400, f"the request has {len(hosts)} Host headers ({', '.join(map(repr, hosts))}); HTTP/1.1 allows one"
+            )
         host = self.headers.get("Host")
         match = _HOST_RE.match(host.strip()) if host else None
-        if match is None or match.group(1).lower() not in LOOPBACK_HOSTS or (match.group(2) and int(match.group(2)) != port):
+        if (
+            match is None
+            or match.group(1).lower() not in LOOPBACK_HOSTS
+            or (match.group(2) and int(match.group(2)) != port)
+        ):
             raise RequestRefused(403, f"Host {host!r} is not this server; use http://127.0.0.1:{port}/")
         origin = self.headers.get("Origin")
         if origin is not None and origin.rstrip("/").lower() not in {f"http://{h}:{port}" for h in LOOPBACK_HOSTS}:
@@ -303,8 +341,11 @@ class Handler(BaseHTTPRequestHandler):
             try:
                 body = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
             except ValueError:  # NaN or inf in the weights: JSON cannot carry them, and they are no answer
-                raise RequestRefused(422, f"the attention of model {request.get('model')!r} is not finite (NaN or "
-                                          "inf): its weights are damaged or overflow fp32") from None
+                raise RequestRefused(
+                    422,
+                    f"the attention of model {request.get('model')!r} is not finite (NaN or "
+                    "inf): its weights are damaged or overflow fp32",
+                ) from None
         except RequestRefused as err:
             self._json(err.status, {"error": str(err)})
         except (ConnectionError, TimeoutError):
@@ -317,7 +358,9 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, body, "application/json; charset=utf-8")
 
 
-def make_server(store: ModelStore, port: int = 8765, host: str = "127.0.0.1", quiet: bool = True) -> ThreadingHTTPServer:
+def make_server(
+    store: ModelStore, port: int = 8765, host: str = "127.0.0.1", quiet: bool = True
+) -> ThreadingHTTPServer:
     """A server bound to ``host:port`` (``port=0`` picks a free port: see ``server.server_address``)."""
     handler = type("BoundHandler", (Handler,), {"store": store, "quiet": quiet})
     server = ThreadingHTTPServer((host, port), handler)

@@ -62,13 +62,18 @@ def fits_length(accuracy_at_L: Mapping[str, Sequence[float]], threshold: float =
     return Premise(f"mean accuracy at L >= {threshold:g} in every arm", f"accuracy at L: {_arms(accuracy_at_L)}", met)
 
 
-def retrieves(accuracy_at_L: Mapping[str, Sequence[float | None]], chance: float, share: float = PASSKEY_SHARE) -> Premise:
+def retrieves(
+    accuracy_at_L: Mapping[str, Sequence[float | None]], chance: float, share: float = PASSKEY_SHARE
+) -> Premise:
     """Every arm's mean passkey retrieval at ``L`` is at least ``chance + share * (1 - chance)``."""
     bound = chance + share * (1 - chance)
     values = {arm: [float(x) for x in v if x is not None] for arm, v in accuracy_at_L.items()}
     met = bool(values) and all(v and statistics.fmean(v) >= bound for v in values.values())
-    return Premise(f"mean passkey retrieval at L >= {bound:.3f} (halfway from chance {chance:.3f} to 1) in every arm",
-                   f"retrieval at L: {_arms(values)}", met)
+    return Premise(
+        f"mean passkey retrieval at L >= {bound:.3f} (halfway from chance {chance:.3f} to 1) in every arm",
+        f"retrieval at L: {_arms(values)}",
+        met,
+    )
 
 
 def below_bigram(losses: Mapping[str, Sequence[float]], bigram: float, margin: float = BIGRAM_MARGIN) -> Premise:
@@ -80,17 +85,24 @@ def below_bigram(losses: Mapping[str, Sequence[float]], bigram: float, margin: f
     """
     limit = bigram - margin
     met = bool(losses) and all(v and max(v) <= limit for v in losses.values())
-    return Premise(f"every seed's loss <= bigram baseline {bigram:.3f} - {margin:g} = {limit:.3f} nats/token",
-                   "worst seed per arm: " + ", ".join(f"{a} {max(v):.3f}" for a, v in losses.items() if v), met)
+    return Premise(
+        f"every seed's loss <= bigram baseline {bigram:.3f} - {margin:g} = {limit:.3f} nats/token",
+        "worst seed per arm: " + ", ".join(f"{a} {max(v):.3f}" for a, v in losses.items() if v),
+        met,
+    )
 
 
-def below_baseline(losses: Mapping[str, Sequence[float]], baseline: float, name: str,
-                   margin: float = BIGRAM_MARGIN) -> Premise:
+def below_baseline(
+    losses: Mapping[str, Sequence[float]], baseline: float, name: str, margin: float = BIGRAM_MARGIN
+) -> Premise:
     """:func:`below_bigram` against another named baseline (``"unigram"`` for a masked LM)."""
     limit = baseline - margin
     met = bool(losses) and all(v and max(v) <= limit for v in losses.values())
-    return Premise(f"every seed's loss <= {name} baseline {baseline:.3f} - {margin:g} = {limit:.3f} nats/token",
-                   "worst seed per arm: " + ", ".join(f"{a} {max(v):.3f}" for a, v in losses.items() if v), met)
+    return Premise(
+        f"every seed's loss <= {name} baseline {baseline:.3f} - {margin:g} = {limit:.3f} nats/token",
+        "worst seed per arm: " + ", ".join(f"{a} {max(v):.3f}" for a, v in losses.items() if v),
+        met,
+    )
 
 
 def context_gain(by_position: Sequence[float]) -> float:
@@ -99,7 +111,7 @@ def context_gain(by_position: Sequence[float]) -> float:
     if n < 2 * max(EARLY) + 2:
         raise ValueError(f"a window of {n} positions is too short for early positions {EARLY} and a last quarter")
     early = statistics.fmean(by_position[i] for i in EARLY)
-    late = statistics.fmean(by_position[n - max(1, n // 4):])
+    late = statistics.fmean(by_position[n - max(1, n // 4) :])
     return early - late
 
 
@@ -112,20 +124,35 @@ def uses_context(by_position: Mapping[str, Sequence[Sequence[float]]], margin: f
     """
     shortest = min((len(c) for curves in by_position.values() for c in curves), default=0)
     if shortest < 2 * max(EARLY) + 2:
-        return Premise(f"the model uses its context within L (positions {EARLY[0]}-{EARLY[-1]} vs the last quarter)",
-                       f"not measurable: a window of {shortest} positions is too short", False)
+        return Premise(
+            f"the model uses its context within L (positions {EARLY[0]}-{EARLY[-1]} vs the last quarter)",
+            f"not measurable: a window of {shortest} positions is too short",
+            False,
+        )
     gains = {arm: [context_gain(curve) for curve in curves] for arm, curves in by_position.items()}
     met = bool(gains) and all(g and min(g) >= margin for g in gains.values())
-    return Premise(f"every seed: mean loss at positions {EARLY[0]}-{EARLY[-1]} minus mean loss at the last quarter of the "
-                   f"window >= {margin:g} nats/token (the model uses its context within L)",
-                   "smallest gain per arm: " + ", ".join(f"{a} {min(g):.3f}" for a, g in gains.items() if g), met)
+    return Premise(
+        f"every seed: mean loss at positions {EARLY[0]}-{EARLY[-1]} minus mean loss at the last quarter of the "
+        f"window >= {margin:g} nats/token (the model uses its context within L)",
+        "smallest gain per arm: " + ", ".join(f"{a} {min(g):.3f}" for a, g in gains.items() if g),
+        met,
+    )
 
 
-def beats_nope(arm: str, values: Sequence[float], nope: Sequence[float], *, metric: str,
-               lower_is_better: bool = True) -> Premise:
+def beats_nope(
+    arm: str, values: Sequence[float], nope: Sequence[float], *, metric: str, lower_is_better: bool = True
+) -> Premise:
     """The positional arm beats NoPE on ``metric`` by more than the 95% interval of the difference."""
-    record = compare("premise", "premise", values, nope, better_label=arm, worse_label="none", metric=metric,
-                     lower_is_better=lower_is_better)
+    record = compare(
+        "premise",
+        "premise",
+        values,
+        nope,
+        better_label=arm,
+        worse_label="none",
+        metric=metric,
+        lower_is_better=lower_is_better,
+    )
     return Premise(f"{arm} beats NoPE on {metric} by more than the noise", record.measured, record.verdict == HELD)
 
 
@@ -133,8 +160,9 @@ def all_of(*premises: Premise) -> Premise:
     """One premise met when every one of ``premises`` is (texts and measurements joined with ``; ``)."""
     if not premises:
         raise ValueError("all_of needs at least one premise")
-    return Premise("; ".join(p.text for p in premises), "; ".join(p.measured for p in premises),
-                   all(p.met for p in premises))
+    return Premise(
+        "; ".join(p.text for p in premises), "; ".join(p.measured for p in premises), all(p.met for p in premises)
+    )
 
 
 def arms_of(record: ClaimRecord, known: Iterable[str]) -> list[str]:
@@ -147,8 +175,9 @@ def arms_of(record: ClaimRecord, known: Iterable[str]) -> list[str]:
     return arms or known
 
 
-def attach(records: Sequence[dict[str, Any] | ClaimRecord],
-           premise_for: Callable[[ClaimRecord], Premise]) -> list[dict[str, Any]]:
+def attach(
+    records: Sequence[dict[str, Any] | ClaimRecord], premise_for: Callable[[ClaimRecord], Premise]
+) -> list[dict[str, Any]]:
     """Every seeded record (``n_seeds > 0``) with its premise (:func:`poslab.lab.verdicts.with_premise`), as dicts.
 
     ``premise_for(record)`` computes the premise of one claim from measurements of the same runs;

@@ -160,8 +160,10 @@ def load_plan(path: str | Path, out: str | Path | None = None) -> SweepPlan:
     overrides = _nest(spec.get("overrides") or {}, "overrides")
     grid = spec.get("grid")
     if not isinstance(grid, dict) or not grid:
-        raise ValueError(f"sweep file {str(path)!r} needs a non-empty 'grid' mapping KEY -> [values], e.g. "
-                         f"grid: {{model.position: [learned, rope], seed: [1, 2]}}")
+        raise ValueError(
+            f"sweep file {str(path)!r} needs a non-empty 'grid' mapping KEY -> [values], e.g. "
+            f"grid: {{model.position: [learned, rope], seed: [1, 2]}}"
+        )
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ValueError(f"grid entry {key!r} must be a non-empty list of values, got {values!r}")
@@ -177,8 +179,10 @@ def load_plan(path: str | Path, out: str | Path | None = None) -> SweepPlan:
         point = dict(zip(grid, combination))
         run_name = run_name_of(point)
         if run_name in names:
-            raise ValueError(f"grid points {names[run_name]} and {point} get the same run name {run_name!r}; "
-                             f"use values that differ after replacing characters outside [A-Za-z0-9._+-]")
+            raise ValueError(
+                f"grid points {names[run_name]} and {point} get the same run name {run_name!r}; "
+                f"use values that differ after replacing characters outside [A-Za-z0-9._+-]"
+            )
         names[run_name] = point
         config = merge(merge(base, overrides), _nest(point, "grid"))
         try:
@@ -216,7 +220,7 @@ def run_name_of(point: dict[str, Any]) -> str:
     """``{"model.position": "rope", "seed": 2}`` -> ``"position=rope,seed=2"`` (a safe folder name)."""
     parts = []
     for key, value in point.items():
-        short = key[len("model."):] if key.startswith("model.") else key
+        short = key[len("model.") :] if key.startswith("model.") else key
         text = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
         parts.append(f"{short}={_UNSAFE.sub('_', text).strip('_') or '_'}")
     return ",".join(parts)
@@ -238,8 +242,19 @@ def run_state(run_dir: Path, max_steps: int) -> str:
 
 def _command(sweep_dir: Path, run: SweepRun, state: str) -> list[str]:
     """The ``poslab train`` command of one grid point (``--resume`` to continue its folder)."""
-    cmd = [sys.executable, "-m", "poslab", "train", "--preset", str(sweep_dir / "configs" / f"{run.name}.yaml"),
-           "--name", run.name, "--out_dir", str(sweep_dir / "runs"), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "poslab",
+        "train",
+        "--preset",
+        str(sweep_dir / "configs" / f"{run.name}.yaml"),
+        "--name",
+        run.name,
+        "--out_dir",
+        str(sweep_dir / "runs"),
+        "--no-progress",
+    ]
     if state == "resume":
         cmd.append("--resume")
     return cmd
@@ -296,8 +311,12 @@ def train_point(sweep_dir: str, plan_name: str, run: SweepRun, threads: int) -> 
         run.results = _read_results(run_dir)
         return run
     preset_file = folder / "configs" / f"{run.name}.yaml"
-    atomic_write_text(preset_file, yaml.safe_dump(
-        {"description": f"sweep {plan_name}: {run.name}", "config": run.config}, sort_keys=False, allow_unicode=True))
+    atomic_write_text(
+        preset_file,
+        yaml.safe_dump(
+            {"description": f"sweep {plan_name}: {run.name}", "config": run.config}, sort_keys=False, allow_unicode=True
+        ),
+    )
     env = dict(os.environ)
     if run.config.get("threads") is None:
         env["OMP_NUM_THREADS"] = str(threads)
@@ -325,8 +344,10 @@ def train_point(sweep_dir: str, plan_name: str, run: SweepRun, threads: int) -> 
     elif returncode == 130:
         run.status = "interrupted"
     elif returncode < 0 and not runner.children.stopping.is_set():
-        raise runner.TrainingLost(f"sweep run {run.name}: the training was killed by signal {-returncode} "
-                                  f"(its last checkpoint is kept; the next attempt resumes from it)")
+        raise runner.TrainingLost(
+            f"sweep run {run.name}: the training was killed by signal {-returncode} "
+            f"(its last checkpoint is kept; the next attempt resumes from it)"
+        )
     else:
         run.status = "failed"
         run.error = f"exit {returncode}: {_last_error(log_path)}"
@@ -350,13 +371,14 @@ def _last_error(log_path: Path) -> str:
         return "no log"
     errors = [line for line in lines if line.startswith("poslab: error:")]
     if errors:
-        return errors[-1][len("poslab: error:"):].strip()
+        return errors[-1][len("poslab: error:") :].strip()
     lines = [line for line in lines if line and not line.startswith("===")]
     return lines[-1] if lines else "no output"
 
 
-def run_sweep(plan: SweepPlan, workers: int = 1, echo: Any = print,
-              shard: tuple[int, int] | None = None) -> dict[str, Any]:
+def run_sweep(
+    plan: SweepPlan, workers: int = 1, echo: Any = print, shard: tuple[int, int] | None = None
+) -> dict[str, Any]:
     """Run every unfinished run of ``plan`` through :func:`poslab.lab.runner.train_many`, then summarise.
 
     The current executor decides where the trainings run: ``workers`` at a time on this machine (the
@@ -373,10 +395,16 @@ def run_sweep(plan: SweepPlan, workers: int = 1, echo: Any = print,
         raise ValueError(f"--workers must be a positive integer, got {workers!r}")
     for folder in ("runs", "configs", "logs"):
         (plan.sweep_dir / folder).mkdir(parents=True, exist_ok=True)
-    atomic_write_json(plan.sweep_dir / "sweep.json", {
-        "sweep": plan.name, "config_file": str(plan.config_file), "description": plan.description,
-        "grid": plan.grid, "runs": [{"name": r.name, "point": r.point, "config": r.config} for r in plan.runs],
-    })
+    atomic_write_json(
+        plan.sweep_dir / "sweep.json",
+        {
+            "sweep": plan.name,
+            "config_file": str(plan.config_file),
+            "description": plan.description,
+            "grid": plan.grid,
+            "runs": [{"name": r.name, "point": r.point, "config": r.config} for r in plan.runs],
+        },
+    )
     mine = runner.select_shard(plan.runs, shard)
     todo = []
     for run in mine:
@@ -391,15 +419,24 @@ def run_sweep(plan: SweepPlan, workers: int = 1, echo: Any = print,
     executor = runner.current_executor()
     where = f"{workers} at a time" if executor.name == "local" else f"on {executor.name}"
     part = f" (shard {shard[0]}/{shard[1]}: {len(mine)} of {len(plan.runs)} runs)" if shard else ""
-    echo(f"sweep {plan.name}{part}: {len(mine)} runs ({skipped} finished before, {resumed} to resume, "
-         f"{len(todo) - resumed} new), {where} -> {plan.sweep_dir}")
+    echo(
+        f"sweep {plan.name}{part}: {len(mine)} runs ({skipped} finished before, {resumed} to resume, "
+        f"{len(todo) - resumed} new), {where} -> {plan.sweep_dir}"
+    )
     # threads of a training whose config sets none: this machine's cores shared by the K local trainings;
     # on Ray one (a task requests what it uses; Ray packs the tasks onto the nodes' CPUs)
     threads = max(1, (os.cpu_count() or 1) // workers) if executor.name == "local" else 1
-    tasks = [runner.Task(run.name, train_point, (str(plan.sweep_dir), plan.name, run, threads),
-                         cpus=int(run.config.get("threads") or threads), gpus=0,  # poslab train runs on the CPU
-                         launches_process=True)
-             for run, _ in todo]
+    tasks = [
+        runner.Task(
+            run.name,
+            train_point,
+            (str(plan.sweep_dir), plan.name, run, threads),
+            cpus=int(run.config.get("threads") or threads),
+            gpus=0,  # poslab train runs on the CPU
+            launches_process=True,
+        )
+        for run, _ in todo
+    ]
     by_name = {run.name: run for run in plan.runs}
     done = 0
 
@@ -408,9 +445,11 @@ def run_sweep(plan: SweepPlan, workers: int = 1, echo: Any = print,
         run = by_name[result.name]
         run.status, run.error, run.results, run.seconds = result.status, result.error, result.results, result.seconds
         if run.status == "completed" and not (plan.sweep_dir / "runs" / run.name / "results.json").is_file():
-            raise ValueError(f"run {run.name} finished, but its results are not at "
-                             f"{str(plan.sweep_dir / 'runs' / run.name)!r} here: the sweep folder must be on "
-                             f"storage every node sees (a shared file system; docs/scaling.md)")
+            raise ValueError(
+                f"run {run.name} finished, but its results are not at "
+                f"{str(plan.sweep_dir / 'runs' / run.name)!r} here: the sweep folder must be on "
+                f"storage every node sees (a shared file system; docs/scaling.md)"
+            )
         done += 1
         val = run.results.get("final_val_loss")
         figure = f"val {val:.4f}" if isinstance(val, (int, float)) else (run.error or "")
@@ -429,10 +468,17 @@ def run_sweep(plan: SweepPlan, workers: int = 1, echo: Any = print,
         counts: dict[str, int] = {}
         for run in mine:
             counts[run.status] = counts.get(run.status, 0) + 1
-        echo(f"shard {shard[0]}/{shard[1]} done: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-             + "; run the sweep without --shard to write the summary")
-        return {"sweep": plan.name, "shard": list(shard), "status": counts,
-                "runs": [{"name": r.name, "status": r.status} for r in mine]}
+        echo(
+            f"shard {shard[0]}/{shard[1]} done: "
+            + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+            + "; run the sweep without --shard to write the summary"
+        )
+        return {
+            "sweep": plan.name,
+            "shard": list(shard),
+            "status": counts,
+            "runs": [{"name": r.name, "status": r.status} for r in mine],
+        }
     summary = summarize(plan)
     write_summary(plan, summary)
     echo(format_table(summary))
@@ -468,17 +514,20 @@ def summarize(plan: SweepPlan) -> dict[str, Any]:
     configs = []
     for label, members in groups.items():
         completed = [r for r in members if r.status == "completed"]
-        configs.append({
-            "label": label,
-            "point": {k: v for k, v in members[0].point.items() if k != REPLICATE_KEY},
-            "runs": len(members),
-            "completed": len(completed),
-            "seeds": [r.point.get(REPLICATE_KEY, r.config.get("seed")) for r in completed],
-            "final_val_loss": _stats([r.results["final_val_loss"] for r in completed]),
-            "best_val_loss": _stats([r.results["best_val_loss"] for r in completed
-                                     if r.results.get("best_val_loss") is not None]),
-            "tokens_per_s": _stats([r.results["tokens_per_s"] for r in completed if r.results.get("tokens_per_s")]),
-        })
+        configs.append(
+            {
+                "label": label,
+                "point": {k: v for k, v in members[0].point.items() if k != REPLICATE_KEY},
+                "runs": len(members),
+                "completed": len(completed),
+                "seeds": [r.point.get(REPLICATE_KEY, r.config.get("seed")) for r in completed],
+                "final_val_loss": _stats([r.results["final_val_loss"] for r in completed]),
+                "best_val_loss": _stats(
+                    [r.results["best_val_loss"] for r in completed if r.results.get("best_val_loss") is not None]
+                ),
+                "tokens_per_s": _stats([r.results["tokens_per_s"] for r in completed if r.results.get("tokens_per_s")]),
+            }
+        )
     status: dict[str, int] = {}
     for run in plan.runs:
         status[run.status] = status.get(run.status, 0) + 1
@@ -491,11 +540,20 @@ def summarize(plan: SweepPlan) -> dict[str, Any]:
         "group_by": plan.group_keys,
         "status": status,
         "configs": configs,
-        "runs": [{
-            "name": r.name, "point": r.point, "status": r.status, "run_dir": str(plan.sweep_dir / "runs" / r.name),
-            "final_val_loss": r.results.get("final_val_loss"), "best_val_loss": r.results.get("best_val_loss"),
-            "tokens_per_s": r.results.get("tokens_per_s"), "steps": r.results.get("steps"), "error": r.error,
-        } for r in plan.runs],
+        "runs": [
+            {
+                "name": r.name,
+                "point": r.point,
+                "status": r.status,
+                "run_dir": str(plan.sweep_dir / "runs" / r.name),
+                "final_val_loss": r.results.get("final_val_loss"),
+                "best_val_loss": r.results.get("best_val_loss"),
+                "tokens_per_s": r.results.get("tokens_per_s"),
+                "steps": r.results.get("steps"),
+                "error": r.error,
+            }
+            for r in plan.runs
+        ],
     }
 
 
@@ -513,8 +571,10 @@ def format_table(summary: dict[str, Any]) -> str:
         "|---|---|---|---|",
     ]
     for config in summary["configs"]:
-        lines.append(f"| {config['label']} | {config['completed']}/{config['runs']} | "
-                     f"{_pm(config['final_val_loss'], 4)} | {_pm(config['tokens_per_s'], 0)} |")
+        lines.append(
+            f"| {config['label']} | {config['completed']}/{config['runs']} | "
+            f"{_pm(config['final_val_loss'], 4)} | {_pm(config['tokens_per_s'], 0)} |"
+        )
     counts = ", ".join(f"{n} {status}" for status, n in sorted(summary["status"].items()))
     return "\n".join(lines) + f"\n\n{counts}; std is the sample standard deviation over seeds (n-1)."
 
@@ -527,5 +587,15 @@ def write_summary(plan: SweepPlan, summary: dict[str, Any]) -> None:
     atomic_write_text(plan.sweep_dir / "summary.md", header + format_table(summary) + "\n")
 
 
-__all__ = ["SweepPlan", "SweepRun", "format_table", "load_plan", "run_name_of", "run_state", "run_sweep", "summarize",
-           "train_point", "write_summary"]
+__all__ = [
+    "SweepPlan",
+    "SweepRun",
+    "format_table",
+    "load_plan",
+    "run_name_of",
+    "run_state",
+    "run_sweep",
+    "summarize",
+    "train_point",
+    "write_summary",
+]

@@ -38,9 +38,38 @@ VERDICTS = (HELD, DID_NOT_HOLD, INCONCLUSIVE)
 MIN_SEEDS = 3
 
 # two-sided 95% quantiles of Student's t, t_{0.975, df} for df = 1..30 (standard tables)
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def t975(df: float) -> float:
@@ -165,14 +194,18 @@ class ClaimRecord:
         if isinstance(self.premise, dict):
             object.__setattr__(self, "premise", Premise(**self.premise))
         if self.premise is not None and not self.premise.met and self.verdict != INCONCLUSIVE:
-            raise ValueError(f"a {self.verdict!r} verdict on an unmet premise ({self.premise.text!r}): "
-                             f"the claim is not testable at this scale ({self.claim!r})")
+            raise ValueError(
+                f"a {self.verdict!r} verdict on an unmet premise ({self.premise.text!r}): "
+                f"the claim is not testable at this scale ({self.claim!r})"
+            )
         if self.verdict != INCONCLUSIVE:
             if self.margin is None:
                 raise ValueError(f"a {self.verdict!r} verdict needs a margin ({self.claim!r})")
             if self.noise is not None and abs(self.margin) <= self.noise:
-                raise ValueError(f"margin {self.margin!r} is within the noise {self.noise!r}: "
-                                 f"the verdict must be inconclusive ({self.claim!r})")
+                raise ValueError(
+                    f"margin {self.margin!r} is within the noise {self.noise!r}: "
+                    f"the verdict must be inconclusive ({self.claim!r})"
+                )
             if 0 < self.n_seeds < MIN_SEEDS:
                 raise ValueError(f"{self.n_seeds} seed(s) cannot decide a seeded comparison ({self.claim!r})")
 
@@ -202,8 +235,11 @@ def with_premise(record: ClaimRecord, premise: Premise) -> ClaimRecord:
     """
     if premise.met:
         return dataclasses.replace(record, premise=premise)
-    details = dict(record.details, reason=f"{PREMISE_NOT_MET}: {premise.text} (measured: {premise.measured})",
-                   verdict_without_premise=record.verdict)
+    details = dict(
+        record.details,
+        reason=f"{PREMISE_NOT_MET}: {premise.text} (measured: {premise.measured})",
+        verdict_without_premise=record.verdict,
+    )
     return dataclasses.replace(record, premise=premise, verdict=INCONCLUSIVE, details=details)
 
 
@@ -326,16 +362,33 @@ def compare(
         else:
             gap = f"at most {-offset:.{digits}g} {'higher' if lower_is_better else 'lower'} than {worse_label}"
         criterion = f"{metric} of {better_label} {gap}"
-    criterion += (f"; decided when the margin exceeds the 95% interval of the difference of the means "
-                  f"(Welch, at least {MIN_SEEDS} seeds each)")
+    criterion += (
+        f"; decided when the margin exceeds the 95% interval of the difference of the means "
+        f"(Welch, at least {MIN_SEEDS} seeds each)"
+    )
     verdict = decide(margin, noise, n_seeds)
     measured = f"{better_label} {pm(better, digits)} vs {worse_label} {pm(worse, digits)}"
-    details = {"better": [float(v) for v in better], "worse": [float(v) for v in worse],
-               "better_label": better_label, "worse_label": worse_label, "metric": metric,
-               "lower_is_better": lower_is_better, "offset": float(offset),
-               "p_value": welch_p(list(better), list(worse), (-offset if lower_is_better else offset))}
-    return ClaimRecord(claim, source, criterion, measured, float(margin),
-                       None if noise is None else float(noise), n_seeds, verdict, details)
+    details = {
+        "better": [float(v) for v in better],
+        "worse": [float(v) for v in worse],
+        "better_label": better_label,
+        "worse_label": worse_label,
+        "metric": metric,
+        "lower_is_better": lower_is_better,
+        "offset": float(offset),
+        "p_value": welch_p(list(better), list(worse), (-offset if lower_is_better else offset)),
+    }
+    return ClaimRecord(
+        claim,
+        source,
+        criterion,
+        measured,
+        float(margin),
+        None if noise is None else float(noise),
+        n_seeds,
+        verdict,
+        details,
+    )
 
 
 def bound(
@@ -373,10 +426,18 @@ def bound(
     criterion += f"; decided when the margin exceeds the 95% interval of the mean (at least {MIN_SEEDS} seeds)"
     verdict = decide(margin, noise, n)
     measured = f"{metric} of {label} {pm(values, digits)} (limit {limit:.{digits}g})"
-    info = dict(details or {}, values=values, label=label, metric=metric, limit=float(limit), below=below,
-                p_value=one_sample_p(values, limit))
-    return ClaimRecord(claim, source, criterion, measured, float(margin), None if noise is None else float(noise), n,
-                       verdict, info)
+    info = dict(
+        details or {},
+        values=values,
+        label=label,
+        metric=metric,
+        limit=float(limit),
+        below=below,
+        p_value=one_sample_p(values, limit),
+    )
+    return ClaimRecord(
+        claim, source, criterion, measured, float(margin), None if noise is None else float(noise), n, verdict, info
+    )
 
 
 def paired(
@@ -412,13 +473,28 @@ def paired(
         else:
             gap = f"at most {-offset:.{digits}g} {'higher' if lower_is_better else 'lower'} than {worse_label}"
         criterion = f"{metric} of {better_label} {gap}"
-    record = bound(claim, source, diffs, 0.0, below=False, label=f"{worse_label} - {better_label}" if lower_is_better
-                   else f"{better_label} - {worse_label}", metric=metric, digits=digits,
-                   criterion=f"{criterion} (paired by seed: the per-seed differences)",
-                   details={"better": [float(v) for v in better], "worse": [float(v) for v in worse],
-                            "better_label": better_label, "worse_label": worse_label, "lower_is_better": lower_is_better})
-    measured = (f"{better_label} {pm(better, digits)} vs {worse_label} {pm(worse, digits)}; "
-                f"paired difference {pm([d + offset for d in diffs], digits)}")
+    record = bound(
+        claim,
+        source,
+        diffs,
+        0.0,
+        below=False,
+        label=f"{worse_label} - {better_label}" if lower_is_better else f"{better_label} - {worse_label}",
+        metric=metric,
+        digits=digits,
+        criterion=f"{criterion} (paired by seed: the per-seed differences)",
+        details={
+            "better": [float(v) for v in better],
+            "worse": [float(v) for v in worse],
+            "better_label": better_label,
+            "worse_label": worse_label,
+            "lower_is_better": lower_is_better,
+        },
+    )
+    measured = (
+        f"{better_label} {pm(better, digits)} vs {worse_label} {pm(worse, digits)}; "
+        f"paired difference {pm([d + offset for d in diffs], digits)}"
+    )
     record.details.update(offset=float(offset), paired=True)
     return dataclasses.replace(record, measured=measured)
 
@@ -450,20 +526,36 @@ def best_of(
     sign = 1.0 if lower_is_better else -1.0
     means = {a: sign * mean_sd(v)[0] for a, v in arms.items()}
     table = ", ".join(f"{a}: {pm(v, digits)}" for a, v in arms.items())
-    details = {"arms": {a: [float(x) for x in v] for a, v in arms.items()}, "predicted": list(predicted),
-               "metric": metric, "lower_is_better": lower_is_better}
+    details = {
+        "arms": {a: [float(x) for x in v] for a, v in arms.items()},
+        "predicted": list(predicted),
+        "metric": metric,
+        "lower_is_better": lower_is_better,
+    }
 
     def pair(b: str, w: str) -> ClaimRecord:
         test = paired if paired_seeds else compare
-        return test(claim, source, arms[b], arms[w], better_label=b, worse_label=w, metric=metric,
-                    lower_is_better=lower_is_better, digits=digits)
+        return test(
+            claim,
+            source,
+            arms[b],
+            arms[w],
+            better_label=b,
+            worse_label=w,
+            metric=metric,
+            lower_is_better=lower_is_better,
+            digits=digits,
+        )
 
     how = "paired by seed" if paired_seeds else "Welch"
-    criterion = (f"{metric}: the best arm is one of {list(predicted)}; decided pairwise (each pair's margin against "
-                 f"its 95% interval, {how}, at least {MIN_SEEDS} seeds each)")
+    criterion = (
+        f"{metric}: the best arm is one of {list(predicted)}; decided pairwise (each pair's margin against "
+        f"its 95% interval, {how}, at least {MIN_SEEDS} seeds each)"
+    )
     if not others:
-        return ClaimRecord(claim, source, criterion, table, None, None, min(len(v) for v in arms.values()),
-                           INCONCLUSIVE, details)
+        return ClaimRecord(
+            claim, source, criterion, table, None, None, min(len(v) for v in arms.values()), INCONCLUSIVE, details
+        )
     top = min(predicted, key=means.get)
     rival = min(others, key=means.get)
     wins = [pair(top, o) for o in others]
@@ -484,10 +576,14 @@ def best_of(
             tests = [decide]
     # every pair must be decided for the ranking to be: its p-value is the largest of the pairs' (intersection-union)
     ps = [r.details.get("p_value") for r in tests]
-    details.update(deciding_pair=[decide.details["better_label"], decide.details["worse_label"]],
-                   p_value=None if any(p is None for p in ps) else max(ps))
+    details.update(
+        deciding_pair=[decide.details["better_label"], decide.details["worse_label"]],
+        p_value=None if any(p is None for p in ps) else max(ps),
+    )
     measured = f"{table}; deciding pair {decide.details['better_label']} vs {decide.details['worse_label']}"
-    return ClaimRecord(claim, source, criterion, measured, decide.margin, decide.noise, decide.n_seeds, verdict, details)
+    return ClaimRecord(
+        claim, source, criterion, measured, decide.margin, decide.noise, decide.n_seeds, verdict, details
+    )
 
 
 def missed_by(record: dict[str, Any] | ClaimRecord) -> str:
@@ -501,8 +597,15 @@ def missed_by(record: dict[str, Any] | ClaimRecord) -> str:
     return f"|margin| {abs(r.margin):.3g} {relation} noise {r.noise:.3g}"
 
 
-def deterministic(claim: str, source: str, criterion: str, measured: str, error: float, tolerance: float,
-                  details: dict[str, Any] | None = None) -> ClaimRecord:
+def deterministic(
+    claim: str,
+    source: str,
+    criterion: str,
+    measured: str,
+    error: float,
+    tolerance: float,
+    details: dict[str, Any] | None = None,
+) -> ClaimRecord:
     """A claim decided by a computation, not by training: ``held`` when ``error <= tolerance``, else ``did not hold``.
 
     ``margin`` is ``tolerance - error`` (negative when it failed), ``noise`` is ``None`` (no seeds; the
@@ -511,18 +614,43 @@ def deterministic(claim: str, source: str, criterion: str, measured: str, error:
     if not (math.isfinite(error) and math.isfinite(tolerance)) or tolerance < 0:
         raise ValueError(f"error and tolerance must be finite, tolerance >= 0; got {error!r}, {tolerance!r}")
     verdict = HELD if error <= tolerance else DID_NOT_HOLD
-    return ClaimRecord(claim, source, criterion, measured, float(tolerance - error), None, 0, verdict,
-                       dict(details or {}, error=float(error), tolerance=float(tolerance)))
+    return ClaimRecord(
+        claim,
+        source,
+        criterion,
+        measured,
+        float(tolerance - error),
+        None,
+        0,
+        verdict,
+        dict(details or {}, error=float(error), tolerance=float(tolerance)),
+    )
 
 
-def at_least(claim: str, source: str, criterion: str, measured: str, value: float, floor: float,
-             details: dict[str, Any] | None = None) -> ClaimRecord:
+def at_least(
+    claim: str,
+    source: str,
+    criterion: str,
+    measured: str,
+    value: float,
+    floor: float,
+    details: dict[str, Any] | None = None,
+) -> ClaimRecord:
     """A claim decided by a computation: ``held`` when ``value >= floor`` (margin ``value - floor``), no seeds."""
     if not (math.isfinite(value) and math.isfinite(floor)):
         raise ValueError(f"value and floor must be finite; got {value!r}, {floor!r}")
     verdict = HELD if value >= floor else DID_NOT_HOLD
-    return ClaimRecord(claim, source, criterion, measured, float(value - floor), None, 0, verdict,
-                       dict(details or {}, value=float(value), floor=float(floor)))
+    return ClaimRecord(
+        claim,
+        source,
+        criterion,
+        measured,
+        float(value - floor),
+        None,
+        0,
+        verdict,
+        dict(details or {}, value=float(value), floor=float(floor)),
+    )
 
 
 def check_records(records: Sequence[dict[str, Any] | ClaimRecord]) -> list[str]:
@@ -587,8 +715,9 @@ def holm(records: Sequence[dict[str, Any] | ClaimRecord], alpha: float = FAMILY_
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     out = [r if isinstance(r, ClaimRecord) else ClaimRecord.from_dict(r) for r in records]
-    family = [i for i, r in enumerate(out)
-              if r.n_seeds > 0 and r.details.get("p_value") is not None and not not_testable(r)]
+    family = [
+        i for i, r in enumerate(out) if r.n_seeds > 0 and r.details.get("p_value") is not None and not not_testable(r)
+    ]
     m = len(family)
     order = sorted(family, key=lambda i: out[i].details["p_value"])
     rejecting = True
@@ -597,12 +726,16 @@ def holm(records: Sequence[dict[str, Any] | ClaimRecord], alpha: float = FAMILY_
         p = float(record.details["p_value"])
         threshold = alpha / (m - rank)
         rejecting = rejecting and p <= threshold
-        details = dict(record.details, holm={"m": m, "rank": rank + 1, "threshold": threshold, "alpha": alpha,
-                                             "survives": rejecting})
+        details = dict(
+            record.details,
+            holm={"m": m, "rank": rank + 1, "threshold": threshold, "alpha": alpha, "survives": rejecting},
+        )
         if record.verdict != INCONCLUSIVE and not rejecting:
-            details.update(unadjusted_verdict=record.verdict,
-                           reason=f"not significant after Holm–Bonferroni over {m} seeded claims: p = {p:.3g} > "
-                                  f"{alpha:g}/{m - rank} = {threshold:.3g} (or a smaller p-value before it failed)")
+            details.update(
+                unadjusted_verdict=record.verdict,
+                reason=f"not significant after Holm–Bonferroni over {m} seeded claims: p = {p:.3g} > "
+                f"{alpha:g}/{m - rank} = {threshold:.3g} (or a smaller p-value before it failed)",
+            )
             out[i] = dataclasses.replace(record, verdict=INCONCLUSIVE, details=details)
         else:
             out[i] = dataclasses.replace(record, details=details)

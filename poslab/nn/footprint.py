@@ -98,7 +98,13 @@ def position_parameters(model: dict[str, Any], d: int, heads: int, head_dim: int
     from poslab.nn import positions
 
     name = model.get("position", "learned")
-    context = {"n_embd": d, "n_heads": heads, "head_dim": head_dim, "max_len": T, "bidirectional": not model.get("causal", True)}
+    context = {
+        "n_embd": d,
+        "n_heads": heads,
+        "head_dim": head_dim,
+        "max_len": T,
+        "bidirectional": not model.get("causal", True),
+    }
     try:
         with torch.random.fork_rng(devices=[]), torch.device("meta"):
             scheme = positions.build_for_model(name, model.get("position_config") or {}, context)
@@ -144,8 +150,9 @@ def available_bytes() -> int:
         return 1 << 62
 
 
-def check_training(model: Any, batch_size: int, eval_iters: int | None = None, *, force: bool = False,
-                   available: int | None = None) -> Footprint:
+def check_training(
+    model: Any, batch_size: int, eval_iters: int | None = None, *, force: bool = False, available: int | None = None
+) -> Footprint:
     """Refuse a training config that cannot fit this machine (or evaluates absurdly long) unless ``force``.
 
     Args:
@@ -167,11 +174,15 @@ def check_training(model: Any, batch_size: int, eval_iters: int | None = None, *
     available = available_bytes() if available is None else available
     problems = []
     if footprint.total > available:
-        problems.append(f"this training needs {footprint.describe()}, more than the {_gib(available)} this machine has "
-                        f"available; use a smaller model (n_layer, n_embd), batch_size or block_size")
+        problems.append(
+            f"this training needs {footprint.describe()}, more than the {_gib(available)} this machine has "
+            f"available; use a smaller model (n_layer, n_embd), batch_size or block_size"
+        )
     if eval_iters is not None and eval_iters > MAX_EVAL_ITERS:
-        problems.append(f"eval_iters {eval_iters:,} is more than {MAX_EVAL_ITERS:,} validation batches per evaluation "
-                        f"(each one a forward pass: it would not finish); use fewer")
+        problems.append(
+            f"eval_iters {eval_iters:,} is more than {MAX_EVAL_ITERS:,} validation batches per evaluation "
+            f"(each one a forward pass: it would not finish); use fewer"
+        )
     if problems and not force:
         raise ValueError("; ".join(problems) + " (or pass --force to try anyway)")
     if problems:
@@ -181,8 +192,9 @@ def check_training(model: Any, batch_size: int, eval_iters: int | None = None, *
     return footprint
 
 
-def check_eager_scores(batch: int, heads: int, q_len: int, k_len: int, copies: int = 4,
-                       available: int | None = None) -> None:
+def check_eager_scores(
+    batch: int, heads: int, q_len: int, k_len: int, copies: int = 4, available: int | None = None
+) -> None:
     """Refuse an eager attention whose ``[B, h, Tq, Tk]`` fp32 tensors would take too much of the memory.
 
     ``copies`` counts the scores, the bias or mask added to them, the softmax and its output weights.
@@ -199,8 +211,17 @@ def check_eager_scores(batch: int, heads: int, q_len: int, k_len: int, copies: i
         raise ValueError(
             f"eager attention at B={batch}, h={heads}, {q_len}x{k_len} would allocate about {_gib(needed)} "
             f"({copies} fp32 [B, h, Tq, Tk] tensors), more than {EAGER_RAM_FRACTION:.0%} of the {_gib(available)} "
-            f"available; use the sdpa backend (which keeps no T x T tensor) or a shorter input")
+            f"available; use the sdpa backend (which keeps no T x T tensor) or a shorter input"
+        )
 
 
-__all__ = ["EAGER_RAM_FRACTION", "MAX_EVAL_ITERS", "Footprint", "available_bytes", "check_eager_scores",
-           "check_training", "estimate", "parameter_count"]
+__all__ = [
+    "EAGER_RAM_FRACTION",
+    "MAX_EVAL_ITERS",
+    "Footprint",
+    "available_bytes",
+    "check_eager_scores",
+    "check_training",
+    "estimate",
+    "parameter_count",
+]

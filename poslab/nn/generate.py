@@ -17,7 +17,9 @@ from torch import Tensor
 from poslab.nn.model import GPT
 
 
-def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> Tensor:
+def filter_logits(
+    logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> Tensor:
     """Temperature-scaled logits with everything outside top-k / top-p set to ``-inf``.
 
     Args:
@@ -53,7 +55,12 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None = 
 
 def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """Raise ``ValueError`` naming a bad sampling argument and its allowed range."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)
+        or temperature < 0
+    ):
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0):
         raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
@@ -120,8 +127,10 @@ def generate(
             next_id = logits.argmax(dim=-1, keepdim=True)  # [B, 1]
         else:
             if not bool(torch.isfinite(logits.float()).all()):
-                raise ValueError(f"the model's logits are not finite (NaN/inf) at generated token {i}: its weights "
-                                 "overflow fp32; the checkpoint is damaged or was not trained by poslab")
+                raise ValueError(
+                    f"the model's logits are not finite (NaN/inf) at generated token {i}: its weights "
+                    "overflow fp32; the checkpoint is damaged or was not trained by poslab"
+                )
             probs = torch.softmax(filter_logits(logits, temperature, top_k, top_p), dim=-1)  # [B, V]
             next_id = torch.multinomial(probs, 1, generator=generator)  # [B, 1]
         out.append(next_id)
@@ -141,12 +150,19 @@ def sampling_bytes(model: GPT, num_samples: int, prompt_len: int, tokens: int, m
     limit = cfg.block_size if max_len is None else max_len
     T = max(1, min(prompt_len + max(tokens, 0), limit if isinstance(limit, int) and limit > 0 else prompt_len))
     T0 = min(prompt_len, T)
-    row = (cfg.n_layer * 2 * T * cfg.n_embd * 4 + 16 * T0 * cfg.n_embd * 4 + cfg.n_head * T0 * T0 * 4
-           + 4 * cfg.vocab_size * 4 + T * 8)
+    row = (
+        cfg.n_layer * 2 * T * cfg.n_embd * 4
+        + 16 * T0 * cfg.n_embd * 4
+        + cfg.n_head * T0 * T0 * 4
+        + 4 * cfg.vocab_size * 4
+        + T * 8
+    )
     return num_samples * row
 
 
-def check_sampling_memory(model: GPT, num_samples: int, prompt_len: int, tokens: int, max_len: int | None = None) -> None:
+def check_sampling_memory(
+    model: GPT, num_samples: int, prompt_len: int, tokens: int, max_len: int | None = None
+) -> None:
     """Refuse, before paying for it, a sampling call that needs more than half of the available memory.
 
     Raises:
@@ -156,9 +172,11 @@ def check_sampling_memory(model: GPT, num_samples: int, prompt_len: int, tokens:
 
     needed, available = sampling_bytes(model, num_samples, prompt_len, tokens, max_len), available_bytes()
     if needed > available // 2:
-        raise ValueError(f"--num-samples {num_samples} needs about {needed / 2**30:,.1f} GiB at once (KV cache, "
-                         f"logits and ids of every sample), more than half of the {available / 2**30:,.1f} GiB "
-                         "available; sample fewer at once")
+        raise ValueError(
+            f"--num-samples {num_samples} needs about {needed / 2**30:,.1f} GiB at once (KV cache, "
+            f"logits and ids of every sample), more than half of the {available / 2**30:,.1f} GiB "
+            "available; sample fewer at once"
+        )
 
 
 def sample_text(
@@ -191,8 +209,9 @@ def sample_text(
     device = next(model.parameters()).device
     idx = torch.tensor([ids] * num_samples, dtype=torch.long, device=device)  # [n, T0]
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
-    out = generate(model, idx, tokens, temperature=temperature, top_k=top_k, top_p=top_p, max_len=max_len,
-                   generator=generator)
+    out = generate(
+        model, idx, tokens, temperature=temperature, top_k=top_k, top_p=top_p, max_len=max_len, generator=generator
+    )
     return [tokenizer.decode(row.tolist()) for row in out]
 
 

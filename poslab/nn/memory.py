@@ -66,8 +66,10 @@ class SegmentMemory:
         if len(self.hidden) != n_layer:
             raise ValueError(f"segment memory has {len(self.hidden)} layers, the model has {n_layer}")
         if self.hidden[0].shape[0] != batch:
-            raise ValueError(f"segment memory holds {self.hidden[0].shape[0]} streams but the batch has {batch}; "
-                             "use one SegmentMemory per batch of streams (or reset() it)")
+            raise ValueError(
+                f"segment memory holds {self.hidden[0].shape[0]} streams but the batch has {batch}; "
+                "use one SegmentMemory per batch of streams (or reset() it)"
+            )
 
     def update(self, inputs: list[Tensor], pos: Tensor) -> None:
         """Append a segment: per-layer inputs ``[B, T, d]`` at positions ``[T]``; keep the last ``mem_len``.
@@ -115,10 +117,16 @@ class SegmentMemory:
             return
         hidden = [tensors.get(f"{prefix}.hidden.{i}") for i in range(n_layer)]
         m = pos.numel()
-        if (pos.dim() != 1 or pos.dtype != torch.int64 or not 0 < m <= self.mem_len
-                or any(h is None or tuple(h.shape) != (batch, m, width) or not h.is_floating_point() for h in hidden)):
-            raise ValueError(f"checkpoint segment memory {prefix!r} does not fit: {n_layer} layers of "
-                             f"[{batch}, m <= {self.mem_len}, {width}] and positions [m] are needed")
+        if (
+            pos.dim() != 1
+            or pos.dtype != torch.int64
+            or not 0 < m <= self.mem_len
+            or any(h is None or tuple(h.shape) != (batch, m, width) or not h.is_floating_point() for h in hidden)
+        ):
+            raise ValueError(
+                f"checkpoint segment memory {prefix!r} does not fit: {n_layer} layers of "
+                f"[{batch}, m <= {self.mem_len}, {width}] and positions [m] are needed"
+            )
         self.hidden, self.pos, self.length = hidden, pos, int(length)
 
     def __repr__(self) -> str:

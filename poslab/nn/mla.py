@@ -70,14 +70,30 @@ class LatentKVCache(nn.Module):
         dtype, device: storage.
     """
 
-    def __init__(self, batch_size: int, kv_lora_rank: int, rope_dim: int, capacity: int,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
+    def __init__(
+        self,
+        batch_size: int,
+        kv_lora_rank: int,
+        rope_dim: int,
+        capacity: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
         super().__init__()
-        for label, value in (("batch_size", batch_size), ("kv_lora_rank", kv_lora_rank), ("rope_dim", rope_dim), ("capacity", capacity)):
+        for label, value in (
+            ("batch_size", batch_size),
+            ("kv_lora_rank", kv_lora_rank),
+            ("rope_dim", rope_dim),
+            ("capacity", capacity),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"latent KV cache {label} must be a positive integer, got {value!r}")
-        self.register_buffer("latent", torch.zeros(batch_size, capacity, kv_lora_rank, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("k_rot", torch.zeros(batch_size, 1, capacity, rope_dim, dtype=dtype, device=device), persistent=False)
+        self.register_buffer(
+            "latent", torch.zeros(batch_size, capacity, kv_lora_rank, dtype=dtype, device=device), persistent=False
+        )
+        self.register_buffer(
+            "k_rot", torch.zeros(batch_size, 1, capacity, rope_dim, dtype=dtype, device=device), persistent=False
+        )
         self.register_buffer("pos", torch.zeros(capacity, dtype=torch.long, device=device), persistent=False)
         self.capacity, self.length, self.size, self.rolling = capacity, 0, 0, False
 
@@ -91,14 +107,24 @@ class LatentKVCache(nn.Module):
     def update(self, latent: Tensor, k_rot: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Append ``latent [B, T, r]``, ``k_rot [B, 1, T, d_r]`` at positions ``[T]``; return everything held."""
         T = latent.shape[1]
-        if latent.shape[0] != self.latent.shape[0] or latent.shape[2] != self.latent.shape[2] or k_rot.shape[-1] != self.k_rot.shape[-1]:
-            raise ValueError(f"latent {list(latent.shape)} / k_rot {list(k_rot.shape)} do not fit this cache "
-                             f"(batch {self.latent.shape[0]}, rank {self.latent.shape[2]}, rope dim {self.k_rot.shape[-1]})")
+        if (
+            latent.shape[0] != self.latent.shape[0]
+            or latent.shape[2] != self.latent.shape[2]
+            or k_rot.shape[-1] != self.k_rot.shape[-1]
+        ):
+            raise ValueError(
+                f"latent {list(latent.shape)} / k_rot {list(k_rot.shape)} do not fit this cache "
+                f"(batch {self.latent.shape[0]}, rank {self.latent.shape[2]}, rope dim {self.k_rot.shape[-1]})"
+            )
         if latent.dtype != self.latent.dtype:
-            raise TypeError(f"latent KV cache holds {self.latent.dtype} but got {latent.dtype}; make it with dtype={latent.dtype}")
+            raise TypeError(
+                f"latent KV cache holds {self.latent.dtype} but got {latent.dtype}; make it with dtype={latent.dtype}"
+            )
         end = self.size + T
         if end > self.capacity:
-            raise ValueError(f"KV cache overflow: {self.size} cached + {T} new tokens > capacity {self.capacity}; make a larger cache")
+            raise ValueError(
+                f"KV cache overflow: {self.size} cached + {T} new tokens > capacity {self.capacity}; make a larger cache"
+            )
         self.latent[:, self.size : end] = latent
         self.k_rot[:, :, self.size : end] = k_rot
         self.pos[self.size : end] = pos.to(self.pos.device)
@@ -123,13 +149,37 @@ class MultiHeadLatentAttention(nn.Module):
         absorb: decode single tokens with the absorbed projections (equal to the naive path).
     """
 
-    def __init__(self, d_model: int, n_heads: int, *, kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int,
-                 v_head_dim: int, q_lora_rank: int | None = None, causal: bool = True, dropout: float = 0.0, bias: bool = False,
-                 position: PositionScheme | None = None, backend: str = "auto", window: int | None = None,
-                 scale: float | None = None, latent_eps: float = 1e-6, absorb: bool = False) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        kv_lora_rank: int,
+        qk_nope_head_dim: int,
+        qk_rope_head_dim: int,
+        v_head_dim: int,
+        q_lora_rank: int | None = None,
+        causal: bool = True,
+        dropout: float = 0.0,
+        bias: bool = False,
+        position: PositionScheme | None = None,
+        backend: str = "auto",
+        window: int | None = None,
+        scale: float | None = None,
+        latent_eps: float = 1e-6,
+        absorb: bool = False,
+    ) -> None:
         super().__init__()
-        dims = validate_mla({"kv_lora_rank": kv_lora_rank, "q_lora_rank": q_lora_rank, "qk_nope_head_dim": qk_nope_head_dim,
-                             "qk_rope_head_dim": qk_rope_head_dim, "v_head_dim": v_head_dim, "latent_eps": latent_eps})
+        dims = validate_mla(
+            {
+                "kv_lora_rank": kv_lora_rank,
+                "q_lora_rank": q_lora_rank,
+                "qk_nope_head_dim": qk_nope_head_dim,
+                "qk_rope_head_dim": qk_rope_head_dim,
+                "v_head_dim": v_head_dim,
+                "latent_eps": latent_eps,
+            }
+        )
         check_backend_name(backend)
         self.d_model, self.n_heads = d_model, n_heads
         self.n_kv_heads = n_heads
@@ -161,10 +211,19 @@ class MultiHeadLatentAttention(nn.Module):
         q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # [B, T, h, dn+dr] -> [B, h, T, dn+dr]
         return q.split((self.dn, self.dr), dim=-1)  # q_nope [B, h, T, dn], q_rot [B, h, T, dr]
 
-    def forward(self, x: Tensor, pos: Tensor | None = None, *, position: PositionScheme | None = None,
-                attn_mask: Tensor | None = None, cache: LatentKVCache | None = None, need_weights: bool = False,
-                backend: str | None = None, head_mask: Tensor | None = None,
-                pos_increasing: bool | None = None) -> Tensor | tuple[Tensor, Tensor]:
+    def forward(
+        self,
+        x: Tensor,
+        pos: Tensor | None = None,
+        *,
+        position: PositionScheme | None = None,
+        attn_mask: Tensor | None = None,
+        cache: LatentKVCache | None = None,
+        need_weights: bool = False,
+        backend: str | None = None,
+        head_mask: Tensor | None = None,
+        pos_increasing: bool | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """``x [B, T, d]`` -> ``[B, T, d]`` (and the weights ``[B, h, Tq, Tk]`` when ``need_weights``).
 
         ``pos_increasing``: ``pos`` is known strictly increasing (``None`` = check it; see :func:`attend`).
@@ -193,7 +252,9 @@ class MultiHeadLatentAttention(nn.Module):
         q_rot, k_rot, _, k_pos = rotate_with_cache(scheme, q_rot.contiguous(), k_rot, pos, pos, update)
         Tk = latent.shape[1]
         if scheme is not None and scheme.has_bias:
-            raise ValueError(f"multi-head latent attention runs rotary (or no) position schemes; {scheme.name!r} adds a bias")
+            raise ValueError(
+                f"multi-head latent attention runs rotary (or no) position schemes; {scheme.name!r} adds a bias"
+            )
         spec = AttentionSpec(causal=self.causal, window=self.window, scale=self.scale)  # both paths read its rule
         if self.absorb and T == 1 and not need_weights and attn_mask is None:
             out = self._absorbed(spec, q_nope, q_rot, latent, k_rot, pos, k_pos)
@@ -207,18 +268,38 @@ class MultiHeadLatentAttention(nn.Module):
             width = max(self.head_dim, self.dv)
             q, k = F.pad(q, (0, width - self.head_dim)), F.pad(k, (0, width - self.head_dim))
             v = F.pad(v, (0, width - self.dv))  # [B, h, Tk, width]
-            out, weights = attend(q, k, v.contiguous(), pos, k_pos, spec=spec,
-                                  attn_mask=attn_mask, dropout=self.dropout if self.training else 0.0,
-                                  backend=backend or self.backend, need_weights=need_weights, probe=self.scores_probe,
-                                  increasing=pos_increasing)
+            out, weights = attend(
+                q,
+                k,
+                v.contiguous(),
+                pos,
+                k_pos,
+                spec=spec,
+                attn_mask=attn_mask,
+                dropout=self.dropout if self.training else 0.0,
+                backend=backend or self.backend,
+                need_weights=need_weights,
+                probe=self.scores_probe,
+                increasing=pos_increasing,
+            )
             out = out[..., : self.dv]  # [B, h, T, dv]
         if head_mask is not None:
             out = out * head_mask.to(out.dtype)[None, :, None, None]  # [B, h, T, dv] * [1, h, 1, 1]
-        out = self.proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.dv))  # [B, h, T, dv] -> [B, T, h*dv] -> [B, T, d]
+        out = self.proj(
+            out.transpose(1, 2).reshape(B, T, self.n_heads * self.dv)
+        )  # [B, h, T, dv] -> [B, T, h*dv] -> [B, T, d]
         return (out, weights) if need_weights else out
 
-    def _absorbed(self, spec: AttentionSpec, q_nope: Tensor, q_rot: Tensor, latent: Tensor, k_rot: Tensor, q_pos: Tensor,
-                  k_pos: Tensor) -> Tensor:
+    def _absorbed(
+        self,
+        spec: AttentionSpec,
+        q_nope: Tensor,
+        q_rot: Tensor,
+        latent: Tensor,
+        k_rot: Tensor,
+        q_pos: Tensor,
+        k_pos: Tensor,
+    ) -> Tensor:
         """One query per row against the latents directly (``kv_b`` folded into q and the output)."""
         w = self.kv_b.weight.view(self.n_heads, self.dn + self.dv, self.r)  # [h, dn+dv, r]
         w_uk, w_uv = w.split((self.dn, self.dv), dim=1)  # [h, dn, r], [h, dv, r]
@@ -236,5 +317,7 @@ class MultiHeadLatentAttention(nn.Module):
         return out.to(q_nope.dtype)
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, n_heads={self.n_heads}, kv_lora_rank={self.r}, q_lora_rank={self.q_lora_rank}, "
-                f"qk_nope={self.dn}, qk_rope={self.dr}, v={self.dv}, absorb={self.absorb}")
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, kv_lora_rank={self.r}, q_lora_rank={self.q_lora_rank}, "
+            f"qk_nope={self.dn}, qk_rope={self.dr}, v={self.dv}, absorb={self.absorb}"
+        )

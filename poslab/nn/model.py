@@ -73,9 +73,11 @@ MAX_SCALE = 1e6
 def check_fp32_factor(key: str, value: float | None) -> None:
     """Raise ``ValueError`` unless a positive factor of scores or activations lies in ``[1/MAX_SCALE, MAX_SCALE]``."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and not 1 / MAX_SCALE <= value <= MAX_SCALE:
-        raise ValueError(f"{key} must be at most {MAX_SCALE:g} and at least {1 / MAX_SCALE:g} (a larger factor "
-                         f"overflows fp32 scores or activations to inf, a smaller one underflows them to 0; "
-                         f"either gives NaN), got {value!r}")
+        raise ValueError(
+            f"{key} must be at most {MAX_SCALE:g} and at least {1 / MAX_SCALE:g} (a larger factor "
+            f"overflows fp32 scores or activations to inf, a smaller one underflows them to 0; "
+            f"either gives NaN), got {value!r}"
+        )
 
 
 @dataclass
@@ -177,9 +179,17 @@ class GPTConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{key} must be a positive integer, got {value!r}")
         validate_geometry(self.n_embd, self.n_head, self.kv_heads)
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
+        if (
+            isinstance(self.dropout, bool)
+            or not isinstance(self.dropout, (int, float))
+            or not 0.0 <= self.dropout < 1.0
+        ):
             raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
-        if isinstance(self.norm_eps, bool) or not isinstance(self.norm_eps, (int, float)) or not 0.0 < self.norm_eps < math.inf:
+        if (
+            isinstance(self.norm_eps, bool)
+            or not isinstance(self.norm_eps, (int, float))
+            or not 0.0 < self.norm_eps < math.inf
+        ):
             raise ValueError(f"norm_eps must be a positive number (e.g. 1e-5), got {self.norm_eps!r}")
         if self.norm not in NORMS:
             raise ValueError(f"norm={self.norm!r} is not allowed; choose one of {list(NORMS)}")
@@ -187,7 +197,9 @@ class GPTConfig:
             raise ValueError(f"mlp={self.mlp!r} is not allowed; choose one of {list(MLPS)}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend={self.backend!r} is not allowed; choose one of {list(BACKENDS)}")
-        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int) or self.window <= 0):
+        if self.window is not None and (
+            isinstance(self.window, bool) or not isinstance(self.window, int) or self.window <= 0
+        ):
             raise ValueError(f"window must be a positive integer, got {self.window!r}")
         if self.mlp_hidden is not None and (
             isinstance(self.mlp_hidden, bool) or not isinstance(self.mlp_hidden, int) or self.mlp_hidden <= 0
@@ -200,7 +212,9 @@ class GPTConfig:
             if getattr(self, key) is not None and not isinstance(getattr(self, key), bool):
                 raise TypeError(f"{key} must be a bool or None (follow `bias`), got {getattr(self, key)!r}")
         if self.activation is not None and (not isinstance(self.activation, str) or self.activation not in ACTIVATIONS):
-            raise ValueError(f"activation={self.activation!r} is not allowed; choose one of {list(ACTIVATIONS)} (or None)")
+            raise ValueError(
+                f"activation={self.activation!r} is not allowed; choose one of {list(ACTIVATIONS)} (or None)"
+            )
         if self.activation is None:
             self.activation = default_activation(self.mlp)
         if self.residual not in RESIDUALS:
@@ -216,7 +230,9 @@ class GPTConfig:
         if dataclasses.is_dataclass(self.position_config):
             self.position_config = dataclasses.asdict(self.position_config)
         if not isinstance(self.position_config, dict):
-            raise TypeError(f"position_config must be a dict or the scheme's dataclass, got {type(self.position_config).__name__}")
+            raise TypeError(
+                f"position_config must be a dict or the scheme's dataclass, got {type(self.position_config).__name__}"
+            )
         # validates keys and values now, with the model's dimensions filled in; the throwaway scheme is
         # built on the meta device: no memory for its tables (however large block_size is) and no
         # draw from the global RNG (a config is rebuilt between training steps, e.g. on checkpoints)
@@ -230,8 +246,9 @@ class GPTConfig:
                 scheme.check_layer(self.n_head, self.position_context()["head_dim"], self.causal)
             except (RuntimeError, OverflowError) as err:  # torch refusing a value the scheme did not check
                 message = str(err).splitlines()[0] if str(err) else type(err).__name__
-                raise ValueError(f"position_config {self.position_config!r} is not usable for {self.position!r}: "
-                                 f"{message}") from None
+                raise ValueError(
+                    f"position_config {self.position_config!r} is not usable for {self.position!r}: {message}"
+                ) from None
         self._validate_modern()
 
     def _validate_modern(self) -> None:
@@ -242,7 +259,9 @@ class GPTConfig:
             validate_head_dim(self.attn_head_dim)
         for key in ("attn_softcap", "final_softcap", "embed_scale"):
             value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf
+            ):
                 raise ValueError(f"{key} must be a positive finite number or None, got {value!r}")
             check_fp32_factor(key, value)
         for key in ("qk_norm", "qk_norm_affine", "attn_sinks"):
@@ -252,16 +271,26 @@ class GPTConfig:
             check_mechanisms(self.n_head, None, None, self.attn_chunk)
             validate_temperature_tuning(self.attn_temperature)
         except ValueError as err:
-            raise ValueError(str(err).replace("chunk must", "attn_chunk must").replace("temperature_tuning must", "attn_temperature must")) from None
+            raise ValueError(
+                str(err)
+                .replace("chunk must", "attn_chunk must")
+                .replace("temperature_tuning must", "attn_temperature must")
+            ) from None
         if self.attn_temperature is not None:
             self.attn_temperature = [float(x) for x in self.attn_temperature]
         if self.mla is not None:
             self._validate_mla()
         if self.layer_pattern is None:
             return
-        if not isinstance(self.layer_pattern, (list, tuple)) or not self.layer_pattern or len(self.layer_pattern) > self.n_layer:
-            raise ValueError(f"layer_pattern must be a non-empty list of at most n_layer={self.n_layer} dicts (or None), "
-                             f"got {self.layer_pattern!r}")
+        if (
+            not isinstance(self.layer_pattern, (list, tuple))
+            or not self.layer_pattern
+            or len(self.layer_pattern) > self.n_layer
+        ):
+            raise ValueError(
+                f"layer_pattern must be a non-empty list of at most n_layer={self.n_layer} dicts (or None), "
+                f"got {self.layer_pattern!r}"
+            )
         self.layer_pattern = [dict(entry) if isinstance(entry, dict) else entry for entry in self.layer_pattern]
         for i, entry in enumerate(self.layer_pattern):
             if not isinstance(entry, dict):
@@ -279,19 +308,33 @@ class GPTConfig:
             if "position" in entry or "position_config" in entry:
                 cls = positions.get(entry.get("position", self.position))
                 if cls.embed is not PositionScheme.embed:
-                    raise ValueError(f"layer_pattern[{i}]: position {cls.name!r} adds embeddings, which are shared by all "
-                                     "layers; a per-layer scheme must act inside attention (rotate / score_bias)")
+                    raise ValueError(
+                        f"layer_pattern[{i}]: position {cls.name!r} adds embeddings, which are shared by all "
+                        "layers; a per-layer scheme must act inside attention (rotate / score_bias)"
+                    )
 
     def _validate_mla(self) -> None:
         from poslab.nn.mla import validate_mla
 
         self.mla = validate_mla(self.mla)
-        clash = [key for key in ("attn_softcap", "qk_norm", "attn_sinks", "attn_chunk", "attn_temperature", "clip_qkv", "attn_head_dim")
-                 if getattr(self, key) not in (None, False)]
+        clash = [
+            key
+            for key in (
+                "attn_softcap",
+                "qk_norm",
+                "attn_sinks",
+                "attn_chunk",
+                "attn_temperature",
+                "clip_qkv",
+                "attn_head_dim",
+            )
+            if getattr(self, key) not in (None, False)
+        ]
         if self.n_kv_head not in (None, self.n_head):
             clash.append("n_kv_head")
-        if self.layer_pattern is not None and any(set(e) - {"window", "position", "position_config"} for e in self.layer_pattern
-                                                  if isinstance(e, dict)):
+        if self.layer_pattern is not None and any(
+            set(e) - {"window", "position", "position_config"} for e in self.layer_pattern if isinstance(e, dict)
+        ):
             clash.append("layer_pattern (beyond window/position)")
         if clash:
             raise ValueError(f"mla (multi-head latent attention) does not combine with {', '.join(clash)}")
@@ -363,7 +406,9 @@ class MLP(nn.Module):
     ``activation`` names one of :data:`ACTIVATIONS` (default: ``gelu_tanh``, or ``silu`` for swiglu).
     """
 
-    def __init__(self, n_embd: int, hidden: int, kind: str, bias: bool, dropout: float, activation: str | None = None) -> None:
+    def __init__(
+        self, n_embd: int, hidden: int, kind: str, bias: bool, dropout: float, activation: str | None = None
+    ) -> None:
         super().__init__()
         self.kind = kind
         self.activation = activation or default_activation(kind)
@@ -448,8 +493,16 @@ class Block(nn.Module):
             self.post_attn_norm = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
             self.post_mlp_norm = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
 
-    def forward(self, x: Tensor, pos: Tensor, position: PositionScheme, cache: KVCache | None = None,
-                memory: Tensor | None = None, memory_pos: Tensor | None = None, **attn_kwargs: Any) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        pos: Tensor,
+        position: PositionScheme,
+        cache: KVCache | None = None,
+        memory: Tensor | None = None,
+        memory_pos: Tensor | None = None,
+        **attn_kwargs: Any,
+    ) -> Tensor:
         """``x [B, T, d]`` -> ``[B, T, d]``; ``memory [B, M, d]`` (this block's earlier inputs) is normed like ``x``."""
         h = self.norm1(x)
         if memory is not None:
@@ -485,9 +538,17 @@ def latent_attention(cfg: GPTConfig, layer: int) -> nn.Module:
     """Layer ``layer``'s :class:`~poslab.nn.mla.MultiHeadLatentAttention` (``cfg.mla`` set)."""
     from poslab.nn.mla import MultiHeadLatentAttention
 
-    return MultiHeadLatentAttention(cfg.n_embd, cfg.n_head, **cfg.mla, causal=cfg.causal, dropout=cfg.dropout,
-                                    bias=cfg.bias_of("attn"), backend=cfg.backend, window=cfg.layer_value(layer, "window"),
-                                    scale=cfg.attn_scale)
+    return MultiHeadLatentAttention(
+        cfg.n_embd,
+        cfg.n_head,
+        **cfg.mla,
+        causal=cfg.causal,
+        dropout=cfg.dropout,
+        bias=cfg.bias_of("attn"),
+        backend=cfg.backend,
+        window=cfg.layer_value(layer, "window"),
+        scale=cfg.attn_scale,
+    )
 
 
 def build_layer_positions(cfg: GPTConfig) -> nn.ModuleDict:
@@ -538,7 +599,9 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding) and module.weight.shape[-1] > 1:
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def replace_position(self, name: str | None = None, config: dict[str, Any] | None = None, **overrides: Any) -> PositionScheme:
+    def replace_position(
+        self, name: str | None = None, config: dict[str, Any] | None = None, **overrides: Any
+    ) -> PositionScheme:
         """Swap the position scheme, keeping ``self.config`` and the modules in sync.
 
         The new scheme is built from ``name`` (default: the current one) and ``config`` (default: the
@@ -570,8 +633,16 @@ class GPT(nn.Module):
             n -= self.tok_emb.weight.numel() if not self.config.tie_embeddings else 0
         return n
 
-    def make_cache(self, batch_size: int, capacity: int | None = None, dtype: torch.dtype | None = None, *,
-                   sinks: int | None = None, window: int | None = None, memory: int | None = None) -> list[KVCache]:
+    def make_cache(
+        self,
+        batch_size: int,
+        capacity: int | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        sinks: int | None = None,
+        window: int | None = None,
+        memory: int | None = None,
+    ) -> list[KVCache]:
         """One preallocated :class:`KVCache` per layer.
 
         ``memory=M`` makes Transformer-XL segment-memory caches (rolling rings of ``M`` entries with
@@ -594,35 +665,67 @@ class GPT(nn.Module):
             if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
                 raise ValueError(f"memory (the segment memory's length M) must be a positive integer, got {memory!r}")
             if window is not None or sinks is not None or cfg.mla is not None:
-                raise ValueError("a segment-memory cache (memory=M) takes no window/sinks and needs standard attention (not mla)")
-            return [KVCache(batch_size, cfg.kv_heads, cfg.head_dim, memory, dtype, device, rolling=True, memory=True)
-                    for _ in self.blocks]
+                raise ValueError(
+                    "a segment-memory cache (memory=M) takes no window/sinks and needs standard attention (not mla)"
+                )
+            return [
+                KVCache(batch_size, cfg.kv_heads, cfg.head_dim, memory, dtype, device, rolling=True, memory=True)
+                for _ in self.blocks
+            ]
         if sinks is not None and window is None:
-            raise ValueError(f"sinks={sinks!r} needs window=W (the StreamingLLM cache keeps the first sinks plus the last W tokens)")
+            raise ValueError(
+                f"sinks={sinks!r} needs window=W (the StreamingLLM cache keeps the first sinks plus the last W tokens)"
+            )
         if window is not None:
             from poslab.nn.streaming import StreamingKVCache
 
-            reason = ("mla" if cfg.mla is not None else "layer_pattern" if cfg.layer_pattern is not None
-                      else "window" if cfg.window is not None else "attn_chunk" if cfg.attn_chunk is not None else None)
+            reason = (
+                "mla"
+                if cfg.mla is not None
+                else "layer_pattern"
+                if cfg.layer_pattern is not None
+                else "window"
+                if cfg.window is not None
+                else "attn_chunk"
+                if cfg.attn_chunk is not None
+                else None
+            )
             if reason is not None:
-                raise ValueError(f"a streaming cache (window={window}) needs a full-attention model; this one sets {reason}")
-            return [StreamingKVCache(batch_size, cfg.kv_heads, cfg.head_dim, sinks or 0, window, dtype, device) for _ in self.blocks]
+                raise ValueError(
+                    f"a streaming cache (window={window}) needs a full-attention model; this one sets {reason}"
+                )
+            return [
+                StreamingKVCache(batch_size, cfg.kv_heads, cfg.head_dim, sinks or 0, window, dtype, device)
+                for _ in self.blocks
+            ]
         if cfg.mla is not None:
             from poslab.nn.mla import LatentKVCache
 
             mla = cfg.mla
-            return [LatentKVCache(batch_size, mla["kv_lora_rank"], mla["qk_rope_head_dim"], capacity or cfg.block_size, dtype, device)
-                    for _ in self.blocks]
+            return [
+                LatentKVCache(
+                    batch_size, mla["kv_lora_rank"], mla["qk_rope_head_dim"], capacity or cfg.block_size, dtype, device
+                )
+                for _ in self.blocks
+            ]
         if cfg.layer_pattern is not None:
             return self._make_layer_caches(batch_size, capacity, dtype, device)
         if cfg.window is not None:  # rolling: only the last `window` keys are ever attended
-            return [KVCache(batch_size, cfg.kv_heads, cfg.head_dim, cfg.window, dtype, device, rolling=True) for _ in self.blocks]
+            return [
+                KVCache(batch_size, cfg.kv_heads, cfg.head_dim, cfg.window, dtype, device, rolling=True)
+                for _ in self.blocks
+            ]
         capacity = capacity or cfg.block_size
         return [KVCache(batch_size, cfg.kv_heads, cfg.head_dim, capacity, dtype, device) for _ in self.blocks]
 
     def _check_targets(self, idx: Tensor, targets: Tensor) -> Tensor:
         """``targets`` as int64 ``[B, T]`` ids in ``[0, vocab_size)`` or ``-1``, else a one-line error."""
-        if not isinstance(targets, Tensor) or targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
+        if (
+            not isinstance(targets, Tensor)
+            or targets.dtype.is_floating_point
+            or targets.dtype.is_complex
+            or targets.dtype == torch.bool
+        ):
             kind = targets.dtype if isinstance(targets, Tensor) else type(targets).__name__
             raise TypeError(f"targets must hold integer token ids (-1 = ignored), got {kind}")
         if targets.shape != idx.shape:
@@ -631,11 +734,15 @@ class GPT(nn.Module):
             low, high = int(targets.min()), int(targets.max())
             if low < -1 or high >= self.config.vocab_size:
                 bad = high if high >= self.config.vocab_size else low
-                raise ValueError(f"target id {bad} is outside the vocabulary: targets must lie in "
-                                 f"[0, {self.config.vocab_size}) or be -1 (ignored)")
+                raise ValueError(
+                    f"target id {bad} is outside the vocabulary: targets must lie in "
+                    f"[0, {self.config.vocab_size}) or be -1 (ignored)"
+                )
         return targets.long()
 
-    def _make_layer_caches(self, batch_size: int, capacity: int | None, dtype: torch.dtype, device: torch.device) -> list[KVCache]:
+    def _make_layer_caches(
+        self, batch_size: int, capacity: int | None, dtype: torch.dtype, device: torch.device
+    ) -> list[KVCache]:
         """Per-layer caches: a rolling ring of ``window`` entries on windowed layers, ``capacity`` elsewhere."""
         cfg = self.config
         caches = []
@@ -644,7 +751,9 @@ class GPT(nn.Module):
             if window is not None:
                 caches.append(KVCache(batch_size, cfg.kv_heads, cfg.head_dim, window, dtype, device, rolling=True))
             else:
-                caches.append(KVCache(batch_size, cfg.kv_heads, cfg.head_dim, capacity or cfg.block_size, dtype, device))
+                caches.append(
+                    KVCache(batch_size, cfg.kv_heads, cfg.head_dim, capacity or cfg.block_size, dtype, device)
+                )
         return caches
 
     def layer_position(self, i: int) -> PositionScheme:
@@ -678,7 +787,9 @@ class GPT(nn.Module):
             logits ``[B, T, V]``, or ``(logits, loss)`` when ``targets`` is given.
         """
         if not isinstance(idx, Tensor) or idx.dim() != 2:
-            raise ValueError(f"idx must be a [B, T] tensor of token ids, got {getattr(idx, 'shape', type(idx).__name__)}")
+            raise ValueError(
+                f"idx must be a [B, T] tensor of token ids, got {getattr(idx, 'shape', type(idx).__name__)}"
+            )
         if idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
             raise TypeError(f"idx must hold integer token ids, got dtype {idx.dtype}")
         if idx.dtype in (torch.int16, torch.uint8):
@@ -687,8 +798,12 @@ class GPT(nn.Module):
             targets = self._check_targets(idx, targets)
         B, T = idx.shape
         checking = not _traced(idx)  # value checks are data-dependent: skipped inside torch.compile and vmap
-        if checking and idx.device.type == "cpu" and idx.numel() and (int(idx.max()) >= self.config.vocab_size
-                                                                       or int(idx.min()) < 0):
+        if (
+            checking
+            and idx.device.type == "cpu"
+            and idx.numel()
+            and (int(idx.max()) >= self.config.vocab_size or int(idx.min()) < 0)
+        ):
             # checked on CPU only: on an accelerator this would add a host sync to every forward
             bad = int(idx.max()) if int(idx.max()) >= self.config.vocab_size else int(idx.min())
             raise ValueError(f"token id {bad} is outside the vocabulary: ids must lie in [0, {self.config.vocab_size})")
@@ -696,8 +811,10 @@ class GPT(nn.Module):
             raise ValueError(f"cache has {len(cache)} layers, the model has {len(self.blocks)}")
         if memory is not None:
             if cache is not None:
-                raise ValueError("segment memory and a KV cache cannot be combined: the cache already holds the past "
-                                 "(make_cache(B, memory=M) is the cached form of the memory)")
+                raise ValueError(
+                    "segment memory and a KV cache cannot be combined: the cache already holds the past "
+                    "(make_cache(B, memory=M) is the cached form of the memory)"
+                )
             if self.config.mla is not None:
                 raise ValueError("segment memory needs standard attention; this model uses mla")
             memory.check(B, len(self.blocks))

@@ -98,8 +98,13 @@ class AxialAttention(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------- LSH
-def random_rotations(head_dim: int, n_buckets: int, n_hashes: int = 1, generator: torch.Generator | None = None,
-                     device: torch.device | str | None = None) -> Tensor:
+def random_rotations(
+    head_dim: int,
+    n_buckets: int,
+    n_hashes: int = 1,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """Random projections ``[d_k, n_hashes, n_buckets // 2]`` for angular LSH (Andoni et al. 2015)."""
     check_lsh(n_buckets=n_buckets, n_hashes=n_hashes)
     return torch.randn(head_dim, n_hashes, max(n_buckets // 2, 1), generator=generator, device=device)
@@ -182,7 +187,9 @@ def lsh_attention(
         ``[B, h, T, d_v]`` in ``v``'s dtype.
     """
     if qk.dim() != 4 or v.dim() != 4 or qk.shape[:3] != v.shape[:3]:
-        raise ValueError(f"qk must be [B, h, T, d_k] and v [B, h, T, d_v] with the same B, h, T; got {list(qk.shape)}, {list(v.shape)}")
+        raise ValueError(
+            f"qk must be [B, h, T, d_k] and v [B, h, T, d_v] with the same B, h, T; got {list(qk.shape)}, {list(v.shape)}"
+        )
     B, h, T, dk = qk.shape
     dv = v.shape[-1]
     check_lsh(T, n_buckets, chunk_size, n_hashes)
@@ -201,7 +208,9 @@ def lsh_attention(
 
     def sort(x: Tensor) -> Tensor:  # [B, h, T, e] -> [B, h, n, n_chunks, c, e] in sorted order
         e = x.shape[-1]
-        gathered = x[:, :, None].expand(B, h, n, T, e).gather(3, order[..., None].expand(B, h, n, T, e))  # [B, h, n, T, e]
+        gathered = (
+            x[:, :, None].expand(B, h, n, T, e).gather(3, order[..., None].expand(B, h, n, T, e))
+        )  # [B, h, n, T, e]
         return gathered.view(B, h, n, n_chunks, c, e)  # [B, h, n, T, e] -> [B, h, n, C, c, e]
 
     qf = qk.float()
@@ -249,8 +258,17 @@ class LSHAttention(nn.Module):
         bias: biases on the projections.
     """
 
-    def __init__(self, d_model: int, n_heads: int, *, n_buckets: int = 8, chunk_size: int = 64, n_hashes: int = 1,
-                 causal: bool = True, bias: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        n_buckets: int = 8,
+        chunk_size: int = 64,
+        n_hashes: int = 1,
+        causal: bool = True,
+        bias: bool = True,
+    ) -> None:
         super().__init__()
         validate_geometry(d_model, n_heads, n_heads)
         check_lsh(None, n_buckets, chunk_size, n_hashes)
@@ -267,8 +285,16 @@ class LSHAttention(nn.Module):
             raise ValueError(f"LSH attention input must be [B, T, {self.d_model}], got {list(x.shape)}")
         qk, v = self.qkv(x).split(self.d_model, dim=-1)  # [B, T, d] x2
         qk, v = self.split(qk), self.split(v)  # [B, h, T, dk]
-        out = lsh_attention(qk, v, n_buckets=self.n_buckets, chunk_size=self.chunk_size, rotations=rotations,
-                            n_hashes=self.n_hashes, causal=self.causal, generator=generator)
+        out = lsh_attention(
+            qk,
+            v,
+            n_buckets=self.n_buckets,
+            chunk_size=self.chunk_size,
+            rotations=rotations,
+            n_hashes=self.n_hashes,
+            causal=self.causal,
+            generator=generator,
+        )
         return self.proj(self.merge(out))  # [B, h, T, dk] -> [B, T, d] -> [B, T, d]
 
 
@@ -311,12 +337,24 @@ class AdaptiveSpanAttention(MultiHeadAttention):
         kwargs: passed to :class:`MultiHeadAttention` (``position``, ``backend``, ``window`` ...).
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, max_span: int, ramp: int = 32,
-                 init_ratio: float = 0.0, span_loss_coef: float = 2e-6, **kwargs) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        *,
+        max_span: int,
+        ramp: int = 32,
+        init_ratio: float = 0.0,
+        span_loss_coef: float = 2e-6,
+        **kwargs,
+    ) -> None:
         if kwargs.get("causal", True) is not True:
             raise ValueError("adaptive span is defined for causal attention (distances i - j >= 0); got causal=False")
         if kwargs.get("backend", "auto") == "flex":
-            raise ValueError("adaptive span adds a learned bias the flex backend cannot express; use auto, sdpa or eager")
+            raise ValueError(
+                "adaptive span adds a learned bias the flex backend cannot express; use auto, sdpa or eager"
+            )
         super().__init__(d_model, n_heads, n_kv_heads, **kwargs)
         for label, value in (("max_span", max_span), ("ramp", ramp)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -48,8 +48,16 @@ class StreamingKVCache(KVCache):
 
     reassigns_positions = True
 
-    def __init__(self, batch_size: int, n_kv_heads: int, head_dim: int, sinks: int, window: int,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
+    def __init__(
+        self,
+        batch_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        sinks: int,
+        window: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
         for label, value, low in (("sinks", sinks, 0), ("window", window, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"streaming cache {label} must be an integer >= {low}, got {value!r}")
@@ -89,4 +97,6 @@ class StreamingKVCache(KVCache):
 
     def extra_repr(self) -> str:
         B, hkv, _, dk = self.k.shape
-        return f"batch={B}, kv_heads={hkv}, sinks={self.sinks}, window={self.window}, head_dim={dk}, length={self.length}"
+        return (
+            f"batch={B}, kv_heads={hkv}, sinks={self.sinks}, window={self.window}, head_dim={dk}, length={self.length}"
+        )

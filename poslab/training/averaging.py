@@ -47,8 +47,9 @@ def normalised_weights(n: int, weights: Sequence[float] | None) -> list[float]:
     return [v / total for v in scaled]
 
 
-def average_state_dicts(state_dicts: Sequence[Mapping[str, torch.Tensor]],
-                        weights: Sequence[float] | None = None) -> dict[str, torch.Tensor]:
+def average_state_dicts(
+    state_dicts: Sequence[Mapping[str, torch.Tensor]], weights: Sequence[float] | None = None
+) -> dict[str, torch.Tensor]:
     """The weighted mean of ``state_dicts``, key by key.
 
     Args:
@@ -77,7 +78,9 @@ def average_state_dicts(state_dicts: Sequence[Mapping[str, torch.Tensor]],
     for i, sd in enumerate(state_dicts[1:], start=1):
         missing, extra = sorted(set(keys) - set(sd)), sorted(set(sd) - set(keys))
         if missing or extra:
-            raise ValueError(f"state dict {i} has other keys than state dict 0: missing {missing[:8]}, extra {extra[:8]}")
+            raise ValueError(
+                f"state dict {i} has other keys than state dict 0: missing {missing[:8]}, extra {extra[:8]}"
+            )
     out: dict[str, torch.Tensor] = {}
     for key in keys:
         tensors = [sd[key] for sd in state_dicts]
@@ -86,12 +89,19 @@ def average_state_dicts(state_dicts: Sequence[Mapping[str, torch.Tensor]],
             if not isinstance(t, torch.Tensor):
                 raise ValueError(f"key {key!r}: state dict {i} holds a {type(t).__name__}, not a tensor")
             if tuple(t.shape) != tuple(ref.shape):
-                raise ValueError(f"key {key!r}: shape {list(t.shape)} in state dict {i} differs from {list(ref.shape)} in state dict 0")
+                raise ValueError(
+                    f"key {key!r}: shape {list(t.shape)} in state dict {i} differs from {list(ref.shape)} in state dict 0"
+                )
             if t.dtype != ref.dtype:
-                raise ValueError(f"key {key!r}: dtype {t.dtype} in state dict {i} differs from {ref.dtype} in state dict 0")
+                raise ValueError(
+                    f"key {key!r}: dtype {t.dtype} in state dict {i} differs from {ref.dtype} in state dict 0"
+                )
         if ref.is_floating_point() or ref.is_complex():
-            acc_dtype = ref.dtype if ref.dtype in (torch.float64, torch.complex128) else (
-                torch.complex64 if ref.is_complex() else torch.float32)
+            acc_dtype = (
+                ref.dtype
+                if ref.dtype in (torch.float64, torch.complex128)
+                else (torch.complex64 if ref.is_complex() else torch.float32)
+            )
             acc = torch.zeros(ref.shape, dtype=acc_dtype)
             for weight, t in zip(w, tensors):
                 acc += weight * t.detach().to("cpu", acc_dtype)
@@ -99,8 +109,10 @@ def average_state_dicts(state_dicts: Sequence[Mapping[str, torch.Tensor]],
         else:
             for i, t in enumerate(tensors[1:], start=1):
                 if not torch.equal(t.detach().cpu(), ref.detach().cpu()):
-                    raise ValueError(f"key {key!r}: the {ref.dtype} tensor differs between state dict 0 and state dict {i}; "
-                                     "integer and bool buffers are not averaged, they must be equal")
+                    raise ValueError(
+                        f"key {key!r}: the {ref.dtype} tensor differs between state dict 0 and state dict {i}; "
+                        "integer and bool buffers are not averaged, they must be equal"
+                    )
             out[key] = ref.detach().to("cpu").clone()
     return out
 

@@ -72,11 +72,17 @@ def check_stackable(cfg: TrainConfig) -> None:
     rules = [
         (cfg.objective == "clm", f"objective={cfg.objective!r}", "stacked training is next-token (clm) only"),
         (cfg.dtype == "fp32", f"dtype={cfg.dtype!r}", "stacked training runs in fp32"),
-        (cfg.model.dropout == 0.0, f"model.dropout={cfg.model.dropout!r}",
-         "stacked members must draw no random numbers after initialisation (dropout 0)"),
+        (
+            cfg.model.dropout == 0.0,
+            f"model.dropout={cfg.model.dropout!r}",
+            "stacked members must draw no random numbers after initialisation (dropout 0)",
+        ),
         (cfg.optimizer == "adamw", f"optimizer={cfg.optimizer!r}", "stacked training uses AdamW"),
-        (not cfg.memory and not cfg.stream_batches, f"memory={cfg.memory}, stream_batches={cfg.stream_batches}",
-         "stacked training reads random windows"),
+        (
+            not cfg.memory and not cfg.stream_batches,
+            f"memory={cfg.memory}, stream_batches={cfg.stream_batches}",
+            "stacked training reads random windows",
+        ),
         (not cfg.compile, "compile=True", "stacked training runs eagerly"),
         (cfg.init_from is None, f"init_from={cfg.init_from!r}", "stacked members start from their seed"),
     ]
@@ -136,9 +142,16 @@ class StackedGPT:
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.vocab_size):  # the check vmap skips
             raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got [{int(idx.min())}, {int(idx.max())}]")
         if not self.vmap:
-            return torch.stack([functional_call(self.base, ({k: v[m] for k, v in self.params.items()},
-                                                            {k: v[m] for k, v in self.buffers.items()}), (idx[m],))
-                                for m in range(self.size)])  # [M, B, T, V]
+            return torch.stack(
+                [
+                    functional_call(
+                        self.base,
+                        ({k: v[m] for k, v in self.params.items()}, {k: v[m] for k, v in self.buffers.items()}),
+                        (idx[m],),
+                    )
+                    for m in range(self.size)
+                ]
+            )  # [M, B, T, V]
         with warnings.catch_warnings():  # torch's note that sdpa has no batching rule (it loops over members)
             warnings.filterwarnings("ignore", message="There is a performance drop")
             return torch.vmap(self._one)(self.params, self.buffers, idx)
@@ -147,8 +160,9 @@ class StackedGPT:
         """Each member's mean next-token loss (``-1`` targets ignored), fp32: ``[M]``."""
         logits = self.logits(idx)  # [M, B, T, V]
         V = logits.shape[-1]
-        per_token = F.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1), ignore_index=-1,
-                                    reduction="none").view(targets.shape)  # [M, B, T]
+        per_token = F.cross_entropy(
+            logits.float().reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="none"
+        ).view(targets.shape)  # [M, B, T]
         keep = (targets >= 0).flatten(1).sum(1).clamp(min=1)  # [M] counted targets per member
         return per_token.flatten(1).sum(1) / keep  # [M]
 
@@ -191,8 +205,13 @@ def vmappable(model: GPT) -> bool:
     return True
 
 
-def train_stacked(configs: Sequence[TrainConfig], stores: Sequence[RunStore | None] | None = None, *,
-                  data: RunData | None = None, progress: Callable[[str], None] | None = print) -> list[dict[str, Any]]:
+def train_stacked(
+    configs: Sequence[TrainConfig],
+    stores: Sequence[RunStore | None] | None = None,
+    *,
+    data: RunData | None = None,
+    progress: Callable[[str], None] | None = print,
+) -> list[dict[str, Any]]:
     """Train every config, stacking those that share a :func:`stack_key`; results in the order of ``configs``.
 
     Args:
@@ -229,8 +248,12 @@ def train_stacked(configs: Sequence[TrainConfig], stores: Sequence[RunStore | No
     return [r for r in results if r is not None]
 
 
-def _train_group(configs: list[TrainConfig], stores: list[RunStore | None], data: RunData | None,
-                 progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
+def _train_group(
+    configs: list[TrainConfig],
+    stores: list[RunStore | None],
+    data: RunData | None,
+    progress: Callable[[str], None] | None,
+) -> list[dict[str, Any]]:
     """Train one group of configs that differ only in :data:`MEMBER_KEYS`."""
     wall_start = time.perf_counter()
     cfg = configs[0]
@@ -242,16 +265,23 @@ def _train_group(configs: list[TrainConfig], stores: list[RunStore | None], data
         models.append(GPT(copy.copy(mcfg)))
     limit = models[0].position.max_positions
     if limit is not None and mcfg.block_size > limit:
-        raise ValueError(f"block_size {mcfg.block_size} is larger than the {mcfg.position!r} position table "
-                         f"({limit} positions); lower model.block_size or raise the table's max_len")
+        raise ValueError(
+            f"block_size {mcfg.block_size} is larger than the {mcfg.position!r} position table "
+            f"({limit} positions); lower model.block_size or raise the table's max_len"
+        )
     vmap = vmappable(models[0])
     if not vmap and progress is not None:
         progress(f"--- {mcfg.position}: cannot run under vmap; its {len(configs)} members run one after another")
     cfg, M, T = configs[0], len(configs), mcfg.block_size
     stack = StackedGPT(models, vmap=vmap)
     decay, no_decay = _decay_names(models[0])
-    optimizer = _adamw([{"params": [stack.params[n] for n in decay], "weight_decay": cfg.weight_decay},
-                        {"params": [stack.params[n] for n in no_decay], "weight_decay": 0.0}], cfg)
+    optimizer = _adamw(
+        [
+            {"params": [stack.params[n] for n in decay], "weight_decay": cfg.weight_decay},
+            {"params": [stack.params[n] for n in no_decay], "weight_decay": 0.0},
+        ],
+        cfg,
+    )
     params = [stack.params[n] for n in decay + no_decay]
     rngs = [torch.Generator().manual_seed(data_seed(c.seed)) for c in configs]
     train_doc = [{k: v for k, v in c.to_dict().items() if k != "model"} for c in configs]
@@ -283,9 +313,11 @@ def _train_group(configs: list[TrainConfig], stores: list[RunStore | None], data
         norms = clip_members(params, cfg.grad_clip)  # [M]
         if not (torch.isfinite(step_loss).all() and torch.isfinite(norms).all()):
             bad = int((~(torch.isfinite(step_loss) & torch.isfinite(norms))).nonzero()[0])
-            raise TrainingDiverged(f"{configs[bad].name}: training diverged at step {step + 1} (stacked training stops "
-                                   f"at the first non-finite loss or gradient norm): loss={float(step_loss[bad])}, "
-                                   f"grad_norm={float(norms[bad])}")
+            raise TrainingDiverged(
+                f"{configs[bad].name}: training diverged at step {step + 1} (stacked training stops "
+                f"at the first non-finite loss or gradient norm): loss={float(step_loss[bad])}, "
+                f"grad_norm={float(norms[bad])}"
+            )
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         elapsed = time.perf_counter() - start
@@ -301,17 +333,25 @@ def _train_group(configs: list[TrainConfig], stores: list[RunStore | None], data
         rate = interval_tokens / interval_time if interval_time > 0 else 0.0
         vals = _evaluate(stack, data.val, configs, 1, cfg.eval_iters) if evaluate else None
         for m in range(M):
-            record: dict[str, Any] = {"step": done, "loss": float(log_sum[m]) / log_count, "lr": lr,
-                                      "tokens_per_s": rate, "grad_norm": float(norms[m]),
-                                      "time_s": time.perf_counter() - wall_start}
+            record: dict[str, Any] = {
+                "step": done,
+                "loss": float(log_sum[m]) / log_count,
+                "lr": lr,
+                "tokens_per_s": rate,
+                "grad_norm": float(norms[m]),
+                "time_s": time.perf_counter() - wall_start,
+            }
             if vals is not None:
                 record["val_loss"] = vals[m]
                 if best[m]["val_loss"] is None or vals[m] < best[m]["val_loss"]:
                     best[m] = {"val_loss": vals[m], "step": done}
             records[m].append(record)
         if vals is not None and progress is not None:
-            progress(f"--- {mcfg.position} x{M}: step {done}/{cfg.max_steps}, val "
-                     + " ".join(f"{v:.3f}" for v in vals) + f", {rate * M:,.0f} tokens/s (all members)")
+            progress(
+                f"--- {mcfg.position} x{M}: step {done}/{cfg.max_steps}, val "
+                + " ".join(f"{v:.3f}" for v in vals)
+                + f", {rate * M:,.0f} tokens/s (all members)"
+            )
         log_sum.zero_()
         log_count = 0
         interval_time, interval_tokens = 0.0, 0
@@ -322,36 +362,62 @@ def _train_group(configs: list[TrainConfig], stores: list[RunStore | None], data
         model = stack.member(m)
         tokens_seen = cfg.max_steps * tokens_per_step
         results = {
-            "name": c.name, "status": "completed", "steps": cfg.max_steps,
-            "final_train_loss": final_train[m], "final_val_loss": final_val[m],
-            "best_val_loss": best[m]["val_loss"], "best_val_step": best[m]["step"],
+            "name": c.name,
+            "status": "completed",
+            "steps": cfg.max_steps,
+            "final_train_loss": final_train[m],
+            "final_val_loss": final_val[m],
+            "best_val_loss": best[m]["val_loss"],
+            "best_val_step": best[m]["step"],
             "tokens_per_s": tokens_seen / train_time if train_time > 0 else None,  # this member's share
             "tokens_per_s_all_members": M * tokens_seen / train_time if train_time > 0 else None,
-            "dtype": c.dtype, "threads": torch.get_num_threads(), "train_time_s": train_time,
-            "wall_time_s": time.perf_counter() - wall_start, "tokens_seen": tokens_seen,
+            "dtype": c.dtype,
+            "threads": torch.get_num_threads(),
+            "train_time_s": train_time,
+            "wall_time_s": time.perf_counter() - wall_start,
+            "tokens_seen": tokens_seen,
             "n_params": sum(p.numel() for p in model.parameters()),
-            "train_tokens": data.info["train_tokens"], "val_tokens": data.info["val_tokens"],
-            "vocab_size": data.info["vocab_size"], "resumed_from": None, "skipped_nonfinite": [],
+            "train_tokens": data.info["train_tokens"],
+            "val_tokens": data.info["val_tokens"],
+            "vocab_size": data.info["vocab_size"],
+            "resumed_from": None,
+            "skipped_nonfinite": [],
             "stacked": M if vmap else 1,
         }
         if store is not None:
             _write_run(store, model, mcfg, docs[m], records[m], results, cfg.max_steps)
-        out.append({**results, "val_curve": [(r["step"], r["val_loss"]) for r in records[m] if "val_loss" in r],
-                    "model": model})
+        out.append(
+            {
+                **results,
+                "val_curve": [(r["step"], r["val_loss"]) for r in records[m] if "val_loss" in r],
+                "model": model,
+            }
+        )
     return out
 
 
-def _write_run(store: RunStore, model: GPT, mcfg: GPTConfig, doc: dict, records: list[dict], results: dict,
-               step: int) -> None:
+def _write_run(
+    store: RunStore, model: GPT, mcfg: GPTConfig, doc: dict, records: list[dict], results: dict, step: int
+) -> None:
     """A member's metrics lines, its model-only checkpoint at ``step`` and ``results.json``."""
     with store.metrics_appender(True) as append:
         for record in records:
             append(record)
     tensors, aliases = ckpt.model_tensors(model)
     identity = resume_identity(doc, mcfg)
-    store.save_checkpoint(step, tensors, {"config": identity, "config_hash": ckpt.config_hash(identity),
-                                          "model_aliases": aliases, "tokens_seen": results["tokens_seen"],
-                                          "stacked": results["stacked"], "torch_version": torch.__version__}, keep=0)
+    store.save_checkpoint(
+        step,
+        tensors,
+        {
+            "config": identity,
+            "config_hash": ckpt.config_hash(identity),
+            "model_aliases": aliases,
+            "tokens_seen": results["tokens_seen"],
+            "stacked": results["stacked"],
+            "torch_version": torch.__version__,
+        },
+        keep=0,
+    )
     store.write_results(results)
 
 

@@ -65,7 +65,11 @@ def model_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, 
     aliases: dict[str, str] = {}
     seen: dict[tuple[int, tuple[int, ...], torch.dtype], str] = {}
     for key, value in model.state_dict().items():
-        ident = (value.untyped_storage().data_ptr() + value.storage_offset() * value.element_size(), tuple(value.shape), value.dtype)
+        ident = (
+            value.untyped_storage().data_ptr() + value.storage_offset() * value.element_size(),
+            tuple(value.shape),
+            value.dtype,
+        )
         if ident in seen:
             aliases[key] = seen[ident]
             continue
@@ -99,15 +103,24 @@ def training_state_problem(tensors: dict[str, torch.Tensor], meta: dict[str, Any
     for name, value in tensors.items():
         base = name.split(".rank")[0] if name.startswith("rng.torch.rank") else name
         if base in sizes and (value.dtype != torch.uint8 or value.dim() != 1 or value.numel() != sizes[base]):
-            return (f"holds an unusable random-generator state {name!r} ({value.dtype}, shape {list(value.shape)}; "
-                    f"torch's is uint8 [{sizes[base]}])")
+            return (
+                f"holds an unusable random-generator state {name!r} ({value.dtype}, shape {list(value.shape)}; "
+                f"torch's is uint8 [{sizes[base]}])"
+            )
         if name.startswith("optim.state.") and name.endswith(".step") and value.numel() != 1:
             return f"holds an optimizer step counter {name!r} of shape {list(value.shape)}, not one number"
     optimizer = meta.get("optimizer")
     groups = optimizer.get("param_groups") if isinstance(optimizer, dict) else None
-    if not isinstance(groups, list) or not groups or not all(
-            isinstance(g, dict) and isinstance(g.get("params"), list)
-            and all(isinstance(i, int) and not isinstance(i, bool) for i in g["params"]) for g in groups):
+    if (
+        not isinstance(groups, list)
+        or not groups
+        or not all(
+            isinstance(g, dict)
+            and isinstance(g.get("params"), list)
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in g["params"])
+            for g in groups
+        )
+    ):
         return "has unusable optimizer param_groups (a list of mappings with integer 'params' is needed)"
     scalars = optimizer.get("scalars", {})
     if not isinstance(scalars, dict) or not all(isinstance(v, dict) and str(k).isdecimal() for k, v in scalars.items()):
@@ -144,8 +157,10 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch
             raise CheckpointError(f"checkpoint optimizer state names parameter {index}; the model has {len(params)}")
         for key, value in entry.items():
             if isinstance(value, torch.Tensor) and key != "step" and tuple(value.shape) != tuple(params[index].shape):
-                raise CheckpointError(f"checkpoint optimizer state {index}.{key} has shape {list(value.shape)}, "
-                                      f"its parameter {list(params[index].shape)}")
+                raise CheckpointError(
+                    f"checkpoint optimizer state {index}.{key} has shape {list(value.shape)}, "
+                    f"its parameter {list(params[index].shape)}"
+                )
     try:
         optimizer.load_state_dict({"state": state, "param_groups": groups})
     except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as err:
@@ -163,13 +178,21 @@ def restore_model(model: nn.Module, tensors: dict[str, torch.Tensor], aliases: d
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     wrong_shape = sorted(k for k in set(expected) & set(state) if tuple(expected[k].shape) != tuple(state[k].shape))
-    wrong_kind = sorted(k for k in set(expected) & set(state)
-                        if expected[k].is_floating_point() != state[k].is_floating_point()
-                        or (state[k].dtype == torch.bool) != (expected[k].dtype == torch.bool))
+    wrong_kind = sorted(
+        k
+        for k in set(expected) & set(state)
+        if expected[k].is_floating_point() != state[k].is_floating_point()
+        or (state[k].dtype == torch.bool) != (expected[k].dtype == torch.bool)
+    )
     if wrong_kind:  # an int64/uint8/bool tensor would be cast silently into a float weight (or the reverse)
-        raise CheckpointError("checkpoint does not fit the model: wrong dtype " + ", ".join(
-            f"{k}: checkpoint {str(state[k].dtype).removeprefix('torch.')} vs model "
-            f"{str(expected[k].dtype).removeprefix('torch.')}" for k in wrong_kind[:8]))
+        raise CheckpointError(
+            "checkpoint does not fit the model: wrong dtype "
+            + ", ".join(
+                f"{k}: checkpoint {str(state[k].dtype).removeprefix('torch.')} vs model "
+                f"{str(expected[k].dtype).removeprefix('torch.')}"
+                for k in wrong_kind[:8]
+            )
+        )
     if (missing or unexpected) and not wrong_shape:
         # a module may rename its own keys on load (Transformer-XL's pre-per-layer ``r_proj.weight``,
         # ``_load_from_state_dict``): torch's own key accounting, after those hooks, has the last word
@@ -185,7 +208,10 @@ def restore_model(model: nn.Module, tensors: dict[str, torch.Tensor], aliases: d
         if wrong_shape:
             parts.append(
                 "shape mismatch "
-                + ", ".join(f"{k}: checkpoint {list(state[k].shape)} vs model {list(expected[k].shape)}" for k in wrong_shape[:8])
+                + ", ".join(
+                    f"{k}: checkpoint {list(state[k].shape)} vs model {list(expected[k].shape)}"
+                    for k in wrong_shape[:8]
+                )
             )
         raise CheckpointError("checkpoint does not fit the model: " + "; ".join(parts))
     model.load_state_dict(state, strict=True)
@@ -313,7 +339,9 @@ def load_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[dict[
         raise CheckpointError(f"checkpoint {tensor_path} is not a readable safetensors file: {err}") from None
     recorded = header.get("meta_sha256")  # a header without one (an older format) skips this check
     if recorded is not None and config_hash({k: v for k, v in meta.items() if k != "sha256"}) != recorded:
-        raise CheckpointError(f"checkpoint {json_path} is corrupt: its content differs from the checksum in {tensor_path.name}")
+        raise CheckpointError(
+            f"checkpoint {json_path} is corrupt: its content differs from the checksum in {tensor_path.name}"
+        )
     if meta.get("step") != step:
         raise CheckpointError(f"checkpoint {json_path} is corrupt: it records step {meta.get('step')!r}, not {step}")
     return tensors, meta
@@ -332,7 +360,8 @@ def config_mismatch(saved: dict, current: dict, prefix: str = "", saved_label: s
     return lines
 
 
-__all__ = ["training_state_problem",
+__all__ = [
+    "training_state_problem",
     "CheckpointError",
     "config_hash",
     "config_mismatch",

@@ -89,8 +89,10 @@ def batchify(data: torch.Tensor, n_streams: int, seg_len: int) -> torch.Tensor:
         raise ValueError(f"n_streams must be a positive integer, got {n_streams!r}")
     length = data.numel() // n_streams
     if length <= seg_len:
-        raise ValueError(f"{data.numel()} tokens in {n_streams} streams give {length} tokens each, too few for one "
-                         f"segment of {seg_len} + 1 tokens; use fewer streams (batch_size) or a longer text")
+        raise ValueError(
+            f"{data.numel()} tokens in {n_streams} streams give {length} tokens each, too few for one "
+            f"segment of {seg_len} + 1 tokens; use fewer streams (batch_size) or a longer text"
+        )
     return data[: n_streams * length].view(n_streams, length)  # [n_streams, S]
 
 
@@ -157,8 +159,10 @@ def mask_tokens(
         by the loss) elsewhere.
     """
     if not 0 < select <= 1 or replace_mask < 0 or replace_random < 0 or replace_mask + replace_random > 1:
-        raise ValueError(f"need 0 < select <= 1 and replace_mask, replace_random >= 0 summing to <= 1, got "
-                         f"{select!r}, {replace_mask!r}, {replace_random!r}")
+        raise ValueError(
+            f"need 0 < select <= 1 and replace_mask, replace_random >= 0 summing to <= 1, got "
+            f"{select!r}, {replace_mask!r}, {replace_random!r}"
+        )
     if mask_id < 1:
         raise ValueError(f"mask_id must be >= 1 (the ids below it are the tokens), got {mask_id!r}")
     u = torch.rand(ids.shape, generator=generator)  # [B, T]
@@ -177,8 +181,9 @@ def mask_tokens(
     return inputs, targets
 
 
-def objective_batch(objective: str, x: torch.Tensor, y: torch.Tensor, mask_id: int | None,
-                    generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def objective_batch(
+    objective: str, x: torch.Tensor, y: torch.Tensor, mask_id: int | None, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The (inputs, targets) an objective trains on, from a window batch ``x, y [B, T]`` of :func:`get_batch`.
 
     ``"clm"``: ``(x, y)``, next-token prediction. ``"mlm"``: :func:`mask_tokens` of ``x`` (``y`` unused).
@@ -192,5 +197,18 @@ def objective_batch(objective: str, x: torch.Tensor, y: torch.Tensor, mask_id: i
     raise ValueError(f"objective={objective!r} is not allowed; choose one of {list(OBJECTIVES)}")
 
 
-__all__ = ["MLM_MASK", "MLM_RANDOM", "MLM_SELECT", "RunData", "batchify", "data_seed", "mask_id_of", "mask_tokens",
-           "model_vocab_size", "objective_batch", "prepare_data", "stream_segment", "stream_segments"]
+__all__ = [
+    "MLM_MASK",
+    "MLM_RANDOM",
+    "MLM_SELECT",
+    "RunData",
+    "batchify",
+    "data_seed",
+    "mask_id_of",
+    "mask_tokens",
+    "model_vocab_size",
+    "objective_batch",
+    "prepare_data",
+    "stream_segment",
+    "stream_segments",
+]

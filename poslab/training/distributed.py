@@ -50,8 +50,16 @@ from poslab.training import checkpoint as ckpt
 # exceptions re-raised on every rank with rank 0's message (others become RuntimeError)
 _ERRORS: dict[str, type[Exception]] = {
     cls.__name__: cls
-    for cls in (ValueError, TypeError, FileExistsError, FileNotFoundError, PermissionError, KeyError, RuntimeError,
-                ckpt.CheckpointError)
+    for cls in (
+        ValueError,
+        TypeError,
+        FileExistsError,
+        FileNotFoundError,
+        PermissionError,
+        KeyError,
+        RuntimeError,
+        ckpt.CheckpointError,
+    )
 }
 _ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
@@ -279,16 +287,20 @@ class DistContext:
         """Refuse a checkpoint written by a different number of processes (the global batch would change)."""
         saved = int(meta.get("world_size", 1))
         if saved != self.world_size:
-            how = (f"torchrun with {saved} processes in all (--nnodes x --nproc_per_node = {saved})" if saved > 1
-                   else "a single process (no torchrun, or --nproc_per_node 1)")
+            how = (
+                f"torchrun with {saved} processes in all (--nnodes x --nproc_per_node = {saved})"
+                if saved > 1
+                else "a single process (no torchrun, or --nproc_per_node 1)"
+            )
             raise ValueError(
                 f"cannot resume {str(run_dir)!r}: its checkpoint of step {meta.get('step')} was trained by {saved} "
                 f"process(es), this launch has {self.world_size}; batch_size is per process, so the global batch "
                 f"would change; resume with {how}"
             )
 
-    def restore(self, model: nn.Module, optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
-                meta: dict[str, Any]) -> None:
+    def restore(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]
+    ) -> None:
         """Load a (full, single-process format) checkpoint into the model and optimizer of this rank."""
         if not self.fsdp:
             ckpt.restore_model(model, tensors, meta["model_aliases"])
@@ -311,8 +323,14 @@ class DistContext:
         """``{"distributed": {...}}`` for ``config.json`` (``{}`` when not distributed)."""
         if not self.enabled:
             return {}
-        return {"distributed": {"world_size": self.world_size, "backend": self.backend, "fsdp": self.fsdp,
-                                "device": self.device.type}}
+        return {
+            "distributed": {
+                "world_size": self.world_size,
+                "backend": self.backend,
+                "fsdp": self.fsdp,
+                "device": self.device.type,
+            }
+        }
 
     def results_section(self, tokens_per_s: float | None) -> dict[str, Any]:
         """Extra ``results.json`` keys: world size, backend, FSDP, tokens/s per process (``{}`` alone)."""
@@ -461,8 +479,10 @@ def setup(fsdp: bool = False) -> DistContext:
     elif present:
         if len(present) < 2:
             missing = [key for key in _ENV_KEYS[:2] if key not in present]
-            raise ValueError(f"incomplete torchrun environment: {present} set but {missing} missing; "
-                             f"launch with `torchrun --nproc_per_node N -m poslab train ...`")
+            raise ValueError(
+                f"incomplete torchrun environment: {present} set but {missing} missing; "
+                f"launch with `torchrun --nproc_per_node N -m poslab train ...`"
+            )
         if not dist.is_available():
             raise ValueError("this torch build has no torch.distributed; run without torchrun")
         rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), int(os.environ.get("LOCAL_RANK", "0") or 0)
@@ -471,8 +491,10 @@ def setup(fsdp: bool = False) -> DistContext:
         if torch.cuda.is_available():
             count = torch.cuda.device_count()
             if local_rank >= count:
-                raise ValueError(f"LOCAL_RANK={local_rank} but this machine has {count} CUDA device(s); "
-                                 f"use --nproc_per_node <= {count}")
+                raise ValueError(
+                    f"LOCAL_RANK={local_rank} but this machine has {count} CUDA device(s); "
+                    f"use --nproc_per_node <= {count}"
+                )
             device = torch.device("cuda", local_rank)
             torch.cuda.set_device(device)
             dist.init_process_group("nccl", device_id=device)
@@ -484,8 +506,10 @@ def setup(fsdp: bool = False) -> DistContext:
         context = DistContext(rank, world, local_rank, backend, device, fsdp, owns_group=True)
     else:
         if fsdp:
-            raise ValueError("--fsdp shards the model over several processes: launch it with torchrun, e.g. "
-                             "`torchrun --nproc_per_node 2 -m poslab train --preset tiny --fsdp`")
+            raise ValueError(
+                "--fsdp shards the model over several processes: launch it with torchrun, e.g. "
+                "`torchrun --nproc_per_node 2 -m poslab train --preset tiny --fsdp`"
+            )
         return DistContext()
     return context
 

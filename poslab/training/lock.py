@@ -295,5 +295,12 @@ def ensure_writable(folder: str | Path) -> None:
             probe.unlink()
 
 
-__all__ = ["RunLock", "RunLockedError", "ensure_writable", "interrupted_start", "is_locked", "lock_path",
-           "remove_stale_temp_files"]
+__all__ = [
+    "RunLock",
+    "RunLockedError",
+    "ensure_writable",
+    "interrupted_start",
+    "is_locked",
+    "lock_path",
+    "remove_stale_temp_files",
+]

@@ -70,8 +70,13 @@ def make_muon(model: nn.Module, cfg: TrainConfig) -> ChainedOptimizer:
     matrices = [p for p in (blocks.parameters() if blocks is not None else []) if p.requires_grad and p.dim() == 2]
     taken = {id(p) for p in matrices}
     rest = [p for p in params.values() if id(p) not in taken]
-    adamw = _adamw([{"params": [p for p in rest if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-                    {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}], cfg)
+    adamw = _adamw(
+        [
+            {"params": [p for p in rest if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+            {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        cfg,
+    )
     if not matrices:
         return ChainedOptimizer([adamw])
     muon = torch.optim.Muon(matrices, lr=cfg.lr, weight_decay=cfg.weight_decay, adjust_lr_fn="match_rms_adamw")
@@ -118,10 +123,12 @@ class ChainedOptimizer(torch.optim.Optimizer):
             mine = groups[: len(opt.param_groups)]
             groups = groups[len(opt.param_groups) :]
             n = sum(len(g["params"]) for g in mine)
-            opt.load_state_dict({
-                "state": {int(i) - offset: v for i, v in state.items() if offset <= int(i) < offset + n},
-                "param_groups": [{**g, "params": [i - offset for i in g["params"]]} for g in mine],
-            })
+            opt.load_state_dict(
+                {
+                    "state": {int(i) - offset: v for i, v in state.items() if offset <= int(i) < offset + n},
+                    "param_groups": [{**g, "params": [i - offset for i in g["params"]]} for g in mine],
+                }
+            )
             offset += n
         self.param_groups = [g for opt in self.optimizers for g in opt.param_groups]
 

@@ -188,8 +188,9 @@ def cached_figures(measure_fn: Measure = measure, path: Path | None = None) -> P
     return figures
 
 
-def choose_dtype(requested: str, device: torch.device, measure_fn: Measure = measure,
-                 path: Path | None = None) -> PrecisionChoice:
+def choose_dtype(
+    requested: str, device: torch.device, measure_fn: Measure = measure, path: Path | None = None
+) -> PrecisionChoice:
     """Resolve ``requested`` (``auto``/``fp32``/``bf16``) for ``device``.
 
     Args:
@@ -212,24 +213,40 @@ def choose_dtype(requested: str, device: torch.device, measure_fn: Measure = mea
         supported = torch.cuda.is_bf16_supported()
         if requested == "bf16":
             return PrecisionChoice(requested, "bf16", "bf16 as configured")
-        return PrecisionChoice(requested, "bf16" if supported else "fp32",
-                               f"auto: this GPU {'supports' if supported else 'does not support'} bf16")
+        return PrecisionChoice(
+            requested,
+            "bf16" if supported else "fp32",
+            f"auto: this GPU {'supports' if supported else 'does not support'} bf16",
+        )
     if device.type != "cpu":
-        return PrecisionChoice(requested, "fp32" if requested == "auto" else requested,
-                               f"{requested} on {device.type}: nothing measured")
+        return PrecisionChoice(
+            requested, "fp32" if requested == "auto" else requested, f"{requested} on {device.type}: nothing measured"
+        )
     figures = cached_figures(measure_fn, path)
     ratio = figures.step_ratio
-    measured = (f"bf16 step {1e3 * figures.bf16_step_s:.1f} ms vs fp32 {1e3 * figures.fp32_step_s:.1f} ms "
-                f"({ratio:.2f}x the time)")
+    measured = (
+        f"bf16 step {1e3 * figures.bf16_step_s:.1f} ms vs fp32 {1e3 * figures.fp32_step_s:.1f} ms "
+        f"({ratio:.2f}x the time)"
+    )
     if requested == "bf16":
         warning = None
         if ratio >= 1.0:
-            warning = (f"poslab: warning: dtype bf16 measured slower than fp32 on this CPU ({measured}); "
-                       f"--dtype auto or fp32 trains faster")
+            warning = (
+                f"poslab: warning: dtype bf16 measured slower than fp32 on this CPU ({measured}); "
+                f"--dtype auto or fp32 trains faster"
+            )
         return PrecisionChoice(requested, "bf16", f"bf16 as configured ({measured})", figures, warning)
     dtype = "bf16" if ratio <= BF16_AT_MOST else "fp32"
     return PrecisionChoice(requested, dtype, f"auto: {dtype}, {measured}", figures)
 
 
-__all__ = ["CONCRETE_DTYPES", "PrecisionChoice", "PrecisionFigures", "cache_path", "cached_figures",
-           "choose_dtype", "machine_key", "measure"]
+__all__ = [
+    "CONCRETE_DTYPES",
+    "PrecisionChoice",
+    "PrecisionFigures",
+    "cache_path",
+    "cached_figures",
+    "choose_dtype",
+    "machine_key",
+    "measure",
+]

@@ -32,8 +32,16 @@ from poslab.data import safe_yaml
 
 # nanoGPT's shakespeare_char optimisation and logging settings, shared by the Tang and Shakespeare presets
 NANOGPT_SCHEDULE: dict[str, Any] = {
-    "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 100, "beta2": 0.99, "weight_decay": 0.1, "grad_clip": 1.0,
-    "eval_interval": 250, "eval_iters": 20, "log_interval": 10, "ckpt_interval": 500,
+    "lr": 1e-3,
+    "min_lr": 1e-4,
+    "warmup_steps": 100,
+    "beta2": 0.99,
+    "weight_decay": 0.1,
+    "grad_clip": 1.0,
+    "eval_interval": 250,
+    "eval_iters": 20,
+    "log_interval": 10,
+    "ckpt_interval": 500,
 }
 
 #: every preset's precision: bf16 only where it measured faster on this machine (poslab.training.precision)
@@ -45,8 +53,16 @@ PRESETS: dict[str, dict[str, Any]] = {
         "config": {
             "corpus": "tang5",
             "tokenizer": "char",
-            "model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128, "dropout": 0.0, "bias": True,
-                      "position": "learned", "activation": "gelu"},
+            "model": {
+                "n_layer": 4,
+                "n_head": 4,
+                "n_embd": 128,
+                "block_size": 128,
+                "dropout": 0.0,
+                "bias": True,
+                "position": "learned",
+                "activation": "gelu",
+            },
             "max_steps": 2000,
             "batch_size": 32,
             **NANOGPT_SCHEDULE,
@@ -54,33 +70,64 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
         # quick: 300 steps of 12 x 128 tokens, about 90 s on 2 cores (the budget: 2 minutes), and
         # it already samples five-character lines; lr 2e-3 measured val 6.00 vs 6.10 for 1e-3 at 400 x 16
-        "quick": {"max_steps": 300, "batch_size": 12, "lr": 2e-3, "min_lr": 2e-4, "lr_decay_steps": 300,
-                  "warmup_steps": 30, "eval_interval": 100, "eval_iters": 10, "ckpt_interval": 150},
+        "quick": {
+            "max_steps": 300,
+            "batch_size": 12,
+            "lr": 2e-3,
+            "min_lr": 2e-4,
+            "lr_decay_steps": 300,
+            "warmup_steps": 30,
+            "eval_interval": 100,
+            "eval_iters": 10,
+            "ckpt_interval": 150,
+        },
     },
     "shakespeare-char": {
         "description": "nanoGPT's CPU shakespeare_char recipe (4/4/128, block 64, batch 12, 2000 iters; nanoGPT: val 1.88)",
         "config": {
             "corpus": "shakespeare",
             "tokenizer": "char",
-            "model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0, "bias": False,
-                      "position": "learned", "activation": "gelu"},
+            "model": {
+                "n_layer": 4,
+                "n_head": 4,
+                "n_embd": 128,
+                "block_size": 64,
+                "dropout": 0.0,
+                "bias": False,
+                "position": "learned",
+                "activation": "gelu",
+            },
             "max_steps": 2000,
             "lr_decay_steps": 2000,
             "batch_size": 12,
             **NANOGPT_SCHEDULE,
             **AUTO_DTYPE,
         },
-        "quick": {"max_steps": 300, "lr_decay_steps": 300, "warmup_steps": 30, "eval_interval": 100, "ckpt_interval": 100},
+        "quick": {
+            "max_steps": 300,
+            "lr_decay_steps": 300,
+            "warmup_steps": 30,
+            "eval_interval": 100,
+            "ckpt_interval": 100,
+        },
     },
     "shakespeare-char-fast": {
         "description": "time to quality: the shakespeare-char model with RoPE, a short schedule and the measured faster "
-                       "precision (dtype auto); "
-                       "stops at whole-split val 1.90 (benchmarks/time_to_loss.py)",
+        "precision (dtype auto); "
+        "stops at whole-split val 1.90 (benchmarks/time_to_loss.py)",
         "config": {
             "corpus": "shakespeare",
             "tokenizer": "char",
-            "model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0, "bias": False,
-                      "position": "rope", "activation": "gelu"},
+            "model": {
+                "n_layer": 4,
+                "n_head": 4,
+                "n_embd": 128,
+                "block_size": 64,
+                "dropout": 0.0,
+                "bias": False,
+                "position": "rope",
+                "activation": "gelu",
+            },
             "max_steps": 1000,
             "lr_decay_steps": 1000,
             "batch_size": 12,
@@ -92,8 +139,15 @@ PRESETS: dict[str, dict[str, Any]] = {
             "eval_iters": 0,
             "stop_val_loss": 1.90,
         },
-        "quick": {"max_steps": 200, "lr_decay_steps": 200, "warmup_steps": 20, "eval_interval": 100, "eval_iters": 10,
-                  "ckpt_interval": 100, "stop_val_loss": None},
+        "quick": {
+            "max_steps": 200,
+            "lr_decay_steps": 200,
+            "warmup_steps": 20,
+            "eval_interval": 100,
+            "eval_iters": 10,
+            "ckpt_interval": 100,
+            "stop_val_loss": None,
+        },
     },
     "tiny": {
         "description": "a seconds-long smoke run (2 layers, 2 heads, n_embd 32, block 32) on tinyshakespeare",
@@ -140,7 +194,9 @@ def load_preset_file(path: str | Path) -> dict[str, Any]:
         data = {"description": f"from {path.name}", "config": data}
     unknown = set(data) - {"description", "config", "quick"}
     if unknown:
-        raise ValueError(f"preset file {str(path)!r} has unknown top-level keys {sorted(unknown)}; allowed: description, config, quick")
+        raise ValueError(
+            f"preset file {str(path)!r} has unknown top-level keys {sorted(unknown)}; allowed: description, config, quick"
+        )
     return data
 
 

@@ -131,8 +131,15 @@ def _cell(value: Any) -> str:
     if isinstance(value, list) and all(_is_scalar(v) for v in value):
         if len(value) <= 8:
             return esc(", ".join(claims_mod.num(v) for v in value))
-        return esc(t("cell.values", n=len(value), first=claims_mod.num(value[0]), second=claims_mod.num(value[1]),
-                     last=claims_mod.num(value[-1])))
+        return esc(
+            t(
+                "cell.values",
+                n=len(value),
+                first=claims_mod.num(value[0]),
+                second=claims_mod.num(value[1]),
+                last=claims_mod.num(value[-1]),
+            )
+        )
     if isinstance(value, dict) and all(_is_scalar(v) for v in value.values()) and len(value) <= 6:
         return esc(", ".join(f"{k}={claims_mod.num(v)}" for k, v in value.items()))
     text = json.dumps(value, ensure_ascii=False)
@@ -151,7 +158,11 @@ def records_table(rows: list[dict], caption: str) -> str:
     body = "".join(
         "<tr>" + "".join(f"<td>{cell(row.get(c, ''))}</td>" for c in columns) + "</tr>" for row in rows[:MAX_TABLE_ROWS]
     )
-    more = f"<p class='note'>{esc(t('folder.more', n=len(rows) - MAX_TABLE_ROWS))}</p>" if len(rows) > MAX_TABLE_ROWS else ""
+    more = (
+        f"<p class='note'>{esc(t('folder.more', n=len(rows) - MAX_TABLE_ROWS))}</p>"
+        if len(rows) > MAX_TABLE_ROWS
+        else ""
+    )
     return f"<table><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
 
 
@@ -178,7 +189,11 @@ def numbers_html(results: dict, skip: tuple[str, ...] = ("claims",)) -> str:
             scalars.append((path, value))
         elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             blocks.append(records_table(value, path))
-        elif isinstance(value, dict) and value and all(isinstance(v, dict) and all(_is_scalar(x) for x in v.values()) for v in value.values()):
+        elif (
+            isinstance(value, dict)
+            and value
+            and all(isinstance(v, dict) and all(_is_scalar(x) for x in v.values()) for v in value.values())
+        ):
             blocks.append(matrix_table(value, path))
         elif isinstance(value, dict) and depth < 3:
             for key, inner in value.items():
@@ -257,10 +272,14 @@ def verdict_table(verdicts: list[claims_mod.Verdict], with_folder: bool = False)
     """The claims table: lesson, claim (with its criterion and evidence), measured, margin vs noise, badge."""
     if not verdicts:
         return f"<p class='note'>{esc(t('table.none'))}</p>"
-    colgroup = ("<colgroup><col style='width:11%'><col style='width:31%'><col style='width:28%'><col style='width:18%'>"
-                "<col style='width:12%'></colgroup>")
-    head = "".join(f"<th>{esc(t(k))}</th>" for k in ("table.lesson", "table.claim", "table.measured", "table.margin",
-                                                      "table.verdict"))
+    colgroup = (
+        "<colgroup><col style='width:11%'><col style='width:31%'><col style='width:28%'><col style='width:18%'>"
+        "<col style='width:12%'></colgroup>"
+    )
+    head = "".join(
+        f"<th>{esc(t(k))}</th>"
+        for k in ("table.lesson", "table.claim", "table.measured", "table.margin", "table.verdict")
+    )
     rows = []
     for v in verdicts:
         r = v.record
@@ -269,9 +288,11 @@ def verdict_table(verdicts: list[claims_mod.Verdict], with_folder: bool = False)
         evidence = r.details.get("evidence") if isinstance(r.details, dict) else None
         if evidence and kind(r) == "wrong":
             criterion += f"<div class='crit'>{esc(t('table.evidence'))} {show(evidence)}</div>"
-        rows.append(f"<tr class='v-{kind(r)}'><td class='src'>{show_source(r.source)}{where}</td>"
-                    f"<td>{claim_text(r)}{criterion}</td><td>{show(r.measured)}</td><td>{esc(margin_text(r))}</td>"
-                    f"<td>{verdict_badge(r)}</td></tr>")
+        rows.append(
+            f"<tr class='v-{kind(r)}'><td class='src'>{show_source(r.source)}{where}</td>"
+            f"<td>{claim_text(r)}{criterion}</td><td>{show(r.measured)}</td><td>{esc(margin_text(r))}</td>"
+            f"<td>{verdict_badge(r)}</td></tr>"
+        )
     return f"<table class='claims'>{colgroup}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
@@ -281,12 +302,16 @@ def untestable_table(verdicts: list[claims_mod.Verdict]) -> str:
     for v in verdicts:
         r = v.record
         reason = r.details.get("reason") or (r.premise.text if r.premise else "")
-        rows.append(f"<tr class='v-untestable'><td class='src'>{show_source(r.source)}"
-                    f"<div class='path'>{show(v.experiment + '/results.json')}</div></td><td>{claim_text(r)}</td>"
-                    f"<td>{show(reason)}</td><td>{show(r.details.get('verdict_without_premise', ''))}</td>"
-                    f"<td>{verdict_badge(r)}</td></tr>")
-    head = "".join(f"<th>{esc(t(k))}</th>" for k in ("table.lesson", "table.claim", "table.reason", "table.without",
-                                                      "table.verdict"))
+        rows.append(
+            f"<tr class='v-untestable'><td class='src'>{show_source(r.source)}"
+            f"<div class='path'>{show(v.experiment + '/results.json')}</div></td><td>{claim_text(r)}</td>"
+            f"<td>{show(reason)}</td><td>{show(r.details.get('verdict_without_premise', ''))}</td>"
+            f"<td>{verdict_badge(r)}</td></tr>"
+        )
+    head = "".join(
+        f"<th>{esc(t(k))}</th>"
+        for k in ("table.lesson", "table.claim", "table.reason", "table.without", "table.verdict")
+    )
     return f"<table class='claims'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
@@ -300,13 +325,17 @@ def kind_counts(verdicts: list[claims_mod.Verdict]) -> dict[str, int]:
 
 def summary_counts(verdicts: list[claims_mod.Verdict]) -> str:
     counts = kind_counts(verdicts)
-    return " ".join(f"<span class='count {k}'>{esc(t('count', n=counts[k], name=t('kind.' + k)))}</span>" for k in KINDS)
+    return " ".join(
+        f"<span class='count {k}'>{esc(t('count', n=counts[k], name=t('kind.' + k)))}</span>" for k in KINDS
+    )
 
 
 def legend() -> str:
     """The four badges, each with its one-line meaning."""
-    items = "".join(f"<li><span class='badge {k}'>{esc(t('kind.' + k))}</span> {esc(t('kind.' + k + '.meaning'))}</li>"
-                    for k in KINDS)
+    items = "".join(
+        f"<li><span class='badge {k}'>{esc(t('kind.' + k))}</span> {esc(t('kind.' + k + '.meaning'))}</li>"
+        for k in KINDS
+    )
     return f"<div class='legend'><strong>{esc(t('legend.title'))}</strong><ul>{items}</ul></div>"
 
 
@@ -348,7 +377,9 @@ def _baseline_note(r: dict) -> str:
     value = r.get("unigram_entropy_nats")
     if not isinstance(value, (int, float)):
         return ""
-    return t("key.baseline", corpus=r.get("corpus", "?"), value=claims_mod.num(value), ppl=claims_mod.num(math.exp(value)))
+    return t(
+        "key.baseline", corpus=r.get("corpus", "?"), value=claims_mod.num(value), ppl=claims_mod.num(math.exp(value))
+    )
 
 
 def _key_extrapolation(r: dict) -> str:
@@ -356,34 +387,72 @@ def _key_extrapolation(r: dict) -> str:
     headers = [t("key.scheme")] + [f"{f}×L = {f * length}" for f in factors]
     seeds = r.get("seeds")
     return "".join(
-        _table(headers, [[scheme] + [_ppl_spread(cells.get(str(f)), mode) for f in factors] for scheme, cells in table.items()],
-               t("key.extrapolation", label=t(f"key.{mode}"), length=length, seeds=seeds, baseline=_baseline_note(r)))
+        _table(
+            headers,
+            [[scheme] + [_ppl_spread(cells.get(str(f)), mode) for f in factors] for scheme, cells in table.items()],
+            t("key.extrapolation", label=t(f"key.{mode}"), length=length, seeds=seeds, baseline=_baseline_note(r)),
+        )
         for mode in ("nonoverlapping", "sliding")
     )
 
 
 def _key_context(r: dict) -> str:
     base = _ppl(r["base"]["L"], "nonoverlapping")
-    rows = [[label, entry.get("rope_scaling"), _ppl(entry, "nonoverlapping"), _ppl(entry, "sliding")]
-            for label, entry in r["inference"].items()]
-    first = _table([t("key.ctx.scaling"), t("key.ctx.spec"), t("key.ctx.pplat", n=r["eval_length"]), t("key.sliding")], rows,
-                   t("key.ctx.base", length=r["train_length"], ppl=claims_mod.num(base)))
-    rows = [[label, entry.get("rope_scaling"), _ppl(entry["4L"], "nonoverlapping"), _ppl(entry["L"], "nonoverlapping")]
-            for label, entry in r["finetuned"].items()]
-    tables = first + _table([t("key.ctx.finetuned"), t("key.ctx.spec"), t("key.ctx.pplat", n=r["eval_length"]),
-                             t("key.ctx.back", n=r["train_length"])], rows, t("key.ctx.after"))
+    rows = [
+        [label, entry.get("rope_scaling"), _ppl(entry, "nonoverlapping"), _ppl(entry, "sliding")]
+        for label, entry in r["inference"].items()
+    ]
+    first = _table(
+        [t("key.ctx.scaling"), t("key.ctx.spec"), t("key.ctx.pplat", n=r["eval_length"]), t("key.sliding")],
+        rows,
+        t("key.ctx.base", length=r["train_length"], ppl=claims_mod.num(base)),
+    )
+    rows = [
+        [label, entry.get("rope_scaling"), _ppl(entry["4L"], "nonoverlapping"), _ppl(entry["L"], "nonoverlapping")]
+        for label, entry in r["finetuned"].items()
+    ]
+    tables = first + _table(
+        [
+            t("key.ctx.finetuned"),
+            t("key.ctx.spec"),
+            t("key.ctx.pplat", n=r["eval_length"]),
+            t("key.ctx.back", n=r["train_length"]),
+        ],
+        rows,
+        t("key.ctx.after"),
+    )
     averaging = r.get("averaging")
     if not isinstance(averaging, dict) or not isinstance(averaging.get("variants"), dict):
         return tables  # results without checkpoint averaging
     factor = str(r.get("factor", 4))
-    rows = [[label, _ppl_spread(v.get("L"), "nonoverlapping"), _ppl_spread(v.get("4L"), "nonoverlapping"),
-             _spread([x for x in v.get("passkey", {}).get(factor, []) if x is not None]),
-             _spread(v.get("weight_distance_to_fine_tuned") or [], 4)]
-            for label, v in averaging["variants"].items()]
-    tables += _table([t("key.model"), t("key.ctx.forgetting", n=r["train_length"]), t("key.ctx.pplat", n=r["eval_length"]),
-                      t("key.ctx.passkey", f=factor), "|w − w_ft| / |w_ft|"], rows,
-                     t("key.ctx.averaging", ft=averaging.get("fine_tune"), last=averaging.get("last"),
-                       w=averaging.get("base_weight"), w2=f"{1 - averaging.get('base_weight', 0.5):g}", seeds=r.get("seeds")))
+    rows = [
+        [
+            label,
+            _ppl_spread(v.get("L"), "nonoverlapping"),
+            _ppl_spread(v.get("4L"), "nonoverlapping"),
+            _spread([x for x in v.get("passkey", {}).get(factor, []) if x is not None]),
+            _spread(v.get("weight_distance_to_fine_tuned") or [], 4),
+        ]
+        for label, v in averaging["variants"].items()
+    ]
+    tables += _table(
+        [
+            t("key.model"),
+            t("key.ctx.forgetting", n=r["train_length"]),
+            t("key.ctx.pplat", n=r["eval_length"]),
+            t("key.ctx.passkey", f=factor),
+            "|w − w_ft| / |w_ft|",
+        ],
+        rows,
+        t(
+            "key.ctx.averaging",
+            ft=averaging.get("fine_tune"),
+            last=averaging.get("last"),
+            w=averaging.get("base_weight"),
+            w2=f"{1 - averaging.get('base_weight', 0.5):g}",
+            seeds=r.get("seeds"),
+        ),
+    )
     return tables + f"<p class='note'>{show(averaging.get('note', ''))}</p>"
 
 
@@ -395,11 +464,19 @@ def _key_entropy(r: dict) -> str:
         by_seed = entry.get("by_seed") or {}
         rises = [e["entropy"]["4"]["rise"] for e in by_seed.values() if "rise" in e.get("entropy", {}).get("4", {})]
         ratios = [e["ppl_ratio"] for e in by_seed.values() if e.get("ppl_ratio") is not None]
-        rows.append([label] + [cells.get(str(f), {}).get("mean", "cannot") for f in factors]
-                    + [pm(rises, 3) if rises else cells.get("4", {}).get("rise"),
-                       pm(ratios, 3) if ratios else entry.get("ppl_ratio")])
-    return _table([t("key.model")] + [f"{f}×L" for f in factors] + [t("key.entropy.rise"), "ppl 4×L / L"], rows,
-                  t("key.entropy.caption", seeds=r.get("seeds")))
+        rows.append(
+            [label]
+            + [cells.get(str(f), {}).get("mean", "cannot") for f in factors]
+            + [
+                pm(rises, 3) if rises else cells.get("4", {}).get("rise"),
+                pm(ratios, 3) if ratios else entry.get("ppl_ratio"),
+            ]
+        )
+    return _table(
+        [t("key.model")] + [f"{f}×L" for f in factors] + [t("key.entropy.rise"), "ppl 4×L / L"],
+        rows,
+        t("key.entropy.caption", seeds=r.get("seeds")),
+    )
 
 
 def _key_training(r: dict, label: str) -> str:
@@ -407,26 +484,60 @@ def _key_training(r: dict, label: str) -> str:
     for name, runs in r["runs"].items():
         runs = runs if isinstance(runs, list) else [runs]
         values = [x.get("val_loss_all", x.get("final_val_loss")) for x in runs]
-        rows.append([name, _spread(values), _spread([x.get("best_val_loss") for x in runs]), runs[0].get("n_params"),
-                     _spread([x.get("tokens_per_s") for x in runs], 0), sum(values) / len(values)])
+        rows.append(
+            [
+                name,
+                _spread(values),
+                _spread([x.get("best_val_loss") for x in runs]),
+                runs[0].get("n_params"),
+                _spread([x.get("tokens_per_s") for x in runs], 0),
+                sum(values) / len(values),
+            ]
+        )
     rows.sort(key=lambda row: row[-1] if isinstance(row[-1], (int, float)) else float("inf"))
-    return _table([t(label), t("key.train.val"), t("key.train.best"), t("key.train.params"), "tokens/s"],
-                  [row[:-1] for row in rows],
-                  t("key.train.caption", steps=r.get("steps"), corpus=r.get("corpus", "?"), seeds=r.get("seeds"),
-                    baseline=_baseline_note(r)))
+    return _table(
+        [t(label), t("key.train.val"), t("key.train.best"), t("key.train.params"), "tokens/s"],
+        [row[:-1] for row in rows],
+        t(
+            "key.train.caption",
+            steps=r.get("steps"),
+            corpus=r.get("corpus", "?"),
+            seeds=r.get("seeds"),
+            baseline=_baseline_note(r),
+        ),
+    )
 
 
 def _key_heads(r: dict) -> str:
-    rows = [[f"L{h['layer']}H{h['head']}", h["previous_token"], h["induction"], f"{h['positional_offset']:+d}",
-             h["positional_confidence"], h.get("punctuation"), h["mask_loss_delta"], h["grad_importance"], ", ".join(h["labels"]) or "—"]
-            for h in r["heads"]]
-    table = _table([t("key.heads." + k) for k in ("head", "prev", "induction", "offset", "confidence", "punct", "masked")]
-                   + ["|∂L/∂ξ|", t("key.heads.type")], rows, t("key.heads.caption", loss=claims_mod.num(r["base_loss"])))
+    rows = [
+        [
+            f"L{h['layer']}H{h['head']}",
+            h["previous_token"],
+            h["induction"],
+            f"{h['positional_offset']:+d}",
+            h["positional_confidence"],
+            h.get("punctuation"),
+            h["mask_loss_delta"],
+            h["grad_importance"],
+            ", ".join(h["labels"]) or "—",
+        ]
+        for h in r["heads"]
+    ]
+    table = _table(
+        [t("key.heads." + k) for k in ("head", "prev", "induction", "offset", "confidence", "punct", "masked")]
+        + ["|∂L/∂ξ|", t("key.heads.type")],
+        rows,
+        t("key.heads.caption", loss=claims_mod.num(r["base_loss"])),
+    )
     p30, p60 = r["pruned_30"], r["pruned_60"]
-    return table + _table([t("key.heads." + k) for k in ("pruned", "nmasked", "loss", "increase")],
-                          [["30%", p30["heads_masked"], p30["loss"], p30["loss_increase"]],
-                           ["60%", p60["heads_masked"], p60["loss"], p60["loss_increase"]]],
-                          t("key.heads.prune"))
+    return table + _table(
+        [t("key.heads." + k) for k in ("pruned", "nmasked", "loss", "increase")],
+        [
+            ["30%", p30["heads_masked"], p30["loss"], p30["loss_increase"]],
+            ["60%", p60["heads_masked"], p60["loss"], p60["loss_increase"]],
+        ],
+        t("key.heads.prune"),
+    )
 
 
 KEY_TABLES = {
@@ -465,12 +576,22 @@ def run_baselines(lab_dir: Path) -> str:
             baseline = unigram_entropy(corpus, config["train"].get("val_fraction", 0.1))
         except (OSError, ValueError, KeyError, TypeError, RunFileError):
             continue
-        rows.append([config_path.parent.name, corpus, results.get("steps") or config["train"].get("max_steps"),
-                     results.get("final_val_loss"), baseline])
+        rows.append(
+            [
+                config_path.parent.name,
+                corpus,
+                results.get("steps") or config["train"].get("max_steps"),
+                results.get("final_val_loss"),
+                baseline,
+            ]
+        )
     if not rows:
         return ""
-    return _table([t("key.run"), t("key.runs.corpus"), t("key.runs.steps"), t("key.runs.final"), t("key.runs.baseline")], rows,
-                  t("key.runs.caption"))
+    return _table(
+        [t("key.run"), t("key.runs.corpus"), t("key.runs.steps"), t("key.runs.final"), t("key.runs.baseline")],
+        rows,
+        t("key.runs.caption"),
+    )
 
 
 # ------------------------------------------------------------------------------------------ sections
@@ -496,11 +617,19 @@ def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | N
         parts.append(run_baselines(lab_dir))
     numbers = numbers_html(results)
     opened = " open" if not pngs and not key and numbers.count("<tr") <= 60 else ""  # nothing else shows its numbers
-    parts.append(f"<details{opened}><summary>{esc(t('folder.numbers', path=folder + '/results.json'))}</summary>{numbers}</details></div>")
+    parts.append(
+        f"<details{opened}><summary>{esc(t('folder.numbers', path=folder + '/results.json'))}</summary>{numbers}</details></div>"
+    )
     return "".join(parts)
 
 
-def section_html(section: Section, lab_dir: Path, results: dict[str, dict], verdicts: list[claims_mod.Verdict], steps: dict[str, dict]) -> str:
+def section_html(
+    section: Section,
+    lab_dir: Path,
+    results: dict[str, dict],
+    verdicts: list[claims_mod.Verdict],
+    steps: dict[str, dict],
+) -> str:
     mine = [v for v in verdicts if v.experiment in section.folders]
     folders = "".join(folder_html(lab_dir, f, results.get(f), steps.get(f)) for f in section.folders)
     title, claim, measured = (section_text(section, f) for f in ("title", "claim", "measured"))
@@ -526,21 +655,34 @@ def machine_html(manifest: dict) -> str:
     machine = manifest.get("machine") or machine_info()
     origin = t("machine.recorded") if manifest.get("machine") else t("machine.here")
     versions = machine.get("versions", {})
-    rows = [(t("machine.cpu"), machine.get("cpu")), (t("machine.cores"), machine.get("cores")),
-            (t("machine.threads"), machine.get("torch_threads")), (t("machine.cuda"), machine.get("cuda")),
-            (t("machine.platform"), machine.get("platform"))]
+    rows = [
+        (t("machine.cpu"), machine.get("cpu")),
+        (t("machine.cores"), machine.get("cores")),
+        (t("machine.threads"), machine.get("torch_threads")),
+        (t("machine.cuda"), machine.get("cuda")),
+        (t("machine.platform"), machine.get("platform")),
+    ]
     rows += [(name, version) for name, version in versions.items()]
     for key in ("mode", "started", "finished", "seconds", "command"):
         if key in manifest:
             rows.append((t("machine.lab", key=key), manifest[key]))
     table = "".join(f"<tr><th>{esc(k)}</th><td>{cell(v)}</td></tr>" for k, v in rows)
     steps = manifest.get("steps") or []
-    step_table = records_table(
-        [{k: s.get(k) for k in ("name", "kind", "status", "seconds", "cpu_seconds", "folder", "error") if k in s} for s in steps],
-        t("machine.steps")
-    ) if steps else ""
-    return (f"<section id='machine'><h2>{esc(t('nav.machine'))}</h2><p class='note'>{esc(t('machine.shared', origin=origin))}"
-            f"</p><table class='kv'><tbody>{table}</tbody></table>{step_table}</section>")
+    step_table = (
+        records_table(
+            [
+                {k: s.get(k) for k in ("name", "kind", "status", "seconds", "cpu_seconds", "folder", "error") if k in s}
+                for s in steps
+            ],
+            t("machine.steps"),
+        )
+        if steps
+        else ""
+    )
+    return (
+        f"<section id='machine'><h2>{esc(t('nav.machine'))}</h2><p class='note'>{esc(t('machine.shared', origin=origin))}"
+        f"</p><table class='kv'><tbody>{table}</tbody></table>{step_table}</section>"
+    )
 
 
 CSS = """
@@ -616,14 +758,22 @@ def guide_html(lab_dir: Path, verdicts: list[claims_mod.Verdict]) -> str:
         figures = show(", ".join(pngs)) if pngs else esc(t("guide.nofigure"))
         for lesson, ref in lesson_refs(section.lessons):
             if lesson in rows:
-                rows[lesson].append(f"<tr><td>{show_source(ref)}</td><td><a href='#{esc(section.key)}'>"
-                                    f"{esc(section_text(section, 'title'))}</a></td><td>{figures}</td>"
-                                    f"<td>{summary_counts(mine)}</td></tr>")
+                rows[lesson].append(
+                    f"<tr><td>{show_source(ref)}</td><td><a href='#{esc(section.key)}'>"
+                    f"{esc(section_text(section, 'title'))}</a></td><td>{figures}</td>"
+                    f"<td>{summary_counts(mine)}</td></tr>"
+                )
     head = "".join(f"<th>{esc(t(k))}</th>" for k in ("guide.section", "guide.where", "guide.figures", "guide.verdicts"))
-    tables = "".join(f"<h3 class='zh'>{esc(LESSONS[lesson])}</h3><table class='guide'><thead><tr>{head}</tr></thead>"
-                     f"<tbody>{''.join(body)}</tbody></table>" for lesson, body in rows.items() if body)
-    return (f"<section id='guide'><h2>{esc(t('nav.guide'))}</h2><p class='note'>{esc(t('guide.intro'))}</p>"
-            f"{tables}</section>")
+    tables = "".join(
+        f"<h3 class='zh'>{esc(LESSONS[lesson])}</h3><table class='guide'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+        for lesson, body in rows.items()
+        if body
+    )
+    return (
+        f"<section id='guide'><h2>{esc(t('nav.guide'))}</h2><p class='note'>{esc(t('guide.intro'))}</p>"
+        f"{tables}</section>"
+    )
 
 
 def build_report(lab_dir: Path | str, out: Path | str | None = None, lang: str = "en") -> Path:
@@ -663,16 +813,24 @@ def _page(lab_dir: Path) -> str:
         extra = Section("other", t("nav.other"), "", t("other.claim"), t("other.measured"), tuple(others))
         sections.append(section_html(extra, lab_dir, results, verdicts, steps))
     untestable = [v for v in verdicts if kind(v.record) == "untestable"]
-    apart = (f"<h3 id='untestable'>{esc(t('claims.untestable'))}</h3><p class='note'>{esc(t('claims.untestable.intro'))}</p>"
-             f"{untestable_table(untestable)}") if untestable else ""
+    apart = (
+        (
+            f"<h3 id='untestable'>{esc(t('claims.untestable'))}</h3><p class='note'>{esc(t('claims.untestable.intro'))}</p>"
+            f"{untestable_table(untestable)}"
+        )
+        if untestable
+        else ""
+    )
     claims_section = (
         f"<section id='claims'><h2>{esc(t('nav.claims'))}</h2><p class='lessons'>{esc(t('claims.intro'))} · "
         f"{summary_counts(verdicts)}</p><p class='note'>{esc(t('rule'))}</p>"
         f"{verdict_table([v for v in verdicts if kind(v.record) != 'untestable'], with_folder=True)}{apart}</section>"
     )
     nav_items = [(s.key, section_text(s, "title")) for s in SECTIONS] + ([("other", t("nav.other"))] if others else [])
-    nav = "".join(f"<a href='#{esc(k)}'>{esc(v)}</a>" for k, v in
-                  [("claims", t("nav.claims")), ("guide", t("nav.guide")), *nav_items, ("machine", t("nav.machine"))])
+    nav = "".join(
+        f"<a href='#{esc(k)}'>{esc(v)}</a>"
+        for k, v in [("claims", t("nav.claims")), ("guide", t("nav.guide")), *nav_items, ("machine", t("nav.machine"))]
+    )
     mode = manifest.get("mode", "unknown")
     mode_text = t(f"mode.{mode}") if mode in ("quick", "full", "unknown") else mode
     built = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")

@@ -46,27 +46,9 @@ class Verdict:
     @property
     def verdict(self) -> str:
         return self.record.verdict
+
+
 # ------------------------------------------------------------------------------------------- checks
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _one_model(text: str) -> str:
@@ -78,14 +60,28 @@ def _heads_previous_token(r: dict, text: str, source: str) -> ClaimRecord:
     total = len(get(r, "heads"))
     best = max(get(r, "heads"), key=lambda h: h["previous_token"])
     threshold = get(r, "thresholds.previous_token") if "previous_token" in get(r, "thresholds") else None
-    measured = (f"{counts['previous-token']} previous-token, {counts['induction']} induction, {counts['positional']} positional "
-                f"of {total} heads; strongest previous-token head L{best['layer']}H{best['head']} "
-                f"({num(best['previous_token'], 3)} of its attention on the previous token)")
+    measured = (
+        f"{counts['previous-token']} previous-token, {counts['induction']} induction, {counts['positional']} positional "
+        f"of {total} heads; strongest previous-token head L{best['layer']}H{best['head']} "
+        f"({num(best['previous_token'], 3)} of its attention on the previous token)"
+    )
     if threshold is None:
-        return at_least(text, source, _one_model("at least one head classified previous-token"), measured,
-                        value=float(counts["previous-token"]), floor=1.0)
-    return at_least(text, source, _one_model(f"the strongest head's previous-token score ≥ {num(threshold)}"), measured,
-                    value=float(best["previous_token"]), floor=float(threshold))
+        return at_least(
+            text,
+            source,
+            _one_model("at least one head classified previous-token"),
+            measured,
+            value=float(counts["previous-token"]),
+            floor=1.0,
+        )
+    return at_least(
+        text,
+        source,
+        _one_model(f"the strongest head's previous-token score ≥ {num(threshold)}"),
+        measured,
+        value=float(best["previous_token"]),
+        floor=float(threshold),
+    )
 
 
 def _heads_punctuation(r: dict, text: str, source: str) -> ClaimRecord:
@@ -93,34 +89,62 @@ def _heads_punctuation(r: dict, text: str, source: str) -> ClaimRecord:
     best = max(heads, key=lambda h: h["punctuation"])
     share = get(r, "punctuation_share_of_keys")
     threshold = get(r, "thresholds.punctuation")
-    measured = (f"{get(r, 'counts.punctuation')} of {len(heads)} heads put ≥ {num(threshold)} of their "
-                f"attention on punctuation; strongest L{best['layer']}H{best['head']} ({num(best['punctuation'], 3)}); "
-                f"punctuation is {share:.0%} of the text")
+    measured = (
+        f"{get(r, 'counts.punctuation')} of {len(heads)} heads put ≥ {num(threshold)} of their "
+        f"attention on punctuation; strongest L{best['layer']}H{best['head']} ({num(best['punctuation'], 3)}); "
+        f"punctuation is {share:.0%} of the text"
+    )
     if not get(r, "punctuation_ids"):
         return ClaimRecord(text, source, "needs punctuation in the vocabulary", measured, None, None, 0, INCONCLUSIVE)
-    return at_least(text, source, _one_model(f"the strongest head's share of attention on punctuation ≥ {num(threshold)}"),
-                    measured, value=float(best["punctuation"]), floor=float(threshold))
+    return at_least(
+        text,
+        source,
+        _one_model(f"the strongest head's share of attention on punctuation ≥ {num(threshold)}"),
+        measured,
+        value=float(best["punctuation"]),
+        floor=float(threshold),
+    )
 
 
 def _heads_spare(r: dict, text: str, source: str) -> ClaimRecord:
     base, pruned = get(r, "base_loss"), get(r, "pruned_30")
     relative = pruned["loss_increase"] / base
-    measured = (f"masking the {pruned['heads_masked']} least important heads (30%) moves the loss "
-                f"{num(base)} → {num(pruned['loss'])} ({relative:+.1%}); 60%: {num(get(r, 'pruned_60.loss'))}")
-    return deterministic(text, source, _one_model(f"relative loss increase after pruning 30% of heads ≤ {SPARE_HEADS_MAX_INCREASE:.0%}"),
-                         measured, error=float(max(relative, 0.0)), tolerance=SPARE_HEADS_MAX_INCREASE)
+    measured = (
+        f"masking the {pruned['heads_masked']} least important heads (30%) moves the loss "
+        f"{num(base)} → {num(pruned['loss'])} ({relative:+.1%}); 60%: {num(get(r, 'pruned_60.loss'))}"
+    )
+    return deterministic(
+        text,
+        source,
+        _one_model(f"relative loss increase after pruning 30% of heads ≤ {SPARE_HEADS_MAX_INCREASE:.0%}"),
+        measured,
+        error=float(max(relative, 0.0)),
+        tolerance=SPARE_HEADS_MAX_INCREASE,
+    )
 
 
 SPARE_HEADS_MAX_INCREASE = 0.02  # "spare" heads: pruning 30% of heads costs < 2% of the loss
 
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim("heads", "seed 000 Q1",
-          "有些头专门做「前一个词」的关注 — some heads specialise in the previous token", _heads_previous_token),
-    Claim("heads", "seed 000 Q1",
-          "有些头做「句号」的关注 — some heads attend to punctuation (the full stop)", _heads_punctuation),
-    Claim("heads", "seed 002 §6.1",
-          "头7/8充当\"备用通道\" — some heads are spare: pruning the least important 30% costs < 2% of the loss", _heads_spare),
+    Claim(
+        "heads",
+        "seed 000 Q1",
+        "有些头专门做「前一个词」的关注 — some heads specialise in the previous token",
+        _heads_previous_token,
+    ),
+    Claim(
+        "heads",
+        "seed 000 Q1",
+        "有些头做「句号」的关注 — some heads attend to punctuation (the full stop)",
+        _heads_punctuation,
+    ),
+    Claim(
+        "heads",
+        "seed 002 §6.1",
+        '头7/8充当"备用通道" — some heads are spare: pruning the least important 30% costs < 2% of the loss',
+        _heads_spare,
+    ),
 )
 
 
@@ -133,8 +157,16 @@ def normalize(entry: Any, experiment: str) -> Verdict:
         record = entry if isinstance(entry, ClaimRecord) else ClaimRecord.from_dict(entry)
     except (ValueError, TypeError, AttributeError) as err:
         text = entry.get("claim", "(unnamed claim)") if isinstance(entry, dict) else "(unnamed claim)"
-        record = ClaimRecord(str(text), str(entry.get("source", "")) if isinstance(entry, dict) else "",
-                             "not a claim record", f"unusable claim entry: {err}"[:200], None, None, 0, INCONCLUSIVE)
+        record = ClaimRecord(
+            str(text),
+            str(entry.get("source", "")) if isinstance(entry, dict) else "",
+            "not a claim record",
+            f"unusable claim entry: {err}"[:200],
+            None,
+            None,
+            0,
+            INCONCLUSIVE,
+        )
     return Verdict(experiment, record)
 
 
@@ -154,15 +186,31 @@ def evaluate(results: dict[str, dict]) -> list[Verdict]:
         else:
             try:
                 record = claim.check(data, claim.text, claim.source)
-            except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as err:  # schema changed
-                record = ClaimRecord(claim.text, claim.source, "", f"results.json has no usable {err}", None, None, 0,
-                                     INCONCLUSIVE)
+            except (
+                KeyError,
+                IndexError,
+                TypeError,
+                ValueError,
+                AttributeError,
+                ZeroDivisionError,
+            ) as err:  # schema changed
+                record = ClaimRecord(
+                    claim.text, claim.source, "", f"results.json has no usable {err}", None, None, 0, INCONCLUSIVE
+                )
         verdicts.append(Verdict(claim.experiment, record))
     for experiment, data in results.items():
         entries = data.get("claims", []) if isinstance(data, dict) else []
         if not isinstance(entries, list):
-            record = ClaimRecord(f"(claims of {experiment})", "", "not a claim record",
-                                 f"unusable claims entry: a {type(entries).__name__}, not a list", None, None, 0, INCONCLUSIVE)
+            record = ClaimRecord(
+                f"(claims of {experiment})",
+                "",
+                "not a claim record",
+                f"unusable claims entry: a {type(entries).__name__}, not a list",
+                None,
+                None,
+                0,
+                INCONCLUSIVE,
+            )
             verdicts.append(Verdict(experiment, record))
             continue
         for entry in entries:

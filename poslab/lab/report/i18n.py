@@ -22,16 +22,22 @@ from poslab.lab.report.sections import SECTIONS
 LANGS = ("en", "zh")
 
 #: the lessons by their own titles (000 and 002 in simplified, 001 in traditional characters)
-LESSONS = {"000": "「11 · 多头注意力与位置编码」", "001": "「多頭注意力和位置編碼」", "002": "「多头注意力机制与位置编码的深度解析」"}
+LESSONS = {
+    "000": "「11 · 多头注意力与位置编码」",
+    "001": "「多頭注意力和位置編碼」",
+    "002": "「多头注意力机制与位置编码的深度解析」",
+}
 
 _LANG: contextvars.ContextVar[str] = contextvars.ContextVar("poslab_report_lang", default="en")
 
 UI: dict[str, dict[str, str]] = {
     # page
     "page.title": {"en": "poslab lab report", "zh": "poslab 实验报告"},
-    "page.intro": {"en": "Multi-head attention and position encodings: the three lessons' claims, measured on this "
-                         "machine ({mode} run, report built {built}).",
-                   "zh": "多头注意力与位置编码：三篇课文的论断，在这台机器上实测（{mode}，报告生成于 {built}）。"},
+    "page.intro": {
+        "en": "Multi-head attention and position encodings: the three lessons' claims, measured on this "
+        "machine ({mode} run, report built {built}).",
+        "zh": "多头注意力与位置编码：三篇课文的论断，在这台机器上实测（{mode}，报告生成于 {built}）。",
+    },
     "mode.quick": {"en": "quick", "zh": "快速版"},
     "mode.full": {"en": "full", "zh": "完整版"},
     "mode.unknown": {"en": "unknown mode", "zh": "未知模式"},
@@ -40,16 +46,23 @@ UI: dict[str, dict[str, str]] = {
     "kind.wrong": {"en": "did not hold", "zh": "课文有误"},
     "kind.untestable": {"en": "not testable", "zh": "此规模无法检验"},
     "kind.inconclusive": {"en": "inconclusive", "zh": "无定论"},
-    "kind.held.meaning": {"en": "the lesson is right: the measurement went the claimed way by more than its noise",
-                          "zh": "课文说得对：测量结果朝论断的方向，且超出噪声"},
-    "kind.wrong.meaning": {"en": "the lesson is wrong: the measurement went the other way by more than its noise "
-                                 "(a correction, or a test on models that met its premise)",
-                           "zh": "课文说错了：测量结果与论断相反，且超出噪声（勘误，或在满足前提的模型上的检验）"},
-    "kind.untestable.meaning": {"en": "not testable at this scale: the models did not meet the claim's premise "
-                                      "(what was missing is shown)",
-                                "zh": "在这个规模上无法检验：模型没有达到论断的前提（下面列出缺了什么）"},
-    "kind.inconclusive.meaning": {"en": "inconclusive: the difference is inside the noise, or too few seeds",
-                                  "zh": "无定论：差别在噪声之内，或种子数不够"},
+    "kind.held.meaning": {
+        "en": "the lesson is right: the measurement went the claimed way by more than its noise",
+        "zh": "课文说得对：测量结果朝论断的方向，且超出噪声",
+    },
+    "kind.wrong.meaning": {
+        "en": "the lesson is wrong: the measurement went the other way by more than its noise "
+        "(a correction, or a test on models that met its premise)",
+        "zh": "课文说错了：测量结果与论断相反，且超出噪声（勘误，或在满足前提的模型上的检验）",
+    },
+    "kind.untestable.meaning": {
+        "en": "not testable at this scale: the models did not meet the claim's premise (what was missing is shown)",
+        "zh": "在这个规模上无法检验：模型没有达到论断的前提（下面列出缺了什么）",
+    },
+    "kind.inconclusive.meaning": {
+        "en": "inconclusive: the difference is inside the noise, or too few seeds",
+        "zh": "无定论：差别在噪声之内，或种子数不够",
+    },
     "count": {"en": "{n} {name}", "zh": "{name} {n} 条"},
     "legend.title": {"en": "What the badges mean", "zh": "标记的含义"},
     # navigation and sections
@@ -59,26 +72,34 @@ UI: dict[str, dict[str, str]] = {
     "nav.other": {"en": "Other results", "zh": "其他结果"},
     "other.claim": {"en": "Results of experiments no lesson section lists.", "zh": "没有对应课文章节的实验结果。"},
     "other.measured": {"en": "See each experiment's description.", "zh": "见各实验的说明。"},
-    "claims.intro": {"en": "Every quantitative claim of the lessons that a machine can test, with the figure measured "
-                           "by this lab", "zh": "课文中机器可以检验的每一个定量论断，以及本实验测得的数字"},
+    "claims.intro": {
+        "en": "Every quantitative claim of the lessons that a machine can test, with the figure measured by this lab",
+        "zh": "课文中机器可以检验的每一个定量论断，以及本实验测得的数字",
+    },
     "claims.untestable": {"en": "Not testable at this scale", "zh": "此规模无法检验的论断"},
-    "claims.untestable.intro": {"en": "These claims were not decided: the models did not reach what the claim needs "
-                                      "(its premise). The comparison alone would have said the verdict in the last column.",
-                                "zh": "这些论断没有判定：模型没有达到论断所需的能力（前提）。最后一列是只看比较本身会得到的结论。"},
-    "rule": {"en": "How a verdict is decided: training comparisons run every arm with at least 3 seeds; the margin is "
-                   "the difference of the means in the claim's direction and the noise the half-width of its 95% "
-                   "interval (Welch). held: margin > noise; did not hold: margin < -noise; inconclusive otherwise, or "
-                   "with fewer than 3 seeds. A claim on trained models has a premise (what the models must be able to "
-                   "do, fixed before the runs); when it is not met the claim is not testable at this scale. "
-                   "Deterministic claims (counts, tables, float identities) are decided against the tolerance in "
-                   "their criterion. docs/lab.md explains the rule.",
-             "zh": "判定规则：训练比较的每一组至少跑 3 个种子；差值（margin）是两组均值之差（按论断的方向），噪声是这个差的 "
-                   "95% 置信区间半宽（Welch）。差值 > 噪声：成立；差值 < −噪声：不成立；否则无定论（种子少于 3 个也是无定论）。"
-                   "针对训练模型的论断都有一个前提（模型必须先会做的事，在训练前定好）；前提未满足时，论断在此规模下无法检验。"
-                   "确定性论断（参数计数、表格、浮点恒等式）按其判据中的容差判定。docs/lab.md 有详细说明。"},
-    "guide.intro": {"en": "Each lesson by its own title, section by section: where on this page its claims are "
-                          "measured, the figures shown there, and the verdicts.",
-                    "zh": "按课文标题逐节列出：每一节的论断在本页哪里测量、那里有哪些图，以及判定结果。"},
+    "claims.untestable.intro": {
+        "en": "These claims were not decided: the models did not reach what the claim needs "
+        "(its premise). The comparison alone would have said the verdict in the last column.",
+        "zh": "这些论断没有判定：模型没有达到论断所需的能力（前提）。最后一列是只看比较本身会得到的结论。",
+    },
+    "rule": {
+        "en": "How a verdict is decided: training comparisons run every arm with at least 3 seeds; the margin is "
+        "the difference of the means in the claim's direction and the noise the half-width of its 95% "
+        "interval (Welch). held: margin > noise; did not hold: margin < -noise; inconclusive otherwise, or "
+        "with fewer than 3 seeds. A claim on trained models has a premise (what the models must be able to "
+        "do, fixed before the runs); when it is not met the claim is not testable at this scale. "
+        "Deterministic claims (counts, tables, float identities) are decided against the tolerance in "
+        "their criterion. docs/lab.md explains the rule.",
+        "zh": "判定规则：训练比较的每一组至少跑 3 个种子；差值（margin）是两组均值之差（按论断的方向），噪声是这个差的 "
+        "95% 置信区间半宽（Welch）。差值 > 噪声：成立；差值 < −噪声：不成立；否则无定论（种子少于 3 个也是无定论）。"
+        "针对训练模型的论断都有一个前提（模型必须先会做的事，在训练前定好）；前提未满足时，论断在此规模下无法检验。"
+        "确定性论断（参数计数、表格、浮点恒等式）按其判据中的容差判定。docs/lab.md 有详细说明。",
+    },
+    "guide.intro": {
+        "en": "Each lesson by its own title, section by section: where on this page its claims are "
+        "measured, the figures shown there, and the verdicts.",
+        "zh": "按课文标题逐节列出：每一节的论断在本页哪里测量、那里有哪些图，以及判定结果。",
+    },
     "guide.section": {"en": "lesson section", "zh": "课文章节"},
     "guide.where": {"en": "measured in", "zh": "测量位置"},
     "guide.figures": {"en": "figures", "zh": "图表"},
@@ -94,13 +115,19 @@ UI: dict[str, dict[str, str]] = {
     "table.without": {"en": "the comparison alone", "zh": "只看比较"},
     "table.criterion": {"en": "criterion:", "zh": "判据："},
     "table.evidence": {"en": "evidence:", "zh": "证据："},
-    "table.none": {"en": "No claim of this section could be checked: its experiments did not run.",
-                   "zh": "本节的论断都没有检验：相关实验没有运行。"},
+    "table.none": {
+        "en": "No claim of this section could be checked: its experiments did not run.",
+        "zh": "本节的论断都没有检验：相关实验没有运行。",
+    },
     "margin.unmeasurable": {"en": "not measurable", "zh": "无法测量"},
-    "margin.deterministic": {"en": "margin {margin} (deterministic: no seeds; the tolerance is in the criterion)",
-                             "zh": "差值 {margin}（确定性计算，无种子；容差见判据）"},
-    "margin.nonoise": {"en": "margin {margin} (no measured noise; the tolerance is in the criterion)",
-                       "zh": "差值 {margin}（没有测得噪声；容差见判据）"},
+    "margin.deterministic": {
+        "en": "margin {margin} (deterministic: no seeds; the tolerance is in the criterion)",
+        "zh": "差值 {margin}（确定性计算，无种子；容差见判据）",
+    },
+    "margin.nonoise": {
+        "en": "margin {margin} (no measured noise; the tolerance is in the criterion)",
+        "zh": "差值 {margin}（没有测得噪声；容差见判据）",
+    },
     "margin.seeded": {"en": "margin {margin} vs noise ±{noise} (n={n})", "zh": "差值 {margin}，噪声 ±{noise}（n={n}）"},
     "margin.fewseeds": {"en": "; fewer than {n} seeds", "zh": "；种子少于 {n} 个"},
     "margin.missed": {"en": "; missed by {by}", "zh": "；还差 {by}"},
@@ -121,48 +148,67 @@ UI: dict[str, dict[str, str]] = {
     "cell.values": {"en": "{n} values: {first}, {second} … {last}", "zh": "共 {n} 个值：{first}、{second} …… {last}"},
     # machine
     "machine.recorded": {"en": "recorded by the lab run", "zh": "由实验运行时记录"},
-    "machine.here": {"en": "of the machine that built this report (no lab.json)", "zh": "生成本报告的机器（没有 lab.json）"},
-    "machine.shared": {"en": "{origin}; the machine may have been shared with other work, so timings are noisy.",
-                       "zh": "{origin}；这台机器可能同时在做别的工作，计时有噪声。"},
+    "machine.here": {
+        "en": "of the machine that built this report (no lab.json)",
+        "zh": "生成本报告的机器（没有 lab.json）",
+    },
+    "machine.shared": {
+        "en": "{origin}; the machine may have been shared with other work, so timings are noisy.",
+        "zh": "{origin}；这台机器可能同时在做别的工作，计时有噪声。",
+    },
     "machine.cpu": {"en": "CPU", "zh": "处理器"},
     "machine.cores": {"en": "cores", "zh": "核心数"},
     "machine.threads": {"en": "torch threads", "zh": "torch 线程数"},
     "machine.cuda": {"en": "CUDA", "zh": "CUDA"},
     "machine.platform": {"en": "platform", "zh": "平台"},
     "machine.lab": {"en": "lab {key}", "zh": "实验 {key}"},
-    "machine.steps": {"en": "lab steps (seconds: wall time; cpu_seconds: CPU time of the step's process)",
-                      "zh": "实验步骤（seconds：墙钟时间；cpu_seconds：该步骤进程的 CPU 时间）"},
+    "machine.steps": {
+        "en": "lab steps (seconds: wall time; cpu_seconds: CPU time of the step's process)",
+        "zh": "实验步骤（seconds：墙钟时间；cpu_seconds：该步骤进程的 CPU 时间）",
+    },
     # key tables
     "key.scheme": {"en": "scheme", "zh": "位置编码"},
     "key.run": {"en": "run", "zh": "训练"},
     "key.model": {"en": "model", "zh": "模型"},
-    "key.extrapolation": {"en": "validation perplexity, {label} (trained at L = {length}; mean ± sd over seeds {seeds}){baseline}",
-                          "zh": "验证集困惑度，{label}（训练长度 L = {length}；种子 {seeds} 的均值 ± 标准差）{baseline}"},
+    "key.extrapolation": {
+        "en": "validation perplexity, {label} (trained at L = {length}; mean ± sd over seeds {seeds}){baseline}",
+        "zh": "验证集困惑度，{label}（训练长度 L = {length}；种子 {seeds} 的均值 ± 标准差）{baseline}",
+    },
     "key.nonoverlapping": {"en": "non-overlapping chunks", "zh": "不重叠分块"},
     "key.sliding": {"en": "sliding window", "zh": "滑动窗口"},
-    "key.baseline": {"en": "; unigram-entropy baseline of {corpus}: {value} nats (perplexity {ppl})",
-                     "zh": "；{corpus} 的单字熵基线：{value} nats（困惑度 {ppl}）"},
+    "key.baseline": {
+        "en": "; unigram-entropy baseline of {corpus}: {value} nats (perplexity {ppl})",
+        "zh": "；{corpus} 的单字熵基线：{value} nats（困惑度 {ppl}）",
+    },
     "key.ctx.scaling": {"en": "scaling at inference", "zh": "推理时的缩放"},
     "key.ctx.spec": {"en": "spec", "zh": "配置"},
     "key.ctx.pplat": {"en": "ppl at {n}", "zh": "{n} 处困惑度"},
-    "key.ctx.base": {"en": "RoPE model trained at L = {length}; its perplexity at L: {ppl}",
-                     "zh": "RoPE 模型在 L = {length} 训练；在 L 处的困惑度：{ppl}"},
+    "key.ctx.base": {
+        "en": "RoPE model trained at L = {length}; its perplexity at L: {ppl}",
+        "zh": "RoPE 模型在 L = {length} 训练；在 L 处的困惑度：{ppl}",
+    },
     "key.ctx.finetuned": {"en": "fine-tuned", "zh": "微调方式"},
     "key.ctx.back": {"en": "ppl back at {n}", "zh": "回到 {n} 的困惑度"},
     "key.ctx.after": {"en": "after fine-tuning at 4×L", "zh": "在 4×L 微调之后"},
     "key.ctx.forgetting": {"en": "ppl at L = {n} (forgetting)", "zh": "L = {n} 处困惑度（遗忘）"},
     "key.ctx.passkey": {"en": "passkey at {f}×L", "zh": "{f}×L 处的密钥检索"},
-    "key.ctx.averaging": {"en": "checkpoint averaging of the {ft} fine-tune: last {last} checkpoints, base ⊕ fine-tuned "
-                                "{w}/{w2} (mean ± sd over seeds {seeds})",
-                          "zh": "{ft} 微调的检查点平均：最后 {last} 个检查点，基座 ⊕ 微调 {w}/{w2}（种子 {seeds} 的均值 ± 标准差）"},
+    "key.ctx.averaging": {
+        "en": "checkpoint averaging of the {ft} fine-tune: last {last} checkpoints, base ⊕ fine-tuned "
+        "{w}/{w2} (mean ± sd over seeds {seeds})",
+        "zh": "{ft} 微调的检查点平均：最后 {last} 个检查点，基座 ⊕ 微调 {w}/{w2}（种子 {seeds} 的均值 ± 标准差）",
+    },
     "key.entropy.rise": {"en": "entropy rise at 4×L", "zh": "4×L 处熵的增量"},
-    "key.entropy.caption": {"en": "mean attention entropy (nats) by evaluation length (means over seeds {seeds})",
-                            "zh": "按评估长度的平均注意力熵（nats，种子 {seeds} 的均值）"},
+    "key.entropy.caption": {
+        "en": "mean attention entropy (nats) by evaluation length (means over seeds {seeds})",
+        "zh": "按评估长度的平均注意力熵（nats，种子 {seeds} 的均值）",
+    },
     "key.train.val": {"en": "val loss, whole split (mean ± sd)", "zh": "整个验证集的损失（均值 ± 标准差）"},
     "key.train.best": {"en": "best val loss (sampled)", "zh": "最佳验证损失（抽样）"},
     "key.train.params": {"en": "parameters", "zh": "参数量"},
-    "key.train.caption": {"en": "{steps} training steps each on {corpus}, seeds {seeds}{baseline}",
-                          "zh": "每个在 {corpus} 上训练 {steps} 步，种子 {seeds}{baseline}"},
+    "key.train.caption": {
+        "en": "{steps} training steps each on {corpus}, seeds {seeds}{baseline}",
+        "zh": "每个在 {corpus} 上训练 {steps} 步，种子 {seeds}{baseline}",
+    },
     "key.heads.head": {"en": "head", "zh": "头"},
     "key.heads.prev": {"en": "previous-token", "zh": "前一个字"},
     "key.heads.induction": {"en": "induction", "zh": "归纳"},
@@ -176,14 +222,18 @@ UI: dict[str, dict[str, str]] = {
     "key.heads.nmasked": {"en": "heads masked", "zh": "屏蔽的头数"},
     "key.heads.loss": {"en": "loss", "zh": "损失"},
     "key.heads.increase": {"en": "increase", "zh": "增量"},
-    "key.heads.prune": {"en": "pruning the least important heads (by Δloss when masked alone)",
-                        "zh": "剪掉最不重要的头（按单独屏蔽时的 Δ损失排序）"},
+    "key.heads.prune": {
+        "en": "pruning the least important heads (by Δloss when masked alone)",
+        "zh": "剪掉最不重要的头（按单独屏蔽时的 Δ损失排序）",
+    },
     "key.runs.corpus": {"en": "corpus", "zh": "语料"},
     "key.runs.steps": {"en": "steps", "zh": "步数"},
     "key.runs.final": {"en": "final val loss (nats)", "zh": "最终验证损失（nats）"},
     "key.runs.baseline": {"en": "unigram-entropy baseline (nats)", "zh": "单字熵基线（nats）"},
-    "key.runs.caption": {"en": "the model these heads belong to: how far below the character-frequency baseline it trained",
-                         "zh": "这些头所属的模型：训练后比字频基线低了多少"},
+    "key.runs.caption": {
+        "en": "the model these heads belong to: how far below the character-frequency baseline it trained",
+        "zh": "这些头所属的模型：训练后比字频基线低了多少",
+    },
 }
 
 #: the Chinese of every section of :data:`poslab.lab.report.sections.SECTIONS`: key -> (title, claim, measured)

@@ -34,7 +34,9 @@ class Section:
 
 SECTIONS: tuple[Section, ...] = (
     Section(
-        "multihead", "Multi-head attention: many small heads, no extra parameters", "seed 000 §1, seed 001 §2, seed 002 §3.2",
+        "multihead",
+        "Multi-head attention: many small heads, no extra parameters",
+        "seed 000 §1, seed 001 §2, seed 002 §3.2",
         "「多头不增加参数量，只是改变了计算的方式」: splitting d_model into h heads of d_k = d_model/h keeps the four "
         "d×d matrices W_Q, W_K, W_V, W_O, so the parameter count does not depend on h. Seed 001 prints qkv 3168 / "
         "proj 1056 for n_embd 32 whatever the head count, and asks (exercise 2) to train 1, 4 and 8 heads and compare "
@@ -46,7 +48,9 @@ SECTIONS: tuple[Section, ...] = (
         ("experiments/params", "experiments/shapes", "experiments/heads"),
     ),
     Section(
-        "order", "Attention cannot see order", "seed 000 §2.1 (exp. 3), seed 001",
+        "order",
+        "Attention cannot see order",
+        "seed 000 §2.1 (exp. 3), seed 001",
         "「Attention 是置换等变的」: permuting the input only permutes the output, so 狗咬人 and 人咬狗 look the same. "
         "Seed 001 finds the surprise: with a causal mask and two or more layers, a model without any position "
         "encoding still tells 白日依山尽 from 山依日白尽 — the mask itself leaks order (Haviv et al. 2022).",
@@ -57,7 +61,9 @@ SECTIONS: tuple[Section, ...] = (
         ("experiments/permutation", "experiments/causal-leak", "experiments/bidirectional"),
     ),
     Section(
-        "training", "Which position encoding trains best", "seed 000 §2.2 and §4, seed 001 exercise 3",
+        "training",
+        "Which position encoding trains best",
+        "seed 000 §2.2 and §4, seed 001 exercise 3",
         "Seed 000's table ranks absolute, learned, relative (T5, ALiBi) and rotary encodings; it says ALiBi 「性能略低于 "
         "RoPE」 and that RoPE is the modern default. Seed 001 notes that a causal model with no position encoding "
         "still learns positions, 「效果只比加了位置编码的差一点」, and asks to swap pos_emb for RoPE and compare.",
@@ -66,7 +72,9 @@ SECTIONS: tuple[Section, ...] = (
         ("experiments/position-training",),
     ),
     Section(
-        "sinusoidal", "Sinusoidal encoding and its precomputed cache", "seed 002 §2.1, §5.2",
+        "sinusoidal",
+        "Sinusoidal encoding and its precomputed cache",
+        "seed 002 §2.1, §5.2",
         "Seed 002 writes PE(pos, 2i) = sin(pos/10000^(2i/d)), says the values stay in [-1, 1] and the wavelengths run "
         "from 2π to 10000·2π, and claims 「预计算版本比实时计算快40倍」 for the precomputed table.",
         "Timed on this machine, alternating and taking medians: a lookup in poslab's cached sinusoidal table against "
@@ -75,7 +83,9 @@ SECTIONS: tuple[Section, ...] = (
         ("experiments/pe-cache",),
     ),
     Section(
-        "rope", "RoPE: position as a rotation", "seed 000 §3",
+        "rope",
+        "RoPE: position as a rotation",
+        "seed 000 §3",
         "「<R_m q, R_n k> = <q, R_{n−m} k>」: after the rotation, the inner product depends only on the offset n − m; "
         "the lesson's table shows the same value at every absolute position (spread ~1e-6). The frequencies "
         "θ_i = base^(−2i/d) are geometric: low dimensions turn fast (short periods, near tokens), high dimensions "
@@ -86,7 +96,9 @@ SECTIONS: tuple[Section, ...] = (
         ("experiments/rope-relative", "experiments/frequencies"),
     ),
     Section(
-        "extrapolation", "Past the training length", "seed 000 §2.2, §3.5, Q4; seed 002 §4.1",
+        "extrapolation",
+        "Past the training length",
+        "seed 000 §2.2, §3.5, Q4; seed 002 §4.1",
         "Absolute and learned embeddings 「超出训练长度就崩」; relative encodings are medium and RoPE good at "
         "extrapolation, yet past the training length RoPE degrades: 「注意力熵爆炸」 and 「困惑度急剧上升——实测通常从 10 "
         "飙到 100+」. Seed 002 says relative encodings solve long-sequence generalisation. The ALiBi paper (Press et "
@@ -100,13 +112,15 @@ SECTIONS: tuple[Section, ...] = (
         ("experiments/extrapolation", "experiments/attention-entropy", "experiments/transformer-xl"),
     ),
     Section(
-        "context", "Stretching the context: PI, NTK-aware, YaRN", "seed 000 §3.5, Q4",
+        "context",
+        "Stretching the context: PI, NTK-aware, YaRN",
+        "seed 000 §3.5, Q4",
         "「扩展上下文长度时，第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」; the table ranks YaRN ★★★, NTK ★★☆, "
         "PI ★★ (lossy), continued pre-training ★★★ (slow but most reliable).\n\n"
         "Q4 adds: 「LLaMA3 的做法：8K 预训练 → 分阶段扩展到 128K，中间用 NTK-aware + 继续预训练 + 平均检查点（averaging "
         "checkpoints）避免灾难性遗忘。」 (Llama 3 extends 8K to 128K in stages with NTK-aware scaling, continued "
         "pre-training and checkpoint averaging against catastrophic forgetting). In the Llama 3 paper (Dubey et al. "
-        "2024, \"The Llama 3 Herd of Models\") checkpoint averaging belongs to the annealing stage of pre-training "
+        '2024, "The Llama 3 Herd of Models") checkpoint averaging belongs to the annealing stage of pre-training '
         "(§3.4.3) and to post-training (§4.1.5, models averaged at each RM, SFT and DPO stage), not to the "
         "long-context stage (§3.4.2) the lesson ties it to.",
         "The RoPE model evaluated at 4× its training length with no scaling, PI, NTK, dynamic NTK, YaRN and Llama 3 "
@@ -117,7 +131,9 @@ SECTIONS: tuple[Section, ...] = (
         ("experiments/context-extension",),
     ),
     Section(
-        "heads", "What the heads do", "seed 000 Q1, seed 002 §6.1",
+        "heads",
+        "What the heads do",
+        "seed 000 Q1, seed 002 §6.1",
         "「有些头专门做「前一个词」的关注，有些头做「句号」的关注」; seed 002 §6.1 describes heads for local syntax, "
         "keywords and long-range dependencies, and heads that serve as a 「备用通道」 (spare channel). Olsson et al. 2022 "
         "add induction heads (they need two or more layers); Voita et al. 2019 positional heads; Michel et al. 2019 "
@@ -129,7 +145,9 @@ SECTIONS: tuple[Section, ...] = (
         ("attention", "heads"),
     ),
     Section(
-        "probes", "Synthetic probes: where position decides the answer", "seed 000 §2.1, Q1; Kazemnejad et al. 2023",
+        "probes",
+        "Synthetic probes: where position decides the answer",
+        "seed 000 §2.1, Q1; Kazemnejad et al. 2023",
         "Attention without positions cannot order tokens, so tasks such as reversing a sequence or fetching the "
         "token at position k need a position encoding. Kazemnejad et al. 2023 rank length generalisation "
         "NoPE > T5 > ALiBi > RoPE > absolute; seed 000 Q1 says more heads let a layer carry more relations at once.",
@@ -138,7 +156,9 @@ SECTIONS: tuple[Section, ...] = (
         ("experiments/probes",),
     ),
     Section(
-        "sparse", "Sparse attention: what it keeps and what it saves", "seed 002 §6.1, §7.1",
+        "sparse",
+        "Sparse attention: what it keeps and what it saves",
+        "seed 002 §6.1, §7.1",
         "Seed 002 presents local, axial, LSH and adaptive-span attention as ways to cut the quadratic cost, and "
         "claims adaptive span saves 23% of computation on PG-19; §6.1 describes heads for local grammar, keywords "
         "and long-range dependencies and spare heads.",
@@ -148,7 +168,9 @@ SECTIONS: tuple[Section, ...] = (
         ("experiments/sparse", "experiments/head-map"),
     ),
     Section(
-        "modern", "Mechanisms of recent models", "seed 000 §3; Xiao et al. 2023; Barbero et al. 2024",
+        "modern",
+        "Mechanisms of recent models",
+        "seed 000 §3; Xiao et al. 2023; Barbero et al. 2024",
         "StreamingLLM keeps a few first tokens (attention sinks) beside a rolling window and reports stable "
         "perplexity on streams far longer than the window; Barbero et al. 2024 find that RoPE models use the lowest "
         "frequencies for content and the highest for position.",
@@ -157,7 +179,9 @@ SECTIONS: tuple[Section, ...] = (
         ("experiments/streaming", "experiments/rope-frequency-usage"),
     ),
     Section(
-        "zoo", "Real models' head geometry", "seed 000 §1.4, Q3; seed 002 §3.2",
+        "zoo",
+        "Real models' head geometry",
+        "seed 000 §1.4, Q3; seed 002 §3.2",
         "「d_k 几乎总是 64 或 128」 (seed 000 Q3) and 「最优头数 ≈ √(d_model/16)」 (seed 002 §3.2); the attention "
         "parameters are 4·d_model² whatever the head count.",
         "A shipped table of published configs of open models (each row citing its config.json): the d_k "
@@ -165,7 +189,9 @@ SECTIONS: tuple[Section, ...] = (
         ("experiments/model-zoo",),
     ),
     Section(
-        "corrections", "Corrections: what the lessons get wrong", "seeds 000 and 002",
+        "corrections",
+        "Corrections: what the lessons get wrong",
+        "seeds 000 and 002",
         "Statements of the lessons that the lab shows to be wrong, each quoted with an English gloss.",
         "For each, the measurement or computation that shows it (ALiBi's sign and direction, NTK-aware scaling's "
         "direction, the memory RoPE saves on a 7B model, the inverted local-window mask, gradient clipping under a "

@@ -92,8 +92,12 @@ class Call:
     def one_run(self, spec: AttentionSpec) -> bool:
         """Causal, and q and k share one increasing run of positions: SDPA's ``is_causal`` is exact."""
         q_pos, k_pos = self.q_pos, self.k_pos
-        return (spec.causal and q_pos.shape[0] == k_pos.shape[0] and (q_pos is k_pos or torch.equal(q_pos, k_pos))
-                and (self.increasing if self.increasing is not None else _increasing(q_pos)))
+        return (
+            spec.causal
+            and q_pos.shape[0] == k_pos.shape[0]
+            and (q_pos is k_pos or torch.equal(q_pos, k_pos))
+            and (self.increasing if self.increasing is not None else _increasing(q_pos))
+        )
 
     def sorted(self) -> bool:
         return _sorted(self.q_pos) and _sorted(self.k_pos)
@@ -173,8 +177,9 @@ def _eager(
     return torch.matmul(attn.to(v.dtype), v), weights  # [B, h, Tq, d_v]
 
 
-def _eager_tile(spec: AttentionSpec, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                attn_mask: Tensor | None) -> Tensor | None:
+def _eager_tile(
+    spec: AttentionSpec, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, attn_mask: Tensor | None
+) -> Tensor | None:
     """The rule, the user mask and the bias of one ``[tq, tk]`` tile as one bool or float tensor."""
     bias = spec.bias_fn(q, k, q_pos, k_pos) if spec.bias_fn is not None else None
     return combine_float(merge_masks(spec.keep(q_pos[:, None], k_pos[None, :]), attn_mask), bias)
@@ -188,18 +193,37 @@ class Eager(Backend):
 
     def run(self, spec: AttentionSpec, call: Call) -> tuple[Tensor, Tensor | None]:
         q, k, v = call.q, call.k, call.v
-        watched = call.probe is not None and bool(getattr(call.probe, "_forward_hooks", None)
-                                                  or getattr(call.probe, "_forward_pre_hooks", None))
-        if (spec.reshapes_scores() and not call.need_weights and not watched and q.shape[2] > call.query_chunk
-                and call.sorted()):
+        watched = call.probe is not None and bool(
+            getattr(call.probe, "_forward_hooks", None) or getattr(call.probe, "_forward_pre_hooks", None)
+        )
+        if (
+            spec.reshapes_scores()
+            and not call.need_weights
+            and not watched
+            and q.shape[2] > call.query_chunk
+            and call.sorted()
+        ):
             # a score transform SDPA cannot apply, no weights wanted: eager in query blocks, linear memory in T
 
             def run_block(qb: Tensor, kb: Tensor, vb: Tensor, qp: Tensor, kp: Tensor, mask: Tensor | None) -> Tensor:
-                return _eager(qb, kb, vb, _eager_tile(spec, qb, kb, qp, kp, mask), call.scale, call.dropout, None, spec)[0]
+                return _eager(
+                    qb, kb, vb, _eager_tile(spec, qb, kb, qp, kp, mask), call.scale, call.dropout, None, spec
+                )[0]
 
             recompute = k.shape[2] >= call.recompute_threshold and torch.is_grad_enabled()
-            out = blocked(run_block, q, k, v, call.q_pos, call.k_pos, spec, call.attn_mask, call.query_chunk, recompute,
-                          keeps_tiles=True)
+            out = blocked(
+                run_block,
+                q,
+                k,
+                v,
+                call.q_pos,
+                call.k_pos,
+                spec,
+                call.attn_mask,
+                call.query_chunk,
+                recompute,
+                keeps_tiles=True,
+            )
             return out, None
         check_eager_scores(q.shape[0], q.shape[1], q.shape[2], k.shape[2])  # refuse what would exhaust the RAM
         combined = _eager_tile(spec, q, k, call.q_pos, call.k_pos, call.attn_mask)
@@ -214,7 +238,9 @@ def _append_zero_key(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     return k, v
 
 
-def _with_sink_column(q: Tensor, k: Tensor, v: Tensor, combined: Tensor | None, sinks: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _with_sink_column(
+    q: Tensor, k: Tensor, v: Tensor, combined: Tensor | None, sinks: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """Sinks for SDPA: one more key and value, both zero, whose float-mask entry is the head's sink.
 
     Its logit is ``0 * scale + sink``, so ``exp(sink)`` joins the denominator and nothing the output.
@@ -234,7 +260,9 @@ def _with_sink_column(q: Tensor, k: Tensor, v: Tensor, combined: Tensor | None, 
     return k, v, combined
 
 
-def _fused_causal_sinks(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, scale: float, dropout: float, gqa: bool) -> Tensor:
+def _fused_causal_sinks(
+    q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, scale: float, dropout: float, gqa: bool
+) -> Tensor:
     """Causal attention with a learned sink logit per head, in one fused SDPA call (linear memory in ``T``).
 
     The sink becomes a key in front of the sequence, and the queries get :data:`SINK_PAD` more head
@@ -262,8 +290,9 @@ def _fused_causal_sinks(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, scale: f
     k_ext = torch.cat((sink_key, F.pad(k, (0, width - dk))), dim=2)  # [B, hkv, 1+T, width]
     v_ext = F.pad(v, (0, width - dv, 1, 0))  # [B, hkv, 1+T, width]: a zero value for the sink, zero-padded
     with _cpu_lowp_kernel(q_ext):
-        out = F.scaled_dot_product_attention(q_ext, k_ext, v_ext, dropout_p=dropout, is_causal=True, scale=scale,
-                                             enable_gqa=gqa)  # [B, h, 1+T, width]
+        out = F.scaled_dot_product_attention(
+            q_ext, k_ext, v_ext, dropout_p=dropout, is_causal=True, scale=scale, enable_gqa=gqa
+        )  # [B, h, 1+T, width]
     return out[:, :, 1:, :dv]  # [B, h, T, d_v]
 
 
@@ -284,8 +313,17 @@ def _increasing(pos: Tensor) -> bool:
     return pos.numel() <= 1 or bool((pos[1:] > pos[:-1]).all())
 
 
-def _sdpa_block(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, spec: AttentionSpec,
-                attn_mask: Tensor | None, scale: float, dropout: float) -> Tensor:
+def _sdpa_block(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    spec: AttentionSpec,
+    attn_mask: Tensor | None,
+    scale: float,
+    dropout: float,
+) -> Tensor:
     """One SDPA call: the position rule, user mask and bias combined into one (bool or float) mask."""
     keep = spec.keep(q_pos[:, None], k_pos[None, :])  # [Tq, Tk] or None
     if keep is not None and q_pos.shape[0] == 1 and bool(keep.all()):
@@ -310,8 +348,19 @@ def _blocked_sdpa(spec: AttentionSpec, call: Call) -> Tensor:
     mask = call.attn_mask
     float_bias = spec.bias_fn is not None or (mask is not None and mask.dtype != torch.bool)
     recompute = call.k.shape[2] >= call.recompute_threshold and torch.is_grad_enabled()
-    return blocked(run_block, call.q, call.k, call.v, call.q_pos, call.k_pos, spec, mask, call.query_chunk, recompute,
-                   keeps_tiles=float_bias)
+    return blocked(
+        run_block,
+        call.q,
+        call.k,
+        call.v,
+        call.q_pos,
+        call.k_pos,
+        spec,
+        mask,
+        call.query_chunk,
+        recompute,
+        keeps_tiles=float_bias,
+    )
 
 
 class Sdpa(Backend):
@@ -322,8 +371,10 @@ class Sdpa(Backend):
 
     def supports(self, spec: AttentionSpec, call: Call) -> str | None:
         if spec.softcap is not None:
-            return (f"softcap={spec.softcap} (attention logit soft-capping) cannot run in the sdpa backend; "
-                    "use backend='eager', 'flex' or 'auto'")
+            return (
+                f"softcap={spec.softcap} (attention logit soft-capping) cannot run in the sdpa backend; "
+                "use backend='eager', 'flex' or 'auto'"
+            )
         return None
 
     def run(self, spec: AttentionSpec, call: Call) -> tuple[Tensor, Tensor | None]:
@@ -334,11 +385,14 @@ class Sdpa(Backend):
         if plain and spec.sinks is None and terms == {"causal"} and call.one_run(spec):
             # one increasing run of positions shared by q and k: the fused causal kernel is exact
             with _cpu_lowp_kernel(q):
-                out = F.scaled_dot_product_attention(q, k, v, dropout_p=call.dropout, is_causal=True, scale=call.scale,
-                                                     enable_gqa=gqa)
+                out = F.scaled_dot_product_attention(
+                    q, k, v, dropout_p=call.dropout, is_causal=True, scale=call.scale, enable_gqa=gqa
+                )
             return out, None
         if plain and spec.sinks is None and not terms:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=call.dropout, scale=call.scale, enable_gqa=gqa), None
+            return F.scaled_dot_product_attention(
+                q, k, v, dropout_p=call.dropout, scale=call.scale, enable_gqa=gqa
+            ), None
         if plain and spec.sinks is not None and terms == {"causal"} and call.one_run(spec):
             return _fused_causal_sinks(q, k, v, spec.sinks, call.scale, call.dropout, gqa), None
         if q.shape[2] > call.query_chunk and call.sorted():
@@ -438,7 +492,9 @@ class Flex(Backend):
         if spec.terms() or sinks is not None or pad:
             block_mask = create_block_mask(mask_mod, None, None, q.shape[2], k.shape[2], device=q.device.type)
         run = _compiled_flex()  # eager flex_attention is a slow reference implementation on every device
-        out = run(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=call.scale, enable_gqa=q.shape[1] != k.shape[1])
+        out = run(
+            q, k, v, score_mod=score_mod, block_mask=block_mask, scale=call.scale, enable_gqa=q.shape[1] != k.shape[1]
+        )
         return (out[:, :, :Tq] if pad else out), None  # [B, h, Tq, d_v]
 
 

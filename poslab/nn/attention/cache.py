@@ -53,7 +53,12 @@ class KVCache(nn.Module):
         super().__init__()
         if memory and not rolling:
             raise ValueError("a segment-memory KV cache (memory=True) is a ring buffer: pass rolling=True as well")
-        for label, value in (("batch_size", batch_size), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim), ("capacity", capacity)):
+        for label, value in (
+            ("batch_size", batch_size),
+            ("n_kv_heads", n_kv_heads),
+            ("head_dim", head_dim),
+            ("capacity", capacity),
+        ):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"KV cache {label} must be an integer, got {value!r}")
             if value <= 0:
@@ -137,4 +142,3 @@ class KVCache(nn.Module):
     def extra_repr(self) -> str:
         B, hkv, C, dk = self.k.shape
         return f"batch={B}, kv_heads={hkv}, capacity={C}, head_dim={dk}, rolling={self.rolling}, memory={self.memory}, length={self.length}"
-

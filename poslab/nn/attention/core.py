@@ -84,13 +84,34 @@ def attend(
     check_backend_name(backend)
     if spec is None:
         check_mechanisms(q.shape[1], softcap, sinks, chunk)
-        spec = AttentionSpec(causal=causal, window=window, chunk=chunk, sinks=sinks, softcap=softcap, scale=scale,
-                             bias_fn=bias_fn, score_mod=score_mod)
+        spec = AttentionSpec(
+            causal=causal,
+            window=window,
+            chunk=chunk,
+            sinks=sinks,
+            softcap=softcap,
+            scale=scale,
+            bias_fn=bias_fn,
+            score_mod=score_mod,
+        )
     else:
         check_mechanisms(q.shape[1], None, spec.sinks, None)
     scale = spec.scale if spec.scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    call = Call(q, k, v, q_pos, k_pos, attn_mask=attn_mask, scale=scale, dropout=dropout, need_weights=need_weights,
-                probe=probe, query_chunk=query_chunk, recompute_threshold=recompute_threshold, increasing=increasing)
+    call = Call(
+        q,
+        k,
+        v,
+        q_pos,
+        k_pos,
+        attn_mask=attn_mask,
+        scale=scale,
+        dropout=dropout,
+        need_weights=need_weights,
+        probe=probe,
+        query_chunk=query_chunk,
+        recompute_threshold=recompute_threshold,
+        increasing=increasing,
+    )
     return resolve(backend, spec, call).run(spec, call)
 
 
@@ -104,6 +125,13 @@ def resolve_backend(backend: str, device: torch.device, need_weights: bool = Fal
         return backend
     x = torch.empty(1, 1, 2, 1, device="meta")
     pos = torch.empty(2, dtype=torch.long, device="meta")
-    call = Call(x, x, x, pos, pos, attn_mask=torch.empty(1, 1, 2, 2, device="meta") if has_mask else None,
-                device_type=torch.device(device).type)
+    call = Call(
+        x,
+        x,
+        x,
+        pos,
+        pos,
+        attn_mask=torch.empty(1, 1, 2, 2, device="meta") if has_mask else None,
+        device_type=torch.device(device).type,
+    )
     return resolve("auto", AttentionSpec(), call).name

@@ -18,7 +18,9 @@ def validate_geometry(d_model: int, n_heads: int, n_kv_heads: int) -> None:
     if d_model % n_heads:
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads} (d_model must equal n_heads * d_k)")
     if n_heads % n_kv_heads:
-        raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads} (each kv head serves n_heads/n_kv_heads query heads)")
+        raise ValueError(
+            f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads} (each kv head serves n_heads/n_kv_heads query heads)"
+        )
 
 
 def validate_head_dim(head_dim: int) -> int:
@@ -32,8 +34,10 @@ def validate_temperature_tuning(value: tuple[float, float] | list[float] | None)
     """``None`` or ``(floor_scale > 0, attn_scale)`` as floats (Llama 4: ``(8192, 0.1)``)."""
     if value is None:
         return None
-    ok = isinstance(value, (tuple, list)) and len(value) == 2 and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value
+    ok = (
+        isinstance(value, (tuple, list))
+        and len(value) == 2
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value)
     )
     if not ok or value[0] <= 0:
         raise ValueError(f"temperature_tuning must be (floor_scale > 0, attn_scale) or None, got {value!r}")
@@ -88,7 +92,9 @@ def check_mask(
         mask = mask[None, None]
     ok = mask.dim() == 4 and mask.shape[-2:] == (Tq, Tk) and mask.shape[0] in (1, B) and mask.shape[1] in (1, h)
     if not ok:
-        raise ValueError(f"attn_mask of shape {given} does not fit: expected [{Tq}, {Tk}] or [{B}|1, {h}|1, {Tq}, {Tk}]")
+        raise ValueError(
+            f"attn_mask of shape {given} does not fit: expected [{Tq}, {Tk}] or [{B}|1, {h}|1, {Tq}, {Tk}]"
+        )
     return mask
 
 

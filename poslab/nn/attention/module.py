@@ -230,12 +230,16 @@ class MultiHeadAttention(nn.Module):
             start = cache.length if cache is not None else 0
             pos = torch.arange(start, start + T, device=x.device)
         elif not isinstance(pos, Tensor) or pos.shape != (T,):
-            raise ValueError(f"pos must have shape [{T}] (one position per token), got {list(getattr(pos, 'shape', []))}")
+            raise ValueError(
+                f"pos must have shape [{T}] (one position per token), got {list(getattr(pos, 'shape', []))}"
+            )
         if memory is not None or memory_pos is not None:
             self._check_memory(x, memory, memory_pos, cache)
         if x.dtype != self.qkv.weight.dtype and not torch.is_autocast_enabled(x.device.type):
-            raise TypeError(f"attention input is {x.dtype} but the layer's weights are {self.qkv.weight.dtype}; "
-                            f"convert one (x.to({self.qkv.weight.dtype}) or layer.to({x.dtype}))")
+            raise TypeError(
+                f"attention input is {x.dtype} but the layer's weights are {self.qkv.weight.dtype}; "
+                f"convert one (x.to({self.qkv.weight.dtype}) or layer.to({x.dtype}))"
+            )
         window = self.effective_window()
         segment_cache = getattr(cache, "memory", False)  # Transformer-XL memory: the ring is the context
         if cache is not None and cache.rolling and not segment_cache and (window is None or window > cache.capacity):
@@ -272,8 +276,16 @@ class MultiHeadAttention(nn.Module):
         q, k, q_pos, k_pos = rotate_with_cache(scheme, q, k, pos, k_pos, update, keys_unrotated=replaced)
         if self.temperature_tuning is not None:
             q = (q * self.temperature(q_pos).view(1, 1, T, 1)).to(q.dtype)  # [B, h, T, dk] * [1, 1, T, 1]
-        spec = AttentionSpec(causal=self.causal, window=window, chunk=self.chunk, sinks=self.sinks, softcap=self.softcap,
-                             scale=self.scale, bias_fn=self.bias_fn(scheme), score_mod=self._lazy_score_mod(scheme, q, k, q_pos, k_pos))
+        spec = AttentionSpec(
+            causal=self.causal,
+            window=window,
+            chunk=self.chunk,
+            sinks=self.sinks,
+            softcap=self.softcap,
+            scale=self.scale,
+            bias_fn=self.bias_fn(scheme),
+            score_mod=self._lazy_score_mod(scheme, q, k, q_pos, k_pos),
+        )
         out, weights = attend(
             q,
             k,
@@ -292,26 +304,40 @@ class MultiHeadAttention(nn.Module):
         )
         if head_mask is not None:
             if not isinstance(head_mask, Tensor) or head_mask.shape != (h,):
-                raise ValueError(f"head_mask must be a tensor of shape [{h}] (one factor per head), got {getattr(head_mask, 'shape', head_mask)!r}")
-            out = out * head_mask.to(device=out.device, dtype=out.dtype)[None, :, None, None]  # [B, h, T, dk] * [1, h, 1, 1]
+                raise ValueError(
+                    f"head_mask must be a tensor of shape [{h}] (one factor per head), got {getattr(head_mask, 'shape', head_mask)!r}"
+                )
+            out = (
+                out * head_mask.to(device=out.device, dtype=out.dtype)[None, :, None, None]
+            )  # [B, h, T, dk] * [1, h, 1, 1]
         out = self.proj(self.merge(out))  # [B, h, T, dk] -> [B, T, d] -> [B, T, d]
         return (out, weights) if need_weights else out
 
     def _check_memory(self, x: Tensor, memory: Tensor | None, memory_pos: Tensor | None, cache: KVCache | None) -> None:
         """``ValueError`` unless ``memory [B, M, d]`` and ``memory_pos [M]`` fit ``x`` and no cache is given."""
         if cache is not None:
-            raise ValueError("segment memory and a KV cache cannot be combined: the cache already holds the past "
-                             "(use GPT.make_cache(B, memory=M) for the cached form of the memory)")
+            raise ValueError(
+                "segment memory and a KV cache cannot be combined: the cache already holds the past "
+                "(use GPT.make_cache(B, memory=M) for the cached form of the memory)"
+            )
         if memory is None or memory_pos is None:
             raise ValueError("segment memory needs both memory [B, M, d] and memory_pos [M]")
         B, _, d = x.shape
         if not isinstance(memory, Tensor) or memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != d:
-            raise ValueError(f"memory must be [{B}, M, {d}] (the batch and width of x), got {list(getattr(memory, 'shape', []))}")
+            raise ValueError(
+                f"memory must be [{B}, M, {d}] (the batch and width of x), got {list(getattr(memory, 'shape', []))}"
+            )
         if memory.dtype != x.dtype or memory.device != x.device:
             raise ValueError(f"memory is {memory.dtype} on {memory.device} but x is {x.dtype} on {x.device}")
-        if not isinstance(memory_pos, Tensor) or memory_pos.shape != (memory.shape[1],) or memory_pos.is_floating_point():
-            raise ValueError(f"memory_pos must be an integer tensor of shape [{memory.shape[1]}] (one position per memory "
-                             f"entry), got {getattr(memory_pos, 'dtype', None)} {list(getattr(memory_pos, 'shape', []))}")
+        if (
+            not isinstance(memory_pos, Tensor)
+            or memory_pos.shape != (memory.shape[1],)
+            or memory_pos.is_floating_point()
+        ):
+            raise ValueError(
+                f"memory_pos must be an integer tensor of shape [{memory.shape[1]}] (one position per memory "
+                f"entry), got {getattr(memory_pos, 'dtype', None)} {list(getattr(memory_pos, 'shape', []))}"
+            )
 
     def _memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values ``[B, h_kv, M, d_k]`` of memory ``[B, M, d]`` under the current weights (before ``rotate``)."""
@@ -360,8 +386,9 @@ class MultiHeadAttention(nn.Module):
 
         return fn
 
-    def _lazy_score_mod(self, scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor,
-                        k_pos: Tensor) -> LazyScoreMod | None:
+    def _lazy_score_mod(
+        self, scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+    ) -> LazyScoreMod | None:
         """The flex form of :meth:`bias_fn`, built only if flex runs (``None``: a bias flex cannot express)."""
         if self._has_extra_bias():
             return None
@@ -378,7 +405,9 @@ class MultiHeadAttention(nn.Module):
 
         return LazyScoreMod(build)
 
-    def score_mod(self, scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Callable | None:
+    def score_mod(
+        self, scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+    ) -> Callable | None:
         """FlexAttention ``score_mod`` of the scheme (``None`` without a bias)."""
         if self._has_extra_bias():
             raise ValueError(f"{type(self).__name__} adds a bias the flex backend cannot express; use sdpa or eager")
@@ -391,5 +420,3 @@ class MultiHeadAttention(nn.Module):
             f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, causal={self.causal}, "
             f"window={self.window}, backend={self.backend!r}"
         )
-
-

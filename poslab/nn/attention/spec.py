@@ -55,8 +55,9 @@ def _floor_div(x: Tensor, d: int) -> Tensor:
 MASK_TERMS: dict[str, MaskTerm] = {
     "causal": MaskTerm("causal", lambda s, qp, kp: kp <= qp),
     # Hugging Face / Mistral semantics: W keys including itself; symmetric without causal
-    "window": MaskTerm("window", lambda s, qp, kp: (qp - kp < s.window) if s.causal else ((qp - kp).abs() < s.window),
-                       local=True),
+    "window": MaskTerm(
+        "window", lambda s, qp, kp: (qp - kp < s.window) if s.causal else ((qp - kp).abs() < s.window), local=True
+    ),
     "chunk": MaskTerm("chunk", lambda s, qp, kp: _floor_div(kp, s.chunk) == _floor_div(qp, s.chunk)),  # Llama 4
 }
 
@@ -89,10 +90,14 @@ def unregister_mask_term(field: str) -> None:
 
 def check_mechanisms(n_heads: int, softcap: float | None, sinks: Tensor | None, chunk: int | None) -> None:
     """Raise a clear error for a bad soft-cap, sink tensor (``n_heads`` logits) or chunk size."""
-    if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not 0 < softcap < math.inf):
+    if softcap is not None and (
+        isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not 0 < softcap < math.inf
+    ):
         raise ValueError(f"softcap must be a positive finite number or None, got {softcap!r}")
     if sinks is not None and (not isinstance(sinks, Tensor) or sinks.shape != (n_heads,)):
-        raise ValueError(f"sinks must be a tensor of shape [{n_heads}] (one logit per query head), got {getattr(sinks, 'shape', sinks)!r}")
+        raise ValueError(
+            f"sinks must be a tensor of shape [{n_heads}] (one logit per query head), got {getattr(sinks, 'shape', sinks)!r}"
+        )
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
         raise ValueError(f"chunk must be a positive integer (tokens per attention chunk) or None, got {chunk!r}")
 
@@ -100,7 +105,9 @@ def check_mechanisms(n_heads: int, softcap: float | None, sinks: Tensor | None, 
 def validate_window(window: int | None) -> None:
     """``None`` or a positive integer (keys seen per query, including itself)."""
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
-        raise ValueError(f"window must be a positive integer (keys seen per query, including itself) or None, got {window!r}")
+        raise ValueError(
+            f"window must be a positive integer (keys seen per query, including itself) or None, got {window!r}"
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -133,8 +140,9 @@ class AttentionSpec:
             raise TypeError(f"causal must be a bool, got {self.causal!r}")
         validate_window(self.window)
         check_mechanisms(0, self.softcap, None, self.chunk)  # sinks: checked against the queries' heads by attend
-        if self.scale is not None and (isinstance(self.scale, bool) or not isinstance(self.scale, (int, float))
-                                       or not math.isfinite(self.scale)):
+        if self.scale is not None and (
+            isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not math.isfinite(self.scale)
+        ):
             raise ValueError(f"scale must be a finite number or None, got {self.scale!r}")
 
     # ------------------------------------------------------------------ the position rule
@@ -199,7 +207,9 @@ class LazyScoreMod:
         return self.build(q_pos, k_pos)
 
 
-def position_mask(q_pos: Tensor, k_pos: Tensor, causal: bool, window: int | None, chunk: int | None = None) -> Tensor | None:
+def position_mask(
+    q_pos: Tensor, k_pos: Tensor, causal: bool, window: int | None, chunk: int | None = None
+) -> Tensor | None:
     """Boolean keep-mask ``[Tq, Tk]`` (True = attend) from positions, or ``None`` for "keep all".
 
     Causal: ``j <= i``. Window ``W``: ``i - W < j`` (and ``j < i + W`` when not causal). Chunk ``C``

@@ -106,12 +106,11 @@ def _config_values(name: str, config: Any, overrides: dict[str, Any]) -> dict[st
     elif isinstance(config, dict):
         values = dict(config)
     else:
-        raise TypeError(
-            f"config for {name!r} must be a dict or {config_class.__name__}, got {type(config).__name__}"
-        )
+        raise TypeError(f"config for {name!r} must be a dict or {config_class.__name__}, got {type(config).__name__}")
     values.update(overrides)
-    reject_unknown_keys(values, [f.name for f in dataclasses.fields(config_class)], "config key",
-                        where=f" for position scheme {name!r}")
+    reject_unknown_keys(
+        values, [f.name for f in dataclasses.fields(config_class)], "config key", where=f" for position scheme {name!r}"
+    )
     return values
 
 
@@ -188,9 +187,7 @@ def build_for_model(name: str, config: Any, context: dict[str, Any]) -> Position
         if key not in fields:
             continue
         if key in given and key in ("n_embd", "n_heads", "head_dim", "n_layer") and given[key] != value:
-            raise ValueError(
-                f"position_config {key}={given[key]!r} disagrees with the model's {key}={value!r}"
-            )
+            raise ValueError(f"position_config {key}={given[key]!r} disagrees with the model's {key}={value!r}")
         if given.get(key) is None:  # missing or None ("follow the model", e.g. T5's bidirectional)
             values[key] = value
     built = _checked(name, cls.config_class(**values))

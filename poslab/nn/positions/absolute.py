@@ -84,8 +84,11 @@ class LearnedPositions(PositionScheme):
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         check_positions(pos, x.shape[1])
-        if pos.numel() and not torch.compiler.is_compiling() and (int(pos.max()) >= self.config.max_len
-                                                                  or int(pos.min()) < 0):
+        if (
+            pos.numel()
+            and not torch.compiler.is_compiling()
+            and (int(pos.max()) >= self.config.max_len or int(pos.min()) < 0)
+        ):
             bad = int(pos.max()) if int(pos.max()) >= self.config.max_len else int(pos.min())
             raise ValueError(
                 f"position {bad} is outside the learned position table: it has max_len="
@@ -138,8 +141,10 @@ class SinusoidalPositions(PositionScheme):
             raise ValueError(f"sinusoidal positions must be >= 0, got {int(pos.min())}")
         needed = int(pos.max()) + 1 if pos.numel() else 0
         if needed > MAX_SINUSOID_POSITIONS:
-            raise ValueError(f"sinusoidal positions must be < 2^24 = {MAX_SINUSOID_POSITIONS:,} (its table holds one row "
-                             f"per position, and fp32 holds every integer exactly only below 2^24), got {needed - 1}")
+            raise ValueError(
+                f"sinusoidal positions must be < 2^24 = {MAX_SINUSOID_POSITIONS:,} (its table holds one row "
+                f"per position, and fp32 holds every integer exactly only below 2^24), got {needed - 1}"
+            )
         if needed > self.cache.shape[0]:
             # grow geometrically so a long decode does not rebuild the table every step
             self.cache = self._table(max(needed, 2 * self.cache.shape[0]), self.cache.device)

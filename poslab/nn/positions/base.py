@@ -108,9 +108,7 @@ class PositionScheme(nn.Module):
         """Rotate (or otherwise transform) queries ``[B, h, Tq, d_k]`` and keys ``[B, h_kv, Tk, d_k]``."""
         return q, k
 
-    def score_bias(
-        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float
-    ) -> Tensor | None:
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> Tensor | None:
         """Additive bias on the scaled logits, ``[B or 1, h, Tq, Tk]`` in fp32, or ``None``.
 
         Args:
@@ -122,9 +120,7 @@ class PositionScheme(nn.Module):
         """
         return None
 
-    def score_mod(
-        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float
-    ) -> ScoreMod | None:
+    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> ScoreMod | None:
         """The bias as a FlexAttention ``score_mod(score, b, h, q_idx, kv_idx)``; ``None`` if no bias.
 
         The default materialises :meth:`score_bias` and indexes it; schemes whose bias is a closed
@@ -185,8 +181,15 @@ class PositionScheme(nn.Module):
         with torch.no_grad():
             width = getattr(self.config, "n_embd", None)
             if self.embeds and width is not None:
-                views.append(view(f"{self.name}: position vector added to each token",
-                                  self.embed(torch.zeros(1, T, width), pos)[0], "position", "dimension", True))
+                views.append(
+                    view(
+                        f"{self.name}: position vector added to each token",
+                        self.embed(torch.zeros(1, T, width), pos)[0],
+                        "position",
+                        "dimension",
+                        True,
+                    )
+                )
             if self.has_bias:
                 h = n_heads or getattr(self.config, "n_heads", None) or 1
                 dk = getattr(self.config, "head_dim", None) or 8
@@ -197,8 +200,16 @@ class PositionScheme(nn.Module):
                     if causal:
                         bias = bias.masked_fill(pos[None, :] > pos[:, None], float("nan"))
                     for head in range(min(h, 4)):
-                        views.append(view(f"{self.name} bias, head {head}", bias[head], "query", "key", True,
-                                          "added to q·k/√d_k before the softmax" + self.bias_note()))
+                        views.append(
+                            view(
+                                f"{self.name} bias, head {head}",
+                                bias[head],
+                                "query",
+                                "key",
+                                True,
+                                "added to q·k/√d_k before the softmax" + self.bias_note(),
+                            )
+                        )
         return views
 
     def bias_note(self) -> str:
@@ -210,8 +221,14 @@ class PositionScheme(nn.Module):
         """Check the keys given for a config as a whole (RoPE: a scaling's required keys); no-op by default."""
 
     @classmethod
-    def rescaled_config(cls, config: dict[str, Any], scaling: Any = None, *, logn_scaling: bool | None = None,
-                        original_max_len: int | None = None) -> dict[str, Any]:
+    def rescaled_config(
+        cls,
+        config: dict[str, Any],
+        scaling: Any = None,
+        *,
+        logn_scaling: bool | None = None,
+        original_max_len: int | None = None,
+    ) -> dict[str, Any]:
         """``config`` with a context-extension scaling replaced (RoPE family); others raise ``ValueError``."""
         raise ValueError(f"position scheme {cls.name!r} has no context-extension scaling (the RoPE family has)")
 
@@ -239,7 +256,14 @@ def overrides(cls: type, hook: str) -> bool:
 
 def view(title: str, data: Tensor, rows: str, cols: str, diverging: bool, note: str = "") -> dict[str, Any]:
     """One :meth:`PositionScheme.describe` entry (``data`` detached, fp32)."""
-    return {"title": title, "data": data.detach().float(), "rows": rows, "cols": cols, "diverging": diverging, "note": note}
+    return {
+        "title": title,
+        "data": data.detach().float(),
+        "rows": rows,
+        "cols": cols,
+        "diverging": diverging,
+        "note": note,
+    }
 
 
 def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -282,8 +306,10 @@ def check_wavelength_base(name: str, base: float, dim: int) -> None:
     exponent = (dim - 2) / dim if dim > 2 else 0.0
     if base < 1 and -exponent * math.log(base) > math.log(MAX_FREQUENCY):
         lowest = MAX_FREQUENCY ** (-1 / exponent)
-        raise ValueError(f"{name}={base!r} gives frequencies base^(-2i/d) above {MAX_FREQUENCY:g} radians per position "
-                         f"(they overflow fp32 to NaN); with d={dim} {name} must be >= {lowest:.3g}")
+        raise ValueError(
+            f"{name}={base!r} gives frequencies base^(-2i/d) above {MAX_FREQUENCY:g} radians per position "
+            f"(they overflow fp32 to NaN); with d={dim} {name} must be >= {lowest:.3g}"
+        )
 
 
 def check_choice(name: str, value: Any, allowed: tuple[Any, ...]) -> None:

@@ -42,8 +42,10 @@ class FireConfig:
         c, threshold = (torch.tensor(v, dtype=torch.float32, device="cpu") for v in (self.c_init, self.threshold_init))
         psi = torch.log(c * threshold + 1)  # the bias divides by psi(L): it must be finite and > 0 in fp32
         if not bool(torch.isfinite(psi)) or not float(psi) > 0:
-            raise ValueError(f"fire needs log(c_init * threshold_init + 1) to be a finite fp32 number > 0 (its bias "
-                             f"divides by it), got c_init={self.c_init!r}, threshold_init={self.threshold_init!r}")
+            raise ValueError(
+                f"fire needs log(c_init * threshold_init + 1) to be a finite fp32 number > 0 (its bias "
+                f"divides by it), got c_init={self.c_init!r}, threshold_init={self.threshold_init!r}"
+            )
 
 
 @register

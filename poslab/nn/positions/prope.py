@@ -32,8 +32,14 @@ class PRopeConfig(RopeConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.fraction, bool) or not isinstance(self.fraction, (int, float)) or not 0.0 <= self.fraction <= 1.0:
-            raise ValueError(f"fraction must be a number in [0, 1] (the share of frequencies that rotate), got {self.fraction!r}")
+        if (
+            isinstance(self.fraction, bool)
+            or not isinstance(self.fraction, (int, float))
+            or not 0.0 <= self.fraction <= 1.0
+        ):
+            raise ValueError(
+                f"fraction must be a number in [0, 1] (the share of frequencies that rotate), got {self.fraction!r}"
+            )
 
     @property
     def rotated_pairs(self) -> int:

@@ -145,12 +145,16 @@ class RopeConfig:
             inv_freq, attention_factor = rope_parameters(self, device=torch.device("cpu"))
         largest = float(inv_freq.max()) if inv_freq.numel() else 0.0
         if not bool(torch.isfinite(inv_freq).all()) or largest > MAX_FREQUENCY:
-            raise ValueError(f"RoPE scaling {self.scaling!r} with base={self.base!r}, factor={self.factor!r} gives "
-                             f"frequencies up to {largest:g} radians per position in fp32; they must be finite and at most "
-                             f"{MAX_FREQUENCY:g} (raise factor or base)")
+            raise ValueError(
+                f"RoPE scaling {self.scaling!r} with base={self.base!r}, factor={self.factor!r} gives "
+                f"frequencies up to {largest:g} radians per position in fp32; they must be finite and at most "
+                f"{MAX_FREQUENCY:g} (raise factor or base)"
+            )
         if not math.isfinite(attention_factor) or not attention_factor > 0:
-            raise ValueError(f"RoPE scaling {self.scaling!r} with factor={self.factor!r} gives attention factor "
-                             f"{attention_factor!r}; it must be a finite number > 0")
+            raise ValueError(
+                f"RoPE scaling {self.scaling!r} with factor={self.factor!r} gives attention factor "
+                f"{attention_factor!r}; it must be a finite number > 0"
+            )
 
     @property
     def dim(self) -> int:
@@ -288,11 +292,15 @@ ROPE_SCALINGS: dict[str | None, Scaling] = {
     "linear": Scaling(_scale_linear, ("factor",)),
     "ntk": Scaling(_scale_ntk, ("factor",)),
     "dynamic": Scaling(_scale_dynamic, ("factor",), length_dependent=True),
-    "yarn": Scaling(_scale_yarn, ("factor",), ("beta_fast", "beta_slow", "yarn_truncate", "mscale", "mscale_all_dim",
-                                               "attention_factor")),
+    "yarn": Scaling(
+        _scale_yarn,
+        ("factor",),
+        ("beta_fast", "beta_slow", "yarn_truncate", "mscale", "mscale_all_dim", "attention_factor"),
+    ),
     "llama3": Scaling(_scale_llama3, ("factor",), ("low_freq_factor", "high_freq_factor")),
-    "longrope": Scaling(_scale_longrope, ("long_factor", "short_factor"), ("factor", "attention_factor"),
-                        length_dependent=True),
+    "longrope": Scaling(
+        _scale_longrope, ("long_factor", "short_factor"), ("factor", "attention_factor"), length_dependent=True
+    ),
 }
 
 #: Every key some scaling reads (replaced together when a new scaling is applied).
@@ -398,8 +406,10 @@ def _checked_spec(spec: dict[str, Any], what: str) -> dict[str, Any]:
     entry = ROPE_SCALINGS[name]
     stray = sorted(set(spec) - {"scaling", *entry.keys})
     if stray:
-        raise ValueError(f"RoPE {_scaling_label(name)} does not use {', '.join(stray)} (in {what}); "
-                         f"it accepts: {', '.join(entry.keys) or 'no scaling keys'}")
+        raise ValueError(
+            f"RoPE {_scaling_label(name)} does not use {', '.join(stray)} (in {what}); "
+            f"it accepts: {', '.join(entry.keys) or 'no scaling keys'}"
+        )
     check_scaling_given(spec)
     return spec
 
@@ -449,8 +459,14 @@ def _longrope_from_json(path: Path, spec: str, what: str) -> dict[str, Any]:
     return out
 
 
-def rescale(config: dict[str, Any], scaling: str | dict[str, Any] | None = None, *, logn_scaling: bool | None = None,
-            original_max_len: int | None = None, what: str = "RoPE scaling") -> dict[str, Any]:
+def rescale(
+    config: dict[str, Any],
+    scaling: str | dict[str, Any] | None = None,
+    *,
+    logn_scaling: bool | None = None,
+    original_max_len: int | None = None,
+    what: str = "RoPE scaling",
+) -> dict[str, Any]:
     """A RoPE config dict with its scaling replaced by ``scaling`` (a spec, see :func:`parse_scaling`).
 
     Every key of the old scaling (:data:`SCALING_KEYS`) goes back to its default before the new
@@ -475,7 +491,9 @@ def rescale(config: dict[str, Any], scaling: str | dict[str, Any] | None = None,
     return out
 
 
-def rope_parameters(cfg: RopeConfig, seq_len: int | None = None, device: torch.device | None = None) -> tuple[Tensor, float]:
+def rope_parameters(
+    cfg: RopeConfig, seq_len: int | None = None, device: torch.device | None = None
+) -> tuple[Tensor, float]:
     """``(inv_freq [rotary_dim/2] fp32, attention_factor)`` for a config at a sequence length.
 
     ``seq_len`` (the largest position + 1) matters only for ``dynamic`` and ``longrope``; ``None``
@@ -515,7 +533,9 @@ class _Rotary(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
         cos, sin = ctx.saved_tensors
-        grad_x = _rotate_into(torch.empty_like(grad, memory_format=torch.contiguous_format), grad, cos, -sin, ctx.layout)
+        grad_x = _rotate_into(
+            torch.empty_like(grad, memory_format=torch.contiguous_format), grad, cos, -sin, ctx.layout
+        )
         return grad_x, None, None, None
 
 
@@ -531,7 +551,12 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
         ``[..., T, d_k]`` in ``x.dtype`` (contiguous).
     """
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling() or torch._C._functorch.is_batchedtensor(x):
+    if (
+        cos.requires_grad
+        or sin.requires_grad
+        or torch.compiler.is_compiling()
+        or torch._C._functorch.is_batchedtensor(x)
+    ):
         # angles that learn: let autograd see every op; under torch.compile the plain ops (inductor
         # fuses them) instead of the out= kernels, which dynamo cannot trace; under vmap (stacked
         # training, poslab.training.batched) the plain ops, which have batching rules
@@ -578,8 +603,14 @@ class RoPE(PositionScheme):
         check_scaling_given(given)
 
     @classmethod
-    def rescaled_config(cls, config: dict[str, Any], scaling: Any = None, *, logn_scaling: bool | None = None,
-                        original_max_len: int | None = None) -> dict[str, Any]:
+    def rescaled_config(
+        cls,
+        config: dict[str, Any],
+        scaling: Any = None,
+        *,
+        logn_scaling: bool | None = None,
+        original_max_len: int | None = None,
+    ) -> dict[str, Any]:
         """See :func:`rescale` (the rotary schemes hold no trained parameters: weights stay valid)."""
         return rescale(config, scaling, logn_scaling=logn_scaling, original_max_len=original_max_len)
 
@@ -587,8 +618,16 @@ class RoPE(PositionScheme):
         """RoPE's rotation ``cos(m theta_i)`` per position ``m`` and frequency pair ``i`` (scaling included)."""
         inv_freq, _ = self.frequencies(T)
         angles = torch.arange(T, dtype=torch.float32)[:, None] * inv_freq.float().cpu()[None, :]  # [T, r/2]
-        return [view("RoPE rotation cos(m·θ_i)", angles.cos(), "position m", "frequency pair i", True,
-                     "each pair of q/k dimensions turns by m·θ_i; low pairs turn fast, high pairs slowly")]
+        return [
+            view(
+                "RoPE rotation cos(m·θ_i)",
+                angles.cos(),
+                "position m",
+                "frequency pair i",
+                True,
+                "each pair of q/k dimensions turns by m·θ_i; low pairs turn fast, high pairs slowly",
+            )
+        ]
 
     def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
         """``(inv_freq, attention_factor)`` in effect for a sequence of ``seq_len`` positions."""
@@ -644,11 +683,15 @@ class XPosConfig(RopeConfig):
         check_positive("gamma", self.gamma)
         tiny = torch.finfo(torch.float32).tiny
         if not math.isfinite(self.gamma) or self.gamma / (1 + self.gamma) < tiny:
-            raise ValueError(f"xpos gamma={self.gamma!r}: its fastest decay zeta_0 = gamma/(1+gamma) must be a normal "
-                             f"fp32 number (>= {tiny:.3g}), else its scales are 0 and inf (NaN scores)")
+            raise ValueError(
+                f"xpos gamma={self.gamma!r}: its fastest decay zeta_0 = gamma/(1+gamma) must be a normal "
+                f"fp32 number (>= {tiny:.3g}), else its scales are 0 and inf (NaN scores)"
+            )
         if not math.isfinite(self.scale_base) or self.scale_base < 1:
-            raise ValueError(f"xpos scale_base (the decay length, in positions) must be a finite number >= 1, got "
-                             f"{self.scale_base!r}: below 1 the fp32 scales overflow within a few positions")
+            raise ValueError(
+                f"xpos scale_base (the decay length, in positions) must be a finite number >= 1, got "
+                f"{self.scale_base!r}: below 1 the fp32 scales overflow within a few positions"
+            )
 
 
 #: headroom between xPos's largest query/key scale and the dtype's largest finite value, for the

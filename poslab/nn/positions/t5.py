@@ -115,13 +115,21 @@ class T5Bias(PositionScheme):
     def buckets(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """Bucket of every (query, key) pair, ``[Tq, Tk]``."""
         c = self.config
-        return relative_position_bucket(k_pos[None, :] - q_pos[:, None], self.bidirectional, c.num_buckets, c.max_distance)
+        return relative_position_bucket(
+            k_pos[None, :] - q_pos[:, None], self.bidirectional, c.num_buckets, c.max_distance
+        )
 
     def describe(self, T: int, n_heads: int | None = None, causal: bool = True) -> list[dict[str, Any]]:
         pos = torch.arange(T)
         return super().describe(T, n_heads, causal) + [
-            view("T5 bucket of each (query, key)", self.buckets(pos, pos).float(), "query", "key", False,
-                 "nearby offsets get their own bucket, far ones share log-spaced buckets")
+            view(
+                "T5 bucket of each (query, key)",
+                self.buckets(pos, pos).float(),
+                "query",
+                "key",
+                False,
+                "nearby offsets get their own bucket, far ones share log-spaced buckets",
+            )
         ]
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> Tensor:
@@ -138,7 +146,9 @@ class T5Bias(PositionScheme):
         table = self.relative_attention_bias.weight.to(torch.float32)  # [num_buckets, h]
 
         def mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            bucket = relative_position_bucket(k_pos[kv_idx] - q_pos[q_idx], bidirectional, c.num_buckets, c.max_distance)
+            bucket = relative_position_bucket(
+                k_pos[kv_idx] - q_pos[q_idx], bidirectional, c.num_buckets, c.max_distance
+            )
             return score + table[bucket, h]
 
         return mod

@@ -142,7 +142,9 @@ class TransformerXL(PositionScheme):
         rel = torch.arange(d_min, d_max + 1, device=q.device)  # [N] every distance present
         r = self.projected_r(rel).float()  # [h, N, dk]
         qf = q.float()
-        position_term = torch.matmul(qf + self.v.float()[None, :, None, :], r.transpose(-1, -2))  # (b)+(d): [B, h, Tq, N]
+        position_term = torch.matmul(
+            qf + self.v.float()[None, :, None, :], r.transpose(-1, -2)
+        )  # (b)+(d): [B, h, Tq, N]
         index = (distance - d_min).expand(qf.shape[0], h, -1, -1)  # [B, h, Tq, Tk]
         position_term = torch.gather(position_term, -1, index)  # [B, h, Tq, Tk]
         kf = k.float()
