@@ -138,7 +138,10 @@ def main() -> int:
         for round_index in range(rounds):
             order = cases[round_index % len(cases) :] + cases[: round_index % len(cases)]
             for case in order:
-                name = f"r{round_index}-{case['label'].split()[0]}-{case['label'].split()[2]}-{'fsdp' if case.get('fsdp') else 'x'}"
+                name = (
+                    f"r{round_index}-{case['label'].split()[0]}-{case['label'].split()[2]}-"
+                    f"{'fsdp' if case.get('fsdp') else 'x'}"
+                )
                 cmd, env = case_command(case, work, name, steps, args.batch, log_interval, model)
                 start = time.perf_counter()
                 done = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -178,7 +181,8 @@ def main() -> int:
         }
         rows.append(row)
         print(
-            f"| {case['label']} | {median:,.0f} | {median / case['procs']:,.0f} | {min(values):,.0f}-{max(values):,.0f} "
+            f"| {case['label']} | {median:,.0f} | {median / case['procs']:,.0f} "
+            f"| {min(values):,.0f}-{max(values):,.0f} "
             f"| {median / base2:.2f}x | {median / base1:.2f}x |"
         )
     print(

@@ -154,14 +154,16 @@ def main() -> int:
                 print(f"{label:22s} T={length:6d}  {case['error']}", flush=True)
             else:
                 print(
-                    f"{label:22s} T={length:6d}  baseline {case['baseline_mib']:7.1f} MiB  eval peak +{case['eval_peak_mib']:8.1f} MiB"
+                    f"{label:22s} T={length:6d}  baseline {case['baseline_mib']:7.1f} MiB  "
+                    f"eval peak +{case['eval_peak_mib']:8.1f} MiB"
                     f"  {case['seconds']:6.1f} s",
                     flush=True,
                 )
 
     lo, hi = min(lengths), max(lengths)
     print(
-        f"\npeak growth from T={lo} to T={hi} (x{hi / lo:g} tokens): linear ~x{hi / lo:g}, quadratic ~x{(hi / lo) ** 2:g}"
+        f"\npeak growth from T={lo} to T={hi} (x{hi / lo:g} tokens): "
+        f"linear ~x{hi / lo:g}, quadratic ~x{(hi / lo) ** 2:g}"
     )
     verdicts = []
     threshold = (hi / lo) ** 1.5  # geometric midpoint of linear and quadratic growth
@@ -186,7 +188,8 @@ def main() -> int:
             }
         )
         print(
-            f"  {label:22s} +{small['eval_peak_mib']:7.1f} -> +{large['eval_peak_mib']:8.1f} MiB  x{growth:5.2f}  {verdict}"
+            f"  {label:22s} +{small['eval_peak_mib']:7.1f} -> +{large['eval_peak_mib']:8.1f} MiB  "
+            f"x{growth:5.2f}  {verdict}"
         )
     if args.out:
         tmp = args.out.with_name(args.out.name + ".tmp")

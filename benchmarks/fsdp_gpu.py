@@ -223,7 +223,8 @@ def main() -> int:
                 {"case": label, "loss_20_diff": d_loss, "final_val_diff": d_val, "ok": max(d_loss, d_val) < tol}
             )
         print(
-            f"\nequivalence: 1 process x batch {nproc * b} vs {nproc} processes x batch {b} (fp32, 20 steps, tol {tol:g})"
+            f"\nequivalence: 1 process x batch {nproc * b} vs {nproc} processes x batch {b} "
+            f"(fp32, 20 steps, tol {tol:g})"
         )
         print("| case | loss@20 diff | final val diff | within tol |\n|---|---|---|---|")
         for row in rows:

@@ -82,7 +82,8 @@ def poslab_step_fn(
         )
     )
     model.train()
-    # as the loop does for cfg.compile (compile_mode: torch.compile's mode, e.g. "max-autotune"; the loop uses the default)
+    # as the loop does for cfg.compile (compile_mode: torch.compile's mode, e.g. "max-autotune"; the loop uses the
+    # default)
     train_model = torch.compile(model, dynamic=False, mode=compile_mode) if compile else model
     optimizer = make_optimizer(model, TrainConfig(name="bench"))
     if loop_adamw:  # what nanoGPT runs on CPU: the default (per-tensor loop) AdamW, same groups

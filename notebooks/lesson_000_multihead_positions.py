@@ -289,7 +289,8 @@ plt.show()
 # ## 自测题 / Self-test
 #
 # - **Q1**：参数量相同（上面的 1.3 节），「多」在于 h 张独立的注意力图：`poslab heads RUN` 给训练好的模型每个头分类。
-# - **Q2**：RoPE 的内积只依赖位置差（3.4 节的曲线重合）；加位置向量的方案不满足（`rope-relative` 表中的 learned / sinusoidal 行 FAIL）。
+# - **Q2**：RoPE 的内积只依赖位置差（3.4 节的曲线重合）；加位置向量的方案不满足（`rope-relative` 表中的 learned /
+#   sinusoidal 行 FAIL）。
 # - **Q3**：$d_k$ 不都是 64/128（model-zoo 的 claims 表）；缩放后方差与 $d_k$ 无关（1.4 节）。
 # - **Q4**：外推会退化（上一节的曲线，RoPE 在 L 之外变差）；NTK 是增大 base（3.5 节）。
 #

@@ -228,7 +228,8 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
         fp32_scores = torch.matmul(q.float(), k.transpose(-2, -1).float())
 exact = q.double() @ k.transpose(-2, -1).double()
 print(
-    f"lesson's scores: {lesson_scores.dtype}, max error vs fp64 {(lesson_scores.double() - exact).abs().max().item():.1e}"
+    f"lesson's scores: {lesson_scores.dtype}, "
+    f"max error vs fp64 {(lesson_scores.double() - exact).abs().max().item():.1e}"
 )
 print(
     f"autocast disabled: {fp32_scores.dtype}, max error vs fp64 {(fp32_scores.double() - exact).abs().max().item():.1e}"

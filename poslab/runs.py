@@ -363,7 +363,8 @@ class RunFolder:
                 if missing:
                     model_only = True
                     raise ckpt.CheckpointError(
-                        f"checkpoint {str(self.checkpoint_path(step))!r} holds the model only (no {', '.join(missing)}): "
+                        f"checkpoint {str(self.checkpoint_path(step))!r} holds the model only "
+                        f"(no {', '.join(missing)}): "
                         "it cannot resume the optimizer and the data order"
                     )
             except ckpt.CheckpointError as err:
@@ -399,7 +400,8 @@ class RunFolder:
         return "; no earlier checkpoint verifies"
 
     def restore_weights(self, model: nn.Module) -> None:
-        """RunStore: the latest checkpoint's model weights into ``model`` (``init_from``: names and shapes must match)."""
+        """RunStore: the latest checkpoint's model weights into ``model`` (``init_from``: names and shapes must
+        match)."""
         if not self.is_run:
             raise FileNotFoundError(f"init_from {str(self.path)!r} is not a poslab run folder (no {CONFIG})")
         tensors, meta = self.load_checkpoint()
@@ -463,7 +465,8 @@ class RunFolder:
         steps = self.checkpoints()
         if len(steps) < last:
             raise ckpt.CheckpointError(
-                f"run {str(self.path)!r} keeps {len(steps)} checkpoint(s) (steps {steps}); averaging the last {last} needs "
+                f"run {str(self.path)!r} keeps {len(steps)} checkpoint(s) (steps {steps}); "
+                f"averaging the last {last} needs "
                 f"{last}: train with keep_checkpoints >= {last} and a ckpt_interval that saves them"
             )
         chosen = steps[-last:]
@@ -645,7 +648,8 @@ class RunFolder:
             return True, None
         if not overwrite:
             raise FileExistsError(
-                f"run folder {str(self.path)!r} already exists; pass --resume to continue it or --overwrite to replace it"
+                f"run folder {str(self.path)!r} already exists; "
+                "pass --resume to continue it or --overwrite to replace it"
             )
         if not self.is_run:
             raise FileExistsError(
@@ -682,7 +686,8 @@ def training_state_missing(tensors: dict[str, Tensor], meta: dict[str, Any]) -> 
 
 
 def refuse_existing_run(out: str | Path, action: str) -> Path:
-    """``out`` as a ``Path``; ``FileExistsError`` if it exists and is not an empty folder (``action`` never overwrites)."""
+    """``out`` as a ``Path``; ``FileExistsError`` if it exists and is not an empty folder (``action`` never
+    overwrites)."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(

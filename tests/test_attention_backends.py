@@ -398,7 +398,8 @@ def test_flex_on_cpu_equals_eager_bidirectional_and_windowed(
 
 @pytest.mark.slow
 def test_flex_equals_eager_with_every_mechanism() -> None:
-    """One compiled FlexAttention run (CPU, forward only): soft-cap + ALiBi score_mod, QK-norm, sinks via lse, chunk, window."""
+    """One compiled FlexAttention run (CPU, forward only): soft-cap + ALiBi score_mod, QK-norm, sinks via lse, chunk,
+    window."""
     attn = modern.make(Variant("alibi", "alibi"), "all", window=7)
     x = modern._x(16)
     with torch.no_grad():

@@ -163,7 +163,8 @@ def test_blocked_path_runs_the_largest_blocks_first() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", [[], ["--train"]], ids=["eval", "train"])
 def test_memory_is_linear_in_T_without_allocator_settings(mode: list[str]) -> None:
-    """The library path (no ``mallopt``): the peak of an evaluation / a training step grows less than 8x from T=2048 to 8192.
+    """The library path (no ``mallopt``): the peak of an evaluation / a training step grows less than 8x from T=2048 to
+    8192.
 
     Without the largest-first order and heap trimming: ALiBi's evaluation x15.4, T5's training step x11.6
     (``benchmarks/eval_memory.py --allocator default``).

@@ -48,7 +48,8 @@ def test_report_renders_in_chromium(tmp_path):
         browser.goto(report.as_uri())
         browser.wait_for("document.fonts.status === 'loaded'")
         images = browser.eval(
-            "[...document.images].map(i => [i.complete, i.naturalWidth, i.naturalHeight, i.getBoundingClientRect().width])"
+            "[...document.images].map(i => "
+            "[i.complete, i.naturalWidth, i.naturalHeight, i.getBoundingClientRect().width])"
         )
         fonts = browser.eval(f"[...document.fonts].filter(f => f.family.includes('{FAMILY}')).map(f => f.status)")
         checked = browser.eval(f"document.fonts.check(\"16px '{FAMILY}'\", '{PROMPT}')")
@@ -101,7 +102,8 @@ def cell_colours(browser: Browser, side: str) -> dict[tuple[int, int], list[list
         const d = c.dataset, cell = +d.cell, left = +d.left, top = +d.top, T = +d.tokens, x = c.getContext('2d');
         const rows = [];
         for (let i = 0; i < T; i++) {{ const row = [];
-          for (let j = 0; j < T; j++) {{ const p = x.getImageData(left + j * cell + Math.floor(cell / 2), top + i * cell + Math.floor(cell / 2), 1, 1).data;
+          for (let j = 0; j < T; j++) {{ const p = x.getImageData(left + j * cell + Math.floor(cell / 2), \
+top + i * cell + Math.floor(cell / 2), 1, 1).data;
             row.push([p[0], p[1], p[2]]); }}
           rows.push(row); }}
         return [+d.layer, +d.head, rows]; }})""")

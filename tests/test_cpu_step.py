@@ -1,4 +1,5 @@
-"""The CPU step's kernel choices: short bf16 causal SDPA takes the math kernel (faster there), fp32 and long stay on flash."""
+"""The CPU step's kernel choices: short bf16 causal SDPA takes the math kernel (faster there), fp32 and long stay on
+flash."""
 
 from __future__ import annotations
 

@@ -88,7 +88,8 @@ def test_a_good_request_still_works(server):
 
 @pytest.mark.parametrize("length", ["-1", "+5", "1e3", "0x10", "abc", "99999999999999999999999"])
 def test_bad_content_length_is_refused_without_reading_the_body(server, length):
-    """Refused before reading: ``Content-Length: -1`` taken as given reads to the end of the stream (past the 64 KiB limit)."""
+    """Refused before reading: ``Content-Length: -1`` taken as given reads to the end of the stream (past the 64 KiB
+    limit)."""
     status, body = post(server, b"", f"Content-Length: {length}")
     assert status == 400, body
     assert f"Content-Length must be a non-negative integer, got {length!r}" in body["error"] or (

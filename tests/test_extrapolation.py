@@ -339,7 +339,8 @@ def test_spearman():
 
 
 def _tables(ratios: dict[str, tuple[float, ...]], jitter: float = 0.002) -> dict:
-    """Fake per-seed perplexity tables: scheme -> seed -> factor -> cell, ppl 10 x ratio x (1 + jitter x k) for seed k."""
+    """Fake per-seed perplexity tables: scheme -> seed -> factor -> cell, ppl 10 x ratio x (1 + jitter x k) for seed
+    k."""
     tables = {}
     for scheme, values in ratios.items():
         tables[scheme] = {

@@ -220,7 +220,8 @@ def _malformed(kind: str, source, folder) -> str:
     ],
 )
 def test_convert_of_a_malformed_folder_is_one_line(kind: str, hf_folders, tmp_path, capsys, request) -> None:
-    """Each malformed Hugging Face folder is ``poslab: error: ...`` naming the file or field, exit 2, nothing written."""
+    """Each malformed Hugging Face folder is ``poslab: error: ...`` naming the file or field, exit 2, nothing
+    written."""
     needle = _malformed(kind, hf_folders["llama"][0], tmp_path / "broken")
     assert main(["convert", "--from-hf", str(tmp_path / "broken"), "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""``poslab.to_hf`` over every option ``GPTConfig`` offers: an exact export or a one-line refusal, never a silent difference.
+"""``poslab.to_hf`` over every option ``GPTConfig`` offers: an exact export or a one-line refusal, never a silent
+difference.
 
 Each case builds a small random-weight :class:`poslab.GPT` (2 layers, width 32, T = 40), exports it
 with ``poslab.to_hf(model, folder)``, loads the folder with ``AutoModelForCausalLM.from_pretrained``

@@ -27,7 +27,8 @@ def test_gpt_backend_defaults_to_auto() -> None:
 
 
 def test_new_models_use_exact_gelu_and_gpt2_keeps_tanh() -> None:
-    """The exact GELU by default (``gelu_tanh`` costs 2.3x its CPU time); GPT-2's ``gelu_new`` converts to ``gelu_tanh``."""
+    """The exact GELU by default (``gelu_tanh`` costs 2.3x its CPU time); GPT-2's ``gelu_new`` converts to
+    ``gelu_tanh``."""
     cfg = GPTConfig()
     assert cfg.activation == "gelu" and GPTConfig(mlp="swiglu").activation == "silu"
     model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=1, n_head=N_HEADS, n_embd=D_MODEL, block_size=16))

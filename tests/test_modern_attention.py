@@ -308,7 +308,8 @@ PATTERNS: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("case", list(PATTERNS))
 def test_layer_pattern_gpt_contract(case: str) -> None:
-    """Causal; prefill + decode through ``make_cache`` (rolling rings on windowed layers) = full pass; explicit positions."""
+    """Causal; prefill + decode through ``make_cache`` (rolling rings on windowed layers) = full pass; explicit
+    positions."""
     model = _gpt(**PATTERNS[case])
     idx = torch.randint(0, VOCAB, (B, 20))
     with torch.no_grad():
@@ -447,7 +448,8 @@ def test_mla_gpt_cache_and_errors() -> None:
 
 
 def test_kv_cache_bytes_per_token_mha_gqa_mqa_mla() -> None:
-    """Measured from the caches at equal width (d=32, 4 heads of 8): MHA 2*h*d_k, GQA 2*2*d_k, MQA 2*d_k, MLA r + d_r."""
+    """Measured from the caches at equal width (d=32, 4 heads of 8): MHA 2*h*d_k, GQA 2*2*d_k, MQA 2*d_k, MLA r +
+    d_r."""
     sizes = {}
     for label, extra in (
         ("mha", {"n_kv_head": None}),

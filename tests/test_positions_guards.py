@@ -123,7 +123,8 @@ def test_rope_for_other_heads_is_refused_naming_both_values() -> None:
 def test_every_scheme_geometry_is_checked_at_construction(name: str) -> None:
     """Every scheme with ``n_heads``/``head_dim`` in its config: a mismatch is a ValueError when the layer is built.
 
-    Unchecked, it is a raw tensor-size RuntimeError at forward time (RoPE wider than the head, ALiBi's 8 slopes in 4 heads).
+    Unchecked, it is a raw tensor-size RuntimeError at forward time (RoPE wider than the head, ALiBi's 8 slopes in 4
+    heads).
     """
     d_model, n_heads = 48, 3  # head_dim 16: no scheme's default
     scheme = positions.build(name)

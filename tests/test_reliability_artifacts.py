@@ -124,7 +124,8 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("cases", "exact", "refused", "not_offered", "silent_differences"),
     ),
     "hostile_inputs": (
-        "hostile inputs at their cause (deep nesting, alias bombs, forged files, extreme values, costs, lock, memory resume)",
+        "hostile inputs at their cause (deep nesting, alias bombs, forged files, extreme values, costs, lock, "
+        "memory resume)",
         ("cases", "refused_one_line", "right_answer"),
     ),
 }

@@ -53,7 +53,7 @@ def answered() -> None:
     FIGURES["right_answer"] += 1
 
 
-# ------------------------------------------------------------------------------ 1. deep nesting
+# ---------------------------------------------------------------------- 1. deep nesting
 DEEP = "[" * 5000 + "]" * 5000
 
 
@@ -98,7 +98,7 @@ def test_deeply_nested_longrope_file_is_one_line(run, tmp_path, capsys):  # noqa
     )
 
 
-# ------------------------------------------------------------------------------ 2. alias bombs in CLI values
+# ---------------------------------------------------------------------- 2. alias bombs in CLI values
 def cli_bomb(levels: int = 9, width: int = 9) -> str:
     """About 300 bytes of flow YAML expanding to ``width ** levels`` values."""
     names = [chr(ord("a") + i) for i in range(levels)]
@@ -114,7 +114,7 @@ def test_an_alias_bomb_in_a_cli_value_is_refused_at_once(key, capsys):
     refused(capsys, [*DRY, f"--{key}", value], f"--{key}", "more than 100,000 values through its aliases")
 
 
-# ------------------------------------------------------------------------------ 3. flex cannot train on CPU
+# ---------------------------------------------------------------------- 3. flex cannot train on CPU
 def test_flex_backend_is_refused_for_training_on_cpu_by_dry_run_and_train(tmp_path, capsys):
     argv = ["train", "--preset", "tiny", "--model.backend", "flex", "--out_dir", str(tmp_path), "--max_steps", "1"]
     refused(capsys, [*argv, "--dry-run"], "model.backend='flex' cannot train on cpu", "sdpa or eager")
@@ -122,7 +122,7 @@ def test_flex_backend_is_refused_for_training_on_cpu_by_dry_run_and_train(tmp_pa
     assert not any(tmp_path.iterdir())  # refused before the run folder was made
 
 
-# ------------------------------------------------------------------------------ 14. dry-run checks what train checks
+# ---------------------------------------------------------------------- 14. dry-run checks what train checks
 def test_dry_run_refuses_memory_with_a_position_table(tmp_path, capsys):
     refused(
         capsys,
@@ -154,7 +154,7 @@ def test_dry_run_refuses_init_from_weights_that_do_not_fit(run, tmp_path, capsys
     answered()
 
 
-# ------------------------------------------------------------------------------ 4. top-p below fp32's range
+# ---------------------------------------------------------------------- 4. top-p below fp32's range
 def test_a_top_p_that_underflows_fp32_is_greedy(run, capsys):  # noqa: F811
     from poslab.nn.generate import filter_logits
 
@@ -169,7 +169,7 @@ def test_a_top_p_that_underflows_fp32_is_greedy(run, capsys):  # noqa: F811
     answered()
 
 
-# ------------------------------------------------------------------------------ 6. averaging weights past float's range
+# ---------------------------------------------------------------------- 6. averaging weights past float's range
 @pytest.fixture(scope="module")
 def two_checkpoints(tmp_path_factory, corpus):  # noqa: F811
     """A rope run with two checkpoints (steps 2 and 4)."""
@@ -203,7 +203,7 @@ def test_average_weights_summing_past_float_range_are_an_equal_mean(two_checkpoi
     answered()
 
 
-# ------------------------------------------------------------------------------ 7. the lock file deleted while a run trains
+# ---------------------------------------------------------------------- 7. the lock file deleted while a run trains
 def test_a_deleted_lock_file_does_not_let_a_second_train_in(run, capsys):  # noqa: F811
     from poslab.runs import RunFolder
     from poslab.training.lock import RunLock, is_locked, lock_path
@@ -224,7 +224,7 @@ def resume_args(folder: Path) -> list[str]:
     return ["train", "--resume", "--name", folder.name, "--out_dir", str(folder.parent), "--no-progress"]
 
 
-# ------------------------------------------------------------------------------ 8. forged files with consistent checksums
+# ---------------------------------------------------------------------- 8. forged files with consistent checksums
 def forge_rng(name: str):
     return lambda t: {**t, name: torch.zeros(7, dtype=torch.uint8)}
 
@@ -295,7 +295,7 @@ def test_weights_that_overflow_the_logits_are_one_line(run, capsys):  # noqa: F8
     refused(capsys, ["sample", str(run), "--tokens", "3", "--seed", "1"], "logits are not finite")
 
 
-# ------------------------------------------------------------------------------ 13. extreme legal values: refused, not NaN
+# ---------------------------------------------------------------------- 13. extreme legal values: refused, not NaN
 EXTREME = [
     ("rope", {"base": 1e-300}, "base=1e-300 gives frequencies"),
     ("prope", {"base": 1e-300}, "base=1e-300 gives frequencies"),
@@ -382,7 +382,7 @@ def test_sinusoidal_positions_past_fp32_integers_are_refused():
     FIGURES["refused_one_line"] += 1
 
 
-# ------------------------------------------------------------------------------ 11. --memory resumes bitwise
+# ---------------------------------------------------------------------- 11. --memory resumes bitwise
 def test_a_memory_run_interrupted_and_resumed_continues_bitwise(tmp_path, corpus):  # noqa: F811
     """The segment memory is saved with the checkpoint (``memory.{micro}.*``): the resumed curve and
     weights equal the uninterrupted run's (a memory restarted empty changes the loss from step 5)."""
@@ -407,7 +407,7 @@ def test_a_memory_run_interrupted_and_resumed_continues_bitwise(tmp_path, corpus
     answered()
 
 
-# ------------------------------------------------------------------------------ 10. costs estimated before they are paid
+# ---------------------------------------------------------------------- 10. costs estimated before they are paid
 def test_text_then_a_sparse_hole_is_refused_without_reading_it_whole(tmp_path):
     """5 MiB of text, then a 2 GiB sparse hole (no disk used): refused after about 1 MiB of probes, not
     after reading 2 GiB (which takes 43 s and 4.4 GB)."""

@@ -1,4 +1,5 @@
-"""A real full disk: a small tmpfs fills up under ``poslab train``, ``eval``, ``experiment``, ``sample`` and the lab report.
+"""A real full disk: a small tmpfs fills up under ``poslab train``, ``eval``, ``experiment``, ``sample`` and the lab
+report.
 
 ``tests/test_reliability_disk.py`` fakes disk-full inside Python's ``open``; the tensor files are
 written by safetensors' Rust writer, which a Python fake never reaches (it ended in a
@@ -364,7 +365,8 @@ def test_resume_on_a_full_disk_keeps_every_earlier_file(disks, reference, capsys
 
 
 def test_outputs_on_a_full_disk_are_one_line_and_keep_the_old_file(disks, reference, capsys, request):
-    """``eval --out``, ``experiment --out``, ``lab --report-only``, ``sample > FILE`` on a full disk; ``sample`` reads from it."""
+    """``eval --out``, ``experiment --out``, ``lab --report-only``, ``sample > FILE`` on a full disk; ``sample`` reads
+    from it."""
     disk = disks(PAGE * 64 + 2 * reference["tensor_pages"] * PAGE)
     run = disk.path / "r"
     shutil.copytree(reference["run"], run)

@@ -90,7 +90,10 @@ def test_lab_fresh_still_starts_the_training_again(tmp_path, monkeypatch):
 
 def test_lab_only_exits_0_when_the_step_succeeds(tmp_path, monkeypatch):
     lab_dir = tmp_path / "lab"
-    code = "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(parents=True); (p / 'results.json').write_text('{}')"
+    code = (
+        "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(parents=True); "
+        "(p / 'results.json').write_text('{}')"
+    )
 
     def fake_plan(lab_dir_arg: Path, mode: str) -> list[lab.Step]:
         return [
@@ -160,7 +163,8 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow  # the default run covers it: SIGKILL of a sweep reaches its training as SIGTERM (below)
 def test_sigterm_to_train_saves_a_final_checkpoint(tmp_path, request):
-    """``timeout`` and schedulers send SIGTERM: the training saves its last step, as after Ctrl-C (not killed with nothing saved)."""
+    """``timeout`` and schedulers send SIGTERM: the training saves its last step, as after Ctrl-C (not killed with
+    nothing saved)."""
     run_dir = tmp_path / "runs" / "t"
     process = subprocess.Popen(
         [

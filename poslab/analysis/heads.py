@@ -569,7 +569,8 @@ def print_summary(results: dict[str, Any]) -> None:
     for key in ("pruned_30", "pruned_60"):
         p = results[key]
         print(
-            f"  pruning {p['heads_masked']} least important heads ({p['fraction']:.0%}): loss {p['loss']:.4f} ({p['loss_increase']:+.4f})"
+            f"  pruning {p['heads_masked']} least important heads ({p['fraction']:.0%}): "
+            f"loss {p['loss']:.4f} ({p['loss_increase']:+.4f})"
         )
 
 

@@ -1,4 +1,5 @@
-"""``poslab average RUN --last K --out NEW_RUN [--weights W ...]``: a new run holding the mean of a run's last K checkpoints."""
+"""``poslab average RUN --last K --out NEW_RUN [--weights W ...]``: a new run holding the mean of a run's last K
+checkpoints."""
 
 from __future__ import annotations
 

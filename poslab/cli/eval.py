@@ -1,4 +1,5 @@
-"""``poslab eval RUN [--lengths L,..] [--stride S] [--rope-scaling NAME:F] [--logn-scaling] ...``: perplexity per length."""
+"""``poslab eval RUN [--lengths L,..] [--stride S] [--rope-scaling NAME:F] [--logn-scaling] ...``: perplexity per
+length."""
 
 from __future__ import annotations
 

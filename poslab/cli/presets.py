@@ -20,7 +20,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(preset, indent=2, ensure_ascii=False))
         return 0
     print(
-        f"{'preset':18s} {'model (layers/heads/n_embd/block)':34s} {'corpus':12s} {'steps':>6s} {'quick':>6s}  description"
+        f"{'preset':18s} {'model (layers/heads/n_embd/block)':34s} {'corpus':12s} "
+        f"{'steps':>6s} {'quick':>6s}  description"
     )
     for name in presets.names():
         preset = presets.get(name)

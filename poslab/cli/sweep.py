@@ -1,4 +1,5 @@
-"""``poslab sweep CONFIG.yaml [--workers K] [--out DIR] [--dry-run] [--shard i/N] [--cluster ray]``: a grid of trainings."""
+"""``poslab sweep CONFIG.yaml [--workers K] [--out DIR] [--dry-run] [--shard i/N] [--cluster ray]``: a grid of
+trainings."""
 
 from __future__ import annotations
 

@@ -61,7 +61,8 @@ def read_weights(folder: Path) -> dict[str, Tensor]:
         return load_bin(folder / "pytorch_model.bin")
     found = ", ".join(sorted(p.name for p in folder.iterdir())) or "nothing"
     raise ValueError(
-        f"{str(folder)!r} has no weights: expected model.safetensors (or a sharded index, or pytorch_model.bin); found {found}"
+        f"{str(folder)!r} has no weights: expected model.safetensors (or a sharded index, or pytorch_model.bin); "
+        f"found {found}"
     )
 
 

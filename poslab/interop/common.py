@@ -47,7 +47,7 @@ IGNORED = re.compile(
 Converted = tuple[dict[str, Any], dict[str, Tensor]]
 
 
-# ------------------------------------------------------------------------------------------ reading
+# ---------------------------------------------------------------------------------- reading
 class Weights:
     """A checkpoint's tensors with the base-model prefix removed; every tensor must be used once."""
 
@@ -92,7 +92,8 @@ def full_head_dim(family: str, config: Any, hidden: int, heads: int) -> int:
     if head_dim * heads != hidden:
         raise unsupported(
             family,
-            f"head_dim={head_dim} with hidden_size={hidden} and {heads} heads (poslab needs head_dim * heads == hidden_size)",
+            f"head_dim={head_dim} with hidden_size={hidden} and {heads} heads "
+            "(poslab needs head_dim * heads == hidden_size)",
         )
     return head_dim
 
@@ -254,7 +255,7 @@ def swiglu(w: Weights, sd: dict[str, Tensor], src: str, dst: str, bias: bool = F
             sd[f"{dst}mlp.{ours}.{name}"] = w.take(f"{src}{hf}.{name}")
 
 
-# ------------------------------------------------------------------------------------------ export: weights
+# ---------------------------------------------------------------------------------- export: weights
 def export_attention(
     src: dict[str, Tensor],
     sd: dict[str, Tensor],
@@ -289,7 +290,8 @@ def export_decoder(
     norms: tuple[tuple[str, str], ...] = PRE_NORMS,
     norm_offset: float = 0.0,
 ) -> dict[str, Tensor]:
-    """The HF state dict (``model.*``, ``lm_head``) of a dense :class:`poslab.GPT` with fused-qkv attention and a SwiGLU MLP.
+    """The HF state dict (``model.*``, ``lm_head``) of a dense :class:`poslab.GPT` with fused-qkv attention and a
+    SwiGLU MLP.
 
     Args:
         gpt: the model.
@@ -319,7 +321,8 @@ def export_decoder(
 
 
 def hf_rope_parameters(scheme: Any, head_dim: int, block_size: int) -> tuple[dict[str, Any], int]:
-    """``(rope_parameters, max_position_embeddings)`` of one poslab RoPE scheme, or ``ValueError`` naming what has no equivalent."""
+    """``(rope_parameters, max_position_embeddings)`` of one poslab RoPE scheme, or ``ValueError`` naming what has no
+    equivalent."""
     rope = scheme.config
     if rope.logn_scaling:
         raise ValueError("logn_scaling has no transformers equivalent")
@@ -358,7 +361,8 @@ def hf_rope_parameters(scheme: Any, head_dim: int, block_size: int) -> tuple[dic
 
 
 def hf_rope(family: str, gpt: Any, scheme: Any) -> dict[str, Any]:
-    """``rope_parameters`` of one RoPE scheme of ``gpt`` (the scheme's own ``head_dim``: MLA rotates ``qk_rope_head_dim``)."""
+    """``rope_parameters`` of one RoPE scheme of ``gpt`` (the scheme's own ``head_dim``: MLA rotates
+    ``qk_rope_head_dim``)."""
     try:
         params, _ = hf_rope_parameters(scheme, scheme.config.head_dim, gpt.config.block_size)
     except ValueError as err:
@@ -393,7 +397,7 @@ def refuse_export(family: str, problems: list[Problem]) -> None:
         )
 
 
-# ------------------------------------------------------------------------------------------ export: what a family expresses
+# ---------------------------------------------------------------------------------- export: what a family expresses
 #: ``(GPTConfig field, why the family cannot hold its value)``
 Problem = tuple[str, str]
 #: ``GPTConfig`` fields every exporting family writes whatever their value: sizes, training-only
@@ -539,7 +543,7 @@ class Family:
     writes: Writes | None = None
 
 
-# ------------------------------------------------------------------------------------------ checks shared by families
+# ---------------------------------------------------------------------------------- checks shared by families
 def rope_check(family: str, layout: str | None = "half") -> Callable[[Any], list[Problem]]:
     """A check: every layer's RoPE has a transformers ``rope_parameters`` (and, if given, the family's ``layout``)."""
 

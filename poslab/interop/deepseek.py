@@ -23,7 +23,8 @@ FAMILY = "deepseek_v3"
 
 
 def _softmax_scale(config: Any) -> float:
-    """``qk_head_dim ** -0.5``, times ``mscale**2`` for YaRN with ``mscale_all_dim`` (transformers' ``yarn_apply_mscale``)."""
+    """``qk_head_dim ** -0.5``, times ``mscale**2`` for YaRN with ``mscale_all_dim`` (transformers'
+    ``yarn_apply_mscale``)."""
     scale = (config.qk_nope_head_dim + config.qk_rope_head_dim) ** -0.5
     params = config.rope_parameters or {}
     if params.get("rope_type", "default") != "default" and params.get("mscale_all_dim"):

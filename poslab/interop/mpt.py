@@ -21,7 +21,8 @@ def convert(config: Any, w: c.Weights) -> c.Converted:
         warnings.warn(
             f"mpt: attn_config.alibi_bias_max={attn.alibi_bias_max}, but transformers 5.24's MptModel never passes it "
             "on (its ALiBi always uses 8); poslab follows transformers so the logits match. MosaicML's original code "
-            f"uses it: set position_config={{'bias_max': {float(attn.alibi_bias_max)}}} for that model (docs/interop.md)",
+            f"uses it: set position_config={{'bias_max': {float(attn.alibi_bias_max)}}} for that model "
+            "(docs/interop.md)",
             UserWarning,
             stacklevel=3,
         )

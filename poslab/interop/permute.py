@@ -44,7 +44,8 @@ def permute_rope(weight: Tensor, n_heads: int, to: str = "half", rotary_dim: int
         raise ValueError(f"to={to!r} is not allowed; choose one of {list(LAYOUTS)}")
     if not isinstance(weight, Tensor) or weight.dim() not in (1, 2):
         raise ValueError(
-            f"weight must be a [rows, in] matrix or a [rows] bias, got {getattr(weight, 'shape', type(weight).__name__)}"
+            "weight must be a [rows, in] matrix or a [rows] bias, "
+            f"got {getattr(weight, 'shape', type(weight).__name__)}"
         )
     if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads <= 0:
         raise ValueError(f"n_heads must be a positive integer, got {n_heads!r}")

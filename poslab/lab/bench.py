@@ -1,7 +1,8 @@
 """``poslab bench``: attention speed and memory, and KV-cache decoding, measured side by side.
 
 Attention (forward + backward of one self-attention layer with its projections, no projection
-biases except Bloom's (built in), ``B=8, h=4, d_k=32, d=128``, causal, fp32) for every registered position scheme, a sliding window, and four
+biases except Bloom's (built in), ``B=8, h=4, d_k=32, d=128``, causal, fp32) for every registered
+position scheme, a sliding window, and four
 references: ``torch.nn.MultiheadAttention`` (causal ``attn_mask``, ``need_weights=False``, and the
 same with the ``is_causal`` hint), a naive eager ``softmax(QK^T)V``, ``transformers``' Llama
 attention (RoPE, SDPA) and Bloom attention (ALiBi). On request (``--cases``): the modern mechanisms
@@ -784,7 +785,8 @@ def format_report(attention: dict | None, decode: dict | None, checks: list[dict
         g = attention["geometry"]
         lines += [
             f"Attention forward+backward, B={g['batch']}, h={g['heads']}, d_k={g['head_dim']}, causal, fp32, "
-            f"{attention['threads']} thread(s), {attention['clock']} clock; roofline = measured fp32 matmul {peak:.0f} GFLOP/s. "
+            f"{attention['threads']} thread(s), {attention['clock']} clock; "
+            f"roofline = measured fp32 matmul {peak:.0f} GFLOP/s. "
             "Median of alternating runs; peak = resident-memory high-water mark of one run in a fresh process.",
             "",
             "| T | case | fwd+bwd ms | peak MiB | GFLOP/s | % roofline | vs naive |",
@@ -798,7 +800,8 @@ def format_report(attention: dict | None, decode: dict | None, checks: list[dict
             mem = f"{row['peak_mib']:.0f}" if row.get("peak_mib") is not None else "-"
             vs = f"{naive / row['ms']:.1f}x" if naive else "-"
             lines.append(
-                f"| {row['T']} | {row['case']} | {row['ms']:.1f} | {mem} | {row['gflops']:.1f} | {100 * row['roofline']:.1f}% | {vs} |"
+                f"| {row['T']} | {row['case']} | {row['ms']:.1f} | {mem} | {row['gflops']:.1f} "
+                f"| {100 * row['roofline']:.1f}% | {vs} |"
             )
         lines.append("")
     if decode is not None:

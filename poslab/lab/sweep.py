@@ -228,7 +228,8 @@ def run_name_of(point: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------------ running
 def run_state(run_dir: Path, max_steps: int) -> str:
-    """``"done"``, ``"diverged"``, ``"resume"`` (a run folder to continue) or ``"new"`` (from :attr:`RunFolder.state`)."""
+    """``"done"``, ``"diverged"``, ``"resume"`` (a run folder to continue) or ``"new"`` (from
+    :attr:`RunFolder.state`)."""
     from poslab.runs import RunFolder
 
     run = RunFolder(run_dir)

@@ -259,7 +259,8 @@ def pm(values: Sequence[float], digits: int = 3) -> str:
 
 
 def welch_p(a: Sequence[float], b: Sequence[float], shift: float = 0.0) -> float | None:
-    """Two-sided p-value of Welch's t-test of ``mean(a) - mean(b) = shift`` (``None`` with fewer than 2 values in an arm).
+    """Two-sided p-value of Welch's t-test of ``mean(a) - mean(b) = shift`` (``None`` with fewer than 2 values in an
+    arm).
 
     The same statistic as :func:`interval_halfwidth`: ``p < 0.05`` exactly when the 95% interval of
     the difference excludes ``shift`` (up to the t-table's interpolation in :func:`t975`).
@@ -274,7 +275,8 @@ def welch_p(a: Sequence[float], b: Sequence[float], shift: float = 0.0) -> float
 
 
 def _welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
-    """Welch's squared standard error of ``mean(a) - mean(b)`` and its degrees of freedom (at least 1); 2+ values each."""
+    """Welch's squared standard error of ``mean(a) - mean(b)`` and its degrees of freedom (at least 1); 2+ values
+    each."""
     na, nb = len(a), len(b)
     va, vb = statistics.variance(a), statistics.variance(b)
     se2 = va / na + vb / nb
@@ -757,7 +759,8 @@ def get(results: dict, path: str) -> Any:
 
 
 def num(value: Any, digits: int = 4) -> str:
-    """A number as the report prints it: thousands separators for ints, 4 significant digits, e-notation for tiny/huge."""
+    """A number as the report prints it: thousands separators for ints, 4 significant digits, e-notation for
+    tiny/huge."""
     if isinstance(value, bool) or value is None:
         return str(value)
     if isinstance(value, int):

@@ -123,7 +123,8 @@ class LatentKVCache(nn.Module):
         end = self.size + T
         if end > self.capacity:
             raise ValueError(
-                f"KV cache overflow: {self.size} cached + {T} new tokens > capacity {self.capacity}; make a larger cache"
+                f"KV cache overflow: {self.size} cached + {T} new tokens > capacity {self.capacity}; "
+                "make a larger cache"
             )
         self.latent[:, self.size : end] = latent
         self.k_rot[:, :, self.size : end] = k_rot

@@ -130,8 +130,8 @@ class GPTConfig:
             per-layer scheme must be one that acts inside attention (no ``embed``).
         mla: multi-head latent attention (DeepSeek-V2/V3) instead of MHA: a dict with
             ``kv_lora_rank``, ``q_lora_rank`` (``None`` = full query projection), ``qk_nope_head_dim``,
-            ``qk_rope_head_dim``, ``v_head_dim``, optional ``latent_eps`` (see ``poslab.nn.mla``); the scheme's ``head_dim`` is
-            ``qk_rope_head_dim`` and ``make_cache`` returns compressed latent caches.
+            ``qk_rope_head_dim``, ``v_head_dim``, optional ``latent_eps`` (see ``poslab.nn.mla``); the scheme's
+            ``head_dim`` is ``qk_rope_head_dim`` and ``make_cache`` returns compressed latent caches.
     """
 
     vocab_size: int = 65

@@ -188,7 +188,8 @@ def lsh_attention(
     """
     if qk.dim() != 4 or v.dim() != 4 or qk.shape[:3] != v.shape[:3]:
         raise ValueError(
-            f"qk must be [B, h, T, d_k] and v [B, h, T, d_v] with the same B, h, T; got {list(qk.shape)}, {list(v.shape)}"
+            "qk must be [B, h, T, d_k] and v [B, h, T, d_v] with the same B, h, T; "
+            f"got {list(qk.shape)}, {list(v.shape)}"
         )
     B, h, T, dk = qk.shape
     dv = v.shape[-1]

@@ -90,7 +90,8 @@ def average_state_dicts(
                 raise ValueError(f"key {key!r}: state dict {i} holds a {type(t).__name__}, not a tensor")
             if tuple(t.shape) != tuple(ref.shape):
                 raise ValueError(
-                    f"key {key!r}: shape {list(t.shape)} in state dict {i} differs from {list(ref.shape)} in state dict 0"
+                    f"key {key!r}: shape {list(t.shape)} in state dict {i} "
+                    f"differs from {list(ref.shape)} in state dict 0"
                 )
             if t.dtype != ref.dtype:
                 raise ValueError(

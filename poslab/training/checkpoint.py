@@ -329,7 +329,8 @@ def load_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[dict[
         raise CheckpointError(f"checkpoint {tensor_path} cannot be read: {err.strerror or err}") from None
     if digest != meta.get("sha256"):
         raise CheckpointError(
-            f"checkpoint {tensor_path} is corrupt: sha256 {digest[:16]}… differs from the recorded {str(meta.get('sha256'))[:16]}…"
+            f"checkpoint {tensor_path} is corrupt: sha256 {digest[:16]}… "
+            f"differs from the recorded {str(meta.get('sha256'))[:16]}…"
         )
     try:
         with safe_open(str(tensor_path), framework="pt") as handle:

@@ -77,7 +77,8 @@ def prepare_data(cfg: TrainConfig, tokenizer: Any = None) -> RunData:
 
 
 def batchify(data: torch.Tensor, n_streams: int, seg_len: int) -> torch.Tensor:
-    """Transformer-XL's ``batchify``: ``data [N]`` cut into ``n_streams`` contiguous streams ``[n_streams, N // n_streams]``.
+    """Transformer-XL's ``batchify``: ``data [N]`` cut into ``n_streams`` contiguous streams
+    ``[n_streams, N // n_streams]``.
 
     The tail that does not divide evenly is dropped. Segment ``s`` of every stream is read by
     :func:`stream_segment`.
@@ -125,7 +126,8 @@ def model_vocab_size(tokenizer_vocab: int, objective: str) -> int:
 
 
 def mask_id_of(model_vocab: int) -> int:
-    """The ``[MASK]`` id of an MLM model with ``model_vocab`` rows: the last one (the tokenizer has ``model_vocab - 1`` ids)."""
+    """The ``[MASK]`` id of an MLM model with ``model_vocab`` rows: the last one (the tokenizer has ``model_vocab - 1``
+    ids)."""
     if model_vocab < 2:
         raise ValueError(f"an MLM model needs at least one token id and the mask id, got vocab_size {model_vocab}")
     return model_vocab - 1

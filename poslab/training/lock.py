@@ -2,13 +2,13 @@
 
 The lock of run folder ``OUT_DIR/NAME`` is the file ``OUT_DIR/.NAME.lock``, next to the folder
 rather than inside it; the folder is resolved first (its real path), so ``runs/B`` symlinked to
-``runs/A`` takes the lock of ``runs/A`` and two trainers can never write one folder through two names.
-The lock file is opened with ``O_NOFOLLOW``: a symbolic link planted at the lock path is refused,
-never followed (it would make poslab truncate the file it points to) (so it survives ``--overwrite`` moving the old folder away and never makes a
-fresh run folder look non-empty). It is held with ``fcntl.flock``: the kernel drops the lock when
-the holding process ends, however it ends (SIGKILL and power loss included), so a crash never
-leaves a stale lock behind. The file records the holder's pid and host for the refusal message and
-is removed on release.
+``runs/A`` takes the lock of ``runs/A`` and two trainers can never write one folder through two
+names. The lock file is opened with ``O_NOFOLLOW``: a symbolic link planted at the lock path is
+refused, never followed (it would make poslab truncate the file it points to) (so it survives
+``--overwrite`` moving the old folder away and never makes a fresh run folder look non-empty). It is
+held with ``fcntl.flock``: the kernel drops the lock when the holding process ends, however it ends
+(SIGKILL and power loss included), so a crash never leaves a stale lock behind. The file records the
+holder's pid and host for the refusal message and is removed on release.
 
 A user can delete the lock file while its run trains (it looks like litter next to the folder); a
 second ``train`` would then create a new one and lock that. So the holder also takes an ``flock`` on the run
@@ -176,7 +176,8 @@ class RunLock:
 
 
 def is_locked(run_dir: str | Path) -> bool:
-    """Whether a live process holds the lock of ``run_dir`` (its lock file or its folder) now, probed without taking it."""
+    """Whether a live process holds the lock of ``run_dir`` (its lock file or its folder) now, probed without taking
+    it."""
     if fcntl is None:
         return False
     return _probe(lock_path(run_dir), 0) or _probe(Path(os.path.realpath(run_dir)), getattr(os, "O_DIRECTORY", 0))

@@ -4,10 +4,11 @@ bf16 autocast is a speed-up only where the hardware computes bf16 natively (CUDA
 CPUs with AVX512-BF16 or AMX). On a CPU without it PyTorch emulates bf16 and a training step runs many
 times slower than in fp32. So ``auto`` does not guess from the CPU's flags: it times a small matmul and
 a small training step (forward + backward of a 2-layer GPT) in fp32 and under bf16 autocast, and uses
-bf16 only where its step is clearly faster (at most :data:`BF16_AT_MOST` of the fp32 step's time). The figures are measured once per machine and cached in
-``$XDG_CACHE_HOME/poslab/precision.json`` (``~/.cache/poslab/precision.json``), keyed by CPU model,
-torch version and thread count; ``POSLAB_CACHE_DIR`` names another folder. On CUDA the rule is
-``torch.cuda.is_bf16_supported()``, with nothing to measure.
+bf16 only where its step is clearly faster (at most :data:`BF16_AT_MOST` of the fp32 step's time). The
+figures are measured once per machine and cached in ``$XDG_CACHE_HOME/poslab/precision.json``
+(``~/.cache/poslab/precision.json``), keyed by CPU model, torch version and thread count;
+``POSLAB_CACHE_DIR`` names another folder. On CUDA the rule is ``torch.cuda.is_bf16_supported()``, with
+nothing to measure.
 
 An explicit ``bf16`` on a CPU where it measured slower still runs, with a one-line warning that names
 the measured ratio.

@@ -83,7 +83,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
     },
     "shakespeare-char": {
-        "description": "nanoGPT's CPU shakespeare_char recipe (4/4/128, block 64, batch 12, 2000 iters; nanoGPT: val 1.88)",
+        "description": (
+            "nanoGPT's CPU shakespeare_char recipe (4/4/128, block 64, batch 12, 2000 iters; nanoGPT: val 1.88)"
+        ),
         "config": {
             "corpus": "shakespeare",
             "tokenizer": "char",
@@ -112,9 +114,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
     },
     "shakespeare-char-fast": {
-        "description": "time to quality: the shakespeare-char model with RoPE, a short schedule and the measured faster "
-        "precision (dtype auto); "
-        "stops at whole-split val 1.90 (benchmarks/time_to_loss.py)",
+        "description": (
+            "time to quality: the shakespeare-char model with RoPE, a short schedule and the measured faster "
+            "precision (dtype auto); stops at whole-split val 1.90 (benchmarks/time_to_loss.py)"
+        ),
         "config": {
             "corpus": "shakespeare",
             "tokenizer": "char",
@@ -195,7 +198,8 @@ def load_preset_file(path: str | Path) -> dict[str, Any]:
     unknown = set(data) - {"description", "config", "quick"}
     if unknown:
         raise ValueError(
-            f"preset file {str(path)!r} has unknown top-level keys {sorted(unknown)}; allowed: description, config, quick"
+            f"preset file {str(path)!r} has unknown top-level keys {sorted(unknown)}; "
+            "allowed: description, config, quick"
         )
     return data
 

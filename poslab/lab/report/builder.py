@@ -109,7 +109,10 @@ def paragraphs(text: str) -> str:
 
 def image_tag(path: Path, alt: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<figure><img alt="{esc(alt)}" src="data:image/png;base64,{data}"><figcaption>{esc(path.name)}</figcaption></figure>'
+    return (
+        f'<figure><img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{esc(path.name)}</figcaption></figure>"
+    )
 
 
 def _is_scalar(value: Any) -> bool:
@@ -212,7 +215,8 @@ def numbers_html(results: dict, skip: tuple[str, ...] = ("claims",)) -> str:
 
 
 def kind(record: ClaimRecord) -> str:
-    """Which of :data:`KINDS` a record is: the lesson right, the lesson wrong, not testable here, or inside the noise."""
+    """Which of :data:`KINDS` a record is: the lesson right, the lesson wrong, not testable here, or inside the
+    noise."""
     if not_testable(record):
         return "untestable"
     if record.verdict == HELD:
@@ -350,7 +354,10 @@ def _spread(values: Any, digits: int = 4) -> Any:
 def _table(headers: list[str], rows: list[list[Any]], caption: str) -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
-    return f"<table class='key'><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return (
+        f"<table class='key'><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table>"
+    )
 
 
 def _ppl(cell_value: Any, mode: str) -> Any:
@@ -618,7 +625,8 @@ def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | N
     numbers = numbers_html(results)
     opened = " open" if not pngs and not key and numbers.count("<tr") <= 60 else ""  # nothing else shows its numbers
     parts.append(
-        f"<details{opened}><summary>{esc(t('folder.numbers', path=folder + '/results.json'))}</summary>{numbers}</details></div>"
+        f"<details{opened}><summary>{esc(t('folder.numbers', path=folder + '/results.json'))}</summary>"
+        f"{numbers}</details></div>"
     )
     return "".join(parts)
 
@@ -680,7 +688,8 @@ def machine_html(manifest: dict) -> str:
         else ""
     )
     return (
-        f"<section id='machine'><h2>{esc(t('nav.machine'))}</h2><p class='note'>{esc(t('machine.shared', origin=origin))}"
+        f"<section id='machine'><h2>{esc(t('nav.machine'))}</h2>"
+        f"<p class='note'>{esc(t('machine.shared', origin=origin))}"
         f"</p><table class='kv'><tbody>{table}</tbody></table>{step_table}</section>"
     )
 
@@ -699,21 +708,26 @@ nav { position:sticky; top:0; width:250px; flex:none; padding:20px 16px; max-hei
 nav a { display:block; color:var(--ink); text-decoration:none; padding:5px 8px; border-radius:6px; font-size:14px; }
 nav a:hover { background:#e8ecf6; }
 main { flex:1; min-width:0; padding:20px 40px 60px 8px; max-width:1200px; }
-section { background:var(--card); border:1px solid var(--line); border-radius:10px; padding:22px 28px; margin:0 0 24px; }
+section { background:var(--card); border:1px solid var(--line); border-radius:10px; padding:22px 28px; \
+margin:0 0 24px; }
 h2 { margin:0 0 4px; font-size:21px; } h3 { font-size:16px; margin:22px 0 8px; } h4 { margin:16px 0 6px; font-size:13px;
   text-transform:uppercase; letter-spacing:.05em; color:var(--muted); }
 .lessons { color:var(--muted); margin:0 0 8px; font-size:13px; }
 .claim { border-left:4px solid var(--accent); background:#f3f6fe; padding:4px 16px; border-radius:0 8px 8px 0; }
 .measured { border-left:4px solid #9aa3b5; padding:4px 16px; }
 .zh, .claim p, html[lang='zh-Hans'] body { font-family: 'FAMILY', "DejaVu Sans", sans-serif; }
-figure { margin:14px 0; } img { max-width:100%; height:auto; border:1px solid var(--line); border-radius:6px; background:#fff; }
+figure { margin:14px 0; } \
+img { max-width:100%; height:auto; border:1px solid var(--line); border-radius:6px; background:#fff; }
 figcaption { color:var(--muted); font-size:12px; }
-table { border-collapse:collapse; margin:10px 0; font-size:13px; width:auto; max-width:100%; display:block; overflow-x:auto; }
+table { border-collapse:collapse; margin:10px 0; font-size:13px; width:auto; max-width:100%; display:block; \
+overflow-x:auto; }
 caption { text-align:left; font-weight:600; color:var(--muted); padding:4px 0; }
 th, td { border-bottom:1px solid var(--line); padding:5px 10px; text-align:left; vertical-align:top; }
 thead th { background:#f0f2f6; } table.kv th { color:var(--muted); font-weight:500; white-space:nowrap; }
 table.claims { display:table; width:100%; table-layout:fixed; } table.claims td { overflow-wrap:anywhere; }
-table.claims td.src { color:var(--muted); font-size:12px; } .crit { color:var(--muted); font-size:11px; margin-top:4px; } table.claims .path { font-size:11px; margin-top:4px; }
+table.claims td.src { color:var(--muted); font-size:12px; } \
+.crit { color:var(--muted); font-size:11px; margin-top:4px; } \
+table.claims .path { font-size:11px; margin-top:4px; }
 .badge { display:inline-block; padding:2px 8px; border-radius:6px; font-size:12px; font-weight:600; }
 table.key { display:table; } table.key td { font-variant-numeric: tabular-nums; }
 .badge.held, .count.held { background:var(--held-bg); color:var(--held); }
@@ -815,7 +829,8 @@ def _page(lab_dir: Path) -> str:
     untestable = [v for v in verdicts if kind(v.record) == "untestable"]
     apart = (
         (
-            f"<h3 id='untestable'>{esc(t('claims.untestable'))}</h3><p class='note'>{esc(t('claims.untestable.intro'))}</p>"
+            f"<h3 id='untestable'>{esc(t('claims.untestable'))}</h3>"
+            f"<p class='note'>{esc(t('claims.untestable.intro'))}</p>"
             f"{untestable_table(untestable)}"
         )
         if untestable

@@ -61,7 +61,8 @@ def _heads_previous_token(r: dict, text: str, source: str) -> ClaimRecord:
     best = max(get(r, "heads"), key=lambda h: h["previous_token"])
     threshold = get(r, "thresholds.previous_token") if "previous_token" in get(r, "thresholds") else None
     measured = (
-        f"{counts['previous-token']} previous-token, {counts['induction']} induction, {counts['positional']} positional "
+        f"{counts['previous-token']} previous-token, {counts['induction']} induction, "
+        f"{counts['positional']} positional "
         f"of {total} heads; strongest previous-token head L{best['layer']}H{best['head']} "
         f"({num(best['previous_token'], 3)} of its attention on the previous token)"
     )

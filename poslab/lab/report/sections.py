@@ -64,9 +64,10 @@ SECTIONS: tuple[Section, ...] = (
         "training",
         "Which position encoding trains best",
         "seed 000 §2.2 and §4, seed 001 exercise 3",
-        "Seed 000's table ranks absolute, learned, relative (T5, ALiBi) and rotary encodings; it says ALiBi 「性能略低于 "
-        "RoPE」 and that RoPE is the modern default. Seed 001 notes that a causal model with no position encoding "
-        "still learns positions, 「效果只比加了位置编码的差一点」, and asks to swap pos_emb for RoPE and compare.",
+        "Seed 000's table ranks absolute, learned, relative (T5, ALiBi) and rotary encodings; it says ALiBi "
+        "「性能略低于 RoPE」 and that RoPE is the modern default. Seed 001 notes that a causal model with no position "
+        "encoding still learns positions, 「效果只比加了位置编码的差一点」, and asks to swap pos_emb for RoPE and "
+        "compare.",
         "The same small GPT trained on the Tang poems once per position scheme (same data, steps and seed): loss "
         "curves and final validation loss.",
         ("experiments/position-training",),
@@ -100,9 +101,9 @@ SECTIONS: tuple[Section, ...] = (
         "Past the training length",
         "seed 000 §2.2, §3.5, Q4; seed 002 §4.1",
         "Absolute and learned embeddings 「超出训练长度就崩」; relative encodings are medium and RoPE good at "
-        "extrapolation, yet past the training length RoPE degrades: 「注意力熵爆炸」 and 「困惑度急剧上升——实测通常从 10 "
-        "飙到 100+」. Seed 002 says relative encodings solve long-sequence generalisation. The ALiBi paper (Press et "
-        "al. 2022) measured sinusoidal perplexity exploding past L while ALiBi stays flat.",
+        "extrapolation, yet past the training length RoPE degrades: 「注意力熵爆炸」 and 「困惑度急剧上升——实测通常从 "
+        "10 飙到 100+」. Seed 002 says relative encodings solve long-sequence generalisation. The ALiBi paper (Press "
+        "et al. 2022) measured sinusoidal perplexity exploding past L while ALiBi stays flat.",
         "One small GPT per position scheme trained at length L and evaluated at 1×, 2×, 4×, 8× and 16× L; the mean "
         "attention entropy per layer as a function of evaluation length, with and without YaRN's temperature and "
         "log-n scaling. In the full lab, Transformer-XL as the paper has it (Dai et al. 2019): the relative encoding "
@@ -115,11 +116,12 @@ SECTIONS: tuple[Section, ...] = (
         "context",
         "Stretching the context: PI, NTK-aware, YaRN",
         "seed 000 §3.5, Q4",
-        "「扩展上下文长度时，第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」; the table ranks YaRN ★★★, NTK ★★☆, "
-        "PI ★★ (lossy), continued pre-training ★★★ (slow but most reliable).\n\n"
-        "Q4 adds: 「LLaMA3 的做法：8K 预训练 → 分阶段扩展到 128K，中间用 NTK-aware + 继续预训练 + 平均检查点（averaging "
-        "checkpoints）避免灾难性遗忘。」 (Llama 3 extends 8K to 128K in stages with NTK-aware scaling, continued "
-        "pre-training and checkpoint averaging against catastrophic forgetting). In the Llama 3 paper (Dubey et al. "
+        "「扩展上下文长度时，第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」; the table ranks YaRN ★★★, NTK "
+        "★★☆, PI ★★ (lossy), continued pre-training ★★★ (slow but most reliable).\n\n"
+        "Q4 adds: 「LLaMA3 的做法：8K 预训练 → 分阶段扩展到 128K，中间用 NTK-aware + 继续预训练 + "
+        "平均检查点（averaging checkpoints）避免灾难性遗忘。」 (Llama 3 extends 8K to 128K in stages with NTK-aware "
+        "scaling, continued pre-training and checkpoint averaging against catastrophic forgetting). In the Llama 3 "
+        "paper (Dubey et al. "
         '2024, "The Llama 3 Herd of Models") checkpoint averaging belongs to the annealing stage of pre-training '
         "(§3.4.3) and to post-training (§4.1.5, models averaged at each RM, SFT and DPO stage), not to the "
         "long-context stage (§3.4.2) the lesson ties it to.",
@@ -135,9 +137,9 @@ SECTIONS: tuple[Section, ...] = (
         "What the heads do",
         "seed 000 Q1, seed 002 §6.1",
         "「有些头专门做「前一个词」的关注，有些头做「句号」的关注」; seed 002 §6.1 describes heads for local syntax, "
-        "keywords and long-range dependencies, and heads that serve as a 「备用通道」 (spare channel). Olsson et al. 2022 "
-        "add induction heads (they need two or more layers); Voita et al. 2019 positional heads; Michel et al. 2019 "
-        "find that most heads can be removed at little cost.",
+        "keywords and long-range dependencies, and heads that serve as a 「备用通道」 (spare channel). Olsson et al. "
+        "2022 add induction heads (they need two or more layers); Voita et al. 2019 positional heads; Michel et al. "
+        "2019 find that most heads can be removed at little cost.",
         "A GPT trained on the Tang poems: the attention of every layer and head on 白日依山尽，黄河入海流。, a "
         "previous-token score, an induction (prefix-matching) score on repeated random tokens, the positional "
         "offset and its confidence per head, and the loss change when each head is masked, with the loss after "

@@ -141,4 +141,7 @@ class KVCache(nn.Module):
 
     def extra_repr(self) -> str:
         B, hkv, C, dk = self.k.shape
-        return f"batch={B}, kv_heads={hkv}, capacity={C}, head_dim={dk}, rolling={self.rolling}, memory={self.memory}, length={self.length}"
+        return (
+            f"batch={B}, kv_heads={hkv}, capacity={C}, head_dim={dk}, "
+            f"rolling={self.rolling}, memory={self.memory}, length={self.length}"
+        )

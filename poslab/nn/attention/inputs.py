@@ -19,7 +19,8 @@ def validate_geometry(d_model: int, n_heads: int, n_kv_heads: int) -> None:
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads} (d_model must equal n_heads * d_k)")
     if n_heads % n_kv_heads:
         raise ValueError(
-            f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads} (each kv head serves n_heads/n_kv_heads query heads)"
+            f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads} "
+            "(each kv head serves n_heads/n_kv_heads query heads)"
         )
 
 
@@ -64,7 +65,8 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> 
         raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of key/value heads ({k.shape[1]})")
     if q_pos.shape != (q.shape[2],) or k_pos.shape != (k.shape[2],):
         raise ValueError(
-            f"positions must be [Tq]=[{q.shape[2]}] and [Tk]=[{k.shape[2]}], got {list(q_pos.shape)} and {list(k_pos.shape)}"
+            f"positions must be [Tq]=[{q.shape[2]}] and [Tk]=[{k.shape[2]}], "
+            f"got {list(q_pos.shape)} and {list(k_pos.shape)}"
         )
     if q_pos.is_floating_point() or k_pos.is_floating_point():
         raise TypeError(f"positions must be integer tensors, got {q_pos.dtype} and {k_pos.dtype}")

@@ -305,7 +305,8 @@ class MultiHeadAttention(nn.Module):
         if head_mask is not None:
             if not isinstance(head_mask, Tensor) or head_mask.shape != (h,):
                 raise ValueError(
-                    f"head_mask must be a tensor of shape [{h}] (one factor per head), got {getattr(head_mask, 'shape', head_mask)!r}"
+                    f"head_mask must be a tensor of shape [{h}] (one factor per head), "
+                    f"got {getattr(head_mask, 'shape', head_mask)!r}"
                 )
             out = (
                 out * head_mask.to(device=out.device, dtype=out.dtype)[None, :, None, None]
@@ -340,7 +341,8 @@ class MultiHeadAttention(nn.Module):
             )
 
     def _memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values ``[B, h_kv, M, d_k]`` of memory ``[B, M, d]`` under the current weights (before ``rotate``)."""
+        """Keys and values ``[B, h_kv, M, d_k]`` of memory ``[B, M, d]`` under the current weights (before
+        ``rotate``)."""
         h, hkv, dk = self.n_heads, self.n_kv_heads, self.head_dim
         if type(self.qkv) is nn.Linear:  # only the k, v rows of the fused projection
             bias = self.qkv.bias[h * dk :] if self.qkv.bias is not None else None

@@ -96,7 +96,8 @@ def check_mechanisms(n_heads: int, softcap: float | None, sinks: Tensor | None, 
         raise ValueError(f"softcap must be a positive finite number or None, got {softcap!r}")
     if sinks is not None and (not isinstance(sinks, Tensor) or sinks.shape != (n_heads,)):
         raise ValueError(
-            f"sinks must be a tensor of shape [{n_heads}] (one logit per query head), got {getattr(sinks, 'shape', sinks)!r}"
+            f"sinks must be a tensor of shape [{n_heads}] (one logit per query head), "
+            f"got {getattr(sinks, 'shape', sinks)!r}"
         )
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
         raise ValueError(f"chunk must be a positive integer (tokens per attention chunk) or None, got {chunk!r}")

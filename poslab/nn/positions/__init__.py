@@ -175,8 +175,9 @@ def build_for_model(name: str, config: Any, context: dict[str, Any]) -> Position
     """Build a scheme for a model, filling config fields the scheme has from ``context``.
 
     ``context`` holds the model's dimensions (``n_embd``, ``n_heads``, ``head_dim``, ``n_layer``, ``max_len``,
-    ``original_max_len``, ``bidirectional``); a scheme takes only the ones its config has. A field the user set explicitly wins for ``max_len``,
-    ``original_max_len`` and ``bidirectional``; dimension fields must agree with the model.
+    ``original_max_len``, ``bidirectional``); a scheme takes only the ones its config has. A field the user set
+    explicitly wins for ``max_len``, ``original_max_len`` and ``bidirectional``; dimension fields must agree with the
+    model.
     """
     cls = get(name)
     # validate the keys only: values such as longrope factors are checked once the model's dims are in

@@ -49,7 +49,8 @@ class PRopeConfig(RopeConfig):
 
 @register
 class PRoPE(RoPE):
-    """p-RoPE (Barbero et al. 2024, https://arxiv.org/abs/2410.06205): RoPE with its lowest ``1 - p`` frequencies zeroed."""
+    """p-RoPE (Barbero et al. 2024, https://arxiv.org/abs/2410.06205): RoPE with its lowest ``1 - p`` frequencies
+    zeroed."""
 
     name = "prope"
     config_class = PRopeConfig

@@ -119,7 +119,8 @@ class RopeConfig:
             raise ValueError(f"ntk scaling needs rotary dim > 2 (the exponent is d/(d-2)), got {rot}")
         if self.scaling == "llama3" and not self.high_freq_factor > self.low_freq_factor:
             raise ValueError(
-                f"llama3 needs high_freq_factor > low_freq_factor, got {self.high_freq_factor} <= {self.low_freq_factor}"
+                "llama3 needs high_freq_factor > low_freq_factor, "
+                f"got {self.high_freq_factor} <= {self.low_freq_factor}"
             )
         if self.scaling == "longrope":
             for label, values in (("short_factor", self.short_factor), ("long_factor", self.long_factor)):
@@ -752,7 +753,8 @@ class XPos(RoPE):
         limit = self.max_span(dtype)
         if hi - lo > limit:
             raise ValueError(
-                f"xpos cannot scale positions {lo}..{hi} in one call in {dtype}: a span of {hi - lo} positions overflows "
+                f"xpos cannot scale positions {lo}..{hi} in one call in {dtype}: "
+                f"a span of {hi - lo} positions overflows "
                 f"its query/key scales past {limit} (scale_base={self.config.scale_base}, gamma={self.config.gamma}); "
                 "use float32/bfloat16, a larger scale_base or shorter calls"
             )

@@ -102,7 +102,8 @@ class T5Bias(PositionScheme):
         return self.config.bidirectional is not False
 
     def check_layer(self, n_heads: int, head_dim: int, causal: bool) -> None:
-        """Geometry as every scheme, then ``bidirectional``: ``None`` follows the layer, ``True`` in a causal layer is refused."""
+        """Geometry as every scheme, then ``bidirectional``: ``None`` follows the layer, ``True`` in a causal layer is
+        refused."""
         super().check_layer(n_heads, head_dim, causal)
         if self.config.bidirectional is None:
             self.config.bidirectional = not causal
