@@ -28,6 +28,9 @@ class Size:
         eval_windows: the evaluation scores ``eval_windows * 16 * L`` validation targets at every length.
         finetune_steps: context-extension fine-tuning steps at ``4 L``.
         entropy_batch: sequences per length in the attention-entropy measurement.
+        schemes: the position schemes trained at this size (``None``: every scheme the experiment trains).
+            The quick size trains the arms of the lessons' main claims only, each long enough to meet
+            the claims' premises, instead of every scheme at bigram level.
     """
 
     name: str
@@ -42,6 +45,7 @@ class Size:
     eval_windows: int
     finetune_steps: int
     entropy_batch: int
+    schemes: tuple[str, ...] | None = None
 
     @property
     def n_targets(self) -> int:
@@ -80,7 +84,7 @@ def define_size(spec: str) -> Size:
     if base_name not in SIZES:
         raise ValueError(f"--size {spec!r}: unknown base size {base_name!r}; choose one of {', '.join(SIZES)}")
     base = SIZES[base_name]
-    fields = {f.name: f.type for f in dataclasses.fields(Size) if f.name != "name"}
+    fields = {f.name: f.type for f in dataclasses.fields(Size) if f.name not in ("name", "schemes")}
     changes: dict[str, int | float] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")

@@ -66,6 +66,11 @@ def lab_schemes() -> tuple[str, ...]:
 
 
 SCHEMES = lab_schemes()
+
+
+def schemes_of(size: Size) -> tuple[str, ...]:
+    """The schemes trained at ``size``: its own list (the quick size's claim arms), else :data:`SCHEMES`."""
+    return tuple(size.schemes) if size.schemes is not None else SCHEMES
 FACTORS = EXTRAPOLATION_FACTORS
 CORPUS = "shakespeare"
 
@@ -412,18 +417,19 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: di
     return save_figure(fig, path)
 
 
-def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[str, ...] = SCHEMES,
+def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[str, ...] | None = None,
         seeds: tuple[int, ...] = SEEDS, workers: int | None = None) -> dict:
     """Train (or reuse) one model per scheme and seed, evaluate at 1x..16x L, print the tables, plot, judge.
 
     Args:
         out: output folder (models in ``out/models/SIZE/NAME``, :func:`run_name`).
         quick: the demo's size; ``size`` names one of :data:`SIZES` instead.
-        schemes: position schemes to train.
+        schemes: position schemes to train (``None``: :func:`schemes_of` the size).
         seeds: training seeds (at least 3 for conclusive verdicts).
         workers: trainings at a time (default: :func:`poslab.lab.runner.default_workers`).
     """
     lab = size_of(quick, size)
+    schemes = schemes_of(lab) if schemes is None else tuple(schemes)
     out = Path(out)
     start = time.perf_counter()
     t0 = time.perf_counter()

@@ -31,7 +31,7 @@ from poslab.lab.experiments.common import (
     plot_seeded_curves,
     unigram_entropy,
 )
-from poslab.lab.experiments.extrapolation import SIZES, train_config
+from poslab.lab.experiments.extrapolation import SIZES, schemes_of, train_config
 from poslab.lab.experiments.head_count import base_config
 from poslab.lab.experiments.training import (
     SEEDS,
@@ -126,14 +126,17 @@ def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: 
     Args:
         out: output folder (runs in ``out/runs/SCHEME-sSEED``, plot ``out/position_training_curves.png``).
         quick: the short form (the lab's quick models; see the module docstring).
-        schemes: scheme names (default: every registered one).
+        schemes: scheme names (default: every registered one; quick: the quick size's arms,
+            :func:`poslab.lab.experiments.extrapolation.schemes_of`).
         base: a config mapping replacing the base (tests use a tiny one; every scheme then trains on it
             with ``position`` set).
         workers: trainings at a time (see :func:`poslab.lab.experiments.training.train_variants`).
         seeds: training seeds (at least 3 for a conclusive verdict).
     """
     out = Path(out)
-    schemes = list(schemes) if schemes is not None else positions.names()
+    if schemes is None:
+        schemes = list(schemes_of(SIZES["quick"])) if quick and base is None else positions.names()
+    schemes = list(schemes)
     if base is None and quick:
         base, variants = quick_variants(schemes)
     else:
