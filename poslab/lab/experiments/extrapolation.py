@@ -128,6 +128,7 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
         "ckpt_interval": 0,
         "keep_checkpoints": 1,
         "seed": seed,
+        "device": size.device,  # a GPU size trains on CUDA
     }
     if init_from is not None:
         values["init_from"] = init_from
