@@ -496,7 +496,8 @@ class _Trainer:
         used = ("fp32", "bf16") if cfg.dtype == "bf16" else ("fp32",)
         on_gpu = dist.device.type == "cuda"
         self.peak = max(dist.run_on_main(self.store.matmul_peak, f"cuda/{d}" if on_gpu else f"{d}/{torch.get_num_threads()}",
-                                         functools.partial(_measured_peak, d, dist.device)) for d in used)
+                                         functools.partial(_measured_peak, d, dist.device) if on_gpu
+                                         else functools.partial(_measured_peak, d)) for d in used)
         self.flops_per_token = matmul_flops_per_token(self.model, self.model_cfg.block_size)
         self.tokens_per_step = cfg.batch_size * cfg.grad_accum * self.model_cfg.block_size * dist.world_size
         self.bar = ProgressBar(cfg.max_steps, start_step=self.state.step, enabled=self.show and dist.is_main,
