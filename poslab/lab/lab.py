@@ -504,7 +504,8 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
     _write_manifest(manifest_file, manifest)
     ok = sum(r["status"] in ("ok", "reused", "sharded") for r in manifest["steps"])
     if shard is not None:
-        print(f"\nlab shard {shard[0]}/{shard[1]}: {ok} of {len(steps)} training experiments did their part in "
+        asked = sum(not only or s.name in only for s in steps)
+        print(f"\nlab shard {shard[0]}/{shard[1]}: {ok} of {asked} training experiments did their part in "
               f"{format_duration(manifest['seconds'])} (record: {manifest_file}); once every shard is done, "
               f"collect with the same command without --shard", file=stream or sys.stderr)
     else:
