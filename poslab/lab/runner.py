@@ -21,7 +21,9 @@ a run folder writes it where the caller can read it: on a cluster, run folders m
 every node sees (NFS, a shared mount); see docs/scaling.md.
 
 :func:`parse_shard` and :func:`select_shard` cut a list of work items into N disjoint slices for a
-batch scheduler (``--shard i/N``).
+batch scheduler (``--shard i/N``). Inside :func:`use_shard` (``poslab experiment --shard``, which
+``poslab lab --shard`` runs) the lab's training helpers train only their shard's slice of each list
+of trainings and stop the step with :class:`ShardFinished` while another shard's are unfinished.
 """
 
 from __future__ import annotations
