@@ -72,6 +72,8 @@ class Step:
         command: the full command line instead of ``python -m poslab ARGV`` (tests).
         resume: arguments that continue an interrupted run of this step from what its folder holds
             (``["--resume"]`` for a training: its checkpoint); ``None``: rerun from scratch.
+        size: the values of the size given to the step (``--size``; ``None``: none, its mode decides);
+            a finished result of another size is not reused.
     """
 
     name: str
@@ -351,8 +353,6 @@ def _finished(step: Step, lab_dir: Path, previous: dict, mode: str) -> bool:
 
 def _sharded_here(step: Step, lab_dir: Path, mode: str) -> bool:
     """Whether the step's folder holds shards (``poslab lab --shard``) of this mode and size: continued, not cleaned."""
-    import json
-
     from poslab.lab.runner import SHARDS_DIR
 
     folder = lab_dir / step.folder / SHARDS_DIR
