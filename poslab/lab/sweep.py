@@ -397,7 +397,7 @@ def run_sweep(plan: SweepPlan, workers: int = 1, echo: Any = print,
     # on Ray one (a task requests what it uses; Ray packs the tasks onto the nodes' CPUs)
     threads = max(1, (os.cpu_count() or 1) // workers) if executor.name == "local" else 1
     tasks = [runner.Task(run.name, train_point, (str(plan.sweep_dir), plan.name, run, threads),
-                         cpus=int(run.config.get("threads") or threads), gpus=0,  # poslab train runs on the CPU
+                         cpus=int(run.config.get("threads") or threads), gpus=runner.gpus_for(run.config),
                          launches_process=True)
              for run, _ in todo]
     by_name = {run.name: run for run in plan.runs}

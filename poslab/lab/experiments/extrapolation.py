@@ -93,11 +93,12 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
                  seed: int = SEED) -> Any:
     """The :class:`poslab.training.config.TrainConfig` of one lab model (same data, seed and recipe for every scheme).
 
-    The recipe is nanoGPT's (AdamW, warmup + cosine, no dropout, no biases) plus a LayerNorm on the
-    token embeddings (``embed_norm``, as in Bloom) for every scheme: with nanoGPT's 0.02-std token
-    embeddings, the unit-amplitude sinusoidal code swamps the content and the sinusoidal model does not
-    train at this scale (quick size, measured: validation loss 3.34 against 2.45 for a learned table;
-    2.50 with the norm). The norm costs the other schemes about 0.1 nats at the quick size.
+    The recipe is nanoGPT's (AdamW, warmup + cosine, no dropout, no biases) with the token embeddings
+    multiplied by ``sqrt(n_embd)`` (``embed_scale``, Vaswani et al. 2017 §3.4) for every scheme: with
+    nanoGPT's 0.02-std token embeddings the unit-amplitude sinusoidal code swamps the content, and the
+    scale gives the content its share back. A LayerNorm on the embeddings (``embed_norm``, Bloom) does
+    that too but slows the learned table down (measured at 2 layers, width 64, 1000 steps, one seed:
+    validation loss 2.30 with the norm, 2.07 without; ``benchmarks/lm_recipe_search.py``).
 
     The learned table has ``max(FACTORS) * L`` rows, of which training only ever reads the first ``L``
     (as a GPT-2 checkpoint's table past the lengths it was trained on): the rows past ``L`` keep their
@@ -118,7 +119,7 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
         "tokenizer": "char",
         "model": {"n_layer": size.n_layer, "n_head": size.n_head, "n_embd": size.n_embd,
                   "block_size": block_size or size.train_length, "dropout": 0.0, "bias": False,
-                  "embed_norm": True, "position": scheme, "position_config": position_config},
+                  "embed_scale": float(size.n_embd) ** 0.5, "position": scheme, "position_config": position_config},
         "max_steps": steps,
         "batch_size": batch_size or size.batch_size,
         "lr": lr,
@@ -133,6 +134,8 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
         "ckpt_interval": 0,
         "keep_checkpoints": 1,
         "seed": seed,
+        "device": size.device,  # a GPU size trains on CUDA
+        "dtype": "auto",  # bf16 only where it measured faster on this machine (poslab.training.precision)
     }
     if init_from is not None:
         values["init_from"] = init_from
