@@ -270,6 +270,9 @@ def extrapolation_claims(tables: dict[str, dict[str, dict]], mode: str = "nonove
                             + (f">= the unigram baseline's {failed[s]['median_L']:.3g}" if failed[s].get("baseline") else
                                f"> {UNDERTRAINED}x the median {failed[s]['median_L']:.3g}")
                             + "): its curve says nothing about extrapolation" for s in bad)
+        elif any(s not in tables for s in schemes):
+            why = (f"not measured at this size: needs {', '.join(schemes)}; this size trains {', '.join(tables)} "
+                   "(the full form trains every scheme)")
         elif any(v is None for v in needed or [None]):
             why = f"not measured: needs {', '.join(schemes)} evaluated at every length"
         else:

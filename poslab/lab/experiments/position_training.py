@@ -11,10 +11,14 @@ scheme), so two schemes are compared on their per-seed differences (:func:`posla
 the speed claim, timed on a possibly shared machine at different moments, is compared unpaired. Seed 001 predicts that NoPE still learns (the causal mask leaks position) but
 somewhat worse than explicit positions; the claims are decided by :mod:`poslab.lab.verdicts`.
 
-The full form trains ``tang-small`` (seed 001's GPT on the Tang poems, 1000 steps). The quick form
-trains exactly the lab's quick extrapolation models (tinyshakespeare, 2 layers, n_embd 64, window 64;
-:func:`poslab.lab.experiments.extrapolation.train_config`), so the extrapolation, context-extension and
-attention-entropy experiments of the same lab reuse these runs instead of training them again.
+The full form trains ``tang-small`` (seed 001's GPT on the Tang poems, n_embd 128, 1000 steps) with
+every registered scheme. The quick form trains on tinyshakespeare, not on the Tang poems: exactly the
+lab's quick extrapolation models (4 layers, n_embd 64, window 64, 3000 steps;
+:func:`poslab.lab.experiments.extrapolation.train_config`) for the five arms of the lessons' main
+claims (NoPE, the learned and sinusoidal tables, RoPE, ALiBi: the quick size's ``schemes``), so the
+extrapolation, context-extension and attention-entropy experiments of the same lab reuse these runs
+instead of training them again. Fewer arms, each trained long enough to use its context, test the
+claims; every scheme at bigram level would not.
 """
 
 from __future__ import annotations
