@@ -18,6 +18,14 @@ Measured, in one process on one device, nothing downloaded (random tokens):
 * **ALiBi and T5 through flex vs no bias**: one causal attention layer (B=8, 12 heads, width 768)
   forward + backward in bf16 at T = 1024 and 4096: ms and the ratio to the no-bias flex layer.
 
+``--lab-size`` runs instead one GPU size of one training experiment, short: the extrapolation
+experiment at the lab's ``gpu`` size (6/6/384, ``L = 256``, ``device = cuda``) capped at ``--lab-steps``
+steps and one evaluation window, RoPE only, its 3 seeds, through the lab's own code path
+(``poslab.lab.experiments.extrapolation.run``); it records each training's device, tokens/s and
+times, the claims' verdicts, and the tokens/s extrapolated to the full ``gpu`` size's 5,000 steps
+(the measured rate times the full size's tokens: an estimate of the training time, measured at the
+capped length). With ``--dry-run`` it runs at the ``smoke`` size on the CPU.
+
 ``--dry-run`` runs the same code on CPU at tiny sizes with SDPA in place of flex (CPU FlexAttention has
 no backward) so that the script is exercised by the default test suite. Each section is timed
 against ``--budget-s``; a section that would start past it is recorded as skipped.
@@ -29,6 +37,7 @@ import argparse
 import contextlib
 import json
 import platform
+import shutil
 import statistics
 import time
 import xml.etree.ElementTree as ET
@@ -161,6 +170,38 @@ def bias_attention(device: torch.device, scheme: str, T: int, backend: str, batc
             "ms_median": 1e3 * statistics.median(times), "ms_min": 1e3 * min(times), "warmup_s": warmup_s}
 
 
+def lab_gpu_size(out_dir: Path, dry_run: bool, steps: int) -> dict[str, Any]:
+    """One GPU size of one training experiment, capped: extrapolation, RoPE, 3 seeds (see the module doc)."""
+    import io
+
+    from poslab.lab import sizes
+    from poslab.lab.experiments import extrapolation
+    from poslab.runs import RunFolder
+
+    spec = "gpu-check-cpu=smoke,steps=4,device=cpu" if dry_run else f"gpu-check=gpu,steps={steps},eval_windows=1"
+    size = sizes.define_size(spec)
+    full = sizes.SIZES["smoke" if dry_run else "gpu"]
+    shutil.rmtree(out_dir, ignore_errors=True)  # trained here, every time (a finished run would be reused)
+    t0 = time.perf_counter()
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log):
+        results = extrapolation.run(out_dir / "extrapolation", size=size.name, schemes=("rope",), workers=1)
+    wall = time.perf_counter() - t0
+    runs = []
+    for seed, run_dir in results["run_dirs"]["rope"].items():
+        done = RunFolder(run_dir).results() or {}
+        runs.append({"seed": int(seed), **{k: done.get(k) for k in ("device", "steps", "tokens_per_s", "train_time_s",
+                                                                   "wall_time_s", "final_val_loss", "mfu", "n_params")}})
+    rates = [r["tokens_per_s"] for r in runs if r.get("tokens_per_s")]
+    full_tokens = full.steps * full.batch_size * full.train_length
+    return {"size": spec, "experiment": "extrapolation", "schemes": ["rope"], "wall_s": wall,
+            "train_s": results["train_seconds"], "runs": runs,
+            "verdicts": [c.get("verdict") for c in results["claims"]],
+            "full_size": full.name, "full_size_tokens": full_tokens,
+            "full_size_train_s_from_measured_rate": full_tokens / statistics.median(rates) if rates else None,
+            "log_tail": log.getvalue()[-2000:]}
+
+
 def junit_summary(path: Path) -> dict[str, Any]:
     """Counts (and failing test ids) from pytest's ``--junitxml`` file."""
     if not path.is_file():
@@ -186,8 +227,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--junit", type=Path, default=None, help="pytest --junitxml of the CUDA tests, folded in")
     parser.add_argument("--tests-rc", type=int, default=None, help="pytest's exit status")
     parser.add_argument("--budget-s", type=float, default=330.0, help="start no section past this many seconds")
+    parser.add_argument("--lab-size", action="store_true",
+                        help="only the lab's gpu size of the extrapolation experiment, capped (CPU smoke with --dry-run)")
+    parser.add_argument("--lab-steps", type=int, default=200, help="training steps of --lab-size (default 200)")
     args = parser.parse_args(argv)
     wall0 = time.perf_counter()
+    if args.lab_size:
+        if not args.dry_run and not torch.cuda.is_available():
+            raise SystemExit("gpu_check: no CUDA device (torch.cuda.is_available() is False); use --dry-run on CPU")
+        if args.dry_run:
+            torch.set_num_threads(1)
+        report = {"dry_run": args.dry_run, "env": environment(torch.device("cpu" if args.dry_run else "cuda"))}
+        try:
+            report["lab_gpu_size"] = lab_gpu_size(args.out.parent / "lab_gpu_size", args.dry_run, args.lab_steps)
+        except Exception as err:  # reported in the JSON; the exit status says it failed
+            report["lab_gpu_size"] = {"error": f"{type(err).__name__}: {str(err)[:1000]}"}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2, default=float))
+        row = report["lab_gpu_size"]
+        if "error" in row:
+            print(f"lab gpu size: ERROR {row['error']}", flush=True)
+            raise SystemExit(1)
+        print(f"lab gpu size ({row['size']}): {len(row['runs'])} trainings on {row['runs'][0]['device']}, "
+              f"{statistics.median(r['tokens_per_s'] for r in row['runs']):,.0f} tokens/s, train {row['train_s']:.0f} s, "
+              f"all {row['wall_s']:.0f} s; the full {row['full_size']} size at this rate: "
+              f"{row['full_size_train_s_from_measured_rate']:.0f} s a training; figures in {args.out}", flush=True)
+        return report
 
     if args.dry_run:
         device = torch.device("cpu")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-GPU check of poslab's CUDA paths, in under 8 minutes, nothing downloaded (see benchmarks/README.md).
+# One-GPU check of poslab's CUDA paths, in under 10 minutes, nothing downloaded (see benchmarks/README.md).
 #
 #   benchmarks/gpu_check.sh                 # on a machine with one CUDA GPU
 #   benchmarks/gpu_check.sh --dry-run       # CPU-safe parts at tiny sizes (the default test suite runs this)
@@ -8,7 +8,9 @@
 # 1. the CUDA-marked tests (tests/test_cuda.py: flex = sdpa = eager for every scheme in fp32/bf16,
 #    forward + backward; KV-cache decoding; a training step per scheme), JUnit XML kept;
 # 2. benchmarks/gpu_check.py: the bf16 matmul peak, a 124M RoPE GPT's bf16 tokens/s and MFU,
-#    ALiBi/T5 through flex vs no bias; it folds the test counts in and writes one JSON.
+#    ALiBi/T5 through flex vs no bias; it folds the test counts in and writes one JSON;
+# 3. benchmarks/gpu_check.py --lab-size: the lab's `gpu` size of the extrapolation experiment (RoPE,
+#    3 seeds, 200 steps, device cuda) through the lab's code, into lab_gpu_size.json beside the JSON.
 # Python: $PYTHON, else .venv/bin/python, else python3. Exit status: non-zero when a test failed
 # or the figures could not be written.
 set -uo pipefail
@@ -21,7 +23,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --dry-run) DRY=1 ;;
         --out) shift; OUT=${1:?--out needs a file name} ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "gpu_check.sh: unknown option '$1'; allowed: --dry-run, --out FILE" >&2; exit 2 ;;
     esac
     shift
@@ -63,8 +65,18 @@ ARGS=(--out "$OUT" --junit "$JUNIT" --tests-rc "$TESTS_RC" --budget-s "$BUDGET")
 "$PY" benchmarks/gpu_check.py "${ARGS[@]}"
 FIG_RC=$?
 
-echo "gpu_check.sh: tests rc=$TESTS_RC, figures rc=$FIG_RC, $(( $(date +%s) - START ))s, JSON: $OUT"
+# 3. one GPU size of one training experiment, capped (the dry run: the smoke size on the CPU)
+LAB_LIMIT=150
+echo "== the lab's gpu size, capped (limit ${LAB_LIMIT}s)"
+LAB_ARGS=(--lab-size --out "$DIR/lab_gpu_size.json")
+[ "$DRY" = 1 ] && LAB_ARGS+=(--dry-run)
+timeout "$LAB_LIMIT" "$PY" benchmarks/gpu_check.py "${LAB_ARGS[@]}"
+LAB_RC=$?
+[ "$LAB_RC" = 124 ] && echo "gpu_check.sh: the lab size ran past ${LAB_LIMIT}s and was stopped" >&2
+
+echo "gpu_check.sh: tests rc=$TESTS_RC, figures rc=$FIG_RC, lab size rc=$LAB_RC, $(( $(date +%s) - START ))s, JSON: $OUT"
 # pytest exits 5 when no test ran (all deselected); a dry run on CPU skips them all, which is fine
 if [ "$FIG_RC" != 0 ]; then exit "$FIG_RC"; fi
+if [ "$LAB_RC" != 0 ]; then exit "$LAB_RC"; fi
 if [ "$TESTS_RC" != 0 ] && [ "$TESTS_RC" != 5 ]; then exit "$TESTS_RC"; fi
 exit 0

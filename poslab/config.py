@@ -26,7 +26,7 @@ from poslab.data import CORPORA, build_tokenizer
 from poslab.nn.model import GPT, GPTConfig
 from poslab.runs import RunFolder
 from poslab.safe_load import load_yaml
-from poslab.training.config import MODEL_KEYS, TrainConfig, check_model_for_training, model_config
+from poslab.training.config import MODEL_KEYS, TrainConfig, check_model_for_training, model_config, training_device
 from poslab.training.lock import interrupted_start
 
 TRAIN_KEYS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "model")
@@ -166,9 +166,11 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _training_device(world_size: int) -> str:
-    """Where ``train`` puts the model: CUDA under torchrun when a GPU is visible, else the CPU."""
-    return "cuda" if world_size > 1 and torch.cuda.is_available() else "cpu"
+def _training_device(device: str, world_size: int) -> str:
+    """Where ``train`` puts the model: under torchrun CUDA when a GPU is visible, else ``device`` resolved."""
+    if world_size > 1:
+        return training_device(device, "cuda" if torch.cuda.is_available() else "cpu")
+    return training_device(device)
 
 
 def preflight(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, folder: bool = True) -> str:
@@ -189,7 +191,9 @@ def preflight(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False
     """
     build_tokenizer(cfg.tokenizer, "ab")  # the spec only (fitted on a two-character text)
     world_size = int(os.environ.get("WORLD_SIZE", "1")) if os.environ.get("WORLD_SIZE", "").isdigit() else 1
-    check_model_for_training(cfg, cfg.model.max_positions(), world_size, _training_device(world_size))  # the loop's
+    check_model_for_training(
+        cfg, cfg.model.max_positions(), world_size, _training_device(cfg.device, world_size)
+    )  # the loop's
     if cfg.init_from is not None:  # the weights must fit the model, as train finds when it loads them
         init = RunFolder(cfg.init_from)
         with torch.device("meta"):

@@ -16,7 +16,7 @@ def test_gpu_check_dry_run_writes_its_figures(tmp_path: Path) -> None:
     # no GPU even where one exists: the dry run is the CPU path
     env = {**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", "--out", str(out)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads(out.read_text())
     assert report["dry_run"] is True and report["env"]["device"] == "cpu"
@@ -33,6 +33,12 @@ def test_gpu_check_dry_run_writes_its_figures(tmp_path: Path) -> None:
     assert all("error" not in row and row["ms_median"] > 0 for row in schemes.values()), schemes
     assert schemes["none"]["vs_none"] == 1.0
     assert report["skipped_for_budget"] == []
+    # step 3: a lab size of a training experiment through the lab's code (the smoke size on the CPU here)
+    lab = json.loads((out.parent / "lab_gpu_size.json").read_text())["lab_gpu_size"]
+    assert "error" not in lab, lab
+    assert lab["experiment"] == "extrapolation" and lab["size"].startswith("gpu-check-cpu=smoke")
+    assert [r["device"] for r in lab["runs"]] == ["cpu"] * 3 and all(r["tokens_per_s"] > 0 for r in lab["runs"])
+    assert lab["verdicts"] and lab["full_size_train_s_from_measured_rate"] > 0
 
 
 def test_gpu_check_rejects_an_unknown_option(tmp_path: Path) -> None:

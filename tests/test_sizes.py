@@ -70,3 +70,32 @@ def test_experiment_size_reaches_the_experiments_that_take_one(table, monkeypatc
     assert main(["experiment", "plain", "--size", "quick", "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["poslab: error: --size 'quick': experiment 'plain' has no sizes (those with sizes: sized)"]
+
+
+def test_every_sized_experiment_builds_its_configs_at_the_gpu_sizes(tmp_path):
+    """The GPU sizes train on CUDA, and every lab scheme's config (and context extension's fine-tunes) builds at them."""
+    import inspect
+
+    from poslab.lab.experiments import context_extension
+
+    sized = [n for n, e in experiments.descriptions().items() if "size" in inspect.signature(e.run).parameters]
+    assert sized == ["extrapolation", "context-extension", "attention-entropy"]
+    for name in ("gpu", "gpu-large"):
+        size = sizes.size_of(False, name)
+        assert size.device == "cuda" and size.train_length == 256
+        for scheme in extrapolation.SCHEMES:  # extrapolation and attention-entropy train these
+            cfg = extrapolation.train_config(scheme, size, tmp_path)
+            assert cfg.device == "cuda" and cfg.model.block_size == 256 and cfg.max_steps == size.steps
+        base = context_extension.base_config(size, tmp_path, 1337)
+        tuned = context_extension.finetune_config("PI", "linear:4", size, tmp_path / "base", tmp_path)
+        assert base.device == tuned.device == "cuda" and tuned.model.block_size == 4 * 256
+    assert (sizes.SIZES["gpu"].n_layer, sizes.SIZES["gpu"].n_head, sizes.SIZES["gpu"].n_embd) == (6, 6, 384)
+    assert (sizes.SIZES["gpu-large"].n_layer, sizes.SIZES["gpu-large"].n_head, sizes.SIZES["gpu-large"].n_embd) == (12, 12, 768)
+    assert {sizes.SIZES[n].device for n in ("smoke", "quick", "full")} == {"auto"}
+
+
+def test_a_size_can_change_its_device(table):
+    cpu = sizes.define_size("gpu-on-cpu=gpu,steps=10,device=cpu")
+    assert (cpu.device, cpu.steps, cpu.n_embd) == ("cpu", 10, 384)
+    with pytest.raises(ValueError, match="device must be one of auto, cpu, cuda, got 'tpu'"):
+        sizes.define_size("x=gpu,device=tpu")

@@ -1,6 +1,8 @@
-"""``poslab experiment NAME|all|list [--out DIR] [--quick] [--workers N]``.
+"""``poslab experiment NAME|all|list [--out DIR] [--quick] [--workers N] [--size SIZE] [--shard i/N]``.
 
 ``NAME`` runs one experiment and writes ``DIR/results.json`` (default ``runs/experiments/NAME``);
+with ``--shard i/N`` it trains only the i-th of N slices of its trainings and records what it trained
+in ``DIR/shards/I-of-N.json`` (a later call without ``--shard`` reuses them and decides the claims);
 ``all`` runs every experiment of tier ``all`` (the ones that train nothing), each into ``DIR/NAME`` (default
 ``runs/experiments/NAME``); ``list`` prints the names and descriptions. An unknown name is a one-line
 error (exit 2) listing the known ones.
@@ -32,6 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size", default=None, metavar="NAME[=BASE,FIELD=VALUE,...]",
                    help="a size of the training experiments (smoke, quick, full; poslab.lab.sizes), or a new one: "
                         "e.g. deep=quick,n_layer=4,steps=600")
+    p.add_argument("--shard", default=None, metavar="i/N",
+                   help="train only the i-th of N disjoint slices of the trainings (one batch job each) and "
+                        "stop before the results; the same command without --shard then reuses them")
     p.add_argument("--cluster", choices=runner.CLUSTERS, default=None,
                    help="where the trainings run: local (a process pool, the default) or ray "
                         f"(needs pip install '{runner.RAY_EXTRA}'; docs/scaling.md)")
@@ -55,10 +60,64 @@ def run(args: argparse.Namespace) -> int:
         if args.name not in registry:
             raise ValueError(f"unknown experiment {args.name!r}; known: {', '.join(registry)}, all, list")
         names = [args.name]
+    if args.size is not None:
+        from poslab.lab.sizes import define_size
+        from poslab.training.config import training_device
+
+        training_device(define_size(args.size).device)  # a CUDA size without a GPU: one line before any work
+    shard = None
+    if args.shard is not None:
+        shard = runner.parse_shard(args.shard)
+        if args.name == "all":
+            raise ValueError(f"--shard {args.shard!r} splits one training experiment's trainings; 'all' trains nothing")
     executor = runner.executor_for(args.cluster, args.ray_address)
     with runner.use_executor(executor):
-        _run_all(args, registry, names)
+        if shard is None:
+            _run_all(args, registry, names)
+        else:
+            _run_shard(args, registry, names[0], shard)
     return 0
+
+
+def _run_shard(args: argparse.Namespace, registry: dict, name: str, shard: tuple[int, int]) -> None:
+    """One shard of experiment ``name``: its slice of the trainings, recorded in ``OUT/shards/I-of-N.json``.
+
+    The experiment stops at its first training stage that other shards have not finished
+    (:class:`poslab.lab.runner.ShardFinished`), so it writes no ``results.json`` and decides no claim;
+    when every training is already finished it runs to the end as without ``--shard``.
+    """
+    import dataclasses
+    import datetime as dt
+
+    from poslab.fileio import atomic_write_json
+    from poslab.lab.sizes import define_size
+
+    where = args.out if args.out is not None else Path("runs") / "experiments" / name
+    start = time.perf_counter()
+    print(f"\n=== experiment {name}, shard {shard[0]}/{shard[1]}: {registry[name].description}")
+    with runner.use_shard(shard):
+        try:
+            experiments.run_experiment(name, where, quick=args.quick, workers=args.workers, size=args.size)
+            status, stages = "complete", runner.shard_stages()
+        except runner.ShardFinished as stop:
+            status, stages = "sharded", stop.stages
+    record = {
+        "experiment": name, "shard": f"{shard[0]}/{shard[1]}", "status": status, "stages": stages,
+        "quick": bool(args.quick), "size": dataclasses.asdict(define_size(args.size)) if args.size else None,
+        "seconds": round(time.perf_counter() - start, 1),
+        "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+    path = runner.shard_file(where, shard)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, record)
+    if status == "complete":
+        print(f"--- {name}, shard {shard[0]}/{shard[1]}: every training was finished, so the experiment ran to the end; "
+              f"results in {where / 'results.json'}")
+    else:
+        last = stages[-1]
+        print(f"--- {name}, shard {shard[0]}/{shard[1]}: sharded: trained {last['trained']} of {last['total']} "
+              f"{last['what']} in {record['seconds']:.1f}s; no claims yet: run it again without --shard once every "
+              f"shard is done (record: {path})")
 
 
 def _run_all(args: argparse.Namespace, registry: dict, names: list[str]) -> None:

@@ -1,5 +1,5 @@
-"""``poslab lab [--quick|--full] [--out DIR] [--fresh] [--only STEP ...] [--report-only] [--lang en|zh] [--cluster ray]``:
-the whole lab."""
+"""``poslab lab [--quick|--full] [--out DIR] [--fresh] [--only STEP ...] [--report-only] [--lang en|zh] [--cluster ray]
+[--size SIZE] [--shard i/N]``: the whole lab (``--shard``: one slice of its trainings; see :mod:`poslab.lab.lab`)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--report-only", action="store_true", help="rebuild report.html from the existing results")
     parser.add_argument("--lang", choices=("en", "zh"), default="en",
                         help="language of the page (default en; zh writes LAB/report.zh.html beside report.html)")
+    parser.add_argument("--size", default=None, metavar="NAME[=BASE,FIELD=VALUE,...]",
+                        help="the size of every training experiment that takes one (smoke, quick, full, gpu, gpu-large; "
+                             "poslab.lab.sizes), or a new one, e.g. deep=quick,n_layer=4; a changed size reruns them")
+    parser.add_argument("--shard", default=None, metavar="i/N",
+                        help="train only the i-th of N disjoint slices of the training experiments' trainings (one "
+                             "batch job each, same --out); then the same command without --shard collects and reports")
     parser.add_argument("--cluster", choices=runner.CLUSTERS, default=None,
                         help="where the experiments' trainings run: local (a process pool, the default) or ray "
                              f"(needs pip install '{runner.RAY_EXTRA}'; docs/scaling.md)")
@@ -35,9 +41,10 @@ def run(args: argparse.Namespace) -> int:
     if args.report_only:
         print(f"wrote {build_report(args.out, lang=args.lang)}")
         return 0
+    shard = runner.parse_shard(args.shard) if args.shard is not None else None
     executor = runner.executor_for(args.cluster, args.ray_address)
     with runner.for_child_steps(executor):  # each step (a `poslab experiment` process) uses the same cluster
-        manifest = lab.run_lab(args.out, args.mode, args.fresh, args.only)
-    if args.lang != "en":
+        manifest = lab.run_lab(args.out, args.mode, args.fresh, args.only, size=args.size, shard=shard)
+    if args.lang != "en" and shard is None:
         print(f"wrote {build_report(args.out, lang=args.lang)}")
     return 0 if lab.succeeded(manifest, args.only) else 1

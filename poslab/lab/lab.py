@@ -11,7 +11,16 @@ Steps (each a ``python -m poslab ...`` subprocess, its output kept in ``LAB/logs
    白日依山尽，黄河入海流。 into ``LAB/attention``;
 5. ``LAB/report.html`` (:func:`poslab.lab.report.build_report`).
 
-A step whose folder holds a finished result of the same mode (recorded in ``LAB/lab.json``) is reused
+``--size SIZE`` (a size of :data:`poslab.lab.sizes.SIZES`, or ``NEW=BASE,FIELD=VALUE,...``) goes to every
+training experiment that takes a size; the others keep their quick or full form.
+
+``--shard i/N`` runs only the training experiments, each training the i-th of N disjoint slices of
+its trainings (``poslab experiment NAME --shard i/N``) into the shared lab folder, and records the
+shard in ``LAB/shards/lab-I-of-N.json`` (not ``lab.json``; no report). N such calls (a batch job
+array, side by side or one after another) train every model once; a last call without ``--shard``
+collects: it runs every step, reusing the finished trainings, decides the claims and writes the report.
+
+A step whose folder holds a finished result of the same mode and size (recorded in ``LAB/lab.json``) is reused
 unless ``--fresh``; an interrupted training (Ctrl-C, a kill) continues from its last checkpoint
 (``train --resume``) instead of starting again; a failed step is recorded and the lab goes on (its dependants are skipped), and
 the report says so. Progress: a status line with the step, its elapsed time and the lab's ETA
@@ -63,6 +72,8 @@ class Step:
         command: the full command line instead of ``python -m poslab ARGV`` (tests).
         resume: arguments that continue an interrupted run of this step from what its folder holds
             (``["--resume"]`` for a training: its checkpoint); ``None``: rerun from scratch.
+        size: the values of the size given to the step (``--size``; ``None``: none, its mode decides);
+            a finished result of another size is not reused.
     """
 
     name: str
@@ -74,31 +85,54 @@ class Step:
     estimate: float = 10.0
     command: list[str] | None = None
     resume: list[str] | None = None
+    size: dict | None = None
 
 
-def plan(lab_dir: Path, mode: str) -> list[Step]:
+def plan(lab_dir: Path, mode: str, size: str | None = None, shard: tuple[int, int] | None = None) -> list[Step]:
     """The lab's steps for ``mode`` (``quick`` or ``full``), in order.
 
     The experiments come from their descriptions (:func:`poslab.lab.experiments.descriptions`): first
     every experiment of tier ``all``, then the training experiments of tier ``lab`` and, in the full
     lab, ``full``; each in registry order, with the folders of the experiments it reuses as ``needs``
     and its own time estimate.
+
+    Args:
+        size: a size (:func:`poslab.lab.sizes.define_size` spec) given as ``--size`` to every
+            training experiment whose ``run`` takes one (recorded in its :attr:`Step.size`).
+        shard: ``(i, N)``: only the training experiments, each with ``--shard i/N``, its done file
+            the shard's record (:func:`poslab.lab.runner.shard_file`).
     """
-    from poslab.lab import experiments
+    import dataclasses
+    import inspect
+
+    from poslab.lab import experiments, runner
     from poslab.lab.experiments.common import FOUNDATION, FULL_ONLY, LAB
+    from poslab.lab.sizes import define_size
 
     quick = ["--quick"] if mode == "quick" else []
     described = experiments.descriptions()
     tiers = (FOUNDATION, LAB) + ((FULL_ONLY,) if mode == "full" else ())
+    sized = dataclasses.asdict(define_size(size)) if size is not None else None
     steps = []
     for tier in tiers:
+        if shard is not None and tier == FOUNDATION:
+            continue  # nothing to train: the collecting call computes them
         for name, experiment in described.items():
             if experiment.tier != tier:
                 continue
+            folder = lab_dir / "experiments" / name
+            takes_size = sized is not None and "size" in inspect.signature(experiment.run).parameters
+            extra = ["--size", str(size)] if takes_size else []
+            done = "results.json"
+            if shard is not None:
+                extra += ["--shard", f"{shard[0]}/{shard[1]}"]
+                done = str(runner.shard_file("", shard))
             steps.append(Step(name, "experiment", f"experiments/{name}",
-                              ["experiment", name, "--out", str(lab_dir / "experiments" / name), *quick],
+                              ["experiment", name, "--out", str(folder), *quick, *extra], done_file=done,
                               needs=tuple(f"experiments/{n}" for n in experiment.reuses),
-                              estimate=float(experiment.estimate[MODES.index(mode)])))
+                              estimate=float(experiment.estimate[MODES.index(mode)]), size=sized if takes_size else None))
+    if shard is not None:
+        return steps  # the Tang GPT (one training) and its analysis are the collecting call's
     run_name = TRAIN_PRESET + ("-quick" if mode == "quick" else "")
     run_folder = f"runs/{run_name}"
     run_dir = lab_dir / run_folder
@@ -289,21 +323,52 @@ def _read_manifest(lab_dir: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _write_manifest(lab_dir: Path, manifest: dict) -> None:
+def _write_manifest(path: Path, manifest: dict) -> None:
     from poslab.fileio import atomic_write_json
 
-    atomic_write_json(lab_dir / "lab.json", manifest)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, manifest)
+
+
+def _shard_outcome(path: Path) -> dict:
+    """A sharded step's status (``sharded``, or ``ok`` when its experiment ran to the end) and what it trained."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    stages = record.get("stages") or []
+    out: dict = {"status": "sharded" if record.get("status") == "sharded" else "ok", "stages": stages}
+    if stages:
+        last = stages[-1]
+        out["trained"] = f"trained {last['trained']} of {last['total']} {last['what']}"
+    return out
 
 
 def _finished(step: Step, lab_dir: Path, previous: dict, mode: str) -> bool:
     """Whether the step's result from an earlier run of the same mode can be reused."""
     record = previous.get("records", {}).get(step.folder, {})
     return (record.get("status") in ("ok", "reused") and record.get("mode") == mode
-            and (lab_dir / step.folder / step.done_file).is_file())
+            and record.get("size") == step.size and (lab_dir / step.folder / step.done_file).is_file())
+
+
+def _sharded_here(step: Step, lab_dir: Path, mode: str) -> bool:
+    """Whether the step's folder holds shards (``poslab lab --shard``) of this mode and size: continued, not cleaned."""
+    from poslab.lab.runner import SHARDS_DIR
+
+    folder = lab_dir / step.folder / SHARDS_DIR
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("quick") == (mode == "quick") and record.get("size") == step.size:
+            return True
+    return False
 
 
 def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: bool = False,
-            only: list[str] | None = None, stream: TextIO | None = None) -> dict:
+            only: list[str] | None = None, stream: TextIO | None = None, size: str | None = None,
+            shard: tuple[int, int] | None = None) -> dict:
     """Run the lab and write ``lab_dir/report.html``.
 
     Args:
@@ -312,20 +377,39 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
         fresh: rerun every step even where a finished result of the same mode exists.
         only: run only the steps with these names (plus reuse); others are left as they are.
         stream: where progress goes (default stderr).
+        size: the size of every training experiment that takes one (:func:`poslab.lab.sizes.define_size`
+            spec); steps of another size are rerun.
+        shard: ``(i, N)``: train the i-th of N slices of the training experiments' trainings and stop
+            (the manifest goes to ``lab_dir/shards/lab-I-of-N.json``, no report); see the module doc.
 
     Returns:
-        The manifest written to ``lab_dir/lab.json``.
+        The manifest written to ``lab_dir/lab.json`` (the shard's manifest with ``shard``).
+
+    Raises:
+        ValueError: an unknown mode or step, a bad size (or a CUDA size without a GPU), ``fresh``
+            with ``shard`` (a fresh shard would delete the other shards' trainings).
     """
+    import dataclasses
+
     from poslab.lab.report import build_report, machine_info
+    from poslab.lab.sizes import define_size
+    from poslab.training.config import training_device
 
     if mode not in MODES:
         raise ValueError(f"lab mode must be one of {list(MODES)}, got {mode!r}")
+    if shard is not None and fresh:
+        raise ValueError("--fresh cannot be combined with --shard: the shards share the lab folder, and a fresh shard "
+                         "would delete the other shards' trainings; start the lab folder afresh before the shards")
+    sized = define_size(size) if size is not None else None  # a bad size: one error before any step
+    if sized is not None:
+        training_device(sized.device)  # a CUDA size without a GPU: one error, not one per step
     lab_dir = Path(lab_dir)
     if lab_dir.exists() and not lab_dir.is_dir():
         raise ValueError(f"lab folder {str(lab_dir)!r} exists and is not a folder")
     lab_dir.mkdir(parents=True, exist_ok=True)
-    previous = _read_manifest(lab_dir)
-    steps = plan(lab_dir, mode)
+    previous = _read_manifest(lab_dir) if shard is None else {}
+    options = {k: v for k, v in (("size", size), ("shard", shard)) if v is not None}
+    steps = plan(lab_dir, mode, **options)
     known = {s.name for s in steps}
     if only:
         unknown = [name for name in only if name not in known]
@@ -337,11 +421,17 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
         step.estimate = float(last_times.get(step.folder) or guess)
 
     started = time.time()
+    command = ("poslab lab " + ("--quick" if mode == "quick" else "--full") + (" --fresh" if fresh else "")
+               + (f" --size {size}" if size is not None else "") + (f" --shard {shard[0]}/{shard[1]}" if shard else ""))
     manifest = {
-        "mode": mode, "command": "poslab lab " + ("--quick" if mode == "quick" else "--full") + (" --fresh" if fresh else ""),
+        "mode": mode, "command": command, "size": dataclasses.asdict(sized) if sized is not None else None,
         "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": machine_info(),
         "steps": [], "records": dict(previous.get("records", {})),
     }
+    if shard is not None:
+        manifest["shard"] = f"{shard[0]}/{shard[1]}"
+    manifest_file = lab_dir / "shards" / f"lab-{shard[0]}-of-{shard[1]}.json" if shard else lab_dir / "lab.json"
+    logs = lab_dir / "logs" / (f"shard-{shard[0]}-of-{shard[1]}" if shard else "")
     rerun: set[str] = set()
     failed: set[str] = set()
     interrupted = False
@@ -350,7 +440,7 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
             label = f"[{index + 1}/{len(steps)}] {step.name}"
             remaining = sum(s.estimate for s in steps[index + 1 :]
                             if (not only or s.name in only) and (fresh or not _finished(s, lab_dir, previous, mode)))
-            record = {"name": step.name, "kind": step.kind, "folder": step.folder, "mode": mode}
+            record = {"name": step.name, "kind": step.kind, "folder": step.folder, "mode": mode, "size": step.size}
             blocked = [n for n in step.needs if n in failed]
             if blocked:
                 record.update(status="skipped", error=f"needs {', '.join(blocked)}, which failed", seconds=0.0)
@@ -372,7 +462,9 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
                     display.message(f"━━ lab {label}: unavailable in this poslab")
                 else:
                     resume = not fresh and _resumable(lab_dir, step)
-                    if not resume:
+                    # a shard never cleans (the other shards' trainings share the folder), nor does the call
+                    # that collects shards of this mode and size (it reuses their trainings)
+                    if not resume and shard is None and (fresh or not _sharded_here(step, lab_dir, mode)):
                         _clean(lab_dir, step)
                     display.begin(label, step.estimate, remaining)
                     if resume:
@@ -381,7 +473,7 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
                     begin = time.monotonic()
                     cpu = None
                     try:
-                        code, tail, cpu = run_step(step, lab_dir / "logs" / f"{step.folder.replace('/', '_')}.log", display,
+                        code, tail, cpu = run_step(step, logs / f"{step.folder.replace('/', '_')}.log", display,
                                                    resume=resume)
                     except KeyboardInterrupt:
                         code, tail, interrupted = 130, "interrupted (Ctrl-C)", True
@@ -391,7 +483,11 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
                     if code == 0 and (lab_dir / step.folder / step.done_file).is_file():
                         record["status"] = "ok"
                         rerun.add(step.folder)
-                        display.finish(f"━━ lab {label}: done in {format_duration(seconds)}")
+                        done = f"done in {format_duration(seconds)}"
+                        if shard is not None:
+                            record.update(_shard_outcome(lab_dir / step.folder / step.done_file))
+                            done = f"{record['status']} in {format_duration(seconds)}: {record.get('trained', '')}"
+                        display.finish(f"━━ lab {label}: {done}")
                     else:
                         why = tail.splitlines()[-1] if tail else f"exit code {code}"
                         if code == 0:
@@ -399,25 +495,32 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
                         record.update(status="interrupted" if interrupted else "failed", error=why, exit_code=code)
                         failed.add(step.folder)
                         display.finish(f"━━ lab {label}: {record['status']} after {format_duration(seconds)}: {why} "
-                                        f"(log: {lab_dir / 'logs'})")
+                                        f"(log: {logs})")
             manifest["steps"].append(record)
             manifest["records"][step.folder] = record
-            _write_manifest(lab_dir, manifest)
+            _write_manifest(manifest_file, manifest)
     manifest["finished"] = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     manifest["seconds"] = round(time.time() - started, 1)
-    _write_manifest(lab_dir, manifest)
-    report = build_report(lab_dir)
-    ok = sum(r["status"] in ("ok", "reused") for r in manifest["steps"])
-    print(f"\nlab: {ok} of {len(steps)} steps finished in {format_duration(manifest['seconds'])}; report: {report}", file=stream or sys.stderr)
+    _write_manifest(manifest_file, manifest)
+    ok = sum(r["status"] in ("ok", "reused", "sharded") for r in manifest["steps"])
+    if shard is not None:
+        asked = sum(not only or s.name in only for s in steps)
+        print(f"\nlab shard {shard[0]}/{shard[1]}: {ok} of {asked} training experiments did their part in "
+              f"{format_duration(manifest['seconds'])} (record: {manifest_file}); once every shard is done, "
+              f"collect with the same command without --shard", file=stream or sys.stderr)
+    else:
+        report = build_report(lab_dir)
+        print(f"\nlab: {ok} of {len(steps)} steps finished in {format_duration(manifest['seconds'])}; report: {report}",
+              file=stream or sys.stderr)
     if interrupted:
         raise KeyboardInterrupt
     return manifest
 
 
 def succeeded(manifest: dict, only: list[str] | None = None) -> bool:
-    """Whether every step that was asked for (all, or those in ``only``) finished (``ok`` or ``reused``)."""
+    """Whether every step that was asked for (all, or those in ``only``) finished (``ok``, ``reused``, or its shard ``sharded``)."""
     asked = [r for r in manifest["steps"] if not only or r.get("name") in only]
-    return all(r.get("status") in ("ok", "reused") for r in asked)
+    return all(r.get("status") in ("ok", "reused", "sharded") for r in asked)
 
 
 def _registered() -> set[str]:

@@ -21,7 +21,9 @@ a run folder writes it where the caller can read it: on a cluster, run folders m
 every node sees (NFS, a shared mount); see docs/scaling.md.
 
 :func:`parse_shard` and :func:`select_shard` cut a list of work items into N disjoint slices for a
-batch scheduler (``--shard i/N``).
+batch scheduler (``--shard i/N``). Inside :func:`use_shard` (``poslab experiment --shard``, which
+``poslab lab --shard`` runs) the lab's training helpers train only their shard's slice of each list
+of trainings and stop the step with :class:`ShardFinished` while another shard's are unfinished.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 #: ``pip install`` extra that brings Ray
@@ -372,8 +375,16 @@ def for_child_steps(executor: LocalExecutor | RayExecutor | None) -> Iterator[No
                     os.environ[key] = value
 
 
+def gpus_for(config: dict[str, Any]) -> int:
+    """GPUs a training of ``config`` (a training config mapping) requests from Ray: 1 for ``device: cuda``, else 0.
+
+    ``auto`` requests none: it trains on a GPU only where the node it lands on has one free to use.
+    """
+    return 1 if config.get("device") == "cuda" else 0
+
+
 def train_many(tasks: Sequence[Task], workers: int | None = None,
-               on_done: Callable[[Task, Any], None] | None = None) -> list[Any]:
+               on_done: Callable[[Task, Any], None] | None = None, *, sharded: bool = False) -> list[Any]:
     """Run every task on the current executor; the results come back in the order of ``tasks``.
 
     Args:
@@ -382,14 +393,22 @@ def train_many(tasks: Sequence[Task], workers: int | None = None,
             worker, or one task, the tasks run in this process one after another. Ray ignores it
             (each task's resources decide).
         on_done: called as ``on_done(task, result)`` when each task finishes (progress lines).
+        sharded: the caller already kept only its shard's slice of the trainings (:func:`current_shard`);
+            without it, a call inside a sharded step trains nothing and stops the step
+            (:class:`ShardFinished`): trainings that keep no run folder to reuse are left to the
+            collecting call.
 
     Returns:
         ``[task.fn(*task.args) for task in tasks]``, computed wherever the executor put them.
 
     Raises:
         ValueError: ``workers`` is not a positive integer.
+        ShardFinished: inside a sharded step, without ``sharded``.
     """
     workers = None if workers is None else check_workers(workers)
+    if not sharded and current_shard() is not None and tasks:
+        end_of_stage(f"{len(tasks)} trainings that keep no run folder to reuse (left to the collecting call)",
+                     trained=0, in_shard=0, total=len(tasks), left=len(tasks))
     return current_executor().run(tasks, workers, on_done)
 
 
@@ -419,6 +438,91 @@ def select_shard(items: Sequence[_T], shard: tuple[int, int] | None) -> list[_T]
     return list(items[index - 1 :: count])
 
 
-__all__ = ["CLUSTERS", "CLUSTER_ENV", "RAY_EXTRA", "LocalExecutor", "RayExecutor", "Task", "TrainingLost", "check_workers",
-           "current_executor", "default_workers", "die_with_parent", "executor_for", "for_child_steps", "import_ray", "launch", "parse_shard",
-           "select_shard", "train_many", "use_executor"]
+# ------------------------------------------------------------------------------------------ sharded steps
+class ShardFinished(BaseException):
+    """A sharded step trained its slice and other shards' trainings are not finished: it stops before its results.
+
+    Raised by the lab's training helpers (:func:`end_of_stage`) inside :func:`use_shard`; ``poslab
+    experiment --shard`` catches it and records :attr:`stages`. A ``BaseException`` (as
+    ``KeyboardInterrupt``): an experiment's ``except Exception`` does not swallow it.
+
+    Attributes:
+        shard: ``(i, N)``.
+        stages: one record per training stage the step reached: ``what``, ``trained`` (by this call),
+            ``in_shard``, ``total``, ``left`` (not yet finished by any shard).
+    """
+
+    def __init__(self, shard: tuple[int, int], stages: list[dict[str, Any]]) -> None:
+        self.shard, self.stages = shard, [dict(s) for s in stages]
+        last = stages[-1]
+        super().__init__(f"shard {shard[0]}/{shard[1]}: trained {last['trained']} of {last['total']} {last['what']}; "
+                         f"{last['left']} left to other shards or the collecting call")
+
+
+_shard: tuple[int, int] | None = None
+_stages: list[dict[str, Any]] = []
+
+
+def current_shard() -> tuple[int, int] | None:
+    """The shard ``(i, N)`` this step trains (:func:`use_shard`), or ``None``: every training."""
+    return _shard
+
+
+def shard_stages() -> list[dict[str, Any]]:
+    """The training stages the current sharded step went through so far (see :class:`ShardFinished`)."""
+    return [dict(s) for s in _stages]
+
+
+@contextlib.contextmanager
+def use_shard(shard: tuple[int, int] | None) -> Iterator[None]:
+    """Inside the block, the lab's training helpers train only shard ``(i, N)`` of each list of trainings.
+
+    The slice is :func:`select_shard` of the full list in its stable order (finished trainings
+    included), so N shards, run in any order or side by side, are disjoint and cover every training.
+    A stage whose every training is finished once this shard's part is done lets the step go on to
+    its next stage; otherwise :class:`ShardFinished` stops the step. ``None``: no sharding.
+    """
+    global _shard, _stages
+    previous = _shard, _stages
+    _shard, _stages = shard, []
+    try:
+        yield
+    finally:
+        _shard, _stages = previous
+
+
+def shard_indices(count: int) -> list[int]:
+    """The positions of the current shard's trainings in a list of ``count`` (all of them when not sharded)."""
+    return select_shard(range(count), _shard)
+
+
+#: where a sharded step records its shards: ``STEP_FOLDER/shards/I-of-N.json``
+SHARDS_DIR = "shards"
+
+
+def shard_file(folder: Path | str, shard: tuple[int, int]) -> Path:
+    """The record of shard ``(i, N)`` of the step writing into ``folder``: ``folder/shards/I-of-N.json``."""
+    return Path(folder) / SHARDS_DIR / f"{shard[0]}-of-{shard[1]}.json"
+
+
+def end_of_stage(what: str, trained: int, in_shard: int, total: int, left: int) -> None:
+    """Record a sharded step's training stage; raise :class:`ShardFinished` when ``left`` trainings are unfinished.
+
+    Args:
+        what: the stage's trainings, as progress lines name them (``"lab models"``).
+        trained: trainings this call ran; ``in_shard``: the shard's slice; ``total``: the stage's.
+        left: trainings of the stage that no shard has finished yet.
+    """
+    if _shard is None:
+        return
+    _stages.append({"what": what, "trained": trained, "in_shard": in_shard, "total": total, "left": left})
+    print(f"--- shard {_shard[0]}/{_shard[1]}: trained {trained} of {total} {what} ({in_shard} in this shard, "
+          f"{left} left)", flush=True)
+    if left:
+        raise ShardFinished(_shard, _stages)
+
+
+__all__ = ["CLUSTERS", "CLUSTER_ENV", "RAY_EXTRA", "LocalExecutor", "RayExecutor", "SHARDS_DIR", "ShardFinished", "Task", "TrainingLost", "check_workers",
+           "current_executor", "current_shard", "default_workers", "die_with_parent", "end_of_stage", "executor_for",
+           "for_child_steps", "gpus_for", "import_ray", "launch", "parse_shard", "select_shard", "shard_file", "shard_indices",
+           "shard_stages", "train_many", "use_executor", "use_shard"]

@@ -1,10 +1,29 @@
 """The training experiments' sizes: one named table (:data:`SIZES`) a user extends from the command line.
 
 ``smoke`` (tests), ``quick`` (the demo) and ``full`` are the extrapolation family's scales, used by
-every experiment that takes ``size`` (extrapolation, attention_entropy, bidirectional,
-context_extension) and, for ``quick``, by head_count and position_training. ``poslab experiment X
---size NAME`` picks one; ``--size NAME=BASE,field=value,...`` adds ``NAME`` to the table as ``BASE``
-with those fields changed (:func:`define_size`) and picks it.
+every experiment that takes ``size`` (extrapolation, attention_entropy, context_extension) and, for
+``quick``, by head_count, position_training and bidirectional. ``poslab experiment X --size NAME``
+(and ``poslab lab --size NAME``) picks one; ``--size NAME=BASE,field=value,...`` adds ``NAME`` to the
+table as ``BASE`` with those fields changed (:func:`define_size`) and picks it.
+
+The GPU sizes train on CUDA (``device="cuda"``: an error without a GPU):
+
+* ``gpu``: nanoGPT's Shakespeare-character GPU recipe, 6 layers, 6 heads, width 384 at ``L = 256``,
+  5,000 steps of 64 windows, lr 1e-3 with 100 warmup steps (no dropout, as every lab size). Expected,
+  **estimated from FLOPs, not measured** (no GPU here): 70.9 MFLOP per token (nanoGPT's
+  ``6 N + 12 n_layer d L``, :func:`poslab.training.loop.matmul_flops_per_token`) x 81.9M training
+  tokens = 5.8 PFLOP a training, 3-6 minutes on one H100-class GPU at an assumed 25-50% of its
+  67 TFLOP/s fp32 peak (the lab's configs train in fp32), plus the first step's compilation of the
+  attention kernels; about 2-4 hours for extrapolation's 39 trainings (13 schemes x 3 seeds) on one GPU.
+  The other sized experiments reuse those models and add their own trainings (context extension's
+  fine-tunes at ``4 L``), not counted here.
+* ``gpu-large``: GPT-2 small's geometry, 12 layers, 12 heads, width 768, at ``L = 256``, 5,000 steps
+  of 64 windows, lr 6e-4 with 200 warmup steps. Estimated the same way: 538 MFLOP per token x 81.9M
+  tokens = 44 PFLOP a training, 22-44 minutes on one H100-class GPU in fp32; about 14-29 hours for
+  extrapolation's 39 trainings on one GPU (Ray or shards spread them over GPUs).
+
+Their evaluations run on the CPU after training (the experiments load every model there), at up to
+``16 L = 4096`` tokens: at these widths that takes minutes a model on a few cores, not counted above.
 """
 
 from __future__ import annotations
@@ -28,6 +47,10 @@ class Size:
         eval_windows: the evaluation scores ``eval_windows * 16 * L`` validation targets at every length.
         finetune_steps: context-extension fine-tuning steps at ``4 L``.
         entropy_batch: sequences per length in the attention-entropy measurement.
+        schemes: the position schemes trained at this size (``None``: every scheme the experiment trains).
+            The quick size trains the arms of the lessons' main claims only, each long enough to meet
+            the claims' premises, instead of every scheme at bigram level.
+        device: where its trainings run (``TrainConfig.device``: ``auto``, ``cpu`` or ``cuda``).
     """
 
     name: str
@@ -42,6 +65,8 @@ class Size:
     eval_windows: int
     finetune_steps: int
     entropy_batch: int
+    schemes: tuple[str, ...] | None = None
+    device: str = "auto"
 
     @property
     def n_targets(self) -> int:
@@ -50,8 +75,15 @@ class Size:
 
 SIZES = {
     "smoke": Size("smoke", 16, 1, 2, 16, 8, 4, 3e-3, 2, 2, 4, 1),
-    "quick": Size("quick", 64, 2, 4, 64, 250, 16, 3e-3, 25, 4, 100, 2),
-    "full": Size("full", 128, 3, 4, 96, 400, 16, 2e-3, 40, 4, 100, 2),
+    # the demo: 4 layers and 3000 steps, the least measured to make NoPE use its context (one seed, 2000 steps:
+    # context gain 0.08-0.11 nats, the premise asks 0.1 at every seed; 2 layers or 1500 steps: below 0.05;
+    # benchmarks/lm_recipe_search.py), for the five arms of the lessons' main claims
+    "quick": Size("quick", 64, 4, 4, 64, 3000, 16, 3e-3, 200, 4, 100, 2,
+                  schemes=("none", "learned", "sinusoidal", "rope", "alibi")),
+    "full": Size("full", 128, 4, 4, 64, 3000, 16, 3e-3, 200, 4, 100, 2),
+    # nanoGPT's shakespeare_char GPU recipe (expected times in the module docstring: estimates, not measured)
+    "gpu": Size("gpu", 256, 6, 6, 384, 5000, 64, 1e-3, 100, 4, 500, 4, device="cuda"),
+    "gpu-large": Size("gpu-large", 256, 12, 12, 768, 5000, 64, 6e-4, 200, 4, 500, 4, device="cuda"),
 }
 
 
@@ -80,13 +112,20 @@ def define_size(spec: str) -> Size:
     if base_name not in SIZES:
         raise ValueError(f"--size {spec!r}: unknown base size {base_name!r}; choose one of {', '.join(SIZES)}")
     base = SIZES[base_name]
-    fields = {f.name: f.type for f in dataclasses.fields(Size) if f.name != "name"}
-    changes: dict[str, int | float] = {}
+    fields = {f.name: f.type for f in dataclasses.fields(Size) if f.name not in ("name", "schemes")}
+    changes: dict[str, int | float | str] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         key = key.strip()
         if not sep or key not in fields:
             raise ValueError(f"--size {spec!r}: {pair!r} must be FIELD=VALUE with FIELD one of {', '.join(fields)}")
+        if key == "device":
+            from poslab.training.config import DEVICES
+
+            if text.strip() not in DEVICES:
+                raise ValueError(f"--size {spec!r}: device must be one of {', '.join(DEVICES)}, got {text!r}")
+            changes[key] = text.strip()
+            continue
         kind = float if isinstance(getattr(base, key), float) else int
         try:
             value = kind(text)

@@ -433,7 +433,7 @@ def run_sweep(
             train_point,
             (str(plan.sweep_dir), plan.name, run, threads),
             cpus=int(run.config.get("threads") or threads),
-            gpus=0,  # poslab train runs on the CPU
+            gpus=runner.gpus_for(run.config),
             launches_process=True,
         )
         for run, _ in todo

@@ -23,11 +23,13 @@ DTYPES = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "muon")
 #: training objectives: next-token prediction (causal LM) and BERT's masked LM (bidirectional encoder)
 OBJECTIVES = ("clm", "mlm")
+#: ``TrainConfig.device`` choices (see :func:`training_device`)
+DEVICES = ("auto", "cpu", "cuda")
 
 #: keys that may differ between a run's saved config and the config it is resumed with
 RESUME_FREE_KEYS = frozenset(
     {"name", "out_dir", "max_steps", "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "keep_checkpoints",
-     "threads", "skip_nonfinite", "stop_val_loss", "compile"}
+     "threads", "skip_nonfinite", "stop_val_loss", "compile", "device"}
 )
 
 #: the model keys a user may set (``vocab_size`` comes from the tokenizer)
@@ -99,6 +101,12 @@ class TrainConfig:
         stream_batches: batches are consecutive segments of contiguous streams, as with ``memory``,
             but without a memory (the fixed-context baseline of Transformer-XL trained on the same
             segments); implied by ``memory > 0``.
+        device: where a single-process run trains: ``"auto"`` (the default: CUDA when torch sees a
+            device, else the CPU), ``"cuda"`` (the current CUDA device; an error when torch sees none)
+            or ``"cpu"``.
+            Under torchrun each process uses ``cuda:LOCAL_RANK`` when CUDA is available and the CPU
+            otherwise; ``cuda`` there without CUDA, or ``cpu`` on CUDA ranks, is an error. Checkpoints
+            are device-independent, so a resume may change it. ``results.json`` records the device used.
     """
 
     name: str
@@ -134,6 +142,7 @@ class TrainConfig:
     compile: bool = False
     memory: int = 0
     stream_batches: bool = False
+    device: str = "auto"
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(TrainConfig)
@@ -176,6 +185,8 @@ class TrainConfig:
             raise ValueError(f"weight_decay and grad_clip must be >= 0, got {self.weight_decay!r}, {self.grad_clip!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is not allowed; choose one of {list(DTYPES)}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device={self.device!r} is not allowed; choose one of {list(DEVICES)}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer={self.optimizer!r} is not allowed; choose one of {list(OPTIMIZERS)}")
         if self.stop_val_loss is not None and not self.stop_val_loss > 0:
@@ -257,6 +268,38 @@ def model_config(cfg: TrainConfig, vocab_size: int) -> GPTConfig:
     return out
 
 
+def training_device(device: str, distributed_device: str | None = None) -> str:
+    """The device type a run of ``TrainConfig.device = device`` trains on: ``"cpu"`` or ``"cuda"``.
+
+    Args:
+        device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
+        distributed_device: under torchrun, the device type the process group chose (``cuda`` with
+            nccl, ``cpu`` with gloo); ``None`` for a single process.
+
+    Raises:
+        ValueError: ``cuda`` where torch sees no CUDA device (naming the torch build), or a device
+            that contradicts the one torchrun's process group uses.
+    """
+    import torch
+
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r} is not allowed; choose one of {list(DEVICES)}")
+    if distributed_device is not None:
+        if device != "auto" and device != distributed_device:
+            why = ("torch sees no CUDA device, so torchrun's processes use gloo on the CPU" if device == "cuda"
+                   else "torch sees CUDA, so torchrun's processes use nccl on cuda:LOCAL_RANK "
+                        "(CUDA_VISIBLE_DEVICES= hides the GPUs)")
+            raise ValueError(f"device={device!r} cannot be used under this torchrun: {why}; use --device auto")
+        return distributed_device
+    if device == "cuda" and not torch.cuda.is_available():
+        build = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "built without CUDA"
+        raise ValueError(f"device='cuda' but torch sees no CUDA device (torch {torch.__version__}, {build}); "
+                         "use --device cpu or --device auto")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
 def check_backend_trains(backend: str, device: str) -> None:
     """Refuse an attention backend that cannot run a backward pass on ``device``.
 
@@ -330,6 +373,6 @@ def resume_identity(config_doc: dict, model: GPTConfig | None = None) -> dict:
     return {"model": model.to_dict(), "train": train}
 
 
-__all__ = ["DTYPES", "MODEL_KEYS", "OBJECTIVES", "OPTIMIZERS", "RESUME_FREE_KEYS", "TrainConfig", "check_backend_trains",
+__all__ = ["DEVICES", "DTYPES", "MODEL_KEYS", "OBJECTIVES", "OPTIMIZERS", "RESUME_FREE_KEYS", "TrainConfig", "check_backend_trains",
            "check_bidirectional", "check_model_for_training",
-           "model_config", "model_fields", "resume_identity"]
+           "model_config", "model_fields", "resume_identity", "training_device"]

@@ -40,6 +40,7 @@ from poslab.training.config import (
     check_model_for_training,
     model_config,
     resume_identity,
+    training_device,
 )
 from poslab.training.data import (
     RunData,
@@ -252,25 +253,32 @@ def matmul_flops_per_token(model: GPT, block_size: int) -> float:
     return 6.0 * n_matmul + 12.0 * cfg.n_layer * cfg.n_embd * block_size
 
 
-def measure_matmul_peak(dtype: str = "fp32", n: int = 1024, seconds: float = 0.3, min_reps: int = 8) -> float:
-    """Best measured FLOP/s of an ``n x n @ n x n`` matmul on the CPU with the current threads.
+def measure_matmul_peak(dtype: str = "fp32", n: int = 1024, seconds: float = 0.3, min_reps: int = 8,
+                        device: torch.device | str = "cpu") -> float:
+    """Best measured FLOP/s of an ``n x n @ n x n`` matmul on ``device`` (the CPU: with the current threads).
 
     The best of at least ``min_reps`` timed matmuls (and at least ``seconds``): on a machine shared
     with other jobs the best one is the least disturbed. Uses no global RNG (a run's random stream is
-    untouched).
+    untouched). On CUDA each matmul is timed between two synchronisations, at ``n = 4096`` at least.
     """
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    n = max(n, 4096) if cuda else n
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
     generator = torch.Generator().manual_seed(0)
-    a = torch.rand(n, n, generator=generator).to(torch_dtype)
-    b = torch.rand(n, n, generator=generator).to(torch_dtype)
+    a = torch.rand(n, n, generator=generator).to(device=device, dtype=torch_dtype)
+    b = torch.rand(n, n, generator=generator).to(device=device, dtype=torch_dtype)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     for _ in range(2):
         torch.matmul(a, b)
     best = 0.0
     deadline = time.perf_counter() + seconds
     reps = 0
     while True:
+        sync()
         start = time.perf_counter()
         torch.matmul(a, b)
+        sync()
         elapsed = time.perf_counter() - start
         best = max(best, 2.0 * n**3 / elapsed)
         reps += 1
@@ -361,12 +369,29 @@ def run_training(
     Returns:
         The results dict (also written through ``store``).
     """
-    trainer = _Trainer(cfg, store, dist_ctx, progress, callback, wall_start or time.perf_counter())
+    trainer = _Trainer(cfg, store, on_device(cfg.device, dist_ctx), progress, callback, wall_start or time.perf_counter())
     trainer.setup(resuming, init_from)
     if on_started is not None:
         on_started()
     trainer.loop()
     return trainer.finish()
+
+
+def on_device(device: str, dist_ctx: distributed.DistContext) -> distributed.DistContext:
+    """``dist_ctx`` on the device ``TrainConfig.device`` names (:func:`~poslab.training.config.training_device`).
+
+    A single process moves to the current CUDA device for ``cuda`` (and ``auto`` where torch sees
+    one); under torchrun the process group's device stays, checked against ``device``.
+
+    Raises:
+        ValueError: ``cuda`` without a CUDA device, or a device torchrun's process group does not use.
+    """
+    if dist_ctx.enabled:
+        training_device(device, dist_ctx.device.type)
+        return dist_ctx
+    if training_device(device) == "cuda":
+        return dataclasses.replace(dist_ctx, device=torch.device("cuda", torch.cuda.current_device()))
+    return dist_ctx
 
 
 class _Trainer:
@@ -469,8 +494,10 @@ class _Trainer:
         # under bf16 autocast the matmuls run in bf16 and the rest in fp32: the peak is the faster of the two,
         # so the figure is a fraction of what this machine can do in any dtype the run uses
         used = ("fp32", "bf16") if cfg.dtype == "bf16" else ("fp32",)
-        self.peak = max(dist.run_on_main(self.store.matmul_peak, f"{d}/{torch.get_num_threads()}",
-                                         functools.partial(_measured_peak, d)) for d in used)
+        on_gpu = dist.device.type == "cuda"
+        self.peak = max(dist.run_on_main(self.store.matmul_peak, f"cuda/{d}" if on_gpu else f"{d}/{torch.get_num_threads()}",
+                                         functools.partial(_measured_peak, d, dist.device) if on_gpu
+                                         else functools.partial(_measured_peak, d)) for d in used)
         self.flops_per_token = matmul_flops_per_token(self.model, self.model_cfg.block_size)
         self.tokens_per_step = cfg.batch_size * cfg.grad_accum * self.model_cfg.block_size * dist.world_size
         self.bar = ProgressBar(cfg.max_steps, start_step=self.state.step, enabled=self.show and dist.is_main,
@@ -516,7 +543,7 @@ class _Trainer:
             f"({data.info['train_tokens']:,} train / {data.info['val_tokens']:,} val tokens, vocab "
             f"{data.tokenizer.vocab_size}), {cfg.max_steps} steps x {self.tokens_per_step:,} tokens, "
             f"{self.precision.reason}, "
-            f"{torch.get_num_threads()} threads"
+            f"{torch.get_num_threads()} threads" + (f", on {self.dist.device}" if self.dist.device.type != "cpu" else "")
         )
 
     # -------------------------------------------------------------------------------- checkpoints
@@ -765,6 +792,7 @@ class _Trainer:
             "dtype": cfg.dtype,
             "precision": self.precision.to_dict(),
             "threads": torch.get_num_threads(),
+            "device": dist.device.type,
             "train_time_s": timing.train_time,
             "wall_time_s": time.perf_counter() - timing.wall_start,
             "tokens_seen": state.tokens_seen,
@@ -824,11 +852,12 @@ def _median(values: list[float]) -> float | None:
 _PEAK_CACHE: dict[str, float] = {}
 
 
-def _measured_peak(dtype: str) -> float:
-    """:func:`measure_matmul_peak`, measured once per process for each dtype/threads."""
-    key = f"{dtype}/{torch.get_num_threads()}"
+def _measured_peak(dtype: str, device: torch.device | None = None) -> float:
+    """:func:`measure_matmul_peak`, measured once per process for each dtype/threads (CPU) or dtype/GPU."""
+    device = device or torch.device("cpu")
+    key = f"{device}/{dtype}" if device.type == "cuda" else f"{dtype}/{torch.get_num_threads()}"
     if key not in _PEAK_CACHE:
-        _PEAK_CACHE[key] = measure_matmul_peak(dtype)
+        _PEAK_CACHE[key] = measure_matmul_peak(dtype, device=device)
     return _PEAK_CACHE[key]
 
 

@@ -36,7 +36,7 @@ from poslab.lab.experiments.common import LAB, Experiment, baseline_line, ngram_
 from poslab.lab.experiments.extrapolation import (
     CORPUS,
     FACTORS,
-    SCHEMES,
+    schemes_of,
     shared_models,
     size_of,
 )
@@ -334,10 +334,14 @@ def mean_entry(by_seed: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[str, ...] = SCHEMES,
+def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[str, ...] | None = None,
         seeds: tuple[int, ...] = SEEDS, workers: int | None = None) -> dict:
-    """Measure entropies (and perplexity at L and 4x L) of every lab model, seed and variant; table, plot, claims."""
+    """Measure entropies (and perplexity at L and 4x L) of every lab model, seed and variant; table, plot, claims.
+
+    ``schemes``: ``None`` for the size's (:func:`poslab.lab.experiments.extrapolation.schemes_of`).
+    """
     lab = size_of(quick, size)
+    schemes = schemes_of(lab) if schemes is None else tuple(schemes)
     out = Path(out)
     start = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}

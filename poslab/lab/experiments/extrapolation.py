@@ -66,6 +66,11 @@ def lab_schemes() -> tuple[str, ...]:
 
 
 SCHEMES = lab_schemes()
+
+
+def schemes_of(size: Size) -> tuple[str, ...]:
+    """The schemes trained at ``size``: its own list (the quick size's claim arms), else :data:`SCHEMES`."""
+    return tuple(size.schemes) if size.schemes is not None else SCHEMES
 FACTORS = EXTRAPOLATION_FACTORS
 CORPUS = "shakespeare"
 
@@ -88,11 +93,12 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
                  seed: int = SEED) -> Any:
     """The :class:`poslab.training.config.TrainConfig` of one lab model (same data, seed and recipe for every scheme).
 
-    The recipe is nanoGPT's (AdamW, warmup + cosine, no dropout, no biases) plus a LayerNorm on the
-    token embeddings (``embed_norm``, as in Bloom) for every scheme: with nanoGPT's 0.02-std token
-    embeddings, the unit-amplitude sinusoidal code swamps the content and the sinusoidal model does not
-    train at this scale (quick size, measured: validation loss 3.34 against 2.45 for a learned table;
-    2.50 with the norm). The norm costs the other schemes about 0.1 nats at the quick size.
+    The recipe is nanoGPT's (AdamW, warmup + cosine, no dropout, no biases) with the token embeddings
+    multiplied by ``sqrt(n_embd)`` (``embed_scale``, Vaswani et al. 2017 §3.4) for every scheme: with
+    nanoGPT's 0.02-std token embeddings the unit-amplitude sinusoidal code swamps the content, and the
+    scale gives the content its share back. A LayerNorm on the embeddings (``embed_norm``, Bloom) does
+    that too but slows the learned table down (measured at 2 layers, width 64, 1000 steps, one seed:
+    validation loss 2.30 with the norm, 2.07 without; ``benchmarks/lm_recipe_search.py``).
 
     The learned table has ``max(FACTORS) * L`` rows, of which training only ever reads the first ``L``
     (as a GPT-2 checkpoint's table past the lengths it was trained on): the rows past ``L`` keep their
@@ -113,7 +119,7 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
         "tokenizer": "char",
         "model": {"n_layer": size.n_layer, "n_head": size.n_head, "n_embd": size.n_embd,
                   "block_size": block_size or size.train_length, "dropout": 0.0, "bias": False,
-                  "embed_norm": True, "position": scheme, "position_config": position_config},
+                  "embed_scale": float(size.n_embd) ** 0.5, "position": scheme, "position_config": position_config},
         "max_steps": steps,
         "batch_size": batch_size or size.batch_size,
         "lr": lr,
@@ -128,6 +134,8 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
         "ckpt_interval": 0,
         "keep_checkpoints": 1,
         "seed": seed,
+        "device": size.device,  # a GPU size trains on CUDA
+        "dtype": "auto",  # bf16 only where it measured faster on this machine (poslab.training.precision)
     }
     if init_from is not None:
         values["init_from"] = init_from
@@ -262,6 +270,9 @@ def extrapolation_claims(tables: dict[str, dict[str, dict]], mode: str = "nonove
                             + (f">= the unigram baseline's {failed[s]['median_L']:.3g}" if failed[s].get("baseline") else
                                f"> {UNDERTRAINED}x the median {failed[s]['median_L']:.3g}")
                             + "): its curve says nothing about extrapolation" for s in bad)
+        elif any(s not in tables for s in schemes):
+            why = (f"not measured at this size: needs {', '.join(schemes)}; this size trains {', '.join(tables)} "
+                   "(the full form trains every scheme)")
         elif any(v is None for v in needed or [None]):
             why = f"not measured: needs {', '.join(schemes)} evaluated at every length"
         else:
@@ -412,18 +423,19 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: di
     return save_figure(fig, path)
 
 
-def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[str, ...] = SCHEMES,
+def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[str, ...] | None = None,
         seeds: tuple[int, ...] = SEEDS, workers: int | None = None) -> dict:
     """Train (or reuse) one model per scheme and seed, evaluate at 1x..16x L, print the tables, plot, judge.
 
     Args:
         out: output folder (models in ``out/models/SIZE/NAME``, :func:`run_name`).
         quick: the demo's size; ``size`` names one of :data:`SIZES` instead.
-        schemes: position schemes to train.
+        schemes: position schemes to train (``None``: :func:`schemes_of` the size).
         seeds: training seeds (at least 3 for conclusive verdicts).
         workers: trainings at a time (default: :func:`poslab.lab.runner.default_workers`).
     """
     lab = size_of(quick, size)
+    schemes = schemes_of(lab) if schemes is None else tuple(schemes)
     out = Path(out)
     start = time.perf_counter()
     t0 = time.perf_counter()

@@ -11,10 +11,14 @@ scheme), so two schemes are compared on their per-seed differences (:func:`posla
 the speed claim, timed on a possibly shared machine at different moments, is compared unpaired. Seed 001 predicts that NoPE still learns (the causal mask leaks position) but
 somewhat worse than explicit positions; the claims are decided by :mod:`poslab.lab.verdicts`.
 
-The full form trains ``tang-small`` (seed 001's GPT on the Tang poems, 1000 steps). The quick form
-trains exactly the lab's quick extrapolation models (tinyshakespeare, 2 layers, n_embd 64, window 64;
-:func:`poslab.lab.experiments.extrapolation.train_config`), so the extrapolation, context-extension and
-attention-entropy experiments of the same lab reuse these runs instead of training them again.
+The full form trains ``tang-small`` (seed 001's GPT on the Tang poems, n_embd 128, 1000 steps) with
+every registered scheme. The quick form trains on tinyshakespeare, not on the Tang poems: exactly the
+lab's quick extrapolation models (4 layers, n_embd 64, window 64, 3000 steps;
+:func:`poslab.lab.experiments.extrapolation.train_config`) for the five arms of the lessons' main
+claims (NoPE, the learned and sinusoidal tables, RoPE, ALiBi: the quick size's ``schemes``), so the
+extrapolation, context-extension and attention-entropy experiments of the same lab reuse these runs
+instead of training them again. Fewer arms, each trained long enough to use its context, test the
+claims; every scheme at bigram level would not.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from poslab.lab.experiments.common import (
     plot_seeded_curves,
     unigram_entropy,
 )
-from poslab.lab.experiments.extrapolation import SIZES, train_config
+from poslab.lab.experiments.extrapolation import SIZES, schemes_of, train_config
 from poslab.lab.experiments.head_count import base_config
 from poslab.lab.experiments.training import (
     SEEDS,
@@ -126,14 +130,17 @@ def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: 
     Args:
         out: output folder (runs in ``out/runs/SCHEME-sSEED``, plot ``out/position_training_curves.png``).
         quick: the short form (the lab's quick models; see the module docstring).
-        schemes: scheme names (default: every registered one).
+        schemes: scheme names (default: every registered one; quick: the quick size's arms,
+            :func:`poslab.lab.experiments.extrapolation.schemes_of`).
         base: a config mapping replacing the base (tests use a tiny one; every scheme then trains on it
             with ``position`` set).
         workers: trainings at a time (see :func:`poslab.lab.experiments.training.train_variants`).
         seeds: training seeds (at least 3 for a conclusive verdict).
     """
     out = Path(out)
-    schemes = list(schemes) if schemes is not None else positions.names()
+    if schemes is None:
+        schemes = list(schemes_of(SIZES["quick"])) if quick and base is None else positions.names()
+    schemes = list(schemes)
     if base is None and quick:
         base, variants = quick_variants(schemes)
     else:

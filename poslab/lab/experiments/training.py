@@ -8,12 +8,14 @@ unless an identical finished run exists).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from poslab.display import print_table
+from poslab.lab import runner
 from poslab.lab.premises import all_of, below_bigram, uses_context
 from poslab.lab.runner import Task, check_workers, default_workers, train_many
 from poslab.lab.verdicts import ClaimRecord, Premise, missed_by, tally
@@ -41,7 +43,7 @@ def lm_premise(runs: dict[str, list[dict]], arms: list[str], bigram: float, cont
 
 # ------------------------------------------------------------------------------------ training
 def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[str, Any]:
-    """Train one variant (in this process or a worker) and summarise its run.
+    """Train one variant (in this process or a worker) unless its folder holds a finished identical run; summarise it.
 
     ``val_loss_all`` is the loss on the whole validation split in consecutive windows of the training
     length: the same tokens for every run and seed, so it carries no evaluation-sampling noise.
@@ -56,7 +58,12 @@ def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[s
     from poslab.training.loop import evaluate_loss
 
     cfg = TrainConfig.from_dict(values)
-    results = train(cfg, overwrite=True, progress=progress)
+    if same_run(cfg.run_dir, cfg):  # finished by an earlier call (a shard of the step): summarised, not trained again
+        from poslab.runs import RunFolder
+
+        results = RunFolder(cfg.run_dir).results() or {}
+    else:
+        results = train(cfg, overwrite=True, progress=progress)
     metrics = read_metrics(cfg.run_dir)
     model, tokenizer, _ = load_run(cfg.run_dir)
     data = prepare_data(cfg, tokenizer)
@@ -85,6 +92,11 @@ def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[s
 def train_variants(out: Path, base: dict[str, Any], variants: dict[str, dict[str, Any]],
                    workers: int | None = None) -> dict[str, dict]:
     """Train one run per variant (``model`` overrides merged key by key) into ``out/runs/LABEL``.
+
+    A variant whose folder holds a finished run of the same config is summarised without training.
+    Inside a sharded step (:func:`poslab.lab.runner.use_shard`) only the shard's slice of the
+    variants is trained, and :class:`poslab.lab.runner.ShardFinished` stops the step while another
+    shard's run is unfinished.
 
     Args:
         out: the experiment's folder.
@@ -116,7 +128,7 @@ def train_variants(out: Path, base: dict[str, Any], variants: dict[str, dict[str
         print(f"\n--- training {len(jobs)} runs, {min(workers, len(jobs))} at a time (one thread each): "
               f"{', '.join(jobs)}", flush=True)
     tasks = [Task(label, _train_variant, (label, values if alone else {**values, "threads": values.get("threads") or 1},
-                                          alone))
+                                          alone), gpus=runner.gpus_for(values))
              for label, values in jobs.items()]
     finished: list[str] = []
 
@@ -126,13 +138,23 @@ def train_variants(out: Path, base: dict[str, Any], variants: dict[str, dict[str
             print(f"--- {task.label}: final val loss {result['final_val_loss']:.4f}, {result['tokens_per_s']:,.0f} "
                   f"tokens/s, {result['wall_time_s']:.0f}s ({len(finished)}/{len(jobs)} done)", flush=True)
 
-    if alone:  # one after another in this process, each with its live progress bar
-        summary = {}
-        for task in tasks:
-            print(f"\n--- {task.label}")
-            summary[task.label] = train_many([task], 1)[0]
-        return summary
-    return dict(zip(jobs, train_many(tasks, workers, on_done=done)))
+    def run(some: list[Task]) -> dict[str, dict]:
+        if alone:  # one after another in this process, each with its live progress bar
+            summary = {}
+            for task in some:
+                print(f"\n--- {task.label}")
+                summary[task.label] = train_many([task], 1, sharded=True)[0]
+            return summary
+        return dict(zip((t.label for t in some), train_many(some, workers, on_done=done, sharded=True)))
+
+    mine = set(runner.shard_indices(len(tasks)))
+    summary = run([t for i, t in enumerate(tasks) if i in mine])
+    if len(mine) < len(tasks):  # a sharded step: the other shards' runs are summarised here once all are finished
+        others = [i for i in range(len(tasks)) if i not in mine]
+        left = [i for i in others if not same_run(out / "runs" / tasks[i].label, TrainConfig.from_dict(jobs[tasks[i].label]))]
+        runner.end_of_stage("runs", trained=len(mine), in_shard=len(mine), total=len(tasks), left=len(left))
+        summary.update(run([tasks[i] for i in others]))
+    return {label: summary[label] for label in jobs}
 
 
 def train_seeded(out: Path, base: dict[str, Any], variants: dict[str, dict[str, Any]],
@@ -230,6 +252,9 @@ def same_run(run_dir: Path, cfg: Any) -> bool:
     # threads change no result (tests/test_train_experiments.py: parallel one-thread == sequential)
     wanted = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "out_dir", "model", "threads")}
     have = {k: v for k, v in saved.get("train", {}).items() if k not in ("name", "out_dir", "threads")}
+    # a training key added after the run was saved: the run trained with its default
+    have.update({f.name: f.default for f in dataclasses.fields(type(cfg))
+                 if f.name in wanted and f.name not in have and f.default is not dataclasses.MISSING})
     model = {k: v for k, v in saved.get("model", {}).items() if k != "vocab_size"}
     expected_model = {k: v for k, v in cfg.to_dict()["model"].items() if k != "vocab_size"}
     return have == wanted and model == expected_model
@@ -265,29 +290,42 @@ def ensure_many(jobs: Sequence[tuple[Any, tuple[Path, ...]]], workers: int | Non
 
     A config with a finished identical run in its folder or in one of its ``reuse`` folders is not
     trained again. With more than one worker each training runs in its own process on one thread.
+    Inside a sharded step (:func:`poslab.lab.runner.use_shard`) only the shard's slice of ``jobs`` is
+    trained, and :class:`poslab.lab.runner.ShardFinished` stops the step while any job is unfinished.
 
     Returns:
         The run folder of each job, in job order.
     """
     workers = default_workers() if workers is None else check_workers(workers)
+    mine = set(runner.shard_indices(len(jobs)))  # every job unless the step is sharded
+
+    def finished(i: int) -> Path | None:
+        cfg, reuse = jobs[i]
+        return next((c for c in (Path(cfg.out_dir) / cfg.name, *reuse) if same_run(c, cfg)), None)
+
     found: dict[int, Path] = {}
     todo = []
-    for i, (cfg, reuse) in enumerate(jobs):
-        done = next((c for c in (Path(cfg.out_dir) / cfg.name, *reuse) if same_run(c, cfg)), None)
-        if done is None:
-            todo.append(i)
-        else:
+    for i in range(len(jobs)):
+        done = finished(i)
+        if done is not None:
             found[i] = done
+        elif i in mine:
+            todo.append(i)
     if todo:
         print(f"--- training {len(todo)} {what} ({min(workers, len(todo))} at a time): "
               f"{', '.join(jobs[i][0].name for i in todo)}", flush=True)
     alone = workers == 1 or len(todo) <= 1
     tasks = [Task(jobs[i][0].name, _ensure_in_worker,
                   ({**jobs[i][0].to_dict(), **({} if alone else {"threads": jobs[i][0].threads or 1})},
-                   tuple(str(p) for p in jobs[i][1])))
+                   tuple(str(p) for p in jobs[i][1])), gpus=runner.gpus_for(jobs[i][0].to_dict()))
              for i in todo]
-    for i, path in zip(todo, train_many(tasks, 1 if alone else workers)):
+    for i, path in zip(todo, train_many(tasks, 1 if alone else workers, sharded=True)):
         found[i] = Path(path)
+    if len(mine) < len(jobs):  # a sharded step: go on only once every shard's jobs are finished
+        for i in range(len(jobs)):
+            if i not in found and (done := finished(i)) is not None:
+                found[i] = done
+        runner.end_of_stage(what, trained=len(todo), in_shard=len(mine), total=len(jobs), left=len(jobs) - len(found))
     return [found[i] for i in range(len(jobs))]
 
 

@@ -1,0 +1,257 @@
+"""``poslab lab --shard i/N`` / ``poslab experiment --shard i/N`` and ``poslab lab --size``.
+
+N shards train disjoint slices of a training experiment's trainings into the shared folder; a last
+call without ``--shard`` reuses them and decides the claims, which equal one unsharded run's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from poslab.cli.app import main
+from poslab.data import load_corpus
+from poslab.lab import lab, runner, sizes
+from poslab.lab.experiments import position_training, training
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
+
+SEEDS = (3, 4, 5)
+SCHEMES = ["rope", "alibi"]
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "shakespeare_40k.txt"
+    path.write_text(load_corpus("shakespeare")[:40_000], encoding="utf-8")
+    return {
+        "corpus": str(path), "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
+        "max_steps": 6, "batch_size": 4, "warmup_steps": 1, "lr_decay_steps": 6, "eval_interval": 3, "eval_iters": 2,
+        "ckpt_interval": 0, "keep_checkpoints": 1, "threads": 1, "seed": 3,
+    }
+
+
+def _position_training(out: Path, base: dict) -> dict:
+    return position_training.run(out, quick=True, schemes=SCHEMES, base=base, workers=1, seeds=SEEDS)
+
+
+def _no_training(*args, **kwargs):
+    raise AssertionError("the collecting call trained a model that a shard had finished")
+
+
+# ------------------------------------------------------------------------------------------ the helpers
+def test_two_shards_then_a_collect_give_the_claims_of_one_unsharded_run(tmp_path, tiny_base, monkeypatch):
+    one = _position_training(tmp_path / "one", tiny_base)
+
+    out = tmp_path / "sharded"
+    with runner.use_shard((1, 2)), pytest.raises(runner.ShardFinished) as stop:
+        _position_training(out, tiny_base)
+    (stage,) = stop.value.stages
+    assert stage == {"what": "runs", "trained": 3, "in_shard": 3, "total": 6, "left": 3}
+    assert not (out / "results.json").exists()
+    trained = sorted(p.name for p in (out / "runs").iterdir())
+    assert trained == ["alibi-s4", "rope-s3", "rope-s5"]  # every 2nd of the 6 from the 1st, in the stable order
+    with runner.use_shard((2, 2)):  # the last shard finds every run finished: the step goes on to its results
+        last = _position_training(out, tiny_base)
+    assert last["claims"] == one["claims"]
+
+    monkeypatch.setattr("poslab.session.train", _no_training)
+    collected = _position_training(out, tiny_base)  # without a shard: every run reused
+    assert collected["claims"] == one["claims"]
+    assert collected["val_loss_seeds"] == one["val_loss_seeds"]
+    for scheme in SCHEMES:
+        for a, b in zip(one["runs"][scheme], collected["runs"][scheme]):
+            assert b["val_curve"] == a["val_curve"] and b["val_loss_all"] == a["val_loss_all"]
+
+
+def test_ensure_many_trains_only_its_shard_and_stops_while_others_are_missing(tmp_path, tiny_base, monkeypatch):
+    from poslab.training.config import TrainConfig
+
+    jobs = [(TrainConfig.from_dict({**tiny_base, "name": f"r{i}", "out_dir": str(tmp_path), "seed": i}), ())
+            for i in range(3)]
+    with runner.use_shard((2, 2)), pytest.raises(runner.ShardFinished) as stop:
+        training.ensure_many(jobs, workers=1, what="lab models")
+    assert stop.value.stages == [{"what": "lab models", "trained": 1, "in_shard": 1, "total": 3, "left": 2}]
+    assert "shard 2/2: trained 1 of 3 lab models" in str(stop.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r1"]
+    with runner.use_shard((1, 2)):  # the other shard: its 2, then all 3 are finished and the paths come back
+        paths = training.ensure_many(jobs, workers=1)
+    assert paths == [tmp_path / f"r{i}" for i in range(3)]
+    monkeypatch.setattr("poslab.session.train", _no_training)
+    assert training.ensure_many(jobs, workers=1) == paths  # the collecting call trains nothing
+
+
+def test_a_run_saved_before_a_training_key_existed_is_still_reused(tmp_path, tiny_base):
+    from poslab.session import train
+    from poslab.training.config import TrainConfig
+
+    cfg = TrainConfig.from_dict({**tiny_base, "name": "old", "out_dir": str(tmp_path)})
+    train(cfg, progress=False)
+    config = json.loads((tmp_path / "old" / "config.json").read_text())
+    del config["train"]["device"]  # as a run saved before the key: it trained with the default
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    assert training.same_run(tmp_path / "old", cfg)
+    assert not training.same_run(tmp_path / "old", TrainConfig.from_dict({**tiny_base, "name": "old", "device": "cpu"}))
+
+
+def test_a_plain_train_many_inside_a_shard_leaves_its_trainings_to_the_collect():
+    calls = []
+    with runner.use_shard((1, 3)), pytest.raises(runner.ShardFinished) as stop:
+        runner.train_many([runner.Task("a", calls.append, (1,))], 1)
+    assert calls == [] and stop.value.stages[0]["trained"] == 0 and stop.value.stages[0]["left"] == 1
+    assert runner.train_many([runner.Task("a", calls.append, (1,))], 1) == [None] and calls == [1]  # unsharded
+    assert runner.current_shard() is None and runner.shard_indices(5) == [0, 1, 2, 3, 4]
+    with runner.use_shard((3, 3)):
+        assert runner.shard_indices(7) == [2, 5]
+
+
+def test_trainings_on_cuda_request_a_gpu_from_ray(tmp_path, tiny_base, monkeypatch):
+    from poslab.training.config import TrainConfig
+
+    assert runner.gpus_for({"device": "cuda"}) == 1
+    assert runner.gpus_for({"device": "auto"}) == runner.gpus_for({}) == 0
+    seen = []
+    monkeypatch.setattr(training, "train_many", lambda tasks, *a, **k: seen.extend(tasks) or [str(tmp_path)] * len(tasks))
+    jobs = [(TrainConfig.from_dict({**tiny_base, "name": f"g{d}", "out_dir": str(tmp_path), "device": d}), ())
+            for d in ("cuda", "cpu")]
+    training.ensure_many(jobs, workers=2)
+    assert [t.gpus for t in seen] == [1, 0]
+
+
+# ------------------------------------------------------------------------------------------ the CLI
+def test_experiment_shard_is_recorded_and_refused_for_all(tmp_path, capsys):
+    assert main(["experiment", "all", "--shard", "1/2", "--out", str(tmp_path)]) == 2
+    assert "'all' trains nothing" in capsys.readouterr().err
+    assert main(["experiment", "params", "--shard", "3/2", "--out", str(tmp_path)]) == 2
+    assert "--shard must be i/N with 1 <= i <= N" in capsys.readouterr().err
+    # an experiment that trains nothing runs to the end under a shard; the record says so
+    assert main(["experiment", "params", "--shard", "1/2", "--out", str(tmp_path / "p")]) == 0
+    record = json.loads(runner.shard_file(tmp_path / "p", (1, 2)).read_text())
+    assert record["status"] == "complete" and record["shard"] == "1/2" and record["size"] is None
+    assert (tmp_path / "p" / "results.json").is_file()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the error without CUDA")
+def test_a_gpu_size_without_cuda_is_one_clear_error(tmp_path, capsys):
+    assert main(["experiment", "extrapolation", "--size", "gpu", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "device='cuda' but torch sees no CUDA device" in err[0], err
+    with pytest.raises(ValueError, match="device='cuda' but torch sees no CUDA device"):
+        lab.run_lab(tmp_path / "lab", "quick", size="gpu", stream=io.StringIO())
+    assert not (tmp_path / "lab").exists()
+
+
+# ------------------------------------------------------------------------------------------ the lab
+def test_the_lab_plan_of_a_shard_and_a_size():
+    steps = lab.plan(Path("/L"), "quick", size="smoke", shard=(2, 3))
+    from poslab.lab import experiments
+    from poslab.lab.experiments.common import LAB
+
+    assert [s.name for s in steps] == [n for n, e in experiments.descriptions().items() if e.tier == LAB]
+    for step in steps:
+        assert step.argv[-2:] == ["--shard", "2/3"] and step.done_file == "shards/2-of-3.json"
+        sized = step.name in ("extrapolation", "context-extension", "attention-entropy")
+        assert ("--size" in step.argv) == sized, step.argv
+        assert step.size == (dataclasses.asdict(sizes.SIZES["smoke"]) if sized else None)
+    whole = lab.plan(Path("/L"), "quick")
+    assert any(s.kind == "train" for s in whole) and all("--shard" not in s.argv and s.size is None for s in whole)
+
+
+def _fake_experiment(lab_dir: Path, name: str, size: dict | None, shard: tuple[int, int] | None) -> lab.Step:
+    """An experiment step: a shard writes its record; the call without a shard writes results.json.
+
+    Each call appends ``[name, shard, files in the folder]`` to ``LAB/../calls``.
+    """
+    folder = lab_dir / "experiments" / name
+    record = {"status": "sharded", "quick": True, "size": size,
+              "stages": [{"what": "runs", "trained": 1, "in_shard": 1, "total": 2, "left": 1}]}
+    target = runner.shard_file(folder, shard) if shard else folder / "results.json"
+    code = (
+        "import json, pathlib\n"
+        f"folder = pathlib.Path({str(folder)!r}); calls = pathlib.Path({str(lab_dir.parent / 'calls')!r})\n"
+        "seen = sorted(str(p.relative_to(folder)) for p in folder.rglob('*') if p.is_file()) if folder.exists() else []\n"
+        f"calls.write_text((calls.read_text() if calls.exists() else '') + json.dumps([{name!r}, {str(shard)!r}, seen]) + '\\n')\n"
+        f"target = pathlib.Path({str(target)!r}); target.parent.mkdir(parents=True, exist_ok=True)\n"
+        f"target.write_text(json.dumps({record!r}))\n"
+        "(folder / 'runs').mkdir(exist_ok=True); (folder / 'runs' / f'trained-{target.stem}').write_text('x')\n"
+    )
+    done = str(runner.shard_file("", shard)) if shard else "results.json"
+    return lab.Step(name, "experiment", f"experiments/{name}", [], done_file=done, size=size,
+                    command=[sys.executable, "-c", code])
+
+
+def _calls(lab_dir: Path) -> list:
+    path = lab_dir.parent / "calls"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_lab_shards_then_a_collect(tmp_path, monkeypatch):
+    lab_dir = tmp_path / "lab"
+    monkeypatch.setattr("poslab.lab.report.build_report", lambda folder, **k: Path(folder) / "report.html")
+
+    def fake_plan(lab_dir_arg: Path, mode: str, size: str | None = None, shard: tuple[int, int] | None = None):
+        sized = dataclasses.asdict(sizes.SIZES[size]) if size else None
+        return [_fake_experiment(lab_dir_arg, "sized", sized, shard)]
+
+    monkeypatch.setattr(lab, "plan", fake_plan)
+    for i in (1, 2):
+        manifest = lab.run_lab(lab_dir, "quick", size="smoke", shard=(i, 2), stream=io.StringIO())
+        (step,) = manifest["steps"]
+        assert step["status"] == "sharded" and step["trained"] == "trained 1 of 2 runs", step
+        assert manifest["shard"] == f"{i}/2" and manifest["size"]["name"] == "smoke"
+        assert manifest["command"] == f"poslab lab --quick --size smoke --shard {i}/2"
+        assert lab.succeeded(manifest)
+        assert json.loads((lab_dir / "shards" / f"lab-{i}-of-2.json").read_text())["steps"] == manifest["steps"]
+    assert not (lab_dir / "lab.json").exists()  # the shards leave the lab's own manifest to the collecting call
+    assert (lab_dir / "logs" / "shard-2-of-2" / "experiments_sized.log").is_file()
+    # the second shard did not clean the first one's work
+    assert _calls(lab_dir)[1] == ["sized", "(2, 2)", ["runs/trained-1-of-2", "shards/1-of-2.json"]]
+
+    manifest = lab.run_lab(lab_dir, "quick", size="smoke", stream=io.StringIO())  # collect: continues, no clean
+    assert manifest["steps"][0]["status"] == "ok" and manifest["size"]["name"] == "smoke"
+    assert _calls(lab_dir)[2][2] == ["runs/trained-1-of-2", "runs/trained-2-of-2", "shards/1-of-2.json",
+                                     "shards/2-of-2.json"]
+    saved = json.loads((lab_dir / "lab.json").read_text())
+    assert saved["records"]["experiments/sized"]["size"] == dataclasses.asdict(sizes.SIZES["smoke"])
+    assert lab.run_lab(lab_dir, "quick", size="smoke", stream=io.StringIO())["steps"][0]["status"] == "reused"
+    assert len(_calls(lab_dir)) == 3
+
+    # another size: the step runs again, from a clean folder (its shards were of the other size)
+    manifest = lab.run_lab(lab_dir, "quick", size="quick", stream=io.StringIO())
+    assert manifest["steps"][0]["status"] == "ok" and _calls(lab_dir)[3][2] == []
+
+
+def test_lab_shard_refuses_fresh(tmp_path):
+    with pytest.raises(ValueError, match="--fresh cannot be combined with --shard"):
+        lab.run_lab(tmp_path, "quick", fresh=True, shard=(1, 2), stream=io.StringIO())
+    assert main(["lab", "--out", str(tmp_path), "--shard", "0/2"]) == 2
+
+
+@pytest.mark.slow
+def test_sharded_extrapolation_equals_one_unsharded_run(tmp_path, monkeypatch):
+    """The experiments that share models (:func:`training.ensure_many`): 2 shards + a collect = one run (smoke size)."""
+    from poslab.lab.experiments import extrapolation
+
+    def run(out: Path) -> dict:
+        return extrapolation.run(out, size="smoke", schemes=("rope", "alibi"), workers=1)
+
+    one = run(tmp_path / "one" / "extrapolation")
+    out = tmp_path / "sharded" / "extrapolation"
+    with runner.use_shard((1, 2)), pytest.raises(runner.ShardFinished):
+        run(out)
+    with runner.use_shard((2, 2)):
+        run(out)
+    monkeypatch.setattr("poslab.session.train", _no_training)
+    collected = run(out)
+    assert collected["claims"] == one["claims"] and collected["perplexity"] == one["perplexity"]
+
+
+def test_lab_refuses_a_bad_size_before_any_step(tmp_path, capsys):
+    assert main(["lab", "--out", str(tmp_path / "lab"), "--size", "nope"]) == 2
+    assert "unknown size 'nope'; choose one of smoke, quick, full, gpu, gpu-large" in capsys.readouterr().err
+    assert not (tmp_path / "lab").exists()
