@@ -82,10 +82,10 @@ def _run(quick: bool) -> dict:
             x = torch.randn(batch, T, d_model)
             lookup, compute = time_pair(lambda: scheme.cache[pos], lambda: sinusoid_table(pos, d_model), samples, calls)  # noqa: B023
             embed_cached, embed_fly = time_pair(
-                lambda: scheme.embed(x, pos),
-                lambda: x + sinusoid_table(pos, d_model),
+                lambda: scheme.embed(x, pos),  # noqa: B023
+                lambda: x + sinusoid_table(pos, d_model),  # noqa: B023
                 samples,
-                calls,  # noqa: B023
+                calls,
             )
             rows.append(
                 {
