@@ -193,8 +193,10 @@ def _fake_experiment(lab_dir: Path, name: str, size: dict | None, shard: tuple[i
     code = (
         "import json, pathlib\n"
         f"folder = pathlib.Path({str(folder)!r}); calls = pathlib.Path({str(lab_dir.parent / 'calls')!r})\n"
-        "seen = sorted(str(p.relative_to(folder)) for p in folder.rglob('*') if p.is_file()) if folder.exists() else []\n"
-        f"calls.write_text((calls.read_text() if calls.exists() else '') + json.dumps([{name!r}, {str(shard)!r}, seen]) + '\\n')\n"
+        "seen = sorted(str(p.relative_to(folder)) for p in folder.rglob('*') if p.is_file()) "
+        "if folder.exists() else []\n"
+        "calls.write_text((calls.read_text() if calls.exists() else '') + "
+        f"json.dumps([{name!r}, {str(shard)!r}, seen]) + '\\n')\n"
         f"target = pathlib.Path({str(target)!r}); target.parent.mkdir(parents=True, exist_ok=True)\n"
         f"target.write_text(json.dumps({record!r}))\n"
         "(folder / 'runs').mkdir(exist_ok=True); (folder / 'runs' / f'trained-{target.stem}').write_text('x')\n"

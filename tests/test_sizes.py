@@ -77,7 +77,8 @@ def test_experiment_size_reaches_the_experiments_that_take_one(table, monkeypatc
 
 
 def test_every_sized_experiment_builds_its_configs_at_the_gpu_sizes(tmp_path):
-    """The GPU sizes train on CUDA, and every lab scheme's config (and context extension's fine-tunes) builds at them."""
+    """The GPU sizes train on CUDA, and every lab scheme's config (and context extension's fine-tunes) builds at
+    them."""
     import inspect
 
     from poslab.lab.experiments import context_extension

@@ -134,7 +134,8 @@ def apply_rope_scaling(
     if not is_rotary(model):
         what = "--rope-scaling" if scaling is not None else "--logn-scaling"
         raise ValueError(
-            f"{what} needs a RoPE-family model ({', '.join(rescalable_schemes())}); this run uses position={cfg.position!r}"
+            f"{what} needs a RoPE-family model ({', '.join(rescalable_schemes())}); this run uses "
+            f"position={cfg.position!r}"
         )
     config = type(model.position).rescaled_config(
         cfg.position_config, scaling, logn_scaling=logn_scaling, original_max_len=original_max_len

@@ -22,8 +22,8 @@ collects: it runs every step, reusing the finished trainings, decides the claims
 
 A step whose folder holds a finished result of the same mode and size (recorded in ``LAB/lab.json``) is reused
 unless ``--fresh``; an interrupted training (Ctrl-C, a kill) continues from its last checkpoint
-(``train --resume``) instead of starting again; a failed step is recorded and the lab goes on (its dependants are skipped), and
-the report says so. Progress: a status line with the step, its elapsed time and the lab's ETA
+(``train --resume``) instead of starting again; a failed step is recorded and the lab goes on (its dependants are
+skipped), and the report says so. Progress: a status line with the step, its elapsed time and the lab's ETA
 (estimated from the last run's timings where there is one).
 """
 
@@ -596,7 +596,8 @@ def run_lab(
 
 
 def succeeded(manifest: dict, only: list[str] | None = None) -> bool:
-    """Whether every step that was asked for (all, or those in ``only``) finished (``ok``, ``reused``, or its shard ``sharded``)."""
+    """Whether every step that was asked for (all, or those in ``only``) finished (``ok``, ``reused``, or its shard
+    ``sharded``)."""
     asked = [r for r in manifest["steps"] if not only or r.get("name") in only]
     return all(r.get("status") in ("ok", "reused", "sharded") for r in asked)
 

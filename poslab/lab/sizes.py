@@ -31,7 +31,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-#: the length factors the extrapolation evaluates (``k * L``); :attr:`Size.n_targets` sizes its evaluation by the largest
+#: the length factors the extrapolation evaluates (``k * L``); :attr:`Size.n_targets` sizes its evaluation by
+#: the largest
 EXTRAPOLATION_FACTORS = (1, 2, 4, 8, 16)
 
 

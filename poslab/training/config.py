@@ -257,7 +257,8 @@ def _model_of(model: Any) -> GPTConfig:
 
 
 def check_bidirectional(model: GPTConfig) -> None:
-    """``ValueError`` unless ``model`` can train a masked LM: its scheme works without the causal mask, and ``causal`` is off.
+    """``ValueError`` unless ``model`` can train a masked LM: its scheme works without the causal mask, and ``causal``
+    is off.
 
     Whether a scheme is causal-only is the scheme's own answer: the model config is rebuilt with
     ``causal=False``, which calls the scheme's ``check_layer(..., causal=False)``; a refusal there is

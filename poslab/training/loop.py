@@ -234,7 +234,8 @@ def segment_nll(
 
 
 def _config_of(model: nn.Module) -> Any:
-    """The :class:`GPTConfig` of ``model`` or of the model a wrapper holds (``.module``: DDP, ``.model``: sharded eval)."""
+    """The :class:`GPTConfig` of ``model`` or of the model a wrapper holds (``.module``: DDP, ``.model``: sharded
+    eval)."""
     while getattr(model, "config", None) is None:
         inner = getattr(model, "module", None) or getattr(model, "model", None)
         if inner is None:
@@ -496,7 +497,8 @@ class _Trainer:
         self.data_rng = torch.Generator().manual_seed(data_seed(cfg.seed))
 
     def _setup_memory(self) -> None:
-        """Stream batches (``cfg.memory``, ``cfg.stream_batches``): the streams of each micro-batch and their memories."""
+        """Stream batches (``cfg.memory``, ``cfg.stream_batches``): the streams of each micro-batch and their
+        memories."""
         cfg = self.cfg
         T = self.model_cfg.block_size
         streams = batchify(self.data.train, cfg.batch_size * cfg.grad_accum, T)  # [B*A, S]
@@ -611,7 +613,8 @@ class _Trainer:
         return self.store.save_checkpoint(at_step, tensors, meta, keep=cfg.keep_checkpoints)
 
     def _memory_tensors(self) -> dict[str, torch.Tensor]:
-        """The segment memories (``cfg.memory``) as checkpoint tensors ``memory.{micro}.*``: a resume continues bitwise."""
+        """The segment memories (``cfg.memory``) as checkpoint tensors ``memory.{micro}.*``: a resume continues
+        bitwise."""
         out: dict[str, torch.Tensor] = {}
         for micro, memory in enumerate(getattr(self, "memories", ())):
             if memory is not None:
@@ -896,8 +899,8 @@ class _Trainer:
         summary = (
             f"done: {state.step} steps | train {final_train:.4f} | val {final_val:.4f} | "
             f"{format_rate(tokens_per_s or 0)} tok/s | MFU {100 * (results['mfu'] or 0):.1f}% of the measured "
-            f"{'fp32/bf16' if cfg.dtype == 'bf16' else 'fp32'} matmul peak {self.peak / 1e9:.0f} GFLOP/s | {format_duration(results['wall_time_s'])} | "
-            f"{self.store.path}"
+            f"{'fp32/bf16' if cfg.dtype == 'bf16' else 'fp32'} matmul peak {self.peak / 1e9:.0f} GFLOP/s | "
+            f"{format_duration(results['wall_time_s'])} | {self.store.path}"
         )
         self.bar.close(summary)
         return results

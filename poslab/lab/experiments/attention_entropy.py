@@ -508,7 +508,8 @@ def run(
 
 EXPERIMENT = Experiment(
     name="attention-entropy",
-    description="attention entropy vs query position and length, per scheme, with/without YaRN temperature and log-n (seed 000 §3.5)",
+    description="attention entropy vs query position and length, per scheme, with/without YaRN temperature and log-n "
+    "(seed 000 §3.5)",
     tier=LAB,
     run=run,
     reuses=("extrapolation", "position-training"),

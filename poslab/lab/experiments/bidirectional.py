@@ -114,7 +114,8 @@ def leak_differences(n_layer: int, causal: bool, position: str = "none", seed: i
 
 
 def leak_claims(diffs: dict[str, dict[int, dict[str, float]]]) -> list[dict[str, Any]]:
-    """One deterministic claim per depth (bidirectional: noise), and one for the causal contrast (leak from 2 layers)."""
+    """One deterministic claim per depth (bidirectional: noise), and one for the causal contrast (leak from 2
+    layers)."""
     out = []
     for n in sorted(diffs["bidirectional"]):
         error = diffs["bidirectional"][n]["all"]
@@ -135,7 +136,8 @@ def leak_claims(diffs: dict[str, dict[int, dict[str, float]]]) -> list[dict[str,
         smallest = min(diffs["causal"][n]["last"] for n in deeper)
         out.append(
             at_least(
-                "with the causal mask (same models otherwise) the two lines differ from 2 layers on: the mask, not depth, leaks order",
+                "with the causal mask (same models otherwise) the two lines differ from 2 layers on: the mask, not "
+                "depth, leaks order",
                 "seed 001 (leak experiment)",
                 f"min over {deeper} layers of max |last-position logit difference| >= {LEAK_ABOVE:g}",
                 ", ".join(f"{n} layers {sci(diffs['causal'][n]['last'])}" for n in deeper),
@@ -199,7 +201,8 @@ def haviv_claims(losses: dict[str, list[float]]) -> list[dict[str, Any]]:
             continue
         position = ARMS[label][1]
         far = compare(
-            f"a bidirectional masked LM without positions fails: more than {FAR:.0%} worse than with {position} positions",
+            "a bidirectional masked LM without positions fails: more "
+            f"than {FAR:.0%} worse than with {position} positions",
             SOURCE,
             losses[label],
             losses["mlm-none"],
@@ -305,7 +308,8 @@ def run(
             ]
             for n in leak_layers
         ],
-        title=f"seed 001's two lines without and with the causal mask: max |logit difference| (tolerance {TOLERANCE:g})",
+        title="seed 001's two lines without and with the causal "
+        f"mask: max |logit difference| (tolerance {TOLERANCE:g})",
     )
 
     claims = attach(haviv_claims(losses), lambda record: haviv_premise(record, losses, corpus, base)) + leak_claims(
@@ -341,7 +345,8 @@ def run(
 
 EXPERIMENT = Experiment(
     name="bidirectional",
-    description="Haviv et al. 2022's control: NoPos works for a causal LM, fails for a masked LM; no leak without the mask",
+    description="Haviv et al. 2022's control: NoPos works for a "
+    "causal LM, fails for a masked LM; no leak without the mask",
     tier=FULL_ONLY,
     run=run,
     estimate=(90, 900),

@@ -100,7 +100,8 @@ def ngram_baselines(corpus: str, val_fraction: float = 0.1, k: float = ADD_K) ->
     va = np.array([index[c] for c in val], dtype=np.int64)
 
     def keys(ids: np.ndarray, n: int, start: int) -> np.ndarray:
-        """The n-gram ending at each position from ``start`` on, as one int64 in base ``vocab`` ``[len(ids) - start]``."""
+        """The n-gram ending at each position from ``start`` on, as one int64 in base ``vocab``
+        ``[len(ids) - start]``."""
         key = np.zeros(len(ids) - start, dtype=np.int64)
         for j in range(n):
             key = key * vocab + ids[start - n + 1 + j : len(ids) - n + 1 + j]

@@ -366,7 +366,8 @@ def context_claims(
     for label in ("NTK", "YaRN"):
         out.append(
             cmp(
-                f'without fine-tuning, {label} reads 4x L better than PI ("YaRN or NTK-aware first, much better than PI")',
+                f'without fine-tuning, {label} reads 4x L better than PI ("YaRN or NTK-aware first, much better than '
+                'PI")',
                 "seed 000 §3.5",
                 inference[label],
                 inference["PI"],
@@ -672,7 +673,8 @@ def _pm(values: list[float | None], digits: int = 3) -> str:
 def plot(
     inference: dict, finetuned: dict, base_L: float, lab: Any, path: Path, passkey: dict[str, Any] | None = None
 ) -> Path:
-    """Perplexity at 4x L per scaling (bars, ± sd over seeds), fine-tuned at 4x L and at L, and passkey accuracy vs length."""
+    """Perplexity at 4x L per scaling (bars, ± sd over seeds), fine-tuned at 4x L and at L, and passkey accuracy vs
+    length."""
     fig, axes = new_figure(1, 3, size=(18.0, 4.8))
     names = list(inference)
 
@@ -874,7 +876,8 @@ def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path
 
 
 def aggregate(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
-    """The per-seed measurements as means over seeds: ``base``, ``inference``, ``finetuned``, ``control``, ``passkey``."""
+    """The per-seed measurements as means over seeds: ``base``, ``inference``, ``finetuned``, ``control``,
+    ``passkey``."""
 
     def mean_of(get: Any) -> dict[str, Any]:
         return _mean_cell([get(e) for e in per_seed])
@@ -1163,8 +1166,8 @@ def run(
 
 EXPERIMENT = Experiment(
     name="context-extension",
-    description="RoPE at 4x L with PI / NTK / dynamic / YaRN / Llama3, fine-tuning at 4x L, checkpoint averaging; perplexity + "
-    "passkey, 3 seeds (seed 000 §3.5, Q4)",
+    description="RoPE at 4x L with PI / NTK / dynamic / YaRN / Llama3, fine-tuning at 4x L, checkpoint averaging; "
+    "perplexity + passkey, 3 seeds (seed 000 §3.5, Q4)",
     tier=LAB,
     run=run,
     reuses=("extrapolation", "position-training"),

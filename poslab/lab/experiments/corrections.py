@@ -46,7 +46,8 @@ QUOTES: dict[str, tuple[str, str, str]] = {
     ),
     "ntk_q4": (
         "seed 000 Q4",
-        "扩展长度时应该保持低频维度不变（它们的周期本来就长），只对高频维度做插值。而「保持不变」的直觉做法就是减小 base。",
+        "扩展长度时应该保持低频维度不变（它们的周期本来就长），"
+        "只对高频维度做插值。而「保持不变」的直觉做法就是减小 base。",
         "when extending the length, keep the low-frequency dimensions unchanged (their periods are long already) and "
         "interpolate only the high-frequency ones; the intuitive way to 'keep them unchanged' is to decrease the base",
     ),
@@ -270,7 +271,8 @@ def ntk_claims() -> list[dict[str, Any]]:
         "NTK-aware scaling keeps the low frequencies by decreasing the base",
         "seed 000 Q4",
         "the NTK-aware base is below the original (error = base'/base - 1, tolerance 0)",
-        f"base' = base·s^(d/(d-2)) = {r['new_base']:.0f} = {r['new_base'] / NTK_BASE:.3f} × base: raised, not decreased",
+        f"base' = base·s^(d/(d-2)) = {r['new_base']:.0f} = "
+        f"{r['new_base'] / NTK_BASE:.3f} × base: raised, not decreased",
         error=r["new_base"] / NTK_BASE - 1,
         tolerance=0.0,
     )
@@ -334,7 +336,8 @@ def rope_memory_claim() -> dict[str, Any]:
 XL_DATASETS = ("WikiText-103", "enwik8", "text8", "One Billion Word", "Penn Treebank")
 SPAN_DATASETS = ("text8", "enwik8")
 SPAN_LAB = "Facebook AI Research"  # the paper's affiliation (Sukhbaatar, Grave, Bojanowski, Joulin)
-#: where the Llama 3 paper (Dubey et al. 2024, arXiv:2407.21783) averages checkpoints or models, and its long-context stage
+#: where the Llama 3 paper (Dubey et al. 2024, arXiv:2407.21783) averages checkpoints or models, and its
+#: long-context stage
 LLAMA3_AVERAGING = ("annealing, §3.4.3", "post-training, §4.1.5")
 LLAMA3_LONG_CONTEXT = "long-context pre-training, §3.4.2"
 
@@ -353,9 +356,11 @@ def citation_claims() -> list[dict[str, Any]]:
     span = deterministic(
         "Adaptive Attention Span is recent Google research and cuts computation by 23% on PG-19",
         "seed 002 §7.1",
-        "the adaptive-span paper (arXiv:1905.07799) is Google's and reports PG-19 (error = number of the two that fail)",
-        f"it is Sukhbaatar, Grave, Bojanowski and Joulin 2019, Facebook AI Research; it reports {', '.join(SPAN_DATASETS)} "
-        "(PG-19 came later). Experiment sparse measures what the learned spans save on this machine",
+        "the adaptive-span paper (arXiv:1905.07799) is Google's "
+        "and reports PG-19 (error = number of the two that fail)",
+        "it is Sukhbaatar, Grave, Bojanowski and Joulin 2019, Facebook AI Research; it reports "
+        f"{', '.join(SPAN_DATASETS)} (PG-19 came later). Experiment "
+        "sparse measures what the learned spans save on this machine",
         error=float(SPAN_LAB != "Google") + float("PG-19" not in SPAN_DATASETS),
         tolerance=0.0,
         details={"datasets": list(SPAN_DATASETS), "authors": "Sukhbaatar et al. 2019 (FAIR)"},
@@ -364,9 +369,9 @@ def citation_claims() -> list[dict[str, Any]]:
         "Llama 3 averages checkpoints while extending the context, against catastrophic forgetting",
         "seed 000 Q4",
         "the Llama 3 paper (arXiv:2407.21783) averages checkpoints in its long-context stage (error = 1 if not)",
-        f"the paper averages checkpoints or models in {' and in '.join(LLAMA3_AVERAGING)} (the average of the annealing "
-        "checkpoints is the final pre-trained model; RM, SFT and DPO models of several runs are averaged); its "
-        f"{LLAMA3_LONG_CONTEXT} grows 8K to 128K in six stages of continued pre-training, with no averaging. "
+        f"the paper averages checkpoints or models in {' and in '.join(LLAMA3_AVERAGING)} (the average of the "
+        "annealing checkpoints is the final pre-trained model; RM, SFT and DPO models of several runs are averaged); "
+        f"its {LLAMA3_LONG_CONTEXT} grows 8K to 128K in six stages of continued pre-training, with no averaging. "
         "Experiment context-extension measures what averaging does to a context extension",
         error=float(LLAMA3_LONG_CONTEXT not in LLAMA3_AVERAGING),
         tolerance=0.0,
@@ -397,8 +402,8 @@ def xl_r_claim() -> dict[str, Any]:
     record = deterministic(
         "Transformer-XL's r_{i-j} are learned relative position vectors",
         "seed 002 §4.1",
-        "the relative vectors are parameters: one learned row per distance (error = 1 if the scheme's parameters have no "
-        "distance axis and do not grow from distance 15 to 511)",
+        "the relative vectors are parameters: one learned row per distance (error = 1 if the scheme's parameters have "
+        "no distance axis and do not grow from distance 15 to 511)",
         f"the paper's R is the fixed sinusoid of i-j; learned are W_R, u, v: {shapes}; parameters after scoring "
         f"T=16 and T=512: +{grown}",
         error=float(grown == 0),
@@ -476,11 +481,11 @@ def fp16_claim() -> dict[str, Any]:
     record = deterministic(
         "with FP16 training the gradient-clipping threshold must be changed to suit the FP16 range",
         "seed 002 §7.2",
-        f"the norm clip_grad_norm_ sees after GradScaler.unscale_ differs from the fp32 run's by more than {threshold:.0%} "
-        "(else the fp32 threshold clips the same way; error = threshold - relative difference)",
+        "the norm clip_grad_norm_ sees after GradScaler.unscale_ differs from the fp32 run's by more than "
+        f"{threshold:.0%} (else the fp32 threshold clips the same way; error = threshold - relative difference)",
         f"fp32 norm {n['fp32']:.5f}; fp16 autocast + GradScaler (scale {n['scale']:.0f}): {n['scaled']:.1f} before "
-        f"unscale_, {n['unscaled']:.5f} after ({n['relative_gap']:.1e} relative); clipped to max_norm {n['max_norm']} the "
-        f"gradients match to {n['clipped_grad_gap']:.1e}. Keep the threshold; call unscale_ before clipping",
+        f"unscale_, {n['unscaled']:.5f} after ({n['relative_gap']:.1e} relative); clipped to max_norm {n['max_norm']} "
+        f"the gradients match to {n['clipped_grad_gap']:.1e}. Keep the threshold; call unscale_ before clipping",
         error=threshold - n["relative_gap"],
         tolerance=0.0,
         details=n,
@@ -714,8 +719,8 @@ def dk_variance_claim() -> dict[str, Any]:
     record = at_least(
         "the larger d_k, the larger the variance of the scores the softmax sees (even after ÷√d_k)",
         "seed 000 §1.4 and Q3",
-        f"var(q·k/√d_k) at d_k {hi} is at least 1.2× its value at d_k {lo} (unit-variance q, k, {v['samples']:,} samples "
-        "each: the sampling error of a variance is about 1%)",
+        f"var(q·k/√d_k) at d_k {hi} is at least 1.2× its value at d_k {lo} (unit-variance q, k, {v['samples']:,} "
+        "samples each: the sampling error of a variance is about 1%)",
         "var(q·k/√d_k): "
         + ", ".join(f"d_k {d}: {x:.3f}" for d, x in v["scaled"].items())
         + "; var(q·k) before scaling: "
@@ -766,9 +771,10 @@ def q4_high_freq_claim() -> dict[str, Any]:
         "seed 000 Q4",
         f"the RoPE pairs that meet angles unseen in training (positions up to {RANGE_FACTOR}L, L = {RANGE_L}, d_k "
         f"{RANGE_D}, base {RANGE_BASE:g}) are high-frequency pairs (error = number of low-frequency pairs among them)",
-        f"{len(r['out_of_range'])} of {r['pairs']} pairs leave the trained range: pairs {r['out_of_range'][0]}..{r['out_of_range'][-1]}, "
-        f"all in the low-frequency half (periods from {r['first_out_period']:.0f} positions up); the high-frequency pairs "
-        "turned many times inside L and see no new angle. The low frequencies are what PI, NTK and YaRN rescale",
+        f"{len(r['out_of_range'])} of {r['pairs']} pairs leave the trained range: pairs "
+        f"{r['out_of_range'][0]}..{r['out_of_range'][-1]}, all in the low-frequency half (periods from "
+        f"{r['first_out_period']:.0f} positions up); the high-frequency pairs turned many times inside L and see no "
+        "new angle. The low frequencies are what PI, NTK and YaRN rescale",
         error=float(len(r["low_frequency_out"])),
         tolerance=0.0,
         details=r,
@@ -903,8 +909,8 @@ def rope_spread_claim() -> dict[str, Any]:
         "seed 000 §3.4",
         "the largest spread in the lesson's own printout is of the order of 1e-6, at most 2e-6 (error = that spread)",
         f"the lesson's printout: spreads from {min(LESSON_SPREADS.values()):.1e} to {worst:.1e} (offset "
-        f"{max(LESSON_SPREADS, key=LESSON_SPREADS.get)}); its code run here: largest {max(here.values()):.1e}. Both are "
-        "fp32 rounding of inner products near 3 (float32's step there is 2.4e-7), of the order of 1e-5, not 1e-6",
+        f"{max(LESSON_SPREADS, key=LESSON_SPREADS.get)}); its code run here: largest {max(here.values()):.1e}. Both "
+        "are fp32 rounding of inner products near 3 (float32's step there is 2.4e-7), of the order of 1e-5, not 1e-6",
         error=worst,
         tolerance=2e-6,
         details={

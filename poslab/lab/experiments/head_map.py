@@ -151,8 +151,8 @@ def map_claims(table: list[dict[str, Any]], clusters: list[int], base_loss: floa
         deterministic(
             "the heads split into local heads and long-range heads (头1/2主要捕捉局部语法关系 … 头5/6处理长距离依赖)",
             "seed 002 §6.1",
-            f"two k-means clusters of the heads' PCA points; the long-range cluster's median mean attention distance is at "
-            f"least {DISTANCE_FACTOR:g}x the local cluster's (error = {DISTANCE_FACTOR:g} - ratio)",
+            "two k-means clusters of the heads' PCA points; the long-range cluster's median mean attention distance is "
+            f"at least {DISTANCE_FACTOR:g}x the local cluster's (error = {DISTANCE_FACTOR:g} - ratio)",
             f"clusters of {len(by_cluster[local_k])} and {len(by_cluster[1 - local_k])} heads, median mean distance "
             f"{medians[0]:.2f} vs {medians[-1]:.2f} tokens (ratio {ratio:.2f})",
             error=DISTANCE_FACTOR - ratio,
@@ -181,9 +181,10 @@ def map_claims(table: list[dict[str, Any]], clusters: list[int], base_loss: floa
         deterministic(
             "some heads are spare channels (头7/8充当'备用通道')",
             "seed 002 §6.1",
-            f"zeroing a head raises the loss by less than {SPARE_LOSS:.0%} of the base loss for at least {SPARE_SHARE:.0%} of "
-            "the heads (error = threshold - share)",
-            f"{len(cheap)} of {len(table)} heads ({share:.0%}) cost < {SPARE_LOSS:.0%} each (base loss {base_loss:.3f})",
+            f"zeroing a head raises the loss by less than {SPARE_LOSS:.0%} of the base loss for at least "
+            f"{SPARE_SHARE:.0%} of the heads (error = threshold - share)",
+            f"{len(cheap)} of {len(table)} heads ({share:.0%}) cost < {SPARE_LOSS:.0%} each (base loss "
+            f"{base_loss:.3f})",
             error=SPARE_SHARE - share,
             tolerance=0.0,
             details={"spare_heads": [[h["layer"], h["head"]] for h in cheap]},

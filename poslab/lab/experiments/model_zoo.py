@@ -233,7 +233,8 @@ def zoo_claims(
         deterministic(
             "d_k is almost always 64 or 128, whatever the model size (几乎所有 LLM 的 d_k 都固定在 64 或 128)",
             "seed 000 §1.4 and Q3",
-            f"share of the zoo's {n} models with d_k in {{64, 128}} >= {DK_SHARE_THRESHOLD:.0%} (margin = share - threshold)",
+            f"share of the zoo's {n} models with d_k in {{64, 128}} "
+            f">= {DK_SHARE_THRESHOLD:.0%} (margin = share - threshold)",
             f"{dk['share_64_128']:.1%} of {n} models; counter-examples: {others}",
             error=DK_SHARE_THRESHOLD - dk["share_64_128"],
             tolerance=0.0,
@@ -254,11 +255,14 @@ def zoo_claims(
     )
     claims.append(
         deterministic(
-            "optimal number of heads ≈ sqrt(d_model / 16) (最优头数 ≈ √(d_model/16)), as the head counts real models chose",
+            "optimal number of heads ≈ sqrt(d_model / 16) (最优头数 "
+            "≈ √(d_model/16)), as the head counts real models chose",
             "seed 002 §3.2",
-            f"at least {RULE_SHARE_THRESHOLD:.0%} of the models' head counts within a factor {RULE_FACTOR:.3g} of sqrt(d_model/16)",
-            f"{rule['share_within_factor']:.1%} within a factor {RULE_FACTOR:.3g}; median real/rule {rule['median_ratio']:.2f}; "
-            f"fitted h ≈ {rule['fitted_constant']:.3f} d_model^{rule['fitted_exponent']:.2f} (rule: 0.25 d^0.5)",
+            f"at least {RULE_SHARE_THRESHOLD:.0%} of the models' head counts within a factor {RULE_FACTOR:.3g} of "
+            "sqrt(d_model/16)",
+            f"{rule['share_within_factor']:.1%} within a factor {RULE_FACTOR:.3g}; median real/rule "
+            f"{rule['median_ratio']:.2f}; fitted h ≈ {rule['fitted_constant']:.3f} "
+            f"d_model^{rule['fitted_exponent']:.2f} (rule: 0.25 d^0.5)",
             error=RULE_SHARE_THRESHOLD - rule["share_within_factor"],
             tolerance=0.0,
             details={"fitted_exponent": rule["fitted_exponent"], "median_ratio": rule["median_ratio"]},
@@ -416,7 +420,8 @@ def run(out: Path, quick: bool = False) -> dict:
 
 EXPERIMENT = Experiment(
     name="model-zoo",
-    description="head geometry of 39 open models from their config.json: d_k, sqrt(d/16) heads, GQA, 4d² (seeds 000, 002)",
+    description="head geometry of 39 open models from their "
+    "config.json: d_k, sqrt(d/16) heads, GQA, 4d² (seeds 000, 002)",
     tier=FOUNDATION,
     run=run,
     estimate=(4, 12),

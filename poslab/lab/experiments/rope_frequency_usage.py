@@ -216,7 +216,8 @@ def run(
     steps: dict[str, Any] | None = None,
     workers: int | None = None,
 ) -> dict[str, Any]:
-    """Train one RoPE GPT per seed (``workers`` at a time), measure per-frequency norms, plot, return results (with ``claims``)."""
+    """Train one RoPE GPT per seed (``workers`` at a time), measure per-frequency norms, plot, return results (with
+    ``claims``)."""
     per_seed = []
     tasks = [
         Task(f"seed-{seed}", train_model, (out, quick, seed, model or MODEL, steps or (QUICK if quick else FULL)))
@@ -240,7 +241,8 @@ def run(
     print_table(
         ["seed", "high-freq quarter", "low-freq quarter", "low/high trained", "low/high untrained"],
         rows,
-        title=f"RoPE frequency usage: mean q/k pair norm ({n_pairs} pairs per head, quarters of {max(1, n_pairs // 4)})",
+        title=f"RoPE frequency usage: mean q/k pair norm ({n_pairs} pairs per head, quarters of "
+        f"{max(1, n_pairs // 4)})",
     )
     plot(per_seed, out / PLOT_FILE)
     ngrams = ngram_baselines(per_seed[0]["corpus"])

@@ -245,7 +245,10 @@ def _rope_offset_only(r: dict, text: str, source: str) -> ClaimRecord:
     tolerance = get(r, "offset_only_tolerance")
     worst = max(row["spread_over_positions"] for row in table)
     values = ", ".join(f"Δ={row['offset']}: {row['first_three_4dp'][0]}" for row in table)
-    measured = f"{values}; largest spread over positions {num(worst)}; lesson's digits matched: {bool(get(r, 'all_match_lesson_4dp'))}"
+    measured = (
+        f"{values}; largest spread over positions {num(worst)}; lesson's digits matched: "
+        f"{bool(get(r, 'all_match_lesson_4dp'))}"
+    )
     error = worst if get(r, "all_match_lesson_4dp") else float("inf")
     if error == float("inf"):
         error = tolerance + 1.0

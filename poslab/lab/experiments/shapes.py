@@ -130,7 +130,8 @@ def run(out: Path, quick: bool = False) -> dict:
     print_table(
         ["step", "hooked submodule", "observed", "named", "lesson (seed 000 §1.2)", "match"],
         rows,
-        title=f"seed 000 §1.2: MultiHeadAttention(d_model={d_model}, h={n_heads}), x = randn({batch}, {seq}, {d_model})",
+        title=f"seed 000 §1.2: MultiHeadAttention(d_model={d_model}, "
+        f"h={n_heads}), x = randn({batch}, {seq}, {d_model})",
         align="llllll",
     )
 
@@ -179,7 +180,8 @@ def claims(results: dict) -> list[ClaimRecord]:
     return [
         _shapes(
             results,
-            "[batch, seq, d_model] → [batch, h, seq, d_k] → … → [batch, seq, d_model] — the head split/merge shape walk",
+            "[batch, seq, d_model] → [batch, h, seq, d_k] → … → "
+            "[batch, seq, d_model] — the head split/merge shape walk",
             "seed 000 §1.2",
         ),
     ]

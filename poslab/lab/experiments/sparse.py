@@ -19,8 +19,9 @@ by side:
 
 The model: token + learned absolute position embeddings, 2 pre-norm blocks (attention + GELU MLP),
 width 64, 4 heads. The attentions are poslab's real modules (``poslab/nn/sparse.py``,
-``MultiHeadAttention``): ``full`` (causal), ``window`` (``W = 16``, Mistral semantics: two layers reach 30 keys back, short of ``T/2``), ``axial``
-(causal rows then columns of a ``T/w x w`` grid, ``w = 2^ceil(log2(sqrt T))``), ``lsh`` (Reformer,
+``MultiHeadAttention``): ``full`` (causal), ``window`` (``W = 16``, Mistral semantics: two layers reach 30 keys
+back, short of ``T/2``), ``axial`` (causal rows then columns of a ``T/w x w`` grid,
+``w = 2^ceil(log2(sqrt T))``), ``lsh`` (Reformer,
 shared QK, 4 buckets, chunk 32, one hash round) and ``adaptive`` (adaptive span, ``max_span = T``,
 ramp 16, spans initialised at the full ``T`` and shrunk by the L1 penalty; the span ratios
 learn at 3x the weights' rate so they settle within a short run).
@@ -252,7 +253,8 @@ def sparse_claims(runs: list[dict[str, Any]], T: int) -> list[ClaimRecord]:
     for kind in KINDS[1:]:
         claims.append(
             compare(
-                f"full attention beats {kind} attention on a dependency T/2 back (T = {T}): what the sparse pattern gives up",
+                f"full attention beats {kind} attention on a dependency "
+                f"T/2 back (T = {T}): what the sparse pattern gives up",
                 "seed 002 §3.1 (sparse patterns offered as drop-in fixes for O(n²))",
                 values("full", "eval_loss"),
                 values(kind, "eval_loss"),
@@ -386,7 +388,8 @@ def _run(out: Path, quick: bool, cfg: dict[str, Any]) -> dict:
     print_table(
         ["attention", "T", "loss", "accuracy", "ms/step", "peak MiB", "keys vs full"],
         rows,
-        title=f"delayed copy (copy distance T/2), {cfg['steps']} steps x {cfg['batch']}, mean of {len(cfg['seeds'])} seed(s)",
+        title=f"delayed copy (copy distance T/2), {cfg['steps']} "
+        f"steps x {cfg['batch']}, mean of {len(cfg['seeds'])} seed(s)",
     )
     spans = {
         T: next(r["spans"] for r in runs if r["kind"] == "adaptive" and r["T"] == T and r["seed"] == cfg["seeds"][0])
@@ -397,8 +400,8 @@ def _run(out: Path, quick: bool, cfg: dict[str, Any]) -> dict:
     time_saved = 1 - summary["adaptive"][T_max]["step_ms"] / summary["full"][T_max]["step_ms"]
     print(
         f"\n  adaptive span at T={T_max}: the widest learned span attends {1 - saved:.0%} of full causal attention's "
-        f"key pairs ({saved:.0%} fewer); {abs(time_saved):.0%} {'less' if time_saved >= 0 else 'more'} time per step than "
-        "full attention (seed 002 §7.1 claims 23% less computation on PG-19)"
+        f"key pairs ({saved:.0%} fewer); {abs(time_saved):.0%} {'less' if time_saved >= 0 else 'more'} time per step "
+        "than full attention (seed 002 §7.1 claims 23% less computation on PG-19)"
     )
     claims = attach(sparse_claims(runs, T_max), lambda record: sparse_premise(record, runs, T_max))
     print_claims(claims)
@@ -421,7 +424,8 @@ def _run(out: Path, quick: bool, cfg: dict[str, Any]) -> dict:
 
 EXPERIMENT = Experiment(
     name="sparse",
-    description="full vs window / axial / LSH / adaptive-span attention: long-range quality, time and memory per step (seed 002 §3.1, §7.1)",
+    description="full vs window / axial / LSH / adaptive-span attention: long-range quality, time and memory per step "
+    "(seed 002 §3.1, §7.1)",
     tier=FULL_ONLY,
     run=run,
     estimate=(180, 1800),

@@ -203,7 +203,8 @@ def run(
     steps: dict[str, Any] | None = None,
     workers: int | None = None,
 ) -> dict[str, Any]:
-    """Train one model per seed (``workers`` at a time), measure the three methods, plot, return results (with ``claims``)."""
+    """Train one model per seed (``workers`` at a time), measure the three methods, plot, return results (with
+    ``claims``)."""
     per_seed = []
     run_dirs = train_many(
         [Task(f"seed-{seed}", train_model, (out, quick, seed, model, steps)) for seed in seeds], workers
@@ -231,12 +232,13 @@ def run(
     print_table(
         ["method", "ppl tokens < L", "ppl tokens >= L", "per seed (>= L)"],
         rows,
-        title=f"StreamingLLM: stream {STREAM_FACTOR * L} tokens, cache {L} ({SINKS} sinks + {L - SINKS}), {len(seeds)} seeds",
+        title=f"StreamingLLM: stream {STREAM_FACTOR * L} tokens, "
+        f"cache {L} ({SINKS} sinks + {L - SINKS}), {len(seeds)} seeds",
     )
     top = [r["sink_rate"]["max"] for r in per_seed]
     print(
-        f"  strongest head sink rate per seed (attention on the first token; uniform {per_seed[0]['sink_rate']['uniform']:.3f}): "
-        + " ".join(f"{v:.3f}" for v in top)
+        "  strongest head sink rate per seed (attention on the first token; uniform "
+        f"{per_seed[0]['sink_rate']['uniform']:.3f}): " + " ".join(f"{v:.3f}" for v in top)
     )
     plot(per_seed, out / PLOT_FILE)
     ngrams = ngram_baselines(per_seed[0]["corpus"])
@@ -258,7 +260,8 @@ def run(
 
 EXPERIMENT = Experiment(
     name="streaming",
-    description="StreamingLLM: 4 attention sinks + window vs a plain window vs full attention on an 8x-long stream (Xiao et al. 2023)",
+    description="StreamingLLM: 4 attention sinks + window vs a plain window vs full attention on an 8x-long stream "
+    "(Xiao et al. 2023)",
     tier=FULL_ONLY,
     run=run,
     estimate=(30, 300),

@@ -164,7 +164,8 @@ def measure(run_dirs: dict[str, Path], n_streams: int, segments: int | None) -> 
 
 
 def step_times(model: GPT, batch: int, mem_len: int, steps: int) -> dict[str, float]:
-    """Median forward + backward CPU seconds per step with and without a memory of ``mem_len`` (alternating, one thread)."""
+    """Median forward + backward CPU seconds per step with and without a memory of ``mem_len`` (alternating, one
+    thread)."""
     L = model.config.block_size
     generator = torch.Generator().manual_seed(0)
     x = torch.randint(0, model.config.vocab_size, (batch, L), generator=generator)
@@ -396,7 +397,8 @@ def run(
 
 EXPERIMENT = Experiment(
     name="transformer-xl",
-    description="Transformer-XL segment recurrence + relative encoding: what memory buys past the segment length L (Dai et al. 2019)",
+    description="Transformer-XL segment recurrence + relative encoding: what memory buys past the segment length L "
+    "(Dai et al. 2019)",
     tier=FULL_ONLY,
     run=run,
     estimate=(90, 900),
