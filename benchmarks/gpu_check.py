@@ -78,12 +78,21 @@ class Timer:
 
 
 def environment(device: torch.device) -> dict[str, Any]:
-    env = {"torch": torch.__version__, "python": platform.python_version(), "device": str(device),
-           "cuda_available": torch.cuda.is_available()}
+    env = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "cuda_available": torch.cuda.is_available(),
+    }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        env.update(gpu=props.name, capability=f"{props.major}.{props.minor}", memory_gib=round(props.total_memory / 2**30, 1),
-                   sm_count=props.multi_processor_count, cuda=torch.version.cuda)
+        env.update(
+            gpu=props.name,
+            capability=f"{props.major}.{props.minor}",
+            memory_gib=round(props.total_memory / 2**30, 1),
+            sm_count=props.multi_processor_count,
+            cuda=torch.version.cuda,
+        )
     else:
         env.update(threads=torch.get_num_threads())
     return env
@@ -97,15 +106,37 @@ def matmul_peak(device: torch.device, n: int, reps: int) -> dict[str, Any]:
     timer = Timer(device)
     timer(lambda: a @ b, 3)
     times = timer(lambda: a @ b, reps)
-    return {"n": n, "reps": reps, "best_flops": 2 * n**3 / min(times), "median_flops": 2 * n**3 / statistics.median(times)}
+    return {
+        "n": n,
+        "reps": reps,
+        "best_flops": 2 * n**3 / min(times),
+        "median_flops": 2 * n**3 / statistics.median(times),
+    }
 
 
-def gpt_throughput(device: torch.device, dims: dict[str, int], batch: int, backend: str, steps: int, warmup: int,
-                   peak: float, compile_model: bool = False) -> dict[str, Any]:
+def gpt_throughput(
+    device: torch.device,
+    dims: dict[str, int],
+    batch: int,
+    backend: str,
+    steps: int,
+    warmup: int,
+    peak: float,
+    compile_model: bool = False,
+) -> dict[str, Any]:
     """Training tokens/s of a RoPE GPT under bf16 autocast; MFU against the measured bf16 peak."""
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=dims["vocab"], n_layer=dims["layers"], n_head=dims["heads"], n_embd=dims["width"],
-                    block_size=dims["block"], bias=False, position="rope", backend=backend, dropout=0.0)
+    cfg = GPTConfig(
+        vocab_size=dims["vocab"],
+        n_layer=dims["layers"],
+        n_head=dims["heads"],
+        n_embd=dims["width"],
+        block_size=dims["block"],
+        bias=False,
+        position="rope",
+        backend=backend,
+        dropout=0.0,
+    )
     model = GPT(cfg).to(device)
     model.train()
     optimizer = make_optimizer(model, TrainConfig(name="gpu-check", lr=6e-4, beta2=0.95))
@@ -133,24 +164,37 @@ def gpt_throughput(device: torch.device, dims: dict[str, int], batch: int, backe
     tokens = batch * dims["block"]
     flops_per_token = matmul_flops_per_token(model, dims["block"])
     rate = tokens / statistics.median(times)
-    out = {"backend": backend, "compiled": compile_model, "batch": batch, **dims,
-           "n_params": sum(p.numel() for p in model.parameters()), "tokens_per_step": tokens,
-           "step_ms_median": 1e3 * statistics.median(times), "step_ms_min": 1e3 * min(times),
-           "tokens_per_s": rate, "flops_per_token": flops_per_token, "mfu": rate * flops_per_token / peak,
-           "warmup_s": warmup_s, "final_loss": float(losses[-1]), "finite": bool(torch.isfinite(torch.stack(losses)).all())}
+    out = {
+        "backend": backend,
+        "compiled": compile_model,
+        "batch": batch,
+        **dims,
+        "n_params": sum(p.numel() for p in model.parameters()),
+        "tokens_per_step": tokens,
+        "step_ms_median": 1e3 * statistics.median(times),
+        "step_ms_min": 1e3 * min(times),
+        "tokens_per_s": rate,
+        "flops_per_token": flops_per_token,
+        "mfu": rate * flops_per_token / peak,
+        "warmup_s": warmup_s,
+        "final_loss": float(losses[-1]),
+        "finite": bool(torch.isfinite(torch.stack(losses)).all()),
+    }
     if device.type == "cuda":
         out["max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
         torch.cuda.reset_peak_memory_stats(device)
     return out
 
 
-def bias_attention(device: torch.device, scheme: str, T: int, backend: str, batch: int, heads: int, width: int,
-                   reps: int) -> dict[str, Any]:
+def bias_attention(
+    device: torch.device, scheme: str, T: int, backend: str, batch: int, heads: int, width: int, reps: int
+) -> dict[str, Any]:
     """Forward + backward of one causal attention layer with ``scheme``'s bias (bf16 autocast)."""
     torch.manual_seed(0)
     head_dim = width // heads
-    pos_scheme = positions.build_for_model(scheme, {}, {"n_embd": width, "n_heads": heads, "head_dim": head_dim,
-                                                         "max_len": T, "bidirectional": False})
+    pos_scheme = positions.build_for_model(
+        scheme, {}, {"n_embd": width, "n_heads": heads, "head_dim": head_dim, "max_len": T, "bidirectional": False}
+    )
     attn = MultiHeadAttention(width, heads, position=pos_scheme, backend=backend).to(device)
     x = torch.randn(batch, T, width, device=device, requires_grad=True)
 
@@ -166,8 +210,17 @@ def bias_attention(device: torch.device, scheme: str, T: int, backend: str, batc
     timer(fwd_bwd, 2)
     warmup_s = time.perf_counter() - t0
     times = timer(fwd_bwd, reps)
-    return {"scheme": scheme, "T": T, "backend": backend, "batch": batch, "heads": heads, "width": width,
-            "ms_median": 1e3 * statistics.median(times), "ms_min": 1e3 * min(times), "warmup_s": warmup_s}
+    return {
+        "scheme": scheme,
+        "T": T,
+        "backend": backend,
+        "batch": batch,
+        "heads": heads,
+        "width": width,
+        "ms_median": 1e3 * statistics.median(times),
+        "ms_min": 1e3 * min(times),
+        "warmup_s": warmup_s,
+    }
 
 
 def lab_gpu_size(out_dir: Path, dry_run: bool, steps: int) -> dict[str, Any]:
@@ -190,16 +243,39 @@ def lab_gpu_size(out_dir: Path, dry_run: bool, steps: int) -> dict[str, Any]:
     runs = []
     for seed, run_dir in results["run_dirs"]["rope"].items():
         done = RunFolder(run_dir).results() or {}
-        runs.append({"seed": int(seed), **{k: done.get(k) for k in ("device", "steps", "tokens_per_s", "train_time_s",
-                                                                   "wall_time_s", "final_val_loss", "mfu", "n_params")}})
+        runs.append(
+            {
+                "seed": int(seed),
+                **{
+                    k: done.get(k)
+                    for k in (
+                        "device",
+                        "steps",
+                        "tokens_per_s",
+                        "train_time_s",
+                        "wall_time_s",
+                        "final_val_loss",
+                        "mfu",
+                        "n_params",
+                    )
+                },
+            }
+        )
     rates = [r["tokens_per_s"] for r in runs if r.get("tokens_per_s")]
     full_tokens = full.steps * full.batch_size * full.train_length
-    return {"size": spec, "experiment": "extrapolation", "schemes": ["rope"], "wall_s": wall,
-            "train_s": results["train_seconds"], "runs": runs,
-            "verdicts": [c.get("verdict") for c in results["claims"]],
-            "full_size": full.name, "full_size_tokens": full_tokens,
-            "full_size_train_s_from_measured_rate": full_tokens / statistics.median(rates) if rates else None,
-            "log_tail": log.getvalue()[-2000:]}
+    return {
+        "size": spec,
+        "experiment": "extrapolation",
+        "schemes": ["rope"],
+        "wall_s": wall,
+        "train_s": results["train_seconds"],
+        "runs": runs,
+        "verdicts": [c.get("verdict") for c in results["claims"]],
+        "full_size": full.name,
+        "full_size_tokens": full_tokens,
+        "full_size_train_s_from_measured_rate": full_tokens / statistics.median(rates) if rates else None,
+        "log_tail": log.getvalue()[-2000:],
+    }
 
 
 def junit_summary(path: Path) -> dict[str, Any]:
@@ -214,8 +290,13 @@ def junit_summary(path: Path) -> dict[str, Any]:
         for kind in ("failure", "error"):
             node = case.find(kind)
             if node is not None:
-                failing.append({"test": f"{case.get('classname')}::{case.get('name')}", "kind": kind,
-                                "message": (node.get("message") or "")[:300]})
+                failing.append(
+                    {
+                        "test": f"{case.get('classname')}::{case.get('name')}",
+                        "kind": kind,
+                        "message": (node.get("message") or "")[:300],
+                    }
+                )
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
     return {"ran": True, **counts, "seconds": float(suite.get("time", 0.0)), "failing": failing}
 
@@ -227,8 +308,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--junit", type=Path, default=None, help="pytest --junitxml of the CUDA tests, folded in")
     parser.add_argument("--tests-rc", type=int, default=None, help="pytest's exit status")
     parser.add_argument("--budget-s", type=float, default=330.0, help="start no section past this many seconds")
-    parser.add_argument("--lab-size", action="store_true",
-                        help="only the lab's gpu size of the extrapolation experiment, capped (CPU smoke with --dry-run)")
+    parser.add_argument(
+        "--lab-size",
+        action="store_true",
+        help="only the lab's gpu size of the extrapolation experiment, capped (CPU smoke with --dry-run)",
+    )
     parser.add_argument("--lab-steps", type=int, default=200, help="training steps of --lab-size (default 200)")
     args = parser.parse_args(argv)
     wall0 = time.perf_counter()
@@ -248,10 +332,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if "error" in row:
             print(f"lab gpu size: ERROR {row['error']}", flush=True)
             raise SystemExit(1)
-        print(f"lab gpu size ({row['size']}): {len(row['runs'])} trainings on {row['runs'][0]['device']}, "
-              f"{statistics.median(r['tokens_per_s'] for r in row['runs']):,.0f} tokens/s, train {row['train_s']:.0f} s, "
-              f"all {row['wall_s']:.0f} s; the full {row['full_size']} size at this rate: "
-              f"{row['full_size_train_s_from_measured_rate']:.0f} s a training; figures in {args.out}", flush=True)
+        print(
+            f"lab gpu size ({row['size']}): {len(row['runs'])} trainings on {row['runs'][0]['device']}, "
+            f"{statistics.median(r['tokens_per_s'] for r in row['runs']):,.0f} tokens/s, train {row['train_s']:.0f} s, "
+            f"all {row['wall_s']:.0f} s; the full {row['full_size']} size at this rate: "
+            f"{row['full_size_train_s_from_measured_rate']:.0f} s a training; figures in {args.out}",
+            flush=True,
+        )
         return report
 
     if args.dry_run:
@@ -306,8 +393,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if "error" in row:
             print(f"{label}: ERROR {row['error']}", flush=True)
         else:
-            print(f"{label}: {row['tokens_per_s']:,.0f} tokens/s, MFU {row['mfu']:.1%} "
-                  f"(step {row['step_ms_median']:.1f} ms, warm-up {row['warmup_s']:.1f} s)", flush=True)
+            print(
+                f"{label}: {row['tokens_per_s']:,.0f} tokens/s, MFU {row['mfu']:.1%} "
+                f"(step {row['step_ms_median']:.1f} ms, warm-up {row['warmup_s']:.1f} s)",
+                flush=True,
+            )
 
     report["bias_attention"] = []
     for T in bias_sizes:
@@ -316,17 +406,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if not within_budget(f"attention {scheme} T={T}"):
                 continue
             try:
-                rows[scheme] = bias_attention(device, scheme, T, flex, bias_dims["batch"], bias_dims["heads"],
-                                              bias_dims["width"], bias_reps)
+                rows[scheme] = bias_attention(
+                    device, scheme, T, flex, bias_dims["batch"], bias_dims["heads"], bias_dims["width"], bias_reps
+                )
             except Exception as err:
-                rows[scheme] = {"scheme": scheme, "T": T, "backend": flex, "error": f"{type(err).__name__}: {str(err)[:500]}"}
+                rows[scheme] = {
+                    "scheme": scheme,
+                    "T": T,
+                    "backend": flex,
+                    "error": f"{type(err).__name__}: {str(err)[:500]}",
+                }
         for scheme, row in rows.items():
             base = rows.get("none", {}).get("ms_median")
             if "ms_median" in row and base:
                 row["vs_none"] = row["ms_median"] / base
             report["bias_attention"].append(row)
-            print(f"attention {flex} T={T} {scheme}: " + (f"{row['ms_median']:.2f} ms ({row.get('vs_none', 1):.2f}x none)"
-                                                          if "ms_median" in row else f"ERROR {row['error']}"), flush=True)
+            print(
+                f"attention {flex} T={T} {scheme}: "
+                + (
+                    f"{row['ms_median']:.2f} ms ({row.get('vs_none', 1):.2f}x none)"
+                    if "ms_median" in row
+                    else f"ERROR {row['error']}"
+                ),
+                flush=True,
+            )
 
     report["skipped_for_budget"] = skipped
     report["wall_s"] = time.perf_counter() - wall0

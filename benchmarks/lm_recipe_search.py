@@ -52,10 +52,26 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     torch.set_num_threads(1)
-    scheme, n_layer, n_embd, steps, lr, batch, length, seed = (argv[0], int(argv[1]), int(argv[2]), int(argv[3]),
-                                                               float(argv[4]), int(argv[5]), int(argv[6]), int(argv[7]))
-    size = dataclasses.replace(SIZES["quick"], n_layer=n_layer, n_embd=n_embd, steps=steps, lr=lr, batch_size=batch,
-                               train_length=length, warmup_steps=max(10, steps // 10))
+    scheme, n_layer, n_embd, steps, lr, batch, length, seed = (
+        argv[0],
+        int(argv[1]),
+        int(argv[2]),
+        int(argv[3]),
+        float(argv[4]),
+        int(argv[5]),
+        int(argv[6]),
+        int(argv[7]),
+    )
+    size = dataclasses.replace(
+        SIZES["quick"],
+        n_layer=n_layer,
+        n_embd=n_embd,
+        steps=steps,
+        lr=lr,
+        batch_size=batch,
+        train_length=length,
+        warmup_steps=max(10, steps // 10),
+    )
     name = f"{scheme}-{n_layer}-{n_embd}-{steps}-{lr}-{batch}-{length}-{seed}"
     values = train_config(scheme, size, Path("/tmp/lm_recipe_search"), name=name, seed=seed).to_dict()
     values.update(threads=1, eval_interval=steps, log_interval=steps, dtype=os.environ.get("DTYPE", "fp32"))

@@ -24,8 +24,15 @@ from poslab.nn.positions.rope import default_inv_freq
 
 def tiny(position: str = "rope", block: int = 16, seed: int = 0, **position_config) -> GPT:
     torch.manual_seed(seed)
-    cfg = GPTConfig(vocab_size=11, n_layer=2, n_head=2, n_embd=16, block_size=block, position=position,
-                    position_config=position_config)
+    cfg = GPTConfig(
+        vocab_size=11,
+        n_layer=2,
+        n_head=2,
+        n_embd=16,
+        block_size=block,
+        position=position,
+        position_config=position_config,
+    )
     return GPT(cfg).eval()
 
 
@@ -64,7 +71,9 @@ def test_stride_equal_to_length_is_nonoverlapping():
     assert cell["sliding"]["n_tokens"] == cell["nonoverlapping"]["n_tokens"] == 192
 
 
-@pytest.mark.parametrize("n_targets,length,stride", [(100, 16, 4), (100, 16, 16), (64, 16, 5), (16, 16, 1), (97, 10, 3)])
+@pytest.mark.parametrize(
+    "n_targets,length,stride", [(100, 16, 4), (100, 16, 16), (64, 16, 5), (16, 16, 1), (97, 10, 3)]
+)
 def test_sliding_windows_score_each_token_exactly_once(n_targets, length, stride):
     scored: list[int] = []
     for w in sliding_windows(n_targets, length, stride):
@@ -126,7 +135,9 @@ def test_rope_scaling_override_changes_frequencies(spec, expected):
     assert evaluate(model, data, [64], n_targets=64)[0]["nonoverlapping"]["loss"] != loss_before
     apply_rope_scaling(model, parse_rope_scaling("none"))  # and back
     torch.testing.assert_close(rotary_frequencies(model)[0], before)
-    assert evaluate(model, data, [64], n_targets=64)[0]["nonoverlapping"]["loss"] == pytest.approx(loss_before, rel=1e-6)
+    assert evaluate(model, data, [64], n_targets=64)[0]["nonoverlapping"]["loss"] == pytest.approx(
+        loss_before, rel=1e-6
+    )
 
 
 def test_dynamic_override_depends_on_length_and_yarn_sets_temperature():
@@ -149,16 +160,28 @@ def test_logn_and_longrope_overrides():
 
 
 # ------------------------------------------------------------------------------------ bad input
-@pytest.mark.parametrize("spec,bad", [("64,abc", "'abc'"), ("0,64", "'0'"), ("-8", "'-8'"), ("64,1.5", "'1.5'"), ("", "''"),
-                                      ("64,64", "repeats")])
+@pytest.mark.parametrize(
+    "spec,bad",
+    [("64,abc", "'abc'"), ("0,64", "'0'"), ("-8", "'-8'"), ("64,1.5", "'1.5'"), ("", "''"), ("64,64", "repeats")],
+)
 def test_bad_lengths(spec, bad):
     with pytest.raises(ValueError, match=bad):
         parse_lengths(spec)
 
 
-@pytest.mark.parametrize("spec,bad", [("linear:0", "> 0"), ("yarn:-2", "> 0"), ("ntk:abc", "'abc'"), ("foo:4", "'foo'"),
-                                      ("yarn", "needs a factor"), ("longrope:4", "per-frequency"),
-                                      ("longrope:4:1,0", "> 0"), ("linear:4:2", "only a factor")])
+@pytest.mark.parametrize(
+    "spec,bad",
+    [
+        ("linear:0", "> 0"),
+        ("yarn:-2", "> 0"),
+        ("ntk:abc", "'abc'"),
+        ("foo:4", "'foo'"),
+        ("yarn", "needs a factor"),
+        ("longrope:4", "per-frequency"),
+        ("longrope:4:1,0", "> 0"),
+        ("linear:4:2", "only a factor"),
+    ],
+)
 def test_bad_rope_scaling(spec, bad):
     with pytest.raises(ValueError, match=bad):
         parse_rope_scaling(spec)
@@ -179,7 +202,9 @@ def test_longrope_lists_of_the_wrong_length():
         apply_rope_scaling(model, parse_rope_scaling("longrope:4:1,2,3"))
 
 
-@pytest.mark.parametrize("stride,bad", [(0, "got 0"), (-3, "got -3"), (17, "stride 17 is larger than the evaluation length 16")])
+@pytest.mark.parametrize(
+    "stride,bad", [(0, "got 0"), (-3, "got -3"), (17, "stride 17 is larger than the evaluation length 16")]
+)
 def test_bad_stride(stride, bad):
     with pytest.raises(ValueError, match=bad):
         evaluate(tiny(), tokens(100), [16, 32], stride=stride)
@@ -212,7 +237,9 @@ def test_cli_eval_writes_results_and_cannot_cells(runs, tmp_path, capsys):
     from poslab.cli.app import main
 
     out = tmp_path / "res" / "eval.json"
-    assert main(["eval", runs["learned"], "--lengths", "16,32", "--stride", "8", "--tokens", "64", "--out", str(out)]) == 0
+    assert (
+        main(["eval", runs["learned"], "--lengths", "16,32", "--stride", "8", "--tokens", "64", "--out", str(out)]) == 0
+    )
     printed = capsys.readouterr().out
     assert "cannot (learned table has 16 rows)" in printed
     results = json.loads(out.read_text())
@@ -227,23 +254,42 @@ def test_cli_eval_rope_override_changes_the_numbers(runs, tmp_path):
 
     plain, scaled = tmp_path / "plain.json", tmp_path / "yarn.json"
     assert main(["eval", runs["rope"], "--lengths", "64", "--tokens", "128", "--out", str(plain)]) == 0
-    assert main(["eval", runs["rope"], "--lengths", "64", "--tokens", "128", "--rope-scaling", "yarn:4", "--logn-scaling",
-                 "--out", str(scaled)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                runs["rope"],
+                "--lengths",
+                "64",
+                "--tokens",
+                "128",
+                "--rope-scaling",
+                "yarn:4",
+                "--logn-scaling",
+                "--out",
+                str(scaled),
+            ]
+        )
+        == 0
+    )
     a, b = json.loads(plain.read_text()), json.loads(scaled.read_text())
     assert b["position_config"]["scaling"] == "yarn" and b["position_config"]["original_max_len"] == 16
     assert b["position_config"]["logn_scaling"] is True
     assert a["lengths"][0]["nonoverlapping"]["loss"] != b["lengths"][0]["nonoverlapping"]["loss"]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--lengths", "16,abc"], "evaluation length 'abc' is not a positive integer"),
-    (["--lengths", "0"], "evaluation length '0' is not a positive integer"),
-    (["--lengths", "16,32", "--stride", "20"], "stride 20 is larger than the evaluation length 16"),
-    (["--lengths", "16", "--stride", "-1"], "stride must be a positive integer, got -1"),
-    (["--lengths", "16", "--rope-scaling", "linear:0"], "RoPE scaling factor must be > 0, got '0'"),
-    (["--lengths", "16", "--rope-scaling", "pi:4"], "unknown RoPE scaling 'pi'"),
-    (["--lengths", "16,999999999"], "shorter than the longest length 999999999"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--lengths", "16,abc"], "evaluation length 'abc' is not a positive integer"),
+        (["--lengths", "0"], "evaluation length '0' is not a positive integer"),
+        (["--lengths", "16,32", "--stride", "20"], "stride 20 is larger than the evaluation length 16"),
+        (["--lengths", "16", "--stride", "-1"], "stride must be a positive integer, got -1"),
+        (["--lengths", "16", "--rope-scaling", "linear:0"], "RoPE scaling factor must be > 0, got '0'"),
+        (["--lengths", "16", "--rope-scaling", "pi:4"], "unknown RoPE scaling 'pi'"),
+        (["--lengths", "16,999999999"], "shorter than the longest length 999999999"),
+    ],
+)
 def test_cli_eval_bad_input_is_one_line_exit_2(runs, capsys, args, message):
     from poslab.cli.app import main
 
@@ -279,8 +325,12 @@ def test_eval_text_from_a_file_and_unknown_characters(runs, tmp_path, capsys):
 def test_longrope_from_a_json_file(tmp_path):
     good = tmp_path / "longrope.json"
     good.write_text(json.dumps({"factor": 4, "long_factor": [1, 2, 4, 8], "short_factor": [1, 1, 1, 1]}))
-    assert parse_rope_scaling(f"longrope:{good}") == {"scaling": "longrope", "factor": 4.0, "long_factor": [1.0, 2.0, 4.0, 8.0],
-                                                      "short_factor": [1.0, 1.0, 1.0, 1.0]}
+    assert parse_rope_scaling(f"longrope:{good}") == {
+        "scaling": "longrope",
+        "factor": 4.0,
+        "long_factor": [1.0, 2.0, 4.0, 8.0],
+        "short_factor": [1.0, 1.0, 1.0, 1.0],
+    }
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):

@@ -64,8 +64,18 @@ def test_shapes(run_all):
     r = run_all[1]["shapes"]
     observed = [step["shape"] for step in r["seed000_walk"]]
     assert observed == [
-        [2, 10, 512], [2, 10, 1536], [2, 10, 512], [2, 10, 8, 64], [2, 8, 10, 64], [2, 8, 10, 64],
-        [2, 8, 10, 64], [2, 8, 10, 10], [2, 8, 10, 64], [2, 10, 8, 64], [2, 10, 512], [2, 10, 512],
+        [2, 10, 512],
+        [2, 10, 1536],
+        [2, 10, 512],
+        [2, 10, 8, 64],
+        [2, 8, 10, 64],
+        [2, 8, 10, 64],
+        [2, 8, 10, 64],
+        [2, 8, 10, 10],
+        [2, 8, 10, 64],
+        [2, 10, 8, 64],
+        [2, 10, 512],
+        [2, 10, 512],
     ]
     assert r["seed000_all_steps_match_lesson"] is True
     assert [s["submodule"] for s in r["seed000_walk"]][-1] == "proj"
@@ -151,9 +161,11 @@ def test_frequencies_table_and_plot(run_all):
     assert all(x == pytest.approx(4.0, rel=1e-5) for x in spectra["linear (PI)"]["stretch"])
     yarn = spectra["yarn"]["stretch"]
     assert yarn[: r["yarn_low_pair"]] == pytest.approx([1.0] * r["yarn_low_pair"])  # high frequencies kept
-    assert yarn[r["yarn_high_pair"]:] == pytest.approx([4.0] * (64 - r["yarn_high_pair"]), rel=1e-5)
+    assert yarn[r["yarn_high_pair"] :] == pytest.approx([4.0] * (64 - r["yarn_high_pair"]), rel=1e-5)
     assert spectra["yarn"]["attention_factor"] == pytest.approx(0.1 * math.log(4) + 1)
-    assert spectra["llama3"]["stretch"][0] == pytest.approx(1.0) and spectra["llama3"]["stretch"][-1] == pytest.approx(4.0)
+    assert spectra["llama3"]["stretch"][0] == pytest.approx(1.0) and spectra["llama3"]["stretch"][-1] == pytest.approx(
+        4.0
+    )
     ntk = spectra["ntk (static)"]["stretch"]
     assert ntk[0] == pytest.approx(1.0) and ntk[-1] == pytest.approx(4.0, rel=1e-4)
     assert all(a < b for a, b in zip(ntk, ntk[1:]))
@@ -169,19 +181,56 @@ def test_frequencies_table_and_plot(run_all):
 
 
 RESULT_KEYS = {
-    "params": {"seed000_one_linear_512", "seed000_four_linear_512", "seed000_ratio_four_over_one",
-               "formula_4d2_plus_4d_512", "multihead_attention_512", "seed001_multihead_attention_32",
-               "seed001_qkv_params_by_heads", "seed001_proj_params_by_heads", "gqa_counterpoint_32"},
+    "params": {
+        "seed000_one_linear_512",
+        "seed000_four_linear_512",
+        "seed000_ratio_four_over_one",
+        "formula_4d2_plus_4d_512",
+        "multihead_attention_512",
+        "seed001_multihead_attention_32",
+        "seed001_qkv_params_by_heads",
+        "seed001_proj_params_by_heads",
+        "gqa_counterpoint_32",
+    },
     "shapes": {"seed000_walk", "seed000_all_steps_match_lesson", "seed001_walk"},
-    "rope-relative": {"head_dim", "positions", "sample_stride", "offset_only_tolerance",
-                      "poslab_vs_lesson_apply_rope_max_abs_diff", "lesson_table", "all_match_lesson_4dp",
-                      "scheme_checks", "all_as_expected"},
-    "permutation": {"equivariant_below", "broken_above", "attention", "lesson_raw_matrices", "schemes",
-                    "all_as_expected"},
-    "causal-leak": {"lines", "model", "max_abs_diff_last_logits", "noise_below", "leak_above",
-                    "one_layer_no_positions_is_noise", "two_plus_layers_no_positions_leak", "lesson_printout"},
-    "frequencies": {"lesson_table_d8_base10000", "poslab_rope_head16_vs_lesson_max_abs_diff", "realistic_head",
-                    "yarn_low_pair", "yarn_high_pair", "scalings", "plot"},
+    "rope-relative": {
+        "head_dim",
+        "positions",
+        "sample_stride",
+        "offset_only_tolerance",
+        "poslab_vs_lesson_apply_rope_max_abs_diff",
+        "lesson_table",
+        "all_match_lesson_4dp",
+        "scheme_checks",
+        "all_as_expected",
+    },
+    "permutation": {
+        "equivariant_below",
+        "broken_above",
+        "attention",
+        "lesson_raw_matrices",
+        "schemes",
+        "all_as_expected",
+    },
+    "causal-leak": {
+        "lines",
+        "model",
+        "max_abs_diff_last_logits",
+        "noise_below",
+        "leak_above",
+        "one_layer_no_positions_is_noise",
+        "two_plus_layers_no_positions_leak",
+        "lesson_printout",
+    },
+    "frequencies": {
+        "lesson_table_d8_base10000",
+        "poslab_rope_head16_vs_lesson_max_abs_diff",
+        "realistic_head",
+        "yarn_low_pair",
+        "yarn_high_pair",
+        "scalings",
+        "plot",
+    },
 }
 
 
@@ -194,8 +243,18 @@ def test_results_json_keys(run_all, name):
 
 def test_printed_tables(run_all):
     stdout = run_all[0]
-    for value in ("262,656", "1,050,624", "3168", "1056", "2.9839", "-3.5409", "-2.6989", "(1, 4, 5, 8)",
-                  "白日依山尽", "19869.2"):
+    for value in (
+        "262,656",
+        "1,050,624",
+        "3168",
+        "1056",
+        "2.9839",
+        "-3.5409",
+        "-2.6989",
+        "(1, 4, 5, 8)",
+        "白日依山尽",
+        "19869.2",
+    ):
         assert value in stdout, value
     for name in NAMES:
         assert f"=== experiment {name}:" in stdout
@@ -229,7 +288,9 @@ def test_every_experiment_is_described_once_and_the_lab_plans_from_the_descripti
         assert step.needs == tuple(f"experiments/{n}" for n in e.reuses) and step.estimate == e.estimate[1]
         if name in quick:
             assert quick[name].estimate == e.estimate[0]
-    assert [n for n in quick if described[n].tier == FOUNDATION] == [n for n in quick][: len(experiments.descriptions(FOUNDATION))]
+    assert [n for n in quick if described[n].tier == FOUNDATION] == [n for n in quick][
+        : len(experiments.descriptions(FOUNDATION))
+    ]
     assert set(experiments.descriptions(FULL_ONLY)) == set(full) - set(quick)
     with pytest.raises(ValueError, match="tier must be one of"):
         Experiment("x", "y", "sometimes", run=lambda out, quick=False: {})

@@ -15,8 +15,14 @@ def test_gpu_check_dry_run_writes_its_figures(tmp_path: Path) -> None:
     out = tmp_path / "figures" / "gpu_check.json"
     # no GPU even where one exists: the dry run is the CPU path
     env = {**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", "--out", str(out)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads(out.read_text())
     assert report["dry_run"] is True and report["env"]["device"] == "cpu"
@@ -42,15 +48,26 @@ def test_gpu_check_dry_run_writes_its_figures(tmp_path: Path) -> None:
 
 
 def test_gpu_check_rejects_an_unknown_option(tmp_path: Path) -> None:
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--fast"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--fast"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 2
     assert "unknown option '--fast'; allowed: --dry-run, --out FILE" in proc.stderr
 
 
 def test_gpu_check_without_cuda_says_so(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--out", str(tmp_path / "g.json")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--out", str(tmp_path / "g.json")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "no CUDA device visible to torch" in proc.stderr

@@ -30,9 +30,18 @@ def tiny_base(tmp_path_factory):
     path = tmp_path_factory.mktemp("corpus") / "shakespeare_40k.txt"
     path.write_text(load_corpus("shakespeare")[:40_000], encoding="utf-8")
     return {
-        "corpus": str(path), "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
-        "max_steps": 6, "batch_size": 4, "warmup_steps": 1, "lr_decay_steps": 6, "eval_interval": 3, "eval_iters": 2,
-        "ckpt_interval": 0, "keep_checkpoints": 1, "threads": 1, "seed": 3,
+        "corpus": str(path),
+        "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
+        "max_steps": 6,
+        "batch_size": 4,
+        "warmup_steps": 1,
+        "lr_decay_steps": 6,
+        "eval_interval": 3,
+        "eval_iters": 2,
+        "ckpt_interval": 0,
+        "keep_checkpoints": 1,
+        "threads": 1,
+        "seed": 3,
     }
 
 
@@ -72,8 +81,10 @@ def test_two_shards_then_a_collect_give_the_claims_of_one_unsharded_run(tmp_path
 def test_ensure_many_trains_only_its_shard_and_stops_while_others_are_missing(tmp_path, tiny_base, monkeypatch):
     from poslab.training.config import TrainConfig
 
-    jobs = [(TrainConfig.from_dict({**tiny_base, "name": f"r{i}", "out_dir": str(tmp_path), "seed": i}), ())
-            for i in range(3)]
+    jobs = [
+        (TrainConfig.from_dict({**tiny_base, "name": f"r{i}", "out_dir": str(tmp_path), "seed": i}), ())
+        for i in range(3)
+    ]
     with runner.use_shard((2, 2)), pytest.raises(runner.ShardFinished) as stop:
         training.ensure_many(jobs, workers=1, what="lab models")
     assert stop.value.stages == [{"what": "lab models", "trained": 1, "in_shard": 1, "total": 3, "left": 2}]
@@ -116,9 +127,13 @@ def test_trainings_on_cuda_request_a_gpu_from_ray(tmp_path, tiny_base, monkeypat
     assert runner.gpus_for({"device": "cuda"}) == 1
     assert runner.gpus_for({"device": "auto"}) == runner.gpus_for({}) == 0
     seen = []
-    monkeypatch.setattr(training, "train_many", lambda tasks, *a, **k: seen.extend(tasks) or [str(tmp_path)] * len(tasks))
-    jobs = [(TrainConfig.from_dict({**tiny_base, "name": f"g{d}", "out_dir": str(tmp_path), "device": d}), ())
-            for d in ("cuda", "cpu")]
+    monkeypatch.setattr(
+        training, "train_many", lambda tasks, *a, **k: seen.extend(tasks) or [str(tmp_path)] * len(tasks)
+    )
+    jobs = [
+        (TrainConfig.from_dict({**tiny_base, "name": f"g{d}", "out_dir": str(tmp_path), "device": d}), ())
+        for d in ("cuda", "cpu")
+    ]
     training.ensure_many(jobs, workers=2)
     assert [t.gpus for t in seen] == [1, 0]
 
@@ -168,21 +183,28 @@ def _fake_experiment(lab_dir: Path, name: str, size: dict | None, shard: tuple[i
     Each call appends ``[name, shard, files in the folder]`` to ``LAB/../calls``.
     """
     folder = lab_dir / "experiments" / name
-    record = {"status": "sharded", "quick": True, "size": size,
-              "stages": [{"what": "runs", "trained": 1, "in_shard": 1, "total": 2, "left": 1}]}
+    record = {
+        "status": "sharded",
+        "quick": True,
+        "size": size,
+        "stages": [{"what": "runs", "trained": 1, "in_shard": 1, "total": 2, "left": 1}],
+    }
     target = runner.shard_file(folder, shard) if shard else folder / "results.json"
     code = (
         "import json, pathlib\n"
         f"folder = pathlib.Path({str(folder)!r}); calls = pathlib.Path({str(lab_dir.parent / 'calls')!r})\n"
-        "seen = sorted(str(p.relative_to(folder)) for p in folder.rglob('*') if p.is_file()) if folder.exists() else []\n"
-        f"calls.write_text((calls.read_text() if calls.exists() else '') + json.dumps([{name!r}, {str(shard)!r}, seen]) + '\\n')\n"
+        "seen = sorted(str(p.relative_to(folder)) for p in folder.rglob('*') if p.is_file()) "
+        "if folder.exists() else []\n"
+        "calls.write_text((calls.read_text() if calls.exists() else '') + "
+        f"json.dumps([{name!r}, {str(shard)!r}, seen]) + '\\n')\n"
         f"target = pathlib.Path({str(target)!r}); target.parent.mkdir(parents=True, exist_ok=True)\n"
         f"target.write_text(json.dumps({record!r}))\n"
         "(folder / 'runs').mkdir(exist_ok=True); (folder / 'runs' / f'trained-{target.stem}').write_text('x')\n"
     )
     done = str(runner.shard_file("", shard)) if shard else "results.json"
-    return lab.Step(name, "experiment", f"experiments/{name}", [], done_file=done, size=size,
-                    command=[sys.executable, "-c", code])
+    return lab.Step(
+        name, "experiment", f"experiments/{name}", [], done_file=done, size=size, command=[sys.executable, "-c", code]
+    )
 
 
 def _calls(lab_dir: Path) -> list:
@@ -214,8 +236,12 @@ def test_lab_shards_then_a_collect(tmp_path, monkeypatch):
 
     manifest = lab.run_lab(lab_dir, "quick", size="smoke", stream=io.StringIO())  # collect: continues, no clean
     assert manifest["steps"][0]["status"] == "ok" and manifest["size"]["name"] == "smoke"
-    assert _calls(lab_dir)[2][2] == ["runs/trained-1-of-2", "runs/trained-2-of-2", "shards/1-of-2.json",
-                                     "shards/2-of-2.json"]
+    assert _calls(lab_dir)[2][2] == [
+        "runs/trained-1-of-2",
+        "runs/trained-2-of-2",
+        "shards/1-of-2.json",
+        "shards/2-of-2.json",
+    ]
     saved = json.loads((lab_dir / "lab.json").read_text())
     assert saved["records"]["experiments/sized"]["size"] == dataclasses.asdict(sizes.SIZES["smoke"])
     assert lab.run_lab(lab_dir, "quick", size="smoke", stream=io.StringIO())["steps"][0]["status"] == "reused"

@@ -79,7 +79,8 @@ def test_n_shards_then_a_collecting_call_equal_one_sweep(tmp_path, corpus, capsy
     b = json.loads((sharded / "summary.json").read_text())
     assert [c["final_val_loss"] for c in a["configs"]] == [c["final_val_loss"] for c in b["configs"]]
     assert [(r["name"], r["status"], r["final_val_loss"], r["steps"]) for r in a["runs"]] == [
-        (r["name"], r["status"], r["final_val_loss"], r["steps"]) for r in b["runs"]]
+        (r["name"], r["status"], r["final_val_loss"], r["steps"]) for r in b["runs"]
+    ]
     assert b["status"] == {"completed": 2}
 
 
@@ -153,9 +154,23 @@ def test_sigkill_of_the_lab_stops_its_training_step(tmp_path):
     not asserted here: ``tests/test_reliability_sweep_lab.py`` checks the save where output goes to a log.)
     """
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    lab = subprocess.Popen([sys.executable, "-m", "poslab", "lab", "--quick", "--only", "train tang-small-quick",
-                            "--out", str(tmp_path / "lab")], env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True)
+    lab = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "poslab",
+            "lab",
+            "--quick",
+            "--only",
+            "train tang-small-quick",
+            "--out",
+            str(tmp_path / "lab"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     lock = tmp_path / "lab" / "runs" / ".tang-small-quick.lock"
     metrics = tmp_path / "lab" / "runs" / "tang-small-quick" / "metrics.jsonl"
     trainer = None
@@ -185,12 +200,18 @@ def test_a_pool_worker_dies_with_its_parent(tmp_path):
     script.write_text(
         "import subprocess, sys, time\n"
         "child = subprocess.Popen([sys.executable, '-c', 'from poslab.lab import runner; runner.die_with_parent(); "
-        "import time; print(\"armed\", flush=True); time.sleep(300)'], stdout=subprocess.PIPE, text=True)\n"
+        'import time; print("armed", flush=True); time.sleep(300)\'], stdout=subprocess.PIPE, text=True)\n'
         "child.stdout.readline()\n"
         "print(child.pid, flush=True)\n"
-        "time.sleep(300)\n", encoding="utf-8")
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        "time.sleep(300)\n",
+        encoding="utf-8",
+    )
+    parent = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     child = int(parent.stdout.readline())
     assert _alive(child)
     parent.kill()

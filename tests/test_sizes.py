@@ -38,17 +38,20 @@ def test_a_user_defines_a_size_from_a_base(table):
     assert sizes.define_size("deep=quick,n_layer=4,steps=600,lr=1e-3") == deep  # the same definition again: fine
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("x=nope", "unknown base size 'nope'; choose one of smoke, quick, full"),
-    ("x=quick,depth=4", "'depth=4' must be FIELD=VALUE with FIELD one of train_length, n_layer"),
-    ("x=quick,n_layer", "'n_layer' must be FIELD=VALUE"),
-    ("x=quick,n_layer=2.5", "n_layer must be an integer, got '2.5'"),
-    ("x=quick,lr=fast", "lr must be a number, got 'fast'"),
-    ("x=quick,steps=0", "steps must be > 0, got '0'"),
-    ("quick=smoke", "'quick' is already the size"),
-    ("../x=quick", "must be a plain folder name"),
-    ("nope", "unknown size 'nope'; choose one of smoke, quick, full"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("x=nope", "unknown base size 'nope'; choose one of smoke, quick, full"),
+        ("x=quick,depth=4", "'depth=4' must be FIELD=VALUE with FIELD one of train_length, n_layer"),
+        ("x=quick,n_layer", "'n_layer' must be FIELD=VALUE"),
+        ("x=quick,n_layer=2.5", "n_layer must be an integer, got '2.5'"),
+        ("x=quick,lr=fast", "lr must be a number, got 'fast'"),
+        ("x=quick,steps=0", "steps must be > 0, got '0'"),
+        ("quick=smoke", "'quick' is already the size"),
+        ("../x=quick", "must be a plain folder name"),
+        ("nope", "unknown size 'nope'; choose one of smoke, quick, full"),
+    ],
+)
 def test_bad_sizes_are_refused_naming_the_value(table, spec, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         sizes.define_size(spec)
@@ -62,8 +65,9 @@ def test_experiment_size_reaches_the_experiments_that_take_one(table, monkeypatc
         return {"size": size}
 
     fake = types.SimpleNamespace(EXPERIMENT=Experiment("sized", "a stand-in with sizes", LAB, run))
-    plain = types.SimpleNamespace(EXPERIMENT=Experiment("plain", "a stand-in without", LAB,
-                                                        lambda out, quick=False: {}))
+    plain = types.SimpleNamespace(
+        EXPERIMENT=Experiment("plain", "a stand-in without", LAB, lambda out, quick=False: {})
+    )
     monkeypatch.setattr(experiments, "registry", lambda: {"sized": fake, "plain": plain})
     assert main(["experiment", "sized", "--size", "mine=smoke,steps=3", "--out", str(tmp_path / "a")]) == 0
     assert seen == {"size": "mine"} and table["mine"].steps == 3
@@ -73,7 +77,8 @@ def test_experiment_size_reaches_the_experiments_that_take_one(table, monkeypatc
 
 
 def test_every_sized_experiment_builds_its_configs_at_the_gpu_sizes(tmp_path):
-    """The GPU sizes train on CUDA, and every lab scheme's config (and context extension's fine-tunes) builds at them."""
+    """The GPU sizes train on CUDA, and every lab scheme's config (and context extension's fine-tunes) builds at
+    them."""
     import inspect
 
     from poslab.lab.experiments import context_extension
@@ -90,7 +95,11 @@ def test_every_sized_experiment_builds_its_configs_at_the_gpu_sizes(tmp_path):
         tuned = context_extension.finetune_config("PI", "linear:4", size, tmp_path / "base", tmp_path)
         assert base.device == tuned.device == "cuda" and tuned.model.block_size == 4 * 256
     assert (sizes.SIZES["gpu"].n_layer, sizes.SIZES["gpu"].n_head, sizes.SIZES["gpu"].n_embd) == (6, 6, 384)
-    assert (sizes.SIZES["gpu-large"].n_layer, sizes.SIZES["gpu-large"].n_head, sizes.SIZES["gpu-large"].n_embd) == (12, 12, 768)
+    assert (sizes.SIZES["gpu-large"].n_layer, sizes.SIZES["gpu-large"].n_head, sizes.SIZES["gpu-large"].n_embd) == (
+        12,
+        12,
+        768,
+    )
     assert {sizes.SIZES[n].device for n in ("smoke", "quick", "full")} == {"auto"}
 
 

@@ -55,21 +55,30 @@ def one_error_line(capsys) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("grid: [1, 2\n", "is not valid YAML (line 2"),
-    ("- a\n- b\n", "must hold a mapping with a 'grid', got list"),
-    ("preset: tiny\ngird:\n  seed: [1]\n", "unknown key 'gird' (did you mean 'grid'?)"),
-    ("preset: tiny\n", "needs a non-empty 'grid'"),
-    ("preset: tiny\ngrid:\n  model.positon: [rope]\n", "unknown training key 'model.positon' (did you mean 'model.position'?)"),
-    ("preset: tiny\ngrid:\n  seed: []\n", "grid entry 'seed' must be a non-empty list"),
-    ("preset: tiny\ngrid:\n  seed: 3\n", "grid entry 'seed' must be a non-empty list"),
-    ("preset: tiny\ngrid:\n  name: [a, b]\n", "'name' cannot be set in a sweep"),
-    ("preset: tiny\ngrid:\n  model.position: [rope, nope]\n", "run position=nope"),
-    ("preset: tiny\ngrid:\n  lr: [-1.0]\n", "run lr=-1.0: need lr > 0"),
-    ("preset: tiny\noverrides:\n  max_step: 3\ngrid:\n  seed: [1]\n", "(did you mean 'max_steps'?)"),
-    ("preset: tiny\ngrid:\n  model.position_config.bse: [100]\n  model.position: [rope]\n", "unknown config key 'bse'"),
-    ("preset: nope\ngrid:\n  seed: [1]\n", "unknown preset 'nope'"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("grid: [1, 2\n", "is not valid YAML (line 2"),
+        ("- a\n- b\n", "must hold a mapping with a 'grid', got list"),
+        ("preset: tiny\ngird:\n  seed: [1]\n", "unknown key 'gird' (did you mean 'grid'?)"),
+        ("preset: tiny\n", "needs a non-empty 'grid'"),
+        (
+            "preset: tiny\ngrid:\n  model.positon: [rope]\n",
+            "unknown training key 'model.positon' (did you mean 'model.position'?)",
+        ),
+        ("preset: tiny\ngrid:\n  seed: []\n", "grid entry 'seed' must be a non-empty list"),
+        ("preset: tiny\ngrid:\n  seed: 3\n", "grid entry 'seed' must be a non-empty list"),
+        ("preset: tiny\ngrid:\n  name: [a, b]\n", "'name' cannot be set in a sweep"),
+        ("preset: tiny\ngrid:\n  model.position: [rope, nope]\n", "run position=nope"),
+        ("preset: tiny\ngrid:\n  lr: [-1.0]\n", "run lr=-1.0: need lr > 0"),
+        ("preset: tiny\noverrides:\n  max_step: 3\ngrid:\n  seed: [1]\n", "(did you mean 'max_steps'?)"),
+        (
+            "preset: tiny\ngrid:\n  model.position_config.bse: [100]\n  model.position: [rope]\n",
+            "unknown config key 'bse'",
+        ),
+        ("preset: nope\ngrid:\n  seed: [1]\n", "unknown preset 'nope'"),
+    ],
+)
 def test_bad_sweep_files_are_one_line_errors(tmp_path, capsys, text, message):
     assert main(["sweep", write(tmp_path, text), "--out", str(tmp_path / "out")]) == 2
     line = one_error_line(capsys)
@@ -87,14 +96,20 @@ def test_missing_file_and_bad_workers(tmp_path, capsys, corpus):
 
 def test_plan_names_and_configs(tmp_path, corpus):
     plan = load_plan(write(tmp_path, SPEC.format(corpus=corpus)), tmp_path / "out")
-    assert [r.name for r in plan.runs] == ["position=learned,seed=1", "position=learned,seed=2",
-                                           "position=rope,seed=1", "position=rope,seed=2"]
+    assert [r.name for r in plan.runs] == [
+        "position=learned,seed=1",
+        "position=learned,seed=2",
+        "position=rope,seed=1",
+        "position=rope,seed=2",
+    ]
     rope = plan.runs[2].config
     assert rope["model"]["position"] == "rope" and rope["model"]["position_config"] == {}  # the scheme's defaults
     assert rope["model"]["n_layer"] == 1 and rope["seed"] == 1 and rope["max_steps"] == 6 and rope["corpus"] == corpus
     assert plan.group_keys == ["model.position"]
-    assert run_name_of({"model.position_config.base": 500.0, "corpus": "a/b c.txt"}) == \
-        "position_config.base=500.0,corpus=a_b_c.txt"
+    assert (
+        run_name_of({"model.position_config.base": 500.0, "corpus": "a/b c.txt"})
+        == "position_config.base=500.0,corpus=a_b_c.txt"
+    )
 
 
 def test_tiny_grid_runs_two_at_a_time_summarises_and_resumes(tmp_path, capsys, corpus):
@@ -157,8 +172,11 @@ def test_ctrl_c_stops_the_runs_with_a_checkpoint_and_the_sweep_continues(tmp_pat
     import sys
     import time
 
-    spec = SPEC.format(corpus=corpus).replace("max_steps: 6", "max_steps: 3000").replace("lr_decay_steps: 6",
-                                                                                          "lr_decay_steps: 3000")
+    spec = (
+        SPEC.format(corpus=corpus)
+        .replace("max_steps: 6", "max_steps: 3000")
+        .replace("lr_decay_steps: 6", "lr_decay_steps: 3000")
+    )
     spec = spec.replace("ckpt_interval: 3", "ckpt_interval: 1000").replace("eval_interval: 3", "eval_interval: 1000")
     spec = spec.replace("  seed: [1, 2]\n", "  seed: [1]\n")
     path = write(tmp_path, spec)

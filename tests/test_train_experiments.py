@@ -22,9 +22,18 @@ def tiny_base(tmp_path_factory):
     path = tmp_path_factory.mktemp("corpus") / "shakespeare_40k.txt"
     path.write_text(load_corpus("shakespeare")[:40_000], encoding="utf-8")
     return {
-        "corpus": str(path), "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
-        "max_steps": 6, "batch_size": 4, "warmup_steps": 1, "lr_decay_steps": 6, "eval_interval": 3, "eval_iters": 2,
-        "ckpt_interval": 0, "keep_checkpoints": 1, "threads": 1, "seed": 3,
+        "corpus": str(path),
+        "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
+        "max_steps": 6,
+        "batch_size": 4,
+        "warmup_steps": 1,
+        "lr_decay_steps": 6,
+        "eval_interval": 3,
+        "eval_iters": 2,
+        "ckpt_interval": 0,
+        "keep_checkpoints": 1,
+        "threads": 1,
+        "seed": 3,
     }
 
 
@@ -42,7 +51,9 @@ def test_heads_experiment_on_a_tiny_base(tmp_path, tiny_base):
     assert rule["details"]["arms"]["2 heads"] == results["val_loss_seeds"]["2"]
     params = {run["n_params"] for runs in results["runs"].values() for run in runs}
     assert len(params) == 1  # the head split changes no parameter count
-    seeds = {json.loads((tmp_path / "runs" / f"heads-2-s{s}" / "config.json").read_text())["train"]["seed"] for s in SEEDS}
+    seeds = {
+        json.loads((tmp_path / "runs" / f"heads-2-s{s}" / "config.json").read_text())["train"]["seed"] for s in SEEDS
+    }
     assert seeds == set(SEEDS)
     assert check_records(results["claims"]) == []
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise
@@ -51,7 +62,13 @@ def test_heads_experiment_on_a_tiny_base(tmp_path, tiny_base):
 
 
 def test_head_claims_follow_the_numbers():
-    rule = {1: [3.0, 3.01, 2.99], 2: [2.5, 2.51, 2.49], 4: [2.6, 2.61, 2.59], 8: [2.7, 2.71, 2.69], 16: [2.8, 2.81, 2.79]}
+    rule = {
+        1: [3.0, 3.01, 2.99],
+        2: [2.5, 2.51, 2.49],
+        4: [2.6, 2.61, 2.59],
+        8: [2.7, 2.71, 2.69],
+        16: [2.8, 2.81, 2.79],
+    }
     held, small = heads.head_claims(rule, 128)  # sqrt(128 / 16) = 2.83: the nearest counts are 2 and 4
     assert held["verdict"] == HELD and held["details"]["predicted"] == ["2 heads", "4 heads"]
     assert small["verdict"] == HELD  # 16 heads (2.8) beat 1 head (3.0)
@@ -89,11 +106,18 @@ def test_quick_position_training_trains_the_extrapolation_models(tmp_path):
 
     base, variants = position_training.quick_variants(["learned", "rope"])
     for scheme in ("learned", "rope"):
-        values = {**base, "model": {**base["model"], **variants[scheme]["model"]}, "name": "x", "out_dir": "y", "seed": 1338}
+        values = {
+            **base,
+            "model": {**base["model"], **variants[scheme]["model"]},
+            "name": "x",
+            "out_dir": "y",
+            "seed": 1338,
+        }
         mine = TrainConfig.from_dict(values).to_dict()
         theirs = extrapolation.train_config(scheme, extrapolation.SIZES["quick"], tmp_path, seed=1338).to_dict()
-        assert {k: v for k, v in mine.items() if k not in ("name", "out_dir")} == \
-               {k: v for k, v in theirs.items() if k not in ("name", "out_dir")}
+        assert {k: v for k, v in mine.items() if k not in ("name", "out_dir")} == {
+            k: v for k, v in theirs.items() if k not in ("name", "out_dir")
+        }
 
 
 def test_parallel_trainings_equal_sequential_ones(tmp_path, tiny_base):
@@ -152,11 +176,19 @@ def test_training_claims_follow_the_numbers():
     def runs(params: int, speed: float) -> list[dict]:
         return [{"n_params": params, "tokens_per_s": speed * (1 + 0.01 * k)} for k in range(3)]
 
-    losses = {"learned": [2.00, 2.01, 1.99], "sinusoidal": [2.10, 2.11, 2.09], "rope": [1.90, 1.91, 1.89],
-              "alibi": [1.95, 1.96, 1.94], "none": [2.06, 2.07, 2.05]}
+    losses = {
+        "learned": [2.00, 2.01, 1.99],
+        "sinusoidal": [2.10, 2.11, 2.09],
+        "rope": [1.90, 1.91, 1.89],
+        "alibi": [1.95, 1.96, 1.94],
+        "none": [2.06, 2.07, 2.05],
+    }
     summary = {"alibi": runs(1000, 5000.0), "rope": runs(1000, 5000.0), "none": runs(1000, 5100.0)}
     verdict = {c["claim"].split(" — ")[0]: c for c in position_training.training_claims(losses, summary)}
-    assert verdict["a causal model learns better with positions: the learned table beats none in-length"]["verdict"] == HELD
+    assert (
+        verdict["a causal model learns better with positions: the learned table beats none in-length"]["verdict"]
+        == HELD
+    )
     nope = next(v for k, v in verdict.items() if k.startswith("不加位置编码"))
     assert nope["verdict"] == HELD and nope["margin"] == pytest.approx(0.05 * 2.0 - 0.06)  # 3% worse, 5% allowed
     assert verdict["ALiBi 性能略低于 RoPE"]["verdict"] == HELD

@@ -47,7 +47,19 @@ def test_cuda_without_a_gpu_is_one_clear_error(tmp_path, capsys):
     with pytest.raises(ValueError, match="torch sees no CUDA device"):
         on_device("cuda", distributed.DistContext())
     assert on_device("auto", distributed.DistContext()).device == torch.device("cpu")
-    args = ["train", "--preset", "tiny", "--device", "cuda", "--out_dir", str(tmp_path), "--name", "g", "--max_steps", "2"]
+    args = [
+        "train",
+        "--preset",
+        "tiny",
+        "--device",
+        "cuda",
+        "--out_dir",
+        str(tmp_path),
+        "--name",
+        "g",
+        "--max_steps",
+        "2",
+    ]
     assert main([*args, "--dry-run"]) == 2  # the pre-flight (also a sweep's) refuses it before anything runs
     assert "torch sees no CUDA device" in capsys.readouterr().err
     assert main(args) == 2
@@ -57,8 +69,29 @@ def test_cuda_without_a_gpu_is_one_clear_error(tmp_path, capsys):
 
 
 def test_results_record_the_device(tmp_path, single_thread):
-    assert main(["train", "--preset", "tiny", "--device", "cpu", "--out_dir", str(tmp_path), "--name", "c",
-                 "--max_steps", "2", "--eval_interval", "2", "--eval_iters", "1", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "tiny",
+                "--device",
+                "cpu",
+                "--out_dir",
+                str(tmp_path),
+                "--name",
+                "c",
+                "--max_steps",
+                "2",
+                "--eval_interval",
+                "2",
+                "--eval_iters",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     results = json.loads((tmp_path / "c" / "results.json").read_text())
     assert results["device"] == "cpu"
     assert json.loads((tmp_path / "c" / "config.json").read_text())["train"]["device"] == "cpu"

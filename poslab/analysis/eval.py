@@ -65,7 +65,9 @@ def parse_lengths(spec: str | Sequence[int]) -> list[int]:
             try:
                 value = int(str(item), 10)
             except ValueError:
-                raise ValueError(f"evaluation length {item!r} is not a positive integer (from --lengths {spec!r})") from None
+                raise ValueError(
+                    f"evaluation length {item!r} is not a positive integer (from --lengths {spec!r})"
+                ) from None
         if value <= 0:
             raise ValueError(f"evaluation length {item!r} is not a positive integer (from --lengths {spec!r})")
         lengths.append(value)
@@ -132,10 +134,12 @@ def apply_rope_scaling(
     if not is_rotary(model):
         what = "--rope-scaling" if scaling is not None else "--logn-scaling"
         raise ValueError(
-            f"{what} needs a RoPE-family model ({', '.join(rescalable_schemes())}); this run uses position={cfg.position!r}"
+            f"{what} needs a RoPE-family model ({', '.join(rescalable_schemes())}); this run uses "
+            f"position={cfg.position!r}"
         )
-    config = type(model.position).rescaled_config(cfg.position_config, scaling, logn_scaling=logn_scaling,
-                                                  original_max_len=original_max_len)
+    config = type(model.position).rescaled_config(
+        cfg.position_config, scaling, logn_scaling=logn_scaling, original_max_len=original_max_len
+    )
     scheme = model.replace_position(config=config)
     return dataclasses.asdict(scheme.config)
 
@@ -167,8 +171,7 @@ def token_losses(model: GPT, idx: Tensor, targets: Tensor) -> Tensor:
     return flat.view(B, T)  # [B*T] -> [B, T]
 
 
-def loss_by_position(model: GPT, tokens: Tensor, length: int, max_windows: int | None = 64,
-                     chunk: int = 256) -> Tensor:
+def loss_by_position(model: GPT, tokens: Tensor, length: int, max_windows: int | None = 64, chunk: int = 256) -> Tensor:
     """Mean loss at each position of a window: how much a model uses its context.
 
     The stream is cut into non-overlapping windows of ``length`` inputs (at most ``max_windows``,
@@ -194,8 +197,11 @@ def loss_by_position(model: GPT, tokens: Tensor, length: int, max_windows: int |
         ValueError: ``length``, ``max_windows`` or ``chunk`` not a positive integer, or the stream holds
             no whole window.
     """
-    for name, value in (("length", length), ("max_windows", 1 if max_windows is None else max_windows),
-                        ("chunk", chunk)):
+    for name, value in (
+        ("length", length),
+        ("max_windows", 1 if max_windows is None else max_windows),
+        ("chunk", chunk),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     whole = (tokens.numel() - 1) // length
@@ -254,11 +260,15 @@ def check_stride(stride: int, length: int) -> None:
     if isinstance(stride, bool) or not isinstance(stride, int) or stride <= 0:
         raise ValueError(f"stride must be a positive integer, got {stride!r}")
     if stride > length:
-        raise ValueError(f"stride {stride} is larger than the evaluation length {length}; a stride must be <= every length")
+        raise ValueError(
+            f"stride {stride} is larger than the evaluation length {length}; a stride must be <= every length"
+        )
 
 
 @torch.no_grad()
-def score_windows(model: GPT, tokens: Tensor, windows: list[Window], batch_tokens: int = DEFAULT_BATCH_TOKENS) -> dict[str, float]:
+def score_windows(
+    model: GPT, tokens: Tensor, windows: list[Window], batch_tokens: int = DEFAULT_BATCH_TOKENS
+) -> dict[str, float]:
     """Sum the losses of the scored targets of ``windows``, batching windows of equal length.
 
     Args:
@@ -284,9 +294,10 @@ def score_windows(model: GPT, tokens: Tensor, windows: list[Window], batch_token
             offsets = starts[:, None] + torch.arange(length + 1)[None, :]  # [b, L+1]
             chunk = tokens[offsets].to(device)  # [b, L+1]
             losses = token_losses(model, chunk[:, :-1], chunk[:, 1:])  # [b, L]
-            keep = torch.arange(length, device=device)[None, :] >= torch.tensor(
-                [length - w.n_scored for w in batch], device=device
-            )[:, None]  # [b, L]: the last n_scored positions of each window
+            keep = (
+                torch.arange(length, device=device)[None, :]
+                >= torch.tensor([length - w.n_scored for w in batch], device=device)[:, None]
+            )  # [b, L]: the last n_scored positions of each window
             total += float(losses[keep].double().sum())
             count += int(keep.sum())
     loss = total / count
@@ -313,7 +324,10 @@ def evaluate_length(
     result: dict[str, Any] = {"length": length}
     result["nonoverlapping"] = score_windows(model, tokens, nonoverlapping_windows(n_targets, length), batch_tokens)
     if stride is not None:
-        result["sliding"] = {**score_windows(model, tokens, sliding_windows(n_targets, length, stride), batch_tokens), "stride": stride}
+        result["sliding"] = {
+            **score_windows(model, tokens, sliding_windows(n_targets, length, stride), batch_tokens),
+            "stride": stride,
+        }
     return result
 
 
@@ -339,7 +353,9 @@ def check_eval_inputs(tokens: Tensor, lengths: list[int], n_targets: int | None,
     if n_targets is None:
         return (available // longest) * longest
     if isinstance(n_targets, bool) or not isinstance(n_targets, int) or n_targets < longest:
-        raise ValueError(f"the number of evaluation tokens must be an integer >= the longest length {longest}, got {n_targets!r}")
+        raise ValueError(
+            f"the number of evaluation tokens must be an integer >= the longest length {longest}, got {n_targets!r}"
+        )
     if n_targets > available:
         raise ValueError(f"{n_targets} evaluation tokens requested but the text has only {available} targets")
     return n_targets
@@ -481,9 +497,13 @@ def eval_run(
     n_targets = check_eval_inputs(tokens, lengths, n_targets, stride)
     cost = estimate_cost(model, n_targets, lengths, stride)
     if cost["token_positions"] > WARN_TOKEN_POSITIONS:  # said before the minutes (or hours) are spent
-        print(f"poslab: warning: this evaluation runs {cost['windows']:,.0f} windows ({cost['token_positions']:,.0f} "
-              f"token positions, about {cost['flops'] / 1e12:,.1f} TFLOP); a larger --stride or fewer --tokens "
-              "makes it shorter", file=sys.stderr, flush=True)
+        print(
+            f"poslab: warning: this evaluation runs {cost['windows']:,.0f} windows ({cost['token_positions']:,.0f} "
+            f"token positions, about {cost['flops'] / 1e12:,.1f} TFLOP); a larger --stride or fewer --tokens "
+            "makes it shorter",
+            file=sys.stderr,
+            flush=True,
+        )
     start = time.perf_counter()
     cells = evaluate(model, tokens, lengths, stride=stride, n_targets=n_targets, batch_tokens=batch_tokens)
     return {

@@ -25,23 +25,50 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Run one of the lessons' experiments, print its table and write DIR/results.json.",
     )
     p.add_argument("name", help="experiment name, 'all' or 'list'")
-    p.add_argument("--out", type=Path, default=None,
-                   help="output folder (default runs/experiments/NAME; with 'all', one subfolder per experiment)")
-    p.add_argument("--quick", action="store_true", help="short form of experiments that have a long one (the lessons' experiments take seconds and ignore it)")
-    p.add_argument("--workers", type=int, default=None,
-                   help="trainings at a time for the experiments that train several models (default: one per "
-                        "core, at most 2; each on one thread)")
-    p.add_argument("--size", default=None, metavar="NAME[=BASE,FIELD=VALUE,...]",
-                   help="a size of the training experiments (smoke, quick, full; poslab.lab.sizes), or a new one: "
-                        "e.g. deep=quick,n_layer=4,steps=600")
-    p.add_argument("--shard", default=None, metavar="i/N",
-                   help="train only the i-th of N disjoint slices of the trainings (one batch job each) and "
-                        "stop before the results; the same command without --shard then reuses them")
-    p.add_argument("--cluster", choices=runner.CLUSTERS, default=None,
-                   help="where the trainings run: local (a process pool, the default) or ray "
-                        f"(needs pip install '{runner.RAY_EXTRA}'; docs/scaling.md)")
-    p.add_argument("--ray-address", default=None,
-                   help="the Ray cluster to use (default: RAY_ADDRESS, else a local Ray started for the command)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default runs/experiments/NAME; with 'all', one subfolder per experiment)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="short form of experiments that have a long one (the lessons' experiments take seconds and ignore it)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="trainings at a time for the experiments that train several models (default: one per "
+        "core, at most 2; each on one thread)",
+    )
+    p.add_argument(
+        "--size",
+        default=None,
+        metavar="NAME[=BASE,FIELD=VALUE,...]",
+        help="a size of the training experiments (smoke, quick, full; poslab.lab.sizes), or a new one: "
+        "e.g. deep=quick,n_layer=4,steps=600",
+    )
+    p.add_argument(
+        "--shard",
+        default=None,
+        metavar="i/N",
+        help="train only the i-th of N disjoint slices of the trainings (one batch job each) and "
+        "stop before the results; the same command without --shard then reuses them",
+    )
+    p.add_argument(
+        "--cluster",
+        choices=runner.CLUSTERS,
+        default=None,
+        help="where the trainings run: local (a process pool, the default) or ray "
+        f"(needs pip install '{runner.RAY_EXTRA}'; docs/scaling.md)",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="the Ray cluster to use (default: RAY_ADDRESS, else a local Ray started for the command)",
+    )
     p.set_defaults(func=run)
 
 
@@ -102,8 +129,12 @@ def _run_shard(args: argparse.Namespace, registry: dict, name: str, shard: tuple
         except runner.ShardFinished as stop:
             status, stages = "sharded", stop.stages
     record = {
-        "experiment": name, "shard": f"{shard[0]}/{shard[1]}", "status": status, "stages": stages,
-        "quick": bool(args.quick), "size": dataclasses.asdict(define_size(args.size)) if args.size else None,
+        "experiment": name,
+        "shard": f"{shard[0]}/{shard[1]}",
+        "status": status,
+        "stages": stages,
+        "quick": bool(args.quick),
+        "size": dataclasses.asdict(define_size(args.size)) if args.size else None,
         "seconds": round(time.perf_counter() - start, 1),
         "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
     }
@@ -111,13 +142,17 @@ def _run_shard(args: argparse.Namespace, registry: dict, name: str, shard: tuple
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, record)
     if status == "complete":
-        print(f"--- {name}, shard {shard[0]}/{shard[1]}: every training was finished, so the experiment ran to the end; "
-              f"results in {where / 'results.json'}")
+        print(
+            f"--- {name}, shard {shard[0]}/{shard[1]}: every training was finished, so the experiment ran to the end; "
+            f"results in {where / 'results.json'}"
+        )
     else:
         last = stages[-1]
-        print(f"--- {name}, shard {shard[0]}/{shard[1]}: sharded: trained {last['trained']} of {last['total']} "
-              f"{last['what']} in {record['seconds']:.1f}s; no claims yet: run it again without --shard once every "
-              f"shard is done (record: {path})")
+        print(
+            f"--- {name}, shard {shard[0]}/{shard[1]}: sharded: trained {last['trained']} of {last['total']} "
+            f"{last['what']} in {record['seconds']:.1f}s; no claims yet: run it again without --shard once every "
+            f"shard is done (record: {path})"
+        )
 
 
 def _run_all(args: argparse.Namespace, registry: dict, names: list[str]) -> None:

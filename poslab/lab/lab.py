@@ -22,8 +22,8 @@ collects: it runs every step, reusing the finished trainings, decides the claims
 
 A step whose folder holds a finished result of the same mode and size (recorded in ``LAB/lab.json``) is reused
 unless ``--fresh``; an interrupted training (Ctrl-C, a kill) continues from its last checkpoint
-(``train --resume``) instead of starting again; a failed step is recorded and the lab goes on (its dependants are skipped), and
-the report says so. Progress: a status line with the step, its elapsed time and the lab's ETA
+(``train --resume``) instead of starting again; a failed step is recorded and the lab goes on (its dependants are
+skipped), and the report says so. Progress: a status line with the step, its elapsed time and the lab's ETA
 (estimated from the last run's timings where there is one).
 """
 
@@ -127,23 +127,59 @@ def plan(lab_dir: Path, mode: str, size: str | None = None, shard: tuple[int, in
             if shard is not None:
                 extra += ["--shard", f"{shard[0]}/{shard[1]}"]
                 done = str(runner.shard_file("", shard))
-            steps.append(Step(name, "experiment", f"experiments/{name}",
-                              ["experiment", name, "--out", str(folder), *quick, *extra], done_file=done,
-                              needs=tuple(f"experiments/{n}" for n in experiment.reuses),
-                              estimate=float(experiment.estimate[MODES.index(mode)]), size=sized if takes_size else None))
+            steps.append(
+                Step(
+                    name,
+                    "experiment",
+                    f"experiments/{name}",
+                    ["experiment", name, "--out", str(folder), *quick, *extra],
+                    done_file=done,
+                    needs=tuple(f"experiments/{n}" for n in experiment.reuses),
+                    estimate=float(experiment.estimate[MODES.index(mode)]),
+                    size=sized if takes_size else None,
+                )
+            )
     if shard is not None:
         return steps  # the Tang GPT (one training) and its analysis are the collecting call's
     run_name = TRAIN_PRESET + ("-quick" if mode == "quick" else "")
     run_folder = f"runs/{run_name}"
     run_dir = lab_dir / run_folder
-    steps.append(Step(f"train {run_name}", "train", run_folder,
-                      ["train", "--preset", TRAIN_PRESET, *quick, "--name", run_name, "--out_dir", str(lab_dir / "runs")],
-                      resume=["--resume"]))
-    steps.append(Step("head analysis", "head-analysis", "heads",
-                      ["heads", str(run_dir), "--out", str(lab_dir / "heads"), *quick], needs=(run_folder,)))
-    steps.append(Step("attention map", "attention", "attention",
-                      ["attention", str(run_dir), "--prompt", DEFAULT_PROMPT, "--out", str(lab_dir / "attention" / "attention.png"),
-                       "--json", str(lab_dir / "attention" / "results.json")], needs=(run_folder,)))
+    steps.append(
+        Step(
+            f"train {run_name}",
+            "train",
+            run_folder,
+            ["train", "--preset", TRAIN_PRESET, *quick, "--name", run_name, "--out_dir", str(lab_dir / "runs")],
+            resume=["--resume"],
+        )
+    )
+    steps.append(
+        Step(
+            "head analysis",
+            "head-analysis",
+            "heads",
+            ["heads", str(run_dir), "--out", str(lab_dir / "heads"), *quick],
+            needs=(run_folder,),
+        )
+    )
+    steps.append(
+        Step(
+            "attention map",
+            "attention",
+            "attention",
+            [
+                "attention",
+                str(run_dir),
+                "--prompt",
+                DEFAULT_PROMPT,
+                "--out",
+                str(lab_dir / "attention" / "attention.png"),
+                "--json",
+                str(lab_dir / "attention" / "results.json"),
+            ],
+            needs=(run_folder,),
+        )
+    )
     return steps
 
 
@@ -169,7 +205,9 @@ class Display:
 
     def eta(self) -> float:
         elapsed = time.monotonic() - self.step_start
-        return max(self.estimate - elapsed, 0.1 * self.estimate if elapsed > self.estimate else 0.0) + self.remaining_after
+        return (
+            max(self.estimate - elapsed, 0.1 * self.estimate if elapsed > self.estimate else 0.0) + self.remaining_after
+        )
 
     def line(self) -> str:
         step = format_duration(time.monotonic() - self.step_start)
@@ -264,7 +302,9 @@ def run_step(step: Step, log_path: Path, display: Display, resume: bool = False)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(log_path, "a" if resume else "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(command) + "\n")
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         assert process.stdout is not None
         pending = b""
         try:
@@ -347,8 +387,12 @@ def _shard_outcome(path: Path) -> dict:
 def _finished(step: Step, lab_dir: Path, previous: dict, mode: str) -> bool:
     """Whether the step's result from an earlier run of the same mode can be reused."""
     record = previous.get("records", {}).get(step.folder, {})
-    return (record.get("status") in ("ok", "reused") and record.get("mode") == mode
-            and record.get("size") == step.size and (lab_dir / step.folder / step.done_file).is_file())
+    return (
+        record.get("status") in ("ok", "reused")
+        and record.get("mode") == mode
+        and record.get("size") == step.size
+        and (lab_dir / step.folder / step.done_file).is_file()
+    )
 
 
 def _sharded_here(step: Step, lab_dir: Path, mode: str) -> bool:
@@ -366,9 +410,15 @@ def _sharded_here(step: Step, lab_dir: Path, mode: str) -> bool:
     return False
 
 
-def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: bool = False,
-            only: list[str] | None = None, stream: TextIO | None = None, size: str | None = None,
-            shard: tuple[int, int] | None = None) -> dict:
+def run_lab(
+    lab_dir: Path | str = Path("runs/lab"),
+    mode: str = "quick",
+    fresh: bool = False,
+    only: list[str] | None = None,
+    stream: TextIO | None = None,
+    size: str | None = None,
+    shard: tuple[int, int] | None = None,
+) -> dict:
     """Run the lab and write ``lab_dir/report.html``.
 
     Args:
@@ -398,8 +448,10 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
     if mode not in MODES:
         raise ValueError(f"lab mode must be one of {list(MODES)}, got {mode!r}")
     if shard is not None and fresh:
-        raise ValueError("--fresh cannot be combined with --shard: the shards share the lab folder, and a fresh shard "
-                         "would delete the other shards' trainings; start the lab folder afresh before the shards")
+        raise ValueError(
+            "--fresh cannot be combined with --shard: the shards share the lab folder, and a fresh shard "
+            "would delete the other shards' trainings; start the lab folder afresh before the shards"
+        )
     sized = define_size(size) if size is not None else None  # a bad size: one error before any step
     if sized is not None:
         training_device(sized.device)  # a CUDA size without a GPU: one error, not one per step
@@ -421,12 +473,21 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
         step.estimate = float(last_times.get(step.folder) or guess)
 
     started = time.time()
-    command = ("poslab lab " + ("--quick" if mode == "quick" else "--full") + (" --fresh" if fresh else "")
-               + (f" --size {size}" if size is not None else "") + (f" --shard {shard[0]}/{shard[1]}" if shard else ""))
+    command = (
+        "poslab lab "
+        + ("--quick" if mode == "quick" else "--full")
+        + (" --fresh" if fresh else "")
+        + (f" --size {size}" if size is not None else "")
+        + (f" --shard {shard[0]}/{shard[1]}" if shard else "")
+    )
     manifest = {
-        "mode": mode, "command": command, "size": dataclasses.asdict(sized) if sized is not None else None,
-        "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": machine_info(),
-        "steps": [], "records": dict(previous.get("records", {})),
+        "mode": mode,
+        "command": command,
+        "size": dataclasses.asdict(sized) if sized is not None else None,
+        "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "steps": [],
+        "records": dict(previous.get("records", {})),
     }
     if shard is not None:
         manifest["shard"] = f"{shard[0]}/{shard[1]}"
@@ -438,8 +499,11 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
     with Display(stream) as display:
         for index, step in enumerate(steps):
             label = f"[{index + 1}/{len(steps)}] {step.name}"
-            remaining = sum(s.estimate for s in steps[index + 1 :]
-                            if (not only or s.name in only) and (fresh or not _finished(s, lab_dir, previous, mode)))
+            remaining = sum(
+                s.estimate
+                for s in steps[index + 1 :]
+                if (not only or s.name in only) and (fresh or not _finished(s, lab_dir, previous, mode))
+            )
             record = {"name": step.name, "kind": step.kind, "folder": step.folder, "mode": mode, "size": step.size}
             blocked = [n for n in step.needs if n in failed]
             if blocked:
@@ -457,7 +521,9 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
                 display.message(f"━━ lab {label}: reused ({step.folder}, finished {old.get('finished', '?')})")
             else:
                 if step.kind == "experiment" and step.command is None and step.name not in _registered():
-                    record.update(status="unavailable", error=f"experiment {step.name!r} is not part of this poslab", seconds=0.0)
+                    record.update(
+                        status="unavailable", error=f"experiment {step.name!r} is not part of this poslab", seconds=0.0
+                    )
                     failed.add(step.folder)
                     display.message(f"━━ lab {label}: unavailable in this poslab")
                 else:
@@ -468,18 +534,24 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
                         _clean(lab_dir, step)
                     display.begin(label, step.estimate, remaining)
                     if resume:
-                        display.message(f"━━ lab {label}: continuing the interrupted run in {step.folder} "
-                                        f"({' '.join(step.resume or [])}; --fresh starts it again)")
+                        display.message(
+                            f"━━ lab {label}: continuing the interrupted run in {step.folder} "
+                            f"({' '.join(step.resume or [])}; --fresh starts it again)"
+                        )
                     begin = time.monotonic()
                     cpu = None
                     try:
-                        code, tail, cpu = run_step(step, logs / f"{step.folder.replace('/', '_')}.log", display,
-                                                   resume=resume)
+                        code, tail, cpu = run_step(
+                            step, logs / f"{step.folder.replace('/', '_')}.log", display, resume=resume
+                        )
                     except KeyboardInterrupt:
                         code, tail, interrupted = 130, "interrupted (Ctrl-C)", True
                     seconds = time.monotonic() - begin
-                    record.update(seconds=round(seconds, 1), cpu_seconds=None if cpu is None else round(cpu, 1),
-                                  finished=dt.datetime.now().astimezone().isoformat(timespec="seconds"))
+                    record.update(
+                        seconds=round(seconds, 1),
+                        cpu_seconds=None if cpu is None else round(cpu, 1),
+                        finished=dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                    )
                     if code == 0 and (lab_dir / step.folder / step.done_file).is_file():
                         record["status"] = "ok"
                         rerun.add(step.folder)
@@ -494,8 +566,9 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
                             why = f"finished without writing {step.folder}/{step.done_file}"
                         record.update(status="interrupted" if interrupted else "failed", error=why, exit_code=code)
                         failed.add(step.folder)
-                        display.finish(f"━━ lab {label}: {record['status']} after {format_duration(seconds)}: {why} "
-                                        f"(log: {logs})")
+                        display.finish(
+                            f"━━ lab {label}: {record['status']} after {format_duration(seconds)}: {why} (log: {logs})"
+                        )
             manifest["steps"].append(record)
             manifest["records"][step.folder] = record
             _write_manifest(manifest_file, manifest)
@@ -505,20 +578,26 @@ def run_lab(lab_dir: Path | str = Path("runs/lab"), mode: str = "quick", fresh: 
     ok = sum(r["status"] in ("ok", "reused", "sharded") for r in manifest["steps"])
     if shard is not None:
         asked = sum(not only or s.name in only for s in steps)
-        print(f"\nlab shard {shard[0]}/{shard[1]}: {ok} of {asked} training experiments did their part in "
-              f"{format_duration(manifest['seconds'])} (record: {manifest_file}); once every shard is done, "
-              f"collect with the same command without --shard", file=stream or sys.stderr)
+        print(
+            f"\nlab shard {shard[0]}/{shard[1]}: {ok} of {asked} training experiments did their part in "
+            f"{format_duration(manifest['seconds'])} (record: {manifest_file}); once every shard is done, "
+            f"collect with the same command without --shard",
+            file=stream or sys.stderr,
+        )
     else:
         report = build_report(lab_dir)
-        print(f"\nlab: {ok} of {len(steps)} steps finished in {format_duration(manifest['seconds'])}; report: {report}",
-              file=stream or sys.stderr)
+        print(
+            f"\nlab: {ok} of {len(steps)} steps finished in {format_duration(manifest['seconds'])}; report: {report}",
+            file=stream or sys.stderr,
+        )
     if interrupted:
         raise KeyboardInterrupt
     return manifest
 
 
 def succeeded(manifest: dict, only: list[str] | None = None) -> bool:
-    """Whether every step that was asked for (all, or those in ``only``) finished (``ok``, ``reused``, or its shard ``sharded``)."""
+    """Whether every step that was asked for (all, or those in ``only``) finished (``ok``, ``reused``, or its shard
+    ``sharded``)."""
     asked = [r for r in manifest["steps"] if not only or r.get("name") in only]
     return all(r.get("status") in ("ok", "reused", "sharded") for r in asked)
 

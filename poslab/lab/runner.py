@@ -132,8 +132,7 @@ class LocalExecutor:
     def __init__(self, workers: int | None = None) -> None:
         self.workers = None if workers is None else check_workers(workers)
 
-    def run(self, tasks: Sequence[Task], workers: int | None,
-            on_done: Callable[[Task, Any], None] | None) -> list[Any]:
+    def run(self, tasks: Sequence[Task], workers: int | None, on_done: Callable[[Task, Any], None] | None) -> list[Any]:
         workers = workers if workers is not None else (self.workers or default_workers())
         results: list[Any] = [None] * len(tasks)
         if workers == 1 or len(tasks) <= 1:
@@ -147,8 +146,9 @@ class LocalExecutor:
             pool: concurrent.futures.Executor = concurrent.futures.ThreadPoolExecutor(max_workers=size)
         else:
             # spawn, not fork: a forked child of a process that already ran OpenMP threads can hang
-            pool = concurrent.futures.ProcessPoolExecutor(max_workers=size, mp_context=multiprocessing.get_context("spawn"),
-                                                          initializer=die_with_parent)
+            pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=size, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent
+            )
         with pool:
             futures = {pool.submit(task.fn, *task.args): i for i, task in enumerate(tasks)}
             try:
@@ -266,8 +266,7 @@ class RayExecutor:
         finally:
             ray.shutdown()
 
-    def run(self, tasks: Sequence[Task], workers: int | None,
-            on_done: Callable[[Task, Any], None] | None) -> list[Any]:
+    def run(self, tasks: Sequence[Task], workers: int | None, on_done: Callable[[Task, Any], None] | None) -> list[Any]:
         ray = self.ray
         results: list[Any] = [None] * len(tasks)
         if not tasks:
@@ -276,8 +275,13 @@ class RayExecutor:
             remote = ray.remote(_ray_call)
             refs = {}
             for i, task in enumerate(tasks):
-                ref = remote.options(num_cpus=task.cpus, num_gpus=task.gpus, max_retries=self.retries,
-                                     retry_exceptions=[TrainingLost], name=task.label).remote(task.fn, task.args)
+                ref = remote.options(
+                    num_cpus=task.cpus,
+                    num_gpus=task.gpus,
+                    max_retries=self.retries,
+                    retry_exceptions=[TrainingLost],
+                    name=task.label,
+                ).remote(task.fn, task.args)
                 refs[ref] = i
             pending = list(refs)
             try:
@@ -383,8 +387,13 @@ def gpus_for(config: dict[str, Any]) -> int:
     return 1 if config.get("device") == "cuda" else 0
 
 
-def train_many(tasks: Sequence[Task], workers: int | None = None,
-               on_done: Callable[[Task, Any], None] | None = None, *, sharded: bool = False) -> list[Any]:
+def train_many(
+    tasks: Sequence[Task],
+    workers: int | None = None,
+    on_done: Callable[[Task, Any], None] | None = None,
+    *,
+    sharded: bool = False,
+) -> list[Any]:
     """Run every task on the current executor; the results come back in the order of ``tasks``.
 
     Args:
@@ -407,8 +416,13 @@ def train_many(tasks: Sequence[Task], workers: int | None = None,
     """
     workers = None if workers is None else check_workers(workers)
     if not sharded and current_shard() is not None and tasks:
-        end_of_stage(f"{len(tasks)} trainings that keep no run folder to reuse (left to the collecting call)",
-                     trained=0, in_shard=0, total=len(tasks), left=len(tasks))
+        end_of_stage(
+            f"{len(tasks)} trainings that keep no run folder to reuse (left to the collecting call)",
+            trained=0,
+            in_shard=0,
+            total=len(tasks),
+            left=len(tasks),
+        )
     return current_executor().run(tasks, workers, on_done)
 
 
@@ -455,8 +469,10 @@ class ShardFinished(BaseException):
     def __init__(self, shard: tuple[int, int], stages: list[dict[str, Any]]) -> None:
         self.shard, self.stages = shard, [dict(s) for s in stages]
         last = stages[-1]
-        super().__init__(f"shard {shard[0]}/{shard[1]}: trained {last['trained']} of {last['total']} {last['what']}; "
-                         f"{last['left']} left to other shards or the collecting call")
+        super().__init__(
+            f"shard {shard[0]}/{shard[1]}: trained {last['trained']} of {last['total']} {last['what']}; "
+            f"{last['left']} left to other shards or the collecting call"
+        )
 
 
 _shard: tuple[int, int] | None = None
@@ -516,13 +532,42 @@ def end_of_stage(what: str, trained: int, in_shard: int, total: int, left: int) 
     if _shard is None:
         return
     _stages.append({"what": what, "trained": trained, "in_shard": in_shard, "total": total, "left": left})
-    print(f"--- shard {_shard[0]}/{_shard[1]}: trained {trained} of {total} {what} ({in_shard} in this shard, "
-          f"{left} left)", flush=True)
+    print(
+        f"--- shard {_shard[0]}/{_shard[1]}: trained {trained} of {total} {what} ({in_shard} in this shard, "
+        f"{left} left)",
+        flush=True,
+    )
     if left:
         raise ShardFinished(_shard, _stages)
 
 
-__all__ = ["CLUSTERS", "CLUSTER_ENV", "RAY_EXTRA", "LocalExecutor", "RayExecutor", "SHARDS_DIR", "ShardFinished", "Task", "TrainingLost", "check_workers",
-           "current_executor", "current_shard", "default_workers", "die_with_parent", "end_of_stage", "executor_for",
-           "for_child_steps", "gpus_for", "import_ray", "launch", "parse_shard", "select_shard", "shard_file", "shard_indices",
-           "shard_stages", "train_many", "use_executor", "use_shard"]
+__all__ = [
+    "CLUSTERS",
+    "CLUSTER_ENV",
+    "RAY_EXTRA",
+    "LocalExecutor",
+    "RayExecutor",
+    "SHARDS_DIR",
+    "ShardFinished",
+    "Task",
+    "TrainingLost",
+    "check_workers",
+    "current_executor",
+    "current_shard",
+    "default_workers",
+    "die_with_parent",
+    "end_of_stage",
+    "executor_for",
+    "for_child_steps",
+    "gpus_for",
+    "import_ray",
+    "launch",
+    "parse_shard",
+    "select_shard",
+    "shard_file",
+    "shard_indices",
+    "shard_stages",
+    "train_many",
+    "use_executor",
+    "use_shard",
+]

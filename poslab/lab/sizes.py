@@ -31,7 +31,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-#: the length factors the extrapolation evaluates (``k * L``); :attr:`Size.n_targets` sizes its evaluation by the largest
+#: the length factors the extrapolation evaluates (``k * L``); :attr:`Size.n_targets` sizes its evaluation by
+#: the largest
 EXTRAPOLATION_FACTORS = (1, 2, 4, 8, 16)
 
 
@@ -78,8 +79,21 @@ SIZES = {
     # the demo: 4 layers and 3000 steps, the least measured to make NoPE use its context (one seed, 2000 steps:
     # context gain 0.08-0.11 nats, the premise asks 0.1 at every seed; 2 layers or 1500 steps: below 0.05;
     # benchmarks/lm_recipe_search.py), for the five arms of the lessons' main claims
-    "quick": Size("quick", 64, 4, 4, 64, 3000, 16, 3e-3, 200, 4, 100, 2,
-                  schemes=("none", "learned", "sinusoidal", "rope", "alibi")),
+    "quick": Size(
+        "quick",
+        64,
+        4,
+        4,
+        64,
+        3000,
+        16,
+        3e-3,
+        200,
+        4,
+        100,
+        2,
+        schemes=("none", "learned", "sinusoidal", "rope", "alibi"),
+    ),
     "full": Size("full", 128, 4, 4, 64, 3000, 16, 3e-3, 200, 4, 100, 2),
     # nanoGPT's shakespeare_char GPU recipe (expected times in the module docstring: estimates, not measured)
     "gpu": Size("gpu", 256, 6, 6, 384, 5000, 64, 1e-3, 100, 4, 500, 4, device="cuda"),
@@ -130,14 +144,17 @@ def define_size(spec: str) -> Size:
         try:
             value = kind(text)
         except ValueError:
-            raise ValueError(f"--size {spec!r}: {key} must be {'a number' if kind is float else 'an integer'}, "
-                             f"got {text!r}") from None
+            raise ValueError(
+                f"--size {spec!r}: {key} must be {'a number' if kind is float else 'an integer'}, got {text!r}"
+            ) from None
         if value <= 0:
             raise ValueError(f"--size {spec!r}: {key} must be > 0, got {text!r}")
         changes[key] = value
     size = dataclasses.replace(base, name=name, **changes)
     if not name or any(c in name for c in "/\\ ") or name.startswith("."):
-        raise ValueError(f"--size {spec!r}: the name {name!r} must be a plain folder name (it names the models' subfolder)")
+        raise ValueError(
+            f"--size {spec!r}: the name {name!r} must be a plain folder name (it names the models' subfolder)"
+        )
     if name in SIZES and SIZES[name] != size:
         raise ValueError(f"--size {spec!r}: {name!r} is already the size {SIZES[name]}")
     SIZES[name] = size

@@ -28,8 +28,21 @@ DEVICES = ("auto", "cpu", "cuda")
 
 #: keys that may differ between a run's saved config and the config it is resumed with
 RESUME_FREE_KEYS = frozenset(
-    {"name", "out_dir", "max_steps", "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "keep_checkpoints",
-     "threads", "skip_nonfinite", "stop_val_loss", "compile", "device"}
+    {
+        "name",
+        "out_dir",
+        "max_steps",
+        "eval_interval",
+        "eval_iters",
+        "log_interval",
+        "ckpt_interval",
+        "keep_checkpoints",
+        "threads",
+        "skip_nonfinite",
+        "stop_val_loss",
+        "compile",
+        "device",
+    }
 )
 
 #: the model keys a user may set (``vocab_size`` comes from the tokenizer)
@@ -156,8 +169,10 @@ class TrainConfig:
         except ValueError as err:
             if self.objective == "mlm":
                 position = self.model.get("position", "none") if isinstance(self.model, dict) else "?"
-                raise ValueError(f"objective 'mlm' needs non-causal attention, and the model does not build with "
-                                 f"position scheme {position!r}: {err}") from None
+                raise ValueError(
+                    f"objective 'mlm' needs non-causal attention, and the model does not build with "
+                    f"position scheme {position!r}: {err}"
+                ) from None
             raise
         if self.objective == "mlm":
             check_bidirectional(self.model)
@@ -167,7 +182,15 @@ class TrainConfig:
         for key in positive:
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key} must be > 0, got {getattr(self, key)!r}")
-        for key in ("warmup_steps", "ckpt_interval", "keep_checkpoints", "seed", "skip_nonfinite", "eval_iters", "memory"):
+        for key in (
+            "warmup_steps",
+            "ckpt_interval",
+            "keep_checkpoints",
+            "seed",
+            "skip_nonfinite",
+            "eval_iters",
+            "memory",
+        ):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)!r}")
         if self.lr_decay_steps is not None and self.lr_decay_steps <= 0:
@@ -195,8 +218,10 @@ class TrainConfig:
             what = f"memory={self.memory} (Transformer-XL segment recurrence)" if self.memory else "stream_batches"
             raise ValueError(f"{what} reads the text left to right: it needs objective 'clm', got {self.objective!r}")
         if self.memory and self.compile:
-            raise ValueError(f"compile=true does not run with memory={self.memory} (the segment memory changes between "
-                             "calls, which a compiled graph cannot follow); set compile=false or memory=0")
+            raise ValueError(
+                f"compile=true does not run with memory={self.memory} (the segment memory changes between "
+                "calls, which a compiled graph cannot follow); set compile=false or memory=0"
+            )
         split_text("", self.val_fraction)  # validates the range
 
     @classmethod
@@ -232,7 +257,8 @@ def _model_of(model: Any) -> GPTConfig:
 
 
 def check_bidirectional(model: GPTConfig) -> None:
-    """``ValueError`` unless ``model`` can train a masked LM: its scheme works without the causal mask, and ``causal`` is off.
+    """``ValueError`` unless ``model`` can train a masked LM: its scheme works without the causal mask, and ``causal``
+    is off.
 
     Whether a scheme is causal-only is the scheme's own answer: the model config is rebuilt with
     ``causal=False``, which calls the scheme's ``check_layer(..., causal=False)``; a refusal there is
@@ -242,10 +268,13 @@ def check_bidirectional(model: GPTConfig) -> None:
         try:
             dataclasses.replace(model, causal=False, position_config=copy.deepcopy(model.position_config))
         except ValueError as err:
-            raise ValueError(f"position scheme {model.position!r} is causal-only, so it cannot train a masked LM "
-                             f"(objective 'mlm'): {err}") from None
-        raise ValueError("objective 'mlm' trains a bidirectional encoder: set model.causal to false "
-                         "(--model.causal false)")
+            raise ValueError(
+                f"position scheme {model.position!r} is causal-only, so it cannot train a masked LM "
+                f"(objective 'mlm'): {err}"
+            ) from None
+        raise ValueError(
+            "objective 'mlm' trains a bidirectional encoder: set model.causal to false (--model.causal false)"
+        )
 
 
 def model_fields(model: GPTConfig) -> dict[str, Any]:
@@ -286,15 +315,20 @@ def training_device(device: str, distributed_device: str | None = None) -> str:
         raise ValueError(f"device={device!r} is not allowed; choose one of {list(DEVICES)}")
     if distributed_device is not None:
         if device != "auto" and device != distributed_device:
-            why = ("torch sees no CUDA device, so torchrun's processes use gloo on the CPU" if device == "cuda"
-                   else "torch sees CUDA, so torchrun's processes use nccl on cuda:LOCAL_RANK "
-                        "(CUDA_VISIBLE_DEVICES= hides the GPUs)")
+            why = (
+                "torch sees no CUDA device, so torchrun's processes use gloo on the CPU"
+                if device == "cuda"
+                else "torch sees CUDA, so torchrun's processes use nccl on cuda:LOCAL_RANK "
+                "(CUDA_VISIBLE_DEVICES= hides the GPUs)"
+            )
             raise ValueError(f"device={device!r} cannot be used under this torchrun: {why}; use --device auto")
         return distributed_device
     if device == "cuda" and not torch.cuda.is_available():
         build = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "built without CUDA"
-        raise ValueError(f"device='cuda' but torch sees no CUDA device (torch {torch.__version__}, {build}); "
-                         "use --device cpu or --device auto")
+        raise ValueError(
+            f"device='cuda' but torch sees no CUDA device (torch {torch.__version__}, {build}); "
+            "use --device cpu or --device auto"
+        )
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
@@ -312,12 +346,15 @@ def check_backend_trains(backend: str, device: str) -> None:
 
     reason = backend_trains(backend, device)
     if reason is not None:
-        raise ValueError(f"model.backend={backend!r} cannot train on {device}: the {backend} backend {reason}; use "
-                         f"--model.backend auto, sdpa or eager to train (a trained model can still be evaluated with {backend})")
+        raise ValueError(
+            f"model.backend={backend!r} cannot train on {device}: the {backend} backend {reason}; use "
+            f"--model.backend auto, sdpa or eager to train (a trained model can still be evaluated with {backend})"
+        )
 
 
-def check_model_for_training(cfg: TrainConfig, max_positions: int | None, world_size: int = 1,
-                             device: str = "cpu") -> None:
+def check_model_for_training(
+    cfg: TrainConfig, max_positions: int | None, world_size: int = 1, device: str = "cpu"
+) -> None:
     """What training refuses about ``cfg.model`` beyond its own checks: one function for ``train`` and its pre-flight.
 
     Args:
@@ -342,11 +379,15 @@ def check_model_for_training(cfg: TrainConfig, max_positions: int | None, world_
         return
     what = f"memory={cfg.memory} (segment recurrence)" if cfg.memory else "stream_batches"
     if world_size > 1:
-        raise ValueError(f"{what} runs in one process; this run has world_size={world_size} "
-                         "(drop --memory / --stream_batches or torchrun)")
+        raise ValueError(
+            f"{what} runs in one process; this run has world_size={world_size} "
+            "(drop --memory / --stream_batches or torchrun)"
+        )
     if max_positions is not None and cfg.memory:
-        raise ValueError(f"memory={cfg.memory} continues positions across segments, past the "
-                         f"{model.position!r} table of {max_positions} positions; use a scheme without a table")
+        raise ValueError(
+            f"memory={cfg.memory} continues positions across segments, past the "
+            f"{model.position!r} table of {max_positions} positions; use a scheme without a table"
+        )
     if model.mla is not None:
         raise ValueError(f"{what} needs standard attention, not mla")
 
@@ -368,11 +409,27 @@ def resume_identity(config_doc: dict, model: GPTConfig | None = None) -> dict:
         model = GPTConfig.from_dict(config_doc["model"])
     train_values = {**config_doc["train"], "model": model}
     train_values.setdefault("name", "run")
-    train = {k: v for k, v in TrainConfig.from_dict(train_values).to_dict().items()
-             if k not in RESUME_FREE_KEYS and k != "model"}
+    train = {
+        k: v
+        for k, v in TrainConfig.from_dict(train_values).to_dict().items()
+        if k not in RESUME_FREE_KEYS and k != "model"
+    }
     return {"model": model.to_dict(), "train": train}
 
 
-__all__ = ["DEVICES", "DTYPES", "MODEL_KEYS", "OBJECTIVES", "OPTIMIZERS", "RESUME_FREE_KEYS", "TrainConfig", "check_backend_trains",
-           "check_bidirectional", "check_model_for_training",
-           "model_config", "model_fields", "resume_identity", "training_device"]
+__all__ = [
+    "DEVICES",
+    "DTYPES",
+    "MODEL_KEYS",
+    "OBJECTIVES",
+    "OPTIMIZERS",
+    "RESUME_FREE_KEYS",
+    "TrainConfig",
+    "check_backend_trains",
+    "check_bidirectional",
+    "check_model_for_training",
+    "model_config",
+    "model_fields",
+    "resume_identity",
+    "training_device",
+]

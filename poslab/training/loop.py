@@ -225,14 +225,17 @@ def segment_nll(
             x, y = stream_segment(streams, s, seg_len)  # [n, T] x2
             with autocast(dtype, device.type):
                 logits = model(x.to(device), memory=memory) if memory is not None else model(x.to(device))
-            out.append(torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), y.to(device), reduction="none").cpu())
+            out.append(
+                torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), y.to(device), reduction="none").cpu()
+            )
     finally:
         model.train(was_training)
     return torch.stack(out)  # [segments, n, T]
 
 
 def _config_of(model: nn.Module) -> Any:
-    """The :class:`GPTConfig` of ``model`` or of the model a wrapper holds (``.module``: DDP, ``.model``: sharded eval)."""
+    """The :class:`GPTConfig` of ``model`` or of the model a wrapper holds (``.module``: DDP, ``.model``: sharded
+    eval)."""
     while getattr(model, "config", None) is None:
         inner = getattr(model, "module", None) or getattr(model, "model", None)
         if inner is None:
@@ -247,14 +250,18 @@ def matmul_flops_per_token(model: GPT, block_size: int) -> float:
     ``6 * N + 12 * n_layer * n_embd * T`` with ``N`` = the weights of the transformer's linear
     layers and the LM head (the matmul parameters; embedding lookups cost no FLOPs).
     """
-    n_matmul = sum(m.weight.numel() for name, m in model.named_modules()
-                   if isinstance(m, nn.Linear) and (name.startswith("blocks.") or name == "lm_head"))
+    n_matmul = sum(
+        m.weight.numel()
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear) and (name.startswith("blocks.") or name == "lm_head")
+    )
     cfg = model.config
     return 6.0 * n_matmul + 12.0 * cfg.n_layer * cfg.n_embd * block_size
 
 
-def measure_matmul_peak(dtype: str = "fp32", n: int = 1024, seconds: float = 0.3, min_reps: int = 8,
-                        device: torch.device | str = "cpu") -> float:
+def measure_matmul_peak(
+    dtype: str = "fp32", n: int = 1024, seconds: float = 0.3, min_reps: int = 8, device: torch.device | str = "cpu"
+) -> float:
     """Best measured FLOP/s of an ``n x n @ n x n`` matmul on ``device`` (the CPU: with the current threads).
 
     The best of at least ``min_reps`` timed matmuls (and at least ``seconds``): on a machine shared
@@ -369,7 +376,9 @@ def run_training(
     Returns:
         The results dict (also written through ``store``).
     """
-    trainer = _Trainer(cfg, store, on_device(cfg.device, dist_ctx), progress, callback, wall_start or time.perf_counter())
+    trainer = _Trainer(
+        cfg, store, on_device(cfg.device, dist_ctx), progress, callback, wall_start or time.perf_counter()
+    )
     trainer.setup(resuming, init_from)
     if on_started is not None:
         on_started()
@@ -397,8 +406,15 @@ def on_device(device: str, dist_ctx: distributed.DistContext) -> distributed.Dis
 class _Trainer:
     """One training session: built by :meth:`setup`, run by :meth:`loop`, summarised by :meth:`finish`."""
 
-    def __init__(self, cfg: TrainConfig, store: RunStore, dist_ctx: distributed.DistContext, show: bool,
-                 callback: Callable[[int, dict], None] | None, wall_start: float) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        store: RunStore,
+        dist_ctx: distributed.DistContext,
+        show: bool,
+        callback: Callable[[int, dict], None] | None,
+        wall_start: float,
+    ) -> None:
         self.cfg, self.store, self.dist, self.show, self.callback = cfg, store, dist_ctx, show, callback
         self.timing = _Timing(wall_start)
         self.state = _State()
@@ -466,7 +482,9 @@ class _Trainer:
         self.model = GPT(self.model_cfg)
         if init_from is not None and (not self.resuming or self.store.latest_step() is None):
             init_from.restore_weights(self.model)  # a resume with a checkpoint overwrites these weights anyway
-        check_model_for_training(cfg, self.model.position.max_positions, dist.world_size, dist.device.type)  # = pre-flight
+        check_model_for_training(
+            cfg, self.model.position.max_positions, dist.world_size, dist.device.type
+        )  # = pre-flight
         if cfg.memory or cfg.stream_batches:
             self._setup_memory()
         self.wrapped_model = dist.prepare_model(self.model, cfg.seed)  # DDP wrapper, FSDP shards, or the model
@@ -479,7 +497,8 @@ class _Trainer:
         self.data_rng = torch.Generator().manual_seed(data_seed(cfg.seed))
 
     def _setup_memory(self) -> None:
-        """Stream batches (``cfg.memory``, ``cfg.stream_batches``): the streams of each micro-batch and their memories."""
+        """Stream batches (``cfg.memory``, ``cfg.stream_batches``): the streams of each micro-batch and their
+        memories."""
         cfg = self.cfg
         T = self.model_cfg.block_size
         streams = batchify(self.data.train, cfg.batch_size * cfg.grad_accum, T)  # [B*A, S]
@@ -495,13 +514,19 @@ class _Trainer:
         # so the figure is a fraction of what this machine can do in any dtype the run uses
         used = ("fp32", "bf16") if cfg.dtype == "bf16" else ("fp32",)
         on_gpu = dist.device.type == "cuda"
-        self.peak = max(dist.run_on_main(self.store.matmul_peak, f"cuda/{d}" if on_gpu else f"{d}/{torch.get_num_threads()}",
-                                         functools.partial(_measured_peak, d, dist.device) if on_gpu
-                                         else functools.partial(_measured_peak, d)) for d in used)
+        self.peak = max(
+            dist.run_on_main(
+                self.store.matmul_peak,
+                f"cuda/{d}" if on_gpu else f"{d}/{torch.get_num_threads()}",
+                functools.partial(_measured_peak, d, dist.device) if on_gpu else functools.partial(_measured_peak, d),
+            )
+            for d in used
+        )
         self.flops_per_token = matmul_flops_per_token(self.model, self.model_cfg.block_size)
         self.tokens_per_step = cfg.batch_size * cfg.grad_accum * self.model_cfg.block_size * dist.world_size
-        self.bar = ProgressBar(cfg.max_steps, start_step=self.state.step, enabled=self.show and dist.is_main,
-                               stream=dist.bar_stream())
+        self.bar = ProgressBar(
+            cfg.max_steps, start_step=self.state.step, enabled=self.show and dist.is_main, stream=dist.bar_stream()
+        )
         if self.show and dist.is_main:
             self.bar.message(self._banner())
         if dist.is_main:
@@ -515,11 +540,14 @@ class _Trainer:
         if saved_doc.get("data", {}).get("corpus_sha256") != self.data.info["corpus_sha256"]:
             mismatch.append(f"data.corpus_sha256: the corpus text changed since the run started ({cfg.corpus!r})")
         if mismatch:
-            raise ValueError(f"cannot resume {str(store.path)!r}: the config differs from the saved one: "
-                             + "; ".join(mismatch))
+            raise ValueError(
+                f"cannot resume {str(store.path)!r}: the config differs from the saved one: " + "; ".join(mismatch)
+            )
         found = store.resume_checkpoint(self.identity)
         if found is None:  # killed before its first checkpoint: nothing to restore (said, not silent)
-            self.notes.append(f"poslab: note: {str(store.path)!r} has no checkpoint yet: --resume starts it from step 0")
+            self.notes.append(
+                f"poslab: note: {str(store.path)!r} has no checkpoint yet: --resume starts it from step 0"
+            )
         else:
             tensors, meta = found
             dist.check_resume(meta, store.path)  # the same number of processes as the checkpoint's
@@ -527,9 +555,14 @@ class _Trainer:
             dist.restore_rng(tensors)  # this rank's torch.set_rng_state
             self.data_rng.set_state(tensors["rng.data"])
             self._restore_memories(tensors, store.path)
-            self.state = _State(step=meta["step"], log_loss_sum=meta["log_loss_sum"],
-                                log_loss_count=meta["log_loss_count"], best=meta["best"],
-                                tokens_seen=meta["tokens_seen"], skipped=list(meta.get("skipped_nonfinite", [])))
+            self.state = _State(
+                step=meta["step"],
+                log_loss_sum=meta["log_loss_sum"],
+                log_loss_count=meta["log_loss_count"],
+                best=meta["best"],
+                tokens_seen=meta["tokens_seen"],
+                skipped=list(meta.get("skipped_nonfinite", [])),
+            )
         if dist.is_main:
             store.truncate_metrics(self.state.step)
 
@@ -543,7 +576,8 @@ class _Trainer:
             f"({data.info['train_tokens']:,} train / {data.info['val_tokens']:,} val tokens, vocab "
             f"{data.tokenizer.vocab_size}), {cfg.max_steps} steps x {self.tokens_per_step:,} tokens, "
             f"{self.precision.reason}, "
-            f"{torch.get_num_threads()} threads" + (f", on {self.dist.device}" if self.dist.device.type != "cpu" else "")
+            f"{torch.get_num_threads()} threads"
+            + (f", on {self.dist.device}" if self.dist.device.type != "cpu" else "")
         )
 
     # -------------------------------------------------------------------------------- checkpoints
@@ -554,8 +588,14 @@ class _Trainer:
         rank_rng = dist.rng_states()  # {} in a single process
         if not dist.is_main:
             return None
-        tensors = {**model_t, **optim_t, "rng.torch": torch.get_rng_state(), "rng.data": self.data_rng.get_state(),
-                   **rank_rng, **self._memory_tensors()}
+        tensors = {
+            **model_t,
+            **optim_t,
+            "rng.torch": torch.get_rng_state(),
+            "rng.data": self.data_rng.get_state(),
+            **rank_rng,
+            **self._memory_tensors(),
+        }
         meta = {
             "config": self.identity,
             "config_hash": ckpt.config_hash(self.identity),
@@ -573,7 +613,8 @@ class _Trainer:
         return self.store.save_checkpoint(at_step, tensors, meta, keep=cfg.keep_checkpoints)
 
     def _memory_tensors(self) -> dict[str, torch.Tensor]:
-        """The segment memories (``cfg.memory``) as checkpoint tensors ``memory.{micro}.*``: a resume continues bitwise."""
+        """The segment memories (``cfg.memory``) as checkpoint tensors ``memory.{micro}.*``: a resume continues
+        bitwise."""
         out: dict[str, torch.Tensor] = {}
         for micro, memory in enumerate(getattr(self, "memories", ())):
             if memory is not None:
@@ -586,13 +627,17 @@ class _Trainer:
         if not memories:
             return
         if f"memory.{memories[0][0]}.length" not in tensors:
-            self.notes.append(f"poslab: note: the checkpoint of {str(run_dir)!r} holds no segment memory: "
-                              "training resumes with an empty one (not bitwise equal to an uninterrupted run)")
+            self.notes.append(
+                f"poslab: note: the checkpoint of {str(run_dir)!r} holds no segment memory: "
+                "training resumes with an empty one (not bitwise equal to an uninterrupted run)"
+            )
             return
         cfg = self.model_cfg
         for micro, memory in memories:
             try:
-                memory.load_state(tensors, f"memory.{micro}", cfg.n_layer, self.train_streams[micro].shape[0], cfg.n_embd)
+                memory.load_state(
+                    tensors, f"memory.{micro}", cfg.n_layer, self.train_streams[micro].shape[0], cfg.n_embd
+                )
             except ValueError as err:
                 raise ckpt.CheckpointError(f"cannot resume {str(run_dir)!r}: {err}") from None
 
@@ -643,8 +688,9 @@ class _Trainer:
                     extra["memory"] = memory
             else:
                 # the global batch (world_size x batch_size windows), then this rank's rows on its device
-                x, y = get_batch(self.data.train, self.model_cfg.block_size, cfg.batch_size * dist.world_size,
-                                 self.data_rng)  # [W*B, T] x2
+                x, y = get_batch(
+                    self.data.train, self.model_cfg.block_size, cfg.batch_size * dist.world_size, self.data_rng
+                )  # [W*B, T] x2
                 x, y = objective_batch(cfg.objective, x, y, self.mask_id, self.data_rng)  # [W*B, T] x2: masked for mlm
                 x, y = dist.shard(x, y, cfg.batch_size)  # [B, T] x2
             dist.set_grad_sync(self.wrapped_model, micro == cfg.grad_accum - 1)  # all-reduce once per step
@@ -683,8 +729,10 @@ class _Trainer:
             if memory is not None:
                 memory.reset()
         state.skipped.append(state.step + 1)
-        self.bar.message(f"skipped a non-finite batch at step {state.step + 1} (loss={step_loss}, "
-                         f"grad_norm={grad_norm}); {len(state.skipped)} of {cfg.skip_nonfinite} allowed skips used")
+        self.bar.message(
+            f"skipped a non-finite batch at step {state.step + 1} (loss={step_loss}, "
+            f"grad_norm={grad_norm}); {len(state.skipped)} of {cfg.skip_nonfinite} allowed skips used"
+        )
 
     def _count_step(self, elapsed: float, step_loss: float) -> None:
         state, timing = self.state, self.timing
@@ -725,7 +773,12 @@ class _Trainer:
             if state.best["val_loss"] is None or val < state.best["val_loss"]:
                 state.best = {"val_loss": val, "step": step}
             if cfg.stop_val_loss is not None and val <= cfg.stop_val_loss:
-                self.target = {"step": step, "tokens": state.tokens_seen, "train_time_s": timing.train_time, "val_loss": val}
+                self.target = {
+                    "step": step,
+                    "tokens": state.tokens_seen,
+                    "train_time_s": timing.train_time,
+                    "val_loss": val,
+                }
         if state.skipped:
             record["skipped_nonfinite"] = len(state.skipped)
         append(record)
@@ -737,35 +790,62 @@ class _Trainer:
         n = self.cfg.eval_iters or iters  # None: every non-overlapping window of the split
         if self.cfg.memory:  # the split's streams read segment after segment, the memory carried (n segments)
             streams = batchify(data, self.eval_batch, self.model_cfg.block_size)  # [B, S]
-            return float(segment_nll(self.eval_model, streams, self.model_cfg.block_size, self.cfg.memory, n,
-                                     dtype=self.cfg.dtype).double().mean())
-        return evaluate_loss(self.eval_model, data, self.model_cfg.block_size, self.eval_batch, n,
-                             seed=seed, dtype=self.cfg.dtype, objective=self.cfg.objective, mask_id=self.mask_id)
+            return float(
+                segment_nll(
+                    self.eval_model, streams, self.model_cfg.block_size, self.cfg.memory, n, dtype=self.cfg.dtype
+                )
+                .double()
+                .mean()
+            )
+        return evaluate_loss(
+            self.eval_model,
+            data,
+            self.model_cfg.block_size,
+            self.eval_batch,
+            n,
+            seed=seed,
+            dtype=self.cfg.dtype,
+            objective=self.cfg.objective,
+            mask_id=self.mask_id,
+        )
 
     def _stop_interrupted(self, step: int) -> None:
         cfg = self.cfg
         if not self._checkpoint_due(step):
             self.save(step)
-        self.bar.close(f"interrupted at step {step}; checkpoint saved in {self.store.checkpoint_path(step).parent}; "
-                       f"continue with: {'torchrun (the same options) -m ' if self.dist.world_size > 1 else ''}"
-                       f"poslab train --name {cfg.name} --out_dir {cfg.out_dir} --resume")
+        self.bar.close(
+            f"interrupted at step {step}; checkpoint saved in {self.store.checkpoint_path(step).parent}; "
+            f"continue with: {'torchrun (the same options) -m ' if self.dist.world_size > 1 else ''}"
+            f"poslab train --name {cfg.name} --out_dir {cfg.out_dir} --resume"
+        )
         raise KeyboardInterrupt
 
     def _diverged(self, step: int, loss: float, grad_norm: float) -> None:
         cfg, skipped = self.cfg, self.state.skipped
         last = self.store.latest_step()
-        where = (f"the last good checkpoint is step {last} ({self.store.checkpoint_path(last)})"
-                 if last is not None else "no checkpoint was written before it")
-        message = (f"training diverged at step {step}: loss={loss}, grad_norm={grad_norm}; the update was not applied; "
-                   f"{where}")
+        where = (
+            f"the last good checkpoint is step {last} ({self.store.checkpoint_path(last)})"
+            if last is not None
+            else "no checkpoint was written before it"
+        )
+        message = (
+            f"training diverged at step {step}: loss={loss}, grad_norm={grad_norm}; the update was not applied; {where}"
+        )
         if skipped:
             message += f"; {len(skipped)} non-finite batches were skipped before (skip_nonfinite={cfg.skip_nonfinite})"
         if distributed.is_main_process():  # under torchrun every rank gets here (same global loss); rank 0 writes
-            self.store.write_results({
-                "name": cfg.name, "status": "diverged", "diverged_at_step": step, "loss": repr(loss),
-                "grad_norm": repr(grad_norm), "last_good_checkpoint": last,
-                "wall_time_s": time.perf_counter() - self.timing.wall_start, "skipped_nonfinite": list(skipped),
-            })
+            self.store.write_results(
+                {
+                    "name": cfg.name,
+                    "status": "diverged",
+                    "diverged_at_step": step,
+                    "loss": repr(loss),
+                    "grad_norm": repr(grad_norm),
+                    "last_good_checkpoint": last,
+                    "wall_time_s": time.perf_counter() - self.timing.wall_start,
+                    "skipped_nonfinite": list(skipped),
+                }
+            )
         self.bar.close(message)
         raise TrainingDiverged(message)
 
@@ -819,8 +899,8 @@ class _Trainer:
         summary = (
             f"done: {state.step} steps | train {final_train:.4f} | val {final_val:.4f} | "
             f"{format_rate(tokens_per_s or 0)} tok/s | MFU {100 * (results['mfu'] or 0):.1f}% of the measured "
-            f"{'fp32/bf16' if cfg.dtype == 'bf16' else 'fp32'} matmul peak {self.peak / 1e9:.0f} GFLOP/s | {format_duration(results['wall_time_s'])} | "
-            f"{self.store.path}"
+            f"{'fp32/bf16' if cfg.dtype == 'bf16' else 'fp32'} matmul peak {self.peak / 1e9:.0f} GFLOP/s | "
+            f"{format_duration(results['wall_time_s'])} | {self.store.path}"
         )
         self.bar.close(summary)
         return results
@@ -836,8 +916,10 @@ def mfu_of(tokens_per_s: float | None, flops_per_token: float, peak: float) -> f
         return None
     mfu = tokens_per_s * flops_per_token / peak
     if not 0.0 <= mfu <= 1.0:
-        return (f"MFU {mfu:.2f} exceeds 1 ({tokens_per_s:,.0f} tok/s x {flops_per_token:,.0f} FLOP/token over a "
-                f"measured peak of {peak / 1e9:.2f} GFLOP/s): the peak is wrong, the figure is not recorded")
+        return (
+            f"MFU {mfu:.2f} exceeds 1 ({tokens_per_s:,.0f} tok/s x {flops_per_token:,.0f} FLOP/token over a "
+            f"measured peak of {peak / 1e9:.2f} GFLOP/s): the peak is wrong, the figure is not recorded"
+        )
     return mfu
 
 

@@ -57,8 +57,9 @@ def descriptions(tier: str | None = None) -> dict[str, Experiment]:
     return {name: m.EXPERIMENT for name, m in registry().items() if tier is None or m.EXPERIMENT.tier == tier}
 
 
-def run_experiment(name: str, out: Path | None = None, quick: bool = False, workers: int | None = None,
-                   size: str | None = None) -> dict:
+def run_experiment(
+    name: str, out: Path | None = None, quick: bool = False, workers: int | None = None, size: str | None = None
+) -> dict:
     """Run one experiment, write ``out/results.json`` (default ``runs/experiments/NAME``), return the results.
 
     ``workers`` (trainings at a time) goes to the experiments whose ``run`` takes it; the others
@@ -73,11 +74,17 @@ def run_experiment(name: str, out: Path | None = None, quick: bool = False, work
     out = Path(out) if out is not None else Path("runs") / "experiments" / name
     out.mkdir(parents=True, exist_ok=True)
     experiment = experiments[name].EXPERIMENT
-    options = {"workers": workers} if workers is not None and "workers" in inspect.signature(experiment.run).parameters else {}
+    options = (
+        {"workers": workers}
+        if workers is not None and "workers" in inspect.signature(experiment.run).parameters
+        else {}
+    )
     if size is not None:
         if "size" not in inspect.signature(experiment.run).parameters:
             sized = [n for n, m in experiments.items() if "size" in inspect.signature(m.EXPERIMENT.run).parameters]
-            raise ValueError(f"--size {size!r}: experiment {name!r} has no sizes (those with sizes: {', '.join(sized)})")
+            raise ValueError(
+                f"--size {size!r}: experiment {name!r} has no sizes (those with sizes: {', '.join(sized)})"
+            )
         from poslab.lab.sizes import define_size
 
         options["size"] = define_size(size).name

@@ -78,8 +78,18 @@ def _layer_entropy(attn: Any, x: Tensor, pos: Tensor, scheme: Any, query_block: 
     for s in range(0, T, query_block):
         e = min(s + query_block, T)
         k_end = e if attn.causal else T  # a causal block never reads keys past its last query
-        _, weights = attend(q[:, :, s:e], k[:, :, :k_end], v[:, :, :k_end], pos[s:e], pos[:k_end], causal=attn.causal,
-                            window=attn.effective_window(), bias_fn=bias_fn, scale=attn.scale, need_weights=True)
+        _, weights = attend(
+            q[:, :, s:e],
+            k[:, :, :k_end],
+            v[:, :, :k_end],
+            pos[s:e],
+            pos[:k_end],
+            causal=attn.causal,
+            window=attn.effective_window(),
+            bias_fn=bias_fn,
+            scale=attn.scale,
+            need_weights=True,
+        )
         rows.append(torch.special.entr(weights).sum(-1))  # -sum a ln a over keys: [B, h, e-s]
     return torch.cat(rows, dim=-1)  # [B, h, T]
 
@@ -175,43 +185,96 @@ def entropy_claims(results: dict[str, dict[str, Any]], factor: int = 4) -> list[
             return None
         return [float(c[field]) for c in cells]
 
-    def record(text: str, source: str, criterion: str, values: list[float] | None, limit: float, label: str,
-               metric: str) -> dict[str, Any]:
+    def record(
+        text: str, source: str, criterion: str, values: list[float] | None, limit: float, label: str, metric: str
+    ) -> dict[str, Any]:
         if values is None:
-            return ClaimRecord(text, source, criterion, "not measured (a variant is missing)", None, None, 0,
-                               INCONCLUSIVE).to_dict()
-        return bound(text, source, values, limit, below=False, label=label, metric=metric, criterion=criterion).to_dict()
+            return ClaimRecord(
+                text, source, criterion, "not measured (a variant is missing)", None, None, 0, INCONCLUSIVE
+            ).to_dict()
+        return bound(
+            text, source, values, limit, below=False, label=label, metric=metric, criterion=criterion
+        ).to_dict()
 
     def diff(a: list[float] | None, b: list[float] | None) -> list[float] | None:
         return None if a is None or b is None else [x - y for x, y in zip(a, b)]
 
     out = []
     rope = per_seed("rope")
-    out.append(record(f"plain RoPE's attention entropy past L rises above its in-length value (at {factor}x L)",
-                      "seed 000 §3.5, Q4 (注意力熵爆炸)", f"mean entropy of queries past L minus of queries in [L/2, L) > {MARGIN} nats",
-                      rope, MARGIN, "rope", f"entropy rise at {factor}x L (nats)"))
-    out.append(record("the rise is more than the growing key count explains (normalised entropy H/ln n rises too)",
-                      "seed 000 Q4 (注意力分布变得均匀或混乱)", "normalised entropy past L minus in [L/2, L) > 0.01",
-                      per_seed("rope", "rise_normalised"), 0.01, "rope", f"normalised entropy rise at {factor}x L"))
-    yarn, no_temp, logn = per_seed("rope + YaRN x4"), per_seed("rope + YaRN x4 no temperature"), per_seed("rope + log-n")
-    out.append(record("YaRN's temperature reduces the entropy rise (vs the same YaRN frequencies without it)",
-                      "Peng et al. 2023 (YaRN §3.4)", f"rise(YaRN, attention factor 1) - rise(YaRN) > {MARGIN} nats, "
-                      "per seed (the same model read both ways)", diff(no_temp, yarn), MARGIN, "rope",
-                      "rise without temperature - rise with it (nats)"))
-    out.append(record("YaRN (with its temperature) rises less than plain RoPE", "Peng et al. 2023 (YaRN)",
-                      f"rise(plain RoPE) - rise(YaRN) > {MARGIN} nats, per seed", diff(rope, yarn), MARGIN, "rope",
-                      "rise of plain RoPE - rise with YaRN (nats)"))
-    out.append(record("log-n scaling reduces the entropy rise", "Chiang & Cholak 2022",
-                      f"rise(plain RoPE) - rise(log-n) > {MARGIN} nats, per seed", diff(rope, logn), MARGIN, "rope",
-                      "rise of plain RoPE - rise with log-n (nats)"))
+    out.append(
+        record(
+            f"plain RoPE's attention entropy past L rises above its in-length value (at {factor}x L)",
+            "seed 000 §3.5, Q4 (注意力熵爆炸)",
+            f"mean entropy of queries past L minus of queries in [L/2, L) > {MARGIN} nats",
+            rope,
+            MARGIN,
+            "rope",
+            f"entropy rise at {factor}x L (nats)",
+        )
+    )
+    out.append(
+        record(
+            "the rise is more than the growing key count explains (normalised entropy H/ln n rises too)",
+            "seed 000 Q4 (注意力分布变得均匀或混乱)",
+            "normalised entropy past L minus in [L/2, L) > 0.01",
+            per_seed("rope", "rise_normalised"),
+            0.01,
+            "rope",
+            f"normalised entropy rise at {factor}x L",
+        )
+    )
+    yarn, no_temp, logn = (
+        per_seed("rope + YaRN x4"),
+        per_seed("rope + YaRN x4 no temperature"),
+        per_seed("rope + log-n"),
+    )
+    out.append(
+        record(
+            "YaRN's temperature reduces the entropy rise (vs the same YaRN frequencies without it)",
+            "Peng et al. 2023 (YaRN §3.4)",
+            f"rise(YaRN, attention factor 1) - rise(YaRN) > {MARGIN} nats, per seed (the same model read both ways)",
+            diff(no_temp, yarn),
+            MARGIN,
+            "rope",
+            "rise without temperature - rise with it (nats)",
+        )
+    )
+    out.append(
+        record(
+            "YaRN (with its temperature) rises less than plain RoPE",
+            "Peng et al. 2023 (YaRN)",
+            f"rise(plain RoPE) - rise(YaRN) > {MARGIN} nats, per seed",
+            diff(rope, yarn),
+            MARGIN,
+            "rope",
+            "rise of plain RoPE - rise with YaRN (nats)",
+        )
+    )
+    out.append(
+        record(
+            "log-n scaling reduces the entropy rise",
+            "Chiang & Cholak 2022",
+            f"rise(plain RoPE) - rise(log-n) > {MARGIN} nats, per seed",
+            diff(rope, logn),
+            MARGIN,
+            "rope",
+            "rise of plain RoPE - rise with log-n (nats)",
+        )
+    )
     rhos, rhos_normalised, counts = [], [], []
     seeds = sorted({seed for v in results.values() for seed in v.get("by_seed", {})})
     for seed in seeds:
         entries = [v["by_seed"][seed] for v in results.values() if seed in v.get("by_seed", {})]
-        pairs = [(e["entropy"][key]["rise"], e["ppl_ratio"]) for e in entries
-                 if key in e.get("entropy", {}) and "rise" in e["entropy"][key] and e.get("ppl_ratio") is not None]
-        npairs = [(e["entropy"][key]["rise_normalised"], e["ppl_ratio"]) for e in entries
-                  if key in e.get("entropy", {}) and "rise_normalised" in e["entropy"][key] and e.get("ppl_ratio") is not None]
+        pairs = [
+            (e["entropy"][key]["rise"], e["ppl_ratio"])
+            for e in entries
+            if key in e.get("entropy", {}) and "rise" in e["entropy"][key] and e.get("ppl_ratio") is not None
+        ]
+        npairs = [
+            (e["entropy"][key]["rise_normalised"], e["ppl_ratio"])
+            for e in entries
+            if key in e.get("entropy", {}) and "rise_normalised" in e["entropy"][key] and e.get("ppl_ratio") is not None
+        ]
         if len(pairs) >= 3:
             rho = spearman([p[0] for p in pairs], [p[1] for p in pairs])
             if not math.isnan(rho):
@@ -223,8 +286,10 @@ def entropy_claims(results: dict[str, dict[str, Any]], factor: int = 4) -> list[
                 rhos_normalised.append(rho)
     text = "the entropy rise is what degrades perplexity: across models, larger rises go with larger perplexity ratios"
     source = "seed 000 §3.5 (degradation 'because' of the entropy explosion)"
-    criterion = (f"Spearman rank correlation of rise({factor}L) and ppl({factor}L)/ppl(L) across all variants > 0.5 "
-                 "(one correlation per seed)")
+    criterion = (
+        f"Spearman rank correlation of rise({factor}L) and ppl({factor}L)/ppl(L) across all variants > 0.5 "
+        "(one correlation per seed)"
+    )
     entry = record(text, source, criterion, rhos or None, 0.5, "all variants", "Spearman correlation")
     entry.setdefault("details", {}).update(spearman_normalised_rise=rhos_normalised, n_variants=counts)
     out.append(entry)
@@ -237,8 +302,9 @@ def premise_of(record: ClaimRecord, results: dict[str, dict[str, Any]], bigram: 
     of each scheme the claim reads (as trained, without scaling) clearly below the bigram baseline at L."""
     plain = {e["scheme"]: e for e in results.values() if e["rope_scaling"] is None and not e["logn_scaling"]}
     named = [scheme for scheme in plain if scheme in str(record.details.get("label", ""))] or list(plain)
-    return below_bigram({scheme: [math.log(e["ppl"]["1"]) for e in plain[scheme]["by_seed"].values()] for scheme in named},
-                        bigram)
+    return below_bigram(
+        {scheme: [math.log(e["ppl"]["1"]) for e in plain[scheme]["by_seed"].values()] for scheme in named}, bigram
+    )
 
 
 def variants_of(scheme: str) -> list[tuple[str, dict[str, Any] | None, bool]]:
@@ -262,14 +328,20 @@ def plot(results: dict[str, dict[str, Any]], lab: Any, path: Path) -> Path:
         color = colors(i % 20)
         cell = entry["entropy"].get(longest)
         if cell is not None:
-            xs = [b + (cell["bin_starts"][1] if len(cell["bin_starts"]) > 1 else 1) / 2 for b in cell["bin_starts"]]  # bin centres
+            xs = [
+                b + (cell["bin_starts"][1] if len(cell["bin_starts"]) > 1 else 1) / 2 for b in cell["bin_starts"]
+            ]  # bin centres
             axes[0].plot(xs, cell["by_position"], style, color=color, label=label, linewidth=1.2)
         lengths = [int(f) * lab.train_length for f in entry["entropy"]]
         means = [c["mean"] for c in entry["entropy"].values()]
-        seeds = [[e["entropy"][f]["mean"] for e in entry.get("by_seed", {}).values() if f in e["entropy"]] or [m]
-                 for f, m in zip(entry["entropy"], means)]
+        seeds = [
+            [e["entropy"][f]["mean"] for e in entry.get("by_seed", {}).values() if f in e["entropy"]] or [m]
+            for f, m in zip(entry["entropy"], means)
+        ]
         yerr = [[m - min(v) for m, v in zip(means, seeds)], [max(v) - m for m, v in zip(means, seeds)]]
-        axes[1].errorbar(lengths, means, yerr=yerr, fmt=style, color=color, marker="o", label=label, linewidth=1.2, capsize=2)
+        axes[1].errorbar(
+            lengths, means, yerr=yerr, fmt=style, color=color, marker="o", label=label, linewidth=1.2, capsize=2
+        )
     T = max(FACTORS) * lab.train_length
     n = torch.arange(1, T + 1, dtype=torch.float32)
     axes[0].plot(n.tolist(), torch.log(n).tolist(), color="black", linestyle=":", linewidth=1, label="uniform (ln n)")
@@ -289,7 +361,9 @@ def plot(results: dict[str, dict[str, Any]], lab: Any, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def measure_variant(run_dir: Path, lab: Any, scaling: dict[str, Any] | None, logn: bool, bin_width: int) -> dict[str, Any]:
+def measure_variant(
+    run_dir: Path, lab: Any, scaling: dict[str, Any] | None, logn: bool, bin_width: int
+) -> dict[str, Any]:
     """Entropy maps at every factor and perplexity at 1x and 4x L of one model read one way."""
     model, tokenizer, config = load_model(run_dir)
     if scaling is not None or logn:
@@ -312,7 +386,15 @@ def measure_variant(run_dir: Path, lab: Any, scaling: dict[str, Any] | None, log
     return entry
 
 
-_SCALARS = ("mean", "in_window", "in_window_normalised", "past_window", "past_window_normalised", "rise", "rise_normalised")
+_SCALARS = (
+    "mean",
+    "in_window",
+    "in_window_normalised",
+    "past_window",
+    "past_window_normalised",
+    "rise",
+    "rise_normalised",
+)
 
 
 def mean_entry(by_seed: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -334,8 +416,14 @@ def mean_entry(by_seed: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[str, ...] | None = None,
-        seeds: tuple[int, ...] = SEEDS, workers: int | None = None) -> dict:
+def run(
+    out: Path,
+    quick: bool = False,
+    size: str | None = None,
+    schemes: tuple[str, ...] | None = None,
+    seeds: tuple[int, ...] = SEEDS,
+    workers: int | None = None,
+) -> dict:
     """Measure entropies (and perplexity at L and 4x L) of every lab model, seed and variant; table, plot, claims.
 
     ``schemes``: ``None`` for the size's (:func:`poslab.lab.experiments.extrapolation.schemes_of`).
@@ -349,27 +437,51 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
     run_dirs = shared_models(tuple(schemes), lab, out, tuple(seeds), workers)
     for scheme in schemes:
         for label, scaling, logn in variants_of(scheme):
-            by_seed = {str(seed): measure_variant(run_dir, lab, scaling, logn, bin_width)
-                       for seed, run_dir in run_dirs[scheme].items()}
-            entry = {"scheme": scheme, "rope_scaling": scaling, "logn_scaling": logn, **mean_entry(by_seed),
-                     "by_seed": by_seed, "runs": {str(seed): str(d) for seed, d in run_dirs[scheme].items()}}
+            by_seed = {
+                str(seed): measure_variant(run_dir, lab, scaling, logn, bin_width)
+                for seed, run_dir in run_dirs[scheme].items()
+            }
+            entry = {
+                "scheme": scheme,
+                "rope_scaling": scaling,
+                "logn_scaling": logn,
+                **mean_entry(by_seed),
+                "by_seed": by_seed,
+                "runs": {str(seed): str(d) for seed, d in run_dirs[scheme].items()},
+            }
             results[label] = entry
 
-    headers = ["model"] + [f"{f}x" for f in FACTORS] + ["in [L/2,L) @4x", "past L @4x", "rise @4x", "norm. rise @4x", "ppl 4x/1x"]
+    headers = (
+        ["model"]
+        + [f"{f}x" for f in FACTORS]
+        + ["in [L/2,L) @4x", "past L @4x", "rise @4x", "norm. rise @4x", "ppl 4x/1x"]
+    )
     rows = []
     for label, entry in results.items():
         cells = entry["entropy"]
         four = cells.get("4", {})
-        rows.append([label] + [f"{cells[str(f)]['mean']:.3f}" if str(f) in cells else "cannot" for f in FACTORS]
-                    + [f"{four.get('in_window', cells['1']['in_window']):.3f}",
-                       f"{four['past_window']:.3f}" if "past_window" in four else "-",
-                       f"{four['rise']:+.3f}" if "rise" in four else "-",
-                       f"{four['rise_normalised']:+.3f}" if "rise_normalised" in four else "-",
-                       f"{entry['ppl_ratio']:.3f}" if entry["ppl_ratio"] is not None else "-"])
-    print_table(headers, rows, title=f"mean attention entropy (nats) per evaluation length; trained at L={lab.train_length} "
-                                     f"({lab.entropy_batch} sequences per length; means over {len(seeds)} seeds)")
-    rises = [[label, pm([e["entropy"]["4"]["rise"] for e in entry["by_seed"].values()])]
-             for label, entry in results.items() if all("rise" in e["entropy"].get("4", {}) for e in entry["by_seed"].values())]
+        rows.append(
+            [label]
+            + [f"{cells[str(f)]['mean']:.3f}" if str(f) in cells else "cannot" for f in FACTORS]
+            + [
+                f"{four.get('in_window', cells['1']['in_window']):.3f}",
+                f"{four['past_window']:.3f}" if "past_window" in four else "-",
+                f"{four['rise']:+.3f}" if "rise" in four else "-",
+                f"{four['rise_normalised']:+.3f}" if "rise_normalised" in four else "-",
+                f"{entry['ppl_ratio']:.3f}" if entry["ppl_ratio"] is not None else "-",
+            ]
+        )
+    print_table(
+        headers,
+        rows,
+        title=f"mean attention entropy (nats) per evaluation length; trained at L={lab.train_length} "
+        f"({lab.entropy_batch} sequences per length; means over {len(seeds)} seeds)",
+    )
+    rises = [
+        [label, pm([e["entropy"]["4"]["rise"] for e in entry["by_seed"].values()])]
+        for label, entry in results.items()
+        if all("rise" in e["entropy"].get("4", {}) for e in entry["by_seed"].values())
+    ]
     print_table(["model", "entropy rise at 4x L: mean ± sd over seeds"], rises, title="the rise per seed")
     print(baseline_line(CORPUS))
     bigram = ngram_baselines(CORPUS)["bigram"]
@@ -393,11 +505,13 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         "seconds": time.perf_counter() - start,
     }
 
+
 EXPERIMENT = Experiment(
     name="attention-entropy",
-    description="attention entropy vs query position and length, per scheme, with/without YaRN temperature and log-n (seed 000 §3.5)",
+    description="attention entropy vs query position and length, per scheme, with/without YaRN temperature and log-n "
+    "(seed 000 §3.5)",
     tier=LAB,
     run=run,
-    reuses=('extrapolation', 'position-training'),
+    reuses=("extrapolation", "position-training"),
     estimate=(15, 900),
 )

@@ -96,8 +96,16 @@ def leak_differences(n_layer: int, causal: bool, position: str = "none", seed: i
     tok = CharTokenizer.from_text(load_corpus("tang5"))
     perm = [LINE.index(ch) for ch in SHUFFLED]  # SHUFFLED[i] == LINE[perm[i]] (the characters are distinct)
     torch.manual_seed(seed)
-    config = GPTConfig(vocab_size=tok.vocab_size, n_layer=n_layer, n_head=4, n_embd=128, block_size=128,
-                       dropout=0.0, position=position, causal=causal)
+    config = GPTConfig(
+        vocab_size=tok.vocab_size,
+        n_layer=n_layer,
+        n_head=4,
+        n_embd=128,
+        block_size=128,
+        dropout=0.0,
+        position=position,
+        causal=causal,
+    )
     model = GPT(config).eval()
     with torch.no_grad():
         a = model(torch.tensor([tok.encode(LINE)]))[0]  # [T, V]
@@ -106,26 +114,38 @@ def leak_differences(n_layer: int, causal: bool, position: str = "none", seed: i
 
 
 def leak_claims(diffs: dict[str, dict[int, dict[str, float]]]) -> list[dict[str, Any]]:
-    """One deterministic claim per depth (bidirectional: noise), and one for the causal contrast (leak from 2 layers)."""
+    """One deterministic claim per depth (bidirectional: noise), and one for the causal contrast (leak from 2
+    layers)."""
     out = []
     for n in sorted(diffs["bidirectional"]):
         error = diffs["bidirectional"][n]["all"]
-        out.append(deterministic(
-            f"encoder mode, no positions, {n} layer{'s' if n > 1 else ''}: the two lines' outputs are the same "
-            "up to the permutation (no order leaks without the causal mask)",
-            "seed 001 (leak experiment) in bidirectional mode; Haviv et al. 2022 §5",
-            f"max over positions |logits(line 2)[i] - logits(line 1)[perm i]| <= {TOLERANCE:g} (fp32 float noise)",
-            f"{sci(error)} (last position {sci(diffs['bidirectional'][n]['last'])})", error, TOLERANCE,
-            details={"n_layer": n}).to_dict())
+        out.append(
+            deterministic(
+                f"encoder mode, no positions, {n} layer{'s' if n > 1 else ''}: the two lines' outputs are the same "
+                "up to the permutation (no order leaks without the causal mask)",
+                "seed 001 (leak experiment) in bidirectional mode; Haviv et al. 2022 §5",
+                f"max over positions |logits(line 2)[i] - logits(line 1)[perm i]| <= {TOLERANCE:g} (fp32 float noise)",
+                f"{sci(error)} (last position {sci(diffs['bidirectional'][n]['last'])})",
+                error,
+                TOLERANCE,
+                details={"n_layer": n},
+            ).to_dict()
+        )
     deeper = [n for n in diffs["causal"] if n > 1]
     if deeper:
         smallest = min(diffs["causal"][n]["last"] for n in deeper)
-        out.append(at_least(
-            "with the causal mask (same models otherwise) the two lines differ from 2 layers on: the mask, not depth, leaks order",
-            "seed 001 (leak experiment)",
-            f"min over {deeper} layers of max |last-position logit difference| >= {LEAK_ABOVE:g}",
-            ", ".join(f"{n} layers {sci(diffs['causal'][n]['last'])}" for n in deeper), smallest, LEAK_ABOVE,
-            details={"layers": deeper}).to_dict())
+        out.append(
+            at_least(
+                "with the causal mask (same models otherwise) the two lines differ from 2 layers on: the mask, not "
+                "depth, leaks order",
+                "seed 001 (leak experiment)",
+                f"min over {deeper} layers of max |last-position logit difference| >= {LEAK_ABOVE:g}",
+                ", ".join(f"{n} layers {sci(diffs['causal'][n]['last'])}" for n in deeper),
+                smallest,
+                LEAK_ABOVE,
+                details={"layers": deeper},
+            ).to_dict()
+        )
     return out
 
 
@@ -147,8 +167,10 @@ def arm_overrides(label: str, steps: int | None = None) -> dict[str, Any]:
     """The config overrides of one arm of :data:`ARMS`; ``steps``: the causal LMs' steps (masked LMs get
     :data:`MLM_STEPS_FACTOR` times as many, with the schedule stretched to match)."""
     objective, position = ARMS[label]
-    out: dict[str, Any] = {"objective": objective, "model": {"position": position, "position_config": {},
-                                                             "causal": objective == "clm"}}
+    out: dict[str, Any] = {
+        "objective": objective,
+        "model": {"position": position, "position_config": {}, "causal": objective == "clm"},
+    }
     if steps is not None and objective == "mlm":
         out.update(max_steps=round(steps * MLM_STEPS_FACTOR), lr_decay_steps=None)
     return out
@@ -163,8 +185,15 @@ def haviv_claims(losses: dict[str, list[float]]) -> list[dict[str, Any]]:
 
     close = compare(
         f"a causal LM without positions (NoPos) is close to one with learned positions: at most {CLOSE:.0%} worse",
-        SOURCE, losses["clm-none"], losses["clm-learned"], better_label="causal NoPos", worse_label="causal learned",
-        metric=metric, offset=-CLOSE * mean("clm-learned"), digits=4)
+        SOURCE,
+        losses["clm-none"],
+        losses["clm-learned"],
+        better_label="causal NoPos",
+        worse_label="causal learned",
+        metric=metric,
+        offset=-CLOSE * mean("clm-learned"),
+        digits=4,
+    )
     close.details.update(relative_margin=CLOSE)
     out = [close.to_dict()]
     for label in MLM_WITH_POSITIONS:
@@ -172,9 +201,17 @@ def haviv_claims(losses: dict[str, list[float]]) -> list[dict[str, Any]]:
             continue
         position = ARMS[label][1]
         far = compare(
-            f"a bidirectional masked LM without positions fails: more than {FAR:.0%} worse than with {position} positions",
-            SOURCE, losses[label], losses["mlm-none"], better_label=f"MLM {position}", worse_label="MLM NoPos",
-            metric=metric, offset=FAR * mean(label), digits=4)
+            "a bidirectional masked LM without positions fails: more "
+            f"than {FAR:.0%} worse than with {position} positions",
+            SOURCE,
+            losses[label],
+            losses["mlm-none"],
+            better_label=f"MLM {position}",
+            worse_label="MLM NoPos",
+            metric=metric,
+            offset=FAR * mean(label),
+            digits=4,
+        )
         far.details.update(relative_margin=FAR)
         out.append(far.to_dict())
     return out
@@ -191,8 +228,14 @@ def haviv_premise(record: ClaimRecord, losses: dict[str, list[float]], corpus: s
     return below_baseline({label: losses[label]}, ngrams["unigram"], "unigram")
 
 
-def run(out: Path, quick: bool = False, base: dict[str, Any] | None = None, workers: int | None = None,
-        seeds: tuple[int, ...] = SEEDS, leak_layers: tuple[int, ...] = LEAK_LAYERS) -> dict:
+def run(
+    out: Path,
+    quick: bool = False,
+    base: dict[str, Any] | None = None,
+    workers: int | None = None,
+    seeds: tuple[int, ...] = SEEDS,
+    leak_layers: tuple[int, ...] = LEAK_LAYERS,
+) -> dict:
     """Train the four arms at every seed, measure the leak, print the tables, plot, judge the claims.
 
     Args:
@@ -213,31 +256,73 @@ def run(out: Path, quick: bool = False, base: dict[str, Any] | None = None, work
     rows = []
     for label, (objective, position) in ARMS.items():
         mean = sum(losses[label]) / len(losses[label])
-        rows.append([label, "masked LM (bidirectional)" if objective == "mlm" else "causal LM", position,
-                     variants[label].get("max_steps", base["max_steps"]),
-                     pm(losses[label], 4), f"{baseline:.3f}", f"{mean / baseline:.3f}",
-                     pm(seed_values(runs[label], "final_val_loss"), 4)])
+        rows.append(
+            [
+                label,
+                "masked LM (bidirectional)" if objective == "mlm" else "causal LM",
+                position,
+                variants[label].get("max_steps", base["max_steps"]),
+                pm(losses[label], 4),
+                f"{baseline:.3f}",
+                f"{mean / baseline:.3f}",
+                pm(seed_values(runs[label], "final_val_loss"), 4),
+            ]
+        )
     model = base["model"]
-    print_table(["arm", "objective", "positions", "steps", "val loss (whole split)", "unigram baseline", "loss / baseline",
-                 "final val loss (sampled)"], rows,
-                title=(f"Haviv et al. 2022's control: {model['n_layer']} layers, n_embd {model['n_embd']}, "
-                       f"on {corpus!r}; mean ± sd over seeds {list(seeds)}; "
-                       "MLM loss on the 15% selected positions"))
+    print_table(
+        [
+            "arm",
+            "objective",
+            "positions",
+            "steps",
+            "val loss (whole split)",
+            "unigram baseline",
+            "loss / baseline",
+            "final val loss (sampled)",
+        ],
+        rows,
+        title=(
+            f"Haviv et al. 2022's control: {model['n_layer']} layers, n_embd {model['n_embd']}, "
+            f"on {corpus!r}; mean ± sd over seeds {list(seeds)}; "
+            "MLM loss on the 15% selected positions"
+        ),
+    )
 
     diffs: dict[str, dict[int, dict[str, float]]] = {
-        mode: {n: leak_differences(n, causal=mode == "causal") for n in leak_layers} for mode in ("bidirectional", "causal")
+        mode: {n: leak_differences(n, causal=mode == "causal") for n in leak_layers}
+        for mode in ("bidirectional", "causal")
     }
-    print_table(["untrained GPT, no positions", "encoder: last position", "encoder: every position (permuted)",
-                 "causal: last position"],
-                [[f"{n} layer{'s' if n > 1 else ''}", sci(diffs["bidirectional"][n]["last"]),
-                  sci(diffs["bidirectional"][n]["all"]), sci(diffs["causal"][n]["last"])] for n in leak_layers],
-                title=f"seed 001's two lines without and with the causal mask: max |logit difference| (tolerance {TOLERANCE:g})")
+    print_table(
+        [
+            "untrained GPT, no positions",
+            "encoder: last position",
+            "encoder: every position (permuted)",
+            "causal: last position",
+        ],
+        [
+            [
+                f"{n} layer{'s' if n > 1 else ''}",
+                sci(diffs["bidirectional"][n]["last"]),
+                sci(diffs["bidirectional"][n]["all"]),
+                sci(diffs["causal"][n]["last"]),
+            ]
+            for n in leak_layers
+        ],
+        title="seed 001's two lines without and with the causal "
+        f"mask: max |logit difference| (tolerance {TOLERANCE:g})",
+    )
 
-    claims = attach(haviv_claims(losses), lambda record: haviv_premise(record, losses, corpus, base)) + leak_claims(diffs)
+    claims = attach(haviv_claims(losses), lambda record: haviv_premise(record, losses, corpus, base)) + leak_claims(
+        diffs
+    )
     print_claims(claims)
-    plot = plot_seeded_curves({label: runs[label] for label in ARMS}, out / "bidirectional_curves.png",
-                              f"causal vs masked LM, with and without positions ({corpus})",
-                              baseline, ngram_baselines(corpus, base.get("val_fraction", 0.1)))
+    plot = plot_seeded_curves(
+        {label: runs[label] for label in ARMS},
+        out / "bidirectional_curves.png",
+        f"causal vs masked LM, with and without positions ({corpus})",
+        baseline,
+        ngram_baselines(corpus, base.get("val_fraction", 0.1)),
+    )
     return {
         "steps": base["max_steps"],
         "mlm_steps": round(base["max_steps"] * MLM_STEPS_FACTOR),
@@ -257,9 +342,11 @@ def run(out: Path, quick: bool = False, base: dict[str, Any] | None = None, work
         "plot": str(plot),
     }
 
+
 EXPERIMENT = Experiment(
     name="bidirectional",
-    description="Haviv et al. 2022's control: NoPos works for a causal LM, fails for a masked LM; no leak without the mask",
+    description="Haviv et al. 2022's control: NoPos works for a "
+    "causal LM, fails for a masked LM; no leak without the mask",
     tier=FULL_ONLY,
     run=run,
     estimate=(90, 900),

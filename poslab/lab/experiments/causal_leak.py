@@ -45,8 +45,9 @@ def last_logit_difference(tok: CharTokenizer, n_layer: int, column: str, seed: i
     """
     position = "learned" if column == "learned_zeroed" else column
     torch.manual_seed(seed)
-    config = GPTConfig(vocab_size=tok.vocab_size, n_layer=n_layer, n_head=4, n_embd=128, block_size=128,
-                       dropout=0.0, position=position)
+    config = GPTConfig(
+        vocab_size=tok.vocab_size, n_layer=n_layer, n_head=4, n_embd=128, block_size=128, dropout=0.0, position=position
+    )
     model = GPT(config).eval()
     with torch.no_grad():
         if column == "learned_zeroed":
@@ -64,25 +65,46 @@ def run(out: Path, quick: bool = False) -> dict:
     rows = []
     for n in LAYERS:
         lesson = LESSON.get(n, {})
-        rows.append([f"{n} layer{'s' if n > 1 else ''}"] + [sci(diffs[n][c]) for c in COLUMNS]
-                    + [sci(lesson["none"]) if "none" in lesson else "-",
-                       sci(lesson["learned"]) if "learned" in lesson else "-"])
+        rows.append(
+            [f"{n} layer{'s' if n > 1 else ''}"]
+            + [sci(diffs[n][c]) for c in COLUMNS]
+            + [sci(lesson["none"]) if "none" in lesson else "-", sci(lesson["learned"]) if "learned" in lesson else "-"]
+        )
     print_table(
-        ["untrained GPT", "no positions", "learned", "learned zeroed", "rope", "alibi",
-         "lesson: none", "lesson: learned"],
+        [
+            "untrained GPT",
+            "no positions",
+            "learned",
+            "learned zeroed",
+            "rope",
+            "alibi",
+            "lesson: none",
+            "lesson: learned",
+        ],
         rows,
-        title=(f"seed 001: '{LINE}' vs '{SHUFFLED}', max |difference| of the last position's logits "
-               f"(4 heads, n_embd 128, vocab {tok.vocab_size} from tang5, seed {SEED}; "
-               "'lesson' columns: seed 001's printout from its own model)"),
+        title=(
+            f"seed 001: '{LINE}' vs '{SHUFFLED}', max |difference| of the last position's logits "
+            f"(4 heads, n_embd 128, vocab {tok.vocab_size} from tang5, seed {SEED}; "
+            "'lesson' columns: seed 001's printout from its own model)"
+        ),
     )
     one_layer_noise = diffs[1]["none"] < NOISE_BELOW
     deeper_leak = all(diffs[n]["none"] > LEAK_ABOVE for n in LAYERS if n > 1)
-    print(f"  1 layer, no positions < {NOISE_BELOW:g} (float noise): {'yes' if one_layer_noise else 'NO'};"
-          f"  2 and 3 layers, no positions > {LEAK_ABOVE:g} (the mask leaks order): {'yes' if deeper_leak else 'NO'}")
+    print(
+        f"  1 layer, no positions < {NOISE_BELOW:g} (float noise): {'yes' if one_layer_noise else 'NO'};"
+        f"  2 and 3 layers, no positions > {LEAK_ABOVE:g} (the mask leaks order): {'yes' if deeper_leak else 'NO'}"
+    )
     results = {
         "lines": [LINE, SHUFFLED],
-        "model": {"n_head": 4, "n_embd": 128, "block_size": 128, "vocab_size": tok.vocab_size, "corpus": "tang5",
-                  "seed": SEED, "trained": False},
+        "model": {
+            "n_head": 4,
+            "n_embd": 128,
+            "block_size": 128,
+            "vocab_size": tok.vocab_size,
+            "corpus": "tang5",
+            "seed": SEED,
+            "trained": False,
+        },
         "max_abs_diff_last_logits": {str(n): diffs[n] for n in LAYERS},
         "noise_below": NOISE_BELOW,
         "leak_above": LEAK_ABOVE,
@@ -97,11 +119,18 @@ def run(out: Path, quick: bool = False) -> dict:
 
 # ------------------------------------------------------------------------------------ claims
 
+
 def _causal_one_layer(r: dict, text: str, source: str) -> ClaimRecord:
     diff, bound = get(r, "max_abs_diff_last_logits.1.none"), get(r, "noise_below")
-    return deterministic(text, source, f"max |logit difference| of the two orders ≤ {num(bound)} (fp32 float tolerance)",
-                         f"1 layer, no positions: {num(diff)}; with learned positions: "
-                         f"{num(get(r, 'max_abs_diff_last_logits.1.learned'))}", error=float(diff), tolerance=float(bound))
+    return deterministic(
+        text,
+        source,
+        f"max |logit difference| of the two orders ≤ {num(bound)} (fp32 float tolerance)",
+        f"1 layer, no positions: {num(diff)}; with learned positions: "
+        f"{num(get(r, 'max_abs_diff_last_logits.1.learned'))}",
+        error=float(diff),
+        tolerance=float(bound),
+    )
 
 
 def _causal_leak(r: dict, text: str, source: str) -> ClaimRecord:
@@ -109,17 +138,25 @@ def _causal_leak(r: dict, text: str, source: str) -> ClaimRecord:
     bound = get(r, "leak_above")
     deep = {layers: v["none"] for layers, v in diffs.items() if int(layers) >= 2}
     measured = ", ".join(f"{layers} layers: {num(v)}" for layers, v in deep.items())
-    return at_least(text, source, f"from 2 layers on, the two orders' logits differ by ≥ {num(bound)} (far above float noise)",
-                    measured, value=float(min(deep.values())), floor=float(bound))
+    return at_least(
+        text,
+        source,
+        f"from 2 layers on, the two orders' logits differ by ≥ {num(bound)} (far above float noise)",
+        measured,
+        value=float(min(deep.values())),
+        floor=float(bound),
+    )
 
 
 def claims(results: dict) -> list[ClaimRecord]:
     """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
     return [
-        _causal_one_layer(results, '1 层：没有位置嵌入 3.7e-08 — one layer without positions cannot tell 白日依山尽 from 山依日白尽',
-            'seed 001'),
-        _causal_leak(results, '因果掩码本身就泄露了顺序 — from two layers on, the causal mask leaks order',
-            'seed 001'),
+        _causal_one_layer(
+            results,
+            "1 层：没有位置嵌入 3.7e-08 — one layer without positions cannot tell 白日依山尽 from 山依日白尽",
+            "seed 001",
+        ),
+        _causal_leak(results, "因果掩码本身就泄露了顺序 — from two layers on, the causal mask leaks order", "seed 001"),
     ]
 
 

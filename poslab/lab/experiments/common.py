@@ -100,7 +100,8 @@ def ngram_baselines(corpus: str, val_fraction: float = 0.1, k: float = ADD_K) ->
     va = np.array([index[c] for c in val], dtype=np.int64)
 
     def keys(ids: np.ndarray, n: int, start: int) -> np.ndarray:
-        """The n-gram ending at each position from ``start`` on, as one int64 in base ``vocab`` ``[len(ids) - start]``."""
+        """The n-gram ending at each position from ``start`` on, as one int64 in base ``vocab``
+        ``[len(ids) - start]``."""
         key = np.zeros(len(ids) - start, dtype=np.int64)
         for j in range(n):
             key = key * vocab + ids[start - n + 1 + j : len(ids) - n + 1 + j]
@@ -115,7 +116,9 @@ def ngram_baselines(corpus: str, val_fraction: float = 0.1, k: float = ADD_K) ->
     for name, n in NGRAM_ORDERS.items():
         seen = counts_of(keys(tr, n, n - 1), keys(va, n, 2))
         # a context's count is over the positions followed by a character (the n-grams it starts)
-        among = counts_of(keys(tr[:-1], n - 1, n - 2), keys(va[:-1], n - 1, 1)) if n > 1 else np.full(len(va) - 2, len(tr))
+        among = (
+            counts_of(keys(tr[:-1], n - 1, n - 2), keys(va[:-1], n - 1, 1)) if n > 1 else np.full(len(va) - 2, len(tr))
+        )
         out[name] = float(-np.log((seen + k) / (among + k * vocab)).mean())
     out["add_k"] = k
     return out
@@ -124,13 +127,20 @@ def ngram_baselines(corpus: str, val_fraction: float = 0.1, k: float = ADD_K) ->
 def baseline_line(corpus: str, val_fraction: float = 0.1) -> str:
     """The line printed under every loss table: the corpus's unigram, bigram and trigram baselines."""
     b = ngram_baselines(corpus, val_fraction)
-    return (f"  count-model baselines of {corpus!r} on its validation split (add-{b['add_k']:g} smoothing): "
-            f"unigram {b['unigram']:.3f}, bigram {b['bigram']:.3f}, trigram {b['trigram']:.3f} nats/token; "
-            f"a model that uses its context sits clearly below the bigram")
+    return (
+        f"  count-model baselines of {corpus!r} on its validation split (add-{b['add_k']:g} smoothing): "
+        f"unigram {b['unigram']:.3f}, bigram {b['bigram']:.3f}, trigram {b['trigram']:.3f} nats/token; "
+        f"a model that uses its context sits clearly below the bigram"
+    )
 
 
-def plot_seeded_curves(runs: dict[str, list[dict[str, Any]]], path: Path, title: str, baseline: float | None = None,
-                       baselines: dict[str, float] | None = None) -> Path:
+def plot_seeded_curves(
+    runs: dict[str, list[dict[str, Any]]],
+    path: Path,
+    title: str,
+    baseline: float | None = None,
+    baselines: dict[str, float] | None = None,
+) -> Path:
     """Validation-loss curves, mean over seeds (line) and min..max over seeds (band), one colour per arm.
 
     Args:
@@ -159,7 +169,9 @@ def plot_seeded_curves(runs: dict[str, list[dict[str, Any]]], path: Path, title:
         finals.append(means[-1])
     if baseline is not None:
         ax.axhline(baseline, color="black", linestyle="--", linewidth=1, label=f"unigram baseline {baseline:.3f}")
-    for (name, value), style in zip(((n, v) for n, v in (baselines or {}).items() if n in NGRAM_ORDERS), (":", "-.", ":")):
+    for (name, value), style in zip(
+        ((n, v) for n, v in (baselines or {}).items() if n in NGRAM_ORDERS), (":", "-.", ":")
+    ):
         if name == "unigram" and baseline is not None:
             continue
         ax.axhline(value, color="dimgray", linestyle=style, linewidth=1, label=f"{name} count model {value:.3f}")
@@ -176,6 +188,7 @@ def plot_seeded_curves(runs: dict[str, list[dict[str, Any]]], path: Path, title:
 
 def spearman(xs: list[float], ys: list[float]) -> float:
     """Spearman rank correlation (average ranks for ties)."""
+
     def ranks(values: list[float]) -> list[float]:
         order = sorted(range(len(values)), key=lambda i: values[i])
         out = [0.0] * len(values)

@@ -35,8 +35,13 @@ def lesson_table() -> list[dict[str, float]]:
     d = 8
     inv_freq = 1.0 / (BASE ** (torch.arange(0, d).float() / d))
     return [
-        {"dim": i, "inv_freq": f, "angle_per_position_rad": f, "angle_at_position_1000_rad": f * 1000,
-         "period_positions": 2 * math.pi / f}
+        {
+            "dim": i,
+            "inv_freq": f,
+            "angle_per_position_rad": f,
+            "angle_at_position_1000_rad": f * 1000,
+            "period_positions": 2 * math.pi / f,
+        }
         for i, f in enumerate(inv_freq.tolist())
     ]
 
@@ -55,9 +60,11 @@ def scalings() -> list[tuple[str, dict[str, Any], int | None]]:
         ("dynamic (at 4·L0)", {**common, "scaling": "dynamic"}, int(FACTOR * L0)),
         ("yarn", {**common, "scaling": "yarn"}, None),
         ("llama3", {**common, "scaling": "llama3"}, None),
-        ("longrope (illustrative, at 4·L0)",
-         {**common, "scaling": "longrope", "short_factor": [1.0] * half, "long_factor": long_factor},
-         int(FACTOR * L0)),
+        (
+            "longrope (illustrative, at 4·L0)",
+            {**common, "scaling": "longrope", "short_factor": [1.0] * half, "long_factor": long_factor},
+            int(FACTOR * L0),
+        ),
     ]
 
 
@@ -95,8 +102,16 @@ def run(out: Path, quick: bool = False) -> dict:
     table = lesson_table()
     print_table(
         ["dim", "inv_freq", "angle per position (rad)", "angle at position 1000 (rad)", "period (positions)"],
-        [[r["dim"], f"{r['inv_freq']:.4f}", f"{r['angle_per_position_rad']:.4f}",
-          f"{r['angle_at_position_1000_rad']:.1f}", f"{r['period_positions']:.1f}"] for r in table],
+        [
+            [
+                r["dim"],
+                f"{r['inv_freq']:.4f}",
+                f"{r['angle_per_position_rad']:.4f}",
+                f"{r['angle_at_position_1000_rad']:.1f}",
+                f"{r['period_positions']:.1f}",
+            ]
+            for r in table
+        ],
         title=f"seed 000 exp. 4: 8 frequencies at base {BASE} (inv_freq = 1/base^(i/8), period = 2π/inv_freq)",
     )
     # the 8 frequencies are those of a d_k = 16 head: check poslab's rope uses the same ones
@@ -104,8 +119,10 @@ def run(out: Path, quick: bool = False) -> dict:
     lesson_freqs = torch.tensor([r["inv_freq"] for r in table])
     rope_vs_lesson = (rope16.inv_freq - lesson_freqs).abs().max().item()
     print(f"  poslab rope(head_dim=16).inv_freq vs these 8 frequencies: max |diff| = {rope_vs_lesson:.1e}")
-    print("  low dimensions: high frequency, short period (near relations); "
-          "high dimensions: low frequency, long period (far relations)")
+    print(
+        "  low dimensions: high frequency, short period (near relations); "
+        "high dimensions: low frequency, long period (far relations)"
+    )
 
     original = default_inv_freq(float(BASE), HEAD_DIM)
     spectra = []
@@ -114,19 +131,30 @@ def run(out: Path, quick: bool = False) -> dict:
         inv_freq, attention_factor = scheme.frequencies(seq_len or L0)
         wavelength = (2 * math.pi / inv_freq).tolist()
         stretch = (original / inv_freq).tolist()
-        spectra.append({"label": label, "config": {k: v for k, v in config.items() if not k.endswith("_factor")},
-                        "seq_len": seq_len, "attention_factor": float(attention_factor),
-                        "wavelength": wavelength, "stretch": stretch})
-    yarn_low, yarn_high = yarn_correction_range(RopeConfig(head_dim=HEAD_DIM, base=float(BASE), scaling="yarn",
-                                                           factor=FACTOR, original_max_len=L0))
-    rows = [[s["label"], f"{s['attention_factor']:.4f}"] + [f"{s['stretch'][i]:.2f}" for i in SHOWN_PAIRS]
-            for s in spectra]
+        spectra.append(
+            {
+                "label": label,
+                "config": {k: v for k, v in config.items() if not k.endswith("_factor")},
+                "seq_len": seq_len,
+                "attention_factor": float(attention_factor),
+                "wavelength": wavelength,
+                "stretch": stretch,
+            }
+        )
+    yarn_low, yarn_high = yarn_correction_range(
+        RopeConfig(head_dim=HEAD_DIM, base=float(BASE), scaling="yarn", factor=FACTOR, original_max_len=L0)
+    )
+    rows = [
+        [s["label"], f"{s['attention_factor']:.4f}"] + [f"{s['stretch'][i]:.2f}" for i in SHOWN_PAIRS] for s in spectra
+    ]
     rows.insert(0, ["(unscaled wavelength)", ""] + [f"{spectra[0]['wavelength'][i]:.3g}" for i in SHOWN_PAIRS])
     print_table(
         ["scaling", "attn factor"] + [f"i={i}" for i in SHOWN_PAIRS],
         rows,
-        title=(f"d_k={HEAD_DIM}, s={FACTOR:g}, L0={L0}: wavelength stretch (scaled / original) per dimension pair; "
-               f"YaRN keeps pairs < {yarn_low:g}, interpolates pairs > {yarn_high:g}"),
+        title=(
+            f"d_k={HEAD_DIM}, s={FACTOR:g}, L0={L0}: wavelength stretch (scaled / original) per dimension pair; "
+            f"YaRN keeps pairs < {yarn_low:g}, interpolates pairs > {yarn_high:g}"
+        ),
     )
     path = plot(spectra, yarn_low, yarn_high, Path(out) / PLOT_FILE)
     print(f"  plot: {path}")
@@ -146,21 +174,31 @@ def run(out: Path, quick: bool = False) -> dict:
 
 # ------------------------------------------------------------------------------------ claims
 
+
 def _frequencies(r: dict, text: str, source: str) -> ClaimRecord:
     table = get(r, "lesson_table_d8_base10000")
     periods = [row["period_positions"] for row in table]
     measured = "period per dimension: " + ", ".join(num(p, 3) for p in periods) + " positions"
     ratios = [b / a for a, b in zip(periods, periods[1:])]
-    return at_least(text, source, "each dimension pair's period is longer than the previous one "
-                                  "(smallest ratio of consecutive periods ≥ 1 + 1e-6)", measured,
-                    value=float(min(ratios)), floor=1.0 + 1e-6)
+    return at_least(
+        text,
+        source,
+        "each dimension pair's period is longer than the previous one "
+        "(smallest ratio of consecutive periods ≥ 1 + 1e-6)",
+        measured,
+        value=float(min(ratios)),
+        floor=1.0 + 1e-6,
+    )
 
 
 def claims(results: dict) -> list[ClaimRecord]:
     """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
     return [
-        _frequencies(results, '低维度频率高、周期短；高维度频率低、周期长 — RoPE periods grow geometrically with the dimension',
-            'seed 000 exp. 4'),
+        _frequencies(
+            results,
+            "低维度频率高、周期短；高维度频率低、周期长 — RoPE periods grow geometrically with the dimension",
+            "seed 000 exp. 4",
+        ),
     ]
 
 

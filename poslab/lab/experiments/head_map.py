@@ -48,11 +48,31 @@ from poslab.training.config import TrainConfig
 
 N_HEAD = 8
 PRESET = "shakespeare-char"  # 65 characters: heads take shape within a few hundred steps
-QUICK = {"max_steps": 400, "batch_size": 16, "lr": 3e-3, "warmup_steps": 30, "eval_interval": 100, "eval_iters": 4, "ckpt_interval": 0,
-         "keep_checkpoints": 1}
-FULL = {"max_steps": 2000, "batch_size": 32, "lr": 2e-3, "warmup_steps": 100, "eval_interval": 250, "eval_iters": 20, "ckpt_interval": 0,
-        "keep_checkpoints": 1}
-MODEL = {"n_head": N_HEAD, "block_size": 64, "position": "rope"}  # RoPE: attention takes shape sooner than with learned positions
+QUICK = {
+    "max_steps": 400,
+    "batch_size": 16,
+    "lr": 3e-3,
+    "warmup_steps": 30,
+    "eval_interval": 100,
+    "eval_iters": 4,
+    "ckpt_interval": 0,
+    "keep_checkpoints": 1,
+}
+FULL = {
+    "max_steps": 2000,
+    "batch_size": 32,
+    "lr": 2e-3,
+    "warmup_steps": 100,
+    "eval_interval": 250,
+    "eval_iters": 20,
+    "ckpt_interval": 0,
+    "keep_checkpoints": 1,
+}
+MODEL = {
+    "n_head": N_HEAD,
+    "block_size": 64,
+    "position": "rope",
+}  # RoPE: attention takes shape sooner than with learned positions
 PROBE = {"quick": (4, 64), "full": (16, 64)}  # (windows, length)
 DISTANCE_FACTOR, INDEX_RHO, SPARE_LOSS, SPARE_SHARE = 2.0, 0.5, 0.01, 0.25
 
@@ -62,8 +82,9 @@ def train_model(out: Path, quick: bool, seed: int = 1337) -> Path:
     config = presets.preset_config(PRESET)
     config.update(QUICK if quick else FULL)
     config["model"] = {**config["model"], **MODEL}
-    config.update(lr_decay_steps=config["max_steps"], name="head-map", out_dir=str(out / "runs"), seed=seed,
-                  threads=1)  # one thread: a tiny GPT gains nothing from more
+    config.update(
+        lr_decay_steps=config["max_steps"], name="head-map", out_dir=str(out / "runs"), seed=seed, threads=1
+    )  # one thread: a tiny GPT gains nothing from more
     cfg = TrainConfig.from_dict(config)
     train(cfg, overwrite=True, progress=False)
     return cfg.run_dir
@@ -105,7 +126,11 @@ def project(features: torch.Tensor, seed: int = 0) -> dict[str, list[list[float]
     x = features.double().numpy()
     pca = PCA(n_components=2, random_state=seed).fit(x)
     tsne = TSNE(n_components=2, perplexity=min(8.0, (len(x) - 1) / 3), init="pca", random_state=seed).fit_transform(x)
-    return {"pca": pca.transform(x).tolist(), "tsne": tsne.tolist(), "pca_explained": pca.explained_variance_ratio_.tolist()}
+    return {
+        "pca": pca.transform(x).tolist(),
+        "tsne": tsne.tolist(),
+        "pca_explained": pca.explained_variance_ratio_.tolist(),
+    }
 
 
 def two_clusters(points: list[list[float]], seed: int = 0) -> list[int]:
@@ -122,31 +147,49 @@ def map_claims(table: list[dict[str, Any]], clusters: list[int], base_loss: floa
     medians = sorted(statistics.median(g) for g in by_cluster if g)
     ratio = medians[-1] / max(medians[0], 1e-9) if len(medians) == 2 else 1.0
     local_k = 0 if statistics.median(by_cluster[0]) <= statistics.median(by_cluster[1]) else 1
-    claims = [deterministic(
-        "the heads split into local heads and long-range heads (头1/2主要捕捉局部语法关系 … 头5/6处理长距离依赖)",
-        "seed 002 §6.1",
-        f"two k-means clusters of the heads' PCA points; the long-range cluster's median mean attention distance is at "
-        f"least {DISTANCE_FACTOR:g}x the local cluster's (error = {DISTANCE_FACTOR:g} - ratio)",
-        f"clusters of {len(by_cluster[local_k])} and {len(by_cluster[1 - local_k])} heads, median mean distance "
-        f"{medians[0]:.2f} vs {medians[-1]:.2f} tokens (ratio {ratio:.2f})",
-        error=DISTANCE_FACTOR - ratio, tolerance=0.0, details={"cluster_medians": medians})]
+    claims = [
+        deterministic(
+            "the heads split into local heads and long-range heads (头1/2主要捕捉局部语法关系 … 头5/6处理长距离依赖)",
+            "seed 002 §6.1",
+            "two k-means clusters of the heads' PCA points; the long-range cluster's median mean attention distance is "
+            f"at least {DISTANCE_FACTOR:g}x the local cluster's (error = {DISTANCE_FACTOR:g} - ratio)",
+            f"clusters of {len(by_cluster[local_k])} and {len(by_cluster[1 - local_k])} heads, median mean distance "
+            f"{medians[0]:.2f} vs {medians[-1]:.2f} tokens (ratio {ratio:.2f})",
+            error=DISTANCE_FACTOR - ratio,
+            tolerance=0.0,
+            details={"cluster_medians": medians},
+        )
+    ]
     index = [h["head"] for h in table]
     rho = spearman([float(i) for i in index], dist)
     rho = 0.0 if math.isnan(rho) else rho  # every head at one distance: no correlation
-    claims.append(deterministic(
-        "a head's role follows its index (heads 1/2 local, 3/4 keywords, 5/6 long range, 7/8 spare)",
-        "seed 002 §6.1",
-        f"Spearman correlation between head index and mean attention distance over all heads >= {INDEX_RHO:g} "
-        "(error = threshold - rho)",
-        f"rho = {rho:.2f} over {len(table)} heads", error=INDEX_RHO - rho, tolerance=0.0, details={"rho": rho}))
+    claims.append(
+        deterministic(
+            "a head's role follows its index (heads 1/2 local, 3/4 keywords, 5/6 long range, 7/8 spare)",
+            "seed 002 §6.1",
+            f"Spearman correlation between head index and mean attention distance over all heads >= {INDEX_RHO:g} "
+            "(error = threshold - rho)",
+            f"rho = {rho:.2f} over {len(table)} heads",
+            error=INDEX_RHO - rho,
+            tolerance=0.0,
+            details={"rho": rho},
+        )
+    )
     cheap = [h for h in table if h["mask_loss_delta"] < SPARE_LOSS * base_loss]
     share = len(cheap) / len(table)
-    claims.append(deterministic(
-        "some heads are spare channels (头7/8充当'备用通道')", "seed 002 §6.1",
-        f"zeroing a head raises the loss by less than {SPARE_LOSS:.0%} of the base loss for at least {SPARE_SHARE:.0%} of "
-        "the heads (error = threshold - share)",
-        f"{len(cheap)} of {len(table)} heads ({share:.0%}) cost < {SPARE_LOSS:.0%} each (base loss {base_loss:.3f})",
-        error=SPARE_SHARE - share, tolerance=0.0, details={"spare_heads": [[h["layer"], h["head"]] for h in cheap]}))
+    claims.append(
+        deterministic(
+            "some heads are spare channels (头7/8充当'备用通道')",
+            "seed 002 §6.1",
+            f"zeroing a head raises the loss by less than {SPARE_LOSS:.0%} of the base loss for at least "
+            f"{SPARE_SHARE:.0%} of the heads (error = threshold - share)",
+            f"{len(cheap)} of {len(table)} heads ({share:.0%}) cost < {SPARE_LOSS:.0%} each (base loss "
+            f"{base_loss:.3f})",
+            error=SPARE_SHARE - share,
+            tolerance=0.0,
+            details={"spare_heads": [[h["layer"], h["head"]] for h in cheap]},
+        )
+    )
     return claims
 
 
@@ -171,8 +214,14 @@ def plot_map(table: list[dict[str, Any]], coords: dict[str, Any], path: Path) ->
             ax = axes[row][col]
             for k, cls in enumerate(classes):
                 idx = [i for i, h in enumerate(table) if h[field] == cls]
-                ax.scatter([xy[i][0] for i in idx], [xy[i][1] for i in idx], s=[sizes[i] for i in idx], color=f"C{k}",
-                           label=f"layer {cls}" if field == "layer" else cls, alpha=0.8)
+                ax.scatter(
+                    [xy[i][0] for i in idx],
+                    [xy[i][1] for i in idx],
+                    s=[sizes[i] for i in idx],
+                    color=f"C{k}",
+                    label=f"layer {cls}" if field == "layer" else cls,
+                    alpha=0.8,
+                )
             for i, h in enumerate(table):
                 ax.annotate(f"{h['layer']}.{h['head']}", xy[i], fontsize=6, xytext=(2, 2), textcoords="offset points")
             ax.set_title(f"{key.upper()}, coloured by {field} (size ~ mean attention distance)")
@@ -195,8 +244,13 @@ def _run(out: Path, quick: bool) -> dict:
     run_dir = train_model(out, quick)
     model, tokenizer, config = load_run(run_dir)
     tokens = RunFolder(run_dir).split_tokens("val", tokenizer)  # checksummed validation split
-    analysis = head_analysis.analyze(model, tokens, n_batches=2 if quick else 8, batch_size=8 if quick else 16,
-                                     punctuation=head_analysis.punctuation_ids(tokenizer))
+    analysis = head_analysis.analyze(
+        model,
+        tokens,
+        n_batches=2 if quick else 8,
+        batch_size=8 if quick else 16,
+        punctuation=head_analysis.punctuation_ids(tokenizer),
+    )
     n, length = PROBE["quick" if quick else "full"]
     probes = probe_windows(tokens, n, length)
     features, distance = head_features(head_analysis.attention_weights(model, probes))
@@ -204,20 +258,51 @@ def _run(out: Path, quick: bool) -> dict:
     clusters = two_clusters(coords["pca"])
     table = []
     for i, h in enumerate(analysis["heads"]):
-        table.append({"layer": h["layer"], "head": h["head"], "labels": h["labels"], "type": head_type(h["labels"]),
-                      "mean_distance": float(distance[i]), "mask_loss_delta": h["mask_loss_delta"],
-                      "cluster": clusters[i], "pca": coords["pca"][i], "tsne": coords["tsne"][i]})
-    print_table(["layer", "head", "type", "labels", "mean distance", "mask Δloss", "cluster"],
-                [[h["layer"], h["head"], h["type"], ", ".join(h["labels"]) or "-", f"{h['mean_distance']:.2f}",
-                  f"{h['mask_loss_delta']:+.4f}", h["cluster"]] for h in table],
-                title=f"heads of a {model.config.n_layer}x{N_HEAD}-head GPT ({PRESET}; base loss {analysis['base_loss']:.3f})")
+        table.append(
+            {
+                "layer": h["layer"],
+                "head": h["head"],
+                "labels": h["labels"],
+                "type": head_type(h["labels"]),
+                "mean_distance": float(distance[i]),
+                "mask_loss_delta": h["mask_loss_delta"],
+                "cluster": clusters[i],
+                "pca": coords["pca"][i],
+                "tsne": coords["tsne"][i],
+            }
+        )
+    print_table(
+        ["layer", "head", "type", "labels", "mean distance", "mask Δloss", "cluster"],
+        [
+            [
+                h["layer"],
+                h["head"],
+                h["type"],
+                ", ".join(h["labels"]) or "-",
+                f"{h['mean_distance']:.2f}",
+                f"{h['mask_loss_delta']:+.4f}",
+                h["cluster"],
+            ]
+            for h in table
+        ],
+        title=f"heads of a {model.config.n_layer}x{N_HEAD}-head GPT ({PRESET}; base loss {analysis['base_loss']:.3f})",
+    )
     claims = map_claims(table, clusters, analysis["base_loss"])
     print_claims(claims)
     plot = plot_map(table, coords, out / "head_map.png")
-    return {"quick": quick, "run": str(run_dir), "probe": {"windows": n, "length": length}, "base_loss": analysis["base_loss"],
-            "pca_explained": coords["pca_explained"], "heads": table, "counts": analysis["counts"],
-            "not_tested": "heads 3/4 'semantic keywords': the corpus has no word-level semantic labels",
-            "claims": [c.to_dict() for c in claims], "plots": [str(plot)]}
+    return {
+        "quick": quick,
+        "run": str(run_dir),
+        "probe": {"windows": n, "length": length},
+        "base_loss": analysis["base_loss"],
+        "pca_explained": coords["pca_explained"],
+        "heads": table,
+        "counts": analysis["counts"],
+        "not_tested": "heads 3/4 'semantic keywords': the corpus has no word-level semantic labels",
+        "claims": [c.to_dict() for c in claims],
+        "plots": [str(plot)],
+    }
+
 
 EXPERIMENT = Experiment(
     name="head-map",

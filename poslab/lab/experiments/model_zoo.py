@@ -41,9 +41,28 @@ from poslab.nn.attention import MultiHeadAttention
 
 ZOO_PATH = Path(__file__).resolve().parent.parent / "data" / "model_zoo.json"
 #: fields every row carries
-FIELDS = ("name", "family", "hf_repo", "source", "year", "architecture", "d_model", "n_heads", "n_kv_heads", "head_dim",
-          "layers", "position", "rope_theta", "rope_scaling", "context_length", "attention", "verified_via", "derived",
-          "null_fields", "notes")
+FIELDS = (
+    "name",
+    "family",
+    "hf_repo",
+    "source",
+    "year",
+    "architecture",
+    "d_model",
+    "n_heads",
+    "n_kv_heads",
+    "head_dim",
+    "layers",
+    "position",
+    "rope_theta",
+    "rope_scaling",
+    "context_length",
+    "attention",
+    "verified_via",
+    "derived",
+    "null_fields",
+    "notes",
+)
 #: fields that must be positive integers unless listed in the row's ``null_fields``
 INT_FIELDS = ("d_model", "n_heads", "n_kv_heads", "head_dim", "layers", "context_length", "year")
 COMMON_DK = (64, 128)
@@ -94,14 +113,21 @@ def dk_distribution(rows: list[dict[str, Any]]) -> dict[str, Any]:
     counts = Counter(r["head_dim"] for r in rows)
     others = [(r["name"], r["head_dim"]) for r in rows if r["head_dim"] not in COMMON_DK]
     share = 1 - len(others) / len(rows)
-    return {"counts": {str(k): v for k, v in sorted(counts.items())}, "share_64_128": share,
-            "counter_examples": others, "n_models": len(rows)}
+    return {
+        "counts": {str(k): v for k, v in sorted(counts.items())},
+        "share_64_128": share,
+        "counter_examples": others,
+        "n_models": len(rows),
+    }
 
 
 def width_mismatches(rows: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
     """Models whose ``n_heads * head_dim`` is not ``d_model``: (name, d_model, n_heads * head_dim)."""
-    return [(r["name"], r["d_model"], r["n_heads"] * r["head_dim"]) for r in rows
-            if r["n_heads"] * r["head_dim"] != r["d_model"]]
+    return [
+        (r["name"], r["d_model"], r["n_heads"] * r["head_dim"])
+        for r in rows
+        if r["n_heads"] * r["head_dim"] != r["d_model"]
+    ]
 
 
 def head_rule(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -109,16 +135,27 @@ def head_rule(rows: list[dict[str, Any]]) -> dict[str, Any]:
     per_model = []
     for r in rows:
         predicted = math.sqrt(r["d_model"] / 16)
-        per_model.append({"name": r["name"], "d_model": r["d_model"], "n_heads": r["n_heads"],
-                          "predicted": predicted, "ratio": r["n_heads"] / predicted})
+        per_model.append(
+            {
+                "name": r["name"],
+                "d_model": r["d_model"],
+                "n_heads": r["n_heads"],
+                "predicted": predicted,
+                "ratio": r["n_heads"] / predicted,
+            }
+        )
     within = [m for m in per_model if 1 / RULE_FACTOR <= m["ratio"] <= RULE_FACTOR]
     xs = [math.log(r["d_model"]) for r in rows]
     ys = [math.log(r["n_heads"]) for r in rows]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return {"per_model": per_model, "share_within_factor": len(within) / len(rows),
-            "median_ratio": statistics.median(m["ratio"] for m in per_model), "fitted_exponent": slope,
-            "fitted_constant": math.exp(my - slope * mx)}
+    return {
+        "per_model": per_model,
+        "share_within_factor": len(within) / len(rows),
+        "median_ratio": statistics.median(m["ratio"] for m in per_model),
+        "fitted_exponent": slope,
+        "fitted_constant": math.exp(my - slope * mx),
+    }
 
 
 def gqa_by_year(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -130,8 +167,12 @@ def gqa_by_year(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for year in sorted(years):
         group = years[year]
         ratios = [r["n_heads"] // r["n_kv_heads"] for r in group if r["attention"] != "MLA"]
-        out[str(year)] = {"n": len(group), "kinds": dict(Counter(r["attention"] for r in group)),
-                          "ratios": ratios, "median_ratio": statistics.median(ratios) if ratios else None}
+        out[str(year)] = {
+            "n": len(group),
+            "kinds": dict(Counter(r["attention"] for r in group)),
+            "ratios": ratios,
+            "median_ratio": statistics.median(ratios) if ratios else None,
+        }
     return out
 
 
@@ -156,8 +197,16 @@ def parameter_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if r["attention"] == "MLA":
             continue
         d, h, kv, hd = r["d_model"], r["n_heads"], r["n_kv_heads"], r["head_dim"]
-        entry = {"name": r["name"], "attention": r["attention"], "d_model": d, "n_heads": h, "n_kv_heads": kv,
-                 "head_dim": hd, "formula": attention_formula(d, h, kv, hd), "four_d2": 4 * d * d + 4 * d}
+        entry = {
+            "name": r["name"],
+            "attention": r["attention"],
+            "d_model": d,
+            "n_heads": h,
+            "n_kv_heads": kv,
+            "head_dim": hd,
+            "formula": attention_formula(d, h, kv, hd),
+            "four_d2": 4 * d * d + 4 * d,
+        }
         if h * hd != d:
             entry["built"] = None
             entry["note"] = "n_heads x head_dim != d_model: poslab's MultiHeadAttention ties d_k to d_model / n_heads"
@@ -174,50 +223,78 @@ def parameter_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------ claims
-def zoo_claims(rows: list[dict[str, Any]], dk: dict[str, Any], rule: dict[str, Any],
-               params: list[dict[str, Any]]) -> list[ClaimRecord]:
+def zoo_claims(
+    rows: list[dict[str, Any]], dk: dict[str, Any], rule: dict[str, Any], params: list[dict[str, Any]]
+) -> list[ClaimRecord]:
     """The claim records of this experiment (see the module docstring for the criteria)."""
     n = len(rows)
     others = ", ".join(f"{name} {d}" for name, d in dk["counter_examples"])
-    claims = [deterministic(
-        "d_k is almost always 64 or 128, whatever the model size (几乎所有 LLM 的 d_k 都固定在 64 或 128)",
-        "seed 000 §1.4 and Q3",
-        f"share of the zoo's {n} models with d_k in {{64, 128}} >= {DK_SHARE_THRESHOLD:.0%} (margin = share - threshold)",
-        f"{dk['share_64_128']:.1%} of {n} models; counter-examples: {others}",
-        error=DK_SHARE_THRESHOLD - dk["share_64_128"], tolerance=0.0,
-        details={"counts": dk["counts"], "counter_examples": dk["counter_examples"]})]
+    claims = [
+        deterministic(
+            "d_k is almost always 64 or 128, whatever the model size (几乎所有 LLM 的 d_k 都固定在 64 或 128)",
+            "seed 000 §1.4 and Q3",
+            f"share of the zoo's {n} models with d_k in {{64, 128}} "
+            f">= {DK_SHARE_THRESHOLD:.0%} (margin = share - threshold)",
+            f"{dk['share_64_128']:.1%} of {n} models; counter-examples: {others}",
+            error=DK_SHARE_THRESHOLD - dk["share_64_128"],
+            tolerance=0.0,
+            details={"counts": dk["counts"], "counter_examples": dk["counter_examples"]},
+        )
+    ]
     mism = width_mismatches(rows)
-    claims.append(deterministic(
-        "d_model = h × d_k: the width is set by the number of heads at a fixed d_k",
-        "seed 000 §1.2 and §1.4",
-        f"every model's n_heads * head_dim equals d_model (error = number of models where it does not, of {n})",
-        f"{len(mism)} of {n} differ: " + ", ".join(f"{name} {d} vs {hd}" for name, d, hd in mism),
-        error=float(len(mism)), tolerance=0.0, details={"mismatches": mism}))
-    claims.append(deterministic(
-        "optimal number of heads ≈ sqrt(d_model / 16) (最优头数 ≈ √(d_model/16)), as the head counts real models chose",
-        "seed 002 §3.2",
-        f"at least {RULE_SHARE_THRESHOLD:.0%} of the models' head counts within a factor {RULE_FACTOR:.3g} of sqrt(d_model/16)",
-        f"{rule['share_within_factor']:.1%} within a factor {RULE_FACTOR:.3g}; median real/rule {rule['median_ratio']:.2f}; "
-        f"fitted h ≈ {rule['fitted_constant']:.3f} d_model^{rule['fitted_exponent']:.2f} (rule: 0.25 d^0.5)",
-        error=RULE_SHARE_THRESHOLD - rule["share_within_factor"], tolerance=0.0,
-        details={"fitted_exponent": rule["fitted_exponent"], "median_ratio": rule["median_ratio"]}))
+    claims.append(
+        deterministic(
+            "d_model = h × d_k: the width is set by the number of heads at a fixed d_k",
+            "seed 000 §1.2 and §1.4",
+            f"every model's n_heads * head_dim equals d_model (error = number of models where it does not, of {n})",
+            f"{len(mism)} of {n} differ: " + ", ".join(f"{name} {d} vs {hd}" for name, d, hd in mism),
+            error=float(len(mism)),
+            tolerance=0.0,
+            details={"mismatches": mism},
+        )
+    )
+    claims.append(
+        deterministic(
+            "optimal number of heads ≈ sqrt(d_model / 16) (最优头数 "
+            "≈ √(d_model/16)), as the head counts real models chose",
+            "seed 002 §3.2",
+            f"at least {RULE_SHARE_THRESHOLD:.0%} of the models' head counts within a factor {RULE_FACTOR:.3g} of "
+            "sqrt(d_model/16)",
+            f"{rule['share_within_factor']:.1%} within a factor {RULE_FACTOR:.3g}; median real/rule "
+            f"{rule['median_ratio']:.2f}; fitted h ≈ {rule['fitted_constant']:.3f} "
+            f"d_model^{rule['fitted_exponent']:.2f} (rule: 0.25 d^0.5)",
+            error=RULE_SHARE_THRESHOLD - rule["share_within_factor"],
+            tolerance=0.0,
+            details={"fitted_exponent": rule["fitted_exponent"], "median_ratio": rule["median_ratio"]},
+        )
+    )
     built = [p for p in params if p.get("built") is not None]
     mha = [p for p in built if p["n_kv_heads"] == p["n_heads"]]
     gqa = [p for p in built if p["n_kv_heads"] != p["n_heads"]]
     worst_mha = max(abs(p["built"] - p["four_d2"]) for p in mha)
-    claims.append(deterministic(
-        "multi-head attention has 4·d_model² parameters (+4d biases) whatever the head count",
-        "seed 000 §1.2", f"every full-size poslab MultiHeadAttention build of the {len(mha)} multi-head rows counts "
-        "exactly 4d²+4d (error = largest difference)",
-        f"{len(mha)} builds, largest difference {worst_mha}", error=float(worst_mha), tolerance=0.0))
+    claims.append(
+        deterministic(
+            "multi-head attention has 4·d_model² parameters (+4d biases) whatever the head count",
+            "seed 000 §1.2",
+            f"every full-size poslab MultiHeadAttention build of the {len(mha)} multi-head rows counts "
+            "exactly 4d²+4d (error = largest difference)",
+            f"{len(mha)} builds, largest difference {worst_mha}",
+            error=float(worst_mha),
+            tolerance=0.0,
+        )
+    )
     worst_gqa = min(p["built"] / p["four_d2"] for p in gqa)
     best_gqa = max(p["built"] / p["four_d2"] for p in gqa)
-    claims.append(deterministic(
-        "the 4·d_model² count carries over to the grouped-query models of the zoo",
-        "seed 000 §1.2 (applied to the zoo's GQA/MQA rows)",
-        f"every full-size build of the {len(gqa)} GQA/MQA rows within 1% of 4d²+4d (error = largest relative gap)",
-        f"built / (4d²+4d) from {worst_gqa:.3f} to {best_gqa:.3f}: k and v are n_kv_heads/n_heads as wide",
-        error=max(abs(1 - p["built"] / p["four_d2"]) for p in gqa), tolerance=0.01))
+    claims.append(
+        deterministic(
+            "the 4·d_model² count carries over to the grouped-query models of the zoo",
+            "seed 000 §1.2 (applied to the zoo's GQA/MQA rows)",
+            f"every full-size build of the {len(gqa)} GQA/MQA rows within 1% of 4d²+4d (error = largest relative gap)",
+            f"built / (4d²+4d) from {worst_gqa:.3f} to {best_gqa:.3f}: k and v are n_kv_heads/n_heads as wide",
+            error=max(abs(1 - p["built"] / p["four_d2"]) for p in gqa),
+            tolerance=0.01,
+        )
+    )
     return claims
 
 
@@ -241,8 +318,13 @@ def plot_zoo(rows: list[dict[str, Any]], rule: dict[str, Any], gqa: dict[str, An
     ds = sorted({r["d_model"] for r in rows})
     ax.scatter([r["d_model"] for r in rows], [r["n_heads"] for r in rows], s=18, label="real models")
     ax.plot(ds, [math.sqrt(d / 16) for d in ds], color="tab:red", label="seed 002: sqrt(d/16)")
-    ax.plot(ds, [rule["fitted_constant"] * d ** rule["fitted_exponent"] for d in ds], color="tab:green",
-            linestyle="--", label=f"fit: d^{rule['fitted_exponent']:.2f}")
+    ax.plot(
+        ds,
+        [rule["fitted_constant"] * d ** rule["fitted_exponent"] for d in ds],
+        color="tab:green",
+        linestyle="--",
+        label=f"fit: d^{rule['fitted_exponent']:.2f}",
+    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("d_model")
@@ -254,7 +336,13 @@ def plot_zoo(rows: list[dict[str, Any]], rule: dict[str, Any], gqa: dict[str, An
     markers = {"MHA": "o", "GQA": "s", "MQA": "^", "MLA": "x"}
     for r in rows:
         ratio = r["n_heads"] // r["n_kv_heads"] if r["attention"] != "MLA" else 1
-        ax.scatter(r["year"], ratio, marker=markers[r["attention"]], s=22, color="tab:blue" if r["attention"] != "MLA" else "tab:red")
+        ax.scatter(
+            r["year"],
+            ratio,
+            marker=markers[r["attention"]],
+            s=22,
+            color="tab:blue" if r["attention"] != "MLA" else "tab:red",
+        )
     for kind, marker in markers.items():
         ax.scatter([], [], marker=marker, color="tab:red" if kind == "MLA" else "tab:blue", label=kind)
     ax.set_yscale("log", base=2)
@@ -270,33 +358,70 @@ def run(out: Path, quick: bool = False) -> dict:
     """Load the zoo, print the tables and claims, plot; the quick and full forms are the same (it only reads JSON)."""
     out = Path(out)
     rows = load_zoo()
-    print_table(["model", "year", "d_model", "heads", "kv", "d_k", "layers", "position", "theta", "context"],
-                [[r["name"], r["year"], r["d_model"], r["n_heads"], r["n_kv_heads"], r["head_dim"], r["layers"],
-                  r["position"], r["rope_theta"] if r["rope_theta"] is not None else "-",
-                  r["context_length"] if r["context_length"] is not None else "-"] for r in rows],
-                title=f"model zoo: {len(rows)} open models (poslab/lab/data/model_zoo.json)")
+    print_table(
+        ["model", "year", "d_model", "heads", "kv", "d_k", "layers", "position", "theta", "context"],
+        [
+            [
+                r["name"],
+                r["year"],
+                r["d_model"],
+                r["n_heads"],
+                r["n_kv_heads"],
+                r["head_dim"],
+                r["layers"],
+                r["position"],
+                r["rope_theta"] if r["rope_theta"] is not None else "-",
+                r["context_length"] if r["context_length"] is not None else "-",
+            ]
+            for r in rows
+        ],
+        title=f"model zoo: {len(rows)} open models (poslab/lab/data/model_zoo.json)",
+    )
     dk = dk_distribution(rows)
     rule = head_rule(rows)
     gqa = gqa_by_year(rows)
     params = parameter_counts(rows)
-    print_table(["year", "models", "kinds", "median q/kv"],
-                [[y, g["n"], ", ".join(f"{k} {v}" for k, v in g["kinds"].items()), g["median_ratio"]] for y, g in gqa.items()],
-                title="attention kinds by release year")
-    print_table(["model", "kind", "built (meta)", "formula", "4d²+4d", "ratio", "16x smaller built / formula"],
-                [[p["name"], p["attention"], p["built"] if p["built"] is not None else "-", p["formula"], p["four_d2"],
-                  f"{p['ratio_to_4d2']:.3f}",
-                  f"{p['small_built']} / {p['small_formula']}" if "small_built" in p else "-"] for p in params],
-                title="attention parameters per layer (poslab MultiHeadAttention, biases on)")
+    print_table(
+        ["year", "models", "kinds", "median q/kv"],
+        [[y, g["n"], ", ".join(f"{k} {v}" for k, v in g["kinds"].items()), g["median_ratio"]] for y, g in gqa.items()],
+        title="attention kinds by release year",
+    )
+    print_table(
+        ["model", "kind", "built (meta)", "formula", "4d²+4d", "ratio", "16x smaller built / formula"],
+        [
+            [
+                p["name"],
+                p["attention"],
+                p["built"] if p["built"] is not None else "-",
+                p["formula"],
+                p["four_d2"],
+                f"{p['ratio_to_4d2']:.3f}",
+                f"{p['small_built']} / {p['small_formula']}" if "small_built" in p else "-",
+            ]
+            for p in params
+        ],
+        title="attention parameters per layer (poslab MultiHeadAttention, biases on)",
+    )
     claims = zoo_claims(rows, dk, rule, params)
     print_claims(claims)
     plot = plot_zoo(rows, rule, gqa, out / "model_zoo.png")
-    return {"quick": quick, "n_models": len(rows), "dk": dk, "width_mismatches": width_mismatches(rows),
-            "head_rule": rule, "gqa_by_year": gqa, "parameters": params,
-            "claims": [c.to_dict() for c in claims], "plots": [str(plot)]}
+    return {
+        "quick": quick,
+        "n_models": len(rows),
+        "dk": dk,
+        "width_mismatches": width_mismatches(rows),
+        "head_rule": rule,
+        "gqa_by_year": gqa,
+        "parameters": params,
+        "claims": [c.to_dict() for c in claims],
+        "plots": [str(plot)],
+    }
+
 
 EXPERIMENT = Experiment(
     name="model-zoo",
-    description="head geometry of 39 open models from their config.json: d_k, sqrt(d/16) heads, GQA, 4d² (seeds 000, 002)",
+    description="head geometry of 39 open models from their "
+    "config.json: d_k, sqrt(d/16) heads, GQA, 4d² (seeds 000, 002)",
     tier=FOUNDATION,
     run=run,
     estimate=(4, 12),

@@ -63,8 +63,14 @@ def run(out: Path, quick: bool = False) -> dict:
     print_table(
         ["MultiHeadAttention", "d_k", "qkv", "proj", "total", "= 4d^2+4d?"],
         [
-            [f"d_model={r['d_model']}, h={r['n_heads']}", r["head_dim"], f"{r['qkv']:,}", f"{r['proj']:,}",
-             f"{r['total']:,}", "yes" if r["total"] == formula else "NO"]
+            [
+                f"d_model={r['d_model']}, h={r['n_heads']}",
+                r["head_dim"],
+                f"{r['qkv']:,}",
+                f"{r['proj']:,}",
+                f"{r['total']:,}",
+                "yes" if r["total"] == formula else "NO",
+            ]
             for r in mha_512
         ],
         title=f"poslab MultiHeadAttention at d_model={d_model}: the head count changes nothing (4d^2+4d = {formula:,})",
@@ -73,8 +79,12 @@ def run(out: Path, quick: bool = False) -> dict:
     n_embd = 32
     mha_32 = [attention_counts(n_embd, h) for h in (1, 2, 4, 8)]
     gqa = attention_counts(n_embd, 8, 2)
-    rows = [[f"h={r['n_heads']}, d_k={r['head_dim']}", r["n_kv_heads"], r["qkv"], r["proj"], r["total"]] for r in mha_32]
-    rows.append([f"GQA: h={gqa['n_heads']}, d_k={gqa['head_dim']}", gqa["n_kv_heads"], gqa["qkv"], gqa["proj"], gqa["total"]])
+    rows = [
+        [f"h={r['n_heads']}, d_k={r['head_dim']}", r["n_kv_heads"], r["qkv"], r["proj"], r["total"]] for r in mha_32
+    ]
+    rows.append(
+        [f"GQA: h={gqa['n_heads']}, d_k={gqa['head_dim']}", gqa["n_kv_heads"], gqa["qkv"], gqa["proj"], gqa["total"]]
+    )
     print_table(
         ["n_embd=32", "kv heads", "qkv", "proj", "total"],
         rows,
@@ -98,43 +108,79 @@ def run(out: Path, quick: bool = False) -> dict:
 
 # ------------------------------------------------------------------------------------ claims
 
+
 def _params_same_total(r: dict, text: str, source: str) -> ClaimRecord:
     rows = get(r, "multihead_attention_512")
     formula = get(r, "formula_4d2_plus_4d_512")
     small = get(r, "seed001_multihead_attention_32")
     measured = (
-        "d_model 512: " + ", ".join(f"h={x['n_heads']} → {num(x['total'])}" for x in rows)
-        + f" (4d²+4d = {num(formula)}); d_model 32: " + ", ".join(f"h={x['n_heads']} → {num(x['total'])}" for x in small)
+        "d_model 512: "
+        + ", ".join(f"h={x['n_heads']} → {num(x['total'])}" for x in rows)
+        + f" (4d²+4d = {num(formula)}); d_model 32: "
+        + ", ".join(f"h={x['n_heads']} → {num(x['total'])}" for x in small)
     )
-    error = max([abs(x["total"] - formula) for x in rows] + [max(x["total"] for x in small) - min(x["total"] for x in small)])
-    return deterministic(text, source, "every head count's parameter count equals 4d²+4d exactly (integer counts, tolerance 0)",
-                         measured, error=float(error), tolerance=0.0)
+    error = max(
+        [abs(x["total"] - formula) for x in rows] + [max(x["total"] for x in small) - min(x["total"] for x in small)]
+    )
+    return deterministic(
+        text,
+        source,
+        "every head count's parameter count equals 4d²+4d exactly (integer counts, tolerance 0)",
+        measured,
+        error=float(error),
+        tolerance=0.0,
+    )
 
 
 def _params_lesson_printout(r: dict, text: str, source: str) -> ClaimRecord:
-    one, four, ratio = get(r, "seed000_one_linear_512"), get(r, "seed000_four_linear_512"), get(r, "seed000_ratio_four_over_one")
+    one, four, ratio = (
+        get(r, "seed000_one_linear_512"),
+        get(r, "seed000_four_linear_512"),
+        get(r, "seed000_ratio_four_over_one"),
+    )
     error = abs(one - 262_656) + abs(four - 1_050_624)
-    return deterministic(text, source, "parameter counts equal the lesson's 262,656 and 1,050,624 exactly (tolerance 0)",
-                         f"one Linear {num(one)}, four {num(four)}, ratio {ratio:.1f}x", error=float(error), tolerance=0.0)
+    return deterministic(
+        text,
+        source,
+        "parameter counts equal the lesson's 262,656 and 1,050,624 exactly (tolerance 0)",
+        f"one Linear {num(one)}, four {num(four)}, ratio {ratio:.1f}x",
+        error=float(error),
+        tolerance=0.0,
+    )
 
 
 def _params_seed001(r: dict, text: str, source: str) -> ClaimRecord:
     qkv, proj = get(r, "seed001_qkv_params_by_heads"), get(r, "seed001_proj_params_by_heads")
     measured = "; ".join(f"h={h}: qkv {num(qkv[h])}, proj {num(proj[h])}" for h in qkv)
     error = max(abs(v - 3168) for v in qkv.values()) + max(abs(v - 1056) for v in proj.values())
-    return deterministic(text, source, "qkv = 3168 and proj = 1056 for every head count (tolerance 0)", measured,
-                         error=float(error), tolerance=0.0)
+    return deterministic(
+        text,
+        source,
+        "qkv = 3168 and proj = 1056 for every head count (tolerance 0)",
+        measured,
+        error=float(error),
+        tolerance=0.0,
+    )
 
 
 def claims(results: dict) -> list[ClaimRecord]:
     """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
     return [
-        _params_same_total(results, '多头不增加参数量 — multi-head attention has exactly the parameters of single-head (4·d²+4·d)',
-            'seed 000 §1.2–1.3'),
-        _params_lesson_printout(results, "单头 Linear(512,512): 262,656；多头 4 个矩阵: 1,050,624；倍数 4.0x — the lesson's printout",
-            'seed 000 §1.3'),
-        _params_seed001(results, 'qkv 3168 个，proj 1056 个，头数多少都不影响这个数 — at n_embd 32 the head count does not change qkv/proj',
-            'seed 001 §2'),
+        _params_same_total(
+            results,
+            "多头不增加参数量 — multi-head attention has exactly the parameters of single-head (4·d²+4·d)",
+            "seed 000 §1.2–1.3",
+        ),
+        _params_lesson_printout(
+            results,
+            "单头 Linear(512,512): 262,656；多头 4 个矩阵: 1,050,624；倍数 4.0x — the lesson's printout",
+            "seed 000 §1.3",
+        ),
+        _params_seed001(
+            results,
+            "qkv 3168 个，proj 1056 个，头数多少都不影响这个数 — at n_embd 32 the head count does not change qkv/proj",
+            "seed 001 §2",
+        ),
     ]
 
 

@@ -40,7 +40,9 @@ CLAIMED_SPEEDUP = 40.0
 HELD_IF_AT_LEAST = 20.0
 
 
-def time_pair(first: Callable[[], object], second: Callable[[], object], samples: int, calls: int) -> tuple[float, float]:
+def time_pair(
+    first: Callable[[], object], second: Callable[[], object], samples: int, calls: int
+) -> tuple[float, float]:
     """Median seconds per call of two functions, timed alternately (``samples`` x ``calls`` each)."""
     first(), second()  # warm up
     times_a, times_b = [], []
@@ -80,14 +82,24 @@ def _run(quick: bool) -> dict:
             x = torch.randn(batch, T, d_model)
             lookup, compute = time_pair(lambda: scheme.cache[pos], lambda: sinusoid_table(pos, d_model), samples, calls)  # noqa: B023
             embed_cached, embed_fly = time_pair(
-                lambda: scheme.embed(x, pos), lambda: x + sinusoid_table(pos, d_model), samples, calls  # noqa: B023
+                lambda: scheme.embed(x, pos),  # noqa: B023
+                lambda: x + sinusoid_table(pos, d_model),  # noqa: B023
+                samples,
+                calls,
             )
-            rows.append({
-                "seq_len": T, "d_model": d_model, "batch": batch,
-                "pe_lookup_us": lookup * 1e6, "pe_compute_us": compute * 1e6, "pe_speedup": compute / lookup,
-                "embed_cached_us": embed_cached * 1e6, "embed_on_the_fly_us": embed_fly * 1e6,
-                "embed_speedup": embed_fly / embed_cached,
-            })
+            rows.append(
+                {
+                    "seq_len": T,
+                    "d_model": d_model,
+                    "batch": batch,
+                    "pe_lookup_us": lookup * 1e6,
+                    "pe_compute_us": compute * 1e6,
+                    "pe_speedup": compute / lookup,
+                    "embed_cached_us": embed_cached * 1e6,
+                    "embed_on_the_fly_us": embed_fly * 1e6,
+                    "embed_speedup": embed_fly / embed_cached,
+                }
+            )
         model_row = _model_forward(samples=3 if quick else 5, calls=2)
 
     table = torch.cat([scheme.cache, sinusoid_table(torch.arange(5000), d_model)])
@@ -101,42 +113,76 @@ def _run(quick: bool) -> dict:
         "timing": f"median of {samples} alternating samples, each the mean of {calls} calls; machine possibly shared",
         "rows": rows,
         "model_forward": model_row,
-        "headline": {"seq_len": 512, "pe_speedup": headline["pe_speedup"], "embed_speedup": headline["embed_speedup"],
-                     "model_speedup": model_row["speedup"]},
+        "headline": {
+            "seq_len": 512,
+            "pe_speedup": headline["pe_speedup"],
+            "embed_speedup": headline["embed_speedup"],
+            "model_speedup": model_row["speedup"],
+        },
         "value_range": {"min": float(table.min()), "max": float(table.max())},
-        "wavelength_range": {"min_over_2pi": wavelengths[0] / (2 * math.pi), "max_over_2pi": wavelengths[-1] / (2 * math.pi)},
+        "wavelength_range": {
+            "min_over_2pi": wavelengths[0] / (2 * math.pi),
+            "max_over_2pi": wavelengths[-1] / (2 * math.pi),
+        },
         "claims": [
-            at_least(CLAIM, "seed 002 §5.2",
-                     f"x + PE with the cached table at least {HELD_IF_AT_LEAST:g}x faster than computing it (T=512, d=512; "
-                     f"median of {samples} alternating timing samples, one thread; no seeds)",
-                     (f"encoding alone {headline['pe_speedup']:.1f}x, x + PE {headline['embed_speedup']:.1f}x, "
-                      f"whole GPT forward {model_row['speedup']:.2f}x (T=512, d=512)"),
-                     value=float(headline["embed_speedup"]), floor=float(HELD_IF_AT_LEAST)).to_dict(),
-            deterministic("数值范围稳定在[-1,1]之间 (sinusoidal values stay in [-1, 1])", "seed 002 §2.1",
-                          "max |PE| over 5000 positions x 512 dims ≤ 1 (exact: sin and cos are bounded; tolerance 0)",
-                          f"min {float(table.min()):.4f}, max {float(table.max()):.4f} over 5000 positions x 512 dims",
-                          error=max(0.0, float(table.abs().max()) - 1.0), tolerance=0.0).to_dict(),
-            deterministic("不同维度对应不同波长（从2π到10000·2π） (wavelengths from 2*pi to 10000*2*pi)", "seed 002 §2.1",
-                          "shortest wavelength 2π (relative tolerance 1e-12) and longest in [0.9, 1) x 10000·2π",
-                          f"2pi x {wavelengths[0] / (2 * math.pi):.0f} to 2pi x {wavelengths[-1] / (2 * math.pi):,.0f} (d=512)",
-                          error=abs(wavelengths[0] / (2 * math.pi) - 1.0)
-                          + (0.0 if 0.9 * 10000 <= wavelengths[-1] / (2 * math.pi) < 10000 else 1.0),
-                          tolerance=1e-12).to_dict(),
+            at_least(
+                CLAIM,
+                "seed 002 §5.2",
+                f"x + PE with the cached table at least {HELD_IF_AT_LEAST:g}x faster than computing it (T=512, d=512; "
+                f"median of {samples} alternating timing samples, one thread; no seeds)",
+                (
+                    f"encoding alone {headline['pe_speedup']:.1f}x, x + PE {headline['embed_speedup']:.1f}x, "
+                    f"whole GPT forward {model_row['speedup']:.2f}x (T=512, d=512)"
+                ),
+                value=float(headline["embed_speedup"]),
+                floor=float(HELD_IF_AT_LEAST),
+            ).to_dict(),
+            deterministic(
+                "数值范围稳定在[-1,1]之间 (sinusoidal values stay in [-1, 1])",
+                "seed 002 §2.1",
+                "max |PE| over 5000 positions x 512 dims ≤ 1 (exact: sin and cos are bounded; tolerance 0)",
+                f"min {float(table.min()):.4f}, max {float(table.max()):.4f} over 5000 positions x 512 dims",
+                error=max(0.0, float(table.abs().max()) - 1.0),
+                tolerance=0.0,
+            ).to_dict(),
+            deterministic(
+                "不同维度对应不同波长（从2π到10000·2π） (wavelengths from 2*pi to 10000*2*pi)",
+                "seed 002 §2.1",
+                "shortest wavelength 2π (relative tolerance 1e-12) and longest in [0.9, 1) x 10000·2π",
+                f"2pi x {wavelengths[0] / (2 * math.pi):.0f} to 2pi x {wavelengths[-1] / (2 * math.pi):,.0f} (d=512)",
+                error=abs(wavelengths[0] / (2 * math.pi) - 1.0)
+                + (0.0 if 0.9 * 10000 <= wavelengths[-1] / (2 * math.pi) < 10000 else 1.0),
+                tolerance=1e-12,
+            ).to_dict(),
         ],
     }
     print_table(
         ["T", "PE lookup", "PE compute", "speed-up", "x+PE cached", "x+PE on the fly", "speed-up"],
-        [[r["seq_len"], f"{r['pe_lookup_us']:.1f} us", f"{r['pe_compute_us']:.1f} us", f"{r['pe_speedup']:.1f}x",
-          f"{r['embed_cached_us']:.1f} us", f"{r['embed_on_the_fly_us']:.1f} us", f"{r['embed_speedup']:.1f}x"] for r in rows],
+        [
+            [
+                r["seq_len"],
+                f"{r['pe_lookup_us']:.1f} us",
+                f"{r['pe_compute_us']:.1f} us",
+                f"{r['pe_speedup']:.1f}x",
+                f"{r['embed_cached_us']:.1f} us",
+                f"{r['embed_on_the_fly_us']:.1f} us",
+                f"{r['embed_speedup']:.1f}x",
+            ]
+            for r in rows
+        ],
         title=f"seed 002 §5.2: precomputed vs on-the-fly sinusoidal encoding (d={d_model}, batch {batch}, "
-              f"{torch.get_num_threads()} threads; medians)",
+        f"{torch.get_num_threads()} threads; medians)",
     )
-    print(f"  whole GPT forward ({model_row['config']}): cached {model_row['cached_ms']:.2f} ms, "
-          f"recomputed {model_row['on_the_fly_ms']:.2f} ms -> {model_row['speedup']:.2f}x")
+    print(
+        f"  whole GPT forward ({model_row['config']}): cached {model_row['cached_ms']:.2f} ms, "
+        f"recomputed {model_row['on_the_fly_ms']:.2f} ms -> {model_row['speedup']:.2f}x"
+    )
     verdict = results["claims"][0]["verdict"]
-    print(f"  claim '40x faster': {verdict} for the module's forward x + PE ({headline['embed_speedup']:.1f}x at T=512; "
-          f"the table computation alone: {headline['pe_speedup']:.1f}x); inside a whole model the difference is "
-          f"{100 * (model_row['speedup'] - 1):+.1f}%")
+    print(
+        f"  claim '40x faster': {verdict} for the module's forward x + PE ({headline['embed_speedup']:.1f}x at T=512; "
+        f"the table computation alone: {headline['pe_speedup']:.1f}x); inside a whole model the difference is "
+        f"{100 * (model_row['speedup'] - 1):+.1f}%"
+    )
     return results
 
 
@@ -163,8 +209,13 @@ def _model_forward(samples: int, calls: int) -> dict:
         cached, fly = time_pair(with_cache, on_the_fly, samples, calls)
     finally:
         scheme.__dict__.pop("embed", None)  # back to the class's cached embed
-    return {"config": "4 layers, 4 heads, n_embd 128, T 256, batch 8", "cached_ms": cached * 1e3,
-            "on_the_fly_ms": fly * 1e3, "speedup": fly / cached}
+    return {
+        "config": "4 layers, 4 heads, n_embd 128, T 256, batch 8",
+        "cached_ms": cached * 1e3,
+        "on_the_fly_ms": fly * 1e3,
+        "speedup": fly / cached,
+    }
+
 
 EXPERIMENT = Experiment(
     name="pe-cache",

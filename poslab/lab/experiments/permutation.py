@@ -71,8 +71,13 @@ def permutation_difference(name: str, seed: int = 0) -> tuple[float, PositionSch
         ``(max abs difference, the scheme instance used)``.
     """
     torch.manual_seed(seed)
-    context = {"n_embd": D_MODEL, "n_heads": N_HEADS, "head_dim": D_MODEL // N_HEADS, "max_len": SEQ,
-               "bidirectional": True}
+    context = {
+        "n_embd": D_MODEL,
+        "n_heads": N_HEADS,
+        "head_dim": D_MODEL // N_HEADS,
+        "max_len": SEQ,
+        "bidirectional": True,
+    }
     scheme = positions.build_for_model(name, {}, context)
     attn = MultiHeadAttention(D_MODEL, N_HEADS, causal=False, position=scheme)
     x = torch.randn(1, SEQ, D_MODEL)  # [B, T, d]
@@ -89,9 +94,16 @@ def permutation_difference(name: str, seed: int = 0) -> tuple[float, PositionSch
 def run(out: Path, quick: bool = False) -> dict:
     """Print one row per scheme (after the lesson's raw-matrix row) and return them."""
     lesson_diff, lesson_perm = lesson_raw_attention()
-    rows = [["lesson code (raw Wq, Wk, Wv; seq 6, d 16)", "nothing", "no", sci(lesson_diff, 2),
-             "equivariant" if lesson_diff < EQUIVARIANT_BELOW else "broken",
-             "ok" if lesson_diff < EQUIVARIANT_BELOW else "UNEXPECTED"]]
+    rows = [
+        [
+            "lesson code (raw Wq, Wk, Wv; seq 6, d 16)",
+            "nothing",
+            "no",
+            sci(lesson_diff, 2),
+            "equivariant" if lesson_diff < EQUIVARIANT_BELOW else "broken",
+            "ok" if lesson_diff < EQUIVARIANT_BELOW else "UNEXPECTED",
+        ]
+    ]
     schemes = []
     for name in positions.names():
         scheme_class = positions.get(name)
@@ -100,14 +112,26 @@ def run(out: Path, quick: bool = False) -> dict:
         as_expected = diff > BROKEN_ABOVE if encodes else diff < EQUIVARIANT_BELOW
         how = injection(scheme)
         verdict = "equivariant" if diff < EQUIVARIANT_BELOW else ("broken" if diff > BROKEN_ABOVE else "in between")
-        rows.append([name, how, "yes" if encodes else "no", sci(diff, 2), verdict, "ok" if as_expected else "UNEXPECTED"])
-        schemes.append({"scheme": name, "injects_via": how, "encodes_position": encodes,
-                        "max_abs_diff_after_unpermuting": diff, "verdict": verdict, "as_expected": as_expected})
+        rows.append(
+            [name, how, "yes" if encodes else "no", sci(diff, 2), verdict, "ok" if as_expected else "UNEXPECTED"]
+        )
+        schemes.append(
+            {
+                "scheme": name,
+                "injects_via": how,
+                "encodes_position": encodes,
+                "max_abs_diff_after_unpermuting": diff,
+                "verdict": verdict,
+                "as_expected": as_expected,
+            }
+        )
     print_table(
         ["scheme", "injects position via", "encodes position", "max |diff|", "verdict", "as expected"],
         rows,
-        title=(f"seed 000 exp. 3: shuffle the input, un-shuffle the output (non-causal MultiHeadAttention "
-               f"d={D_MODEL}, h={N_HEADS}, seq={SEQ}; equivariant < {EQUIVARIANT_BELOW:g}, broken > {BROKEN_ABOVE:g})"),
+        title=(
+            f"seed 000 exp. 3: shuffle the input, un-shuffle the output (non-causal MultiHeadAttention "
+            f"d={D_MODEL}, h={N_HEADS}, seq={SEQ}; equivariant < {EQUIVARIANT_BELOW:g}, broken > {BROKEN_ABOVE:g})"
+        ),
         align="lllrll",
     )
     print(f"  lesson's permutation: {lesson_perm}")
@@ -115,8 +139,11 @@ def run(out: Path, quick: bool = False) -> dict:
         "equivariant_below": EQUIVARIANT_BELOW,
         "broken_above": BROKEN_ABOVE,
         "attention": {"d_model": D_MODEL, "n_heads": N_HEADS, "seq": SEQ, "causal": False},
-        "lesson_raw_matrices": {"max_abs_diff_after_unpermuting": lesson_diff, "perm": lesson_perm,
-                                "equivariant": lesson_diff < EQUIVARIANT_BELOW},
+        "lesson_raw_matrices": {
+            "max_abs_diff_after_unpermuting": lesson_diff,
+            "perm": lesson_perm,
+            "equivariant": lesson_diff < EQUIVARIANT_BELOW,
+        },
         "schemes": schemes,
         "all_as_expected": lesson_diff < EQUIVARIANT_BELOW and all(s["as_expected"] for s in schemes),
     }
@@ -127,32 +154,50 @@ def run(out: Path, quick: bool = False) -> dict:
 
 # ------------------------------------------------------------------------------------ claims
 
+
 def _permutation_equivariant(r: dict, text: str, source: str) -> ClaimRecord:
     diff = get(r, "lesson_raw_matrices.max_abs_diff_after_unpermuting")
     bound = get(r, "equivariant_below")
-    return deterministic(text, source, f"max |difference| after un-permuting ≤ {num(bound)} (fp32 float tolerance)",
-                         f"max |difference| after un-permuting: {num(diff)}", error=float(diff), tolerance=float(bound))
+    return deterministic(
+        text,
+        source,
+        f"max |difference| after un-permuting ≤ {num(bound)} (fp32 float tolerance)",
+        f"max |difference| after un-permuting: {num(diff)}",
+        error=float(diff),
+        tolerance=float(bound),
+    )
 
 
 def _permutation_broken(r: dict, text: str, source: str) -> ClaimRecord:
     schemes = get(r, "schemes")
     encoding = [s for s in schemes if s["encodes_position"]]
     weakest = min(encoding, key=lambda s: s["max_abs_diff_after_unpermuting"])
-    measured = (f"{sum(s['verdict'] == 'broken' for s in encoding)} of {len(encoding)} position schemes change the output; "
-                f"smallest change {num(weakest['max_abs_diff_after_unpermuting'])} ({weakest['scheme']})")
+    measured = (
+        f"{sum(s['verdict'] == 'broken' for s in encoding)} of {len(encoding)} position schemes change the output; "
+        f"smallest change {num(weakest['max_abs_diff_after_unpermuting'])} ({weakest['scheme']})"
+    )
     floor = get(r, "broken_above") if "broken_above" in r else get(r, "equivariant_below")
-    return at_least(text, source, f"every position scheme changes the un-permuted output by ≥ {num(floor)} "
-                                  "(far above the fp32 float noise)", measured,
-                    value=float(weakest["max_abs_diff_after_unpermuting"]), floor=float(floor))
+    return at_least(
+        text,
+        source,
+        f"every position scheme changes the un-permuted output by ≥ {num(floor)} (far above the fp32 float noise)",
+        measured,
+        value=float(weakest["max_abs_diff_after_unpermuting"]),
+        floor=float(floor),
+    )
 
 
 def claims(results: dict) -> list[ClaimRecord]:
     """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
     return [
-        _permutation_equivariant(results, '打乱顺序后，输出（对齐后）的差异为 0 — attention without positions is permutation-equivariant',
-            'seed 000 §2.1, exp. 3'),
-        _permutation_broken(results, '这就是为什么必须要有位置编码 — every position scheme breaks the equivariance',
-            'seed 000 §2.1'),
+        _permutation_equivariant(
+            results,
+            "打乱顺序后，输出（对齐后）的差异为 0 — attention without positions is permutation-equivariant",
+            "seed 000 §2.1, exp. 3",
+        ),
+        _permutation_broken(
+            results, "这就是为什么必须要有位置编码 — every position scheme breaks the equivariance", "seed 000 §2.1"
+        ),
     ]
 
 

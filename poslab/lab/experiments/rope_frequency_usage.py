@@ -38,10 +38,26 @@ from poslab.runs import RunFolder
 from poslab.training.loop import evaluate_loss
 
 MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64, "position": "rope"}  # d_k 32: 16 pairs
-QUICK = {"max_steps": 150, "batch_size": 16, "lr": 3e-3, "warmup_steps": 20, "eval_interval": 150, "eval_iters": 2,
-         "ckpt_interval": 0, "keep_checkpoints": 1}
-FULL = {"max_steps": 1500, "batch_size": 32, "lr": 2e-3, "warmup_steps": 100, "eval_interval": 500, "eval_iters": 10,
-        "ckpt_interval": 0, "keep_checkpoints": 1}
+QUICK = {
+    "max_steps": 150,
+    "batch_size": 16,
+    "lr": 3e-3,
+    "warmup_steps": 20,
+    "eval_interval": 150,
+    "eval_iters": 2,
+    "ckpt_interval": 0,
+    "keep_checkpoints": 1,
+}
+FULL = {
+    "max_steps": 1500,
+    "batch_size": 32,
+    "lr": 2e-3,
+    "warmup_steps": 100,
+    "eval_interval": 500,
+    "eval_iters": 10,
+    "ckpt_interval": 0,
+    "keep_checkpoints": 1,
+}
 WINDOWS = {"quick": 4, "full": 32}
 PLOT_FILE = "rope_frequency_usage.png"
 
@@ -53,7 +69,9 @@ def captured_qk(model: GPT) -> Iterator[list[tuple[Tensor, Tensor]]]:
     schemes = {id(model.layer_position(i)): model.layer_position(i) for i in range(len(model.blocks))}
     for scheme in schemes.values():
         if not scheme.rotates:
-            raise ValueError(f"position scheme {scheme.name!r} does not rotate q/k: frequency usage needs a rotary model")
+            raise ValueError(
+                f"position scheme {scheme.name!r} does not rotate q/k: frequency usage needs a rotary model"
+            )
         original = scheme.rotate
 
         def wrapper(q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, _original=original):
@@ -117,15 +135,22 @@ def measure(run_dir: Path, n_windows: int) -> dict[str, Any]:
     idx = torch.stack([tokens[s : s + T] for s in starts.tolist()])  # [n, T]
     torch.manual_seed(0)
     untrained = GPT(model.config).eval()
-    out: dict[str, Any] = {"inv_freq": model.layer_position(0).inv_freq.tolist(),
-                           "corpus": run.config()["train"]["corpus"],
-                           "val_loss": evaluate_loss(model.eval(), tokens, T, max(1, 8192 // T), None)}
+    out: dict[str, Any] = {
+        "inv_freq": model.layer_position(0).inv_freq.tolist(),
+        "corpus": run.config()["train"]["corpus"],
+        "val_loss": evaluate_loss(model.eval(), tokens, T, max(1, 8192 // T), None),
+    }
     for label, m in (("trained", model), ("untrained", untrained)):
         norms = frequency_norms(m, idx)
         qk = torch.cat([norms["q"].mean(1), norms["k"].mean(1)])  # [2L, r/2]: per layer, heads averaged
         high, low = quarter_means(qk)
-        out[label] = {"q": norms["q"].tolist(), "k": norms["k"].tolist(), "high_quarter": high, "low_quarter": low,
-                      "low_over_high": low / high}
+        out[label] = {
+            "q": norms["q"].tolist(),
+            "k": norms["k"].tolist(),
+            "high_quarter": high,
+            "low_quarter": low,
+            "low_over_high": low / high,
+        }
     return out
 
 
@@ -158,44 +183,84 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Low-frequency quarter vs high-frequency quarter of the trained models; the untrained control."""
     low = [r["trained"]["low_quarter"] for r in per_seed]
     high = [r["trained"]["high_quarter"] for r in per_seed]
-    main = compare("the lowest frequencies carry the largest q/k norms (semantic channels); the highest ones less",
-                   "Barbero et al. 2024 (Round and Round We Go), §4-5", low, high,
-                   better_label="lowest-frequency quarter", worse_label="highest-frequency quarter",
-                   metric="mean q/k pair norm of trained models", lower_is_better=False)
+    main = compare(
+        "the lowest frequencies carry the largest q/k norms (semantic channels); the highest ones less",
+        "Barbero et al. 2024 (Round and Round We Go), §4-5",
+        low,
+        high,
+        better_label="lowest-frequency quarter",
+        worse_label="highest-frequency quarter",
+        metric="mean q/k pair norm of trained models",
+        lower_is_better=False,
+    )
     ratio_trained = [r["trained"]["low_over_high"] for r in per_seed]
     ratio_untrained = [r["untrained"]["low_over_high"] for r in per_seed]
-    control = compare("training, not initialisation, moves q/k norm to the low frequencies",
-                      "Barbero et al. 2024, §4 (control)", ratio_trained, ratio_untrained,
-                      better_label="trained", worse_label="untrained", metric="low/high quarter norm ratio",
-                      lower_is_better=False)
+    control = compare(
+        "training, not initialisation, moves q/k norm to the low frequencies",
+        "Barbero et al. 2024, §4 (control)",
+        ratio_trained,
+        ratio_untrained,
+        better_label="trained",
+        worse_label="untrained",
+        metric="low/high quarter norm ratio",
+        lower_is_better=False,
+    )
     return [main.to_dict(), control.to_dict()]
 
 
-def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: dict[str, Any] | None = None,
-        steps: dict[str, Any] | None = None, workers: int | None = None) -> dict[str, Any]:
-    """Train one RoPE GPT per seed (``workers`` at a time), measure per-frequency norms, plot, return results (with ``claims``)."""
+def run(
+    out: Path,
+    quick: bool = False,
+    seeds: tuple[int, ...] = SEEDS,
+    model: dict[str, Any] | None = None,
+    steps: dict[str, Any] | None = None,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """Train one RoPE GPT per seed (``workers`` at a time), measure per-frequency norms, plot, return results (with
+    ``claims``)."""
     per_seed = []
-    tasks = [Task(f"seed-{seed}", train_model, (out, quick, seed, model or MODEL, steps or (QUICK if quick else FULL)))
-             for seed in seeds]
+    tasks = [
+        Task(f"seed-{seed}", train_model, (out, quick, seed, model or MODEL, steps or (QUICK if quick else FULL)))
+        for seed in seeds
+    ]
     for seed, run_dir in zip(seeds, train_many(tasks, workers)):
         per_seed.append({"seed": seed, **measure(run_dir, WINDOWS["quick" if quick else "full"])})
     n_pairs = len(per_seed[0]["inv_freq"])
     rows = []
     for r in per_seed:
         t, u = r["trained"], r["untrained"]
-        rows.append([str(r["seed"]), f"{t['high_quarter']:.3f}", f"{t['low_quarter']:.3f}", f"{t['low_over_high']:.2f}",
-                     f"{u['low_over_high']:.2f}"])
-    print_table(["seed", "high-freq quarter", "low-freq quarter", "low/high trained", "low/high untrained"], rows,
-                title=f"RoPE frequency usage: mean q/k pair norm ({n_pairs} pairs per head, quarters of {max(1, n_pairs // 4)})")
+        rows.append(
+            [
+                str(r["seed"]),
+                f"{t['high_quarter']:.3f}",
+                f"{t['low_quarter']:.3f}",
+                f"{t['low_over_high']:.2f}",
+                f"{u['low_over_high']:.2f}",
+            ]
+        )
+    print_table(
+        ["seed", "high-freq quarter", "low-freq quarter", "low/high trained", "low/high untrained"],
+        rows,
+        title=f"RoPE frequency usage: mean q/k pair norm ({n_pairs} pairs per head, quarters of "
+        f"{max(1, n_pairs // 4)})",
+    )
     plot(per_seed, out / PLOT_FILE)
     ngrams = ngram_baselines(per_seed[0]["corpus"])
     print(baseline_line(per_seed[0]["corpus"]))
     # which frequencies a model's content uses is a question about a model that learned the language
     premise = below_bigram({"rope": [r["val_loss"] for r in per_seed]}, ngrams["bigram"])
-    results = {"seeds": list(seeds), "n_pairs": n_pairs, "per_seed": per_seed, "quick": quick, "plot": PLOT_FILE,
-               "ngram_baselines": ngrams, "claims": attach(claims(per_seed), lambda record: premise)}
+    results = {
+        "seeds": list(seeds),
+        "n_pairs": n_pairs,
+        "per_seed": per_seed,
+        "quick": quick,
+        "plot": PLOT_FILE,
+        "ngram_baselines": ngrams,
+        "claims": attach(claims(per_seed), lambda record: premise),
+    }
     print_claims(results["claims"])
     return results
+
 
 EXPERIMENT = Experiment(
     name="rope-frequency-usage",

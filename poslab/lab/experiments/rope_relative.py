@@ -56,9 +56,7 @@ def inner_products(Q: Tensor, K: Tensor) -> dict[int, list[float]]:
     Args:
         Q, K: ``[MAX_POS, d]`` query and key placed at every position.
     """
-    return {
-        off: [(Q[i] * K[i + off]).sum().item() for i in range(0, MAX_POS - off, STRIDE)] for off in OFFSETS
-    }
+    return {off: [(Q[i] * K[i + off]).sum().item() for i in range(0, MAX_POS - off, STRIDE)] for off in OFFSETS}
 
 
 def place_everywhere(scheme: positions.PositionScheme, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
@@ -98,22 +96,46 @@ def variants() -> list[dict[str, Any]]:
         ("rope dynamic, s=4, past window (L0=64)", {"scaling": "dynamic", "factor": 4.0, "original_max_len": 64}),
         ("rope yarn, s=4 (L0=2048)", {"scaling": "yarn", "factor": 4.0}),
         ("rope llama3, s=8 (L0=2048)", {"scaling": "llama3", "factor": 8.0}),
-        ("rope longrope, s=4, within window (L0=2048)",
-         {"scaling": "longrope", "factor": 4.0, "short_factor": short, "long_factor": long}),
-        ("rope longrope, s=4, past window (L0=64)",
-         {"scaling": "longrope", "factor": 4.0, "original_max_len": 64, "short_factor": short, "long_factor": long}),
+        (
+            "rope longrope, s=4, within window (L0=2048)",
+            {"scaling": "longrope", "factor": 4.0, "short_factor": short, "long_factor": long},
+        ),
+        (
+            "rope longrope, s=4, past window (L0=64)",
+            {"scaling": "longrope", "factor": 4.0, "original_max_len": 64, "short_factor": short, "long_factor": long},
+        ),
         ("rope + logn query scaling past L0=64", {"logn_scaling": True, "original_max_len": 64}),
     ]
-    out = [{"label": label, "scheme": "rope", "config": {"head_dim": d, **cfg}, "expected_offset_only": True}
-           for label, cfg in rope]
+    out = [
+        {"label": label, "scheme": "rope", "config": {"head_dim": d, **cfg}, "expected_offset_only": True}
+        for label, cfg in rope
+    ]
     # log-n scaling multiplies each query by log(n)/log(L0), a function of its absolute position
     out[-1]["expected_offset_only"] = False
-    out.append({"label": "xpos (decayed, offset-only)", "scheme": "xpos", "config": {"head_dim": d},
-                "expected_offset_only": True})
-    out.append({"label": "learned table (q + p_i, k + p_j)", "scheme": "learned",
-                "config": {"n_embd": d, "max_len": MAX_POS}, "expected_offset_only": False})
-    out.append({"label": "sinusoidal (q + p_i, k + p_j)", "scheme": "sinusoidal",
-                "config": {"n_embd": d, "max_len": MAX_POS}, "expected_offset_only": False})
+    out.append(
+        {
+            "label": "xpos (decayed, offset-only)",
+            "scheme": "xpos",
+            "config": {"head_dim": d},
+            "expected_offset_only": True,
+        }
+    )
+    out.append(
+        {
+            "label": "learned table (q + p_i, k + p_j)",
+            "scheme": "learned",
+            "config": {"n_embd": d, "max_len": MAX_POS},
+            "expected_offset_only": False,
+        }
+    )
+    out.append(
+        {
+            "label": "sinusoidal (q + p_i, k + p_j)",
+            "scheme": "sinusoidal",
+            "config": {"n_embd": d, "max_len": MAX_POS},
+            "expected_offset_only": False,
+        }
+    )
     return out
 
 
@@ -133,16 +155,34 @@ def run(out: Path, quick: bool = False) -> dict:
         spread = max(vals) - min(vals)
         first3 = [f"{v:.4f}" for v in vals[:3]]
         same = all(f"{v:.4f}" == f"{LESSON_VALUES[off]:.4f}" for v in vals[:3])
-        rows.append([off, ", ".join(first3), sci(spread), f"{LESSON_VALUES[off]:.4f}", sci(LESSON_SPREADS[off]),
-                     "yes" if same else "NO"])
-        table.append({"offset": off, "inner_products_sampled": vals, "first_three_4dp": first3,
-                      "spread_over_positions": spread, "lesson_value": LESSON_VALUES[off],
-                      "lesson_spread": LESSON_SPREADS[off], "matches_lesson_4dp": same})
+        rows.append(
+            [
+                off,
+                ", ".join(first3),
+                sci(spread),
+                f"{LESSON_VALUES[off]:.4f}",
+                sci(LESSON_SPREADS[off]),
+                "yes" if same else "NO",
+            ]
+        )
+        table.append(
+            {
+                "offset": off,
+                "inner_products_sampled": vals,
+                "first_three_4dp": first3,
+                "spread_over_positions": spread,
+                "lesson_value": LESSON_VALUES[off],
+                "lesson_spread": LESSON_SPREADS[off],
+                "matches_lesson_4dp": same,
+            }
+        )
     print_table(
         ["|Δpos|", "poslab rope: first three <R_i q, R_i+off k>", "spread", "lesson", "lesson spread", "same 4dp"],
         rows,
-        title=("seed 000 §3.4 with poslab's rope (seed 0, d=16, 200 positions, sampled every 20); "
-               f"poslab vs the lesson's apply_rope: max |diff| = {sci(poslab_vs_lesson)}"),
+        title=(
+            "seed 000 §3.4 with poslab's rope (seed 0, d=16, 200 positions, sampled every 20); "
+            f"poslab vs the lesson's apply_rope: max |diff| = {sci(poslab_vs_lesson)}"
+        ),
     )
 
     rows, checks = [], []
@@ -154,13 +194,28 @@ def run(out: Path, quick: bool = False) -> dict:
         worst = max(spreads.values())
         offset_only = worst < OFFSET_ONLY_TOL
         as_expected = offset_only == variant["expected_offset_only"]
-        rows.append([variant["label"], "yes" if variant["expected_offset_only"] else "no", sci(worst),
-                     f"{vvals[1][0]:+.4f}", "PASS" if offset_only else "FAIL", "ok" if as_expected else "UNEXPECTED"])
-        checks.append({"label": variant["label"], "scheme": variant["scheme"], "config": variant["config"],
-                       "expected_offset_only": variant["expected_offset_only"],
-                       "max_spread_over_positions": worst,
-                       "spread_per_offset": {str(o): s for o, s in spreads.items()},
-                       "offset_only": offset_only, "as_expected": as_expected})
+        rows.append(
+            [
+                variant["label"],
+                "yes" if variant["expected_offset_only"] else "no",
+                sci(worst),
+                f"{vvals[1][0]:+.4f}",
+                "PASS" if offset_only else "FAIL",
+                "ok" if as_expected else "UNEXPECTED",
+            ]
+        )
+        checks.append(
+            {
+                "label": variant["label"],
+                "scheme": variant["scheme"],
+                "config": variant["config"],
+                "expected_offset_only": variant["expected_offset_only"],
+                "max_spread_over_positions": worst,
+                "spread_per_offset": {str(o): s for o, s in spreads.items()},
+                "offset_only": offset_only,
+                "as_expected": as_expected,
+            }
+        )
     print_table(
         ["scheme", "expected", "max spread", "<q,k> at Δ=1", f"offset-only (<{OFFSET_ONLY_TOL:g})", "as expected"],
         rows,
@@ -184,39 +239,63 @@ def run(out: Path, quick: bool = False) -> dict:
 
 # ------------------------------------------------------------------------------------ claims
 
+
 def _rope_offset_only(r: dict, text: str, source: str) -> ClaimRecord:
     table = get(r, "lesson_table")
     tolerance = get(r, "offset_only_tolerance")
     worst = max(row["spread_over_positions"] for row in table)
     values = ", ".join(f"Δ={row['offset']}: {row['first_three_4dp'][0]}" for row in table)
-    measured = f"{values}; largest spread over positions {num(worst)}; lesson's digits matched: {bool(get(r, 'all_match_lesson_4dp'))}"
+    measured = (
+        f"{values}; largest spread over positions {num(worst)}; lesson's digits matched: "
+        f"{bool(get(r, 'all_match_lesson_4dp'))}"
+    )
     error = worst if get(r, "all_match_lesson_4dp") else float("inf")
     if error == float("inf"):
         error = tolerance + 1.0
-    return deterministic(text, source, f"spread of <R_m q, R_n k> over positions at a fixed offset ≤ {num(tolerance)} "
-                                       "(fp32 float tolerance) and the lesson's 4 decimals reproduced",
-                         measured, error=float(error), tolerance=float(tolerance))
+    return deterministic(
+        text,
+        source,
+        f"spread of <R_m q, R_n k> over positions at a fixed offset ≤ {num(tolerance)} "
+        "(fp32 float tolerance) and the lesson's 4 decimals reproduced",
+        measured,
+        error=float(error),
+        tolerance=float(tolerance),
+    )
 
 
 def _rope_variants(r: dict, text: str, source: str) -> ClaimRecord:
     checks = get(r, "scheme_checks")
     relative = [c for c in checks if c["expected_offset_only"]]
     absolute = [c for c in checks if not c["expected_offset_only"]]
-    measured = (f"{sum(c['offset_only'] for c in relative)} of {len(relative)} rotary variants offset-only; "
-                f"{sum(not c['offset_only'] for c in absolute)} of {len(absolute)} others not")
+    measured = (
+        f"{sum(c['offset_only'] for c in relative)} of {len(relative)} rotary variants offset-only; "
+        f"{sum(not c['offset_only'] for c in absolute)} of {len(absolute)} others not"
+    )
     wrong = sum(c["offset_only"] != c["expected_offset_only"] for c in checks)
-    return deterministic(text, source, f"every scheme offset-only exactly when expected (spread ≤ "
-                                       f"{num(get(r, 'offset_only_tolerance'))}; tolerance: 0 schemes wrong)",
-                         measured, error=float(wrong), tolerance=0.0)
+    return deterministic(
+        text,
+        source,
+        f"every scheme offset-only exactly when expected (spread ≤ "
+        f"{num(get(r, 'offset_only_tolerance'))}; tolerance: 0 schemes wrong)",
+        measured,
+        error=float(wrong),
+        tolerance=0.0,
+    )
 
 
 def claims(results: dict) -> list[ClaimRecord]:
     """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
     return [
-        _rope_offset_only(results, '<R_m q, R_n k> 只依赖相对距离，波动仅 1e-6 — RoPE inner products depend only on the offset',
-            'seed 000 §3.4'),
-        _rope_variants(results, 'RoPE 天然编码了相对位置 — every RoPE layout/scaling is offset-only; absolute codes are not',
-            'seed 000 §3.2'),
+        _rope_offset_only(
+            results,
+            "<R_m q, R_n k> 只依赖相对距离，波动仅 1e-6 — RoPE inner products depend only on the offset",
+            "seed 000 §3.4",
+        ),
+        _rope_variants(
+            results,
+            "RoPE 天然编码了相对位置 — every RoPE layout/scaling is offset-only; absolute codes are not",
+            "seed 000 §3.2",
+        ),
     ]
 
 

@@ -102,7 +102,14 @@ def run(out: Path, quick: bool = False) -> dict:
     batch, seq, d_model, n_heads = 2, 10, 512, 8
     attn = MultiHeadAttention(d_model, n_heads, causal=True, backend="eager")
     walk = record_walk(attn, torch.randn(batch, seq, d_model))
-    names = {batch: "batch", seq: "seq", d_model: "d_model", n_heads: "h", attn.head_dim: "d_k", 3 * d_model: "3*d_model"}
+    names = {
+        batch: "batch",
+        seq: "seq",
+        d_model: "d_model",
+        n_heads: "h",
+        attn.head_dim: "d_k",
+        3 * d_model: "3*d_model",
+    }
     if len(names) != 6:
         raise AssertionError(f"walk sizes must be distinct to be named unambiguously: {names}")
     rows, seed000 = [], []
@@ -110,12 +117,21 @@ def run(out: Path, quick: bool = False) -> dict:
         named = symbolic(shape, names)
         match = step == lesson_step and named == lesson_shape
         rows.append([step, module, str(list(shape)), named, lesson_shape, "yes" if match else "NO"])
-        seed000.append({"step": step, "submodule": module, "shape": list(shape), "named": named,
-                        "lesson_shape": lesson_shape, "matches_lesson": match})
+        seed000.append(
+            {
+                "step": step,
+                "submodule": module,
+                "shape": list(shape),
+                "named": named,
+                "lesson_shape": lesson_shape,
+                "matches_lesson": match,
+            }
+        )
     print_table(
         ["step", "hooked submodule", "observed", "named", "lesson (seed 000 §1.2)", "match"],
         rows,
-        title=f"seed 000 §1.2: MultiHeadAttention(d_model={d_model}, h={n_heads}), x = randn({batch}, {seq}, {d_model})",
+        title=f"seed 000 §1.2: MultiHeadAttention(d_model={d_model}, "
+        f"h={n_heads}), x = randn({batch}, {seq}, {d_model})",
         align="llllll",
     )
 
@@ -145,19 +161,29 @@ def run(out: Path, quick: bool = False) -> dict:
 
 # ------------------------------------------------------------------------------------ claims
 
+
 def _shapes(r: dict, text: str, source: str) -> ClaimRecord:
     walk = get(r, "seed000_walk")
     matched = sum(bool(step.get("matches_lesson")) for step in walk)
-    return deterministic(text, source, "every step of the shape walk has the lesson's shape (tolerance: 0 mismatches)",
-                         f"{matched} of {len(walk)} steps of the shape walk have the lesson's shape",
-                         error=float(len(walk) - matched), tolerance=0.0)
+    return deterministic(
+        text,
+        source,
+        "every step of the shape walk has the lesson's shape (tolerance: 0 mismatches)",
+        f"{matched} of {len(walk)} steps of the shape walk have the lesson's shape",
+        error=float(len(walk) - matched),
+        tolerance=0.0,
+    )
 
 
 def claims(results: dict) -> list[ClaimRecord]:
     """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
     return [
-        _shapes(results, '[batch, seq, d_model] → [batch, h, seq, d_k] → … → [batch, seq, d_model] — the head split/merge shape walk',
-            'seed 000 §1.2'),
+        _shapes(
+            results,
+            "[batch, seq, d_model] → [batch, h, seq, d_k] → … → "
+            "[batch, seq, d_model] — the head split/merge shape walk",
+            "seed 000 §1.2",
+        ),
     ]
 
 

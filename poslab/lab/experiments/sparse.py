@@ -19,8 +19,9 @@ by side:
 
 The model: token + learned absolute position embeddings, 2 pre-norm blocks (attention + GELU MLP),
 width 64, 4 heads. The attentions are poslab's real modules (``poslab/nn/sparse.py``,
-``MultiHeadAttention``): ``full`` (causal), ``window`` (``W = 16``, Mistral semantics: two layers reach 30 keys back, short of ``T/2``), ``axial``
-(causal rows then columns of a ``T/w x w`` grid, ``w = 2^ceil(log2(sqrt T))``), ``lsh`` (Reformer,
+``MultiHeadAttention``): ``full`` (causal), ``window`` (``W = 16``, Mistral semantics: two layers reach 30 keys
+back, short of ``T/2``), ``axial`` (causal rows then columns of a ``T/w x w`` grid,
+``w = 2^ceil(log2(sqrt T))``), ``lsh`` (Reformer,
 shared QK, 4 buckets, chunk 32, one hash round) and ``adaptive`` (adaptive span, ``max_span = T``,
 ramp 16, spans initialised at the full ``T`` and shrunk by the L1 penalty; the span ratios
 learn at 3x the weights' rate so they settle within a short run).
@@ -58,9 +59,24 @@ VOCAB, D_MODEL, N_HEADS, N_LAYERS = 16, 64, 4, 2
 WINDOW, LSH_BUCKETS, LSH_CHUNK, SPAN_RAMP = 16, 4, 32, 16  # 2 layers of W=16 reach 30 < 31 = T/2 - 1 at T=64
 SPAN_LOSS_COEF = 2e-3
 SPAN_LR_MULT = 3.0  # the span ratios learn 3x faster than the weights, so spans settle within a short run
-QUICK = {"lengths": (64, 128), "seeds": (0,), "steps": 100, "batch": 16, "lr": 3e-3, "eval_batches": 2, "timed_steps": 10}
-FULL = {"lengths": (64, 128, 256, 512), "seeds": (0, 1, 2), "steps": 600, "batch": 16, "lr": 3e-3, "eval_batches": 8,
-        "timed_steps": 50}
+QUICK = {
+    "lengths": (64, 128),
+    "seeds": (0,),
+    "steps": 100,
+    "batch": 16,
+    "lr": 3e-3,
+    "eval_batches": 2,
+    "timed_steps": 10,
+}
+FULL = {
+    "lengths": (64, 128, 256, 512),
+    "seeds": (0, 1, 2),
+    "steps": 600,
+    "batch": 16,
+    "lr": 3e-3,
+    "eval_batches": 8,
+    "timed_steps": 50,
+}
 
 
 # ------------------------------------------------------------------------------------ task
@@ -99,10 +115,13 @@ class Attention(nn.Module):
             self.width = axial_width(T)
             self.inner = AxialAttention(D_MODEL, N_HEADS, causal=True)
         elif kind == "lsh":
-            self.inner = LSHAttention(D_MODEL, N_HEADS, n_buckets=LSH_BUCKETS, chunk_size=min(LSH_CHUNK, T), causal=True)
+            self.inner = LSHAttention(
+                D_MODEL, N_HEADS, n_buckets=LSH_BUCKETS, chunk_size=min(LSH_CHUNK, T), causal=True
+            )
         else:
-            self.inner = AdaptiveSpanAttention(D_MODEL, N_HEADS, max_span=T, ramp=SPAN_RAMP, init_ratio=1.0,
-                                               span_loss_coef=SPAN_LOSS_COEF)
+            self.inner = AdaptiveSpanAttention(
+                D_MODEL, N_HEADS, max_span=T, ramp=SPAN_RAMP, init_ratio=1.0, span_loss_coef=SPAN_LOSS_COEF
+            )
 
     def forward(self, x: Tensor) -> Tensor:
         if self.kind == "axial":
@@ -208,8 +227,16 @@ def train_one(kind: str, T: int, seed: int, cfg: dict[str, Any]) -> dict[str, An
     model.train()
     peak = peak_step_mib(model, delayed_copy(cfg["batch"], T, torch.Generator().manual_seed(7)))
     spans = [[float(z) for z in layer.spans().detach()] for layer in model.span_layers()]
-    out = {"kind": kind, "T": T, "seed": seed, "eval_loss": statistics.fmean(losses), "accuracy": statistics.fmean(correct),
-           "step_ms": 1000 * statistics.median(times), "peak_mib": peak, "spans": spans}
+    out = {
+        "kind": kind,
+        "T": T,
+        "seed": seed,
+        "eval_loss": statistics.fmean(losses),
+        "accuracy": statistics.fmean(correct),
+        "step_ms": 1000 * statistics.median(times),
+        "peak_mib": peak,
+        "spans": spans,
+    }
     if spans:
         out["attended_fraction"] = attended_fraction([z for layer in spans for z in layer], T)
     return out
@@ -218,21 +245,38 @@ def train_one(kind: str, T: int, seed: int, cfg: dict[str, Any]) -> dict[str, An
 # ------------------------------------------------------------------------------------ claims
 def sparse_claims(runs: list[dict[str, Any]], T: int) -> list[ClaimRecord]:
     """Full beats each sparse kind on loss at ``T``; adaptive span is faster per step than full at ``T``."""
+
     def values(kind: str, key: str) -> list[float]:
         return [r[key] for r in runs if r["kind"] == kind and r["T"] == T]
 
     claims = []
     for kind in KINDS[1:]:
-        claims.append(compare(
-            f"full attention beats {kind} attention on a dependency T/2 back (T = {T}): what the sparse pattern gives up",
-            "seed 002 §3.1 (sparse patterns offered as drop-in fixes for O(n²))",
-            values("full", "eval_loss"), values(kind, "eval_loss"), better_label="full", worse_label=kind,
-            metric=f"delayed-copy loss at T={T}", lower_is_better=True))
-    claims.append(compare(
-        f"adaptive span takes less time per training step than full attention (T = {T})",
-        "seed 002 §7.1 ('cuts computation by 23%', claimed on PG-19)",
-        values("adaptive", "step_ms"), values("full", "step_ms"), better_label="adaptive", worse_label="full",
-        metric=f"ms per training step at T={T}", lower_is_better=True, digits=2))
+        claims.append(
+            compare(
+                f"full attention beats {kind} attention on a dependency "
+                f"T/2 back (T = {T}): what the sparse pattern gives up",
+                "seed 002 §3.1 (sparse patterns offered as drop-in fixes for O(n²))",
+                values("full", "eval_loss"),
+                values(kind, "eval_loss"),
+                better_label="full",
+                worse_label=kind,
+                metric=f"delayed-copy loss at T={T}",
+                lower_is_better=True,
+            )
+        )
+    claims.append(
+        compare(
+            f"adaptive span takes less time per training step than full attention (T = {T})",
+            "seed 002 §7.1 ('cuts computation by 23%', claimed on PG-19)",
+            values("adaptive", "step_ms"),
+            values("full", "step_ms"),
+            better_label="adaptive",
+            worse_label="full",
+            metric=f"ms per training step at T={T}",
+            lower_is_better=True,
+            digits=2,
+        )
+    )
     return claims
 
 
@@ -242,17 +286,25 @@ def sparse_premise(record: ClaimRecord, runs: list[dict[str, Any]], T: int) -> P
     wall-clock times of whole runs one after another, not CPU time of the arms alternating in one
     process, so it is not tested."""
     if record.details["metric"].startswith("ms per training step"):
-        return Premise("timing: process CPU time of the arms alternating in one process",
-                       "wall-clock ms per step of separate runs, one after another", False)
+        return Premise(
+            "timing: process CPU time of the arms alternating in one process",
+            "wall-clock ms per step of separate runs, one after another",
+            False,
+        )
     return fits_length({f"full at T={T}": [r["accuracy"] for r in runs if r["kind"] == "full" and r["T"] == T]})
 
 
 # ------------------------------------------------------------------------------------ plots
-def plot_results(summary: dict[str, dict[int, dict[str, float]]], spans: dict[int, list[list[float]]], path: Path) -> Path:
+def plot_results(
+    summary: dict[str, dict[int, dict[str, float]]], spans: dict[int, list[list[float]]], path: Path
+) -> Path:
     """Loss, ms/step and peak MiB against T per kind, and the learned spans per head at each T."""
     fig, axes = new_figure(1, 4, size=(20.0, 4.8))
-    for ax, key, label in ((axes[0], "eval_loss", "delayed-copy loss (chance ln 16 = 2.77)"),
-                           (axes[1], "step_ms", "ms per training step"), (axes[2], "peak_mib", "peak MiB per step")):
+    for ax, key, label in (
+        (axes[0], "eval_loss", "delayed-copy loss (chance ln 16 = 2.77)"),
+        (axes[1], "step_ms", "ms per training step"),
+        (axes[2], "peak_mib", "peak MiB per step"),
+    ):
         for kind, by_T in summary.items():
             Ts = sorted(by_T)
             ax.plot(Ts, [by_T[T][key] for T in Ts], marker="o", label=kind)
@@ -265,8 +317,13 @@ def plot_results(summary: dict[str, dict[int, dict[str, float]]], spans: dict[in
     ax = axes[3]
     for T, layers in sorted(spans.items()):
         for li, layer in enumerate(layers):
-            ax.scatter([f"L{li}h{h}" for h in range(len(layer))], [z / T for z in layer], label=f"T={T}" if li == 0 else None,
-                       marker="o" if li == 0 else "s", color=f"C{sorted(spans).index(T)}")
+            ax.scatter(
+                [f"L{li}h{h}" for h in range(len(layer))],
+                [z / T for z in layer],
+                label=f"T={T}" if li == 0 else None,
+                marker="o" if li == 0 else "s",
+                color=f"C{sorted(spans).index(T)}",
+            )
     ax.set_ylabel("learned span / T")
     ax.set_ylim(-0.05, 1.05)
     ax.axhline(0.5, color="grey", linestyle=":")
@@ -290,11 +347,18 @@ def run(out: Path, quick: bool = False, config: dict[str, Any] | None = None) ->
 
 def _run(out: Path, quick: bool, cfg: dict[str, Any]) -> dict:
     def done(task: Task, r: dict[str, Any]) -> None:
-        print(f"  {r['kind']:>8} T={r['T']:<4} seed {r['seed']}: loss {r['eval_loss']:.3f} acc {r['accuracy']:.2f} "
-              f"{r['step_ms']:.1f} ms/step {r['peak_mib']:.1f} MiB", flush=True)
+        print(
+            f"  {r['kind']:>8} T={r['T']:<4} seed {r['seed']}: loss {r['eval_loss']:.3f} acc {r['accuracy']:.2f} "
+            f"{r['step_ms']:.1f} ms/step {r['peak_mib']:.1f} MiB",
+            flush=True,
+        )
 
-    tasks = [Task(f"{kind}-T{T}-s{seed}", train_one, (kind, T, seed, cfg))
-             for T in cfg["lengths"] for kind in KINDS for seed in cfg["seeds"]]
+    tasks = [
+        Task(f"{kind}-T{T}-s{seed}", train_one, (kind, T, seed, cfg))
+        for T in cfg["lengths"]
+        for kind in KINDS
+        for seed in cfg["seeds"]
+    ]
     # one after another in this process: the step times and peak memory compare like with like only so
     runs = train_many(tasks, 1, on_done=done)
     summary: dict[str, dict[int, dict[str, float]]] = {}
@@ -302,35 +366,66 @@ def _run(out: Path, quick: bool, cfg: dict[str, Any]) -> dict:
         summary[kind] = {}
         for T in cfg["lengths"]:
             group = [r for r in runs if r["kind"] == kind and r["T"] == T]
-            summary[kind][T] = {key: statistics.fmean(r[key] for r in group)
-                                for key in ("eval_loss", "accuracy", "step_ms", "peak_mib")}
+            summary[kind][T] = {
+                key: statistics.fmean(r[key] for r in group) for key in ("eval_loss", "accuracy", "step_ms", "peak_mib")
+            }
             if kind == "adaptive":
                 summary[kind][T]["attended_fraction"] = statistics.fmean(r["attended_fraction"] for r in group)
-    rows = [[kind, T, f"{s['eval_loss']:.3f}", f"{s['accuracy']:.2f}", f"{s['step_ms']:.1f}", f"{s['peak_mib']:.1f}",
-             f"{s['attended_fraction']:.2f}" if "attended_fraction" in s else "-"]
-            for T in cfg["lengths"] for kind, by_T in summary.items() for s in [by_T[T]]]
-    print_table(["attention", "T", "loss", "accuracy", "ms/step", "peak MiB", "keys vs full"], rows,
-                title=f"delayed copy (copy distance T/2), {cfg['steps']} steps x {cfg['batch']}, mean of {len(cfg['seeds'])} seed(s)")
-    spans = {T: next(r["spans"] for r in runs if r["kind"] == "adaptive" and r["T"] == T and r["seed"] == cfg["seeds"][0])
-             for T in cfg["lengths"]}
+    rows = [
+        [
+            kind,
+            T,
+            f"{s['eval_loss']:.3f}",
+            f"{s['accuracy']:.2f}",
+            f"{s['step_ms']:.1f}",
+            f"{s['peak_mib']:.1f}",
+            f"{s['attended_fraction']:.2f}" if "attended_fraction" in s else "-",
+        ]
+        for T in cfg["lengths"]
+        for kind, by_T in summary.items()
+        for s in [by_T[T]]
+    ]
+    print_table(
+        ["attention", "T", "loss", "accuracy", "ms/step", "peak MiB", "keys vs full"],
+        rows,
+        title=f"delayed copy (copy distance T/2), {cfg['steps']} "
+        f"steps x {cfg['batch']}, mean of {len(cfg['seeds'])} seed(s)",
+    )
+    spans = {
+        T: next(r["spans"] for r in runs if r["kind"] == "adaptive" and r["T"] == T and r["seed"] == cfg["seeds"][0])
+        for T in cfg["lengths"]
+    }
     T_max = max(cfg["lengths"])
     saved = 1 - summary["adaptive"][T_max]["attended_fraction"]
     time_saved = 1 - summary["adaptive"][T_max]["step_ms"] / summary["full"][T_max]["step_ms"]
-    print(f"\n  adaptive span at T={T_max}: the widest learned span attends {1 - saved:.0%} of full causal attention's "
-          f"key pairs ({saved:.0%} fewer); {abs(time_saved):.0%} {'less' if time_saved >= 0 else 'more'} time per step than "
-          "full attention (seed 002 §7.1 claims 23% less computation on PG-19)")
+    print(
+        f"\n  adaptive span at T={T_max}: the widest learned span attends {1 - saved:.0%} of full causal attention's "
+        f"key pairs ({saved:.0%} fewer); {abs(time_saved):.0%} {'less' if time_saved >= 0 else 'more'} time per step "
+        "than full attention (seed 002 §7.1 claims 23% less computation on PG-19)"
+    )
     claims = attach(sparse_claims(runs, T_max), lambda record: sparse_premise(record, runs, T_max))
     print_claims(claims)
     plot = plot_results(summary, spans, out / "sparse.png")
-    return {"quick": quick, "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
-            "runs": runs, "summary": {k: {str(T): v for T, v in by_T.items()} for k, by_T in summary.items()},
-            "adaptive_span": {"T": T_max, "key_pairs_saved": saved, "step_time_saved": time_saved,
-                              "spans": {str(T): s for T, s in spans.items()}},
-            "claims": claims, "plots": [str(plot)]}
+    return {
+        "quick": quick,
+        "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
+        "runs": runs,
+        "summary": {k: {str(T): v for T, v in by_T.items()} for k, by_T in summary.items()},
+        "adaptive_span": {
+            "T": T_max,
+            "key_pairs_saved": saved,
+            "step_time_saved": time_saved,
+            "spans": {str(T): s for T, s in spans.items()},
+        },
+        "claims": claims,
+        "plots": [str(plot)],
+    }
+
 
 EXPERIMENT = Experiment(
     name="sparse",
-    description="full vs window / axial / LSH / adaptive-span attention: long-range quality, time and memory per step (seed 002 §3.1, §7.1)",
+    description="full vs window / axial / LSH / adaptive-span attention: long-range quality, time and memory per step "
+    "(seed 002 §3.1, §7.1)",
     tier=FULL_ONLY,
     run=run,
     estimate=(180, 1800),

@@ -41,29 +41,50 @@ from poslab.training.config import TrainConfig
 
 SINKS, STREAM_FACTOR = 4, 8
 MODEL = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 32, "position": "rope"}
-QUICK = {"max_steps": 150, "batch_size": 16, "lr": 3e-3, "warmup_steps": 20, "eval_interval": 150, "eval_iters": 2,
-         "ckpt_interval": 0, "keep_checkpoints": 1}
-FULL = {"max_steps": 1500, "batch_size": 32, "lr": 2e-3, "warmup_steps": 100, "eval_interval": 500, "eval_iters": 10,
-        "ckpt_interval": 0, "keep_checkpoints": 1}
+QUICK = {
+    "max_steps": 150,
+    "batch_size": 16,
+    "lr": 3e-3,
+    "warmup_steps": 20,
+    "eval_interval": 150,
+    "eval_iters": 2,
+    "ckpt_interval": 0,
+    "keep_checkpoints": 1,
+}
+FULL = {
+    "max_steps": 1500,
+    "batch_size": 32,
+    "lr": 2e-3,
+    "warmup_steps": 100,
+    "eval_interval": 500,
+    "eval_iters": 10,
+    "ckpt_interval": 0,
+    "keep_checkpoints": 1,
+}
 STREAMS = {"quick": 2, "full": 8}
 METHODS = ("streaming", "window", "full")
 PLOT_FILE = "streaming_ppl.png"
 
 
-def train_model(out: Path, quick: bool, seed: int, model: dict[str, Any] | None = None,
-                steps: dict[str, Any] | None = None) -> Path:
+def train_model(
+    out: Path, quick: bool, seed: int, model: dict[str, Any] | None = None, steps: dict[str, Any] | None = None
+) -> Path:
     """Train one small RoPE GPT on tinyshakespeare into ``out/runs/seed-N``; return the run folder."""
     config = presets.preset_config("shakespeare-char")
     config.update(steps or (QUICK if quick else FULL))
     config["model"] = {**config["model"], **(model or MODEL)}
-    config.update(lr_decay_steps=config["max_steps"], name=f"seed-{seed}", out_dir=str(out / "runs"), seed=seed, threads=1)
+    config.update(
+        lr_decay_steps=config["max_steps"], name=f"seed-{seed}", out_dir=str(out / "runs"), seed=seed, threads=1
+    )
     cfg = TrainConfig.from_dict(config)
     train(cfg, overwrite=True, progress=False)
     return cfg.run_dir
 
 
 @torch.no_grad()
-def stream_nll(model: GPT, stream: torch.Tensor, method: str, sinks: int = SINKS, size: int | None = None) -> torch.Tensor:
+def stream_nll(
+    model: GPT, stream: torch.Tensor, method: str, sinks: int = SINKS, size: int | None = None
+) -> torch.Tensor:
     """Per-token negative log-likelihood ``[B, N-1]`` of predicting ``stream[:, 1:]`` (``stream [B, N]``).
 
     Args:
@@ -81,7 +102,9 @@ def stream_nll(model: GPT, stream: torch.Tensor, method: str, sinks: int = SINKS
         if not 0 <= k < size:
             raise ValueError(f"sinks must lie in [0, {size}) for a cache of {size} entries, got {k}")
         cache = model.make_cache(stream.shape[0], sinks=k, window=size - k)
-        logits = torch.cat([model(stream[:, t : t + 1], cache=cache) for t in range(stream.shape[1] - 1)], dim=1)  # [B, N-1, V]
+        logits = torch.cat(
+            [model(stream[:, t : t + 1], cache=cache) for t in range(stream.shape[1] - 1)], dim=1
+        )  # [B, N-1, V]
     else:
         raise ValueError(f"unknown method {method!r}; choose one of {list(METHODS)}")
     return F.cross_entropy(logits.float().transpose(1, 2), stream[:, 1:], reduction="none")  # [B, N-1]
@@ -101,19 +124,30 @@ def measure(run_dir: Path, n_streams: int) -> dict[str, Any]:
     L = model.config.block_size
     stream = streams_of(RunFolder(run_dir).split_tokens("val", tokenizer), n_streams, STREAM_FACTOR * L)
     val = RunFolder(run_dir).split_tokens("val", tokenizer)
-    out: dict[str, Any] = {"block_size": L, "stream_length": STREAM_FACTOR * L, "n_streams": n_streams,
-                           "corpus": RunFolder(run_dir).config()["train"]["corpus"],
-                           "loss_by_position": [float(v) for v in loss_by_position(model.eval(), val, L, CONTEXT_WINDOWS)]}
+    out: dict[str, Any] = {
+        "block_size": L,
+        "stream_length": STREAM_FACTOR * L,
+        "n_streams": n_streams,
+        "corpus": RunFolder(run_dir).config()["train"]["corpus"],
+        "loss_by_position": [float(v) for v in loss_by_position(model.eval(), val, L, CONTEXT_WINDOWS)],
+    }
     # do the models have sinks at all? the head analysis' sink rate on the streams' first L tokens
     rates = sink_scores(attention_weights(model, stream[:, :L]))  # [n_layer, n_head]
-    out["sink_rate"] = {"max": float(rates.max()), "mean": float(rates.mean()), "per_head": rates.tolist(),
-                        "uniform": float((1.0 / torch.arange(2, L + 1, dtype=torch.float64)).mean())}
+    out["sink_rate"] = {
+        "max": float(rates.max()),
+        "mean": float(rates.mean()),
+        "per_head": rates.tolist(),
+        "uniform": float((1.0 / torch.arange(2, L + 1, dtype=torch.float64)).mean()),
+    }
     for method in METHODS:
         nll = stream_nll(model, stream, method).double()  # [B, N-1]; target t+1 predicted at query t
         after = nll[:, L - 1 :]  # queries t >= L: the first token has left a plain window of L
         segments = nll.mean(0).split(L)
-        out[method] = {"ppl_after_eviction": math.exp(float(after.mean())), "ppl_first_block": math.exp(float(nll[:, : L - 1].mean())),
-                       "ppl_by_block": [math.exp(float(s.mean())) for s in segments]}
+        out[method] = {
+            "ppl_after_eviction": math.exp(float(after.mean())),
+            "ppl_first_block": math.exp(float(nll[:, : L - 1].mean())),
+            "ppl_by_block": [math.exp(float(s.mean())) for s in segments],
+        }
     return out
 
 
@@ -141,8 +175,12 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     window = [r["window"]["ppl_after_eviction"] for r in per_seed]
     record = compare(
         "keeping 4 attention sinks keeps perplexity stable where the plain window of the same size blows up",
-        "Xiao et al. 2023 (StreamingLLM), Fig. 3 / Table 1", sink, window,
-        better_label=f"{SINKS} sinks + window", worse_label="plain window", metric=f"perplexity after the first eviction on an {STREAM_FACTOR}x stream",
+        "Xiao et al. 2023 (StreamingLLM), Fig. 3 / Table 1",
+        sink,
+        window,
+        better_label=f"{SINKS} sinks + window",
+        worse_label="plain window",
+        metric=f"perplexity after the first eviction on an {STREAM_FACTOR}x stream",
     )
     return [record.to_dict()]
 
@@ -151,14 +189,26 @@ def premise_of(per_seed: list[dict[str, Any]], bigram: float) -> Premise:
     """Attention sinks matter to a model that attends over its window: every seed's model, read with full
     attention within L, clearly below the bigram baseline and using its context (:mod:`poslab.lab.premises`)."""
     losses = {"full attention within L": [math.log(r["full"]["ppl_first_block"]) for r in per_seed]}
-    return all_of(below_bigram(losses, bigram), uses_context({"full attention within L": [r["loss_by_position"] for r in per_seed]}))
+    return all_of(
+        below_bigram(losses, bigram),
+        uses_context({"full attention within L": [r["loss_by_position"] for r in per_seed]}),
+    )
 
 
-def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: dict[str, Any] | None = None,
-        steps: dict[str, Any] | None = None, workers: int | None = None) -> dict[str, Any]:
-    """Train one model per seed (``workers`` at a time), measure the three methods, plot, return results (with ``claims``)."""
+def run(
+    out: Path,
+    quick: bool = False,
+    seeds: tuple[int, ...] = SEEDS,
+    model: dict[str, Any] | None = None,
+    steps: dict[str, Any] | None = None,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """Train one model per seed (``workers`` at a time), measure the three methods, plot, return results (with
+    ``claims``)."""
     per_seed = []
-    run_dirs = train_many([Task(f"seed-{seed}", train_model, (out, quick, seed, model, steps)) for seed in seeds], workers)
+    run_dirs = train_many(
+        [Task(f"seed-{seed}", train_model, (out, quick, seed, model, steps)) for seed in seeds], workers
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # token-by-token decoding of a tiny GPT: more threads only add overhead
     try:
@@ -171,24 +221,47 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
     for method in METHODS:
         after = [r[method]["ppl_after_eviction"] for r in per_seed]
         first = [r[method]["ppl_first_block"] for r in per_seed]
-        rows.append([method, f"{sum(first) / len(first):.3f}", f"{sum(after) / len(after):.3f}", " ".join(f"{v:.2f}" for v in after)])
-    print_table(["method", "ppl tokens < L", "ppl tokens >= L", "per seed (>= L)"], rows,
-                title=f"StreamingLLM: stream {STREAM_FACTOR * L} tokens, cache {L} ({SINKS} sinks + {L - SINKS}), {len(seeds)} seeds")
+        rows.append(
+            [
+                method,
+                f"{sum(first) / len(first):.3f}",
+                f"{sum(after) / len(after):.3f}",
+                " ".join(f"{v:.2f}" for v in after),
+            ]
+        )
+    print_table(
+        ["method", "ppl tokens < L", "ppl tokens >= L", "per seed (>= L)"],
+        rows,
+        title=f"StreamingLLM: stream {STREAM_FACTOR * L} tokens, "
+        f"cache {L} ({SINKS} sinks + {L - SINKS}), {len(seeds)} seeds",
+    )
     top = [r["sink_rate"]["max"] for r in per_seed]
-    print(f"  strongest head sink rate per seed (attention on the first token; uniform {per_seed[0]['sink_rate']['uniform']:.3f}): "
-          + " ".join(f"{v:.3f}" for v in top))
+    print(
+        "  strongest head sink rate per seed (attention on the first token; uniform "
+        f"{per_seed[0]['sink_rate']['uniform']:.3f}): " + " ".join(f"{v:.3f}" for v in top)
+    )
     plot(per_seed, out / PLOT_FILE)
     ngrams = ngram_baselines(per_seed[0]["corpus"])
     print(baseline_line(per_seed[0]["corpus"]))
-    results = {"sinks": SINKS, "block_size": L, "stream_factor": STREAM_FACTOR, "seeds": list(seeds), "per_seed": per_seed,
-               "quick": quick, "plot": PLOT_FILE, "ngram_baselines": ngrams,
-               "claims": attach(claims(per_seed), lambda record: premise_of(per_seed, ngrams["bigram"]))}
+    results = {
+        "sinks": SINKS,
+        "block_size": L,
+        "stream_factor": STREAM_FACTOR,
+        "seeds": list(seeds),
+        "per_seed": per_seed,
+        "quick": quick,
+        "plot": PLOT_FILE,
+        "ngram_baselines": ngrams,
+        "claims": attach(claims(per_seed), lambda record: premise_of(per_seed, ngrams["bigram"])),
+    }
     print_claims(results["claims"])
     return results
 
+
 EXPERIMENT = Experiment(
     name="streaming",
-    description="StreamingLLM: 4 attention sinks + window vs a plain window vs full attention on an 8x-long stream (Xiao et al. 2023)",
+    description="StreamingLLM: 4 attention sinks + window vs a plain window vs full attention on an 8x-long stream "
+    "(Xiao et al. 2023)",
     tier=FULL_ONLY,
     run=run,
     estimate=(30, 300),

@@ -62,12 +62,32 @@ from poslab.training.loop import segment_nll
 
 SCHEME = "xl"
 #: the quick and full model and training (L = block_size is the segment length)
-MODELS = {"quick": {"n_layer": 2, "n_head": 4, "n_embd": 48, "block_size": 32},
-          "full": {"n_layer": 3, "n_head": 4, "n_embd": 96, "block_size": 64}}
-STEPS = {"quick": {"max_steps": 150, "batch_size": 8, "lr": 3e-3, "warmup_steps": 15, "eval_interval": 75, "eval_iters": 4,
-                   "ckpt_interval": 0, "keep_checkpoints": 1},
-         "full": {"max_steps": 600, "batch_size": 16, "lr": 2e-3, "warmup_steps": 50, "eval_interval": 150, "eval_iters": 8,
-                  "ckpt_interval": 0, "keep_checkpoints": 1}}
+MODELS = {
+    "quick": {"n_layer": 2, "n_head": 4, "n_embd": 48, "block_size": 32},
+    "full": {"n_layer": 3, "n_head": 4, "n_embd": 96, "block_size": 64},
+}
+STEPS = {
+    "quick": {
+        "max_steps": 150,
+        "batch_size": 8,
+        "lr": 3e-3,
+        "warmup_steps": 15,
+        "eval_interval": 75,
+        "eval_iters": 4,
+        "ckpt_interval": 0,
+        "keep_checkpoints": 1,
+    },
+    "full": {
+        "max_steps": 600,
+        "batch_size": 16,
+        "lr": 2e-3,
+        "warmup_steps": 50,
+        "eval_interval": 150,
+        "eval_iters": 8,
+        "ckpt_interval": 0,
+        "keep_checkpoints": 1,
+    },
+}
 #: validation streams read in parallel, and how many consecutive segments of each (None: all of them)
 EVAL_STREAMS = {"quick": 8, "full": 16}
 EVAL_SEGMENTS: dict[str, int | None] = {"quick": 48, "full": None}
@@ -81,8 +101,15 @@ SOURCE = "Dai et al. 2019 (arXiv 1901.02860) §3.2, §4.2; seed 002 §4.1"
 PLOT_FILE = "transformer_xl_by_position.png"
 
 
-def train_config(out: Path, quick: bool, arm: str, seed: int, model: dict[str, Any] | None = None,
-                 steps: dict[str, Any] | None = None, corpus: str | None = None) -> dict[str, Any]:
+def train_config(
+    out: Path,
+    quick: bool,
+    arm: str,
+    seed: int,
+    model: dict[str, Any] | None = None,
+    steps: dict[str, Any] | None = None,
+    corpus: str | None = None,
+) -> dict[str, Any]:
     """The training config mapping of one arm and seed (runs in ``out/runs/ARM-sSEED``; ``corpus``: tests)."""
     form = "quick" if quick else "full"
     geometry = dict(model or MODELS[form])
@@ -91,8 +118,14 @@ def train_config(out: Path, quick: bool, arm: str, seed: int, model: dict[str, A
     if corpus is not None:
         config["corpus"] = corpus
     config["model"] = {**config["model"], **geometry, "position": SCHEME, "position_config": {}}
-    config.update(lr_decay_steps=config["max_steps"], name=f"{arm}-s{seed}", out_dir=str(out / "runs"), seed=seed,
-                  threads=1, **arm_overrides(arm, geometry["block_size"]))
+    config.update(
+        lr_decay_steps=config["max_steps"],
+        name=f"{arm}-s{seed}",
+        out_dir=str(out / "runs"),
+        seed=seed,
+        threads=1,
+        **arm_overrides(arm, geometry["block_size"]),
+    )
     return config
 
 
@@ -120,14 +153,19 @@ def measure(run_dirs: dict[str, Path], n_streams: int, segments: int | None) -> 
         nll = segment_nll(loaded[arm][0], streams, L, mem_len, segments).double()  # [segments, n, L]
         by_place = nll.mean(dim=(0, 1))  # [L]
         quarter = max(1, L // 4)
-        out[label] = {"loss": float(nll.mean()), "by_position": by_place.tolist(),
-                      "first_quarter": float(by_place[:quarter].mean()), "last_quarter": float(by_place[-quarter:].mean()),
-                      "segments": int(nll.shape[0])}
+        out[label] = {
+            "loss": float(nll.mean()),
+            "by_position": by_place.tolist(),
+            "first_quarter": float(by_place[:quarter].mean()),
+            "last_quarter": float(by_place[-quarter:].mean()),
+            "segments": int(nll.shape[0]),
+        }
     return out
 
 
 def step_times(model: GPT, batch: int, mem_len: int, steps: int) -> dict[str, float]:
-    """Median forward + backward CPU seconds per step with and without a memory of ``mem_len`` (alternating, one thread)."""
+    """Median forward + backward CPU seconds per step with and without a memory of ``mem_len`` (alternating, one
+    thread)."""
     L = model.config.block_size
     generator = torch.Generator().manual_seed(0)
     x = torch.randint(0, model.config.vocab_size, (batch, L), generator=generator)
@@ -153,12 +191,19 @@ def step_times(model: GPT, batch: int, mem_len: int, steps: int) -> dict[str, fl
     finally:
         torch.set_num_threads(threads)
     medians = {f"{k}_s": statistics.median(v) for k, v in times.items()}
-    return {**medians, "ratio": medians["memory_s"] / medians["none_s"], "steps": steps, "batch": batch,
-            "mem_len": mem_len, "clock": "process CPU time, 1 thread, alternating"}
+    return {
+        **medians,
+        "ratio": medians["memory_s"] / medians["none_s"],
+        "steps": steps,
+        "batch": batch,
+        "mem_len": mem_len,
+        "clock": "process CPU time, 1 thread, alternating",
+    }
 
 
-def plot(per_seed: list[dict[str, Any]], path: Path, baseline: float | None,
-         baselines: dict[str, float] | None = None) -> Path:
+def plot(
+    per_seed: list[dict[str, Any]], path: Path, baseline: float | None, baselines: dict[str, float] | None = None
+) -> Path:
     """Loss by place in the segment, one line per condition: mean over seeds, band min..max."""
     fig, ax = new_figure(size=(8.5, 5.0))
     L = per_seed[0]["block_size"]
@@ -175,12 +220,19 @@ def plot(per_seed: list[dict[str, Any]], path: Path, baseline: float | None,
         ax.axhline(baseline, color="black", linestyle=":", linewidth=1, label=f"unigram baseline {baseline:.3f}")
     for name, style in (("bigram", "-."), ("trigram", (0, (1, 3)))):
         if baselines and name in baselines:
-            ax.axhline(baselines[name], color="dimgray", linestyle=style, linewidth=1,
-                       label=f"{name} count model {baselines[name]:.3f}")
+            ax.axhline(
+                baselines[name],
+                color="dimgray",
+                linestyle=style,
+                linewidth=1,
+                label=f"{name} count model {baselines[name]:.3f}",
+            )
     ax.set_xlabel(f"place inside the segment (segment length L = {L})")
     ax.set_ylabel("validation loss (nats/token)")
-    ax.set_title(f"Transformer-XL: loss by place in the segment, (a) trained without / (b) with memory\n"
-                 f"line: mean over {len(per_seed)} seeds; band: min..max; legend: mean over the segment")
+    ax.set_title(
+        f"Transformer-XL: loss by place in the segment, (a) trained without / (b) with memory\n"
+        f"line: mean over {len(per_seed)} seeds; band: min..max; legend: mean over the segment"
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return save_figure(fig, path)
@@ -196,29 +248,66 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     metric = f"val loss over segments of L = {L}"
     lowers = compare(
-        "segment recurrence + relative encoding lowers the loss at segment length L", SOURCE,
-        values(f"b, memory {L}"), values("a, no memory"), better_label=f"(b) with memory {L}",
-        worse_label="(a) without memory", metric=metric, digits=4)
-    gain_first = [a - b for a, b in zip(values("a, no memory", "first_quarter"), values(f"b, memory {L}", "first_quarter"))]
-    gain_last = [a - b for a, b in zip(values("a, no memory", "last_quarter"), values(f"b, memory {L}", "last_quarter"))]
+        "segment recurrence + relative encoding lowers the loss at segment length L",
+        SOURCE,
+        values(f"b, memory {L}"),
+        values("a, no memory"),
+        better_label=f"(b) with memory {L}",
+        worse_label="(a) without memory",
+        metric=metric,
+        digits=4,
+    )
+    gain_first = [
+        a - b for a, b in zip(values("a, no memory", "first_quarter"), values(f"b, memory {L}", "first_quarter"))
+    ]
+    gain_last = [
+        a - b for a, b in zip(values("a, no memory", "last_quarter"), values(f"b, memory {L}", "last_quarter"))
+    ]
     where = paired(
         "what memory buys is at the start of a segment, where a fixed context is shortest: the gain on the first "
-        "quarter of the segment exceeds the gain on the last quarter", SOURCE, gain_first, gain_last,
-        better_label="gain on the first quarter", worse_label="gain on the last quarter",
-        metric="loss of (a) without memory minus (b) with memory L", lower_is_better=False, digits=4)
+        "quarter of the segment exceeds the gain on the last quarter",
+        SOURCE,
+        gain_first,
+        gain_last,
+        better_label="gain on the first quarter",
+        worse_label="gain on the last quarter",
+        metric="loss of (a) without memory minus (b) with memory L",
+        lower_is_better=False,
+        digits=4,
+    )
     longer = paired(
-        f"a longer memory at evaluation helps further: (b) read with memory {longest} (4L) beats memory {L}", SOURCE,
-        values(f"b, memory {longest}"), values(f"b, memory {L}"), better_label=f"(b) memory {longest}",
-        worse_label=f"(b) memory {L}", metric=metric, digits=4)
+        f"a longer memory at evaluation helps further: (b) read with memory {longest} (4L) beats memory {L}",
+        SOURCE,
+        values(f"b, memory {longest}"),
+        values(f"b, memory {L}"),
+        better_label=f"(b) memory {longest}",
+        worse_label=f"(b) memory {L}",
+        metric=metric,
+        digits=4,
+    )
     untrained = paired(
         "relative encoding alone lets a model use a memory it never trained with: (a) read with memory L beats (a) "
-        "without", SOURCE, values(f"a, memory {L}"), values("a, no memory"), better_label=f"(a) memory {L}",
-        worse_label="(a) no memory", metric=metric, digits=4)
+        "without",
+        SOURCE,
+        values(f"a, memory {L}"),
+        values("a, no memory"),
+        better_label=f"(a) memory {L}",
+        worse_label="(a) no memory",
+        metric=metric,
+        digits=4,
+    )
     return [r.to_dict() for r in (lowers, where, longer, untrained)]
 
 
-def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: dict[str, Any] | None = None,
-        steps: dict[str, Any] | None = None, workers: int | None = None, corpus: str | None = None) -> dict[str, Any]:
+def run(
+    out: Path,
+    quick: bool = False,
+    seeds: tuple[int, ...] = SEEDS,
+    model: dict[str, Any] | None = None,
+    steps: dict[str, Any] | None = None,
+    workers: int | None = None,
+    corpus: str | None = None,
+) -> dict[str, Any]:
     """Train both arms at every seed, read the validation stream by segments, plot, judge the claims.
 
     Args:
@@ -250,20 +339,33 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
 
     rows = []
     for label in conditions(L):
-        rows.append([label, pm([r[label]["loss"] for r in per_seed], 4),
-                     pm([r[label]["first_quarter"] for r in per_seed], 3), pm([r[label]["last_quarter"] for r in per_seed], 3),
-                     pm([r[label]["by_position"][0] for r in per_seed], 3)])
+        rows.append(
+            [
+                label,
+                pm([r[label]["loss"] for r in per_seed], 4),
+                pm([r[label]["first_quarter"] for r in per_seed], 3),
+                pm([r[label]["last_quarter"] for r in per_seed], 3),
+                pm([r[label]["by_position"][0] for r in per_seed], 3),
+            ]
+        )
     geometry = base["model"]
-    print_table(["evaluation", f"val loss (segments of {L})", "first quarter", "last quarter", "place 0"], rows,
-                title=(f"Transformer-XL on {corpus!r}: {geometry['n_layer']} layers, n_embd {geometry['n_embd']}, L = {L}, "
-                       f"{base['max_steps']} steps; {EVAL_STREAMS[form]} validation streams read segment after segment; "
-                       f"mean ± sd over seeds {list(seeds)}"))
+    print_table(
+        ["evaluation", f"val loss (segments of {L})", "first quarter", "last quarter", "place 0"],
+        rows,
+        title=(
+            f"Transformer-XL on {corpus!r}: {geometry['n_layer']} layers, n_embd {geometry['n_embd']}, L = {L}, "
+            f"{base['max_steps']} steps; {EVAL_STREAMS[form]} validation streams read segment after segment; "
+            f"mean ± sd over seeds {list(seeds)}"
+        ),
+    )
     print(baseline_line(corpus, base.get("val_fraction", 0.1)))
 
     timing_model, _, _ = RunFolder(Path(runs["b"][0]["run_dir"])).load()
     timing = step_times(timing_model, base["batch_size"], L, TIMED_STEPS[form])
-    print(f"  step time (forward + backward, batch {base['batch_size']}, {timing['clock']}): memory {L} "
-          f"{1e3 * timing['memory_s']:.1f} ms vs none {1e3 * timing['none_s']:.1f} ms ({timing['ratio']:.2f}x)")
+    print(
+        f"  step time (forward + backward, batch {base['batch_size']}, {timing['clock']}): memory {L} "
+        f"{1e3 * timing['memory_s']:.1f} ms vs none {1e3 * timing['none_s']:.1f} ms ({timing['ratio']:.2f}x)"
+    )
 
     ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
     # every claim is about context past L: both arms must be language models that use their context within L
@@ -292,9 +394,11 @@ def run(out: Path, quick: bool = False, seeds: tuple[int, ...] = SEEDS, model: d
         "plot": PLOT_FILE,
     }
 
+
 EXPERIMENT = Experiment(
     name="transformer-xl",
-    description="Transformer-XL segment recurrence + relative encoding: what memory buys past the segment length L (Dai et al. 2019)",
+    description="Transformer-XL segment recurrence + relative encoding: what memory buys past the segment length L "
+    "(Dai et al. 2019)",
     tier=FULL_ONLY,
     run=run,
     estimate=(90, 900),
