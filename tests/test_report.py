@@ -361,3 +361,30 @@ def test_context_key_table_shows_checkpoint_averaging():
     assert (
         "10.250 ± 0.177 (n=2)" in html and "0.0200 ± 0.0141 (n=2)" in html and "Llama 3 averages in annealing" in html
     )
+
+
+def test_head_analysis_claims_need_a_model_below_its_texts_bigram_baseline():
+    from poslab.lab.experiments.common import ngram_baselines
+
+    heads = json.loads((shared_lab() / "heads" / "results.json").read_text())
+    assert heads["text"]["corpus"] and heads["text"]["tokenizer"] == "char"  # what run_heads records
+    bigram = ngram_baselines("shakespeare")["bigram"]
+    texts = [c.text for c in claims.CLAIMS if c.experiment == "heads"]
+
+    def records(base_loss: float | None) -> dict[str, object]:
+        data = dict(heads, base_loss=base_loss) if base_loss is not None else dict(heads)
+        data["text"] = {"corpus": "shakespeare", "tokenizer": "char", "val_fraction": 0.1}
+        if base_loss is None:
+            data.pop("text")
+        return {v.record.claim: v.record for v in claims.evaluate({"heads": data}) if v.record.claim in texts}
+
+    bare = records(None)  # no text recorded: no premise, the verdicts of the measurements alone
+    above = records(bigram + 0.2)  # a bigram-level model: every decided heads claim is not testable
+    below = records(bigram - 0.5)
+    for text in texts:
+        if bare[text].verdict == "inconclusive":
+            continue
+        assert not_testable(above[text]) and above[text].verdict == "inconclusive"
+        assert above[text].details["verdict_without_premise"] == bare[text].verdict
+        assert below[text].premise.met and not not_testable(below[text])
+    assert any(bare[t].verdict != "inconclusive" for t in texts)  # the test decided something

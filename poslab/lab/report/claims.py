@@ -16,7 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, at_least, deterministic, get, holm, num
+from poslab.lab.verdicts import (
+    INCONCLUSIVE,
+    ClaimRecord,
+    Premise,
+    at_least,
+    deterministic,
+    get,
+    holm,
+    num,
+    with_premise,
+)
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,21 @@ def _heads_spare(r: dict, text: str, source: str) -> ClaimRecord:
 SPARE_HEADS_MAX_INCREASE = 0.02  # "spare" heads: pruning 30% of heads costs < 2% of the loss
 
 
+def analysed_model_premise(r: dict) -> Premise | None:
+    """The premise of a claim read off one analysed model: a language model of its text, its loss at
+    least :data:`poslab.lab.premises.BIGRAM_MARGIN` below the text's bigram count model (a bigram-level
+    model uses one character of context, so what its heads attend to says nothing about the lesson's
+    heads). ``None`` when the results do not say which character-level text the loss was measured on."""
+    from poslab.lab.experiments.common import ngram_baselines
+    from poslab.lab.premises import below_baseline
+
+    text = r.get("text") if isinstance(r.get("text"), dict) else {}
+    if not text.get("corpus") or text.get("tokenizer") != "char" or not isinstance(r.get("base_loss"), (int, float)):
+        return None
+    bigram = ngram_baselines(str(text["corpus"]), float(text.get("val_fraction", 0.1)))["bigram"]
+    return below_baseline({"analysed model": [float(r["base_loss"])]}, bigram, "bigram")
+
+
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         "heads",
@@ -198,6 +223,10 @@ def evaluate(results: dict[str, dict]) -> list[Verdict]:
                 record = ClaimRecord(
                     claim.text, claim.source, "", f"results.json has no usable {err}", None, None, 0, INCONCLUSIVE
                 )
+        if data is not None and record.verdict != INCONCLUSIVE:
+            premise = analysed_model_premise(data)
+            if premise is not None:
+                record = with_premise(record, premise)
         verdicts.append(Verdict(claim.experiment, record))
     for experiment, data in results.items():
         entries = data.get("claims", []) if isinstance(data, dict) else []
