@@ -260,3 +260,14 @@ def test_quick_form_trains_reverse_for_the_ranking_and_learned():
     assert set(experiment.RANKING) <= set(form.schemes) and "learned" in form.schemes
     assert len(form.seeds) >= verdicts.MIN_SEEDS
     assert form.recipe.mixed_sizes and form.recipe.size_range(P.Task("reverse", form.train_size), 0) == (3, 5)
+
+
+def test_stacked_seeds_equal_single_trainings_with_mixed_sizes():
+    from poslab.analysis.probes import ProbeRecipe, train_probe, train_probes_stacked
+
+    recipe = ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=9, lr=1e-2, warmup_steps=2, eval_batch=16,
+                         min_size=3, mixed_sizes=True)
+    for seed, b in zip((0, 1), train_probes_stacked("reverse", 5, "rope", (0, 1), recipe, (1, 2))):
+        a = train_probe("reverse", 5, "rope", seed, recipe, (1, 2))
+        assert b["final_loss"] == pytest.approx(a["final_loss"], abs=1e-5)
+        assert b["accuracy"]["2"] == pytest.approx(a["accuracy"]["2"], abs=1e-5)

@@ -2,8 +2,10 @@
 
 Every task builds sequences ``[BOS, problem..., SEP, answer part...]``: the model reads the whole
 sequence causally and is scored only on the answer tokens (teacher forcing, argmax accuracy). A task
-has a *size* ``n`` (items, pairs or filler tokens); a model is trained on sizes drawn from
-``[max(2, L // 4), L]`` and tested at exactly ``L``, ``2 L`` and ``4 L``.
+has a *size* ``n`` (items, pairs or filler tokens); a model is trained on sizes from
+``[max(2, L // 4), L]`` (a recipe may raise the smallest, grow the largest over a curriculum, and
+draw one size per batch or put every size in every batch: :class:`ProbeRecipe`) and tested at
+exactly ``L``, ``2 L`` and ``4 L``.
 
 Tasks (Kazemnejad et al. 2023, https://arxiv.org/abs/2305.19466, for copy and reverse; Arora et al.
 2023, "Zoology", https://arxiv.org/abs/2312.04927, for multi-query associative recall; Mohtashami &
