@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -223,3 +224,50 @@ def test_stacked_seeds_equal_single_trainings(scheme: str):
         for factor, value in a["accuracy"].items():  # None: the scheme cannot read that length
             assert b["accuracy"][factor] == (None if value is None else pytest.approx(value, abs=1e-5))
     assert len({round(r["final_loss"], 6) for r in stacked}) == 3  # the members are different models
+
+
+def test_size_range_min_size_and_curriculum():
+    task = P.Task("reverse", 8)
+    assert P.ProbeRecipe().size_range(task, 0) == (2, 8)  # the task's smallest size, L // 4
+    assert P.ProbeRecipe(min_size=3).size_range(task, 5) == (3, 8)
+    ramp = P.ProbeRecipe(min_size=2, curriculum_steps=12)
+    assert [ramp.size_range(task, s)[1] for s in (0, 6, 11, 12, 100)] == [2, 5, 7, 8, 8]
+    with pytest.raises(ValueError, match="min_size 9 must be <= the training size L = 8"):
+        P.ProbeRecipe(min_size=9).size_range(task, 0)
+    with pytest.raises(ValueError, match="min_size must be a positive integer"):
+        P.ProbeRecipe(min_size=0)
+    with pytest.raises(ValueError, match="curriculum_steps must be a non-negative integer"):
+        P.ProbeRecipe(curriculum_steps=-1)
+
+
+def test_mixed_sizes_batch_holds_every_size_padded():
+    task = P.Task("reverse", 5)
+    recipe = P.ProbeRecipe(batch_size=8, min_size=3, mixed_sizes=True)
+    idx, targets = P.training_batch(task, recipe, 0, torch.Generator().manual_seed(0))
+    assert idx.shape == targets.shape == (8, task.seq_len(5))
+    answers = (targets >= 0).sum(1).tolist()
+    assert answers == [3, 3, 3, 4, 4, 4, 5, 5]  # 8 rows over sizes 3..5, smallest first
+    for row, n in enumerate(answers):  # right padding: BOS inputs, -1 targets past the row's own sequence
+        assert (idx[row, task.seq_len(n):] == P.BOS).all() and (targets[row, task.seq_len(n):] == -1).all()
+        assert (idx[row, n + 1] == P.SEP).all()
+    one = P.training_batch(task, dataclasses.replace(recipe, mixed_sizes=False), 0, torch.Generator().manual_seed(0))
+    assert len({int(n) for n in (one[1] >= 0).sum(1)}) == 1  # one size per batch
+
+
+def test_quick_form_trains_reverse_for_the_ranking_and_learned():
+    form = experiment.FORMS["quick"]
+    assert form.ranking_tasks == ("reverse",) and set(form.ranking_tasks) <= set(form.tasks)
+    assert set(experiment.RANKING) <= set(form.schemes) and "learned" in form.schemes
+    assert len(form.seeds) >= verdicts.MIN_SEEDS
+    assert form.recipe.mixed_sizes and form.recipe.size_range(P.Task("reverse", form.train_size), 0) == (3, 5)
+
+
+def test_stacked_seeds_equal_single_trainings_with_mixed_sizes():
+    from poslab.analysis.probes import ProbeRecipe, train_probe, train_probes_stacked
+
+    recipe = ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=9, lr=1e-2, warmup_steps=2, eval_batch=16,
+                         min_size=3, mixed_sizes=True)
+    for seed, b in zip((0, 1), train_probes_stacked("reverse", 5, "rope", (0, 1), recipe, (1, 2))):
+        a = train_probe("reverse", 5, "rope", seed, recipe, (1, 2))
+        assert b["final_loss"] == pytest.approx(a["final_loss"], abs=1e-5)
+        assert b["accuracy"]["2"] == pytest.approx(a["accuracy"]["2"], abs=1e-5)

@@ -2,8 +2,10 @@
 
 Every task builds sequences ``[BOS, problem..., SEP, answer part...]``: the model reads the whole
 sequence causally and is scored only on the answer tokens (teacher forcing, argmax accuracy). A task
-has a *size* ``n`` (items, pairs or filler tokens); a model is trained on sizes drawn from
-``[max(2, L // 4), L]`` and tested at exactly ``L``, ``2 L`` and ``4 L``.
+has a *size* ``n`` (items, pairs or filler tokens); a model is trained on sizes from
+``[max(2, L // 4), L]`` (a recipe may raise the smallest, grow the largest over a curriculum, and
+draw one size per batch or put every size in every batch: :class:`ProbeRecipe`) and tested at
+exactly ``L``, ``2 L`` and ``4 L``.
 
 Tasks (Kazemnejad et al. 2023, https://arxiv.org/abs/2305.19466, for copy and reverse; Arora et al.
 2023, "Zoology", https://arxiv.org/abs/2312.04927, for multi-query associative recall; Mohtashami &
@@ -225,6 +227,14 @@ class ProbeRecipe:
         n_layer, n_head, n_embd: model geometry.
         steps, batch_size, lr, warmup_steps: AdamW with linear warmup then linear decay to ``lr / 10``.
         eval_batch: sequences scored per test size.
+        min_size: smallest training size (``None``: the task's, ``max(2, L // 4)``).
+        curriculum_steps: over the first ``curriculum_steps`` steps the largest training size grows
+            linearly from ``min_size`` to ``L`` (0: every step draws from the whole range).
+        embed_norm: a norm right after the token embedding, before the position scheme adds its
+            code (token vectors at unit scale; off: the token and a learned table both start at
+            std 0.02).
+        mixed_sizes: every batch holds every training size in equal shares (right-padded to the
+            longest; pad targets ``-1``); off: one size per batch, drawn uniformly.
     """
 
     n_layer: int = 2
@@ -235,6 +245,57 @@ class ProbeRecipe:
     lr: float = 3e-3
     warmup_steps: int = 30
     eval_batch: int = 128
+    min_size: int | None = None
+    curriculum_steps: int = 0
+    embed_norm: bool = True
+    mixed_sizes: bool = False
+
+    def __post_init__(self) -> None:
+        if self.min_size is not None and (isinstance(self.min_size, bool) or not isinstance(self.min_size, int)
+                                          or self.min_size < 1):
+            raise ValueError(f"min_size must be a positive integer or None, got {self.min_size!r}")
+        if isinstance(self.curriculum_steps, bool) or not isinstance(self.curriculum_steps, int) \
+                or self.curriculum_steps < 0:
+            raise ValueError(f"curriculum_steps must be a non-negative integer, got {self.curriculum_steps!r}")
+
+    def size_range(self, task: Task, step: int) -> tuple[int, int]:
+        """The training sizes ``(low, high)`` (inclusive) drawn from at ``step``.
+
+        Raises:
+            ValueError: ``min_size`` is larger than the task's ``L``.
+        """
+        L = task.train_size
+        low = task.min_size() if self.min_size is None else self.min_size
+        if low > L:
+            raise ValueError(f"min_size {low} must be <= the training size L = {L}")
+        if step >= self.curriculum_steps:
+            return low, L
+        return low, low + (L - low) * step // self.curriculum_steps
+
+def training_batch(task: Task, recipe: ProbeRecipe, step: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
+    """The training batch of ``step``: sizes from :meth:`ProbeRecipe.size_range`, drawn from ``g``.
+
+    With ``recipe.mixed_sizes`` the ``batch_size`` rows are split as evenly as they go over every
+    size of the range (smallest sizes first), each share right-padded (``BOS`` inputs, ``-1``
+    targets) to the range's longest sequence; the models are causal, so padding changes no
+    earlier logit. Otherwise one size is drawn uniformly for the whole batch.
+
+    Returns:
+        ``(idx, targets)``, both ``[batch_size, T]`` int64 (``T``: the sequence length of the batch's
+        largest size).
+    """
+    low, high = recipe.size_range(task, step)
+    if not recipe.mixed_sizes:
+        n = int(torch.randint(low, high + 1, (1,), generator=g))
+        return task.sample(n, recipe.batch_size, g)
+    sizes = list(range(low, high + 1))
+    base, extra = divmod(recipe.batch_size, len(sizes))
+    T = task.seq_len(high)
+    parts = [task.sample(n, base + (i < extra), g) for i, n in enumerate(sizes) if base + (i < extra)]
+    idx = torch.cat([F.pad(x, (0, T - x.shape[1]), value=BOS) for x, _ in parts])  # [B, T]
+    targets = torch.cat([F.pad(t, (0, T - t.shape[1]), value=-1) for _, t in parts])  # [B, T]
+    return idx, targets
+
 
 
 def build_model(task: Task, scheme: str, recipe: ProbeRecipe, seed: int) -> Any:
@@ -243,7 +304,7 @@ def build_model(task: Task, scheme: str, recipe: ProbeRecipe, seed: int) -> Any:
 
     torch.manual_seed(seed)
     config = GPTConfig(vocab_size=task.vocab_size, n_layer=recipe.n_layer, n_head=recipe.n_head, n_embd=recipe.n_embd,
-                       block_size=task.seq_len(task.train_size), dropout=0.0, bias=False, embed_norm=True,
+                       block_size=task.seq_len(task.train_size), dropout=0.0, bias=False, embed_norm=recipe.embed_norm,
                        position=scheme, position_config={})
     return GPT(config)
 
@@ -296,13 +357,11 @@ def train_probe(task_name: str, train_size: int, scheme: str, seed: int, recipe:
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.98), weight_decay=0.0)
     g = torch.Generator().manual_seed(10_000 + seed)
-    low, high = task.min_size(), task.train_size
     losses = []
     for step in range(recipe.steps):
         for group in optimizer.param_groups:
             group["lr"] = probe_lr(step, recipe)
-        n = int(torch.randint(low, high + 1, (1,), generator=g))
-        idx, targets = task.sample(n, recipe.batch_size, g)
+        idx, targets = training_batch(task, recipe, step, g)  # [B, T], [B, T]
         logits = model(idx)  # [B, T, V]
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
         optimizer.zero_grad(set_to_none=True)
@@ -375,15 +434,11 @@ def train_probes_stacked(task_name: str, train_size: int, scheme: str, seeds: tu
     params = list(stack.params.values())
     optimizer = torch.optim.AdamW(params, lr=recipe.lr, betas=(0.9, 0.98), weight_decay=0.0)
     gens = [torch.Generator().manual_seed(10_000 + seed) for seed in seeds]
-    low, high = task.min_size(), task.train_size
     losses: list[list[float]] = [[] for _ in seeds]
     for step in range(recipe.steps):
         for group in optimizer.param_groups:
             group["lr"] = probe_lr(step, recipe)
-        batches = []
-        for g in gens:
-            n = int(torch.randint(low, high + 1, (1,), generator=g))
-            batches.append(task.sample(n, recipe.batch_size, g))  # ([B, T_m], [B, T_m])
+        batches = [training_batch(task, recipe, step, g) for g in gens]  # ([B, T_m], [B, T_m]) per member
         T = max(b[0].shape[1] for b in batches)
         idx = torch.stack([F.pad(b[0], (0, T - b[0].shape[1]), value=BOS) for b in batches])  # [M, B, T]
         targets = torch.stack([F.pad(b[1], (0, T - b[1].shape[1]), value=-1) for b in batches])  # [M, B, T]
