@@ -597,7 +597,8 @@ class GPT(nn.Module):
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding) and module.weight.shape[-1] > 1:
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            # a position scheme's table states its own std (``init_std``); every other table gets GPT-2's
+            nn.init.normal_(module.weight, mean=0.0, std=getattr(module, "_init_std", 0.02))
 
     def replace_position(
         self, name: str | None = None, config: dict[str, Any] | None = None, **overrides: Any

@@ -76,6 +76,7 @@ class LearnedPositions(PositionScheme):
     def __init__(self, config: LearnedConfig) -> None:
         super().__init__(config)
         self.table = nn.Embedding(config.max_len, config.n_embd)
+        self.table._init_std = config.init_std  # the std a model's weight initialisation keeps (GPT._init_weights)
         nn.init.normal_(self.table.weight, std=config.init_std)
 
     @property

@@ -94,6 +94,7 @@ class T5Bias(PositionScheme):
     def __init__(self, config: T5Config) -> None:
         super().__init__(config)
         self.relative_attention_bias = nn.Embedding(config.num_buckets, config.n_heads)
+        self.relative_attention_bias._init_std = config.init_std  # kept by a model's initialisation
         nn.init.normal_(self.relative_attention_bias.weight, std=config.init_std)
 
     @property
