@@ -54,8 +54,23 @@ import torch
 from poslab.analysis.probes import ProbeRecipe, train_probe
 
 RESULTS = Path(__file__).resolve().parent / "results" / "probe_recipes.json"
-DEFAULTS = {"task": "reverse", "L": "8", "scheme": "rope", "steps": "600", "lr": "1e-2", "layers": "2", "heads": "4",
-            "width": "64", "batch": "64", "warmup": None, "min": None, "curriculum": "0", "norm": "1", "mixed": "0", "seeds": "0"}
+DEFAULTS = {
+    "task": "reverse",
+    "L": "8",
+    "scheme": "rope",
+    "steps": "600",
+    "lr": "1e-2",
+    "layers": "2",
+    "heads": "4",
+    "width": "64",
+    "batch": "64",
+    "warmup": None,
+    "min": None,
+    "curriculum": "0",
+    "norm": "1",
+    "mixed": "0",
+    "seeds": "0",
+}
 
 
 def parse(spec: str) -> dict[str, str | None]:
@@ -71,12 +86,20 @@ def parse(spec: str) -> dict[str, str | None]:
 
 def recipe_of(spec: dict[str, str | None]) -> ProbeRecipe:
     steps = int(spec["steps"])
-    return ProbeRecipe(n_layer=int(spec["layers"]), n_head=int(spec["heads"]), n_embd=int(spec["width"]), steps=steps,
-                       batch_size=int(spec["batch"]), lr=float(spec["lr"]),
-                       warmup_steps=int(spec["warmup"]) if spec["warmup"] is not None else max(1, steps // 10),
-                       eval_batch=256, min_size=None if spec["min"] is None else int(spec["min"]),
-                       curriculum_steps=int(spec["curriculum"]), embed_norm=spec["norm"] == "1",
-                       mixed_sizes=spec["mixed"] == "1")
+    return ProbeRecipe(
+        n_layer=int(spec["layers"]),
+        n_head=int(spec["heads"]),
+        n_embd=int(spec["width"]),
+        steps=steps,
+        batch_size=int(spec["batch"]),
+        lr=float(spec["lr"]),
+        warmup_steps=int(spec["warmup"]) if spec["warmup"] is not None else max(1, steps // 10),
+        eval_batch=256,
+        min_size=None if spec["min"] is None else int(spec["min"]),
+        curriculum_steps=int(spec["curriculum"]),
+        embed_norm=spec["norm"] == "1",
+        mixed_sizes=spec["mixed"] == "1",
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -101,10 +124,21 @@ def main(argv: list[str]) -> int:
         mean = sum(at_l) / len(at_l)
         print(f"{arg}: at L {at_l} (mean {mean:.3f}), at 2L {past}, s/training {seconds} (CPU {cpu})", flush=True)
         if save:
-            record = {"spec": arg, "task": spec["task"], "L": int(spec["L"]), "scheme": spec["scheme"],
-                      "recipe": recipe.__dict__, "seeds": seeds, "accuracy_at_L": at_l, "accuracy_at_2L": past,
-                      "mean_at_L": round(mean, 4), "seconds": seconds, "cpu_seconds": cpu, "load_average": round(os.getloadavg()[0], 2),
-                      "when": time.strftime("%Y-%m-%d %H:%M")}
+            record = {
+                "spec": arg,
+                "task": spec["task"],
+                "L": int(spec["L"]),
+                "scheme": spec["scheme"],
+                "recipe": recipe.__dict__,
+                "seeds": seeds,
+                "accuracy_at_L": at_l,
+                "accuracy_at_2L": past,
+                "mean_at_L": round(mean, 4),
+                "seconds": seconds,
+                "cpu_seconds": cpu,
+                "load_average": round(os.getloadavg()[0], 2),
+                "when": time.strftime("%Y-%m-%d %H:%M"),
+            }
             done = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
             RESULTS.write_text(json.dumps(done + [record], indent=1) + "\n")
     return 0

@@ -397,8 +397,15 @@ def test_a_models_initialisation_keeps_the_schemes_init_std(scheme, table):
     torch.manual_seed(0)
     stds = {}
     for init_std in (0.02, 0.5):
-        config = GPTConfig(vocab_size=11, n_layer=1, n_head=4, n_embd=32, block_size=64, position=scheme,
-                           position_config={"init_std": init_std})
+        config = GPTConfig(
+            vocab_size=11,
+            n_layer=1,
+            n_head=4,
+            n_embd=32,
+            block_size=64,
+            position=scheme,
+            position_config={"init_std": init_std},
+        )
         stds[init_std] = float(getattr(GPT(config).position, table).weight.std())
     assert stds[0.02] == pytest.approx(0.02, rel=0.25)
     assert stds[0.5] == pytest.approx(0.5, rel=0.25)

@@ -61,31 +61,31 @@ def test_copy_and_reverse_targets():
     for name, expect in (("copy", lambda x: x), ("reverse", lambda x: x.flip(1))):
         _, idx, targets = _batch(name, n)
         seq = _full(idx, targets)
-        x = seq[:, 1:1 + n]
+        x = seq[:, 1 : 1 + n]
         assert (seq[:, 1 + n] == P.SEP).all()
-        answers = targets[:, n + 1:]  # predicted from SEP (input position n + 1) onwards
+        answers = targets[:, n + 1 :]  # predicted from SEP (input position n + 1) onwards
         assert torch.equal(answers, expect(x))
-        assert (targets[:, :n + 1] == -1).all()
+        assert (targets[:, : n + 1] == -1).all()
 
 
 def test_retrieve_answer_is_the_token_at_k():
     n, L = 12, 8
     task, idx, targets = _batch("retrieve", n, L=L)
     seq = _full(idx, targets)
-    x = seq[:, 1:1 + n]
-    part = seq[:, 2 + n:].reshape(16, P.QUERIES, 2)  # [B, Q, (index, value)]
+    x = seq[:, 1 : 1 + n]
+    part = seq[:, 2 + n :].reshape(16, P.QUERIES, 2)  # [B, Q, (index, value)]
     k = part[:, :, 0] - P.FIRST - P.SYMBOLS
     assert int(k.min()) >= 0 and int(k.max()) < min(n, L)  # only indices seen in training
     assert torch.equal(part[:, :, 1], x.gather(1, k))
-    assert torch.equal(targets[:, targets.shape[1] - 2 * P.QUERIES + 1::2], part[:, :, 1])
+    assert torch.equal(targets[:, targets.shape[1] - 2 * P.QUERIES + 1 :: 2], part[:, :, 1])
 
 
 def test_mqar_keys_distinct_and_values_consistent():
     n, L = 10, 4
     task, idx, targets = _batch("mqar", n, L=L)
     seq = _full(idx, targets)
-    pairs = seq[:, 1:1 + 2 * n].reshape(16, n, 2)  # [B, n, (key, value)]
-    queries = seq[:, 1 + 2 * n:].reshape(16, n // 2, 2)
+    pairs = seq[:, 1 : 1 + 2 * n].reshape(16, n, 2)  # [B, n, (key, value)]
+    queries = seq[:, 1 + 2 * n :].reshape(16, n // 2, 2)
     keys, values = pairs[:, :, 0], pairs[:, :, 1]
     assert ((keys >= P.FIRST) & (keys < P.FIRST + task.n_keys)).all()
     assert ((values >= P.FIRST + task.n_keys) & (values < task.vocab_size)).all()
@@ -105,8 +105,8 @@ def test_count_answers_are_the_counts():
     n = 20
     _, idx, targets = _batch("count", n)
     seq = _full(idx, targets)
-    x = seq[:, 1:1 + n]
-    part = seq[:, 2 + n:].reshape(16, P.COUNTABLE, 2)
+    x = seq[:, 1 : 1 + n]
+    part = seq[:, 2 + n :].reshape(16, P.COUNTABLE, 2)
     for b in range(16):
         counts = Counter(x[b].tolist())
         assert sorted(part[b, :, 0].tolist()) == list(range(P.FIRST, P.FIRST + P.COUNTABLE))  # each symbol asked once
@@ -125,10 +125,10 @@ def test_passkey_answer_is_the_hidden_key():
         row = seq[b].tolist()
         assert row.count(key_token) == 1
         at = row.index(key_token)
-        hidden = row[at + 1:at + 1 + P.KEY_DIGITS]
+        hidden = row[at + 1 : at + 1 + P.KEY_DIGITS]
         assert row[-P.KEY_DIGITS - 1] == P.SEP
-        assert row[-P.KEY_DIGITS:] == hidden
-        assert sum(1 for t in row[1:-P.KEY_DIGITS - 1] if P.FIRST <= t < P.FIRST + P.FILLER) == n
+        assert row[-P.KEY_DIGITS :] == hidden
+        assert sum(1 for t in row[1 : -P.KEY_DIGITS - 1] if P.FIRST <= t < P.FIRST + P.FILLER) == n
     depths = {seq[b].tolist().index(key_token) for b in range(16)}
     assert len(depths) > 1  # the needle moves
 
@@ -198,8 +198,13 @@ def test_smoke_run_table(smoke: dict):
 @pytest.mark.slow
 def test_quick_cli(tmp_path: Path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    done = subprocess.run([sys.executable, "-m", "poslab", "experiment", "probes", "--quick", "--out", str(tmp_path)],
-                          capture_output=True, text=True, env=env, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, "-m", "poslab", "experiment", "probes", "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert verdicts.check_records(results["claims"]) == []
@@ -248,7 +253,7 @@ def test_mixed_sizes_batch_holds_every_size_padded():
     answers = (targets >= 0).sum(1).tolist()
     assert answers == [3, 3, 3, 4, 4, 4, 5, 5]  # 8 rows over sizes 3..5, smallest first
     for row, n in enumerate(answers):  # right padding: BOS inputs, -1 targets past the row's own sequence
-        assert (idx[row, task.seq_len(n):] == P.BOS).all() and (targets[row, task.seq_len(n):] == -1).all()
+        assert (idx[row, task.seq_len(n) :] == P.BOS).all() and (targets[row, task.seq_len(n) :] == -1).all()
         assert (idx[row, n + 1] == P.SEP).all()
     one = P.training_batch(task, dataclasses.replace(recipe, mixed_sizes=False), 0, torch.Generator().manual_seed(0))
     assert len({int(n) for n in (one[1] >= 0).sum(1)}) == 1  # one size per batch
@@ -265,8 +270,18 @@ def test_quick_form_trains_reverse_for_the_ranking_and_learned():
 def test_stacked_seeds_equal_single_trainings_with_mixed_sizes():
     from poslab.analysis.probes import ProbeRecipe, train_probe, train_probes_stacked
 
-    recipe = ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=9, lr=1e-2, warmup_steps=2, eval_batch=16,
-                         min_size=3, mixed_sizes=True)
+    recipe = ProbeRecipe(
+        n_layer=1,
+        n_head=2,
+        n_embd=16,
+        steps=6,
+        batch_size=9,
+        lr=1e-2,
+        warmup_steps=2,
+        eval_batch=16,
+        min_size=3,
+        mixed_sizes=True,
+    )
     for seed, b in zip((0, 1), train_probes_stacked("reverse", 5, "rope", (0, 1), recipe, (1, 2))):
         a = train_probe("reverse", 5, "rope", seed, recipe, (1, 2))
         assert b["final_loss"] == pytest.approx(a["final_loss"], abs=1e-5)

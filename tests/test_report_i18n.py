@@ -155,7 +155,9 @@ def test_four_kinds_have_their_own_badge_meaning_and_count(tmp_path):
     counts = re.findall(r"<span class='count (\w+)'>(\d+) ", header)
     by_kind = dict(counts)
     # the planted record, and the head analysis's claims on the shared lab's tiny (bigram-level) model
-    tiny = [v for v in report_claims.evaluate(load_results(lab_dir)) if v.experiment == "heads" and not_testable(v.record)]
+    tiny = [
+        v for v in report_claims.evaluate(load_results(lab_dir)) if v.experiment == "heads" and not_testable(v.record)
+    ]
     assert int(by_kind["untestable"]) == 1 + len(tiny) and int(by_kind["wrong"]) >= 1
     claims = page.split("<section id='claims'>")[1].split("</section>")[0]
     main_table, apart = claims.split("<h3 id='untestable'>")

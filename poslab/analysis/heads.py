@@ -600,8 +600,11 @@ def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = 
     results["run"] = str(run_dir)
     train = run.config().get("train", {})
     # what base_loss was measured on: the lab compares it with that corpus's n-gram baselines
-    results["text"] = {"corpus": train.get("corpus") if text is None else text, "tokenizer": train.get("tokenizer"),
-                       "val_fraction": train.get("val_fraction", 0.1)}
+    results["text"] = {
+        "corpus": train.get("corpus") if text is None else text,
+        "tokenizer": train.get("tokenizer"),
+        "val_fraction": train.get("val_fraction", 0.1),
+    }
     out.mkdir(parents=True, exist_ok=True)
     plot(results, out / "heads.png")
     atomic_write_json(out / "results.json", results)

@@ -107,8 +107,14 @@ class Task:
         return max(2, self.train_size // 4)
 
     def answers_per_sequence(self, n: int) -> int:
-        return {"copy": n, "reverse": n, "retrieve": QUERIES, "mqar": max(1, n // 2), "count": COUNTABLE,
-                "passkey": KEY_DIGITS}[self.name]
+        return {
+            "copy": n,
+            "reverse": n,
+            "retrieve": QUERIES,
+            "mqar": max(1, n // 2),
+            "count": COUNTABLE,
+            "passkey": KEY_DIGITS,
+        }[self.name]
 
     # ------------------------------------------------------------------------------ sampling
     def sample(self, n: int, batch: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -177,8 +183,10 @@ def _mqar(task: Task, n: int, batch: int, g: torch.Generator) -> tuple[Tensor, T
     part = torch.stack([key_tok.gather(1, asked), value_tok.gather(1, asked)], dim=2).reshape(batch, 2 * q)  # [B, 2q]
     bos = torch.full((batch, 1), BOS, dtype=torch.long)
     seq = torch.cat([bos, pairs, part], dim=1)  # [B, 1 + 2n + 2q] (the queries follow the pairs, no SEP)
-    mask = torch.cat([torch.zeros(batch, 1 + 2 * n, dtype=torch.bool),
-                      torch.tensor([False, True]).repeat(q).expand(batch, -1)], dim=1)
+    mask = torch.cat(
+        [torch.zeros(batch, 1 + 2 * n, dtype=torch.bool), torch.tensor([False, True]).repeat(q).expand(batch, -1)],
+        dim=1,
+    )
     return seq, mask
 
 
@@ -214,7 +222,12 @@ def _passkey(task: Task, n: int, batch: int, g: torch.Generator) -> tuple[Tensor
 
 
 _BUILDERS: dict[str, Callable[[Task, int, int, torch.Generator], tuple[Tensor, Tensor]]] = {
-    "copy": _copy, "reverse": _reverse, "retrieve": _retrieve, "mqar": _mqar, "count": _count, "passkey": _passkey,
+    "copy": _copy,
+    "reverse": _reverse,
+    "retrieve": _retrieve,
+    "mqar": _mqar,
+    "count": _count,
+    "passkey": _passkey,
 }
 
 
@@ -251,11 +264,15 @@ class ProbeRecipe:
     mixed_sizes: bool = False
 
     def __post_init__(self) -> None:
-        if self.min_size is not None and (isinstance(self.min_size, bool) or not isinstance(self.min_size, int)
-                                          or self.min_size < 1):
+        if self.min_size is not None and (
+            isinstance(self.min_size, bool) or not isinstance(self.min_size, int) or self.min_size < 1
+        ):
             raise ValueError(f"min_size must be a positive integer or None, got {self.min_size!r}")
-        if isinstance(self.curriculum_steps, bool) or not isinstance(self.curriculum_steps, int) \
-                or self.curriculum_steps < 0:
+        if (
+            isinstance(self.curriculum_steps, bool)
+            or not isinstance(self.curriculum_steps, int)
+            or self.curriculum_steps < 0
+        ):
             raise ValueError(f"curriculum_steps must be a non-negative integer, got {self.curriculum_steps!r}")
 
     def size_range(self, task: Task, step: int) -> tuple[int, int]:
@@ -271,6 +288,7 @@ class ProbeRecipe:
         if step >= self.curriculum_steps:
             return low, L
         return low, low + (L - low) * step // self.curriculum_steps
+
 
 def training_batch(task: Task, recipe: ProbeRecipe, step: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
     """The training batch of ``step``: sizes from :meth:`ProbeRecipe.size_range`, drawn from ``g``.
@@ -297,15 +315,23 @@ def training_batch(task: Task, recipe: ProbeRecipe, step: int, g: torch.Generato
     return idx, targets
 
 
-
 def build_model(task: Task, scheme: str, recipe: ProbeRecipe, seed: int) -> Any:
     """A fresh GPT for ``task`` with position ``scheme``; ``block_size`` is the longest training input."""
     from poslab.nn.model import GPT, GPTConfig
 
     torch.manual_seed(seed)
-    config = GPTConfig(vocab_size=task.vocab_size, n_layer=recipe.n_layer, n_head=recipe.n_head, n_embd=recipe.n_embd,
-                       block_size=task.seq_len(task.train_size), dropout=0.0, bias=False, embed_norm=recipe.embed_norm,
-                       position=scheme, position_config={})
+    config = GPTConfig(
+        vocab_size=task.vocab_size,
+        n_layer=recipe.n_layer,
+        n_head=recipe.n_head,
+        n_embd=recipe.n_embd,
+        block_size=task.seq_len(task.train_size),
+        dropout=0.0,
+        bias=False,
+        embed_norm=recipe.embed_norm,
+        position=scheme,
+        position_config={},
+    )
     return GPT(config)
 
 
@@ -330,8 +356,15 @@ def accuracy(model: Any, task: Task, n: int, batch: int, seed: int) -> float:
     return float((logits.argmax(-1)[keep] == targets[keep]).float().mean())
 
 
-def train_probe(task_name: str, train_size: int, scheme: str, seed: int, recipe: ProbeRecipe,
-                test_factors: tuple[int, ...] = (1, 2, 4), threads: int | None = None) -> dict[str, Any]:
+def train_probe(
+    task_name: str,
+    train_size: int,
+    scheme: str,
+    seed: int,
+    recipe: ProbeRecipe,
+    test_factors: tuple[int, ...] = (1, 2, 4),
+    threads: int | None = None,
+) -> dict[str, Any]:
     """Train one probe model and test it at ``factor * L`` for each factor.
 
     Args:
@@ -380,8 +413,16 @@ def probe_lr(step: int, recipe: ProbeRecipe) -> float:
     return recipe.lr * (1.0 - 0.9 * frac)
 
 
-def _result(model: Any, task: Task, scheme: str, seed: int, recipe: ProbeRecipe, test_factors: tuple[int, ...],
-            losses: list[float], seconds: float) -> dict[str, Any]:
+def _result(
+    model: Any,
+    task: Task,
+    scheme: str,
+    seed: int,
+    recipe: ProbeRecipe,
+    test_factors: tuple[int, ...],
+    losses: list[float],
+    seconds: float,
+) -> dict[str, Any]:
     """A trained probe model tested at ``factor * L`` for each factor: :func:`train_probe`'s result."""
     acc: dict[str, float | None] = {}
     cannot: dict[str, str] = {}
@@ -393,13 +434,29 @@ def _result(model: Any, task: Task, scheme: str, seed: int, recipe: ProbeRecipe,
             cannot[str(factor)] = reason
             continue
         acc[str(factor)] = accuracy(model, task, n, recipe.eval_batch, seed=1_000_000 + factor)
-    tail = losses[-max(1, len(losses) // 10):]
-    return {"task": task.name, "scheme": scheme, "seed": seed, "n_head": recipe.n_head, "accuracy": acc,
-            "cannot": cannot, "final_loss": sum(tail) / len(tail), "seconds": seconds, "chance": chance(task)}
+    tail = losses[-max(1, len(losses) // 10) :]
+    return {
+        "task": task.name,
+        "scheme": scheme,
+        "seed": seed,
+        "n_head": recipe.n_head,
+        "accuracy": acc,
+        "cannot": cannot,
+        "final_loss": sum(tail) / len(tail),
+        "seconds": seconds,
+        "chance": chance(task),
+    }
 
 
-def train_probes_stacked(task_name: str, train_size: int, scheme: str, seeds: tuple[int, ...], recipe: ProbeRecipe,
-                         test_factors: tuple[int, ...] = (1, 2, 4), threads: int | None = None) -> list[dict[str, Any]]:
+def train_probes_stacked(
+    task_name: str,
+    train_size: int,
+    scheme: str,
+    seeds: tuple[int, ...],
+    recipe: ProbeRecipe,
+    test_factors: tuple[int, ...] = (1, 2, 4),
+    threads: int | None = None,
+) -> list[dict[str, Any]]:
     """:func:`train_probe` for every seed, the seeds trained together as one stacked model.
 
     The members are stacked (:class:`poslab.training.batched.StackedGPT`: one vmapped forward, one
@@ -450,14 +507,25 @@ def train_probes_stacked(task_name: str, train_size: int, scheme: str, seeds: tu
         for m, value in enumerate(loss.detach().tolist()):
             losses[m].append(value)
     seconds = (time.perf_counter() - start) / len(seeds)
-    return [{**_result(stack.member(m), task, scheme, seed, recipe, test_factors, losses[m], seconds),
-             "stacked": len(seeds) if stack.vmap else 1} for m, seed in enumerate(seeds)]
+    return [
+        {
+            **_result(stack.member(m), task, scheme, seed, recipe, test_factors, losses[m], seconds),
+            "stacked": len(seeds) if stack.vmap else 1,
+        }
+        for m, seed in enumerate(seeds)
+    ]
 
 
 def chance(task: Task) -> float:
     """Accuracy of guessing uniformly among the answer alphabet (the floor of every table)."""
-    alphabet = {"copy": SYMBOLS, "reverse": SYMBOLS, "retrieve": SYMBOLS, "mqar": VALUES, "count": MAX_COUNT + 1,
-                "passkey": DIGITS}[task.name]
+    alphabet = {
+        "copy": SYMBOLS,
+        "reverse": SYMBOLS,
+        "retrieve": SYMBOLS,
+        "mqar": VALUES,
+        "count": MAX_COUNT + 1,
+        "passkey": DIGITS,
+    }[task.name]
     return 1.0 / alphabet
 
 
@@ -473,5 +541,16 @@ def describe(task: Task) -> str:
     }[task.name]
 
 
-__all__ = ["TASKS", "ProbeRecipe", "Task", "accuracy", "build_model", "cannot_reason", "chance", "describe",
-           "probe_lr", "train_probe", "train_probes_stacked"]
+__all__ = [
+    "TASKS",
+    "ProbeRecipe",
+    "Task",
+    "accuracy",
+    "build_model",
+    "cannot_reason",
+    "chance",
+    "describe",
+    "probe_lr",
+    "train_probe",
+    "train_probes_stacked",
+]

@@ -53,7 +53,14 @@ def lab_schemes() -> tuple[str, ...]:
     """
     from poslab.nn import positions
 
-    context = {"n_embd": 64, "n_heads": 4, "head_dim": 16, "max_len": 64, "original_max_len": 64, "bidirectional": False}
+    context = {
+        "n_embd": 64,
+        "n_heads": 4,
+        "head_dim": 16,
+        "max_len": 64,
+        "original_max_len": 64,
+        "bidirectional": False,
+    }
     out = []
     for name in positions.names():
         try:
@@ -71,6 +78,8 @@ SCHEMES = lab_schemes()
 def schemes_of(size: Size) -> tuple[str, ...]:
     """The schemes trained at ``size``: its own list (the quick size's claim arms), else :data:`SCHEMES`."""
     return tuple(size.schemes) if size.schemes is not None else SCHEMES
+
+
 FACTORS = EXTRAPOLATION_FACTORS
 CORPUS = "shakespeare"
 
@@ -80,17 +89,33 @@ def _bounded(scheme: str, size: Any) -> bool:
     """Whether ``scheme`` (default config at this size) encodes only a bounded number of positions (a table)."""
     from poslab.nn import positions
 
-    context = {"n_embd": size.n_embd, "n_heads": size.n_head, "head_dim": size.n_embd // size.n_head,
-               "max_len": size.train_length, "bidirectional": False}
+    context = {
+        "n_embd": size.n_embd,
+        "n_heads": size.n_head,
+        "head_dim": size.n_embd // size.n_head,
+        "max_len": size.train_length,
+        "bidirectional": False,
+    }
     with torch.random.fork_rng(devices=[]), torch.device("meta"):
         built = positions.build_for_model(scheme, {}, context)
     return built.max_positions is not None
 
 
-def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None = None, block_size: int | None = None,
-                 position_config: dict | None = None, steps: int | None = None, batch_size: int | None = None,
-                 lr: float | None = None, warmup_steps: int | None = None, init_from: str | None = None,
-                 seed: int = SEED) -> Any:
+def train_config(
+    scheme: str,
+    size: Size,
+    models_dir: Path,
+    *,
+    name: str | None = None,
+    block_size: int | None = None,
+    position_config: dict | None = None,
+    steps: int | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    warmup_steps: int | None = None,
+    init_from: str | None = None,
+    seed: int = SEED,
+) -> Any:
     """The :class:`poslab.training.config.TrainConfig` of one lab model (same data, seed and recipe for every scheme).
 
     The recipe is nanoGPT's (AdamW, warmup + cosine, no dropout, no biases) with the token embeddings
@@ -117,9 +142,17 @@ def train_config(scheme: str, size: Size, models_dir: Path, *, name: str | None 
         "out_dir": str(models_dir),
         "corpus": CORPUS,
         "tokenizer": "char",
-        "model": {"n_layer": size.n_layer, "n_head": size.n_head, "n_embd": size.n_embd,
-                  "block_size": block_size or size.train_length, "dropout": 0.0, "bias": False,
-                  "embed_scale": float(size.n_embd) ** 0.5, "position": scheme, "position_config": position_config},
+        "model": {
+            "n_layer": size.n_layer,
+            "n_head": size.n_head,
+            "n_embd": size.n_embd,
+            "block_size": block_size or size.train_length,
+            "dropout": 0.0,
+            "bias": False,
+            "embed_scale": float(size.n_embd) ** 0.5,
+            "position": scheme,
+            "position_config": position_config,
+        },
         "max_steps": steps,
         "batch_size": batch_size or size.batch_size,
         "lr": lr,
@@ -158,8 +191,10 @@ POSITION_TRAINING = "position-training"
 
 def _reuse_candidates(scheme: str, size: Size, out: Path, seed: int) -> tuple[Path, ...]:
     parent = Path(out).parent
-    return (parent / EXPERIMENT.name / "models" / size.name / run_name(scheme, seed),
-            parent / POSITION_TRAINING / "runs" / f"{scheme}-s{seed}")
+    return (
+        parent / EXPERIMENT.name / "models" / size.name / run_name(scheme, seed),
+        parent / POSITION_TRAINING / "runs" / f"{scheme}-s{seed}",
+    )
 
 
 def shared_model(scheme: str, size: Size, out: Path, seed: int = SEED) -> Path:
@@ -170,16 +205,26 @@ def shared_model(scheme: str, size: Size, out: Path, seed: int = SEED) -> Path:
     return ensure_trained(cfg, reuse=_reuse_candidates(scheme, size, out, seed))
 
 
-def shared_models(schemes: tuple[str, ...] | list[str], size: Size, out: Path, seeds: tuple[int, ...] = SEEDS,
-                  workers: int | None = None) -> dict[str, dict[int, Path]]:
+def shared_models(
+    schemes: tuple[str, ...] | list[str],
+    size: Size,
+    out: Path,
+    seeds: tuple[int, ...] = SEEDS,
+    workers: int | None = None,
+) -> dict[str, dict[int, Path]]:
     """:func:`shared_model` for every scheme and seed, training the missing ones ``workers`` at a time.
 
     Returns:
         scheme -> seed -> run folder.
     """
     keys = [(scheme, seed) for scheme in schemes for seed in seeds]
-    jobs = [(train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed),
-             _reuse_candidates(scheme, size, out, seed)) for scheme, seed in keys]
+    jobs = [
+        (
+            train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed),
+            _reuse_candidates(scheme, size, out, seed),
+        )
+        for scheme, seed in keys
+    ]
     found = dict(zip(keys, ensure_many(jobs, workers, what="lab models")))
     return {s: {seed: found[(s, seed)] for seed in seeds} for s in schemes}
 
@@ -220,7 +265,9 @@ def _seed_values(tables: dict[str, dict[str, dict]], scheme: str, factor: int, m
     return None if any(v is None for v in values) else values
 
 
-def undertrained_seeded(tables: dict[str, dict[str, dict]], mode: str = "nonoverlapping") -> dict[str, dict[str, float]]:
+def undertrained_seeded(
+    tables: dict[str, dict[str, dict]], mode: str = "nonoverlapping"
+) -> dict[str, dict[str, float]]:
     """:func:`undertrained` on the mean perplexity at L over each scheme's seeds."""
     means = {}
     for scheme in tables:
@@ -230,8 +277,9 @@ def undertrained_seeded(tables: dict[str, dict[str, dict]], mode: str = "nonover
     return undertrained(means, mode)
 
 
-def extrapolation_claims(tables: dict[str, dict[str, dict]], mode: str = "nonoverlapping",
-                         baseline: float | None = None) -> list[dict[str, Any]]:
+def extrapolation_claims(
+    tables: dict[str, dict[str, dict]], mode: str = "nonoverlapping", baseline: float | None = None
+) -> list[dict[str, Any]]:
     """The claims this experiment tests as :class:`poslab.lab.verdicts.ClaimRecord` dicts (see the module docstring).
 
     Args:
@@ -266,13 +314,21 @@ def extrapolation_claims(tables: dict[str, dict[str, dict]], mode: str = "nonove
         """An inconclusive record when a scheme was not measured or did not learn in-length (else ``None``)."""
         bad = [s for s in schemes if s in failed]
         if bad:
-            why = "; ".join(f"{s} did not train (ppl at L {failed[s]['ppl_L']:.3g} "
-                            + (f">= the unigram baseline's {failed[s]['median_L']:.3g}" if failed[s].get("baseline") else
-                               f"> {UNDERTRAINED}x the median {failed[s]['median_L']:.3g}")
-                            + "): its curve says nothing about extrapolation" for s in bad)
+            why = "; ".join(
+                f"{s} did not train (ppl at L {failed[s]['ppl_L']:.3g} "
+                + (
+                    f">= the unigram baseline's {failed[s]['median_L']:.3g}"
+                    if failed[s].get("baseline")
+                    else f"> {UNDERTRAINED}x the median {failed[s]['median_L']:.3g}"
+                )
+                + "): its curve says nothing about extrapolation"
+                for s in bad
+            )
         elif any(s not in tables for s in schemes):
-            why = (f"not measured at this size: needs {', '.join(schemes)}; this size trains {', '.join(tables)} "
-                   "(the full form trains every scheme)")
+            why = (
+                f"not measured at this size: needs {', '.join(schemes)}; this size trains {', '.join(tables)} "
+                "(the full form trains every scheme)"
+            )
         elif any(v is None for v in needed or [None]):
             why = f"not measured: needs {', '.join(schemes)} evaluated at every length"
         else:
@@ -284,39 +340,102 @@ def extrapolation_claims(tables: dict[str, dict[str, dict]], mode: str = "nonove
     def ratio_bound(text: str, source: str, scheme: str, factor: int, limit: float, below: bool) -> None:
         values = ratios(scheme, factor)
         crit = f"ppl({factor}L) / ppl(L) of {scheme} {'<=' if below else '>='} {limit:g}, per seed"
-        out.append(missing(text, source, crit, (scheme,), [values]) or
-                   bound(text, source, values, limit, below=below, label=scheme, metric=f"ppl({factor}L) / ppl(L)",
-                         criterion=crit).to_dict())
+        out.append(
+            missing(text, source, crit, (scheme,), [values])
+            or bound(
+                text,
+                source,
+                values,
+                limit,
+                below=below,
+                label=scheme,
+                metric=f"ppl({factor}L) / ppl(L)",
+                criterion=crit,
+            ).to_dict()
+        )
 
     def scheme_compare(text: str, source: str, better: str, worse: str, factor: int) -> None:
         a, b = losses(better, factor), losses(worse, factor)
         crit = f"ln ppl at {factor}x L of {better} < that of {worse}"
-        out.append(missing(text, source, crit, (better, worse), [a, b]) or
-                   paired(text, source, a, b, better_label=better, worse_label=worse,
-                          metric=f"ln ppl at {factor}x L", criterion=crit).to_dict())
+        out.append(
+            missing(text, source, crit, (better, worse), [a, b])
+            or paired(
+                text,
+                source,
+                a,
+                b,
+                better_label=better,
+                worse_label=worse,
+                metric=f"ln ppl at {factor}x L",
+                criterion=crit,
+            ).to_dict()
+        )
 
-    ratio_bound("ALiBi's perplexity at 4x L stays within 1.10x its value at L", "Press et al. 2022 (ALiBi)",
-                "alibi", 4, 1.10, below=True)
-    ratio_bound("sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L", "Press et al. 2022 (ALiBi)",
-                "sinusoidal", 4, 1.5, below=False)
-    ratio_bound("plain RoPE degrades past L: perplexity at 4x L at least 1.5x its value at L", "Press et al. 2022 (ALiBi)",
-                "rope", 4, 1.5, below=False)
+    ratio_bound(
+        "ALiBi's perplexity at 4x L stays within 1.10x its value at L",
+        "Press et al. 2022 (ALiBi)",
+        "alibi",
+        4,
+        1.10,
+        below=True,
+    )
+    ratio_bound(
+        "sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L",
+        "Press et al. 2022 (ALiBi)",
+        "sinusoidal",
+        4,
+        1.5,
+        below=False,
+    )
+    ratio_bound(
+        "plain RoPE degrades past L: perplexity at 4x L at least 1.5x its value at L",
+        "Press et al. 2022 (ALiBi)",
+        "rope",
+        4,
+        1.5,
+        below=False,
+    )
     scheme_compare("at 8x L: ALiBi < RoPE", "Press et al. 2022 (ALiBi)", "alibi", "rope", 8)
     scheme_compare("at 8x L: RoPE < sinusoidal", "Press et al. 2022 (ALiBi)", "rope", "sinusoidal", 8)
-    ratio_bound("a learned absolute table collapses past the training length (its rows past L were never trained)",
-                "seed 000 §2.2 (超出训练长度就崩)", "learned", 2, 1.5, below=False)
-    scheme_compare("RoPE reads past the training length better than a learned table", "seed 000 §2.2 (RoPE 'good', "
-                   "learned 'collapses')", "rope", "learned", 4)
+    ratio_bound(
+        "a learned absolute table collapses past the training length (its rows past L were never trained)",
+        "seed 000 §2.2 (超出训练长度就崩)",
+        "learned",
+        2,
+        1.5,
+        below=False,
+    )
+    scheme_compare(
+        "RoPE reads past the training length better than a learned table",
+        "seed 000 §2.2 (RoPE 'good', learned 'collapses')",
+        "rope",
+        "learned",
+        4,
+    )
     text = "RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"
     source = "seed 000 §2.2 (table: RoPE 'good', T5/ALiBi 'medium')"
     arms = {s: ratios(s, 4) for s in ("rope", "t5", "alibi")}
     crit = "ppl(4L)/ppl(L) of RoPE < that of T5 and of ALiBi"
-    out.append(missing(text, source, crit, tuple(arms), list(arms.values())) or
-               best_of(text, source, arms, ["rope"], metric="ppl(4L) / ppl(L)", paired_seeds=True).to_dict())
-    ratio_bound("RoPE's perplexity 'jumps from 10 to 100+' past the training length", "seed 000 Q4", "rope", 16, 10.0,
-                below=False)
-    ratio_bound("Transformer-XL's relative encoding solves long-sequence generalization", "seed 002 §4.1", "xl", 4, 1.10,
-                below=True)
+    out.append(
+        missing(text, source, crit, tuple(arms), list(arms.values()))
+        or best_of(text, source, arms, ["rope"], metric="ppl(4L) / ppl(L)", paired_seeds=True).to_dict()
+    )
+    ratio_bound(
+        "RoPE's perplexity 'jumps from 10 to 100+' past the training length",
+        "seed 000 Q4",
+        "rope",
+        16,
+        10.0,
+        below=False,
+    )
+    ratio_bound(
+        "Transformer-XL's relative encoding solves long-sequence generalization",
+        "seed 002 §4.1",
+        "xl",
+        4,
+        1.10,
+        below=True,
+    )
     for c in out:
         c.setdefault("details", {})["mode"] = mode
     return out
@@ -341,8 +460,9 @@ def context_curve(run_dir: Path, size: Size) -> list[float]:
     return [float(v) for v in loss_by_position(model, tokens, size.train_length, CONTEXT_WINDOWS)]
 
 
-def premise_of(record: ClaimRecord, tables: dict[str, dict[str, dict]], curves: dict[str, dict[str, list[float]]],
-               bigram: float) -> Premise:
+def premise_of(
+    record: ClaimRecord, tables: dict[str, dict[str, dict]], curves: dict[str, dict[str, list[float]]], bigram: float
+) -> Premise:
     """A claim about reading past ``L``: every scheme it names is a language model (every seed's in-length
     loss clearly below the bigram baseline) that uses its context within ``L``; a comparison of two or
     more position schemes also needs each of them to beat NoPE in length by more than the noise (their
@@ -358,7 +478,8 @@ def premise_of(record: ClaimRecord, tables: dict[str, dict[str, dict]], curves: 
 
 
 def aggregate(tables: dict[str, dict[str, dict]]) -> dict[str, dict[str, Any]]:
-    """scheme -> factor -> ``{"cannot": why}`` or ``{mode: {"ppl": mean, "ppl_sd": sd, "ppl_seeds": [...]}}`` over seeds."""
+    """scheme -> factor -> ``{"cannot": why}`` or ``{mode: {"ppl": mean, "ppl_sd": sd, "ppl_seeds": [...]}}``
+    over seeds."""
     out: dict[str, dict[str, Any]] = {}
     for scheme, by_seed in tables.items():
         cells: dict[str, Any] = {}
@@ -392,10 +513,16 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: di
 
     names = positions.names()
     fig, axes = new_figure(1, 2, size=(13.0, 5.0))
-    for ax, mode, title in ((axes[0], "nonoverlapping", "non-overlapping chunks"), (axes[1], "sliding", "sliding window (stride length/2)")):
+    for ax, mode, title in (
+        (axes[0], "nonoverlapping", "non-overlapping chunks"),
+        (axes[1], "sliding", "sliding window (stride length/2)"),
+    ):
         for i, scheme in enumerate(table):
-            points = [(f * size.train_length, table[scheme][str(f)][mode]) for f in FACTORS
-                      if mode in table[scheme].get(str(f), {})]
+            points = [
+                (f * size.train_length, table[scheme][str(f)][mode])
+                for f in FACTORS
+                if mode in table[scheme].get(str(f), {})
+            ]
             if not points:
                 continue
             xs = [x for x, _ in points]
@@ -404,12 +531,23 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: di
             yerr = [[y - min(v) for y, v in zip(ys, seeds)], [max(v) - y for y, v in zip(ys, seeds)]]
             n = len(seeds[0])
             style = series_style(names.index(scheme) if scheme in names else len(names) + i)
-            ax.errorbar(xs, ys, yerr=yerr, capsize=3, **style,
-                        label=f"{scheme} (n={n})" if len(xs) > 1 else f"{scheme} (only L, n={n})")
+            ax.errorbar(
+                xs,
+                ys,
+                yerr=yerr,
+                capsize=3,
+                **style,
+                label=f"{scheme} (n={n})" if len(xs) > 1 else f"{scheme} (only L, n={n})",
+            )
         for name, style in (("bigram", "-."), ("trigram", (0, (1, 3)))):
             if baselines and name in baselines:
-                ax.axhline(math.exp(baselines[name]), color="dimgray", linestyle=style, linewidth=1,
-                           label=f"{name} count model {math.exp(baselines[name]):.2f}")
+                ax.axhline(
+                    math.exp(baselines[name]),
+                    color="dimgray",
+                    linestyle=style,
+                    linewidth=1,
+                    label=f"{name} count model {math.exp(baselines[name]):.2f}",
+                )
         ax.axvline(size.train_length, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -423,8 +561,14 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: di
     return save_figure(fig, path)
 
 
-def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[str, ...] | None = None,
-        seeds: tuple[int, ...] = SEEDS, workers: int | None = None) -> dict:
+def run(
+    out: Path,
+    quick: bool = False,
+    size: str | None = None,
+    schemes: tuple[str, ...] | None = None,
+    seeds: tuple[int, ...] = SEEDS,
+    workers: int | None = None,
+) -> dict:
     """Train (or reuse) one model per scheme and seed, evaluate at 1x..16x L, print the tables, plot, judge.
 
     Args:
@@ -451,8 +595,11 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
             results = RunFolder(run_dir).results() or {}
             finals.append(results.get("final_val_loss"))
             tables[scheme][str(seed)] = evaluate_scheme(run_dir, lab)
-        training[scheme] = {"runs": {str(seed): str(d) for seed, d in run_dirs[scheme].items()},
-                            "final_val_loss": finals, "eval_seconds": time.perf_counter() - t1}
+        training[scheme] = {
+            "runs": {str(seed): str(d) for seed, d in run_dirs[scheme].items()},
+            "final_val_loss": finals,
+            "eval_seconds": time.perf_counter() - t1,
+        }
     table = aggregate(tables)
     curves = {scheme: {str(seed): context_curve(d, lab) for seed, d in run_dirs[scheme].items()} for scheme in schemes}
     baseline = unigram_entropy(CORPUS)
@@ -470,9 +617,16 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
                     sd = cell[mode]["ppl_sd"]
                     row.append(f"{cell[mode]['ppl']:.3f}" + (f" ± {sd:.3f}" if sd is not None else ""))
             rows.append(row)
-        print_table(headers, rows, title=f"validation perplexity, {title} (trained at L={lab.train_length}, "
-                                         f"{lab.n_targets} targets at every length; mean ± sd over {len(seeds)} seeds)")
-    print(f"  in-length loss = ln(ppl at 1x); {baseline_line(CORPUS).strip()} (unigram perplexity {math.exp(baseline):.2f})")
+        print_table(
+            headers,
+            rows,
+            title=f"validation perplexity, {title} (trained at L={lab.train_length}, "
+            f"{lab.n_targets} targets at every length; mean ± sd over {len(seeds)} seeds)",
+        )
+    print(
+        f"  in-length loss = ln(ppl at 1x); {baseline_line(CORPUS).strip()} "
+        f"(unigram perplexity {math.exp(baseline):.2f})"
+    )
     claims = extrapolation_claims(tables, "nonoverlapping", baseline)
     sliding_claims = extrapolation_claims(tables, "sliding", baseline)
     for c, s in zip(claims, sliding_claims):
@@ -495,7 +649,9 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         "n_targets": lab.n_targets,
         "perplexity": table,
         "perplexity_by_seed": tables,
-        "run_dirs": {scheme: {str(seed): str(d) for seed, d in by_seed.items()} for scheme, by_seed in run_dirs.items()},
+        "run_dirs": {
+            scheme: {str(seed): str(d) for seed, d in by_seed.items()} for scheme, by_seed in run_dirs.items()
+        },
         "training": training,
         "train_seconds": train_s,
         "claims": claims,
@@ -504,11 +660,12 @@ def run(out: Path, quick: bool = False, size: str | None = None, schemes: tuple[
         "threads": torch.get_num_threads(),
     }
 
+
 EXPERIMENT = Experiment(
     name="extrapolation",
     description="train one GPT per position scheme at L, perplexity at 1x..16x L (ALiBi paper; seeds 000, 002)",
     tier=LAB,
     run=run,
-    reuses=('position-training',),
+    reuses=("position-training",),
     estimate=(22, 3600),
 )

@@ -45,14 +45,23 @@ from poslab.lab.verdicts import best_of, paired, pm
 from poslab.training import presets
 
 HEADS = (1, 2, 4, 8, 16)
-FULL = {"max_steps": 1000, "batch_size": 16, "warmup_steps": 100, "eval_interval": 100, "eval_iters": 20,
-        "ckpt_interval": 0, "keep_checkpoints": 1}
+FULL = {
+    "max_steps": 1000,
+    "batch_size": 16,
+    "warmup_steps": 100,
+    "eval_interval": 100,
+    "eval_iters": 20,
+    "ckpt_interval": 0,
+    "keep_checkpoints": 1,
+}
 
 
 #: the quick form's models: the lab's quick geometry at 2 layers and 600 steps. The heads claims need language
 #: models below the bigram baseline (their premise), not models that use a long context, so the quick form
 #: trains 15 small models (5 counts x 3 seeds) instead of 15 of the quick extrapolation size.
-HEADS_QUICK = dataclasses.replace(SIZES["quick"], name="quick-heads", n_layer=2, steps=600, warmup_steps=60, schemes=None)
+HEADS_QUICK = dataclasses.replace(
+    SIZES["quick"], name="quick-heads", n_layer=2, steps=600, warmup_steps=60, schemes=None
+)
 
 
 def base_config(quick: bool, position: str = "learned", size: Size | None = None) -> dict[str, Any]:
@@ -91,20 +100,40 @@ def head_claims(losses: dict[int, list[float]], d_model: int) -> list[dict[str, 
     predicted = math.sqrt(d_model / 16)
     nearest = nearest_counts(list(losses), d_model)
     arms = {f"{h} heads": v for h, v in losses.items()}
-    out = [best_of(f"最优头数 ≈ √(d_model/16): the best head count is the one nearest √({d_model}/16) = {predicted:.2f}",
-                   "seed 002 §3.2", arms, [f"{h} heads" for h in nearest], metric="val loss (whole validation split)",
-                   paired_seeds=True).to_dict()]
+    out = [
+        best_of(
+            f"最优头数 ≈ √(d_model/16): the best head count is the one nearest √({d_model}/16) = {predicted:.2f}",
+            "seed 002 §3.2",
+            arms,
+            [f"{h} heads" for h in nearest],
+            metric="val loss (whole validation split)",
+            paired_seeds=True,
+        ).to_dict()
+    ]
     one, most = min(losses), max(losses)
     if most != one:
-        out.append(paired("减小 d_k 往往提升效果 — smaller heads (more of them) do better than one big head", "seed 000 §1.4",
-                           losses[most], losses[one], better_label=f"{most} heads (d_k {d_model // most})",
-                           worse_label=f"{one} head (d_k {d_model // one})",
-                           metric="val loss (whole validation split)").to_dict())
+        out.append(
+            paired(
+                "减小 d_k 往往提升效果 — smaller heads (more of them) do better than one big head",
+                "seed 000 §1.4",
+                losses[most],
+                losses[one],
+                better_label=f"{most} heads (d_k {d_model // most})",
+                worse_label=f"{one} head (d_k {d_model // one})",
+                metric="val loss (whole validation split)",
+            ).to_dict()
+        )
     return out
 
 
-def run(out: Path, quick: bool = False, heads: tuple[int, ...] = HEADS, base: dict[str, Any] | None = None,
-        workers: int | None = None, seeds: tuple[int, ...] = SEEDS) -> dict:
+def run(
+    out: Path,
+    quick: bool = False,
+    heads: tuple[int, ...] = HEADS,
+    base: dict[str, Any] | None = None,
+    workers: int | None = None,
+    seeds: tuple[int, ...] = SEEDS,
+) -> dict:
     """Train every head count with every seed, print the table, plot the curves, judge the claims.
 
     Args:
@@ -126,17 +155,32 @@ def run(out: Path, quick: bool = False, heads: tuple[int, ...] = HEADS, base: di
     ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
     arms = [f"heads-{h}" for h in heads]  # every claim ranks or compares head counts: all must be language models
     claims = attach(head_claims(losses, d_model), lambda record: lm_premise(runs, arms, ngrams["bigram"]))
-    rows = [[h, d_model // h, f"{runs[f'heads-{h}'][0]['n_params']:,}", pm(losses[h], 4),
-             pm(seed_values(runs[f"heads-{h}"], "final_val_loss"), 4),
-             f"{sum(r['tokens_per_s'] for r in runs[f'heads-{h}']) / len(seeds):,.0f}"]
-            for h in heads]
-    print_table(["heads", "d_k", "params", "val loss (whole split)", "final val loss (sampled)", "tokens/s"], rows,
-                title=f"seed 001 exercise 2: heads at n_embd {d_model}, {base['max_steps']} steps on {corpus!r}; "
-                      f"mean ± sd over seeds {list(seeds)}")
+    rows = [
+        [
+            h,
+            d_model // h,
+            f"{runs[f'heads-{h}'][0]['n_params']:,}",
+            pm(losses[h], 4),
+            pm(seed_values(runs[f"heads-{h}"], "final_val_loss"), 4),
+            f"{sum(r['tokens_per_s'] for r in runs[f'heads-{h}']) / len(seeds):,.0f}",
+        ]
+        for h in heads
+    ]
+    print_table(
+        ["heads", "d_k", "params", "val loss (whole split)", "final val loss (sampled)", "tokens/s"],
+        rows,
+        title=f"seed 001 exercise 2: heads at n_embd {d_model}, {base['max_steps']} steps on {corpus!r}; "
+        f"mean ± sd over seeds {list(seeds)}",
+    )
     print(baseline_line(corpus, base.get("val_fraction", 0.1)))
     print_claims(claims)
-    plot = plot_seeded_curves({f"{h} heads": runs[f"heads-{h}"] for h in heads}, out / "heads_curves.png",
-                              f"heads at n_embd {d_model} ({base['max_steps']} steps, {corpus})", baseline, ngrams)
+    plot = plot_seeded_curves(
+        {f"{h} heads": runs[f"heads-{h}"] for h in heads},
+        out / "heads_curves.png",
+        f"heads at n_embd {d_model} ({base['max_steps']} steps, {corpus})",
+        baseline,
+        ngrams,
+    )
     return {
         "steps": base["max_steps"],
         "quick": quick,
@@ -153,10 +197,13 @@ def run(out: Path, quick: bool = False, heads: tuple[int, ...] = HEADS, base: di
         "plot": str(plot),
     }
 
+
 EXPERIMENT = Experiment(
     name="heads",
-    description=("train 1/2/4/8/16 heads (full: n_embd 128 on Tang poems; --quick: n_embd 64 on tinyshakespeare); "
-                 "test 'optimal heads ≈ sqrt(d/16)' (seeds 001, 002)"),
+    description=(
+        "train 1/2/4/8/16 heads (full: n_embd 128 on Tang poems; --quick: n_embd 64 on tinyshakespeare); "
+        "test 'optimal heads ≈ sqrt(d/16)' (seeds 001, 002)"
+    ),
     tier=LAB,
     run=run,
     estimate=(70, 3750),

@@ -8,8 +8,9 @@ registered later — with the same data, batches and schedule, and reports the v
 ± sd over 3 seeds, on the whole validation split), the curves (mean and band over seeds) and the
 training speed. Every scheme is trained with the same 3 seeds (seed i: the same batches for every
 scheme), so two schemes are compared on their per-seed differences (:func:`poslab.lab.verdicts.paired`);
-the speed claim, timed on a possibly shared machine at different moments, is compared unpaired. Seed 001 predicts that NoPE still learns (the causal mask leaks position) but
-somewhat worse than explicit positions; the claims are decided by :mod:`poslab.lab.verdicts`.
+the speed claim, timed on a possibly shared machine at different moments, is compared unpaired.
+Seed 001 predicts that NoPE still learns (the causal mask leaks position) but somewhat worse than
+explicit positions; the claims are decided by :mod:`poslab.lab.verdicts`.
 
 The full form trains ``tang-small`` (seed 001's GPT on the Tang poems, n_embd 128, 1000 steps) with
 every registered scheme. The quick form trains on tinyshakespeare, not on the Tang poems: exactly the
@@ -62,12 +63,15 @@ SPEED_METRIC = "training tokens per CPU second (arms alternating in one process)
 def quick_variants(schemes: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Base and per-scheme overrides that reproduce the extrapolation experiment's quick models exactly."""
     base = base_config(True, position="none")
-    variants = {name: {"model": train_config(name, SIZES["quick"], Path("runs")).to_dict()["model"]} for name in schemes}
+    variants = {
+        name: {"model": train_config(name, SIZES["quick"], Path("runs")).to_dict()["model"]} for name in schemes
+    }
     return base, variants
 
 
-def training_claims(losses: dict[str, list[float]], runs: dict[str, list[dict]],
-                    speed: dict[str, list[float]] | None = None) -> list[dict[str, Any]]:
+def training_claims(
+    losses: dict[str, list[float]], runs: dict[str, list[dict]], speed: dict[str, list[float]] | None = None
+) -> list[dict[str, Any]]:
     """The lessons' claims about training with each scheme, as claim records (schemes absent: skipped).
 
     ``speed``: arm -> training tokens per CPU second of alternating runs in one process
@@ -80,39 +84,91 @@ def training_claims(losses: dict[str, list[float]], runs: dict[str, list[dict]],
         return all(n in losses for n in names)
 
     if have("learned", "none"):
-        out.append(paired("a causal model learns better with positions: the learned table beats none in-length",
-                           "seed 001 (NoPE learns, 'only a little worse')", losses["learned"], losses["none"],
-                           better_label="learned", worse_label="none", metric=METRIC).to_dict())
+        out.append(
+            paired(
+                "a causal model learns better with positions: the learned table beats none in-length",
+                "seed 001 (NoPE learns, 'only a little worse')",
+                losses["learned"],
+                losses["none"],
+                better_label="learned",
+                worse_label="none",
+                metric=METRIC,
+            ).to_dict()
+        )
         gap = NOPE_MAX_GAP * sum(losses["learned"]) / len(losses["learned"])
-        out.append(paired("不加位置编码的因果语言模型也能学到位置信息，效果只比加了位置编码的差一点 — no position encoding is "
-                           f"at most a little worse (within {NOPE_MAX_GAP:.0%} of the learned table's loss)", "seed 001",
-                           losses["none"], losses["learned"], better_label="none", worse_label="learned", metric=METRIC,
-                           offset=-gap).to_dict())
+        out.append(
+            paired(
+                "不加位置编码的因果语言模型也能学到位置信息，效果只比加了位置编码的差一点 — no position encoding is "
+                f"at most a little worse (within {NOPE_MAX_GAP:.0%} of the learned table's loss)",
+                "seed 001",
+                losses["none"],
+                losses["learned"],
+                better_label="none",
+                worse_label="learned",
+                metric=METRIC,
+                offset=-gap,
+            ).to_dict()
+        )
     if have("rope", "alibi"):
-        out.append(paired("ALiBi 性能略低于 RoPE — ALiBi trains to a slightly worse loss than RoPE", "seed 000 §4",
-                           losses["rope"], losses["alibi"], better_label="rope", worse_label="alibi", metric=METRIC).to_dict())
+        out.append(
+            paired(
+                "ALiBi 性能略低于 RoPE — ALiBi trains to a slightly worse loss than RoPE",
+                "seed 000 §4",
+                losses["rope"],
+                losses["alibi"],
+                better_label="rope",
+                worse_label="alibi",
+                metric=METRIC,
+            ).to_dict()
+        )
     if have("rope", "learned", "sinusoidal"):
         from poslab.lab.verdicts import best_of
 
-        out.append(best_of("RoPE 比「加位置向量」更好 — RoPE beats adding a learned or sinusoidal position vector",
-                           "seed 000 Q2", {k: losses[k] for k in ("rope", "learned", "sinusoidal")}, ["rope"],
-                           metric=METRIC, paired_seeds=True).to_dict())
-    for scheme, source, text in (("alibi", "seed 000 §4", "ALiBi 极简：不需要任何参数 — ALiBi adds no parameters"),
-                                 ("rope", "seed 000 Q2, seed 002 §4.2", "RoPE 不增加任何维度，无需显式存储位置编码 — RoPE adds no parameters")):
+        out.append(
+            best_of(
+                "RoPE 比「加位置向量」更好 — RoPE beats adding a learned or sinusoidal position vector",
+                "seed 000 Q2",
+                {k: losses[k] for k in ("rope", "learned", "sinusoidal")},
+                ["rope"],
+                metric=METRIC,
+                paired_seeds=True,
+            ).to_dict()
+        )
+    for scheme, source, text in (
+        ("alibi", "seed 000 §4", "ALiBi 极简：不需要任何参数 — ALiBi adds no parameters"),
+        ("rope", "seed 000 Q2, seed 002 §4.2", "RoPE 不增加任何维度，无需显式存储位置编码 — RoPE adds no parameters"),
+    ):
         if have(scheme, "none"):
             mine, none = runs[scheme][0]["n_params"], runs["none"][0]["n_params"]
-            out.append(deterministic(text, source, "parameter count equals the no-position model's exactly (tolerance 0)",
-                                     f"model parameters: {scheme} {mine:,}, no position encoding {none:,}",
-                                     error=float(abs(mine - none)), tolerance=0.0))
+            out.append(
+                deterministic(
+                    text,
+                    source,
+                    "parameter count equals the no-position model's exactly (tolerance 0)",
+                    f"model parameters: {scheme} {mine:,}, no position encoding {none:,}",
+                    error=float(abs(mine - none)),
+                    tolerance=0.0,
+                )
+            )
             out[-1] = out[-1].to_dict()
     if have("alibi", "none"):
         metric = SPEED_METRIC if speed is not None else "training tokens/s (wall clock; machine may be shared)"
         speed = speed if speed is not None else {k: seed_values(runs[k], "tokens_per_s") for k in ("alibi", "none")}
-        out.append(compare(f"ALiBi 不增加计算 — ALiBi trains at (nearly) the speed of no position encoding "
-                           f"(at least {ALIBI_MIN_SPEED:.0%} of its tokens/s)", "seed 000 §4", speed["alibi"], speed["none"],
-                           better_label="alibi", worse_label="none", metric=metric,
-                           lower_is_better=False, digits=0,
-                           offset=-(1 - ALIBI_MIN_SPEED) * sum(speed["none"]) / len(speed["none"])).to_dict())
+        out.append(
+            compare(
+                f"ALiBi 不增加计算 — ALiBi trains at (nearly) the speed of no position encoding "
+                f"(at least {ALIBI_MIN_SPEED:.0%} of its tokens/s)",
+                "seed 000 §4",
+                speed["alibi"],
+                speed["none"],
+                better_label="alibi",
+                worse_label="none",
+                metric=metric,
+                lower_is_better=False,
+                digits=0,
+                offset=-(1 - ALIBI_MIN_SPEED) * sum(speed["none"]) / len(speed["none"]),
+            ).to_dict()
+        )
     return out
 
 
@@ -123,8 +179,14 @@ def _config(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: dict[str, Any] | None = None,
-        workers: int | None = None, seeds: tuple[int, ...] = SEEDS) -> dict:
+def run(
+    out: Path,
+    quick: bool = False,
+    schemes: list[str] | None = None,
+    base: dict[str, Any] | None = None,
+    workers: int | None = None,
+    seeds: tuple[int, ...] = SEEDS,
+) -> dict:
     """Train one GPT per scheme and seed, print the table, plot the curves, judge the claims.
 
     Args:
@@ -156,30 +218,50 @@ def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: 
     for name in ranked:
         mean = sum(losses[name]) / len(losses[name])
         delta = f"{mean - reference:+.4f}" if reference is not None else "-"
-        rows.append([name, pm(losses[name], 4), delta, pm(seed_values(runs[name], "best_val_loss"), 4),
-                     f"{sum(seed_values(runs[name], 'tokens_per_s')) / len(seeds):,.0f}"])
-    print_table(["scheme", "val loss (whole split)", "vs learned", "best val loss (sampled)", "tokens/s"], rows,
-                title=f"seed 001 exercise 3: one GPT, every position scheme, {base['max_steps']} steps on {corpus!r}; "
-                      f"mean ± sd over seeds {list(seeds)}")
+        rows.append(
+            [
+                name,
+                pm(losses[name], 4),
+                delta,
+                pm(seed_values(runs[name], "best_val_loss"), 4),
+                f"{sum(seed_values(runs[name], 'tokens_per_s')) / len(seeds):,.0f}",
+            ]
+        )
+    print_table(
+        ["scheme", "val loss (whole split)", "vs learned", "best val loss (sampled)", "tokens/s"],
+        rows,
+        title=f"seed 001 exercise 3: one GPT, every position scheme, {base['max_steps']} steps on {corpus!r}; "
+        f"mean ± sd over seeds {list(seeds)}",
+    )
     print(baseline_line(corpus, base.get("val_fraction", 0.1)))
     ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
     speed = None
     if "alibi" in schemes and "none" in schemes:
         vocab = RunFolder(runs["none"][0]["run_dir"]).config()["model"]["vocab_size"]
         speed = alternating_cpu_speed({k: _config(base, variants[k]) for k in ("alibi", "none")}, vocab)
-        print(f"  training tokens per CPU second, alibi vs none alternating in this process: "
-              f"{pm(speed['alibi'], 0)} vs {pm(speed['none'], 0)}")
+        print(
+            f"  training tokens per CPU second, alibi vs none alternating in this process: "
+            f"{pm(speed['alibi'], 0)} vs {pm(speed['none'], 0)}"
+        )
 
     def premise(record: ClaimRecord) -> Premise:
         if record.details.get("metric") == SPEED_METRIC:
-            return Premise("timing: process CPU time of the arms alternating in one process",
-                           f"{len(speed['alibi'])} rounds of {TIMING_STEPS} steps of each arm", True)
+            return Premise(
+                "timing: process CPU time of the arms alternating in one process",
+                f"{len(speed['alibi'])} rounds of {TIMING_STEPS} steps of each arm",
+                True,
+            )
         return lm_premise(runs, arms_of(record, schemes), ngrams["bigram"])
 
     claims = attach(training_claims(losses, runs, speed), premise)
     print_claims(claims)
-    plot = plot_seeded_curves(runs, out / "position_training_curves.png",
-                              f"position schemes, same GPT ({base['max_steps']} steps, {corpus})", baseline, ngrams)
+    plot = plot_seeded_curves(
+        runs,
+        out / "position_training_curves.png",
+        f"position schemes, same GPT ({base['max_steps']} steps, {corpus})",
+        baseline,
+        ngrams,
+    )
     return {
         "steps": base["max_steps"],
         "quick": quick,
@@ -199,8 +281,10 @@ def run(out: Path, quick: bool = False, schemes: list[str] | None = None, base: 
 
 EXPERIMENT = Experiment(
     name="position-training",
-    description=("train the same GPT with every registered position scheme, 3 seeds (full: Tang poems, n_embd 128; "
-                 "--quick: tinyshakespeare, n_embd 64); curves and val loss (seed 001 ex. 3)"),
+    description=(
+        "train the same GPT with every registered position scheme, 3 seeds (full: Tang poems, n_embd 128; "
+        "--quick: tinyshakespeare, n_embd 64); curves and val loss (seed 001 ex. 3)"
+    ),
     tier=LAB,
     run=run,
     estimate=(85, 7200),

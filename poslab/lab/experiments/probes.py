@@ -96,20 +96,61 @@ QUICK_SCHEMES = ("none", "learned", "sinusoidal", "rope", "alibi", "t5")
 # learned by any recipe measured up to 1000 steps (0.27-0.31 at L, chance 0.0625), so the heads
 # claim is reported with its unmet premise. retrieve-at-k is trained only in the full form.
 FORMS = {
-    "smoke": Form("smoke", ("reverse", "retrieve"), ("reverse",), 4, (1, 2), (0, 1, 2),
-                  ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=8),
-                  heads=(1, 2), heads_recipe=ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2,
-                                                         warmup_steps=2, eval_batch=8)),
-    "quick": Form("quick", ("reverse",), ("reverse",), 5, (1, 2, 4), (0, 1, 2),
-                  ProbeRecipe(n_layer=2, n_head=4, n_embd=64, steps=400, batch_size=128, lr=1e-2, warmup_steps=40,
-                              eval_batch=128, min_size=3, mixed_sizes=True),
-                  heads=(1, 4), heads_recipe=ProbeRecipe(n_layer=2, n_head=4, n_embd=64, steps=400, batch_size=64, lr=3e-3,
-                                                         warmup_steps=40, eval_batch=128), heads_size=4,
-                  schemes=QUICK_SCHEMES),
-    "full": Form("full", TASKS, ("copy", "reverse"), 16, (1, 2, 4), (0, 1, 2, 3, 4),
-                 ProbeRecipe(n_layer=2, n_head=4, n_embd=64, steps=1500, batch_size=64, lr=3e-3, warmup_steps=100, eval_batch=256),
-                 heads=(1, 2, 4, 8), heads_recipe=ProbeRecipe(n_layer=2, n_head=4, n_embd=64, steps=1500, batch_size=64,
-                                                              lr=3e-3, warmup_steps=100, eval_batch=256), heads_size=8),
+    "smoke": Form(
+        "smoke",
+        ("reverse", "retrieve"),
+        ("reverse",),
+        4,
+        (1, 2),
+        (0, 1, 2),
+        ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=8),
+        heads=(1, 2),
+        heads_recipe=ProbeRecipe(
+            n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=8
+        ),
+    ),
+    "quick": Form(
+        "quick",
+        ("reverse",),
+        ("reverse",),
+        5,
+        (1, 2, 4),
+        (0, 1, 2),
+        ProbeRecipe(
+            n_layer=2,
+            n_head=4,
+            n_embd=64,
+            steps=400,
+            batch_size=128,
+            lr=1e-2,
+            warmup_steps=40,
+            eval_batch=128,
+            min_size=3,
+            mixed_sizes=True,
+        ),
+        heads=(1, 4),
+        heads_recipe=ProbeRecipe(
+            n_layer=2, n_head=4, n_embd=64, steps=400, batch_size=64, lr=3e-3, warmup_steps=40, eval_batch=128
+        ),
+        heads_size=4,
+        schemes=QUICK_SCHEMES,
+    ),
+    "full": Form(
+        "full",
+        TASKS,
+        ("copy", "reverse"),
+        16,
+        (1, 2, 4),
+        (0, 1, 2, 3, 4),
+        ProbeRecipe(
+            n_layer=2, n_head=4, n_embd=64, steps=1500, batch_size=64, lr=3e-3, warmup_steps=100, eval_batch=256
+        ),
+        heads=(1, 2, 4, 8),
+        heads_recipe=ProbeRecipe(
+            n_layer=2, n_head=4, n_embd=64, steps=1500, batch_size=64, lr=3e-3, warmup_steps=100, eval_batch=256
+        ),
+        heads_size=8,
+    ),
 }
 
 
@@ -122,8 +163,9 @@ def form_of(quick: bool, form: str | None = None) -> Form:
 
 
 # ------------------------------------------------------------------------------------ training
-def _job(task: str, size: int, scheme: str, seed: int, recipe: ProbeRecipe, factors: tuple[int, ...],
-         threads: int | None) -> dict[str, Any]:
+def _job(
+    task: str, size: int, scheme: str, seed: int, recipe: ProbeRecipe, factors: tuple[int, ...], threads: int | None
+) -> dict[str, Any]:
     return train_probe(task, size, scheme, seed, recipe, factors, threads=threads)
 
 
@@ -139,7 +181,9 @@ def run_jobs(jobs: list[tuple[str, int, str, int, ProbeRecipe, tuple[int, ...]]]
     workers = check_workers(workers)
     alone = workers == 1 or len(jobs) <= 1
     if not alone:
-        print(f"--- training {len(jobs)} probe models, {min(workers, len(jobs))} at a time (one thread each)", flush=True)
+        print(
+            f"--- training {len(jobs)} probe models, {min(workers, len(jobs))} at a time (one thread each)", flush=True
+        )
     tasks = [runner.Task(f"{job[0]}-{job[2]}-s{job[3]}", _job, (*job, None if alone else 1)) for job in jobs]
     finished = []
 
@@ -155,8 +199,16 @@ def collect(results: list[dict[str, Any]], factors: tuple[int, ...]) -> dict[str
     """``task -> scheme -> {"accuracy": {factor: [per seed]}, "cannot": {factor: reason}, "seeds": [...]}``."""
     table: dict[str, dict[str, dict[str, Any]]] = {}
     for r in results:
-        cell = table.setdefault(r["task"], {}).setdefault(r["scheme"], {
-            "accuracy": {str(f): [] for f in factors}, "cannot": {}, "seeds": [], "final_loss": [], "chance": r["chance"]})
+        cell = table.setdefault(r["task"], {}).setdefault(
+            r["scheme"],
+            {
+                "accuracy": {str(f): [] for f in factors},
+                "cannot": {},
+                "seeds": [],
+                "final_loss": [],
+                "chance": r["chance"],
+            },
+        )
         cell["seeds"].append(r["seed"])
         cell["final_loss"].append(r["final_loss"])
         for f in factors:
@@ -179,11 +231,17 @@ def print_tables(table: dict[str, dict[str, dict[str, Any]]], form: Form) -> Non
     L = form.train_size
     headers = ["scheme"] + [f"{f}L (n={f * L})" for f in form.factors]
     for task, schemes in table.items():
-        rows = [[scheme] + [_text(cell["accuracy"][str(f)], cell["cannot"].get(str(f))) for f in form.factors]
-                for scheme, cell in schemes.items()]
+        rows = [
+            [scheme] + [_text(cell["accuracy"][str(f)], cell["cannot"].get(str(f))) for f in form.factors]
+            for scheme, cell in schemes.items()
+        ]
         chance = next(iter(schemes.values()))["chance"]
-        print_table(headers, rows, title=f"{task}: {describe(Task(task, L))}; answer accuracy, mean ± sd over "
-                                         f"{len(form.seeds)} seeds (chance {chance:.3f})")
+        print_table(
+            headers,
+            rows,
+            title=f"{task}: {describe(Task(task, L))}; answer accuracy, mean ± sd over "
+            f"{len(form.seeds)} seeds (chance {chance:.3f})",
+        )
     cannot = {s: c["cannot"] for cells in table.values() for s, c in cells.items() if c["cannot"]}
     for scheme, reasons in cannot.items():
         print(f"  {scheme}: {next(iter(reasons.values()))}")
@@ -209,8 +267,9 @@ def _unmeasurable(claim: str, source: str, criterion: str, why: str) -> verdicts
 
 
 # ------------------------------------------------------------------------------------ claims
-def probe_premise(record: verdicts.ClaimRecord, table: dict[str, dict[str, dict[str, Any]]], heads: dict[int, list[float]],
-                  form: Form) -> verdicts.Premise:
+def probe_premise(
+    record: verdicts.ClaimRecord, table: dict[str, dict[str, dict[str, Any]]], heads: dict[int, list[float]], form: Form
+) -> verdicts.Premise:
     """What the models of a probe claim must do first (:func:`poslab.lab.premises.fits_length`):
 
     * a ranking past L: both schemes reach the accuracy threshold at L on every ranking task;
@@ -223,50 +282,99 @@ def probe_premise(record: verdicts.ClaimRecord, table: dict[str, dict[str, dict[
         many = max(heads)
         return fits_length({d["better_label"]: heads[many]})
     if d["metric"].startswith("answer accuracy past L"):
-        return fits_length({f"{scheme} {task}": table[task][scheme]["accuracy"]["1"]
-                            for scheme in (d["better_label"], d["worse_label"]) for task in form.ranking_tasks})
+        return fits_length(
+            {
+                f"{scheme} {task}": table[task][scheme]["accuracy"]["1"]
+                for scheme in (d["better_label"], d["worse_label"])
+                for task in form.ranking_tasks
+            }
+        )
     task = d["metric"].split(" accuracy at L")[0]
     return fits_length({f"{d['better_label']} {task}": table[task][d["better_label"]]["accuracy"]["1"]})
 
 
-def probe_claims(table: dict[str, dict[str, dict[str, Any]]], heads: dict[int, list[float]], form: Form) -> list[verdicts.ClaimRecord]:
+def probe_claims(
+    table: dict[str, dict[str, dict[str, Any]]], heads: dict[int, list[float]], form: Form
+) -> list[verdicts.ClaimRecord]:
     """The experiment's claims as :class:`~poslab.lab.verdicts.ClaimRecord` (see the module docstring)."""
     out: list[verdicts.ClaimRecord] = []
     known = set(positions.names())
     past = [f for f in form.factors if f > 1]
-    metric = (f"answer accuracy past L ({', '.join(f'{f}L' for f in past)}; mean over {', '.join(form.ranking_tasks)})")
+    metric = f"answer accuracy past L ({', '.join(f'{f}L' for f in past)}; mean over {', '.join(form.ranking_tasks)})"
     for better, worse in zip(RANKING, RANKING[1:]):
         claim = f"{better} generalises past the training length better than {worse}"
         if not past or better not in known or worse not in known:
-            out.append(_unmeasurable(claim, RANKING_SOURCE, f"{metric} of {better} higher than {worse}",
-                                     "not measured (no test past L, or a scheme is not registered)"))
+            out.append(
+                _unmeasurable(
+                    claim,
+                    RANKING_SOURCE,
+                    f"{metric} of {better} higher than {worse}",
+                    "not measured (no test past L, or a scheme is not registered)",
+                )
+            )
             continue
         a, b = past_length_scores(table, better, form), past_length_scores(table, worse, form)
         if a is None or b is None:
             who = better if a is None else worse
-            out.append(_unmeasurable(claim, RANKING_SOURCE, f"{metric} of {better} higher than {worse}",
-                                     f"{who} cannot be tested past L"))
+            out.append(
+                _unmeasurable(
+                    claim, RANKING_SOURCE, f"{metric} of {better} higher than {worse}", f"{who} cannot be tested past L"
+                )
+            )
             continue
-        out.append(verdicts.compare(claim, RANKING_SOURCE, a, b, better_label=better, worse_label=worse, metric=metric,
-                                    lower_is_better=False))
+        out.append(
+            verdicts.compare(
+                claim,
+                RANKING_SOURCE,
+                a,
+                b,
+                better_label=better,
+                worse_label=worse,
+                metric=metric,
+                lower_is_better=False,
+            )
+        )
     for task in NEEDS_POSITION_TASKS:
         claim = f"attention needs position: on {task}, {POSITIONAL} beats NoPE in length"
         source = "seed 000 §2.1; Haviv et al. 2022"
         cells = table.get(task, {})
         if POSITIONAL not in cells or "none" not in cells:
-            out.append(_unmeasurable(claim, source, f"accuracy at L of {POSITIONAL} higher than none",
-                                     f"{task} was not trained with both schemes in this form"))
+            out.append(
+                _unmeasurable(
+                    claim,
+                    source,
+                    f"accuracy at L of {POSITIONAL} higher than none",
+                    f"{task} was not trained with both schemes in this form",
+                )
+            )
             continue
-        out.append(verdicts.compare(claim, source, cells[POSITIONAL]["accuracy"]["1"], cells["none"]["accuracy"]["1"],
-                                    better_label=POSITIONAL, worse_label="none", metric=f"{task} accuracy at L",
-                                    lower_is_better=False))
+        out.append(
+            verdicts.compare(
+                claim,
+                source,
+                cells[POSITIONAL]["accuracy"]["1"],
+                cells["none"]["accuracy"]["1"],
+                better_label=POSITIONAL,
+                worse_label="none",
+                metric=f"{task} accuracy at L",
+                lower_is_better=False,
+            )
+        )
     if len(heads) >= 2:
         few, many = min(heads), max(heads)
-        out.append(verdicts.compare(
-            f"more heads carry more relations at once: {many} heads beat {few} on multi-query associative recall "
-            f"at fixed width", "seed 000 Q1; Arora et al. 2023 (Zoology)", heads[many], heads[few],
-            better_label=f"{many} heads", worse_label=f"{few} head{'s' if few > 1 else ''}",
-            metric=f"MQAR accuracy at L ({HEADS_SCHEME}, n_embd {form.heads_recipe.n_embd})", lower_is_better=False))
+        out.append(
+            verdicts.compare(
+                f"more heads carry more relations at once: {many} heads beat {few} on multi-query associative recall "
+                f"at fixed width",
+                "seed 000 Q1; Arora et al. 2023 (Zoology)",
+                heads[many],
+                heads[few],
+                better_label=f"{many} heads",
+                worse_label=f"{few} head{'s' if few > 1 else ''}",
+                metric=f"MQAR accuracy at L ({HEADS_SCHEME}, n_embd {form.heads_recipe.n_embd})",
+                lower_is_better=False,
+            )
+        )
     return out
 
 
@@ -305,7 +413,7 @@ def plot(table: dict[str, dict[str, dict[str, Any]]], form: Form, path: Path) ->
         ax.set_xlabel("test size n")
         ax.set_ylabel("answer accuracy")
         ax.grid(alpha=0.3)
-    for ax in flat[len(tasks):]:
+    for ax in flat[len(tasks) :]:
         ax.axis("off")
     flat[0].legend(fontsize=7, ncol=2)
     fig.suptitle(f"probes: trained at L={L}, mean ± sd over {len(form.seeds)} seeds")
@@ -313,8 +421,13 @@ def plot(table: dict[str, dict[str, dict[str, Any]]], form: Form, path: Path) ->
 
 
 # ------------------------------------------------------------------------------------ run
-def run(out: Path, quick: bool = False, form: str | None = None, schemes: list[str] | None = None,
-        workers: int | None = None) -> dict:
+def run(
+    out: Path,
+    quick: bool = False,
+    form: str | None = None,
+    schemes: list[str] | None = None,
+    workers: int | None = None,
+) -> dict:
     """Train every (task, scheme, seed), test at each factor x L, print tables and claims, plot.
 
     Args:
@@ -331,8 +444,12 @@ def run(out: Path, quick: bool = False, form: str | None = None, schemes: list[s
     for scheme in schemes:
         positions.get(scheme)  # an unknown name fails before any training
     workers = default_workers() if workers is None else check_workers(workers)
-    jobs = [(task, spec.train_size, scheme, seed, spec.recipe, spec.factors)
-            for task in spec.tasks for scheme in schemes for seed in spec.seeds]
+    jobs = [
+        (task, spec.train_size, scheme, seed, spec.recipe, spec.factors)
+        for task in spec.tasks
+        for scheme in schemes
+        for seed in spec.seeds
+    ]
     head_jobs = []
     if spec.heads and HEADS_SCHEME in schemes:
         for h in spec.heads:
@@ -341,22 +458,28 @@ def run(out: Path, quick: bool = False, form: str | None = None, schemes: list[s
             if not reused:
                 head_jobs += [("mqar", spec.mqar_size, HEADS_SCHEME, seed, recipe, (1,)) for seed in spec.seeds]
     results = run_jobs(jobs + head_jobs, workers)
-    table = collect(results[:len(jobs)], spec.factors)
+    table = collect(results[: len(jobs)], spec.factors)
     heads: dict[int, list[float]] = {}
     for h in spec.heads:
         recipe = dataclasses.replace(spec.heads_recipe, n_head=h)
-        if ("mqar" in spec.tasks and recipe == spec.recipe and spec.mqar_size == spec.train_size
-                and HEADS_SCHEME in table.get("mqar", {})):
+        if (
+            "mqar" in spec.tasks
+            and recipe == spec.recipe
+            and spec.mqar_size == spec.train_size
+            and HEADS_SCHEME in table.get("mqar", {})
+        ):
             heads[h] = list(table["mqar"][HEADS_SCHEME]["accuracy"]["1"])
         else:
-            heads[h] = [r["accuracy"]["1"] for r in results[len(jobs):] if r["n_head"] == h]
+            heads[h] = [r["accuracy"]["1"] for r in results[len(jobs) :] if r["n_head"] == h]
     heads = {h: v for h, v in heads.items() if v}
     print_tables(table, spec)
     if heads:
-        print_table(["heads", "d_k", "MQAR accuracy at L"],
-                    [[h, spec.heads_recipe.n_embd // h, _text(v, None)] for h, v in heads.items()],
-                    title=f"multi-query associative recall at n_embd {spec.heads_recipe.n_embd} ({HEADS_SCHEME}), "
-                          f"{spec.mqar_size} pairs, {spec.heads_recipe.steps} steps")
+        print_table(
+            ["heads", "d_k", "MQAR accuracy at L"],
+            [[h, spec.heads_recipe.n_embd // h, _text(v, None)] for h, v in heads.items()],
+            title=f"multi-query associative recall at n_embd {spec.heads_recipe.n_embd} ({HEADS_SCHEME}), "
+            f"{spec.mqar_size} pairs, {spec.heads_recipe.steps} steps",
+        )
     claims = attach(probe_claims(table, heads, spec), lambda record: probe_premise(record, table, heads, spec))
     print_claims(claims)
     figure = plot(table, spec, out / "probes.png")
@@ -378,9 +501,12 @@ def run(out: Path, quick: bool = False, form: str | None = None, schemes: list[s
         "workers": workers,
     }
 
+
 EXPERIMENT = Experiment(
     name="probes",
-    description="synthetic position probes (copy, reverse, retrieve-at-k, MQAR, count, passkey) at L/2L/4L for every scheme",
+    description=(
+        "synthetic position probes (copy, reverse, retrieve-at-k, MQAR, count, passkey) at L/2L/4L for every scheme"
+    ),
     tier=LAB,
     run=run,
     estimate=(150, 1800),

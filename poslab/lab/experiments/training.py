@@ -89,8 +89,9 @@ def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[s
     }
 
 
-def train_variants(out: Path, base: dict[str, Any], variants: dict[str, dict[str, Any]],
-                   workers: int | None = None) -> dict[str, dict]:
+def train_variants(
+    out: Path, base: dict[str, Any], variants: dict[str, dict[str, Any]], workers: int | None = None
+) -> dict[str, dict]:
     """Train one run per variant (``model`` overrides merged key by key) into ``out/runs/LABEL``.
 
     A variant whose folder holds a finished run of the same config is summarised without training.
@@ -125,18 +126,30 @@ def train_variants(out: Path, base: dict[str, Any], variants: dict[str, dict[str
         jobs[label] = values
     alone = workers == 1 or len(jobs) == 1
     if not alone:
-        print(f"\n--- training {len(jobs)} runs, {min(workers, len(jobs))} at a time (one thread each): "
-              f"{', '.join(jobs)}", flush=True)
-    tasks = [Task(label, _train_variant, (label, values if alone else {**values, "threads": values.get("threads") or 1},
-                                          alone), gpus=runner.gpus_for(values))
-             for label, values in jobs.items()]
+        print(
+            f"\n--- training {len(jobs)} runs, {min(workers, len(jobs))} at a time (one thread each): "
+            f"{', '.join(jobs)}",
+            flush=True,
+        )
+    tasks = [
+        Task(
+            label,
+            _train_variant,
+            (label, values if alone else {**values, "threads": values.get("threads") or 1}, alone),
+            gpus=runner.gpus_for(values),
+        )
+        for label, values in jobs.items()
+    ]
     finished: list[str] = []
 
     def done(task: Task, result: dict[str, Any]) -> None:
         finished.append(task.label)
         if not alone:
-            print(f"--- {task.label}: final val loss {result['final_val_loss']:.4f}, {result['tokens_per_s']:,.0f} "
-                  f"tokens/s, {result['wall_time_s']:.0f}s ({len(finished)}/{len(jobs)} done)", flush=True)
+            print(
+                f"--- {task.label}: final val loss {result['final_val_loss']:.4f}, {result['tokens_per_s']:,.0f} "
+                f"tokens/s, {result['wall_time_s']:.0f}s ({len(finished)}/{len(jobs)} done)",
+                flush=True,
+            )
 
     def run(some: list[Task]) -> dict[str, dict]:
         if alone:  # one after another in this process, each with its live progress bar
@@ -151,14 +164,23 @@ def train_variants(out: Path, base: dict[str, Any], variants: dict[str, dict[str
     summary = run([t for i, t in enumerate(tasks) if i in mine])
     if len(mine) < len(tasks):  # a sharded step: the other shards' runs are summarised here once all are finished
         others = [i for i in range(len(tasks)) if i not in mine]
-        left = [i for i in others if not same_run(out / "runs" / tasks[i].label, TrainConfig.from_dict(jobs[tasks[i].label]))]
+        left = [
+            i
+            for i in others
+            if not same_run(out / "runs" / tasks[i].label, TrainConfig.from_dict(jobs[tasks[i].label]))
+        ]
         runner.end_of_stage("runs", trained=len(mine), in_shard=len(mine), total=len(tasks), left=len(left))
         summary.update(run([tasks[i] for i in others]))
     return {label: summary[label] for label in jobs}
 
 
-def train_seeded(out: Path, base: dict[str, Any], variants: dict[str, dict[str, Any]],
-                 seeds: tuple[int, ...] = SEEDS, workers: int | None = None) -> dict[str, list[dict]]:
+def train_seeded(
+    out: Path,
+    base: dict[str, Any],
+    variants: dict[str, dict[str, Any]],
+    seeds: tuple[int, ...] = SEEDS,
+    workers: int | None = None,
+) -> dict[str, list[dict]]:
     """:func:`train_variants` for every variant and seed: runs ``out/runs/LABEL-sSEED``.
 
     Returns:
@@ -180,8 +202,13 @@ TIMING_STEPS = 4
 TIMING_ROUNDS = 5
 
 
-def alternating_cpu_speed(configs: dict[str, dict[str, Any]], vocab_size: int, steps: int = TIMING_STEPS,
-                          rounds: int = TIMING_ROUNDS, seed: int = SEED) -> dict[str, list[float]]:
+def alternating_cpu_speed(
+    configs: dict[str, dict[str, Any]],
+    vocab_size: int,
+    steps: int = TIMING_STEPS,
+    rounds: int = TIMING_ROUNDS,
+    seed: int = SEED,
+) -> dict[str, list[float]]:
     """Training tokens per CPU second of each arm, measured in this process with the arms interleaved.
 
     Each arm's model and optimiser are built from its config; every round runs ``steps`` training
@@ -222,7 +249,9 @@ def alternating_cpu_speed(configs: dict[str, dict[str, Any]], vocab_size: int, s
         for round_ in range(rounds + 1):
             for arm, (cfg, model, optimizer) in arms.items():
                 block = cfg.model.block_size
-                batches = [torch.randint(0, vocab_size, (cfg.batch_size, block + 1), generator=generator) for _ in range(steps)]
+                batches = [
+                    torch.randint(0, vocab_size, (cfg.batch_size, block + 1), generator=generator) for _ in range(steps)
+                ]
                 start = time.process_time()
                 for batch in batches:
                     _, loss = model(batch[:, :-1], batch[:, 1:])  # [B, T+1] -> inputs [B, T], targets [B, T]
@@ -253,8 +282,13 @@ def same_run(run_dir: Path, cfg: Any) -> bool:
     wanted = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "out_dir", "model", "threads")}
     have = {k: v for k, v in saved.get("train", {}).items() if k not in ("name", "out_dir", "threads")}
     # a training key added after the run was saved: the run trained with its default
-    have.update({f.name: f.default for f in dataclasses.fields(type(cfg))
-                 if f.name in wanted and f.name not in have and f.default is not dataclasses.MISSING})
+    have.update(
+        {
+            f.name: f.default
+            for f in dataclasses.fields(type(cfg))
+            if f.name in wanted and f.name not in have and f.default is not dataclasses.MISSING
+        }
+    )
     model = {k: v for k, v in saved.get("model", {}).items() if k != "vocab_size"}
     expected_model = {k: v for k, v in cfg.to_dict()["model"].items() if k != "vocab_size"}
     return have == wanted and model == expected_model
@@ -284,8 +318,9 @@ def _ensure_in_worker(values: dict[str, Any], reuse: tuple[str, ...]) -> str:
     return str(ensure_trained(TrainConfig.from_dict(values), tuple(Path(r) for r in reuse)))
 
 
-def ensure_many(jobs: Sequence[tuple[Any, tuple[Path, ...]]], workers: int | None = None,
-                what: str = "runs") -> list[Path]:
+def ensure_many(
+    jobs: Sequence[tuple[Any, tuple[Path, ...]]], workers: int | None = None, what: str = "runs"
+) -> list[Path]:
     """:func:`ensure_trained` of every ``(config, reuse)`` pair, training the missing ones ``workers`` at a time.
 
     A config with a finished identical run in its folder or in one of its ``reuse`` folders is not
@@ -312,13 +347,24 @@ def ensure_many(jobs: Sequence[tuple[Any, tuple[Path, ...]]], workers: int | Non
         elif i in mine:
             todo.append(i)
     if todo:
-        print(f"--- training {len(todo)} {what} ({min(workers, len(todo))} at a time): "
-              f"{', '.join(jobs[i][0].name for i in todo)}", flush=True)
+        print(
+            f"--- training {len(todo)} {what} ({min(workers, len(todo))} at a time): "
+            f"{', '.join(jobs[i][0].name for i in todo)}",
+            flush=True,
+        )
     alone = workers == 1 or len(todo) <= 1
-    tasks = [Task(jobs[i][0].name, _ensure_in_worker,
-                  ({**jobs[i][0].to_dict(), **({} if alone else {"threads": jobs[i][0].threads or 1})},
-                   tuple(str(p) for p in jobs[i][1])), gpus=runner.gpus_for(jobs[i][0].to_dict()))
-             for i in todo]
+    tasks = [
+        Task(
+            jobs[i][0].name,
+            _ensure_in_worker,
+            (
+                {**jobs[i][0].to_dict(), **({} if alone else {"threads": jobs[i][0].threads or 1})},
+                tuple(str(p) for p in jobs[i][1]),
+            ),
+            gpus=runner.gpus_for(jobs[i][0].to_dict()),
+        )
+        for i in todo
+    ]
     for i, path in zip(todo, train_many(tasks, 1 if alone else workers, sharded=True)):
         found[i] = Path(path)
     if len(mine) < len(jobs):  # a sharded step: go on only once every shard's jobs are finished
