@@ -276,7 +276,8 @@ def same_run(run_dir: Path, cfg: Any) -> bool:
         if run.state != "finished":
             return False
         saved = run.config()
-    except (OSError, RunFileError):
+        requested = ((run.results() or {}).get("precision") or {}).get("requested")
+    except (OSError, RunFileError, AttributeError):
         return False
     # threads change no result (tests/test_train_experiments.py: parallel one-thread == sequential)
     wanted = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "out_dir", "model", "threads")}
@@ -289,6 +290,8 @@ def same_run(run_dir: Path, cfg: Any) -> bool:
             if f.name in wanted and f.name not in have and f.default is not dataclasses.MISSING
         }
     )
+    if wanted.get("dtype") == "auto" and requested == "auto":
+        have["dtype"] = "auto"  # config.json keeps the dtype auto chose; the run asked for auto as cfg does
     model = {k: v for k, v in saved.get("model", {}).items() if k != "vocab_size"}
     expected_model = {k: v for k, v in cfg.to_dict()["model"].items() if k != "vocab_size"}
     return have == wanted and model == expected_model
