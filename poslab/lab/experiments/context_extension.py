@@ -59,7 +59,7 @@ from poslab.display import new_figure, print_table, save_figure
 from poslab.lab import verdicts
 from poslab.lab.experiments import read_results
 from poslab.lab.experiments.common import LAB, Experiment, baseline_line, ngram_baselines
-from poslab.lab.experiments.extrapolation import CORPUS, models_dir, size_of, train_config
+from poslab.lab.experiments.extrapolation import CORPUS, POSITION_TRAINING, models_dir, size_of, train_config
 from poslab.lab.experiments.extrapolation import EXPERIMENT as EXTRAPOLATION
 from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEED, ensure_many, load_model, print_claims
 from poslab.lab.premises import all_of, attach, below_bigram, retrieves, uses_context
@@ -799,7 +799,12 @@ def train_models(lab: Any, out: Path, seeds: list[int], workers: int) -> tuple[l
         ``(base_runs, tuned_runs)``: one base run per seed; the fine-tunes seed by seed in the order of
         :data:`FINETUNE`, then one control run per seed.
     """
-    reuse = tuple(_run_folders(out.parent / EXTRAPOLATION.name / "models" / lab.name))
+    # the lab's RoPE models: trained by the extrapolation experiment, or by position-training's quick form
+    # (which extrapolation itself reuses, so its own models folder may hold none)
+    reuse = tuple(
+        _run_folders(out.parent / EXTRAPOLATION.name / "models" / lab.name)
+        + _run_folders(out.parent / POSITION_TRAINING / "runs", depth=1)
+    )
     base_runs = ensure_many([(base_config(lab, out, s), reuse) for s in seeds], workers)
     tuned = [
         finetune_config(label, spec, lab, base_runs[i], out, seed)

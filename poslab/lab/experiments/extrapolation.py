@@ -667,5 +667,5 @@ EXPERIMENT = Experiment(
     tier=LAB,
     run=run,
     reuses=("position-training",),
-    estimate=(22, 3600),
+    estimate=(40, 3600),
 )

@@ -206,5 +206,5 @@ EXPERIMENT = Experiment(
     ),
     tier=LAB,
     run=run,
-    estimate=(70, 3750),
+    estimate=(180, 3750),
 )

@@ -287,5 +287,5 @@ EXPERIMENT = Experiment(
     ),
     tier=LAB,
     run=run,
-    estimate=(85, 7200),
+    estimate=(1250, 7200),
 )
