@@ -46,14 +46,16 @@ def test_snapshot_of_a_lab_folder_and_the_command(tmp_path, capsys):
                 "mode": "quick",
                 "command": "poslab lab --quick",
                 "seconds": 61.0,
-                "steps": [{"name": "params", "status": "ok", "seconds": 3.0}],
+                "steps": [{"name": "params", "status": "ok", "seconds": 3.0, "cpu_seconds": 125.0}],
             }
         )
     )
     snap = doctables.snapshot(lab_dir)
-    assert snap["steps"] == [{"name": "params", "status": "ok", "seconds": 3.0}]
+    assert snap["steps"] == [{"name": "params", "status": "ok", "seconds": 3.0, "cpu_seconds": 125.0}]
     assert all(c["kind"] in doctables.KIND_NAMES for c in snap["claims"])
-    assert "1 min 01 s wall" in doctables.render(snap, "lab-summary")
+    summary = doctables.render(snap, "lab-summary")
+    assert "1 min 01 s wall" in summary and "| params | ok | 3 s | 2 min 05 s |" in summary
+    assert "| all | | 1 min 01 s | 2 min 05 s |" in summary
     docs = tmp_path / "docs"
     docs.mkdir()
     for name in doctables.DOCS:

@@ -72,7 +72,12 @@ def snapshot(lab_dir: Path | str) -> dict[str, Any]:
             }
         )
     steps = [
-        {"name": s.get("name"), "status": s.get("status"), "seconds": s.get("seconds")}
+        {
+            "name": s.get("name"),
+            "status": s.get("status"),
+            "seconds": s.get("seconds"),
+            "cpu_seconds": s.get("cpu_seconds"),
+        }
         for s in manifest.get("steps", [])
         if isinstance(s, dict)
     ]
@@ -130,12 +135,19 @@ def _summary(snap: dict) -> str:
         f"`{snap.get('command') or 'poslab lab'}` ({snap.get('mode')} mode, {snap.get('cores')} cores as recorded "
         f"in lab.json): {finished} of {len(steps)} steps finished in {_duration(snap.get('seconds'))} wall; "
         f"{len(snap['claims'])} claim records: {_counts(snap['claims'])}. Wall times as lab.json recorded them "
-        "(the machine may have been shared with other work).",
+        "(the machine may have been shared with other work); CPU: the step's process and its children, "
+        "which load on the machine does not inflate.",
         "",
-        "| step | status | wall |",
-        "|---|---|---:|",
+        "| step | status | wall | CPU |",
+        "|---|---|---:|---:|",
     ]
-    lines += [f"| {_md(s['name'])} | {_md(s['status'])} | {_duration(s['seconds'])} |" for s in steps]
+    lines += [
+        f"| {_md(s['name'])} | {_md(s['status'])} | {_duration(s['seconds'])} | {_duration(s.get('cpu_seconds'))} |"
+        for s in steps
+    ]
+    cpu = [s.get("cpu_seconds") for s in steps]
+    if cpu and all(isinstance(c, (int, float)) for c in cpu):
+        lines.append(f"| all | | {_duration(snap.get('seconds'))} | {_duration(sum(cpu))} |")
     return "\n".join(lines) + "\n"
 
 
