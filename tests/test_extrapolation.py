@@ -537,3 +537,22 @@ def test_averaging_verdicts_follow_the_numbers():
     )
     ppl_L["fine-tuned"] = seeds(9.0)  # the fine-tune improves at L: no forgetting to reduce
     assert claims(ppl_L, ppl_4L, passkey)["the plain YaRN fine-tune forgets"] == DID_NOT_HOLD
+
+
+def test_context_extension_reuses_the_rope_models_of_position_training(lab: Path, tmp_path: Path):
+    import shutil
+
+    from poslab.lab.experiments.training import ensure_many
+
+    size = extrapolation.size_of(False, "smoke")
+    other = tmp_path / "lab"  # a lab where position-training trained the models and extrapolation kept none
+    shutil.copytree(
+        lab / "extrapolation" / "models" / "smoke" / "rope", other / "position-training" / "runs" / "rope-s1337"
+    )
+    out = other / "context-extension"
+    cfg = context_extension.base_config(size, out, extrapolation.SEED)
+    assert (other / "position-training" / "runs" / "rope-s1337") in context_extension.base_reuse(size, out)
+    assert ensure_many([(cfg, context_extension.base_reuse(size, out))], workers=1) == [
+        other / "position-training" / "runs" / "rope-s1337"
+    ]
+    assert not (out / "models").exists()  # nothing trained

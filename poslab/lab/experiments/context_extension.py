@@ -792,6 +792,16 @@ def plot_averaging(per_seed: list[dict[str, Any]], lab: Any, last: int, path: Pa
 
 
 # ------------------------------------------------------------------------------------ run
+def base_reuse(lab: Any, out: Path) -> tuple[Path, ...]:
+    """Where the lab's RoPE base models may already be: the extrapolation experiment's models, and the
+    runs of position-training's quick form (which extrapolation itself reuses, so its own models folder
+    may hold none)."""
+    return tuple(
+        _run_folders(out.parent / EXTRAPOLATION.name / "models" / lab.name)
+        + _run_folders(out.parent / POSITION_TRAINING / "runs", depth=1)
+    )
+
+
 def train_models(lab: Any, out: Path, seeds: list[int], workers: int) -> tuple[list[Path], list[Path]]:
     """Train (or reuse) the RoPE base model of each seed, then every fine-tune and control of each base.
 
@@ -799,12 +809,7 @@ def train_models(lab: Any, out: Path, seeds: list[int], workers: int) -> tuple[l
         ``(base_runs, tuned_runs)``: one base run per seed; the fine-tunes seed by seed in the order of
         :data:`FINETUNE`, then one control run per seed.
     """
-    # the lab's RoPE models: trained by the extrapolation experiment, or by position-training's quick form
-    # (which extrapolation itself reuses, so its own models folder may hold none)
-    reuse = tuple(
-        _run_folders(out.parent / EXTRAPOLATION.name / "models" / lab.name)
-        + _run_folders(out.parent / POSITION_TRAINING / "runs", depth=1)
-    )
+    reuse = base_reuse(lab, out)
     base_runs = ensure_many([(base_config(lab, out, s), reuse) for s in seeds], workers)
     tuned = [
         finetune_config(label, spec, lab, base_runs[i], out, seed)
