@@ -406,6 +406,25 @@ def test_a_models_initialisation_keeps_the_schemes_init_std(scheme, table):
             position=scheme,
             position_config={"init_std": init_std},
         )
-        stds[init_std] = float(getattr(GPT(config).position, table).weight.std())
+        stds[init_std] = float(getattr(GPT(config).position, table).weight.detach().std())
     assert stds[0.02] == pytest.approx(0.02, rel=0.25)
     assert stds[0.5] == pytest.approx(0.5, rel=0.25)
+
+
+@pytest.mark.parametrize("scheme", ["learned", "t5"])
+@pytest.mark.parametrize("init_std", [-0.1, 1e30, float("nan"), float("inf")])
+def test_an_init_std_outside_the_fp32_rule_is_refused(scheme, init_std):
+    from poslab.nn.model import GPT, GPTConfig
+
+    with pytest.raises(ValueError, match="init_std must lie in"):
+        GPT(
+            GPTConfig(
+                vocab_size=11,
+                n_layer=1,
+                n_head=2,
+                n_embd=16,
+                block_size=8,
+                position=scheme,
+                position_config={"init_std": init_std},
+            )
+        )

@@ -97,7 +97,8 @@ def training_state_problem(tensors: dict[str, torch.Tensor], meta: dict[str, Any
 
     Checks the RNG states (``uint8`` vectors of the size torch's generators use), the optimizer's
     ``param_groups`` (a list of mappings with integer ``params``) and per-parameter scalars, the
-    ``step`` counters (one number each) and the running numbers of the loop.
+    ``step`` counters (one number each), the running numbers of the loop, the parameter-name aliases and
+    the best validation loss so far.
     """
     sizes = {"rng.torch": torch.get_rng_state().numel(), "rng.data": torch.Generator().get_state().numel()}
     for name, value in tensors.items():
@@ -129,6 +130,20 @@ def training_state_problem(tensors: dict[str, torch.Tensor], meta: dict[str, Any
         value = meta.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return f"has an unusable {key!r}: {value!r} (a finite number is needed)"
+    aliases = meta.get("model_aliases", {})
+    if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()):
+        return f"has unusable model_aliases {aliases!r} (a mapping of parameter names to parameter names is needed)"
+    best = meta.get("best")
+    loss, step = (best.get("val_loss"), best.get("step")) if isinstance(best, dict) else (None, None)
+    if (
+        not isinstance(best, dict)
+        or set(best) != {"val_loss", "step"}
+        or not (loss is None or (isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss)))
+        or not (step is None or (isinstance(step, int) and not isinstance(step, bool) and step >= 0))
+    ):
+        return (
+            f"has an unusable 'best' {best!r} (a mapping of 'val_loss' (a finite number or null) and 'step' is needed)"
+        )
     return None
 
 

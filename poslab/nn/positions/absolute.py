@@ -16,7 +16,13 @@ import torch
 from torch import Tensor, nn
 
 from poslab.nn.positions import register
-from poslab.nn.positions.base import PositionScheme, check_positions, check_positive, check_wavelength_base
+from poslab.nn.positions.base import (
+    PositionScheme,
+    check_init_std,
+    check_positions,
+    check_positive,
+    check_wavelength_base,
+)
 
 #: positions the sinusoidal table may reach: fp32 represents every integer exactly below 2^24
 MAX_SINUSOID_POSITIONS = 2**24
@@ -60,6 +66,7 @@ class LearnedConfig:
     def __post_init__(self) -> None:
         check_positive("n_embd", self.n_embd)
         check_positive("max_len", self.max_len)
+        check_init_std(self.init_std)
 
 
 @register

@@ -289,6 +289,22 @@ def check_positive(name: str, value: float | int) -> None:
         raise ValueError(f"{name} must be > 0, got {value!r}")
 
 
+#: the largest ``init_std`` of a scheme's table: entries up to ~1e4, squared by the norms and added to scores,
+#: stay well inside fp32 (3.4e38)
+MAX_INIT_STD = 1e3
+
+
+def check_init_std(value: float | int) -> None:
+    """Raise unless a table's initialisation std is a number in ``[0, MAX_INIT_STD]``."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise TypeError(f"init_std must be a number, got {value!r} ({type(value).__name__})")
+    if not 0 <= value <= MAX_INIT_STD:
+        raise ValueError(
+            f"init_std must lie in [0, {MAX_INIT_STD:g}] (a larger table overflows fp32 in the norms and scores), "
+            f"got {value!r}"
+        )
+
+
 #: the largest frequency (radians per position) a rotation or sinusoid may have: angles of every
 #: position below 2^31 stay finite in fp32 (and a frequency past pi radians per position aliases anyway)
 MAX_FREQUENCY = 1e6

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.nn.positions import register
-from poslab.nn.positions.base import PositionScheme, ScoreMod, check_positive, view
+from poslab.nn.positions.base import PositionScheme, ScoreMod, check_init_std, check_positive, view
 
 
 def relative_position_bucket(
@@ -77,6 +77,7 @@ class T5Config:
         check_positive("max_distance", self.max_distance)
         if self.num_buckets < 4:
             raise ValueError(f"num_buckets must be >= 4, got {self.num_buckets}")
+        check_init_std(self.init_std)
 
 
 @register
