@@ -30,9 +30,9 @@ output is the same in both lines up to float noise -- at 1, 2 and 3 layers (a de
 per depth, tolerance :data:`TOLERANCE`). The same models with the causal mask differ by far more from
 2 layers on: the mask, not depth, leaks order.
 
-Quick form: tinyshakespeare, the lab's quick model (2 layers, n_embd 64, window 64, lr 3e-3, 250
-steps; the masked LMs 400, :data:`MLM_STEPS_FACTOR`). Full form: the lab's full model (3 layers,
-n_embd 128, window 96, 400 steps; the masked LMs 640).
+Quick form: tinyshakespeare, the lab's quick size (:data:`poslab.lab.sizes.SIZES` ``quick``: 4 layers,
+n_embd 64, window 64, lr 3e-3, 3000 steps; the masked LMs :data:`MLM_STEPS_FACTOR` times as many).
+Full form: the lab's full size (the same model at window 128).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ CLOSE = 0.05
 #: "fails": NoPos masked LM more than 10% (relative) above the learned one
 FAR = 0.10
 #: the masked LMs train this many times the causal LMs' steps: they get a loss on 15% of the positions
-#: (measured at the quick size: at 250 steps the RoPE MLM is still leaving the bag-of-words plateau,
+#: (measured at 2 layers, width 64: at 250 steps the RoPE MLM is still leaving the bag-of-words plateau,
 #: 2.78 ± 0.13 over 3 seeds, too spread for a verdict)
 MLM_STEPS_FACTOR = 1.6
 LEAK_LAYERS = (1, 2, 3)

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.nn.positions import register
-from poslab.nn.positions.base import PositionScheme, check_positive
+from poslab.nn.positions.base import PositionScheme, check_init_std, check_positive
 
 
 @dataclass
@@ -44,8 +44,7 @@ class CoPEConfig:
     def __post_init__(self) -> None:
         check_positive("head_dim", self.head_dim)
         check_positive("npos_max", self.npos_max)
-        if not self.init_std >= 0:
-            raise ValueError(f"init_std must be >= 0, got {self.init_std}")
+        check_init_std(self.init_std)
 
 
 @register
