@@ -37,3 +37,28 @@ def test_loss_by_position_plot(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="needs one or more curves of one length"):
         plot_loss_by_position({"a": [[1.0, 2.0], [1.0]]}, tmp_path / "q.png")
+
+
+def test_seeded_curves_draw_each_scheme_in_its_own_style(tmp_path, monkeypatch):
+    import poslab.display as display
+    from poslab.lab.experiments.common import plot_seeded_curves, scheme_style_index
+
+    figures = []
+    monkeypatch.setattr(display, "save_figure", lambda fig, path: figures.append(fig) or path)
+    names = positions.names()
+    runs = {name: [{"val_curve": [(10, 3.0), (20, 2.5)]}] for name in reversed(names)}  # not in registry order
+    plot_seeded_curves(runs, tmp_path / "c.png", "every scheme", style_index=scheme_style_index(list(runs)))
+    lines = {line.get_label().split(":")[0]: line for line in figures[0].axes[0].get_lines()}
+    assert set(names) <= set(lines)
+    for name in names:  # a scheme's style is its place in the registry, whatever the order of the arms
+        assert lines[name].get_color() == series_style(names.index(name))["color"]
+    assert len({(lines[n].get_color(), lines[n].get_linestyle()) for n in names}) == len(names)
+
+
+def test_labels_that_are_not_schemes_get_styles_past_the_schemes():
+    from poslab.lab.experiments.common import scheme_style_index
+
+    n = len(positions.names())
+    index = scheme_style_index(["rope", "4 heads", "none", "8 heads"])
+    assert index["rope"] == positions.names().index("rope") and index["none"] == positions.names().index("none")
+    assert index["4 heads"] >= n and index["8 heads"] >= n and index["4 heads"] != index["8 heads"]

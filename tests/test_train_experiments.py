@@ -91,6 +91,10 @@ def test_position_training_on_a_tiny_base(tmp_path, tiny_base):
     assert set(results["val_loss_seeds"]) == set(schemes)
     assert sorted(results["ranking"]) == sorted(schemes)
     assert (tmp_path / "position_training_curves.png").is_file()
+    # the per-position loss of every scheme's seeds, with the n-gram baselines, is a figure of the report
+    assert results["plot_by_position"] == str(tmp_path / "loss_by_position.png")
+    assert (tmp_path / "loss_by_position.png").stat().st_size > 1000
+    assert all(len(r["loss_by_position"]) == 16 for runs in results["runs"].values() for r in runs)
     config = json.loads((tmp_path / "runs" / "rope-s4" / "config.json").read_text())
     assert config["model"]["position"] == "rope" and config["model"]["n_embd"] == 16 and config["train"]["seed"] == 4
     learned = next(c for c in results["claims"] if c["claim"].startswith("a causal model learns better with positions"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,14 +134,34 @@ def baseline_line(corpus: str, val_fraction: float = 0.1) -> str:
     )
 
 
+def draw_perplexity_baselines(ax: Any, baselines: dict[str, float] | None) -> None:
+    """The bigram and trigram count models (:func:`ngram_baselines`, nats) as horizontal perplexity lines
+    ``exp(nats)`` on a perplexity axis: a model that uses its context sits below the bigram line."""
+    for name, style in (("bigram", "-."), ("trigram", (0, (1, 3)))):
+        if baselines and name in baselines:
+            value = math.exp(baselines[name])
+            ax.axhline(value, color="dimgray", linestyle=style, linewidth=1, label=f"{name} count model {value:.2f}")
+
+
+def scheme_style_index(labels: Sequence[str]) -> dict[str, int]:
+    """Each label's :func:`poslab.display.series_style` index: a registered position scheme its place in
+    ``positions.names()`` (so a scheme looks the same in every plot of the lab), any other label the next
+    index past them."""
+    from poslab.nn import positions
+
+    names = positions.names()
+    return {label: names.index(label) if label in names else len(names) + i for i, label in enumerate(labels)}
+
+
 def plot_seeded_curves(
     runs: dict[str, list[dict[str, Any]]],
     path: Path,
     title: str,
     baseline: float | None = None,
     baselines: dict[str, float] | None = None,
+    style_index: dict[str, int] | None = None,
 ) -> Path:
-    """Validation-loss curves, mean over seeds (line) and min..max over seeds (band), one colour per arm.
+    """Validation-loss curves, mean over seeds (line) and min..max over seeds (band), one colour and line style per arm.
 
     Args:
         runs: arm label -> one summary per seed, each with ``val_curve`` ``[(step, val_loss), ...]``.
@@ -149,12 +169,14 @@ def plot_seeded_curves(
         title: the figure title.
         baseline: the unigram-entropy baseline (drawn dashed) or ``None``.
         baselines: the n-gram baselines (:func:`ngram_baselines`), each drawn as a dotted line.
+        style_index: arm label -> :func:`poslab.display.series_style` index (default: the order of
+            ``runs``; :func:`scheme_style_index` for position schemes).
     """
-    from poslab.display import new_figure, save_figure
+    from poslab.display import new_figure, save_figure, series_style
 
     fig, ax = new_figure(size=(8.0, 5.0))
     finals = []
-    for label, seeds in runs.items():
+    for i, (label, seeds) in enumerate(runs.items()):
         curves = [dict((int(s), float(v)) for s, v in run["val_curve"]) for run in seeds if run.get("val_curve")]
         if not curves:
             continue
@@ -164,8 +186,9 @@ def plot_seeded_curves(
         means = [sum(c[s] for c in curves) / len(curves) for s in steps]
         lows = [min(c[s] for c in curves) for s in steps]
         highs = [max(c[s] for c in curves) for s in steps]
-        line = ax.plot(steps, means, marker="o", markersize=3, label=f"{label}: {means[-1]:.3f} (n={len(curves)})")[0]
-        ax.fill_between(steps, lows, highs, color=line.get_color(), alpha=0.2, linewidth=0)
+        style = series_style((style_index or {}).get(label, i))
+        ax.plot(steps, means, markersize=3, label=f"{label}: {means[-1]:.3f} (n={len(curves)})", **style)
+        ax.fill_between(steps, lows, highs, color=style["color"], alpha=0.2, linewidth=0)
         finals.append(means[-1])
     if baseline is not None:
         ax.axhline(baseline, color="black", linestyle="--", linewidth=1, label=f"unigram baseline {baseline:.3f}")

@@ -58,7 +58,7 @@ from poslab.analysis.eval import apply_rope_scaling, evaluate_length, loss_by_po
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab import verdicts
 from poslab.lab.experiments import read_results
-from poslab.lab.experiments.common import LAB, Experiment, baseline_line, ngram_baselines
+from poslab.lab.experiments.common import LAB, Experiment, baseline_line, draw_perplexity_baselines, ngram_baselines
 from poslab.lab.experiments.extrapolation import CORPUS, POSITION_TRAINING, models_dir, size_of, train_config
 from poslab.lab.experiments.extrapolation import EXPERIMENT as EXTRAPOLATION
 from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEED, ensure_many, load_model, print_claims
@@ -671,10 +671,16 @@ def _pm(values: list[float | None], digits: int = 3) -> str:
 
 
 def plot(
-    inference: dict, finetuned: dict, base_L: float, lab: Any, path: Path, passkey: dict[str, Any] | None = None
+    inference: dict,
+    finetuned: dict,
+    base_L: float,
+    lab: Any,
+    path: Path,
+    passkey: dict[str, Any] | None = None,
+    baselines: dict[str, float] | None = None,
 ) -> Path:
     """Perplexity at 4x L per scaling (bars, ± sd over seeds), fine-tuned at 4x L and at L, and passkey accuracy vs
-    length."""
+    length; ``baselines`` (the corpus's n-gram count models, nats) are drawn as perplexity lines."""
     fig, axes = new_figure(1, 3, size=(18.0, 4.8))
     names = list(inference)
 
@@ -688,7 +694,6 @@ def plot(
     axes[0].set_yscale("log")
     axes[0].set_ylabel("perplexity (non-overlapping)")
     axes[0].set_title(f"RoPE model at 4x L = {FACTOR * lab.train_length}, no fine-tuning")
-    axes[0].legend(fontsize=8)
     labels = list(finetuned)
     x = list(range(len(labels)))
     axes[1].bar(
@@ -710,8 +715,9 @@ def plot(
     axes[1].axhline(base_L, color="black", linestyle="--", linewidth=1, label="base model at L")
     axes[1].set_xticks(x, labels)
     axes[1].set_title(f"after {lab.finetune_steps} fine-tuning steps at 4x L")
-    axes[1].legend(fontsize=8)
     for ax in axes[:2]:
+        draw_perplexity_baselines(ax, baselines)
+        ax.legend(fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)
     ax = axes[2]
     if passkey is not None:
@@ -1128,7 +1134,8 @@ def run(
     ]
     means = aggregate(per_seed)
     report(per_seed, means, lab, last)
-    bigram = ngram_baselines(CORPUS)["bigram"]
+    ngrams = ngram_baselines(CORPUS)
+    bigram = ngrams["bigram"]
     print(baseline_line(CORPUS))
     claims = attach(all_claims(per_seed, means, lab, last), lambda record: premise_of(record, per_seed, bigram))
     print_claims(claims)
@@ -1139,6 +1146,7 @@ def run(
         lab,
         out / "context_extension.png",
         means["passkey"],
+        ngrams,
     )
     averaging_figure = plot_averaging(per_seed, lab, last, out / "checkpoint_averaging.png")
     return {
@@ -1166,7 +1174,7 @@ def run(
         "averaging": averaging_summary(per_seed, lab, last, averaging_figure),
         "per_seed": per_seed,
         "claims": claims,
-        "ngram_baselines": ngram_baselines(CORPUS),
+        "ngram_baselines": ngrams,
         "figure": str(figure),
         "figures": [str(figure), str(averaging_figure)],
         "seconds": time.perf_counter() - start,

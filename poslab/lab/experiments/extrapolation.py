@@ -29,7 +29,15 @@ import torch
 
 from poslab.analysis.eval import evaluate_length, loss_by_position
 from poslab.display import new_figure, print_table, save_figure, series_style
-from poslab.lab.experiments.common import LAB, Experiment, baseline_line, ngram_baselines, unigram_entropy
+from poslab.lab.experiments.common import (
+    LAB,
+    Experiment,
+    baseline_line,
+    draw_perplexity_baselines,
+    ngram_baselines,
+    scheme_style_index,
+    unigram_entropy,
+)
 from poslab.lab.experiments.training import (
     CONTEXT_WINDOWS,
     SEED,
@@ -509,15 +517,13 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: di
     """
     from matplotlib.ticker import ScalarFormatter
 
-    from poslab.nn import positions
-
-    names = positions.names()
+    styles = scheme_style_index(list(table))
     fig, axes = new_figure(1, 2, size=(13.0, 5.0))
     for ax, mode, title in (
         (axes[0], "nonoverlapping", "non-overlapping chunks"),
         (axes[1], "sliding", "sliding window (stride length/2)"),
     ):
-        for i, scheme in enumerate(table):
+        for scheme in table:
             points = [
                 (f * size.train_length, table[scheme][str(f)][mode])
                 for f in FACTORS
@@ -530,7 +536,7 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: di
             seeds = [c.get("ppl_seeds") or [c["ppl"]] for _, c in points]
             yerr = [[y - min(v) for y, v in zip(ys, seeds)], [max(v) - y for y, v in zip(ys, seeds)]]
             n = len(seeds[0])
-            style = series_style(names.index(scheme) if scheme in names else len(names) + i)
+            style = series_style(styles[scheme])
             ax.errorbar(
                 xs,
                 ys,
@@ -539,15 +545,7 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: di
                 **style,
                 label=f"{scheme} (n={n})" if len(xs) > 1 else f"{scheme} (only L, n={n})",
             )
-        for name, style in (("bigram", "-."), ("trigram", (0, (1, 3)))):
-            if baselines and name in baselines:
-                ax.axhline(
-                    math.exp(baselines[name]),
-                    color="dimgray",
-                    linestyle=style,
-                    linewidth=1,
-                    label=f"{name} count model {math.exp(baselines[name]):.2f}",
-                )
+        draw_perplexity_baselines(ax, baselines)
         ax.axvline(size.train_length, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

@@ -27,13 +27,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from poslab.display import print_table
+from poslab.display import plot_loss_by_position, print_table
 from poslab.lab.experiments.common import (
     LAB,
+    NGRAM_ORDERS,
     Experiment,
     baseline_line,
     ngram_baselines,
     plot_seeded_curves,
+    scheme_style_index,
     unigram_entropy,
 )
 from poslab.lab.experiments.extrapolation import SIZES, schemes_of, train_config
@@ -47,7 +49,7 @@ from poslab.lab.experiments.training import (
     seed_values,
     train_seeded,
 )
-from poslab.lab.premises import arms_of, attach
+from poslab.lab.premises import arms_of, attach, context_gain
 from poslab.lab.verdicts import ClaimRecord, Premise, compare, deterministic, paired, pm
 from poslab.nn import positions
 from poslab.runs import RunFolder
@@ -58,6 +60,16 @@ NOPE_MAX_GAP = 0.05
 ALIBI_MIN_SPEED = 0.9
 METRIC = "val loss (whole validation split)"
 SPEED_METRIC = "training tokens per CPU second (arms alternating in one process)"
+
+
+def _gain_text(seed_runs: list[dict]) -> str:
+    """The seeds' context gains (:func:`poslab.lab.premises.context_gain`) as ``mean ± sd``, or ``-`` where none
+    is measured (a masked LM, or a window too short for it)."""
+    curves = [r["loss_by_position"] for r in seed_runs if r.get("loss_by_position")]
+    try:
+        return pm([context_gain(c) for c in curves], 3) if curves else "-"
+    except ValueError:
+        return "-"
 
 
 def quick_variants(schemes: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -224,11 +236,12 @@ def run(
                 pm(losses[name], 4),
                 delta,
                 pm(seed_values(runs[name], "best_val_loss"), 4),
+                _gain_text(runs[name]),
                 f"{sum(seed_values(runs[name], 'tokens_per_s')) / len(seeds):,.0f}",
             ]
         )
     print_table(
-        ["scheme", "val loss (whole split)", "vs learned", "best val loss (sampled)", "tokens/s"],
+        ["scheme", "val loss (whole split)", "vs learned", "best val loss (sampled)", "context gain", "tokens/s"],
         rows,
         title=f"seed 001 exercise 3: one GPT, every position scheme, {base['max_steps']} steps on {corpus!r}; "
         f"mean ± sd over seeds {list(seeds)}",
@@ -255,13 +268,27 @@ def run(
 
     claims = attach(training_claims(losses, runs, speed), premise)
     print_claims(claims)
+    styles = scheme_style_index(schemes)
     plot = plot_seeded_curves(
         runs,
         out / "position_training_curves.png",
         f"position schemes, same GPT ({base['max_steps']} steps, {corpus})",
         baseline,
         ngrams,
+        style_index=styles,
     )
+    curves = {name: [r["loss_by_position"] for r in runs[name] if r.get("loss_by_position")] for name in schemes}
+    by_position = None
+    if all(curves.values()):
+        window = len(next(iter(curves.values()))[0])
+        by_position = plot_loss_by_position(
+            curves,
+            out / "loss_by_position.png",
+            style_index=styles,
+            baselines={f"{k} count model": v for k, v in ngrams.items() if k in NGRAM_ORDERS},
+            title=f"loss at each position of the {window}-token window, validation split ({corpus}); "
+            "a model that uses its context falls below the bigram line",
+        )
     return {
         "steps": base["max_steps"],
         "quick": quick,
@@ -276,6 +303,7 @@ def run(
         "ranking": ranked,
         "claims": claims,
         "plot": str(plot),
+        "plot_by_position": None if by_position is None else str(by_position),
     }
 
 
