@@ -28,6 +28,12 @@ CPU seconds of one training at the chosen recipe are 12-15):
 * 3 seeds, L = 5, mixed, batch 128: sizes 2..5 RoPE 0.889 (400 steps), 0.913 (600); learned 0.959
   (400); sizes 3..5 (``min=3``) RoPE 1.000 (500 steps), 0.969 and learned 0.965 (400 steps, the quick
   form's recipe).
+* reverse at L = 5, mixed, sizes 3..5, batch 128, seeds 0-2 (the JSON's runs of 2026-12-05): at 2
+  layers, 1000 steps, lr 1e-2, NoPE learns it on some seeds only (0.848, 0.777, 0.495); at 3 layers,
+  1000 steps, lr 5e-3 (the quick form's recipe) every scheme of the ranking does: NoPE 0.947 (0.965,
+  0.993, 0.882), ALiBi 0.921 (0.993, 0.770, 1.000), T5 0.994, sinusoidal 0.999, learned 1.000, RoPE
+  1.000, 30-37 s of CPU per training. Past L (2L) they then order NoPE 0.44, ALiBi 0.43, T5 0.27,
+  RoPE 0.20, sinusoidal 0.08.
 * MQAR (4 pairs, L = 4): 0.27-0.31 at L for every recipe tried up to 1000 steps (RoPE, learned, no
   norm, 3 layers, 1 or 4 heads; chance 0.0625): the induction circuit it needs did not form.
   The full form's head-count recipe (8 pairs, 1500 steps of 64 at lr 3e-3, 4 heads): 0.186.

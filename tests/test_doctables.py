@@ -14,6 +14,7 @@ SNAPSHOT = json.loads((ROOT / doctables.SNAPSHOT).read_text(encoding="utf-8"))
 EXPECTED = {
     "lab.md": {"lab-summary", "lab-verdicts"},
     "extrapolation.md": {"extrapolation-verdicts", "context-extension-verdicts", "attention-entropy-verdicts"},
+    "experiments.md": {"quick-lm-premises", "probes-accuracy", "probes-verdicts"},
 }
 
 
@@ -68,3 +69,44 @@ def test_snapshot_of_a_lab_folder_and_the_command(tmp_path, capsys):
     assert "has no lab.json" in capsys.readouterr().err
     with pytest.raises(ValueError, match="unknown generated block 'nope'"):
         doctables.update("<!-- generated: nope -->\n<!-- end -->", snap)
+
+
+def _lab_with_training(tmp_path: Path) -> Path:
+    """A lab folder holding a position-training and a probes results.json of known numbers."""
+    lab_dir = tmp_path / "lab"
+    for folder, results in {
+        "position-training": {
+            "corpus": "shakespeare",
+            "ngram_baselines": {"unigram": 3.3, "bigram": 2.5, "trigram": 2.0},
+            "runs": {
+                # 16-position curves: positions 1-4 at 3.0, the last quarter at 2.8 (gain 0.2) or 2.95 (gain 0.05)
+                "rope": [{"val_loss_all": v, "loss_by_position": [3.5] + [3.0] * 11 + [2.8] * 4} for v in (1.7, 1.8)],
+                "none": [{"val_loss_all": 2.46, "loss_by_position": [3.5] + [3.0] * 11 + [2.95] * 4}],
+            },
+        },
+        "probes": {
+            "accuracy": {"reverse": {"rope": {"accuracy": {"1": [1.0, 0.8], "2": [0.2, 0.4]}}}},
+            "heads_mqar": {"4": [0.9, 1.0], "1": [0.5, 0.7]},
+        },
+    }.items():
+        (lab_dir / "experiments" / folder).mkdir(parents=True)
+        (lab_dir / "experiments" / folder / "results.json").write_text(json.dumps(results))
+    (lab_dir / "lab.json").write_text(json.dumps({"mode": "quick", "seconds": 1.0, "steps": []}))
+    return lab_dir
+
+
+def test_language_model_premises_are_rendered_from_the_runs(tmp_path):
+    snap = doctables.snapshot(_lab_with_training(tmp_path))
+    text = doctables.render(snap, "quick-lm-premises")
+    assert "bigram premise (≤ 2.450)" in text and "context premise (≥ 0.1)" in text
+    assert "| rope | 1.700, 1.800 | 0.200, 0.200 | met | met |" in text
+    # 2.46 is above bigram - 0.05 and a gain of 0.05 is below the margin
+    assert "| none | 2.460 | 0.050 | not met | not met |" in text
+    assert "bigram 2.500, trigram 2.000" in text
+
+
+def test_probe_tables_are_rendered_from_the_results(tmp_path):
+    text = doctables.render(doctables.snapshot(_lab_with_training(tmp_path)), "probes-accuracy")
+    assert "| reverse: scheme | 1L | 2L |" in text
+    assert "| rope | 0.900 ± 0.141 | 0.300 ± 0.141 |" in text
+    assert text.index("| 1 | 0.500, 0.700 | 0.600 ± 0.141 |") < text.index("| 4 | 0.900, 1.000 | 0.950 ± 0.071 |")

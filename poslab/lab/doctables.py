@@ -25,12 +25,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from poslab.lab.premises import BIGRAM_MARGIN, CONTEXT_MARGIN, context_gain
 from poslab.lab.report.builder import kind, load_manifest, load_results
 from poslab.lab.report.claims import evaluate, num
 from poslab.lab.report.i18n import name_lessons
+from poslab.lab.verdicts import mean_sd
 
 SNAPSHOT = Path("docs/results/lab-quick.json")
-DOCS = ("lab.md", "extrapolation.md")
+DOCS = ("lab.md", "extrapolation.md", "experiments.md")
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end -->)", re.S)
 #: what each kind of verdict is called in the docs (the report's English badges)
 KIND_NAMES = {"held": "held", "wrong": "did not hold", "untestable": "not testable", "inconclusive": "inconclusive"}
@@ -81,6 +83,7 @@ def snapshot(lab_dir: Path | str) -> dict[str, Any]:
         for s in manifest.get("steps", [])
         if isinstance(s, dict)
     ]
+    results = load_results(lab_dir)
     return {
         "mode": manifest.get("mode"),
         "command": manifest.get("command"),
@@ -88,7 +91,31 @@ def snapshot(lab_dir: Path | str) -> dict[str, Any]:
         "cores": (manifest.get("machine") or {}).get("cores"),
         "steps": steps,
         "claims": claims,
+        "language_models": _language_models(results.get("experiments/position-training", {})),
+        "probes": _probes(results.get("experiments/probes", {})),
     }
+
+
+def _language_models(results: dict[str, Any]) -> dict[str, Any]:
+    """Position-training's models as the premises read them: each arm's per-seed whole-split loss and
+    context gain (:func:`poslab.lab.premises.context_gain`), and the corpus's n-gram baselines."""
+    arms = {}
+    for arm, runs in (results.get("runs") or {}).items():
+        curves = [r.get("loss_by_position") for r in runs]
+        arms[arm] = {
+            "loss": [r.get("val_loss_all") for r in runs],
+            "context_gain": [context_gain(c) if c else None for c in curves],
+        }
+    return {"corpus": results.get("corpus"), "baselines": results.get("ngram_baselines"), "arms": arms}
+
+
+def _probes(results: dict[str, Any]) -> dict[str, Any]:
+    """The probes' accuracy table (task -> scheme -> factor -> per-seed accuracies) and the MQAR head counts."""
+    table = {
+        task: {scheme: cell.get("accuracy", {}) for scheme, cell in schemes.items()}
+        for task, schemes in (results.get("accuracy") or {}).items()
+    }
+    return {"accuracy": table, "heads_mqar": results.get("heads_mqar") or {}}
 
 
 def _md(value: Any) -> str:
@@ -159,6 +186,69 @@ def _of(*folders: str) -> Callable[[dict], str]:
     return render
 
 
+def _values(values: Sequence[float | None], digits: int = 3) -> str:
+    return ", ".join("—" if v is None else f"{v:.{digits}f}" for v in values)
+
+
+def _mean_sd(values: Sequence[float | None]) -> str:
+    kept = [v for v in values if v is not None]
+    if not kept:
+        return "cannot"
+    mean, sd = mean_sd(kept)
+    return f"{mean:.3f}" + (f" ± {sd:.3f}" if sd is not None else "")
+
+
+def _lm_premises(snap: dict) -> str:
+    """The quick language models against their premises (:mod:`poslab.lab.premises`)."""
+    lm = snap.get("language_models") or {}
+    base = lm.get("baselines") or {}
+    if not lm.get("arms") or "bigram" not in base:
+        return "(no position-training results in this snapshot)\n"
+    limit = base["bigram"] - BIGRAM_MARGIN
+    lines = [
+        f"| arm | loss per seed (nats/token) | context gain per seed | bigram premise (≤ {limit:.3f}) "
+        f"| context premise (≥ {CONTEXT_MARGIN:g}) |",
+        "|---|---|---|---|---|",
+    ]
+    for arm, cell in lm["arms"].items():
+        loss, gain = cell["loss"], cell["context_gain"]
+        below = all(v is not None and v <= limit for v in loss)
+        uses = all(g is not None and g >= CONTEXT_MARGIN for g in gain)
+        lines.append(
+            f"| {arm} | {_values(loss)} | {_values(gain)} | {'met' if below else 'not met'} "
+            f"| {'met' if uses else 'not met'} |"
+        )
+    lines += [
+        "",
+        f"(count-model baselines of the {lm.get('corpus')!s} validation split: unigram {base['unigram']:.3f}, "
+        f"bigram {base['bigram']:.3f}, trigram {base['trigram']:.3f}.)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _probe_accuracy(snap: dict) -> str:
+    """The probes' answer accuracy per task, scheme and test length (mean ± sd over seeds), and MQAR by heads."""
+    probes = snap.get("probes") or {}
+    lines = []
+    for task, schemes in (probes.get("accuracy") or {}).items():
+        factors = sorted({f for cell in schemes.values() for f in cell}, key=int)
+        lines += [
+            f"| {task}: scheme | " + " | ".join(f"{f}L" for f in factors) + " |",
+            "|---|" + "---:|" * len(factors),
+        ]
+        lines += [
+            f"| {scheme} | " + " | ".join(_mean_sd(cell.get(f) or []) for f in factors) + " |"
+            for scheme, cell in schemes.items()
+        ]
+        lines.append("")
+    heads = probes.get("heads_mqar") or {}
+    if heads:
+        lines += ["| MQAR: heads | accuracy at L per seed | mean ± sd |", "|---|---|---:|"]
+        ordered = sorted(heads.items(), key=lambda kv: int(kv[0]))
+        lines += [f"| {h} | {_values(v)} | {_mean_sd(v)} |" for h, v in ordered]
+    return "\n".join(lines).rstrip("\n") + "\n" if lines else "(no probes results in this snapshot)\n"
+
+
 #: block name -> renderer of the snapshot
 BLOCKS: dict[str, Callable[[dict], str]] = {
     "lab-summary": _summary,
@@ -166,6 +256,9 @@ BLOCKS: dict[str, Callable[[dict], str]] = {
     "extrapolation-verdicts": _of("experiments/extrapolation"),
     "context-extension-verdicts": _of("experiments/context-extension"),
     "attention-entropy-verdicts": _of("experiments/attention-entropy"),
+    "quick-lm-premises": _lm_premises,
+    "probes-accuracy": _probe_accuracy,
+    "probes-verdicts": _of("experiments/probes"),
 }
 
 
