@@ -52,7 +52,8 @@ CPU seconds of one training at the chosen recipe are 12-15):
   (2 pairs only for 500 steps): 4 heads 1.0, 1.0, 1.0, 0.904, 0.994, 1.0 at L (seeds 0-5; 1.0, 1.0,
   1.0 on the lab's 128 test sequences), 1 head 0.357, 0.412, 1.0, 0.398, 0.275, 0.346 (0.422, 0.445,
   1.0 on 128); 15.5-17.9 CPU seconds per training (4 heads), 14-16 (1 head). The same without the
-  curriculum: 0.264; seed 4 at 1400 steps 0.846, and at lr 2e-3 (1400 steps) 0.262.
+  curriculum: 0.264; seed 4 at 1400 steps 0.846, at lr 2e-3 (1400 steps) 0.262, at lr 1e-3 0.625
+  (seed 0 1.0): the seeds that form the circuit late need lr close to 1.5e-3.
 
 Runs not made with this script (a patched ``build_model`` or batch sampler around the same loop, or a
 copy of the loop that also scores during training and reads the attention after it) are in the JSON
