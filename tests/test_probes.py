@@ -101,6 +101,36 @@ def test_mqar_keys_distinct_and_values_consistent():
         task.sample(17, 2, torch.Generator())
 
 
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_mqar_all_queries_asks_every_key_once_after_its_pair(n: int):
+    L, B = 4, 16
+    task = P.Task("mqar", L, queries="all")
+    idx, targets = task.sample(n, B, torch.Generator().manual_seed(0))
+    assert task.n_queries(n) == task.answers_per_sequence(n) == n and P.Task("mqar", L).n_queries(n) == max(1, n // 2)
+    assert idx.shape == targets.shape == (B, task.seq_len(n)) == (B, 4 * n)
+    assert ((targets >= 0).sum(1) == n).all()  # one scored answer per key
+    seq = _full(idx, targets)
+    pairs = seq[:, 1 : 1 + 2 * n].reshape(B, n, 2)  # [B, n, (key, value)]
+    queries = seq[:, 1 + 2 * n :].reshape(B, n, 2)  # [B, n, (key, value)] in the order asked
+    for b in range(B):
+        table = dict(zip(pairs[b, :, 0].tolist(), pairs[b, :, 1].tolist()))
+        assert sorted(queries[b, :, 0].tolist()) == sorted(table)  # every key asked exactly once
+        assert queries[b, :, 1].tolist() == [table[k] for k in queries[b, :, 0].tolist()]
+    answer_positions = (targets >= 0).nonzero()[:, 1].view(B, -1)
+    assert torch.equal(answer_positions[0], torch.arange(2 * n + 1, 4 * n, 2))  # at each query key
+    if n == 5:
+        orders = {tuple((queries[b, :, 0:1] == pairs[b, :, 0]).float().argmax(1).tolist()) for b in range(B)}
+        assert len(orders) > 1  # the order of the queries is random
+    # a recipe's mqar_queries reaches the task it trains and tests; other tasks keep their own
+    recipe = P.ProbeRecipe(mqar_queries="all")
+    assert recipe.task("mqar", L) == task and recipe.task("reverse", L) == P.Task("reverse", L)
+    assert "every key" in P.describe(task) and "n/2 keys" in P.describe(P.Task("mqar", L))
+    with pytest.raises(ValueError, match="mqar queries must be one of half, all"):
+        P.Task("mqar", L, queries="some")
+    with pytest.raises(ValueError, match="mqar_queries must be one of half, all"):
+        P.ProbeRecipe(mqar_queries="some")
+
+
 def test_count_answers_are_the_counts():
     n = 20
     _, idx, targets = _batch("count", n)

@@ -15,8 +15,9 @@ Jaggi 2023, https://arxiv.org/abs/2305.16300, for passkey retrieval):
 * ``reverse``: ``x_1..x_n SEP x_n..x_1``.
 * ``retrieve``: ``x_1..x_n SEP (i_k, x_k) x Q``: an index token ``i_k`` asks for the token at position
   ``k`` (``k < min(n, L)``, so every index token is seen in training).
-* ``mqar``: ``n`` key-value pairs ``k v``, then ``max(1, n // 2)`` of the keys again, each followed by
-  its value (distinct keys per sequence).
+* ``mqar``: ``n`` key-value pairs ``k v``, then ``max(1, n // 2)`` of the keys again (``queries="half"``)
+  or every key once in a random order (``queries="all"``), each followed by its value (distinct keys
+  per sequence).
 * ``count``: ``n`` tokens holding each of ``M`` countable symbols ``c_s <= C`` times (the rest filler),
   then every countable symbol followed by its count token (counts stay in ``[0, C]`` at every size).
 * ``passkey``: ``n`` filler tokens with ``KEY d_1..d_D`` hidden at a random place, then ``SEP d_1..d_D``.
@@ -49,6 +50,8 @@ DIGITS = 10  # passkey: digit alphabet
 KEY_DIGITS = 4  # passkey: digits of the key
 
 TASKS = ("copy", "reverse", "retrieve", "mqar", "count", "passkey")
+#: mqar: which keys are asked again ("half": ``max(1, n // 2)`` of them; "all": every key, in a random order)
+MQAR_QUERIES = ("half", "all")
 
 
 @dataclass(frozen=True)
@@ -59,22 +62,31 @@ class Task:
         name: one of :data:`TASKS`.
         train_size: ``L``; also fixes vocabularies that depend on it (retrieve's index tokens,
             mqar's keys: ``4 L`` distinct keys so that sizes up to ``4 L`` stay distinct).
+        queries: mqar only, one of :data:`MQAR_QUERIES`: ``"half"`` asks ``max(1, n // 2)`` of the
+            ``n`` keys again, ``"all"`` asks every key once (``n`` scored answers per sequence).
     """
 
     name: str
     train_size: int
+    queries: str = "half"
 
     def __post_init__(self) -> None:
         if self.name not in TASKS:
             raise ValueError(f"unknown probe task {self.name!r}; choose one of {', '.join(TASKS)}")
         if isinstance(self.train_size, bool) or not isinstance(self.train_size, int) or self.train_size < 2:
             raise ValueError(f"train size L must be an integer >= 2, got {self.train_size!r}")
+        if self.queries not in MQAR_QUERIES:
+            raise ValueError(f"mqar queries must be one of {', '.join(MQAR_QUERIES)}, got {self.queries!r}")
 
     # ------------------------------------------------------------------------------ vocabulary
     @property
     def n_keys(self) -> int:
         """mqar: distinct keys available (``4 L``, enough for the ``4 L`` test)."""
         return 4 * self.train_size
+
+    def n_queries(self, n: int) -> int:
+        """mqar: keys asked again at size ``n`` (``max(1, n // 2)``, or ``n`` with ``queries="all"``)."""
+        return n if self.queries == "all" else max(1, n // 2)
 
     @property
     def vocab_size(self) -> int:
@@ -96,7 +108,7 @@ class Task:
             "copy": 2 * n + 2,
             "reverse": 2 * n + 2,
             "retrieve": n + 2 + 2 * QUERIES,
-            "mqar": 1 + 2 * n + 2 * max(1, n // 2),
+            "mqar": 1 + 2 * n + 2 * self.n_queries(n),
             "count": n + 2 + 2 * COUNTABLE,
             "passkey": n + 2 + 2 * KEY_DIGITS + 1,
         }[self.name]
@@ -111,7 +123,7 @@ class Task:
             "copy": n,
             "reverse": n,
             "retrieve": QUERIES,
-            "mqar": max(1, n // 2),
+            "mqar": self.n_queries(n),
             "count": COUNTABLE,
             "passkey": KEY_DIGITS,
         }[self.name]
@@ -178,8 +190,8 @@ def _mqar(task: Task, n: int, batch: int, g: torch.Generator) -> tuple[Tensor, T
     values = _randint(VALUES, (batch, n), g)  # [B, n]
     key_tok, value_tok = FIRST + keys, FIRST + task.n_keys + values
     pairs = torch.stack([key_tok, value_tok], dim=2).reshape(batch, 2 * n)  # [B, n, 2] -> [B, 2n]
-    q = max(1, n // 2)
-    asked = _perm(batch, n, g)[:, :q]  # [B, q] which pairs are queried
+    q = task.n_queries(n)
+    asked = _perm(batch, n, g)[:, :q]  # [B, q] which pairs are queried, in the order asked
     part = torch.stack([key_tok.gather(1, asked), value_tok.gather(1, asked)], dim=2).reshape(batch, 2 * q)  # [B, 2q]
     bos = torch.full((batch, 1), BOS, dtype=torch.long)
     seq = torch.cat([bos, pairs, part], dim=1)  # [B, 1 + 2n + 2q] (the queries follow the pairs, no SEP)
@@ -248,6 +260,8 @@ class ProbeRecipe:
             std 0.02).
         mixed_sizes: every batch holds every training size in equal shares (right-padded to the
             longest; pad targets ``-1``); off: one size per batch, drawn uniformly.
+        mqar_queries: the mqar task's :attr:`Task.queries`, in training and in test (other tasks
+            ignore it).
     """
 
     n_layer: int = 2
@@ -262,6 +276,7 @@ class ProbeRecipe:
     curriculum_steps: int = 0
     embed_norm: bool = True
     mixed_sizes: bool = False
+    mqar_queries: str = "half"
 
     def __post_init__(self) -> None:
         if self.min_size is not None and (
@@ -274,6 +289,12 @@ class ProbeRecipe:
             or self.curriculum_steps < 0
         ):
             raise ValueError(f"curriculum_steps must be a non-negative integer, got {self.curriculum_steps!r}")
+        if self.mqar_queries not in MQAR_QUERIES:
+            raise ValueError(f"mqar_queries must be one of {', '.join(MQAR_QUERIES)}, got {self.mqar_queries!r}")
+
+    def task(self, name: str, train_size: int) -> Task:
+        """The task ``name`` at ``L = train_size`` as this recipe trains and tests it."""
+        return Task(name, train_size, queries=self.mqar_queries if name == "mqar" else "half")
 
     def size_range(self, task: Task, step: int) -> tuple[int, int]:
         """The training sizes ``(low, high)`` (inclusive) drawn from at ``step``.
@@ -385,7 +406,7 @@ def train_probe(
     if threads is not None:
         torch.set_num_threads(threads)
     start = time.perf_counter()
-    task = Task(task_name, train_size)
+    task = recipe.task(task_name, train_size)
     model = build_model(task, scheme, recipe, seed)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.98), weight_decay=0.0)
@@ -485,7 +506,7 @@ def train_probes_stacked(
     if threads is not None:
         torch.set_num_threads(threads)
     start = time.perf_counter()
-    task = Task(task_name, train_size)
+    task = recipe.task(task_name, train_size)
     models = [build_model(task, scheme, recipe, seed) for seed in seeds]
     stack = StackedGPT(models, vmap=vmappable(models[0]))
     params = list(stack.params.values())
@@ -535,13 +556,15 @@ def describe(task: Task) -> str:
         "copy": "x1..xn SEP x1..xn",
         "reverse": "x1..xn SEP xn..x1",
         "retrieve": f"x1..xn SEP (index k, x_k) x {QUERIES}",
-        "mqar": "n pairs (key value), then n/2 keys each followed by its value",
+        "mqar": f"n pairs (key value), then {'every key' if task.queries == 'all' else 'n/2 keys'} "
+        "each followed by its value",
         "count": f"n tokens, {COUNTABLE} symbols each 0..{MAX_COUNT} times; SEP (symbol, count) x {COUNTABLE}",
         "passkey": f"n filler tokens hiding KEY d1..d{KEY_DIGITS}; SEP d1..d{KEY_DIGITS}",
     }[task.name]
 
 
 __all__ = [
+    "MQAR_QUERIES",
     "TASKS",
     "ProbeRecipe",
     "Task",
