@@ -82,6 +82,7 @@ def _lab_with_training(tmp_path: Path) -> Path:
                 # 16-position curves: positions 1-4 at 3.0, the last quarter at 2.8 (gain 0.2) or 2.95 (gain 0.05)
                 "rope": [{"val_loss_all": v, "loss_by_position": [3.5] + [3.0] * 11 + [2.8] * 4} for v in (1.7, 1.8)],
                 "none": [{"val_loss_all": 2.46, "loss_by_position": [3.5] + [3.0] * 11 + [2.95] * 4}],
+                "learned": [{"val_loss_all": 1.9, "loss_by_position": [3.0, 2.0, 2.0, 2.0]}],  # too short to judge
             },
         },
         "probes": {
@@ -102,6 +103,7 @@ def test_language_model_premises_are_rendered_from_the_runs(tmp_path):
     assert "| rope | 1.700, 1.800 | 0.200, 0.200 | met | met |" in text
     # 2.46 is above bigram - 0.05 and a gain of 0.05 is below the margin
     assert "| none | 2.460 | 0.050 | not met | not met |" in text
+    assert "| learned | 1.900 | — | met | not met |" in text
     assert "bigram 2.500, trigram 2.000" in text
 
 

@@ -101,12 +101,20 @@ def _language_models(results: dict[str, Any]) -> dict[str, Any]:
     context gain (:func:`poslab.lab.premises.context_gain`), and the corpus's n-gram baselines."""
     arms = {}
     for arm, runs in (results.get("runs") or {}).items():
-        curves = [r.get("loss_by_position") for r in runs]
         arms[arm] = {
             "loss": [r.get("val_loss_all") for r in runs],
-            "context_gain": [context_gain(c) if c else None for c in curves],
+            "context_gain": [_gain(r.get("loss_by_position")) for r in runs],
         }
     return {"corpus": results.get("corpus"), "baselines": results.get("ngram_baselines"), "arms": arms}
+
+
+def _gain(curve: Sequence[float] | None) -> float | None:
+    """:func:`poslab.lab.premises.context_gain` of a per-position curve, ``None`` where it has none (a masked LM)
+    or is too short for one."""
+    try:
+        return context_gain(curve) if curve else None
+    except ValueError:
+        return None
 
 
 def _probes(results: dict[str, Any]) -> dict[str, Any]:
