@@ -60,6 +60,24 @@ CPU seconds of one training at the chosen recipe are 12-15):
   1.0 on 128); 15.5-17.9 CPU seconds per training (4 heads), 14-16 (1 head). The same without the
   curriculum: 0.264; seed 4 at 1400 steps 0.846, at lr 2e-3 (1400 steps) 0.262, at lr 1e-3 0.625
   (seed 0 1.0): the seeds that form the circuit late need lr close to 1.5e-3.
+* MQAR, the full form's head-count runs (8 heads at width 64, head size 8; the JSON's runs of
+  2026-12-05 16:50-17:25; those with a ``"trace"`` are ``benchmarks/probe_trace.py``'s, a copy of the
+  loop that scores sizes 2, L//2, L on 64 sequences during training): 8 pairs (L = 8) are out of reach
+  of the curriculum. The task has ``4 L`` keys, and at 32 keys even 2 pairs alone are never learned:
+  0.45-0.66 at 2 pairs at the end (the one-of-two guess) after 1000-3000 steps of 2 pairs only at
+  lr 5e-4, 1e-3, 1.5e-3, 3e-3 and 1e-2 (seeds 0, 1, 2; 1, 4 or 8 heads; 3 layers; no norm; batch 128),
+  and the curriculum recipe 3000 steps (curriculum 1800) at lr 1.5e-3 gives 0.189 at L. At 16 keys
+  (L = 4) 8 heads learn 2 pairs in about 400 steps (seed 0, lr 1.5e-3); at 20 keys (L = 5, lr 1e-3)
+  seed 2 by step 600, seed 1 not in 1500 and seed 0 not in 2500 steps. Curricula at L = 5 (2000/1300)
+  and L = 6 (2400/1600) at lr 1.5e-3: 0.258 and 0.240 (seed 0); L = 5, 4000 steps (curriculum 3200) at
+  lr 1e-3: 0.232, 0.258, 1.0 (seeds 0-2), 48 CPU seconds per training. So the largest L that works is
+  4 (16 keys). At L = 4 the quick form's recipe (1600 steps, curriculum 1000, lr 1.5e-3) gives 8
+  heads 1.0, 1.0, 1.0, 1.0, 0.242 (seeds 0-4; seed 4 stays at the guess at 2 pairs under lr 1.5e-3 and
+  reaches 0.80-0.83 there after 1000-1500 steps at lr 1e-3). The chosen recipe, 4 pairs, 3000 steps of 64
+  at lr 1e-3, warmup 100, curriculum 2400 (2 pairs only for 1200 steps), seeds 0-4: 8 heads 1.0, 1.0,
+  1.0, 0.908, 0.920 (mean 0.966), 4 heads 1.0, 1.0, 0.998, 0.691, 1.0 (0.938), 2 heads 0.582, 0.486,
+  1.0, 0.398, 0.645 (0.622), 1 head 0.436, 0.414, 0.436, 0.396, 0.234 (0.383); 25-36 CPU seconds per
+  training (8 heads 33-36).
 
 Runs not made with this script (a patched ``build_model`` or batch sampler around the same loop, or a
 copy of the loop that also scores during training and reads the attention after it) are in the JSON
