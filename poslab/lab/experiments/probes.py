@@ -101,6 +101,10 @@ QUICK_SCHEMES = ("none", "learned", "sinusoidal", "rope", "alibi", "t5")
 # 2 pairs are learned in about 300 steps; growing the largest size from 2 to 4 pairs over the first
 # 1000 of 1600 steps at lr 1.5e-3 carries the circuit to 4 pairs: 4 heads 1.0 at L on seeds 0-2 (and
 # 0.904-1.0 on seeds 3-5), about 17 s of one core per training. lr 2e-3 lost a late seed (0.262).
+# The full form's head-count runs (1, 2, 4, 8 heads, seeds 0-4) keep 4 pairs too: the task has 4 L keys,
+# and at 8 pairs (32 keys) not even the curriculum's first stage, 2 pairs, was learned in 3000 steps at
+# any lr from 5e-4 to 1e-2; at 4 pairs, 3000 steps at lr 1e-3 with 1200 steps of 2 pairs gave 8 heads
+# 0.966 and 4 heads 0.938 on the 5-seed mean (2 heads 0.622, 1 head 0.383), 25-36 s of one core each.
 FORMS = {
     "smoke": Form(
         "smoke",
@@ -161,9 +165,17 @@ FORMS = {
         ),
         heads=(1, 2, 4, 8),
         heads_recipe=ProbeRecipe(
-            n_layer=2, n_head=4, n_embd=64, steps=1500, batch_size=64, lr=3e-3, warmup_steps=100, eval_batch=256
+            n_layer=2,
+            n_head=4,
+            n_embd=64,
+            steps=3000,
+            batch_size=64,
+            lr=1e-3,
+            warmup_steps=100,
+            eval_batch=256,
+            curriculum_steps=2400,
         ),
-        heads_size=8,
+        heads_size=4,
     ),
 }
 
