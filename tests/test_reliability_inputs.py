@@ -225,12 +225,12 @@ def run_dir() -> Path:
         return tiny_run("rope")
 
 
-def test_tiny_temperature_is_greedy_not_a_traceback(run_dir, capsys):
-    """``logits / 1e-45`` overflows to inf and the softmax to NaN: a temperature that small samples greedily."""
-    assert (
-        main(["sample", str(run_dir), "--prompt", "白日", "--tokens", "6", "--temperature", "1e-45", "--seed", "1"])
-        == 0
-    )
+@pytest.mark.parametrize("temperature", ["1e-45", "1e-300", "5e-324"])
+def test_tiny_temperature_is_greedy_not_a_traceback(run_dir, temperature, capsys):
+    """``logits / 1e-45`` overflows fp32 to inf and the softmax to NaN, and 1e-300 is 0 in fp32: a temperature
+    that small samples greedily."""
+    argv = ["sample", str(run_dir), "--prompt", "白日", "--tokens", "6", "--temperature", temperature, "--seed", "1"]
+    assert main(argv) == 0
     tiny = capsys.readouterr().out
     assert main(["sample", str(run_dir), "--prompt", "白日", "--tokens", "6", "--temperature", "0"]) == 0
     assert tiny == capsys.readouterr().out  # the limit of a vanishing temperature is greedy decoding

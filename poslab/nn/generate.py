@@ -34,9 +34,11 @@ def filter_logits(
     raw = logits.float()  # [B, V]
     logits = raw / temperature  # [B, V]
     if not bool(torch.isfinite(logits[torch.isfinite(raw)]).all()):
-        # a tiny temperature (1e-45) overflowed fp32 to inf (then NaN in the softmax): shift first, which
-        # softmax ignores; the best logit stays 0, the others go to -inf: greedy, as the limit is
-        logits = (raw - raw.amax(dim=-1, keepdim=True)) / temperature  # [B, V]
+        # a tiny temperature (1e-45) overflowed fp32 to inf (then NaN in the softmax), or is 0 in fp32
+        # (1e-300): shift first, which softmax ignores, and divide in fp64 (which holds every Python
+        # float > 0); the best logit stays 0, the others go to -inf: greedy, as the limit is
+        shifted = raw.double() - raw.double().amax(dim=-1, keepdim=True)  # [B, V]
+        logits = (shifted / temperature).float()  # [B, V]
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # [B, 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
