@@ -295,6 +295,22 @@ def test_weights_that_overflow_the_logits_are_one_line(run, capsys):  # noqa: F8
     refused(capsys, ["sample", str(run), "--tokens", "3", "--seed", "1"], "logits are not finite")
 
 
+@pytest.mark.parametrize("factor", [1e30, 1e8])
+def test_eval_of_weights_that_overflow_the_loss_is_one_line_and_writes_no_json(run, factor, tmp_path, capsys):  # noqa: F811
+    """Embeddings x1e30 make the loss NaN; x1e8 a finite loss whose perplexity overflows a float: neither is
+    printed as ``nan``/``inf`` nor written to ``--out`` as JSON's invalid ``NaN``."""
+
+    def scale(tensors):
+        return {k: (v * factor if k == "model.tok_emb.weight" else v) for k, v in tensors.items()}
+
+    reforge(run, tensors_edit=scale)
+    out = tmp_path / "e.json"
+    line = refused(
+        capsys, ["eval", str(run), "--lengths", "16", "--out", str(out)], "the model's loss is", "at length 16"
+    )
+    assert "checkpoint is damaged" in line and not out.exists()
+
+
 # ---------------------------------------------------------------------- 13. extreme legal values: refused, not NaN
 EXTREME = [
     ("rope", {"base": 1e-300}, "base=1e-300 gives frequencies"),

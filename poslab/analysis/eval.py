@@ -43,6 +43,8 @@ from poslab.nn.positions.rope import parse_scaling
 
 #: Tokens per forward pass when batching windows (a window longer than this runs alone).
 DEFAULT_BATCH_TOKENS = 4096
+#: the largest mean loss (nats) whose perplexity ``exp(loss)`` a float holds (exp overflows past 709.78)
+MAX_LOSS = 700.0
 
 
 # ------------------------------------------------------------------------------------ parsing
@@ -301,6 +303,12 @@ def score_windows(
             total += float(losses[keep].double().sum())
             count += int(keep.sum())
     loss = total / count
+    if not math.isfinite(loss) or loss > MAX_LOSS:
+        raise ValueError(
+            f"the model's loss is {'not finite (NaN/inf)' if not math.isfinite(loss) else f'{loss:.4g} nats'} "
+            f"at length {max(w.length for w in windows)}: its weights overflow fp32 (a perplexity needs a finite loss "
+            f"<= {MAX_LOSS:.0f}); the checkpoint is damaged or was not trained by poslab"
+        )
     return {"loss": loss, "ppl": math.exp(loss), "n_tokens": count}
 
 

@@ -66,6 +66,6 @@ def run(args: argparse.Namespace) -> int:
     print_table(*evaluation.results_table(results["lengths"]), title=title)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(args.out, results)
+        atomic_write_json(args.out, results, allow_nan=False)  # strict JSON: no NaN/Infinity
         print(f"results in {args.out}")
     return 0
