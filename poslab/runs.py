@@ -286,7 +286,7 @@ class RunFolder:
             with contextlib.suppress(RunFileError):
                 cached = self._object(PEAK)
         value = cached.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
             cached[key] = value = measure()
             atomic_write_json(self.file(PEAK), cached)
         return float(value)

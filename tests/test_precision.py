@@ -83,6 +83,48 @@ def test_figures_are_measured_once_per_machine_and_a_corrupt_cache_is_measured_a
     assert json.loads(path.read_text())[precision.machine_key()]["bf16_step_s"] == BF16_FASTER.bf16_step_s
 
 
+BAD_CACHED = ["0", "1e-400", "-1.0", "-1000.0", "NaN", "Infinity", "-Infinity", "true", '"0.01"', "1e30", "null"]
+
+
+def write_cache(path, fp32_step: str) -> None:
+    """A cache record for this machine whose ``fp32_step_s`` is the raw JSON text ``fp32_step``."""
+    text = (
+        f'{{{json.dumps(precision.machine_key())}: {{"fp32_step_s": {fp32_step}, "bf16_step_s": 0.004, '
+        '"fp32_matmul_flops": 1e11, "bf16_matmul_flops": 3e11}}'
+    )
+    path.write_text(text, encoding="utf-8")
+
+
+@pytest.mark.parametrize("bad", BAD_CACHED)
+def test_a_cached_figure_that_is_not_a_plausible_time_is_measured_again(tmp_path, bad):
+    """0, an underflow to 0, negative, non-finite, bool, string or absurd: measured again and the cache
+    replaced, never a ZeroDivisionError or a negative/NaN time in the header or results.json."""
+    path = tmp_path / "precision.json"
+    write_cache(path, bad)
+    stub = Stub(BF16_SLOWER)
+    choice = choose_dtype("auto", CPU, stub, path)
+    assert stub.calls == 1 and choice.figures == BF16_SLOWER and choice.dtype == "fp32"
+    assert "-" not in choice.reason and "nan" not in choice.reason.lower()
+    json.dumps(choice.to_dict(), allow_nan=False)  # what results.json records is strict JSON
+    assert json.loads(path.read_text())[precision.machine_key()]["fp32_step_s"] == BF16_SLOWER.fp32_step_s
+    assert cached_figures(stub, path) == BF16_SLOWER and stub.calls == 1  # the replaced cache is used
+
+
+def test_a_symlinked_cache_is_read_through_and_replaced_not_written_through(tmp_path):
+    target = tmp_path / "elsewhere.json"
+    write_cache(target, "0")
+    before = target.read_text()
+    link = tmp_path / "precision.json"
+    link.symlink_to(target)
+    stub = Stub(BF16_FASTER)
+    assert cached_figures(stub, link) == BF16_FASTER and stub.calls == 1
+    assert target.read_text() == before and not link.is_symlink()  # the link's target is never written
+    write_cache(target, "0.01")
+    link.unlink()
+    link.symlink_to(target)
+    assert cached_figures(stub, link).fp32_step_s == 0.01 and stub.calls == 1  # a good linked cache is used
+
+
 def test_the_real_measurement_returns_positive_figures(tmp_path):
     figures = precision.measure(reps=2, budget_s=0.2, rounds=1)
     assert figures.fp32_step_s > 0 and figures.bf16_step_s > 0

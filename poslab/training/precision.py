@@ -16,7 +16,6 @@ the measured ratio.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 import torch
 
 from poslab.fileio import atomic_write_json
+from poslab.safe_load import load_json
 
 #: the dtypes a run computes in; ``"auto"`` resolves to one of them
 CONCRETE_DTYPES = ("fp32", "bf16")
@@ -162,24 +162,53 @@ def measure(reps: int = 5, budget_s: float = 1.5, rounds: int = 3) -> PrecisionF
     return PrecisionFigures(fp32_step, bf16_step, flops / fp32_mm, flops / bf16_mm)
 
 
+#: the plausible range of each cached figure: a step of the probe model takes about a millisecond to a
+#: second on any machine torch runs on, a 512 x 512 matmul runs at 1 MFLOP/s to 1 EFLOP/s; a cached
+#: value outside it (0, 1e-400 read as 0, a negative or absurd time, NaN, a bool) is a damaged or
+#: forged file, measured again
+FIGURE_RANGES = {
+    "fp32_step_s": (1e-7, 1e4),
+    "bf16_step_s": (1e-7, 1e4),
+    "fp32_matmul_flops": (1e6, 1e18),
+    "bf16_matmul_flops": (1e6, 1e18),
+}
+
+
+def valid_figures(entry: object) -> PrecisionFigures | None:
+    """``entry`` (one cached record) as figures when every field is a finite number in :data:`FIGURE_RANGES`
+    (a bool or a string is not a number), else ``None``."""
+    if not isinstance(entry, dict):
+        return None
+    values = {}
+    for name, (low, high) in FIGURE_RANGES.items():
+        value = entry.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            return None  # NaN fails the range comparison too
+        values[name] = float(value)
+    return PrecisionFigures(**values)
+
+
 def cached_figures(measure_fn: Measure = measure, path: Path | None = None) -> PrecisionFigures:
     """This machine's figures: from the cache, else measured now and cached.
 
-    A cache file that cannot be read or parsed is measured again and rewritten; one that cannot be
-    written is left as it is (the figures are still returned).
+    A cache file that cannot be read or parsed, or whose record for this machine is not valid
+    (:func:`valid_figures`: a zero, negative, non-finite or absurd figure, a bool), is measured again
+    and rewritten; one that cannot be written is left as it is (the figures are still returned). A
+    cache file that is a symbolic link is read through it (a cache folder kept elsewhere) and,
+    rewritten, replaced by a file: the link's target is never written.
     """
     path = cache_path() if path is None else path
     key = machine_key()
     entries: dict = {}
     try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(entries, dict):
-            entries = {}
-        found = entries.get(key)
-        if isinstance(found, dict):
-            return PrecisionFigures(**{k: float(found[k]) for k in PrecisionFigures.__dataclass_fields__})
-    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        entries = load_json(path.read_text(encoding="utf-8"), repr(str(path)))
+    except (OSError, ValueError):  # missing, unreadable, not UTF-8, not JSON, nested too deeply
         pass
+    if not isinstance(entries, dict):
+        entries = {}
+    cached = valid_figures(entries.get(key))
+    if cached is not None:
+        return cached
     figures = measure_fn()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -250,4 +279,5 @@ __all__ = [
     "choose_dtype",
     "machine_key",
     "measure",
+    "valid_figures",
 ]
