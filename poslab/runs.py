@@ -48,6 +48,7 @@ from poslab.nn.model import GPT, GPTConfig
 from poslab.safe_load import load_json
 from poslab.training import checkpoint as ckpt
 from poslab.training.averaging import average_state_dicts, normalised_weights
+from poslab.training.checkpoint import training_state_missing
 from poslab.training.config import TrainConfig, resume_identity
 from poslab.training.data import model_vocab_size
 from poslab.training.lock import RunLock, ensure_writable, interrupted_start, is_locked, remove_stale_temp_files
@@ -66,9 +67,6 @@ RUN_FILES = (CONFIG, TOKENIZER, METRICS, RESULTS, PEAK)
 STATES = ("missing", "running", "interrupted", "finished", "failed")
 #: the splits of a run's own corpus
 SPLITS = ("val", "train")
-#: what a checkpoint must hold to continue training (a model-only one can still be sampled)
-_TRAINING_META = ("optimizer", "log_loss_sum", "log_loss_count", "best", "tokens_seen")
-_TRAINING_TENSORS = ("rng.torch", "rng.data")
 
 
 class RunFileError(ValueError):
@@ -304,16 +302,24 @@ class RunFolder:
         return self.path / ckpt.CHECKPOINT_DIR / f"{ckpt.checkpoint_name(step or 0)}.safetensors"
 
     def save_checkpoint(self, step: int, tensors: dict[str, Tensor], meta: dict[str, Any], keep: int = 0) -> Path:
+        """Checkpoint ``step``; its JSON records the digests of the run files it depends on (:meth:`file_digests`)."""
+        meta = {**meta, ckpt.RUN_FILES: self.file_digests()}
         return ckpt.save_checkpoint(self.path, step, tensors, meta, keep=keep)
+
+    def file_digests(self) -> dict[str, str | None]:
+        """:func:`~poslab.training.checkpoint.run_file_digests` of the folder's config and tokenizer."""
+        return ckpt.run_file_digests(self.config() if self.is_run else {}, self.file(TOKENIZER))
 
     def load_checkpoint(self, step: int | None = None, identity: dict | None = None) -> tuple[dict[str, Tensor], dict]:
         """Checkpoint ``step`` (default ``latest``), verified and checked against the run's config.
 
         Raises:
-            CheckpointError: missing, corrupt, or written by another config (the keys listed).
+            CheckpointError: missing, corrupt, written by another config (the keys listed), or a run file
+                it depends on (``tokenizer.json``, ``config.json``'s data) changed since it was written.
         """
         tensors, meta = ckpt.load_checkpoint(self.path, step)
         self._check_checkpoint_config(meta, identity if identity is not None else self.resume_identity(), meta["step"])
+        ckpt.check_run_files(meta, self.file_digests(), self.path)
         return tensors, meta
 
     def _check_checkpoint_config(self, meta: dict, identity: dict, step: int) -> None:
@@ -659,30 +665,6 @@ class RunFolder:
         os.replace(self.path, displaced)
         self.path.mkdir(parents=True)
         return False, displaced
-
-
-def training_state_missing(tensors: dict[str, Tensor], meta: dict[str, Any]) -> list[str]:
-    """What a checkpoint lacks to continue training exactly (``[]`` when it has it all)."""
-    missing = [key for key in _TRAINING_TENSORS if key not in tensors]
-    missing += [f"{key!r} in its JSON" for key in _TRAINING_META if key not in meta]
-    optimizer = meta.get("optimizer")
-    if isinstance(optimizer, dict) and isinstance(optimizer.get("param_groups"), list):
-        for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
-            # AdamW groups (they have betas) keep exp_avg/exp_avg_sq, Muon groups a momentum_buffer per parameter
-            indices = [
-                i
-                for group in optimizer["param_groups"]
-                if isinstance(group, dict) and (("betas" in group) == (key != "momentum_buffer"))
-                for i in group.get("params", [])
-            ]
-            if (
-                any(f"optim.state.{i}.{key}" not in tensors for i in indices)
-                and f"the optimizer's {key}" not in missing
-            ):
-                missing.append(f"the optimizer's {key}")
-    elif "optimizer" in meta:
-        missing.append("the optimizer's param_groups")
-    return missing
 
 
 def refuse_existing_run(out: str | Path, action: str) -> Path:

@@ -48,6 +48,7 @@ COUNTS = {
     "subprocess_cases": 0,
     "models_run": 0,
     "forged_runs": 0,
+    "consistent_forgeries_refused": 0,
 }
 
 TRAIN_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
@@ -535,7 +536,12 @@ TENSOR_EDITS = ["scale", "int64", "bool", "uint8", "float16", "float64", "flatte
 @st.composite
 def forgeries(draw):
     """One consistent forgery: ``(kind, target, edit)`` with checksums recomputed after it."""
-    kind = draw(st.sampled_from(["tensor", "meta", "tokenizer", "config"]))
+    kind = draw(st.sampled_from(["tensor", "meta", "tokenizer", "config", "swap", "data"]))
+    if kind == "swap":  # a still valid tokenizer: two of its letters exchanged
+        return kind, draw(st.integers(0, 10_000)), draw(st.integers(1, 10_000))
+    if kind == "data":  # a value of config.json's data section (not the tokenizer's digest) replaced
+        key = draw(st.sampled_from(["corpus", "corpus_sha256", "chars", "split", "train_tokens", "val_tokens", "new"]))
+        return kind, key, draw(values | extreme_numbers)
     if kind == "tensor":
         return kind, draw(st.integers(0, 10_000)), (draw(st.sampled_from(TENSOR_EDITS)), draw(extreme_numbers))
     if kind == "meta":
@@ -561,6 +567,15 @@ def forgeries(draw):
             draw(values | deep_values | st.integers(0, 70)),
         )
     return kind, draw(st.sampled_from(["n_embd", "vocab_size", "position", "block_size", "n_head"])), draw(values)
+
+
+def _record_tokenizer_digest(run: Path) -> None:
+    """Write the sha256 of ``run/tokenizer.json`` into ``config.json``: the forgery is consistent."""
+    from poslab.fileio import sha256_file
+
+    doc = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    doc.setdefault("data", {})["tokenizer_sha256"] = sha256_file(run / "tokenizer.json")
+    (run / "config.json").write_text(json.dumps(doc), encoding="utf-8")
 
 
 def _apply_forgery(run: Path, forgery: tuple) -> None:
@@ -591,6 +606,22 @@ def _apply_forgery(run: Path, forgery: tuple) -> None:
             meta[target] = edit
         ckpt.save_checkpoint(run, step, tensors, meta)
         return
+    if kind == "swap":
+        data = json.loads((run / "tokenizer.json").read_text(encoding="utf-8"))
+        chars = list(data["chars"])
+        i, j = target % len(chars), (target + edit) % len(chars)
+        if chars[i] == chars[j]:
+            j = (i + 1) % len(chars)
+        chars[i], chars[j] = chars[j], chars[i]
+        data["chars"] = "".join(chars) if isinstance(data["chars"], str) else chars
+        (run / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+        _record_tokenizer_digest(run)
+        return
+    if kind == "data":
+        doc = json.loads((run / "config.json").read_text(encoding="utf-8"))
+        doc["data"][target] = edit
+        (run / "config.json").write_text(json.dumps(doc, default=str), encoding="utf-8")
+        return
     if kind == "tokenizer":
         chars = json.loads((run / "tokenizer.json").read_text(encoding="utf-8")).get("chars", ["a"])
         body = {
@@ -603,12 +634,7 @@ def _apply_forgery(run: Path, forgery: tuple) -> None:
             json.dumps(body, default=str) if not isinstance(edit, str) or not edit.startswith(("[", "{")) else edit,
             encoding="utf-8",
         )
-        from poslab.fileio import sha256_file
-
-        field, value = "tokenizer_sha256", sha256_file(run / "tokenizer.json")
-        doc = json.loads((run / "config.json").read_text(encoding="utf-8"))
-        doc.setdefault("data", {})[field] = value
-        (run / "config.json").write_text(json.dumps(doc), encoding="utf-8")
+        _record_tokenizer_digest(run)
         return
     doc = json.loads((run / "config.json").read_text(encoding="utf-8"))
     doc["model"][target] = edit
@@ -654,15 +680,24 @@ def _forged_test(slow: bool, trained: Path, scratch: Path):
         if run.exists():
             shutil.rmtree(run)
         shutil.copytree(trained, run)
+        before = json.loads((run / "config.json").read_text(encoding="utf-8"))["data"]
         _apply_forgery(run, forgery)
         COUNTS["forged_runs"] += 1
-        _forged_cli(["sample", str(run), "--tokens", "2", "--seed", "1"])
+        code = _forged_cli(["sample", str(run), "--tokens", "2", "--seed", "1"])
+        if forgery[0] == "swap" or (forgery[0] == "data" and json.loads(json.dumps(before)) != _data_of(run)):
+            # a valid file rewritten with its recorded digest: the checkpoint's record of the run files refuses it
+            assert code == 2, forgery
+            COUNTS["consistent_forgeries_refused"] += 1
         if also_resume:
             _forged_cli(
                 ["train", "--resume", "--name", "A", "--out_dir", str(scratch), "--max_steps", "3", "--no-progress"]
             )
 
     return check
+
+
+def _data_of(run: Path) -> dict:
+    return json.loads(json.dumps(json.loads((run / "config.json").read_text(encoding="utf-8"))["data"], default=str))
 
 
 def _run_forged(trained: Path, tmp_path: Path, slow: bool, request) -> None:
@@ -672,7 +707,7 @@ def _run_forged(trained: Path, tmp_path: Path, slow: bool, request) -> None:
     from test_reliability_artifacts import mode, record
 
     record("fuzz", mode(request), dict(COUNTS))
-    assert COUNTS["tracebacks"] == 0 and COUNTS["forged_runs"] >= 5, COUNTS
+    assert COUNTS["tracebacks"] == 0 and COUNTS["forged_runs"] >= 5 and COUNTS["consistent_forgeries_refused"], COUNTS
 
 
 def test_fuzzed_forged_run_files(trained_run, tmp_path, request):

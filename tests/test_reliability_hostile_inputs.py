@@ -254,9 +254,14 @@ def test_a_forged_training_state_is_refused_by_resume(run, tensors_edit, meta_ed
 
 
 def forge_tokenizer(folder: Path, data: dict) -> None:
+    """A tokenizer forged consistently everywhere: its digest in ``config.json`` and in the checkpoint's
+    record of the run files (checksums recomputed), so what is left to refuse it is the tokenizer itself."""
+    from poslab.runs import RunFolder
+
     (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
     digest = ckpt.sha256_file(folder / "tokenizer.json")
     rewrite_config(folder, lambda doc: {**doc, "data": {**doc["data"], "tokenizer_sha256": digest}})  # consistent
+    reforge(folder, meta_edit=lambda meta: {**meta, ckpt.RUN_FILES: RunFolder(folder).file_digests()})
 
 
 @pytest.mark.parametrize(

@@ -148,6 +148,55 @@ def test_a_changed_tokenizer_is_refused_by_sample_and_resume(run, capsys, reques
     record(request, changed_tokenizers_refused=1)
 
 
+def swap_tokenizer_letters(run: Path) -> None:
+    """Exchange two letters of ``tokenizer.json`` and record its new sha256 in ``config.json``: a consistent forgery."""
+    path = run / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    chars = list(data["chars"])
+    chars[3], chars[4] = chars[4], chars[3]
+    data["chars"] = "".join(chars) if isinstance(data["chars"], str) else chars
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    digest = ckpt.sha256_file(path)
+    rewrite_config(run, lambda doc: {**doc, "data": {**doc["data"], "tokenizer_sha256": digest}})
+
+
+@pytest.mark.parametrize(
+    ("forge", "needle", "resume_needle"),
+    [
+        (swap_tokenizer_letters, "tokenizer.json' was changed after checkpoint step 4", "no usable checkpoint"),
+        (
+            lambda run: rewrite_config(run, lambda doc: {**doc, "data": {**doc["data"], "corpus_sha256": "0" * 64}}),
+            "the data section of",
+            "the corpus text changed since the run started",
+        ),
+    ],
+)
+def test_a_consistent_forgery_of_a_run_file_is_refused_by_eval_sample_and_resume(
+    run, forge, needle, resume_needle, capsys, request
+):
+    """The checkpoint records the digests of the tokenizer and the config's data section, and its own
+    checksums cover that record: a file rewritten together with the digest ``config.json`` keeps of it
+    no longer matches."""
+    forge(run)
+    assert main(["eval", str(run), "--lengths", "16", "--tokens", "64"]) == 2
+    assert needle in error_line(capsys)
+    assert main(["sample", str(run), "--tokens", "4"]) == 2
+    assert needle in error_line(capsys)
+    assert resume(run, "--max_steps", "6") == 2
+    assert resume_needle in error_line(capsys)
+    record(request, forged_files_one_line=1)
+
+
+def test_a_checkpoint_without_run_file_digests_still_loads(run, capsys, request):
+    """A checkpoint of the format that records no digests of the run files is read as before."""
+    reforge(run, meta_edit=lambda meta: {k: v for k, v in meta.items() if k != ckpt.RUN_FILES})
+    assert ckpt.RUN_FILES not in ckpt.load_checkpoint(run)[1]
+    assert main(["sample", str(run), "--tokens", "3", "--seed", "1"]) == 0
+    assert resume(run, "--max_steps", "6") == 0
+    assert ckpt.RUN_FILES in ckpt.load_checkpoint(run)[1]  # the resumed run's checkpoints record them
+    record(request, resume_edge_cases_ok=1)
+
+
 # ------------------------------------------------------------------------------------ 3. forged, consistent
 def rewrite_config(run: Path, edit) -> None:
     doc = json.loads((run / "config.json").read_text(encoding="utf-8"))

@@ -229,28 +229,30 @@ def test_state_is_answered_once(run, tmp_path):
     assert run.state == "failed"
 
 
-def change_recorded_corpus(run: RunFolder) -> None:
-    """As if the corpus file had changed since training: the digest recorded for it no longer matches."""
-    doc = run.config()
-    doc["data"]["corpus_sha256"] = "0" * 64
-    run.file("config.json").write_text(json.dumps(doc), encoding="utf-8")
+def change_corpus(monkeypatch) -> None:
+    """As if the corpus file had changed since training: it reads one character longer, so the digest
+    ``config.json`` records for it no longer matches (the run's own files untouched)."""
+    import poslab.runs
+
+    read = poslab.runs.load_text
+    monkeypatch.setattr(poslab.runs, "load_text", lambda source: read(source) + "变")
 
 
-def test_split_tokens_are_checksummed(run):
+def test_split_tokens_are_checksummed(run, monkeypatch):
     val = run.split_tokens("val")
     train_split = run.split_tokens("train")
     assert val.numel() > 0 and train_split.numel() > 8 * val.numel()
     # the corpus changed since training: the run's own split is gone, said instead of scored
-    change_recorded_corpus(run)
+    change_corpus(monkeypatch)
     with pytest.raises(ValueError, match="changed since the run was trained"):
         run.split_tokens("val")
 
 
-def test_heads_reads_the_checksummed_split(run, tmp_path):
+def test_heads_reads_the_checksummed_split(run, tmp_path, monkeypatch):
     """heads used its own copy of the split without the checksum: it scored whatever the file held."""
     from poslab.analysis.heads import run_heads
 
-    change_recorded_corpus(run)
+    change_corpus(monkeypatch)
     with pytest.raises(ValueError, match="changed since the run was trained"):
         run_heads(run.path, tmp_path / "heads", quick=True)
 

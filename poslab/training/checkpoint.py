@@ -6,7 +6,8 @@ A checkpoint of step ``N`` in ``RUN/checkpoints/`` is two files plus a pointer::
                                (AdamW moments and step counts), rng.<name> (RNG states as uint8);
                                its header holds the sha256 of the JSON's canonical content
     step_000000N.json          step, data position, config + its hash, optimizer param groups,
-                               tied-weight aliases, the sha256 of the .safetensors file, extra state
+                               tied-weight aliases, the sha256 of the .safetensors file, extra state,
+                               the digests of the run files it depends on (run_files_sha256)
     latest                     the name ``step_000000N`` of the newest complete checkpoint
 
 Each file is written to a temporary name in the same folder, flushed, fsynced and renamed, in the
@@ -145,6 +146,81 @@ def training_state_problem(tensors: dict[str, torch.Tensor], meta: dict[str, Any
             f"has an unusable 'best' {best!r} (a mapping of 'val_loss' (a finite number or null) and 'step' is needed)"
         )
     return None
+
+
+#: what a checkpoint must hold to continue training (a model-only one can still be sampled)
+_TRAINING_META = ("optimizer", "log_loss_sum", "log_loss_count", "best", "tokens_seen")
+_TRAINING_TENSORS = ("rng.torch", "rng.data")
+
+
+def training_state_missing(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> list[str]:
+    """What a checkpoint lacks to continue training exactly (``[]`` when it has it all)."""
+    missing = [key for key in _TRAINING_TENSORS if key not in tensors]
+    missing += [f"{key!r} in its JSON" for key in _TRAINING_META if key not in meta]
+    optimizer = meta.get("optimizer")
+    if isinstance(optimizer, dict) and isinstance(optimizer.get("param_groups"), list):
+        for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
+            # AdamW groups (they have betas) keep exp_avg/exp_avg_sq, Muon groups a momentum_buffer per parameter
+            indices = [
+                i
+                for group in optimizer["param_groups"]
+                if isinstance(group, dict) and (("betas" in group) == (key != "momentum_buffer"))
+                for i in group.get("params", [])
+            ]
+            if (
+                any(f"optim.state.{i}.{key}" not in tensors for i in indices)
+                and f"the optimizer's {key}" not in missing
+            ):
+                missing.append(f"the optimizer's {key}")
+    elif "optimizer" in meta:
+        missing.append("the optimizer's param_groups")
+    return missing
+
+
+#: the key of a checkpoint's JSON recording the digests of the run files the checkpoint depends on
+RUN_FILES = "run_files_sha256"
+
+
+def run_file_digests(config_doc: dict, tokenizer: Path) -> dict[str, str | None]:
+    """sha256 of what a run's model and inputs are rebuilt from, beyond the config identity a checkpoint
+    already records (``config``): ``config.json``'s sections other than ``model``/``train`` (the data:
+    corpus and tokenizer digests, split sizes; what an averaged run comes from) as canonical JSON, and
+    ``tokenizer.json``'s bytes (``None`` when absent).
+
+    A checkpoint records them (:data:`RUN_FILES`) and its own checksums cover the record, so a tokenizer
+    edited together with the digest ``config.json`` keeps of it no longer matches the checkpoint.
+    """
+    other = {k: v for k, v in config_doc.items() if k not in ("model", "train")}
+    if isinstance(other.get("data"), dict):  # the tokenizer's own digest below names the file that changed
+        other["data"] = {k: v for k, v in other["data"].items() if k != "tokenizer_sha256"}
+    return {
+        "tokenizer.json": sha256_file(tokenizer) if tokenizer.is_file() else None,
+        "config.json": config_hash(other),
+    }
+
+
+def check_run_files(meta: dict[str, Any], current: dict[str, str | None], run_dir: Path) -> None:
+    """Refuse a checkpoint whose recorded :func:`run_file_digests` differ from ``current`` (the run's files now).
+
+    A checkpoint that records none (an older format) is read as before.
+
+    Raises:
+        CheckpointError: naming the changed file and the checkpoint.
+    """
+    recorded = meta.get(RUN_FILES)
+    if recorded is None:
+        return
+    where = f"checkpoint step {meta.get('step')} of {str(run_dir)!r}"
+    if not isinstance(recorded, dict) or not set(current) <= set(recorded):
+        raise CheckpointError(f"{where} has an unusable {RUN_FILES!r} record: {recorded!r:.80}")
+    for name, digest in current.items():
+        if recorded[name] != digest:
+            part = "the data section of " if name == "config.json" else ""
+            raise CheckpointError(
+                f"{part}{str(run_dir / name)!r} was changed after {where} was written "
+                f"(sha256 {str(digest)[:16]}… vs {str(recorded[name])[:16]}… recorded in the checkpoint); "
+                "the model cannot be rebuilt with the inputs it was trained on"
+            )
 
 
 def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
@@ -377,8 +453,9 @@ def config_mismatch(saved: dict, current: dict, prefix: str = "", saved_label: s
 
 
 __all__ = [
-    "training_state_problem",
+    "RUN_FILES",
     "CheckpointError",
+    "check_run_files",
     "config_hash",
     "config_mismatch",
     "latest_step",
@@ -388,6 +465,8 @@ __all__ = [
     "optimizer_tensors",
     "restore_model",
     "restore_optimizer",
+    "run_file_digests",
     "save_checkpoint",
+    "training_state_missing",
     "training_state_problem",
 ]
