@@ -211,6 +211,24 @@ def _stdout_target() -> str:
     return target if target.startswith("/") else "<stdout>"  # not 'pipe:[1234]'
 
 
+def append_line(handle: Any, line: str) -> None:
+    """Append ``line`` + newline to an unbuffered binary file; a failed write (e.g. disk full) is cut
+    back off the file before the error propagates, so no torn line is left."""
+    data = (line + "\n").encode("utf-8")
+    start = os.fstat(handle.fileno()).st_size
+    try:
+        written = handle.write(data)
+        if written != len(data):
+            raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes)", handle.name)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            os.ftruncate(handle.fileno(), start)
+        failure = write_error(err, handle.name)  # a raw write's error names no file: name metrics.jsonl
+        if failure is err:
+            raise
+        raise failure from err
+
+
 def sha256_bytes(data: bytes) -> str:
     """Hex sha256 of ``data``."""
     return hashlib.sha256(data).hexdigest()
@@ -227,6 +245,7 @@ def sha256_file(path: str | Path) -> str:
 
 __all__ = [
     "TEMP_RE",
+    "append_line",
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_folder",

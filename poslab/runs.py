@@ -22,7 +22,6 @@ loop (layer 2) writes through a :class:`RunFolder` it is given (:class:`poslab.t
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import math
 import os
@@ -37,12 +36,12 @@ from torch import Tensor, nn
 
 from poslab.data import encode_corpus, load_text, split_text, tokenizer_from_dict
 from poslab.fileio import (
+    append_line,
     atomic_write_folder,
     atomic_write_json,
     atomic_write_text,
     sha256_bytes,
     sha256_file,
-    write_error,
 )
 from poslab.nn.model import GPT, GPTConfig
 from poslab.safe_load import load_json
@@ -51,7 +50,14 @@ from poslab.training.averaging import average_state_dicts, normalised_weights
 from poslab.training.checkpoint import training_state_missing
 from poslab.training.config import TrainConfig, resume_identity
 from poslab.training.data import model_vocab_size
-from poslab.training.lock import RunLock, ensure_writable, interrupted_start, is_locked, remove_stale_temp_files
+from poslab.training.lock import (
+    RunLock,
+    ensure_writable,
+    folder_id,
+    interrupted_start,
+    is_locked,
+    remove_stale_temp_files,
+)
 
 CONFIG, TOKENIZER, METRICS, RESULTS, PEAK = (
     "config.json",
@@ -73,6 +79,10 @@ class RunFileError(ValueError):
     """A run file that is missing, unreadable or lacks what the format needs (the message names it)."""
 
 
+class RunFolderMoved(RunFileError):
+    """The folder a training writes was deleted or renamed under it (noticed before each checkpoint)."""
+
+
 class RunFolder:
     """A run folder: its config, tokenizer, metrics, results and checkpoints.
 
@@ -82,6 +92,7 @@ class RunFolder:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._folder_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the folder a training writes
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
@@ -236,7 +247,7 @@ class RunFolder:
         """A context giving ``append(record)``: one JSON line per call, never a torn one (disk full included)."""
         target = self.file(METRICS) if enabled else Path(os.devnull)
         with open(target, "ab", buffering=0) as handle:
-            yield lambda record: _append_line(handle, json.dumps(record))
+            yield lambda record: append_line(handle, json.dumps(record))
 
     # -------------------------------------------------------------------------------- results
     def results(self) -> dict[str, Any] | None:
@@ -250,7 +261,8 @@ class RunFolder:
         return self._object(RESULTS)
 
     def write_results(self, results: dict[str, Any]) -> None:
-        atomic_write_json(self.file(RESULTS), results)
+        with self.writing(RESULTS):
+            atomic_write_json(self.file(RESULTS), results)
 
     @property
     def state(self) -> str:
@@ -303,8 +315,9 @@ class RunFolder:
 
     def save_checkpoint(self, step: int, tensors: dict[str, Tensor], meta: dict[str, Any], keep: int = 0) -> Path:
         """Checkpoint ``step``; its JSON records the digests of the run files it depends on (:meth:`file_digests`)."""
-        meta = {**meta, ckpt.RUN_FILES: self.file_digests()}
-        return ckpt.save_checkpoint(self.path, step, tensors, meta, keep=keep)
+        with self.writing(f"checkpoint step {step}"):
+            meta = {**meta, ckpt.RUN_FILES: self.file_digests()}
+            return ckpt.save_checkpoint(self.path, step, tensors, meta, keep=keep)
 
     def file_digests(self) -> dict[str, str | None]:
         """:func:`~poslab.training.checkpoint.run_file_digests` of the folder's config and tokenizer."""
@@ -587,6 +600,28 @@ class RunFolder:
             if folder.is_dir():
                 ensure_writable(folder)  # fail now, not at the first checkpoint
         remove_stale_temp_files(self.path)  # the run's lock is ours
+        self._folder_id = folder_id(self.path)
+
+    def in_place(self) -> bool:
+        """Whether the folder :meth:`prepare_for_writing` saw is still at :attr:`path` (``True`` before it)."""
+        return self._folder_id is None or folder_id(self.path) == self._folder_id
+
+    @contextlib.contextmanager
+    def writing(self, what: str) -> Iterator[None]:
+        """A training's write of ``what``; :class:`RunFolderMoved` if the folder moved since it began writing."""
+        self._check_in_place(what)
+        try:
+            yield
+        except FileNotFoundError:
+            self._check_in_place(what)
+            raise
+
+    def _check_in_place(self, what: str) -> None:
+        if self._folder_id is not None and not (self.in_place() and self.is_run):
+            raise RunFolderMoved(
+                f"run folder {str(self.path)!r} was deleted or moved during training (it is not the folder "
+                f"the training started in); stopped before writing {what}: nothing is recreated there"
+            )
 
     def displaced_name(self) -> Path:
         return self.path.with_name(f".{self.path.name}.replaced-{os.getpid()}")
@@ -755,29 +790,12 @@ def _number(value: Any, default: float) -> float:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
-def _append_line(handle: Any, line: str) -> None:
-    """Append ``line`` + newline to an unbuffered binary file; a failed write (e.g. disk full) is cut
-    back off the file before the error propagates, so no torn line is left."""
-    data = (line + "\n").encode("utf-8")
-    start = os.fstat(handle.fileno()).st_size
-    try:
-        written = handle.write(data)
-        if written != len(data):
-            raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes)", handle.name)
-    except OSError as err:
-        with contextlib.suppress(OSError):
-            os.ftruncate(handle.fileno(), start)
-        failure = write_error(err, handle.name)  # a raw write's error names no file: name metrics.jsonl
-        if failure is err:
-            raise
-        raise failure from err
-
-
 __all__ = [
     "RUN_FILES",
     "STATES",
     "RunFileError",
     "RunFolder",
+    "RunFolderMoved",
     "load_run",
     "read_metrics",
     "resolve_run",

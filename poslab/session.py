@@ -97,8 +97,9 @@ def train(
             on_started=started,
         )
     except BaseException:
-        if dist_ctx.is_main and not resuming and not run.is_run:
-            shutil.rmtree(run.path, ignore_errors=True)  # nothing was written yet: leave no half folder
+        if dist_ctx.is_main and not resuming and not run.is_run and run.in_place():
+            # nothing was written yet: leave no half folder (one put at its name by someone else is not ours)
+            shutil.rmtree(run.path, ignore_errors=True)
             if displaced is not None and displaced.exists():
                 os.replace(displaced, run.path)  # the new run never started: give the old one back
         raise

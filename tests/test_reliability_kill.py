@@ -153,7 +153,7 @@ def _install_hooks(marker: int, pause: dict | None) -> None:  # pragma: no cover
             time.sleep(600)  # the SIGKILL arrives here
 
     real_replace, real_unlink = os.replace, pathlib.Path.unlink
-    real_save_file, real_save_checkpoint, real_append = ckpt.save_file, ckpt.save_checkpoint, runs_module._append_line
+    real_save_file, real_save_checkpoint, real_append = ckpt.save_file, ckpt.save_checkpoint, runs_module.append_line
 
     def replace(src, dst, *args, **kwargs):
         name = Path(dst).name
@@ -189,7 +189,7 @@ def _install_hooks(marker: int, pause: dict | None) -> None:  # pragma: no cover
     pathlib.Path.unlink = unlink
     ckpt.save_file = save_file
     ckpt.save_checkpoint = save_checkpoint
-    runs_module._append_line = append_line
+    runs_module.append_line = append_line
 
 
 class Zygote:

@@ -269,6 +269,71 @@ def test_non_finite_weights_are_refused_by_sample(run, capsys, request):
     record(request, forged_files_one_line=1)
 
 
+# ------------------------------------------------------------------------------- 5. a folder moved under a training
+@pytest.mark.parametrize("how", ["delete", "rename", "replace"])
+def test_a_run_folder_deleted_or_moved_during_training_stops_it(tmp_path, corpus, how, request):
+    """Deleted, renamed, or renamed with a new folder put at its name after the checkpoint of step 2: the
+    checkpoint of step 4 is refused in one line, nothing is recreated at the old name (no results.json,
+    no empty checkpoints/), and a renamed run resumes under its new name."""
+    from poslab.runs import RunFolderMoved
+
+    cfg = tiny(tmp_path / "runs", corpus, ckpt_interval=2, max_steps=6)
+    moved = cfg.run_dir.with_name("B")
+
+    def move(step: int, record: dict) -> None:
+        if step == 2:
+            if how == "delete":
+                shutil.rmtree(cfg.run_dir)
+            else:
+                os.replace(cfg.run_dir, moved)
+                if how == "replace":
+                    cfg.run_dir.mkdir()
+
+    with pytest.raises(
+        RunFolderMoved, match=r"was deleted or moved during training .* before writing checkpoint step 4"
+    ):
+        train(cfg, callback=move, progress=False)
+    if how == "replace":
+        assert cfg.run_dir.is_dir() and not any(cfg.run_dir.iterdir())  # the folder put there is left as it was
+    else:
+        assert not cfg.run_dir.exists()
+    if how != "delete":
+        assert RunFolder(moved).latest_step() == 2 and RunFolder(moved).results() is None
+        results = train(
+            tiny(tmp_path / "runs", corpus, ckpt_interval=2, max_steps=6, name="B"), resume=True, progress=False
+        )
+        assert results["resumed_from"] == 2 and results["steps"] == 6
+    record(request, moved_folders_stopped=1)
+
+
+def test_poslab_train_stops_in_one_line_when_its_folder_is_deleted(tmp_path, corpus, request):
+    """``rm -rf RUN`` once a checkpoint exists, from another process: exit 2 and one error line, not "done"."""
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "runs"
+    argv = ["train", "--preset", "tiny", "--name", "x", "--out_dir", str(out), "--corpus", str(corpus)]
+    argv += ["--max_steps", "100000", "--ckpt_interval", "5", "--eval_interval", "100000", *SMALL]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "poslab", *argv], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while ckpt.latest_step(out / "x") is None and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ckpt.latest_step(out / "x") is not None, "no checkpoint within 60 s"
+        while (out / "x").exists():  # rm -rf: again while a checkpoint being written races it
+            shutil.rmtree(out / "x", ignore_errors=True)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    errors = [line for line in err.splitlines() if line.startswith("poslab: error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in err, err
+    assert "was deleted or moved during training" in errors[0] and "done:" not in err
+    assert not (out / "x").exists()
+    record(request, moved_folders_stopped=1)
+
+
 # ------------------------------------------------------------------------------------ 9. resume edge cases
 def test_preset_resume_of_a_run_that_was_never_created_starts_it(tmp_path, corpus, capsys, request):
     out = tmp_path / "runs"

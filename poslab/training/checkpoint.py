@@ -334,7 +334,7 @@ def save_checkpoint(
             is deleted), and ``latest`` still names the previous complete checkpoint.
     """
     folder = Path(run_dir) / CHECKPOINT_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(exist_ok=True)  # in the run folder, never recreated here
     name = checkpoint_name(step)
     tensor_path = folder / f"{name}.safetensors"
     meta = {**meta, "step": step, "tensors_file": tensor_path.name}

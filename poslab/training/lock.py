@@ -48,6 +48,15 @@ class RunLockedError(FileExistsError):
     """Another live process is training the same run folder."""
 
 
+def folder_id(path: Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the folder at ``path`` (``None``: nothing there)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
 def lock_path(run_dir: str | Path) -> Path:
     """``REAL_OUT_DIR/.NAME.lock`` for the run folder ``OUT_DIR/NAME`` resolved to its real path.
 
@@ -300,6 +309,7 @@ __all__ = [
     "RunLock",
     "RunLockedError",
     "ensure_writable",
+    "folder_id",
     "interrupted_start",
     "is_locked",
     "lock_path",
