@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -162,6 +163,33 @@ def test_eval_iters_past_any_real_use_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "eval_iters 10,000,000,000,000 is more than 100,000" in err
     tally()
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--grad_accum", "9223372036854775807"], "tokens per step"),
+        (["--batch_size", "100000000"], "= 3,200,000,000 tokens per step"),
+        (["--max_steps", "1000000000000"], "x max_steps 1,000,000,000,000"),
+        (["--max_steps", "4000000000", "--batch_size", "10000000"], "tokens in all"),
+    ],
+)
+def test_a_training_past_any_real_size_is_refused_by_dry_run(tmp_path, capsys, extra, needle):
+    """``--grad_accum 9223372036854775807`` passed ``--dry-run`` and then ran for ever with no estimate: a
+    training of more than 2**30 tokens per step, 1e9 steps or 1e15 tokens is refused, naming the rule."""
+    assert main(["train", "--preset", "tiny", "--dry-run", "--out_dir", str(tmp_path), *extra]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "a training is limited to 1,073,741,824 tokens per step, 1e+09 steps" in err
+    tally()
+
+
+def test_dry_run_prints_the_cost_before_it_is_paid(tmp_path, capsys):
+    argv = ["train", "--preset", "tiny", "--dry-run", "--out_dir", str(tmp_path), "--grad_accum", "3"]
+    assert main([*argv, "--max_steps", "10", "--batch_size", "4", "--model.block_size", "16"]) == 0
+    cost = json.loads(capsys.readouterr().out)["cost"]
+    assert cost["tokens_per_step"] == 4 * 3 * 16 and cost["tokens"] == 10 * 4 * 3 * 16
+    assert cost["flops_estimate"] == 6 * cost["parameters_estimate"] * cost["tokens"]
+    tally(1, refused=0)
 
 
 def test_eager_attention_refuses_scores_past_the_ram_fraction(monkeypatch):

@@ -18,7 +18,7 @@ from typing import Any
 
 from poslab.cli import paths
 from poslab.config import key_help, merge, parse_overrides, preflight
-from poslab.nn.footprint import check_training
+from poslab.nn.footprint import check_training, parameter_count
 from poslab.runs import RunFolder
 from poslab.session import train
 from poslab.training import presets
@@ -108,7 +108,15 @@ def dry_run(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict[str, Any]:
         ValueError, TypeError, FileNotFoundError, FileExistsError: what ``train`` would raise.
     """
     action = preflight(cfg, resume=resume, overwrite=overwrite)
-    return {"dry_run": True, "action": action, "run_dir": str(cfg.run_dir), "config": cfg.to_dict()}
+    per_step = cfg.batch_size * cfg.grad_accum * cfg.model.block_size
+    params = parameter_count({"vocab_size": 256, **cfg.to_dict()["model"]})  # the vocabulary before the corpus is read
+    cost = {  # what the training will cost, before it is paid (6 FLOPs per parameter and token: forward + backward)
+        "tokens_per_step": per_step,
+        "tokens": per_step * cfg.max_steps,
+        "parameters_estimate": params,
+        "flops_estimate": float(6 * params * per_step * cfg.max_steps),
+    }
+    return {"dry_run": True, "action": action, "run_dir": str(cfg.run_dir), "cost": cost, "config": cfg.to_dict()}
 
 
 def run(args: argparse.Namespace) -> int:

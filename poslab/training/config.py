@@ -26,6 +26,17 @@ OBJECTIVES = ("clm", "mlm")
 #: ``TrainConfig.device`` choices (see :func:`training_device`)
 DEVICES = ("auto", "cpu", "cuda")
 
+#: tokens per optimizer step (``batch_size * grad_accum * block_size``) above which a config is refused:
+#: 2**30 is ~250x the 4M-token batches of the largest published trainings (GPT-3, LLaMA); one step of it
+#: is a billion token positions, hours of CPU before the first number appears
+MAX_TOKENS_PER_STEP = 2**30
+#: tokens of a whole training (``max_steps`` x tokens per step) above which a config is refused: 10**15 is
+#: ~30x the largest published trainings (15-36 T tokens); no machine poslab runs on gets through it
+MAX_TRAINING_TOKENS = 10**15
+#: optimizer steps above which a config is refused: 1000x the ~1M steps of the longest published trainings
+#: (at a millisecond per step, the smallest model's, 10**9 steps are 12 days)
+MAX_STEPS = 10**9
+
 #: keys that may differ between a run's saved config and the config it is resumed with
 RESUME_FREE_KEYS = frozenset(
     {
@@ -193,6 +204,19 @@ class TrainConfig:
         ):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)!r}")
+        per_step = self.batch_size * self.grad_accum * self.model.block_size
+        if (
+            per_step > MAX_TOKENS_PER_STEP
+            or self.max_steps * per_step > MAX_TRAINING_TOKENS
+            or self.max_steps > MAX_STEPS
+        ):
+            raise ValueError(
+                f"batch_size {self.batch_size:,} x grad_accum {self.grad_accum:,} x block_size "
+                f"{self.model.block_size:,} = {per_step:,} tokens per step, x max_steps {self.max_steps:,} = "
+                f"{self.max_steps * per_step:.3g} tokens: a training is limited to {MAX_TOKENS_PER_STEP:,} tokens "
+                f"per step, {MAX_STEPS:.0e} steps and {MAX_TRAINING_TOKENS:.0e} tokens in all (past any real "
+                "training: it would never finish)"
+            )
         if self.lr_decay_steps is not None and self.lr_decay_steps <= 0:
             raise ValueError(f"lr_decay_steps must be > 0 or None, got {self.lr_decay_steps!r}")
         if self.threads is not None and not 0 < self.threads <= 4096:
@@ -420,6 +444,9 @@ def resume_identity(config_doc: dict, model: GPTConfig | None = None) -> dict:
 __all__ = [
     "DEVICES",
     "DTYPES",
+    "MAX_STEPS",
+    "MAX_TOKENS_PER_STEP",
+    "MAX_TRAINING_TOKENS",
     "MODEL_KEYS",
     "OBJECTIVES",
     "OPTIMIZERS",
