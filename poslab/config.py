@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from poslab.config_keys import coerce
+from poslab.config_keys import coerce, parse_number
 from poslab.data import CORPORA, build_tokenizer
 from poslab.nn.model import GPT, GPTConfig
 from poslab.runs import RunFolder
@@ -104,12 +104,18 @@ def _unknown(raw_key: str, key: str, where: str, reserved: dict[str, str] | None
 
 
 def _yaml_scalar(key: str, text: str) -> Any:
-    """A ``--model.position_config.KEY VALUE`` value: YAML (``500`` -> 500, ``[1, 2]`` -> a list), else the text.
+    """A ``--model.position_config.KEY VALUE`` value: a number by the command line's one rule
+    (:func:`poslab.config_keys.parse_number`: decimal, so ``1e308`` is the float and ``0x10`` is refused),
+    else YAML (``[1, 2]`` -> a list, ``true`` -> a bool), else the text.
 
     Read through the one guarded reader (:func:`poslab.safe_load.load_yaml`): a deeply nested value
     or an alias bomb is refused in one line naming ``--key``.
     """
     import yaml
+
+    number = parse_number(key, text)
+    if number is not None:
+        return number
 
     try:
         return load_yaml(text, f"--{key}")

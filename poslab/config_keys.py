@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import typing
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -74,6 +75,34 @@ def coerce(key: str, value: Any, hint: Any, *, text: bool = False) -> Any:
     return value
 
 
+#: how a number is written on the command line: decimal digits with an optional sign, point and exponent
+DECIMAL = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", re.ASCII)
+_INTEGER = re.compile(r"[-+]?\d+", re.ASCII)
+_NUMBER_START = re.compile(r"[-+]?\.?\d", re.ASCII)
+
+
+def parse_number(key: str, text: str) -> int | float | None:
+    """A command-line number: written in decimal (``500``, ``-3``, ``0.5``, ``1e308``), an ``int`` without a
+    point or exponent, else a ``float``; ``None`` for text that does not start like a number.
+
+    One rule for every numeric value of the command line, typed fields and ``position_config`` alike: a
+    number in another notation (hex ``0x10``, octal ``0o17``, binary ``0b1``, ``_`` separators ``1_000``)
+    is refused rather than read one way here and another way there.
+
+    Raises:
+        ValueError: text that starts like a number but is not a decimal one, naming ``--key`` and the rule.
+    """
+    stripped = text.strip()
+    if DECIMAL.fullmatch(stripped):
+        return int(stripped) if _INTEGER.fullmatch(stripped) else float(stripped)
+    if _NUMBER_START.match(stripped):
+        raise ValueError(
+            f"--{key} expects a decimal number such as 1000, 0.5 or 1e308, got {text!r} "
+            "(hex, octal, binary and '_' separators are not read)"
+        )
+    return None
+
+
 def parse_text(key: str, text: str) -> Any:
     """A command-line value read as YAML/JSON through the one guarded reader (``None`` if it is not YAML).
 
@@ -96,15 +125,17 @@ def _from_text(key: str, text: str, hint: Any) -> Any:
             return False
         raise ValueError(f"--{key} expects true or false, got {text!r}")
     if hint is int:
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError(f"--{key} expects an integer, got {text!r}") from None
+        number = parse_number(key, text)
+        if not isinstance(number, int):
+            raise ValueError(f"--{key} expects an integer, got {text!r}")
+        return number
     if hint is float:
-        try:
-            return float(text)
-        except ValueError:
-            raise ValueError(f"--{key} expects a number, got {text!r}") from None
+        number = parse_number(key, text)
+        if number is not None:
+            return float(number)
+        if text.strip().lstrip("+-").lower() in ("inf", "infinity", "nan"):
+            return float(text)  # refused by the finite check, with its own message
+        raise ValueError(f"--{key} expects a number, got {text!r}")
     if hint is str:
         return text
     value = parse_text(key, text)  # a list (layer_pattern, attn_temperature) or a mapping (position_config)

@@ -115,8 +115,14 @@ def atomic_write_folder(path: str | Path, fill: Callable[[Path], None]) -> Path:
     machine raises ``OSError`` naming ``path`` (:func:`write_error`).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp", dir=path.parent))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp", dir=path.parent))
+    except OSError as err:  # the temporary folder cannot be made: the error names the target, not the temporary name
+        failure = write_error(err, path)
+        if failure is None or failure is err:
+            raise
+        raise failure from err
     try:
         fill(tmp)
         if path.exists():

@@ -64,6 +64,26 @@ def test_coerce_refuses_bad_text(text, hint, match):
         coerce("k", text, hint, text=True)
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1e308", 1e308), ("500", 500), ("010", 10), ("-2.5", -2.5), (".5", 0.5), ("1E-3", 1e-3), ("yarn", "yarn")],
+)
+def test_a_position_config_number_follows_the_command_lines_decimal_rule(text, expected):
+    """``--model.position_config.base 1e308`` is the float 1e308 (YAML 1.1 reads it as a string), as
+    ``--lr 1e308`` is; ``010`` is ten as for an integer field, not YAML's octal eight."""
+    value = parse_overrides(["--model.position_config.base", text])["model"]["position_config"]["base"]
+    assert value == expected and type(value) is type(expected)
+
+
+@pytest.mark.parametrize("text", ["0x10", "1_000", "0o17", "0b101", "1_0.5", "1:30"])
+@pytest.mark.parametrize("key", ["model.position_config.base", "max_steps", "lr"])
+def test_numbers_in_other_notations_are_refused_by_one_rule(key, text):
+    """Hex, octal, binary and ``_`` separators were read as numbers in one place (YAML: 0x10 -> 16) and
+    refused or read otherwise in another: every numeric command-line value refuses them in one line."""
+    with pytest.raises(ValueError, match=rf"--{key} expects a decimal number such as 1000, 0.5 or 1e308, got '{text}'"):
+        parse_overrides([f"--{key}", text])
+
+
 def test_train_config_and_cli_share_coerce():
     """The same bad value gets the same check from the dataclass and from the command line."""
     with pytest.raises(ValueError, match="lr must be finite"):

@@ -261,3 +261,13 @@ def test_every_pair_of_options_exports_exactly_or_is_refused(tmp_path, request) 
         check_export(values, tmp_path / f"e{i}")
     assert FIGURES.get("exact", 0) > 50, FIGURES
     _record(request)
+
+
+@pytest.mark.parametrize("target", ["/proc/self/x", "/proc/self/x/y"])
+def test_an_export_that_cannot_be_written_names_the_target_not_its_temporary_folder(target: str) -> None:
+    """``to_hf(model, "/proc/self/x")`` failed on the temporary folder ``.x.tmpXXXX`` and named it."""
+    model = poslab.GPT(GPTConfig(vocab_size=50, n_layer=1, n_head=2, n_embd=16, block_size=16, position="learned"))
+    with pytest.raises(OSError) as info:
+        poslab.to_hf(model, target)
+    # the target, or the folder above it that cannot be made
+    assert target.startswith(info.value.filename) and ".tmp" not in str(info.value), info.value

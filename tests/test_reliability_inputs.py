@@ -284,6 +284,11 @@ def test_tiny_temperature_is_greedy_not_a_traceback(run_dir, temperature, capsys
         (["attention", "{run}", "--json", "{dir}"], "--json '{dir}' is a folder"),
         (["heads", "{run}", "--out", "{file}"], "--out '{file}' is a file, not a folder"),
         (["train", "--preset", "tiny", "--name", ""], "--name must not be empty"),
+        (["train", "--preset", "tiny", "--out_dir", "/proc/self"], "--out_dir '/proc/self': files cannot be created"),
+        (  # a text, not a path: never tried as a file name ("File name too long", exit 1)
+            ["heads", "{run}", "--quick", "--text", "白" * 100_000],
+            "… (100,000 characters) is neither a shipped corpus",
+        ),
         (["train", "--preset", "tiny", "--name", "a\nb"], "--name must not contain control characters such as '\\n'"),
     ],
 )

@@ -6,6 +6,8 @@ Without them the operating system answers later with a message about some other 
 
 from __future__ import annotations
 
+import os
+import tempfile
 import unicodedata
 from pathlib import Path
 
@@ -38,6 +40,26 @@ def output_folder(path: str | Path | None, flag: str) -> None:
             break
 
 
+def writable_folder(path: str | Path, flag: str) -> None:
+    """:func:`output_folder`, and files can be created there: a probe file is created and removed in ``path``
+    or, when it does not exist yet, in its nearest existing parent (``/proc/self`` refuses, read-only mounts too).
+    """
+    output_folder(path, flag)
+    path = Path(path)
+    existing = next((p for p in (path, *path.parents) if p.is_dir()), None)
+    if existing is None:
+        return
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".poslab-probe-", dir=existing)
+    except OSError as err:
+        raise ValueError(
+            f"{flag} {str(path)!r}: files cannot be created in {str(existing)!r} "
+            f"({err.strerror or err}); give a writable folder"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 def run_folder(path: str | Path | None, flag: str) -> None:
     """``path`` is an existing poslab run folder (a folder with ``config.json``)."""
     if path is None:
@@ -63,4 +85,4 @@ def run_name(name: str | None, flag: str = "--name") -> None:
         raise ValueError(f"{flag} must be a plain folder name (no '/', not '.' or '..'), got {name!r}")
 
 
-__all__ = ["output_file", "output_folder", "run_folder", "run_name"]
+__all__ = ["output_file", "output_folder", "run_folder", "run_name", "writable_folder"]

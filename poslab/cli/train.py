@@ -122,7 +122,7 @@ def dry_run(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     paths.run_name(args.name)  # '' or a newline: refused, not replaced or accepted
     cfg = build_config(args)
-    paths.output_folder(cfg.out_dir, "--out_dir")
+    paths.writable_folder(cfg.out_dir, "--out_dir")
     if cfg.init_from:
         paths.run_folder(cfg.init_from, "--init_from")
     check_training(cfg.model, cfg.batch_size, cfg.eval_iters, force=args.force)  # before anything is built

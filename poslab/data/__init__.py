@@ -123,10 +123,14 @@ def load_text(name_or_path: str | Path) -> str:
     if isinstance(name_or_path, str) and name_or_path in CORPORA:
         return load_corpus(name_or_path)
     path = Path(name_or_path)
-    if not path.is_file():
-        raise ValueError(
-            f"corpus {str(name_or_path)!r} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file"
-        )
+    try:
+        is_file = path.is_file()
+    except OSError:  # a name longer than a path may be (ENAMETOOLONG): text, not a file
+        is_file = False
+    if not is_file:
+        shown = str(name_or_path)
+        shown = repr(shown) if len(shown) <= 200 else f"{shown[:60]!r}… ({len(shown):,} characters)"
+        raise ValueError(f"corpus {shown} is neither a shipped corpus ({', '.join(CORPORA)}) nor an existing file")
     binary = f"corpus file {str(path)!r} looks binary (contains NUL bytes); expected UTF-8 text"
     with open(path, "rb") as handle:  # sniff the start first: a binary file is refused before it is read whole
         raw = handle.read(SNIFF_BYTES)
