@@ -64,7 +64,18 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "nonfinite": ("NaN/inf during training", ("runs", "detected_within_one_step", "skipped_batches")),
     "fuzz": (
         "fuzzed configs and command lines",
-        ("cases", "accepted", "rejected_one_line", "tracebacks", "models_run", "subprocess_cases", "forged_runs"),
+        (
+            "cases",
+            "accepted",
+            "rejected_one_line",
+            "tracebacks",
+            "models_run",
+            "subprocess_cases",
+            "forged_runs",
+            "consistent_forgeries_refused",
+            "cached_values_checked",
+            "remeasured",
+        ),
     ),
     "disk": ("disk full / read-only run folder", ("cases", "clear_error", "half_written_files", "resumed_equal")),
     "realdisk": (
@@ -92,6 +103,7 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
             "model_only_sampled",
             "model_only_resume_refused",
             "resume_edge_cases_ok",
+            "moved_folders_stopped",
             "victim_files_changed",
         ),
     ),

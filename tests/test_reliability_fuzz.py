@@ -30,7 +30,16 @@ from poslab.cli.app import main
 from poslab.training import presets
 from poslab.training.config import TrainConfig
 
-DEFAULT_EXAMPLES = {"train": 150, "model": 200, "yaml": 60, "cli": 150, "extreme": 80, "hostile_cli": 40, "forged": 12}
+DEFAULT_EXAMPLES = {
+    "train": 150,
+    "model": 200,
+    "yaml": 60,
+    "cli": 150,
+    "extreme": 80,
+    "hostile_cli": 40,
+    "forged": 12,
+    "cached": 60,
+}
 SLOW_EXAMPLES = {
     "train": 2500,
     "model": 3000,
@@ -39,6 +48,7 @@ SLOW_EXAMPLES = {
     "extreme": 1500,
     "hostile_cli": 400,
     "forged": 150,
+    "cached": 1000,
 }
 COUNTS = {
     "cases": 0,
@@ -49,6 +59,8 @@ COUNTS = {
     "models_run": 0,
     "forged_runs": 0,
     "consistent_forgeries_refused": 0,
+    "cached_values_checked": 0,
+    "remeasured": 0,
 }
 
 TRAIN_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
@@ -719,3 +731,68 @@ def test_fuzzed_forged_run_files(trained_run, tmp_path, request):
 @pytest.mark.slow
 def test_fuzzed_forged_run_files_at_length(trained_run, tmp_path, request):
     _run_forged(trained_run, tmp_path, slow=True, request=request)
+
+
+# ------------------------------------------------------------------------------------ cached measurements
+cached_values = values | extreme_numbers | st.sampled_from([0, 0.0, -0.0, 1e-400, float("nan"), float("inf"), True])
+
+
+@st.composite
+def cached_records(draw):
+    """A precision-cache record: each figure kept plausible, or replaced by a random or non-finite value."""
+    plausible = {"fp32_step_s": 0.01, "bf16_step_s": 0.02, "fp32_matmul_flops": 1e10, "bf16_matmul_flops": 1e10}
+    return {k: (draw(cached_values) if draw(st.booleans()) else v) for k, v in plausible.items()}
+
+
+def _cached_test(slow: bool, folder: Path):
+    from poslab.runs import RunFolder
+    from poslab.training import precision
+
+    measured = precision.PrecisionFigures(0.03, 0.06, 2e10, 1e10)
+
+    @_settings("cached", slow)
+    @given(cached_records(), cached_values)
+    def check(record, peak):
+        COUNTS["cases"] += 1
+        cache = folder / "precision.json"
+        cache.write_text(json.dumps({precision.machine_key(): record}), encoding="utf-8")  # NaN/Infinity written
+        calls = []
+        choice = precision.choose_dtype("auto", torch.device("cpu"), lambda: calls.append(1) or measured, cache)
+        figures = choice.figures
+        for name, (low, high) in precision.FIGURE_RANGES.items():
+            assert low <= getattr(figures, name) <= high, (record, figures)
+        assert bool(calls) == (precision.valid_figures(record) is None), record  # a bad record is measured again
+        assert "nan" not in choice.reason.lower() and " -" not in choice.reason, choice.reason
+        json.dumps(choice.to_dict(), allow_nan=False)  # what results.json records is strict JSON
+        assert precision.valid_figures(json.loads(cache.read_text())[precision.machine_key()]) is not None
+        run = RunFolder(folder / "run")
+        run.path.mkdir(exist_ok=True)
+        run.file("peak.json").write_text(json.dumps({"fp32/1": peak}), encoding="utf-8")
+        value = run.matmul_peak("fp32/1", lambda: 5e9)
+        assert 0 < value < float("inf"), (peak, value)
+        COUNTS["cached_values_checked"] += 1
+        COUNTS["accepted" if not calls else "remeasured"] += 1
+
+    return check
+
+
+def _run_cached(tmp_path: Path, slow: bool, request) -> None:
+    for key in COUNTS:
+        COUNTS[key] = 0
+    _cached_test(slow, tmp_path)()
+    from test_reliability_artifacts import mode, record
+
+    record("fuzz", mode(request), dict(COUNTS))
+    assert COUNTS["tracebacks"] == 0 and COUNTS["remeasured"] > 10 and COUNTS["accepted"] >= 1, COUNTS
+
+
+def test_fuzzed_cached_measurements(tmp_path, request):
+    """Random, non-finite and absurd figures in the precision cache and ``peak.json``: each is used only
+    when it is a plausible finite number, else measured again and replaced; never a ZeroDivisionError,
+    a negative or NaN time in the header, or a NaN in what ``results.json`` records."""
+    _run_cached(tmp_path, slow=False, request=request)
+
+
+@pytest.mark.slow
+def test_fuzzed_cached_measurements_at_length(tmp_path, request):
+    _run_cached(tmp_path, slow=True, request=request)
