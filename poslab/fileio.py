@@ -154,8 +154,19 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 
 def atomic_write_json(path: str | Path, obj: Any, **dumps: Any) -> Path:
-    """Atomically write ``obj`` as indented UTF-8 JSON (non-ASCII kept readable); ``dumps`` go to ``json.dumps``."""
-    return atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, **dumps) + "\n")
+    """Atomically write ``obj`` as indented UTF-8 JSON (non-ASCII kept readable); ``dumps`` go to ``json.dumps``.
+
+    Raises:
+        ValueError: with ``allow_nan=False``, ``obj`` holds NaN or an infinity (which JSON has no number
+            for), naming ``path``; nothing is written.
+    """
+    try:
+        text = json.dumps(obj, indent=2, ensure_ascii=False, **dumps)
+    except ValueError as err:
+        if dumps.get("allow_nan", True):
+            raise
+        raise ValueError(f"{str(path)!r} is not written: it would hold a non-finite number ({err})") from None
+    return atomic_write_text(path, text + "\n")
 
 
 @contextlib.contextmanager

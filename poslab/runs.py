@@ -262,7 +262,7 @@ class RunFolder:
 
     def write_results(self, results: dict[str, Any]) -> None:
         with self.writing(RESULTS):
-            atomic_write_json(self.file(RESULTS), results)
+            atomic_write_json(self.file(RESULTS), results, allow_nan=False)  # strict JSON: no NaN/Infinity
 
     @property
     def state(self) -> str:

@@ -316,6 +316,23 @@ def test_eval_of_weights_that_overflow_the_loss_is_one_line_and_writes_no_json(r
     assert "checkpoint is damaged" in line and not out.exists()
 
 
+def test_heads_of_weights_whose_loss_is_not_finite_is_one_line_and_writes_nothing(run, tmp_path, capsys):  # noqa: F811
+    """``heads`` printed ``loss nan (+nan)`` and wrote ``NaN`` into its results.json."""
+    reforge(run, tensors_edit=lambda t: {k: (v * 1e30 if k == "model.tok_emb.weight" else v) for k, v in t.items()})
+    out = tmp_path / "heads"
+    refused(capsys, ["heads", str(run), "--quick", "--out", str(out)], "loss on the evaluation text is nan")
+    assert not out.exists()
+
+
+def test_a_json_output_with_a_non_finite_number_is_refused_naming_the_file(tmp_path):
+    from poslab.fileio import atomic_write_json
+
+    with pytest.raises(ValueError, match=r"'.*r.json' is not written: it would hold a non-finite number"):
+        atomic_write_json(tmp_path / "r.json", {"loss": float("nan")}, allow_nan=False)
+    assert not (tmp_path / "r.json").exists()
+    answered()
+
+
 # ---------------------------------------------------------------------- 13. extreme legal values: refused, not NaN
 EXTREME = [
     ("rope", {"base": 1e-300}, "base=1e-300 gives frequencies"),

@@ -162,6 +162,7 @@ def run_attention(run_dir: Path, prompt: str, out: Path | None = None, json_path
                 "png": out.name,
                 **summary(weights, tokens),
             },
+            allow_nan=False,  # strict JSON: no NaN/Infinity
         )
     print(f"wrote {out} ({cfg.n_layer} layers x {cfg.n_head} heads, {len(tokens)} tokens)")
     return out

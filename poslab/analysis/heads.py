@@ -597,6 +597,11 @@ def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = 
         batch_size=8 if quick else 16,
         punctuation=punctuation_ids(tokenizer),
     )
+    if not math.isfinite(results["base_loss"]):  # nothing of it means anything: said, never printed as nan
+        raise ValueError(
+            f"the model's loss on the evaluation text is {results['base_loss']}, not finite: its weights overflow "
+            "fp32; the checkpoint is damaged or was not trained by poslab"
+        )
     results["run"] = str(run_dir)
     train = run.config().get("train", {})
     # what base_loss was measured on: the lab compares it with that corpus's n-gram baselines
@@ -607,7 +612,7 @@ def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = 
     }
     out.mkdir(parents=True, exist_ok=True)
     plot(results, out / "heads.png")
-    atomic_write_json(out / "results.json", results)
+    atomic_write_json(out / "results.json", results, allow_nan=False)  # strict JSON: no NaN/Infinity
     print_summary(results)
     return results
 
