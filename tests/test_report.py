@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -136,7 +137,7 @@ def test_experiment_claim_lists_are_shown(tmp_path):
     assert verdict_of(html, "rope beats alibi") == "inconclusive"
     missed = claims.num(close.noise - abs(close.margin))
     assert f"missed by {missed}" in html  # an inconclusive verdict says by how much it missed
-    assert verdict_of(html, "old shape") == "inconclusive" and "unusable claim entry" in html
+    assert verdict_of(html, "old shape") == "unusable" and "unusable claim entry" in html
 
 
 def test_margin_text():
@@ -161,8 +162,8 @@ def test_report_survives_broken_or_missing_inputs(tmp_path):
     with pytest.raises((TypeError, AttributeError)):
         shapes.claims({"seed000_walk": "wrong type"})  # the experiment refuses to decide on a broken walk
     html = build_report(lab_dir).read_text(encoding="utf-8")
-    assert "unreadable results.json" in html
-    assert verdict_of(html, "(claims of experiments/shapes)") == "inconclusive"
+    assert "unreadable experiments/params/results.json" in html
+    assert verdict_of(html, "(claims of experiments/shapes)") == "unusable"
     assert load_results(lab_dir)["experiments/shapes"] == {"seed000_walk": "wrong type", "claims": "wrong type"}
 
 
@@ -388,3 +389,67 @@ def test_head_analysis_claims_need_a_model_below_its_texts_bigram_baseline():
         assert above[text].details["verdict_without_premise"] == bare[text].verdict
         assert below[text].premise.met and not not_testable(below[text])
     assert any(bare[t].verdict != "inconclusive" for t in texts)  # the test decided something
+
+
+# ------------------------------------------------------------------------------------ forged records and files
+FORGED_RECORDS = [
+    ({"margin": float("nan"), "noise": 0.1, "n_seeds": 3}, "margin nan is not a finite number"),
+    ({"margin": 0.5, "noise": float("nan"), "n_seeds": 3}, "noise nan is not a finite number"),
+    ({"margin": float("inf"), "noise": None, "n_seeds": 0}, "margin inf is not a finite number"),
+    ({"margin": -5.0, "noise": 0.1, "n_seeds": 3}, "the rule needs margin > noise 0.1"),
+    ({"margin": -5.0, "noise": None, "n_seeds": 0}, "the rule needs margin >= 0"),
+    ({"margin": 0.5, "noise": 0.1, "n_seeds": -1}, "n_seeds -1 is not a non-negative integer"),
+    ({"margin": 0.5, "noise": 0.1, "n_seeds": 3.5}, "n_seeds 3.5 is not a non-negative integer"),
+    ({"margin": 0.5, "noise": None, "n_seeds": 3}, "without a measured noise"),
+    ({"margin": 0.5, "noise": -1.0, "n_seeds": 3}, "noise -1.0 is not a finite number >= 0"),
+    ({"margin": 0.5, "noise": 0.1, "n_seeds": 3, "details": {"p_value": "x"}}, "p_value 'x' is not a number"),
+    ({"margin": 0.5, "noise": 0.1, "n_seeds": 3, "details": [1]}, "details is a list, not a mapping"),
+]
+
+
+def forged(i: int, fields: dict, verdict: str = "held") -> dict:
+    return {"claim": f"forged {i}", "source": "s", "criterion": "c", "measured": "m", "verdict": verdict, **fields}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_forged_claim_records_are_shown_unusable_never_held(tmp_path, lang):
+    lab_dir = tmp_path / "lab"
+    folder = lab_dir / "experiments" / "forged"
+    folder.mkdir(parents=True)
+    entries = [forged(i, f) for i, (f, _) in enumerate(FORGED_RECORDS)]
+    entries.append(forged(90, {"margin": 5.0, "noise": 0.1, "n_seeds": 3}, verdict="did not hold"))
+    entries.append(forged(91, {"margin": 0.5, "noise": 0.1, "n_seeds": 3}, verdict="surely"))
+    entries.append(forged(92, {"margin": 0.5, "noise": 0.1, "n_seeds": 3}))  # a consistent record stays held
+    (folder / "results.json").write_text(json.dumps({"claims": entries}))  # json writes NaN and Infinity
+    html = build_report(lab_dir, lang=lang).read_text(encoding="utf-8")
+    unusable = "unusable" if lang == "en" else "记录不可用"
+    for i, (_, why) in enumerate(FORGED_RECORDS):
+        assert verdict_of(html, f"forged {i}") == unusable, why
+        assert why in unescape(html)
+    assert verdict_of(html, "forged 90") == unusable and "the rule needs margin < -noise 0.1" in unescape(html)
+    assert verdict_of(html, "forged 91") == unusable and "verdict must be one of" in html  # unknown verdict refused
+    assert verdict_of(html, "forged 92") == ("held" if lang == "en" else "课文正确")
+    counts = claims.evaluate(load_results(lab_dir))
+    assert sum(v.record.verdict == "held" for v in counts) == 1
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_malformed_lab_files_give_a_page_naming_each_file(tmp_path, lang):
+    lab_dir = tmp_path / "lab"
+    for folder in ("experiments/params", "experiments/shapes", "heads"):
+        (lab_dir / folder).mkdir(parents=True)
+    (lab_dir / "experiments/params/results.json").write_text("[" * 200000)  # a RecursionError for json.loads
+    (lab_dir / "heads/results.json").mkdir()  # a folder where the file should be
+    (lab_dir / "experiments/shapes/results.json").write_text("{}")
+    (lab_dir / "experiments/shapes/evil.png").mkdir()  # a folder named like a figure
+    (lab_dir / "lab.json").write_text(json.dumps({"steps": [1, 2, None], "machine": "x"}))
+    html = build_report(lab_dir, lang=lang).read_text(encoding="utf-8")
+    assert "unreadable experiments/params/results.json: " in html and "nested more than 100 levels" in html
+    assert "unreadable heads/results.json: Is a directory" in html
+    assert "experiments/shapes/evil.png is not a regular file; not shown" in html
+    assert "lab.json: steps[2] is not a step record (None); not used" in html
+    assert "lab.json: 'machine' is a str, not a mapping; not used" in unescape(html)
+    (lab_dir / "lab.json").write_text("[" * 200000)
+    assert main(["report", "--out", str(lab_dir), "--lang", lang]) == 0
+    page = (lab_dir / ("report.html" if lang == "en" else "report.zh.html")).read_text(encoding="utf-8")
+    assert "unreadable lab.json: " in page
