@@ -103,6 +103,8 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
             "final_checkpoints_saved",
             "sigterm_to_train_saved",
             "reruns_waited_for_run_in_use",
+            "second_collectors_refused",
+            "runs_taken_by_another_collector_completed",
             "lab_trainings_resumed",
             "checkpoints_deleted",
         ),
@@ -112,8 +114,16 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("cases", "refused_one_line", "tracebacks", "max_mib_grown_reading_1gib_binary_corpus"),
     ),
     "explorer": (
-        "explorer request checks (Host, Origin, Content-Length, disconnects)",
-        ("requests", "refused", "served_anyway", "disconnects_logged_in_one_line", "tracebacks"),
+        "explorer request checks (Host, Origin, Content-Length, disconnects, concurrent requests)",
+        (
+            "requests",
+            "refused",
+            "served_anyway",
+            "disconnects_logged_in_one_line",
+            "tracebacks",
+            "concurrent_requests",
+            "concurrent_answers_differing",
+        ),
     ),
     "hf_folders": (
         "malformed Hugging Face folders given to `poslab convert`",
