@@ -244,7 +244,9 @@ def test_convert_of_a_malformed_folder_is_one_line(kind: str, hf_folders, tmp_pa
         ("head_dim", 7, "`head_dim`=7"),
     ],
 )
-def test_convert_turns_a_config_validation_error_into_one_line(field, value, needle, hf_folders, tmp_path, capsys):
+def test_convert_turns_a_config_validation_error_into_one_line(
+    field, value, needle, hf_folders, tmp_path, capsys, request
+):
     """transformers' validation of a config value (huggingface_hub's strict dataclasses) is one line naming the
     field and the value, exit 2, nothing written."""
     import shutil
@@ -258,3 +260,6 @@ def test_convert_turns_a_config_validation_error_into_one_line(field, value, nee
     err = capsys.readouterr().err
     assert err.startswith("poslab: error:") and err.count("\n") == 1 and needle in err, err
     assert "transformers refuses it" in err and not (tmp_path / "run").exists()
+    from test_reliability_artifacts import mode, record
+
+    record("hf_folders", mode(request), {"cases": 1, "refused_one_line": 1, "tracebacks": 0})

@@ -125,6 +125,18 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
             "concurrent_answers_differing",
         ),
     ),
+    "report": (
+        "forged claim records and malformed lab files given to `poslab report`",
+        (
+            "cases",
+            "records",
+            "shown_unusable",
+            "decided_against_the_rule_shown",
+            "files_written",
+            "unreadable_named",
+            "tracebacks",
+        ),
+    ),
     "hf_folders": (
         "malformed Hugging Face folders given to `poslab convert`",
         ("cases", "refused_one_line", "tracebacks"),
