@@ -449,6 +449,7 @@ def test_malformed_lab_files_give_a_page_naming_each_file(tmp_path, lang):
     assert "experiments/shapes/evil.png is not a regular file; not shown" in html
     assert "lab.json: steps[2] is not a step record (None); not used" in html
     assert "lab.json: 'machine' is a str, not a mapping; not used" in unescape(html)
+    assert experiments.read_results(lab_dir / "experiments/params") == {}  # what a later experiment reads: no crash
     (lab_dir / "lab.json").write_text("[" * 200000)
     assert main(["report", "--out", str(lab_dir), "--lang", lang]) == 0
     page = (lab_dir / ("report.html" if lang == "en" else "report.zh.html")).read_text(encoding="utf-8")
