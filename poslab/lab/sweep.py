@@ -42,6 +42,10 @@ the running trainings (each saves a checkpoint), write the summary of what finis
 The trainings die with the sweep however it dies: each gets SIGTERM (and saves a checkpoint) when the
 sweep's process is gone, SIGKILL included. A rerun that finds a run still held by a training of an
 earlier sweep waits for it to let go, then continues (or skips) it, instead of failing it.
+
+The call without ``--shard`` holds the sweep's lock while it runs and summarises: a second one started
+meanwhile is refused in one line naming the first (exit 2). A training that finds its run taken by
+another process anyway (a shard, another machine) is waited for and read again, never failed as in use.
 """
 
 from __future__ import annotations
