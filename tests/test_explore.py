@@ -154,3 +154,27 @@ def test_explore_cli_errors(tmp_path, capsys):
     assert "0..65535" in capsys.readouterr().err
     with pytest.raises(ValueError, match="unknown position scheme"):
         ModelStore([], ["nope"])
+
+
+def test_concurrent_attention_requests_to_one_model_each_get_their_own_answer(server):
+    """24 requests at once (loopback, 24 threads) to one run, over 4 prompts: all 200, each equal to the
+    answer the same request gets alone (the capture of a model's attention is one request's at a time)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    url, _ = server
+    prompts = [PROMPT, PROMPT[:5], "床前明月光", PROMPT[2:9]]
+    alone = {p: request(url + "/api/attention", {"model": "run:tiny-rope", "prompt": p}) for p in prompts}
+    assert all(status == 200 for status, _ in alone.values())
+    barrier = threading.Barrier(24)
+
+    def ask(i: int) -> tuple[str, tuple[int, dict]]:
+        prompt = prompts[i % len(prompts)]
+        barrier.wait(timeout=60)
+        return prompt, request(url + "/api/attention", {"model": "run:tiny-rope", "prompt": prompt})
+
+    with one_thread(), ThreadPoolExecutor(24) as pool:
+        answers = list(pool.map(ask, range(24)))
+    failed = [(status, body) for _, (status, body) in answers if status != 200]
+    assert not failed, f"{len(failed)} of 24 failed: {failed[0]}"
+    for prompt, answer in answers:
+        assert answer == alone[prompt]

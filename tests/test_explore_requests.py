@@ -13,6 +13,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from poslab.lab.explore import MAX_BODY_BYTES, ModelStore, make_server
 
@@ -33,6 +35,8 @@ FIGURES: dict[str, int] = {
     "served_anyway": 0,
     "disconnects_logged_in_one_line": 0,
     "tracebacks": 0,
+    "concurrent_requests": 0,
+    "concurrent_answers_differing": 0,
 }
 
 
@@ -177,3 +181,46 @@ def test_non_finite_attention_is_one_json_error(server, monkeypatch):
     monkeypatch.setattr(explore, "attention_payload", lambda store, model, prompt: {"weights": [[float("nan")]]})
     status, body = post(server, PROMPT, f"Content-Length: {len(PROMPT)}")
     assert status == 422 and "not finite" in body["error"]
+
+
+# ------------------------------------------------------------------------------------ concurrent requests
+def _concurrent_batches(slow: bool):
+    """A fuzzer of bursts: 8 to 32 requests sent at once to one model, with prompts of the model's
+    characters, characters it does not know, and empty ones; each answer (status and body) must equal the
+    one the same request gets alone."""
+    letters = st.sampled_from(list("白日依山尽黄河入海流。，") + ["€", "x"])
+    prompts = st.lists(st.text(letters, min_size=0, max_size=12), min_size=8, max_size=32)
+
+    @settings(max_examples=40 if slow else 4, deadline=None, database=None)
+    @given(prompts)
+    def check(server, batch):
+        from concurrent.futures import ThreadPoolExecutor
+
+        def ask(prompt: str) -> tuple[int, dict]:
+            body = json.dumps({"model": "scheme:rope", "prompt": prompt}).encode()
+            return post(server, body, f"Content-Length: {len(body)}")
+
+        alone = {prompt: ask(prompt) for prompt in set(batch)}
+        with ThreadPoolExecutor(len(batch)) as pool:
+            answers = list(pool.map(ask, batch))
+        differing = sum(answer != alone[prompt] for prompt, answer in zip(batch, answers))
+        FIGURES["concurrent_requests"] += len(batch)
+        FIGURES["concurrent_answers_differing"] += differing
+        assert differing == 0 and all(status in (200, 400) for status, _ in answers), answers
+
+    return check
+
+
+def _run_concurrent(server, slow: bool) -> None:
+    _concurrent_batches(slow)(server)
+    for key in ("requests", "refused", "served_anyway"):  # good requests are not part of the bad-request figures
+        FIGURES[key] = 0
+
+
+def test_fuzzed_concurrent_requests_each_get_their_own_answer(server):
+    _run_concurrent(server, slow=False)
+
+
+@pytest.mark.slow
+def test_fuzzed_concurrent_requests_at_length(server):
+    _run_concurrent(server, slow=True)

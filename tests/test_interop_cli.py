@@ -230,3 +230,36 @@ def test_convert_of_a_malformed_folder_is_one_line(kind: str, hf_folders, tmp_pa
     from test_reliability_artifacts import mode, record
 
     record("hf_folders", mode(request), {"cases": 1, "refused_one_line": 1, "tracebacks": 0})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "needle"),
+    [
+        ("tie_word_embeddings", "yes", "'tie_word_embeddings' expected bool, got str (value: 'yes')"),
+        ("attention_bias", "maybe", "'attention_bias' expected bool, got str (value: 'maybe')"),
+        ("rms_norm_eps", "nan", "'rms_norm_eps' expected float, got str (value: 'nan')"),
+        ("rope_scaling", "nope", "'rope_parameters' with value 'nope'"),
+        ("num_attention_heads", 3, "not a multiple of the number of attention heads (3)"),
+        ("num_attention_heads", None, "'num_attention_heads' expected int, got NoneType (value: None)"),
+        ("head_dim", 7, "`head_dim`=7"),
+    ],
+)
+def test_convert_turns_a_config_validation_error_into_one_line(
+    field, value, needle, hf_folders, tmp_path, capsys, request
+):
+    """transformers' validation of a config value (huggingface_hub's strict dataclasses) is one line naming the
+    field and the value, exit 2, nothing written."""
+    import shutil
+
+    folder = tmp_path / "broken"
+    shutil.copytree(hf_folders["llama"][0], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config[field] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    assert main(["convert", "--from-hf", str(folder), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("poslab: error:") and err.count("\n") == 1 and needle in err, err
+    assert "transformers refuses it" in err and not (tmp_path / "run").exists()
+    from test_reliability_artifacts import mode, record
+
+    record("hf_folders", mode(request), {"cases": 1, "refused_one_line": 1, "tracebacks": 0})

@@ -350,3 +350,115 @@ def test_a_rerun_waits_for_a_run_still_in_use(tmp_path, request):
     summary = json.loads((tmp_path / "sweep" / "summary.json").read_text())
     assert summary["status"] == {"completed": 1}
     _record(request, reruns_waited_for_run_in_use=1)
+
+
+# ------------------------------------------------------------------------------ two collectors of one sweep
+def test_a_second_collector_of_a_sweep_is_refused_in_one_line(tmp_path, capsys, request):
+    """The collector holds the sweep's lock: a second ``poslab sweep`` of the same sweep is exit 2 naming the
+    holder, and starts nothing."""
+    from poslab.training.lock import RunLock
+
+    config = tmp_path / "s.yaml"
+    config.write_text(SWEEP.format(steps=4))
+    held = RunLock(tmp_path / "sweep").acquire()  # the first collector (this process)
+    try:
+        assert main(["sweep", str(config), "--out", str(tmp_path / "sweep")]) == 2
+    finally:
+        held.release()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("poslab: error: sweep "), err
+    assert f"is in use by another poslab sweep (pid {os.getpid()} on " in err
+    assert not (tmp_path / "sweep" / "runs").exists()  # nothing started, nothing marked
+    _record(request, second_collectors_refused=1)
+
+
+def _fake_launches(monkeypatch, outcomes: list) -> list[list[str]]:
+    """Replace the sweep's training launcher: each call runs the next of ``outcomes`` (``(run_dir, log) -> code``)."""
+    from poslab.lab import runner
+
+    calls: list[list[str]] = []
+
+    def launch(cmd, stdout, **kwargs):
+        calls.append(cmd)
+        run_dir = Path(cmd[cmd.index("--out_dir") + 1]) / cmd[cmd.index("--name") + 1]
+        return outcomes[len(calls) - 1](run_dir, stdout)
+
+    monkeypatch.setattr(runner, "launch", launch)
+    return calls
+
+
+def _finish(run_dir: Path, steps: int) -> None:
+    """What a completed training leaves (its config and a complete results.json)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text("{}")
+    (run_dir / "results.json").write_text(json.dumps({"status": "completed", "steps": steps, "final_val_loss": 2.5}))
+
+
+def _in_use(run_dir: Path, log) -> int:
+    log.write(f"poslab: error: run folder {str(run_dir)!r} is in use by another poslab process (pid 1 on h)\n")
+    return 2
+
+
+@pytest.mark.parametrize("other_finishes_first", [True, False])
+def test_a_run_another_collector_holds_is_waited_for_never_failed(tmp_path, monkeypatch, other_finishes_first, request):
+    """A second collector's training that finds the run taken ('in use') waits for it and looks again: the
+    run another process completed meanwhile is completed here, not ``failed ... in use``."""
+    from poslab.lab import sweep
+
+    config = tmp_path / "s.yaml"
+    config.write_text(SWEEP.format(steps=4))
+    plan = sweep.load_plan(config, tmp_path / "sweep")
+    for folder in ("runs", "configs", "logs"):
+        (plan.sweep_dir / folder).mkdir(parents=True)
+
+    def taken_then_done(run_dir, log):  # the other collector's training completes the run meanwhile
+        _finish(run_dir, 4)
+        return _in_use(run_dir, log)
+
+    def ours(run_dir, log):
+        _finish(run_dir, 4)
+        return 0
+
+    outcomes = [taken_then_done] if other_finishes_first else [_in_use, ours]
+    calls = _fake_launches(monkeypatch, outcomes)
+    run = sweep.train_point(str(plan.sweep_dir), plan.name, plan.runs[0], 1)
+    assert (run.status, run.error) == ("completed", None)
+    assert run.results["final_val_loss"] == 2.5 and len(calls) == len(outcomes)
+    _record(request, runs_taken_by_another_collector_completed=1)
+
+
+def test_a_run_that_fails_for_its_own_reason_is_failed_once(tmp_path, monkeypatch):
+    from poslab.lab import sweep
+
+    config = tmp_path / "s.yaml"
+    config.write_text(SWEEP.format(steps=4))
+    plan = sweep.load_plan(config, tmp_path / "sweep")
+    for folder in ("runs", "configs", "logs"):
+        (plan.sweep_dir / folder).mkdir(parents=True)
+
+    def broken(run_dir, log):
+        log.write("poslab: error: something of its own\n")
+        return 1
+
+    calls = _fake_launches(monkeypatch, [broken, broken])
+    run = sweep.train_point(str(plan.sweep_dir), plan.name, plan.runs[0], 1)
+    assert run.status == "failed" and run.error == "exit 1: something of its own" and len(calls) == 1
+
+
+@pytest.mark.slow
+def test_two_collectors_of_one_sweep_at_once(tmp_path, request):
+    """``poslab sweep S.yaml & poslab sweep S.yaml``: one collects every run, the other is one line (exit 2)."""
+    config = tmp_path / "s.yaml"
+    config.write_text(SWEEP.replace("seed: [1]", "seed: [1, 2, 3]").format(steps=40))
+    cmd = [sys.executable, "-m", "poslab", "sweep", str(config), "--workers", "1", "--out", str(tmp_path / "sweep")]
+    first, second = (
+        subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    )
+    outputs = [p.communicate(timeout=300) for p in (first, second)]
+    codes = sorted([first.returncode, second.returncode])
+    assert codes == [0, 2], outputs
+    refused = outputs[[first.returncode, second.returncode].index(2)][1]
+    assert refused.count("\n") == 1 and "is in use by another poslab sweep (pid " in refused, refused
+    summary = json.loads((tmp_path / "sweep" / "summary.json").read_text())
+    assert summary["status"] == {"completed": 3}, summary
+    _record(request, second_collectors_refused=1)

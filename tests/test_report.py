@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -136,7 +137,7 @@ def test_experiment_claim_lists_are_shown(tmp_path):
     assert verdict_of(html, "rope beats alibi") == "inconclusive"
     missed = claims.num(close.noise - abs(close.margin))
     assert f"missed by {missed}" in html  # an inconclusive verdict says by how much it missed
-    assert verdict_of(html, "old shape") == "inconclusive" and "unusable claim entry" in html
+    assert verdict_of(html, "old shape") == "unusable" and "unusable claim entry" in html
 
 
 def test_margin_text():
@@ -161,8 +162,8 @@ def test_report_survives_broken_or_missing_inputs(tmp_path):
     with pytest.raises((TypeError, AttributeError)):
         shapes.claims({"seed000_walk": "wrong type"})  # the experiment refuses to decide on a broken walk
     html = build_report(lab_dir).read_text(encoding="utf-8")
-    assert "unreadable results.json" in html
-    assert verdict_of(html, "(claims of experiments/shapes)") == "inconclusive"
+    assert "unreadable experiments/params/results.json" in html
+    assert verdict_of(html, "(claims of experiments/shapes)") == "unusable"
     assert load_results(lab_dir)["experiments/shapes"] == {"seed000_walk": "wrong type", "claims": "wrong type"}
 
 
@@ -388,3 +389,274 @@ def test_head_analysis_claims_need_a_model_below_its_texts_bigram_baseline():
         assert above[text].details["verdict_without_premise"] == bare[text].verdict
         assert below[text].premise.met and not not_testable(below[text])
     assert any(bare[t].verdict != "inconclusive" for t in texts)  # the test decided something
+
+
+# ------------------------------------------------------------------------------------ forged records and files
+FORGED_RECORDS = [
+    ({"margin": float("nan"), "noise": 0.1, "n_seeds": 3}, "margin nan is not a finite number"),
+    ({"margin": 0.5, "noise": float("nan"), "n_seeds": 3}, "noise nan is not a finite number"),
+    ({"margin": float("inf"), "noise": None, "n_seeds": 0}, "margin inf is not a finite number"),
+    ({"margin": -5.0, "noise": 0.1, "n_seeds": 3}, "the rule needs margin > noise 0.1"),
+    ({"margin": -5.0, "noise": None, "n_seeds": 0}, "the rule needs margin >= 0"),
+    ({"margin": 0.5, "noise": 0.1, "n_seeds": -1}, "n_seeds -1 is not a non-negative integer"),
+    ({"margin": 0.5, "noise": 0.1, "n_seeds": 3.5}, "n_seeds 3.5 is not a non-negative integer"),
+    ({"margin": 0.5, "noise": None, "n_seeds": 3}, "without a measured noise"),
+    ({"margin": 0.5, "noise": -1.0, "n_seeds": 3}, "noise -1.0 is not a finite number >= 0"),
+    ({"margin": 0.5, "noise": 0.1, "n_seeds": 3, "details": {"p_value": "x"}}, "p_value 'x' is not a number"),
+    ({"margin": 0.5, "noise": 0.1, "n_seeds": 3, "details": [1]}, "details is a list, not a mapping"),
+]
+
+
+def forged(i: int, fields: dict, verdict: str = "held") -> dict:
+    return {"claim": f"forged {i}", "source": "s", "criterion": "c", "measured": "m", "verdict": verdict, **fields}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_forged_claim_records_are_shown_unusable_never_held(tmp_path, lang):
+    lab_dir = tmp_path / "lab"
+    folder = lab_dir / "experiments" / "forged"
+    folder.mkdir(parents=True)
+    entries = [forged(i, f) for i, (f, _) in enumerate(FORGED_RECORDS)]
+    entries.append(forged(90, {"margin": 5.0, "noise": 0.1, "n_seeds": 3}, verdict="did not hold"))
+    entries.append(forged(91, {"margin": 0.5, "noise": 0.1, "n_seeds": 3}, verdict="surely"))
+    entries.append(forged(92, {"margin": 0.5, "noise": 0.1, "n_seeds": 3}))  # a consistent record stays held
+    (folder / "results.json").write_text(json.dumps({"claims": entries}))  # json writes NaN and Infinity
+    html = build_report(lab_dir, lang=lang).read_text(encoding="utf-8")
+    unusable = "unusable" if lang == "en" else "记录不可用"
+    for i, (_, why) in enumerate(FORGED_RECORDS):
+        assert verdict_of(html, f"forged {i}") == unusable, why
+        assert why in unescape(html)
+    assert verdict_of(html, "forged 90") == unusable and "the rule needs margin < -noise 0.1" in unescape(html)
+    assert verdict_of(html, "forged 91") == unusable and "verdict must be one of" in html  # unknown verdict refused
+    assert verdict_of(html, "forged 92") == ("held" if lang == "en" else "课文正确")
+    counts = claims.evaluate(load_results(lab_dir))
+    assert sum(v.record.verdict == "held" for v in counts) == 1
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_malformed_lab_files_give_a_page_naming_each_file(tmp_path, lang):
+    lab_dir = tmp_path / "lab"
+    for folder in ("experiments/params", "experiments/shapes", "heads"):
+        (lab_dir / folder).mkdir(parents=True)
+    (lab_dir / "experiments/params/results.json").write_text("[" * 200000)  # a RecursionError for json.loads
+    (lab_dir / "heads/results.json").mkdir()  # a folder where the file should be
+    (lab_dir / "experiments/shapes/results.json").write_text("{}")
+    (lab_dir / "experiments/shapes/evil.png").mkdir()  # a folder named like a figure
+    (lab_dir / "lab.json").write_text(json.dumps({"steps": [1, 2, None], "machine": "x"}))
+    html = build_report(lab_dir, lang=lang).read_text(encoding="utf-8")
+    assert "unreadable experiments/params/results.json: " in html and "nested more than 100 levels" in html
+    assert "unreadable heads/results.json: Is a directory" in html
+    assert "experiments/shapes/evil.png is not a regular file; not shown" in html
+    assert "lab.json: steps[2] is not a step record (None); not used" in html
+    assert "lab.json: 'machine' is a str, not a mapping; not used" in unescape(html)
+    assert experiments.read_results(lab_dir / "experiments/params") == {}  # what a later experiment reads: no crash
+    (lab_dir / "lab.json").write_text("[" * 200000)
+    assert main(["report", "--out", str(lab_dir), "--lang", lang]) == 0
+    page = (lab_dir / ("report.html" if lang == "en" else "report.zh.html")).read_text(encoding="utf-8")
+    assert "unreadable lab.json: " in page
+
+
+# ------------------------------------------------------------------------------------ fuzzed records and files
+FUZZ_EXAMPLES = {"records": 12, "files": 12}
+SLOW_FUZZ_EXAMPLES = {"records": 150, "files": 150}
+
+
+def _fuzz_numbers():
+    from hypothesis import strategies as st
+
+    return st.one_of(
+        st.none(),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(-(10**20), 10**20),
+        st.sampled_from([0.0, -0.0, 1e-300, 5e-324, 1e308, True, False, "1.0", "nan", [], {}]),
+    )
+
+
+def _fuzz_records():
+    """Claim entries as a forger writes them: any margin, noise, seed count, verdict and p-value."""
+    from hypothesis import strategies as st
+
+    from poslab.lab.verdicts import VERDICTS
+
+    record = st.fixed_dictionaries(
+        {
+            "margin": _fuzz_numbers(),
+            "noise": _fuzz_numbers(),
+            "n_seeds": st.one_of(st.integers(-3, 10), st.sampled_from([2.5, True, None, "3", 10**30])),
+            "verdict": st.one_of(st.sampled_from(VERDICTS), st.text(max_size=8)),
+            "details": st.one_of(st.fixed_dictionaries({"p_value": _fuzz_numbers()}), st.just([1]), st.just({})),
+        }
+    )
+    return st.lists(record, min_size=1, max_size=8)
+
+
+def _obeys_the_rule(entry: dict) -> bool:
+    """Whether a decided verdict is what the rule gives for the entry's figures (written out here, apart from
+    the code under test): finite numbers, a non-negative integer seed count of 0 or at least 3, and
+    ``held``: margin > noise (margin >= 0 with no noise and no seeds); ``did not hold``: margin < -noise (< 0)."""
+    import math
+
+    def real(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+    margin, noise, n = entry["margin"], entry["noise"], entry["n_seeds"]
+    p = entry["details"].get("p_value") if isinstance(entry["details"], dict) else "not a mapping"
+    if not real(margin) or not (noise is None or (real(noise) and noise >= 0)):
+        return False
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0 or 0 < n < 3 or (noise is None and n > 0):
+        return False
+    if p is not None and not (real(p) and 0 <= p <= 1):
+        return False
+    if entry["verdict"] == "held":
+        return margin > noise if noise is not None else margin >= 0
+    return margin < -noise if noise is not None else margin < 0
+
+
+def _badges(html: str, prefix: str) -> dict[str, str]:
+    """Claim (starting with ``prefix``) -> the badge class of its row in the claims table."""
+    rows = re.findall(
+        r"<tr class='v-\w+'><td class='src'>(?:(?!</tr>).)*?<td><span class='d'>(" + prefix + r"\d+)</span>"
+        r"(?:(?!</tr>).)*?<span class='badge (\w+)'>",
+        html,
+    )
+    return dict(rows)
+
+
+def _fuzz_forged_records(tmp_path_factory, slow: bool, request):
+    from hypothesis import HealthCheck, given, settings
+
+    counts = {"cases": 0, "records": 0, "decided_against_the_rule_shown": 0, "shown_unusable": 0, "tracebacks": 0}
+
+    @settings(
+        max_examples=(SLOW_FUZZ_EXAMPLES if slow else FUZZ_EXAMPLES)["records"],
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(_fuzz_records())
+    def check(entries):
+        lab_dir = tmp_path_factory.mktemp("lab")
+        (lab_dir / "experiments" / "forged").mkdir(parents=True)
+        claims_ = [dict(e, claim=f"fz{i}", source="s", criterion="c", measured="m") for i, e in enumerate(entries)]
+        (lab_dir / "experiments" / "forged" / "results.json").write_text(json.dumps({"claims": claims_}))
+        counts["cases"] += 1
+        try:
+            html = build_report(lab_dir, lang="en").read_text(encoding="utf-8")
+        except Exception:
+            counts["tracebacks"] += 1
+            raise
+        shown = _badges(html, "fz")
+        assert len(shown) == len(entries), (shown, entries)
+        for i, entry in enumerate(entries):
+            badge = shown[f"fz{i}"]
+            counts["records"] += 1
+            counts["shown_unusable"] += badge == "unusable"
+            if badge in ("held", "wrong"):
+                assert entry["verdict"] in ("held", "did not hold") and _obeys_the_rule(entry), (badge, entry)
+            counts["decided_against_the_rule_shown"] += badge in ("held", "wrong") and not _obeys_the_rule(entry)
+
+    check()
+    from test_reliability_artifacts import mode, record
+
+    record("report", mode(request), counts)
+
+
+def test_fuzzed_claim_records_are_never_shown_decided_against_the_rule(tmp_path_factory, request):
+    _fuzz_forged_records(tmp_path_factory, slow=False, request=request)
+
+
+@pytest.mark.slow
+def test_fuzzed_claim_records_at_length(tmp_path_factory, request):
+    _fuzz_forged_records(tmp_path_factory, slow=True, request=request)
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6))
+    return st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+        max_leaves=12,
+    )
+
+
+def _lab_file_text():
+    """What a lab file may hold: JSON of any shape (the keys the page reads included), text that is no JSON,
+    nesting far past any parser's recursion limit, bytes that are no UTF-8."""
+    from hypothesis import strategies as st
+
+    page_keys = st.fixed_dictionaries(
+        {},
+        optional={
+            "steps": _json_values(),
+            "machine": _json_values(),
+            "mode": _json_values(),
+            "claims": _json_values(),
+            "description": _json_values(),
+            "heads": _json_values(),
+            "counts": _json_values(),
+        },
+    )
+    return st.one_of(
+        (page_keys | _json_values()).map(json.dumps),
+        st.integers(101, 300_000).map(lambda n: "[" * n),
+        st.integers(101, 5_000).map(lambda n: '{"a":' * n + "1" + "}" * n),
+        st.text(max_size=20),
+        st.just("\udcff").map(lambda _: b"\xff\xfe{"),
+    )
+
+
+def _fuzz_lab_files(tmp_path_factory, slow: bool, request):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    counts = {"cases": 0, "files_written": 0, "unreadable_named": 0, "tracebacks": 0}
+    folders = ["experiments/params", "experiments/shapes", "heads", "attention", "other"]
+
+    @settings(
+        max_examples=(SLOW_FUZZ_EXAMPLES if slow else FUZZ_EXAMPLES)["files"],
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        st.dictionaries(st.sampled_from(["lab.json", *[f + "/results.json" for f in folders]]), _lab_file_text()),
+        st.lists(st.tuples(st.sampled_from(folders), st.booleans()), max_size=3),
+        st.sampled_from(["en", "zh"]),
+    )
+    def check(files, pngs, lang):
+        lab_dir = tmp_path_factory.mktemp("lab")
+        for name, text in files.items():
+            path = lab_dir / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
+        for i, (folder, as_folder) in enumerate(pngs):  # a folder named like a figure, or an empty "figure"
+            path = lab_dir / folder / f"f{i}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.mkdir() if as_folder else path.write_bytes(b"")
+        counts["cases"] += 1
+        counts["files_written"] += len(files) + len(pngs)
+        try:
+            html = unescape(build_report(lab_dir, lang=lang).read_text(encoding="utf-8"))
+        except Exception:
+            counts["tracebacks"] += 1
+            raise
+        for name, text in files.items():
+            if isinstance(text, bytes) or text.startswith("[" * 101) or text.startswith('{"a":' * 101):
+                assert f"unreadable {name}: " in html, name  # the page names the file it could not read
+                counts["unreadable_named"] += 1
+
+    check()
+    from test_reliability_artifacts import mode, record
+
+    record("report", mode(request), counts)
+
+
+def test_fuzzed_lab_files_give_a_page_naming_what_it_could_not_read(tmp_path_factory, request):
+    _fuzz_lab_files(tmp_path_factory, slow=False, request=request)
+
+
+@pytest.mark.slow
+def test_fuzzed_lab_files_at_length(tmp_path_factory, request):
+    _fuzz_lab_files(tmp_path_factory, slow=True, request=request)

@@ -26,7 +26,7 @@ ALLOWED = {
     ("runs.py", "*"): "the run folder's owner",
     ("training/checkpoint.py", "load_checkpoint"): "the checkpoint format RunFolder delegates to",
     ("interop/convert.py", "_model_type"): "a Hugging Face folder's config.json, not a run's",
-    ("lab/report/builder.py", "load_results"): "experiment folders' results.json (it skips runs/)",
+    ("lab/report/reading.py", "load_results"): "experiment folders' results.json (it skips runs/)",
     ("lab/bench.py", "rerender"): "a bench output folder's results.json",
     ("lab/experiments/__init__.py", "read_results"): "an experiment folder's results.json, not a run's",
 }

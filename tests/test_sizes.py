@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 
 import pytest
@@ -44,17 +45,49 @@ def test_a_user_defines_a_size_from_a_base(table):
         ("x=nope", "unknown base size 'nope'; choose one of smoke, quick, full"),
         ("x=quick,depth=4", "'depth=4' must be FIELD=VALUE with FIELD one of train_length, n_layer"),
         ("x=quick,n_layer", "'n_layer' must be FIELD=VALUE"),
-        ("x=quick,n_layer=2.5", "n_layer must be an integer, got '2.5'"),
+        ("x=quick,n_layer=2.5", "n_layer must be an integer from 1 to 1,024, got '2.5'"),
         ("x=quick,lr=fast", "lr must be a number, got 'fast'"),
-        ("x=quick,steps=0", "steps must be > 0, got '0'"),
+        ("x=quick,steps=0", "steps must be an integer from 1 to 10,000,000, got '0'"),
+        ("x=quick,n_head=3", "n_head=3 must divide n_embd=64"),
+        ("x=quick,n_embd=7", "n_head=4 must divide n_embd=7"),
+        ("x=quick,n_embd=68", "the head width n_embd / n_head = 17 must be even"),
+        ("x=quick,lr=inf", "lr must be a finite number in (0, 10], got 'inf'"),
+        ("x=quick,lr=1e308", "lr must be a finite number in (0, 10], got '1e308'"),
+        ("x=quick,lr=nan", "lr must be a finite number in (0, 10], got 'nan'"),
+        ("x=quick,lr=-1e-3", "lr must be a finite number in (0, 10], got '-1e-3'"),
+        (f"x=quick,n_layer={2**63}", f"n_layer must be an integer from 1 to 1,024, got '{2**63}'"),
+        ("x=quick,train_length=1000000000", "train_length must be an integer from 1 to 65,536, got '1000000000'"),
+        ("x=quick,train_length=1e9", "train_length must be an integer from 1 to 65,536, got '1e9'"),
+        ("x=quick,steps=1e30", "steps must be an integer from 1 to 10,000,000, got '1e30'"),
+        ("x=quick,steps=٣", "steps must be an integer from 1 to 10,000,000, got '٣'"),
+        ("x\u202e=quick", "the name 'x\\u202e' must be a plain folder name: 1 to 64 of A-Z a-z 0-9"),
+        ("x\ny=quick", "the name 'x\\ny' must be a plain folder name"),
+        ("a" * 5000 + "=quick", "must be a plain folder name"),
         ("quick=smoke", "'quick' is already the size"),
         ("../x=quick", "must be a plain folder name"),
         ("nope", "unknown size 'nope'; choose one of smoke, quick, full"),
     ],
 )
 def test_bad_sizes_are_refused_naming_the_value(table, spec, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
         sizes.define_size(spec)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 400  # one readable line
+
+
+@pytest.mark.parametrize(
+    "spec, rule",
+    [
+        ("x=smoke,lr=nan", "lr must be a finite number in (0, 10]"),
+        ("x=smoke,n_head=3", "n_head=3 must divide n_embd=16"),
+        ("x=smoke,steps=1e30", "steps must be an integer from 1 to 10,000,000"),
+        ("x\u202e=smoke", "must be a plain folder name"),
+    ],
+)
+def test_lab_refuses_a_bad_size_before_any_step(table, tmp_path, capsys, spec, rule):
+    assert main(["lab", "--out", str(tmp_path / "lab"), "--size", spec, "--only", "params"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("poslab: error: --size ") and err.count("\n") == 1 and rule in err, err
+    assert not (tmp_path / "lab" / "experiments").exists()
 
 
 def test_experiment_size_reaches_the_experiments_that_take_one(table, monkeypatch, tmp_path, capsys):

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,19 @@ PRUNE_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
 # ------------------------------------------------------------------------------------ weights, masks
+_CAPTURE_LOCKS: weakref.WeakKeyDictionary[torch.nn.Module, threading.Lock] = weakref.WeakKeyDictionary()
+_CAPTURE_LOCKS_GUARD = threading.Lock()
+
+
+def capture_lock(model: torch.nn.Module) -> threading.Lock:
+    """The lock that serialises captures of ``model``'s attention (forward hooks are shared by every thread)."""
+    with _CAPTURE_LOCKS_GUARD:
+        lock = _CAPTURE_LOCKS.get(model)
+        if lock is None:
+            lock = _CAPTURE_LOCKS[model] = threading.Lock()
+        return lock
+
+
 @torch.no_grad()
 def attention_weights(model: GPT, idx: Tensor) -> list[Tensor]:
     """Attention weights of every layer for token ids ``idx [B, T]``.
@@ -57,18 +72,19 @@ def attention_weights(model: GPT, idx: Tensor) -> list[Tensor]:
         One ``[B, h, T, T]`` fp32 tensor per layer (rows sum to 1; GQA heads already expanded).
     """
     captured: list[Tensor] = []
-    handles = [
-        block.attn.scores_probe.register_forward_hook(lambda _m, _i, out: captured.append(out.detach().float()))
-        for block in model.blocks
-    ]
-    was_training = model.training
-    model.eval()
-    try:
-        model(idx, backend="eager")
-    finally:
-        for handle in handles:
-            handle.remove()
-        model.train(was_training)
+    with capture_lock(model):  # the hooks see every forward of the model: one capture at a time
+        handles = [
+            block.attn.scores_probe.register_forward_hook(lambda _m, _i, out: captured.append(out.detach().float()))
+            for block in model.blocks
+        ]
+        was_training = model.training
+        model.eval()
+        try:
+            model(idx, backend="eager")
+        finally:
+            for handle in handles:
+                handle.remove()
+            model.train(was_training)
     if len(captured) != len(model.blocks):
         raise RuntimeError(f"captured {len(captured)} attention maps for {len(model.blocks)} layers")
     return captured

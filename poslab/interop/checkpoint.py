@@ -136,6 +136,14 @@ def _check_config_json(path: Path) -> None:
             raise ValueError(f"{str(path)!r}: {key}={value!r} must be a positive integer")
 
 
+def _validation_error(err: Exception) -> bool:
+    """Whether ``err`` is transformers' refusal of a config value: a ``ValueError``/``TypeError`` or the strict
+    dataclass validation of ``huggingface_hub`` (``StrictDataclassFieldValidationError`` and its kin)."""
+    return isinstance(err, (ValueError, TypeError)) or any(
+        kind.__name__.startswith("StrictDataclass") for kind in type(err).__mro__
+    )
+
+
 def load_hf_source(model_or_dir: Any) -> tuple[Any, dict[str, Tensor]]:
     """``(transformers config, state dict)`` of a model object or a local checkpoint folder (offline)."""
     if isinstance(model_or_dir, nn.Module):
@@ -167,4 +175,10 @@ def load_hf_source(model_or_dir: Any) -> tuple[Any, dict[str, Tensor]]:
             f"{str(folder / 'config.json')!r}: transformers cannot read it: {reason} "
             "(each rope_type needs its own fields)"
         ) from None
+    except Exception as err:
+        if not _validation_error(err):
+            raise
+        # the field (or validator), its rule and the value, on one line; not the list of types it tried
+        reason = " ".join(str(err).split(" Errors: ")[0].split())
+        raise ValueError(f"{str(folder / 'config.json')!r}: transformers refuses it: {reason[:400]}") from None
     return config, read_weights(folder)

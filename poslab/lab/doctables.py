@@ -35,7 +35,13 @@ SNAPSHOT = Path("docs/results/lab-quick.json")
 DOCS = ("lab.md", "extrapolation.md", "experiments.md")
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end -->)", re.S)
 #: what each kind of verdict is called in the docs (the report's English badges)
-KIND_NAMES = {"held": "held", "wrong": "did not hold", "untestable": "not testable", "inconclusive": "inconclusive"}
+KIND_NAMES = {
+    "held": "held",
+    "wrong": "did not hold",
+    "untestable": "not testable",
+    "inconclusive": "inconclusive",
+    "unusable": "unusable",
+}
 TRAINED = (
     "experiments/heads",
     "experiments/position-training",
@@ -143,7 +149,7 @@ def _duration(seconds: float | None) -> str:
 
 def _counts(claims: Sequence[dict]) -> str:
     counts = {k: sum(c["kind"] == k for c in claims) for k in KIND_NAMES}
-    return ", ".join(f"{counts[k]} {name}" for k, name in KIND_NAMES.items())
+    return ", ".join(f"{counts[k]} {name}" for k, name in KIND_NAMES.items() if counts[k] or k != "unusable")
 
 
 def _table(claims: Sequence[dict], with_experiment: bool) -> str:

@@ -44,6 +44,8 @@ ASSETS = {
     "explore.css": "text/css; charset=utf-8",
 }
 MAX_PROMPT_CHARS = 1024
+#: connections the listening socket queues before the server accepts them (http.server's default is 5)
+REQUEST_QUEUE = 128
 UNTRAINED = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 64}
 # viridis at 9 stops; the page interpolates linearly between them (the tests use colormap_rgb)
 COLORMAP = [
@@ -363,7 +365,9 @@ def make_server(
 ) -> ThreadingHTTPServer:
     """A server bound to ``host:port`` (``port=0`` picks a free port: see ``server.server_address``)."""
     handler = type("BoundHandler", (Handler,), {"store": store, "quiet": quiet})
-    server = ThreadingHTTPServer((host, port), handler)
+    # a page (or a script) may send a burst of requests at once: the listen queue holds them all
+    server_class = type("ExplorerServer", (ThreadingHTTPServer,), {"request_queue_size": REQUEST_QUEUE})
+    server = server_class((host, port), handler)
     server.daemon_threads = True
     return server
 

@@ -29,6 +29,8 @@ Their evaluations run on the CPU after training (the experiments load every mode
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from dataclasses import dataclass
 
 #: the length factors the extrapolation evaluates (``k * L``); :attr:`Size.n_targets` sizes its evaluation by
@@ -101,6 +103,57 @@ SIZES = {
 }
 
 
+#: the largest value of each integer field a size may set: far past any machine this lab runs on, so that a
+#: typo (``n_layer=2**63``) is refused at once instead of when a training allocates it
+MAX_FIELD = {
+    "train_length": 65_536,
+    "n_layer": 1_024,
+    "n_head": 1_024,
+    "n_embd": 65_536,
+    "steps": 10_000_000,
+    "batch_size": 65_536,
+    "warmup_steps": 10_000_000,
+    "eval_windows": 100_000,
+    "finetune_steps": 10_000_000,
+    "entropy_batch": 65_536,
+}
+#: the learning rates a size may set, ``(0, MAX_LR]`` (the lab's sizes use 6e-4 to 3e-3)
+MAX_LR = 10.0
+#: a size's name: it names the models' subfolder and is printed, so plain ASCII of bounded length
+NAME_RE = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]{0,63}", re.ASCII)
+NAME_RULE = "a plain folder name: 1 to 64 of A-Z a-z 0-9 . _ + -, not starting with . or -"
+
+
+def _value(spec: str, key: str, text: str, base: Size) -> int | float:
+    """The value of ``key=text`` of a ``--size`` spec within its bound; else ``ValueError`` naming value and rule."""
+    text = text.strip()
+    if isinstance(getattr(base, key), float):
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"--size {spec!r}: {key} must be a number, got {text!r}") from None
+        if not (text.isascii() and math.isfinite(value) and 0 < value <= MAX_LR):
+            raise ValueError(f"--size {spec!r}: {key} must be a finite number in (0, {MAX_LR:g}], got {text!r}")
+        return value
+    if not re.fullmatch(r"\+?[0-9]+", text, re.ASCII) or not 0 < int(text) <= MAX_FIELD[key]:
+        raise ValueError(f"--size {spec!r}: {key} must be an integer from 1 to {MAX_FIELD[key]:,}, got {text!r}")
+    return int(text)
+
+
+def _check_geometry(spec: str, size: Size) -> None:
+    """The model a size builds must exist: ``n_head`` divides ``n_embd`` into an even head width (RoPE rotates
+    pairs of dimensions, and every lab size trains RoPE arms)."""
+    if size.n_embd % size.n_head:
+        raise ValueError(
+            f"--size {spec!r}: n_head={size.n_head} must divide n_embd={size.n_embd} (each head gets n_embd / n_head)"
+        )
+    if (size.n_embd // size.n_head) % 2:
+        raise ValueError(
+            f"--size {spec!r}: the head width n_embd / n_head = {size.n_embd // size.n_head} must be even "
+            f"(RoPE rotates pairs of dimensions)"
+        )
+
+
 def size_of(quick: bool, size: str | None = None) -> Size:
     """The :class:`Size` named ``size``, else ``quick`` or ``full``."""
     name = size or ("quick" if quick else "full")
@@ -115,13 +168,16 @@ def define_size(spec: str) -> Size:
     Example: ``"deep=quick,n_layer=4,steps=600"`` is ``quick`` with 4 layers and 600 steps.
 
     Raises:
-        ValueError: an unknown size or base, a field :class:`Size` does not have, a value of the wrong type,
-            or a name already in the table with other values.
+        ValueError: an unknown size or base, a field :class:`Size` does not have, a value of the wrong type or
+            out of its bound (:data:`MAX_FIELD`, :data:`MAX_LR`), a geometry no model has (``n_head`` not dividing
+            ``n_embd``, an odd head width), a name that is no plain folder name (:data:`NAME_RE`), or a name
+            already in the table with other values.
     """
     name, _, rest = str(spec).partition("=")
     name = name.strip()
     if not rest:
-        return size_of(False, name)
+        return size_of(False, name if len(name) <= 80 else name[:77] + "...")
+    spec = spec if len(spec) <= 120 else spec[:117] + "..."  # shown in the messages: one readable line
     base_name, *pairs = [part.strip() for part in rest.split(",")]
     if base_name not in SIZES:
         raise ValueError(f"--size {spec!r}: unknown base size {base_name!r}; choose one of {', '.join(SIZES)}")
@@ -140,21 +196,13 @@ def define_size(spec: str) -> Size:
                 raise ValueError(f"--size {spec!r}: device must be one of {', '.join(DEVICES)}, got {text!r}")
             changes[key] = text.strip()
             continue
-        kind = float if isinstance(getattr(base, key), float) else int
-        try:
-            value = kind(text)
-        except ValueError:
-            raise ValueError(
-                f"--size {spec!r}: {key} must be {'a number' if kind is float else 'an integer'}, got {text!r}"
-            ) from None
-        if value <= 0:
-            raise ValueError(f"--size {spec!r}: {key} must be > 0, got {text!r}")
-        changes[key] = value
-    size = dataclasses.replace(base, name=name, **changes)
-    if not name or any(c in name for c in "/\\ ") or name.startswith("."):
+        changes[key] = _value(spec, key, text, base)
+    if not NAME_RE.fullmatch(name):
         raise ValueError(
-            f"--size {spec!r}: the name {name!r} must be a plain folder name (it names the models' subfolder)"
+            f"--size {spec!r}: the name {name[:60]!r} must be {NAME_RULE} (it names the models' subfolder)"
         )
+    size = dataclasses.replace(base, name=name, **changes)
+    _check_geometry(spec, size)
     if name in SIZES and SIZES[name] != size:
         raise ValueError(f"--size {spec!r}: {name!r} is already the size {SIZES[name]}")
     SIZES[name] = size

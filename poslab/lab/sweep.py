@@ -42,6 +42,10 @@ the running trainings (each saves a checkpoint), write the summary of what finis
 The trainings die with the sweep however it dies: each gets SIGTERM (and saves a checkpoint) when the
 sweep's process is gone, SIGKILL included. A rerun that finds a run still held by a training of an
 earlier sweep waits for it to let go, then continues (or skips) it, instead of failing it.
+
+The call without ``--shard`` holds the sweep's lock while it runs and summarises: a second one started
+meanwhile is refused in one line naming the first (exit 2). A training that finds its run taken by
+another process anyway (a shard, another machine) is waited for and read again, never failed as in use.
 """
 
 from __future__ import annotations
@@ -75,6 +79,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 PARENT_ENV = "POSLAB_PARENT_PID"
 LOCK_POLL_S = 0.5  # how often a run still in use by another process is checked
 WAIT_NOTICE_S = 60.0  # how often the wait for it is announced
+#: how ``poslab train`` says another process holds the run (a second collector's training took it first)
+IN_USE = "is in use by another poslab process"
+IN_USE_RETRIES = 5  # starts of one run that found it taken by another process, before it counts as failed
 
 
 @dataclass
@@ -303,14 +310,30 @@ def train_point(sweep_dir: str, plan_name: str, run: SweepRun, threads: int) -> 
         run.status = "not started"
         return run
     run_dir = folder / "runs" / run.name
-    if not _wait_until_free(run, run_dir, print):
-        run.status = "not started"
-        return run
-    state = run_state(run_dir, run.max_steps)  # what the previous holder left
-    if state in ("done", "diverged"):
-        run.status = "completed" if state == "done" else "diverged"
-        run.results = _read_results(run_dir)
-        return run
+    for _ in range(IN_USE_RETRIES):
+        if not _wait_until_free(run, run_dir, print):
+            run.status = "not started"
+            return run
+        state = run_state(run_dir, run.max_steps)  # what the previous holder left
+        if state in ("done", "diverged"):
+            run.status = "completed" if state == "done" else "diverged"
+            run.results = _read_results(run_dir)
+            return run
+        _launch(folder, plan_name, run, threads, state)
+        after = run_state(run_dir, run.max_steps)
+        if run.status == "failed" and after in ("done", "diverged"):  # finished by another process meanwhile
+            run.status, run.error = ("completed" if after == "done" else "diverged"), None
+            run.results = _read_results(run_dir)
+        if not (run.status == "failed" and IN_USE in (run.error or "")):
+            return run
+        # another process took the run between the wait and the start: wait for it and look again
+    return run
+
+
+def _launch(folder: Path, plan_name: str, run: SweepRun, threads: int, state: str) -> None:
+    """Start one training of ``run`` from ``state`` and fill in its status, error, results and seconds."""
+    run_dir = folder / "runs" / run.name
+    run.error = None
     preset_file = folder / "configs" / f"{run.name}.yaml"
     atomic_write_text(
         preset_file,
@@ -352,7 +375,6 @@ def train_point(sweep_dir: str, plan_name: str, run: SweepRun, threads: int) -> 
     else:
         run.status = "failed"
         run.error = f"exit {returncode}: {_last_error(log_path)}"
-    return run
 
 
 def _read_results(run_dir: Path) -> dict[str, Any]:
@@ -394,6 +416,36 @@ def run_sweep(
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"--workers must be a positive integer, got {workers!r}")
+    lock = None if shard is not None else _sweep_lock(plan)
+    try:
+        return _run_sweep(plan, workers, echo, shard)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _sweep_lock(plan: SweepPlan) -> Any:
+    """The sweep's lock (:class:`poslab.training.lock.RunLock` of its folder), held by the collector that runs
+    and summarises the whole sweep; a second one is refused naming the first. Shards (``--shard``) run side
+    by side and do not take it: each run's own lock keeps them apart.
+
+    Raises:
+        RunLockedError: another live process collects this sweep (the message names it).
+    """
+    from poslab.training.lock import RunLock, RunLockedError
+
+    try:
+        return RunLock(plan.sweep_dir).acquire()
+    except RunLockedError as err:
+        holder = re.search(r"\((pid [^)]*)\)", str(err))
+        raise RunLockedError(
+            f"sweep {str(plan.sweep_dir)!r} is in use by another poslab sweep "
+            f"({holder.group(1) if holder else 'its lock is held'}); wait for it to finish or stop it"
+        ) from None
+
+
+def _run_sweep(plan: SweepPlan, workers: int, echo: Any, shard: tuple[int, int] | None) -> dict[str, Any]:
+    """:func:`run_sweep`'s work, under the sweep's lock when it collects the whole sweep."""
     for folder in ("runs", "configs", "logs"):
         (plan.sweep_dir / folder).mkdir(parents=True, exist_ok=True)
     atomic_write_json(

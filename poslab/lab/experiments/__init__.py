@@ -99,10 +99,11 @@ def read_results(folder: Path) -> dict:
     Experiment folders are not run folders: their results are the experiment's own dict, read here
     (run folders are read through :class:`poslab.runs.RunFolder`).
     """
-    import json
+    from poslab.safe_load import load_json
 
+    path = Path(folder) / "results.json"
     try:
-        data = json.loads((Path(folder) / "results.json").read_text(encoding="utf-8"))
+        data = load_json(path.read_text(encoding="utf-8"), repr(str(path)))  # bounded nesting: no RecursionError
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -6,6 +6,7 @@
 :mod:`poslab.display.fonts` ships the CJK font used by the figures and the page.
 """
 
-from poslab.lab.report.builder import build_report, load_results, machine_info
+from poslab.lab.report.builder import build_report, machine_info
+from poslab.lab.report.reading import load_results
 
 __all__ = ["build_report", "load_results", "machine_info"]

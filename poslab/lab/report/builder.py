@@ -28,45 +28,18 @@ from typing import Any
 from poslab.display.fonts import FAMILY, font_face_css
 from poslab.lab.report import claims as claims_mod
 from poslab.lab.report.i18n import LESSONS, language, name_lessons, t, use_language
+from poslab.lab.report.reading import MANIFEST_ERRORS, UNREADABLE, load_manifest, load_results, png_files
 from poslab.lab.report.sections import KNOWN_FOLDERS, SECTIONS, Section
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, MIN_SEEDS, ClaimRecord, not_testable, pm
 
 MAX_TABLE_ROWS = 40
 MAX_COLUMNS = 12
 
-#: the four kinds of verdict a reader tells apart, in the order the page lists them
-KINDS = ("held", "wrong", "untestable", "inconclusive")
+#: the kinds of verdict a reader tells apart, in the order the page lists them (unusable: a record the rule refutes)
+KINDS = ("held", "wrong", "untestable", "inconclusive", "unusable")
 
 
 # ------------------------------------------------------------------------------------------ reading
-def load_results(lab_dir: Path) -> dict[str, dict]:
-    """Every ``results.json`` under ``lab_dir`` (up to two levels deep), keyed by folder (``experiments/params``)."""
-    found: dict[str, dict] = {}
-    lab_dir = Path(lab_dir)
-    for path in sorted([*lab_dir.glob("*/results.json"), *lab_dir.glob("*/*/results.json")]):
-        key = path.parent.relative_to(lab_dir).as_posix()
-        if key.startswith("runs/"):
-            continue  # training runs: their results are read by the experiments that made them
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            data = {"error": f"unreadable results.json: {err}"}
-        found[key] = data if isinstance(data, dict) else {"value": data}
-    return found
-
-
-def load_manifest(lab_dir: Path) -> dict:
-    """``lab.json`` or ``{}``."""
-    path = Path(lab_dir) / "lab.json"
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def machine_info() -> dict[str, Any]:
     """The machine and the versions of the software doing the work (recorded by the lab when it runs)."""
     import torch
@@ -103,12 +76,20 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+def warning(text: str) -> str:
+    """One line naming a file the page could not use (its text is data: shown as written)."""
+    return f"<p class='warn'>{show(text)}</p>"
+
+
 def paragraphs(text: str) -> str:
     return "".join(f"<p>{esc(p.strip())}</p>" for p in text.split("\n\n") if p.strip())
 
 
 def image_tag(path: Path, alt: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    try:
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+    except OSError as err:
+        return warning(f"unreadable {path.name}: {err.strerror or err}")
     return (
         f'<figure><img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
         f"<figcaption>{esc(path.name)}</figcaption></figure>"
@@ -216,7 +197,9 @@ def numbers_html(results: dict, skip: tuple[str, ...] = ("claims",)) -> str:
 
 def kind(record: ClaimRecord) -> str:
     """Which of :data:`KINDS` a record is: the lesson right, the lesson wrong, not testable here, or inside the
-    noise."""
+    noise, or not usable."""
+    if isinstance(record.details, dict) and record.details.get(claims_mod.UNUSABLE):
+        return "unusable"
     if not_testable(record):
         return "untestable"
     if record.verdict == HELD:
@@ -290,6 +273,8 @@ def verdict_table(verdicts: list[claims_mod.Verdict], with_folder: bool = False)
         where = f"<div class='path'>{show(v.experiment + '/results.json')}</div>" if with_folder else ""
         criterion = f"<div class='crit'>{esc(t('table.criterion'))} {show(r.criterion)}</div>" if r.criterion else ""
         evidence = r.details.get("evidence") if isinstance(r.details, dict) else None
+        if kind(r) == "unusable":
+            criterion += f"<div class='crit'>{esc(t('table.unusable'))} {show(r.details[claims_mod.UNUSABLE])}</div>"
         if evidence and kind(r) == "wrong":
             criterion += f"<div class='crit'>{esc(t('table.evidence'))} {show(evidence)}</div>"
         rows.append(
@@ -330,7 +315,9 @@ def kind_counts(verdicts: list[claims_mod.Verdict]) -> dict[str, int]:
 def summary_counts(verdicts: list[claims_mod.Verdict]) -> str:
     counts = kind_counts(verdicts)
     return " ".join(
-        f"<span class='count {k}'>{esc(t('count', n=counts[k], name=t('kind.' + k)))}</span>" for k in KINDS
+        f"<span class='count {k}'>{esc(t('count', n=counts[k], name=t('kind.' + k)))}</span>"
+        for k in KINDS
+        if counts[k] or k != "unusable"
     )
 
 
@@ -612,10 +599,13 @@ def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | N
     if results is None:
         parts.append(f"<p class='note'>{esc(t('folder.notrun'))}</p></div>")
         return "".join(parts)
+    if isinstance(results.get(UNREADABLE), str):
+        parts.append(warning(results[UNREADABLE]))
     description = results.get("description") or results.get("DESCRIPTION")
     if isinstance(description, str):
         parts.append(f"<p>{show(description)}</p>")
-    pngs = sorted((lab_dir / folder).glob("*.png"))
+    pngs, skipped = png_files(lab_dir / folder)
+    parts += [warning(f"{folder}/{line}") for line in skipped]
     for png in pngs:
         parts.append(image_tag(png, f"{name}: {png.stem}"))
     key = key_tables(folder, results)
@@ -734,6 +724,7 @@ table.key { display:table; } table.key td { font-variant-numeric: tabular-nums; 
 .badge.wrong, .count.wrong { background:var(--wrong-bg); color:var(--wrong); }
 .badge.untestable, .count.untestable { background:var(--untestable-bg); color:var(--untestable); }
 .badge.inconclusive, .count.inconclusive { background:var(--inconclusive-bg); color:var(--inconclusive); }
+.badge.unusable, .count.unusable { background:var(--warn-bg); color:var(--warn); }
 .legend { margin-top:10px; font-size:13px; } .legend ul { list-style:none; margin:4px 0 0; padding:0; }
 .legend li { margin:3px 0; color:#cbd1dc; } header .badge { margin-right:6px; }
 table.guide { display:table; width:100%; }
@@ -767,7 +758,7 @@ def guide_html(lab_dir: Path, verdicts: list[claims_mod.Verdict]) -> str:
     """From each lesson section to the part of the page that measures it, its figures and its verdicts."""
     rows: dict[str, list[str]] = {lesson: [] for lesson in LESSONS}
     for section in SECTIONS:
-        pngs = [p.name for f in section.folders for p in sorted((lab_dir / f).glob("*.png"))]
+        pngs = [p.name for f in section.folders for p in png_files(lab_dir / f)[0]]
         mine = [v for v in verdicts if v.experiment in section.folders]
         figures = show(", ".join(pngs)) if pngs else esc(t("guide.nofigure"))
         for lesson, ref in lesson_refs(section.lessons):
@@ -851,7 +842,8 @@ def _page(lab_dir: Path) -> str:
     built = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     body = (
         f"<header><h1>{esc(t('page.title'))}</h1><p>{esc(t('page.intro', mode=mode_text, built=built))}</p>"
-        f"<p>{summary_counts(verdicts)}</p>{legend()}</header>"
+        f"<p>{summary_counts(verdicts)}</p>{legend()}{''.join(warning(x) for x in manifest.get(MANIFEST_ERRORS, []))}"
+        "</header>"
         f"<div class='layout'><nav>{nav}</nav><main>{claims_section}{guide_html(lab_dir, verdicts)}{''.join(sections)}"
         f"{machine_html(manifest)}</main></div>"
     )

@@ -63,6 +63,12 @@ UI: dict[str, dict[str, str]] = {
         "en": "inconclusive: the difference is inside the noise, or too few seeds",
         "zh": "无定论：差别在噪声之内，或种子数不够",
     },
+    "kind.unusable": {"en": "unusable", "zh": "记录不可用"},
+    "kind.unusable.meaning": {
+        "en": "unusable: the record in the results file breaks the rule (a number that is not finite, or a verdict "
+        "its margin and noise do not give); why is shown",
+        "zh": "记录不可用：结果文件中的记录违反判定规则（数字不是有限数，或结论与差值和噪声不符）；下面写明原因",
+    },
     "count": {"en": "{n} {name}", "zh": "{name} {n} 条"},
     "legend.title": {"en": "What the badges mean", "zh": "标记的含义"},
     # navigation and sections
@@ -115,6 +121,7 @@ UI: dict[str, dict[str, str]] = {
     "table.without": {"en": "the comparison alone", "zh": "只看比较"},
     "table.criterion": {"en": "criterion:", "zh": "判据："},
     "table.evidence": {"en": "evidence:", "zh": "证据："},
+    "table.unusable": {"en": "why unusable:", "zh": "不可用的原因："},
     "table.none": {
         "en": "No claim of this section could be checked: its experiments did not run.",
         "zh": "本节的论断都没有检验：相关实验没有运行。",
