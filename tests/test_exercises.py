@@ -50,16 +50,20 @@ ALIBI_LESSON = ALIBI.replace(
 LOCAL = """
 import torch
 
-def local_mask(L, window_size):
+def local_mask(L, window_size, causal):
     i = torch.arange(L)[:, None]
     j = torch.arange(L)[None, :]
+    if causal:
+        return (j <= i) & (j > i - window_size)
     return ((i - j).abs() < window_size).int()
 """
-LOCAL_OFF_BY_ONE = LOCAL.replace("< window_size", "<= window_size")
+LOCAL_OFF_BY_ONE = LOCAL.replace("(j > i - window_size)", "(j >= i - window_size)")
+LOCAL_WIDE = LOCAL.replace("abs() < window_size", "abs() <= window_size")
+LOCAL_NOT_CAUSAL = LOCAL.replace("if causal:", "if False:")
 LOCAL_LESSON = """
 import torch
 
-def local_mask(L, window_size):
+def local_mask(L, window_size, causal):
     return torch.ones(L, L).tril(-window_size) + torch.ones(L, L).triu(window_size)
 """
 
@@ -115,7 +119,9 @@ WRONG = [
     ("alibi-bias", ALIBI_SIGN_FLIPPED),
     ("alibi-bias", ALIBI_LESSON),
     ("local-mask", LOCAL_OFF_BY_ONE),
+    ("local-mask", LOCAL_WIDE),
     ("local-mask", LOCAL_LESSON),
+    ("local-mask", LOCAL_NOT_CAUSAL),
     ("split-heads", SPLIT_NO_TRANSPOSE),
     ("merge-heads", MERGE_WRONG_ORDER),
     ("causal-leak", LEAK_NO_MASK),
@@ -236,3 +242,18 @@ def test_the_template_completed_with_a_correct_body_passes(
     helpers = textwrap.dedent(CORRECT[name]).split(f"def {exercise.function}(", 1)[0]
     completed = template.replace('    raise NotImplementedError("在这里写你的代码")\n', body) + "\n" + helpers
     assert check(exercise, _write(tmp_path, completed, "done.py")).right
+
+
+ROOT = Path(__file__).resolve().parents[1]
+GUIDES = sorted((ROOT / "docs" / "zh").glob("lesson_*.md")) + sorted((ROOT / "notebooks").glob("lesson_*.py"))
+
+
+def test_the_guides_and_notebooks_name_existing_exercises_and_every_exercise_is_named() -> None:
+    named: dict[str, set[str]] = {}
+    for path in GUIDES:
+        for name in re.findall(r"poslab check ([a-z][a-z0-9-]*)", path.read_text(encoding="utf-8")):
+            named.setdefault(name, set()).add(path.name)
+    assert set(named) - {"list"} <= set(EXERCISES), sorted(set(named) - set(EXERCISES) - {"list"})
+    assert set(EXERCISES) <= set(named), sorted(set(EXERCISES) - set(named))
+    for path in GUIDES:  # each lesson's guide and notebook point at the checker
+        assert "poslab check " in path.read_text(encoding="utf-8"), path.name
