@@ -9,7 +9,10 @@ the mask).
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -216,6 +219,48 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "unknown exercise 'no-such-exercise'" in capsys.readouterr().err
     assert main(["check", "alibi-bias"]) == 2
     assert "--template" in capsys.readouterr().err
+
+
+def test_a_nan_output_is_wrong_not_right(tmp_path: Path) -> None:
+    result = check(
+        get("apply-rope"), _write(tmp_path, ROPE.replace("return torch.cat", "return float('nan') * torch.cat"))
+    )
+    assert not result.right
+    assert result.message.startswith("case 1 (x [1, 2], pos 0..0, base 10000): max |diff| nan; ")
+    assert "got nan" in result.message
+
+
+def test_sys_exit_inside_the_function_is_one_line(tmp_path: Path) -> None:
+    source = "import sys\n\ndef merge_heads(x):\n    sys.exit(3)\n"
+    with pytest.raises(SolutionError, match=r"^case 1 \(x \[1, 1, 1, 4\]\): merge_heads raised SystemExit: 3$"):
+        check(get("merge-heads"), _write(tmp_path, source))
+
+
+def test_the_command_as_a_student_runs_it(tmp_path: Path) -> None:
+    """``python -m poslab check``: the verdict on stdout, exit 0 / 1 / 2, and no traceback for a raising solution."""
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1"}
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+
+    def run(source: str) -> subprocess.CompletedProcess:
+        path = _write(tmp_path, source, "mine.py")
+        return subprocess.run(
+            [sys.executable, "-m", "poslab", "check", "merge-heads", str(path)],
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            env=env,
+            timeout=120,
+        )
+
+    done = run(MERGE)
+    assert (done.returncode, done.stdout) == (0, "正确 / right: 5 cases\n"), done.stderr
+    done = run(MERGE_WRONG_ORDER)
+    assert done.returncode == 1 and done.stdout.startswith("错误 / wrong: case 2 (x [2, 4, 5, 8]): max |diff| ")
+    done = run("def merge_heads(x):\n    return x.view(-1, 7)\n")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("poslab: error: case 1 (x [1, 1, 1, 4]): merge_heads raised RuntimeError: ")
+    assert done.stderr.count("\n") == 1
 
 
 def test_cli_list_names_every_exercise(capsys: pytest.CaptureFixture[str]) -> None:

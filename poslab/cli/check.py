@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.name == "list":
         for e in EXERCISES.values():
-            print(f"{e.name:<12}  课文 {e.lesson:<26}  {e.function}({e.signature})")
+            print(f"{e.name:<12}  {e.function}({e.signature})  [课文 {e.lesson}]")
             print(f"{'':<12}  {e.task_en}")
         return 0
     exercise = get(args.name)

@@ -82,7 +82,7 @@ def _call(function: Callable[..., Any], case: Case, k: int, name: str) -> Tensor
         pass
     try:
         out = function(*_clone(case.args))
-    except Exception as err:  # the student's code: report the exception type and message, one line
+    except (Exception, SystemExit) as err:  # the student's code: report the exception type and message, one line
         raise SolutionError(f"case {k} ({case.label}): {name} raised {_one_line(err)}") from None
     try:
         return torch.as_tensor(out)
