@@ -1,4 +1,4 @@
-"""Exercises ``split-heads`` and ``merge-heads`` (lesson 001 §多头, lesson 002 §1.2): the shape walk."""
+"""Exercises ``split-heads`` and ``merge-heads`` (lesson 001 多頭, lesson 002 §1.2): the shape walk."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def merge_cases(seed: int) -> list[Case]:
 
 SPLIT = Exercise(
     name="split-heads",
-    lesson="001 多头 / 002 §1.2",
+    lesson="001 多頭 / 002 §1.2",
     function="split_heads",
     signature="x, n_head",
     task_zh=(
@@ -57,7 +57,7 @@ SPLIT = Exercise(
 
 MERGE = Exercise(
     name="merge-heads",
-    lesson="001 多头 / 002 §1.2",
+    lesson="001 多頭 / 002 §1.2",
     function="merge_heads",
     signature="x",
     task_zh=(
