@@ -39,6 +39,7 @@ COMMANDS = (
     "poslab.cli.attention",
     "poslab.cli.explore",
     "poslab.cli.sweep",
+    "poslab.cli.check",
 )
 
 
