@@ -296,8 +296,12 @@ def measure_matmul_peak(
 class _InterruptFlag:
     """SIGINT -> a flag checked between steps (the step in flight completes, then a checkpoint is saved).
 
-    A second Ctrl-C raises ``KeyboardInterrupt`` at once. Only installed in the main thread.
+    A second Ctrl-C raises ``KeyboardInterrupt`` at once. Only installed in the main thread;
+    :func:`request_stop` sets the flag of the training running in this process from anywhere.
     """
+
+    #: the flag of the training running in this process (``None`` between trainings)
+    active: _InterruptFlag | None = None
 
     def __init__(self, notify: Callable[[str], None]) -> None:
         self.requested = False
@@ -313,11 +317,30 @@ class _InterruptFlag:
     def __enter__(self) -> _InterruptFlag:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handler)
+        _InterruptFlag.active = self
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        _InterruptFlag.active = None
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+
+
+def request_stop() -> bool:
+    """Ask the training running in this process to stop as one Ctrl-C does: after its step, with a checkpoint.
+
+    Asking again changes nothing (a second Ctrl-C aborts at once; this never cuts a save short), so a
+    stop that arrives twice (a signal from the terminal and one from the parent) still saves. Safe in
+    a signal handler.
+
+    Returns:
+        Whether a training was running to receive it.
+    """
+    flag = _InterruptFlag.active
+    if flag is None:
+        return False
+    flag.requested = True
+    return True
 
 
 # ------------------------------------------------------------------------------------------ the loop
@@ -954,6 +977,7 @@ __all__ = [
     "matmul_flops_per_token",
     "measure_matmul_peak",
     "mfu_of",
+    "request_stop",
     "run_training",
     "segment_nll",
 ]
