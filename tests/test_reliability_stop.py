@@ -221,3 +221,72 @@ def test_a_diverged_training_in_an_experiment_is_one_line(tmp_path, monkeypatch,
     assert len(err) >= 1 and "Traceback" not in "\n".join(err)
     assert err[-1].startswith("poslab: error: experiment attention-entropy: run none: training diverged at step 3: ")
     _record(request, diverged_in_experiment_one_line=1)
+
+
+# ------------------------------------------------------------------------------------------ resuming
+def test_an_experiment_resumes_a_stopped_training_bitwise(tmp_path, request):
+    """Fast form of the lab's rerun: a lab model stopped mid-training (Ctrl-C's path, which SIGTERM takes) continues
+    from its checkpoint when the experiment asks for it again, and ends with an uninterrupted training's tensors."""
+    import torch
+    from safetensors.torch import load_file
+
+    from poslab.lab.experiments.extrapolation import train_config
+    from poslab.lab.experiments.training import ensure_trained
+    from poslab.lab.sizes import define_size
+    from poslab.session import train
+
+    size = define_size("resume=smoke,steps=12")
+    stopped = train_config("rope", size, tmp_path / "stopped", name="rope")
+    straight = train_config("rope", size, tmp_path / "straight", name="rope")
+
+    def stop_at_5(step: int, record: dict) -> None:
+        if step == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(stopped, progress=False, callback=stop_at_5)
+    assert _checkpoints(stopped.run_dir) == ["step_0000005.safetensors"]
+    assert ensure_trained(stopped) == stopped.run_dir
+    assert json.loads((stopped.run_dir / "results.json").read_text())["resumed_from"] == 5  # not started again
+    train(straight, progress=False)
+    final = "step_0000012.safetensors"
+    mine, reference = (
+        load_file(stopped.run_dir / "checkpoints" / final),
+        load_file(straight.run_dir / "checkpoints" / final),
+    )
+    assert mine.keys() == reference.keys()
+    assert all(torch.equal(mine[k], reference[k]) for k in reference)
+    _record(request, experiment_trainings_resumed_bitwise=1)
+
+
+def test_the_lab_keeps_a_stopped_step_to_continue_it(tmp_path, monkeypatch, request):
+    """An experiment step that exits 130 (stopped) is recorded ``interrupted``; the next lab keeps its folder (its
+    trainings continue there) instead of cleaning it; ``--fresh`` cleans it."""
+    import io
+
+    from poslab.lab import lab
+
+    lab_dir = tmp_path / "lab"
+    code = (
+        "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(parents=True, exist_ok=True)\n"
+        "if (p / 'checkpoint').exists(): (p / 'results.json').write_text('{}')\n"
+        "else: (p / 'checkpoint').write_text('saved'); sys.exit(130)\n"
+    )
+    folder = lab_dir / "experiments" / "stoppable"
+    step = lab.Step(
+        "stoppable", "experiment", "experiments/stoppable", [], command=[sys.executable, "-c", code, str(folder)]
+    )
+    monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [step])
+    monkeypatch.setattr(lab, "_registered", lambda: {"stoppable"})
+    first = lab.run_lab(lab_dir, "quick", stream=io.StringIO())
+    assert first["steps"][0]["status"] == "interrupted"
+    stream = io.StringIO()
+    again = lab.run_lab(lab_dir, "quick", stream=stream)
+    assert again["steps"][0]["status"] == "ok", again["steps"][0]
+    assert "continuing the interrupted step in experiments/stoppable" in stream.getvalue()
+    (folder / "results.json").unlink()
+    lab.run_lab(lab_dir, "quick", stream=io.StringIO())  # not stopped last time: cleaned and run afresh (stops again)
+    assert (folder / "checkpoint").read_text() == "saved" and not (folder / "results.json").exists()
+    fresh = lab.run_lab(lab_dir, "quick", fresh=True, stream=io.StringIO())  # stopped, but --fresh: cleaned
+    assert fresh["steps"][0]["status"] == "interrupted"
+    _record(request, lab_stopped_steps_continued=1)
