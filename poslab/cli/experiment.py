@@ -19,7 +19,7 @@ from poslab.cli import paths
 from poslab.lab import experiments, runner
 
 #: what ``poslab experiment`` and ``poslab lab`` add to the line they print when a signal or Ctrl-C stops them
-RESUMES = "; every training in flight saved a checkpoint: run the same command again to resume"
+RESUMES = "; run the same command again to continue: every training with a run folder saved a checkpoint to resume"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
