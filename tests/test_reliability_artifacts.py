@@ -117,7 +117,7 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
             "processes_left",
             "experiment_trainings_resumed_bitwise",
             "lab_stopped_steps_continued",
-            "lab_reruns_bitwise_equal",
+            "lab_trainings_resumed_bitwise",
             "diverged_in_experiment_one_line",
         ),
     ),
