@@ -230,7 +230,6 @@ def import_ray() -> Any:
 
 def _ray_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, str]:
     """Inside a Ray worker: ``(fn(*args), the node's host name)``."""
-
     return fn(*args), socket.gethostname()
 
 
