@@ -3,7 +3,7 @@
 A pool worker runs one training after another in its main thread. It stops the way a ``poslab``
 command does: SIGTERM (from its parent stopping, or from the kernel when its parent dies) makes the
 running training finish its step, save a checkpoint and raise ``KeyboardInterrupt``
-(:func:`poslab.training.loop.request_stop`), and the worker starts no other task. It never outlives
+(:func:`poslab.training.interrupt.request_stop`), and the worker starts no other task. It never outlives
 its parent: a watcher thread notices the parent's death, SIGKILL included, and ends the process once
 its training has saved.
 """
@@ -66,7 +66,7 @@ def start_pool_worker(parent: int) -> None:
     """Initializer of a local pool worker: SIGTERM stops it cleanly, and it never outlives ``parent``.
 
     SIGTERM (from the parent stopping, or from the kernel when the parent dies) stops the running
-    training after its step with a checkpoint (:func:`poslab.training.loop.request_stop`; asked
+    training after its step with a checkpoint (:func:`poslab.training.interrupt.request_stop`; asked
     twice, still one stop), interrupts a task that is not in a training loop, and refuses every
     later task. A watcher thread notices the parent's death however it happened (SIGKILL too, and
     where ``PR_SET_PDEATHSIG`` does not exist), stops the task the same way and ends the process
@@ -79,7 +79,7 @@ def start_pool_worker(parent: int) -> None:
 
 def _stop_pool_worker(signum: int, frame: Any) -> None:
     """SIGTERM in a pool worker: the training saves and stops; other work stops at once; nothing new starts."""
-    from poslab.training.loop import request_stop
+    from poslab.training.interrupt import request_stop
 
     if _PoolWorker.stopping.is_set():
         return
