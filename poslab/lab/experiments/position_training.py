@@ -41,6 +41,7 @@ from poslab.lab.experiments.common import (
 from poslab.lab.experiments.extrapolation import SIZES, schemes_of, train_config
 from poslab.lab.experiments.head_count import base_config
 from poslab.lab.experiments.training import (
+    SCHEME_TABLES,
     SEEDS,
     TIMING_STEPS,
     alternating_cpu_speed,
@@ -316,4 +317,5 @@ EXPERIMENT = Experiment(
     tier=LAB,
     run=run,
     estimate=(1250, 7200),
+    tables=SCHEME_TABLES,
 )
