@@ -123,7 +123,8 @@ def cell_text(value: Any, digits: int = 4) -> str:
     return text if len(text) <= 80 else text[:77] + "…"
 
 
-def _esc(value: Any) -> str:
+def esc(value: Any) -> str:
+    """Any value as HTML text, quotes included."""
     return html.escape(str(value), quote=True)
 
 
@@ -179,14 +180,13 @@ class Table:
     def to_html(self) -> str:
         """The report's form: ``<table class='key'>`` with the title as caption, every cell marked as data, the
         note in a paragraph under it."""
-        head = "".join(f"<th>{_esc(h)}</th>" for h in self.headers)
+        head = "".join(f"<th>{esc(h)}</th>" for h in self.headers)
         body = "".join(
-            "<tr>" + "".join(f"<td><span class='d'>{_esc(c)}</span></td>" for c in row) + "</tr>"
-            for row in self.texts()
+            "<tr>" + "".join(f"<td><span class='d'>{esc(c)}</span></td>" for c in row) + "</tr>" for row in self.texts()
         )
-        note = f"<p class='note'><span class='d'>{_esc(self.note)}</span></p>" if self.note else ""
+        note = f"<p class='note'><span class='d'>{esc(self.note)}</span></p>" if self.note else ""
         return (
-            f"<table class='key'><caption>{_esc(self.title)}</caption><thead><tr>{head}</tr></thead>"
+            f"<table class='key'><caption>{esc(self.title)}</caption><thead><tr>{head}</tr></thead>"
             f"<tbody>{body}</tbody></table>{note}"
         )
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import html
 import os
 import platform
 import re
@@ -28,7 +27,7 @@ from poslab.lab.report import claims as claims_mod
 from poslab.lab.report.i18n import LESSONS, language, name_lessons, t, use_language
 from poslab.lab.report.reading import MANIFEST_ERRORS, UNREADABLE, load_manifest, load_results, png_files
 from poslab.lab.report.sections import KNOWN_FOLDERS, SECTIONS, Section
-from poslab.lab.tables import KeyTable, Table, TableFailure, build_tables, cell_text
+from poslab.lab.tables import KeyTable, Table, TableFailure, build_tables, cell_text, esc
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, MIN_SEEDS, ClaimRecord, not_testable
 
 MAX_TABLE_ROWS = 40
@@ -71,10 +70,6 @@ def machine_info() -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ HTML bits
-def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def warning(text: str) -> str:
     """One line naming a file the page could not use (its text is data: shown as written)."""
     return f"<p class='warn'>{show(text)}</p>"
@@ -305,11 +300,14 @@ def legend() -> str:
 
 
 # ------------------------------------------------------------------------------------------ key tables
-def declared_tables(folder: str) -> tuple[KeyTable, ...]:
-    """The key tables the owner of a results folder declares (none for a folder no experiment owns)."""
+def declared_tables(folder: str, results: dict) -> tuple[KeyTable, ...]:
+    """The key tables the owner of a results folder declares (none for a folder no experiment owns, or whose
+    results.json could not be read: the page names that file instead)."""
     from poslab.lab.experiments import descriptions
     from poslab.lab.experiments.head_map import HEAD_ANALYSIS_TABLES
 
+    if UNREADABLE in results:
+        return ()
     if folder == "heads":
         return HEAD_ANALYSIS_TABLES
     owner = descriptions().get(folder.removeprefix("experiments/")) if folder.startswith("experiments/") else None
@@ -328,7 +326,7 @@ def key_tables(folder: str, results: dict) -> str:
     naming the folder, the table and what is missing, in the table's place."""
     return "".join(
         warning(failure_line(table)) if isinstance(table, TableFailure) else table.to_html()
-        for table in build_tables(folder, declared_tables(folder), results)
+        for table in build_tables(folder, declared_tables(folder, results), results)
     )
 
 
@@ -337,7 +335,7 @@ def table_failures(lab_dir: Path | str) -> list[TableFailure]:
     return [
         table
         for folder, results in load_results(Path(lab_dir)).items()
-        for table in build_tables(folder, declared_tables(folder), results)
+        for table in build_tables(folder, declared_tables(folder, results), results)
         if isinstance(table, TableFailure)
     ]
 
