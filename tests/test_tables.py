@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from poslab.lab.tables import KeyTable, MeanSd, Table, TableFailure, build_tables, mean_sd_text, ppl, ppl_spread
+from poslab.lab.tables import (
+    KeyTable,
+    MeanSd,
+    Table,
+    TableFailure,
+    build_tables,
+    mean_sd_text,
+    ppl,
+    ppl_spread,
+    print_tables,
+)
 
 
 def test_mean_sd_formats_mean_spread_and_count():
@@ -92,3 +102,21 @@ def test_a_table_its_results_cannot_build_is_a_failure_naming_it():
         TableFailure("experiments/x", "wrong type", error="TypeError: 'int' object is not subscriptable"),
     ]
     assert built[1].line() == "experiments/x: table 'renamed' cannot be built: results.json has no field 'b'"
+
+
+def test_the_console_prints_the_declared_tables_and_names_the_one_it_cannot_build(capsys):
+    from poslab.lab.experiments import extrapolation_tables
+
+    cell = {"nonoverlapping": {"ppl": 9.5, "ppl_seeds": [9.0, 10.0]}, "sliding": {"ppl": 9.0}}
+    results = {"perplexity": {"rope": {"1": cell, "2": {"cannot": "past its table"}}}, "factors": [1, 2]}
+    results["train_length"] = 32
+    print_tables("experiments/extrapolation", extrapolation_tables.TABLES, results)
+    built = [spec.build(results) for spec in extrapolation_tables.TABLES]
+    assert capsys.readouterr().out == "".join(f"\n{table.to_text()}\n" for table in built)
+    assert "9.500 ± 0.707 (n=2)" in built[0].to_text() and "cannot" in built[1].to_text()
+    del results["train_length"]
+    print_tables("experiments/extrapolation", extrapolation_tables.TABLES[:1], results)
+    assert capsys.readouterr().out == (
+        "\nexperiments/extrapolation: table 'perplexity (nonoverlapping)' cannot be built: "
+        "results.json has no field 'train_length'\n"
+    )
