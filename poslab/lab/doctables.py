@@ -25,11 +25,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from poslab.lab.experiments import probes_tables
 from poslab.lab.premises import BIGRAM_MARGIN, CONTEXT_MARGIN, context_gain
 from poslab.lab.report.builder import kind, load_manifest, load_results
 from poslab.lab.report.claims import evaluate
 from poslab.lab.report.i18n import name_lessons
-from poslab.lab.tables import Table, mean_sd_text
+from poslab.lab.tables import Table, values_text
 
 SNAPSHOT = Path("docs/results/lab-quick.json")
 DOCS = ("lab.md", "extrapolation.md", "experiments.md")
@@ -125,10 +126,7 @@ def _gain(curve: Sequence[float] | None) -> float | None:
 
 def _probes(results: dict[str, Any]) -> dict[str, Any]:
     """The probes' accuracy table (task -> scheme -> factor -> per-seed accuracies) and the MQAR head counts."""
-    table = {
-        task: {scheme: cell.get("accuracy", {}) for scheme, cell in schemes.items()}
-        for task, schemes in (results.get("accuracy") or {}).items()
-    }
+    table = probes_tables.accuracy_of(results) if results.get("accuracy") else {}
     return {"accuracy": table, "heads_mqar": results.get("heads_mqar") or {}}
 
 
@@ -186,10 +184,6 @@ def _of(*folders: str) -> Callable[[dict], str]:
     return render
 
 
-def _values(values: Sequence[float | None], digits: int = 3) -> str:
-    return ", ".join("—" if v is None else f"{v:.{digits}f}" for v in values)
-
-
 def _lm_premises(snap: dict) -> str:
     """The quick language models against their premises (:mod:`poslab.lab.premises`)."""
     lm = snap.get("language_models") or {}
@@ -202,7 +196,9 @@ def _lm_premises(snap: dict) -> str:
         loss, gain = cell["loss"], cell["context_gain"]
         below = all(v is not None and v <= limit for v in loss)
         uses = all(g is not None and g >= CONTEXT_MARGIN for g in gain)
-        rows.append((arm, _values(loss), _values(gain), "met" if below else "not met", "met" if uses else "not met"))
+        rows.append(
+            (arm, values_text(loss), values_text(gain), "met" if below else "not met", "met" if uses else "not met")
+        )
     return Table(
         "",
         (
@@ -222,23 +218,12 @@ def _lm_premises(snap: dict) -> str:
 def _probe_accuracy(snap: dict) -> str:
     """The probes' answer accuracy per task, scheme and test length (mean ± sd over seeds), and MQAR by heads."""
     probes = snap.get("probes") or {}
-    tables = []
-    for task, schemes in (probes.get("accuracy") or {}).items():
-        factors = sorted({f for cell in schemes.values() for f in cell}, key=int)
-        tables.append(
-            Table(
-                "",
-                (f"{task}: scheme", *(f"{f}L" for f in factors)),
-                tuple(
-                    (scheme, *(mean_sd_text(cell.get(f) or []) for f in factors)) for scheme, cell in schemes.items()
-                ),
-            )
-        )
-    heads = sorted((probes.get("heads_mqar") or {}).items(), key=lambda kv: int(kv[0]))
-    if heads:
-        rows = tuple((h, _values(v), mean_sd_text(v)) for h, v in heads)
-        tables.append(Table("", ("MQAR: heads", "accuracy at L per seed", "mean ± sd"), rows, align="llr"))
-    return "\n".join(t.to_markdown() for t in tables) if tables else "(no probes results in this snapshot)\n"
+    tables = [
+        *probes_tables.accuracy_tables(probes.get("accuracy") or {}),
+        probes_tables.mqar_table(probes.get("heads_mqar") or {}),
+    ]
+    shown = [table.to_markdown() for table in tables if table is not None]
+    return "\n".join(shown) if shown else "(no probes results in this snapshot)\n"
 
 
 #: block name -> renderer of the snapshot

@@ -65,6 +65,11 @@ def mean_sd_text(values: Sequence[float | None], digits: int = 3) -> str:
     return "cannot" if spread is None else str(spread)
 
 
+def values_text(values: Sequence[float | None], digits: int = 3) -> str:
+    """Per-seed values side by side, ``—`` for a missing one: ``"1.700, —, 1.800"``."""
+    return ", ".join("—" if v is None else f"{v:.{digits}f}" for v in values)
+
+
 def spread(values: Any, digits: int = 4) -> Any:
     """Per-seed values as a :class:`MeanSd`; anything else (a scalar, an empty list) as itself."""
     if isinstance(values, list) and values and all(isinstance(v, (int, float)) for v in values):
@@ -207,10 +212,11 @@ class Table:
 @dataclass(frozen=True)
 class KeyTable:
     """A key table an experiment declares: its name and how it is built from the experiment's results.json
-    (``None`` where the results legitimately hold no such table, e.g. an optional part not run)."""
+    (several tables of one kind, e.g. one per task, as a tuple; ``None`` where the results legitimately hold no
+    such table, e.g. an optional part not run)."""
 
     name: str
-    build: Callable[[dict], Table | None]
+    build: Callable[[dict], Table | tuple[Table, ...] | None]
 
 
 @dataclass(frozen=True)
@@ -248,8 +254,10 @@ def build_tables(experiment: str, declared: Sequence[KeyTable], results: dict) -
         except (KeyError, TypeError, AttributeError, ValueError, IndexError, ZeroDivisionError) as err:
             built.append(_failure(experiment, spec.name, err))
             continue
-        if table is not None:
+        if isinstance(table, Table):
             built.append(table)
+        elif table is not None:
+            built.extend(table)
     return built
 
 
