@@ -25,12 +25,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from poslab.lab import premises
 from poslab.lab.experiments import probes_tables
-from poslab.lab.premises import BIGRAM_MARGIN, CONTEXT_MARGIN, context_gain
 from poslab.lab.report.builder import kind, load_manifest, load_results
 from poslab.lab.report.claims import evaluate
 from poslab.lab.report.i18n import name_lessons
-from poslab.lab.tables import Table, values_text
+from poslab.lab.tables import Table
 
 SNAPSHOT = Path("docs/results/lab-quick.json")
 DOCS = ("lab.md", "extrapolation.md", "experiments.md")
@@ -43,6 +43,7 @@ KIND_NAMES = {
     "inconclusive": "inconclusive",
     "unusable": "unusable",
 }
+POSITION_TRAINING = "experiments/position-training"
 TRAINED = (
     "experiments/heads",
     "experiments/position-training",
@@ -98,30 +99,9 @@ def snapshot(lab_dir: Path | str) -> dict[str, Any]:
         "cores": (manifest.get("machine") or {}).get("cores"),
         "steps": steps,
         "claims": claims,
-        "language_models": _language_models(results.get("experiments/position-training", {})),
+        "language_models": premises.language_models(training) if (training := results.get(POSITION_TRAINING)) else {},
         "probes": _probes(results.get("experiments/probes", {})),
     }
-
-
-def _language_models(results: dict[str, Any]) -> dict[str, Any]:
-    """Position-training's models as the premises read them: each arm's per-seed whole-split loss and
-    context gain (:func:`poslab.lab.premises.context_gain`), and the corpus's n-gram baselines."""
-    arms = {}
-    for arm, runs in (results.get("runs") or {}).items():
-        arms[arm] = {
-            "loss": [r.get("val_loss_all") for r in runs],
-            "context_gain": [_gain(r.get("loss_by_position")) for r in runs],
-        }
-    return {"corpus": results.get("corpus"), "baselines": results.get("ngram_baselines"), "arms": arms}
-
-
-def _gain(curve: Sequence[float] | None) -> float | None:
-    """:func:`poslab.lab.premises.context_gain` of a per-position curve, ``None`` where it has none (a masked LM)
-    or is too short for one."""
-    try:
-        return context_gain(curve) if curve else None
-    except ValueError:
-        return None
 
 
 def _probes(results: dict[str, Any]) -> dict[str, Any]:
@@ -186,33 +166,8 @@ def _of(*folders: str) -> Callable[[dict], str]:
 
 def _lm_premises(snap: dict) -> str:
     """The quick language models against their premises (:mod:`poslab.lab.premises`)."""
-    lm = snap.get("language_models") or {}
-    base = lm.get("baselines") or {}
-    if not lm.get("arms") or "bigram" not in base:
-        return "(no position-training results in this snapshot)\n"
-    limit = base["bigram"] - BIGRAM_MARGIN
-    rows = []
-    for arm, cell in lm["arms"].items():
-        loss, gain = cell["loss"], cell["context_gain"]
-        below = all(v is not None and v <= limit for v in loss)
-        uses = all(g is not None and g >= CONTEXT_MARGIN for g in gain)
-        rows.append(
-            (arm, values_text(loss), values_text(gain), "met" if below else "not met", "met" if uses else "not met")
-        )
-    return Table(
-        "",
-        (
-            "arm",
-            "loss per seed (nats/token)",
-            "context gain per seed",
-            f"bigram premise (≤ {limit:.3f})",
-            f"context premise (≥ {CONTEXT_MARGIN:g})",
-        ),
-        tuple(rows),
-        note=f"(count-model baselines of the {lm.get('corpus')!s} validation split: unigram {base['unigram']:.3f}, "
-        f"bigram {base['bigram']:.3f}, trigram {base['trigram']:.3f}.)",
-        align="lllll",
-    ).to_markdown()
+    table = premises.premises_table(snap.get("language_models") or {})
+    return table.to_markdown() if table is not None else "(no position-training results in this snapshot)\n"
 
 
 def _probe_accuracy(snap: dict) -> str:
