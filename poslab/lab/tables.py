@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from poslab.display import format_table
-from poslab.lab.verdicts import mean_sd, num
+from poslab.lab.verdicts import mean_sd, num, pm_text
 
 #: a cell longer than this many characters is cut (with "…") in the console
 TEXT_CELL_WIDTH = 60
@@ -55,8 +55,7 @@ class MeanSd:
         return cls(mean, sd, len(kept), digits, show_n)
 
     def __str__(self) -> str:
-        spread = f" ± {self.sd:.{self.digits}f}" if self.sd is not None else ""
-        return f"{self.mean:.{self.digits}f}{spread}" + (f" (n={self.n})" if self.show_n else "")
+        return pm_text(self.mean, self.sd, self.n if self.show_n else None, self.digits)
 
 
 def mean_sd_text(values: Sequence[float | None], digits: int = 3) -> str:
