@@ -3,7 +3,7 @@
 A :class:`Table` is a title, column headers, rows of typed cells and an optional note. It renders
 itself three ways: :meth:`Table.to_text` (the console, aligned), :meth:`Table.to_html` (the report,
 every text escaped) and :meth:`Table.to_markdown` (docs/). A cell is a scalar, a :class:`MeanSd`
-(mean ± sd over seeds, formatted here and nowhere else) or a short list or dict of scalars; every
+(mean ± sd over seeds, in :func:`poslab.lab.verdicts.pm_text`'s one form) or a short list or dict of scalars; every
 renderer formats it with :func:`cell_text`.
 
 An experiment declares its key tables as :class:`KeyTable` values (a name and a function of its
