@@ -178,6 +178,11 @@ def load_hf_source(model_or_dir: Any) -> tuple[Any, dict[str, Tensor]]:
     except Exception as err:
         if not _validation_error(err):
             raise
+        if "trust_remote_code" in str(err):  # custom code the folder asks to run: never run, said in one line
+            raise ValueError(
+                f"{str(folder)!r} holds custom code that only trust_remote_code=True would run; "
+                "poslab never runs a folder's code"
+            ) from None
         # the field (or validator), its rule and the value, on one line; not the list of types it tried
         reason = " ".join(str(err).split(" Errors: ")[0].split())
         raise ValueError(f"{str(folder / 'config.json')!r}: transformers refuses it: {reason[:400]}") from None

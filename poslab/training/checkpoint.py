@@ -183,14 +183,16 @@ RUN_FILES = "run_files_sha256"
 
 def run_file_digests(config_doc: dict, tokenizer: Path) -> dict[str, str | None]:
     """sha256 of what a run's model and inputs are rebuilt from, beyond the config identity a checkpoint
-    already records (``config``): ``config.json``'s sections other than ``model``/``train`` (the data:
-    corpus and tokenizer digests, split sizes; what an averaged run comes from) as canonical JSON, and
+    already records (``config``): ``config.json``'s sections other than ``model``/``train`` and
+    ``distributed`` (the data: corpus and tokenizer digests, split sizes; what an averaged run comes from)
+    as canonical JSON, and
     ``tokenizer.json``'s bytes (``None`` when absent).
 
     A checkpoint records them (:data:`RUN_FILES`) and its own checksums cover the record, so a tokenizer
     edited together with the digest ``config.json`` keeps of it no longer matches the checkpoint.
     """
-    other = {k: v for k, v in config_doc.items() if k not in ("model", "train")}
+    # the process layout (world size, FSDP) is not an input: a run may resume under another one
+    other = {k: v for k, v in config_doc.items() if k not in ("model", "train", "distributed")}
     if isinstance(other.get("data"), dict):  # the tokenizer's own digest below names the file that changed
         other["data"] = {k: v for k, v in other["data"].items() if k != "tokenizer_sha256"}
     return {
