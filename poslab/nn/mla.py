@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.nn.attention import AttentionSpec, attend, check_backend_name, rotate_with_cache
+from poslab.nn.attention import AttendOptions, AttentionSpec, attend, check_backend_name, rotate_with_cache
 from poslab.nn.positions.base import PositionScheme
 
 #: keys of ``GPTConfig.mla``
@@ -275,13 +275,15 @@ class MultiHeadLatentAttention(nn.Module):
                 v.contiguous(),
                 pos,
                 k_pos,
-                spec=spec,
+                spec,
                 attn_mask=attn_mask,
-                dropout=self.dropout if self.training else 0.0,
-                backend=backend or self.backend,
-                need_weights=need_weights,
-                probe=self.scores_probe,
-                increasing=pos_increasing,
+                options=AttendOptions(
+                    backend=backend or self.backend,
+                    dropout=self.dropout if self.training else 0.0,
+                    need_weights=need_weights,
+                    probe=self.scores_probe,
+                    increasing=pos_increasing,
+                ),
             )
             out = out[..., : self.dv]  # [B, h, T, dv]
         if head_mask is not None:

@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.nn.attention import MergeHeads, MultiHeadAttention, SplitHeads, validate_geometry
+from poslab.nn.attention import AttentionConfig, MergeHeads, MultiHeadAttention, SplitHeads, validate_geometry
+from poslab.nn.attention.module import DEFAULT_CONFIG
 from poslab.nn.positions.base import PositionScheme
 
 #: the logit Reformer gives a token attending to itself (only used when nothing else is visible)
@@ -72,9 +73,9 @@ class AxialAttention(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        kwargs = {"causal": causal, "backend": backend, "bias": bias}
-        self.row = MultiHeadAttention(d_model, n_heads, n_kv_heads, position=row_position, **kwargs)
-        self.col = MultiHeadAttention(d_model, n_heads, n_kv_heads, position=col_position, **kwargs)
+        attention = AttentionConfig(causal=causal, backend=backend)
+        self.row = MultiHeadAttention(d_model, n_heads, n_kv_heads, attention, row_position, bias=bias)
+        self.col = MultiHeadAttention(d_model, n_heads, n_kv_heads, attention, col_position, bias=bias)
         self.d_model = d_model
 
     def forward(self, x: Tensor) -> Tensor:
@@ -335,7 +336,9 @@ class AdaptiveSpanAttention(MultiHeadAttention):
         ramp: ``R``, the width of the soft ramp.
         init_ratio: initial ``z / S`` of every head.
         span_loss_coef: ``lambda`` of :meth:`span_loss`.
-        kwargs: passed to :class:`MultiHeadAttention` (``position``, ``backend``, ``window`` ...).
+        attention, position: see :class:`MultiHeadAttention` (``attention.causal`` must be True, its
+            backend not ``flex``).
+        kwargs: ``bias``, ``head_dim`` of :class:`MultiHeadAttention`.
     """
 
     def __init__(
@@ -343,6 +346,8 @@ class AdaptiveSpanAttention(MultiHeadAttention):
         d_model: int,
         n_heads: int,
         n_kv_heads: int | None = None,
+        attention: AttentionConfig = DEFAULT_CONFIG,
+        position: PositionScheme | None = None,
         *,
         max_span: int,
         ramp: int = 32,
@@ -350,13 +355,13 @@ class AdaptiveSpanAttention(MultiHeadAttention):
         span_loss_coef: float = 2e-6,
         **kwargs,
     ) -> None:
-        if kwargs.get("causal", True) is not True:
+        if attention.causal is not True:
             raise ValueError("adaptive span is defined for causal attention (distances i - j >= 0); got causal=False")
-        if kwargs.get("backend", "auto") == "flex":
+        if attention.backend == "flex":
             raise ValueError(
                 "adaptive span adds a learned bias the flex backend cannot express; use auto, sdpa or eager"
             )
-        super().__init__(d_model, n_heads, n_kv_heads, **kwargs)
+        super().__init__(d_model, n_heads, n_kv_heads, attention, position, **kwargs)
         for label, value in (("max_span", max_span), ("ramp", ramp)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{label} must be a positive integer, got {value!r}")
