@@ -244,14 +244,30 @@ def test_every_mechanism_keeps_shape_and_dtype(dtype: torch.dtype, backend: str)
     ],
 )
 def test_bad_mechanism_options_are_named(options: dict, needle: str) -> None:
+    fields = {key: value for key, value in options.items() if key != "head_dim"}
     with pytest.raises(ValueError, match=needle):
-        head_dim = options.pop("head_dim", None)
-        MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(**options), head_dim=head_dim)
+        MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(**fields), head_dim=options.get("head_dim"))
     with pytest.raises(TypeError, match="sinks must be a bool"):
         MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(sinks=1))
     q = torch.randn(1, 4, 3, 8)
     with pytest.raises(ValueError, match=r"sinks must be a tensor of shape \[4\]"):
         attend(q, q, q, torch.arange(3), torch.arange(3), AttentionSpec(sinks=torch.zeros(3)))
+
+
+def test_layer_settings_are_one_validated_config() -> None:
+    """A layer attribute reads its ``AttentionConfig``; assigning one checks it like the constructor does."""
+    attn = MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(window=4, chunk=3))
+    assert (attn.window, attn.chunk, attn.query_chunk) == (4, 3, 128)
+    attn.query_chunk = 8
+    assert attn.attention == AttentionConfig(window=4, chunk=3, query_chunk=8)
+    for field, bad in (("query_chunk", 0), ("window", -1), ("backend", "cudnn"), ("dropout", 1.0)):
+        with pytest.raises(ValueError, match=field if field != "backend" else "unknown attention backend"):
+            setattr(attn, field, bad)
+    assert attn.attention.query_chunk == 8  # a refused value leaves the layer as it was
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
+        AttendOptions(dropout=1.5)
+    with pytest.raises(TypeError, match="spec must be an AttentionSpec"):
+        attend(q := torch.randn(1, 4, 3, 8), q, q, torch.arange(3), torch.arange(3), {"causal": True})
 
 
 # ------------------------------------------------------------------------------------ GPT and layer_pattern

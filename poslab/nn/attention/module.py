@@ -212,8 +212,10 @@ class MultiHeadAttention(nn.Module):
                 f"convert one (x.to({self.qkv.weight.dtype}) or layer.to({x.dtype}))"
             )
         window = self.effective_window()
-        segment_cache = getattr(cache, "memory", False)  # Transformer-XL memory: the ring is the context
-        if cache is not None and cache.rolling and not segment_cache and (window is None or window > cache.capacity):
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+        # a segment-memory ring (Transformer-XL) is the context itself: it needs no window
+        if cache is not None and cache.rolling and not cache.memory and (window is None or window > cache.capacity):
             raise ValueError(
                 f"a rolling KV cache of capacity {cache.capacity} keeps only the last {cache.capacity} tokens, "
                 f"but this attention has window={window}; use window <= {cache.capacity}, a non-rolling cache, "
@@ -236,7 +238,7 @@ class MultiHeadAttention(nn.Module):
             k_pos = torch.cat((memory_pos.to(pos.device), pos))  # [M+T]
         update = None
         # a cache that assigns positions by place (StreamingLLM, poslab/nn/streaming.py) stores keys unrotated
-        replaced = cache is not None and getattr(cache, "reassigns_positions", False)
+        replaced = cache is not None and cache.reassigns_positions
         if cache is not None:
 
             def update(k_new: Tensor) -> tuple[Tensor, Tensor, Tensor]:
