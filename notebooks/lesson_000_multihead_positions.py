@@ -123,6 +123,75 @@ zoo = run_experiment("model-zoo", out=OUT / "model-zoo")
 perm = run_experiment("permutation", out=OUT / "permutation")
 
 # %% [markdown]
+# ## 3.2 二维旋转 → 复数乘法 → 只依赖位置差 / 2-D rotation → complex multiplication → the offset
+#
+# 把 $q=(q_0,q_1)$ 看成复数 $z_q=q_0+iq_1$。旋转矩阵 $R_m$ 作用在 $q$ 上，等于乘 $e^{im\theta}$：
+# $R_m q \leftrightarrow z_q e^{im\theta}$。两个二维向量的内积是
+# $\langle a,b\rangle=\mathrm{Re}(z_a\overline{z_b})$，所以
+#
+# $$\langle R_m q, R_n k\rangle=\mathrm{Re}\big(z_q e^{im\theta}\,\overline{z_k e^{in\theta}}\big)
+# =\mathrm{Re}\big(z_q\overline{z_k}\,e^{i(m-n)\theta}\big)=\langle q, R_{n-m}k\rangle ,$$
+#
+# 只依赖 $m-n$（取共轭让 $e^{in\theta}$ 变成 $e^{-in\theta}$；少了 Re 或共轭，这个式子就不成立）。
+# $d$ 维时每一对 $(2i, 2i+1)$ 是一个复数、用自己的 $\theta_i$，内积是各对之和：
+# $\mathrm{Re}\sum_i z_{q,i}\overline{z_{k,i}}\,e^{i(m-n)\theta_i}$。
+# 下面一格逐步算出每一个等号两边的差。
+#
+# Read $q$ as the complex number $z_q$: the rotation $R_m$ is multiplication by $e^{im\theta}$, the inner product is
+# $\mathrm{Re}(z_a\overline{z_b})$, so the rotated inner product is
+# $\mathrm{Re}(z_q\overline{z_k}e^{i(m-n)\theta})$: a function of $m-n$ only.
+# The cell below computes both sides of every step.
+#
+# 自己写 `apply_rope` 并检查：`poslab check apply-rope my_rope.py`
+# （`poslab check apply-rope --template` 打印起始文件）。
+
+# %%
+torch.manual_seed(0)
+theta = 0.3
+q2, k2 = torch.randn(2, dtype=torch.float64), torch.randn(2, dtype=torch.float64)
+
+
+def rotation(angle: float) -> torch.Tensor:
+    c, s = math.cos(angle), math.sin(angle)
+    return torch.tensor([[c, -s], [s, c]], dtype=torch.float64)
+
+
+def as_complex(v: torch.Tensor) -> complex:
+    return complex(v[0].item(), v[1].item())
+
+
+m, n = 7, 3
+step1 = abs(as_complex(rotation(m * theta) @ q2) - as_complex(q2) * complex(math.cos(m * theta), math.sin(m * theta)))
+print(f"1. R_m q  vs  z_q e^(i m θ):                    |difference| = {step1:.1e}")
+step2 = abs(float(q2 @ k2) - (as_complex(q2) * as_complex(k2).conjugate()).real)
+print(f"2. <q, k>  vs  Re(z_q conj(z_k)):               |difference| = {step2:.1e}")
+lhs = float((rotation(m * theta) @ q2) @ (rotation(n * theta) @ k2))
+turn = complex(math.cos((m - n) * theta), math.sin((m - n) * theta))  # e^(i(m-n)θ)
+closed = (as_complex(q2) * as_complex(k2).conjugate() * turn).real
+step3 = abs(lhs - closed)
+step3b = abs(lhs - float(q2 @ (rotation((n - m) * theta) @ k2)))
+print(f"3. <R_m q, R_n k> = {lhs:.6f}  vs  Re(z_q conj(z_k) e^(i(m-n)θ)): {step3:.1e}")
+print(f"   <R_m q, R_n k>  vs  <q, R_(n-m) k>:             |difference| = {step3b:.1e}")
+same_offset = [float((rotation(a * theta) @ q2) @ (rotation((a - (m - n)) * theta) @ k2)) for a in (0, 5, 50, 500)]
+print(f"   the same offset m-n = {m - n} at m = 0, 5, 50, 500: {[f'{v:.6f}' for v in same_offset]}")
+
+# d dimensions: pairs (2i, 2i+1) as complex numbers, against poslab's rope (interleaved pairing)
+d = 16
+qd, kd = torch.randn(1, 1, 1, d), torch.randn(1, 1, 1, d)
+rope_il = positions.build("rope", head_dim=d, layout="interleaved")
+thetas = rope_il.inv_freq.double()  # θ_i = base^(-2i/d)
+zq = torch.view_as_complex(qd.double().reshape(d // 2, 2))
+zk = torch.view_as_complex(kd.double().reshape(d // 2, 2))
+worst = 0.0
+for m, n in ((0, 0), (10, 3), (3, 10), (100, 93), (400, 17)):
+    qr, kr = rope_il.rotate(qd, kd, torch.tensor([m]), torch.tensor([n]))
+    formula = (zq * zk.conj() * torch.exp(1j * (m - n) * thetas)).sum().real.item()
+    worst = max(worst, abs((qr * kr).sum().item() - formula))
+print(f"4. d = {d}: poslab rope (interleaved) vs Re Σ z_q,i conj(z_k,i) e^(i(m-n)θ_i): max |diff| {worst:.1e} (fp32)")
+assert max(step1, step2, step3, step3b) < 1e-12 and worst < 1e-5  # every equality of the derivation holds
+
+
+# %% [markdown]
 # ## 3.4 RoPE 的相对位置性质 / RoPE's relative property
 #
 # 同一对 $(q, k)$ 放在不同位置，内积只依赖位置差。poslab 的 `rope` 与课程的 `apply_rope` 逐位对比。
@@ -195,6 +264,8 @@ plt.show()
 #
 # The lesson puts 0 on past keys and $-\alpha(i-j)$ (a positive value) on future keys; the paper puts
 # $-m(i-j)$ on past keys.
+#
+# 自己写偏置矩阵并检查 / write it yourself and check it: `poslab check alibi-bias my_alibi.py`.
 
 # %%
 alibi = positions.build("alibi", n_heads=8)

@@ -57,6 +57,9 @@ print("results in", OUT, "| small settings:", SMALL)
 # 课程打印的形状和参数（qkv 3168、proj 1056，与头数无关），在 poslab 的 `MultiHeadAttention(32, h)` 上。
 #
 # The lesson's shapes and parameter counts (qkv 3168, proj 1056 for any head count).
+#
+# 自己写拆头与拼头并检查 / write the split and the merge yourself and check them:
+# `poslab check split-heads my_heads.py`、`poslab check merge-heads my_heads.py`（`--template` 打印起始文件）。
 
 # %%
 for h in (1, 2, 4, 8):
@@ -76,6 +79,8 @@ print("split into heads", tuple(q.shape), "| scores", tuple((q @ q.transpose(-2,
 #
 # '白日依山尽' vs '山依日白尽': one layer without positions gives float noise; from two layers on the
 # causal mask leaks the order. The 3-layer row answers **exercise 1**.
+#
+# 自己做这个实验并检查 / run the experiment yourself and check it: `poslab check causal-leak my_leak.py`。
 
 # %%
 leak = run_experiment("causal-leak", out=OUT / "causal-leak")

@@ -87,6 +87,9 @@ plt.show()
 #
 # The lesson's mask keeps the pairs at distance >= W and masks the window itself; poslab's window keeps
 # $i - W < j \le i$.
+#
+# 自己写正确的掩码并检查 / write the right mask and check it: `poslab check local-mask my_mask.py`
+# （双向与因果两种窗口都检查 / both the bidirectional and the causal window）。
 
 # %%
 L, W = 8, 3

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -20,6 +23,7 @@ import ray  # the extra poslab[ray]; `make test` installs it, so these tests run
 from poslab.cli.app import main
 from poslab.data import load_corpus
 from poslab.lab import runner
+from poslab.lab.ray_connect import RAY_TIMEOUT_ENV
 from poslab.runs import read_metrics
 
 SPEC = """\
@@ -175,9 +179,6 @@ def test_a_killed_training_is_retried_by_ray_and_resumes_bitwise(local_ray, tmp_
 
 def test_the_lab_hands_its_ray_to_its_steps(local_ray, monkeypatch):
     """``poslab lab --cluster ray``: a step (a child ``poslab`` process) joins the lab's Ray and trains there."""
-    import subprocess
-    import sys
-
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv(runner.CLUSTER_ENV, raising=False)
     step = (
@@ -193,3 +194,58 @@ def test_the_lab_hands_its_ray_to_its_steps(local_ray, monkeypatch):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "RayExecutor [32, 9]"
     assert runner.CLUSTER_ENV not in os.environ and "RAY_ADDRESS" not in os.environ  # restored after the lab
+
+
+# ------------------------------------------------------------------------------------------ addresses
+def _lab_on_ray(tmp_path: Path, address: str, **env: str) -> tuple[subprocess.CompletedProcess, float]:
+    """``poslab lab --only params --cluster ray --ray-address ADDRESS`` in a subprocess (bounded: 120 s)."""
+    argv = ["lab", "--only", "params", "--cluster", "ray", "--ray-address", address, "--out", str(tmp_path / "lab")]
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "poslab", *argv],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done, time.monotonic() - start
+
+
+def test_a_ray_address_where_nothing_listens_is_one_line(tmp_path):
+    """A port nobody listens on (loopback): refused at once, not a Ray retrying for minutes."""
+    done, _ = _lab_on_ray(tmp_path, "127.0.0.1:1")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        "poslab: error: --ray-address '127.0.0.1:1': no Ray cluster there (Connection refused)"
+    ]
+
+
+def test_a_ray_address_that_never_answers_is_refused_within_the_deadline(tmp_path):
+    """A loopback port that accepts and says nothing: a one-line error once ``POSLAB_RAY_CONNECT_TIMEOUT`` is up."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        done, seconds = _lab_on_ray(tmp_path, address, **{RAY_TIMEOUT_ENV: "3"})
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"poslab: error: --ray-address {address!r}: no Ray cluster answered within 3 s "
+        f"({RAY_TIMEOUT_ENV} sets the wait)"
+    )
+    assert seconds < 60  # the deadline, the imports and the interpreter's start; Ray alone would retry on and on
+
+
+@pytest.mark.parametrize("address", ["", "  "])
+def test_an_empty_ray_address_is_refused_not_ignored(address):
+    """``--ray-address ''`` names no cluster: a one-line error, not a local Ray started instead."""
+    for cluster in ("ray", None):
+        with pytest.raises(ValueError, match=f"--ray-address must name a Ray cluster .*, got {address!r}"):
+            runner.executor_for(cluster, address)
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf", "soon"])
+def test_a_bad_ray_deadline_is_refused_in_one_line(value, monkeypatch):
+    monkeypatch.setenv(RAY_TIMEOUT_ENV, value)
+    with pytest.raises(ValueError, match=f"{RAY_TIMEOUT_ENV} must be a positive number of seconds, got '{value}'"):
+        runner.executor_for("ray", "127.0.0.1:1")

@@ -121,6 +121,20 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
             "checkpoints_deleted",
         ),
     ),
+    "stop": (
+        "the lab and experiments stopped (SIGTERM, SIGKILL of the parent, a diverged training)",
+        (
+            "experiment_sigterms",
+            "experiment_sigkills",
+            "lab_sigterms",
+            "trainings_checkpointed",
+            "processes_left",
+            "experiment_trainings_resumed_bitwise",
+            "lab_stopped_steps_continued",
+            "lab_trainings_resumed_bitwise",
+            "diverged_in_experiment_one_line",
+        ),
+    ),
     "inputs": (
         "unbounded and rough inputs refused before they cost",
         ("cases", "refused_one_line", "tracebacks", "max_mib_grown_reading_1gib_binary_corpus"),

@@ -65,7 +65,7 @@ def test_lab_resumes_an_interrupted_training_instead_of_deleting_it(tmp_path, mo
     lab_dir = tmp_path / "lab"
     monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [fake_training(lab_dir, "runs/fake")])
     manifest = lab.run_lab(lab_dir, "quick", stream=io.StringIO())
-    assert manifest["steps"][0]["status"] == "failed" and manifest["steps"][0]["exit_code"] == 130
+    assert manifest["steps"][0]["status"] == "interrupted" and manifest["steps"][0]["exit_code"] == 130
     assert (lab_dir / "runs/fake/checkpoints/step_000010.json").is_file()
 
     stream = io.StringIO()
@@ -85,7 +85,7 @@ def test_lab_fresh_still_starts_the_training_again(tmp_path, monkeypatch):
     lab.run_lab(lab_dir, "quick", stream=io.StringIO())
     manifest = lab.run_lab(lab_dir, "quick", fresh=True, stream=io.StringIO())
     assert calls_of(lab_dir) == [[], []]  # no --resume: cleaned and started again (and interrupted again)
-    assert manifest["steps"][0]["status"] == "failed"
+    assert manifest["steps"][0]["status"] == "interrupted"
 
 
 def test_lab_only_exits_0_when_the_step_succeeds(tmp_path, monkeypatch):

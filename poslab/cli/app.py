@@ -5,8 +5,10 @@ line in :data:`COMMANDS`. Bad input prints one line ``poslab: error: ...`` and e
 
 Signals: SIGTERM (what schedulers, ``timeout`` and ``kill`` send) and SIGHUP (a closed terminal,
 unless ignored, e.g. by ``nohup``) act as Ctrl-C: a training finishes its step, saves a checkpoint
-and exits 130. A command started by a sweep (``POSLAB_PARENT_PID`` set) gets SIGTERM when that
-parent dies, however it dies (``PR_SET_PDEATHSIG`` on Linux, else a watcher thread).
+and exits 130 with one line ``poslab: interrupted by SIGTERM`` (a command that continues what it
+saved when run again, as ``lab`` and ``experiment``, says so: its ``on_interrupt`` default). A
+command started by a sweep (``POSLAB_PARENT_PID`` set) gets SIGTERM when that parent dies, however
+it dies (``PR_SET_PDEATHSIG`` on Linux, else a watcher thread).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ COMMANDS = (
     "poslab.cli.attention",
     "poslab.cli.explore",
     "poslab.cli.sweep",
+    "poslab.cli.check",
 )
 
 
@@ -69,8 +72,14 @@ def _version() -> str:
 _PR_SET_PDEATHSIG = 1
 
 
+#: the signal that stopped the command (``None``: Ctrl-C, or none)
+_stopped_by: str | None = None
+
+
 def _as_ctrl_c(signum: int, frame: object) -> None:
     """SIGTERM / SIGHUP -> whatever Ctrl-C does now (the trainer's save-and-stop flag, else KeyboardInterrupt)."""
+    global _stopped_by
+    _stopped_by = signal.Signals(signum).name
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):
         handler(signal.SIGINT, frame)
@@ -156,7 +165,8 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"poslab: error: out of memory{size}; use a smaller model or batch", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("poslab: interrupted", file=sys.stderr)
+        by = f" by {_stopped_by}" if _stopped_by else ""
+        print(f"poslab: interrupted{by}{getattr(args, 'on_interrupt', '')}", file=sys.stderr)
         return 130
     return int(result or 0)
 

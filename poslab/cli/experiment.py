@@ -11,11 +11,15 @@ error (exit 2) listing the known ones.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 from poslab.cli import paths
 from poslab.lab import experiments, runner
+
+#: what ``poslab experiment`` and ``poslab lab`` add to the line they print when a signal or Ctrl-C stops them
+RESUMES = "; run the same command again to continue: every training with a run folder saved a checkpoint to resume"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -69,7 +73,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="the Ray cluster to use (default: RAY_ADDRESS, else a local Ray started for the command)",
     )
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, on_interrupt=RESUMES)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,13 +101,29 @@ def run(args: argparse.Namespace) -> int:
         shard = runner.parse_shard(args.shard)
         if args.name == "all":
             raise ValueError(f"--shard {args.shard!r} splits one training experiment's trainings; 'all' trains nothing")
+    from poslab.training.loop import TrainingDiverged
+
     executor = runner.executor_for(args.cluster, args.ray_address)
     with runner.use_executor(executor):
-        if shard is None:
-            _run_all(args, registry, names)
-        else:
-            _run_shard(args, registry, names[0], shard)
+        try:
+            if shard is None:
+                _run_all(args, registry, names)
+            else:
+                _run_shard(args, registry, names[0], shard)
+        except TrainingDiverged as err:  # one line naming the experiment, the run and the step; exit 1 as `train`
+            print(f"poslab: error: {err}", file=sys.stderr)
+            return 1
     return 0
+
+
+def _run_one(name: str, where: Path, args: argparse.Namespace) -> None:
+    """:func:`poslab.lab.experiments.run_experiment`; a diverged training's error names the experiment too."""
+    from poslab.training.loop import TrainingDiverged
+
+    try:
+        experiments.run_experiment(name, where, quick=args.quick, workers=args.workers, size=args.size)
+    except TrainingDiverged as err:
+        raise TrainingDiverged(f"experiment {name}: {err}") from None
 
 
 def _run_shard(args: argparse.Namespace, registry: dict, name: str, shard: tuple[int, int]) -> None:
@@ -124,7 +144,7 @@ def _run_shard(args: argparse.Namespace, registry: dict, name: str, shard: tuple
     print(f"\n=== experiment {name}, shard {shard[0]}/{shard[1]}: {registry[name].description}")
     with runner.use_shard(shard):
         try:
-            experiments.run_experiment(name, where, quick=args.quick, workers=args.workers, size=args.size)
+            _run_one(name, where, args)
             status, stages = "complete", runner.shard_stages()
         except runner.ShardFinished as stop:
             status, stages = "sharded", stop.stages
@@ -162,7 +182,7 @@ def _run_all(args: argparse.Namespace, registry: dict, names: list[str]) -> None
         where = out if out is not None else Path("runs") / "experiments" / name
         start = time.perf_counter()
         print(f"\n=== experiment {name}: {registry[name].description}")
-        experiments.run_experiment(name, where, quick=args.quick, workers=args.workers, size=args.size)
+        _run_one(name, where, args)
         print(f"--- {name}: {time.perf_counter() - start:.1f}s, results in {where / 'results.json'}")
     if len(names) > 1:
         print(f"\n=== {len(names)} experiments in {time.perf_counter() - total:.1f}s")

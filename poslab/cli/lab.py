@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from poslab.cli.experiment import RESUMES
 from poslab.lab import lab, runner
 
 
@@ -56,7 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="the Ray cluster to use (default: RAY_ADDRESS, else one local Ray for the whole lab)",
     )
-    parser.set_defaults(func=run, mode="quick")
+    parser.set_defaults(func=run, mode="quick", on_interrupt=RESUMES)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -48,6 +48,8 @@ from poslab.lab.sweep import PARENT_ENV
 from poslab.training.progress import format_duration
 
 TRAIN_PRESET = "tang-small"
+#: the exit status of a ``poslab`` command stopped by Ctrl-C or a signal (it saved what it trained)
+INTERRUPTED = 130
 MODES = ("quick", "full")
 # first-run guesses of wall seconds of the steps that are not experiments (each experiment states its own
 # in its description); from the CPU seconds of each step measured with /usr/bin/time -v (docs/lab.md, "Timing")
@@ -528,15 +530,22 @@ def run_lab(
                     display.message(f"━━ lab {label}: unavailable in this poslab")
                 else:
                     resume = not fresh and _resumable(lab_dir, step)
+                    stopped = not fresh and _stopped(step, previous, mode)
                     # a shard never cleans (the other shards' trainings share the folder), nor does the call
-                    # that collects shards of this mode and size (it reuses their trainings)
-                    if not resume and shard is None and (fresh or not _sharded_here(step, lab_dir, mode)):
+                    # that collects shards of this mode and size (it reuses their trainings), nor a step that was
+                    # stopped (its trainings continue from their checkpoints)
+                    if not (resume or stopped) and shard is None and (fresh or not _sharded_here(step, lab_dir, mode)):
                         _clean(lab_dir, step)
                     display.begin(label, step.estimate, remaining)
                     if resume:
                         display.message(
                             f"━━ lab {label}: continuing the interrupted run in {step.folder} "
                             f"({' '.join(step.resume or [])}; --fresh starts it again)"
+                        )
+                    elif stopped:
+                        display.message(
+                            f"━━ lab {label}: continuing the interrupted step in {step.folder} (its trainings "
+                            "resume from their checkpoints; --fresh starts it again)"
                         )
                     begin = time.monotonic()
                     cpu = None
@@ -545,7 +554,7 @@ def run_lab(
                             step, logs / f"{step.folder.replace('/', '_')}.log", display, resume=resume
                         )
                     except KeyboardInterrupt:
-                        code, tail, interrupted = 130, "interrupted (Ctrl-C)", True
+                        code, tail, interrupted = INTERRUPTED, "interrupted (Ctrl-C or a signal)", True
                     seconds = time.monotonic() - begin
                     record.update(
                         seconds=round(seconds, 1),
@@ -564,7 +573,8 @@ def run_lab(
                         why = tail.splitlines()[-1] if tail else f"exit code {code}"
                         if code == 0:
                             why = f"finished without writing {step.folder}/{step.done_file}"
-                        record.update(status="interrupted" if interrupted else "failed", error=why, exit_code=code)
+                        stop = interrupted or code == INTERRUPTED  # the lab's stop, or the step's own
+                        record.update(status="interrupted" if stop else "failed", error=why, exit_code=code)
                         failed.add(step.folder)
                         display.finish(
                             f"━━ lab {label}: {record['status']} after {format_duration(seconds)}: {why} (log: {logs})"
@@ -606,6 +616,18 @@ def _registered() -> set[str]:
     from poslab.lab import experiments
 
     return set(experiments.registry())
+
+
+def _stopped(step: Step, previous: dict, mode: str) -> bool:
+    """Whether the experiment step's last run, of the same mode and size, was interrupted (a signal, Ctrl-C): its
+    folder is kept, and its trainings continue from their checkpoints (a train step: :func:`_resumable`)."""
+    record = previous.get("records", {}).get(step.folder, {})
+    return (
+        step.kind == "experiment"
+        and record.get("status") == "interrupted"
+        and record.get("mode") == mode
+        and record.get("size") == step.size
+    )
 
 
 def _resumable(lab_dir: Path, step: Step) -> bool:

@@ -33,13 +33,16 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from poslab.lab.pool_worker import call_in_pool_worker, die_with_parent, start_pool_worker, stop_pool
+from poslab.lab.ray_connect import connect_ray, ray_connect_timeout
 
 #: ``pip install`` extra that brings Ray
 RAY_EXTRA = "poslab[ray]"
@@ -99,33 +102,22 @@ def check_workers(workers: Any) -> int:
 
 
 # ------------------------------------------------------------------------------------------ local
-def die_with_parent() -> None:
-    """Tie this process to its parent: SIGTERM when the parent dies (Linux ``PR_SET_PDEATHSIG``), SIGTERM as Ctrl-C.
+def _labelled(task: Task, err: BaseException) -> BaseException:
+    """A task's ``TrainingDiverged`` (:mod:`poslab.training.loop`) with the task's name in front; others as they are."""
+    from poslab.training.loop import TrainingDiverged
 
-    A pool worker runs a training in-process; when the lab or sweep that started it dies (SIGKILL
-    included) the kernel sends the worker SIGTERM, which interrupts the training like Ctrl-C (it saves
-    a checkpoint and the worker exits) instead of leaving it training alone. Elsewhere a no-op for
-    the death signal.
-    """
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() == 1:  # the parent died before the prctl: no signal will come
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    if isinstance(err, TrainingDiverged) and not str(err).startswith(f"run {task.label}: "):
+        return TrainingDiverged(f"run {task.label}: {err}")
+    return err
 
 
 class LocalExecutor:
-    """Trainings on this machine: a pool of ``workers`` spawned processes (threads for ``launches_process`` tasks)."""
+    """Trainings on this machine: a pool of ``workers`` spawned processes (threads for ``launches_process`` tasks).
+
+    ``KeyboardInterrupt`` in the caller (Ctrl-C, or SIGTERM, which ``poslab`` turns into it) stops
+    every running training after its step with a checkpoint, starts no other, waits for the pool's
+    processes to end and raises again.
+    """
 
     name = "local"
 
@@ -137,32 +129,48 @@ class LocalExecutor:
         results: list[Any] = [None] * len(tasks)
         if workers == 1 or len(tasks) <= 1:
             for i, task in enumerate(tasks):
-                results[i] = task.fn(*task.args)
+                try:
+                    results[i] = task.fn(*task.args)
+                except Exception as err:
+                    labelled = _labelled(task, err)
+                    if labelled is err:
+                        raise
+                    raise labelled from None
                 if on_done is not None:
                     on_done(task, results[i])
             return results
         size = min(workers, len(tasks))
         if all(task.launches_process for task in tasks):
             pool: concurrent.futures.Executor = concurrent.futures.ThreadPoolExecutor(max_workers=size)
+            futures = {pool.submit(task.fn, *task.args): i for i, task in enumerate(tasks)}
         else:
             # spawn, not fork: a forked child of a process that already ran OpenMP threads can hang
             pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=size, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent
+                max_workers=size,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=start_pool_worker,
+                initargs=(os.getpid(),),
             )
+            futures = {pool.submit(call_in_pool_worker, task.fn, task.args): i for i, task in enumerate(tasks)}
         with pool:
-            futures = {pool.submit(task.fn, *task.args): i for i, task in enumerate(tasks)}
             try:
                 for future in concurrent.futures.as_completed(futures):
                     i = futures[future]
-                    results[i] = future.result()
+                    try:
+                        results[i] = future.result()
+                    except Exception as err:
+                        labelled = _labelled(tasks[i], err)
+                        if labelled is err:
+                            raise
+                        raise labelled from None
                     if on_done is not None:
                         on_done(tasks[i], results[i])
-            except KeyboardInterrupt:
-                for future in futures:
-                    future.cancel()
-                # trainings launched by threads of this process get SIGINT once, from here; pool processes
-                # share the terminal's process group and got Ctrl-C already (a second one could cut a save short)
-                children.interrupt()
+            except BaseException as err:
+                if isinstance(err, KeyboardInterrupt):  # trainings launched by threads of this process: SIGINT once
+                    children.interrupt()
+                # pool processes get SIGTERM, which stops each training once (a checkpoint) however many stops
+                # reach it (a Ctrl-C at the terminal reaches them too); a failed task stops the others the same way
+                stop_pool(pool)
                 raise
         return results
 
@@ -222,8 +230,6 @@ def import_ray() -> Any:
 
 def _ray_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, str]:
     """Inside a Ray worker: ``(fn(*args), the node's host name)``."""
-    import socket
-
     return fn(*args), socket.gethostname()
 
 
@@ -240,15 +246,23 @@ class RayExecutor:
             A Ray this process already initialised is used as it is (and left running).
         num_cpus: CPUs of the local Ray (``None``: every core).
         retries: ``max_retries`` of every task.
+        connect_timeout: seconds to wait for the cluster of ``address`` (``None``: :func:`ray_connect_timeout`).
     """
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None, retries: int = RAY_RETRIES) -> None:
+    def __init__(
+        self,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        retries: int = RAY_RETRIES,
+        connect_timeout: float | None = None,
+    ) -> None:
         self.ray = import_ray()
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.num_cpus = num_cpus
         self.retries = retries
+        self.connect_timeout = ray_connect_timeout() if connect_timeout is None else connect_timeout
         self.hosts: list[str] = []  # the node of each finished task, in completion order
 
     @contextlib.contextmanager
@@ -258,7 +272,7 @@ class RayExecutor:
             yield
             return
         if self.address:
-            ray.init(address=self.address, log_to_driver=False)
+            connect_ray(ray, self.address, self.connect_timeout)
         else:
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
         try:
@@ -291,7 +305,7 @@ class RayExecutor:
                     try:
                         results[i], host = ray.get(ready[0])
                     except ray.exceptions.RayTaskError as err:
-                        raise err.as_instanceof_cause() from None  # the task's own exception, not Ray's wrapper
+                        raise _labelled(tasks[i], err.as_instanceof_cause()) from None  # the task's own exception
                     self.hosts.append(host)
                     if on_done is not None:
                         on_done(tasks[i], results[i])
@@ -345,6 +359,10 @@ def executor_for(cluster: str | None, ray_address: str | None = None) -> LocalEx
         cluster = os.environ.get(CLUSTER_ENV) or None
     if cluster is not None and cluster not in CLUSTERS:
         raise ValueError(f"--cluster must be one of {', '.join(CLUSTERS)}, got {cluster!r}")
+    if ray_address is not None and not ray_address.strip():
+        raise ValueError(
+            f"--ray-address must name a Ray cluster (host:port, ray://host:port or auto), got {ray_address!r}"
+        )
     if cluster == "local":
         if ray_address:
             raise ValueError(f"--ray-address {ray_address!r} needs --cluster ray (or no --cluster), not local")
@@ -552,6 +570,7 @@ __all__ = [
     "Task",
     "TrainingLost",
     "check_workers",
+    "connect_ray",
     "current_executor",
     "current_shard",
     "default_workers",
@@ -563,6 +582,7 @@ __all__ = [
     "import_ray",
     "launch",
     "parse_shard",
+    "ray_connect_timeout",
     "select_shard",
     "shard_file",
     "shard_indices",

@@ -17,8 +17,6 @@ import contextlib
 import dataclasses
 import functools
 import math
-import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +51,7 @@ from poslab.training.data import (
     stream_segment,
     stream_segments,
 )
+from poslab.training.interrupt import InterruptFlag
 from poslab.training.optim import lr_at, make_optimizer
 from poslab.training.precision import CONCRETE_DTYPES, PrecisionChoice, choose_dtype
 from poslab.training.progress import ProgressBar, format_duration, format_rate
@@ -291,33 +290,6 @@ def measure_matmul_peak(
         reps += 1
         if reps >= min_reps and time.perf_counter() > deadline:
             return best
-
-
-class _InterruptFlag:
-    """SIGINT -> a flag checked between steps (the step in flight completes, then a checkpoint is saved).
-
-    A second Ctrl-C raises ``KeyboardInterrupt`` at once. Only installed in the main thread.
-    """
-
-    def __init__(self, notify: Callable[[str], None]) -> None:
-        self.requested = False
-        self.notify = notify
-        self._previous: Any = None
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        self.notify("Ctrl-C: finishing this step and saving a checkpoint (press Ctrl-C again to abort at once)")
-
-    def __enter__(self) -> _InterruptFlag:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
 
 
 # ------------------------------------------------------------------------------------------ the loop
@@ -648,7 +620,7 @@ class _Trainer:
     def loop(self) -> None:
         """Optimizer steps until ``max_steps``; Ctrl-C saves a checkpoint and raises ``KeyboardInterrupt``."""
         self.model.train()
-        with self.store.metrics_appender(self.dist.is_main) as append, _InterruptFlag(self.bar.message) as interrupt:
+        with self.store.metrics_appender(self.dist.is_main) as append, InterruptFlag(self.bar.message) as interrupt:
             while self.state.step < self.cfg.max_steps:
                 step_start = time.perf_counter()
                 lr = lr_at(self.state.step, self.cfg)

@@ -39,10 +39,9 @@ import torch
 from poslab.analysis import heads as head_analysis
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, spearman
-from poslab.lab.experiments.training import print_claims
+from poslab.lab.experiments.training import print_claims, train_or_resume
 from poslab.lab.verdicts import ClaimRecord, deterministic
 from poslab.runs import RunFolder, load_run
-from poslab.session import train
 from poslab.training import presets
 from poslab.training.config import TrainConfig
 
@@ -86,7 +85,7 @@ def train_model(out: Path, quick: bool, seed: int = 1337) -> Path:
         lr_decay_steps=config["max_steps"], name="head-map", out_dir=str(out / "runs"), seed=seed, threads=1
     )  # one thread: a tiny GPT gains nothing from more
     cfg = TrainConfig.from_dict(config)
-    train(cfg, overwrite=True, progress=False)
+    train_or_resume(cfg)  # a stopped training continues from its checkpoint
     return cfg.run_dir
 
 

@@ -29,13 +29,12 @@ from poslab.analysis.eval import loss_by_position
 from poslab.analysis.heads import attention_weights, sink_scores
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines
-from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, print_claims
+from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, print_claims, train_or_resume
 from poslab.lab.premises import all_of, attach, below_bigram, uses_context
 from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import Premise, compare
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder
-from poslab.session import train
 from poslab.training import presets
 from poslab.training.config import TrainConfig
 
@@ -77,7 +76,7 @@ def train_model(
         lr_decay_steps=config["max_steps"], name=f"seed-{seed}", out_dir=str(out / "runs"), seed=seed, threads=1
     )
     cfg = TrainConfig.from_dict(config)
-    train(cfg, overwrite=True, progress=False)
+    train_or_resume(cfg)  # a stopped training continues from its checkpoint
     return cfg.run_dir
 
 

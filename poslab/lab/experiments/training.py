@@ -45,6 +45,8 @@ def lm_premise(runs: dict[str, list[dict]], arms: list[str], bigram: float, cont
 def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[str, Any]:
     """Train one variant (in this process or a worker) unless its folder holds a finished identical run; summarise it.
 
+    An interrupted identical run continues from its checkpoint (:func:`train_or_resume`).
+
     ``val_loss_all`` is the loss on the whole validation split in consecutive windows of the training
     length: the same tokens for every run and seed, so it carries no evaluation-sampling noise.
     ``loss_by_position`` is the mean loss at each window position over the validation split's windows
@@ -52,7 +54,6 @@ def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[s
     """
     from poslab.analysis.eval import loss_by_position
     from poslab.runs import load_run, read_metrics
-    from poslab.session import train
     from poslab.training.config import TrainConfig
     from poslab.training.data import prepare_data
     from poslab.training.loop import evaluate_loss
@@ -63,7 +64,7 @@ def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[s
 
         results = RunFolder(cfg.run_dir).results() or {}
     else:
-        results = train(cfg, overwrite=True, progress=progress)
+        results = train_or_resume(cfg, progress)
     metrics = read_metrics(cfg.run_dir)
     model, tokenizer, _ = load_run(cfg.run_dir)
     data = prepare_data(cfg, tokenizer)
@@ -267,13 +268,14 @@ def alternating_cpu_speed(
 
 
 # ------------------------------------------------------------------------------------ reusing runs
-def same_run(run_dir: Path, cfg: Any) -> bool:
-    """A completed run in ``run_dir`` trained with exactly ``cfg`` (up to its name and folder)."""
+def same_run(run_dir: Path, cfg: Any, state: str = "finished") -> bool:
+    """A run in ``run_dir`` in ``state`` (completed; ``interrupted``: stopped with a checkpoint) trained with exactly
+    ``cfg`` (up to its name and folder)."""
     from poslab.runs import RunFileError, RunFolder
 
     run = RunFolder(run_dir)
     try:
-        if run.state != "finished":
+        if run.state != state or (state == "interrupted" and not run.checkpoints()):
             return False
         saved = run.config()
         requested = ((run.results() or {}).get("precision") or {}).get("requested")
@@ -290,27 +292,42 @@ def same_run(run_dir: Path, cfg: Any) -> bool:
             if f.name in wanted and f.name not in have and f.default is not dataclasses.MISSING
         }
     )
-    if wanted.get("dtype") == "auto" and requested == "auto":
-        have["dtype"] = "auto"  # config.json keeps the dtype auto chose; the run asked for auto as cfg does
+    if wanted.get("dtype") == "auto" and (requested == "auto" or state == "interrupted"):
+        # config.json keeps the dtype auto chose; the run asked for auto as cfg does (an interrupted run, with no
+        # results.json to say so, resumes in the dtype it saved, as auto does on resume)
+        have["dtype"] = "auto"
     model = {k: v for k, v in saved.get("model", {}).items() if k != "vocab_size"}
     expected_model = {k: v for k, v in cfg.to_dict()["model"].items() if k != "vocab_size"}
     return have == wanted and model == expected_model
 
 
-def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
-    """Train ``cfg`` unless a completed identical run exists in its folder or one of ``reuse``.
+def train_or_resume(cfg: Any, progress: bool = False) -> dict[str, Any]:
+    """Train ``cfg`` into its folder: continue an interrupted run of the same config from its checkpoint (a
+    stopped lab or experiment run again), else start afresh, replacing what the folder holds.
 
     Returns:
-        The run folder holding the trained model.
+        The run's results (:func:`poslab.session.train`).
     """
     from poslab.session import train
 
     run_dir = Path(cfg.out_dir) / cfg.name
+    if same_run(run_dir, cfg, state="interrupted"):
+        return train(cfg, resume=True, progress=progress)
+    return train(cfg, overwrite=run_dir.exists() and any(run_dir.iterdir()), progress=progress)
+
+
+def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
+    """Train ``cfg`` unless a completed identical run exists in its folder or one of ``reuse``
+    (:func:`train_or_resume`: an interrupted one continues).
+
+    Returns:
+        The run folder holding the trained model.
+    """
+    run_dir = Path(cfg.out_dir) / cfg.name
     for candidate in (run_dir, *reuse):
         if same_run(candidate, cfg):
             return candidate
-    exists = run_dir.exists() and any(run_dir.iterdir())
-    train(cfg, overwrite=exists, progress=False)
+    train_or_resume(cfg)
     return run_dir
 
 
