@@ -465,6 +465,16 @@ def test_mla_gpt_cache_and_errors() -> None:
         GPTConfig(mla={**MLA_DIMS, "qk_rope_head_dim": 3})
 
 
+def test_mla_takes_the_layer_config_and_refuses_what_it_does_not_compute() -> None:
+    from poslab.nn.mla import MultiHeadLatentAttention
+
+    attn = MultiHeadLatentAttention(D_MODEL, N_HEADS, AttentionConfig(window=3, backend="eager"), **MLA_DIMS)
+    assert (attn.window, attn.backend, attn.causal) == (3, "eager", True)
+    for field, value in (("softcap", 2.0), ("chunk", 4), ("sinks", True), ("qk_norm", True)):
+        with pytest.raises(ValueError, match=f"multi-head latent attention does not compute {field}="):
+            MultiHeadLatentAttention(D_MODEL, N_HEADS, AttentionConfig(**{field: value}), **MLA_DIMS)
+
+
 def test_kv_cache_bytes_per_token_mha_gqa_mqa_mla() -> None:
     """Measured from the caches at equal width (d=32, 4 heads of 8): MHA 2*h*d_k, GQA 2*2*d_k, MQA 2*d_k, MLA r +
     d_r."""

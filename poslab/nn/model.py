@@ -533,15 +533,7 @@ def latent_attention(cfg: GPTConfig, layer: int) -> nn.Module:
     from poslab.nn.mla import MultiHeadLatentAttention
 
     return MultiHeadLatentAttention(
-        cfg.n_embd,
-        cfg.n_head,
-        **cfg.mla,
-        causal=cfg.causal,
-        dropout=cfg.dropout,
-        bias=cfg.bias_of("attn"),
-        backend=cfg.backend,
-        window=cfg.layer_value(layer, "window"),
-        scale=cfg.attn_scale,
+        cfg.n_embd, cfg.n_head, attention_config(cfg, layer), bias=cfg.bias_of("attn"), **cfg.mla
     )
 
 

@@ -52,7 +52,7 @@ class MergeHeads(nn.Module):
         return x.transpose(1, 2).reshape(B, T, h * dk)  # [B, h, T, d_k] -> [B, T, h, d_k] -> [B, T, d]
 
 
-class _Setting:
+class ConfigAttribute:
     """A layer attribute that reads one field of the layer's :class:`AttentionConfig`; assigning it
     replaces the config with a copy (validated again), so the config stays the one record."""
 
@@ -86,16 +86,16 @@ class MultiHeadAttention(nn.Module):
             the projections are then ``d -> h*d_k`` and ``h*d_k -> d``).
     """
 
-    causal = _Setting()
-    window = _Setting()
-    chunk = _Setting()
-    softcap = _Setting()
-    dropout = _Setting()
-    qk_norm = _Setting()
-    temperature_tuning = _Setting()
-    backend = _Setting()
-    query_chunk = _Setting()
-    recompute_threshold = _Setting()
+    causal = ConfigAttribute()
+    window = ConfigAttribute()
+    chunk = ConfigAttribute()
+    softcap = ConfigAttribute()
+    dropout = ConfigAttribute()
+    qk_norm = ConfigAttribute()
+    temperature_tuning = ConfigAttribute()
+    backend = ConfigAttribute()
+    query_chunk = ConfigAttribute()
+    recompute_threshold = ConfigAttribute()
 
     def __init__(
         self,
