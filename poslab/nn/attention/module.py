@@ -13,6 +13,7 @@ share one code path.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -111,9 +112,6 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         validate_geometry(d_model, n_heads, n_kv_heads)
-        if not isinstance(attention, AttentionConfig):
-            raise TypeError(f"attention must be an AttentionConfig, got {type(attention).__name__}")
-        self.attention = attention
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.head_dim = d_model // n_heads if head_dim is None else validate_head_dim(head_dim)
         self.scale = attention.scale if attention.scale is not None else 1.0 / math.sqrt(self.head_dim)
@@ -123,6 +121,7 @@ class MultiHeadAttention(nn.Module):
         self.split_kv = SplitHeads(n_kv_heads)
         self.merge = MergeHeads()
         self.scores_probe = nn.Identity()  # sees [B, h, Tq, Tk] weights in the eager backend
+        self.attention = attention
         if position is not None:
             self.fit(position)
         self.position = position
@@ -131,6 +130,41 @@ class MultiHeadAttention(nn.Module):
             self.q_norm = nn.RMSNorm(self.head_dim, eps=eps, elementwise_affine=affine)
             self.k_norm = nn.RMSNorm(self.head_dim, eps=eps, elementwise_affine=affine)
         self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if attention.sinks else None
+
+    @property
+    def attention(self) -> AttentionConfig:
+        """The layer's settings (assigning a new config also rebuilds the calls' :class:`AttendOptions`)."""
+        return self._attention
+
+    @attention.setter
+    def attention(self, config: AttentionConfig) -> None:
+        if not isinstance(config, AttentionConfig):
+            raise TypeError(f"attention must be an AttentionConfig, got {type(config).__name__}")
+        self._attention = config
+        # the options of the usual calls, made once (each takes microseconds to validate):
+        # keyed by (training, increasing); a per-call backend or need_weights makes its own
+        self._options = {
+            (training, increasing): AttendOptions(
+                backend=config.backend,
+                dropout=config.dropout if training else 0.0,
+                query_chunk=config.query_chunk,
+                recompute_threshold=config.recompute_threshold,
+                probe=self.scores_probe,
+                increasing=increasing,
+            )
+            for training in (False, True)
+            for increasing in (None, False, True)
+        }
+
+    def options(self, backend: str | None, need_weights: bool, increasing: bool | None) -> AttendOptions:
+        """The :class:`AttendOptions` of one call in the current mode (``backend=None``: the layer's)."""
+        usual = self._options.get((self.training, increasing))
+        if usual is not None and (backend is None or backend == usual.backend) and not need_weights:
+            return usual
+        base = self._options[(self.training, None)]
+        return dataclasses.replace(
+            base, backend=backend or base.backend, need_weights=need_weights, increasing=increasing
+        )
 
     def temperature(self, q_pos: Tensor) -> Tensor:
         """Llama 4's per-position query multiplier ``[Tq]`` (fp32) of ``temperature_tuning``."""
@@ -267,15 +301,7 @@ class MultiHeadAttention(nn.Module):
             k_pos,
             spec,
             attn_mask=attn_mask,
-            options=AttendOptions(
-                backend=backend or self.backend,
-                dropout=self.dropout if self.training else 0.0,
-                need_weights=need_weights,
-                query_chunk=self.query_chunk,
-                recompute_threshold=self.recompute_threshold,
-                probe=self.scores_probe,
-                increasing=pos_increasing if q_pos is pos else None,
-            ),
+            options=self.options(backend, need_weights, pos_increasing if q_pos is pos else None),
         )
         if head_mask is not None:
             if not isinstance(head_mask, Tensor) or head_mask.shape != (h,):
