@@ -56,7 +56,7 @@ def test_snapshot_of_a_lab_folder_and_the_command(tmp_path, capsys):
     assert all(c["kind"] in doctables.KIND_NAMES for c in snap["claims"])
     summary = doctables.render(snap, "lab-summary")
     assert "1 min 01 s wall" in summary and "| params | ok | 3 s | 2 min 05 s |" in summary
-    assert "| all | | 1 min 01 s | 2 min 05 s |" in summary
+    assert "| all |  | 1 min 01 s | 2 min 05 s |" in summary
     docs = tmp_path / "docs"
     docs.mkdir()
     for name in doctables.DOCS:
@@ -112,3 +112,14 @@ def test_probe_tables_are_rendered_from_the_results(tmp_path):
     assert "| reverse: scheme | 1L | 2L |" in text
     assert "| rope | 0.900 ± 0.141 | 0.300 ± 0.141 |" in text
     assert text.index("| 1 | 0.500, 0.700 | 0.600 ± 0.141 |") < text.index("| 4 | 0.900, 1.000 | 0.950 ± 0.071 |")
+
+
+def test_a_snapshot_missing_a_field_fails_naming_the_block(tmp_path, capsys):
+    snap = json.loads(json.dumps(SNAPSHOT))
+    for step in snap["steps"]:
+        step["state"] = step.pop("status")
+    (tmp_path / "s.json").write_text(json.dumps(snap), encoding="utf-8")
+    assert doctables.main(["--snapshot", str(tmp_path / "s.json"), "--docs", str(ROOT / "docs"), "--check"]) == 2
+    assert capsys.readouterr().err == (
+        "doctables: error: block 'lab-summary' cannot be rendered: the snapshot has no field 'status'\n"
+    )

@@ -364,6 +364,41 @@ def test_context_key_table_shows_checkpoint_averaging():
     )
 
 
+def test_a_renamed_result_field_fails_the_report_naming_the_table(tmp_path, capsys):
+    lab_dir = copy_lab(tmp_path / "lab")
+    heads = lab_dir / "heads" / "results.json"
+    results = json.loads(heads.read_text(encoding="utf-8"))
+    results["pruned_at_30"] = results.pop("pruned_30")
+    heads.write_text(json.dumps(results), encoding="utf-8")
+    extrapolation = lab_dir / "experiments" / "extrapolation" / "results.json"
+    extrapolation.parent.mkdir(parents=True)
+    cell = {"nonoverlapping": {"ppl": 9.5, "ppl_seeds": [9.0, 10.0]}, "sliding": {"ppl": 9.0, "ppl_seeds": [9.0]}}
+    extrapolation.write_text(
+        json.dumps({"ppl_table": {"rope": {"1": cell}}, "factors": [1], "train_length": 32, "seeds": [1, 2]}),
+        encoding="utf-8",
+    )
+
+    assert main(["report", "--out", str(lab_dir)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "poslab report: error: experiments/extrapolation: table 'perplexity (nonoverlapping)' cannot be built: "
+        "results.json has no field 'perplexity'",
+        "poslab report: error: experiments/extrapolation: table 'perplexity (sliding)' cannot be built: "
+        "results.json has no field 'perplexity'",
+        "poslab report: error: heads: table 'pruning' cannot be built: results.json has no field 'pruned_30'",
+    ]
+    page = unescape((lab_dir / "report.html").read_text(encoding="utf-8"))
+    assert "heads: the table “pruning” cannot be built: results.json has no field “pruned_30”" in page
+    assert "the table “perplexity (sliding)” cannot be built: results.json has no field “perplexity”" in page
+    assert "every head (base loss" in page  # the table its results can build is shown
+    html = (lab_dir / "report.html").read_text(encoding="utf-8")
+    assert verdict_of(html, "头7/8充当") == "unusable"  # the claim reading the field says so too
+    assert "heads/results.json has no field 'pruned_30'" in page
+    assert main(["report", "--out", str(lab_dir), "--lang", "zh"]) == 1
+    page = unescape((lab_dir / "report.zh.html").read_text(encoding="utf-8"))
+    assert "heads：无法生成表格“pruning”：results.json 中没有字段“pruned_30”" in page
+
+
 def test_head_analysis_claims_need_a_model_below_its_texts_bigram_baseline():
     from poslab.lab.experiments.common import ngram_baselines
 

@@ -11,6 +11,8 @@ import tempfile
 import unicodedata
 from pathlib import Path
 
+from poslab.training.distributed import is_main_process
+
 
 def output_file(path: str | Path | None, flag: str) -> None:
     """``path`` may be written as a file: not a folder, and its parent (if it exists) is a folder."""
@@ -43,8 +45,11 @@ def output_folder(path: str | Path | None, flag: str) -> None:
 def writable_folder(path: str | Path, flag: str) -> None:
     """:func:`output_folder`, and files can be created there: a probe file is created and removed in ``path``
     or, when it does not exist yet, in its nearest existing parent (``/proc/self`` refuses, read-only mounts too).
+    Only the writing process probes: ranks other than 0 of a distributed run write nothing.
     """
     output_folder(path, flag)
+    if not is_main_process():
+        return
     path = Path(path)
     existing = next((p for p in (path, *path.parents) if p.is_dir()), None)
     if existing is None:

@@ -1,12 +1,17 @@
-"""``poslab report [--out DIR] [--lang en|zh] [--html FILE]``: rebuild the lab's page from existing results."""
+"""``poslab report [--out DIR] [--lang en|zh] [--html FILE]``: rebuild the lab's page from existing results.
+
+Exit 1 (after writing the page) when a key table cannot be built from its results, one line on stderr for each.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from poslab.cli import paths
 from poslab.lab.report import build_report
+from poslab.lab.report.builder import table_failures
 from poslab.lab.report.i18n import LANGS
 
 
@@ -33,4 +38,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {str(args.out)!r} is not a lab folder; run `poslab lab --out {args.out}` first")
     paths.output_file(args.html, "--html")
     print(f"wrote {build_report(args.out, args.html, lang=args.lang)}")
-    return 0
+    failures = table_failures(args.out)
+    for failure in failures:  # the page shows each in the table's place; the exit status says the page is partial
+        print(f"poslab report: error: {failure.line()}", file=sys.stderr)
+    return 1 if failures else 0

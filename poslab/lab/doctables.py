@@ -25,11 +25,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from poslab.lab.premises import BIGRAM_MARGIN, CONTEXT_MARGIN, context_gain
+from poslab.lab import premises
+from poslab.lab.experiments import probes_tables
 from poslab.lab.report.builder import kind, load_manifest, load_results
-from poslab.lab.report.claims import evaluate, num
+from poslab.lab.report.claims import evaluate
 from poslab.lab.report.i18n import name_lessons
-from poslab.lab.verdicts import mean_sd
+from poslab.lab.tables import Table
 
 SNAPSHOT = Path("docs/results/lab-quick.json")
 DOCS = ("lab.md", "extrapolation.md", "experiments.md")
@@ -42,6 +43,7 @@ KIND_NAMES = {
     "inconclusive": "inconclusive",
     "unusable": "unusable",
 }
+POSITION_TRAINING = "experiments/position-training"
 TRAINED = (
     "experiments/heads",
     "experiments/position-training",
@@ -97,47 +99,15 @@ def snapshot(lab_dir: Path | str) -> dict[str, Any]:
         "cores": (manifest.get("machine") or {}).get("cores"),
         "steps": steps,
         "claims": claims,
-        "language_models": _language_models(results.get("experiments/position-training", {})),
+        "language_models": premises.language_models(training) if (training := results.get(POSITION_TRAINING)) else {},
         "probes": _probes(results.get("experiments/probes", {})),
     }
 
 
-def _language_models(results: dict[str, Any]) -> dict[str, Any]:
-    """Position-training's models as the premises read them: each arm's per-seed whole-split loss and
-    context gain (:func:`poslab.lab.premises.context_gain`), and the corpus's n-gram baselines."""
-    arms = {}
-    for arm, runs in (results.get("runs") or {}).items():
-        arms[arm] = {
-            "loss": [r.get("val_loss_all") for r in runs],
-            "context_gain": [_gain(r.get("loss_by_position")) for r in runs],
-        }
-    return {"corpus": results.get("corpus"), "baselines": results.get("ngram_baselines"), "arms": arms}
-
-
-def _gain(curve: Sequence[float] | None) -> float | None:
-    """:func:`poslab.lab.premises.context_gain` of a per-position curve, ``None`` where it has none (a masked LM)
-    or is too short for one."""
-    try:
-        return context_gain(curve) if curve else None
-    except ValueError:
-        return None
-
-
 def _probes(results: dict[str, Any]) -> dict[str, Any]:
     """The probes' accuracy table (task -> scheme -> factor -> per-seed accuracies) and the MQAR head counts."""
-    table = {
-        task: {scheme: cell.get("accuracy", {}) for scheme, cell in schemes.items()}
-        for task, schemes in (results.get("accuracy") or {}).items()
-    }
+    table = probes_tables.accuracy_of(results) if results.get("accuracy") else {}
     return {"accuracy": table, "heads_mqar": results.get("heads_mqar") or {}}
-
-
-def _md(value: Any) -> str:
-    """One markdown table cell."""
-    if value is None:
-        return "—"
-    text = num(value, 3) if isinstance(value, float) else str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _duration(seconds: float | None) -> str:
@@ -154,7 +124,7 @@ def _counts(claims: Sequence[dict]) -> str:
 
 def _table(claims: Sequence[dict], with_experiment: bool) -> str:
     head = (["experiment"] if with_experiment else []) + ["claim", "source", "measured", "margin", "noise", "verdict"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for c in claims:
         verdict = KIND_NAMES[c["kind"]] + (f" ({c['reason']})" if c["kind"] == "untestable" and c["reason"] else "")
         row = ([c["experiment"].split("/")[-1]] if with_experiment else []) + [
@@ -165,31 +135,25 @@ def _table(claims: Sequence[dict], with_experiment: bool) -> str:
             c["noise"],
             verdict,
         ]
-        lines.append("| " + " | ".join(_md(x) for x in row) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append(tuple(row))
+    return Table("", tuple(head), tuple(rows), align="l" * len(head), digits=3).to_markdown()
 
 
 def _summary(snap: dict) -> str:
     steps = snap["steps"]
     finished = sum(s["status"] in ("ok", "reused") for s in steps)
-    lines = [
+    rows = [(s["name"], s["status"], _duration(s["seconds"]), _duration(s.get("cpu_seconds"))) for s in steps]
+    cpu = [s.get("cpu_seconds") for s in steps]
+    if cpu and all(isinstance(c, (int, float)) for c in cpu):
+        rows.append(("all", "", _duration(snap.get("seconds")), _duration(sum(cpu))))
+    return (
         f"`{snap.get('command') or 'poslab lab'}` ({snap.get('mode')} mode, {snap.get('cores')} cores as recorded "
         f"in lab.json): {finished} of {len(steps)} steps finished in {_duration(snap.get('seconds'))} wall; "
         f"{len(snap['claims'])} claim records: {_counts(snap['claims'])}. Wall times as lab.json recorded them "
         "(the machine may have been shared with other work); CPU: the step's process and its children, "
-        "which load on the machine does not inflate.",
-        "",
-        "| step | status | wall | CPU |",
-        "|---|---|---:|---:|",
-    ]
-    lines += [
-        f"| {_md(s['name'])} | {_md(s['status'])} | {_duration(s['seconds'])} | {_duration(s.get('cpu_seconds'))} |"
-        for s in steps
-    ]
-    cpu = [s.get("cpu_seconds") for s in steps]
-    if cpu and all(isinstance(c, (int, float)) for c in cpu):
-        lines.append(f"| all | | {_duration(snap.get('seconds'))} | {_duration(sum(cpu))} |")
-    return "\n".join(lines) + "\n"
+        "which load on the machine does not inflate.\n\n"
+        + Table("", ("step", "status", "wall", "CPU"), tuple(rows), align="llrr").to_markdown()
+    )
 
 
 def _of(*folders: str) -> Callable[[dict], str]:
@@ -200,67 +164,21 @@ def _of(*folders: str) -> Callable[[dict], str]:
     return render
 
 
-def _values(values: Sequence[float | None], digits: int = 3) -> str:
-    return ", ".join("—" if v is None else f"{v:.{digits}f}" for v in values)
-
-
-def _mean_sd(values: Sequence[float | None]) -> str:
-    kept = [v for v in values if v is not None]
-    if not kept:
-        return "cannot"
-    mean, sd = mean_sd(kept)
-    return f"{mean:.3f}" + (f" ± {sd:.3f}" if sd is not None else "")
-
-
 def _lm_premises(snap: dict) -> str:
     """The quick language models against their premises (:mod:`poslab.lab.premises`)."""
-    lm = snap.get("language_models") or {}
-    base = lm.get("baselines") or {}
-    if not lm.get("arms") or "bigram" not in base:
-        return "(no position-training results in this snapshot)\n"
-    limit = base["bigram"] - BIGRAM_MARGIN
-    lines = [
-        f"| arm | loss per seed (nats/token) | context gain per seed | bigram premise (≤ {limit:.3f}) "
-        f"| context premise (≥ {CONTEXT_MARGIN:g}) |",
-        "|---|---|---|---|---|",
-    ]
-    for arm, cell in lm["arms"].items():
-        loss, gain = cell["loss"], cell["context_gain"]
-        below = all(v is not None and v <= limit for v in loss)
-        uses = all(g is not None and g >= CONTEXT_MARGIN for g in gain)
-        lines.append(
-            f"| {arm} | {_values(loss)} | {_values(gain)} | {'met' if below else 'not met'} "
-            f"| {'met' if uses else 'not met'} |"
-        )
-    lines += [
-        "",
-        f"(count-model baselines of the {lm.get('corpus')!s} validation split: unigram {base['unigram']:.3f}, "
-        f"bigram {base['bigram']:.3f}, trigram {base['trigram']:.3f}.)",
-    ]
-    return "\n".join(lines) + "\n"
+    table = premises.premises_table(snap.get("language_models") or {})
+    return table.to_markdown() if table is not None else "(no position-training results in this snapshot)\n"
 
 
 def _probe_accuracy(snap: dict) -> str:
     """The probes' answer accuracy per task, scheme and test length (mean ± sd over seeds), and MQAR by heads."""
     probes = snap.get("probes") or {}
-    lines = []
-    for task, schemes in (probes.get("accuracy") or {}).items():
-        factors = sorted({f for cell in schemes.values() for f in cell}, key=int)
-        lines += [
-            f"| {task}: scheme | " + " | ".join(f"{f}L" for f in factors) + " |",
-            "|---|" + "---:|" * len(factors),
-        ]
-        lines += [
-            f"| {scheme} | " + " | ".join(_mean_sd(cell.get(f) or []) for f in factors) + " |"
-            for scheme, cell in schemes.items()
-        ]
-        lines.append("")
-    heads = probes.get("heads_mqar") or {}
-    if heads:
-        lines += ["| MQAR: heads | accuracy at L per seed | mean ± sd |", "|---|---|---:|"]
-        ordered = sorted(heads.items(), key=lambda kv: int(kv[0]))
-        lines += [f"| {h} | {_values(v)} | {_mean_sd(v)} |" for h, v in ordered]
-    return "\n".join(lines).rstrip("\n") + "\n" if lines else "(no probes results in this snapshot)\n"
+    tables = [
+        *probes_tables.accuracy_tables(probes.get("accuracy") or {}),
+        probes_tables.mqar_table(probes.get("heads_mqar") or {}),
+    ]
+    shown = [table.to_markdown() for table in tables if table is not None]
+    return "\n".join(shown) if shown else "(no probes results in this snapshot)\n"
 
 
 #: block name -> renderer of the snapshot
@@ -277,10 +195,16 @@ BLOCKS: dict[str, Callable[[dict], str]] = {
 
 
 def render(snap: dict, name: str) -> str:
-    """Block ``name`` rendered from a snapshot (``ValueError`` naming an unknown block)."""
+    """Block ``name`` rendered from a snapshot (``ValueError`` naming an unknown block, or a block the snapshot
+    lacks a field of and the field)."""
     if name not in BLOCKS:
         raise ValueError(f"unknown generated block {name!r}; known: {sorted(BLOCKS)}")
-    return BLOCKS[name](snap)
+    try:
+        return BLOCKS[name](snap)
+    except KeyError as err:
+        raise ValueError(f"block {name!r} cannot be rendered: the snapshot has no field {err.args[0]!r}") from err
+    except (TypeError, AttributeError, IndexError) as err:
+        raise ValueError(f"block {name!r} cannot be rendered: {type(err).__name__}: {err}") from err
 
 
 def update(text: str, snap: dict) -> str:

@@ -34,6 +34,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from poslab.lab.tables import Table, values_text
 from poslab.lab.verdicts import HELD, ClaimRecord, Premise, compare, with_premise
 
 #: fewest mean accuracy at L of each arm of a length-generalisation claim
@@ -190,3 +191,54 @@ def attach(
             record = with_premise(record, premise_for(record))
         out.append(record.to_dict())
     return out
+
+
+def _gain(curve: Sequence[float] | None) -> float | None:
+    """:func:`context_gain` of a per-position curve, ``None`` where it has none (a masked LM) or is too short for
+    one."""
+    try:
+        return context_gain(curve) if curve else None
+    except ValueError:
+        return None
+
+
+def language_models(results: dict[str, Any]) -> dict[str, Any]:
+    """Position-training's models as the premises read them: each arm's per-seed whole-split loss and
+    :func:`context_gain`, and the corpus's n-gram baselines (``KeyError`` naming a field its results.json lacks)."""
+    arms = {
+        arm: {
+            "loss": [r.get("val_loss_all") for r in runs],
+            "context_gain": [_gain(r.get("loss_by_position")) for r in runs],
+        }
+        for arm, runs in results["runs"].items()
+    }
+    return {"corpus": results.get("corpus"), "baselines": results["ngram_baselines"], "arms": arms}
+
+
+def premises_table(lm: Mapping[str, Any]) -> Table | None:
+    """:func:`language_models`' arms against the language-model premises: below the bigram baseline by
+    :data:`BIGRAM_MARGIN`, a context gain of :data:`CONTEXT_MARGIN` (``None`` without arms or baselines)."""
+    base = lm.get("baselines") or {}
+    if not lm.get("arms") or "bigram" not in base:
+        return None
+    limit = base["bigram"] - BIGRAM_MARGIN
+    rows = []
+    for arm, cell in lm["arms"].items():
+        loss, gain = cell["loss"], cell["context_gain"]
+        below = all(v is not None and v <= limit for v in loss)
+        uses = all(g is not None and g >= CONTEXT_MARGIN for g in gain)
+        rows.append((arm, values_text(loss), values_text(gain), *("met" if ok else "not met" for ok in (below, uses))))
+    return Table(
+        "each arm against the premises of the language-model claims",
+        (
+            "arm",
+            "loss per seed (nats/token)",
+            "context gain per seed",
+            f"bigram premise (≤ {limit:.3f})",
+            f"context premise (≥ {CONTEXT_MARGIN:g})",
+        ),
+        tuple(rows),
+        note=f"(count-model baselines of the {lm.get('corpus')!s} validation split: unigram {base['unigram']:.3f}, "
+        f"bigram {base['bigram']:.3f}, trigram {base['trigram']:.3f}.)",
+        align="lllll",
+    )

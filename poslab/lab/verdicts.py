@@ -254,8 +254,14 @@ def mean_sd(values: Sequence[float]) -> tuple[float, float | None]:
 def pm(values: Sequence[float], digits: int = 3) -> str:
     """``"2.314 ± 0.021 (n=3)"``: mean ± sample standard deviation over seeds."""
     mean, sd = mean_sd(values)
+    return pm_text(mean, sd, len(values), digits)
+
+
+def pm_text(mean: float, sd: float | None, n: int | None, digits: int = 3) -> str:
+    """The one form of mean ± sd: ``"2.314 ± 0.021 (n=3)"``, no ``± sd`` without one (a single value), no
+    ``(n=)`` for ``n=None``."""
     spread = f" ± {sd:.{digits}f}" if sd is not None else ""
-    return f"{mean:.{digits}f}{spread} (n={len(values)})"
+    return f"{mean:.{digits}f}{spread}" + (f" (n={n})" if n is not None else "")
 
 
 def welch_p(a: Sequence[float], b: Sequence[float], shift: float = 0.0) -> float | None:

@@ -42,7 +42,9 @@ from poslab.lab.experiments.extrapolation import (
 )
 from poslab.lab.experiments.training import SEEDS, load_model, print_claims
 from poslab.lab.premises import attach, below_bigram
-from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, bound, mean_sd, pm
+from poslab.lab.report.i18n import t
+from poslab.lab.tables import KeyTable, MeanSd, Table, print_tables
+from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, bound, mean_sd
 from poslab.nn import positions
 from poslab.nn.attention import AttendOptions, AttentionSpec, attend
 from poslab.nn.model import GPT
@@ -474,12 +476,8 @@ def run(
         title=f"mean attention entropy (nats) per evaluation length; trained at L={lab.train_length} "
         f"({lab.entropy_batch} sequences per length; means over {len(seeds)} seeds)",
     )
-    rises = [
-        [label, pm([e["entropy"]["4"]["rise"] for e in entry["by_seed"].values()])]
-        for label, entry in results.items()
-        if all("rise" in e["entropy"].get("4", {}) for e in entry["by_seed"].values())
-    ]
-    print_table(["model", "entropy rise at 4x L: mean ± sd over seeds"], rises, title="the rise per seed")
+    shown = {"models": results, "factors": list(FACTORS), "seeds": list(seeds)}
+    print_tables(EXPERIMENT.name, EXPERIMENT.tables, shown)
     print(baseline_line(CORPUS))
     bigram = ngram_baselines(CORPUS)["bigram"]
     claims = attach(entropy_claims(results), lambda record: premise_of(record, results, bigram))
@@ -503,6 +501,26 @@ def run(
     }
 
 
+def entropy_table(r: dict) -> Table:
+    """Mean attention entropy per model and evaluation length, with the rise at 4×L and the perplexity ratio as
+    mean ± sd over seeds."""
+    rows = []
+    for label, entry in r["models"].items():
+        cells = entry["entropy"]
+        by_seed = entry.get("by_seed") or {}
+        rises = [e["entropy"]["4"]["rise"] for e in by_seed.values() if "rise" in e.get("entropy", {}).get("4", {})]
+        ratios = [e["ppl_ratio"] for e in by_seed.values() if e.get("ppl_ratio") is not None]
+        rows.append(
+            (label, *(cells.get(str(f), {}).get("mean", "cannot") for f in r["factors"]))
+            + (MeanSd.of(rises) or cells.get("4", {}).get("rise"), MeanSd.of(ratios) or entry.get("ppl_ratio"))
+        )
+    return Table(
+        t("key.entropy.caption", seeds=r.get("seeds")),
+        (t("key.model"), *(f"{f}×L" for f in r["factors"]), t("key.entropy.rise"), "ppl 4×L / L"),
+        tuple(rows),
+    )
+
+
 EXPERIMENT = Experiment(
     name="attention-entropy",
     description="attention entropy vs query position and length, per scheme, with/without YaRN temperature and log-n "
@@ -511,4 +529,5 @@ EXPERIMENT = Experiment(
     run=run,
     reuses=("extrapolation", "position-training"),
     estimate=(15, 900),
+    tables=(KeyTable("attention entropy by length", entropy_table),),
 )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from poslab.data import load_text, split_text
+from poslab.lab.tables import KeyTable
 
 #: tiers: part of ``poslab experiment all`` and the first step of every lab (computed, not trained)
 FOUNDATION = "all"
@@ -37,6 +38,8 @@ class Experiment:
             folders (rerun in the lab when those are rebuilt).
         estimate: first-run guesses of wall seconds ``(quick, full)`` on 2 quiet cores (the lab replaces
             them with its last run's timings).
+        tables: its key tables (:class:`poslab.lab.tables.KeyTable`), built from its results.json for the
+            console and the report.
     """
 
     name: str
@@ -45,6 +48,7 @@ class Experiment:
     run: Callable[..., dict]
     reuses: tuple[str, ...] = ()
     estimate: tuple[float, float] = (4.0, 12.0)
+    tables: tuple[KeyTable, ...] = ()
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:

@@ -57,13 +57,14 @@ import torch
 from poslab.analysis.eval import apply_rope_scaling, evaluate_length, loss_by_position, parse_rope_scaling
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab import verdicts
-from poslab.lab.experiments import read_results
+from poslab.lab.experiments import context_extension_tables, read_results
 from poslab.lab.experiments.common import LAB, Experiment, baseline_line, draw_perplexity_baselines, ngram_baselines
 from poslab.lab.experiments.extrapolation import CORPUS, POSITION_TRAINING, models_dir, size_of, train_config
 from poslab.lab.experiments.extrapolation import EXPERIMENT as EXTRAPOLATION
 from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEED, ensure_many, load_model, print_claims
 from poslab.lab.premises import all_of, attach, below_bigram, retrieves, uses_context
 from poslab.lab.runner import check_workers, default_workers
+from poslab.lab.tables import mean_sd_text
 from poslab.runs import RunFolder
 from poslab.training.averaging import average_state_dicts
 
@@ -662,14 +663,6 @@ def _mean_cell(cells: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _pm(values: list[float | None], digits: int = 3) -> str:
-    kept = [v for v in values if v is not None]
-    if not kept:
-        return "cannot"
-    mean, sd = verdicts.mean_sd(kept)
-    return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "")
-
-
 def plot(
     inference: dict,
     finetuned: dict,
@@ -944,8 +937,8 @@ def report(per_seed: list[dict[str, Any]], means: dict[str, Any], lab: Any, last
         [
             label,
             spec,
-            _pm(ppls(lambda e, k=label: _ppl(e["inference"][k]))),
-            _pm(ppls(lambda e, k=label: _ppl(e["inference"][k], "sliding"))),
+            mean_sd_text(ppls(lambda e, k=label: _ppl(e["inference"][k]))),
+            mean_sd_text(ppls(lambda e, k=label: _ppl(e["inference"][k], "sliding"))),
             f"{_ppl(means['inference'][label]) / base_L:.3f}",
         ]
         for label, spec in INFERENCE.items()
@@ -954,14 +947,14 @@ def report(per_seed: list[dict[str, Any]], means: dict[str, Any], lab: Any, last
         ["scaling (inference only)", "spec", f"ppl at {long_length}", "sliding", "vs base at L"],
         rows,
         title=f"RoPE models trained at L={lab.train_length}, mean ± sd over {n} seeds {seeds}: base ppl at L = "
-        f"{_pm(ppls(lambda e: _ppl(e['base']['L'])))}; {lab.n_targets} targets",
+        f"{mean_sd_text(ppls(lambda e: _ppl(e['base']['L'])))}; {lab.n_targets} targets",
     )
     rows = [
         [
             label,
             spec,
-            _pm(ppls(lambda e, k=label: _ppl(e["finetuned"][k]["4L"]))),
-            _pm(ppls(lambda e, k=label: _ppl(e["finetuned"][k]["L"]))),
+            mean_sd_text(ppls(lambda e, k=label: _ppl(e["finetuned"][k]["4L"]))),
+            mean_sd_text(ppls(lambda e, k=label: _ppl(e["finetuned"][k]["L"]))),
             f"{_ppl(means['finetuned'][label]['4L']) / base_L:.3f}",
         ]
         for label, spec in FINETUNE.items()
@@ -970,8 +963,8 @@ def report(per_seed: list[dict[str, Any]], means: dict[str, Any], lab: Any, last
         [
             f"control: {lab.finetune_steps} more steps at L",
             "none",
-            _pm(ppls(lambda e: _ppl(e["finetuned"]["control"]["4L"]))),
-            _pm(ppls(lambda e: _ppl(e["finetuned"]["control"]["L"]))),
+            mean_sd_text(ppls(lambda e: _ppl(e["finetuned"]["control"]["4L"]))),
+            mean_sd_text(ppls(lambda e: _ppl(e["finetuned"]["control"]["L"]))),
             f"{_ppl(means['control']['4L']) / base_L:.3f}",
         ]
     )
@@ -983,10 +976,12 @@ def report(per_seed: list[dict[str, Any]], means: dict[str, Any], lab: Any, last
     passkey = means["passkey"]
     headers = ["model"] + [f"{f}x L ({f * lab.train_length})" for f in PASSKEY_FACTORS]
     rows = [
-        [f"{k} (inference only)"] + [_pm(v[str(f)]) for f in PASSKEY_FACTORS] for k, v in passkey["inference"].items()
+        [f"{k} (inference only)"] + [mean_sd_text(v[str(f)]) for f in PASSKEY_FACTORS]
+        for k, v in passkey["inference"].items()
     ]
     rows += [
-        [f"{k} fine-tuned at 4x L"] + [_pm(v[str(f)]) for f in PASSKEY_FACTORS] for k, v in passkey["finetuned"].items()
+        [f"{k} fine-tuned at 4x L"] + [mean_sd_text(v[str(f)]) for f in PASSKEY_FACTORS]
+        for k, v in passkey["finetuned"].items()
     ]
     print_table(
         headers,
@@ -997,11 +992,11 @@ def report(per_seed: list[dict[str, Any]], means: dict[str, Any], lab: Any, last
     rows = [
         [
             name.replace("last-k", f"last-{last}"),
-            _pm(ppls(lambda e, k=name: _ppl(e["averaging"][k]["L"]))),
-            _pm(ppls(lambda e, k=name: _ppl(e["averaging"][k]["4L"]))),
+            mean_sd_text(ppls(lambda e, k=name: _ppl(e["averaging"][k]["L"]))),
+            mean_sd_text(ppls(lambda e, k=name: _ppl(e["averaging"][k]["4L"]))),
         ]
-        + [_pm([e["averaging"][name]["passkey"][str(f)] for e in per_seed]) for f in PASSKEY_FACTORS]
-        + [_pm([e["averaging"]["weight_distance_to_fine_tuned"].get(name, 0.0) for e in per_seed], 4)]
+        + [mean_sd_text([e["averaging"][name]["passkey"][str(f)] for e in per_seed]) for f in PASSKEY_FACTORS]
+        + [mean_sd_text([e["averaging"]["weight_distance_to_fine_tuned"].get(name, 0.0) for e in per_seed], 4)]
         for name in AVERAGING
     ]
     print_table(
@@ -1190,4 +1185,5 @@ EXPERIMENT = Experiment(
     run=run,
     reuses=("extrapolation", "position-training"),
     estimate=(65, 600),
+    tables=context_extension_tables.TABLES,
 )

@@ -28,7 +28,8 @@ from typing import Any
 import torch
 
 from poslab.analysis.eval import evaluate_length, loss_by_position
-from poslab.display import new_figure, print_table, save_figure, series_style
+from poslab.display import new_figure, save_figure, series_style
+from poslab.lab.experiments import extrapolation_tables
 from poslab.lab.experiments.common import (
     LAB,
     Experiment,
@@ -49,6 +50,7 @@ from poslab.lab.experiments.training import (
 )
 from poslab.lab.premises import all_of, arms_of, attach, beats_nope, below_bigram, uses_context
 from poslab.lab.sizes import EXTRAPOLATION_FACTORS, SIZES, Size, size_of  # noqa: F401  (SIZES, size_of: re-exported)
+from poslab.lab.tables import print_tables
 from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, best_of, bound, mean_sd, paired
 from poslab.runs import RunFolder
 
@@ -602,25 +604,15 @@ def run(
     curves = {scheme: {str(seed): context_curve(d, lab) for seed, d in run_dirs[scheme].items()} for scheme in schemes}
     baseline = unigram_entropy(CORPUS)
     ngrams = ngram_baselines(CORPUS)
-    headers = ["scheme"] + [f"{f}x ({f * lab.train_length})" for f in FACTORS]
-    for mode, title in (("nonoverlapping", "non-overlapping chunks"), ("sliding", "sliding window, stride length/2")):
-        rows = []
-        for scheme, cells in table.items():
-            row = [scheme]
-            for f in FACTORS:
-                cell = cells[str(f)]
-                if "cannot" in cell:
-                    row.append(f"cannot ({cell['cannot']})")
-                else:
-                    sd = cell[mode]["ppl_sd"]
-                    row.append(f"{cell[mode]['ppl']:.3f}" + (f" ± {sd:.3f}" if sd is not None else ""))
-            rows.append(row)
-        print_table(
-            headers,
-            rows,
-            title=f"validation perplexity, {title} (trained at L={lab.train_length}, "
-            f"{lab.n_targets} targets at every length; mean ± sd over {len(seeds)} seeds)",
-        )
+    shown = {
+        "corpus": CORPUS,
+        "unigram_entropy_nats": baseline,
+        "seeds": list(seeds),
+        "train_length": lab.train_length,
+        "factors": list(FACTORS),
+        "perplexity": table,
+    }
+    print_tables(EXPERIMENT.name, extrapolation_tables.TABLES, shown)
     print(
         f"  in-length loss = ln(ppl at 1x); {baseline_line(CORPUS).strip()} "
         f"(unigram perplexity {math.exp(baseline):.2f})"
@@ -635,17 +627,12 @@ def run(
     return {
         "experiment": EXPERIMENT.name,
         "size": dataclasses.asdict(lab),
-        "corpus": CORPUS,
-        "unigram_entropy_nats": baseline,
+        **shown,
         "ngram_baselines": ngrams,
         "loss_by_position": curves,
         "seed": SEED,
-        "seeds": list(seeds),
-        "train_length": lab.train_length,
-        "factors": list(FACTORS),
         "lengths": [f * lab.train_length for f in FACTORS],
         "n_targets": lab.n_targets,
-        "perplexity": table,
         "perplexity_by_seed": tables,
         "run_dirs": {
             scheme: {str(seed): str(d) for seed, d in by_seed.items()} for scheme, by_seed in run_dirs.items()
@@ -666,4 +653,5 @@ EXPERIMENT = Experiment(
     run=run,
     reuses=("position-training",),
     estimate=(40, 3600),
+    tables=extrapolation_tables.TABLES,
 )

@@ -39,7 +39,7 @@ from poslab.lab.experiments.common import (
     unigram_entropy,
 )
 from poslab.lab.experiments.extrapolation import SIZES, Size, train_config
-from poslab.lab.experiments.training import SEEDS, lm_premise, print_claims, seed_values, train_seeded
+from poslab.lab.experiments.training import RUN_TABLES, SEEDS, lm_premise, print_claims, seed_values, train_seeded
 from poslab.lab.premises import attach
 from poslab.lab.verdicts import best_of, paired, pm
 from poslab.training import presets
@@ -207,4 +207,5 @@ EXPERIMENT = Experiment(
     tier=LAB,
     run=run,
     estimate=(180, 3750),
+    tables=RUN_TABLES,
 )

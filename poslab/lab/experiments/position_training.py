@@ -41,6 +41,7 @@ from poslab.lab.experiments.common import (
 from poslab.lab.experiments.extrapolation import SIZES, schemes_of, train_config
 from poslab.lab.experiments.head_count import base_config
 from poslab.lab.experiments.training import (
+    SCHEME_TABLES,
     SEEDS,
     TIMING_STEPS,
     alternating_cpu_speed,
@@ -49,7 +50,8 @@ from poslab.lab.experiments.training import (
     seed_values,
     train_seeded,
 )
-from poslab.lab.premises import arms_of, attach, context_gain
+from poslab.lab.premises import arms_of, attach, context_gain, language_models, premises_table
+from poslab.lab.tables import KeyTable
 from poslab.lab.verdicts import ClaimRecord, Premise, compare, deterministic, paired, pm
 from poslab.nn import positions
 from poslab.runs import RunFolder
@@ -316,4 +318,5 @@ EXPERIMENT = Experiment(
     tier=LAB,
     run=run,
     estimate=(1250, 7200),
+    tables=(*SCHEME_TABLES, KeyTable("premises", lambda r: premises_table(language_models(r)))),
 )

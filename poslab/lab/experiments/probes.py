@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from poslab.analysis.probes import TASKS, ProbeRecipe, Task, describe, train_probe
-from poslab.display import new_figure, print_table, save_figure, series_style
+from poslab.display import new_figure, save_figure, series_style
 from poslab.lab import runner, verdicts
+from poslab.lab.experiments import probes_tables
 from poslab.lab.experiments.common import LAB, Experiment, scheme_style_index
 from poslab.lab.experiments.training import print_claims
 from poslab.lab.premises import attach, fits_length
@@ -246,28 +247,13 @@ def collect(results: list[dict[str, Any]], factors: tuple[int, ...]) -> dict[str
     return table
 
 
-def _text(values: list[float], reason: str | None) -> str:
-    if reason is not None:
-        return "cannot"
-    mean, sd = verdicts.mean_sd(values)
-    return f"{mean:.3f} ± {sd:.3f}" if sd is not None else f"{mean:.3f}"
-
-
 def print_tables(table: dict[str, dict[str, dict[str, Any]]], form: Form) -> None:
     L = form.train_size
-    headers = ["scheme"] + [f"{f}L (n={f * L})" for f in form.factors]
-    for task, schemes in table.items():
-        rows = [
-            [scheme] + [_text(cell["accuracy"][str(f)], cell["cannot"].get(str(f))) for f in form.factors]
-            for scheme, cell in schemes.items()
-        ]
+    shown = probes_tables.accuracy_tables(probes_tables.accuracy_of({"accuracy": table}))
+    for (task, schemes), accuracy in zip(table.items(), shown):
         chance = next(iter(schemes.values()))["chance"]
-        print_table(
-            headers,
-            rows,
-            title=f"{task}: {describe(Task(task, L))}; answer accuracy, mean ± sd over "
-            f"{len(form.seeds)} seeds (chance {chance:.3f})",
-        )
+        print(f"\n{task}: {describe(Task(task, L))}; L = {L}, {len(form.seeds)} seeds (chance {chance:.3f})")
+        print(accuracy.to_text())
     cannot = {s: c["cannot"] for cells in table.values() for s, c in cells.items() if c["cannot"]}
     for scheme, reasons in cannot.items():
         print(f"  {scheme}: {next(iter(reasons.values()))}")
@@ -500,12 +486,11 @@ def run(
     heads = {h: v for h, v in heads.items() if v}
     print_tables(table, spec)
     if heads:
-        print_table(
-            ["heads", "d_k", "MQAR accuracy at L"],
-            [[h, spec.heads_recipe.n_embd // h, _text(v, None)] for h, v in heads.items()],
-            title=f"multi-query associative recall at n_embd {spec.heads_recipe.n_embd} ({HEADS_SCHEME}), "
-            f"{spec.mqar_size} pairs, {spec.heads_recipe.steps} steps",
+        print(
+            f"\nat n_embd {spec.heads_recipe.n_embd} ({HEADS_SCHEME}, d_k = n_embd / heads), {spec.mqar_size} pairs, "
+            f"{spec.heads_recipe.steps} steps"
         )
+        print(probes_tables.mqar_table({str(h): v for h, v in heads.items()}).to_text())
     claims = attach(probe_claims(table, heads, spec), lambda record: probe_premise(record, table, heads, spec))
     print_claims(claims)
     figure = plot(table, spec, out / "probes.png")
@@ -536,4 +521,5 @@ EXPERIMENT = Experiment(
     tier=LAB,
     run=run,
     estimate=(450, 1800),
+    tables=probes_tables.TABLES,
 )

@@ -17,8 +17,10 @@ from typing import Any
 from poslab.display import print_table
 from poslab.lab import runner
 from poslab.lab.premises import all_of, below_bigram, uses_context
+from poslab.lab.report.i18n import t
 from poslab.lab.runner import Task, check_workers, default_workers, train_many
-from poslab.lab.verdicts import ClaimRecord, Premise, missed_by, tally
+from poslab.lab.tables import KeyTable, Table, spread
+from poslab.lab.verdicts import ClaimRecord, Premise, missed_by, num, tally
 
 #: the seeds of every seeded arm of every experiment (the verdict rule needs at least 3)
 SEEDS = (1337, 1338, 1339)
@@ -432,3 +434,47 @@ def print_claims(claims: Sequence[dict[str, Any] | ClaimRecord]) -> None:
         rows.append([c.get("verdict", "?"), c.get("claim", "?"), measured, against, shown])
     print_table(["verdict", "claim", "measured", "margin vs noise", "premise"], rows, title="claims", align="lllll")
     print("  counts: " + ", ".join(f"{k} {v}" for k, v in tally(records).items()))
+
+
+def baseline_note(results: dict) -> str:
+    """The corpus's unigram-entropy baseline as a caption clause (empty when results.json has none)."""
+    value = results.get("unigram_entropy_nats")
+    if not isinstance(value, (int, float)):
+        return ""
+    return t("key.baseline", corpus=results.get("corpus", "?"), value=num(value), ppl=num(math.exp(value)))
+
+
+def runs_table(results: dict, label: str) -> Table:
+    """The seeded runs of :func:`train_seeded` (``results["runs"]``: arm -> per-seed summaries), best arm first:
+    whole-split and best validation loss, parameters and speed, mean ± sd over seeds. ``label``: the message id of
+    the arm column."""
+    rows = []
+    for name, runs in results["runs"].items():
+        runs = runs if isinstance(runs, list) else [runs]
+        values = [x.get("val_loss_all", x.get("final_val_loss")) for x in runs]
+        mean = sum(values) / len(values)
+        row = (
+            name,
+            spread(values),
+            spread([x.get("best_val_loss") for x in runs]),
+            runs[0].get("n_params"),
+            spread([x.get("tokens_per_s") for x in runs], 0),
+        )
+        rows.append((mean, row))
+    rows.sort(key=lambda pair: pair[0] if isinstance(pair[0], (int, float)) else float("inf"))
+    return Table(
+        t(
+            "key.train.caption",
+            steps=results.get("steps"),
+            corpus=results.get("corpus", "?"),
+            seeds=results.get("seeds"),
+            baseline=baseline_note(results),
+        ),
+        (t(label), t("key.train.val"), t("key.train.best"), t("key.train.params"), "tokens/s"),
+        tuple(row for _, row in rows),
+    )
+
+
+#: the key table of an experiment whose arms are position schemes / other runs
+SCHEME_TABLES = (KeyTable("validation loss per scheme", lambda r: runs_table(r, "key.scheme")),)
+RUN_TABLES = (KeyTable("validation loss per run", lambda r: runs_table(r, "key.run")),)

@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import html
-import json
-import math
 import os
 import platform
 import re
@@ -30,7 +27,8 @@ from poslab.lab.report import claims as claims_mod
 from poslab.lab.report.i18n import LESSONS, language, name_lessons, t, use_language
 from poslab.lab.report.reading import MANIFEST_ERRORS, UNREADABLE, load_manifest, load_results, png_files
 from poslab.lab.report.sections import KNOWN_FOLDERS, SECTIONS, Section
-from poslab.lab.verdicts import DID_NOT_HOLD, HELD, MIN_SEEDS, ClaimRecord, not_testable, pm
+from poslab.lab.tables import KeyTable, Table, TableFailure, build_tables, cell_text, esc
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, MIN_SEEDS, ClaimRecord, not_testable
 
 MAX_TABLE_ROWS = 40
 MAX_COLUMNS = 12
@@ -72,10 +70,6 @@ def machine_info() -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ HTML bits
-def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def warning(text: str) -> str:
     """One line naming a file the page could not use (its text is data: shown as written)."""
     return f"<p class='warn'>{show(text)}</p>"
@@ -101,33 +95,8 @@ def _is_scalar(value: Any) -> bool:
 
 
 def cell(value: Any) -> str:
-    """One table cell (a value from the results, marked as data): numbers formatted, short lists inline."""
-    return f"<span class='d'>{_cell(value)}</span>"
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, bool):
-        return t("cell.yes") if value else t("cell.no")
-    if value is None:
-        return "—"
-    if _is_scalar(value):
-        return esc(claims_mod.num(value))
-    if isinstance(value, list) and all(_is_scalar(v) for v in value):
-        if len(value) <= 8:
-            return esc(", ".join(claims_mod.num(v) for v in value))
-        return esc(
-            t(
-                "cell.values",
-                n=len(value),
-                first=claims_mod.num(value[0]),
-                second=claims_mod.num(value[1]),
-                last=claims_mod.num(value[-1]),
-            )
-        )
-    if isinstance(value, dict) and all(_is_scalar(v) for v in value.values()) and len(value) <= 6:
-        return esc(", ".join(f"{k}={claims_mod.num(v)}" for k, v in value.items()))
-    text = json.dumps(value, ensure_ascii=False)
-    return esc(text if len(text) <= 80 else text[:77] + "…")
+    """One table cell (a value from the results, marked as data): :func:`poslab.lab.tables.cell_text`, escaped."""
+    return f"<span class='d'>{esc(cell_text(value))}</span>"
 
 
 def records_table(rows: list[dict], caption: str) -> str:
@@ -330,229 +299,45 @@ def legend() -> str:
     return f"<div class='legend'><strong>{esc(t('legend.title'))}</strong><ul>{items}</ul></div>"
 
 
-def _spread(values: Any, digits: int = 4) -> Any:
-    """Per-seed values as ``mean ± sd (n)``; a scalar as itself."""
-    if isinstance(values, list) and values and all(isinstance(v, (int, float)) for v in values):
-        return pm(values, digits)
-    return values
-
-
 # ------------------------------------------------------------------------------------------ key tables
-def _table(headers: list[str], rows: list[list[Any]], caption: str) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
-    return (
-        f"<table class='key'><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead>"
-        f"<tbody>{body}</tbody></table>"
-    )
+def declared_tables(folder: str, results: dict) -> tuple[KeyTable, ...]:
+    """The key tables the owner of a results folder declares (none for a folder no experiment owns, or whose
+    results.json could not be read: the page names that file instead)."""
+    from poslab.lab.experiments import descriptions
+    from poslab.lab.experiments.head_map import HEAD_ANALYSIS_TABLES
+
+    if UNREADABLE in results:
+        return ()
+    if folder == "heads":
+        return HEAD_ANALYSIS_TABLES
+    owner = descriptions().get(folder.removeprefix("experiments/")) if folder.startswith("experiments/") else None
+    return owner.tables if owner is not None else ()
 
 
-def _ppl(cell_value: Any, mode: str) -> Any:
-    if not isinstance(cell_value, dict):
-        return cell_value
-    if "cannot" in cell_value:
-        return "cannot"
-    return cell_value.get(mode, {}).get("ppl")
-
-
-def _ppl_spread(cell_value: Any, mode: str) -> Any:
-    if not isinstance(cell_value, dict):
-        return cell_value
-    if "cannot" in cell_value:
-        return "cannot"
-    inner = cell_value.get(mode, {})
-    seeds = inner.get("ppl_seeds") or inner.get("ppl_per_seed")  # extrapolation's cells / context-extension's
-    if seeds:
-        return pm(seeds, 3)
-    return inner.get("ppl")
-
-
-def _baseline_note(r: dict) -> str:
-    value = r.get("unigram_entropy_nats")
-    if not isinstance(value, (int, float)):
-        return ""
-    return t(
-        "key.baseline", corpus=r.get("corpus", "?"), value=claims_mod.num(value), ppl=claims_mod.num(math.exp(value))
-    )
-
-
-def _key_extrapolation(r: dict) -> str:
-    table, factors, length = r["perplexity"], r["factors"], r["train_length"]
-    headers = [t("key.scheme")] + [f"{f}×L = {f * length}" for f in factors]
-    seeds = r.get("seeds")
-    return "".join(
-        _table(
-            headers,
-            [[scheme] + [_ppl_spread(cells.get(str(f)), mode) for f in factors] for scheme, cells in table.items()],
-            t("key.extrapolation", label=t(f"key.{mode}"), length=length, seeds=seeds, baseline=_baseline_note(r)),
-        )
-        for mode in ("nonoverlapping", "sliding")
-    )
-
-
-def _key_context(r: dict) -> str:
-    base = _ppl(r["base"]["L"], "nonoverlapping")
-    rows = [
-        [label, entry.get("rope_scaling"), _ppl(entry, "nonoverlapping"), _ppl(entry, "sliding")]
-        for label, entry in r["inference"].items()
-    ]
-    first = _table(
-        [t("key.ctx.scaling"), t("key.ctx.spec"), t("key.ctx.pplat", n=r["eval_length"]), t("key.sliding")],
-        rows,
-        t("key.ctx.base", length=r["train_length"], ppl=claims_mod.num(base)),
-    )
-    rows = [
-        [label, entry.get("rope_scaling"), _ppl(entry["4L"], "nonoverlapping"), _ppl(entry["L"], "nonoverlapping")]
-        for label, entry in r["finetuned"].items()
-    ]
-    tables = first + _table(
-        [
-            t("key.ctx.finetuned"),
-            t("key.ctx.spec"),
-            t("key.ctx.pplat", n=r["eval_length"]),
-            t("key.ctx.back", n=r["train_length"]),
-        ],
-        rows,
-        t("key.ctx.after"),
-    )
-    averaging = r.get("averaging")
-    if not isinstance(averaging, dict) or not isinstance(averaging.get("variants"), dict):
-        return tables  # results without checkpoint averaging
-    factor = str(r.get("factor", 4))
-    rows = [
-        [
-            label,
-            _ppl_spread(v.get("L"), "nonoverlapping"),
-            _ppl_spread(v.get("4L"), "nonoverlapping"),
-            _spread([x for x in v.get("passkey", {}).get(factor, []) if x is not None]),
-            _spread(v.get("weight_distance_to_fine_tuned") or [], 4),
-        ]
-        for label, v in averaging["variants"].items()
-    ]
-    tables += _table(
-        [
-            t("key.model"),
-            t("key.ctx.forgetting", n=r["train_length"]),
-            t("key.ctx.pplat", n=r["eval_length"]),
-            t("key.ctx.passkey", f=factor),
-            "|w − w_ft| / |w_ft|",
-        ],
-        rows,
-        t(
-            "key.ctx.averaging",
-            ft=averaging.get("fine_tune"),
-            last=averaging.get("last"),
-            w=averaging.get("base_weight"),
-            w2=f"{1 - averaging.get('base_weight', 0.5):g}",
-            seeds=r.get("seeds"),
-        ),
-    )
-    return tables + f"<p class='note'>{show(averaging.get('note', ''))}</p>"
-
-
-def _key_entropy(r: dict) -> str:
-    factors = r["factors"]
-    rows = []
-    for label, entry in r["models"].items():
-        cells = entry["entropy"]
-        by_seed = entry.get("by_seed") or {}
-        rises = [e["entropy"]["4"]["rise"] for e in by_seed.values() if "rise" in e.get("entropy", {}).get("4", {})]
-        ratios = [e["ppl_ratio"] for e in by_seed.values() if e.get("ppl_ratio") is not None]
-        rows.append(
-            [label]
-            + [cells.get(str(f), {}).get("mean", "cannot") for f in factors]
-            + [
-                pm(rises, 3) if rises else cells.get("4", {}).get("rise"),
-                pm(ratios, 3) if ratios else entry.get("ppl_ratio"),
-            ]
-        )
-    return _table(
-        [t("key.model")] + [f"{f}×L" for f in factors] + [t("key.entropy.rise"), "ppl 4×L / L"],
-        rows,
-        t("key.entropy.caption", seeds=r.get("seeds")),
-    )
-
-
-def _key_training(r: dict, label: str) -> str:
-    rows = []
-    for name, runs in r["runs"].items():
-        runs = runs if isinstance(runs, list) else [runs]
-        values = [x.get("val_loss_all", x.get("final_val_loss")) for x in runs]
-        rows.append(
-            [
-                name,
-                _spread(values),
-                _spread([x.get("best_val_loss") for x in runs]),
-                runs[0].get("n_params"),
-                _spread([x.get("tokens_per_s") for x in runs], 0),
-                sum(values) / len(values),
-            ]
-        )
-    rows.sort(key=lambda row: row[-1] if isinstance(row[-1], (int, float)) else float("inf"))
-    return _table(
-        [t(label), t("key.train.val"), t("key.train.best"), t("key.train.params"), "tokens/s"],
-        [row[:-1] for row in rows],
-        t(
-            "key.train.caption",
-            steps=r.get("steps"),
-            corpus=r.get("corpus", "?"),
-            seeds=r.get("seeds"),
-            baseline=_baseline_note(r),
-        ),
-    )
-
-
-def _key_heads(r: dict) -> str:
-    rows = [
-        [
-            f"L{h['layer']}H{h['head']}",
-            h["previous_token"],
-            h["induction"],
-            f"{h['positional_offset']:+d}",
-            h["positional_confidence"],
-            h.get("punctuation"),
-            h["mask_loss_delta"],
-            h["grad_importance"],
-            ", ".join(h["labels"]) or "—",
-        ]
-        for h in r["heads"]
-    ]
-    table = _table(
-        [t("key.heads." + k) for k in ("head", "prev", "induction", "offset", "confidence", "punct", "masked")]
-        + ["|∂L/∂ξ|", t("key.heads.type")],
-        rows,
-        t("key.heads.caption", loss=claims_mod.num(r["base_loss"])),
-    )
-    p30, p60 = r["pruned_30"], r["pruned_60"]
-    return table + _table(
-        [t("key.heads." + k) for k in ("pruned", "nmasked", "loss", "increase")],
-        [
-            ["30%", p30["heads_masked"], p30["loss"], p30["loss_increase"]],
-            ["60%", p60["heads_masked"], p60["loss"], p60["loss_increase"]],
-        ],
-        t("key.heads.prune"),
-    )
-
-
-KEY_TABLES = {
-    "experiments/extrapolation": _key_extrapolation,
-    "experiments/context-extension": _key_context,
-    "experiments/attention-entropy": _key_entropy,
-    "experiments/heads": lambda r: _key_training(r, "key.run"),
-    "experiments/position-training": lambda r: _key_training(r, "key.scheme"),
-    "heads": _key_heads,
-}
+def failure_line(failure: TableFailure) -> str:
+    """A table that could not be built, in the page's language: the experiment, the table, the missing field."""
+    if failure.field is not None:
+        return t("key.missing", experiment=failure.experiment, table=failure.table, field=failure.field)
+    return t("key.failed", experiment=failure.experiment, table=failure.table, problem=failure.error)
 
 
 def key_tables(folder: str, results: dict) -> str:
-    """The headline table of a folder's results (empty when its results.json has another shape)."""
-    render = KEY_TABLES.get(folder)
-    if render is None:
-        return ""
-    try:
-        return render(results)
-    except (KeyError, TypeError, AttributeError, ValueError, IndexError):
-        return ""
+    """The headline tables of a folder's results as HTML; a table its results.json cannot build is a warning
+    naming the folder, the table and what is missing, in the table's place."""
+    return "".join(
+        warning(failure_line(table)) if isinstance(table, TableFailure) else table.to_html()
+        for table in build_tables(folder, declared_tables(folder, results), results)
+    )
+
+
+def table_failures(lab_dir: Path | str) -> list[TableFailure]:
+    """Every key table of a lab folder that its results cannot build (what ``poslab report`` reports as errors)."""
+    return [
+        table
+        for folder, results in load_results(Path(lab_dir)).items()
+        for table in build_tables(folder, declared_tables(folder, results), results)
+        if isinstance(table, TableFailure)
+    ]
 
 
 def run_baselines(lab_dir: Path) -> str:
@@ -581,11 +366,11 @@ def run_baselines(lab_dir: Path) -> str:
         )
     if not rows:
         return ""
-    return _table(
-        [t("key.run"), t("key.runs.corpus"), t("key.runs.steps"), t("key.runs.final"), t("key.runs.baseline")],
-        rows,
+    return Table(
         t("key.runs.caption"),
-    )
+        (t("key.run"), t("key.runs.corpus"), t("key.runs.steps"), t("key.runs.final"), t("key.runs.baseline")),
+        tuple(tuple(row) for row in rows),
+    ).to_html()
 
 
 # ------------------------------------------------------------------------------------------ sections

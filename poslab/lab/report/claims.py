@@ -284,10 +284,13 @@ def evaluate(results: dict[str, dict]) -> list[Verdict]:
                 ValueError,
                 AttributeError,
                 ZeroDivisionError,
-            ) as err:  # schema changed
-                record = ClaimRecord(
-                    claim.text, claim.source, "", f"results.json has no usable {err}", None, None, 0, INCONCLUSIVE
+            ) as err:  # the results lack what the check reads: shown as unusable, naming it
+                why = (
+                    f"{claim.experiment}/results.json has no field {err.args[0]!r}"
+                    if isinstance(err, KeyError) and err.args
+                    else f"{claim.experiment}/results.json: {type(err).__name__}: {err}"
                 )
+                record = _unusable(claim.text, claim.source, why, why)
         if data is not None and record.verdict != INCONCLUSIVE:
             premise = analysed_model_premise(data)
             if premise is not None:

@@ -233,6 +233,14 @@ UI: dict[str, dict[str, str]] = {
         "en": "pruning the least important heads (by Δloss when masked alone)",
         "zh": "剪掉最不重要的头（按单独屏蔽时的 Δ损失排序）",
     },
+    "key.missing": {
+        "en": "{experiment}: the table “{table}” cannot be built: results.json has no field “{field}”",
+        "zh": "{experiment}：无法生成表格“{table}”：results.json 中没有字段“{field}”",
+    },
+    "key.failed": {
+        "en": "{experiment}: the table “{table}” cannot be built: {problem}",
+        "zh": "{experiment}：无法生成表格“{table}”：{problem}",
+    },
     "key.runs.corpus": {"en": "corpus", "zh": "语料"},
     "key.runs.steps": {"en": "steps", "zh": "步数"},
     "key.runs.final": {"en": "final val loss (nats)", "zh": "最终验证损失（nats）"},

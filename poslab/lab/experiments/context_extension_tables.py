@@ -1,0 +1,81 @@
+"""The context-extension experiment's key tables: scaling at inference, fine-tunes, checkpoint averaging."""
+
+from __future__ import annotations
+
+from poslab.lab.report.i18n import name_lessons, t
+from poslab.lab.tables import KeyTable, Table, ppl, ppl_spread, spread
+from poslab.lab.verdicts import num
+
+
+def inference_table(r: dict) -> Table:
+    """Each RoPE scaling applied at inference: its spec and perplexity at the long length (chunks, sliding)."""
+    base = ppl(r["base"]["L"], "nonoverlapping")
+    return Table(
+        t("key.ctx.base", length=r["train_length"], ppl=num(base)),
+        (t("key.ctx.scaling"), t("key.ctx.spec"), t("key.ctx.pplat", n=r["eval_length"]), t("key.sliding")),
+        tuple(
+            (label, entry.get("rope_scaling"), ppl(entry, "nonoverlapping"), ppl(entry, "sliding"))
+            for label, entry in r["inference"].items()
+        ),
+    )
+
+
+def finetuned_table(r: dict) -> Table:
+    """Each fine-tune at 4×L: its perplexity at the long length and back at L."""
+    return Table(
+        t("key.ctx.after"),
+        (
+            t("key.ctx.finetuned"),
+            t("key.ctx.spec"),
+            t("key.ctx.pplat", n=r["eval_length"]),
+            t("key.ctx.back", n=r["train_length"]),
+        ),
+        tuple(
+            (label, entry.get("rope_scaling"), ppl(entry["4L"], "nonoverlapping"), ppl(entry["L"], "nonoverlapping"))
+            for label, entry in r["finetuned"].items()
+        ),
+    )
+
+
+def averaging_table(r: dict) -> Table | None:
+    """Checkpoint averaging of a fine-tune: forgetting at L, perplexity at 4×L, passkey, distance to the fine-tune
+    (``None`` for results without checkpoint averaging)."""
+    averaging = r.get("averaging")
+    if not isinstance(averaging, dict) or not isinstance(averaging.get("variants"), dict):
+        return None
+    factor = str(r.get("factor", 4))
+    return Table(
+        t(
+            "key.ctx.averaging",
+            ft=averaging.get("fine_tune"),
+            last=averaging.get("last"),
+            w=averaging.get("base_weight"),
+            w2=f"{1 - averaging.get('base_weight', 0.5):g}",
+            seeds=r.get("seeds"),
+        ),
+        (
+            t("key.model"),
+            t("key.ctx.forgetting", n=r["train_length"]),
+            t("key.ctx.pplat", n=r["eval_length"]),
+            t("key.ctx.passkey", f=factor),
+            "|w − w_ft| / |w_ft|",
+        ),
+        tuple(
+            (
+                label,
+                ppl_spread(v.get("L"), "nonoverlapping"),
+                ppl_spread(v.get("4L"), "nonoverlapping"),
+                spread([x for x in v.get("passkey", {}).get(factor, []) if x is not None]),
+                spread(v.get("weight_distance_to_fine_tuned") or [], 4),
+            )
+            for label, v in averaging["variants"].items()
+        ),
+        note=name_lessons(str(averaging.get("note", ""))),
+    )
+
+
+TABLES = (
+    KeyTable("scaling at inference", inference_table),
+    KeyTable("fine-tuned at 4×L", finetuned_table),
+    KeyTable("checkpoint averaging", averaging_table),
+)
