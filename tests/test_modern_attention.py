@@ -264,6 +264,12 @@ def test_layer_settings_are_one_validated_config() -> None:
         with pytest.raises(ValueError, match=field if field != "backend" else "unknown attention backend"):
             setattr(attn, field, bad)
     assert attn.attention.query_chunk == 8  # a refused value leaves the layer as it was
+    attn.attention = attn.attention.with_(scale=0.5)
+    assert attn.scale == 0.5 and MultiHeadAttention(D_MODEL, N_HEADS).scale == pytest.approx(
+        (D_MODEL // N_HEADS) ** -0.5
+    )
+    with pytest.raises(TypeError, match="attention must be an AttentionConfig, got dict"):
+        MultiHeadAttention(D_MODEL, N_HEADS, attention={"window": 4})
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
         AttendOptions(dropout=1.5)
     with pytest.raises(TypeError, match="spec must be an AttentionSpec"):

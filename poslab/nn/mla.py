@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.nn.attention import AttendOptions, AttentionConfig, AttentionSpec, attend, rotate_with_cache
+from poslab.nn.attention.config import require_config
 from poslab.nn.attention.module import DEFAULT_CONFIG, ConfigAttribute
 from poslab.nn.positions.base import PositionScheme
 
@@ -175,8 +176,7 @@ class MultiHeadLatentAttention(nn.Module):
     ) -> None:
         super().__init__()
         dims = validate_mla(dims)
-        if not isinstance(attention, AttentionConfig):
-            raise TypeError(f"attention must be an AttentionConfig, got {type(attention).__name__}")
+        require_config(attention)
         for name in self.UNSUPPORTED:
             if getattr(attention, name) not in (None, False):
                 raise ValueError(

@@ -148,3 +148,10 @@ class AttentionConfig:
     def with_(self, **changes: Any) -> AttentionConfig:
         """A copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)
+
+
+def require_config(value: Any) -> AttentionConfig:
+    """``value`` if it is an :class:`AttentionConfig`, else ``TypeError`` naming what came instead."""
+    if not isinstance(value, AttentionConfig):
+        raise TypeError(f"attention must be an AttentionConfig, got {type(value).__name__}")
+    return value

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.nn.attention.cache import KVCache
-from poslab.nn.attention.config import AttendOptions, AttentionConfig
+from poslab.nn.attention.config import AttendOptions, AttentionConfig, require_config
 from poslab.nn.attention.core import attend
 from poslab.nn.attention.inputs import validate_geometry, validate_head_dim
 from poslab.nn.attention.rotation import rotate_with_cache
@@ -112,9 +112,9 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         validate_geometry(d_model, n_heads, n_kv_heads)
+        require_config(attention)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.head_dim = d_model // n_heads if head_dim is None else validate_head_dim(head_dim)
-        self.scale = attention.scale if attention.scale is not None else 1.0 / math.sqrt(self.head_dim)
         self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)  # fused
         self.proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
         self.split_q = SplitHeads(n_heads)
@@ -138,9 +138,7 @@ class MultiHeadAttention(nn.Module):
 
     @attention.setter
     def attention(self, config: AttentionConfig) -> None:
-        if not isinstance(config, AttentionConfig):
-            raise TypeError(f"attention must be an AttentionConfig, got {type(config).__name__}")
-        self._attention = config
+        self._attention = require_config(config)
         # the options of the usual calls, made once (each takes microseconds to validate):
         # keyed by (training, increasing); a per-call backend or need_weights makes its own
         self._options = {
@@ -155,6 +153,12 @@ class MultiHeadAttention(nn.Module):
             for training in (False, True)
             for increasing in (None, False, True)
         }
+
+    @property
+    def scale(self) -> float:
+        """The softmax scale: ``attention.scale``, or ``1/sqrt(d_k)`` when it is ``None``."""
+        scale = self._attention.scale
+        return scale if scale is not None else 1.0 / math.sqrt(self.head_dim)
 
     def options(self, backend: str | None, need_weights: bool, increasing: bool | None) -> AttendOptions:
         """The :class:`AttendOptions` of one call in the current mode (``backend=None``: the layer's)."""
