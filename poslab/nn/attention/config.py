@@ -21,7 +21,7 @@ from torch import Tensor
 
 from poslab.nn.attention.backends import check_backend_name
 from poslab.nn.attention.inputs import validate_temperature_tuning
-from poslab.nn.attention.spec import check_mechanisms, validate_window
+from poslab.nn.attention.spec import check_mechanisms, check_scale, validate_window
 
 #: queries per block in the blocked path
 DEFAULT_QUERY_CHUNK = 128
@@ -130,10 +130,7 @@ class AttentionConfig:
             check_flag(name, getattr(self, name))
         validate_window(self.window)
         check_mechanisms(0, self.softcap, None, self.chunk)
-        if self.scale is not None and (
-            isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not math.isfinite(self.scale)
-        ):
-            raise ValueError(f"scale must be a finite number or None, got {self.scale!r}")
+        check_scale(self.scale)
         check_dropout(self.dropout)
         eps = self.qk_norm_eps
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:

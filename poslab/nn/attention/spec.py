@@ -112,6 +112,14 @@ def validate_chunk(chunk: int | None, name: str = "chunk") -> None:
         raise ValueError(f"{name} must be a positive integer (tokens per attention chunk) or None, got {chunk!r}")
 
 
+def check_scale(scale: float | None) -> None:
+    """``None`` (``1/sqrt(d_k)``) or a finite number."""
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)
+    ):
+        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
+
+
 def validate_window(window: int | None) -> None:
     """``None`` or a positive integer (keys seen per query, including itself)."""
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
@@ -150,10 +158,7 @@ class AttentionSpec:
             raise TypeError(f"causal must be a bool, got {self.causal!r}")
         validate_window(self.window)
         check_mechanisms(0, self.softcap, None, self.chunk)  # sinks: checked against the queries' heads by attend
-        if self.scale is not None and (
-            isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not math.isfinite(self.scale)
-        ):
-            raise ValueError(f"scale must be a finite number or None, got {self.scale!r}")
+        check_scale(self.scale)
 
     # ------------------------------------------------------------------ the position rule
     def terms(self) -> list[MaskTerm]:
