@@ -461,16 +461,17 @@ class Block(nn.Module):
         norm_bias = cfg.bias_of("norm")
         self.residual = cfg.residual
         self.norm1 = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
-        self.attn = MultiHeadAttention(
-            cfg.n_embd,
-            cfg.n_head,
-            cfg.kv_heads,
-            attention_config(cfg, layer),
-            bias=cfg.bias_of("attn"),
-            head_dim=cfg.attn_head_dim,
-        )
         if cfg.mla is not None:
             self.attn = latent_attention(cfg, layer)
+        else:
+            self.attn = MultiHeadAttention(
+                cfg.n_embd,
+                cfg.n_head,
+                cfg.kv_heads,
+                attention_config(cfg, layer),
+                bias=cfg.bias_of("attn"),
+                head_dim=cfg.attn_head_dim,
+            )
         if cfg.clip_qkv is not None:
             fused = self.attn.qkv
             self.attn.qkv = ClippedLinear(fused.in_features, fused.out_features, fused.bias is not None, cfg.clip_qkv)
