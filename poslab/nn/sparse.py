@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.nn.attention import AttentionConfig, MergeHeads, MultiHeadAttention, SplitHeads, validate_geometry
+from poslab.nn.attention.config import require_config
 from poslab.nn.attention.module import DEFAULT_CONFIG
 from poslab.nn.positions.base import PositionScheme
 
@@ -336,9 +337,8 @@ class AdaptiveSpanAttention(MultiHeadAttention):
         ramp: ``R``, the width of the soft ramp.
         init_ratio: initial ``z / S`` of every head.
         span_loss_coef: ``lambda`` of :meth:`span_loss`.
-        attention, position: see :class:`MultiHeadAttention` (``attention.causal`` must be True, its
-            backend not ``flex``).
-        kwargs: ``bias``, ``head_dim`` of :class:`MultiHeadAttention`.
+        kwargs: passed to :class:`MultiHeadAttention` (``attention``, ``position``, ``bias``, ``head_dim``;
+            ``attention.causal`` must be True and its backend not ``flex``).
     """
 
     def __init__(
@@ -346,8 +346,6 @@ class AdaptiveSpanAttention(MultiHeadAttention):
         d_model: int,
         n_heads: int,
         n_kv_heads: int | None = None,
-        attention: AttentionConfig = DEFAULT_CONFIG,
-        position: PositionScheme | None = None,
         *,
         max_span: int,
         ramp: int = 32,
@@ -355,13 +353,14 @@ class AdaptiveSpanAttention(MultiHeadAttention):
         span_loss_coef: float = 2e-6,
         **kwargs,
     ) -> None:
+        attention = require_config(kwargs.get("attention", DEFAULT_CONFIG))
         if attention.causal is not True:
             raise ValueError("adaptive span is defined for causal attention (distances i - j >= 0); got causal=False")
         if attention.backend == "flex":
             raise ValueError(
                 "adaptive span adds a learned bias the flex backend cannot express; use auto, sdpa or eager"
             )
-        super().__init__(d_model, n_heads, n_kv_heads, attention, position, **kwargs)
+        super().__init__(d_model, n_heads, n_kv_heads, **kwargs)
         for label, value in (("max_span", max_span), ("ramp", ramp)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{label} must be a positive integer, got {value!r}")
