@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from poslab import GPT, GPTConfig, MultiHeadAttention, positions
+from poslab import GPT, AttentionConfig, GPTConfig, MultiHeadAttention, positions
 from poslab.training.config import TrainConfig
 from poslab.training.loop import matmul_flops_per_token
 from poslab.training.optim import make_optimizer
@@ -195,7 +195,7 @@ def bias_attention(
     pos_scheme = positions.build_for_model(
         scheme, {}, {"n_embd": width, "n_heads": heads, "head_dim": head_dim, "max_len": T, "bidirectional": False}
     )
-    attn = MultiHeadAttention(width, heads, position=pos_scheme, backend=backend).to(device)
+    attn = MultiHeadAttention(width, heads, attention=AttentionConfig(backend=backend), position=pos_scheme).to(device)
     x = torch.randn(batch, T, width, device=device, requires_grad=True)
 
     def fwd_bwd() -> None:

@@ -2,8 +2,18 @@
 
 from poslab.interop import from_hf, to_hf
 from poslab.nn import positions
-from poslab.nn.attention import KVCache, MultiHeadAttention
+from poslab.nn.attention import AttentionConfig, KVCache, MultiHeadAttention
 from poslab.nn.model import GPT, GPTConfig
 from poslab.version import __version__
 
-__all__ = ["GPT", "GPTConfig", "KVCache", "MultiHeadAttention", "from_hf", "positions", "to_hf", "__version__"]
+__all__ = [
+    "GPT",
+    "AttentionConfig",
+    "GPTConfig",
+    "KVCache",
+    "MultiHeadAttention",
+    "from_hf",
+    "positions",
+    "to_hf",
+    "__version__",
+]

@@ -17,7 +17,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from poslab import GPT, GPTConfig, MultiHeadAttention, positions
+from poslab import GPT, AttentionConfig, GPTConfig, MultiHeadAttention, positions
 from poslab.nn.positions.base import PositionScheme
 
 # Bounded, deterministic property tests: a few seconds per property on 2 cores
@@ -158,7 +158,7 @@ def make_attention(
         else make_scheme(variant, d_model=d_model, n_heads=n_heads, max_len=max_len, causal=causal)
     )
     attn = MultiHeadAttention(
-        d_model, n_heads, n_kv_heads, causal=causal, position=scheme, backend=backend, window=window
+        d_model, n_heads, n_kv_heads, AttentionConfig(causal=causal, window=window, backend=backend), scheme
     )
     _perturb(attn)
     return attn.eval()

@@ -27,7 +27,15 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from poslab.nn import attention
-from poslab.nn.attention import DEFAULT_RECOMPUTE_THRESHOLD, AttentionSpec, Call, MaskTerm, MultiHeadAttention, attend
+from poslab.nn.attention import (
+    DEFAULT_RECOMPUTE_THRESHOLD,
+    AttendOptions,
+    AttentionSpec,
+    Call,
+    MaskTerm,
+    MultiHeadAttention,
+    attend,
+)
 
 TIGHT = {"atol": 1e-5, "rtol": 1e-5}
 H, HKV, D = 4, 2, 8
@@ -174,12 +182,12 @@ def test_every_supporting_backend_equals_the_reference(mechanism: str, path: str
     for name in _supported(spec, q, k, v, q_pos, k_pos, mask):
         if name not in CHEAP:
             continue
-        out, _ = attend(q, k, v, q_pos, k_pos, spec=spec, attn_mask=mask, backend=name, **blocking)
+        out, _ = attend(q, k, v, q_pos, k_pos, spec, attn_mask=mask, options=AttendOptions(backend=name, **blocking))
         assert_close(out, want, **TIGHT, msg=lambda m, n=name: f"{n}: {m}")
         ran.append(name)
     assert "eager" in ran  # eager supports every mechanism
     assert ("sdpa" in ran) == (spec.softcap is None)  # sdpa refuses exactly what it cannot compute
-    got, _ = attend(q, k, v, q_pos, k_pos, spec=spec, attn_mask=mask, **blocking)  # auto
+    got, _ = attend(q, k, v, q_pos, k_pos, spec, attn_mask=mask, options=AttendOptions(**blocking))  # auto
     assert_close(got, want, **TIGHT)
 
 
@@ -191,7 +199,7 @@ def test_gradients_agree_across_backends(mechanism: str) -> None:
         grads = {}
         for name in ("eager", "sdpa"):
             leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-            out, _ = attend(*leaves, q_pos, k_pos, spec=spec, backend=name, **blocking)
+            out, _ = attend(*leaves, q_pos, k_pos, spec, options=AttendOptions(backend=name, **blocking))
             grads[name] = torch.autograd.grad(out.square().sum(), leaves)
         for got, want in zip(grads["sdpa"], grads["eager"]):
             assert_close(got, want, atol=1e-4, rtol=1e-4)
@@ -203,7 +211,7 @@ def test_sdpa_refuses_softcap_and_auto_moves_to_eager() -> None:
     assert "cannot run in the sdpa backend" in attention.REGISTRY["sdpa"].supports(spec, call)
     assert attention.resolve("auto", spec, call).name == "eager"
     with pytest.raises(ValueError, match="cannot run in the sdpa backend"):
-        attend(q, k, v, q_pos, k_pos, spec=spec, backend="sdpa")
+        attend(q, k, v, q_pos, k_pos, spec, options=AttendOptions(backend="sdpa"))
 
 
 # ------------------------------------------------ every scheme through MultiHeadAttention: sdpa = eager
@@ -335,7 +343,7 @@ def test_a_toy_mechanism_runs_on_every_backend_that_supports_it(stride_term, pat
         for name in supported:
             if name == "flex" and path != "blocked":
                 continue  # one compiled flex run (T = 70) is enough here
-            out, _ = attend(q, k, v, q_pos, k_pos, spec=spec, backend=name, **blocking)
+            out, _ = attend(q, k, v, q_pos, k_pos, spec, options=AttendOptions(backend=name, **blocking))
             assert_close(out, want, **TIGHT, msg=lambda m, n=name: f"{n}: {m}")
 
 
@@ -358,7 +366,7 @@ def test_flex_is_refused_for_training_on_cpu_and_never_auto() -> None:
     call = Call(q, k, v, q_pos, k_pos)
     assert "no backward on CPU" in attention.REGISTRY["flex"].supports(spec, call)
     with pytest.raises(ValueError, match="the flex backend has no backward on CPU"):
-        attend(q, k, v, q_pos, k_pos, backend="flex")
+        attend(q, k, v, q_pos, k_pos, options=AttendOptions(backend="flex"))
     with torch.no_grad():
         assert attention.resolve("auto", spec, Call(q, k, v, q_pos, k_pos)).name == "sdpa"
     attn = make_attention(Variant("rope", "rope"))

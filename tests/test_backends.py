@@ -16,8 +16,8 @@ import torch
 from conftest import BIAS_VARIANTS, D_MODEL, N_HEADS, Variant, make_attention
 from torch.testing import assert_close
 
-from poslab import MultiHeadAttention
-from poslab.nn.attention import attend, resolve_backend
+from poslab import AttentionConfig, MultiHeadAttention
+from poslab.nn.attention import AttendOptions, AttentionSpec, attend, resolve_backend
 
 B = 2
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def test_auto_resolution() -> None:
     ):
         resolve_backend("fast", cpu)
     with pytest.raises(ValueError, match="unknown attention backend"):
-        MultiHeadAttention(D_MODEL, N_HEADS, backend="cudnn")
+        MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(backend="cudnn"))
 
 
 def test_auto_is_the_default_and_matches_explicit_backends() -> None:
@@ -156,7 +156,7 @@ def test_blocked_path_runs_the_largest_blocks_first() -> None:
     q = torch.randn(1, 2, 64, 8)
     pos = torch.arange(64)
     with torch.no_grad():
-        attend(q, q, q, pos, pos, bias_fn=bias_fn, query_chunk=8)
+        attend(q, q, q, pos, pos, AttentionSpec(bias_fn=bias_fn), options=AttendOptions(query_chunk=8))
     assert len(widths) == 8 and widths == sorted(widths, reverse=True) and widths[0] == 64
 
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from poslab.nn.attention import CPU_LOWP_MATH_MAX_T, attend
+from poslab.nn.attention import CPU_LOWP_MATH_MAX_T, AttendOptions, AttentionSpec, attend
 
 
 def _qkv(T: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
@@ -33,7 +33,7 @@ def _kernel(kernel: SDPBackend, q, k, v) -> torch.Tensor:
 def test_fused_causal_kernel_choice(T: int, dtype: torch.dtype, expected: SDPBackend) -> None:
     q, k, v = _qkv(T, dtype)
     pos = torch.arange(T)
-    out, _ = attend(q, k, v, pos, pos, causal=True, backend="sdpa")
+    out, _ = attend(q, k, v, pos, pos, AttentionSpec(causal=True), options=AttendOptions(backend="sdpa"))
     want = _kernel(expected, q, k, v)
     other = _kernel(SDPBackend.FLASH_ATTENTION if expected == SDPBackend.MATH else SDPBackend.MATH, q, k, v)
     assert torch.equal(out, want)
@@ -46,7 +46,9 @@ def test_fused_causal_kernel_choice(T: int, dtype: torch.dtype, expected: SDPBac
 def test_math_kernel_backward_matches_flash_in_bf16() -> None:
     q, k, v = (t.requires_grad_() for t in _qkv(64, torch.bfloat16))
     pos = torch.arange(64)
-    attend(q, k, v, pos, pos, causal=True, backend="sdpa")[0].float().square().sum().backward()
+    attend(q, k, v, pos, pos, AttentionSpec(causal=True), options=AttendOptions(backend="sdpa"))[
+        0
+    ].float().square().sum().backward()
     grads = [t.grad.double() for t in (q, k, v)]
     q2, k2, v2 = (t.detach().double().requires_grad_() for t in (q, k, v))
     F.scaled_dot_product_attention(q2, k2, v2, is_causal=True).square().sum().backward()

@@ -132,6 +132,17 @@ def test_rolling_cache_needs_a_window_that_fits() -> None:
             attn(x, cache=KVCache(B, N_HEADS, DK, capacity=4, rolling=True))
 
 
+def test_a_cache_is_a_kvcache() -> None:
+    """The layer reads the cache's declared layout (``memory``, ``reassigns_positions``): another object is refused."""
+    attn = make_attention(None)
+
+    class Ring:
+        rolling, memory, capacity, length = True, True, 4, 0
+
+    with pytest.raises(TypeError, match="cache must be a KVCache, got Ring"):
+        attn(torch.randn(B, 3, D_MODEL), cache=Ring())
+
+
 def test_cache_dtype_and_device_mismatch_are_clear_errors() -> None:
     attn = make_attention(None)
     x = torch.randn(B, 3, D_MODEL)

@@ -21,6 +21,22 @@ def _ruff() -> list[str]:
     return [found]
 
 
+@pytest.mark.parametrize(
+    "entry", ["poslab.nn.attention.core:attend", "poslab.nn.attention.module:MultiHeadAttention.__init__"]
+)
+def test_attention_entry_points_take_at_most_eight_parameters(entry: str) -> None:
+    """The style rule ruff does not check (about 8 parameters), on the two entry points a newcomer calls first."""
+    import importlib
+    import inspect
+
+    module, name = entry.split(":")
+    target = importlib.import_module(module)
+    for part in name.split("."):
+        target = getattr(target, part)
+    params = [p for p in inspect.signature(target).parameters if p != "self"]
+    assert len(params) <= 8, f"{name} takes {len(params)} parameters: {params}"
+
+
 @pytest.mark.parametrize("command", [["check", "."], ["format", "--check", "."]], ids=["check", "format"])
 def test_ruff_is_clean(command):
     done = subprocess.run([*_ruff(), *command], cwd=ROOT, capture_output=True, text=True, timeout=120)

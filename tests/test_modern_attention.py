@@ -21,8 +21,8 @@ import torch
 from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, VOCAB, Variant, make_scheme
 from torch.testing import assert_close
 
-from poslab import GPT, GPTConfig, KVCache, MultiHeadAttention
-from poslab.nn.attention import attend
+from poslab import GPT, AttentionConfig, GPTConfig, KVCache, MultiHeadAttention
+from poslab.nn.attention import AttendOptions, AttentionSpec, attend
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 B, T = 2, 12
@@ -30,7 +30,7 @@ TIGHT = {"atol": 1e-5, "rtol": 1e-5}
 HEAD_DIM = 8  # the schemes' head_dim (longrope's factors fit it) ...
 WIDTH = 40  # ... decoupled from the attention's width (40 // 4 = 10): exercises head_dim too
 
-#: id -> MultiHeadAttention options
+#: id -> AttentionConfig fields
 MECHANISMS: dict[str, dict[str, Any]] = {
     "softcap": {"softcap": 2.0},
     "qk-norm": {"qk_norm": True},
@@ -62,12 +62,9 @@ def make(
         WIDTH,
         N_HEADS,
         n_kv_heads,
-        head_dim=HEAD_DIM,
+        AttentionConfig(window=window, causal=causal, backend=backend, **MECHANISMS[mechanism]),
         position=scheme,
-        window=window,
-        causal=causal,
-        backend=backend,
-        **MECHANISMS[mechanism],
+        head_dim=HEAD_DIM,
     )
     with torch.no_grad():
         for name, p in attn.named_parameters():
@@ -115,7 +112,9 @@ def test_softcap_picks_a_backend_that_can_run_it() -> None:
         attn(x, backend="sdpa")
     q = torch.randn(1, 4, 3, 8)
     with pytest.raises(ValueError, match="cannot run in the sdpa backend"):
-        attend(q, q, q, torch.arange(3), torch.arange(3), softcap=1.0, backend="sdpa")
+        attend(
+            q, q, q, torch.arange(3), torch.arange(3), AttentionSpec(softcap=1.0), options=AttendOptions(backend="sdpa")
+        )
 
 
 # ------------------------------------------------------------------------------------ oracles
@@ -128,11 +127,11 @@ def test_softcap_weights_follow_the_gemma2_formula() -> None:
     q = q * 4  # large logits: the cap bends them
     pos = torch.arange(6)
     cap, scale = 1.5, 8**-0.5
-    _, weights = attend(q, k, v, pos, pos, softcap=cap, need_weights=True)
+    _, weights = attend(q, k, v, pos, pos, AttentionSpec(softcap=cap), options=AttendOptions(need_weights=True))
     logits = cap * torch.tanh((q @ k.transpose(-1, -2)) * scale / cap)
     logits = logits.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
     assert_close(weights, torch.softmax(logits, -1), **TIGHT)
-    _, plain = attend(q, k, v, pos, pos, need_weights=True)
+    _, plain = attend(q, k, v, pos, pos, options=AttendOptions(need_weights=True))
     assert (plain - weights).abs().max() > 1e-2  # the cap changed something
 
 
@@ -141,7 +140,7 @@ def test_sink_weights_follow_the_gpt_oss_formula() -> None:
     q, k, v = _qkv(hkv=2)
     pos = torch.arange(6)
     sinks = torch.tensor([0.0, 1.0, -2.0, 3.0])
-    out, weights = attend(q, k, v, pos, pos, sinks=sinks, need_weights=True)
+    out, weights = attend(q, k, v, pos, pos, AttentionSpec(sinks=sinks), options=AttendOptions(need_weights=True))
     kk = k.repeat_interleave(2, dim=1)
     logits = (q @ kk.transpose(-1, -2)) * 8**-0.5
     logits = logits.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
@@ -149,7 +148,9 @@ def test_sink_weights_follow_the_gpt_oss_formula() -> None:
     assert_close(weights, logits.exp() / denom, **TIGHT)
     assert_close(out, weights @ v.repeat_interleave(2, dim=1), **TIGHT)
     assert (weights.sum(-1) < 1).all()
-    assert_close(attend(q, k, v, pos, pos, sinks=sinks, backend="sdpa")[0], out, **TIGHT)
+    assert_close(
+        attend(q, k, v, pos, pos, AttentionSpec(sinks=sinks), options=AttendOptions(backend="sdpa"))[0], out, **TIGHT
+    )
 
 
 @pytest.mark.parametrize("hkv,dv", [(4, 16), (2, 16), (2, 24)])
@@ -167,23 +168,23 @@ def test_causal_sinks_run_in_one_fused_call_equal_to_eager(monkeypatch, hkv: int
     v = torch.randn(2, hkv, T, dv, generator=gen, requires_grad=True)
     sinks = (torch.randn(4, generator=gen) * 2).requires_grad_()
     pos = torch.arange(T)
-    ref, _ = attend(q, k, v, pos, pos, sinks=sinks, backend="eager")
+    ref, _ = attend(q, k, v, pos, pos, AttentionSpec(sinks=sinks), options=AttendOptions(backend="eager"))
     grads_ref = torch.autograd.grad(ref.square().sum(), (q, k, v, sinks))
     monkeypatch.setattr(attention_module, "_blocked_sdpa", no_blocks)
     monkeypatch.setattr(attention_module, "_sdpa_block", no_blocks)
-    out, _ = attend(q, k, v, pos, pos, sinks=sinks, backend="sdpa")
+    out, _ = attend(q, k, v, pos, pos, AttentionSpec(sinks=sinks), options=AttendOptions(backend="sdpa"))
     grads = torch.autograd.grad(out.square().sum(), (q, k, v, sinks))
     assert_close(out, ref, atol=1e-5, rtol=1e-4)
     for got, want in zip(grads, grads_ref):
         assert_close(got, want, atol=1e-4, rtol=1e-4)
-    no_sinks, _ = attend(q, k, v, pos, pos, backend="sdpa")
+    no_sinks, _ = attend(q, k, v, pos, pos, options=AttendOptions(backend="sdpa"))
     assert (no_sinks - out).abs().max() > 1e-2  # the sinks changed the output
 
 
 def test_chunk_mask_is_same_chunk_and_causal() -> None:
     q, k, v = _qkv(Tq=11, Tk=11)
     pos = torch.arange(11)
-    _, weights = attend(q, k, v, pos, pos, chunk=4, need_weights=True)
+    _, weights = attend(q, k, v, pos, pos, AttentionSpec(chunk=4), options=AttendOptions(need_weights=True))
     i, j = pos[:, None], pos[None, :]
     allowed = (j <= i) & (j // 4 == i // 4)
     assert (weights[..., ~allowed] == 0).all() and (weights[..., allowed] > 0).all()
@@ -243,13 +244,36 @@ def test_every_mechanism_keeps_shape_and_dtype(dtype: torch.dtype, backend: str)
     ],
 )
 def test_bad_mechanism_options_are_named(options: dict, needle: str) -> None:
+    fields = {key: value for key, value in options.items() if key != "head_dim"}
     with pytest.raises(ValueError, match=needle):
-        MultiHeadAttention(D_MODEL, N_HEADS, **options)
+        MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(**fields), head_dim=options.get("head_dim"))
     with pytest.raises(TypeError, match="sinks must be a bool"):
-        MultiHeadAttention(D_MODEL, N_HEADS, sinks=1)
+        MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(sinks=1))
     q = torch.randn(1, 4, 3, 8)
     with pytest.raises(ValueError, match=r"sinks must be a tensor of shape \[4\]"):
-        attend(q, q, q, torch.arange(3), torch.arange(3), sinks=torch.zeros(3))
+        attend(q, q, q, torch.arange(3), torch.arange(3), AttentionSpec(sinks=torch.zeros(3)))
+
+
+def test_layer_settings_are_one_validated_config() -> None:
+    """A layer attribute reads its ``AttentionConfig``; assigning one checks it like the constructor does."""
+    attn = MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(window=4, chunk=3))
+    assert (attn.window, attn.chunk, attn.query_chunk) == (4, 3, 128)
+    attn.query_chunk = 8
+    assert attn.attention == AttentionConfig(window=4, chunk=3, query_chunk=8)
+    for field, bad in (("query_chunk", 0), ("window", -1), ("backend", "cudnn"), ("dropout", 1.0)):
+        with pytest.raises(ValueError, match=field if field != "backend" else "unknown attention backend"):
+            setattr(attn, field, bad)
+    assert attn.attention.query_chunk == 8  # a refused value leaves the layer as it was
+    attn.attention = attn.attention.with_(scale=0.5)
+    assert attn.scale == 0.5 and MultiHeadAttention(D_MODEL, N_HEADS).scale == pytest.approx(
+        (D_MODEL // N_HEADS) ** -0.5
+    )
+    with pytest.raises(TypeError, match="attention must be an AttentionConfig, got dict"):
+        MultiHeadAttention(D_MODEL, N_HEADS, attention={"window": 4})
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
+        AttendOptions(dropout=1.5)
+    with pytest.raises(TypeError, match="spec must be an AttentionSpec"):
+        attend(q := torch.randn(1, 4, 3, 8), q, q, torch.arange(3), torch.arange(3), {"causal": True})
 
 
 # ------------------------------------------------------------------------------------ GPT and layer_pattern
@@ -445,6 +469,16 @@ def test_mla_gpt_cache_and_errors() -> None:
         GPTConfig(mla={**MLA_DIMS, "kv_rank": 3})
     with pytest.raises(ValueError, match="mla qk_rope_head_dim must be even"):
         GPTConfig(mla={**MLA_DIMS, "qk_rope_head_dim": 3})
+
+
+def test_mla_takes_the_layer_config_and_refuses_what_it_does_not_compute() -> None:
+    from poslab.nn.mla import MultiHeadLatentAttention
+
+    attn = MultiHeadLatentAttention(D_MODEL, N_HEADS, AttentionConfig(window=3, backend="eager"), **MLA_DIMS)
+    assert (attn.window, attn.backend, attn.causal) == (3, "eager", True)
+    for field, value in (("softcap", 2.0), ("chunk", 4), ("sinks", True), ("qk_norm", True)):
+        with pytest.raises(ValueError, match=f"multi-head latent attention does not compute {field}="):
+            MultiHeadLatentAttention(D_MODEL, N_HEADS, AttentionConfig(**{field: value}), **MLA_DIMS)
 
 
 def test_kv_cache_bytes_per_token_mha_gqa_mqa_mla() -> None:

@@ -27,7 +27,7 @@ from transformers.models.gpt2.modeling_gpt2 import GPT2Attention  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding  # noqa: E402
 from transformers.models.t5.modeling_t5 import T5Attention  # noqa: E402
 
-from poslab import GPT, GPTConfig, MultiHeadAttention, positions  # noqa: E402
+from poslab import GPT, AttentionConfig, GPTConfig, MultiHeadAttention, positions  # noqa: E402
 from poslab.nn.positions.alibi import alibi_slopes  # noqa: E402
 from poslab.nn.positions.rope import RopeConfig, rope_parameters  # noqa: E402
 from poslab.nn.positions.t5 import relative_position_bucket  # noqa: E402
@@ -245,7 +245,12 @@ def _poslab_from_llama(hf: LlamaAttention, cfg: LlamaConfig) -> MultiHeadAttenti
     """A poslab attention layer holding the HF layer's weights and the mapped RoPE."""
     rope = positions.build("rope", poslab_rope_config(cfg))
     attn = MultiHeadAttention(
-        cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, causal=True, bias=False, position=rope
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        AttentionConfig(causal=True),
+        position=rope,
+        bias=False,
     )
     with torch.no_grad():
         attn.qkv.weight.copy_(torch.cat((hf.q_proj.weight, hf.k_proj.weight, hf.v_proj.weight), dim=0))
@@ -323,7 +328,9 @@ def test_gpt2_attention_with_learned_positions_equals_poslab() -> None:
         hf.c_proj.bias.normal_()
     wpe = torch.nn.Embedding(cfg.n_positions, cfg.n_embd)
     learned = positions.build("learned", n_embd=cfg.n_embd, max_len=cfg.n_positions)
-    ours = MultiHeadAttention(cfg.n_embd, cfg.n_head, causal=True, bias=True, position=learned).eval()
+    ours = MultiHeadAttention(
+        cfg.n_embd, cfg.n_head, attention=AttentionConfig(causal=True), position=learned, bias=True
+    ).eval()
     with torch.no_grad():
         learned.table.weight.copy_(wpe.weight)
         _copy_conv1d(ours.qkv, hf.c_attn)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from conftest import D_MODEL, N_HEADS, VOCAB
 from torch.testing import assert_close
 
-from poslab import GPT, GPTConfig, KVCache, MultiHeadAttention, positions
+from poslab import GPT, AttentionConfig, GPTConfig, KVCache, MultiHeadAttention, positions
 from poslab.nn.positions.base import PositionScheme, relative_distance
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -150,13 +150,13 @@ def test_every_scheme_geometry_is_checked_at_construction(name: str) -> None:
 def test_t5_in_a_causal_layer_follows_the_layer() -> None:
     """A bidirectional T5 bias in a causal layer would give past distances only half of the 32 buckets."""
     scheme = positions.build("t5", n_heads=4)
-    MultiHeadAttention(32, 4, position=scheme, causal=True)
+    MultiHeadAttention(32, 4, attention=AttentionConfig(causal=True), position=scheme)
     assert scheme.config.bidirectional is False
     pos = torch.arange(300)
     past = scheme.buckets(pos, pos)[torch.ones(300, 300, dtype=torch.bool).tril()]
     assert past.unique().numel() == scheme.config.num_buckets  # every bucket serves a distance the layer sees
     encoder = positions.build("t5", n_heads=4)
-    MultiHeadAttention(32, 4, position=encoder, causal=False)
+    MultiHeadAttention(32, 4, attention=AttentionConfig(causal=False), position=encoder)
     assert encoder.config.bidirectional is True
 
 

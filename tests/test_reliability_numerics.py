@@ -24,7 +24,7 @@ from conftest import ALL_VARIANTS as VARIANTS  # every scheme and every rotary c
 from conftest import BLOCK, make_gpt
 
 from poslab import positions
-from poslab.nn.attention import attend
+from poslab.nn.attention import AttendOptions, AttentionSpec, attend
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 #: max |error| vs fp64 allowed for the attention output (|v| <= ~4): a few 16-bit roundings.
@@ -99,13 +99,9 @@ def test_attention_core_with_logits_near_1e4(backend, dtype, request):
                         v,
                         pos,
                         pos,
-                        causal=True,
-                        window=W if masked else None,
+                        AttentionSpec(causal=True, window=W if masked else None, bias_fn=bias_fn, scale=1.0),
                         attn_mask=padding.expand(B, 1, T, T) if masked else None,
-                        bias_fn=bias_fn,
-                        scale=1.0,
-                        backend=backend,
-                        query_chunk=query_chunk,
+                        options=AttendOptions(backend=backend, query_chunk=query_chunk),
                     )
                 out.float().sum().backward()
                 expected = _reference(q.detach(), k, v, keep, alibi if biased else None, 1.0)
@@ -137,7 +133,7 @@ def test_eager_weights_are_fp32_under_autocast():
     pos = torch.arange(8)
     for dtype in DTYPES.values():
         with torch.autocast("cpu", dtype=dtype):
-            _, weights = attend(q, k, v, pos, pos, need_weights=True)
+            _, weights = attend(q, k, v, pos, pos, options=AttendOptions(need_weights=True))
         assert weights.dtype == torch.float32
         assert torch.allclose(weights.sum(-1), torch.ones(()), atol=1e-6)
 
@@ -292,7 +288,7 @@ def test_flex_backend_fully_masked_rows_and_large_logits(request):
     q, k, v = _stress_qkv(1, 2, 32, 8, torch.float32, seed=3)
     q_pos = torch.arange(32)
     k_pos = torch.arange(32) + 8  # keys 8..39: queries 0..7 see no key under the causal mask
-    out, _ = attend(q, k, v, q_pos, k_pos, causal=True, backend="flex", scale=1.0)
+    out, _ = attend(q, k, v, q_pos, k_pos, AttentionSpec(causal=True, scale=1.0), options=AttendOptions(backend="flex"))
     keep = k_pos[None, :] <= q_pos[:, None]
     expected = _reference(q, k, v, keep, None, 1.0)
     FIGURES["cases"] += 1

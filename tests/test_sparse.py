@@ -10,7 +10,7 @@ import torch
 from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, Variant, make_attention, make_scheme
 from torch.testing import assert_close
 
-from poslab import MultiHeadAttention
+from poslab import AttentionConfig, MultiHeadAttention
 from poslab.nn.sparse import (
     SELF_LOGIT,
     AdaptiveSpanAttention,
@@ -300,8 +300,8 @@ def test_span_is_learned_and_penalised() -> None:
         ({"max_span": 0}, ValueError, "max_span must be a positive integer, got 0"),
         ({"ramp": -2}, ValueError, "ramp must be a positive integer, got -2"),
         ({"init_ratio": 1.5}, ValueError, r"init_ratio must be in \[0, 1\]"),
-        ({"causal": False}, ValueError, "adaptive span is defined for causal attention"),
-        ({"backend": "flex"}, ValueError, "flex backend cannot express"),
+        ({"attention": AttentionConfig(causal=False)}, ValueError, "adaptive span is defined for causal attention"),
+        ({"attention": AttentionConfig(backend="flex")}, ValueError, "flex backend cannot express"),
     ],
 )
 def test_adaptive_span_bad_input(kwargs: dict, error: type, message: str) -> None:

@@ -12,7 +12,7 @@ import torch
 from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, Variant, make_attention, make_gpt
 from torch.testing import assert_close
 
-from poslab import GPTConfig, MultiHeadAttention
+from poslab import AttentionConfig, GPTConfig, MultiHeadAttention
 from poslab.nn.attention import position_mask
 
 B, T = 2, 10
@@ -178,7 +178,7 @@ def test_window_flex_equals_brute_force(variant: Variant, W: int) -> None:
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True, "4"])
 def test_bad_window_is_rejected(bad: object) -> None:
     with pytest.raises(ValueError, match="window must be a positive integer"):
-        MultiHeadAttention(D_MODEL, N_HEADS, window=bad)
+        MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(window=bad))
     with pytest.raises(ValueError, match="window"):
         GPTConfig(window=bad)
 

@@ -4,7 +4,7 @@ gpt-oss attention (OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card",
 https://arxiv.org/abs/2508.10925): GQA with biases, RoPE (YaRN), layers alternating between a
 sliding window of ``sliding_window`` keys and full attention (``layer_types``), and **attention
 sinks**: one learned logit per head appended to every row of logits before the softmax and dropped
-after it (``MultiHeadAttention(sinks=True)``, parameter ``sinks``).
+after it (``AttentionConfig(sinks=True)``, parameter ``sinks``).
 
 Every gpt-oss MLP is a routed mixture of experts, which ``poslab.GPT`` does not implement, so
 :func:`poslab.from_hf` refuses the whole model (naming ``num_local_experts``) and this module maps
@@ -22,7 +22,7 @@ from torch import nn
 
 from poslab.interop import common as m
 from poslab.nn import positions
-from poslab.nn.attention import MultiHeadAttention
+from poslab.nn.attention import AttentionConfig, MultiHeadAttention
 from poslab.nn.positions.base import PositionScheme
 
 FAMILY = "gpt_oss"
@@ -77,11 +77,9 @@ def attention_from_hf(
         config.hidden_size,
         config.num_attention_heads,
         config.num_key_value_heads,
+        AttentionConfig(window=int(config.sliding_window) if kind == m.SLIDING else None, sinks=True, backend=backend),
         bias=bias,
         head_dim=head_dim,
-        sinks=True,
-        window=int(config.sliding_window) if kind == m.SLIDING else None,
-        backend=backend,
     )
     tensors = {k: v.detach() for k, v in model.state_dict().items()}
     prefix = (

@@ -139,7 +139,7 @@ def build_poslab(x: Tensor, T: int, *, scheme: str, window: int | None = None, m
     """poslab's :class:`~poslab.nn.attention.MultiHeadAttention` with position scheme ``scheme``
     (and one of :data:`MECHANISMS`: soft-capping, QK-norm, sinks, temperature tuning)."""
     from poslab.nn import positions
-    from poslab.nn.attention import MultiHeadAttention
+    from poslab.nn.attention import AttentionConfig, MultiHeadAttention
 
     if mechanism is not None and mechanism not in MECHANISMS:
         raise ValueError(f"unknown mechanism {mechanism!r}; known: {', '.join(MECHANISMS)}")
@@ -147,7 +147,9 @@ def build_poslab(x: Tensor, T: int, *, scheme: str, window: int | None = None, m
         scheme, {}, {"n_embd": D_MODEL, "n_heads": HEADS, "head_dim": HEAD_DIM, "max_len": T, "bidirectional": False}
     )
     options = MECHANISMS[mechanism] if mechanism is not None else {}
-    module = MultiHeadAttention(D_MODEL, HEADS, position=position, window=window, bias=False, **options)
+    module = MultiHeadAttention(
+        D_MODEL, HEADS, attention=AttentionConfig(window=window, **options), position=position, bias=False
+    )
     module.add_module("scheme", position)
     pos = torch.arange(T)
 

@@ -28,7 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.nn.attention import AttentionSpec, attend, check_backend_name, rotate_with_cache
+from poslab.nn.attention import AttendOptions, AttentionConfig, AttentionSpec, attend, rotate_with_cache
+from poslab.nn.attention.config import require_config
+from poslab.nn.attention.module import DEFAULT_CONFIG, ConfigAttribute
 from poslab.nn.positions.base import PositionScheme
 
 #: keys of ``GPTConfig.mla``
@@ -142,53 +144,54 @@ class MultiHeadLatentAttention(nn.Module):
 
     Args:
         d_model, n_heads: width and heads.
-        kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim: MLA dimensions
-            (``q_lora_rank=None``: one full query projection).
-        causal, dropout, bias, position, backend, window, scale: as :class:`~poslab.nn.attention.MultiHeadAttention`
-            (``bias``: on ``q_a``/``kv_a`` and the output projection, as DeepSeek's ``attention_bias``).
-        latent_eps: epsilon of the latent RMSNorms.
+        attention: the layer's :class:`~poslab.nn.attention.AttentionConfig`, as for
+            :class:`~poslab.nn.attention.MultiHeadAttention`; MLA refuses a config that switches on
+            a mechanism in :attr:`UNSUPPORTED`.
+        position: the rotary (or no) position scheme.
+        bias: on ``q_a``/``kv_a`` and the output projection, as DeepSeek's ``attention_bias``.
         absorb: decode single tokens with the absorbed projections (equal to the naive path).
+        dims: the MLA dimensions ``kv_lora_rank``, ``q_lora_rank`` (``None``: one full query
+            projection), ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim`` and ``latent_eps``
+            (the epsilon of the latent RMSNorms), checked by :func:`validate_mla`.
     """
+
+    #: the :class:`AttentionConfig` mechanisms MLA does not compute (each must be off: ``None``/``False``)
+    UNSUPPORTED = ("chunk", "softcap", "sinks", "qk_norm", "temperature_tuning")
+
+    causal = ConfigAttribute()
+    window = ConfigAttribute()
+    dropout = ConfigAttribute()
+    backend = ConfigAttribute()
 
     def __init__(
         self,
         d_model: int,
         n_heads: int,
-        *,
-        kv_lora_rank: int,
-        qk_nope_head_dim: int,
-        qk_rope_head_dim: int,
-        v_head_dim: int,
-        q_lora_rank: int | None = None,
-        causal: bool = True,
-        dropout: float = 0.0,
-        bias: bool = False,
+        attention: AttentionConfig = DEFAULT_CONFIG,
         position: PositionScheme | None = None,
-        backend: str = "auto",
-        window: int | None = None,
-        scale: float | None = None,
-        latent_eps: float = 1e-6,
+        *,
+        bias: bool = False,
         absorb: bool = False,
+        **dims: Any,
     ) -> None:
         super().__init__()
-        dims = validate_mla(
-            {
-                "kv_lora_rank": kv_lora_rank,
-                "q_lora_rank": q_lora_rank,
-                "qk_nope_head_dim": qk_nope_head_dim,
-                "qk_rope_head_dim": qk_rope_head_dim,
-                "v_head_dim": v_head_dim,
-                "latent_eps": latent_eps,
-            }
-        )
-        check_backend_name(backend)
+        dims = validate_mla(dims)
+        require_config(attention)
+        for name in self.UNSUPPORTED:
+            if getattr(attention, name) not in (None, False):
+                raise ValueError(
+                    f"multi-head latent attention does not compute {name}={getattr(attention, name)!r}; "
+                    f"leave {', '.join(self.UNSUPPORTED)} off"
+                )
+        self.attention = attention
         self.d_model, self.n_heads = d_model, n_heads
         self.n_kv_heads = n_heads
-        self.r, self.dn, self.dr, self.dv = kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+        self.r, self.dn = dims["kv_lora_rank"], dims["qk_nope_head_dim"]
+        self.dr, self.dv = dims["qk_rope_head_dim"], dims["v_head_dim"]
         self.head_dim = self.dn + self.dr
         self.q_lora_rank = dims["q_lora_rank"]
-        self.causal, self.dropout, self.backend, self.window, self.absorb = causal, dropout, backend, window, absorb
-        self.scale = scale if scale is not None else 1.0 / math.sqrt(self.head_dim)
+        self.absorb = absorb
+        self.scale = attention.scale if attention.scale is not None else 1.0 / math.sqrt(self.head_dim)
         self.position = position
         if self.q_lora_rank is None:
             self.q = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
@@ -275,13 +278,17 @@ class MultiHeadLatentAttention(nn.Module):
                 v.contiguous(),
                 pos,
                 k_pos,
-                spec=spec,
+                spec,
                 attn_mask=attn_mask,
-                dropout=self.dropout if self.training else 0.0,
-                backend=backend or self.backend,
-                need_weights=need_weights,
-                probe=self.scores_probe,
-                increasing=pos_increasing,
+                options=AttendOptions(
+                    backend=backend or self.backend,
+                    dropout=self.dropout if self.training else 0.0,
+                    need_weights=need_weights,
+                    query_chunk=self.attention.query_chunk,
+                    recompute_threshold=self.attention.recompute_threshold,
+                    probe=self.scores_probe,
+                    increasing=pos_increasing,
+                ),
             )
             out = out[..., : self.dv]  # [B, h, T, dv]
         if head_mask is not None:

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from poslab.config_keys import reject_unknown_keys
 from poslab.nn import positions
-from poslab.nn.attention import BACKENDS, KVCache, MultiHeadAttention, validate_geometry
+from poslab.nn.attention import BACKENDS, AttentionConfig, KVCache, MultiHeadAttention, validate_geometry
 from poslab.nn.memory import SegmentMemory
 from poslab.nn.positions.base import PositionScheme
 
@@ -253,7 +253,7 @@ class GPTConfig:
 
     def _validate_modern(self) -> None:
         """Checks of the attention-mechanism fields and of ``layer_pattern`` (each names the field)."""
-        from poslab.nn.attention import check_mechanisms, validate_head_dim, validate_temperature_tuning
+        from poslab.nn.attention import validate_chunk, validate_head_dim, validate_temperature_tuning
 
         if self.attn_head_dim is not None:
             validate_head_dim(self.attn_head_dim)
@@ -267,15 +267,8 @@ class GPTConfig:
         for key in ("qk_norm", "qk_norm_affine", "attn_sinks"):
             if not isinstance(getattr(self, key), bool):
                 raise TypeError(f"{key} must be a bool, got {getattr(self, key)!r}")
-        try:
-            check_mechanisms(self.n_head, None, None, self.attn_chunk)
-            validate_temperature_tuning(self.attn_temperature)
-        except ValueError as err:
-            raise ValueError(
-                str(err)
-                .replace("chunk must", "attn_chunk must")
-                .replace("temperature_tuning must", "attn_temperature must")
-            ) from None
+        validate_chunk(self.attn_chunk, "attn_chunk")
+        validate_temperature_tuning(self.attn_temperature, "attn_temperature")
         if self.attn_temperature is not None:
             self.attn_temperature = [float(x) for x in self.attn_temperature]
         if self.mla is not None:
@@ -468,20 +461,17 @@ class Block(nn.Module):
         norm_bias = cfg.bias_of("norm")
         self.residual = cfg.residual
         self.norm1 = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
-        self.attn = MultiHeadAttention(
-            cfg.n_embd,
-            cfg.n_head,
-            cfg.kv_heads,
-            causal=cfg.causal,
-            dropout=cfg.dropout,
-            bias=cfg.bias_of("attn"),
-            backend=cfg.backend,
-            window=cfg.layer_value(layer, "window"),
-            scale=cfg.attn_scale,
-            **attention_options(cfg, layer),
-        )
         if cfg.mla is not None:
             self.attn = latent_attention(cfg, layer)
+        else:
+            self.attn = MultiHeadAttention(
+                cfg.n_embd,
+                cfg.n_head,
+                cfg.kv_heads,
+                attention_config(cfg, layer),
+                bias=cfg.bias_of("attn"),
+                head_dim=cfg.attn_head_dim,
+            )
         if cfg.clip_qkv is not None:
             fused = self.attn.qkv
             self.attn.qkv = ClippedLinear(fused.in_features, fused.out_features, fused.bias is not None, cfg.clip_qkv)
@@ -519,19 +509,24 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-def attention_options(cfg: GPTConfig, layer: int) -> dict[str, Any]:
-    """The :class:`MultiHeadAttention` keyword options of layer ``layer`` (mechanism fields + overrides)."""
+def attention_config(cfg: GPTConfig, layer: int) -> AttentionConfig:
+    """Layer ``layer``'s :class:`AttentionConfig` (its ``layer_pattern`` overrides applied): the one
+    place where GPTConfig's flat field names meet the attention layer's."""
     temperature = cfg.layer_value(layer, "attn_temperature")
-    return {
-        "head_dim": cfg.attn_head_dim,
-        "softcap": cfg.attn_softcap,
-        "qk_norm": cfg.layer_value(layer, "qk_norm"),
-        "qk_norm_eps": cfg.norm_eps,
-        "qk_norm_affine": cfg.qk_norm_affine,
-        "sinks": cfg.attn_sinks,
-        "chunk": cfg.layer_value(layer, "attn_chunk"),
-        "temperature_tuning": tuple(temperature) if temperature is not None else None,
-    }
+    return AttentionConfig(
+        causal=cfg.causal,
+        window=cfg.layer_value(layer, "window"),
+        chunk=cfg.layer_value(layer, "attn_chunk"),
+        softcap=cfg.attn_softcap,
+        scale=cfg.attn_scale,
+        sinks=cfg.attn_sinks,
+        dropout=cfg.dropout,
+        qk_norm=cfg.layer_value(layer, "qk_norm"),
+        qk_norm_eps=cfg.norm_eps,
+        qk_norm_affine=cfg.qk_norm_affine,
+        temperature_tuning=tuple(temperature) if temperature is not None else None,
+        backend=cfg.backend,
+    )
 
 
 def latent_attention(cfg: GPTConfig, layer: int) -> nn.Module:
@@ -539,15 +534,7 @@ def latent_attention(cfg: GPTConfig, layer: int) -> nn.Module:
     from poslab.nn.mla import MultiHeadLatentAttention
 
     return MultiHeadLatentAttention(
-        cfg.n_embd,
-        cfg.n_head,
-        **cfg.mla,
-        causal=cfg.causal,
-        dropout=cfg.dropout,
-        bias=cfg.bias_of("attn"),
-        backend=cfg.backend,
-        window=cfg.layer_value(layer, "window"),
-        scale=cfg.attn_scale,
+        cfg.n_embd, cfg.n_head, attention_config(cfg, layer), bias=cfg.bias_of("attn"), **cfg.mla
     )
 
 

@@ -33,7 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.nn.attention import MergeHeads, MultiHeadAttention, SplitHeads, validate_geometry
+from poslab.nn.attention import AttentionConfig, MergeHeads, MultiHeadAttention, SplitHeads, validate_geometry
+from poslab.nn.attention.config import require_config
+from poslab.nn.attention.module import DEFAULT_CONFIG
 from poslab.nn.positions.base import PositionScheme
 
 #: the logit Reformer gives a token attending to itself (only used when nothing else is visible)
@@ -72,9 +74,9 @@ class AxialAttention(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        kwargs = {"causal": causal, "backend": backend, "bias": bias}
-        self.row = MultiHeadAttention(d_model, n_heads, n_kv_heads, position=row_position, **kwargs)
-        self.col = MultiHeadAttention(d_model, n_heads, n_kv_heads, position=col_position, **kwargs)
+        attention = AttentionConfig(causal=causal, backend=backend)
+        self.row = MultiHeadAttention(d_model, n_heads, n_kv_heads, attention, row_position, bias=bias)
+        self.col = MultiHeadAttention(d_model, n_heads, n_kv_heads, attention, col_position, bias=bias)
         self.d_model = d_model
 
     def forward(self, x: Tensor) -> Tensor:
@@ -335,7 +337,8 @@ class AdaptiveSpanAttention(MultiHeadAttention):
         ramp: ``R``, the width of the soft ramp.
         init_ratio: initial ``z / S`` of every head.
         span_loss_coef: ``lambda`` of :meth:`span_loss`.
-        kwargs: passed to :class:`MultiHeadAttention` (``position``, ``backend``, ``window`` ...).
+        kwargs: passed to :class:`MultiHeadAttention` (``attention``, ``position``, ``bias``, ``head_dim``;
+            ``attention.causal`` must be True and its backend not ``flex``).
     """
 
     def __init__(
@@ -350,9 +353,10 @@ class AdaptiveSpanAttention(MultiHeadAttention):
         span_loss_coef: float = 2e-6,
         **kwargs,
     ) -> None:
-        if kwargs.get("causal", True) is not True:
+        attention = require_config(kwargs.get("attention", DEFAULT_CONFIG))
+        if attention.causal is not True:
             raise ValueError("adaptive span is defined for causal attention (distances i - j >= 0); got causal=False")
-        if kwargs.get("backend", "auto") == "flex":
+        if attention.backend == "flex":
             raise ValueError(
                 "adaptive span adds a learned bias the flex backend cannot express; use auto, sdpa or eager"
             )

@@ -19,6 +19,8 @@ With ``sinks=0`` the same class is plain window attention with the same position
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import Tensor
 
@@ -46,7 +48,7 @@ class StreamingKVCache(KVCache):
         dtype, device: storage.
     """
 
-    reassigns_positions = True
+    reassigns_positions: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -14,14 +14,16 @@ import torch
 from torch import Tensor
 
 from poslab.lab.exercises.base import Case, Exercise
-from poslab.nn.attention.core import attend
+from poslab.nn.attention import AttendOptions, AttentionSpec, attend
 
 
 def _stack(x: Tensor, weights: list[tuple[Tensor, Tensor, Tensor]]) -> Tensor:
     pos = torch.arange(x.shape[0])
     h = x[None, None]  # [1, 1, T, d]: one sequence, one head
     for wq, wk, wv in weights:
-        h, _ = attend(h @ wq, h @ wk, h @ wv, pos, pos, causal=True, backend="eager")
+        h, _ = attend(
+            h @ wq, h @ wk, h @ wv, pos, pos, AttentionSpec(causal=True), options=AttendOptions(backend="eager")
+        )
     return h[0, 0]  # [T, d]
 
 

@@ -46,7 +46,7 @@ from poslab.lab.report.i18n import t
 from poslab.lab.tables import KeyTable, MeanSd, Table, print_tables
 from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, bound, mean_sd
 from poslab.nn import positions
-from poslab.nn.attention import attend
+from poslab.nn.attention import AttendOptions, AttentionSpec, attend
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder
 
@@ -86,11 +86,8 @@ def _layer_entropy(attn: Any, x: Tensor, pos: Tensor, scheme: Any, query_block: 
             v[:, :, :k_end],
             pos[s:e],
             pos[:k_end],
-            causal=attn.causal,
-            window=attn.effective_window(),
-            bias_fn=bias_fn,
-            scale=attn.scale,
-            need_weights=True,
+            AttentionSpec(causal=attn.causal, window=attn.effective_window(), scale=attn.scale, bias_fn=bias_fn),
+            options=AttendOptions(need_weights=True),
         )
         rows.append(torch.special.entr(weights).sum(-1))  # -sum a ln a over keys: [B, h, e-s]
     return torch.cat(rows, dim=-1)  # [B, h, T]

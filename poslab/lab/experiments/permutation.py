@@ -21,7 +21,7 @@ from poslab.lab.experiments.common import FOUNDATION, Experiment
 from poslab.lab.experiments.training import print_claims
 from poslab.lab.verdicts import ClaimRecord, at_least, deterministic, get, num
 from poslab.nn import positions
-from poslab.nn.attention import MultiHeadAttention
+from poslab.nn.attention import AttentionConfig, MultiHeadAttention
 from poslab.nn.positions.base import PositionScheme
 
 EQUIVARIANT_BELOW = 1e-5
@@ -79,7 +79,7 @@ def permutation_difference(name: str, seed: int = 0) -> tuple[float, PositionSch
         "bidirectional": True,
     }
     scheme = positions.build_for_model(name, {}, context)
-    attn = MultiHeadAttention(D_MODEL, N_HEADS, causal=False, position=scheme)
+    attn = MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(causal=False), position=scheme)
     x = torch.randn(1, SEQ, D_MODEL)  # [B, T, d]
     perm = torch.randperm(SEQ)
     pos = torch.arange(SEQ)

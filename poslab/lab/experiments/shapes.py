@@ -19,7 +19,7 @@ from poslab.display import print_table
 from poslab.lab.experiments.common import FOUNDATION, Experiment
 from poslab.lab.experiments.training import print_claims
 from poslab.lab.verdicts import ClaimRecord, deterministic, get
-from poslab.nn.attention import MultiHeadAttention
+from poslab.nn.attention import AttentionConfig, MultiHeadAttention
 
 # the lesson's drawing, in order: (step, symbolic shape)
 SEED000_WALK = (
@@ -100,7 +100,7 @@ def run(out: Path, quick: bool = False) -> dict:
     torch.manual_seed(0)
     # sizes chosen pairwise distinct so each observed size names exactly one dimension
     batch, seq, d_model, n_heads = 2, 10, 512, 8
-    attn = MultiHeadAttention(d_model, n_heads, causal=True, backend="eager")
+    attn = MultiHeadAttention(d_model, n_heads, attention=AttentionConfig(causal=True, backend="eager"))
     walk = record_walk(attn, torch.randn(batch, seq, d_model))
     names = {
         batch: "batch",
@@ -136,7 +136,7 @@ def run(out: Path, quick: bool = False) -> dict:
     )
 
     # seed 001: n_embd 32 in 4 heads of 8 dims, one five-character line
-    attn_small = MultiHeadAttention(32, 4, causal=True, backend="eager")
+    attn_small = MultiHeadAttention(32, 4, attention=AttentionConfig(causal=True, backend="eager"))
     small = {step: shape for step, _, shape in record_walk(attn_small, torch.randn(1, 5, 32))}
     seed001 = {
         "q": list(small["Q"]),

@@ -51,7 +51,7 @@ from poslab.lab.experiments.training import print_claims
 from poslab.lab.premises import attach, fits_length
 from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import ClaimRecord, Premise, compare
-from poslab.nn.attention import MultiHeadAttention
+from poslab.nn.attention import AttentionConfig, MultiHeadAttention
 from poslab.nn.sparse import AdaptiveSpanAttention, AxialAttention, LSHAttention
 
 KINDS = ("full", "window", "axial", "lsh", "adaptive")
@@ -110,7 +110,7 @@ class Attention(nn.Module):
         if kind == "full":
             self.inner = MultiHeadAttention(D_MODEL, N_HEADS)
         elif kind == "window":
-            self.inner = MultiHeadAttention(D_MODEL, N_HEADS, window=WINDOW)
+            self.inner = MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(window=WINDOW))
         elif kind == "axial":
             self.width = axial_width(T)
             self.inner = AxialAttention(D_MODEL, N_HEADS, causal=True)

@@ -18,6 +18,8 @@ The package, bottom up (docs/attention.md describes it):
 * :mod:`~poslab.nn.attention.backends`: ``eager``, ``sdpa``, ``flex`` in a registry, each with a
   ``supports(spec, call)`` rule; ``auto`` takes the first (by priority) that is preferred on the
   device and supports the call.
+* :mod:`~poslab.nn.attention.config`: :class:`AttentionConfig` (a layer's settings) and
+  :class:`AttendOptions` (how one call runs).
 * :mod:`~poslab.nn.attention.core`: :func:`attend`.
 * :mod:`~poslab.nn.attention.cache`: :class:`KVCache`.
 * :mod:`~poslab.nn.attention.rotation`: the scheme's ``rotate`` around a cache (shared with MLA).
@@ -25,6 +27,7 @@ The package, bottom up (docs/attention.md describes it):
 """
 
 from poslab.nn.attention.backends import (
+    BACKENDS,
     CPU_LOWP_MATH_MAX_T,
     FLEX_CPU_BLOCK,
     REGISTRY,
@@ -40,7 +43,13 @@ from poslab.nn.attention.backends import (
 )
 from poslab.nn.attention.blocked import TRIM_TILE_BYTES, blocked, key_reach, trim_heap
 from poslab.nn.attention.cache import KVCache
-from poslab.nn.attention.core import DEFAULT_QUERY_CHUNK, DEFAULT_RECOMPUTE_THRESHOLD, attend, resolve_backend
+from poslab.nn.attention.config import (
+    DEFAULT_QUERY_CHUNK,
+    DEFAULT_RECOMPUTE_THRESHOLD,
+    AttendOptions,
+    AttentionConfig,
+)
+from poslab.nn.attention.core import attend, resolve_backend
 from poslab.nn.attention.inputs import (
     check_mask,
     check_qkv,
@@ -60,11 +69,9 @@ from poslab.nn.attention.spec import (
     position_mask,
     register_mask_term,
     unregister_mask_term,
+    validate_chunk,
     validate_window,
 )
-
-#: the built-in backend names (``auto`` first); :func:`backend_names` also lists registered ones
-BACKENDS = ("auto", "sdpa", "eager", "flex")
 
 __all__ = [
     "BACKENDS",
@@ -76,6 +83,8 @@ __all__ = [
     "REGISTRY",
     "SINK_PAD",
     "TRIM_TILE_BYTES",
+    "AttendOptions",
+    "AttentionConfig",
     "AttentionSpec",
     "Backend",
     "BiasFn",
@@ -106,6 +115,7 @@ __all__ = [
     "unregister_mask_term",
     "validate_geometry",
     "validate_head_dim",
+    "validate_chunk",
     "validate_temperature_tuning",
     "validate_window",
 ]

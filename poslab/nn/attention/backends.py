@@ -500,6 +500,8 @@ class Flex(Backend):
 
 #: the backends by name (``auto`` tries them in increasing :attr:`Backend.priority`; :func:`register_backend` adds one)
 REGISTRY: dict[str, Backend] = {b.name: b for b in (Sdpa(), Eager(), Flex())}
+#: the built-in backend names (``auto`` first); :func:`backend_names` also lists registered ones
+BACKENDS: tuple[str, ...] = ("auto", *REGISTRY)
 
 
 def register_backend(backend: Backend) -> None:
@@ -511,7 +513,7 @@ def register_backend(backend: Backend) -> None:
 
 def unregister_backend(name: str) -> None:
     """Remove a backend added by :func:`register_backend`."""
-    unregister(REGISTRY, name, ("sdpa", "eager", "flex"), "backend")
+    unregister(REGISTRY, name, BACKENDS, "backend")
 
 
 def backend_names() -> tuple[str, ...]:

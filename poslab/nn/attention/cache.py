@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import Tensor, nn
 
@@ -28,6 +30,12 @@ class KVCache(nn.Module):
     Attributes:
         length: tokens written so far (the default position of the next token).
         size: entries currently held (``min(length, capacity)`` for a rolling cache).
+        rolling, memory: the layout (see Args); attention reads ``memory`` to accept a ring
+            narrower than its window.
+        reassigns_positions: a class attribute, False here: the cache stores keys after ``rotate``
+            at their own positions. A subclass that gives entries positions by their place in the
+            cache (:class:`~poslab.nn.streaming.StreamingKVCache`) sets it True; attention then
+            stores keys unrotated and rotates them with the positions :meth:`update` returns.
 
     Args:
         batch_size, n_kv_heads, head_dim: cache geometry.
@@ -37,6 +45,8 @@ class KVCache(nn.Module):
         memory: segment-memory semantics (needs ``rolling``): every write attends the previous
             ``capacity`` tokens plus itself, so attention accepts the cache without a window.
     """
+
+    reassigns_positions: ClassVar[bool] = False
 
     def __init__(
         self,

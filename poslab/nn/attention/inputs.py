@@ -31,8 +31,10 @@ def validate_head_dim(head_dim: int) -> int:
     return head_dim
 
 
-def validate_temperature_tuning(value: tuple[float, float] | list[float] | None) -> tuple[float, float] | None:
-    """``None`` or ``(floor_scale > 0, attn_scale)`` as floats (Llama 4: ``(8192, 0.1)``)."""
+def validate_temperature_tuning(
+    value: tuple[float, float] | list[float] | None, name: str = "temperature_tuning"
+) -> tuple[float, float] | None:
+    """``None`` or ``(floor_scale > 0, attn_scale)`` as floats (Llama 4: ``(8192, 0.1)``); errors call it ``name``."""
     if value is None:
         return None
     ok = (
@@ -41,7 +43,7 @@ def validate_temperature_tuning(value: tuple[float, float] | list[float] | None)
         and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value)
     )
     if not ok or value[0] <= 0:
-        raise ValueError(f"temperature_tuning must be (floor_scale > 0, attn_scale) or None, got {value!r}")
+        raise ValueError(f"{name} must be (floor_scale > 0, attn_scale) or None, got {value!r}")
     return float(value[0]), float(value[1])
 
 

@@ -13,6 +13,7 @@ share one code path.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -20,13 +21,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.nn.attention.backends import check_backend_name
 from poslab.nn.attention.cache import KVCache
-from poslab.nn.attention.core import DEFAULT_QUERY_CHUNK, DEFAULT_RECOMPUTE_THRESHOLD, attend
-from poslab.nn.attention.inputs import validate_geometry, validate_head_dim, validate_temperature_tuning
+from poslab.nn.attention.config import AttendOptions, AttentionConfig, require_config
+from poslab.nn.attention.core import attend
+from poslab.nn.attention.inputs import validate_geometry, validate_head_dim
 from poslab.nn.attention.rotation import rotate_with_cache
-from poslab.nn.attention.spec import AttentionSpec, BiasFn, LazyScoreMod, check_mechanisms, validate_window
+from poslab.nn.attention.spec import AttentionSpec, BiasFn, LazyScoreMod
 from poslab.nn.positions.base import PositionScheme
+
+#: the default layer settings (plain causal attention, ``auto`` backend)
+DEFAULT_CONFIG = AttentionConfig()
 
 
 class SplitHeads(nn.Module):
@@ -49,6 +53,22 @@ class MergeHeads(nn.Module):
         return x.transpose(1, 2).reshape(B, T, h * dk)  # [B, h, T, d_k] -> [B, T, h, d_k] -> [B, T, d]
 
 
+class ConfigAttribute:
+    """A layer attribute that reads one field of the layer's :class:`AttentionConfig`; assigning it
+    replaces the config with a copy (validated again), so the config stays the one record."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, layer: MultiHeadAttention | None, owner: type | None = None) -> object:
+        if layer is None:
+            return self
+        return getattr(layer.attention, self.name)
+
+    def __set__(self, layer: MultiHeadAttention, value: object) -> None:
+        layer.attention = layer.attention.with_(**{self.name: value})
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (Vaswani et al. 2017) with GQA (Ainslie et al. 2023) and position hooks.
 
@@ -56,110 +76,99 @@ class MultiHeadAttention(nn.Module):
         d_model: model width ``d``.
         n_heads: query heads ``h``; ``d_k = d_model // n_heads``.
         n_kv_heads: key/value heads (``None`` = ``n_heads``; 1 = MQA); must divide ``n_heads``.
-        causal: mask future keys (by position).
-        dropout: attention-weight dropout (training only).
-        bias: biases on the qkv and output projections.
+        attention: the attention settings (:class:`~poslab.nn.attention.config.AttentionConfig`:
+            causal, window, chunk, soft-cap, scale, sinks, dropout, QK-norm, temperature tuning,
+            backend, blocking thresholds), validated when it is made. The layer exposes each field as
+            an attribute (``layer.window``); assigning one replaces ``layer.attention`` with a copy.
         position: the position scheme whose ``rotate`` / ``score_bias`` hooks run here (optional;
             a model sharing one scheme across layers passes it to :meth:`forward` instead).
-        backend: ``"auto"``, ``"sdpa"``, ``"eager"`` or ``"flex"``.
-        window: sliding window ``W``: query ``i`` sees keys ``j`` with ``i - W < j <= i``
-            (Mistral; ``|i - j| < W`` when not causal).
-        scale: softmax scale (default ``1/sqrt(d_k)``).
-        query_chunk: query block size of the blocked path (biases, masks and windows on more
-            queries than this run in blocks).
-        recompute_threshold: key count from which blocked float biases are recomputed in backward
-            (memory linear in ``T``) rather than kept.
+        bias: biases on the qkv and output projections.
         head_dim: per-head width ``d_k`` (default ``d_model // n_heads``; Gemma and Qwen3 decouple it:
             the projections are then ``d -> h*d_k`` and ``h*d_k -> d``).
-        softcap: attention-logit soft-capping ``c * tanh(s / c)`` (Gemma 2, https://arxiv.org/abs/2408.00118);
-            eager and flex only (``auto`` picks one, an explicit ``sdpa`` is refused).
-        qk_norm: RMSNorm over ``d_k`` on every query and key head before ``rotate`` (Qwen3, Gemma 3;
-            Dehghani et al. 2023, https://arxiv.org/abs/2302.05442); modules ``q_norm``/``k_norm``.
-        qk_norm_eps: epsilon of those norms.
-        qk_norm_affine: learned gains on them (False: Llama 4's weightless L2 norm).
-        sinks: a learned per-head sink logit in the softmax denominator (gpt-oss; Xiao et al. 2023,
-            https://arxiv.org/abs/2309.17453), parameter ``sinks [h]``.
-        chunk: chunked local attention: query ``i`` sees keys ``j`` with ``j // C == i // C`` (Llama 4).
-        temperature_tuning: ``(floor_scale, attn_scale)``: queries at position ``p`` are multiplied by
-            ``log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1`` after ``rotate`` (Llama 4's
-            attention-temperature tuning on its NoPE layers).
     """
+
+    causal = ConfigAttribute()
+    window = ConfigAttribute()
+    chunk = ConfigAttribute()
+    softcap = ConfigAttribute()
+    dropout = ConfigAttribute()
+    qk_norm = ConfigAttribute()
+    temperature_tuning = ConfigAttribute()
+    backend = ConfigAttribute()
+    query_chunk = ConfigAttribute()
+    recompute_threshold = ConfigAttribute()
 
     def __init__(
         self,
         d_model: int,
         n_heads: int,
         n_kv_heads: int | None = None,
-        *,
-        causal: bool = True,
-        dropout: float = 0.0,
-        bias: bool = True,
+        attention: AttentionConfig = DEFAULT_CONFIG,
         position: PositionScheme | None = None,
-        backend: str = "auto",
-        window: int | None = None,
-        scale: float | None = None,
-        query_chunk: int = DEFAULT_QUERY_CHUNK,
-        recompute_threshold: int = DEFAULT_RECOMPUTE_THRESHOLD,
+        *,
+        bias: bool = True,
         head_dim: int | None = None,
-        softcap: float | None = None,
-        qk_norm: bool = False,
-        qk_norm_eps: float = 1e-6,
-        qk_norm_affine: bool = True,
-        sinks: bool = False,
-        chunk: int | None = None,
-        temperature_tuning: tuple[float, float] | None = None,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         validate_geometry(d_model, n_heads, n_kv_heads)
-        check_backend_name(backend)
-        validate_window(window)
-        for label, value in (("query_chunk", query_chunk), ("recompute_threshold", recompute_threshold)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{label} must be a positive integer, got {value!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        require_config(attention)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.head_dim = d_model // n_heads if head_dim is None else validate_head_dim(head_dim)
-        self.causal, self.dropout, self.backend, self.window = causal, dropout, backend, window
-        self.query_chunk, self.recompute_threshold = query_chunk, recompute_threshold
-        self.scale = scale if scale is not None else 1.0 / math.sqrt(self.head_dim)
         self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)  # fused
         self.proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
         self.split_q = SplitHeads(n_heads)
         self.split_kv = SplitHeads(n_kv_heads)
         self.merge = MergeHeads()
         self.scores_probe = nn.Identity()  # sees [B, h, Tq, Tk] weights in the eager backend
+        self.attention = attention
         if position is not None:
             self.fit(position)
         self.position = position
-        self._init_mechanisms(softcap, qk_norm, qk_norm_eps, qk_norm_affine, sinks, chunk, temperature_tuning)
+        if attention.qk_norm:
+            eps, affine = float(attention.qk_norm_eps), attention.qk_norm_affine
+            self.q_norm = nn.RMSNorm(self.head_dim, eps=eps, elementwise_affine=affine)
+            self.k_norm = nn.RMSNorm(self.head_dim, eps=eps, elementwise_affine=affine)
+        self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if attention.sinks else None
 
-    def _init_mechanisms(
-        self,
-        softcap: float | None,
-        qk_norm: bool,
-        qk_norm_eps: float,
-        qk_norm_affine: bool,
-        sinks: bool,
-        chunk: int | None,
-        temperature_tuning: tuple[float, float] | None,
-    ) -> None:
-        """Validate and build the optional mechanisms (soft-cap, QK-norm, sinks, chunks, temperature)."""
-        check_mechanisms(self.n_heads, softcap, None, chunk)
-        for label, flag in (("qk_norm", qk_norm), ("qk_norm_affine", qk_norm_affine), ("sinks", sinks)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{label} must be a bool, got {flag!r}")
-        if isinstance(qk_norm_eps, bool) or not isinstance(qk_norm_eps, (int, float)) or not 0 < qk_norm_eps < math.inf:
-            raise ValueError(f"qk_norm_eps must be a positive number, got {qk_norm_eps!r}")
-        self.softcap = None if softcap is None else float(softcap)
-        self.chunk = chunk
-        self.temperature_tuning = validate_temperature_tuning(temperature_tuning)
-        self.qk_norm = qk_norm
-        if qk_norm:
-            self.q_norm = nn.RMSNorm(self.head_dim, eps=float(qk_norm_eps), elementwise_affine=qk_norm_affine)
-            self.k_norm = nn.RMSNorm(self.head_dim, eps=float(qk_norm_eps), elementwise_affine=qk_norm_affine)
-        self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if sinks else None
+    @property
+    def attention(self) -> AttentionConfig:
+        """The layer's settings (assigning a new config also rebuilds the calls' :class:`AttendOptions`)."""
+        return self._attention
+
+    @attention.setter
+    def attention(self, config: AttentionConfig) -> None:
+        self._attention = require_config(config)
+        # the options of the usual calls, made once (each takes microseconds to validate):
+        # keyed by (training, increasing); a per-call backend or need_weights makes its own
+        self._options = {
+            (training, increasing): AttendOptions(
+                backend=config.backend,
+                dropout=config.dropout if training else 0.0,
+                query_chunk=config.query_chunk,
+                recompute_threshold=config.recompute_threshold,
+                probe=self.scores_probe,
+                increasing=increasing,
+            )
+            for training in (False, True)
+            for increasing in (None, False, True)
+        }
+
+    @property
+    def scale(self) -> float:
+        """The softmax scale: ``attention.scale``, or ``1/sqrt(d_k)`` when it is ``None``."""
+        scale = self._attention.scale
+        return scale if scale is not None else 1.0 / math.sqrt(self.head_dim)
+
+    def options(self, backend: str | None, need_weights: bool, increasing: bool | None) -> AttendOptions:
+        """The :class:`AttendOptions` of one call in the current mode (``backend=None``: the layer's)."""
+        usual = self._options.get((self.training, increasing))
+        if usual is not None and (backend is None or backend == usual.backend) and not need_weights:
+            return usual
+        base = self._options[(self.training, None)]
+        return dataclasses.replace(
+            base, backend=backend or base.backend, need_weights=need_weights, increasing=increasing
+        )
 
     def temperature(self, q_pos: Tensor) -> Tensor:
         """Llama 4's per-position query multiplier ``[Tq]`` (fp32) of ``temperature_tuning``."""
@@ -241,8 +250,10 @@ class MultiHeadAttention(nn.Module):
                 f"convert one (x.to({self.qkv.weight.dtype}) or layer.to({x.dtype}))"
             )
         window = self.effective_window()
-        segment_cache = getattr(cache, "memory", False)  # Transformer-XL memory: the ring is the context
-        if cache is not None and cache.rolling and not segment_cache and (window is None or window > cache.capacity):
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+        # a segment-memory ring (Transformer-XL) is the context itself: it needs no window
+        if cache is not None and cache.rolling and not cache.memory and (window is None or window > cache.capacity):
             raise ValueError(
                 f"a rolling KV cache of capacity {cache.capacity} keeps only the last {cache.capacity} tokens, "
                 f"but this attention has window={window}; use window <= {cache.capacity}, a non-rolling cache, "
@@ -265,7 +276,7 @@ class MultiHeadAttention(nn.Module):
             k_pos = torch.cat((memory_pos.to(pos.device), pos))  # [M+T]
         update = None
         # a cache that assigns positions by place (StreamingLLM, poslab/nn/streaming.py) stores keys unrotated
-        replaced = cache is not None and getattr(cache, "reassigns_positions", False)
+        replaced = cache is not None and cache.reassigns_positions
         if cache is not None:
 
             def update(k_new: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -292,15 +303,9 @@ class MultiHeadAttention(nn.Module):
             v,
             q_pos,
             k_pos,
-            spec=spec,
+            spec,
             attn_mask=attn_mask,
-            dropout=self.dropout if self.training else 0.0,
-            backend=backend or self.backend,
-            need_weights=need_weights,
-            query_chunk=self.query_chunk,
-            recompute_threshold=self.recompute_threshold,
-            probe=self.scores_probe,
-            increasing=pos_increasing if q_pos is pos else None,
+            options=self.options(backend, need_weights, pos_increasing if q_pos is pos else None),
         )
         if head_mask is not None:
             if not isinstance(head_mask, Tensor) or head_mask.shape != (h,):

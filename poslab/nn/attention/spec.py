@@ -62,6 +62,10 @@ MASK_TERMS: dict[str, MaskTerm] = {
 }
 
 
+#: the built-in mechanisms' fields (:func:`unregister_mask_term` keeps them)
+BUILTIN_MASK_TERMS: tuple[str, ...] = tuple(MASK_TERMS)
+
+
 def register(registry: dict[str, Any], name: str, entry: Any, what: str) -> None:
     """Add ``entry`` under ``name`` to one of the package's registries (mask terms, backends)."""
     if name in registry:
@@ -85,7 +89,7 @@ def register_mask_term(term: MaskTerm) -> None:
 
 def unregister_mask_term(field: str) -> None:
     """Remove a term added by :func:`register_mask_term`."""
-    unregister(MASK_TERMS, field, ("causal", "window", "chunk"), "mask term")
+    unregister(MASK_TERMS, field, BUILTIN_MASK_TERMS, "mask term")
 
 
 def check_mechanisms(n_heads: int, softcap: float | None, sinks: Tensor | None, chunk: int | None) -> None:
@@ -99,8 +103,21 @@ def check_mechanisms(n_heads: int, softcap: float | None, sinks: Tensor | None, 
             f"sinks must be a tensor of shape [{n_heads}] (one logit per query head), "
             f"got {getattr(sinks, 'shape', sinks)!r}"
         )
+    validate_chunk(chunk)
+
+
+def validate_chunk(chunk: int | None, name: str = "chunk") -> None:
+    """``None`` or a positive integer (tokens per attention chunk); errors call it ``name``."""
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
-        raise ValueError(f"chunk must be a positive integer (tokens per attention chunk) or None, got {chunk!r}")
+        raise ValueError(f"{name} must be a positive integer (tokens per attention chunk) or None, got {chunk!r}")
+
+
+def check_scale(scale: float | None) -> None:
+    """``None`` (``1/sqrt(d_k)``) or a finite number."""
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)
+    ):
+        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
 
 
 def validate_window(window: int | None) -> None:
@@ -141,10 +158,7 @@ class AttentionSpec:
             raise TypeError(f"causal must be a bool, got {self.causal!r}")
         validate_window(self.window)
         check_mechanisms(0, self.softcap, None, self.chunk)  # sinks: checked against the queries' heads by attend
-        if self.scale is not None and (
-            isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not math.isfinite(self.scale)
-        ):
-            raise ValueError(f"scale must be a finite number or None, got {self.scale!r}")
+        check_scale(self.scale)
 
     # ------------------------------------------------------------------ the position rule
     def terms(self) -> list[MaskTerm]:
