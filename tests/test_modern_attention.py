@@ -276,6 +276,24 @@ def test_layer_settings_are_one_validated_config() -> None:
         attend(q := torch.randn(1, 4, 3, 8), q, q, torch.arange(3), torch.arange(3), {"causal": True})
 
 
+def test_a_scores_probe_assigned_after_construction_sees_the_weights() -> None:
+    """The layer's calls use its current ``scores_probe``, also one assigned after it was built."""
+
+    class Recorder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.shapes: list[tuple[int, ...]] = []
+
+        def forward(self, weights: torch.Tensor) -> torch.Tensor:
+            self.shapes.append(tuple(weights.shape))
+            return weights
+
+    attn = MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(backend="eager")).eval()
+    attn.scores_probe = recorder = Recorder()
+    attn(torch.randn(2, 5, D_MODEL))
+    assert recorder.shapes == [(2, N_HEADS, 5, 5)]
+
+
 # ------------------------------------------------------------------------------------ GPT and layer_pattern
 def _gpt(**overrides: Any) -> GPT:
     torch.manual_seed(0)

@@ -163,11 +163,16 @@ class MultiHeadAttention(nn.Module):
     def options(self, backend: str | None, need_weights: bool, increasing: bool | None) -> AttendOptions:
         """The :class:`AttendOptions` of one call in the current mode (``backend=None``: the layer's)."""
         usual = self._options.get((self.training, increasing))
-        if usual is not None and (backend is None or backend == usual.backend) and not need_weights:
+        fresh = usual is not None and usual.probe is self.scores_probe  # a probe assigned later is used too
+        if fresh and (backend is None or backend == usual.backend) and not need_weights:
             return usual
         base = self._options[(self.training, None)]
         return dataclasses.replace(
-            base, backend=backend or base.backend, need_weights=need_weights, increasing=increasing
+            base,
+            backend=backend or base.backend,
+            need_weights=need_weights,
+            increasing=increasing,
+            probe=self.scores_probe,
         )
 
     def temperature(self, q_pos: Tensor) -> Tensor:
