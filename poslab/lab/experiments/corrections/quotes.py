@@ -1,0 +1,168 @@
+"""The lessons' passages the corrections judge, quoted exactly, and seed 002's empty tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from poslab.lab.verdicts import ClaimRecord
+
+#: the quoted passages: key -> (where, Chinese text, English gloss)
+QUOTES: dict[str, tuple[str, str, str]] = {
+    "alibi": (
+        "seed 000 §4",
+        r"bias_ij = 0 (j ≤ i);  −α(i − j) (j > i)",
+        "the ALiBi bias is 0 on past keys (j <= i) and -α(i-j) on future keys (j > i)",
+    ),
+    "ntk_table": (
+        "seed 000 §3.5",
+        "NTK-aware：修正 base 参数，低频维度保持、高频维度插值",
+        "NTK-aware: change the base; keep the low-frequency dimensions, interpolate the high-frequency ones",
+    ),
+    "ntk_q4": (
+        "seed 000 Q4",
+        "扩展长度时应该保持低频维度不变（它们的周期本来就长），"
+        "只对高频维度做插值。而「保持不变」的直觉做法就是减小 base。",
+        "when extending the length, keep the low-frequency dimensions unchanged (their periods are long already) and "
+        "interpolate only the high-frequency ones; the intuitive way to 'keep them unchanged' is to decrease the base",
+    ),
+    "dk": (
+        "seed 000 §1.4 and Q3",
+        "几乎所有 LLM 的 d_k 都固定在 64 或 128，不管模型多大。",
+        "almost every LLM's d_k is fixed at 64 or 128, whatever the model's size",
+    ),
+    "rope_memory": (
+        "seed 002 §4.2",
+        "在7B参数模型上节省12%显存",
+        "(RoPE) saves 12% of GPU memory on a 7B-parameter model",
+    ),
+    "xl_pg19": (
+        "seed 002 §4.1",
+        "在PG-19数据集上提升17%的perplexity",
+        "(Transformer-XL's relative encoding) improves perplexity by 17% on PG-19",
+    ),
+    "xl_learned_r": (
+        "seed 002 §4.1",
+        "其中r是学习到的相对位置向量，u/v是全局可学习偏置",
+        "where r are learned relative position vectors and u/v learned global biases",
+    ),
+    "local_mask": (
+        "seed 002 §3.1",
+        "mask = torch.ones(L, L).tril(-window_size) + torch.ones(L, L).triu(window_size)\n"
+        "scores = scores.masked_fill(mask == 0, -1e9)",
+        "the local (sliding-window) attention mask, in code",
+    ),
+    "fp16_clip": (
+        "seed 002 §7.2",
+        "3. 梯度裁剪阈值需要调整为FP16适应范围",
+        "3. the gradient-clipping threshold must be adjusted to suit the FP16 range",
+    ),
+    "llama3_averaging": (
+        "seed 000 Q4",
+        "LLaMA3 的做法：8K 预训练 → 分阶段扩展到 128K，中间用 NTK-aware + 继续预训练 + 平均检查点"
+        "（averaging checkpoints）避免灾难性遗忘。",
+        "Llama 3's recipe: pre-train at 8K, extend to 128K in stages, with NTK-aware scaling + continued "
+        "pre-training + averaging checkpoints in between to avoid catastrophic forgetting",
+    ),
+    "adaptive_span": (
+        "seed 002 §7.1",
+        "Google最新研究的Adaptive Attention Span … 在PG-19任务上减少23%计算量",
+        "Google's latest research, Adaptive Attention Span … cuts computation by 23% on PG-19",
+    ),
+    "autocast_fp32": (
+        "seed 002 §7.2",
+        "1. 注意力分数计算必须保持FP32：\nwith torch.cuda.amp.autocast():\n"
+        "    scores = torch.matmul(q.float(), k.transpose(-2, -1).float())",
+        "1. the attention scores must stay in FP32: (casting q and k with .float() inside autocast)",
+    ),
+    "pe_cache_code": (
+        "seed 002 §5.2",
+        "class PositionalEncoding:\n    def __init__(self, max_len=5000):\n"
+        "        self.pe = torch.zeros(max_len, d_model)  # 预计算",
+        "the precomputed positional-encoding cache, in code (d_model is not an argument)",
+    ),
+    "adaptive_span_code": (
+        "seed 002 §7.1",
+        "mask = torch.ones(seq_len, seq_len)\nfor h in range(self.num_heads):\n"
+        "    span = self.span_predicter[h](x)\n"
+        "    mask += torch.triu(torch.ones(seq_len, seq_len), diagonal=-span)",
+        "the adaptive-span mask, in code: one span per head",
+    ),
+    "adaptive_span_heading": (
+        "seed 002 §7.1",
+        "7.1 动态头数调节\nGoogle最新研究的Adaptive Attention Span：\n• 根据输入复杂度动态调整每个头的关注范围",
+        "7.1 dynamic adjustment of the number of heads: Adaptive Attention Span adjusts each head's span",
+    ),
+    "head_rule_imagenet": (
+        "seed 002 §3.2",
+        "通过ImageNet分类实验得到的经验公式：最优头数 ≈ √(d_model/16)",
+        "an empirical formula obtained from ImageNet classification experiments: optimal heads ≈ √(d_model/16)",
+    ),
+    "dk_variance": (
+        "seed 000 §1.4 and Q3",
+        "d_k 越大，q·k 的方差越大。即使除以 √d_k，模型也需要精细校准才能让 softmax 工作在好的区间。",
+        "the larger d_k, the larger the variance of q·k; even after dividing by √d_k the softmax needs fine "
+        "calibration",
+    ),
+    "q4_high_freq": (
+        "seed 000 Q4",
+        "旋转角度过大——base=10000 下，高维的旋转周期很长，但低维在位置 10^6 时已经转了无数圈，数值上不再有意义",
+        "the rotation angles grow too large: the high dimensions have long periods, but the low dimensions "
+        "(the high frequencies) have turned countless times at position 10^6 and no longer mean anything",
+    ),
+    "table_22": (
+        "seed 000 §2.2",
+        "绝对位置嵌入 | BERT、GPT-2 | 差\n可学习位置嵌入 | BERT、GPT-2 | 差（同上）\n"
+        "相对位置编码 | T5、ALiBi | 中\n旋转位置编码（RoPE） | LLaMA | 好",
+        "four kinds of position encoding and their extrapolation: absolute (BERT, GPT-2) poor, learned "
+        "(BERT, GPT-2) poor, relative (T5, ALiBi) medium, RoPE good",
+    ),
+    "llama3_ntk": (
+        "seed 000 Q4",
+        "LLaMA3 的做法：8K 预训练 → 分阶段扩展到 128K，中间用 NTK-aware",
+        "Llama 3's recipe: pre-train at 8K, extend to 128K in stages with NTK-aware scaling",
+    ),
+    "rope_spread": (
+        "seed 000 §3.4",
+        "→ 同一距离下内积完全一致（波动仅 1e-6，即浮点误差）",
+        "at the same distance the inner products are identical (a spread of only 1e-6, float error)",
+    ),
+}
+
+#: seed 002's tables and figure announced but left empty, and what poslab measured instead
+EMPTY_TABLES = [
+    {
+        "where": "seed 002 §2.2",
+        "text": "固定式正余弦编码 vs 可学习embedding的实测差异：",
+        "gloss": "measured differences, fixed sinusoidal vs learned embedding: (no table follows)",
+        "poslab": "experiment position-training (the same GPT trained with every scheme, learned and sinusoidal "
+        "included: curves and final val loss) and experiment extrapolation (perplexity at 1x..16x L)",
+    },
+    {
+        "where": "seed 002 §3.2",
+        "text": "常见配置参考表：",
+        "gloss": "reference table of common configurations: (empty)",
+        "poslab": "experiment model-zoo (39 open models' heads, kv heads, d_k from their config.json) and experiment "
+        "heads (1..16 heads trained at n_embd 128)",
+    },
+    {
+        "where": "seed 002 §6.1",
+        "text": "通过t-SNE降维展示8个头在文本分类任务中的关注模式：（图缺）可见：",
+        "gloss": "a t-SNE of the 8 heads' attention patterns on a text-classification task: (no figure) we see: ...",
+        "poslab": "`poslab heads` classifies each head of a trained model (previous-token, local, long-range ...); "
+        "experiment head-map projects them (PCA / t-SNE)",
+    },
+    {
+        "where": "seed 002 §6.2",
+        "text": "在WMT14英德翻译任务上的对比：",
+        "gloss": "comparison on WMT14 English-German translation: (no table follows)",
+        "poslab": "no translation task: the position ablation is measured on language modelling "
+        "(position-training, extrapolation, context-extension)",
+    },
+]
+
+
+def quoted(key: str, record: ClaimRecord, evidence: str) -> dict[str, Any]:
+    where, chinese, gloss = QUOTES[key]
+    out = record.to_dict()
+    out["details"] = dict(out["details"], quote=chinese, gloss=gloss, evidence=evidence)
+    return out
