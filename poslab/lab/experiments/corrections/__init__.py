@@ -22,11 +22,15 @@ from typing import Any
 
 from poslab.display import print_table
 from poslab.lab.experiments.common import FOUNDATION, Experiment
+from poslab.lab.experiments.corrections.lesson000_contradictions import contradiction_claims
 from poslab.lab.experiments.corrections.lesson000_heads import (
     alibi_claim,
     alibi_matrices,
+    alibi_modern_claim,
     dk_claim,
     dk_variance_claim,
+    position_coordinates,
+    q2_space_claim,
     score_variance,
     table_22_claim,
 )
@@ -85,6 +89,7 @@ __all__ = [
     "lesson_local_keep",
     "lesson_rope_spreads",
     "llama3_vs_ntk",
+    "position_coordinates",
     "ntk_ratios",
     "run",
     "run_lesson_pe_cache",
@@ -112,6 +117,9 @@ CLAIMS: tuple[Callable[[], dict[str, Any] | list[dict[str, Any]]], ...] = (
     table_22_claim,
     llama3_ntk_claim,
     rope_spread_claim,
+    alibi_modern_claim,
+    q2_space_claim,
+    contradiction_claims,
 )
 
 

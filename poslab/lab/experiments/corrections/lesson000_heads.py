@@ -6,9 +6,10 @@ from typing import Any
 
 import torch
 
+from poslab.lab.evidence import SOURCE
 from poslab.lab.experiments import model_zoo
 from poslab.lab.experiments.corrections.quotes import quoted
-from poslab.lab.verdicts import at_least, deterministic
+from poslab.lab.verdicts import Premise, at_least, deterministic, with_premise
 from poslab.nn import positions
 
 
@@ -72,11 +73,22 @@ def score_variance(dims: tuple[int, ...] = DK_DIMS, n: int = 20000, seed: int = 
     return {"raw": raw, "scaled": scaled, "samples": n, "ratio_scaled": scaled[dims[-1]] / scaled[dims[0]]}
 
 
+#: what the lesson's "needs calibration after ÷√d_k" is about, and why independent samples cannot show it
+TRAINED_QK = Premise(
+    "q and k as a trained model makes them (correlated, with norms that grow in training): the lesson's "
+    "'calibration after ÷√d_k' is about those",
+    "this test draws independent N(0, 1) q and k, where var(q·k/√d_k) = 1 at every d_k by construction; trained q "
+    "and k can grow their logits past that (the reason QK-norm exists: Dehghani et al. 2023, arXiv:2302.05442, "
+    "§2.1.1)",
+    False,
+)
+
+
 def dk_variance_claim() -> dict[str, Any]:
     v = score_variance()
     lo, hi = DK_DIMS[0], DK_DIMS[-1]
     record = at_least(
-        "the larger d_k, the larger the variance of the scores the softmax sees (even after ÷√d_k)",
+        "even after dividing by √d_k, a larger d_k needs finer calibration of the softmax (Q3 推测 1)",
         "seed 000 §1.4 and Q3",
         f"var(q·k/√d_k) at d_k {hi} is at least 1.2× its value at d_k {lo} (unit-variance q, k, {v['samples']:,} "
         "samples each: the sampling error of a variance is about 1%)",
@@ -84,7 +96,8 @@ def dk_variance_claim() -> dict[str, Any]:
         + ", ".join(f"d_k {d}: {x:.3f}" for d, x in v["scaled"].items())
         + "; var(q·k) before scaling: "
         + ", ".join(f"{d}: {x:.0f}" for d, x in v["raw"].items())
-        + ". Dividing by √d_k is exactly what makes the variance 1 at every d_k",
+        + ". For independent unit-variance q and k, dividing by √d_k makes the variance 1 at every d_k; the lesson's "
+        "speculation is about trained q and k, which this test does not have",
         value=v["ratio_scaled"],
         floor=1.2,
         details={
@@ -93,7 +106,9 @@ def dk_variance_claim() -> dict[str, Any]:
         },
     )
     return quoted(
-        "dk_variance", record, "sampled q, k ~ N(0, 1) per d_k (Vaswani et al. 2017, footnote 4: var(q·k) = d_k)"
+        "dk_variance",
+        with_premise(record, TRAINED_QK),
+        "sampled q, k ~ N(0, 1) per d_k (Vaswani et al. 2017, footnote 4: var(q·k) = d_k)",
     )
 
 
@@ -133,5 +148,75 @@ def table_22_claim() -> dict[str, Any]:
         details={"duplicated_rows": duplicated, "sinusoidal_listed": sinusoidal},
     )
     return quoted(
-        "table_22", record, "the lesson's table, read row by row; Press et al. 2022, Fig. 1; experiment extrapolation"
+        "table_22",
+        record,
+        "the lesson's table, read row by row",
+        kind=SOURCE,
+        reference="Press et al. 2022 (arXiv:2108.12409), Fig. 1 and §4; Vaswani et al. 2017 (arXiv:1706.03762), "
+        "§3.5; experiment extrapolation measures every scheme at 1x..16x L here",
+    )
+
+
+# ----------------------------------------------------------------------------- seed 000 §4 "modern LLMs"
+#: the zoo's release years from which a model counts as "modern" for the lesson (its 2024-25 readers)
+MODERN_FROM = 2024
+
+
+def alibi_modern_claim() -> dict[str, Any]:
+    rows = model_zoo.load_zoo()
+    modern = [r for r in rows if r["year"] >= MODERN_FROM]
+    alibi = sorted({(r["name"], r["year"]) for r in rows if r["position"] == "alibi"}, key=lambda x: x[1])
+    modern_alibi = [r["name"] for r in modern if r["position"] == "alibi"]
+    rope = sum(r["position"].startswith("rope") for r in modern)
+    record = deterministic(
+        "modern LLMs hardly use ALiBi any more (现代 LLM 基本不用了)",
+        "seed 000 §4",
+        f"none of the zoo's models released in {MODERN_FROM} or later uses ALiBi (error = how many do)",
+        f"{rope} of the zoo's {len(modern)} models from {MODERN_FROM}-{max(r['year'] for r in modern)} use RoPE, "
+        f"{len(modern_alibi)} ALiBi; the zoo's ALiBi models are older: "
+        + ", ".join(f"{name} ({year})" for name, year in alibi),
+        error=float(len(modern_alibi)),
+        tolerance=0.0,
+        details={"modern": len(modern), "modern_rope": rope, "alibi_models": [list(a) for a in alibi]},
+    )
+    return quoted(
+        "alibi_modern",
+        record,
+        "the zoo's position and year columns",
+        kind=SOURCE,
+        reference="poslab/lab/data/model_zoo.json (each row's published config.json and release year)",
+    )
+
+
+# ----------------------------------------------------------------------------- seed 000 Q2 reason 2
+def position_coordinates(d: int = 64, T: int = 32) -> dict[str, float]:
+    """Share of the ``d`` residual coordinates each scheme's ``embed`` writes position into (on zero embeddings)."""
+    out = {}
+    for name, kwargs in (("sinusoidal", {"n_embd": d, "max_len": T}), ("rope", {"head_dim": d})):
+        scheme = positions.build(name, **kwargs)
+        added = scheme.embed(torch.zeros(1, T, d), torch.arange(T))[0]  # [T, d]: what position adds
+        out[name] = float((added.abs() > 0).any(0).float().mean())
+    return out
+
+
+def q2_space_claim() -> dict[str, Any]:
+    shares = position_coordinates()
+    record = deterministic(
+        "an added position vector takes representation space in d_model; RoPE takes none (Q2 理由 2)",
+        "seed 000 Q2",
+        "the sinusoidal encoding writes position into the residual stream's d_model coordinates and RoPE into none "
+        "(error = 1 - sinusoidal's share + RoPE's share)",
+        f"share of the d_model = 64 coordinates position is added to: sinusoidal {shares['sinusoidal']:.0%}, "
+        f"RoPE {shares['rope']:.0%}. The added vector shares the coordinates the content uses (no dimensions are set "
+        "apart for it, as 专门用来 suggests, but the space is shared); RoPE rotates q and k inside attention only",
+        error=1.0 - shares["sinusoidal"] + shares["rope"],
+        tolerance=0.0,
+        details={"coordinate_share": shares},
+    )
+    return quoted(
+        "q2_space",
+        record,
+        "poslab's sinusoidal and rope schemes' embed() on zero token embeddings (Vaswani et al. 2017, §3.5: the "
+        "encodings 'have the same dimension d_model as the embeddings, so that the two can be summed'; Su et al. 2021, "
+        "§3.2)",
     )

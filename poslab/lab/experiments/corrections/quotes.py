@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from poslab.lab.evidence import KIND_KEY, MEASURED, REFERENCE_KEY, SENTENCE_KEY, evidence_problems
 from poslab.lab.verdicts import ClaimRecord
 
 #: the quoted passages: key -> (where, Chinese text, English gloss)
@@ -126,6 +127,33 @@ QUOTES: dict[str, tuple[str, str, str]] = {
         "→ 同一距离下内积完全一致（波动仅 1e-6，即浮点误差）",
         "at the same distance the inner products are identical (a spread of only 1e-6, float error)",
     ),
+    "alibi_modern": (
+        "seed 000 §4",
+        "• 性能略低于 RoPE：现代 LLM 基本不用了",
+        "slightly worse than RoPE: modern LLMs hardly use it any more",
+    ),
+    "q2_space": (
+        "seed 000 Q2",
+        "理由 2：不占据表示空间\n\n加位置向量时，$d_{model}$ 维里有一部分专门用来存位置信息，挤占了表示内容的空间。\n\n"
+        "RoPE 不增加任何维度——它只是把 $q, k$ 旋转了一下，维度完全不变。",
+        "reason 2: it takes no representation space. An added position vector uses part of the d_model dimensions "
+        "for position, crowding out content; RoPE adds no dimension, it only rotates q and k",
+    ),
+    "contra_ntk": (
+        "seed 000 Q4 and §3.5",
+        "NTK-aware scaling\t修正 base，高频少插值、低频多插值\t★★☆ 简单有效",
+        "Q4's table: NTK-aware changes the base, interpolating the high frequencies little and the low ones more",
+    ),
+    "contra_alibi": (
+        "seed 000 §2.2 and §4",
+        "• 外推性好：距离是线性的，理论上可外推",
+        "(ALiBi) extrapolates well: the distance is linear, so in theory it extrapolates",
+    ),
+    "contra_rope": (
+        "seed 000 §2.2 and §3.5",
+        "但实际上会退化。原因是注意力熵爆炸：",
+        "(RoPE) but in practice it degrades, because the attention entropy explodes",
+    ),
 }
 
 #: seed 002's tables and figure announced but left empty, and what poslab measured instead
@@ -161,8 +189,52 @@ EMPTY_TABLES = [
 ]
 
 
-def quoted(key: str, record: ClaimRecord, evidence: str) -> dict[str, Any]:
+#: the sentence of the lesson each record judges, verbatim (seed 000 or 002 contains it exactly): one verdict each
+SENTENCES: dict[str, str] = {
+    "alibi": r"$$\text{bias}_{ij} = \begin{cases} 0 & j \le i \\ -\alpha(i - j) & j > i \end{cases}$$",
+    "ntk_table": "NTK-aware\t修正 base 参数，低频维度保持、高频维度插值",
+    "ntk_q4": "而「保持不变」的直觉做法就是减小 base。",
+    "dk": "关键观察：几乎所有 LLM 的 $d_k$ 都固定在 64 或 128，不管模型多大。",
+    "rope_memory": "在7B参数模型上节省12%显存",
+    "xl_pg19": "在PG-19数据集上提升17%的perplexity",
+    "xl_learned_r": "其中r是学习到的相对位置向量",
+    "local_mask": "mask = torch.ones(L, L).tril(-window_size) + torch.ones(L, L).triu(window_size)",
+    "fp16_clip": "3. 梯度裁剪阈值需要调整为FP16适应范围",
+    "llama3_averaging": "平均检查点（averaging checkpoints）避免灾难性遗忘",
+    "adaptive_span": "Google最新研究的Adaptive Attention Span：",
+    "autocast_fp32": "    scores = torch.matmul(q.float(), k.transpose(-2, -1).float())",
+    "pe_cache_code": "        self.pe = torch.zeros(max_len, d_model)  # 预计算",
+    "adaptive_span_code": "        mask += torch.triu(torch.ones(seq_len, seq_len), diagonal=-span)",
+    "adaptive_span_heading": "7.1 动态头数调节",
+    "head_rule_imagenet": "通过ImageNet分类实验得到的经验公式：",
+    "dk_variance": "即使除以 $\\sqrt{d_k}$，模型也需要精细校准才能让 softmax 工作在好的区间。",
+    "q4_high_freq": "但低维在位置 $10^6$ 时已经转了无数圈，数值上不再有意义",
+    "table_22": "可学习位置嵌入\tBERT、GPT-2\t位置也用可学习的向量\t差（同上）",
+    "llama3_ntk": "中间用 NTK-aware",
+    "rope_spread": "波动仅 1e-6，即浮点误差",
+    "alibi_modern": "现代 LLM 基本不用了",
+    "q2_space": "加位置向量时，$d_{model}$ 维里有一部分专门用来存位置信息，挤占了表示内容的空间。",
+    "contra_ntk": "NTK-aware scaling\t修正 base，高频少插值、低频多插值",
+    "contra_alibi": "• 外推性好：距离是线性的，理论上可外推",
+    "contra_rope": "但实际上会退化。",
+}
+
+
+def quoted(
+    key: str, record: ClaimRecord, evidence: str, *, kind: str = MEASURED, reference: str | None = None
+) -> dict[str, Any]:
+    """``record`` as a correction: its quote, gloss, evidence, evidence kind, judged sentence and reference.
+
+    Raises ``ValueError`` when the record breaks the evidence rules (:func:`poslab.lab.evidence.evidence_problems`).
+    """
     where, chinese, gloss = QUOTES[key]
     out = record.to_dict()
-    out["details"] = dict(out["details"], quote=chinese, gloss=gloss, evidence=evidence)
+    extra: dict[str, Any] = {"quote": chinese, "gloss": gloss, "evidence": evidence}
+    extra[KIND_KEY], extra[SENTENCE_KEY] = kind, SENTENCES[key]
+    if reference is not None:
+        extra[REFERENCE_KEY] = reference
+    out["details"] = dict(out["details"], **extra)
+    problems = evidence_problems(out)
+    if problems:
+        raise ValueError("; ".join(problems))
     return out
