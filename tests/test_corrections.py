@@ -97,13 +97,14 @@ def test_no_lesson_sentence_is_judged_two_ways(results, tmp_path):
     assert len(spread) == 1 and spread[0]["details"]["evidence_kind"] == evidence.MEASURED
 
 
-def test_each_judged_sentence_is_the_lessons_verbatim(results):
+def test_each_quote_and_judged_sentence_is_the_lessons_verbatim(results):
     if not SEEDS.is_dir():
         pytest.skip(f"the lessons are not at {SEEDS}")
     text = {n: next(SEEDS.glob(f"{n}_*.txt")).read_text(encoding="utf-8") for n in ("000", "002")}
     for c in results[0]["claims"]:
         lesson = c["source"].split()[1]
         assert c["details"]["sentence"] in text[lesson], (c["claim"], c["details"]["sentence"])
+        assert all(line in text[lesson] for line in c["details"]["quote"].split("\n")), c["details"]["quote"]
     for key, passages in PASSAGES.items():
         assert all(quote in text["000"] for _, quote, _ in passages), key
 

@@ -1,11 +1,17 @@
-"""The lessons' errors, corrected with a measurement where one can be made.
+"""The lessons' errors, corrected with the evidence that can settle them.
 
-Each statement the lab shows wrong is quoted (Chinese, with an English gloss), tested as a claim
-record, and given the evidence: a computation on poslab's modules (ALiBi's bias matrix, RoPE's
-frequencies under NTK-aware scaling, a 7B parameter count on the ``meta`` device, the local-window
-mask, a ``GradScaler`` run), the model zoo, or — for citations — the list of datasets the cited
-paper reports. A claim record here is the *lesson's* statement, so "did not hold" means the lesson
-is wrong. Seed 002's empty tables are listed with what poslab measured instead.
+Each statement the lab judges is quoted verbatim (with an English gloss), tested as a claim record
+and given its evidence (:mod:`poslab.lab.evidence`): *measured* — a computation on poslab's modules
+(ALiBi's bias matrix, RoPE's frequencies under NTK-aware scaling, a 7B parameter count on the
+``meta`` device, the local-window mask, a ``GradScaler`` run) or the model zoo; *source* — what a
+paper reports, a date, or two passages of the lesson side by side, with its reference; or
+*withdrawn* — where the test cannot settle the statement, with the reason. A claim record here is the
+*lesson's* statement, so "did not hold" means the lesson is wrong and "held" that the lesson is
+right. Seed 002's empty tables are listed with what poslab measured instead.
+
+One module per group of statements (``lesson000_heads``, ``lesson000_rope``,
+``lesson000_contradictions``, ``lesson002_sources``, ``lesson002_code``); :data:`CLAIMS` is the
+registry, in the order the page shows them.
 
 Papers: ALiBi, Press et al. 2022 (https://arxiv.org/abs/2108.12409); NTK-aware scaling, bloc97 2023
 and YaRN, Peng et al. 2023 (https://arxiv.org/abs/2309.00071); Transformer-XL, Dai et al. 2019

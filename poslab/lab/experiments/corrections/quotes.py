@@ -11,12 +11,12 @@ from poslab.lab.verdicts import ClaimRecord
 QUOTES: dict[str, tuple[str, str, str]] = {
     "alibi": (
         "seed 000 §4",
-        r"bias_ij = 0 (j ≤ i);  −α(i − j) (j > i)",
+        r"$$\text{bias}_{ij} = \begin{cases} 0 & j \le i \\ -\alpha(i - j) & j > i \end{cases}$$",
         "the ALiBi bias is 0 on past keys (j <= i) and -α(i-j) on future keys (j > i)",
     ),
     "ntk_table": (
         "seed 000 §3.5",
-        "NTK-aware：修正 base 参数，低频维度保持、高频维度插值",
+        "NTK-aware\t修正 base 参数，低频维度保持、高频维度插值",
         "NTK-aware: change the base; keep the low-frequency dimensions, interpolate the high-frequency ones",
     ),
     "ntk_q4": (
@@ -28,7 +28,7 @@ QUOTES: dict[str, tuple[str, str, str]] = {
     ),
     "dk": (
         "seed 000 §1.4 and Q3",
-        "几乎所有 LLM 的 d_k 都固定在 64 或 128，不管模型多大。",
+        "关键观察：几乎所有 LLM 的 $d_k$ 都固定在 64 或 128，不管模型多大。",
         "almost every LLM's d_k is fixed at 64 or 128, whatever the model's size",
     ),
     "rope_memory": (
@@ -66,7 +66,8 @@ QUOTES: dict[str, tuple[str, str, str]] = {
     ),
     "adaptive_span": (
         "seed 002 §7.1",
-        "Google最新研究的Adaptive Attention Span … 在PG-19任务上减少23%计算量",
+        "Google最新研究的Adaptive Attention Span：\n• 根据输入复杂度动态调整每个头的关注范围\n"
+        "• 在PG-19任务上减少23%计算量",
         "Google's latest research, Adaptive Attention Span … cuts computation by 23% on PG-19",
     ),
     "autocast_fp32": (
@@ -95,25 +96,27 @@ QUOTES: dict[str, tuple[str, str, str]] = {
     ),
     "head_rule_imagenet": (
         "seed 002 §3.2",
-        "通过ImageNet分类实验得到的经验公式：最优头数 ≈ √(d_model/16)",
+        "通过ImageNet分类实验得到的经验公式：\n最优头数 ≈ \\sqrt{d_{model}/16}",
         "an empirical formula obtained from ImageNet classification experiments: optimal heads ≈ √(d_model/16)",
     ),
     "dk_variance": (
         "seed 000 §1.4 and Q3",
-        "d_k 越大，q·k 的方差越大。即使除以 √d_k，模型也需要精细校准才能让 softmax 工作在好的区间。",
+        "$d_k$ 越大，$q\\cdot k$ 的方差越大。即使除以 $\\sqrt{d_k}$，模型也需要精细校准才能让 softmax 工作在好的区间。",
         "the larger d_k, the larger the variance of q·k; even after dividing by √d_k the softmax needs fine "
         "calibration",
     ),
     "q4_high_freq": (
         "seed 000 Q4",
-        "旋转角度过大——base=10000 下，高维的旋转周期很长，但低维在位置 10^6 时已经转了无数圈，数值上不再有意义",
+        "1. 旋转角度过大——$base=10000$ 下，高维的旋转周期很长，但低维在位置 $10^6$ 时已经转了无数圈，数值上不再有意义",
         "the rotation angles grow too large: the high dimensions have long periods, but the low dimensions "
         "(the high frequencies) have turned countless times at position 10^6 and no longer mean anything",
     ),
     "table_22": (
         "seed 000 §2.2",
-        "绝对位置嵌入 | BERT、GPT-2 | 差\n可学习位置嵌入 | BERT、GPT-2 | 差（同上）\n"
-        "相对位置编码 | T5、ALiBi | 中\n旋转位置编码（RoPE） | LLaMA | 好",
+        "绝对位置嵌入\tBERT、GPT-2\t把位置向量加到 token embedding\t差（超出训练长度就崩）\n"
+        "可学习位置嵌入\tBERT、GPT-2\t位置也用可学习的向量\t差（同上）\n"
+        "相对位置编码\tT5、ALiBi\t在 attention 计算时加入相对距离偏置\t中\n"
+        "旋转位置编码（RoPE）\tLLaMA、几乎所有现代 LLM\t用旋转把位置注入 Q/K\t好",
         "four kinds of position encoding and their extrapolation: absolute (BERT, GPT-2) poor, learned "
         "(BERT, GPT-2) poor, relative (T5, ALiBi) medium, RoPE good",
     ),
