@@ -165,7 +165,7 @@ MODERN_FROM = 2024
 def alibi_modern_claim() -> dict[str, Any]:
     rows = model_zoo.load_zoo()
     modern = [r for r in rows if r["year"] >= MODERN_FROM]
-    alibi = sorted({(r["name"], r["year"]) for r in rows if r["position"] == "alibi"}, key=lambda x: x[1])
+    alibi = sorted({(r["name"], r["year"]) for r in rows if r["position"] == "alibi"}, key=lambda x: (x[1], x[0]))
     modern_alibi = [r["name"] for r in modern if r["position"] == "alibi"]
     rope = sum(r["position"].startswith("rope") for r in modern)
     record = deterministic(

@@ -151,7 +151,7 @@ def llama3_ntk_claim() -> dict[str, Any]:
         details=c,
     )
     reason = (
-        "withdrawn: demanding Llama 3.1's frequencies within 1% of static NTK-aware judges a narrower claim than the "
+        "demanding Llama 3.1's frequencies within 1% of static NTK-aware judges a narrower claim than the "
         f"lesson's. Raising the RoPE base (Llama 3's {l3['rope_theta']:g}) is the NTK family's idea, and Llama 3.1's "
         "banded scaling is a member of that family; the lesson's loose name stands. Its checkpoint-averaging part "
         "is a separate record"
