@@ -123,3 +123,15 @@ def test_a_snapshot_missing_a_field_fails_naming_the_block(tmp_path, capsys):
     assert capsys.readouterr().err == (
         "doctables: error: block 'lab-summary' cannot be rendered: the snapshot has no field 'status'\n"
     )
+
+
+def test_a_deterministic_step_reruns_into_the_snapshot_in_place(tmp_path):
+    stale = json.loads(json.dumps(SNAPSHOT))
+    zoo = [i for i, c in enumerate(stale["claims"]) if c["experiment"] == "experiments/model-zoo"]
+    stale["claims"][zoo[0]] = dict(stale["claims"][zoo[0]], verdict="did not hold", kind="wrong", claim="stale")
+    fresh = doctables.rerun(stale, "model-zoo", tmp_path)
+    assert fresh["claims"] == SNAPSHOT["claims"]  # the committed snapshot is what the step computes today
+    assert (tmp_path / "model-zoo" / "results.json").is_file()
+    assert fresh["steps"] == SNAPSHOT["steps"] and fresh["language_models"] == SNAPSHOT["language_models"]
+    with pytest.raises(ValueError, match="only the deterministic steps"):
+        doctables.rerun(stale, "position-training", tmp_path)

@@ -15,9 +15,10 @@ from poslab.cli.app import main
 from poslab.lab.experiments import corrections
 from poslab.lab.report import build_report, load_results
 from poslab.lab.report import claims as report_claims
+from poslab.lab.report.builder import kind
 from poslab.lab.report.i18n import LESSONS, SECTION_ZH, STRINGS, name_lessons, use_language
 from poslab.lab.report.sections import SECTIONS
-from poslab.lab.verdicts import Premise, compare, deterministic, not_testable, with_premise
+from poslab.lab.verdicts import ClaimRecord, Premise, compare, deterministic, not_testable, with_premise
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -180,8 +181,22 @@ def test_every_correction_shows_the_lesson_error_badge(tmp_path):
     (lab_dir / "experiments" / "corrections" / "results.json").write_text(json.dumps(results), encoding="utf-8")
     page = build_report(lab_dir).read_text(encoding="utf-8")
     section = page.split("<section id='corrections'>")[1].split("</section>")[0]
-    assert section.count("<tr class='v-wrong'>") == len(results["claims"]) == 21
-    assert section.count("<span class='badge wrong'>did not hold</span>") == 21
+    records = [ClaimRecord.from_dict(c) for c in results["claims"]]
+    assert section.count("<tr class='v-") == len(records) == 26
+    badges = {
+        "wrong": "did not hold",
+        "cited-wrong": "did not hold (per source)",
+        "cited-held": "held (per source)",
+        "held": "held",
+        "untestable": "not testable",
+        "withdrawn": "withdrawn",
+    }
+    kinds = [kind(r) for r in records]
+    for name, text in badges.items():
+        assert kinds.count(name) and section.count(f"<span class='badge {name}'>{text}</span>") == kinds.count(name)
+    # a source record shows its reference; a withdrawn one its reason
+    assert section.count("Reference:") == sum(k.startswith("cited-") for k in kinds)
+    assert section.count("Withdrawn because:") == kinds.count("withdrawn") == 1
 
 
 # ------------------------------------------------------------------------------ the command

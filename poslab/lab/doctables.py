@@ -12,7 +12,10 @@ fails when a block differs from the rendering. After a new quick lab, one comman
 
     python -m poslab.lab.doctables --results runs/lab --write
 
-(``--check`` only compares, exit 1 on a difference.)
+(``--check`` only compares, exit 1 on a difference.) The deterministic steps of :data:`RERUNNABLE` take
+seconds and need no training: after a change to one of them, its part of the snapshot is rerun alone::
+
+    python -m poslab.lab.doctables --rerun corrections --write
 """
 
 from __future__ import annotations
@@ -21,16 +24,18 @@ import argparse
 import json
 import re
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from poslab.lab import premises
-from poslab.lab.experiments import probes_tables
-from poslab.lab.report.builder import kind, load_manifest, load_results
+from poslab.lab.experiments import probes_tables, run_experiment
+from poslab.lab.report.builder import ALWAYS_COUNTED, kind, load_manifest, load_results
 from poslab.lab.report.claims import evaluate
 from poslab.lab.report.i18n import name_lessons
 from poslab.lab.tables import Table
+from poslab.lab.verdicts import ClaimRecord
 
 SNAPSHOT = Path("docs/results/lab-quick.json")
 DOCS = ("lab.md", "extrapolation.md", "experiments.md")
@@ -39,10 +44,15 @@ BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end -->)", re.S)
 KIND_NAMES = {
     "held": "held",
     "wrong": "did not hold",
+    "cited-held": "held (per source)",
+    "cited-wrong": "did not hold (per source)",
     "untestable": "not testable",
     "inconclusive": "inconclusive",
+    "withdrawn": "withdrawn",
     "unusable": "unusable",
 }
+#: lab steps that are deterministic and take seconds: their part of the snapshot can be rerun alone
+RERUNNABLE = ("rope-relative", "permutation", "model-zoo", "corrections")
 POSITION_TRAINING = "experiments/position-training"
 TRAINED = (
     "experiments/heads",
@@ -64,23 +74,7 @@ def snapshot(lab_dir: Path | str) -> dict[str, Any]:
     if not (lab_dir / "lab.json").is_file():
         raise ValueError(f"--results {str(lab_dir)!r} has no lab.json; give the folder `poslab lab --out` wrote")
     manifest = load_manifest(lab_dir)
-    claims = []
-    for v in evaluate(load_results(lab_dir)):
-        r = v.record
-        claims.append(
-            {
-                "experiment": v.experiment,
-                "claim": r.claim,
-                "source": r.source,
-                "measured": r.measured,
-                "margin": r.margin,
-                "noise": r.noise,
-                "n_seeds": r.n_seeds,
-                "verdict": r.verdict,
-                "kind": kind(r),
-                "reason": r.details.get("reason", "") if isinstance(r.details, dict) else "",
-            }
-        )
+    claims = [_claim(v.experiment, v.record) for v in evaluate(load_results(lab_dir))]
     steps = [
         {
             "name": s.get("name"),
@@ -104,6 +98,39 @@ def snapshot(lab_dir: Path | str) -> dict[str, Any]:
     }
 
 
+def _claim(experiment: str, r: ClaimRecord) -> dict[str, Any]:
+    """One claim record as the snapshot keeps it."""
+    return {
+        "experiment": experiment,
+        "claim": r.claim,
+        "source": r.source,
+        "measured": r.measured,
+        "margin": r.margin,
+        "noise": r.noise,
+        "n_seeds": r.n_seeds,
+        "verdict": r.verdict,
+        "kind": kind(r),
+        "reason": r.details.get("reason", "") if isinstance(r.details, dict) else "",
+    }
+
+
+def rerun(snap: dict[str, Any], name: str, out: Path) -> dict[str, Any]:
+    """``snap`` with the claims of the deterministic step ``name`` (one of :data:`RERUNNABLE`) recomputed.
+
+    The step runs into ``out`` and its records replace the old ones where they stood (the other steps'
+    claims, times and figures are kept as the lab measured them).
+    """
+    if name not in RERUNNABLE:
+        raise ValueError(f"--rerun {name!r}: only the deterministic steps can be rerun alone: {', '.join(RERUNNABLE)}")
+    folder = f"experiments/{name}"
+    results = run_experiment(name, out / name, quick=snap.get("mode") == "quick")
+    fresh = [_claim(v.experiment, v.record) for v in evaluate({folder: results}) if v.experiment == folder]
+    old = [i for i, c in enumerate(snap["claims"]) if c["experiment"] == folder]
+    at = old[0] if old else len(snap["claims"])
+    kept = [c for c in snap["claims"] if c["experiment"] != folder]
+    return dict(snap, claims=kept[:at] + fresh + kept[at:])
+
+
 def _probes(results: dict[str, Any]) -> dict[str, Any]:
     """The probes' accuracy table (task -> scheme -> factor -> per-seed accuracies) and the MQAR head counts."""
     table = probes_tables.accuracy_of(results) if results.get("accuracy") else {}
@@ -119,14 +146,16 @@ def _duration(seconds: float | None) -> str:
 
 def _counts(claims: Sequence[dict]) -> str:
     counts = {k: sum(c["kind"] == k for c in claims) for k in KIND_NAMES}
-    return ", ".join(f"{counts[k]} {name}" for k, name in KIND_NAMES.items() if counts[k] or k != "unusable")
+    return ", ".join(f"{counts[k]} {name}" for k, name in KIND_NAMES.items() if counts[k] or k in ALWAYS_COUNTED)
 
 
 def _table(claims: Sequence[dict], with_experiment: bool) -> str:
     head = (["experiment"] if with_experiment else []) + ["claim", "source", "measured", "margin", "noise", "verdict"]
     rows = []
     for c in claims:
-        verdict = KIND_NAMES[c["kind"]] + (f" ({c['reason']})" if c["kind"] == "untestable" and c["reason"] else "")
+        verdict = KIND_NAMES[c["kind"]] + (
+            f" ({c['reason']})" if c["kind"] in ("untestable", "withdrawn") and c["reason"] else ""
+        )
         row = ([c["experiment"].split("/")[-1]] if with_experiment else []) + [
             name_lessons(c["claim"]),
             name_lessons(c["source"]),
@@ -220,6 +249,9 @@ def differences(text: str, snap: dict) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m poslab.lab.doctables", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, help="a lab folder: write its snapshot to --snapshot first")
+    parser.add_argument(
+        "--rerun", action="append", default=[], choices=RERUNNABLE, help="rerun a deterministic step into the snapshot"
+    )
     parser.add_argument("--snapshot", type=Path, default=SNAPSHOT, help=f"the snapshot (default {SNAPSHOT})")
     parser.add_argument("--docs", type=Path, default=Path("docs"), help="the docs folder (default docs)")
     action = parser.add_mutually_exclusive_group(required=True)
@@ -232,6 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.snapshot.parent.mkdir(parents=True, exist_ok=True)
             args.snapshot.write_text(json.dumps(snap, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         snap = json.loads(args.snapshot.read_text(encoding="utf-8"))
+        if args.rerun:
+            with tempfile.TemporaryDirectory() as work:
+                for name in args.rerun:
+                    snap = rerun(snap, name, Path(work))
+            args.snapshot.write_text(json.dumps(snap, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         stale = []
         for name in DOCS:
             path = args.docs / name

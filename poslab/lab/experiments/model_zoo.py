@@ -6,8 +6,11 @@ row's ``source``; ``verified_via`` names the copy the values were read from; der
 fields are listed per row). This experiment tests the lessons' statements against it:
 
 * seed 000 §1.4 / Q3: "几乎所有 LLM 的 d_k 都固定在 64 或 128，不管模型多大" (almost every LLM's d_k is
-  64 or 128, whatever its size). Criterion: at least 90% of the table's models have ``d_k`` in
-  {64, 128}; the counter-examples are listed.
+  64 or 128, whatever its size). The point is that ``d_k`` does not grow with the model. Criterion:
+  the slope of ``log d_k`` on ``log d_model`` over the table (its 95% upper bound) is below 0.5,
+  midway between a fixed ``d_k`` (slope 0) and a fixed head count (slope 1). An MLA row counts its
+  content dimensions (DeepSeek's 192 = 128 + 64 decoupled RoPE dimensions). The share in {64, 128}
+  and the counter-examples are listed.
 * seed 000 §1.4: "d_model = h × d_k" ("the width is set by the number of heads"). Criterion: every
   model's ``n_heads * head_dim`` equals ``d_model``.
 * seed 002 §3.2: "最优头数 ≈ √(d_model/16)" (optimal heads ≈ sqrt(d_model / 16)), read as a description
@@ -36,7 +39,7 @@ import torch
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.common import FOUNDATION, Experiment
 from poslab.lab.experiments.training import print_claims
-from poslab.lab.verdicts import ClaimRecord, deterministic
+from poslab.lab.verdicts import ClaimRecord, deterministic, t975
 from poslab.nn.attention import MultiHeadAttention
 
 ZOO_PATH = Path(__file__).resolve().parent.parent / "data" / "model_zoo.json"
@@ -66,7 +69,10 @@ FIELDS = (
 #: fields that must be positive integers unless listed in the row's ``null_fields``
 INT_FIELDS = ("d_model", "n_heads", "n_kv_heads", "head_dim", "layers", "context_length", "year")
 COMMON_DK = (64, 128)
-DK_SHARE_THRESHOLD = 0.90  # "almost always"
+#: a fixed d_k has slope 0 in log d_k against log d_model, a fixed head count slope 1: "does not grow" is below half
+DK_SLOPE_CEILING = 0.5
+#: the decoupled RoPE dimensions an MLA row's q/k head adds to its content dimensions (DeepSeek-V2 §2.1.3: 128 + 64)
+MLA_ROPE_DIMS = 64
 RULE_FACTOR = math.sqrt(2)  # "≈": nearer this count than the next power of two (the heads experiment reads it so)
 RULE_SHARE_THRESHOLD = 0.5
 SCALE_DOWN = 16
@@ -113,12 +119,29 @@ def dk_distribution(rows: list[dict[str, Any]]) -> dict[str, Any]:
     counts = Counter(r["head_dim"] for r in rows)
     others = [(r["name"], r["head_dim"]) for r in rows if r["head_dim"] not in COMMON_DK]
     share = 1 - len(others) / len(rows)
+    content = [r["head_dim"] - MLA_ROPE_DIMS if r["attention"] == "MLA" else r["head_dim"] for r in rows]
+    widths = [r["d_model"] for r in rows]
+    slope, upper = log_slope(widths, content)
     return {
         "counts": {str(k): v for k, v in sorted(counts.items())},
         "share_64_128": share,
         "counter_examples": others,
         "n_models": len(rows),
+        "content_dk_range": [min(content), max(content)],
+        "d_model_range": [min(widths), max(widths)],
+        "slope": slope,
+        "slope_upper": upper,
     }
+
+
+def log_slope(x: list[float], y: list[float]) -> tuple[float, float]:
+    """Least-squares slope of ``log y`` on ``log x`` and the upper end of its 95% interval (Student's t)."""
+    lx, ly = [math.log(v) for v in x], [math.log(v) for v in y]
+    fit = statistics.linear_regression(lx, ly)
+    residuals = [b - (fit.intercept + fit.slope * a) for a, b in zip(lx, ly)]
+    mean_x = statistics.fmean(lx)
+    stderr = math.sqrt(sum(r * r for r in residuals) / (len(lx) - 2) / sum((a - mean_x) ** 2 for a in lx))
+    return fit.slope, fit.slope + t975(len(lx) - 2) * stderr
 
 
 def width_mismatches(rows: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
@@ -231,14 +254,19 @@ def zoo_claims(
     others = ", ".join(f"{name} {d}" for name, d in dk["counter_examples"])
     claims = [
         deterministic(
-            "d_k is almost always 64 or 128, whatever the model size (几乎所有 LLM 的 d_k 都固定在 64 或 128)",
+            "d_k does not grow with the model size (几乎所有 LLM 的 d_k 都固定在 64 或 128，不管模型多大)",
             "seed 000 §1.4 and Q3",
-            f"share of the zoo's {n} models with d_k in {{64, 128}} "
-            f">= {DK_SHARE_THRESHOLD:.0%} (margin = share - threshold)",
-            f"{dk['share_64_128']:.1%} of {n} models; counter-examples: {others}",
-            error=DK_SHARE_THRESHOLD - dk["share_64_128"],
-            tolerance=0.0,
-            details={"counts": dk["counts"], "counter_examples": dk["counter_examples"]},
+            f"over the zoo's {n} models, the slope of log d_k on log d_model, up to its 95% upper bound, is below "
+            f"{DK_SLOPE_CEILING} (a fixed d_k: 0; a fixed head count: 1; MLA rows count their content dimensions, "
+            f"head_dim - {MLA_ROPE_DIMS}; error = upper bound)",
+            f"d_model from {dk['d_model_range'][0]} to {dk['d_model_range'][1]} "
+            f"({dk['d_model_range'][1] / dk['d_model_range'][0]:.0f}x), d_k from {dk['content_dk_range'][0]} to "
+            f"{dk['content_dk_range'][1]}: slope {dk['slope']:.2f} (95% upper {dk['slope_upper']:.2f}): "
+            f"the head count carries the growth. {dk['share_64_128']:.1%} have d_k 64 or 128; "
+            f"the others: {others}",
+            error=dk["slope_upper"],
+            tolerance=DK_SLOPE_CEILING,
+            details={"counts": dk["counts"], "counter_examples": dk["counter_examples"], "slope": dk["slope"]},
         )
     ]
     mism = width_mismatches(rows)

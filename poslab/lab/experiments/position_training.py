@@ -150,7 +150,7 @@ def training_claims(
         )
     for scheme, source, text in (
         ("alibi", "seed 000 §4", "ALiBi 极简：不需要任何参数 — ALiBi adds no parameters"),
-        ("rope", "seed 000 Q2, seed 002 §4.2", "RoPE 不增加任何维度，无需显式存储位置编码 — RoPE adds no parameters"),
+        ("rope", "seed 002 §4.2", "无需显式存储位置编码 — RoPE adds no parameters"),
     ):
         if have(scheme, "none"):
             mine, none = runs[scheme][0]["n_params"], runs["none"][0]["n_params"]

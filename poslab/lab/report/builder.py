@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from poslab.display.fonts import FAMILY, font_face_css
+from poslab.lab.evidence import REFERENCE_KEY, SOURCE, WITHDRAWN, evidence_kind
 from poslab.lab.report import claims as claims_mod
 from poslab.lab.report.i18n import LESSONS, language, name_lessons, t, use_language
 from poslab.lab.report.reading import MANIFEST_ERRORS, UNREADABLE, load_manifest, load_results, png_files
@@ -33,8 +34,11 @@ from poslab.lab.verdicts import DID_NOT_HOLD, HELD, MIN_SEEDS, ClaimRecord, not_
 MAX_TABLE_ROWS = 40
 MAX_COLUMNS = 12
 
-#: the kinds of verdict a reader tells apart, in the order the page lists them (unusable: a record the rule refutes)
-KINDS = ("held", "wrong", "untestable", "inconclusive", "unusable")
+#: the kinds of verdict a reader tells apart, in the order the page lists them (unusable: a record the rule refutes;
+#: cited-held / cited-wrong: decided by a source, not a measurement; withdrawn: a correction the lab takes back)
+KINDS = ("held", "wrong", "cited-held", "cited-wrong", "untestable", "inconclusive", "withdrawn", "unusable")
+#: the kinds every count line names, even at 0 (the others only when some record has them)
+ALWAYS_COUNTED = ("held", "wrong", "untestable", "inconclusive")
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -165,16 +169,20 @@ def numbers_html(results: dict, skip: tuple[str, ...] = ("claims",)) -> str:
 
 
 def kind(record: ClaimRecord) -> str:
-    """Which of :data:`KINDS` a record is: the lesson right, the lesson wrong, not testable here, or inside the
-    noise, or not usable."""
+    """Which of :data:`KINDS` a record is: the lesson right or wrong (by a measurement, or by a source), not testable
+    here, inside the noise, withdrawn, or not usable."""
     if isinstance(record.details, dict) and record.details.get(claims_mod.UNUSABLE):
         return "unusable"
+    evidence = evidence_kind(record.details)
+    if evidence == WITHDRAWN:
+        return "withdrawn"
     if not_testable(record):
         return "untestable"
+    cited = "cited-" if evidence == SOURCE else ""
     if record.verdict == HELD:
-        return "held"
+        return cited + "held"
     if record.verdict == DID_NOT_HOLD:
-        return "wrong"
+        return cited + "wrong"
     return "inconclusive"
 
 
@@ -244,8 +252,12 @@ def verdict_table(verdicts: list[claims_mod.Verdict], with_folder: bool = False)
         evidence = r.details.get("evidence") if isinstance(r.details, dict) else None
         if kind(r) == "unusable":
             criterion += f"<div class='crit'>{esc(t('table.unusable'))} {show(r.details[claims_mod.UNUSABLE])}</div>"
-        if evidence and kind(r) == "wrong":
+        if evidence and kind(r) in ("wrong", "cited-wrong", "cited-held"):
             criterion += f"<div class='crit'>{esc(t('table.evidence'))} {show(evidence)}</div>"
+        if kind(r) in ("cited-wrong", "cited-held") and r.details.get(REFERENCE_KEY):
+            criterion += f"<div class='crit'>{esc(t('table.reference'))} {show(r.details[REFERENCE_KEY])}</div>"
+        if kind(r) == "withdrawn":
+            criterion += f"<div class='crit'>{esc(t('table.withdrawn'))} {show(r.details.get('reason', ''))}</div>"
         rows.append(
             f"<tr class='v-{kind(r)}'><td class='src'>{show_source(r.source)}{where}</td>"
             f"<td>{claim_text(r)}{criterion}</td><td>{show(r.measured)}</td><td>{esc(margin_text(r))}</td>"
@@ -286,12 +298,12 @@ def summary_counts(verdicts: list[claims_mod.Verdict]) -> str:
     return " ".join(
         f"<span class='count {k}'>{esc(t('count', n=counts[k], name=t('kind.' + k)))}</span>"
         for k in KINDS
-        if counts[k] or k != "unusable"
+        if counts[k] or k in ALWAYS_COUNTED
     )
 
 
 def legend() -> str:
-    """The four badges, each with its one-line meaning."""
+    """The badges, each with its one-line meaning."""
     items = "".join(
         f"<li><span class='badge {k}'>{esc(t('kind.' + k))}</span> {esc(t('kind.' + k + '.meaning'))}</li>"
         for k in KINDS
@@ -509,6 +521,11 @@ table.key { display:table; } table.key td { font-variant-numeric: tabular-nums; 
 .badge.wrong, .count.wrong { background:var(--wrong-bg); color:var(--wrong); }
 .badge.untestable, .count.untestable { background:var(--untestable-bg); color:var(--untestable); }
 .badge.inconclusive, .count.inconclusive { background:var(--inconclusive-bg); color:var(--inconclusive); }
+.badge.cited-held, .count.cited-held { background:var(--held-bg); color:var(--held); border:1px dashed var(--held); }
+.badge.cited-wrong, .count.cited-wrong { background:var(--wrong-bg); color:var(--wrong);
+  border:1px dashed var(--wrong); }
+.badge.withdrawn, .count.withdrawn { background:var(--inconclusive-bg); color:var(--inconclusive);
+  text-decoration:line-through; }
 .badge.unusable, .count.unusable { background:var(--warn-bg); color:var(--warn); }
 .legend { margin-top:10px; font-size:13px; } .legend ul { list-style:none; margin:4px 0 0; padding:0; }
 .legend li { margin:3px 0; color:#cbd1dc; } header .badge { margin-right:6px; }

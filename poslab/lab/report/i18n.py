@@ -63,6 +63,23 @@ UI: dict[str, dict[str, str]] = {
         "en": "inconclusive: the difference is inside the noise, or too few seeds",
         "zh": "无定论：差别在噪声之内，或种子数不够",
     },
+    "kind.cited-held": {"en": "held (per source)", "zh": "课文正确（据文献）"},
+    "kind.cited-held.meaning": {
+        "en": "the lesson is right, by a source (a paper, a date, a published config), not by a measurement; "
+        "the reference is shown",
+        "zh": "课文说得对，依据是文献（论文、日期、公开的配置），不是测量；下面写明出处",
+    },
+    "kind.cited-wrong": {"en": "did not hold (per source)", "zh": "课文有误（据文献）"},
+    "kind.cited-wrong.meaning": {
+        "en": "the lesson is wrong, by a source (what a paper reports, who wrote it, or the lesson's own text "
+        "contradicting itself), not by a measurement; the reference is shown",
+        "zh": "课文说错了，依据是文献（论文的内容、作者，或课文自相矛盾的两处原文），不是测量；下面写明出处",
+    },
+    "kind.withdrawn": {"en": "withdrawn", "zh": "勘误撤回"},
+    "kind.withdrawn.meaning": {
+        "en": "withdrawn: a correction the lab takes back, because its test cannot settle the statement (why is shown)",
+        "zh": "勘误撤回：实验室收回的勘误，因为它的检验无法判定这句话（下面写明原因）",
+    },
     "kind.unusable": {"en": "unusable", "zh": "记录不可用"},
     "kind.unusable.meaning": {
         "en": "unusable: the record in the results file breaks the rule (a number that is not finite, or a verdict "
@@ -120,6 +137,8 @@ UI: dict[str, dict[str, str]] = {
     "table.reason": {"en": "what was missing", "zh": "缺了什么"},
     "table.without": {"en": "the comparison alone", "zh": "只看比较"},
     "table.criterion": {"en": "criterion:", "zh": "判据："},
+    "table.reference": {"en": "Reference:", "zh": "出处："},
+    "table.withdrawn": {"en": "Withdrawn because:", "zh": "撤回原因："},
     "table.evidence": {"en": "evidence:", "zh": "证据："},
     "table.unusable": {"en": "why unusable:", "zh": "不可用的原因："},
     "table.none": {
