@@ -17,6 +17,12 @@ costs about half as much.
   model and windows (4/4/128, block 64, batch 12) with RoPE, dtype auto, lr 2e-3 (warmup 50)
   decayed over 1000 steps, the whole validation split evaluated every 100 steps, stopping at val
   1.90 (``stop_val_loss``). The same windows keep its whole-split loss comparable with nanoGPT's.
+* ``shakespeare-char-gpu``: nanoGPT's GPU recipe for shakespeare_char (``config/train_shakespeare_char.py``:
+  6 layers, 6 heads, n_embd 384, block 256, batch 64, dropout 0.2, 5000 iters, lr 1e-3 decayed to 1e-4,
+  warmup 100, beta2 0.99; nanoGPT reports val about 1.47 in about 3 minutes on one A100) with the
+  levers of ``shakespeare-char-fast`` that carry over unmeasured: RoPE, dtype auto (bf16 where the GPU
+  supports it), the whole validation split every 250 steps, stopping at val 1.47. Not yet run on a GPU:
+  ``benchmarks/gpu_check.sh`` measures it against nanoGPT's model side by side.
 * ``tiny``: a seconds-long run for tests and smoke checks.
 """
 
@@ -82,6 +88,44 @@ PRESETS: dict[str, dict[str, Any]] = {
             "ckpt_interval": 150,
         },
     },
+    "tang-demo": {
+        "description": (
+            "the demo poem model: tang-small's GPT (4/4/128, block 128) with RoPE instead of learned "
+            "positions, 600 steps of 12 x 128 (about 90 s on 2 cores); its poems scan"
+        ),
+        "config": {
+            "corpus": "tang5",
+            "tokenizer": "char",
+            "model": {
+                "n_layer": 4,
+                "n_head": 4,
+                "n_embd": 128,
+                "block_size": 128,
+                "dropout": 0.0,
+                "bias": True,
+                "position": "rope",
+                "activation": "gelu",
+            },
+            "max_steps": 600,
+            "lr_decay_steps": 600,
+            "batch_size": 12,
+            **NANOGPT_SCHEDULE,
+            "lr": 2e-3,
+            "min_lr": 2e-4,
+            "warmup_steps": 30,
+            "eval_interval": 200,
+            "ckpt_interval": 200,
+            **AUTO_DTYPE,
+        },
+        "quick": {
+            "max_steps": 150,
+            "lr_decay_steps": 150,
+            "warmup_steps": 15,
+            "eval_interval": 75,
+            "eval_iters": 5,
+            "ckpt_interval": 75,
+        },
+    },
     "shakespeare-char": {
         "description": (
             "nanoGPT's CPU shakespeare_char recipe (4/4/128, block 64, batch 12, 2000 iters; nanoGPT: val 1.88)"
@@ -141,6 +185,43 @@ PRESETS: dict[str, dict[str, Any]] = {
             "eval_interval": 100,
             "eval_iters": 0,
             "stop_val_loss": 1.90,
+        },
+        "quick": {
+            "max_steps": 200,
+            "lr_decay_steps": 200,
+            "warmup_steps": 20,
+            "eval_interval": 100,
+            "eval_iters": 10,
+            "ckpt_interval": 100,
+            "stop_val_loss": None,
+        },
+    },
+    "shakespeare-char-gpu": {
+        "description": (
+            "nanoGPT's GPU shakespeare_char recipe (6/6/384, block 256, batch 64, dropout 0.2, 5000 iters; "
+            "nanoGPT: val about 1.47) with RoPE and dtype auto; stops at whole-split val 1.47 "
+            "(benchmarks/time_to_loss.py --recipe gpu)"
+        ),
+        "config": {
+            "corpus": "shakespeare",
+            "tokenizer": "char",
+            "model": {
+                "n_layer": 6,
+                "n_head": 6,
+                "n_embd": 384,
+                "block_size": 256,
+                "dropout": 0.2,
+                "bias": False,
+                "position": "rope",
+                "activation": "gelu",
+            },
+            "max_steps": 5000,
+            "lr_decay_steps": 5000,
+            "batch_size": 64,
+            **NANOGPT_SCHEDULE,
+            **AUTO_DTYPE,
+            "eval_iters": 0,
+            "stop_val_loss": 1.47,
         },
         "quick": {
             "max_steps": 200,
