@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# One-GPU check of poslab's CUDA paths, in under 10 minutes, nothing downloaded (see benchmarks/README.md).
+# One-GPU check of poslab's CUDA paths, in under 10 minutes (plus at most 8 for step 4), nothing downloaded
+# (see benchmarks/README.md).
 #
 #   benchmarks/gpu_check.sh                 # on a machine with one CUDA GPU
 #   benchmarks/gpu_check.sh --dry-run       # CPU-safe parts at tiny sizes (the default test suite runs this)
 #   benchmarks/gpu_check.sh --out FILE.json # where the figures go (default runs/gpu_check/gpu_check.json)
+#   benchmarks/gpu_check.sh --skip-time-to-loss  # steps 1-3 only (under 10 minutes)
 #
 # 1. the CUDA-marked tests (tests/test_cuda.py: flex = sdpa = eager for every scheme in fp32/bf16,
 #    forward + backward; KV-cache decoding; a training step per scheme), JUnit XML kept;
@@ -29,7 +31,7 @@ while [ $# -gt 0 ]; do
         --dry-run) DRY=1 ;;
         --skip-time-to-loss) TTL=0 ;;
         --out) shift; OUT=${1:?--out needs a file name} ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "gpu_check.sh: unknown option '$1'; allowed: --dry-run, --out FILE, --skip-time-to-loss" >&2; exit 2 ;;
     esac
     shift
