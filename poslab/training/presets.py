@@ -6,6 +6,11 @@ of :class:`poslab.GPTConfig` fields) with a description and a ``quick`` variant 
 
 * ``tang-small``: seed 001's GPT (4 heads, n_embd 128, block 128; the lesson does not give the depth,
   poslab uses 4 layers as nanoGPT's small recipe) on the five-character Tang poems, char-level.
+* ``tang-demo``: the demo poem model ``make demo`` samples: ``tang-small``'s GPT with RoPE instead of
+  learned positions (relative positions let it count the characters since the last comma), 600 steps
+  of 12 x 128 at lr 2e-3 (about 90 s on 2 cores). Its samples scan (five-character lines between
+  ，and 。) where the lab's ``tang-small`` quick model, vanilla as the lesson has it, does about half
+  the time (``benchmarks/tang_demo.py``).
 * ``shakespeare-char``: nanoGPT's README CPU recipe for shakespeare_char (4 layers, 4 heads, n_embd
   128, block 64, batch 12, 2000 iters, lr 1e-3 decayed to 1e-4 at 2000, warmup 100, beta2 0.99,
   weight decay 0.1, grad clip 1.0, no bias, dropout 0, 20 eval batches): nanoGPT reports val loss 1.88.
@@ -75,7 +80,8 @@ PRESETS: dict[str, dict[str, Any]] = {
             **AUTO_DTYPE,
         },
         # quick: 300 steps of 12 x 128 tokens, about 90 s on 2 cores (the issue's budget: 2 minutes), and
-        # it already samples five-character lines; lr 2e-3 measured val 6.00 vs 6.10 for 1e-3 at 400 x 16
+        # about half its sampled line segments have five characters (44-53%, benchmarks/tang_demo.py; the
+        # demo poem model is tang-demo); lr 2e-3 measured val 6.00 vs 6.10 for 1e-3 at 400 x 16
         "quick": {
             "max_steps": 300,
             "batch_size": 12,
