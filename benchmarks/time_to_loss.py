@@ -14,6 +14,11 @@ target at an evaluation, the time to that crossing.
     .venv/bin/python benchmarks/time_to_loss.py --target 2.2 --no-nanogpt \\
         --variant rope --variant learned:model.position=learned                  # a lever trial
 
+``--recipe gpu`` compares nanoGPT's GPU recipe (``config/train_shakespeare_char.py``: 6/6/384, block 256,
+batch 64, dropout 0.2, 5000 iterations; neither side compiled) with the preset ``shakespeare-char-gpu``
+to val 1.47; ``benchmarks/gpu_check.sh`` runs it with ``--device cuda --nano-dtype bf16`` (nanoGPT's
+own precision there), and ``--dry-run`` checks the plumbing in a few steps on any device.
+
 ``--variant LABEL[:key=value,key=value]`` runs the preset with those overrides (dotted keys reach
 ``model``); several variants alternate with each other and with nanoGPT, seed by seed, with the
 order rotated every seed. Results: ``--out`` (JSON, every run) and a table on stdout.
@@ -241,7 +246,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1337])
     parser.add_argument("--recipe", choices=sorted(NANOGPT_RECIPES), default="cpu", help="nanoGPT's recipe")
     parser.add_argument("--preset", default=None, help="poslab's preset (default: the recipe's, DEFAULT_PRESETS)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda: both sides train there")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both sides train")
     parser.add_argument("--nano-dtype", choices=["fp32", "bf16"], default="fp32", help="nanoGPT's precision")
     parser.add_argument("--dry-run", action="store_true", help=f"{DRY_STEPS} steps each, tiny batches: the plumbing")
     parser.add_argument("--variant", action="append", default=None, help="LABEL[:key=value,...] (repeatable)")
