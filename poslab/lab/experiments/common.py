@@ -161,8 +161,9 @@ def ngram_baselines(corpus: str, val_fraction: float = 0.1) -> dict[str, float]:
     Each model is interpolated Kneser–Ney (:func:`kneser_ney_probabilities`; Chen & Goodman 1998), over
     the character set of the whole corpus (a character tokenizer's vocabulary). Unlike add-k smoothing,
     which spreads a fixed mass over every unseen n-gram of a large vocabulary, it backs off to the
-    order below, so on a corpus of thousands of characters (the Tang poems) a higher order is not
-    worse than the one below. Every order is scored on the same validation targets (from the third
+    order below where its counts are thin, so even on a corpus of thousands of characters (the Tang
+    poems) each order scores better than the one below (``tests/test_premises.py`` checks every
+    shipped corpus). Every order is scored on the same validation targets (from the third
     character on), in nats per character, so the three numbers compare with each other and with a
     trained model's validation loss. A model that barely uses its context sits at the bigram level
     (one character of context).
