@@ -19,8 +19,10 @@ install: $(STAMP)
 demo: install
 	# every experiment of the lessons (quick forms; finished steps are reused) -> runs/lab/report.html
 	$(VENV)/bin/poslab lab --quick
-	# a poem from the lab's quick Tang-poem model (runs/lab/runs/tang-small-quick)
-	$(VENV)/bin/poslab sample runs/lab/runs/tang-small-quick --prompt 白日依山尽 --tokens 64 --seed 0
+	# a poem from the demo poem model (preset tang-demo: the lab's Tang GPT with RoPE, about 90 s of
+	# training on 2 cores; --resume reuses a finished run) -> runs/tang-demo
+	$(VENV)/bin/poslab train --preset tang-demo --resume
+	$(VENV)/bin/poslab sample runs/tang-demo --prompt 白日依山尽 --tokens 64 --seed 0
 	@echo "open runs/lab/report.html"
 
 test: install

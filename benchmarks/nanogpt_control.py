@@ -27,9 +27,10 @@ from poslab.data import build_tokenizer, encode_corpus, load_text, split_text
 
 
 class Block(nn.Module):
-    def __init__(self, d: int, heads: int) -> None:
+    def __init__(self, d: int, heads: int, dropout: float = 0.0) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.dropout = heads, dropout
+        self.drop = nn.Dropout(dropout)
         self.ln1 = nn.LayerNorm(d, bias=False)
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.out = nn.Linear(d, d, bias=False)
@@ -41,17 +42,21 @@ class Block(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)  # [B, T, C] x3
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))  # [B, h, T, hd]
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, h, T, hd]
-        x = x + self.out(y.transpose(1, 2).reshape(B, T, C))  # [B, T, C]
-        return x + self.down(F.gelu(self.up(self.ln2(x))))
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # [B, h, T, hd]
+        x = x + self.drop(self.out(y.transpose(1, 2).reshape(B, T, C)))  # [B, T, C]
+        return x + self.drop(self.down(F.gelu(self.up(self.ln2(x)))))
 
 
 class TinyGPT(nn.Module):
-    def __init__(self, vocab: int, block: int, layers: int, heads: int, d: int) -> None:
+    """nanoGPT's GPT; ``dropout`` where nanoGPT applies it (embeddings, attention weights, both residual branches)."""
+
+    def __init__(self, vocab: int, block: int, layers: int, heads: int, d: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.wte = nn.Embedding(vocab, d)
         self.wpe = nn.Embedding(block, d)
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(d, heads, dropout) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d, bias=False)
         self.head = nn.Linear(d, vocab, bias=False)
         self.wte.weight = self.head.weight  # tied
@@ -64,7 +69,7 @@ class TinyGPT(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))  # [B, T, C]
+        x = self.drop(self.wte(idx) + self.wpe(torch.arange(T, device=idx.device)))  # [B, T, C]
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.ln_f(x))  # [B, T, V]

@@ -14,6 +14,11 @@ target at an evaluation, the time to that crossing.
     .venv/bin/python benchmarks/time_to_loss.py --target 2.2 --no-nanogpt \\
         --variant rope --variant learned:model.position=learned                  # a lever trial
 
+``--recipe gpu`` compares nanoGPT's GPU recipe (``config/train_shakespeare_char.py``: 6/6/384, block 256,
+batch 64, dropout 0.2, 5000 iterations; neither side compiled) with the preset ``shakespeare-char-gpu``
+to val 1.47; ``benchmarks/gpu_check.sh`` runs it with ``--device cuda --nano-dtype bf16`` (nanoGPT's
+own precision there), and ``--dry-run`` checks the plumbing in a few steps on any device.
+
 ``--variant LABEL[:key=value,key=value]`` runs the preset with those overrides (dotted keys reach
 ``model``); several variants alternate with each other and with nanoGPT, seed by seed, with the
 order rotated every seed. Results: ``--out`` (JSON, every run) and a table on stdout.
@@ -26,6 +31,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +47,40 @@ from poslab.training import precision, presets  # noqa: E402
 from poslab.training.config import TrainConfig  # noqa: E402
 
 
-def full_split_loss(model: TinyGPT, ids: torch.Tensor, block: int, batch: int = 64) -> float:
-    """Mean loss over the whole split in consecutive non-overlapping windows (nanogpt_control's figure)."""
+@dataclass(frozen=True)
+class NanoRecipe:
+    """One of nanoGPT's recipes: its model (layers, heads, width, block, dropout), batch, iterations
+    (the cosine schedule's length) and the whole-split validation loss it reaches (the default target)."""
+
+    layers: int
+    heads: int
+    d: int
+    block: int
+    batch: int
+    iters: int
+    dropout: float
+    target: float
+
+
+#: nanoGPT's shakespeare_char recipes: its README's CPU one (``nanogpt_control.py``'s defaults) and
+#: ``config/train_shakespeare_char.py`` for a GPU (val about 1.47 after 5000 iterations on an A100)
+NANOGPT_RECIPES = {
+    "cpu": NanoRecipe(layers=4, heads=4, d=128, block=64, batch=12, iters=2000, dropout=0.0, target=1.90),
+    "gpu": NanoRecipe(layers=6, heads=6, d=384, block=256, batch=64, iters=5000, dropout=0.2, target=1.47),
+}
+#: the poslab preset each recipe is compared with by default
+DEFAULT_PRESETS = {"cpu": "shakespeare-char-fast", "gpu": "shakespeare-char-gpu"}
+#: ``--dry-run``: steps of each side, batch, and validation windows (a plumbing check on any device)
+DRY_STEPS, DRY_BATCH, DRY_WINDOWS = 2, 2, 4
+
+
+def full_split_loss(model: TinyGPT, ids: torch.Tensor, block: int, batch: int = 64, limit: int | None = None) -> float:
+    """Mean loss over the whole split in consecutive non-overlapping windows (nanogpt_control's figure);
+    ``limit`` windows only where given (a dry run)."""
     model.eval()
     with torch.no_grad():
         n = (len(ids) - 1) // block
+        n = n if limit is None else min(n, limit)
         total = 0.0
         for first in range(0, n, batch):
             starts = torch.arange(first, min(first + batch, n)) * block  # [b]
@@ -59,22 +94,37 @@ def full_split_loss(model: TinyGPT, ids: torch.Tensor, block: int, batch: int = 
 def nanogpt_run(
     seed: int, args: argparse.Namespace, train_ids: torch.Tensor, val_ids: torch.Tensor, vocab: int
 ) -> dict[str, Any]:
-    """nanoGPT's 2000-iteration recipe; training time to the first evaluation at or under the target, and in all."""
+    """nanoGPT's recipe (``--recipe``, on ``--device``, bf16 autocast with ``--nano-dtype bf16``); training
+    time to the first evaluation at or under the target, and in all."""
+    recipe = NANOGPT_RECIPES[getattr(args, "recipe", "cpu")]
+    device = torch.device(getattr(args, "device", "cpu"))
+    dry = getattr(args, "dry_run", False)
+    bf16 = getattr(args, "nano_dtype", "fp32") == "bf16"
     torch.manual_seed(seed)
-    block, batch, iters = 64, 12, args.nano_iters
-    model = TinyGPT(vocab, block, 4, 4, 128)
+    block, iters = recipe.block, args.nano_iters
+    batch = DRY_BATCH if dry else recipe.batch
+    model = TinyGPT(vocab, block, recipe.layers, recipe.heads, recipe.d, dropout=recipe.dropout).to(device)
     opt = nanogpt_optimizer(model)
+    train_ids, val_ids = train_ids.to(device), val_ids.to(device)
+
+    def clock() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
     train_time, crossed, curve = 0.0, None, []
     for it in range(iters):
-        start = time.perf_counter()
+        start = clock()
         ix = torch.randint(len(train_ids) - block, (batch,))
         x = torch.stack([train_ids[i : i + block] for i in ix])  # [B, T]
         y = torch.stack([train_ids[i + 1 : i + 1 + block] for i in ix])  # [B, T]
-        nanogpt_update(model, opt, x, y, nanogpt_lr(it, decay_iters=iters))
-        train_time += time.perf_counter() - start
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            nanogpt_update(model, opt, x, y, nanogpt_lr(it, decay_iters=recipe.iters))
+        train_time += clock() - start
         step = it + 1
         if step % args.nano_eval_every == 0 or step == iters:
-            val = full_split_loss(model, val_ids, block)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                val = full_split_loss(model, val_ids, block, limit=DRY_WINDOWS if dry else None)
             curve.append({"step": step, "val_loss": val, "train_time_s": train_time})
             if crossed is None and val <= args.target:
                 crossed = {"step": step, "tokens": step * batch * block, "train_time_s": train_time, "val_loss": val}
@@ -132,6 +182,12 @@ def poslab_config(args: argparse.Namespace, label: str, overrides: dict[str, Any
     )
     if args.eval_every is not None:
         values["eval_interval"] = args.eval_every
+    if getattr(args, "device", "cpu") != "cpu":
+        values["device"] = args.device
+    if getattr(args, "dry_run", False):  # a few steps of a few windows, a few validation batches
+        steps = DRY_STEPS
+        values.update(max_steps=steps, lr_decay_steps=steps, warmup_steps=1, batch_size=DRY_BATCH)
+        values.update(eval_interval=steps, eval_iters=DRY_WINDOWS)
     return TrainConfig.from_dict(values)
 
 
@@ -184,12 +240,18 @@ def summarise(rows: list[dict[str, Any]], target: float) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", type=float, default=1.90, help="whole-split validation loss to reach")
+    parser.add_argument(
+        "--target", type=float, default=None, help="whole-split validation loss to reach (default: the recipe's)"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1337])
-    parser.add_argument("--preset", default="shakespeare-char-fast")
+    parser.add_argument("--recipe", choices=sorted(NANOGPT_RECIPES), default="cpu", help="nanoGPT's recipe")
+    parser.add_argument("--preset", default=None, help="poslab's preset (default: the recipe's, DEFAULT_PRESETS)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both sides train")
+    parser.add_argument("--nano-dtype", choices=["fp32", "bf16"], default="fp32", help="nanoGPT's precision")
+    parser.add_argument("--dry-run", action="store_true", help=f"{DRY_STEPS} steps each, tiny batches: the plumbing")
     parser.add_argument("--variant", action="append", default=None, help="LABEL[:key=value,...] (repeatable)")
     parser.add_argument("--no-nanogpt", action="store_true", help="poslab variants only (lever trials)")
-    parser.add_argument("--nano-iters", type=int, default=2000)
+    parser.add_argument("--nano-iters", type=int, default=None, help="default: the recipe's")
     parser.add_argument("--nano-eval-every", type=int, default=250)
     parser.add_argument(
         "--eval-every", type=int, default=None, help="poslab evaluation interval (default: the preset's)"
@@ -198,6 +260,13 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/time-to-loss"))
     parser.add_argument("--out", type=Path, default=Path("runs/time-to-loss/results.json"))
     args = parser.parse_args()
+    args.preset = args.preset or DEFAULT_PRESETS[args.recipe]
+    if args.target is None:
+        args.target = NANOGPT_RECIPES[args.recipe].target
+    if args.nano_iters is None:
+        args.nano_iters = DRY_STEPS if args.dry_run else NANOGPT_RECIPES[args.recipe].iters
+    if args.dry_run:
+        args.nano_eval_every = min(args.nano_eval_every, args.nano_iters)
     torch.set_num_threads(args.threads)
     # this machine's bf16/fp32 figures, beside the result: the preset's dtype auto follows them
     figures = precision.measure()
@@ -246,6 +315,11 @@ def main() -> None:
         "threads": args.threads,
         "seeds": args.seeds,
         "preset": args.preset,
+        "recipe": args.recipe,
+        "nanogpt_recipe": asdict(NANOGPT_RECIPES[args.recipe]),
+        "device": args.device,
+        "nano_dtype": args.nano_dtype,
+        "dry_run": args.dry_run,
         "machine_precision": machine,
         "preset_config": presets.preset_config(args.preset),
         "rows": rows,
@@ -265,7 +339,7 @@ def main() -> None:
             else "-"
         )
         ratio = f"  = {s['time_vs_nanogpt_recipe']:.2f}x nanoGPT's recipe time" if "time_vs_nanogpt_recipe" in s else ""
-        dtypes = sorted({r["dtype"] for r in rows if r["contender"] == name and "dtype" in r}) or ["fp32"]
+        dtypes = sorted({r["dtype"] for r in rows if r["contender"] == name and "dtype" in r}) or [args.nano_dtype]
         print(
             f"  {name:24s} ({'/'.join(dtypes)}) reached {s['reached']}/{s['runs']}: to target {to}; whole run "
             f"{s['train_time_s_mean']:.1f} s, final val {s['final_val_loss_mean']:.4f}{ratio}"

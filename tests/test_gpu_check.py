@@ -21,7 +21,7 @@ def test_gpu_check_dry_run_writes_its_figures(tmp_path: Path) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -45,6 +45,12 @@ def test_gpu_check_dry_run_writes_its_figures(tmp_path: Path) -> None:
     assert lab["experiment"] == "extrapolation" and lab["size"].startswith("gpu-check-cpu=smoke")
     assert [r["device"] for r in lab["runs"]] == ["cpu"] * 3 and all(r["tokens_per_s"] > 0 for r in lab["runs"])
     assert lab["verdicts"] and lab["full_size_train_s_from_measured_rate"] > 0
+    # step 4: shakespeare-char-gpu against nanoGPT's GPU recipe through time_to_loss.py (2 steps each here)
+    ttl = json.loads((out.parent / "time_to_loss_gpu.json").read_text())
+    assert ttl["dry_run"] and ttl["recipe"] == "gpu" and ttl["preset"] == "shakespeare-char-gpu"
+    assert ttl["target"] == 1.47 and ttl["nanogpt_recipe"]["d"] == 384
+    assert [r["contender"] for r in ttl["rows"]] == ["nanoGPT", "poslab-gpu"]
+    assert all(r["steps"] == 2 and r["final_val_loss"] > 0 for r in ttl["rows"])
 
 
 def test_gpu_check_rejects_an_unknown_option(tmp_path: Path) -> None:
@@ -56,7 +62,7 @@ def test_gpu_check_rejects_an_unknown_option(tmp_path: Path) -> None:
         timeout=30,
     )
     assert proc.returncode == 2
-    assert "unknown option '--fast'; allowed: --dry-run, --out FILE" in proc.stderr
+    assert "unknown option '--fast'; allowed: --dry-run, --out FILE, --skip-time-to-loss" in proc.stderr
 
 
 def test_gpu_check_without_cuda_says_so(tmp_path: Path) -> None:

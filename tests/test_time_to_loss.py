@@ -144,3 +144,47 @@ def test_time_to_loss_smoke(tmp_path: Path, corpus: str) -> None:
     assert ("time_vs_nanogpt_recipe" in summary["tiny-b4"]) and summary["tiny-b4"]["time_vs_nanogpt_recipe"] > 0
     with pytest.raises(SystemExit, match="is not key=value"):
         time_to_loss.parse_variant("x:lr")
+
+
+def test_gpu_preset_is_nanogpts_gpu_recipe_with_the_fast_levers() -> None:
+    recipe = time_to_loss.NANOGPT_RECIPES["gpu"]
+    cfg = TrainConfig.from_dict({**presets.preset_config("shakespeare-char-gpu"), "name": "x"})
+    m = cfg.model
+    assert (m.n_layer, m.n_head, m.n_embd, m.block_size) == (recipe.layers, recipe.heads, recipe.d, recipe.block)
+    assert m.dropout == recipe.dropout == 0.2 and not m.bias
+    assert (cfg.batch_size, cfg.max_steps, cfg.lr_decay_steps) == (recipe.batch, recipe.iters, recipe.iters)
+    assert (cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg.beta2) == (1e-3, 1e-4, 100, 0.99)
+    assert m.position == "rope" and cfg.dtype == "auto" and cfg.eval_iters == 0
+    assert cfg.stop_val_loss == pytest.approx(recipe.target)
+    assert time_to_loss.DEFAULT_PRESETS["gpu"] == "shakespeare-char-gpu"
+
+
+def test_gpu_preset_dry_run_on_cpu(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, "-m", "poslab", "train", "--preset", "shakespeare-char-gpu", "--dry-run"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    resolved = json.loads(proc.stdout)["config"]
+    assert resolved["model"]["n_embd"] == 384 and resolved["max_steps"] == 5000
+    assert not (tmp_path / "runs").exists()  # a dry run writes nothing
+
+
+def test_nanogpt_gpu_recipe_runs_dry_on_the_cpu(tmp_path: Path) -> None:
+    """The GPU recipe's nanoGPT side (dropout 0.2, 6/6/384, block 256) through the benchmark, 2 steps."""
+    args = argparse.Namespace(
+        target=1.47, nano_iters=2, nano_eval_every=2, recipe="gpu", device="cpu", nano_dtype="fp32", dry_run=True
+    )
+    ids = torch.randint(0, 65, (4000,), generator=torch.Generator().manual_seed(0))
+    row = time_to_loss.nanogpt_run(1, args, ids[:3000], ids[3000:], 65)
+    assert row["steps"] == 2 and row["tokens"] == 2 * time_to_loss.DRY_BATCH * 256
+    assert [c["step"] for c in row["curve"]] == [2] and 3.5 < row["final_val_loss"] < 5.0  # about ln 65

@@ -6,6 +6,11 @@ of :class:`poslab.GPTConfig` fields) with a description and a ``quick`` variant 
 
 * ``tang-small``: seed 001's GPT (4 heads, n_embd 128, block 128; the lesson does not give the depth,
   poslab uses 4 layers as nanoGPT's small recipe) on the five-character Tang poems, char-level.
+* ``tang-demo``: the demo poem model ``make demo`` samples: ``tang-small``'s GPT with RoPE instead of
+  learned positions (relative positions let it count the characters since the last comma), 600 steps
+  of 12 x 128 at lr 2e-3 (about 90 s on 2 cores). Its samples scan (five-character lines between
+  ，and 。) where the lab's ``tang-small`` quick model, vanilla as the lesson has it, does about half
+  the time (``benchmarks/tang_demo.py``).
 * ``shakespeare-char``: nanoGPT's README CPU recipe for shakespeare_char (4 layers, 4 heads, n_embd
   128, block 64, batch 12, 2000 iters, lr 1e-3 decayed to 1e-4 at 2000, warmup 100, beta2 0.99,
   weight decay 0.1, grad clip 1.0, no bias, dropout 0, 20 eval batches): nanoGPT reports val loss 1.88.
@@ -15,8 +20,14 @@ than GPT-2's tanh approximation (poslab's ``GPTConfig`` default): on CPU its for
 costs about half as much.
 * ``shakespeare-char-fast``: time to quality (``benchmarks/time_to_loss.py``): the ``shakespeare-char``
   model and windows (4/4/128, block 64, batch 12) with RoPE, dtype auto, lr 2e-3 (warmup 50)
-  decayed over 1000 steps, the whole validation split evaluated every 100 steps, stopping at val
+  decayed over 1000 steps, the whole validation split evaluated every 300 steps, stopping at val
   1.90 (``stop_val_loss``). The same windows keep its whole-split loss comparable with nanoGPT's.
+* ``shakespeare-char-gpu``: nanoGPT's GPU recipe for shakespeare_char (``config/train_shakespeare_char.py``:
+  6 layers, 6 heads, n_embd 384, block 256, batch 64, dropout 0.2, 5000 iters, lr 1e-3 decayed to 1e-4,
+  warmup 100, beta2 0.99; nanoGPT reports val about 1.47 in about 3 minutes on one A100) with the
+  levers of ``shakespeare-char-fast`` that carry over unmeasured: RoPE, dtype auto (bf16 where the GPU
+  supports it), the whole validation split every 250 steps, stopping at val 1.47. Not yet run on a GPU:
+  ``benchmarks/gpu_check.sh`` measures it against nanoGPT's model side by side.
 * ``tiny``: a seconds-long run for tests and smoke checks.
 """
 
@@ -69,7 +80,8 @@ PRESETS: dict[str, dict[str, Any]] = {
             **AUTO_DTYPE,
         },
         # quick: 300 steps of 12 x 128 tokens, about 90 s on 2 cores (the issue's budget: 2 minutes), and
-        # it already samples five-character lines; lr 2e-3 measured val 6.00 vs 6.10 for 1e-3 at 400 x 16
+        # about half its sampled line segments have five characters (44-53%, benchmarks/tang_demo.py; the
+        # demo poem model is tang-demo); lr 2e-3 measured val 6.00 vs 6.10 for 1e-3 at 400 x 16
         "quick": {
             "max_steps": 300,
             "batch_size": 12,
@@ -80,6 +92,44 @@ PRESETS: dict[str, dict[str, Any]] = {
             "eval_interval": 100,
             "eval_iters": 10,
             "ckpt_interval": 150,
+        },
+    },
+    "tang-demo": {
+        "description": (
+            "the demo poem model: tang-small's GPT (4/4/128, block 128) with RoPE instead of learned "
+            "positions, 600 steps of 12 x 128 (about 90 s on 2 cores); its poems scan"
+        ),
+        "config": {
+            "corpus": "tang5",
+            "tokenizer": "char",
+            "model": {
+                "n_layer": 4,
+                "n_head": 4,
+                "n_embd": 128,
+                "block_size": 128,
+                "dropout": 0.0,
+                "bias": True,
+                "position": "rope",
+                "activation": "gelu",
+            },
+            "max_steps": 600,
+            "lr_decay_steps": 600,
+            "batch_size": 12,
+            **NANOGPT_SCHEDULE,
+            "lr": 2e-3,
+            "min_lr": 2e-4,
+            "warmup_steps": 30,
+            "eval_interval": 200,
+            "ckpt_interval": 200,
+            **AUTO_DTYPE,
+        },
+        "quick": {
+            "max_steps": 150,
+            "lr_decay_steps": 150,
+            "warmup_steps": 15,
+            "eval_interval": 75,
+            "eval_iters": 5,
+            "ckpt_interval": 75,
         },
     },
     "shakespeare-char": {
@@ -138,9 +188,49 @@ PRESETS: dict[str, dict[str, Any]] = {
             "lr": 2e-3,
             "warmup_steps": 50,
             **AUTO_DTYPE,
-            "eval_interval": 100,
+            # the whole split every 300 steps: the crossing falls at 850-900 steps, so evaluations at
+            # 300, 600, 900 (and 1000) find it at the same step as every 100 would, and the process
+            # spends 3 evaluations instead of 9 (whole process 1.41x the training time, not 1.59x)
+            "eval_interval": 300,
             "eval_iters": 0,
             "stop_val_loss": 1.90,
+        },
+        "quick": {
+            "max_steps": 200,
+            "lr_decay_steps": 200,
+            "warmup_steps": 20,
+            "eval_interval": 100,
+            "eval_iters": 10,
+            "ckpt_interval": 100,
+            "stop_val_loss": None,
+        },
+    },
+    "shakespeare-char-gpu": {
+        "description": (
+            "nanoGPT's GPU shakespeare_char recipe (6/6/384, block 256, batch 64, dropout 0.2, 5000 iters; "
+            "nanoGPT: val about 1.47) with RoPE and dtype auto; stops at whole-split val 1.47 "
+            "(benchmarks/time_to_loss.py --recipe gpu)"
+        ),
+        "config": {
+            "corpus": "shakespeare",
+            "tokenizer": "char",
+            "model": {
+                "n_layer": 6,
+                "n_head": 6,
+                "n_embd": 384,
+                "block_size": 256,
+                "dropout": 0.2,
+                "bias": False,
+                "position": "rope",
+                "activation": "gelu",
+            },
+            "max_steps": 5000,
+            "lr_decay_steps": 5000,
+            "batch_size": 64,
+            **NANOGPT_SCHEDULE,
+            **AUTO_DTYPE,
+            "eval_iters": 0,
+            "stop_val_loss": 1.47,
         },
         "quick": {
             "max_steps": 200,
