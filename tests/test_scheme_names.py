@@ -43,6 +43,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("config.py", "none"): "the literal None of a CLI override ('none'/'null'), not the NoPE scheme",
     ("interop/llama4.py", "rope"): "model family: Llama 4's RoPE layers",
     ("interop/llama4.py", "none"): "model family: Llama 4's NoPE layers (every 4th)",
+    (
+        "lab/experiments/corrections/lesson000_heads.py",
+        "alibi",
+    ): "the zoo's 'position' column of published models, for the lesson's claim that modern LLMs hardly use ALiBi",
     ("lab/explore.py", "none"): "the HTTP header value Sec-Fetch-Site: none, not the NoPE scheme",
     ("config_keys.py", "none"): "the literal None of a typed value given as text ('none'/'null'), not the NoPE scheme",
     (
