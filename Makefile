@@ -19,7 +19,7 @@ install: $(STAMP)
 demo: install
 	# every experiment of the lessons (quick forms; finished steps are reused) -> runs/lab/report.html
 	$(VENV)/bin/poslab lab --quick
-	# a poem from the demo poem model (preset tang-demo: the lab's Tang GPT with RoPE, about 90 s of
+	# a poem from the demo poem model (preset tang-demo: the lab's Tang GPT with RoPE, about 2 minutes of
 	# training on 2 cores; --resume reuses a finished run) -> runs/tang-demo
 	$(VENV)/bin/poslab train --preset tang-demo --resume
 	$(VENV)/bin/poslab sample runs/tang-demo --prompt 白日依山尽 --tokens 64 --seed 0

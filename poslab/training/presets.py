@@ -8,7 +8,7 @@ of :class:`poslab.GPTConfig` fields) with a description and a ``quick`` variant 
   poslab uses 4 layers as nanoGPT's small recipe) on the five-character Tang poems, char-level.
 * ``tang-demo``: the demo poem model ``make demo`` samples: ``tang-small``'s GPT with RoPE instead of
   learned positions (relative positions let it count the characters since the last comma), 600 steps
-  of 12 x 128 at lr 2e-3 (about 90 s on 2 cores). Its samples scan (five-character lines between
+  of 12 x 128 at lr 2e-3 (1 min 54 s of training on 2 quiet cores). Its samples scan (five-character lines between
   ，and 。) where the lab's ``tang-small`` quick model, vanilla as the lesson has it, does about half
   the time (``benchmarks/tang_demo.py``).
 * ``shakespeare-char``: nanoGPT's README CPU recipe for shakespeare_char (4 layers, 4 heads, n_embd
@@ -97,7 +97,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tang-demo": {
         "description": (
             "the demo poem model: tang-small's GPT (4/4/128, block 128) with RoPE instead of learned "
-            "positions, 600 steps of 12 x 128 (about 90 s on 2 cores); its poems scan"
+            "positions, 600 steps of 12 x 128 (about 2 minutes on 2 cores); its poems scan"
         ),
         "config": {
             "corpus": "tang5",
