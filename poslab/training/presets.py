@@ -58,22 +58,25 @@ NANOGPT_SCHEDULE: dict[str, Any] = {
 #: every preset's precision: bf16 only where it measured faster on this machine (poslab.training.precision)
 AUTO_DTYPE: dict[str, Any] = {"dtype": "auto"}
 
+#: seed 001's Tang-poem GPT (the lesson gives 4 heads, n_embd 128, block 128; 4 layers is nanoGPT's small depth)
+TANG_MODEL: dict[str, Any] = {
+    "n_layer": 4,
+    "n_head": 4,
+    "n_embd": 128,
+    "block_size": 128,
+    "dropout": 0.0,
+    "bias": True,
+    "position": "learned",
+    "activation": "gelu",
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "tang-small": {
         "description": "seed 001's GPT (4 layers, 4 heads, n_embd 128, block 128) on five-character Tang poems",
         "config": {
             "corpus": "tang5",
             "tokenizer": "char",
-            "model": {
-                "n_layer": 4,
-                "n_head": 4,
-                "n_embd": 128,
-                "block_size": 128,
-                "dropout": 0.0,
-                "bias": True,
-                "position": "learned",
-                "activation": "gelu",
-            },
+            "model": TANG_MODEL,
             "max_steps": 2000,
             "batch_size": 32,
             **NANOGPT_SCHEDULE,
@@ -102,16 +105,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "config": {
             "corpus": "tang5",
             "tokenizer": "char",
-            "model": {
-                "n_layer": 4,
-                "n_head": 4,
-                "n_embd": 128,
-                "block_size": 128,
-                "dropout": 0.0,
-                "bias": True,
-                "position": "rope",
-                "activation": "gelu",
-            },
+            "model": {**TANG_MODEL, "position": "rope"},
             "max_steps": 600,
             "lr_decay_steps": 600,
             "batch_size": 12,
