@@ -14,7 +14,7 @@
 # %% [markdown]
 # # 11 · 多头注意力与位置编码 / Lesson 11: multi-head attention and position encodings
 #
-# 本笔记本逐节运行课程 `../shared/seeds/000_*.txt` 的实验，所有数字都在这里现算。
+# 本笔记本逐节运行课文 `../shared/seeds/000_*.txt` 的实验，所有数字都在这里现算。
 # 中文导读：`docs/zh/lesson_000.md`。
 #
 # This notebook runs the lesson's experiments section by section; every number below is computed
@@ -56,7 +56,7 @@ print("results in", OUT, "| small settings:", SMALL)
 # %% [markdown]
 # ## 1.2 形状推导 / The multi-head shape walk
 #
-# 在真实的 `MultiHeadAttention` 上挂钩子，记录每一步的形状，和课程的推导逐行对比。
+# 在真实的 `MultiHeadAttention` 上挂钩子，记录每一步的形状，和课文的推导逐行对比。
 #
 # Hooks on the real module record each shape, compared row by row with the lesson's derivation.
 
@@ -66,7 +66,7 @@ shapes = run_experiment("shapes", out=OUT / "shapes")
 # %% [markdown]
 # ## 1.3 参数量验证 / Parameter count
 #
-# 课程的脚本对比的是 1 个 `Linear` 和 4 个 `Linear`（4.0x）；多头与单头的注意力层都是 $4d^2+4d$。
+# 课文的脚本对比的是 1 个 `Linear` 和 4 个 `Linear`（4.0x）；多头与单头的注意力层都是 $4d^2+4d$。
 #
 # The lesson's script compares one `Linear` with four (4.0x); single- and multi-head attention layers
 # both have $4d^2+4d$ parameters.
@@ -194,7 +194,7 @@ assert max(step1, step2, step3, step3b) < 1e-12 and worst < 1e-5  # every equali
 # %% [markdown]
 # ## 3.4 RoPE 的相对位置性质 / RoPE's relative property
 #
-# 同一对 $(q, k)$ 放在不同位置，内积只依赖位置差。poslab 的 `rope` 与课程的 `apply_rope` 逐位对比。
+# 同一对 $(q, k)$ 放在不同位置，内积只依赖位置差。poslab 的 `rope` 与课文的 `apply_rope` 逐位对比。
 #
 # The same $(q, k)$ at different positions: the inner product depends only on the offset.
 
@@ -239,7 +239,7 @@ display(Image(filename=str(OUT / "frequencies" / "rope_scaling_spectrum.png")))
 # %% [markdown]
 # ## 3.5 与 Q4：NTK-aware 改的是哪一头？ / NTK-aware: which end does it change?
 #
-# 课程说「保持低频、插值高频」「减小 base」。实测：NTK 把 base **增大**，高频不动，低频被插值。
+# 课文说「保持低频、插值高频」「减小 base」。实测：NTK 把 base **增大**，高频不动，低频被插值。
 #
 # The lesson says NTK keeps the low frequencies, interpolates the high ones and lowers the base.
 # Measured: the base goes **up**, the highest frequency is kept, the lowest is interpolated.
@@ -260,7 +260,7 @@ plt.show()
 # %% [markdown]
 # ## 4 ALiBi：偏置的符号 / ALiBi: the bias's sign
 #
-# 课程写 $j\le i$ 时偏置为 0、$j>i$ 时为 $-\alpha(i-j)$（未来位置得到正偏置）。论文：过去的 key 得到 $-m(i-j)$。
+# 课文写 $j\le i$ 时偏置为 0、$j>i$ 时为 $-\alpha(i-j)$（未来位置得到正偏置）。论文：过去的 key 得到 $-m(i-j)$。
 #
 # The lesson puts 0 on past keys and $-\alpha(i-j)$ (a positive value) on future keys; the paper puts
 # $-m(i-j)$ on past keys.

@@ -12,9 +12,9 @@
 # ---
 
 # %% [markdown]
-# # 多頭注意力和位置編碼 / Multi-head attention and position encodings (lesson 001)
+# # 「多頭注意力和位置編碼」 / Multi-head attention and position encodings (lesson 001)
 #
-# 课程 `../shared/seeds/001_*.txt` 的 `heads_positions.py`、練習 1-3 和自測，在 poslab 上逐一运行。
+# 课文 `../shared/seeds/001_*.txt` 的 `heads_positions.py`、练习 1-3 和自测，在 poslab 上逐一运行。
 # 中文导读：`docs/zh/lesson_001.md`。所有数字在运行时现算。
 #
 # The lesson's `heads_positions.py`, exercises 1-3 and self-test, run on poslab. Every number is
@@ -23,7 +23,7 @@
 # %% [markdown]
 # ## 参数 / Parameters
 #
-# `POSLAB_NOTEBOOK_SMALL=1`（测试用）：几秒钟的训练。默认：课程的宽度 n_embd 128，每个模型几百步。
+# `POSLAB_NOTEBOOK_SMALL=1`（测试用）：几秒钟的训练。默认：课文的宽度 n_embd 128，每个模型几百步。
 #
 # `POSLAB_NOTEBOOK_SMALL=1` (the tests): trainings of seconds. Default: the lesson's width, n_embd 128,
 # a few hundred steps per model.
@@ -52,9 +52,9 @@ OUT.mkdir(parents=True, exist_ok=True)
 print("results in", OUT, "| small settings:", SMALL)
 
 # %% [markdown]
-# ## 多頭：32 维切成 4 个头 / 32 dimensions in 4 heads of 8
+# ## 多头：32 维切成 4 个头 / 32 dimensions in 4 heads of 8
 #
-# 课程打印的形状和参数（qkv 3168、proj 1056，与头数无关），在 poslab 的 `MultiHeadAttention(32, h)` 上。
+# 课文打印的形状和参数（qkv 3168、proj 1056，与头数无关），在 poslab 的 `MultiHeadAttention(32, h)` 上。
 #
 # The lesson's shapes and parameter counts (qkv 3168, proj 1056 for any head count).
 #
@@ -72,10 +72,10 @@ q = x.view(1, 5, 4, 8).transpose(1, 2)  # [1, 5, 32] -> [1, 4, 5, 8]: (sentences
 print("split into heads", tuple(q.shape), "| scores", tuple((q @ q.transpose(-2, -1)).shape))
 
 # %% [markdown]
-# ## 注意力分不清順序 / Attention cannot tell the order
+# ## 注意力分不清顺序 / Attention cannot tell the order
 #
 # 「白日依山尽」对「山依日白尽」：最后一个位置的输出差多少。1 层没有位置时只剩浮点误差；
-# 2 层起因果掩码泄露了顺序。表中的 3 层一行就是**練習 1** 的答案。
+# 2 层起因果掩码泄露了顺序。表中的 3 层一行就是**练习 1** 的答案。
 #
 # '白日依山尽' vs '山依日白尽': one layer without positions gives float noise; from two layers on the
 # causal mask leaks the order. The 3-layer row answers **exercise 1**.
@@ -108,7 +108,7 @@ ax.set_ylabel("max |logit difference|")
 plt.show()
 
 # %% [markdown]
-# ## 練習 2：1、4、8 个头 / Exercise 2: 1, 4 and 8 heads
+# ## 练习 2：1、4、8 个头 / Exercise 2: 1, 4 and 8 heads
 #
 # 同样的 GPT（n_embd 不变），只改头数，训练同样的步数，比较验证损失。一个种子、几百步的差别通常在噪声之内：
 # 要下结论，用 `poslab experiment heads --quick`（3 个种子，报告给出 95% 区间）。
@@ -151,7 +151,7 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# ## 練習 3：RoPE 替换 pos_emb / Exercise 3: RoPE instead of pos_emb
+# ## 练习 3：RoPE 替换 pos_emb / Exercise 3: RoPE instead of pos_emb
 #
 # poslab 的 GPT 用 `position="rope"` 在每层旋转 q、k，且没有 `pos_emb` 表；`"learned"` 是 GPT-2 的表，
 # `"none"` 什么也不加。
@@ -175,7 +175,7 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# ## 自測 / Self-test
+# ## 自测 / Self-test
 #
 # 1. 多头不增加参数：第一节的表（qkv 3168、proj 1056，头数 1/2/4/8 都一样）。
 # 2. 注意力需要位置：1 层、无位置时差异只有浮点误差（第二节）。

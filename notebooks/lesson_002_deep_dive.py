@@ -14,7 +14,7 @@
 # %% [markdown]
 # # 多头注意力机制与位置编码的深度解析 / A deep dive into multi-head attention and position encodings (lesson 002)
 #
-# 课程 `../shared/seeds/002_*.txt` 的代码片段与断言，逐节在 poslab 上测量。中文导读：`docs/zh/lesson_002.md`。
+# 课文 `../shared/seeds/002_*.txt` 的代码片段与断言，逐节在 poslab 上测量。中文导读：`docs/zh/lesson_002.md`。
 #
 # The lesson's snippets and claims, measured section by section. Every number is computed when the
 # notebook runs. Guide: `docs/zh/lesson_002.md`.
@@ -82,7 +82,7 @@ plt.show()
 # %% [markdown]
 # ## 3.1 局部注意力的掩码 / The local-attention mask
 #
-# 课程的 `tril(-w) + triu(w)` 再 `masked_fill(mask == 0)`：保留的是距离 ≥ W 的位置，把窗口本身（包括对角线）遮住了。
+# 课文的 `tril(-w) + triu(w)` 再 `masked_fill(mask == 0)`：保留的是距离 ≥ W 的位置，把窗口本身（包括对角线）遮住了。
 # poslab 的窗口：$i - W < j \le i$。
 #
 # The lesson's mask keeps the pairs at distance >= W and masks the window itself; poslab's window keeps
@@ -116,7 +116,7 @@ plt.show()
 # %% [markdown]
 # ## 3.2 「最优头数 ≈ √(d_model/16)」 / "optimal heads ≈ sqrt(d_model/16)"
 #
-# 课程说这来自 ImageNet 实验（没有出处）。这里与 39 个开源模型实际选择的头数对比；训练上的检验是
+# 课文说这来自 ImageNet 实验（没有出处）。这里与 39 个开源模型实际选择的头数对比；训练上的检验是
 # `poslab experiment heads --quick`。
 #
 # Compared with the head counts 39 open models chose; the training test is `poslab experiment heads`.
@@ -193,7 +193,7 @@ for d_k in (64, 512):
 # %% [markdown]
 # ## 5.2 位置编码缓存「快 40 倍」 / The PE cache "40x faster"
 #
-# 课程的 `PositionalEncoding` 用了未定义的 `d_model`（运行即 `NameError`）；poslab 计时预计算与现算。
+# 课文的 `PositionalEncoding` 用了未定义的 `d_model`（运行即 `NameError`）；poslab 计时预计算与现算。
 # 计时随机器变化（这台机器是共享的）。
 #
 # The lesson's class uses an undefined `d_model`; poslab times precomputed vs on-the-fly codes.
@@ -216,7 +216,7 @@ if not SMALL:
 # %% [markdown]
 # ## 7.2 混合精度：`autocast` 里的 `.float()` / Mixed precision: `.float()` inside `autocast`
 #
-# 课程在 `autocast()` 里写 `matmul(q.float(), k.float())`，以为这样得到 fp32 分数。
+# 课文在 `autocast()` 里写 `matmul(q.float(), k.float())`，以为这样得到 fp32 分数。
 # 实测：autocast 把 matmul 重新降到低精度，`.float()` 不起作用；要 fp32，得在 autocast 之外（或 `enabled=False`）计算。
 #
 # Inside autocast, `matmul(q.float(), k.float())` still runs in low precision; compute the scores with
@@ -242,7 +242,7 @@ print(
 # ## 7.1 与 3.1：稀疏注意力与自适应跨度 / Sparse attention and adaptive span
 #
 # 「动态头数调节」实际是调整每个头的注意力**跨度**（Sukhbaatar 等 2019，Facebook AI Research），不是头数。
-# 课程代码的 `triu(diagonal=-span)` 以张量作对角线参数、掩码叠加成计数，无法运行。
+# 课文代码的 `triu(diagonal=-span)` 以张量作对角线参数、掩码叠加成计数，无法运行。
 # 完整的对比（全注意力 vs 窗口 / 轴向 / LSH / 自适应跨度）：`poslab experiment sparse --quick`。
 #
 # Adaptive span adapts each head's span, not the head count; `poslab experiment sparse --quick` compares

@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 from poslab.lab import doctables
+from poslab.lab.experiments import descriptions
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOT = json.loads((ROOT / doctables.SNAPSHOT).read_text(encoding="utf-8"))
@@ -15,6 +17,17 @@ EXPECTED = {
     "lab.md": {"lab-summary", "lab-verdicts"},
     "extrapolation.md": {"extrapolation-verdicts", "context-extension-verdicts", "attention-entropy-verdicts"},
     "experiments.md": {"quick-lm-premises", "probes-accuracy", "probes-verdicts"},
+    "zh/lesson_000.md": {
+        "zh-way-in",
+        "zh-extrapolation",
+        "zh-position-training",
+        "zh-attention-entropy",
+        "zh-context-extension",
+        "zh-probes",
+    },
+    "zh/lesson_001.md": {"zh-way-in", "zh-heads", "zh-position-training"},
+    "zh/lesson_002.md": {"zh-way-in", "zh-position-training", "zh-heads", "zh-head-analysis"},
+    "zh/README.md": {"zh-way-in"},
 }
 
 
@@ -60,6 +73,7 @@ def test_snapshot_of_a_lab_folder_and_the_command(tmp_path, capsys):
     docs = tmp_path / "docs"
     docs.mkdir()
     for name in doctables.DOCS:
+        (docs / name).parent.mkdir(exist_ok=True)
         (docs / name).write_text("x\n<!-- generated: lab-summary -->\nstale\n<!-- end -->\n", encoding="utf-8")
     args = ["--results", str(lab_dir), "--snapshot", str(tmp_path / "s.json"), "--docs", str(docs)]
     assert doctables.main([*args, "--check"]) == 1 and "lab-summary" in capsys.readouterr().out
@@ -135,3 +149,40 @@ def test_a_deterministic_step_reruns_into_the_snapshot_in_place(tmp_path):
     assert fresh["steps"] == SNAPSHOT["steps"] and fresh["language_models"] == SNAPSHOT["language_models"]
     with pytest.raises(ValueError, match="only the deterministic steps"):
         doctables.rerun(stale, "position-training", tmp_path)
+
+
+# ------------------------------------------------------------------ the Chinese guides' reference values
+def test_reference_values_carry_the_snapshot_and_a_prediction_interval():
+    lm = SNAPSHOT["language_models"]
+    text = doctables.render(SNAPSHOT, "zh-position-training")
+    for scheme, arm in lm["arms"].items():
+        losses = arm["loss"]
+        mean = sum(losses) / len(losses)
+        sd = (sum((v - mean) ** 2 for v in losses) / (len(losses) - 1)) ** 0.5
+        half = stats.t.ppf(0.975, len(losses) - 1) * sd * (1 + 1 / len(losses)) ** 0.5
+        row = f"| {scheme} | {', '.join(f'{v:.3f}' for v in losses)} | {mean:.3f} ± {sd:.3f} "
+        assert row + f"| {mean - half:.3f} – {mean + half:.3f} |" in text, scheme
+    assert f"基线 {lm['baselines']['bigram']:.3f}" in text
+
+
+def test_claim_figures_follow_the_measured_texts():
+    changed = json.loads(json.dumps(SNAPSHOT))
+    heads = [c for c in changed["claims"] if c["experiment"] == "experiments/heads"]
+    assert heads, "the snapshot has heads claims"
+    heads[0]["measured"] = (
+        "1 heads: 2.500 ± 0.010 (n=3), 2 heads: 2.400 ± 0.000 (n=3); the 1.15 bound 1.150 ± 0.000 (n=3)"
+    )
+    text = doctables.render(changed, "zh-heads")
+    half = stats.t.ppf(0.975, 2) * 0.010 * (4 / 3) ** 0.5
+    assert f"| 1 heads | 2.500 ± 0.010 | 3 | {2.5 - half:.3f} – {2.5 + half:.3f} |" in text
+    assert "| 2 heads | 2.400 ± 0.000 | 3 | — |" in text and "bound" not in text
+    assert doctables.differences((ROOT / "docs/zh/lesson_001.md").read_text(encoding="utf-8"), changed) == ["zh-heads"]
+
+
+def test_the_way_in_gives_the_snapshot_times():
+    text = doctables.render(SNAPSHOT, "zh-way-in")
+    untrained = [n for n, e in descriptions().items() if e.in_all]
+    total = sum(s["seconds"] for s in SNAPSHOT["steps"] if s["name"] in untrained)
+    minutes, seconds = divmod(round(SNAPSHOT["seconds"]), 60)
+    assert f"合计 {round(total)} 秒" in text and f"{minutes} 分 {seconds:02d} 秒" in text
+    assert text.index("poslab experiment all") < text.index("notebooks/") < text.index("make demo")

@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from poslab.lab import premises
-from poslab.lab.experiments import probes_tables, run_experiment
+from poslab.lab import premises, reference_values
+from poslab.lab.experiments import descriptions, probes_tables, run_experiment
 from poslab.lab.report.builder import ALWAYS_COUNTED, kind, load_manifest, load_results
 from poslab.lab.report.claims import evaluate
 from poslab.lab.report.i18n import name_lessons
@@ -38,7 +38,7 @@ from poslab.lab.tables import Table
 from poslab.lab.verdicts import ClaimRecord
 
 SNAPSHOT = Path("docs/results/lab-quick.json")
-DOCS = ("lab.md", "extrapolation.md", "experiments.md")
+DOCS = ("lab.md", "extrapolation.md", "experiments.md", *(f"zh/lesson_00{i}.md" for i in range(3)), "zh/README.md")
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end -->)", re.S)
 #: what each kind of verdict is called in the docs (the report's English badges)
 KIND_NAMES = {
@@ -220,6 +220,15 @@ BLOCKS: dict[str, Callable[[dict], str]] = {
     "quick-lm-premises": _lm_premises,
     "probes-accuracy": _probe_accuracy,
     "probes-verdicts": _of("experiments/probes"),
+    # the Chinese guides' reference values (poslab.lab.reference_values)
+    "zh-way-in": lambda snap: reference_values.way_in(snap, [n for n, e in descriptions().items() if e.in_all]),
+    "zh-position-training": reference_values.position_training,
+    "zh-probes": reference_values.probes,
+    "zh-heads": reference_values.claim_figures("experiments/heads"),
+    "zh-extrapolation": reference_values.claim_figures("experiments/extrapolation"),
+    "zh-attention-entropy": reference_values.claim_figures("experiments/attention-entropy"),
+    "zh-context-extension": reference_values.claim_figures("experiments/context-extension"),
+    "zh-head-analysis": reference_values.head_analysis,
 }
 
 
