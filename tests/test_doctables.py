@@ -185,4 +185,4 @@ def test_the_way_in_gives_the_snapshot_times():
     total = sum(s["seconds"] for s in SNAPSHOT["steps"] if s["name"] in untrained)
     minutes, seconds = divmod(round(SNAPSHOT["seconds"]), 60)
     assert f"合计 {round(total)} 秒" in text and f"{minutes} 分 {seconds:02d} 秒" in text
-    assert text.index("poslab experiment all") < text.index("notebooks/") < text.index("make demo")
+    assert text.index("poslab experiment all") < text.index("笔记本") < text.index("make demo")

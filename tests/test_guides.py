@@ -8,19 +8,48 @@ experiments' results, so a guide that drifts from the code fails.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from poslab import GPT, GPTConfig, positions
-from poslab.lab.experiments import registry, run_experiment
+from poslab.cli.app import main
+from poslab.data import CharTokenizer, load_corpus
+from poslab.lab.experiments import causal_leak, registry, run_experiment
+from poslab.lab.report.i18n import STRINGS
 from poslab.lab.report.sections import SECTIONS
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-ZH = Path(__file__).resolve().parents[1] / "docs" / "zh"
-GUIDES = {p.name: p.read_text(encoding="utf-8") for p in sorted(ZH.glob("*.md"))}
+ROOT = Path(__file__).resolve().parents[1]
+ZH = ROOT / "docs" / "zh"
+GUIDES = {p.name: p.read_text(encoding="utf-8") for p in sorted(ZH.glob("lesson_*.md"))}
+#: every Chinese text of the docs: the guides, their README, the errata page
+PAGES = {p.name: p.read_text(encoding="utf-8") for p in sorted(ZH.glob("*.md"))}
+NOTEBOOKS = {p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / "notebooks").glob("*.py"))}
+#: the lessons, where the workspace keeps them (POSLAB_SEEDS overrides); a checkout without them skips one check
+SEEDS = Path(os.environ.get("POSLAB_SEEDS", "/work/shared/seeds"))
+#: how lesson_001.md quotes the one-layer, no-position causal-leak difference: float noise whose digits depend on
+#: the thread count (2.4e-07 with 2 threads, 3.6e-07 with 1 on the machine that wrote the guide)
+NOISE_RANGE = "2e-07 – 4e-07"
+#: traditional characters and their simplified forms (only characters never written in simplified Chinese)
+TRADITIONAL = dict(
+    pair
+    for pair in (
+        "個个 們们 這这 為为 說说 對对 會会 時时 從从 後后 與与 還还 關关 應应 點点 學学 實实 發发 經经 過过 讀读 寫写 "
+        "長长 開开 間间 問问 題题 機机 體体 數数 據据 種种 類类 轉转 當当 樣样 結结 義义 練练 習习 測测 頭头 編编 碼码 "
+        "順顺 課课 論论 驗验 變变 現现 語语 詞词 詩诗 訊讯 資资 訓训 試试 處处 層层 單单 兩两 觀观 覺觉 動动 態态 標标 "
+        "邊边 區区 萬万 網网 絡络 記记 憶忆 聯联 錯错 誤误 確确 歸归 納纳 擴扩 圖图 畫画 構构 權权 視视 戰战 術术 氣气 "
+        "參参 並并 來来 係系 備备 內内 別别 卻却 張张 幾几 廣广 換换 斷断 東东 沒没 洩泄 準准 無无 狀状 盡尽 積积 組组 "
+        "絕绝 給给 維维 線线 總总 裡里 見见 規规 計计 訴诉 證证 讓让 質质 賴赖 較较 輸输 辦办 進进 遠远 門门 陣阵 際际 "
+        "隻只 韻韵 須须 麼么 夠够 損损 嗎吗 專专 產产 頻频"
+    ).split()
+)
 
 
 def test_one_guide_per_lesson_under_its_title() -> None:
@@ -72,9 +101,12 @@ def test_lesson_000_quotes_the_experiments(results: dict[str, dict]) -> None:
 def test_lesson_001_quotes_the_causal_leak_table(results: dict[str, dict]) -> None:
     text = GUIDES["lesson_001.md"]
     diffs = results["causal-leak"]["max_abs_diff_last_logits"]
-    for layers, label in (("1", "1 层"), ("2", "2 层"), ("3", "3 层")):
+    for layers, label in (("2", "2 层"), ("3", "3 层")):
         cells = " | ".join(f"{diffs[layers][c]:.1e}" for c in ("none", "learned", "learned_zeroed", "rope", "alibi"))
         assert f"| {label} | {cells} |" in text, layers
+    one = diffs["1"]
+    noise = NOISE_RANGE
+    assert f"| 1 层 | {noise} | {one['learned']:.1e} | {noise} | {one['rope']:.1e} | {one['alibi']:.1e} |" in text
     qkv = results["params"]["seed001_qkv_params_by_heads"]
     assert set(qkv.values()) == {3168} and "3168" in text
 
@@ -86,3 +118,139 @@ def test_position_table_sizes_quoted() -> None:
         sizes[scheme] = f"{sum(p.numel() for p in GPT(cfg).parameters()):,}"
     for name in ("lesson_000.md", "lesson_001.md", "lesson_002.md"):
         assert sizes["learned"] in GUIDES[name] and sizes["rope"] in GUIDES[name], name
+
+
+def test_one_layer_noise_is_quoted_as_the_range_the_thread_counts_give() -> None:
+    low, high = (float(x) for x in NOISE_RANGE.split(" – "))
+    tok = CharTokenizer.from_text(load_corpus("tang5"))
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for column in ("none", "learned_zeroed"):
+                value = causal_leak.last_logit_difference(tok, 1, column)
+                assert low <= value <= high < causal_leak.NOISE_BELOW, (threads, column, value)
+    finally:
+        torch.set_num_threads(before)
+    for name in ("lesson_001.md", "README.md"):
+        assert "线程数" in PAGES[name], name  # the guide says why it is a range
+
+
+def test_rope_spread_is_quoted_with_its_tolerance_and_largest_value(results: dict[str, dict]) -> None:
+    rope = results["rope-relative"]
+    rotary = [c for c in rope["scheme_checks"] if c["expected_offset_only"]]
+    assert all(c["offset_only"] for c in rotary)
+    largest = max(rotary, key=lambda c: c["max_spread_over_positions"])
+    for name in ("lesson_000.md", "lesson_001.md"):
+        text = GUIDES[name]
+        assert (
+            f"{largest['max_spread_over_positions']:.1e}" in text and largest["label"].split()[1].rstrip(",") in text
+        ), name
+        assert f"容差 {rope['offset_only_tolerance']:.0e}".replace("e-04", "e-4") in text, name
+        assert "1e-5 以内" not in text, name  # the largest spread is above 1e-5
+
+
+def test_xl_projection_shapes_are_explained() -> None:
+    text = GUIDES["lesson_002.md"]
+    alone = positions.build("xl", n_heads=4, head_dim=16)
+    inside = positions.build("xl", n_heads=4, head_dim=16, n_embd=64)
+    for scheme in (alone, inside):
+        shapes = {name: list(p.shape) for name, p in scheme.named_parameters()}
+        assert f"`r_proj.0.weight` 就是 `{shapes['r_proj.0.weight']}`" in text or (
+            f"`r_proj.0.weight {shapes['r_proj.0.weight']}`" in text
+        ), shapes
+
+
+def _help(command: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        main([command, "--help"])
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("name", sorted(GUIDES))
+def test_the_way_in_comes_first_and_its_commands_exist(name: str) -> None:
+    text = GUIDES[name]
+    first_section = text.index("\n## ")
+    assert text.index("<!-- generated: zh-way-in -->") == text.index("\n## 从哪里开始") + len("\n## 从哪里开始\n\n")
+    assert text.index("\n## 从哪里开始") == first_section, "the way in is the first section"
+    for command in ("attention", "explore"):
+        assert f"poslab {command} runs/lab/runs/tang-small-quick" in text, command
+        flags = set(re.findall(r"--[a-z][a-z-]*", _help(command)))
+        # a flag the guide names after `poslab COMMAND`, up to the next command or the end of the line
+        after = re.findall(rf"poslab {command}\b(.*?)(?=poslab |\n|$)", text)
+        used = {flag for segment in after for flag in re.findall(r"--[a-z][a-z-]*", segment)}
+        assert used and used <= flags, (command, used - flags)
+    for title in (s.title for s in SECTIONS):  # the zh page names its sections in Chinese
+        assert title not in text, title
+
+
+# ------------------------------------------------------------------------------ one script, one word per term
+def _unquoted(text: str) -> str:
+    """``text`` without its quotations (「…」, innermost first) and code spans: what the guide says in its own words."""
+    while True:
+        stripped = re.sub(r"「[^「」]*」", "", text)
+        if stripped == text:
+            return re.sub(r"`[^`\n]*`", "", text)
+        text = stripped
+
+
+def _glossary() -> list[tuple[str, str, list[str]]]:
+    """(English, the word, the variants not to use) of the glossary table in docs/zh/README.md."""
+    table = PAGES["README.md"].split("## 术语表", 1)[1]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| 英文")]
+    out = []
+    for row in rows:
+        english, word, avoid = (cell.strip() for cell in row.strip("|").split("|"))
+        variants = [re.sub(r"（「」外）$", "", v).strip() for v in avoid.split("、")]
+        out.append((english, word, [v for v in variants if v]))
+    return out
+
+
+def _texts() -> dict[str, str]:
+    """Every Chinese text the glossary governs: the docs/zh pages (README without its glossary), the notebooks,
+    and the zh page's string table."""
+    readme = PAGES["README.md"].split("## 术语表", 1)[0]
+    texts = {**{f"docs/zh/{n}": t for n, t in PAGES.items()}, "docs/zh/README.md": readme}
+    texts.update({f"notebooks/{n}": t for n, t in NOTEBOOKS.items()})
+    texts.update({f"i18n {key}": message["zh"] for key, message in STRINGS.items()})
+    return texts
+
+
+def test_the_glossary_lists_the_page_words() -> None:
+    words = {english: word for english, word, _ in _glossary()}
+    for kind in ("held", "wrong", "inconclusive", "untestable", "withdrawn"):
+        assert STRINGS[f"kind.{kind}"]["zh"] in words.values(), kind
+    assert words["the lesson"] == "课文" and words["verdict"] == STRINGS["table.verdict"]["zh"]
+    assert words["MQAR (multi-query associative recall)"] in STRINGS["section.probes.measured"]["zh"]
+
+
+def test_no_variant_the_glossary_forbids() -> None:
+    found = []
+    for where, text in _texts().items():
+        for english, _, variants in _glossary():
+            for variant in variants:
+                haystack = text if variant.startswith("`") else _unquoted(text)  # a code span is its own variant
+                if variant in haystack:
+                    found.append((where, english, variant))
+    assert found == []
+
+
+def test_traditional_characters_only_inside_quotes() -> None:
+    found = {
+        where: sorted({c for c in _unquoted(text) if c in TRADITIONAL})
+        for where, text in _texts().items()
+        if any(c in TRADITIONAL for c in _unquoted(text))
+    }
+    assert found == {}, {w: [f"{c}→{TRADITIONAL[c]}" for c in cs] for w, cs in found.items()}
+
+
+def test_traditional_quotes_are_lesson_001_verbatim() -> None:
+    if not SEEDS.is_dir():
+        pytest.skip(f"the lessons are not at {SEEDS}")
+    lesson = next(SEEDS.glob("001_*.txt")).read_text(encoding="utf-8")
+    title = lesson.splitlines()[0].strip()
+    quotes = [q for text in _texts().values() for q in re.findall(r"「([^「」]*)」", text)]
+    traditional = [q.replace("\n", "") for q in quotes if any(c in TRADITIONAL for c in q)]
+    assert traditional and title in traditional
+    assert [q for q in traditional if q not in lesson] == []

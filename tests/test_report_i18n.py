@@ -66,7 +66,7 @@ def test_lessons_are_named_by_their_titles():
     assert name_lessons("seed 000 §1.4 and Q3") == "「11 · 多头注意力与位置编码」 §1.4 and Q3"
     assert name_lessons("seeds 000 and 002") == f"{LESSONS['000']} and {LESSONS['002']}"
     with use_language("zh"):
-        assert name_lessons("seed 001 exercise 3") == "「多頭注意力和位置編碼」 練習 3"
+        assert name_lessons("seed 001 exercise 3") == "「多頭注意力和位置編碼」 练习 3"
     with pytest.raises(ValueError, match="report language must be one of"):
         with use_language("fr"):
             pass

@@ -193,7 +193,8 @@ def way_in(snap: dict, untrained: Sequence[str]) -> str:
         f"1. `poslab experiment all`：{len(quick)} 个不训练的实验（参数量、形状、RoPE 相对性质、置换、因果泄露、频率、"
         f"正余弦缓存、模型库、勘误）。在快照的快速实验室里它们各自作为一步运行，合计 {_duration(sum(quick))}"
         "（每一步含启动 Python 的时间）。\n"
-        "2. 一本笔记本：`POSLAB_NOTEBOOK_SMALL=1 python notebooks/lesson_000_multihead_positions.py`（小设置）。\n"
+        "2. 本课的笔记本（导读开头的链接）：`POSLAB_NOTEBOOK_SMALL=1 python notebooks/NAME.py` 用小设置运行，"
+        "或转成 `.ipynb` 逐格运行。\n"
         f"3. `make demo`：建环境、跑快速实验室（快照记录的用时：{_duration(snap['seconds'])}，"
         f"{snap.get('cores')} 核），再训练并采样 `tang-demo` 的唐诗模型；报告在 `runs/lab/report.html`。\n"
     )
