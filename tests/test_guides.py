@@ -254,3 +254,6 @@ def test_traditional_quotes_are_lesson_001_verbatim() -> None:
     traditional = [q.replace("\n", "") for q in quotes if any(c in TRADITIONAL for c in q)]
     assert traditional and title in traditional
     assert [q for q in traditional if q not in lesson] == []
+    # what lesson_001.md says the lesson says is the lesson's own text, in its own characters
+    said = re.findall(r"课文(?:说|写)「([^「」]*)」", GUIDES["lesson_001.md"])
+    assert said and [q for q in said if q not in lesson] == []
