@@ -71,7 +71,7 @@ def claim_figures(*experiments: str) -> Callable[[dict], str]:
     """A block renderer: every seeded figure of the claims of ``experiments``, with its prediction interval."""
 
     def render(snap: dict) -> str:
-        rows, seen = [], set()
+        rows, seen, named = [], set(), ""
         for claim in snap["claims"]:
             if claim["experiment"] not in experiments:
                 continue
@@ -82,7 +82,9 @@ def claim_figures(*experiments: str) -> Callable[[dict], str]:
                 digits = _decimals(text)
                 floor = 0.0 if mean >= 0 and not SIGNED.search(label) else -math.inf
                 spread, predicted = f"{text} ± {sd:.{digits}f}", _interval_text(mean, sd, n, digits, floor)
-                rows.append((name_lessons(claim["claim"]), label, spread, n, predicted))
+                claim_text = name_lessons(claim["claim"])
+                rows.append(("" if claim_text == named else claim_text, label, spread, n, predicted))
+                named = claim_text  # a claim's later figures leave its cell empty
         if not rows:
             return f"（快照中没有 {'、'.join(experiments)} 的带种子的数字）\n"
         table = Table(
