@@ -7,7 +7,8 @@ decides it, and the per-step times). Marked blocks of docs/lab.md and docs/extra
     ...
     <!-- end -->
 
-are rendered from that one snapshot, so the two docs cannot disagree; ``tests/test_doctables.py``
+(and the reference values of the Chinese guides, docs/zh/, :mod:`poslab.lab.reference_values`)
+are rendered from that one snapshot, so the docs cannot disagree; ``tests/test_doctables.py``
 fails when a block differs from the rendering. After a new quick lab, one command refreshes both::
 
     python -m poslab.lab.doctables --results runs/lab --write
