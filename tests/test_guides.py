@@ -20,7 +20,7 @@ import torch
 from poslab import GPT, GPTConfig, positions
 from poslab.cli.app import main
 from poslab.data import CharTokenizer, load_corpus
-from poslab.lab.experiments import causal_leak, registry, run_experiment
+from poslab.lab.experiments import causal_leak, head_count, registry, run_experiment
 from poslab.lab.report.i18n import STRINGS
 from poslab.lab.report.sections import SECTIONS
 
@@ -257,3 +257,13 @@ def test_traditional_quotes_are_lesson_001_verbatim() -> None:
     # what lesson_001.md says the lesson says is the lesson's own text, in its own characters
     said = re.findall(r"课文(?:说|写)「([^「」]*)」", GUIDES["lesson_001.md"])
     assert said and [q for q in said if q not in lesson] == []
+
+
+def test_the_heads_experiment_is_described_as_the_code_runs_it() -> None:
+    quick = head_count.base_config(True, size=head_count.HEADS_QUICK)
+    full = head_count.base_config(False)
+    facts = (f"n_embd {quick['model']['n_embd']}", f"{quick['model']['n_layer']} 层", "tinyshakespeare")
+    for text in (STRINGS["section.multihead.measured"]["zh"], GUIDES["lesson_001.md"]):
+        assert all(fact in text for fact in facts), facts
+        assert f"n_embd {full['model']['n_embd']}" in text and ("唐诗" in text or "五言诗" in text)
+    assert quick["corpus"] == "shakespeare" and full["corpus"] == "tang5"
