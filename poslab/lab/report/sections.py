@@ -43,8 +43,9 @@ SECTIONS: tuple[Section, ...] = (
         "validation loss. Seed 000 §1.4 says smaller heads (smaller d_k) tend to work better; seed 002 §3.2 gives "
         "「最优头数 ≈ √(d_model/16)」.",
         "The parameters of poslab's real attention modules for several head counts; the shape of every tensor along "
-        "the head split and merge (read from hooks); the same GPT trained with 1, 2, 4, 8 and 16 heads at n_embd 128 "
-        "on the Tang poems with the same data, steps and seed.",
+        "the head split and merge (read from hooks); the same GPT trained with 1, 2, 4, 8 and 16 heads with the same "
+        "data, steps and seeds: in the quick form 2 layers at n_embd 64 on tinyshakespeare for 600 steps, in the "
+        "full form the lesson's setting (n_embd 128 on the Tang poems, 1000 steps).",
         ("experiments/params", "experiments/shapes", "experiments/heads"),
     ),
     Section(
