@@ -200,3 +200,20 @@ def test_design_round_trips_through_json():
     with pytest.raises(ValueError):
         Design(Test.PAIRED, alpha=1.5)
     assert plan.ALPHA == 0.05
+
+
+def test_the_page_states_each_seeded_claim_s_test_and_the_seeds_that_would_decide_it(tmp_path):
+    from poslab.lab.report import build_report
+
+    records = [
+        paired("clear", "s", [1.0, 1.1, 1.0], [2.0, 2.1, 2.05], better_label="a", worse_label="b", metric="m"),
+        paired("unclear", "s", [1.0, 1.1, 1.0], [1.2, 1.0, 1.15], better_label="a", worse_label="b", metric="m"),
+    ]
+    folder = tmp_path / "lab" / "experiments" / "fake"
+    folder.mkdir(parents=True)
+    written = [r.to_dict() for r in adjust(records, "fake")]
+    (folder / "results.json").write_text(json.dumps({"claims": written}))
+    html = build_report(tmp_path / "lab").read_text(encoding="utf-8")
+    assert html.count("paired t-test, p = ") == 2 and "Holm within fake (step 1 of 2" in html
+    n = written[1]["details"]["power"]["seeds_to_decide"]
+    assert isinstance(n, int) and n > 3 and f"{n} seeds an arm would detect the measured effect" in html
