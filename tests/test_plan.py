@@ -217,3 +217,30 @@ def test_the_page_states_each_seeded_claim_s_test_and_the_seeds_that_would_decid
     assert "paired t-test, p = " in html and "Holm within fake (step 1 of 2" in html
     n = written[1]["details"]["power"]["seeds_to_decide"]
     assert isinstance(n, int) and n > 3 and f"{n} seeds an arm would detect the measured effect" in html
+
+
+def test_the_pilot_script_tabulates_the_seeds_each_claim_needs(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    records = [
+        paired("unclear", "s", [1.0, 1.1, 1.0], [1.2, 1.0, 1.15], better_label="a", worse_label="b", metric="m"),
+        paired("clear", "s", [1.0, 1.1, 1.0], [2.0, 2.1, 2.05], better_label="a", worse_label="b", metric="m"),
+    ]
+    folder = tmp_path / "lab" / "experiments" / "fake"
+    folder.mkdir(parents=True)
+    written = [r.to_dict() for r in adjust(records, "fake")]
+    (folder / "results.json").write_text(json.dumps({"claims": written}))
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "pilot_seeds.py"
+    out = tmp_path / "pilot.json"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "lab"), "--seeds", "3", "100", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    table = json.loads(out.read_text())
+    by = {r["claim"]: r for r in table}
+    assert by["unclear"]["seeds_to_decide"] == written[0]["details"]["power"]["seeds_to_decide"]
+    assert "fake: 2 testable seeded claims, 1 decided now; detectable with 3 seeds: 1, 100 seeds: 2" in done.stdout
