@@ -189,5 +189,3 @@ def test_comparisons_carry_a_p_value_that_agrees_with_the_interval():
     assert ranked.verdict == HELD
     worst = compare("c", "s", [1.0, 1.1, 0.9], [2.0, 2.1, 1.9], better_label="1", worse_label="3", metric="m")
     assert ranked.details["p_value"] == pytest.approx(worst.details["p_value"])  # the weakest pair decides
-
-
