@@ -443,7 +443,17 @@ FORGED_RECORDS = [
 
 
 def forged(i: int, fields: dict, verdict: str = "held") -> dict:
-    return {"claim": f"forged {i}", "source": "s", "criterion": "c", "measured": "m", "verdict": verdict, **fields}
+    seeded = isinstance(fields.get("n_seeds"), int) and fields["n_seeds"] > 0
+    design = {"design": {"test": "paired t-test", "family": "forged"}} if seeded else {}
+    return {
+        "claim": f"forged {i}",
+        "source": "s",
+        "criterion": "c",
+        "measured": "m",
+        "verdict": verdict,
+        **design,
+        **fields,
+    }
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -455,6 +465,8 @@ def test_forged_claim_records_are_shown_unusable_never_held(tmp_path, lang):
     entries.append(forged(90, {"margin": 5.0, "noise": 0.1, "n_seeds": 3}, verdict="did not hold"))
     entries.append(forged(91, {"margin": 0.5, "noise": 0.1, "n_seeds": 3}, verdict="surely"))
     entries.append(forged(92, {"margin": 0.5, "noise": 0.1, "n_seeds": 3}))  # a consistent record stays held
+    bare = forged(93, {"margin": 0.5, "noise": 0.1, "n_seeds": 3})
+    entries.append({k: v for k, v in bare.items() if k != "design"})  # a seeded record must say how it was tested
     (folder / "results.json").write_text(json.dumps({"claims": entries}))  # json writes NaN and Infinity
     html = build_report(lab_dir, lang=lang).read_text(encoding="utf-8")
     unusable = "unusable" if lang == "en" else "记录不可用"
@@ -464,6 +476,7 @@ def test_forged_claim_records_are_shown_unusable_never_held(tmp_path, lang):
     assert verdict_of(html, "forged 90") == unusable and "the rule needs margin < -noise 0.1" in unescape(html)
     assert verdict_of(html, "forged 91") == unusable and "verdict must be one of" in html  # unknown verdict refused
     assert verdict_of(html, "forged 92") == ("held" if lang == "en" else "课文正确")
+    assert verdict_of(html, "forged 93") == unusable and "without a recorded design" in unescape(html)
     counts = claims.evaluate(load_results(lab_dir))
     assert sum(v.record.verdict == "held" for v in counts) == 1
 

@@ -112,7 +112,33 @@ def _claim(experiment: str, r: ClaimRecord) -> dict[str, Any]:
         "verdict": r.verdict,
         "kind": kind(r),
         "reason": r.details.get("reason", "") if isinstance(r.details, dict) else "",
+        **_plan_of(r),
     }
+
+
+def _plan_of(r: ClaimRecord) -> dict[str, Any]:
+    """A seeded record's design as the snapshot keeps it: test, family, p-value, and the seeds that would decide it."""
+    if r.design is None or not isinstance(r.details, dict):
+        return {}
+    power = r.details.get("power") if isinstance(r.details.get("power"), dict) else {}
+    return {
+        "test": r.design.test.value + (" on ln" if r.design.log else ""),
+        "family": r.design.family,
+        "p_value": r.details.get("p_value"),
+        "seeds_to_decide": power.get("seeds_to_decide"),
+    }
+
+
+def _decides(c: dict) -> str:
+    """The test of a seeded claim, its p-value, and for an inconclusive one the seeds an arm that would decide it."""
+    if not c.get("test"):
+        return ""
+    p = c.get("p_value")
+    text = c["test"] + (f", p = {p:.2g}" if isinstance(p, (int, float)) else "")
+    if c["kind"] == "inconclusive":
+        n = c.get("seeds_to_decide")
+        text += f"; {n} seeds would decide it" if isinstance(n, int) else "; more than 200 seeds at this noise"
+    return text
 
 
 def rerun(snap: dict[str, Any], name: str, out: Path) -> dict[str, Any]:
@@ -151,7 +177,9 @@ def _counts(claims: Sequence[dict]) -> str:
 
 
 def _table(claims: Sequence[dict], with_experiment: bool) -> str:
+    planned = any(c.get("test") for c in claims)
     head = (["experiment"] if with_experiment else []) + ["claim", "source", "measured", "margin", "noise", "verdict"]
+    head += ["test"] if planned else []
     rows = []
     for c in claims:
         verdict = KIND_NAMES[c["kind"]] + (
@@ -165,6 +193,7 @@ def _table(claims: Sequence[dict], with_experiment: bool) -> str:
             c["noise"],
             verdict,
         ]
+        row += [_decides(c)] if planned else []
         rows.append(tuple(row))
     return Table("", tuple(head), tuple(rows), align="l" * len(head), digits=3).to_markdown()
 

@@ -4,7 +4,9 @@ Each module ends with ``EXPERIMENT``, its :class:`~poslab.lab.experiments.common
 description, tier (``poslab experiment all`` / quick and full lab / full lab only), the experiments
 whose models it reuses, time estimates, and ``run(out: Path, quick: bool = False, ...) -> dict``.
 ``run`` prints a readable table and returns the results with their claim records under
-``"claims"``; the caller writes the dict to ``out/results.json``. Adding an experiment = one module
+``"claims"``; :func:`run_experiment` applies the statistical plan to them once (families, Holm,
+power: :func:`poslab.lab.plan.adjust`), prints them and writes the dict to ``out/results.json``, so
+the console, the file and the report show the same verdicts. Adding an experiment = one module
 + one line here. ``common`` and ``training`` are the shared modules, not experiments.
 """
 
@@ -88,9 +90,22 @@ def run_experiment(
         from poslab.lab.sizes import define_size
 
         options["size"] = define_size(size).name
-    results = experiment.run(out, quick=quick, **options)
+    results = settle(experiment.run(out, quick=quick, **options), name)
     atomic_write_json(out / "results.json", results, default=float)
     return results
+
+
+def settle(results: dict, family: str) -> dict:
+    """``results`` with its claims under the plan (:func:`poslab.lab.plan.adjust`, family ``family``), as dicts,
+    printed as the claims table."""
+    from poslab.lab.experiments.training import print_claims
+    from poslab.lab.plan import adjust
+
+    if not isinstance(results.get("claims"), list):
+        return results
+    claims = adjust(results["claims"], family)
+    print_claims(claims)
+    return {**results, "claims": [c.to_dict() for c in claims]}
 
 
 def read_results(folder: Path) -> dict:

@@ -40,7 +40,7 @@ from poslab.lab.experiments.extrapolation import (
     shared_models,
     size_of,
 )
-from poslab.lab.experiments.training import SEEDS, load_model, print_claims
+from poslab.lab.experiments.training import SEEDS, load_model
 from poslab.lab.premises import attach, below_bigram
 from poslab.lab.report.i18n import t
 from poslab.lab.tables import KeyTable, MeanSd, Table, print_tables
@@ -481,7 +481,6 @@ def run(
     print(baseline_line(CORPUS))
     bigram = ngram_baselines(CORPUS)["bigram"]
     claims = attach(entropy_claims(results), lambda record: premise_of(record, results, bigram))
-    print_claims(claims)
     figure = plot(results, lab, out / "attention_entropy.png")
     return {
         "experiment": EXPERIMENT.name,

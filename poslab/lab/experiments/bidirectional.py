@@ -45,7 +45,7 @@ import torch
 from poslab.display import print_table, sci
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, ngram_baselines, plot_seeded_curves, unigram_entropy
 from poslab.lab.experiments.extrapolation import size_of, train_config
-from poslab.lab.experiments.training import SEEDS, print_claims, seed_values, train_seeded
+from poslab.lab.experiments.training import SEEDS, seed_values, train_seeded
 from poslab.lab.premises import attach, below_baseline, below_bigram
 from poslab.lab.verdicts import ClaimRecord, Premise, at_least, compare, deterministic, pm
 
@@ -315,7 +315,6 @@ def run(
     claims = attach(haviv_claims(losses), lambda record: haviv_premise(record, losses, corpus, base)) + leak_claims(
         diffs
     )
-    print_claims(claims)
     plot = plot_seeded_curves(
         {label: runs[label] for label in ARMS},
         out / "bidirectional_curves.png",

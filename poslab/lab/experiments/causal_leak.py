@@ -20,7 +20,6 @@ import torch
 from poslab.data import CharTokenizer, load_corpus
 from poslab.display import print_table, sci
 from poslab.lab.experiments.common import FOUNDATION, Experiment
-from poslab.lab.experiments.training import print_claims
 from poslab.lab.verdicts import ClaimRecord, at_least, deterministic, get, num
 from poslab.nn.model import GPT, GPTConfig
 
@@ -113,7 +112,6 @@ def run(out: Path, quick: bool = False) -> dict:
         "lesson_printout": {str(n): v for n, v in LESSON.items()},
     }
     records = claims(results)
-    print_claims(records)
     return {**results, "claims": [c.to_dict() for c in records]}
 
 

@@ -61,7 +61,7 @@ from poslab.lab.experiments import context_extension_tables, read_results
 from poslab.lab.experiments.common import LAB, Experiment, baseline_line, draw_perplexity_baselines, ngram_baselines
 from poslab.lab.experiments.extrapolation import CORPUS, POSITION_TRAINING, models_dir, size_of, train_config
 from poslab.lab.experiments.extrapolation import EXPERIMENT as EXTRAPOLATION
-from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEED, ensure_many, load_model, print_claims
+from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEED, ensure_many, load_model
 from poslab.lab.premises import all_of, attach, below_bigram, retrieves, uses_context
 from poslab.lab.runner import check_workers, default_workers
 from poslab.lab.tables import mean_sd_text
@@ -1133,7 +1133,6 @@ def run(
     bigram = ngrams["bigram"]
     print(baseline_line(CORPUS))
     claims = attach(all_claims(per_seed, means, lab, last), lambda record: premise_of(record, per_seed, bigram))
-    print_claims(claims)
     figure = plot(
         means["inference"],
         means["finetuned"],

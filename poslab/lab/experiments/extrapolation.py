@@ -46,7 +46,6 @@ from poslab.lab.experiments.training import (
     ensure_many,
     ensure_trained,
     load_model,
-    print_claims,
 )
 from poslab.lab.premises import all_of, arms_of, attach, beats_nope, below_bigram, uses_context
 from poslab.lab.sizes import EXTRAPOLATION_FACTORS, SIZES, Size, size_of  # noqa: F401  (SIZES, size_of: re-exported)
@@ -622,7 +621,6 @@ def run(
     for c, s in zip(claims, sliding_claims):
         c["details"]["sliding_window"] = {k: s.get(k) for k in ("measured", "margin", "noise", "verdict")}
     claims = attach(claims, lambda record: premise_of(record, tables, curves, ngrams["bigram"]))
-    print_claims(claims)
     figure = plot(table, lab, out / "extrapolation.png", ngrams)
     return {
         "experiment": EXPERIMENT.name,

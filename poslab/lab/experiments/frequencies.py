@@ -19,7 +19,6 @@ import torch
 
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.common import FOUNDATION, Experiment
-from poslab.lab.experiments.training import print_claims
 from poslab.lab.verdicts import ClaimRecord, at_least, get, num
 from poslab.nn import positions
 from poslab.nn.positions.rope import RopeConfig, default_inv_freq, yarn_correction_range
@@ -168,7 +167,6 @@ def run(out: Path, quick: bool = False) -> dict:
         "plot": str(path),
     }
     records = claims(results)
-    print_claims(records)
     return {**results, "claims": [c.to_dict() for c in records]}
 
 

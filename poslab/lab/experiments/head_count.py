@@ -39,7 +39,7 @@ from poslab.lab.experiments.common import (
     unigram_entropy,
 )
 from poslab.lab.experiments.extrapolation import SIZES, Size, train_config
-from poslab.lab.experiments.training import RUN_TABLES, SEEDS, lm_premise, print_claims, seed_values, train_seeded
+from poslab.lab.experiments.training import RUN_TABLES, SEEDS, lm_premise, seed_values, train_seeded
 from poslab.lab.premises import attach
 from poslab.lab.verdicts import best_of, paired, pm
 from poslab.training import presets
@@ -173,7 +173,6 @@ def run(
         f"mean ± sd over seeds {list(seeds)}",
     )
     print(baseline_line(corpus, base.get("val_fraction", 0.1)))
-    print_claims(claims)
     plot = plot_seeded_curves(
         {f"{h} heads": runs[f"heads-{h}"] for h in heads},
         out / "heads_curves.png",

@@ -39,7 +39,7 @@ import torch
 from poslab.analysis import heads as head_analysis
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, spearman
-from poslab.lab.experiments.training import print_claims, train_or_resume
+from poslab.lab.experiments.training import train_or_resume
 from poslab.lab.report.i18n import t
 from poslab.lab.tables import KeyTable, Table
 from poslab.lab.verdicts import ClaimRecord, deterministic, num
@@ -289,7 +289,6 @@ def _run(out: Path, quick: bool) -> dict:
         title=f"heads of a {model.config.n_layer}x{N_HEAD}-head GPT ({PRESET}; base loss {analysis['base_loss']:.3f})",
     )
     claims = map_claims(table, clusters, analysis["base_loss"])
-    print_claims(claims)
     plot = plot_map(table, coords, out / "head_map.png")
     return {
         "quick": quick,

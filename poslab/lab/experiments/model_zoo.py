@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from scipy import stats
 
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.common import FOUNDATION, Experiment
-from poslab.lab.experiments.training import print_claims
-from poslab.lab.verdicts import ClaimRecord, deterministic, t975
+from poslab.lab.verdicts import ClaimRecord, deterministic
 from poslab.nn.attention import MultiHeadAttention
 
 ZOO_PATH = Path(__file__).resolve().parent.parent / "data" / "model_zoo.json"
@@ -136,12 +136,8 @@ def dk_distribution(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def log_slope(x: list[float], y: list[float]) -> tuple[float, float]:
     """Least-squares slope of ``log y`` on ``log x`` and the upper end of its 95% interval (Student's t)."""
-    lx, ly = [math.log(v) for v in x], [math.log(v) for v in y]
-    fit = statistics.linear_regression(lx, ly)
-    residuals = [b - (fit.intercept + fit.slope * a) for a, b in zip(lx, ly)]
-    mean_x = statistics.fmean(lx)
-    stderr = math.sqrt(sum(r * r for r in residuals) / (len(lx) - 2) / sum((a - mean_x) ** 2 for a in lx))
-    return fit.slope, fit.slope + t975(len(lx) - 2) * stderr
+    fit = stats.linregress([math.log(v) for v in x], [math.log(v) for v in y])
+    return float(fit.slope), float(fit.slope + stats.t.ppf(0.975, len(x) - 2) * fit.stderr)
 
 
 def width_mismatches(rows: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
@@ -431,7 +427,6 @@ def run(out: Path, quick: bool = False) -> dict:
         title="attention parameters per layer (poslab MultiHeadAttention, biases on)",
     )
     claims = zoo_claims(rows, dk, rule, params)
-    print_claims(claims)
     plot = plot_zoo(rows, rule, gqa, out / "model_zoo.png")
     return {
         "quick": quick,

@@ -16,7 +16,6 @@ from torch import nn
 
 from poslab.display import print_table
 from poslab.lab.experiments.common import FOUNDATION, Experiment
-from poslab.lab.experiments.training import print_claims
 from poslab.lab.verdicts import ClaimRecord, deterministic, get, num
 from poslab.nn.attention import MultiHeadAttention
 
@@ -102,7 +101,6 @@ def run(out: Path, quick: bool = False) -> dict:
         "gqa_counterpoint_32": gqa,
     }
     records = claims(results)
-    print_claims(records)
     return {**results, "claims": [c.to_dict() for c in records]}
 
 

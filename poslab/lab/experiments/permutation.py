@@ -19,7 +19,6 @@ from torch import Tensor
 from poslab.display import print_table, sci
 from poslab.lab.evidence import SENTENCE_KEY
 from poslab.lab.experiments.common import FOUNDATION, Experiment
-from poslab.lab.experiments.training import print_claims
 from poslab.lab.verdicts import ClaimRecord, at_least, deterministic, get, num
 from poslab.nn import positions
 from poslab.nn.attention import AttentionConfig, MultiHeadAttention
@@ -149,7 +148,6 @@ def run(out: Path, quick: bool = False) -> dict:
         "all_as_expected": lesson_diff < EQUIVARIANT_BELOW and all(s["as_expected"] for s in schemes),
     }
     records = claims(results)
-    print_claims(records)
     return {**results, "claims": [c.to_dict() for c in records]}
 
 

@@ -46,7 +46,6 @@ from poslab.lab.experiments.training import (
     TIMING_STEPS,
     alternating_cpu_speed,
     lm_premise,
-    print_claims,
     seed_values,
     train_seeded,
 )
@@ -269,7 +268,6 @@ def run(
         return lm_premise(runs, arms_of(record, schemes), ngrams["bigram"])
 
     claims = attach(training_claims(losses, runs, speed), premise)
-    print_claims(claims)
     styles = scheme_style_index(schemes)
     plot = plot_seeded_curves(
         runs,

@@ -32,7 +32,6 @@ from poslab.display import new_figure, save_figure, series_style
 from poslab.lab import runner, verdicts
 from poslab.lab.experiments import probes_tables
 from poslab.lab.experiments.common import LAB, Experiment, scheme_style_index
-from poslab.lab.experiments.training import print_claims
 from poslab.lab.premises import attach, fits_length
 from poslab.lab.runner import check_workers, default_workers, train_many
 from poslab.nn import positions
@@ -492,7 +491,6 @@ def run(
         )
         print(probes_tables.mqar_table({str(h): v for h, v in heads.items()}).to_text())
     claims = attach(probe_claims(table, heads, spec), lambda record: probe_premise(record, table, heads, spec))
-    print_claims(claims)
     figure = plot(table, spec, out / "probes.png")
     seconds = time.perf_counter() - start
     print(f"\n  {len(results)} trainings in {seconds:.0f} s ({workers} worker{'s' if workers > 1 else ''})")

@@ -29,7 +29,7 @@ from torch import Tensor
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines
 from poslab.lab.experiments.streaming import train_model
-from poslab.lab.experiments.training import SEEDS, print_claims
+from poslab.lab.experiments.training import SEEDS
 from poslab.lab.premises import attach, below_bigram
 from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import compare
@@ -258,7 +258,6 @@ def run(
         "ngram_baselines": ngrams,
         "claims": attach(claims(per_seed), lambda record: premise),
     }
-    print_claims(results["claims"])
     return results
 
 

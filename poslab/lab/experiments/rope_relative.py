@@ -20,7 +20,6 @@ from torch import Tensor
 from poslab.display import print_table, sci
 from poslab.lab.evidence import SENTENCE_KEY
 from poslab.lab.experiments.common import FOUNDATION, Experiment
-from poslab.lab.experiments.training import print_claims
 from poslab.lab.verdicts import ClaimRecord, deterministic, get, num
 from poslab.nn import positions
 
@@ -234,7 +233,6 @@ def run(out: Path, quick: bool = False) -> dict:
         "all_as_expected": all(c["as_expected"] for c in checks),
     }
     records = claims(results)
-    print_claims(records)
     return {**results, "claims": [c.to_dict() for c in records]}
 
 

@@ -17,7 +17,6 @@ from torch import Tensor, nn
 
 from poslab.display import print_table
 from poslab.lab.experiments.common import FOUNDATION, Experiment
-from poslab.lab.experiments.training import print_claims
 from poslab.lab.verdicts import ClaimRecord, deterministic, get
 from poslab.nn.attention import AttentionConfig, MultiHeadAttention
 
@@ -155,7 +154,6 @@ def run(out: Path, quick: bool = False) -> dict:
         "seed001_walk": seed001,
     }
     records = claims(results)
-    print_claims(records)
     return {**results, "claims": [c.to_dict() for c in records]}
 
 

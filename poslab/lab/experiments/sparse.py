@@ -47,7 +47,6 @@ from torch import Tensor, nn
 
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.common import FULL_ONLY, Experiment
-from poslab.lab.experiments.training import print_claims
 from poslab.lab.premises import attach, fits_length
 from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import ClaimRecord, Premise, compare
@@ -404,7 +403,6 @@ def _run(out: Path, quick: bool, cfg: dict[str, Any]) -> dict:
         "than full attention (seed 002 §7.1 claims 23% less computation on PG-19)"
     )
     claims = attach(sparse_claims(runs, T_max), lambda record: sparse_premise(record, runs, T_max))
-    print_claims(claims)
     plot = plot_results(summary, spans, out / "sparse.png")
     return {
         "quick": quick,

@@ -29,7 +29,7 @@ from poslab.analysis.eval import loss_by_position
 from poslab.analysis.heads import attention_weights, sink_scores
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines
-from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, print_claims, train_or_resume
+from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, train_or_resume
 from poslab.lab.premises import all_of, attach, below_bigram, uses_context
 from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import Premise, compare
@@ -253,7 +253,6 @@ def run(
         "ngram_baselines": ngrams,
         "claims": attach(claims(per_seed), lambda record: premise_of(per_seed, ngrams["bigram"])),
     }
-    print_claims(results["claims"])
     return results
 
 

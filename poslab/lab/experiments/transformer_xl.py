@@ -50,7 +50,7 @@ import torch
 
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines, unigram_entropy
-from poslab.lab.experiments.training import SEEDS, lm_premise, print_claims, train_seeded
+from poslab.lab.experiments.training import SEEDS, lm_premise, train_seeded
 from poslab.lab.premises import attach
 from poslab.lab.verdicts import compare, paired, pm
 from poslab.nn.memory import SegmentMemory
@@ -370,7 +370,6 @@ def run(
     ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
     # every claim is about context past L: both arms must be language models that use their context within L
     records = attach(claims(per_seed), lambda record: lm_premise(runs, list(ARMS), ngrams["bigram"], context=True))
-    print_claims(records)
     plot(per_seed, out / PLOT_FILE, baseline, ngrams)
     return {
         "quick": quick,

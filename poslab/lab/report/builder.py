@@ -24,6 +24,7 @@ from typing import Any
 
 from poslab.display.fonts import FAMILY, font_face_css
 from poslab.lab.evidence import REFERENCE_KEY, SOURCE, WITHDRAWN, evidence_kind
+from poslab.lab.plan import MAX_SEEDS
 from poslab.lab.report import claims as claims_mod
 from poslab.lab.report.i18n import LESSONS, language, name_lessons, t, use_language
 from poslab.lab.report.reading import MANIFEST_ERRORS, UNREADABLE, load_manifest, load_results, png_files
@@ -229,6 +230,28 @@ def margin_text(record: ClaimRecord) -> str:
             text += t("margin.fewseeds", n=MIN_SEEDS)
         else:
             text += t("margin.missed", by=claims_mod.num(record.noise - abs(record.margin)))
+    return text + design_text(record)
+
+
+def design_text(record: ClaimRecord) -> str:
+    """A seeded record's test, p-value and Holm step; for an inconclusive one, the seeds that would decide it."""
+    details = record.details if isinstance(record.details, dict) else {}
+    holm, power, p = details.get("holm"), details.get("power"), details.get("p_value")
+    if record.design is None or not isinstance(holm, dict) or not isinstance(p, (int, float)):
+        return ""
+    test = t("test." + record.design.test.value) + (t("test.ln") if record.design.log else "")
+    text = t(
+        "margin.design",
+        test=test,
+        p=f"{p:.2g}",
+        family=holm.get("family", ""),
+        step=holm.get("rank", "?"),
+        m=holm.get("m", "?"),
+        threshold=f"{holm.get('threshold', 0):.2g}",
+    )
+    if kind(record) == "inconclusive" and isinstance(power, dict):
+        n = power.get("seeds_to_decide")
+        text += t("margin.decide", n=n) if isinstance(n, int) else t("margin.undecidable", n=MAX_SEEDS)
     return text
 
 

@@ -25,9 +25,9 @@ from poslab.lab.verdicts import (
     ClaimRecord,
     Premise,
     at_least,
+    design_problems,
     deterministic,
     get,
-    holm,
     num,
     with_premise,
 )
@@ -196,7 +196,8 @@ def unusable_reason(record: ClaimRecord) -> str | None:
     (``margin >= 0`` for a deterministic claim, no noise and no seeds), ``did not hold`` needs
     ``margin < -noise`` (``margin < 0``), and a decided seeded claim at least
     :data:`~poslab.lab.verdicts.MIN_SEEDS` seeds. ``inconclusive`` fits any margin: a premise or the
-    multiple-comparison correction may leave a clear margin undecided.
+    multiple-comparison correction may leave a clear margin undecided. A seeded record must carry its
+    design, and a Welch design arms of different seeds (:func:`~poslab.lab.verdicts.design_problems`).
     """
     texts = {"claim": record.claim, "source": record.source, "criterion": record.criterion, "measured": record.measured}
     for name, value in texts.items():
@@ -214,6 +215,8 @@ def unusable_reason(record: ClaimRecord) -> str | None:
     p_value = record.details.get("p_value")
     if p_value is not None and not (_number(p_value) and 0 <= p_value <= 1):
         return f"p_value {p_value!r} is not a number in [0, 1]"
+    if n > 0 and record.design is None:
+        return design_problems(record)[0] + " (results written before the plan: rerun the experiment)"
     if record.verdict == INCONCLUSIVE:
         return None
     if margin is None:
@@ -222,6 +225,9 @@ def unusable_reason(record: ClaimRecord) -> str | None:
         return f"a {record.verdict!r} verdict of {n} seeds without a measured noise"
     if 0 < n < MIN_SEEDS:
         return f"a {record.verdict!r} verdict of {n} seed(s): a seeded claim needs at least {MIN_SEEDS}"
+    plan = design_problems(record)
+    if plan:
+        return plan[0]
     if record.verdict == HELD and not (margin > noise if noise is not None else margin >= 0):
         rule = f"margin > noise {noise!r}" if noise is not None else "margin >= 0"
         return f"verdict 'held' with margin {margin!r}: the rule needs {rule}"
@@ -262,9 +268,9 @@ def normalize(entry: Any, experiment: str) -> Verdict:
 
 
 def evaluate(results: dict[str, dict]) -> list[Verdict]:
-    """Check every claim in :data:`CLAIMS`, add each experiment's own ``"claims"`` records, then correct
-    the seeded ones for multiple comparisons (:func:`poslab.lab.verdicts.holm`, Holm–Bonferroni at a
-    family-wise 5%): a seeded claim is shown ``held`` / ``did not hold`` only if it survives.
+    """Check every claim in :data:`CLAIMS` and add each experiment's own ``"claims"`` records as the
+    experiment wrote them: the plan (families, Holm, power) was applied once before results.json was
+    written (:func:`poslab.lab.experiments.settle`), so the page shows the verdicts of the file.
 
     Args:
         results: results folder (``"experiments/params"``, ``"heads"``, ...) -> its results.json.
@@ -304,5 +310,4 @@ def evaluate(results: dict[str, dict]) -> list[Verdict]:
             continue
         for entry in entries:
             verdicts.append(normalize(entry, experiment))
-    adjusted = holm([v.record for v in verdicts])  # the lab's seeded claims as one family (docs/lab.md)
-    return [Verdict(v.experiment, record) for v, record in zip(verdicts, adjusted)]
+    return verdicts

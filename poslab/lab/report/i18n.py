@@ -157,6 +157,24 @@ UI: dict[str, dict[str, str]] = {
     "margin.seeded": {"en": "margin {margin} vs noise ±{noise} (n={n})", "zh": "差值 {margin}，噪声 ±{noise}（n={n}）"},
     "margin.fewseeds": {"en": "; fewer than {n} seeds", "zh": "；种子少于 {n} 个"},
     "margin.missed": {"en": "; missed by {by}", "zh": "；还差 {by}"},
+    "margin.design": {
+        "en": "; {test}, p = {p}, Holm within {family} (step {step} of {m}: p ≤ {threshold})",
+        "zh": "；{test}，p = {p}，在 {family} 内做 Holm 校正（第 {step}/{m} 步：需 p ≤ {threshold}）",
+    },
+    "margin.decide": {
+        "en": "; at this noise, {n} seeds an arm would detect the measured effect",
+        "zh": "；按此噪声，每组 {n} 个种子可检测到测得的效应",
+    },
+    "margin.undecidable": {
+        "en": "; at this noise, not even {n} seeds an arm would detect the measured effect",
+        "zh": "；按此噪声，每组 {n} 个种子也检测不到测得的效应",
+    },
+    "test.paired t-test": {"en": "paired t-test", "zh": "配对 t 检验"},
+    "test.Welch t-test": {"en": "Welch t-test", "zh": "Welch t 检验"},
+    "test.one-sample t-test": {"en": "one-sample t-test", "zh": "单样本 t 检验"},
+    "test.paired TOST": {"en": "paired equivalence test (TOST)", "zh": "配对等效性检验（TOST）"},
+    "test.pairwise t-tests (every pair)": {"en": "pairwise t-tests (every pair)", "zh": "两两 t 检验（每一对）"},
+    "test.ln": {"en": " on ln", "zh": "（取对数）"},
     # sections and folders
     "section.claimhead": {"en": "The lesson's claim", "zh": "课文的论断"},
     "section.measuredhead": {"en": "What was measured", "zh": "测量了什么"},
