@@ -13,7 +13,8 @@ read with YaRN (factor 4) with and without its temperature, and with log-n scali
 
 A uniform row over ``n`` keys has entropy ``ln n``, so some growth with the position is expected of any
 model that spreads attention; the normalised entropy ``H_i / ln(i + 1)`` separates that from a real
-loss of focus. Both are reported.
+loss of focus. Both are reported; the claim about RoPE tests the normalised one, and the variants (the
+same trained models read differently) are compared paired by seed.
 
 Attention weights are computed per block of queries (``attend(..., need_weights=True)`` on a
 ``[B, h, block, keys]`` tile), so memory grows linearly with the length.

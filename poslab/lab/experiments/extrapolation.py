@@ -15,6 +15,11 @@ Every scheme trains with the same data (tinyshakespeare, char-level), steps, bat
 (:func:`poslab.session.train`), then :func:`poslab.analysis.eval.evaluate_length` scores the same validation
 targets at every length, both in non-overlapping chunks (the ALiBi paper's protocol, which carries
 the "early-token curse") and with a sliding window of stride ``length/2``.
+
+The claims are decided in :mod:`poslab.lab.experiments.extrapolation_verdicts`, each by the test its
+design calls for: a ratio ``ppl(fL) / ppl(L)`` per seed on the ln scale (one model read at two lengths),
+two schemes paired by seed (seed i trains every scheme on the same batches), RoPE's "10 to 100+"
+against the corpus's unigram perplexity (the level of a model that ignores its context).
 """
 
 from __future__ import annotations
