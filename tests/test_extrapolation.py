@@ -12,9 +12,9 @@ import torch
 from poslab import GPT, GPTConfig
 from poslab.analysis.heads import attention_weights
 from poslab.data import CharTokenizer
-from poslab.lab import verdicts
+from poslab.lab import plan, verdicts
 from poslab.lab.experiments import attention_entropy, context_extension, extrapolation
-from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, VERDICTS, check_records, missing_premises
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, missing_premises
 
 # ------------------------------------------------------------------------------------ smoke runs
 SMOKE_SCHEMES = ("learned", "sinusoidal", "rope", "alibi")
@@ -57,7 +57,7 @@ def test_extrapolation_smoke(lab: Path):
     claims = {c["claim"]: c for c in results["claims"]}
     assert "unigram baseline" in claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["measured"]
     assert all("sliding_window" in c["details"] for c in results["claims"])
-    # without the baseline guard the same tables give per-seed ratios
+    # without the baseline guard the same tables give per-seed ratios, tested on the ln scale with their seeds
     claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(by_seed)}
     flat = claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]
     ratios = [
@@ -65,10 +65,14 @@ def test_extrapolation_smoke(lab: Path):
         for s in extrapolation.SEEDS
     ]
     assert flat["details"]["values"] == pytest.approx(ratios)
-    assert flat["margin"] == pytest.approx(1.10 - sum(ratios) / len(ratios))
+    assert flat["details"]["seeds"] == list(extrapolation.SEEDS)
+    assert flat["design"]["test"] == plan.Test.ONE_SAMPLE.value and flat["design"]["log"] is True
+    # the schemes share their seeds (the same batches): compared paired by seed, on ln perplexity
+    alibi_rope = claims["at 8x L: ALiBi < RoPE"]
+    assert alibi_rope["design"]["test"] == plan.Test.PAIRED.value and alibi_rope["design"]["log"] is True
+    assert alibi_rope["details"]["seeds"] == list(extrapolation.SEEDS)
     assert check_records(list(claims.values())) == [] and check_records(results["claims"]) == []
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise
-    assert all(c["verdict"] in VERDICTS for c in results["claims"])
     # schemes not trained in the smoke run: their claims are inconclusive, not guessed
     xl = claims["Transformer-XL's relative encoding solves long-sequence generalization"]
     assert xl["verdict"] == INCONCLUSIVE and xl["margin"] is None and "not measured" in xl["measured"]
@@ -281,9 +285,22 @@ def test_attention_entropy_smoke(lab: Path):
     yarn = [models["rope + YaRN x4"]["by_seed"][s]["entropy"]["4"]["rise"] for s in seeds]
     no_temperature = [models["rope + YaRN x4 no temperature"]["by_seed"][s]["entropy"]["4"]["rise"] for s in seeds]
     by_claim = {c["claim"][:30]: c for c in results["claims"]}
-    record = by_claim["YaRN's temperature reduces the"]
-    assert record["details"]["values"] == pytest.approx([n - y for n, y in zip(no_temperature, yarn)])
+    record = by_claim["YaRN's temperature reduces the"]  # the same models read two ways: paired by seed
+    assert record["details"]["better"] == pytest.approx(yarn)
+    assert record["details"]["worse"] == pytest.approx(no_temperature)
+    assert record["design"]["test"] == plan.Test.PAIRED.value
+    assert record["details"]["seeds"] == list(extrapolation.SEEDS)
+    # RoPE's loss of focus is tested on the normalised entropy; the raw rise is shown with it, not tested
+    focus = results["claims"][0]
+    rope = [models["rope"]["by_seed"][s]["entropy"]["4"] for s in seeds]
+    assert focus["details"]["values"] == pytest.approx([c["rise_normalised"] for c in rope])
+    assert focus["details"]["raw_rise"] == pytest.approx([c["rise"] for c in rope])
+    one_sample = [
+        c["details"]["metric"] for c in results["claims"] if c["design"]["test"] == plan.Test.ONE_SAMPLE.value
+    ]
+    assert one_sample == ["normalised entropy rise at 4x L", "Spearman correlation"]
     assert check_records(results["claims"]) == []
+    assert check_records(plan.adjust(results["claims"], "attention-entropy")) == []
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     assert (lab / "attention-entropy" / "attention_entropy.png").is_file()
 
@@ -353,6 +370,66 @@ def _tables(ratios: dict[str, tuple[float, ...]], jitter: float = 0.002) -> dict
     return tables
 
 
+def _entropy_results(rises: dict[str, list[float]], normalised: list[float], length: int = 64) -> dict:
+    """Per-seed entropy entries (:func:`attention_entropy.measure_variant`'s shape) for ``entropy_claims``."""
+    return {
+        variant: {
+            "by_seed": {
+                str(seed): {
+                    "entropy": {"4": {"length": length, "rise": rise, "rise_normalised": normalised[k]}},
+                    "ppl_ratio": 1.0 + rise,
+                }
+                for k, (seed, rise) in enumerate(zip(extrapolation.SEEDS, values))
+            }
+        }
+        for variant, values in rises.items()
+    }
+
+
+def test_entropy_rise_of_the_key_count_alone_is_not_a_loss_of_focus():
+    """A raw rise near ln 4 (what 4x more keys give uniform rows) with a flat normalised entropy: no claim holds
+    on the raw rise; the loss-of-focus claim is decided on the normalised one."""
+    uniform = attention_entropy.uniform_rise(16, 4)
+    assert 1.0 < uniform < math.log(4)  # the queries past L read L..4L keys, those in [L/2, L) read L/2..L
+    rises = {"rope": [uniform - 0.01, uniform, uniform + 0.01]}
+    focus = attention_entropy.entropy_claims(_entropy_results(rises, [0.0, 0.001, -0.001]))[0]
+    assert focus["details"]["metric"] == "normalised entropy rise at 4x L"
+    assert focus["verdict"] == DID_NOT_HOLD and focus["details"]["raw_rise"] == rises["rope"]
+    assert focus["details"]["uniform_rise"] == pytest.approx(uniform)
+    lost = attention_entropy.entropy_claims(_entropy_results(rises, [0.05, 0.06, 0.055]))[0]
+    assert lost["verdict"] == HELD and lost["design"]["threshold"] == attention_entropy.NORMALISED_MARGIN
+
+
+def test_entropy_variants_are_paired_by_seed():
+    """The seeds' rises differ a lot, the same model's two readings little: the pairing decides."""
+    plain = [0.3, 0.9, 1.5]
+    rises = {
+        "rope": plain,
+        "rope + YaRN x4": [r - 0.2 for r in plain],
+        "rope + YaRN x4 no temperature": [r - 0.05 for r in plain],
+        "rope + log-n": [r - 0.1 + 0.01 * k for k, r in enumerate(plain)],
+    }
+    claims = attention_entropy.entropy_claims(_entropy_results(rises, [0.05, 0.06, 0.055]))
+    by_claim = {c["claim"][:30]: c for c in claims}
+    for text in ("YaRN's temperature reduces the", "YaRN (with its temperature) ri", "log-n scaling reduces the entr"):
+        record = by_claim[text]
+        assert record["verdict"] == HELD, record
+        assert record["design"]["test"] == plan.Test.PAIRED.value
+        assert record["details"]["seeds"] == list(extrapolation.SEEDS)
+    assert check_records(claims) == []
+    # the same numbers as independent arms: the seeds' spread swamps a 0.15 nats difference
+    unpaired = verdicts.compare(
+        "x",
+        "y",
+        rises["rope + YaRN x4"],
+        rises["rope + YaRN x4 no temperature"],
+        better_label="a",
+        worse_label="b",
+        metric="rise",
+    )
+    assert unpaired.verdict == INCONCLUSIVE
+
+
 def test_extrapolation_verdicts_follow_the_numbers():
     literature = _tables(
         {
@@ -364,7 +441,8 @@ def test_extrapolation_verdicts_follow_the_numbers():
             "xl": (1, 1.5, 3, 5, 9),
         }
     )
-    verdict = {c["claim"]: c["verdict"] for c in extrapolation.extrapolation_claims(literature)}
+    unigram = math.log(28.4)  # tinyshakespeare's unigram perplexity: the collapse level
+    verdict = {c["claim"]: c["verdict"] for c in extrapolation.extrapolation_claims(literature, baseline=unigram)}
     assert verdict["ALiBi's perplexity at 4x L stays within 1.10x its value at L"] == HELD
     assert verdict["sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L"] == HELD
     assert verdict["at 8x L: ALiBi < RoPE"] == HELD and verdict["at 8x L: RoPE < sinusoidal"] == HELD
@@ -386,12 +464,69 @@ def test_extrapolation_verdicts_follow_the_numbers():
             "xl": (1, 1, 1, 1, 1),
         }
     )
-    records = extrapolation.extrapolation_claims(opposite)
+    records = extrapolation.extrapolation_claims(opposite, baseline=unigram)
     verdict = {c["claim"]: c["verdict"] for c in records}
+    assert verdict["RoPE's perplexity 'jumps from 10 to 100+' past the training length"] == DID_NOT_HOLD  # 13 < 28.4
     assert verdict["ALiBi's perplexity at 4x L stays within 1.10x its value at L"] == DID_NOT_HOLD
     assert verdict["at 8x L: ALiBi < RoPE"] == DID_NOT_HOLD
     assert verdict["RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"] == HELD
     assert verdict["Transformer-XL's relative encoding solves long-sequence generalization"] == HELD
+    assert check_records(records) == []
+
+
+JUMP = "RoPE's perplexity 'jumps from 10 to 100+' past the training length"
+
+
+def test_rope_jump_is_judged_against_the_corpus_collapse_level():
+    """A character model at ppl 5 in length that reaches 36 at 16x L (7.2x, never "100+") has collapsed: it is past
+    the corpus's unigram perplexity (28.4), the level of a model that ignores its context."""
+    tables = _tables({"rope": (1, 1.3, 2.0, 3.0, 7.2), "alibi": (1, 1, 1, 1, 1)})
+    for by_seed in tables.values():
+        for cells in by_seed.values():
+            for cell in cells.values():
+                cell["nonoverlapping"]["ppl"] /= 2  # ppl about 5 at L
+    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables, baseline=math.log(28.4))}
+    jump = claims[JUMP]
+    assert jump["verdict"] == HELD and jump["details"]["unigram_ppl"] == pytest.approx(28.4)
+    assert extrapolation.JUMP_QUOTE in jump["criterion"] and "unigram" in jump["criterion"]
+    assert jump["design"]["test"] == plan.Test.ONE_SAMPLE.value and jump["design"]["log"] is True
+    assert jump["details"]["seeds"] == [0, 1, 2]
+    # a corpus whose unigram perplexity is above 36: the same model has not collapsed
+    assert {c["claim"]: c for c in extrapolation.extrapolation_claims(tables, baseline=math.log(60))}[JUMP][
+        "verdict"
+    ] == DID_NOT_HOLD
+    # without the corpus's baseline the collapse level is unknown: not judged
+    unknown = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}[JUMP]
+    assert unknown["verdict"] == INCONCLUSIVE and "unigram perplexity" in unknown["measured"]
+
+
+def test_ratios_are_tested_per_seed_on_the_ln_scale():
+    """ppl(2L) / ppl(L) of 2.5, 2.7 and 2.9: every seed agrees the table collapses (above 1.5)."""
+    tables = _tables({"learned": (1, 2.7, 6, 9, 12)}, jitter=0.0)
+    for k, ratio in enumerate((2.5, 2.7, 2.9)):
+        tables["learned"][str(k)]["2"]["nonoverlapping"]["ppl"] = 10 * ratio
+    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}
+    learned = claims["a learned absolute table collapses past the training length (its rows past L were never trained)"]
+    assert learned["verdict"] == HELD and learned["details"]["values"] == pytest.approx([2.5, 2.7, 2.9])
+    assert learned["design"]["log"] is True
+    assert learned["margin"] == pytest.approx(math.log(2.7) - math.log(1.5), abs=0.01)  # ln scale, not 2.7 - 1.5
+
+
+def test_schemes_are_paired_only_when_they_share_their_seeds():
+    """Seed i trains every scheme on the same batches: paired. Tables of different seeds are independent arms."""
+    shared = _tables({"alibi": (1, 1, 1, 1.0, 1), "rope": (1, 1, 1, 1.05, 1)}, jitter=0.0)
+    for k, level in enumerate((0.6, 1.0, 1.6)):  # a large seed-to-seed spread that both schemes of a seed share
+        for scheme in shared:
+            for cell in shared[scheme][str(k)].values():
+                cell["nonoverlapping"]["ppl"] *= level
+    record = {c["claim"]: c for c in extrapolation.extrapolation_claims(shared)}["at 8x L: ALiBi < RoPE"]
+    assert record["verdict"] == HELD and record["design"]["test"] == plan.Test.PAIRED.value
+    assert record["details"]["seeds"] == [0, 1, 2]
+    apart = {"alibi": shared["alibi"], "rope": {str(k + 10): v for k, v in enumerate(shared["rope"].values())}}
+    records = extrapolation.extrapolation_claims(apart)
+    record = {c["claim"]: c for c in records}["at 8x L: ALiBi < RoPE"]
+    assert record["design"]["test"] == plan.Test.WELCH.value and record["details"]["seeds"] == [[0, 1, 2], [10, 11, 12]]
+    assert record["verdict"] == INCONCLUSIVE  # unpaired, the seeds' spread swamps the 5%
     assert check_records(records) == []
 
 

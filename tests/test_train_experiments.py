@@ -9,10 +9,11 @@ import pytest
 
 from poslab import positions
 from poslab.data import load_corpus
+from poslab.lab import plan
 from poslab.lab.experiments import head_count as heads
 from poslab.lab.experiments import position_training, run_experiment, training
 from poslab.lab.experiments.common import unigram_entropy
-from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, missing_premises
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, equivalent, missing_premises
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
@@ -99,6 +100,12 @@ def test_position_training_on_a_tiny_base(tmp_path, tiny_base):
     assert config["model"]["position"] == "rope" and config["model"]["n_embd"] == 16 and config["train"]["seed"] == 4
     learned = next(c for c in results["claims"] if c["claim"].startswith("a causal model learns better with positions"))
     assert learned["details"]["better"] == results["val_loss_seeds"]["learned"] and learned["n_seeds"] == 3
+    # the arms share their seeds: paired by seed; the timing rounds pair the speed claim, in its own family
+    paired = [c for c in results["claims"] if (c.get("design") or {}).get("test") == plan.Test.PAIRED.value]
+    assert len(paired) == 3 and all(c["details"]["seeds"] == list(SEEDS) for c in paired)
+    timing = next(c for c in results["claims"] if c["claim"].startswith("ALiBi 不增加计算"))
+    assert timing["design"]["family"] == position_training.TIMING_FAMILY
+    assert timing["n_seeds"] == training.TIMING_ROUNDS and timing["design"]["test"] == plan.Test.EQUIVALENCE.value
     assert check_records(results["claims"]) == []
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise
 
@@ -177,8 +184,8 @@ def test_position_training_quick_form(tmp_path):
 
 
 def test_training_claims_follow_the_numbers():
-    def runs(params: int, speed: float) -> list[dict]:
-        return [{"n_params": params, "tokens_per_s": speed * (1 + 0.01 * k)} for k in range(3)]
+    def runs(params: int) -> list[dict]:
+        return [{"n_params": params} for _ in range(3)]
 
     losses = {
         "learned": [2.00, 2.01, 1.99],
@@ -187,22 +194,50 @@ def test_training_claims_follow_the_numbers():
         "alibi": [1.95, 1.96, 1.94],
         "none": [2.06, 2.07, 2.05],
     }
-    summary = {"alibi": runs(1000, 5000.0), "rope": runs(1000, 5000.0), "none": runs(1000, 5100.0)}
-    verdict = {c["claim"].split(" — ")[0]: c for c in position_training.training_claims(losses, summary)}
-    assert (
-        verdict["a causal model learns better with positions: the learned table beats none in-length"]["verdict"]
-        == HELD
-    )
+    summary = {"alibi": runs(1000), "rope": runs(1000), "none": runs(1000)}
+    rounds = [30000.0, 33000.0, 36000.0, 31000.0, 35000.0]  # the machine's load moves every round
+    speed = {"none": rounds, "alibi": [r * (0.98 + 0.002 * k) for k, r in enumerate(rounds)]}
+
+    def claims() -> dict[str, dict]:
+        records = position_training.training_claims(losses, summary, speed, seeds=SEEDS)
+        assert check_records(records) == []
+        return {c["claim"].split(" — ")[0]: c for c in records}
+
+    verdict = claims()
+    learned = verdict["a causal model learns better with positions: the learned table beats none in-length"]
+    assert learned["verdict"] == HELD
     nope = next(v for k, v in verdict.items() if k.startswith("不加位置编码"))
     assert nope["verdict"] == HELD and nope["margin"] == pytest.approx(0.05 * 2.0 - 0.06)  # 3% worse, 5% allowed
     assert verdict["ALiBi 性能略低于 RoPE"]["verdict"] == HELD
     assert verdict["RoPE 比「加位置向量」更好"]["verdict"] == HELD
     assert verdict["ALiBi 极简：不需要任何参数"]["verdict"] == HELD
-    assert verdict["ALiBi 不增加计算"]["verdict"] == HELD  # 98% of the speed, 90% required
+    # every arm trains from the same seeds on the same batches: paired by seed, the seeds recorded
+    for record in (learned, nope, verdict["ALiBi 性能略低于 RoPE"], verdict["RoPE 比「加位置向量」更好"]):
+        assert record["details"]["seeds"] == list(SEEDS)
+    assert learned["design"]["test"] == plan.Test.PAIRED.value and nope["design"]["test"] == plan.Test.PAIRED.value
+    # the timing: 98-99% of the speed round by round, an equivalence within 10% paired by round, in its own family
+    timing = verdict["ALiBi 不增加计算"]
+    assert timing["verdict"] == HELD and timing["design"]["test"] == plan.Test.EQUIVALENCE.value
+    assert timing["design"]["log"] is True and timing["design"]["family"] == position_training.TIMING_FAMILY
+    adjusted = {r.claim: r for r in plan.adjust(list(verdict.values()), "position-training")}
+    assert adjusted[timing["claim"]].details["holm"]["family"] == position_training.TIMING_FAMILY
+    assert adjusted[timing["claim"]].details["holm"]["m"] == 1  # not counted in the lesson's family
+    assert adjusted[learned["claim"]].details["holm"]["m"] == 4  # the four seeded training claims
+    # matched to the wrong rounds, the load's spread (30k to 36k) swamps the 10% margin: the rounds pair the arms
+    unpaired = [r * 0.98 for r in reversed(rounds)]
+    assert (
+        equivalent(
+            "x", "y", unpaired, rounds, labels=("alibi", "none"), metric="tokens/s", within=math.log(1.1), log=True
+        ).verdict
+        != HELD
+    )
     losses["none"] = [2.20, 2.21, 2.19]  # 10% worse than learned
-    summary["alibi"] = runs(1016, 4000.0)
-    verdict = {c["claim"].split(" — ")[0]: c for c in position_training.training_claims(losses, summary)}
+    summary["alibi"] = runs(1016)
+    speed["alibi"] = [r * (0.80 + 0.002 * k) for k, r in enumerate(rounds)]
+    verdict = claims()
     assert next(v for k, v in verdict.items() if k.startswith("不加位置编码"))["verdict"] == DID_NOT_HOLD
     assert verdict["ALiBi 极简：不需要任何参数"]["verdict"] == DID_NOT_HOLD
     assert verdict["ALiBi 不增加计算"]["verdict"] == DID_NOT_HOLD
-    assert check_records(list(verdict.values())) == []
+    # without a timing of the arms side by side, no speed claim is made
+    records = position_training.training_claims(losses, summary, seeds=SEEDS)
+    assert not any(c["claim"].startswith("ALiBi 不增加计算") for c in records)

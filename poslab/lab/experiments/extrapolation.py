@@ -15,6 +15,11 @@ Every scheme trains with the same data (tinyshakespeare, char-level), steps, bat
 (:func:`poslab.session.train`), then :func:`poslab.analysis.eval.evaluate_length` scores the same validation
 targets at every length, both in non-overlapping chunks (the ALiBi paper's protocol, which carries
 the "early-token curse") and with a sliding window of stride ``length/2``.
+
+The claims are decided in :mod:`poslab.lab.experiments.extrapolation_verdicts`, each by the test its
+design calls for: a ratio ``ppl(fL) / ppl(L)`` per seed on the ln scale (one model read at two lengths),
+two schemes paired by seed (seed i trains every scheme on the same batches), RoPE's "10 to 100+"
+against the corpus's unigram perplexity (the level of a model that ignores its context).
 """
 
 from __future__ import annotations
@@ -39,6 +44,15 @@ from poslab.lab.experiments.common import (
     scheme_style_index,
     unigram_entropy,
 )
+from poslab.lab.experiments.extrapolation_verdicts import (  # noqa: F401  (re-exported: the claims of this experiment)
+    JUMP_QUOTE,
+    UNDERTRAINED,
+    extrapolation_claims,
+    jump_claim,
+    seed_perplexities,
+    undertrained,
+    undertrained_seeded,
+)
 from poslab.lab.experiments.training import (
     CONTEXT_WINDOWS,
     SEED,
@@ -50,7 +64,7 @@ from poslab.lab.experiments.training import (
 from poslab.lab.premises import all_of, arms_of, attach, beats_nope, below_bigram, uses_context
 from poslab.lab.sizes import EXTRAPOLATION_FACTORS, SIZES, Size, size_of  # noqa: F401  (SIZES, size_of: re-exported)
 from poslab.lab.tables import print_tables
-from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, best_of, bound, mean_sd, paired
+from poslab.lab.verdicts import ClaimRecord, Premise, mean_sd
 from poslab.runs import RunFolder
 
 
@@ -239,217 +253,6 @@ def shared_models(
 
 
 # ------------------------------------------------------------------------------------ claims
-def _ppl(table: dict, scheme: str, factor: int, mode: str) -> float | None:
-    cell = table.get(scheme, {}).get(str(factor))
-    if cell is None or "cannot" in cell or mode not in cell:
-        return None
-    return cell[mode]["ppl"]
-
-
-#: a model whose in-length perplexity exceeds this multiple of the median over schemes "did not train"
-UNDERTRAINED = 1.5
-
-
-def undertrained(table: dict[str, dict[str, Any]], mode: str = "nonoverlapping") -> dict[str, dict[str, float]]:
-    """Schemes whose perplexity at L is above :data:`UNDERTRAINED` x the median over all schemes.
-
-    Their flat or steep curves past L reflect a model that never learned, not extrapolation, so the
-    claims about them are reported as not measurable (with the numbers).
-    """
-    at_l = {s: _ppl(table, s, 1, mode) for s in table}
-    values = sorted(v for v in at_l.values() if v is not None)
-    if len(values) < 3:
-        return {}
-    mid = len(values) // 2
-    median = values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
-    return {s: {"ppl_L": v, "median_L": median} for s, v in at_l.items() if v is not None and v > UNDERTRAINED * median}
-
-
-def _seed_values(tables: dict[str, dict[str, dict]], scheme: str, factor: int, mode: str) -> list[float] | None:
-    """Per-seed perplexities of ``scheme`` at ``factor`` x L (``None`` if any seed lacks it)."""
-    by_seed = tables.get(scheme)
-    if not by_seed:
-        return None
-    values = [_ppl(table, scheme, factor, mode) for table in ({scheme: t} for t in by_seed.values())]
-    return None if any(v is None for v in values) else values
-
-
-def undertrained_seeded(
-    tables: dict[str, dict[str, dict]], mode: str = "nonoverlapping"
-) -> dict[str, dict[str, float]]:
-    """:func:`undertrained` on the mean perplexity at L over each scheme's seeds."""
-    means = {}
-    for scheme in tables:
-        values = _seed_values(tables, scheme, 1, mode)
-        if values:
-            means[scheme] = {"1": {mode: {"ppl": sum(values) / len(values)}}}
-    return undertrained(means, mode)
-
-
-def extrapolation_claims(
-    tables: dict[str, dict[str, dict]], mode: str = "nonoverlapping", baseline: float | None = None
-) -> list[dict[str, Any]]:
-    """The claims this experiment tests as :class:`poslab.lab.verdicts.ClaimRecord` dicts (see the module docstring).
-
-    Args:
-        tables: scheme -> seed -> factor -> evaluation cell (:func:`evaluate_scheme` of each seed's model).
-        mode: ``"nonoverlapping"`` or ``"sliding"``.
-        baseline: the corpus's unigram entropy (nats): a scheme whose mean in-length loss is not below it
-            learned nothing beyond character frequencies, and its claims are inconclusive.
-
-    Ratios ``ppl(fL) / ppl(L)`` are taken per seed (the same model read at two lengths) and their mean
-    tested against the claim's bound; comparisons between schemes use the loss ``ln ppl``, paired by
-    seed (seed i trains every scheme on the same batches).
-    """
-    failed = undertrained_seeded(tables, mode)
-    if baseline is not None:
-        for scheme in tables:
-            at_l = _seed_values(tables, scheme, 1, mode)
-            if at_l and math.log(sum(at_l) / len(at_l)) >= baseline and scheme not in failed:
-                failed[scheme] = {"ppl_L": sum(at_l) / len(at_l), "median_L": math.exp(baseline), "baseline": True}
-
-    def ppl(scheme: str, factor: int) -> list[float] | None:
-        return _seed_values(tables, scheme, factor, mode)
-
-    def ratios(scheme: str, factor: int) -> list[float] | None:
-        top, base = ppl(scheme, factor), ppl(scheme, 1)
-        return None if top is None or base is None else [t / b for t, b in zip(top, base)]
-
-    def losses(scheme: str, factor: int) -> list[float] | None:
-        values = ppl(scheme, factor)
-        return None if values is None else [math.log(v) for v in values]
-
-    def missing(text: str, source: str, criterion: str, schemes: tuple[str, ...], needed: list | None) -> dict | None:
-        """An inconclusive record when a scheme was not measured or did not learn in-length (else ``None``)."""
-        bad = [s for s in schemes if s in failed]
-        if bad:
-            why = "; ".join(
-                f"{s} did not train (ppl at L {failed[s]['ppl_L']:.3g} "
-                + (
-                    f">= the unigram baseline's {failed[s]['median_L']:.3g}"
-                    if failed[s].get("baseline")
-                    else f"> {UNDERTRAINED}x the median {failed[s]['median_L']:.3g}"
-                )
-                + "): its curve says nothing about extrapolation"
-                for s in bad
-            )
-        elif any(s not in tables for s in schemes):
-            why = (
-                f"not measured at this size: needs {', '.join(schemes)}; this size trains {', '.join(tables)} "
-                "(the full form trains every scheme)"
-            )
-        elif any(v is None for v in needed or [None]):
-            why = f"not measured: needs {', '.join(schemes)} evaluated at every length"
-        else:
-            return None
-        return ClaimRecord(text, source, criterion, why, None, None, 0, INCONCLUSIVE).to_dict()
-
-    out: list[dict[str, Any]] = []
-
-    def ratio_bound(text: str, source: str, scheme: str, factor: int, limit: float, below: bool) -> None:
-        values = ratios(scheme, factor)
-        crit = f"ppl({factor}L) / ppl(L) of {scheme} {'<=' if below else '>='} {limit:g}, per seed"
-        out.append(
-            missing(text, source, crit, (scheme,), [values])
-            or bound(
-                text,
-                source,
-                values,
-                limit,
-                below=below,
-                label=scheme,
-                metric=f"ppl({factor}L) / ppl(L)",
-                criterion=crit,
-            ).to_dict()
-        )
-
-    def scheme_compare(text: str, source: str, better: str, worse: str, factor: int) -> None:
-        a, b = losses(better, factor), losses(worse, factor)
-        crit = f"ln ppl at {factor}x L of {better} < that of {worse}"
-        out.append(
-            missing(text, source, crit, (better, worse), [a, b])
-            or paired(
-                text,
-                source,
-                a,
-                b,
-                better_label=better,
-                worse_label=worse,
-                metric=f"ln ppl at {factor}x L",
-                criterion=crit,
-            ).to_dict()
-        )
-
-    ratio_bound(
-        "ALiBi's perplexity at 4x L stays within 1.10x its value at L",
-        "Press et al. 2022 (ALiBi)",
-        "alibi",
-        4,
-        1.10,
-        below=True,
-    )
-    ratio_bound(
-        "sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L",
-        "Press et al. 2022 (ALiBi)",
-        "sinusoidal",
-        4,
-        1.5,
-        below=False,
-    )
-    ratio_bound(
-        "plain RoPE degrades past L: perplexity at 4x L at least 1.5x its value at L",
-        "Press et al. 2022 (ALiBi)",
-        "rope",
-        4,
-        1.5,
-        below=False,
-    )
-    scheme_compare("at 8x L: ALiBi < RoPE", "Press et al. 2022 (ALiBi)", "alibi", "rope", 8)
-    scheme_compare("at 8x L: RoPE < sinusoidal", "Press et al. 2022 (ALiBi)", "rope", "sinusoidal", 8)
-    ratio_bound(
-        "a learned absolute table collapses past the training length (its rows past L were never trained)",
-        "seed 000 §2.2 (超出训练长度就崩)",
-        "learned",
-        2,
-        1.5,
-        below=False,
-    )
-    scheme_compare(
-        "RoPE reads past the training length better than a learned table",
-        "seed 000 §2.2 (RoPE 'good', learned 'collapses')",
-        "rope",
-        "learned",
-        4,
-    )
-    text = "RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"
-    source = "seed 000 §2.2 (table: RoPE 'good', T5/ALiBi 'medium')"
-    arms = {s: ratios(s, 4) for s in ("rope", "t5", "alibi")}
-    crit = "ppl(4L)/ppl(L) of RoPE < that of T5 and of ALiBi"
-    out.append(
-        missing(text, source, crit, tuple(arms), list(arms.values()))
-        or best_of(text, source, arms, ["rope"], metric="ppl(4L) / ppl(L)", paired_seeds=True).to_dict()
-    )
-    ratio_bound(
-        "RoPE's perplexity 'jumps from 10 to 100+' past the training length",
-        "seed 000 Q4",
-        "rope",
-        16,
-        10.0,
-        below=False,
-    )
-    ratio_bound(
-        "Transformer-XL's relative encoding solves long-sequence generalization",
-        "seed 002 §4.1",
-        "xl",
-        4,
-        1.10,
-        below=True,
-    )
-    for c in out:
-        c.setdefault("details", {})["mode"] = mode
-    return out
-
-
 # ------------------------------------------------------------------------------------ run
 def evaluate_scheme(run_dir: Path, size: Size) -> dict[str, Any]:
     """Every factor's cell (non-overlapping + sliding window with stride ``length/2``) of one trained model."""
@@ -477,11 +280,11 @@ def premise_of(
     more position schemes also needs each of them to beat NoPE in length by more than the noise (their
     positions matter to the model). :mod:`poslab.lab.premises` has the rules."""
     arms = arms_of(record, list(tables))
-    losses = {s: [math.log(v) for v in _seed_values(tables, s, 1, "nonoverlapping") or []] for s in arms}
+    losses = {s: [math.log(v) for v in seed_perplexities(tables, s, 1, "nonoverlapping") or []] for s in arms}
     found = [below_bigram(losses, bigram), uses_context({s: list(curves[s].values()) for s in arms})]
     positional = [s for s in arms if s != "none"]
     if len(positional) >= 2 and "none" in tables:
-        nope = [math.log(v) for v in _seed_values(tables, "none", 1, "nonoverlapping") or []]
+        nope = [math.log(v) for v in seed_perplexities(tables, "none", 1, "nonoverlapping") or []]
         found += [beats_nope(s, losses[s], nope, metric="in-length loss") for s in positional]
     return all_of(*found)
 
