@@ -33,6 +33,7 @@ from typing import Any
 
 from scipy import stats
 
+from poslab.analysis.eval import parse_rope_scaling
 from poslab.lab import verdicts
 from poslab.lab.experiments.context_extension_passkey import CHANCE, PASSKEY_FACTORS
 from poslab.lab.plan import ALPHA, POWER
@@ -49,8 +50,8 @@ INFERENCE = {
     "YaRN": "yarn:4",
     "Llama3": "llama3:4",
 }
-#: the inference-only scalings (every variant but no scaling)
-SCALINGS = tuple(k for k in INFERENCE if k != "none")
+#: the inference-only scalings (every variant whose spec sets a scaling)
+SCALINGS = tuple(k for k, spec in INFERENCE.items() if parse_rope_scaling(spec)["scaling"] is not None)
 #: fine-tuned variants: label -> --rope-scaling spec
 FINETUNE = {"none": "none", "PI": "linear:4", "YaRN": "yarn:4"}
 #: the fine-tune whose checkpoints are averaged (seed 000 Q4's first choice, YaRN)
