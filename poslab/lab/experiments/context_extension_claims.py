@@ -37,7 +37,7 @@ from poslab.analysis.eval import parse_rope_scaling
 from poslab.lab import verdicts
 from poslab.lab.experiments.context_extension_passkey import CHANCE, PASSKEY_FACTORS
 from poslab.lab.plan import ALPHA, POWER
-from poslab.lab.premises import all_of, below_bigram, retrieves, uses_context
+from poslab.lab.premises import PASSKEY_SHARE, all_of, below_bigram, retrieves, uses_context
 from poslab.lab.records import PREMISE_NOT_MET
 
 FACTOR = 4
@@ -541,8 +541,8 @@ def averaging_claims(
         log=False,
         offset=-PASSKEY_TOLERANCE,
     )
-    found = retrieves({f"plain fine-tune, seed {s}": [v] for s, v in zip(seeds, passkey_4L[ft])}, CHANCE)
-    claims.append(verdicts.with_premise(record, dataclasses.replace(found, text=f"at {FACTOR}x L: {found.text}")))
+    found = retrieves_every_seed("the plain fine-tunes", passkey_4L[ft], seeds, FACTOR)
+    claims.append(verdicts.with_premise(record, found))
     return claims
 
 
@@ -553,13 +553,29 @@ def language_premise(
     return all_of(below_bigram({"base RoPE": list(base_loss)}, bigram), uses_context({"base RoPE": list(by_position)}))
 
 
+def retrieves_every_seed(
+    who: str, accuracy: Sequence[float | None], seeds: Sequence[int], factor: int
+) -> verdicts.Premise:
+    """Every seed's model retrieves the key at ``factor`` x L at least halfway from chance to perfect
+    (:func:`poslab.lab.premises.retrieves`, one arm per seed: a mean over seeds would let one seed at chance
+    pass)."""
+    found = retrieves({f"seed {s}": [v] for s, v in zip(seeds, accuracy)}, CHANCE)
+    bound = CHANCE + PASSKEY_SHARE * (1 - CHANCE)
+    return verdicts.Premise(
+        f"{who} retrieve the passkey at {factor}x L, every seed: accuracy >= {bound:.3f} (halfway from chance "
+        f"{CHANCE:.3f} to 1)",
+        f"retrieval at {factor}x L: " + found.measured.split(": ", 1)[-1],
+        found.met,
+    )
+
+
 def passkey_premise(base: dict[str, list[float | None]], seeds: Sequence[int]) -> verdicts.Premise:
     """Every base model (each seed) retrieves the key at the shortest length of :data:`PASSKEY_FACTORS` it fits in
     (:func:`poslab.lab.premises.retrieves`, one arm per seed)."""
     first = next((f for f in PASSKEY_FACTORS if all(v is not None for v in base[str(f)])), None)
     if first is None:
         return verdicts.Premise("the passkey fits in some tested length", "it fits in none", False)
-    return retrieves({f"base at {first}x L, seed {s}": [v] for s, v in zip(seeds, base[str(first)])}, CHANCE)
+    return retrieves_every_seed("the base models", base[str(first)], seeds, first)
 
 
 def premise_of(record: verdicts.ClaimRecord, per_seed: list[dict[str, Any]], bigram: float) -> verdicts.Premise:
