@@ -96,7 +96,7 @@ LN_PPL4 = f"ln perplexity (nats/token) at {FACTOR}x L (non-overlapping)"
 
 
 def variance_seeds(ratio: float = SD_RATIO, alpha: float = ALPHA, power: float = POWER) -> int:
-    """The seeds an arm a paired variance test needs to detect an sd ratio of ``ratio`` with ``power``.
+    """The seeds per arm a paired variance test needs to detect an sd ratio of ``ratio`` with ``power``.
 
     The Pitman–Morgan test of two paired arms tests the correlation of their sums and differences,
     ``ρ = (λ - 1) / (λ + 1)`` for a variance ratio ``λ = ratio²`` and uncorrelated arms; by Fisher's z
@@ -338,9 +338,10 @@ def continued_training_claims(
 def reliability_claim(arms: dict[str, list[float]], seeds: list[int]) -> verdicts.ClaimRecord:
     """ "The most reliable": continued training's spread across seeds below every inference-only scaling's.
 
-    A variance comparison, paired by seed: each arm's absolute deviations from its median ln-perplexity,
-    every pair compared by a paired t-test (Grambsch 1994's paired test of scale). Below
-    :data:`VARIANCE_SEEDS` seeds it is not testable: its premise (that many seeds) is unmet.
+    A variance comparison, paired by seed, of the Brown–Forsythe kind: each arm's absolute deviations
+    from its median ln-perplexity, every pair compared by a paired t-test. Below :data:`VARIANCE_SEEDS`
+    seeds (what the classical paired variance test, Pitman–Morgan's, needs for a :data:`SD_RATIO` x sd
+    ratio) it is not testable: its premise (that many seeds) is unmet.
     """
     claim = (
         "continued training is the most reliable: its spread across seeds at 4x L is below every inference-only "
@@ -350,7 +351,7 @@ def reliability_claim(arms: dict[str, list[float]], seeds: list[int]) -> verdict
     shown = ", ".join(f"{k} {'-' if s is None else f'{s:.3f}'}" for k, s in spreads.items())
     premise = verdicts.Premise(
         f"at least {VARIANCE_SEEDS} seeds: a paired variance test detects a {SD_RATIO:g}x sd ratio with "
-        f"{POWER:.0%} power from that many (Pitman–Morgan, Fisher's z); with 3 its test has 1 degree of freedom",
+        f"{POWER:.0%} power from that many (Pitman–Morgan, Fisher's z); with 3 that test has 1 degree of freedom",
         f"{len(seeds)} seeds",
         len(seeds) >= VARIANCE_SEEDS,
     )
