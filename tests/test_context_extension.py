@@ -11,7 +11,7 @@ import torch
 
 from poslab.data import CharTokenizer
 from poslab.lab import verdicts
-from poslab.lab.experiments import context_extension, extrapolation
+from poslab.lab.experiments import context_extension, context_extension_tables, extrapolation
 from poslab.lab.experiments import context_extension_claims as cc
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, missing_premises
 from poslab.lab.verdicts import Test as Kind
@@ -84,6 +84,13 @@ def test_context_extension_smoke(lab: Path):
     assert "Llama 3" in averaging["note"] and "annealing" in averaging["note"]
     assert (lab / "context-extension" / "checkpoint_averaging.png").stat().st_size > 1000
     assert (lab / "context-extension" / "context_extension.png").is_file()
+    # the key table shows the equal-budget arms below the fine-tunes; results without them render as before
+    rows = context_extension_tables.finetuned_table(results).rows
+    assert [r[0] for r in rows[: len(context_extension.FINETUNE)]] == list(context_extension.FINETUNE)
+    assert len(rows) == len(context_extension.FINETUNE) + len(cc.SCALINGS)
+    assert rows[-1][2] == pytest.approx(control["Llama3"]["nonoverlapping"]["ppl"])
+    older = {k: v for k, v in results.items() if k != "equal_budget"}
+    assert context_extension_tables.finetuned_table(older).rows == rows[: len(context_extension.FINETUNE)]
 
 
 def test_context_extension_seeds_come_from_extrapolation(tmp_path: Path):
