@@ -21,7 +21,19 @@ def inference_table(r: dict) -> Table:
 
 
 def finetuned_table(r: dict) -> Table:
-    """Each fine-tune at 4×L: its perplexity at the long length and back at L."""
+    """Each fine-tune at 4×L: its perplexity at the long length and back at L; where the results hold them, the
+    inference-only arms at the fine-tunes' token budget (the control, the same steps at L, read at 4×L with each
+    scaling) below."""
+    budget = r.get("equal_budget", {}).get("control_inference", {})
+    equal = tuple(
+        (
+            f"control (the same steps at L), {label} at inference",
+            entry.get("rope_scaling"),
+            ppl(entry, "nonoverlapping"),
+            None,
+        )
+        for label, entry in budget.items()
+    )
     return Table(
         t("key.ctx.after"),
         (
@@ -33,7 +45,8 @@ def finetuned_table(r: dict) -> Table:
         tuple(
             (label, entry.get("rope_scaling"), ppl(entry["4L"], "nonoverlapping"), ppl(entry["L"], "nonoverlapping"))
             for label, entry in r["finetuned"].items()
-        ),
+        )
+        + equal,
     )
 
 
