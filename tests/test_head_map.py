@@ -5,13 +5,16 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 
 import pytest
 import torch
 
 from poslab.cli.app import main
 from poslab.lab.experiments import head_map
-from poslab.lab.verdicts import check_records
+from poslab.lab.experiments.training import SEEDS
+from poslab.lab.plan import Test as StatTest
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, ClaimRecord, check_records, missing_premises
 
 
 def synthetic_weights(T: int = 8) -> list[torch.Tensor]:
@@ -40,18 +43,39 @@ def test_spearman():
     assert head_map.spearman([1, 1, 2, 2], [5, 5, 6, 6]) == pytest.approx(1.0)  # ties get average ranks
 
 
-def test_map_claims_follow_their_criteria():
+def test_map_statistics_follow_their_criteria():
     table = [
         {"layer": 0, "head": h, "mean_distance": d, "mask_loss_delta": m}
         for h, (d, m) in enumerate([(1.0, 0.5), (1.2, 0.0), (6.0, 0.2), (7.0, 0.001)])
     ]
     clusters = [0, 0, 1, 1]
-    local, index, spare = head_map.map_claims(table, clusters, base_loss=1.0)
-    assert local.verdict == "held"  # medians 1.1 vs 6.5
-    assert index.verdict == "held"  # distance rises with the index here (rho 1)
-    assert spare.verdict == "held"  # 2 of 4 heads cost < 1% of the loss
-    flat = [dict(h, mean_distance=2.0 + 0.01 * h["head"]) for h in table]
-    assert head_map.map_claims(flat, clusters, base_loss=1.0)[0].verdict == "did not hold"
+    stats = head_map.map_statistics(table, clusters, base_loss=1.0)
+    assert stats["cluster_medians"] == pytest.approx([1.1, 6.5]) and stats["ratio"] == pytest.approx(6.5 / 1.1)
+    assert stats["rho"] == pytest.approx(1.0)  # distance rises with the index here
+    assert stats["spare_share"] == 0.5 and stats["spare_heads"] == [[0, 1], [0, 3]]  # cost < 1% of the loss
+    flat = [dict(h, mean_distance=0.0) for h in table]
+    assert head_map.map_statistics(flat, clusters, base_loss=1.0)["ratio"] == 1.0  # no separation
+
+
+def test_map_claims_are_one_sample_tests_over_the_seeds():
+    def stats(ratio: float, rho: float, share: float) -> dict:
+        return {"ratio": ratio, "rho": rho, "spare_share": share, "cluster_medians": [1.0, ratio], "spare_heads": []}
+
+    per_seed = [stats(5.0, 0.8, 0.50), stats(6.0, 0.7, 0.45), stats(5.5, 0.9, 0.55)]
+    local, index, spare = head_map.map_claims(per_seed, [1, 2, 3])
+    assert local.verdict == index.verdict == spare.verdict == HELD
+    assert all(r.design.test == StatTest.ONE_SAMPLE and r.details["seeds"] == [1, 2, 3] for r in (local, index, spare))
+    assert local.design.log and local.design.threshold == pytest.approx(math.log(head_map.DISTANCE_FACTOR))
+    assert check_records([local, index, spare]) == []
+    # one model's values decide nothing: the claims are about models of this recipe, seed to seed
+    assert {r.verdict for r in head_map.map_claims(per_seed[:1], [1])} == {INCONCLUSIVE}
+    below = [stats(1.2, -0.1, 0.0), stats(1.1, 0.1, 0.03), stats(1.3, 0.0, 0.0)]
+    assert {r.verdict for r in head_map.map_claims(below, [1, 2, 3])} == {DID_NOT_HOLD}
+
+
+def test_the_premise_needs_every_seed_below_trigram():
+    assert head_map.map_premise([1.60, 1.62, 1.58], trigram=2.05).met
+    assert not head_map.map_premise([1.60, 1.62, 2.02], trigram=2.05).met  # one seed near trigram level
 
 
 def test_head_type_order():
@@ -60,15 +84,36 @@ def test_head_type_order():
     assert head_map.head_type([]) == "none"
 
 
-def test_quick_form(tmp_path):
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        assert main(["experiment", "head-map", "--quick", "--out", str(tmp_path)]) == 0
-    r = json.loads((tmp_path / "results.json").read_text())
+SHORT = {"max_steps": 20, "eval_interval": 20, "warmup_steps": 2, "eval_iters": 1}
+
+
+def test_a_short_run_writes_seeded_claims_with_their_premise(tmp_path, capsys):
+    """The quick form's code path with 20 training steps and 2 seeds: the fast version of ``test_quick_form``
+    (test_map_claims_are_one_sample_tests_over_the_seeds decides claims on 3)."""
+    results = json.loads(json.dumps(head_map.run(tmp_path, quick=True, seeds=(1, 2), steps=SHORT, workers=1)))
+    _check(results, tmp_path, seeds=[1, 2])
+    assert "seed 002 §6.1's descriptions per seed" in capsys.readouterr().out
+
+
+def _check(r: dict, out, seeds: list[int]) -> None:
     assert not check_records(r["claims"])
-    assert len(r["claims"]) == 3
+    assert missing_premises(r["claims"]) == []  # every claim on trained models carries its premise
+    assert len(r["claims"]) == 3 and [s["seed"] for s in r["per_seed"]] == seeds
+    for claim in r["claims"]:
+        record = ClaimRecord.from_dict(claim)
+        assert record.n_seeds == len(seeds) and record.details["seeds"] == seeds
+        assert record.design.test == StatTest.ONE_SAMPLE
+        assert "trigram" in record.premise.text
     assert len(r["heads"]) == 4 * head_map.N_HEAD
     for h in r["heads"]:
         assert len(h["pca"]) == 2 and len(h["tsne"]) == 2
         assert 0 <= h["mean_distance"] < 64
-    assert (tmp_path / "head_map.png").stat().st_size > 10_000
+    assert (out / "head_map.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow  # three 400-step models; test_a_short_run_writes_seeded_claims_with_their_premise runs its code
+def test_quick_form(tmp_path):
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["experiment", "head-map", "--quick", "--out", str(tmp_path)]) == 0
+    _check(json.loads((tmp_path / "results.json").read_text()), tmp_path, seeds=list(SEEDS))

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from poslab.data import get_batch, load_corpus
 from poslab.lab.experiments import bidirectional
-from poslab.lab.verdicts import DID_NOT_HOLD, HELD, check_records, missing_premises
+from poslab.lab.plan import Test as StatTest
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, ClaimRecord, check_records, missing_premises
 from poslab.nn import positions
 from poslab.nn.model import GPT, GPTConfig
 from poslab.nn.positions.nope import NoPE
@@ -244,6 +245,10 @@ def test_leak_without_the_mask_is_float_noise_and_with_it_is_not():
     assert bidirectional.leak_differences(1, causal=False, position="learned")["all"] > bidirectional.LEAK_ABOVE
 
 
+#: the seeds of the claims' arms (every arm trains from each)
+SEEDS = (3, 4, 5)
+
+
 def test_haviv_claims_follow_the_numbers():
     losses = {
         "clm-none": [2.50, 2.51, 2.49],
@@ -252,13 +257,35 @@ def test_haviv_claims_follow_the_numbers():
         "mlm-learned": [2.60, 2.61, 2.59],
         "mlm-rope": [3.0, 3.01, 2.99],
     }
-    close, learned, rope = bidirectional.haviv_claims(losses)
+    close, learned, rope = bidirectional.haviv_claims(losses, SEEDS)
     assert close["verdict"] == HELD and learned["verdict"] == HELD
     assert rope["verdict"] == DID_NOT_HOLD  # 3.0 -> 3.1 is 3%, not more than 10%
     losses["clm-none"] = [3.0, 3.01, 2.99]  # 20% worse: not close
     losses["mlm-none"] = [2.61, 2.62, 2.60]  # NoPos MLM as good as learned: did not fail
-    close, learned, _ = bidirectional.haviv_claims(losses)
+    close, learned, _ = bidirectional.haviv_claims(losses, SEEDS)
     assert close["verdict"] == DID_NOT_HOLD and learned["verdict"] == DID_NOT_HOLD
+    losses["clm-none"] = [2.0, 2.01, 1.99]  # 20% better than learned: not "close" either (an equivalence, two-sided)
+    assert bidirectional.haviv_claims(losses, SEEDS)[0]["verdict"] == DID_NOT_HOLD
+
+
+def test_haviv_claims_are_paired_by_seed_on_ln_loss():
+    # each seed's runs share their batches: seed-to-seed spread is common to the arms and cancels in the pairs
+    learned = [2.0, 2.6, 3.2]
+    losses = {
+        "clm-learned": learned,
+        "clm-none": [v * 1.01 for v in learned],
+        "mlm-learned": learned,
+        "mlm-rope": learned,
+        "mlm-none": [v * r for v, r in zip(learned, (1.20, 1.22, 1.21))],
+    }
+    close, far, _ = (ClaimRecord.from_dict(c) for c in bidirectional.haviv_claims(losses, SEEDS))
+    assert close.design.test == StatTest.EQUIVALENCE and close.design.log
+    assert close.design.threshold == pytest.approx(math.log(1 + bidirectional.CLOSE))
+    assert far.design.test == StatTest.PAIRED and far.design.log
+    assert far.design.threshold == pytest.approx(math.log(1 + bidirectional.FAR))
+    assert close.details["seeds"] == far.details["seeds"] == list(SEEDS)
+    assert close.verdict == far.verdict == HELD  # unpaired, the 0.6-nat seed spread would hide both
+    assert check_records([close, far]) == []
 
 
 def test_bidirectional_experiment_on_a_tiny_base(tmp_path, corpus):
@@ -271,6 +298,9 @@ def test_bidirectional_experiment_on_a_tiny_base(tmp_path, corpus):
     assert all(len(v) == 3 for v in results["val_loss_seeds"].values())
     assert check_records(results["claims"]) == []
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise
+    seeded = [ClaimRecord.from_dict(c) for c in results["claims"] if c["n_seeds"]]
+    assert [r.design.test for r in seeded] == [StatTest.EQUIVALENCE, StatTest.PAIRED, StatTest.PAIRED]
+    assert all(r.details["seeds"] == [3, 4, 5] for r in seeded)
     leak = [c for c in results["claims"] if c["claim"].startswith("encoder mode")]
     assert len(leak) == 2 and all(c["verdict"] == HELD for c in leak)
     for label, (objective, position) in bidirectional.ARMS.items():

@@ -8,7 +8,8 @@ import torch
 from poslab import GPT, GPTConfig
 from poslab.lab.experiments import registry
 from poslab.lab.experiments import rope_frequency_usage as rfu
-from poslab.lab.verdicts import ClaimRecord, missing_premises
+from poslab.lab.plan import Test as StatTest
+from poslab.lab.verdicts import HELD, ClaimRecord, check_records, missing_premises
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -83,10 +84,30 @@ def test_experiment_runs_small_and_writes_claims(tmp_path):
     assert (tmp_path / rfu.PLOT_FILE).exists()
     assert results["n_pairs"] == 4 and len(results["per_seed"]) == 3
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise
+    assert check_records(results["claims"]) == []
     for claim in results["claims"]:
-        assert ClaimRecord.from_dict(claim).n_seeds == 3
+        record = ClaimRecord.from_dict(claim)
+        assert record.n_seeds == 3 and record.details["seeds"] == [1, 2, 3]
+        assert record.design.test == StatTest.PAIRED and record.design.log
+    # the control is each seed's own initialisation, not one model shared by every seed
+    assert len({r["untrained"]["low_over_high"] for r in results["per_seed"]}) == 3
     for r in results["per_seed"]:
         assert torch.tensor(r["trained"]["q"]).shape == (1, 2, 4)
         assert r["trained"]["low_over_high"] == pytest.approx(
             r["trained"]["low_quarter"] / r["trained"]["high_quarter"]
         )
+
+
+def test_claims_are_paired_by_seed():
+    # the seeds' models differ in scale 3x, yet at every seed low/high is 1.5 trained and 1.0 at initialisation
+    per_seed = [
+        {
+            "seed": seed,
+            "trained": {"low_quarter": 1.5 * scale, "high_quarter": scale, "low_over_high": 1.5 + wiggle},
+            "untrained": {"low_over_high": 1.0 + wiggle},
+        }
+        for seed, scale, wiggle in ((4, 0.5, 0.0), (5, 1.5, 0.3), (6, 1.0, -0.3))
+    ]
+    main, control = (ClaimRecord.from_dict(c) for c in rfu.claims(per_seed))
+    assert main.verdict == control.verdict == HELD  # unpaired, the seeds' spread would hide both
+    assert main.details["seeds"] == control.details["seeds"] == [4, 5, 6]

@@ -11,7 +11,9 @@ import torch
 
 from poslab.cli.app import main
 from poslab.lab.experiments import sparse
-from poslab.lab.verdicts import check_records, missing_premises
+from poslab.lab.plan import Test as StatTest
+from poslab.lab.premises import attach
+from poslab.lab.verdicts import HELD, INCONCLUSIVE, check_records, missing_premises
 
 
 def test_delayed_copy_repeats_its_first_half_and_the_loss_reads_only_the_second():
@@ -92,6 +94,10 @@ def _check(results, stdout, out, n_seeds):
     assert not check_records(results["claims"])
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     assert len(results["claims"]) == len(sparse.KINDS)
+    # every kind trains from each seed on the same batches: paired by seed; the timing has a family of its own
+    assert all(c["design"]["test"] == StatTest.PAIRED.value for c in results["claims"])
+    assert all(c["details"]["seeds"] == list(results["config"]["seeds"]) for c in results["claims"])
+    assert results["claims"][-1]["design"]["family"] == sparse.TIMING_FAMILY
     if n_seeds < 3:
         assert {c["verdict"] for c in results["claims"]} == {"inconclusive"}  # one seed decides nothing
     lengths = results["config"]["lengths"]
@@ -104,6 +110,30 @@ def _check(results, stdout, out, n_seeds):
     assert 0 <= results["adaptive_span"]["key_pairs_saved"] < 1
     assert (out / "sparse.png").stat().st_size > 10_000
     assert "delayed copy" in stdout
+
+
+def _run(kind: str, seed: int, loss: float, accuracy: float = 1.0, step_ms: float = 10.0) -> dict:
+    return {"kind": kind, "T": 64, "seed": seed, "eval_loss": loss, "accuracy": accuracy, "step_ms": step_ms}
+
+
+def test_claims_are_paired_by_seed_and_premised_on_every_seed():
+    # the seeds' tasks differ by 0.5 nats, full beats every sparse kind by 0.10 at each seed: only pairing sees it
+    runs = [
+        _run(kind, seed, base + (0.0 if kind == "full" else 0.10 + 0.002 * seed))
+        for seed, base in ((2, 0.2), (0, 0.7), (1, 1.2))
+        for kind in sparse.KINDS
+    ]
+    records = sparse.sparse_claims(runs, 64)
+    assert all(r.verdict == HELD and r.details["seeds"] == [0, 1, 2] for r in records[:-1])
+    assert records[0].details["better"] == [0.7, 1.2, 0.2]  # in the order of the seeds
+    assert sparse.sparse_premise(records[0], runs, 64).met
+    # one seed's full model that does not solve the task leaves the claim untestable, whatever the mean
+    runs[0] = dict(runs[0], accuracy=0.75)  # the mean over seeds stays above 0.9
+    premise = sparse.sparse_premise(records[0], runs, 64)
+    assert not premise.met
+    attached = attach(records, lambda r: sparse.sparse_premise(r, runs, 64))
+    assert all(c["verdict"] == INCONCLUSIVE for c in attached)
+    assert check_records(attached) == []
 
 
 def test_small_form(tmp_path, capsys):

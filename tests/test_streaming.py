@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from poslab import GPT, GPTConfig
-from poslab.lab.verdicts import missing_premises
+from poslab.lab.plan import Test as StatTest
+from poslab.lab.verdicts import HELD, check_records, missing_premises
 from poslab.nn.streaming import StreamingKVCache
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -163,6 +164,9 @@ def test_streaming_experiment_runs_small_and_writes_claims(tmp_path):
     (claim,) = results["claims"]
     record = ClaimRecord.from_dict(claim)
     assert record.n_seeds == 3
+    assert check_records(results["claims"]) == []
+    # the two caches read the same model of each seed: paired by seed, on ln-perplexity
+    assert record.design.test == StatTest.PAIRED and record.design.log and record.details["seeds"] == [1, 2, 3]
     sink = [r["streaming"]["ppl_after_eviction"] for r in results["per_seed"]]
     assert record.details["better"] == sink
     for r in results["per_seed"]:
@@ -172,3 +176,21 @@ def test_streaming_experiment_runs_small_and_writes_claims(tmp_path):
         # before any eviction the three methods see the same keys
         assert r["streaming"]["ppl_first_block"] == pytest.approx(r["full"]["ppl_first_block"], rel=1e-4)
         assert r["window"]["ppl_first_block"] == pytest.approx(r["full"]["ppl_first_block"], rel=1e-4)
+
+
+def test_the_sink_claim_is_paired_by_seed_on_ln_perplexity():
+    from poslab.lab.experiments import streaming as exp
+    from poslab.lab.verdicts import ClaimRecord
+
+    # the window costs 1.5x the sinks' perplexity at every seed while the seeds' models differ 3x: paired on ln the
+    # ratio decides it, an unpaired test of raw perplexities would see mostly the seed spread
+    sink = [4.0, 12.0, 7.0]
+    window = [v * r for v, r in zip(sink, (1.50, 1.55, 1.45))]
+    per_seed = [
+        {"seed": s, "streaming": {"ppl_after_eviction": a}, "window": {"ppl_after_eviction": b}}
+        for s, a, b in zip((7, 8, 9), sink, window)
+    ]
+    (claim,) = exp.claims(per_seed)
+    record = ClaimRecord.from_dict(claim)
+    assert record.verdict == HELD and record.design.test == StatTest.PAIRED and record.details["seeds"] == [7, 8, 9]
+    assert check_records([record]) == []

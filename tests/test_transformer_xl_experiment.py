@@ -9,7 +9,8 @@ import pytest
 from poslab.lab.experiments import descriptions, registry
 from poslab.lab.experiments import transformer_xl as exp
 from poslab.lab.lab import plan
-from poslab.lab.verdicts import VERDICTS, ClaimRecord, missing_premises
+from poslab.lab.plan import Test as StatTest
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, ClaimRecord, check_records, missing_premises
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -67,13 +68,43 @@ def test_a_tiny_run_writes_results_plot_and_claims(tmp_path, corpus):
         assert {r[label]["segments"] for label in labels} == {min(exp.EVAL_SEGMENTS["quick"], (3000 // 8 - 1) // L)}
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     records = [ClaimRecord.from_dict(c) for c in results["claims"]]
-    assert len(records) == 4 and all(r.verdict in VERDICTS and r.n_seeds == 3 for r in records)
+    assert len(records) == 4 and all(r.n_seeds == 3 for r in records)
+    assert check_records(records) == []
+    # both arms of a seed share initialisation and batches, and the other claims read one model twice: all paired
+    assert all(r.design.test == StatTest.PAIRED and r.details["seeds"] == [1, 2, 3] for r in records)
     first = records[0]
     assert first.details["better"] == [r[f"b, memory {L}"]["loss"] for r in results["per_seed"]]
     assert first.details["worse"] == [r["a, no memory"]["loss"] for r in results["per_seed"]]
     timing = results["step_time"]
     assert timing["memory_s"] > 0 and timing["none_s"] > 0 and timing["mem_len"] == L
     assert results["unigram_entropy_nats"] > 0
+
+
+def synthetic(a_loss: list[float], b_gain: list[float], L: int = 8) -> list[dict]:
+    """Per-seed measurements: (a) without memory at ``a_loss``, every other condition ``b_gain`` below it."""
+    out = []
+    for seed, (a, gain) in enumerate(zip(a_loss, b_gain), start=1):
+        r = {"seed": seed, "block_size": L}
+        for label in exp.conditions(L):
+            loss = a if label == "a, no memory" else a - gain
+            # the first quarter gains twice what the last does, and a longer memory at evaluation gains more
+            first = a + 0.5 if label == "a, no memory" else a + 0.5 - 2 * gain
+            longer = 0.01 if label == f"b, memory {4 * L}" else 0.0
+            last = a if label == "a, no memory" else a - gain
+            r[label] = {"loss": loss - longer, "first_quarter": first, "last_quarter": last}
+        out.append(r)
+    return out
+
+
+def test_claims_follow_the_numbers_paired_by_seed():
+    # the seeds' models differ by 0.5 nats, the memory gains 0.05 at every seed: only the pairing sees it
+    lowers, where, longer, untrained = (
+        ClaimRecord.from_dict(c) for c in exp.claims(synthetic([2.0, 2.5, 3.0], [0.050, 0.052, 0.048]))
+    )
+    assert lowers.verdict == where.verdict == longer.verdict == untrained.verdict == HELD
+    assert all(r.design.test == StatTest.PAIRED for r in (lowers, where, longer, untrained))
+    reverse = ClaimRecord.from_dict(exp.claims(synthetic([2.0, 2.5, 3.0], [-0.050, -0.052, -0.048]))[0])
+    assert reverse.verdict == DID_NOT_HOLD  # memory that costs loss at every seed
 
 
 @pytest.mark.slow

@@ -10,20 +10,25 @@ and RoPE, trained on tiny Shakespeare) is probed on a
 fixed set of validation windows. Each head becomes one point: its attention weights on the probe
 windows (the lower triangle of every ``[T, T]`` map, concatenated). The points are projected to 2-D
 with PCA and t-SNE (scikit-learn) and coloured by layer and by the type ``poslab heads`` detects
-(:mod:`poslab.analysis.heads`: previous-token, induction, positional, punctuation).
+(:mod:`poslab.analysis.heads`: previous-token, induction, positional, punctuation); the map is drawn
+for the first seed's model.
 
-What of §6.1 can be tested, and how (deterministic records about this trained model; no seed noise is
-measured, so ``n_seeds`` is 0 and the verdict is about this model):
+What of §6.1 can be tested, and how: one model per seed (:data:`~poslab.lab.experiments.training.SEEDS`),
+each giving one value of each statistic below; a claim is a one-sample t-test of the per-seed values
+against its bound (:func:`poslab.lab.verdicts.bound`), so a verdict is about models of this recipe,
+not one model. Each claim's premise: every seed's model (a per-model capability) is a language model
+clearly below the corpus's *trigram* baseline (:func:`poslab.lab.premises.below_baseline`): roles such
+as long-range heads mean little in a model that uses two characters of context.
 
 * "local" vs "long-range" heads exist and separate: split the heads into two clusters (k-means on
-  the PCA coordinates); the claim holds if the clusters' median mean-attention-distances differ by
-  a factor of at least 2.
+  the PCA coordinates); the ratio of the clusters' median mean-attention-distances is at least 2
+  (tested on its ln against ln 2: a ratio).
 * the roles follow the head *index* (1/2 local, 5/6 long range): within each layer the head index
-  would rank the mean attention distance; it holds if the Spearman correlation between index and
-  distance, over all heads, is at least 0.5. (Heads are interchangeable under permutation, so an
-  index carries no role unless something breaks the symmetry.)
-* some heads are "spare": zeroing one raises the loss by less than 1% of the base loss for at
-  least a quarter of the heads (2 of 8).
+  would rank the mean attention distance; the Spearman correlation between index and distance, over
+  all heads, is at least 0.5. (Heads are interchangeable under permutation, so an index carries no
+  role unless something breaks the symmetry.)
+* some heads are "spare": the share of the heads whose zeroing raises the loss by less than 1% of the
+  base loss is at least a quarter (2 of 8).
 * "semantic keywords" is not tested: it needs word-level semantic labels the corpus does not carry.
 """
 
@@ -38,14 +43,17 @@ import torch
 
 from poslab.analysis import heads as head_analysis
 from poslab.display import new_figure, print_table, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, Experiment, spearman
-from poslab.lab.experiments.training import train_or_resume
+from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines, spearman
+from poslab.lab.experiments.training import SEEDS, train_or_resume
+from poslab.lab.premises import attach, below_baseline
 from poslab.lab.report.i18n import t
+from poslab.lab.runner import Task, train_many
 from poslab.lab.tables import KeyTable, Table
-from poslab.lab.verdicts import ClaimRecord, deterministic, num
+from poslab.lab.verdicts import ClaimRecord, Premise, bound, num
 from poslab.runs import RunFolder, load_run
 from poslab.training import presets
 from poslab.training.config import TrainConfig
+from poslab.training.loop import evaluate_loss
 
 N_HEAD = 8
 PRESET = "shakespeare-char"  # 65 characters: heads take shape within a few hundred steps
@@ -78,13 +86,19 @@ PROBE = {"quick": (4, 64), "full": (16, 64)}  # (windows, length)
 DISTANCE_FACTOR, INDEX_RHO, SPARE_LOSS, SPARE_SHARE = 2.0, 0.5, 0.01, 0.25
 
 
-def train_model(out: Path, quick: bool, seed: int = 1337) -> Path:
-    """Train the probed GPT into ``out/runs/head-map`` and return the run folder."""
+def train_model(out: Path, quick: bool, seed: int, steps: dict[str, Any] | None = None) -> Path:
+    """Train the probed GPT of ``seed`` into ``out/runs/head-map-sSEED`` and return the run folder (``steps``:
+    training overrides, tests use short ones)."""
     config = presets.preset_config(PRESET)
     config.update(QUICK if quick else FULL)
+    config.update(steps or {})
     config["model"] = {**config["model"], **MODEL}
     config.update(
-        lr_decay_steps=config["max_steps"], name="head-map", out_dir=str(out / "runs"), seed=seed, threads=1
+        lr_decay_steps=config["max_steps"],
+        name=f"head-map-s{seed}",
+        out_dir=str(out / "runs"),
+        seed=seed,
+        threads=1,
     )  # one thread: a tiny GPT gains nothing from more
     cfg = TrainConfig.from_dict(config)
     train_or_resume(cfg)  # a stopped training continues from its checkpoint
@@ -141,57 +155,84 @@ def two_clusters(points: list[list[float]], seed: int = 0) -> list[int]:
     return KMeans(n_clusters=2, n_init=10, random_state=seed).fit_predict(points).tolist()
 
 
-def map_claims(table: list[dict[str, Any]], clusters: list[int], base_loss: float) -> list[ClaimRecord]:
-    """Seed 002 §6.1's testable descriptions as records (criteria in the module docstring)."""
+def map_statistics(table: list[dict[str, Any]], clusters: list[int], base_loss: float) -> dict[str, Any]:
+    """One model's values of seed 002 §6.1's testable descriptions (criteria in the module docstring).
+
+    Returns:
+        ``ratio``: the long-range cluster's median mean attention distance over the local one's (1 when
+        both are 0); ``cluster_medians``, ``cluster_sizes`` (local first); ``rho``: Spearman of head index
+        and mean distance (0 when every head has one distance); ``spare_share`` and ``spare_heads``.
+    """
     dist = [h["mean_distance"] for h in table]
     by_cluster = [[d for d, c in zip(dist, clusters) if c == k] for k in (0, 1)]
-    medians = sorted(statistics.median(g) for g in by_cluster if g)
-    ratio = medians[-1] / max(medians[0], 1e-9) if len(medians) == 2 else 1.0
-    local_k = 0 if statistics.median(by_cluster[0]) <= statistics.median(by_cluster[1]) else 1
-    claims = [
-        deterministic(
-            "the heads split into local heads and long-range heads (头1/2主要捕捉局部语法关系 … 头5/6处理长距离依赖)",
-            "seed 002 §6.1",
-            "two k-means clusters of the heads' PCA points; the long-range cluster's median mean attention distance is "
-            f"at least {DISTANCE_FACTOR:g}x the local cluster's (error = {DISTANCE_FACTOR:g} - ratio)",
-            f"clusters of {len(by_cluster[local_k])} and {len(by_cluster[1 - local_k])} heads, median mean distance "
-            f"{medians[0]:.2f} vs {medians[-1]:.2f} tokens (ratio {ratio:.2f})",
-            error=DISTANCE_FACTOR - ratio,
-            tolerance=0.0,
-            details={"cluster_medians": medians},
-        )
-    ]
-    index = [h["head"] for h in table]
-    rho = spearman([float(i) for i in index], dist)
-    rho = 0.0 if math.isnan(rho) else rho  # every head at one distance: no correlation
-    claims.append(
-        deterministic(
-            "a head's role follows its index (heads 1/2 local, 3/4 keywords, 5/6 long range, 7/8 spare)",
-            "seed 002 §6.1",
-            f"Spearman correlation between head index and mean attention distance over all heads >= {INDEX_RHO:g} "
-            "(error = threshold - rho)",
-            f"rho = {rho:.2f} over {len(table)} heads",
-            error=INDEX_RHO - rho,
-            tolerance=0.0,
-            details={"rho": rho},
-        )
-    )
+    groups = sorted((g for g in by_cluster if g), key=statistics.median)
+    medians = [statistics.median(g) for g in groups]
+    if len(medians) < 2 or medians[-1] == 0:
+        ratio = 1.0  # one cluster, or every head at distance 0: no separation
+    else:
+        ratio = medians[-1] / max(medians[0], 1e-9)
+    rho = spearman([float(h["head"]) for h in table], dist)
     cheap = [h for h in table if h["mask_loss_delta"] < SPARE_LOSS * base_loss]
-    share = len(cheap) / len(table)
-    claims.append(
-        deterministic(
+    return {
+        "ratio": ratio,
+        "cluster_medians": medians,
+        "cluster_sizes": [len(g) for g in groups],
+        "rho": 0.0 if math.isnan(rho) else rho,  # every head at one distance: no correlation
+        "spare_share": len(cheap) / len(table),
+        "spare_heads": [[h["layer"], h["head"]] for h in cheap],
+        "n_heads": len(table),
+    }
+
+
+def map_claims(per_seed: list[dict[str, Any]], seeds: list[int]) -> list[ClaimRecord]:
+    """Seed 002 §6.1's testable descriptions as one-sample claims over the seeds' models (module docstring).
+
+    Args:
+        per_seed: :func:`map_statistics` of each seed's model.
+        seeds: the seeds, in the same order (recorded).
+    """
+    source = "seed 002 §6.1"
+    label = f"{PRESET} GPT, {N_HEAD} heads a layer"
+    records = [
+        bound(
+            "the heads split into local heads and long-range heads (头1/2主要捕捉局部语法关系 … 头5/6处理长距离依赖)",
+            source,
+            [r["ratio"] for r in per_seed],
+            DISTANCE_FACTOR,
+            below=False,
+            label=label,
+            metric="ratio of the two k-means clusters' median mean attention distances (long-range over local)",
+            details={"cluster_medians": [r["cluster_medians"] for r in per_seed]},
+            log=True,
+        ),
+        bound(
+            "a head's role follows its index (heads 1/2 local, 3/4 keywords, 5/6 long range, 7/8 spare)",
+            source,
+            [r["rho"] for r in per_seed],
+            INDEX_RHO,
+            below=False,
+            label=label,
+            metric="Spearman correlation of head index and mean attention distance over all heads",
+        ),
+        bound(
             "some heads are spare channels (头7/8充当'备用通道')",
-            "seed 002 §6.1",
-            f"zeroing a head raises the loss by less than {SPARE_LOSS:.0%} of the base loss for at least "
-            f"{SPARE_SHARE:.0%} of the heads (error = threshold - share)",
-            f"{len(cheap)} of {len(table)} heads ({share:.0%}) cost < {SPARE_LOSS:.0%} each (base loss "
-            f"{base_loss:.3f})",
-            error=SPARE_SHARE - share,
-            tolerance=0.0,
-            details={"spare_heads": [[h["layer"], h["head"]] for h in cheap]},
-        )
-    )
-    return claims
+            source,
+            [r["spare_share"] for r in per_seed],
+            SPARE_SHARE,
+            below=False,
+            label=label,
+            metric=f"share of the heads whose zeroing raises the loss by less than {SPARE_LOSS:.0%} of the base loss",
+            details={"spare_heads": [r["spare_heads"] for r in per_seed]},
+        ),
+    ]
+    for record in records:
+        record.details["seeds"] = [int(seed) for seed in seeds]
+    return records
+
+
+def map_premise(val_losses: list[float], trigram: float) -> Premise:
+    """Every seed's model clearly below the corpus's trigram baseline (whole-split validation loss)."""
+    return below_baseline({f"{PRESET} GPT": val_losses}, trigram, "trigram")
 
 
 def head_type(labels: list[str]) -> str:
@@ -231,19 +272,34 @@ def plot_map(table: list[dict[str, Any]], coords: dict[str, Any], path: Path) ->
     return save_figure(fig, path)
 
 
-def run(out: Path, quick: bool = False) -> dict:
-    """Train a fresh run, probe it, project, plot, judge (on one thread, restored afterwards)."""
+def run(
+    out: Path,
+    quick: bool = False,
+    seeds: tuple[int, ...] = SEEDS,
+    steps: dict[str, Any] | None = None,
+    workers: int | None = None,
+) -> dict:
+    """Train one model per seed (``workers`` at a time), probe each, project, plot the first, judge (on one
+    thread, restored afterwards).
+
+    Args:
+        out: output folder (runs in ``out/runs/head-map-sSEED``, plot ``out/head_map.png``).
+        quick: the short form.
+        seeds: training seeds (at least 3 for a conclusive verdict).
+        steps: training overrides (tests use short ones).
+        workers: trainings at a time (:func:`poslab.lab.runner.train_many`).
+    """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny GPT gains nothing from more threads, and the machine is shared
     try:
-        return _run(Path(out), quick)
+        return _run(Path(out), quick, tuple(seeds), steps, workers)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(out: Path, quick: bool) -> dict:
-    run_dir = train_model(out, quick)
-    model, tokenizer, config = load_run(run_dir)
+def probe_model(run_dir: Path, quick: bool) -> dict[str, Any]:
+    """One trained model's head table, map coordinates, statistics and whole-split validation loss."""
+    model, tokenizer, _ = load_run(run_dir)
     tokens = RunFolder(run_dir).split_tokens("val", tokenizer)  # checksummed validation split
     analysis = head_analysis.analyze(
         model,
@@ -272,6 +328,28 @@ def _run(out: Path, quick: bool) -> dict:
                 "tsne": coords["tsne"][i],
             }
         )
+    T = model.config.block_size
+    return {
+        "run": str(run_dir),
+        "corpus": RunFolder(run_dir).config()["train"]["corpus"],
+        "n_layer": model.config.n_layer,
+        "probe": {"windows": n, "length": length},
+        "base_loss": analysis["base_loss"],
+        "val_loss": evaluate_loss(model.eval(), tokens, T, max(1, 8192 // T), None),
+        "pca_explained": coords["pca_explained"],
+        "heads": table,
+        "counts": analysis["counts"],
+        "statistics": map_statistics(table, clusters, analysis["base_loss"]),
+    }
+
+
+def _run(out: Path, quick: bool, seeds: tuple[int, ...], steps: dict[str, Any] | None, workers: int | None) -> dict:
+    run_dirs = train_many(
+        [Task(f"head-map-s{seed}", train_model, (out, quick, seed, steps)) for seed in seeds], workers
+    )
+    per_seed = [{"seed": seed, **probe_model(run_dir, quick)} for seed, run_dir in zip(seeds, run_dirs)]
+    first = per_seed[0]
+    table = first["heads"]
     print_table(
         ["layer", "head", "type", "labels", "mean distance", "mask Δloss", "cluster"],
         [
@@ -286,20 +364,43 @@ def _run(out: Path, quick: bool) -> dict:
             ]
             for h in table
         ],
-        title=f"heads of a {model.config.n_layer}x{N_HEAD}-head GPT ({PRESET}; base loss {analysis['base_loss']:.3f})",
+        title=f"heads of a {first['n_layer']}x{N_HEAD}-head GPT ({PRESET}, seed {first['seed']}; base loss "
+        f"{first['base_loss']:.3f})",
     )
-    claims = map_claims(table, clusters, analysis["base_loss"])
-    plot = plot_map(table, coords, out / "head_map.png")
+    print_table(
+        ["seed", "val loss", "cluster distance ratio", "rho(index, distance)", "spare share"],
+        [
+            [
+                r["seed"],
+                f"{r['val_loss']:.3f}",
+                f"{r['statistics']['ratio']:.2f}",
+                f"{r['statistics']['rho']:.2f}",
+                f"{r['statistics']['spare_share']:.2f}",
+            ]
+            for r in per_seed
+        ],
+        title=f"seed 002 §6.1's descriptions per seed (bounds: ratio >= {DISTANCE_FACTOR:g}, rho >= {INDEX_RHO:g}, "
+        f"share >= {SPARE_SHARE:g})",
+    )
+    corpus = first["corpus"]
+    ngrams = ngram_baselines(corpus)
+    print(baseline_line(corpus))
+    premise = map_premise([r["val_loss"] for r in per_seed], ngrams["trigram"])
+    claims = attach(map_claims([r["statistics"] for r in per_seed], list(seeds)), lambda record: premise)
+    plot = plot_map(table, {"pca": [h["pca"] for h in table], "tsne": [h["tsne"] for h in table]}, out / "head_map.png")
     return {
         "quick": quick,
-        "run": str(run_dir),
-        "probe": {"windows": n, "length": length},
-        "base_loss": analysis["base_loss"],
-        "pca_explained": coords["pca_explained"],
+        "seeds": list(seeds),
+        "run": first["run"],
+        "probe": first["probe"],
+        "base_loss": first["base_loss"],
+        "pca_explained": first["pca_explained"],
         "heads": table,
-        "counts": analysis["counts"],
+        "counts": first["counts"],
+        "per_seed": [{k: v for k, v in r.items() if k != "heads"} for r in per_seed],
+        "ngram_baselines": ngrams,
         "not_tested": "heads 3/4 'semantic keywords': the corpus has no word-level semantic labels",
-        "claims": [c.to_dict() for c in claims],
+        "claims": claims,
         "plots": [str(plot)],
     }
 
@@ -351,5 +452,5 @@ EXPERIMENT = Experiment(
     description="each head of a trained GPT as a point: PCA / t-SNE map by layer and head type; tests seed 002 §6.1",
     tier=FULL_ONLY,
     run=run,
-    estimate=(130, 1300),
+    estimate=(390, 3900),
 )

@@ -10,9 +10,12 @@ Seed 000's experiment 4 (``poslab experiment frequencies``) prints the frequenci
 this experiment asks which of them a trained model actually uses. For small RoPE GPTs trained on
 tinyshakespeare (one per seed) it captures q and k as they enter the rotation, takes each rotary
 pair's 2-D norm ``||(q_a, q_b)||`` averaged over tokens, and reports it per layer x head x
-frequency pair (pair 0 = the highest frequency ``theta_0 = 1``), against the same models untrained.
-The claim tested: the lowest-frequency quarter of the pairs carries larger mean q/k norms than the
-highest-frequency quarter (seeded, :func:`~poslab.lab.verdicts.compare`).
+frequency pair (pair 0 = the highest frequency ``theta_0 = 1``), against the same models untrained
+(each seed's model as it started: the same config built from the same seed).
+The claims, paired by seed on the ln of the norms (:func:`~poslab.lab.verdicts.paired`): the
+lowest-frequency quarter of the pairs carries larger mean q/k norms than the highest-frequency
+quarter (two readings of one model per seed), and training, not initialisation, moves norm there
+(each seed's trained model against its own initialisation).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from poslab.lab.experiments.streaming import train_model
 from poslab.lab.experiments.training import SEEDS
 from poslab.lab.premises import attach, below_bigram
 from poslab.lab.runner import Task, train_many
-from poslab.lab.verdicts import compare
+from poslab.lab.verdicts import paired
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder
 from poslab.training.loop import evaluate_loss
@@ -126,14 +129,16 @@ def quarter_means(norms: Tensor) -> tuple[float, float]:
 
 
 def measure(run_dir: Path, n_windows: int) -> dict[str, Any]:
-    """Trained and untrained (same config, seed-0 init) per-frequency norms of one run."""
+    """Trained and untrained per-frequency norms of one run; the untrained model is the run's own
+    initialisation (its config built after ``torch.manual_seed(seed)``, as the training loop builds it),
+    so the control pairs with the trained model by seed."""
     run = RunFolder(run_dir)
     model, tokenizer, _ = run.load()
     tokens = run.split_tokens("val", tokenizer)
     T = model.config.block_size
     starts = torch.linspace(0, tokens.numel() - T - 1, n_windows).long()
     idx = torch.stack([tokens[s : s + T] for s in starts.tolist()])  # [n, T]
-    torch.manual_seed(0)
+    torch.manual_seed(int(run.config()["train"]["seed"]))
     untrained = GPT(model.config).eval()
     out: dict[str, Any] = {
         "inv_freq": model.layer_position(0).inv_freq.tolist(),
@@ -180,10 +185,16 @@ def plot(per_seed: list[dict[str, Any]], path: Path) -> Path:
 
 
 def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Low-frequency quarter vs high-frequency quarter of the trained models; the untrained control."""
+    """Low-frequency quarter vs high-frequency quarter of the trained models; the untrained control.
+
+    Both are paired by seed: the quarters are two readings of one seed's model, and the control compares
+    each seed's trained model with its own initialisation. Norms and their ratios are positive scales,
+    tested on their ln (the per-seed ln of low / high, and its change with training).
+    """
+    seeds = [r["seed"] for r in per_seed]
     low = [r["trained"]["low_quarter"] for r in per_seed]
     high = [r["trained"]["high_quarter"] for r in per_seed]
-    main = compare(
+    main = paired(
         "the lowest frequencies carry the largest q/k norms (semantic channels); the highest ones less",
         "Barbero et al. 2024 (Round and Round We Go), §4-5",
         low,
@@ -192,18 +203,22 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
         worse_label="highest-frequency quarter",
         metric="mean q/k pair norm of trained models",
         lower_is_better=False,
+        seeds=seeds,
+        log=True,
     )
     ratio_trained = [r["trained"]["low_over_high"] for r in per_seed]
     ratio_untrained = [r["untrained"]["low_over_high"] for r in per_seed]
-    control = compare(
+    control = paired(
         "training, not initialisation, moves q/k norm to the low frequencies",
         "Barbero et al. 2024, §4 (control)",
         ratio_trained,
         ratio_untrained,
         better_label="trained",
-        worse_label="untrained",
+        worse_label="untrained (the seed's initialisation)",
         metric="low/high quarter norm ratio",
         lower_is_better=False,
+        seeds=seeds,
+        log=True,
     )
     return [main.to_dict(), control.to_dict()]
 
@@ -247,7 +262,8 @@ def run(
     plot(per_seed, out / PLOT_FILE)
     ngrams = ngram_baselines(per_seed[0]["corpus"])
     print(baseline_line(per_seed[0]["corpus"]))
-    # which frequencies a model's content uses is a question about a model that learned the language
+    # which frequencies a model's content uses is a question about a model that learned the language: every seed's
+    # model (a per-model capability)
     premise = below_bigram({"rope": [r["val_loss"] for r in per_seed]}, ngrams["bigram"])
     results = {
         "seeds": list(seeds),

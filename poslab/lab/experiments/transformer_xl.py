@@ -27,13 +27,17 @@ reported by place inside the segment (plot: mean and min..max over seeds) and as
 segment. Claims (the lab's one rule, ``poslab.lab.verdicts``):
 
 * recurrence + relative encoding lowers the loss at segment length ``L``: (b) with memory below (a)
-  without, by more than the seed noise (Welch over seeds, :func:`~poslab.lab.verdicts.compare`);
+  without (paired by seed: the arms of a seed share their initialisation and batches, so the seed's
+  pair differs by the memory alone, :func:`~poslab.lab.verdicts.paired`);
 * the gain is where the fixed context is shortest: (b)-with-memory's advantage over (a) on the first
   quarter of the segment is larger than on the last quarter (paired by seed);
 * a longer memory at evaluation helps further: (b) with ``4L`` below (b) with ``L`` (paired by seed:
   the same model read twice);
 * relative encoding alone lets a model use memory it never trained with: (a) with memory ``L`` below
   (a) without (paired by seed).
+
+Every claim records its seeds; the losses are in nats (ln-perplexity), so differences of losses are
+ln-perplexity ratios.
 
 The cost: forward + backward step time with and without the memory, measured side by side (process
 CPU time, one thread, alternating) on the (b) model's geometry.
@@ -52,7 +56,7 @@ from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines, unigram_entropy
 from poslab.lab.experiments.training import SEEDS, lm_premise, train_seeded
 from poslab.lab.premises import attach
-from poslab.lab.verdicts import compare, paired, pm
+from poslab.lab.verdicts import paired, pm
 from poslab.nn.memory import SegmentMemory
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder
@@ -247,7 +251,9 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r[label][key] for r in per_seed]
 
     metric = f"val loss over segments of L = {L}"
-    lowers = compare(
+    seeds = [r["seed"] for r in per_seed]
+    # the arms of one seed share the seed's initialisation and batches (module docstring): paired by seed
+    lowers = paired(
         "segment recurrence + relative encoding lowers the loss at segment length L",
         SOURCE,
         values(f"b, memory {L}"),
@@ -256,6 +262,7 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
         worse_label="(a) without memory",
         metric=metric,
         digits=4,
+        seeds=seeds,
     )
     gain_first = [
         a - b for a, b in zip(values("a, no memory", "first_quarter"), values(f"b, memory {L}", "first_quarter"))
@@ -274,6 +281,7 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
         metric="loss of (a) without memory minus (b) with memory L",
         lower_is_better=False,
         digits=4,
+        seeds=seeds,
     )
     longer = paired(
         f"a longer memory at evaluation helps further: (b) read with memory {longest} (4L) beats memory {L}",
@@ -284,6 +292,7 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
         worse_label=f"(b) memory {L}",
         metric=metric,
         digits=4,
+        seeds=seeds,
     )
     untrained = paired(
         "relative encoding alone lets a model use a memory it never trained with: (a) read with memory L beats (a) "
@@ -295,6 +304,7 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
         worse_label="(a) no memory",
         metric=metric,
         digits=4,
+        seeds=seeds,
     )
     return [r.to_dict() for r in (lowers, where, longer, untrained)]
 
@@ -368,7 +378,8 @@ def run(
     )
 
     ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
-    # every claim is about context past L: both arms must be language models that use their context within L
+    # every claim is about context past L: both arms' models, every seed (a per-model capability), must be language
+    # models that use their context within L
     records = attach(claims(per_seed), lambda record: lm_premise(runs, list(ARMS), ngrams["bigram"], context=True))
     plot(per_seed, out / PLOT_FILE, baseline, ngrams)
     return {
