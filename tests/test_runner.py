@@ -14,7 +14,6 @@ import time
 import pytest
 
 from poslab.cli.app import main
-from poslab.data import load_corpus
 from poslab.lab import runner
 
 SPEC = """\
@@ -38,13 +37,6 @@ grid:
   model.position: [learned, rope]
   seed: [1]
 """
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_20k.txt"
-    path.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
-    return str(path)
 
 
 # ------------------------------------------------------------------------------------------ shards

@@ -10,6 +10,7 @@ import signal
 
 import pytest
 import torch
+from conftest import tiny_config
 
 from poslab.data import load_corpus
 from poslab.runs import load_run, read_metrics
@@ -33,11 +34,9 @@ def corpus(tmp_path_factory):
 
 
 def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
+    """:func:`conftest.tiny_config` of a 2-layer model with dropout, 24 steps; ``model=`` updates its model."""
+    model = {**dict(n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.1), **overrides.pop("model", {})}
     values = dict(
-        name="run",
-        out_dir=str(tmp_path / "runs"),
-        corpus=corpus,
-        model=dict(n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.1),
         max_steps=24,
         batch_size=4,
         lr=3e-3,
@@ -45,15 +44,10 @@ def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
         warmup_steps=4,
         eval_interval=8,
         eval_iters=2,
-        log_interval=1,
         ckpt_interval=10,
-        keep_checkpoints=0,
         seed=7,
-        threads=1,
     )
-    model = {**values["model"], **overrides.pop("model", {})}
-    values.update(overrides, model=model)
-    return TrainConfig.from_dict(values)
+    return tiny_config(tmp_path / "runs", corpus, model=model, **{**values, **overrides})
 
 
 def curve(run_dir) -> list[tuple]:
