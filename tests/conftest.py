@@ -253,13 +253,19 @@ def tiny_config(out, corpus, **overrides: Any):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, corpus):
-    """A finished tiny run named ``A`` (:func:`run_helpers.tiny`: one checkpoint, at step 4)."""
+def tang_corpus(tmp_path_factory) -> str:
+    """30,000 characters of Tang poems, the corpus of :func:`trained` (``白日`` is in its vocabulary)."""
+    return str(corpus_text_file(tmp_path_factory.mktemp("tang"), 30_000, "tang5"))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tang_corpus):
+    """A finished tiny run named ``A`` on :func:`tang_corpus` (:func:`run_helpers.tiny`: one checkpoint, at step 4)."""
     from run_helpers import tiny
 
     from poslab.session import train
 
-    cfg = tiny(tmp_path_factory.mktemp("runs"), corpus)
+    cfg = tiny(tmp_path_factory.mktemp("runs"), tang_corpus)
     train(cfg, progress=False)
     return cfg.run_dir
 

@@ -506,7 +506,8 @@ def test_sigkill_anywhere_then_resume_reproduces_the_uninterrupted_run(tmp_path,
 @pytest.mark.slow
 def test_sigkill_of_a_memory_run_then_resume_is_bitwise(tmp_path, request):
     """Transformer-XL recurrence (``--memory``): the segment memory is checkpointed, so killed and
-    resumed runs continue bitwise too (the fast version: tests/test_reliability_hostile_inputs.py)."""
+    resumed runs continue bitwise too (the fast version:
+    :func:`test_a_memory_run_interrupted_and_resumed_continues_bitwise`)."""
     from test_reliability_artifacts import mode, record
 
     memory = ("--model.position", "rope", "--memory", "8")

@@ -295,7 +295,7 @@ def test_preset_resume_of_a_run_that_was_never_created_starts_it(tmp_path, corpu
 
 
 @pytest.mark.parametrize("new_run_started", [False, True])
-def test_an_overwrite_killed_early_is_cleaned_up(run, corpus, new_run_started, capsys, request):
+def test_an_overwrite_killed_early_is_cleaned_up(run, tang_corpus, new_run_started, capsys, request):
     hidden = run.with_name(f".{run.name}.replaced-999999")
     shutil.copytree(run, hidden)
     if not new_run_started:  # killed right after moving the old run away: the folder is empty
@@ -303,7 +303,10 @@ def test_an_overwrite_killed_early_is_cleaned_up(run, corpus, new_run_started, c
         run.mkdir()
     # the next start: the interrupted command again (--overwrite), or a resume of the new run
     results = train(
-        tiny(run.parent, corpus, max_steps=5), resume=new_run_started, overwrite=not new_run_started, progress=False
+        tiny(run.parent, tang_corpus, max_steps=5),
+        resume=new_run_started,
+        overwrite=not new_run_started,
+        progress=False,
     )
     err = capsys.readouterr().err
     assert not hidden.exists()

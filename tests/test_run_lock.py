@@ -179,11 +179,11 @@ def test_a_symlinked_name_shares_the_lock_of_its_folder(run, capsys, request):
     record(request, symlinked_writers_refused=1)
 
 
-def test_overwrite_through_a_symlinked_name_is_refused(run, corpus, request):
+def test_overwrite_through_a_symlinked_name_is_refused(run, tang_corpus, request):
     alias = run.parent / "B"
     os.symlink(run.name, alias)
     with pytest.raises(FileExistsError, match="is a symbolic link to 'A'; overwrite that folder by its own name"):
-        train(tiny(run.parent, corpus, name="B"), overwrite=True, progress=False)
+        train(tiny(run.parent, tang_corpus, name="B"), overwrite=True, progress=False)
     assert alias.is_symlink() and RunFolder(run).finished(4)
     record(request, symlinked_writers_refused=1)
 

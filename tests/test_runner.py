@@ -143,7 +143,7 @@ def test_sigkill_of_the_lab_stops_its_training_step(tmp_path):
     """``poslab lab --only "train tang-small-quick"``: the training gets SIGTERM from the kernel and stops.
 
     (Its output pipe led to the dead lab, so it cannot report; whether it saves on the way out is
-    not asserted here: ``tests/test_reliability_sweep_lab.py`` checks the save where output goes to a log.)
+    not asserted here: ``tests/test_stop.py`` checks the save where output goes to a log.)
     """
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     lab = subprocess.Popen(
