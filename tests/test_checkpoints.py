@@ -307,7 +307,7 @@ def test_resume_matches_the_uninterrupted_run_through_run_folder(tmp_path, corpu
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
-# ---------------------------------------------------------------------- 8. forged files with consistent checksums
+# ---------------------------------------------------------------------- forged files with consistent checksums
 def forge_rng(name: str):
     return lambda t: {**t, name: torch.zeros(7, dtype=torch.uint8)}
 

@@ -120,7 +120,7 @@ def test_make_cache_capacity_zero_is_refused():
     tally(4)
 
 
-# ---------------------------------------------------------------------- 3. flex cannot train on CPU
+# ---------------------------------------------------------------------- flex cannot train on CPU
 def test_flex_backend_is_refused_for_training_on_cpu_by_dry_run_and_train(tmp_path, capsys):
     argv = ["train", "--preset", "tiny", "--model.backend", "flex", "--out_dir", str(tmp_path), "--max_steps", "1"]
     refused(capsys, [*argv, "--dry-run"], "model.backend='flex' cannot train on cpu", "sdpa or eager")
@@ -128,7 +128,7 @@ def test_flex_backend_is_refused_for_training_on_cpu_by_dry_run_and_train(tmp_pa
     assert not any(tmp_path.iterdir())  # refused before the run folder was made
 
 
-# ---------------------------------------------------------------------- 14. dry-run checks what train checks
+# ---------------------------------------------------------------------- dry-run checks what train checks
 def test_dry_run_refuses_memory_with_a_position_table(tmp_path, capsys):
     refused(
         capsys,
@@ -160,7 +160,7 @@ def test_dry_run_refuses_init_from_weights_that_do_not_fit(run, tmp_path, capsys
     answered()
 
 
-# ---------------------------------------------------------------------- 4. top-p below fp32's range
+# ---------------------------------------------------------------------- top-p below fp32's range
 def test_a_top_p_that_underflows_fp32_is_greedy(run, capsys):
     from poslab.nn.generate import filter_logits
 
@@ -175,7 +175,7 @@ def test_a_top_p_that_underflows_fp32_is_greedy(run, capsys):
     answered()
 
 
-# ---------------------------------------------------------------------- 6. averaging weights past float's range
+# ---------------------------------------------------------------------- averaging weights past float's range
 @pytest.fixture(scope="module")
 def two_checkpoints(tmp_path_factory, corpus):
     """A rope run with two checkpoints (steps 2 and 4)."""

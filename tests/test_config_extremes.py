@@ -14,7 +14,7 @@ from cli_helpers import HOSTILE, answered
 pytestmark = pytest.mark.usefixtures("single_thread", "hostile_figures")
 
 
-# ---------------------------------------------------------------------- 13. extreme legal values: refused, not NaN
+# ---------------------------------------------------------------------- extreme legal values: refused, not NaN
 EXTREME = [
     ("rope", {"base": 1e-300}, "base=1e-300 gives frequencies"),
     ("prope", {"base": 1e-300}, "base=1e-300 gives frequencies"),

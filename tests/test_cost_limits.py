@@ -167,7 +167,7 @@ def test_sniffing_keeps_a_character_cut_at_the_sniff_boundary(tmp_path):
         load_text(path)
 
 
-# ---------------------------------------------------------------------- 10. costs estimated before they are paid
+# ---------------------------------------------------------------------- costs estimated before they are paid
 def test_text_then_a_sparse_hole_is_refused_without_reading_it_whole(tmp_path):
     """5 MiB of text, then a 2 GiB sparse hole (no disk used): refused after about 1 MiB of probes, not
     after reading 2 GiB (which takes 43 s and 4.4 GB)."""

@@ -26,7 +26,7 @@ from poslab.training import checkpoint as ckpt
 pytestmark = pytest.mark.usefixtures("single_thread", "hostile_figures")
 
 
-# ------------------------------------------------------------------------------------ 2. tokenizer digest
+# ------------------------------------------------------------------------------------ tokenizer digest
 def test_a_changed_tokenizer_is_refused_by_sample_and_resume(run, capsys, request):
     path = run / "tokenizer.json"
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -201,7 +201,7 @@ def test_heads_of_weights_whose_loss_is_not_finite_is_one_line_and_writes_nothin
     assert not out.exists()
 
 
-# ------------------------------------------------------------------------------- 5. a folder moved under a training
+# ------------------------------------------------------------------------------- a folder moved under a training
 @pytest.mark.parametrize("how", ["delete", "rename", "replace"])
 def test_a_run_folder_deleted_or_moved_during_training_stops_it(tmp_path, corpus, how, request):
     """Deleted, renamed, or renamed with a new folder put at its name after the checkpoint of step 2: the
@@ -266,7 +266,7 @@ def test_poslab_train_stops_in_one_line_when_its_folder_is_deleted(tmp_path, cor
     record(request, moved_folders_stopped=1)
 
 
-# ------------------------------------------------------------------------------------ 9. resume edge cases
+# ------------------------------------------------------------------------------------ resume edge cases
 def test_preset_resume_of_a_run_that_was_never_created_starts_it(tmp_path, corpus, capsys, request):
     out = tmp_path / "runs"
     argv = [

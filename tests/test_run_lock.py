@@ -166,7 +166,7 @@ def _record(request) -> None:
     record("lock", mode(request), FIGURES)
 
 
-# ------------------------------------------------------------------------------------ 1. symlinked writers
+# ------------------------------------------------------------------------------------ symlinked writers
 def test_a_symlinked_name_shares_the_lock_of_its_folder(run, capsys, request):
     alias = run.parent / "B"
     os.symlink(run.name, alias)
@@ -214,7 +214,7 @@ def test_a_planted_lock_path_is_refused_not_followed(run, tmp_path, kind, capsys
     assert not changed  # never truncated through the link
 
 
-# ---------------------------------------------------------------------- 7. the lock file deleted while a run trains
+# ---------------------------------------------------------------------- the lock file deleted while a run trains
 @pytest.mark.usefixtures("hostile_figures")
 def test_a_deleted_lock_file_does_not_let_a_second_train_in(run, capsys):
     from poslab.runs import RunFolder

@@ -12,7 +12,6 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from poslab.data import load_corpus
 from poslab.runs import load_run, read_metrics
 from poslab.session import train
 from poslab.training import checkpoint as ckpt
@@ -24,13 +23,6 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread
 
 
 COMPARED = ("step", "loss", "lr", "grad_norm", "val_loss")  # everything but timings
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_60k.txt"
-    path.write_text(load_corpus("shakespeare")[:60_000], encoding="utf-8")
-    return str(path)
 
 
 def tiny(tmp_path, corpus, **overrides) -> TrainConfig:

@@ -8,7 +8,6 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from poslab.data import load_corpus
 from poslab.nn.model import GPT, GPTConfig
 from poslab.runs import RunFolder, load_run, read_metrics
 from poslab.session import train
@@ -17,13 +16,6 @@ from poslab.training.data import batchify, stream_segment, stream_segments
 from poslab.training.loop import segment_nll
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_40k.txt"
-    path.write_text(load_corpus("shakespeare")[:40_000], encoding="utf-8")
-    return str(path)
 
 
 def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
