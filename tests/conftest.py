@@ -207,3 +207,115 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# ------------------------------------------------------------------------------------------ tiny trainings
+def corpus_text_file(folder, chars: int = 20_000, name: str = "shakespeare"):
+    """The first ``chars`` characters of a bundled corpus, written to ``folder/NAME_CHARS.txt``."""
+    from poslab.data import load_corpus
+
+    path = folder / f"{name}_{chars}.txt"
+    path.write_text(load_corpus(name)[:chars], encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> str:
+    """The suite's training corpus: 20,000 characters of tinyshakespeare, as a file path."""
+    return str(corpus_text_file(tmp_path_factory.mktemp("corpus")))
+
+
+def tiny_config(out, corpus, **overrides: Any):
+    """A 1-layer, 2-head, width-16 ``TrainConfig`` of 4 steps on ``corpus`` writing to ``out`` (one thread).
+
+    ``overrides`` replace fields (``model=`` replaces the whole model section).
+    """
+    from poslab.training.config import TrainConfig
+
+    values: dict[str, Any] = dict(
+        name="run",
+        out_dir=str(out),
+        corpus=str(corpus),
+        model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16),
+        max_steps=4,
+        batch_size=2,
+        warmup_steps=1,
+        eval_interval=2,
+        eval_iters=1,
+        log_interval=1,
+        ckpt_interval=2,
+        keep_checkpoints=0,
+        seed=3,
+        threads=1,
+    )
+    values.update(overrides)
+    return TrainConfig.from_dict(values)
+
+
+@pytest.fixture(scope="module")
+def tang_corpus(tmp_path_factory) -> str:
+    """30,000 characters of Tang poems, the corpus of :func:`trained` (``白日`` is in its vocabulary)."""
+    return str(corpus_text_file(tmp_path_factory.mktemp("tang"), 30_000, "tang5"))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tang_corpus):
+    """A finished tiny run named ``A`` on :func:`tang_corpus` (:func:`run_helpers.tiny`: one checkpoint, at step 4)."""
+    from run_helpers import tiny
+
+    from poslab.session import train
+
+    cfg = tiny(tmp_path_factory.mktemp("runs"), tang_corpus)
+    train(cfg, progress=False)
+    return cfg.run_dir
+
+
+@pytest.fixture
+def run(trained, tmp_path):
+    """A copy of :func:`trained` in ``tmp_path/runs/A``, free to damage."""
+    import shutil
+
+    copy = tmp_path / "runs" / "A"
+    shutil.copytree(trained, copy)
+    return copy
+
+
+# ------------------------------------------------------------------------------------------ hostile values
+def nested(depth: int, opener: str) -> str:
+    """``depth`` levels of ``[`` / ``{a:`` (flow YAML) or ``{"a":`` (JSON), closed."""
+    closer = {"[": "]", "{a: ": "}", '{"a": ': "}"}[opener]
+    return opener * depth + ("1" if opener != "[" else "") + closer * depth
+
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """Flow YAML of about ``35 * levels`` bytes (at most 26 levels) expanding to ``width ** levels`` values."""
+    names = [chr(ord("a") + i) for i in range(levels)]
+    parts = [f"{names[0]}: &{names[0]} [{', '.join(['x'] * width)}]"]
+    parts += [f"{n}: &{n} [{', '.join([f'*{names[i]}'] * width)}]" for i, n in enumerate(names[1:])]
+    return "{" + ", ".join(parts) + "}"
+
+
+@pytest.fixture
+def hostile_figures(request):
+    """Counts a test's refusals (:mod:`cli_helpers`) into ``test-artifacts/reliability.json``'s ``hostile_inputs``."""
+    from cli_helpers import HOSTILE
+    from test_reliability_artifacts import mode, record
+
+    HOSTILE.clear()
+    HOSTILE.update(cases=0, refused_one_line=0, right_answer=0)
+    yield
+    if HOSTILE["cases"]:
+        record("hostile_inputs", mode(request), dict(HOSTILE))
+
+
+@pytest.fixture
+def input_figures(request):
+    """Counts a test's refusals (:func:`cli_helpers.tally`) into the reliability table's ``inputs``."""
+    from cli_helpers import INPUTS
+    from test_reliability_artifacts import mode, record
+
+    INPUTS.clear()
+    INPUTS.update(cases=0, refused_one_line=0, tracebacks=0)
+    yield
+    if INPUTS["cases"]:
+        record("inputs", mode(request), dict(INPUTS))

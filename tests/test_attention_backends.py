@@ -8,7 +8,8 @@ definition. The same equality through :class:`MultiHeadAttention` runs every pos
 layer-level mechanisms (QK-norm, temperature) and random geometries (hypothesis), values and
 gradients. A toy mechanism registered from this file (a spec field and its ``keep`` term, no backend
 edited) runs through the same matrix. Flex on CPU is compared with eager at every length 1-300 and
-with every scheme, masking and mechanism (slow; a fast subset in the default run).
+with every scheme, masking and mechanism (slow; a fast subset in the default run), and with sdpa
+through a rolling KV cache (slow). ``auto`` resolves to the backend the device and the call allow.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.testing import assert_close
 
+from poslab import AttentionConfig
 from poslab.nn import attention
 from poslab.nn.attention import (
     DEFAULT_RECOMPUTE_THRESHOLD,
@@ -35,6 +37,7 @@ from poslab.nn.attention import (
     MaskTerm,
     MultiHeadAttention,
     attend,
+    resolve_backend,
 )
 
 TIGHT = {"atol": 1e-5, "rtol": 1e-5}
@@ -421,3 +424,48 @@ def test_a_float64_input_to_a_float32_layer_is_one_line() -> None:
     with pytest.raises(TypeError, match=r"attention input is torch.float64 but the layer's weights are torch.float32"):
         layer(x.double())
     assert layer.double()(x.double()).dtype == torch.float64  # converting the layer is the fix
+
+
+# ---------------------------------------------------------------------------------------- auto
+def test_auto_resolution() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_backend("auto", cpu) == "sdpa"
+    assert resolve_backend("auto", cuda) == "flex"  # FlexAttention compiles with a backward there
+    assert resolve_backend("auto", cuda, has_mask=True) == "sdpa"  # flex takes no explicit mask
+    assert resolve_backend("auto", cpu, need_weights=True) == "eager"
+    assert resolve_backend("sdpa", cuda, need_weights=True) == "eager"  # weights need the eager form
+    for explicit in ("sdpa", "eager", "flex"):
+        assert resolve_backend(explicit, cpu) == explicit
+    with pytest.raises(
+        ValueError, match=r"unknown attention backend 'fast'; choose one of \['auto', 'sdpa', 'eager', 'flex'\]"
+    ):
+        resolve_backend("fast", cpu)
+    with pytest.raises(ValueError, match="unknown attention backend"):
+        MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(backend="cudnn"))
+
+
+def test_auto_is_the_default_and_matches_explicit_backends() -> None:
+    attn = MultiHeadAttention(D_MODEL, N_HEADS).eval()
+    assert attn.backend == "auto"
+    x = torch.randn(2, 9, D_MODEL)
+    with torch.no_grad():
+        auto = attn(x)
+        out, weights = attn(x, need_weights=True)
+        assert_close(auto, attn(x, backend="sdpa"), atol=0, rtol=0)
+    assert_close(out, auto, **TIGHT)
+    assert weights.shape == (2, N_HEADS, 9, 9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["alibi", "t5", "rope"])
+def test_flex_with_rolling_cache_equals_sdpa(name: str) -> None:
+    from poslab import KVCache
+
+    attn = make_attention(Variant(name, name), n_kv_heads=2, window=4)
+    x = torch.randn(2, 12, D_MODEL)
+    cache = KVCache(2, 2, D_MODEL // N_HEADS, capacity=4, rolling=True)
+    with torch.no_grad():
+        full = attn(x, backend="sdpa")
+        got = [attn(x[:, :5], cache=cache, backend="flex")]
+        got += [attn(x[:, t : t + 1], cache=cache, backend="flex") for t in range(5, 12)]
+    assert_close(torch.cat(got, 1), full, **TIGHT)

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from poslab.cli.app import main
-from poslab.data import get_batch, load_corpus
+from poslab.data import get_batch
 from poslab.runs import load_run, read_metrics
 from poslab.training import checkpoint as ckpt
 from poslab.training import distributed
@@ -37,13 +37,6 @@ from poslab.training.loop import evaluate_loss
 
 TOL = 1e-5
 STEPS = 20
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_20k.txt"
-    path.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
-    return str(path)
 
 
 def train_args(corpus: str, out: Path, name: str, batch_size: int, *extra: str) -> list[str]:

@@ -9,7 +9,9 @@ options come from ``dataclasses.fields(GPTConfig)``: a field without test values
 
 Cases: every option value alone on a GPT-2 base and on a Llama base, and the combinations each
 family uses (its base), in the default run; every pair of option values on the Llama base and every
-option on every family base under ``-m slow``.
+option on every family base under ``-m slow``. Also: ``to_hf(from_hf(hf))`` gives back the
+transformers model weight for weight; an exported folder loads with ``from_pretrained``; layouts
+transformers has no class for are refused naming the option.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import torch
 from torch.testing import assert_close
 
 transformers = pytest.importorskip("transformers")
+
+from test_interop import _LONGROPE, TOL, gpt2, hf_model, llama, mistral, randomize  # noqa: E402
 
 import poslab  # noqa: E402
 from poslab.nn import positions  # noqa: E402
@@ -271,3 +275,112 @@ def test_an_export_that_cannot_be_written_names_the_target_not_its_temporary_fol
         poslab.to_hf(model, target)
     # the target, or the folder above it that cannot be made
     assert target.startswith(info.value.filename) and ".tmp" not in str(info.value), info.value
+
+
+# ------------------------------------------------------------------------------ round trips, folders, refusals
+ROUND_TRIP = {
+    "gpt2": gpt2(),
+    "gpt2-untied-noscale": gpt2(tie_word_embeddings=False, scale_attn_weights=False, activation_function="gelu"),
+    "llama-gqa2": llama(),
+    "llama-bias-tied": llama(attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
+    "llama-dynamic": llama({"rope_type": "dynamic", "factor": 4.0}),
+    "llama-yarn": llama(
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}, max_position_embeddings=64
+    ),
+    "llama-llama3": llama(
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+        max_position_embeddings=512,
+    ),
+    "llama-longrope": llama(
+        {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 16, **_LONGROPE},
+        max_position_embeddings=64,
+    ),
+    "mistral": mistral(),
+}
+
+
+@pytest.mark.parametrize("case", list(ROUND_TRIP))
+def test_round_trip_to_hf_from_hf_equals_original(case: str) -> None:
+    hf = hf_model(ROUND_TRIP[case])
+    back = poslab.to_hf(poslab.from_hf(hf))
+    assert type(back) is type(hf)
+    want, got = hf.state_dict(), back.state_dict()
+    assert set(got) == set(want)
+    for key in want:
+        assert torch.equal(got[key], want[key]), key
+    idx = torch.randint(0, V, (2, 40))
+    with torch.no_grad():
+        assert_close(back(idx).logits, hf(idx).logits, rtol=0, atol=1e-5)
+
+
+def test_to_hf_folder_loads_with_from_pretrained_and_gives_same_logits(tmp_path) -> None:
+    torch.manual_seed(0)
+    ours = poslab.GPT(
+        poslab.GPTConfig(
+            vocab_size=V,
+            n_layer=2,
+            n_head=4,
+            n_kv_head=2,
+            n_embd=64,
+            block_size=64,
+            position="rope",
+            position_config={"scaling": "yarn", "factor": 4.0, "original_max_len": 16},
+            norm="rmsnorm",
+            mlp="swiglu",
+            bias=False,
+            tie_embeddings=False,
+        )
+    ).eval()
+    randomize(ours, seed=3)
+    poslab.to_hf(ours, tmp_path / "export")
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "export", local_files_only=True).eval()
+    idx = torch.randint(0, V, (2, 50))
+    with torch.no_grad():
+        assert_close(loaded(idx).logits, ours(idx), **TOL)
+    with pytest.raises(FileExistsError, match="not an empty folder"):
+        poslab.to_hf(ours, tmp_path / "export")  # never overwrites
+
+
+def test_to_hf_gpt2_layout_from_a_native_poslab_model(tmp_path) -> None:
+    torch.manual_seed(0)
+    ours = randomize(poslab.GPT(poslab.GPTConfig(vocab_size=V, n_layer=2, n_head=4, n_embd=64, block_size=48)), seed=5)
+    hf = poslab.to_hf(ours)
+    assert type(hf).__name__ == "GPT2LMHeadModel"
+    idx = torch.randint(0, V, (2, 48))
+    with torch.no_grad():
+        assert_close(hf(idx).logits, ours(idx), **TOL)
+    again = poslab.from_hf(hf)
+    for key, value in ours.state_dict().items():
+        assert torch.equal(again.state_dict()[key], value), key
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        ({"position": "alibi"}, "position='alibi'"),
+        (
+            {
+                "position": "rope",
+                "position_config": {"scaling": "ntk", "factor": 2.0},
+                "norm": "rmsnorm",
+                "mlp": "swiglu",
+            },
+            "ntk",
+        ),
+        (
+            {"position": "rope", "position_config": {"rotary_dim": 8}, "norm": "rmsnorm", "mlp": "swiglu"},
+            "rotary_dim=8",
+        ),
+        ({"residual": "parallel"}, "residual='parallel'"),
+    ],
+)
+def test_to_hf_rejects_other_layouts_naming_the_option(overrides: dict, needle: str) -> None:
+    model = poslab.GPT(poslab.GPTConfig(vocab_size=V, n_layer=1, n_head=4, n_embd=64, block_size=32, **overrides))
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        poslab.to_hf(model)

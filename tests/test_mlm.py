@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from poslab.data import get_batch, load_corpus
+from poslab.data import get_batch
 from poslab.lab.experiments import bidirectional
 from poslab.lab.plan import Test as StatTest
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, ClaimRecord, check_records, missing_premises
@@ -33,13 +33,6 @@ from poslab.training.data import (
 from poslab.training.loop import evaluate_loss
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_40k.txt"
-    path.write_text(load_corpus("shakespeare")[:40_000], encoding="utf-8")
-    return str(path)
 
 
 def tiny_values(corpus, tmp_path, **extra):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 import torch
+from conftest import tiny_config
 
-from poslab.data import load_corpus
 from poslab.runs import load_run
 from poslab.session import train
 from poslab.training import precision
@@ -131,32 +131,10 @@ def test_the_real_measurement_returns_positive_figures(tmp_path):
     assert figures.fp32_matmul_flops > 0 and figures.bf16_matmul_flops > 0
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_20k.txt"
-    path.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
-    return str(path)
-
-
 def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
-    values = dict(
-        name="run",
-        out_dir=str(tmp_path / "runs"),
-        corpus=corpus,
-        dtype="auto",
-        model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16),
-        max_steps=6,
-        batch_size=2,
-        warmup_steps=1,
-        eval_interval=3,
-        eval_iters=1,
-        log_interval=1,
-        ckpt_interval=3,
-        seed=3,
-        threads=1,
-    )
-    values.update(overrides)
-    return TrainConfig.from_dict(values)
+    """:func:`conftest.tiny_config` of 6 steps in ``dtype: auto``, checkpoints at 3 and 6."""
+    values = dict(dtype="auto", max_steps=6, eval_interval=3, ckpt_interval=3, keep_checkpoints=3)
+    return tiny_config(tmp_path / "runs", corpus, **{**values, **overrides})
 
 
 def seed_cache(monkeypatch, tmp_path, figures: PrecisionFigures, name: str) -> None:

@@ -21,7 +21,6 @@ import pytest
 import ray  # the extra poslab[ray]; `make test` installs it, so these tests run on every clone (no skip)
 
 from poslab.cli.app import main
-from poslab.data import load_corpus
 from poslab.lab import runner
 from poslab.lab.ray_connect import RAY_TIMEOUT_ENV
 from poslab.runs import read_metrics
@@ -63,13 +62,6 @@ def local_ray():
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_20k.txt"
-    path.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
-    return str(path)
 
 
 def sweep_file(tmp_path: Path, corpus: str, steps: int = 6, ckpt: int = 3, eval_interval: int = 3) -> str:

@@ -1,5 +1,5 @@
-"""The reliability figures: every ``test_reliability_*`` test records what it tried in
-``test-artifacts/reliability.json``; ``docs/reliability.md``'s table is built from that file.
+"""The reliability figures: each test behind ``docs/reliability.md`` (its ``$RELIABILITY`` list) records
+what it tried in ``test-artifacts/reliability.json``; the page's table is built from that file.
 
     python tests/test_reliability_artifacts.py      # print the markdown table from the JSON
 

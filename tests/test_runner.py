@@ -14,7 +14,6 @@ import time
 import pytest
 
 from poslab.cli.app import main
-from poslab.data import load_corpus
 from poslab.lab import runner
 
 SPEC = """\
@@ -38,13 +37,6 @@ grid:
   model.position: [learned, rope]
   seed: [1]
 """
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_20k.txt"
-    path.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
-    return str(path)
 
 
 # ------------------------------------------------------------------------------------------ shards
@@ -151,7 +143,7 @@ def test_sigkill_of_the_lab_stops_its_training_step(tmp_path):
     """``poslab lab --only "train tang-small-quick"``: the training gets SIGTERM from the kernel and stops.
 
     (Its output pipe led to the dead lab, so it cannot report; whether it saves on the way out is
-    not asserted here: ``tests/test_reliability_sweep_lab.py`` checks the save where output goes to a log.)
+    not asserted here: ``tests/test_stop.py`` checks the save where output goes to a log.)
     """
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     lab = subprocess.Popen(

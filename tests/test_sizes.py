@@ -25,9 +25,19 @@ def test_the_table_is_the_one_the_experiments_use():
     assert extrapolation.SIZES is sizes.SIZES and extrapolation.Size is sizes.Size
     assert list(sizes.SIZES)[:3] == ["smoke", "quick", "full"]
     assert extrapolation.size_of(True) is sizes.SIZES["quick"] and extrapolation.size_of(False) is sizes.SIZES["full"]
-    assert extrapolation.FACTORS == sizes.EXTRAPOLATION_FACTORS
     quick = sizes.SIZES["quick"]
     assert quick.n_targets == quick.eval_windows * 16 * quick.train_length
+
+
+def test_a_learned_table_has_rows_for_the_longest_evaluated_length(tmp_path):
+    """The extrapolation models are read at every factor of the size table: a learned table must reach
+    the longest of those lengths (training reads its first ``L`` rows), a relative scheme needs none."""
+    quick = sizes.SIZES["quick"]
+    longest = max(sizes.EXTRAPOLATION_FACTORS) * quick.train_length
+    learned = extrapolation.train_config("learned", quick, tmp_path)
+    assert learned.model.block_size == quick.train_length
+    assert learned.model.position_config["max_len"] == longest
+    assert "max_len" not in extrapolation.train_config("rope", quick, tmp_path).model.position_config
 
 
 def test_a_user_defines_a_size_from_a_base(table):

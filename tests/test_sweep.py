@@ -8,7 +8,6 @@ import statistics
 import pytest
 
 from poslab.cli.app import main
-from poslab.data import load_corpus
 from poslab.lab.sweep import load_plan, run_name_of
 from poslab.training import checkpoint as ckpt
 
@@ -33,13 +32,6 @@ grid:
   model.position: [learned, rope]
   seed: [1, 2]
 """
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_20k.txt"
-    path.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
-    return str(path)
 
 
 def write(tmp_path, text: str, name: str = "sweep.yaml"):

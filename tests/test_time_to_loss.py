@@ -23,16 +23,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import time_to_loss  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> str:
-    """The first 40,000 characters of tinyshakespeare: whole-split evaluations stay quick."""
-    from poslab.data import load_text
-
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare-40k.txt"
-    path.write_text(load_text("shakespeare")[:40_000], encoding="utf-8")
-    return str(path)
-
-
 @pytest.fixture(autouse=True)
 def _one_thread():
     before = torch.get_num_threads()

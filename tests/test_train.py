@@ -7,11 +7,12 @@ import math
 import os
 import pickle
 import signal
+from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 
-from poslab.data import load_corpus
 from poslab.runs import load_run, read_metrics
 from poslab.session import train
 from poslab.training import checkpoint as ckpt
@@ -25,19 +26,10 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread
 COMPARED = ("step", "loss", "lr", "grad_norm", "val_loss")  # everything but timings
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_60k.txt"
-    path.write_text(load_corpus("shakespeare")[:60_000], encoding="utf-8")
-    return str(path)
-
-
 def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
+    """:func:`conftest.tiny_config` of a 2-layer model with dropout, 24 steps; ``model=`` updates its model."""
+    model = {**dict(n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.1), **overrides.pop("model", {})}
     values = dict(
-        name="run",
-        out_dir=str(tmp_path / "runs"),
-        corpus=corpus,
-        model=dict(n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.1),
         max_steps=24,
         batch_size=4,
         lr=3e-3,
@@ -45,15 +37,10 @@ def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
         warmup_steps=4,
         eval_interval=8,
         eval_iters=2,
-        log_interval=1,
         ckpt_interval=10,
-        keep_checkpoints=0,
         seed=7,
-        threads=1,
     )
-    model = {**values["model"], **overrides.pop("model", {})}
-    values.update(overrides, model=model)
-    return TrainConfig.from_dict(values)
+    return tiny_config(tmp_path / "runs", corpus, model=model, **{**values, **overrides})
 
 
 def curve(run_dir) -> list[tuple]:
@@ -75,8 +62,9 @@ def test_tiny_run_learns_and_writes_the_run_folder(tmp_path, corpus):
     assert results["final_val_loss"] < math.log(results["vocab_size"]) - 0.5
     config = json.loads((run / "config.json").read_text())
     assert set(config) >= {"model", "train"} and config["model"]["vocab_size"] == results["vocab_size"]
-    assert results["train_tokens"] + results["val_tokens"] == 60_000  # char-level: one token per character
-    assert results["val_tokens"] == 6_000
+    corpus_chars = len(Path(corpus).read_text(encoding="utf-8"))
+    assert results["train_tokens"] + results["val_tokens"] == corpus_chars  # char-level: one token per character
+    assert results["val_tokens"] == corpus_chars // 10  # a 10% validation split
     assert results["status"] == "completed" and results["steps"] == 60
     assert results["tokens_per_s"] > 0 and 0 < results["mfu"] < 1
     model, tokenizer, loaded_config = load_run(run)

@@ -22,16 +22,6 @@ from poslab.training.config import RESUME_FREE_KEYS, TrainConfig
 from poslab.training.data import prepare_data
 from poslab.training.loop import evaluate_loss
 
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> str:
-    from poslab.data import load_text
-
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare-20k.txt"
-    path.write_text(load_text("shakespeare")[:20_000], encoding="utf-8")
-    return str(path)
-
-
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 

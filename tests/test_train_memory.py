@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
+from conftest import tiny_config
 
-from poslab.data import load_corpus
 from poslab.nn.model import GPT, GPTConfig
 from poslab.runs import RunFolder, load_run, read_metrics
 from poslab.session import train
@@ -18,19 +18,10 @@ from poslab.training.loop import segment_nll
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_40k.txt"
-    path.write_text(load_corpus("shakespeare")[:40_000], encoding="utf-8")
-    return str(path)
-
-
 def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
+    """:func:`conftest.tiny_config` of a 2-layer Transformer-XL (memory 16), 40 steps; ``model=`` updates its model."""
+    model = {**dict(n_layer=2, n_head=2, n_embd=32, block_size=16, position="xl"), **overrides.pop("model", {})}
     values = dict(
-        name="run",
-        out_dir=str(tmp_path / "runs"),
-        corpus=corpus,
-        model=dict(n_layer=2, n_head=2, n_embd=32, block_size=16, position="xl"),
         max_steps=40,
         batch_size=4,
         lr=3e-3,
@@ -41,13 +32,9 @@ def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
         log_interval=10,
         ckpt_interval=0,
         keep_checkpoints=1,
-        seed=3,
-        threads=1,
         memory=16,
     )
-    model = {**values["model"], **overrides.pop("model", {})}
-    values.update(overrides, model=model)
-    return TrainConfig.from_dict(values)
+    return tiny_config(tmp_path / "runs", corpus, model=model, **{**values, **overrides})
 
 
 def test_batchify_gives_contiguous_streams_read_segment_after_segment():

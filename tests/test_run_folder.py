@@ -1,7 +1,10 @@
-"""Reliability of the run folder (``RunFolder``): symlinked writers, the tokenizer's digest,
-forged-but-consistent files, resume edge cases. Each case guards a failure the one reader/writer
-prevents (a second writer through a symlink, a swapped tokenizer sampled silently, raw ``KeyError``s,
-``--resume`` of a missing folder exiting 2, ...)."""
+"""The run folder's files as found on disk: a changed or forged tokenizer, config or weights (even with
+consistent checksums), a folder deleted or moved while it trains, an ``--overwrite`` killed early.
+Each is refused by ``sample``, ``eval``, ``heads`` and ``--resume`` in one line naming the file, or
+handled without losing what the user made.
+
+The figures go to ``test-artifacts/reliability.json`` under ``run_folder`` and ``hostile_inputs``.
+"""
 
 from __future__ import annotations
 
@@ -12,128 +15,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_runs import corpus_file
-from test_runs import tiny as tiny_run_config
+from cli_helpers import error_line, refused, resume
+from run_helpers import SMALL, record, reforge, rewrite_config, tiny
 
 from poslab.cli.app import main
-from poslab.runs import RunFolder, read_metrics
+from poslab.runs import RunFolder
 from poslab.session import train
 from poslab.training import checkpoint as ckpt
-from poslab.training.config import TrainConfig
-from poslab.training.lock import RunLock, lock_path
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
-SMALL = [
-    "--model.n_layer",
-    "1",
-    "--model.n_embd",
-    "16",
-    "--model.block_size",
-    "16",
-    "--batch_size",
-    "2",
-    "--eval_iters",
-    "1",
-    "--threads",
-    "1",
-    "--no-progress",
-]
+pytestmark = pytest.mark.usefixtures("single_thread", "hostile_figures")
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return corpus_file(tmp_path_factory)
-
-
-def tiny(out: Path, corpus: Path, **overrides) -> TrainConfig:
-    """:func:`test_runs.tiny` named ``A``, with one checkpoint at the end."""
-    return tiny_run_config(out, corpus, **{"name": "A", "ckpt_interval": 0, "seed": 5, **overrides})
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, corpus):
-    out = tmp_path_factory.mktemp("runs")
-    cfg = tiny(out, corpus)
-    train(cfg, progress=False)
-    return cfg.run_dir
-
-
-@pytest.fixture
-def run(trained, tmp_path) -> Path:
-    """A copy of the trained run in ``tmp_path/runs/A`` (one checkpoint, step 4)."""
-    copy = tmp_path / "runs" / "A"
-    shutil.copytree(trained, copy)
-    return copy
-
-
-def record(request, **figures) -> None:
-    """Add this case's figures to the reliability table (test-artifacts/reliability.json)."""
-    from test_reliability_artifacts import mode
-    from test_reliability_artifacts import record as write
-
-    write("run_folder", mode(request), {"cases": 1, **figures})
-
-
-def error_line(capsys) -> str:
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("poslab: error:")]
-    assert len(err) == 1, err
-    return err[0]
-
-
-def resume(run: Path, *extra: str) -> int:
-    return main(["train", "--resume", "--name", run.name, "--out_dir", str(run.parent), "--no-progress", *extra])
-
-
-# ------------------------------------------------------------------------------------ 1. symlinked writers
-def test_a_symlinked_name_shares_the_lock_of_its_folder(run, capsys, request):
-    alias = run.parent / "B"
-    os.symlink(run.name, alias)
-    assert lock_path(alias) == lock_path(run)
-    before = read_metrics(run)
-    with RunLock(run):  # the trainer of A
-        assert resume(alias, "--max_steps", "6") == 2
-        assert "is in use by another poslab process" in error_line(capsys)
-    assert read_metrics(run) == before  # B never rewrote A's metrics
-    record(request, symlinked_writers_refused=1)
-
-
-def test_overwrite_through_a_symlinked_name_is_refused(run, corpus, request):
-    alias = run.parent / "B"
-    os.symlink(run.name, alias)
-    with pytest.raises(FileExistsError, match="is a symbolic link to 'A'; overwrite that folder by its own name"):
-        train(tiny(run.parent, corpus, name="B"), overwrite=True, progress=False)
-    assert alias.is_symlink() and RunFolder(run).finished(4)
-    record(request, symlinked_writers_refused=1)
-
-
-@pytest.mark.parametrize("kind", ["symlink", "dangling", "directory"])
-def test_a_planted_lock_path_is_refused_not_followed(run, tmp_path, kind, capsys, request):
-    victim = tmp_path / "victim.txt"
-    victim.write_text("precious\n")
-    planted = lock_path(run)
-    if kind == "symlink":
-        os.symlink(victim, planted)
-    elif kind == "dangling":
-        os.symlink(tmp_path / "nowhere", planted)
-    else:
-        planted.mkdir()
-    with pytest.raises(
-        OSError,
-        match={
-            "symlink": "is a symbolic link to",
-            "dangling": "is a dangling symbolic link",
-            "directory": "is a directory, not a lock file",
-        }[kind],
-    ):
-        RunLock(run).acquire()
-    assert resume(run) != 0 and str(planted) in error_line(capsys)
-    changed = victim.read_text() != "precious\n"
-    record(request, planted_lock_paths_refused=1, victim_files_changed=int(changed))
-    assert not changed  # never truncated through the link
-
-
-# ------------------------------------------------------------------------------------ 2. tokenizer digest
+# ------------------------------------------------------------------------------------ tokenizer digest
 def test_a_changed_tokenizer_is_refused_by_sample_and_resume(run, capsys, request):
     path = run / "tokenizer.json"
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -197,12 +90,6 @@ def test_a_checkpoint_without_run_file_digests_still_loads(run, capsys, request)
     record(request, resume_edge_cases_ok=1)
 
 
-# ------------------------------------------------------------------------------------ 3. forged, consistent
-def rewrite_config(run: Path, edit) -> None:
-    doc = json.loads((run / "config.json").read_text(encoding="utf-8"))
-    (run / "config.json").write_text(json.dumps(edit(doc)), encoding="utf-8")
-
-
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -232,32 +119,6 @@ def test_a_tokenizer_without_chars_is_one_line(run, capsys, request):
     record(request, forged_files_one_line=1)
 
 
-def reforge(run: Path, tensors_edit=None, meta_edit=None) -> None:
-    """Rewrite the latest checkpoint with its checksums recomputed (a consistent forgery)."""
-    tensors, meta = ckpt.load_checkpoint(run)
-    step = meta["step"]
-    meta = {k: v for k, v in meta.items() if k not in ("sha256", "step", "tensors_file")}
-    if tensors_edit:
-        tensors = tensors_edit(tensors)
-    if meta_edit:
-        meta = meta_edit(meta)
-    ckpt.save_checkpoint(run, step, tensors, meta)
-
-
-@pytest.mark.parametrize("strip", ["rng.data", "rng.torch", "exp_avg", "optimizer"])
-def test_a_model_only_checkpoint_samples_but_does_not_resume(run, strip, capsys, request):
-    if strip == "optimizer":
-        reforge(run, meta_edit=lambda meta: {k: v for k, v in meta.items() if k != "optimizer"})
-    else:
-        reforge(run, tensors_edit=lambda t: {k: v for k, v in t.items() if not (k == strip or k.endswith(f".{strip}"))})
-    assert main(["sample", str(run), "--tokens", "3", "--seed", "1"]) == 0
-    capsys.readouterr()
-    assert resume(run, "--max_steps", "6") == 2
-    line = error_line(capsys)
-    assert "holds the model only" in line and "cannot resume the optimizer" in line and "--init_from" in line
-    record(request, model_only_sampled=1, model_only_resume_refused=1)
-
-
 def test_non_finite_weights_are_refused_by_sample(run, capsys, request):
     def poison(tensors):
         tensors["model.tok_emb.weight"][0, 0] = float("nan")
@@ -269,7 +130,78 @@ def test_non_finite_weights_are_refused_by_sample(run, capsys, request):
     record(request, forged_files_one_line=1)
 
 
-# ------------------------------------------------------------------------------- 5. a folder moved under a training
+def forge_tokenizer(folder: Path, data: dict) -> None:
+    """A tokenizer forged consistently everywhere: its digest in ``config.json`` and in the checkpoint's
+    record of the run files (checksums recomputed), so what is left to refuse it is the tokenizer itself."""
+    from poslab.runs import RunFolder
+
+    (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    digest = ckpt.sha256_file(folder / "tokenizer.json")
+    rewrite_config(folder, lambda doc: {**doc, "data": {**doc["data"], "tokenizer_sha256": digest}})  # consistent
+    reforge(folder, meta_edit=lambda meta: {**meta, ckpt.RUN_FILES: RunFolder(folder).file_digests()})
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (lambda chars: {"type": "char", "chars": chars[:10]}, "has 10 tokens but the model has"),
+        (lambda chars: {"type": "ids", "vocab_size": 3}, "has 3 tokens but the model has"),
+        (
+            lambda chars: {"type": "bpe", "vocab_size": 5, "tokenizer": {"garbage": 1}},
+            "'bpe' tokenizer body does not load",
+        ),
+        (lambda chars: {"type": "hf", "vocab_size": 5, "tokenizer": [1, 2]}, "'hf' tokenizer body does not load"),
+    ],
+    ids=["char-10-of-V", "ids-vocab-3", "bpe-garbage", "hf-garbage"],
+)
+def test_a_forged_tokenizer_is_refused_by_sample(run, body, needle, capsys):
+    chars = json.loads((run / "tokenizer.json").read_text(encoding="utf-8"))["chars"]
+    forge_tokenizer(run, body(chars))
+    refused(capsys, ["sample", str(run), "--prompt", chars[0], "--tokens", "3"], needle)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.uint8])
+def test_weights_of_an_integer_dtype_are_refused_not_cast(run, dtype, capsys):
+    def cast(tensors):
+        return {k: (v.to(dtype) if k == "model.tok_emb.weight" else v) for k, v in tensors.items()}
+
+    reforge(run, tensors_edit=cast)
+    refused(capsys, ["sample", str(run), "--tokens", "2"], "wrong dtype", "tok_emb")
+
+
+def test_weights_that_overflow_the_logits_are_one_line(run, capsys):
+    def scale(tensors):
+        return {k: (v * 1e25 if k.startswith("model.") and v.is_floating_point() else v) for k, v in tensors.items()}
+
+    reforge(run, tensors_edit=scale)
+    refused(capsys, ["sample", str(run), "--tokens", "3", "--seed", "1"], "logits are not finite")
+
+
+@pytest.mark.parametrize("factor", [1e30, 1e8])
+def test_eval_of_weights_that_overflow_the_loss_is_one_line_and_writes_no_json(run, factor, tmp_path, capsys):
+    """Embeddings x1e30 make the loss NaN; x1e8 a finite loss whose perplexity overflows a float: neither is
+    printed as ``nan``/``inf`` nor written to ``--out`` as JSON's invalid ``NaN``."""
+
+    def scale(tensors):
+        return {k: (v * factor if k == "model.tok_emb.weight" else v) for k, v in tensors.items()}
+
+    reforge(run, tensors_edit=scale)
+    out = tmp_path / "e.json"
+    line = refused(
+        capsys, ["eval", str(run), "--lengths", "16", "--out", str(out)], "the model's loss is", "at length 16"
+    )
+    assert "checkpoint is damaged" in line and not out.exists()
+
+
+def test_heads_of_weights_whose_loss_is_not_finite_is_one_line_and_writes_nothing(run, tmp_path, capsys):
+    """``heads`` printed ``loss nan (+nan)`` and wrote ``NaN`` into its results.json."""
+    reforge(run, tensors_edit=lambda t: {k: (v * 1e30 if k == "model.tok_emb.weight" else v) for k, v in t.items()})
+    out = tmp_path / "heads"
+    refused(capsys, ["heads", str(run), "--quick", "--out", str(out)], "loss on the evaluation text is nan")
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------------- a folder moved under a training
 @pytest.mark.parametrize("how", ["delete", "rename", "replace"])
 def test_a_run_folder_deleted_or_moved_during_training_stops_it(tmp_path, corpus, how, request):
     """Deleted, renamed, or renamed with a new folder put at its name after the checkpoint of step 2: the
@@ -334,7 +266,7 @@ def test_poslab_train_stops_in_one_line_when_its_folder_is_deleted(tmp_path, cor
     record(request, moved_folders_stopped=1)
 
 
-# ------------------------------------------------------------------------------------ 9. resume edge cases
+# ------------------------------------------------------------------------------------ resume edge cases
 def test_preset_resume_of_a_run_that_was_never_created_starts_it(tmp_path, corpus, capsys, request):
     out = tmp_path / "runs"
     argv = [
@@ -363,7 +295,7 @@ def test_preset_resume_of_a_run_that_was_never_created_starts_it(tmp_path, corpu
 
 
 @pytest.mark.parametrize("new_run_started", [False, True])
-def test_an_overwrite_killed_early_is_cleaned_up(run, corpus, new_run_started, capsys, request):
+def test_an_overwrite_killed_early_is_cleaned_up(run, tang_corpus, new_run_started, capsys, request):
     hidden = run.with_name(f".{run.name}.replaced-999999")
     shutil.copytree(run, hidden)
     if not new_run_started:  # killed right after moving the old run away: the folder is empty
@@ -371,7 +303,10 @@ def test_an_overwrite_killed_early_is_cleaned_up(run, corpus, new_run_started, c
         run.mkdir()
     # the next start: the interrupted command again (--overwrite), or a resume of the new run
     results = train(
-        tiny(run.parent, corpus, max_steps=5), resume=new_run_started, overwrite=not new_run_started, progress=False
+        tiny(run.parent, tang_corpus, max_steps=5),
+        resume=new_run_started,
+        overwrite=not new_run_started,
+        progress=False,
     )
     err = capsys.readouterr().err
     assert not hidden.exists()
@@ -382,57 +317,3 @@ def test_an_overwrite_killed_early_is_cleaned_up(run, corpus, new_run_started, c
         assert results["resumed_from"] is None and results["steps"] == 5
         assert not list(run.parent.glob(".A.replaced-*"))
     record(request, resume_edge_cases_ok=1)
-
-
-@pytest.mark.parametrize("damage", ["folder", "no-best"])
-def test_an_unreadable_checkpoint_json_falls_back_to_the_previous_one(tmp_path, corpus, damage, capsys, request):
-    cfg = tiny(tmp_path / "runs", corpus, ckpt_interval=2)
-    train(cfg, progress=False)
-    newest = cfg.run_dir / "checkpoints" / "step_0000004.json"
-    if damage == "folder":  # unreadable: a folder where the JSON was
-        newest.unlink()
-        newest.mkdir()
-    else:  # consistent (checksums recomputed) but without the training state's "best"
-        reforge(cfg.run_dir, meta_edit=lambda meta: {k: v for k, v in meta.items() if k != "best"})
-    capsys.readouterr()
-    results = train(tiny(tmp_path / "runs", corpus, ckpt_interval=2, max_steps=3), resume=True, progress=False)
-    assert results["resumed_from"] == 2
-    assert "resuming from the previous good checkpoint, step 2" in capsys.readouterr().err
-    record(request, resume_edge_cases_ok=1)
-
-
-def test_a_stray_non_ascii_step_name_is_ignored(run, capsys, request):
-    folder = run / "checkpoints"
-    stray = "step_" + "\u0660" * 6 + "\u0669"  # Arabic-Indic digits: int() reads 9
-    for suffix in (".json", ".safetensors"):
-        shutil.copy(folder / f"step_0000004{suffix}", folder / f"{stray}{suffix}")
-    (folder / "latest").unlink()
-    assert ckpt.list_checkpoints(run) == [4]
-    assert main(["sample", str(run), "--tokens", "2", "--seed", "1"]) == 0
-    assert resume(run, "--max_steps", "5") == 0
-    record(request, resume_edge_cases_ok=1)
-
-
-def test_resume_without_any_checkpoint_says_it_starts_from_zero(run, capsys, request):
-    shutil.rmtree(run / "checkpoints")
-    (run / "results.json").unlink()
-    assert resume(run, "--max_steps", "2") == 0
-    assert "has no checkpoint yet: --resume starts it from step 0" in capsys.readouterr().err
-    assert RunFolder(run).results()["resumed_from"] == 0 and RunFolder(run).finished(2)
-    record(request, resume_edge_cases_ok=1)
-
-
-def test_resume_matches_the_uninterrupted_run_through_run_folder(tmp_path, corpus):
-    """The loop writes through RunFolder; a resume still continues the curve bitwise."""
-    model = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, dropout=0.1)
-    same = dict(ckpt_interval=3, eval_interval=3, lr_decay_steps=6, model=model)
-    whole = tiny(tmp_path / "a", corpus, max_steps=6, **same)
-    train(whole, progress=False)
-    part = tiny(tmp_path / "b", corpus, max_steps=3, **same)
-    train(part, progress=False)
-    train(tiny(tmp_path / "b", corpus, max_steps=6, **same), resume=True, progress=False)
-    keys = ("step", "loss", "lr", "grad_norm", "val_loss")
-    curve = [[r.get(k) for k in keys] for r in read_metrics(whole.run_dir)]
-    assert [[r.get(k) for k in keys] for r in read_metrics(part.run_dir)] == curve
-    a, b = RunFolder(whole.run_dir).load_model(), RunFolder(part.run_dir).load_model()
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))

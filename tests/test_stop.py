@@ -9,11 +9,16 @@ with more steps, so that a signal lands mid-training):
 * SIGKILL of ``poslab experiment``: its pool workers save and exit by themselves within seconds;
 * a training that diverges inside an experiment: one line naming the experiment, the run and the
   step, exit 1 (as ``poslab train``), no traceback.
+
+Also: SIGTERM to ``poslab train`` saves a final checkpoint, as Ctrl-C does; the lab continues an
+interrupted training from its checkpoint instead of deleting it; ``poslab lab --only STEP`` exits 0
+when that step succeeds and 1 when it fails.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -23,12 +28,15 @@ import time
 from pathlib import Path
 
 import pytest
-from test_reliability_sweep_lab import _alive, _checkpoints, _env, _wait_for
+from process_helpers import LONG, _alive, _checkpoints, _env, _logged_steps, _record_sweep_lab, _wait_for
 
 from poslab.cli.app import main
+from poslab.lab import lab
 
 #: a size of the extrapolation experiment whose trainings take a while (the smoke geometry, 3000 steps)
 STOP_SIZE = "stop=smoke,steps=3000"
+
+
 #: what SIGTERM may take to stop a command with every training in flight saved
 STOP_WITHIN_S = 10.0
 
@@ -291,3 +299,162 @@ def test_the_lab_keeps_a_stopped_step_to_continue_it(tmp_path, monkeypatch, requ
     fresh = lab.run_lab(lab_dir, "quick", fresh=True, stream=io.StringIO())  # stopped, but --fresh: cleaned
     assert fresh["steps"][0]["status"] == "interrupted"
     _record(request, lab_stopped_steps_continued=1)
+
+
+@pytest.mark.slow  # the default run covers it: SIGKILL of a sweep reaches its training as SIGTERM (below)
+def test_sigterm_to_train_saves_a_final_checkpoint(tmp_path, request):
+    """``timeout`` and schedulers send SIGTERM: the training saves its last step, as after Ctrl-C (not killed with
+    nothing saved)."""
+    run_dir = tmp_path / "runs" / "t"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "poslab",
+            "train",
+            "--preset",
+            "tiny",
+            "--name",
+            "t",
+            "--out_dir",
+            str(tmp_path / "runs"),
+            "--no-progress",
+            *LONG,
+        ],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for(lambda: _logged_steps(run_dir) >= 3 or process.poll() is not None, "the training's first steps")
+        assert process.poll() is None, process.stdout.read()
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, output
+    assert _checkpoints(run_dir), output  # ckpt_interval 100000: only the interrupt's checkpoint
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "poslab",
+            "train",
+            "--preset",
+            "tiny",
+            "--name",
+            "t",
+            "--resume",
+            "--out_dir",
+            str(tmp_path / "runs"),
+            "--no-progress",
+            *LONG[:-4],
+            "--eval_interval",
+            "100000",
+            "--max_steps",
+            "1",
+            "--dry-run",
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    _record_sweep_lab(request, sigterm_to_train_saved=1)
+
+
+# ------------------------------------------------------------------------------------------ the lab
+def fake_training(lab_dir: Path, folder: str) -> lab.Step:
+    """A "train" step: the first run writes a checkpoint and is interrupted (exit 130); a resumed run finishes.
+
+    Every invocation appends its arguments to ``FOLDER.calls`` next to the lab folder.
+    """
+    out = lab_dir / folder
+    calls = lab_dir.parent / "train.calls"
+    code = (
+        "import json, pathlib, sys\n"
+        f"out = pathlib.Path({str(out)!r}); calls = pathlib.Path({str(calls)!r})\n"
+        "calls.write_text((calls.read_text() if calls.exists() else '') + json.dumps(sys.argv[1:]) + '\\n')\n"
+        "ckpt = out / 'checkpoints' / 'step_000010.json'\n"
+        "if '--resume' not in sys.argv:\n"
+        "    out.mkdir(parents=True, exist_ok=True); (out / 'config.json').write_text('{}')\n"
+        "    ckpt.parent.mkdir(exist_ok=True); ckpt.write_text('{\"step\": 10}')\n"
+        "    sys.exit(130)  # interrupted after its checkpoint\n"
+        "assert ckpt.read_text() == '{\"step\": 10}', 'the checkpoint was lost'\n"
+        "(out / 'results.json').write_text(json.dumps({'status': 'completed', 'resumed_from': 10}))\n"
+    )
+    return lab.Step("train fake", "train", folder, [], command=[sys.executable, "-c", code], resume=["--resume"])
+
+
+def calls_of(lab_dir: Path) -> list[list[str]]:
+    path = lab_dir.parent / "train.calls"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_lab_resumes_an_interrupted_training_instead_of_deleting_it(tmp_path, monkeypatch, request):
+    lab_dir = tmp_path / "lab"
+    monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [fake_training(lab_dir, "runs/fake")])
+    manifest = lab.run_lab(lab_dir, "quick", stream=io.StringIO())
+    assert manifest["steps"][0]["status"] == "interrupted" and manifest["steps"][0]["exit_code"] == 130
+    assert (lab_dir / "runs/fake/checkpoints/step_000010.json").is_file()
+
+    stream = io.StringIO()
+    manifest = lab.run_lab(lab_dir, "quick", stream=stream)  # resumed, not deleted and started again
+    assert manifest["steps"][0]["status"] == "ok", manifest["steps"][0]
+    assert calls_of(lab_dir)[-1] == ["--resume"]
+    assert json.loads((lab_dir / "runs/fake/results.json").read_text())["resumed_from"] == 10
+    assert "continuing the interrupted run in runs/fake" in stream.getvalue()
+    log = (lab_dir / "logs" / "runs_fake.log").read_text()
+    assert log.count("$ ") == 2 and log.rstrip().endswith("--resume")  # the log keeps the interrupted run's part
+    _record_sweep_lab(request, lab_trainings_resumed=1, checkpoints_deleted=0)
+
+
+def test_lab_fresh_still_starts_the_training_again(tmp_path, monkeypatch):
+    lab_dir = tmp_path / "lab"
+    monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [fake_training(lab_dir, "runs/fake")])
+    lab.run_lab(lab_dir, "quick", stream=io.StringIO())
+    manifest = lab.run_lab(lab_dir, "quick", fresh=True, stream=io.StringIO())
+    assert calls_of(lab_dir) == [[], []]  # no --resume: cleaned and started again (and interrupted again)
+    assert manifest["steps"][0]["status"] == "interrupted"
+
+
+def test_lab_only_exits_0_when_the_step_succeeds(tmp_path, monkeypatch):
+    lab_dir = tmp_path / "lab"
+    code = (
+        "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(parents=True); "
+        "(p / 'results.json').write_text('{}')"
+    )
+
+    def fake_plan(lab_dir_arg: Path, mode: str) -> list[lab.Step]:
+        return [
+            lab.Step(
+                name,
+                "experiment",
+                f"experiments/{name}",
+                [],
+                command=[sys.executable, "-c", code, str(lab_dir_arg / "experiments" / name)],
+            )
+            for name in ("one", "two")
+        ]
+
+    monkeypatch.setattr(lab, "plan", fake_plan)
+    assert main(["lab", "--out", str(lab_dir), "--only", "two"]) == 0  # "one" not being run is no failure
+    assert (lab_dir / "experiments/two/results.json").is_file() and not (lab_dir / "experiments/one").exists()
+    assert main(["lab", "--out", str(lab_dir)]) == 0  # "one" runs, "two" is reused
+
+
+def test_lab_only_exits_1_when_the_step_fails(tmp_path, monkeypatch):
+    lab_dir = tmp_path / "lab"
+    monkeypatch.setattr(
+        lab,
+        "plan",
+        lambda lab_dir_arg, mode: [
+            lab.Step("bad", "experiment", "experiments/bad", [], command=[sys.executable, "-c", "raise SystemExit(3)"]),
+            lab.Step("other", "experiment", "experiments/other", [], command=[sys.executable, "-c", "pass"]),
+        ],
+    )
+    assert main(["lab", "--out", str(lab_dir), "--only", "bad"]) == 1

@@ -7,6 +7,10 @@ checkpoint) or load exactly what was saved (a flip that changes nothing, e.g. ``
 a checkpoint that loads different numbers ("silently wrong") fails the test. ``poslab train
 --resume`` falls back to the previous good checkpoint with a warning and reproduces the
 uninterrupted run bitwise.
+
+Also: a model-only checkpoint samples but does not resume, an unreadable checkpoint ``.json`` or a
+stray step name is passed over, a forged training state (random-generator state, optimizer step or
+param groups, checksums recomputed) is refused by ``--resume`` in one line.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ import shutil
 
 import pytest
 import torch
+from cli_helpers import error_line, refused, resume, resume_args
+from run_helpers import record, reforge, tiny
 
 from poslab.cli.app import main
 from poslab.data import load_corpus
-from poslab.runs import load_run, read_metrics
+from poslab.runs import RunFolder, load_run, read_metrics
 from poslab.session import train
 from poslab.training import checkpoint as ckpt
 from poslab.training.config import TrainConfig
@@ -231,3 +237,101 @@ def test_a_garbled_latest_pointer_falls_back_to_the_newest_checkpoint(runs, tmp_
     (run / ckpt.CHECKPOINT_DIR / "latest").write_bytes(b"\xff\xfe garbage")
     assert ckpt.latest_step(run) == 6
     load_run(run)
+
+
+@pytest.mark.parametrize("strip", ["rng.data", "rng.torch", "exp_avg", "optimizer"])
+def test_a_model_only_checkpoint_samples_but_does_not_resume(run, strip, capsys, request):
+    if strip == "optimizer":
+        reforge(run, meta_edit=lambda meta: {k: v for k, v in meta.items() if k != "optimizer"})
+    else:
+        reforge(run, tensors_edit=lambda t: {k: v for k, v in t.items() if not (k == strip or k.endswith(f".{strip}"))})
+    assert main(["sample", str(run), "--tokens", "3", "--seed", "1"]) == 0
+    capsys.readouterr()
+    assert resume(run, "--max_steps", "6") == 2
+    line = error_line(capsys)
+    assert "holds the model only" in line and "cannot resume the optimizer" in line and "--init_from" in line
+    record(request, model_only_sampled=1, model_only_resume_refused=1)
+
+
+@pytest.mark.parametrize("damage", ["folder", "no-best"])
+def test_an_unreadable_checkpoint_json_falls_back_to_the_previous_one(tmp_path, corpus, damage, capsys, request):
+    cfg = tiny(tmp_path / "runs", corpus, ckpt_interval=2)
+    train(cfg, progress=False)
+    newest = cfg.run_dir / "checkpoints" / "step_0000004.json"
+    if damage == "folder":  # unreadable: a folder where the JSON was
+        newest.unlink()
+        newest.mkdir()
+    else:  # consistent (checksums recomputed) but without the training state's "best"
+        reforge(cfg.run_dir, meta_edit=lambda meta: {k: v for k, v in meta.items() if k != "best"})
+    capsys.readouterr()
+    results = train(tiny(tmp_path / "runs", corpus, ckpt_interval=2, max_steps=3), resume=True, progress=False)
+    assert results["resumed_from"] == 2
+    assert "resuming from the previous good checkpoint, step 2" in capsys.readouterr().err
+    record(request, resume_edge_cases_ok=1)
+
+
+def test_a_stray_non_ascii_step_name_is_ignored(run, capsys, request):
+    folder = run / "checkpoints"
+    stray = "step_" + "\u0660" * 6 + "\u0669"  # Arabic-Indic digits: int() reads 9
+    for suffix in (".json", ".safetensors"):
+        shutil.copy(folder / f"step_0000004{suffix}", folder / f"{stray}{suffix}")
+    (folder / "latest").unlink()
+    assert ckpt.list_checkpoints(run) == [4]
+    assert main(["sample", str(run), "--tokens", "2", "--seed", "1"]) == 0
+    assert resume(run, "--max_steps", "5") == 0
+    record(request, resume_edge_cases_ok=1)
+
+
+def test_resume_without_any_checkpoint_says_it_starts_from_zero(run, capsys, request):
+    shutil.rmtree(run / "checkpoints")
+    (run / "results.json").unlink()
+    assert resume(run, "--max_steps", "2") == 0
+    assert "has no checkpoint yet: --resume starts it from step 0" in capsys.readouterr().err
+    assert RunFolder(run).results()["resumed_from"] == 0 and RunFolder(run).finished(2)
+    record(request, resume_edge_cases_ok=1)
+
+
+def test_resume_matches_the_uninterrupted_run_through_run_folder(tmp_path, corpus):
+    """The loop writes through RunFolder; a resume still continues the curve bitwise."""
+    model = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, dropout=0.1)
+    same = dict(ckpt_interval=3, eval_interval=3, lr_decay_steps=6, model=model)
+    whole = tiny(tmp_path / "a", corpus, max_steps=6, **same)
+    train(whole, progress=False)
+    part = tiny(tmp_path / "b", corpus, max_steps=3, **same)
+    train(part, progress=False)
+    train(tiny(tmp_path / "b", corpus, max_steps=6, **same), resume=True, progress=False)
+    keys = ("step", "loss", "lr", "grad_norm", "val_loss")
+    curve = [[r.get(k) for k in keys] for r in read_metrics(whole.run_dir)]
+    assert [[r.get(k) for k in keys] for r in read_metrics(part.run_dir)] == curve
+    a, b = RunFolder(whole.run_dir).load_model(), RunFolder(part.run_dir).load_model()
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+# ---------------------------------------------------------------------- forged files with consistent checksums
+def forge_rng(name: str):
+    return lambda t: {**t, name: torch.zeros(7, dtype=torch.uint8)}
+
+
+def forge_step(t):
+    (key,) = [k for k in t if k.startswith("optim.state.0.") and k.endswith(".step")] or ["optim.state.0.step"]
+    return {**t, key: torch.zeros(5)}
+
+
+@pytest.mark.parametrize(
+    ("tensors_edit", "meta_edit", "needle"),
+    [
+        (forge_rng("rng.torch"), None, "unusable random-generator state 'rng.torch'"),
+        (forge_rng("rng.data"), None, "unusable random-generator state 'rng.data'"),
+        (forge_step, None, "step counter"),
+        (
+            None,
+            lambda m: {**m, "optimizer": {**m["optimizer"], "param_groups": [1]}},
+            "unusable optimizer param_groups",
+        ),
+    ],
+    ids=["rng-torch-7-bytes", "rng-data-7-bytes", "step-shape-5", "param-groups-1"],
+)
+@pytest.mark.usefixtures("hostile_figures")
+def test_a_forged_training_state_is_refused_by_resume(run, tensors_edit, meta_edit, needle, capsys):
+    reforge(run, tensors_edit=tensors_edit, meta_edit=meta_edit)
+    refused(capsys, [*resume_args(run), "--max_steps", "6"], needle)

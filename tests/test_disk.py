@@ -30,7 +30,6 @@ from safetensors.torch import save as safetensors_bytes
 
 import poslab.training.checkpoint as ckpt
 from poslab.cli.app import main
-from poslab.data import load_corpus
 
 REAL_OPEN = builtins.open
 FIGURES = {"cases": 0, "clear_error": 0, "half_written_files": 0, "resumed_equal": 0}
@@ -93,13 +92,6 @@ class _Metered:
 
     def __exit__(self, *exc):
         return self._handle.__exit__(*exc)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("disk") / "corpus.txt"
-    path.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
-    return str(path)
 
 
 def argv(corpus: str, out: Path, name: str) -> list[str]:

@@ -4,6 +4,9 @@ The lock is an ``flock`` on ``OUT_DIR/.NAME.lock``, so a killed holder never lea
 after a SIGKILL the next ``--resume`` starts at once. A real ``python -m poslab train`` process holds
 the run while this test (a second process) tries to train it (plain, ``--resume``, ``--overwrite``);
 then the holder is killed and the run resumed and finished, its metrics holding each step once.
+
+Also: a symlinked name shares its folder's lock, a planted lock path is refused, a deleted lock file
+lets no second writer in (the holder also locks the folder itself).
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import error_line, resume, resume_args
+from cli_helpers import refused as hostile_refused
+from run_helpers import record, tiny
 
 from poslab.cli.app import main
 from poslab.data import load_corpus
-from poslab.runs import read_metrics
+from poslab.runs import RunFolder, read_metrics
+from poslab.session import train
 from poslab.training import checkpoint as ckpt
 from poslab.training.lock import RunLock, RunLockedError, lock_path
 
@@ -157,3 +164,71 @@ def _record(request) -> None:
     from test_reliability_artifacts import mode, record
 
     record("lock", mode(request), FIGURES)
+
+
+# ------------------------------------------------------------------------------------ symlinked writers
+def test_a_symlinked_name_shares_the_lock_of_its_folder(run, capsys, request):
+    alias = run.parent / "B"
+    os.symlink(run.name, alias)
+    assert lock_path(alias) == lock_path(run)
+    before = read_metrics(run)
+    with RunLock(run):  # the trainer of A
+        assert resume(alias, "--max_steps", "6") == 2
+        assert "is in use by another poslab process" in error_line(capsys)
+    assert read_metrics(run) == before  # B never rewrote A's metrics
+    record(request, symlinked_writers_refused=1)
+
+
+def test_overwrite_through_a_symlinked_name_is_refused(run, tang_corpus, request):
+    alias = run.parent / "B"
+    os.symlink(run.name, alias)
+    with pytest.raises(FileExistsError, match="is a symbolic link to 'A'; overwrite that folder by its own name"):
+        train(tiny(run.parent, tang_corpus, name="B"), overwrite=True, progress=False)
+    assert alias.is_symlink() and RunFolder(run).finished(4)
+    record(request, symlinked_writers_refused=1)
+
+
+@pytest.mark.parametrize("kind", ["symlink", "dangling", "directory"])
+def test_a_planted_lock_path_is_refused_not_followed(run, tmp_path, kind, capsys, request):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    planted = lock_path(run)
+    if kind == "symlink":
+        os.symlink(victim, planted)
+    elif kind == "dangling":
+        os.symlink(tmp_path / "nowhere", planted)
+    else:
+        planted.mkdir()
+    with pytest.raises(
+        OSError,
+        match={
+            "symlink": "is a symbolic link to",
+            "dangling": "is a dangling symbolic link",
+            "directory": "is a directory, not a lock file",
+        }[kind],
+    ):
+        RunLock(run).acquire()
+    assert resume(run) != 0 and str(planted) in error_line(capsys)
+    changed = victim.read_text() != "precious\n"
+    record(request, planted_lock_paths_refused=1, victim_files_changed=int(changed))
+    assert not changed  # never truncated through the link
+
+
+# ---------------------------------------------------------------------- the lock file deleted while a run trains
+@pytest.mark.usefixtures("hostile_figures")
+def test_a_deleted_lock_file_does_not_let_a_second_train_in(run, capsys):
+    from poslab.runs import RunFolder
+    from poslab.training.lock import RunLock, is_locked, lock_path
+
+    metrics = (run / "metrics.jsonl").read_bytes()
+    holder = RunLock(run).acquire()  # the training run A (flock is per open file: this process counts as another)
+    try:
+        lock_path(run).unlink()  # a user tidying up next to the folder
+        assert is_locked(run) and RunFolder(run).state == "running"
+        hostile_refused(
+            capsys, [*resume_args(run), "--max_steps", "6"], "is in use by another poslab process", "was deleted"
+        )
+        assert (run / "metrics.jsonl").read_bytes() == metrics  # nothing of A's rewritten
+    finally:
+        holder.release()
+    assert not is_locked(run)

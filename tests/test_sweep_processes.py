@@ -1,15 +1,12 @@
-"""Reliability of the long-running commands: sweeps and the lab, interrupted and rerun.
+"""Sweeps as real processes: killing a sweep (SIGTERM, SIGHUP, SIGKILL) stops the trainings it started;
+a rerun waits for a run that is still in use instead of failing it; a second collector of one sweep
+is refused in one line, and a run another collector holds is waited for, never failed.
 
-* the lab continues an interrupted training from its checkpoint instead of deleting it;
-* ``poslab lab --only STEP`` exits 0 when that step succeeds;
-* killing a sweep (SIGTERM, SIGHUP, SIGKILL) stops the trainings it started, and a rerun waits for a
-  run that is still in use instead of failing it;
-* SIGTERM to ``poslab train`` saves a final checkpoint, as Ctrl-C does.
+The figures go to ``test-artifacts/reliability.json`` under ``sweep_lab``.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
@@ -19,213 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+from process_helpers import _alive, _checkpoints, _env, _logged_steps, _record_sweep_lab, _wait_for
 
 from poslab.cli.app import main
-from poslab.lab import lab
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _record(request, **figures: int) -> None:
-    """Add a passing test's figures to ``test-artifacts/reliability.json`` (the reliability table)."""
-    from test_reliability_artifacts import mode, record
-
-    record("sweep_lab", mode(request), figures)
-
-
-# ------------------------------------------------------------------------------------------ the lab
-def fake_training(lab_dir: Path, folder: str) -> lab.Step:
-    """A "train" step: the first run writes a checkpoint and is interrupted (exit 130); a resumed run finishes.
-
-    Every invocation appends its arguments to ``FOLDER.calls`` next to the lab folder.
-    """
-    out = lab_dir / folder
-    calls = lab_dir.parent / "train.calls"
-    code = (
-        "import json, pathlib, sys\n"
-        f"out = pathlib.Path({str(out)!r}); calls = pathlib.Path({str(calls)!r})\n"
-        "calls.write_text((calls.read_text() if calls.exists() else '') + json.dumps(sys.argv[1:]) + '\\n')\n"
-        "ckpt = out / 'checkpoints' / 'step_000010.json'\n"
-        "if '--resume' not in sys.argv:\n"
-        "    out.mkdir(parents=True, exist_ok=True); (out / 'config.json').write_text('{}')\n"
-        "    ckpt.parent.mkdir(exist_ok=True); ckpt.write_text('{\"step\": 10}')\n"
-        "    sys.exit(130)  # interrupted after its checkpoint\n"
-        "assert ckpt.read_text() == '{\"step\": 10}', 'the checkpoint was lost'\n"
-        "(out / 'results.json').write_text(json.dumps({'status': 'completed', 'resumed_from': 10}))\n"
-    )
-    return lab.Step("train fake", "train", folder, [], command=[sys.executable, "-c", code], resume=["--resume"])
-
-
-def calls_of(lab_dir: Path) -> list[list[str]]:
-    path = lab_dir.parent / "train.calls"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def test_lab_resumes_an_interrupted_training_instead_of_deleting_it(tmp_path, monkeypatch, request):
-    lab_dir = tmp_path / "lab"
-    monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [fake_training(lab_dir, "runs/fake")])
-    manifest = lab.run_lab(lab_dir, "quick", stream=io.StringIO())
-    assert manifest["steps"][0]["status"] == "interrupted" and manifest["steps"][0]["exit_code"] == 130
-    assert (lab_dir / "runs/fake/checkpoints/step_000010.json").is_file()
-
-    stream = io.StringIO()
-    manifest = lab.run_lab(lab_dir, "quick", stream=stream)  # resumed, not deleted and started again
-    assert manifest["steps"][0]["status"] == "ok", manifest["steps"][0]
-    assert calls_of(lab_dir)[-1] == ["--resume"]
-    assert json.loads((lab_dir / "runs/fake/results.json").read_text())["resumed_from"] == 10
-    assert "continuing the interrupted run in runs/fake" in stream.getvalue()
-    log = (lab_dir / "logs" / "runs_fake.log").read_text()
-    assert log.count("$ ") == 2 and log.rstrip().endswith("--resume")  # the log keeps the interrupted run's part
-    _record(request, lab_trainings_resumed=1, checkpoints_deleted=0)
-
-
-def test_lab_fresh_still_starts_the_training_again(tmp_path, monkeypatch):
-    lab_dir = tmp_path / "lab"
-    monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [fake_training(lab_dir, "runs/fake")])
-    lab.run_lab(lab_dir, "quick", stream=io.StringIO())
-    manifest = lab.run_lab(lab_dir, "quick", fresh=True, stream=io.StringIO())
-    assert calls_of(lab_dir) == [[], []]  # no --resume: cleaned and started again (and interrupted again)
-    assert manifest["steps"][0]["status"] == "interrupted"
-
-
-def test_lab_only_exits_0_when_the_step_succeeds(tmp_path, monkeypatch):
-    lab_dir = tmp_path / "lab"
-    code = (
-        "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(parents=True); "
-        "(p / 'results.json').write_text('{}')"
-    )
-
-    def fake_plan(lab_dir_arg: Path, mode: str) -> list[lab.Step]:
-        return [
-            lab.Step(
-                name,
-                "experiment",
-                f"experiments/{name}",
-                [],
-                command=[sys.executable, "-c", code, str(lab_dir_arg / "experiments" / name)],
-            )
-            for name in ("one", "two")
-        ]
-
-    monkeypatch.setattr(lab, "plan", fake_plan)
-    assert main(["lab", "--out", str(lab_dir), "--only", "two"]) == 0  # "one" not being run is no failure
-    assert (lab_dir / "experiments/two/results.json").is_file() and not (lab_dir / "experiments/one").exists()
-    assert main(["lab", "--out", str(lab_dir)]) == 0  # "one" runs, "two" is reused
-
-
-def test_lab_only_exits_1_when_the_step_fails(tmp_path, monkeypatch):
-    lab_dir = tmp_path / "lab"
-    monkeypatch.setattr(
-        lab,
-        "plan",
-        lambda lab_dir_arg, mode: [
-            lab.Step("bad", "experiment", "experiments/bad", [], command=[sys.executable, "-c", "raise SystemExit(3)"]),
-            lab.Step("other", "experiment", "experiments/other", [], command=[sys.executable, "-c", "pass"]),
-        ],
-    )
-    assert main(["lab", "--out", str(lab_dir), "--only", "bad"]) == 1
-
-
-# ------------------------------------------------------------------------------------------ train and sweep
-LONG = ["--max_steps", "100000", "--ckpt_interval", "100000", "--eval_interval", "100000", "--log_interval", "1"]
-
-
-def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-
-
-def _wait_for(predicate, what: str, timeout: float = 120.0) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
-def _logged_steps(run_dir: Path) -> int:
-    path = run_dir / "metrics.jsonl"
-    return path.read_text().count("\n") if path.is_file() else 0
-
-
-def _checkpoints(run_dir: Path) -> list[str]:
-    folder = run_dir / "checkpoints"
-    return sorted(p.name for p in folder.iterdir() if p.suffix == ".safetensors") if folder.is_dir() else []
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for its reaper counts as gone)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return "\nState:\tZ" not in status and "\nState:\tX" not in status
-
-
-@pytest.mark.slow  # the default run covers it: SIGKILL of a sweep reaches its training as SIGTERM (below)
-def test_sigterm_to_train_saves_a_final_checkpoint(tmp_path, request):
-    """``timeout`` and schedulers send SIGTERM: the training saves its last step, as after Ctrl-C (not killed with
-    nothing saved)."""
-    run_dir = tmp_path / "runs" / "t"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "poslab",
-            "train",
-            "--preset",
-            "tiny",
-            "--name",
-            "t",
-            "--out_dir",
-            str(tmp_path / "runs"),
-            "--no-progress",
-            *LONG,
-        ],
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        _wait_for(lambda: _logged_steps(run_dir) >= 3 or process.poll() is not None, "the training's first steps")
-        assert process.poll() is None, process.stdout.read()
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 130, output
-    assert _checkpoints(run_dir), output  # ckpt_interval 100000: only the interrupt's checkpoint
-    resumed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "poslab",
-            "train",
-            "--preset",
-            "tiny",
-            "--name",
-            "t",
-            "--resume",
-            "--out_dir",
-            str(tmp_path / "runs"),
-            "--no-progress",
-            *LONG[:-4],
-            "--eval_interval",
-            "100000",
-            "--max_steps",
-            "1",
-            "--dry-run",
-        ],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert resumed.returncode == 0, resumed.stderr
-    _record(request, sigterm_to_train_saved=1)
-
 
 SWEEP = """preset: tiny
 overrides: {{max_steps: {steps}, ckpt_interval: 100000, eval_interval: 100000, log_interval: 1}}
@@ -272,7 +65,7 @@ def _kill_sweep(tmp_path: Path, sig: int, request) -> None:
     assert _checkpoints(run_dir)  # it stopped by saving, not by being killed
     if sig != signal.SIGKILL:
         assert process.returncode == 130
-    _record(request, sweep_kills=1, trainings_stopped_with_sweep=1, final_checkpoints_saved=1)
+    _record_sweep_lab(request, sweep_kills=1, trainings_stopped_with_sweep=1, final_checkpoints_saved=1)
 
 
 def test_sigkill_of_a_sweep_stops_its_trainings(tmp_path, request):
@@ -321,7 +114,7 @@ def test_the_sweep_runner_waits_while_a_run_is_locked(tmp_path, request):
     finally:
         runner.children.stopping.clear()
     held.release()
-    _record(request, reruns_waited_for_run_in_use=1)
+    _record_sweep_lab(request, reruns_waited_for_run_in_use=1)
 
 
 @pytest.mark.slow
@@ -349,7 +142,7 @@ def test_a_rerun_waits_for_a_run_still_in_use(tmp_path, request):
     assert process.returncode == 0, output  # waited, not "failed exit 2: run folder ... is in use"
     summary = json.loads((tmp_path / "sweep" / "summary.json").read_text())
     assert summary["status"] == {"completed": 1}
-    _record(request, reruns_waited_for_run_in_use=1)
+    _record_sweep_lab(request, reruns_waited_for_run_in_use=1)
 
 
 # ------------------------------------------------------------------------------ two collectors of one sweep
@@ -369,7 +162,7 @@ def test_a_second_collector_of_a_sweep_is_refused_in_one_line(tmp_path, capsys, 
     assert err.count("\n") == 1 and err.startswith("poslab: error: sweep "), err
     assert f"is in use by another poslab sweep (pid {os.getpid()} on " in err
     assert not (tmp_path / "sweep" / "runs").exists()  # nothing started, nothing marked
-    _record(request, second_collectors_refused=1)
+    _record_sweep_lab(request, second_collectors_refused=1)
 
 
 def _fake_launches(monkeypatch, outcomes: list) -> list[list[str]]:
@@ -424,7 +217,7 @@ def test_a_run_another_collector_holds_is_waited_for_never_failed(tmp_path, monk
     run = sweep.train_point(str(plan.sweep_dir), plan.name, plan.runs[0], 1)
     assert (run.status, run.error) == ("completed", None)
     assert run.results["final_val_loss"] == 2.5 and len(calls) == len(outcomes)
-    _record(request, runs_taken_by_another_collector_completed=1)
+    _record_sweep_lab(request, runs_taken_by_another_collector_completed=1)
 
 
 def test_a_run_that_fails_for_its_own_reason_is_failed_once(tmp_path, monkeypatch):
@@ -461,4 +254,4 @@ def test_two_collectors_of_one_sweep_at_once(tmp_path, request):
     assert refused.count("\n") == 1 and "is in use by another poslab sweep (pid " in refused, refused
     summary = json.loads((tmp_path / "sweep" / "summary.json").read_text())
     assert summary["status"] == {"completed": 3}, summary
-    _record(request, second_collectors_refused=1)
+    _record_sweep_lab(request, second_collectors_refused=1)

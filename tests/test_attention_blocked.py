@@ -1,4 +1,4 @@
-"""Backend choice (``auto``) and the memory-efficient blocked path for bias schemes.
+"""The memory-efficient blocked path of attention for bias schemes.
 
 The blocked path must equal the one-shot path (forward and backward, every bias scheme) and must
 never build or keep a ``[B, h, T, T]`` tensor: checked by recording every bias tile requested and
@@ -16,43 +16,13 @@ import torch
 from conftest import BIAS_VARIANTS, D_MODEL, N_HEADS, Variant, make_attention
 from torch.testing import assert_close
 
-from poslab import AttentionConfig, MultiHeadAttention
-from poslab.nn.attention import AttendOptions, AttentionSpec, attend, resolve_backend
+from poslab import MultiHeadAttention
+from poslab.nn.attention import AttendOptions, AttentionSpec, attend
 
 B = 2
 ROOT = Path(__file__).resolve().parents[1]
 TIGHT = {"atol": 1e-5, "rtol": 1e-5}
 BIAS_IDS = [v.id for v in BIAS_VARIANTS]
-
-
-# ---------------------------------------------------------------------------------------- auto
-def test_auto_resolution() -> None:
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert resolve_backend("auto", cpu) == "sdpa"
-    assert resolve_backend("auto", cuda) == "flex"  # FlexAttention compiles with a backward there
-    assert resolve_backend("auto", cuda, has_mask=True) == "sdpa"  # flex takes no explicit mask
-    assert resolve_backend("auto", cpu, need_weights=True) == "eager"
-    assert resolve_backend("sdpa", cuda, need_weights=True) == "eager"  # weights need the eager form
-    for explicit in ("sdpa", "eager", "flex"):
-        assert resolve_backend(explicit, cpu) == explicit
-    with pytest.raises(
-        ValueError, match=r"unknown attention backend 'fast'; choose one of \['auto', 'sdpa', 'eager', 'flex'\]"
-    ):
-        resolve_backend("fast", cpu)
-    with pytest.raises(ValueError, match="unknown attention backend"):
-        MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(backend="cudnn"))
-
-
-def test_auto_is_the_default_and_matches_explicit_backends() -> None:
-    attn = MultiHeadAttention(D_MODEL, N_HEADS).eval()
-    assert attn.backend == "auto"
-    x = torch.randn(B, 9, D_MODEL)
-    with torch.no_grad():
-        auto = attn(x)
-        out, weights = attn(x, need_weights=True)
-        assert_close(auto, attn(x, backend="sdpa"), atol=0, rtol=0)
-    assert_close(out, auto, **TIGHT)
-    assert weights.shape == (B, N_HEADS, 9, 9)
 
 
 # ------------------------------------------------------------------------------ blocked path
@@ -186,56 +156,3 @@ def test_memory_is_linear_in_T_without_allocator_settings(mode: list[str]) -> No
         timeout=1800,
     )
     assert result.returncode == 0, result.stdout + result.stderr  # exit 1 when a scheme's growth is >= 8x
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["alibi", "t5", "rope"])
-def test_flex_with_rolling_cache_equals_sdpa(name: str) -> None:
-    from poslab import KVCache
-
-    attn = make_attention(Variant(name, name), n_kv_heads=2, window=4)
-    x = torch.randn(B, 12, D_MODEL)
-    cache = KVCache(B, 2, D_MODEL // N_HEADS, capacity=4, rolling=True)
-    with torch.no_grad():
-        full = attn(x, backend="sdpa")
-        got = [attn(x[:, :5], cache=cache, backend="flex")]
-        got += [attn(x[:, t : t + 1], cache=cache, backend="flex") for t in range(5, 12)]
-    assert_close(torch.cat(got, 1), full, **TIGHT)
-
-
-# --------------------------------------------------------------------------------- bench CLI
-def test_bench_cli_smoke(tmp_path) -> None:
-    """``poslab bench`` on tiny sizes writes its table, JSON and plot; bad sizes are one-line errors."""
-    import json
-
-    from poslab.cli.app import main
-
-    out = tmp_path / "bench"
-    args = [
-        "bench",
-        "--sizes",
-        "32",
-        "--contexts",
-        "8",
-        "--repeats",
-        "1",
-        "--cases",
-        "poslab:none,naive",
-        "--out",
-        str(out),
-    ]
-    assert main(args) == 0
-    results = json.loads((out / "results.json").read_text())
-    rows = {r["case"]: r for r in results["attention"]["rows"]}
-    assert set(rows) == {"poslab:none", "naive"}
-    assert all(r["ms"] > 0 and r["peak_mib"] is not None for r in rows.values())  # memory from a subprocess
-    assert results["attention"]["roofline_gflops"] > 0
-    assert {r["case"] for r in results["decode"]["rows"]} >= {"kv-cache:rope", "recompute:rope"}
-    assert "| 32 | poslab:none |" in (out / "report.md").read_text()
-    assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
-    again = tmp_path / "again"
-    assert main(["bench", "--from-results", str(out / "results.json"), "--out", str(again)]) == 0  # no measuring
-    assert (again / "report.md").read_text() == (out / "report.md").read_text()
-    assert main(["bench", "--from-results", str(tmp_path / "missing.json")]) == 2
-    assert main(["bench", "--sizes", "32,zero", "--out", str(out)]) == 2
-    assert main(["bench", "--cases", "poslab:nope", "--out", str(out)]) == 2

@@ -1,4 +1,5 @@
-"""``poslab bench``'s case table: typed specs built by :data:`poslab.lab.bench.BUILDERS`, names parsed once."""
+"""``poslab bench``: its case table (typed specs built by :data:`poslab.lab.bench.BUILDERS`, names parsed once)
+and the command on tiny sizes."""
 
 from __future__ import annotations
 
@@ -84,3 +85,40 @@ def test_hf_family_cases_pair_up_and_name_their_implementation():
     assert eager == {"gemma2-softcap", "gemma2-softcap-window256", "gptoss-sinks", "gptoss-sinks-window128"}
     with pytest.raises(ValueError, match="unknown transformers family case 'nope'"):
         bench.hf_family_model("nope", 8)
+
+
+def test_bench_cli_smoke(tmp_path) -> None:
+    """``poslab bench`` on tiny sizes writes its table, JSON and plot; bad sizes are one-line errors."""
+    import json
+
+    from poslab.cli.app import main
+
+    out = tmp_path / "bench"
+    args = [
+        "bench",
+        "--sizes",
+        "32",
+        "--contexts",
+        "8",
+        "--repeats",
+        "1",
+        "--cases",
+        "poslab:none,naive",
+        "--out",
+        str(out),
+    ]
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    rows = {r["case"]: r for r in results["attention"]["rows"]}
+    assert set(rows) == {"poslab:none", "naive"}
+    assert all(r["ms"] > 0 and r["peak_mib"] is not None for r in rows.values())  # memory from a subprocess
+    assert results["attention"]["roofline_gflops"] > 0
+    assert {r["case"] for r in results["decode"]["rows"]} >= {"kv-cache:rope", "recompute:rope"}
+    assert "| 32 | poslab:none |" in (out / "report.md").read_text()
+    assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    again = tmp_path / "again"
+    assert main(["bench", "--from-results", str(out / "results.json"), "--out", str(again)]) == 0  # no measuring
+    assert (again / "report.md").read_text() == (out / "report.md").read_text()
+    assert main(["bench", "--from-results", str(tmp_path / "missing.json")]) == 2
+    assert main(["bench", "--sizes", "32,zero", "--out", str(out)]) == 2
+    assert main(["bench", "--cases", "poslab:nope", "--out", str(out)]) == 2

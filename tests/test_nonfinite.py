@@ -12,10 +12,10 @@ import json
 
 import pytest
 import torch
+from conftest import tiny_config
 
 import poslab.training.loop as train_module
 from poslab.cli.app import main
-from poslab.data import load_corpus
 from poslab.runs import load_run, read_metrics
 from poslab.session import train
 from poslab.training import checkpoint as ckpt
@@ -25,18 +25,9 @@ from poslab.training.loop import TrainingDiverged
 FIGURES = {"runs": 0, "detected_within_one_step": 0, "skipped_batches": 0}
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("nonfinite") / "corpus.txt"
-    path.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
-    return str(path)
-
-
 def config(tmp_path, corpus, **overrides) -> TrainConfig:
+    """:func:`conftest.tiny_config` with dropout, batch 4 and a checkpoint every step (10 steps)."""
     values = dict(
-        name="run",
-        out_dir=str(tmp_path / "runs"),
-        corpus=corpus,
         model={"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "dropout": 0.1},
         max_steps=10,
         batch_size=4,
@@ -45,14 +36,10 @@ def config(tmp_path, corpus, **overrides) -> TrainConfig:
         warmup_steps=2,
         lr_decay_steps=20,
         eval_interval=5,
-        eval_iters=1,
-        log_interval=1,
         ckpt_interval=1,
-        keep_checkpoints=0,
         seed=11,
-        threads=1,
     )
-    return TrainConfig.from_dict({**values, **overrides})
+    return tiny_config(tmp_path / "runs", corpus, **{**values, **overrides})
 
 
 def batches_of(cfg: TrainConfig, monkeypatch) -> list[torch.Tensor]:

@@ -1,7 +1,7 @@
 """A real full disk: a small tmpfs fills up under ``poslab train``, ``eval``, ``experiment``, ``sample`` and the lab
 report.
 
-``tests/test_reliability_disk.py`` fakes disk-full inside Python's ``open``; the tensor files are
+``tests/test_disk.py`` fakes disk-full inside Python's ``open``; the tensor files are
 written by safetensors' Rust writer, which a Python fake never reaches (it ended in a
 ``SafetensorError`` traceback). Here the file system is real: a tmpfs mounted for the test (root
 only; skipped with the reason where mounting is not permitted, e.g. a container without

@@ -1,5 +1,7 @@
 """Kill ``poslab train`` with SIGKILL at any moment, resume with ``--resume``, lose nothing.
 
+A Transformer-XL (``--memory``) run resumes bitwise too: its segment memory is part of each checkpoint.
+
 An uninterrupted ``python -m poslab train`` run (a fresh interpreter) is the reference. The same run
 is then started, SIGKILLed and resumed again and again until it completes; at the end its loss curve
 (``metrics.jsonl``: loss, lr, grad_norm, val_loss of every logged step) and its final weights,
@@ -504,7 +506,8 @@ def test_sigkill_anywhere_then_resume_reproduces_the_uninterrupted_run(tmp_path,
 @pytest.mark.slow
 def test_sigkill_of_a_memory_run_then_resume_is_bitwise(tmp_path, request):
     """Transformer-XL recurrence (``--memory``): the segment memory is checkpointed, so killed and
-    resumed runs continue bitwise too (the fast version: tests/test_reliability_hostile_inputs.py)."""
+    resumed runs continue bitwise too (the fast version:
+    :func:`test_a_memory_run_interrupted_and_resumed_continues_bitwise`)."""
     from test_reliability_artifacts import mode, record
 
     memory = ("--model.position", "rope", "--memory", "8")
@@ -535,6 +538,34 @@ def test_building_a_config_leaves_the_global_rng_alone():
     for position in ("learned", "t5", "fire", "xl", "kerple"):
         GPTConfig(vocab_size=10, n_layer=1, n_head=2, n_embd=8, block_size=8, position=position)
     assert torch.equal(before, torch.get_rng_state())
+
+
+@pytest.mark.usefixtures("single_thread", "hostile_figures")
+def test_a_memory_run_interrupted_and_resumed_continues_bitwise(tmp_path, corpus):
+    """The segment memory is saved with the checkpoint (``memory.{micro}.*``): the resumed curve and
+    weights equal the uninterrupted run's (a memory restarted empty changes the loss from step 5)."""
+    import torch
+    from cli_helpers import answered
+    from run_helpers import tiny
+
+    from poslab.runs import RunFolder, read_metrics
+    from poslab.session import train
+    from poslab.training import checkpoint as ckpt
+
+    model = dict(n_layer=2, n_head=2, n_embd=16, block_size=8, position="rope", dropout=0.1)
+    same = dict(ckpt_interval=3, eval_interval=3, lr_decay_steps=6, memory=8, model=model)
+    whole = tiny(tmp_path / "a", corpus, max_steps=6, **same)
+    train(whole, progress=False)
+    part = tiny(tmp_path / "b", corpus, max_steps=3, **same)
+    train(part, progress=False)
+    assert any(k.startswith("memory.0.hidden.") for k in ckpt.load_checkpoint(part.run_dir)[0])
+    train(tiny(tmp_path / "b", corpus, max_steps=6, **same), resume=True, progress=False)
+    keys = ("step", "loss", "lr", "grad_norm", "val_loss")
+    reference = [[r.get(k) for k in keys] for r in read_metrics(whole.run_dir)]
+    assert [[r.get(k) for k in keys] for r in read_metrics(part.run_dir)] == reference
+    a, b = RunFolder(whole.run_dir).load_model(), RunFolder(part.run_dir).load_model()
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    answered()
 
 
 if __name__ == "__main__":

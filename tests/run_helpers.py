@@ -1,0 +1,58 @@
+"""Helpers of the run-folder tests: the tiny run ``A``, consistent forgeries, the table's figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import tiny_config
+
+from poslab.training import checkpoint as ckpt
+from poslab.training.config import TrainConfig
+
+#: ``poslab train`` options of a tiny model on one thread
+SMALL = [
+    "--model.n_layer",
+    "1",
+    "--model.n_embd",
+    "16",
+    "--model.block_size",
+    "16",
+    "--batch_size",
+    "2",
+    "--eval_iters",
+    "1",
+    "--threads",
+    "1",
+    "--no-progress",
+]
+
+
+def tiny(out: Path, corpus: Path | str, **overrides) -> TrainConfig:
+    """:func:`conftest.tiny_config` named ``A``, with one checkpoint at the end."""
+    return tiny_config(out, corpus, **{"name": "A", "ckpt_interval": 0, "seed": 5, **overrides})
+
+
+def record(request, **figures) -> None:
+    """Add this case's figures to the reliability table (test-artifacts/reliability.json)."""
+    from test_reliability_artifacts import mode
+    from test_reliability_artifacts import record as write
+
+    write("run_folder", mode(request), {"cases": 1, **figures})
+
+
+def rewrite_config(run: Path, edit) -> None:
+    doc = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    (run / "config.json").write_text(json.dumps(edit(doc)), encoding="utf-8")
+
+
+def reforge(run: Path, tensors_edit=None, meta_edit=None) -> None:
+    """Rewrite the latest checkpoint with its checksums recomputed (a consistent forgery)."""
+    tensors, meta = ckpt.load_checkpoint(run)
+    step = meta["step"]
+    meta = {k: v for k, v in meta.items() if k not in ("sha256", "step", "tensors_file")}
+    if tensors_edit:
+        tensors = tensors_edit(tensors)
+    if meta_edit:
+        meta = meta_edit(meta)
+    ckpt.save_checkpoint(run, step, tensors, meta)
