@@ -395,6 +395,8 @@ def probe_claims(
                 )
             )
             continue
+        # paired by seed: seed i trained both schemes on the same batches in the same order and tested them on
+        # the same test batches (train_probe), so what those batches make easy or hard cancels in the difference
         _same_seeds(table, (better, worse), form.ranking_tasks, seeds)
         out.append(
             verdicts.paired(
