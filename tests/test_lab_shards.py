@@ -281,3 +281,84 @@ def test_lab_refuses_a_bad_size_before_any_step(tmp_path, capsys):
     assert main(["lab", "--out", str(tmp_path / "lab"), "--size", "nope"]) == 2
     assert "unknown size 'nope'; choose one of smoke, quick, full, gpu, gpu-large" in capsys.readouterr().err
     assert not (tmp_path / "lab").exists()
+
+
+# ------------------------------------------------------------------------------------------ --seeds
+def test_seeds_extend_the_lab_seeds():
+    assert training.seeds_for(3) == training.SEEDS
+    assert training.seeds_for(5) == (*training.SEEDS, training.SEEDS[-1] + 1, training.SEEDS[-1] + 2)
+
+
+@pytest.mark.parametrize("value", ["2", "0", "-3", "x", "2.5"])
+def test_too_few_seeds_is_one_line(value, tmp_path, capsys):
+    assert main(["experiment", "probes", "--seeds", value, "--out", str(tmp_path / "e")]) == 2
+    assert main(["lab", "--seeds", value, "--out", str(tmp_path / "lab")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("--seeds" in line and value in line for line in err), err
+    assert not (tmp_path / "lab").exists() and not (tmp_path / "e" / "results.json").exists()
+
+
+def _fake_registry(monkeypatch) -> dict:
+    """Two fake experiments, one that takes seeds and one that does not; what each run received."""
+    from types import SimpleNamespace
+
+    from poslab.lab import experiments
+    from poslab.lab.experiments.common import LAB, Experiment
+
+    got: dict = {}
+
+    def seeded(out, quick=False, seeds=(1, 2, 3)):
+        got["seeded"] = tuple(seeds)
+        return {"claims": []}
+
+    def plain(out, quick=False):
+        got["plain"] = True
+        return {"claims": []}
+
+    fakes = {
+        name: SimpleNamespace(EXPERIMENT=Experiment(name=name, description="fake", tier=LAB, run=run, estimate=(1, 1)))
+        for name, run in (("seeded", seeded), ("plain", plain))
+    }
+    monkeypatch.setattr(experiments, "registry", lambda: fakes)
+    return got
+
+
+def test_an_experiment_receives_the_seeds(tmp_path, monkeypatch, capsys):
+    got = _fake_registry(monkeypatch)
+    assert main(["experiment", "seeded", "--seeds", "5", "--out", str(tmp_path / "s")]) == 0
+    assert got["seeded"] == training.seeds_for(5)
+    assert main(["experiment", "seeded", "--out", str(tmp_path / "d")]) == 0
+    assert got["seeded"] == (1, 2, 3)  # no --seeds: the experiment's own default
+    assert main(["experiment", "plain", "--seeds", "5", "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'plain' trains no seeded arms" in err[0] and "seeded" in err[0], err
+    assert "plain" not in got
+
+
+def test_the_lab_gives_the_seeds_to_experiments_that_take_them(tmp_path, monkeypatch):
+    from poslab.lab import experiments
+
+    _fake_registry(monkeypatch)
+    steps = lab.plan(Path("/L"), "quick", seeds=6)
+    by_name = {s.name: s for s in steps if s.kind == "experiment"}
+    assert by_name["seeded"].argv[-2:] == ["--seeds", "6"] and by_name["seeded"].seeds == 6
+    assert "--seeds" not in by_name["plain"].argv and by_name["plain"].seeds is None
+    monkeypatch.undo()
+    real = lab.plan(Path("/L"), "quick", seeds=4)
+    takes = {
+        n for n, e in experiments.descriptions().items() if "seeds" in __import__("inspect").signature(e.run).parameters
+    }
+    assert {"probes", "heads", "position-training"} <= takes
+    for step in real:
+        assert (step.seeds == 4) == (step.name in takes) and ("--seeds" in step.argv) == (step.name in takes)
+
+
+def test_a_finished_step_of_other_seeds_is_rerun(tmp_path):
+    step = lab.Step("e", "experiment", "experiments/e", [], seeds=5)
+    (tmp_path / "experiments" / "e").mkdir(parents=True)
+    (tmp_path / "experiments" / "e" / "results.json").write_text("{}")
+    record = {"status": "ok", "mode": "quick", "size": None, "seeds": None}
+    previous = {"records": {"experiments/e": record}}
+    assert not lab._finished(step, tmp_path, previous, "quick")
+    record["seeds"] = 5
+    assert lab._finished(step, tmp_path, previous, "quick")

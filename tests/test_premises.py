@@ -82,3 +82,17 @@ def test_attach_gates_seeded_records_only():
     assert out[1]["verdict"] == HELD and out[1]["premise"] is None  # deterministic: no premise needed
     assert missing_premises(out) == []
     assert premises.arms_of(held, ["a", "b", "c"]) == ["a", "b"]
+
+
+def test_length_premise_is_per_seed_and_names_the_seed():
+    """A mean of 0.92 over seeds hides a seed at 0.76 that has not learned the task: the premise fails on it."""
+    found = premises.fits_length({"alibi": [1.0, 0.76, 1.0], "rope": [1.0, 1.0, 1.0]}, seeds=(0, 1, 2))
+    assert not found.met and "alibi seed 1: 0.760" in found.measured
+    assert premises.fits_length({"alibi": [0.95, 0.91, 0.9]}, seeds=(0, 1, 2)).met
+
+
+def test_above_chance_is_a_one_sample_test_per_arm():
+    assert premises.above_chance({"a": [0.30, 0.32, 0.31], "b": [0.5, 0.52, 0.49]}, chance=0.0625).met
+    near = premises.above_chance({"a": [0.30, 0.32, 0.31], "b": [0.05, 0.09, 0.07]}, chance=0.0625)
+    assert not near.met and "b 0.070" in near.measured and "not above" in near.measured
+    assert not premises.above_chance({"a": [0.9]}, chance=0.1).met  # one seed has no interval

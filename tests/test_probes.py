@@ -316,3 +316,100 @@ def test_stacked_seeds_equal_single_trainings_with_mixed_sizes():
         a = train_probe("reverse", 5, "rope", seed, recipe, (1, 2))
         assert b["final_loss"] == pytest.approx(a["final_loss"], abs=1e-5)
         assert b["accuracy"]["2"] == pytest.approx(a["accuracy"]["2"], abs=1e-5)
+
+
+# ------------------------------------------------------------------------------------ claims on given accuracies
+QUICK = experiment.FORMS["quick"]
+
+
+def _table(accuracy: dict[str, dict[str, list[float]]], task: str = "reverse") -> dict:
+    """A probes table for ``task`` from ``scheme -> factor -> per-seed accuracy`` (seeds of the quick form)."""
+    chance = P.chance(P.Task(task, QUICK.train_size))
+    return {
+        task: {
+            scheme: {"accuracy": acc, "cannot": {}, "seeds": list(QUICK.seeds), "chance": chance}
+            for scheme, acc in accuracy.items()
+        }
+    }
+
+
+def _claims(table: dict, heads: dict | None = None) -> dict[str, dict]:
+    heads = heads or {}
+    records = experiment.probe_claims(table, heads, QUICK)
+    made = experiment.attach(records, lambda r: experiment.probe_premise(r, table, heads, QUICK))
+    return {c["claim"]: c for c in made}
+
+
+ABOVE = {"1": [1.0, 1.0, 1.0], "2": [0.50, 0.52, 0.48], "4": [0.30, 0.33, 0.31]}
+
+
+def test_a_probe_premise_holds_for_every_seed_not_the_mean():
+    """One ALiBi seed at 0.76 at L (a mean of 0.92 over three seeds) makes its claims not testable, naming the seed."""
+    accuracy = {s: dict(ABOVE) for s in experiment.RANKING}
+    accuracy["alibi"] = dict(ABOVE, **{"1": [1.0, 0.76, 1.0]})
+    claims = _claims(_table(accuracy))
+    for name in (
+        "t5 generalises past the training length better than alibi",
+        "alibi generalises past the training length better than rope",
+    ):
+        record = verdicts.ClaimRecord.from_dict(claims[name])
+        assert verdicts.not_testable(record)
+        assert f"alibi reverse seed {QUICK.seeds[1]}: 0.760" in record.premise.measured
+    assert claims["none generalises past the training length better than t5"]["premise"]["met"]
+
+
+def test_a_ranking_is_compared_only_where_both_arms_are_above_chance():
+    chance = P.chance(P.Task("reverse", QUICK.train_size))
+    at_chance = [chance - 0.01, chance + 0.01, chance]
+    accuracy = {s: dict(ABOVE) for s in experiment.RANKING}
+    accuracy["sinusoidal"] = {"1": [1.0, 1.0, 1.0], "2": [0.2, 0.21, 0.19], "4": at_chance}
+    accuracy["none"] = {"1": [1.0, 1.0, 1.0], "2": at_chance, "4": at_chance}
+    claims = _claims(_table(accuracy))
+    rope = claims["rope generalises past the training length better than sinusoidal"]
+    assert rope["premise"]["met"] and "(2L;" in rope["details"]["metric"]  # 4L, where sinusoidal guesses, is left out
+    assert rope["details"]["better"] == pytest.approx([0.50, 0.52, 0.48])
+    nope = verdicts.ClaimRecord.from_dict(claims["none generalises past the training length better than t5"])
+    assert (
+        verdicts.not_testable(nope)
+        and "2L not used" in nope.premise.measured
+        and "4L not used" in nope.premise.measured
+    )
+    assert "above chance" in nope.details["reason"]
+
+
+def test_probe_arms_of_one_seed_are_compared_paired():
+    """Arms trained from the same seeds differ by a steady 0.1 under a large seed-to-seed spread: Welch's test
+    cannot see it through the spread, the paired test (the plan's for these arms) decides it."""
+    accuracy = {s: dict(ABOVE) for s in experiment.RANKING}
+    accuracy["alibi"] = dict(ABOVE, **{"2": [0.5, 0.6, 0.7], "4": [0.5, 0.6, 0.7]})
+    accuracy["rope"] = dict(ABOVE, **{"2": [0.4, 0.49, 0.61], "4": [0.4, 0.49, 0.61]})
+    record = _claims(_table(accuracy))["alibi generalises past the training length better than rope"]
+    assert record["design"]["test"] == "paired t-test" and record["details"]["seeds"] == list(QUICK.seeds)
+    assert record["verdict"] == "held"
+    welch = verdicts.compare(
+        "c",
+        "s",
+        record["details"]["better"],
+        record["details"]["worse"],
+        better_label="alibi",
+        worse_label="rope",
+        metric="m",
+        lower_is_better=False,
+    )
+    assert welch.verdict == "inconclusive"
+    heads = _claims(_table(accuracy), heads={1: [0.6, 0.66, 0.7], 4: [0.9, 0.95, 1.0]})
+    mqar = next(c for name, c in heads.items() if name.startswith("more heads"))
+    assert mqar["design"]["test"] == "paired t-test" and mqar["verdict"] == "held"
+
+
+def test_run_takes_the_seeds(monkeypatch, tmp_path):
+    trained = []
+
+    def fake_jobs(jobs, workers):
+        trained.extend(job[3] for job in jobs)
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(experiment, "run_jobs", fake_jobs)
+    with pytest.raises(RuntimeError, match="stop"):
+        experiment.run(tmp_path, form="smoke", schemes=["rope"], workers=1, seeds=(7, 8, 9, 10))
+    assert sorted(set(trained)) == [7, 8, 9, 10]

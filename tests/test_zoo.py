@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from poslab.cli.app import main
+from poslab.lab import evidence
 from poslab.lab.experiments import model_zoo
-from poslab.lab.verdicts import check_records
+from poslab.lab.verdicts import ClaimRecord, check_records
 
 ZOO = Path(model_zoo.__file__).resolve().parent.parent / "data" / "model_zoo.json"
 RAW = json.loads(ZOO.read_text())["models"]
@@ -151,3 +152,33 @@ def test_claim_records_and_outputs(results):
     assert {c["verdict"] for c in r["claims"]} <= {"held", "did not hold", "inconclusive"}
     assert (out / "model_zoo.png").stat().st_size > 10_000
     assert "claims" in stdout and "Llama 3 8B" in stdout
+
+
+def test_dk_is_judged_here_quoted_with_its_evidence(results):
+    (c,) = [c for c in results[0]["claims"] if "不管模型多大" in c["details"].get("sentence", "")]
+    assert c["verdict"] == "held" and "DeepSeek-V3 192" in c["measured"] and "Gemma 7B" in c["measured"]
+    assert "model-zoo" in c["details"]["evidence"] and evidence.evidence_problems(c) == []
+    assert c["details"]["sentence"] in c["details"]["quote"]
+    rows = model_zoo.load_zoo()
+    content = {r["name"]: r["head_dim"] - (64 if r["attention"] == "MLA" else 0) for r in rows}
+    assert content["DeepSeek-V3"] == 128 and max(r["d_model"] for r in rows) / min(r["d_model"] for r in rows) > 20
+
+
+def test_the_grouped_query_count_is_a_poslab_note_out_of_the_lessons_tally(results):
+    """The lessons make no claim on grouped-query attention: the zoo's check of 4·d² on GQA rows is a poslab note,
+    shown with its own badge and in no count of the lessons' claims."""
+    from poslab.lab.doctables import _counts
+    from poslab.lab.report import claims as claims_mod
+    from poslab.lab.report.builder import kind, summary_counts
+
+    (gqa,) = [c for c in results[0]["claims"] if "grouped-query" in c["claim"]]
+    record = ClaimRecord.from_dict(gqa)
+    assert gqa["verdict"] == "did not hold" and not evidence.lesson_claim(record.details)
+    assert kind(record) == "note"
+    lessons = [ClaimRecord.from_dict(c) for c in results[0]["claims"] if c is not gqa]
+    assert all(evidence.lesson_claim(r.details) and kind(r) != "note" for r in lessons)
+    wrong = sum(kind(r) == "wrong" for r in lessons)
+    shown = summary_counts([claims_mod.Verdict("experiments/model-zoo", r) for r in [*lessons, record]])
+    assert f"{wrong} did not hold" in shown and "note" not in shown
+    snapshot = [{"kind": kind(r)} for r in [*lessons, record]]
+    assert f"{wrong} did not hold" in _counts(snapshot) and "note" not in _counts(snapshot)

@@ -1,4 +1,4 @@
-"""``poslab experiment NAME|all|list [--out DIR] [--quick] [--workers N] [--size SIZE] [--shard i/N]``.
+"""``poslab experiment NAME|all|list [--out DIR] [--quick] [--workers N] [--size SIZE] [--seeds N] [--shard i/N]``.
 
 ``NAME`` runs one experiment and writes ``DIR/results.json`` (default ``runs/experiments/NAME``);
 with ``--shard i/N`` it trains only the i-th of N slices of its trainings and records what it trained
@@ -55,6 +55,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "e.g. deep=quick,n_layer=4,steps=600",
     )
     p.add_argument(
+        "--seeds",
+        default=None,
+        metavar="N",
+        help="seeds per seeded arm, at least 3 (default 3): the lab's seeds 1337, 1338, ... for every arm of "
+        "an experiment that trains seeded arms (more seeds, more power; a finished seed is reused)",
+    )
+    p.add_argument(
         "--shard",
         default=None,
         metavar="i/N",
@@ -74,6 +81,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="the Ray cluster to use (default: RAY_ADDRESS, else a local Ray started for the command)",
     )
     p.set_defaults(func=run, on_interrupt=RESUMES)
+
+
+def seeds_option(text: str | None) -> int | None:
+    """The number ``--seeds`` gives (``None`` without it), checked: a whole number of at least 3 (``ValueError``
+    naming the value and the rule, :func:`poslab.lab.experiments.training.check_seeds`)."""
+    from poslab.lab.experiments.training import check_seeds
+
+    if text is None:
+        return None
+    try:
+        return check_seeds(int(text))
+    except ValueError:
+        return check_seeds(text)  # not a whole number (or too few): the error names the value as given
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         from poslab.training.config import training_device
 
         training_device(define_size(args.size).device)  # a CUDA size without a GPU: one line before any work
+    args.seeds = seeds_option(args.seeds)  # a bad number: one line before any work
     shard = None
     if args.shard is not None:
         shard = runner.parse_shard(args.shard)
@@ -121,7 +142,9 @@ def _run_one(name: str, where: Path, args: argparse.Namespace) -> None:
     from poslab.training.loop import TrainingDiverged
 
     try:
-        experiments.run_experiment(name, where, quick=args.quick, workers=args.workers, size=args.size)
+        experiments.run_experiment(
+            name, where, quick=args.quick, workers=args.workers, size=args.size, seeds=args.seeds
+        )
     except TrainingDiverged as err:
         raise TrainingDiverged(f"experiment {name}: {err}") from None
 
@@ -155,6 +178,7 @@ def _run_shard(args: argparse.Namespace, registry: dict, name: str, shard: tuple
         "stages": stages,
         "quick": bool(args.quick),
         "size": dataclasses.asdict(define_size(args.size)) if args.size else None,
+        "seeds": args.seeds,
         "seconds": round(time.perf_counter() - start, 1),
         "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
     }

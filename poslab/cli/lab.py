@@ -1,12 +1,13 @@
 """``poslab lab [--quick|--full] [--out DIR] [--fresh] [--only STEP ...] [--report-only] [--lang en|zh] [--cluster ray]
-[--size SIZE] [--shard i/N]``: the whole lab (``--shard``: one slice of its trainings; see :mod:`poslab.lab.lab`)."""
+[--size SIZE] [--seeds N] [--shard i/N]``: the whole lab (``--shard``: one slice of its trainings; see
+:mod:`poslab.lab.lab`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from poslab.cli.experiment import RESUMES
+from poslab.cli.experiment import RESUMES, seeds_option
 from poslab.lab import lab, runner
 
 
@@ -39,6 +40,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "poslab.lab.sizes), or a new one, e.g. deep=quick,n_layer=4; a changed size reruns them",
     )
     parser.add_argument(
+        "--seeds",
+        default=None,
+        metavar="N",
+        help="seeds per seeded arm of every experiment that trains seeded arms, at least 3 (default 3; more "
+        "seeds, more power to decide; the others are unaffected)",
+    )
+    parser.add_argument(
         "--shard",
         default=None,
         metavar="i/N",
@@ -66,10 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if args.report_only:
         print(f"wrote {build_report(args.out, lang=args.lang)}")
         return 0
+    seeds = seeds_option(args.seeds)  # a bad number: one line before any step
     shard = runner.parse_shard(args.shard) if args.shard is not None else None
     executor = runner.executor_for(args.cluster, args.ray_address)
     with runner.for_child_steps(executor):  # each step (a `poslab experiment` process) uses the same cluster
-        manifest = lab.run_lab(args.out, args.mode, args.fresh, args.only, size=args.size, shard=shard)
+        manifest = lab.run_lab(args.out, args.mode, args.fresh, args.only, size=args.size, shard=shard, seeds=seeds)
     if args.lang != "en" and shard is None:
         print(f"wrote {build_report(args.out, lang=args.lang)}")
     return 0 if lab.succeeded(manifest, args.only) else 1

@@ -32,7 +32,7 @@ from typing import Any
 
 from poslab.lab import premises, reference_values
 from poslab.lab.experiments import descriptions, probes_tables, run_experiment
-from poslab.lab.report.builder import ALWAYS_COUNTED, kind, load_manifest, load_results
+from poslab.lab.report.builder import ALWAYS_COUNTED, NOT_TALLIED, kind, load_manifest, load_results
 from poslab.lab.report.claims import evaluate
 from poslab.lab.report.i18n import name_lessons
 from poslab.lab.tables import Table
@@ -51,6 +51,7 @@ KIND_NAMES = {
     "inconclusive": "inconclusive",
     "withdrawn": "withdrawn",
     "unusable": "unusable",
+    "note": "poslab note",
 }
 #: lab steps that are deterministic and take seconds: their part of the snapshot can be rerun alone
 RERUNNABLE = ("rope-relative", "permutation", "model-zoo", "corrections")
@@ -173,7 +174,11 @@ def _duration(seconds: float | None) -> str:
 
 def _counts(claims: Sequence[dict]) -> str:
     counts = {k: sum(c["kind"] == k for c in claims) for k in KIND_NAMES}
-    return ", ".join(f"{counts[k]} {name}" for k, name in KIND_NAMES.items() if counts[k] or k in ALWAYS_COUNTED)
+    return ", ".join(
+        f"{counts[k]} {name}"
+        for k, name in KIND_NAMES.items()
+        if (counts[k] or k in ALWAYS_COUNTED) and k not in NOT_TALLIED
+    )
 
 
 def _table(claims: Sequence[dict], with_experiment: bool) -> str:

@@ -12,6 +12,8 @@ A correction record (``poslab experiment corrections``) carries, in its ``detail
   - ``withdrawn``: the test cannot settle the statement (or judged something the lesson does not
     say); the verdict is ``inconclusive`` and ``details["reason"]`` says why.
 
+* ``lesson_claim``: ``False`` on a poslab note, a record that judges no claim of the lessons
+  (:func:`lesson_claim`); the page keeps it out of the lessons' tally.
 * ``sentence``: the lesson's sentence the record judges, verbatim. Two records that judge the same
   sentence must give it the same verdict (one rule per claim across the page).
 
@@ -32,6 +34,17 @@ EVIDENCE_KINDS = (MEASURED, SOURCE, WITHDRAWN)
 KIND_KEY = "evidence_kind"
 SENTENCE_KEY = "sentence"
 REFERENCE_KEY = "reference"
+
+
+#: the ``details`` key that marks a record as poslab's own note, not a claim of the lessons (``False``): the page
+#: shows it with the "poslab note" badge and leaves it out of every count of the lessons' claims
+LESSON_CLAIM_KEY = "lesson_claim"
+
+
+def lesson_claim(details: Any) -> bool:
+    """Whether a record (by its ``details``) judges a claim of the lessons: every record not marked
+    ``details["lesson_claim"] = False`` (a poslab note, such as a check of poslab's own beyond the lessons)."""
+    return not (isinstance(details, Mapping) and details.get(LESSON_CLAIM_KEY) is False)
 
 
 def evidence_kind(details: Any) -> str | None:

@@ -12,7 +12,9 @@ Steps (each a ``python -m poslab ...`` subprocess, its output kept in ``LAB/logs
 5. ``LAB/report.html`` (:func:`poslab.lab.report.build_report`).
 
 ``--size SIZE`` (a size of :data:`poslab.lab.sizes.SIZES`, or ``NEW=BASE,FIELD=VALUE,...``) goes to every
-training experiment that takes a size; the others keep their quick or full form.
+training experiment that takes a size; the others keep their quick or full form. ``--seeds N`` (at least 3)
+goes to every experiment that trains seeded arms (its ``run`` takes ``seeds``): each arm gets ``N`` seeds
+(:func:`poslab.lab.experiments.training.seeds_for`); the others are unaffected.
 
 ``--shard i/N`` runs only the training experiments, each training the i-th of N disjoint slices of
 its trainings (``poslab experiment NAME --shard i/N``) into the shared lab folder, and records the
@@ -76,6 +78,8 @@ class Step:
             (``["--resume"]`` for a training: its checkpoint); ``None``: rerun from scratch.
         size: the values of the size given to the step (``--size``; ``None``: none, its mode decides);
             a finished result of another size is not reused.
+        seeds: the seeds per arm given to the step (``--seeds``; ``None``: its default); a finished result of
+            other seeds is not reused.
     """
 
     name: str
@@ -88,9 +92,16 @@ class Step:
     command: list[str] | None = None
     resume: list[str] | None = None
     size: dict | None = None
+    seeds: int | None = None
 
 
-def plan(lab_dir: Path, mode: str, size: str | None = None, shard: tuple[int, int] | None = None) -> list[Step]:
+def plan(
+    lab_dir: Path,
+    mode: str,
+    size: str | None = None,
+    shard: tuple[int, int] | None = None,
+    seeds: int | None = None,
+) -> list[Step]:
     """The lab's steps for ``mode`` (``quick`` or ``full``), in order.
 
     The experiments come from their descriptions (:func:`poslab.lab.experiments.descriptions`): first
@@ -103,6 +114,8 @@ def plan(lab_dir: Path, mode: str, size: str | None = None, shard: tuple[int, in
             training experiment whose ``run`` takes one (recorded in its :attr:`Step.size`).
         shard: ``(i, N)``: only the training experiments, each with ``--shard i/N``, its done file
             the shard's record (:func:`poslab.lab.runner.shard_file`).
+        seeds: seeds per arm, given as ``--seeds`` to every experiment whose ``run`` takes ``seeds``
+            (recorded in its :attr:`Step.seeds`).
     """
     import dataclasses
     import inspect
@@ -125,6 +138,8 @@ def plan(lab_dir: Path, mode: str, size: str | None = None, shard: tuple[int, in
             folder = lab_dir / "experiments" / name
             takes_size = sized is not None and "size" in inspect.signature(experiment.run).parameters
             extra = ["--size", str(size)] if takes_size else []
+            takes_seeds = seeds is not None and "seeds" in inspect.signature(experiment.run).parameters
+            extra += ["--seeds", str(seeds)] if takes_seeds else []
             done = "results.json"
             if shard is not None:
                 extra += ["--shard", f"{shard[0]}/{shard[1]}"]
@@ -139,6 +154,7 @@ def plan(lab_dir: Path, mode: str, size: str | None = None, shard: tuple[int, in
                     needs=tuple(f"experiments/{n}" for n in experiment.reuses),
                     estimate=float(experiment.estimate[MODES.index(mode)]),
                     size=sized if takes_size else None,
+                    seeds=seeds if takes_seeds else None,
                 )
             )
     if shard is not None:
@@ -393,6 +409,7 @@ def _finished(step: Step, lab_dir: Path, previous: dict, mode: str) -> bool:
         record.get("status") in ("ok", "reused")
         and record.get("mode") == mode
         and record.get("size") == step.size
+        and record.get("seeds") == step.seeds
         and (lab_dir / step.folder / step.done_file).is_file()
     )
 
@@ -407,7 +424,12 @@ def _sharded_here(step: Step, lab_dir: Path, mode: str) -> bool:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(record, dict) and record.get("quick") == (mode == "quick") and record.get("size") == step.size:
+        if (
+            isinstance(record, dict)
+            and record.get("quick") == (mode == "quick")
+            and record.get("size") == step.size
+            and record.get("seeds") == step.seeds
+        ):
             return True
     return False
 
@@ -420,6 +442,7 @@ def run_lab(
     stream: TextIO | None = None,
     size: str | None = None,
     shard: tuple[int, int] | None = None,
+    seeds: int | None = None,
 ) -> dict:
     """Run the lab and write ``lab_dir/report.html``.
 
@@ -433,16 +456,19 @@ def run_lab(
             spec); steps of another size are rerun.
         shard: ``(i, N)``: train the i-th of N slices of the training experiments' trainings and stop
             (the manifest goes to ``lab_dir/shards/lab-I-of-N.json``, no report); see the module doc.
+        seeds: seeds per arm of every experiment that trains seeded arms (at least 3); steps of other
+            seeds are rerun.
 
     Returns:
         The manifest written to ``lab_dir/lab.json`` (the shard's manifest with ``shard``).
 
     Raises:
-        ValueError: an unknown mode or step, a bad size (or a CUDA size without a GPU), ``fresh``
-            with ``shard`` (a fresh shard would delete the other shards' trainings).
+        ValueError: an unknown mode or step, a bad size (or a CUDA size without a GPU), fewer than 3
+            seeds, ``fresh`` with ``shard`` (a fresh shard would delete the other shards' trainings).
     """
     import dataclasses
 
+    from poslab.lab.experiments.training import seeds_for
     from poslab.lab.report import build_report, machine_info
     from poslab.lab.sizes import define_size
     from poslab.training.config import training_device
@@ -455,6 +481,8 @@ def run_lab(
             "would delete the other shards' trainings; start the lab folder afresh before the shards"
         )
     sized = define_size(size) if size is not None else None  # a bad size: one error before any step
+    if seeds is not None:
+        seeds_for(seeds)  # a bad number of seeds: one error before any step
     if sized is not None:
         training_device(sized.device)  # a CUDA size without a GPU: one error, not one per step
     lab_dir = Path(lab_dir)
@@ -462,7 +490,7 @@ def run_lab(
         raise ValueError(f"lab folder {str(lab_dir)!r} exists and is not a folder")
     lab_dir.mkdir(parents=True, exist_ok=True)
     previous = _read_manifest(lab_dir) if shard is None else {}
-    options = {k: v for k, v in (("size", size), ("shard", shard)) if v is not None}
+    options = {k: v for k, v in (("size", size), ("shard", shard), ("seeds", seeds)) if v is not None}
     steps = plan(lab_dir, mode, **options)
     known = {s.name for s in steps}
     if only:
@@ -480,12 +508,14 @@ def run_lab(
         + ("--quick" if mode == "quick" else "--full")
         + (" --fresh" if fresh else "")
         + (f" --size {size}" if size is not None else "")
+        + (f" --seeds {seeds}" if seeds is not None else "")
         + (f" --shard {shard[0]}/{shard[1]}" if shard else "")
     )
     manifest = {
         "mode": mode,
         "command": command,
         "size": dataclasses.asdict(sized) if sized is not None else None,
+        "seeds": seeds,
         "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": machine_info(),
         "steps": [],
@@ -506,7 +536,14 @@ def run_lab(
                 for s in steps[index + 1 :]
                 if (not only or s.name in only) and (fresh or not _finished(s, lab_dir, previous, mode))
             )
-            record = {"name": step.name, "kind": step.kind, "folder": step.folder, "mode": mode, "size": step.size}
+            record = {
+                "name": step.name,
+                "kind": step.kind,
+                "folder": step.folder,
+                "mode": mode,
+                "size": step.size,
+                "seeds": step.seeds,
+            }
             blocked = [n for n in step.needs if n in failed]
             if blocked:
                 record.update(status="skipped", error=f"needs {', '.join(blocked)}, which failed", seconds=0.0)
@@ -627,6 +664,7 @@ def _stopped(step: Step, previous: dict, mode: str) -> bool:
         and record.get("status") == "interrupted"
         and record.get("mode") == mode
         and record.get("size") == step.size
+        and record.get("seeds") == step.seeds
     )
 
 

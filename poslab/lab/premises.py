@@ -6,9 +6,13 @@ Each rule turns measurements of the same runs the claim is decided on into a
 this scale") when the premise is unmet. The thresholds below are fixed here, before any run, and
 are never tuned to a result:
 
-* **length generalisation** (:func:`fits_length`): the mean accuracy at the training length ``L``
-  over seeds is at least :data:`LENGTH_ACCURACY` (0.9) in every arm of the claim. A model that has
-  not learned the task at ``L`` says nothing about how it generalises past ``L``.
+* **length generalisation** (:func:`fits_length`): every seed's accuracy at the training length ``L``
+  is at least :data:`LENGTH_ACCURACY` (0.9) in every arm of the claim. A model that has not learned
+  the task at ``L`` says nothing about how it generalises past ``L``, and a mean over seeds would let
+  one such seed in (0.76 beside two at 1.0 has a mean of 0.92).
+* **above chance** (:func:`above_chance`): every arm's per-seed accuracy at a test length lies above
+  the task's chance level by more than the 95% interval of its mean (a one-sample t-test, the
+  interval of :func:`poslab.lab.verdicts.bound`): a comparison of accuracies at chance compares noise.
 * **passkey** (:func:`retrieves`): the mean retrieval accuracy at ``L`` is at least halfway from
   chance to perfect, ``chance + PASSKEY_SHARE * (1 - chance)`` with :data:`PASSKEY_SHARE` = 0.5.
 * **language models** (:func:`below_bigram`): every seed's validation loss is at least
@@ -24,6 +28,10 @@ are never tuned to a result:
 * **masked LMs** (:func:`below_baseline`): a masked LM's loss on its masked positions is at least
   :data:`BIGRAM_MARGIN` below the unigram baseline (a masked LM's loss is not comparable to a
   causal bigram, whose context is one side only).
+* **analysed models** (:func:`below_baseline` with the trigram): a claim about what a trained model's
+  heads do (previous-token, punctuation, spare heads) needs a model at least :data:`BIGRAM_MARGIN`
+  below the text's trigram baseline: a model above it uses less context than a count of the last two
+  characters, so its heads have not learned what a language model's heads learn.
 
 :func:`all_of` joins several premises of one claim.
 """
@@ -35,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from poslab.lab.tables import Table, values_text
-from poslab.lab.verdicts import HELD, ClaimRecord, Premise, compare, with_premise
+from poslab.lab.verdicts import HELD, ClaimRecord, Premise, bound, compare, with_premise
 
 #: fewest mean accuracy at L of each arm of a length-generalisation claim
 LENGTH_ACCURACY = 0.9
@@ -53,14 +61,68 @@ def _arms(measured: Mapping[str, Sequence[float]], digits: int = 3) -> str:
     return ", ".join(f"{arm} {statistics.fmean(v):.{digits}f}" if v else f"{arm} -" for arm, v in measured.items())
 
 
-def fits_length(accuracy_at_L: Mapping[str, Sequence[float]], threshold: float = LENGTH_ACCURACY) -> Premise:
-    """Every arm's mean accuracy at the training length reaches ``threshold``.
+def _seed_name(seeds: Sequence[int] | None, i: int) -> str:
+    return f"seed {seeds[i]}" if seeds is not None and i < len(seeds) else f"run {i + 1}"
+
+
+def fits_length(
+    accuracy_at_L: Mapping[str, Sequence[float]],
+    threshold: float = LENGTH_ACCURACY,
+    seeds: Sequence[int] | None = None,
+) -> Premise:
+    """Every seed of every arm reaches ``threshold`` accuracy at the training length.
 
     Args:
         accuracy_at_L: arm -> per-seed accuracy at ``L``.
+        seeds: the seed of each value (the same order in every arm), named where one falls short.
     """
-    met = bool(accuracy_at_L) and all(v and statistics.fmean(v) >= threshold for v in accuracy_at_L.values())
-    return Premise(f"mean accuracy at L >= {threshold:g} in every arm", f"accuracy at L: {_arms(accuracy_at_L)}", met)
+    short = [
+        f"{arm} {_seed_name(seeds, i)}: {value:.3f}"
+        for arm, values in accuracy_at_L.items()
+        for i, value in enumerate(values)
+        if value < threshold
+    ]
+    met = bool(accuracy_at_L) and all(accuracy_at_L.values()) and not short
+    worst = ", ".join(f"{arm} {min(v):.3f}" if v else f"{arm} -" for arm, v in accuracy_at_L.items())
+    return Premise(
+        f"every seed's accuracy at L >= {threshold:g} in every arm",
+        f"lowest seed at L: {worst}" + (f"; below {threshold:g}: {'; '.join(short)}" if short else ""),
+        met,
+    )
+
+
+def above_chance(accuracy: Mapping[str, Sequence[float]], chance: float, where: str = "") -> Premise:
+    """Every arm's per-seed accuracy lies above ``chance`` by more than the 95% interval of its mean.
+
+    One one-sample t-test per arm (:func:`poslab.lab.verdicts.bound`, ``held`` = the mean exceeds
+    ``chance`` by more than the test's interval); an arm with fewer than
+    :data:`~poslab.lab.verdicts.MIN_SEEDS` seeds cannot show it.
+
+    Args:
+        accuracy: arm -> per-seed accuracy at one test length.
+        chance: the task's chance accuracy (:func:`poslab.analysis.probes.chance`).
+        where: what the values are, for the text (``"at 2L"``).
+    """
+    parts, met = [], bool(accuracy)
+    for arm, values in accuracy.items():
+        if not values:
+            parts.append(f"{arm} -")
+            met = False
+            continue
+        record = bound("above chance", "premise", values, chance, below=False, label=arm, metric="accuracy")
+        above = record.verdict == HELD
+        met = met and above
+        noise = "-" if record.noise is None else f"{record.noise:.3f}"
+        parts.append(
+            f"{arm} {statistics.fmean(values):.3f} (margin {record.margin:.3f}, 95% ±{noise}: "
+            f"{'above' if above else 'not above'})"
+        )
+    return Premise(
+        f"every arm's accuracy{' ' + where if where else ''} above chance {chance:.3f} by more than its 95% "
+        "interval (one-sample t per arm)",
+        ", ".join(parts),
+        met,
+    )
 
 
 def retrieves(

@@ -60,13 +60,21 @@ def descriptions(tier: str | None = None) -> dict[str, Experiment]:
 
 
 def run_experiment(
-    name: str, out: Path | None = None, quick: bool = False, workers: int | None = None, size: str | None = None
+    name: str,
+    out: Path | None = None,
+    quick: bool = False,
+    workers: int | None = None,
+    size: str | None = None,
+    seeds: int | None = None,
 ) -> dict:
     """Run one experiment, write ``out/results.json`` (default ``runs/experiments/NAME``), return the results.
 
     ``workers`` (trainings at a time) goes to the experiments whose ``run`` takes it; the others
     ignore it. ``size`` names a size of :data:`poslab.lab.sizes.SIZES` (or defines one,
     :func:`poslab.lab.sizes.define_size`) for the experiments whose ``run`` takes it; the others refuse it.
+    ``seeds`` (a number, at least 3) gives every seeded arm that many seeds
+    (:func:`poslab.lab.experiments.training.seeds_for`) in the experiments whose ``run`` takes ``seeds``; the
+    others refuse it.
     """
     experiments = registry()
     if name not in experiments:
@@ -90,6 +98,16 @@ def run_experiment(
         from poslab.lab.sizes import define_size
 
         options["size"] = define_size(size).name
+    if seeds is not None:
+        from poslab.lab.experiments.training import seeds_for
+
+        chosen = seeds_for(seeds)  # a bad number: one error before any work
+        if "seeds" not in inspect.signature(experiment.run).parameters:
+            seeded = [n for n, m in experiments.items() if "seeds" in inspect.signature(m.EXPERIMENT.run).parameters]
+            raise ValueError(
+                f"--seeds {seeds!r}: experiment {name!r} trains no seeded arms (those with seeds: {', '.join(seeded)})"
+            )
+        options["seeds"] = chosen
     results = settle(experiment.run(out, quick=quick, **options), name)
     atomic_write_json(out / "results.json", results, default=float)
     return results

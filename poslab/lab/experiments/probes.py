@@ -7,12 +7,20 @@ least three seeds. The quick form trains reverse only, for the schemes of the Ka
 ranking and the learned table (:data:`QUICK_SCHEMES`), plus the MQAR head-count runs. A scheme that
 cannot read a test length (a learned table: ``max_positions`` rows) is reported as such.
 
-Claims (seeded comparisons, :func:`poslab.lab.verdicts.compare`, accuracy higher is better):
+Claims (seeded comparisons, accuracy higher is better). Every arm of a claim is trained from the
+same seeds, and a seed fixes the training batches, in the same order, and the test batches, whatever
+the scheme or head count (:func:`poslab.analysis.probes.train_probe`): the arms are paired by seed
+and compared with :func:`poslab.lab.verdicts.paired`, so what a seed's batches make easy or hard
+cancels. Premises are per seed: every seed of an arm must reach
+:data:`poslab.lab.premises.LENGTH_ACCURACY` at L, else the claim is not testable and the premise
+names the seed.
 
 * Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalization in
   Transformers" (https://arxiv.org/abs/2305.19466): length generalisation ranks NoPE > T5 > ALiBi >
   RoPE > absolute (the paper's APE is Vaswani et al.'s sinusoidal code). Tested pairwise on adjacent
-  ranks, on each seed's accuracy past L (mean over 2L and 4L and over the ranking tasks).
+  ranks, on each seed's accuracy past L (mean over the ranking tasks and over the test lengths past
+  L where both arms are above chance: :func:`comparable_factors`; at no such length the claim is not
+  testable at this scale, the reason shown).
 * Attention needs position (seed 000 §2.1; Haviv et al. 2022 for where NoPE still works): on
   reverse and retrieve-at-k, in length, a positional scheme (RoPE) beats NoPE.
 * Seed 000 Q1: more heads carry more relations at once: multi-query associative recall at fixed
@@ -32,7 +40,7 @@ from poslab.display import new_figure, save_figure, series_style
 from poslab.lab import runner, verdicts
 from poslab.lab.experiments import probes_tables
 from poslab.lab.experiments.common import LAB, Experiment, scheme_style_index
-from poslab.lab.premises import attach, fits_length
+from poslab.lab.premises import above_chance, all_of, attach, fits_length
 from poslab.lab.runner import check_workers, default_workers, train_many
 from poslab.nn import positions
 
@@ -258,9 +266,47 @@ def print_tables(table: dict[str, dict[str, dict[str, Any]]], form: Form) -> Non
         print(f"  {scheme}: {next(iter(reasons.values()))}")
 
 
-def past_length_scores(table: dict[str, dict[str, dict[str, Any]]], scheme: str, form: Form) -> list[float] | None:
-    """Per seed: accuracy past L (mean over the factors > 1 and over the ranking tasks); ``None`` if it cannot."""
-    past = [f for f in form.factors if f > 1]
+def comparable_factors(
+    table: dict[str, dict[str, dict[str, Any]]], schemes: tuple[str, str], form: Form
+) -> tuple[list[int], verdicts.Premise]:
+    """The test lengths past L (factors > 1) at which both schemes are above chance on every ranking task.
+
+    A length counts when every (scheme, task) arm's per-seed accuracy there lies above the task's
+    chance level by more than the 95% interval of its mean (:func:`poslab.lab.premises.above_chance`,
+    one one-sample t-test per arm). Comparing accuracies where one arm guesses compares noise, so a
+    ranking claim is decided only at these lengths; the premise is met when there is at least one.
+
+    Returns:
+        the usable factors, and the premise (what each length measured).
+    """
+    usable, lines = [], []
+    for f in (f for f in form.factors if f > 1):
+        found = []
+        for task in form.ranking_tasks:
+            cells = table.get(task, {})
+            if any(s not in cells or str(f) in cells[s]["cannot"] for s in schemes):
+                found.append(verdicts.Premise("", f"{task}: cannot be tested at {f}L", False))
+                continue
+            arms = {f"{s} {task}": cells[s]["accuracy"][str(f)] for s in schemes}
+            found.append(above_chance(arms, next(iter(cells.values()))["chance"], where=f"at {f}L"))
+        ok = all(p.met for p in found)
+        usable += [f] if ok else []
+        lines.append(f"{f}L {'used' if ok else 'not used'}: " + "; ".join(p.measured for p in found))
+    premise = verdicts.Premise(
+        "at least one test length past L where every arm's accuracy is above chance by more than its 95% interval "
+        "(one-sample t per scheme and task); the comparison is made at those lengths only",
+        " | ".join(lines) if lines else "no test length past L",
+        bool(usable),
+    )
+    return usable, premise
+
+
+def past_length_scores(
+    table: dict[str, dict[str, dict[str, Any]]], scheme: str, form: Form, factors: list[int] | None = None
+) -> list[float] | None:
+    """Per seed: accuracy past L (mean over ``factors``, default every factor > 1, and over the ranking tasks);
+    ``None`` if it cannot."""
+    past = [f for f in form.factors if f > 1] if factors is None else list(factors)
     per_seed: list[float] = []
     for i in range(len(form.seeds)):
         values = []
@@ -273,6 +319,17 @@ def past_length_scores(table: dict[str, dict[str, dict[str, Any]]], scheme: str,
     return per_seed
 
 
+def _same_seeds(
+    table: dict[str, dict[str, dict[str, Any]]], schemes: tuple[str, ...], tasks: tuple[str, ...], seeds: list[int]
+) -> None:
+    """Check that every cell of a paired claim holds one value per seed of ``seeds``, in that order."""
+    for task in tasks:
+        for scheme in schemes:
+            found = table[task][scheme]["seeds"]
+            if list(found) != seeds:
+                raise ValueError(f"probes: {scheme} on {task} ran seeds {found}, not {seeds}: arms not paired by seed")
+
+
 def _unmeasurable(claim: str, source: str, criterion: str, why: str) -> verdicts.ClaimRecord:
     return verdicts.ClaimRecord(claim, source, criterion, why, None, None, 0, verdicts.INCONCLUSIVE)
 
@@ -283,7 +340,8 @@ def probe_premise(
 ) -> verdicts.Premise:
     """What the models of a probe claim must do first (:func:`poslab.lab.premises.fits_length`):
 
-    * a ranking past L: both schemes reach the accuracy threshold at L on every ranking task;
+    * a ranking past L: both schemes reach the accuracy threshold at L on every ranking task, every
+      seed, and are above chance at some test length past L (:func:`comparable_factors`);
     * "attention needs position": the positional arm reaches it at L on the task (NoPE is the arm
       expected to fail);
     * the head-count claim: the arm with more heads reaches it at L on MQAR.
@@ -291,17 +349,14 @@ def probe_premise(
     d = record.details
     if d["metric"].startswith("MQAR"):
         many = max(heads)
-        return fits_length({d["better_label"]: heads[many]})
+        return fits_length({d["better_label"]: heads[many]}, seeds=form.seeds)
     if d["metric"].startswith("answer accuracy past L"):
-        return fits_length(
-            {
-                f"{scheme} {task}": table[task][scheme]["accuracy"]["1"]
-                for scheme in (d["better_label"], d["worse_label"])
-                for task in form.ranking_tasks
-            }
-        )
+        pair = (d["better_label"], d["worse_label"])
+        at_L = {f"{s} {task}": table[task][s]["accuracy"]["1"] for s in pair for task in form.ranking_tasks}
+        return all_of(fits_length(at_L, seeds=form.seeds), comparable_factors(table, pair, form)[1])
     task = d["metric"].split(" accuracy at L")[0]
-    return fits_length({f"{d['better_label']} {task}": table[task][d["better_label"]]["accuracy"]["1"]})
+    positional = table[task][d["better_label"]]["accuracy"]["1"]
+    return fits_length({f"{d['better_label']} {task}": positional}, seeds=form.seeds)
 
 
 def probe_claims(
@@ -311,9 +366,16 @@ def probe_claims(
     out: list[verdicts.ClaimRecord] = []
     known = set(positions.names())
     past = [f for f in form.factors if f > 1]
-    metric = f"answer accuracy past L ({', '.join(f'{f}L' for f in past)}; mean over {', '.join(form.ranking_tasks)})"
+    seeds = list(form.seeds)
     for better, worse in zip(RANKING, RANKING[1:]):
         claim = f"{better} generalises past the training length better than {worse}"
+        usable = comparable_factors(table, (better, worse), form)[0] if past else []
+        # with no length above chance the premise makes the claim not testable; the figures are then over every
+        # length past L, shown for the reader and never decisive
+        used = usable or past
+        metric = (
+            f"answer accuracy past L ({', '.join(f'{f}L' for f in used)}; mean over {', '.join(form.ranking_tasks)})"
+        )
         if not past or better not in known or worse not in known:
             out.append(
                 _unmeasurable(
@@ -324,7 +386,7 @@ def probe_claims(
                 )
             )
             continue
-        a, b = past_length_scores(table, better, form), past_length_scores(table, worse, form)
+        a, b = past_length_scores(table, better, form, used), past_length_scores(table, worse, form, used)
         if a is None or b is None:
             who = better if a is None else worse
             out.append(
@@ -333,8 +395,11 @@ def probe_claims(
                 )
             )
             continue
+        # paired by seed: seed i trained both schemes on the same batches in the same order and tested them on
+        # the same test batches (train_probe), so what those batches make easy or hard cancels in the difference
+        _same_seeds(table, (better, worse), form.ranking_tasks, seeds)
         out.append(
-            verdicts.compare(
+            verdicts.paired(
                 claim,
                 RANKING_SOURCE,
                 a,
@@ -343,6 +408,7 @@ def probe_claims(
                 worse_label=worse,
                 metric=metric,
                 lower_is_better=False,
+                seeds=seeds,
             )
         )
     for task in NEEDS_POSITION_TASKS:
@@ -359,8 +425,9 @@ def probe_claims(
                 )
             )
             continue
+        _same_seeds(table, (POSITIONAL, "none"), (task,), seeds)
         out.append(
-            verdicts.compare(
+            verdicts.paired(
                 claim,
                 source,
                 cells[POSITIONAL]["accuracy"]["1"],
@@ -369,12 +436,13 @@ def probe_claims(
                 worse_label="none",
                 metric=f"{task} accuracy at L",
                 lower_is_better=False,
+                seeds=seeds,
             )
         )
     if len(heads) >= 2:
         few, many = min(heads), max(heads)
         out.append(
-            verdicts.compare(
+            verdicts.paired(
                 f"more heads carry more relations at once: {many} heads beat {few} on multi-query associative recall "
                 f"at fixed width",
                 "seed 000 Q1; Arora et al. 2023 (Zoology)",
@@ -384,6 +452,7 @@ def probe_claims(
                 worse_label=f"{few} head{'s' if few > 1 else ''}",
                 metric=f"MQAR accuracy at L ({HEADS_SCHEME}, n_embd {form.heads_recipe.n_embd})",
                 lower_is_better=False,
+                seeds=seeds,
             )
         )
     return out
@@ -438,6 +507,7 @@ def run(
     form: str | None = None,
     schemes: list[str] | None = None,
     workers: int | None = None,
+    seeds: tuple[int, ...] | None = None,
 ) -> dict:
     """Train every (task, scheme, seed), test at each factor x L, print tables and claims, plot.
 
@@ -447,8 +517,11 @@ def run(
         form: a :data:`FORMS` name overriding ``quick`` (``smoke`` for tests).
         schemes: position schemes (default: the form's, else every registered one).
         workers: trainings at a time (default: one per core, at most two).
+        seeds: the training seeds of every arm (default: the form's; ``poslab experiment probes --seeds N``).
     """
     spec = form_of(quick, form)
+    if seeds is not None:
+        spec = dataclasses.replace(spec, seeds=tuple(int(s) for s in seeds))
     out = Path(out)
     start = time.perf_counter()
     schemes = list(schemes) if schemes is not None else list(spec.schemes or positions.names())

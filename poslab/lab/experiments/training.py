@@ -26,6 +26,29 @@ from poslab.lab.verdicts import ClaimRecord, Premise, missed_by, num, tally
 SEEDS = (1337, 1338, 1339)
 #: the first seed (a lab model of this seed keeps the scheme's bare name)
 SEED = SEEDS[0]
+
+
+def check_seeds(n: object) -> int:
+    """``n`` as a number of seeds per arm: a whole number of at least :data:`~poslab.lab.verdicts.MIN_SEEDS`, the
+    fewest seeds an arm needs for a verdict (``ValueError`` naming the value and the rule)."""
+    from poslab.lab.verdicts import MIN_SEEDS
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < MIN_SEEDS:
+        raise ValueError(
+            f"--seeds {n!r}: the number of seeds per arm must be a whole number of at least {MIN_SEEDS} "
+            f"(fewer cannot decide a seeded claim)"
+        )
+    return n
+
+
+def seeds_for(n: int) -> tuple[int, ...]:
+    """``n`` seeds for every seeded arm (``poslab lab --seeds N``, ``poslab experiment NAME --seeds N``): the first
+    ``n`` of :data:`SEEDS` and then the next seeds in turn, so the default runs are among them and reused
+    (``ValueError`` for a bad ``n``: :func:`check_seeds`)."""
+    n = check_seeds(n)
+    return tuple(SEEDS[:n]) + tuple(range(SEEDS[-1] + 1, SEEDS[-1] + 1 + n - len(SEEDS)))
+
+
 #: validation windows averaged for the per-position loss of the context premise: every whole window of
 #: the split (``None``). 64 windows give each position 64 targets, a noise of about 0.1 nats per point, as
 #: large as the premise's margin (:data:`poslab.lab.premises.CONTEXT_MARGIN`)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from poslab.display.fonts import FAMILY, font_face_css
-from poslab.lab.evidence import REFERENCE_KEY, SOURCE, WITHDRAWN, evidence_kind
+from poslab.lab.evidence import REFERENCE_KEY, SOURCE, WITHDRAWN, evidence_kind, lesson_claim
 from poslab.lab.plan import MAX_SEEDS
 from poslab.lab.report import claims as claims_mod
 from poslab.lab.report.i18n import LESSONS, language, name_lessons, t, use_language
@@ -37,7 +37,10 @@ MAX_COLUMNS = 12
 
 #: the kinds of verdict a reader tells apart, in the order the page lists them (unusable: a record the rule refutes;
 #: cited-held / cited-wrong: decided by a source, not a measurement; withdrawn: a correction the lab takes back)
-KINDS = ("held", "wrong", "cited-held", "cited-wrong", "untestable", "inconclusive", "withdrawn", "unusable")
+KINDS = ("held", "wrong", "cited-held", "cited-wrong", "untestable", "inconclusive", "withdrawn", "unusable", "note")
+#: the kinds that are not verdicts on a lesson (a poslab note: :func:`poslab.lab.evidence.lesson_claim`), left
+#: out of every count line
+NOT_TALLIED = ("note",)
 #: the kinds every count line names, even at 0 (the others only when some record has them)
 ALWAYS_COUNTED = ("held", "wrong", "untestable", "inconclusive")
 
@@ -174,6 +177,8 @@ def kind(record: ClaimRecord) -> str:
     here, inside the noise, withdrawn, or not usable."""
     if isinstance(record.details, dict) and record.details.get(claims_mod.UNUSABLE):
         return "unusable"
+    if not lesson_claim(record.details):
+        return "note"
     evidence = evidence_kind(record.details)
     if evidence == WITHDRAWN:
         return "withdrawn"
@@ -321,7 +326,7 @@ def summary_counts(verdicts: list[claims_mod.Verdict]) -> str:
     return " ".join(
         f"<span class='count {k}'>{esc(t('count', n=counts[k], name=t('kind.' + k)))}</span>"
         for k in KINDS
-        if counts[k] or k in ALWAYS_COUNTED
+        if (counts[k] or k in ALWAYS_COUNTED) and k not in NOT_TALLIED
     )
 
 
@@ -550,6 +555,7 @@ table.key { display:table; } table.key td { font-variant-numeric: tabular-nums; 
 .badge.withdrawn, .count.withdrawn { background:var(--inconclusive-bg); color:var(--inconclusive);
   text-decoration:line-through; }
 .badge.unusable, .count.unusable { background:var(--warn-bg); color:var(--warn); }
+.badge.note { background:var(--inconclusive-bg); color:var(--inconclusive); font-style:italic; }
 .legend { margin-top:10px; font-size:13px; } .legend ul { list-style:none; margin:4px 0 0; padding:0; }
 .legend li { margin:3px 0; color:#cbd1dc; } header .badge { margin-right:6px; }
 table.guide { display:table; width:100%; }

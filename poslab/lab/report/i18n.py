@@ -86,6 +86,12 @@ UI: dict[str, dict[str, str]] = {
         "its margin and noise do not give); why is shown",
         "zh": "记录不可用：结果文件中的记录违反判定规则（数字不是有限数，或结论与差值和噪声不符）；下面写明原因",
     },
+    "kind.note": {"en": "poslab note", "zh": "poslab 附注"},
+    "kind.note.meaning": {
+        "en": "a poslab note: a check of poslab's own (no sentence of the lessons), shown with its result and left "
+        "out of every count of the lessons' claims",
+        "zh": "poslab 附注：poslab 自己的检查（不是课文中的论断），列出结果，但不计入课文论断的统计",
+    },
     "count": {"en": "{n} {name}", "zh": "{name} {n} 条"},
     "legend.title": {"en": "What the badges mean", "zh": "标记的含义"},
     # navigation and sections

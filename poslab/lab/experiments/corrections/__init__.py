@@ -33,7 +33,6 @@ from poslab.lab.experiments.corrections.lesson000_heads import (
     alibi_claim,
     alibi_matrices,
     alibi_modern_claim,
-    dk_claim,
     dk_variance_claim,
     position_coordinates,
     q2_space_claim,
@@ -107,7 +106,6 @@ __all__ = [
 CLAIMS: tuple[Callable[[], dict[str, Any] | list[dict[str, Any]]], ...] = (
     alibi_claim,
     ntk_claims,
-    dk_claim,
     rope_memory_claim,
     citation_claims,
     xl_r_claim,

@@ -1,4 +1,4 @@
-"""Seed 000's statements on ALiBi, d_k and the §2.2 table, each tested."""
+"""Seed 000's statements on ALiBi, the variance of q·k and the §2.2 table, each tested."""
 
 from __future__ import annotations
 
@@ -49,12 +49,8 @@ def alibi_claim() -> dict[str, Any]:
     return quoted("alibi", record, "poslab.nn.positions.alibi.ALiBi.score_bias on T=8, 8 heads (slopes 2^-1..2^-8)")
 
 
-# ----------------------------------------------------------------------------- d_k (the zoo)
-def dk_claim() -> dict[str, Any]:
-    rows = model_zoo.load_zoo()
-    dk = model_zoo.dk_distribution(rows)
-    record = model_zoo.zoo_claims(rows, dk, model_zoo.head_rule(rows), model_zoo.parameter_counts(rows))[0]
-    return quoted("dk", record, "experiment model-zoo (poslab/lab/data/model_zoo.json, 39 published configs)")
+# seed 000 §1.4's "几乎所有 LLM 的 d_k 都固定在 64 或 128，不管模型多大" is judged once, by the model-zoo experiment,
+# which holds its evidence (the published configs): poslab.lab.experiments.model_zoo.
 
 
 # ----------------------------------------------------------------------------- seed 000 §1.4 / Q3 variance
