@@ -448,7 +448,7 @@ def run_lab(
 
     Args:
         lab_dir: output folder.
-        mode: ``quick`` (the demo; under 10 minutes on 2 cores) or ``full``.
+        mode: ``quick`` (the demo; docs/lab.md gives its measured time) or ``full``.
         fresh: rerun every step even where a finished result of the same mode exists.
         only: run only the steps with these names (plus reuse); others are left as they are.
         stream: where progress goes (default stderr).

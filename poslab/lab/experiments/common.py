@@ -20,7 +20,7 @@ from poslab.lab.tables import KeyTable
 FOUNDATION = "all"
 #: a training experiment of both the quick and the full lab
 LAB = "lab"
-#: a training experiment of the full lab only (the quick lab keeps within 10 minutes on 2 cores without it)
+#: a training experiment of the full lab only (the quick lab, the demo, runs without it: docs/lab.md gives its time)
 FULL_ONLY = "full"
 TIERS = (FOUNDATION, LAB, FULL_ONLY)
 
