@@ -139,11 +139,11 @@ def test_context_extension_smoke(lab: Path):
     )
     assert distance["base ⊕ fine-tuned"] == pytest.approx(distance["base"] / 2, rel=1e-6)  # halfway, by construction
     # the averaged weights differ from both endpoints of the averaged checkpoints
-    from poslab.runs import RunFolder
+    from poslab.runs import RunFolder, load_run
 
     run = RunFolder(tuned)
     mean, _ = run.averaged_model(3)
-    first, last = run.load_model(step=2).state_dict(), run.load_model(step=4).state_dict()
+    first, last = load_run(run, step=2)[0].state_dict(), load_run(run, step=4)[0].state_dict()
     moved = [k for k in last if not torch.equal(first[k], last[k])]
     assert moved and all(
         not torch.equal(mean.state_dict()[k], last[k]) and not torch.equal(mean.state_dict()[k], first[k])

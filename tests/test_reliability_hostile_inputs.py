@@ -189,7 +189,7 @@ def two_checkpoints(tmp_path_factory, corpus):  # noqa: F811
 
 
 def test_average_weights_summing_past_float_range_are_an_equal_mean(two_checkpoints, tmp_path, capsys):
-    from poslab.runs import RunFolder
+    from poslab.runs import load_run
 
     huge, plain = tmp_path / "huge", tmp_path / "plain"
     assert (
@@ -197,7 +197,7 @@ def test_average_weights_summing_past_float_range_are_an_equal_mean(two_checkpoi
     )
     assert main(["average", str(two_checkpoints), "--last", "2", "--out", str(plain)]) == 0
     capsys.readouterr()
-    a, b = RunFolder(huge).load_model().state_dict(), RunFolder(plain).load_model().state_dict()
+    a, b = load_run(huge)[0].state_dict(), load_run(plain)[0].state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a) and any(bool(v.abs().sum() > 0) for v in a.values())
     assert json.loads((huge / "results.json").read_text())["averaged_from"]["weights"] == [0.5, 0.5]
     answered()
@@ -426,7 +426,7 @@ def test_a_memory_run_interrupted_and_resumed_continues_bitwise(tmp_path, corpus
     weights equal the uninterrupted run's (a memory restarted empty changes the loss from step 5)."""
     from test_reliability_runs import tiny
 
-    from poslab.runs import RunFolder, read_metrics
+    from poslab.runs import load_run, read_metrics
     from poslab.session import train
 
     model = dict(n_layer=2, n_head=2, n_embd=16, block_size=8, position="rope", dropout=0.1)
@@ -440,7 +440,7 @@ def test_a_memory_run_interrupted_and_resumed_continues_bitwise(tmp_path, corpus
     keys = ("step", "loss", "lr", "grad_norm", "val_loss")
     reference = [[r.get(k) for k in keys] for r in read_metrics(whole.run_dir)]
     assert [[r.get(k) for k in keys] for r in read_metrics(part.run_dir)] == reference
-    a, b = RunFolder(whole.run_dir).load_model(), RunFolder(part.run_dir).load_model()
+    a, b = load_run(whole.run_dir)[0], load_run(part.run_dir)[0]
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     answered()
 
@@ -504,8 +504,8 @@ def test_eval_prints_its_cost_before_scoring(run, capsys, monkeypatch):  # noqa:
     assert main(["eval", str(run), "--stride", "1", "--lengths", "16"]) == 130
     err = capsys.readouterr().err
     assert "poslab: warning: this evaluation runs" in err and "token positions" in err and "TFLOP" in err
-    from poslab.runs import RunFolder
+    from poslab.runs import load_run
 
-    cost = evaluation.estimate_cost(RunFolder(run).load_model(), n_targets=100, lengths=[16], stride=1)
+    cost = evaluation.estimate_cost(load_run(run)[0], n_targets=100, lengths=[16], stride=1)
     assert cost["windows"] == 7 + 1 + 84  # ceil(100/16) non-overlapping; 1 + (100-16)/1 sliding
     answered()

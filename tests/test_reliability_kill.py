@@ -125,7 +125,7 @@ def _install_hooks(marker: int, pause: dict | None) -> None:  # pragma: no cover
     """Announce every checkpoint/metrics write phase on ``marker``; hold still at the targeted one."""
     import pathlib
 
-    import poslab.runs as runs_module  # the metrics appender is the run folder's
+    import poslab.runs.files as runs_module  # the metrics appender is the run folder's
     import poslab.training.checkpoint as ckpt
 
     seen = [0]

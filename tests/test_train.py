@@ -16,7 +16,8 @@ from poslab.runs import load_run, read_metrics
 from poslab.session import train
 from poslab.training import checkpoint as ckpt
 from poslab.training.config import TrainConfig
-from poslab.training.loop import TrainingDiverged, evaluate_loss
+from poslab.training.evaluation import evaluate_loss
+from poslab.training.loop import TrainingDiverged
 from poslab.training.optim import lr_at, make_optimizer
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)

@@ -1,0 +1,72 @@
+"""The training loop's throughput in two source trees, side by side in one run.
+
+Each round trains a preset (default ``tang-demo``'s quick config) for ``--steps`` steps with
+``poslab.session.train`` once per tree, in a fresh process with that tree first on ``PYTHONPATH``, the
+order of the trees alternating from round to round; each training's ``tokens_per_s`` (optimizer steps
+only, no evaluation or checkpoint) is recorded. Printed: the median per tree and the ratio of the
+medians (second tree over first), with every round's figures. ::
+
+    OMP_NUM_THREADS=1 python benchmarks/loop_ab.py OLD_TREE NEW_TREE --steps 60 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = """
+import json, sys
+from poslab.session import train
+from poslab.training.config import TrainConfig
+from poslab.training.presets import preset_config
+
+preset, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+cfg = preset_config(preset, quick=True)
+cfg.update(name="ab", out_dir=out, max_steps=steps, lr_decay_steps=steps, eval_interval=steps, eval_iters=1,
+           ckpt_interval=0, dtype="fp32", threads=1)
+results = train(TrainConfig.from_dict(cfg), overwrite=True, progress=False)
+print(json.dumps({"tokens_per_s": results["tokens_per_s"]}))
+"""
+
+
+def one(tree: Path, preset: str, steps: int) -> float:
+    """Tokens/s of one training in a fresh process running ``tree``'s code."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+    with tempfile.TemporaryDirectory() as out:
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, preset, str(steps), out],
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_s"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trees", type=Path, nargs=2, help="two source trees (each holding poslab/)")
+    parser.add_argument("--preset", default="tang-demo")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    trees = [t.resolve() for t in args.trees]
+    rates: dict[Path, list[float]] = {t: [] for t in trees}
+    for r in range(args.rounds):
+        for tree in trees if r % 2 == 0 else trees[::-1]:
+            rates[tree].append(one(tree, args.preset, args.steps))
+    median = {t: statistics.median(v) for t, v in rates.items()}
+    for tree in trees:
+        print(f"{str(tree):40s} median {median[tree]:9,.0f} tokens/s  rounds {[round(v) for v in rates[tree]]}")
+    print(f"ratio (second / first): {median[trees[1]] / median[trees[0]]:.3f}")
+
+
+if __name__ == "__main__":
+    main()
