@@ -139,6 +139,40 @@ def test_sigint_saves_a_checkpoint_then_exits(tmp_path, corpus):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
 
 
+def test_the_loop_checkpoints_through_the_checkpointer_it_is_given(tmp_path, corpus):
+    """The checkpointer is injected: the loop saves through it (its own ``keep``, not the config's) and resumes
+    from it."""
+    from poslab.runs import RunFolder
+    from poslab.training.checkpointer import Checkpointer
+    from poslab.training.distributed import DistContext
+    from poslab.training.loop import run_training
+
+    class Recording(Checkpointer):
+        def save(self, step, state, identity):
+            saved.append(step)
+            return super().save(step, state, identity)
+
+        def restore(self, state, identity):
+            restored.append(state.progress.step)
+            return super().restore(state, identity)
+
+    saved, restored = [], []
+
+    def run_it(cfg, resuming: bool) -> dict:
+        run = RunFolder(cfg.run_dir)
+        with run.lock():
+            run.prepare(resuming, False)
+            return run_training(
+                cfg, run, resuming=resuming, dist_ctx=DistContext(), progress=False, checkpointer=Recording(run, 1)
+            )
+
+    run_it(tiny(tmp_path, corpus, max_steps=12, ckpt_interval=5), resuming=False)
+    assert saved == [5, 10, 12] and restored == []
+    assert RunFolder(tiny(tmp_path, corpus).run_dir).checkpoints() == [12]  # keep_checkpoints=0 in the config
+    assert run_it(tiny(tmp_path, corpus, max_steps=14, ckpt_interval=5), resuming=True)["resumed_from"] == 12
+    assert saved == [5, 10, 12, 14] and restored == [0]
+
+
 def test_existing_run_folder_is_refused_unless_resume_or_overwrite(tmp_path, corpus):
     cfg = tiny(tmp_path, corpus, max_steps=4, eval_interval=2)
     train(cfg, progress=False)
