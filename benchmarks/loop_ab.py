@@ -1,10 +1,12 @@
 """The training loop's throughput in two source trees, side by side in one run.
 
-Each round trains a preset (default ``tang-demo``'s quick config) for ``--steps`` steps with
-``poslab.session.train`` once per tree, in a fresh process with that tree first on ``PYTHONPATH``, the
-order of the trees alternating from round to round; each training's ``tokens_per_s`` (optimizer steps
-only, no evaluation or checkpoint) is recorded. Printed: the median per tree and the ratio of the
-medians (second tree over first), with every round's figures. ::
+Each round trains a preset (default ``tang-demo``'s quick config, fp32, one thread) for ``--steps``
+steps with ``poslab.session.train`` once per tree, in a fresh process with that tree first on
+``PYTHONPATH``, the order of the trees alternating from round to round. A step's cost is the process
+CPU time between two calls of the training's per-step callback (:func:`time.process_time`: time spent
+waiting for a core on a shared machine does not count), the median over the steps after the first 5;
+a round's figure is training tokens per CPU second at that median. Printed: the median over rounds
+per tree and the ratio of the medians (second tree over first), with every round's figures. ::
 
     OMP_NUM_THREADS=1 python benchmarks/loop_ab.py OLD_TREE NEW_TREE --steps 60 --rounds 5
 """
@@ -21,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 CHILD = """
-import json, sys
+import json, statistics, sys, time
 from poslab.session import train
 from poslab.training.config import TrainConfig
 from poslab.training.presets import preset_config
@@ -30,13 +32,16 @@ preset, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 cfg = preset_config(preset, quick=True)
 cfg.update(name="ab", out_dir=out, max_steps=steps, lr_decay_steps=steps, eval_interval=steps, eval_iters=1,
            ckpt_interval=0, dtype="fp32", threads=1)
-results = train(TrainConfig.from_dict(cfg), overwrite=True, progress=False)
-print(json.dumps({"tokens_per_s": results["tokens_per_s"]}))
+marks = []
+mark = lambda step, record: marks.append(time.process_time())
+train(TrainConfig.from_dict(cfg), overwrite=True, progress=False, callback=mark)
+step_s = statistics.median(b - a for a, b in zip(marks[5:-2], marks[6:-1]))  # the last step checkpoints
+print(json.dumps({"tokens_per_cpu_s": cfg["batch_size"] * cfg["model"]["block_size"] / step_s}))
 """
 
 
 def one(tree: Path, preset: str, steps: int) -> float:
-    """Tokens/s of one training in a fresh process running ``tree``'s code."""
+    """Training tokens per CPU second of one training in a fresh process running ``tree``'s code."""
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as out:
         done = subprocess.run(
@@ -47,7 +52,7 @@ def one(tree: Path, preset: str, steps: int) -> float:
             text=True,
             check=True,
         )
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_s"])
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_cpu_s"])
 
 
 def main() -> None:
@@ -64,7 +69,8 @@ def main() -> None:
             rates[tree].append(one(tree, args.preset, args.steps))
     median = {t: statistics.median(v) for t, v in rates.items()}
     for tree in trees:
-        print(f"{str(tree):40s} median {median[tree]:9,.0f} tokens/s  rounds {[round(v) for v in rates[tree]]}")
+        rounds = [round(v) for v in rates[tree]]
+        print(f"{str(tree):40s} median {median[tree]:9,.0f} tokens per CPU second  rounds {rounds}")
     print(f"ratio (second / first): {median[trees[1]] / median[trees[0]]:.3f}")
 
 

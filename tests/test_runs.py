@@ -1,4 +1,4 @@
-"""``RunFolder`` (poslab/runs.py): the one reader and writer of a run folder, and the rule that no other
+"""``RunFolder`` (poslab/runs/): the one reader and writer of a run folder, and the rule that no other
 module parses a run file."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from poslab.training.lock import RunLock
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 PACKAGE = Path(__file__).resolve().parents[1] / "poslab"
-#: functions outside runs.py allowed to parse a JSON file whose name is also a run file's, and why
+#: functions outside poslab/runs/ allowed to parse a JSON file whose name is also a run file's, and why
 ALLOWED = {
     ("runs/files.py", "*"): "the run folder's owner",
     ("training/checkpoint.py", "load_checkpoint"): "the checkpoint format RunFolder delegates to",

@@ -34,7 +34,7 @@ class RunFolder(RunAveraging, RunLifecycle):
     """
 
     def load(self, step: int | None = None) -> tuple[GPT, Any, dict[str, Any]]:
-        """:func:`load_run` of this folder."""
+        """:func:`load_run` of this folder (the form the lab's experiments call)."""
         return load_run(self, step)
 
 
