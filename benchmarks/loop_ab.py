@@ -1,14 +1,15 @@
-"""The training loop's throughput in two source trees, side by side in one run.
+"""The training loop's throughput in two or more source trees, side by side in one run.
 
 Each round trains a preset (default ``tang-demo``'s quick config, fp32, one thread) for ``--steps``
 steps with ``poslab.session.train`` once per tree, in a fresh process with that tree first on
-``PYTHONPATH``, the order of the trees alternating from round to round. A step's cost is the process
+``PYTHONPATH``, the order of the trees reversed every other round. A step's cost is the process
 CPU time between two calls of the training's per-step callback (:func:`time.process_time`: time spent
 waiting for a core on a shared machine does not count), the median over the steps after the first 5;
 a round's figure is training tokens per CPU second at that median. Printed: the median over rounds
-per tree and the ratio of the medians (second tree over first), with every round's figures. ::
+per tree and its ratio to the first tree's, with every round's figures. A third tree that is a copy of
+the first (an A/A control) shows how far two identical trees differ on the machine at the time. ::
 
-    OMP_NUM_THREADS=1 python benchmarks/loop_ab.py OLD_TREE NEW_TREE --steps 60 --rounds 5
+    OMP_NUM_THREADS=1 python benchmarks/loop_ab.py OLD_TREE NEW_TREE [COPY_OF_OLD_TREE] --steps 30 --rounds 8
 """
 
 from __future__ import annotations
@@ -57,11 +58,13 @@ def one(tree: Path, preset: str, steps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("trees", type=Path, nargs=2, help="two source trees (each holding poslab/)")
+    parser.add_argument("trees", type=Path, nargs="+", help="two or more source trees (each holding poslab/)")
     parser.add_argument("--preset", default="tang-demo")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    if len(args.trees) < 2:
+        parser.error("give at least two trees")
     trees = [t.resolve() for t in args.trees]
     rates: dict[Path, list[float]] = {t: [] for t in trees}
     for r in range(args.rounds):
@@ -70,8 +73,8 @@ def main() -> None:
     median = {t: statistics.median(v) for t, v in rates.items()}
     for tree in trees:
         rounds = [round(v) for v in rates[tree]]
-        print(f"{str(tree):40s} median {median[tree]:9,.0f} tokens per CPU second  rounds {rounds}")
-    print(f"ratio (second / first): {median[trees[1]] / median[trees[0]]:.3f}")
+        ratio = median[tree] / median[trees[0]]
+        print(f"{str(tree):28s} median {median[tree]:7,.0f} tokens per CPU second (x{ratio:.3f})  rounds {rounds}")
 
 
 if __name__ == "__main__":
