@@ -14,7 +14,7 @@ Measured, in one process on one device, nothing downloaded (random tokens):
   bias): full training steps (forward with loss, backward, clipping, poslab's fused AdamW) under
   bf16 autocast, per attention backend (``flex``, which ``auto`` picks on CUDA, and ``sdpa``),
   and the ``sdpa`` model under ``torch.compile`` when time remains: tokens/s and MFU with
-  nanoGPT's FLOP estimate (``poslab.training.loop.matmul_flops_per_token``);
+  nanoGPT's FLOP estimate (``poslab.training.mfu.matmul_flops_per_token``);
 * **ALiBi and T5 through flex vs no bias**: one causal attention layer (B=8, 12 heads, width 768)
   forward + backward in bf16 at T = 1024 and 4096: ms and the ratio to the no-bias flex layer.
 
@@ -49,7 +49,7 @@ import torch
 
 from poslab import GPT, AttentionConfig, GPTConfig, MultiHeadAttention, positions
 from poslab.training.config import TrainConfig
-from poslab.training.loop import matmul_flops_per_token
+from poslab.training.mfu import matmul_flops_per_token
 from poslab.training.optim import make_optimizer
 
 

@@ -1,4 +1,4 @@
-"""What one training step of the quick lab's models costs, one model at a time or seeds stacked, fp32 or bf16.
+"""What one training step of the quick lab's models costs, fp32 or bf16.
 
 The quick lab's time is its trainings (docs/lab.md): position-training's language models (4 layers,
 4 heads, width 64, 16 windows of 64 tokens, ``poslab.lab.sizes.SIZES["quick"]``) and the probes' tiny
@@ -8,11 +8,7 @@ thread, on the process CPU clock (``time.process_time``: other work on the machi
 it), median over rounds, reported as milliseconds per *model*-step:
 
 * ``single fp32`` / ``single bf16``: one model, forward with loss, backward, clipping, fused AdamW
-  (bf16: under CPU autocast, what ``dtype: auto`` runs where it picks bf16);
-* ``stacked x M fp32``: ``M`` seeds as one :class:`poslab.training.batched.StackedGPT` (one vmapped
-  forward, per-member clipping, one fused AdamW over the stacked tensors), the step
-  :func:`poslab.training.batched.train_stacked` and :func:`poslab.analysis.probes.train_probes_stacked`
-  take; its time divided by ``M``.
+  (bf16: under CPU autocast, what ``dtype: auto`` runs where it picks bf16).
 
     PYTHONPATH=. .venv/bin/python benchmarks/lab_step_cost.py --json benchmarks/results/lab_step_cost.json
 """
@@ -34,7 +30,6 @@ from poslab.analysis.probes import build_model, training_batch
 from poslab.lab.experiments.probes import FORMS
 from poslab.lab.sizes import SIZES
 from poslab.nn.model import GPT, GPTConfig
-from poslab.training.batched import StackedGPT, clip_members
 
 
 def _lm_models(scheme: str, seeds: range) -> list[GPT]:
@@ -73,24 +68,7 @@ def _single_step(model: GPT, batch: Callable[[], tuple], bf16: bool) -> Callable
     return step
 
 
-def _stacked_step(models: list[GPT], batch: Callable[[], tuple]) -> Callable[[], None]:
-    stack = StackedGPT(models)
-    params = list(stack.params.values())
-    optimizer = torch.optim.AdamW(params, lr=1e-3, fused=True)
-
-    def step() -> None:
-        pairs = [batch() for _ in models]
-        idx = torch.stack([p[0] for p in pairs])  # [M, B, T]
-        targets = torch.stack([p[1] for p in pairs])  # [M, B, T]
-        stack.losses(idx, targets).sum().backward()
-        clip_members(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
-
-
-def contenders(members: int) -> dict[str, tuple[Callable[[], None], int]]:
+def contenders() -> dict[str, tuple[Callable[[], None], int]]:
     """name -> (one step, models it trains)."""
     size = SIZES["quick"]
     g = torch.Generator().manual_seed(0)
@@ -110,13 +88,7 @@ def contenders(members: int) -> dict[str, tuple[Callable[[], None], int]]:
     for scheme in ("rope", "none"):
         out[f"lm {scheme} single fp32"] = (_single_step(_lm_models(scheme, range(1))[0], lm_batch, False), 1)
         out[f"lm {scheme} single bf16"] = (_single_step(_lm_models(scheme, range(1))[0], lm_batch, True), 1)
-        out[f"lm {scheme} stacked x{members} fp32"] = (
-            _stacked_step(_lm_models(scheme, range(members)), lm_batch),
-            members,
-        )
-    probes = [build_model(task, "rope", recipe, seed) for seed in range(members)]
     out["probe rope single fp32"] = (_single_step(build_model(task, "rope", recipe, 0), probe_batch, False), 1)
-    out[f"probe rope stacked x{members} fp32"] = (_stacked_step(probes, probe_batch), members)
     return out
 
 
@@ -150,14 +122,13 @@ def profile(step: Callable[[], None], steps: int = 20) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--members", type=int, default=3, help="seeds per stack (the lab trains 3)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="steps per contender per round")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--profile", action="store_true", help="only: where the single fp32 RoPE LM step's time goes")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    steps = contenders(args.members)
+    steps = contenders()
     if args.profile:
         profile(steps["lm rope single fp32"][0])
         return
@@ -173,7 +144,7 @@ def main() -> None:
             times[name].append((time.process_time() - start) / args.steps / models * 1000)
     median = {name: statistics.median(v) for name, v in times.items()}
     for name, ms in median.items():
-        base = name.split(" single")[0].split(" stacked")[0] + " single fp32"
+        base = name.split(" single")[0] + " single fp32"
         print(f"{name:28s} {ms:7.2f} ms per model-step (CPU)   x{median[base] / ms:.2f} vs {base}")
     if args.json:
         record = {

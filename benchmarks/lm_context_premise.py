@@ -1,9 +1,9 @@
-"""Do the quick language models meet the bigram and context premises? Seeds trained stacked.
+"""Do the quick language models meet the bigram and context premises?
 
 ``STEPS LR BATCH SCHEME...``: the lab's quick extrapolation model
 (:data:`poslab.lab.experiments.extrapolation.SIZES` ``quick``, tinyshakespeare) with ``STEPS`` steps,
 peak ``LR`` and ``BATCH`` windows (warmup a tenth of the steps), for each scheme at the lab's three
-seeds (:func:`poslab.training.batched.train_stacked`). Printed per seed: the final validation loss
+seeds (:func:`poslab.session.train`, one after another). Printed per seed: the final validation loss
 (the run's ``eval_iters`` batches), the mean loss at window positions 1-8 ("early") and at the last
 16 positions ("late") of :func:`poslab.analysis.eval.loss_by_position` over 64 validation windows.
 The curves go to ``/tmp/lm_STEPS_LR_BATCH.json``; ``--plot JSON PNG`` draws them (mean ± sd over
@@ -45,7 +45,8 @@ def main(argv: list[str]) -> int:
         return 0
     from poslab.analysis.eval import loss_by_position
     from poslab.lab.experiments.extrapolation import SEEDS, SIZES, train_config
-    from poslab.training.batched import train_stacked
+    from poslab.runs import load_run
+    from poslab.session import train
     from poslab.training.data import prepare_data
 
     torch.set_num_threads(1)
@@ -58,7 +59,7 @@ def main(argv: list[str]) -> int:
         ]
         data = prepare_data(cfgs[0])
         start = time.perf_counter()
-        res = train_stacked(cfgs, None, data=data, progress=None)
+        res = [{**train(cfg, overwrite=True, progress=False), "model": load_run(cfg.run_dir)[0]} for cfg in cfgs]
         curves = [loss_by_position(r["model"].eval(), data.val, size.train_length, 64).tolist() for r in res]
         early = [sum(c[1:9]) / 8 for c in curves]
         late = [sum(c[-16:]) / 16 for c in curves]

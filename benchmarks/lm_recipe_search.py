@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     from poslab.session import train
     from poslab.training.config import TrainConfig
     from poslab.training.data import prepare_data
-    from poslab.training.loop import evaluate_loss
+    from poslab.training.evaluation import evaluate_loss
 
     if len(argv) != 8:
         print(__doc__)

@@ -34,7 +34,7 @@ from poslab.session import train
 from poslab.training import presets
 from poslab.training.config import TrainConfig
 from poslab.training.data import prepare_data
-from poslab.training.loop import evaluate_loss
+from poslab.training.evaluation import evaluate_loss
 
 NANOGPT_VAL_LOSS = 1.88
 

@@ -33,12 +33,12 @@ from time_to_loss import parse_variant  # noqa: E402
 from poslab.analysis.poems import scan_fraction  # noqa: E402
 from poslab.lab.experiments.common import ngram_baselines  # noqa: E402
 from poslab.nn.generate import sample_text  # noqa: E402
-from poslab.runs import resolve_run  # noqa: E402
+from poslab.runs import load_run  # noqa: E402
 from poslab.session import train  # noqa: E402
 from poslab.training import presets  # noqa: E402
 from poslab.training.config import TrainConfig  # noqa: E402
 from poslab.training.data import prepare_data  # noqa: E402
-from poslab.training.loop import evaluate_loss  # noqa: E402
+from poslab.training.evaluation import evaluate_loss  # noqa: E402
 
 
 def run_config(args: argparse.Namespace, label: str, overrides: dict[str, Any], seed: int) -> TrainConfig:
@@ -58,7 +58,7 @@ def one_run(args: argparse.Namespace, label: str, overrides: dict[str, Any], see
     cpu = time.process_time()
     results = train(cfg, overwrite=True, progress=False)
     cpu = time.process_time() - cpu
-    model, tokenizer, _ = resolve_run(str(cfg.run_dir)).load()
+    model, tokenizer, _ = load_run(cfg.run_dir)
     whole = evaluate_loss(model, prepare_data(cfg).val, cfg.model.block_size, 64, None)  # the whole split
     texts = sample_text(model, tokenizer, args.prompt, args.tokens, num_samples=args.samples, seed=seed)
     scanning, total = scan_fraction(texts)

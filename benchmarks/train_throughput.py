@@ -43,7 +43,7 @@ import torch
 
 from poslab import GPT, GPTConfig, positions
 from poslab.training.config import TrainConfig
-from poslab.training.loop import matmul_flops_per_token, measure_matmul_peak
+from poslab.training.mfu import matmul_flops_per_token, measure_matmul_peak
 from poslab.training.optim import make_optimizer
 
 VOCAB = 65  # tinyshakespeare's character vocabulary, as in nanoGPT's shakespeare_char

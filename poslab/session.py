@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from poslab.runs import RunFolder
-from poslab.training import batched, distributed
+from poslab.training import distributed
 from poslab.training.config import RESUME_FREE_KEYS, TrainConfig
 from poslab.training.loop import TrainingDiverged, run_training
 
@@ -109,60 +109,4 @@ def train(
         distributed.teardown(dist_ctx)
 
 
-def train_stacked(
-    configs: list[TrainConfig],
-    *,
-    overwrite: bool = False,
-    progress: Callable[[str], None] | None = print,
-    threads: int | None = None,
-) -> list[dict]:
-    """Train several runs in this process, stacked where their configs allow (:mod:`poslab.training.batched`).
-
-    Each config gets its run folder ``cfg.out_dir/cfg.name`` as :func:`train` would (locked, prepared;
-    ``overwrite`` replaces an existing one), holding its config, tokenizer, metrics, one model-only
-    checkpoint at the last step and ``results.json``.
-
-    Args:
-        configs: the runs (see :func:`poslab.training.batched.check_stackable` for what stacks).
-        overwrite: replace existing run folders of the same names.
-        progress: called with a line per evaluation (``None``: silent).
-        threads: ``torch.set_num_threads`` for the training (``None``: leave as is).
-
-    Returns:
-        One results dict per config (:func:`poslab.training.batched.train_stacked`), in order.
-
-    Raises:
-        FileExistsError: a folder exists and ``overwrite`` is not given; ValueError: an unsupported setting.
-    """
-    for cfg in configs:
-        batched.check_stackable(cfg)
-    runs = [RunFolder(cfg.run_dir) for cfg in configs]
-    locks, displaced = [], []
-    threads_before = torch.get_num_threads()
-    try:
-        for run in runs:
-            locks.append(run.lock().acquire())
-            _, old = run.prepare(False, overwrite)
-            displaced.append(old)
-            run.prepare_for_writing()
-        if threads is not None:
-            torch.set_num_threads(threads)
-        results = batched.train_stacked(configs, runs, progress=progress)
-        for old in displaced:
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        return [{k: v for k, v in r.items() if k != "model"} for r in results]
-    except BaseException:
-        for run, old in zip(runs, displaced):
-            if not (run.file("results.json").exists() and run.is_run):  # a member that never completed
-                shutil.rmtree(run.path, ignore_errors=True)
-                if old is not None and old.exists():
-                    os.replace(old, run.path)
-        raise
-    finally:
-        torch.set_num_threads(threads_before)
-        for lock in locks:
-            lock.release()
-
-
-__all__ = ["RESUME_FREE_KEYS", "TrainConfig", "TrainingDiverged", "train", "train_stacked"]
+__all__ = ["RESUME_FREE_KEYS", "TrainConfig", "TrainingDiverged", "train"]

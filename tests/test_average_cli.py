@@ -69,7 +69,7 @@ def test_average_writes_a_new_run_and_never_overwrites(source, tmp_path, capsys)
     assert "averaged checkpoints [4, 6]" in done.stdout
     model, tokenizer, config = load_run(new)
     run = RunFolder(source)
-    four, six = run.load_model(step=4).state_dict(), run.load_model(step=6).state_dict()
+    four, six = load_run(run, step=4)[0].state_dict(), load_run(run, step=6)[0].state_dict()
     for key, value in model.state_dict().items():
         torch.testing.assert_close(value, (four[key] + six[key]) / 2)
     assert config["data"]["averaged_from"]["steps"] == [4, 6] and config["data"]["averaged_from"]["weights"] == [

@@ -303,7 +303,7 @@ def test_resume_matches_the_uninterrupted_run_through_run_folder(tmp_path, corpu
     keys = ("step", "loss", "lr", "grad_norm", "val_loss")
     curve = [[r.get(k) for k in keys] for r in read_metrics(whole.run_dir)]
     assert [[r.get(k) for k in keys] for r in read_metrics(part.run_dir)] == curve
-    a, b = RunFolder(whole.run_dir).load_model(), RunFolder(part.run_dir).load_model()
+    a, b = load_run(whole.run_dir)[0], load_run(part.run_dir)[0]
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 

@@ -193,7 +193,7 @@ def two_checkpoints(tmp_path_factory, corpus):
 
 
 def test_average_weights_summing_past_float_range_are_an_equal_mean(two_checkpoints, tmp_path, capsys):
-    from poslab.runs import RunFolder
+    from poslab.runs import load_run
 
     huge, plain = tmp_path / "huge", tmp_path / "plain"
     assert (
@@ -201,7 +201,7 @@ def test_average_weights_summing_past_float_range_are_an_equal_mean(two_checkpoi
     )
     assert main(["average", str(two_checkpoints), "--last", "2", "--out", str(plain)]) == 0
     capsys.readouterr()
-    a, b = RunFolder(huge).load_model().state_dict(), RunFolder(plain).load_model().state_dict()
+    a, b = load_run(huge)[0].state_dict(), load_run(plain)[0].state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a) and any(bool(v.abs().sum() > 0) for v in a.values())
     assert json.loads((huge / "results.json").read_text())["averaged_from"]["weights"] == [0.5, 0.5]
     answered()

@@ -226,8 +226,9 @@ def test_eval_prints_its_cost_before_scoring(run, capsys, monkeypatch):
     assert main(["eval", str(run), "--stride", "1", "--lengths", "16"]) == 130
     err = capsys.readouterr().err
     assert "poslab: warning: this evaluation runs" in err and "token positions" in err and "TFLOP" in err
-    from poslab.runs import RunFolder
 
-    cost = evaluation.estimate_cost(RunFolder(run).load_model(), n_targets=100, lengths=[16], stride=1)
+    from poslab.runs import load_run
+
+    cost = evaluation.estimate_cost(load_run(run)[0], n_targets=100, lengths=[16], stride=1)
     assert cost["windows"] == 7 + 1 + 84  # ceil(100/16) non-overlapping; 1 + (100-16)/1 sliding
     answered()

@@ -33,7 +33,7 @@ from poslab.training import distributed
 from poslab.training.config import TrainConfig
 from poslab.training.data import prepare_data
 from poslab.training.distributed import DistContext
-from poslab.training.loop import evaluate_loss
+from poslab.training.evaluation import evaluate_loss
 
 TOL = 1e-5
 STEPS = 20

@@ -30,7 +30,7 @@ from poslab.training.data import (
     objective_batch,
     prepare_data,
 )
-from poslab.training.loop import evaluate_loss
+from poslab.training.evaluation import evaluate_loss
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 

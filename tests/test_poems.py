@@ -49,9 +49,9 @@ def _demo_config(tmp_path, **overrides):
 
 def _samples(cfg, prompt: str, tokens: int, seed: int = 0) -> list[str]:
     from poslab.nn.generate import sample_text
-    from poslab.runs import resolve_run
+    from poslab.runs import load_run
 
-    model, tokenizer, _ = resolve_run(str(cfg.run_dir)).load()
+    model, tokenizer, _ = load_run(cfg.run_dir)
     return sample_text(model, tokenizer, prompt, tokens, num_samples=20, seed=seed)
 
 
@@ -98,15 +98,15 @@ def test_the_demo_model_as_shipped_scans_and_beats_the_bigram(tmp_path):
     characters have at least 90% five-character segments, and its whole-split validation loss sits
     clearly below the corpus's bigram count model."""
     from poslab.lab.experiments.common import ngram_baselines
-    from poslab.runs import resolve_run
+    from poslab.runs import load_run
     from poslab.session import train
     from poslab.training.data import prepare_data
-    from poslab.training.loop import evaluate_loss
+    from poslab.training.evaluation import evaluate_loss
 
     cfg = _demo_config(tmp_path, name="tang-demo", threads=2)
     train(cfg, progress=False)
     scanning, total = scan_fraction(_samples(cfg, "白日依山尽", 64))
     assert scanning / total >= 0.9, (scanning, total)
-    model, _, _ = resolve_run(str(cfg.run_dir)).load()
+    model, _, _ = load_run(cfg.run_dir)
     val = evaluate_loss(model, prepare_data(cfg).val, cfg.model.block_size, 64, None)
     assert val <= ngram_baselines(cfg.corpus)["bigram"] - 0.1, val

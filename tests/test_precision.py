@@ -12,7 +12,7 @@ from poslab.runs import load_run
 from poslab.session import train
 from poslab.training import precision
 from poslab.training.config import TrainConfig
-from poslab.training.loop import mfu_of
+from poslab.training.mfu import mfu_of
 from poslab.training.precision import PrecisionFigures, cached_figures, choose_dtype
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -171,14 +171,14 @@ def test_mfu_above_one_is_refused_not_recorded(tmp_path, corpus, monkeypatch):
     refused = mfu_of(1000.0, 1e6, 1e8)
     assert isinstance(refused, str) and "exceeds 1" in refused
     # a peak far below what the run reaches: the run records no MFU and says why
-    monkeypatch.setattr("poslab.training.loop._measured_peak", lambda dtype: 1.0)
+    monkeypatch.setattr("poslab.training.mfu.measured_peak", lambda dtype: 1.0)
     results = train(tiny(tmp_path, corpus, dtype="fp32"), progress=False)
     assert results["mfu"] is None and "exceeds 1" in results["mfu_refused"]
 
 
 def test_the_bf16_mfu_peak_is_the_faster_of_the_two_dtypes(tmp_path, corpus, monkeypatch):
     peaks = {"fp32": 4e12, "bf16": 1e9}  # emulated bf16: its own peak would make MFU look above 1
-    monkeypatch.setattr("poslab.training.loop._measured_peak", lambda dtype: peaks[dtype])
+    monkeypatch.setattr("poslab.training.mfu.measured_peak", lambda dtype: peaks[dtype])
     results = train(tiny(tmp_path, corpus, dtype="bf16"), progress=False)
     assert results["peak_flops"] == 4e12
     assert results["mfu"] is not None and 0 < results["mfu"] <= 1

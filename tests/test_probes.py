@@ -244,23 +244,6 @@ def test_quick_cli(tmp_path: Path):
     assert (tmp_path / "probes.png").is_file()
 
 
-@pytest.mark.parametrize("scheme", ["rope", "learned", "t5"])
-def test_stacked_seeds_equal_single_trainings(scheme: str):
-    """Seeds trained as one stacked model (sizes padded to a step's longest) end where each ends alone."""
-    from poslab.analysis.probes import ProbeRecipe, train_probe, train_probes_stacked
-
-    recipe = ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=8, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=16)
-    seeds = (0, 1, 2)
-    stacked = train_probes_stacked("reverse", 6, scheme, seeds, recipe, (1, 2))
-    assert [r["stacked"] for r in stacked] == ([1, 1, 1] if scheme == "t5" else [3, 3, 3])
-    for seed, b in zip(seeds, stacked):
-        a = train_probe("reverse", 6, scheme, seed, recipe, (1, 2))
-        assert b["final_loss"] == pytest.approx(a["final_loss"], abs=1e-5)
-        for factor, value in a["accuracy"].items():  # None: the scheme cannot read that length
-            assert b["accuracy"][factor] == (None if value is None else pytest.approx(value, abs=1e-5))
-    assert len({round(r["final_loss"], 6) for r in stacked}) == 3  # the members are different models
-
-
 def test_size_range_min_size_and_curriculum():
     task = P.Task("reverse", 8)
     assert P.ProbeRecipe().size_range(task, 0) == (2, 8)  # the task's smallest size, L // 4
@@ -297,28 +280,6 @@ def test_quick_form_trains_reverse_for_the_ranking_and_learned():
     assert form.recipe.mixed_sizes and form.recipe.size_range(P.Task("reverse", form.train_size), 0) == (3, 5)
 
 
-def test_stacked_seeds_equal_single_trainings_with_mixed_sizes():
-    from poslab.analysis.probes import ProbeRecipe, train_probe, train_probes_stacked
-
-    recipe = ProbeRecipe(
-        n_layer=1,
-        n_head=2,
-        n_embd=16,
-        steps=6,
-        batch_size=9,
-        lr=1e-2,
-        warmup_steps=2,
-        eval_batch=16,
-        min_size=3,
-        mixed_sizes=True,
-    )
-    for seed, b in zip((0, 1), train_probes_stacked("reverse", 5, "rope", (0, 1), recipe, (1, 2))):
-        a = train_probe("reverse", 5, "rope", seed, recipe, (1, 2))
-        assert b["final_loss"] == pytest.approx(a["final_loss"], abs=1e-5)
-        assert b["accuracy"]["2"] == pytest.approx(a["accuracy"]["2"], abs=1e-5)
-
-
-# ------------------------------------------------------------------------------------ claims on given accuracies
 QUICK = experiment.FORMS["quick"]
 
 

@@ -127,7 +127,7 @@ def _install_hooks(marker: int, pause: dict | None) -> None:  # pragma: no cover
     """Announce every checkpoint/metrics write phase on ``marker``; hold still at the targeted one."""
     import pathlib
 
-    import poslab.runs as runs_module  # the metrics appender is the run folder's
+    import poslab.runs.files as runs_module  # the metrics appender is the run folder's
     import poslab.training.checkpoint as ckpt
 
     seen = [0]
@@ -548,7 +548,7 @@ def test_a_memory_run_interrupted_and_resumed_continues_bitwise(tmp_path, corpus
     from cli_helpers import answered
     from run_helpers import tiny
 
-    from poslab.runs import RunFolder, read_metrics
+    from poslab.runs import load_run, read_metrics
     from poslab.session import train
     from poslab.training import checkpoint as ckpt
 
@@ -563,7 +563,7 @@ def test_a_memory_run_interrupted_and_resumed_continues_bitwise(tmp_path, corpus
     keys = ("step", "loss", "lr", "grad_norm", "val_loss")
     reference = [[r.get(k) for k in keys] for r in read_metrics(whole.run_dir)]
     assert [[r.get(k) for k in keys] for r in read_metrics(part.run_dir)] == reference
-    a, b = RunFolder(whole.run_dir).load_model(), RunFolder(part.run_dir).load_model()
+    a, b = load_run(whole.run_dir)[0], load_run(part.run_dir)[0]
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     answered()
 

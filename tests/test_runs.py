@@ -1,4 +1,4 @@
-"""``RunFolder`` (poslab/runs.py): the one reader and writer of a run folder, and the rule that no other
+"""``RunFolder`` (poslab/runs/): the one reader and writer of a run folder, and the rule that no other
 module parses a run file."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from poslab.training.lock import RunLock
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 PACKAGE = Path(__file__).resolve().parents[1] / "poslab"
-#: functions outside runs.py allowed to parse a JSON file whose name is also a run file's, and why
+#: functions outside poslab/runs/ allowed to parse a JSON file whose name is also a run file's, and why
 ALLOWED = {
-    ("runs.py", "*"): "the run folder's owner",
+    ("runs/files.py", "*"): "the run folder's owner",
     ("training/checkpoint.py", "load_checkpoint"): "the checkpoint format RunFolder delegates to",
     ("interop/convert.py", "_model_type"): "a Hugging Face folder's config.json, not a run's",
     ("lab/report/reading.py", "load_results"): "experiment folders' results.json (it skips runs/)",
@@ -211,7 +211,7 @@ def test_config_tokenizer_metrics_results_checkpoints(run):
 
 
 def test_load_model_by_step(run):
-    last, first = run.load_model(), run.load_model(step=2)
+    last, first = load_run(run)[0], load_run(run, step=2)[0]
     assert not first.training
     assert any(not torch.equal(a, b) for a, b in zip(last.state_dict().values(), first.state_dict().values()))
     tensors, _ = ckpt.load_checkpoint(run.path, 2)
@@ -232,10 +232,10 @@ def test_state_is_answered_once(run, tmp_path):
 def change_corpus(monkeypatch) -> None:
     """As if the corpus file had changed since training: it reads one character longer, so the digest
     ``config.json`` records for it no longer matches (the run's own files untouched)."""
-    import poslab.runs
+    import poslab.runs.files
 
-    read = poslab.runs.load_text
-    monkeypatch.setattr(poslab.runs, "load_text", lambda source: read(source) + "变")
+    read = poslab.runs.files.load_text
+    monkeypatch.setattr(poslab.runs.files, "load_text", lambda source: read(source) + "变")
 
 
 def test_split_tokens_are_checksummed(run, monkeypatch):
@@ -279,7 +279,7 @@ def test_a_config_without_its_sections_is_one_line(run, doc, match):
 def test_averaged_model_is_the_mean_of_the_last_checkpoints(run):
     averaged, steps = run.averaged_model(2)
     assert steps == [2, 4] and not averaged.training
-    first, last = run.load_model(step=2).state_dict(), run.load_model(step=4).state_dict()
+    first, last = load_run(run, step=2)[0].state_dict(), load_run(run, step=4)[0].state_dict()
     mean = averaged.state_dict()
     for key in last:
         torch.testing.assert_close(mean[key], (first[key] + last[key]) / 2)

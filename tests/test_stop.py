@@ -217,13 +217,13 @@ def test_a_diverged_training_in_an_experiment_is_one_line(tmp_path, monkeypatch,
     run and the step; exit 1 as ``poslab train``; no traceback."""
     from poslab.training import loop
 
-    forward_backward = loop._Trainer._forward_backward
+    micro_loss = loop._Trainer._micro_loss
 
-    def diverging(self, lr):
-        loss, norm = forward_backward(self, lr)
-        return (float("nan"), norm) if self.state.step >= 2 else (loss, norm)
+    def diverging(self, micro):
+        loss = micro_loss(self, micro)
+        return loss * float("nan") if self.state.step >= 2 else loss
 
-    monkeypatch.setattr(loop._Trainer, "_forward_backward", diverging)
+    monkeypatch.setattr(loop._Trainer, "_micro_loss", diverging)
     argv = ["experiment", "attention-entropy", "--workers", "1", "--size=diverge=smoke", "--out", str(tmp_path / "ae")]
     assert main(argv) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -15,7 +15,7 @@ from poslab.session import train
 from poslab.training import presets
 from poslab.training.config import TrainConfig
 from poslab.training.data import prepare_data
-from poslab.training.loop import evaluate_loss
+from poslab.training.evaluation import evaluate_loss
 from poslab.training.optim import ChainedOptimizer, make_optimizer
 
 ROOT = Path(__file__).resolve().parents[1]

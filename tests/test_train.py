@@ -17,7 +17,8 @@ from poslab.runs import load_run, read_metrics
 from poslab.session import train
 from poslab.training import checkpoint as ckpt
 from poslab.training.config import TrainConfig
-from poslab.training.loop import TrainingDiverged, evaluate_loss
+from poslab.training.evaluation import evaluate_loss
+from poslab.training.loop import TrainingDiverged
 from poslab.training.optim import lr_at, make_optimizer
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
@@ -124,6 +125,40 @@ def test_sigint_saves_a_checkpoint_then_exits(tmp_path, corpus):
         train(cfg, progress=False, callback=press_ctrl_c)
     assert ckpt.latest_step(cfg.run_dir) == 5
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+
+
+def test_the_loop_checkpoints_through_the_checkpointer_it_is_given(tmp_path, corpus):
+    """The checkpointer is injected: the loop saves through it (its own ``keep``, not the config's) and resumes
+    from it."""
+    from poslab.runs import RunFolder
+    from poslab.training.checkpointer import Checkpointer
+    from poslab.training.distributed import DistContext
+    from poslab.training.loop import run_training
+
+    class Recording(Checkpointer):
+        def save(self, step, state, identity):
+            saved.append(step)
+            return super().save(step, state, identity)
+
+        def restore(self, state, identity):
+            restored.append(state.progress.step)
+            return super().restore(state, identity)
+
+    saved, restored = [], []
+
+    def run_it(cfg, resuming: bool) -> dict:
+        run = RunFolder(cfg.run_dir)
+        with run.lock():
+            run.prepare(resuming, False)
+            return run_training(
+                cfg, run, resuming=resuming, dist_ctx=DistContext(), progress=False, checkpointer=Recording(run, 1)
+            )
+
+    run_it(tiny(tmp_path, corpus, max_steps=12, ckpt_interval=5), resuming=False)
+    assert saved == [5, 10, 12] and restored == []
+    assert RunFolder(tiny(tmp_path, corpus).run_dir).checkpoints() == [12]  # keep_checkpoints=0 in the config
+    assert run_it(tiny(tmp_path, corpus, max_steps=14, ckpt_interval=5), resuming=True)["resumed_from"] == 12
+    assert saved == [5, 10, 12, 14] and restored == [0]
 
 
 def test_existing_run_folder_is_refused_unless_resume_or_overwrite(tmp_path, corpus):

@@ -20,7 +20,7 @@ from poslab.session import train
 from poslab.training import loop, presets
 from poslab.training.config import RESUME_FREE_KEYS, TrainConfig
 from poslab.training.data import prepare_data
-from poslab.training.loop import evaluate_loss
+from poslab.training.evaluation import evaluate_loss
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

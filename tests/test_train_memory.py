@@ -13,7 +13,7 @@ from poslab.runs import RunFolder, load_run, read_metrics
 from poslab.session import train
 from poslab.training.config import TrainConfig
 from poslab.training.data import batchify, stream_segment, stream_segments
-from poslab.training.loop import segment_nll
+from poslab.training.evaluation import segment_nll
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -492,11 +492,11 @@ def eval_run(
     Returns:
         JSON-ready results: run, step, split, scheme, train length, scaling, and one cell per length.
     """
-    from poslab.runs import RunFolder
+    from poslab.runs import RunFolder, load_run
 
     lengths = parse_lengths(list(lengths))
     run = RunFolder(run_dir)
-    model, tokenizer, _ = run.load(step=step)
+    model, tokenizer, _ = load_run(run, step=step)
     train_length = model.config.block_size
     override = None
     if rope_scaling is not None or logn_scaling:

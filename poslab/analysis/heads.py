@@ -600,11 +600,11 @@ def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = 
         text: evaluate on this corpus name or file instead (its last 10%).
     """
     from poslab.fileio import atomic_write_json
-    from poslab.runs import RunFolder
+    from poslab.runs import RunFolder, load_run
 
     run_dir = Path(run_dir)
     run = RunFolder(run_dir)
-    model, tokenizer, _ = run.load()
+    model, tokenizer, _ = load_run(run)
     tokens = run.split_tokens("val", tokenizer) if text is None else text_tokens(tokenizer, text)
     results = analyze(
         model,

@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from poslab.training.step import StepSettings, train_step
+
 BOS, SEP = 0, 1
 #: first task-specific token id
 FIRST = 2
@@ -52,6 +54,8 @@ KEY_DIGITS = 4  # passkey: digits of the key
 TASKS = ("copy", "reverse", "retrieve", "mqar", "count", "passkey")
 #: mqar: which keys are asked again ("half": ``max(1, n // 2)`` of them; "all": every key, in a random order)
 MQAR_QUERIES = ("half", "all")
+#: a probe's training step: the global gradient norm clipped to 1, fp32
+PROBE_STEP = StepSettings(grad_clip=1.0)
 
 
 @dataclass(frozen=True)
@@ -409,20 +413,18 @@ def train_probe(
     task = recipe.task(task_name, train_size)
     model = build_model(task, scheme, recipe, seed)
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=recipe.lr, betas=(0.9, 0.98), weight_decay=0.0)
     g = torch.Generator().manual_seed(10_000 + seed)
     losses = []
     for step in range(recipe.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = probe_lr(step, recipe)
         idx, targets = training_batch(task, recipe, step, g)  # [B, T], [B, T]
-        logits = model(idx)  # [B, T, V]
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        losses.append(float(loss.detach()))
+
+        def loss_of(_micro: int, idx: Tensor = idx, targets: Tensor = targets) -> Tensor:
+            logits = model(idx)  # [B, T, V]
+            return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
+
+        losses.append(train_step(optimizer, params, loss_of, PROBE_STEP, lr=probe_lr(step, recipe)).loss)
     return _result(model, task, scheme, seed, recipe, test_factors, losses, time.perf_counter() - start)
 
 
@@ -469,74 +471,6 @@ def _result(
     }
 
 
-def train_probes_stacked(
-    task_name: str,
-    train_size: int,
-    scheme: str,
-    seeds: tuple[int, ...],
-    recipe: ProbeRecipe,
-    test_factors: tuple[int, ...] = (1, 2, 4),
-    threads: int | None = None,
-) -> list[dict[str, Any]]:
-    """:func:`train_probe` for every seed, the seeds trained together as one stacked model.
-
-    The members are stacked (:class:`poslab.training.batched.StackedGPT`: one vmapped forward, one
-    AdamW over the stacked tensors, each member's gradient clipped on its own) and each draws its own
-    sizes and batches from its own generator, exactly as it would alone. A step's batches of
-    different sizes are right-padded to the longest (pad targets ``-1``): the models are causal, so a
-    padded tail changes no earlier logit, and the loss is the mean over each member's own answer
-    tokens. Each result equals :func:`train_probe` with the same arguments (``tests/test_probes.py``
-    compares them to 1e-5); ``"seconds"`` is the stack's time divided by the members.
-
-    Args:
-        task_name, train_size, scheme, recipe, test_factors: as for :func:`train_probe`.
-        seeds: the members' seeds.
-        threads: torch threads for this training (``None``: leave as is).
-
-    Returns:
-        One :func:`train_probe` result per seed, in order, each with ``"stacked"``: the members
-        trained together (1 when the scheme cannot run under vmap and they ran one after another).
-    """
-    import time
-
-    from poslab.training.batched import StackedGPT, clip_members, vmappable
-
-    if not seeds:
-        raise ValueError("train_probes_stacked needs at least one seed")
-    if threads is not None:
-        torch.set_num_threads(threads)
-    start = time.perf_counter()
-    task = recipe.task(task_name, train_size)
-    models = [build_model(task, scheme, recipe, seed) for seed in seeds]
-    stack = StackedGPT(models, vmap=vmappable(models[0]))
-    params = list(stack.params.values())
-    optimizer = torch.optim.AdamW(params, lr=recipe.lr, betas=(0.9, 0.98), weight_decay=0.0)
-    gens = [torch.Generator().manual_seed(10_000 + seed) for seed in seeds]
-    losses: list[list[float]] = [[] for _ in seeds]
-    for step in range(recipe.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = probe_lr(step, recipe)
-        batches = [training_batch(task, recipe, step, g) for g in gens]  # ([B, T_m], [B, T_m]) per member
-        T = max(b[0].shape[1] for b in batches)
-        idx = torch.stack([F.pad(b[0], (0, T - b[0].shape[1]), value=BOS) for b in batches])  # [M, B, T]
-        targets = torch.stack([F.pad(b[1], (0, T - b[1].shape[1]), value=-1) for b in batches])  # [M, B, T]
-        loss = stack.losses(idx, targets)  # [M]
-        optimizer.zero_grad(set_to_none=True)
-        loss.sum().backward()
-        clip_members(params, 1.0)
-        optimizer.step()
-        for m, value in enumerate(loss.detach().tolist()):
-            losses[m].append(value)
-    seconds = (time.perf_counter() - start) / len(seeds)
-    return [
-        {
-            **_result(stack.member(m), task, scheme, seed, recipe, test_factors, losses[m], seconds),
-            "stacked": len(seeds) if stack.vmap else 1,
-        }
-        for m, seed in enumerate(seeds)
-    ]
-
-
 def chance(task: Task) -> float:
     """Accuracy of guessing uniformly among the answer alphabet (the floor of every table)."""
     alphabet = {
@@ -575,5 +509,4 @@ __all__ = [
     "describe",
     "probe_lr",
     "train_probe",
-    "train_probes_stacked",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from poslab.nn.generate import sample_text
-from poslab.runs import resolve_run
+from poslab.runs import load_run, resolve_run
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model, tokenizer, _ = resolve_run(args.run).load(step=args.step)
+    model, tokenizer, _ = load_run(resolve_run(args.run), step=args.step)
     texts = sample_text(
         model,
         tokenizer,

@@ -113,9 +113,9 @@ class ModelStore:
 
     def _load(self, entry: Entry) -> tuple[GPT, Any]:
         if entry.kind == "run":
-            from poslab.runs import RunFolder
+            from poslab.runs import load_run
 
-            model, tokenizer, _ = RunFolder(entry.source).load()
+            model, tokenizer, _ = load_run(entry.source)
             return model.eval(), tokenizer
         if self._scheme_tokenizer is None:
             from poslab.data import CharTokenizer, load_corpus

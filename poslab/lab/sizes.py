@@ -11,7 +11,7 @@ The GPU sizes train on CUDA (``device="cuda"``: an error without a GPU):
 * ``gpu``: nanoGPT's Shakespeare-character GPU recipe, 6 layers, 6 heads, width 384 at ``L = 256``,
   5,000 steps of 64 windows, lr 1e-3 with 100 warmup steps (no dropout, as every lab size). Expected,
   **estimated from FLOPs, not measured** (no GPU here): 70.9 MFLOP per token (nanoGPT's
-  ``6 N + 12 n_layer d L``, :func:`poslab.training.loop.matmul_flops_per_token`) x 81.9M training
+  ``6 N + 12 n_layer d L``, :func:`poslab.training.mfu.matmul_flops_per_token`) x 81.9M training
   tokens = 5.8 PFLOP a training, 3-6 minutes on one H100-class GPU at an assumed 25-50% of its
   67 TFLOP/s fp32 peak (the lab's configs train in fp32), plus the first step's compilation of the
   attention kernels; about 2-4 hours for extrapolation's 39 trainings (13 schemes x 3 seeds) on one GPU.

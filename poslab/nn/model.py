@@ -50,7 +50,7 @@ def _traced(t: Tensor) -> bool:
     """Whether ``t`` is being traced (``torch.compile``) or batched (``torch.vmap``): no data-dependent checks then.
 
     A value check reads a tensor's contents (``int(t.max())``), which neither transform allows; the
-    caller of a vmapped forward checks the stacked ids once (:mod:`poslab.training.batched`).
+    caller of a vmapped forward checks the stacked ids once.
     """
     return torch.compiler.is_compiling() or torch._C._functorch.is_batchedtensor(t)
 

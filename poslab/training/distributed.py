@@ -221,7 +221,7 @@ class DistContext:
         return x, y
 
     def eval_model(self, model: nn.Module, batch_size: int) -> tuple[nn.Module, int]:
-        """``(module, batch)`` to give :func:`poslab.training.loop.evaluate_loss` so that evaluation is sharded too.
+        """``(module, batch)`` for :func:`poslab.training.evaluation.evaluate_loss`: evaluation is sharded too.
 
         Evaluation uses the global batch (``world_size * batch_size`` windows, the windows a single
         process with that batch would see); each rank computes the loss of its rows and the mean

@@ -5,18 +5,20 @@ warmup then cosine decay to ``min_lr``, gradient clipping and accumulation, opti
 with a checkpoint format that never unpickles and a resume that reproduces the uninterrupted loss
 curve bitwise on CPU.
 
-The loop knows nothing of the run folder's layout: it reads and writes through a :class:`RunStore`
-it is given. :class:`poslab.runs.RunFolder` is the store (the one reader and writer of a run folder),
-and ``poslab.session.train(cfg)`` is the public entry that takes the run's lock, prepares the
-folder and calls :func:`run_training`. See ``docs/training.md``.
+The loop knows nothing of the run folder's layout: it reads and writes the run's files through the
+:class:`RunStore` it is given and its checkpoints through an injected
+:class:`~poslab.training.checkpointer.Checkpointer`. :class:`poslab.runs.RunFolder` is both stores
+(the one reader and writer of a run folder), and ``poslab.session.train(cfg)`` is the public entry
+that takes the run's lock, prepares the folder and calls :func:`run_training`. A step is
+:func:`poslab.training.step.train_step`; evaluation is :mod:`poslab.training.evaluation`; MFU is
+:mod:`poslab.training.mfu`. See ``docs/training.md``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from poslab.nn.memory import SegmentMemory
 from poslab.nn.model import GPT
 from poslab.training import checkpoint as ckpt
 from poslab.training import distributed
+from poslab.training.checkpointer import Checkpointer, Progress, TrainingState
 from poslab.training.config import (
     DTYPES,
     RESUME_FREE_KEYS,
@@ -51,10 +54,13 @@ from poslab.training.data import (
     stream_segment,
     stream_segments,
 )
+from poslab.training.evaluation import evaluate_loss, segment_nll
 from poslab.training.interrupt import InterruptFlag
+from poslab.training.mfu import matmul_flops_per_token, mfu_of, training_peak
 from poslab.training.optim import lr_at, make_optimizer
 from poslab.training.precision import CONCRETE_DTYPES, PrecisionChoice, choose_dtype
 from poslab.training.progress import ProgressBar, format_duration, format_rate
+from poslab.training.step import StepSettings, train_step
 
 
 class TrainingDiverged(RuntimeError):
@@ -62,7 +68,8 @@ class TrainingDiverged(RuntimeError):
 
 
 class RunStore(Protocol):
-    """What the loop needs of a run folder (implemented by :class:`poslab.runs.RunFolder`).
+    """The run files the loop reads and writes (implemented by :class:`poslab.runs.RunFolder`; its checkpoints
+    go through :class:`~poslab.training.checkpointer.CheckpointStore`).
 
     Under ``torchrun`` only rank 0 calls the writing methods.
     """
@@ -72,7 +79,7 @@ class RunStore(Protocol):
     def prepare_for_writing(self) -> None:
         """Fail now if the folder is read-only; delete temporary files a killed writer left."""
 
-    def read_config(self) -> dict:
+    def config(self) -> dict:
         """The saved ``config.json`` (a resume)."""
 
     def read_tokenizer(self) -> Any:
@@ -93,216 +100,11 @@ class RunStore(Protocol):
     def write_results(self, results: dict) -> None:
         """Write ``results.json``."""
 
-    def save_checkpoint(self, step: int, tensors: dict[str, torch.Tensor], meta: dict, keep: int) -> Path:
-        """Write checkpoint ``step`` (keeping the newest ``keep``)."""
-
-    def latest_step(self) -> int | None:
-        """The newest complete checkpoint's step."""
-
-    def checkpoint_path(self, step: int) -> Path:
-        """The tensor file of checkpoint ``step`` (for messages)."""
-
-    def resume_checkpoint(self, identity: dict) -> tuple[dict[str, torch.Tensor], dict] | None:
-        """The newest checkpoint that verifies and holds the full training state, or ``None`` (none at all)."""
-
     def restore_weights(self, model: nn.Module) -> None:
         """Load the latest checkpoint's model weights into ``model`` (``init_from``)."""
 
     def matmul_peak(self, key: str, measure: Callable[[], float]) -> float:
         """The cached matmul peak for ``key`` (``dtype/threads``), measured with ``measure`` on first use."""
-
-
-def autocast(dtype: str, device_type: str = "cpu") -> contextlib.AbstractContextManager:
-    """bf16 autocast for ``dtype="bf16"``, nothing for fp32."""
-    if dtype == "bf16":
-        return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-@torch.no_grad()
-def evaluate_loss(
-    model: nn.Module,
-    data: torch.Tensor,
-    block_size: int,
-    batch_size: int,
-    iters: int | None,
-    *,
-    seed: int = 0,
-    dtype: str = "fp32",
-    objective: str = "clm",
-    mask_id: int | None = None,
-) -> float:
-    """Mean cross-entropy of ``model`` on ``data``: next-token (``clm``) or on masked positions (``mlm``).
-
-    Args:
-        model: a :class:`GPT` (put in eval mode for the call, its mode restored after).
-        data: token ids ``[N]``.
-        block_size, batch_size: window length and windows per forward pass.
-        iters: number of random batches, drawn from a generator seeded with ``seed`` (so every call
-            sees the same windows: curves are comparable across steps and runs); ``None`` = the
-            whole of ``data`` in consecutive non-overlapping windows.
-        seed: seed of the random windows.
-        dtype: ``"fp32"`` or ``"bf16"`` (autocast).
-        objective: ``"clm"`` or ``"mlm"`` (the windows masked as in training, from a generator seeded
-            with ``seed + 1``: every call masks the same positions).
-        mask_id: the ``[MASK]`` id for ``mlm`` (default: the model's last id, :func:`mask_id_of`).
-
-    Returns:
-        The mean loss per (predicted) token (float; for ``mlm`` the mean over batches of each batch's
-        mean over its masked positions).
-    """
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    total, count = 0.0, 0
-    if objective == "mlm" and mask_id is None:
-        mask_id = mask_id_of(_config_of(model).vocab_size)
-    mask_rng = torch.Generator().manual_seed(seed + 1)
-    try:
-        if iters is None:
-            n_windows = (data.numel() - 1) // block_size
-            if n_windows == 0:
-                raise ValueError(f"{data.numel()} tokens cannot fill one block of {block_size} + 1 tokens")
-            starts = torch.arange(n_windows) * block_size  # [W]
-            for first in range(0, n_windows, batch_size):
-                window = starts[first : first + batch_size, None] + torch.arange(block_size + 1)  # [b, T+1]
-                chunk = data[window]  # [b, T+1]
-                x, y = objective_batch(objective, chunk[:, :-1], chunk[:, 1:], mask_id, mask_rng)  # [b, T] x2
-                with autocast(dtype, device.type):
-                    _, loss = model(x.to(device), y.to(device))
-                total += loss.item() * chunk.shape[0]
-                count += chunk.shape[0]
-        else:
-            generator = torch.Generator().manual_seed(seed)
-            for _ in range(iters):
-                x, y = get_batch(data, block_size, batch_size, generator)  # [B, T] x2
-                x, y = objective_batch(objective, x, y, mask_id, mask_rng)  # [B, T] x2
-                with autocast(dtype, device.type):
-                    _, loss = model(x.to(device), y.to(device))
-                total += loss.item()
-                count += 1
-    finally:
-        model.train(was_training)
-    return total / count
-
-
-@torch.no_grad()
-def segment_nll(
-    model: nn.Module,
-    streams: torch.Tensor,
-    seg_len: int,
-    mem_len: int,
-    segments: int | None = None,
-    *,
-    dtype: str = "fp32",
-) -> torch.Tensor:
-    """Per-token next-token loss reading streams segment after segment (Transformer-XL's evaluation).
-
-    Args:
-        model: a :class:`GPT` (eval mode for the call, its mode restored after).
-        streams: ``[n, S]`` token ids (:func:`~poslab.training.data.batchify`).
-        seg_len: segment length ``T``.
-        mem_len: segment memory ``M`` carried from segment to segment (0: every segment alone, at
-            positions ``0 .. T-1``).
-        segments: the first this many segments (``None``: every whole segment of the streams).
-        dtype: ``"fp32"`` or ``"bf16"`` (autocast).
-
-    Returns:
-        ``[segments, n, T]`` fp32 losses (nats); ``[s, :, t]`` is the loss at place ``t`` of segment ``s``.
-    """
-    available = stream_segments(streams, seg_len)
-    count = available if segments is None else min(segments, available)
-    if count <= 0:
-        raise ValueError(f"streams of {streams.shape[1]} tokens hold no segment of {seg_len} + 1 tokens")
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    memory = SegmentMemory(mem_len) if mem_len else None
-    out = []
-    try:
-        for s in range(count):
-            x, y = stream_segment(streams, s, seg_len)  # [n, T] x2
-            with autocast(dtype, device.type):
-                logits = model(x.to(device), memory=memory) if memory is not None else model(x.to(device))
-            out.append(
-                torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), y.to(device), reduction="none").cpu()
-            )
-    finally:
-        model.train(was_training)
-    return torch.stack(out)  # [segments, n, T]
-
-
-def _config_of(model: nn.Module) -> Any:
-    """The :class:`GPTConfig` of ``model`` or of the model a wrapper holds (``.module``: DDP, ``.model``: sharded
-    eval)."""
-    while getattr(model, "config", None) is None:
-        inner = getattr(model, "module", None) or getattr(model, "model", None)
-        if inner is None:
-            raise ValueError(f"cannot find the model config of {type(model).__name__}; pass mask_id")
-        model = inner
-    return model.config
-
-
-def matmul_flops_per_token(model: GPT, block_size: int) -> float:
-    """Training FLOPs per token (forward + backward), PaLM's estimate as used by nanoGPT.
-
-    ``6 * N + 12 * n_layer * n_embd * T`` with ``N`` = the weights of the transformer's linear
-    layers and the LM head (the matmul parameters; embedding lookups cost no FLOPs).
-    """
-    n_matmul = sum(
-        m.weight.numel()
-        for name, m in model.named_modules()
-        if isinstance(m, nn.Linear) and (name.startswith("blocks.") or name == "lm_head")
-    )
-    cfg = model.config
-    return 6.0 * n_matmul + 12.0 * cfg.n_layer * cfg.n_embd * block_size
-
-
-def measure_matmul_peak(
-    dtype: str = "fp32", n: int = 1024, seconds: float = 0.3, min_reps: int = 8, device: torch.device | str = "cpu"
-) -> float:
-    """Best measured FLOP/s of an ``n x n @ n x n`` matmul on ``device`` (the CPU: with the current threads).
-
-    The best of at least ``min_reps`` timed matmuls (and at least ``seconds``): on a machine shared
-    with other jobs the best one is the least disturbed. Uses no global RNG (a run's random stream is
-    untouched). On CUDA each matmul is timed between two synchronisations, at ``n = 4096`` at least.
-    """
-    device = torch.device(device)
-    cuda = device.type == "cuda"
-    n = max(n, 4096) if cuda else n
-    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
-    generator = torch.Generator().manual_seed(0)
-    a = torch.rand(n, n, generator=generator).to(device=device, dtype=torch_dtype)
-    b = torch.rand(n, n, generator=generator).to(device=device, dtype=torch_dtype)
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    for _ in range(2):
-        torch.matmul(a, b)
-    best = 0.0
-    deadline = time.perf_counter() + seconds
-    reps = 0
-    while True:
-        sync()
-        start = time.perf_counter()
-        torch.matmul(a, b)
-        sync()
-        elapsed = time.perf_counter() - start
-        best = max(best, 2.0 * n**3 / elapsed)
-        reps += 1
-        if reps >= min_reps and time.perf_counter() > deadline:
-            return best
-
-
-# ------------------------------------------------------------------------------------------ the loop
-@dataclass
-class _State:
-    """What a checkpoint restores: the step, the running log sums, the best validation loss, counters."""
-
-    step: int = 0
-    log_loss_sum: float = 0.0
-    log_loss_count: int = 0
-    best: dict[str, Any] = field(default_factory=lambda: {"val_loss": None, "step": None})
-    tokens_seen: int = 0
-    skipped: list[int] = field(default_factory=list)  # steps whose batch was dropped as non-finite
 
 
 @dataclass
@@ -329,6 +131,7 @@ def run_training(
     init_from: RunStore | None = None,
     wall_start: float | None = None,
     on_started: Callable[[], None] | None = None,
+    checkpointer: Checkpointer | None = None,
 ) -> dict:
     """Train as ``cfg`` says, reading and writing the run through ``store``.
 
@@ -344,13 +147,17 @@ def run_training(
         init_from: the run whose weights and tokenizer start this one (``cfg.init_from``).
         wall_start: ``time.perf_counter()`` at the start of the command (default: now).
         on_started: called once the run's config is written (the run exists from then on).
+        checkpointer: saves and restores the training's state (default: a
+            :class:`~poslab.training.checkpointer.Checkpointer` keeping ``cfg.keep_checkpoints`` of them in
+            ``store``); the trainer sets its process group.
 
     Returns:
         The results dict (also written through ``store``).
     """
-    trainer = _Trainer(
-        cfg, store, on_device(cfg.device, dist_ctx), progress, callback, wall_start or time.perf_counter()
-    )
+    dist_ctx = on_device(cfg.device, dist_ctx)
+    checkpointer = checkpointer if checkpointer is not None else Checkpointer(store, cfg.keep_checkpoints)
+    checkpointer.dist = dist_ctx
+    trainer = _Trainer(cfg, store, checkpointer, dist_ctx, progress, callback, wall_start or time.perf_counter())
     trainer.setup(resuming, init_from)
     if on_started is not None:
         on_started()
@@ -382,14 +189,16 @@ class _Trainer:
         self,
         cfg: TrainConfig,
         store: RunStore,
+        checkpointer: Checkpointer,
         dist_ctx: distributed.DistContext,
         show: bool,
         callback: Callable[[int, dict], None] | None,
         wall_start: float,
     ) -> None:
-        self.cfg, self.store, self.dist, self.show, self.callback = cfg, store, dist_ctx, show, callback
+        self.cfg, self.store, self.checkpointer, self.dist = cfg, store, checkpointer, dist_ctx
+        self.show, self.callback = show, callback
         self.timing = _Timing(wall_start)
-        self.state = _State()
+        self.state = Progress()
         self.target: dict[str, Any] = {}  # where stop_val_loss was reached (time to quality), empty until then
         self.resuming = False
         self.start_step = 0
@@ -402,7 +211,7 @@ class _Trainer:
         self.resuming = resuming
         if dist.is_main:  # only rank 0 writes the run folder (and holds its lock)
             store.prepare_for_writing()
-        saved_doc = store.read_config() if resuming else None
+        saved_doc = store.config() if resuming else None
         self._resolve_precision(saved_doc)
         self._prepare_data(init_from)
         self._build_model(init_from)
@@ -452,7 +261,7 @@ class _Trainer:
         cfg, dist = self.cfg, self.dist
         torch.manual_seed(cfg.seed)
         self.model = GPT(self.model_cfg)
-        if init_from is not None and (not self.resuming or self.store.latest_step() is None):
+        if init_from is not None and (not self.resuming or self.checkpointer.latest_step() is None):
             init_from.restore_weights(self.model)  # a resume with a checkpoint overwrites these weights anyway
         check_model_for_training(
             cfg, self.model.position.max_positions, dist.world_size, dist.device.type
@@ -466,6 +275,7 @@ class _Trainer:
         self.eval_model, self.eval_batch = dist.eval_model(self.model, cfg.batch_size)  # global eval batch
         self.optimizer = make_optimizer(self.model, cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.step_settings = StepSettings(cfg.grad_clip, cfg.grad_accum, cfg.dtype, dist.device.type, finite_only=True)
         self.data_rng = torch.Generator().manual_seed(data_seed(cfg.seed))
 
     def _setup_memory(self) -> None:
@@ -482,17 +292,8 @@ class _Trainer:
     def _start_progress(self) -> None:
         """The matmul peak (MFU), FLOPs per token and the progress bar, with the opening line and notes."""
         cfg, dist = self.cfg, self.dist
-        # under bf16 autocast the matmuls run in bf16 and the rest in fp32: the peak is the faster of the two,
-        # so the figure is a fraction of what this machine can do in any dtype the run uses
-        used = ("fp32", "bf16") if cfg.dtype == "bf16" else ("fp32",)
-        on_gpu = dist.device.type == "cuda"
-        self.peak = max(
-            dist.run_on_main(
-                self.store.matmul_peak,
-                f"cuda/{d}" if on_gpu else f"{d}/{torch.get_num_threads()}",
-                functools.partial(_measured_peak, d, dist.device) if on_gpu else functools.partial(_measured_peak, d),
-            )
-            for d in used
+        self.peak = training_peak(
+            cfg.dtype, dist.device, lambda key, measure: dist.run_on_main(self.store.matmul_peak, key, measure)
         )
         self.flops_per_token = matmul_flops_per_token(self.model, self.model_cfg.block_size)
         self.tokens_per_step = cfg.batch_size * cfg.grad_accum * self.model_cfg.block_size * dist.world_size
@@ -515,26 +316,15 @@ class _Trainer:
             raise ValueError(
                 f"cannot resume {str(store.path)!r}: the config differs from the saved one: " + "; ".join(mismatch)
             )
-        found = store.resume_checkpoint(self.identity)
-        if found is None:  # killed before its first checkpoint: nothing to restore (said, not silent)
+        state = self._training_state()
+        notes = self.checkpointer.restore(state, self.identity)
+        if notes is None:  # killed before its first checkpoint: nothing to restore (said, not silent)
             self.notes.append(
                 f"poslab: note: {str(store.path)!r} has no checkpoint yet: --resume starts it from step 0"
             )
         else:
-            tensors, meta = found
-            dist.check_resume(meta, store.path)  # the same number of processes as the checkpoint's
-            dist.restore(self.model, self.optimizer, tensors, meta)  # model + optimizer (FSDP: re-sharded)
-            dist.restore_rng(tensors)  # this rank's torch.set_rng_state
-            self.data_rng.set_state(tensors["rng.data"])
-            self._restore_memories(tensors, store.path)
-            self.state = _State(
-                step=meta["step"],
-                log_loss_sum=meta["log_loss_sum"],
-                log_loss_count=meta["log_loss_count"],
-                best=meta["best"],
-                tokens_seen=meta["tokens_seen"],
-                skipped=list(meta.get("skipped_nonfinite", [])),
-            )
+            self.notes += notes
+            self.state = state.progress
         if dist.is_main:
             store.truncate_metrics(self.state.step)
 
@@ -553,65 +343,22 @@ class _Trainer:
         )
 
     # -------------------------------------------------------------------------------- checkpoints
+    def _training_state(self) -> TrainingState:
+        """What a checkpoint holds of this training (:class:`~poslab.training.checkpointer.TrainingState`)."""
+        memories = getattr(self, "memories", [])
+        return TrainingState(
+            self.model,
+            self.optimizer,
+            self.data_rng,
+            self.state,
+            self.cfg.grad_accum,
+            memories,
+            [streams.shape[0] for streams in getattr(self, "train_streams", [])],
+        )
+
     def save(self, at_step: int) -> Path | None:
         """Checkpoint the state after ``at_step`` steps (every rank takes part; only rank 0 writes)."""
-        cfg, state, dist = self.cfg, self.state, self.dist
-        model_t, aliases, optim_t, optim_meta = dist.checkpoint_state(self.model, self.optimizer)
-        rank_rng = dist.rng_states()  # {} in a single process
-        if not dist.is_main:
-            return None
-        tensors = {
-            **model_t,
-            **optim_t,
-            "rng.torch": torch.get_rng_state(),
-            "rng.data": self.data_rng.get_state(),
-            **rank_rng,
-            **self._memory_tensors(),
-        }
-        meta = {
-            "config": self.identity,
-            "config_hash": ckpt.config_hash(self.identity),
-            "data_position": (at_step + len(state.skipped)) * cfg.grad_accum,  # micro-batches drawn (state: rng.data)
-            "tokens_seen": state.tokens_seen,
-            "model_aliases": aliases,
-            "optimizer": optim_meta,
-            "log_loss_sum": state.log_loss_sum,
-            "log_loss_count": state.log_loss_count,
-            "best": state.best,
-            "torch_version": torch.__version__,
-            **dist.checkpoint_meta(),  # world_size under torchrun
-            "skipped_nonfinite": state.skipped,
-        }
-        return self.store.save_checkpoint(at_step, tensors, meta, keep=cfg.keep_checkpoints)
-
-    def _memory_tensors(self) -> dict[str, torch.Tensor]:
-        """The segment memories (``cfg.memory``) as checkpoint tensors ``memory.{micro}.*``: a resume continues
-        bitwise."""
-        out: dict[str, torch.Tensor] = {}
-        for micro, memory in enumerate(getattr(self, "memories", ())):
-            if memory is not None:
-                out.update(memory.state_tensors(f"memory.{micro}"))
-        return out
-
-    def _restore_memories(self, tensors: dict[str, torch.Tensor], run_dir: Path) -> None:
-        """Load the segment memories a checkpoint saved (one without them resumes with empty ones, said in a note)."""
-        memories = [(micro, m) for micro, m in enumerate(getattr(self, "memories", ())) if m is not None]
-        if not memories:
-            return
-        if f"memory.{memories[0][0]}.length" not in tensors:
-            self.notes.append(
-                f"poslab: note: the checkpoint of {str(run_dir)!r} holds no segment memory: "
-                "training resumes with an empty one (not bitwise equal to an uninterrupted run)"
-            )
-            return
-        cfg = self.model_cfg
-        for micro, memory in memories:
-            try:
-                memory.load_state(
-                    tensors, f"memory.{micro}", cfg.n_layer, self.train_streams[micro].shape[0], cfg.n_embd
-                )
-            except ValueError as err:
-                raise ckpt.CheckpointError(f"cannot resume {str(run_dir)!r}: {err}") from None
+        return self.checkpointer.save(at_step, self._training_state(), self.identity)
 
     def _checkpoint_due(self, step: int) -> bool:
         return step == self.cfg.max_steps or bool(self.cfg.ckpt_interval and step % self.cfg.ckpt_interval == 0)
@@ -624,12 +371,13 @@ class _Trainer:
             while self.state.step < self.cfg.max_steps:
                 step_start = time.perf_counter()
                 lr = lr_at(self.state.step, self.cfg)
-                step_loss, grad_norm = self._forward_backward(lr)
-                if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):
+                result = train_step(
+                    self.optimizer, self.params, self._micro_loss, self.step_settings, lr=lr, reduce=self.dist.mean
+                )  # the loss: the global batch's, the same on every rank
+                step_loss, grad_norm = result.loss, float(result.grad_norm or 0.0)
+                if not result.applied:
                     self._skip_nonfinite(step_loss, grad_norm)
                     continue
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
                 self._count_step(time.perf_counter() - step_start, step_loss)
                 record = self._log(append, lr, step_loss, grad_norm)
                 step = self.state.step
@@ -645,38 +393,25 @@ class _Trainer:
                 if self.target:  # stop_val_loss reached: time to quality, stop here
                     break
 
-    def _forward_backward(self, lr: float) -> tuple[float, float]:
-        """One step's micro-batches: the mean loss of the global batch and the (clipped) gradient norm."""
+    def _micro_loss(self, micro: int) -> torch.Tensor:
+        """The loss of micro-batch ``micro`` of this step (its batch drawn, the forward run)."""
         cfg, dist = self.cfg, self.dist
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        loss_sum = 0.0
-        for micro in range(cfg.grad_accum):
-            extra: dict[str, Any] = {}
-            if cfg.memory or cfg.stream_batches:  # the next segment of this micro-batch's streams
-                x, y, memory = self._memory_batch(micro)  # [B, T] x2
-                x, y = x.to(dist.device), y.to(dist.device)
-                if memory is not None:
-                    extra["memory"] = memory
-            else:
-                # the global batch (world_size x batch_size windows), then this rank's rows on its device
-                x, y = get_batch(
-                    self.data.train, self.model_cfg.block_size, cfg.batch_size * dist.world_size, self.data_rng
-                )  # [W*B, T] x2
-                x, y = objective_batch(cfg.objective, x, y, self.mask_id, self.data_rng)  # [W*B, T] x2: masked for mlm
-                x, y = dist.shard(x, y, cfg.batch_size)  # [B, T] x2
-            dist.set_grad_sync(self.wrapped_model, micro == cfg.grad_accum - 1)  # all-reduce once per step
-            with autocast(cfg.dtype, dist.device.type):
-                _, loss = self.train_model(x, y, **extra)
-            (loss / cfg.grad_accum).backward()
-            loss_sum += loss.item()
-        step_loss = dist.mean(loss_sum / cfg.grad_accum)  # the global batch's loss, the same on every rank
-        params = self.params
-        if cfg.grad_clip > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+        extra: dict[str, Any] = {}
+        if cfg.memory or cfg.stream_batches:  # the next segment of this micro-batch's streams
+            x, y, memory = self._memory_batch(micro)  # [B, T] x2
+            x, y = x.to(dist.device), y.to(dist.device)
+            if memory is not None:
+                extra["memory"] = memory
         else:
-            grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
-        return step_loss, grad_norm
+            # the global batch (world_size x batch_size windows), then this rank's rows on its device
+            x, y = get_batch(
+                self.data.train, self.model_cfg.block_size, cfg.batch_size * dist.world_size, self.data_rng
+            )  # [W*B, T] x2
+            x, y = objective_batch(cfg.objective, x, y, self.mask_id, self.data_rng)  # [W*B, T] x2: masked for mlm
+            x, y = dist.shard(x, y, cfg.batch_size)  # [B, T] x2
+        dist.set_grad_sync(self.wrapped_model, micro == cfg.grad_accum - 1)  # all-reduce once per step
+        _, loss = self.train_model(x, y, **extra)
+        return loss
 
     def _memory_batch(self, micro: int) -> tuple[torch.Tensor, torch.Tensor, SegmentMemory | None]:
         """Micro-batch ``micro``'s next segment and its memory (emptied when its streams wrap around; ``None``: none).
@@ -696,7 +431,6 @@ class _Trainer:
         state, cfg = self.state, self.cfg
         if len(state.skipped) >= cfg.skip_nonfinite:
             self._diverged(state.step + 1, step_loss, grad_norm)
-        self.optimizer.zero_grad(set_to_none=True)
         for memory in getattr(self, "memories", ()):  # the dropped batch's states may be non-finite
             if memory is not None:
                 memory.reset()
@@ -786,7 +520,7 @@ class _Trainer:
         if not self._checkpoint_due(step):
             self.save(step)
         self.bar.close(
-            f"interrupted at step {step}; checkpoint saved in {self.store.checkpoint_path(step).parent}; "
+            f"interrupted at step {step}; checkpoint saved in {self.checkpointer.path_of(step).parent}; "
             f"continue with: {'torchrun (the same options) -m ' if self.dist.world_size > 1 else ''}"
             f"poslab train --name {cfg.name} --out_dir {cfg.out_dir} --resume"
         )
@@ -794,9 +528,9 @@ class _Trainer:
 
     def _diverged(self, step: int, loss: float, grad_norm: float) -> None:
         cfg, skipped = self.cfg, self.state.skipped
-        last = self.store.latest_step()
+        last = self.checkpointer.latest_step()
         where = (
-            f"the last good checkpoint is step {last} ({self.store.checkpoint_path(last)})"
+            f"the last good checkpoint is step {last} ({self.checkpointer.path_of(last)})"
             if last is not None
             else "no checkpoint was written before it"
         )
@@ -837,7 +571,7 @@ class _Trainer:
             "best_val_loss": state.best["val_loss"],
             "best_val_step": state.best["step"],
             "tokens_per_s": tokens_per_s,
-            "tokens_per_s_median": _median(timing.tokens_per_s_log),
+            "tokens_per_s_median": statistics.median(timing.tokens_per_s_log) if timing.tokens_per_s_log else None,
             "flops_per_token": self.flops_per_token,
             "peak_flops": self.peak,
             "mfu": None,
@@ -878,54 +612,15 @@ class _Trainer:
         return results
 
 
-def mfu_of(tokens_per_s: float | None, flops_per_token: float, peak: float) -> float | str | None:
-    """Model FLOPs utilisation, ``None`` without a throughput, or the reason it is refused.
-
-    A fraction above 1 cannot be: the peak would be wrong (measured at a disturbed moment, or in a
-    dtype the run does not use), so the figure is not recorded and the reason is returned instead.
-    """
-    if not tokens_per_s:
-        return None
-    mfu = tokens_per_s * flops_per_token / peak
-    if not 0.0 <= mfu <= 1.0:
-        return (
-            f"MFU {mfu:.2f} exceeds 1 ({tokens_per_s:,.0f} tok/s x {flops_per_token:,.0f} FLOP/token over a "
-            f"measured peak of {peak / 1e9:.2f} GFLOP/s): the peak is wrong, the figure is not recorded"
-        )
-    return mfu
-
-
-def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
-
-
-_PEAK_CACHE: dict[str, float] = {}
-
-
-def _measured_peak(dtype: str, device: torch.device | None = None) -> float:
-    """:func:`measure_matmul_peak`, measured once per process for each dtype/threads (CPU) or dtype/GPU."""
-    device = device or torch.device("cpu")
-    key = f"{device}/{dtype}" if device.type == "cuda" else f"{dtype}/{torch.get_num_threads()}"
-    if key not in _PEAK_CACHE:
-        _PEAK_CACHE[key] = measure_matmul_peak(dtype, device=device)
-    return _PEAK_CACHE[key]
-
-
+#: ``evaluate_loss`` and ``segment_nll`` are :mod:`poslab.training.evaluation`'s, named here too for the lab's
+#: experiments that import them from the loop
 __all__ = [
     "DTYPES",
     "RESUME_FREE_KEYS",
     "RunStore",
     "TrainConfig",
     "TrainingDiverged",
-    "autocast",
     "evaluate_loss",
-    "matmul_flops_per_token",
-    "measure_matmul_peak",
-    "mfu_of",
     "run_training",
     "segment_nll",
 ]

@@ -16,6 +16,7 @@ the measured ratio.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import time
@@ -83,6 +84,13 @@ class PrecisionChoice:
 
 
 Measure = Callable[[], PrecisionFigures]
+
+
+def autocast(dtype: str, device_type: str = "cpu") -> contextlib.AbstractContextManager:
+    """bf16 autocast for ``dtype="bf16"``, nothing for fp32."""
+    if dtype == "bf16":
+        return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def cache_path() -> Path:
@@ -271,6 +279,7 @@ def choose_dtype(
 
 
 __all__ = [
+    "autocast",
     "CONCRETE_DTYPES",
     "PrecisionChoice",
     "PrecisionFigures",

@@ -207,10 +207,7 @@ def run_jobs(jobs: list[tuple[str, int, str, int, ProbeRecipe, tuple[int, ...]]]
     """Train every job (``(task, L, scheme, seed, recipe, factors)``), ``workers`` at a time, in job order.
 
     Each job is one probe model (:func:`~poslab.analysis.probes.train_probe`) through
-    :func:`poslab.lab.runner.train_many`. Stacking the seeds of a job into one vmapped model
-    (:func:`~poslab.analysis.probes.train_probes_stacked`) gives the same results but measured no
-    faster on a 2-core CPU (``benchmarks/batched_training.py``), so the experiment keeps one process
-    per model.
+    :func:`poslab.lab.runner.train_many`, one process per model.
     """
     workers = check_workers(workers)
     alone = workers == 1 or len(jobs) <= 1

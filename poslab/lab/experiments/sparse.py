@@ -57,6 +57,7 @@ from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import ClaimRecord, Premise, paired
 from poslab.nn.attention import AttentionConfig, MultiHeadAttention
 from poslab.nn.sparse import AdaptiveSpanAttention, AxialAttention, LSHAttention
+from poslab.training.step import StepSettings, train_step
 
 KINDS = ("full", "window", "axial", "lsh", "adaptive")
 VOCAB, D_MODEL, N_HEADS, N_LAYERS = 16, 64, 4, 2
@@ -208,12 +209,14 @@ def train_one(kind: str, T: int, seed: int, cfg: dict[str, Any]) -> dict[str, An
     for step in range(cfg["steps"]):
         tokens = delayed_copy(cfg["batch"], T, data)
         start = time.perf_counter()
-        loss = copy_loss(model(tokens), tokens)
-        for layer in model.span_layers():
-            loss = loss + layer.span_loss()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+
+        def loss_of(_micro: int, tokens: torch.Tensor = tokens) -> torch.Tensor:
+            loss = copy_loss(model(tokens), tokens)
+            for layer in model.span_layers():
+                loss = loss + layer.span_loss()
+            return loss
+
+        train_step(optimizer, [*others, *span_params], loss_of, StepSettings(grad_clip=None))  # no clipping
         for layer in model.span_layers():
             layer.clamp_()
         if step >= cfg["steps"] - cfg["timed_steps"]:

@@ -559,8 +559,8 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
         or torch._C._functorch.is_batchedtensor(x)
     ):
         # angles that learn: let autograd see every op; under torch.compile the plain ops (inductor
-        # fuses them) instead of the out= kernels, which dynamo cannot trace; under vmap (stacked
-        # training, poslab.training.batched) the plain ops, which have batching rules
+        # fuses them) instead of the out= kernels, which dynamo cannot trace; under vmap (models
+        # stacked with torch.func) the plain ops, which have batching rules
         return _rotary_reference(x, cos, sin, layout)
     return _Rotary.apply(x, cos, sin, layout)
 
