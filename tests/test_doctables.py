@@ -186,3 +186,17 @@ def test_the_way_in_gives_the_snapshot_times():
     minutes, seconds = divmod(round(SNAPSHOT["seconds"]), 60)
     assert f"合计 {round(total)} 秒" in text and f"{minutes} 分 {seconds:02d} 秒" in text
     assert text.index("poslab experiment all") < text.index("笔记本") < text.index("make demo")
+
+
+def test_timing_from_an_earlier_snapshot_is_said_in_the_summary(tmp_path):
+    from poslab.lab import doctables
+
+    snap = json.loads(doctables.SNAPSHOT.read_text(encoding="utf-8"))
+    later = {**snap, "seconds": 3858.3, "steps": [dict(s, seconds=s["seconds"] * 2) for s in snap["steps"]]}
+    merged = doctables.with_timing(later, snap)
+    assert merged["seconds"] == snap["seconds"] and merged["steps"] == snap["steps"]
+    assert merged["claims"] == later["claims"]
+    summary = doctables.render(merged, "lab-summary")
+    assert "earlier quick lab of the same trainings" in summary and "64 min 18 s" in summary
+    with pytest.raises(ValueError, match="cannot stand for"):
+        doctables.with_timing(later, {**snap, "mode": "full"})

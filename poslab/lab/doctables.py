@@ -215,9 +215,28 @@ def _summary(snap: dict) -> str:
         f"in lab.json): {finished} of {len(steps)} steps finished in {_duration(snap.get('seconds'))} wall; "
         f"{len(snap['claims'])} claim records: {_counts(snap['claims'])}. Wall times as lab.json recorded them "
         "(the machine may have been shared with other work); CPU: the step's process and its children, "
-        "which load on the machine does not inflate.\n\n"
+        "which load on the machine does not inflate."
+        + (f" {snap['timing_note']}" if snap.get("timing_note") else "")
+        + "\n\n"
         + Table("", ("step", "status", "wall", "CPU"), tuple(rows), align="llrr").to_markdown()
     )
+
+
+def with_timing(snap: dict[str, Any], timed: dict[str, Any]) -> dict[str, Any]:
+    """``snap`` (its claims and figures) with the step times of ``timed``, an earlier snapshot of the same
+    trainings whose wall times were measured on quiet cores; ``timing_note`` says where each part comes from."""
+    if timed.get("mode") != snap.get("mode"):
+        raise ValueError(
+            f"--timing-from: a {timed.get('mode')!r} lab's times cannot stand for a {snap.get('mode')!r} lab"
+        )
+    own = _duration(snap["seconds"]) if isinstance(snap.get("seconds"), (int, float)) else "?"
+    note = (
+        f"The step times are those of an earlier quick lab of the same trainings on {timed.get('cores')} quiet "
+        f"cores; the claims and figures are those of a later lab whose own wall time ({own}) was taken on cores "
+        "shared with other work."
+    )
+    keys = ("command", "seconds", "cores", "steps")
+    return {**snap, **{k: timed[k] for k in keys if k in timed}, "timing_note": note}
 
 
 def _of(*folders: str) -> Callable[[dict], str]:
@@ -297,14 +316,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--rerun", action="append", default=[], choices=RERUNNABLE, help="rerun a deterministic step into the snapshot"
     )
     parser.add_argument("--snapshot", type=Path, default=SNAPSHOT, help=f"the snapshot (default {SNAPSHOT})")
+    parser.add_argument(
+        "--timing-from",
+        type=Path,
+        help="with --results: keep the step times of this earlier snapshot of the same trainings (a lab whose own "
+        "wall times were taken on shared cores); the summary says so",
+    )
     parser.add_argument("--docs", type=Path, default=Path("docs"), help="the docs folder (default docs)")
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="rewrite the generated blocks of the docs")
     action.add_argument("--check", action="store_true", help="exit 1 when a generated block differs")
     args = parser.parse_args(argv)
     try:
+        if args.timing_from is not None and args.results is None:
+            raise ValueError("--timing-from needs --results (the lab whose claims the snapshot takes)")
         if args.results is not None:
             snap = snapshot(args.results)
+            if args.timing_from is not None:
+                snap = with_timing(snap, json.loads(args.timing_from.read_text(encoding="utf-8")))
             args.snapshot.parent.mkdir(parents=True, exist_ok=True)
             args.snapshot.write_text(json.dumps(snap, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         snap = json.loads(args.snapshot.read_text(encoding="utf-8"))
