@@ -500,7 +500,9 @@ def test_sigkill_anywhere_then_resume_reproduces_the_uninterrupted_run(tmp_path,
     figures = run_kill_test(tmp_path, max_steps=80, n_random=13, phase_rounds=1, seed=0)
     record("kill", mode(request), figures)
     assert figures["kills"] >= 20, figures
-    assert figures["kills_in_checkpoint_write"] >= 6 and figures["kills_at_start"] >= 2, figures
+    # every planned checkpoint-phase kill lands (a random kill may land inside a write too, or not: timing decides)
+    planned = sum(p["kind"] == "checkpoint" for p in PHASE_PLANS)
+    assert figures["kills_in_checkpoint_write"] >= planned and figures["kills_at_start"] >= 2, figures
 
 
 @pytest.mark.slow
