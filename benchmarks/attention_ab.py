@@ -31,7 +31,7 @@ def worker(tree: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from poslab.lab.bench import build_case, find_cases
+    from poslab.bench import build_case, find_cases
 
     spec = importlib.util.spec_from_file_location("train_throughput", Path(tree) / "benchmarks" / "train_throughput.py")
     train = importlib.util.module_from_spec(spec)

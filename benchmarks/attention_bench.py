@@ -1,7 +1,7 @@
 """Attention forward+backward time and peak memory: every poslab scheme vs the references.
 
 Equivalent to ``poslab bench --only attention``; see ``benchmarks/README.md`` for the measured
-table and ``poslab/lab/bench.py`` for the method (alternating runs, medians, peak memory per case in a
+table and ``poslab/bench/`` for the method (alternating runs, medians, peak memory per case in a
 fresh subprocess, matmul roofline).
 
 Reading the figures: poslab's no-bias causal case is PyTorch's fused causal SDPA kernel plus the two

@@ -1,4 +1,4 @@
-"""``poslab bench``: its case table (typed specs built by :data:`poslab.lab.bench.BUILDERS`, names parsed once)
+"""``poslab bench``: its case table (typed specs built by :data:`poslab.bench.BUILDERS`, names parsed once)
 and the command on tiny sizes."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.lab import bench
+from poslab import bench
 from poslab.nn import positions
 
 

@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "analysis": 4,
     "interop": 4,
     "lab": 5,
+    "bench": 5,
     "cli": 6,
     "__main__": 7,
 }

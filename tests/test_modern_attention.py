@@ -558,7 +558,7 @@ def test_cli_overrides_take_the_list_fields() -> None:
 
 def test_bench_mechanism_cases_build_and_run() -> None:
     """``poslab bench`` mechanism cases run one forward+backward (timing lives in benchmarks/, never in tests)."""
-    from poslab.lab import bench
+    from poslab import bench
 
     cases = bench.mechanism_cases()
     assert [c.name for c in cases] == [

@@ -27,7 +27,7 @@ ALLOWED = {
     ("training/checkpoint.py", "load_checkpoint"): "the checkpoint format RunFolder delegates to",
     ("interop/convert.py", "_model_type"): "a Hugging Face folder's config.json, not a run's",
     ("lab/report/reading.py", "load_results"): "experiment folders' results.json (it skips runs/)",
-    ("lab/bench.py", "rerender"): "a bench output folder's results.json",
+    ("bench/report.py", "rerender"): "a bench output folder's results.json",
     ("lab/experiments/__init__.py", "read_results"): "an experiment folder's results.json, not a run's",
 }
 RUN_FILE_HINTS = (*RUN_FILES, "checkpoints", "step_")

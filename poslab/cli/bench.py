@@ -1,7 +1,7 @@
 """``poslab bench [--quick] [--sizes T,..] [--contexts C,..] [--cases NAME,..] ...``: attention and decoding speed.
 
-The command line is read here once into typed values (sizes, :class:`~poslab.lab.bench.Case` specs);
-:func:`poslab.lab.bench.run_bench` measures.
+The command line is read here once into typed values (sizes, :class:`~poslab.bench.Case` specs);
+:func:`poslab.bench.run_bench` measures.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from poslab import bench
 from poslab.cli import paths
-from poslab.lab import bench
 
 
 def parse_sizes(text: str, label: str = "--sizes") -> list[int]:

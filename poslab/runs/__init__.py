@@ -33,9 +33,6 @@ class RunFolder(RunAveraging, RunLifecycle):
         path: the folder (``OUT_DIR/NAME``); it need not exist (see :attr:`state`).
     """
 
-    def load(self, step: int | None = None) -> tuple[GPT, Any, dict[str, Any]]:
-        """:func:`load_run` of this folder (the form the lab's experiments call)."""
-        return load_run(self, step)
 
 
 def load_run(run: str | Path | RunFolder, step: int | None = None) -> tuple[GPT, Any, dict[str, Any]]:

@@ -41,7 +41,7 @@ from poslab.lab.experiments.extrapolation import (
     shared_models,
     size_of,
 )
-from poslab.lab.experiments.training import SEEDS, load_model
+from poslab.lab.experiments.training import SEEDS
 from poslab.lab.premises import attach, below_bigram
 from poslab.lab.report.i18n import t
 from poslab.lab.tables import KeyTable, MeanSd, Table, print_tables
@@ -49,7 +49,7 @@ from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, bound, mean_
 from poslab.nn import positions
 from poslab.nn.attention import AttendOptions, AttentionSpec, attend
 from poslab.nn.model import GPT
-from poslab.runs import RunFolder
+from poslab.runs import RunFolder, load_run
 
 QUERY_BLOCK = 256
 #: a rise must be smaller by more than this (nats) to count as "reduced": a hundredth of a nat, 1.4% of the
@@ -398,7 +398,7 @@ def measure_variant(
     run_dir: Path, lab: Any, scaling: dict[str, Any] | None, logn: bool, bin_width: int
 ) -> dict[str, Any]:
     """Entropy maps at every factor and perplexity at 1x and 4x L of one model read one way."""
-    model, tokenizer, config = load_model(run_dir)
+    model, tokenizer, config = load_run(run_dir)
     if scaling is not None or logn:
         apply_rope_scaling(model, scaling, True if logn else None, original_max_len=lab.train_length)
     tokens = RunFolder(run_dir).split_tokens("val", tokenizer)

@@ -91,9 +91,9 @@ from poslab.lab.experiments.context_extension_passkey import (
 )
 from poslab.lab.experiments.extrapolation import CORPUS, POSITION_TRAINING, models_dir, size_of, train_config
 from poslab.lab.experiments.extrapolation import EXPERIMENT as EXTRAPOLATION
-from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEED, ensure_many, load_model
+from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEED, ensure_many
 from poslab.lab.runner import check_workers, default_workers
-from poslab.runs import RunFolder
+from poslab.runs import RunFolder, load_run
 from poslab.training.averaging import average_state_dicts
 
 #: what the experiment's claims and tests read from here (their owners are the claims and passkey modules)
@@ -230,7 +230,7 @@ def averaging_models(base: Any, run_dir: Path, last: int, base_weight: float = B
         carry the fine-tune's position config (its scaling).
     """
     averaged, steps = RunFolder(run_dir).averaged_model(last)
-    mixed, _, _ = load_model(run_dir)
+    mixed, _, _ = load_run(run_dir)
     mixed.load_state_dict(average_state_dicts([base.state_dict(), mixed.state_dict()], [base_weight, 1 - base_weight]))
     return {"last-k average": averaged, "base ⊕ fine-tuned": mixed.eval(), "steps": steps}
 
@@ -326,7 +326,7 @@ def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path
         last: checkpoints averaged (:func:`average_last`).
     """
     long_length = FACTOR * lab.train_length
-    model, tokenizer, _ = load_model(base_run)
+    model, tokenizer, _ = load_run(base_run)
     tokens = RunFolder(base_run).split_tokens("val", tokenizer)
     entry: dict[str, Any] = {
         "seed": seed,
@@ -343,7 +343,7 @@ def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path
         entry["inference"][label] = {**_cell(model, tokens, long_length, lab.n_targets), "rope_scaling": spec}
         entry["passkey"]["inference"][label] = passkey_row(model, tokens, tokenizer, lab.train_length)
     for label, spec in [*FINETUNE.items(), ("control", "none")]:
-        tuned, _, _ = load_model(tuned_runs[label])
+        tuned, _, _ = load_run(tuned_runs[label])
         entry["finetuned"][label] = {
             "rope_scaling": spec,
             "run": str(tuned_runs[label]),
@@ -353,7 +353,7 @@ def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path
         entry["passkey"]["finetuned"][label] = passkey_row(tuned, tokens, tokenizer, lab.train_length)
         if label == AVERAGED:
             final = tuned
-    control, _, _ = load_model(tuned_runs["control"])
+    control, _, _ = load_run(tuned_runs["control"])
     entry["control_inference"] = {}
     for label in SCALINGS:  # the control read at 4 L with each scaling: inference-only at the fine-tune's budget
         scale_rope(control, INFERENCE[label], lab.train_length)

@@ -59,13 +59,12 @@ from poslab.lab.experiments.training import (
     SEEDS,
     ensure_many,
     ensure_trained,
-    load_model,
 )
 from poslab.lab.premises import all_of, arms_of, attach, beats_nope, below_bigram, uses_context
 from poslab.lab.sizes import EXTRAPOLATION_FACTORS, SIZES, Size, size_of  # noqa: F401  (SIZES, size_of: re-exported)
 from poslab.lab.tables import print_tables
 from poslab.lab.verdicts import ClaimRecord, Premise, mean_sd
-from poslab.runs import RunFolder
+from poslab.runs import RunFolder, load_run
 
 
 def lab_schemes() -> tuple[str, ...]:
@@ -256,7 +255,7 @@ def shared_models(
 # ------------------------------------------------------------------------------------ run
 def evaluate_scheme(run_dir: Path, size: Size) -> dict[str, Any]:
     """Every factor's cell (non-overlapping + sliding window with stride ``length/2``) of one trained model."""
-    model, tokenizer, config = load_model(run_dir)
+    model, tokenizer, config = load_run(run_dir)
     tokens = RunFolder(run_dir).split_tokens("val", tokenizer)
     cells = {}
     for factor in FACTORS:
@@ -267,7 +266,7 @@ def evaluate_scheme(run_dir: Path, size: Size) -> dict[str, Any]:
 
 def context_curve(run_dir: Path, size: Size) -> list[float]:
     """Mean validation loss at each position of a window of ``L`` (:func:`poslab.analysis.eval.loss_by_position`)."""
-    model, tokenizer, _ = load_model(run_dir)
+    model, tokenizer, _ = load_run(run_dir)
     tokens = RunFolder(run_dir).split_tokens("val", tokenizer)
     return [float(v) for v in loss_by_position(model, tokens, size.train_length, CONTEXT_WINDOWS)]
 

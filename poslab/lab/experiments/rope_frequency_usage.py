@@ -37,7 +37,7 @@ from poslab.lab.premises import attach, below_bigram
 from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import paired
 from poslab.nn.model import GPT
-from poslab.runs import RunFolder
+from poslab.runs import RunFolder, load_run
 from poslab.training.loop import evaluate_loss
 
 MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64, "position": "rope"}  # d_k 32: 16 pairs
@@ -133,7 +133,7 @@ def measure(run_dir: Path, n_windows: int) -> dict[str, Any]:
     initialisation (its config built after ``torch.manual_seed(seed)``, as the training loop builds it),
     so the control pairs with the trained model by seed."""
     run = RunFolder(run_dir)
-    model, tokenizer, _ = run.load()
+    model, tokenizer, _ = load_run(run)
     tokens = run.split_tokens("val", tokenizer)
     T = model.config.block_size
     starts = torch.linspace(0, tokens.numel() - T - 1, n_windows).long()

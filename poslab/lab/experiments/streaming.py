@@ -35,7 +35,7 @@ from poslab.lab.premises import all_of, attach, below_bigram, uses_context
 from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import Premise, paired
 from poslab.nn.model import GPT
-from poslab.runs import RunFolder
+from poslab.runs import RunFolder, load_run
 from poslab.training import presets
 from poslab.training.config import TrainConfig
 
@@ -120,7 +120,7 @@ def streams_of(tokens: torch.Tensor, n: int, length: int) -> torch.Tensor:
 
 def measure(run_dir: Path, n_streams: int) -> dict[str, Any]:
     """Perplexities of the three methods on one trained run's validation stream."""
-    model, tokenizer, _ = RunFolder(run_dir).load()
+    model, tokenizer, _ = load_run(run_dir)
     L = model.config.block_size
     stream = streams_of(RunFolder(run_dir).split_tokens("val", tokenizer), n_streams, STREAM_FACTOR * L)
     val = RunFolder(run_dir).split_tokens("val", tokenizer)

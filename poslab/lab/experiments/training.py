@@ -21,6 +21,7 @@ from poslab.lab.report.i18n import t
 from poslab.lab.runner import Task, check_workers, default_workers, train_many
 from poslab.lab.tables import KeyTable, Table, spread
 from poslab.lab.verdicts import ClaimRecord, Premise, missed_by, num, tally
+from poslab.training.step import StepSettings, train_step
 
 #: the seeds of every seeded arm of every experiment (the verdict rule needs at least 3)
 SEEDS = (1337, 1338, 1339)
@@ -278,18 +279,21 @@ def alternating_cpu_speed(
                 batches = [
                     torch.randint(0, vocab_size, (cfg.batch_size, block + 1), generator=generator) for _ in range(steps)
                 ]
+                params = list(model.parameters())
                 start = time.process_time()
                 for batch in batches:
-                    _, loss = model(batch[:, :-1], batch[:, 1:])  # [B, T+1] -> inputs [B, T], targets [B, T]
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
+                    # [B, T+1] -> inputs [B, T], targets [B, T]; the trainer's step, unclipped like the original timing
+                    train_step(optimizer, params, lambda _i, b=batch, m=model: m(b[:, :-1], b[:, 1:])[1], UNCLIPPED)
                 spent = time.process_time() - start
                 if round_ > 0:
                     out[arm].append(steps * cfg.batch_size * block / max(spent, 1e-9))
         return out
     finally:
         torch.set_num_threads(threads)
+
+
+#: the timing's training step: fp32, no gradient clipping (the arms differ only in their position scheme)
+UNCLIPPED = StepSettings(grad_clip=None)
 
 
 # ------------------------------------------------------------------------------------ reusing runs
@@ -420,14 +424,6 @@ def ensure_many(
     return [found[i] for i in range(len(jobs))]
 
 
-def load_model(run_dir: Path) -> tuple[Any, Any, dict]:
-    """:meth:`poslab.runs.RunFolder.load` (model in eval mode)."""
-    from poslab.runs import RunFolder
-
-    model, tokenizer, config = RunFolder(run_dir).load()
-    return model.eval(), tokenizer, config
-
-
 # ------------------------------------------------------------------------------------ claims
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
@@ -454,9 +450,16 @@ def print_claims(claims: Sequence[dict[str, Any] | ClaimRecord]) -> None:
             against = "-"
         premise = c.get("premise")
         shown = "-" if not premise else f"{'met' if premise['met'] else 'NOT MET'}: {premise['measured']}"
-        rows.append([c.get("verdict", "?"), c.get("claim", "?"), measured, against, shown])
+        claim = str(c.get("claim", "?"))
+        rows.append([c.get("verdict", "?"), _cut(claim, 70), _cut(str(measured), 90), against, _cut(shown, 60)])
     print_table(["verdict", "claim", "measured", "margin vs noise", "premise"], rows, title="claims", align="lllll")
-    print("  counts: " + ", ".join(f"{k} {v}" for k, v in tally(records).items()))
+    print("  counts: " + ", ".join(f"{k} {v}" for k, v in tally(records).items()) + " (full texts: results.json)")
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters with an ellipsis (the console table stays readable; results.json and
+    the report keep every record whole)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def baseline_note(results: dict) -> str:

@@ -59,7 +59,7 @@ from poslab.lab.premises import attach
 from poslab.lab.verdicts import paired, pm
 from poslab.nn.memory import SegmentMemory
 from poslab.nn.model import GPT
-from poslab.runs import RunFolder
+from poslab.runs import RunFolder, load_run
 from poslab.training import presets
 from poslab.training.data import batchify
 from poslab.training.loop import segment_nll
@@ -147,7 +147,7 @@ def conditions(L: int) -> dict[str, tuple[str, int]]:
 
 def measure(run_dirs: dict[str, Path], n_streams: int, segments: int | None) -> dict[str, Any]:
     """Loss by place in the segment for every evaluation condition of one seed's two models."""
-    loaded = {arm: RunFolder(path).load() for arm, path in run_dirs.items()}
+    loaded = {arm: load_run(path) for arm, path in run_dirs.items()}
     model_b, tokenizer, _ = loaded["b"]
     L = model_b.config.block_size
     val = RunFolder(run_dirs["b"]).split_tokens("val", tokenizer)
@@ -370,7 +370,7 @@ def run(
     )
     print(baseline_line(corpus, base.get("val_fraction", 0.1)))
 
-    timing_model, _, _ = RunFolder(Path(runs["b"][0]["run_dir"])).load()
+    timing_model, _, _ = load_run(Path(runs["b"][0]["run_dir"]))
     timing = step_times(timing_model, base["batch_size"], L, TIMED_STEPS[form])
     print(
         f"  step time (forward + backward, batch {base['batch_size']}, {timing['clock']}): memory {L} "
