@@ -84,7 +84,7 @@ def test_context_extension_smoke(lab: Path):
     assert "Llama 3" in averaging["note"] and "annealing" in averaging["note"]
     assert (lab / "context-extension" / "checkpoint_averaging.png").stat().st_size > 1000
     assert (lab / "context-extension" / "context_extension.png").is_file()
-    # the key table shows the equal-budget arms below the fine-tunes; results without them render as before
+    # the key table shows the equal-budget arms below the fine-tunes; results without them render the fine-tunes alone
     rows = context_extension_tables.finetuned_table(results).rows
     assert [r[0] for r in rows[: len(context_extension.FINETUNE)]] == list(context_extension.FINETUNE)
     assert len(rows) == len(context_extension.FINETUNE) + len(cc.SCALINGS)

@@ -202,17 +202,22 @@ def test_design_round_trips_through_json():
     assert plan.ALPHA == 0.05
 
 
-def test_the_page_states_each_seeded_claim_s_test_and_the_seeds_that_would_decide_it(tmp_path):
-    from poslab.lab.report import build_report
-
-    records = [
-        paired("clear", "s", [1.0, 1.1, 1.0], [2.0, 2.1, 2.05], better_label="a", worse_label="b", metric="m"),
-        paired("unclear", "s", [1.0, 1.1, 1.0], [1.2, 1.0, 1.15], better_label="a", worse_label="b", metric="m"),
-    ]
+def _fake_lab(tmp_path, names: tuple[str, ...]) -> list[dict]:
+    """A lab folder ``tmp_path/lab`` whose one experiment, ``fake``, holds a clear and an unclear paired claim (in
+    the order of ``names``) under the plan; returns the written records."""
+    worse = {"clear": [2.0, 2.1, 2.05], "unclear": [1.2, 1.0, 1.15]}
+    records = [paired(n, "s", [1.0, 1.1, 1.0], worse[n], better_label="a", worse_label="b", metric="m") for n in names]
     folder = tmp_path / "lab" / "experiments" / "fake"
     folder.mkdir(parents=True)
     written = [r.to_dict() for r in adjust(records, "fake")]
     (folder / "results.json").write_text(json.dumps({"claims": written}))
+    return written
+
+
+def test_the_page_states_each_seeded_claim_s_test_and_the_seeds_that_would_decide_it(tmp_path):
+    from poslab.lab.report import build_report
+
+    written = _fake_lab(tmp_path, ("clear", "unclear"))
     html = build_report(tmp_path / "lab").read_text(encoding="utf-8")
     assert "paired t-test, p = " in html and "Holm within fake (step 1 of 2" in html
     n = written[1]["details"]["power"]["seeds_to_decide"]
@@ -224,14 +229,7 @@ def test_the_pilot_script_tabulates_the_seeds_each_claim_needs(tmp_path):
     import sys
     from pathlib import Path
 
-    records = [
-        paired("unclear", "s", [1.0, 1.1, 1.0], [1.2, 1.0, 1.15], better_label="a", worse_label="b", metric="m"),
-        paired("clear", "s", [1.0, 1.1, 1.0], [2.0, 2.1, 2.05], better_label="a", worse_label="b", metric="m"),
-    ]
-    folder = tmp_path / "lab" / "experiments" / "fake"
-    folder.mkdir(parents=True)
-    written = [r.to_dict() for r in adjust(records, "fake")]
-    (folder / "results.json").write_text(json.dumps({"claims": written}))
+    written = _fake_lab(tmp_path, ("unclear", "clear"))
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "pilot_seeds.py"
     out = tmp_path / "pilot.json"
     done = subprocess.run(

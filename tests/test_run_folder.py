@@ -81,7 +81,7 @@ def test_a_consistent_forgery_of_a_run_file_is_refused_by_eval_sample_and_resume
 
 
 def test_a_checkpoint_without_run_file_digests_still_loads(run, capsys, request):
-    """A checkpoint of the format that records no digests of the run files is read as before."""
+    """A checkpoint of the format that records no digests of the run files loads without the check."""
     reforge(run, meta_edit=lambda meta: {k: v for k, v in meta.items() if k != ckpt.RUN_FILES})
     assert ckpt.RUN_FILES not in ckpt.load_checkpoint(run)[1]
     assert main(["sample", str(run), "--tokens", "3", "--seed", "1"]) == 0

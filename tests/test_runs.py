@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 
-from poslab.data import load_corpus
 from poslab.runs import RUN_FILES, RunFileError, RunFolder, load_run
 from poslab.session import train
 from poslab.training import checkpoint as ckpt
-from poslab.training.config import TrainConfig
 from poslab.training.lock import RunLock
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -146,43 +145,16 @@ def test_the_import_walk_finds_the_loop_where_it_is_imported(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ a real run
-def corpus_file(tmp_path_factory) -> Path:
-    """30k characters of the Tang corpus in a file (the tiny runs' corpus)."""
-    path = tmp_path_factory.mktemp("corpus") / "tang.txt"
-    path.write_text(load_corpus("tang5")[:30_000], encoding="utf-8")
-    return path
-
-
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return corpus_file(tmp_path_factory)
-
-
-def tiny(out: Path, corpus: Path, **overrides) -> TrainConfig:
-    values = dict(
-        name="run",
-        out_dir=str(out),
-        corpus=str(corpus),
-        model=dict(n_layer=1, n_head=2, n_embd=16, block_size=16),
-        max_steps=4,
-        batch_size=2,
-        warmup_steps=1,
-        eval_interval=2,
-        eval_iters=1,
-        log_interval=1,
-        ckpt_interval=2,
-        keep_checkpoints=0,
-        seed=3,
-        threads=1,
-    )
-    values.update(overrides)
-    return TrainConfig.from_dict(values)
+def corpus(tang_corpus):
+    """The tiny runs' corpus here: conftest's 30k characters of Tang poems."""
+    return tang_corpus
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, corpus):
     out = tmp_path_factory.mktemp("runs")
-    cfg = tiny(out, corpus)
+    cfg = tiny_config(out, corpus)
     train(cfg, progress=False)
     return cfg.run_dir
 

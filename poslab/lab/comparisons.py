@@ -25,7 +25,7 @@ from typing import Any
 
 from scipy import stats
 
-from poslab.lab.plan import Design, Test, one_sample, tost, welch, welch_p
+from poslab.lab.plan import Design, Test, one_sample, one_sample_p, tost, welch, welch_p
 from poslab.lab.records import (
     DID_NOT_HOLD,
     HELD,
@@ -190,7 +190,7 @@ def bound(
         f"{_scale_text(log)}; decided when the margin exceeds the 95% interval of the mean "
         f"(one-sample t, at least {MIN_SEEDS} seeds)"
     )
-    p_value = None if n < 2 else one_sample([v - tested_limit for v in scaled]).p_two_sided()
+    p_value = one_sample_p(scaled, tested_limit)
     info = dict(
         details or {},
         values=raw,

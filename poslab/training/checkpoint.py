@@ -204,7 +204,7 @@ def run_file_digests(config_doc: dict, tokenizer: Path) -> dict[str, str | None]
 def check_run_files(meta: dict[str, Any], current: dict[str, str | None], run_dir: Path) -> None:
     """Refuse a checkpoint whose recorded :func:`run_file_digests` differ from ``current`` (the run's files now).
 
-    A checkpoint that records none (an older format) is read as before.
+    A checkpoint that records none (an older format) loads without that check.
 
     Raises:
         CheckpointError: naming the changed file and the checkpoint.
