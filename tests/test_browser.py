@@ -18,7 +18,7 @@ from lab_helpers import PROMPT, copy_lab, tiny_run
 
 from poslab.analysis.heads import attention_weights
 from poslab.display.fonts import FAMILY
-from poslab.lab.explore import ModelStore, colormap_rgb, make_server
+from poslab.explore.server import ModelStore, colormap_rgb, make_server
 from poslab.lab.report import build_report
 from poslab.runs import load_run
 

@@ -9,7 +9,7 @@ from poslab.cli.app import main
 from poslab.config import nest, parse_overrides, preflight
 from poslab.config_keys import coerce
 from poslab.data import load_corpus
-from poslab.lab.sweep import load_plan
+from poslab.jobs.sweep import load_plan
 from poslab.nn import positions
 from poslab.nn.model import GPTConfig
 from poslab.session import train

@@ -14,7 +14,7 @@ from lab_helpers import PROMPT, one_thread, tiny_run
 from poslab import positions
 from poslab.analysis.heads import attention_weights
 from poslab.cli.app import main
-from poslab.lab.explore import COLORMAP, ModelStore, asset, colormap_rgb, make_server
+from poslab.explore.server import COLORMAP, ModelStore, asset, colormap_rgb, make_server
 from poslab.runs import load_run
 
 

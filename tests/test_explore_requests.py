@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poslab.lab.explore import MAX_BODY_BYTES, ModelStore, make_server
+from poslab.explore.server import MAX_BODY_BYTES, ModelStore, make_server
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_two_host_headers_are_a_bad_request(server):
 
 def test_non_finite_attention_is_one_json_error(server, monkeypatch):
     """A model whose attention is NaN: a 422 with the reason, not an exception after the handler."""
-    import poslab.lab.explore as explore
+    import poslab.explore.server as explore
 
     monkeypatch.setattr(explore, "attention_payload", lambda store, model, prompt: {"weights": [[float("nan")]]})
     status, body = post(server, PROMPT, f"Content-Length: {len(PROMPT)}")

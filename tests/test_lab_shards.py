@@ -16,7 +16,8 @@ import pytest
 
 from poslab.cli.app import main
 from poslab.data import load_corpus
-from poslab.lab import lab, runner, sizes
+from poslab.jobs import runner
+from poslab.lab import lab, sizes
 from poslab.lab.experiments import position_training, training
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)

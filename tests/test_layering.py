@@ -28,10 +28,12 @@ LAYERS: dict[str, int] = {
     "config": 4,
     "analysis": 4,
     "interop": 4,
-    "lab": 5,
+    "jobs": 5,
     "bench": 5,
-    "cli": 6,
-    "__main__": 7,
+    "explore": 5,
+    "lab": 6,
+    "cli": 7,
+    "__main__": 8,
 }
 #: the package's front door re-exports the public API from any layer
 FACADE = "__init__"

@@ -21,8 +21,8 @@ import pytest
 import ray  # the extra poslab[ray]; `make test` installs it, so these tests run on every clone (no skip)
 
 from poslab.cli.app import main
-from poslab.lab import runner
-from poslab.lab.ray_connect import RAY_TIMEOUT_ENV
+from poslab.jobs import runner
+from poslab.jobs.ray_connect import RAY_TIMEOUT_ENV
 from poslab.runs import read_metrics
 
 SPEC = """\
@@ -110,7 +110,7 @@ def test_a_result_not_where_it_was_written_is_refused(tmp_path, corpus, capsys, 
     The check runs in the driver whatever the executor; the local one runs this test's stand-in
     for a remote node (a Ray worker could not import a function of this test module).
     """
-    from poslab.lab import sweep
+    from poslab.jobs import sweep
 
     real = sweep.train_point
 
@@ -174,7 +174,7 @@ def test_the_lab_hands_its_ray_to_its_steps(local_ray, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv(runner.CLUSTER_ENV, raising=False)
     step = (
-        "from poslab.lab import runner\n"
+        "from poslab.jobs import runner\n"
         "executor = runner.executor_for(None)\n"
         "with runner.use_executor(executor):\n"
         "    print(type(executor).__name__, runner.train_many([runner.Task('a', pow, (2, 5)), "

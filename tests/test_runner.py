@@ -1,4 +1,4 @@
-"""``poslab.lab.runner``: shards, the executor the command line installs, Ray's absence, the local pool's
+"""``poslab.jobs.runner``: shards, the executor the command line installs, Ray's absence, the local pool's
 ties to its parent; ``poslab sweep --shard``: N shards and a collecting call equal one unsharded sweep;
 a SIGKILLed ``poslab lab`` takes its training step down with it."""
 
@@ -14,7 +14,7 @@ import time
 import pytest
 
 from poslab.cli.app import main
-from poslab.lab import runner
+from poslab.jobs import runner
 
 SPEC = """\
 name: shard-grid
@@ -191,7 +191,7 @@ def test_a_pool_worker_dies_with_its_parent(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import subprocess, sys, time\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'from poslab.lab import runner; runner.die_with_parent(); "
+        "child = subprocess.Popen([sys.executable, '-c', 'from poslab.jobs import runner; runner.die_with_parent(); "
         'import time; print("armed", flush=True); time.sleep(300)\'], stdout=subprocess.PIPE, text=True)\n'
         "child.stdout.readline()\n"
         "print(child.pid, flush=True)\n"

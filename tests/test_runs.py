@@ -94,7 +94,7 @@ READERS = (
     "poslab.analysis.attention_map",
     "poslab.cli.sample",
     "poslab.interop.convert",
-    "poslab.lab.explore",
+    "poslab.explore.server",
 )
 
 

@@ -47,7 +47,7 @@ ALLOWED: dict[tuple[str, str], str] = {
         "lab/experiments/corrections/lesson000_heads.py",
         "alibi",
     ): "the zoo's 'position' column of published models, for the lesson's claim that modern LLMs hardly use ALiBi",
-    ("lab/explore.py", "none"): "the HTTP header value Sec-Fetch-Site: none, not the NoPE scheme",
+    ("explore/server.py", "none"): "the HTTP header value Sec-Fetch-Site: none, not the NoPE scheme",
     ("config_keys.py", "none"): "the literal None of a typed value given as text ('none'/'null'), not the NoPE scheme",
     (
         "lab/experiments/probes.py",

@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from poslab.cli.app import main
-from poslab.lab.sweep import load_plan, run_name_of
+from poslab.jobs.sweep import load_plan, run_name_of
 from poslab.training import checkpoint as ckpt
 
 SPEC = """\

@@ -87,7 +87,7 @@ def test_the_sweep_runner_waits_while_a_run_is_locked(tmp_path, request):
     """Fast form of the rerun test below: ``sweep._wait_until_free`` returns once the lock is released."""
     import threading
 
-    from poslab.lab import runner, sweep
+    from poslab.jobs import runner, sweep
     from poslab.training.lock import RunLock
 
     config = tmp_path / "s.yaml"
@@ -167,7 +167,7 @@ def test_a_second_collector_of_a_sweep_is_refused_in_one_line(tmp_path, capsys, 
 
 def _fake_launches(monkeypatch, outcomes: list) -> list[list[str]]:
     """Replace the sweep's training launcher: each call runs the next of ``outcomes`` (``(run_dir, log) -> code``)."""
-    from poslab.lab import runner
+    from poslab.jobs import runner
 
     calls: list[list[str]] = []
 
@@ -196,7 +196,7 @@ def _in_use(run_dir: Path, log) -> int:
 def test_a_run_another_collector_holds_is_waited_for_never_failed(tmp_path, monkeypatch, other_finishes_first, request):
     """A second collector's training that finds the run taken ('in use') waits for it and looks again: the
     run another process completed meanwhile is completed here, not ``failed ... in use``."""
-    from poslab.lab import sweep
+    from poslab.jobs import sweep
 
     config = tmp_path / "s.yaml"
     config.write_text(SWEEP.format(steps=4))
@@ -221,7 +221,7 @@ def test_a_run_another_collector_holds_is_waited_for_never_failed(tmp_path, monk
 
 
 def test_a_run_that_fails_for_its_own_reason_is_failed_once(tmp_path, monkeypatch):
-    from poslab.lab import sweep
+    from poslab.jobs import sweep
 
     config = tmp_path / "s.yaml"
     config.write_text(SWEEP.format(steps=4))

@@ -108,7 +108,7 @@ def _signals_as_ctrl_c() -> Iterator[None]:
 
 def _follow_parent() -> None:
     """When :data:`PARENT_ENV` names our parent, receive SIGTERM as soon as it dies."""
-    from poslab.lab.sweep import PARENT_ENV  # set by the sweep to its pid
+    from poslab.jobs.sweep import PARENT_ENV  # set by the sweep to its pid
 
     text = os.environ.pop(PARENT_ENV, None)
     if not text or not text.isdigit():

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from poslab.cli import paths
-from poslab.lab import experiments, runner
+from poslab.jobs import runner
+from poslab.lab import experiments
 
 #: what ``poslab experiment`` and ``poslab lab`` add to the line they print when a signal or Ctrl-C stops them
 RESUMES = "; run the same command again to continue: every training with a run folder saved a checkpoint to resume"
@@ -153,7 +154,7 @@ def _run_shard(args: argparse.Namespace, registry: dict, name: str, shard: tuple
     """One shard of experiment ``name``: its slice of the trainings, recorded in ``OUT/shards/I-of-N.json``.
 
     The experiment stops at its first training stage that other shards have not finished
-    (:class:`poslab.lab.runner.ShardFinished`), so it writes no ``results.json`` and decides no claim;
+    (:class:`poslab.jobs.runner.ShardFinished`), so it writes no ``results.json`` and decides no claim;
     when every training is already finished it runs to the end as without ``--shard``.
     """
     import dataclasses

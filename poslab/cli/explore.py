@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from poslab.lab.explore import serve
+from poslab.explore.server import serve
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -8,7 +8,8 @@ import argparse
 from pathlib import Path
 
 from poslab.cli.experiment import RESUMES, seeds_option
-from poslab.lab import lab, runner
+from poslab.jobs import runner
+from poslab.lab import lab
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from poslab.cli import paths
-from poslab.lab import runner, sweep
+from poslab.jobs import runner, sweep
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -1,1 +1,1 @@
-"""The laboratory: the lessons' experiments, the report, the lab pipeline, the explorer, sweeps, benchmarks."""
+"""The laboratory: the lessons' experiments, their claim records and verdicts, the report, the lab pipeline."""

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TextIO
 
 from poslab.analysis.attention_map import DEFAULT_PROMPT
-from poslab.lab.sweep import PARENT_ENV
+from poslab.jobs.sweep import PARENT_ENV
 from poslab.training.progress import format_duration
 
 TRAIN_PRESET = "tang-small"
@@ -113,14 +113,15 @@ def plan(
         size: a size (:func:`poslab.lab.sizes.define_size` spec) given as ``--size`` to every
             training experiment whose ``run`` takes one (recorded in its :attr:`Step.size`).
         shard: ``(i, N)``: only the training experiments, each with ``--shard i/N``, its done file
-            the shard's record (:func:`poslab.lab.runner.shard_file`).
+            the shard's record (:func:`poslab.jobs.runner.shard_file`).
         seeds: seeds per arm, given as ``--seeds`` to every experiment whose ``run`` takes ``seeds``
             (recorded in its :attr:`Step.seeds`).
     """
     import dataclasses
     import inspect
 
-    from poslab.lab import experiments, runner
+    from poslab.jobs import runner
+    from poslab.lab import experiments
     from poslab.lab.experiments.common import FOUNDATION, FULL_ONLY, LAB
     from poslab.lab.sizes import define_size
 
@@ -416,7 +417,7 @@ def _finished(step: Step, lab_dir: Path, previous: dict, mode: str) -> bool:
 
 def _sharded_here(step: Step, lab_dir: Path, mode: str) -> bool:
     """Whether the step's folder holds shards (``poslab lab --shard``) of this mode and size: continued, not cleaned."""
-    from poslab.lab.runner import SHARDS_DIR
+    from poslab.jobs.runner import SHARDS_DIR
 
     folder = lab_dir / step.folder / SHARDS_DIR
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:

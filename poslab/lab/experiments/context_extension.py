@@ -59,6 +59,7 @@ from typing import Any
 import torch
 
 from poslab.analysis.eval import apply_rope_scaling, evaluate_length, loss_by_position, parse_rope_scaling
+from poslab.jobs.runner import check_workers, default_workers
 from poslab.lab import verdicts
 from poslab.lab.experiments import context_extension_tables, read_results
 from poslab.lab.experiments.common import LAB, Experiment, baseline_line, ngram_baselines
@@ -92,7 +93,6 @@ from poslab.lab.experiments.context_extension_passkey import (
 from poslab.lab.experiments.extrapolation import CORPUS, POSITION_TRAINING, models_dir, size_of, train_config
 from poslab.lab.experiments.extrapolation import EXPERIMENT as EXTRAPOLATION
 from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEED, ensure_many
-from poslab.lab.runner import check_workers, default_workers
 from poslab.runs import RunFolder, load_run
 from poslab.training.averaging import average_state_dicts
 

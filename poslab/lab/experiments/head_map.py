@@ -43,11 +43,11 @@ import torch
 
 from poslab.analysis import heads as head_analysis
 from poslab.display import new_figure, print_table, save_figure
+from poslab.jobs.runner import Task, train_many
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines, spearman
 from poslab.lab.experiments.training import SEEDS, train_or_resume
 from poslab.lab.premises import attach, below_baseline
 from poslab.lab.report.i18n import t
-from poslab.lab.runner import Task, train_many
 from poslab.lab.tables import KeyTable, Table
 from poslab.lab.verdicts import ClaimRecord, Premise, bound, num
 from poslab.runs import RunFolder, load_run

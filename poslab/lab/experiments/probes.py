@@ -37,11 +37,12 @@ from typing import Any
 
 from poslab.analysis.probes import TASKS, ProbeRecipe, Task, describe, train_probe
 from poslab.display import new_figure, save_figure, series_style
-from poslab.lab import runner, verdicts
+from poslab.jobs import runner
+from poslab.jobs.runner import check_workers, default_workers, train_many
+from poslab.lab import verdicts
 from poslab.lab.experiments import probes_tables
 from poslab.lab.experiments.common import LAB, Experiment, scheme_style_index
 from poslab.lab.premises import above_chance, all_of, attach, fits_length
-from poslab.lab.runner import check_workers, default_workers, train_many
 from poslab.nn import positions
 
 #: Kazemnejad et al. 2023's length-generalisation ranking, best first (absolute = sinusoidal APE)

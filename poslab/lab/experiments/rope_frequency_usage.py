@@ -30,11 +30,11 @@ import torch
 from torch import Tensor
 
 from poslab.display import new_figure, print_table, save_figure
+from poslab.jobs.runner import Task, train_many
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines
 from poslab.lab.experiments.streaming import train_model
 from poslab.lab.experiments.training import SEEDS
 from poslab.lab.premises import attach, below_bigram
-from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import paired
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder, load_run

@@ -50,10 +50,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.display import new_figure, print_table, save_figure
+from poslab.jobs.runner import Task, train_many
 from poslab.lab.experiments.common import FULL_ONLY, Experiment
 from poslab.lab.plan import own_family
 from poslab.lab.premises import attach, fits_length
-from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import ClaimRecord, Premise, paired
 from poslab.nn.attention import AttentionConfig, MultiHeadAttention
 from poslab.nn.sparse import AdaptiveSpanAttention, AxialAttention, LSHAttention

@@ -29,10 +29,10 @@ import torch.nn.functional as F
 from poslab.analysis.eval import loss_by_position
 from poslab.analysis.heads import attention_weights, sink_scores
 from poslab.display import new_figure, print_table, save_figure
+from poslab.jobs.runner import Task, train_many
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines
 from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, train_or_resume
 from poslab.lab.premises import all_of, attach, below_bigram, uses_context
-from poslab.lab.runner import Task, train_many
 from poslab.lab.verdicts import Premise, paired
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder, load_run

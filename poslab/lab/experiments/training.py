@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from poslab.display import print_table
-from poslab.lab import runner
+from poslab.jobs import runner
+from poslab.jobs.runner import Task, check_workers, default_workers, train_many
 from poslab.lab.premises import all_of, below_bigram, uses_context
 from poslab.lab.report.i18n import t
-from poslab.lab.runner import Task, check_workers, default_workers, train_many
 from poslab.lab.tables import KeyTable, Table, spread
 from poslab.lab.verdicts import ClaimRecord, Premise, missed_by, num, tally
 from poslab.training.step import StepSettings, train_step

@@ -1,6 +1,6 @@
 // poslab explore: the page's script (served as /explore.js; no external code)
 "use strict";
-let COLORMAP = [];  // from /api/models (poslab.lab.explore.COLORMAP)
+let COLORMAP = [];  // from /api/models (poslab.explore.server.COLORMAP)
 let DEFAULT_PROMPT = "";
 let MODELS = [];
 const state = { a: { model: null, layer: "all", data: null }, b: { model: null, layer: "all", data: null } };

@@ -21,7 +21,7 @@ from ``SWEEP_DIR/configs/NAME.yaml``. Running the same command again continues t
 runs (completed, or diverged) are skipped, interrupted ones resume from their latest checkpoint
 (``poslab train --resume``), failed ones start again; raising ``max_steps`` extends completed runs.
 When a run's config does not set ``threads``, each subprocess gets ``OMP_NUM_THREADS = cores // K``.
-The runs go through :func:`poslab.lab.runner.train_many`: on this machine by default, as Ray tasks
+The runs go through :func:`poslab.jobs.runner.train_many`: on this machine by default, as Ray tasks
 with ``--cluster ray`` (a killed training is retried by Ray and resumes from its checkpoint), and
 ``--shard i/N`` runs only the i-th of N disjoint slices (a batch scheduler's job array); the call
 without ``--shard`` writes the summary.
@@ -67,7 +67,7 @@ import yaml
 
 from poslab.data import safe_yaml
 from poslab.fileio import atomic_write_json, atomic_write_text
-from poslab.lab import runner
+from poslab.jobs import runner
 from poslab.nn.footprint import check_training
 from poslab.training import presets
 
@@ -290,11 +290,11 @@ def _wait_until_free(run: SweepRun, run_dir: Path, echo: Any) -> bool:
 
 
 def train_point(sweep_dir: str, plan_name: str, run: SweepRun, threads: int) -> SweepRun:
-    """Train one grid point as a ``poslab train`` child process (a :class:`poslab.lab.runner.Task` function).
+    """Train one grid point as a ``poslab train`` child process (a :class:`poslab.jobs.runner.Task` function).
 
     Resumable: a finished run is read back, an interrupted one continues from its latest checkpoint
     (``--resume``). A training killed by a signal from outside raises
-    :class:`~poslab.lab.runner.TrainingLost`, so Ray runs this again and it resumes.
+    :class:`~poslab.jobs.runner.TrainingLost`, so Ray runs this again and it resumes.
 
     Args:
         sweep_dir: the sweep folder (on storage every node sees, under Ray).
@@ -402,11 +402,11 @@ def _last_error(log_path: Path) -> str:
 def run_sweep(
     plan: SweepPlan, workers: int = 1, echo: Any = print, shard: tuple[int, int] | None = None
 ) -> dict[str, Any]:
-    """Run every unfinished run of ``plan`` through :func:`poslab.lab.runner.train_many`, then summarise.
+    """Run every unfinished run of ``plan`` through :func:`poslab.jobs.runner.train_many`, then summarise.
 
     The current executor decides where the trainings run: ``workers`` at a time on this machine (the
     default), or as Ray tasks (``--cluster ray``). With ``shard=(i, N)`` only the i-th of N disjoint
-    slices of the grid runs (:func:`poslab.lab.runner.select_shard`) and no summary is written: a
+    slices of the grid runs (:func:`poslab.jobs.runner.select_shard`) and no summary is written: a
     last call without a shard runs what is left, if anything, and writes the summary of every run.
 
     Raises:

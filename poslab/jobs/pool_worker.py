@@ -1,4 +1,4 @@
-"""The worker side of the lab's local process pool (:class:`poslab.lab.runner.LocalExecutor`): stopping cleanly.
+"""The worker side of the local process pool (:class:`poslab.jobs.runner.LocalExecutor`): stopping cleanly.
 
 A pool worker runs one training after another in its main thread. It stops the way a ``poslab``
 command does: SIGTERM (from its parent stopping, or from the kernel when its parent dies) makes the

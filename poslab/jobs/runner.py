@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from poslab.lab.pool_worker import call_in_pool_worker, die_with_parent, start_pool_worker, stop_pool
-from poslab.lab.ray_connect import connect_ray, ray_connect_timeout
+from poslab.jobs.pool_worker import call_in_pool_worker, die_with_parent, start_pool_worker, stop_pool
+from poslab.jobs.ray_connect import connect_ray, ray_connect_timeout
 
 #: ``pip install`` extra that brings Ray
 RAY_EXTRA = "poslab[ray]"

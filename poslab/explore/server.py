@@ -1,7 +1,7 @@
 """``poslab explore [RUN ...] [--port P]``: a local web page to watch attention heads read a prompt.
 
 Served on 127.0.0.1 by the standard library's ``http.server`` (no external assets: the page
-``poslab/lab/assets/explore.html``, its script ``explore.js`` and style ``explore.css``, shipped as
+``poslab/explore/assets/explore.html``, its script ``explore.js`` and style ``explore.css``, shipped as
 package data, and the CJK font all come from this process). Pick a trained run or a position scheme (an
 untrained GPT of that scheme, when no run is given), type a prompt, and every head of every layer is
 drawn as a heatmap, beside the scheme's own picture: the RoPE rotation ``cos(m·θ_i)``, the ALiBi / T5 /
@@ -37,7 +37,7 @@ from poslab.analysis.attention_map import DEFAULT_PROMPT, prompt_attention
 from poslab.nn.model import GPT, GPTConfig
 
 MAX_BODY_BYTES = 64 * 1024
-#: the page's files (``poslab/lab/assets/``) -> their content type
+#: the page's files (``poslab/explore/assets/``) -> their content type
 ASSETS = {
     "explore.html": "text/html; charset=utf-8",
     "explore.js": "text/javascript; charset=utf-8",
@@ -376,7 +376,7 @@ def asset(name: str) -> bytes:
     """A file of the page (``explore.html``, ``explore.js``, ``explore.css``), shipped as package data."""
     if name not in ASSETS:
         raise ValueError(f"unknown explorer asset {name!r}; known: {', '.join(ASSETS)}")
-    return resources.files("poslab.lab").joinpath("assets", name).read_bytes()
+    return resources.files("poslab.explore").joinpath("assets", name).read_bytes()
 
 
 def page_html() -> str:
