@@ -1,4 +1,5 @@
-"""The README's examples run as written, and its links and commands point at what exists."""
+"""The README's examples run as written, its links and commands point at what exists, and the English pages
+(README, docs/, benchmarks/README.md) describe what is, in present tense, without their own history."""
 
 from __future__ import annotations
 
@@ -15,6 +16,15 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+#: the English pages (docs/zh/ holds the Chinese guides)
+PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: phrases that narrate a page's history instead of describing what is (an issue number is history too;
+#: ``transformers#39408``, an upstream reference, is not)
+HISTORY = re.compile(
+    r"\b(?:at the time of writing|when this was written|as before|re-?measured|no longer|previously|formerly"
+    r"|used to be|now|nowadays|anymore|until recently|the (?:old|new) tree|issue \d+)\b|(?<![\w/])#\d+\b",
+    re.IGNORECASE,
+)
 
 
 def _blocks(language: str) -> list[str]:
@@ -61,3 +71,33 @@ def test_every_local_link_exists() -> None:
 def test_reliability_bad_input_scaling_are_one_link_each() -> None:
     for doc in ("docs/reliability.md", "docs/bad_input.md", "docs/scaling.md", "docs/positions.md"):
         assert f"]({doc})" in README, doc
+
+
+def history_phrases(text: str) -> list[str]:
+    """The history phrases of a page's prose; code blocks and `code` spans (quoted output, commands) are left out."""
+    prose = re.sub(r"`[^`]*`", "", re.sub(r"```.*?```", "", text, flags=re.S))
+    return [match.group(0) for match in HISTORY.finditer(prose)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_pages_describe_what_is_without_history(page: Path) -> None:
+    found = history_phrases(page.read_text(encoding="utf-8"))
+    assert not found, f"{page.relative_to(ROOT)} narrates its history: {found}"
+
+
+@pytest.mark.parametrize(
+    ("text", "flagged"),
+    [
+        ("Re-measured on quiet cores: 3 s.", True),
+        ("The loop is now faster.", True),
+        ("Three seeds (as before).", True),
+        ("No GPU at the time of writing.", True),
+        ("The copies of the old tree differ by 7%.", True),
+        ("The window check follows #34.", True),
+        ("refused: `model.n_head: 4 (checkpoint) vs 2 (now)`", False),
+        ("the off-by-one of transformers#39408", False),
+        ("The loop takes 3 s on two cores.", False),
+    ],
+)
+def test_the_history_check_can_fail(text: str, flagged: bool) -> None:
+    assert bool(history_phrases(text)) is flagged
