@@ -379,11 +379,6 @@ def asset(name: str) -> bytes:
     return resources.files("poslab.explore").joinpath("assets", name).read_bytes()
 
 
-def page_html() -> str:
-    """The explorer page (HTML; its script and style are the assets ``explore.js`` and ``explore.css``)."""
-    return asset("explore.html").decode("utf-8")
-
-
 def serve(runs: list[Path], port: int = 8765, schemes: list[str] | None = None) -> int:
     """Serve the explorer until Ctrl-C."""
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
