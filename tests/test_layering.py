@@ -7,6 +7,7 @@ Every ``import``/``from ... import`` in ``poslab/`` (top-level and inside functi
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ LAYERS: dict[str, int] = {
 }
 #: the package's front door re-exports the public API from any layer
 FACADE = "__init__"
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 
 def part_of(module: str) -> str | None:
@@ -91,6 +93,31 @@ def violations(path: Path) -> list[str]:
                 f"{module} (layer {target}, {LAYERS[target]})"
             )
     return bad
+
+
+def documented_layers(text: str) -> dict[str, int]:
+    """docs/architecture.md's layer list (its first code block) as ``{part: layer}``.
+
+    A line ``" layer N   poslab/PART/   what it holds"`` starts layer N; the parts of a layer are the
+    ``poslab/...`` paths of its left column (the text after two or more spaces describes them).
+    """
+    block = re.search(r"```\n( layer .*?)```", text, flags=re.S)
+    assert block, "docs/architecture.md has no layer list"
+    layers: dict[str, int] = {}
+    layer = None
+    for line in block.group(1).splitlines():
+        start = re.match(r" layer (-?\d+)", line)
+        if start:
+            layer = int(start.group(1))
+        column = re.split(r"\s{2,}", line[11:].strip())[0] if line[11:12].strip() else ""
+        for part in re.findall(r"poslab/(\w+)", column):
+            layers[part] = layer
+    return layers
+
+
+def test_the_documented_layers_are_the_checked_ones():
+    """The layer list a reader sees is the table this file enforces."""
+    assert documented_layers(ARCHITECTURE.read_text(encoding="utf-8")) == LAYERS
 
 
 def test_every_part_has_a_layer():
