@@ -146,6 +146,22 @@ def test_every_scheme_geometry_is_checked_at_construction(name: str) -> None:
         MultiHeadAttention(d_model, n_heads)(torch.randn(1, 5, d_model), position=scheme)  # a per-call scheme too
 
 
+@pytest.mark.parametrize("name", positions.names())
+def test_every_scheme_init_std_is_bounded_at_construction(name: str) -> None:
+    """Every scheme whose config has ``init_std`` refuses one past ``MAX_INIT_STD`` with a one-line error.
+
+    Unchecked, a huge std (3.4e38) builds a model whose logits are NaN at the first forward.
+    """
+    if "init_std" not in {f.name for f in dataclasses.fields(positions.build(name).config)}:
+        return
+    for bad in (3.4e38, -1.0, math.inf):
+        with pytest.raises(ValueError, match="init_std must lie in") as info:
+            positions.build(name, init_std=bad)
+        assert "\n" not in str(info.value)
+    with pytest.raises(TypeError, match="init_std must be a number"):
+        positions.build(name, init_std="0.02")
+
+
 # --------------------------------------------------------------------------------- 3. T5 causality
 def test_t5_in_a_causal_layer_follows_the_layer() -> None:
     """A bidirectional T5 bias in a causal layer would give past distances only half of the 32 buckets."""

@@ -25,7 +25,13 @@ from torch import Tensor, nn
 
 from poslab.nn.positions import register
 from poslab.nn.positions.absolute import sinusoid_table
-from poslab.nn.positions.base import PositionScheme, check_positive, check_wavelength_base, relative_distance
+from poslab.nn.positions.base import (
+    PositionScheme,
+    check_init_std,
+    check_positive,
+    check_wavelength_base,
+    relative_distance,
+)
 
 
 def rel_shift(x: Tensor) -> Tensor:
@@ -72,6 +78,7 @@ class XLConfig:
         if self.n_embd % 2:
             raise ValueError(f"xl n_embd must be even (sinusoidal R), got {self.n_embd}")
         check_wavelength_base("base", self.base, self.n_embd)
+        check_init_std(self.init_std)
 
 
 @register
