@@ -267,3 +267,61 @@ def test_the_heads_experiment_is_described_as_the_code_runs_it() -> None:
         assert all(fact in text for fact in facts), facts
         assert f"n_embd {full['model']['n_embd']}" in text and ("唐诗" in text or "五言诗" in text)
     assert quick["corpus"] == "shakespeare" and full["corpus"] == "tang5"
+
+
+# ------------------------------------------------------------------------------ figures of the correction records
+def test_correction_figures_are_quoted_from_the_records() -> None:
+    """The figures the guides quote from ``poslab experiment corrections`` are the records' own (recomputed here)."""
+    from poslab.lab.experiments import corrections  # noqa: PLC0415 (the corrections' helpers, this test only)
+
+    g000, g002 = GUIDES["lesson_000.md"], GUIDES["lesson_002.md"]
+    mats = corrections.alibi_matrices()
+    causal = torch.ones(8, 8, dtype=torch.bool).tril()
+    lesson_err = (mats["poslab"] - mats["lesson"])[:, causal].abs().max().item()
+    future = mats["lesson"][:, ~causal]
+    assert f"最大差 {lesson_err:.3f}" in g000 and f"从 {future.min():.4f} 到 {future.max():.2f}" in g000
+    ntk = corrections.ntk_ratios()
+    assert f"拉伸 {ntk['highest']:.4f}" in g000 and f"除以 {1 / ntk['lowest']:.2f}" in g000
+    assert f"增大**到 {ntk['new_base']:.0f}" in g000
+    shares = corrections.position_coordinates()
+    assert f"（{shares['sinusoidal']:.0%}）" in g000 and f"（{shares['rope']:.0%}）" in g000
+    peaks = corrections.distance_profiles()
+    assert "、".join(str(v) for v in peaks["rope_peaks"].values()) + " 处达到最大" in g000
+    assert f"8 个头 {peaks['parameters']['t5']} 个参数" in g000
+    o = corrections.rotation_orthogonality()
+    assert o["orthogonality"] < 1e-6 and o["same_position"] < 1e-5 and f"变化可达 {o['cross_position']:.2f}" in g000
+    ranks = corrections.head_ranks()
+    assert "（1 个头 64、4 个头 16、16 个头 4）" in g000 and [v["rank"] for v in ranks.values()] == [64, 16, 4]
+    assert f"都是 {ranks[1]['parameters']:,}" in g000
+    tensor = next(c for c in corrections.all_corrections() if "tensor core" in c["details"]["sentence"])
+    dks = tensor["details"]["zoo_d_k"]
+    assert f"{len(dks)} 种 d_k（{'、'.join(map(str, dks))}）" in g000
+    forms = corrections.rope_complex_forms()
+    assert f"都是 {forms['score']:.4f}" in g002 and forms["correct_vs_score"] < 1e-5
+    assert (
+        f"最多差 {forms['lesson_lhs_vs_score']:.2f}" in g002
+        and f"最大 {forms['lesson_rhs_imaginary']:.2f} 的虚部" in g002
+    )
+    assert corrections.FIXED_PE_LATEX in g002
+    seven = corrections.seven_b_counts()
+    saved = seven["learned"] - seven["rope"]
+    assert f"learned {seven['learned']:,} 个参数、rope {seven['rope']:,} 个" in g002
+    assert f"{saved:,} = {saved / seven['learned']:.2%}" in g002 and f"只有 {seven['rope_buffers']} 个浮点数" in g002
+    wrong = int((corrections.lesson_local_keep(8, 3) != torch.ones(8, 8, dtype=torch.bool).tril().triu(-2)).sum())
+    assert f"64 对里有 {wrong} 对不一致" in g002
+
+
+def test_model_zoo_figures_are_quoted_from_its_records(tmp_path: Path) -> None:
+    with contextlib.redirect_stdout(io.StringIO()):
+        zoo = run_experiment("model-zoo", out=tmp_path / "zoo")
+    measured = {c["claim"].split(" (")[0]: c["measured"] for c in zoo["claims"]}
+    dk = measured["d_k does not grow with the model size"]
+    for figure in re.findall(r"\d[\d.]*%?", dk.split("; the others")[0].split(". ")[0] + dk.split(". ")[1][:12]):
+        assert figure in GUIDES["lesson_000.md"], figure
+    assert f"39 个开源模型中 {dk.split('. ')[1].split('%')[0]}%" in GUIDES["lesson_001.md"]
+    width = measured["d_model = h × d_k: the width is set by the number of heads at a fixed d_k"]
+    differ, total = re.match(r"(\d+) of (\d+) differ", width).groups()
+    assert f"{total} 个中有 {differ} 个不相等" in GUIDES["lesson_000.md"]
+    rule = next(m for c, m in measured.items() if c.startswith("optimal number of heads"))
+    for figure in re.findall(r"\d[\d.]*%?", rule.replace("d_model^", "d^")):
+        assert figure in GUIDES["lesson_002.md"], figure
