@@ -78,7 +78,8 @@ def test_links_experiments_and_sections_exist(name: str) -> None:
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("guides")
     return {
-        name: run_experiment(name, out=out / name) for name in ("params", "rope-relative", "permutation", "causal-leak")
+        name: run_experiment(name, out=out / name)
+        for name in ("params", "rope-relative", "permutation", "causal-leak", "frequencies")
     }
 
 
@@ -325,3 +326,33 @@ def test_model_zoo_figures_are_quoted_from_its_records(tmp_path: Path) -> None:
     rule = next(m for c, m in measured.items() if c.startswith("optimal number of heads"))
     for figure in re.findall(r"\d[\d.]*%?", rule.replace("d_model^", "d^")):
         assert figure in GUIDES["lesson_002.md"], figure
+
+
+def test_the_other_deterministic_figures_are_the_experiments(results: dict[str, dict]) -> None:
+    """Figures of params, permutation, rope-relative and frequencies that the guides quote beside their tables."""
+    g000, g001, g002 = GUIDES["lesson_000.md"], GUIDES["lesson_001.md"], GUIDES["lesson_002.md"]
+    gqa = results["params"]["gqa_counterpoint_32"]
+    assert f"{gqa['n_kv_heads']} 个 kv 头时 qkv {gqa['qkv']}" in g000
+    broken = [s["max_abs_diff_after_unpermuting"] for s in results["permutation"]["schemes"] if s["scheme"] != "none"]
+    assert f"其余 {len(broken)} 种位置编码全部 `broken`（差异 {min(broken):.1e} 到 {max(broken):.1e}）" in g000
+    spread = {
+        c["label"].split(" (")[0]: c["max_spread_over_positions"] for c in results["rope-relative"]["scheme_checks"]
+    }
+    assert f"`learned`（波动 {spread['learned table']:.2f}）" in g000
+    assert f"`sinusoidal`（波动 {spread['sinusoidal']:.0f}）" in g000 and f"波动 {spread['sinusoidal']:.1e}" in g002
+    assert f"longrope {max(v for k, v in spread.items() if 'longrope' in k):.1e}" in g001
+    assert f"最大 {spread['rope half']:.1e}" in g000  # the lesson's layout: poslab's spread column
+    table = results["frequencies"]["lesson_table_d8_base10000"]
+    first, last = table[0], table[-1]
+    assert f"inv_freq 从 {first['inv_freq']:.4f} 到 {last['inv_freq']:.4f}" in g000
+    assert f"周期从 {first['period_positions']:.1f} 到 {last['period_positions']:.1f}" in g000
+    assert f"最大差 {results['frequencies']['poslab_rope_head16_vs_lesson_max_abs_diff']:.1e}" in g000
+    unturned = [row for row in table if row["period_positions"] > 128 - 1]  # L = 128: less than one turn inside L
+    assert f"周期 {unturned[0]['period_positions']:.1f} 及以上的维度（i ≥ {unturned[0]['dim']}）" in g000
+
+
+def test_the_variance_command_prints_what_the_guide_says() -> None:
+    """lesson_000.md §1.4's one-line command, run here: the printed variances, to two decimals."""
+    torch.manual_seed(0)
+    values = [(torch.randn(20000, d) * torch.randn(20000, d)).sum(-1).div(d**0.5).var().item() for d in (16, 64, 256)]
+    assert "输出约 " + "、".join(f"{v:.2f}" for v in values) in GUIDES["lesson_000.md"]
