@@ -356,3 +356,28 @@ def test_the_variance_command_prints_what_the_guide_says() -> None:
     torch.manual_seed(0)
     values = [(torch.randn(20000, d) * torch.randn(20000, d)).sum(-1).div(d**0.5).var().item() for d in (16, 64, 256)]
     assert "输出约 " + "、".join(f"{v:.2f}" for v in values) in GUIDES["lesson_000.md"]
+
+
+def test_lesson_001_quotes_its_lessons_figures_and_the_proj_count(results: dict[str, dict]) -> None:
+    """The causal-leak table's last two columns are lesson 001's own printout; proj is the params experiment's."""
+    text = GUIDES["lesson_001.md"]
+    lesson = {"1": ("3.7e-08", "2.8e-03"), "2": ("1.9e-02", "1.5e-02")}
+    if SEEDS.is_dir():
+        seed = next(SEEDS.glob("001_*.txt")).read_text(encoding="utf-8")
+        for layers, (none, learned) in lesson.items():
+            assert f"{layers} 层：没有位置嵌入 {none}，有位置嵌入 {learned}" in seed, layers
+    for layers, (none, learned) in lesson.items():
+        row = next(line for line in text.splitlines() if line.startswith(f"| {layers} 层 |"))
+        assert row.endswith(f"| {none} | {learned} |"), row
+    proj = set(results["params"]["seed001_proj_params_by_heads"].values())
+    assert len(proj) == 1 and f"proj 都是 {proj.pop()}" in text
+
+
+def test_the_zoo_years_and_theta_the_guide_quotes() -> None:
+    from poslab.lab.experiments import model_zoo  # noqa: PLC0415 (the zoo's rows, this test only)
+
+    rows = {r["name"]: r for r in model_zoo.load_zoo()}
+    modern = [r for r in rows.values() if r["year"] >= 2024]
+    text = GUIDES["lesson_000.md"]
+    assert f"2024–{max(r['year'] for r in modern)} 年的 {len(modern)} 个模型全部用 RoPE" in text
+    assert f"Llama 3 8B theta {float(rows['Llama 3 8B']['rope_theta'])}" in text
