@@ -8,12 +8,14 @@ import io
 import json
 import math
 import os
+import unicodedata
 from pathlib import Path
 
 import pytest
 import torch
 
 from poslab.cli.app import main
+from poslab.display import cut
 from poslab.lab import evidence, experiments
 from poslab.lab.experiments import corrections, model_zoo, permutation, rope_relative
 from poslab.lab.experiments.corrections.lesson000_contradictions import PASSAGES
@@ -378,3 +380,14 @@ def test_su_insight_is_placed_with_the_paper_that_makes_it(results):
     c = by_sentence(results, "无法分离")
     assert c["verdict"] == "did not hold" and c["details"]["evidence_kind"] == evidence.SOURCE
     assert "2006.15595" in c["details"]["reference"] and "2104.09864" in c["details"]["reference"]
+
+
+def test_the_console_tables_fit_a_wide_terminal(results):
+    """The corrections' own tables cut long texts by terminal columns (a CJK character takes two); results.json keeps
+    them whole."""
+    text = results[1].split("\nclaims\n")[0]
+    widths = [sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line) for line in text.splitlines()]
+    assert max(widths) <= 180
+    assert any("…" in line for line in text.splitlines())
+    assert all("…" not in c["measured"] for c in results[0]["claims"])
+    assert cut("勘误" * 10, 9) == "勘误勘误…" and cut("short", 9) == "short"

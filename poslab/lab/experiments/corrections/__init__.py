@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from poslab.display import print_table
+from poslab.display import cut, print_table
 from poslab.lab.experiments.common import FOUNDATION, Experiment
 from poslab.lab.experiments.corrections.lesson000_contradictions import contradiction_claims
 from poslab.lab.experiments.corrections.lesson000_heads import (
@@ -162,13 +162,13 @@ def run(out: Path, quick: bool = False) -> dict:
     claims = all_corrections()
     print_table(
         ["verdict", "where", "lesson (gloss)", "measured"],
-        [[c["verdict"], c["source"], c["details"]["gloss"], c["measured"]] for c in claims],
-        title="the lessons' statements, tested",
+        [[c["verdict"], c["source"], cut(c["details"]["gloss"], 50), cut(c["measured"], 70)] for c in claims],
+        title="the lessons' statements, tested (full texts: results.json)",
         align="llll",
     )
     print_table(
         ["where", "empty in the lesson", "what poslab measured instead"],
-        [[e["where"], e["gloss"], e["poslab"]] for e in EMPTY_TABLES],
+        [[e["where"], cut(e["gloss"], 50), cut(e["poslab"], 70)] for e in EMPTY_TABLES],
         title="seed 002's empty tables",
         align="lll",
     )
