@@ -17,9 +17,9 @@ import torch
 from poslab.cli.app import main
 from poslab.display import cut
 from poslab.lab import evidence, experiments
-from poslab.lab.experiments import corrections, model_zoo, permutation, rope_relative
+from poslab.lab.experiments import corrections, model_zoo, permutation, probes, rope_relative
 from poslab.lab.experiments.corrections.lesson000_contradictions import PASSAGES
-from poslab.lab.experiments.corrections.quotes import quoted
+from poslab.lab.experiments.corrections.quotes import SENTENCES, quoted
 from poslab.lab.report.builder import kind
 from poslab.lab.verdicts import ClaimRecord, check_records
 
@@ -374,6 +374,13 @@ def test_q3_speculation_2_is_not_testable_here_and_4_is_a_source(results):
     tensor = by_sentence(results, "tensor core 的友好尺寸")
     assert tensor["details"]["evidence_kind"] == evidence.SOURCE and "NVIDIA" in tensor["details"]["reference"]
     assert all(d % 8 == 0 for d in tensor["details"]["zoo_d_k"]) and 256 in tensor["details"]["zoo_d_k"]
+
+
+def test_q3_speculation_3_is_judged_by_probes_alone(results):
+    assert probes.HEADS_SENTENCE not in SENTENCES.values()
+    assert all(c["details"]["sentence"] != probes.HEADS_SENTENCE for c in results[0]["claims"])
+    c = by_sentence(results, "保持内积的相对性")  # the §4.2 formula fails under both readings
+    assert c["details"]["lesson_rhs_imaginary"] > 1e-3 and c["details"]["lesson_lhs_vs_score"] > 1e-3
 
 
 def test_su_insight_is_placed_with_the_paper_that_makes_it(results):

@@ -42,7 +42,8 @@ def su_insight_claim() -> dict[str, Any]:
         "Su et al. 2021's insight: absolute position embeddings weaken attention because position and content are "
         "mixed in one vector",
         "seed 000 §3.1",
-        "the RoFormer paper gives this as RoPE's motivation (error = 1 if its stated properties do not include it)",
+        "RoFormer's abstract, where the paper states what RoPE is for, gives this as its motivation (error = 1 if "
+        "the properties it states do not include it)",
         "RoFormer's abstract gives RoPE's properties as: " + "; ".join(ROFORMER_PROPERTIES) + ". The argument the "
         f"lesson quotes is {MIXING_ARGUMENT[0]}'s: {MIXING_ARGUMENT[1]}. Nor does RoPE separate the two in the "
         "score: its logit Re Σ z_q conj(z_k) e^{i(m-n)θ} multiplies content and offset; what it keeps apart is the "
