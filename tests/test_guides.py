@@ -308,6 +308,14 @@ def test_correction_figures_are_quoted_from_the_records() -> None:
     saved = seven["learned"] - seven["rope"]
     assert f"learned {seven['learned']:,} 个参数、rope {seven['rope']:,} 个" in g002
     assert f"{saved:,} = {saved / seven['learned']:.2%}" in g002 and f"只有 {seven['rope_buffers']} 个浮点数" in g002
+    n = corrections.clipping_norms()
+    assert f"fp32 的梯度范数 {n['fp32']:.5f}；fp16 autocast + GradScaler" in g002
+    assert f"（scale {n['scale']:.0f}）时 `unscale_` 之前是 {n['scaled']:.1f}，之后 {n['unscaled']:.5f}" in g002
+    assert (
+        f"（相对差 {n['relative_gap']:.1e}）；裁剪到 max_norm {n['max_norm']} 后梯度相差 {n['clipped_grad_gap']:.1e}"
+        in g002
+    )
+    assert f"波动到 {max(corrections.LESSON_SPREADS.values()):.1e}" in g000
     wrong = int((corrections.lesson_local_keep(8, 3) != torch.ones(8, 8, dtype=torch.bool).tril().triu(-2)).sum())
     assert f"64 对里有 {wrong} 对不一致" in g002
 
@@ -369,6 +377,9 @@ def test_lesson_001_quotes_its_lessons_figures_and_the_proj_count(results: dict[
     for layers, (none, learned) in lesson.items():
         row = next(line for line in text.splitlines() if line.startswith(f"| {layers} 层 |"))
         assert row.endswith(f"| {none} | {learned} |"), row
+    assert lesson == {str(k): (f"{v['none']:.1e}", f"{v['learned']:.1e}") for k, v in causal_leak.LESSON.items()}
+    assert f"1 层无位置 < {causal_leak.NOISE_BELOW:.0e}（浮点误差）" in text
+    assert f"2 层和 3 层无位置 > {causal_leak.LEAK_ABOVE:.0e}".replace("e-04", "e-4") in text
     proj = set(results["params"]["seed001_proj_params_by_heads"].values())
     assert len(proj) == 1 and f"proj 都是 {proj.pop()}" in text
 
