@@ -79,7 +79,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("guides")
     return {
         name: run_experiment(name, out=out / name)
-        for name in ("params", "rope-relative", "permutation", "causal-leak", "frequencies")
+        for name in ("params", "rope-relative", "permutation", "causal-leak", "frequencies", "shapes")
     }
 
 
@@ -392,3 +392,19 @@ def test_the_zoo_years_and_theta_the_guide_quotes() -> None:
     text = GUIDES["lesson_000.md"]
     assert f"2024–{max(r['year'] for r in modern)} 年的 {len(modern)} 个模型全部用 RoPE" in text
     assert f"Llama 3 8B theta {float(rows['Llama 3 8B']['rope_theta'])}" in text
+
+
+def test_the_shape_walk_and_the_zoo_head_range(results: dict[str, dict]) -> None:
+    from poslab.lab.experiments import model_zoo  # noqa: PLC0415 (the zoo's rows, this test only)
+
+    walk = results["shapes"]["seed000_walk"]
+    assert all(step["matches_lesson"] for step in walk)
+    assert (
+        f"你应该看到 {len(walk)} 行" in GUIDES["lesson_000.md"]
+        and f"{len(walk)} 步全部 `match yes`" in GUIDES["lesson_002.md"]
+    )
+    shapes = {str(step["shape"]) for step in walk}
+    quoted = re.findall(r"`(\[[\d, ]+\])`", GUIDES["lesson_000.md"].split("### 1.2")[1].split("###")[0])
+    assert quoted and set(quoted) <= shapes, set(quoted) - shapes
+    heads = [r["n_heads"] for r in model_zoo.load_zoo()]
+    assert f"{len(heads)} 个模型的头数从 {min(heads)} 到 {max(heads)}" in GUIDES["lesson_002.md"]
