@@ -80,6 +80,21 @@ fig.colorbar(im)
 plt.show()
 
 # %% [markdown]
+# 课文这个公式的 LaTeX 源码写坏了：每行多一个 `}`，第一行末尾是单个 `\`（TeX 的空格，不是换行）。下面逐行数花括号，
+# 并用 matplotlib 的 mathtext（TeX 的一个子集）解析课文的写法和改正后的写法。
+#
+# The lesson's LaTeX source has one `}` too many per line and a single `\` where a line break is meant: braces
+# counted and each line parsed, the lesson's and the fixed one.
+
+# %%
+from poslab.lab.experiments import corrections  # noqa: E402
+
+lesson_lines = corrections.QUOTES["pe_latex"][1].split("\n")
+for found in corrections.latex_faults(lesson_lines)["lines"]:
+    print(found)
+print("fixed:\n" + corrections.FIXED_PE_LATEX)
+
+# %% [markdown]
 # ## 3.1 局部注意力的掩码 / The local-attention mask
 #
 # 课文的 `tril(-w) + triu(w)` 再 `masked_fill(mask == 0)`：保留的是距离 ≥ W 的位置，把窗口本身（包括对角线）遮住了。
@@ -173,6 +188,26 @@ for n_embd, block in ((128, 128), (512, 1024)):
         f"n_embd={n_embd} block={block}: learned {sizes['learned']:,}, rope {sizes['rope']:,}, "
         f"saved {saved:,} = {100 * saved / sizes['learned']:.2f}%"
     )
+
+# %% [markdown]
+# ### 4.2 课文的复数公式 / The lesson's complex form
+#
+# 课文写 $f_q(x_m)^T f_k(x_n) = g(x_m,x_n)e^{i(m-n)\theta}$；RoFormer（§3.2.1）是
+# $\langle f_q, f_k\rangle = \mathrm{Re}[(W_q x_m)(W_k x_n)^* e^{i(m-n)\theta}]$。把 q、k 的相邻两维看成复数，
+# 在位置差都是 3 的四对位置上，对比 poslab `rope` 的分数、RoFormer 的式子、课文不取共轭的左边和不取实部的右边。
+#
+# The lesson drops the conjugate and the real part; each reading is compared with poslab's rope score at four position
+# pairs with the same offset (推导见笔记本 000 的 3.2 节 / the derivation is notebook 000, §3.2).
+
+# %%
+forms = corrections.rope_complex_forms()
+print(f"poslab rope score at offset 3: {forms['score']:.4f} (spread over the pairs {forms['score_spread']:.1e})")
+print(f"RoFormer's Re[z_q conj(z_k) e^(i(m-n)θ)] vs the score: {forms['correct_vs_score']:.1e}")
+print(
+    f"the lesson's left side, no conjugate: up to {forms['lesson_lhs_vs_score']:.2f} off, "
+    f"moving with m + n by {forms['lesson_lhs_spread']:.2f}"
+)
+print(f"the lesson's right side, no Re: imaginary part up to {forms['lesson_rhs_imaginary']:.2f}")
 
 # %% [markdown]
 # ## 5.1 缩放 / Scaling by $\sqrt{d_k}$

@@ -8,16 +8,18 @@ import io
 import json
 import math
 import os
+import unicodedata
 from pathlib import Path
 
 import pytest
 import torch
 
 from poslab.cli.app import main
+from poslab.display import cut
 from poslab.lab import evidence, experiments
-from poslab.lab.experiments import corrections, model_zoo, permutation, rope_relative
+from poslab.lab.experiments import corrections, model_zoo, permutation, probes, rope_relative
 from poslab.lab.experiments.corrections.lesson000_contradictions import PASSAGES
-from poslab.lab.experiments.corrections.quotes import quoted
+from poslab.lab.experiments.corrections.quotes import SENTENCES, quoted
 from poslab.lab.report.builder import kind
 from poslab.lab.verdicts import ClaimRecord, check_records
 
@@ -44,7 +46,7 @@ def by_source(results, source: str) -> list[dict]:
 def test_records_obey_the_rule_and_carry_quotes(results):
     claims = results[0]["claims"]
     assert not check_records(claims)
-    assert len(claims) == 25
+    assert len(claims) == 32
     assert len({c["details"]["quote"] for c in claims}) == len(claims)  # one quoted passage each
     for c in claims:
         assert c["details"]["quote"] and c["details"]["gloss"] and c["details"]["evidence"]
@@ -311,3 +313,88 @@ def test_the_lessons_self_contradictions_are_records(results):
     for key, c in zip(PASSAGES, found):
         assert c["verdict"] == "did not hold" and c["details"]["evidence_kind"] == "source", key
         assert all(quote.replace("\t", " | ") in c["measured"] for _, quote, _ in PASSAGES[key]), key
+
+
+# ------------------------------------------------------------------ the lesson items beside the corrections above
+def test_lesson_rope_form_depends_on_the_sum_without_the_conjugate(results):
+    f = corrections.rope_complex_forms(d=8, seed=5)
+    assert f["correct_vs_score"] < 1e-5 and f["score_spread"] < 1e-5  # Re[z_q conj(z_k) e^{i(m-n)θ}] is the score
+    assert f["lesson_lhs_spread"] > 0.1 and f["lesson_lhs_vs_score"] > 0.1  # no conjugate: it moves with m + n
+    assert f["lesson_rhs_imaginary"] > 0.01  # no Re: a complex number where the score is real
+    # the same facts from scratch, one pair (2-D): rotation = multiplication by e^{imθ}
+    theta, m, n = 0.7, 5, 2
+    zq, zk = complex(0.3, -1.2), complex(0.8, 0.5)
+    score = (
+        (zq * complex(math.cos(m * theta), math.sin(m * theta)))
+        * (zk * complex(math.cos(n * theta), math.sin(n * theta))).conjugate()
+    ).real
+    assert score == pytest.approx(
+        (zq * zk.conjugate() * complex(math.cos((m - n) * theta), math.sin((m - n) * theta))).real
+    )
+    c = by_sentence(results, "保持内积的相对性")
+    assert c["verdict"] == "did not hold" and c["details"]["evidence_kind"] == evidence.MEASURED
+    assert "Re[(W_q x_m)(W_k x_n)^* e^{i(m-n)θ}]" in c["measured"]
+
+
+def test_the_sinusoid_latex_is_broken_and_the_fix_is_not(results):
+    lesson = corrections.latex_faults(["PE_{(pos,2i)} = \\sin(pos/10000^{2i/d_{model}}}) \\"])  # as written
+    (line,) = lesson["lines"]
+    assert line["balance"] == -1 and line["single_backslash"] and not line["parses"]
+    fixed = corrections.latex_faults([r"PE_{(pos,2i)} = \sin(pos/10000^{2i/d_{model}})"])
+    assert fixed["faults"] == 0
+    assert "\\begin{aligned}" in corrections.FIXED_PE_LATEX and corrections.FIXED_PE_LATEX.count("{") == (
+        corrections.FIXED_PE_LATEX.count("}")
+    )
+    c = by_sentence(results, "PE_{(pos,2i)}")
+    assert c["verdict"] == "did not hold" and c["details"]["fixed_faults"] == 0
+
+
+def test_alibi_penalty_is_fixed_and_rope_peaks_where_q_and_k_put_it(results):
+    p = corrections.distance_profiles(T=16, d=32, n_heads=4, targets=(2, 5, 9))
+    assert p["alibi_rising_heads"] == 0 and p["rope_peaks"] == {2: 2, 5: 5, 9: 9}
+    assert p["parameters"] == {"alibi": 0, "rope": 0, "t5": 32 * 4}
+    c = by_sentence(results, "硬性惩罚远处 token")
+    assert c["verdict"] == "held" and "T5" in c["measured"] and "position-training" in c["measured"]
+
+
+def test_rope_rotation_is_orthogonal_but_moves_q_dot_k_across_positions(results):
+    o = corrections.rotation_orthogonality(d=16, positions_=(7, 300), seed=2)
+    assert o["orthogonality"] < 1e-5 and o["norm"] < 1e-5 and o["same_position"] < 1e-5
+    assert o["cross_position"] > 0.1  # it keeps q·k only at one position: that is how it encodes the offset
+    c = by_sentence(results, "正交变换")
+    assert c["verdict"] == "held" and "only at one position" in c["measured"]
+
+
+def test_q3_speculation_2_is_not_testable_here_and_4_is_a_source(results):
+    r = corrections.head_ranks(d_model=32, heads=(1, 8))
+    assert {h: (v["d_k"], v["rank"]) for h, v in r.items()} == {1: (32, 32), 8: (4, 4)}
+    assert r[1]["parameters"] == r[8]["parameters"] == 4 * 32 * 32 + 4 * 32
+    overfit = by_sentence(results, "更容易过拟合")
+    assert kind(ClaimRecord.from_dict(overfit)) == "untestable" and "trains nothing" in overfit["premise"]["measured"]
+    tensor = by_sentence(results, "tensor core 的友好尺寸")
+    assert tensor["details"]["evidence_kind"] == evidence.SOURCE and "NVIDIA" in tensor["details"]["reference"]
+    assert all(d % 8 == 0 for d in tensor["details"]["zoo_d_k"]) and 256 in tensor["details"]["zoo_d_k"]
+
+
+def test_q3_speculation_3_is_judged_by_probes_alone(results):
+    assert probes.HEADS_SENTENCE not in SENTENCES.values()
+    assert all(c["details"]["sentence"] != probes.HEADS_SENTENCE for c in results[0]["claims"])
+    c = by_sentence(results, "保持内积的相对性")  # the §4.2 formula fails under both readings
+    assert c["details"]["lesson_rhs_imaginary"] > 1e-3 and c["details"]["lesson_lhs_vs_score"] > 1e-3
+
+
+def test_su_insight_is_placed_with_the_paper_that_makes_it(results):
+    c = by_sentence(results, "无法分离")
+    assert c["verdict"] == "did not hold" and c["details"]["evidence_kind"] == evidence.SOURCE
+    assert "2006.15595" in c["details"]["reference"] and "2104.09864" in c["details"]["reference"]
+
+
+def test_the_console_tables_fit_a_wide_terminal(results):
+    """The corrections' own tables cut long texts by terminal columns (a CJK character takes two); results.json keeps
+    them whole."""
+    text = results[1].split("\nclaims\n")[0]
+    widths = [sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line) for line in text.splitlines()]
+    assert max(widths) <= 180
+    assert any("…" in line for line in text.splitlines())
+    assert all("…" not in c["measured"] for c in results[0]["claims"])
+    assert cut("勘误" * 10, 9) == "勘误勘误…" and cut("short", 9) == "short"

@@ -137,8 +137,8 @@ def _write(tmp_path: Path, source: str, name: str = "solution.py") -> Path:
     return path
 
 
-def test_every_exercise_has_a_correct_solution_here() -> None:
-    assert set(CORRECT) == set(EXERCISES)
+def test_every_exercise_has_a_correct_and_a_planted_wrong_solution_here() -> None:
+    assert set(CORRECT) == set(EXERCISES) == {name for name, _ in WRONG}
     assert len(EXERCISES) >= 5
 
 

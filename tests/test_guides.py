@@ -78,7 +78,8 @@ def test_links_experiments_and_sections_exist(name: str) -> None:
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("guides")
     return {
-        name: run_experiment(name, out=out / name) for name in ("params", "rope-relative", "permutation", "causal-leak")
+        name: run_experiment(name, out=out / name)
+        for name in ("params", "rope-relative", "permutation", "causal-leak", "frequencies", "shapes")
     }
 
 
@@ -267,3 +268,143 @@ def test_the_heads_experiment_is_described_as_the_code_runs_it() -> None:
         assert all(fact in text for fact in facts), facts
         assert f"n_embd {full['model']['n_embd']}" in text and ("唐诗" in text or "五言诗" in text)
     assert quick["corpus"] == "shakespeare" and full["corpus"] == "tang5"
+
+
+# ------------------------------------------------------------------------------ figures of the correction records
+def test_correction_figures_are_quoted_from_the_records() -> None:
+    """The figures the guides quote from ``poslab experiment corrections`` are the records' own (recomputed here)."""
+    from poslab.lab.experiments import corrections  # noqa: PLC0415 (the corrections' helpers, this test only)
+
+    g000, g002 = GUIDES["lesson_000.md"], GUIDES["lesson_002.md"]
+    mats = corrections.alibi_matrices()
+    causal = torch.ones(8, 8, dtype=torch.bool).tril()
+    lesson_err = (mats["poslab"] - mats["lesson"])[:, causal].abs().max().item()
+    future = mats["lesson"][:, ~causal]
+    assert f"最大差 {lesson_err:.3f}" in g000 and f"从 {future.min():.4f} 到 {future.max():.2f}" in g000
+    ntk = corrections.ntk_ratios()
+    assert f"拉伸 {ntk['highest']:.4f}" in g000 and f"除以 {1 / ntk['lowest']:.2f}" in g000
+    assert f"增大**到 {ntk['new_base']:.0f}" in g000
+    shares = corrections.position_coordinates()
+    assert f"（{shares['sinusoidal']:.0%}）" in g000 and f"（{shares['rope']:.0%}）" in g000
+    peaks = corrections.distance_profiles()
+    assert "、".join(str(v) for v in peaks["rope_peaks"].values()) + " 处达到最大" in g000
+    assert f"8 个头 {peaks['parameters']['t5']} 个参数" in g000
+    o = corrections.rotation_orthogonality()
+    assert o["orthogonality"] < 1e-6 and o["same_position"] < 1e-5 and f"变化可达 {o['cross_position']:.2f}" in g000
+    ranks = corrections.head_ranks()
+    assert "（1 个头 64、4 个头 16、16 个头 4）" in g000 and [v["rank"] for v in ranks.values()] == [64, 16, 4]
+    assert f"都是 {ranks[1]['parameters']:,}" in g000
+    tensor = next(c for c in corrections.all_corrections() if "tensor core" in c["details"]["sentence"])
+    dks = tensor["details"]["zoo_d_k"]
+    assert f"{len(dks)} 种 d_k（{'、'.join(map(str, dks))}）" in g000
+    forms = corrections.rope_complex_forms()
+    assert f"都是 {forms['score']:.4f}" in g002 and forms["correct_vs_score"] < 1e-5
+    assert (
+        f"最多差 {forms['lesson_lhs_vs_score']:.2f}" in g002
+        and f"最大 {forms['lesson_rhs_imaginary']:.2f} 的虚部" in g002
+    )
+    assert corrections.FIXED_PE_LATEX in g002
+    seven = corrections.seven_b_counts()
+    saved = seven["learned"] - seven["rope"]
+    assert f"learned {seven['learned']:,} 个参数、rope {seven['rope']:,} 个" in g002
+    assert f"{saved:,} = {saved / seven['learned']:.2%}" in g002 and f"只有 {seven['rope_buffers']} 个浮点数" in g002
+    n = corrections.clipping_norms()
+    assert f"fp32 的梯度范数 {n['fp32']:.5f}；fp16 autocast + GradScaler" in g002
+    assert f"（scale {n['scale']:.0f}）时 `unscale_` 之前是 {n['scaled']:.1f}，之后 {n['unscaled']:.5f}" in g002
+    assert (
+        f"（相对差 {n['relative_gap']:.1e}）；裁剪到 max_norm {n['max_norm']} 后梯度相差 {n['clipped_grad_gap']:.1e}"
+        in g002
+    )
+    assert f"波动到 {max(corrections.LESSON_SPREADS.values()):.1e}" in g000
+    wrong = int((corrections.lesson_local_keep(8, 3) != torch.ones(8, 8, dtype=torch.bool).tril().triu(-2)).sum())
+    assert f"64 对里有 {wrong} 对不一致" in g002
+
+
+def test_model_zoo_figures_are_quoted_from_its_records(tmp_path: Path) -> None:
+    with contextlib.redirect_stdout(io.StringIO()):
+        zoo = run_experiment("model-zoo", out=tmp_path / "zoo")
+    measured = {c["claim"].split(" (")[0]: c["measured"] for c in zoo["claims"]}
+    dk = measured["d_k does not grow with the model size"]
+    for figure in re.findall(r"\d[\d.]*%?", dk.split("; the others")[0].split(". ")[0] + dk.split(". ")[1][:12]):
+        assert figure in GUIDES["lesson_000.md"], figure
+    assert f"39 个开源模型中 {dk.split('. ')[1].split('%')[0]}%" in GUIDES["lesson_001.md"]
+    width = measured["d_model = h × d_k: the width is set by the number of heads at a fixed d_k"]
+    differ, total = re.match(r"(\d+) of (\d+) differ", width).groups()
+    assert f"{total} 个中有 {differ} 个不相等" in GUIDES["lesson_000.md"]
+    rule = next(m for c, m in measured.items() if c.startswith("optimal number of heads"))
+    for figure in re.findall(r"\d[\d.]*%?", rule.replace("d_model^", "d^")):
+        assert figure in GUIDES["lesson_002.md"], figure
+
+
+def test_the_other_deterministic_figures_are_the_experiments(results: dict[str, dict]) -> None:
+    """Figures of params, permutation, rope-relative and frequencies that the guides quote beside their tables."""
+    g000, g001, g002 = GUIDES["lesson_000.md"], GUIDES["lesson_001.md"], GUIDES["lesson_002.md"]
+    gqa = results["params"]["gqa_counterpoint_32"]
+    assert f"{gqa['n_kv_heads']} 个 kv 头时 qkv {gqa['qkv']}" in g000
+    broken = [s["max_abs_diff_after_unpermuting"] for s in results["permutation"]["schemes"] if s["scheme"] != "none"]
+    assert f"其余 {len(broken)} 种位置编码全部 `broken`（差异 {min(broken):.1e} 到 {max(broken):.1e}）" in g000
+    spread = {
+        c["label"].split(" (")[0]: c["max_spread_over_positions"] for c in results["rope-relative"]["scheme_checks"]
+    }
+    assert f"`learned`（波动 {spread['learned table']:.2f}）" in g000
+    assert f"`sinusoidal`（波动 {spread['sinusoidal']:.0f}）" in g000 and f"波动 {spread['sinusoidal']:.1e}" in g002
+    assert f"longrope {max(v for k, v in spread.items() if 'longrope' in k):.1e}" in g001
+    assert f"最大 {spread['rope half']:.1e}" in g000  # the lesson's layout: poslab's spread column
+    table = results["frequencies"]["lesson_table_d8_base10000"]
+    first, last = table[0], table[-1]
+    assert f"inv_freq 从 {first['inv_freq']:.4f} 到 {last['inv_freq']:.4f}" in g000
+    assert f"周期从 {first['period_positions']:.1f} 到 {last['period_positions']:.1f}" in g000
+    assert f"最大差 {results['frequencies']['poslab_rope_head16_vs_lesson_max_abs_diff']:.1e}" in g000
+    unturned = [row for row in table if row["period_positions"] > 128 - 1]  # L = 128: less than one turn inside L
+    assert f"周期 {unturned[0]['period_positions']:.1f} 及以上的维度（i ≥ {unturned[0]['dim']}）" in g000
+
+
+def test_the_variance_command_prints_what_the_guide_says() -> None:
+    """lesson_000.md §1.4's one-line command, run here: the printed variances, to two decimals."""
+    torch.manual_seed(0)
+    values = [(torch.randn(20000, d) * torch.randn(20000, d)).sum(-1).div(d**0.5).var().item() for d in (16, 64, 256)]
+    assert "输出约 " + "、".join(f"{v:.2f}" for v in values) in GUIDES["lesson_000.md"]
+
+
+def test_lesson_001_quotes_its_lessons_figures_and_the_proj_count(results: dict[str, dict]) -> None:
+    """The causal-leak table's last two columns are lesson 001's own printout; proj is the params experiment's."""
+    text = GUIDES["lesson_001.md"]
+    lesson = {"1": ("3.7e-08", "2.8e-03"), "2": ("1.9e-02", "1.5e-02")}
+    if SEEDS.is_dir():
+        seed = next(SEEDS.glob("001_*.txt")).read_text(encoding="utf-8")
+        for layers, (none, learned) in lesson.items():
+            assert f"{layers} 层：没有位置嵌入 {none}，有位置嵌入 {learned}" in seed, layers
+    for layers, (none, learned) in lesson.items():
+        row = next(line for line in text.splitlines() if line.startswith(f"| {layers} 层 |"))
+        assert row.endswith(f"| {none} | {learned} |"), row
+    assert lesson == {str(k): (f"{v['none']:.1e}", f"{v['learned']:.1e}") for k, v in causal_leak.LESSON.items()}
+    assert f"1 层无位置 < {causal_leak.NOISE_BELOW:.0e}（浮点误差）" in text
+    assert f"2 层和 3 层无位置 > {causal_leak.LEAK_ABOVE:.0e}".replace("e-04", "e-4") in text
+    proj = set(results["params"]["seed001_proj_params_by_heads"].values())
+    assert len(proj) == 1 and f"proj 都是 {proj.pop()}" in text
+
+
+def test_the_zoo_years_and_theta_the_guide_quotes() -> None:
+    from poslab.lab.experiments import model_zoo  # noqa: PLC0415 (the zoo's rows, this test only)
+
+    rows = {r["name"]: r for r in model_zoo.load_zoo()}
+    modern = [r for r in rows.values() if r["year"] >= 2024]
+    text = GUIDES["lesson_000.md"]
+    assert f"2024–{max(r['year'] for r in modern)} 年的 {len(modern)} 个模型全部用 RoPE" in text
+    assert f"Llama 3 8B theta {float(rows['Llama 3 8B']['rope_theta'])}" in text
+
+
+def test_the_shape_walk_and_the_zoo_head_range(results: dict[str, dict]) -> None:
+    from poslab.lab.experiments import model_zoo  # noqa: PLC0415 (the zoo's rows, this test only)
+
+    walk = results["shapes"]["seed000_walk"]
+    assert all(step["matches_lesson"] for step in walk)
+    assert (
+        f"你应该看到 {len(walk)} 行" in GUIDES["lesson_000.md"]
+        and f"{len(walk)} 步全部 `match yes`" in GUIDES["lesson_002.md"]
+    )
+    shapes = {str(step["shape"]) for step in walk}
+    quoted = re.findall(r"`(\[[\d, ]+\])`", GUIDES["lesson_000.md"].split("### 1.2")[1].split("###")[0])
+    assert quoted and set(quoted) <= shapes, set(quoted) - shapes
+    heads = [r["n_heads"] for r in model_zoo.load_zoo()]
+    assert f"{len(heads)} 个模型的头数从 {min(heads)} 到 {max(heads)}" in GUIDES["lesson_002.md"]

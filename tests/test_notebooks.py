@@ -76,9 +76,53 @@ def _check_ran(notebook: object) -> None:
     assert not errors
 
 
+#: figures a guide attributes to its notebook ("笔记本 N 节") that do not depend on training: the notebook must print
+#: each, and the guide must quote it
+GUIDE_FIGURES = {
+    "lesson_002_deep_dive": (
+        "d_model=100 is not divisible by n_heads=3 (d_model must equal n_heads * d_k)",
+        "[-1.000, 1.000]",
+        "6.28",
+        "47117",
+        "62832",
+        "51 of 64",
+        "1,798,016",
+        "1,781,632",
+        "16,384 = 0.91%",
+        "17,088,000",
+        "16,563,712",
+        "524,288 = 3.07%",
+        "8.06",
+        "0.808",
+        "1.01",
+        "0.111",
+        "22.39",
+        "0.99",
+        "6.8e-02",
+        "6.8e-07",
+        "-4.2207",
+        "10.14",
+        "4.24",
+    ),
+}
+
+
+def _printed(notebook: object) -> str:
+    """Everything the notebook's cells printed."""
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    return "".join(out.get("text", "") for cell in code for out in cell.outputs if out.get("output_type") == "stream")
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_on_small_settings(path: Path, tmp_path: Path) -> None:
-    _check_ran(_execute(path, tmp_path, small=True))
+    notebook = _execute(path, tmp_path, small=True)
+    _check_ran(notebook)
+    figures = GUIDE_FIGURES.get(path.stem, ())
+    if figures:
+        guide = (ROOT / "docs" / "zh" / f"{path.stem[:10]}.md").read_text(encoding="utf-8")
+        printed = _printed(notebook)
+        assert [f for f in figures if f not in printed] == []
+        assert [f for f in figures if f not in guide] == []
 
 
 @pytest.mark.slow

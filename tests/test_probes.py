@@ -363,6 +363,17 @@ def test_probe_arms_of_one_seed_are_compared_paired():
     assert mqar["design"]["test"] == "paired t-test" and mqar["verdict"] == "held"
 
 
+def test_the_head_count_claim_judges_q3_speculation_3():
+    """The MQAR head-count claim is the lab's one record of seed 000 Q3's "更多头 = 更多并行关系模式" (verbatim)."""
+    accuracy = {s: dict(ABOVE) for s in experiment.RANKING}
+    made = _claims(_table(accuracy), heads={1: [0.6, 0.66, 0.7], 4: [0.9, 0.95, 1.0]})
+    mqar = next(c for name, c in made.items() if name.startswith("more heads"))
+    assert mqar["details"]["sentence"] == "更多头 = 更多并行关系模式，每头更专注。"
+    seeds = Path(os.environ.get("POSLAB_SEEDS", "/work/shared/seeds"))
+    if seeds.is_dir():
+        assert mqar["details"]["sentence"] in next(seeds.glob("000_*.txt")).read_text(encoding="utf-8")
+
+
 def test_run_takes_the_seeds(monkeypatch, tmp_path):
     trained = []
 

@@ -182,7 +182,7 @@ def test_every_correction_shows_the_lesson_error_badge(tmp_path):
     page = build_report(lab_dir).read_text(encoding="utf-8")
     section = page.split("<section id='corrections'>")[1].split("</section>")[0]
     records = [ClaimRecord.from_dict(c) for c in results["claims"]]
-    assert section.count("<tr class='v-") == len(records) == 25  # the d_k sentence is the model zoo's record
+    assert section.count("<tr class='v-") == len(records) == 32  # the d_k sentence is the model zoo's record
     badges = {
         "wrong": "did not hold",
         "cited-wrong": "did not hold (per source)",

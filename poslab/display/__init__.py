@@ -54,6 +54,20 @@ def print_table(
     print(format_table(headers, rows, align))
 
 
+def cut(text: str, width: int) -> str:
+    """``text`` cut to ``width`` terminal columns (a CJK character takes two) with an ellipsis: a console table stays
+    readable; results.json and the report keep every record whole."""
+    if _width(text) <= width:
+        return text
+    out, used = [], 1  # the ellipsis takes one column
+    for ch in text:
+        used += _width(ch)
+        if used > width:
+            break
+        out.append(ch)
+    return "".join(out) + "…"
+
+
 def sci(value: float, digits: int = 1) -> str:
     """``1.2e-06`` style (the lessons print spreads and differences this way)."""
     return f"{value:.{digits}e}"

@@ -72,6 +72,16 @@ SEVERITY_OF: dict[str, tuple[str, str]] = {
     "llama3_ntk": ("claim", "Llama 3 用 NTK-aware 扩展上下文"),
     "alibi_modern": ("claim", "现代 LLM 基本不用 ALiBi"),
     "q2_space": ("claim", "加位置向量占用表示空间，RoPE 不占"),
+    "rope_complex": (
+        "formula",
+        "RoPE 复数形式的内积少了共轭和实部：应为 Re[(W_q x_m)(W_k x_n)^* e^{i(m−n)θ}]，照写的左边随 m+n 变化",
+    ),
+    "pe_latex": ("nitpick", "§2.1 公式的 LaTeX 源码每行多一个「}」，换行写成了单个「\\」，无法排版；数学本身正确"),
+    "su_insight": ("citation", "「位置和内容混在一个向量里」的论证出自 Ke 等 2021（TUPE），不是 RoPE 原论文的洞察"),
+    "alibi_hard": ("claim", "ALiBi 是固定的惩罚，RoPE 让模型自己学位置关系"),
+    "q2_orthogonal": ("claim", "RoPE 的旋转是正交变换，保持内积"),
+    "q3_overfit": ("claim", "d_k 大更容易过拟合"),
+    "q3_tensor_core": ("claim", "d_k=128 是 tensor core 的友好尺寸"),
 }
 #: the kinds of record that say the lesson is wrong
 WRONG = ("wrong", "cited-wrong")

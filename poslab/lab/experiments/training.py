@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from poslab.display import print_table
+from poslab.display import cut, print_table
 from poslab.jobs import runner
 from poslab.jobs.runner import Task, check_workers, default_workers, train_many
 from poslab.lab.premises import all_of, below_bigram, uses_context
@@ -451,15 +451,9 @@ def print_claims(claims: Sequence[dict[str, Any] | ClaimRecord]) -> None:
         premise = c.get("premise")
         shown = "-" if not premise else f"{'met' if premise['met'] else 'NOT MET'}: {premise['measured']}"
         claim = str(c.get("claim", "?"))
-        rows.append([c.get("verdict", "?"), _cut(claim, 70), _cut(str(measured), 90), against, _cut(shown, 60)])
+        rows.append([c.get("verdict", "?"), cut(claim, 70), cut(str(measured), 90), against, cut(shown, 60)])
     print_table(["verdict", "claim", "measured", "margin vs noise", "premise"], rows, title="claims", align="lllll")
     print("  counts: " + ", ".join(f"{k} {v}" for k, v in tally(records).items()) + " (full texts: results.json)")
-
-
-def _cut(text: str, width: int) -> str:
-    """``text`` cut to ``width`` characters with an ellipsis (the console table stays readable; results.json and
-    the report keep every record whole)."""
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def baseline_note(results: dict) -> str:

@@ -9,9 +9,9 @@ paper reports, a date, or two passages of the lesson side by side, with its refe
 *lesson's* statement, so "did not hold" means the lesson is wrong and "held" that the lesson is
 right. Seed 002's empty tables are listed with what poslab measured instead.
 
-One module per group of statements (``lesson000_heads``, ``lesson000_rope``,
-``lesson000_contradictions``, ``lesson002_sources``, ``lesson002_code``); :data:`CLAIMS` is the
-registry, in the order the page shows them.
+One module per group of statements (``lesson000_heads``, ``lesson000_rope``, ``lesson000_reasons``,
+``lesson000_contradictions``, ``lesson002_sources``, ``lesson002_code``, ``lesson002_formulas``);
+:data:`CLAIMS` is the registry, in the order the page shows them.
 
 Papers: ALiBi, Press et al. 2022 (https://arxiv.org/abs/2108.12409); NTK-aware scaling, bloc97 2023
 and YaRN, Peng et al. 2023 (https://arxiv.org/abs/2309.00071); Transformer-XL, Dai et al. 2019
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from poslab.display import print_table
+from poslab.display import cut, print_table
 from poslab.lab.experiments.common import FOUNDATION, Experiment
 from poslab.lab.experiments.corrections.lesson000_contradictions import contradiction_claims
 from poslab.lab.experiments.corrections.lesson000_heads import (
@@ -38,6 +38,12 @@ from poslab.lab.experiments.corrections.lesson000_heads import (
     q2_space_claim,
     score_variance,
     table_22_claim,
+)
+from poslab.lab.experiments.corrections.lesson000_reasons import (
+    distance_profiles,
+    head_ranks,
+    reason_claims,
+    rotation_orthogonality,
 )
 from poslab.lab.experiments.corrections.lesson000_rope import (
     LESSON_SPREADS,
@@ -63,6 +69,12 @@ from poslab.lab.experiments.corrections.lesson002_code import (
     pe_cache_code_claim,
     run_lesson_pe_cache,
 )
+from poslab.lab.experiments.corrections.lesson002_formulas import (
+    FIXED_PE_LATEX,
+    formula_claims,
+    latex_faults,
+    rope_complex_forms,
+)
 from poslab.lab.experiments.corrections.lesson002_sources import (
     VIT_CONFIGS,
     XL_DATASETS,
@@ -80,6 +92,7 @@ __all__ = [
     "CLAIMS",
     "EMPTY_TABLES",
     "EXPERIMENT",
+    "FIXED_PE_LATEX",
     "LESSON_SPREADS",
     "QUOTES",
     "VIT_CONFIGS",
@@ -90,11 +103,16 @@ __all__ = [
     "angles_out_of_range",
     "autocast_scores_dtype",
     "clipping_norms",
+    "distance_profiles",
+    "head_ranks",
+    "latex_faults",
     "lesson_adaptive_mask",
     "lesson_local_keep",
     "lesson_rope_spreads",
     "llama3_vs_ntk",
     "position_coordinates",
+    "rope_complex_forms",
+    "rotation_orthogonality",
     "ntk_ratios",
     "run",
     "run_lesson_pe_cache",
@@ -123,6 +141,8 @@ CLAIMS: tuple[Callable[[], dict[str, Any] | list[dict[str, Any]]], ...] = (
     rope_spread_claim,
     alibi_modern_claim,
     q2_space_claim,
+    reason_claims,
+    formula_claims,
     contradiction_claims,
 )
 
@@ -142,13 +162,13 @@ def run(out: Path, quick: bool = False) -> dict:
     claims = all_corrections()
     print_table(
         ["verdict", "where", "lesson (gloss)", "measured"],
-        [[c["verdict"], c["source"], c["details"]["gloss"], c["measured"]] for c in claims],
-        title="the lessons' statements, tested",
+        [[c["verdict"], c["source"], cut(c["details"]["gloss"], 50), cut(c["measured"], 70)] for c in claims],
+        title="the lessons' statements, tested (full texts: results.json)",
         align="llll",
     )
     print_table(
         ["where", "empty in the lesson", "what poslab measured instead"],
-        [[e["where"], e["gloss"], e["poslab"]] for e in EMPTY_TABLES],
+        [[e["where"], cut(e["gloss"], 50), cut(e["poslab"], 70)] for e in EMPTY_TABLES],
         title="seed 002's empty tables",
         align="lll",
     )

@@ -157,6 +157,54 @@ QUOTES: dict[str, tuple[str, str, str]] = {
         "但实际上会退化。原因是注意力熵爆炸：",
         "(RoPE) but in practice it degrades, because the attention entropy explodes",
     ),
+    "su_insight": (
+        "seed 000 §3.1",
+        "原论文（Su et al., 2021）的洞察：\n\n"
+        "绝对位置嵌入会削弱注意力机制——因为「位置」和「内容」被混在一个向量里，无法分离。",
+        "the original paper's (Su et al., 2021) insight: absolute position embeddings weaken attention, because "
+        "position and content are mixed in one vector and cannot be separated",
+    ),
+    "alibi_hard": (
+        "seed 000 §4",
+        "为什么 RoPE 更好：ALiBi 是「硬性惩罚远处 token」，而 RoPE 是「让模型自己学位置关系」。后者更灵活。",
+        "why RoPE is better: ALiBi 'penalises distant tokens by a fixed rule', RoPE 'lets the model learn the "
+        "position relations itself'; the latter is more flexible",
+    ),
+    "q2_orthogonal": (
+        "seed 000 Q2",
+        "理由 4：与 attention 的数学结构兼容\n\n"
+        "RoPE 的旋转是正交变换，保持内积关系（旋转矩阵满足 $R^\\top R = I$）。"
+        "这保证了它不会破坏 $q, k$ 原本的语义结构。",
+        "reason 4: RoPE's rotation is an orthogonal transform that keeps inner products (R^T R = I), so it does not "
+        "break the semantic structure of q and k",
+    ),
+    "q3_overfit": (
+        "seed 000 Q3",
+        "推测 2：过拟合\n\n$d_k$ 大 → 每个头的表达能力更强 → 更容易过拟合。"
+        "LLM 靠数据规模控制过拟合，不需要靠小 $d_k$。",
+        "speculation 2: a large d_k gives each head more expressive power, so it overfits more easily; LLMs control "
+        "overfitting through the scale of their data and do not need a small d_k for it",
+    ),
+    "q3_tensor_core": (
+        "seed 000 Q3",
+        "推测 4：工程效率\n\n小 $d_k$ 的矩阵乘法更容易被 GPU 的 tensor core 优化（尤其是 fp16/bf16）。"
+        "$d_k=128$ 是 tensor core 的友好尺寸。",
+        "speculation 4: matrix products with a small d_k are easier for the GPU's tensor cores to optimise "
+        "(fp16/bf16 above all); d_k = 128 is a tensor-core-friendly size",
+    ),
+    "rope_complex": (
+        "seed 002 §4.2",
+        "f_q(x_m) = (W_qx_m)e^{imθ} \\\nf_k(x_n) = (W_kx_n)e^{inθ}\n"
+        "• 保持内积的相对性：$f_q(x_m)^Tf_k(x_n) = g(x_m,x_n)e^{i(m-n)θ}$",
+        "RoPE in complex form, f_q(x_m) = (W_q x_m) e^{imθ}, f_k(x_n) = (W_k x_n) e^{inθ}, and its property: "
+        "f_q(x_m)^T f_k(x_n) = g(x_m, x_n) e^{i(m-n)θ} (no real part, no conjugate)",
+    ),
+    "pe_latex": (
+        "seed 002 §2.1",
+        "PE_{(pos,2i)} = \\sin(pos/10000^{2i/d_{model}}}) \\\nPE_{(pos,2i+1)} = \\cos(pos/10000^{2i/d_{model}}})",
+        "the sinusoidal formula's LaTeX source: one closing brace too many in each line, and a single backslash "
+        "where a line break is meant",
+    ),
 }
 
 #: seed 002's tables and figure announced but left empty, and what poslab measured instead
@@ -220,6 +268,13 @@ SENTENCES: dict[str, str] = {
     "contra_ntk": "NTK-aware scaling\t修正 base，高频少插值、低频多插值",
     "contra_alibi": "• 外推性好：距离是线性的，理论上可外推",
     "contra_rope": "但实际上会退化。",
+    "su_insight": "绝对位置嵌入会削弱注意力机制——因为「位置」和「内容」被混在一个向量里，无法分离。",
+    "alibi_hard": "ALiBi 是「硬性惩罚远处 token」，而 RoPE 是「让模型自己学位置关系」。后者更灵活。",
+    "q2_orthogonal": "RoPE 的旋转是正交变换，保持内积关系（旋转矩阵满足 $R^\\top R = I$）。",
+    "q3_overfit": "$d_k$ 大 → 每个头的表达能力更强 → 更容易过拟合。",
+    "q3_tensor_core": "$d_k=128$ 是 tensor core 的友好尺寸。",
+    "rope_complex": "• 保持内积的相对性：$f_q(x_m)^Tf_k(x_n) = g(x_m,x_n)e^{i(m-n)θ}$",
+    "pe_latex": "PE_{(pos,2i)} = \\sin(pos/10000^{2i/d_{model}}}) \\",
 }
 
 
