@@ -16,7 +16,7 @@ import pytest
 
 from poslab.cli.app import main
 from poslab.data import load_corpus
-from poslab.lab import lab, runner, sizes
+from poslab.lab import lab, runner, scale
 from poslab.lab.experiments import position_training, training
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
@@ -172,7 +172,7 @@ def test_the_lab_plan_of_a_shard_and_a_size():
         assert step.argv[-2:] == ["--shard", "2/3"] and step.done_file == "shards/2-of-3.json"
         sized = step.name in ("extrapolation", "context-extension", "attention-entropy")
         assert ("--size" in step.argv) == sized, step.argv
-        assert step.size == (dataclasses.asdict(sizes.SIZES["smoke"]) if sized else None)
+        assert step.size == (dataclasses.asdict(scale.SIZES["smoke"]) if sized else None)
     whole = lab.plan(Path("/L"), "quick")
     assert any(s.kind == "train" for s in whole) and all("--shard" not in s.argv and s.size is None for s in whole)
 
@@ -217,7 +217,7 @@ def test_lab_shards_then_a_collect(tmp_path, monkeypatch):
     monkeypatch.setattr("poslab.lab.report.build_report", lambda folder, **k: Path(folder) / "report.html")
 
     def fake_plan(lab_dir_arg: Path, mode: str, size: str | None = None, shard: tuple[int, int] | None = None):
-        sized = dataclasses.asdict(sizes.SIZES[size]) if size else None
+        sized = dataclasses.asdict(scale.SIZES[size]) if size else None
         return [_fake_experiment(lab_dir_arg, "sized", sized, shard)]
 
     monkeypatch.setattr(lab, "plan", fake_plan)
@@ -243,7 +243,7 @@ def test_lab_shards_then_a_collect(tmp_path, monkeypatch):
         "shards/2-of-2.json",
     ]
     saved = json.loads((lab_dir / "lab.json").read_text())
-    assert saved["records"]["experiments/sized"]["size"] == dataclasses.asdict(sizes.SIZES["smoke"])
+    assert saved["records"]["experiments/sized"]["size"] == dataclasses.asdict(scale.SIZES["smoke"])
     assert lab.run_lab(lab_dir, "quick", size="smoke", stream=io.StringIO())["steps"][0]["status"] == "reused"
     assert len(_calls(lab_dir)) == 3
 

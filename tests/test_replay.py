@@ -51,10 +51,12 @@ def _base(corpus: Path, **model: Any) -> dict[str, Any]:
     return {"corpus": str(corpus), "model": {**TINY_MODEL, **model}, **TINY_STEPS, "lr_decay_steps": 6, "seed": 3}
 
 
-def _streams() -> tuple[dict[str, Any], dict[str, Any]]:
-    steps = {"max_steps": 6, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "eval_interval": 6, "eval_iters": 1}
-    steps |= {"ckpt_interval": 0, "keep_checkpoints": 1}
-    return {**TINY_MODEL, "block_size": 8, "position": "rope"}, steps
+def _stream_scale(windows: int) -> Any:
+    """The streaming experiments' tiny model: window 8, 6 steps, reading ``windows`` streams or windows."""
+    from poslab.lab.scale import Scale
+
+    tiny = {"n_layer": 1, "n_head": 2, "n_embd": 16, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2}
+    return Scale(name="tiny", train_length=8, steps=6, eval_interval=6, eval_iters=1, eval_windows=windows, **tiny)
 
 
 def replay(root: Path) -> dict[str, list[dict[str, Any]]]:
@@ -63,7 +65,6 @@ def replay(root: Path) -> dict[str, list[dict[str, Any]]]:
 
     corpus = corpus_text_file(root, 40_000)
     experiments = registry()
-    model, steps = _streams()
     runs: dict[str, dict[str, Any]] = {
         "extrapolation": {"size": "smoke", "schemes": ("learned", "rope", "alibi"), "workers": 1},
         "attention-entropy": {"size": "smoke", "schemes": ("rope", "alibi"), "workers": 1},
@@ -78,8 +79,8 @@ def replay(root: Path) -> dict[str, list[dict[str, Any]]]:
             "seeds": SEEDS,
         },
         "bidirectional": {"quick": True, "base": _base(corpus), "workers": 1, "seeds": SEEDS, "leak_layers": (1,)},
-        "streaming": {"quick": True, "seeds": SEEDS, "model": model, "steps": steps, "workers": 1},
-        "rope-frequency-usage": {"quick": True, "seeds": SEEDS, "model": model, "steps": steps, "workers": 1},
+        "streaming": {"quick": True, "seeds": SEEDS, "scale": _stream_scale(2), "workers": 1},
+        "rope-frequency-usage": {"quick": True, "seeds": SEEDS, "scale": _stream_scale(4), "workers": 1},
     }
     claims = {}
     for name, options in runs.items():

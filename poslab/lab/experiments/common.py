@@ -24,6 +24,10 @@ LAB = "lab"
 FULL_ONLY = "full"
 TIERS = (FOUNDATION, LAB, FULL_ONLY)
 
+#: seed 001's causal-leak pair: a line of the poem and its characters shuffled (the last one, 尽, in place),
+#: read by the causal-leak and bidirectional experiments
+LINE, SHUFFLED = "白日依山尽", "山依日白尽"
+
 
 @dataclass(frozen=True)
 class Experiment:

@@ -19,14 +19,10 @@ from poslab.lab import runner
 from poslab.lab.premises import all_of, below_bigram, uses_context
 from poslab.lab.report.i18n import t
 from poslab.lab.runner import Task, check_workers, default_workers, train_many
+from poslab.lab.scale import SEED, SEEDS, Scale, preset_config  # noqa: F401  (SEED re-exported: the experiments' seeds are here)
 from poslab.lab.tables import KeyTable, Table, spread
 from poslab.lab.verdicts import ClaimRecord, Premise, missed_by, num, tally
 from poslab.training.step import StepSettings, train_step
-
-#: the seeds of every seeded arm of every experiment (the verdict rule needs at least 3)
-SEEDS = (1337, 1338, 1339)
-#: the first seed (a lab model of this seed keeps the scheme's bare name)
-SEED = SEEDS[0]
 
 
 def check_seeds(n: object) -> int:
@@ -343,6 +339,18 @@ def train_or_resume(cfg: Any, progress: bool = False) -> dict[str, Any]:
     if same_run(run_dir, cfg, state="interrupted"):
         return train(cfg, resume=True, progress=progress)
     return train(cfg, overwrite=run_dir.exists() and any(run_dir.iterdir()), progress=progress)
+
+
+def train_preset_model(out: Path, scale: Scale, seed: int) -> Path:
+    """One RoPE GPT of the ``shakespeare-char`` preset's recipe at ``scale`` (:func:`poslab.lab.scale.preset_config`)
+    in ``OUT/runs/seed-SEED``, on one thread; a stopped training continues from its checkpoint."""
+    from poslab.training.config import TrainConfig
+
+    config = preset_config(scale)
+    config.update(name=f"seed-{seed}", out_dir=str(Path(out) / "runs"), seed=seed, threads=1)
+    cfg = TrainConfig.from_dict(config)
+    train_or_resume(cfg)
+    return cfg.run_dir
 
 
 def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
