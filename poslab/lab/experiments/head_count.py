@@ -57,6 +57,7 @@ HEADS = (1, 2, 4, 8, 16)
 #: = 更多并行的关系模式", more heads carry more relations at once) are speculation it labels so, and poslab tests
 #: that one on a task that needs several relations (the probes' MQAR claim), not on these models.
 PREMISE_BASELINE = "bigram"
+
 #: the quick form's models: the lab's quick geometry at 2 layers and 600 steps. The heads claims need language
 #: models below the bigram baseline (their premise), not models that use a long context, so the quick form
 #: trains 15 small models (5 counts x 3 seeds) instead of 15 of the quick extrapolation size.
