@@ -227,18 +227,18 @@ def lab_gpu_size(out_dir: Path, dry_run: bool, steps: int) -> dict[str, Any]:
     """One GPU size of one training experiment, capped: extrapolation, RoPE, 3 seeds (see the module doc)."""
     import io
 
-    from poslab.lab import sizes
+    from poslab.lab import scale
     from poslab.lab.experiments import extrapolation
     from poslab.runs import RunFolder
 
     spec = "gpu-check-cpu=smoke,steps=4,device=cpu" if dry_run else f"gpu-check=gpu,steps={steps},eval_windows=1"
-    size = sizes.define_size(spec)
-    full = sizes.SIZES["smoke" if dry_run else "gpu"]
+    size = scale.define_size(spec)
+    full = scale.SIZES["smoke" if dry_run else "gpu"]
     shutil.rmtree(out_dir, ignore_errors=True)  # trained here, every time (a finished run would be reused)
     t0 = time.perf_counter()
     log = io.StringIO()
     with contextlib.redirect_stdout(log):
-        results = extrapolation.run(out_dir / "extrapolation", size=size.name, schemes=("rope",), workers=1)
+        results = extrapolation.run(out_dir / "extrapolation", size=size, schemes=("rope",), workers=1)
     wall = time.perf_counter() - t0
     runs = []
     for seed, run_dir in results["run_dirs"]["rope"].items():

@@ -1,7 +1,7 @@
 """What one training step of the quick lab's models costs, fp32 or bf16.
 
 The quick lab's time is its trainings (docs/lab.md): position-training's language models (4 layers,
-4 heads, width 64, 16 windows of 64 tokens, ``poslab.lab.sizes.SIZES["quick"]``) and the probes' tiny
+4 heads, width 64, 16 windows of 64 tokens, ``poslab.lab.scale.SIZES["quick"]``) and the probes' tiny
 models (``poslab.lab.experiments.probes.FORMS["quick"]``: reverse at L = 5, batch 128). This script
 times full training steps of both, contenders alternating round by round in one process on one
 thread, on the process CPU clock (``time.process_time``: other work on the machine does not inflate
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from poslab.analysis.probes import build_model, training_batch
 from poslab.lab.experiments.probes import FORMS
-from poslab.lab.sizes import SIZES
+from poslab.lab.scale import SIZES
 from poslab.nn.model import GPT, GPTConfig
 
 

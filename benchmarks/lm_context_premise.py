@@ -1,7 +1,7 @@
 """Do the quick language models meet the bigram and context premises?
 
 ``STEPS LR BATCH SCHEME...``: the lab's quick extrapolation model
-(:data:`poslab.lab.experiments.extrapolation.SIZES` ``quick``, tinyshakespeare) with ``STEPS`` steps,
+(:data:`poslab.lab.scale.SIZES` ``quick``, tinyshakespeare) with ``STEPS`` steps,
 peak ``LR`` and ``BATCH`` windows (warmup a tenth of the steps), for each scheme at the lab's three
 seeds (:func:`poslab.session.train`, one after another). Printed per seed: the final validation loss
 (the run's ``eval_iters`` batches), the mean loss at window positions 1-8 ("early") and at the last
@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
         print(argv[2])
         return 0
     from poslab.analysis.eval import loss_by_position
-    from poslab.lab.experiments.extrapolation import SEEDS, SIZES, train_config
+    from poslab.lab.scale import SEEDS, SIZES, train_config
     from poslab.runs import load_run
     from poslab.session import train
     from poslab.training.data import prepare_data

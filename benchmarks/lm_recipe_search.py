@@ -4,7 +4,7 @@ The lab's quick language models must meet two premises (``poslab/lab/premises.py
 loss at least 0.05 nats below the corpus's bigram baseline (tinyshakespeare val: 2.484), and a
 context gain (mean loss at window positions 1-4 minus mean loss at the last quarter of the window,
 on every window of the validation split) of at least 0.1 nats. This script trains one model of the
-lab's recipe (:func:`poslab.lab.experiments.extrapolation.train_config`) with the geometry and
+lab's recipe (:func:`poslab.lab.scale.train_config`) with the geometry and
 schedule given, and prints the whole-split loss, the context gain and the process CPU time; each
 call appends one JSON line (with the per-position curve) to ``benchmarks/results/lm_recipe_search.jsonl``.
 ``NO_NORM=1`` removes the embedding LayerNorm, ``EMBED_SCALE=s`` multiplies the token embeddings by
@@ -20,7 +20,7 @@ RoPE 1.976 / 0.142; NoPE at 4 layers: 2.229 / -0.011 (1000 steps), 2.015 / 0.107
 Without the norm, token embeddings times 8 (= sqrt(64)), 4 layers, 2000 steps: NoPE 2.011 / 0.078,
 learned 1.887 / 0.181; sinusoidal at 1500 steps 2.024 / 0.112. Without the norm or a scale, 2 layers,
 1000 steps: learned 2.071 / 0.080, NoPE 2.314 / -0.098. So NoPE is the arm that needs depth and
-steps; the lab's quick size takes 4 layers and 3000 steps (``poslab/lab/sizes.py``). The JSON lines
+steps; the lab's quick size takes 4 layers and 3000 steps (``poslab/lab/scale.py``). The JSON lines
 hold every run of the search, with its CPU seconds.
 """
 
@@ -40,8 +40,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "lm_recipe_search.jsonl"
 
 def main(argv: list[str]) -> int:
     from poslab.analysis.eval import loss_by_position
-    from poslab.lab.experiments.extrapolation import SIZES, train_config
     from poslab.lab.premises import context_gain
+    from poslab.lab.scale import SIZES, train_config
     from poslab.runs import load_run
     from poslab.session import train
     from poslab.training.config import TrainConfig

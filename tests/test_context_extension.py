@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from poslab.data import CharTokenizer
-from poslab.lab import verdicts
+from poslab.lab import scale, verdicts
 from poslab.lab.experiments import context_extension, context_extension_tables, extrapolation
 from poslab.lab.experiments import context_extension_claims as cc
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, missing_premises
@@ -108,7 +108,7 @@ def test_context_extension_reuses_the_rope_models_of_position_training(lab: Path
 
     from poslab.lab.experiments.training import ensure_many
 
-    size = extrapolation.size_of(False, "smoke")
+    size = scale.size_of(False, "smoke")
     other = tmp_path / "lab"  # a lab where position-training trained the models and extrapolation kept none
     shutil.copytree(
         lab / "extrapolation" / "models" / "smoke" / "rope", other / "position-training" / "runs" / "rope-s1337"

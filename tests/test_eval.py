@@ -219,7 +219,7 @@ def test_text_shorter_than_the_longest_length():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Two seconds-long trained runs (rope and learned, block 16) in a temporary folder."""
-    from poslab.lab.experiments.extrapolation import size_of, train_config
+    from poslab.lab.scale import size_of, train_config
     from poslab.session import train
 
     root = tmp_path_factory.mktemp("runs")

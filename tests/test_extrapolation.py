@@ -11,7 +11,7 @@ import torch
 
 from poslab import GPT, GPTConfig
 from poslab.analysis.heads import attention_weights
-from poslab.lab import plan, verdicts
+from poslab.lab import plan, scale, verdicts
 from poslab.lab.experiments import attention_entropy, extrapolation
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, missing_premises
 
@@ -78,12 +78,19 @@ def test_extrapolation_smoke(lab: Path):
 
 
 def test_models_are_reused_not_retrained(lab: Path):
-    size = extrapolation.size_of(False, "smoke")
+    from poslab.lab.experiments import context_extension
+    from poslab.lab.experiments.lab_models import reused, shared_model
+
+    size = scale.size_of(False, "smoke")
     run_dir = lab / "extrapolation" / "models" / "smoke" / "rope"
     before = (run_dir / "results.json").stat().st_mtime_ns
-    assert extrapolation.shared_model("rope", size, lab / "extrapolation") == run_dir
-    assert extrapolation.shared_model("rope", size, lab / "context-extension") == run_dir  # the sibling's model
+    assert shared_model("rope", size, lab / "extrapolation", ("extrapolation",)) == run_dir
+    reader = context_extension.EXPERIMENT.reuses  # the experiment that names extrapolation in its reuses
+    assert shared_model("rope", size, lab / "context-extension", reader) == run_dir  # the sibling's model
     assert (run_dir / "results.json").stat().st_mtime_ns == before
+    assert reused(lab / "context-extension", "extrapolation", reader) == lab / "extrapolation"
+    with pytest.raises(ValueError, match="'extrapolation' is not among the experiments this one reuses"):
+        reused(lab / "context-extension", "extrapolation", ("position-training",))  # undeclared: not read
 
 
 def test_attention_entropy_smoke(lab: Path):
@@ -374,9 +381,9 @@ def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):
     from poslab.session import train
     from poslab.training.config import TrainConfig
 
-    size = extrapolation.size_of(False, "smoke")
+    size = scale.size_of(False, "smoke")
     base_dir = lab / "extrapolation" / "models" / "smoke" / "rope"
-    cfg = extrapolation.train_config(
+    cfg = scale.train_config(
         "rope",
         size,
         tmp_path,

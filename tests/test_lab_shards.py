@@ -17,7 +17,7 @@ import pytest
 from poslab.cli.app import main
 from poslab.data import load_corpus
 from poslab.jobs import runner
-from poslab.lab import lab, sizes
+from poslab.lab import lab, scale
 from poslab.lab.experiments import position_training, training
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
@@ -173,7 +173,7 @@ def test_the_lab_plan_of_a_shard_and_a_size():
         assert step.argv[-2:] == ["--shard", "2/3"] and step.done_file == "shards/2-of-3.json"
         sized = step.name in ("extrapolation", "context-extension", "attention-entropy")
         assert ("--size" in step.argv) == sized, step.argv
-        assert step.size == (dataclasses.asdict(sizes.SIZES["smoke"]) if sized else None)
+        assert step.size == (dataclasses.asdict(scale.SIZES["smoke"]) if sized else None)
     whole = lab.plan(Path("/L"), "quick")
     assert any(s.kind == "train" for s in whole) and all("--shard" not in s.argv and s.size is None for s in whole)
 
@@ -218,7 +218,7 @@ def test_lab_shards_then_a_collect(tmp_path, monkeypatch):
     monkeypatch.setattr("poslab.lab.report.build_report", lambda folder, **k: Path(folder) / "report.html")
 
     def fake_plan(lab_dir_arg: Path, mode: str, size: str | None = None, shard: tuple[int, int] | None = None):
-        sized = dataclasses.asdict(sizes.SIZES[size]) if size else None
+        sized = dataclasses.asdict(scale.SIZES[size]) if size else None
         return [_fake_experiment(lab_dir_arg, "sized", sized, shard)]
 
     monkeypatch.setattr(lab, "plan", fake_plan)
@@ -244,7 +244,7 @@ def test_lab_shards_then_a_collect(tmp_path, monkeypatch):
         "shards/2-of-2.json",
     ]
     saved = json.loads((lab_dir / "lab.json").read_text())
-    assert saved["records"]["experiments/sized"]["size"] == dataclasses.asdict(sizes.SIZES["smoke"])
+    assert saved["records"]["experiments/sized"]["size"] == dataclasses.asdict(scale.SIZES["smoke"])
     assert lab.run_lab(lab_dir, "quick", size="smoke", stream=io.StringIO())["steps"][0]["status"] == "reused"
     assert len(_calls(lab_dir)) == 3
 

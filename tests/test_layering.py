@@ -152,3 +152,74 @@ def test_checker_flags_an_upward_import(tmp_path, monkeypatch, source, expected)
     planted.write_text(source)
     monkeypatch.setattr(__import__(__name__), "PACKAGE", fake)
     assert bool(violations(planted)) is expected
+
+
+# ------------------------------------------------------------------------------------ experiments
+EXPERIMENTS = PACKAGE / "lab" / "experiments"
+#: imports between experiments that remain, each named with why: the corrections read the model zoo's published
+#: configs, and the model zoo quotes its d_k sentence with the corrections' quoting (both sides are in the
+#: corrections package's split, owned elsewhere). The test fails when one goes, so the list only shrinks.
+KNOWN_CROSSINGS = {("corrections", "model_zoo"), ("model_zoo", "corrections")}
+
+
+def experiment_names() -> list[str]:
+    """The experiment modules' names, from the registry's list (``poslab.lab.experiments._MODULES``)."""
+    tree = ast.parse((EXPERIMENTS / "__init__.py").read_text())
+    listed = next(
+        n.value for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "_MODULES"
+    )
+    return [ast.literal_eval(e).rsplit(".", 1)[1] for e in listed.elts]
+
+
+def owner(module: str, names: list[str]) -> str | None:
+    """The experiment a module of ``poslab.lab.experiments`` is part of: its own name, a ``NAME_part`` helper module
+    or a module of the ``NAME`` package; ``None`` for the shared modules (``common``, ``training``, ...)."""
+    first = module.split(".")[0]
+    return next((n for n in sorted(names, key=len, reverse=True) if first == n or first.startswith(n + "_")), None)
+
+
+def experiment_crossings(folder: Path, names: list[str]) -> list[tuple[str, str, str]]:
+    """``(importer, imported experiment, where)`` for every import of one experiment's module by another's."""
+    prefix = "poslab.lab.experiments."
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        module = ".".join(path.relative_to(folder).with_suffix("").parts)
+        mine = owner(module, names)
+        if mine is None:
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        targets = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets += [(node.lineno, a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module == prefix[:-1]:
+                targets += [(node.lineno, prefix + a.name) for a in node.names]  # a module or a name of __init__
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                targets.append((node.lineno, node.module))
+        for line, target in targets:
+            if not target.startswith(prefix):
+                continue
+            theirs = owner(target[len(prefix) :], names)
+            if theirs is not None and theirs != mine:
+                found.append((mine, theirs, f"{path.relative_to(folder)}:{line} imports {target}"))
+    return found
+
+
+def test_no_experiment_imports_another():
+    """An experiment imports the shared modules only; one that reads another's models names it in ``reuses``."""
+    crossings = experiment_crossings(EXPERIMENTS, experiment_names())
+    bad = [where for mine, theirs, where in crossings if (mine, theirs) not in KNOWN_CROSSINGS]
+    assert not bad, "experiments importing other experiments:\n" + "\n".join(bad)
+    assert {(mine, theirs) for mine, theirs, _ in crossings} == KNOWN_CROSSINGS, "a known crossing is gone: drop it"
+
+
+def test_the_experiment_import_check_can_fail(tmp_path):
+    """A planted experiment that imports another's helper module, or another experiment through the package, is
+    reported; its own helper module and the shared modules are not."""
+    (tmp_path / "alpha.py").write_text(
+        "from poslab.lab.experiments import common, alpha_tables\nfrom poslab.lab.experiments.training import SEEDS\n"
+    )
+    (tmp_path / "alpha_tables.py").write_text("from poslab.lab.experiments import beta\n")
+    (tmp_path / "beta.py").write_text("import poslab.lab.experiments.alpha_tables\n")
+    found = {(mine, theirs) for mine, theirs, _ in experiment_crossings(tmp_path, ["alpha", "beta"])}
+    assert found == {("alpha", "beta"), ("beta", "alpha")}

@@ -9,21 +9,25 @@ from poslab import GPT, GPTConfig
 from poslab.lab.experiments import registry
 from poslab.lab.experiments import rope_frequency_usage as rfu
 from poslab.lab.plan import Test as StatTest
+from poslab.lab.scale import Scale
 from poslab.lab.verdicts import HELD, ClaimRecord, check_records, missing_premises
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-TINY_MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "position": "rope"}
-TINY_STEPS = {
-    "max_steps": 8,
-    "batch_size": 4,
-    "lr": 3e-3,
-    "warmup_steps": 2,
-    "eval_interval": 8,
-    "eval_iters": 1,
-    "ckpt_interval": 0,
-    "keep_checkpoints": 1,
-}
+TINY = Scale(
+    name="tiny",
+    train_length=16,
+    n_layer=1,
+    n_head=2,
+    n_embd=16,
+    steps=8,
+    batch_size=4,
+    lr=3e-3,
+    warmup_steps=2,
+    eval_interval=8,
+    eval_iters=1,
+    eval_windows=4,
+)
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
@@ -80,7 +84,7 @@ def test_quarter_means_and_non_rotary_models():
 
 def test_experiment_runs_small_and_writes_claims(tmp_path):
     assert registry()["rope-frequency-usage"] is rfu
-    results = rfu.run(tmp_path, quick=True, seeds=(1, 2, 3), model=TINY_MODEL, steps=TINY_STEPS)
+    results = rfu.run(tmp_path, quick=True, seeds=(1, 2, 3), scale=TINY)
     assert (tmp_path / rfu.PLOT_FILE).exists()
     assert results["n_pairs"] == 4 and len(results["per_seed"]) == 3
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise

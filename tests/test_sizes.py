@@ -1,4 +1,4 @@
-"""``poslab.lab.sizes``: the training experiments' size table, extended from the command line."""
+"""``poslab.lab.scale``: the training experiments' size table, extended from the command line."""
 
 from __future__ import annotations
 
@@ -8,25 +8,28 @@ import types
 import pytest
 
 from poslab.cli.app import main
-from poslab.lab import experiments, sizes
-from poslab.lab.experiments import extrapolation
+from poslab.lab import experiments
+from poslab.lab import scale as sizes
 from poslab.lab.experiments.common import LAB, Experiment
 
 
 @pytest.fixture
-def table(monkeypatch):
-    """A private copy of the table (``define_size`` adds to it)."""
-    copy = dict(sizes.SIZES)
-    monkeypatch.setattr(sizes, "SIZES", copy)
-    return copy
+def table():
+    """The size table, checked unchanged after the test (defining a size never adds to it)."""
+    before = dict(sizes.SIZES)
+    yield sizes.SIZES
+    assert dict(sizes.SIZES) == before
 
 
-def test_the_table_is_the_one_the_experiments_use():
-    assert extrapolation.SIZES is sizes.SIZES and extrapolation.Size is sizes.Size
+def test_the_table_is_read_only_and_its_scales_are_built_by_keywords():
     assert list(sizes.SIZES)[:3] == ["smoke", "quick", "full"]
-    assert extrapolation.size_of(True) is sizes.SIZES["quick"] and extrapolation.size_of(False) is sizes.SIZES["full"]
+    assert sizes.size_of(True) is sizes.SIZES["quick"] and sizes.size_of(False) is sizes.SIZES["full"]
     quick = sizes.SIZES["quick"]
     assert quick.n_targets == quick.eval_windows * 16 * quick.train_length
+    with pytest.raises(TypeError):
+        sizes.SIZES["mine"] = quick  # type: ignore[index]
+    with pytest.raises(TypeError):
+        sizes.Scale("x", 16, 1, 2, 16, 8, 4, 3e-3, 2)  # type: ignore[misc]
 
 
 def test_a_learned_table_has_rows_for_the_longest_evaluated_length(tmp_path):
@@ -34,19 +37,27 @@ def test_a_learned_table_has_rows_for_the_longest_evaluated_length(tmp_path):
     the longest of those lengths (training reads its first ``L`` rows), a relative scheme needs none."""
     quick = sizes.SIZES["quick"]
     longest = max(sizes.EXTRAPOLATION_FACTORS) * quick.train_length
-    learned = extrapolation.train_config("learned", quick, tmp_path)
+    learned = sizes.train_config("learned", quick, tmp_path)
     assert learned.model.block_size == quick.train_length
     assert learned.model.position_config["max_len"] == longest
-    assert "max_len" not in extrapolation.train_config("rope", quick, tmp_path).model.position_config
+    assert "max_len" not in sizes.train_config("rope", quick, tmp_path).model.position_config
 
 
 def test_a_user_defines_a_size_from_a_base(table):
     deep = sizes.define_size("deep=quick,n_layer=4,steps=600,lr=1e-3")
     assert (deep.name, deep.n_layer, deep.steps, deep.lr) == ("deep", 4, 600, 1e-3)
     assert deep.n_embd == table["quick"].n_embd  # the rest from the base
-    assert table["deep"] is deep and sizes.size_of(False, "deep") is deep
-    assert sizes.define_size("deep") is deep  # a plain name picks it
-    assert sizes.define_size("deep=quick,n_layer=4,steps=600,lr=1e-3") == deep  # the same definition again: fine
+    assert "deep" not in table and sizes.size_of(False, deep) is deep  # the scale itself goes to the experiments
+    mine = table.with_scale(deep)  # a user's table: the lab's and the new size
+    assert list(mine) == [*table, "deep"] and mine["quick"] is table["quick"]
+    assert sizes.define_size("deep", mine) is deep and sizes.size_of(False, "deep", mine) is deep
+    assert sizes.define_size("deep=quick,n_layer=4,steps=600,lr=1e-3", mine) == deep  # the same definition: fine
+    with pytest.raises(ValueError, match="'deep' is already the size"):
+        sizes.define_size("deep=quick,n_layer=2", mine)
+    with pytest.raises(ValueError, match="'deep' is already the size"):
+        mine.with_scale(sizes.define_size("deep=smoke"))
+    wide = sizes.define_size("wide=deep,n_embd=128", mine)  # a user's size is a base too
+    assert (wide.n_layer, wide.n_embd, wide.steps) == (4, 128, 600)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +116,7 @@ def test_experiment_size_reaches_the_experiments_that_take_one(table, monkeypatc
 
     def run(out, quick=False, size=None):
         seen["size"] = size
-        return {"size": size}
+        return {}
 
     fake = types.SimpleNamespace(EXPERIMENT=Experiment("sized", "a stand-in with sizes", LAB, run))
     plain = types.SimpleNamespace(
@@ -113,7 +124,7 @@ def test_experiment_size_reaches_the_experiments_that_take_one(table, monkeypatc
     )
     monkeypatch.setattr(experiments, "registry", lambda: {"sized": fake, "plain": plain})
     assert main(["experiment", "sized", "--size", "mine=smoke,steps=3", "--out", str(tmp_path / "a")]) == 0
-    assert seen == {"size": "mine"} and table["mine"].steps == 3
+    assert seen == {"size": sizes.define_size("mine=smoke,steps=3")} and seen["size"].steps == 3
     assert main(["experiment", "plain", "--size", "quick", "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["poslab: error: --size 'quick': experiment 'plain' has no sizes (those with sizes: sized)"]
@@ -131,8 +142,8 @@ def test_every_sized_experiment_builds_its_configs_at_the_gpu_sizes(tmp_path):
     for name in ("gpu", "gpu-large"):
         size = sizes.size_of(False, name)
         assert size.device == "cuda" and size.train_length == 256
-        for scheme in extrapolation.SCHEMES:  # extrapolation and attention-entropy train these
-            cfg = extrapolation.train_config(scheme, size, tmp_path)
+        for scheme in sizes.SCHEMES:  # extrapolation and attention-entropy train these
+            cfg = sizes.train_config(scheme, size, tmp_path)
             assert cfg.device == "cuda" and cfg.model.block_size == 256 and cfg.max_steps == size.steps
         base = context_extension.base_config(size, tmp_path, 1337)
         tuned = context_extension.finetune_config("PI", "linear:4", size, tmp_path / "base", tmp_path)

@@ -179,8 +179,7 @@ def test_sigterm_to_the_lab_then_a_rerun_ends_bitwise_equal(tmp_path, request):
     import torch
     from safetensors.torch import load_file
 
-    from poslab.lab.experiments.extrapolation import train_config
-    from poslab.lab.sizes import define_size
+    from poslab.lab.scale import define_size, train_config
     from poslab.session import train
 
     size = "stop=smoke,steps=150"
@@ -239,9 +238,8 @@ def test_an_experiment_resumes_a_stopped_training_bitwise(tmp_path, request):
     import torch
     from safetensors.torch import load_file
 
-    from poslab.lab.experiments.extrapolation import train_config
     from poslab.lab.experiments.training import ensure_trained
-    from poslab.lab.sizes import define_size
+    from poslab.lab.scale import define_size, train_config
     from poslab.session import train
 
     size = define_size("resume=smoke,steps=12")

@@ -144,21 +144,25 @@ def test_stream_nll_methods_agree_until_the_cache_is_full():
 def test_streaming_experiment_runs_small_and_writes_claims(tmp_path):
     from poslab.lab.experiments import registry
     from poslab.lab.experiments import streaming as exp
+    from poslab.lab.scale import Scale
     from poslab.lab.verdicts import ClaimRecord
 
     assert registry()["streaming"] is exp
-    tiny = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8, "position": "rope"}
-    steps = {
-        "max_steps": 6,
-        "batch_size": 4,
-        "lr": 3e-3,
-        "warmup_steps": 2,
-        "eval_interval": 6,
-        "eval_iters": 1,
-        "ckpt_interval": 0,
-        "keep_checkpoints": 1,
-    }
-    results = exp.run(tmp_path, quick=True, seeds=(1, 2, 3), model=tiny, steps=steps)
+    tiny = Scale(
+        name="tiny",
+        train_length=8,
+        n_layer=1,
+        n_head=2,
+        n_embd=16,
+        steps=6,
+        batch_size=4,
+        lr=3e-3,
+        warmup_steps=2,
+        eval_interval=6,
+        eval_iters=1,
+        eval_windows=2,
+    )
+    results = exp.run(tmp_path, quick=True, seeds=(1, 2, 3), scale=tiny)
     assert (tmp_path / exp.PLOT_FILE).exists()
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     (claim,) = results["claims"]

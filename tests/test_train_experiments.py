@@ -111,8 +111,9 @@ def test_position_training_on_a_tiny_base(tmp_path, tiny_base):
 
 
 def test_quick_position_training_trains_the_extrapolation_models(tmp_path):
-    """The quick form's configs equal extrapolation.train_config's, so the lab trains each model once."""
-    from poslab.lab.experiments import extrapolation
+    """The quick form's configs equal the lab models' (:func:`poslab.lab.scale.train_config`, which extrapolation
+    trains), so the lab trains each model once."""
+    from poslab.lab import scale
     from poslab.training.config import TrainConfig
 
     base, variants = position_training.quick_variants(["learned", "rope"])
@@ -125,7 +126,7 @@ def test_quick_position_training_trains_the_extrapolation_models(tmp_path):
             "seed": 1338,
         }
         mine = TrainConfig.from_dict(values).to_dict()
-        theirs = extrapolation.train_config(scheme, extrapolation.SIZES["quick"], tmp_path, seed=1338).to_dict()
+        theirs = scale.train_config(scheme, scale.SIZES["quick"], tmp_path, seed=1338).to_dict()
         assert {k: v for k, v in mine.items() if k not in ("name", "out_dir")} == {
             k: v for k, v in theirs.items() if k not in ("name", "out_dir")
         }

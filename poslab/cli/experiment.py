@@ -52,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--size",
         default=None,
         metavar="NAME[=BASE,FIELD=VALUE,...]",
-        help="a size of the training experiments (smoke, quick, full; poslab.lab.sizes), or a new one: "
+        help="a size of the training experiments (smoke, quick, full; poslab.lab.scale), or a new one: "
         "e.g. deep=quick,n_layer=4,steps=600",
     )
     p.add_argument(
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown experiment {args.name!r}; known: {', '.join(registry)}, all, list")
         names = [args.name]
     if args.size is not None:
-        from poslab.lab.sizes import define_size
+        from poslab.lab.scale import define_size
         from poslab.training.config import training_device
 
         training_device(define_size(args.size).device)  # a CUDA size without a GPU: one line before any work
@@ -161,7 +161,7 @@ def _run_shard(args: argparse.Namespace, registry: dict, name: str, shard: tuple
     import datetime as dt
 
     from poslab.fileio import atomic_write_json
-    from poslab.lab.sizes import define_size
+    from poslab.lab.scale import define_size
 
     where = args.out if args.out is not None else Path("runs") / "experiments" / name
     start = time.perf_counter()

@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="NAME[=BASE,FIELD=VALUE,...]",
         help="the size of every training experiment that takes one (smoke, quick, full, gpu, gpu-large; "
-        "poslab.lab.sizes), or a new one, e.g. deep=quick,n_layer=4; a changed size reruns them",
+        "poslab.lab.scale), or a new one, e.g. deep=quick,n_layer=4; a changed size reruns them",
     )
     parser.add_argument(
         "--seeds",

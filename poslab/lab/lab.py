@@ -11,7 +11,7 @@ Steps (each a ``python -m poslab ...`` subprocess, its output kept in ``LAB/logs
    白日依山尽，黄河入海流。 into ``LAB/attention``;
 5. ``LAB/report.html`` (:func:`poslab.lab.report.build_report`).
 
-``--size SIZE`` (a size of :data:`poslab.lab.sizes.SIZES`, or ``NEW=BASE,FIELD=VALUE,...``) goes to every
+``--size SIZE`` (a size of :data:`poslab.lab.scale.SIZES`, or ``NEW=BASE,FIELD=VALUE,...``) goes to every
 training experiment that takes a size; the others keep their quick or full form. ``--seeds N`` (at least 3)
 goes to every experiment that trains seeded arms (its ``run`` takes ``seeds``): each arm gets ``N`` seeds
 (:func:`poslab.lab.experiments.training.seeds_for`); the others are unaffected.
@@ -110,7 +110,7 @@ def plan(
     and its own time estimate.
 
     Args:
-        size: a size (:func:`poslab.lab.sizes.define_size` spec) given as ``--size`` to every
+        size: a size (:func:`poslab.lab.scale.define_size` spec) given as ``--size`` to every
             training experiment whose ``run`` takes one (recorded in its :attr:`Step.size`).
         shard: ``(i, N)``: only the training experiments, each with ``--shard i/N``, its done file
             the shard's record (:func:`poslab.jobs.runner.shard_file`).
@@ -123,7 +123,7 @@ def plan(
     from poslab.jobs import runner
     from poslab.lab import experiments
     from poslab.lab.experiments.common import FOUNDATION, FULL_ONLY, LAB
-    from poslab.lab.sizes import define_size
+    from poslab.lab.scale import define_size
 
     quick = ["--quick"] if mode == "quick" else []
     described = experiments.descriptions()
@@ -453,7 +453,7 @@ def run_lab(
         fresh: rerun every step even where a finished result of the same mode exists.
         only: run only the steps with these names (plus reuse); others are left as they are.
         stream: where progress goes (default stderr).
-        size: the size of every training experiment that takes one (:func:`poslab.lab.sizes.define_size`
+        size: the size of every training experiment that takes one (:func:`poslab.lab.scale.define_size`
             spec); steps of another size are rerun.
         shard: ``(i, N)``: train the i-th of N slices of the training experiments' trainings and stop
             (the manifest goes to ``lab_dir/shards/lab-I-of-N.json``, no report); see the module doc.
@@ -471,7 +471,7 @@ def run_lab(
 
     from poslab.lab.experiments.training import seeds_for
     from poslab.lab.report import build_report, machine_info
-    from poslab.lab.sizes import define_size
+    from poslab.lab.scale import define_size
     from poslab.training.config import training_device
 
     if mode not in MODES:

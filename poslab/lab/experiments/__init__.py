@@ -7,7 +7,8 @@ whose models it reuses, time estimates, and ``run(out: Path, quick: bool = False
 ``"claims"``; :func:`run_experiment` applies the statistical plan to them once (families, Holm,
 power: :func:`poslab.lab.plan.adjust`), prints them and writes the dict to ``out/results.json``, so
 the console, the file and the report show the same verdicts. Adding an experiment = one module
-+ one line here. ``common`` and ``training`` are the shared modules, not experiments.
++ one line here. ``common``, ``training`` and ``lab_models`` are the shared modules, not experiments; no
+experiment imports another (an experiment reading another's models names it in ``reuses``).
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ def run_experiment(
     """Run one experiment, write ``out/results.json`` (default ``runs/experiments/NAME``), return the results.
 
     ``workers`` (trainings at a time) goes to the experiments whose ``run`` takes it; the others
-    ignore it. ``size`` names a size of :data:`poslab.lab.sizes.SIZES` (or defines one,
-    :func:`poslab.lab.sizes.define_size`) for the experiments whose ``run`` takes it; the others refuse it.
+    ignore it. ``size`` names a size of :data:`poslab.lab.scale.SIZES` (or defines one,
+    :func:`poslab.lab.scale.define_size`), given as its :class:`~poslab.lab.scale.Scale` to the experiments
+    whose ``run`` takes it; the others refuse it.
     ``seeds`` (a number, at least 3) gives every seeded arm that many seeds
     (:func:`poslab.lab.experiments.training.seeds_for`) in the experiments whose ``run`` takes ``seeds``; the
     others refuse it.
@@ -95,9 +97,9 @@ def run_experiment(
             raise ValueError(
                 f"--size {size!r}: experiment {name!r} has no sizes (those with sizes: {', '.join(sized)})"
             )
-        from poslab.lab.sizes import define_size
+        from poslab.lab.scale import define_size
 
-        options["size"] = define_size(size).name
+        options["size"] = define_size(size)
     if seeds is not None:
         from poslab.lab.experiments.training import seeds_for
 

@@ -34,16 +34,11 @@ from torch import Tensor
 from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.experiments.common import LAB, Experiment, baseline_line, ngram_baselines, spearman, unigram_entropy
-from poslab.lab.experiments.extrapolation import (
-    CORPUS,
-    FACTORS,
-    schemes_of,
-    shared_models,
-    size_of,
-)
-from poslab.lab.experiments.training import SEEDS
+from poslab.lab.experiments.lab_models import shared_models
 from poslab.lab.premises import attach, below_bigram
 from poslab.lab.report.i18n import t
+from poslab.lab.scale import CORPUS, SEEDS, Scale, schemes_of, size_of
+from poslab.lab.scale import EXTRAPOLATION_FACTORS as FACTORS
 from poslab.lab.tables import KeyTable, MeanSd, Table, print_tables
 from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, bound, mean_sd, paired, pm
 from poslab.nn import positions
@@ -452,14 +447,14 @@ def mean_entry(by_seed: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def run(
     out: Path,
     quick: bool = False,
-    size: str | None = None,
+    size: str | Scale | None = None,
     schemes: tuple[str, ...] | None = None,
     seeds: tuple[int, ...] = SEEDS,
     workers: int | None = None,
 ) -> dict:
     """Measure entropies (and perplexity at L and 4x L) of every lab model, seed and variant; table, plot, claims.
 
-    ``schemes``: ``None`` for the size's (:func:`poslab.lab.experiments.extrapolation.schemes_of`).
+    ``schemes``: ``None`` for the size's (:func:`poslab.lab.scale.schemes_of`).
     """
     lab = size_of(quick, size)
     schemes = schemes_of(lab) if schemes is None else tuple(schemes)
@@ -467,7 +462,7 @@ def run(
     start = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
     bin_width = max(1, lab.train_length // 2)
-    run_dirs = shared_models(tuple(schemes), lab, out, tuple(seeds), workers)
+    run_dirs = shared_models(schemes, lab, out, EXPERIMENT.reuses, tuple(seeds), workers)
     for scheme in schemes:
         for label, scaling, logn in variants_of(scheme):
             by_seed = {

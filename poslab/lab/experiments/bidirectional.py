@@ -34,7 +34,7 @@ output is the same in both lines up to float noise -- at 1, 2 and 3 layers (a de
 per depth, tolerance :data:`TOLERANCE`). The same models with the causal mask differ by far more from
 2 layers on: the mask, not depth, leaks order.
 
-Quick form: tinyshakespeare, the lab's quick size (:data:`poslab.lab.sizes.SIZES` ``quick``: 4 layers,
+Quick form: tinyshakespeare, the lab's quick size (:data:`poslab.lab.scale.SIZES` ``quick``: 4 layers,
 n_embd 64, window 64, lr 3e-3, 3000 steps; the masked LMs :data:`MLM_STEPS_FACTOR` times as many).
 Full form: the lab's full size (the same model at window 128).
 """
@@ -48,10 +48,18 @@ from typing import Any
 import torch
 
 from poslab.display import print_table, sci
-from poslab.lab.experiments.common import FULL_ONLY, Experiment, ngram_baselines, plot_seeded_curves, unigram_entropy
-from poslab.lab.experiments.extrapolation import size_of, train_config
+from poslab.lab.experiments.common import (
+    FULL_ONLY,
+    LINE,
+    SHUFFLED,
+    Experiment,
+    ngram_baselines,
+    plot_seeded_curves,
+    unigram_entropy,
+)
 from poslab.lab.experiments.training import SEEDS, seed_values, train_seeded
 from poslab.lab.premises import attach, below_baseline, below_bigram
+from poslab.lab.scale import Scale, lab_config, size_of
 from poslab.lab.verdicts import ClaimRecord, Premise, at_least, deterministic, equivalent, paired, pm
 
 ARMS = {  # label -> (objective, position)
@@ -98,7 +106,6 @@ def leak_differences(n_layer: int, causal: bool, position: str = "none", seed: i
         ``perm`` maps each character of the shuffled line to its place in the first line.
     """
     from poslab.data import CharTokenizer, load_corpus
-    from poslab.lab.experiments.causal_leak import LINE, SHUFFLED
     from poslab.nn.model import GPT, GPTConfig
 
     tok = CharTokenizer.from_text(load_corpus("tang5"))
@@ -158,17 +165,14 @@ def leak_claims(diffs: dict[str, dict[int, dict[str, float]]]) -> list[dict[str,
 
 
 # ------------------------------------------------------------------------------------ training
-def base_config(quick: bool, size: str | None = None) -> dict[str, Any]:
+def base_config(quick: bool, size: str | Scale | None = None) -> dict[str, Any]:
     """The lab's model at the quick (or full, or named) size, as a config mapping without name and folder.
 
     The learned table has exactly ``block_size`` rows (this experiment never reads past the
     training length).
     """
     lab = size_of(quick, size)
-    config = train_config("none", lab, Path("runs"), block_size=lab.train_length).to_dict()
-    for key in ("name", "out_dir"):
-        config.pop(key, None)
-    return config
+    return lab_config("none", lab, block_size=lab.train_length)
 
 
 def arm_overrides(label: str, steps: int | None = None) -> dict[str, Any]:

@@ -19,11 +19,10 @@ import torch
 
 from poslab.data import CharTokenizer, load_corpus
 from poslab.display import print_table, sci
-from poslab.lab.experiments.common import FOUNDATION, Experiment
+from poslab.lab.experiments.common import FOUNDATION, LINE, SHUFFLED, Experiment
 from poslab.lab.verdicts import ClaimRecord, at_least, deterministic, get, num
 from poslab.nn.model import GPT, GPTConfig
 
-LINE, SHUFFLED = "白日依山尽", "山依日白尽"
 LAYERS = (1, 2, 3)
 COLUMNS = ("none", "learned", "learned_zeroed", "rope", "alibi")
 SEED = 0

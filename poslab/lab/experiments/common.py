@@ -24,6 +24,10 @@ LAB = "lab"
 FULL_ONLY = "full"
 TIERS = (FOUNDATION, LAB, FULL_ONLY)
 
+#: seed 001's causal-leak pair: a line of the poem and its characters shuffled (the last one, 尽, in place),
+#: read by the causal-leak and bidirectional experiments
+LINE, SHUFFLED = "白日依山尽", "山依日白尽"
+
 
 @dataclass(frozen=True)
 class Experiment:
@@ -34,8 +38,9 @@ class Experiment:
         description: one line for ``poslab experiment list``.
         tier: :data:`FOUNDATION`, :data:`LAB` or :data:`FULL_ONLY`.
         run: ``run(out, quick=False, ...) -> dict`` (the dict becomes ``out/results.json``).
-        reuses: names of the experiments whose trained models this one reads from their sibling
-            folders (rerun in the lab when those are rebuilt).
+        reuses: names of the experiments whose trained models (or results) this one reads from their sibling
+            folders, found through :mod:`poslab.lab.experiments.lab_models` given these names (rerun in the lab
+            when those are rebuilt); an experiment imports no other.
         estimate: first-run guesses of wall seconds ``(quick, full)`` on 2 quiet cores (the lab replaces
             them with its last run's timings).
         tables: its key tables (:class:`poslab.lab.tables.KeyTable`), built from its results.json for the

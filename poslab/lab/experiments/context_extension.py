@@ -90,9 +90,9 @@ from poslab.lab.experiments.context_extension_passkey import (
     passkey_prompts,
     passkey_row,
 )
-from poslab.lab.experiments.extrapolation import CORPUS, POSITION_TRAINING, models_dir, size_of, train_config
-from poslab.lab.experiments.extrapolation import EXPERIMENT as EXTRAPOLATION
-from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEED, ensure_many
+from poslab.lab.experiments.lab_models import EXTRAPOLATION, POSITION_TRAINING, model_root, models_dir, reused
+from poslab.lab.experiments.training import CONTEXT_WINDOWS, ensure_many
+from poslab.lab.scale import CORPUS, SEED, Scale, size_of, train_config
 from poslab.runs import RunFolder, load_run
 from poslab.training.averaging import average_state_dicts
 
@@ -144,7 +144,7 @@ def seeds_of(out: Path) -> list[int]:
     """The seeds of the RoPE models: the extrapolation experiment's (its ``results.json``) when it
     lists them, topped up to :data:`MIN_SEEDS` with ``SEED, SEED + 1, ...``."""
     seeds: list[int] = []
-    results = read_results(Path(out).parent / EXTRAPOLATION.name)
+    results = read_results(reused(out, EXTRAPOLATION, EXPERIMENT.reuses))
     listed = results.get("seeds", [results["seed"]] if isinstance(results.get("seed"), int) else [])
     for seed in listed if isinstance(listed, list) else []:
         if isinstance(seed, int) and not isinstance(seed, bool) and seed not in seeds:
@@ -291,8 +291,8 @@ def base_reuse(lab: Any, out: Path) -> tuple[Path, ...]:
     runs of position-training's quick form (which extrapolation itself reuses, so its own models folder
     may hold none)."""
     return tuple(
-        _run_folders(out.parent / EXTRAPOLATION.name / "models" / lab.name)
-        + _run_folders(out.parent / POSITION_TRAINING / "runs", depth=1)
+        _run_folders(model_root(out, EXTRAPOLATION, lab, EXPERIMENT.reuses))
+        + _run_folders(model_root(out, POSITION_TRAINING, lab, EXPERIMENT.reuses), depth=1)
     )
 
 
@@ -462,7 +462,7 @@ def averaging_summary(per_seed: list[dict[str, Any]], lab: Any, last: int, figur
 def run(
     out: Path,
     quick: bool = False,
-    size: str | None = None,
+    size: str | Scale | None = None,
     workers: int | None = None,
     seeds: tuple[int, ...] | None = None,
 ) -> dict:

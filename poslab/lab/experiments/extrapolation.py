@@ -53,207 +53,19 @@ from poslab.lab.experiments.extrapolation_verdicts import (  # noqa: F401  (re-e
     undertrained,
     undertrained_seeded,
 )
-from poslab.lab.experiments.training import (
-    CONTEXT_WINDOWS,
-    SEED,
-    SEEDS,
-    ensure_many,
-    ensure_trained,
-)
+from poslab.lab.experiments.lab_models import shared_models
+from poslab.lab.experiments.training import CONTEXT_WINDOWS
 from poslab.lab.premises import all_of, arms_of, attach, beats_nope, below_bigram, uses_context
-from poslab.lab.sizes import EXTRAPOLATION_FACTORS, SIZES, Size, size_of  # noqa: F401  (SIZES, size_of: re-exported)
+from poslab.lab.scale import CORPUS, SEED, SEEDS, Scale, schemes_of, size_of
+from poslab.lab.scale import EXTRAPOLATION_FACTORS as FACTORS
 from poslab.lab.tables import print_tables
 from poslab.lab.verdicts import ClaimRecord, Premise, mean_sd
 from poslab.runs import RunFolder, load_run
 
 
-def lab_schemes() -> tuple[str, ...]:
-    """The schemes the extrapolation (and attention-entropy) lab trains: every registered scheme a GPT can be
-    built with from its default config (``positions.names()`` order), so a newly registered scheme reaches
-    these labs without an edit here. The filter is a property of the scheme, never its name: a scheme whose
-    default config does not build for the lab's geometry (it needs a hand-chosen value) is left out.
-    """
-    from poslab.nn import positions
-
-    context = {
-        "n_embd": 64,
-        "n_heads": 4,
-        "head_dim": 16,
-        "max_len": 64,
-        "original_max_len": 64,
-        "bidirectional": False,
-    }
-    out = []
-    for name in positions.names():
-        try:
-            with torch.device("meta"):
-                positions.build_for_model(name, {}, context)
-        except (ValueError, TypeError):
-            continue
-        out.append(name)
-    return tuple(out)
-
-
-SCHEMES = lab_schemes()
-
-
-def schemes_of(size: Size) -> tuple[str, ...]:
-    """The schemes trained at ``size``: its own list (the quick size's claim arms), else :data:`SCHEMES`."""
-    return tuple(size.schemes) if size.schemes is not None else SCHEMES
-
-
-FACTORS = EXTRAPOLATION_FACTORS
-CORPUS = "shakespeare"
-
-
-# ------------------------------------------------------------------------------------ training
-def _bounded(scheme: str, size: Any) -> bool:
-    """Whether ``scheme`` (default config at this size) encodes only a bounded number of positions (a table)."""
-    from poslab.nn import positions
-
-    context = {
-        "n_embd": size.n_embd,
-        "n_heads": size.n_head,
-        "head_dim": size.n_embd // size.n_head,
-        "max_len": size.train_length,
-        "bidirectional": False,
-    }
-    with torch.random.fork_rng(devices=[]), torch.device("meta"):
-        built = positions.build_for_model(scheme, {}, context)
-    return built.max_positions is not None
-
-
-def train_config(
-    scheme: str,
-    size: Size,
-    models_dir: Path,
-    *,
-    name: str | None = None,
-    block_size: int | None = None,
-    position_config: dict | None = None,
-    steps: int | None = None,
-    batch_size: int | None = None,
-    lr: float | None = None,
-    warmup_steps: int | None = None,
-    init_from: str | None = None,
-    seed: int = SEED,
-) -> Any:
-    """The :class:`poslab.training.config.TrainConfig` of one lab model (same data, seed and recipe for every scheme).
-
-    The recipe is nanoGPT's (AdamW, warmup + cosine, no dropout, no biases) with the token embeddings
-    multiplied by ``sqrt(n_embd)`` (``embed_scale``, Vaswani et al. 2017 §3.4) for every scheme: with
-    nanoGPT's 0.02-std token embeddings the unit-amplitude sinusoidal code swamps the content, and the
-    scale gives the content its share back. A LayerNorm on the embeddings (``embed_norm``, Bloom) does
-    that too but slows the learned table down (measured at 2 layers, width 64, 1000 steps, one seed:
-    validation loss 2.30 with the norm, 2.07 without; ``benchmarks/lm_recipe_search.py``).
-
-    The learned table has ``max(FACTORS) * L`` rows, of which training only ever reads the first ``L``
-    (as a GPT-2 checkpoint's table past the lengths it was trained on): the rows past ``L`` keep their
-    random initialisation, so the model can be read past ``L`` and the lesson's "collapse" measured.
-    Every model records its ``seed`` (model initialisation and batches); :data:`SEEDS` are the lab's.
-    """
-    from poslab.training.config import TrainConfig
-
-    steps = steps or size.steps
-    lr = lr or size.lr
-    position_config = dict(position_config or {})
-    if block_size is None and "max_len" not in position_config and _bounded(scheme, size):
-        position_config["max_len"] = max(FACTORS) * size.train_length  # a table with rows to read past L
-    values: dict[str, Any] = {
-        "name": name or scheme,
-        "out_dir": str(models_dir),
-        "corpus": CORPUS,
-        "tokenizer": "char",
-        "model": {
-            "n_layer": size.n_layer,
-            "n_head": size.n_head,
-            "n_embd": size.n_embd,
-            "block_size": block_size or size.train_length,
-            "dropout": 0.0,
-            "bias": False,
-            "embed_scale": float(size.n_embd) ** 0.5,
-            "position": scheme,
-            "position_config": position_config,
-        },
-        "max_steps": steps,
-        "batch_size": batch_size or size.batch_size,
-        "lr": lr,
-        "min_lr": lr / 10,
-        "warmup_steps": size.warmup_steps if warmup_steps is None else warmup_steps,
-        "beta2": 0.99,
-        "weight_decay": 0.1,
-        "grad_clip": 1.0,
-        "eval_interval": max(1, steps // 5),  # five points of the validation curve
-        "eval_iters": 4,
-        "log_interval": max(1, steps // 10),
-        "ckpt_interval": 0,
-        "keep_checkpoints": 1,
-        "seed": seed,
-        "device": size.device,  # a GPU size trains on CUDA
-        "dtype": "auto",  # bf16 only where it measured faster on this machine (poslab.training.precision)
-    }
-    if init_from is not None:
-        values["init_from"] = init_from
-    return TrainConfig.from_dict(values)
-
-
-def models_dir(out: Path, size: Size) -> Path:
-    """Where an experiment keeps its trained models: ``OUT/models/SIZE``."""
-    return Path(out) / "models" / size.name
-
-
-def run_name(scheme: str, seed: int = SEED) -> str:
-    """A lab model's folder name: ``SCHEME`` for the first seed (:data:`SEED`), ``SCHEME-sN`` for the others."""
-    return scheme if seed == SEED else f"{scheme}-s{seed}"
-
-
-#: the experiment whose quick form trains the same models first (its runs are reused here)
-POSITION_TRAINING = "position-training"
-
-
-def _reuse_candidates(scheme: str, size: Size, out: Path, seed: int) -> tuple[Path, ...]:
-    parent = Path(out).parent
-    return (
-        parent / EXPERIMENT.name / "models" / size.name / run_name(scheme, seed),
-        parent / POSITION_TRAINING / "runs" / f"{scheme}-s{seed}",
-    )
-
-
-def shared_model(scheme: str, size: Size, out: Path, seed: int = SEED) -> Path:
-    """The lab model of ``scheme`` for ``size`` and ``seed``: trained into ``OUT/models/SIZE/NAME``, or reused
-    from a sibling folder (this experiment's, or the position-training experiment's runs) when one there is
-    complete and identical."""
-    cfg = train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed)
-    return ensure_trained(cfg, reuse=_reuse_candidates(scheme, size, out, seed))
-
-
-def shared_models(
-    schemes: tuple[str, ...] | list[str],
-    size: Size,
-    out: Path,
-    seeds: tuple[int, ...] = SEEDS,
-    workers: int | None = None,
-) -> dict[str, dict[int, Path]]:
-    """:func:`shared_model` for every scheme and seed, training the missing ones ``workers`` at a time.
-
-    Returns:
-        scheme -> seed -> run folder.
-    """
-    keys = [(scheme, seed) for scheme in schemes for seed in seeds]
-    jobs = [
-        (
-            train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed),
-            _reuse_candidates(scheme, size, out, seed),
-        )
-        for scheme, seed in keys
-    ]
-    found = dict(zip(keys, ensure_many(jobs, workers, what="lab models")))
-    return {s: {seed: found[(s, seed)] for seed in seeds} for s in schemes}
-
-
 # ------------------------------------------------------------------------------------ claims
 # ------------------------------------------------------------------------------------ run
-def evaluate_scheme(run_dir: Path, size: Size) -> dict[str, Any]:
+def evaluate_scheme(run_dir: Path, size: Scale) -> dict[str, Any]:
     """Every factor's cell (non-overlapping + sliding window with stride ``length/2``) of one trained model."""
     model, tokenizer, config = load_run(run_dir)
     tokens = RunFolder(run_dir).split_tokens("val", tokenizer)
@@ -264,7 +76,7 @@ def evaluate_scheme(run_dir: Path, size: Size) -> dict[str, Any]:
     return cells
 
 
-def context_curve(run_dir: Path, size: Size) -> list[float]:
+def context_curve(run_dir: Path, size: Scale) -> list[float]:
     """Mean validation loss at each position of a window of ``L`` (:func:`poslab.analysis.eval.loss_by_position`)."""
     model, tokenizer, _ = load_run(run_dir)
     tokens = RunFolder(run_dir).split_tokens("val", tokenizer)
@@ -312,7 +124,7 @@ def aggregate(tables: dict[str, dict[str, dict]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: dict[str, float] | None = None) -> Path:
+def plot(table: dict[str, dict[str, Any]], size: Scale, path: Path, baselines: dict[str, float] | None = None) -> Path:
     """Log-log perplexity vs evaluation length, one line per scheme (non-overlapping and sliding).
 
     ``table`` is :func:`aggregate`'s: the line is the mean over seeds, the error bars the min..max.
@@ -365,7 +177,7 @@ def plot(table: dict[str, dict[str, Any]], size: Size, path: Path, baselines: di
 def run(
     out: Path,
     quick: bool = False,
-    size: str | None = None,
+    size: str | Scale | None = None,
     schemes: tuple[str, ...] | None = None,
     seeds: tuple[int, ...] = SEEDS,
     workers: int | None = None,
@@ -373,18 +185,20 @@ def run(
     """Train (or reuse) one model per scheme and seed, evaluate at 1x..16x L, print the tables, plot, judge.
 
     Args:
-        out: output folder (models in ``out/models/SIZE/NAME``, :func:`run_name`).
-        quick: the demo's size; ``size`` names one of :data:`SIZES` instead.
-        schemes: position schemes to train (``None``: :func:`schemes_of` the size).
+        out: output folder (models in ``out/models/SIZE/NAME``,
+            :func:`poslab.lab.experiments.lab_models.run_name`).
+        quick: the demo's size; ``size`` (a :class:`~poslab.lab.scale.Scale` or the name of one of
+            :data:`~poslab.lab.scale.SIZES`) instead.
+        schemes: position schemes to train (``None``: :func:`~poslab.lab.scale.schemes_of` the size).
         seeds: training seeds (at least 3 for conclusive verdicts).
-        workers: trainings at a time (default: :func:`poslab.lab.runner.default_workers`).
+        workers: trainings at a time (default: :func:`poslab.jobs.runner.default_workers`).
     """
     lab = size_of(quick, size)
     schemes = schemes_of(lab) if schemes is None else tuple(schemes)
     out = Path(out)
     start = time.perf_counter()
     t0 = time.perf_counter()
-    run_dirs = shared_models(tuple(schemes), lab, out, tuple(seeds), workers)
+    run_dirs = shared_models(schemes, lab, out, (EXPERIMENT.name, *EXPERIMENT.reuses), tuple(seeds), workers)
     train_s = time.perf_counter() - t0
     tables: dict[str, dict[str, dict]] = {}
     training: dict[str, Any] = {}

@@ -39,11 +39,10 @@ from poslab.lab.experiments.common import (
     plot_seeded_curves,
     unigram_entropy,
 )
-from poslab.lab.experiments.extrapolation import SIZES, Size, train_config
 from poslab.lab.experiments.training import RUN_TABLES, SEEDS, lm_premise, seed_values, train_seeded
 from poslab.lab.premises import attach
+from poslab.lab.scale import SIZES, Scale, lab_config, lesson_config
 from poslab.lab.verdicts import best_of, paired, pm
-from poslab.training import presets
 
 HEADS = (1, 2, 4, 8, 16)
 #: the count-model baseline every seed of every head count must be clearly below
@@ -58,16 +57,6 @@ HEADS = (1, 2, 4, 8, 16)
 #: = 更多并行的关系模式", more heads carry more relations at once) are speculation it labels so, and poslab tests
 #: that one on a task that needs several relations (the probes' MQAR claim), not on these models.
 PREMISE_BASELINE = "bigram"
-FULL = {
-    "max_steps": 1000,
-    "batch_size": 16,
-    "warmup_steps": 100,
-    "eval_interval": 100,
-    "eval_iters": 20,
-    "ckpt_interval": 0,
-    "keep_checkpoints": 1,
-}
-
 
 #: the quick form's models: the lab's quick geometry at 2 layers and 600 steps. The heads claims need language
 #: models below the bigram baseline (their premise), not models that use a long context, so the quick form
@@ -77,23 +66,14 @@ HEADS_QUICK = dataclasses.replace(
 )
 
 
-def base_config(quick: bool, position: str = "learned", size: Size | None = None) -> dict[str, Any]:
+def base_config(quick: bool, position: str = "learned", size: Scale | None = None) -> dict[str, Any]:
     """The experiment's base config.
 
-    Full: ``tang-small`` (seed 001's GPT on the Tang poems) with the lesson's 1000 steps
-    (``lr_decay_steps`` = the run length). Quick: a lab model on tinyshakespeare
-    (:func:`poslab.lab.experiments.extrapolation.train_config`) of ``size`` (default the lab's ``quick``
-    size), with ``position``.
+    Full: the lessons' ``tang-small`` training (:func:`poslab.lab.scale.lesson_config`). Quick: a lab model on
+    tinyshakespeare (:func:`poslab.lab.scale.lab_config`) of ``size`` (default the lab's ``quick`` size), with
+    ``position``.
     """
-    if quick:
-        config = train_config(position, size or SIZES["quick"], Path("runs")).to_dict()
-        for key in ("name", "out_dir"):
-            config.pop(key, None)
-        return config
-    config = presets.preset_config("tang-small")
-    config.update(FULL)
-    config["lr_decay_steps"] = config["max_steps"]
-    return config
+    return lab_config(position, size or SIZES["quick"]) if quick else lesson_config()
 
 
 def nearest_counts(heads: list[int] | tuple[int, ...], d_model: int) -> list[int]:

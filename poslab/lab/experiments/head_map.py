@@ -287,7 +287,7 @@ def run(
         quick: the short form.
         seeds: training seeds (at least 3 for a conclusive verdict).
         steps: training overrides (tests use short ones).
-        workers: trainings at a time (:func:`poslab.lab.runner.train_many`).
+        workers: trainings at a time (:func:`poslab.jobs.runner.train_many`).
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny GPT gains nothing from more threads, and the machine is shared

@@ -18,7 +18,7 @@ explicit positions; the claims are decided by :mod:`poslab.lab.verdicts`.
 The full form trains ``tang-small`` (seed 001's GPT on the Tang poems, n_embd 128, 1000 steps) with
 every registered scheme. The quick form trains on tinyshakespeare, not on the Tang poems: exactly the
 lab's quick extrapolation models (4 layers, n_embd 64, window 64, 3000 steps;
-:func:`poslab.lab.experiments.extrapolation.train_config`) for the five arms of the lessons' main
+:func:`poslab.lab.scale.train_config`) for the five arms of the lessons' main
 claims (NoPE, the learned and sinusoidal tables, RoPE, ALiBi: the quick size's ``schemes``), so the
 extrapolation, context-extension and attention-entropy experiments of the same lab reuse these runs
 instead of training them again. Fewer arms, each trained long enough to use its context, test the
@@ -42,8 +42,6 @@ from poslab.lab.experiments.common import (
     scheme_style_index,
     unigram_entropy,
 )
-from poslab.lab.experiments.extrapolation import SIZES, schemes_of, train_config
-from poslab.lab.experiments.head_count import base_config
 from poslab.lab.experiments.training import (
     SCHEME_TABLES,
     SEEDS,
@@ -55,6 +53,7 @@ from poslab.lab.experiments.training import (
 )
 from poslab.lab.plan import own_family
 from poslab.lab.premises import arms_of, attach, context_gain, language_models, premises_table
+from poslab.lab.scale import SIZES, lab_config, lesson_config, schemes_of
 from poslab.lab.tables import KeyTable
 from poslab.lab.verdicts import ClaimRecord, Premise, deterministic, equivalent, paired, pm
 from poslab.nn import positions
@@ -84,10 +83,8 @@ def _gain_text(seed_runs: list[dict]) -> str:
 
 def quick_variants(schemes: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Base and per-scheme overrides that reproduce the extrapolation experiment's quick models exactly."""
-    base = base_config(True, position="none")
-    variants = {
-        name: {"model": train_config(name, SIZES["quick"], Path("runs")).to_dict()["model"]} for name in schemes
-    }
+    base = lab_config("none", SIZES["quick"])
+    variants = {name: {"model": lab_config(name, SIZES["quick"])["model"]} for name in schemes}
     return base, variants
 
 
@@ -222,7 +219,7 @@ def run(
         out: output folder (runs in ``out/runs/SCHEME-sSEED``, plot ``out/position_training_curves.png``).
         quick: the short form (the lab's quick models; see the module docstring).
         schemes: scheme names (default: every registered one; quick: the quick size's arms,
-            :func:`poslab.lab.experiments.extrapolation.schemes_of`).
+            :func:`poslab.lab.scale.schemes_of`).
         base: a config mapping replacing the base (tests use a tiny one; every scheme then trains on it
             with ``position`` set).
         workers: trainings at a time (see :func:`poslab.lab.experiments.training.train_variants`).
@@ -235,7 +232,7 @@ def run(
     if base is None and quick:
         base, variants = quick_variants(schemes)
     else:
-        base = base if base is not None else base_config(quick)
+        base = base if base is not None else lesson_config()
         variants = {name: {"model": {"position": name, "position_config": {}}} for name in schemes}
     runs = train_seeded(out, base, variants, tuple(seeds), workers)
     losses = {name: seed_values(runs[name]) for name in schemes}

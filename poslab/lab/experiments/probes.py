@@ -44,6 +44,7 @@ from poslab.lab.evidence import SENTENCE_KEY
 from poslab.lab.experiments import probes_tables
 from poslab.lab.experiments.common import LAB, Experiment, scheme_style_index
 from poslab.lab.premises import above_chance, all_of, attach, fits_length
+from poslab.lab.scale import ScaleTable
 from poslab.nn import positions
 
 #: Kazemnejad et al. 2023's length-generalisation ranking, best first (absolute = sinusoidal APE)
@@ -59,7 +60,7 @@ NEEDS_POSITION_TASKS = ("reverse", "retrieve")
 HEADS_SCHEME = "rope"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Form:
     """One form of the experiment (``quick``, ``full``, ``smoke`` for tests).
 
@@ -117,28 +118,30 @@ QUICK_SCHEMES = ("none", "learned", "sinusoidal", "rope", "alibi", "t5")
 # and at 8 pairs (32 keys) not even the curriculum's first stage, 2 pairs, was learned in 3000 steps at
 # any lr from 5e-4 to 1e-2; at 4 pairs, 3000 steps at lr 1e-3 with 1200 steps of 2 pairs gave 8 heads
 # 0.966 and 4 heads 0.938 on the 5-seed mean (2 heads 0.622, 1 head 0.383), 25-36 s of one core each.
-FORMS = {
-    "smoke": Form(
-        "smoke",
-        ("reverse", "retrieve"),
-        ("reverse",),
-        4,
-        (1, 2),
-        (0, 1, 2),
-        ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=8),
+FORMS: ScaleTable[Form] = ScaleTable(
+    Form(
+        name="smoke",
+        tasks=("reverse", "retrieve"),
+        ranking_tasks=("reverse",),
+        train_size=4,
+        factors=(1, 2),
+        seeds=(0, 1, 2),
+        recipe=ProbeRecipe(
+            n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=8
+        ),
         heads=(1, 2),
         heads_recipe=ProbeRecipe(
             n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=8
         ),
     ),
-    "quick": Form(
-        "quick",
-        ("reverse",),
-        ("reverse",),
-        5,
-        (1, 2, 4),
-        (0, 1, 2),
-        ProbeRecipe(
+    Form(
+        name="quick",
+        tasks=("reverse",),
+        ranking_tasks=("reverse",),
+        train_size=5,
+        factors=(1, 2, 4),
+        seeds=(0, 1, 2),
+        recipe=ProbeRecipe(
             n_layer=3,
             n_head=4,
             n_embd=64,
@@ -165,14 +168,14 @@ FORMS = {
         heads_size=4,
         schemes=QUICK_SCHEMES,
     ),
-    "full": Form(
-        "full",
-        TASKS,
-        ("copy", "reverse"),
-        16,
-        (1, 2, 4),
-        (0, 1, 2, 3, 4),
-        ProbeRecipe(
+    Form(
+        name="full",
+        tasks=TASKS,
+        ranking_tasks=("copy", "reverse"),
+        train_size=16,
+        factors=(1, 2, 4),
+        seeds=(0, 1, 2, 3, 4),
+        recipe=ProbeRecipe(
             n_layer=2, n_head=4, n_embd=64, steps=1500, batch_size=64, lr=3e-3, warmup_steps=100, eval_batch=256
         ),
         heads=(1, 2, 4, 8),
@@ -189,15 +192,13 @@ FORMS = {
         ),
         heads_size=4,
     ),
-}
+    what="probes form",
+)
 
 
 def form_of(quick: bool, form: str | None = None) -> Form:
     """The :class:`Form` named ``form``, else ``quick`` or ``full``."""
-    name = form or ("quick" if quick else "full")
-    if name not in FORMS:
-        raise ValueError(f"unknown probes form {name!r}; choose one of {', '.join(FORMS)}")
-    return FORMS[name]
+    return FORMS.pick(form or ("quick" if quick else "full"))
 
 
 # ------------------------------------------------------------------------------------ training
@@ -211,7 +212,7 @@ def run_jobs(jobs: list[tuple[str, int, str, int, ProbeRecipe, tuple[int, ...]]]
     """Train every job (``(task, L, scheme, seed, recipe, factors)``), ``workers`` at a time, in job order.
 
     Each job is one probe model (:func:`~poslab.analysis.probes.train_probe`) through
-    :func:`poslab.lab.runner.train_many`, one process per model.
+    :func:`poslab.jobs.runner.train_many`, one process per model.
     """
     workers = check_workers(workers)
     alone = workers == 1 or len(jobs) <= 1

@@ -21,6 +21,7 @@ quarter (two readings of one model per seed), and training, not initialisation, 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,36 +33,20 @@ from torch import Tensor
 from poslab.display import new_figure, print_table, save_figure
 from poslab.jobs.runner import Task, train_many
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines
-from poslab.lab.experiments.streaming import train_model
-from poslab.lab.experiments.training import SEEDS
+from poslab.lab.experiments.training import SEEDS, train_preset_model
 from poslab.lab.premises import attach, below_bigram
+from poslab.lab.scale import STREAM_SCALES, Scale, ScaleTable
 from poslab.lab.verdicts import paired
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder, load_run
 from poslab.training.loop import evaluate_loss
 
-MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64, "position": "rope"}  # d_k 32: 16 pairs
-QUICK = {
-    "max_steps": 150,
-    "batch_size": 16,
-    "lr": 3e-3,
-    "warmup_steps": 20,
-    "eval_interval": 150,
-    "eval_iters": 2,
-    "ckpt_interval": 0,
-    "keep_checkpoints": 1,
-}
-FULL = {
-    "max_steps": 1500,
-    "batch_size": 32,
-    "lr": 2e-3,
-    "warmup_steps": 100,
-    "eval_interval": 500,
-    "eval_iters": 10,
-    "ckpt_interval": 0,
-    "keep_checkpoints": 1,
-}
-WINDOWS = {"quick": 4, "full": 32}
+#: the streaming experiments' models (:data:`~poslab.lab.scale.STREAM_SCALES`) at window 64 with 2 heads (d_k 32:
+#: 16 pairs), each reading 4 (quick) or 32 (full) validation windows
+SCALES = ScaleTable(
+    dataclasses.replace(STREAM_SCALES["quick"], train_length=64, n_head=2, eval_windows=4),
+    dataclasses.replace(STREAM_SCALES["full"], train_length=64, n_head=2, eval_windows=32),
+)
 PLOT_FILE = "rope_frequency_usage.png"
 
 
@@ -227,19 +212,20 @@ def run(
     out: Path,
     quick: bool = False,
     seeds: tuple[int, ...] = SEEDS,
-    model: dict[str, Any] | None = None,
-    steps: dict[str, Any] | None = None,
+    scale: Scale | None = None,
     workers: int | None = None,
 ) -> dict[str, Any]:
     """Train one RoPE GPT per seed (``workers`` at a time), measure per-frequency norms, plot, return results (with
-    ``claims``)."""
+    ``claims``).
+
+    ``scale``: the models and the validation windows read (``eval_windows``; default :data:`SCALES` ``quick`` or
+    ``full``; tests use a tiny one).
+    """
+    scale = scale or SCALES["quick" if quick else "full"]
     per_seed = []
-    tasks = [
-        Task(f"seed-{seed}", train_model, (out, quick, seed, model or MODEL, steps or (QUICK if quick else FULL)))
-        for seed in seeds
-    ]
+    tasks = [Task(f"seed-{seed}", train_preset_model, (out, scale, seed)) for seed in seeds]
     for seed, run_dir in zip(seeds, train_many(tasks, workers)):
-        per_seed.append({"seed": seed, **measure(run_dir, WINDOWS["quick" if quick else "full"])})
+        per_seed.append({"seed": seed, **measure(run_dir, scale.eval_windows)})
     n_pairs = len(per_seed[0]["inv_freq"])
     rows = []
     for r in per_seed:

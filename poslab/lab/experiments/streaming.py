@@ -31,54 +31,16 @@ from poslab.analysis.heads import attention_weights, sink_scores
 from poslab.display import new_figure, print_table, save_figure
 from poslab.jobs.runner import Task, train_many
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines
-from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, train_or_resume
+from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, train_preset_model
 from poslab.lab.premises import all_of, attach, below_bigram, uses_context
+from poslab.lab.scale import STREAM_SCALES, Scale
 from poslab.lab.verdicts import Premise, paired
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder, load_run
-from poslab.training import presets
-from poslab.training.config import TrainConfig
 
 SINKS, STREAM_FACTOR = 4, 8
-MODEL = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 32, "position": "rope"}
-QUICK = {
-    "max_steps": 150,
-    "batch_size": 16,
-    "lr": 3e-3,
-    "warmup_steps": 20,
-    "eval_interval": 150,
-    "eval_iters": 2,
-    "ckpt_interval": 0,
-    "keep_checkpoints": 1,
-}
-FULL = {
-    "max_steps": 1500,
-    "batch_size": 32,
-    "lr": 2e-3,
-    "warmup_steps": 100,
-    "eval_interval": 500,
-    "eval_iters": 10,
-    "ckpt_interval": 0,
-    "keep_checkpoints": 1,
-}
-STREAMS = {"quick": 2, "full": 8}
 METHODS = ("streaming", "window", "full")
 PLOT_FILE = "streaming_ppl.png"
-
-
-def train_model(
-    out: Path, quick: bool, seed: int, model: dict[str, Any] | None = None, steps: dict[str, Any] | None = None
-) -> Path:
-    """Train one small RoPE GPT on tinyshakespeare into ``out/runs/seed-N``; return the run folder."""
-    config = presets.preset_config("shakespeare-char")
-    config.update(steps or (QUICK if quick else FULL))
-    config["model"] = {**config["model"], **(model or MODEL)}
-    config.update(
-        lr_decay_steps=config["max_steps"], name=f"seed-{seed}", out_dir=str(out / "runs"), seed=seed, threads=1
-    )
-    cfg = TrainConfig.from_dict(config)
-    train_or_resume(cfg)  # a stopped training continues from its checkpoint
-    return cfg.run_dir
 
 
 @torch.no_grad()
@@ -203,21 +165,23 @@ def run(
     out: Path,
     quick: bool = False,
     seeds: tuple[int, ...] = SEEDS,
-    model: dict[str, Any] | None = None,
-    steps: dict[str, Any] | None = None,
+    scale: Scale | None = None,
     workers: int | None = None,
 ) -> dict[str, Any]:
     """Train one model per seed (``workers`` at a time), measure the three methods, plot, return results (with
-    ``claims``)."""
+    ``claims``).
+
+    ``scale``: the models and the number of streams read (``eval_windows``; default
+    :data:`~poslab.lab.scale.STREAM_SCALES` ``quick`` or ``full``; tests use a tiny one).
+    """
+    scale = scale or STREAM_SCALES["quick" if quick else "full"]
     per_seed = []
-    run_dirs = train_many(
-        [Task(f"seed-{seed}", train_model, (out, quick, seed, model, steps)) for seed in seeds], workers
-    )
+    run_dirs = train_many([Task(f"seed-{seed}", train_preset_model, (out, scale, seed)) for seed in seeds], workers)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # token-by-token decoding of a tiny GPT: more threads only add overhead
     try:
         for seed, run_dir in zip(seeds, run_dirs):
-            per_seed.append({"seed": seed, **measure(run_dir, STREAMS["quick" if quick else "full"])})
+            per_seed.append({"seed": seed, **measure(run_dir, scale.eval_windows)})
     finally:
         torch.set_num_threads(threads)
     L = per_seed[0]["block_size"]

@@ -1,7 +1,7 @@
 """What the lab's training experiments share: the seeds, training many runs, reusing finished ones, the claims table.
 
 Not an experiment (the registry in ``__init__`` lists the experiment modules by name). Every
-experiment that trains several models hands them to :func:`poslab.lab.runner.train_many` through
+experiment that trains several models hands them to :func:`poslab.jobs.runner.train_many` through
 :func:`train_variants` (one config per run, summarised) or :func:`ensure_many` (configs trained
 unless an identical finished run exists).
 """
@@ -19,14 +19,10 @@ from poslab.jobs import runner
 from poslab.jobs.runner import Task, check_workers, default_workers, train_many
 from poslab.lab.premises import all_of, below_bigram, uses_context
 from poslab.lab.report.i18n import t
+from poslab.lab.scale import SEED, SEEDS, Scale, preset_config  # noqa: F401  (SEED re-exported: the experiments' seeds are here)
 from poslab.lab.tables import KeyTable, Table, spread
 from poslab.lab.verdicts import ClaimRecord, Premise, missed_by, num, tally
 from poslab.training.step import StepSettings, train_step
-
-#: the seeds of every seeded arm of every experiment (the verdict rule needs at least 3)
-SEEDS = (1337, 1338, 1339)
-#: the first seed (a lab model of this seed keeps the scheme's bare name)
-SEED = SEEDS[0]
 
 
 def check_seeds(n: object) -> int:
@@ -122,15 +118,15 @@ def train_variants(
     """Train one run per variant (``model`` overrides merged key by key) into ``out/runs/LABEL``.
 
     A variant whose folder holds a finished run of the same config is summarised without training.
-    Inside a sharded step (:func:`poslab.lab.runner.use_shard`) only the shard's slice of the
-    variants is trained, and :class:`poslab.lab.runner.ShardFinished` stops the step while another
+    Inside a sharded step (:func:`poslab.jobs.runner.use_shard`) only the shard's slice of the
+    variants is trained, and :class:`poslab.jobs.runner.ShardFinished` stops the step while another
     shard's run is unfinished.
 
     Args:
         out: the experiment's folder.
         base: the config every variant starts from.
         variants: label -> overrides.
-        workers: trainings at a time (``None``: :func:`poslab.lab.runner.default_workers`). With more
+        workers: trainings at a time (``None``: :func:`poslab.jobs.runner.default_workers`). With more
             than one, each training runs in its own process on one thread (unless ``base`` sets
             ``threads``) without a live progress bar, and a line is printed as each finishes.
 
@@ -345,6 +341,18 @@ def train_or_resume(cfg: Any, progress: bool = False) -> dict[str, Any]:
     return train(cfg, overwrite=run_dir.exists() and any(run_dir.iterdir()), progress=progress)
 
 
+def train_preset_model(out: Path, scale: Scale, seed: int) -> Path:
+    """One RoPE GPT of the ``shakespeare-char`` preset's recipe at ``scale`` (:func:`poslab.lab.scale.preset_config`)
+    in ``OUT/runs/seed-SEED``, on one thread; a stopped training continues from its checkpoint."""
+    from poslab.training.config import TrainConfig
+
+    config = preset_config(scale)
+    config.update(name=f"seed-{seed}", out_dir=str(Path(out) / "runs"), seed=seed, threads=1)
+    cfg = TrainConfig.from_dict(config)
+    train_or_resume(cfg)
+    return cfg.run_dir
+
+
 def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
     """Train ``cfg`` unless a completed identical run exists in its folder or one of ``reuse``
     (:func:`train_or_resume`: an interrupted one continues).
@@ -374,8 +382,8 @@ def ensure_many(
 
     A config with a finished identical run in its folder or in one of its ``reuse`` folders is not
     trained again. With more than one worker each training runs in its own process on one thread.
-    Inside a sharded step (:func:`poslab.lab.runner.use_shard`) only the shard's slice of ``jobs`` is
-    trained, and :class:`poslab.lab.runner.ShardFinished` stops the step while any job is unfinished.
+    Inside a sharded step (:func:`poslab.jobs.runner.use_shard`) only the shard's slice of ``jobs`` is
+    trained, and :class:`poslab.jobs.runner.ShardFinished` stops the step while any job is unfinished.
 
     Returns:
         The run folder of each job, in job order.
