@@ -16,10 +16,10 @@ import torch
 
 from poslab.cli.app import main
 from poslab.display import cut
-from poslab.lab import evidence, experiments
-from poslab.lab.experiments import corrections, model_zoo, permutation, probes, rope_relative
+from poslab.lab import evidence, experiments, zoo
+from poslab.lab.experiments import corrections, permutation, probes, rope_relative
 from poslab.lab.experiments.corrections.lesson000_contradictions import PASSAGES
-from poslab.lab.experiments.corrections.quotes import SENTENCES, quoted
+from poslab.lab.lesson_quotes import SENTENCES, quoted
 from poslab.lab.report.builder import kind
 from poslab.lab.verdicts import ClaimRecord, check_records
 
@@ -287,7 +287,7 @@ def test_llama3_ntk_is_withdrawn_and_averaging_kept(results):
 
 def test_modern_llms_use_rope_not_alibi(results):
     c = by_sentence(results, "现代 LLM 基本不用了")
-    rows = model_zoo.load_zoo()
+    rows = zoo.load_zoo()
     modern = [r for r in rows if r["year"] >= 2024]
     assert modern and all(r["position"].startswith("rope") for r in modern)
     assert c["verdict"] == "held" and c["details"]["evidence_kind"] == "source"

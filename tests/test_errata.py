@@ -9,7 +9,7 @@ import pytest
 
 from poslab.lab import errata
 from poslab.lab.experiments.corrections import all_corrections
-from poslab.lab.experiments.corrections.quotes import QUOTES
+from poslab.lab.lesson_quotes import QUOTES
 
 ROOT = Path(__file__).resolve().parents[1]
 

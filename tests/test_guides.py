@@ -20,6 +20,7 @@ import torch
 from poslab import GPT, GPTConfig, positions
 from poslab.cli.app import main
 from poslab.data import CharTokenizer, load_corpus
+from poslab.lab import zoo
 from poslab.lab.experiments import causal_leak, head_count, registry, run_experiment
 from poslab.lab.report.i18n import STRINGS
 from poslab.lab.report.sections import SECTIONS
@@ -385,9 +386,8 @@ def test_lesson_001_quotes_its_lessons_figures_and_the_proj_count(results: dict[
 
 
 def test_the_zoo_years_and_theta_the_guide_quotes() -> None:
-    from poslab.lab.experiments import model_zoo  # noqa: PLC0415 (the zoo's rows, this test only)
 
-    rows = {r["name"]: r for r in model_zoo.load_zoo()}
+    rows = {r["name"]: r for r in zoo.load_zoo()}
     modern = [r for r in rows.values() if r["year"] >= 2024]
     text = GUIDES["lesson_000.md"]
     assert f"2024–{max(r['year'] for r in modern)} 年的 {len(modern)} 个模型全部用 RoPE" in text
@@ -395,7 +395,6 @@ def test_the_zoo_years_and_theta_the_guide_quotes() -> None:
 
 
 def test_the_shape_walk_and_the_zoo_head_range(results: dict[str, dict]) -> None:
-    from poslab.lab.experiments import model_zoo  # noqa: PLC0415 (the zoo's rows, this test only)
 
     walk = results["shapes"]["seed000_walk"]
     assert all(step["matches_lesson"] for step in walk)
@@ -406,5 +405,5 @@ def test_the_shape_walk_and_the_zoo_head_range(results: dict[str, dict]) -> None
     shapes = {str(step["shape"]) for step in walk}
     quoted = re.findall(r"`(\[[\d, ]+\])`", GUIDES["lesson_000.md"].split("### 1.2")[1].split("###")[0])
     assert quoted and set(quoted) <= shapes, set(quoted) - shapes
-    heads = [r["n_heads"] for r in model_zoo.load_zoo()]
+    heads = [r["n_heads"] for r in zoo.load_zoo()]
     assert f"{len(heads)} 个模型的头数从 {min(heads)} 到 {max(heads)}" in GUIDES["lesson_002.md"]

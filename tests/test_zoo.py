@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from poslab.cli.app import main
-from poslab.lab import evidence
+from poslab.lab import evidence, zoo
 from poslab.lab.experiments import model_zoo
 from poslab.lab.verdicts import ClaimRecord, check_records
 
@@ -64,7 +64,7 @@ def test_zoo_covers_the_issue_families_and_sizes():
 
 @pytest.mark.parametrize("row", RAW, ids=[r["name"] for r in RAW])
 def test_every_row_obeys_the_schema(row):
-    assert set(model_zoo.FIELDS) <= set(row)
+    assert set(zoo.FIELDS) <= set(row)
     for field in ("d_model", "n_heads", "n_kv_heads", "head_dim", "layers", "context_length", "year"):
         value = row[field]
         if value is None:
@@ -91,7 +91,7 @@ def test_every_row_obeys_the_schema(row):
 
 def test_check_row_rejects_bad_rows():
     good = copy.deepcopy(RAW[0])
-    model_zoo.check_row(good)
+    zoo.check_row(good)
     for field, value, words in (
         ("head_dim", 0, "positive integer"),
         ("n_kv_heads", 5, "does not divide"),
@@ -101,9 +101,9 @@ def test_check_row_rejects_bad_rows():
     ):
         bad = dict(copy.deepcopy(good), **{field: value})
         with pytest.raises(ValueError, match=words):
-            model_zoo.check_row(bad)
+            zoo.check_row(bad)
     with pytest.raises(ValueError, match="misses"):
-        model_zoo.check_row({k: v for k, v in good.items() if k != "layers"})
+        zoo.check_row({k: v for k, v in good.items() if k != "layers"})
 
 
 def test_dk_statistics_recomputed_from_the_json(results):
@@ -159,7 +159,7 @@ def test_dk_is_judged_here_quoted_with_its_evidence(results):
     assert c["verdict"] == "held" and "DeepSeek-V3 192" in c["measured"] and "Gemma 7B" in c["measured"]
     assert "model-zoo" in c["details"]["evidence"] and evidence.evidence_problems(c) == []
     assert c["details"]["sentence"] in c["details"]["quote"]
-    rows = model_zoo.load_zoo()
+    rows = zoo.load_zoo()
     content = {r["name"]: r["head_dim"] - (64 if r["attention"] == "MLA" else 0) for r in rows}
     assert content["DeepSeek-V3"] == 128 and max(r["d_model"] for r in rows) / min(r["d_model"] for r in rows) > 20
 

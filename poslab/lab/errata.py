@@ -2,7 +2,7 @@
 
 Every record of ``poslab experiment corrections`` whose verdict says the lesson is wrong (by a measurement
 or by a source) is listed once, under the severity of the passage it judges (:data:`SEVERITY_OF`, keyed
-like :data:`poslab.lab.experiments.corrections.quotes.QUOTES`):
+like :data:`poslab.lab.lesson_quotes.QUOTES`):
 
 1. ``formula``: a formula or a piece of code that computes the wrong thing (or does not run);
 2. ``claim``: a statement of fact about the methods that the measurement or the literature contradicts;
@@ -28,7 +28,7 @@ from typing import Any
 
 from poslab.lab.evidence import REFERENCE_KEY, SENTENCE_KEY
 from poslab.lab.experiments.corrections import all_corrections
-from poslab.lab.experiments.corrections.quotes import SENTENCES
+from poslab.lab.lesson_quotes import SENTENCES
 from poslab.lab.report.builder import kind
 from poslab.lab.report.i18n import STRINGS, name_lessons, use_language
 from poslab.lab.verdicts import ClaimRecord

@@ -27,7 +27,6 @@ fields are listed per row). This experiment tests the lessons' statements agains
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections import Counter, defaultdict
@@ -40,35 +39,11 @@ from scipy import stats
 from poslab.display import new_figure, print_table, save_figure
 from poslab.lab.evidence import LESSON_CLAIM_KEY
 from poslab.lab.experiments.common import FOUNDATION, Experiment
+from poslab.lab.lesson_quotes import quoted
 from poslab.lab.verdicts import ClaimRecord, deterministic
+from poslab.lab.zoo import load_zoo
 from poslab.nn.attention import MultiHeadAttention
 
-ZOO_PATH = Path(__file__).resolve().parent.parent / "data" / "model_zoo.json"
-#: fields every row carries
-FIELDS = (
-    "name",
-    "family",
-    "hf_repo",
-    "source",
-    "year",
-    "architecture",
-    "d_model",
-    "n_heads",
-    "n_kv_heads",
-    "head_dim",
-    "layers",
-    "position",
-    "rope_theta",
-    "rope_scaling",
-    "context_length",
-    "attention",
-    "verified_via",
-    "derived",
-    "null_fields",
-    "notes",
-)
-#: fields that must be positive integers unless listed in the row's ``null_fields``
-INT_FIELDS = ("d_model", "n_heads", "n_kv_heads", "head_dim", "layers", "context_length", "year")
 COMMON_DK = (64, 128)
 #: a fixed d_k has slope 0 in log d_k against log d_model, a fixed head count slope 1: "does not grow" is below half
 DK_SLOPE_CEILING = 0.5
@@ -77,41 +52,6 @@ MLA_ROPE_DIMS = 64
 RULE_FACTOR = math.sqrt(2)  # "≈": nearer this count than the next power of two (the heads experiment reads it so)
 RULE_SHARE_THRESHOLD = 0.5
 SCALE_DOWN = 16
-
-
-def load_zoo(path: Path = ZOO_PATH) -> list[dict[str, Any]]:
-    """The table's rows, checked (a bad row is a ``ValueError`` naming the model and the field)."""
-    rows = json.loads(Path(path).read_text())["models"]
-    for row in rows:
-        check_row(row)
-    return rows
-
-
-def check_row(row: dict[str, Any]) -> None:
-    """Raise ``ValueError`` if a row misses a field, has a bad value, or a null without a reason."""
-    name = row.get("name", "?")
-    missing = [f for f in FIELDS if f not in row]
-    if missing:
-        raise ValueError(f"zoo row {name!r} misses {missing}")
-    for f in INT_FIELDS:
-        value = row[f]
-        if value is None:
-            if f not in row["null_fields"]:
-                raise ValueError(f"zoo row {name!r}: {f} is null without a reason in null_fields")
-        elif isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"zoo row {name!r}: {f} must be a positive integer, got {value!r}")
-    if row["rope_theta"] is None and "rope_theta" not in row["null_fields"]:
-        raise ValueError(f"zoo row {name!r}: rope_theta is null without a reason in null_fields")
-    if row["rope_theta"] is not None and not row["rope_theta"] > 0:
-        raise ValueError(f"zoo row {name!r}: rope_theta must be > 0, got {row['rope_theta']!r}")
-    if row["n_heads"] % row["n_kv_heads"]:
-        raise ValueError(f"zoo row {name!r}: n_kv_heads {row['n_kv_heads']} does not divide n_heads {row['n_heads']}")
-    if not row["source"].endswith("config.json") or row["hf_repo"] not in row["source"]:
-        raise ValueError(f"zoo row {name!r}: source must cite the repo's config.json, got {row['source']!r}")
-    if not row["verified_via"]:
-        raise ValueError(f"zoo row {name!r}: verified_via is empty")
-    if row["attention"] not in ("MHA", "GQA", "MQA", "MLA"):
-        raise ValueError(f"zoo row {name!r}: attention must be MHA, GQA, MQA or MLA, got {row['attention']!r}")
 
 
 # ------------------------------------------------------------------------------------ analyses
@@ -433,8 +373,6 @@ def run(out: Path, quick: bool = False) -> dict:
     claims = [c.to_dict() for c in zoo_claims(rows, dk, rule, params)]
     # the lesson's d_k sentence is judged here, where its evidence is, and only here (the corrections leave it to
     # this record), quoted as a correction is: one record per sentence of the lessons
-    from poslab.lab.experiments.corrections.quotes import quoted
-
     evidence = f"experiment model-zoo (poslab/lab/data/model_zoo.json, {len(rows)} published configs)"
     claims[0] = quoted("dk", ClaimRecord.from_dict(claims[0]), evidence)
     plot = plot_zoo(rows, rule, gqa, out / "model_zoo.png")

@@ -86,7 +86,7 @@ from poslab.lab.experiments.corrections.lesson002_sources import (
     xl_r_claim,
 )
 from poslab.lab.experiments.corrections.plots import plot_evidence
-from poslab.lab.experiments.corrections.quotes import EMPTY_TABLES, QUOTES
+from poslab.lab.lesson_quotes import EMPTY_TABLES, QUOTES
 
 __all__ = [
     "CLAIMS",

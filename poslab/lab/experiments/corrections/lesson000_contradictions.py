@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from poslab.lab.evidence import SOURCE
-from poslab.lab.experiments.corrections.quotes import quoted
+from poslab.lab.lesson_quotes import quoted
 from poslab.lab.verdicts import deterministic
 
 #: property -> the passages that state it, each (where, verbatim text, what it says about the property)

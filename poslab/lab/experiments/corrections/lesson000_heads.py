@@ -7,9 +7,9 @@ from typing import Any
 import torch
 
 from poslab.lab.evidence import SOURCE
-from poslab.lab.experiments import model_zoo
-from poslab.lab.experiments.corrections.quotes import quoted
+from poslab.lab.lesson_quotes import quoted
 from poslab.lab.verdicts import Premise, at_least, deterministic, with_premise
+from poslab.lab.zoo import load_zoo
 from poslab.nn import positions
 
 
@@ -50,7 +50,7 @@ def alibi_claim() -> dict[str, Any]:
 
 
 # seed 000 §1.4's "几乎所有 LLM 的 d_k 都固定在 64 或 128，不管模型多大" is judged once, by the model-zoo experiment,
-# which holds its evidence (the published configs): poslab.lab.experiments.model_zoo.
+# which holds its evidence (the published configs): poslab.lab.experiments.model_zoo (reading poslab.lab.zoo).
 
 
 # ----------------------------------------------------------------------------- seed 000 §1.4 / Q3 variance
@@ -159,7 +159,7 @@ MODERN_FROM = 2024
 
 
 def alibi_modern_claim() -> dict[str, Any]:
-    rows = model_zoo.load_zoo()
+    rows = load_zoo()
     modern = [r for r in rows if r["year"] >= MODERN_FROM]
     alibi = sorted({(r["name"], r["year"]) for r in rows if r["position"] == "alibi"}, key=lambda x: (x[1], x[0]))
     modern_alibi = [r["name"] for r in modern if r["position"] == "alibi"]

@@ -12,9 +12,9 @@ from typing import Any
 import torch
 
 from poslab.lab.evidence import SOURCE
-from poslab.lab.experiments import model_zoo
-from poslab.lab.experiments.corrections.quotes import quoted
+from poslab.lab.lesson_quotes import quoted
 from poslab.lab.verdicts import Premise, deterministic, with_premise
+from poslab.lab.zoo import load_zoo
 from poslab.nn import positions
 from poslab.nn.attention import MultiHeadAttention
 
@@ -218,7 +218,7 @@ FLASH2_MAX_HEAD_DIM = 256
 
 
 def q3_tensor_core_claim() -> dict[str, Any]:
-    dks = sorted({int(r["head_dim"]) for r in model_zoo.load_zoo()})
+    dks = sorted({int(r["head_dim"]) for r in load_zoo()})
     aligned = [d for d in dks if d % TENSOR_CORE_MULTIPLE == 0]
     record = deterministic(
         "d_k = 128 is a tensor-core-friendly size (Q3 推测 4)",

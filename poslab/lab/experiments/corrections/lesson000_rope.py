@@ -8,9 +8,9 @@ from typing import Any
 import torch
 
 from poslab.lab.evidence import WITHDRAWN
-from poslab.lab.experiments import model_zoo
-from poslab.lab.experiments.corrections.quotes import quoted
+from poslab.lab.lesson_quotes import quoted
 from poslab.lab.verdicts import INCONCLUSIVE, deterministic
+from poslab.lab.zoo import load_zoo
 from poslab.nn import positions
 from poslab.nn.positions.rope import default_inv_freq
 
@@ -130,7 +130,7 @@ def llama3_vs_ntk(d: int = 128, base: float = 500000.0, factor: float = 8.0, ori
 
 
 def llama3_ntk_claim() -> dict[str, Any]:
-    rows = {row["name"]: row for row in model_zoo.load_zoo()}
+    rows = {row["name"]: row for row in load_zoo()}
     l3, l31 = rows["Llama 3 8B"], rows["Llama 3.1 8B"]
     c = llama3_vs_ntk(
         base=float(l31["rope_theta"]),

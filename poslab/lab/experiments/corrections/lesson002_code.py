@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from poslab.lab.experiments.corrections.quotes import quoted
+from poslab.lab.lesson_quotes import quoted
 from poslab.lab.verdicts import deterministic
 from poslab.nn.attention import position_mask
 

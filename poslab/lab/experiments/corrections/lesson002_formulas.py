@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from matplotlib.mathtext import MathTextParser
 
-from poslab.lab.experiments.corrections.quotes import QUOTES, quoted
+from poslab.lab.lesson_quotes import QUOTES, quoted
 from poslab.lab.verdicts import deterministic
 from poslab.nn import positions
 

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from poslab.lab.evidence import SOURCE
-from poslab.lab.experiments.corrections.quotes import quoted
+from poslab.lab.lesson_quotes import quoted
 from poslab.lab.verdicts import deterministic
 from poslab.nn.model import GPT, GPTConfig
 
