@@ -42,11 +42,13 @@ def english_sentences(page: str) -> list[str]:
     * ``<details>``: the raw dump of each results.json (field names and values as the file holds them,
       folded by default) is the file's data, shown verbatim like code;
     * ``<span class='zh'>``: a lesson's own quotation (its code included), shown exactly as the lesson writes it;
+    * ``<p class='warn'>``: a line naming a file, a key table or a field the results lack, by the name the code and
+      the console give it (an identifier, like code);
     * the titles of :data:`TITLES` (a paper, a dataset, a lab), which stay in their language.
     """
     text = re.sub(
         r"<style>.*?</style>|<code>.*?</code>|<figure>.*?</figure>|<details[^>]*>.*?</details>"
-        r"|<span class='zh'>.*?</span>",
+        r"|<span class='zh'>.*?</span>|<p class='warn'>.*?</p>",
         " ",
         page,
         flags=re.S,

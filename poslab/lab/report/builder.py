@@ -360,8 +360,8 @@ def declared_tables(folder: str, results: dict) -> tuple[KeyTable, ...]:
 def failure_line(failure: TableFailure) -> str:
     """A table that could not be built, in the page's language: the experiment, the table, the missing field."""
     if failure.field is not None:
-        return t("key.missing", experiment=failure.experiment, table=localized(failure.table), field=failure.field)
-    return t("key.failed", experiment=failure.experiment, table=localized(failure.table), problem=failure.error)
+        return t("key.missing", experiment=failure.experiment, table=failure.table, field=failure.field)
+    return t("key.failed", experiment=failure.experiment, table=failure.table, problem=failure.error)
 
 
 def key_tables(folder: str, results: dict) -> str:

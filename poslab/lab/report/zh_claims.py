@@ -57,20 +57,6 @@ WORDS: dict[str, str] = {
     "the comparison is made at those lengths only": "比较只在这些长度上进行",
     "the lab's analysed model": "实验室分析的模型",
     "table": "的表",
-    # the key tables experiments declare (their names, in a line saying one cannot be built)
-    "MQAR by heads": "按头数的 MQAR",
-    "answer accuracy": "答案准确率",
-    "attention entropy by length": "按长度的注意力熵",
-    "checkpoint averaging": "检查点平均",
-    "every head": "每一个头",
-    "fine-tuned at 4×L": "在 4×L 微调",
-    "premises": "前提",
-    "perplexity (nonoverlapping)": "困惑度（不重叠分块）",
-    "perplexity (sliding)": "困惑度（滑动窗口）",
-    "pruning": "剪枝",
-    "scaling at inference": "推理时的缩放",
-    "validation loss per run": "每次训练的验证损失",
-    "validation loss per scheme": "每种编码的验证损失",
     "text": "正文",
 }
 
