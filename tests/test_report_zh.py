@@ -12,6 +12,8 @@ from lab_helpers import copy_lab, quiet, snapshot_lab
 
 from poslab.lab import comparisons, premises
 from poslab.lab.experiments import corrections
+from poslab.lab.experiments.attention_entropy import entropy_claims
+from poslab.lab.experiments.extrapolation_verdicts import extrapolation_claims
 from poslab.lab.report import build_report, builder
 from poslab.lab.report.builder import lesson_refs
 from poslab.lab.report.i18n import use_language
@@ -172,6 +174,22 @@ def test_the_criteria_and_premises_the_comparisons_write_have_chinese():
     assert untranslated(texts) == []
     for text in texts:
         assert not re.search(r"[A-Za-z]+(?: [A-Za-z]+){3,}", translate(text) or ""), text
+
+
+def test_the_training_experiments_criteria_have_chinese():
+    """The criteria the extrapolation and attention-entropy experiments write (on results that lack every arm: the
+    records then say what was not measured), and the metrics and criteria of the other training experiments."""
+    records = extrapolation_claims({}, baseline=None) + entropy_claims({})
+    texts = {r[k] for r in records for k in ("claim", "criterion", "measured")}
+    texts |= {
+        "val loss of none at most 0.05 higher than learned",
+        "ppl at 4x L of PI fine-tuned at 4x L lower than the base model at L",
+        "passkey accuracy at 4x L of the mean at most 0.05 below",
+        "perplexity (non-overlapping) of none within ±0.0488 of base on ln, paired by seed (TOST)",
+        "ratio of perplexity at 4x L (non-overlapping) of mean of the last 3 / plain fine-tune below 1.01",
+    }
+    assert untranslated(texts) == []
+    assert translate("val loss of none at most 0.05 higher than learned") == "none 的验证损失比 learned 至多高 0.05"
 
 
 def test_the_catalogue_keeps_the_lessons_quotes_as_written():

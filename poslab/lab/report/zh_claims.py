@@ -57,6 +57,26 @@ WORDS: dict[str, str] = {
     "the comparison is made at those lengths only": "比较只在这些长度上进行",
     "the lab's analysed model": "实验室分析的模型",
     "table": "的表",
+    # metrics the experiments compare on
+    "perplexity (non-overlapping)": "困惑度（不重叠分块）",
+    "non-overlapping": "不重叠分块",
+    "nonoverlapping": "不重叠分块",
+    "sliding": "滑动窗口",
+    "perplexity at L (non-overlapping)": "L 处的困惑度（不重叠分块）",
+    "training tokens per CPU second (arms alternating in one process)": (
+        "每 CPU 秒训练的 token 数（各组在同一进程中交替运行）"
+    ),
+    "mean q/k pair norm of trained models": "训练模型中 q/k 维度对的平均范数",
+    "low/high quarter norm ratio": "最低与最高四分之一频率的范数之比",
+    "Spearman correlation of head index and mean attention distance over all heads": (
+        "所有头上头序号与平均注意力距离的 Spearman 相关系数"
+    ),
+    "ratio of the two k-means clusters' median mean attention distances (long-range over local)": (
+        "两个 k-means 簇的平均注意力距离中位数之比（远程比局部）"
+    ),
+    "loss of (a) without memory minus (b) with memory L": "（a）无记忆的损失减去（b）记忆长度 L 的损失",
+    "ppl(4L)/ppl(L) of RoPE < that of T5 and of ALiBi": "RoPE 的 ppl(4L)/ppl(L) < T5 的，也 < ALiBi 的",
+    "not measured (a variant is missing)": "没有测量（缺少一个变体）",
     "text": "正文",
 }
 

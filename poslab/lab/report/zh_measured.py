@@ -352,8 +352,61 @@ CORRECTIONS: dict[str, str] = {
 #: every exact text of this module
 STATIC: dict[str, str] = {**CRITERIA, **CORRECTIONS}
 
-#: templates of measured texts whose figures depend on the machine or the run: (regex, Chinese form)
+#: templates of measured texts whose figures depend on the machine or the run, and of the criteria the training
+#: experiments write: (regex, Chinese form)
 MEASURED: tuple[tuple[str, str], ...] = (
+    # extrapolation, attention-entropy, context-extension, probes: criteria and metrics
+    (
+        rf"ppl\((?P<f>\d+)L\) / ppl\(L\) of (?P<s>[\w-]+) (?P<op><=|>=) (?P<x>{NUM}), per seed "
+        r"\(one model read at two lengths\)",
+        "{s} 的 ppl({f}L) / ppl(L) {op} {x}，逐种子（同一个模型在两个长度上读）",
+    ),
+    (
+        r"ln ppl at (?P<f>\d+)x L of (?P<a>[\w-]+) < that of (?P<b>[\w-]+)",
+        "{a} 在 {f}x L 处的对数困惑度 < {b} 的",
+    ),
+    (
+        rf"ppl\(16L\) of rope >= the corpus's unigram perplexity(?P<u> {NUM})?, per seed: the lesson's "
+        r"(?P<q>「[^」]*」) is a subword-scale number; judged against this corpus's collapse level, the perplexity "
+        r"of a model that ignores its context",
+        "rope 的 ppl(16L) ≥ 语料的一元语法困惑度{u}，逐种子：课文的{q}是子词尺度的数字；这里对照本语料的崩溃水平，"
+        "即不看上下文的模型的困惑度",
+    ),
+    (
+        rf"normalised entropy H / ln\(number of keys\) of the queries past L minus of those in \[L/2, L\) > "
+        rf"(?P<m>{NUM}), per seed \(the raw rise, about ln (?P<f>\d+) for uniform rows, is shown, not tested\)",
+        "L 之后查询的归一化熵 H / ln(键数) 减去 [L/2, L) 内查询的归一化熵 > {m}，逐种子（原始增量只列出，不检验；"
+        "均匀注意力行约为 ln {f}）",
+    ),
+    (
+        r"Spearman rank correlation of rise\((?P<f>\d+)L\) and ppl\((?P<g>\d+)L\)/ppl\(L\) across all variants > "
+        r"0\.5 \(one correlation per seed\)",
+        "所有变体上 rise({f}L) 与 ppl({g}L)/ppl(L) 的 Spearman 秩相关 > 0.5（每个种子一个相关系数）",
+    ),
+    (
+        rf"(?P<t_m>.+?) of (?P<t_a>.+?) within ±(?P<w>{NUM}) of (?P<t_b>.+?) on ln, paired by seed \(TOST\)",
+        "{t_a} 的{t_m}在 {t_b} 的 ±{w} 之内（取对数，按种子配对，TOST）",
+    ),
+    (r"(?P<f>\d+)x L is too short for the needle", "{f}x L 太短，放不下密钥"),
+    (rf"(?P<t_m>.+?) of the mean at most (?P<x>{NUM}) below", "平均模型的 {t_m}至多低 {x}"),
+    (
+        r"perplexity at (?P<f>\d+x )?L \((?P<t_h>non-overlapping|nonoverlapping|sliding)\)",
+        "{f}L 处的困惑度（{t_h}）",
+    ),
+    (
+        r"ln perplexity \(nats/token\) at (?P<f>\d+)x L \(non-overlapping\)",
+        "{f}x L 处的对数困惑度（nats/token，不重叠分块）",
+    ),
+    (r"(?P<t_m>.+), the highest is the worst", "{t_m}，最高的最差"),
+    (r"absolute deviation from the arm's median (?P<t_m>.+)", "与该组中位数的绝对偏差（{t_m}）"),
+    (r"ratio of (?P<t_m>perplexity at [^()]*\([\w-]+\))", "{t_m}之比"),
+    (r"passkey accuracy at (?P<f>\d+)x L", "{f}x L 处的密钥检索准确率"),
+    (r"MQAR accuracy at L \((?P<s>[\w-]+), n_embd (?P<n>\d+)\)", "L 处的 MQAR 准确率（{s}，n_embd {n}）"),
+    (r"perplexity after the first eviction on an (?P<f>\d+)x stream", "在 {f}x 长的流上第一次淘汰之后的困惑度"),
+    (
+        rf"share of the heads whose zeroing raises the loss by less than (?P<p>{NUM}) of the base loss",
+        "置零后损失增加不到基础损失 {p} 的头所占比例",
+    ),
     (
         rf"max \|logit difference\| of the two orders ≤ (?P<x>{NUM}) \(fp32 float tolerance\)",
         "两种顺序的 logit 最大差 |Δ| ≤ {x}（fp32 浮点容差）",
@@ -441,7 +494,7 @@ MEASURED: tuple[tuple[str, str], ...] = (
         "{a}",
     ),
     (
-        r"not measured at this size: needs (?P<a>[\w, ]+?); this size trains (?P<b>[\w, ]+) \(the full form trains "
+        r"not measured at this size: needs (?P<a>[\w, ]+?); this size trains (?P<b>[\w, ]*) \(the full form trains "
         r"every scheme\)",
         "此规模没有测量：需要 {a}；此规模只训练 {b}（完整版训练每一种编码）",
     ),

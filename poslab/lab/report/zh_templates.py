@@ -63,8 +63,8 @@ def bound_measured(text: str) -> str | None:
 
 
 _GAP = re.compile(
-    rf"(?P<head>.+?) (?P<word>lower|higher) than (?P<worse>.+?)(?: by more than (?P<by>{NUM}))?"
-    rf"|(?P<head2>.+?) at most (?P<at>{NUM}) (?P<word2>higher|lower) than (?P<worse2>.+)"
+    rf"(?P<head2>.+?) at most (?P<at>{NUM}) (?P<word2>higher|lower) than (?P<worse2>.+)"
+    rf"|(?P<head>.+?) (?P<word>lower|higher) than (?P<worse>.+?)(?: by more than (?P<by>{NUM}))?"
 )
 _WORD = {"lower": "低于", "higher": "高于"}
 
@@ -79,11 +79,11 @@ def gap(text: str) -> str | None:
         if head is None or worse is None:
             return None
         by = f"，且差距大于 {match['by']}" if match["by"] else ""
-        return f"{head}{_WORD[match['word']]} {worse}{by}"
+        return spaced(head.rstrip(), _WORD[match["word"]], worse) + by
     head, worse = metric_of(match["head2"]), _tr(match["worse2"])
     if head is None or worse is None:
         return None
-    return f"{head}比 {worse} {_WORD[match['word2']]}不超过 {match['at']}"
+    return spaced(head.rstrip(), "比", worse, "至多" + ("高" if match["word2"] == "higher" else "低"), match["at"])
 
 
 _LIMIT = re.compile(rf"(?P<head>.+?) (?P<word>below|above) (?P<x>{NUM})")
