@@ -24,6 +24,8 @@ from poslab.lab.experiments import causal_leak, head_count, registry, run_experi
 from poslab.lab.report.i18n import STRINGS
 from poslab.lab.report.sections import SECTIONS
 from poslab.lab.report.zh_claims import EXACT
+from poslab.lab.report.zh_measured import MEASURED
+from poslab.lab.report.zh_templates import TEMPLATES
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -216,6 +218,7 @@ def _texts() -> dict[str, str]:
     texts.update({f"notebooks/{n}": t for n, t in NOTEBOOKS.items()})
     texts.update({f"i18n {key}": message["zh"] for key, message in STRINGS.items()})
     texts.update({f"zh catalogue {english[:40]!r}": chinese for english, chinese in EXACT.items()})
+    texts.update({f"zh template {pattern[:40]!r}": form for pattern, form in (*TEMPLATES, *MEASURED)})
     return texts
 
 

@@ -119,11 +119,7 @@ def arm_list(text: str) -> str | None:
     return "，".join(out)
 
 
-def seeds_list(text: str) -> str:
-    return re.sub(r"\bseed (\d+)", r"种子 \1", text)
-
-
-_SIMPLE: tuple[tuple[str, str], ...] = (
+TEMPLATES: tuple[tuple[str, str], ...] = (
     # plan.py: the Holm reason
     (
         rf"not significant after Holm–Bonferroni within '(?P<f>[\w-]+)' \((?P<m>\d+) claims\): p = (?P<p>{NUM}) > "
@@ -302,14 +298,14 @@ _SIMPLE: tuple[tuple[str, str], ...] = (
 RULES: tuple[Rule, ...] = (
     glossed,
     *(template(p, f) for p, f in MEASURED),
-    *(template(p, f) for p, f in _SIMPLE[:2]),
+    *(template(p, f) for p, f in TEMPLATES[:2]),
     joined("; ", "；"),  # before the templates whose free fields could run across a "; "
     bound_measured,
     gap,
     limit,
-    *(template(p, f) for p, f in _SIMPLE[2:]),
+    *(template(p, f) for p, f in TEMPLATES[2:]),
     joined(" | ", " | "),
     arm_list,
 )
 
-__all__ = ["RULES", "arm_list", "bound_measured", "gap", "metric_of", "seeds_list"]
+__all__ = ["RULES", "TEMPLATES", "arm_list", "bound_measured", "gap", "metric_of"]
