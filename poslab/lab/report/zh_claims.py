@@ -106,15 +106,17 @@ CLAIMS: dict[str, str] = {
     ),
     "from two layers on, the causal mask leaks order": "从两层起，因果掩码泄露了顺序",
     # context-extension
-    "without fine-tuning, PI reads 4x L better than no scaling": "不微调时，PI 在 4x L 上比不缩放读得好",
-    "without fine-tuning, NTK reads 4x L better than no scaling": "不微调时，NTK 在 4x L 上比不缩放读得好",
-    "without fine-tuning, dynamic NTK reads 4x L better than no scaling": "不微调时，动态 NTK 在 4x L 上比不缩放读得好",
-    "without fine-tuning, YaRN reads 4x L better than no scaling": "不微调时，YaRN 在 4x L 上比不缩放读得好",
+    "without fine-tuning, PI reads 4x L better than no scaling": "不微调时，PI 在 4x L 上的困惑度低于不缩放",
+    "without fine-tuning, NTK reads 4x L better than no scaling": "不微调时，NTK 在 4x L 上的困惑度低于不缩放",
+    "without fine-tuning, dynamic NTK reads 4x L better than no scaling": (
+        "不微调时，动态 NTK 在 4x L 上的困惑度低于不缩放"
+    ),
+    "without fine-tuning, YaRN reads 4x L better than no scaling": "不微调时，YaRN 在 4x L 上的困惑度低于不缩放",
     'without fine-tuning, NTK reads 4x L better than PI ("YaRN or NTK-aware first, much better than PI")': (
-        "不微调时，NTK 在 4x L 上比 PI 读得好（「第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」）"
+        "不微调时，NTK 在 4x L 上的困惑度低于 PI（「第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」）"
     ),
     'without fine-tuning, YaRN reads 4x L better than PI ("YaRN or NTK-aware first, much better than PI")': (
-        "不微调时，YaRN 在 4x L 上比 PI 读得好（「第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」）"
+        "不微调时，YaRN 在 4x L 上的困惑度低于 PI（「第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」）"
     ),
     "YaRN is the best inference-time scaling": "YaRN 是推理时最好的缩放",
     "after 100 fine-tuning steps at 4x L, PI is close to the base model's in-length perplexity (within 5%; the PI "
@@ -126,7 +128,7 @@ CLAIMS: dict[str, str] = {
     "after fine-tuning, YaRN <= PI": "微调之后，YaRN ≤ PI",
     "plain fine-tuning (no scaling) is the worst of the three": "普通微调（不缩放）是三者中最差的",
     "continued training (plain fine-tuning at 4x L) reads 4x L better than every inference-only scaling at an equal "
-    "token budget": "同样的 token 预算下，继续训练（在 4x L 上普通微调）在 4x L 上比每一种只在推理时用的缩放都读得好",
+    "token budget": "同样的 token 预算下，继续训练（在 4x L 上普通微调）在 4x L 上的困惑度低于每一种只在推理时用的缩放",
     "continued training is the most reliable: its spread across seeds at 4x L is below every inference-only "
     "scaling's": "继续训练最可靠：它在 4x L 上的种子间离散度低于每一种只在推理时用的缩放",
     "fine-tuning at 4x L makes PI retrieve the passkey at 4x L better than PI without it": (
@@ -225,7 +227,9 @@ CLAIMS: dict[str, str] = {
     "a learned absolute table collapses past the training length (its rows past L were never trained)": (
         "可学习的绝对位置表超过训练长度就崩（L 之后的行从未训练过）"
     ),
-    "RoPE reads past the training length better than a learned table": "超过训练长度后，RoPE 比可学习的位置表读得好",
+    "RoPE reads past the training length better than a learned table": (
+        "超过训练长度后，RoPE 的困惑度低于可学习的位置表"
+    ),
     "RoPE extrapolates better than the relative-bias schemes T5 and ALiBi": "RoPE 的外推性好于相对偏置编码 T5 和 ALiBi",
     "RoPE's perplexity 'jumps from 10 to 100+' past the training length": (
         "超过训练长度后，RoPE 的困惑度「从 10 飙到 100+」"
@@ -269,7 +273,7 @@ CLAIMS: dict[str, str] = {
         "没有位置编码至多差一点（损失在可学习位置表的 5% 以内）"
     ),
     "ALiBi trains to a slightly worse loss than RoPE": "ALiBi 训练出的损失比 RoPE 略差",
-    "RoPE beats adding a learned or sinusoidal position vector": "RoPE 胜过相加一个可学习或正余弦位置向量",
+    "RoPE beats adding a learned or sinusoidal position vector": "RoPE 胜过加一个可学习或正余弦的位置向量",
     "ALiBi adds no parameters": "ALiBi 不增加参数",
     "RoPE adds no parameters": "RoPE 不增加参数",
     "ALiBi trains at (nearly) the speed of no position encoding (tokens/s within 10% of it, either way)": (
