@@ -105,3 +105,49 @@ def copy_lab(target: Path) -> Path:
     """A private copy of :func:`shared_lab` (for tests that edit it)."""
     shutil.copytree(shared_lab(), target)
     return target
+
+
+def snapshot_lab(root: Path) -> Path:
+    """A lab folder holding the claim records of ``docs/results/lab-quick.json`` (a quick lab's 100 records).
+
+    The snapshot keeps each record's claim, source, measured text, margin, noise, seeds, verdict, kind, reason and
+    design (no criterion, no per-seed details): each is written back as a record the report shows with the same
+    kind, the unmet premise rebuilt from its reason, a source or withdrawn record marked so in ``details``. The head
+    analysis's records go in ``attention/`` (the same section; ``heads/`` would check them again from its numbers).
+    """
+    import json
+
+    from poslab.lab.evidence import KIND_KEY, LESSON_CLAIM_KEY, REFERENCE_KEY, SOURCE, WITHDRAWN
+    from poslab.lab.verdicts import PREMISE_NOT_MET
+
+    snap = json.loads((Path(__file__).parents[1] / "docs" / "results" / "lab-quick.json").read_text(encoding="utf-8"))
+    folders: dict[str, list[dict]] = {}
+    for c in snap["claims"]:
+        details: dict = {"reason": c["reason"]} if c["reason"] else {}
+        premise = None
+        if c["kind"] == "untestable":
+            text, _, measured = c["reason"].removeprefix(PREMISE_NOT_MET + ": ").partition(" (measured: ")
+            premise = {"text": text, "measured": measured.removesuffix(")"), "met": False}
+        elif c["kind"].startswith("cited-"):
+            details.update({KIND_KEY: SOURCE, REFERENCE_KEY: c["source"]})
+        elif c["kind"] == "withdrawn":
+            details[KIND_KEY] = WITHDRAWN
+        elif c["kind"] == "note":
+            details[LESSON_CLAIM_KEY] = False
+        design = None
+        if c.get("test"):
+            test = c["test"].removesuffix(" on ln")
+            design = {"test": test, "log": c["test"] != test, "family": c.get("family") or ""}
+        record = {
+            **{k: c[k] for k in ("claim", "source", "measured", "margin", "noise", "n_seeds", "verdict")},
+            "criterion": "",
+            "details": details,
+            "premise": premise,
+            "design": design,
+        }
+        # the head analysis's records go beside it (its own folder would have them re-checked from numbers)
+        folders.setdefault("attention" if c["experiment"] == "heads" else c["experiment"], []).append(record)
+    for folder, records in folders.items():
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        (root / folder / "results.json").write_text(json.dumps({"claims": records}), encoding="utf-8")
+    return root

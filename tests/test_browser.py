@@ -83,6 +83,7 @@ def test_chinese_report_renders_in_chromium(tmp_path):
         legend_fonts = browser.fonts_used("header .legend li")
         traditional = browser.eval("document.querySelector('#guide h3:nth-of-type(2)').innerText")
         heading_fonts = browser.fonts_used("#guide h3:nth-of-type(2)")
+        claims_fonts = browser.fonts_used("#claims table.claims tbody .crit span")
         checked = browser.eval(f"document.fonts.check(\"16px '{FAMILY}'\", '{traditional}')")
         ARTIFACTS.mkdir(exist_ok=True)
         shot = browser.screenshot(ARTIFACTS / "report-zh.png")
@@ -92,6 +93,7 @@ def test_chinese_report_renders_in_chromium(tmp_path):
     assert legend_fonts.get(FAMILY, 0) >= 20, legend_fonts  # the Chinese UI is drawn with the embedded font
     assert traditional == "「多頭注意力和位置編碼」"  # the lesson in traditional characters, by its title
     assert heading_fonts == {FAMILY: len(traditional)}, heading_fonts  # every glyph from the embedded font
+    assert claims_fonts.get(FAMILY, 0) >= 20, claims_fonts  # a criterion an experiment wrote, in Chinese
     assert checked is True
     assert shot.stat().st_size > 50_000
 

@@ -24,6 +24,9 @@ from poslab.lab import zoo
 from poslab.lab.experiments import causal_leak, head_count, registry, run_experiment
 from poslab.lab.report.i18n import STRINGS
 from poslab.lab.report.sections import SECTIONS
+from poslab.lab.report.zh_claims import EXACT
+from poslab.lab.report.zh_measured import MEASURED
+from poslab.lab.report.zh_templates import TEMPLATES
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -211,11 +214,13 @@ def _glossary() -> list[tuple[str, str, list[str]]]:
 
 def _texts() -> dict[str, str]:
     """Every Chinese text the glossary governs: the docs/zh pages (README without its glossary), the notebooks,
-    and the zh page's string table."""
+    the zh page's string table and the Chinese of the texts experiments write (poslab/lab/report/zh_claims.py)."""
     readme = PAGES["README.md"].split("## 术语表", 1)[0]
     texts = {**{f"docs/zh/{n}": t for n, t in PAGES.items()}, "docs/zh/README.md": readme}
     texts.update({f"notebooks/{n}": t for n, t in NOTEBOOKS.items()})
     texts.update({f"i18n {key}": message["zh"] for key, message in STRINGS.items()})
+    texts.update({f"zh catalogue {english[:40]!r}": chinese for english, chinese in EXACT.items()})
+    texts.update({f"zh template {pattern[:40]!r}": form for pattern, form in (*TEMPLATES, *MEASURED)})
     return texts
 
 

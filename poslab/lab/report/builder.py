@@ -29,6 +29,7 @@ from poslab.lab.report import claims as claims_mod
 from poslab.lab.report.i18n import LESSONS, language, name_lessons, t, use_language
 from poslab.lab.report.reading import MANIFEST_ERRORS, UNREADABLE, load_manifest, load_results, png_files
 from poslab.lab.report.sections import KNOWN_FOLDERS, SECTIONS, Section
+from poslab.lab.report.zh_text import localized, parentheticals
 from poslab.lab.tables import KeyTable, Table, TableFailure, build_tables, cell_text, esc
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, MIN_SEEDS, ClaimRecord, not_testable
 
@@ -199,14 +200,16 @@ def verdict_badge(record: ClaimRecord) -> str:
 
 
 def show(text: Any) -> str:
-    """Text an experiment wrote (a claim, a criterion, a figure), escaped, with the lessons named by their titles."""
-    return f"<span class='d'>{esc(name_lessons(str(text)))}</span>"
+    """Text an experiment wrote (a claim, a criterion, a figure), escaped, in the page's language
+    (:func:`~poslab.lab.report.zh_text.localized`), with the lessons named by their titles."""
+    return f"<span class='d'>{esc(name_lessons(localized(str(text))))}</span>"
 
 
 def source_text(source: str) -> str:
-    """Where a claim is made, with the lessons named by their titles."""
-    text = name_lessons(source)
-    return text.replace(" and ", "、") if language() == "zh" else text
+    """Where a claim is made, with the lessons named by their titles (in Chinese, with its glosses in Chinese)."""
+    if language() != "zh":
+        return name_lessons(source)
+    return name_lessons(parentheticals(source)).replace(" and ", "、")
 
 
 def show_source(source: str) -> str:
@@ -573,15 +576,18 @@ def lesson_refs(lessons: str) -> list[tuple[str, str]]:
     refs, current = [], None
     for piece in re.split(r"[,;]", lessons):
         piece = piece.strip()
-        match = re.match(r"seeds? (\d{3})(.*)", piece)
-        if match:
-            current, rest = match.group(1), match.group(2).strip()
+        match = re.match(r"seeds? (\d{3}(?: and \d{3})*)(.*)", piece)
+        if match:  # "seeds 000 and 002": each lesson its own row
+            *others, current = re.findall(r"\d{3}", match.group(1))
+            refs += [(other, "—") for other in others]
+            rest = match.group(2).strip()
         elif current and re.match(r"(§|Q\d|exercise|exp\.|\()", piece):
             rest = piece
         else:
             current = None if not piece.startswith(("§", "Q")) else current
             continue
-        refs.append((current, rest.strip("() ") or "—"))
+        rest = rest.strip()
+        refs.append((current, (rest[1:-1] if rest[:1] + rest[-1:] == "()" else rest) or "—"))
     return refs
 
 

@@ -5,9 +5,10 @@ such as ``{n}`` appear in both languages). The section texts of :mod:`poslab.lab
 join it under ``section.KEY.FIELD`` with their Chinese from :data:`SECTION_ZH`. :func:`t` looks a
 message up in the language :func:`language` sets for the page being built.
 
-Texts that experiments write (claims, criteria, measured figures, results.json keys) are data, not
-messages: the page shows them as written, except that :func:`name_lessons` names each lesson by its
-own title (「11 · 多头注意力与位置编码」, not "seed 000").
+Texts that experiments write (claims, criteria, measured figures, premises, reasons) are not messages of
+this table: the experiments write them in English, and the Chinese page shows them through the catalogue
+of :mod:`poslab.lab.report.zh_text` (keyed by the English text). :func:`name_lessons` names each lesson by
+its own title (「11 · 多头注意力与位置编码」, not "seed 000").
 """
 
 from __future__ import annotations
