@@ -391,7 +391,6 @@ def test_lesson_001_quotes_its_lessons_figures_and_the_proj_count(results: dict[
 
 
 def test_the_zoo_years_and_theta_the_guide_quotes() -> None:
-
     rows = {r["name"]: r for r in zoo.load_zoo()}
     modern = [r for r in rows.values() if r["year"] >= 2024]
     text = GUIDES["lesson_000.md"]
@@ -400,7 +399,6 @@ def test_the_zoo_years_and_theta_the_guide_quotes() -> None:
 
 
 def test_the_shape_walk_and_the_zoo_head_range(results: dict[str, dict]) -> None:
-
     walk = results["shapes"]["seed000_walk"]
     assert all(step["matches_lesson"] for step in walk)
     assert (
@@ -412,3 +410,33 @@ def test_the_shape_walk_and_the_zoo_head_range(results: dict[str, dict]) -> None
     assert quoted and set(quoted) <= shapes, set(quoted) - shapes
     heads = [r["n_heads"] for r in zoo.load_zoo()]
     assert f"{len(heads)} 个模型的头数从 {min(heads)} 到 {max(heads)}" in GUIDES["lesson_002.md"]
+
+
+def test_the_ntk_stretch_the_guide_quotes_is_the_frequencies_table(results: dict[str, dict]) -> None:
+    """lesson_000.md's "i=0 是 1.00，i=63 是 4.00" is the `ntk (static)` row of the frequencies experiment."""
+    ntk = next(s for s in results["frequencies"]["scalings"] if s["label"] == "ntk (static)")
+    first, last = 0, len(ntk["stretch"]) - 1
+    quoted = f"i={first} 是 {ntk['stretch'][first]:.2f}，i={last} 是 {ntk['stretch'][last]:.2f}"
+    assert quoted in GUIDES["lesson_000.md"]
+
+
+def test_the_zoo_d_k_exceptions_the_guide_names_are_the_table() -> None:
+    """lesson_000.md §1.4 names every model whose d_k is not 64 or 128, with its d_k (MLA rows counted as 128)."""
+    text = GUIDES["lesson_000.md"]
+    sentence = re.sub(r"\s+", " ", text).split("其余是", 1)[1].split("按 128 计", 1)[0]
+    others = [r for r in zoo.load_zoo() if r["head_dim"] not in (64, 128) and r["attention"] != "MLA"]
+    assert others, "the zoo has models outside 64 and 128"
+    for row in others:
+        assert row["name"].split(" (")[0] in sentence or row["family"] in sentence, row["name"]
+        assert str(row["head_dim"]) in sentence, (row["name"], row["head_dim"])
+    mla = {r["head_dim"] for r in zoo.load_zoo() if r["attention"] == "MLA"}
+    assert all(f"的 {d} 是 128 维内容加 64 维 RoPE" in text for d in mla), mla
+
+
+def test_the_llama_equality_the_guides_quote_is_the_oracle_tolerance() -> None:
+    """The "相等到 1e-5" of lesson_001.md and lesson_002.md is tests/test_oracle_hf.py's Llama-layer tolerance."""
+    from test_oracle_hf import LLAMA_LAYER_TOL
+
+    quoted = f"{LLAMA_LAYER_TOL:.0e}".replace("e-0", "e-")
+    for name in ("lesson_001.md", "lesson_002.md"):
+        assert re.search(rf"Llama[^。|]*相等到 {re.escape(quoted)}", GUIDES[name]), name
