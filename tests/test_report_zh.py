@@ -25,7 +25,14 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 SNAPSHOT = Path(__file__).parents[1] / "docs" / "results" / "lab-quick.json"
 #: titles a page may name in English (papers, datasets, labs): a run of words inside one is a name, not a sentence
-TITLES = ("The Llama 3 Herd of Models", "One Billion Word", "Facebook AI Research", "Adaptive Attention Span")
+TITLES = (
+    "The Llama 3 Herd of Models",
+    "One Billion Word",
+    "Facebook AI Research",
+    "Adaptive Attention Span",
+    "Rethinking Positional Encoding in Language Pre-training",
+    "Matrix Multiplication Background User's Guide",
+)
 #: an English sentence: four words of letters in a row, separated by spaces only
 SENTENCE = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ \t]+[A-Za-z][A-Za-z'’-]*){3,}")
 

@@ -324,9 +324,10 @@ EXACT: dict[str, str] = {}
 
 
 def _build() -> dict[str, str]:
+    from poslab.lab.report import zh_lesson_items
     from poslab.lab.report.zh_measured import STATIC
 
-    return {**WORDS, **CLAIMS, **SOURCES, **STATIC}
+    return {**WORDS, **CLAIMS, **SOURCES, **STATIC, **zh_lesson_items.STATIC}
 
 
 EXACT.update(_build())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from poslab.lab.report import zh_lesson_items
 from poslab.lab.report.zh_measured import MEASURED
 from poslab.lab.report.zh_text import NUM, PM, Rule, glossed, joined, split_top, template, translate
 
@@ -297,6 +298,7 @@ TEMPLATES: tuple[tuple[str, str], ...] = (
 #: every rule, in the order tried (a whole-text template before the lists it could be cut into)
 RULES: tuple[Rule, ...] = (
     glossed,
+    *(template(p, f) for p, f in zh_lesson_items.MEASURED),
     *(template(p, f) for p, f in MEASURED),
     *(template(p, f) for p, f in TEMPLATES[:2]),
     joined("; ", "；"),  # before the templates whose free fields could run across a "; "
