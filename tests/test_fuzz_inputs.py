@@ -236,7 +236,7 @@ HOSTILE_FLAGS = [
     "--model.position_config.factor",
     "--model.layer_pattern",
     "--model.mla",
-    "--model.attn_temperature",
+    "--model.attention.temperature_tuning",
 ]
 
 

@@ -1,7 +1,10 @@
 """``GPTConfig``: the settings of :class:`~poslab.nn.model.GPT`, validated once when it is made.
 
-Its defaults are nanoGPT's; the fields beyond nanoGPT's let published families load exactly
-(``poslab.from_hf``).
+Its defaults are nanoGPT's. The settings of one part live in one frozen group, validated in the
+group's ``__post_init__``: ``attention`` (:class:`~poslab.nn.attention.config.AttentionConfig`, the
+type every attention layer takes, so a setting has one name at every layer), ``norm``
+(:class:`NormConfig`) and ``mlp`` (:class:`MLPConfig`). The fields beyond nanoGPT's let published
+families load exactly (``poslab.from_hf``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import torch.nn.functional as F
 
 from poslab.config_keys import reject_unknown_keys
 from poslab.nn import positions
-from poslab.nn.attention import BACKENDS, validate_geometry
+from poslab.nn.attention import AttentionConfig, validate_geometry
+from poslab.nn.attention.config import MAX_SCALE, check_fp32_factor
 from poslab.nn.positions.base import PositionScheme
 
 NORMS = ("layernorm", "rmsnorm")
@@ -34,8 +38,28 @@ ACTIVATIONS = {
 #: Llama); ``x + attn(n1(x)) + mlp(n2(x))`` (parallel, GPT-NeoX); ``x + attn(n(x)) + mlp(n(x))``
 #: (parallel_shared_norm, GPT-J: one norm feeds both branches).
 RESIDUALS = ("sequential", "parallel", "parallel_shared_norm", "sandwich")
-#: ``GPTConfig`` fields a ``layer_pattern`` entry may override for its layers.
-LAYER_KEYS = ("position", "position_config", "window", "attn_chunk", "attn_temperature", "qk_norm")
+#: the :class:`AttentionConfig` fields a ``layer_pattern`` entry may override for its layers
+LAYER_ATTENTION_KEYS = ("window", "chunk", "temperature_tuning", "qk_norm")
+#: the keys of a ``layer_pattern`` entry: the layer's own position scheme and attention overrides
+LAYER_KEYS = ("position", "position_config", *LAYER_ATTENTION_KEYS)
+#: the grouped fields of :class:`GPTConfig` and their types
+GROUPS: dict[str, type] = {}
+
+__all__ = [
+    "ACTIVATIONS",
+    "GROUPS",
+    "LAYER_ATTENTION_KEYS",
+    "LAYER_KEYS",
+    "MAX_SCALE",
+    "MLPS",
+    "NORMS",
+    "RESIDUALS",
+    "GPTConfig",
+    "MLPConfig",
+    "NormConfig",
+    "check_fp32_factor",
+    "default_activation",
+]
 
 
 def default_activation(mlp: str) -> str:
@@ -43,24 +67,83 @@ def default_activation(mlp: str) -> str:
 
     Exact GELU (nanoGPT's ``nn.GELU()``, BERT) rather than GPT-2's tanh approximation: its CPU kernels
     take less than half the time (profiled: 32 ms vs 14 ms forward at 4/4/128 over 3 steps).
-    GPT-2 checkpoints keep ``gelu_tanh``: ``poslab.from_hf`` sets ``activation`` from the checkpoint.
+    GPT-2 checkpoints keep ``gelu_tanh``: ``poslab.from_hf`` sets ``mlp.activation`` from the checkpoint.
     """
     return "silu" if mlp == "swiglu" else "gelu"
 
 
-#: the largest ``attn_scale`` / ``embed_scale`` / soft-cap (its inverse the smallest): scores of |q.k| ~ 1e4 and
-#: activations squared by the norms stay well inside fp32 (3.4e38, and above its 1.2e-38) between them
-MAX_SCALE = 1e6
+def _check_optional_flag(key: str, value: Any) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"{key} must be a bool or None (follow the model's `bias`), got {value!r}")
 
 
-def check_fp32_factor(key: str, value: float | None) -> None:
-    """Raise ``ValueError`` unless a positive factor of scores or activations lies in ``[1/MAX_SCALE, MAX_SCALE]``."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not 1 / MAX_SCALE <= value <= MAX_SCALE:
-        raise ValueError(
-            f"{key} must be at most {MAX_SCALE:g} and at least {1 / MAX_SCALE:g} (a larger factor "
-            f"overflows fp32 scores or activations to inf, a smaller one underflows them to 0; "
-            f"either gives NaN), got {value!r}"
-        )
+@dataclass(frozen=True)
+class NormConfig:
+    """The model's norms (before each branch, the final one, and Bloom's after the embedding).
+
+    Attributes:
+        kind: ``"layernorm"`` or ``"rmsnorm"``.
+        eps: epsilon of the norms (also of the QK-norms unless ``attention.qk_norm_eps`` is set).
+        bias: LayerNorm biases (``None``: the model's ``bias``).
+        embed: a norm right after the token embedding (Bloom's ``word_embeddings_layernorm``).
+    """
+
+    kind: str = "layernorm"
+    eps: float = 1e-5
+    bias: bool | None = None
+    embed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in NORMS:
+            raise ValueError(f"norm.kind={self.kind!r} is not allowed; choose one of {list(NORMS)}")
+        eps = self.eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0.0 < eps < math.inf:
+            raise ValueError(f"norm.eps must be a positive number (e.g. 1e-5), got {eps!r}")
+        _check_optional_flag("norm.bias", self.bias)
+        if not isinstance(self.embed, bool):
+            raise TypeError(f"norm.embed must be a bool, got {self.embed!r}")
+
+
+@dataclass(frozen=True)
+class MLPConfig:
+    """The blocks' MLP.
+
+    Attributes:
+        kind: ``"gelu"`` (4x, GPT-2) or ``"swiglu"`` (Llama).
+        hidden: hidden width (default ``4*n_embd`` for gelu, ``int(8/3*n_embd)`` rounded up to 8 for swiglu).
+        activation: one of :data:`ACTIVATIONS` (``None``: exact ``gelu`` for the gelu MLP, ``silu`` for
+            swiglu; resolved when the config is made, so a saved config names it). GPT-2's
+            ``gelu_tanh`` must be asked for (``from_hf`` does).
+        bias: biases of the MLP's linear layers (``None``: the model's ``bias``).
+    """
+
+    kind: str = "gelu"
+    hidden: int | None = None
+    activation: str | None = None
+    bias: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in MLPS:
+            raise ValueError(f"mlp.kind={self.kind!r} is not allowed; choose one of {list(MLPS)}")
+        hidden = self.hidden
+        if hidden is not None and (isinstance(hidden, bool) or not isinstance(hidden, int) or hidden <= 0):
+            raise ValueError(f"mlp.hidden must be a positive integer or None, got {hidden!r}")
+        if self.activation is not None and (not isinstance(self.activation, str) or self.activation not in ACTIVATIONS):
+            raise ValueError(
+                f"mlp.activation={self.activation!r} is not allowed; choose one of {list(ACTIVATIONS)} (or None)"
+            )
+        if self.activation is None:
+            object.__setattr__(self, "activation", default_activation(self.kind))
+        _check_optional_flag("mlp.bias", self.bias)
+
+    def hidden_width(self, n_embd: int) -> int:
+        """``hidden``, or the kind's default for a model of width ``n_embd``."""
+        if self.hidden is not None:
+            return self.hidden
+        return 4 * n_embd if self.kind == "gelu" else 8 * math.ceil(8 * n_embd / 3 / 8)
+
+
+GROUPS.update(attention=AttentionConfig, norm=NormConfig, mlp=MLPConfig)
 
 
 @dataclass
@@ -71,46 +154,29 @@ class GPTConfig:
         vocab_size: number of tokens.
         n_layer, n_head, n_embd: depth, query heads, width (``n_embd % n_head == 0``).
         block_size: training context; also the default ``max_len`` of bounded schemes.
-        dropout: dropout on embeddings, attention weights and residual branches.
-        bias: biases in linear layers and LayerNorm.
+        dropout: dropout on embeddings, residual branches and (unless ``attention.dropout`` is set)
+            attention weights.
+        bias: biases in linear layers and LayerNorm (each group's ``bias=None`` follows it).
         n_kv_head: key/value heads for GQA/MQA (``None`` = ``n_head``).
         position: registry name of the position scheme (see ``poslab.nn.positions.names()``).
         position_config: the scheme's config as a dict or its dataclass.
-        norm: ``"layernorm"`` or ``"rmsnorm"``.
-        mlp: ``"gelu"`` (4x, GPT-2) or ``"swiglu"`` (Llama).
-        mlp_hidden: MLP hidden width (default ``4*n_embd`` for gelu, ``int(8/3*n_embd)`` rounded up to 8 for swiglu).
-        tie_embeddings: share the token embedding with the LM head.
-        backend: attention backend (``auto``, ``sdpa``, ``eager``, ``flex``). ``auto`` (default) is
-            ``sdpa`` on CPU and FlexAttention on CUDA (see :mod:`poslab.nn.attention`).
-        window: sliding-window size ``W`` (``None`` = full causal).
-        causal: causal language model (False gives bidirectional attention).
-        norm_eps: epsilon of the norms.
-        attn_bias, mlp_bias, norm_bias: biases of the attention projections, the MLP and the
-            LayerNorms (``None`` = follow ``bias``); Llama has none, GPT-J has MLP and norm biases only.
-        lm_head_bias: a bias on the LM head (GPT-J).
-        activation: MLP activation, one of :data:`ACTIVATIONS` (``None``: exact ``gelu`` for the gelu
-            MLP, ``silu`` for swiglu; resolved at construction, so a saved config names it). GPT-2's
-            ``gelu_tanh`` must be asked for (``from_hf`` does).
+        attention, norm, mlp: each group is given as its dataclass or a mapping of its fields.
+        attention: every attention layer's settings (:class:`AttentionConfig`: causal, window,
+            chunk, soft-cap, scale, sinks, QK-norm, temperature tuning, head_dim, bias, clip_qkv,
+            backend). ``backend="auto"`` is ``sdpa`` on CPU and FlexAttention on CUDA.
+        norm: the norms (:class:`NormConfig`: kind, eps, bias, embed).
+        mlp: the MLP (:class:`MLPConfig`: kind, hidden, activation, bias).
         residual: block layout, one of :data:`RESIDUALS` (``sequential`` pre-norm by default).
-        embed_norm: a norm right after the token embedding (Bloom's ``word_embeddings_layernorm``).
-        attn_scale: softmax scale (``None`` = ``1/sqrt(head_dim)``; MPT's ``softmax_scale``).
-        clip_qkv: clamp the fused q/k/v projection to ``[-clip_qkv, clip_qkv]`` (MPT).
-        attn_head_dim: per-head width (``None`` = ``n_embd // n_head``; Gemma, Qwen3 decouple it).
-        attn_softcap: attention-logit soft-capping ``c * tanh(s / c)`` (Gemma 2: 50); runs in the
-            eager/flex backends (``auto`` picks one; ``sdpa`` is refused).
-        final_softcap: the same on the final logits (Gemma 2: 30).
-        qk_norm: RMSNorm per head on q and k before the rotation (Qwen3, Gemma 3).
-        qk_norm_affine: learned gains on the QK-norms (False: Llama 4's weightless L2 norm).
-        attn_sinks: a learned per-head sink logit in every softmax denominator (gpt-oss).
-        attn_chunk: chunked local attention, ``j // C == i // C`` (Llama 4).
-        attn_temperature: ``[floor_scale, attn_scale]``: Llama 4's attention-temperature tuning.
+        tie_embeddings: share the token embedding with the LM head.
+        lm_head_bias: a bias on the LM head (GPT-J).
         embed_scale: multiply the token embeddings by this (Gemma: ``sqrt(n_embd)``).
+        final_softcap: soft-capping ``c * tanh(s / c)`` of the final logits (Gemma 2: 30).
         layer_pattern: per-layer overrides, a list of dicts with keys from :data:`LAYER_KEYS`
-            (``position``, ``position_config``, ``window``, ``attn_chunk``, ``attn_temperature``,
-            ``qk_norm``); layer
-            ``i`` takes entry ``i % len(layer_pattern)``, so ``[{"window": 4096}, {}]`` is Gemma 2's
-            local/global alternation and a list of ``n_layer`` entries spells out every layer. A
-            per-layer scheme must be one that acts inside attention (no ``embed``).
+            (``position``, ``position_config`` and the attention fields ``window``, ``chunk``,
+            ``temperature_tuning``, ``qk_norm``); layer ``i`` takes entry ``i % len(layer_pattern)``,
+            so ``[{"window": 4096}, {}]`` is Gemma 2's local/global alternation and a list of
+            ``n_layer`` entries spells out every layer. A per-layer scheme must be one that acts
+            inside attention (no ``embed``).
         mla: multi-head latent attention (DeepSeek-V2/V3) instead of MHA: a dict with
             ``kv_lora_rank``, ``q_lora_rank`` (``None`` = full query projection), ``qk_nope_head_dim``,
             ``qk_rope_head_dim``, ``v_head_dim``, optional ``latent_eps`` (see ``poslab.nn.mla``); the scheme's
@@ -127,32 +193,14 @@ class GPTConfig:
     n_kv_head: int | None = None
     position: str = "learned"
     position_config: Any = field(default_factory=dict)
-    norm: str = "layernorm"
-    mlp: str = "gelu"
-    mlp_hidden: int | None = None
-    tie_embeddings: bool = True
-    backend: str = "auto"
-    window: int | None = None
-    causal: bool = True
-    norm_eps: float = 1e-5
-    attn_bias: bool | None = None
-    mlp_bias: bool | None = None
-    norm_bias: bool | None = None
-    lm_head_bias: bool = False
-    activation: str | None = None
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    norm: NormConfig = field(default_factory=NormConfig)
+    mlp: MLPConfig = field(default_factory=MLPConfig)
     residual: str = "sequential"
-    embed_norm: bool = False
-    attn_scale: float | None = None
-    clip_qkv: float | None = None
-    attn_head_dim: int | None = None
-    attn_softcap: float | None = None
-    final_softcap: float | None = None
-    qk_norm: bool = False
-    qk_norm_affine: bool = True
-    attn_sinks: bool = False
-    attn_chunk: int | None = None
-    attn_temperature: list[float] | None = None
+    tie_embeddings: bool = True
+    lm_head_bias: bool = False
     embed_scale: float | None = None
+    final_softcap: float | None = None
     layer_pattern: list[dict[str, Any]] | None = None
     mla: dict[str, Any] | None = None
 
@@ -161,6 +209,16 @@ class GPTConfig:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{key} must be a positive integer, got {value!r}")
+        for key, cls in GROUPS.items():
+            value = getattr(self, key)
+            if isinstance(value, dict):
+                setattr(self, key, _group_from_dict(cls, value, key))
+            elif isinstance(value, str):  # the flat form's kind name (norm="rmsnorm")
+                from poslab.nn.config_migration import flat_key_message
+
+                raise ValueError(flat_key_message(key))
+            elif not isinstance(value, cls):
+                raise TypeError(f"{key} must be a {cls.__name__} or a mapping of its fields, got {value!r}")
         validate_geometry(self.n_embd, self.n_head, self.kv_heads)
         if (
             isinstance(self.dropout, bool)
@@ -168,47 +226,18 @@ class GPTConfig:
             or not 0.0 <= self.dropout < 1.0
         ):
             raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
-        if (
-            isinstance(self.norm_eps, bool)
-            or not isinstance(self.norm_eps, (int, float))
-            or not 0.0 < self.norm_eps < math.inf
-        ):
-            raise ValueError(f"norm_eps must be a positive number (e.g. 1e-5), got {self.norm_eps!r}")
-        if self.norm not in NORMS:
-            raise ValueError(f"norm={self.norm!r} is not allowed; choose one of {list(NORMS)}")
-        if self.mlp not in MLPS:
-            raise ValueError(f"mlp={self.mlp!r} is not allowed; choose one of {list(MLPS)}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend={self.backend!r} is not allowed; choose one of {list(BACKENDS)}")
-        if self.window is not None and (
-            isinstance(self.window, bool) or not isinstance(self.window, int) or self.window <= 0
-        ):
-            raise ValueError(f"window must be a positive integer, got {self.window!r}")
-        if self.mlp_hidden is not None and (
-            isinstance(self.mlp_hidden, bool) or not isinstance(self.mlp_hidden, int) or self.mlp_hidden <= 0
-        ):
-            raise ValueError(f"mlp_hidden must be a positive integer or None, got {self.mlp_hidden!r}")
-        for key in ("bias", "lm_head_bias", "embed_norm"):
+        for key in ("bias", "lm_head_bias", "tie_embeddings"):
             if not isinstance(getattr(self, key), bool):
                 raise TypeError(f"{key} must be a bool, got {getattr(self, key)!r}")
-        for key in ("attn_bias", "mlp_bias", "norm_bias"):
-            if getattr(self, key) is not None and not isinstance(getattr(self, key), bool):
-                raise TypeError(f"{key} must be a bool or None (follow `bias`), got {getattr(self, key)!r}")
-        if self.activation is not None and (not isinstance(self.activation, str) or self.activation not in ACTIVATIONS):
-            raise ValueError(
-                f"activation={self.activation!r} is not allowed; choose one of {list(ACTIVATIONS)} (or None)"
-            )
-        if self.activation is None:
-            self.activation = default_activation(self.mlp)
         if self.residual not in RESIDUALS:
             raise ValueError(f"residual={self.residual!r} is not allowed; choose one of {list(RESIDUALS)}")
-        for key in ("attn_scale", "clip_qkv"):
+        for key in ("final_softcap", "embed_scale"):
             value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-                raise ValueError(f"{key} must be a positive number or None, got {value!r}")
-        check_fp32_factor("attn_scale", self.attn_scale)
-        if not isinstance(self.causal, bool):
-            raise TypeError(f"causal must be a bool (False = bidirectional attention), got {self.causal!r}")
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf
+            ):
+                raise ValueError(f"{key} must be a positive finite number or None, got {value!r}")
+            check_fp32_factor(key, value)
         positions.get(self.position)  # unknown names fail here, listing the known ones
         if dataclasses.is_dataclass(self.position_config):
             self.position_config = dataclasses.asdict(self.position_config)
@@ -216,48 +245,25 @@ class GPTConfig:
             raise TypeError(
                 f"position_config must be a dict or the scheme's dataclass, got {type(self.position_config).__name__}"
             )
+        if self.mla is not None:  # the scheme's head_dim is mla's qk_rope_head_dim: check mla first
+            self._validate_mla()
         # validates keys and values now, with the model's dimensions filled in; the throwaway scheme is
         # built on the meta device: no memory for its tables (however large block_size is) and no
         # draw from the global RNG (a config is rebuilt between training steps, e.g. on checkpoints)
-        if self.mla is not None:  # the scheme's head_dim is mla's qk_rope_head_dim: check mla first
-            from poslab.nn.mla import validate_mla
-
-            self.mla = validate_mla(self.mla)
         with torch.random.fork_rng(devices=[]), torch.device("meta"):
             try:
                 scheme = positions.build_for_model(self.position, self.position_config, self.position_context())
-                scheme.check_layer(self.n_head, self.position_context()["head_dim"], self.causal)
+                scheme.check_layer(self.n_head, self.position_context()["head_dim"], self.attention.causal)
             except (RuntimeError, OverflowError) as err:  # torch refusing a value the scheme did not check
                 message = str(err).splitlines()[0] if str(err) else type(err).__name__
                 raise ValueError(
                     f"position_config {self.position_config!r} is not usable for {self.position!r}: {message}"
                 ) from None
-        self._validate_modern()
+        if self.layer_pattern is not None:
+            self._validate_layer_pattern()
 
-    def _validate_modern(self) -> None:
-        """Checks of the attention-mechanism fields and of ``layer_pattern`` (each names the field)."""
-        from poslab.nn.attention import validate_chunk, validate_head_dim, validate_temperature_tuning
-
-        if self.attn_head_dim is not None:
-            validate_head_dim(self.attn_head_dim)
-        for key in ("attn_softcap", "final_softcap", "embed_scale"):
-            value = getattr(self, key)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf
-            ):
-                raise ValueError(f"{key} must be a positive finite number or None, got {value!r}")
-            check_fp32_factor(key, value)
-        for key in ("qk_norm", "qk_norm_affine", "attn_sinks"):
-            if not isinstance(getattr(self, key), bool):
-                raise TypeError(f"{key} must be a bool, got {getattr(self, key)!r}")
-        validate_chunk(self.attn_chunk, "attn_chunk")
-        validate_temperature_tuning(self.attn_temperature, "attn_temperature")
-        if self.attn_temperature is not None:
-            self.attn_temperature = [float(x) for x in self.attn_temperature]
-        if self.mla is not None:
-            self._validate_mla()
-        if self.layer_pattern is None:
-            return
+    def _validate_layer_pattern(self) -> None:
+        """Each ``layer_pattern`` entry's keys and values (errors name the entry)."""
         if (
             not isinstance(self.layer_pattern, (list, tuple))
             or not self.layer_pattern
@@ -270,15 +276,16 @@ class GPTConfig:
         self.layer_pattern = [dict(entry) if isinstance(entry, dict) else entry for entry in self.layer_pattern]
         for i, entry in enumerate(self.layer_pattern):
             if not isinstance(entry, dict):
-                raise TypeError(f"layer_pattern[{i}] must be a dict of GPTConfig overrides, got {entry!r}")
+                raise TypeError(f"layer_pattern[{i}] must be a dict of layer overrides, got {entry!r}")
             reject_unknown_keys(entry, list(LAYER_KEYS), "layer_pattern key", where=f" in layer_pattern[{i}]")
             if dataclasses.is_dataclass(entry.get("position_config")):
                 entry["position_config"] = dataclasses.asdict(entry["position_config"])
-            values = {key: entry[key] for key in entry}
+            overrides = {key: entry[key] for key in LAYER_ATTENTION_KEYS if key in entry}
+            scheme = {key: entry[key] for key in ("position", "position_config") if key in entry}
             if "position" in entry and "position_config" not in entry:
-                values["position_config"] = {}  # another scheme than the global one starts from its defaults
+                scheme["position_config"] = {}  # another scheme than the global one starts from its defaults
             try:  # the same checks as the global fields, with this entry's values in place
-                dataclasses.replace(self, layer_pattern=None, **values)
+                dataclasses.replace(self, layer_pattern=None, attention=self.attention.with_(**overrides), **scheme)
             except (ValueError, TypeError) as err:
                 raise type(err)(f"layer_pattern[{i}]: {err}") from None
             if "position" in entry or "position_config" in entry:
@@ -290,21 +297,14 @@ class GPTConfig:
                     )
 
     def _validate_mla(self) -> None:
-        from poslab.nn.mla import validate_mla
+        """MLA's dimensions, and no setting MLA does not compute (it declares them in ``UNSUPPORTED``)."""
+        from poslab.nn.mla import MultiHeadLatentAttention, validate_mla
 
         self.mla = validate_mla(self.mla)
         clash = [
-            key
-            for key in (
-                "attn_softcap",
-                "qk_norm",
-                "attn_sinks",
-                "attn_chunk",
-                "attn_temperature",
-                "clip_qkv",
-                "attn_head_dim",
-            )
-            if getattr(self, key) not in (None, False)
+            f"attention.{key}"
+            for key in MultiHeadLatentAttention.UNSUPPORTED
+            if getattr(self.attention, key) not in (None, False)
         ]
         if self.n_kv_head not in (None, self.n_head):
             clash.append("n_kv_head")
@@ -324,11 +324,21 @@ class GPTConfig:
         return self.layer_pattern[i % len(self.layer_pattern)]
 
     def layer_value(self, i: int, key: str) -> Any:
-        """Field ``key`` as layer ``i`` sees it: its ``layer_pattern`` override, else the global value."""
+        """Key ``key`` of :data:`LAYER_KEYS` as layer ``i`` sees it: its ``layer_pattern`` override, else
+        the model's value (``position``/``position_config`` of the config, the others of ``attention``)."""
         entry = self.layer(i)
         if key == "position_config" and "position" in entry and "position_config" not in entry:
             return {}  # another scheme than the global one starts from its defaults
-        return entry.get(key, getattr(self, key))
+        if key in entry:
+            return entry[key]
+        return getattr(self, key) if key in ("position", "position_config") else getattr(self.attention, key)
+
+    def layer_attention(self, i: int) -> AttentionConfig:
+        """Layer ``i``'s :class:`AttentionConfig`: ``attention`` with the layer's overrides and the
+        model's dropout, norm epsilon and bias filled in where it leaves them ``None``."""
+        overrides = {key: self.layer(i)[key] for key in LAYER_ATTENTION_KEYS if key in self.layer(i)}
+        attention = self.attention.with_(**overrides) if overrides else self.attention
+        return attention.resolved(dropout=self.dropout, qk_norm_eps=self.norm.eps, bias=self.bias_of("attn"))
 
     @property
     def kv_heads(self) -> int:
@@ -337,17 +347,14 @@ class GPTConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.attn_head_dim if self.attn_head_dim is not None else self.n_embd // self.n_head
-
-    @property
-    def mlp_activation(self) -> str:
-        """``activation`` or the MLP kind's default (``gelu_tanh`` for gelu, ``silu`` for swiglu)."""
-        return self.activation if self.activation is not None else default_activation(self.mlp)
+        """``attention.head_dim`` or ``n_embd // n_head``."""
+        return self.attention.head_dim if self.attention.head_dim is not None else self.n_embd // self.n_head
 
     def bias_of(self, part: str) -> bool:
-        """Whether ``part`` (``"attn"``, ``"mlp"`` or ``"norm"``) has biases: its flag, else ``bias``."""
-        flag = getattr(self, f"{part}_bias")
-        return self.bias if flag is None else flag
+        """Whether ``part`` (``"attention"``/``"attn"``, ``"mlp"`` or ``"norm"``) has biases: its group's
+        ``bias``, else the model's ``bias``."""
+        group = {"attn": self.attention, "attention": self.attention, "mlp": self.mlp, "norm": self.norm}[part]
+        return self.bias if group.bias is None else group.bias
 
     def max_positions(self) -> int | None:
         """The position scheme's table size (``None``: unbounded), from the scheme built on the meta device."""
@@ -363,14 +370,40 @@ class GPTConfig:
             "n_layer": self.n_layer,  # per-layer scheme parameters (Transformer-XL's W_R)
             "max_len": self.block_size,
             "original_max_len": self.block_size,  # the context the positions are trained at (RoPE scalings, log-n)
-            "bidirectional": not self.causal,
+            "bidirectional": not self.attention.causal,
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain JSON-ready values; each group is a nested mapping."""
+        out = dataclasses.asdict(self)
+        out["attention"] = self.attention.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> GPTConfig:
-        """Build from a dict; unknown keys raise ``ValueError`` suggesting the close key."""
+        """Build from a dict (each group a nested mapping); unknown keys raise ``ValueError`` suggesting
+        the close key. A saved config in the flat form is read by
+        :func:`poslab.nn.config_migration.migrate_model_config` first."""
+        from poslab.nn.config_migration import check_not_flat
+
+        check_not_flat(values)
         reject_unknown_keys(values, [f.name for f in dataclasses.fields(cls)], "GPTConfig key")
-        return cls(**values)
+        built = dict(values)
+        for key, group in GROUPS.items():
+            if key in built and isinstance(built[key], dict):
+                built[key] = _group_from_dict(group, built[key], key)
+        return cls(**built)
+
+
+def _group_from_dict(group: type, values: dict[str, Any], key: str) -> Any:
+    """Group ``key`` built from a mapping; its errors name the field as ``key.FIELD``."""
+    if group is not AttentionConfig:
+        reject_unknown_keys(values, [f.name for f in dataclasses.fields(group)], f"{key} key", prefix=f"{key}.")
+        return group(**values)
+    try:
+        return AttentionConfig.from_dict(values, prefix=f"{key}.")
+    except (ValueError, TypeError) as err:
+        message = str(err)
+        if message.startswith(tuple(f.name for f in dataclasses.fields(AttentionConfig))):
+            message = f"{key}.{message}"
+        raise type(err)(message) from None

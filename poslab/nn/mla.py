@@ -146,9 +146,9 @@ class MultiHeadLatentAttention(nn.Module):
         d_model, n_heads: width and heads.
         attention: the layer's :class:`~poslab.nn.attention.AttentionConfig`, as for
             :class:`~poslab.nn.attention.MultiHeadAttention`; MLA refuses a config that switches on
-            a mechanism in :attr:`UNSUPPORTED`.
+            a mechanism in :attr:`UNSUPPORTED`. Its ``bias`` (on ``q_a``/``kv_a`` and the output
+            projection, DeepSeek's ``attention_bias``) is off unless set.
         position: the rotary (or no) position scheme.
-        bias: on ``q_a``/``kv_a`` and the output projection, as DeepSeek's ``attention_bias``.
         absorb: decode single tokens with the absorbed projections (equal to the naive path).
         dims: the MLA dimensions ``kv_lora_rank``, ``q_lora_rank`` (``None``: one full query
             projection), ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim`` and ``latent_eps``
@@ -156,7 +156,7 @@ class MultiHeadLatentAttention(nn.Module):
     """
 
     #: the :class:`AttentionConfig` mechanisms MLA does not compute (each must be off: ``None``/``False``)
-    UNSUPPORTED = ("chunk", "softcap", "sinks", "qk_norm", "temperature_tuning")
+    UNSUPPORTED = ("chunk", "softcap", "sinks", "qk_norm", "temperature_tuning", "head_dim", "clip_qkv")
 
     causal = ConfigAttribute()
     window = ConfigAttribute()
@@ -170,13 +170,13 @@ class MultiHeadLatentAttention(nn.Module):
         attention: AttentionConfig = DEFAULT_CONFIG,
         position: PositionScheme | None = None,
         *,
-        bias: bool = False,
         absorb: bool = False,
         **dims: Any,
     ) -> None:
         super().__init__()
         dims = validate_mla(dims)
-        require_config(attention)
+        attention = require_config(attention).resolved(bias=False)  # DeepSeek's attention_bias default
+        bias = attention.bias
         for name in self.UNSUPPORTED:
             if getattr(attention, name) not in (None, False):
                 raise ValueError(
@@ -282,7 +282,7 @@ class MultiHeadLatentAttention(nn.Module):
                 attn_mask=attn_mask,
                 options=AttendOptions(
                     backend=backend or self.backend,
-                    dropout=self.dropout if self.training else 0.0,
+                    dropout=(self.dropout or 0.0) if self.training else 0.0,
                     need_weights=need_weights,
                     query_chunk=self.attention.query_chunk,
                     recompute_threshold=self.attention.recompute_threshold,

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.nn import positions
-from poslab.nn.attention import AttentionConfig, KVCache, MultiHeadAttention
+from poslab.nn.attention import KVCache, MultiHeadAttention
+from poslab.nn.attention.module import ClippedLinear  # noqa: F401  (re-exported)
 from poslab.nn.gpt_config import (  # noqa: F401  (the config's public names, re-exported)
     ACTIVATIONS,
     LAYER_KEYS,
@@ -29,6 +30,8 @@ from poslab.nn.gpt_config import (  # noqa: F401  (the config's public names, re
     NORMS,
     RESIDUALS,
     GPTConfig,
+    MLPConfig,
+    NormConfig,
     check_fp32_factor,
     default_activation,
 )
@@ -72,23 +75,6 @@ class MLP(nn.Module):
         return self.drop(self.down(hidden))
 
 
-class ClippedLinear(nn.Linear):
-    """``nn.Linear`` whose output is clamped to ``[-clip, clip]`` (MPT's ``clip_qkv``, Mosaic 2023).
-
-    Same parameters and state-dict keys as the ``nn.Linear`` it replaces.
-    """
-
-    def __init__(self, in_features: int, out_features: int, bias: bool, clip: float) -> None:
-        super().__init__(in_features, out_features, bias=bias)
-        self.clip = float(clip)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return super().forward(x).clamp(min=-self.clip, max=self.clip)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, clip={self.clip}"
-
-
 def make_norm(kind: str, n_embd: int, bias: bool, eps: float) -> nn.Module:
     if kind == "rmsnorm":
         return nn.RMSNorm(n_embd, eps=eps)
@@ -109,31 +95,23 @@ class Block(nn.Module):
 
     def __init__(self, cfg: GPTConfig, layer: int = 0) -> None:
         super().__init__()
-        hidden = cfg.mlp_hidden or (4 * cfg.n_embd if cfg.mlp == "gelu" else 8 * math.ceil(8 * cfg.n_embd / 3 / 8))
-        norm_bias = cfg.bias_of("norm")
+        norm, norm_bias = cfg.norm, cfg.bias_of("norm")
         self.residual = cfg.residual
-        self.norm1 = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
+        self.norm1 = make_norm(norm.kind, cfg.n_embd, norm_bias, norm.eps)
         if cfg.mla is not None:
             self.attn = latent_attention(cfg, layer)
         else:
-            self.attn = MultiHeadAttention(
-                cfg.n_embd,
-                cfg.n_head,
-                cfg.kv_heads,
-                attention_config(cfg, layer),
-                bias=cfg.bias_of("attn"),
-                head_dim=cfg.attn_head_dim,
-            )
-        if cfg.clip_qkv is not None:
-            fused = self.attn.qkv
-            self.attn.qkv = ClippedLinear(fused.in_features, fused.out_features, fused.bias is not None, cfg.clip_qkv)
+            self.attn = MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.kv_heads, cfg.layer_attention(layer))
         if cfg.residual != "parallel_shared_norm":
-            self.norm2 = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
-        self.mlp = MLP(cfg.n_embd, hidden, cfg.mlp, cfg.bias_of("mlp"), cfg.dropout, cfg.mlp_activation)
+            self.norm2 = make_norm(norm.kind, cfg.n_embd, norm_bias, norm.eps)
+        mlp = cfg.mlp
+        self.mlp = MLP(
+            cfg.n_embd, mlp.hidden_width(cfg.n_embd), mlp.kind, cfg.bias_of("mlp"), cfg.dropout, mlp.activation
+        )
         self.resid_drop = nn.Dropout(cfg.dropout)
         if cfg.residual == "sandwich":
-            self.post_attn_norm = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
-            self.post_mlp_norm = make_norm(cfg.norm, cfg.n_embd, norm_bias, cfg.norm_eps)
+            self.post_attn_norm = make_norm(norm.kind, cfg.n_embd, norm_bias, norm.eps)
+            self.post_mlp_norm = make_norm(norm.kind, cfg.n_embd, norm_bias, norm.eps)
 
     def forward(
         self,
@@ -161,33 +139,11 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-def attention_config(cfg: GPTConfig, layer: int) -> AttentionConfig:
-    """Layer ``layer``'s :class:`AttentionConfig` (its ``layer_pattern`` overrides applied): the one
-    place where GPTConfig's flat field names meet the attention layer's."""
-    temperature = cfg.layer_value(layer, "attn_temperature")
-    return AttentionConfig(
-        causal=cfg.causal,
-        window=cfg.layer_value(layer, "window"),
-        chunk=cfg.layer_value(layer, "attn_chunk"),
-        softcap=cfg.attn_softcap,
-        scale=cfg.attn_scale,
-        sinks=cfg.attn_sinks,
-        dropout=cfg.dropout,
-        qk_norm=cfg.layer_value(layer, "qk_norm"),
-        qk_norm_eps=cfg.norm_eps,
-        qk_norm_affine=cfg.qk_norm_affine,
-        temperature_tuning=tuple(temperature) if temperature is not None else None,
-        backend=cfg.backend,
-    )
-
-
 def latent_attention(cfg: GPTConfig, layer: int) -> nn.Module:
     """Layer ``layer``'s :class:`~poslab.nn.mla.MultiHeadLatentAttention` (``cfg.mla`` set)."""
     from poslab.nn.mla import MultiHeadLatentAttention
 
-    return MultiHeadLatentAttention(
-        cfg.n_embd, cfg.n_head, attention_config(cfg, layer), bias=cfg.bias_of("attn"), **cfg.mla
-    )
+    return MultiHeadLatentAttention(cfg.n_embd, cfg.n_head, cfg.layer_attention(layer), **cfg.mla)
 
 
 def build_layer_positions(cfg: GPTConfig) -> nn.ModuleDict:
@@ -212,15 +168,15 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
-        if config.embed_norm:
-            self.embed_norm = make_norm(config.norm, config.n_embd, config.bias_of("norm"), config.norm_eps)
+        if config.norm.embed:
+            self.embed_norm = make_norm(config.norm.kind, config.n_embd, config.bias_of("norm"), config.norm.eps)
         self.position = positions.build_for_model(config.position, config.position_config, config.position_context())
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
         self.layer_positions = build_layer_positions(config)
         for i, block in enumerate(self.blocks):
             block.attn.fit(self.layer_position(i))  # the layer's scheme takes the layer's geometry
-        self.norm_f = make_norm(config.norm, config.n_embd, config.bias_of("norm"), config.norm_eps)
+        self.norm_f = make_norm(config.norm.kind, config.n_embd, config.bias_of("norm"), config.norm.eps)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.lm_head_bias)
         if config.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
@@ -324,10 +280,10 @@ class GPT(nn.Module):
                 if cfg.mla is not None
                 else "layer_pattern"
                 if cfg.layer_pattern is not None
-                else "window"
-                if cfg.window is not None
-                else "attn_chunk"
-                if cfg.attn_chunk is not None
+                else "attention.window"
+                if cfg.attention.window is not None
+                else "attention.chunk"
+                if cfg.attention.chunk is not None
                 else None
             )
             if reason is not None:
@@ -350,9 +306,9 @@ class GPT(nn.Module):
             ]
         if cfg.layer_pattern is not None:
             return self._make_layer_caches(batch_size, capacity, dtype, device)
-        if cfg.window is not None:  # rolling: only the last `window` keys are ever attended
+        if cfg.attention.window is not None:  # rolling: only the last `window` keys are ever attended
             return [
-                KVCache(batch_size, cfg.kv_heads, cfg.head_dim, cfg.window, dtype, device, rolling=True)
+                KVCache(batch_size, cfg.kv_heads, cfg.head_dim, cfg.attention.window, dtype, device, rolling=True)
                 for _ in self.blocks
             ]
         capacity = capacity or cfg.block_size
@@ -466,7 +422,7 @@ class GPT(nn.Module):
         x = self.tok_emb(idx)  # [B, T, d]
         if self.config.embed_scale is not None:
             x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)  # Gemma: sqrt(d) rounded to the dtype
-        if self.config.embed_norm:
+        if self.config.norm.embed:
             x = self.embed_norm(x)  # [B, T, d]
         x = self.drop(self.position.embed(x, pos))  # [B, T, d]
         inputs: list[Tensor] = []  # each layer's input, for the segment memory

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from poslab.nn.attention.cache import KVCache
 from poslab.nn.attention.config import AttendOptions, AttentionConfig, require_config
 from poslab.nn.attention.core import attend
-from poslab.nn.attention.inputs import validate_geometry, validate_head_dim
+from poslab.nn.attention.inputs import validate_geometry
 from poslab.nn.attention.rotation import rotate_with_cache
 from poslab.nn.attention.spec import AttentionSpec, BiasFn, LazyScoreMod
 from poslab.nn.positions.base import PositionScheme
@@ -53,6 +53,23 @@ class MergeHeads(nn.Module):
         return x.transpose(1, 2).reshape(B, T, h * dk)  # [B, h, T, d_k] -> [B, T, h, d_k] -> [B, T, d]
 
 
+class ClippedLinear(nn.Linear):
+    """``nn.Linear`` whose output is clamped to ``[-clip, clip]`` (MPT's ``clip_qkv``, Mosaic 2023).
+
+    Same parameters and state-dict keys as the ``nn.Linear`` it replaces.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, clip: float) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        self.clip = float(clip)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x).clamp(min=-self.clip, max=self.clip)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, clip={self.clip}"
+
+
 class ConfigAttribute:
     """A layer attribute that reads one field of the layer's :class:`AttentionConfig`; assigning it
     replaces the config with a copy (validated again), so the config stays the one record."""
@@ -78,13 +95,11 @@ class MultiHeadAttention(nn.Module):
         n_kv_heads: key/value heads (``None`` = ``n_heads``; 1 = MQA); must divide ``n_heads``.
         attention: the attention settings (:class:`~poslab.nn.attention.config.AttentionConfig`:
             causal, window, chunk, soft-cap, scale, sinks, dropout, QK-norm, temperature tuning,
-            backend, blocking thresholds), validated when it is made. The layer exposes each field as
+            head width, biases, ``clip_qkv``, backend, blocking thresholds), validated when it is
+            made. The layer exposes each field as
             an attribute (``layer.window``); assigning one replaces ``layer.attention`` with a copy.
         position: the position scheme whose ``rotate`` / ``score_bias`` hooks run here (optional;
             a model sharing one scheme across layers passes it to :meth:`forward` instead).
-        bias: biases on the qkv and output projections.
-        head_dim: per-head width ``d_k`` (default ``d_model // n_heads``; Gemma and Qwen3 decouple it:
-            the projections are then ``d -> h*d_k`` and ``h*d_k -> d``).
     """
 
     causal = ConfigAttribute()
@@ -105,17 +120,18 @@ class MultiHeadAttention(nn.Module):
         n_kv_heads: int | None = None,
         attention: AttentionConfig = DEFAULT_CONFIG,
         position: PositionScheme | None = None,
-        *,
-        bias: bool = True,
-        head_dim: int | None = None,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         validate_geometry(d_model, n_heads, n_kv_heads)
-        require_config(attention)
+        bias = require_config(attention).resolved().bias  # None: a bare layer has biases
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.head_dim = d_model // n_heads if head_dim is None else validate_head_dim(head_dim)
-        self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)  # fused
+        self.head_dim = d_model // n_heads if attention.head_dim is None else attention.head_dim
+        qkv_width = (n_heads + 2 * n_kv_heads) * self.head_dim
+        if attention.clip_qkv is not None:
+            self.qkv = ClippedLinear(d_model, qkv_width, bias, attention.clip_qkv)  # fused, clamped
+        else:
+            self.qkv = nn.Linear(d_model, qkv_width, bias=bias)  # fused
         self.proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
         self.split_q = SplitHeads(n_heads)
         self.split_kv = SplitHeads(n_kv_heads)
@@ -126,7 +142,7 @@ class MultiHeadAttention(nn.Module):
             self.fit(position)
         self.position = position
         if attention.qk_norm:
-            eps, affine = float(attention.qk_norm_eps), attention.qk_norm_affine
+            eps, affine = float(attention.resolved().qk_norm_eps), attention.qk_norm_affine
             self.q_norm = nn.RMSNorm(self.head_dim, eps=eps, elementwise_affine=affine)
             self.k_norm = nn.RMSNorm(self.head_dim, eps=eps, elementwise_affine=affine)
         self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if attention.sinks else None
@@ -144,7 +160,7 @@ class MultiHeadAttention(nn.Module):
         self._options = {
             (training, increasing): AttendOptions(
                 backend=config.backend,
-                dropout=config.dropout if training else 0.0,
+                dropout=(config.dropout or 0.0) if training else 0.0,
                 query_chunk=config.query_chunk,
                 recompute_threshold=config.recompute_threshold,
                 probe=self.scores_probe,
