@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.nn import positions
-from poslab.nn.attention import KVCache, MultiHeadAttention
+from poslab.nn.attention import KVCache, MultiHeadAttention, SegmentInputs
 from poslab.nn.attention.module import ClippedLinear  # noqa: F401  (re-exported)
 from poslab.nn.gpt_config import (  # noqa: F401  (the config's public names, re-exported)
     ACTIVATIONS,
@@ -118,15 +118,14 @@ class Block(nn.Module):
         x: Tensor,
         pos: Tensor,
         position: PositionScheme,
-        cache: KVCache | None = None,
-        memory: Tensor | None = None,
-        memory_pos: Tensor | None = None,
+        cache: KVCache | SegmentInputs | None = None,
         **attn_kwargs: Any,
     ) -> Tensor:
-        """``x [B, T, d]`` -> ``[B, T, d]``; ``memory [B, M, d]`` (this block's earlier inputs) is normed like ``x``."""
+        """``x [B, T, d]`` -> ``[B, T, d]``; a :class:`SegmentInputs` cache (this block's earlier inputs
+        ``[B, M, d]``) is normed like ``x``."""
         h = self.norm1(x)
-        if memory is not None:
-            attn_kwargs = {**attn_kwargs, "memory": self.norm1(memory), "memory_pos": memory_pos}
+        if isinstance(cache, SegmentInputs):
+            cache = SegmentInputs(self.norm1(cache.inputs), cache.pos)
         attn_out = self.resid_drop(self.attn(h, pos, position=position, cache=cache, **attn_kwargs))
         if self.residual == "parallel_shared_norm":
             return x + attn_out + self.mlp(h)
@@ -431,9 +430,8 @@ class GPT(nn.Module):
             if memory is not None:
                 inputs.append(x)
                 mem, mem_pos = memory.layer(i)
-                x = block(x, pos, self.layer_position(i), layer_cache, mem, mem_pos, **attn_kwargs)
-            else:
-                x = block(x, pos, self.layer_position(i), layer_cache, **attn_kwargs)
+                layer_cache = SegmentInputs(mem, mem_pos) if mem is not None else None  # None: nothing yet
+            x = block(x, pos, self.layer_position(i), layer_cache, **attn_kwargs)
         if memory is not None:
             memory.update(inputs, pos)
         logits = self.lm_head(self.norm_f(x))  # [B, T, V]

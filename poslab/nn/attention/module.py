@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.nn.attention.cache import KVCache
+from poslab.nn.attention.cache import KVCache, SegmentInputs
 from poslab.nn.attention.config import AttendOptions, AttentionConfig, require_config
 from poslab.nn.attention.core import attend
 from poslab.nn.attention.inputs import validate_geometry
@@ -216,13 +216,11 @@ class MultiHeadAttention(nn.Module):
         *,
         position: PositionScheme | None = None,
         attn_mask: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | SegmentInputs | None = None,
         need_weights: bool = False,
         backend: str | None = None,
         head_mask: Tensor | None = None,
         pos_increasing: bool | None = None,
-        memory: Tensor | None = None,
-        memory_pos: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend.
 
@@ -231,19 +229,16 @@ class MultiHeadAttention(nn.Module):
             pos: positions of the ``T`` tokens ``[T]`` (default ``cache.length + arange(T)``).
             position: scheme overriding ``self.position`` (how a model shares one scheme).
             attn_mask: ``[Tq, Tk]`` or ``[B|1, h|1, Tq, Tk]``; bool (True = attend) or float (added).
-            cache: KV cache to read and extend (``Tk`` = cached + new tokens).
+            cache: what the layer attends besides ``x``: a :class:`KVCache` to read and extend
+                (``Tk`` = cached + new tokens), or Transformer-XL segment memory
+                (:class:`SegmentInputs`: the previous segment's inputs to this layer and their
+                positions, keyed with the current ``qkv`` weights and placed before the segment's keys).
             need_weights: also return the attention weights ``[B, h, Tq, Tk]`` (eager backend).
             backend: per-call backend override.
             head_mask: ``[h]`` multiplier of each head's output before the output projection
                 (Michel et al. 2019, https://arxiv.org/abs/1905.10650: 0 prunes a head; the gradient
                 at 1 is the head-importance proxy).
             pos_increasing: ``pos`` is known strictly increasing (``None`` = check it; see :func:`attend`).
-            memory: Transformer-XL segment memory (Dai et al. 2019): the previous segment's inputs to
-                this layer ``[B, M, d]`` (already normed, detached by the caller). Their keys and
-                values come from the current ``qkv`` weights and are placed before the segment's
-                (``k_pos = cat(memory_pos, pos)``); the causal mask by positions does the rest.
-                Not with ``cache``.
-            memory_pos: positions of the memory ``[M]`` (int64, before ``pos``).
 
         Returns:
             ``[B, T, d]`` (and the weights when ``need_weights``).
@@ -256,6 +251,10 @@ class MultiHeadAttention(nn.Module):
         scheme = position if position is not None else self.position
         if scheme is not None and not torch.compiler.is_compiling():  # checked eagerly, once per scheme and layer kind
             self.fit(scheme)
+        memory = cache if isinstance(cache, SegmentInputs) else None
+        if memory is not None:
+            memory.check(x)
+            cache = None
         if pos is None:
             start = cache.length if cache is not None else 0
             pos = torch.arange(start, start + T, device=x.device)
@@ -263,8 +262,6 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"pos must have shape [{T}] (one position per token), got {list(getattr(pos, 'shape', []))}"
             )
-        if memory is not None or memory_pos is not None:
-            self._check_memory(x, memory, memory_pos, cache)
         if x.dtype != self.qkv.weight.dtype and not torch.is_autocast_enabled(x.device.type):
             raise TypeError(
                 f"attention input is {x.dtype} but the layer's weights are {self.qkv.weight.dtype}; "
@@ -272,7 +269,9 @@ class MultiHeadAttention(nn.Module):
             )
         window = self.effective_window()
         if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+            raise TypeError(
+                f"cache must be a KVCache, got {type(cache).__name__} (segment memory is passed as SegmentInputs)"
+            )
         # a segment-memory ring (Transformer-XL) is the context itself: it needs no window
         if cache is not None and cache.rolling and not cache.memory and (window is None or window > cache.capacity):
             raise ValueError(
@@ -292,9 +291,9 @@ class MultiHeadAttention(nn.Module):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)  # RMSNorm over d_k, per head
         if memory is not None:
-            k_mem, v_mem = self._memory_kv(memory)  # [B, hkv, M, dk] x2
+            k_mem, v_mem = self._memory_kv(memory.inputs)  # [B, hkv, M, dk] x2
             k, v = torch.cat((k_mem, k), dim=2), torch.cat((v_mem, v), dim=2)  # [B, hkv, M+T, dk]
-            k_pos = torch.cat((memory_pos.to(pos.device), pos))  # [M+T]
+            k_pos = torch.cat((memory.pos.to(pos.device), pos))  # [M+T]
         update = None
         # a cache that assigns positions by place (StreamingLLM, poslab/nn/streaming.py) stores keys unrotated
         replaced = cache is not None and cache.reassigns_positions
@@ -339,32 +338,6 @@ class MultiHeadAttention(nn.Module):
             )  # [B, h, T, dk] * [1, h, 1, 1]
         out = self.proj(self.merge(out))  # [B, h, T, dk] -> [B, T, d] -> [B, T, d]
         return (out, weights) if need_weights else out
-
-    def _check_memory(self, x: Tensor, memory: Tensor | None, memory_pos: Tensor | None, cache: KVCache | None) -> None:
-        """``ValueError`` unless ``memory [B, M, d]`` and ``memory_pos [M]`` fit ``x`` and no cache is given."""
-        if cache is not None:
-            raise ValueError(
-                "segment memory and a KV cache cannot be combined: the cache already holds the past "
-                "(use GPT.make_cache(B, memory=M) for the cached form of the memory)"
-            )
-        if memory is None or memory_pos is None:
-            raise ValueError("segment memory needs both memory [B, M, d] and memory_pos [M]")
-        B, _, d = x.shape
-        if not isinstance(memory, Tensor) or memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != d:
-            raise ValueError(
-                f"memory must be [{B}, M, {d}] (the batch and width of x), got {list(getattr(memory, 'shape', []))}"
-            )
-        if memory.dtype != x.dtype or memory.device != x.device:
-            raise ValueError(f"memory is {memory.dtype} on {memory.device} but x is {x.dtype} on {x.device}")
-        if (
-            not isinstance(memory_pos, Tensor)
-            or memory_pos.shape != (memory.shape[1],)
-            or memory_pos.is_floating_point()
-        ):
-            raise ValueError(
-                f"memory_pos must be an integer tensor of shape [{memory.shape[1]}] (one position per memory "
-                f"entry), got {getattr(memory_pos, 'dtype', None)} {list(getattr(memory_pos, 'shape', []))}"
-            )
 
     def _memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values ``[B, h_kv, M, d_k]`` of memory ``[B, M, d]`` under the current weights (before
