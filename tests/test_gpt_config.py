@@ -96,7 +96,9 @@ def test_gptconfig_has_at_most_twenty_top_level_fields() -> None:
 
 def test_a_flat_saved_config_builds_the_identical_model() -> None:
     """Every flat key lands in its group with its value: the same config, parameters and logits."""
-    migrated = GPTConfig.from_dict(migrate_model_config(json.loads(json.dumps(FLAT))))
+    saved = migrate_model_config(json.loads(json.dumps(FLAT)))
+    assert saved == GROUPED.to_dict()  # the mapping itself: a lab reuses a finished run whose config equals it
+    migrated = GPTConfig.from_dict(saved)
     assert migrated == GROUPED
     torch.manual_seed(0)
     ours = GPT(migrated).eval()

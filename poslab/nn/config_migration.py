@@ -10,6 +10,7 @@ grouped names only: :func:`check_not_flat` names the new key of a flat one.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 #: flat ``GPTConfig`` key -> its grouped place ``GROUP.FIELD``
@@ -80,8 +81,12 @@ def migrate_model_config(values: dict[str, Any]) -> dict[str, Any]:
     """A saved model config mapping in the grouped form (a grouped one is returned unchanged).
 
     Each flat key moves to its group under its new name (:data:`FLAT_KEYS`), each flat
-    ``layer_pattern`` key is renamed (:data:`FLAT_LAYER_KEYS`); nothing is dropped or re-valued.
+    ``layer_pattern`` key is renamed (:data:`FLAT_LAYER_KEYS`); nothing is dropped or re-valued. A
+    group field the flat form did not have (``attention.qk_norm_eps``, ...) takes its default, which
+    is what the flat form did.
     """
+    from poslab.nn.gpt_config import GROUPS
+
     flat = flat_keys(values)
     pattern = values.get("layer_pattern")
     renamed_layers = isinstance(pattern, list) and any(
@@ -96,6 +101,10 @@ def migrate_model_config(values: dict[str, Any]) -> dict[str, Any]:
         section = dict(section) if isinstance(section, dict) else {}
         section[name] = values[key]
         out[group] = section
+    for group, cls in GROUPS.items():  # the fields the flat form had no key for take their defaults,
+        if isinstance(out.get(group), dict):  # so the mapping equals what the grouped config writes
+            defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+            out[group] = {**defaults, **out[group]}
     if renamed_layers:
         out["layer_pattern"] = [
             {FLAT_LAYER_KEYS.get(k, k): v for k, v in entry.items()} if isinstance(entry, dict) else entry
