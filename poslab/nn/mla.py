@@ -191,6 +191,7 @@ class MultiHeadLatentAttention(nn.Module):
         self.head_dim = self.dn + self.dr
         self.q_lora_rank = dims["q_lora_rank"]
         self.absorb = absorb
+        self.head_mask: Tensor | None = None  # [h] factors of the heads' outputs (head-importance analyses)
         self.scale = attention.scale if attention.scale is not None else 1.0 / math.sqrt(self.head_dim)
         self.position = position
         if self.q_lora_rank is None:
@@ -225,13 +226,15 @@ class MultiHeadLatentAttention(nn.Module):
         cache: LatentKVCache | None = None,
         need_weights: bool = False,
         backend: str | None = None,
-        head_mask: Tensor | None = None,
         pos_increasing: bool | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """``x [B, T, d]`` -> ``[B, T, d]`` (and the weights ``[B, h, Tq, Tk]`` when ``need_weights``).
 
         ``pos_increasing``: ``pos`` is known strictly increasing (``None`` = check it; see :func:`attend`).
+        :attr:`head_mask` (``[h]``, set by :func:`poslab.analysis.heads.masked_heads`) multiplies each
+        head's output, as in :class:`~poslab.nn.attention.MultiHeadAttention`.
         """
+        head_mask = self.head_mask
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"attention input must be [B, T, {self.d_model}], got {list(x.shape)}")
         if cache is not None and not isinstance(cache, LatentKVCache):

@@ -137,6 +137,10 @@ class MultiHeadAttention(nn.Module):
         self.split_kv = SplitHeads(n_kv_heads)
         self.merge = MergeHeads()
         self.scores_probe = nn.Identity()  # sees [B, h, Tq, Tk] weights in the eager backend
+        # [h] multiplier of each head's output before the output projection (Michel et al. 2019,
+        # https://arxiv.org/abs/1905.10650: 0 prunes a head; the gradient at 1 is the head-importance
+        # proxy); poslab.analysis.heads.masked_heads sets it for the duration of a block
+        self.head_mask: Tensor | None = None
         self.attention = attention
         if position is not None:
             self.fit(position)
@@ -219,7 +223,6 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | SegmentInputs | None = None,
         need_weights: bool = False,
         backend: str | None = None,
-        head_mask: Tensor | None = None,
         pos_increasing: bool | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend.
@@ -235,9 +238,6 @@ class MultiHeadAttention(nn.Module):
                 positions, keyed with the current ``qkv`` weights and placed before the segment's keys).
             need_weights: also return the attention weights ``[B, h, Tq, Tk]`` (eager backend).
             backend: per-call backend override.
-            head_mask: ``[h]`` multiplier of each head's output before the output projection
-                (Michel et al. 2019, https://arxiv.org/abs/1905.10650: 0 prunes a head; the gradient
-                at 1 is the head-importance proxy).
             pos_increasing: ``pos`` is known strictly increasing (``None`` = check it; see :func:`attend`).
 
         Returns:
@@ -327,6 +327,7 @@ class MultiHeadAttention(nn.Module):
             attn_mask=attn_mask,
             options=self.options(backend, need_weights, pos_increasing if q_pos is pos else None),
         )
+        head_mask = self.head_mask
         if head_mask is not None:
             if not isinstance(head_mask, Tensor) or head_mask.shape != (h,):
                 raise ValueError(
