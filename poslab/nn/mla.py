@@ -226,11 +226,11 @@ class MultiHeadLatentAttention(nn.Module):
         cache: LatentKVCache | None = None,
         need_weights: bool = False,
         backend: str | None = None,
-        pos_increasing: bool | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """``x [B, T, d]`` -> ``[B, T, d]`` (and the weights ``[B, h, Tq, Tk]`` when ``need_weights``).
 
-        ``pos_increasing``: ``pos`` is known strictly increasing (``None`` = check it; see :func:`attend`).
+        ``pos=None`` is ``cache.length + arange(T)``, known increasing without a cache (see
+        :class:`~poslab.nn.attention.MultiHeadAttention`).
         :attr:`head_mask` (``[h]``, set by :func:`poslab.analysis.heads.masked_heads`) multiplies each
         head's output, as in :class:`~poslab.nn.attention.MultiHeadAttention`.
         """
@@ -241,9 +241,11 @@ class MultiHeadLatentAttention(nn.Module):
             raise TypeError(f"multi-head latent attention needs a LatentKVCache, got {type(cache).__name__}")
         B, T, _ = x.shape
         scheme = position if position is not None else self.position
+        increasing = None
         if pos is None:
             start = cache.length if cache is not None else 0
             pos = torch.arange(start, start + T, device=x.device)
+            increasing = True if cache is None else None
         q_nope, q_rot = self._queries(x)
         latent, k_rot = self.kv_a(x).split((self.r, self.dr), dim=-1)  # [B, T, r], [B, T, dr]
         latent = self.kv_a_norm(latent)
@@ -290,7 +292,7 @@ class MultiHeadLatentAttention(nn.Module):
                     query_chunk=self.attention.query_chunk,
                     recompute_threshold=self.attention.recompute_threshold,
                     probe=self.scores_probe,
-                    increasing=pos_increasing,
+                    increasing=increasing,
                 ),
             )
             out = out[..., : self.dv]  # [B, h, T, dv]

@@ -116,7 +116,7 @@ class Block(nn.Module):
     def forward(
         self,
         x: Tensor,
-        pos: Tensor,
+        pos: Tensor | None,
         position: PositionScheme,
         cache: KVCache | SegmentInputs | None = None,
         **attn_kwargs: Any,
@@ -413,11 +413,13 @@ class GPT(nn.Module):
             if self.config.mla is not None:
                 raise ValueError("segment memory needs standard attention; this model uses mla")
             memory.check(B, len(self.blocks))
+        layer_pos = pos
         if pos is None:
             start = cache[0].length if cache else memory.length if memory is not None else 0
             pos = torch.arange(start, start + T, device=idx.device)
-            if cache is None:  # increasing by construction: attention need not look (no graph break under compile)
-                attn_kwargs.setdefault("pos_increasing", True)
+            # from 0 with nothing before: each layer makes the same arange and knows it increasing (no
+            # data-dependent check, no graph break under compile)
+            layer_pos = None if cache is None and start == 0 else pos
         x = self.tok_emb(idx)  # [B, T, d]
         if self.config.embed_scale is not None:
             x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)  # Gemma: sqrt(d) rounded to the dtype
@@ -431,7 +433,7 @@ class GPT(nn.Module):
                 inputs.append(x)
                 mem, mem_pos = memory.layer(i)
                 layer_cache = SegmentInputs(mem, mem_pos) if mem is not None else None  # None: nothing yet
-            x = block(x, pos, self.layer_position(i), layer_cache, **attn_kwargs)
+            x = block(x, layer_pos, self.layer_position(i), layer_cache, **attn_kwargs)
         if memory is not None:
             memory.update(inputs, pos)
         logits = self.lm_head(self.norm_f(x))  # [B, T, V]

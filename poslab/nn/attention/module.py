@@ -223,13 +223,14 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | SegmentInputs | None = None,
         need_weights: bool = False,
         backend: str | None = None,
-        pos_increasing: bool | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend.
 
         Args:
             x: ``[B, T, d]``.
-            pos: positions of the ``T`` tokens ``[T]`` (default ``cache.length + arange(T)``).
+            pos: positions of the ``T`` tokens ``[T]`` (default ``cache.length + arange(T)``; without a
+                cache the layer then knows them increasing and need not look, so ``torch.compile``
+                traces the fused causal path without a graph break).
             position: scheme overriding ``self.position`` (how a model shares one scheme).
             attn_mask: ``[Tq, Tk]`` or ``[B|1, h|1, Tq, Tk]``; bool (True = attend) or float (added).
             cache: what the layer attends besides ``x``: a :class:`KVCache` to read and extend
@@ -238,7 +239,6 @@ class MultiHeadAttention(nn.Module):
                 positions, keyed with the current ``qkv`` weights and placed before the segment's keys).
             need_weights: also return the attention weights ``[B, h, Tq, Tk]`` (eager backend).
             backend: per-call backend override.
-            pos_increasing: ``pos`` is known strictly increasing (``None`` = check it; see :func:`attend`).
 
         Returns:
             ``[B, T, d]`` (and the weights when ``need_weights``).
@@ -255,9 +255,11 @@ class MultiHeadAttention(nn.Module):
         if memory is not None:
             memory.check(x)
             cache = None
+        increasing = None  # ``pos`` strictly increasing: None = attend looks at the values
         if pos is None:
             start = cache.length if cache is not None else 0
             pos = torch.arange(start, start + T, device=x.device)
+            increasing = True if cache is None and memory is None else None
         elif not isinstance(pos, Tensor) or pos.shape != (T,):
             raise ValueError(
                 f"pos must have shape [{T}] (one position per token), got {list(getattr(pos, 'shape', []))}"
@@ -325,7 +327,7 @@ class MultiHeadAttention(nn.Module):
             k_pos,
             spec,
             attn_mask=attn_mask,
-            options=self.options(backend, need_weights, pos_increasing if q_pos is pos else None),
+            options=self.options(backend, need_weights, increasing if q_pos is pos else None),
         )
         head_mask = self.head_mask
         if head_mask is not None:
