@@ -134,8 +134,8 @@ def gpt_throughput(
         block_size=dims["block"],
         bias=False,
         position="rope",
-        backend=backend,
         dropout=0.0,
+        attention=AttentionConfig(backend=backend),
     )
     model = GPT(cfg).to(device)
     model.train()

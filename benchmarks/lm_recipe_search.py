@@ -77,10 +77,10 @@ def main(argv: list[str]) -> int:
     values.update(threads=1, eval_interval=steps, log_interval=steps, dtype=os.environ.get("DTYPE", "fp32"))
     model_cfg = values["model"]
     if os.environ.get("NO_NORM"):
-        model_cfg["embed_norm"] = False
+        model_cfg["norm"] = {**model_cfg.get("norm", {}), "embed": False}
         name += "-nonorm"
     else:
-        model_cfg.setdefault("embed_norm", True)
+        model_cfg["norm"] = {"embed": True, **model_cfg.get("norm", {})}
     model_cfg["embed_scale"] = float(os.environ["EMBED_SCALE"]) if os.environ.get("EMBED_SCALE") else None
     if model_cfg["embed_scale"] is not None:
         name += f"-es{model_cfg['embed_scale']:g}"

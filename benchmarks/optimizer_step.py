@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from poslab import GPT, GPTConfig
+from poslab.nn.gpt_config import MLPConfig
 from poslab.training.config import TrainConfig
 from poslab.training.optim import make_optimizer
 
@@ -33,7 +34,7 @@ def build(kind: str) -> tuple[torch.optim.Optimizer, GPT]:
             block_size=64,
             bias=False,
             position="rope",
-            activation="gelu",
+            mlp=MLPConfig(activation="gelu"),
         )
     )
     for p in model.parameters():

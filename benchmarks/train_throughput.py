@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from poslab import GPT, GPTConfig, positions
+from poslab.nn.gpt_config import MLPConfig
 from poslab.training.config import TrainConfig
 from poslab.training.mfu import matmul_flops_per_token, measure_matmul_peak
 from poslab.training.optim import make_optimizer
@@ -78,7 +79,7 @@ def poslab_step_fn(
             dropout=0.0,
             bias=bias,
             position=position,
-            activation=activation,
+            mlp=MLPConfig(activation=activation),
         )
     )
     model.train()

@@ -3,13 +3,15 @@
 from poslab.interop import from_hf, to_hf
 from poslab.nn import positions
 from poslab.nn.attention import AttentionConfig, KVCache, MultiHeadAttention
-from poslab.nn.model import GPT, GPTConfig
+from poslab.nn.model import GPT, GPTConfig, MLPConfig, NormConfig
 from poslab.version import __version__
 
 __all__ = [
     "GPT",
     "AttentionConfig",
     "GPTConfig",
+    "MLPConfig",
+    "NormConfig",
     "KVCache",
     "MultiHeadAttention",
     "from_hf",

@@ -23,6 +23,8 @@ import torch
 
 from poslab.config_keys import coerce, parse_number
 from poslab.data import CORPORA, build_tokenizer
+from poslab.nn.config_migration import flat_key_message, flat_keys
+from poslab.nn.gpt_config import GROUPS
 from poslab.nn.model import GPT, GPTConfig
 from poslab.runs import RunFolder
 from poslab.safe_load import load_yaml
@@ -33,7 +35,8 @@ TRAIN_KEYS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != 
 
 
 def key_help() -> list[str]:
-    return list(TRAIN_KEYS) + [f"model.{k}" for k in MODEL_KEYS]
+    groups = [f"model.{g}.{f.name}" for g, cls in GROUPS.items() for f in dataclasses.fields(cls)]
+    return list(TRAIN_KEYS) + [f"model.{k}" for k in MODEL_KEYS if k not in GROUPS] + groups
 
 
 def nest(
@@ -58,6 +61,10 @@ def nest(
     """
     train_hints = typing.get_type_hints(TrainConfig)
     model_hints = typing.get_type_hints(GPTConfig)
+    group_hints = {
+        name: {f.name: typing.get_type_hints(cls)[f.name] for f in dataclasses.fields(cls)}
+        for name, cls in GROUPS.items()
+    }
     result: dict[str, Any] = {}
     for raw_key, value in pairs:
         key = str(raw_key).replace("-", "_") if text else str(raw_key)
@@ -65,6 +72,20 @@ def nest(
         if key == "model" and isinstance(value, dict) and not text:
             _merge_into(result, nest([(f"model.{k}", v) for k, v in value.items()], where=where, reserved=reserved))
             continue
+        if parts[0] == "model" and len(parts) == 2 and parts[1] in GROUPS and isinstance(value, dict) and not text:
+            pairs_in = [(f"{key}.{k}", v) for k, v in value.items()]
+            _merge_into(result, nest(pairs_in, where=where, reserved=reserved))
+            continue
+        if parts[0] == "model" and len(parts) == 2 and parts[1] in GROUPS and not isinstance(value, dict):
+            if parts[1] in flat_keys({parts[1]: value}):
+                raise ValueError(flat_key_message(parts[1], f"{where}: model." if where else "--model."))
+            raise ValueError(
+                f"{where}{': ' if where else ''}model.{parts[1]} is a group: set its fields as "
+                f"model.{parts[1]}.FIELD, got {value!r}"
+            )
+        if parts[0] == "model" and len(parts) == 2 and parts[1] in flat_keys({parts[1]: value}):
+            prefix = f"{where}: model." if where else "--model."
+            raise ValueError(flat_key_message(parts[1], prefix))
         if reserved and len(parts) == 1 and key in reserved:
             raise ValueError(f"{where}{': ' if where else ''}{key!r} cannot be set in a sweep ({reserved[key]})")
         if len(parts) == 1 and key in TRAIN_KEYS:
@@ -79,6 +100,9 @@ def nest(
                 result.setdefault("model", {}).setdefault("position_config", {}).update(value)
             else:
                 result.setdefault("model", {})[parts[1]] = value
+        elif parts[0] == "model" and len(parts) == 3 and parts[1] in GROUPS and parts[2] in group_hints[parts[1]]:
+            value = coerce(key, value, group_hints[parts[1]][parts[2]], text=True) if text else value
+            result.setdefault("model", {}).setdefault(parts[1], {})[parts[2]] = value
         elif parts[0] == "model" and len(parts) == 3 and parts[1] == "position_config":
             if text:
                 value = _yaml_scalar(key, value)
@@ -158,12 +182,13 @@ def parse_overrides(tokens: list[str]) -> dict[str, Any]:
 
 
 def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Overrides on top of a preset config (``model`` and ``model.position_config`` merge key by key)."""
+    """Overrides on top of a preset config (``model``, ``model.position_config`` and the model's groups
+    ``attention``/``norm``/``mlp`` merge key by key)."""
     merged = {**base, **{k: v for k, v in overrides.items() if k != "model"}}
     model = dict(base.get("model", {}))
     for key, value in overrides.get("model", {}).items():
-        if key == "position_config" and isinstance(model.get("position_config"), dict):
-            model["position_config"] = {**model["position_config"], **value}
+        if key in ("position_config", *GROUPS) and isinstance(model.get(key), dict) and isinstance(value, dict):
+            model[key] = {**model[key], **value}
         else:
             model[key] = value
     if "position" in overrides.get("model", {}) and "position_config" not in overrides.get("model", {}):

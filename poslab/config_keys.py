@@ -138,10 +138,11 @@ def _from_text(key: str, text: str, hint: Any) -> Any:
         raise ValueError(f"--{key} expects a number, got {text!r}")
     if hint is str:
         return text
-    value = parse_text(key, text)  # a list (layer_pattern, attn_temperature) or a mapping (position_config)
-    if typing.get_origin(hint) is list:
+    value = parse_text(key, text)  # a list (layer_pattern, temperature_tuning) or a mapping (position_config)
+    if typing.get_origin(hint) in (list, tuple):
         if not isinstance(value, list):
-            raise ValueError(f"--{key} expects a list such as '[{{window: 4096}}, {{}}]', got {text!r}")
+            example = "[{window: 4096}, {}]" if typing.get_origin(hint) is list else "[8192, 0.1]"
+            raise ValueError(f"--{key} expects a list such as '{example}', got {text!r}")
         return value
     if not isinstance(value, dict):
         raise ValueError(f"--{key} expects a mapping such as '{{\"base\": 500}}', got {text!r}")

@@ -172,6 +172,16 @@ def _perturb(module: torch.nn.Module) -> None:
                 p.add_(torch.randn_like(p) * 0.5)
 
 
+def merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """GPTConfig keywords ``base`` with ``overrides`` applied; a group (``attention``, ``norm``, ``mlp``)
+    given as a mapping in both merges field by field."""
+    out = dict(base)
+    for key, value in overrides.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict) and key in ("attention", "norm", "mlp")
+        out[key] = {**out[key], **value} if both else value
+    return out
+
+
 def make_gpt(variant: Variant, n_layer: int = 2, n_kv_head: int | None = 2, seed: int = 0, **overrides: Any) -> GPT:
     """A seeded tiny GPT (2 layers, 4 heads, width 32) with the variant's scheme (eval mode)."""
     torch.manual_seed(seed)

@@ -122,9 +122,12 @@ def test_make_cache_capacity_zero_is_refused():
 
 # ---------------------------------------------------------------------- flex cannot train on CPU
 def test_flex_backend_is_refused_for_training_on_cpu_by_dry_run_and_train(tmp_path, capsys):
-    argv = ["train", "--preset", "tiny", "--model.backend", "flex", "--out_dir", str(tmp_path), "--max_steps", "1"]
-    refused(capsys, [*argv, "--dry-run"], "model.backend='flex' cannot train on cpu", "sdpa or eager")
-    refused(capsys, argv, "model.backend='flex' cannot train on cpu")
+    argv = [
+        "train",
+        *("--preset", "tiny", "--model.attention.backend", "flex", "--out_dir", str(tmp_path), "--max_steps", "1"),
+    ]
+    refused(capsys, [*argv, "--dry-run"], "model.attention.backend='flex' cannot train on cpu", "sdpa or eager")
+    refused(capsys, argv, "model.attention.backend='flex' cannot train on cpu")
     assert not any(tmp_path.iterdir())  # refused before the run folder was made
 
 

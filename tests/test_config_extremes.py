@@ -1,4 +1,4 @@
-"""Legal config values at the edge of fp32 (``base=1e-300``, ``attn_scale=1e300``, positions past
+"""Legal config values at the edge of fp32 (``base=1e-300``, ``attention.scale=1e300``, positions past
 2^24, ...): refused at config time with the rule in the message where the fp32 math would not stay
 finite; finite extremes still train to finite numbers.
 
@@ -53,12 +53,14 @@ def test_extreme_position_configs_are_refused_with_the_rule(position, config, ne
 
 
 @pytest.mark.parametrize("value", [1e300, 3.4028235677973366e38, 5e-324])  # the last two found by the fuzzer
-@pytest.mark.parametrize("key", ["attn_scale", "embed_scale", "attn_softcap", "final_softcap"])
+@pytest.mark.parametrize("key", ["attention.scale", "embed_scale", "attention.softcap", "final_softcap"])
 def test_extreme_model_scales_are_refused(key, value):
     from poslab.nn.model import GPTConfig
 
+    group, _, name = key.rpartition(".")
+    given = {group: {name: value}} if group else {key: value}
     with pytest.raises(ValueError, match=f"{key} must be at most 1e\\+06 and at least 1e-06"):
-        GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=11, **{key: value})
+        GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=11, **given)
     HOSTILE["cases"] += 1
     HOSTILE["refused_one_line"] += 1
 

@@ -19,6 +19,7 @@ from cli_helpers import HOSTILE, INPUTS, answered, refused, tally
 
 from poslab.cli.app import main
 from poslab.nn import footprint
+from poslab.nn.attention import AttentionConfig
 from poslab.nn.model import GPT, GPTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,10 +63,10 @@ def test_parameter_count_matches_built_models():
             block_size=16,
             vocab_size=50,
             position="rope",
-            mlp="swiglu",
             tie_embeddings=False,
-            norm="rmsnorm",
             bias=False,
+            mlp={"kind": "swiglu"},
+            norm={"kind": "rmsnorm"},
         ),
     ]:
         with torch.random.fork_rng():
@@ -120,7 +121,15 @@ def test_eager_attention_refuses_scores_past_the_ram_fraction(monkeypatch):
     monkeypatch.setattr(footprint, "available_bytes", lambda: 512 * 2**20)  # 537 MB of scores > half of 512 MiB
     with torch.random.fork_rng():
         model = GPT(
-            GPTConfig(vocab_size=8, n_layer=1, n_head=8, n_embd=64, block_size=2048, position="alibi", backend="eager")
+            GPTConfig(
+                vocab_size=8,
+                n_layer=1,
+                n_head=8,
+                n_embd=64,
+                block_size=2048,
+                position="alibi",
+                attention=AttentionConfig(backend="eager"),
+            )
         ).eval()
     with torch.no_grad(), pytest.raises(ValueError, match="use the sdpa backend"):
         model(torch.zeros(1, 2048, dtype=torch.long))

@@ -23,6 +23,7 @@ from conftest import Variant, _perturb
 from torch.testing import assert_close
 
 from poslab import GPT, GPTConfig, positions
+from poslab.nn.attention import AttentionConfig
 from poslab.nn.generate import generate
 from poslab.training.config import TrainConfig
 from poslab.training.optim import make_optimizer
@@ -77,7 +78,7 @@ def tiny_gpt(variant: Variant, device: str, backend: str = "sdpa", seed: int = 0
         block_size=BLOCK,
         position=variant.name,
         position_config=dict(variant.config),
-        backend=backend,
+        attention=AttentionConfig(backend=backend),
     )
     model = GPT(cfg)
     _perturb(model)

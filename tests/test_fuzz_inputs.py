@@ -179,7 +179,7 @@ FLAGS = [
     "--model.position",
     "--model.block_size",
     "--model.dropout",
-    "--model.window",
+    "--model.attention.window",
     "--model.bias",
     "--model.position_config",
     "--model.position_config.base",
@@ -217,10 +217,10 @@ PLAUSIBLE = {
     "--model.position": st.sampled_from([*positions.names(), "rotary", "ALiBi"]),
     "--model.block_size": st.integers(-1, 64).map(str),
     "--model.dropout": st.floats(-0.5, 1.5).map(repr),
-    "--model.window": st.sampled_from(["none", "0", "4", "-4", "2.5"]),
+    "--model.attention.window": st.sampled_from(["none", "0", "4", "-4", "2.5"]),
     "--model.position_config.scaling": st.sampled_from(["linear", "yarn", "dynamic", "llama3", "none", "bogus"]),
     "--model.position_config.factor": st.sampled_from(["2", "0", "-1", "nan", "1e400"]),
-    "--model.norm": st.sampled_from(["layernorm", "rmsnorm", "batchnorm"]),
+    "--model.norm.kind": st.sampled_from(["layernorm", "rmsnorm", "batchnorm"]),
 }
 
 
@@ -236,7 +236,7 @@ HOSTILE_FLAGS = [
     "--model.position_config.factor",
     "--model.layer_pattern",
     "--model.mla",
-    "--model.attn_temperature",
+    "--model.attention.temperature_tuning",
 ]
 
 

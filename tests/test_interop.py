@@ -23,6 +23,7 @@ transformers = pytest.importorskip("transformers")
 import poslab  # noqa: E402
 from poslab.interop.hf import SUPPORTED  # noqa: E402
 from poslab.nn.generate import generate  # noqa: E402
+from poslab.nn.gpt_config import MLPConfig, NormConfig  # noqa: E402
 from poslab.nn.positions.alibi import alibi_slopes  # noqa: E402
 
 transformers.logging.set_verbosity_error()
@@ -263,7 +264,13 @@ def test_gqa_ratios_1_2_and_n_heads_are_tested() -> None:
 def test_mapped_configs() -> None:
     """Spot checks of what the families map onto (the logits tests prove the rest)."""
     j = poslab.from_hf(hf_model(gptj())).config
-    assert (j.residual, j.attn_bias, j.lm_head_bias, j.position_config["layout"], j.position_config["rotary_dim"]) == (
+    assert (
+        j.residual,
+        j.attention.bias,
+        j.lm_head_bias,
+        j.position_config["layout"],
+        j.position_config["rotary_dim"],
+    ) == (
         "parallel_shared_norm",
         False,
         True,
@@ -271,7 +278,7 @@ def test_mapped_configs() -> None:
         8,
     )
     x = poslab.from_hf(hf_model(neox())).config
-    assert (x.residual, x.position_config["rotary_dim"], x.mlp_activation) == ("parallel", 4, "gelu")
+    assert (x.residual, x.position_config["rotary_dim"], x.mlp.activation) == ("parallel", 4, "gelu")
     d = poslab.from_hf(hf_model(llama({"rope_type": "dynamic", "factor": 4.0}))).position.config
     assert (d.scaling, d.factor, d.original_max_len) == (
         "dynamic",
@@ -279,8 +286,8 @@ def test_mapped_configs() -> None:
         32,
     )  # HF's dynamic L0 is max_position_embeddings
     m = poslab.from_hf(hf_model(mpt({"clip_qkv": 0.3})))
-    assert (m.config.bias, m.config.clip_qkv, m.blocks[0].attn.qkv.clip) == (False, 0.3, 0.3)
-    assert poslab.from_hf(hf_model(bloom())).config.embed_norm
+    assert (m.config.bias, m.config.attention.clip_qkv, m.blocks[0].attn.qkv.clip) == (False, 0.3, 0.3)
+    assert poslab.from_hf(hf_model(bloom())).config.norm.embed
 
 
 # ------------------------------------------------------------------------------------------ ALiBi specifics
@@ -510,12 +517,12 @@ def test_dynamic_rope_is_stateless_where_transformers_remembers_the_longest_call
 @pytest.mark.parametrize(
     "overrides, error, needle",
     [
-        ({"activation": "gelu_fast"}, ValueError, "activation='gelu_fast' is not allowed"),
+        ({"mlp": {"activation": "gelu_fast"}}, ValueError, "mlp.activation='gelu_fast' is not allowed"),
         ({"residual": "parallel_norms"}, ValueError, "residual='parallel_norms' is not allowed"),
-        ({"attn_scale": 0}, ValueError, "attn_scale must be a positive number"),
-        ({"clip_qkv": -1.0}, ValueError, "clip_qkv must be a positive number"),
-        ({"mlp_bias": "yes"}, TypeError, "mlp_bias must be a bool or None"),
-        ({"embed_norm": 1}, TypeError, "embed_norm must be a bool"),
+        ({"attention": {"scale": 0}}, ValueError, "attention.scale must be a positive number"),
+        ({"attention": {"clip_qkv": -1.0}}, ValueError, "clip_qkv must be a positive number"),
+        ({"mlp": {"bias": "yes"}}, TypeError, "mlp.bias must be a bool or None"),
+        ({"norm": {"embed": 1}}, TypeError, "norm.embed must be a bool"),
     ],
 )
 def test_gptconfig_family_fields_are_validated(overrides: dict, error: type, needle: str) -> None:
@@ -525,13 +532,13 @@ def test_gptconfig_family_fields_are_validated(overrides: dict, error: type, nee
 
 def test_gptconfig_family_fields_default_to_the_nanogpt_block() -> None:
     cfg = poslab.GPTConfig()
-    assert (cfg.residual, cfg.mlp_activation, cfg.bias_of("attn"), cfg.bias_of("norm"), cfg.embed_norm) == (
+    assert (cfg.residual, cfg.mlp.activation, cfg.bias_of("attn"), cfg.bias_of("norm"), cfg.norm.embed) == (
         "sequential",
         "gelu",
         True,
         True,
         False,
     )  # nanoGPT's nn.GELU() is the exact GELU
-    model = poslab.GPT(poslab.GPTConfig(bias=False, mlp_bias=True, norm_bias=True))
+    model = poslab.GPT(poslab.GPTConfig(bias=False, mlp=MLPConfig(bias=True), norm=NormConfig(bias=True)))
     assert model.blocks[0].attn.qkv.bias is None and model.blocks[0].mlp.up.bias is not None
     assert model.blocks[0].norm1.bias is not None and model.lm_head.bias is None

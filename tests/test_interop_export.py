@@ -30,6 +30,7 @@ from test_interop import _LONGROPE, TOL, gpt2, hf_model, llama, mistral, randomi
 
 import poslab  # noqa: E402
 from poslab.nn import positions  # noqa: E402
+from poslab.nn.gpt_config import GROUPS, MLPConfig, NormConfig  # noqa: E402
 from poslab.nn.model import ACTIVATIONS, RESIDUALS, GPTConfig  # noqa: E402
 
 transformers.logging.set_verbosity_error()
@@ -54,63 +55,70 @@ OPTIONS: dict[str, list[Any]] = {
         {"base": 500.0},
         {"max_len": 64},
     ],
-    "norm": ["rmsnorm"],
-    "mlp": ["swiglu", "gelu"],
-    "mlp_hidden": [48],
     "tie_embeddings": [False],
-    "backend": ["eager", "sdpa"],
-    "window": [8],
-    "causal": [False],
-    "norm_eps": [1e-6],
-    "attn_bias": [True, False],
-    "mlp_bias": [True, False],
-    "norm_bias": [True, False],
     "lm_head_bias": [True],
-    "activation": list(ACTIVATIONS),
     "residual": [r for r in RESIDUALS if r != "sequential"],
-    "embed_norm": [True],
-    "attn_scale": [0.5, 1.0],
-    "clip_qkv": [0.5],
-    "attn_head_dim": [16],
-    "attn_softcap": [5.0],
     "final_softcap": [3.0],
-    "qk_norm": [True],
-    "qk_norm_affine": [False],
-    "attn_sinks": [True],
-    "attn_chunk": [8],
-    "attn_temperature": [[4.0, 0.1]],
     "embed_scale": [D**0.5, 2.0],
     "layer_pattern": [
         [{"window": 8}, {}],
         [{"window": 8}, {"window": 4}],
         [{"position": "none"}, {}],
-        [{"attn_chunk": 8}, {}],
+        [{"chunk": 8}, {}],
         [{"qk_norm": True}, {}],
     ],
     "mla": [_MLA],
+    "norm.kind": ["rmsnorm"],
+    "norm.eps": [1e-6],
+    "norm.bias": [True, False],
+    "norm.embed": [True],
+    "mlp.kind": ["swiglu", "gelu"],
+    "mlp.hidden": [48],
+    "mlp.bias": [True, False],
+    "mlp.activation": list(ACTIVATIONS),
+    "attention.backend": ["eager", "sdpa"],
+    "attention.window": [8],
+    "attention.causal": [False],
+    "attention.bias": [True, False],
+    "attention.scale": [0.5, 1.0],
+    "attention.clip_qkv": [0.5],
+    "attention.head_dim": [16],
+    "attention.softcap": [5.0],
+    "attention.qk_norm": [True],
+    "attention.qk_norm_affine": [False],
+    "attention.sinks": [True],
+    "attention.chunk": [8],
+    "attention.temperature_tuning": [[4.0, 0.1]],
+    "attention.dropout": [0.1],
+    "attention.qk_norm_eps": [1e-3],
+    "attention.query_chunk": [8],
+    "attention.recompute_threshold": [8],
 }
-LLAMA = dict(position="rope", norm="rmsnorm", mlp="swiglu", bias=False)
+LLAMA = dict(position="rope", bias=False, norm={"kind": "rmsnorm"}, mlp={"kind": "swiglu"})
 SANDWICH = dict(LLAMA, residual="sandwich", embed_scale=D**0.5)
 #: base name -> (config, the transformers class it must export to; None: refused)
 BASES: dict[str, tuple[dict[str, Any], str | None]] = {
     "gpt2": ({}, "GPT2LMHeadModel"),
     "llama": (LLAMA, "LlamaForCausalLM"),
     "llama-gqa-bias-interleaved": (
-        dict(LLAMA, n_kv_head=2, attn_bias=True, position_config={"layout": "interleaved"}),
+        dict(LLAMA, n_kv_head=2, position_config={"layout": "interleaved"}, attention={"bias": True}),
         "LlamaForCausalLM",
     ),
-    "mistral": (dict(LLAMA, window=8), "MistralForCausalLM"),
-    "qwen3": (dict(LLAMA, qk_norm=True, attn_head_dim=16, layer_pattern=[{"window": 8}, {}]), "Qwen3ForCausalLM"),
+    "mistral": (dict(LLAMA, attention={"window": 8}), "MistralForCausalLM"),
+    "qwen3": (
+        dict(LLAMA, layer_pattern=[{"window": 8}, {}], attention={"qk_norm": True, "head_dim": 16}),
+        "Qwen3ForCausalLM",
+    ),
     "gemma2": (
-        dict(SANDWICH, attn_softcap=5.0, final_softcap=3.0, attn_scale=0.25, layer_pattern=[{"window": 8}, {}]),
+        dict(SANDWICH, final_softcap=3.0, layer_pattern=[{"window": 8}, {}], attention={"softcap": 5.0, "scale": 0.25}),
         "Gemma2ForCausalLM",
     ),
     "gemma3": (
         dict(
             SANDWICH,
-            qk_norm=True,
             position_config={"base": 1e6},
             layer_pattern=[{"window": 8, "position_config": {"base": 1e4}}, {}],
+            attention={"qk_norm": True},
         ),
         "Gemma3ForCausalLM",
     ),
@@ -118,24 +126,37 @@ BASES: dict[str, tuple[dict[str, Any], str | None]] = {
         dict(
             LLAMA,
             position_config={"layout": "interleaved"},
-            qk_norm_affine=False,
-            layer_pattern=[{"attn_chunk": 8, "qk_norm": True}, {"position": "none", "attn_temperature": [4.0, 0.1]}],
+            layer_pattern=[
+                {"chunk": 8, "qk_norm": True},
+                {"position": "none", "temperature_tuning": [4.0, 0.1]},
+            ],
+            attention={"qk_norm_affine": False},
         ),
         "Llama4ForCausalLM",
     ),
-    "deepseek": (dict(LLAMA, mla=_MLA, attn_scale=(8 + 4) ** -0.5), "DeepseekV3ForCausalLM"),
+    "deepseek": (dict(LLAMA, mla=_MLA, attention={"scale": (8 + 4) ** -0.5}), "DeepseekV3ForCausalLM"),
     "gpt-oss-attention": (
-        dict(LLAMA, n_kv_head=2, attn_bias=True, attn_sinks=True, layer_pattern=[{"window": 8}, {}]),
+        dict(LLAMA, n_kv_head=2, layer_pattern=[{"window": 8}, {}], attention={"bias": True, "sinks": True}),
         None,
     ),
 }
 
 
 def test_every_gptconfig_field_has_export_cases() -> None:
-    """A ``GPTConfig`` field that is neither a size nor listed in :data:`OPTIONS` would go untested here."""
-    fields = {f.name for f in dataclasses.fields(GPTConfig)}
+    """A ``GPTConfig`` field (a group's as ``GROUP.FIELD``) that is neither a size nor listed in
+    :data:`OPTIONS` would go untested here."""
+    fields = {f.name for f in dataclasses.fields(GPTConfig) if f.name not in GROUPS}
+    fields |= {f"{name}.{f.name}" for name, group in GROUPS.items() for f in dataclasses.fields(group)}
     assert fields - set(SIZES) - set(OPTIONS) == set(), "add export cases for the new GPTConfig option"
     assert set(OPTIONS) <= fields
+
+
+def _with(values: dict[str, Any], field: str, value: Any) -> dict[str, Any]:
+    """``values`` with ``field`` (``GROUP.FIELD`` for a group's) set to ``value``, the group's other fields kept."""
+    if "." not in field:
+        return {**values, field: value}
+    group, name = field.split(".")
+    return {**values, group: {**values.get(group, {}), name: value}}
 
 
 def _model(values: dict[str, Any]) -> poslab.GPT | None:
@@ -210,7 +231,7 @@ SINGLES = [(base, field, value) for base in ("gpt2", "llama") for field, values 
 )
 def test_each_option_alone_exports_exactly_or_is_refused(base: str, field: str, value: Any, tmp_path, request) -> None:
     FIGURES.clear()
-    check_export({**BASES[base][0], field: value}, tmp_path / "export")
+    check_export(_with(BASES[base][0], field, value), tmp_path / "export")
     _record(request)
 
 
@@ -225,11 +246,14 @@ def test_each_family_combination_exports_to_its_family(base: str, tmp_path, requ
 @pytest.mark.parametrize(
     ("values", "needle"),
     [
-        (dict(LLAMA, attn_sinks=True), "attn_sinks=True.*gpt_oss"),
-        (dict(LLAMA, attn_chunk=8), "attn_chunk=8; llama4_text carries attn_chunk but not RoPE layout 'half'"),
+        (dict(LLAMA, attention={"sinks": True}), "attention.sinks=True.*gpt_oss"),
+        (
+            dict(LLAMA, attention={"chunk": 8}),
+            "attention.chunk=8; llama4_text carries attention.chunk but not RoPE layout 'half'",
+        ),
         (dict(LLAMA, layer_pattern=[{"window": 8}, {}]), "layer_pattern"),
-        (dict(LLAMA, qk_norm=True, attn_chunk=8), "attn_chunk=8"),
-        ({"embed_norm": True}, "embed_norm=True"),
+        (dict(LLAMA, attention={"qk_norm": True, "chunk": 8}), "attention.chunk=8"),
+        ({"norm": {"embed": True}}, "norm.embed=True"),
         ({"position": "alibi"}, "position='alibi'"),
     ],
 )
@@ -240,18 +264,20 @@ def test_refusals_name_the_option(values: dict, needle: str) -> None:
 
 
 def test_a_new_option_is_refused_by_every_family(monkeypatch) -> None:
-    """An option no family declares (here ``qk_norm`` made undeclared everywhere) is refused, not exported."""
+    """An option no family declares (here ``attention.qk_norm`` made undeclared everywhere) is refused, not exported."""
     from poslab.interop import hf
 
     stripped = tuple(
         dataclasses.replace(
-            w, carries=w.carries - {"qk_norm"}, requires={k: v for k, v in w.requires.items() if k != "qk_norm"}
+            w,
+            carries=w.carries - {"attention.qk_norm"},
+            requires={k: v for k, v in w.requires.items() if k != "attention.qk_norm"},
         )
         for w in hf.WRITERS
     )
     monkeypatch.setattr(hf, "WRITERS", stripped)
-    with pytest.raises(ValueError, match="no family poslab writes carries qk_norm=True"):
-        poslab.to_hf(_model(dict(LLAMA, qk_norm=True)))
+    with pytest.raises(ValueError, match="no family poslab writes carries attention.qk_norm=True"):
+        poslab.to_hf(_model(dict(LLAMA, attention={"qk_norm": True})))
 
 
 @pytest.mark.slow
@@ -331,10 +357,10 @@ def test_to_hf_folder_loads_with_from_pretrained_and_gives_same_logits(tmp_path)
             block_size=64,
             position="rope",
             position_config={"scaling": "yarn", "factor": 4.0, "original_max_len": 16},
-            norm="rmsnorm",
-            mlp="swiglu",
             bias=False,
             tie_embeddings=False,
+            norm=NormConfig(kind="rmsnorm"),
+            mlp=MLPConfig(kind="swiglu"),
         )
     ).eval()
     randomize(ours, seed=3)
@@ -368,13 +394,18 @@ def test_to_hf_gpt2_layout_from_a_native_poslab_model(tmp_path) -> None:
             {
                 "position": "rope",
                 "position_config": {"scaling": "ntk", "factor": 2.0},
-                "norm": "rmsnorm",
-                "mlp": "swiglu",
+                "norm": {"kind": "rmsnorm"},
+                "mlp": {"kind": "swiglu"},
             },
             "ntk",
         ),
         (
-            {"position": "rope", "position_config": {"rotary_dim": 8}, "norm": "rmsnorm", "mlp": "swiglu"},
+            {
+                "position": "rope",
+                "position_config": {"rotary_dim": 8},
+                "norm": {"kind": "rmsnorm"},
+                "mlp": {"kind": "swiglu"},
+            },
             "rotary_dim=8",
         ),
         ({"residual": "parallel"}, "residual='parallel'"),

@@ -22,6 +22,8 @@ from torch.testing import assert_close
 
 transformers = pytest.importorskip("transformers")
 
+from conftest import merged  # noqa: E402
+
 import poslab  # noqa: E402
 from poslab.interop.gpt_oss import attention_from_hf  # noqa: E402
 from poslab.interop.hf import FAMILY_MODULES  # noqa: E402
@@ -113,8 +115,8 @@ def llama4(**kw: Any) -> Any:
             "moe_layers": [],
             "attention_chunk_size": 8,
             "floor_scale": 4,
-            "attn_scale": 0.5,
             "rope_parameters": rope,
+            "attn_scale": 0.5,
             **kw,
         }
     )
@@ -246,16 +248,16 @@ def test_every_registered_modern_family_is_tested() -> None:
 def test_mapped_configs_use_the_mechanisms() -> None:
     """Spot checks (the logits tests prove them): what each family turns on."""
     g2 = poslab.from_hf(hf_model(gemma2())).config
-    assert (g2.attn_softcap, g2.final_softcap, g2.residual, g2.attn_head_dim) == (3.0, 5.0, "sandwich", 24)
+    assert (g2.attention.softcap, g2.final_softcap, g2.residual, g2.attention.head_dim) == (3.0, 5.0, "sandwich", 24)
     assert [g2.layer_value(i, "window") for i in range(3)] == [6, None, 6]
     g3 = poslab.from_hf(hf_model(gemma3()))
-    assert g3.config.qk_norm and g3.config.attn_softcap is None
+    assert g3.config.attention.qk_norm and g3.config.attention.softcap is None
     assert [g3.layer_position(i).config.base for i in range(4)] == [1e4, 1e4, 1e6, 1e4]
     l4 = poslab.from_hf(hf_model(llama4())).config
-    assert [l4.layer_value(i, "attn_chunk") for i in range(4)] == [8, 8, 8, None]
+    assert [l4.layer_value(i, "chunk") for i in range(4)] == [8, 8, 8, None]
     assert [l4.layer_value(i, "position") for i in range(4)] == ["rope", "rope", "rope", "none"]
-    assert l4.layer_value(3, "attn_temperature") == [4.0, 0.5] and l4.layer_value(0, "attn_temperature") is None
-    assert poslab.from_hf(hf_model(qwen3())).config.qk_norm
+    assert l4.layer_value(3, "temperature_tuning") == [4.0, 0.5] and l4.layer_value(0, "temperature_tuning") is None
+    assert poslab.from_hf(hf_model(qwen3())).config.attention.qk_norm
     ds = poslab.from_hf(hf_model(deepseek()))
     assert type(ds.blocks[0].attn).__name__ == "MultiHeadLatentAttention"
     assert type(ds.make_cache(1)[0]).__name__ == "LatentKVCache"
@@ -412,7 +414,7 @@ def test_gemma3_attention_softcap_follows_transformers_with_a_warning() -> None:
     hf = hf_model(gemma3(attn_logit_softcapping=3.0))
     with pytest.warns(UserWarning, match="attn_logit_softcapping=3.0"):
         ours = poslab.from_hf(hf)
-    assert ours.config.attn_softcap is None
+    assert ours.config.attention.softcap is None
     idx = torch.randint(0, V, (2, 20))
     with torch.no_grad():
         assert_close(ours(idx), hf(idx).logits, **TOL)
@@ -478,39 +480,48 @@ def test_to_hf_folder_loads_with_from_pretrained(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("family", "overrides", "needle"),
     [
-        ("qwen3", {"qk_norm": False}, "qk_norm=False"),
-        ("qwen3", {"attn_sinks": True}, "attn_sinks=True"),
+        ("qwen3", {"attention": {"qk_norm": False}}, "attention.qk_norm=False"),
+        ("qwen3", {"attention": {"sinks": True}}, "attention.sinks=True"),
         ("qwen3", {"layer_pattern": [{"window": 3}, {"window": 5}]}, r"windows of several sizes \[3, 5\]"),
         ("gemma2", {"residual": "sequential"}, "residual='sequential'"),
-        ("gemma3_text", {"attn_softcap": 3.0}, "attn_softcap=3.0"),
+        ("gemma3_text", {"attention": {"softcap": 3.0}}, "attention.softcap=3.0"),
         ("llama4_text", {"layer_pattern": [{"position": "alibi"}, {}]}, "position='alibi'"),
         ("llama4_text", {"layer_pattern": [{"position": "none", "qk_norm": True}, {}]}, "qk_norm on a NoPE layer"),
     ],
 )
 def test_to_hf_refuses_what_the_family_cannot_hold(family: str, overrides: dict, needle: str) -> None:
     base = {
-        "qwen3": dict(position="rope", norm="rmsnorm", mlp="swiglu", bias=False, qk_norm=True),
-        "gemma2": dict(position="rope", norm="rmsnorm", mlp="swiglu", bias=False, residual="sandwich", embed_scale=8.0),
-        "gemma3_text": dict(
+        "qwen3": dict(
+            position="rope", bias=False, norm={"kind": "rmsnorm"}, mlp={"kind": "swiglu"}, attention={"qk_norm": True}
+        ),
+        "gemma2": dict(
             position="rope",
-            norm="rmsnorm",
-            mlp="swiglu",
             bias=False,
             residual="sandwich",
             embed_scale=8.0,
-            qk_norm=True,
+            norm={"kind": "rmsnorm"},
+            mlp={"kind": "swiglu"},
+        ),
+        "gemma3_text": dict(
+            position="rope",
+            bias=False,
+            residual="sandwich",
+            embed_scale=8.0,
+            norm={"kind": "rmsnorm"},
+            mlp={"kind": "swiglu"},
+            attention={"qk_norm": True},
         ),
         "llama4_text": dict(
             position="rope",
             position_config={"layout": "interleaved"},
-            norm="rmsnorm",
-            mlp="swiglu",
             bias=False,
-            qk_norm_affine=False,
+            norm={"kind": "rmsnorm"},
+            mlp={"kind": "swiglu"},
+            attention={"qk_norm_affine": False},
         ),
     }[family]
     model = poslab.GPT(
-        poslab.GPTConfig(vocab_size=V, n_layer=2, n_head=4, n_embd=64, block_size=32, **{**base, **overrides})
+        poslab.GPTConfig(vocab_size=V, n_layer=2, n_head=4, n_embd=64, block_size=32, **merged(base, overrides))
     )
     with pytest.raises(ValueError, match=needle):
         _exporters()[family](model)

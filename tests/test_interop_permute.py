@@ -9,6 +9,7 @@ from torch.testing import assert_close
 import poslab
 from poslab import GPT, GPTConfig, MultiHeadAttention, positions
 from poslab.interop import permute_rope, relayout_rope
+from poslab.nn.gpt_config import MLPConfig, NormConfig
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
@@ -79,9 +80,9 @@ def test_relayout_rope_model_logits_equal() -> None:
             block_size=64,
             position="rope",
             position_config={"layout": "interleaved"},
-            norm="rmsnorm",
-            mlp="swiglu",
             bias=False,
+            norm=NormConfig(kind="rmsnorm"),
+            mlp=MLPConfig(kind="swiglu"),
         )
     ).eval()
     half = relayout_rope(meta, "half")
@@ -107,10 +108,10 @@ def test_interleaved_model_exports_to_hf_llama_with_equal_logits() -> None:
             block_size=64,
             position="rope",
             position_config={"layout": "interleaved", "base": 500000.0},
-            norm="rmsnorm",
-            mlp="swiglu",
             bias=False,
             tie_embeddings=False,
+            norm=NormConfig(kind="rmsnorm"),
+            mlp=MLPConfig(kind="swiglu"),
         )
     ).eval()
     hf = poslab.to_hf(meta)

@@ -51,7 +51,7 @@ def test_prefill_and_decode_equal_full_forward(variant: Variant, n_kv_head: int)
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
 def test_rolling_cache_with_window_equals_full_forward(variant: Variant) -> None:
     """A sliding-window model keeps W=4 cache entries; prefill 6 (> W), singles, a 3-chunk."""
-    model = make_gpt(variant, window=4)
+    model = make_gpt(variant, attention={"window": 4})
     idx = torch.randint(0, VOCAB, (B, 20))
     with torch.no_grad():
         full = model(idx)

@@ -72,8 +72,8 @@ def test_mla_gpt_cache_and_errors() -> None:
         steps = [model(idx[:, :5], cache=cache)] + [model(idx[:, t : t + 1], cache=cache) for t in range(5, 16)]
     assert_close(torch.cat(steps, dim=1), full, **TIGHT)
     assert model.position.config.head_dim == 4  # the scheme rotates qk_rope_head_dim dims
-    with pytest.raises(ValueError, match="mla .* does not combine with attn_sinks"):
-        GPTConfig(mla=dict(MLA_DIMS), attn_sinks=True)
+    with pytest.raises(ValueError, match="mla .* does not combine with attention.sinks"):
+        GPTConfig(mla=dict(MLA_DIMS), attention=AttentionConfig(sinks=True))
     with pytest.raises(ValueError, match="mla runs rotary .* position='alibi' adds a bias"):
         GPTConfig(mla=dict(MLA_DIMS), position="alibi")
     with pytest.raises(ValueError, match=r"mla keys: unknown \['kv_rank'\]"):

@@ -15,6 +15,7 @@ from poslab.lab.experiments import bidirectional
 from poslab.lab.plan import Test as StatTest
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, ClaimRecord, check_records, missing_premises
 from poslab.nn import positions
+from poslab.nn.attention import AttentionConfig
 from poslab.nn.model import GPT, GPTConfig
 from poslab.nn.positions.nope import NoPE
 from poslab.runs import load_run, read_metrics
@@ -41,7 +42,7 @@ def tiny_values(corpus, tmp_path, **extra):
         "out_dir": str(tmp_path),
         "corpus": corpus,
         "objective": "mlm",
-        "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "causal": False},
+        "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "attention": {"causal": False}},
         "max_steps": 4,
         "batch_size": 4,
         "warmup_steps": 1,
@@ -108,7 +109,9 @@ def test_masking_always_selects_something_and_rejects_bad_values():
 
 def test_loss_is_only_on_selected_positions():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=21, n_layer=1, n_head=2, n_embd=16, block_size=32, causal=False)).eval()
+    model = GPT(
+        GPTConfig(vocab_size=21, n_layer=1, n_head=2, n_embd=16, block_size=32, attention=AttentionConfig(causal=False))
+    ).eval()
     x, y = get_batch(torch.randint(20, (500,)), 32, 8, torch.Generator().manual_seed(0))
     inputs, targets = objective_batch("mlm", x, y, mask_id_of(21), torch.Generator().manual_seed(2))
     with torch.no_grad():
@@ -128,7 +131,7 @@ def test_training_and_evaluation_use_the_masked_objective(tmp_path, corpus):
     results = train(cfg, overwrite=True, progress=False)
     model, tokenizer, _ = load_run(cfg.run_dir)  # an MLM run loads like any run
     assert model.config.vocab_size == tokenizer.vocab_size + 1  # the [MASK] id is the extra one
-    assert not model.config.causal
+    assert not model.config.attention.causal
     data = prepare_data(cfg, tokenizer)
     args = (model, data.val, 16, cfg.batch_size, cfg.eval_iters)
     mlm = evaluate_loss(*args, seed=cfg.seed + 1, objective="mlm")
@@ -160,7 +163,7 @@ def test_mlm_resume_after_ctrl_c_is_bitwise_identical(tmp_path, corpus):
 def test_config_without_objective_is_a_causal_run(tmp_path, corpus):
     values = tiny_values(corpus, tmp_path)
     del values["objective"]
-    values["model"] = {**values["model"], "causal": True}
+    values["model"] = {**values["model"], "attention": {"causal": True}}
     cfg = TrainConfig.from_dict(values)  # a config saved before the field existed
     assert cfg.objective == "clm"
     assert model_config(cfg, model_vocab_size(65, cfg.objective)).vocab_size == 65
@@ -185,7 +188,7 @@ def test_causal_only_scheme_is_refused_naming_it(tmp_path, corpus, monkeypatch):
     )
     with pytest.raises(ValueError, match=r"'causal_only_test' is causal-only.*needs the causal mask"):
         TrainConfig.from_dict(causal)
-    bidirectional_model = {**causal["model"], "causal": False}
+    bidirectional_model = {**causal["model"], "attention": {"causal": False}}
     with pytest.raises(ValueError, match=r"objective 'mlm'.*'causal_only_test'"):
         TrainConfig.from_dict({**causal, "model": bidirectional_model})
     TrainConfig.from_dict({**causal, "objective": "clm"})  # the causal LM is fine
@@ -193,8 +196,8 @@ def test_causal_only_scheme_is_refused_naming_it(tmp_path, corpus, monkeypatch):
 
 def test_mlm_with_the_causal_mask_and_unknown_objective_are_refused(tmp_path, corpus):
     values = tiny_values(corpus, tmp_path)
-    with pytest.raises(ValueError, match=r"set model.causal to false"):
-        TrainConfig.from_dict({**values, "model": {**values["model"], "causal": True}})
+    with pytest.raises(ValueError, match=r"set model.attention.causal to false"):
+        TrainConfig.from_dict({**values, "model": {**values["model"], "attention": {"causal": True}}})
     with pytest.raises(ValueError, match=r"objective='bert' is not allowed; choose one of \['clm', 'mlm'\]"):
         TrainConfig.from_dict({**values, "objective": "bert"})
 
@@ -204,7 +207,14 @@ def test_an_mlm_step_runs_for_every_scheme_that_accepts_bidirectional(scheme, tm
     values = tiny_values(
         corpus,
         tmp_path,
-        model={"n_layer": 2, "n_head": 2, "n_embd": 16, "block_size": 16, "causal": False, "position": scheme},
+        model={
+            "n_layer": 2,
+            "n_head": 2,
+            "n_embd": 16,
+            "block_size": 16,
+            "position": scheme,
+            "attention": {"causal": False},
+        },
     )
     try:
         cfg = TrainConfig.from_dict(values)
@@ -285,7 +295,7 @@ def test_bidirectional_experiment_on_a_tiny_base(tmp_path, corpus):
     base = tiny_values(corpus, tmp_path)
     for key in ("name", "out_dir", "objective"):
         base.pop(key)
-    base["model"].pop("causal")
+    base["model"].pop("attention")
     results = bidirectional.run(tmp_path, quick=True, base=base, workers=1, seeds=(3, 4, 5), leak_layers=(1, 2))
     assert set(results["val_loss_seeds"]) == set(bidirectional.ARMS)
     assert all(len(v) == 3 for v in results["val_loss_seeds"].values())
@@ -299,7 +309,7 @@ def test_bidirectional_experiment_on_a_tiny_base(tmp_path, corpus):
     for label, (objective, position) in bidirectional.ARMS.items():
         saved = json.loads((tmp_path / "runs" / f"{label}-s3" / "config.json").read_text())
         assert saved["train"]["objective"] == objective and saved["model"]["position"] == position
-        assert saved["model"]["causal"] == (objective == "clm")
+        assert saved["model"]["attention"]["causal"] == (objective == "clm")
     assert (tmp_path / "bidirectional_curves.png").stat().st_size > 1000
     json.dumps(results)
 

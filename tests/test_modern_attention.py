@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, VOCAB, Variant, make_scheme
+from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, VOCAB, Variant, make_scheme, merged
 from torch.testing import assert_close
 
 from poslab import GPT, AttentionConfig, GPTConfig, KVCache, MultiHeadAttention
@@ -62,9 +62,8 @@ def make(
         WIDTH,
         N_HEADS,
         n_kv_heads,
-        AttentionConfig(window=window, causal=causal, backend=backend, **MECHANISMS[mechanism]),
+        AttentionConfig(window=window, causal=causal, backend=backend, head_dim=HEAD_DIM, **MECHANISMS[mechanism]),
         position=scheme,
-        head_dim=HEAD_DIM,
     )
     with torch.no_grad():
         for name, p in attn.named_parameters():
@@ -244,9 +243,8 @@ def test_every_mechanism_keeps_shape_and_dtype(dtype: torch.dtype, backend: str)
     ],
 )
 def test_bad_mechanism_options_are_named(options: dict, needle: str) -> None:
-    fields = {key: value for key, value in options.items() if key != "head_dim"}
     with pytest.raises(ValueError, match=needle):
-        MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(**fields), head_dim=options.get("head_dim"))
+        MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(**options))
     with pytest.raises(TypeError, match="sinks must be a bool"):
         MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(sinks=1))
     q = torch.randn(1, 4, 3, 8)
@@ -297,18 +295,10 @@ def test_a_scores_probe_assigned_after_construction_sees_the_weights() -> None:
 # ------------------------------------------------------------------------------------ GPT and layer_pattern
 def _gpt(**overrides: Any) -> GPT:
     torch.manual_seed(0)
+    sizes = {"vocab_size": VOCAB, "n_layer": 4, "n_head": N_HEADS, "n_embd": D_MODEL, "n_kv_head": 2, "block_size": 64}
     cfg = GPTConfig(
-        **{
-            "vocab_size": VOCAB,
-            "n_layer": 4,
-            "n_head": N_HEADS,
-            "n_embd": D_MODEL,
-            "n_kv_head": 2,
-            "block_size": 64,
-            "backend": "auto",
-            **overrides,
-        }
-    )  # the GPT's head_dim is 8 unless attn_head_dim is set
+        **merged(merged(sizes, overrides), {"attention": {"backend": "auto"}})
+    )  # the GPT's head_dim is 8 unless attention.head_dim is set
     model = GPT(cfg)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -321,26 +311,25 @@ PATTERNS: dict[str, dict[str, Any]] = {
     "gemma2-like": dict(
         position="rope",
         layer_pattern=[{"window": 4}, {}],
-        attn_softcap=3.0,
         final_softcap=4.0,
         residual="sandwich",
-        norm="rmsnorm",
         embed_scale=D_MODEL**0.5,
-        attn_head_dim=12,
+        attention={"softcap": 3.0, "head_dim": 12},
+        norm={"kind": "rmsnorm"},
     ),
     "gemma3-like": dict(
         position="rope",
         position_config={"base": 1e6},
-        qk_norm=True,
-        norm="rmsnorm",
         residual="sandwich",
         layer_pattern=[{"window": 3, "position_config": {"base": 1e4}}] * 3 + [{}],
+        attention={"qk_norm": True},
+        norm={"kind": "rmsnorm"},
     ),
-    "gpt-oss-like": dict(position="rope", attn_sinks=True, layer_pattern=[{"window": 5}, {}]),
+    "gpt-oss-like": dict(position="rope", layer_pattern=[{"window": 5}, {}], attention={"sinks": True}),
     "llama4-like": dict(
         position="rope",
-        qk_norm_affine=False,
-        layer_pattern=[{"attn_chunk": 4, "qk_norm": True}] * 3 + [{"position": "none", "attn_temperature": [2.0, 0.3]}],
+        layer_pattern=[{"chunk": 4, "qk_norm": True}] * 3 + [{"position": "none", "temperature_tuning": [2.0, 0.3]}],
+        attention={"qk_norm_affine": False},
     ),
     "mixed-schemes": dict(
         position="none", layer_pattern=[{"position": "alibi", "window": 6}, {"position": "rope"}, {"position": "t5"}]
@@ -410,12 +399,12 @@ def test_final_softcap_follows_the_gemma2_formula() -> None:
         ),
         ({"layer_pattern": [{}] * 5}, ValueError, "at most n_layer=4"),
         ({"layer_pattern": ["window"]}, TypeError, r"layer_pattern\[0\] must be a dict"),
-        ({"attn_softcap": -1.0}, ValueError, "attn_softcap must be a positive finite number"),
+        ({"attention": {"softcap": -1.0}}, ValueError, "attention.softcap must be a positive finite number"),
         ({"final_softcap": float("inf")}, ValueError, "final_softcap must be a positive finite number"),
-        ({"attn_chunk": 1.5}, ValueError, "attn_chunk must be a positive integer"),
-        ({"attn_temperature": [1.0]}, ValueError, "attn_temperature must be"),
-        ({"attn_sinks": "yes"}, TypeError, "attn_sinks must be a bool"),
-        ({"attn_head_dim": -3}, ValueError, "head_dim must be a positive integer"),
+        ({"attention": {"chunk": 1.5}}, ValueError, "attention.chunk must be a positive integer"),
+        ({"attention": {"temperature_tuning": [1.0]}}, ValueError, "attention.temperature_tuning must be"),
+        ({"attention": {"sinks": "yes"}}, TypeError, "attention.sinks must be a bool"),
+        ({"attention": {"head_dim": -3}}, ValueError, "attention.head_dim must be a positive integer"),
         ({"residual": "sandwiches"}, ValueError, "residual='sandwiches' is not allowed"),
     ],
 )
@@ -543,13 +532,16 @@ def test_cli_overrides_take_the_list_fields() -> None:
         [
             "--model.layer_pattern",
             "[{window: 4}, {}]",
-            "--model.attn_temperature=[8192, 0.1]",
-            "--model.attn_softcap",
+            "--model.attention.temperature_tuning=[8192, 0.1]",
+            "--model.attention.softcap",
             "50",
         ]
     )
     assert parsed == {
-        "model": {"layer_pattern": [{"window": 4}, {}], "attn_temperature": [8192, 0.1], "attn_softcap": 50.0}
+        "model": {
+            "layer_pattern": [{"window": 4}, {}],
+            "attention": {"temperature_tuning": [8192, 0.1], "softcap": 50.0},
+        }
     }
     assert GPTConfig(n_layer=2, **parsed["model"]).layer_value(0, "window") == 4
     with pytest.raises(ValueError, match="--model.layer_pattern expects a list"):

@@ -60,7 +60,7 @@ def test_train_equals_nanogpt_loop(tmp_path):
                 "dropout": 0.0,
                 "bias": False,
                 "position": "learned",
-                "activation": "gelu",
+                "mlp": {"activation": "gelu"},
             },
             "max_steps": STEPS,
             "lr_decay_steps": STEPS,

@@ -180,7 +180,7 @@ def _stress_model(variant, backends: list[str], request) -> None:
     generator = torch.Generator().manual_seed(0)
     for backend in backends:
         window = 4
-        model = make_gpt(variant, tie_embeddings=False, window=window, backend=backend).train()
+        model = make_gpt(variant, tie_embeddings=False, attention={"window": window, "backend": backend}).train()
         idx = torch.randint(0, 50, (2, BLOCK), generator=generator)
         with torch.no_grad():  # scale the LM head so the logits reach ~1e4
             model.lm_head.weight.mul_(1e4 / model(idx).abs().max())

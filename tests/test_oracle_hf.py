@@ -252,9 +252,8 @@ def _poslab_from_llama(hf: LlamaAttention, cfg: LlamaConfig) -> MultiHeadAttenti
         cfg.hidden_size,
         cfg.num_attention_heads,
         cfg.num_key_value_heads,
-        AttentionConfig(causal=True),
+        AttentionConfig(causal=True, bias=False),
         position=rope,
-        bias=False,
     )
     with torch.no_grad():
         attn.qkv.weight.copy_(torch.cat((hf.q_proj.weight, hf.k_proj.weight, hf.v_proj.weight), dim=0))
@@ -333,7 +332,7 @@ def test_gpt2_attention_with_learned_positions_equals_poslab() -> None:
     wpe = torch.nn.Embedding(cfg.n_positions, cfg.n_embd)
     learned = positions.build("learned", n_embd=cfg.n_embd, max_len=cfg.n_positions)
     ours = MultiHeadAttention(
-        cfg.n_embd, cfg.n_head, attention=AttentionConfig(causal=True), position=learned, bias=True
+        cfg.n_embd, cfg.n_head, attention=AttentionConfig(causal=True, bias=True), position=learned
     ).eval()
     with torch.no_grad():
         learned.table.weight.copy_(wpe.weight)

@@ -181,7 +181,9 @@ def test_t5_explicitly_bidirectional_in_a_causal_layer_is_refused() -> None:
         MultiHeadAttention(32, 4, position=positions.build("t5", n_heads=4, bidirectional=True))
     with pytest.raises(ValueError, match="bidirectional=True in a causal"):
         GPTConfig(position="t5", position_config={"bidirectional": True})
-    GPTConfig(position="t5", position_config={"bidirectional": True}, causal=False)  # an encoder: fine
+    GPTConfig(
+        position="t5", position_config={"bidirectional": True}, attention=AttentionConfig(causal=False)
+    )  # an encoder: fine
     assert GPT(GPTConfig(position="t5", n_layer=1)).position.config.bidirectional is False
 
 

@@ -111,8 +111,8 @@ def test_bad_streaming_options():
         m.make_cache(1, sinks=-1, window=4)
     with pytest.raises(ValueError, match="window must be an integer >= 1"):
         m.make_cache(1, sinks=2, window=0)
-    with pytest.raises(ValueError, match="full-attention model; this one sets window"):
-        model("rope", window=8).make_cache(1, sinks=2, window=4)
+    with pytest.raises(ValueError, match="full-attention model; this one sets attention.window"):
+        model("rope", attention={"window": 8}).make_cache(1, sinks=2, window=4)
     cache = m.make_cache(1, sinks=2, window=3)
     with torch.no_grad():
         m(torch.zeros(1, 5, dtype=torch.long), cache=cache)  # fills it exactly

@@ -180,7 +180,7 @@ def test_bad_window_is_rejected(bad: object) -> None:
     with pytest.raises(ValueError, match="window must be a positive integer"):
         MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(window=bad))
     with pytest.raises(ValueError, match="window"):
-        GPTConfig(window=bad)
+        GPTConfig(attention=AttentionConfig(window=bad))
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
@@ -188,7 +188,7 @@ def test_gpt_with_window_sees_exactly_its_receptive_field(variant: Variant) -> N
     """Every scheme: with window W and L layers, the logit at t depends on tokens t-L(W-1) .. t only."""
     W, layers, T_long = 3, 2, 12
     reach = layers * (W - 1)  # 4: each layer looks W-1 tokens further back
-    model = make_gpt(variant, n_layer=layers, window=W)
+    model = make_gpt(variant, n_layer=layers, attention={"window": W})
     idx = torch.randint(0, 10, (B, T_long))
     changed = idx.clone()
     changed[:, 0] = (changed[:, 0] + 1) % 10

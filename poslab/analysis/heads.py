@@ -17,7 +17,7 @@ Head types (scores in [0, 1], one per layer and head):
 
 Head importance (Michel et al. 2019, "Are Sixteen Heads Really Better than One?",
 https://arxiv.org/abs/1905.10650): the loss change when one head's output is zeroed
-(``head_mask`` in :class:`~poslab.nn.attention.MultiHeadAttention`), Michel's gradient proxy
+(the ``head_mask`` of :class:`~poslab.nn.attention.MultiHeadAttention`), Michel's gradient proxy
 ``I_h = E|dL/d xi_h|`` (``xi`` the head mask at 1), and the loss after pruning the least important
 heads (30% and 60% of them, and a full curve against a random pruning order).
 
@@ -102,21 +102,13 @@ def masked_heads(model: GPT, mask: Tensor) -> Iterator[None]:
     if tuple(mask.shape) != (n_layer, n_head):
         raise ValueError(f"head mask must have shape [{n_layer}, {n_head}] (layers, heads), got {list(mask.shape)}")
 
-    def hook_for(layer: int):
-        def hook(_module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-            kwargs["head_mask"] = mask[layer]
-            return args, kwargs
-
-        return hook
-
-    handles = [
-        block.attn.register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, block in enumerate(model.blocks)
-    ]
+    for i, block in enumerate(model.blocks):
+        block.attn.head_mask = mask[i]
     try:
         yield
     finally:
-        for handle in handles:
-            handle.remove()
+        for block in model.blocks:
+            block.attn.head_mask = None
 
 
 def mean_loss(model: GPT, batches: list[tuple[Tensor, Tensor]], mask: Tensor | None = None) -> float:

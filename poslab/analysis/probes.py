@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from poslab.nn.gpt_config import NormConfig
 from poslab.training.step import StepSettings, train_step
 
 BOS, SEP = 0, 1
@@ -353,9 +354,9 @@ def build_model(task: Task, scheme: str, recipe: ProbeRecipe, seed: int) -> Any:
         block_size=task.seq_len(task.train_size),
         dropout=0.0,
         bias=False,
-        embed_norm=recipe.embed_norm,
         position=scheme,
         position_config={},
+        norm=NormConfig(embed=recipe.embed_norm),
     )
     return GPT(config)
 

@@ -95,7 +95,7 @@ def build_poslab(x: Tensor, T: int, *, scheme: str, window: int | None = None, m
     )
     options = MECHANISMS[mechanism] if mechanism is not None else {}
     module = MultiHeadAttention(
-        D_MODEL, HEADS, attention=AttentionConfig(window=window, **options), position=position, bias=False
+        D_MODEL, HEADS, attention=AttentionConfig(window=window, bias=False, **options), position=position
     )
     module.add_module("scheme", position)
     pos = torch.arange(T)

@@ -28,6 +28,7 @@ from poslab.bench.cases import (
     attention_cases,
     build_case,
 )
+from poslab.nn.attention import AttentionConfig
 
 #: the clock of every timing: wall time (``perf_counter``) or this process's CPU time (``process_time``)
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -182,7 +183,15 @@ def _decode_model(position: str, window: int | None, block: int) -> nn.Module:
 
     torch.manual_seed(0)
     return GPT(
-        GPTConfig(vocab_size=256, n_layer=4, n_head=4, n_embd=128, block_size=block, position=position, window=window)
+        GPTConfig(
+            vocab_size=256,
+            n_layer=4,
+            n_head=4,
+            n_embd=128,
+            block_size=block,
+            position=position,
+            attention=AttentionConfig(window=window),
+        )
     ).eval()
 
 

@@ -178,7 +178,7 @@ def scheme_views(model: GPT, T: int) -> list[dict[str, Any]]:
     cfg = model.config
     return [
         _matrix(v["title"], v["data"], v["rows"], v["cols"], v["diverging"], v["note"])
-        for v in model.layer_position(0).describe(T, n_heads=cfg.n_head, causal=cfg.causal)
+        for v in model.layer_position(0).describe(T, n_heads=cfg.n_head, causal=cfg.attention.causal)
     ]
 
 

@@ -25,13 +25,9 @@ def convert(config: Any, w: c.Weights) -> c.Converted:
         block_size=int(getattr(config, "seq_length", None) or 2048),
         bias=True,
         position="alibi",
-        norm="layernorm",
-        mlp="gelu",
-        mlp_hidden=4 * d,
-        activation="gelu_tanh",
-        embed_norm=True,
         tie_embeddings=bool(config.tie_word_embeddings),
-        norm_eps=config.layer_norm_epsilon,
+        norm={"kind": "layernorm", "embed": True, "eps": config.layer_norm_epsilon},
+        mlp={"kind": "gelu", "hidden": 4 * d, "activation": "gelu_tanh"},
     )
     sd = {"tok_emb.weight": w.take("word_embeddings.weight")}
     for name in ("weight", "bias"):

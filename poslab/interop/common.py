@@ -25,7 +25,7 @@ from poslab.fileio import atomic_write_folder
 
 #: transformers ``rope_type`` values poslab maps (onto the ``rope`` scheme's ``scaling``).
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
-#: transformers activation names -> poslab's ``GPTConfig.activation``.
+#: transformers activation names -> poslab's ``GPTConfig.mlp.activation``.
 HF_ACTIVATIONS = {
     "gelu": "gelu",
     "gelu_new": "gelu_tanh",
@@ -400,8 +400,9 @@ def refuse_export(family: str, problems: list[Problem]) -> None:
 # ---------------------------------------------------------------------------------- export: what a family expresses
 #: ``(GPTConfig field, why the family cannot hold its value)``
 Problem = tuple[str, str]
-#: ``GPTConfig`` fields every exporting family writes whatever their value: sizes, training-only
-#: settings, and fields whose translation each family checks itself (the RoPE config, the activation).
+#: ``GPTConfig`` fields (a group's as ``GROUP.FIELD``) every exporting family writes whatever their
+#: value: sizes, training-only and run-time settings, and fields whose translation each family checks
+#: itself (the RoPE config, the activation).
 SHAPE_FIELDS = frozenset(
     {
         "vocab_size",
@@ -410,11 +411,14 @@ SHAPE_FIELDS = frozenset(
         "n_embd",
         "block_size",
         "dropout",
-        "backend",
-        "mlp_hidden",
-        "norm_eps",
+        "attention.dropout",
+        "attention.backend",
+        "attention.query_chunk",
+        "attention.recompute_threshold",
+        "mlp.hidden",
+        "norm.eps",
         "tie_embeddings",
-        "activation",
+        "mlp.activation",
         "position_config",
         "bias",
     }
@@ -422,42 +426,62 @@ SHAPE_FIELDS = frozenset(
 
 
 def effective(cfg: Any, field: str) -> Any:
-    """``cfg.<field>`` as a model uses it: ``None`` where a field restates its default behaviour
-    (``n_kv_head == n_head``, ``attn_head_dim == n_embd // n_head``, ``attn_scale == head_dim ** -0.5``),
-    the resolved biases (``None`` for the norm bias of an RMSNorm model), and ``qk_norm_affine`` only where
-    some layer norms q/k."""
+    """``cfg.<field>`` (``GROUP.FIELD`` for a group's) as a model uses it: ``None`` where a field restates
+    its default behaviour (``n_kv_head == n_head``, ``attention.head_dim == n_embd // n_head``,
+    ``attention.scale == head_dim ** -0.5``, ``attention.qk_norm_eps == norm.eps``), the resolved biases
+    (``None`` for the norm bias of an RMSNorm model), and ``attention.qk_norm_affine`` only where some
+    layer norms q/k."""
     if field == "n_kv_head":
         return None if cfg.kv_heads == cfg.n_head else cfg.n_kv_head
-    if field == "attn_head_dim":
-        return None if cfg.attn_head_dim in (None, cfg.n_embd // cfg.n_head) else cfg.attn_head_dim
-    if field == "attn_scale":
-        scale = cfg.attn_scale
+    if field == "attention.head_dim":
+        head_dim = cfg.attention.head_dim
+        return None if head_dim in (None, cfg.n_embd // cfg.n_head) else head_dim
+    if field == "attention.scale":
+        scale = cfg.attention.scale
         return None if scale is None or math.isclose(scale, cfg.head_dim**-0.5, rel_tol=1e-12) else scale
-    if field in ("attn_bias", "mlp_bias"):
-        return cfg.bias_of(field[: -len("_bias")])
-    if field == "norm_bias":
-        return cfg.bias_of("norm") if cfg.norm == "layernorm" else None  # RMSNorm has no bias
-    if field == "qk_norm_affine":
+    if field == "attention.qk_norm_eps":
+        eps = cfg.attention.qk_norm_eps
+        return None if eps is None or eps == cfg.norm.eps else eps
+    if field in ("attention.bias", "mlp.bias"):
+        return cfg.bias_of(field.split(".")[0])
+    if field == "norm.bias":
+        return cfg.bias_of("norm") if cfg.norm.kind == "layernorm" else None  # RMSNorm has no bias
+    if field == "attention.qk_norm_affine":
         uses = any(cfg.layer_value(i, "qk_norm") for i in range(cfg.n_layer))
-        return cfg.qk_norm_affine if uses else True
+        return cfg.attention.qk_norm_affine if uses else True
+    if "." in field:
+        group, name = field.split(".")
+        return getattr(getattr(cfg, group), name)
     return getattr(cfg, field)
 
 
 def option_fields() -> list[str]:
-    """Every ``GPTConfig`` field a family must either carry or see at its default (all but :data:`SHAPE_FIELDS`)."""
+    """Every ``GPTConfig`` field (a group's as ``GROUP.FIELD``) a family must either carry or see at its
+    default (all but :data:`SHAPE_FIELDS`)."""
+    from poslab.nn.gpt_config import GROUPS
     from poslab.nn.model import GPTConfig
 
-    return [f.name for f in dataclasses.fields(GPTConfig) if f.name not in SHAPE_FIELDS]
+    names = []
+    for f in dataclasses.fields(GPTConfig):
+        if f.name in GROUPS:
+            names += [f"{f.name}.{g.name}" for g in dataclasses.fields(GROUPS[f.name])]
+        else:
+            names.append(f.name)
+    return [name for name in names if name not in SHAPE_FIELDS]
 
 
 def default_of(field: str) -> Any:
-    """``GPTConfig``'s default of an option field (the biases: ``None``, so a family that writes
-    biases must name them in ``requires`` or ``carries``)."""
+    """``GPTConfig``'s default of an option field (``GROUP.FIELD``: the group's default; the biases:
+    ``None``, so a family that writes biases must name them in ``requires`` or ``carries``)."""
+    from poslab.nn.gpt_config import GROUPS
     from poslab.nn.model import GPTConfig
 
-    if field in ("attn_bias", "mlp_bias", "norm_bias"):
+    if field in ("attention.bias", "mlp.bias", "norm.bias"):
         return None
-    spec = {f.name: f for f in dataclasses.fields(GPTConfig)}[field]
+    owner, name = (GROUPS[field.split(".")[0]], field.split(".")[1]) if "." in field else (GPTConfig, field)
+    if field == "mlp.activation":
+        return None
+    spec = {f.name: f for f in dataclasses.fields(owner)}[name]
     return spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()  # type: ignore[misc]
 
 
@@ -469,7 +493,8 @@ class Writes:
         family: the transformers ``model_type`` written.
         requires: option field -> the value the family needs (a ``tuple`` of values: any of them), compared
             with :func:`effective`.
-        carries: option fields the family holds at any value; every other option field (see
+        carries: option fields the family holds at any value (a group's name: all its fields); every
+            other option field (see
             :func:`option_fields`) must keep its default, so a new ``GPTConfig`` option is refused by
             every family until one declares it.
         layer_keys: the ``layer_pattern`` keys the family maps (when it carries ``layer_pattern``).
@@ -496,7 +521,7 @@ class Writes:
                 want = self.requires[field]
                 if value not in (want if isinstance(want, tuple) else (want,)):
                     problems.append((field, f"{field}={value!r} (needs {_spell(want)})"))
-            elif field not in self.carries and value != default_of(field):
+            elif field not in self.carries and field.split(".")[0] not in self.carries and value != default_of(field):
                 problems.append((field, f"{field}={value!r}"))
         if "layer_pattern" in self.carries and cfg.layer_pattern:
             for i, entry in enumerate(cfg.layer_pattern):
@@ -581,7 +606,10 @@ def one_window(family: str) -> Callable[[Any], list[Problem]]:
         sizes = {cfg.layer_value(i, "window") for i in range(cfg.n_layer)} - {None}
         if len(sizes) > 1:
             return [
-                ("window", f"sliding windows of several sizes {sorted(sizes)}; transformers has one sliding_window")
+                (
+                    "attention.window",
+                    f"sliding windows of several sizes {sorted(sizes)}; transformers has one sliding_window",
+                )
             ]
         return []
 

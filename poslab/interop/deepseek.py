@@ -60,17 +60,9 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
         n_embd=config.hidden_size,
         block_size=config.max_position_embeddings,
         bias=False,
-        attn_bias=bias,
         position="rope",
         position_config=rope,
-        norm="rmsnorm",
-        mlp="swiglu",
-        mlp_hidden=config.intermediate_size,
-        activation=m.activation(FAMILY, config.hidden_act),
         tie_embeddings=bool(config.tie_word_embeddings),
-        norm_eps=config.rms_norm_eps,
-        attn_scale=_softmax_scale(config),
-        backend="auto",
         mla={
             "kv_lora_rank": config.kv_lora_rank,
             "q_lora_rank": config.q_lora_rank,
@@ -78,6 +70,13 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
             "qk_rope_head_dim": config.qk_rope_head_dim,
             "v_head_dim": config.v_head_dim,
             "latent_eps": 1e-6,
+        },
+        attention={"bias": bias, "scale": _softmax_scale(config), "backend": "auto"},
+        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
+        mlp={
+            "kind": "swiglu",
+            "hidden": config.intermediate_size,
+            "activation": m.activation(FAMILY, config.hidden_act),
         },
     )  # transformers builds q_a_layernorm / kv_a_layernorm with their default eps 1e-6, whatever rms_norm_eps says
     sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
@@ -115,8 +114,8 @@ def _mla(gpt: Any) -> list[m.Problem]:
             rope_parameters=m.hf_rope(FAMILY, gpt, gpt.position),
         )
     )
-    if cfg.attn_scale is not None and abs(cfg.attn_scale - expected) > 1e-12 * expected:
-        return [("attn_scale", f"attn_scale={cfg.attn_scale} (transformers derives {expected})")]
+    if cfg.attention.scale is not None and abs(cfg.attention.scale - expected) > 1e-12 * expected:
+        return [("attention.scale", f"attention.scale={cfg.attention.scale} (transformers derives {expected})")]
     return []
 
 
@@ -145,9 +144,9 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
         qk_rope_head_dim=mla["qk_rope_head_dim"],
         qk_nope_head_dim=mla["qk_nope_head_dim"],
         v_head_dim=mla["v_head_dim"],
-        hidden_act=m.HF_ACT[cfg.mlp_activation],
+        hidden_act=m.HF_ACT[cfg.mlp.activation],
         max_position_embeddings=cfg.block_size,
-        rms_norm_eps=cfg.norm_eps,
+        rms_norm_eps=cfg.norm.eps,
         tie_word_embeddings=cfg.tie_embeddings,
         rope_parameters=rope_params,
         rope_interleave=gpt.position.config.layout == "interleaved",
@@ -190,13 +189,13 @@ WRITES = m.Writes(
     FAMILY,
     requires={
         "position": "rope",
-        "norm": "rmsnorm",
-        "mlp": "swiglu",
         "residual": "sequential",
-        "mlp_bias": False,
         "n_kv_head": None,
+        "norm.kind": "rmsnorm",
+        "mlp.kind": "swiglu",
+        "mlp.bias": False,
     },
-    carries=frozenset({"mla", "attn_bias", "attn_scale", "attn_head_dim"}),
+    carries=frozenset({"mla", "attention.bias", "attention.scale", "attention.head_dim"}),
     checks=(
         lambda gpt: (
             []

@@ -4,7 +4,7 @@ What they exercise (Gemma Team 2024, https://arxiv.org/abs/2408.00118; Gemma Tea
 https://arxiv.org/abs/2503.19786):
 
 * **logit soft-capping** ``c * tanh(x / c)`` on the attention logits (``attn_logit_softcapping``)
-  and the final logits (``final_logit_softcapping``) -- Gemma 2 (``GPTConfig.attn_softcap`` /
+  and the final logits (``final_logit_softcapping``) -- Gemma 2 (``GPTConfig.attention.softcap`` /
   ``final_softcap``; soft-capped attention runs in the eager/flex backends);
 * **QK-norm** (Gemma 3): RMSNorm on every q/k head before RoPE;
 * **local/global alternation** from ``layer_types``: sliding-window layers (``i - W < j <= i``)
@@ -61,7 +61,7 @@ def _convert(config: Any, w: m.Weights, family: str) -> m.Converted:
         warnings.warn(
             f"gemma3_text: attn_logit_softcapping={attn_cap}, but transformers 5.24's Gemma3Attention never applies it "
             "(only Gemma 2 soft-caps attention logits); poslab follows transformers so the logits match. Set "
-            f"GPTConfig.attn_softcap={attn_cap} on the result for a model that caps them",
+            f"GPTConfig.attention.softcap={attn_cap} on the result for a model that caps them",
             UserWarning,
             stacklevel=4,
         )
@@ -74,24 +74,27 @@ def _convert(config: Any, w: m.Weights, family: str) -> m.Converted:
         n_embd=config.hidden_size,
         block_size=config.max_position_embeddings,
         bias=False,
-        attn_bias=bias,
         position="rope",
         position_config=global_rope,
-        norm="rmsnorm",
-        mlp="swiglu",
-        mlp_hidden=config.intermediate_size,
-        activation=m.activation(family, config.hidden_activation),
         tie_embeddings=bool(config.tie_word_embeddings),
-        norm_eps=config.rms_norm_eps,
-        attn_head_dim=head_dim,
         residual="sandwich",
         embed_scale=float(config.hidden_size**0.5),
-        attn_scale=float(config.query_pre_attn_scalar**-0.5),
-        attn_softcap=attn_cap,
         final_softcap=_cap(family, config, "final_logit_softcapping"),
-        qk_norm=gemma3,
         layer_pattern=pattern if any(pattern) else None,
-        backend="auto",
+        attention={
+            "bias": bias,
+            "head_dim": head_dim,
+            "scale": float(config.query_pre_attn_scalar**-0.5),
+            "softcap": attn_cap,
+            "qk_norm": gemma3,
+            "backend": "auto",
+        },
+        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
+        mlp={
+            "kind": "swiglu",
+            "hidden": config.intermediate_size,
+            "activation": m.activation(family, config.hidden_activation),
+        },
     )
     sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
     for i in range(config.num_hidden_layers):
@@ -126,12 +129,13 @@ def convert_gemma3(config: Any, w: m.Weights) -> m.Converted:
 
 def _scale(gpt: Any) -> list[m.Problem]:
     cfg = gpt.config
-    scale = cfg.attn_scale if cfg.attn_scale is not None else cfg.head_dim**-0.5
+    scale = cfg.attention.scale if cfg.attention.scale is not None else cfg.head_dim**-0.5
     if not math.isclose(round(scale**-2) ** -0.5, scale, rel_tol=1e-9):
         return [
             (
-                "attn_scale",
-                f"attn_scale={cfg.attn_scale} (Gemma's is query_pre_attn_scalar ** -0.5 for an integer scalar)",
+                "attention.scale",
+                f"attention.scale={cfg.attention.scale} "
+                "(Gemma's is query_pre_attn_scalar ** -0.5 for an integer scalar)",
             )
         ]
     return []
@@ -174,7 +178,7 @@ def _export(gpt: Any, family: str, out_dir: Any) -> Any:
     (GEMMA3 if gemma3 else GEMMA2).refuse(gpt)
     transformers = transformers_module()
     cfg = gpt.config
-    scale = cfg.attn_scale if cfg.attn_scale is not None else cfg.head_dim**-0.5
+    scale = cfg.attention.scale if cfg.attention.scale is not None else cfg.head_dim**-0.5
     types, window = m.window_layers(gpt)
     ropes, _ = _ropes(gpt, family)
     common = dict(
@@ -185,9 +189,9 @@ def _export(gpt: Any, family: str, out_dir: Any) -> Any:
         num_attention_heads=cfg.n_head,
         num_key_value_heads=cfg.kv_heads,
         head_dim=cfg.head_dim,
-        hidden_activation=m.HF_ACT[cfg.mlp_activation],
+        hidden_activation=m.HF_ACT[cfg.mlp.activation],
         max_position_embeddings=cfg.block_size,
-        rms_norm_eps=cfg.norm_eps,
+        rms_norm_eps=cfg.norm.eps,
         tie_word_embeddings=cfg.tie_embeddings,
         attention_bias=cfg.bias_of("attn"),
         query_pre_attn_scalar=round(scale**-2),
@@ -208,7 +212,7 @@ def _export(gpt: Any, family: str, out_dir: Any) -> Any:
         hf = transformers.Gemma3ForCausalLM(hf_config)
     else:
         hf_config = transformers.Gemma2Config(
-            rope_parameters=next(iter(ropes.values())), attn_logit_softcapping=cfg.attn_softcap, **common
+            rope_parameters=next(iter(ropes.values())), attn_logit_softcapping=cfg.attention.softcap, **common
         )
         hf = transformers.Gemma2ForCausalLM(hf_config)
     sd = m.export_decoder(gpt, qk_norm=gemma3, norms=NORMS, norm_offset=1.0)
@@ -219,7 +223,7 @@ def to_hf_gemma2(gpt: Any, out_dir: Any = None) -> Any:
     """A ``Gemma2ForCausalLM`` with the weights and logits of a Gemma-2-layout :class:`poslab.GPT`.
 
     The layout: RoPE (half-split), rmsnorm, swiglu, ``residual="sandwich"``,
-    ``embed_scale=sqrt(n_embd)``, optional ``attn_softcap``/``final_softcap``, windows (one size)
+    ``embed_scale=sqrt(n_embd)``, optional ``attention.softcap``/``final_softcap``, windows (one size)
     through ``layer_pattern``. Anything else is refused naming the option.
     """
     return _export(gpt, "gemma2", out_dir)
@@ -232,21 +236,36 @@ def to_hf_gemma3(gpt: Any, out_dir: Any = None) -> Any:
 
 
 _CARRIED = frozenset(
-    {"n_kv_head", "attn_head_dim", "attn_bias", "attn_scale", "embed_scale", "final_softcap", "window", "layer_pattern"}
+    {
+        "n_kv_head",
+        "attention.head_dim",
+        "attention.bias",
+        "attention.scale",
+        "embed_scale",
+        "final_softcap",
+        "attention.window",
+        "layer_pattern",
+    }
 )
-_REQUIRED = {"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "residual": "sandwich", "mlp_bias": False}
+_REQUIRED = {
+    "position": "rope",
+    "residual": "sandwich",
+    "norm.kind": "rmsnorm",
+    "mlp.kind": "swiglu",
+    "mlp.bias": False,
+}
 GEMMA2 = m.Writes(
     "gemma2",
     requires=_REQUIRED,
-    carries=_CARRIED | {"attn_softcap"},
+    carries=_CARRIED | {"attention.softcap"},
     layer_keys=frozenset({"window"}),
     checks=(m.rope_check("gemma2"), m.one_window("gemma2"), _scale, _embed_scale, lambda gpt: _ropes(gpt, "gemma2")[1]),
     export=to_hf_gemma2,
 )
 GEMMA3 = m.Writes(
     "gemma3_text",
-    requires={**_REQUIRED, "qk_norm": True},
-    carries=_CARRIED | {"qk_norm"},
+    requires={**_REQUIRED, "attention.qk_norm": True},
+    carries=_CARRIED | {"attention.qk_norm"},
     layer_keys=frozenset({"window", "position_config"}),
     checks=(
         m.rope_check("gemma3_text"),

@@ -41,13 +41,14 @@ def convert(config: Any, w: c.Weights) -> c.Converted:
         block_size=config.n_positions,
         bias=True,
         position="learned",
-        norm="layernorm",
-        mlp="gelu",
-        mlp_hidden=config.n_inner or 4 * d,
-        activation=c.activation(FAMILY, config.activation_function),
         tie_embeddings=bool(config.tie_word_embeddings),
-        norm_eps=config.layer_norm_epsilon,
-        attn_scale=None if config.scale_attn_weights else 1.0,
+        norm={"kind": "layernorm", "eps": config.layer_norm_epsilon},
+        mlp={
+            "kind": "gelu",
+            "hidden": config.n_inner or 4 * d,
+            "activation": c.activation(FAMILY, config.activation_function),
+        },
+        attention={"scale": None if config.scale_attn_weights else 1.0},
     )
     sd = {"tok_emb.weight": w.take("wte.weight"), "position.table.weight": w.take("wpe.weight")}
     for i in range(config.n_layer):
@@ -62,9 +63,9 @@ def convert(config: Any, w: c.Weights) -> c.Converted:
 
 
 def _scale(gpt: Any) -> list[c.Problem]:
-    scale = c.effective(gpt.config, "attn_scale")
+    scale = c.effective(gpt.config, "attention.scale")
     if scale not in (None, 1.0):
-        return [("attn_scale", f"attn_scale={scale} (GPT-2 scales by 1/sqrt(head_dim) or not at all)")]
+        return [("attention.scale", f"attention.scale={scale} (GPT-2 scales by 1/sqrt(head_dim) or not at all)")]
     return []
 
 
@@ -84,10 +85,10 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
         n_layer=cfg.n_layer,
         n_head=cfg.n_head,
         n_inner=gpt.blocks[0].mlp.up.out_features,
-        activation_function=c.HF_ACT[cfg.mlp_activation],
-        layer_norm_epsilon=cfg.norm_eps,
+        activation_function=c.HF_ACT[cfg.mlp.activation],
+        layer_norm_epsilon=cfg.norm.eps,
         tie_word_embeddings=cfg.tie_embeddings,
-        scale_attn_weights=cfg.attn_scale is None,
+        scale_attn_weights=cfg.attention.scale is None,
         resid_pdrop=cfg.dropout,
         embd_pdrop=cfg.dropout,
         attn_pdrop=cfg.dropout,
@@ -114,14 +115,14 @@ WRITES = c.Writes(
     FAMILY,
     requires={
         "position": "learned",
-        "norm": "layernorm",
-        "mlp": "gelu",
         "residual": "sequential",
-        "attn_bias": True,
-        "mlp_bias": True,
-        "norm_bias": True,
+        "norm.kind": "layernorm",
+        "norm.bias": True,
+        "mlp.kind": "gelu",
+        "mlp.bias": True,
+        "attention.bias": True,
     },
-    carries=frozenset({"attn_scale"}),
+    carries=frozenset({"attention.scale"}),
     checks=(_scale,),
     export=to_hf,
 )

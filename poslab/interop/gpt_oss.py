@@ -77,9 +77,13 @@ def attention_from_hf(
         config.hidden_size,
         config.num_attention_heads,
         config.num_key_value_heads,
-        AttentionConfig(window=int(config.sliding_window) if kind == m.SLIDING else None, sinks=True, backend=backend),
-        bias=bias,
-        head_dim=head_dim,
+        AttentionConfig(
+            window=int(config.sliding_window) if kind == m.SLIDING else None,
+            sinks=True,
+            backend=backend,
+            bias=bias,
+            head_dim=head_dim,
+        ),
     )
     tensors = {k: v.detach() for k, v in model.state_dict().items()}
     prefix = (
@@ -102,28 +106,28 @@ def _moe(gpt: Any) -> list[m.Problem]:
     return [
         (
             "mlp",
-            f"mlp={gpt.config.mlp!r} (gpt-oss MLPs are routed mixtures of experts with a clamped SwiGLU, "
+            f"mlp={gpt.config.mlp.kind!r} (gpt-oss MLPs are routed mixtures of experts with a clamped SwiGLU, "
             "which poslab.GPT does not implement, so poslab writes no gpt-oss model)",
         )
     ]
 
 
 #: gpt-oss carries attention sinks and alternating windows, but its MLP is one poslab has not: every
-#: model is refused, and refusals of ``attn_sinks`` name this family.
+#: model is refused, and refusals of ``attention.sinks`` name this family.
 WRITES = m.Writes(
     FAMILY,
-    requires={"position": "rope", "norm": "rmsnorm", "residual": "sequential"},
+    requires={"position": "rope", "residual": "sequential", "norm.kind": "rmsnorm"},
     carries=frozenset(
         {
             "mlp",
-            "attn_sinks",
-            "window",
+            "attention.sinks",
+            "attention.window",
             "layer_pattern",
             "n_kv_head",
-            "attn_head_dim",
-            "attn_bias",
-            "mlp_bias",
-            "norm_bias",
+            "attention.head_dim",
+            "attention.bias",
+            "mlp.bias",
+            "norm.bias",
         }
     ),
     layer_keys=frozenset({"window"}),

@@ -31,17 +31,18 @@ def convert(config: Any, w: c.Weights) -> c.Converted:
         n_embd=d,
         block_size=config.n_positions,
         bias=True,
-        attn_bias=False,
         lm_head_bias=True,
         position="rope",
         position_config=position_config,
-        norm="layernorm",
-        mlp="gelu",
-        mlp_hidden=config.n_inner or 4 * d,
-        activation=c.activation(FAMILY, config.activation_function),
         residual="parallel_shared_norm",
         tie_embeddings=bool(config.tie_word_embeddings),
-        norm_eps=config.layer_norm_epsilon,
+        attention={"bias": False},
+        norm={"kind": "layernorm", "eps": config.layer_norm_epsilon},
+        mlp={
+            "kind": "gelu",
+            "hidden": config.n_inner or 4 * d,
+            "activation": c.activation(FAMILY, config.activation_function),
+        },
     )
     sd = {"tok_emb.weight": w.take("wte.weight")}
     for i in range(config.n_layer):

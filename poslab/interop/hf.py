@@ -102,7 +102,7 @@ def refusal(gpt: GPT) -> str | None:
         return None
     nearest, problems = min(((w, p) for w, p in tried if w.export is not None), key=lambda t: len(t[1]))
     field, text = problems[0]
-    value = effective(gpt.config, field) if hasattr(gpt.config, field) else None
+    value = effective(gpt.config, field) if hasattr(gpt.config, field.split(".")[0]) else None
     carriers = [(w, p) for w, p in tried if w is not nearest and (field in w.carries or _requires(w, field, value))]
     if carriers:
         tail = "; ".join(f"{w.family} carries {field} but not {p[0][1]}" for w, p in carriers[:3])

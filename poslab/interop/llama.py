@@ -30,19 +30,20 @@ def _convert(config: Any, w: c.Weights, family: str) -> c.Converted:
         n_embd=d,
         block_size=config.max_position_embeddings,
         bias=False,
-        attn_bias=attn_bias,
-        mlp_bias=mlp_bias,
         position="rope",
         position_config=c.rope_config_from_hf(config, head_dim, "half", family),
-        norm="rmsnorm",
-        mlp="swiglu",
-        mlp_hidden=config.intermediate_size,
-        activation=c.activation(family, config.hidden_act),
         tie_embeddings=bool(config.tie_word_embeddings),
-        norm_eps=config.rms_norm_eps,
+        attention={"bias": attn_bias},
+        mlp={
+            "bias": mlp_bias,
+            "kind": "swiglu",
+            "hidden": config.intermediate_size,
+            "activation": c.activation(family, config.hidden_act),
+        },
+        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
     )
     if family == "mistral":
-        cfg["window"] = config.sliding_window
+        cfg["attention"]["window"] = config.sliding_window
     sd = {"tok_emb.weight": w.take("embed_tokens.weight")}
     for i in range(config.num_hidden_layers):
         src, dst = f"layers.{i}.", f"blocks.{i}."
@@ -80,9 +81,9 @@ def _export(gpt: Any, out_dir: Any, family: str) -> Any:
         num_attention_heads=cfg.n_head,
         num_key_value_heads=cfg.kv_heads,
         head_dim=cfg.head_dim,
-        hidden_act=c.HF_ACT[cfg.mlp_activation],
+        hidden_act=c.HF_ACT[cfg.mlp.activation],
         max_position_embeddings=max_pos,
-        rms_norm_eps=cfg.norm_eps,
+        rms_norm_eps=cfg.norm.eps,
         tie_word_embeddings=cfg.tie_embeddings,
         rope_parameters=rope_parameters,
         attention_dropout=cfg.dropout,
@@ -90,7 +91,9 @@ def _export(gpt: Any, out_dir: Any, family: str) -> Any:
         eos_token_id=None,
     )
     if family == "mistral":
-        hf_model = transformers.MistralForCausalLM(transformers.MistralConfig(sliding_window=cfg.window, **common))
+        hf_model = transformers.MistralForCausalLM(
+            transformers.MistralConfig(sliding_window=cfg.attention.window, **common)
+        )
     else:
         hf_model = transformers.LlamaForCausalLM(
             transformers.LlamaConfig(attention_bias=cfg.bias_of("attn"), mlp_bias=cfg.bias_of("mlp"), **common)
@@ -102,7 +105,7 @@ def to_hf_llama(gpt: Any, out_dir: Any = None) -> Any:
     """A ``LlamaForCausalLM`` with the weights and logits of a Llama-layout :class:`poslab.GPT`.
 
     The layout: ``position="rope"`` (either layout; any transformers scaling, the whole head rotated),
-    rmsnorm, swiglu, optional GQA, ``attn_head_dim`` and attention/MLP biases, full causal attention.
+    rmsnorm, swiglu, optional GQA, ``attention.head_dim`` and attention/MLP biases, full causal attention.
     ``out_dir``: also ``save_pretrained`` there (a new or empty folder).
     """
     return _export(gpt, out_dir, "llama")
@@ -113,18 +116,18 @@ def to_hf_mistral(gpt: Any, out_dir: Any = None) -> Any:
     return _export(gpt, out_dir, "mistral")
 
 
-_BASE = {"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "residual": "sequential"}
+_BASE = {"position": "rope", "residual": "sequential", "norm.kind": "rmsnorm", "mlp.kind": "swiglu"}
 LLAMA = c.Writes(
     "llama",
     requires=_BASE,
-    carries=frozenset({"n_kv_head", "attn_head_dim", "attn_bias", "mlp_bias"}),
+    carries=frozenset({"n_kv_head", "attention.head_dim", "attention.bias", "mlp.bias"}),
     checks=(c.rope_check("llama", layout=None),),
     export=to_hf_llama,
 )
 MISTRAL = c.Writes(
     "mistral",
-    requires={**_BASE, "attn_bias": False, "mlp_bias": False},
-    carries=frozenset({"n_kv_head", "attn_head_dim", "window"}),
+    requires={**_BASE, "attention.bias": False, "mlp.bias": False},
+    carries=frozenset({"n_kv_head", "attention.head_dim", "attention.window"}),
     checks=(c.rope_check("mistral", layout=None),),
     export=to_hf_mistral,
 )

@@ -44,11 +44,11 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
     for t, use_rope in zip(types, config.no_rope_layers, strict=True):
         entry: dict[str, Any] = {"qk_norm": bool(config.use_qk_norm and use_rope)}
         if t == m.CHUNKED:
-            entry["attn_chunk"] = int(chunk)
+            entry["chunk"] = int(chunk)
         if not use_rope:
             entry["position"] = "none"
             if config.attn_temperature_tuning:
-                entry["attn_temperature"] = [float(config.floor_scale), float(config.attn_scale)]
+                entry["temperature_tuning"] = [float(config.floor_scale), float(config.attn_scale)]
         pattern.append(entry)
     cfg: dict[str, Any] = dict(
         vocab_size=config.vocab_size,
@@ -58,19 +58,17 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
         n_embd=config.hidden_size,
         block_size=config.max_position_embeddings,
         bias=False,
-        attn_bias=bias,
         position="rope",
         position_config=rope,
-        norm="rmsnorm",
-        mlp="swiglu",
-        mlp_hidden=config.intermediate_size_mlp,
-        activation=m.activation(FAMILY, config.hidden_act),
         tie_embeddings=bool(config.tie_word_embeddings),
-        norm_eps=config.rms_norm_eps,
-        attn_head_dim=head_dim,
-        qk_norm_affine=False,
         layer_pattern=pattern,
-        backend="auto",
+        attention={"bias": bias, "head_dim": head_dim, "qk_norm_affine": False, "backend": "auto"},
+        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
+        mlp={
+            "kind": "swiglu",
+            "hidden": config.intermediate_size_mlp,
+            "activation": m.activation(FAMILY, config.hidden_act),
+        },
     )
     sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
     for i in range(config.num_hidden_layers):
@@ -90,20 +88,22 @@ def _plan(gpt: Any) -> tuple[dict[str, Any], list[m.Problem]]:
     use_rope, types, qk, temps, chunks = [], [], set(), set(), set()
     rope_params = None
     for i in range(cfg.n_layer):
-        name, chunk = cfg.layer_value(i, "position"), cfg.layer_value(i, "attn_chunk")
-        temp, norm = cfg.layer_value(i, "attn_temperature"), cfg.layer_value(i, "qk_norm")
+        name, chunk = cfg.layer_value(i, "position"), cfg.layer_value(i, "chunk")
+        temp, norm = cfg.layer_value(i, "temperature_tuning"), cfg.layer_value(i, "qk_norm")
         if name not in ("rope", "none"):
             return {}, [("position", f"layer {i} has position={name!r} (Llama 4 layers are RoPE or NoPE)")]
         rope = name == "rope"
         if rope and temp is not None:
             return {}, [
                 (
-                    "attn_temperature",
+                    "attention.temperature_tuning",
                     f"layer {i} tunes the attention temperature on a RoPE layer (Llama 4 does it on NoPE layers)",
                 )
             ]
         if not rope and norm:
-            return {}, [("qk_norm", f"layer {i} has qk_norm on a NoPE layer (Llama 4 norms RoPE layers only)")]
+            return {}, [
+                ("attention.qk_norm", f"layer {i} has qk_norm on a NoPE layer (Llama 4 norms RoPE layers only)")
+            ]
         if rope:
             qk.add(bool(norm))
             params = m.hf_rope(FAMILY, gpt, gpt.layer_position(i))
@@ -117,9 +117,9 @@ def _plan(gpt: Any) -> tuple[dict[str, Any], list[m.Problem]]:
         use_rope.append(int(rope))
         types.append(m.CHUNKED if chunk is not None else m.FULL)
     for field, label, values in (
-        ("qk_norm", "qk_norm on the RoPE layers", qk),
-        ("attn_temperature", "attn_temperature on the NoPE layers", temps),
-        ("attn_chunk", "attn_chunk", chunks),
+        ("attention.qk_norm", "qk_norm on the RoPE layers", qk),
+        ("attention.temperature_tuning", "temperature_tuning on the NoPE layers", temps),
+        ("attention.chunk", "chunk", chunks),
     ):
         if len(values) > 1:
             return {}, [
@@ -127,7 +127,12 @@ def _plan(gpt: Any) -> tuple[dict[str, Any], list[m.Problem]]:
             ]
     temp = next(iter(temps)) if temps else None
     if temp is not None and float(int(temp[0])) != temp[0]:
-        return {}, [("attn_temperature", f"attn_temperature floor_scale={temp[0]} (transformers takes an integer)")]
+        return {}, [
+            (
+                "attention.temperature_tuning",
+                f"temperature_tuning floor_scale={temp[0]} (transformers takes an integer)",
+            )
+        ]
     return dict(
         rope_parameters=rope_params or {"rope_type": "default", "rope_theta": 500000.0},
         no_rope_layers=use_rope,
@@ -142,9 +147,12 @@ def _plan(gpt: Any) -> tuple[dict[str, Any], list[m.Problem]]:
 
 def _weightless(gpt: Any) -> list[m.Problem]:
     cfg = gpt.config
-    if cfg.qk_norm_affine and any(cfg.layer_value(i, "qk_norm") for i in range(cfg.n_layer)):
+    if cfg.attention.qk_norm_affine and any(cfg.layer_value(i, "qk_norm") for i in range(cfg.n_layer)):
         return [
-            ("qk_norm_affine", "qk_norm_affine=True (Llama 4's QK-norm is a weightless L2 norm: qk_norm_affine=False)")
+            (
+                "attention.qk_norm_affine",
+                "attention.qk_norm_affine=True (Llama 4's QK-norm is a weightless L2 norm: qk_norm_affine=False)",
+            )
         ]
     return []
 
@@ -154,7 +162,7 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
 
     The layout: interleaved RoPE on some layers and ``position="none"`` on the others (through
     ``layer_pattern``), weightless QK-norm on all RoPE layers or none, one temperature tuning on all
-    NoPE layers or none, one ``attn_chunk`` size; rmsnorm, swiglu, sequential residual. Anything
+    NoPE layers or none, one ``attention.chunk`` size; rmsnorm, swiglu, sequential residual. Anything
     else is refused naming the option (:data:`WRITES`).
     """
     WRITES.refuse(gpt)
@@ -171,9 +179,9 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
         num_attention_heads=cfg.n_head,
         num_key_value_heads=cfg.kv_heads,
         head_dim=cfg.head_dim,
-        hidden_act=m.HF_ACT[cfg.mlp_activation],
+        hidden_act=m.HF_ACT[cfg.mlp.activation],
         max_position_embeddings=cfg.block_size,
-        rms_norm_eps=cfg.norm_eps,
+        rms_norm_eps=cfg.norm.eps,
         tie_word_embeddings=cfg.tie_embeddings,
         attention_bias=cfg.bias_of("attn"),
         moe_layers=[],
@@ -189,20 +197,26 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
 
 WRITES = m.Writes(
     FAMILY,
-    requires={"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "residual": "sequential", "mlp_bias": False},
+    requires={
+        "position": "rope",
+        "residual": "sequential",
+        "norm.kind": "rmsnorm",
+        "mlp.kind": "swiglu",
+        "mlp.bias": False,
+    },
     carries=frozenset(
         {
-            "qk_norm_affine",
+            "attention.qk_norm_affine",
             "n_kv_head",
-            "attn_head_dim",
-            "attn_bias",
+            "attention.head_dim",
+            "attention.bias",
             "layer_pattern",
-            "attn_chunk",
-            "attn_temperature",
-            "qk_norm",
+            "attention.chunk",
+            "attention.temperature_tuning",
+            "attention.qk_norm",
         }
     ),
-    layer_keys=frozenset({"position", "attn_chunk", "attn_temperature", "qk_norm"}),
+    layer_keys=frozenset({"position", "chunk", "temperature_tuning", "qk_norm"}),
     checks=(_weightless, m.rope_check(FAMILY, layout="interleaved"), lambda gpt: _plan(gpt)[1]),
     export=to_hf,
 )

@@ -35,14 +35,13 @@ def convert(config: Any, w: c.Weights) -> c.Converted:
         block_size=config.max_seq_len,
         bias=False,
         position="alibi",
-        norm="layernorm",
-        mlp="gelu",
-        mlp_hidden=up.shape[0] if up is not None else 4 * d,
-        activation="gelu",
         tie_embeddings=bool(config.tie_word_embeddings),
-        norm_eps=config.layer_norm_epsilon,
-        attn_scale=float(attn.softmax_scale) if attn.softmax_scale is not None else None,
-        clip_qkv=float(attn.clip_qkv) if attn.clip_qkv else None,
+        norm={"kind": "layernorm", "eps": config.layer_norm_epsilon},
+        mlp={"kind": "gelu", "hidden": up.shape[0] if up is not None else 4 * d, "activation": "gelu"},
+        attention={
+            "scale": float(attn.softmax_scale) if attn.softmax_scale is not None else None,
+            "clip_qkv": float(attn.clip_qkv) if attn.clip_qkv else None,
+        },
     )
     sd = {"tok_emb.weight": w.take("wte.weight")}
     for i in range(config.n_layers):

@@ -24,16 +24,13 @@ def convert(config: Any, w: c.Weights) -> c.Converted:
         n_embd=d,
         block_size=config.max_position_embeddings,
         bias=True,
-        attn_bias=attn_bias,
         position="rope",
         position_config=c.rope_config_from_hf(config, head_dim, "half", FAMILY),
-        norm="layernorm",
-        mlp="gelu",
-        mlp_hidden=config.intermediate_size,
-        activation=c.activation(FAMILY, config.hidden_act),
         residual="parallel" if config.use_parallel_residual else "sequential",
         tie_embeddings=bool(config.tie_word_embeddings),
-        norm_eps=config.layer_norm_eps,
+        attention={"bias": attn_bias},
+        norm={"kind": "layernorm", "eps": config.layer_norm_eps},
+        mlp={"kind": "gelu", "hidden": config.intermediate_size, "activation": c.activation(FAMILY, config.hidden_act)},
     )
     sd = {"tok_emb.weight": w.take("embed_in.weight")}
     for i in range(config.num_hidden_layers):

@@ -78,8 +78,9 @@ def parameter_count(model: dict[str, Any]) -> int:
     kv = int(model.get("n_kv_head") or heads)
     head_dim = d // heads if d >= heads else 1
     V, T = int(model.get("vocab_size", 65)), int(model.get("block_size", 128))
-    gated = model.get("mlp", "gelu") == "swiglu"
-    hidden = int(model.get("mlp_hidden") or (int(math.ceil(8 * d / 3 / 8) * 8) if gated else 4 * d))
+    mlp_group = model.get("mlp") if isinstance(model.get("mlp"), dict) else {}
+    gated = mlp_group.get("kind", "gelu") == "swiglu"
+    hidden = int(mlp_group.get("hidden") or (int(math.ceil(8 * d / 3 / 8) * 8) if gated else 4 * d))
     attention = d * (d + 2 * kv * head_dim) + d * d
     mlp = (3 if gated else 2) * d * hidden
     embeddings = V * d * (1 if model.get("tie_embeddings", True) else 2)

@@ -146,9 +146,9 @@ class MultiHeadLatentAttention(nn.Module):
         d_model, n_heads: width and heads.
         attention: the layer's :class:`~poslab.nn.attention.AttentionConfig`, as for
             :class:`~poslab.nn.attention.MultiHeadAttention`; MLA refuses a config that switches on
-            a mechanism in :attr:`UNSUPPORTED`.
+            a mechanism in :attr:`UNSUPPORTED`. Its ``bias`` (on ``q_a``/``kv_a`` and the output
+            projection, DeepSeek's ``attention_bias``) is off unless set.
         position: the rotary (or no) position scheme.
-        bias: on ``q_a``/``kv_a`` and the output projection, as DeepSeek's ``attention_bias``.
         absorb: decode single tokens with the absorbed projections (equal to the naive path).
         dims: the MLA dimensions ``kv_lora_rank``, ``q_lora_rank`` (``None``: one full query
             projection), ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim`` and ``latent_eps``
@@ -156,7 +156,7 @@ class MultiHeadLatentAttention(nn.Module):
     """
 
     #: the :class:`AttentionConfig` mechanisms MLA does not compute (each must be off: ``None``/``False``)
-    UNSUPPORTED = ("chunk", "softcap", "sinks", "qk_norm", "temperature_tuning")
+    UNSUPPORTED = ("chunk", "softcap", "sinks", "qk_norm", "temperature_tuning", "head_dim", "clip_qkv")
 
     causal = ConfigAttribute()
     window = ConfigAttribute()
@@ -170,13 +170,13 @@ class MultiHeadLatentAttention(nn.Module):
         attention: AttentionConfig = DEFAULT_CONFIG,
         position: PositionScheme | None = None,
         *,
-        bias: bool = False,
         absorb: bool = False,
         **dims: Any,
     ) -> None:
         super().__init__()
         dims = validate_mla(dims)
-        require_config(attention)
+        attention = require_config(attention).resolved(bias=False)  # DeepSeek's attention_bias default
+        bias = attention.bias
         for name in self.UNSUPPORTED:
             if getattr(attention, name) not in (None, False):
                 raise ValueError(
@@ -191,6 +191,7 @@ class MultiHeadLatentAttention(nn.Module):
         self.head_dim = self.dn + self.dr
         self.q_lora_rank = dims["q_lora_rank"]
         self.absorb = absorb
+        self.head_mask: Tensor | None = None  # [h] factors of the heads' outputs (head-importance analyses)
         self.scale = attention.scale if attention.scale is not None else 1.0 / math.sqrt(self.head_dim)
         self.position = position
         if self.q_lora_rank is None:
@@ -225,22 +226,26 @@ class MultiHeadLatentAttention(nn.Module):
         cache: LatentKVCache | None = None,
         need_weights: bool = False,
         backend: str | None = None,
-        head_mask: Tensor | None = None,
-        pos_increasing: bool | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """``x [B, T, d]`` -> ``[B, T, d]`` (and the weights ``[B, h, Tq, Tk]`` when ``need_weights``).
 
-        ``pos_increasing``: ``pos`` is known strictly increasing (``None`` = check it; see :func:`attend`).
+        ``pos=None`` is ``cache.length + arange(T)``, known increasing without a cache (see
+        :class:`~poslab.nn.attention.MultiHeadAttention`).
+        :attr:`head_mask` (``[h]``, set by :func:`poslab.analysis.heads.masked_heads`) multiplies each
+        head's output, as in :class:`~poslab.nn.attention.MultiHeadAttention`.
         """
+        head_mask = self.head_mask
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"attention input must be [B, T, {self.d_model}], got {list(x.shape)}")
         if cache is not None and not isinstance(cache, LatentKVCache):
             raise TypeError(f"multi-head latent attention needs a LatentKVCache, got {type(cache).__name__}")
         B, T, _ = x.shape
         scheme = position if position is not None else self.position
+        increasing = None
         if pos is None:
             start = cache.length if cache is not None else 0
             pos = torch.arange(start, start + T, device=x.device)
+            increasing = True if cache is None else None
         q_nope, q_rot = self._queries(x)
         latent, k_rot = self.kv_a(x).split((self.r, self.dr), dim=-1)  # [B, T, r], [B, T, dr]
         latent = self.kv_a_norm(latent)
@@ -282,12 +287,12 @@ class MultiHeadLatentAttention(nn.Module):
                 attn_mask=attn_mask,
                 options=AttendOptions(
                     backend=backend or self.backend,
-                    dropout=self.dropout if self.training else 0.0,
+                    dropout=(self.dropout or 0.0) if self.training else 0.0,
                     need_weights=need_weights,
                     query_chunk=self.attention.query_chunk,
                     recompute_threshold=self.attention.recompute_threshold,
                     probe=self.scores_probe,
-                    increasing=pos_increasing,
+                    increasing=increasing,
                 ),
             )
             out = out[..., : self.dv]  # [B, h, T, dv]

@@ -74,9 +74,9 @@ class AxialAttention(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        attention = AttentionConfig(causal=causal, backend=backend)
-        self.row = MultiHeadAttention(d_model, n_heads, n_kv_heads, attention, row_position, bias=bias)
-        self.col = MultiHeadAttention(d_model, n_heads, n_kv_heads, attention, col_position, bias=bias)
+        attention = AttentionConfig(causal=causal, backend=backend, bias=bias)
+        self.row = MultiHeadAttention(d_model, n_heads, n_kv_heads, attention, row_position)
+        self.col = MultiHeadAttention(d_model, n_heads, n_kv_heads, attention, col_position)
         self.d_model = d_model
 
     def forward(self, x: Tensor) -> Tensor:

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from poslab.data import encode_corpus, load_text, split_text, tokenizer_from_dict
 from poslab.fileio import append_line, atomic_write_json, atomic_write_text, sha256_bytes, sha256_file
+from poslab.nn.config_migration import migrate_model_config
 from poslab.nn.model import GPTConfig
 from poslab.safe_load import load_json
 from poslab.training import checkpoint as ckpt
@@ -118,6 +119,7 @@ class RunFiles:
                 raise RunFileError(f"{str(self.file(CONFIG))!r} {what} the {section!r} section; is it a poslab run?")
         if not isinstance(doc.get("data", {}), dict):
             raise RunFileError(f"{str(self.file(CONFIG))!r} has a non-mapping 'data' section")
+        doc["model"] = migrate_model_config(doc["model"])  # a run saved with the flat model keys loads alike
         return doc
 
     def model_config(self) -> GPTConfig:

@@ -16,6 +16,8 @@ from typing import Any
 
 from poslab.config_keys import coerce, reject_unknown_keys
 from poslab.data import split_text
+from poslab.nn.config_migration import check_not_flat, migrate_model_config
+from poslab.nn.gpt_config import GROUPS
 from poslab.nn.model import GPTConfig
 
 DTYPES = ("auto", "fp32", "bf16")
@@ -56,7 +58,8 @@ RESUME_FREE_KEYS = frozenset(
     }
 )
 
-#: the model keys a user may set (``vocab_size`` comes from the tokenizer)
+#: the model keys a user may set (``vocab_size`` comes from the tokenizer); ``attention``, ``norm`` and
+#: ``mlp`` are groups whose fields are set as ``model.GROUP.FIELD``
 MODEL_KEYS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name != "vocab_size")
 
 
@@ -106,7 +109,7 @@ class TrainConfig:
             records ``status: "target reached"``, the step, the tokens and the training time.
         objective: ``"clm"`` (next-token prediction) or ``"mlm"`` (BERT's masked LM: 15% of the
             positions selected, 80/10/10 mask/random/kept, the loss on the selected positions only;
-            needs ``model.causal = False`` and a scheme that works without the causal mask; the model
+            needs ``model.attention.causal = False`` and a scheme that works without the causal mask; the model
             gets one extra vocabulary id, the ``[MASK]`` token: see :mod:`poslab.training.data`).
         compile: run the training forward and backward through ``torch.compile(model, dynamic=False)``
             (inductor; on CPU it generates C++ and needs a compiler). Only the training step is
@@ -276,7 +279,12 @@ def _model_of(model: Any) -> GPTConfig:
         raise TypeError(f"model must be a mapping of GPTConfig fields or a GPTConfig, got {type(model).__name__}")
     if "vocab_size" in model:
         raise ValueError("model.vocab_size is set from the tokenizer; remove it from the config")
+    check_not_flat(model, prefix="model.")
     reject_unknown_keys(model, list(MODEL_KEYS), "model key", prefix="model.")
+    for name, group in GROUPS.items():
+        if isinstance(model.get(name), dict):
+            fields = [f.name for f in dataclasses.fields(group)]
+            reject_unknown_keys(model[name], fields, f"{name} key", prefix=f"model.{name}.")
     return GPTConfig.from_dict(dict(model))
 
 
@@ -288,16 +296,21 @@ def check_bidirectional(model: GPTConfig) -> None:
     ``causal=False``, which calls the scheme's ``check_layer(..., causal=False)``; a refusal there is
     reported naming the scheme.
     """
-    if model.causal:
+    if model.attention.causal:
         try:
-            dataclasses.replace(model, causal=False, position_config=copy.deepcopy(model.position_config))
+            dataclasses.replace(
+                model,
+                attention=model.attention.with_(causal=False),
+                position_config=copy.deepcopy(model.position_config),
+            )
         except ValueError as err:
             raise ValueError(
                 f"position scheme {model.position!r} is causal-only, so it cannot train a masked LM "
                 f"(objective 'mlm'): {err}"
             ) from None
         raise ValueError(
-            "objective 'mlm' trains a bidirectional encoder: set model.causal to false (--model.causal false)"
+            "objective 'mlm' trains a bidirectional encoder: set model.attention.causal to false "
+            "(--model.attention.causal false)"
         )
 
 
@@ -364,15 +377,16 @@ def check_backend_trains(backend: str, device: str) -> None:
     The rule is the backend registry's (:func:`poslab.nn.attention.backend_trains`, a reason or ``None``).
 
     Raises:
-        ValueError: ``model.backend='flex' cannot train on cpu: ...``, naming the backends that can.
+        ValueError: ``model.attention.backend='flex' cannot train on cpu: ...``, naming the backends that can.
     """
     from poslab.nn.attention import backend_trains
 
     reason = backend_trains(backend, device)
     if reason is not None:
         raise ValueError(
-            f"model.backend={backend!r} cannot train on {device}: the {backend} backend {reason}; use "
-            f"--model.backend auto, sdpa or eager to train (a trained model can still be evaluated with {backend})"
+            f"model.attention.backend={backend!r} cannot train on {device}: the {backend} backend {reason}; use "
+            "--model.attention.backend auto, sdpa or eager to train (a trained model can still be evaluated "
+            f"with {backend})"
         )
 
 
@@ -393,7 +407,7 @@ def check_model_for_training(
             with mla.
     """
     model = cfg.model
-    check_backend_trains(model.backend, device)
+    check_backend_trains(model.attention.backend, device)
     if max_positions is not None and model.block_size > max_positions:
         raise ValueError(
             f"block_size {model.block_size} is larger than the {model.position!r} position "
@@ -430,7 +444,7 @@ def resume_identity(config_doc: dict, model: GPTConfig | None = None) -> dict:
         KeyError: a section is missing; TypeError / ValueError: a section does not build.
     """
     if model is None:
-        model = GPTConfig.from_dict(config_doc["model"])
+        model = GPTConfig.from_dict(migrate_model_config(config_doc["model"]))
     train_values = {**config_doc["train"], "model": model}
     train_values.setdefault("name", "run")
     train = {

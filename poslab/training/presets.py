@@ -15,7 +15,7 @@ of :class:`poslab.GPTConfig` fields) with a description and a ``quick`` variant 
   128, block 64, batch 12, 2000 iters, lr 1e-3 decayed to 1e-4 at 2000, warmup 100, beta2 0.99,
   weight decay 0.1, grad clip 1.0, no bias, dropout 0, 20 eval batches): nanoGPT reports val loss 1.88.
 
-Both GPT presets use the exact GELU (``activation: gelu``) as nanoGPT's ``nn.GELU()`` does, rather
+Both GPT presets use the exact GELU (``mlp: {activation: gelu}``) as nanoGPT's ``nn.GELU()`` does, rather
 than GPT-2's tanh approximation (poslab's ``GPTConfig`` default): on CPU its forward + backward
 costs about half as much.
 * ``shakespeare-char-fast``: time to quality (``benchmarks/time_to_loss.py``): the ``shakespeare-char``
@@ -67,7 +67,7 @@ TANG_MODEL: dict[str, Any] = {
     "dropout": 0.0,
     "bias": True,
     "position": "learned",
-    "activation": "gelu",
+    "mlp": {"activation": "gelu"},
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -141,7 +141,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "dropout": 0.0,
                 "bias": False,
                 "position": "learned",
-                "activation": "gelu",
+                "mlp": {"activation": "gelu"},
             },
             "max_steps": 2000,
             "lr_decay_steps": 2000,
@@ -173,7 +173,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "dropout": 0.0,
                 "bias": False,
                 "position": "rope",
-                "activation": "gelu",
+                "mlp": {"activation": "gelu"},
             },
             "max_steps": 1000,
             "lr_decay_steps": 1000,
@@ -216,7 +216,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "dropout": 0.2,
                 "bias": False,
                 "position": "rope",
-                "activation": "gelu",
+                "mlp": {"activation": "gelu"},
             },
             "max_steps": 5000,
             "lr_decay_steps": 5000,

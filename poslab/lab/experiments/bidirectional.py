@@ -61,6 +61,7 @@ from poslab.lab.experiments.training import SEEDS, seed_values, train_seeded
 from poslab.lab.premises import attach, below_baseline, below_bigram
 from poslab.lab.scale import Scale, lab_config, size_of
 from poslab.lab.verdicts import ClaimRecord, Premise, at_least, deterministic, equivalent, paired, pm
+from poslab.nn.attention import AttentionConfig
 
 ARMS = {  # label -> (objective, position)
     "clm-none": ("clm", "none"),
@@ -119,7 +120,7 @@ def leak_differences(n_layer: int, causal: bool, position: str = "none", seed: i
         block_size=128,
         dropout=0.0,
         position=position,
-        causal=causal,
+        attention=AttentionConfig(causal=causal),
     )
     model = GPT(config).eval()
     with torch.no_grad():
@@ -181,7 +182,7 @@ def arm_overrides(label: str, steps: int | None = None) -> dict[str, Any]:
     objective, position = ARMS[label]
     out: dict[str, Any] = {
         "objective": objective,
-        "model": {"position": position, "position_config": {}, "causal": objective == "clm"},
+        "model": {"position": position, "position_config": {}, "attention": {"causal": objective == "clm"}},
     }
     if steps is not None and objective == "mlm":
         out.update(max_steps=round(steps * MLM_STEPS_FACTOR), lr_decay_steps=None)

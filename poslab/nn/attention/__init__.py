@@ -21,7 +21,7 @@ The package, bottom up (docs/attention.md describes it):
 * :mod:`~poslab.nn.attention.config`: :class:`AttentionConfig` (a layer's settings) and
   :class:`AttendOptions` (how one call runs).
 * :mod:`~poslab.nn.attention.core`: :func:`attend`.
-* :mod:`~poslab.nn.attention.cache`: :class:`KVCache`.
+* :mod:`~poslab.nn.attention.cache`: :class:`KVCache`, :class:`SegmentInputs` (Transformer-XL memory).
 * :mod:`~poslab.nn.attention.rotation`: the scheme's ``rotate`` around a cache (shared with MLA).
 * :mod:`~poslab.nn.attention.module`: :class:`MultiHeadAttention`.
 """
@@ -42,7 +42,7 @@ from poslab.nn.attention.backends import (
     unregister_backend,
 )
 from poslab.nn.attention.blocked import TRIM_TILE_BYTES, blocked, key_reach, trim_heap
-from poslab.nn.attention.cache import KVCache
+from poslab.nn.attention.cache import KVCache, SegmentInputs
 from poslab.nn.attention.config import (
     DEFAULT_QUERY_CHUNK,
     DEFAULT_RECOMPUTE_THRESHOLD,
@@ -90,6 +90,7 @@ __all__ = [
     "BiasFn",
     "Call",
     "KVCache",
+    "SegmentInputs",
     "LazyScoreMod",
     "MaskTerm",
     "MergeHeads",

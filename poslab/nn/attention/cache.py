@@ -1,11 +1,52 @@
-"""Preallocated key/value cache indexed by explicit positions (plain, rolling, segment memory)."""
+"""What a layer attends besides its own tokens: the preallocated key/value cache (plain, rolling,
+segment memory) and Transformer-XL's remembered inputs of one segment (:class:`SegmentInputs`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentInputs:
+    """Transformer-XL segment memory (Dai et al. 2019) as a layer's ``cache`` for one forward.
+
+    The layer computes keys and values of ``inputs`` with its current weights and places them before
+    the segment's own (``k_pos = cat(pos, segment positions)``); the causal mask by positions does the
+    rest. Nothing is written back: :class:`~poslab.nn.memory.SegmentMemory` keeps the inputs between
+    segments, :class:`KVCache` with ``memory=True`` is the cached form at evaluation.
+
+    Attributes:
+        inputs: the previous segment's inputs to this layer ``[B, M, d]`` (normed like the layer's
+            input, detached by the caller).
+        pos: their positions ``[M]`` (integers, before the segment's).
+    """
+
+    inputs: Tensor
+    pos: Tensor
+
+    def check(self, x: Tensor) -> None:
+        """``ValueError`` unless ``inputs [B, M, d]`` and ``pos [M]`` fit the layer input ``x [B, T, d]``."""
+        memory, memory_pos = self.inputs, self.pos
+        B, _, d = x.shape
+        if not isinstance(memory, Tensor) or memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != d:
+            raise ValueError(
+                f"memory must be [{B}, M, {d}] (the batch and width of x), got {list(getattr(memory, 'shape', []))}"
+            )
+        if memory.dtype != x.dtype or memory.device != x.device:
+            raise ValueError(f"memory is {memory.dtype} on {memory.device} but x is {x.dtype} on {x.device}")
+        if (
+            not isinstance(memory_pos, Tensor)
+            or memory_pos.shape != (memory.shape[1],)
+            or memory_pos.is_floating_point()
+        ):
+            raise ValueError(
+                f"memory_pos must be an integer tensor of shape [{memory.shape[1]}] (one position per memory "
+                f"entry), got {getattr(memory_pos, 'dtype', None)} {list(getattr(memory_pos, 'shape', []))}"
+            )
 
 
 class KVCache(nn.Module):

@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.nn.attention.cache import KVCache
+from poslab.nn.attention.cache import KVCache, SegmentInputs
 from poslab.nn.attention.config import AttendOptions, AttentionConfig, require_config
 from poslab.nn.attention.core import attend
-from poslab.nn.attention.inputs import validate_geometry, validate_head_dim
+from poslab.nn.attention.inputs import validate_geometry
 from poslab.nn.attention.rotation import rotate_with_cache
 from poslab.nn.attention.spec import AttentionSpec, BiasFn, LazyScoreMod
 from poslab.nn.positions.base import PositionScheme
@@ -53,6 +53,23 @@ class MergeHeads(nn.Module):
         return x.transpose(1, 2).reshape(B, T, h * dk)  # [B, h, T, d_k] -> [B, T, h, d_k] -> [B, T, d]
 
 
+class ClippedLinear(nn.Linear):
+    """``nn.Linear`` whose output is clamped to ``[-clip, clip]`` (MPT's ``clip_qkv``, Mosaic 2023).
+
+    Same parameters and state-dict keys as the ``nn.Linear`` it replaces.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, clip: float) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        self.clip = float(clip)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x).clamp(min=-self.clip, max=self.clip)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, clip={self.clip}"
+
+
 class ConfigAttribute:
     """A layer attribute that reads one field of the layer's :class:`AttentionConfig`; assigning it
     replaces the config with a copy (validated again), so the config stays the one record."""
@@ -78,13 +95,11 @@ class MultiHeadAttention(nn.Module):
         n_kv_heads: key/value heads (``None`` = ``n_heads``; 1 = MQA); must divide ``n_heads``.
         attention: the attention settings (:class:`~poslab.nn.attention.config.AttentionConfig`:
             causal, window, chunk, soft-cap, scale, sinks, dropout, QK-norm, temperature tuning,
-            backend, blocking thresholds), validated when it is made. The layer exposes each field as
+            head width, biases, ``clip_qkv``, backend, blocking thresholds), validated when it is
+            made. The layer exposes each field as
             an attribute (``layer.window``); assigning one replaces ``layer.attention`` with a copy.
         position: the position scheme whose ``rotate`` / ``score_bias`` hooks run here (optional;
             a model sharing one scheme across layers passes it to :meth:`forward` instead).
-        bias: biases on the qkv and output projections.
-        head_dim: per-head width ``d_k`` (default ``d_model // n_heads``; Gemma and Qwen3 decouple it:
-            the projections are then ``d -> h*d_k`` and ``h*d_k -> d``).
     """
 
     causal = ConfigAttribute()
@@ -105,28 +120,33 @@ class MultiHeadAttention(nn.Module):
         n_kv_heads: int | None = None,
         attention: AttentionConfig = DEFAULT_CONFIG,
         position: PositionScheme | None = None,
-        *,
-        bias: bool = True,
-        head_dim: int | None = None,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         validate_geometry(d_model, n_heads, n_kv_heads)
-        require_config(attention)
+        bias = require_config(attention).resolved().bias  # None: a bare layer has biases
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.head_dim = d_model // n_heads if head_dim is None else validate_head_dim(head_dim)
-        self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)  # fused
+        self.head_dim = d_model // n_heads if attention.head_dim is None else attention.head_dim
+        qkv_width = (n_heads + 2 * n_kv_heads) * self.head_dim
+        if attention.clip_qkv is not None:
+            self.qkv = ClippedLinear(d_model, qkv_width, bias, attention.clip_qkv)  # fused, clamped
+        else:
+            self.qkv = nn.Linear(d_model, qkv_width, bias=bias)  # fused
         self.proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
         self.split_q = SplitHeads(n_heads)
         self.split_kv = SplitHeads(n_kv_heads)
         self.merge = MergeHeads()
         self.scores_probe = nn.Identity()  # sees [B, h, Tq, Tk] weights in the eager backend
+        # [h] multiplier of each head's output before the output projection (Michel et al. 2019,
+        # https://arxiv.org/abs/1905.10650: 0 prunes a head; the gradient at 1 is the head-importance
+        # proxy); poslab.analysis.heads.masked_heads sets it for the duration of a block
+        self.head_mask: Tensor | None = None
         self.attention = attention
         if position is not None:
             self.fit(position)
         self.position = position
         if attention.qk_norm:
-            eps, affine = float(attention.qk_norm_eps), attention.qk_norm_affine
+            eps, affine = float(attention.resolved().qk_norm_eps), attention.qk_norm_affine
             self.q_norm = nn.RMSNorm(self.head_dim, eps=eps, elementwise_affine=affine)
             self.k_norm = nn.RMSNorm(self.head_dim, eps=eps, elementwise_affine=affine)
         self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if attention.sinks else None
@@ -144,7 +164,7 @@ class MultiHeadAttention(nn.Module):
         self._options = {
             (training, increasing): AttendOptions(
                 backend=config.backend,
-                dropout=config.dropout if training else 0.0,
+                dropout=(config.dropout or 0.0) if training else 0.0,
                 query_chunk=config.query_chunk,
                 recompute_threshold=config.recompute_threshold,
                 probe=self.scores_probe,
@@ -200,34 +220,25 @@ class MultiHeadAttention(nn.Module):
         *,
         position: PositionScheme | None = None,
         attn_mask: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | SegmentInputs | None = None,
         need_weights: bool = False,
         backend: str | None = None,
-        head_mask: Tensor | None = None,
-        pos_increasing: bool | None = None,
-        memory: Tensor | None = None,
-        memory_pos: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend.
 
         Args:
             x: ``[B, T, d]``.
-            pos: positions of the ``T`` tokens ``[T]`` (default ``cache.length + arange(T)``).
+            pos: positions of the ``T`` tokens ``[T]`` (default ``cache.length + arange(T)``; without a
+                cache the layer then knows them increasing and need not look, so ``torch.compile``
+                traces the fused causal path without a graph break).
             position: scheme overriding ``self.position`` (how a model shares one scheme).
             attn_mask: ``[Tq, Tk]`` or ``[B|1, h|1, Tq, Tk]``; bool (True = attend) or float (added).
-            cache: KV cache to read and extend (``Tk`` = cached + new tokens).
+            cache: what the layer attends besides ``x``: a :class:`KVCache` to read and extend
+                (``Tk`` = cached + new tokens), or Transformer-XL segment memory
+                (:class:`SegmentInputs`: the previous segment's inputs to this layer and their
+                positions, keyed with the current ``qkv`` weights and placed before the segment's keys).
             need_weights: also return the attention weights ``[B, h, Tq, Tk]`` (eager backend).
             backend: per-call backend override.
-            head_mask: ``[h]`` multiplier of each head's output before the output projection
-                (Michel et al. 2019, https://arxiv.org/abs/1905.10650: 0 prunes a head; the gradient
-                at 1 is the head-importance proxy).
-            pos_increasing: ``pos`` is known strictly increasing (``None`` = check it; see :func:`attend`).
-            memory: Transformer-XL segment memory (Dai et al. 2019): the previous segment's inputs to
-                this layer ``[B, M, d]`` (already normed, detached by the caller). Their keys and
-                values come from the current ``qkv`` weights and are placed before the segment's
-                (``k_pos = cat(memory_pos, pos)``); the causal mask by positions does the rest.
-                Not with ``cache``.
-            memory_pos: positions of the memory ``[M]`` (int64, before ``pos``).
 
         Returns:
             ``[B, T, d]`` (and the weights when ``need_weights``).
@@ -240,15 +251,19 @@ class MultiHeadAttention(nn.Module):
         scheme = position if position is not None else self.position
         if scheme is not None and not torch.compiler.is_compiling():  # checked eagerly, once per scheme and layer kind
             self.fit(scheme)
+        memory = cache if isinstance(cache, SegmentInputs) else None
+        if memory is not None:
+            memory.check(x)
+            cache = None
+        increasing = None  # ``pos`` strictly increasing: None = attend looks at the values
         if pos is None:
             start = cache.length if cache is not None else 0
             pos = torch.arange(start, start + T, device=x.device)
+            increasing = True if cache is None and memory is None else None
         elif not isinstance(pos, Tensor) or pos.shape != (T,):
             raise ValueError(
                 f"pos must have shape [{T}] (one position per token), got {list(getattr(pos, 'shape', []))}"
             )
-        if memory is not None or memory_pos is not None:
-            self._check_memory(x, memory, memory_pos, cache)
         if x.dtype != self.qkv.weight.dtype and not torch.is_autocast_enabled(x.device.type):
             raise TypeError(
                 f"attention input is {x.dtype} but the layer's weights are {self.qkv.weight.dtype}; "
@@ -256,7 +271,9 @@ class MultiHeadAttention(nn.Module):
             )
         window = self.effective_window()
         if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+            raise TypeError(
+                f"cache must be a KVCache, got {type(cache).__name__} (segment memory is passed as SegmentInputs)"
+            )
         # a segment-memory ring (Transformer-XL) is the context itself: it needs no window
         if cache is not None and cache.rolling and not cache.memory and (window is None or window > cache.capacity):
             raise ValueError(
@@ -276,9 +293,9 @@ class MultiHeadAttention(nn.Module):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)  # RMSNorm over d_k, per head
         if memory is not None:
-            k_mem, v_mem = self._memory_kv(memory)  # [B, hkv, M, dk] x2
+            k_mem, v_mem = self._memory_kv(memory.inputs)  # [B, hkv, M, dk] x2
             k, v = torch.cat((k_mem, k), dim=2), torch.cat((v_mem, v), dim=2)  # [B, hkv, M+T, dk]
-            k_pos = torch.cat((memory_pos.to(pos.device), pos))  # [M+T]
+            k_pos = torch.cat((memory.pos.to(pos.device), pos))  # [M+T]
         update = None
         # a cache that assigns positions by place (StreamingLLM, poslab/nn/streaming.py) stores keys unrotated
         replaced = cache is not None and cache.reassigns_positions
@@ -310,8 +327,9 @@ class MultiHeadAttention(nn.Module):
             k_pos,
             spec,
             attn_mask=attn_mask,
-            options=self.options(backend, need_weights, pos_increasing if q_pos is pos else None),
+            options=self.options(backend, need_weights, increasing if q_pos is pos else None),
         )
+        head_mask = self.head_mask
         if head_mask is not None:
             if not isinstance(head_mask, Tensor) or head_mask.shape != (h,):
                 raise ValueError(
@@ -323,32 +341,6 @@ class MultiHeadAttention(nn.Module):
             )  # [B, h, T, dk] * [1, h, 1, 1]
         out = self.proj(self.merge(out))  # [B, h, T, dk] -> [B, T, d] -> [B, T, d]
         return (out, weights) if need_weights else out
-
-    def _check_memory(self, x: Tensor, memory: Tensor | None, memory_pos: Tensor | None, cache: KVCache | None) -> None:
-        """``ValueError`` unless ``memory [B, M, d]`` and ``memory_pos [M]`` fit ``x`` and no cache is given."""
-        if cache is not None:
-            raise ValueError(
-                "segment memory and a KV cache cannot be combined: the cache already holds the past "
-                "(use GPT.make_cache(B, memory=M) for the cached form of the memory)"
-            )
-        if memory is None or memory_pos is None:
-            raise ValueError("segment memory needs both memory [B, M, d] and memory_pos [M]")
-        B, _, d = x.shape
-        if not isinstance(memory, Tensor) or memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != d:
-            raise ValueError(
-                f"memory must be [{B}, M, {d}] (the batch and width of x), got {list(getattr(memory, 'shape', []))}"
-            )
-        if memory.dtype != x.dtype or memory.device != x.device:
-            raise ValueError(f"memory is {memory.dtype} on {memory.device} but x is {x.dtype} on {x.device}")
-        if (
-            not isinstance(memory_pos, Tensor)
-            or memory_pos.shape != (memory.shape[1],)
-            or memory_pos.is_floating_point()
-        ):
-            raise ValueError(
-                f"memory_pos must be an integer tensor of shape [{memory.shape[1]}] (one position per memory "
-                f"entry), got {getattr(memory_pos, 'dtype', None)} {list(getattr(memory_pos, 'shape', []))}"
-            )
 
     def _memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values ``[B, h_kv, M, d_k]`` of memory ``[B, M, d]`` under the current weights (before

@@ -9,6 +9,7 @@ import torch
 from poslab.lab.evidence import SOURCE
 from poslab.lab.lesson_quotes import quoted
 from poslab.lab.verdicts import deterministic
+from poslab.nn.gpt_config import MLPConfig, NormConfig
 from poslab.nn.model import GPT, GPTConfig
 
 
@@ -26,11 +27,10 @@ def seven_b_counts() -> dict[str, int]:
                     n_embd=4096,
                     block_size=4096,
                     position=position,
-                    norm="rmsnorm",
-                    mlp="swiglu",
-                    mlp_hidden=11008,
                     tie_embeddings=False,
                     bias=False,
+                    norm=NormConfig(kind="rmsnorm"),
+                    mlp=MLPConfig(kind="swiglu", hidden=11008),
                 )
             )
         counts[position] = sum(p.numel() for p in model.parameters())
