@@ -90,7 +90,7 @@ def test_memory_is_refused_where_it_cannot_work(tmp_path, corpus):
     with pytest.raises(ValueError, match="memory must be >= 0"):
         tiny(tmp_path, corpus, memory=-1)
     with pytest.raises(ValueError, match="needs objective 'clm'"):
-        tiny(tmp_path, corpus, objective="mlm", model=dict(causal=False))
+        tiny(tmp_path, corpus, objective="mlm", model=dict(attention=dict(causal=False)))
     with pytest.raises(ValueError, match="compile=true does not run with memory=16"):
         tiny(tmp_path, corpus, compile=True)
     with pytest.raises(ValueError, match="past the 'learned' table of 16 positions"):
@@ -129,7 +129,7 @@ def test_stream_batches_train_on_the_memory_runs_segments_without_a_memory(tmp_p
     for before, after in zip(seen["memory"], seen["memory"][1:]):  # consecutive segments of the same streams
         assert not torch.equal(before, after)
     with pytest.raises(ValueError, match="stream_batches reads the text left to right"):
-        tiny(tmp_path, corpus, memory=0, stream_batches=True, objective="mlm", model=dict(causal=False))
+        tiny(tmp_path, corpus, memory=0, stream_batches=True, objective="mlm", model=dict(attention=dict(causal=False)))
 
 
 def test_only_a_memory_run_learns_to_copy_the_previous_segment(tmp_path):

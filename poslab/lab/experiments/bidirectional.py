@@ -11,7 +11,7 @@ each (the same 3 for every arm, so seed i gives every arm the same windows):
   is an equivalence claim, :func:`poslab.lab.verdicts.equivalent` (TOST) on the per-seed ln of the
   losses: NoPos within ``±ln(1 + CLOSE)`` of learned, i.e. within ``CLOSE`` (relative).
 * ``mlm-none`` vs ``mlm-learned`` and ``mlm-rope``: masked LMs (``objective="mlm"``,
-  ``model.causal=False``; loss on the 15% selected positions). The claim that NoPos *fails* is
+  ``model.attention.causal=False``; loss on the 15% selected positions). The claim that NoPos *fails* is
   :func:`poslab.lab.verdicts.paired` on the ln of the losses with ``offset = ln(1 + FAR)``: NoPos
   is worse by more than ``FAR`` (relative). Haviv et al. used learned positions; RoPE is added
   because at the quick size a learned table barely trains in a masked LM (measured: after 250
