@@ -31,7 +31,7 @@ from poslab.lab.report.reading import MANIFEST_ERRORS, UNREADABLE, load_manifest
 from poslab.lab.report.sections import KNOWN_FOLDERS, SECTIONS, Section
 from poslab.lab.report.zh_text import localized, parentheticals
 from poslab.lab.tables import KeyTable, TableFailure, build_tables, cell_text, esc
-from poslab.lab.verdicts import DID_NOT_HOLD, HELD, MIN_SEEDS, ClaimRecord, not_testable
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, MIN_SEEDS, ClaimRecord, not_testable, num
 
 MAX_TABLE_ROWS = 40
 MAX_COLUMNS = 12
@@ -229,15 +229,15 @@ def margin_text(record: ClaimRecord) -> str:
     """Margin against noise in words; for an inconclusive verdict, by how much it missed."""
     if record.margin is None:
         return t("margin.unmeasurable")
-    margin = claims_mod.num(record.margin)
+    margin = num(record.margin)
     if record.noise is None:
         return t("margin.deterministic" if record.n_seeds == 0 else "margin.nonoise", margin=margin)
-    text = t("margin.seeded", margin=margin, noise=claims_mod.num(record.noise), n=record.n_seeds)
+    text = t("margin.seeded", margin=margin, noise=num(record.noise), n=record.n_seeds)
     if kind(record) == "inconclusive":
         if record.n_seeds < MIN_SEEDS:
             text += t("margin.fewseeds", n=MIN_SEEDS)
         else:
-            text += t("margin.missed", by=claims_mod.num(record.noise - abs(record.margin)))
+            text += t("margin.missed", by=num(record.noise - abs(record.margin)))
     return text + design_text(record)
 
 
