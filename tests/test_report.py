@@ -394,8 +394,12 @@ def test_a_renamed_result_field_fails_the_report_naming_the_table(tmp_path, caps
     assert "the table “perplexity (sliding)” cannot be built: results.json has no field “perplexity”" in page
     assert "every head (base loss" in page  # the table its results can build is shown
     html = (lab_dir / "report.html").read_text(encoding="utf-8")
-    recorded = next(c for c in results["claims"] if c["claim"].startswith("头7/8充当"))
-    assert verdict_of(html, "头7/8充当") == recorded["verdict"]  # the record the experiment decided, as written
+    from poslab.lab.report.builder import kind
+    from poslab.lab.report.i18n import t
+    from poslab.lab.verdicts import ClaimRecord
+
+    recorded = kind(ClaimRecord.from_dict(next(c for c in results["claims"] if c["claim"].startswith("头7/8充当"))))
+    assert recorded != "unusable" and verdict_of(html, "头7/8充当") == t("kind." + recorded)  # as the record says
     assert main(["report", "--out", str(lab_dir), "--lang", "zh"]) == 1
     page = unescape((lab_dir / "report.zh.html").read_text(encoding="utf-8"))
     assert "tang-heads：无法生成表格“pruning”：results.json 中没有字段“pruned_30”" in page
