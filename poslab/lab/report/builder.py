@@ -4,8 +4,6 @@ Layout of a lab folder (written by ``poslab lab``; any subset works)::
 
     LAB/lab.json                      the lab's manifest: mode, steps, timings, machine and versions
     LAB/experiments/NAME/results.json + *.png
-    LAB/heads/results.json + heads.png
-    LAB/attention/results.json + attention.png
 
 The page embeds every plot as a base64 PNG and the CJK font as a base64 subset, loads nothing from
 the network and runs no script. Every number on it is read from those files at build time.
