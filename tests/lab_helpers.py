@@ -19,6 +19,8 @@ import torch
 
 PROMPT = "白日依山尽，黄河入海流。"
 CHEAP_EXPERIMENTS = ("params", "shapes", "rope-relative", "permutation")
+#: the folder of the head analysis in :func:`make_lab`
+TANG_HEADS = "experiments/tang-heads"
 
 
 @functools.cache
@@ -81,17 +83,18 @@ def tiny_run(position: str = "rope", steps: int = 30) -> Path:
 
 
 def make_lab(root: Path) -> Path:
-    """A small lab folder: four cheap experiments, head analysis and the attention map of a tiny run."""
-    from poslab.analysis.attention_map import run_attention
-    from poslab.analysis.heads import run_heads
+    """A small lab folder: four cheap experiments, and tang-heads' analysis (heads, attention map, claims) of a tiny
+    run in ``experiments/tang-heads`` (:data:`TANG_HEADS`)."""
+    from poslab.fileio import atomic_write_json
     from poslab.lab import experiments
+    from poslab.lab.experiments import tang_heads
 
     with one_thread(), quiet():
         for name in CHEAP_EXPERIMENTS:
             experiments.run_experiment(name, root / "experiments" / name)
-        run = tiny_run("rope")
-        run_heads(run, root / "heads", quick=True)
-        run_attention(run, PROMPT, root / "attention" / "attention.png", root / "attention" / "results.json")
+        out = root / TANG_HEADS
+        results = experiments.settle(tang_heads.analyse(tiny_run("rope"), out, quick=True), "tang-heads")
+        atomic_write_json(out / "results.json", results, default=float)
     return root
 
 
@@ -112,8 +115,7 @@ def snapshot_lab(root: Path) -> Path:
 
     The snapshot keeps each record's claim, source, measured text, margin, noise, seeds, verdict, kind, reason and
     design (no criterion, no per-seed details): each is written back as a record the report shows with the same
-    kind, the unmet premise rebuilt from its reason, a source or withdrawn record marked so in ``details``. The head
-    analysis's records go in ``attention/`` (the same section; ``heads/`` would check them again from its numbers).
+    kind, the unmet premise rebuilt from its reason, a source or withdrawn record marked so in ``details``.
     """
     import json
 
@@ -145,8 +147,7 @@ def snapshot_lab(root: Path) -> Path:
             "premise": premise,
             "design": design,
         }
-        # the head analysis's records go beside it (its own folder would have them re-checked from numbers)
-        folders.setdefault("attention" if c["experiment"] == "heads" else c["experiment"], []).append(record)
+        folders.setdefault(c["experiment"], []).append(record)
     for folder, records in folders.items():
         (root / folder).mkdir(parents=True, exist_ok=True)
         (root / folder / "results.json").write_text(json.dumps({"claims": records}), encoding="utf-8")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from cdp import Browser, find_chromium
-from lab_helpers import PROMPT, copy_lab, tiny_run
+from lab_helpers import PROMPT, TANG_HEADS, copy_lab, tiny_run
 
 from poslab.analysis.heads import attention_weights
 from poslab.display.fonts import FAMILY
@@ -42,7 +42,7 @@ GLYPHS_DIFFER = """(() => {
 
 def test_report_renders_in_chromium(tmp_path):
     lab_dir = copy_lab(tmp_path / "lab")
-    shutil.copy(lab_dir / "attention" / "attention.png", lab_dir / "experiments" / "params" / "copy.png")
+    shutil.copy(lab_dir / TANG_HEADS / "attention.png", lab_dir / "experiments" / "params" / "copy.png")
     report = build_report(lab_dir)
     with Browser(width=1280, height=900) as browser:
         browser.goto(report.as_uri())

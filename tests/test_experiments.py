@@ -281,8 +281,8 @@ def test_every_experiment_is_described_once_and_the_lab_plans_from_the_descripti
     assert list(described) == list(experiments.registry())
     for module in experiments.registry().values():
         assert isinstance(module.EXPERIMENT, Experiment) and module.EXPERIMENT.run is module.run
-    quick = {s.name: s for s in lab.plan(tmp_path, "quick") if s.kind == "experiment"}
-    full = {s.name: s for s in lab.plan(tmp_path, "full") if s.kind == "experiment"}
+    quick = {s.name: s for s in lab.plan(tmp_path, "quick")}
+    full = {s.name: s for s in lab.plan(tmp_path, "full")}
     assert set(quick) == {n for n, e in described.items() if e.tier in (FOUNDATION, LAB)}
     assert set(full) == set(described)
     for name, step in full.items():

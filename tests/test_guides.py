@@ -180,7 +180,7 @@ def test_the_way_in_comes_first_and_its_commands_exist(name: str) -> None:
     assert text.index("<!-- generated: zh-way-in -->") == text.index("\n## 从哪里开始") + len("\n## 从哪里开始\n\n")
     assert text.index("\n## 从哪里开始") == first_section, "the way in is the first section"
     for command in ("attention", "explore"):
-        assert f"poslab {command} runs/lab/runs/tang-small-quick" in text, command
+        assert f"poslab {command} runs/lab/experiments/tang-heads/runs/tang-small-quick" in text, command
         flags = set(re.findall(r"--[a-z][a-z-]*", _help(command)))
         # a flag the guide names after `poslab COMMAND`, up to the next command or the end of the line
         after = re.findall(rf"poslab {command}\b(.*?)(?=poslab |\n|$)", text)

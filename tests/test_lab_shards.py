@@ -175,7 +175,8 @@ def test_the_lab_plan_of_a_shard_and_a_size():
         assert ("--size" in step.argv) == sized, step.argv
         assert step.size == (dataclasses.asdict(scale.SIZES["smoke"]) if sized else None)
     whole = lab.plan(Path("/L"), "quick")
-    assert any(s.kind == "train" for s in whole) and all("--shard" not in s.argv and s.size is None for s in whole)
+    assert "tang-heads" in {s.name for s in whole}
+    assert all("--shard" not in s.argv and s.size is None for s in whole)
 
 
 def _fake_experiment(lab_dir: Path, name: str, size: dict | None, shard: tuple[int, int] | None) -> lab.Step:
@@ -203,9 +204,7 @@ def _fake_experiment(lab_dir: Path, name: str, size: dict | None, shard: tuple[i
         "(folder / 'runs').mkdir(exist_ok=True); (folder / 'runs' / f'trained-{target.stem}').write_text('x')\n"
     )
     done = str(runner.shard_file("", shard)) if shard else "results.json"
-    return lab.Step(
-        name, "experiment", f"experiments/{name}", [], done_file=done, size=size, command=[sys.executable, "-c", code]
-    )
+    return lab.Step(name, f"experiments/{name}", [], done_file=done, size=size, command=[sys.executable, "-c", code])
 
 
 def _calls(lab_dir: Path) -> list:
@@ -341,7 +340,7 @@ def test_the_lab_gives_the_seeds_to_experiments_that_take_them(tmp_path, monkeyp
 
     _fake_registry(monkeypatch)
     steps = lab.plan(Path("/L"), "quick", seeds=6)
-    by_name = {s.name: s for s in steps if s.kind == "experiment"}
+    by_name = {s.name: s for s in steps}
     assert by_name["seeded"].argv[-2:] == ["--seeds", "6"] and by_name["seeded"].seeds == 6
     assert "--seeds" not in by_name["plain"].argv and by_name["plain"].seeds is None
     monkeypatch.undo()
@@ -355,7 +354,7 @@ def test_the_lab_gives_the_seeds_to_experiments_that_take_them(tmp_path, monkeyp
 
 
 def test_a_finished_step_of_other_seeds_is_rerun(tmp_path):
-    step = lab.Step("e", "experiment", "experiments/e", [], seeds=5)
+    step = lab.Step("e", "experiments/e", [], seeds=5)
     (tmp_path / "experiments" / "e").mkdir(parents=True)
     (tmp_path / "experiments" / "e" / "results.json").write_text("{}")
     record = {"status": "ok", "mode": "quick", "size": None, "seeds": None}

@@ -1,8 +1,9 @@
 """The training experiments' claim records at their smallest sizes, replayed against a recorded set.
 
 :func:`replay` runs every training experiment at its smoke size (or on a tiny base) in one lab folder,
-in the lab's order (extrapolation first, its models reused by attention entropy and context extension),
-and returns each experiment's claim records as ``results.json`` holds them (after the statistical plan).
+in the lab's order (extrapolation first, its models reused by attention entropy and context extension;
+tang-heads last, its Tang GPT trained from the preset with tiny overrides), and returns each experiment's
+claim records as ``results.json`` holds them (after the statistical plan).
 ``tests/data/replay_claims.json`` holds what the lab produced when it was recorded; the test compares
 every record's claim, verdict, measured text and design with it, so a refactoring of the lab that changes
 the science fails here. A decimal number inside a measured text may differ by one unit of its last printed
@@ -60,6 +61,11 @@ def _stream_scale(windows: int) -> Any:
     return Scale(name="tiny", train_length=8, steps=6, eval_interval=6, eval_iters=1, eval_windows=windows, **tiny)
 
 
+def _tang_overrides(corpus: Path) -> dict[str, Any]:
+    """The Tang GPT's tiny training on a Tang text (2 layers: its heads' analysis needs two): the preset's seed."""
+    return {**TINY_STEPS, "lr_decay_steps": 6, "corpus": str(corpus), "model": {**TINY_MODEL, "n_layer": 2}}
+
+
 def replay(root: Path) -> dict[str, list[dict[str, Any]]]:
     """Every training experiment's claim records, run small in the lab folder ``root``."""
     from poslab.lab.experiments import registry, settle
@@ -82,6 +88,7 @@ def replay(root: Path) -> dict[str, list[dict[str, Any]]]:
         "bidirectional": {"quick": True, "base": _base(corpus), "workers": 1, "seeds": SEEDS, "leak_layers": (1,)},
         "streaming": {"quick": True, "seeds": SEEDS, "scale": _stream_scale(2), "workers": 1},
         "rope-frequency-usage": {"quick": True, "seeds": SEEDS, "scale": _stream_scale(4), "workers": 1},
+        "tang-heads": {"quick": True, "overrides": _tang_overrides(corpus_text_file(root, 40_000, name="tang5"))},
     }
     claims = {}
     for name, options in runs.items():

@@ -9,7 +9,7 @@ from html import unescape
 from pathlib import Path
 
 import pytest
-from lab_helpers import PROMPT, copy_lab, quiet, shared_lab
+from lab_helpers import PROMPT, TANG_HEADS, copy_lab, quiet, shared_lab
 
 from poslab.cli.app import main
 from poslab.display.fonts import FAMILY, covered_chars, font_face_css, font_path
@@ -17,7 +17,7 @@ from poslab.lab import experiments, lab
 from poslab.lab.experiments import params, shapes
 from poslab.lab.report import build_report, claims, load_results
 from poslab.lab.report.sections import SECTIONS
-from poslab.lab.verdicts import bound, check_records, compare, not_testable, tally
+from poslab.lab.verdicts import bound, check_records, compare, get, not_testable, num, tally
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
@@ -57,7 +57,7 @@ def test_report_is_self_contained_and_has_every_section():
 
 def test_report_shows_the_plots_of_each_folder(tmp_path):
     lab_dir = copy_lab(tmp_path / "lab")
-    (lab_dir / "experiments" / "params" / "extra.png").write_bytes((lab_dir / "heads" / "heads.png").read_bytes())
+    (lab_dir / "experiments" / "params" / "extra.png").write_bytes((lab_dir / TANG_HEADS / "heads.png").read_bytes())
     html = build_report(lab_dir).read_text(encoding="utf-8")
     assert html.count("data:image/png;base64,") == 3
     assert "<figcaption>extra.png</figcaption>" in html
@@ -103,8 +103,8 @@ def test_changing_a_results_file_changes_the_report(tmp_path):
     assert "h=4: qkv 9,999, proj 1,056" in after
     assert verdict_of(after, "qkv 3168 个") == "did not hold"
     assert "one Linear 123,457" in after and verdict_of(after, "单头 Linear(512,512)") == "did not hold"
-    # the head analysis numbers come from heads/results.json too
-    heads_path = lab_dir / "heads" / "results.json"
+    # the head analysis numbers come from its results.json too
+    heads_path = lab_dir / TANG_HEADS / "results.json"
     heads = json.loads(heads_path.read_text())
     heads["pruned_30"]["loss"] = 42.125
     heads_path.write_text(json.dumps(heads))
@@ -135,7 +135,7 @@ def test_experiment_claim_lists_are_shown(tmp_path):
     assert verdict_of(html, "ALiBi flat past L") == "held"
     assert "ratio of alibi 1.020 ± 0.010 (n=3)" in html  # the measured cell: mean ± sd
     assert verdict_of(html, "rope beats alibi") == "inconclusive"
-    missed = claims.num(close.noise - abs(close.margin))
+    missed = num(close.noise - abs(close.margin))
     assert f"missed by {missed}" in html  # an inconclusive verdict says by how much it missed
     assert verdict_of(html, "old shape") == "unusable" and "unusable claim entry" in html
 
@@ -144,7 +144,7 @@ def test_margin_text():
     from poslab.lab.report.builder import margin_text
 
     held = compare("a", "s", [1.0, 1.01, 0.99], [2.0, 2.01, 1.99], better_label="x", worse_label="y", metric="m")
-    assert margin_text(held) == f"margin 1 vs noise ±{claims.num(held.noise)} (n=3)"
+    assert margin_text(held) == f"margin 1 vs noise ±{num(held.noise)} (n=3)"
     few = compare("a", "s", [1.0, 1.01], [2.0, 2.01], better_label="x", worse_label="y", metric="m")
     assert few.verdict == "inconclusive" and margin_text(few).endswith("fewer than 3 seeds")
 
@@ -168,14 +168,14 @@ def test_report_survives_broken_or_missing_inputs(tmp_path):
 
 
 def test_number_formatting():
-    assert claims.num(1050624) == "1,050,624"
-    assert claims.num(2.98394608) == "2.984"
-    assert claims.num(1.2e-06) == "1.2e-06"
-    assert claims.num(19869.17) == "19,869"
-    assert claims.num(True) == "True"
-    assert claims.get({"a": {"b": [1, {"c": 5}]}}, "a.b.1.c") == 5
+    assert num(1050624) == "1,050,624"
+    assert num(2.98394608) == "2.984"
+    assert num(1.2e-06) == "1.2e-06"
+    assert num(19869.17) == "19,869"
+    assert num(True) == "True"
+    assert get({"a": {"b": [1, {"c": 5}]}}, "a.b.1.c") == 5
     with pytest.raises(KeyError):
-        claims.get({"a": 1}, "a.b")
+        get({"a": 1}, "a.b")
 
 
 def test_font_subset_covers_the_corpora_and_embeds_small():
@@ -234,7 +234,7 @@ def fake_step(name: str, folder: str, lab_dir: Path, fail: bool = False, needs: 
             else "(out / 'results.json').write_text(json.dumps({'value': 3.25}))\n"
         )
     )
-    return lab.Step(name, "experiment", folder, [], needs=needs, command=[sys.executable, "-c", code])
+    return lab.Step(name, folder, [], needs=needs, command=[sys.executable, "-c", code])
 
 
 def runs_of(lab_dir: Path, folder: str) -> int:
@@ -288,9 +288,10 @@ def test_lab_plan_covers_every_lesson_experiment(tmp_path):
     for name, module in experiments.registry().items():
         if module.EXPERIMENT.in_all:
             assert name in names
-    for name in (*experiments.descriptions("lab"), "head analysis", "attention map"):
+    for name in experiments.descriptions("lab"):
         assert name in names
-    assert all("--quick" in s.argv for s in steps if s.kind != "attention")
+    assert all(s.argv[:2] == ["experiment", s.name] for s in steps)
+    assert all("--quick" in s.argv for s in steps)
     assert not any("--quick" in s.argv for s in lab.plan(tmp_path, "full"))
     shown = {folder for section in SECTIONS for folder in section.folders}
     assert {s.folder for s in lab.plan(tmp_path, "full")} >= shown  # the full lab fills every section
@@ -366,7 +367,7 @@ def test_context_key_table_shows_checkpoint_averaging():
 
 def test_a_renamed_result_field_fails_the_report_naming_the_table(tmp_path, capsys):
     lab_dir = copy_lab(tmp_path / "lab")
-    heads = lab_dir / "heads" / "results.json"
+    heads = lab_dir / TANG_HEADS / "results.json"
     results = json.loads(heads.read_text(encoding="utf-8"))
     results["pruned_at_30"] = results.pop("pruned_30")
     heads.write_text(json.dumps(results), encoding="utf-8")
@@ -385,36 +386,42 @@ def test_a_renamed_result_field_fails_the_report_naming_the_table(tmp_path, caps
         "results.json has no field 'perplexity'",
         "poslab report: error: experiments/extrapolation: table 'perplexity (sliding)' cannot be built: "
         "results.json has no field 'perplexity'",
-        "poslab report: error: heads: table 'pruning' cannot be built: results.json has no field 'pruned_30'",
+        "poslab report: error: experiments/tang-heads: table 'pruning' cannot be built: results.json has no field "
+        "'pruned_30'",
     ]
     page = unescape((lab_dir / "report.html").read_text(encoding="utf-8"))
-    assert "heads: the table “pruning” cannot be built: results.json has no field “pruned_30”" in page
+    assert "tang-heads: the table “pruning” cannot be built: results.json has no field “pruned_30”" in page
     assert "the table “perplexity (sliding)” cannot be built: results.json has no field “perplexity”" in page
     assert "every head (base loss" in page  # the table its results can build is shown
     html = (lab_dir / "report.html").read_text(encoding="utf-8")
-    assert verdict_of(html, "头7/8充当") == "unusable"  # the claim reading the field says so too
-    assert "heads/results.json has no field 'pruned_30'" in page
+    from poslab.lab.report.builder import kind
+    from poslab.lab.report.i18n import t
+    from poslab.lab.verdicts import ClaimRecord
+
+    recorded = kind(ClaimRecord.from_dict(next(c for c in results["claims"] if c["claim"].startswith("头7/8充当"))))
+    assert recorded != "unusable" and verdict_of(html, "头7/8充当") == t("kind." + recorded)  # as the record says
     assert main(["report", "--out", str(lab_dir), "--lang", "zh"]) == 1
     page = unescape((lab_dir / "report.zh.html").read_text(encoding="utf-8"))
-    assert "heads：无法生成表格“pruning”：results.json 中没有字段“pruned_30”" in page
+    assert "tang-heads：无法生成表格“pruning”：results.json 中没有字段“pruned_30”" in page
 
 
 def test_head_analysis_claims_need_a_model_below_its_texts_trigram_baseline():
     """A claim on what a model's heads learn is read only off a model clearly below the trigram count model: one
     between the bigram and the trigram baselines (where the lab's quick Tang model sits) is not testable."""
+    from poslab.lab.experiments import tang_heads
     from poslab.lab.experiments.common import ngram_baselines
 
-    heads = json.loads((shared_lab() / "heads" / "results.json").read_text())
-    assert heads["text"]["corpus"] and heads["text"]["tokenizer"] == "char"  # what run_heads records
+    heads = json.loads((shared_lab() / TANG_HEADS / "results.json").read_text())
+    assert heads["text"]["corpus"] and heads["text"]["tokenizer"] == "char"  # what head_results records
     base = ngram_baselines("shakespeare")
-    texts = [c.text for c in claims.CLAIMS if c.experiment == "heads"]
+    texts = [text for _, text, _ in tang_heads.CLAIMS]
 
     def records(base_loss: float | None) -> dict[str, object]:
         data = dict(heads, base_loss=base_loss) if base_loss is not None else dict(heads)
         data["text"] = {"corpus": "shakespeare", "tokenizer": "char", "val_fraction": 0.1}
         if base_loss is None:
             data.pop("text")
-        return {v.record.claim: v.record for v in claims.evaluate({"heads": data}) if v.record.claim in texts}
+        return {record.claim: record for record in tang_heads.head_claims(data)}
 
     assert base["bigram"] - 0.2 > base["trigram"] + 0.05  # a loss between the two exists on this corpus
     bare = records(None)  # no text recorded: the premise cannot be shown
@@ -490,16 +497,16 @@ def test_forged_claim_records_are_shown_unusable_never_held(tmp_path, lang):
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_malformed_lab_files_give_a_page_naming_each_file(tmp_path, lang):
     lab_dir = tmp_path / "lab"
-    for folder in ("experiments/params", "experiments/shapes", "heads"):
+    for folder in ("experiments/params", "experiments/shapes", TANG_HEADS):
         (lab_dir / folder).mkdir(parents=True)
     (lab_dir / "experiments/params/results.json").write_text("[" * 200000)  # a RecursionError for json.loads
-    (lab_dir / "heads/results.json").mkdir()  # a folder where the file should be
+    (lab_dir / TANG_HEADS / "results.json").mkdir()  # a folder where the file should be
     (lab_dir / "experiments/shapes/results.json").write_text("{}")
     (lab_dir / "experiments/shapes/evil.png").mkdir()  # a folder named like a figure
     (lab_dir / "lab.json").write_text(json.dumps({"steps": [1, 2, None], "machine": "x"}))
     html = build_report(lab_dir, lang=lang).read_text(encoding="utf-8")
     assert "unreadable experiments/params/results.json: " in html and "nested more than 100 levels" in html
-    assert "unreadable heads/results.json: Is a directory" in html
+    assert f"unreadable {TANG_HEADS}/results.json: Is a directory" in html
     assert "experiments/shapes/evil.png is not a regular file; not shown" in html
     assert "lab.json: steps[2] is not a step record (None); not used" in html
     assert "lab.json: 'machine' is a str, not a mapping; not used" in unescape(html)
@@ -666,7 +673,7 @@ def _fuzz_lab_files(tmp_path_factory, slow: bool, request):
     from hypothesis import strategies as st
 
     counts = {"cases": 0, "files_written": 0, "unreadable_named": 0, "tracebacks": 0}
-    folders = ["experiments/params", "experiments/shapes", "heads", "attention", "other"]
+    folders = ["experiments/params", "experiments/shapes", TANG_HEADS, "other"]
 
     @settings(
         max_examples=(SLOW_FUZZ_EXAMPLES if slow else FUZZ_EXAMPLES)["files"],

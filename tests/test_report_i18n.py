@@ -9,7 +9,7 @@ import string
 from pathlib import Path
 
 import pytest
-from lab_helpers import copy_lab, quiet, shared_lab
+from lab_helpers import TANG_HEADS, copy_lab, quiet, shared_lab
 
 from poslab.cli.app import main
 from poslab.lab.experiments import corrections
@@ -157,7 +157,9 @@ def test_four_kinds_have_their_own_badge_meaning_and_count(tmp_path):
     by_kind = dict(counts)
     # the planted record, and the head analysis's claims on the shared lab's tiny (bigram-level) model
     tiny = [
-        v for v in report_claims.evaluate(load_results(lab_dir)) if v.experiment == "heads" and not_testable(v.record)
+        v
+        for v in report_claims.evaluate(load_results(lab_dir))
+        if v.experiment == TANG_HEADS and not_testable(v.record)
     ]
     assert int(by_kind["untestable"]) == 1 + len(tiny) and int(by_kind["wrong"]) >= 1
     claims = page.split("<section id='claims'>")[1].split("</section>")[0]

@@ -140,7 +140,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow  # 16 s of real lab and training processes; the fast sibling: test_a_pool_worker_dies_with_its_parent
 def test_sigkill_of_the_lab_stops_its_training_step(tmp_path):
-    """``poslab lab --only "train tang-small-quick"``: the training gets SIGTERM from the kernel and stops.
+    """``poslab lab --only tang-heads``: its training gets SIGTERM from the kernel and stops.
 
     (Its output pipe led to the dead lab, so it cannot report; whether it saves on the way out is
     not asserted here: ``tests/test_stop.py`` checks the save where output goes to a log.)
@@ -154,7 +154,7 @@ def test_sigkill_of_the_lab_stops_its_training_step(tmp_path):
             "lab",
             "--quick",
             "--only",
-            "train tang-small-quick",
+            "tang-heads",
             "--out",
             str(tmp_path / "lab"),
         ],
@@ -163,8 +163,8 @@ def test_sigkill_of_the_lab_stops_its_training_step(tmp_path):
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    lock = tmp_path / "lab" / "runs" / ".tang-small-quick.lock"
-    metrics = tmp_path / "lab" / "runs" / "tang-small-quick" / "metrics.jsonl"
+    runs = tmp_path / "lab" / "experiments" / "tang-heads" / "runs"
+    lock, metrics = runs / ".tang-small-quick.lock", runs / "tang-small-quick" / "metrics.jsonl"
     trainer = None
     try:
         deadline = time.monotonic() + 300

@@ -280,9 +280,7 @@ def test_the_lab_keeps_a_stopped_step_to_continue_it(tmp_path, monkeypatch, requ
         "else: (p / 'checkpoint').write_text('saved'); sys.exit(130)\n"
     )
     folder = lab_dir / "experiments" / "stoppable"
-    step = lab.Step(
-        "stoppable", "experiment", "experiments/stoppable", [], command=[sys.executable, "-c", code, str(folder)]
-    )
+    step = lab.Step("stoppable", "experiments/stoppable", [], command=[sys.executable, "-c", code, str(folder)])
     monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [step])
     monkeypatch.setattr(lab, "_registered", lambda: {"stoppable"})
     first = lab.run_lab(lab_dir, "quick", stream=io.StringIO())
@@ -367,56 +365,59 @@ def test_sigterm_to_train_saves_a_final_checkpoint(tmp_path, request):
 
 # ------------------------------------------------------------------------------------------ the lab
 def fake_training(lab_dir: Path, folder: str) -> lab.Step:
-    """A "train" step: the first run writes a checkpoint and is interrupted (exit 130); a resumed run finishes.
+    """An experiment step that trains: a run that finds no checkpoint writes one and is interrupted (exit 130); a
+    run that finds it continues from it and finishes.
 
-    Every invocation appends its arguments to ``FOLDER.calls`` next to the lab folder.
+    Every invocation appends ``start`` or ``resume`` to ``train.calls`` next to the lab folder.
     """
     out = lab_dir / folder
     calls = lab_dir.parent / "train.calls"
     code = (
         "import json, pathlib, sys\n"
         f"out = pathlib.Path({str(out)!r}); calls = pathlib.Path({str(calls)!r})\n"
-        "calls.write_text((calls.read_text() if calls.exists() else '') + json.dumps(sys.argv[1:]) + '\\n')\n"
-        "ckpt = out / 'checkpoints' / 'step_000010.json'\n"
-        "if '--resume' not in sys.argv:\n"
-        "    out.mkdir(parents=True, exist_ok=True); (out / 'config.json').write_text('{}')\n"
-        "    ckpt.parent.mkdir(exist_ok=True); ckpt.write_text('{\"step\": 10}')\n"
-        "    sys.exit(130)  # interrupted after its checkpoint\n"
+        "ckpt = out / 'runs' / 'model' / 'checkpoints' / 'step_000010.json'\n"
+        "resume = ckpt.is_file()\n"
+        "calls.write_text((calls.read_text() if calls.exists() else '') + ('resume' if resume else 'start') + '\\n')\n"
+        "if not resume:\n"
+        "    ckpt.parent.mkdir(parents=True); ckpt.write_text('{\"step\": 10}')\n"
+        "    print('training from step 0'); sys.exit(130)  # interrupted after its checkpoint\n"
         "assert ckpt.read_text() == '{\"step\": 10}', 'the checkpoint was lost'\n"
-        "(out / 'results.json').write_text(json.dumps({'status': 'completed', 'resumed_from': 10}))\n"
+        "print('continuing from step 10')\n"
+        "(out / 'results.json').write_text(json.dumps({'resumed_from': 10}))\n"
     )
-    return lab.Step("train fake", "train", folder, [], command=[sys.executable, "-c", code], resume=["--resume"])
+    return lab.Step("fake", folder, [], command=[sys.executable, "-c", code])
 
 
-def calls_of(lab_dir: Path) -> list[list[str]]:
+def calls_of(lab_dir: Path) -> list[str]:
     path = lab_dir.parent / "train.calls"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return path.read_text().split() if path.exists() else []
 
 
 def test_lab_resumes_an_interrupted_training_instead_of_deleting_it(tmp_path, monkeypatch, request):
     lab_dir = tmp_path / "lab"
-    monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [fake_training(lab_dir, "runs/fake")])
+    monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [fake_training(lab_dir, "experiments/fake")])
     manifest = lab.run_lab(lab_dir, "quick", stream=io.StringIO())
     assert manifest["steps"][0]["status"] == "interrupted" and manifest["steps"][0]["exit_code"] == 130
-    assert (lab_dir / "runs/fake/checkpoints/step_000010.json").is_file()
+    assert (lab_dir / "experiments/fake/runs/model/checkpoints/step_000010.json").is_file()
 
     stream = io.StringIO()
     manifest = lab.run_lab(lab_dir, "quick", stream=stream)  # resumed, not deleted and started again
     assert manifest["steps"][0]["status"] == "ok", manifest["steps"][0]
-    assert calls_of(lab_dir)[-1] == ["--resume"]
-    assert json.loads((lab_dir / "runs/fake/results.json").read_text())["resumed_from"] == 10
-    assert "continuing the interrupted run in runs/fake" in stream.getvalue()
-    log = (lab_dir / "logs" / "runs_fake.log").read_text()
-    assert log.count("$ ") == 2 and log.rstrip().endswith("--resume")  # the log keeps the interrupted run's part
+    assert calls_of(lab_dir) == ["start", "resume"]
+    assert json.loads((lab_dir / "experiments/fake/results.json").read_text())["resumed_from"] == 10
+    assert "continuing the interrupted step in experiments/fake" in stream.getvalue()
+    log = (lab_dir / "logs" / "experiments_fake.log").read_text()
+    # the log keeps the interrupted run's part
+    assert log.count("$ ") == 2 and "training from step 0" in log and "continuing from step 10" in log
     _record_sweep_lab(request, lab_trainings_resumed=1, checkpoints_deleted=0)
 
 
 def test_lab_fresh_still_starts_the_training_again(tmp_path, monkeypatch):
     lab_dir = tmp_path / "lab"
-    monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [fake_training(lab_dir, "runs/fake")])
+    monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [fake_training(lab_dir, "experiments/fake")])
     lab.run_lab(lab_dir, "quick", stream=io.StringIO())
     manifest = lab.run_lab(lab_dir, "quick", fresh=True, stream=io.StringIO())
-    assert calls_of(lab_dir) == [[], []]  # no --resume: cleaned and started again (and interrupted again)
+    assert calls_of(lab_dir) == ["start", "start"]  # cleaned and started again (and interrupted again)
     assert manifest["steps"][0]["status"] == "interrupted"
 
 
@@ -431,7 +432,6 @@ def test_lab_only_exits_0_when_the_step_succeeds(tmp_path, monkeypatch):
         return [
             lab.Step(
                 name,
-                "experiment",
                 f"experiments/{name}",
                 [],
                 command=[sys.executable, "-c", code, str(lab_dir_arg / "experiments" / name)],
@@ -451,8 +451,8 @@ def test_lab_only_exits_1_when_the_step_fails(tmp_path, monkeypatch):
         lab,
         "plan",
         lambda lab_dir_arg, mode: [
-            lab.Step("bad", "experiment", "experiments/bad", [], command=[sys.executable, "-c", "raise SystemExit(3)"]),
-            lab.Step("other", "experiment", "experiments/other", [], command=[sys.executable, "-c", "pass"]),
+            lab.Step("bad", "experiments/bad", [], command=[sys.executable, "-c", "raise SystemExit(3)"]),
+            lab.Step("other", "experiments/other", [], command=[sys.executable, "-c", "pass"]),
         ],
     )
     assert main(["lab", "--out", str(lab_dir), "--only", "bad"]) == 1

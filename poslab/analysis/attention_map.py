@@ -133,13 +133,29 @@ def summary(weights: Tensor, tokens: list[str]) -> dict[str, Any]:
     }
 
 
+def draw_attention(run_dir: Path, prompt: str, out: Path) -> dict[str, Any]:
+    """Draw the prompt's attention grid of a run folder's model to the PNG ``out``; return what it shows: the
+    prompt, the run, its position scheme, the PNG's name and :func:`summary` of the weights."""
+    from poslab.runs import load_run
+
+    run_dir = Path(run_dir)
+    model, tokenizer, _ = load_run(run_dir)
+    tokens, weights = prompt_attention(model, tokenizer, prompt)
+    cfg = model.config
+    title = f"{run_dir.name}: {cfg.position} positions, {cfg.n_layer} layers × {cfg.n_head} heads — {prompt}"
+    plot_grid(weights, tokens, out, title=title)
+    print(f"wrote {out} ({cfg.n_layer} layers x {cfg.n_head} heads, {len(tokens)} tokens)")
+    shown = summary(weights, tokens)
+    return {"prompt": prompt, "run": str(run_dir), "position": cfg.position, "png": out.name, **shown}
+
+
 def run_attention(run_dir: Path, prompt: str, out: Path | None = None, json_path: Path | None = None) -> Path:
     """Load a run, draw the prompt's attention grid to ``out`` (default ``RUN/attention.png``).
 
-    ``json_path`` also receives the prompt, the tokens and :func:`summary` of the weights.
+    ``json_path`` also receives :func:`draw_attention`'s record: the prompt, the tokens and :func:`summary` of the
+    weights.
     """
     from poslab.fileio import atomic_write_json
-    from poslab.runs import load_run
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir() and (Path("runs") / run_dir).is_dir():
@@ -147,22 +163,7 @@ def run_attention(run_dir: Path, prompt: str, out: Path | None = None, json_path
     out = Path(out) if out is not None else run_dir / "attention.png"
     if out.suffix.lower() != ".png":
         raise ValueError(f"--out must be a .png file, got {str(out)!r}")
-    model, tokenizer, _ = load_run(run_dir)
-    tokens, weights = prompt_attention(model, tokenizer, prompt)
-    cfg = model.config
-    title = f"{run_dir.name}: {cfg.position} positions, {cfg.n_layer} layers × {cfg.n_head} heads — {prompt}"
-    plot_grid(weights, tokens, out, title=title)
+    record = draw_attention(run_dir, prompt, out)
     if json_path is not None:
-        atomic_write_json(
-            Path(json_path),
-            {
-                "prompt": prompt,
-                "run": str(run_dir),
-                "position": cfg.position,
-                "png": out.name,
-                **summary(weights, tokens),
-            },
-            allow_nan=False,  # strict JSON: no NaN/Infinity
-        )
-    print(f"wrote {out} ({cfg.n_layer} layers x {cfg.n_head} heads, {len(tokens)} tokens)")
+        atomic_write_json(Path(json_path), record, allow_nan=False)  # strict JSON: no NaN/Infinity
     return out

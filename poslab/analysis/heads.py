@@ -582,16 +582,17 @@ def print_summary(results: dict[str, Any]) -> None:
         )
 
 
-def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = None) -> dict[str, Any]:
-    """Analyze a trained run's heads on its validation split; write ``out/results.json`` and ``out/heads.png``.
+def head_results(run_dir: Path, quick: bool = False, text: str | None = None) -> dict[str, Any]:
+    """Analyze a trained run's heads on its validation split (:func:`analyze`), with the run and the text measured.
 
     Args:
         run_dir: a run folder written by :func:`poslab.session.train`.
-        out: output folder.
         quick: fewer evaluation batches.
         text: evaluate on this corpus name or file instead (its last 10%).
+
+    Raises:
+        ValueError: the model's loss on the text is not finite (its weights overflow fp32).
     """
-    from poslab.fileio import atomic_write_json
     from poslab.runs import RunFolder, load_run
 
     run_dir = Path(run_dir)
@@ -618,6 +619,21 @@ def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = 
         "tokenizer": train.get("tokenizer"),
         "val_fraction": train.get("val_fraction", 0.1),
     }
+    return results
+
+
+def run_heads(run_dir: Path, out: Path, quick: bool = False, text: str | None = None) -> dict[str, Any]:
+    """:func:`head_results` of a trained run, written to ``out/results.json`` and drawn in ``out/heads.png``.
+
+    Args:
+        run_dir: a run folder written by :func:`poslab.session.train`.
+        out: output folder.
+        quick: fewer evaluation batches.
+        text: evaluate on this corpus name or file instead (its last 10%).
+    """
+    from poslab.fileio import atomic_write_json
+
+    results = head_results(run_dir, quick, text)
     out.mkdir(parents=True, exist_ok=True)
     plot(results, out / "heads.png")
     atomic_write_json(out / "results.json", results, allow_nan=False)  # strict JSON: no NaN/Infinity

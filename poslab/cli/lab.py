@@ -25,7 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     group.add_argument("--full", dest="mode", action="store_const", const="full", help="full forms (long)")
     parser.add_argument("--out", type=Path, default=Path("runs/lab"), help="lab folder (default runs/lab)")
     parser.add_argument("--fresh", action="store_true", help="rerun every step instead of reusing finished ones")
-    parser.add_argument("--only", action="append", default=None, metavar="STEP", help="run only this step (repeatable)")
+    parser.add_argument(
+        "--only", action="append", default=None, metavar="STEP", help="run only this experiment's step (repeatable)"
+    )
     parser.add_argument("--report-only", action="store_true", help="rebuild report.html from the existing results")
     parser.add_argument(
         "--lang",

@@ -1,15 +1,15 @@
 """``poslab lab``: run every experiment of the lessons and write one self-contained ``report.html``.
 
-Steps (each a ``python -m poslab ...`` subprocess, its output kept in ``LAB/logs/STEP.log``):
+Every step is one experiment (``python -m poslab experiment NAME`` as a subprocess, into
+``LAB/experiments/NAME``, its output kept in ``LAB/logs/experiments_NAME.log``):
 
-1. the lessons' foundation experiments (tier ``all`` in their descriptions) into ``LAB/experiments/NAME``;
+1. the lessons' foundation experiments (tier ``all`` in their descriptions);
 2. the training experiments of tier ``lab`` (and, in the full lab, ``full``), ``--quick`` or full, every
    arm with 3 seeds; in the quick form position-training trains the lab's quick extrapolation models,
-   which the experiments that name it in their ``reuses`` read;
-3. a Tang-poem GPT (preset ``tang-small``) into ``LAB/runs/tang-small[-quick]``;
-4. head analysis of that model (:mod:`poslab.analysis.heads`) into ``LAB/heads`` and its attention grid on
-   白日依山尽，黄河入海流。 into ``LAB/attention``;
-5. ``LAB/report.html`` (:func:`poslab.lab.report.build_report`).
+   which the experiments that name it in their ``reuses`` read; tang-heads trains the lessons' Tang-poem
+   GPT (preset ``tang-small``), analyses its heads and draws its attention on 白日依山尽，黄河入海流。;
+
+then ``LAB/report.html`` (:func:`poslab.lab.report.build_report`).
 
 ``--size SIZE`` (a size of :data:`poslab.lab.scale.SIZES`, or ``NEW=BASE,FIELD=VALUE,...``) goes to every
 training experiment that takes a size; the others keep their quick or full form. ``--seeds N`` (at least 3)
@@ -23,8 +23,8 @@ array, side by side or one after another) train every model once; a last call wi
 collects: it runs every step, reusing the finished trainings, decides the claims and writes the report.
 
 A step whose folder holds a finished result of the same mode and size (recorded in ``LAB/lab.json``) is reused
-unless ``--fresh``; an interrupted training (Ctrl-C, a kill) continues from its last checkpoint
-(``train --resume``) instead of starting again; a failed step is recorded and the lab goes on (its dependants are
+unless ``--fresh``; an interrupted step (Ctrl-C, a signal) keeps its folder, and its trainings continue from
+their last checkpoints instead of starting again; a failed step is recorded and the lab goes on (its dependants are
 skipped), and the report says so. Progress: a status line with the step, its elapsed time and the lab's ETA
 (estimated from the last run's timings where there is one).
 """
@@ -45,37 +45,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from poslab.analysis.attention_map import DEFAULT_PROMPT
 from poslab.jobs.sweep import PARENT_ENV
 from poslab.training.progress import format_duration
 
-TRAIN_PRESET = "tang-small"
 #: the exit status of a ``poslab`` command stopped by Ctrl-C or a signal (it saved what it trained)
 INTERRUPTED = 130
 MODES = ("quick", "full")
-# first-run guesses of wall seconds of the steps that are not experiments (each experiment states its own
-# in its description); from the CPU seconds of each step measured with /usr/bin/time -v (docs/lab.md, "Timing")
-ESTIMATES = {
-    "quick": {"train": 95, "head-analysis": 16, "attention": 6},
-    "full": {"train": 900, "head-analysis": 120, "attention": 12},
-}
 
 
 @dataclass
 class Step:
-    """One unit of the lab.
+    """One unit of the lab: one experiment.
 
     Attributes:
-        name: shown in the progress line and the report.
-        kind: ``experiment``, ``train``, ``head-analysis`` or ``attention``.
+        name: the experiment's name, shown in the progress line and the report.
         folder: output folder relative to the lab folder.
         argv: arguments of ``python -m poslab``.
         done_file: the file whose presence (with a matching manifest entry) marks the step finished.
         needs: folders of steps this one reads.
-        estimate: expected seconds.
+        estimate: expected seconds (the experiment's own estimate, or the last run's time).
         command: the full command line instead of ``python -m poslab ARGV`` (tests).
-        resume: arguments that continue an interrupted run of this step from what its folder holds
-            (``["--resume"]`` for a training: its checkpoint); ``None``: rerun from scratch.
         size: the values of the size given to the step (``--size``; ``None``: none, its mode decides);
             a finished result of another size is not reused.
         seeds: the seeds per arm given to the step (``--seeds``; ``None``: its default); a finished result of
@@ -83,14 +72,12 @@ class Step:
     """
 
     name: str
-    kind: str
     folder: str
     argv: list[str]
     done_file: str = "results.json"
     needs: tuple[str, ...] = ()
     estimate: float = 10.0
     command: list[str] | None = None
-    resume: list[str] | None = None
     size: dict | None = None
     seeds: int | None = None
 
@@ -148,7 +135,6 @@ def plan(
             steps.append(
                 Step(
                     name,
-                    "experiment",
                     f"experiments/{name}",
                     ["experiment", name, "--out", str(folder), *quick, *extra],
                     done_file=done,
@@ -158,47 +144,6 @@ def plan(
                     seeds=seeds if takes_seeds else None,
                 )
             )
-    if shard is not None:
-        return steps  # the Tang GPT (one training) and its analysis are the collecting call's
-    run_name = TRAIN_PRESET + ("-quick" if mode == "quick" else "")
-    run_folder = f"runs/{run_name}"
-    run_dir = lab_dir / run_folder
-    steps.append(
-        Step(
-            f"train {run_name}",
-            "train",
-            run_folder,
-            ["train", "--preset", TRAIN_PRESET, *quick, "--name", run_name, "--out_dir", str(lab_dir / "runs")],
-            resume=["--resume"],
-        )
-    )
-    steps.append(
-        Step(
-            "head analysis",
-            "head-analysis",
-            "heads",
-            ["heads", str(run_dir), "--out", str(lab_dir / "heads"), *quick],
-            needs=(run_folder,),
-        )
-    )
-    steps.append(
-        Step(
-            "attention map",
-            "attention",
-            "attention",
-            [
-                "attention",
-                str(run_dir),
-                "--prompt",
-                DEFAULT_PROMPT,
-                "--out",
-                str(lab_dir / "attention" / "attention.png"),
-                "--json",
-                str(lab_dir / "attention" / "results.json"),
-            ],
-            needs=(run_folder,),
-        )
-    )
     return steps
 
 
@@ -308,18 +253,18 @@ class Display:
 
 
 # ------------------------------------------------------------------------------------------ running
-def run_step(step: Step, log_path: Path, display: Display, resume: bool = False) -> tuple[int, str, float]:
+def run_step(step: Step, log_path: Path, display: Display, append: bool = False) -> tuple[int, str, float]:
     """Run one step as a subprocess; relay its output; return (exit code, last output lines, CPU seconds).
 
-    ``resume``: append the step's :attr:`Step.resume` arguments (continue an interrupted run).
+    ``append``: add to the step's log instead of replacing it (a step continuing its interrupted run).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
     env[PARENT_ENV] = str(os.getpid())  # the step gets SIGTERM (and saves) when the lab dies, SIGKILL included
-    command = [*(step.command or [sys.executable, "-m", "poslab", *step.argv]), *(step.resume if resume else [])]
+    command = step.command or [sys.executable, "-m", "poslab", *step.argv]
     tail: list[str] = []
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with open(log_path, "a" if resume else "w", encoding="utf-8") as log:
+    with open(log_path, "a" if append else "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(command) + "\n")
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -500,8 +445,7 @@ def run_lab(
             raise ValueError(f"unknown lab step(s) {unknown}; steps: {', '.join(s.name for s in steps)}")
     last_times = {r.get("folder"): r.get("seconds") for r in previous.get("steps", []) if r.get("mode") == mode}
     for step in steps:
-        guess = step.estimate if step.kind == "experiment" else ESTIMATES[mode].get(step.kind, 30)
-        step.estimate = float(last_times.get(step.folder) or guess)
+        step.estimate = float(last_times.get(step.folder) or step.estimate)
 
     started = time.time()
     command = (
@@ -539,7 +483,6 @@ def run_lab(
             )
             record = {
                 "name": step.name,
-                "kind": step.kind,
                 "folder": step.folder,
                 "mode": mode,
                 "size": step.size,
@@ -560,27 +503,21 @@ def run_lab(
                 record.update(status="reused", seconds=old.get("seconds", 0.0), finished=old.get("finished"))
                 display.message(f"━━ lab {label}: reused ({step.folder}, finished {old.get('finished', '?')})")
             else:
-                if step.kind == "experiment" and step.command is None and step.name not in _registered():
+                if step.command is None and step.name not in _registered():
                     record.update(
                         status="unavailable", error=f"experiment {step.name!r} is not part of this poslab", seconds=0.0
                     )
                     failed.add(step.folder)
                     display.message(f"━━ lab {label}: unavailable in this poslab")
                 else:
-                    resume = not fresh and _resumable(lab_dir, step)
                     stopped = not fresh and _stopped(step, previous, mode)
                     # a shard never cleans (the other shards' trainings share the folder), nor does the call
                     # that collects shards of this mode and size (it reuses their trainings), nor a step that was
                     # stopped (its trainings continue from their checkpoints)
-                    if not (resume or stopped) and shard is None and (fresh or not _sharded_here(step, lab_dir, mode)):
+                    if not stopped and shard is None and (fresh or not _sharded_here(step, lab_dir, mode)):
                         _clean(lab_dir, step)
                     display.begin(label, step.estimate, remaining)
-                    if resume:
-                        display.message(
-                            f"━━ lab {label}: continuing the interrupted run in {step.folder} "
-                            f"({' '.join(step.resume or [])}; --fresh starts it again)"
-                        )
-                    elif stopped:
+                    if stopped:
                         display.message(
                             f"━━ lab {label}: continuing the interrupted step in {step.folder} (its trainings "
                             "resume from their checkpoints; --fresh starts it again)"
@@ -589,7 +526,7 @@ def run_lab(
                     cpu = None
                     try:
                         code, tail, cpu = run_step(
-                            step, logs / f"{step.folder.replace('/', '_')}.log", display, resume=resume
+                            step, logs / f"{step.folder.replace('/', '_')}.log", display, append=stopped
                         )
                     except KeyboardInterrupt:
                         code, tail, interrupted = INTERRUPTED, "interrupted (Ctrl-C or a signal)", True
@@ -657,25 +594,15 @@ def _registered() -> set[str]:
 
 
 def _stopped(step: Step, previous: dict, mode: str) -> bool:
-    """Whether the experiment step's last run, of the same mode and size, was interrupted (a signal, Ctrl-C): its
-    folder is kept, and its trainings continue from their checkpoints (a train step: :func:`_resumable`)."""
+    """Whether the step's last run, of the same mode and size, was interrupted (a signal, Ctrl-C): its folder is
+    kept, and its trainings continue from their checkpoints."""
     record = previous.get("records", {}).get(step.folder, {})
     return (
-        step.kind == "experiment"
-        and record.get("status") == "interrupted"
+        record.get("status") == "interrupted"
         and record.get("mode") == mode
         and record.get("size") == step.size
         and record.get("seeds") == step.seeds
     )
-
-
-def _resumable(lab_dir: Path, step: Step) -> bool:
-    """Whether the step can continue what an interrupted run left in its folder (a training's checkpoint)."""
-    if step.resume is None:
-        return False
-    folder = lab_dir / step.folder
-    checkpoints = folder / "checkpoints"
-    return (folder / "config.json").is_file() and checkpoints.is_dir() and any(checkpoints.iterdir())
 
 
 def _clean(lab_dir: Path, step: Step) -> None:

@@ -169,10 +169,13 @@ def probes(snap: dict) -> str:
 
 
 def head_analysis(snap: dict) -> str:
-    """What ``poslab heads`` measured on the lab's Tang model (one model, no seeds): the claims' measured texts."""
-    rows = [(name_lessons(c["claim"]), c["measured"]) for c in snap["claims"] if c["experiment"] == "heads"]
+    """What the tang-heads experiment measured on the lab's Tang model (one model, no seeds): the claims' measured
+    texts."""
+    rows = [
+        (name_lessons(c["claim"]), c["measured"]) for c in snap["claims"] if c["experiment"] == "experiments/tang-heads"
+    ]
     if not rows:
-        return "（快照中没有 heads 的结果）\n"
+        return "（快照中没有 tang-heads 的结果）\n"
     table = Table("", ("论断（报告原文）", "测得（报告原文）"), tuple(rows), align="ll")
     return (
         table.to_markdown()

@@ -44,6 +44,7 @@ _MODULES = (
     "poslab.lab.experiments.streaming",
     "poslab.lab.experiments.rope_frequency_usage",
     "poslab.lab.experiments.transformer_xl",
+    "poslab.lab.experiments.tang_heads",
 )
 
 

@@ -53,9 +53,9 @@ HEADS = (1, 2, 4, 8, 16)
 #: validation losses), with no bar on how good the models must be. The premise asks what such a comparison
 #: needs: language models that use their context through attention (below the bigram, which needs one
 #: character and no attention), where the head split can matter. The trigram bar belongs to claims about what
-#: heads learn (:func:`poslab.lab.report.claims.analysed_model_premise`); the lesson's reasons for §1.4 ("更多头
-#: = 更多并行的关系模式", more heads carry more relations at once) are speculation it labels so, and poslab tests
-#: that one on a task that needs several relations (the probes' MQAR claim), not on these models.
+#: heads learn (:func:`poslab.lab.experiments.tang_heads.analysed_model_premise`); the lesson's reasons for §1.4
+#: ("更多头 = 更多并行的关系模式", more heads carry more relations at once) are speculation it labels so, and
+#: poslab tests that one on a task that needs several relations (the probes' MQAR claim), not on these models.
 PREMISE_BASELINE = "bigram"
 
 #: the quick form's models: the lab's quick geometry at 2 layers and 600 steps. The heads claims need language

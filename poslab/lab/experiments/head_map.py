@@ -47,9 +47,7 @@ from poslab.jobs.runner import Task, train_many
 from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines, spearman
 from poslab.lab.experiments.training import SEEDS, train_or_resume
 from poslab.lab.premises import attach, below_baseline
-from poslab.lab.report.i18n import t
-from poslab.lab.tables import KeyTable, Table
-from poslab.lab.verdicts import ClaimRecord, Premise, bound, num
+from poslab.lab.verdicts import ClaimRecord, Premise, bound
 from poslab.runs import RunFolder, load_run
 from poslab.training import presets
 from poslab.training.config import TrainConfig
@@ -403,48 +401,6 @@ def _run(out: Path, quick: bool, seeds: tuple[int, ...], steps: dict[str, Any] |
         "claims": claims,
         "plots": [str(plot)],
     }
-
-
-def heads_table(r: dict) -> Table:
-    """Every head of ``poslab heads``' results (``LAB/heads``): its scores, its Δloss when masked, its labels."""
-    return Table(
-        t("key.heads.caption", loss=num(r["base_loss"])),
-        (
-            *(t("key.heads." + k) for k in ("head", "prev", "induction", "offset", "confidence", "punct", "masked")),
-            "|∂L/∂ξ|",
-            t("key.heads.type"),
-        ),
-        tuple(
-            (
-                f"L{h['layer']}H{h['head']}",
-                h["previous_token"],
-                h["induction"],
-                f"{h['positional_offset']:+d}",
-                h["positional_confidence"],
-                h.get("punctuation"),
-                h["mask_loss_delta"],
-                h["grad_importance"],
-                ", ".join(h["labels"]) or "—",
-            )
-            for h in r["heads"]
-        ),
-    )
-
-
-def pruning_table(r: dict) -> Table:
-    """The loss with the least important 30% and 60% of the heads masked."""
-    return Table(
-        t("key.heads.prune"),
-        tuple(t("key.heads." + k) for k in ("pruned", "nmasked", "loss", "increase")),
-        tuple(
-            (f"{share}%", p["heads_masked"], p["loss"], p["loss_increase"])
-            for share, p in ((30, r["pruned_30"]), (60, r["pruned_60"]))
-        ),
-    )
-
-
-#: the key tables of the head analysis the lab runs as a step of its own (``LAB/heads``)
-HEAD_ANALYSIS_TABLES = (KeyTable("every head", heads_table), KeyTable("pruning", pruning_table))
 
 
 EXPERIMENT = Experiment(

@@ -4,8 +4,6 @@ Layout of a lab folder (written by ``poslab lab``; any subset works)::
 
     LAB/lab.json                      the lab's manifest: mode, steps, timings, machine and versions
     LAB/experiments/NAME/results.json + *.png
-    LAB/heads/results.json + heads.png
-    LAB/attention/results.json + attention.png
 
 The page embeds every plot as a base64 PNG and the CJK font as a base64 subset, loads nothing from
 the network and runs no script. Every number on it is read from those files at build time.
@@ -30,8 +28,8 @@ from poslab.lab.report.i18n import LESSONS, language, name_lessons, t, use_langu
 from poslab.lab.report.reading import MANIFEST_ERRORS, UNREADABLE, load_manifest, load_results, png_files
 from poslab.lab.report.sections import KNOWN_FOLDERS, SECTIONS, Section
 from poslab.lab.report.zh_text import localized, parentheticals
-from poslab.lab.tables import KeyTable, Table, TableFailure, build_tables, cell_text, esc
-from poslab.lab.verdicts import DID_NOT_HOLD, HELD, MIN_SEEDS, ClaimRecord, not_testable
+from poslab.lab.tables import KeyTable, TableFailure, build_tables, cell_text, esc
+from poslab.lab.verdicts import DID_NOT_HOLD, HELD, MIN_SEEDS, ClaimRecord, not_testable, num
 
 MAX_TABLE_ROWS = 40
 MAX_COLUMNS = 12
@@ -229,15 +227,15 @@ def margin_text(record: ClaimRecord) -> str:
     """Margin against noise in words; for an inconclusive verdict, by how much it missed."""
     if record.margin is None:
         return t("margin.unmeasurable")
-    margin = claims_mod.num(record.margin)
+    margin = num(record.margin)
     if record.noise is None:
         return t("margin.deterministic" if record.n_seeds == 0 else "margin.nonoise", margin=margin)
-    text = t("margin.seeded", margin=margin, noise=claims_mod.num(record.noise), n=record.n_seeds)
+    text = t("margin.seeded", margin=margin, noise=num(record.noise), n=record.n_seeds)
     if kind(record) == "inconclusive":
         if record.n_seeds < MIN_SEEDS:
             text += t("margin.fewseeds", n=MIN_SEEDS)
         else:
-            text += t("margin.missed", by=claims_mod.num(record.noise - abs(record.margin)))
+            text += t("margin.missed", by=num(record.noise - abs(record.margin)))
     return text + design_text(record)
 
 
@@ -347,12 +345,9 @@ def declared_tables(folder: str, results: dict) -> tuple[KeyTable, ...]:
     """The key tables the owner of a results folder declares (none for a folder no experiment owns, or whose
     results.json could not be read: the page names that file instead)."""
     from poslab.lab.experiments import descriptions
-    from poslab.lab.experiments.head_map import HEAD_ANALYSIS_TABLES
 
     if UNREADABLE in results:
         return ()
-    if folder == "heads":
-        return HEAD_ANALYSIS_TABLES
     owner = descriptions().get(folder.removeprefix("experiments/")) if folder.startswith("experiments/") else None
     return owner.tables if owner is not None else ()
 
@@ -383,39 +378,6 @@ def table_failures(lab_dir: Path | str) -> list[TableFailure]:
     ]
 
 
-def run_baselines(lab_dir: Path) -> str:
-    """The lab's own training runs (``LAB/runs/*``): final validation loss beside the corpus's unigram baseline."""
-    from poslab.lab.experiments.common import unigram_entropy
-    from poslab.runs import RunFileError, RunFolder
-
-    rows = []
-    for config_path in sorted(Path(lab_dir).glob("runs/*/config.json")):
-        run = RunFolder(config_path.parent)
-        try:
-            config = run.config()
-            results = run.results() or {}
-            corpus = config["train"]["corpus"]
-            baseline = unigram_entropy(corpus, config["train"].get("val_fraction", 0.1))
-        except (OSError, ValueError, KeyError, TypeError, RunFileError):
-            continue
-        rows.append(
-            [
-                config_path.parent.name,
-                corpus,
-                results.get("steps") or config["train"].get("max_steps"),
-                results.get("final_val_loss"),
-                baseline,
-            ]
-        )
-    if not rows:
-        return ""
-    return Table(
-        t("key.runs.caption"),
-        (t("key.run"), t("key.runs.corpus"), t("key.runs.steps"), t("key.runs.final"), t("key.runs.baseline")),
-        tuple(tuple(row) for row in rows),
-    ).to_html()
-
-
 # ------------------------------------------------------------------------------------------ sections
 def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | None) -> str:
     """Plots and numbers of one results folder (or why it is missing)."""
@@ -438,8 +400,6 @@ def folder_html(lab_dir: Path, folder: str, results: dict | None, step: dict | N
         parts.append(image_tag(png, f"{name}: {png.stem}"))
     key = key_tables(folder, results)
     parts.append(key)
-    if folder == "heads":
-        parts.append(run_baselines(lab_dir))
     numbers = numbers_html(results)
     opened = " open" if not pngs and not key and numbers.count("<tr") <= 60 else ""  # nothing else shows its numbers
     parts.append(

@@ -2,8 +2,7 @@
 
 The text here says what a lesson claims and what the lab measures; it holds no measured number.
 The numbers, plots and verdicts of a section come from the ``results.json`` files and PNGs of the
-folders listed in ``folders`` (``experiments/NAME`` under the lab folder, or ``heads`` /
-``attention`` written by ``poslab lab`` itself).
+folders listed in ``folders`` (``experiments/NAME`` under the lab folder).
 """
 
 from __future__ import annotations
@@ -145,7 +144,7 @@ SECTIONS: tuple[Section, ...] = (
         "previous-token score, an induction (prefix-matching) score on repeated random tokens, the positional "
         "offset and its confidence per head, and the loss change when each head is masked, with the loss after "
         "pruning the least important 30% and 60% of heads.",
-        ("attention", "heads"),
+        ("experiments/tang-heads",),
     ),
     Section(
         "probes",

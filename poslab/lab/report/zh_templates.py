@@ -5,7 +5,7 @@ form; named groups ``t_*`` are translated again (an arm's label, a metric, a nes
 others (numbers, scheme names, seeds) pass through as written. The generators are
 :mod:`poslab.lab.comparisons` (``A m ± s (n=3) vs B ...; paired difference ...``, the criteria),
 :mod:`poslab.lab.plan` (the Holm reason), :mod:`poslab.lab.premises` and
-:mod:`poslab.lab.verdicts` (premise texts), :mod:`poslab.lab.report.claims` (the head analysis).
+:mod:`poslab.lab.verdicts` (premise texts), :mod:`poslab.lab.experiments.tang_heads` (the head analysis).
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ TEMPLATES: tuple[tuple[str, str], ...] = (
     (r"(?P<t_a>\w+) fine-tuned", "微调后的 {t_a}"),
     (r"(?P<t_a>\w+) inference-only", "只在推理时用 {t_a}"),
     (r"base with (?P<a>\w+)", "基座加 {a}"),
-    # the head analysis (poslab.lab.report.claims)
+    # the head analysis (poslab.lab.experiments.tang_heads)
     (
         r"(?P<t_x>.+) \(measured on the lab's one trained Tang model: a property of that model, not a seeded "
         r"comparison\)",
