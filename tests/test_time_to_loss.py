@@ -66,6 +66,28 @@ def test_eval_iters_zero_is_the_whole_validation_split(tmp_path: Path, corpus: s
     assert "target" not in result
 
 
+def test_the_last_steps_evaluation_is_the_final_one(tmp_path: Path, corpus: str, monkeypatch) -> None:
+    """A whole-split evaluation at the last step is not repeated for the final figure; it runs in fuller batches."""
+    from poslab.training import loop
+
+    calls: list[tuple[int, int | None]] = []  # (batch, iters) of each evaluation
+
+    def counting(model, data, block_size, batch_size, iters, **kwargs):
+        calls.append((batch_size, iters))
+        return evaluate_loss(model, data, block_size, batch_size, iters, **kwargs)
+
+    monkeypatch.setattr(loop, "evaluate_loss", counting)
+    result = train(
+        _tiny(tmp_path, corpus, name="once", eval_interval=5, eval_iters=0, max_steps=10, lr_decay_steps=10),
+        progress=False,
+    )
+    whole = [batch for batch, iters in calls if iters is None]
+    assert len(whole) == 2  # steps 5 and 10; the final figure is step 10's
+    assert set(whole) == {8 * (loop.WHOLE_SPLIT_BATCH // 8)}
+    curve = [r["val_loss"] for r in read_metrics(tmp_path / "once") if "val_loss" in r]
+    assert result["final_val_loss"] == curve[-1]
+
+
 def test_muon_trains_and_resumes_bitwise(tmp_path: Path, corpus: str) -> None:
     straight = train(_tiny(tmp_path, corpus, name="muon", optimizer="muon"), progress=False)
     train(_tiny(tmp_path, corpus, name="muon-resumed", optimizer="muon", max_steps=10), progress=False)
