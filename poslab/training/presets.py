@@ -19,10 +19,10 @@ Both GPT presets use the exact GELU (``activation: gelu``) as nanoGPT's ``nn.GEL
 than GPT-2's tanh approximation (poslab's ``GPTConfig`` default): on CPU its forward + backward
 costs about half as much.
 * ``shakespeare-char-fast``: time to quality (``benchmarks/time_to_loss.py``): the ``shakespeare-char``
-  model with 3 layers instead of 4 (0.74x the step's cost; it reaches val 1.90 at the same 900 steps
-  under this schedule), RoPE, dtype auto, lr 2e-3 (warmup 50) held until step 600 and then decayed
-  linearly to 1e-4 at step 900 (warmup-stable-decay; up to 1000 steps at 1e-4 where 1.90 is not yet
-  reached), the whole validation split evaluated every 450 steps, stopping at val 1.90
+  model with 3 layers instead of 4 (0.74x the step's cost; under this schedule it reaches val 1.90 at
+  850 steps, where the 4-layer cosine took 900), RoPE, dtype auto, lr 2e-3 (warmup 50) held until step
+  550 and then decayed linearly to 1e-4 at step 850 (warmup-stable-decay; up to 1000 steps at 1e-4
+  where 1.90 is not yet reached), the whole validation split evaluated every 425 steps, stopping at val 1.90
   (``stop_val_loss``). The recipe's windows (block 64, batch 12) keep its whole-split loss comparable
   with nanoGPT's.
 * ``shakespeare-char-gpu``: nanoGPT's GPU recipe for shakespeare_char (``config/train_shakespeare_char.py``:
@@ -180,17 +180,17 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "activation": "gelu",
             },
             "max_steps": 1000,
-            "lr_decay_steps": 900,
+            "lr_decay_steps": 850,
             "cooldown_steps": 300,
             "batch_size": 12,
             **NANOGPT_SCHEDULE,
             "lr": 2e-3,
             "warmup_steps": 50,
             **AUTO_DTYPE,
-            # the whole split every 450 steps: the decay ends at 900, where val is 1.880-1.886 over
-            # three seeds, so evaluations at 450 and 900 find the crossing there with 2 evaluations
-            # (every 300 steps: 3, every 100: 9)
-            "eval_interval": 450,
+            # the whole split every 425 steps: the decay ends at 850, where val is 1.890-1.897 over
+            # three seeds, so evaluations at 425 and 850 find the crossing there with 2 evaluations
+            # (every 300 steps: 3 and a crossing found at 900; every 100: 9)
+            "eval_interval": 425,
             "eval_iters": 0,
             "stop_val_loss": 1.90,
         },
