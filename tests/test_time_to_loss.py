@@ -16,7 +16,7 @@ from poslab.training import presets
 from poslab.training.config import TrainConfig
 from poslab.training.data import prepare_data
 from poslab.training.evaluation import evaluate_loss
-from poslab.training.optim import ChainedOptimizer, make_optimizer
+from poslab.training.optim import ChainedOptimizer, lr_at, make_optimizer
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -66,6 +66,28 @@ def test_eval_iters_zero_is_the_whole_validation_split(tmp_path: Path, corpus: s
     assert "target" not in result
 
 
+def test_the_last_steps_evaluation_is_the_final_one(tmp_path: Path, corpus: str, monkeypatch) -> None:
+    """A whole-split evaluation at the last step is not repeated for the final figure; it runs in fuller batches."""
+    from poslab.training import loop
+
+    calls: list[tuple[int, int | None]] = []  # (batch, iters) of each evaluation
+
+    def counting(model, data, block_size, batch_size, iters, **kwargs):
+        calls.append((batch_size, iters))
+        return evaluate_loss(model, data, block_size, batch_size, iters, **kwargs)
+
+    monkeypatch.setattr(loop, "evaluate_loss", counting)
+    result = train(
+        _tiny(tmp_path, corpus, name="once", eval_interval=5, eval_iters=0, max_steps=10, lr_decay_steps=10),
+        progress=False,
+    )
+    whole = [batch for batch, iters in calls if iters is None]
+    assert len(whole) == 2  # steps 5 and 10; the final figure is step 10's
+    assert set(whole) == {8 * (loop.WHOLE_SPLIT_BATCH // 8)}
+    curve = [r["val_loss"] for r in read_metrics(tmp_path / "once") if "val_loss" in r]
+    assert result["final_val_loss"] == curve[-1]
+
+
 def test_muon_trains_and_resumes_bitwise(tmp_path: Path, corpus: str) -> None:
     straight = train(_tiny(tmp_path, corpus, name="muon", optimizer="muon"), progress=False)
     train(_tiny(tmp_path, corpus, name="muon-resumed", optimizer="muon", max_steps=10), progress=False)
@@ -112,6 +134,9 @@ def test_fast_preset_is_listed_and_builds() -> None:
     cfg = TrainConfig.from_dict({**presets.preset_config("shakespeare-char-fast"), "name": "x"})
     assert cfg.stop_val_loss == pytest.approx(1.90) and cfg.eval_iters == 0
     assert cfg.model.block_size == 64  # the recipe's windows: its whole-split loss is comparable with nanoGPT's
+    # 3 layers under warmup-stable-decay: the peak lr until the cooldown, min_lr from step 850 (the crossing)
+    assert cfg.model.n_layer == 3 and lr_at(cfg.decay_steps - cfg.cooldown_steps, cfg) == cfg.lr
+    assert lr_at(849, cfg) > lr_at(850, cfg) == lr_at(999, cfg) == cfg.min_lr
     quick = TrainConfig.from_dict({**presets.preset_config("shakespeare-char-fast", quick=True), "name": "x"})
     assert quick.stop_val_loss is None and quick.max_steps < cfg.max_steps
 

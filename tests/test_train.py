@@ -340,6 +340,13 @@ def test_lr_schedule_and_weight_decay_groups():
     assert lr_at(60, cfg) == pytest.approx(0.5 * (1e-3 + 1e-4))
     assert lr_at(110, cfg) == pytest.approx(1e-4)
     assert lr_at(500, cfg) == 1e-4
+    wsd = TrainConfig(name="x", lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=110, cooldown_steps=40)
+    assert lr_at(9, wsd) == lr_at(9, cfg)  # the same warmup
+    assert lr_at(10, wsd) == lr_at(70, wsd) == pytest.approx(1e-3)  # stable until 40 steps before the end
+    assert lr_at(90, wsd) == pytest.approx(0.5 * (1e-3 + 1e-4))  # then linear to min_lr
+    assert lr_at(110, wsd) == pytest.approx(1e-4) and lr_at(500, wsd) == 1e-4
+    with pytest.raises(ValueError, match="cooldown_steps 101 must fit between warmup_steps 10 and lr_decay_steps 110"):
+        TrainConfig(name="x", warmup_steps=10, max_steps=110, cooldown_steps=101)
     from poslab import GPT, GPTConfig
 
     model = GPT(GPTConfig(vocab_size=11, n_layer=1, n_head=2, n_embd=16, block_size=8))

@@ -81,6 +81,8 @@ class TrainConfig:
         lr, min_lr: peak and final learning rate.
         warmup_steps: linear warmup steps.
         lr_decay_steps: the cosine reaches ``min_lr`` here (``None`` = ``max_steps``).
+        cooldown_steps: 0 for the cosine; else warmup-stable-decay: ``lr`` held after the warmup, then
+            linear to ``min_lr`` over the last ``cooldown_steps`` before ``lr_decay_steps``.
         weight_decay: AdamW decay on parameters with 2+ dimensions (nanoGPT's groups).
         beta1, beta2: AdamW betas.
         grad_clip: clip the global gradient norm to this (0 = no clipping).
@@ -149,6 +151,7 @@ class TrainConfig:
     min_lr: float = 1e-4
     warmup_steps: int = 100
     lr_decay_steps: int | None = None
+    cooldown_steps: int = 0
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -198,6 +201,7 @@ class TrainConfig:
                 raise ValueError(f"{key} must be > 0, got {getattr(self, key)!r}")
         for key in (
             "warmup_steps",
+            "cooldown_steps",
             "ckpt_interval",
             "keep_checkpoints",
             "seed",
@@ -222,6 +226,11 @@ class TrainConfig:
             )
         if self.lr_decay_steps is not None and self.lr_decay_steps <= 0:
             raise ValueError(f"lr_decay_steps must be > 0 or None, got {self.lr_decay_steps!r}")
+        if self.cooldown_steps and self.cooldown_steps > self.decay_steps - self.warmup_steps:
+            raise ValueError(
+                f"cooldown_steps {self.cooldown_steps} must fit between warmup_steps {self.warmup_steps} "
+                f"and lr_decay_steps {self.decay_steps}"
+            )
         if self.threads is not None and not 0 < self.threads <= 4096:
             raise ValueError(f"threads must be in 1..4096 or None, got {self.threads!r}")
         if self.seed >= 2**63:  # torch seeds are 64-bit

@@ -15,6 +15,10 @@ from poslab.training.config import TrainConfig
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """nanoGPT's schedule: linear warmup over ``warmup_steps``, cosine to ``min_lr`` at ``decay_steps``.
 
+    With ``cooldown_steps > 0``, warmup-stable-decay instead (Hu et al. 2024, MiniCPM): ``lr`` held
+    after the warmup, then a linear decay to ``min_lr`` over the last ``cooldown_steps`` before
+    ``decay_steps``.
+
     Args:
         step: optimizer steps already taken (0 for the first update).
     """
@@ -22,6 +26,9 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
         return cfg.lr * (step + 1) / (cfg.warmup_steps + 1)
     if step > cfg.decay_steps:
         return cfg.min_lr
+    if cfg.cooldown_steps:
+        left = cfg.decay_steps - step  # steps until min_lr
+        return cfg.lr if left >= cfg.cooldown_steps else cfg.min_lr + (cfg.lr - cfg.min_lr) * left / cfg.cooldown_steps
     span = max(cfg.decay_steps - cfg.warmup_steps, 1)
     ratio = (step - cfg.warmup_steps) / span
     coeff = 0.5 * (1.0 + math.cos(math.pi * ratio))
