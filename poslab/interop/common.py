@@ -37,6 +37,8 @@ HF_ACTIVATIONS = {
 }
 #: poslab activation -> the transformers name of the same function (export).
 HF_ACT = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}
+#: what every RoPE + RMSNorm + SwiGLU decoder family's ``transformers`` config requires of a GPT (``Writes.requires``).
+ROPE_DECODER = {"position": "rope", "residual": "sequential", "norm.kind": "rmsnorm", "mlp.kind": "swiglu"}
 #: ``layer_types`` entries the modern families use.
 FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attention"
 #: checkpoint entries that are buffers, not weights (old GPT-2 / GPT-J / NeoX checkpoints carry them).
@@ -259,21 +261,27 @@ def swiglu(w: Weights, sd: dict[str, Tensor], src: str, dst: str, bias: bool = F
 PRE_NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm2"))
 
 
-def decoder_config(config: Any, position_config: dict[str, Any]) -> dict[str, Any]:
-    """The GPTConfig values every RoPE decoder family reads from its ``transformers`` config the same way:
-    sizes, heads, context, RoPE, tied embeddings (no biases unless the family adds them per part)."""
-    return dict(
-        vocab_size=config.vocab_size,
-        n_layer=config.num_hidden_layers,
-        n_head=config.num_attention_heads,
-        n_kv_head=config.num_key_value_heads,
-        n_embd=config.hidden_size,
-        block_size=config.max_position_embeddings,
-        bias=False,
-        position="rope",
-        position_config=position_config,
-        tie_embeddings=bool(config.tie_word_embeddings),
-    )
+def decoder_config(
+    family: str, config: Any, position_config: dict[str, Any], *, hidden: int | None = None, act: str | None = None
+) -> dict[str, Any]:
+    """The GPTConfig values every RoPE + RMSNorm + SwiGLU decoder family reads from its ``transformers`` config the
+    same way (no biases: a family adds its own); ``hidden``/``act``: its MLP width/activation where named otherwise."""
+    hidden = config.intermediate_size if hidden is None else hidden
+    act = activation(family, config.hidden_act if act is None else act)
+    return {
+        "vocab_size": config.vocab_size,
+        "n_layer": config.num_hidden_layers,
+        "n_head": config.num_attention_heads,
+        "n_kv_head": config.num_key_value_heads,
+        "n_embd": config.hidden_size,
+        "block_size": config.max_position_embeddings,
+        "bias": False,
+        "position": "rope",
+        "position_config": position_config,
+        "tie_embeddings": bool(config.tie_word_embeddings),
+        "norm": {"kind": "rmsnorm", "eps": config.rms_norm_eps},
+        "mlp": {"kind": "swiglu", "hidden": hidden, "activation": act},
+    }
 
 
 def import_decoder(
@@ -365,9 +373,8 @@ def export_decoder(
 
 
 def hf_decoder_config(gpt: Any, activation_key: str = "hidden_act") -> dict[str, Any]:
-    """The ``transformers`` config values every decoder family writes from a :class:`poslab.GPT` the same way:
-    sizes, heads, context, norm eps, tying, attention bias, no special token ids; a family adds its own with
-    ``|`` (its values win). ``activation_key``: the family's name for the MLP activation."""
+    """The ``transformers`` config values every decoder family writes from a :class:`poslab.GPT` the same way (no
+    special token ids); a family adds its own with ``|``. ``activation_key``: its name for the MLP activation."""
     cfg = gpt.config
     return {
         "vocab_size": cfg.vocab_size,
@@ -382,10 +389,7 @@ def hf_decoder_config(gpt: Any, activation_key: str = "hidden_act") -> dict[str,
         "rms_norm_eps": cfg.norm.eps,
         "tie_word_embeddings": cfg.tie_embeddings,
         "attention_bias": cfg.bias_of("attn"),
-        "bos_token_id": None,
-        "eos_token_id": None,
-        "pad_token_id": None,
-    }
+    } | dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id"))
 
 
 def hf_rope_parameters(scheme: Any, head_dim: int, block_size: int) -> tuple[dict[str, Any], int]:

@@ -53,7 +53,7 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
     bias = bool(config.attention_bias)
     layout = "interleaved" if config.rope_interleave else "half"
     rope = m.rope_config(FAMILY, config, config.rope_parameters, config.qk_rope_head_dim, layout)
-    cfg = m.decoder_config(config, rope)
+    cfg = m.decoder_config(FAMILY, config, rope)
     del cfg["n_kv_head"]  # MLA expands the latent to every head
     cfg |= dict(
         mla={
@@ -65,12 +65,6 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
             "latent_eps": 1e-6,
         },
         attention={"bias": bias, "scale": _softmax_scale(config), "backend": "auto"},
-        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
-        mlp={
-            "kind": "swiglu",
-            "hidden": config.intermediate_size,
-            "activation": m.activation(FAMILY, config.hidden_act),
-        },
     )  # transformers builds q_a_layernorm / kv_a_layernorm with their default eps 1e-6, whatever rms_norm_eps says
     sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
     for i in range(n):
@@ -169,14 +163,7 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
 
 WRITES = m.Writes(
     FAMILY,
-    requires={
-        "position": "rope",
-        "residual": "sequential",
-        "n_kv_head": None,
-        "norm.kind": "rmsnorm",
-        "mlp.kind": "swiglu",
-        "mlp.bias": False,
-    },
+    requires={**m.ROPE_DECODER, "n_kv_head": None, "mlp.bias": False},
     carries=frozenset({"mla", "attention.bias", "attention.scale", "attention.head_dim"}),
     checks=(
         lambda gpt: (

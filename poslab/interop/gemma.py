@@ -64,7 +64,7 @@ def _convert(config: Any, w: m.Weights, family: str) -> m.Converted:
             stacklevel=4,
         )
         attn_cap = None
-    cfg = m.decoder_config(config, global_rope) | dict(
+    cfg = m.decoder_config(family, config, global_rope, act=config.hidden_activation) | dict(
         residual="sandwich",
         embed_scale=float(config.hidden_size**0.5),
         final_softcap=_cap(family, config, "final_logit_softcapping"),
@@ -76,12 +76,6 @@ def _convert(config: Any, w: m.Weights, family: str) -> m.Converted:
             "softcap": attn_cap,
             "qk_norm": gemma3,
             "backend": "auto",
-        },
-        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
-        mlp={
-            "kind": "swiglu",
-            "hidden": config.intermediate_size,
-            "activation": m.activation(family, config.hidden_activation),
         },
     )
     sd = m.import_decoder(w, cfg, bias, qk_norm=gemma3, norms=NORMS, norm_offset=1.0)  # RMSNorm scales by 1 + w
@@ -212,13 +206,7 @@ _CARRIED = frozenset(
         "layer_pattern",
     }
 )
-_REQUIRED = {
-    "position": "rope",
-    "residual": "sandwich",
-    "norm.kind": "rmsnorm",
-    "mlp.kind": "swiglu",
-    "mlp.bias": False,
-}
+_REQUIRED = {**m.ROPE_DECODER, "residual": "sandwich", "mlp.bias": False}
 GEMMA2 = m.Writes(
     "gemma2",
     requires=_REQUIRED,

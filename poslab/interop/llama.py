@@ -22,18 +22,10 @@ def _convert(config: Any, w: c.Weights, family: str) -> c.Converted:
     head_dim = c.full_head_dim(family, config, d, heads)
     attn_bias = bool(getattr(config, "attention_bias", False))
     mlp_bias = bool(getattr(config, "mlp_bias", False))
-    cfg = c.decoder_config(config, c.rope_config_from_hf(config, head_dim, "half", family))
+    cfg = c.decoder_config(family, config, c.rope_config_from_hf(config, head_dim, "half", family))
     cfg["n_kv_head"] = config.num_key_value_heads or heads
-    cfg |= dict(
-        attention={"bias": attn_bias},
-        mlp={
-            "bias": mlp_bias,
-            "kind": "swiglu",
-            "hidden": config.intermediate_size,
-            "activation": c.activation(family, config.hidden_act),
-        },
-        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
-    )
+    cfg["attention"] = {"bias": attn_bias}
+    cfg["mlp"]["bias"] = mlp_bias
     if family == "mistral":
         cfg["attention"]["window"] = config.sliding_window
     return cfg, c.import_decoder(w, cfg, attn_bias, mlp_bias=mlp_bias)
@@ -86,17 +78,16 @@ def to_hf_mistral(gpt: Any, out_dir: Any = None) -> Any:
     return _export(gpt, out_dir, "mistral")
 
 
-_BASE = {"position": "rope", "residual": "sequential", "norm.kind": "rmsnorm", "mlp.kind": "swiglu"}
 LLAMA = c.Writes(
     "llama",
-    requires=_BASE,
+    requires=c.ROPE_DECODER,
     carries=frozenset({"n_kv_head", "attention.head_dim", "attention.bias", "mlp.bias"}),
     checks=(c.rope_check("llama", layout=None),),
     export=to_hf_llama,
 )
 MISTRAL = c.Writes(
     "mistral",
-    requires={**_BASE, "attention.bias": False, "mlp.bias": False},
+    requires={**c.ROPE_DECODER, "attention.bias": False, "mlp.bias": False},
     carries=frozenset({"n_kv_head", "attention.head_dim", "attention.window"}),
     checks=(c.rope_check("mistral", layout=None),),
     export=to_hf_mistral,

@@ -48,15 +48,9 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
             if config.attn_temperature_tuning:
                 entry["temperature_tuning"] = [float(config.floor_scale), float(config.attn_scale)]
         pattern.append(entry)
-    cfg = m.decoder_config(config, rope) | dict(
+    cfg = m.decoder_config(FAMILY, config, rope, hidden=config.intermediate_size_mlp) | dict(
         layer_pattern=pattern,
         attention={"bias": bias, "head_dim": head_dim, "qk_norm_affine": False, "backend": "auto"},
-        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
-        mlp={
-            "kind": "swiglu",
-            "hidden": config.intermediate_size_mlp,
-            "activation": m.activation(FAMILY, config.hidden_act),
-        },
     )
     return cfg, m.import_decoder(w, cfg, bias, mlp="feed_forward")
 
@@ -157,13 +151,7 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
 
 WRITES = m.Writes(
     FAMILY,
-    requires={
-        "position": "rope",
-        "residual": "sequential",
-        "norm.kind": "rmsnorm",
-        "mlp.kind": "swiglu",
-        "mlp.bias": False,
-    },
+    requires={**m.ROPE_DECODER, "mlp.bias": False},
     carries=frozenset(
         {
             "attention.qk_norm_affine",

@@ -24,14 +24,8 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
     bias = bool(config.attention_bias)
     types = m.layer_types(FAMILY, config, (m.FULL, m.SLIDING))
     rope = m.rope_config(FAMILY, config, config.rope_parameters, head_dim)
-    cfg = m.decoder_config(config, rope) | dict(
+    cfg = m.decoder_config(FAMILY, config, rope) | dict(
         attention={"bias": bias, "head_dim": head_dim, "qk_norm": True, "backend": "auto"},
-        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
-        mlp={
-            "kind": "swiglu",
-            "hidden": config.intermediate_size,
-            "activation": m.activation(FAMILY, config.hidden_act),
-        },
     )
     if m.SLIDING in types:
         cfg["layer_pattern"] = [{"window": int(config.sliding_window)} if t == m.SLIDING else {} for t in types]
@@ -63,14 +57,7 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
 
 WRITES = m.Writes(
     FAMILY,
-    requires={
-        "position": "rope",
-        "residual": "sequential",
-        "norm.kind": "rmsnorm",
-        "mlp.kind": "swiglu",
-        "mlp.bias": False,
-        "attention.qk_norm": True,
-    },
+    requires={**m.ROPE_DECODER, "mlp.bias": False, "attention.qk_norm": True},
     carries=frozenset(
         {"n_kv_head", "attention.head_dim", "attention.bias", "attention.qk_norm", "attention.window", "layer_pattern"}
     ),
