@@ -10,6 +10,7 @@ import typing
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from poslab.checks import is_int
 from poslab.safe_load import load_yaml
 
 
@@ -64,9 +65,9 @@ def coerce(key: str, value: Any, hint: Any, *, text: bool = False) -> Any:
         hint = next(a for a in args if a is not type(None))
     if text and isinstance(value, str):
         value = _from_text(key, value, hint)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+    if hint is float and is_int(value):
         value = float(value)
-    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
+    if hint is int and not is_int(value):
         raise TypeError(f"{key} must be an integer, got {value!r} ({type(value).__name__})")
     if hint in (float, str, bool, dict) and not isinstance(value, hint):
         raise TypeError(f"{key} must be {hint.__name__}, got {value!r} ({type(value).__name__})")

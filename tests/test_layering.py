@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "poslab"
 #: layer of each top-level part of the package (higher may import lower, never the reverse)
 LAYERS: dict[str, int] = {
     "safe_load": -1,
+    "checks": -1,
     "config_keys": 0,
     "fileio": 0,
     "version": 0,

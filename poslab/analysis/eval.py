@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from poslab.checks import int_at_least, positive_int
 from poslab.nn import positions
 from poslab.nn.model import GPT
 from poslab.nn.positions.rope import parse_scaling
@@ -204,8 +205,7 @@ def loss_by_position(model: GPT, tokens: Tensor, length: int, max_windows: int |
         ("max_windows", 1 if max_windows is None else max_windows),
         ("chunk", chunk),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        positive_int(name, value)
     whole = (tokens.numel() - 1) // length
     n = whole if max_windows is None else min(max_windows, whole)
     if n < 1:
@@ -259,8 +259,7 @@ def sliding_windows(n_targets: int, length: int, stride: int) -> list[Window]:
 
 def check_stride(stride: int, length: int) -> None:
     """Raise ``ValueError`` unless ``0 < stride <= length``."""
-    if isinstance(stride, bool) or not isinstance(stride, int) or stride <= 0:
-        raise ValueError(f"stride must be a positive integer, got {stride!r}")
+    positive_int("stride", stride)
     if stride > length:
         raise ValueError(
             f"stride {stride} is larger than the evaluation length {length}; a stride must be <= every length"
@@ -360,10 +359,9 @@ def check_eval_inputs(tokens: Tensor, lengths: list[int], n_targets: int | None,
         check_stride(stride, min(lengths))
     if n_targets is None:
         return (available // longest) * longest
-    if isinstance(n_targets, bool) or not isinstance(n_targets, int) or n_targets < longest:
-        raise ValueError(
-            f"the number of evaluation tokens must be an integer >= the longest length {longest}, got {n_targets!r}"
-        )
+    int_at_least(
+        "the number of evaluation tokens", n_targets, longest, rule=f"an integer >= the longest length {longest}"
+    )
     if n_targets > available:
         raise ValueError(f"{n_targets} evaluation tokens requested but the text has only {available} targets")
     return n_targets

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from poslab.checks import positive_int
+
 #: the marks that close a line segment (the comma and full stop of the Tang corpora; the question and
 #: exclamation marks and the semicolon close a line the same way)
 LINE_MARKS = "，。？！；"
@@ -40,8 +42,7 @@ def scan_fraction(texts: Iterable[str], length: int = 5) -> tuple[int, int]:
     Returns:
         ``(scanning, total)``; the fraction is ``scanning / total`` (undefined when ``total`` is 0).
     """
-    if isinstance(length, bool) or not isinstance(length, int) or length <= 0:
-        raise ValueError(f"length must be a positive integer, got {length!r}")
+    positive_int("length", length)
     lengths = [n for text in texts for n in segment_lengths(text)]
     return sum(n == length for n in lengths), len(lengths)
 

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from poslab.checks import int_at_least, is_int, positive_int
 from poslab.nn.gpt_config import NormConfig
 from poslab.training.step import StepSettings, train_step
 
@@ -78,8 +79,7 @@ class Task:
     def __post_init__(self) -> None:
         if self.name not in TASKS:
             raise ValueError(f"unknown probe task {self.name!r}; choose one of {', '.join(TASKS)}")
-        if isinstance(self.train_size, bool) or not isinstance(self.train_size, int) or self.train_size < 2:
-            raise ValueError(f"train size L must be an integer >= 2, got {self.train_size!r}")
+        int_at_least("train size L", self.train_size, 2)
         if self.queries not in MQAR_QUERIES:
             raise ValueError(f"mqar queries must be one of {', '.join(MQAR_QUERIES)}, got {self.queries!r}")
 
@@ -141,10 +141,8 @@ class Task:
             ``(idx, targets)``, both ``[batch, seq_len(n)]`` int64; ``targets`` is the next token on
             answer positions and ``-1`` elsewhere.
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"task size n must be a positive integer, got {n!r}")
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"batch must be a positive integer, got {batch!r}")
+        positive_int("task size n", n)
+        positive_int("batch", batch)
         if self.name == "mqar" and n > self.n_keys:
             raise ValueError(f"mqar has {self.n_keys} keys (4 L), so n must be <= {self.n_keys}; got {n}")
         seq, answer = _BUILDERS[self.name](self, n, batch, generator)
@@ -284,15 +282,9 @@ class ProbeRecipe:
     mqar_queries: str = "half"
 
     def __post_init__(self) -> None:
-        if self.min_size is not None and (
-            isinstance(self.min_size, bool) or not isinstance(self.min_size, int) or self.min_size < 1
-        ):
-            raise ValueError(f"min_size must be a positive integer or None, got {self.min_size!r}")
-        if (
-            isinstance(self.curriculum_steps, bool)
-            or not isinstance(self.curriculum_steps, int)
-            or self.curriculum_steps < 0
-        ):
+        if self.min_size is not None:
+            positive_int("min_size", self.min_size, rule="a positive integer or None")
+        if not is_int(self.curriculum_steps) or self.curriculum_steps < 0:
             raise ValueError(f"curriculum_steps must be a non-negative integer, got {self.curriculum_steps!r}")
         if self.mqar_queries not in MQAR_QUERIES:
             raise ValueError(f"mqar_queries must be one of {', '.join(MQAR_QUERIES)}, got {self.mqar_queries!r}")

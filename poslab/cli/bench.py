@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from poslab import bench
+from poslab.checks import positive_int
 from poslab.cli import paths
 
 
@@ -85,13 +86,10 @@ def run(args: argparse.Namespace) -> int:
         if args.contexts
         else list(bench.QUICK_CONTEXTS if args.quick else bench.FULL_CONTEXTS)
     )
-    repeats = args.repeats if args.repeats is not None else (3 if args.quick else 5)
-    if repeats <= 0:
-        raise ValueError(f"--repeats must be a positive integer, got {repeats}")
+    repeats = positive_int("--repeats", args.repeats if args.repeats is not None else (3 if args.quick else 5))
     cases = bench.find_cases([c.strip() for c in args.cases.split(",")]) if args.cases else None
     if args.threads is not None:
-        if args.threads <= 0:
-            raise ValueError(f"--threads must be a positive integer, got {args.threads}")
+        positive_int("--threads", args.threads)
         torch.set_num_threads(args.threads)
         os.environ[bench.THREADS_ENV] = str(args.threads)  # the memory workers follow
     bench.set_clock(args.clock)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from poslab.checks import positive_int
 from poslab.cli import paths
 from poslab.jobs import runner, sweep
 
@@ -25,8 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.workers < 1:
-        raise ValueError(f"--workers must be a positive integer, got {args.workers}")
+    positive_int("--workers", args.workers)
     paths.output_folder(args.out, "--out")
     shard = runner.parse_shard(args.shard) if args.shard is not None else None
     executor = runner.executor_for(args.cluster, args.ray_address)

@@ -24,6 +24,8 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
+from poslab.checks import is_number
+
 
 @dataclass(frozen=True)
 class Corpus:
@@ -266,7 +268,7 @@ def split_text(text: str, val_fraction: float) -> tuple[str, str]:
     Raises:
         ValueError: ``val_fraction`` outside ``(0, 0.5]``.
     """
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0.0 < val_fraction <= 0.5:
+    if not is_number(val_fraction) or not 0.0 < val_fraction <= 0.5:
         raise ValueError(f"val_fraction must be in (0, 0.5], got {val_fraction!r}")
     n_train = int(len(text) * (1.0 - val_fraction))
     return text[:n_train], text[n_train:]

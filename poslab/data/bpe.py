@@ -13,6 +13,8 @@ import json
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from poslab.checks import int_at_least
+
 MIN_VOCAB = 257  # the 256 byte symbols plus at least one merge
 MAX_VOCAB = 1_000_000
 
@@ -34,10 +36,7 @@ class BPETokenizer:
         Raises:
             ValueError: ``vocab_size`` outside ``[257, 1_000_000]`` or an empty text.
         """
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not MIN_VOCAB <= vocab_size <= MAX_VOCAB:
-            raise ValueError(
-                f"BPE vocabulary size must be an integer in [{MIN_VOCAB}, {MAX_VOCAB}], got {vocab_size!r}"
-            )
+        int_at_least("BPE vocabulary size", vocab_size, MIN_VOCAB, maximum=MAX_VOCAB)
         if not text:
             raise ValueError("cannot train a BPE tokenizer on an empty text")
         tokenizer = Tokenizer(models.BPE())

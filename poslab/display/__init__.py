@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from poslab.checks import non_negative_int
 from poslab.fileio import atomic_write
 
 
@@ -122,8 +123,7 @@ def series_style(index: int) -> dict[str, str]:
     Raises:
         ValueError: ``index`` is not a non-negative integer.
     """
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise ValueError(f"series index must be a non-negative integer, got {index!r}")
+    non_negative_int("series index", index)
     return {
         "color": SERIES_COLORS[index % len(SERIES_COLORS)],
         "linestyle": SERIES_LINES[index % len(SERIES_LINES)],

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from poslab.analysis.attention_map import DEFAULT_PROMPT, prompt_attention
+from poslab.checks import non_negative_int
 from poslab.nn.model import GPT, GPTConfig
 
 MAX_BODY_BYTES = 64 * 1024
@@ -381,8 +382,7 @@ def asset(name: str) -> bytes:
 
 def serve(runs: list[Path], port: int = 8765, schemes: list[str] | None = None) -> int:
     """Serve the explorer until Ctrl-C."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"--port must be an integer in 0..65535, got {port!r}")
+    non_negative_int("--port", port, maximum=65535, rule="an integer in 0..65535")
     store = ModelStore(runs, schemes)
     try:
         server = make_server(store, port, quiet=False)

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.checks import is_int
+
 #: ``config.json`` fields that must be positive integers wherever a family reads them (a zero head
 #: count divides by zero inside transformers).
 POSITIVE_FIELDS = (
@@ -132,7 +134,7 @@ def _check_config_json(path: Path) -> None:
         raise ValueError(f"{str(path)!r} must hold a JSON object, got {type(doc).__name__}")
     for key in POSITIVE_FIELDS:
         value = doc.get(key)
-        if key in doc and value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        if key in doc and value is not None and (not is_int(value) or value <= 0):
             raise ValueError(f"{str(path)!r}: {key}={value!r} must be a positive integer")
 
 

@@ -37,6 +37,8 @@ HF_ACTIVATIONS = {
 }
 #: poslab activation -> the transformers name of the same function (export).
 HF_ACT = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}
+#: what every RoPE + RMSNorm + SwiGLU decoder family's ``transformers`` config requires of a GPT (``Writes.requires``).
+ROPE_DECODER = {"position": "rope", "residual": "sequential", "norm.kind": "rmsnorm", "mlp.kind": "swiglu"}
 #: ``layer_types`` entries the modern families use.
 FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attention"
 #: checkpoint entries that are buffers, not weights (old GPT-2 / GPT-J / NeoX checkpoints carry them).
@@ -255,6 +257,60 @@ def swiglu(w: Weights, sd: dict[str, Tensor], src: str, dst: str, bias: bool = F
             sd[f"{dst}mlp.{ours}.{name}"] = w.take(f"{src}{hf}.{name}")
 
 
+#: a pre-norm decoder layer's two RMSNorms, HF name -> poslab name
+PRE_NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm2"))
+
+
+def decoder_config(
+    family: str, config: Any, position_config: dict[str, Any], *, hidden: int | None = None, act: str | None = None
+) -> dict[str, Any]:
+    """The GPTConfig values every RoPE + RMSNorm + SwiGLU decoder family reads from its ``transformers`` config the
+    same way (no biases: a family adds its own); ``hidden``/``act``: its MLP width/activation where named otherwise."""
+    hidden = config.intermediate_size if hidden is None else hidden
+    act = activation(family, config.hidden_act if act is None else act)
+    return {
+        "vocab_size": config.vocab_size,
+        "n_layer": config.num_hidden_layers,
+        "n_head": config.num_attention_heads,
+        "n_kv_head": config.num_key_value_heads,
+        "n_embd": config.hidden_size,
+        "block_size": config.max_position_embeddings,
+        "bias": False,
+        "position": "rope",
+        "position_config": position_config,
+        "tie_embeddings": bool(config.tie_word_embeddings),
+        "norm": {"kind": "rmsnorm", "eps": config.rms_norm_eps},
+        "mlp": {"kind": "swiglu", "hidden": hidden, "activation": act},
+    }
+
+
+def import_decoder(
+    w: Weights,
+    cfg: dict[str, Any],
+    bias: bool,
+    *,
+    mlp: str = "mlp",
+    mlp_bias: bool = False,
+    qk_norm: bool = False,
+    norms: tuple[tuple[str, str], ...] = PRE_NORMS,
+    norm_offset: float = 0.0,
+) -> dict[str, Tensor]:
+    """The poslab state dict of a dense decoder with q/k/v projections and a SwiGLU MLP, read from ``w`` for the
+    GPTConfig values ``cfg`` (``n_layer``, ``tie_embeddings``): the reverse of :func:`export_decoder`, whose
+    arguments it shares (``bias``/``mlp_bias``: the attention/MLP projections carry biases; ``norm_offset`` is
+    added to every norm gain)."""
+    sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
+    for i in range(cfg["n_layer"]):
+        src, dst = f"layers.{i}.", f"blocks.{i}."
+        attention(w, sd, f"{src}self_attn.", dst, bias, qk_norm=qk_norm, norm_offset=norm_offset)
+        swiglu(w, sd, f"{src}{mlp}.", dst, mlp_bias)
+        for hf, ours in norms:
+            sd[f"{dst}{ours}.weight"] = w.take(f"{src}{hf}.weight") + norm_offset
+    sd["norm_f.weight"] = w.take("norm.weight") + norm_offset
+    lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
+    return sd
+
+
 # ---------------------------------------------------------------------------------- export: weights
 def export_attention(
     src: dict[str, Tensor],
@@ -276,10 +332,6 @@ def export_attention(
     if qk_norm:
         sd[f"{d}q_norm.weight"] = src[f"{s}attn.q_norm.weight"] - norm_offset
         sd[f"{d}k_norm.weight"] = src[f"{s}attn.k_norm.weight"] - norm_offset
-
-
-#: a pre-norm decoder layer's two RMSNorms, HF name -> poslab name
-PRE_NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm2"))
 
 
 def export_decoder(
@@ -318,6 +370,26 @@ def export_decoder(
         for theirs, ours in norms:
             sd[f"{d}{theirs}.weight"] = src[f"{s}{ours}.weight"] - norm_offset
     return sd
+
+
+def hf_decoder_config(gpt: Any, activation_key: str = "hidden_act") -> dict[str, Any]:
+    """The ``transformers`` config values every decoder family writes from a :class:`poslab.GPT` the same way (no
+    special token ids); a family adds its own with ``|``. ``activation_key``: its name for the MLP activation."""
+    cfg = gpt.config
+    return {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.n_embd,
+        "intermediate_size": gpt.blocks[0].mlp.up.out_features,
+        "num_hidden_layers": cfg.n_layer,
+        "num_attention_heads": cfg.n_head,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.head_dim,
+        activation_key: HF_ACT[cfg.mlp.activation],
+        "max_position_embeddings": cfg.block_size,
+        "rms_norm_eps": cfg.norm.eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "attention_bias": cfg.bias_of("attn"),
+    } | dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id"))
 
 
 def hf_rope_parameters(scheme: Any, head_dim: int, block_size: int) -> tuple[dict[str, Any], int]:

@@ -53,16 +53,9 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
     bias = bool(config.attention_bias)
     layout = "interleaved" if config.rope_interleave else "half"
     rope = m.rope_config(FAMILY, config, config.rope_parameters, config.qk_rope_head_dim, layout)
-    cfg: dict[str, Any] = dict(
-        vocab_size=config.vocab_size,
-        n_layer=n,
-        n_head=config.num_attention_heads,
-        n_embd=config.hidden_size,
-        block_size=config.max_position_embeddings,
-        bias=False,
-        position="rope",
-        position_config=rope,
-        tie_embeddings=bool(config.tie_word_embeddings),
+    cfg = m.decoder_config(FAMILY, config, rope)
+    del cfg["n_kv_head"]  # MLA expands the latent to every head
+    cfg |= dict(
         mla={
             "kv_lora_rank": config.kv_lora_rank,
             "q_lora_rank": config.q_lora_rank,
@@ -72,12 +65,6 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
             "latent_eps": 1e-6,
         },
         attention={"bias": bias, "scale": _softmax_scale(config), "backend": "auto"},
-        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
-        mlp={
-            "kind": "swiglu",
-            "hidden": config.intermediate_size,
-            "activation": m.activation(FAMILY, config.hidden_act),
-        },
     )  # transformers builds q_a_layernorm / kv_a_layernorm with their default eps 1e-6, whatever rms_norm_eps says
     sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
     for i in range(n):
@@ -130,13 +117,9 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
     cfg = gpt.config
     mla = cfg.mla
     rope_params = m.hf_rope(FAMILY, gpt, gpt.position)
-    hidden = gpt.blocks[0].mlp.up.out_features
-    hf_config = transformers.DeepseekV3Config(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.n_embd,
-        intermediate_size=hidden,
-        num_hidden_layers=cfg.n_layer,
-        num_attention_heads=cfg.n_head,
+    fields = m.hf_decoder_config(gpt)
+    del fields["head_dim"]  # DeepSeek-V3 derives its head widths from the MLA sizes below
+    fields |= dict(
         num_key_value_heads=cfg.n_head,
         first_k_dense_replace=cfg.n_layer,
         kv_lora_rank=mla["kv_lora_rank"],
@@ -144,17 +127,10 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
         qk_rope_head_dim=mla["qk_rope_head_dim"],
         qk_nope_head_dim=mla["qk_nope_head_dim"],
         v_head_dim=mla["v_head_dim"],
-        hidden_act=m.HF_ACT[cfg.mlp.activation],
-        max_position_embeddings=cfg.block_size,
-        rms_norm_eps=cfg.norm.eps,
-        tie_word_embeddings=cfg.tie_embeddings,
         rope_parameters=rope_params,
         rope_interleave=gpt.position.config.layout == "interleaved",
-        attention_bias=cfg.bias_of("attn"),
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
     )
+    hf_config = transformers.DeepseekV3Config(**fields)
     hf = transformers.DeepseekV3ForCausalLM(hf_config)
     src = gpt.state_dict()
     bias = cfg.bias_of("attn")
@@ -187,14 +163,7 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
 
 WRITES = m.Writes(
     FAMILY,
-    requires={
-        "position": "rope",
-        "residual": "sequential",
-        "n_kv_head": None,
-        "norm.kind": "rmsnorm",
-        "mlp.kind": "swiglu",
-        "mlp.bias": False,
-    },
+    requires={**m.ROPE_DECODER, "n_kv_head": None, "mlp.bias": False},
     carries=frozenset({"mla", "attention.bias", "attention.scale", "attention.head_dim"}),
     checks=(
         lambda gpt: (

@@ -22,8 +22,6 @@ import math
 import warnings
 from typing import Any
 
-from torch import Tensor
-
 from poslab.interop import common as m
 from poslab.interop.checkpoint import transformers_module
 
@@ -66,17 +64,7 @@ def _convert(config: Any, w: m.Weights, family: str) -> m.Converted:
             stacklevel=4,
         )
         attn_cap = None
-    cfg: dict[str, Any] = dict(
-        vocab_size=config.vocab_size,
-        n_layer=config.num_hidden_layers,
-        n_head=config.num_attention_heads,
-        n_kv_head=config.num_key_value_heads,
-        n_embd=config.hidden_size,
-        block_size=config.max_position_embeddings,
-        bias=False,
-        position="rope",
-        position_config=global_rope,
-        tie_embeddings=bool(config.tie_word_embeddings),
+    cfg = m.decoder_config(family, config, global_rope, act=config.hidden_activation) | dict(
         residual="sandwich",
         embed_scale=float(config.hidden_size**0.5),
         final_softcap=_cap(family, config, "final_logit_softcapping"),
@@ -89,22 +77,8 @@ def _convert(config: Any, w: m.Weights, family: str) -> m.Converted:
             "qk_norm": gemma3,
             "backend": "auto",
         },
-        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
-        mlp={
-            "kind": "swiglu",
-            "hidden": config.intermediate_size,
-            "activation": m.activation(family, config.hidden_activation),
-        },
     )
-    sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
-    for i in range(config.num_hidden_layers):
-        src, dst = f"layers.{i}.", f"blocks.{i}."
-        m.attention(w, sd, f"{src}self_attn.", dst, bias, qk_norm=gemma3, norm_offset=1.0)
-        m.swiglu(w, sd, f"{src}mlp.", dst)
-        for hf, ours in NORMS:
-            sd[f"{dst}{ours}.weight"] = w.take(f"{src}{hf}.weight") + 1.0  # Gemma's RMSNorm scales by 1 + w
-    sd["norm_f.weight"] = w.take("norm.weight") + 1.0
-    m.lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
+    sd = m.import_decoder(w, cfg, bias, qk_norm=gemma3, norms=NORMS, norm_offset=1.0)  # RMSNorm scales by 1 + w
     return cfg, sd
 
 
@@ -181,26 +155,11 @@ def _export(gpt: Any, family: str, out_dir: Any) -> Any:
     scale = cfg.attention.scale if cfg.attention.scale is not None else cfg.head_dim**-0.5
     types, window = m.window_layers(gpt)
     ropes, _ = _ropes(gpt, family)
-    common = dict(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.n_embd,
-        intermediate_size=gpt.blocks[0].mlp.up.out_features,
-        num_hidden_layers=cfg.n_layer,
-        num_attention_heads=cfg.n_head,
-        num_key_value_heads=cfg.kv_heads,
-        head_dim=cfg.head_dim,
-        hidden_activation=m.HF_ACT[cfg.mlp.activation],
-        max_position_embeddings=cfg.block_size,
-        rms_norm_eps=cfg.norm.eps,
-        tie_word_embeddings=cfg.tie_embeddings,
-        attention_bias=cfg.bias_of("attn"),
+    common = m.hf_decoder_config(gpt, activation_key="hidden_activation") | dict(
         query_pre_attn_scalar=round(scale**-2),
         sliding_window=window or 4096,
         layer_types=types,
         final_logit_softcapping=cfg.final_softcap,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
     )
     if gemma3:
         full = ropes.get(m.FULL) or ropes[m.SLIDING]
@@ -247,13 +206,7 @@ _CARRIED = frozenset(
         "layer_pattern",
     }
 )
-_REQUIRED = {
-    "position": "rope",
-    "residual": "sandwich",
-    "norm.kind": "rmsnorm",
-    "mlp.kind": "swiglu",
-    "mlp.bias": False,
-}
+_REQUIRED = {**m.ROPE_DECODER, "residual": "sandwich", "mlp.bias": False}
 GEMMA2 = m.Writes(
     "gemma2",
     requires=_REQUIRED,

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from poslab.checks import non_negative_int
 from poslab.interop import common as m
 from poslab.nn import positions
 from poslab.nn.attention import AttentionConfig, MultiHeadAttention
@@ -56,8 +57,8 @@ def attention_from_hf(
         raise ValueError(
             f"attention_from_hf takes a gpt_oss model, got model_type {getattr(config, 'model_type', None)!r}"
         )
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < config.num_hidden_layers:
-        raise ValueError(f"layer must be an integer in [0, {config.num_hidden_layers}), got {layer!r}")
+    n_layers = config.num_hidden_layers
+    non_negative_int("layer", layer, maximum=n_layers - 1, rule=f"an integer in [0, {n_layers})")
     m.check_divisible(FAMILY, config)
     head_dim = m.head_dim_of(config)
     kind = m.layer_types(FAMILY, config, (m.FULL, m.SLIDING))[layer]

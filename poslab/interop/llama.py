@@ -22,38 +22,13 @@ def _convert(config: Any, w: c.Weights, family: str) -> c.Converted:
     head_dim = c.full_head_dim(family, config, d, heads)
     attn_bias = bool(getattr(config, "attention_bias", False))
     mlp_bias = bool(getattr(config, "mlp_bias", False))
-    cfg = dict(
-        vocab_size=config.vocab_size,
-        n_layer=config.num_hidden_layers,
-        n_head=heads,
-        n_kv_head=config.num_key_value_heads or heads,
-        n_embd=d,
-        block_size=config.max_position_embeddings,
-        bias=False,
-        position="rope",
-        position_config=c.rope_config_from_hf(config, head_dim, "half", family),
-        tie_embeddings=bool(config.tie_word_embeddings),
-        attention={"bias": attn_bias},
-        mlp={
-            "bias": mlp_bias,
-            "kind": "swiglu",
-            "hidden": config.intermediate_size,
-            "activation": c.activation(family, config.hidden_act),
-        },
-        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
-    )
+    cfg = c.decoder_config(family, config, c.rope_config_from_hf(config, head_dim, "half", family))
+    cfg["n_kv_head"] = config.num_key_value_heads or heads
+    cfg["attention"] = {"bias": attn_bias}
+    cfg["mlp"]["bias"] = mlp_bias
     if family == "mistral":
         cfg["attention"]["window"] = config.sliding_window
-    sd = {"tok_emb.weight": w.take("embed_tokens.weight")}
-    for i in range(config.num_hidden_layers):
-        src, dst = f"layers.{i}.", f"blocks.{i}."
-        c.attention(w, sd, f"{src}self_attn.", dst, attn_bias)
-        c.swiglu(w, sd, f"{src}mlp.", dst, mlp_bias)
-        sd[f"{dst}norm1.weight"] = w.take(f"{src}input_layernorm.weight")
-        sd[f"{dst}norm2.weight"] = w.take(f"{src}post_attention_layernorm.weight")
-    sd["norm_f.weight"] = w.take("norm.weight")
-    c.lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
-    return cfg, sd
+    return cfg, c.import_decoder(w, cfg, attn_bias, mlp_bias=mlp_bias)
 
 
 def convert_llama(config: Any, w: c.Weights) -> c.Converted:
@@ -73,30 +48,17 @@ def _export(gpt: Any, out_dir: Any, family: str) -> Any:
         gpt = relayout_rope(gpt, "half")  # Meta-style interleaved rows -> HF's half-split rows
     cfg = gpt.config
     rope_parameters, max_pos = c.hf_rope_parameters(gpt.position, cfg.head_dim, cfg.block_size)
-    common = dict(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.n_embd,
-        intermediate_size=gpt.blocks[0].mlp.up.out_features,
-        num_hidden_layers=cfg.n_layer,
-        num_attention_heads=cfg.n_head,
-        num_key_value_heads=cfg.kv_heads,
-        head_dim=cfg.head_dim,
-        hidden_act=c.HF_ACT[cfg.mlp.activation],
-        max_position_embeddings=max_pos,
-        rms_norm_eps=cfg.norm.eps,
-        tie_word_embeddings=cfg.tie_embeddings,
-        rope_parameters=rope_parameters,
-        attention_dropout=cfg.dropout,
-        bos_token_id=None,
-        eos_token_id=None,
+    common = c.hf_decoder_config(gpt) | dict(
+        max_position_embeddings=max_pos, rope_parameters=rope_parameters, attention_dropout=cfg.dropout
     )
+    attention_bias = common.pop("attention_bias")  # Mistral's config has none
     if family == "mistral":
         hf_model = transformers.MistralForCausalLM(
             transformers.MistralConfig(sliding_window=cfg.attention.window, **common)
         )
     else:
         hf_model = transformers.LlamaForCausalLM(
-            transformers.LlamaConfig(attention_bias=cfg.bias_of("attn"), mlp_bias=cfg.bias_of("mlp"), **common)
+            transformers.LlamaConfig(attention_bias=attention_bias, mlp_bias=cfg.bias_of("mlp"), **common)
         )
     return c.finish_export(hf_model, c.export_decoder(gpt), gpt.tok_emb.weight.dtype, out_dir)
 
@@ -116,17 +78,16 @@ def to_hf_mistral(gpt: Any, out_dir: Any = None) -> Any:
     return _export(gpt, out_dir, "mistral")
 
 
-_BASE = {"position": "rope", "residual": "sequential", "norm.kind": "rmsnorm", "mlp.kind": "swiglu"}
 LLAMA = c.Writes(
     "llama",
-    requires=_BASE,
+    requires=c.ROPE_DECODER,
     carries=frozenset({"n_kv_head", "attention.head_dim", "attention.bias", "mlp.bias"}),
     checks=(c.rope_check("llama", layout=None),),
     export=to_hf_llama,
 )
 MISTRAL = c.Writes(
     "mistral",
-    requires={**_BASE, "attention.bias": False, "mlp.bias": False},
+    requires={**c.ROPE_DECODER, "attention.bias": False, "mlp.bias": False},
     carries=frozenset({"n_kv_head", "attention.head_dim", "attention.window"}),
     checks=(c.rope_check("mistral", layout=None),),
     export=to_hf_mistral,

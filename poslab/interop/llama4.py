@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import Tensor
-
 from poslab.interop import common as m
 from poslab.interop.checkpoint import transformers_module
 
@@ -50,36 +48,11 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
             if config.attn_temperature_tuning:
                 entry["temperature_tuning"] = [float(config.floor_scale), float(config.attn_scale)]
         pattern.append(entry)
-    cfg: dict[str, Any] = dict(
-        vocab_size=config.vocab_size,
-        n_layer=config.num_hidden_layers,
-        n_head=config.num_attention_heads,
-        n_kv_head=config.num_key_value_heads,
-        n_embd=config.hidden_size,
-        block_size=config.max_position_embeddings,
-        bias=False,
-        position="rope",
-        position_config=rope,
-        tie_embeddings=bool(config.tie_word_embeddings),
+    cfg = m.decoder_config(FAMILY, config, rope, hidden=config.intermediate_size_mlp) | dict(
         layer_pattern=pattern,
         attention={"bias": bias, "head_dim": head_dim, "qk_norm_affine": False, "backend": "auto"},
-        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
-        mlp={
-            "kind": "swiglu",
-            "hidden": config.intermediate_size_mlp,
-            "activation": m.activation(FAMILY, config.hidden_act),
-        },
     )
-    sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
-    for i in range(config.num_hidden_layers):
-        src, dst = f"layers.{i}.", f"blocks.{i}."
-        m.attention(w, sd, f"{src}self_attn.", dst, bias)
-        m.swiglu(w, sd, f"{src}feed_forward.", dst)
-        sd[f"{dst}norm1.weight"] = w.take(f"{src}input_layernorm.weight")
-        sd[f"{dst}norm2.weight"] = w.take(f"{src}post_attention_layernorm.weight")
-    sd["norm_f.weight"] = w.take("norm.weight")
-    m.lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
-    return cfg, sd
+    return cfg, m.import_decoder(w, cfg, bias, mlp="feed_forward")
 
 
 def _plan(gpt: Any) -> tuple[dict[str, Any], list[m.Problem]]:
@@ -167,29 +140,10 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
     """
     WRITES.refuse(gpt)
     transformers = transformers_module()
-    cfg = gpt.config
     plan, _ = _plan(gpt)
-    hidden = gpt.blocks[0].mlp.up.out_features
-    hf_config = transformers.Llama4TextConfig(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.n_embd,
-        intermediate_size=hidden,
-        intermediate_size_mlp=hidden,
-        num_hidden_layers=cfg.n_layer,
-        num_attention_heads=cfg.n_head,
-        num_key_value_heads=cfg.kv_heads,
-        head_dim=cfg.head_dim,
-        hidden_act=m.HF_ACT[cfg.mlp.activation],
-        max_position_embeddings=cfg.block_size,
-        rms_norm_eps=cfg.norm.eps,
-        tie_word_embeddings=cfg.tie_embeddings,
-        attention_bias=cfg.bias_of("attn"),
-        moe_layers=[],
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-        **plan,
-    )
+    fields = m.hf_decoder_config(gpt)
+    fields |= dict(intermediate_size_mlp=fields["intermediate_size"], moe_layers=[], **plan)
+    hf_config = transformers.Llama4TextConfig(**fields)
     hf = transformers.Llama4ForCausalLM(hf_config)
     sd = m.export_decoder(gpt, mlp="feed_forward")
     return m.finish_export(hf, sd, gpt.tok_emb.weight.dtype, out_dir)
@@ -197,13 +151,7 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
 
 WRITES = m.Writes(
     FAMILY,
-    requires={
-        "position": "rope",
-        "residual": "sequential",
-        "norm.kind": "rmsnorm",
-        "mlp.kind": "swiglu",
-        "mlp.bias": False,
-    },
+    requires={**m.ROPE_DECODER, "mlp.bias": False},
     carries=frozenset(
         {
             "attention.qk_norm_affine",

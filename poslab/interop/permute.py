@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from poslab.checks import is_int, positive_int
+
 LAYOUTS = ("half", "interleaved")
 
 
@@ -47,14 +49,13 @@ def permute_rope(weight: Tensor, n_heads: int, to: str = "half", rotary_dim: int
             "weight must be a [rows, in] matrix or a [rows] bias, "
             f"got {getattr(weight, 'shape', type(weight).__name__)}"
         )
-    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads <= 0:
-        raise ValueError(f"n_heads must be a positive integer, got {n_heads!r}")
+    positive_int("n_heads", n_heads)
     rows = weight.shape[0]
     if rows % n_heads:
         raise ValueError(f"weight has {rows} rows, not divisible by n_heads={n_heads}")
     head_dim = rows // n_heads
     rot = head_dim if rotary_dim is None else rotary_dim
-    if isinstance(rot, bool) or not isinstance(rot, int) or rot <= 0 or rot % 2 or rot > head_dim:
+    if not is_int(rot) or rot <= 0 or rot % 2 or rot > head_dim:
         raise ValueError(f"rotary_dim must be an even integer in (0, head_dim={head_dim}], got {rotary_dim!r}")
     rest = weight.shape[1:]
     heads = weight.reshape(n_heads, head_dim, *rest)  # [h, d_k, (in)]

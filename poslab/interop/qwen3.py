@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import Tensor
-
 from poslab.interop import common as m
 from poslab.interop.checkpoint import transformers_module
 
@@ -25,37 +23,13 @@ def convert(config: Any, w: m.Weights) -> m.Converted:
     head_dim = m.head_dim_of(config)
     bias = bool(config.attention_bias)
     types = m.layer_types(FAMILY, config, (m.FULL, m.SLIDING))
-    cfg: dict[str, Any] = dict(
-        vocab_size=config.vocab_size,
-        n_layer=config.num_hidden_layers,
-        n_head=config.num_attention_heads,
-        n_kv_head=config.num_key_value_heads,
-        n_embd=config.hidden_size,
-        block_size=config.max_position_embeddings,
-        bias=False,
-        position="rope",
-        position_config=m.rope_config(FAMILY, config, config.rope_parameters, head_dim),
-        tie_embeddings=bool(config.tie_word_embeddings),
+    rope = m.rope_config(FAMILY, config, config.rope_parameters, head_dim)
+    cfg = m.decoder_config(FAMILY, config, rope) | dict(
         attention={"bias": bias, "head_dim": head_dim, "qk_norm": True, "backend": "auto"},
-        norm={"kind": "rmsnorm", "eps": config.rms_norm_eps},
-        mlp={
-            "kind": "swiglu",
-            "hidden": config.intermediate_size,
-            "activation": m.activation(FAMILY, config.hidden_act),
-        },
     )
     if m.SLIDING in types:
         cfg["layer_pattern"] = [{"window": int(config.sliding_window)} if t == m.SLIDING else {} for t in types]
-    sd: dict[str, Tensor] = {"tok_emb.weight": w.take("embed_tokens.weight")}
-    for i in range(config.num_hidden_layers):
-        src, dst = f"layers.{i}.", f"blocks.{i}."
-        m.attention(w, sd, f"{src}self_attn.", dst, bias, qk_norm=True)
-        m.swiglu(w, sd, f"{src}mlp.", dst)
-        sd[f"{dst}norm1.weight"] = w.take(f"{src}input_layernorm.weight")
-        sd[f"{dst}norm2.weight"] = w.take(f"{src}post_attention_layernorm.weight")
-    sd["norm_f.weight"] = w.take("norm.weight")
-    m.lm_head(w, sd, cfg["tie_embeddings"], "lm_head.weight")
-    return cfg, sd
+    return cfg, m.import_decoder(w, cfg, bias, qk_norm=True)
 
 
 def to_hf(gpt: Any, out_dir: Any = None) -> Any:
@@ -68,29 +42,14 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
     """
     WRITES.refuse(gpt)
     transformers = transformers_module()
-    cfg = gpt.config
     types, window = m.window_layers(gpt)
-    hf_config = transformers.Qwen3Config(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.n_embd,
-        intermediate_size=gpt.blocks[0].mlp.up.out_features,
-        num_hidden_layers=cfg.n_layer,
-        num_attention_heads=cfg.n_head,
-        num_key_value_heads=cfg.kv_heads,
-        head_dim=cfg.head_dim,
-        hidden_act=m.HF_ACT[cfg.mlp.activation],
-        max_position_embeddings=cfg.block_size,
-        rms_norm_eps=cfg.norm.eps,
-        tie_word_embeddings=cfg.tie_embeddings,
+    fields = m.hf_decoder_config(gpt) | dict(
         rope_parameters=m.hf_rope(FAMILY, gpt, gpt.position),
-        attention_bias=cfg.bias_of("attn"),
         use_sliding_window=window is not None,
         sliding_window=window or 4096,
         layer_types=types,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
     )
+    hf_config = transformers.Qwen3Config(**fields)
     hf = transformers.Qwen3ForCausalLM(hf_config)
     sd = m.export_decoder(gpt, qk_norm=True)
     return m.finish_export(hf, sd, gpt.tok_emb.weight.dtype, out_dir)
@@ -98,14 +57,7 @@ def to_hf(gpt: Any, out_dir: Any = None) -> Any:
 
 WRITES = m.Writes(
     FAMILY,
-    requires={
-        "position": "rope",
-        "residual": "sequential",
-        "norm.kind": "rmsnorm",
-        "mlp.kind": "swiglu",
-        "mlp.bias": False,
-        "attention.qk_norm": True,
-    },
+    requires={**m.ROPE_DECODER, "mlp.bias": False, "attention.qk_norm": True},
     carries=frozenset(
         {"n_kv_head", "attention.head_dim", "attention.bias", "attention.qk_norm", "attention.window", "layer_pattern"}
     ),

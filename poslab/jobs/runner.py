@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from poslab.checks import positive_int
 from poslab.jobs.pool_worker import call_in_pool_worker, die_with_parent, start_pool_worker, stop_pool
 from poslab.jobs.ray_connect import connect_ray, ray_connect_timeout
 
@@ -96,9 +97,7 @@ def default_workers() -> int:
 
 def check_workers(workers: Any) -> int:
     """``workers`` as a positive int, or a ``ValueError`` naming the value."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
-    return workers
+    return positive_int("workers", workers)
 
 
 # ------------------------------------------------------------------------------------------ local

@@ -65,6 +65,7 @@ from typing import Any
 
 import yaml
 
+from poslab.checks import positive_int
 from poslab.data import safe_yaml
 from poslab.fileio import atomic_write_json, atomic_write_text
 from poslab.jobs import runner
@@ -414,8 +415,7 @@ def run_sweep(
             (run folders must be on storage every node sees).
         KeyboardInterrupt: after Ctrl-C, once the running trainings have saved and the summary is written.
     """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"--workers must be a positive integer, got {workers!r}")
+    positive_int("--workers", workers)
     lock = None if shard is not None else _sweep_lock(plan)
     try:
         return _run_sweep(plan, workers, echo, shard)

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from poslab.checks import positive_int
+
 ZOO_PATH = Path(__file__).resolve().parent / "data" / "model_zoo.json"
 #: fields every row carries
 FIELDS = (
@@ -59,8 +61,8 @@ def check_row(row: dict[str, Any]) -> None:
         if value is None:
             if f not in row["null_fields"]:
                 raise ValueError(f"zoo row {name!r}: {f} is null without a reason in null_fields")
-        elif isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"zoo row {name!r}: {f} must be a positive integer, got {value!r}")
+        else:
+            positive_int(f"zoo row {name!r}: {f}", value)
     if row["rope_theta"] is None and "rope_theta" not in row["null_fields"]:
         raise ValueError(f"zoo row {name!r}: rope_theta is null without a reason in null_fields")
     if row["rope_theta"] is not None and not row["rope_theta"] > 0:

@@ -14,6 +14,7 @@ import math
 import torch
 from torch import Tensor
 
+from poslab.checks import int_at_least, is_number, positive_int
 from poslab.nn.model import GPT
 
 
@@ -57,16 +58,11 @@ def filter_logits(
 
 def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """Raise ``ValueError`` naming a bad sampling argument and its allowed range."""
-    if (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, (int, float))
-        or not math.isfinite(temperature)
-        or temperature < 0
-    ):
+    if not is_number(temperature) or not math.isfinite(temperature) or temperature < 0:
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0):
-        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0):
+    if top_k is not None:
+        positive_int("top_k", top_k, rule="a positive integer or None")
+    if top_p is not None and (not is_number(top_p) or not 0.0 < top_p <= 1.0):
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
 
 
@@ -102,13 +98,11 @@ def generate(
             position scheme can encode.
     """
     check_sampling_args(temperature, top_k, top_p)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"the number of new tokens must be an integer >= 0, got {max_new_tokens!r}")
+    int_at_least("the number of new tokens", max_new_tokens, 0)
     if idx.dim() != 2 or idx.shape[1] == 0:
         raise ValueError(f"the prompt must be a non-empty [B, T] tensor of token ids, got shape {list(idx.shape)}")
     max_len = model.config.block_size if max_len is None else max_len
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len <= 0:
-        raise ValueError(f"max_len must be a positive integer, got {max_len!r}")
+    positive_int("max_len", max_len)
     limit = model.position.max_positions
     if limit is not None and max_len > limit:
         raise ValueError(
@@ -202,8 +196,7 @@ def sample_text(
     """
     if not prompt:
         raise ValueError("the prompt is empty; give at least one character")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples <= 0:
-        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+    positive_int("num_samples", num_samples)
     ids = tokenizer.encode(prompt)
     if not ids:
         raise ValueError(f"the prompt {prompt!r} encodes to no tokens")

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from poslab.checks import is_number, positive_int, positive_number
 from poslab.config_keys import reject_unknown_keys
 from poslab.nn import positions
 from poslab.nn.attention import AttentionConfig, validate_geometry
@@ -97,8 +98,7 @@ class NormConfig:
         if self.kind not in NORMS:
             raise ValueError(f"norm.kind={self.kind!r} is not allowed; choose one of {list(NORMS)}")
         eps = self.eps
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0.0 < eps < math.inf:
-            raise ValueError(f"norm.eps must be a positive number (e.g. 1e-5), got {eps!r}")
+        positive_number("norm.eps", eps, rule="a positive number (e.g. 1e-5)")
         _check_optional_flag("norm.bias", self.bias)
         if not isinstance(self.embed, bool):
             raise TypeError(f"norm.embed must be a bool, got {self.embed!r}")
@@ -126,8 +126,8 @@ class MLPConfig:
         if self.kind not in MLPS:
             raise ValueError(f"mlp.kind={self.kind!r} is not allowed; choose one of {list(MLPS)}")
         hidden = self.hidden
-        if hidden is not None and (isinstance(hidden, bool) or not isinstance(hidden, int) or hidden <= 0):
-            raise ValueError(f"mlp.hidden must be a positive integer or None, got {hidden!r}")
+        if hidden is not None:
+            positive_int("mlp.hidden", hidden, rule="a positive integer or None")
         if self.activation is not None and (not isinstance(self.activation, str) or self.activation not in ACTIVATIONS):
             raise ValueError(
                 f"mlp.activation={self.activation!r} is not allowed; choose one of {list(ACTIVATIONS)} (or None)"
@@ -206,9 +206,7 @@ class GPTConfig:
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "n_layer", "block_size"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{key} must be a positive integer, got {value!r}")
+            positive_int(key, getattr(self, key))
         for key, cls in GROUPS.items():
             value = getattr(self, key)
             if isinstance(value, dict):
@@ -220,11 +218,7 @@ class GPTConfig:
             elif not isinstance(value, cls):
                 raise TypeError(f"{key} must be a {cls.__name__} or a mapping of its fields, got {value!r}")
         validate_geometry(self.n_embd, self.n_head, self.kv_heads)
-        if (
-            isinstance(self.dropout, bool)
-            or not isinstance(self.dropout, (int, float))
-            or not 0.0 <= self.dropout < 1.0
-        ):
+        if not is_number(self.dropout) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
         for key in ("bias", "lm_head_bias", "tie_embeddings"):
             if not isinstance(getattr(self, key), bool):
@@ -233,10 +227,8 @@ class GPTConfig:
             raise ValueError(f"residual={self.residual!r} is not allowed; choose one of {list(RESIDUALS)}")
         for key in ("final_softcap", "embed_scale"):
             value = getattr(self, key)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf
-            ):
-                raise ValueError(f"{key} must be a positive finite number or None, got {value!r}")
+            if value is not None:
+                positive_number(key, value, rule="a positive finite number or None")
             check_fp32_factor(key, value)
         positions.get(self.position)  # unknown names fail here, listing the known ones
         if dataclasses.is_dataclass(self.position_config):

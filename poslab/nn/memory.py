@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from poslab.checks import positive_int
+
 
 class SegmentMemory:
     """Per-layer detached inputs of the last ``mem_len`` tokens and their positions.
@@ -37,9 +39,7 @@ class SegmentMemory:
     """
 
     def __init__(self, mem_len: int) -> None:
-        if isinstance(mem_len, bool) or not isinstance(mem_len, int) or mem_len <= 0:
-            raise ValueError(f"mem_len (the segment memory's length M) must be a positive integer, got {mem_len!r}")
-        self.mem_len = mem_len
+        self.mem_len = positive_int("mem_len (the segment memory's length M)", mem_len)
         self.hidden: list[Tensor] | None = None
         self.pos: Tensor | None = None
         self.length = 0

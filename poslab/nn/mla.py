@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from poslab.checks import positive_int, positive_number
 from poslab.nn.attention import AttendOptions, AttentionConfig, AttentionSpec, attend, rotate_with_cache
 from poslab.nn.attention.config import require_config
 from poslab.nn.attention.module import DEFAULT_CONFIG, ConfigAttribute
@@ -48,16 +49,13 @@ def validate_mla(values: Any) -> dict[str, int | None]:
         raise ValueError(f"mla keys: unknown {unknown}, missing {missing}; allowed: {list(MLA_KEYS)}")
     out: dict[str, int | None] = {}
     eps = values.get("latent_eps", 1e-6)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
-        raise ValueError(f"mla latent_eps must be a positive number, got {eps!r}")
+    positive_number("mla latent_eps", eps, rule="a positive number")
     for key in MLA_KEYS[:-1]:
         value = values.get(key)
         if key == "q_lora_rank" and value is None:
             out[key] = None
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"mla {key} must be a positive integer, got {value!r}")
-        out[key] = value
+        out[key] = positive_int(f"mla {key}", value)
     if out["qk_rope_head_dim"] % 2:
         raise ValueError(f"mla qk_rope_head_dim must be even (RoPE rotates pairs), got {out['qk_rope_head_dim']}")
     out["latent_eps"] = float(eps)
@@ -88,8 +86,7 @@ class LatentKVCache(nn.Module):
             ("rope_dim", rope_dim),
             ("capacity", capacity),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"latent KV cache {label} must be a positive integer, got {value!r}")
+            positive_int(f"latent KV cache {label}", value)
         self.register_buffer(
             "latent", torch.zeros(batch_size, capacity, kv_lora_rank, dtype=dtype, device=device), persistent=False
         )

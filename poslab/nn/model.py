@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from poslab.checks import positive_int
 from poslab.nn import positions
 from poslab.nn.attention import KVCache, MultiHeadAttention, SegmentInputs
 from poslab.nn.attention.module import ClippedLinear  # noqa: F401  (re-exported)
@@ -251,14 +252,13 @@ class GPT(nn.Module):
         (:class:`~poslab.nn.streaming.StreamingKVCache`, Xiao et al. 2023): the first ``k`` tokens
         plus the last ``w``, positions by place in the cache; ``sinks=0`` is plain window attention.
         """
-        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0):
-            raise ValueError(f"capacity must be a positive integer (or None = block_size), got {capacity!r}")
+        if capacity is not None:
+            positive_int("capacity", capacity, rule="a positive integer (or None = block_size)")
         cfg = self.config
         device = self.tok_emb.weight.device
         dtype = dtype or self.tok_emb.weight.dtype
         if memory is not None:
-            if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
-                raise ValueError(f"memory (the segment memory's length M) must be a positive integer, got {memory!r}")
+            positive_int("memory (the segment memory's length M)", memory)
             if window is not None or sinks is not None or cfg.mla is not None:
                 raise ValueError(
                     "a segment-memory cache (memory=M) takes no window/sinks and needs standard attention (not mla)"

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from poslab.checks import positive_int
 from poslab.nn.attention import AttentionConfig, MergeHeads, MultiHeadAttention, SplitHeads, validate_geometry
 from poslab.nn.attention.config import require_config
 from poslab.nn.attention.module import DEFAULT_CONFIG
@@ -132,10 +133,8 @@ def lsh_buckets(qk: Tensor, n_buckets: int, rotations: Tensor) -> Tensor:
 def check_lsh(T: int | None = None, n_buckets: int = 2, chunk_size: int | None = None, n_hashes: int = 1) -> None:
     """Raise ``ValueError`` naming the value for an impossible LSH configuration."""
     for label, value in (("n_buckets", n_buckets), ("n_hashes", n_hashes), ("chunk_size", chunk_size)):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        if value is not None:
+            positive_int(label, value)
     if n_buckets != 1 and n_buckets % 2:
         raise ValueError(f"n_buckets must be 1 or even (angular LSH splits +-xR), got {n_buckets}")
     if T is not None and chunk_size is not None and T % chunk_size:
@@ -362,8 +361,7 @@ class AdaptiveSpanAttention(MultiHeadAttention):
             )
         super().__init__(d_model, n_heads, n_kv_heads, **kwargs)
         for label, value in (("max_span", max_span), ("ramp", ramp)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{label} must be a positive integer, got {value!r}")
+            positive_int(label, value)
         if not 0.0 <= init_ratio <= 1.0:
             raise ValueError(f"init_ratio must be in [0, 1] (the span as a fraction of max_span), got {init_ratio!r}")
         if span_loss_coef < 0:

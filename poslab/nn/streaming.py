@@ -24,6 +24,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from poslab.checks import int_at_least
 from poslab.nn.attention import KVCache
 
 
@@ -61,8 +62,7 @@ class StreamingKVCache(KVCache):
         device: torch.device | str | None = None,
     ) -> None:
         for label, value, low in (("sinks", sinks, 0), ("window", window, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"streaming cache {label} must be an integer >= {low}, got {value!r}")
+            int_at_least(f"streaming cache {label}", value, low)
         super().__init__(batch_size, n_kv_heads, head_dim, sinks + window, dtype, device)
         self.sinks, self.window = sinks, window
 

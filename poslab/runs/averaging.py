@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from poslab.checks import is_int
 from poslab.nn.model import GPT
 from poslab.runs.checkpoints import RunCheckpoints, model_aliases, refuse_existing_run, write_model_run
 from poslab.training import checkpoint as ckpt
@@ -34,7 +35,7 @@ class RunAveraging(RunCheckpoints):
             CheckpointError: fewer than ``last`` checkpoints (the steps kept named, and the settings that
                 keep more), a corrupt one, or one written by another config.
         """
-        if isinstance(last, bool) or not isinstance(last, int) or last < 1:
+        if not is_int(last) or last < 1:
             raise ValueError(f"last = {last!r}: the number of checkpoints to average must be an int >= 1")
         steps = self.checkpoints()
         if len(steps) < last:

@@ -29,6 +29,7 @@ from typing import Any
 
 from torch import Tensor
 
+from poslab.checks import is_number
 from poslab.data import encode_corpus, load_text, split_text, tokenizer_from_dict
 from poslab.fileio import append_line, atomic_write_json, atomic_write_text, sha256_bytes, sha256_file
 from poslab.nn.config_migration import migrate_model_config
@@ -274,7 +275,7 @@ class RunFiles:
             with contextlib.suppress(RunFileError):
                 cached = self._object(PEAK)
         value = cached.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+        if not is_number(value) or not 0 < value < math.inf:
             cached[key] = value = measure()
             atomic_write_json(self.file(PEAK), cached)
         return float(value)
@@ -341,4 +342,4 @@ class RunFiles:
 
 def number(value: Any, default: float) -> float:
     """``value`` if it is a real number (not a bool), else ``default``."""
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+    return value if is_number(value) else default

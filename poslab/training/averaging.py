@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from poslab.checks import is_number
+
 
 def normalised_weights(n: int, weights: Sequence[float] | None) -> list[float]:
     """Validated averaging weights, normalised to sum 1 (default: uniform)."""
@@ -31,7 +33,7 @@ def normalised_weights(n: int, weights: Sequence[float] | None) -> list[float]:
     values = []
     for i, w in enumerate(weights):
         try:
-            value = float(w) if not isinstance(w, bool) and isinstance(w, (int, float)) else math.nan
+            value = float(w) if is_number(w) else math.nan
         except OverflowError:  # an integer past float's range
             value = math.inf
         if not math.isfinite(value) or value < 0:

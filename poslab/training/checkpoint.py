@@ -32,6 +32,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from poslab.checks import is_int, is_number
 from poslab.fileio import atomic_write, atomic_write_json, atomic_write_text, sha256_file
 from poslab.safe_load import load_json
 
@@ -117,9 +118,7 @@ def training_state_problem(tensors: dict[str, torch.Tensor], meta: dict[str, Any
         not isinstance(groups, list)
         or not groups
         or not all(
-            isinstance(g, dict)
-            and isinstance(g.get("params"), list)
-            and all(isinstance(i, int) and not isinstance(i, bool) for i in g["params"])
+            isinstance(g, dict) and isinstance(g.get("params"), list) and all(is_int(i) for i in g["params"])
             for g in groups
         )
     ):
@@ -129,7 +128,7 @@ def training_state_problem(tensors: dict[str, torch.Tensor], meta: dict[str, Any
         return "has unusable optimizer scalars (a mapping of parameter index to values is needed)"
     for key in ("log_loss_sum", "log_loss_count", "tokens_seen"):
         value = meta.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not is_number(value) or not math.isfinite(value):
             return f"has an unusable {key!r}: {value!r} (a finite number is needed)"
     aliases = meta.get("model_aliases", {})
     if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()):
@@ -139,8 +138,8 @@ def training_state_problem(tensors: dict[str, torch.Tensor], meta: dict[str, Any
     if (
         not isinstance(best, dict)
         or set(best) != {"val_loss", "step"}
-        or not (loss is None or (isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss)))
-        or not (step is None or (isinstance(step, int) and not isinstance(step, bool) and step >= 0))
+        or not (loss is None or (is_number(loss) and math.isfinite(loss)))
+        or not (step is None or (is_int(step) and step >= 0))
     ):
         return (
             f"has an unusable 'best' {best!r} (a mapping of 'val_loss' (a finite number or null) and 'step' is needed)"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from poslab.checks import positive_int
 from poslab.config_keys import coerce, reject_unknown_keys
 from poslab.data import split_text
 from poslab.nn.config_migration import check_not_flat, migrate_model_config
@@ -335,8 +336,7 @@ def model_config(cfg: TrainConfig, vocab_size: int) -> GPTConfig:
     so the validated config is copied rather than rebuilt: the scheme is built once more only by the
     model itself.
     """
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
-        raise ValueError(f"vocab_size must be a positive integer, got {vocab_size!r}")
+    positive_int("vocab_size", vocab_size)
     out = copy.copy(cfg.model)
     out.position_config = copy.deepcopy(cfg.model.position_config)
     out.vocab_size = vocab_size

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from poslab.checks import positive_int
 from poslab.data import build_tokenizer, encode_corpus, load_text, split_text
 from poslab.fileio import sha256_bytes
 from poslab.training.config import OBJECTIVES, TrainConfig
@@ -86,8 +87,7 @@ def batchify(data: torch.Tensor, n_streams: int, seg_len: int) -> torch.Tensor:
     Raises:
         ValueError: a stream would be too short for one segment of ``seg_len`` + 1 tokens.
     """
-    if isinstance(n_streams, bool) or not isinstance(n_streams, int) or n_streams <= 0:
-        raise ValueError(f"n_streams must be a positive integer, got {n_streams!r}")
+    positive_int("n_streams", n_streams)
     length = data.numel() // n_streams
     if length <= seg_len:
         raise ValueError(

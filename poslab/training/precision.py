@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from poslab.checks import is_number
 from poslab.fileio import atomic_write_json
 from poslab.safe_load import load_json
 
@@ -190,7 +191,7 @@ def valid_figures(entry: object) -> PrecisionFigures | None:
     values = {}
     for name, (low, high) in FIGURE_RANGES.items():
         value = entry.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        if not is_number(value) or not low <= value <= high:
             return None  # NaN fails the range comparison too
         values[name] = float(value)
     return PrecisionFigures(**values)

@@ -18,6 +18,7 @@ import inspect
 from pathlib import Path
 from types import ModuleType
 
+from poslab.checks import positive_int
 from poslab.fileio import atomic_write_json
 from poslab.lab.experiments.common import TIERS, Experiment
 
@@ -82,8 +83,8 @@ def run_experiment(
     experiments = registry()
     if name not in experiments:
         raise ValueError(f"unknown experiment {name!r}; known: {', '.join(experiments)}, all")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"--workers must be a positive integer, got {workers!r}")
+    if workers is not None:
+        positive_int("--workers", workers)
     out = Path(out) if out is not None else Path("runs") / "experiments" / name
     out.mkdir(parents=True, exist_ok=True)
     experiment = experiments[name].EXPERIMENT

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from poslab.checks import is_int
 from poslab.display import cut, print_table
 from poslab.jobs import runner
 from poslab.jobs.runner import Task, check_workers, default_workers, train_many
@@ -30,7 +31,7 @@ def check_seeds(n: object) -> int:
     fewest seeds an arm needs for a verdict (``ValueError`` naming the value and the rule)."""
     from poslab.lab.verdicts import MIN_SEEDS
 
-    if isinstance(n, bool) or not isinstance(n, int) or n < MIN_SEEDS:
+    if not is_int(n) or n < MIN_SEEDS:
         raise ValueError(
             f"--seeds {n!r}: the number of seeds per arm must be a whole number of at least {MIN_SEEDS} "
             f"(fewer cannot decide a seeded claim)"

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from poslab.checks import is_int, is_number
 from poslab.lab.verdicts import (
     DID_NOT_HOLD,
     HELD,
@@ -40,7 +41,7 @@ UNUSABLE = "unusable"
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return is_number(value) and math.isfinite(value)
 
 
 def unusable_reason(record: ClaimRecord) -> str | None:
@@ -67,7 +68,7 @@ def unusable_reason(record: ClaimRecord) -> str | None:
         return f"margin {margin!r} is not a finite number"
     if noise is not None and not (_number(noise) and noise >= 0):
         return f"noise {noise!r} is not a finite number >= 0"
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    if not is_int(n) or n < 0:
         return f"n_seeds {n!r} is not a non-negative integer"
     p_value = record.details.get("p_value")
     if p_value is not None and not (_number(p_value) and 0 <= p_value <= 1):

@@ -9,6 +9,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
+from poslab.checks import is_int
+
 
 @dataclasses.dataclass(frozen=True)
 class SegmentInputs:
@@ -110,7 +112,7 @@ class KVCache(nn.Module):
             ("head_dim", head_dim),
             ("capacity", capacity),
         ):
-            if isinstance(value, bool) or not isinstance(value, int):
+            if not is_int(value):
                 raise TypeError(f"KV cache {label} must be an integer, got {value!r}")
             if value <= 0:
                 raise ValueError(f"KV cache {label} must be > 0, got {value}")

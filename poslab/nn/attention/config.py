@@ -13,12 +13,12 @@ The names are the same at every layer: a field of :class:`AttentionConfig` has t
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
 
+from poslab.checks import is_number, positive_int, positive_number
 from poslab.config_keys import reject_unknown_keys
 from poslab.nn.attention.backends import check_backend_name
 from poslab.nn.attention.inputs import validate_head_dim, validate_temperature_tuning
@@ -37,18 +37,12 @@ MAX_SCALE = 1e6
 
 def check_fp32_factor(key: str, value: float | None) -> None:
     """Raise ``ValueError`` unless a positive factor of scores or activations lies in ``[1/MAX_SCALE, MAX_SCALE]``."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not 1 / MAX_SCALE <= value <= MAX_SCALE:
+    if is_number(value) and not 1 / MAX_SCALE <= value <= MAX_SCALE:
         raise ValueError(
             f"{key} must be at most {MAX_SCALE:g} and at least {1 / MAX_SCALE:g} (a larger factor "
             f"overflows fp32 scores or activations to inf, a smaller one underflows them to 0; "
             f"either gives NaN), got {value!r}"
         )
-
-
-def check_positive_int(name: str, value: Any) -> None:
-    """``ValueError`` unless ``value`` is a positive ``int`` (a ``bool`` is not one)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def check_flag(name: str, value: Any) -> None:
@@ -59,7 +53,7 @@ def check_flag(name: str, value: Any) -> None:
 
 def check_dropout(value: Any) -> None:
     """``ValueError`` unless ``value`` is a probability in ``[0, 1)``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+    if not is_number(value) or not 0.0 <= value < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {value!r}")
 
 
@@ -91,8 +85,8 @@ class AttendOptions:
         check_backend_name(self.backend)
         check_dropout(self.dropout)
         check_flag("need_weights", self.need_weights)
-        check_positive_int("query_chunk", self.query_chunk)
-        check_positive_int("recompute_threshold", self.recompute_threshold)
+        positive_int("query_chunk", self.query_chunk)
+        positive_int("recompute_threshold", self.recompute_threshold)
         if self.increasing is not None:
             check_flag("increasing", self.increasing)
 
@@ -168,16 +162,16 @@ class AttentionConfig:
         if self.dropout is not None:
             check_dropout(self.dropout)
         eps = self.qk_norm_eps
-        if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf):
-            raise ValueError(f"qk_norm_eps must be a positive number, got {eps!r}")
+        if eps is not None:
+            positive_number("qk_norm_eps", eps, rule="a positive number")
         if self.head_dim is not None:
             validate_head_dim(self.head_dim)
         clip = self.clip_qkv
-        if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0):
-            raise ValueError(f"clip_qkv must be a positive number or None, got {clip!r}")
+        if clip is not None:
+            positive_number("clip_qkv", clip, finite=False, rule="a positive number or None")
         check_backend_name(self.backend)
-        check_positive_int("query_chunk", self.query_chunk)
-        check_positive_int("recompute_threshold", self.recompute_threshold)
+        positive_int("query_chunk", self.query_chunk)
+        positive_int("recompute_threshold", self.recompute_threshold)
         object.__setattr__(self, "temperature_tuning", validate_temperature_tuning(self.temperature_tuning))
         if self.softcap is not None:
             object.__setattr__(self, "softcap", float(self.softcap))

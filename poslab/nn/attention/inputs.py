@@ -7,11 +7,13 @@ import math
 import torch
 from torch import Tensor
 
+from poslab.checks import is_int, is_number, positive_int
+
 
 def validate_geometry(d_model: int, n_heads: int, n_kv_heads: int) -> None:
     """Raise ``ValueError`` naming the value and the rule for an impossible head layout."""
     for label, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_int(value):
             raise TypeError(f"{label} must be an integer, got {value!r}")
         if value <= 0:
             raise ValueError(f"{label} must be > 0, got {value}")
@@ -26,9 +28,7 @@ def validate_geometry(d_model: int, n_heads: int, n_kv_heads: int) -> None:
 
 def validate_head_dim(head_dim: int) -> int:
     """A positive integer head width (``head_dim=`` of attention), returned."""
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
-        raise ValueError(f"head_dim must be a positive integer or None (d_model // n_heads), got {head_dim!r}")
-    return head_dim
+    return positive_int("head_dim", head_dim, rule="a positive integer or None (d_model // n_heads)")
 
 
 def validate_temperature_tuning(
@@ -37,11 +37,7 @@ def validate_temperature_tuning(
     """``None`` or ``(floor_scale > 0, attn_scale)`` as floats (Llama 4: ``(8192, 0.1)``); errors call it ``name``."""
     if value is None:
         return None
-    ok = (
-        isinstance(value, (tuple, list))
-        and len(value) == 2
-        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value)
-    )
+    ok = isinstance(value, (tuple, list)) and len(value) == 2 and all(is_number(x) and math.isfinite(x) for x in value)
     if not ok or value[0] <= 0:
         raise ValueError(f"{name} must be (floor_scale > 0, attn_scale) or None, got {value!r}")
     return float(value[0]), float(value[1])

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.checks import is_number, positive_int, positive_number
+
 #: ``bias_fn(q, k, q_pos, k_pos) -> [B|1, h, Tq, Tk]`` fp32 additive bias or ``None``
 BiasFn = Callable[[Tensor, Tensor, Tensor, Tensor], "Tensor | None"]
 
@@ -94,10 +96,8 @@ def unregister_mask_term(field: str) -> None:
 
 def check_mechanisms(n_heads: int, softcap: float | None, sinks: Tensor | None, chunk: int | None) -> None:
     """Raise a clear error for a bad soft-cap, sink tensor (``n_heads`` logits) or chunk size."""
-    if softcap is not None and (
-        isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not 0 < softcap < math.inf
-    ):
-        raise ValueError(f"softcap must be a positive finite number or None, got {softcap!r}")
+    if softcap is not None:
+        positive_number("softcap", softcap, rule="a positive finite number or None")
     if sinks is not None and (not isinstance(sinks, Tensor) or sinks.shape != (n_heads,)):
         raise ValueError(
             f"sinks must be a tensor of shape [{n_heads}] (one logit per query head), "
@@ -108,24 +108,20 @@ def check_mechanisms(n_heads: int, softcap: float | None, sinks: Tensor | None, 
 
 def validate_chunk(chunk: int | None, name: str = "chunk") -> None:
     """``None`` or a positive integer (tokens per attention chunk); errors call it ``name``."""
-    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
-        raise ValueError(f"{name} must be a positive integer (tokens per attention chunk) or None, got {chunk!r}")
+    if chunk is not None:
+        positive_int(name, chunk, rule="a positive integer (tokens per attention chunk) or None")
 
 
 def check_scale(scale: float | None) -> None:
     """``None`` (``1/sqrt(d_k)``) or a finite number."""
-    if scale is not None and (
-        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)
-    ):
+    if scale is not None and (not is_number(scale) or not math.isfinite(scale)):
         raise ValueError(f"scale must be a finite number or None, got {scale!r}")
 
 
 def validate_window(window: int | None) -> None:
     """``None`` or a positive integer (keys seen per query, including itself)."""
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
-        raise ValueError(
-            f"window must be a positive integer (keys seen per query, including itself) or None, got {window!r}"
-        )
+    if window is not None:
+        positive_int("window", window, rule="a positive integer (keys seen per query, including itself) or None")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

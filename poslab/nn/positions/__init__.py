@@ -20,6 +20,7 @@ import math
 import typing
 from typing import Any
 
+from poslab.checks import is_int, is_number
 from poslab.config_keys import reject_unknown_keys
 from poslab.nn.positions.base import PositionScheme
 
@@ -144,11 +145,11 @@ def _check_type(name: str, key: str, value: Any, hint: Any) -> None:
     if hint is bool:
         ok = isinstance(value, bool)
     elif hint is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
+        ok = is_int(value)
         if ok and abs(value) > _MAX_INT:
             raise ValueError(f"{where} is too large: {value!r} (at most {_MAX_INT})")
     elif hint is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = is_number(value)
         limit = 2**53 if isinstance(value, int) else _MAX_FLOAT  # an int beyond 2**53 is not a float's exact value
         if ok and not (math.isfinite(value) and abs(value) <= limit):
             raise ValueError(f"{where} must be finite and at most {limit:.3g} in size, got {value!r}")

@@ -25,6 +25,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from poslab.checks import is_number, positive_number
+
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
@@ -282,11 +284,10 @@ def check_positions(pos: Tensor, length: int) -> None:
 
 
 def check_positive(name: str, value: float | int) -> None:
-    """Raise ``ValueError`` unless ``value > 0``."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    """``TypeError`` unless ``value`` is a number, ``ValueError`` unless it is ``> 0`` (infinity passes)."""
+    if not is_number(value):
         raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+    positive_number(name, value, finite=False, rule="> 0")
 
 
 #: the largest ``init_std`` of a scheme's table: entries up to ~1e4, squared by the norms and added to scores,
@@ -296,7 +297,7 @@ MAX_INIT_STD = 1e3
 
 def check_init_std(value: float | int) -> None:
     """Raise unless a table's initialisation std is a number in ``[0, MAX_INIT_STD]``."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not is_number(value):
         raise TypeError(f"init_std must be a number, got {value!r} ({type(value).__name__})")
     if not 0 <= value <= MAX_INIT_STD:
         raise ValueError(

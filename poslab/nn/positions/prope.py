@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from poslab.checks import is_number
 from poslab.nn.positions import register
 from poslab.nn.positions.rope import RoPE, RopeConfig
 
@@ -32,11 +33,7 @@ class PRopeConfig(RopeConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if (
-            isinstance(self.fraction, bool)
-            or not isinstance(self.fraction, (int, float))
-            or not 0.0 <= self.fraction <= 1.0
-        ):
+        if not is_number(self.fraction) or not 0.0 <= self.fraction <= 1.0:
             raise ValueError(
                 f"fraction must be a number in [0, 1] (the share of frequencies that rotate), got {self.fraction!r}"
             )

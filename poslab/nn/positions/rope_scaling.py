@@ -277,27 +277,19 @@ def _checked_spec(spec: dict[str, Any], what: str) -> dict[str, Any]:
     return spec
 
 
-def _spec_factor(text: str, spec: str, what: str) -> float:
+def _spec_factor(text: str, spec: str, what: str, name: str = "RoPE scaling factor") -> float:
+    """``text`` (one factor of the spec ``spec`` given in ``what``) as a finite float > 0, or a ``ValueError``."""
     try:
         factor = float(text)
     except ValueError:
-        raise ValueError(f"RoPE scaling factor {text!r} in {what} {spec!r} is not a number") from None
+        raise ValueError(f"{name} {text!r} in {what} {spec!r} is not a number") from None
     if not math.isfinite(factor) or factor <= 0:
-        raise ValueError(f"RoPE scaling factor must be > 0, got {text!r} in {what} {spec!r}")
+        raise ValueError(f"{name} must be > 0, got {text!r} in {what} {spec!r}")
     return factor
 
 
 def _spec_floats(text: str, label: str, spec: str, what: str) -> list[float]:
-    values = []
-    for item in text.split(","):
-        try:
-            value = float(item)
-        except ValueError:
-            raise ValueError(f"longrope {label} factor {item!r} in {what} {spec!r} is not a number") from None
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"longrope {label} factors must be > 0, got {item!r} in {what} {spec!r}")
-        values.append(value)
-    return values
+    return [_spec_factor(item, spec, what, f"longrope {label} factor") for item in text.split(",")]
 
 
 def _longrope_from_json(path: Path, spec: str, what: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from poslab.checks import is_int, non_negative_int
 from poslab.nn.positions import register
 from poslab.nn.positions.absolute import sinusoid_table
 from poslab.nn.positions.base import (
@@ -71,7 +72,7 @@ class XLConfig:
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
-        if isinstance(self.n_layer, bool) or not isinstance(self.n_layer, int):
+        if not is_int(self.n_layer):
             raise TypeError(f"xl n_layer must be an integer, got {self.n_layer!r}")
         for key in ("n_embd", "n_heads", "head_dim", "n_layer", "base"):
             check_positive(key, getattr(self, key))
@@ -115,8 +116,9 @@ class TransformerXL(PositionScheme):
         has each parameter once; views are made once per layer and kept.
         """
         n = len(self.r_proj)
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
-            raise ValueError(f"xl layer index must be an integer in [0, {n}) (the scheme has n_layer={n}), got {i!r}")
+        non_negative_int(
+            "xl layer index", i, maximum=n - 1, rule=f"an integer in [0, {n}) (the scheme has n_layer={n})"
+        )
         if i == self.layer:
             return self
         views = self.__dict__.setdefault("_layer_views", {})  # a plain dict: views are not submodules
