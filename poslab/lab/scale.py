@@ -143,6 +143,25 @@ class ScaleTable(Mapping[str, T], Generic[T]):
         return ScaleTable(*{**self._scales, scale.name: scale}.values(), what=self.what)
 
 
+# the demo: 4 layers and 3000 steps, the least measured to make NoPE use its context (one seed, 2000 steps:
+# context gain 0.08-0.11 nats, the premise asks 0.1 at every seed; 2 layers or 1500 steps: below 0.05;
+# benchmarks/lm_recipe_search.py), for the five arms of the lessons' main claims
+_QUICK = Scale(
+    name="quick",
+    train_length=64,
+    n_layer=4,
+    n_head=4,
+    n_embd=64,
+    steps=3000,
+    batch_size=16,
+    lr=3e-3,
+    warmup_steps=200,
+    eval_windows=4,
+    finetune_steps=100,
+    entropy_batch=2,
+    schemes=("none", "learned", "sinusoidal", "rope", "alibi"),
+)
+
 SIZES: ScaleTable[Scale] = ScaleTable(
     Scale(
         name="smoke",
@@ -158,38 +177,9 @@ SIZES: ScaleTable[Scale] = ScaleTable(
         finetune_steps=4,
         entropy_batch=1,
     ),
-    # the demo: 4 layers and 3000 steps, the least measured to make NoPE use its context (one seed, 2000 steps:
-    # context gain 0.08-0.11 nats, the premise asks 0.1 at every seed; 2 layers or 1500 steps: below 0.05;
-    # benchmarks/lm_recipe_search.py), for the five arms of the lessons' main claims
-    Scale(
-        name="quick",
-        train_length=64,
-        n_layer=4,
-        n_head=4,
-        n_embd=64,
-        steps=3000,
-        batch_size=16,
-        lr=3e-3,
-        warmup_steps=200,
-        eval_windows=4,
-        finetune_steps=100,
-        entropy_batch=2,
-        schemes=("none", "learned", "sinusoidal", "rope", "alibi"),
-    ),
-    Scale(
-        name="full",
-        train_length=128,
-        n_layer=4,
-        n_head=4,
-        n_embd=64,
-        steps=3000,
-        batch_size=16,
-        lr=3e-3,
-        warmup_steps=200,
-        eval_windows=4,
-        finetune_steps=100,
-        entropy_batch=2,
-    ),
+    _QUICK,
+    # the quick scale at twice the training length, every scheme trained
+    dataclasses.replace(_QUICK, name="full", train_length=128, schemes=None),
     # nanoGPT's shakespeare_char GPU recipe (expected times in the module docstring: estimates, not measured)
     Scale(
         name="gpu",
