@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import subprocess
 import sys
@@ -17,7 +18,8 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 #: the English pages (docs/zh/ holds the Chinese guides)
-PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BENCHMARKS = ROOT / "benchmarks"
+PAGES = [ROOT / "README.md", BENCHMARKS / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: phrases that narrate a page's history instead of describing what is (an issue number is history too;
 #: ``transformers#39408``, an upstream reference, is not)
 HISTORY = re.compile(
@@ -101,3 +103,47 @@ def test_pages_describe_what_is_without_history(page: Path) -> None:
 )
 def test_the_history_check_can_fail(text: str, flagged: bool) -> None:
     assert bool(history_phrases(text)) is flagged
+
+
+def unreferenced(page: str, files: list[str]) -> list[str]:
+    """The result files (paths under ``benchmarks/``) that ``page`` names neither by path (a path's tail such as
+    ``time_to_loss_levers/fast.json`` counts, ``*`` globs too) nor by a folder above them (``results/two-threads/``)."""
+    names = {name for name in re.findall(r"[\w.*-]+(?:/[\w.*-]+)+/?|[\w.*-]+/", page) if not name.endswith("results/")}
+    folders = [name for name in names if name.endswith("/")]
+    paths = [name for name in names if not name.endswith("/")]
+    return [
+        file
+        for file in files
+        if not any(f"/benchmarks/{file}".find(f"/{folder}") >= 0 for folder in folders)
+        and not any(fnmatch.fnmatch(f"benchmarks/{file}", pattern) for path in paths for pattern in (path, f"*/{path}"))
+    ]
+
+
+def test_every_result_file_is_named_by_the_benchmarks_page() -> None:
+    """A result file no page points at is a figure nobody reads: the page names each file or a folder above it."""
+    files = sorted(
+        str(path.relative_to(BENCHMARKS)) for path in (BENCHMARKS / "results").rglob("*") if path.is_file()
+    )
+    assert files
+    assert not unreferenced((BENCHMARKS / "README.md").read_text(encoding="utf-8"), files)
+
+
+@pytest.mark.parametrize(
+    ("page", "referenced"),
+    [
+        ("files `results/a.json`", False),
+        ("files `results/sub/a.json`", True),
+        ("`--out benchmarks/results/sub/a.json`", True),
+        ("files `results/sub/` hold it", True),
+        ("files under `results` in the last column: `sub/a.json`", True),
+        ("`results/other/sub/a.json`", False),
+        ("the runs `sub/a*.json`", True),
+        ("files `results/b.json`", False),
+        ("every file in `results/`", False),
+        ("every file in `benchmarks/results/`", False),
+        ("the folder `results/sub` (no slash: not a folder reference)", False),
+        ("`a.json` alone (no folder: too loose)", False),
+    ],
+)
+def test_the_result_reference_check_can_fail(page: str, referenced: bool) -> None:
+    assert (not unreferenced(page, ["results/sub/a.json"])) is referenced
