@@ -121,9 +121,7 @@ def unreferenced(page: str, files: list[str]) -> list[str]:
 
 def test_every_result_file_is_named_by_the_benchmarks_page() -> None:
     """A result file no page points at is a figure nobody reads: the page names each file or a folder above it."""
-    files = sorted(
-        str(path.relative_to(BENCHMARKS)) for path in (BENCHMARKS / "results").rglob("*") if path.is_file()
-    )
+    files = sorted(str(path.relative_to(BENCHMARKS)) for path in (BENCHMARKS / "results").rglob("*") if path.is_file())
     assert files
     assert not unreferenced((BENCHMARKS / "README.md").read_text(encoding="utf-8"), files)
 
