@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from poslab.lab.experiments import registry
+from poslab.training.presets import PRESETS, preset_config
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -73,6 +74,22 @@ def test_every_local_link_exists() -> None:
 def test_reliability_bad_input_scaling_are_one_link_each() -> None:
     for doc in ("docs/reliability.md", "docs/bad_input.md", "docs/scaling.md", "docs/positions.md"):
         assert f"]({doc})" in README, doc
+
+
+def preset_rows(page: str) -> dict[str, str]:
+    """The rows of a page's presets table, by preset name."""
+    section = page.split("## Presets", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"^\| `([\w-]+)` \|(.*)$", section, flags=re.M))
+
+
+def test_the_presets_table_gives_each_presets_steps() -> None:
+    """docs/training.md lists every preset with the steps its config and its ``--quick`` form train."""
+    rows = preset_rows((ROOT / "docs" / "training.md").read_text(encoding="utf-8"))
+    assert set(rows) == set(PRESETS)
+    for name, row in rows.items():
+        steps, quick = preset_config(name)["max_steps"], preset_config(name, quick=True)["max_steps"]
+        assert re.search(rf"\b{steps} (?:steps|iters)\b", row), (name, steps, row)
+        assert f"`--quick`: {quick} steps" in row, (name, quick, row)
 
 
 def history_phrases(text: str) -> list[str]:
