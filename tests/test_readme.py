@@ -25,7 +25,9 @@ PAGES = [ROOT / "README.md", BENCHMARKS / "README.md", *sorted((ROOT / "docs").g
 #: ``transformers#39408``, an upstream reference, is not)
 HISTORY = re.compile(
     r"\b(?:at the time of writing|when this was written|as before|re-?measured|no longer|previously|formerly"
-    r"|used to be|now|nowadays|anymore|until recently|the (?:old|new) tree|issue \d+)\b|(?<![\w/])#\d+\b",
+    r"|used to be|now|nowadays|today(?:'s)?|anymore|until recently|originally|the (?:old|new) tree"
+    r"|(?:old|previous|earlier) (?:code|version|implementation)|(?:after|since) the fix|(?:has|have) been fixed"
+    r"|was fixed in|issue \d+)\b|(?<![\w/])#\d+\b",
     re.IGNORECASE,
 )
 
@@ -113,6 +115,15 @@ def test_pages_describe_what_is_without_history(page: Path) -> None:
         ("No GPU at the time of writing.", True),
         ("The copies of the old tree differ by 7%.", True),
         ("The window check follows #34.", True),
+        ("The files that define today's schemes.", True),
+        ("Today the loop takes 3 s.", True),
+        ("The off-by-one was fixed in the decoder.", True),
+        ("Slower than the previous implementation.", True),
+        ("Originally a copy of nanoGPT.", True),
+        ("Since the fix the loop takes 3 s.", True),
+        ("Each run uses fixed batches.", False),
+        ("The criteria were fixed before the first run.", False),
+        ("A label `today` in the file.", False),
         ("refused: `model.n_head: 4 (checkpoint) vs 2 (now)`", False),
         ("the off-by-one of transformers#39408", False),
         ("The loop takes 3 s on two cores.", False),
