@@ -206,8 +206,8 @@ def test_close_to_is_an_equivalence_within_the_pi_papers_margin():
     pi, yarn = claims
     assert pi.design.test == Kind.EQUIVALENCE and pi.design.threshold == pytest.approx(cc.CLOSE_TO)
     assert "up to 1000 steps, this run 100" in pi.claim and pi.details["paper_steps"] == 1000
-    assert pi.verdict == HELD  # the old one-sided bound at 1.15 said held too, but for ratios of 1.14 as well
-    finetuned["PI"] = [11.4, 11.6, 11.3]  # +14%: within the old 1.15 bound, not close
+    assert pi.verdict == HELD  # a one-sided bound at 1.15 says held too, but for ratios of 1.14 as well
+    finetuned["PI"] = [11.4, 11.6, 11.3]  # +14%: within a one-sided 1.15 bound, not close
     pi = next(c for c in cc.context_claims(inference, finetuned, base, SEEDS) if "PI is close" in c.claim)
     assert pi.verdict == DID_NOT_HOLD
 

@@ -60,7 +60,7 @@ def _kill_sweep(tmp_path: Path, sig: int, request) -> None:
         if process.poll() is None:
             process.kill()
         process.stdout.close()
-        if trainer is not None and _alive(trainer):  # an orphan (the old behaviour): do not leave it running
+        if trainer is not None and _alive(trainer):  # an orphan (the failure under test): do not leave it running
             os.kill(trainer, signal.SIGKILL)
     assert _checkpoints(run_dir)  # it stopped by saving, not by being killed
     if sig != signal.SIGKILL:
