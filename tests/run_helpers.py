@@ -8,6 +8,7 @@ from pathlib import Path
 from conftest import tiny_config
 
 from poslab.training import checkpoint as ckpt
+from poslab.training import presets
 from poslab.training.config import TrainConfig
 
 #: ``poslab train`` options of a tiny model on one thread
@@ -31,6 +32,14 @@ SMALL = [
 def tiny(out: Path, corpus: Path | str, **overrides) -> TrainConfig:
     """:func:`conftest.tiny_config` named ``A``, with one checkpoint at the end."""
     return tiny_config(out, corpus, **{"name": "A", "ckpt_interval": 0, "seed": 5, **overrides})
+
+
+def tiny_preset(out: Path | str, corpus: Path | str, **overrides) -> TrainConfig:
+    """The ``tiny`` preset's config (2/2/32, block 32, batch 8) on ``corpus``, one thread, writing to ``out``."""
+    values = presets.preset_config("tiny")
+    values.update(out_dir=str(out), threads=1, corpus=str(corpus))
+    values.update(overrides)
+    return TrainConfig.from_dict(values)
 
 
 def record(request, **figures) -> None:

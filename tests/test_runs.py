@@ -146,15 +146,10 @@ def test_the_import_walk_finds_the_loop_where_it_is_imported(tmp_path):
 
 # ------------------------------------------------------------------------------------ a real run
 @pytest.fixture(scope="module")
-def corpus(tang_corpus):
-    """The tiny runs' corpus here: conftest's 30k characters of Tang poems."""
-    return tang_corpus
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, corpus):
+def trained(tmp_path_factory, tang_corpus):
+    """:func:`conftest.tiny_config` on :func:`conftest.tang_corpus`: checkpoints at steps 2 and 4."""
     out = tmp_path_factory.mktemp("runs")
-    cfg = tiny_config(out, corpus)
+    cfg = tiny_config(out, tang_corpus)
     train(cfg, progress=False)
     return cfg.run_dir
 
@@ -221,7 +216,7 @@ def test_split_tokens_are_checksummed(run, monkeypatch):
 
 
 def test_heads_reads_the_checksummed_split(run, tmp_path, monkeypatch):
-    """heads used its own copy of the split without the checksum: it scored whatever the file held."""
+    """heads reads the run's checksummed split: a corpus changed since training is refused, not scored."""
     from poslab.analysis.heads import run_heads
 
     change_corpus(monkeypatch)

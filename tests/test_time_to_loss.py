@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_helpers import tiny_preset
 
 from poslab.runs import load_run, read_metrics
 from poslab.session import train
@@ -22,20 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import time_to_loss  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def _tiny(tmp_path: Path, corpus: str, **overrides) -> TrainConfig:
-    values = presets.preset_config("tiny")
-    values.update(out_dir=str(tmp_path), threads=1, ckpt_interval=10, lr_decay_steps=30, max_steps=30, corpus=corpus)
-    values.update(overrides)
-    return TrainConfig.from_dict(values)
+    """:func:`run_helpers.tiny_preset` of 30 steps, checkpoints every 10."""
+    return tiny_preset(tmp_path, corpus, **{"ckpt_interval": 10, "lr_decay_steps": 30, "max_steps": 30, **overrides})
 
 
 def test_stop_val_loss_stops_at_the_first_evaluation_under_it(tmp_path: Path, corpus: str) -> None:

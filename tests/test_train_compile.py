@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_helpers import tiny_preset
 from torch import nn
 
 from poslab import GPT, GPTConfig
 from poslab.config import parse_overrides
 from poslab.runs import load_run
 from poslab.session import train
-from poslab.training import loop, presets
+from poslab.training import loop
 from poslab.training.config import RESUME_FREE_KEYS, TrainConfig
 from poslab.training.data import prepare_data
 from poslab.training.evaluation import evaluate_loss
@@ -26,20 +27,9 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def _tiny(tmp_path: Path, corpus: str, **overrides) -> TrainConfig:
-    values = presets.preset_config("tiny")
-    values.update(
-        out_dir=str(tmp_path),
-        threads=1,
-        max_steps=2,
-        eval_interval=2,
-        eval_iters=2,
-        ckpt_interval=0,
-        corpus=corpus,
-        lr_decay_steps=2,
-        warmup_steps=0,
-    )
-    values.update(overrides)
-    return TrainConfig.from_dict(values)
+    """:func:`run_helpers.tiny_preset` of 2 steps, evaluated at the end, no checkpoint before it."""
+    values = dict(max_steps=2, eval_interval=2, eval_iters=2, ckpt_interval=0, lr_decay_steps=2, warmup_steps=0)
+    return tiny_preset(tmp_path, corpus, **{**values, **overrides})
 
 
 def test_compile_key_parses_validates_and_is_resume_free() -> None:

@@ -43,15 +43,6 @@ def test_the_arms_differ_only_by_the_memory(tmp_path):
     assert a["model"]["position"] == b["model"]["position"] == exp.SCHEME
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    from poslab.data import load_corpus
-
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_30k.txt"
-    path.write_text(load_corpus("shakespeare")[:30_000], encoding="utf-8")
-    return str(path)
-
-
 def test_a_tiny_run_writes_results_plot_and_claims(tmp_path, corpus):
     results = exp.run(
         tmp_path, quick=True, seeds=(1, 2, 3), model=TINY_MODEL, steps=TINY_STEPS, workers=1, corpus=corpus
@@ -64,8 +55,8 @@ def test_a_tiny_run_writes_results_plot_and_claims(tmp_path, corpus):
         for label in labels:
             assert len(r[label]["by_position"]) == L
             assert r[label]["loss"] == pytest.approx(sum(r[label]["by_position"]) / L, rel=1e-6)
-        # every condition reads the same segments: 3,000 validation tokens in 8 streams hold 46 of 8 (+1)
-        assert {r[label]["segments"] for label in labels} == {min(exp.EVAL_SEGMENTS["quick"], (3000 // 8 - 1) // L)}
+        # every condition reads the same segments: conftest's 2,000 validation tokens in 8 streams hold 31 of 8 (+1)
+        assert {r[label]["segments"] for label in labels} == {31}
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     records = [ClaimRecord.from_dict(c) for c in results["claims"]]
     assert len(records) == 4 and all(r.n_seeds == 3 for r in records)
