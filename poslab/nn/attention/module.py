@@ -110,6 +110,7 @@ class AttentionLayer(nn.Module):
     """
 
     position: PositionScheme | None
+    _shared_position: PositionScheme | None = None  # what share_position lent (an instance attribute once set)
 
     def fit(self, scheme: PositionScheme) -> None:
         raise NotImplementedError
@@ -123,13 +124,13 @@ class AttentionLayer(nn.Module):
         """Run ``scheme`` when the layer has no scheme of its own (``None``: lend none); checked by :meth:`fit`."""
         if scheme is not None:
             self.fit(scheme)
-        self.__dict__["_shared_position"] = scheme  # a plain attribute: not a submodule of this layer
+        object.__setattr__(self, "_shared_position", scheme)  # a plain attribute: not a submodule of this layer
 
     @property
     def position_scheme(self) -> PositionScheme | None:
         """The scheme the layer runs: its own ``position``, else the one a model lent (:meth:`share_position`)."""
         own = self.position
-        return own if own is not None else self.__dict__.get("_shared_position")
+        return own if own is not None else self._shared_position
 
     def forward_with_weights(
         self, x: Tensor, pos: Tensor | None = None, *, cache: object = None, mask: Tensor | None = None
