@@ -58,10 +58,10 @@ def main() -> None:
     for h in handles:
         h.remove()
     for i in range(2):
-        attn, rope = attention_from_hf(hf, i)
+        attn, _ = attention_from_hf(hf, i)
         x, want = seen[i][0]
         with torch.no_grad():
-            diff = (attn(x, position=rope) - want).abs().max().item()
+            diff = (attn(x) - want).abs().max().item()
         print(f"gpt_oss layer {i} full pass T=40 max|diff|={diff:.2e}")
     hf = hf_model(gpt_oss())
     seen, handles = _record_attention(hf)
@@ -69,10 +69,10 @@ def main() -> None:
     for h in handles:
         h.remove()
     for i in range(2):
-        attn, rope = attention_from_hf(hf, i)
+        attn, _ = attention_from_hf(hf, i)
         cache = KVCache(2, 2, 24, capacity=attn.window, rolling=True) if attn.window else KVCache(2, 2, 24, capacity=48)
         with torch.no_grad():
-            diff = max((attn(x, position=rope, cache=cache) - w).abs().max().item() for x, w in seen[i])
+            diff = max((attn(x, cache=cache) - w).abs().max().item() for x, w in seen[i])
         print(f"gpt_oss layer {i} cached generate ({len(seen[i])} calls) max|diff|={diff:.2e}")
 
 

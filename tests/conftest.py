@@ -18,6 +18,7 @@ import torch
 from hypothesis import HealthCheck, settings
 
 from poslab import GPT, AttentionConfig, GPTConfig, MultiHeadAttention, positions
+from poslab.nn.attention import use_backend
 from poslab.nn.positions.base import PositionScheme
 
 # Bounded, deterministic property tests: a few seconds per property on 2 cores
@@ -162,6 +163,12 @@ def make_attention(
     )
     _perturb(attn)
     return attn.eval()
+
+
+def on_backend(module: torch.nn.Module, backend: str, *args: Any, **kwargs: Any) -> Any:
+    """``module(*args, **kwargs)`` with every attention layer of ``module`` on ``backend`` (``use_backend``)."""
+    with use_backend(module, backend):
+        return module(*args, **kwargs)
 
 
 def _perturb(module: torch.nn.Module) -> None:

@@ -15,12 +15,15 @@ import pytest
 from poslab.nn import gpt_config, positions
 from poslab.nn.attention import MASK_TERMS, REGISTRY, AttentionConfig, AttentionSpec, MultiHeadAttention
 from poslab.nn.attention.backends import BACKENDS
+from poslab.nn.attention.cache import KVCache
 from poslab.nn.mla import MultiHeadLatentAttention
+from poslab.nn.model import GPT
+from poslab.nn.streaming import StreamingKVCache
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
 #: the recipes whose ``Files:`` line the test holds to the tree
-CORE = ("add a position scheme", "add an attention mechanism", "add an attention backend")
+CORE = ("add a position scheme", "add an attention mechanism", "add an attention backend", "add a KV-cache type")
 
 
 def recipe_files(title: str) -> list[str]:
@@ -73,7 +76,7 @@ def _mechanism_tests(field: str) -> set[str]:
 
 def mechanism_files(field: str) -> set[str]:
     """Where mechanism ``field`` is defined today: the spec, its mask term, the layer config, the
-    layer's forward, the per-layer keys, MLA's refusals and the tests' mechanism tables."""
+    layer's call, the per-layer keys, MLA's refusals and the tests' mechanism tables."""
     found = _mechanism_tests(field)
     if field in {f.name for f in dataclasses.fields(AttentionSpec)}:
         found.add(source(AttentionSpec))
@@ -81,7 +84,7 @@ def mechanism_files(field: str) -> set[str]:
         found.add(source(MASK_TERMS[field].keep))
     if field in {f.name for f in dataclasses.fields(AttentionConfig)}:
         found.add(source(AttentionConfig))
-    if re.search(rf"\b{field}=", inspect.getsource(MultiHeadAttention.forward)):
+    if re.search(rf"\b{field}=", inspect.getsource(MultiHeadAttention._attend)):  # where the layer builds its spec
         found.add(source(MultiHeadAttention))
     if field in gpt_config.LAYER_ATTENTION_KEYS:
         found.add(source(gpt_config))
@@ -108,3 +111,26 @@ def test_the_backend_recipe_names_where_the_backends_live() -> None:
     assert "REGISTRY" in test_file.read_text(encoding="utf-8") or "backend_names" in test_file.read_text(
         encoding="utf-8"
     )
+
+
+def cache_types() -> list[type]:
+    """``KVCache`` and every subclass of it in the package (the modules ``GPT.make_cache`` builds from imported)."""
+    found, todo = [], [KVCache]
+    while todo:
+        cls = todo.pop()
+        if cls.__module__.startswith("poslab."):
+            found.append(cls)
+        todo += cls.__subclasses__()
+    return found
+
+
+def test_the_cache_recipe_names_where_every_cache_type_lives() -> None:
+    files = recipe_files("add a KV-cache type")
+    types = cache_types()
+    assert StreamingKVCache in types and len(types) >= 3
+    for cls in types:
+        assert listed(source(cls), files), f"cache type {cls.__name__} lives in {source(cls)}"
+        tests = [f for f in files if f.startswith("tests/")]
+        named = [p for p in sorted((ROOT / "tests").glob("test_*.py")) if listed(p.relative_to(ROOT).as_posix(), tests)]
+        assert any(cls.__name__ in p.read_text(encoding="utf-8") for p in named), f"no listed test names {cls.__name__}"
+    assert source(GPT) in files  # make_cache

@@ -22,7 +22,7 @@ import test_contract as contract
 import test_modern_attention as modern
 import test_properties as properties
 import torch
-from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, Variant, make_attention
+from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, VOCAB, Variant, make_attention, make_gpt, on_backend
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.testing import assert_close
@@ -38,6 +38,7 @@ from poslab.nn.attention import (
     MultiHeadAttention,
     attend,
     resolve_backend,
+    use_backend,
 )
 
 TIGHT = {"atol": 1e-5, "rtol": 1e-5}
@@ -244,8 +245,8 @@ def test_sdpa_equals_eager_full_sweep(variant: Variant, geometry: tuple) -> None
 def _sdpa_vs_eager(variant: Variant, n_kv_heads: int, causal: bool, window: int | None) -> None:
     attn = make_attention(variant, n_kv_heads=n_kv_heads, causal=causal, window=window)
     x = contract._x()
-    sdpa = attn(x, backend="sdpa")
-    eager, weights = attn(x, need_weights=True)
+    sdpa = on_backend(attn, "sdpa", x)
+    eager, weights = attn.forward_with_weights(x)
     assert_close(sdpa, eager, **TIGHT)
     assert weights.shape == (contract.B, N_HEADS, contract.T, contract.T)
     if causal:
@@ -260,7 +261,7 @@ def test_sdpa_equals_eager_with_every_mechanism(variant: Variant, mechanism: str
     attn = modern.make(variant, mechanism, window=4)
     x = modern._x()
     with torch.no_grad():
-        assert_close(attn(x, backend="sdpa"), attn(x, backend="eager"), **TIGHT)
+        assert_close(on_backend(attn, "sdpa", x), on_backend(attn, "eager", x), **TIGHT)
 
 
 @pytest.mark.parametrize("mechanism", modern.SDPA_OK)
@@ -275,9 +276,9 @@ def test_blocked_sdpa_equals_eager_forward_and_backward(
     attn = modern.make(Variant(name, name), mechanism, window=window, causal=causal)
     attn.query_chunk = 16
     x = modern._x(70).requires_grad_()
-    out_s = attn(x, backend="sdpa")
+    out_s = on_backend(attn, "sdpa", x)
     grads_s = torch.autograd.grad(out_s.square().sum(), [x, *attn.parameters()], allow_unused=True)
-    out_e = attn(x, backend="eager")
+    out_e = on_backend(attn, "eager", x)
     grads_e = torch.autograd.grad(out_e.square().sum(), [x, *attn.parameters()], allow_unused=True)
     assert_close(out_s, out_e, **TIGHT)
     for gs, ge in zip(grads_s, grads_e):
@@ -291,13 +292,13 @@ def test_blocked_sdpa_gradients_equal_eager_to_fp32_rounding(name: str, window: 
     """A windowed bias scheme in blocks of 4: every gradient (input and scheme parameters) within 1e-5 of eager."""
     x = torch.randn(2, 24, D_MODEL, requires_grad=True)
     attn = make_attention(Variant(name, name), window=window)
-    attn(x, backend="eager").square().sum().backward()
+    on_backend(attn, "eager", x).square().sum().backward()
     grad_eager = x.grad.clone()
     grads_eager = [p.grad.clone() for p in attn.parameters()]
     x.grad = None
     attn.zero_grad()
     attn.query_chunk, attn.recompute_threshold = query_chunk, 1
-    attn(x, backend="sdpa").square().sum().backward()
+    on_backend(attn, "sdpa", x).square().sum().backward()
     assert_close(x.grad, grad_eager, **TIGHT)
     for p, g in zip(attn.parameters(), grads_eager):
         assert_close(p.grad, g, **TIGHT)
@@ -312,7 +313,7 @@ def test_property_sdpa_equals_eager(g: dict, causal: bool, window: int | None) -
     attn = properties._attention(g, causal=causal, window=window)
     x = properties._inputs(g)
     with torch.no_grad():
-        assert_close(attn(x, backend="sdpa"), attn(x, backend="eager"), **TIGHT)
+        assert_close(on_backend(attn, "sdpa", x), on_backend(attn, "eager", x), **TIGHT)
 
 
 # ----------------------------------------------------------------------------- a toy mechanism
@@ -374,7 +375,7 @@ def test_flex_is_refused_for_training_on_cpu_and_never_auto() -> None:
         assert attention.resolve("auto", spec, Call(q, k, v, q_pos, k_pos)).name == "sdpa"
     attn = make_attention(Variant("rope", "rope"))
     with pytest.raises(ValueError, match="no backward on CPU"):
-        attn.train()(torch.randn(1, 5, 32), backend="flex")
+        on_backend(attn.train(), "flex", torch.randn(1, 5, 32))
 
 
 def _flex_vs_eager(variant: Variant, lengths, causal: bool = True, window: int | None = None) -> None:
@@ -382,7 +383,7 @@ def _flex_vs_eager(variant: Variant, lengths, causal: bool = True, window: int |
     for T in lengths:
         x = torch.randn(1, T, 32, generator=torch.Generator().manual_seed(T))
         with torch.no_grad():
-            got, want = attn(x, backend="flex"), attn(x, backend="eager")
+            got, want = on_backend(attn, "flex", x), on_backend(attn, "eager", x)
         assert torch.isfinite(got).all(), f"{variant.id} T={T}: flex gave a non-finite value"
         assert_close(got, want, **TIGHT, msg=lambda m, t=T: f"{variant.id} T={t}: {m}")
 
@@ -414,7 +415,7 @@ def test_flex_equals_eager_with_every_mechanism() -> None:
     attn = modern.make(Variant("alibi", "alibi"), "all", window=7)
     x = modern._x(16)
     with torch.no_grad():
-        assert_close(attn(x, backend="flex"), attn(x, backend="eager"), **TIGHT)
+        assert_close(on_backend(attn, "flex", x), on_backend(attn, "eager", x), **TIGHT)
 
 
 # ----------------------------------------------------------------------------- input dtypes
@@ -450,8 +451,8 @@ def test_auto_is_the_default_and_matches_explicit_backends() -> None:
     x = torch.randn(2, 9, D_MODEL)
     with torch.no_grad():
         auto = attn(x)
-        out, weights = attn(x, need_weights=True)
-        assert_close(auto, attn(x, backend="sdpa"), atol=0, rtol=0)
+        out, weights = attn.forward_with_weights(x)
+        assert_close(auto, on_backend(attn, "sdpa", x), atol=0, rtol=0)
     assert_close(out, auto, **TIGHT)
     assert weights.shape == (2, N_HEADS, 9, 9)
 
@@ -465,7 +466,33 @@ def test_flex_with_rolling_cache_equals_sdpa(name: str) -> None:
     x = torch.randn(2, 12, D_MODEL)
     cache = KVCache(2, 2, D_MODEL // N_HEADS, capacity=4, rolling=True)
     with torch.no_grad():
-        full = attn(x, backend="sdpa")
-        got = [attn(x[:, :5], cache=cache, backend="flex")]
-        got += [attn(x[:, t : t + 1], cache=cache, backend="flex") for t in range(5, 12)]
+        full = on_backend(attn, "sdpa", x)
+        got = [on_backend(attn, "flex", x[:, :5], cache=cache)]
+        got += [on_backend(attn, "flex", x[:, t : t + 1], cache=cache) for t in range(5, 12)]
     assert_close(torch.cat(got, 1), full, **TIGHT)
+
+
+def test_use_backend_switches_every_layer_for_a_block_and_restores_their_configs() -> None:
+    """The backend of a call comes from each layer's config; ``use_backend`` swaps it for a block (an
+    unknown name is refused before any layer changes) and puts the same config objects back."""
+    model = make_gpt(Variant("alibi", "alibi")).eval()
+    idx = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(0))
+    configs = [block.attn.attention for block in model.blocks]
+    seen: list[tuple[int, ...]] = []
+    hooks = [b.attn.scores_probe.register_forward_hook(lambda _m, _i, o: seen.append(o.shape)) for b in model.blocks]
+    with torch.no_grad():
+        with use_backend(model, "eager"):
+            assert [block.attn.backend for block in model.blocks] == ["eager", "eager"]
+            eager = model(idx)
+        assert len(seen) == 2  # the eager backend materialises the weights the probe sees
+        seen.clear()
+        sdpa = model(idx)
+    assert not seen  # back on the config's sdpa: no weights materialised
+    for hook in hooks:
+        hook.remove()
+    assert all(block.attn.attention is config for block, config in zip(model.blocks, configs))
+    assert_close(eager, sdpa, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="unknown attention backend 'bogus'"):
+        with use_backend(model, "bogus"):
+            pass
+    assert all(block.attn.attention is config for block, config in zip(model.blocks, configs))

@@ -162,8 +162,8 @@ CASES = [
     ),
     Case(
         "mask-wrong-shape",
-        "`attn(x [2, 5, 32], attn_mask=torch.ones(5, 6, dtype=torch.bool))`",
-        lambda: _attention()(torch.randn(2, 5, 32), attn_mask=torch.ones(5, 6, dtype=torch.bool)),
+        "`attn(x [2, 5, 32], mask=torch.ones(5, 6, dtype=torch.bool))`",
+        lambda: _attention()(torch.randn(2, 5, 32), mask=torch.ones(5, 6, dtype=torch.bool)),
         ValueError,
         r"attn_mask of shape \[5, 6\] does not fit: expected \[5, 5\]",
     ),
@@ -176,8 +176,8 @@ CASES = [
     ),
     Case(
         "mask-int",
-        "`attn(x, attn_mask=torch.ones(5, 5, dtype=torch.int64))`",
-        lambda: _attention()(torch.randn(2, 5, 32), attn_mask=torch.ones(5, 5, dtype=torch.int64)),
+        "`attn(x, mask=torch.ones(5, 5, dtype=torch.int64))`",
+        lambda: _attention()(torch.randn(2, 5, 32), mask=torch.ones(5, 5, dtype=torch.int64)),
         TypeError,
         r"attn_mask must be bool .*or floating point .*got torch\.int64",
     ),

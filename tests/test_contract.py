@@ -8,6 +8,8 @@ them the checks a rotation can break.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from conftest import (
@@ -29,6 +31,7 @@ from conftest import (
 from torch.testing import assert_close
 
 from poslab import MultiHeadAttention, positions
+from poslab.nn.attention import AttentionLayer
 from poslab.nn.positions.base import PositionScheme
 
 B, T = 2, 12
@@ -82,8 +85,10 @@ def test_every_scheme_that_encodes_position_changes_attention_vs_none(variant: V
     attn = MultiHeadAttention(D_MODEL, N_HEADS, 2).eval()
     x, pos = _x(), torch.arange(T)
     with torch.no_grad():
-        plain = attn(x, pos, position=positions.build("none"))
-        encoded = attn(scheme.embed(x, pos), pos, position=scheme)
+        attn.share_position(positions.build("none"))
+        plain = attn(x, pos)
+        attn.share_position(scheme)
+        encoded = attn(scheme.embed(x, pos), pos)
     assert (encoded - plain).abs().max() > 1e-3, variant.id
 
 
@@ -278,7 +283,7 @@ def test_length_dependent_schemes_lose_shift_invariance_past_their_window(varian
 def test_eager_softmax_is_fp32_under_bf16_autocast(variant: Variant) -> None:
     attn = make_attention(variant, n_kv_heads=2, backend="eager")
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out, weights = attn(_x(), need_weights=True)
+        out, weights = attn.forward_with_weights(_x())
     assert out.dtype == torch.bfloat16
     assert weights.dtype == torch.float32
     assert_close(weights.sum(-1), torch.ones(B, N_HEADS, T), atol=1e-6, rtol=0)
@@ -342,3 +347,17 @@ def test_rotary_variant_contract(variant: Variant) -> None:
             assert buf.dtype == torch.float32 and torch.equal(buf, reference[name]), name
     logits = model(idx)
     assert logits.dtype == torch.bfloat16 and torch.isfinite(logits).all()
+
+
+def test_a_model_lends_each_layer_its_scheme_without_registering_it() -> None:
+    """Every layer runs :meth:`GPT.layer_position` (its ``position_scheme``), the ``state_dict`` holds each
+    scheme once, a copied model's layers run the copy's scheme, and ``replace_position`` lends the new one."""
+    model = make_gpt(Variant("t5", "t5"), n_layer=3)
+    layers = [block.attn for block in model.blocks]
+    assert all(isinstance(a, AttentionLayer) for a in layers)
+    assert [a.position_scheme for a in layers] == [model.layer_position(i) for i in range(3)]
+    assert not [key for key in model.state_dict() if ".attn.position" in key]
+    twin = copy.deepcopy(model)
+    assert all(block.attn.position_scheme is twin.position for block in twin.blocks)
+    scheme = model.replace_position("alibi")
+    assert all(a.position_scheme is scheme for a in layers)

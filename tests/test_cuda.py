@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from conftest import Variant, _perturb
+from conftest import Variant, _perturb, on_backend
 from torch.testing import assert_close
 
 from poslab import GPT, GPTConfig, positions
@@ -95,7 +95,7 @@ def forward_backward(
     """Logits ``[B, T, V]`` (fp32) and every parameter's gradient (fp32) of one forward + backward."""
     model.zero_grad(set_to_none=True)
     with autocast(dtype, idx.device.type):
-        logits, loss = model(idx, targets, backend=backend)
+        logits, loss = on_backend(model, backend, idx, targets)
     loss.backward()
     grads = {name: p.grad.float().clone() for name, p in model.named_parameters() if p.grad is not None}
     return logits.float().detach(), grads
@@ -135,7 +135,7 @@ def check_decode(variant: Variant, device: str, backend: str) -> None:
     model = tiny_gpt(variant, device, backend=backend).eval()
     idx = torch.randint(0, VOCAB, (B, 18), generator=torch.Generator().manual_seed(2)).to(device)
     with torch.no_grad():
-        full = model(idx, backend="eager")
+        full = on_backend(model, "eager", idx)
         cache = model.make_cache(B, capacity=18)
         outs, t = [], 0
         for n in [9, 1, 1, 6, 1]:
@@ -152,7 +152,7 @@ def check_greedy_generate(variant: Variant, device: str) -> None:
     out = generate(model, prompt, 12, temperature=0.0)
     assert out.shape == (1, 17)
     with torch.no_grad():
-        logits = model(out[:, :-1], backend="sdpa")  # [1, 16, V]
+        logits = on_backend(model, "sdpa", out[:, :-1])  # [1, 16, V]
     assert torch.equal(out[0, 5:], logits[0, 4:].argmax(-1))
 
 
@@ -228,7 +228,7 @@ def test_cuda_first_loss_equals_cpu(name: str) -> None:
     idx = torch.randint(0, VOCAB, (B, T), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         _, cpu_loss = cpu_model(idx, idx)
-        _, gpu_loss = gpu_model(idx.cuda(), idx.cuda(), backend="auto")
+        _, gpu_loss = on_backend(gpu_model, "auto", idx.cuda(), idx.cuda())
     assert abs(cpu_loss.item() - gpu_loss.item()) < 1e-4
 
 

@@ -20,6 +20,8 @@ from torch.testing import assert_close
 
 transformers = pytest.importorskip("transformers")
 
+from conftest import on_backend  # noqa: E402
+
 import poslab  # noqa: E402
 from poslab.interop.hf import SUPPORTED  # noqa: E402
 from poslab.nn.generate import generate  # noqa: E402
@@ -301,7 +303,7 @@ def test_bloom_attention_probabilities_equal_poslab(n_heads: int) -> None:
     handles = [b.attn.scores_probe.register_forward_hook(lambda m, i, o: probes.append(o)) for b in ours.blocks]
     with torch.no_grad():
         expected = hf(idx, output_attentions=True).attentions
-        ours(idx, backend="eager")
+        on_backend(ours, "eager", idx)
     for h in handles:
         h.remove()
     assert len(probes) == len(expected) == 2

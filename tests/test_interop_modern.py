@@ -22,7 +22,7 @@ from torch.testing import assert_close
 
 transformers = pytest.importorskip("transformers")
 
-from conftest import merged  # noqa: E402
+from conftest import merged, on_backend  # noqa: E402
 
 import poslab  # noqa: E402
 from poslab.interop.gpt_oss import attention_from_hf  # noqa: E402
@@ -350,9 +350,9 @@ def test_gpt_oss_attention_layers_equal_transformers_full_pass() -> None:
         assert attn.window == (6 if i == 0 else None) and attn.sinks is not None
         x, want = seen[i][0]
         with torch.no_grad():
-            got = attn(x, position=rope)
+            got = attn(x)
             assert_close(got, want, **TOL)
-            assert_close(attn(x, position=rope, backend="eager"), want, **TOL)
+            assert_close(on_backend(attn, "eager", x), want, **TOL)
 
 
 def test_gpt_oss_attention_layers_equal_transformers_cached_generate() -> None:
@@ -370,7 +370,7 @@ def test_gpt_oss_attention_layers_equal_transformers_cached_generate() -> None:
         cache = KVCache(2, 2, 24, capacity=window, rolling=True) if window else KVCache(2, 2, 24, capacity=48)
         with torch.no_grad():
             for x, want in calls:
-                assert_close(attn(x, position=rope, cache=cache), want, **TOL)
+                assert_close(attn(x, cache=cache), want, **TOL)
         assert cache.length == 8 + len(calls) - 1
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, VOCAB, Variant, make_attention, make_gpt
+from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, VOCAB, Variant, make_attention, make_gpt, on_backend
 from torch.testing import assert_close
 
 from poslab import KVCache
@@ -95,7 +95,7 @@ def test_long_prefill_through_the_blocked_path_then_decode() -> None:
     x = torch.randn(B, 40, D_MODEL)
     cache = KVCache(B, 2, DK, capacity=40)
     with torch.no_grad():
-        full = attn(x, backend="eager")
+        full = on_backend(attn, "eager", x)
         got = torch.cat([attn(x[:, :33], cache=cache)] + [attn(x[:, t : t + 1], cache=cache) for t in range(33, 40)], 1)
     assert_close(got, full, **TIGHT)
 
@@ -133,7 +133,8 @@ def test_rolling_cache_needs_a_window_that_fits() -> None:
 
 
 def test_a_cache_is_a_kvcache() -> None:
-    """The layer reads the cache's declared layout (``memory``, ``reassigns_positions``): another object is refused."""
+    """The layer reads the cache's declared layout (``check_window``, ``reassigns_positions``): another object
+    is refused."""
     attn = make_attention(None)
 
     class Ring:
@@ -141,6 +142,26 @@ def test_a_cache_is_a_kvcache() -> None:
 
     with pytest.raises(TypeError, match="cache must be a KVCache, got Ring"):
         attn(torch.randn(B, 3, D_MODEL), cache=Ring())
+
+
+def test_a_mask_with_a_rolling_cache_is_refused_and_with_a_plain_cache_applies() -> None:
+    """A full ring returns its keys in ring order, so a ``[Tq, Tk]`` mask could name no fixed keys: refused,
+    naming the cache and the rule. With a plain cache the mask's columns are the cached keys then the new ones."""
+    attn = make_attention(None, window=4)
+    x = torch.randn(B, 3, D_MODEL)
+    with pytest.raises(ValueError, match=r"mask= cannot be combined with a rolling cache \(KVCache, capacity 4\)"):
+        attn(x, cache=KVCache(B, N_HEADS, DK, capacity=4, rolling=True), mask=torch.ones(3, 3, dtype=torch.bool))
+    full = make_attention(None)
+    x = torch.randn(B, 6, D_MODEL)
+    keep = torch.ones(6, 6, dtype=torch.bool)
+    keep[:, 1] = False  # no query attends key 1
+    with torch.no_grad():
+        want = full(x, mask=keep)
+        cache = KVCache(B, N_HEADS, DK, capacity=8)
+        first = full(x[:, :4], cache=cache, mask=keep[:4, :4])
+        rest = full(x[:, 4:], cache=cache, mask=keep[4:, :6])
+    assert_close(torch.cat((first, rest), 1), want, atol=1e-6, rtol=0)
+    assert (want - full(x)).abs().max() > 1e-3  # the mask changed something
 
 
 def test_cache_dtype_and_device_mismatch_are_clear_errors() -> None:
@@ -197,4 +218,4 @@ def test_attend_rejects_bad_masks() -> None:
 def test_layer_rejects_a_mask_on_another_device() -> None:
     attn = make_attention(None)
     with pytest.raises(ValueError, match="attn_mask is on meta"):
-        attn(torch.randn(B, 5, D_MODEL), attn_mask=torch.ones(5, 5, dtype=torch.bool, device="meta"))
+        attn(torch.randn(B, 5, D_MODEL), mask=torch.ones(5, 5, dtype=torch.bool, device="meta"))

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, VOCAB, Variant, make_scheme, merged
+from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, VOCAB, Variant, make_scheme, merged, on_backend
 from torch.testing import assert_close
 
 from poslab import GPT, AttentionConfig, GPTConfig, KVCache, MultiHeadAttention
@@ -87,15 +87,15 @@ def test_causal_and_cache_equals_full_pass(variant: Variant, mechanism: str) -> 
     x = _x()
     pos = torch.arange(20, 20 + T)
     with torch.no_grad():
-        base = attn(x, pos, backend="eager")
+        base = on_backend(attn, "eager", x, pos)
         changed = x.clone()
         changed[:, 7] += torch.randn(B, WIDTH)
-        out = attn(changed, pos, backend="eager")
+        out = on_backend(attn, "eager", changed, pos)
         assert_close(out[:, :7], base[:, :7], atol=1e-6, rtol=0)
         assert (out[:, 7:] - base[:, 7:]).abs().max() > 1e-4
         cache = KVCache(B, 2, HEAD_DIM, capacity=T)
-        steps = [attn(x[:, :4], pos[:4], cache=cache, backend="eager")]
-        steps += [attn(x[:, t : t + 1], pos[t : t + 1], cache=cache, backend="eager") for t in range(4, T)]
+        steps = [on_backend(attn, "eager", x[:, :4], pos[:4], cache=cache)]
+        steps += [on_backend(attn, "eager", x[:, t : t + 1], pos[t : t + 1], cache=cache) for t in range(4, T)]
         assert_close(torch.cat(steps, dim=1), base, **TIGHT)
         assert_close(attn(x, torch.arange(T)), attn(x), atol=0, rtol=0)  # explicit positions = default
 
@@ -104,11 +104,11 @@ def test_softcap_picks_a_backend_that_can_run_it() -> None:
     attn = make(Variant("rope", "rope"), "softcap")
     x = _x()
     with torch.no_grad():
-        assert_close(attn(x), attn(x, backend="eager"), atol=0, rtol=0)  # auto on CPU: eager, not sdpa
+        assert_close(attn(x), on_backend(attn, "eager", x), atol=0, rtol=0)  # auto on CPU: eager, not sdpa
     with pytest.raises(
         ValueError, match=r"softcap=2.0 .* cannot run in the sdpa backend; use backend='eager', 'flex' or 'auto'"
     ):
-        attn(x, backend="sdpa")
+        on_backend(attn, "sdpa", x)
     q = torch.randn(1, 4, 3, 8)
     with pytest.raises(ValueError, match="cannot run in the sdpa backend"):
         attend(
@@ -228,7 +228,7 @@ def test_every_mechanism_keeps_shape_and_dtype(dtype: torch.dtype, backend: str)
         if backend == "sdpa" and mechanism not in SDPA_OK:
             continue
         attn = make(Variant("rope", "rope"), mechanism).to(dtype)
-        out = attn(_x().to(dtype), backend=backend)
+        out = on_backend(attn, backend, _x().to(dtype))
         assert out.shape == (B, T, WIDTH) and out.dtype == dtype and torch.isfinite(out).all()
 
 

@@ -195,7 +195,7 @@ def _stress_model(variant, backends: list[str], request) -> None:
                     targets = targets.clone()
                     targets[0, :10] = -1  # no loss on padding
                 model.zero_grad(set_to_none=True)
-                kwargs = {} if mask is None else {"attn_mask": mask}
+                kwargs = {} if mask is None else {"mask": mask}
 
                 def run(model=model, tokens=tokens, targets=targets, kwargs=kwargs, dtype=dtype):
                     with torch.autocast("cpu", dtype=dtype):

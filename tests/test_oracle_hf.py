@@ -20,6 +20,7 @@ from torch.testing import assert_close
 
 transformers = pytest.importorskip("transformers")
 
+from conftest import on_backend  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig  # noqa: E402
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 from transformers.models.bloom.modeling_bloom import _get_alibi_slopes, build_alibi_tensor  # noqa: E402
@@ -283,7 +284,7 @@ def test_llama_attention_equals_poslab(case: str, n_kv_heads: int, T: int) -> No
         cos, sin = rotary(x, position_ids)  # [B, T, head_dim] each, attention factor included
         expected, _ = hf(x, position_embeddings=(cos, sin), attention_mask=_causal_additive_mask(T))
         for backend in ("sdpa", "eager"):
-            assert_close(ours(x, backend=backend), expected, atol=LLAMA_LAYER_TOL, rtol=LLAMA_LAYER_TOL)
+            assert_close(on_backend(ours, backend, x), expected, atol=LLAMA_LAYER_TOL, rtol=LLAMA_LAYER_TOL)
 
 
 def test_llama_attention_with_offset_positions_equals_poslab() -> None:
@@ -345,7 +346,7 @@ def test_gpt2_attention_with_learned_positions_equals_poslab() -> None:
         expected, _ = hf(tokens + wpe(pos), attention_mask=_causal_additive_mask(T))
         x = learned.embed(tokens, pos)
         for backend in ("sdpa", "eager"):
-            assert_close(ours(x, backend=backend), expected, atol=1e-5, rtol=1e-5)
+            assert_close(on_backend(ours, backend, x), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_gpt2_model_logits_equal_poslab_gpt() -> None:

@@ -143,7 +143,7 @@ def test_every_scheme_geometry_is_checked_at_construction(name: str) -> None:
     attn = MultiHeadAttention(d_model, n_heads, position=fitted)
     assert attn(torch.randn(1, 5, d_model)).shape == (1, 5, d_model)
     with pytest.raises(ValueError, match="attention layer has"):
-        MultiHeadAttention(d_model, n_heads)(torch.randn(1, 5, d_model), position=scheme)  # a per-call scheme too
+        MultiHeadAttention(d_model, n_heads).share_position(scheme)  # a lent scheme too
 
 
 @pytest.mark.parametrize("name", positions.names())
@@ -206,7 +206,9 @@ def test_a_scheme_overriding_score_bias_without_a_flag_is_dispatched() -> None:
     x = torch.randn(2, 9, D_MODEL)
     pos = torch.arange(9)
     with torch.no_grad():
-        plain, biased = attn(x), attn(x, position=scheme)
+        plain = attn(x)
+        attn.share_position(scheme)
+        biased = attn(x)
         q, k, v = attn.qkv(x).split(D_MODEL, dim=-1)
         q, k, v = attn.split_q(q), attn.split_kv(k), attn.split_kv(v)  # [2, h, 9, dk]
         mask = torch.ones(9, 9, dtype=torch.bool).tril()

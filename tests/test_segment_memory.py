@@ -14,7 +14,7 @@ from conftest import VARIANTS, VOCAB, Variant, make_gpt
 from torch.testing import assert_close
 
 from poslab import positions
-from poslab.nn.attention import KVCache
+from poslab.nn.attention import KVCache, SegmentMemoryCache
 from poslab.nn.memory import SegmentMemory
 from poslab.nn.model import GPT, GPTConfig
 from poslab.training import checkpoint as ckpt
@@ -180,8 +180,29 @@ def test_memory_is_refused_with_a_cache_and_a_bad_mem_len_or_batch_is_refused() 
     model(idx, memory=memory)
     with pytest.raises(ValueError, match="segment memory holds 2 streams but the batch has 1"):
         model(idx[:1], memory=memory)
-    with pytest.raises(ValueError, match="memory=True.* pass rolling=True"):
-        KVCache(1, 1, 4, 4, memory=True)
+
+
+def test_the_segment_memory_cache_is_its_own_type() -> None:
+    """``make_cache(B, memory=M)`` gives :class:`SegmentMemoryCache` rings of ``M``; a plain cache has no
+    memory flag."""
+    model = _xl_gpt(2)
+    caches = model.make_cache(B, memory=4)
+    assert [type(c) for c in caches] == [SegmentMemoryCache] * 2
+    assert all(c.mem_len == c.capacity == 4 and c.rolling for c in caches)
+    with pytest.raises(TypeError, match="memory"):
+        KVCache(1, 1, 4, 4, rolling=True, memory=True)  # type: ignore[call-arg]
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match=r"mem_len \(the segment memory's length M\) must be a positive integer"):
+            SegmentMemoryCache(1, 1, 4, bad)  # type: ignore[arg-type]
+
+
+def test_a_mask_with_a_segment_memory_cache_is_refused() -> None:
+    """A full ring returns its keys in ring order: a ``[T, Tk]`` mask cannot name them."""
+    model = _xl_gpt(2)
+    idx = _idx(3)
+    rule = r"mask= cannot be combined with a rolling cache \(SegmentMemoryCache, capacity 4\)"
+    with pytest.raises(ValueError, match=rule):
+        model(idx, cache=model.make_cache(B, memory=4), mask=torch.ones(3, 3, dtype=torch.bool))
 
 
 def test_a_rolling_cache_without_a_window_still_needs_the_memory_flag() -> None:

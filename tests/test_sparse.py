@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, Variant, make_attention, make_scheme
+from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, Variant, make_attention, make_scheme, on_backend
 from torch.testing import assert_close
 
 from poslab import AttentionConfig, MultiHeadAttention
@@ -45,11 +45,11 @@ def test_axial_passes_equal_dense_attention_restricted_to_rows_and_columns(causa
     n = torch.arange(H * W)
     with torch.no_grad():
         rows = axial.row_pass(x)
-        dense_rows = axial.row(x.reshape(B, H * W, D_MODEL), n, attn_mask=_same(n // W), backend="eager")  # row-major
+        dense_rows = on_backend(axial.row, "eager", x.reshape(B, H * W, D_MODEL), n, mask=_same(n // W))  # row-major
         assert_close(rows, dense_rows.view(B, H, W, D_MODEL), **TIGHT)
         cols = axial.column_pass(x)
         col_major = x.transpose(1, 2).reshape(B, W * H, D_MODEL)  # [B, W, H, d] -> [B, W*H, d]
-        dense_cols = axial.col(col_major, n, attn_mask=_same(n // H), backend="eager")
+        dense_cols = on_backend(axial.col, "eager", col_major, n, mask=_same(n // H))
         assert_close(cols, dense_cols.view(B, W, H, D_MODEL).transpose(1, 2), **TIGHT)
         assert_close(axial(x), axial.column_pass(axial.row_pass(x)), atol=0, rtol=0)
 
@@ -248,8 +248,8 @@ def test_adaptive_span_weights_are_the_masked_renormalised_softmax() -> None:
     x = torch.randn(2, 20, D_MODEL)
     pos = torch.arange(20)
     with torch.no_grad():
-        _, weights = span(x, need_weights=True)
-        _, dense = plain(x, need_weights=True)
+        _, weights = span.forward_with_weights(x)
+        _, dense = plain.forward_with_weights(x)
         m = span.soft_mask((pos[:, None] - pos[None, :]).clamp(min=0))[None]  # [1, h, T, T]
     expected = dense * m
     assert_close(weights, expected / expected.sum(-1, keepdim=True), **TIGHT)
@@ -261,7 +261,7 @@ def test_adaptive_span_blocked_path_equals_one_shot_and_skips_far_keys() -> None
     assert span.effective_window() == math.ceil(0.5 * 8 + 4)
     x = torch.randn(2, 64, D_MODEL)
     with torch.no_grad():
-        eager = span(x, backend="eager")
+        eager = on_backend(span, "eager", x)
         span.query_chunk = 8
         assert_close(span(x), eager, **TIGHT)
 

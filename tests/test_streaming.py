@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import on_backend
 
 from poslab import GPT, GPTConfig
 from poslab.lab.plan import Test as StatTest
 from poslab.lab.verdicts import HELD, check_records, missing_premises
+from poslab.nn.attention import use_backend
 from poslab.nn.streaming import StreamingKVCache
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -44,8 +46,10 @@ def test_streaming_backends_agree_after_eviction(n_kv_head):
     m = model("rope", n_kv_head=n_kv_head)
     idx = torch.randint(0, 37, (1, 30), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
-        eager = decode(m, idx, m.make_cache(1, sinks=2, window=6), backend="eager")
-        sdpa = decode(m, idx, m.make_cache(1, sinks=2, window=6), backend="sdpa")
+        with use_backend(m, "eager"):
+            eager = decode(m, idx, m.make_cache(1, sinks=2, window=6))
+        with use_backend(m, "sdpa"):
+            sdpa = decode(m, idx, m.make_cache(1, sinks=2, window=6))
     torch.testing.assert_close(sdpa, eager, atol=1e-5, rtol=1e-5)
 
 
@@ -81,7 +85,7 @@ def test_attends_exactly_sinks_plus_window_keys():
     with torch.no_grad():
         for t in range(30):
             seen.clear()
-            m(idx[:, t : t + 1], cache=cache, backend="eager")
+            on_backend(m, "eager", idx[:, t : t + 1], cache=cache)
             assert seen == [min(t + 1, k + w)] * 2
     for hook in hooks:
         hook.remove()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, Variant, make_attention, make_gpt
+from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, Variant, make_attention, make_gpt, on_backend
 from torch.testing import assert_close
 
 from poslab import AttentionConfig, GPTConfig, MultiHeadAttention
@@ -128,10 +128,10 @@ def test_window_equals_brute_force(variant: Variant, W: int) -> None:
     pos = torch.arange(T)
     expected = reference_attention(attn, x, brute_force_keep(pos.tolist(), pos.tolist(), W), pos)
     with torch.no_grad():
-        assert_close(attn(x, backend="sdpa"), expected, **TIGHT)
-        assert_close(attn(x, backend="eager"), expected, **TIGHT)
+        assert_close(on_backend(attn, "sdpa", x), expected, **TIGHT)
+        assert_close(on_backend(attn, "eager", x), expected, **TIGHT)
         attn.query_chunk = 3  # force the blocked path: 4 query blocks
-        assert_close(attn(x, backend="sdpa"), expected, **TIGHT)
+        assert_close(on_backend(attn, "sdpa", x), expected, **TIGHT)
 
 
 @pytest.mark.parametrize("W", [2, 5])
@@ -155,7 +155,7 @@ def test_window_at_least_T_equals_plain_causal() -> None:
 
 def test_window_1_attends_only_to_itself() -> None:
     attn = make_attention(None, window=1)
-    _, weights = attn(torch.randn(B, T, D_MODEL), need_weights=True)
+    _, weights = attn.forward_with_weights(torch.randn(B, T, D_MODEL))
     assert_close(weights, torch.eye(T).expand(B, N_HEADS, T, T), atol=0, rtol=0)
 
 
@@ -171,7 +171,7 @@ def test_window_flex_equals_brute_force(variant: Variant, W: int) -> None:
     pos = torch.arange(16)
     expected = reference_attention(attn, x, brute_force_keep(pos.tolist(), pos.tolist(), W), pos)
     with torch.no_grad():
-        assert_close(attn(x, backend="flex"), expected, **TIGHT)
+        assert_close(on_backend(attn, "flex", x), expected, **TIGHT)
 
 
 # ---------------------------------------------------------------------------------- bad input

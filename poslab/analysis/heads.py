@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.nn.attention import use_backend
 from poslab.nn.model import GPT
 
 PREV_TOKEN_THRESHOLD = 0.5  # mean attention to i-1 to call a head previous-token
@@ -80,7 +81,8 @@ def attention_weights(model: GPT, idx: Tensor) -> list[Tensor]:
         was_training = model.training
         model.eval()
         try:
-            model(idx, backend="eager")
+            with use_backend(model, "eager"):
+                model(idx)
         finally:
             for handle in handles:
                 handle.remove()

@@ -314,8 +314,9 @@ def poslab_family_attention(model: nn.Module, x: Tensor, T: int) -> Built:
         gpt = from_hf(model)
         attn, scheme = gpt.blocks[0].attn, gpt.layer_position(0)
     attn.train()
+    attn.share_position(scheme)
     pos = torch.arange(T)
-    return attn, lambda: attn(x, pos, position=scheme)
+    return attn, lambda: attn(x, pos)
 
 
 def build_hf_family(x: Tensor, T: int, *, variant: str) -> Built:

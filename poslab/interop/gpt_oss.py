@@ -49,8 +49,9 @@ def attention_from_hf(
         backend: poslab attention backend of the result.
 
     Returns:
-        ``(attention, rope)``: call ``attention(x, pos, position=rope, cache=...)`` on the hidden
-        states ``[B, T, hidden_size]`` that enter transformers' ``self_attn``.
+        ``(attention, rope)``: the attention runs ``rope`` (lent with ``share_position``); call
+        ``attention(x, pos, cache=...)`` on the hidden states ``[B, T, hidden_size]`` that enter
+        transformers' ``self_attn``.
     """
     config = model.config
     if getattr(config, "model_type", None) != FAMILY:
@@ -100,7 +101,9 @@ def attention_from_hf(
     w.finish()
     attn.load_state_dict(sd, strict=True)
     dtype = tensors[f"{prefix}q_proj.weight"].dtype
-    return attn.to(dtype).eval(), rope
+    attn = attn.to(dtype).eval()
+    attn.share_position(rope)
+    return attn, rope
 
 
 def _moe(gpt: Any) -> list[m.Problem]:

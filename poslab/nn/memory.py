@@ -13,8 +13,9 @@ relative encoding sees the true distances; the context reaches ``n_layer * M`` t
     for segment in segments:          # [B, L] each, consecutive pieces of B streams
         logits, loss = model(segment, targets, memory=mem)
 
-The evaluation-time KV-cache form is ``GPT.make_cache(B, memory=M)`` (a ring of the last ``M``
-keys and values per layer): the same function, tested equal.
+The evaluation-time KV-cache form is ``GPT.make_cache(B, memory=M)`` (one
+:class:`~poslab.nn.attention.SegmentMemoryCache` per layer, a ring of the last ``M`` keys and
+values): the same function, tested equal.
 """
 
 from __future__ import annotations

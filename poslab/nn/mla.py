@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from poslab.checks import positive_int, positive_number
 from poslab.nn.attention import AttendOptions, AttentionConfig, AttentionSpec, attend, rotate_with_cache
 from poslab.nn.attention.config import require_config
-from poslab.nn.attention.module import DEFAULT_CONFIG, ConfigAttribute
+from poslab.nn.attention.module import DEFAULT_CONFIG, AttentionLayer, ConfigAttribute
 from poslab.nn.positions.base import PositionScheme
 
 #: keys of ``GPTConfig.mla``
@@ -136,7 +136,7 @@ class LatentKVCache(nn.Module):
         return f"batch={B}, capacity={C}, kv_lora_rank={r}, rope_dim={self.k_rot.shape[-1]}, length={self.length}"
 
 
-class MultiHeadLatentAttention(nn.Module):
+class MultiHeadLatentAttention(AttentionLayer):
     """DeepSeek-V2/V3 multi-head latent attention (see the module docstring).
 
     Args:
@@ -214,30 +214,28 @@ class MultiHeadLatentAttention(nn.Module):
         return q.split((self.dn, self.dr), dim=-1)  # q_nope [B, h, T, dn], q_rot [B, h, T, dr]
 
     def forward(
-        self,
-        x: Tensor,
-        pos: Tensor | None = None,
-        *,
-        position: PositionScheme | None = None,
-        attn_mask: Tensor | None = None,
-        cache: LatentKVCache | None = None,
-        need_weights: bool = False,
-        backend: str | None = None,
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """``x [B, T, d]`` -> ``[B, T, d]`` (and the weights ``[B, h, Tq, Tk]`` when ``need_weights``).
+        self, x: Tensor, pos: Tensor | None = None, *, cache: LatentKVCache | None = None, mask: Tensor | None = None
+    ) -> Tensor:
+        """``x [B, T, d]`` -> ``[B, T, d]`` (:meth:`forward_with_weights` also returns the weights ``[B, h, Tq, Tk]``).
 
-        ``pos=None`` is ``cache.length + arange(T)``, known increasing without a cache (see
-        :class:`~poslab.nn.attention.MultiHeadAttention`).
+        ``pos=None`` is ``cache.length + arange(T)``, known increasing without a cache; ``mask`` and
+        the scheme and backend in use are as in :class:`~poslab.nn.attention.MultiHeadAttention`.
         :attr:`head_mask` (``[h]``, set by :func:`poslab.analysis.heads.masked_heads`) multiplies each
         head's output, as in :class:`~poslab.nn.attention.MultiHeadAttention`.
         """
+        return self._attend(x, pos, cache, mask, False)[0]
+
+    def _attend(
+        self, x: Tensor, pos: Tensor | None, cache: LatentKVCache | None, mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """:meth:`forward`, returning ``(out, weights)`` (``weights`` only when ``need_weights``)."""
         head_mask = self.head_mask
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"attention input must be [B, T, {self.d_model}], got {list(x.shape)}")
         if cache is not None and not isinstance(cache, LatentKVCache):
             raise TypeError(f"multi-head latent attention needs a LatentKVCache, got {type(cache).__name__}")
         B, T, _ = x.shape
-        scheme = position if position is not None else self.position
+        scheme = self.position_scheme
         increasing = None
         if pos is None:
             start = cache.length if cache is not None else 0
@@ -262,7 +260,8 @@ class MultiHeadLatentAttention(nn.Module):
                 f"multi-head latent attention runs rotary (or no) position schemes; {scheme.name!r} adds a bias"
             )
         spec = AttentionSpec(causal=self.causal, window=self.window, scale=self.scale)  # both paths read its rule
-        if self.absorb and T == 1 and not need_weights and attn_mask is None:
+        weights = None
+        if self.absorb and T == 1 and not need_weights and mask is None:
             out = self._absorbed(spec, q_nope, q_rot, latent, k_rot, pos, k_pos)
         else:
             kv = self.kv_b(latent).view(B, Tk, self.n_heads, self.dn + self.dv).transpose(1, 2)  # [B, h, Tk, dn+dv]
@@ -281,9 +280,9 @@ class MultiHeadLatentAttention(nn.Module):
                 pos,
                 k_pos,
                 spec,
-                attn_mask=attn_mask,
+                attn_mask=mask,
                 options=AttendOptions(
-                    backend=backend or self.backend,
+                    backend=self.backend,
                     dropout=(self.dropout or 0.0) if self.training else 0.0,
                     need_weights=need_weights,
                     query_chunk=self.attention.query_chunk,
@@ -298,7 +297,7 @@ class MultiHeadLatentAttention(nn.Module):
         out = self.proj(
             out.transpose(1, 2).reshape(B, T, self.n_heads * self.dv)
         )  # [B, h, T, dv] -> [B, T, h*dv] -> [B, T, d]
-        return (out, weights) if need_weights else out
+        return out, weights
 
     def _absorbed(
         self,

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from poslab.checks import positive_int
 from poslab.nn import positions
-from poslab.nn.attention import KVCache, MultiHeadAttention, SegmentInputs
+from poslab.nn.attention import KVCache, MultiHeadAttention, SegmentInputs, SegmentMemoryCache
 from poslab.nn.attention.module import ClippedLinear  # noqa: F401  (re-exported)
 from poslab.nn.gpt_config import (  # noqa: F401  (the config's public names, re-exported)
     ACTIVATIONS,
@@ -118,16 +118,15 @@ class Block(nn.Module):
         self,
         x: Tensor,
         pos: Tensor | None,
-        position: PositionScheme,
         cache: KVCache | SegmentInputs | None = None,
-        **attn_kwargs: Any,
+        mask: Tensor | None = None,
     ) -> Tensor:
         """``x [B, T, d]`` -> ``[B, T, d]``; a :class:`SegmentInputs` cache (this block's earlier inputs
-        ``[B, M, d]``) is normed like ``x``."""
+        ``[B, M, d]``) is normed like ``x``. The attention runs the scheme the model lent it."""
         h = self.norm1(x)
         if isinstance(cache, SegmentInputs):
             cache = SegmentInputs(self.norm1(cache.inputs), cache.pos)
-        attn_out = self.resid_drop(self.attn(h, pos, position=position, cache=cache, **attn_kwargs))
+        attn_out = self.resid_drop(self.attn(h, pos, cache=cache, mask=mask))
         if self.residual == "parallel_shared_norm":
             return x + attn_out + self.mlp(h)
         if self.residual == "parallel":
@@ -174,8 +173,7 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
         self.layer_positions = build_layer_positions(config)
-        for i, block in enumerate(self.blocks):
-            block.attn.fit(self.layer_position(i))  # the layer's scheme takes the layer's geometry
+        self._lend_positions()  # each layer's scheme is checked against (and fitted to) the layer's geometry
         self.norm_f = make_norm(config.norm.kind, config.n_embd, config.bias_of("norm"), config.norm.eps)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.lm_head_bias)
         if config.tie_embeddings:
@@ -221,7 +219,13 @@ class GPT(nn.Module):
             block.attn.fit(scheme)
         self.position = scheme
         cfg.position, cfg.position_config = name, base
+        self._lend_positions()
         return scheme
+
+    def _lend_positions(self) -> None:
+        """Lend layer ``i`` its scheme, :meth:`layer_position` ``(i)`` (held by this model, not by the layer)."""
+        for i, block in enumerate(self.blocks):
+            block.attn.share_position(self.layer_position(i))
 
     def num_params(self, non_embedding: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())
@@ -241,9 +245,9 @@ class GPT(nn.Module):
     ) -> list[KVCache]:
         """One preallocated :class:`KVCache` per layer.
 
-        ``memory=M`` makes Transformer-XL segment-memory caches (rolling rings of ``M`` entries with
-        ``memory=True``): each forward of a segment attends the previous ``M`` tokens plus itself,
-        the cached form of :class:`~poslab.nn.memory.SegmentMemory` (``capacity`` is then ignored).
+        ``memory=M`` makes Transformer-XL segment-memory caches (:class:`SegmentMemoryCache`, rings of
+        ``M`` entries): each forward of a segment attends the previous ``M`` tokens plus itself, the
+        cached form of :class:`~poslab.nn.memory.SegmentMemory` (``capacity`` is then ignored).
 
         With a sliding window the caches are rolling ring buffers of ``window`` entries (``capacity``
         is then ignored): decoding runs for any length in constant memory.
@@ -264,8 +268,7 @@ class GPT(nn.Module):
                     "a segment-memory cache (memory=M) takes no window/sinks and needs standard attention (not mla)"
                 )
             return [
-                KVCache(batch_size, cfg.kv_heads, cfg.head_dim, memory, dtype, device, rolling=True, memory=True)
-                for _ in self.blocks
+                SegmentMemoryCache(batch_size, cfg.kv_heads, cfg.head_dim, memory, dtype, device) for _ in self.blocks
             ]
         if sinks is not None and window is None:
             raise ValueError(
@@ -364,7 +367,7 @@ class GPT(nn.Module):
         pos: Tensor | None = None,
         cache: list[KVCache] | None = None,
         memory: SegmentMemory | None = None,
-        **attn_kwargs: Any,
+        mask: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Run the model.
 
@@ -376,7 +379,9 @@ class GPT(nn.Module):
             memory: Transformer-XL segment memory (:class:`~poslab.nn.memory.SegmentMemory`): every
                 layer also attends its remembered inputs, then ``memory`` is updated in place with
                 this segment's (detached); ``pos`` defaults to ``memory.length + arange(T)``.
-            attn_kwargs: passed to every attention layer (``attn_mask``, ``backend``).
+            mask: passed to every attention layer (``[T, Tk]`` or ``[B|1, h|1, T, Tk]``, bool or float;
+                see :meth:`~poslab.nn.attention.MultiHeadAttention.forward`). The backend is each
+                layer's config's (:func:`~poslab.nn.attention.use_backend` changes it for a block).
 
         Returns:
             logits ``[B, T, V]``, or ``(logits, loss)`` when ``targets`` is given.
@@ -433,7 +438,7 @@ class GPT(nn.Module):
                 inputs.append(x)
                 mem, mem_pos = memory.layer(i)
                 layer_cache = SegmentInputs(mem, mem_pos) if mem is not None else None  # None: nothing yet
-            x = block(x, layer_pos, self.layer_position(i), layer_cache, **attn_kwargs)
+            x = block(x, layer_pos, layer_cache, mask)
         if memory is not None:
             memory.update(inputs, pos)
         logits = self.lm_head(self.norm_f(x))  # [B, T, V]

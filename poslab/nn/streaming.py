@@ -31,8 +31,9 @@ from poslab.nn.attention import KVCache
 class StreamingKVCache(KVCache):
     """First ``sinks`` tokens plus the last ``window`` ones, positions by place in the cache.
 
-    Attention recognises it by ``reassigns_positions`` (keys stored unrotated, rotated with the
-    positions :meth:`update` returns; queries take the positions of their own entries).
+    Attention recognises it by the class attribute ``reassigns_positions`` it declares (keys stored
+    unrotated, rotated with the positions :meth:`update` returns; queries take the positions of their
+    own entries); not rolling, it serves every window (:meth:`KVCache.check_window`).
 
     Once the cache is full, tokens are written one at a time (decode); a multi-token write that
     would evict raises ``ValueError`` (each of its queries would need a different key set).

@@ -112,7 +112,7 @@ def attention_entropy(model: GPT, idx: Tensor, query_block: int = QUERY_BLOCK) -
         pos = args[1] if len(args) > 1 else kwargs.get("pos")
         if pos is None:
             pos = torch.arange(x.shape[1], device=x.device)
-        scheme = kwargs.get("position") or module.position
+        scheme = module.position_scheme
         captured.append(_layer_entropy(module, x, pos, scheme, query_block).mean(0))  # [h, T]
 
     handles = [block.attn.register_forward_pre_hook(hook, with_kwargs=True) for block in model.blocks]

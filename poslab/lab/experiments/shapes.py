@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from poslab.display import print_table
 from poslab.lab.experiments.common import FOUNDATION, Experiment
 from poslab.lab.verdicts import ClaimRecord, deterministic, get
-from poslab.nn.attention import AttentionConfig, MultiHeadAttention
+from poslab.nn.attention import AttentionConfig, MultiHeadAttention, use_backend
 
 # the lesson's drawing, in order: (step, symbolic shape)
 SEED000_WALK = (
@@ -82,7 +82,8 @@ def record_walk(attn: MultiHeadAttention, x: Tensor) -> list[tuple[str, str, tup
     ]
     try:
         with torch.no_grad():
-            attn(x, backend="eager")
+            with use_backend(attn, "eager"):
+                attn(x)
     finally:
         for hook in hooks:
             hook.remove()

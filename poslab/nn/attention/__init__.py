@@ -21,9 +21,11 @@ The package, bottom up (docs/attention.md describes it):
 * :mod:`~poslab.nn.attention.config`: :class:`AttentionConfig` (a layer's settings) and
   :class:`AttendOptions` (how one call runs).
 * :mod:`~poslab.nn.attention.core`: :func:`attend`.
-* :mod:`~poslab.nn.attention.cache`: :class:`KVCache`, :class:`SegmentInputs` (Transformer-XL memory).
+* :mod:`~poslab.nn.attention.cache`: :class:`KVCache` (plain, rolling), :class:`SegmentMemoryCache`
+  (Transformer-XL memory as a cache), :class:`SegmentInputs` (Transformer-XL memory of one forward).
 * :mod:`~poslab.nn.attention.rotation`: the scheme's ``rotate`` around a cache (shared with MLA).
-* :mod:`~poslab.nn.attention.module`: :class:`MultiHeadAttention`.
+* :mod:`~poslab.nn.attention.module`: :class:`MultiHeadAttention` (an :class:`AttentionLayer`) and
+  :func:`use_backend`.
 """
 
 from poslab.nn.attention.backends import (
@@ -42,7 +44,7 @@ from poslab.nn.attention.backends import (
     unregister_backend,
 )
 from poslab.nn.attention.blocked import TRIM_TILE_BYTES, blocked, key_reach, trim_heap
-from poslab.nn.attention.cache import KVCache, SegmentInputs
+from poslab.nn.attention.cache import KVCache, SegmentInputs, SegmentMemoryCache
 from poslab.nn.attention.config import (
     DEFAULT_QUERY_CHUNK,
     DEFAULT_RECOMPUTE_THRESHOLD,
@@ -57,7 +59,7 @@ from poslab.nn.attention.inputs import (
     validate_head_dim,
     validate_temperature_tuning,
 )
-from poslab.nn.attention.module import MergeHeads, MultiHeadAttention, SplitHeads
+from poslab.nn.attention.module import AttentionLayer, MergeHeads, MultiHeadAttention, SplitHeads, use_backend
 from poslab.nn.attention.rotation import rotate_with_cache
 from poslab.nn.attention.spec import (
     MASK_TERMS,
@@ -84,6 +86,7 @@ __all__ = [
     "SINK_PAD",
     "TRIM_TILE_BYTES",
     "AttendOptions",
+    "AttentionLayer",
     "AttentionConfig",
     "AttentionSpec",
     "Backend",
@@ -91,6 +94,7 @@ __all__ = [
     "Call",
     "KVCache",
     "SegmentInputs",
+    "SegmentMemoryCache",
     "LazyScoreMod",
     "MaskTerm",
     "MergeHeads",
@@ -114,6 +118,7 @@ __all__ = [
     "trim_heap",
     "unregister_backend",
     "unregister_mask_term",
+    "use_backend",
     "validate_geometry",
     "validate_head_dim",
     "validate_chunk",

@@ -1,5 +1,6 @@
-"""What a layer attends besides its own tokens: the preallocated key/value cache (plain, rolling,
-segment memory) and Transformer-XL's remembered inputs of one segment (:class:`SegmentInputs`)."""
+"""What a layer attends besides its own tokens: the preallocated key/value cache (:class:`KVCache`:
+plain or rolling), its segment-memory form (:class:`SegmentMemoryCache`) and Transformer-XL's
+remembered inputs of one segment (:class:`SegmentInputs`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from poslab.checks import is_int
+from poslab.checks import is_int, positive_int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +20,7 @@ class SegmentInputs:
     The layer computes keys and values of ``inputs`` with its current weights and places them before
     the segment's own (``k_pos = cat(pos, segment positions)``); the causal mask by positions does the
     rest. Nothing is written back: :class:`~poslab.nn.memory.SegmentMemory` keeps the inputs between
-    segments, :class:`KVCache` with ``memory=True`` is the cached form at evaluation.
+    segments, :class:`SegmentMemoryCache` is the cached form at evaluation.
 
     Attributes:
         inputs: the previous segment's inputs to this layer ``[B, M, d]`` (normed like the layer's
@@ -64,17 +65,19 @@ class KVCache(nn.Module):
     * ``rolling=False``: appends up to ``capacity`` tokens; one more raises ``ValueError``.
     * ``rolling=True`` (sliding-window models): a ring buffer keeping only the most recent
       ``capacity`` tokens, so decoding runs forever in ``O(capacity)`` memory. Attention checks that
-      its window fits (``window <= capacity``): older keys are out of every query's reach.
-    * ``rolling=True, memory=True`` (Transformer-XL's segment memory at evaluation, Dai et al. 2019):
-      every write of ``T`` tokens attends the previous ``capacity`` tokens plus itself (causally), for
-      any ``T`` and whatever the attention's window; it is the KV-cache form of
-      :class:`~poslab.nn.memory.SegmentMemory` with ``mem_len = capacity``.
+      its window fits (:meth:`check_window`: ``window <= capacity``): older keys are out of every
+      query's reach.
+
+    Transformer-XL's segment memory is its own type, :class:`SegmentMemoryCache`; StreamingLLM's
+    sinks-plus-window cache is :class:`~poslab.nn.streaming.StreamingKVCache`.
+
+    The protocol attention relies on: :meth:`update`, :attr:`length`, :meth:`check_window` and
+    :attr:`reassigns_positions`.
 
     Attributes:
         length: tokens written so far (the default position of the next token).
         size: entries currently held (``min(length, capacity)`` for a rolling cache).
-        rolling, memory: the layout (see Args); attention reads ``memory`` to accept a ring
-            narrower than its window.
+        rolling: the layout (see Args).
         reassigns_positions: a class attribute, False here: the cache stores keys after ``rotate``
             at their own positions. A subclass that gives entries positions by their place in the
             cache (:class:`~poslab.nn.streaming.StreamingKVCache`) sets it True; attention then
@@ -85,8 +88,6 @@ class KVCache(nn.Module):
         capacity: maximum number of tokens held.
         dtype, device: storage (must match the keys written).
         rolling: ring buffer that forgets the oldest tokens instead of overflowing.
-        memory: segment-memory semantics (needs ``rolling``): every write attends the previous
-            ``capacity`` tokens plus itself, so attention accepts the cache without a window.
     """
 
     reassigns_positions: ClassVar[bool] = False
@@ -101,11 +102,8 @@ class KVCache(nn.Module):
         device: torch.device | str | None = None,
         *,
         rolling: bool = False,
-        memory: bool = False,
     ) -> None:
         super().__init__()
-        if memory and not rolling:
-            raise ValueError("a segment-memory KV cache (memory=True) is a ring buffer: pass rolling=True as well")
         for label, value in (
             ("batch_size", batch_size),
             ("n_kv_heads", n_kv_heads),
@@ -122,7 +120,6 @@ class KVCache(nn.Module):
         self.register_buffer("pos", torch.zeros(capacity, dtype=torch.long, device=device), persistent=False)
         self.capacity = capacity
         self.rolling = rolling
-        self.memory = memory
         self.length = 0
         self.size = 0
 
@@ -147,6 +144,16 @@ class KVCache(nn.Module):
         if pos.shape != (k.shape[2],):
             raise ValueError(f"pos must have shape [{k.shape[2]}] (one position per new key), got {list(pos.shape)}")
 
+    def check_window(self, window: int | None) -> None:
+        """``ValueError`` unless attention with this ``window`` (``None``: unlimited) only needs keys the
+        cache keeps: a rolling ring of ``capacity`` entries serves a window of at most ``capacity``."""
+        if self.rolling and (window is None or window > self.capacity):
+            raise ValueError(
+                f"a rolling KV cache of capacity {self.capacity} keeps only the last {self.capacity} tokens, "
+                f"but this attention has window={window}; use window <= {self.capacity}, a non-rolling cache, "
+                "or a segment-memory cache (SegmentMemoryCache, GPT.make_cache(B, memory=M))"
+            )
+
     def update(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Write ``k, v [B, h_kv, T, d_k]`` at positions ``[T]``.
 
@@ -154,33 +161,44 @@ class KVCache(nn.Module):
             Every key, value and position the new queries may need: ``[B, h_kv, Tk, d_k]`` twice and
             ``[Tk]``. For a rolling cache that is full, the entries come in ring order (attention masks
             by position, so order does not matter), and a multi-token write returns the previous
-            ``capacity`` entries followed by all ``T`` new ones (also for ``T = 1`` with ``memory``).
+            ``capacity`` entries followed by all ``T`` new ones.
         """
         self._check(k, v, pos)
-        T = k.shape[2]
         pos = pos.to(self.pos.device)
-        if not self.rolling or self.size + T <= self.capacity:
-            if self.size + T > self.capacity:
-                raise ValueError(
-                    f"KV cache overflow: {self.size} cached + {T} new tokens > capacity {self.capacity}; "
-                    "make a larger cache (or a rolling one for a sliding-window model)"
-                )
-            end = self.size + T
-            self.k[:, :, self.size : end] = k
-            self.v[:, :, self.size : end] = v
-            self.pos[self.size : end] = pos
-            self.size, self.length = end, self.length + T
-            return self.k[:, :, :end], self.v[:, :, :end], self.pos[:end]
-        # rolling and the ring overflows: slot of the n-th token written is n % capacity
-        C = self.capacity
-        if T == 1 and not self.memory:  # decode: overwrite the oldest entry, then read the whole ring
-            slot = self.length % C
-            self.k[:, :, slot : slot + 1] = k
-            self.v[:, :, slot : slot + 1] = v
-            self.pos[slot : slot + 1] = pos
-            self.size, self.length = C, self.length + 1
-            return self.k, self.v, self.pos
-        # several tokens: the new queries need the old entries too, so return old + new
+        if not self.rolling or self.size + k.shape[2] <= self.capacity:
+            return self._append(k, v, pos)
+        if k.shape[2] == 1:  # decode: overwrite the oldest entry, then read the whole ring
+            return self._overwrite_oldest(k, v, pos)
+        return self._write_ring(k, v, pos)
+
+    def _append(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Write ``T`` tokens after the held ones (``ValueError`` past ``capacity``); return all held."""
+        T = k.shape[2]
+        if self.size + T > self.capacity:
+            raise ValueError(
+                f"KV cache overflow: {self.size} cached + {T} new tokens > capacity {self.capacity}; "
+                "make a larger cache (or a rolling one for a sliding-window model)"
+            )
+        end = self.size + T
+        self.k[:, :, self.size : end] = k
+        self.v[:, :, self.size : end] = v
+        self.pos[self.size : end] = pos
+        self.size, self.length = end, self.length + T
+        return self.k[:, :, :end], self.v[:, :, :end], self.pos[:end]
+
+    def _overwrite_oldest(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """One token into a full ring (slot of the n-th token written: ``n % capacity``); return the ring."""
+        slot = self.length % self.capacity
+        self.k[:, :, slot : slot + 1] = k
+        self.v[:, :, slot : slot + 1] = v
+        self.pos[slot : slot + 1] = pos
+        self.size, self.length = self.capacity, self.length + 1
+        return self.k, self.v, self.pos
+
+    def _write_ring(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``T`` tokens into a ring that overflows: the new queries need the old entries too, so return
+        the held entries followed by the new ones; keep the last ``capacity``."""
+        T, C = k.shape[2], self.capacity
         k_all = torch.cat((self.k[:, :, : self.size], k), dim=2)  # [B, hkv, size+T, dk]
         v_all = torch.cat((self.v[:, :, : self.size], v), dim=2)  # [B, hkv, size+T, dk]
         pos_all = torch.cat((self.pos[: self.size], pos))  # [size+T]
@@ -194,7 +212,53 @@ class KVCache(nn.Module):
 
     def extra_repr(self) -> str:
         B, hkv, C, dk = self.k.shape
-        return (
-            f"batch={B}, kv_heads={hkv}, capacity={C}, head_dim={dk}, "
-            f"rolling={self.rolling}, memory={self.memory}, length={self.length}"
-        )
+        return f"batch={B}, kv_heads={hkv}, capacity={C}, head_dim={dk}, rolling={self.rolling}, length={self.length}"
+
+
+class SegmentMemoryCache(KVCache):
+    """Transformer-XL's segment memory at evaluation (Dai et al. 2019): a ring of the last ``mem_len``
+    keys and values that every write attends besides itself.
+
+    Every write of ``T`` tokens attends the previous ``mem_len`` tokens plus itself (causally), for
+    any ``T`` (a single decoded token too) and whatever the attention's window: the ring is the
+    context, so :meth:`check_window` accepts every window. It is the KV-cache form of
+    :class:`~poslab.nn.memory.SegmentMemory` with the same ``mem_len`` (``GPT.make_cache(B, memory=M)``).
+
+    Args:
+        batch_size, n_kv_heads, head_dim: cache geometry.
+        mem_len: ``M``, tokens remembered (the ring's ``capacity``).
+        dtype, device: storage.
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        mem_len: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        positive_int("mem_len (the segment memory's length M)", mem_len)
+        super().__init__(batch_size, n_kv_heads, head_dim, mem_len, dtype, device, rolling=True)
+
+    @property
+    def mem_len(self) -> int:
+        """``M``, the tokens remembered (the ring's capacity)."""
+        return self.capacity
+
+    def check_window(self, window: int | None) -> None:
+        """Accept every window: each write attends the remembered tokens plus itself by definition."""
+
+    def update(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Write ``k, v [B, h_kv, T, d_k]`` at positions ``[T]``; return the remembered entries (ring
+        order once full) followed by the ``T`` new ones, also for ``T = 1``."""
+        self._check(k, v, pos)
+        pos = pos.to(self.pos.device)
+        if self.size + k.shape[2] <= self.capacity:
+            return self._append(k, v, pos)
+        return self._write_ring(k, v, pos)
+
+    def extra_repr(self) -> str:
+        B, hkv, C, dk = self.k.shape
+        return f"batch={B}, kv_heads={hkv}, mem_len={C}, head_dim={dk}, length={self.length}"

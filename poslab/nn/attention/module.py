@@ -13,9 +13,10 @@ share one code path.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -70,6 +71,17 @@ class ClippedLinear(nn.Linear):
         return f"{super().extra_repr()}, clip={self.clip}"
 
 
+def check_cache_mask(cache: KVCache, mask: Tensor | None) -> None:
+    """``ValueError`` for a ``mask`` with a rolling cache (:class:`SegmentMemoryCache` included): once full, a
+    ring returns its keys in ring order, so the mask's ``Tk`` columns would name no fixed keys."""
+    if mask is not None and cache.rolling:
+        raise ValueError(
+            f"mask= cannot be combined with a rolling cache ({type(cache).__name__}, capacity {cache.capacity}): "
+            "a full ring returns its keys in ring order, so a [Tq, Tk] mask cannot name them; "
+            "use a non-rolling KVCache or mask by positions (window, chunk)"
+        )
+
+
 class ConfigAttribute:
     """A layer attribute that reads one field of the layer's :class:`AttentionConfig`; assigning it
     replaces the config with a copy (validated again), so the config stays the one record."""
@@ -86,7 +98,73 @@ class ConfigAttribute:
         layer.attention = layer.attention.with_(**{self.name: value})
 
 
-class MultiHeadAttention(nn.Module):
+class AttentionLayer(nn.Module):
+    """What every attention layer offers besides ``forward(x, pos, *, cache=None, mask=None)``.
+
+    * :meth:`forward_with_weights`: the output and the attention weights of one call (eager backend),
+      the documented way to read weights.
+    * :meth:`share_position`: the position scheme a model lends the layer. A model shares one scheme
+      across its layers; lent (not registered as a submodule), it stays in the model's
+      ``state_dict`` once. A scheme the layer was built with (its own ``position``) comes first.
+    * :func:`use_backend` finds the layers of a model by this type.
+    """
+
+    position: PositionScheme | None
+    _shared_position: PositionScheme | None = None  # what share_position lent (an instance attribute once set)
+
+    def fit(self, scheme: PositionScheme) -> None:
+        raise NotImplementedError
+
+    def _attend(
+        self, x: Tensor, pos: Tensor | None, cache: object, mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        raise NotImplementedError
+
+    def share_position(self, scheme: PositionScheme | None) -> None:
+        """Run ``scheme`` when the layer has no scheme of its own (``None``: lend none); checked by :meth:`fit`."""
+        if scheme is not None:
+            self.fit(scheme)
+        object.__setattr__(self, "_shared_position", scheme)  # a plain attribute: not a submodule of this layer
+
+    @property
+    def position_scheme(self) -> PositionScheme | None:
+        """The scheme the layer runs: its own ``position``, else the one a model lent (:meth:`share_position`)."""
+        own = self.position
+        return own if own is not None else self._shared_position
+
+    def forward_with_weights(
+        self, x: Tensor, pos: Tensor | None = None, *, cache: object = None, mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """:meth:`forward` that also returns the attention weights ``[B, h, Tq, Tk]`` (fp32; computed by the
+        eager backend, whatever the layer's ``backend``). Forward hooks on the layer itself do not run;
+        those on its submodules (``scores_probe``) do."""
+        out, weights = self._attend(x, pos, cache, mask, True)
+        assert weights is not None  # the eager backend returns them when asked
+        return out, weights
+
+
+@contextlib.contextmanager
+def use_backend(module: nn.Module, backend: str) -> Iterator[None]:
+    """Inside the block, every attention layer in ``module`` (a layer or a whole model) runs ``backend``.
+
+    Each layer's ``attention`` config is replaced by a copy with that backend (validated: an unknown
+    name raises ``ValueError`` naming it) and restored on exit. The layers are changed in place, so
+    the block applies to every caller of ``module`` meanwhile (as :func:`poslab.analysis.heads.masked_heads`
+    does); ``torch.compile`` sees the changed config as any other.
+    """
+    layers = [m for m in module.modules() if isinstance(m, AttentionLayer)]
+    saved = [layer.attention for layer in layers]
+    changed = [config.with_(backend=backend) for config in saved]  # every copy validated before any is set
+    try:
+        for layer, config in zip(layers, changed):
+            layer.attention = config
+        yield
+    finally:
+        for layer, config in zip(layers, saved):
+            layer.attention = config
+
+
+class MultiHeadAttention(AttentionLayer):
     """Multi-head attention (Vaswani et al. 2017) with GQA (Ainslie et al. 2023) and position hooks.
 
     Args:
@@ -99,7 +177,7 @@ class MultiHeadAttention(nn.Module):
             made. The layer exposes each field as
             an attribute (``layer.window``); assigning one replaces ``layer.attention`` with a copy.
         position: the position scheme whose ``rotate`` / ``score_bias`` hooks run here (optional;
-            a model sharing one scheme across layers passes it to :meth:`forward` instead).
+            a model sharing one scheme across layers lends it with :meth:`share_position` instead).
     """
 
     causal = ConfigAttribute()
@@ -160,7 +238,7 @@ class MultiHeadAttention(nn.Module):
     def attention(self, config: AttentionConfig) -> None:
         self._attention = require_config(config)
         # the options of the usual calls, made once (each takes microseconds to validate):
-        # keyed by (training, increasing); a per-call backend or need_weights makes its own
+        # keyed by (training, increasing); a call for the weights makes its own
         self._options = {
             (training, increasing): AttendOptions(
                 backend=config.backend,
@@ -180,16 +258,15 @@ class MultiHeadAttention(nn.Module):
         scale = self._attention.scale
         return scale if scale is not None else 1.0 / math.sqrt(self.head_dim)
 
-    def options(self, backend: str | None, need_weights: bool, increasing: bool | None) -> AttendOptions:
-        """The :class:`AttendOptions` of one call in the current mode (``backend=None``: the layer's)."""
+    def options(self, need_weights: bool, increasing: bool | None) -> AttendOptions:
+        """The :class:`AttendOptions` of one call in the current mode."""
         usual = self._options.get((self.training, increasing))
         fresh = usual is not None and usual.probe is self.scores_probe  # a probe assigned later is used too
-        if fresh and (backend is None or backend == usual.backend) and not need_weights:
+        if fresh and not need_weights:
             return usual
         base = self._options[(self.training, None)]
         return dataclasses.replace(
             base,
-            backend=backend or base.backend,
             need_weights=need_weights,
             increasing=increasing,
             probe=self.scores_probe,
@@ -218,37 +295,47 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         pos: Tensor | None = None,
         *,
-        position: PositionScheme | None = None,
-        attn_mask: Tensor | None = None,
         cache: KVCache | SegmentInputs | None = None,
-        need_weights: bool = False,
-        backend: str | None = None,
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """Attend.
+        mask: Tensor | None = None,
+    ) -> Tensor:
+        """Attend: ``x [B, T, d]`` -> ``[B, T, d]``.
+
+        The position scheme is the layer's (:attr:`position_scheme`), the backend its config's
+        (:func:`use_backend` changes it for a block); :meth:`forward_with_weights` also returns the
+        weights.
 
         Args:
             x: ``[B, T, d]``.
             pos: positions of the ``T`` tokens ``[T]`` (default ``cache.length + arange(T)``; without a
                 cache the layer then knows them increasing and need not look, so ``torch.compile``
                 traces the fused causal path without a graph break).
-            position: scheme overriding ``self.position`` (how a model shares one scheme).
-            attn_mask: ``[Tq, Tk]`` or ``[B|1, h|1, Tq, Tk]``; bool (True = attend) or float (added).
-            cache: what the layer attends besides ``x``: a :class:`KVCache` to read and extend
-                (``Tk`` = cached + new tokens), or Transformer-XL segment memory
-                (:class:`SegmentInputs`: the previous segment's inputs to this layer and their
-                positions, keyed with the current ``qkv`` weights and placed before the segment's keys).
-            need_weights: also return the attention weights ``[B, h, Tq, Tk]`` (eager backend).
-            backend: per-call backend override.
-
-        Returns:
-            ``[B, T, d]`` (and the weights when ``need_weights``).
+            cache: what the layer attends besides ``x``, by type: a :class:`KVCache` to read and
+                extend (``Tk`` = cached + new tokens; its subclasses :class:`SegmentMemoryCache` and
+                :class:`~poslab.nn.streaming.StreamingKVCache` declare their layout), or
+                Transformer-XL segment memory (:class:`SegmentInputs`: the previous segment's inputs
+                to this layer and their positions, keyed with the current ``qkv`` weights and placed
+                before the segment's keys).
+            mask: ``[Tq, Tk]`` or ``[B|1, h|1, Tq, Tk]``; bool (True = attend) or float (added). Not
+                with a rolling cache: a full ring returns its keys in ring order, which a mask's
+                columns cannot name.
         """
+        return self._attend(x, pos, cache, mask, False)[0]
+
+    def _attend(
+        self,
+        x: Tensor,
+        pos: Tensor | None,
+        cache: KVCache | SegmentInputs | None,
+        mask: Tensor | None,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """:meth:`forward`, returning ``(out, weights)`` (``weights`` only when ``need_weights``)."""
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"attention input must be [B, T, {self.d_model}], got {list(x.shape)}")
         if not x.is_floating_point():
             raise TypeError(f"attention input must be a floating-point tensor, got {x.dtype}")
         B, T, _ = x.shape
-        scheme = position if position is not None else self.position
+        scheme = self.position_scheme
         if scheme is not None and not torch.compiler.is_compiling():  # checked eagerly, once per scheme and layer kind
             self.fit(scheme)
         memory = cache if isinstance(cache, SegmentInputs) else None
@@ -270,17 +357,13 @@ class MultiHeadAttention(nn.Module):
                 f"convert one (x.to({self.qkv.weight.dtype}) or layer.to({x.dtype}))"
             )
         window = self.effective_window()
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(
-                f"cache must be a KVCache, got {type(cache).__name__} (segment memory is passed as SegmentInputs)"
-            )
-        # a segment-memory ring (Transformer-XL) is the context itself: it needs no window
-        if cache is not None and cache.rolling and not cache.memory and (window is None or window > cache.capacity):
-            raise ValueError(
-                f"a rolling KV cache of capacity {cache.capacity} keeps only the last {cache.capacity} tokens, "
-                f"but this attention has window={window}; use window <= {cache.capacity}, a non-rolling cache, "
-                "or a segment-memory cache (KVCache(..., rolling=True, memory=True), GPT.make_cache(B, memory=M))"
-            )
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise TypeError(
+                    f"cache must be a KVCache, got {type(cache).__name__} (segment memory is passed as SegmentInputs)"
+                )
+            cache.check_window(window)  # a ring narrower than the window is refused (not a SegmentMemoryCache)
+            check_cache_mask(cache, mask)
 
         h, hkv, dk = self.n_heads, self.n_kv_heads, self.head_dim
         q, k, v = self.qkv(x).split((h * dk, hkv * dk, hkv * dk), dim=-1)  # [B, T, h*dk], [B, T, hkv*dk] x2
@@ -326,8 +409,8 @@ class MultiHeadAttention(nn.Module):
             q_pos,
             k_pos,
             spec,
-            attn_mask=attn_mask,
-            options=self.options(backend, need_weights, increasing if q_pos is pos else None),
+            attn_mask=mask,
+            options=self.options(need_weights, increasing if q_pos is pos else None),
         )
         head_mask = self.head_mask
         if head_mask is not None:
@@ -340,7 +423,7 @@ class MultiHeadAttention(nn.Module):
                 out * head_mask.to(device=out.device, dtype=out.dtype)[None, :, None, None]
             )  # [B, h, T, dk] * [1, h, 1, 1]
         out = self.proj(self.merge(out))  # [B, h, T, dk] -> [B, T, d] -> [B, T, d]
-        return (out, weights) if need_weights else out
+        return out, weights
 
     def _memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values ``[B, h_kv, M, d_k]`` of memory ``[B, M, d]`` under the current weights (before
