@@ -86,7 +86,7 @@ def test_a_small_demo_model_on_tang_poems_scans_with_rope(tmp_path, tang_corpus,
     """The demo recipe at small settings on 30,000 characters of Tang poems, sampled as the benchmark
     samples (20 samples of 64 characters after 白日依山尽, the model's block) and counted by the benchmark's
     function: with the preset's RoPE most segments have five characters (measured 84-89% over three
-    sampling seeds); with the lab's learned positions, at the same settings, about a fifth do (20-24%)."""
+    sampling seeds); with the lab's learned positions, at the same settings, about a fifth do (21-24%)."""
     from poslab.session import train
 
     cfg = _small_demo(tmp_path, tang_corpus, position)
