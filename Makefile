@@ -19,8 +19,9 @@ install: $(STAMP)
 demo: install
 	# every experiment of the lessons (quick forms; finished steps are reused) -> runs/lab/report.html
 	$(VENV)/bin/poslab lab --quick
-	# a poem from the demo poem model (preset tang-demo: the lab's Tang GPT with RoPE, about 2 minutes of
-	# training on 2 cores; --resume reuses a finished run) -> runs/tang-demo
+	# a poem from the demo poem model (preset tang-demo: the lab's Tang GPT with RoPE and a 64-character
+	# block, about 70 s of training on 2 cores; --resume reuses a finished run) -> runs/tang-demo; the poem
+	# is the model's block: the prompt and 59 sampled characters
 	$(VENV)/bin/poslab train --preset tang-demo --resume
 	$(VENV)/bin/poslab sample runs/tang-demo --prompt 白日依山尽 --tokens 64 --seed 0
 	@echo "open runs/lab/report.html"
