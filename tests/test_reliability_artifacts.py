@@ -9,6 +9,7 @@ The JSON maps ``category -> {"default" | "slow": {figure: count, ...}}``: the de
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -20,8 +21,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "reliability.json"
-#: one id per pytest process: counts add up within a session and restart in the next
-SESSION = f"{os.getpid()}-{time.time():.0f}"
+#: one id per pytest session: counts add up within a session and restart in the next; the workers of
+#: one pytest-xdist session share its run id, so their counts add up in the same entry
+SESSION = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"{os.getpid()}-{time.time():.0f}"
 
 #: category -> (title, figure keys shown in the table, in order)
 CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -191,6 +193,14 @@ def record(category: str, run_mode: str, figures: dict[str, Any]) -> None:
     test adds its own counts); a new session starts the entry afresh.
     """
     ARTIFACTS.parent.mkdir(parents=True, exist_ok=True)
+    # the read-merge-write holds an exclusive lock: pytest-xdist workers record into the same file
+    with open(ARTIFACTS.with_name(f".{ARTIFACTS.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _merge(category, run_mode, figures)
+
+
+def _merge(category: str, run_mode: str, figures: dict[str, Any]) -> None:
+    """The body of :func:`record`, run under its lock."""
     data = json.loads(ARTIFACTS.read_text(encoding="utf-8")) if ARTIFACTS.is_file() else {}
     entry = data.setdefault(category, {}).get(run_mode, {})
     if entry.get("session") != SESSION:
