@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -255,6 +256,25 @@ def test_record_adds_within_a_session_and_restarts_in_the_next(tmp_path, monkeyp
     entry = json.loads((tmp_path / "r.json").read_text())["kill"]["default"]
     assert entry["kills"] == 4 and "curve_bitwise_equal" not in entry
     assert "| SIGKILL at any moment, then `--resume` | default | kills: 4 |" in table({"kill": {"default": entry}})
+
+
+def test_workers_of_one_run_add_up_in_one_entry(tmp_path):
+    """Two processes of one pytest-xdist run (one ``PYTEST_XDIST_TESTRUNUID``) recording at the same time:
+    no count is lost and neither restarts the other's entry."""
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "import test_reliability_artifacts as r\n"
+        "r.ARTIFACTS = Path(sys.argv[1])\n"
+        "for _ in range(40):\n"
+        "    r.record('kill', 'default', {'kills': 1})\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "PYTEST_XDIST_TESTRUNUID": "run-1"}
+    path = tmp_path / "r.json"
+    workers = [subprocess.Popen([sys.executable, "-c", script, str(path)], env=env) for _ in range(2)]
+    assert [w.wait(timeout=120) for w in workers] == [0, 0]
+    entry = json.loads(path.read_text())["kill"]["default"]
+    assert (entry["session"], entry["kills"]) == ("run-1", 80)
 
 
 if __name__ == "__main__":
