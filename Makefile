@@ -26,8 +26,12 @@ demo: install
 	$(VENV)/bin/poslab sample runs/tang-demo --prompt 白日依山尽 --tokens 64 --seed 0
 	@echo "open runs/lab/report.html"
 
+# the default suite on 2 pytest-xdist workers of one torch thread each (tests/conftest.py);
+# `make test WORKERS=0` runs it in this one process
+WORKERS ?= 2
+
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(WORKERS)
 
 test-slow: install
 	$(PY) -m pytest -q -m slow

@@ -33,6 +33,21 @@ settings.register_profile(
 settings.load_profile("poslab")
 
 
+def _one_thread_per_worker() -> None:
+    """Under pytest-xdist (``make test`` runs 2 workers on 2 cores), each worker computes on one thread.
+
+    Two workers of two threads each would oversubscribe the cores: tiny ops wait on each other
+    (:func:`single_thread`). The subprocesses a test starts inherit ``OMP_NUM_THREADS=1`` unless the
+    test passes its own. A serial run (``-n 0``, ``-p no:xdist``) keeps torch's default.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+
+
+_one_thread_per_worker()
+
+
 def _seed_precision_cache() -> None:
     """The suite's ``dtype: auto`` resolves to fp32 on every machine (numerics the tests can compare).
 

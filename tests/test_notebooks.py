@@ -31,6 +31,9 @@ def _execute(path: Path, tmp_path: Path, small: bool) -> object:
         MPLBACKEND="module://matplotlib_inline.backend_inline",
         OMP_NUM_THREADS="1",
         POSLAB_NOTEBOOK_OUT=str(tmp_path / "out"),
+        # the kernel's IPython history (a SQLite file under HOME by default) is this test's own:
+        # pytest-xdist workers run notebooks at the same time
+        IPYTHONDIR=str(tmp_path / "ipython"),
     )
     if small:
         env["POSLAB_NOTEBOOK_SMALL"] = "1"

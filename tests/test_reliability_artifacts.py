@@ -9,8 +9,10 @@ The JSON maps ``category -> {"default" | "slow": {figure: count, ...}}``: the de
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,8 +22,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "reliability.json"
-#: one id per pytest process: counts add up within a session and restart in the next
-SESSION = f"{os.getpid()}-{time.time():.0f}"
+#: one id per pytest session: counts add up within a session and restart in the next; the workers of
+#: one pytest-xdist session share its run id, so their counts add up in the same entry
+SESSION = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"{os.getpid()}-{time.time():.0f}"
 
 #: category -> (title, figure keys shown in the table, in order)
 CATEGORIES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -191,6 +194,14 @@ def record(category: str, run_mode: str, figures: dict[str, Any]) -> None:
     test adds its own counts); a new session starts the entry afresh.
     """
     ARTIFACTS.parent.mkdir(parents=True, exist_ok=True)
+    # the read-merge-write holds an exclusive lock: pytest-xdist workers record into the same file
+    with open(ARTIFACTS.with_name(f".{ARTIFACTS.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _merge(category, run_mode, figures)
+
+
+def _merge(category: str, run_mode: str, figures: dict[str, Any]) -> None:
+    """The body of :func:`record`, run under its lock."""
     data = json.loads(ARTIFACTS.read_text(encoding="utf-8")) if ARTIFACTS.is_file() else {}
     entry = data.setdefault(category, {}).get(run_mode, {})
     if entry.get("session") != SESSION:
@@ -245,6 +256,25 @@ def test_record_adds_within_a_session_and_restarts_in_the_next(tmp_path, monkeyp
     entry = json.loads((tmp_path / "r.json").read_text())["kill"]["default"]
     assert entry["kills"] == 4 and "curve_bitwise_equal" not in entry
     assert "| SIGKILL at any moment, then `--resume` | default | kills: 4 |" in table({"kill": {"default": entry}})
+
+
+def test_workers_of_one_run_add_up_in_one_entry(tmp_path):
+    """Two processes of one pytest-xdist run (one ``PYTEST_XDIST_TESTRUNUID``) recording at the same time:
+    no count is lost and neither restarts the other's entry."""
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "import test_reliability_artifacts as r\n"
+        "r.ARTIFACTS = Path(sys.argv[1])\n"
+        "for _ in range(40):\n"
+        "    r.record('kill', 'default', {'kills': 1})\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "PYTEST_XDIST_TESTRUNUID": "run-1"}
+    path = tmp_path / "r.json"
+    workers = [subprocess.Popen([sys.executable, "-c", script, str(path)], env=env) for _ in range(2)]
+    assert [w.wait(timeout=120) for w in workers] == [0, 0]
+    entry = json.loads(path.read_text())["kill"]["default"]
+    assert (entry["session"], entry["kills"]) == ("run-1", 80)
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ def test_a_second_process_is_refused_and_a_killed_holder_leaves_no_stale_lock(tm
     _record(request)
 
 
-def test_run_lock_semantics(tmp_path):
+def test_run_lock_semantics(tmp_path, monkeypatch):
     run = tmp_path / "runs" / "x"
     first = RunLock(run).acquire()
     assert first.held and lock_path(run).read_text().startswith(f"pid {os.getpid()} on ")
@@ -135,12 +135,9 @@ def test_run_lock_semantics(tmp_path):
         with pytest.raises(RunLockedError):
             RunLock(run).acquire()
     # under torchrun, ranks other than 0 do not write the folder and take no lock
-    os.environ["RANK"] = "1"
-    try:
-        with RunLock(run) as other, RunLock(run) as again:
-            assert not other.held and not again.held
-    finally:
-        del os.environ["RANK"]
+    monkeypatch.setenv("RANK", "1")
+    with RunLock(run) as other, RunLock(run) as again:
+        assert not other.held and not again.held
 
 
 def test_lock_in_a_read_only_parent_is_a_clear_error(tmp_path, monkeypatch):
