@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -40,12 +42,30 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+def _probe(address: str, timeout: float) -> str | None:
+    """``None`` when a Ray cluster at ``address`` answers a driver in a child process within ``timeout`` seconds, else
+    why not. The child is killed at the deadline: Ray's retrying threads die with it instead of writing into this
+    process's output while it exits."""
+    code = "import sys, ray; ray.init(address=sys.argv[1], log_to_driver=False); ray.shutdown()"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, address], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return f"no Ray cluster answered within {timeout:g} s ({RAY_TIMEOUT_ENV} sets the wait)"
+    if done.returncode != 0:
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        return f"cannot connect to Ray: {lines[-1] if lines else f'the driver exited with {done.returncode}'}"
+    return None
+
+
 def connect_ray(ray: Any, address: str, timeout: float) -> None:
     """``ray.init(address=...)`` bounded by ``timeout`` seconds; a one-line ``ValueError`` naming the address otherwise.
 
     Ray keeps retrying an address where no cluster answers; here a ``host:port`` nobody listens on is
-    refused at once (a TCP connection, loopback included), and a cluster that does not answer in time
-    is refused when the time is up (the attempt is left to a daemon thread, which ends with the process).
+    refused at once (a TCP connection, loopback included), and a cluster that does not answer a driver in a
+    child process within the deadline is refused when the time is up (:func:`_probe`). A cluster that answered
+    is joined in this process, again bounded by the deadline (the attempt is left to a daemon thread).
     """
     where = _host_port(address)
     if where is not None:
@@ -54,6 +74,9 @@ def connect_ray(ray: Any, address: str, timeout: float) -> None:
         except OSError as err:
             reason = err.strerror or type(err).__name__
             raise ValueError(f"--ray-address {address!r}: no Ray cluster there ({reason})") from None
+    refused = _probe(address, timeout)
+    if refused is not None:
+        raise ValueError(f"--ray-address {address!r}: {refused}")
     outcome: list[BaseException | None] = []
 
     def init() -> None:
