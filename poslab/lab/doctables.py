@@ -203,8 +203,16 @@ def _table(claims: Sequence[dict], with_experiment: bool) -> str:
     return Table("", tuple(head), tuple(rows), align="l" * len(head), digits=3).to_markdown()
 
 
+def decided_share(claims: Sequence[dict]) -> tuple[int, int]:
+    """``(decided, testable)``: of the seeded claims on models that met their premises (every claim with seeds
+    whose verdict is not "not testable"), how many a verdict decided (held or did not hold)."""
+    testable = [c for c in claims if c.get("n_seeds", 0) > 0 and c["kind"] in ("held", "wrong", "inconclusive")]
+    return sum(c["kind"] in ("held", "wrong") for c in testable), len(testable)
+
+
 def _summary(snap: dict) -> str:
     steps = snap["steps"]
+    decided, testable = decided_share(snap["claims"])
     finished = sum(s["status"] in ("ok", "reused") for s in steps)
     rows = [(s["name"], s["status"], _duration(s["seconds"]), _duration(s.get("cpu_seconds"))) for s in steps]
     cpu = [s.get("cpu_seconds") for s in steps]
@@ -213,7 +221,9 @@ def _summary(snap: dict) -> str:
     return (
         f"`{snap.get('command') or 'poslab lab'}` ({snap.get('mode')} mode, {snap.get('cores')} cores as recorded "
         f"in lab.json): {finished} of {len(steps)} steps finished in {_duration(snap.get('seconds'))} wall; "
-        f"{len(snap['claims'])} claim records: {_counts(snap['claims'])}. Wall times as lab.json recorded them "
+        f"{len(snap['claims'])} claim records: {_counts(snap['claims'])}; of the {testable} seeded claims on models "
+        f"that met their premises, {decided} decided ({100 * decided / max(testable, 1):.0f}%). "
+        "Wall times as lab.json recorded them "
         "(the machine may have been shared with other work); CPU: the step's process and its children, "
         "which load on the machine does not inflate."
         + (f" {snap['timing_note']}" if snap.get("timing_note") else "")
