@@ -32,7 +32,7 @@ from typing import Any
 
 from poslab.lab import premises, reference_values
 from poslab.lab.experiments import descriptions, probes_tables, run_experiment
-from poslab.lab.report.builder import ALWAYS_COUNTED, NOT_TALLIED, kind, load_manifest, load_results
+from poslab.lab.report.builder import ALWAYS_COUNTED, NOT_TALLIED, decided_share, kind, load_manifest, load_results
 from poslab.lab.report.claims import evaluate
 from poslab.lab.report.i18n import name_lessons
 from poslab.lab.tables import Table
@@ -203,16 +203,9 @@ def _table(claims: Sequence[dict], with_experiment: bool) -> str:
     return Table("", tuple(head), tuple(rows), align="l" * len(head), digits=3).to_markdown()
 
 
-def decided_share(claims: Sequence[dict]) -> tuple[int, int]:
-    """``(decided, testable)``: of the seeded claims on models that met their premises (every claim with seeds
-    whose verdict is not "not testable"), how many a verdict decided (held or did not hold)."""
-    testable = [c for c in claims if c.get("n_seeds", 0) > 0 and c["kind"] in ("held", "wrong", "inconclusive")]
-    return sum(c["kind"] in ("held", "wrong") for c in testable), len(testable)
-
-
 def _summary(snap: dict) -> str:
     steps = snap["steps"]
-    decided, testable = decided_share(snap["claims"])
+    decided, testable = decided_share((c["kind"], c.get("n_seeds", 0)) for c in snap["claims"])
     finished = sum(s["status"] in ("ok", "reused") for s in steps)
     rows = [(s["name"], s["status"], _duration(s["seconds"]), _duration(s.get("cpu_seconds"))) for s in steps]
     cpu = [s.get("cpu_seconds") for s in steps]
