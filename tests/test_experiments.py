@@ -298,3 +298,43 @@ def test_every_experiment_is_described_once_and_the_lab_plans_from_the_descripti
         Experiment("x", "y", "sometimes", run=lambda out, quick=False: {})
     with pytest.raises(ValueError, match="tier must be one of"):
         experiments.descriptions("sometimes")
+
+
+TOY_EXPERIMENT = '''
+"""A toy experiment: one module, as docs/architecture.md's recipe "add an experiment" writes it."""
+from pathlib import Path
+
+from poslab.lab.experiments.common import LAB, Experiment
+from poslab.lab.tables import KeyTable, Table
+from poslab.lab.verdicts import paired
+
+def run(out: Path, quick: bool = False) -> dict:
+    a, b = [1.0, 1.1, 1.05], [2.0, 2.2, 2.1]  # two arms of three seeds
+    claim = paired("toy: arm a beats arm b", "a toy source", a, b, better_label="a", worse_label="b", metric="loss")
+    return {"experiment": "toy", "losses": {"a": a, "b": b}, "claims": [claim.to_dict()]}
+
+def table(results: dict) -> Table:
+    return Table("toy losses", ("arm", "mean"), tuple((k, sum(v) / len(v)) for k, v in results["losses"].items()))
+
+EXPERIMENT = Experiment(name="toy", description="a toy", tier=LAB, run=run, tables=(KeyTable("toy losses", table),))
+'''
+
+
+def test_an_experiment_is_one_module_and_one_registry_line(tmp_path, monkeypatch):
+    """The recipe of docs/architecture.md: a module with ``EXPERIMENT`` plus its line in ``_MODULES`` reaches the
+    experiment list, the plan (families, Holm, power), results.json and the report's table, with no other edit."""
+    from poslab.lab.report import build_report
+
+    (tmp_path / "toy_experiment.py").write_text(TOY_EXPERIMENT, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(experiments, "_MODULES", (*experiments._MODULES, "toy_experiment"))
+    assert "toy" in experiments.descriptions()
+    out = tmp_path / "lab" / "experiments" / "toy"
+    results = experiments.run_experiment("toy", out)
+    written = json.loads((out / "results.json").read_text())
+    record = written["claims"][0]
+    assert record == results["claims"][0] and record["verdict"] == "held"
+    assert record["design"]["family"] == "toy" and record["details"]["holm"]["m"] == 1
+    assert "power" in record["details"]
+    html = build_report(tmp_path / "lab").read_text(encoding="utf-8")
+    assert "toy losses" in html and "toy: arm a beats arm b" in html

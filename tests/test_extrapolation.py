@@ -452,3 +452,19 @@ def test_quick_extrapolation_resolves_its_claims(tmp_path: Path):
     # every scheme learned structure: in-length loss well below the character-frequency baseline
     for scheme, cells in results["perplexity"].items():
         assert math.log(cells["1"]["nonoverlapping"]["ppl"]) < results["unigram_entropy_nats"] - 0.5, scheme
+
+
+def test_arms_with_more_seeds_are_paired_on_the_seeds_both_trained():
+    """The quick lab trains RoPE 5 seeds and ALiBi 3 (poslab.lab.plan.QUICK_SEEDS): ALiBi vs RoPE pairs the 3 seeds
+    both trained, the RoPE-only claims use all 5."""
+    tables = _tables({"rope": (1, 1.3, 2.0, 3.0, 7.2), "alibi": (1, 1, 1, 1, 1)})
+    for k in (3, 4):  # two more RoPE seeds
+        tables["rope"][str(k)] = {
+            f: {"length": c["length"], "nonoverlapping": {"ppl": c["nonoverlapping"]["ppl"] * (1 + 0.001 * k)}}
+            for f, c in tables["rope"]["0"].items()
+        }
+    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}
+    pair = claims["at 8x L: ALiBi < RoPE"]
+    assert pair["n_seeds"] == 3 and pair["details"]["paired"] and pair["design"]["test"] == "paired t-test"
+    assert pair["details"]["seeds"] == ["0", "1", "2"] or pair["details"]["seeds"] == [0, 1, 2]
+    assert claims["plain RoPE degrades past L: perplexity at 4x L at least 1.5x its value at L"]["n_seeds"] == 5

@@ -242,3 +242,101 @@ def test_the_pilot_script_tabulates_the_seeds_each_claim_needs(tmp_path):
     by = {r["claim"]: r for r in table}
     assert by["unclear"]["seeds_to_decide"] == written[0]["details"]["power"]["seeds_to_decide"]
     assert "fake: 2 testable seeded claims, 1 decided now; detectable with 3 seeds: 1, 100 seeds: 2" in done.stdout
+
+
+# The arms each pilot claim enters, read from the claims' words by hand (independent of the code's table).
+PILOT_ARMS = {
+    "extrapolation": {
+        "ALiBi's perplexity at 4x L": ("alibi",),
+        "sinusoidal degrades past L": ("sinusoidal",),
+        "plain RoPE degrades past L": ("rope",),
+        "at 8x L: ALiBi < RoPE": ("alibi", "rope"),
+        "at 8x L: RoPE < sinusoidal": ("rope", "sinusoidal"),
+        "a learned absolute table collapses": ("learned",),
+        "RoPE reads past the training length better than a learned table": ("rope", "learned"),
+        "RoPE's perplexity 'jumps": ("rope",),
+    },
+    "probes": {
+        "none generalises past the training length better than t5": ("none", "t5"),
+        "t5 generalises past the training length better than alibi": ("t5", "alibi"),
+        "alibi generalises past the training length better than rope": ("alibi", "rope"),
+        "rope generalises past the training length better than sinusoidal": ("rope", "sinusoidal"),
+        "rope beats NoPE in length": ("rope", "none"),
+        "4 heads beat 1 on multi-query": ("heads",),
+    },
+}
+
+
+def _pilot_arms(row):
+    by_text = PILOT_ARMS.get(row["experiment"])
+    if by_text is None:  # every claim of the experiment enters every arm (or its one arm, RoPE)
+        return ("rope",) if row["experiment"] in ("context-extension", "attention-entropy") else ("*",)
+    found = [arms for text, arms in by_text.items() if text in row["claim"]]
+    assert len(found) == 1, f"the pilot claim {row['claim']!r} must map to one arm set"
+    return found[0]
+
+
+def test_the_quick_seeds_per_arm_follow_the_pilot_by_the_rule():
+    from pathlib import Path
+
+    from poslab.lab.plan import PILOT, QUICK_SEED_CAP, QUICK_SEEDS, SHARED_ARMS, arm_seeds, quick_seeds
+
+    rows = json.loads((Path(__file__).resolve().parents[1] / PILOT).read_text())
+    needs: dict[tuple[str, str], list] = {}
+    for row in rows:
+        if row["testable"]:
+            for arm in _pilot_arms(row):
+                needs.setdefault((row["experiment"], arm), []).append(row["seeds_to_decide"])
+    assert {e for e, _ in needs} == set(QUICK_SEEDS), "every experiment of the pilot has its seeds in the plan"
+    for (experiment, arm), counts in needs.items():
+        shared = experiment == "extrapolation" and arm in SHARED_ARMS
+        assert quick_seeds(experiment, arm) == arm_seeds(counts, shared), (experiment, arm, counts)
+    for experiment, arms in PILOT_ARMS.items():  # an arm no testable claim needs: shared, or the full form only
+        for arm in {a for found in arms.values() for a in found} - {a for e, a in needs if e == experiment}:
+            shared = experiment == "extrapolation" and arm in SHARED_ARMS
+            assert quick_seeds(experiment, arm) == (3 if shared else 0), (experiment, arm)
+    assert quick_seeds("extrapolation", "none") == 3  # in no claim, trained anyway by position-training
+    assert max(n for arms in QUICK_SEEDS.values() for n in arms.values()) <= QUICK_SEED_CAP
+
+
+def test_arm_seeds_takes_the_most_within_the_cap():
+    from poslab.lab.plan import arm_seeds
+
+    assert arm_seeds([3, 5, 4]) == 5
+    assert arm_seeds([2]) == 3  # never below the fewest seeds a verdict needs
+    assert arm_seeds([4, 10, None], cap=6) == 4  # a claim past the cap does not raise the arm's seeds
+    assert arm_seeds([10, None], cap=6) == 0  # no claim decides within the cap: the full form only
+    assert arm_seeds([10], shared=True) == 3
+
+
+def test_the_quick_form_trains_the_planned_arms_and_defers_the_rest(monkeypatch):
+    from poslab.lab.experiments import probes
+    from poslab.lab.experiments.training import planned_seeds
+
+    assert planned_seeds("extrapolation", ("rope", "alibi"), quick=True) == {
+        "rope": (1337, 1338, 1339, 1340, 1341),
+        "alibi": (1337, 1338, 1339),
+    }
+    assert planned_seeds("extrapolation", ("rope", "alibi"), quick=False)["rope"] == (1337, 1338, 1339)
+    assert planned_seeds("heads", ("*",), quick=True, seeds=(1, 2, 3)) == {"*": (1, 2, 3)}
+    form = probes.planned_form(probes.form_of(True))
+    assert form.schemes == ("sinusoidal", "rope") and form.seeds == (0, 1, 2, 3, 4) and form.heads == ()
+    cell = {
+        "accuracy": {str(f): [1.0 / f] * 5 for f in form.factors},
+        "cannot": {},
+        "seeds": list(form.seeds),
+        "chance": 0.1,
+    }
+    table = {"reverse": {s: cell for s in form.schemes}}
+    records = probes.probe_claims(table, {}, form)
+    deferred = [r for r in records if r.premise is not None and not r.premise.met]
+    for start in (
+        "none generalises past",
+        "t5 generalises past",
+        "alibi generalises past",
+        "attention needs position",
+        "more heads carry",
+    ):
+        assert any(r.claim.startswith(start) for r in deferred), start
+    assert not any(r.claim.startswith("rope generalises past") for r in deferred)  # both arms trained: measured
+    assert all("the full form only" in r.premise.measured and r.design is not None for r in deferred)

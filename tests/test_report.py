@@ -723,3 +723,13 @@ def test_fuzzed_lab_files_give_a_page_naming_what_it_could_not_read(tmp_path_fac
 @pytest.mark.slow
 def test_fuzzed_lab_files_at_length(tmp_path_factory, request):
     _fuzz_lab_files(tmp_path_factory, slow=True, request=request)
+
+
+def test_the_page_states_how_many_testable_seeded_claims_were_decided():
+    """The share counts the lesson's seeded claims on premise-meeting models (held, did not hold, inconclusive):
+    not the deterministic ones, not the untestable ones, not the source-decided ones."""
+    from poslab.lab.report.builder import decided_share
+
+    kinds = [("held", 3), ("wrong", 3), ("inconclusive", 5), ("untestable", 3), ("held", 0), ("cited-held", 0)]
+    assert decided_share(kinds) == (2, 3)
+    assert decided_share([]) == (0, 0)

@@ -32,7 +32,7 @@ from typing import Any
 
 from poslab.lab import premises, reference_values
 from poslab.lab.experiments import descriptions, probes_tables, run_experiment
-from poslab.lab.report.builder import ALWAYS_COUNTED, NOT_TALLIED, kind, load_manifest, load_results
+from poslab.lab.report.builder import ALWAYS_COUNTED, NOT_TALLIED, decided_share, kind, load_manifest, load_results
 from poslab.lab.report.claims import evaluate
 from poslab.lab.report.i18n import name_lessons
 from poslab.lab.tables import Table
@@ -205,6 +205,7 @@ def _table(claims: Sequence[dict], with_experiment: bool) -> str:
 
 def _summary(snap: dict) -> str:
     steps = snap["steps"]
+    decided, testable = decided_share((c["kind"], c.get("n_seeds", 0)) for c in snap["claims"])
     finished = sum(s["status"] in ("ok", "reused") for s in steps)
     rows = [(s["name"], s["status"], _duration(s["seconds"]), _duration(s.get("cpu_seconds"))) for s in steps]
     cpu = [s.get("cpu_seconds") for s in steps]
@@ -213,7 +214,9 @@ def _summary(snap: dict) -> str:
     return (
         f"`{snap.get('command') or 'poslab lab'}` ({snap.get('mode')} mode, {snap.get('cores')} cores as recorded "
         f"in lab.json): {finished} of {len(steps)} steps finished in {_duration(snap.get('seconds'))} wall; "
-        f"{len(snap['claims'])} claim records: {_counts(snap['claims'])}. Wall times as lab.json recorded them "
+        f"{len(snap['claims'])} claim records: {_counts(snap['claims'])}; of the {testable} seeded claims on models "
+        f"that met their premises, {decided} decided ({100 * decided / max(testable, 1):.0f}%). "
+        "Wall times as lab.json recorded them "
         "(the machine may have been shared with other work); CPU: the step's process and its children, "
         "which load on the machine does not inflate."
         + (f" {snap['timing_note']}" if snap.get("timing_note") else "")

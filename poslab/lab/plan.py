@@ -312,3 +312,52 @@ def with_power(record: ClaimRecord) -> ClaimRecord:
         "seeds_to_decide": seeds_to_decide(effect, float(sd), test, alpha),
     }
     return dataclasses.replace(record, details=dict(record.details, power=info))
+
+
+# ----------------------------------------------------------------------------------------- seeds per arm
+#: the most seeds an arm of the quick lab trains (its trainings fill 2 cores for about half an hour)
+QUICK_SEED_CAP = 6
+#: the pilot the quick lab's seed counts are chosen from: one quick lab at 3 seeds an arm, each seeded claim's
+#: measured effect, one seed's noise and the seeds that detect that effect with :data:`POWER` at its Holm step
+#: (``benchmarks/pilot_seeds.py``)
+PILOT = "benchmarks/results/pilot_seeds.json"
+#: the arms trained anyway at 3 seeds by another experiment of the quick lab (position-training's five schemes),
+#: kept in a reader's tables at those seeds even where none of its claims needs them
+SHARED_ARMS = ("none", "learned", "sinusoidal", "rope", "alibi")
+
+#: Seeds per arm of the quick lab, by experiment and arm (``"*"``: every other arm of the experiment), fixed from
+#: :data:`PILOT` before the run by one rule (:func:`arm_seeds`, pinned by ``tests/test_plan.py``): an arm trains
+#: the most seeds any testable pilot claim it enters needs to decide, when that is at most :data:`QUICK_SEED_CAP`,
+#: and at least :data:`~poslab.lab.records.MIN_SEEDS`; an arm that no such claim needs trains only in the full form
+#: (0 here), unless another quick experiment trains it anyway (:data:`SHARED_ARMS`). ``poslab lab --seeds N`` gives
+#: every arm, those of the full form included, ``N`` seeds. The pilot's seeds are among the run's (an internal
+#: pilot: its three seeds are the first three of every arm).
+QUICK_SEEDS: dict[str, dict[str, int]] = {
+    "position-training": {"*": 3},
+    "heads": {"*": 4},
+    "extrapolation": {"rope": 5, "sinusoidal": 4, "learned": 4, "alibi": 3, "none": 3},
+    "context-extension": {"rope": 6},
+    "attention-entropy": {"rope": 3},
+    "probes": {"rope": 5, "sinusoidal": 5, "*": 0},  # "heads": the MQAR head-count runs
+}
+
+
+def arm_seeds(needs: Sequence[int | None], shared: bool = False, cap: int = QUICK_SEED_CAP) -> int:
+    """An arm's quick seeds from the pilot's ``seeds_to_decide`` of the testable claims it enters (``None``: more
+    than :data:`MAX_SEEDS`): the largest within ``cap``, at least ``MIN_SEEDS``; 0 (the full form only) when none
+    is within ``cap``, unless the arm is ``shared`` (trained anyway, at ``MIN_SEEDS``)."""
+    from poslab.lab.records import MIN_SEEDS
+
+    within = [n for n in needs if n is not None and n <= cap]
+    if within:
+        return max(MIN_SEEDS, *within)
+    return MIN_SEEDS if shared else 0
+
+
+def quick_seeds(experiment: str, arm: str = "*") -> int:
+    """The seeds ``arm`` of ``experiment`` trains in the quick lab (:data:`QUICK_SEEDS`; 0: the full form only;
+    :data:`~poslab.lab.records.MIN_SEEDS` for an experiment the table does not name)."""
+    from poslab.lab.records import MIN_SEEDS
+
+    arms = QUICK_SEEDS.get(experiment, {})
+    return arms.get(arm, arms.get("*", MIN_SEEDS))

@@ -91,7 +91,7 @@ from poslab.lab.experiments.context_extension_passkey import (
     passkey_row,
 )
 from poslab.lab.experiments.lab_models import EXTRAPOLATION, POSITION_TRAINING, model_root, models_dir, reused
-from poslab.lab.experiments.training import CONTEXT_WINDOWS, ensure_many
+from poslab.lab.experiments.training import CONTEXT_WINDOWS, ensure_many, planned_seeds
 from poslab.lab.scale import CORPUS, SEED, Scale, size_of, train_config
 from poslab.runs import RunFolder, load_run
 from poslab.training.averaging import average_state_dicts
@@ -473,13 +473,16 @@ def run(
         quick: the lab's quick size (else full).
         size: a size name overriding ``quick`` (``smoke`` for tests).
         workers: trainings at a time (default: one per core, at most two).
-        seeds: the RoPE models' seeds (default :func:`seeds_of`: the extrapolation experiment's, at
+        seeds: the RoPE models' seeds (default: the quick lab's seeds of its RoPE arm at the quick size,
+            :data:`poslab.lab.plan.QUICK_SEEDS`, else :func:`seeds_of`: the extrapolation experiment's, at
             least :data:`MIN_SEEDS`); with fewer than :data:`MIN_SEEDS` every claim is inconclusive.
     """
     lab = size_of(quick, size)
     out = Path(out)
     start = time.perf_counter()
     workers = default_workers() if workers is None else check_workers(workers)
+    if seeds is None and lab.name == "quick":
+        seeds = planned_seeds(EXPERIMENT.name, ("rope",), quick=True)["rope"]
     seeds = list(seeds) if seeds is not None else seeds_of(out)
     last = average_last(lab)
     if not seeds:

@@ -54,9 +54,9 @@ from poslab.lab.experiments.extrapolation_verdicts import (  # noqa: F401  (re-e
     undertrained_seeded,
 )
 from poslab.lab.experiments.lab_models import shared_models
-from poslab.lab.experiments.training import CONTEXT_WINDOWS
+from poslab.lab.experiments.training import CONTEXT_WINDOWS, planned_seeds
 from poslab.lab.premises import all_of, arms_of, attach, beats_nope, below_bigram, uses_context
-from poslab.lab.scale import CORPUS, SEED, SEEDS, Scale, schemes_of, size_of
+from poslab.lab.scale import CORPUS, SEED, SEEDS, Scale, schemes_of, size_of  # noqa: F401  (SEEDS: the seeds outside the quick plan)
 from poslab.lab.scale import EXTRAPOLATION_FACTORS as FACTORS
 from poslab.lab.tables import print_tables
 from poslab.lab.verdicts import ClaimRecord, Premise, mean_sd
@@ -179,7 +179,7 @@ def run(
     quick: bool = False,
     size: str | Scale | None = None,
     schemes: tuple[str, ...] | None = None,
-    seeds: tuple[int, ...] = SEEDS,
+    seeds: tuple[int, ...] | None = None,
     workers: int | None = None,
 ) -> dict:
     """Train (or reuse) one model per scheme and seed, evaluate at 1x..16x L, print the tables, plot, judge.
@@ -190,15 +190,18 @@ def run(
         quick: the demo's size; ``size`` (a :class:`~poslab.lab.scale.Scale` or the name of one of
             :data:`~poslab.lab.scale.SIZES`) instead.
         schemes: position schemes to train (``None``: :func:`~poslab.lab.scale.schemes_of` the size).
-        seeds: training seeds (at least 3 for conclusive verdicts).
+        seeds: training seeds of every scheme (at least 3 for conclusive verdicts; default: the quick lab's
+            seeds per scheme, :data:`poslab.lab.plan.QUICK_SEEDS`, at the quick size, else :data:`SEEDS`).
         workers: trainings at a time (default: :func:`poslab.jobs.runner.default_workers`).
     """
     lab = size_of(quick, size)
     schemes = schemes_of(lab) if schemes is None else tuple(schemes)
+    by_scheme = planned_seeds(EXPERIMENT.name, schemes, lab.name == "quick", seeds)
+    schemes = tuple(s for s in schemes if s in by_scheme)
     out = Path(out)
     start = time.perf_counter()
     t0 = time.perf_counter()
-    run_dirs = shared_models(schemes, lab, out, (EXPERIMENT.name, *EXPERIMENT.reuses), tuple(seeds), workers)
+    run_dirs = shared_models(schemes, lab, out, (EXPERIMENT.name, *EXPERIMENT.reuses), by_scheme, workers)
     train_s = time.perf_counter() - t0
     tables: dict[str, dict[str, dict]] = {}
     training: dict[str, Any] = {}
@@ -222,7 +225,8 @@ def run(
     shown = {
         "corpus": CORPUS,
         "unigram_entropy_nats": baseline,
-        "seeds": list(seeds),
+        "seeds": sorted({seed for chosen in by_scheme.values() for seed in chosen}),
+        "seeds_by_scheme": {scheme: list(chosen) for scheme, chosen in by_scheme.items()},
         "train_length": lab.train_length,
         "factors": list(FACTORS),
         "perplexity": table,

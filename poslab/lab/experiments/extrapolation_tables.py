@@ -22,8 +22,18 @@ def perplexity_table(results: dict, mode: str) -> Table:
             baseline=baseline_note(results),
         ),
         (t("key.scheme"), *(f"{f}×L = {f * length}" for f in factors)),
-        tuple((scheme, *(ppl_spread(cells.get(str(f)), mode) for f in factors)) for scheme, cells in table.items()),
+        tuple(
+            (_label(results, scheme), *(ppl_spread(cells.get(str(f)), mode) for f in factors))
+            for scheme, cells in table.items()
+        ),
     )
+
+
+def _label(results: dict, scheme: str) -> str:
+    """The scheme's row label, with its seed count where the schemes trained different numbers of seeds."""
+    by_scheme = results.get("seeds_by_scheme") or {}
+    counts = {len(v) for v in by_scheme.values()}
+    return f"{scheme} (n={len(by_scheme[scheme])})" if len(counts) > 1 and scheme in by_scheme else scheme
 
 
 TABLES = tuple(KeyTable(f"perplexity ({mode})", lambda r, mode=mode: perplexity_table(r, mode)) for mode in MODES)

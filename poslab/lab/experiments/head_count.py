@@ -39,7 +39,7 @@ from poslab.lab.experiments.common import (
     plot_seeded_curves,
     unigram_entropy,
 )
-from poslab.lab.experiments.training import RUN_TABLES, SEEDS, lm_premise, seed_values, train_seeded
+from poslab.lab.experiments.training import RUN_TABLES, lm_premise, planned_seeds, seed_values, train_seeded
 from poslab.lab.premises import attach
 from poslab.lab.scale import SIZES, Scale, lab_config, lesson_config
 from poslab.lab.verdicts import best_of, paired, pm
@@ -129,7 +129,7 @@ def run(
     heads: tuple[int, ...] = HEADS,
     base: dict[str, Any] | None = None,
     workers: int | None = None,
-    seeds: tuple[int, ...] = SEEDS,
+    seeds: tuple[int, ...] | None = None,
 ) -> dict:
     """Train every head count with every seed, print the table, plot the curves, judge the claims.
 
@@ -139,8 +139,11 @@ def run(
         heads: head counts to train (each must divide the width).
         base: a config mapping replacing the base (tests use a tiny one).
         workers: trainings at a time (see :func:`poslab.lab.experiments.training.train_variants`).
-        seeds: training seeds (at least 3 for a conclusive verdict).
+        seeds: training seeds (at least 3 for a conclusive verdict; default: the quick lab's seeds,
+            :data:`poslab.lab.plan.QUICK_SEEDS`, in the quick form, else :data:`SEEDS`).
     """
+    if seeds is None:
+        seeds = planned_seeds(EXPERIMENT.name, ("*",), quick)["*"]
     out = Path(out)
     base = base if base is not None else base_config(quick, size=HEADS_QUICK)
     d_model = base["model"]["n_embd"]

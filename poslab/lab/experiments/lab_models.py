@@ -8,7 +8,7 @@ sibling of its own in the lab. :data:`MODEL_ROOTS` says where in its folder each
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from poslab.lab.experiments.training import ensure_many, ensure_trained
@@ -70,15 +70,19 @@ def shared_models(
     size: Scale,
     out: Path,
     reuses: Sequence[str],
-    seeds: tuple[int, ...] = SEEDS,
+    seeds: tuple[int, ...] | Mapping[str, tuple[int, ...]] = SEEDS,
     workers: int | None = None,
 ) -> dict[str, dict[int, Path]]:
     """:func:`shared_model` for every scheme and seed, training the missing ones ``workers`` at a time.
 
+    ``seeds``: the seeds of every scheme, or scheme -> its seeds (:func:`poslab.lab.experiments.training.
+    planned_seeds`).
+
     Returns:
         scheme -> seed -> run folder.
     """
-    keys = [(scheme, seed) for scheme in schemes for seed in seeds]
+    by_scheme = {s: tuple(seeds[s]) if isinstance(seeds, Mapping) else tuple(seeds) for s in schemes}
+    keys = [(scheme, seed) for scheme in schemes for seed in by_scheme[scheme]]
     jobs = [
         (
             train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed),
@@ -87,4 +91,4 @@ def shared_models(
         for scheme, seed in keys
     ]
     found = dict(zip(keys, ensure_many(jobs, workers, what="lab models")))
-    return {s: {seed: found[(s, seed)] for seed in seeds} for s in schemes}
+    return {s: {seed: found[(s, seed)] for seed in by_scheme[s]} for s in schemes}

@@ -43,6 +43,7 @@ from poslab.lab import verdicts
 from poslab.lab.evidence import SENTENCE_KEY
 from poslab.lab.experiments import probes_tables
 from poslab.lab.experiments.common import LAB, Experiment, scheme_style_index
+from poslab.lab.plan import PILOT, QUICK_SEED_CAP, Design, Test
 from poslab.lab.premises import above_chance, all_of, attach, fits_length
 from poslab.lab.scale import ScaleTable
 from poslab.nn import positions
@@ -95,6 +96,8 @@ class Form:
         return self.train_size if self.heads_size is None else self.heads_size
 
 
+#: the arm of the MQAR head-count runs in :data:`poslab.lab.plan.QUICK_SEEDS`
+HEADS_ARM = "heads"
 #: the schemes the quick form trains: the Kazemnejad et al. ranking and the learned table
 QUICK_SCHEMES = ("none", "learned", "sinusoidal", "rope", "alibi", "t5")
 
@@ -194,6 +197,21 @@ FORMS: ScaleTable[Form] = ScaleTable(
     ),
     what="probes form",
 )
+
+
+def planned_form(form: Form) -> Form:
+    """``form`` with the quick lab's arms and seeds (:data:`poslab.lab.plan.QUICK_SEEDS`): the schemes at their
+    planned seeds (the same for every trained scheme: the claims pair them by seed), the head-count runs only
+    where the plan trains them; the arms at 0 are left to the full form."""
+    from poslab.lab.experiments.training import planned_seeds
+
+    arms = planned_seeds(EXPERIMENT.name, (*(form.schemes or ()), HEADS_ARM), quick=True)
+    schemes = tuple(s for s in form.schemes or () if s in arms)
+    counts = {len(arms[s]) for s in schemes}
+    if len(counts) > 1:
+        raise ValueError(f"probes: the plan gives the schemes different seed counts {counts}: they must be paired")
+    seeds = tuple(range(len(arms[schemes[0]]))) if schemes else form.seeds  # the form's seeds 0, 1, ...
+    return dataclasses.replace(form, schemes=schemes, seeds=seeds, heads=form.heads if HEADS_ARM in arms else ())
 
 
 def form_of(quick: bool, form: str | None = None) -> Form:
@@ -336,6 +354,41 @@ def _unmeasurable(claim: str, source: str, criterion: str, why: str) -> verdicts
     return verdicts.ClaimRecord(claim, source, criterion, why, None, None, 0, verdicts.INCONCLUSIVE)
 
 
+def _deferred(
+    claim: str,
+    source: str,
+    criterion: str,
+    arms: tuple[str, ...],
+    table: dict[str, dict[str, dict[str, Any]]],
+    n_seeds: int,
+) -> verdicts.ClaimRecord:
+    """A claim whose arms the quick form leaves to the full form (:data:`poslab.lab.plan.QUICK_SEEDS`): not testable
+    at this scale, saying why."""
+    trained = {s for cells in table.values() for s in cells}
+    missing = [a for a in arms if a not in trained]
+    premise = verdicts.Premise(
+        text=(
+            "its arms trained in this form (the quick lab trains an arm only where the pilot, "
+            f"{PILOT}, decides a claim it enters within {QUICK_SEED_CAP} seeds; "
+            "`poslab lab --full` or `--seeds N` trains every arm)"
+        ),
+        measured=f"{', '.join(missing)}: the full form only",
+        met=False,
+    )
+    record = verdicts.ClaimRecord(
+        claim,
+        source,
+        criterion,
+        "not trained in this form",
+        None,
+        None,
+        n_seeds,
+        verdicts.INCONCLUSIVE,
+        design=Design(Test.PAIRED),
+    )
+    return verdicts.with_premise(record, premise)
+
+
 # ------------------------------------------------------------------------------------ claims
 def probe_premise(
     record: verdicts.ClaimRecord, table: dict[str, dict[str, dict[str, Any]]], heads: dict[int, list[float]], form: Form
@@ -348,6 +401,8 @@ def probe_premise(
       expected to fail);
     * the head-count claim: the arm with more heads reaches it at L on MQAR.
     """
+    if record.premise is not None:  # a claim whose arms this form does not train (:func:`_deferred`)
+        return record.premise
     d = record.details
     if d["metric"].startswith("MQAR"):
         many = max(heads)
@@ -388,6 +443,18 @@ def probe_claims(
                 )
             )
             continue
+        if form.name == "quick" and any(s not in table.get(t, {}) for s in (better, worse) for t in form.ranking_tasks):
+            out.append(
+                _deferred(
+                    claim,
+                    RANKING_SOURCE,
+                    f"{metric} of {better} higher than {worse}",
+                    (better, worse),
+                    table,
+                    len(seeds),
+                )
+            )
+            continue
         a, b = past_length_scores(table, better, form, used), past_length_scores(table, worse, form, used)
         if a is None or b is None:
             who = better if a is None else worse
@@ -417,6 +484,18 @@ def probe_claims(
         claim = f"attention needs position: on {task}, {POSITIONAL} beats NoPE in length"
         source = "seed 000 §2.1; Haviv et al. 2022"
         cells = table.get(task, {})
+        if (POSITIONAL in cells) != ("none" in cells) and form.name == "quick":
+            out.append(
+                _deferred(
+                    claim,
+                    source,
+                    f"accuracy at L of {POSITIONAL} higher than none",
+                    (POSITIONAL, "none"),
+                    table,
+                    len(seeds),
+                )
+            )
+            continue
         if POSITIONAL not in cells or "none" not in cells:
             out.append(
                 _unmeasurable(
@@ -439,6 +518,18 @@ def probe_claims(
                 metric=f"{task} accuracy at L",
                 lower_is_better=False,
                 seeds=seeds,
+            )
+        )
+    if len(heads) < 2 and form.name == "quick":
+        out.append(
+            _deferred(
+                "more heads carry more relations at once: 4 heads beat 1 on multi-query associative recall "
+                "at fixed width",
+                "seed 000 Q1; Arora et al. 2023 (Zoology)",
+                f"MQAR accuracy at L of 4 heads higher than 1 head ({HEADS_SCHEME}, n_embd {form.heads_recipe.n_embd})",
+                ("4 heads", "1 head"),
+                {},
+                len(seeds),
             )
         )
     if len(heads) >= 2:
@@ -524,9 +615,13 @@ def run(
     spec = form_of(quick, form)
     if seeds is not None:
         spec = dataclasses.replace(spec, seeds=tuple(int(s) for s in seeds))
+    elif spec.name == "quick" and schemes is None:
+        spec = planned_form(spec)
     out = Path(out)
     start = time.perf_counter()
-    schemes = list(schemes) if schemes is not None else list(spec.schemes or positions.names())
+    schemes = (
+        list(schemes) if schemes is not None else list(positions.names() if spec.schemes is None else spec.schemes)
+    )
     for scheme in schemes:
         positions.get(scheme)  # an unknown name fails before any training
     workers = default_workers() if workers is None else check_workers(workers)

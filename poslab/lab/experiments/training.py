@@ -47,6 +47,22 @@ def seeds_for(n: int) -> tuple[int, ...]:
     return tuple(SEEDS[:n]) + tuple(range(SEEDS[-1] + 1, SEEDS[-1] + 1 + n - len(SEEDS)))
 
 
+def planned_seeds(
+    experiment: str, arms: Sequence[str], quick: bool, seeds: Sequence[int] | None = None
+) -> dict[str, tuple[int, ...]]:
+    """arm -> its training seeds: ``seeds`` for every arm when given (``--seeds N``: :func:`seeds_for`); else, in
+    the quick form, the plan's seeds per arm (:func:`poslab.lab.plan.quick_seeds`: the first ``n`` of
+    :func:`seeds_for`), an arm at 0 (the full form only) left out; else :data:`SEEDS` for every arm."""
+    from poslab.lab.plan import quick_seeds
+
+    if seeds is not None:
+        return {arm: tuple(int(s) for s in seeds) for arm in arms}
+    if not quick:
+        return {arm: SEEDS for arm in arms}
+    counts = {arm: quick_seeds(experiment, arm) for arm in arms}
+    return {arm: seeds_for(n) for arm, n in counts.items() if n > 0}
+
+
 #: validation windows averaged for the per-position loss of the context premise: every whole window of
 #: the split (``None``). 64 windows give each position 64 targets, a noise of about 0.1 nats per point, as
 #: large as the premise's margin (:data:`poslab.lab.premises.CONTEXT_MARGIN`)

@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -322,13 +323,26 @@ def kind_counts(verdicts: list[claims_mod.Verdict]) -> dict[str, int]:
     return counts
 
 
-def summary_counts(verdicts: list[claims_mod.Verdict]) -> str:
+def decided_share(kinds: Iterable[tuple[str, int]]) -> tuple[int, int]:
+    """``(decided, testable)`` over ``(kind, n_seeds)`` pairs: of the lesson's seeded claims on models that met their
+    premises (kind held, wrong or inconclusive, with seeds), how many a measurement decided (held or wrong)."""
+    testable = [k for k, n in kinds if n > 0 and k in ("held", "wrong", "inconclusive")]
+    return sum(k in ("held", "wrong") for k in testable), len(testable)
+
+
+def summary_counts(verdicts: list[claims_mod.Verdict], share: bool = False) -> str:
+    """The count of each kind; with ``share``, also how many of the testable seeded claims were decided."""
     counts = kind_counts(verdicts)
-    return " ".join(
+    out = " ".join(
         f"<span class='count {k}'>{esc(t('count', n=counts[k], name=t('kind.' + k)))}</span>"
         for k in KINDS
         if (counts[k] or k in ALWAYS_COUNTED) and k not in NOT_TALLIED
     )
+    decided, testable = decided_share((kind(v.record), v.record.n_seeds) for v in verdicts)
+    if share and testable:
+        text = t("share", decided=decided, testable=testable, percent=f"{100 * decided / testable:.0f}")
+        out += f" <span class='count share'>{esc(text)}</span>"
+    return out
 
 
 def legend() -> str:
@@ -626,7 +640,7 @@ def _page(lab_dir: Path) -> str:
     )
     claims_section = (
         f"<section id='claims'><h2>{esc(t('nav.claims'))}</h2><p class='lessons'>{esc(t('claims.intro'))} · "
-        f"{summary_counts(verdicts)}</p><p class='note'>{esc(t('rule'))}</p>"
+        f"{summary_counts(verdicts, share=True)}</p><p class='note'>{esc(t('rule'))}</p>"
         f"{verdict_table([v for v in verdicts if kind(v.record) != 'untestable'], with_folder=True)}{apart}</section>"
     )
     nav_items = [(s.key, section_text(s, "title")) for s in SECTIONS] + ([("other", t("nav.other"))] if others else [])
@@ -639,7 +653,8 @@ def _page(lab_dir: Path) -> str:
     built = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     body = (
         f"<header><h1>{esc(t('page.title'))}</h1><p>{esc(t('page.intro', mode=mode_text, built=built))}</p>"
-        f"<p>{summary_counts(verdicts)}</p>{legend()}{''.join(warning(x) for x in manifest.get(MANIFEST_ERRORS, []))}"
+        f"<p>{summary_counts(verdicts, share=True)}</p>{legend()}"
+        f"{''.join(warning(x) for x in manifest.get(MANIFEST_ERRORS, []))}"
         "</header>"
         f"<div class='layout'><nav>{nav}</nav><main>{claims_section}{guide_html(lab_dir, verdicts)}{''.join(sections)}"
         f"{machine_html(manifest)}</main></div>"

@@ -94,6 +94,10 @@ UI: dict[str, dict[str, str]] = {
         "zh": "poslab 附注：poslab 自己的检查（不是课文中的论断），列出结果，但不计入课文论断的统计",
     },
     "count": {"en": "{n} {name}", "zh": "{name} {n} 条"},
+    "share": {
+        "en": "of the {testable} seeded claims on models that met their premises, {decided} decided ({percent}%)",
+        "zh": "在模型满足前提的 {testable} 条多种子论断中，{decided} 条得出结论（{percent}%）",
+    },
     "legend.title": {"en": "What the badges mean", "zh": "标记的含义"},
     # navigation and sections
     "nav.claims": {"en": "Claims checked", "zh": "检验的论断"},

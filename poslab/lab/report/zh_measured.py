@@ -500,6 +500,14 @@ MEASURED: tuple[tuple[str, str], ...] = (
     ),
     (r"(?P<task>\w+) was not trained with both schemes in this form", "此版本中 {task} 任务没有用两种编码都训练"),
     (
+        r"its arms trained in this form \(the quick lab trains an arm only where the pilot, (?P<f>[\w/._-]+), "
+        r"decides a claim it enters within (?P<n>\d+) seeds; `poslab lab --full` or `--seeds N` trains every arm\)",
+        "它的各组在此版本中训练过（快速版只训练这样的组：据试点 {f}，它参与的某条论断在 {n} 个种子以内能判定；"
+        "`poslab lab --full` 或 `--seeds N` 训练每一组）",
+    ),
+    (r"(?P<a>[\w, ]+): the full form only", "{a}：只在完整版中训练"),
+    ("not trained in this form", "此版本中没有训练"),
+    (
         rf"raw rise (?P<r>{PM}) nats \(uniform rows: (?P<u>{NUM})\)",
         "原始增量 {r} nats（均匀注意力行：{u}）",
     ),
