@@ -94,8 +94,8 @@ def smoke_dir(tmp_path_factory) -> Path:
 def test_the_snapshot_page_has_no_english_sentence(snapshot_dir):
     page = build_report(snapshot_dir, snapshot_dir / "report.zh.html", lang="zh").read_text(encoding="utf-8")
     assert english_sentences(page) == []
-    assert "配对差（取对数）0.501 ± 0.117 (n=3)" in page  # numbers and scheme names as measured
-    assert "rope 14.340 ± 2.125 (n=3) 对比 learned 23.520 ± 1.717 (n=3)" in page
+    assert "配对差（取对数）0.482 ± 0.103 (n=4)" in page  # numbers and scheme names as measured
+    assert "rope 13.910 ± 1.936 (n=4) 对比 learned 22.477 ± 2.513 (n=4)" in page
 
 
 def test_the_smoke_lab_page_has_no_english_sentence(smoke_dir):
@@ -122,7 +122,7 @@ def test_the_scan_finds_the_english_the_page_would_show(snapshot_dir, monkeypatc
 def test_the_english_page_shows_the_texts_as_written(snapshot_dir):
     page = build_report(snapshot_dir, snapshot_dir / "report.html").read_text(encoding="utf-8")
     assert "RoPE reads past the training length better than a learned table" in page
-    assert "rope 14.340 ± 2.125 (n=3) vs learned 23.520 ± 1.717 (n=3)" in page
+    assert "rope 13.910 ± 1.936 (n=4) vs learned 22.477 ± 2.513 (n=4)" in page
     assert "对比" not in page and "前提未满足" not in page
 
 
