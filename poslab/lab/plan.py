@@ -51,6 +51,8 @@ MAX_SEEDS = 200
 class Test(str, enum.Enum):
     """How a seeded claim is tested (the value is what the page prints)."""
 
+    __test__ = False  # a statistical test, not a pytest class
+
     PAIRED = "paired t-test"
     WELCH = "Welch t-test"
     ONE_SAMPLE = "one-sample t-test"
