@@ -19,6 +19,8 @@ decided"; ``tests/test_plan.py`` pins it):
 * **Power you can see.** Every seeded record gets the minimum effect its test detects at its measured
   noise (80% power at its Holm step) and the seeds that would detect the measured effect
   (:func:`power`), so an inconclusive claim says what would decide it.
+* **Seeds per arm from a pilot.** The quick lab's seed counts (:data:`QUICK_SEEDS`) follow one rule
+  (:func:`arm_seeds`) from a pilot lab's seeds to decide each claim (:data:`PILOT`).
 
 The adjustment is made once, by the pipeline before the console, ``results.json`` and the report see
 the records (:func:`poslab.lab.experiments.run_experiment`), and recorded in each record's
