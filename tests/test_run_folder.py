@@ -317,3 +317,45 @@ def test_an_overwrite_killed_early_is_cleaned_up(run, tang_corpus, new_run_start
         assert results["resumed_from"] is None and results["steps"] == 5
         assert not list(run.parent.glob(".A.replaced-*"))
     record(request, resume_edge_cases_ok=1)
+
+
+def test_a_checkpoint_file_vanishing_mid_write_stops_the_training_in_one_line(tmp_path, corpus, monkeypatch):
+    """``rm -rf RUN`` removes the files before the folder: a checkpoint file can vanish between its write and its
+    checksum while the folder and config.json are still there. That is the folder being deleted, not a bug: the
+    training stops with :class:`RunFolderMoved`, not a bare ``FileNotFoundError``."""
+    from poslab.runs import RunFolderMoved
+    from poslab.training import checkpoint as ckpt_module
+
+    cfg = tiny(tmp_path / "runs", corpus, ckpt_interval=2, max_steps=6)
+    real = ckpt_module.sha256_file
+    deleting = {"on": False}
+
+    def vanish(path, *args, **kwargs):
+        if deleting["on"]:
+            os.unlink(path)  # another process's rm -rf got there first
+        return real(path, *args, **kwargs)
+
+    def start_deleting(step: int, record: dict) -> None:
+        deleting["on"] = step >= 2
+
+    monkeypatch.setattr(ckpt_module, "sha256_file", vanish)
+    with pytest.raises(
+        RunFolderMoved, match=r"was deleted or moved during training .* before writing checkpoint step 4"
+    ):
+        train(cfg, callback=start_deleting, progress=False)
+    assert (cfg.run_dir / "config.json").exists()  # the folder was still in place: the vanished file decided
+
+
+def test_a_missing_file_outside_the_run_folder_is_not_taken_for_a_deleted_folder(tmp_path):
+    from poslab.runs import RunFolder, RunFolderMoved
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    folder = RunFolder(run)
+    folder.prepare_for_writing()
+    with pytest.raises(FileNotFoundError) as found, folder.writing("a file"):
+        open(tmp_path / "elsewhere.txt")  # noqa: SIM115 - raises before anything is opened
+    assert not isinstance(found.value, RunFolderMoved)
+    with pytest.raises(RunFolderMoved), folder.writing("a file"):
+        open(run / "checkpoints" / "gone.json")  # noqa: SIM115

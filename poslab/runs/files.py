@@ -324,20 +324,33 @@ class RunFiles:
 
     @contextlib.contextmanager
     def writing(self, what: str) -> Iterator[None]:
-        """A training's write of ``what``; :class:`RunFolderMoved` if the folder moved since it began writing."""
+        """A training's write of ``what``; :class:`RunFolderMoved` if the folder moved since it began writing, or
+        a file of it vanished during the write (another process deleting the folder: ``rm -rf`` removes the
+        files before the folder, so the folder can still be in place when the write finds its file gone)."""
         self._check_in_place(what)
         try:
             yield
-        except FileNotFoundError:
+        except FileNotFoundError as err:
             self._check_in_place(what)
+            if self._folder_id is not None and any(self._holds(name) for name in (err.filename, err.filename2)):
+                raise self._moved(what) from None
             raise
+
+    def _holds(self, name: object) -> bool:
+        """Whether ``name`` is a path inside this run folder."""
+        if not isinstance(name, (str, os.PathLike)):
+            return False
+        return Path(os.path.abspath(name)).is_relative_to(Path(os.path.abspath(self.path)))
+
+    def _moved(self, what: str) -> RunFolderMoved:
+        return RunFolderMoved(
+            f"run folder {str(self.path)!r} was deleted or moved during training (it is not the folder "
+            f"the training started in); stopped before writing {what}: nothing is recreated there"
+        )
 
     def _check_in_place(self, what: str) -> None:
         if self._folder_id is not None and not (self.in_place() and self.is_run):
-            raise RunFolderMoved(
-                f"run folder {str(self.path)!r} was deleted or moved during training (it is not the folder "
-                f"the training started in); stopped before writing {what}: nothing is recreated there"
-            )
+            raise self._moved(what)
 
 
 def number(value: Any, default: float) -> float:
