@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 #: seconds ``--ray-address`` is given to answer (:data:`RAY_TIMEOUT_ENV` changes it)
@@ -74,6 +75,7 @@ def connect_ray(ray: Any, address: str, timeout: float) -> None:
         except OSError as err:
             reason = err.strerror or type(err).__name__
             raise ValueError(f"--ray-address {address!r}: no Ray cluster there ({reason})") from None
+    start = time.monotonic()
     refused = _probe(address, timeout)
     if refused is not None:
         raise ValueError(f"--ray-address {address!r}: {refused}")
@@ -88,7 +90,7 @@ def connect_ray(ray: Any, address: str, timeout: float) -> None:
 
     thread = threading.Thread(target=init, name="poslab-ray-connect", daemon=True)
     thread.start()
-    thread.join(timeout)
+    thread.join(max(timeout - (time.monotonic() - start), 1.0))  # one deadline for the probe and the join
     if not outcome:
         raise ValueError(
             f"--ray-address {address!r}: no Ray cluster answered within {timeout:g} s ({RAY_TIMEOUT_ENV} sets the wait)"

@@ -354,6 +354,15 @@ def _unmeasurable(claim: str, source: str, criterion: str, why: str) -> verdicts
     return verdicts.ClaimRecord(claim, source, criterion, why, None, None, 0, verdicts.INCONCLUSIVE)
 
 
+HEADS_SOURCE = "seed 000 Q1; Arora et al. 2023 (Zoology)"  # where the head-count claim is made
+
+
+def _heads_claim(few: int, many: int) -> str:
+    """The head-count claim's words for ``many`` against ``few`` heads."""
+    what = f"{many} heads beat {few} on multi-query associative recall at fixed width"
+    return f"more heads carry more relations at once: {what}"
+
+
 def _deferred(
     claim: str,
     source: str,
@@ -375,17 +384,8 @@ def _deferred(
         measured=f"{', '.join(missing)}: the full form only",
         met=False,
     )
-    record = verdicts.ClaimRecord(
-        claim,
-        source,
-        criterion,
-        "not trained in this form",
-        None,
-        None,
-        n_seeds,
-        verdicts.INCONCLUSIVE,
-        design=Design(Test.PAIRED),
-    )
+    record = _unmeasurable(claim, source, criterion, "not trained in this form")
+    record = dataclasses.replace(record, n_seeds=n_seeds, design=Design(Test.PAIRED))
     return verdicts.with_premise(record, premise)
 
 
@@ -520,14 +520,15 @@ def probe_claims(
                 seeds=seeds,
             )
         )
-    if len(heads) < 2 and form.name == "quick":
+    if len(heads) < 2 and form.name == "quick":  # the plan leaves the head-count runs to the full form
+        few, many = min(FORMS["quick"].heads), max(FORMS["quick"].heads)
         out.append(
             _deferred(
-                "more heads carry more relations at once: 4 heads beat 1 on multi-query associative recall "
-                "at fixed width",
-                "seed 000 Q1; Arora et al. 2023 (Zoology)",
-                f"MQAR accuracy at L of 4 heads higher than 1 head ({HEADS_SCHEME}, n_embd {form.heads_recipe.n_embd})",
-                ("4 heads", "1 head"),
+                _heads_claim(few, many),
+                HEADS_SOURCE,
+                f"MQAR accuracy at L of {many} heads higher than {few} head "
+                f"({HEADS_SCHEME}, n_embd {form.heads_recipe.n_embd})",
+                (f"{many} heads", f"{few} head"),
                 {},
                 len(seeds),
             )
@@ -535,9 +536,8 @@ def probe_claims(
     if len(heads) >= 2:
         few, many = min(heads), max(heads)
         record = verdicts.paired(
-            f"more heads carry more relations at once: {many} heads beat {few} on multi-query associative recall "
-            f"at fixed width",
-            "seed 000 Q1; Arora et al. 2023 (Zoology)",
+            _heads_claim(few, many),
+            HEADS_SOURCE,
             heads[many],
             heads[few],
             better_label=f"{many} heads",
