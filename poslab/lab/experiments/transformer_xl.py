@@ -175,7 +175,7 @@ def step_times(model: GPT, batch: int, mem_len: int, steps: int) -> dict[str, fl
     x = torch.randint(0, model.config.vocab_size, (batch, L), generator=generator)
     model.train()
     memory = SegmentMemory(mem_len)
-    model(x, x, memory=memory)  # fill the memory with one segment
+    model(x, x, cache=memory)  # fill the memory with one segment
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     times: dict[str, list[float]] = {"memory": [], "none": []}
@@ -184,7 +184,7 @@ def step_times(model: GPT, batch: int, mem_len: int, steps: int) -> dict[str, fl
             for variant in ("memory", "none"):
                 start = time.process_time()
                 if variant == "memory":
-                    _, loss = model(x, x, memory=memory)
+                    _, loss = model(x, x, cache=memory)
                 else:
                     _, loss = model(x, x)
                 loss.backward()
