@@ -82,9 +82,19 @@ def lm_premise(runs: dict[str, list[dict]], arms: list[str], bigram: float, cont
 
 # ------------------------------------------------------------------------------------ training
 def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[str, Any]:
-    """Train one variant (in this process or a worker) unless its folder holds a finished identical run; summarise it.
+    """Train one variant (in this process or a worker) unless its folder holds a finished identical run; summarise it
+    (:func:`summarise_run`). An interrupted identical run continues from its checkpoint (:func:`train_or_resume`)."""
+    from poslab.training.config import TrainConfig
 
-    An interrupted identical run continues from its checkpoint (:func:`train_or_resume`).
+    cfg = TrainConfig.from_dict(values)
+    if not same_run(cfg.run_dir, cfg):  # one finished by an earlier call (a shard of the step) is not trained again
+        train_or_resume(cfg, progress)
+    return summarise_run(values, str(cfg.run_dir))
+
+
+def summarise_run(values: dict[str, Any], run_dir: str) -> dict[str, Any]:
+    """The summary of the finished run in ``run_dir`` trained with the config ``values``
+    (:class:`poslab.lab.experiments.declaration.RunSummary`'s fields).
 
     ``val_loss_all`` is the loss on the whole validation split in consecutive windows of the training
     length: the same tokens for every run and seed, so it carries no evaluation-sampling noise.
@@ -92,20 +102,15 @@ def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[s
     (:data:`CONTEXT_WINDOWS`; causal models, ``None`` for a masked LM).
     """
     from poslab.analysis.eval import loss_by_position
-    from poslab.runs import load_run, read_metrics
+    from poslab.runs import RunFolder, load_run, read_metrics
     from poslab.training.config import TrainConfig
     from poslab.training.data import prepare_data
     from poslab.training.loop import evaluate_loss
 
     cfg = TrainConfig.from_dict(values)
-    if same_run(cfg.run_dir, cfg):  # finished by an earlier call (a shard of the step): summarised, not trained again
-        from poslab.runs import RunFolder
-
-        results = RunFolder(cfg.run_dir).results() or {}
-    else:
-        results = train_or_resume(cfg, progress)
-    metrics = read_metrics(cfg.run_dir)
-    model, tokenizer, _ = load_run(cfg.run_dir)
+    results = RunFolder(run_dir).results() or {}
+    metrics = read_metrics(run_dir)
+    model, tokenizer, _ = load_run(run_dir)
     data = prepare_data(cfg, tokenizer)
     block = model.config.block_size
     val_all = evaluate_loss(model, data.val, block, max(1, 8192 // block), None, objective=cfg.objective)
@@ -125,8 +130,25 @@ def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[s
         "threads": results["threads"],
         "val_curve": [(r["step"], r["val_loss"]) for r in metrics if "val_loss" in r],
         "train_curve": [(r["step"], r["loss"]) for r in metrics],
-        "run_dir": str(cfg.run_dir),
+        "run_dir": str(run_dir),
     }
+
+
+def summarise_many(runs: Sequence[tuple[dict[str, Any], Path]], workers: int | None = None) -> list[dict[str, Any]]:
+    """:func:`summarise_run` of every finished ``(config values, run folder)``, ``workers`` at a time (each in its own
+    process on one thread when more than one), in order."""
+    workers = default_workers() if workers is None else check_workers(workers)
+    alone = workers == 1 or len(runs) <= 1
+    tasks = [
+        Task(
+            Path(path).name,
+            summarise_run,
+            ({**values, **({} if alone else {"threads": values.get("threads") or 1})}, str(path)),
+            gpus=runner.gpus_for(values),
+        )
+        for values, path in runs
+    ]
+    return train_many(tasks, 1 if alone else workers, sharded=True)
 
 
 def train_variants(
