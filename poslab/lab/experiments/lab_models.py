@@ -65,6 +65,28 @@ def shared_model(scheme: str, size: Scale, out: Path, reuses: Sequence[str], see
     return ensure_trained(cfg, reuse=reuse_candidates(scheme, size, out, seed, reuses))
 
 
+def lab_model_arms(
+    schemes: Sequence[str],
+    size: Scale,
+    out: Path,
+    reuses: Sequence[str],
+    seeds: tuple[int, ...] | Mapping[str, tuple[int, ...]] = SEEDS,
+) -> tuple[dict[str, dict[int, dict]], dict[str, dict[int, tuple[Path, ...]]]]:
+    """The lab models of every scheme and seed as a declared experiment's arms: scheme -> seed -> training config
+    (trained into ``OUT/models/SIZE/NAME``), and scheme -> seed -> where a finished identical one may already be
+    (:func:`reuse_candidates`). ``seeds``: the seeds of every scheme, or scheme -> its seeds."""
+    by_scheme = {s: tuple(seeds[s]) if isinstance(seeds, Mapping) else tuple(seeds) for s in schemes}
+    arms = {
+        scheme: {
+            seed: train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed).to_dict()
+            for seed in by_scheme[scheme]
+        }
+        for scheme in schemes
+    }
+    reuse = {s: {seed: reuse_candidates(s, size, out, seed, reuses) for seed in by_scheme[s]} for s in schemes}
+    return arms, reuse
+
+
 def shared_models(
     schemes: Sequence[str],
     size: Scale,
