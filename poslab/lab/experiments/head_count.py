@@ -42,7 +42,7 @@ from poslab.lab.verdicts import best_of, paired
 
 HEADS = (1, 2, 4, 8, 16)
 #: the count-model baseline every seed of every head count must be clearly below
-#: (:func:`poslab.lab.experiments.training.lm_premise`). Both claims are about the loss a head split reaches,
+#: (:func:`claims`). Both claims are about the loss a head split reaches,
 #: not about what the heads learn: seed 000 §1.4 says "减小 d_k 往往提升效果" (a smaller d_k often improves the
 #: result) and seed 002 §3.2 "最优头数 ≈ √(d_model/16)" (the best head count), and seed 001's exercise 2, the
 #: lesson's own test of it, is "各訓練 1000 步，比較驗證損失" (train each for 1000 steps and compare the

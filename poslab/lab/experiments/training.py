@@ -2,8 +2,9 @@
 
 Not an experiment (the registry in ``__init__`` lists the experiment modules by name). Every
 experiment that trains several models hands them to :func:`poslab.jobs.runner.train_many` through
-:func:`train_variants` (one config per run, summarised) or :func:`ensure_many` (configs trained
-unless an identical finished run exists).
+:func:`ensure_many` (configs trained unless an identical finished run exists; a declared experiment's arms
+through :func:`poslab.lab.experiments.declaration.ensure_runs`, which summarises them with
+:func:`summarise_many`) or :func:`train_variants` (one config per run, summarised).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from poslab.jobs.runner import Task, check_workers, default_workers, train_many
 from poslab.lab.premises import all_of, below_bigram, uses_context
 from poslab.lab.report.i18n import t
 from poslab.lab.scale import SEED, SEEDS, Scale, preset_config  # noqa: F401  (SEED re-exported: the experiments' seeds are here)
-from poslab.lab.tables import KeyTable, Table, spread
+from poslab.lab.tables import Table, spread
 from poslab.lab.verdicts import ClaimRecord, Premise, missed_by, num, tally
 from poslab.training.step import StepSettings, train_step
 
@@ -540,8 +541,3 @@ def runs_table(results: dict, label: str) -> Table:
         (t(label), t("key.train.val"), t("key.train.best"), t("key.train.params"), "tokens/s"),
         tuple(row for _, row in rows),
     )
-
-
-#: the key table of an experiment whose arms are position schemes / other runs
-SCHEME_TABLES = (KeyTable("validation loss per scheme", lambda r: runs_table(r, "key.scheme")),)
-RUN_TABLES = (KeyTable("validation loss per run", lambda r: runs_table(r, "key.run")),)
