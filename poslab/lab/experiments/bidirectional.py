@@ -258,7 +258,7 @@ def run(
         out: output folder (runs in ``out/runs/ARM-sSEED``, plot ``out/bidirectional_curves.png``).
         quick: the short form (module docstring).
         base: a config mapping replacing the base (tests use a tiny one).
-        workers: trainings at a time (:func:`poslab.lab.experiments.training.train_variants`).
+        workers: trainings at a time (:func:`poslab.lab.experiments.training.train_seeded`).
         seeds: training seeds (at least 3 for a conclusive verdict).
         leak_layers: depths of the leak experiment.
     """

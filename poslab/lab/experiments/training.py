@@ -2,9 +2,10 @@
 
 Not an experiment (the registry in ``__init__`` lists the experiment modules by name). Every
 experiment that trains several models hands them to :func:`poslab.jobs.runner.train_many` through
-:func:`ensure_many` (configs trained unless an identical finished run exists; a declared experiment's arms
+:func:`ensure_many` (configs trained unless an identical finished run exists): a declared experiment's arms
 through :func:`poslab.lab.experiments.declaration.ensure_runs`, which summarises them with
-:func:`summarise_many`) or :func:`train_variants` (one config per run, summarised).
+:func:`summarise_many`, the others through :func:`train_seeded` (the same, for arms given as overrides of one
+base config) or directly.
 """
 
 from __future__ import annotations
@@ -82,17 +83,6 @@ def lm_premise(runs: dict[str, list[dict]], arms: list[str], bigram: float, cont
 
 
 # ------------------------------------------------------------------------------------ training
-def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[str, Any]:
-    """Train one variant (in this process or a worker) unless its folder holds a finished identical run; summarise it
-    (:func:`summarise_run`). An interrupted identical run continues from its checkpoint (:func:`train_or_resume`)."""
-    from poslab.training.config import TrainConfig
-
-    cfg = TrainConfig.from_dict(values)
-    if not same_run(cfg.run_dir, cfg):  # one finished by an earlier call (a shard of the step) is not trained again
-        train_or_resume(cfg, progress)
-    return summarise_run(values, str(cfg.run_dir))
-
-
 def summarise_run(values: dict[str, Any], run_dir: str) -> dict[str, Any]:
     """The summary of the finished run in ``run_dir`` trained with the config ``values``
     (:class:`poslab.lab.experiments.declaration.RunSummary`'s fields).
@@ -152,91 +142,6 @@ def summarise_many(runs: Sequence[tuple[dict[str, Any], Path]], workers: int | N
     return train_many(tasks, 1 if alone else workers, sharded=True)
 
 
-def train_variants(
-    out: Path, base: dict[str, Any], variants: dict[str, dict[str, Any]], workers: int | None = None
-) -> dict[str, dict]:
-    """Train one run per variant (``model`` overrides merged key by key) into ``out/runs/LABEL``.
-
-    A variant whose folder holds a finished run of the same config is summarised without training.
-    Inside a sharded step (:func:`poslab.jobs.runner.use_shard`) only the shard's slice of the
-    variants is trained, and :class:`poslab.jobs.runner.ShardFinished` stops the step while another
-    shard's run is unfinished.
-
-    Args:
-        out: the experiment's folder.
-        base: the config every variant starts from.
-        variants: label -> overrides.
-        workers: trainings at a time (``None``: :func:`poslab.jobs.runner.default_workers`). With more
-            than one, each training runs in its own process on one thread (unless ``base`` sets
-            ``threads``) without a live progress bar, and a line is printed as each finishes.
-
-    Returns:
-        label -> {final/best val loss, tokens/s, wall time, curve [(step, val_loss)], train curve},
-        in the order of ``variants``.
-
-    Raises:
-        ValueError: ``workers`` < 1.
-    """
-    from poslab.training.config import TrainConfig
-
-    workers = default_workers() if workers is None else check_workers(workers)
-    jobs = {}
-    for label, override in variants.items():
-        values = {**base, **{k: v for k, v in override.items() if k != "model"}}
-        values["model"] = {**base.get("model", {}), **override.get("model", {})}
-        values.update(name=label, out_dir=str(out / "runs"))
-        TrainConfig.from_dict(values)  # every config checked before the first training starts
-        jobs[label] = values
-    alone = workers == 1 or len(jobs) == 1
-    if not alone:
-        print(
-            f"\n--- training {len(jobs)} runs, {min(workers, len(jobs))} at a time (one thread each): "
-            f"{', '.join(jobs)}",
-            flush=True,
-        )
-    tasks = [
-        Task(
-            label,
-            _train_variant,
-            (label, values if alone else {**values, "threads": values.get("threads") or 1}, alone),
-            gpus=runner.gpus_for(values),
-        )
-        for label, values in jobs.items()
-    ]
-    finished: list[str] = []
-
-    def done(task: Task, result: dict[str, Any]) -> None:
-        finished.append(task.label)
-        if not alone:
-            print(
-                f"--- {task.label}: final val loss {result['final_val_loss']:.4f}, {result['tokens_per_s']:,.0f} "
-                f"tokens/s, {result['wall_time_s']:.0f}s ({len(finished)}/{len(jobs)} done)",
-                flush=True,
-            )
-
-    def run(some: list[Task]) -> dict[str, dict]:
-        if alone:  # one after another in this process, each with its live progress bar
-            summary = {}
-            for task in some:
-                print(f"\n--- {task.label}")
-                summary[task.label] = train_many([task], 1, sharded=True)[0]
-            return summary
-        return dict(zip((t.label for t in some), train_many(some, workers, on_done=done, sharded=True)))
-
-    mine = set(runner.shard_indices(len(tasks)))
-    summary = run([t for i, t in enumerate(tasks) if i in mine])
-    if len(mine) < len(tasks):  # a sharded step: the other shards' runs are summarised here once all are finished
-        others = [i for i in range(len(tasks)) if i not in mine]
-        left = [
-            i
-            for i in others
-            if not same_run(out / "runs" / tasks[i].label, TrainConfig.from_dict(jobs[tasks[i].label]))
-        ]
-        runner.end_of_stage("runs", trained=len(mine), in_shard=len(mine), total=len(tasks), left=len(left))
-        summary.update(run([tasks[i] for i in others]))
-    return {label: summary[label] for label in jobs}
-
-
 def train_seeded(
     out: Path,
     base: dict[str, Any],
@@ -244,14 +149,28 @@ def train_seeded(
     seeds: tuple[int, ...] = SEEDS,
     workers: int | None = None,
 ) -> dict[str, list[dict]]:
-    """:func:`train_variants` for every variant and seed: runs ``out/runs/LABEL-sSEED``.
+    """Every variant (``model`` overrides merged key by key into ``base``) trained with every seed into
+    ``out/runs/LABEL-sSEED`` and summarised, through :func:`poslab.lab.experiments.declaration.ensure_runs`: a
+    finished identical run is summarised without training, an interrupted one resumes; inside a sharded step
+    only the shard's slice is trained (:func:`ensure_many`).
+
+    Args:
+        workers: trainings at a time (``None``: :func:`poslab.jobs.runner.default_workers`); with more than one,
+            each in its own process on one thread.
 
     Returns:
-        label -> one run summary per seed (in the order of ``seeds``).
+        label -> one run summary per seed (in the order of ``seeds``), as dicts.
+
+    Raises:
+        ValueError: ``workers`` < 1, or a config :class:`~poslab.training.config.TrainConfig` refuses (before any
+            training starts).
     """
-    jobs = {f"{label}-s{seed}": {**override, "seed": seed} for label, override in variants.items() for seed in seeds}
-    summary = train_variants(out, base, jobs, workers)
-    return {label: [summary[f"{label}-s{seed}"] for seed in seeds] for label in variants}
+    from poslab.lab.experiments.declaration import Plan, ensure_runs, seeded_arms
+
+    workers = None if workers is None else check_workers(workers)
+    arms = seeded_arms(out, base, variants, {label: tuple(seeds) for label in variants})
+    runs = ensure_runs(Plan(None, arms), workers)
+    return {label: [dataclasses.asdict(s) for s in runs.summaries(label)] for label in variants}
 
 
 def seed_values(runs: list[dict], key: str = "val_loss_all") -> list[float]:
@@ -393,7 +312,7 @@ def train_preset_model(out: Path, scale: Scale, seed: int) -> Path:
     return cfg.run_dir
 
 
-def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
+def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = (), progress: bool = False) -> Path:
     """Train ``cfg`` unless a completed identical run exists in its folder or one of ``reuse``
     (:func:`train_or_resume`: an interrupted one continues).
 
@@ -404,15 +323,16 @@ def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
     for candidate in (run_dir, *reuse):
         if same_run(candidate, cfg):
             return candidate
-    train_or_resume(cfg)
+    train_or_resume(cfg, progress)
     return run_dir
 
 
-def _ensure_in_worker(values: dict[str, Any], reuse: tuple[str, ...]) -> str:
-    """Worker: :func:`ensure_trained` of one config given as a dict; returns the run folder."""
+def _ensure_in_worker(values: dict[str, Any], reuse: tuple[str, ...], progress: bool = False) -> str:
+    """Worker: :func:`ensure_trained` of one config given as a dict (a live progress bar when ``progress``);
+    returns the run folder."""
     from poslab.training.config import TrainConfig
 
-    return str(ensure_trained(TrainConfig.from_dict(values), tuple(Path(r) for r in reuse)))
+    return str(ensure_trained(TrainConfig.from_dict(values), tuple(Path(r) for r in reuse), progress))
 
 
 def ensure_many(
@@ -457,6 +377,7 @@ def ensure_many(
             (
                 {**jobs[i][0].to_dict(), **({} if alone else {"threads": jobs[i][0].threads or 1})},
                 tuple(str(p) for p in jobs[i][1]),
+                alone,
             ),
             gpus=runner.gpus_for(jobs[i][0].to_dict()),
         )

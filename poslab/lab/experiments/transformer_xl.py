@@ -326,7 +326,7 @@ def run(
         seeds: training seeds (at least 3 for a conclusive verdict).
         model, steps: geometry and training overrides (tests use tiny ones).
         corpus: replaces the lab's corpus (tests use a short text).
-        workers: trainings at a time (:func:`poslab.lab.experiments.training.train_variants`).
+        workers: trainings at a time (:func:`poslab.lab.experiments.training.train_seeded`).
     """
     out = Path(out)
     form = "quick" if quick else "full"
