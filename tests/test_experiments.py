@@ -7,6 +7,7 @@ read the ``results.json`` files a user would read.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -377,3 +378,36 @@ def test_an_experiment_is_one_module_and_one_registry_line(tmp_path, monkeypatch
     html = build_report(tmp_path / "lab").read_text(encoding="utf-8")
     assert "<caption>toy losses</caption>" not in html
     assert "the table “toy losses” cannot be built: results.json has no field “losses”" in html
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cell:
+    mean: float
+    rise: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Result:
+    cells: dict[str, list[_Cell]]
+    curve: list[tuple[int, float]]
+    by_seed: dict[int, float]
+    label: str | int
+
+
+def test_a_typed_result_reads_back_from_its_json_and_names_what_it_lacks():
+    """A declared experiment's result is written as JSON (:func:`declaration.to_json`) and read back into its type
+    (:func:`declaration.load`) for the report: equal after the round trip; a missing field is a ``KeyError`` naming
+    it (the report names the table and the field), a value of another type a ``TypeError``."""
+    from poslab.lab.experiments.declaration import load, to_json
+
+    result = _Result({"4": [_Cell(1.5, 0.25), _Cell(2, None)]}, [(0, 3.5), (10, 2.0)], {1337: 0.5}, 7)
+    data = json.loads(json.dumps(to_json(result)))
+    assert data["by_seed"] == {"1337": 0.5} and data["curve"] == [[0, 3.5], [10, 2.0]]
+    assert load(_Result, data) == result
+    del data["cells"]["4"][0]["mean"]
+    with pytest.raises(KeyError, match="mean"):
+        load(_Result, data)
+    with pytest.raises(TypeError, match="expected float, got str"):
+        load(_Result, {**to_json(result), "by_seed": {"1": "high"}})
+    with pytest.raises(TypeError, match="none of its types"):
+        load(_Result, {**to_json(result), "label": [1]})

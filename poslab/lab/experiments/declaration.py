@@ -180,8 +180,16 @@ def load(kind: Any, data: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         if data is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return load(inner, data)
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:
+            return load(options[0], data)  # a missing field of an optional dataclass is named (KeyError)
+        errors = []
+        for inner in options:
+            try:
+                return load(inner, data)
+            except (TypeError, ValueError, KeyError) as err:
+                errors.append(err)
+        raise TypeError(f"{kind}: {data!r:.40} is none of its types ({'; '.join(map(str, errors))})")
     if origin in (list, Sequence):
         return [load(args[0], v) for v in _items(kind, data)]
     if origin is tuple:
