@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from poslab.checks import is_int
 from poslab.display import cut, print_table
@@ -26,6 +26,9 @@ from poslab.lab.scale import SEED, SEEDS, Scale, preset_config  # noqa: F401  (S
 from poslab.lab.tables import Table, spread
 from poslab.lab.verdicts import ClaimRecord, Premise, missed_by, num, tally
 from poslab.training.step import StepSettings, train_step
+
+if TYPE_CHECKING:
+    from poslab.lab.experiments.declaration import RunSummary
 
 
 def check_seeds(n: object) -> int:
@@ -71,14 +74,16 @@ def planned_seeds(
 CONTEXT_WINDOWS: int | None = None
 
 
-def lm_premise(runs: dict[str, list[dict]], arms: list[str], bigram: float, context: bool = False) -> Premise:
-    """The language-model premise of a claim over ``arms`` of :func:`train_seeded`'s runs: every seed's
+def lm_premise(
+    runs: Mapping[str, Sequence[RunSummary]], arms: list[str], bigram: float, context: bool = False
+) -> Premise:
+    """The language-model premise of a claim over ``arms`` of a declared experiment's run summaries: every seed's
     whole-split loss clearly below the bigram baseline, and (``context``) every seed using its context
     within the window (:func:`poslab.lab.premises.uses_context`)."""
-    found = below_bigram({a: seed_values(runs[a]) for a in arms}, bigram)
+    found = below_bigram({a: [r.val_loss_all for r in runs[a]] for a in arms}, bigram)
     if not context:
         return found
-    curves = {a: [r["loss_by_position"] for r in runs[a] if r.get("loss_by_position")] for a in arms}
+    curves = {a: [r.loss_by_position for r in runs[a] if r.loss_by_position] for a in arms}
     return all_of(found, uses_context(curves))
 
 
