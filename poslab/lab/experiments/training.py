@@ -305,16 +305,15 @@ def train_or_resume(cfg: Any, progress: bool = False) -> dict[str, Any]:
     return train(cfg, overwrite=run_dir.exists() and any(run_dir.iterdir()), progress=progress)
 
 
-def train_preset_model(out: Path, scale: Scale, seed: int) -> Path:
-    """One RoPE GPT of the ``shakespeare-char`` preset's recipe at ``scale`` (:func:`poslab.lab.scale.preset_config`)
-    in ``OUT/runs/seed-SEED``, on one thread; a stopped training continues from its checkpoint."""
-    from poslab.training.config import TrainConfig
-
-    config = preset_config(scale)
-    config.update(name=f"seed-{seed}", out_dir=str(Path(out) / "runs"), seed=seed, threads=1)
-    cfg = TrainConfig.from_dict(config)
-    train_or_resume(cfg)
-    return cfg.run_dir
+def preset_arms(out: Path, scale: Scale, seeds: Sequence[int]) -> dict[str, dict[int, dict[str, Any]]]:
+    """One RoPE GPT per seed of the ``shakespeare-char`` preset's recipe at ``scale`` (:func:`poslab.lab.scale.
+    preset_config`) as a declared experiment's one arm ``"rope"``: runs ``OUT/runs/seed-SEED``, one thread each."""
+    arms: dict[int, dict[str, Any]] = {}
+    for seed in seeds:
+        config = preset_config(scale)
+        config.update(name=f"seed-{seed}", out_dir=str(Path(out) / "runs"), seed=seed, threads=1)
+        arms[seed] = config
+    return {"rope": arms}
 
 
 def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = (), progress: bool = False) -> Path:
