@@ -303,7 +303,7 @@ def loss_table(r: BidirectionalResult) -> Table:
 
 def figures(r: BidirectionalResult, out: Path) -> dict[str, Path]:
     """The validation curves of every arm (mean and band over seeds)."""
-    curves = {label: [{"val_curve": x.val_curve} for x in r.runs[label]] for label in r.arms}
+    curves = {label: [x.val_curve for x in r.runs[label]] for label in r.arms}
     title = f"causal vs masked LM, with and without positions ({r.corpus})"
     path = out / "bidirectional_curves.png"
     return {"plot": plot_seeded_curves(curves, path, title, r.unigram_entropy_nats, r.ngram_baselines)}

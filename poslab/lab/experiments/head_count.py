@@ -234,7 +234,7 @@ def heads_table(r: HeadsResult) -> Table:
 
 def figures(r: HeadsResult, out: Path) -> dict[str, Path]:
     """The validation curves of every head count (mean and band over seeds)."""
-    curves = {f"{h} heads": [dataclasses.asdict(x) for x in r.runs[f"heads-{h}"]] for h in r.val_loss_seeds}
+    curves = {f"{h} heads": [x.val_curve for x in r.runs[f"heads-{h}"]] for h in r.val_loss_seeds}
     title = f"heads at n_embd {r.d_model} ({r.steps} steps, {r.corpus})"
     path = plot_seeded_curves(curves, out / "heads_curves.png", title, r.unigram_entropy_nats, r.ngram_baselines)
     return {"plot": path}

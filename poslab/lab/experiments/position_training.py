@@ -295,7 +295,7 @@ def figures(r: PositionResult, out: Path) -> dict[str, Path]:
     """The validation curves per scheme (mean and band over seeds) and, for causal models, the loss at each
     position of the window against the n-gram baselines."""
     styles = scheme_style_index(list(r.runs))
-    runs = {name: [{"val_curve": x.val_curve} for x in summaries] for name, summaries in r.runs.items()}
+    runs = {name: [x.val_curve for x in summaries] for name, summaries in r.runs.items()}
     title = f"position schemes, same GPT ({r.steps} steps, {r.corpus})"
     drawn = {
         "plot": plot_seeded_curves(

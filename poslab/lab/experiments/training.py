@@ -178,11 +178,6 @@ def train_seeded(
     return {label: [dataclasses.asdict(s) for s in runs.summaries(label)] for label in variants}
 
 
-def seed_values(runs: list[dict], key: str = "val_loss_all") -> list[float]:
-    """One figure per seed from :func:`train_seeded`'s summaries."""
-    return [float(r[key]) for r in runs]
-
-
 # ------------------------------------------------------------------------------------ timing
 #: training steps of each arm per round, and rounds, of :func:`alternating_cpu_speed`
 TIMING_STEPS = 4
