@@ -21,7 +21,7 @@ each (the same 3 for every arm, so seed i gives every arm the same windows):
   positions at all.
 
 The metric is the loss on the whole validation split (the same windows, and for the MLM the same
-masks, for every run). The design is paired by seed: every arm trains from each seed (``train_seeded``),
+masks, for every run). The design is paired by seed: every arm trains from each seed (``seeded_arms``),
 and a run's batch generator is seeded by its seed alone, so the arms of one seed read the same
 batches in the same order (the masked LMs also the same masks); only the initialisation differs,
 as the parameters do. Both objectives' losses are in nats per predicted character; the unigram

@@ -4,8 +4,7 @@ Not an experiment (the registry in ``__init__`` lists the experiment modules by 
 experiment that trains several models hands them to :func:`poslab.jobs.runner.train_many` through
 :func:`ensure_many` (configs trained unless an identical finished run exists): a declared experiment's arms
 through :func:`poslab.lab.experiments.declaration.ensure_runs`, which summarises them with
-:func:`summarise_many`, the others through :func:`train_seeded` (the same, for arms given as overrides of one
-base config) or directly.
+:func:`summarise_many`, the others directly.
 """
 
 from __future__ import annotations
@@ -145,37 +144,6 @@ def summarise_many(runs: Sequence[tuple[dict[str, Any], Path]], workers: int | N
         for values, path in runs
     ]
     return train_many(tasks, 1 if alone else workers, sharded=True)
-
-
-def train_seeded(
-    out: Path,
-    base: dict[str, Any],
-    variants: dict[str, dict[str, Any]],
-    seeds: tuple[int, ...] = SEEDS,
-    workers: int | None = None,
-) -> dict[str, list[dict]]:
-    """Every variant (``model`` overrides merged key by key into ``base``) trained with every seed into
-    ``out/runs/LABEL-sSEED`` and summarised, through :func:`poslab.lab.experiments.declaration.ensure_runs`: a
-    finished identical run is summarised without training, an interrupted one resumes; inside a sharded step
-    only the shard's slice is trained (:func:`ensure_many`).
-
-    Args:
-        workers: trainings at a time (``None``: :func:`poslab.jobs.runner.default_workers`); with more than one,
-            each in its own process on one thread.
-
-    Returns:
-        label -> one run summary per seed (in the order of ``seeds``), as dicts.
-
-    Raises:
-        ValueError: ``workers`` < 1, or a config :class:`~poslab.training.config.TrainConfig` refuses (before any
-            training starts).
-    """
-    from poslab.lab.experiments.declaration import Plan, ensure_runs, seeded_arms
-
-    workers = None if workers is None else check_workers(workers)
-    arms = seeded_arms(out, base, variants, {label: tuple(seeds) for label in variants})
-    runs = ensure_runs(Plan(None, arms), workers)
-    return {label: [dataclasses.asdict(s) for s in runs.summaries(label)] for label in variants}
 
 
 # ------------------------------------------------------------------------------------ timing
