@@ -196,3 +196,33 @@ def test_nanogpt_gpu_recipe_runs_dry_on_the_cpu(tmp_path: Path) -> None:
     row = time_to_loss.nanogpt_run(1, args, ids[:3000], ids[3000:], 65)
     assert row["steps"] == 2 and row["tokens"] == 2 * time_to_loss.DRY_BATCH * 256
     assert [c["step"] for c in row["curve"]] == [2] and 3.5 < row["final_val_loss"] < 5.0  # about ln 65
+
+
+def test_whole_process_runs_both_contenders_launch_to_exit(tmp_path: Path, corpus: str) -> None:
+    """``--whole-process``'s two processes, dry: the variant's overrides reach the run, the crossing is the
+    run folder's, and each process's time is launch to exit (more than its training steps and its run)."""
+    import json
+
+    args = argparse.Namespace(
+        target=10.0, nano_iters=2, preset="tiny", eval_every=None, threads=1, runs=tmp_path / "runs", dry_run=True
+    )
+    overrides = {"corpus": corpus, "model.n_embd": 16, "dtype": "fp32"}
+    command = time_to_loss.poslab_command(args, "tiny16", overrides, seed=3)
+    assert command[3:6] == ["train", "--preset", "tiny"] and "--model.n_embd=16" in command and "--seed=3" in command
+    row = time_to_loss.poslab_process(args, "tiny16", overrides, seed=3)
+    run_dir = tmp_path / "runs" / "process" / "tiny16-s3"
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["model"]["n_embd"] == 16 and saved["train"]["seed"] == 3
+    assert saved["train"]["max_steps"] == time_to_loss.DRY_STEPS
+    results = json.loads((run_dir / "results.json").read_text())
+    assert row["reached"] and row["crossing"] == {k: results["target"][k] for k in row["crossing"]}
+    assert row["crossing"]["step"] == time_to_loss.DRY_STEPS and row["dtype"] == "fp32"
+    assert 0 < row["train_time_s"] < row["run_wall_s"] < row["process_wall_s"] and row["process_cpu_s"] > 0
+    nano = time_to_loss.nanogpt_process(args, seed=3)
+    assert nano["steps"] == 2 and 0 < nano["train_time_s"] < nano["run_wall_s"] < nano["process_wall_s"]
+    assert 3.5 < nano["val_loss_20_batches"] < 5.0  # about ln 65 after 2 steps
+    summary = time_to_loss.summarise_processes([nano, row])
+    assert summary["tiny16"]["reached"] == 1 and len(summary["tiny16"]["speedup_process_wall_s"]) == 1
+    assert "speedup_process_wall_s" not in summary["nanoGPT"]
+    with pytest.raises(SystemExit, match="exited 3; its output"):
+        time_to_loss.timed_process([sys.executable, "-c", "raise SystemExit(3)"], 1, tmp_path / "failed.log")
