@@ -130,6 +130,9 @@ def test_fast_preset_is_listed_and_builds() -> None:
     # 3 layers under warmup-stable-decay: the peak lr until the cooldown, min_lr from step 850 (the crossing)
     assert cfg.model.n_layer == 3 and lr_at(cfg.decay_steps - cfg.cooldown_steps, cfg) == cfg.lr
     assert lr_at(849, cfg) > lr_at(850, cfg) == lr_at(999, cfg) == cfg.min_lr
+    # one whole-split evaluation where the decay ends (the crossing), one more at the last step for a miss
+    evaluated = [s for s in range(1, cfg.max_steps + 1) if s % cfg.eval_interval == 0 or s == cfg.max_steps]
+    assert evaluated == [cfg.lr_decay_steps, cfg.max_steps] == [850, 1000]
     quick = TrainConfig.from_dict({**presets.preset_config("shakespeare-char-fast", quick=True), "name": "x"})
     assert quick.stop_val_loss is None and quick.max_steps < cfg.max_steps
 
