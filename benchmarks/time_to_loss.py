@@ -22,13 +22,27 @@ own precision there), and ``--dry-run`` checks the plumbing in a few steps on an
 ``--variant LABEL[:key=value,key=value]`` runs the preset with those overrides (dotted keys reach
 ``model``); several variants alternate with each other and with nanoGPT, seed by seed, with the
 order rotated every seed. Results: ``--out`` (JSON, every run) and a table on stdout.
+
+``--whole-process`` also runs each contender as its own process, timed from launch to exit (wall and
+the process's CPU time): ``python -m poslab train --preset PRESET --seed S --threads N --OVERRIDE ...``
+in a fresh run folder under ``RUNS/process`` (the preset as a user runs it: its evaluations and
+checkpoints, the crossing read from the run folder's ``results.json``) and ``nanogpt_control.py
+--no-full-split`` (nanoGPT's recipe loop with its estimates every 250 iterations, as its ``train.py``
+runs it), with ``OMP_NUM_THREADS`` set to the same threads; the processes alternate with the
+in-process runs, seed by seed. ``--process-only`` skips the in-process runs (a quicker rerun).
+
+    .venv/bin/python benchmarks/time_to_loss.py --seeds 1337 1 2 --whole-process \\
+        --variant poslab-fast --variant poslab-fast-fp32:dtype=fp32       # the comparison, both ways
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -72,6 +86,23 @@ NANOGPT_RECIPES = {
 DEFAULT_PRESETS = {"cpu": "shakespeare-char-fast", "gpu": "shakespeare-char-gpu"}
 #: ``--dry-run``: steps of each side, batch, and validation windows (a plumbing check on any device)
 DRY_STEPS, DRY_BATCH, DRY_WINDOWS = 2, 2, 4
+#: the repository root: a contender's process imports poslab from the same tree as this script
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def dry_overrides(preset: str) -> dict[str, Any]:
+    """``--dry-run``'s poslab settings: a few steps of a few windows, a few validation batches (the
+    preset's warmup-stable-decay, where it has one, with a one-step cooldown)."""
+    steps = DRY_STEPS
+    return {
+        "max_steps": steps,
+        "lr_decay_steps": steps,
+        "warmup_steps": 1,
+        "cooldown_steps": 1 if presets.preset_config(preset).get("cooldown_steps") else 0,
+        "batch_size": DRY_BATCH,
+        "eval_interval": steps,
+        "eval_iters": DRY_WINDOWS,
+    }
 
 
 def full_split_loss(model: TinyGPT, ids: torch.Tensor, block: int, batch: int = 64, limit: int | None = None) -> float:
@@ -184,10 +215,8 @@ def poslab_config(args: argparse.Namespace, label: str, overrides: dict[str, Any
         values["eval_interval"] = args.eval_every
     if getattr(args, "device", "cpu") != "cpu":
         values["device"] = args.device
-    if getattr(args, "dry_run", False):  # a few steps of a few windows, a few validation batches
-        steps = DRY_STEPS
-        values.update(max_steps=steps, lr_decay_steps=steps, warmup_steps=1, batch_size=DRY_BATCH)
-        values.update(eval_interval=steps, eval_iters=DRY_WINDOWS)
+    if getattr(args, "dry_run", False):
+        values.update(dry_overrides(args.preset))
     return TrainConfig.from_dict(values)
 
 
@@ -213,6 +242,121 @@ def poslab_run(args: argparse.Namespace, label: str, overrides: dict[str, Any], 
         "dtype": results["dtype"],
         "precision": results["precision"],
     }
+
+
+def timed_process(command: list[str], threads: int, log: Path) -> dict[str, float]:
+    """Run ``command`` from launch to exit with ``OMP_NUM_THREADS=threads`` and poslab from :data:`ROOT`,
+    its output in ``log``: its wall time and CPU time (user + system, from the OS), in seconds.
+
+    Raises:
+        SystemExit: the process failed (its exit code and log named).
+    """
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": path}
+    log.parent.mkdir(parents=True, exist_ok=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    with log.open("w", encoding="utf-8") as out:
+        code = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if code != 0:
+        raise SystemExit(f"{' '.join(command)} exited {code}; its output: {log}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"process_wall_s": wall, "process_cpu_s": cpu}
+
+
+def _cli_value(value: Any) -> str:
+    """An override's value as ``poslab train --KEY VALUE`` reads it."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+def poslab_command(args: argparse.Namespace, label: str, overrides: dict[str, Any], seed: int) -> list[str]:
+    """``python -m poslab train`` with the preset as a user runs it: only the seed, threads, target, run
+    folder, the variant's overrides (and ``--eval-every`` or ``--dry-run``'s, where given) on top."""
+    values: dict[str, Any] = {"seed": seed, "threads": args.threads, "stop_val_loss": args.target, **overrides}
+    if args.eval_every is not None:
+        values["eval_interval"] = args.eval_every
+    if getattr(args, "dry_run", False):
+        values.update(dry_overrides(args.preset))
+    command = [sys.executable, "-m", "poslab", "train", "--preset", args.preset, "--name", f"{label}-s{seed}"]
+    command += ["--out_dir", str(args.runs / "process"), "--no-progress", "--overwrite"]
+    return command + [f"--{key}={_cli_value(value)}" for key, value in values.items()]
+
+
+def poslab_process(args: argparse.Namespace, label: str, overrides: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The preset as its own process, launch to exit; the crossing read from its run folder."""
+    run_dir = args.runs / "process" / f"{label}-s{seed}"
+    timing = timed_process(poslab_command(args, label, overrides, seed), args.threads, run_dir.with_suffix(".log"))
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    target = results.get("target", {})
+    return {
+        "contender": label,
+        "seed": seed,
+        **timing,
+        "train_time_s": results["train_time_s"],
+        "run_wall_s": results["wall_time_s"],
+        "steps": results["steps"],
+        "final_val_loss": results["final_val_loss"],
+        "reached": bool(target.get("reached")),
+        "crossing": {k: target[k] for k in ("step", "tokens", "train_time_s", "val_loss")}
+        if target.get("reached")
+        else None,
+        "dtype": results["dtype"],
+        "run_dir": str(run_dir),
+    }
+
+
+def nanogpt_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """nanoGPT's CPU recipe as its own process (``nanogpt_control.py --no-full-split``), launch to exit."""
+    recipe = NANOGPT_RECIPES["cpu"]
+    out = args.runs / "process" / f"nanoGPT-s{seed}.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / "nanogpt_control.py"), "--seeds", str(seed)]
+    command += ["--threads", str(args.threads), "--iters", str(args.nano_iters), "--out", str(out), "--no-full-split"]
+    for flag, value in (("--layers", recipe.layers), ("--heads", recipe.heads), ("--d", recipe.d)):
+        command += [flag, str(value)]
+    batch = DRY_BATCH if getattr(args, "dry_run", False) else recipe.batch
+    command += ["--block", str(recipe.block), "--batch", str(batch)]
+    if getattr(args, "dry_run", False):
+        command += ["--eval-iters", "1"]
+    timing = timed_process(command, args.threads, out.with_suffix(".log"))
+    (row,) = json.loads(out.read_text(encoding="utf-8"))
+    return {
+        "contender": "nanoGPT",
+        "seed": seed,
+        **timing,
+        "train_time_s": row["train_time_s"],
+        "run_wall_s": row["wall_s"],
+        "steps": args.nano_iters,
+        "val_loss_20_batches": row["val_loss_20_batches"],
+    }
+
+
+def summarise_processes(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per contender: mean process wall, CPU and training time; against nanoGPT's process of the same seed,
+    the speed-up (nanoGPT's time over the contender's) of each seed and its mean and sd."""
+    out: dict[str, Any] = {}
+    nano = {r["seed"]: r for r in rows if r["contender"] == "nanoGPT"}
+    for name in dict.fromkeys(r["contender"] for r in rows):
+        mine = [r for r in rows if r["contender"] == name]
+        entry: dict[str, Any] = {"runs": len(mine)}
+        for key in ("process_wall_s", "process_cpu_s", "train_time_s"):
+            entry[f"{key}_mean"] = statistics.fmean(r[key] for r in mine)
+        entry["process_over_train"] = entry["process_wall_s_mean"] / entry["train_time_s_mean"]
+        if name != "nanoGPT" and nano:
+            entry["reached"] = sum(r["reached"] for r in mine)
+            for key in ("process_wall_s", "process_cpu_s", "train_time_s"):
+                ratios = [nano[r["seed"]][key] / r[key] for r in mine if r["seed"] in nano]
+                if ratios:
+                    entry[f"speedup_{key}"] = ratios
+                    entry[f"speedup_{key}_mean"] = statistics.fmean(ratios)
+                    entry[f"speedup_{key}_sd"] = statistics.stdev(ratios) if len(ratios) > 1 else 0.0
+        out[name] = entry
+    return out
 
 
 def summarise(rows: list[dict[str, Any]], target: float) -> dict[str, Any]:
@@ -257,6 +401,10 @@ def main() -> None:
         "--eval-every", type=int, default=None, help="poslab evaluation interval (default: the preset's)"
     )
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--whole-process", action="store_true", help="also each contender as its own process, launch to exit"
+    )
+    parser.add_argument("--process-only", action="store_true", help="with --whole-process: no in-process runs")
     parser.add_argument("--runs", type=Path, default=Path("runs/time-to-loss"))
     parser.add_argument("--out", type=Path, default=Path("runs/time-to-loss/results.json"))
     args = parser.parse_args()
@@ -267,6 +415,10 @@ def main() -> None:
         args.nano_iters = DRY_STEPS if args.dry_run else NANOGPT_RECIPES[args.recipe].iters
     if args.dry_run:
         args.nano_eval_every = min(args.nano_eval_every, args.nano_iters)
+    if args.process_only and not args.whole_process:
+        parser.error("--process-only goes with --whole-process")
+    if args.whole_process and (args.recipe != "cpu" or args.device != "cpu" or args.nano_dtype != "fp32"):
+        parser.error("--whole-process: nanoGPT's CPU recipe on the CPU in fp32 only (nanogpt_control.py's)")
     torch.set_num_threads(args.threads)
     # this machine's bf16/fp32 figures, beside the result: the preset's dtype auto follows them
     figures = precision.measure()
@@ -285,10 +437,12 @@ def main() -> None:
     contenders: list[str] = ([] if args.no_nanogpt else ["nanoGPT"]) + [label for label, _ in variants]
     overrides = dict(variants)
     rows: list[dict[str, Any]] = []
+    processes: list[dict[str, Any]] = []
+    cache_before = precision.cache_path().exists()
     started = time.perf_counter()
     for i, seed in enumerate(args.seeds):
         order = contenders[i % len(contenders) :] + contenders[: i % len(contenders)]  # rotate: alternating starts
-        for name in order:
+        for name in [] if args.process_only else order:
             row = (
                 nanogpt_run(seed, args, train_ids, val_ids, tokenizer.vocab_size)
                 if name == "nanoGPT"
@@ -309,6 +463,26 @@ def main() -> None:
             )
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps({"target": args.target, "threads": args.threads, "rows": rows}, indent=2))
+        for name in order if args.whole_process else []:
+            proc = (
+                nanogpt_process(args, seed) if name == "nanoGPT" else poslab_process(args, name, overrides[name], seed)
+            )
+            processes.append(proc)
+            reach = (
+                ""
+                if "reached" not in proc
+                else f", val {proc['crossing']['val_loss']:.4f} at step {proc['crossing']['step']}"
+                if proc["reached"]
+                else f", did not reach {args.target}"
+            )
+            print(
+                f"  {name:24s} seed {seed:5d} as a process: {proc['process_wall_s']:.1f} s wall, "
+                f"{proc['process_cpu_s']:.1f} s CPU, {proc['train_time_s']:.1f} s of training steps{reach}",
+                flush=True,
+            )
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            partial = {"target": args.target, "threads": args.threads, "rows": rows, "processes": processes}
+            args.out.write_text(json.dumps(partial, indent=2))
     summary = summarise(rows, args.target)
     report = {
         "target": args.target,
@@ -324,6 +498,9 @@ def main() -> None:
         "preset_config": presets.preset_config(args.preset),
         "rows": rows,
         "summary": summary,
+        "processes": processes,
+        "process_summary": summarise_processes(processes),
+        "precision_cache_existed": cache_before,
         "wall_s": time.perf_counter() - started,
         "load_average": list(__import__("os").getloadavg()),
     }
@@ -345,6 +522,22 @@ def main() -> None:
             f"{s['train_time_s_mean']:.1f} s, final val {s['final_val_loss_mean']:.4f}{ratio}"
         )
     print(f"  (this machine's bf16 step: {figures.step_ratio:.2f}x the fp32 step)")
+    if processes:
+        print(
+            "\nwhole process, launch to exit (mean; speed-up = nanoGPT's process time over the contender's, per seed)"
+        )
+        for name, s in report["process_summary"].items():
+            speed = (
+                f"; speed-up wall {s['speedup_process_wall_s_mean']:.2f} ± {s['speedup_process_wall_s_sd']:.2f}x, "
+                f"CPU {s['speedup_process_cpu_s_mean']:.2f} ± {s['speedup_process_cpu_s_sd']:.2f}x, "
+                f"training steps {s['speedup_train_time_s_mean']:.2f}x; reached {s['reached']}/{s['runs']}"
+                if "speedup_process_wall_s_mean" in s
+                else ""
+            )
+            print(
+                f"  {name:24s} {s['process_wall_s_mean']:.1f} s wall, {s['process_cpu_s_mean']:.1f} s CPU, "
+                f"{s['train_time_s_mean']:.1f} s training ({s['process_over_train']:.2f}x){speed}"
+            )
 
 
 if __name__ == "__main__":

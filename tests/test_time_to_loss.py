@@ -130,6 +130,9 @@ def test_fast_preset_is_listed_and_builds() -> None:
     # 3 layers under warmup-stable-decay: the peak lr until the cooldown, min_lr from step 850 (the crossing)
     assert cfg.model.n_layer == 3 and lr_at(cfg.decay_steps - cfg.cooldown_steps, cfg) == cfg.lr
     assert lr_at(849, cfg) > lr_at(850, cfg) == lr_at(999, cfg) == cfg.min_lr
+    # one whole-split evaluation where the decay ends (the crossing), one more at the last step for a miss
+    evaluated = [s for s in range(1, cfg.max_steps + 1) if s % cfg.eval_interval == 0 or s == cfg.max_steps]
+    assert evaluated == [cfg.lr_decay_steps, cfg.max_steps] == [850, 1000]
     quick = TrainConfig.from_dict({**presets.preset_config("shakespeare-char-fast", quick=True), "name": "x"})
     assert quick.stop_val_loss is None and quick.max_steps < cfg.max_steps
 
@@ -196,3 +199,33 @@ def test_nanogpt_gpu_recipe_runs_dry_on_the_cpu(tmp_path: Path) -> None:
     row = time_to_loss.nanogpt_run(1, args, ids[:3000], ids[3000:], 65)
     assert row["steps"] == 2 and row["tokens"] == 2 * time_to_loss.DRY_BATCH * 256
     assert [c["step"] for c in row["curve"]] == [2] and 3.5 < row["final_val_loss"] < 5.0  # about ln 65
+
+
+def test_whole_process_runs_both_contenders_launch_to_exit(tmp_path: Path, corpus: str) -> None:
+    """``--whole-process``'s two processes, dry: the variant's overrides reach the run, the crossing is the
+    run folder's, and each process's time is launch to exit (more than its training steps and its run)."""
+    import json
+
+    args = argparse.Namespace(
+        target=10.0, nano_iters=2, preset="tiny", eval_every=None, threads=1, runs=tmp_path / "runs", dry_run=True
+    )
+    overrides = {"corpus": corpus, "model.n_embd": 16, "dtype": "fp32"}
+    command = time_to_loss.poslab_command(args, "tiny16", overrides, seed=3)
+    assert command[3:6] == ["train", "--preset", "tiny"] and "--model.n_embd=16" in command and "--seed=3" in command
+    row = time_to_loss.poslab_process(args, "tiny16", overrides, seed=3)
+    run_dir = tmp_path / "runs" / "process" / "tiny16-s3"
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["model"]["n_embd"] == 16 and saved["train"]["seed"] == 3
+    assert saved["train"]["max_steps"] == time_to_loss.DRY_STEPS
+    results = json.loads((run_dir / "results.json").read_text())
+    assert row["reached"] and row["crossing"] == {k: results["target"][k] for k in row["crossing"]}
+    assert row["crossing"]["step"] == time_to_loss.DRY_STEPS and row["dtype"] == "fp32"
+    assert 0 < row["train_time_s"] < row["run_wall_s"] < row["process_wall_s"] and row["process_cpu_s"] > 0
+    nano = time_to_loss.nanogpt_process(args, seed=3)
+    assert nano["steps"] == 2 and 0 < nano["train_time_s"] < nano["run_wall_s"] < nano["process_wall_s"]
+    assert 3.5 < nano["val_loss_20_batches"] < 5.0  # about ln 65 after 2 steps
+    summary = time_to_loss.summarise_processes([nano, row])
+    assert summary["tiny16"]["reached"] == 1 and len(summary["tiny16"]["speedup_process_wall_s"]) == 1
+    assert "speedup_process_wall_s" not in summary["nanoGPT"]
+    with pytest.raises(SystemExit, match="exited 3; its output"):
+        time_to_loss.timed_process([sys.executable, "-c", "raise SystemExit(3)"], 1, tmp_path / "failed.log")

@@ -1,7 +1,10 @@
 """The ``poslab`` command line (also ``python -m poslab``).
 
 Each subcommand lives in its own module exposing ``add_parser(subparsers)``; adding a command is one
-line in :data:`COMMANDS`. Bad input prints one line ``poslab: error: ...`` and exits 2, never a traceback.
+line in :data:`COMMANDS`. A command line naming a command imports that command's module only (the
+lab's and the explorer's imports stay out of ``poslab train``'s start-up); anything else (``--help``,
+``--version``, a misspelt command) builds the whole parser. Bad input prints one line
+``poslab: error: ...`` and exits 2, never a traceback.
 
 Signals: SIGTERM (what schedulers, ``timeout`` and ``kill`` send) and SIGHUP (a closed terminal,
 unless ignored, e.g. by ``nohup``) act as Ctrl-C: a training finishes its step, saves a checkpoint
@@ -25,7 +28,7 @@ from collections.abc import Iterator, Sequence
 
 from poslab.fileio import stdout_errors
 
-# one line per subcommand module
+# one line per subcommand module; each registers the command its last name part names
 COMMANDS = (
     "poslab.cli.experiment",
     "poslab.cli.train",
@@ -54,11 +57,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"poslab: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``poslab`` parser: with ``command`` (one of :data:`COMMANDS`' names) that command's only, else all."""
     parser = _Parser(prog="poslab", description="poslab: multi-head attention and position encodings lab")
     parser.add_argument("--version", action="version", version=f"poslab {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in COMMANDS:
+    for module in [m for m in COMMANDS if m.rpartition(".")[2] == command] or COMMANDS:
         importlib.import_module(module).add_parser(sub)
     return parser
 
@@ -140,7 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -25,7 +25,7 @@ costs about half as much.
   model with 3 layers instead of 4 (0.74x the step's cost; under this schedule it reaches val 1.90 at
   850 steps, where the 4-layer cosine took 900), RoPE, dtype auto, lr 2e-3 (warmup 50) held until step
   550 and then decayed linearly to 1e-4 at step 850 (warmup-stable-decay; up to 1000 steps at 1e-4
-  where 1.90 is not yet reached), the whole validation split evaluated every 425 steps, stopping at val 1.90
+  where 1.90 is not yet reached), the whole validation split evaluated at step 850 (and 1000), stopping at val 1.90
   (``stop_val_loss``). The recipe's windows (block 64, batch 12) keep its whole-split loss comparable
   with nanoGPT's.
 * ``shakespeare-char-gpu``: nanoGPT's GPU recipe for shakespeare_char (``config/train_shakespeare_char.py``:
@@ -193,10 +193,12 @@ PRESETS: dict[str, dict[str, Any]] = {
             "lr": 2e-3,
             "warmup_steps": 50,
             **AUTO_DTYPE,
-            # the whole split every 425 steps: the decay ends at 850, where val is 1.890-1.897 over
-            # three seeds, so evaluations at 425 and 850 find the crossing there with 2 evaluations
-            # (every 300 steps: 3 and a crossing found at 900; every 100: 9)
-            "eval_interval": 425,
+            # the whole split every 850 steps: the decay ends at 850, where val is 1.890-1.897 over
+            # three seeds, so one evaluation finds the crossing there (an evaluation at 425, val about
+            # 2.1, cannot stop the run: it costs a whole-split pass and changes no step; every 300
+            # steps: 3 evaluations and a crossing found at 900); a run that misses 1.90 at 850 is
+            # evaluated again at its last step, 1000
+            "eval_interval": 850,
             "eval_iters": 0,
             "stop_val_loss": 1.90,
         },
