@@ -9,7 +9,7 @@ from html import unescape
 from pathlib import Path
 
 import pytest
-from lab_helpers import PROMPT, TANG_HEADS, copy_lab, quiet, shared_lab
+from lab_helpers import PROMPT, TANG_HEADS, copy_lab, extrapolation_result, quiet, shared_lab
 
 from poslab.cli.app import main
 from poslab.display.fonts import FAMILY, covered_chars, font_face_css, font_path
@@ -376,10 +376,9 @@ def test_a_renamed_result_field_fails_the_report_naming_the_table(tmp_path, caps
     extrapolation = lab_dir / "experiments" / "extrapolation" / "results.json"
     extrapolation.parent.mkdir(parents=True)
     cell = {"nonoverlapping": {"ppl": 9.5, "ppl_seeds": [9.0, 10.0]}, "sliding": {"ppl": 9.0, "ppl_seeds": [9.0]}}
-    extrapolation.write_text(
-        json.dumps({"ppl_table": {"rope": {"1": cell}}, "factors": [1], "train_length": 32, "seeds": [1, 2]}),
-        encoding="utf-8",
-    )
+    renamed = extrapolation_result({"rope": {"1": cell}})
+    renamed["ppl_table"] = renamed.pop("perplexity")
+    extrapolation.write_text(json.dumps(renamed), encoding="utf-8")
 
     assert main(["report", "--out", str(lab_dir)]) == 1
     err = capsys.readouterr().err.splitlines()
