@@ -94,10 +94,12 @@ class Run:
 
 @dataclass(frozen=True)
 class Runs(Generic[T]):
-    """What :func:`ensure_runs` hands the measurement: the plan and every arm's runs (arm -> seed -> run)."""
+    """What :func:`ensure_runs` hands the measurement: the plan, every arm's runs (arm -> seed -> run), and the
+    workers asked for (``None``: the default), for a measurement that trains or reads in parallel itself."""
 
     plan: Plan[T]
     by_arm: Mapping[str, Mapping[int, Run]]
+    workers: int | None = None
 
     @property
     def setting(self) -> T:
@@ -156,7 +158,7 @@ def ensure_runs(plan: Plan[Any], workers: int | None = None) -> Runs[Any]:
     by_arm: dict[str, dict[int, Run]] = {arm: {} for arm in plan.arms}
     for (arm, seed), path, summary in zip(keys, paths, summaries):
         by_arm[arm][seed] = Run(seed, path, summary)
-    return Runs(plan, by_arm)
+    return Runs(plan, by_arm, workers)
 
 
 # ------------------------------------------------------------------------------------ typed results <-> JSON
