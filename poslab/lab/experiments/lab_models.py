@@ -85,4 +85,3 @@ def lab_model_arms(
     }
     reuse = {s: {seed: reuse_candidates(s, size, out, seed, reuses) for seed in by_scheme[s]} for s in schemes}
     return arms, reuse
-

@@ -43,4 +43,3 @@ def mqar_table(heads: dict[str, list]) -> Table | None:
         tuple((str(h), values_text(v), mean_sd_text(v)) for h, v in ordered),
         align="llr",
     )
-
