@@ -16,10 +16,7 @@ from poslab.lab.experiments.context_extension_claims import (
     FACTOR,
 )
 from poslab.lab.experiments.context_extension_passkey import KEY_ALPHABET, PASSKEY_FACTORS
-
-
-def _ppl(cell: dict[str, Any], mode: str = "nonoverlapping") -> float:
-    return cell[mode]["ppl"]
+from poslab.lab.tables import ppl
 
 
 def plot(
@@ -40,7 +37,11 @@ def plot(
         return cell["nonoverlapping"].get("ppl_sd") or 0.0
 
     axes[0].bar(
-        names, [_ppl(inference[n]) for n in names], yerr=[sd(inference[n]) for n in names], color="tab:blue", capsize=3
+        names,
+        [ppl(inference[n], "nonoverlapping") for n in names],
+        yerr=[sd(inference[n]) for n in names],
+        color="tab:blue",
+        capsize=3,
     )
     axes[0].axhline(base_L, color="black", linestyle="--", linewidth=1, label=f"base model at L={lab.train_length}")
     axes[0].set_yscale("log")
@@ -50,7 +51,7 @@ def plot(
     x = list(range(len(labels)))
     axes[1].bar(
         [i - 0.2 for i in x],
-        [_ppl(finetuned[k]["4L"]) for k in labels],
+        [ppl(finetuned[k]["4L"], "nonoverlapping") for k in labels],
         yerr=[sd(finetuned[k]["4L"]) for k in labels],
         width=0.4,
         capsize=3,
@@ -58,7 +59,7 @@ def plot(
     )
     axes[1].bar(
         [i + 0.2 for i in x],
-        [_ppl(finetuned[k]["L"]) for k in labels],
+        [ppl(finetuned[k]["L"], "nonoverlapping") for k in labels],
         yerr=[sd(finetuned[k]["L"]) for k in labels],
         width=0.4,
         capsize=3,
@@ -115,7 +116,7 @@ def plot_averaging(per_seed: list[dict[str, Any]], lab: Any, last: int, path: Pa
     for ax, (key, title) in zip(axes, panels):
         for x, name in enumerate(names):
             cells = [e["averaging"][name] for e in per_seed]
-            values = [c["passkey"][str(FACTOR)] if key == "passkey" else _ppl(c[key]) for c in cells]
+            values = [c["passkey"][str(FACTOR)] if key == "passkey" else ppl(c[key], "nonoverlapping") for c in cells]
             values = [v for v in values if v is not None]
             if not values:
                 continue
@@ -133,7 +134,7 @@ def plot_averaging(per_seed: list[dict[str, Any]], lab: Any, last: int, path: Pa
         ax.set_title(title, fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
         if key != "passkey":  # zoom on the differences
-            kept = [_ppl(e["averaging"][n][key]) for e in per_seed for n in names]
+            kept = [ppl(e["averaging"][n][key], "nonoverlapping") for e in per_seed for n in names]
             low, high = min(kept), max(kept)
             ax.set_ylim(low - 0.1 * (high - low + 1e-9), high + 0.1 * (high - low + 1e-9))
             ax.set_ylabel("perplexity (non-overlapping)")

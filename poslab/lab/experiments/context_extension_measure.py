@@ -47,10 +47,6 @@ def _cell(model: Any, tokens: torch.Tensor, length: int, n_targets: int) -> dict
     return evaluate_length(model, tokens, length, n_targets, stride=length // 2)
 
 
-def _ppl(cell: dict[str, Any], mode: str = "nonoverlapping") -> float:
-    return cell[mode]["ppl"]
-
-
 def weight_distance(model: Any, reference: Any) -> float:
     """``||w - w_ref|| / ||w_ref||`` over every floating tensor of two models' state dicts (same keys)."""
     a, b = model.state_dict(), reference.state_dict()

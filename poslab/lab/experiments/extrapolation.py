@@ -51,7 +51,6 @@ from poslab.lab.experiments.extrapolation_verdicts import (  # noqa: F401  (re-e
     extrapolation_claims,
     jump_claim,
     seed_perplexities,
-    undertrained,
     undertrained_seeded,
 )
 from poslab.lab.experiments.lab_models import lab_model_arms
