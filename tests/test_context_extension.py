@@ -58,9 +58,7 @@ def test_context_extension_smoke(lab: Path):
     assert budget["finetune_tokens"] == budget["control_tokens"] == 4 * L  # smoke batch 4: 1 window of 4 L
     control = results["equal_budget"]["control_inference"]
     assert list(control) == list(cc.SCALINGS)
-    assert (
-        control["PI"]["nonoverlapping"]["ppl_per_seed"] != results["inference"]["PI"]["nonoverlapping"]["ppl_per_seed"]
-    )
+    assert control["PI"]["nonoverlapping"]["ppl_seeds"] != results["inference"]["PI"]["nonoverlapping"]["ppl_seeds"]
     passkey = results["passkey"]
     assert passkey["factors"] == [1, 2, 4, 8] and passkey["inference"]["PI"]["1"] == [None, None]  # 16 is too short
     claims = results["claims"]
@@ -75,7 +73,7 @@ def test_context_extension_smoke(lab: Path):
     rankings = [r for r in records if r.design is not None and r.design.test == Kind.RANKING]
     assert rankings and all(r.details["pairwise"] == Kind.PAIRED.value for r in rankings)
     pi = next(r for r in records if r.claim == "without fine-tuning, PI reads 4x L better than no scaling")
-    assert pi.details["better"] == pytest.approx(results["inference"]["PI"]["nonoverlapping"]["ppl_per_seed"])
+    assert pi.details["better"] == pytest.approx(results["inference"]["PI"]["nonoverlapping"]["ppl_seeds"])
     # checkpoint averaging of the YaRN fine-tune: its last 3 checkpoints, base ⊕ fine-tuned, against plain and base
     averaging = results["averaging"]
     assert list(averaging["variants"]) == list(context_extension.AVERAGING) and averaging["last"] == 3

@@ -334,7 +334,7 @@ def test_context_key_table_shows_checkpoint_averaging():
     from poslab.lab.scale import SIZES
 
     def cell(*values: float) -> dict:
-        return {"nonoverlapping": {"ppl": sum(values) / len(values), "ppl_per_seed": list(values)}}
+        return {"nonoverlapping": {"ppl": sum(values) / len(values), "ppl_seeds": list(values)}}
 
     results = {
         "size": dataclasses.asdict(SIZES["smoke"]),

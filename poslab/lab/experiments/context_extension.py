@@ -230,7 +230,7 @@ class Setting:
 @dataclass(frozen=True)
 class ContextResult:
     """The means over seeds of every reading, and each seed's (:mod:`.context_extension_measure`: evaluation cells
-    ``{"length": n, mode: {"ppl": ..., "ppl_per_seed": [...]}}``, passkey accuracies factor -> per seed).
+    ``{"length": n, mode: {"ppl": ..., "ppl_seeds": [...]}}``, passkey accuracies factor -> per seed).
 
     Attributes:
         base: the base models at ``L`` (``{"L": cell}``).

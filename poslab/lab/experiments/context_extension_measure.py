@@ -8,7 +8,6 @@ A seed's entry (:func:`measure_seed`) and the means (:func:`aggregate`) hold eva
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from poslab.lab.experiments.context_extension_claims import (
 )
 from poslab.lab.experiments.context_extension_passkey import PASSKEY_FACTORS, passkey_row
 from poslab.lab.experiments.training import CONTEXT_WINDOWS
+from poslab.lab.tables import mean_cell
 from poslab.runs import RunFolder, load_run
 from poslab.training.averaging import average_state_dicts
 
@@ -148,26 +148,12 @@ def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path
     return entry
 
 
-def _mean_cell(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """A cell of mean perplexities over seeds (the shape of one seed's cell), with the per-seed values."""
-    out: dict[str, Any] = {"length": cells[0]["length"]}
-    for mode in ("nonoverlapping", "sliding"):
-        if all(c.get(mode) for c in cells):
-            values = [c[mode]["ppl"] for c in cells]
-            out[mode] = {
-                "ppl": statistics.fmean(values),
-                "ppl_sd": statistics.stdev(values) if len(values) > 1 else None,
-                "ppl_per_seed": values,
-            }
-    return out
-
-
 def aggregate(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     """The per-seed measurements as means over seeds: ``base``, ``inference``, ``finetuned``, ``control``,
     ``passkey``."""
 
     def mean_of(get: Any) -> dict[str, Any]:
-        return _mean_cell([get(e) for e in per_seed])
+        return mean_cell([get(e) for e in per_seed])
 
     return {
         "base": {"L": mean_of(lambda e: e["base"]["L"])},
@@ -217,8 +203,8 @@ def averaging_summary(per_seed: list[dict[str, Any]], lab: Any, last: int) -> di
         "variants": {
             name: {
                 "what": what,
-                "L": _mean_cell([e["averaging"][name]["L"] for e in per_seed]),
-                "4L": _mean_cell([e["averaging"][name]["4L"] for e in per_seed]),
+                "L": mean_cell([e["averaging"][name]["L"] for e in per_seed]),
+                "4L": mean_cell([e["averaging"][name]["4L"] for e in per_seed]),
                 "passkey": {
                     str(f): [e["averaging"][name]["passkey"][str(f)] for e in per_seed] for f in PASSKEY_FACTORS
                 },

@@ -59,8 +59,8 @@ from poslab.lab.premises import all_of, arms_of, attach, beats_nope, below_bigra
 from poslab.lab.report.i18n import t
 from poslab.lab.scale import CORPUS, SEED, SEEDS, Scale, schemes_of, size_of  # noqa: F401  (SEED, SEEDS: the lab's seeds)
 from poslab.lab.scale import EXTRAPOLATION_FACTORS as FACTORS
-from poslab.lab.tables import KeyTable, Table, ppl_spread
-from poslab.lab.verdicts import ClaimRecord, Premise, mean_sd, num
+from poslab.lab.tables import KeyTable, Table, mean_cell, ppl_spread
+from poslab.lab.verdicts import ClaimRecord, Premise, num
 from poslab.runs import RunFolder, load_run
 
 #: how perplexity is measured past the training length, each its own table
@@ -146,27 +146,11 @@ def premise_of(
 
 
 def aggregate(tables: dict[str, dict[str, Cells]]) -> dict[str, Cells]:
-    """scheme -> factor -> ``{"cannot": why}`` or ``{mode: {"ppl": mean, "ppl_sd": sd, "ppl_seeds": [...]}}``
-    over seeds."""
-    out: dict[str, dict[str, Any]] = {}
-    for scheme, by_seed in tables.items():
-        cells: dict[str, Any] = {}
-        for factor in FACTORS:
-            key = str(factor)
-            seeds = [t[key] for t in by_seed.values()]
-            blocked = next((c for c in seeds if "cannot" in c), None)
-            if blocked is not None:
-                cells[key] = {"length": blocked["length"], "cannot": blocked["cannot"]}
-                continue
-            cell: dict[str, Any] = {"length": seeds[0]["length"]}
-            for mode in ("nonoverlapping", "sliding"):
-                values = [c[mode]["ppl"] for c in seeds if c.get(mode)]
-                if len(values) == len(seeds):
-                    mean, sd = mean_sd(values)
-                    cell[mode] = {"ppl": mean, "ppl_sd": sd, "ppl_seeds": values}
-            cells[key] = cell
-        out[scheme] = cells
-    return out
+    """scheme -> factor -> the seeds' cells as one (:func:`poslab.lab.tables.mean_cell`)."""
+    return {
+        scheme: {str(f): mean_cell([t[str(f)] for t in by_seed.values()]) for f in FACTORS}
+        for scheme, by_seed in tables.items()
+    }
 
 
 def plot(table: dict[str, dict[str, Any]], size: Scale, path: Path, baselines: dict[str, float] | None = None) -> Path:
