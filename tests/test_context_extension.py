@@ -91,6 +91,12 @@ def test_context_extension_smoke(lab: Path):
     assert [r[0] for r in rows[: len(context_extension.FINETUNE)]] == list(context_extension.FINETUNE)
     assert len(rows) == len(context_extension.FINETUNE) + len(cc.SCALINGS)
     assert rows[-1][2] == pytest.approx(control["Llama3"]["nonoverlapping"]["ppl"])
+    keys = context_extension_tables.passkey_table(typed)  # each scaling and fine-tune, per passkey length
+    assert len(keys.rows) == len(context_extension.INFERENCE) + len(context_extension.FINETUNE) + 1  # + control
+    assert len(keys.headers) == 1 + len(context_extension.PASSKEY_FACTORS)
+    longest = passkey["inference"]["none"][str(context_extension.PASSKEY_FACTORS[-1])]
+    assert keys.rows[0][0] == "none (inference only)" and keys.rows[0][1] == "cannot"  # 1x L: too short
+    assert keys.rows[0][-1].mean == pytest.approx(sum(longest) / len(longest))
 
 
 def test_context_extension_seeds_come_from_extrapolation(tmp_path: Path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from poslab.lab.report.i18n import name_lessons, t
-from poslab.lab.tables import KeyTable, Table, ppl, ppl_spread, spread
+from poslab.lab.tables import KeyTable, MeanSd, Table, ppl, ppl_spread, spread
 from poslab.lab.verdicts import num
 
 if TYPE_CHECKING:
@@ -90,8 +90,30 @@ def averaging_table(r: ContextResult) -> Table:
     )
 
 
+def passkey_table(r: ContextResult) -> Table:
+    """Passkey retrieval of each scaling without and with fine-tuning at 4×L, per test length (mean ± sd over
+    seeds; ``cannot`` where the length is too short for the needle)."""
+    passkey = r.passkey
+    factors = [str(f) for f in passkey["factors"]]
+    rows = [
+        (f"{k} (inference only)", *((MeanSd.of(v[f], 3) or "cannot") for f in factors))
+        for k, v in passkey["inference"].items()
+    ]
+    rows += [
+        (f"{k} fine-tuned at 4×L", *((MeanSd.of(v[f], 3) or "cannot") for f in factors))
+        for k, v in passkey["finetuned"].items()
+    ]
+    return Table(
+        f"passkey retrieval: accuracy on the {passkey['key_letters']} key letters, {passkey['prompts']} prompts per "
+        f"length, mean ± sd over seeds {r.seeds} (chance {num(passkey['chance'])})",
+        ("model", *(f"{f}×L = {int(f) * r.train_length}" for f in factors)),
+        tuple(rows),
+    )
+
+
 TABLES = (
     KeyTable("scaling at inference", inference_table),
     KeyTable("fine-tuned at 4×L", finetuned_table),
     KeyTable("checkpoint averaging", averaging_table),
+    KeyTable("passkey retrieval", passkey_table),
 )
