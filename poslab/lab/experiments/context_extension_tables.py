@@ -100,7 +100,10 @@ def passkey_table(r: ContextResult) -> Table:
         for k, v in passkey["inference"].items()
     ]
     rows += [
-        (f"{k} fine-tuned at 4×L", *((MeanSd.of(v[f], 3) or "cannot") for f in factors))
+        (
+            "control (the same steps at L)" if k == "control" else f"{k} fine-tuned at 4×L",
+            *((MeanSd.of(v[f], 3) or "cannot") for f in factors),
+        )
         for k, v in passkey["finetuned"].items()
     ]
     return Table(
