@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -152,3 +153,30 @@ def snapshot_lab(root: Path) -> Path:
         (root / folder).mkdir(parents=True, exist_ok=True)
         (root / folder / "results.json").write_text(json.dumps({"claims": records}), encoding="utf-8")
     return root
+
+
+def extrapolation_result(perplexity: dict[str, Any]) -> dict[str, Any]:
+    """An extrapolation results.json (trained at 32, read at 1x and 2x, seeds 1 and 2) holding ``perplexity``
+    (scheme -> factor -> aggregated cell) and nothing measured besides it."""
+    from poslab.lab.experiments.declaration import to_json
+    from poslab.lab.experiments.extrapolation import ExtrapolationResult
+    from poslab.lab.scale import SIZES
+
+    return to_json(
+        ExtrapolationResult(
+            **{f: {} for f in ("perplexity_by_seed", "loss_by_position", "run_dirs", "final_val_loss")},
+            size=SIZES["smoke"],
+            corpus="shakespeare",
+            unigram_entropy_nats=3.3,
+            ngram_baselines={},
+            seeds=[1, 2],
+            seeds_by_scheme={scheme: [1, 2] for scheme in perplexity},
+            train_length=32,
+            factors=[1, 2],
+            lengths=[32, 64],
+            n_targets=8,
+            perplexity=perplexity,
+            seconds=1.0,
+            threads=1,
+        )
+    )

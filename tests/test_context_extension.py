@@ -13,6 +13,8 @@ from poslab.data import CharTokenizer
 from poslab.lab import scale, verdicts
 from poslab.lab.experiments import context_extension, context_extension_tables, extrapolation
 from poslab.lab.experiments import context_extension_claims as cc
+from poslab.lab.experiments import context_extension_verdicts as cv
+from poslab.lab.experiments.declaration import load
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, missing_premises
 from poslab.lab.verdicts import Test as Kind
 
@@ -56,9 +58,7 @@ def test_context_extension_smoke(lab: Path):
     assert budget["finetune_tokens"] == budget["control_tokens"] == 4 * L  # smoke batch 4: 1 window of 4 L
     control = results["equal_budget"]["control_inference"]
     assert list(control) == list(cc.SCALINGS)
-    assert (
-        control["PI"]["nonoverlapping"]["ppl_per_seed"] != results["inference"]["PI"]["nonoverlapping"]["ppl_per_seed"]
-    )
+    assert control["PI"]["nonoverlapping"]["ppl_seeds"] != results["inference"]["PI"]["nonoverlapping"]["ppl_seeds"]
     passkey = results["passkey"]
     assert passkey["factors"] == [1, 2, 4, 8] and passkey["inference"]["PI"]["1"] == [None, None]  # 16 is too short
     claims = results["claims"]
@@ -73,7 +73,7 @@ def test_context_extension_smoke(lab: Path):
     rankings = [r for r in records if r.design is not None and r.design.test == Kind.RANKING]
     assert rankings and all(r.details["pairwise"] == Kind.PAIRED.value for r in rankings)
     pi = next(r for r in records if r.claim == "without fine-tuning, PI reads 4x L better than no scaling")
-    assert pi.details["better"] == pytest.approx(results["inference"]["PI"]["nonoverlapping"]["ppl_per_seed"])
+    assert pi.details["better"] == pytest.approx(results["inference"]["PI"]["nonoverlapping"]["ppl_seeds"])
     # checkpoint averaging of the YaRN fine-tune: its last 3 checkpoints, base ⊕ fine-tuned, against plain and base
     averaging = results["averaging"]
     assert list(averaging["variants"]) == list(context_extension.AVERAGING) and averaging["last"] == 3
@@ -84,13 +84,19 @@ def test_context_extension_smoke(lab: Path):
     assert "Llama 3" in averaging["note"] and "annealing" in averaging["note"]
     assert (lab / "context-extension" / "checkpoint_averaging.png").stat().st_size > 1000
     assert (lab / "context-extension" / "context_extension.png").is_file()
-    # the key table shows the equal-budget arms below the fine-tunes; results without them render the fine-tunes alone
-    rows = context_extension_tables.finetuned_table(results).rows
+    # the key table, built from the typed result read back from results.json, shows the equal-budget arms below
+    # the fine-tunes
+    typed = load(context_extension.ContextResult, json.loads(json.dumps(results, default=float)))
+    rows = context_extension_tables.finetuned_table(typed).rows
     assert [r[0] for r in rows[: len(context_extension.FINETUNE)]] == list(context_extension.FINETUNE)
     assert len(rows) == len(context_extension.FINETUNE) + len(cc.SCALINGS)
     assert rows[-1][2] == pytest.approx(control["Llama3"]["nonoverlapping"]["ppl"])
-    older = {k: v for k, v in results.items() if k != "equal_budget"}
-    assert context_extension_tables.finetuned_table(older).rows == rows[: len(context_extension.FINETUNE)]
+    keys = context_extension_tables.passkey_table(typed)  # each scaling and fine-tune, per passkey length
+    assert len(keys.rows) == len(context_extension.INFERENCE) + len(context_extension.FINETUNE) + 1  # + control
+    assert len(keys.headers) == 1 + len(context_extension.PASSKEY_FACTORS)
+    longest = passkey["inference"]["none"][str(context_extension.PASSKEY_FACTORS[-1])]
+    assert keys.rows[0][0] == "none (inference only)" and keys.rows[0][1] == "cannot"  # 1x L: too short
+    assert keys.rows[0][-1].mean == pytest.approx(sum(longest) / len(longest))
 
 
 def test_context_extension_seeds_come_from_extrapolation(tmp_path: Path):
@@ -262,25 +268,25 @@ def test_passkey_claims_are_paired():
         "inference": {"PI": weak, "none": weak, "YaRN": weak},
         "finetuned": {"PI": strong, "YaRN": strong},
     }
-    verdict = {c.claim: c for c in cc.passkey_claims(passkey, SEEDS)}
+    verdict = {c.claim: c for c in cv.passkey_claims(passkey, SEEDS)}
     fine = verdict["fine-tuning at 4x L makes PI retrieve the passkey at 4x L better than PI without it"]
     assert fine.verdict == HELD and fine.design.test == Kind.PAIRED and fine.details["seeds"] == SEEDS
     assert (
         verdict["without fine-tuning, PI retrieves the passkey at 4x L better than no scaling"].verdict == INCONCLUSIVE
     )
-    assert cc.passkey_premise({str(f): [chance] * 3 for f in context_extension.PASSKEY_FACTORS}, SEEDS).met is False
+    assert cv.passkey_premise({str(f): [chance] * 3 for f in context_extension.PASSKEY_FACTORS}, SEEDS).met is False
 
 
 def test_premises_are_per_seed():
     # the passkey: two base models retrieve, one does not; their mean (0.69) is above the halfway bound (0.52)
     passkey = {str(f): [0.95, 0.95, 0.18] for f in context_extension.PASSKEY_FACTORS}
-    premise = cc.passkey_premise(passkey, SEEDS)
+    premise = cv.passkey_premise(passkey, SEEDS)
     assert not premise.met and "seed 1339" in premise.measured
-    assert cc.passkey_premise({k: [0.95, 0.95, 0.9] for k in passkey}, SEEDS).met
+    assert cv.passkey_premise({k: [0.95, 0.95, 0.9] for k in passkey}, SEEDS).met
     # the language models: one seed above the bigram baseline breaks it
     curve = [3.0] * 4 + [2.0] * 12
-    assert cc.language_premise([2.0, 2.1, 2.2], [curve] * 3, bigram=2.48).met
-    assert not cc.language_premise([2.0, 2.1, 2.47], [curve] * 3, bigram=2.48).met
+    assert cv.language_premise([2.0, 2.1, 2.2], [curve] * 3, bigram=2.48).met
+    assert not cv.language_premise([2.0, 2.1, 2.47], [curve] * 3, bigram=2.48).met
 
 
 def averaging_numbers() -> tuple[dict, dict, dict]:
@@ -306,7 +312,7 @@ def averaging_numbers() -> tuple[dict, dict, dict]:
 
 
 def averaging(ppl_L: dict, ppl_4L: dict, passkey: dict) -> dict[str, verdicts.ClaimRecord]:
-    records = cc.averaging_claims(ppl_L, ppl_4L, passkey, last=3, seeds=SEEDS)
+    records = cv.averaging_claims(ppl_L, ppl_4L, passkey, last=3, seeds=SEEDS)
     assert check_records(records) == []
     return {c.claim.rsplit(" (", 1)[0]: c for c in records}
 
@@ -360,13 +366,13 @@ def test_a_gate_joins_the_experiments_premise():
     ppl_L, ppl_4L, passkey = averaging_numbers()
     ppl_L["fine-tuned"] = [10.0, 10.4, 10.1]
     ppl_L["last-k average"] = [9.7, 10.1, 9.8]
-    records = cc.averaging_claims(ppl_L, ppl_4L, passkey, last=3, seeds=SEEDS)
+    records = cv.averaging_claims(ppl_L, ppl_4L, passkey, last=3, seeds=SEEDS)
     met = verdicts.Premise("language models", "fine", True)
-    attached = {c["claim"].rsplit(" (", 1)[0]: c for c in cc.attach_premises(records, lambda r: met)}
+    attached = {c["claim"].rsplit(" (", 1)[0]: c for c in cv.attach_premises(records, lambda r: met)}
     gated = attached["averaging the last 3 checkpoints of the YaRN fine-tune reduces forgetting"]
     assert gated["verdict"] == INCONCLUSIVE and gated["details"]["verdict_without_premise"] == HELD
     assert "forgets" in gated["premise"]["text"] and "language models" in gated["premise"]["text"]
     unmet = verdicts.Premise("language models", "at bigram level", False)
-    attached = {c["claim"].rsplit(" (", 1)[0]: c for c in cc.attach_premises(records, lambda r: unmet)}
+    attached = {c["claim"].rsplit(" (", 1)[0]: c for c in cv.attach_premises(records, lambda r: unmet)}
     assert attached["base ⊕ fine-tuned keeps the extension"]["verdict"] == INCONCLUSIVE
     assert check_records(list(attached.values())) == []

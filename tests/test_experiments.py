@@ -411,3 +411,44 @@ def test_a_typed_result_reads_back_from_its_json_and_names_what_it_lacks():
         load(_Result, {**to_json(result), "by_seed": {"1": "high"}})
     with pytest.raises(TypeError, match="none of its types"):
         load(_Result, {**to_json(result), "label": [1]})
+
+
+def test_a_plan_follows_its_runs_with_runs_that_start_from_them(tmp_path, corpus, monkeypatch):
+    """``Plan.follow``: once the plan's runs are finished, the runs that start from them (a fine-tune initialised
+    from its seed's base run, as context extension's) are planned from their folders and trained; both join the
+    measurement's runs, and a second pass trains nothing."""
+    from poslab.lab.experiments import training
+    from poslab.lab.experiments.declaration import Plan, ensure_runs, seeded_arms
+
+    base = {
+        "corpus": corpus,
+        "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
+        "max_steps": 2,
+        "batch_size": 2,
+        "warmup_steps": 1,
+        "eval_interval": 2,
+        "eval_iters": 1,
+        "ckpt_interval": 0,
+        "threads": 1,
+    }
+    seen = []
+
+    def tuned(bases):
+        seen.append({seed: run.path for seed, run in bases["base"].items()})
+        arms = seeded_arms(tmp_path, {**base, "max_steps": 3}, {"tuned": {}}, {"tuned": (3,)})
+        arms["tuned"][3]["init_from"] = str(bases["base"][3].path)
+        return Plan(None, arms, summarise=False)
+
+    plan = Plan(None, seeded_arms(tmp_path, base, {"base": {}}, {"base": (3,)}), summarise=False, follow=tuned)
+    runs = ensure_runs(plan, workers=1)
+    assert seen == [{3: tmp_path / "runs" / "base-s3"}]
+    assert set(runs.by_arm) == {"base", "tuned"} and runs.by_arm["tuned"][3].path == tmp_path / "runs" / "tuned-s3"
+    config = json.loads((runs.by_arm["tuned"][3].path / "config.json").read_text())
+    assert config["train"]["init_from"] == str(tmp_path / "runs" / "base-s3")
+    assert (runs.by_arm["tuned"][3].path / "results.json").is_file()
+
+    monkeypatch.setattr(training, "train_or_resume", lambda *a, **k: pytest.fail("trained again"))
+    again = ensure_runs(plan, workers=1)
+    assert {arm: {s: r.path for s, r in v.items()} for arm, v in again.by_arm.items()} == {
+        arm: {s: r.path for s, r in v.items()} for arm, v in runs.by_arm.items()
+    }

@@ -9,7 +9,7 @@ from html import unescape
 from pathlib import Path
 
 import pytest
-from lab_helpers import PROMPT, TANG_HEADS, copy_lab, quiet, shared_lab
+from lab_helpers import PROMPT, TANG_HEADS, copy_lab, extrapolation_result, quiet, shared_lab
 
 from poslab.cli.app import main
 from poslab.display.fonts import FAMILY, covered_chars, font_face_css, font_path
@@ -328,40 +328,51 @@ def test_lab_quick_end_to_end(tmp_path):
 
 
 def test_context_key_table_shows_checkpoint_averaging():
+    import dataclasses
+
     from poslab.lab.report.builder import key_tables
+    from poslab.lab.scale import SIZES
 
     def cell(*values: float) -> dict:
-        return {"nonoverlapping": {"ppl": sum(values) / len(values), "ppl_per_seed": list(values)}}
+        return {"nonoverlapping": {"ppl": sum(values) / len(values), "ppl_seeds": list(values)}}
 
     results = {
+        "size": dataclasses.asdict(SIZES["smoke"]),
         "train_length": 64,
         "eval_length": 256,
         "factor": 4,
+        "n_targets": 8,
         "seeds": [1, 2, 3],
+        "base_run": "rope",
+        "base_runs": ["rope"],
         "base": {"L": cell(10.0)},
         "inference": {"YaRN": {**cell(12.0), "rope_scaling": "yarn:4"}},
+        "finetune_runs": {},
         "finetuned": {"YaRN": {"rope_scaling": "yarn:4", "4L": cell(10.5), "L": cell(10.25)}},
-    }
-    before = key_tables("experiments/context-extension", results)
-    assert (
-        "ppl at 256" in before and "checkpoint averaging" not in before
-    )  # results from before averaging: as they were
-    results["averaging"] = {
-        "fine_tune": "YaRN",
-        "last": 3,
-        "base_weight": 0.5,
-        "note": "Llama 3 averages in annealing",
-        "variants": {
-            "last-k average": {
-                "L": cell(10.125, 10.375),
-                "4L": cell(10.5),
-                "passkey": {"4": [0.5, None]},
-                "weight_distance_to_fine_tuned": [0.01, 0.03],
-            }
+        "control_more_steps_at_L": {},
+        "equal_budget": {"control_inference": {}},
+        "passkey": {},
+        "per_seed": [],
+        "ngram_baselines": {},
+        "seconds": 1.0,
+        "workers": 1,
+        "averaging": {
+            "fine_tune": "YaRN",
+            "last": 3,
+            "base_weight": 0.5,
+            "note": "Llama 3 averages in annealing",
+            "variants": {
+                "last-k average": {
+                    "L": cell(10.125, 10.375),
+                    "4L": cell(10.5),
+                    "passkey": {"4": [0.5, None]},
+                    "weight_distance_to_fine_tuned": [0.01, 0.03],
+                }
+            },
         },
     }
     html = key_tables("experiments/context-extension", results)
-    assert html.startswith(before) and "checkpoint averaging of the YaRN fine-tune: last 3 checkpoints" in html
+    assert "ppl at 256" in html and "checkpoint averaging of the YaRN fine-tune: last 3 checkpoints" in html
     assert (
         "10.250 ± 0.177 (n=2)" in html and "0.0200 ± 0.0141 (n=2)" in html and "Llama 3 averages in annealing" in html
     )
@@ -376,10 +387,9 @@ def test_a_renamed_result_field_fails_the_report_naming_the_table(tmp_path, caps
     extrapolation = lab_dir / "experiments" / "extrapolation" / "results.json"
     extrapolation.parent.mkdir(parents=True)
     cell = {"nonoverlapping": {"ppl": 9.5, "ppl_seeds": [9.0, 10.0]}, "sliding": {"ppl": 9.0, "ppl_seeds": [9.0]}}
-    extrapolation.write_text(
-        json.dumps({"ppl_table": {"rope": {"1": cell}}, "factors": [1], "train_length": 32, "seeds": [1, 2]}),
-        encoding="utf-8",
-    )
+    renamed = extrapolation_result({"rope": {"1": cell}})
+    renamed["ppl_table"] = renamed.pop("perplexity")
+    extrapolation.write_text(json.dumps(renamed), encoding="utf-8")
 
     assert main(["report", "--out", str(lab_dir)]) == 1
     err = capsys.readouterr().err.splitlines()

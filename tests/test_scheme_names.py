@@ -50,7 +50,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("explore/server.py", "none"): "the HTTP header value Sec-Fetch-Site: none, not the NoPE scheme",
     ("config_keys.py", "none"): "the literal None of a typed value given as text ('none'/'null'), not the NoPE scheme",
     (
-        "lab/experiments/probes.py",
+        "lab/experiments/probes_claims.py",
         "none",
     ): "claims about NoPE: Kazemnejad et al.'s ranking and 'attention needs position'",
     ("interop/common.py", "rope"): "model family: the rotary families' check that every RoPE layer has rope_parameters",

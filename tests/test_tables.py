@@ -105,17 +105,19 @@ def test_a_table_its_results_cannot_build_is_a_failure_naming_it():
 
 
 def test_the_console_prints_the_declared_tables_and_names_the_one_it_cannot_build(capsys):
-    from poslab.lab.experiments import extrapolation_tables
+    from lab_helpers import extrapolation_result
+
+    from poslab.lab.experiments import extrapolation
 
     cell = {"nonoverlapping": {"ppl": 9.5, "ppl_seeds": [9.0, 10.0]}, "sliding": {"ppl": 9.0}}
-    results = {"perplexity": {"rope": {"1": cell, "2": {"cannot": "past its table"}}}, "factors": [1, 2]}
-    results["train_length"] = 32
-    print_tables("experiments/extrapolation", extrapolation_tables.TABLES, results)
-    built = [spec.build(results) for spec in extrapolation_tables.TABLES]
+    results = extrapolation_result({"rope": {"1": cell, "2": {"cannot": "past its table"}}})
+    tables = extrapolation.EXPERIMENT.tables
+    print_tables("experiments/extrapolation", tables, results)
+    built = [spec.build(results) for spec in tables]
     assert capsys.readouterr().out == "".join(f"\n{table.to_text()}\n" for table in built)
     assert "9.500 ± 0.707 (n=2)" in built[0].to_text() and "cannot" in built[1].to_text()
     del results["train_length"]
-    print_tables("experiments/extrapolation", extrapolation_tables.TABLES[:1], results)
+    print_tables("experiments/extrapolation", tables[:1], results)
     assert capsys.readouterr().out == (
         "\nexperiments/extrapolation: table 'perplexity (nonoverlapping)' cannot be built: "
         "results.json has no field 'train_length'\n"

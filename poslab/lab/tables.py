@@ -87,13 +87,29 @@ def ppl(cell: Any, mode: str) -> Any:
 
 
 def ppl_spread(cell: Any, mode: str) -> Any:
-    """:func:`ppl`, as mean ± sd over seeds where the cell keeps its per-seed values (``ppl_seeds`` in
-    extrapolation's cells, ``ppl_per_seed`` in context extension's)."""
+    """:func:`ppl`, as mean ± sd over seeds where the cell keeps its per-seed values (:func:`mean_cell`)."""
     if not isinstance(cell, dict) or "cannot" in cell:
         return ppl(cell, mode)
     inner = cell.get(mode, {})
-    seeds = inner.get("ppl_seeds") or inner.get("ppl_per_seed")
+    seeds = inner.get("ppl_seeds")
     return MeanSd.of(seeds, 3) if seeds else inner.get("ppl")
+
+
+def mean_cell(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One length's evaluation cells over seeds (:func:`poslab.analysis.eval.evaluate_length`'s, each
+    ``{"length": n, mode: {"ppl": ...}}``) as one cell: for each mode every seed has, the mean, the sd and the
+    per-seed perplexities (``{"ppl", "ppl_sd", "ppl_seeds"}``); ``{"length", "cannot"}`` where a seed cannot read
+    that length."""
+    blocked = next((c for c in cells if "cannot" in c), None)
+    if blocked is not None:
+        return {"length": blocked["length"], "cannot": blocked["cannot"]}
+    out: dict[str, Any] = {"length": cells[0]["length"]}
+    for mode in ("nonoverlapping", "sliding"):
+        values = [c[mode]["ppl"] for c in cells if c.get(mode)]
+        if len(values) == len(cells):
+            mean, sd = mean_sd(values)
+            out[mode] = {"ppl": mean, "ppl_sd": sd, "ppl_seeds": values}
+    return out
 
 
 #: what a table cell may hold

@@ -195,16 +195,6 @@ def ngram_baselines(corpus: str, val_fraction: float = 0.1) -> dict[str, float]:
     }
 
 
-def baseline_line(corpus: str, val_fraction: float = 0.1) -> str:
-    """The line printed under every loss table: the corpus's unigram, bigram and trigram baselines."""
-    b = ngram_baselines(corpus, val_fraction)
-    return (
-        f"  count-model baselines of {corpus!r} on its validation split (interpolated Kneser-Ney): "
-        f"unigram {b['unigram']:.3f}, bigram {b['bigram']:.3f}, trigram {b['trigram']:.3f} nats/token; "
-        f"a model that uses its context sits clearly below the bigram"
-    )
-
-
 def draw_perplexity_baselines(ax: Any, baselines: dict[str, float] | None) -> None:
     """The bigram and trigram count models (:func:`ngram_baselines`, nats) as horizontal perplexity lines
     ``exp(nats)`` on a perplexity axis: a model that uses its context sits below the bigram line."""

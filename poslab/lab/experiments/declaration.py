@@ -50,6 +50,9 @@ class Plan(Generic[T]):
             experiment's, named in its ``reuses``).
         summarise: give each run its summary (:class:`RunSummary`: whole-split validation loss, curves, speed).
         what: what the runs are called in progress lines and shard records.
+        follow: runs that start from these: given every arm's runs, the plan of the next trainings (fine-tunes
+            initialised from a run's folder), trained once every run of this plan is finished; its arms join
+            these in :class:`Runs`.
     """
 
     setting: T
@@ -57,6 +60,7 @@ class Plan(Generic[T]):
     reuse: Mapping[str, Mapping[int, tuple[Path, ...]]] = field(default_factory=dict)
     summarise: bool = True
     what: str = "runs"
+    follow: Callable[[Mapping[str, Mapping[int, Run]]], Plan[Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,10 +98,12 @@ class Run:
 
 @dataclass(frozen=True)
 class Runs(Generic[T]):
-    """What :func:`ensure_runs` hands the measurement: the plan and every arm's runs (arm -> seed -> run)."""
+    """What :func:`ensure_runs` hands the measurement: the plan, every arm's runs (arm -> seed -> run), and the
+    workers asked for (``None``: the default), for a measurement that trains or reads in parallel itself."""
 
     plan: Plan[T]
     by_arm: Mapping[str, Mapping[int, Run]]
+    workers: int | None = None
 
     @property
     def setting(self) -> T:
@@ -156,7 +162,9 @@ def ensure_runs(plan: Plan[Any], workers: int | None = None) -> Runs[Any]:
     by_arm: dict[str, dict[int, Run]] = {arm: {} for arm in plan.arms}
     for (arm, seed), path, summary in zip(keys, paths, summaries):
         by_arm[arm][seed] = Run(seed, path, summary)
-    return Runs(plan, by_arm)
+    if plan.follow is not None:
+        by_arm.update(ensure_runs(plan.follow(by_arm), workers).by_arm)
+    return Runs(plan, by_arm, workers)
 
 
 # ------------------------------------------------------------------------------------ typed results <-> JSON

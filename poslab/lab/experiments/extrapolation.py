@@ -20,13 +20,16 @@ The claims are decided in :mod:`poslab.lab.experiments.extrapolation_verdicts`, 
 design calls for: a ratio ``ppl(fL) / ppl(L)`` per seed on the ln scale (one model read at two lengths),
 two schemes paired by seed (seed i trains every scheme on the same batches), RoPE's "10 to 100+"
 against the corpus's unigram perplexity (the level of a model that ignores its context).
+
+The models are the lab models of every scheme and seed (:mod:`poslab.lab.experiments.lab_models`), trained
+here or reused from position-training's quick runs; the other length experiments reuse them in turn.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,37 +37,79 @@ import torch
 
 from poslab.analysis.eval import evaluate_length, loss_by_position
 from poslab.display import new_figure, save_figure, series_style
-from poslab.lab.experiments import extrapolation_tables
 from poslab.lab.experiments.common import (
     LAB,
-    Experiment,
-    baseline_line,
     draw_perplexity_baselines,
     ngram_baselines,
     scheme_style_index,
     unigram_entropy,
 )
+from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.extrapolation_verdicts import (  # noqa: F401  (re-exported: the claims of this experiment)
     JUMP_QUOTE,
     UNDERTRAINED,
     extrapolation_claims,
     jump_claim,
     seed_perplexities,
-    undertrained,
     undertrained_seeded,
 )
-from poslab.lab.experiments.lab_models import shared_models
+from poslab.lab.experiments.lab_models import lab_model_arms
 from poslab.lab.experiments.training import CONTEXT_WINDOWS, planned_seeds
 from poslab.lab.premises import all_of, arms_of, attach, beats_nope, below_bigram, uses_context
-from poslab.lab.scale import CORPUS, SEED, SEEDS, Scale, schemes_of, size_of  # noqa: F401  (SEEDS: the seeds outside the quick plan)
+from poslab.lab.report.i18n import t
+from poslab.lab.scale import CORPUS, SEED, SEEDS, Scale, schemes_of, size_of  # noqa: F401  (SEED, SEEDS: the lab's seeds)
 from poslab.lab.scale import EXTRAPOLATION_FACTORS as FACTORS
-from poslab.lab.tables import print_tables
-from poslab.lab.verdicts import ClaimRecord, Premise, mean_sd
+from poslab.lab.tables import KeyTable, Table, mean_cell, ppl_spread
+from poslab.lab.verdicts import ClaimRecord, Premise, num
 from poslab.runs import RunFolder, load_run
 
+#: how perplexity is measured past the training length, each its own table
+MODES = ("nonoverlapping", "sliding")
+#: an evaluation cell of :func:`poslab.analysis.eval.evaluate_length`: ``{mode: {"ppl": ...}, "length": n}``, or
+#: ``{"length": n, "cannot": why}`` for a length the model cannot read; aggregated over seeds by :func:`aggregate`
+Cells = dict[str, dict[str, Any]]
 
-# ------------------------------------------------------------------------------------ claims
-# ------------------------------------------------------------------------------------ run
+
+@dataclass(frozen=True)
+class Setting:
+    """The scale, its schemes and each scheme's seeds, and when the experiment started."""
+
+    lab: Scale
+    schemes: tuple[str, ...]
+    seeds_by_scheme: dict[str, tuple[int, ...]]
+    started: float
+
+
+@dataclass(frozen=True)
+class ExtrapolationResult:
+    """Every scheme read at every length factor, per seed and over seeds, with the corpus's baselines.
+
+    Attributes:
+        perplexity: scheme -> factor -> :func:`aggregate`'s cell (mean, sd and per-seed perplexities per mode).
+        perplexity_by_seed: scheme -> seed -> factor -> the evaluation cell of that seed's model.
+        loss_by_position: scheme -> seed -> mean validation loss at each position of a window of ``L``.
+        final_val_loss: scheme -> the training's final validation loss, per seed.
+    """
+
+    size: Scale
+    corpus: str
+    unigram_entropy_nats: float
+    ngram_baselines: dict[str, float]
+    seeds: list[int]
+    seeds_by_scheme: dict[str, list[int]]
+    train_length: int
+    factors: list[int]
+    lengths: list[int]
+    n_targets: int
+    perplexity: dict[str, Cells]
+    perplexity_by_seed: dict[str, dict[str, Cells]]
+    loss_by_position: dict[str, dict[str, list[float]]]
+    run_dirs: dict[str, dict[str, str]]
+    final_val_loss: dict[str, list[float | None]]
+    seconds: float
+    threads: int
+
+
 def evaluate_scheme(run_dir: Path, size: Scale) -> dict[str, Any]:
     """Every factor's cell (non-overlapping + sliding window with stride ``length/2``) of one trained model."""
     model, tokenizer, config = load_run(run_dir)
@@ -84,7 +129,7 @@ def context_curve(run_dir: Path, size: Scale) -> list[float]:
 
 
 def premise_of(
-    record: ClaimRecord, tables: dict[str, dict[str, dict]], curves: dict[str, dict[str, list[float]]], bigram: float
+    record: ClaimRecord, tables: dict[str, dict[str, Cells]], curves: dict[str, dict[str, list[float]]], bigram: float
 ) -> Premise:
     """A claim about reading past ``L``: every scheme it names is a language model (every seed's in-length
     loss clearly below the bigram baseline) that uses its context within ``L``; a comparison of two or
@@ -100,28 +145,12 @@ def premise_of(
     return all_of(*found)
 
 
-def aggregate(tables: dict[str, dict[str, dict]]) -> dict[str, dict[str, Any]]:
-    """scheme -> factor -> ``{"cannot": why}`` or ``{mode: {"ppl": mean, "ppl_sd": sd, "ppl_seeds": [...]}}``
-    over seeds."""
-    out: dict[str, dict[str, Any]] = {}
-    for scheme, by_seed in tables.items():
-        cells: dict[str, Any] = {}
-        for factor in FACTORS:
-            key = str(factor)
-            seeds = [t[key] for t in by_seed.values()]
-            blocked = next((c for c in seeds if "cannot" in c), None)
-            if blocked is not None:
-                cells[key] = {"length": blocked["length"], "cannot": blocked["cannot"]}
-                continue
-            cell: dict[str, Any] = {"length": seeds[0]["length"]}
-            for mode in ("nonoverlapping", "sliding"):
-                values = [c[mode]["ppl"] for c in seeds if c.get(mode)]
-                if len(values) == len(seeds):
-                    mean, sd = mean_sd(values)
-                    cell[mode] = {"ppl": mean, "ppl_sd": sd, "ppl_seeds": values}
-            cells[key] = cell
-        out[scheme] = cells
-    return out
+def aggregate(tables: dict[str, dict[str, Cells]]) -> dict[str, Cells]:
+    """scheme -> factor -> the seeds' cells as one (:func:`poslab.lab.tables.mean_cell`)."""
+    return {
+        scheme: {str(f): mean_cell([t[str(f)] for t in by_seed.values()]) for f in FACTORS}
+        for scheme, by_seed in tables.items()
+    }
 
 
 def plot(table: dict[str, dict[str, Any]], size: Scale, path: Path, baselines: dict[str, float] | None = None) -> Path:
@@ -174,102 +203,111 @@ def plot(table: dict[str, dict[str, Any]], size: Scale, path: Path, baselines: d
     return save_figure(fig, path)
 
 
-def run(
+def plan(
     out: Path,
-    quick: bool = False,
+    quick: bool,
     size: str | Scale | None = None,
     schemes: tuple[str, ...] | None = None,
     seeds: tuple[int, ...] | None = None,
-    workers: int | None = None,
-) -> dict:
-    """Train (or reuse) one model per scheme and seed, evaluate at 1x..16x L, print the tables, plot, judge.
+) -> Plan[Setting]:
+    """The lab model of every scheme and seed (``OUT/models/SIZE/NAME``,
+    :func:`poslab.lab.experiments.lab_models.run_name`; reused from position-training when finished there).
 
     Args:
-        out: output folder (models in ``out/models/SIZE/NAME``,
-            :func:`poslab.lab.experiments.lab_models.run_name`).
         quick: the demo's size; ``size`` (a :class:`~poslab.lab.scale.Scale` or the name of one of
             :data:`~poslab.lab.scale.SIZES`) instead.
         schemes: position schemes to train (``None``: :func:`~poslab.lab.scale.schemes_of` the size).
         seeds: training seeds of every scheme (at least 3 for conclusive verdicts; default: the quick lab's
             seeds per scheme, :data:`poslab.lab.plan.QUICK_SEEDS`, at the quick size, else :data:`SEEDS`).
-        workers: trainings at a time (default: :func:`poslab.jobs.runner.default_workers`).
     """
     lab = size_of(quick, size)
     schemes = schemes_of(lab) if schemes is None else tuple(schemes)
     by_scheme = planned_seeds(EXPERIMENT.name, schemes, lab.name == "quick", seeds)
     schemes = tuple(s for s in schemes if s in by_scheme)
-    out = Path(out)
-    start = time.perf_counter()
-    t0 = time.perf_counter()
-    run_dirs = shared_models(schemes, lab, out, (EXPERIMENT.name, *EXPERIMENT.reuses), by_scheme, workers)
-    train_s = time.perf_counter() - t0
-    tables: dict[str, dict[str, dict]] = {}
-    training: dict[str, Any] = {}
-    for scheme in schemes:
-        tables[scheme] = {}
-        finals = []
-        t1 = time.perf_counter()
-        for seed, run_dir in run_dirs[scheme].items():
-            results = RunFolder(run_dir).results() or {}
-            finals.append(results.get("final_val_loss"))
-            tables[scheme][str(seed)] = evaluate_scheme(run_dir, lab)
-        training[scheme] = {
-            "runs": {str(seed): str(d) for seed, d in run_dirs[scheme].items()},
-            "final_val_loss": finals,
-            "eval_seconds": time.perf_counter() - t1,
-        }
-    table = aggregate(tables)
-    curves = {scheme: {str(seed): context_curve(d, lab) for seed, d in run_dirs[scheme].items()} for scheme in schemes}
-    baseline = unigram_entropy(CORPUS)
-    ngrams = ngram_baselines(CORPUS)
-    shown = {
-        "corpus": CORPUS,
-        "unigram_entropy_nats": baseline,
-        "seeds": sorted({seed for chosen in by_scheme.values() for seed in chosen}),
-        "seeds_by_scheme": {scheme: list(chosen) for scheme, chosen in by_scheme.items()},
-        "train_length": lab.train_length,
-        "factors": list(FACTORS),
-        "perplexity": table,
+    arms, reuse = lab_model_arms(schemes, lab, out, (EXPERIMENT.name, *EXPERIMENT.reuses), by_scheme)
+    setting = Setting(lab, schemes, {s: tuple(by_scheme[s]) for s in schemes}, time.perf_counter())
+    return Plan(setting, arms, reuse, summarise=False, what="lab models")
+
+
+def measure(runs: Runs[Setting]) -> ExtrapolationResult:
+    """Every model read at every factor (non-overlapping and sliding) and position, aggregated over seeds."""
+    s, lab = runs.setting, runs.setting.lab
+    by_seed = {
+        scheme: {str(seed): evaluate_scheme(r.path, lab) for seed, r in runs.by_arm[scheme].items()}
+        for scheme in s.schemes
     }
-    print_tables(EXPERIMENT.name, extrapolation_tables.TABLES, shown)
-    print(
-        f"  in-length loss = ln(ppl at 1x); {baseline_line(CORPUS).strip()} "
-        f"(unigram perplexity {math.exp(baseline):.2f})"
-    )
-    claims = extrapolation_claims(tables, "nonoverlapping", baseline)
-    sliding_claims = extrapolation_claims(tables, "sliding", baseline)
-    for c, s in zip(claims, sliding_claims):
-        c["details"]["sliding_window"] = {k: s.get(k) for k in ("measured", "margin", "noise", "verdict")}
-    claims = attach(claims, lambda record: premise_of(record, tables, curves, ngrams["bigram"]))
-    figure = plot(table, lab, out / "extrapolation.png", ngrams)
-    return {
-        "experiment": EXPERIMENT.name,
-        "size": dataclasses.asdict(lab),
-        **shown,
-        "ngram_baselines": ngrams,
-        "loss_by_position": curves,
-        "seed": SEED,
-        "lengths": [f * lab.train_length for f in FACTORS],
-        "n_targets": lab.n_targets,
-        "perplexity_by_seed": tables,
-        "run_dirs": {
-            scheme: {str(seed): str(d) for seed, d in by_seed.items()} for scheme, by_seed in run_dirs.items()
+    return ExtrapolationResult(
+        size=lab,
+        corpus=CORPUS,
+        unigram_entropy_nats=unigram_entropy(CORPUS),
+        ngram_baselines=ngram_baselines(CORPUS),
+        seeds=sorted({seed for chosen in s.seeds_by_scheme.values() for seed in chosen}),
+        seeds_by_scheme={scheme: list(chosen) for scheme, chosen in s.seeds_by_scheme.items()},
+        train_length=lab.train_length,
+        factors=list(FACTORS),
+        lengths=[f * lab.train_length for f in FACTORS],
+        n_targets=lab.n_targets,
+        perplexity=aggregate(by_seed),
+        perplexity_by_seed=by_seed,
+        loss_by_position={
+            scheme: {str(seed): context_curve(r.path, lab) for seed, r in runs.by_arm[scheme].items()}
+            for scheme in s.schemes
         },
-        "training": training,
-        "train_seconds": train_s,
-        "claims": claims,
-        "figure": str(figure),
-        "seconds": time.perf_counter() - start,
-        "threads": torch.get_num_threads(),
-    }
+        run_dirs={scheme: {str(seed): str(r.path) for seed, r in runs.by_arm[scheme].items()} for scheme in s.schemes},
+        final_val_loss={
+            scheme: [(RunFolder(r.path).results() or {}).get("final_val_loss") for r in runs.by_arm[scheme].values()]
+            for scheme in s.schemes
+        },
+        seconds=time.perf_counter() - s.started,
+        threads=torch.get_num_threads(),
+    )
 
 
-EXPERIMENT = Experiment(
+def claims(r: ExtrapolationResult) -> list[dict[str, Any]]:
+    """:func:`~poslab.lab.experiments.extrapolation_verdicts.extrapolation_claims` on the non-overlapping reading,
+    each with the sliding window's verdict in its details and its premise (:func:`premise_of`)."""
+    tables, baseline = r.perplexity_by_seed, r.unigram_entropy_nats
+    records = extrapolation_claims(tables, "nonoverlapping", baseline)
+    for c, s in zip(records, extrapolation_claims(tables, "sliding", baseline)):
+        c["details"]["sliding_window"] = {k: s.get(k) for k in ("measured", "margin", "noise", "verdict")}
+    bigram = r.ngram_baselines["bigram"]
+    return attach(records, lambda record: premise_of(record, tables, r.loss_by_position, bigram))
+
+
+def perplexity_table(r: ExtrapolationResult, mode: str) -> Table:
+    """Scheme × evaluation length, mean ± sd of the perplexity over seeds (``cannot`` where a scheme cannot run)."""
+    counts = {len(v) for v in r.seeds_by_scheme.values()}
+
+    def label(scheme: str) -> str:  # the seed count where the schemes trained different numbers of seeds
+        return f"{scheme} (n={len(r.seeds_by_scheme[scheme])})" if len(counts) > 1 else scheme
+
+    baseline = t(
+        "key.baseline", corpus=r.corpus, value=num(r.unigram_entropy_nats), ppl=num(math.exp(r.unigram_entropy_nats))
+    )
+    length = r.train_length
+    return Table(
+        t("key.extrapolation", label=t(f"key.{mode}"), length=length, seeds=r.seeds, baseline=baseline),
+        (t("key.scheme"), *(f"{f}×L = {f * length}" for f in r.factors)),
+        tuple(
+            (label(scheme), *(ppl_spread(cells.get(str(f)), mode) for f in r.factors))
+            for scheme, cells in r.perplexity.items()
+        ),
+    )
+
+
+def figures(r: ExtrapolationResult, out: Path) -> dict[str, Path]:
+    """Perplexity against evaluation length (:func:`plot`)."""
+    return {"figure": plot(r.perplexity, r.size, out / "extrapolation.png", r.ngram_baselines)}
+
+
+TABLES = tuple(KeyTable(f"perplexity ({mode})", lambda r, mode=mode: perplexity_table(r, mode)) for mode in MODES)
+
+EXPERIMENT = declare(
     name="extrapolation",
     description="train one GPT per position scheme at L, perplexity at 1x..16x L (ALiBi paper; seeds 000, 002)",
     tier=LAB,
-    run=run,
+    declaration=Declaration(ExtrapolationResult, plan, measure, claims, TABLES, figures),
     reuses=("position-training",),
     estimate=(40, 3600),
-    tables=extrapolation_tables.TABLES,
 )
+run = EXPERIMENT.run

@@ -10,61 +10,40 @@ from typing import Any
 
 from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, best_of, bound, compare, paired, pm
 
-
-def _ppl(table: dict, scheme: str, factor: int, mode: str) -> float | None:
-    cell = table.get(scheme, {}).get(str(factor))
-    if cell is None or "cannot" in cell or mode not in cell:
-        return None
-    return cell[mode]["ppl"]
-
-
 #: a model whose in-length perplexity exceeds this multiple of the median over schemes "did not train"
 UNDERTRAINED = 1.5
 
 
-def undertrained(table: dict[str, dict[str, Any]], mode: str = "nonoverlapping") -> dict[str, dict[str, float]]:
-    """Schemes whose perplexity at L is above :data:`UNDERTRAINED` x the median over all schemes.
-
-    Their flat or steep curves past L reflect a model that never learned, not extrapolation, so the
-    claims about them are reported as not measurable (with the numbers).
-    """
-    at_l = {s: _ppl(table, s, 1, mode) for s in table}
-    values = sorted(v for v in at_l.values() if v is not None)
-    if len(values) < 3:
-        return {}
-    mid = len(values) // 2
-    median = values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
-    return {s: {"ppl_L": v, "median_L": median} for s, v in at_l.items() if v is not None and v > UNDERTRAINED * median}
+def _per_seed(tables: dict[str, dict[str, dict]], scheme: str, factor: int, mode: str) -> dict[str, float] | None:
+    """seed -> perplexity of ``scheme`` at ``factor`` x L (``None`` if the scheme or any seed lacks it)."""
+    cells = [(seed, table.get(str(factor))) for seed, table in (tables.get(scheme) or {}).items()]
+    if not cells or any(c is None or "cannot" in c or mode not in c for _, c in cells):
+        return None
+    return {seed: c[mode]["ppl"] for seed, c in cells}
 
 
 def seed_perplexities(tables: dict[str, dict[str, dict]], scheme: str, factor: int, mode: str) -> list[float] | None:
     """Per-seed perplexities of ``scheme`` at ``factor`` x L (``None`` if any seed lacks it)."""
-    by_seed = tables.get(scheme)
-    if not by_seed:
-        return None
-    values = [_ppl(table, scheme, factor, mode) for table in ({scheme: t} for t in by_seed.values())]
-    return None if any(v is None for v in values) else values
+    found = _per_seed(tables, scheme, factor, mode)
+    return None if found is None else list(found.values())
 
 
 def undertrained_seeded(
     tables: dict[str, dict[str, dict]], mode: str = "nonoverlapping"
 ) -> dict[str, dict[str, float]]:
-    """:func:`undertrained` on the mean perplexity at L over each scheme's seeds."""
-    means = {}
-    for scheme in tables:
-        values = seed_perplexities(tables, scheme, 1, mode)
-        if values:
-            means[scheme] = {"1": {mode: {"ppl": sum(values) / len(values)}}}
-    return undertrained(means, mode)
+    """Schemes whose mean perplexity at L over their seeds is above :data:`UNDERTRAINED` x the median over all
+    schemes (at least 3 of them).
 
-
-def _per_seed(tables: dict[str, dict[str, dict]], scheme: str, factor: int, mode: str) -> dict[str, float] | None:
-    """seed -> perplexity of ``scheme`` at ``factor`` x L (``None`` if the scheme or any seed lacks it)."""
-    by_seed = tables.get(scheme)
-    if not by_seed:
-        return None
-    out = {seed: _ppl({scheme: table}, scheme, factor, mode) for seed, table in by_seed.items()}
-    return None if any(v is None for v in out.values()) else out
+    Their flat or steep curves past L reflect a model that never learned, not extrapolation, so the
+    claims about them are reported as not measurable (with the numbers).
+    """
+    at_l = {s: sum(v) / len(v) for s in tables if (v := seed_perplexities(tables, s, 1, mode))}
+    values = sorted(at_l.values())
+    if len(values) < 3:
+        return {}
+    mid = len(values) // 2
+    median = values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
+    return {s: {"ppl_L": v, "median_L": median} for s, v in at_l.items() if v > UNDERTRAINED * median}
 
 
 def _seed_ids(keys: Any) -> list[int]:

@@ -85,24 +85,3 @@ def lab_model_arms(
     }
     reuse = {s: {seed: reuse_candidates(s, size, out, seed, reuses) for seed in by_scheme[s]} for s in schemes}
     return arms, reuse
-
-
-def shared_models(
-    schemes: Sequence[str],
-    size: Scale,
-    out: Path,
-    reuses: Sequence[str],
-    seeds: tuple[int, ...] | Mapping[str, tuple[int, ...]] = SEEDS,
-    workers: int | None = None,
-) -> dict[str, dict[int, Path]]:
-    """:func:`shared_model` for every scheme and seed, training the missing ones ``workers`` at a time
-    (:func:`poslab.lab.experiments.declaration.ensure_runs` of :func:`lab_model_arms`).
-
-    Returns:
-        scheme -> seed -> run folder.
-    """
-    from poslab.lab.experiments.declaration import Plan, ensure_runs
-
-    arms, reuse = lab_model_arms(schemes, size, out, reuses, seeds)
-    runs = ensure_runs(Plan(None, arms, reuse, summarise=False, what="lab models"), workers)
-    return {s: {seed: run.path for seed, run in by_seed.items()} for s, by_seed in runs.by_arm.items()}

@@ -6,7 +6,7 @@ snapshot (:mod:`poslab.lab.doctables`).
 
 from __future__ import annotations
 
-from poslab.lab.tables import KeyTable, Table, mean_sd_text, values_text
+from poslab.lab.tables import Table, mean_sd_text, values_text
 
 
 def accuracy_of(results: dict) -> dict[str, dict[str, dict[str, list]]]:
@@ -43,9 +43,3 @@ def mqar_table(heads: dict[str, list]) -> Table | None:
         tuple((str(h), values_text(v), mean_sd_text(v)) for h, v in ordered),
         align="llr",
     )
-
-
-TABLES = (
-    KeyTable("answer accuracy", lambda r: accuracy_tables(accuracy_of(r))),
-    KeyTable("MQAR by heads", lambda r: mqar_table(r["heads_mqar"])),
-)
