@@ -440,10 +440,10 @@ def train_config(
 ) -> Any:
     """The :class:`poslab.training.config.TrainConfig` of one lab model (same data, seed and recipe for every scheme).
 
-    The recipe is nanoGPT's (AdamW, warmup + cosine or the scale's warmup-stable-decay, no dropout, no biases) with the token embeddings
-    multiplied by ``sqrt(n_embd)`` (``embed_scale``, Vaswani et al. 2017 §3.4) for every scheme: with
-    nanoGPT's 0.02-std token embeddings the unit-amplitude sinusoidal code swamps the content, and the
-    scale gives the content its share back. A LayerNorm on the embeddings (``embed_norm``, Bloom) does
+    The recipe is nanoGPT's (AdamW, warmup + cosine or the scale's warmup-stable-decay, no dropout, no biases)
+    with the token embeddings multiplied by ``sqrt(n_embd)`` (``embed_scale``, Vaswani et al. 2017 §3.4) for
+    every scheme: with nanoGPT's 0.02-std token embeddings the unit-amplitude sinusoidal code swamps the content,
+    and the scale gives the content its share back. A LayerNorm on the embeddings (``embed_norm``, Bloom) does
     that too but slows the learned table down (measured at 2 layers, width 64, 1000 steps, one seed:
     validation loss 2.30 with the norm, 2.07 without; ``benchmarks/lm_recipe_search.py``).
 
