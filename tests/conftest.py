@@ -257,10 +257,11 @@ def corpus(tmp_path_factory) -> str:
     return str(corpus_text_file(tmp_path_factory.mktemp("corpus")))
 
 
-def tiny_config(out, corpus, **overrides: Any):
+def tiny_config(out, corpus, *forms: dict[str, Any], **overrides: Any):
     """A 1-layer, 2-head, width-16 ``TrainConfig`` of 4 steps on ``corpus`` writing to ``out`` (one thread).
 
-    ``overrides`` replace fields (``model=`` replaces the whole model section).
+    ``forms`` (such as :data:`TRAINING`), then ``overrides``, replace fields in order; their ``model=``
+    entries update the model section.
     """
     from poslab.training.config import TrainConfig
 
@@ -280,8 +281,36 @@ def tiny_config(out, corpus, **overrides: Any):
         seed=3,
         threads=1,
     )
-    values.update(overrides)
+    for change in (*forms, overrides):
+        change = dict(change)
+        values["model"] = {**values["model"], **change.pop("model", {})}
+        values.update(change)
     return TrainConfig.from_dict(values)
+
+
+#: the training tests' form of :func:`tiny_config`: 2 layers of width 32 with dropout, 24 steps, checkpoints every 10
+TRAINING: dict[str, Any] = dict(
+    model=dict(n_layer=2, n_embd=32, dropout=0.1),
+    max_steps=24,
+    batch_size=4,
+    lr=3e-3,
+    min_lr=3e-4,
+    warmup_steps=4,
+    eval_interval=8,
+    eval_iters=2,
+    ckpt_interval=10,
+    seed=7,
+)
+
+
+@pytest.fixture
+def make_config(tmp_path, corpus):
+    """``make_config(*forms, **overrides)``: :func:`tiny_config` writing to ``tmp_path / "runs"``, on :func:`corpus`."""
+
+    def make(*forms: dict[str, Any], **overrides: Any):
+        return tiny_config(tmp_path / "runs", corpus, *forms, **overrides)
+
+    return make
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,9 @@ a checkpoint that loads different numbers ("silently wrong") fails the test. ``p
 --resume`` falls back to the previous good checkpoint with a warning and reproduces the
 uninterrupted run bitwise.
 
+A run stopped in process (Ctrl-C, SIGINT, a crash) resumes bitwise; a resume with another config lists the
+keys that differ; checkpoint writes are atomic, go through the injected checkpointer, and never unpickle.
+
 Also: a model-only checkpoint samples but does not resume, an unreadable checkpoint ``.json`` or a
 stray step name is passed over, a forged training state (random-generator state, optimizer step or
 param groups, checksums recomputed) is refused by ``--resume`` in one line.
@@ -16,12 +19,16 @@ param groups, checksums recomputed) is refused by ``--resume`` in one line.
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import random
 import shutil
+import signal
 
 import pytest
 import torch
 from cli_helpers import error_line, refused, resume, resume_args
+from conftest import TRAINING
 from run_helpers import record, reforge, tiny
 
 from poslab.cli.app import main
@@ -335,3 +342,171 @@ def forge_step(t):
 def test_a_forged_training_state_is_refused_by_resume(run, tensors_edit, meta_edit, needle, capsys):
     reforge(run, tensors_edit=tensors_edit, meta_edit=meta_edit)
     refused(capsys, [*resume_args(run), "--max_steps", "6"], needle)
+
+
+# ---------------------------------------------------------------------- interrupted in process, then resumed
+COMPARED = ("step", "loss", "lr", "grad_norm", "val_loss")  # everything but timings
+
+
+def curve(run_dir) -> list[tuple]:
+    return [tuple(r.get(k) for k in COMPARED) for r in read_metrics(run_dir)]
+
+
+def test_resume_after_ctrl_c_is_bitwise_identical(make_config):
+    reference = make_config(TRAINING, name="straight")
+    train(reference, progress=False)
+
+    cfg = make_config(TRAINING, name="interrupted")
+
+    def interrupt(step, record):
+        if step == 13:  # not a checkpoint step: Ctrl-C must save one
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, progress=False, callback=interrupt)
+    assert ckpt.latest_step(cfg.run_dir) == 13
+    assert [r["step"] for r in read_metrics(cfg.run_dir)][-1] == 13
+    assert not (cfg.run_dir / "results.json").exists()
+    train(cfg, resume=True, progress=False)
+    assert curve(cfg.run_dir) == curve(reference.run_dir)  # exact float equality, dropout included
+    a, _, _ = load_run(reference.run_dir)
+    b, _, _ = load_run(cfg.run_dir)
+    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(p, q), name
+
+
+def test_resume_after_a_crash_replays_from_the_last_checkpoint(make_config):
+    reference = make_config(TRAINING, name="straight", model=dict(dropout=0.0), grad_accum=2)
+    train(reference, progress=False)
+    cfg = make_config(TRAINING, name="crashed", model=dict(dropout=0.0), grad_accum=2)
+
+    def crash(step, record):
+        if step == 17:
+            raise RuntimeError("power cut")
+
+    with pytest.raises(RuntimeError, match="power cut"):
+        train(cfg, progress=False, callback=crash)
+    assert ckpt.latest_step(cfg.run_dir) == 10
+    with open(cfg.run_dir / "metrics.jsonl", "a") as handle:
+        handle.write('{"step": 18, "lo')  # a torn line from the kill
+    train(cfg, resume=True, progress=False)
+    assert curve(cfg.run_dir) == curve(reference.run_dir)
+
+
+def test_sigint_saves_a_checkpoint_then_exits(make_config):
+    cfg = make_config(TRAINING)
+
+    def press_ctrl_c(step, record):
+        if step == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, progress=False, callback=press_ctrl_c)
+    assert ckpt.latest_step(cfg.run_dir) == 5
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+
+
+def test_resume_with_a_different_config_lists_the_keys(make_config):
+    cfg = make_config(TRAINING, max_steps=4, eval_interval=2)
+    train(cfg, progress=False)
+    changed = make_config(TRAINING, max_steps=8, eval_interval=2, lr=1e-2, model=dict(n_embd=64))
+    with pytest.raises(ValueError, match=r"model\.n_embd: 32.*vs 64.*train\.lr"):
+        train(changed, resume=True, progress=False)
+    longer = make_config(TRAINING, max_steps=8, eval_interval=2)  # max_steps may change
+    assert train(longer, resume=True, progress=False)["steps"] == 8
+
+
+# ---------------------------------------------------------------------- the loop's checkpoint files
+def test_the_loop_checkpoints_through_the_checkpointer_it_is_given(make_config):
+    """The checkpointer is injected: the loop saves through it (its own ``keep``, not the config's) and resumes
+    from it."""
+    from poslab.runs import RunFolder
+    from poslab.training.checkpointer import Checkpointer
+    from poslab.training.distributed import DistContext
+    from poslab.training.loop import run_training
+
+    class Recording(Checkpointer):
+        def save(self, step, state, identity):
+            saved.append(step)
+            return super().save(step, state, identity)
+
+        def restore(self, state, identity):
+            restored.append(state.progress.step)
+            return super().restore(state, identity)
+
+    saved, restored = [], []
+
+    def run_it(cfg, resuming: bool) -> dict:
+        run = RunFolder(cfg.run_dir)
+        with run.lock():
+            run.prepare(resuming, False)
+            return run_training(
+                cfg, run, resuming=resuming, dist_ctx=DistContext(), progress=False, checkpointer=Recording(run, 1)
+            )
+
+    run_it(make_config(TRAINING, max_steps=12, ckpt_interval=5), resuming=False)
+    assert saved == [5, 10, 12] and restored == []
+    assert RunFolder(make_config(TRAINING).run_dir).checkpoints() == [12]  # keep_checkpoints=0 in the config
+    assert run_it(make_config(TRAINING, max_steps=14, ckpt_interval=5), resuming=True)["resumed_from"] == 12
+    assert saved == [5, 10, 12, 14] and restored == [0]
+
+
+def test_checkpoint_write_is_atomic(make_config, monkeypatch):
+    cfg = make_config(TRAINING, max_steps=20, ckpt_interval=10)
+
+    def crash_at_second_save(step, record):
+        if step == 15:
+
+            def broken_save(tensors, filename, metadata=None):
+                with open(filename, "wb") as handle:
+                    handle.write(b"half a file")
+                raise OSError("disk full")
+
+            monkeypatch.setattr(ckpt, "save_file", broken_save)
+
+    with pytest.raises(OSError, match="disk full"):
+        train(cfg, progress=False, callback=crash_at_second_save)
+    folder = cfg.run_dir / "checkpoints"
+    assert ckpt.latest_step(cfg.run_dir) == 10
+    assert sorted(p.name for p in folder.iterdir()) == ["latest", "step_0000010.json", "step_0000010.safetensors"]
+    load_run(cfg.run_dir)  # the previous checkpoint is intact
+
+
+def test_corrupt_checkpoint_and_foreign_config_are_detected(make_config):
+    a = make_config(TRAINING, name="a", max_steps=4, ckpt_interval=4)
+    b = make_config(TRAINING, name="b", max_steps=4, ckpt_interval=4, model=dict(n_head=4, dropout=0.0))
+    train(a, progress=False)
+    train(b, progress=False)
+    # a checkpoint copied in from another run: the error lists the keys that differ
+    for suffix in (".json", ".safetensors"):
+        src = b.run_dir / "checkpoints" / f"step_0000004{suffix}"
+        (a.run_dir / "checkpoints" / f"step_0000004{suffix}").write_bytes(src.read_bytes())
+    with pytest.raises(
+        ckpt.CheckpointError, match=r"model\.dropout: 0\.0 \(checkpoint\) vs 0\.1.*model\.n_head: 4 \(checkpoint\) vs 2"
+    ):
+        load_run(a.run_dir)
+    # a damaged tensor file
+    tensors = b.run_dir / "checkpoints" / "step_0000004.safetensors"
+    raw = bytearray(tensors.read_bytes())
+    raw[-1] ^= 0xFF
+    tensors.write_bytes(bytes(raw))
+    with pytest.raises(ckpt.CheckpointError, match="corrupt"):
+        load_run(b.run_dir)
+    with pytest.raises(ckpt.CheckpointError, match="available steps"):
+        load_run(b.run_dir, step=3)
+
+
+def test_loading_never_unpickles(make_config, monkeypatch):
+    cfg = make_config(TRAINING, max_steps=4, ckpt_interval=2)
+    train(cfg, progress=False)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("pickle used while loading")
+
+    monkeypatch.setattr(pickle, "loads", forbidden)
+    monkeypatch.setattr(pickle, "load", forbidden)
+    monkeypatch.setattr(torch, "load", forbidden)
+    load_run(cfg.run_dir)
+    train(make_config(TRAINING, max_steps=6, ckpt_interval=2), resume=True, progress=False)
+    suffixes = {p.suffix for p in (cfg.run_dir / "checkpoints").iterdir()}
+    assert suffixes == {".json", ".safetensors", ""}  # "" is the `latest` pointer

@@ -46,7 +46,7 @@ def test_seeded_curves_draw_each_scheme_in_its_own_style(tmp_path, monkeypatch):
     figures = []
     monkeypatch.setattr(display, "save_figure", lambda fig, path: figures.append(fig) or path)
     names = positions.names()
-    runs = {name: [{"val_curve": [(10, 3.0), (20, 2.5)]}] for name in reversed(names)}  # not in registry order
+    runs = {name: [[(10, 3.0), (20, 2.5)]] for name in reversed(names)}  # not in registry order
     plot_seeded_curves(runs, tmp_path / "c.png", "every scheme", style_index=scheme_style_index(list(runs)))
     lines = {line.get_label().split(":")[0]: line for line in figures[0].axes[0].get_lines()}
     assert set(names) <= set(lines)

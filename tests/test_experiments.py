@@ -7,6 +7,7 @@ read the ``results.json`` files a user would read.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -302,39 +303,111 @@ def test_every_experiment_is_described_once_and_the_lab_plans_from_the_descripti
 
 TOY_EXPERIMENT = '''
 """A toy experiment: one module, as docs/architecture.md's recipe "add an experiment" writes it."""
+from dataclasses import dataclass
 from pathlib import Path
 
-from poslab.lab.experiments.common import LAB, Experiment
-from poslab.lab.tables import KeyTable, Table
-from poslab.lab.verdicts import paired
+from poslab.lab.experiments.common import LAB
+from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare, seeded_arms
+from poslab.lab.tables import KeyTable, MeanSd, Table
+from poslab.lab.verdicts import ClaimRecord, paired
 
-def run(out: Path, quick: bool = False) -> dict:
-    a, b = [1.0, 1.1, 1.05], [2.0, 2.2, 2.1]  # two arms of three seeds
-    claim = paired("toy: arm a beats arm b", "a toy source", a, b, better_label="a", worse_label="b", metric="loss")
-    return {"experiment": "toy", "losses": {"a": a, "b": b}, "claims": [claim.to_dict()]}
+BASE = {"corpus": CORPUS_FILE, "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}, "max_steps": 4,
+        "batch_size": 2, "warmup_steps": 1, "eval_interval": 2, "eval_iters": 1, "ckpt_interval": 0, "threads": 1}
+SEEDS = (3, 4, 5)
 
-def table(results: dict) -> Table:
-    return Table("toy losses", ("arm", "mean"), tuple((k, sum(v) / len(v)) for k, v in results["losses"].items()))
 
-EXPERIMENT = Experiment(name="toy", description="a toy", tier=LAB, run=run, tables=(KeyTable("toy losses", table),))
+@dataclass(frozen=True)
+class ToyResult:
+    losses: dict[str, list[float]]  # arm -> whole-split validation loss of each seed
+
+
+def plan(out: Path, quick: bool) -> Plan[None]:
+    arms = {"rope": {"model": {"position": "rope"}}, "none": {"model": {"position": "none"}}}
+    return Plan(None, seeded_arms(out, BASE, arms, {arm: SEEDS for arm in arms}))
+
+
+def measure(runs: Runs[None]) -> ToyResult:
+    return ToyResult({arm: [s.val_loss_all for s in runs.summaries(arm)] for arm in runs.by_arm})
+
+
+def claims(r: ToyResult) -> list[ClaimRecord]:
+    rope, none = r.losses["rope"], r.losses["none"]
+    return [paired("toy: rope beats no positions", "a toy source", rope, none, better_label="rope",
+                   worse_label="none", metric="loss", seeds=list(SEEDS))]
+
+
+def table(r: ToyResult) -> Table:
+    return Table("toy losses", ("arm", "val loss"), tuple((arm, MeanSd.of(v)) for arm, v in r.losses.items()))
+
+
+TABLES = (KeyTable("toy losses", table),)
+EXPERIMENT = declare("toy", "a toy", LAB, Declaration(ToyResult, plan, measure, claims, TABLES))
 '''
 
 
-def test_an_experiment_is_one_module_and_one_registry_line(tmp_path, monkeypatch):
-    """The recipe of docs/architecture.md: a module with ``EXPERIMENT`` plus its line in ``_MODULES`` reaches the
-    experiment list, the plan (families, Holm, power), results.json and the report's table, with no other edit."""
+def test_an_experiment_is_one_module_and_one_registry_line(tmp_path, monkeypatch, corpus, capsys):
+    """The recipe of docs/architecture.md: a declared experiment (arms, measure, claims, a table) plus its line in
+    ``_MODULES`` trains its arms, reaches the experiment list, the plan (families, Holm, power), results.json and the
+    report's table, with no other edit; a results.json whose field the table reads is renamed makes the report name
+    the table and the field instead of dropping it."""
     from poslab.lab.report import build_report
 
-    (tmp_path / "toy_experiment.py").write_text(TOY_EXPERIMENT, encoding="utf-8")
+    module = TOY_EXPERIMENT.replace("CORPUS_FILE", repr(corpus))
+    (tmp_path / "toy_experiment.py").write_text(module, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(experiments, "_MODULES", (*experiments._MODULES, "toy_experiment"))
     assert "toy" in experiments.descriptions()
     out = tmp_path / "lab" / "experiments" / "toy"
-    results = experiments.run_experiment("toy", out)
+    results = experiments.run_experiment("toy", out, workers=1)
+    trained = sorted(p.name for p in (out / "runs").iterdir())
+    assert trained == [f"{arm}-s{seed}" for arm in ("none", "rope") for seed in (3, 4, 5)]
+    assert all((out / "runs" / p / "results.json").is_file() for p in ("rope-s3", "none-s5"))  # trained
+    printed = capsys.readouterr().out
+    assert "toy losses" in printed and "cannot be built" not in printed  # the pipeline printed the typed table
     written = json.loads((out / "results.json").read_text())
+    assert written["losses"] == results["losses"] and len(written["losses"]["rope"]) == 3
     record = written["claims"][0]
-    assert record == results["claims"][0] and record["verdict"] == "held"
+    assert record == results["claims"][0] and record["details"]["better"] == written["losses"]["rope"]
     assert record["design"]["family"] == "toy" and record["details"]["holm"]["m"] == 1
     assert "power" in record["details"]
     html = build_report(tmp_path / "lab").read_text(encoding="utf-8")
-    assert "toy losses" in html and "toy: arm a beats arm b" in html
+    assert "<caption>toy losses</caption>" in html and "toy: rope beats no positions" in html
+
+    written["loss"] = written.pop("losses")  # a field renamed: the report names the table, never drops it
+    (out / "results.json").write_text(json.dumps(written), encoding="utf-8")
+    html = build_report(tmp_path / "lab").read_text(encoding="utf-8")
+    assert "<caption>toy losses</caption>" not in html
+    assert "the table “toy losses” cannot be built: results.json has no field “losses”" in html
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cell:
+    mean: float
+    rise: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Result:
+    cells: dict[str, list[_Cell]]
+    curve: list[tuple[int, float]]
+    by_seed: dict[int, float]
+    label: str | int
+
+
+def test_a_typed_result_reads_back_from_its_json_and_names_what_it_lacks():
+    """A declared experiment's result is written as JSON (:func:`declaration.to_json`) and read back into its type
+    (:func:`declaration.load`) for the report: equal after the round trip; a missing field is a ``KeyError`` naming
+    it (the report names the table and the field), a value of another type a ``TypeError``."""
+    from poslab.lab.experiments.declaration import load, to_json
+
+    result = _Result({"4": [_Cell(1.5, 0.25), _Cell(2, None)]}, [(0, 3.5), (10, 2.0)], {1337: 0.5}, 7)
+    data = json.loads(json.dumps(to_json(result)))
+    assert data["by_seed"] == {"1337": 0.5} and data["curve"] == [[0, 3.5], [10, 2.0]]
+    assert load(_Result, data) == result
+    del data["cells"]["4"][0]["mean"]
+    with pytest.raises(KeyError, match="mean"):
+        load(_Result, data)
+    with pytest.raises(TypeError, match="expected float, got str"):
+        load(_Result, {**to_json(result), "by_seed": {"1": "high"}})
+    with pytest.raises(TypeError, match="none of its types"):
+        load(_Result, {**to_json(result), "label": [1]})

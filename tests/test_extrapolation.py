@@ -12,7 +12,7 @@ import torch
 from poslab import GPT, GPTConfig
 from poslab.analysis.heads import attention_weights
 from poslab.lab import plan, scale, verdicts
-from poslab.lab.experiments import attention_entropy, extrapolation
+from poslab.lab.experiments import attention_entropy, attention_entropy_measure, extrapolation
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, missing_premises
 
 # ------------------------------------------------------------------------------------ smoke runs
@@ -107,6 +107,7 @@ def test_attention_entropy_smoke(lab: Path):
         "alibi",
     ]
     L = results["train_length"]
+    table = attention_entropy.EXPERIMENT.tables[0].build(json.loads(json.dumps(results)))
     for label in ("rope", "alibi", "rope + log-n"):
         assert set(models[label]["by_seed"]) == {str(s) for s in extrapolation.SEEDS}
         for entry in models[label]["by_seed"].values():
@@ -118,7 +119,8 @@ def test_attention_entropy_smoke(lab: Path):
             )  # 1 layer, 2 heads
             assert cells["4"]["rise"] == pytest.approx(cells["4"]["past_window"] - cells["4"]["in_window"])
         rises = [e["entropy"]["4"]["rise"] for e in models[label]["by_seed"].values()]
-        assert models[label]["entropy"]["4"]["rise"] == pytest.approx(sum(rises) / len(rises))
+        row = next(row for row in table.rows if row[0] == label)  # the key table, built from results.json
+        assert row[-3].mean == pytest.approx(sum(rises) / len(rises)) and row[-3].n == len(rises)
     seeds = [str(s) for s in extrapolation.SEEDS]
     yarn = [models["rope + YaRN x4"]["by_seed"][s]["entropy"]["4"]["rise"] for s in seeds]
     no_temperature = [models["rope + YaRN x4 no temperature"]["by_seed"][s]["entropy"]["4"]["rise"] for s in seeds]
@@ -160,7 +162,7 @@ def _tiny(position: str, **config) -> GPT:
 @pytest.mark.parametrize("position", ["rope", "alibi", "xl", "t5", "none"])
 def test_blockwise_entropy_equals_full_attention_weights(position):
     model, idx = _tiny(position), torch.randint(0, 13, (2, 23))
-    blockwise = attention_entropy.attention_entropy(model, idx, query_block=5)  # [n_layer, h, T]
+    blockwise = attention_entropy_measure.attention_entropy(model, idx, query_block=5)  # [n_layer, h, T]
     full = torch.stack(
         [torch.special.entr(w).sum(-1).mean(0) for w in attention_weights(model, idx)]
     )  # [n_layer, h, T]
@@ -173,18 +175,18 @@ def test_uniform_attention_has_entropy_ln_n():
     with torch.no_grad():
         for block in model.blocks:
             block.attn.qkv.weight.zero_()  # q = k = 0: every row is uniform over its causal past
-    entropy = attention_entropy.attention_entropy(model, torch.randint(0, 13, (1, 20)), query_block=7)
+    entropy = attention_entropy_measure.attention_entropy(model, torch.randint(0, 13, (1, 20)), query_block=7)
     expected = torch.log(torch.arange(1, 21, dtype=torch.float32)).expand_as(entropy)
     torch.testing.assert_close(entropy, expected, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(attention_entropy.normalised(entropy), torch.ones(2, 2, 19))
+    torch.testing.assert_close(attention_entropy_measure.normalised(entropy), torch.ones(2, 2, 19))
 
 
 def test_summary_figures():
     entropy = torch.arange(32, dtype=torch.float32).repeat(2, 2, 1)  # [n_layer=2, h=2, T=32], value = position
-    s = attention_entropy.summarise(entropy, train_length=8, bin_width=4)
-    assert s["in_window"] == pytest.approx((4 + 5 + 6 + 7) / 4)
-    assert s["past_window"] == pytest.approx(sum(range(8, 32)) / 24)
-    assert s["by_position"][:2] == [1.5, 5.5] and s["bin_starts"][:2] == [0, 4]
+    s = attention_entropy_measure.summarise(entropy, train_length=8, bin_width=4)
+    assert s.in_window == pytest.approx((4 + 5 + 6 + 7) / 4)
+    assert s.past_window == pytest.approx(sum(range(8, 32)) / 24)
+    assert s.by_position[:2] == [1.5, 5.5] and s.bin_starts[:2] == [0, 4]
 
 
 def test_spearman():
@@ -209,17 +211,24 @@ def _tables(ratios: dict[str, tuple[float, ...]], jitter: float = 0.002) -> dict
 
 
 def _entropy_results(rises: dict[str, list[float]], normalised: list[float], length: int = 64) -> dict:
-    """Per-seed entropy entries (:func:`attention_entropy.measure_variant`'s shape) for ``entropy_claims``."""
+    """Per-seed readings (:func:`attention_entropy_measure.measure_variant`'s type) for ``entropy_claims``: only the
+    figures the claims read are set."""
+    m = attention_entropy_measure
+
+    def cell(rise: float, rise_normalised: float) -> m.EntropyCell:
+        return m.EntropyCell(length, 0.0, [], [], [], [], 0.0, 0.0, rise=rise, rise_normalised=rise_normalised)
+
     return {
-        variant: {
-            "by_seed": {
-                str(seed): {
-                    "entropy": {"4": {"length": length, "rise": rise, "rise_normalised": normalised[k]}},
-                    "ppl_ratio": 1.0 + rise,
-                }
+        variant: m.Variant(
+            variant.split(" + ")[0],
+            None,
+            False,
+            {
+                str(seed): m.Reading({"4": cell(rise, normalised[k])}, {}, 1.0 + rise)
                 for k, (seed, rise) in enumerate(zip(extrapolation.SEEDS, values))
-            }
-        }
+            },
+            {},
+        )
         for variant, values in rises.items()
     }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -11,7 +12,8 @@ import pytest
 import torch
 
 from poslab.cli.app import main
-from poslab.lab.experiments import head_map
+from poslab.lab.experiments import head_map, head_map_probe
+from poslab.lab.experiments.head_map_probe import HeadRow
 from poslab.lab.experiments.training import SEEDS
 from poslab.lab.plan import Test as StatTest
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, ClaimRecord, check_records, missing_premises
@@ -30,7 +32,7 @@ def synthetic_weights(T: int = 8) -> list[torch.Tensor]:
 
 def test_head_features_and_mean_distance():
     T = 8
-    features, distance = head_map.head_features(synthetic_weights(T))
+    features, distance = head_map_probe.head_features(synthetic_weights(T))
     assert features.shape == (2, 3 * T * (T + 1) // 2)
     assert distance[0].item() == pytest.approx(1.0)  # previous-token head: always 1 back
     expected = sum(i / 2 for i in range(1, T)) / (T - 1)  # uniform over 0..i: mean distance i/2
@@ -38,28 +40,28 @@ def test_head_features_and_mean_distance():
 
 
 def test_spearman():
-    assert head_map.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert head_map.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
-    assert head_map.spearman([1, 1, 2, 2], [5, 5, 6, 6]) == pytest.approx(1.0)  # ties get average ranks
+    assert head_map_probe.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert head_map_probe.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert head_map_probe.spearman([1, 1, 2, 2], [5, 5, 6, 6]) == pytest.approx(1.0)  # ties get average ranks
 
 
 def test_map_statistics_follow_their_criteria():
     table = [
-        {"layer": 0, "head": h, "mean_distance": d, "mask_loss_delta": m}
+        HeadRow(0, h, [], "none", d, m, 0, [0.0, 0.0], [0.0, 0.0])
         for h, (d, m) in enumerate([(1.0, 0.5), (1.2, 0.0), (6.0, 0.2), (7.0, 0.001)])
     ]
     clusters = [0, 0, 1, 1]
-    stats = head_map.map_statistics(table, clusters, base_loss=1.0)
-    assert stats["cluster_medians"] == pytest.approx([1.1, 6.5]) and stats["ratio"] == pytest.approx(6.5 / 1.1)
-    assert stats["rho"] == pytest.approx(1.0)  # distance rises with the index here
-    assert stats["spare_share"] == 0.5 and stats["spare_heads"] == [[0, 1], [0, 3]]  # cost < 1% of the loss
-    flat = [dict(h, mean_distance=0.0) for h in table]
-    assert head_map.map_statistics(flat, clusters, base_loss=1.0)["ratio"] == 1.0  # no separation
+    stats = head_map_probe.map_statistics(table, clusters, base_loss=1.0)
+    assert stats.cluster_medians == pytest.approx([1.1, 6.5]) and stats.ratio == pytest.approx(6.5 / 1.1)
+    assert stats.rho == pytest.approx(1.0)  # distance rises with the index here
+    assert stats.spare_share == 0.5 and stats.spare_heads == [[0, 1], [0, 3]]  # cost < 1% of the loss
+    flat = [dataclasses.replace(h, mean_distance=0.0) for h in table]
+    assert head_map_probe.map_statistics(flat, clusters, base_loss=1.0).ratio == 1.0  # no separation
 
 
 def test_map_claims_are_one_sample_tests_over_the_seeds():
-    def stats(ratio: float, rho: float, share: float) -> dict:
-        return {"ratio": ratio, "rho": rho, "spare_share": share, "cluster_medians": [1.0, ratio], "spare_heads": []}
+    def stats(ratio: float, rho: float, share: float) -> head_map_probe.MapStatistics:
+        return head_map_probe.MapStatistics(ratio, [1.0, ratio], [4, 4], rho, share, [], 8)
 
     per_seed = [stats(5.0, 0.8, 0.50), stats(6.0, 0.7, 0.45), stats(5.5, 0.9, 0.55)]
     local, index, spare = head_map.map_claims(per_seed, [1, 2, 3])
@@ -79,9 +81,9 @@ def test_the_premise_needs_every_seed_below_trigram():
 
 
 def test_head_type_order():
-    assert head_map.head_type(["previous-token", "positional(-1)"]) == "previous-token"
-    assert head_map.head_type(["induction"]) == "induction"
-    assert head_map.head_type([]) == "none"
+    assert head_map_probe.head_type(["previous-token", "positional(-1)"]) == "previous-token"
+    assert head_map_probe.head_type(["induction"]) == "induction"
+    assert head_map_probe.head_type([]) == "none"
 
 
 SHORT = {"max_steps": 20, "eval_interval": 20, "warmup_steps": 2, "eval_iters": 1}

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from poslab.data import get_batch
-from poslab.lab.experiments import bidirectional
+from poslab.lab.experiments import bidirectional, bidirectional_leak
 from poslab.lab.plan import Test as StatTest
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, ClaimRecord, check_records, missing_premises
 from poslab.nn import positions
@@ -241,11 +241,13 @@ def test_an_mlm_step_runs_for_every_scheme_that_accepts_bidirectional(scheme, tm
 # ------------------------------------------------------------------------------------ experiment
 def test_leak_without_the_mask_is_float_noise_and_with_it_is_not():
     for n in (1, 2):
-        free = bidirectional.leak_differences(n, causal=False)
-        assert free["all"] <= bidirectional.TOLERANCE and free["last"] <= bidirectional.TOLERANCE
-    assert bidirectional.leak_differences(2, causal=True)["last"] > bidirectional.LEAK_ABOVE
+        free = bidirectional_leak.leak_differences(n, causal=False)
+        assert free["all"] <= bidirectional_leak.TOLERANCE and free["last"] <= bidirectional_leak.TOLERANCE
+    assert bidirectional_leak.leak_differences(2, causal=True)["last"] > bidirectional_leak.LEAK_ABOVE
     # with positions the encoder does see the order
-    assert bidirectional.leak_differences(1, causal=False, position="learned")["all"] > bidirectional.LEAK_ABOVE
+    assert (
+        bidirectional_leak.leak_differences(1, causal=False, position="learned")["all"] > bidirectional_leak.LEAK_ABOVE
+    )
 
 
 #: the seeds of the claims' arms (every arm trains from each)

@@ -9,10 +9,11 @@ its loss becomes NaN, or its loss stays finite and its gradient becomes inf.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import TRAINING
 
 import poslab.training.loop as train_module
 from poslab.cli.app import main
@@ -25,21 +26,19 @@ from poslab.training.loop import TrainingDiverged
 FIGURES = {"runs": 0, "detected_within_one_step": 0, "skipped_batches": 0}
 
 
-def config(tmp_path, corpus, **overrides) -> TrainConfig:
-    """:func:`conftest.tiny_config` with dropout, batch 4 and a checkpoint every step (10 steps)."""
-    values = dict(
-        model={"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "dropout": 0.1},
-        max_steps=10,
-        batch_size=4,
-        lr=3e-3,
-        min_lr=3e-4,
-        warmup_steps=2,
-        lr_decay_steps=20,
-        eval_interval=5,
-        ckpt_interval=1,
-        seed=11,
-    )
-    return tiny_config(tmp_path / "runs", corpus, **{**values, **overrides})
+#: :func:`conftest.tiny_config`'s form here: dropout, batch 4 and a checkpoint every step (10 steps)
+NONFINITE: dict[str, Any] = dict(
+    model=dict(dropout=0.1),
+    max_steps=10,
+    batch_size=4,
+    lr=3e-3,
+    min_lr=3e-4,
+    warmup_steps=2,
+    lr_decay_steps=20,
+    eval_interval=5,
+    ckpt_interval=1,
+    seed=11,
+)
 
 
 def batches_of(cfg: TrainConfig, monkeypatch) -> list[torch.Tensor]:
@@ -91,12 +90,10 @@ def curve(run_dir) -> list[dict]:
 
 
 @pytest.mark.parametrize("kind", ["loss", "grad"])
-def test_a_bad_batch_stops_the_run_at_its_step_with_the_last_good_checkpoint(
-    tmp_path, corpus, monkeypatch, kind, request
-):
-    batches = batches_of(config(tmp_path, corpus, name="clean"), monkeypatch)
+def test_a_bad_batch_stops_the_run_at_its_step_with_the_last_good_checkpoint(make_config, monkeypatch, kind, request):
+    batches = batches_of(make_config(NONFINITE, name="clean"), monkeypatch)
     Poison(monkeypatch, [batches[5]], kind)  # the 6th batch: step 6
-    cfg = config(tmp_path, corpus)
+    cfg = make_config(NONFINITE)
     seen = []
     with pytest.raises(TrainingDiverged, match=r"diverged at step 6: .*last good checkpoint is step 5"):
         train(cfg, progress=False, callback=lambda step, record: seen.append(step))
@@ -112,10 +109,10 @@ def test_a_bad_batch_stops_the_run_at_its_step_with_the_last_good_checkpoint(
     _record(request)
 
 
-def test_skip_nonfinite_skips_bad_batches_records_them_and_survives_a_resume(tmp_path, corpus, monkeypatch, request):
-    batches = batches_of(config(tmp_path, corpus, name="clean"), monkeypatch)
+def test_skip_nonfinite_skips_bad_batches_records_them_and_survives_a_resume(make_config, monkeypatch, request):
+    batches = batches_of(make_config(NONFINITE, name="clean"), monkeypatch)
     Poison(monkeypatch, [batches[3], batches[7]], "loss")
-    straight = config(tmp_path, corpus, name="straight", skip_nonfinite=2)
+    straight = make_config(NONFINITE, name="straight", skip_nonfinite=2)
     results = train(straight, progress=False)
     assert results["status"] == "completed" and results["skipped_nonfinite"] == [4, 7]  # steps that lost a batch
     records = read_metrics(straight.run_dir)
@@ -123,7 +120,7 @@ def test_skip_nonfinite_skips_bad_batches_records_them_and_survives_a_resume(tmp
     assert all(torch.isfinite(torch.tensor(r["loss"])) for r in records)
     assert [r.get("skipped_nonfinite", 0) for r in records] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 2]
     # interrupted after the first skip and resumed: the skip is remembered, the curve is the same
-    resumed = config(tmp_path, corpus, name="resumed", skip_nonfinite=2)
+    resumed = make_config(NONFINITE, name="resumed", skip_nonfinite=2)
 
     def crash(step, record):
         if step == 5:
@@ -134,7 +131,7 @@ def test_skip_nonfinite_skips_bad_batches_records_them_and_survives_a_resume(tmp
     assert train(resumed, resume=True, progress=False)["skipped_nonfinite"] == [4, 7]
     assert curve(resumed.run_dir) == curve(straight.run_dir)
     # one bad batch more than allowed: diverged, naming the skips already used
-    strict = config(tmp_path, corpus, name="strict", skip_nonfinite=1)
+    strict = make_config(NONFINITE, name="strict", skip_nonfinite=1)
     with pytest.raises(TrainingDiverged, match=r"diverged at step 7: .*1 non-finite batches were skipped"):
         train(strict, progress=False)
     assert json.loads((strict.run_dir / "results.json").read_text())["skipped_nonfinite"] == [4]
@@ -206,3 +203,31 @@ def _record(request) -> None:
 
     record("nonfinite", mode(request), FIGURES)
     FIGURES.update(runs=0, detected_within_one_step=0, skipped_batches=0)
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(make_config):
+    cfg = make_config(TRAINING, max_steps=30, ckpt_interval=10)
+
+    def poison(step, record):
+        if step == 14:
+            model_param = poison.model_param
+            with torch.no_grad():
+                model_param.fill_(float("nan"))
+
+    original = train_module.make_optimizer
+
+    def capture(model, c):
+        poison.model_param = next(model.parameters())
+        return original(model, c)
+
+    train_module.make_optimizer = capture
+    try:
+        with pytest.raises(TrainingDiverged, match=r"diverged at step 15.*last good checkpoint is step 10"):
+            train(cfg, progress=False, callback=poison)
+    finally:
+        train_module.make_optimizer = original
+    assert ckpt.latest_step(cfg.run_dir) == 10
+    results = json.loads((cfg.run_dir / "results.json").read_text())
+    assert results["status"] == "diverged" and results["diverged_at_step"] == 15
+    model, _, _ = load_run(cfg.run_dir)
+    assert all(torch.isfinite(p).all() for p in model.parameters())

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import torch
-from conftest import tiny_config
 
 from poslab.runs import load_run
 from poslab.session import train
@@ -131,10 +131,8 @@ def test_the_real_measurement_returns_positive_figures(tmp_path):
     assert figures.fp32_matmul_flops > 0 and figures.bf16_matmul_flops > 0
 
 
-def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
-    """:func:`conftest.tiny_config` of 6 steps in ``dtype: auto``, checkpoints at 3 and 6."""
-    values = dict(dtype="auto", max_steps=6, eval_interval=3, ckpt_interval=3, keep_checkpoints=3)
-    return tiny_config(tmp_path / "runs", corpus, **{**values, **overrides})
+#: :func:`conftest.tiny_config`'s form here: 6 steps in ``dtype: auto``, checkpoints at 3 and 6
+AUTO_DTYPE: dict[str, Any] = dict(dtype="auto", max_steps=6, eval_interval=3, ckpt_interval=3, keep_checkpoints=3)
 
 
 def seed_cache(monkeypatch, tmp_path, figures: PrecisionFigures, name: str) -> None:
@@ -145,9 +143,9 @@ def seed_cache(monkeypatch, tmp_path, figures: PrecisionFigures, name: str) -> N
 
 
 @pytest.mark.parametrize(("figures", "expected"), [(BF16_FASTER, "bf16"), (BF16_SLOWER, "fp32")])
-def test_a_run_records_the_choice_and_its_figures(tmp_path, corpus, monkeypatch, capsys, figures, expected):
+def test_a_run_records_the_choice_and_its_figures(make_config, tmp_path, monkeypatch, capsys, figures, expected):
     seed_cache(monkeypatch, tmp_path, figures, "cache")
-    results = train(tiny(tmp_path, corpus), progress=True)
+    results = train(make_config(AUTO_DTYPE), progress=True)
     assert results["dtype"] == expected
     assert results["precision"]["requested"] == "auto" and results["precision"]["dtype"] == expected
     assert results["precision"]["figures"]["bf16_step_s"] == figures.bf16_step_s
@@ -156,29 +154,29 @@ def test_a_run_records_the_choice_and_its_figures(tmp_path, corpus, monkeypatch,
     assert f"auto: {expected}" in capsys.readouterr().err  # the progress header says what was chosen
 
 
-def test_a_resumed_auto_run_keeps_the_dtype_it_started_with(tmp_path, corpus, monkeypatch):
+def test_a_resumed_auto_run_keeps_the_dtype_it_started_with(make_config, tmp_path, monkeypatch):
     seed_cache(monkeypatch, tmp_path, BF16_FASTER, "first")
-    train(tiny(tmp_path, corpus, max_steps=3), progress=False)
+    train(make_config(AUTO_DTYPE, max_steps=3), progress=False)
     seed_cache(monkeypatch, tmp_path, BF16_SLOWER, "second")  # another machine's figures
-    results = train(tiny(tmp_path, corpus), resume=True, progress=False)
+    results = train(make_config(AUTO_DTYPE), resume=True, progress=False)
     assert results["dtype"] == "bf16" and results["resumed_from"] == 3
     assert "kept from the resumed run" in results["precision"]["reason"]
 
 
-def test_mfu_above_one_is_refused_not_recorded(tmp_path, corpus, monkeypatch):
+def test_mfu_above_one_is_refused_not_recorded(make_config, monkeypatch):
     assert mfu_of(1000.0, 1e6, 1e10) == pytest.approx(0.1)
     assert mfu_of(None, 1e6, 1e10) is None
     refused = mfu_of(1000.0, 1e6, 1e8)
     assert isinstance(refused, str) and "exceeds 1" in refused
     # a peak far below what the run reaches: the run records no MFU and says why
     monkeypatch.setattr("poslab.training.mfu.measured_peak", lambda dtype: 1.0)
-    results = train(tiny(tmp_path, corpus, dtype="fp32"), progress=False)
+    results = train(make_config(AUTO_DTYPE, dtype="fp32"), progress=False)
     assert results["mfu"] is None and "exceeds 1" in results["mfu_refused"]
 
 
-def test_the_bf16_mfu_peak_is_the_faster_of_the_two_dtypes(tmp_path, corpus, monkeypatch):
+def test_the_bf16_mfu_peak_is_the_faster_of_the_two_dtypes(make_config, monkeypatch):
     peaks = {"fp32": 4e12, "bf16": 1e9}  # emulated bf16: its own peak would make MFU look above 1
     monkeypatch.setattr("poslab.training.mfu.measured_peak", lambda dtype: peaks[dtype])
-    results = train(tiny(tmp_path, corpus, dtype="bf16"), progress=False)
+    results = train(make_config(AUTO_DTYPE, dtype="bf16"), progress=False)
     assert results["peak_flops"] == 4e12
     assert results["mfu"] is not None and 0 < results["mfu"] <= 1

@@ -104,14 +104,13 @@ def test_experiment_runs_small_and_writes_claims(tmp_path):
 
 def test_claims_are_paired_by_seed():
     # the seeds' models differ in scale 3x, yet at every seed low/high is 1.5 trained and 1.0 at initialisation
+    def norms(low: float, high: float, ratio: float) -> rfu.Norms:
+        return rfu.Norms([], [], high, low, ratio)
+
     per_seed = [
-        {
-            "seed": seed,
-            "trained": {"low_quarter": 1.5 * scale, "high_quarter": scale, "low_over_high": 1.5 + wiggle},
-            "untrained": {"low_over_high": 1.0 + wiggle},
-        }
+        rfu.SeedReading(seed, [], "text", 2.0, norms(1.5 * scale, scale, 1.5 + wiggle), norms(1.0, 1.0, 1.0 + wiggle))
         for seed, scale, wiggle in ((4, 0.5, 0.0), (5, 1.5, 0.3), (6, 1.0, -0.3))
     ]
-    main, control = (ClaimRecord.from_dict(c) for c in rfu.claims(per_seed))
+    main, control = (ClaimRecord.from_dict(c) for c in rfu.seed_claims(per_seed))
     assert main.verdict == control.verdict == HELD  # unpaired, the seeds' spread would hide both
     assert main.details["seeds"] == control.details["seeds"] == [4, 5, 6]

@@ -1,5 +1,6 @@
 """The run folder's files as found on disk: a changed or forged tokenizer, config or weights (even with
-consistent checksums), a folder deleted or moved while it trains, an ``--overwrite`` killed early.
+consistent checksums), a folder deleted or moved while it trains, an ``--overwrite`` killed early, an
+existing folder (refused unless resumed or overwritten; an overwrite that fails early gives the old run back).
 Each is refused by ``sample``, ``eval``, ``heads`` and ``--resume`` in one line naming the file, or
 handled without losing what the user made.
 
@@ -16,10 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 from cli_helpers import error_line, refused, resume
+from conftest import TRAINING
 from run_helpers import SMALL, record, reforge, rewrite_config, tiny
 
 from poslab.cli.app import main
-from poslab.runs import RunFolder
+from poslab.runs import RunFolder, load_run
 from poslab.session import train
 from poslab.training import checkpoint as ckpt
 
@@ -359,3 +361,33 @@ def test_a_missing_file_outside_the_run_folder_is_not_taken_for_a_deleted_folder
     assert not isinstance(found.value, RunFolderMoved)
     with pytest.raises(RunFolderMoved), folder.writing("a file"):
         open(run / "checkpoints" / "gone.json")  # noqa: SIM115
+
+
+# ------------------------------------------------------------------------------------ an existing folder
+def test_existing_run_folder_is_refused_unless_resume_or_overwrite(make_config, tmp_path):
+    cfg = make_config(TRAINING, max_steps=4, eval_interval=2)
+    train(cfg, progress=False)
+    with pytest.raises(FileExistsError, match="--resume.*--overwrite"):
+        train(cfg, progress=False)
+    marker = cfg.run_dir / "results.json"
+    before = marker.read_text()
+    train(cfg, overwrite=True, progress=False)
+    assert marker.read_text() != before  # a new run (new timings)
+    assert not list(cfg.run_dir.parent.glob(".run.replaced-*"))
+    (tmp_path / "runs" / "notarun").mkdir()
+    (tmp_path / "runs" / "notarun" / "thesis.tex").write_text("precious")
+    with pytest.raises(FileExistsError, match="not a poslab run"):
+        train(make_config(TRAINING, name="notarun"), overwrite=True, progress=False)
+    assert (tmp_path / "runs" / "notarun" / "thesis.tex").read_text() == "precious"
+    with pytest.raises(FileNotFoundError, match="cannot resume"):
+        train(make_config(TRAINING, name="never"), resume=True, progress=False)
+
+
+def test_overwrite_that_fails_early_gives_the_old_run_back(make_config):
+    cfg = make_config(TRAINING, max_steps=4, eval_interval=2)
+    train(cfg, progress=False)
+    bad = make_config(TRAINING, max_steps=4, model=dict(block_size=100_000))
+    with pytest.raises(ValueError, match="too short"):
+        train(bad, overwrite=True, progress=False)
+    assert (cfg.run_dir / "results.json").is_file()
+    load_run(cfg.run_dir)

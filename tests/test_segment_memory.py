@@ -1,6 +1,6 @@
 """Transformer-XL as the paper has it: one ``W_R`` per layer, and segment-level recurrence.
 
-The recurrence (``poslab.nn.memory.SegmentMemory``, ``GPT.forward(memory=)``) is a model mechanism:
+The recurrence (``poslab.nn.memory.SegmentMemory``, ``GPT.forward(cache=SegmentMemory)``) is a model mechanism:
 the contract part runs over every registered scheme (``conftest.scheme_variants``). Two independent
 implementations are compared: the hidden-state memory (keys recomputed from the remembered layer
 inputs) and the segment-memory KV cache (``GPT.make_cache(B, memory=M)``, keys stored).
@@ -104,9 +104,9 @@ def test_memory_over_the_whole_past_equals_one_pass(variant: Variant) -> None:
     idx = _idx(20)
     full = model(idx)  # [B, 20, V]
     memory = SegmentMemory(12)
-    first = model(idx[:, :12], memory=memory)
+    first = model(idx[:, :12], cache=memory)
     assert memory.size == 12 and memory.length == 12 and memory.pos.tolist() == list(range(12))
-    second = model(idx[:, 12:], memory=memory)
+    second = model(idx[:, 12:], cache=memory)
     assert_close(first, full[:, :12], atol=1e-5, rtol=1e-5)
     assert_close(second, full[:, 12:], atol=2e-5, rtol=2e-5)
     # and the memory is used: without it the second segment is read at the same positions differently
@@ -123,7 +123,7 @@ def test_hidden_state_memory_equals_the_segment_memory_kv_cache(variant: Variant
     memory, cache = SegmentMemory(T), model.make_cache(B, memory=T)
     for s in range(3):
         segment = idx[:, s * T : (s + 1) * T]
-        assert_close(model(segment, memory=memory), model(segment, cache=cache), atol=2e-5, rtol=2e-5)
+        assert_close(model(segment, cache=memory), model(segment, cache=cache), atol=2e-5, rtol=2e-5)
     assert memory.pos.tolist() == list(range(2 * T, 3 * T)) and cache[0].length == 3 * T
 
 
@@ -133,12 +133,12 @@ def test_a_short_memory_forgets_and_a_decoded_token_attends_the_memory_plus_itse
     memory, cache = SegmentMemory(4), model.make_cache(B, memory=4)
     for s in range(3):  # segments of 4 with a memory of 4 == the segment-memory cache
         segment = idx[:, 4 * s : 4 * s + 4]
-        assert_close(model(segment, memory=memory), model(segment, cache=cache), atol=2e-5, rtol=2e-5)
+        assert_close(model(segment, cache=memory), model(segment, cache=cache), atol=2e-5, rtol=2e-5)
     # one token at a time through the segment-memory cache: each sees the previous 4 tokens and itself
     cache, memory = model.make_cache(B, memory=4), SegmentMemory(4)
     for t in range(8):
         tok = idx[:, t : t + 1]
-        assert_close(model(tok, cache=cache), model(tok, memory=memory), atol=2e-5, rtol=2e-5)
+        assert_close(model(tok, cache=cache), model(tok, cache=memory), atol=2e-5, rtol=2e-5)
 
 
 def test_no_gradient_flows_into_the_memory() -> None:
@@ -146,30 +146,39 @@ def test_no_gradient_flows_into_the_memory() -> None:
     model = _xl_gpt(2).train()
     memory = SegmentMemory(8)
     idx = _idx(16)
-    _, loss1 = model(idx[:, :8], idx[:, 1:9], memory=memory)
+    _, loss1 = model(idx[:, :8], idx[:, 1:9], cache=memory)
     assert all(not h.requires_grad and h.grad_fn is None for h in memory.hidden)
     loss1.backward()  # frees segment 1's graph
     model.zero_grad()
     remembered = [h.clone() for h in memory.hidden]
-    _, loss2 = model(idx[:, 8:15], idx[:, 9:16], memory=memory)
+    _, loss2 = model(idx[:, 8:15], idx[:, 9:16], cache=memory)
     loss2.backward()  # raises "backward through the graph a second time" if the memory kept segment 1's graph
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     # the same gradient as with the remembered states handed in as constants
     model.zero_grad()
     constant = SegmentMemory(8)
     constant.hidden, constant.pos, constant.length = remembered, torch.arange(8), 8
-    _, loss3 = model(idx[:, 8:15], idx[:, 9:16], memory=constant)
+    _, loss3 = model(idx[:, 8:15], idx[:, 9:16], cache=constant)
     loss3.backward()
     for name, p in model.named_parameters():
         if name in grads:
             assert_close(p.grad, grads[name])
 
 
-def test_memory_is_refused_with_a_cache_and_a_bad_mem_len_or_batch_is_refused() -> None:
+def test_the_memory_is_a_cache_type_and_a_bad_cache_mem_len_or_batch_is_refused() -> None:
+    """The memory and the KV caches share the one ``cache=`` slot, so they cannot be combined; a cache of
+    any other type is a one-line error naming it."""
     model = _xl_gpt(2)
     idx = _idx(8)
-    with pytest.raises(ValueError, match="segment memory and a KV cache cannot be combined"):
-        model(idx, memory=SegmentMemory(4), cache=model.make_cache(B))
+    with pytest.raises(TypeError, match="memory"):
+        model(idx, memory=SegmentMemory(4), cache=model.make_cache(B))  # type: ignore[call-arg]
+    rule = "cache must be the per-layer list make_cache returns or a SegmentMemory, got KVCache"
+    with pytest.raises(TypeError, match=rule):
+        model(idx, cache=model.make_cache(B)[0])  # type: ignore[arg-type]
+    mla = {"kv_lora_rank": 12, "q_lora_rank": 10, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 5}
+    latent = GPT(GPTConfig(vocab_size=VOCAB, n_layer=1, n_head=4, n_embd=32, block_size=32, position="rope", mla=mla))
+    with pytest.raises(ValueError, match="segment memory needs standard attention; this model uses mla"):
+        latent(idx, cache=SegmentMemory(4))
     for bad in (0, -3, 2.5, True, None):
         with pytest.raises(ValueError, match="mem_len .* must be a positive integer"):
             SegmentMemory(bad)  # type: ignore[arg-type]
@@ -177,9 +186,9 @@ def test_memory_is_refused_with_a_cache_and_a_bad_mem_len_or_batch_is_refused() 
             with pytest.raises(ValueError, match="memory .* must be a positive integer"):
                 model.make_cache(B, memory=bad)  # type: ignore[arg-type]
     memory = SegmentMemory(4)
-    model(idx, memory=memory)
+    model(idx, cache=memory)
     with pytest.raises(ValueError, match="segment memory holds 2 streams but the batch has 1"):
-        model(idx[:1], memory=memory)
+        model(idx[:1], cache=memory)
 
 
 def test_the_segment_memory_cache_is_its_own_type() -> None:

@@ -194,11 +194,16 @@ def test_the_sink_claim_is_paired_by_seed_on_ln_perplexity():
     # ratio decides it, an unpaired test of raw perplexities would see mostly the seed spread
     sink = [4.0, 12.0, 7.0]
     window = [v * r for v, r in zip(sink, (1.50, 1.55, 1.45))]
-    per_seed = [
-        {"seed": s, "streaming": {"ppl_after_eviction": a}, "window": {"ppl_after_eviction": b}}
-        for s, a, b in zip((7, 8, 9), sink, window)
-    ]
-    (claim,) = exp.claims(per_seed)
+
+    def reading(seed: int, sink: float, window: float) -> exp.SeedReading:
+        def ppl(after: float) -> exp.MethodReading:
+            return exp.MethodReading(after, 2.0, [])
+
+        rate = exp.SinkRate(0.5, 0.2, [], 0.1)
+        return exp.SeedReading(seed, 16, 128, 2, "text", [], rate, ppl(sink), ppl(window), ppl(sink))
+
+    per_seed = [reading(s, a, b) for s, a, b in zip((7, 8, 9), sink, window)]
+    (claim,) = exp.seed_claims(per_seed)
     record = ClaimRecord.from_dict(claim)
     assert record.verdict == HELD and record.design.test == StatTest.PAIRED and record.details["seeds"] == [7, 8, 9]
     assert check_records([record]) == []

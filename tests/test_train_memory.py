@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
-from conftest import tiny_config
 
 from poslab.nn.model import GPT, GPTConfig
 from poslab.runs import RunFolder, load_run, read_metrics
@@ -18,23 +18,21 @@ from poslab.training.evaluation import segment_nll
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-def tiny(tmp_path, corpus, **overrides) -> TrainConfig:
-    """:func:`conftest.tiny_config` of a 2-layer Transformer-XL (memory 16), 40 steps; ``model=`` updates its model."""
-    model = {**dict(n_layer=2, n_head=2, n_embd=32, block_size=16, position="xl"), **overrides.pop("model", {})}
-    values = dict(
-        max_steps=40,
-        batch_size=4,
-        lr=3e-3,
-        min_lr=3e-4,
-        warmup_steps=4,
-        eval_interval=20,
-        eval_iters=4,
-        log_interval=10,
-        ckpt_interval=0,
-        keep_checkpoints=1,
-        memory=16,
-    )
-    return tiny_config(tmp_path / "runs", corpus, model=model, **{**values, **overrides})
+#: :func:`conftest.tiny_config`'s form here: a 2-layer Transformer-XL (memory 16), 40 steps
+XL_MEMORY: dict[str, Any] = dict(
+    model=dict(n_layer=2, n_embd=32, position="xl"),
+    max_steps=40,
+    batch_size=4,
+    lr=3e-3,
+    min_lr=3e-4,
+    warmup_steps=4,
+    eval_interval=20,
+    eval_iters=4,
+    log_interval=10,
+    ckpt_interval=0,
+    keep_checkpoints=1,
+    memory=16,
+)
 
 
 def test_batchify_gives_contiguous_streams_read_segment_after_segment():
@@ -50,8 +48,8 @@ def test_batchify_gives_contiguous_streams_read_segment_after_segment():
         batchify(data, 4, 30)
 
 
-def test_a_memory_run_learns_and_evaluates_by_segments(tmp_path, corpus):
-    cfg = tiny(tmp_path, corpus)
+def test_a_memory_run_learns_and_evaluates_by_segments(make_config):
+    cfg = make_config(XL_MEMORY)
     results = train(cfg, progress=False)
     assert results["status"] == "completed"
     metrics = read_metrics(cfg.run_dir)
@@ -65,8 +63,8 @@ def test_a_memory_run_learns_and_evaluates_by_segments(tmp_path, corpus):
     assert abs(float(nll.double().mean()) - results["final_val_loss"]) < 1e-5
 
 
-def test_grad_accum_with_memory_gives_each_micro_batch_its_own_streams(tmp_path, corpus):
-    cfg = tiny(tmp_path, corpus, grad_accum=2, max_steps=6, eval_interval=6, eval_iters=1)
+def test_grad_accum_with_memory_gives_each_micro_batch_its_own_streams(make_config):
+    cfg = make_config(XL_MEMORY, grad_accum=2, max_steps=6, eval_interval=6, eval_iters=1)
     results = train(cfg, progress=False)
     assert results["steps"] == 6 and math.isfinite(results["final_val_loss"])
 
@@ -86,26 +84,26 @@ def test_segment_nll_without_memory_reads_each_segment_alone(tmp_path, corpus):
     assert not torch.allclose(segment_nll(model, streams, 8, 8)[1:], alone[1:])
 
 
-def test_memory_is_refused_where_it_cannot_work(tmp_path, corpus):
+def test_memory_is_refused_where_it_cannot_work(make_config):
     with pytest.raises(ValueError, match="memory must be >= 0"):
-        tiny(tmp_path, corpus, memory=-1)
+        make_config(XL_MEMORY, memory=-1)
     with pytest.raises(ValueError, match="needs objective 'clm'"):
-        tiny(tmp_path, corpus, objective="mlm", model=dict(attention=dict(causal=False)))
+        make_config(XL_MEMORY, objective="mlm", model=dict(attention=dict(causal=False)))
     with pytest.raises(ValueError, match="compile=true does not run with memory=16"):
-        tiny(tmp_path, corpus, compile=True)
+        make_config(XL_MEMORY, compile=True)
     with pytest.raises(ValueError, match="past the 'learned' table of 16 positions"):
-        train(tiny(tmp_path, corpus, model=dict(position="learned")), progress=False)
+        train(make_config(XL_MEMORY, model=dict(position="learned")), progress=False)
 
 
-def test_a_memory_run_resumes(tmp_path, corpus):
-    cfg = tiny(tmp_path, corpus, max_steps=10, eval_interval=10, eval_iters=1, ckpt_interval=5)
+def test_a_memory_run_resumes(make_config):
+    cfg = make_config(XL_MEMORY, max_steps=10, eval_interval=10, eval_iters=1, ckpt_interval=5)
     train(cfg, progress=False)
-    more = tiny(tmp_path, corpus, max_steps=14, eval_interval=10, eval_iters=1, ckpt_interval=5)
+    more = make_config(XL_MEMORY, max_steps=14, eval_interval=10, eval_iters=1, ckpt_interval=5)
     results = train(more, resume=True, progress=False)
     assert results["steps"] == 14 and results["resumed_from"] == 10
 
 
-def test_stream_batches_train_on_the_memory_runs_segments_without_a_memory(tmp_path, corpus, monkeypatch):
+def test_stream_batches_train_on_the_memory_runs_segments_without_a_memory(make_config, monkeypatch):
     """The fixed-context baseline reads exactly the segments a memory run reads, in the same order."""
     from poslab.training import loop
 
@@ -118,9 +116,9 @@ def test_stream_batches_train_on_the_memory_runs_segments_without_a_memory(tmp_p
         return x, y, memory
 
     monkeypatch.setattr(loop._Trainer, "_memory_batch", spy)
-    train(tiny(tmp_path, corpus, name="mem", max_steps=4, eval_interval=4, eval_iters=1), progress=False)
+    train(make_config(XL_MEMORY, name="mem", max_steps=4, eval_interval=4, eval_iters=1), progress=False)
     train(
-        tiny(tmp_path, corpus, name="seg", memory=0, stream_batches=True, max_steps=4, eval_interval=4, eval_iters=1),
+        make_config(XL_MEMORY, name="seg", memory=0, stream_batches=True, max_steps=4, eval_interval=4, eval_iters=1),
         progress=False,
     )
     assert len(seen["memory"]) == len(seen["stream"]) == 4
@@ -129,7 +127,7 @@ def test_stream_batches_train_on_the_memory_runs_segments_without_a_memory(tmp_p
     for before, after in zip(seen["memory"], seen["memory"][1:]):  # consecutive segments of the same streams
         assert not torch.equal(before, after)
     with pytest.raises(ValueError, match="stream_batches reads the text left to right"):
-        tiny(tmp_path, corpus, memory=0, stream_batches=True, objective="mlm", model=dict(attention=dict(causal=False)))
+        make_config(XL_MEMORY, memory=0, stream_batches=True, objective="mlm", model=dict(attention=dict(causal=False)))
 
 
 def test_only_a_memory_run_learns_to_copy_the_previous_segment(tmp_path):

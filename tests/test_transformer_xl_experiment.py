@@ -8,6 +8,7 @@ import pytest
 
 from poslab.lab.experiments import descriptions, registry
 from poslab.lab.experiments import transformer_xl as exp
+from poslab.lab.experiments.transformer_xl_measure import Condition, SeedReading
 from poslab.lab.lab import plan
 from poslab.lab.plan import Test as StatTest
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, ClaimRecord, check_records, missing_premises
@@ -51,7 +52,8 @@ def test_a_tiny_run_writes_results_plot_and_claims(tmp_path, corpus):
     json.dumps(results, default=float)  # what run_experiment writes
     L = TINY_MODEL["block_size"]
     labels = list(exp.conditions(L))
-    for r in results["per_seed"]:
+    for seed in results["per_seed"]:
+        r = seed["conditions"]
         for label in labels:
             assert len(r[label]["by_position"]) == L
             assert r[label]["loss"] == pytest.approx(sum(r[label]["by_position"]) / L, rel=1e-6)
@@ -64,37 +66,37 @@ def test_a_tiny_run_writes_results_plot_and_claims(tmp_path, corpus):
     # both arms of a seed share initialisation and batches, and the other claims read one model twice: all paired
     assert all(r.design.test == StatTest.PAIRED and r.details["seeds"] == [1, 2, 3] for r in records)
     first = records[0]
-    assert first.details["better"] == [r[f"b, memory {L}"]["loss"] for r in results["per_seed"]]
-    assert first.details["worse"] == [r["a, no memory"]["loss"] for r in results["per_seed"]]
+    assert first.details["better"] == [r["conditions"][f"b, memory {L}"]["loss"] for r in results["per_seed"]]
+    assert first.details["worse"] == [r["conditions"]["a, no memory"]["loss"] for r in results["per_seed"]]
     timing = results["step_time"]
     assert timing["memory_s"] > 0 and timing["none_s"] > 0 and timing["mem_len"] == L
     assert results["unigram_entropy_nats"] > 0
 
 
-def synthetic(a_loss: list[float], b_gain: list[float], L: int = 8) -> list[dict]:
-    """Per-seed measurements: (a) without memory at ``a_loss``, every other condition ``b_gain`` below it."""
+def synthetic(a_loss: list[float], b_gain: list[float], L: int = 8) -> list[SeedReading]:
+    """Per-seed readings: (a) without memory at ``a_loss``, every other condition ``b_gain`` below it."""
     out = []
     for seed, (a, gain) in enumerate(zip(a_loss, b_gain), start=1):
-        r = {"seed": seed, "block_size": L}
+        read = {}
         for label in exp.conditions(L):
             loss = a if label == "a, no memory" else a - gain
             # the first quarter gains twice what the last does, and a longer memory at evaluation gains more
             first = a + 0.5 if label == "a, no memory" else a + 0.5 - 2 * gain
             longer = 0.01 if label == f"b, memory {4 * L}" else 0.0
             last = a if label == "a, no memory" else a - gain
-            r[label] = {"loss": loss - longer, "first_quarter": first, "last_quarter": last}
-        out.append(r)
+            read[label] = Condition(loss - longer, [], first, last, 1)
+        out.append(SeedReading(seed, L, 1, read))
     return out
 
 
 def test_claims_follow_the_numbers_paired_by_seed():
     # the seeds' models differ by 0.5 nats, the memory gains 0.05 at every seed: only the pairing sees it
     lowers, where, longer, untrained = (
-        ClaimRecord.from_dict(c) for c in exp.claims(synthetic([2.0, 2.5, 3.0], [0.050, 0.052, 0.048]))
+        ClaimRecord.from_dict(c) for c in exp.xl_claims(synthetic([2.0, 2.5, 3.0], [0.050, 0.052, 0.048]))
     )
     assert lowers.verdict == where.verdict == longer.verdict == untrained.verdict == HELD
     assert all(r.design.test == StatTest.PAIRED for r in (lowers, where, longer, untrained))
-    reverse = ClaimRecord.from_dict(exp.claims(synthetic([2.0, 2.5, 3.0], [-0.050, -0.052, -0.048]))[0])
+    reverse = ClaimRecord.from_dict(exp.xl_claims(synthetic([2.0, 2.5, 3.0], [-0.050, -0.052, -0.048]))[0])
     assert reverse.verdict == DID_NOT_HOLD  # memory that costs loss at every seed
 
 
@@ -105,5 +107,5 @@ def test_transformer_xl_quick_form(tmp_path):
     results = run_experiment("transformer-xl", tmp_path, quick=True)
     assert (tmp_path / "results.json").is_file() and (tmp_path / exp.PLOT_FILE).is_file()
     assert len(results["claims"]) == 4 and results["seeds"] == list(exp.SEEDS)
-    for label in results["val_loss"]:  # every model learned structure beyond the character frequencies
-        assert all(r[label]["loss"] < results["unigram_entropy_nats"] - 0.3 for r in results["per_seed"])
+    for label in exp.conditions(results["segment_length"]):  # every model learned structure beyond the frequencies
+        assert all(r["conditions"][label]["loss"] < results["unigram_entropy_nats"] - 0.3 for r in results["per_seed"])

@@ -7,11 +7,11 @@ tokens; layer ``n`` of segment ``tau + 1`` attends its own tokens and the last `
 the memory are computed with the current weights, and positions continue across segments, so a
 relative encoding sees the true distances; the context reaches ``n_layer * M`` tokens back.
 
-``model(idx, memory=mem)`` reads ``mem`` and updates it in place::
+``model(idx, cache=mem)`` reads ``mem`` and updates it in place::
 
     mem = SegmentMemory(mem_len=64)
     for segment in segments:          # [B, L] each, consecutive pieces of B streams
-        logits, loss = model(segment, targets, memory=mem)
+        logits, loss = model(segment, targets, cache=mem)
 
 The evaluation-time KV-cache form is ``GPT.make_cache(B, memory=M)`` (one
 :class:`~poslab.nn.attention.SegmentMemoryCache` per layer, a ring of the last ``M`` keys and

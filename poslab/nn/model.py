@@ -365,8 +365,7 @@ class GPT(nn.Module):
         targets: Tensor | None = None,
         *,
         pos: Tensor | None = None,
-        cache: list[KVCache] | None = None,
-        memory: SegmentMemory | None = None,
+        cache: list[KVCache] | SegmentMemory | None = None,
         mask: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Run the model.
@@ -375,10 +374,11 @@ class GPT(nn.Module):
             idx: token ids ``[B, T]`` (int64).
             targets: next-token ids ``[B, T]`` (``-1`` ignored) to also return the loss.
             pos: explicit positions ``[T]`` (default: ``arange(T)`` after any cached tokens).
-            cache: per-layer KV caches from :meth:`make_cache` (decoding).
-            memory: Transformer-XL segment memory (:class:`~poslab.nn.memory.SegmentMemory`): every
-                layer also attends its remembered inputs, then ``memory`` is updated in place with
-                this segment's (detached); ``pos`` defaults to ``memory.length + arange(T)``.
+            cache: the past the tokens attend, by type: per-layer KV caches from :meth:`make_cache`
+                (decoding; ``pos`` defaults to ``cache[0].length + arange(T)``), or a Transformer-XL
+                segment memory (:class:`~poslab.nn.memory.SegmentMemory`, training and evaluation):
+                every layer also attends its remembered inputs, then the memory is updated in place
+                with this segment's (detached); ``pos`` defaults to ``memory.length + arange(T)``.
             mask: passed to every attention layer (``[T, Tk]`` or ``[B|1, h|1, T, Tk]``, bool or float;
                 see :meth:`~poslab.nn.attention.MultiHeadAttention.forward`). The backend is each
                 layer's config's (:func:`~poslab.nn.attention.use_backend` changes it for a block).
@@ -407,17 +407,20 @@ class GPT(nn.Module):
             # checked on CPU only: on an accelerator this would add a host sync to every forward
             bad = int(idx.max()) if int(idx.max()) >= self.config.vocab_size else int(idx.min())
             raise ValueError(f"token id {bad} is outside the vocabulary: ids must lie in [0, {self.config.vocab_size})")
-        if cache is not None and len(cache) != len(self.blocks):
-            raise ValueError(f"cache has {len(cache)} layers, the model has {len(self.blocks)}")
-        if memory is not None:
-            if cache is not None:
-                raise ValueError(
-                    "segment memory and a KV cache cannot be combined: the cache already holds the past "
-                    "(make_cache(B, memory=M) is the cached form of the memory)"
-                )
+        memory: SegmentMemory | None = None
+        if isinstance(cache, SegmentMemory):
+            memory, cache = cache, None
             if self.config.mla is not None:
                 raise ValueError("segment memory needs standard attention; this model uses mla")
             memory.check(B, len(self.blocks))
+        elif cache is not None:
+            if not isinstance(cache, (list, tuple)):
+                raise TypeError(
+                    "cache must be the per-layer list make_cache returns or a SegmentMemory, "
+                    f"got {type(cache).__name__}"
+                )
+            if len(cache) != len(self.blocks):
+                raise ValueError(f"cache has {len(cache)} layers, the model has {len(self.blocks)}")
         layer_pos = pos
         if pos is None:
             start = cache[0].length if cache else memory.length if memory is not None else 0

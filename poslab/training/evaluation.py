@@ -122,7 +122,7 @@ def segment_nll(
         for s in range(count):
             x, y = stream_segment(streams, s, seg_len)  # [n, T] x2
             with autocast(dtype, device.type):
-                logits = model(x.to(device), memory=memory) if memory is not None else model(x.to(device))
+                logits = model(x.to(device), cache=memory)
             out.append(
                 torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), y.to(device), reduction="none").cpu()
             )

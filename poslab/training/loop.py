@@ -407,7 +407,7 @@ class _Trainer:
             x, y, memory = self._memory_batch(micro)  # [B, T] x2
             x, y = x.to(dist.device), y.to(dist.device)
             if memory is not None:
-                extra["memory"] = memory
+                extra["cache"] = memory
         else:
             # the global batch (world_size x batch_size windows), then this rank's rows on its device
             x, y = get_batch(

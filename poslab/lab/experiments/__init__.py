@@ -2,13 +2,14 @@
 
 Each module ends with ``EXPERIMENT``, its :class:`~poslab.lab.experiments.common.Experiment`: name,
 description, tier (``poslab experiment all`` / quick and full lab / full lab only), the experiments
-whose models it reuses, time estimates, and ``run(out: Path, quick: bool = False, ...) -> dict``.
-``run`` prints a readable table and returns the results with their claim records under
+whose models it reuses, time estimates, and ``run(out: Path, quick: bool = False, ...) -> dict``. A declared
+experiment (:mod:`poslab.lab.experiments.declaration`: arms, a typed result, claims, tables, figures) gets its
+``run`` from the pipeline there. ``run`` prints its tables and returns the results with their claim records under
 ``"claims"``; :func:`run_experiment` applies the statistical plan to them once (families, Holm,
 power: :func:`poslab.lab.plan.adjust`), prints them and writes the dict to ``out/results.json``, so
 the console, the file and the report show the same verdicts. Adding an experiment = one module
-+ one line here. ``common``, ``training`` and ``lab_models`` are the shared modules, not experiments; no
-experiment imports another (an experiment reading another's models names it in ``reuses``).
++ one line here. ``common``, ``training``, ``declaration`` and ``lab_models`` are the shared modules, not
+experiments; no experiment imports another (an experiment reading another's models names it in ``reuses``).
 """
 
 from __future__ import annotations

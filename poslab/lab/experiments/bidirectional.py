@@ -21,7 +21,7 @@ each (the same 3 for every arm, so seed i gives every arm the same windows):
   positions at all.
 
 The metric is the loss on the whole validation split (the same windows, and for the MLM the same
-masks, for every run). The design is paired by seed: every arm trains from each seed (``train_seeded``),
+masks, for every run). The design is paired by seed: every arm trains from each seed (``seeded_arms``),
 and a run's batch generator is seeded by its seed alone, so the arms of one seed read the same
 batches in the same order (the masked LMs also the same masks); only the initialisation differs,
 as the parameters do. Both objectives' losses are in nats per predicted character; the unigram
@@ -43,26 +43,30 @@ Full form: the lab's full size (the same model at window 128).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from poslab.display import print_table, sci
+from poslab.lab.experiments.bidirectional_leak import (
+    LEAK_LAYERS,
+    TOLERANCE,
+    Leak,
+    leak_claims,
+    leak_differences,
+    leak_table,
+)
 from poslab.lab.experiments.common import (
     FULL_ONLY,
-    LINE,
-    SHUFFLED,
-    Experiment,
     ngram_baselines,
     plot_seeded_curves,
     unigram_entropy,
 )
-from poslab.lab.experiments.training import SEEDS, seed_values, train_seeded
+from poslab.lab.experiments.declaration import Declaration, Plan, Runs, RunSummary, declare, seeded_arms
+from poslab.lab.experiments.training import SEEDS
 from poslab.lab.premises import attach, below_baseline, below_bigram
 from poslab.lab.scale import Scale, lab_config, size_of
-from poslab.lab.verdicts import ClaimRecord, Premise, at_least, deterministic, equivalent, paired, pm
-from poslab.nn.attention import AttentionConfig
+from poslab.lab.tables import KeyTable, MeanSd, Table
+from poslab.lab.verdicts import ClaimRecord, Premise, equivalent, paired
 
 ARMS = {  # label -> (objective, position)
     "clm-none": ("clm", "none"),
@@ -84,86 +88,49 @@ FAR = 0.10
 #: (measured at 2 layers, width 64: at 250 steps the RoPE MLM is still leaving the bag-of-words plateau,
 #: 2.78 ± 0.13 over 3 seeds, too spread for a verdict)
 MLM_STEPS_FACTOR = 1.6
-LEAK_LAYERS = (1, 2, 3)
-#: float noise of an untrained fp32 GPT's logits (|logit| ~ 1): summation order only
-TOLERANCE = 1e-5
-#: the causal counterpart must differ by more than this from 2 layers on (causal_leak's LEAK_ABOVE)
-LEAK_ABOVE = 1e-4
 SOURCE = "Haviv et al. 2022 (arXiv 2203.16634)"
 
 
-# ------------------------------------------------------------------------------------ the leak
-def leak_differences(n_layer: int, causal: bool, position: str = "none", seed: int = 0) -> dict[str, float]:
-    """Seed 001's two lines through a fresh untrained GPT (4 heads, n_embd 128, ``tang5`` vocabulary).
+@dataclass(frozen=True)
+class Setting:
+    """The base config's corpus and steps, each arm's steps, the seeds and the depths of the leak."""
 
-    Args:
-        n_layer: depth.
-        causal: the causal mask on (seed 001) or off (encoder mode).
-        position: the position scheme.
-        seed: ``torch.manual_seed`` before building the model.
-
-    Returns:
-        ``last``: max |logits_a - logits_b| at the last position (the same character '尽' in both
-        lines); ``all``: max over every position of |logits_b[i] - logits_a[perm[i]]|, where
-        ``perm`` maps each character of the shuffled line to its place in the first line.
-    """
-    from poslab.data import CharTokenizer, load_corpus
-    from poslab.nn.model import GPT, GPTConfig
-
-    tok = CharTokenizer.from_text(load_corpus("tang5"))
-    perm = [LINE.index(ch) for ch in SHUFFLED]  # SHUFFLED[i] == LINE[perm[i]] (the characters are distinct)
-    torch.manual_seed(seed)
-    config = GPTConfig(
-        vocab_size=tok.vocab_size,
-        n_layer=n_layer,
-        n_head=4,
-        n_embd=128,
-        block_size=128,
-        dropout=0.0,
-        position=position,
-        attention=AttentionConfig(causal=causal),
-    )
-    model = GPT(config).eval()
-    with torch.no_grad():
-        a = model(torch.tensor([tok.encode(LINE)]))[0]  # [T, V]
-        b = model(torch.tensor([tok.encode(SHUFFLED)]))[0]  # [T, V]
-    return {"last": (a[-1] - b[-1]).abs().max().item(), "all": (b - a[perm]).abs().max().item()}
+    corpus: str
+    val_fraction: float
+    model: dict[str, Any]
+    steps: int
+    arm_steps: dict[str, int]
+    quick: bool
+    seeds: tuple[int, ...]
+    leak_layers: tuple[int, ...]
 
 
-def leak_claims(diffs: dict[str, dict[int, dict[str, float]]]) -> list[dict[str, Any]]:
-    """One deterministic claim per depth (bidirectional: noise), and one for the causal contrast (leak from 2
-    layers)."""
-    out = []
-    for n in sorted(diffs["bidirectional"]):
-        error = diffs["bidirectional"][n]["all"]
-        out.append(
-            deterministic(
-                f"encoder mode, no positions, {n} layer{'s' if n > 1 else ''}: the two lines' outputs are the same "
-                "up to the permutation (no order leaks without the causal mask)",
-                "seed 001 (leak experiment) in bidirectional mode; Haviv et al. 2022 §5",
-                f"max over positions |logits(line 2)[i] - logits(line 1)[perm i]| <= {TOLERANCE:g} (fp32 float noise)",
-                f"{sci(error)} (last position {sci(diffs['bidirectional'][n]['last'])})",
-                error,
-                TOLERANCE,
-                details={"n_layer": n},
-            ).to_dict()
-        )
-    deeper = [n for n in diffs["causal"] if n > 1]
-    if deeper:
-        smallest = min(diffs["causal"][n]["last"] for n in deeper)
-        out.append(
-            at_least(
-                "with the causal mask (same models otherwise) the two lines differ from 2 layers on: the mask, not "
-                "depth, leaks order",
-                "seed 001 (leak experiment)",
-                f"min over {deeper} layers of max |last-position logit difference| >= {LEAK_ABOVE:g}",
-                ", ".join(f"{n} layers {sci(diffs['causal'][n]['last'])}" for n in deeper),
-                smallest,
-                LEAK_ABOVE,
-                details={"layers": deeper},
-            ).to_dict()
-        )
-    return out
+@dataclass(frozen=True)
+class Arm:
+    objective: str
+    position: str
+
+
+@dataclass(frozen=True)
+class BidirectionalResult:
+    """Every arm's seeds (run summaries, whole-split losses) and the leak of the untrained models (mode -> depth)."""
+
+    steps: int
+    mlm_steps: int
+    quick: bool
+    corpus: str
+    unigram_entropy_nats: float
+    ngram_baselines: dict[str, float]
+    model: dict[str, Any]
+    seeds: list[int]
+    arms: dict[str, Arm]
+    arm_steps: dict[str, int]
+    runs: dict[str, list[RunSummary]]
+    val_loss_seeds: dict[str, list[float]]
+    close_relative: float
+    far_relative: float
+    leak: dict[str, dict[int, Leak]]
+    leak_tolerance: float
 
 
 # ------------------------------------------------------------------------------------ training
@@ -234,136 +201,128 @@ def haviv_claims(losses: dict[str, list[float]], seeds: tuple[int, ...] | list[i
     return out
 
 
-def haviv_premise(record: ClaimRecord, losses: dict[str, list[float]], corpus: str, base: dict[str, Any]) -> Premise:
+def haviv_premise(record: ClaimRecord, losses: dict[str, list[float]], ngrams: dict[str, float]) -> Premise:
     """The causal claim needs both causal LMs clearly below the corpus's bigram baseline; a masked-LM claim
     needs the masked LM with positions clearly below the unigram baseline (its loss is over masked
     positions with context on both sides, not comparable to a causal bigram)."""
-    ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
     if record.details["better_label"].startswith("causal"):  # each premise is met by every seed (per-model)
         return below_bigram({"clm-none": losses["clm-none"], "clm-learned": losses["clm-learned"]}, ngrams["bigram"])
     label = next(k for k in MLM_WITH_POSITIONS if record.details["better_label"] == f"MLM {ARMS[k][1]}")
     return below_baseline({label: losses[label]}, ngrams["unigram"], "unigram")
 
 
-def run(
+def plan(
     out: Path,
-    quick: bool = False,
+    quick: bool,
     base: dict[str, Any] | None = None,
-    workers: int | None = None,
     seeds: tuple[int, ...] = SEEDS,
     leak_layers: tuple[int, ...] = LEAK_LAYERS,
-) -> dict:
-    """Train the four arms at every seed, measure the leak, print the tables, plot, judge the claims.
+) -> Plan[Setting]:
+    """The arms at every seed, runs ``out/runs/ARM-sSEED``.
 
     Args:
-        out: output folder (runs in ``out/runs/ARM-sSEED``, plot ``out/bidirectional_curves.png``).
         quick: the short form (module docstring).
         base: a config mapping replacing the base (tests use a tiny one).
-        workers: trainings at a time (:func:`poslab.lab.experiments.training.train_variants`).
         seeds: training seeds (at least 3 for a conclusive verdict).
         leak_layers: depths of the leak experiment.
     """
-    out = Path(out)
     base = base if base is not None else base_config(quick)
     variants = {label: arm_overrides(label, base["max_steps"]) for label in ARMS}
-    runs = train_seeded(out, base, variants, tuple(seeds), workers)
-    losses = {label: seed_values(runs[label]) for label in ARMS}
-    corpus = base.get("corpus", "tang5")
-    baseline = unigram_entropy(corpus, base.get("val_fraction", 0.1))
-    rows = []
-    for label, (objective, position) in ARMS.items():
-        mean = sum(losses[label]) / len(losses[label])
-        rows.append(
-            [
-                label,
-                "masked LM (bidirectional)" if objective == "mlm" else "causal LM",
-                position,
-                variants[label].get("max_steps", base["max_steps"]),
-                pm(losses[label], 4),
-                f"{baseline:.3f}",
-                f"{mean / baseline:.3f}",
-                pm(seed_values(runs[label], "final_val_loss"), 4),
-            ]
-        )
-    model = base["model"]
-    print_table(
-        [
-            "arm",
-            "objective",
-            "positions",
-            "steps",
-            "val loss (whole split)",
-            "unigram baseline",
-            "loss / baseline",
-            "final val loss (sampled)",
-        ],
-        rows,
-        title=(
-            f"Haviv et al. 2022's control: {model['n_layer']} layers, n_embd {model['n_embd']}, "
-            f"on {corpus!r}; mean ± sd over seeds {list(seeds)}; "
-            "MLM loss on the 15% selected positions"
-        ),
+    arm_steps = {label: variants[label].get("max_steps", base["max_steps"]) for label in ARMS}
+    setting = Setting(
+        base.get("corpus", "tang5"),
+        base.get("val_fraction", 0.1),
+        base["model"],
+        base["max_steps"],
+        arm_steps,
+        quick,
+        tuple(seeds),
+        tuple(leak_layers),
     )
+    return Plan(setting, seeded_arms(out, base, variants, {label: tuple(seeds) for label in ARMS}))
 
-    diffs: dict[str, dict[int, dict[str, float]]] = {
-        mode: {n: leak_differences(n, causal=mode == "causal") for n in leak_layers}
+
+def measure(runs: Runs[Setting]) -> BidirectionalResult:
+    """The arms' whole-split losses per seed, and the leak of seed 001's two lines through untrained models."""
+    s = runs.setting
+    summaries = {label: runs.summaries(label) for label in ARMS}
+    leak = {
+        mode: {n: Leak(**leak_differences(n, causal=mode == "causal")) for n in s.leak_layers}
         for mode in ("bidirectional", "causal")
     }
-    print_table(
-        [
-            "untrained GPT, no positions",
-            "encoder: last position",
-            "encoder: every position (permuted)",
-            "causal: last position",
-        ],
-        [
-            [
-                f"{n} layer{'s' if n > 1 else ''}",
-                sci(diffs["bidirectional"][n]["last"]),
-                sci(diffs["bidirectional"][n]["all"]),
-                sci(diffs["causal"][n]["last"]),
-            ]
-            for n in leak_layers
-        ],
-        title="seed 001's two lines without and with the causal "
-        f"mask: max |logit difference| (tolerance {TOLERANCE:g})",
+    return BidirectionalResult(
+        steps=s.steps,
+        mlm_steps=round(s.steps * MLM_STEPS_FACTOR),
+        quick=s.quick,
+        corpus=s.corpus,
+        unigram_entropy_nats=unigram_entropy(s.corpus, s.val_fraction),
+        ngram_baselines=ngram_baselines(s.corpus, s.val_fraction),
+        model=s.model,
+        seeds=list(s.seeds),
+        arms={label: Arm(o, p) for label, (o, p) in ARMS.items()},
+        arm_steps=s.arm_steps,
+        runs=summaries,
+        val_loss_seeds={label: [r.val_loss_all for r in summaries[label]] for label in ARMS},
+        close_relative=CLOSE,
+        far_relative=FAR,
+        leak=leak,
+        leak_tolerance=TOLERANCE,
     )
 
-    claims = attach(
-        haviv_claims(losses, seeds), lambda record: haviv_premise(record, losses, corpus, base)
-    ) + leak_claims(diffs)
-    plot = plot_seeded_curves(
-        {label: runs[label] for label in ARMS},
-        out / "bidirectional_curves.png",
-        f"causal vs masked LM, with and without positions ({corpus})",
-        baseline,
-        ngram_baselines(corpus, base.get("val_fraction", 0.1)),
+
+def claims(r: BidirectionalResult) -> list[dict[str, Any]]:
+    """:func:`haviv_claims` with their premises (:func:`haviv_premise`), then :func:`leak_claims`."""
+    losses = r.val_loss_seeds
+    seeded = attach(haviv_claims(losses, r.seeds), lambda record: haviv_premise(record, losses, r.ngram_baselines))
+    return seeded + leak_claims(r.leak)
+
+
+def loss_table(r: BidirectionalResult) -> Table:
+    """Every arm's objective, positions, steps and whole-split loss over seeds, against the unigram baseline."""
+    rows = []
+    for label, arm in r.arms.items():
+        losses = r.val_loss_seeds[label]
+        rows.append(
+            (
+                label,
+                "masked LM (bidirectional)" if arm.objective == "mlm" else "causal LM",
+                arm.position,
+                r.arm_steps[label],
+                MeanSd.of(losses, 4),
+                sum(losses) / len(losses) / r.unigram_entropy_nats,
+                MeanSd.of([x.final_val_loss for x in r.runs[label]], 4),
+            )
+        )
+    return Table(
+        f"Haviv et al. 2022's control: {r.model['n_layer']} layers, n_embd {r.model['n_embd']}, on {r.corpus!r}; "
+        f"seeds {r.seeds}; MLM loss on the 15% selected positions",
+        ("arm", "objective", "positions", "steps", "val loss (whole split)", "loss / unigram", "final val loss"),
+        tuple(rows),
+        note=f"unigram baseline {r.unigram_entropy_nats:.3f} nats/token",
     )
-    return {
-        "steps": base["max_steps"],
-        "mlm_steps": round(base["max_steps"] * MLM_STEPS_FACTOR),
-        "quick": quick,
-        "corpus": corpus,
-        "unigram_entropy_nats": baseline,
-        "seeds": list(seeds),
-        "arms": {label: {"objective": o, "position": p} for label, (o, p) in ARMS.items()},
-        "runs": runs,
-        "val_loss": {label: pm(losses[label], 4) for label in ARMS},
-        "val_loss_seeds": losses,
-        "close_relative": CLOSE,
-        "far_relative": FAR,
-        "leak": {mode: {str(n): d for n, d in per.items()} for mode, per in diffs.items()},
-        "leak_tolerance": TOLERANCE,
-        "claims": claims,
-        "plot": str(plot),
-    }
 
 
-EXPERIMENT = Experiment(
+def figures(r: BidirectionalResult, out: Path) -> dict[str, Path]:
+    """The validation curves of every arm (mean and band over seeds)."""
+    curves = {label: [x.val_curve for x in r.runs[label]] for label in r.arms}
+    title = f"causal vs masked LM, with and without positions ({r.corpus})"
+    path = out / "bidirectional_curves.png"
+    return {"plot": plot_seeded_curves(curves, path, title, r.unigram_entropy_nats, r.ngram_baselines)}
+
+
+EXPERIMENT = declare(
     name="bidirectional",
     description="Haviv et al. 2022's control: NoPos works for a "
     "causal LM, fails for a masked LM; no leak without the mask",
     tier=FULL_ONLY,
-    run=run,
+    declaration=Declaration(
+        BidirectionalResult,
+        plan,
+        measure,
+        claims,
+        (KeyTable("loss per arm", loss_table), KeyTable("the leak", lambda r: leak_table(r.leak))),
+        figures,
+    ),
     estimate=(90, 900),
 )
+run = EXPERIMENT.run

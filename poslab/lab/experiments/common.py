@@ -225,7 +225,7 @@ def scheme_style_index(labels: Sequence[str]) -> dict[str, int]:
 
 
 def plot_seeded_curves(
-    runs: dict[str, list[dict[str, Any]]],
+    runs: dict[str, list[list[tuple[int, float]]]],
     path: Path,
     title: str,
     baseline: float | None = None,
@@ -235,7 +235,7 @@ def plot_seeded_curves(
     """Validation-loss curves, mean over seeds (line) and min..max over seeds (band), one colour and line style per arm.
 
     Args:
-        runs: arm label -> one summary per seed, each with ``val_curve`` ``[(step, val_loss), ...]``.
+        runs: arm label -> one validation curve per seed, ``[(step, val_loss), ...]`` (a run summary's ``val_curve``).
         path: the PNG.
         title: the figure title.
         baseline: the unigram-entropy baseline (drawn dashed) or ``None``.
@@ -248,7 +248,7 @@ def plot_seeded_curves(
     fig, ax = new_figure(size=(8.0, 5.0))
     finals = []
     for i, (label, seeds) in enumerate(runs.items()):
-        curves = [dict((int(s), float(v)) for s, v in run["val_curve"]) for run in seeds if run.get("val_curve")]
+        curves = [dict((int(s), float(v)) for s, v in curve) for curve in seeds if curve]
         if not curves:
             continue
         steps = sorted(set.intersection(*(set(c) for c in curves)))

@@ -27,26 +27,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from poslab.display import print_table
-from poslab.lab.experiments.common import (
-    LAB,
-    Experiment,
-    baseline_line,
-    ngram_baselines,
-    plot_seeded_curves,
-    unigram_entropy,
-)
-from poslab.lab.experiments.training import RUN_TABLES, lm_premise, planned_seeds, seed_values, train_seeded
-from poslab.lab.premises import attach
+from poslab.lab.experiments.common import LAB, ngram_baselines, plot_seeded_curves, unigram_entropy
+from poslab.lab.experiments.declaration import Declaration, Plan, Runs, RunSummary, declare, seeded_arms
+from poslab.lab.experiments.training import planned_seeds
+from poslab.lab.premises import attach, below_bigram
+from poslab.lab.report.i18n import t
 from poslab.lab.scale import SIZES, Scale, lab_config, lesson_config
-from poslab.lab.verdicts import best_of, paired, pm
+from poslab.lab.tables import KeyTable, MeanSd, Table
+from poslab.lab.verdicts import best_of, paired
 
 HEADS = (1, 2, 4, 8, 16)
 #: the count-model baseline every seed of every head count must be clearly below
-#: (:func:`poslab.lab.experiments.training.lm_premise`). Both claims are about the loss a head split reaches,
+#: (:func:`claims`). Both claims are about the loss a head split reaches,
 #: not about what the heads learn: seed 000 §1.4 says "减小 d_k 往往提升效果" (a smaller d_k often improves the
 #: result) and seed 002 §3.2 "最优头数 ≈ √(d_model/16)" (the best head count), and seed 001's exercise 2, the
 #: lesson's own test of it, is "各訓練 1000 步，比較驗證損失" (train each for 1000 steps and compare the
@@ -123,89 +119,137 @@ def head_claims(
     return out
 
 
-def run(
+@dataclass(frozen=True)
+class Setting:
+    """What the measurement reads besides the runs: the head counts, the base config's corpus, width and steps."""
+
+    heads: tuple[int, ...]
+    corpus: str
+    val_fraction: float
+    d_model: int
+    steps: int
+    quick: bool
+    seeds: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class HeadsResult:
+    """Every head count's seeds: their run summaries (arm ``heads-N``) and whole-split validation losses."""
+
+    steps: int
+    quick: bool
+    corpus: str
+    unigram_entropy_nats: float
+    ngram_baselines: dict[str, float]
+    d_model: int
+    seeds: list[int]
+    runs: dict[str, list[RunSummary]]
+    val_loss_seeds: dict[str, list[float]]
+    nearest_sqrt_d_over_16: list[int]
+
+
+def plan(
     out: Path,
-    quick: bool = False,
+    quick: bool,
     heads: tuple[int, ...] = HEADS,
     base: dict[str, Any] | None = None,
-    workers: int | None = None,
     seeds: tuple[int, ...] | None = None,
-) -> dict:
-    """Train every head count with every seed, print the table, plot the curves, judge the claims.
+) -> Plan[Setting]:
+    """Every head count with every seed, runs ``out/runs/heads-N-sSEED``.
 
     Args:
-        out: output folder (runs in ``out/runs/heads-N-sSEED``, plot ``out/heads_curves.png``).
         quick: the short form (tinyshakespeare, the lab's quick model; see the module docstring).
         heads: head counts to train (each must divide the width).
         base: a config mapping replacing the base (tests use a tiny one).
-        workers: trainings at a time (see :func:`poslab.lab.experiments.training.train_variants`).
         seeds: training seeds (at least 3 for a conclusive verdict; default: the quick lab's seeds,
             :data:`poslab.lab.plan.QUICK_SEEDS`, in the quick form, else :data:`SEEDS`).
     """
     if seeds is None:
         seeds = planned_seeds(EXPERIMENT.name, ("*",), quick)["*"]
-    out = Path(out)
     base = base if base is not None else base_config(quick, size=HEADS_QUICK)
-    d_model = base["model"]["n_embd"]
-    variants: dict[str, dict[str, Any]] = {f"heads-{h}": {"model": {"n_head": h}} for h in heads}
-    runs = train_seeded(out, base, variants, tuple(seeds), workers)
-    losses = {h: seed_values(runs[f"heads-{h}"]) for h in heads}
-    corpus = base.get("corpus", "tang5")
-    baseline = unigram_entropy(corpus, base.get("val_fraction", 0.1))
-    ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
-    arms = [f"heads-{h}" for h in heads]  # every claim ranks or compares head counts: all must be language models
-    premise = lm_premise(runs, arms, ngrams[PREMISE_BASELINE])
-    claims = attach(head_claims(losses, d_model, tuple(seeds)), lambda record: premise)
-    rows = [
-        [
-            h,
-            d_model // h,
-            f"{runs[f'heads-{h}'][0]['n_params']:,}",
-            pm(losses[h], 4),
-            pm(seed_values(runs[f"heads-{h}"], "final_val_loss"), 4),
-            f"{sum(r['tokens_per_s'] for r in runs[f'heads-{h}']) / len(seeds):,.0f}",
-        ]
-        for h in heads
-    ]
-    print_table(
-        ["heads", "d_k", "params", "val loss (whole split)", "final val loss (sampled)", "tokens/s"],
-        rows,
-        title=f"seed 001 exercise 2: heads at n_embd {d_model}, {base['max_steps']} steps on {corpus!r}; "
-        f"mean ± sd over seeds {list(seeds)}",
+    variants = {f"heads-{h}": {"model": {"n_head": h}} for h in heads}
+    setting = Setting(
+        tuple(heads),
+        base.get("corpus", "tang5"),
+        base.get("val_fraction", 0.1),
+        base["model"]["n_embd"],
+        base["max_steps"],
+        quick,
+        tuple(seeds),
     )
-    print(baseline_line(corpus, base.get("val_fraction", 0.1)))
-    plot = plot_seeded_curves(
-        {f"{h} heads": runs[f"heads-{h}"] for h in heads},
-        out / "heads_curves.png",
-        f"heads at n_embd {d_model} ({base['max_steps']} steps, {corpus})",
-        baseline,
-        ngrams,
-    )
-    return {
-        "steps": base["max_steps"],
-        "quick": quick,
-        "corpus": corpus,
-        "unigram_entropy_nats": baseline,
-        "ngram_baselines": ngrams,
-        "d_model": d_model,
-        "seeds": list(seeds),
-        "runs": runs,
-        "val_loss": {str(h): pm(losses[h], 4) for h in heads},
-        "val_loss_seeds": {str(h): losses[h] for h in heads},
-        "nearest_sqrt_d_over_16": nearest_counts(list(heads), d_model),
-        "claims": claims,
-        "plot": str(plot),
-    }
+    return Plan(setting, seeded_arms(out, base, variants, {arm: tuple(seeds) for arm in variants}))
 
 
-EXPERIMENT = Experiment(
+def measure(runs: Runs[Setting]) -> HeadsResult:
+    """The head counts' whole-split losses per seed, with the corpus's baselines."""
+    s = runs.setting
+    summaries = {f"heads-{h}": runs.summaries(f"heads-{h}") for h in s.heads}
+    return HeadsResult(
+        steps=s.steps,
+        quick=s.quick,
+        corpus=s.corpus,
+        unigram_entropy_nats=unigram_entropy(s.corpus, s.val_fraction),
+        ngram_baselines=ngram_baselines(s.corpus, s.val_fraction),
+        d_model=s.d_model,
+        seeds=list(s.seeds),
+        runs=summaries,
+        val_loss_seeds={str(h): [r.val_loss_all for r in summaries[f"heads-{h}"]] for h in s.heads},
+        nearest_sqrt_d_over_16=nearest_counts(list(s.heads), s.d_model),
+    )
+
+
+def claims(result: HeadsResult) -> list[dict[str, Any]]:
+    """:func:`head_claims`, each with its premise: every claim ranks or compares head counts, so every seed of
+    every count must be a language model (clearly below the :data:`PREMISE_BASELINE`)."""
+    losses = {int(h): v for h, v in result.val_loss_seeds.items()}
+    premise = below_bigram(
+        {f"heads-{h}": v for h, v in result.val_loss_seeds.items()}, result.ngram_baselines[PREMISE_BASELINE]
+    )
+    return attach(head_claims(losses, result.d_model, tuple(result.seeds)), lambda record: premise)
+
+
+def heads_table(r: HeadsResult) -> Table:
+    """Every head count: d_k, parameters, whole-split and sampled validation loss and speed over seeds."""
+    rows = []
+    for h, losses in r.val_loss_seeds.items():
+        summaries = r.runs[f"heads-{h}"]
+        rows.append(
+            (
+                int(h),
+                r.d_model // int(h),
+                summaries[0].n_params,
+                MeanSd.of(losses, 4),
+                MeanSd.of([x.final_val_loss for x in summaries], 4),
+                MeanSd.of([x.tokens_per_s for x in summaries], 0),
+            )
+        )
+    return Table(
+        f"seed 001 exercise 2: heads at n_embd {r.d_model}, {r.steps} steps on {r.corpus!r}; seeds {r.seeds}",
+        ("heads", "d_k", t("key.train.params"), t("key.train.val"), "final val loss (sampled)", "tokens/s"),
+        tuple(rows),
+        note="count-model baselines (interpolated Kneser-Ney), nats/token: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in r.ngram_baselines.items()),
+    )
+
+
+def figures(r: HeadsResult, out: Path) -> dict[str, Path]:
+    """The validation curves of every head count (mean and band over seeds)."""
+    curves = {f"{h} heads": [x.val_curve for x in r.runs[f"heads-{h}"]] for h in r.val_loss_seeds}
+    title = f"heads at n_embd {r.d_model} ({r.steps} steps, {r.corpus})"
+    path = plot_seeded_curves(curves, out / "heads_curves.png", title, r.unigram_entropy_nats, r.ngram_baselines)
+    return {"plot": path}
+
+
+EXPERIMENT = declare(
     name="heads",
     description=(
         "train 1/2/4/8/16 heads (full: n_embd 128 on Tang poems; --quick: n_embd 64 on tinyshakespeare); "
         "test 'optimal heads ≈ sqrt(d/16)' (seeds 001, 002)"
     ),
     tier=LAB,
-    run=run,
+    declaration=Declaration(
+        HeadsResult, plan, measure, claims, (KeyTable("validation loss per head count", heads_table),), figures
+    ),
     estimate=(180, 3750),
-    tables=RUN_TABLES,
 )
+run = EXPERIMENT.run

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from poslab.lab.experiments.training import ensure_many, ensure_trained
+from poslab.lab.experiments.training import ensure_trained
 from poslab.lab.scale import SEED, SEEDS, Scale, train_config
 
 #: the experiment that trains the lab models at every size (:func:`models_dir`)
@@ -65,6 +65,28 @@ def shared_model(scheme: str, size: Scale, out: Path, reuses: Sequence[str], see
     return ensure_trained(cfg, reuse=reuse_candidates(scheme, size, out, seed, reuses))
 
 
+def lab_model_arms(
+    schemes: Sequence[str],
+    size: Scale,
+    out: Path,
+    reuses: Sequence[str],
+    seeds: tuple[int, ...] | Mapping[str, tuple[int, ...]] = SEEDS,
+) -> tuple[dict[str, dict[int, dict]], dict[str, dict[int, tuple[Path, ...]]]]:
+    """The lab models of every scheme and seed as a declared experiment's arms: scheme -> seed -> training config
+    (trained into ``OUT/models/SIZE/NAME``), and scheme -> seed -> where a finished identical one may already be
+    (:func:`reuse_candidates`). ``seeds``: the seeds of every scheme, or scheme -> its seeds."""
+    by_scheme = {s: tuple(seeds[s]) if isinstance(seeds, Mapping) else tuple(seeds) for s in schemes}
+    arms = {
+        scheme: {
+            seed: train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed).to_dict()
+            for seed in by_scheme[scheme]
+        }
+        for scheme in schemes
+    }
+    reuse = {s: {seed: reuse_candidates(s, size, out, seed, reuses) for seed in by_scheme[s]} for s in schemes}
+    return arms, reuse
+
+
 def shared_models(
     schemes: Sequence[str],
     size: Scale,
@@ -73,22 +95,14 @@ def shared_models(
     seeds: tuple[int, ...] | Mapping[str, tuple[int, ...]] = SEEDS,
     workers: int | None = None,
 ) -> dict[str, dict[int, Path]]:
-    """:func:`shared_model` for every scheme and seed, training the missing ones ``workers`` at a time.
-
-    ``seeds``: the seeds of every scheme, or scheme -> its seeds (:func:`poslab.lab.experiments.training.
-    planned_seeds`).
+    """:func:`shared_model` for every scheme and seed, training the missing ones ``workers`` at a time
+    (:func:`poslab.lab.experiments.declaration.ensure_runs` of :func:`lab_model_arms`).
 
     Returns:
         scheme -> seed -> run folder.
     """
-    by_scheme = {s: tuple(seeds[s]) if isinstance(seeds, Mapping) else tuple(seeds) for s in schemes}
-    keys = [(scheme, seed) for scheme in schemes for seed in by_scheme[scheme]]
-    jobs = [
-        (
-            train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed),
-            reuse_candidates(scheme, size, out, seed, reuses),
-        )
-        for scheme, seed in keys
-    ]
-    found = dict(zip(keys, ensure_many(jobs, workers, what="lab models")))
-    return {s: {seed: found[(s, seed)] for seed in by_scheme[s]} for s in schemes}
+    from poslab.lab.experiments.declaration import Plan, ensure_runs
+
+    arms, reuse = lab_model_arms(schemes, size, out, reuses, seeds)
+    runs = ensure_runs(Plan(None, arms, reuse, summarise=False, what="lab models"), workers)
+    return {s: {seed: run.path for seed, run in by_seed.items()} for s, by_seed in runs.by_arm.items()}

@@ -28,34 +28,27 @@ claims; every scheme at bigram level would not.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from poslab.display import plot_loss_by_position, print_table
+from poslab.display import plot_loss_by_position
 from poslab.lab.experiments.common import (
     LAB,
     NGRAM_ORDERS,
-    Experiment,
-    baseline_line,
     ngram_baselines,
     plot_seeded_curves,
     scheme_style_index,
     unigram_entropy,
 )
-from poslab.lab.experiments.training import (
-    SCHEME_TABLES,
-    SEEDS,
-    TIMING_STEPS,
-    alternating_cpu_speed,
-    lm_premise,
-    seed_values,
-    train_seeded,
-)
+from poslab.lab.experiments.declaration import Declaration, Plan, Runs, RunSummary, declare, seeded_arms, to_json
+from poslab.lab.experiments.training import SEEDS, TIMING_STEPS, alternating_cpu_speed, runs_table
 from poslab.lab.plan import own_family
-from poslab.lab.premises import arms_of, attach, context_gain, language_models, premises_table
+from poslab.lab.premises import arms_of, attach, below_bigram, language_models, premises_table
 from poslab.lab.scale import SIZES, lab_config, lesson_config, schemes_of
 from poslab.lab.tables import KeyTable
-from poslab.lab.verdicts import ClaimRecord, Premise, deterministic, equivalent, paired, pm
+from poslab.lab.verdicts import ClaimRecord, Premise, deterministic, equivalent, paired
 from poslab.nn import positions
 from poslab.runs import RunFolder
 
@@ -71,16 +64,6 @@ METRIC = "val loss (whole validation split)"
 SPEED_METRIC = "training tokens per CPU second (arms alternating in one process)"
 
 
-def _gain_text(seed_runs: list[dict]) -> str:
-    """The seeds' context gains (:func:`poslab.lab.premises.context_gain`) as ``mean ± sd``, or ``-`` where none
-    is measured (a masked LM, or a window too short for it)."""
-    curves = [r["loss_by_position"] for r in seed_runs if r.get("loss_by_position")]
-    try:
-        return pm([context_gain(c) for c in curves], 3) if curves else "-"
-    except ValueError:
-        return "-"
-
-
 def quick_variants(schemes: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Base and per-scheme overrides that reproduce the extrapolation experiment's quick models exactly."""
     base = lab_config("none", SIZES["quick"])
@@ -90,15 +73,15 @@ def quick_variants(schemes: list[str]) -> tuple[dict[str, Any], dict[str, dict[s
 
 def training_claims(
     losses: dict[str, list[float]],
-    runs: dict[str, list[dict]],
+    params: Mapping[str, int],
     speed: dict[str, list[float]] | None = None,
     seeds: tuple[int, ...] | list[int] = SEEDS,
 ) -> list[dict[str, Any]]:
     """The lessons' claims about training with each scheme, as claim records (schemes absent: skipped).
 
     ``losses``: arm -> one value per seed, in the order of ``seeds``: every arm is trained from the same
-    seeds on the same batches (:func:`poslab.lab.experiments.training.train_seeded`), so two arms are
-    compared paired by seed. ``speed``: arm -> training tokens per CPU second of each round of the arms
+    seeds on the same batches (:func:`plan`), so two arms are compared paired by seed. ``params``: arm -> its
+    model's parameter count. ``speed``: arm -> training tokens per CPU second of each round of the arms
     alternating in one process (:func:`poslab.lab.experiments.training.alternating_cpu_speed`), paired by
     round; without it the speed claim is not made (wall-clock speeds of trainings run at different moments
     on a shared machine say nothing about compute).
@@ -168,7 +151,7 @@ def training_claims(
         ("rope", "seed 002 §4.2", "无需显式存储位置编码 — RoPE adds no parameters"),
     ):
         if have(scheme, "none"):
-            mine, none = runs[scheme][0]["n_params"], runs["none"][0]["n_params"]
+            mine, none = params[scheme], params["none"]
             out.append(
                 deterministic(
                     text,
@@ -198,34 +181,52 @@ def training_claims(
     return out
 
 
-def _config(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with a variant's overrides (``model`` merged key by key), as :func:`train_variants` builds it."""
-    values = {**base, **{k: v for k, v in override.items() if k != "model"}}
-    values["model"] = {**base.get("model", {}), **override.get("model", {})}
-    return values
+@dataclass(frozen=True)
+class Setting:
+    """The schemes, the base config's corpus and steps, and the two arms' configs the timing alternates."""
+
+    schemes: tuple[str, ...]
+    corpus: str
+    val_fraction: float
+    steps: int
+    quick: bool
+    seeds: tuple[int, ...]
+    timing: dict[str, dict[str, Any]]
 
 
-def run(
+@dataclass(frozen=True)
+class PositionResult:
+    """Every scheme's seeds (arm = scheme): run summaries, whole-split losses, and the timing of alibi vs none."""
+
+    steps: int
+    quick: bool
+    corpus: str
+    unigram_entropy_nats: float
+    ngram_baselines: dict[str, float]
+    cpu_speed: dict[str, list[float]] | None
+    seeds: list[int]
+    runs: dict[str, list[RunSummary]]
+    val_loss_seeds: dict[str, list[float]]
+    ranking: list[str]
+
+
+def plan(
     out: Path,
-    quick: bool = False,
+    quick: bool,
     schemes: list[str] | None = None,
     base: dict[str, Any] | None = None,
-    workers: int | None = None,
     seeds: tuple[int, ...] = SEEDS,
-) -> dict:
-    """Train one GPT per scheme and seed, print the table, plot the curves, judge the claims.
+) -> Plan[Setting]:
+    """One GPT per scheme and seed, runs ``out/runs/SCHEME-sSEED``.
 
     Args:
-        out: output folder (runs in ``out/runs/SCHEME-sSEED``, plot ``out/position_training_curves.png``).
         quick: the short form (the lab's quick models; see the module docstring).
         schemes: scheme names (default: every registered one; quick: the quick size's arms,
             :func:`poslab.lab.scale.schemes_of`).
         base: a config mapping replacing the base (tests use a tiny one; every scheme then trains on it
             with ``position`` set).
-        workers: trainings at a time (see :func:`poslab.lab.experiments.training.train_variants`).
         seeds: training seeds (at least 3 for a conclusive verdict).
     """
-    out = Path(out)
     if schemes is None:
         schemes = list(schemes_of(SIZES["quick"])) if quick and base is None else positions.names()
     schemes = list(schemes)
@@ -234,100 +235,105 @@ def run(
     else:
         base = base if base is not None else lesson_config()
         variants = {name: {"model": {"position": name, "position_config": {}}} for name in schemes}
-    runs = train_seeded(out, base, variants, tuple(seeds), workers)
-    losses = {name: seed_values(runs[name]) for name in schemes}
-    ranked = sorted(schemes, key=lambda s: sum(losses[s]) / len(losses[s]))
-    reference = sum(losses["learned"]) / len(losses["learned"]) if "learned" in losses else None
-    corpus = base.get("corpus", "tang5")
-    baseline = unigram_entropy(corpus, base.get("val_fraction", 0.1))
-    rows = []
-    for name in ranked:
-        mean = sum(losses[name]) / len(losses[name])
-        delta = f"{mean - reference:+.4f}" if reference is not None else "-"
-        rows.append(
-            [
-                name,
-                pm(losses[name], 4),
-                delta,
-                pm(seed_values(runs[name], "best_val_loss"), 4),
-                _gain_text(runs[name]),
-                f"{sum(seed_values(runs[name], 'tokens_per_s')) / len(seeds):,.0f}",
-            ]
-        )
-    print_table(
-        ["scheme", "val loss (whole split)", "vs learned", "best val loss (sampled)", "context gain", "tokens/s"],
-        rows,
-        title=f"seed 001 exercise 3: one GPT, every position scheme, {base['max_steps']} steps on {corpus!r}; "
-        f"mean ± sd over seeds {list(seeds)}",
+    arms = seeded_arms(out, base, variants, {name: tuple(seeds) for name in schemes})
+    timed = [k for k in ("alibi", "none") if k in variants]
+    timing = {k: {**base, "model": {**base.get("model", {}), **variants[k]["model"]}} for k in timed}
+    setting = Setting(
+        tuple(schemes),
+        base.get("corpus", "tang5"),
+        base.get("val_fraction", 0.1),
+        base["max_steps"],
+        quick,
+        tuple(seeds),
+        timing,
     )
-    print(baseline_line(corpus, base.get("val_fraction", 0.1)))
-    ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
+    return Plan(setting, arms)
+
+
+def measure(runs: Runs[Setting]) -> PositionResult:
+    """The schemes' whole-split losses per seed, ranked, and alibi's and none's training speed side by side."""
+    s = runs.setting
+    summaries = {name: runs.summaries(name) for name in s.schemes}
+    losses = {name: [r.val_loss_all for r in summaries[name]] for name in s.schemes}
     speed = None
-    if "alibi" in schemes and "none" in schemes:
-        vocab = RunFolder(runs["none"][0]["run_dir"]).config()["model"]["vocab_size"]
-        speed = alternating_cpu_speed({k: _config(base, variants[k]) for k in ("alibi", "none")}, vocab)
-        print(
-            f"  training tokens per CPU second, alibi vs none alternating in this process: "
-            f"{pm(speed['alibi'], 0)} vs {pm(speed['none'], 0)}"
-        )
+    if "alibi" in s.schemes and "none" in s.schemes:
+        vocab = RunFolder(summaries["none"][0].run_dir).config()["model"]["vocab_size"]
+        speed = alternating_cpu_speed({k: s.timing[k] for k in ("alibi", "none")}, vocab)
+    return PositionResult(
+        steps=s.steps,
+        quick=s.quick,
+        corpus=s.corpus,
+        unigram_entropy_nats=unigram_entropy(s.corpus, s.val_fraction),
+        ngram_baselines=ngram_baselines(s.corpus, s.val_fraction),
+        cpu_speed=speed,
+        seeds=list(s.seeds),
+        runs=summaries,
+        val_loss_seeds=losses,
+        ranking=sorted(s.schemes, key=lambda name: sum(losses[name]) / len(losses[name])),
+    )
+
+
+def claims(r: PositionResult) -> list[dict[str, Any]]:
+    """:func:`training_claims`, each with its premise: the timing's says how it was measured; the others need every
+    seed of the arms they read below the bigram baseline."""
+    speed, bigram = r.cpu_speed, r.ngram_baselines["bigram"]
 
     def premise(record: ClaimRecord) -> Premise:
-        if record.details.get("metric") == SPEED_METRIC:
+        if record.details.get("metric") == SPEED_METRIC and speed is not None:
             return Premise(
                 "timing: process CPU time of the arms alternating in one process",
                 f"{len(speed['alibi'])} rounds of {TIMING_STEPS} steps of each arm",
                 True,
             )
-        return lm_premise(runs, arms_of(record, schemes), ngrams["bigram"])
+        return below_bigram({a: r.val_loss_seeds[a] for a in arms_of(record, list(r.runs))}, bigram)
 
-    claims = attach(training_claims(losses, runs, speed, seeds), premise)
-    styles = scheme_style_index(schemes)
-    plot = plot_seeded_curves(
-        runs,
-        out / "position_training_curves.png",
-        f"position schemes, same GPT ({base['max_steps']} steps, {corpus})",
-        baseline,
-        ngrams,
-        style_index=styles,
-    )
-    curves = {name: [r["loss_by_position"] for r in runs[name] if r.get("loss_by_position")] for name in schemes}
-    by_position = None
+    params = {name: summaries[0].n_params for name, summaries in r.runs.items()}
+    return attach(training_claims(r.val_loss_seeds, params, speed, r.seeds), premise)
+
+
+def figures(r: PositionResult, out: Path) -> dict[str, Path]:
+    """The validation curves per scheme (mean and band over seeds) and, for causal models, the loss at each
+    position of the window against the n-gram baselines."""
+    styles = scheme_style_index(list(r.runs))
+    runs = {name: [x.val_curve for x in summaries] for name, summaries in r.runs.items()}
+    title = f"position schemes, same GPT ({r.steps} steps, {r.corpus})"
+    drawn = {
+        "plot": plot_seeded_curves(
+            runs, out / "position_training_curves.png", title, r.unigram_entropy_nats, r.ngram_baselines, styles
+        )
+    }
+    curves = {name: [x.loss_by_position for x in seeds if x.loss_by_position] for name, seeds in r.runs.items()}
     if all(curves.values()):
         window = len(next(iter(curves.values()))[0])
-        by_position = plot_loss_by_position(
+        drawn["plot_by_position"] = plot_loss_by_position(
             curves,
             out / "loss_by_position.png",
             style_index=styles,
-            baselines={f"{k} count model": v for k, v in ngrams.items() if k in NGRAM_ORDERS},
-            title=f"loss at each position of the {window}-token window, validation split ({corpus}); "
+            baselines={f"{k} count model": v for k, v in r.ngram_baselines.items() if k in NGRAM_ORDERS},
+            title=f"loss at each position of the {window}-token window, validation split ({r.corpus}); "
             "a model that uses its context falls below the bigram line",
         )
-    return {
-        "steps": base["max_steps"],
-        "quick": quick,
-        "corpus": corpus,
-        "unigram_entropy_nats": baseline,
-        "ngram_baselines": ngrams,
-        "cpu_speed": speed,
-        "seeds": list(seeds),
-        "runs": runs,
-        "val_loss": {name: pm(losses[name], 4) for name in schemes},
-        "val_loss_seeds": losses,
-        "ranking": ranked,
-        "claims": claims,
-        "plot": str(plot),
-        "plot_by_position": None if by_position is None else str(by_position),
-    }
+    return drawn
 
 
-EXPERIMENT = Experiment(
+EXPERIMENT = declare(
     name="position-training",
     description=(
         "train the same GPT with every registered position scheme, 3 seeds (full: Tang poems, n_embd 128; "
         "--quick: tinyshakespeare, n_embd 64); curves and val loss (seed 001 ex. 3)"
     ),
     tier=LAB,
-    run=run,
+    declaration=Declaration(
+        PositionResult,
+        plan,
+        measure,
+        claims,
+        (
+            KeyTable("validation loss per scheme", lambda r: runs_table(to_json(r), "key.scheme")),
+            KeyTable("premises", lambda r: premises_table(language_models(to_json(r)))),
+        ),
+        figures,
+    ),
     estimate=(1250, 7200),
-    tables=(*SCHEME_TABLES, KeyTable("premises", lambda r: premises_table(language_models(r)))),
 )
+run = EXPERIMENT.run

@@ -24,18 +24,20 @@ import contextlib
 import dataclasses
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from poslab.display import new_figure, print_table, save_figure
-from poslab.jobs.runner import Task, train_many
-from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines
-from poslab.lab.experiments.training import SEEDS, train_preset_model
+from poslab.display import new_figure, save_figure
+from poslab.lab.experiments.common import FULL_ONLY, ngram_baselines
+from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
+from poslab.lab.experiments.training import SEEDS, preset_arms
 from poslab.lab.premises import attach, below_bigram
 from poslab.lab.scale import STREAM_SCALES, Scale, ScaleTable
+from poslab.lab.tables import KeyTable, Table
 from poslab.lab.verdicts import paired
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder, load_run
@@ -113,7 +115,48 @@ def quarter_means(norms: Tensor) -> tuple[float, float]:
     return float(norms[..., :quarter].mean()), float(norms[..., n - quarter :].mean())
 
 
-def measure(run_dir: Path, n_windows: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Norms:
+    """One model's mean q and k pair norms (layer x head x pair) and its quarters' means: the highest-frequency
+    quarter of the pairs, the lowest, and their ratio."""
+
+    q: list[list[list[float]]]
+    k: list[list[list[float]]]
+    high_quarter: float
+    low_quarter: float
+    low_over_high: float
+
+
+@dataclass(frozen=True)
+class SeedReading:
+    """One seed's trained model and its own initialisation, with the frequencies and the trained loss."""
+
+    seed: int
+    inv_freq: list[float]
+    corpus: str
+    val_loss: float
+    trained: Norms
+    untrained: Norms
+
+
+@dataclass(frozen=True)
+class UsageResult:
+    """Every seed's readings."""
+
+    seeds: list[int]
+    n_pairs: int
+    per_seed: list[SeedReading]
+    quick: bool
+    ngram_baselines: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Setting:
+    scale: Scale
+    quick: bool
+
+
+def read_seed(seed: int, run_dir: Path, n_windows: int) -> SeedReading:
     """Trained and untrained per-frequency norms of one run; the untrained model is the run's own
     initialisation (its config built after ``torch.manual_seed(seed)``, as the training loop builds it),
     so the control pairs with the trained model by seed."""
@@ -125,33 +168,46 @@ def measure(run_dir: Path, n_windows: int) -> dict[str, Any]:
     idx = torch.stack([tokens[s : s + T] for s in starts.tolist()])  # [n, T]
     torch.manual_seed(int(run.config()["train"]["seed"]))
     untrained = GPT(model.config).eval()
-    out: dict[str, Any] = {
-        "inv_freq": model.layer_position(0).inv_freq.tolist(),
-        "corpus": run.config()["train"]["corpus"],
-        "val_loss": evaluate_loss(model.eval(), tokens, T, max(1, 8192 // T), None),
-    }
+    val_loss = evaluate_loss(model.eval(), tokens, T, max(1, 8192 // T), None)
+    read = {}
     for label, m in (("trained", model), ("untrained", untrained)):
         norms = frequency_norms(m, idx)
         qk = torch.cat([norms["q"].mean(1), norms["k"].mean(1)])  # [2L, r/2]: per layer, heads averaged
         high, low = quarter_means(qk)
-        out[label] = {
-            "q": norms["q"].tolist(),
-            "k": norms["k"].tolist(),
-            "high_quarter": high,
-            "low_quarter": low,
-            "low_over_high": low / high,
-        }
-    return out
+        read[label] = Norms(norms["q"].tolist(), norms["k"].tolist(), high, low, low / high)
+    inv_freq = model.layer_position(0).inv_freq.tolist()
+    return SeedReading(seed, inv_freq, run.config()["train"]["corpus"], val_loss, **read)
 
 
-def plot(per_seed: list[dict[str, Any]], path: Path) -> Path:
+def plan(out: Path, quick: bool, seeds: tuple[int, ...] = SEEDS, scale: Scale | None = None) -> Plan[Setting]:
+    """One RoPE GPT per seed. ``scale``: the models and the validation windows read (``eval_windows``; default
+    :data:`SCALES` ``quick`` or ``full``; tests use a tiny one)."""
+    scale = scale or SCALES["quick" if quick else "full"]
+    return Plan(Setting(scale, quick), preset_arms(out, scale, seeds), summarise=False)
+
+
+def measure(runs: Runs[Setting]) -> UsageResult:
+    """Every seed's trained and untrained per-frequency norms."""
+    windows = runs.setting.scale.eval_windows
+    per_seed = [read_seed(seed, run.path, windows) for seed, run in runs.by_arm["rope"].items()]
+    return UsageResult(
+        [r.seed for r in per_seed],
+        len(per_seed[0].inv_freq),
+        per_seed,
+        runs.setting.quick,
+        ngram_baselines(per_seed[0].corpus),
+    )
+
+
+def figures(r: UsageResult, out: Path) -> dict[str, Path]:
     """Mean q and k norm per pair (over layers, heads, seeds), trained vs untrained; seed 1's q per head."""
+    per_seed = r.per_seed
     fig, (ax_line, ax_map) = new_figure(1, 2, size=(13.0, 4.8))
-    wavelengths = [2 * math.pi / f for f in per_seed[0]["inv_freq"]]
+    wavelengths = [2 * math.pi / f for f in per_seed[0].inv_freq]
     pairs = list(range(len(wavelengths)))
     for label, style in (("trained", "-"), ("untrained", ":")):
         for part, marker in (("q", "o"), ("k", "s")):
-            curves = [torch.tensor(r[label][part]).mean(dim=(0, 1)) for r in per_seed]  # [r/2] each
+            curves = [torch.tensor(getattr(getattr(s, label), part)).mean(dim=(0, 1)) for s in per_seed]  # [r/2] each
             mean = torch.stack(curves).mean(0)
             ax_line.plot(pairs, mean.tolist(), style, marker=marker, label=f"{part}, {label}")
     ax_line.set_xlabel("rotary pair i (0 = highest frequency; wavelength 2π/θ_i grows →)")
@@ -159,26 +215,27 @@ def plot(per_seed: list[dict[str, Any]], path: Path) -> Path:
     ax_line.set_title(f"per-frequency q/k norm, mean over layers, heads and {len(per_seed)} seeds")
     ax_line.grid(alpha=0.3)
     ax_line.legend(fontsize=8)
-    q = torch.tensor(per_seed[0]["trained"]["q"])  # [L, h, r/2]
+    q = torch.tensor(per_seed[0].trained.q)  # [L, h, r/2]
     grid = q.reshape(-1, q.shape[-1])  # [L*h, r/2]
     image = ax_map.imshow(grid.tolist(), aspect="auto", cmap="viridis")
     fig.colorbar(image, ax=ax_map, fraction=0.05)
     ax_map.set_yticks(range(grid.shape[0]), [f"L{i // q.shape[1]}H{i % q.shape[1]}" for i in range(grid.shape[0])])
     ax_map.set_xlabel("rotary pair i")
-    ax_map.set_title(f"trained q norm per head (seed {per_seed[0]['seed']})")
-    return save_figure(fig, path)
+    ax_map.set_title(f"trained q norm per head (seed {per_seed[0].seed})")
+    save_figure(fig, out / PLOT_FILE)
+    return {"plot": Path(PLOT_FILE)}  # results.json names the figure inside the experiment's folder
 
 
-def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def seed_claims(per_seed: list[SeedReading]) -> list[dict[str, Any]]:
     """Low-frequency quarter vs high-frequency quarter of the trained models; the untrained control.
 
     Both are paired by seed: the quarters are two readings of one seed's model, and the control compares
     each seed's trained model with its own initialisation. Norms and their ratios are positive scales,
     tested on their ln (the per-seed ln of low / high, and its change with training).
     """
-    seeds = [r["seed"] for r in per_seed]
-    low = [r["trained"]["low_quarter"] for r in per_seed]
-    high = [r["trained"]["high_quarter"] for r in per_seed]
+    seeds = [r.seed for r in per_seed]
+    low = [r.trained.low_quarter for r in per_seed]
+    high = [r.trained.high_quarter for r in per_seed]
     main = paired(
         "the lowest frequencies carry the largest q/k norms (semantic channels); the highest ones less",
         "Barbero et al. 2024 (Round and Round We Go), §4-5",
@@ -191,8 +248,8 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
         seeds=seeds,
         log=True,
     )
-    ratio_trained = [r["trained"]["low_over_high"] for r in per_seed]
-    ratio_untrained = [r["untrained"]["low_over_high"] for r in per_seed]
+    ratio_trained = [r.trained.low_over_high for r in per_seed]
+    ratio_untrained = [r.untrained.low_over_high for r in per_seed]
     control = paired(
         "training, not initialisation, moves q/k norm to the low frequencies",
         "Barbero et al. 2024, §4 (control)",
@@ -208,65 +265,30 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [main.to_dict(), control.to_dict()]
 
 
-def run(
-    out: Path,
-    quick: bool = False,
-    seeds: tuple[int, ...] = SEEDS,
-    scale: Scale | None = None,
-    workers: int | None = None,
-) -> dict[str, Any]:
-    """Train one RoPE GPT per seed (``workers`` at a time), measure per-frequency norms, plot, return results (with
-    ``claims``).
+def claims(r: UsageResult) -> list[dict[str, Any]]:
+    """:func:`seed_claims` with their premise: which frequencies a model's content uses is a question about a model
+    that learned the language: every seed's model (a per-model capability) below the bigram baseline."""
+    premise = below_bigram({"rope": [s.val_loss for s in r.per_seed]}, r.ngram_baselines["bigram"])
+    return attach(seed_claims(r.per_seed), lambda record: premise)
 
-    ``scale``: the models and the validation windows read (``eval_windows``; default :data:`SCALES` ``quick`` or
-    ``full``; tests use a tiny one).
-    """
-    scale = scale or SCALES["quick" if quick else "full"]
-    per_seed = []
-    tasks = [Task(f"seed-{seed}", train_preset_model, (out, scale, seed)) for seed in seeds]
-    for seed, run_dir in zip(seeds, train_many(tasks, workers)):
-        per_seed.append({"seed": seed, **measure(run_dir, scale.eval_windows)})
-    n_pairs = len(per_seed[0]["inv_freq"])
-    rows = []
-    for r in per_seed:
-        t, u = r["trained"], r["untrained"]
-        rows.append(
-            [
-                str(r["seed"]),
-                f"{t['high_quarter']:.3f}",
-                f"{t['low_quarter']:.3f}",
-                f"{t['low_over_high']:.2f}",
-                f"{u['low_over_high']:.2f}",
-            ]
-        )
-    print_table(
-        ["seed", "high-freq quarter", "low-freq quarter", "low/high trained", "low/high untrained"],
-        rows,
-        title=f"RoPE frequency usage: mean q/k pair norm ({n_pairs} pairs per head, quarters of "
-        f"{max(1, n_pairs // 4)})",
+
+def norms_table(r: UsageResult) -> Table:
+    """Each seed's mean q/k pair norm on the highest- and lowest-frequency quarters, trained and untrained."""
+    return Table(
+        f"RoPE frequency usage: mean q/k pair norm ({r.n_pairs} pairs per head, quarters of {max(1, r.n_pairs // 4)})",
+        ("seed", "high-freq quarter", "low-freq quarter", "low/high trained", "low/high untrained"),
+        tuple(
+            (s.seed, s.trained.high_quarter, s.trained.low_quarter, s.trained.low_over_high, s.untrained.low_over_high)
+            for s in r.per_seed
+        ),
     )
-    plot(per_seed, out / PLOT_FILE)
-    ngrams = ngram_baselines(per_seed[0]["corpus"])
-    print(baseline_line(per_seed[0]["corpus"]))
-    # which frequencies a model's content uses is a question about a model that learned the language: every seed's
-    # model (a per-model capability)
-    premise = below_bigram({"rope": [r["val_loss"] for r in per_seed]}, ngrams["bigram"])
-    results = {
-        "seeds": list(seeds),
-        "n_pairs": n_pairs,
-        "per_seed": per_seed,
-        "quick": quick,
-        "plot": PLOT_FILE,
-        "ngram_baselines": ngrams,
-        "claims": attach(claims(per_seed), lambda record: premise),
-    }
-    return results
 
 
-EXPERIMENT = Experiment(
+EXPERIMENT = declare(
     name="rope-frequency-usage",
     description="per-frequency q/k norms of trained RoPE GPTs: which frequencies carry content (Barbero et al. 2024)",
     tier=FULL_ONLY,
-    run=run,
+    declaration=Declaration(UsageResult, plan, measure, claims, (KeyTable("norms per seed", norms_table),), figures),
     estimate=(30, 300),
 )
+run = EXPERIMENT.run

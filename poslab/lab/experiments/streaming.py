@@ -20,6 +20,7 @@ seed (both caches read the same model) on ln-perplexity.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,13 @@ import torch.nn.functional as F
 
 from poslab.analysis.eval import loss_by_position
 from poslab.analysis.heads import attention_weights, sink_scores
-from poslab.display import new_figure, print_table, save_figure
-from poslab.jobs.runner import Task, train_many
-from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines
-from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, train_preset_model
+from poslab.display import new_figure, save_figure
+from poslab.lab.experiments.common import FULL_ONLY, ngram_baselines
+from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
+from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, preset_arms
 from poslab.lab.premises import all_of, attach, below_bigram, uses_context
 from poslab.lab.scale import STREAM_SCALES, Scale
+from poslab.lab.tables import KeyTable, Table
 from poslab.lab.verdicts import Premise, paired
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder, load_run
@@ -41,6 +43,58 @@ from poslab.runs import RunFolder, load_run
 SINKS, STREAM_FACTOR = 4, 8
 METHODS = ("streaming", "window", "full")
 PLOT_FILE = "streaming_ppl.png"
+
+
+@dataclass(frozen=True)
+class MethodReading:
+    """One way of reading the stream: perplexity after the first eviction (tokens ``>= L``), on the first block,
+    and per block of ``L`` tokens."""
+
+    ppl_after_eviction: float
+    ppl_first_block: float
+    ppl_by_block: list[float]
+
+
+@dataclass(frozen=True)
+class SinkRate:
+    """The head analysis' sink rate (attention on the first token) on the streams' first ``L`` tokens."""
+
+    max: float
+    mean: float
+    per_head: list[list[float]]
+    uniform: float
+
+
+@dataclass(frozen=True)
+class SeedReading:
+    """One seed's model read the three ways (:data:`METHODS`), with its sink rate and per-position loss."""
+
+    seed: int
+    block_size: int
+    stream_length: int
+    n_streams: int
+    corpus: str
+    loss_by_position: list[float]
+    sink_rate: SinkRate
+    streaming: MethodReading
+    window: MethodReading
+    full: MethodReading
+
+    def method(self, name: str) -> MethodReading:
+        return {"streaming": self.streaming, "window": self.window, "full": self.full}[name]
+
+
+@dataclass(frozen=True)
+class StreamingResult:
+    """Every seed's readings."""
+
+    sinks: int
+    block_size: int
+    stream_factor: int
+    seeds: list[int]
+    per_seed: list[SeedReading]
+    quick: bool
+    ngram_baselines: dict[str, float]
 
 
 @torch.no_grad()
@@ -80,45 +134,127 @@ def streams_of(tokens: torch.Tensor, n: int, length: int) -> torch.Tensor:
     return torch.stack([tokens[s : s + length] for s in starts.tolist()])
 
 
-def measure(run_dir: Path, n_streams: int) -> dict[str, Any]:
+def read_seed(seed: int, run_dir: Path, n_streams: int) -> SeedReading:
     """Perplexities of the three methods on one trained run's validation stream."""
     model, tokenizer, _ = load_run(run_dir)
     L = model.config.block_size
-    stream = streams_of(RunFolder(run_dir).split_tokens("val", tokenizer), n_streams, STREAM_FACTOR * L)
     val = RunFolder(run_dir).split_tokens("val", tokenizer)
-    out: dict[str, Any] = {
-        "block_size": L,
-        "stream_length": STREAM_FACTOR * L,
-        "n_streams": n_streams,
-        "corpus": RunFolder(run_dir).config()["train"]["corpus"],
-        "loss_by_position": [float(v) for v in loss_by_position(model.eval(), val, L, CONTEXT_WINDOWS)],
-    }
+    stream = streams_of(val, n_streams, STREAM_FACTOR * L)
     # do the models have sinks at all? the head analysis' sink rate on the streams' first L tokens
     rates = sink_scores(attention_weights(model, stream[:, :L]))  # [n_layer, n_head]
-    out["sink_rate"] = {
-        "max": float(rates.max()),
-        "mean": float(rates.mean()),
-        "per_head": rates.tolist(),
-        "uniform": float((1.0 / torch.arange(2, L + 1, dtype=torch.float64)).mean()),
-    }
+    uniform = float((1.0 / torch.arange(2, L + 1, dtype=torch.float64)).mean())
+    methods = {}
     for method in METHODS:
         nll = stream_nll(model, stream, method).double()  # [B, N-1]; target t+1 predicted at query t
         after = nll[:, L - 1 :]  # queries t >= L: the first token has left a plain window of L
         segments = nll.mean(0).split(L)
-        out[method] = {
-            "ppl_after_eviction": math.exp(float(after.mean())),
-            "ppl_first_block": math.exp(float(nll[:, : L - 1].mean())),
-            "ppl_by_block": [math.exp(float(s.mean())) for s in segments],
-        }
-    return out
+        methods[method] = MethodReading(
+            math.exp(float(after.mean())),
+            math.exp(float(nll[:, : L - 1].mean())),
+            [math.exp(float(s.mean())) for s in segments],
+        )
+    return SeedReading(
+        seed=seed,
+        block_size=L,
+        stream_length=STREAM_FACTOR * L,
+        n_streams=n_streams,
+        corpus=RunFolder(run_dir).config()["train"]["corpus"],
+        loss_by_position=[float(v) for v in loss_by_position(model.eval(), val, L, CONTEXT_WINDOWS)],
+        sink_rate=SinkRate(float(rates.max()), float(rates.mean()), rates.tolist(), uniform),
+        **methods,
+    )
 
 
-def plot(per_seed: list[dict[str, Any]], path: Path) -> Path:
+@dataclass(frozen=True)
+class Setting:
+    scale: Scale
+    quick: bool
+
+
+def plan(out: Path, quick: bool, seeds: tuple[int, ...] = SEEDS, scale: Scale | None = None) -> Plan[Setting]:
+    """One model per seed. ``scale``: the models and the number of streams read (``eval_windows``; default
+    :data:`~poslab.lab.scale.STREAM_SCALES` ``quick`` or ``full``; tests use a tiny one)."""
+    scale = scale or STREAM_SCALES["quick" if quick else "full"]
+    return Plan(Setting(scale, quick), preset_arms(out, scale, seeds), summarise=False)
+
+
+def measure(runs: Runs[Setting]) -> StreamingResult:
+    """Every seed's model read the three ways."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # token-by-token decoding of a tiny GPT: more threads only add overhead
+    try:
+        windows = runs.setting.scale.eval_windows
+        per_seed = [read_seed(seed, run.path, windows) for seed, run in runs.by_arm["rope"].items()]
+    finally:
+        torch.set_num_threads(threads)
+    return StreamingResult(
+        SINKS,
+        per_seed[0].block_size,
+        STREAM_FACTOR,
+        [r.seed for r in per_seed],
+        per_seed,
+        runs.setting.quick,
+        ngram_baselines(per_seed[0].corpus),
+    )
+
+
+def seed_claims(per_seed: list[SeedReading]) -> list[dict[str, Any]]:
+    """The paper's claim on the after-eviction perplexity: the two caches read the same seed's model, so
+    the design is paired by seed, on ln-perplexity (the ratio of the two caches' perplexities per seed)."""
+    record = paired(
+        "keeping 4 attention sinks keeps perplexity stable where the plain window of the same size blows up",
+        "Xiao et al. 2023 (StreamingLLM), Fig. 3 / Table 1",
+        [r.streaming.ppl_after_eviction for r in per_seed],
+        [r.window.ppl_after_eviction for r in per_seed],
+        better_label=f"{SINKS} sinks + window",
+        worse_label="plain window",
+        metric=f"perplexity after the first eviction on an {STREAM_FACTOR}x stream",
+        seeds=[r.seed for r in per_seed],
+        log=True,
+    )
+    return [record.to_dict()]
+
+
+def premise_of(per_seed: list[SeedReading], bigram: float) -> Premise:
+    """Attention sinks matter to a model that attends over its window: every seed's model (a per-model
+    capability: no seed may miss it), read with full attention within L, clearly below the bigram baseline and
+    using its context (:mod:`poslab.lab.premises`)."""
+    losses = {"full attention within L": [math.log(r.full.ppl_first_block) for r in per_seed]}
+    return all_of(
+        below_bigram(losses, bigram),
+        uses_context({"full attention within L": [r.loss_by_position for r in per_seed]}),
+    )
+
+
+def claims(r: StreamingResult) -> list[dict[str, Any]]:
+    """:func:`seed_claims` with its premise (:func:`premise_of`)."""
+    premise = premise_of(r.per_seed, r.ngram_baselines["bigram"])
+    return attach(seed_claims(r.per_seed), lambda record: premise)
+
+
+def ppl_table(r: StreamingResult) -> Table:
+    """Each method's perplexity before and after the first eviction, mean and per seed; the sink rates under it."""
+    L, rows = r.block_size, []
+    for method in METHODS:
+        read = [s.method(method) for s in r.per_seed]
+        after = [m.ppl_after_eviction for m in read]
+        rows.append((method, sum(m.ppl_first_block for m in read) / len(read), sum(after) / len(after), after))
+    return Table(
+        f"StreamingLLM: stream {STREAM_FACTOR * L} tokens, cache {L} ({SINKS} sinks + {L - SINKS}), "
+        f"{len(r.seeds)} seeds",
+        ("method", "ppl tokens < L", "ppl tokens >= L", "per seed (>= L)"),
+        tuple(rows),
+        note=f"strongest head sink rate per seed (attention on the first token; uniform "
+        f"{r.per_seed[0].sink_rate.uniform:.3f}): " + " ".join(f"{s.sink_rate.max:.3f}" for s in r.per_seed),
+    )
+
+
+def figures(r: StreamingResult, out: Path) -> dict[str, Path]:
     """Perplexity per block of ``L`` stream tokens, mean over seeds, one line per method."""
     fig, ax = new_figure(size=(8.0, 4.5))
-    L = per_seed[0]["block_size"]
+    L = r.block_size
     for method, style in zip(METHODS, ("o-", "s--", "^:")):
-        curves = [r[method]["ppl_by_block"] for r in per_seed]
+        curves = [s.method(method).ppl_by_block for s in r.per_seed]
         mean = [sum(c) / len(c) for c in zip(*curves)]
         ax.plot([(i + 1) * L for i in range(len(mean))], mean, style, label=method)
     ax.axvline(L, color="0.5", lw=0.8)
@@ -128,108 +264,18 @@ def plot(per_seed: list[dict[str, Any]], path: Path) -> Path:
     ax.set_title(f"StreamingLLM ({SINKS} sinks + {L - SINKS} window) vs window {L} vs full, stream {STREAM_FACTOR}x{L}")
     ax.grid(alpha=0.3, which="both")
     ax.legend()
-    return save_figure(fig, path)
+    save_figure(fig, out / PLOT_FILE)
+    return {"plot": Path(PLOT_FILE)}  # results.json names the figure inside the experiment's folder
 
 
-def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The paper's claim on the after-eviction perplexity: the two caches read the same seed's model, so
-    the design is paired by seed, on ln-perplexity (the ratio of the two caches' perplexities per seed)."""
-    sink = [r["streaming"]["ppl_after_eviction"] for r in per_seed]
-    window = [r["window"]["ppl_after_eviction"] for r in per_seed]
-    record = paired(
-        "keeping 4 attention sinks keeps perplexity stable where the plain window of the same size blows up",
-        "Xiao et al. 2023 (StreamingLLM), Fig. 3 / Table 1",
-        sink,
-        window,
-        better_label=f"{SINKS} sinks + window",
-        worse_label="plain window",
-        metric=f"perplexity after the first eviction on an {STREAM_FACTOR}x stream",
-        seeds=[r["seed"] for r in per_seed],
-        log=True,
-    )
-    return [record.to_dict()]
-
-
-def premise_of(per_seed: list[dict[str, Any]], bigram: float) -> Premise:
-    """Attention sinks matter to a model that attends over its window: every seed's model (a per-model
-    capability: no seed may miss it), read with full attention within L, clearly below the bigram baseline and
-    using its context (:mod:`poslab.lab.premises`)."""
-    losses = {"full attention within L": [math.log(r["full"]["ppl_first_block"]) for r in per_seed]}
-    return all_of(
-        below_bigram(losses, bigram),
-        uses_context({"full attention within L": [r["loss_by_position"] for r in per_seed]}),
-    )
-
-
-def run(
-    out: Path,
-    quick: bool = False,
-    seeds: tuple[int, ...] = SEEDS,
-    scale: Scale | None = None,
-    workers: int | None = None,
-) -> dict[str, Any]:
-    """Train one model per seed (``workers`` at a time), measure the three methods, plot, return results (with
-    ``claims``).
-
-    ``scale``: the models and the number of streams read (``eval_windows``; default
-    :data:`~poslab.lab.scale.STREAM_SCALES` ``quick`` or ``full``; tests use a tiny one).
-    """
-    scale = scale or STREAM_SCALES["quick" if quick else "full"]
-    per_seed = []
-    run_dirs = train_many([Task(f"seed-{seed}", train_preset_model, (out, scale, seed)) for seed in seeds], workers)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # token-by-token decoding of a tiny GPT: more threads only add overhead
-    try:
-        for seed, run_dir in zip(seeds, run_dirs):
-            per_seed.append({"seed": seed, **measure(run_dir, scale.eval_windows)})
-    finally:
-        torch.set_num_threads(threads)
-    L = per_seed[0]["block_size"]
-    rows = []
-    for method in METHODS:
-        after = [r[method]["ppl_after_eviction"] for r in per_seed]
-        first = [r[method]["ppl_first_block"] for r in per_seed]
-        rows.append(
-            [
-                method,
-                f"{sum(first) / len(first):.3f}",
-                f"{sum(after) / len(after):.3f}",
-                " ".join(f"{v:.2f}" for v in after),
-            ]
-        )
-    print_table(
-        ["method", "ppl tokens < L", "ppl tokens >= L", "per seed (>= L)"],
-        rows,
-        title=f"StreamingLLM: stream {STREAM_FACTOR * L} tokens, "
-        f"cache {L} ({SINKS} sinks + {L - SINKS}), {len(seeds)} seeds",
-    )
-    top = [r["sink_rate"]["max"] for r in per_seed]
-    print(
-        "  strongest head sink rate per seed (attention on the first token; uniform "
-        f"{per_seed[0]['sink_rate']['uniform']:.3f}): " + " ".join(f"{v:.3f}" for v in top)
-    )
-    plot(per_seed, out / PLOT_FILE)
-    ngrams = ngram_baselines(per_seed[0]["corpus"])
-    print(baseline_line(per_seed[0]["corpus"]))
-    results = {
-        "sinks": SINKS,
-        "block_size": L,
-        "stream_factor": STREAM_FACTOR,
-        "seeds": list(seeds),
-        "per_seed": per_seed,
-        "quick": quick,
-        "plot": PLOT_FILE,
-        "ngram_baselines": ngrams,
-        "claims": attach(claims(per_seed), lambda record: premise_of(per_seed, ngrams["bigram"])),
-    }
-    return results
-
-
-EXPERIMENT = Experiment(
+EXPERIMENT = declare(
     name="streaming",
     description="StreamingLLM: 4 attention sinks + window vs a plain window vs full attention on an 8x-long stream "
     "(Xiao et al. 2023)",
     tier=FULL_ONLY,
-    run=run,
+    declaration=Declaration(
+        StreamingResult, plan, measure, claims, (KeyTable("perplexity per method", ppl_table),), figures
+    ),
     estimate=(30, 300),
 )
+run = EXPERIMENT.run

@@ -2,17 +2,18 @@
 
 Not an experiment (the registry in ``__init__`` lists the experiment modules by name). Every
 experiment that trains several models hands them to :func:`poslab.jobs.runner.train_many` through
-:func:`train_variants` (one config per run, summarised) or :func:`ensure_many` (configs trained
-unless an identical finished run exists).
+:func:`ensure_many` (configs trained unless an identical finished run exists): a declared experiment's arms
+through :func:`poslab.lab.experiments.declaration.ensure_runs`, which summarises them with
+:func:`summarise_many`, the others directly.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from poslab.checks import is_int
 from poslab.display import cut, print_table
@@ -21,9 +22,12 @@ from poslab.jobs.runner import Task, check_workers, default_workers, train_many
 from poslab.lab.premises import all_of, below_bigram, uses_context
 from poslab.lab.report.i18n import t
 from poslab.lab.scale import SEED, SEEDS, Scale, preset_config  # noqa: F401  (SEED re-exported: the experiments' seeds are here)
-from poslab.lab.tables import KeyTable, Table, spread
+from poslab.lab.tables import Table, spread
 from poslab.lab.verdicts import ClaimRecord, Premise, missed_by, num, tally
 from poslab.training.step import StepSettings, train_step
+
+if TYPE_CHECKING:
+    from poslab.lab.experiments.declaration import RunSummary
 
 
 def check_seeds(n: object) -> int:
@@ -69,22 +73,23 @@ def planned_seeds(
 CONTEXT_WINDOWS: int | None = None
 
 
-def lm_premise(runs: dict[str, list[dict]], arms: list[str], bigram: float, context: bool = False) -> Premise:
-    """The language-model premise of a claim over ``arms`` of :func:`train_seeded`'s runs: every seed's
+def lm_premise(
+    runs: Mapping[str, Sequence[RunSummary]], arms: list[str], bigram: float, context: bool = False
+) -> Premise:
+    """The language-model premise of a claim over ``arms`` of a declared experiment's run summaries: every seed's
     whole-split loss clearly below the bigram baseline, and (``context``) every seed using its context
     within the window (:func:`poslab.lab.premises.uses_context`)."""
-    found = below_bigram({a: seed_values(runs[a]) for a in arms}, bigram)
+    found = below_bigram({a: [r.val_loss_all for r in runs[a]] for a in arms}, bigram)
     if not context:
         return found
-    curves = {a: [r["loss_by_position"] for r in runs[a] if r.get("loss_by_position")] for a in arms}
+    curves = {a: [r.loss_by_position for r in runs[a] if r.loss_by_position] for a in arms}
     return all_of(found, uses_context(curves))
 
 
 # ------------------------------------------------------------------------------------ training
-def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[str, Any]:
-    """Train one variant (in this process or a worker) unless its folder holds a finished identical run; summarise it.
-
-    An interrupted identical run continues from its checkpoint (:func:`train_or_resume`).
+def summarise_run(values: dict[str, Any], run_dir: str) -> dict[str, Any]:
+    """The summary of the finished run in ``run_dir`` trained with the config ``values``
+    (:class:`poslab.lab.experiments.declaration.RunSummary`'s fields).
 
     ``val_loss_all`` is the loss on the whole validation split in consecutive windows of the training
     length: the same tokens for every run and seed, so it carries no evaluation-sampling noise.
@@ -92,20 +97,15 @@ def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[s
     (:data:`CONTEXT_WINDOWS`; causal models, ``None`` for a masked LM).
     """
     from poslab.analysis.eval import loss_by_position
-    from poslab.runs import load_run, read_metrics
+    from poslab.runs import RunFolder, load_run, read_metrics
     from poslab.training.config import TrainConfig
     from poslab.training.data import prepare_data
     from poslab.training.loop import evaluate_loss
 
     cfg = TrainConfig.from_dict(values)
-    if same_run(cfg.run_dir, cfg):  # finished by an earlier call (a shard of the step): summarised, not trained again
-        from poslab.runs import RunFolder
-
-        results = RunFolder(cfg.run_dir).results() or {}
-    else:
-        results = train_or_resume(cfg, progress)
-    metrics = read_metrics(cfg.run_dir)
-    model, tokenizer, _ = load_run(cfg.run_dir)
+    results = RunFolder(run_dir).results() or {}
+    metrics = read_metrics(run_dir)
+    model, tokenizer, _ = load_run(run_dir)
     data = prepare_data(cfg, tokenizer)
     block = model.config.block_size
     val_all = evaluate_loss(model, data.val, block, max(1, 8192 // block), None, objective=cfg.objective)
@@ -125,115 +125,25 @@ def _train_variant(label: str, values: dict[str, Any], progress: bool) -> dict[s
         "threads": results["threads"],
         "val_curve": [(r["step"], r["val_loss"]) for r in metrics if "val_loss" in r],
         "train_curve": [(r["step"], r["loss"]) for r in metrics],
-        "run_dir": str(cfg.run_dir),
+        "run_dir": str(run_dir),
     }
 
 
-def train_variants(
-    out: Path, base: dict[str, Any], variants: dict[str, dict[str, Any]], workers: int | None = None
-) -> dict[str, dict]:
-    """Train one run per variant (``model`` overrides merged key by key) into ``out/runs/LABEL``.
-
-    A variant whose folder holds a finished run of the same config is summarised without training.
-    Inside a sharded step (:func:`poslab.jobs.runner.use_shard`) only the shard's slice of the
-    variants is trained, and :class:`poslab.jobs.runner.ShardFinished` stops the step while another
-    shard's run is unfinished.
-
-    Args:
-        out: the experiment's folder.
-        base: the config every variant starts from.
-        variants: label -> overrides.
-        workers: trainings at a time (``None``: :func:`poslab.jobs.runner.default_workers`). With more
-            than one, each training runs in its own process on one thread (unless ``base`` sets
-            ``threads``) without a live progress bar, and a line is printed as each finishes.
-
-    Returns:
-        label -> {final/best val loss, tokens/s, wall time, curve [(step, val_loss)], train curve},
-        in the order of ``variants``.
-
-    Raises:
-        ValueError: ``workers`` < 1.
-    """
-    from poslab.training.config import TrainConfig
-
+def summarise_many(runs: Sequence[tuple[dict[str, Any], Path]], workers: int | None = None) -> list[dict[str, Any]]:
+    """:func:`summarise_run` of every finished ``(config values, run folder)``, ``workers`` at a time (each in its own
+    process on one thread when more than one), in order."""
     workers = default_workers() if workers is None else check_workers(workers)
-    jobs = {}
-    for label, override in variants.items():
-        values = {**base, **{k: v for k, v in override.items() if k != "model"}}
-        values["model"] = {**base.get("model", {}), **override.get("model", {})}
-        values.update(name=label, out_dir=str(out / "runs"))
-        TrainConfig.from_dict(values)  # every config checked before the first training starts
-        jobs[label] = values
-    alone = workers == 1 or len(jobs) == 1
-    if not alone:
-        print(
-            f"\n--- training {len(jobs)} runs, {min(workers, len(jobs))} at a time (one thread each): "
-            f"{', '.join(jobs)}",
-            flush=True,
-        )
+    alone = workers == 1 or len(runs) <= 1
     tasks = [
         Task(
-            label,
-            _train_variant,
-            (label, values if alone else {**values, "threads": values.get("threads") or 1}, alone),
+            Path(path).name,
+            summarise_run,
+            ({**values, **({} if alone else {"threads": values.get("threads") or 1})}, str(path)),
             gpus=runner.gpus_for(values),
         )
-        for label, values in jobs.items()
+        for values, path in runs
     ]
-    finished: list[str] = []
-
-    def done(task: Task, result: dict[str, Any]) -> None:
-        finished.append(task.label)
-        if not alone:
-            print(
-                f"--- {task.label}: final val loss {result['final_val_loss']:.4f}, {result['tokens_per_s']:,.0f} "
-                f"tokens/s, {result['wall_time_s']:.0f}s ({len(finished)}/{len(jobs)} done)",
-                flush=True,
-            )
-
-    def run(some: list[Task]) -> dict[str, dict]:
-        if alone:  # one after another in this process, each with its live progress bar
-            summary = {}
-            for task in some:
-                print(f"\n--- {task.label}")
-                summary[task.label] = train_many([task], 1, sharded=True)[0]
-            return summary
-        return dict(zip((t.label for t in some), train_many(some, workers, on_done=done, sharded=True)))
-
-    mine = set(runner.shard_indices(len(tasks)))
-    summary = run([t for i, t in enumerate(tasks) if i in mine])
-    if len(mine) < len(tasks):  # a sharded step: the other shards' runs are summarised here once all are finished
-        others = [i for i in range(len(tasks)) if i not in mine]
-        left = [
-            i
-            for i in others
-            if not same_run(out / "runs" / tasks[i].label, TrainConfig.from_dict(jobs[tasks[i].label]))
-        ]
-        runner.end_of_stage("runs", trained=len(mine), in_shard=len(mine), total=len(tasks), left=len(left))
-        summary.update(run([tasks[i] for i in others]))
-    return {label: summary[label] for label in jobs}
-
-
-def train_seeded(
-    out: Path,
-    base: dict[str, Any],
-    variants: dict[str, dict[str, Any]],
-    seeds: tuple[int, ...] = SEEDS,
-    workers: int | None = None,
-) -> dict[str, list[dict]]:
-    """:func:`train_variants` for every variant and seed: runs ``out/runs/LABEL-sSEED``.
-
-    Returns:
-        label -> one run summary per seed (in the order of ``seeds``).
-    """
-    jobs = {f"{label}-s{seed}": {**override, "seed": seed} for label, override in variants.items() for seed in seeds}
-    summary = train_variants(out, base, jobs, workers)
-    return {label: [summary[f"{label}-s{seed}"] for seed in seeds] for label in variants}
-
-
-def seed_values(runs: list[dict], key: str = "val_loss_all") -> list[float]:
-    """One figure per seed from :func:`train_seeded`'s summaries."""
-    return [float(r[key]) for r in runs]
+    return train_many(tasks, 1 if alone else workers, sharded=True)
 
 
 # ------------------------------------------------------------------------------------ timing
@@ -358,19 +268,18 @@ def train_or_resume(cfg: Any, progress: bool = False) -> dict[str, Any]:
     return train(cfg, overwrite=run_dir.exists() and any(run_dir.iterdir()), progress=progress)
 
 
-def train_preset_model(out: Path, scale: Scale, seed: int) -> Path:
-    """One RoPE GPT of the ``shakespeare-char`` preset's recipe at ``scale`` (:func:`poslab.lab.scale.preset_config`)
-    in ``OUT/runs/seed-SEED``, on one thread; a stopped training continues from its checkpoint."""
-    from poslab.training.config import TrainConfig
+def preset_arms(out: Path, scale: Scale, seeds: Sequence[int]) -> dict[str, dict[int, dict[str, Any]]]:
+    """One RoPE GPT per seed of the ``shakespeare-char`` preset's recipe at ``scale`` (:func:`poslab.lab.scale.
+    preset_config`) as a declared experiment's one arm ``"rope"``: runs ``OUT/runs/seed-SEED``, one thread each."""
+    arms: dict[int, dict[str, Any]] = {}
+    for seed in seeds:
+        config = preset_config(scale)
+        config.update(name=f"seed-{seed}", out_dir=str(Path(out) / "runs"), seed=seed, threads=1)
+        arms[seed] = config
+    return {"rope": arms}
 
-    config = preset_config(scale)
-    config.update(name=f"seed-{seed}", out_dir=str(Path(out) / "runs"), seed=seed, threads=1)
-    cfg = TrainConfig.from_dict(config)
-    train_or_resume(cfg)
-    return cfg.run_dir
 
-
-def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
+def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = (), progress: bool = False) -> Path:
     """Train ``cfg`` unless a completed identical run exists in its folder or one of ``reuse``
     (:func:`train_or_resume`: an interrupted one continues).
 
@@ -381,15 +290,16 @@ def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = ()) -> Path:
     for candidate in (run_dir, *reuse):
         if same_run(candidate, cfg):
             return candidate
-    train_or_resume(cfg)
+    train_or_resume(cfg, progress)
     return run_dir
 
 
-def _ensure_in_worker(values: dict[str, Any], reuse: tuple[str, ...]) -> str:
-    """Worker: :func:`ensure_trained` of one config given as a dict; returns the run folder."""
+def _ensure_in_worker(values: dict[str, Any], reuse: tuple[str, ...], progress: bool = False) -> str:
+    """Worker: :func:`ensure_trained` of one config given as a dict (a live progress bar when ``progress``);
+    returns the run folder."""
     from poslab.training.config import TrainConfig
 
-    return str(ensure_trained(TrainConfig.from_dict(values), tuple(Path(r) for r in reuse)))
+    return str(ensure_trained(TrainConfig.from_dict(values), tuple(Path(r) for r in reuse), progress))
 
 
 def ensure_many(
@@ -434,6 +344,7 @@ def ensure_many(
             (
                 {**jobs[i][0].to_dict(), **({} if alone else {"threads": jobs[i][0].threads or 1})},
                 tuple(str(p) for p in jobs[i][1]),
+                alone,
             ),
             gpus=runner.gpus_for(jobs[i][0].to_dict()),
         )
@@ -518,8 +429,3 @@ def runs_table(results: dict, label: str) -> Table:
         (t(label), t("key.train.val"), t("key.train.best"), t("key.train.params"), "tokens/s"),
         tuple(row for _, row in rows),
     )
-
-
-#: the key table of an experiment whose arms are position schemes / other runs
-SCHEME_TABLES = (KeyTable("validation loss per scheme", lambda r: runs_table(r, "key.scheme")),)
-RUN_TABLES = (KeyTable("validation loss per run", lambda r: runs_table(r, "key.run")),)

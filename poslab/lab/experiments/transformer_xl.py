@@ -45,24 +45,29 @@ CPU time, one thread, alternating) on the (b) model's geometry.
 
 from __future__ import annotations
 
-import statistics
-import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from poslab.display import new_figure, print_table, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, Experiment, baseline_line, ngram_baselines, unigram_entropy
-from poslab.lab.experiments.training import SEEDS, lm_premise, train_seeded
+from poslab.display import new_figure, save_figure
+from poslab.lab.experiments.common import FULL_ONLY, ngram_baselines, unigram_entropy
+from poslab.lab.experiments.declaration import Declaration, Plan, Runs, RunSummary, declare, seeded_arms
+from poslab.lab.experiments.training import SEEDS, lm_premise
+from poslab.lab.experiments.transformer_xl_measure import (
+    EVAL_MEMORY_FACTORS,
+    SeedReading,
+    StepTime,
+    conditions,
+    read_seed,
+    step_times,
+)
 from poslab.lab.premises import attach
-from poslab.lab.verdicts import paired, pm
-from poslab.nn.memory import SegmentMemory
-from poslab.nn.model import GPT
-from poslab.runs import RunFolder, load_run
+from poslab.lab.tables import KeyTable, MeanSd, Table
+from poslab.lab.verdicts import paired
+from poslab.runs import load_run
 from poslab.training import presets
-from poslab.training.data import batchify
-from poslab.training.loop import segment_nll
 
 SCHEME = "xl"
 #: the quick and full model and training (L = block_size is the segment length)
@@ -95,8 +100,6 @@ STEPS = {
 #: validation streams read in parallel, and how many consecutive segments of each (None: all of them)
 EVAL_STREAMS = {"quick": 8, "full": 16}
 EVAL_SEGMENTS: dict[str, int | None] = {"quick": 48, "full": None}
-#: evaluation memories of model (b), in units of L
-EVAL_MEMORY_FACTORS = (1, 2, 4)
 #: forward + backward steps timed per variant (after one warm-up)
 TIMED_STEPS = {"quick": 5, "full": 20}
 ARMS = ("a", "b")
@@ -138,120 +141,107 @@ def arm_overrides(arm: str, L: int) -> dict[str, Any]:
     return {"memory": L} if arm == "b" else {"memory": 0, "stream_batches": True}
 
 
-def conditions(L: int) -> dict[str, tuple[str, int]]:
-    """Evaluation label -> (arm, memory length)."""
-    out = {"a, no memory": ("a", 0), f"a, memory {L}": ("a", L), "b, no memory": ("b", 0)}
-    out.update({f"b, memory {f * L}": ("b", f * L) for f in EVAL_MEMORY_FACTORS})
-    return out
+@dataclass(frozen=True)
+class Setting:
+    """The form (quick or full), the base config both arms share, and the seeds."""
+
+    form: str
+    base: dict[str, Any]
+    seeds: tuple[int, ...]
 
 
-def measure(run_dirs: dict[str, Path], n_streams: int, segments: int | None) -> dict[str, Any]:
-    """Loss by place in the segment for every evaluation condition of one seed's two models."""
-    loaded = {arm: load_run(path) for arm, path in run_dirs.items()}
-    model_b, tokenizer, _ = loaded["b"]
-    L = model_b.config.block_size
-    val = RunFolder(run_dirs["b"]).split_tokens("val", tokenizer)
-    streams = batchify(val, n_streams, L)  # [n, S]
-    out: dict[str, Any] = {"block_size": L, "n_streams": n_streams}
-    for label, (arm, mem_len) in conditions(L).items():
-        nll = segment_nll(loaded[arm][0], streams, L, mem_len, segments).double()  # [segments, n, L]
-        by_place = nll.mean(dim=(0, 1))  # [L]
-        quarter = max(1, L // 4)
-        out[label] = {
-            "loss": float(nll.mean()),
-            "by_position": by_place.tolist(),
-            "first_quarter": float(by_place[:quarter].mean()),
-            "last_quarter": float(by_place[-quarter:].mean()),
-            "segments": int(nll.shape[0]),
-        }
-    return out
+@dataclass(frozen=True)
+class XLResult:
+    """Every seed's two models read under every condition, their runs, and the step time with and without memory."""
+
+    quick: bool
+    scheme: str
+    corpus: str
+    unigram_entropy_nats: float
+    ngram_baselines: dict[str, float]
+    segment_length: int
+    train_memory: int
+    eval_memories: list[int]
+    model: dict[str, Any]
+    steps: int
+    seeds: list[int]
+    arms: dict[str, str]
+    eval_streams: int
+    per_seed: list[SeedReading]
+    runs: dict[str, list[RunSummary]]
+    step_time: StepTime
 
 
-def step_times(model: GPT, batch: int, mem_len: int, steps: int) -> dict[str, float]:
-    """Median forward + backward CPU seconds per step with and without a memory of ``mem_len`` (alternating, one
-    thread)."""
-    L = model.config.block_size
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randint(0, model.config.vocab_size, (batch, L), generator=generator)
-    model.train()
-    memory = SegmentMemory(mem_len)
-    model(x, x, memory=memory)  # fill the memory with one segment
+def plan(
+    out: Path,
+    quick: bool,
+    seeds: tuple[int, ...] = SEEDS,
+    model: dict[str, Any] | None = None,
+    steps: dict[str, Any] | None = None,
+    corpus: str | None = None,
+) -> Plan[Setting]:
+    """Both arms at every seed, runs ``out/runs/ARM-sSEED``.
+
+    Args:
+        quick: the short form (:data:`MODELS`, :data:`STEPS`).
+        seeds: training seeds (at least 3 for a conclusive verdict).
+        model, steps: geometry and training overrides (tests use tiny ones).
+        corpus: replaces the lab's corpus (tests use a short text).
+    """
+    first = train_config(out, quick, "a", seeds[0], model, steps, corpus)
+    base = {k: v for k, v in first.items() if k not in ("name", "seed", "memory", "stream_batches")}
+    variants = {arm: arm_overrides(arm, base["model"]["block_size"]) for arm in ARMS}
+    arms = seeded_arms(out, base, variants, {arm: tuple(seeds) for arm in ARMS})
+    return Plan(Setting("quick" if quick else "full", base, tuple(seeds)), arms)
+
+
+def measure(runs: Runs[Setting]) -> XLResult:
+    """Every seed's two models read segment after segment under every condition; the step times of (b)."""
+    s, base = runs.setting, runs.setting.base
+    L = base["model"]["block_size"]
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    times: dict[str, list[float]] = {"memory": [], "none": []}
+    torch.set_num_threads(1)  # segment after segment through a tiny GPT: a second thread only adds waiting
     try:
-        for i in range(steps + 1):
-            for variant in ("memory", "none"):
-                start = time.process_time()
-                if variant == "memory":
-                    _, loss = model(x, x, memory=memory)
-                else:
-                    _, loss = model(x, x)
-                loss.backward()
-                elapsed = time.process_time() - start
-                model.zero_grad(set_to_none=True)
-                if i:  # the first round warms up
-                    times[variant].append(elapsed)
+        per_seed = [
+            read_seed(
+                seed, {arm: runs.by_arm[arm][seed].path for arm in ARMS}, EVAL_STREAMS[s.form], EVAL_SEGMENTS[s.form]
+            )
+            for seed in s.seeds
+        ]
     finally:
         torch.set_num_threads(threads)
-    medians = {f"{k}_s": statistics.median(v) for k, v in times.items()}
-    return {
-        **medians,
-        "ratio": medians["memory_s"] / medians["none_s"],
-        "steps": steps,
-        "batch": batch,
-        "mem_len": mem_len,
-        "clock": "process CPU time, 1 thread, alternating",
-    }
-
-
-def plot(
-    per_seed: list[dict[str, Any]], path: Path, baseline: float | None, baselines: dict[str, float] | None = None
-) -> Path:
-    """Loss by place in the segment, one line per condition: mean over seeds, band min..max."""
-    fig, ax = new_figure(size=(8.5, 5.0))
-    L = per_seed[0]["block_size"]
-    places = list(range(L))
-    for label in conditions(L):
-        curves = [r[label]["by_position"] for r in per_seed]
-        mean = [sum(c) / len(c) for c in zip(*curves)]
-        low = [min(c) for c in zip(*curves)]
-        high = [max(c) for c in zip(*curves)]
-        style = "--" if label.startswith("a") else "-"
-        line = ax.plot(places, mean, style, marker="o", markersize=2.5, label=f"{label}: {sum(mean) / L:.3f}")[0]
-        ax.fill_between(places, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
-    if baseline is not None:
-        ax.axhline(baseline, color="black", linestyle=":", linewidth=1, label=f"unigram baseline {baseline:.3f}")
-    for name, style in (("bigram", "-."), ("trigram", (0, (1, 3)))):
-        if baselines and name in baselines:
-            ax.axhline(
-                baselines[name],
-                color="dimgray",
-                linestyle=style,
-                linewidth=1,
-                label=f"{name} count model {baselines[name]:.3f}",
-            )
-    ax.set_xlabel(f"place inside the segment (segment length L = {L})")
-    ax.set_ylabel("validation loss (nats/token)")
-    ax.set_title(
-        f"Transformer-XL: loss by place in the segment, (a) trained without / (b) with memory\n"
-        f"line: mean over {len(per_seed)} seeds; band: min..max; legend: mean over the segment"
+    timing_model, _, _ = load_run(runs.by_arm["b"][s.seeds[0]].path)
+    corpus, fraction = base.get("corpus", "shakespeare"), base.get("val_fraction", 0.1)
+    return XLResult(
+        quick=s.form == "quick",
+        scheme=SCHEME,
+        corpus=corpus,
+        unigram_entropy_nats=unigram_entropy(corpus, fraction),
+        ngram_baselines=ngram_baselines(corpus, fraction),
+        segment_length=L,
+        train_memory=L,
+        eval_memories=[f * L for f in EVAL_MEMORY_FACTORS],
+        model=base["model"],
+        steps=base["max_steps"],
+        seeds=list(s.seeds),
+        arms=ARM_LABELS,
+        eval_streams=EVAL_STREAMS[s.form],
+        per_seed=per_seed,
+        runs={arm: runs.summaries(arm) for arm in ARMS},
+        step_time=step_times(timing_model, base["batch_size"], L, TIMED_STEPS[s.form]),
     )
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return save_figure(fig, path)
 
 
-def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The four claims of the module docstring, from the per-seed measurements."""
-    L = per_seed[0]["block_size"]
+def xl_claims(per_seed: list[SeedReading]) -> list[dict[str, Any]]:
+    """The four claims of the module docstring, from the per-seed readings."""
+    L = per_seed[0].block_size
     longest = max(EVAL_MEMORY_FACTORS) * L
 
     def values(label: str, key: str = "loss") -> list[float]:
-        return [r[label][key] for r in per_seed]
+        return [getattr(r.conditions[label], key) for r in per_seed]
 
     metric = f"val loss over segments of L = {L}"
-    seeds = [r["seed"] for r in per_seed]
+    seeds = [r.seed for r in per_seed]
     # the arms of one seed share the seed's initialisation and batches (module docstring): paired by seed
     lowers = paired(
         "segment recurrence + relative encoding lowers the loss at segment length L",
@@ -309,107 +299,84 @@ def claims(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r.to_dict() for r in (lowers, where, longer, untrained)]
 
 
-def run(
-    out: Path,
-    quick: bool = False,
-    seeds: tuple[int, ...] = SEEDS,
-    model: dict[str, Any] | None = None,
-    steps: dict[str, Any] | None = None,
-    workers: int | None = None,
-    corpus: str | None = None,
-) -> dict[str, Any]:
-    """Train both arms at every seed, read the validation stream by segments, plot, judge the claims.
+def claims(r: XLResult) -> list[dict[str, Any]]:
+    """:func:`xl_claims` with their premise: every claim is about context past L, so both arms' models, every seed
+    (a per-model capability), must be language models that use their context within L."""
+    premise = lm_premise(r.runs, list(ARMS), r.ngram_baselines["bigram"], context=True)
+    return attach(xl_claims(r.per_seed), lambda record: premise)
 
-    Args:
-        out: output folder (runs in ``out/runs/ARM-sSEED``, plot ``out/transformer_xl_by_position.png``).
-        quick: the short form (:data:`MODELS`, :data:`STEPS`).
-        seeds: training seeds (at least 3 for a conclusive verdict).
-        model, steps: geometry and training overrides (tests use tiny ones).
-        corpus: replaces the lab's corpus (tests use a short text).
-        workers: trainings at a time (:func:`poslab.lab.experiments.training.train_variants`).
-    """
-    out = Path(out)
-    form = "quick" if quick else "full"
-    first = train_config(out, quick, "a", seeds[0], model, steps, corpus)
-    base = {k: v for k, v in first.items() if k not in ("name", "seed", "memory", "stream_batches")}
-    L = base["model"]["block_size"]
-    variants = {arm: arm_overrides(arm, L) for arm in ARMS}
-    runs = train_seeded(out, base, variants, tuple(seeds), workers)
-    per_seed = []
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # segment after segment through a tiny GPT: a second thread only adds waiting
-    try:
-        for i, seed in enumerate(seeds):
-            dirs = {arm: Path(runs[arm][i]["run_dir"]) for arm in ARMS}
-            per_seed.append({"seed": seed, **measure(dirs, EVAL_STREAMS[form], EVAL_SEGMENTS[form])})
-    finally:
-        torch.set_num_threads(threads)
-    corpus = base.get("corpus", "shakespeare")
-    baseline = unigram_entropy(corpus, base.get("val_fraction", 0.1))
 
+def loss_table(r: XLResult) -> Table:
+    """Every evaluation condition's loss over the segment, on its first and last quarter and at its first place,
+    mean ± sd over seeds; the step time with and without memory under it."""
+    L, t = r.segment_length, r.step_time
     rows = []
     for label in conditions(L):
+        read = [s.conditions[label] for s in r.per_seed]
         rows.append(
-            [
+            (
                 label,
-                pm([r[label]["loss"] for r in per_seed], 4),
-                pm([r[label]["first_quarter"] for r in per_seed], 3),
-                pm([r[label]["last_quarter"] for r in per_seed], 3),
-                pm([r[label]["by_position"][0] for r in per_seed], 3),
-            ]
+                MeanSd.of([c.loss for c in read], 4),
+                MeanSd.of([c.first_quarter for c in read]),
+                MeanSd.of([c.last_quarter for c in read]),
+                MeanSd.of([c.by_position[0] for c in read]),
+            )
         )
-    geometry = base["model"]
-    print_table(
-        ["evaluation", f"val loss (segments of {L})", "first quarter", "last quarter", "place 0"],
-        rows,
-        title=(
-            f"Transformer-XL on {corpus!r}: {geometry['n_layer']} layers, n_embd {geometry['n_embd']}, L = {L}, "
-            f"{base['max_steps']} steps; {EVAL_STREAMS[form]} validation streams read segment after segment; "
-            f"mean ± sd over seeds {list(seeds)}"
-        ),
-    )
-    print(baseline_line(corpus, base.get("val_fraction", 0.1)))
-
-    timing_model, _, _ = load_run(Path(runs["b"][0]["run_dir"]))
-    timing = step_times(timing_model, base["batch_size"], L, TIMED_STEPS[form])
-    print(
-        f"  step time (forward + backward, batch {base['batch_size']}, {timing['clock']}): memory {L} "
-        f"{1e3 * timing['memory_s']:.1f} ms vs none {1e3 * timing['none_s']:.1f} ms ({timing['ratio']:.2f}x)"
+    return Table(
+        f"Transformer-XL on {r.corpus!r}: {r.model['n_layer']} layers, n_embd {r.model['n_embd']}, L = {L}, "
+        f"{r.steps} steps; {r.eval_streams} validation streams read segment after segment; seeds {r.seeds}",
+        ("evaluation", f"val loss (segments of {L})", "first quarter", "last quarter", "place 0"),
+        tuple(rows),
+        note=f"step time (forward + backward, batch {t.batch}, {t.clock}): memory {t.mem_len} "
+        f"{1e3 * t.memory_s:.1f} ms vs none {1e3 * t.none_s:.1f} ms ({t.ratio:.2f}x)",
     )
 
-    ngrams = ngram_baselines(corpus, base.get("val_fraction", 0.1))
-    # every claim is about context past L: both arms' models, every seed (a per-model capability), must be language
-    # models that use their context within L
-    records = attach(claims(per_seed), lambda record: lm_premise(runs, list(ARMS), ngrams["bigram"], context=True))
-    plot(per_seed, out / PLOT_FILE, baseline, ngrams)
-    return {
-        "quick": quick,
-        "scheme": SCHEME,
-        "corpus": corpus,
-        "unigram_entropy_nats": baseline,
-        "ngram_baselines": ngrams,
-        "segment_length": L,
-        "train_memory": L,
-        "eval_memories": [f * L for f in EVAL_MEMORY_FACTORS],
-        "model": geometry,
-        "steps": base["max_steps"],
-        "seeds": list(seeds),
-        "arms": ARM_LABELS,
-        "eval_streams": EVAL_STREAMS[form],
-        "val_loss": {label: pm([r[label]["loss"] for r in per_seed], 4) for label in conditions(L)},
-        "per_seed": per_seed,
-        "runs": runs,
-        "step_time": timing,
-        "claims": records,
-        "plot": PLOT_FILE,
-    }
+
+def figures(r: XLResult, out: Path) -> dict[str, Path]:
+    """Loss by place in the segment, one line per condition: mean over seeds, band min..max."""
+    per_seed, baseline, baselines = r.per_seed, r.unigram_entropy_nats, r.ngram_baselines
+    fig, ax = new_figure(size=(8.5, 5.0))
+    L = r.segment_length
+    places = list(range(L))
+    for label in conditions(L):
+        curves = [s.conditions[label].by_position for s in per_seed]
+        mean = [sum(c) / len(c) for c in zip(*curves)]
+        low = [min(c) for c in zip(*curves)]
+        high = [max(c) for c in zip(*curves)]
+        style = "--" if label.startswith("a") else "-"
+        line = ax.plot(places, mean, style, marker="o", markersize=2.5, label=f"{label}: {sum(mean) / L:.3f}")[0]
+        ax.fill_between(places, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+    if baseline is not None:
+        ax.axhline(baseline, color="black", linestyle=":", linewidth=1, label=f"unigram baseline {baseline:.3f}")
+    for name, style in (("bigram", "-."), ("trigram", (0, (1, 3)))):
+        if baselines and name in baselines:
+            ax.axhline(
+                baselines[name],
+                color="dimgray",
+                linestyle=style,
+                linewidth=1,
+                label=f"{name} count model {baselines[name]:.3f}",
+            )
+    ax.set_xlabel(f"place inside the segment (segment length L = {L})")
+    ax.set_ylabel("validation loss (nats/token)")
+    ax.set_title(
+        f"Transformer-XL: loss by place in the segment, (a) trained without / (b) with memory\n"
+        f"line: mean over {len(per_seed)} seeds; band: min..max; legend: mean over the segment"
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save_figure(fig, out / PLOT_FILE)
+    return {"plot": Path(PLOT_FILE)}  # results.json names the figure inside the experiment's folder
 
 
-EXPERIMENT = Experiment(
+EXPERIMENT = declare(
     name="transformer-xl",
     description="Transformer-XL segment recurrence + relative encoding: what memory buys past the segment length L "
     "(Dai et al. 2019)",
     tier=FULL_ONLY,
-    run=run,
+    declaration=Declaration(
+        XLResult, plan, measure, claims, (KeyTable("loss by evaluation condition", loss_table),), figures
+    ),
     estimate=(90, 900),
 )
+run = EXPERIMENT.run

@@ -1,0 +1,290 @@
+"""An experiment as a declaration: what it trains, what it measures and what it claims; the pipeline does the rest.
+
+Not an experiment. A declared experiment is one small module ending with ``EXPERIMENT = declare(...)``:
+
+* ``plan(out, quick, **options) -> Plan``: its arms (label -> seed -> training config, from the scale table or
+  :func:`poslab.lab.scale.lab_config`), where a finished identical run of another experiment may be reused, and
+  its typed setting (what the measurement reads besides the runs);
+* ``measure(runs) -> Result``: a frozen dataclass of typed fields (dataclasses, lists, dicts of them);
+* ``claims(result) -> [ClaimRecord]`` with their premises;
+* ``tables``: :class:`~poslab.lab.tables.KeyTable` values built from the typed ``Result``;
+* ``figures(result, out) -> {key: path}``.
+
+The pipeline (:func:`declare` makes the :class:`~poslab.lab.experiments.common.Experiment` the lab and the CLI
+run) owns the rest, once: every arm and seed trained or reused through one :func:`ensure_runs` (shards, Ray,
+workers, resume: :func:`poslab.lab.experiments.training.ensure_many`), the tables printed, the figures drawn,
+and the result serialised with its claims (:func:`poslab.lab.experiments.run_experiment` applies the
+statistical plan and writes results.json). The report reads results.json back into the same ``Result``
+(:func:`load`): a field a table needs that the file lacks is a failure naming the table and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from poslab.lab.experiments.common import Experiment
+from poslab.lab.tables import KeyTable, print_tables
+from poslab.lab.verdicts import ClaimRecord
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Plan(Generic[T]):
+    """What a declared experiment trains and what its measurement reads besides the runs.
+
+    Attributes:
+        setting: the experiment's own typed setting (a scale, a corpus, the arms' parameters).
+        arms: arm label -> seed -> training config (:class:`poslab.training.config.TrainConfig` values with
+            ``name``, ``out_dir`` and ``seed``), in the order they are trained and shown.
+        reuse: arm label -> seed -> folders where a finished identical run may already be (another
+            experiment's, named in its ``reuses``).
+        summarise: give each run its summary (:class:`RunSummary`: whole-split validation loss, curves, speed).
+        what: what the runs are called in progress lines and shard records.
+    """
+
+    setting: T
+    arms: Mapping[str, Mapping[int, Mapping[str, Any]]]
+    reuse: Mapping[str, Mapping[int, tuple[Path, ...]]] = field(default_factory=dict)
+    summarise: bool = True
+    what: str = "runs"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One finished training, summarised (:func:`poslab.lab.experiments.training.summarise_run`).
+
+    ``val_loss_all`` is the loss on the whole validation split in consecutive windows of the training length
+    (the same tokens for every run and seed); ``loss_by_position`` the mean loss at each window position
+    (``None`` for a masked LM); the curves are ``(step, loss)`` pairs.
+    """
+
+    val_loss_all: float
+    loss_by_position: list[float] | None
+    seed: int
+    final_val_loss: float
+    final_train_loss: float
+    best_val_loss: float
+    tokens_per_s: float
+    wall_time_s: float
+    n_params: int
+    threads: int | None
+    val_curve: list[tuple[int, float]]
+    train_curve: list[tuple[int, float]]
+    run_dir: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """One trained arm and seed: its folder, and its summary when the plan asks for one."""
+
+    seed: int
+    path: Path
+    summary: RunSummary | None = None
+
+
+@dataclass(frozen=True)
+class Runs(Generic[T]):
+    """What :func:`ensure_runs` hands the measurement: the plan and every arm's runs (arm -> seed -> run)."""
+
+    plan: Plan[T]
+    by_arm: Mapping[str, Mapping[int, Run]]
+
+    @property
+    def setting(self) -> T:
+        return self.plan.setting
+
+    def summaries(self, arm: str) -> list[RunSummary]:
+        """The arm's run summaries in seed order (``ValueError`` when the plan asked for none)."""
+        found = [run.summary for run in self.by_arm[arm].values()]
+        if any(s is None for s in found):
+            raise ValueError(f"arm {arm!r} has no run summaries: its plan has summarise=False")
+        return typing.cast(list[RunSummary], found)
+
+
+def seeded_arms(
+    out: Path, base: Mapping[str, Any], variants: Mapping[str, Mapping[str, Any]], seeds: Mapping[str, Sequence[int]]
+) -> dict[str, dict[int, dict[str, Any]]]:
+    """Arms trained from one base config: arm -> seed -> ``base`` with the arm's overrides (``model`` merged key by
+    key), run ``OUT/runs/ARM-sSEED``.
+
+    Args:
+        base: the config every arm starts from.
+        variants: arm -> its overrides.
+        seeds: arm -> its seeds.
+    """
+    arms: dict[str, dict[int, dict[str, Any]]] = {}
+    for arm, override in variants.items():
+        values = {**base, **{k: v for k, v in override.items() if k != "model"}}
+        values["model"] = {**base.get("model", {}), **override.get("model", {})}
+        arms[arm] = {
+            seed: {**values, "name": f"{arm}-s{seed}", "out_dir": str(Path(out) / "runs"), "seed": seed}
+            for seed in seeds[arm]
+        }
+    return arms
+
+
+def ensure_runs(plan: Plan[Any], workers: int | None = None) -> Runs[Any]:
+    """Every arm and seed of ``plan`` trained unless a finished identical run exists (in its folder or one of its
+    reuse folders), ``workers`` at a time; inside a sharded step only the shard's slice
+    (:func:`poslab.lab.experiments.training.ensure_many`), then each run summarised if the plan asks."""
+    from poslab.lab.experiments.training import ensure_many, summarise_many
+    from poslab.training.config import TrainConfig
+
+    keys = [(arm, seed) for arm, seeds in plan.arms.items() for seed in seeds]
+    configs = [dict(plan.arms[arm][seed]) for arm, seed in keys]
+    jobs = [
+        (TrainConfig.from_dict(values), tuple(plan.reuse.get(arm, {}).get(seed, ())))
+        for values, (arm, seed) in zip(configs, keys)
+    ]
+    paths = ensure_many(jobs, workers, what=plan.what)
+    if plan.summarise:
+        summaries: list[RunSummary | None] = [
+            load(RunSummary, s) for s in summarise_many(list(zip(configs, paths)), workers)
+        ]
+    else:
+        summaries = [None] * len(keys)
+    by_arm: dict[str, dict[int, Run]] = {arm: {} for arm in plan.arms}
+    for (arm, seed), path, summary in zip(keys, paths, summaries):
+        by_arm[arm][seed] = Run(seed, path, summary)
+    return Runs(plan, by_arm)
+
+
+# ------------------------------------------------------------------------------------ typed results <-> JSON
+def to_json(result: Any) -> Any:
+    """A result (a dataclass, nested) as results.json holds it: dicts with string keys, lists, plain values."""
+    return json.loads(json.dumps(dataclasses.asdict(result), default=str))
+
+
+def load(kind: Any, data: Any) -> Any:
+    """``data`` (read from results.json) as ``kind``: a dataclass (every field present, else ``KeyError`` naming
+    it), ``list``/``tuple``/``dict`` of such, ``X | None``, or a plain value (``TypeError`` for one of another
+    type)."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if kind is Any:
+        return data
+    if dataclasses.is_dataclass(kind):
+        if not isinstance(data, Mapping):
+            raise TypeError(f"{kind.__name__}: expected an object, got {type(data).__name__}")
+        hints = typing.get_type_hints(kind)
+        return kind(**{f.name: load(hints[f.name], data[f.name]) for f in dataclasses.fields(kind) if f.init})
+    if origin in (typing.Union, types.UnionType):
+        if data is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:
+            return load(options[0], data)  # a missing field of an optional dataclass is named (KeyError)
+        errors = []
+        for inner in options:
+            try:
+                return load(inner, data)
+            except (TypeError, ValueError, KeyError) as err:
+                errors.append(err)
+        raise TypeError(f"{kind}: {data!r:.40} is none of its types ({'; '.join(map(str, errors))})")
+    if origin in (list, Sequence):
+        return [load(args[0], v) for v in _items(kind, data)]
+    if origin is tuple:
+        items = _items(kind, data)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(load(args[0], v) for v in items)
+        if len(items) != len(args):
+            raise TypeError(f"{kind}: expected {len(args)} items, got {len(items)}")
+        return tuple(load(a, v) for a, v in zip(args, items))
+    if origin in (dict, Mapping):
+        if not isinstance(data, Mapping):
+            raise TypeError(f"{kind}: expected an object, got {type(data).__name__}")
+        return {load(args[0], k): load(args[1], v) for k, v in data.items()}
+    if kind is float and isinstance(data, (int, float)) and not isinstance(data, bool):
+        return float(data)
+    if kind is int and isinstance(data, str):
+        return int(data)  # a dict key written by JSON
+    if kind is Path and isinstance(data, str):
+        return Path(data)
+    if isinstance(kind, type) and not isinstance(data, kind):
+        raise TypeError(f"expected {kind.__name__}, got {type(data).__name__} {data!r:.40}")
+    return data
+
+
+def _items(kind: Any, data: Any) -> list[Any]:
+    if not isinstance(data, (list, tuple)):
+        raise TypeError(f"{kind}: expected a list, got {type(data).__name__}")
+    return list(data)
+
+
+# ------------------------------------------------------------------------------------ the pipeline
+@dataclass(frozen=True)
+class Declaration(Generic[R]):
+    """A declared experiment (module docstring): its parts, which :func:`declare` turns into an :class:`Experiment`.
+
+    Attributes:
+        result: the type ``measure`` returns (a frozen dataclass), what results.json is read back into.
+        plan: ``plan(out, quick, **options) -> Plan``; its keyword options (``size``, ``seeds``, ``schemes``,
+            a tiny ``base`` ...) are those of ``poslab experiment NAME`` and the lab.
+        measure: ``measure(runs) -> result``.
+        claims: ``claims(result) -> [ClaimRecord]`` (premises attached; the plan is applied by the caller).
+        tables: the key tables, each built from the typed result.
+        figures: ``figures(result, out) -> {results.json key: PNG path}``.
+    """
+
+    result: type[R]
+    plan: Callable[..., Plan[Any]]
+    measure: Callable[[Runs[Any]], R]
+    claims: Callable[[R], Sequence[ClaimRecord | dict[str, Any]]]
+    tables: tuple[KeyTable, ...] = ()
+    figures: Callable[[R, Path], Mapping[str, Path]] | None = None
+
+    def key_tables(self) -> tuple[KeyTable, ...]:
+        """The tables as results.json builds them: the file read back into the result type, then each table."""
+        return tuple(KeyTable(k.name, _typed(k.build, self.result)) for k in self.tables)
+
+    def run(self, name: str, out: Path, quick: bool = False, workers: int | None = None, **options: Any) -> dict:
+        """Plan, train (:func:`ensure_runs`), measure, print the tables, draw the figures, claim."""
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        runs = ensure_runs(self.plan(out, quick, **options), workers)
+        result = self.measure(runs)
+        data = to_json(result)
+        print_tables(name, self.key_tables(), data)
+        drawn = self.figures(result, out) if self.figures is not None else {}
+        claims = [c.to_dict() if isinstance(c, ClaimRecord) else c for c in self.claims(result)]
+        return {"experiment": name, **data, **{k: str(p) for k, p in drawn.items()}, "claims": claims}
+
+
+def _typed(build: Callable[[Any], Any], kind: type) -> Callable[[dict], Any]:
+    return lambda data: build(load(kind, data))
+
+
+def declare(
+    name: str,
+    description: str,
+    tier: str,
+    declaration: Declaration[Any],
+    reuses: tuple[str, ...] = (),
+    estimate: tuple[float, float] = (4.0, 12.0),
+) -> Experiment:
+    """The :class:`Experiment` of a declaration: its ``run(out, quick=False, workers=None, <plan's options>)``
+    is the pipeline (:meth:`Declaration.run`); its tables build the typed result from results.json."""
+
+    def run(out: Path, quick: bool = False, workers: int | None = None, **options: Any) -> dict:
+        return declaration.run(name, out, quick, workers, **options)
+
+    own = [p for p in inspect.signature(declaration.plan).parameters.values() if p.name not in ("out", "quick")]
+    head = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("out",)]
+    head += [
+        inspect.Parameter("quick", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=False),
+        inspect.Parameter("workers", inspect.Parameter.KEYWORD_ONLY, default=None),
+    ]
+    run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        head + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+    )
+    run.__doc__ = declaration.plan.__doc__
+    return Experiment(name, description, tier, run, reuses, estimate, declaration.key_tables())
