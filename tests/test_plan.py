@@ -246,6 +246,13 @@ def test_the_pilot_script_tabulates_the_seeds_each_claim_needs(tmp_path):
 
 # The arms each pilot claim enters, read from the claims' words by hand (independent of the code's table).
 PILOT_ARMS = {
+    "position-training": {
+        "the learned table beats none": ("learned", "none"),
+        "no position encoding is at most a little worse": ("none", "learned"),
+        "ALiBi trains to a slightly worse loss than RoPE": ("rope", "alibi"),
+        "RoPE beats adding a learned or sinusoidal": ("rope", "learned", "sinusoidal"),
+        "ALiBi trains at (nearly) the speed": ("alibi", "none"),
+    },
     "extrapolation": {
         "ALiBi's perplexity at 4x L": ("alibi",),
         "sinusoidal degrades past L": ("sinusoidal",),
@@ -313,9 +320,13 @@ def test_the_quick_form_trains_the_planned_arms_and_defers_the_rest(monkeypatch)
     from poslab.lab.experiments import probes
     from poslab.lab.experiments.training import planned_seeds
 
-    assert planned_seeds("extrapolation", ("rope", "alibi"), quick=True) == {
-        "rope": (1337, 1338, 1339, 1340, 1341),
+    assert planned_seeds("extrapolation", ("learned", "alibi"), quick=True) == {
+        "learned": (1337, 1338, 1339, 1340, 1341),
         "alibi": (1337, 1338, 1339),
+    }
+    assert planned_seeds("position-training", ("none", "rope"), quick=True) == {
+        "none": (1337, 1338, 1339, 1340, 1341, 1342),
+        "rope": (1337, 1338, 1339),
     }
     assert planned_seeds("extrapolation", ("rope", "alibi"), quick=False)["rope"] == (1337, 1338, 1339)
     assert planned_seeds("heads", ("*",), quick=True, seeds=(1, 2, 3)) == {"*": (1, 2, 3)}
