@@ -9,6 +9,9 @@ many a given seed count would (``--seeds``)::
 
     python benchmarks/pilot_seeds.py runs/lab --seeds 3 6 10 --json benchmarks/results/pilot_seeds.json
 
+``--keep OLD.json`` keeps the rows of an earlier pilot for the experiments this lab folder holds no records of
+(a pilot of the experiments whose recipe changed, ``poslab lab --only``, the others' rows unchanged).
+
 Seeds past :data:`poslab.lab.plan.MAX_SEEDS` are shown as ``>200``. A claim whose premise was not met is
 listed apart: more seeds do not make a model that cannot do the task testable.
 """
@@ -69,8 +72,13 @@ def main() -> None:
     parser.add_argument("lab", type=Path, help="a lab folder written by `poslab lab`")
     parser.add_argument("--seeds", type=int, nargs="+", default=[3, 6, 10], help="seed counts to tabulate")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--keep", type=Path, help="an earlier pilot's rows, kept for the experiments the lab lacks")
     args = parser.parse_args()
     table = rows(args.lab)
+    if args.keep is not None:
+        here = {r["experiment"] for r in table}
+        kept = [r for r in json.loads(args.keep.read_text(encoding="utf-8")) if r["experiment"] not in here]
+        table += kept
     if not table:
         raise SystemExit(f"no seeded claim records with a design under {args.lab}: run `poslab lab` first")
     head = ("experiment", "claim", "test", "n", "|margin|", "sd", "p", "Holm step", "mde", "seeds to decide")

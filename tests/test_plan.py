@@ -246,6 +246,13 @@ def test_the_pilot_script_tabulates_the_seeds_each_claim_needs(tmp_path):
 
 # The arms each pilot claim enters, read from the claims' words by hand (independent of the code's table).
 PILOT_ARMS = {
+    "position-training": {
+        "the learned table beats none": ("learned", "none"),
+        "no position encoding is at most a little worse": ("none", "learned"),
+        "ALiBi trains to a slightly worse loss than RoPE": ("rope", "alibi"),
+        "RoPE beats adding a learned or sinusoidal": ("rope", "learned", "sinusoidal"),
+        "ALiBi trains at (nearly) the speed": ("alibi", "none"),
+    },
     "extrapolation": {
         "ALiBi's perplexity at 4x L": ("alibi",),
         "sinusoidal degrades past L": ("sinusoidal",),
@@ -313,9 +320,13 @@ def test_the_quick_form_trains_the_planned_arms_and_defers_the_rest(monkeypatch)
     from poslab.lab.experiments import probes
     from poslab.lab.experiments.training import planned_seeds
 
-    assert planned_seeds("extrapolation", ("rope", "alibi"), quick=True) == {
-        "rope": (1337, 1338, 1339, 1340, 1341),
+    assert planned_seeds("extrapolation", ("learned", "alibi"), quick=True) == {
+        "learned": (1337, 1338, 1339, 1340, 1341),
         "alibi": (1337, 1338, 1339),
+    }
+    assert planned_seeds("position-training", ("none", "rope"), quick=True) == {
+        "none": (1337, 1338, 1339, 1340, 1341, 1342),
+        "rope": (1337, 1338, 1339),
     }
     assert planned_seeds("extrapolation", ("rope", "alibi"), quick=False)["rope"] == (1337, 1338, 1339)
     assert planned_seeds("heads", ("*",), quick=True, seeds=(1, 2, 3)) == {"*": (1, 2, 3)}
@@ -340,3 +351,27 @@ def test_the_quick_form_trains_the_planned_arms_and_defers_the_rest(monkeypatch)
         assert any(r.claim.startswith(start) for r in deferred), start
     assert not any(r.claim.startswith("rope generalises past") for r in deferred)  # both arms trained: measured
     assert all("the full form only" in r.premise.measured and r.design is not None for r in deferred)
+
+
+def test_the_pilot_script_keeps_an_earlier_pilot_s_rows_only_for_experiments_it_did_not_rerun(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _fake_lab(tmp_path, ("unclear", "clear"))
+    old = tmp_path / "old.json"
+    row = {"test": "paired t-test", "n": 3, "effect": 0.1, "sd": 0.05, "p": 0.1, "alpha": 0.05, "mde": 0.2}
+    stale = {**row, "experiment": "fake", "claim": "stale", "verdict": "held", "testable": True, "seeds_to_decide": 3}
+    other = {**row, "experiment": "other", "claim": "kept", "verdict": "held", "testable": True, "seeds_to_decide": 5}
+    old.write_text(json.dumps([stale, other]))
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "pilot_seeds.py"
+    out = tmp_path / "pilot.json"
+    subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "lab"), "--keep", str(old), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    claims = [(r["experiment"], r["claim"]) for r in json.loads(out.read_text())]
+    assert ("other", "kept") in claims and ("fake", "stale") not in claims
+    assert {c for e, c in claims if e == "fake"} == {"clear", "unclear"}

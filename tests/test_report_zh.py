@@ -121,8 +121,10 @@ def test_the_scan_finds_the_english_the_page_would_show(snapshot_dir, monkeypatc
 
 def test_the_english_page_shows_the_texts_as_written(snapshot_dir):
     page = build_report(snapshot_dir, snapshot_dir / "report.html").read_text(encoding="utf-8")
-    assert "RoPE reads past the training length better than a learned table" in page
-    assert "rope 13.910 ± 1.936 (n=4) vs learned 22.477 ± 2.513 (n=4)" in page
+    claim = "RoPE reads past the training length better than a learned table"
+    record = next(c for c in json.loads(SNAPSHOT.read_text(encoding="utf-8"))["claims"] if c["claim"].startswith(claim))
+    assert claim in page and " ± " in record["measured"]
+    assert html_mod.escape(record["measured"], quote=False) in page  # the snapshot's measured text, as written
     assert "对比" not in page and "前提未满足" not in page
 
 

@@ -242,3 +242,31 @@ def test_training_claims_follow_the_numbers():
     # without a timing of the arms side by side, no speed claim is made
     records = position_training.training_claims(losses, summary, seeds=SEEDS)
     assert not any(c["claim"].startswith("ALiBi 不增加计算") for c in records)
+
+
+def test_training_claims_pair_arms_of_different_seed_counts_on_the_seeds_both_trained():
+    # none and learned train 6 seeds (the plan), the others 3: every pair reads the seeds both arms trained
+    six, three = [1337, 1338, 1339, 1340, 1341, 1342], [1337, 1338, 1339]
+    losses = {
+        "learned": [2.00, 2.01, 1.99, 2.02, 1.98, 2.00],
+        "none": [2.06, 2.07, 2.05, 2.08, 2.04, 2.06],
+        "sinusoidal": [2.10, 2.11, 2.09],
+        "rope": [1.90, 1.91, 1.89],
+        "alibi": [1.95, 1.96, 1.94],
+    }
+    seeds = {arm: six if len(v) == 6 else three for arm, v in losses.items()}
+    params = {"alibi": 1000, "rope": 1000, "none": 1000}
+    records = position_training.training_claims(losses, params, seeds=seeds)
+    assert check_records(records) == []
+    by = {c["claim"].split(" — ")[0]: c for c in records}
+    learned = by["a causal model learns better with positions: the learned table beats none in-length"]
+    assert learned["details"]["seeds"] == six and learned["n_seeds"] == 6
+    assert learned["margin"] == pytest.approx(0.06)  # the mean of six paired differences
+    ranked = by["RoPE 比「加位置向量」更好"]
+    assert ranked["details"]["seeds"] == three and ranked["verdict"] == HELD  # learned read on its first 3 seeds
+    # seeds in another order pair by seed, not by position in the list
+    shuffled = {**seeds, "learned": list(reversed(six))}
+    flipped = {**losses, "learned": list(reversed(losses["learned"]))}
+    again = position_training.training_claims(flipped, params, seeds=shuffled)
+    first = next(c for c in again if c["claim"] == learned["claim"])
+    assert first["margin"] == pytest.approx(learned["margin"]) and first["details"]["seeds"] == list(reversed(six))

@@ -52,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--size",
         default=None,
         metavar="NAME[=BASE,FIELD=VALUE,...]",
-        help="a size of the training experiments (smoke, quick, full; poslab.lab.scale), or a new one: "
+        help="a size of the training experiments (smoke, quick, quick-cosine, full; poslab.lab.scale), or a new one: "
         "e.g. deep=quick,n_layer=4,steps=600",
     )
     p.add_argument(

@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--size",
         default=None,
         metavar="NAME[=BASE,FIELD=VALUE,...]",
-        help="the size of every training experiment that takes one (smoke, quick, full, gpu, gpu-large; "
+        help="the size of every training experiment that takes one (smoke, quick, quick-cosine, full, gpu, gpu-large; "
         "poslab.lab.scale), or a new one, e.g. deep=quick,n_layer=4; a changed size reruns them",
     )
     parser.add_argument(

@@ -319,11 +319,14 @@ def with_power(record: ClaimRecord) -> ClaimRecord:
 
 
 # ----------------------------------------------------------------------------------------- seeds per arm
-#: the most seeds an arm of the quick lab trains (its trainings fill 2 cores for about half an hour)
+#: the most seeds an arm of the quick lab trains
 QUICK_SEED_CAP = 6
-#: the pilot the quick lab's seed counts are chosen from: one quick lab at 3 seeds an arm, each seeded claim's
+#: the pilot the quick lab's seed counts are chosen from: a quick lab at 3 seeds an arm, each seeded claim's
 #: measured effect, one seed's noise and the seeds that detect that effect with :data:`POWER` at its Holm step
-#: (``benchmarks/pilot_seeds.py``)
+#: (``benchmarks/pilot_seeds.py``). The experiments on the quick language models (position-training,
+#: extrapolation, context-extension, attention-entropy) are piloted at the quick recipe they train
+#: (``poslab lab --quick --seeds 3 --only ...``); the heads' and the probes' rows come from a pilot of their own
+#: recipes, which that recipe does not touch (``pilot_seeds.py --keep``)
 PILOT = "benchmarks/results/pilot_seeds.json"
 #: the arms trained anyway at 3 seeds by another experiment of the quick lab (position-training's five schemes),
 #: kept in a reader's tables at those seeds even where none of its claims needs them
@@ -337,10 +340,10 @@ SHARED_ARMS = ("none", "learned", "sinusoidal", "rope", "alibi")
 #: every arm, those of the full form included, ``N`` seeds. The pilot's seeds are among the run's (an internal
 #: pilot: its three seeds are the first three of every arm).
 QUICK_SEEDS: dict[str, dict[str, int]] = {
-    "position-training": {"*": 3},
+    "position-training": {"none": 6, "learned": 6, "*": 3},
     "heads": {"*": 4},
-    "extrapolation": {"rope": 5, "sinusoidal": 4, "learned": 4, "alibi": 3, "none": 3},
-    "context-extension": {"rope": 6},
+    "extrapolation": {"rope": 4, "sinusoidal": 4, "learned": 5, "alibi": 3, "none": 3},
+    "context-extension": {"rope": 5},
     "attention-entropy": {"rope": 3},
     "probes": {"rope": 5, "sinusoidal": 5, "*": 0},  # "heads": the MQAR head-count runs
 }

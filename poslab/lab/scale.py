@@ -63,6 +63,9 @@ class Scale:
         train_length: ``L``, the training block size.
         n_layer, n_head, n_embd: model geometry.
         steps, batch_size, lr, warmup_steps: training.
+        cooldown_steps: 0 for nanoGPT's cosine; else warmup-stable-decay (:func:`poslab.training.optim.lr_at`):
+            ``lr`` held after the warmup, then linear to ``lr / 10`` over the last ``cooldown_steps`` steps.
+            A training of other steps than the scale's (a fine-tune) keeps the cosine.
         eval_windows: how much each evaluation reads: the extrapolation scores ``eval_windows * 16 * L``
             validation targets at every length; the streaming experiments read that many streams or windows.
         finetune_steps: context-extension fine-tuning steps at ``4 L``.
@@ -84,6 +87,7 @@ class Scale:
     batch_size: int
     lr: float
     warmup_steps: int
+    cooldown_steps: int = 0
     eval_windows: int = 4
     finetune_steps: int = 100
     entropy_batch: int = 2
@@ -143,23 +147,30 @@ class ScaleTable(Mapping[str, T], Generic[T]):
         return ScaleTable(*{**self._scales, scale.name: scale}.values(), what=self.what)
 
 
-# the demo: 4 layers and 3000 steps, the least measured to make NoPE use its context (one seed, 2000 steps:
-# context gain 0.08-0.11 nats, the premise asks 0.1 at every seed; 2 layers or 1500 steps: below 0.05;
-# benchmarks/lm_recipe_search.py), for the five arms of the lessons' main claims
+# the demo: 4 layers, 1500 steps of warmup-stable-decay at lr 6e-3 (lr held after 100 warmup steps, linear to
+# lr/10 over the last 300): NoPE, the arm that binds, uses its context at every seed (gain 0.114-0.144 nats over
+# 6 seeds, the premise asks 0.1) for 0.47x the CPU of 3000 cosine steps at lr 3e-3; 2 layers, L 32, batch 8 or
+# a 1500-step cosine fail the premise (benchmarks/lm_recipe_cost.py, benchmarks/README.md), for the five
+# arms of the lessons' main claims
 _QUICK = Scale(
     name="quick",
     train_length=64,
     n_layer=4,
     n_head=4,
     n_embd=64,
-    steps=3000,
+    steps=1500,
     batch_size=16,
-    lr=3e-3,
-    warmup_steps=200,
+    lr=6e-3,
+    warmup_steps=100,
+    cooldown_steps=300,
     eval_windows=4,
     finetune_steps=100,
     entropy_batch=2,
     schemes=("none", "learned", "sinusoidal", "rope", "alibi"),
+)
+
+_QUICK_COSINE = dataclasses.replace(
+    _QUICK, name="quick-cosine", steps=3000, lr=3e-3, warmup_steps=200, cooldown_steps=0
 )
 
 SIZES: ScaleTable[Scale] = ScaleTable(
@@ -178,8 +189,12 @@ SIZES: ScaleTable[Scale] = ScaleTable(
         entropy_batch=1,
     ),
     _QUICK,
-    # the quick scale at twice the training length, every scheme trained
-    dataclasses.replace(_QUICK, name="full", train_length=128, schemes=None),
+    # the quick geometry at twice the training length, every scheme trained, 3000 cosine steps (the cheaper quick
+    # recipe is measured at L = 64 only)
+    dataclasses.replace(_QUICK_COSINE, name="full", train_length=128, schemes=None),
+    # the quick geometry and arms at 3000 cosine steps at lr 3e-3: the bidirectional experiment's and the head
+    # counts' quick base (their claims were measured on it), and a check of the quick recipe
+    _QUICK_COSINE,
     # nanoGPT's shakespeare_char GPU recipe (expected times in the module docstring: estimates, not measured)
     Scale(
         name="gpu",
@@ -425,10 +440,10 @@ def train_config(
 ) -> Any:
     """The :class:`poslab.training.config.TrainConfig` of one lab model (same data, seed and recipe for every scheme).
 
-    The recipe is nanoGPT's (AdamW, warmup + cosine, no dropout, no biases) with the token embeddings
-    multiplied by ``sqrt(n_embd)`` (``embed_scale``, Vaswani et al. 2017 §3.4) for every scheme: with
-    nanoGPT's 0.02-std token embeddings the unit-amplitude sinusoidal code swamps the content, and the
-    scale gives the content its share back. A LayerNorm on the embeddings (``embed_norm``, Bloom) does
+    The recipe is nanoGPT's (AdamW, warmup + cosine or the scale's warmup-stable-decay, no dropout, no biases)
+    with the token embeddings multiplied by ``sqrt(n_embd)`` (``embed_scale``, Vaswani et al. 2017 §3.4) for
+    every scheme: with nanoGPT's 0.02-std token embeddings the unit-amplitude sinusoidal code swamps the content,
+    and the scale gives the content its share back. A LayerNorm on the embeddings (``embed_norm``, Bloom) does
     that too but slows the learned table down (measured at 2 layers, width 64, 1000 steps, one seed:
     validation loss 2.30 with the norm, 2.07 without; ``benchmarks/lm_recipe_search.py``).
 
@@ -467,6 +482,7 @@ def train_config(
         "lr": lr,
         "min_lr": lr / 10,
         "warmup_steps": size.warmup_steps if warmup_steps is None else warmup_steps,
+        "cooldown_steps": size.cooldown_steps if own_steps else 0,
         "beta2": 0.99,
         "weight_decay": 0.1,
         "grad_clip": 1.0,

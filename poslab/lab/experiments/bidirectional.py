@@ -34,8 +34,9 @@ output is the same in both lines up to float noise -- at 1, 2 and 3 layers (a de
 per depth, tolerance :data:`TOLERANCE`). The same models with the causal mask differ by far more from
 2 layers on: the mask, not depth, leaks order.
 
-Quick form: tinyshakespeare, the lab's quick size (:data:`poslab.lab.scale.SIZES` ``quick``: 4 layers,
-n_embd 64, window 64, lr 3e-3, 3000 steps; the masked LMs :data:`MLM_STEPS_FACTOR` times as many).
+Quick form: tinyshakespeare, the lab's quick geometry at its cosine recipe (:data:`poslab.lab.scale.SIZES`
+``quick-cosine``: 4 layers, n_embd 64, window 64, lr 3e-3, 3000 steps; the masked LMs
+:data:`MLM_STEPS_FACTOR` times as many).
 Full form: the lab's full size (the same model at window 128).
 """
 
@@ -139,7 +140,7 @@ def base_config(quick: bool, size: str | Scale | None = None) -> dict[str, Any]:
     The learned table has exactly ``block_size`` rows (this experiment never reads past the
     training length).
     """
-    lab = size_of(quick, size)
+    lab = size_of(quick, size or ("quick-cosine" if quick else None))
     return lab_config("none", lab, block_size=lab.train_length)
 
 

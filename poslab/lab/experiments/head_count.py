@@ -54,11 +54,11 @@ HEADS = (1, 2, 4, 8, 16)
 #: poslab tests that one on a task that needs several relations (the probes' MQAR claim), not on these models.
 PREMISE_BASELINE = "bigram"
 
-#: the quick form's models: the lab's quick geometry at 2 layers and 600 steps. The heads claims need language
-#: models below the bigram baseline (their premise), not models that use a long context, so the quick form
-#: trains 15 small models (5 counts x 3 seeds) instead of 15 of the quick extrapolation size.
+#: the quick form's models: the lab's quick geometry at 2 layers and 600 cosine steps at lr 3e-3. The heads
+#: claims need language models below the bigram baseline (their premise), not models that use a long context,
+#: so the quick form trains 15 small models (5 counts x 3 seeds) instead of 15 of the quick extrapolation size.
 HEADS_QUICK = dataclasses.replace(
-    SIZES["quick"], name="quick-heads", n_layer=2, steps=600, warmup_steps=60, schemes=None
+    SIZES["quick-cosine"], name="quick-heads", n_layer=2, steps=600, warmup_steps=60, schemes=None
 )
 
 

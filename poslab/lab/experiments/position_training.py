@@ -5,10 +5,11 @@ Seed 001 keeps GPT-2's learned position table and, as a challenge (exercise 3), 
 trains its GPT once per registered scheme and seed — ``none`` (NoPE, Haviv et al. 2022), ``learned``,
 ``sinusoidal``, ``rope``, ``xpos``, ``alibi``, ``t5``, ``kerple``, ``fire``, ``xl`` and any scheme
 registered later — with the same data, batches and schedule, and reports the validation loss (mean
-± sd over 3 seeds, on the whole validation split), the curves (mean and band over seeds) and the
-training speed. Every scheme is trained with the same 3 seeds (seed i: the same batches for every
-scheme), so two schemes are compared on their per-seed differences (:func:`poslab.lab.verdicts.paired`),
-with the seeds recorded. The speed claim times the two arms alternating in one process
+± sd over seeds, on the whole validation split), the curves (mean and band over seeds) and the
+training speed. Seed i trains on the same batches for every scheme (3 seeds a scheme; the quick lab's
+seeds per scheme are the plan's, :data:`poslab.lab.plan.QUICK_SEEDS`), so two schemes are compared on
+their per-seed differences over the seeds both trained (:func:`poslab.lab.verdicts.paired`), with the
+seeds recorded. The speed claim times the two arms alternating in one process
 (:func:`poslab.lab.experiments.training.alternating_cpu_speed`): round ``r`` of each arm runs back to back,
 so the rounds pair the arms, and "nearly the speed" is an equivalence (TOST) of ln tokens/s per round, in a
 family of its own (a timing, out of the lesson's family of training claims).
@@ -17,7 +18,7 @@ explicit positions; the claims are decided by :mod:`poslab.lab.verdicts`.
 
 The full form trains ``tang-small`` (seed 001's GPT on the Tang poems, n_embd 128, 1000 steps) with
 every registered scheme. The quick form trains on tinyshakespeare, not on the Tang poems: exactly the
-lab's quick extrapolation models (4 layers, n_embd 64, window 64, 3000 steps;
+lab's quick extrapolation models (4 layers, n_embd 64, window 64, 1500 steps of warmup-stable-decay;
 :func:`poslab.lab.scale.train_config`) for the five arms of the lessons' main
 claims (NoPE, the learned and sinusoidal tables, RoPE, ALiBi: the quick size's ``schemes``), so the
 extrapolation, context-extension and attention-entropy experiments of the same lab reuse these runs
@@ -28,7 +29,7 @@ claims; every scheme at bigram level would not.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from poslab.lab.experiments.common import (
     unigram_entropy,
 )
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, RunSummary, declare, seeded_arms, to_json
-from poslab.lab.experiments.training import SEEDS, TIMING_STEPS, alternating_cpu_speed, runs_table
+from poslab.lab.experiments.training import SEEDS, TIMING_STEPS, alternating_cpu_speed, planned_seeds, runs_table
 from poslab.lab.plan import own_family
 from poslab.lab.premises import arms_of, attach, below_bigram, language_models, premises_table
 from poslab.lab.scale import SIZES, lab_config, lesson_config, schemes_of
@@ -75,76 +76,86 @@ def training_claims(
     losses: dict[str, list[float]],
     params: Mapping[str, int],
     speed: dict[str, list[float]] | None = None,
-    seeds: tuple[int, ...] | list[int] = SEEDS,
+    seeds: Sequence[int] | Mapping[str, Sequence[int]] = SEEDS,
 ) -> list[dict[str, Any]]:
     """The lessons' claims about training with each scheme, as claim records (schemes absent: skipped).
 
-    ``losses``: arm -> one value per seed, in the order of ``seeds``: every arm is trained from the same
-    seeds on the same batches (:func:`plan`), so two arms are compared paired by seed. ``params``: arm -> its
+    ``losses``: arm -> one value per seed, in the order of ``seeds`` (the seeds of every arm, or arm -> its
+    seeds): seed ``s`` of every arm trains on the same batches (:func:`plan`), so two arms are compared paired
+    on the seeds both trained. ``params``: arm -> its
     model's parameter count. ``speed``: arm -> training tokens per CPU second of each round of the arms
     alternating in one process (:func:`poslab.lab.experiments.training.alternating_cpu_speed`), paired by
     round; without it the speed claim is not made (wall-clock speeds of trainings run at different moments
     on a shared machine say nothing about compute).
     """
     out = []
-    seeds = [int(s) for s in seeds]
+    by_arm = {arm: [int(x) for x in (seeds[arm] if isinstance(seeds, Mapping) else seeds)] for arm in losses}
 
     def have(*names: str) -> bool:
         return all(n in losses for n in names)
 
+    def common(*names: str) -> tuple[list[int], list[list[float]]]:
+        """The seeds every arm of ``names`` trained (in the first arm's order) and each arm's values on them."""
+        both = [x for x in by_arm[names[0]] if all(x in by_arm[n] for n in names[1:])]
+        return both, [[losses[n][by_arm[n].index(x)] for x in both] for n in names]
+
     if have("learned", "none"):
+        both, (learned, none) = common("learned", "none")
         out.append(
             paired(
                 "a causal model learns better with positions: the learned table beats none in-length",
                 "seed 001 (NoPE learns, 'only a little worse')",
-                losses["learned"],
-                losses["none"],
+                learned,
+                none,
                 better_label="learned",
                 worse_label="none",
                 metric=METRIC,
-                seeds=seeds,
+                seeds=both,
             ).to_dict()
         )
-        gap = NOPE_MAX_GAP * sum(losses["learned"]) / len(losses["learned"])
+        gap = NOPE_MAX_GAP * sum(learned) / len(learned)
         out.append(
             paired(
                 "不加位置编码的因果语言模型也能学到位置信息，效果只比加了位置编码的差一点 — no position encoding is "
                 f"at most a little worse (within {NOPE_MAX_GAP:.0%} of the learned table's loss)",
                 "seed 001",
-                losses["none"],
-                losses["learned"],
+                none,
+                learned,
                 better_label="none",
                 worse_label="learned",
                 metric=METRIC,
                 offset=-gap,
-                seeds=seeds,
+                seeds=both,
             ).to_dict()
         )
     if have("rope", "alibi"):
+        both, (rope, alibi) = common("rope", "alibi")
         out.append(
             paired(
                 "ALiBi 性能略低于 RoPE — ALiBi trains to a slightly worse loss than RoPE",
                 "seed 000 §4",
-                losses["rope"],
-                losses["alibi"],
+                rope,
+                alibi,
                 better_label="rope",
                 worse_label="alibi",
                 metric=METRIC,
-                seeds=seeds,
+                seeds=both,
             ).to_dict()
         )
     if have("rope", "learned", "sinusoidal"):
         from poslab.lab.verdicts import best_of
 
+        names = ("rope", "learned", "sinusoidal")
+        both, values = common(*names)
         ranked = best_of(
             "RoPE 比「加位置向量」更好 — RoPE beats adding a learned or sinusoidal position vector",
             "seed 000 Q2",
-            {k: losses[k] for k in ("rope", "learned", "sinusoidal")},
+            dict(zip(names, values)),
             ["rope"],
             metric=METRIC,
             paired_seeds=True,
         ).to_dict()
-        ranked["details"]["seeds"] = seeds
+        ranked["details"]["seeds"] = both
         out.append(ranked)
     for scheme, source, text in (
         ("alibi", "seed 000 §4", "ALiBi 极简：不需要任何参数 — ALiBi adds no parameters"),
@@ -181,6 +192,10 @@ def training_claims(
     return out
 
 
+#: the experiment's name (its folder, its Holm family and its row of :data:`poslab.lab.plan.QUICK_SEEDS`)
+EXPERIMENT_NAME = "position-training"
+
+
 @dataclass(frozen=True)
 class Setting:
     """The schemes, the base config's corpus and steps, and the two arms' configs the timing alternates."""
@@ -208,6 +223,7 @@ class PositionResult:
     runs: dict[str, list[RunSummary]]
     val_loss_seeds: dict[str, list[float]]
     ranking: list[str]
+    arm_seeds: dict[str, list[int]]
 
 
 def plan(
@@ -215,7 +231,7 @@ def plan(
     quick: bool,
     schemes: list[str] | None = None,
     base: dict[str, Any] | None = None,
-    seeds: tuple[int, ...] = SEEDS,
+    seeds: tuple[int, ...] | None = None,
 ) -> Plan[Setting]:
     """One GPT per scheme and seed, runs ``out/runs/SCHEME-sSEED``.
 
@@ -225,17 +241,20 @@ def plan(
             :func:`poslab.lab.scale.schemes_of`).
         base: a config mapping replacing the base (tests use a tiny one; every scheme then trains on it
             with ``position`` set).
-        seeds: training seeds (at least 3 for a conclusive verdict).
+        seeds: training seeds of every scheme (at least 3 for a conclusive verdict; default: the quick lab's
+            seeds per scheme, :data:`poslab.lab.plan.QUICK_SEEDS`, for the quick models, else :data:`SEEDS`).
     """
     if schemes is None:
         schemes = list(schemes_of(SIZES["quick"])) if quick and base is None else positions.names()
     schemes = list(schemes)
+    base_given = base
     if base is None and quick:
         base, variants = quick_variants(schemes)
     else:
         base = base if base is not None else lesson_config()
         variants = {name: {"model": {"position": name, "position_config": {}}} for name in schemes}
-    arms = seeded_arms(out, base, variants, {name: tuple(seeds) for name in schemes})
+    by_scheme = planned_seeds(EXPERIMENT_NAME, schemes, quick and base_given is None, seeds)
+    arms = seeded_arms(out, base, variants, by_scheme)
     timed = [k for k in ("alibi", "none") if k in variants]
     timing = {k: {**base, "model": {**base.get("model", {}), **variants[k]["model"]}} for k in timed}
     setting = Setting(
@@ -244,7 +263,7 @@ def plan(
         base.get("val_fraction", 0.1),
         base["max_steps"],
         quick,
-        tuple(seeds),
+        tuple(sorted({x for chosen in by_scheme.values() for x in chosen})),
         timing,
     )
     return Plan(setting, arms)
@@ -270,6 +289,7 @@ def measure(runs: Runs[Setting]) -> PositionResult:
         runs=summaries,
         val_loss_seeds=losses,
         ranking=sorted(s.schemes, key=lambda name: sum(losses[name]) / len(losses[name])),
+        arm_seeds={name: [r.seed for r in summaries[name]] for name in s.schemes},
     )
 
 
@@ -288,7 +308,7 @@ def claims(r: PositionResult) -> list[dict[str, Any]]:
         return below_bigram({a: r.val_loss_seeds[a] for a in arms_of(record, list(r.runs))}, bigram)
 
     params = {name: summaries[0].n_params for name, summaries in r.runs.items()}
-    return attach(training_claims(r.val_loss_seeds, params, speed, r.seeds), premise)
+    return attach(training_claims(r.val_loss_seeds, params, speed, r.arm_seeds), premise)
 
 
 def figures(r: PositionResult, out: Path) -> dict[str, Path]:
@@ -317,7 +337,7 @@ def figures(r: PositionResult, out: Path) -> dict[str, Path]:
 
 
 EXPERIMENT = declare(
-    name="position-training",
+    name=EXPERIMENT_NAME,
     description=(
         "train the same GPT with every registered position scheme, 3 seeds (full: Tang poems, n_embd 128; "
         "--quick: tinyshakespeare, n_embd 64); curves and val loss (seed 001 ex. 3)"
