@@ -268,7 +268,7 @@ def lab_gpu_size(out_dir: Path, dry_run: bool, steps: int) -> dict[str, Any]:
         "experiment": "extrapolation",
         "schemes": ["rope"],
         "wall_s": wall,
-        "train_s": results["train_seconds"],
+        "train_s": sum(r["wall_time_s"] or 0.0 for r in runs),  # one worker: the trainings one after another
         "runs": runs,
         "verdicts": [c.get("verdict") for c in results["claims"]],
         "full_size": full.name,

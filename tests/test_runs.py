@@ -28,6 +28,7 @@ ALLOWED = {
     ("lab/report/reading.py", "load_results"): "experiment folders' results.json (it skips runs/)",
     ("bench/report.py", "rerender"): "a bench output folder's results.json",
     ("lab/experiments/__init__.py", "read_results"): "an experiment folder's results.json, not a run's",
+    ("lab/experiments/declaration.py", "to_json"): "a result's round trip through JSON text, no file",
 }
 RUN_FILE_HINTS = (*RUN_FILES, "checkpoints", "step_")
 
