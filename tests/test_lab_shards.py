@@ -279,7 +279,8 @@ def test_sharded_extrapolation_equals_one_unsharded_run(tmp_path, monkeypatch):
 
 def test_lab_refuses_a_bad_size_before_any_step(tmp_path, capsys):
     assert main(["lab", "--out", str(tmp_path / "lab"), "--size", "nope"]) == 2
-    assert "unknown size 'nope'; choose one of smoke, quick, full, quick-cosine, gpu, gpu-large" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown size 'nope'; choose one of smoke, quick, full, quick-cosine, gpu, gpu-large" in err
     assert not (tmp_path / "lab").exists()
 
 
