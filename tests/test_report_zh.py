@@ -94,8 +94,13 @@ def smoke_dir(tmp_path_factory) -> Path:
 def test_the_snapshot_page_has_no_english_sentence(snapshot_dir):
     page = build_report(snapshot_dir, snapshot_dir / "report.zh.html", lang="zh").read_text(encoding="utf-8")
     assert english_sentences(page) == []
-    assert "配对差（取对数）0.482 ± 0.103 (n=4)" in page  # numbers and scheme names as measured
-    assert "rope 13.910 ± 1.936 (n=4) 对比 learned 22.477 ± 2.513 (n=4)" in page
+    # numbers and scheme names as measured: the snapshot's English measured text, its words in Chinese
+    claim = "RoPE reads past the training length better than a learned table"
+    record = next(c for c in json.loads(SNAPSHOT.read_text(encoding="utf-8"))["claims"] if c["claim"].startswith(claim))
+    arms, diff = record["measured"].split("; paired difference of ln ")
+    rope, learned = arms.split(" vs ")
+    assert f"配对差（取对数）{diff}" in page
+    assert f"{rope} 对比 {learned}" in page
 
 
 def test_the_smoke_lab_page_has_no_english_sentence(smoke_dir):
