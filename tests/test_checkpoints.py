@@ -400,10 +400,15 @@ def test_sigint_saves_a_checkpoint_then_exits(make_config):
         if step == 5:
             os.kill(os.getpid(), signal.SIGINT)
 
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg, progress=False, callback=press_ctrl_c)
-    assert ckpt.latest_step(cfg.run_dir) == 5
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    # Python's own handler, whatever this process inherited (a background job starts with SIGINT ignored)
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train(cfg, progress=False, callback=press_ctrl_c)
+        assert ckpt.latest_step(cfg.run_dir) == 5
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    finally:
+        signal.signal(signal.SIGINT, inherited)
 
 
 def test_resume_with_a_different_config_lists_the_keys(make_config):
