@@ -398,13 +398,16 @@ def test_a_renamed_result_field_fails_the_report_naming_the_table(tmp_path, caps
         "results.json has no field 'perplexity'",
         "poslab report: error: experiments/extrapolation: table 'perplexity (sliding)' cannot be built: "
         "results.json has no field 'perplexity'",
-        "poslab report: error: experiments/tang-heads: table 'pruning' cannot be built: results.json has no field "
-        "'pruned_30'",
+        *(
+            f"poslab report: error: experiments/tang-heads: table '{table}' cannot be built: results.json has no "
+            "field 'pruned_30'"
+            for table in ("every head", "pruning", "training run")
+        ),
     ]
     page = unescape((lab_dir / "report.html").read_text(encoding="utf-8"))
     assert "tang-heads: the table “pruning” cannot be built: results.json has no field “pruned_30”" in page
     assert "the table “perplexity (sliding)” cannot be built: results.json has no field “perplexity”" in page
-    assert "every head (base loss" in page  # the table its results can build is shown
+    assert "every head (base loss" not in page  # results.json is read into the typed result as a whole
     html = (lab_dir / "report.html").read_text(encoding="utf-8")
     from poslab.lab.report.builder import kind
     from poslab.lab.report.i18n import t
@@ -422,6 +425,8 @@ def test_head_analysis_claims_need_a_model_below_its_texts_trigram_baseline():
     between the bigram and the trigram baselines (where the lab's quick Tang model sits) is not testable."""
     from poslab.lab.experiments import tang_heads
     from poslab.lab.experiments.common import ngram_baselines
+    from poslab.lab.experiments.declaration import load
+    from poslab.lab.experiments.tang_heads_result import TangHeadsResult
 
     heads = json.loads((shared_lab() / TANG_HEADS / "results.json").read_text())
     assert heads["text"]["corpus"] and heads["text"]["tokenizer"] == "char"  # what head_results records
@@ -430,13 +435,15 @@ def test_head_analysis_claims_need_a_model_below_its_texts_trigram_baseline():
 
     def records(base_loss: float | None) -> dict[str, object]:
         data = dict(heads, base_loss=base_loss) if base_loss is not None else dict(heads)
-        data["text"] = {"corpus": "shakespeare", "tokenizer": "char", "val_fraction": 0.1}
-        if base_loss is None:
-            data.pop("text")
-        return {record.claim: record for record in tang_heads.head_claims(data)}
+        data["text"] = {
+            "corpus": "shakespeare" if base_loss is not None else None,
+            "tokenizer": "char",
+            "val_fraction": 0.1,
+        }
+        return {record.claim: record for record in tang_heads.head_claims(load(TangHeadsResult, data))}
 
     assert base["bigram"] - 0.2 > base["trigram"] + 0.05  # a loss between the two exists on this corpus
-    bare = records(None)  # no text recorded: the premise cannot be shown
+    bare = records(None)  # no text named: the premise cannot be shown
     between = records(base["bigram"] - 0.2)  # below the bigram, above the trigram baseline
     below = records(base["trigram"] - 0.2)
     decided = 0

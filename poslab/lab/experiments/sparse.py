@@ -38,215 +38,67 @@ is not a lesson claim about quality and has a family of its own (:data:`TIMING_F
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import os
 import statistics
-import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
 
-from poslab.display import new_figure, print_table, save_figure
+from poslab.display import new_figure, save_figure
 from poslab.jobs.runner import Task, train_many
-from poslab.lab.experiments.common import FULL_ONLY, Experiment
+from poslab.lab.experiments.common import FULL_ONLY
+from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
+from poslab.lab.experiments.sparse_model import FULL, KINDS, QUICK, VOCAB, Recipe, SparseRun, train_one
 from poslab.lab.plan import own_family
 from poslab.lab.premises import attach, fits_length
+from poslab.lab.tables import KeyTable, Table
 from poslab.lab.verdicts import ClaimRecord, Premise, paired
-from poslab.nn.attention import AttentionConfig, MultiHeadAttention
-from poslab.nn.sparse import AdaptiveSpanAttention, AxialAttention, LSHAttention
-from poslab.training.step import StepSettings, train_step
-
-KINDS = ("full", "window", "axial", "lsh", "adaptive")
-VOCAB, D_MODEL, N_HEADS, N_LAYERS = 16, 64, 4, 2
-WINDOW, LSH_BUCKETS, LSH_CHUNK, SPAN_RAMP = 16, 4, 32, 16  # 2 layers of W=16 reach 30 < 31 = T/2 - 1 at T=64
-SPAN_LOSS_COEF = 2e-3
-SPAN_LR_MULT = 3.0  # the span ratios learn 3x faster than the weights, so spans settle within a short run
-QUICK = {
-    "lengths": (64, 128),
-    "seeds": (0,),
-    "steps": 100,
-    "batch": 16,
-    "lr": 3e-3,
-    "eval_batches": 2,
-    "timed_steps": 10,
-}
-FULL = {
-    "lengths": (64, 128, 256, 512),
-    "seeds": (0, 1, 2),
-    "steps": 600,
-    "batch": 16,
-    "lr": 3e-3,
-    "eval_batches": 8,
-    "timed_steps": 50,
-}
 
 
-# ------------------------------------------------------------------------------------ task
-def delayed_copy(batch: int, T: int, generator: torch.Generator) -> Tensor:
-    """``[batch, T]`` int64: ``T/2`` random tokens, then the same ``T/2`` again."""
-    half = torch.randint(0, VOCAB, (batch, T // 2), generator=generator)
-    return torch.cat([half, half], dim=1)  # [B, T/2] x2 -> [B, T]
+@dataclass(frozen=True)
+class Setting:
+    """The form the plan chose: quick or full, and its recipe."""
+
+    quick: bool
+    recipe: Recipe
 
 
-def copy_loss(logits: Tensor, tokens: Tensor) -> Tensor:
-    """Cross-entropy of the predictable targets (positions ``T/2 .. T-1``, predicted from ``T/2-1 .. T-2``)."""
-    T = tokens.shape[1]
-    pred = logits[:, T // 2 - 1 : T - 1]  # [B, T/2, V]
-    return F.cross_entropy(pred.reshape(-1, VOCAB), tokens[:, T // 2 :].reshape(-1))
+@dataclass(frozen=True)
+class KindSummary:
+    """One kind at one length, the mean over seeds (``attended_fraction``: adaptive span only)."""
+
+    eval_loss: float
+    accuracy: float
+    step_ms: float
+    peak_mib: float
+    attended_fraction: float | None = None
 
 
-# ------------------------------------------------------------------------------------ model
-def axial_width(T: int) -> int:
-    """Row width of the axial grid: the power of two nearest above ``sqrt(T)`` (dividing ``T``)."""
-    return 2 ** math.ceil(math.log2(math.sqrt(T)))
+@dataclass(frozen=True)
+class AdaptiveSpan:
+    """What adaptive span saves at the largest length ``T``: the key pairs and the time per step, relative to full
+    attention, and the spans the first seed's model learned at every length (per layer, per head)."""
+
+    T: int
+    key_pairs_saved: float
+    step_time_saved: float
+    spans: dict[int, list[list[float]]]
 
 
-class Attention(nn.Module):
-    """One of :data:`KINDS` behind one interface: ``[B, T, d] -> [B, T, d]``."""
+@dataclass(frozen=True)
+class SparseResult:
+    """Every model trained (:class:`SparseRun`), the mean over seeds per kind and length, and adaptive span's
+    savings."""
 
-    def __init__(self, kind: str, T: int) -> None:
-        super().__init__()
-        if kind not in KINDS:
-            raise ValueError(f"unknown attention kind {kind!r}; choose one of {list(KINDS)}")
-        self.kind = kind
-        if kind == "full":
-            self.inner = MultiHeadAttention(D_MODEL, N_HEADS)
-        elif kind == "window":
-            self.inner = MultiHeadAttention(D_MODEL, N_HEADS, attention=AttentionConfig(window=WINDOW))
-        elif kind == "axial":
-            self.width = axial_width(T)
-            self.inner = AxialAttention(D_MODEL, N_HEADS, causal=True)
-        elif kind == "lsh":
-            self.inner = LSHAttention(
-                D_MODEL, N_HEADS, n_buckets=LSH_BUCKETS, chunk_size=min(LSH_CHUNK, T), causal=True
-            )
-        else:
-            self.inner = AdaptiveSpanAttention(
-                D_MODEL, N_HEADS, max_span=T, ramp=SPAN_RAMP, init_ratio=1.0, span_loss_coef=SPAN_LOSS_COEF
-            )
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.kind == "axial":
-            B, T, d = x.shape
-            grid = x.view(B, T // self.width, self.width, d)  # [B, T, d] -> [B, rows, w, d] (row-major)
-            return self.inner(grid).reshape(B, T, d)  # [B, rows, w, d] -> [B, T, d]
-        return self.inner(x)
-
-
-class Block(nn.Module):
-    def __init__(self, kind: str, T: int) -> None:
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(D_MODEL), nn.LayerNorm(D_MODEL)
-        self.attn = Attention(kind, T)
-        self.mlp = nn.Sequential(nn.Linear(D_MODEL, 4 * D_MODEL), nn.GELU(), nn.Linear(4 * D_MODEL, D_MODEL))
-
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class CopyModel(nn.Module):
-    """Token + learned position embeddings, :data:`N_LAYERS` blocks of one attention kind, an LM head."""
-
-    def __init__(self, kind: str, T: int) -> None:
-        super().__init__()
-        self.tok = nn.Embedding(VOCAB, D_MODEL)
-        self.pos = nn.Embedding(T, D_MODEL)
-        self.blocks = nn.ModuleList(Block(kind, T) for _ in range(N_LAYERS))
-        self.ln = nn.LayerNorm(D_MODEL)
-        self.head = nn.Linear(D_MODEL, VOCAB)
-
-    def forward(self, tokens: Tensor) -> Tensor:
-        T = tokens.shape[1]
-        x = self.tok(tokens) + self.pos(torch.arange(T, device=tokens.device))[None]  # [B, T, d]
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln(x))  # [B, T, V]
-
-    def span_layers(self) -> list[AdaptiveSpanAttention]:
-        return [b.attn.inner for b in self.blocks if isinstance(b.attn.inner, AdaptiveSpanAttention)]
-
-
-# ------------------------------------------------------------------------------------ cost
-def peak_step_mib(model: CopyModel, tokens: Tensor) -> float:
-    """Peak live-tensor memory of one forward + backward (torch profiler allocation records), MiB."""
-    from torch.profiler import ProfilerActivity, profile
-
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
-    model.zero_grad(set_to_none=True)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        loss = copy_loss(model(tokens), tokens)
-        loss.backward()
-    events = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events() if e.self_cpu_memory_usage)
-    live = peak = 0
-    for _, change in events:
-        live += change
-        peak = max(peak, live)
-    model.zero_grad(set_to_none=True)
-    return peak / 2**20
-
-
-def attended_fraction(spans: list[float], T: int, ramp: int = SPAN_RAMP) -> float:
-    """Keys attended with the widest learned span, over full causal attention: ``sum_i min(i+1, z+R) / sum_i (i+1)``."""
-    reach = max(spans) + ramp
-    return sum(min(i + 1, reach) for i in range(T)) / sum(i + 1 for i in range(T))
-
-
-# ------------------------------------------------------------------------------------ training
-def train_one(kind: str, T: int, seed: int, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Train one model; return its eval loss, step times, peak memory and (adaptive) spans."""
-    torch.manual_seed(seed)
-    model = CopyModel(kind, T)
-    span_params = [layer.span_ratio for layer in model.span_layers()]
-    others = [p for p in model.parameters() if all(p is not q for q in span_params)]
-    groups = [{"params": others}] + ([{"params": span_params, "lr": cfg["lr"] * SPAN_LR_MULT}] if span_params else [])
-    optimizer = torch.optim.AdamW(groups, lr=cfg["lr"], weight_decay=0.0)
-    data = torch.Generator().manual_seed(1000 + seed)
-    times = []
-    for step in range(cfg["steps"]):
-        tokens = delayed_copy(cfg["batch"], T, data)
-        start = time.perf_counter()
-
-        def loss_of(_micro: int, tokens: torch.Tensor = tokens) -> torch.Tensor:
-            loss = copy_loss(model(tokens), tokens)
-            for layer in model.span_layers():
-                loss = loss + layer.span_loss()
-            return loss
-
-        train_step(optimizer, [*others, *span_params], loss_of, StepSettings(grad_clip=None))  # no clipping
-        for layer in model.span_layers():
-            layer.clamp_()
-        if step >= cfg["steps"] - cfg["timed_steps"]:
-            times.append(time.perf_counter() - start)
-    model.eval()
-    evalgen = torch.Generator().manual_seed(99)
-    with torch.no_grad():
-        losses, correct = [], []
-        for _ in range(cfg["eval_batches"]):
-            tokens = delayed_copy(cfg["batch"], T, evalgen)
-            logits = model(tokens)
-            losses.append(float(copy_loss(logits, tokens)))
-            pred = logits[:, T // 2 - 1 : T - 1].argmax(-1)
-            correct.append(float((pred == tokens[:, T // 2 :]).float().mean()))
-    model.train()
-    peak = peak_step_mib(model, delayed_copy(cfg["batch"], T, torch.Generator().manual_seed(7)))
-    spans = [[float(z) for z in layer.spans().detach()] for layer in model.span_layers()]
-    out = {
-        "kind": kind,
-        "T": T,
-        "seed": seed,
-        "eval_loss": statistics.fmean(losses),
-        "accuracy": statistics.fmean(correct),
-        "step_ms": 1000 * statistics.median(times),
-        "peak_mib": peak,
-        "spans": spans,
-    }
-    if spans:
-        out["attended_fraction"] = attended_fraction([z for layer in spans for z in layer], T)
-    return out
+    quick: bool
+    config: Recipe
+    runs: list[SparseRun]
+    summary: dict[str, dict[int, KindSummary]]
+    adaptive_span: AdaptiveSpan
 
 
 # ------------------------------------------------------------------------------------ claims
@@ -254,16 +106,16 @@ def train_one(kind: str, T: int, seed: int, cfg: dict[str, Any]) -> dict[str, An
 TIMING_FAMILY = "sparse: timing"
 
 
-def sparse_claims(runs: list[dict[str, Any]], T: int) -> list[ClaimRecord]:
+def sparse_claims(runs: list[SparseRun], T: int) -> list[ClaimRecord]:
     """Full beats each sparse kind on loss at ``T``; adaptive span is faster per step than full at ``T``.
 
     Paired by seed (module docstring): each kind's values are taken in the order of the seeds, and a
     seed every kind of ``T`` has is a pair.
     """
-    seeds = sorted({r["seed"] for r in runs if r["T"] == T})
+    seeds = sorted({r.seed for r in runs if r.T == T})
 
     def values(kind: str, key: str) -> list[float]:
-        by_seed = {r["seed"]: r[key] for r in runs if r["kind"] == kind and r["T"] == T}
+        by_seed = {r.seed: getattr(r, key) for r in runs if r.kind == kind and r.T == T}
         return [by_seed[s] for s in seeds]
 
     claims = []
@@ -299,7 +151,7 @@ def sparse_claims(runs: list[dict[str, Any]], T: int) -> list[ClaimRecord]:
     return claims
 
 
-def sparse_premise(record: ClaimRecord, runs: list[dict[str, Any]], T: int) -> Premise:
+def sparse_premise(record: ClaimRecord, runs: list[SparseRun], T: int) -> Premise:
     """What a sparse pattern gives up can be read only where full attention solves the task: every seed's full
     attention model (a per-model capability) reaches the length threshold of delayed-copy accuracy at ``T``.
     The step-time claim's times are wall-clock times of whole runs one after another, not CPU time of the
@@ -310,8 +162,110 @@ def sparse_premise(record: ClaimRecord, runs: list[dict[str, Any]], T: int) -> P
             "wall-clock ms per step of separate runs, one after another",
             False,
         )
-    full = [r for r in runs if r["kind"] == "full" and r["T"] == T]
-    return fits_length({f"full at T={T}, seed {r['seed']}": [r["accuracy"]] for r in full})
+    full = [r for r in runs if r.kind == "full" and r.T == T]
+    return fits_length({f"full at T={T}, seed {r.seed}": [r.accuracy] for r in full})
+
+
+def plan(out: Path, quick: bool, config: Mapping[str, Any] | None = None) -> Plan[Setting]:
+    """Every kind at every length and seed (trained by :func:`measure`, one after another in its process).
+
+    Args:
+        quick: the short form (:data:`~poslab.lab.experiments.sparse_model.QUICK`: one seed, two lengths).
+        config: fields of the form's :class:`~poslab.lab.experiments.sparse_model.Recipe` replaced (tests use
+            one length and few steps).
+    """
+    recipe = dataclasses.replace(QUICK if quick else FULL, **dict(config or {}))
+    recipe = dataclasses.replace(recipe, lengths=tuple(recipe.lengths), seeds=tuple(recipe.seeds))
+    return Plan(Setting(quick, recipe), {}, summarise=False, what="sparse models")
+
+
+def measure(runs: Runs[Setting]) -> SparseResult:
+    """Train every kind at every length and seed on one thread, one after another in this process (the step times
+    and peak memory compare like with like only so); the means over seeds and adaptive span's savings."""
+    quick, cfg = runs.setting.quick, runs.setting.recipe
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: tiny models gain nothing from more, and the timings compare like with like
+    try:
+        tasks = [
+            Task(f"{kind}-T{T}-s{seed}", train_one, (kind, T, seed, cfg))
+            for T in cfg.lengths
+            for kind in KINDS
+            for seed in cfg.seeds
+        ]
+        trained: list[SparseRun] = train_many(tasks, 1, on_done=_done)
+    finally:
+        torch.set_num_threads(threads)
+    summary: dict[str, dict[int, KindSummary]] = {}
+    for kind in KINDS:
+        summary[kind] = {}
+        for T in cfg.lengths:
+            group = [r for r in trained if r.kind == kind and r.T == T]
+            mean = {k: statistics.fmean(getattr(r, k) for r in group) for k in ("eval_loss", "accuracy", "step_ms")}
+            fraction = _mean_fraction(group) if kind == "adaptive" else None
+            summary[kind][T] = KindSummary(
+                **mean, peak_mib=statistics.fmean(r.peak_mib for r in group), attended_fraction=fraction
+            )
+    spans = {
+        T: next(r.spans for r in trained if r.kind == "adaptive" and r.T == T and r.seed == cfg.seeds[0])
+        for T in cfg.lengths
+    }
+    T_max = max(cfg.lengths)
+    adaptive, full = summary["adaptive"][T_max], summary["full"][T_max]
+    saved = 1 - _mean_fraction([r for r in trained if r.kind == "adaptive" and r.T == T_max])  # adaptive's own mean
+    span = AdaptiveSpan(T_max, saved, 1 - adaptive.step_ms / full.step_ms, spans)
+    return SparseResult(quick, cfg, trained, summary, span)
+
+
+def _mean_fraction(group: list[SparseRun]) -> float:
+    """The mean over seeds of adaptive-span models' attended fraction (every such model has one)."""
+    values = [r.attended_fraction for r in group]
+    if any(v is None for v in values):
+        raise ValueError("an adaptive-span model without an attended fraction")
+    return statistics.fmean(v for v in values if v is not None)
+
+
+def _done(task: Task, r: SparseRun) -> None:
+    print(
+        f"  {r.kind:>8} T={r.T:<4} seed {r.seed}: loss {r.eval_loss:.3f} acc {r.accuracy:.2f} "
+        f"{r.step_ms:.1f} ms/step {r.peak_mib:.1f} MiB",
+        flush=True,
+    )
+
+
+def claims(result: SparseResult) -> list[ClaimRecord | dict[str, Any]]:
+    """:func:`sparse_claims` at the largest length, each with its premise (:func:`sparse_premise`)."""
+    T = result.adaptive_span.T
+    return attach(sparse_claims(result.runs, T), lambda record: sparse_premise(record, result.runs, T))
+
+
+def sparse_table(r: SparseResult) -> Table:
+    """Every kind at every length: loss, accuracy, ms per step, peak MiB and the keys attended relative to full."""
+    rows = tuple(
+        (
+            kind,
+            T,
+            f"{s.eval_loss:.3f}",
+            f"{s.accuracy:.2f}",
+            f"{s.step_ms:.1f}",
+            f"{s.peak_mib:.1f}",
+            "-" if s.attended_fraction is None else f"{s.attended_fraction:.2f}",
+        )
+        for T in r.config.lengths
+        for kind, by_T in r.summary.items()
+        for s in [by_T[T]]
+    )
+    span = r.adaptive_span
+    time_saved = span.step_time_saved
+    return Table(
+        f"delayed copy (copy distance T/2), {r.config.steps} steps x {r.config.batch}, "
+        f"mean of {len(r.config.seeds)} seed(s)",
+        ("attention", "T", "loss", "accuracy", "ms/step", "peak MiB", "keys vs full"),
+        rows,
+        note=f"adaptive span at T={span.T}: the widest learned span attends {1 - span.key_pairs_saved:.0%} of full "
+        f"causal attention's key pairs ({span.key_pairs_saved:.0%} fewer); {abs(time_saved):.0%} "
+        f"{'less' if time_saved >= 0 else 'more'} time per step than full attention (seed 002 §7.1 claims 23% less "
+        "computation on PG-19)",
+    )
 
 
 # ------------------------------------------------------------------------------------ plots
@@ -353,99 +307,20 @@ def plot_results(
     return save_figure(fig, path)
 
 
-def run(out: Path, quick: bool = False, config: dict[str, Any] | None = None) -> dict:
-    """Train every kind at every length and seed; print the side-by-side table; plot; judge the claims."""
-    out = Path(out)
-    cfg = dict(QUICK if quick else FULL, **(config or {}))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: tiny models gain nothing from more, and the timings compare like with like
-    try:
-        return _run(out, quick, cfg)
-    finally:
-        torch.set_num_threads(threads)
+def figures(r: SparseResult, out: Path) -> dict[str, Path]:
+    """Loss, time and memory against ``T`` per kind, and the learned spans (:func:`plot_results`)."""
+    summary = {kind: {T: dataclasses.asdict(s) for T, s in by_T.items()} for kind, by_T in r.summary.items()}
+    return {"plot": plot_results(summary, r.adaptive_span.spans, out / "sparse.png")}
 
 
-def _run(out: Path, quick: bool, cfg: dict[str, Any]) -> dict:
-    def done(task: Task, r: dict[str, Any]) -> None:
-        print(
-            f"  {r['kind']:>8} T={r['T']:<4} seed {r['seed']}: loss {r['eval_loss']:.3f} acc {r['accuracy']:.2f} "
-            f"{r['step_ms']:.1f} ms/step {r['peak_mib']:.1f} MiB",
-            flush=True,
-        )
-
-    tasks = [
-        Task(f"{kind}-T{T}-s{seed}", train_one, (kind, T, seed, cfg))
-        for T in cfg["lengths"]
-        for kind in KINDS
-        for seed in cfg["seeds"]
-    ]
-    # one after another in this process: the step times and peak memory compare like with like only so
-    runs = train_many(tasks, 1, on_done=done)
-    summary: dict[str, dict[int, dict[str, float]]] = {}
-    for kind in KINDS:
-        summary[kind] = {}
-        for T in cfg["lengths"]:
-            group = [r for r in runs if r["kind"] == kind and r["T"] == T]
-            summary[kind][T] = {
-                key: statistics.fmean(r[key] for r in group) for key in ("eval_loss", "accuracy", "step_ms", "peak_mib")
-            }
-            if kind == "adaptive":
-                summary[kind][T]["attended_fraction"] = statistics.fmean(r["attended_fraction"] for r in group)
-    rows = [
-        [
-            kind,
-            T,
-            f"{s['eval_loss']:.3f}",
-            f"{s['accuracy']:.2f}",
-            f"{s['step_ms']:.1f}",
-            f"{s['peak_mib']:.1f}",
-            f"{s['attended_fraction']:.2f}" if "attended_fraction" in s else "-",
-        ]
-        for T in cfg["lengths"]
-        for kind, by_T in summary.items()
-        for s in [by_T[T]]
-    ]
-    print_table(
-        ["attention", "T", "loss", "accuracy", "ms/step", "peak MiB", "keys vs full"],
-        rows,
-        title=f"delayed copy (copy distance T/2), {cfg['steps']} "
-        f"steps x {cfg['batch']}, mean of {len(cfg['seeds'])} seed(s)",
-    )
-    spans = {
-        T: next(r["spans"] for r in runs if r["kind"] == "adaptive" and r["T"] == T and r["seed"] == cfg["seeds"][0])
-        for T in cfg["lengths"]
-    }
-    T_max = max(cfg["lengths"])
-    saved = 1 - summary["adaptive"][T_max]["attended_fraction"]
-    time_saved = 1 - summary["adaptive"][T_max]["step_ms"] / summary["full"][T_max]["step_ms"]
-    print(
-        f"\n  adaptive span at T={T_max}: the widest learned span attends {1 - saved:.0%} of full causal attention's "
-        f"key pairs ({saved:.0%} fewer); {abs(time_saved):.0%} {'less' if time_saved >= 0 else 'more'} time per step "
-        "than full attention (seed 002 §7.1 claims 23% less computation on PG-19)"
-    )
-    claims = attach(sparse_claims(runs, T_max), lambda record: sparse_premise(record, runs, T_max))
-    plot = plot_results(summary, spans, out / "sparse.png")
-    return {
-        "quick": quick,
-        "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
-        "runs": runs,
-        "summary": {k: {str(T): v for T, v in by_T.items()} for k, by_T in summary.items()},
-        "adaptive_span": {
-            "T": T_max,
-            "key_pairs_saved": saved,
-            "step_time_saved": time_saved,
-            "spans": {str(T): s for T, s in spans.items()},
-        },
-        "claims": claims,
-        "plots": [str(plot)],
-    }
-
-
-EXPERIMENT = Experiment(
+EXPERIMENT = declare(
     name="sparse",
     description="full vs window / axial / LSH / adaptive-span attention: long-range quality, time and memory per step "
     "(seed 002 §3.1, §7.1)",
     tier=FULL_ONLY,
-    run=run,
+    declaration=Declaration(
+        SparseResult, plan, measure, claims, (KeyTable("sparse attention side by side", sparse_table),), figures
+    ),
     estimate=(180, 1800),
 )
+run = EXPERIMENT.run

@@ -5,9 +5,10 @@ some to the full stop); seed 002 §6.1: 「头7/8充当"备用通道"」 (some h
 
 One model, as the lessons have it: seed 001's GPT (preset ``tang-small``: 4 layers, 4 heads, n_embd 128, block
 128, learned positions) trained on the five-character Tang poems, its quick form (``poslab train --preset
-tang-small --quick``) in the quick lab, the whole preset in the full lab, trained through the lab's shared path
-(:func:`poslab.lab.experiments.training.ensure_many`: a finished identical run is reused, an interrupted one
-continues from its checkpoint, ``--shard`` trains it in one shard). Then the product's own analyses of it:
+tang-small --quick``) in the quick lab, the whole preset in the full lab: the declaration's one arm, trained
+through the pipeline (:func:`poslab.lab.experiments.declaration.ensure_runs`: a finished identical run is reused,
+an interrupted one continues from its checkpoint, ``--shard`` trains it in one shard). Then the product's own
+analyses of it, typed (:class:`~poslab.lab.experiments.tang_heads_result.TangHeadsResult`):
 ``poslab heads`` (:func:`poslab.analysis.heads.head_results`: previous-token, induction, positional and
 punctuation scores, each head's Δloss when masked, the loss with the least important 30% and 60% of the heads
 masked; ``heads.png``) and ``poslab attention`` (:func:`poslab.analysis.attention_map.draw_attention`: every
@@ -22,14 +23,16 @@ model to be a language model of its text clearly below the text's trigram count 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from poslab.analysis import heads as head_analysis
 from poslab.analysis.attention_map import DEFAULT_PROMPT, draw_attention
 from poslab.config import merge
-from poslab.lab.experiments.common import LAB, Experiment, unigram_entropy
-from poslab.lab.experiments.training import ensure_many
+from poslab.lab.experiments.common import LAB, unigram_entropy
+from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare, load, to_json
+from poslab.lab.experiments.tang_heads_result import TangHeadsResult
 from poslab.lab.report.i18n import t
 from poslab.lab.tables import KeyTable, Table
 from poslab.lab.verdicts import (
@@ -38,12 +41,10 @@ from poslab.lab.verdicts import (
     Premise,
     at_least,
     deterministic,
-    get,
     num,
     with_premise,
 )
 from poslab.training import presets
-from poslab.training.config import TrainConfig
 
 #: the lessons' model (seed 001's GPT on the Tang poems)
 PRESET = "tang-small"
@@ -51,44 +52,51 @@ PRESET = "tang-small"
 SPARE_HEADS_MAX_INCREASE = 0.02
 
 
-def tang_config(out: Path, quick: bool, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """The Tang GPT's training: preset ``tang-small`` (its quick form when ``quick``) into
+def tang_config(out: Path, quick: bool, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Tang GPT's training values: preset ``tang-small`` (its quick form when ``quick``) into
     ``OUT/runs/tang-small[-quick]``, as ``poslab train --preset tang-small [--quick]`` trains it (``overrides``:
     training values on top, merged as the command line's ``--KEY VALUE``; tests use tiny ones)."""
     values = merge(presets.preset_config(PRESET, quick=quick), overrides or {})
     values.update(name=PRESET + ("-quick" if quick else ""), out_dir=str(Path(out) / "runs"))
-    return TrainConfig.from_dict(values)
+    return values
 
 
-def run(out: Path, quick: bool = False, overrides: dict[str, Any] | None = None) -> dict:
-    """Train (or reuse) the Tang GPT in ``out/runs`` and :func:`analyse` it into ``out``.
+@dataclass(frozen=True)
+class Setting:
+    """Where the analysis writes its figures, the quick form (fewer evaluation batches), and the run to analyse
+    when it is given (``None``: the plan's one arm)."""
+
+    out: Path
+    quick: bool
+    trained: Path | None
+
+
+def plan(out: Path, quick: bool, overrides: dict[str, Any] | None = None, trained: Path | None = None) -> Plan[Setting]:
+    """Train (or reuse) the Tang GPT in ``out/runs`` and analyse it into ``out``.
 
     Args:
         out: output folder.
         quick: the preset's quick form and fewer evaluation batches.
         overrides: training values on top of the preset (:func:`tang_config`).
+        trained: analyse this finished run folder instead of training one (nothing is trained).
     """
-    (run_dir,) = ensure_many([(tang_config(out, quick, overrides), ())], workers=1, what="Tang model")
-    return analyse(run_dir, out, quick)
+    setting = Setting(Path(out), quick, None if trained is None else Path(trained))
+    if trained is not None:
+        return Plan(setting, {}, summarise=False, what="Tang model")
+    values = tang_config(out, quick, overrides)
+    return Plan(setting, {PRESET: {int(values.get("seed", 0)): values}}, summarise=False, what="Tang model")
 
 
-def analyse(run_dir: Path, out: Path, quick: bool = False) -> dict:
-    """The head analysis of a trained run (``out/heads.png``), its attention on :data:`DEFAULT_PROMPT`
-    (``out/attention.png``) and the claims read off them.
-
-    Returns:
-        :func:`poslab.analysis.heads.head_results`' fields, with ``quick``, ``training`` (the run's corpus, steps,
-        final validation loss and the corpus's unigram entropy), ``attention``
-        (:func:`~poslab.analysis.attention_map.draw_attention`'s record), ``claims`` and ``plots``.
-    """
+def measure(runs: Runs[Setting]) -> TangHeadsResult:
+    """The head analysis of the run (:func:`poslab.analysis.heads.head_results`), its attention on
+    :data:`DEFAULT_PROMPT` (drawn to ``out/attention.png``) and the run's training."""
     from poslab.runs import RunFolder
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    results = head_analysis.head_results(run_dir, quick)
-    head_analysis.plot(results, out / "heads.png")
-    head_analysis.print_summary(results)
-    attention = draw_attention(Path(run_dir), DEFAULT_PROMPT, out / "attention.png")
+    s = runs.setting
+    run_dir = s.trained if s.trained is not None else next(iter(runs.by_arm[PRESET].values())).path
+    results = head_analysis.head_results(run_dir, s.quick)
+    s.out.mkdir(parents=True, exist_ok=True)
+    attention = draw_attention(Path(run_dir), DEFAULT_PROMPT, s.out / "attention.png")
     run = RunFolder(run_dir)
     train, final = run.config()["train"], run.results() or {}
     training = {
@@ -98,14 +106,20 @@ def analyse(run_dir: Path, out: Path, quick: bool = False) -> dict:
         "final_val_loss": final.get("final_val_loss"),
         "unigram_entropy": unigram_entropy(train["corpus"], train.get("val_fraction", 0.1)),
     }
-    return {
-        **results,
-        "quick": quick,
-        "training": training,
-        "attention": attention,
-        "claims": head_claims(results),
-        "plots": [str(out / "heads.png"), str(out / "attention.png")],
-    }
+    return load(TangHeadsResult, {**results, "quick": s.quick, "training": training, "attention": attention})
+
+
+def analyse(run_dir: Path, out: Path, quick: bool = False) -> dict:
+    """The experiment on a trained run: its head analysis (``out/heads.png``), its attention on
+    :data:`DEFAULT_PROMPT` (``out/attention.png``), the key tables printed and the claims read off them."""
+    return EXPERIMENT.run(out, quick, trained=run_dir)
+
+
+def figures(r: TangHeadsResult, out: Path) -> dict[str, Path]:
+    """The heads' scores and pruning curves (:func:`poslab.analysis.heads.plot`), beside the attention map that
+    :func:`measure` drew."""
+    head_analysis.plot(to_json(r), out / "heads.png")
+    return {"heads_plot": out / "heads.png", "attention_plot": out / r.attention.png}
 
 
 # ------------------------------------------------------------------------------------------- claims
@@ -113,64 +127,52 @@ def _one_model(text: str) -> str:
     return f"{text} (measured on the lab's one trained Tang model: a property of that model, not a seeded comparison)"
 
 
-def _previous_token(r: dict, text: str, source: str) -> ClaimRecord:
-    counts = get(r, "counts")
-    total = len(get(r, "heads"))
-    best = max(get(r, "heads"), key=lambda h: h["previous_token"])
-    threshold = get(r, "thresholds.previous_token") if "previous_token" in get(r, "thresholds") else None
+def _previous_token(r: TangHeadsResult, text: str, source: str) -> ClaimRecord:
+    counts = r.counts
+    best = max(r.heads, key=lambda h: h.previous_token)
+    threshold = r.thresholds.previous_token
     measured = (
         f"{counts['previous-token']} previous-token, {counts['induction']} induction, "
         f"{counts['positional']} positional "
-        f"of {total} heads; strongest previous-token head L{best['layer']}H{best['head']} "
-        f"({num(best['previous_token'], 3)} of its attention on the previous token)"
+        f"of {len(r.heads)} heads; strongest previous-token head L{best.layer}H{best.head} "
+        f"({num(best.previous_token, 3)} of its attention on the previous token)"
     )
-    if threshold is None:
-        return at_least(
-            text,
-            source,
-            _one_model("at least one head classified previous-token"),
-            measured,
-            value=float(counts["previous-token"]),
-            floor=1.0,
-        )
     return at_least(
         text,
         source,
         _one_model(f"the strongest head's previous-token score ≥ {num(threshold)}"),
         measured,
-        value=float(best["previous_token"]),
+        value=float(best.previous_token),
         floor=float(threshold),
     )
 
 
-def _punctuation(r: dict, text: str, source: str) -> ClaimRecord:
-    heads = get(r, "heads")
-    best = max(heads, key=lambda h: h["punctuation"])
-    share = get(r, "punctuation_share_of_keys")
-    threshold = get(r, "thresholds.punctuation")
+def _punctuation(r: TangHeadsResult, text: str, source: str) -> ClaimRecord:
+    best = max(r.heads, key=lambda h: h.punctuation)
+    threshold = r.thresholds.punctuation
     measured = (
-        f"{get(r, 'counts.punctuation')} of {len(heads)} heads put ≥ {num(threshold)} of their "
-        f"attention on punctuation; strongest L{best['layer']}H{best['head']} ({num(best['punctuation'], 3)}); "
-        f"punctuation is {share:.0%} of the text"
+        f"{r.counts['punctuation']} of {len(r.heads)} heads put ≥ {num(threshold)} of their "
+        f"attention on punctuation; strongest L{best.layer}H{best.head} ({num(best.punctuation, 3)}); "
+        f"punctuation is {r.punctuation_share_of_keys:.0%} of the text"
     )
-    if not get(r, "punctuation_ids"):
+    if not r.punctuation_ids:
         return ClaimRecord(text, source, "needs punctuation in the vocabulary", measured, None, None, 0, INCONCLUSIVE)
     return at_least(
         text,
         source,
         _one_model(f"the strongest head's share of attention on punctuation ≥ {num(threshold)}"),
         measured,
-        value=float(best["punctuation"]),
+        value=float(best.punctuation),
         floor=float(threshold),
     )
 
 
-def _spare(r: dict, text: str, source: str) -> ClaimRecord:
-    base, pruned = get(r, "base_loss"), get(r, "pruned_30")
-    relative = pruned["loss_increase"] / base
+def _spare(r: TangHeadsResult, text: str, source: str) -> ClaimRecord:
+    base, pruned = r.base_loss, r.pruned_30
+    relative = pruned.loss_increase / base
     measured = (
-        f"masking the {pruned['heads_masked']} least important heads (30%) moves the loss "
-        f"{num(base)} → {num(pruned['loss'])} ({relative:+.1%}); 60%: {num(get(r, 'pruned_60.loss'))}"
+        f"masking the {pruned.heads_masked} least important heads (30%) moves the loss "
+        f"{num(base)} → {num(pruned.loss)} ({relative:+.1%}); 60%: {num(r.pruned_60.loss)}"
     )
     return deterministic(
         text,
@@ -198,7 +200,7 @@ CLAIMS = (
 )
 
 
-def analysed_model_premise(r: dict) -> Premise:
+def analysed_model_premise(r: TangHeadsResult) -> Premise:
     """The premise of a claim read off the analysed model: a language model of its text whose loss is at least
     :data:`poslab.lab.premises.BIGRAM_MARGIN` below the text's *trigram* count model
     (:func:`poslab.lab.experiments.common.ngram_baselines`, interpolated Kneser–Ney).
@@ -213,27 +215,25 @@ def analysed_model_premise(r: dict) -> Premise:
     from poslab.lab.experiments.common import ngram_baselines
     from poslab.lab.premises import BIGRAM_MARGIN, below_baseline
 
-    text = r.get("text") if isinstance(r.get("text"), dict) else {}
+    text = r.text
     needed = f"the analysed model's loss at least {BIGRAM_MARGIN:g} nats/token below its text's trigram baseline"
-    if not text.get("corpus") or text.get("tokenizer") != "char":
+    if not text.corpus or text.tokenizer != "char":
         return Premise(needed, "not measurable: the results do not name the character-level text of the loss", False)
-    if not isinstance(r.get("base_loss"), (int, float)):
-        return Premise(needed, "not measurable: the results hold no loss of the analysed model", False)
-    trigram = ngram_baselines(str(text["corpus"]), float(text.get("val_fraction", 0.1)))["trigram"]
-    return below_baseline({"analysed model (one training, no seeds)": [float(r["base_loss"])]}, trigram, "trigram")
+    trigram = ngram_baselines(text.corpus, text.val_fraction)["trigram"]
+    return below_baseline({"analysed model (one training, no seeds)": [r.base_loss]}, trigram, "trigram")
 
 
-def head_claims(results: dict) -> list[ClaimRecord]:
+def head_claims(results: TangHeadsResult) -> list[ClaimRecord]:
     """The records of :data:`CLAIMS` from the head analysis's results, each under :func:`analysed_model_premise`."""
     premise = analysed_model_premise(results)
     return [with_premise(check(results, text, source), premise) for source, text, check in CLAIMS]
 
 
 # ------------------------------------------------------------------------------------------- tables
-def heads_table(r: dict) -> Table:
+def heads_table(r: TangHeadsResult) -> Table:
     """Every head: its scores, its Δloss when masked, its labels."""
     return Table(
-        t("key.heads.caption", loss=num(r["base_loss"])),
+        t("key.heads.caption", loss=num(r.base_loss)),
         (
             *(t("key.heads." + k) for k in ("head", "prev", "induction", "offset", "confidence", "punct", "masked")),
             "|∂L/∂ξ|",
@@ -241,54 +241,56 @@ def heads_table(r: dict) -> Table:
         ),
         tuple(
             (
-                f"L{h['layer']}H{h['head']}",
-                h["previous_token"],
-                h["induction"],
-                f"{h['positional_offset']:+d}",
-                h["positional_confidence"],
-                h.get("punctuation"),
-                h["mask_loss_delta"],
-                h["grad_importance"],
-                ", ".join(h["labels"]) or "—",
+                f"L{h.layer}H{h.head}",
+                h.previous_token,
+                h.induction,
+                f"{h.positional_offset:+d}",
+                h.positional_confidence,
+                h.punctuation,
+                h.mask_loss_delta,
+                h.grad_importance,
+                ", ".join(h.labels) or "—",
             )
-            for h in r["heads"]
+            for h in r.heads
         ),
     )
 
 
-def pruning_table(r: dict) -> Table:
+def pruning_table(r: TangHeadsResult) -> Table:
     """The loss with the least important 30% and 60% of the heads masked."""
     return Table(
         t("key.heads.prune"),
         tuple(t("key.heads." + k) for k in ("pruned", "nmasked", "loss", "increase")),
         tuple(
-            (f"{share}%", p["heads_masked"], p["loss"], p["loss_increase"])
-            for share, p in ((30, r["pruned_30"]), (60, r["pruned_60"]))
+            (f"{share}%", p.heads_masked, p.loss, p.loss_increase)
+            for share, p in ((30, r.pruned_30), (60, r.pruned_60))
         ),
     )
 
 
-def training_table(r: dict) -> Table:
+def training_table(r: TangHeadsResult) -> Table:
     """The analysed model: its final validation loss beside its corpus's unigram entropy."""
-    run = r["training"]
+    run = r.training
     return Table(
         t("key.runs.caption"),
         (t("key.run"), t("key.runs.corpus"), t("key.runs.steps"), t("key.runs.final"), t("key.runs.baseline")),
-        ((run["run"], run["corpus"], run["steps"], run["final_val_loss"], run["unigram_entropy"]),),
+        ((run.run, run.corpus, run.steps, run.final_val_loss, run.unigram_entropy),),
     )
 
 
-EXPERIMENT = Experiment(
+TABLES = (
+    KeyTable("every head", heads_table),
+    KeyTable("pruning", pruning_table),
+    KeyTable("training run", training_table),
+)
+
+EXPERIMENT = declare(
     name="tang-heads",
     description="the lessons' Tang-poem GPT (tang-small) trained, its heads analysed and its attention drawn; tests "
     "seed 000 Q1 and seed 002 §6.1's spare heads",
     tier=LAB,
-    run=run,
+    declaration=Declaration(TangHeadsResult, plan, measure, head_claims, TABLES, figures),
     # wall seconds of training, head analysis and attention map on 2 quiet cores (docs/lab.md, "Timing")
     estimate=(120, 1040),
-    tables=(
-        KeyTable("every head", heads_table),
-        KeyTable("pruning", pruning_table),
-        KeyTable("training run", training_table),
-    ),
 )
+run = EXPERIMENT.run
