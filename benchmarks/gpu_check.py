@@ -268,7 +268,8 @@ def lab_gpu_size(out_dir: Path, dry_run: bool, steps: int) -> dict[str, Any]:
         "experiment": "extrapolation",
         "schemes": ["rope"],
         "wall_s": wall,
-        "train_s": sum(r["wall_time_s"] or 0.0 for r in runs),  # one worker: the trainings one after another
+        # one worker: the trainings one after another; None when a run did not record its time
+        "train_s": None if any(r["wall_time_s"] is None for r in runs) else sum(r["wall_time_s"] for r in runs),
         "runs": runs,
         "verdicts": [c.get("verdict") for c in results["claims"]],
         "full_size": full.name,
@@ -334,7 +335,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             raise SystemExit(1)
         print(
             f"lab gpu size ({row['size']}): {len(row['runs'])} trainings on {row['runs'][0]['device']}, "
-            f"{statistics.median(r['tokens_per_s'] for r in row['runs']):,.0f} tokens/s, train {row['train_s']:.0f} s, "
+            f"{statistics.median(r['tokens_per_s'] for r in row['runs']):,.0f} tokens/s, train "
+            f"{'unrecorded' if row['train_s'] is None else format(row['train_s'], '.0f') + ' s'}, "
             f"all {row['wall_s']:.0f} s; the full {row['full_size']} size at this rate: "
             f"{row['full_size_train_s_from_measured_rate']:.0f} s a training; figures in {args.out}",
             flush=True,

@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -257,6 +258,7 @@ def timed_process(command: list[str], threads: int, log: Path) -> dict[str, floa
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with log.open("w", encoding="utf-8") as out:
+        # subprocess.run kills the child on any exception: SIGTERM, raised as KeyboardInterrupt in main(), included
         code = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -382,6 +384,10 @@ def summarise(rows: list[dict[str, Any]], target: float) -> dict[str, Any]:
     return out
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -408,6 +414,7 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/time-to-loss"))
     parser.add_argument("--out", type=Path, default=Path("runs/time-to-loss/results.json"))
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, _stop)  # a stopped benchmark leaves no contender process behind
     args.preset = args.preset or DEFAULT_PRESETS[args.recipe]
     if args.target is None:
         args.target = NANOGPT_RECIPES[args.recipe].target
