@@ -15,6 +15,7 @@ from poslab.lab.verdicts import (
     compare,
     deterministic,
     missed_by,
+    on_common_seeds,
     paired,
     tally,
 )
@@ -120,6 +121,15 @@ def test_paired_differences_cancel_the_shared_seed_noise():
     assert unpaired.verdict == INCONCLUSIVE and record.verdict == HELD and record.margin == pytest.approx(0.1)
     with pytest.raises(ValueError, match="one value per seed"):
         paired("x", "t", [1.0, 2.0], [1.0], better_label="a", worse_label="b", metric="m")
+
+
+def test_arms_pair_on_the_seeds_they_share_in_the_first_arms_order():
+    seeds, values = on_common_seeds(
+        {"a": {3: 1.0, 1: 2.0, 2: 3.0}, "b": {1: 5.0, 3: 6.0}, "c": {2: 0.0, 1: 7.0, 3: 8.0}}
+    )
+    assert seeds == [3, 1]
+    assert values == [[1.0, 2.0], [6.0, 5.0], [8.0, 7.0]]
+    assert on_common_seeds({"a": {1: 1.0}, "b": {2: 2.0}}) == ([], [[], []])
 
 
 def test_best_of_is_decided_pairwise():

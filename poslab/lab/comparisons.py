@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from scipy import stats
 
@@ -36,6 +36,19 @@ from poslab.lab.records import (
     mean_sd,
     pm,
 )
+
+S = TypeVar("S", bound=Hashable)
+
+
+def on_common_seeds(by_arm: Mapping[str, Mapping[S, float]]) -> tuple[list[S], list[list[float]]]:
+    """The seeds every arm trained (in the first arm's order) and each arm's values on them, in the arms' order.
+
+    ``by_arm``: arm -> seed -> value. Seed ``s`` of every arm trains on the same batches (:mod:`poslab.lab.plan`),
+    so the arms' values on their common seeds are paired, seed by seed; no common seed: an empty list.
+    """
+    arms = list(by_arm.values())
+    seeds = [s for s in arms[0] if all(s in other for other in arms[1:])] if arms else []
+    return seeds, [[values[s] for s in seeds] for values in arms]
 
 
 def _scaled(values: Sequence[float], log: bool, what: str) -> list[float]:

@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from poslab.lab.comparisons import best_of, bound, compare, equivalent, paired
+from poslab.lab.comparisons import best_of, bound, compare, equivalent, on_common_seeds, paired
 from poslab.lab.plan import ALPHA, Design, Test, adjust, one_sample_p, welch_p
 from poslab.lab.records import (
     DID_NOT_HOLD,
@@ -60,6 +60,7 @@ __all__ = [
     "design_problems",
     "deterministic",
     "equivalent",
+    "on_common_seeds",
     "get",
     "mean_sd",
     "missed_by",

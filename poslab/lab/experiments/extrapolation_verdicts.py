@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, best_of, bound, compare, paired, pm
+from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, best_of, bound, compare, on_common_seeds, paired, pm
 
 #: a model whose in-length perplexity exceeds this multiple of the median over schemes "did not train"
 UNDERTRAINED = 1.5
@@ -143,15 +143,13 @@ def extrapolation_claims(
         a, b = ppl(better, factor), ppl(worse, factor)
         crit = f"ln ppl at {factor}x L of {better} < that of {worse}"
         record = missing(text, source, crit, (better, worse), [a, b])
-        seeds = [
-            s for s in a or {} if s in (b or {})
-        ]  # the seeds both arms trained: the same batches (see above), paired
+        seeds, (mine, theirs) = on_common_seeds({better: a or {}, worse: b or {}})
         if record is None and seeds:
             record = paired(
                 text,
                 source,
-                [a[s] for s in seeds],
-                [b[s] for s in seeds],
+                mine,
+                theirs,
                 better_label=better,
                 worse_label=worse,
                 metric=f"ppl at {factor}x L",
@@ -221,12 +219,12 @@ def extrapolation_claims(
     crit = "ppl(4L)/ppl(L) of RoPE < that of T5 and of ALiBi"
     record = missing(text, source, crit, tuple(arms), list(arms.values()))
     if record is None:
-        seeds = [s for s in arms["rope"] if all(s in v for v in arms.values())]
+        seeds, common = on_common_seeds(arms)
         shared = len(seeds) > 0  # the seeds every arm trained: paired, as above
         ranked = best_of(
             text,
             source,
-            {s: [math.log(v[k]) for k in (seeds if shared else v)] for s, v in arms.items()},
+            {s: [math.log(x) for x in (mine if shared else v.values())] for (s, v), mine in zip(arms.items(), common)},
             ["rope"],
             metric="ln(ppl(4L) / ppl(L))",
             paired_seeds=shared,

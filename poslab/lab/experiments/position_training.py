@@ -49,7 +49,7 @@ from poslab.lab.plan import own_family
 from poslab.lab.premises import arms_of, attach, below_bigram, language_models, premises_table
 from poslab.lab.scale import SIZES, lab_config, lesson_config, schemes_of
 from poslab.lab.tables import KeyTable
-from poslab.lab.verdicts import ClaimRecord, Premise, deterministic, equivalent, paired
+from poslab.lab.verdicts import ClaimRecord, Premise, deterministic, equivalent, on_common_seeds, paired
 from poslab.nn import positions
 from poslab.runs import RunFolder
 
@@ -95,9 +95,7 @@ def training_claims(
         return all(n in losses for n in names)
 
     def common(*names: str) -> tuple[list[int], list[list[float]]]:
-        """The seeds every arm of ``names`` trained (in the first arm's order) and each arm's values on them."""
-        both = [x for x in by_arm[names[0]] if all(x in by_arm[n] for n in names[1:])]
-        return both, [[losses[n][by_arm[n].index(x)] for x in both] for n in names]
+        return on_common_seeds({n: dict(zip(by_arm[n], losses[n])) for n in names})
 
     if have("learned", "none"):
         both, (learned, none) = common("learned", "none")
