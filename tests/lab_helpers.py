@@ -158,6 +158,7 @@ def snapshot_lab(root: Path) -> Path:
 def extrapolation_result(perplexity: dict[str, Any]) -> dict[str, Any]:
     """An extrapolation results.json (trained at 32, read at 1x and 2x, seeds 1 and 2) holding ``perplexity``
     (scheme -> factor -> aggregated cell) and nothing measured besides it."""
+    from poslab.lab.experiments.common import Baselines
     from poslab.lab.experiments.declaration import to_json
     from poslab.lab.experiments.extrapolation import ExtrapolationResult
     from poslab.lab.scale import SIZES
@@ -166,9 +167,7 @@ def extrapolation_result(perplexity: dict[str, Any]) -> dict[str, Any]:
         ExtrapolationResult(
             **{f: {} for f in ("perplexity_by_seed", "loss_by_position", "run_dirs", "final_val_loss")},
             size=SIZES["smoke"],
-            corpus="shakespeare",
-            unigram_entropy_nats=3.3,
-            ngram_baselines={},
+            baselines=Baselines({}, "shakespeare", 3.3),
             seeds=[1, 2],
             seeds_by_scheme={scheme: [1, 2] for scheme in perplexity},
             train_length=32,

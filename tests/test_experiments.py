@@ -18,6 +18,7 @@ import pytest
 from poslab import positions
 from poslab.cli.app import main
 from poslab.lab import experiments
+from poslab.lab.experiments.common import Baselines, baselines_field
 from poslab.nn.positions.rope import SCALINGS
 
 NAMES = ("params", "shapes", "rope-relative", "permutation", "causal-leak", "frequencies")
@@ -411,6 +412,32 @@ def test_a_typed_result_reads_back_from_its_json_and_names_what_it_lacks():
         load(_Result, {**to_json(result), "by_seed": {"1": "high"}})
     with pytest.raises(TypeError, match="none of its types"):
         load(_Result, {**to_json(result), "label": [1]})
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    steps: int
+    baselines: Baselines = baselines_field()
+
+
+def test_a_results_baselines_are_held_inline_and_read_from_the_older_layout():
+    """A result's :class:`Baselines` field is written as ``corpus``, ``unigram_entropy_nats`` and ``ngram_baselines``
+    among the result's own keys and read back from them; a results.json holding only ``ngram_baselines`` reads
+    back too, and one without them names the missing field."""
+    from poslab.lab.experiments.declaration import load, to_json
+
+    result = Held(3, Baselines({"bigram": 2.5}, "shakespeare", 3.25))
+    data = json.loads(json.dumps(to_json(result)))
+    assert data == {
+        "steps": 3,
+        "ngram_baselines": {"bigram": 2.5},
+        "corpus": "shakespeare",
+        "unigram_entropy_nats": 3.25,
+    }
+    assert load(Held, data) == result
+    assert load(Held, {"steps": 3, "ngram_baselines": {"bigram": 2.5}}) == Held(3, Baselines({"bigram": 2.5}))
+    with pytest.raises(KeyError, match="ngram_baselines"):
+        load(Held, {"steps": 3, "corpus": "shakespeare"})
 
 
 def test_a_plan_follows_its_runs_with_runs_that_start_from_them(tmp_path, corpus, monkeypatch):

@@ -39,7 +39,7 @@ from poslab.lab.experiments.attention_entropy_measure import (
     uniform_rise,
     variants_of,
 )
-from poslab.lab.experiments.common import LAB, ngram_baselines, spearman, unigram_entropy
+from poslab.lab.experiments.common import LAB, Baselines, baselines_field, corpus_baselines, spearman
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.lab_models import lab_model_arms
 from poslab.lab.premises import attach, below_bigram
@@ -67,9 +67,7 @@ class EntropyResult:
     bin_width: int
     query_block: int
     seeds: list[int]
-    corpus: str
-    unigram_entropy_nats: float
-    ngram_baselines: dict[str, float]
+    baselines: Baselines = baselines_field()
     models: dict[str, Variant]
     seconds: float
 
@@ -119,9 +117,7 @@ def measure(runs: Runs[Setting]) -> EntropyResult:
         bin_width=s.bin_width,
         query_block=QUERY_BLOCK,
         seeds=list(s.seeds),
-        corpus=CORPUS,
-        unigram_entropy_nats=unigram_entropy(CORPUS),
-        ngram_baselines=ngram_baselines(CORPUS),
+        baselines=corpus_baselines(CORPUS),
         models=models,
         seconds=time.perf_counter() - s.started,
     )
@@ -275,7 +271,7 @@ def premise_of(record: ClaimRecord, models: dict[str, Variant], bigram: float) -
 
 def claims(result: EntropyResult) -> list[dict[str, Any]]:
     """:func:`entropy_claims`, each with its premise (:func:`premise_of`)."""
-    bigram = result.ngram_baselines["bigram"]
+    bigram = result.baselines.bigram
     return attach(entropy_claims(result.models), lambda record: premise_of(record, result.models, bigram))
 
 

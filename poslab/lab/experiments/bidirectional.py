@@ -57,9 +57,10 @@ from poslab.lab.experiments.bidirectional_leak import (
 )
 from poslab.lab.experiments.common import (
     FULL_ONLY,
-    ngram_baselines,
+    Baselines,
+    baselines_field,
+    corpus_baselines,
     plot_seeded_curves,
-    unigram_entropy,
 )
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, RunSummary, declare, seeded_arms
 from poslab.lab.experiments.training import SEEDS
@@ -118,9 +119,7 @@ class BidirectionalResult:
     steps: int
     mlm_steps: int
     quick: bool
-    corpus: str
-    unigram_entropy_nats: float
-    ngram_baselines: dict[str, float]
+    baselines: Baselines = baselines_field()
     model: dict[str, Any]
     seeds: list[int]
     arms: dict[str, Arm]
@@ -254,9 +253,7 @@ def measure(runs: Runs[Setting]) -> BidirectionalResult:
         steps=s.steps,
         mlm_steps=round(s.steps * MLM_STEPS_FACTOR),
         quick=s.quick,
-        corpus=s.corpus,
-        unigram_entropy_nats=unigram_entropy(s.corpus, s.val_fraction),
-        ngram_baselines=ngram_baselines(s.corpus, s.val_fraction),
+        baselines=corpus_baselines(s.corpus, s.val_fraction),
         model=s.model,
         seeds=list(s.seeds),
         arms={label: Arm(o, p) for label, (o, p) in ARMS.items()},
@@ -273,7 +270,9 @@ def measure(runs: Runs[Setting]) -> BidirectionalResult:
 def claims(r: BidirectionalResult) -> list[dict[str, Any]]:
     """:func:`haviv_claims` with their premises (:func:`haviv_premise`), then :func:`leak_claims`."""
     losses = r.val_loss_seeds
-    seeded = attach(haviv_claims(losses, r.seeds), lambda record: haviv_premise(record, losses, r.ngram_baselines))
+    seeded = attach(
+        haviv_claims(losses, r.seeds), lambda record: haviv_premise(record, losses, r.baselines.ngram_baselines)
+    )
     return seeded + leak_claims(r.leak)
 
 
@@ -289,25 +288,25 @@ def loss_table(r: BidirectionalResult) -> Table:
                 arm.position,
                 r.arm_steps[label],
                 MeanSd.of(losses, 4),
-                sum(losses) / len(losses) / r.unigram_entropy_nats,
+                sum(losses) / len(losses) / r.baselines.unigram_entropy_nats,
                 MeanSd.of([x.final_val_loss for x in r.runs[label]], 4),
             )
         )
     return Table(
-        f"Haviv et al. 2022's control: {r.model['n_layer']} layers, n_embd {r.model['n_embd']}, on {r.corpus!r}; "
-        f"seeds {r.seeds}; MLM loss on the 15% selected positions",
+        f"Haviv et al. 2022's control: {r.model['n_layer']} layers, n_embd {r.model['n_embd']}, "
+        f"on {r.baselines.corpus!r}; seeds {r.seeds}; MLM loss on the 15% selected positions",
         ("arm", "objective", "positions", "steps", "val loss (whole split)", "loss / unigram", "final val loss"),
         tuple(rows),
-        note=f"unigram baseline {r.unigram_entropy_nats:.3f} nats/token",
+        note=f"unigram baseline {r.baselines.unigram_entropy_nats:.3f} nats/token",
     )
 
 
 def figures(r: BidirectionalResult, out: Path) -> dict[str, Path]:
     """The validation curves of every arm (mean and band over seeds)."""
     curves = {label: [x.val_curve for x in r.runs[label]] for label in r.arms}
-    title = f"causal vs masked LM, with and without positions ({r.corpus})"
+    title = f"causal vs masked LM, with and without positions ({r.baselines.corpus})"
     path = out / "bidirectional_curves.png"
-    return {"plot": plot_seeded_curves(curves, path, title, r.unigram_entropy_nats, r.ngram_baselines)}
+    return {"plot": plot_seeded_curves(curves, path, title, r.baselines)}
 
 
 EXPERIMENT = declare(

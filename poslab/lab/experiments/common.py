@@ -9,7 +9,7 @@ import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +195,43 @@ def ngram_baselines(corpus: str, val_fraction: float = 0.1) -> dict[str, float]:
     }
 
 
+#: a result's field that results.json holds inline, its own fields among the result's (a flat layout)
+INLINE = {"inline": True}
+
+
+@dataclass(frozen=True)
+class Baselines:
+    """The corpus a result's models trained on and what models that learned no context reach on its validation
+    split: the yardsticks a trained loss is read against.
+
+    Attributes:
+        corpus: the corpus (a name or a path).
+        unigram_entropy_nats: :func:`unigram_entropy` (``None`` in a results.json that holds only the n-gram
+            baselines).
+        ngram_baselines: :func:`ngram_baselines` (``"unigram"``, ``"bigram"``, ``"trigram"``: nats per character).
+    """
+
+    ngram_baselines: dict[str, float]
+    corpus: str | None = None
+    unigram_entropy_nats: float | None = None
+
+    @property
+    def bigram(self) -> float:
+        """The bigram count model's loss: a model that uses its context beats it."""
+        return self.ngram_baselines["bigram"]
+
+
+def corpus_baselines(corpus: str, val_fraction: float = 0.1) -> Baselines:
+    """``corpus``'s :class:`Baselines` on the validation split of ``val_fraction``."""
+    return Baselines(ngram_baselines(corpus, val_fraction), corpus, unigram_entropy(corpus, val_fraction))
+
+
+def baselines_field() -> Any:
+    """A result's :class:`Baselines` field, held inline in results.json (``corpus``, ``unigram_entropy_nats`` and
+    ``ngram_baselines`` among the result's own keys)."""
+    return field(metadata=INLINE)
+
+
 def draw_perplexity_baselines(ax: Any, baselines: dict[str, float] | None) -> None:
     """The bigram and trigram count models (:func:`ngram_baselines`, nats) as horizontal perplexity lines
     ``exp(nats)`` on a perplexity axis: a model that uses its context sits below the bigram line."""
@@ -218,8 +255,7 @@ def plot_seeded_curves(
     runs: dict[str, list[list[tuple[int, float]]]],
     path: Path,
     title: str,
-    baseline: float | None = None,
-    baselines: dict[str, float] | None = None,
+    baselines: Baselines | None = None,
     style_index: dict[str, int] | None = None,
 ) -> Path:
     """Validation-loss curves, mean over seeds (line) and min..max over seeds (band), one colour and line style per arm.
@@ -228,13 +264,13 @@ def plot_seeded_curves(
         runs: arm label -> one validation curve per seed, ``[(step, val_loss), ...]`` (a run summary's ``val_curve``).
         path: the PNG.
         title: the figure title.
-        baseline: the unigram-entropy baseline (drawn dashed) or ``None``.
-        baselines: the n-gram baselines (:func:`ngram_baselines`), each drawn as a dotted line.
+        baselines: the corpus's unigram entropy (drawn dashed) and n-gram baselines (each drawn dotted), or ``None``.
         style_index: arm label -> :func:`poslab.display.series_style` index (default: the order of
             ``runs``; :func:`scheme_style_index` for position schemes).
     """
     from poslab.display import new_figure, save_figure, series_style
 
+    baseline = baselines.unigram_entropy_nats if baselines is not None else None
     fig, ax = new_figure(size=(8.0, 5.0))
     finals = []
     for i, (label, seeds) in enumerate(runs.items()):
@@ -254,7 +290,8 @@ def plot_seeded_curves(
     if baseline is not None:
         ax.axhline(baseline, color="black", linestyle="--", linewidth=1, label=f"unigram baseline {baseline:.3f}")
     for (name, value), style in zip(
-        ((n, v) for n, v in (baselines or {}).items() if n in NGRAM_ORDERS), (":", "-.", ":")
+        ((n, v) for n, v in (baselines.ngram_baselines if baselines else {}).items() if n in NGRAM_ORDERS),
+        (":", "-.", ":"),
     ):
         if name == "unigram" and baseline is not None:
             continue

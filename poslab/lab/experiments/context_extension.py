@@ -65,7 +65,7 @@ from poslab.analysis.eval import parse_rope_scaling
 from poslab.jobs.runner import check_workers, default_workers
 from poslab.lab import verdicts
 from poslab.lab.experiments import read_results
-from poslab.lab.experiments.common import LAB, ngram_baselines
+from poslab.lab.experiments.common import LAB, Baselines, baselines_field, corpus_baselines
 from poslab.lab.experiments.context_extension_claims import (
     AVERAGED,
     AVERAGING,
@@ -261,7 +261,7 @@ class ContextResult:
     passkey: dict[str, Any]
     averaging: dict[str, Any]
     per_seed: list[dict[str, Any]]
-    ngram_baselines: dict[str, float]
+    baselines: Baselines = baselines_field()
     seconds: float
     workers: int
 
@@ -343,7 +343,7 @@ def measure(runs: Runs[Setting]) -> ContextResult:
         },
         averaging=averaging_summary(per_seed, lab, s.last),
         per_seed=per_seed,
-        ngram_baselines=ngram_baselines(CORPUS),
+        baselines=corpus_baselines(CORPUS),
         seconds=time.perf_counter() - s.started,
         workers=default_workers() if runs.workers is None else check_workers(runs.workers),
     )
@@ -351,7 +351,7 @@ def measure(runs: Runs[Setting]) -> ContextResult:
 
 def claims(r: ContextResult) -> list[verdicts.ClaimRecord]:
     """:func:`~.context_extension_claims.all_claims`, each with its premise (:func:`premise_of`)."""
-    bigram = r.ngram_baselines["bigram"]
+    bigram = r.baselines.bigram
     made = all_claims(r.per_seed, r.averaging["last"], r.size.finetune_steps, budget_of(r.size))
     return attach_premises(made, lambda record: premise_of(record, r.per_seed, bigram))
 
@@ -367,7 +367,7 @@ def figures(r: ContextResult, out: Path) -> dict[str, Path]:
         r.size,
         out / "context_extension.png",
         r.passkey,
-        r.ngram_baselines,
+        r.baselines.ngram_baselines,
     )
     averaging = plot_averaging(r.per_seed, r.size, r.averaging["last"], out / "checkpoint_averaging.png")
     return {"figure": figure, "averaging_figure": averaging}

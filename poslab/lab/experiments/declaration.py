@@ -169,14 +169,32 @@ def ensure_runs(plan: Plan[Any], workers: int | None = None) -> Runs[Any]:
 
 # ------------------------------------------------------------------------------------ typed results <-> JSON
 def to_json(result: Any) -> Any:
-    """A result (a dataclass, nested) as results.json holds it: dicts with string keys, lists, plain values."""
-    return json.loads(json.dumps(dataclasses.asdict(result), default=str))
+    """A result (a dataclass, nested) as results.json holds it: dicts with string keys, lists, plain values; a
+    field marked :data:`~poslab.lab.experiments.common.INLINE` is written as its own fields among its owner's."""
+    return json.loads(json.dumps(_plain(result), default=str))
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            inner = _plain(getattr(value, f.name))
+            if f.metadata.get("inline"):
+                out.update(inner)
+            else:
+                out[f.name] = inner
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def load(kind: Any, data: Any) -> Any:
-    """``data`` (read from results.json) as ``kind``: a dataclass (every field present, else ``KeyError`` naming
-    it), ``list``/``tuple``/``dict`` of such, ``X | None``, or a plain value (``TypeError`` for one of another
-    type)."""
+    """``data`` (read from results.json) as ``kind``: a dataclass (every field without a default present, else
+    ``KeyError`` naming it; an :data:`~poslab.lab.experiments.common.INLINE` field read from the same object),
+    ``list``/``tuple``/``dict`` of such, ``X | None``, or a plain value (``TypeError`` for one of another type)."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if kind is Any:
         return data
@@ -184,7 +202,9 @@ def load(kind: Any, data: Any) -> Any:
         if not isinstance(data, Mapping):
             raise TypeError(f"{kind.__name__}: expected an object, got {type(data).__name__}")
         hints = typing.get_type_hints(kind)
-        return kind(**{f.name: load(hints[f.name], data[f.name]) for f in dataclasses.fields(kind) if f.init})
+        return kind(
+            **{f.name: load(hints[f.name], _field(f, data)) for f in dataclasses.fields(kind) if _read(f, data)}
+        )
     if origin in (typing.Union, types.UnionType):
         if data is None and type(None) in args:
             return None
@@ -220,6 +240,16 @@ def load(kind: Any, data: Any) -> Any:
     if isinstance(kind, type) and not isinstance(data, kind):
         raise TypeError(f"expected {kind.__name__}, got {type(data).__name__} {data!r:.40}")
     return data
+
+
+def _read(f: dataclasses.Field, data: Mapping[str, Any]) -> bool:
+    """Whether :func:`load` reads field ``f`` from ``data``: absent, a field with a default keeps it."""
+    required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    return f.init and (required or f.name in data or bool(f.metadata.get("inline")))
+
+
+def _field(f: dataclasses.Field, data: Mapping[str, Any]) -> Any:
+    return data if f.metadata.get("inline") else data[f.name]
 
 
 def _items(kind: Any, data: Any) -> list[Any]:

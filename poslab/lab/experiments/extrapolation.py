@@ -39,10 +39,11 @@ from poslab.analysis.eval import evaluate_length, loss_by_position
 from poslab.display import new_figure, save_figure, series_style
 from poslab.lab.experiments.common import (
     LAB,
+    Baselines,
+    baselines_field,
+    corpus_baselines,
     draw_perplexity_baselines,
-    ngram_baselines,
     scheme_style_index,
-    unigram_entropy,
 )
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.extrapolation_verdicts import (  # noqa: F401  (re-exported: the claims of this experiment)
@@ -92,9 +93,7 @@ class ExtrapolationResult:
     """
 
     size: Scale
-    corpus: str
-    unigram_entropy_nats: float
-    ngram_baselines: dict[str, float]
+    baselines: Baselines = baselines_field()
     seeds: list[int]
     seeds_by_scheme: dict[str, list[int]]
     train_length: int
@@ -238,9 +237,7 @@ def measure(runs: Runs[Setting]) -> ExtrapolationResult:
     }
     return ExtrapolationResult(
         size=lab,
-        corpus=CORPUS,
-        unigram_entropy_nats=unigram_entropy(CORPUS),
-        ngram_baselines=ngram_baselines(CORPUS),
+        baselines=corpus_baselines(CORPUS),
         seeds=sorted({seed for chosen in s.seeds_by_scheme.values() for seed in chosen}),
         seeds_by_scheme={scheme: list(chosen) for scheme, chosen in s.seeds_by_scheme.items()},
         train_length=lab.train_length,
@@ -266,11 +263,11 @@ def measure(runs: Runs[Setting]) -> ExtrapolationResult:
 def claims(r: ExtrapolationResult) -> list[dict[str, Any]]:
     """:func:`~poslab.lab.experiments.extrapolation_verdicts.extrapolation_claims` on the non-overlapping reading,
     each with the sliding window's verdict in its details and its premise (:func:`premise_of`)."""
-    tables, baseline = r.perplexity_by_seed, r.unigram_entropy_nats
+    tables, baseline = r.perplexity_by_seed, r.baselines.unigram_entropy_nats
     records = extrapolation_claims(tables, "nonoverlapping", baseline)
     for c, s in zip(records, extrapolation_claims(tables, "sliding", baseline)):
         c["details"]["sliding_window"] = {k: s.get(k) for k in ("measured", "margin", "noise", "verdict")}
-    bigram = r.ngram_baselines["bigram"]
+    bigram = r.baselines.bigram
     return attach(records, lambda record: premise_of(record, tables, r.loss_by_position, bigram))
 
 
@@ -282,7 +279,10 @@ def perplexity_table(r: ExtrapolationResult, mode: str) -> Table:
         return f"{scheme} (n={len(r.seeds_by_scheme[scheme])})" if len(counts) > 1 else scheme
 
     baseline = t(
-        "key.baseline", corpus=r.corpus, value=num(r.unigram_entropy_nats), ppl=num(math.exp(r.unigram_entropy_nats))
+        "key.baseline",
+        corpus=r.baselines.corpus,
+        value=num(r.baselines.unigram_entropy_nats),
+        ppl=num(math.exp(r.baselines.unigram_entropy_nats)),
     )
     length = r.train_length
     return Table(
@@ -297,7 +297,7 @@ def perplexity_table(r: ExtrapolationResult, mode: str) -> Table:
 
 def figures(r: ExtrapolationResult, out: Path) -> dict[str, Path]:
     """Perplexity against evaluation length (:func:`plot`)."""
-    return {"figure": plot(r.perplexity, r.size, out / "extrapolation.png", r.ngram_baselines)}
+    return {"figure": plot(r.perplexity, r.size, out / "extrapolation.png", r.baselines.ngram_baselines)}
 
 
 TABLES = tuple(KeyTable(f"perplexity ({mode})", lambda r, mode=mode: perplexity_table(r, mode)) for mode in MODES)

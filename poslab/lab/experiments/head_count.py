@@ -31,7 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from poslab.lab.experiments.common import LAB, ngram_baselines, plot_seeded_curves, unigram_entropy
+from poslab.lab.experiments.common import (
+    LAB,
+    Baselines,
+    baselines_field,
+    corpus_baselines,
+    plot_seeded_curves,
+)
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, RunSummary, declare, seeded_arms
 from poslab.lab.experiments.training import planned_seeds
 from poslab.lab.premises import attach, below_bigram
@@ -138,9 +144,7 @@ class HeadsResult:
 
     steps: int
     quick: bool
-    corpus: str
-    unigram_entropy_nats: float
-    ngram_baselines: dict[str, float]
+    baselines: Baselines = baselines_field()
     d_model: int
     seeds: list[int]
     runs: dict[str, list[RunSummary]]
@@ -187,9 +191,7 @@ def measure(runs: Runs[Setting]) -> HeadsResult:
     return HeadsResult(
         steps=s.steps,
         quick=s.quick,
-        corpus=s.corpus,
-        unigram_entropy_nats=unigram_entropy(s.corpus, s.val_fraction),
-        ngram_baselines=ngram_baselines(s.corpus, s.val_fraction),
+        baselines=corpus_baselines(s.corpus, s.val_fraction),
         d_model=s.d_model,
         seeds=list(s.seeds),
         runs=summaries,
@@ -203,7 +205,7 @@ def claims(result: HeadsResult) -> list[dict[str, Any]]:
     every count must be a language model (clearly below the :data:`PREMISE_BASELINE`)."""
     losses = {int(h): v for h, v in result.val_loss_seeds.items()}
     premise = below_bigram(
-        {f"heads-{h}": v for h, v in result.val_loss_seeds.items()}, result.ngram_baselines[PREMISE_BASELINE]
+        {f"heads-{h}": v for h, v in result.val_loss_seeds.items()}, result.baselines.ngram_baselines[PREMISE_BASELINE]
     )
     return attach(head_claims(losses, result.d_model, tuple(result.seeds)), lambda record: premise)
 
@@ -224,19 +226,19 @@ def heads_table(r: HeadsResult) -> Table:
             )
         )
     return Table(
-        f"seed 001 exercise 2: heads at n_embd {r.d_model}, {r.steps} steps on {r.corpus!r}; seeds {r.seeds}",
+        f"seed 001 exercise 2: heads at n_embd {r.d_model}, {r.steps} steps on {r.baselines.corpus!r}; seeds {r.seeds}",
         ("heads", "d_k", t("key.train.params"), t("key.train.val"), "final val loss (sampled)", "tokens/s"),
         tuple(rows),
         note="count-model baselines (interpolated Kneser-Ney), nats/token: "
-        + ", ".join(f"{k} {v:.3f}" for k, v in r.ngram_baselines.items()),
+        + ", ".join(f"{k} {v:.3f}" for k, v in r.baselines.ngram_baselines.items()),
     )
 
 
 def figures(r: HeadsResult, out: Path) -> dict[str, Path]:
     """The validation curves of every head count (mean and band over seeds)."""
     curves = {f"{h} heads": [x.val_curve for x in r.runs[f"heads-{h}"]] for h in r.val_loss_seeds}
-    title = f"heads at n_embd {r.d_model} ({r.steps} steps, {r.corpus})"
-    path = plot_seeded_curves(curves, out / "heads_curves.png", title, r.unigram_entropy_nats, r.ngram_baselines)
+    title = f"heads at n_embd {r.d_model} ({r.steps} steps, {r.baselines.corpus})"
+    path = plot_seeded_curves(curves, out / "heads_curves.png", title, r.baselines)
     return {"plot": path}
 
 

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from poslab.display import new_figure, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, ngram_baselines
+from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.head_map_probe import SPARE_LOSS, HeadRow, MapStatistics, Probe, SeedProbe, probe_model
 from poslab.lab.experiments.training import SEEDS
@@ -93,7 +93,7 @@ class MapResult:
     heads: list[HeadRow]
     counts: dict[str, Any]
     per_seed: list[SeedProbe]
-    ngram_baselines: dict[str, float]
+    baselines: Baselines = baselines_field()
     not_tested: str
 
 
@@ -223,14 +223,14 @@ def measure(runs: Runs[Setting]) -> MapResult:
         heads=heads,
         counts=first.counts,
         per_seed=per_seed,
-        ngram_baselines=ngram_baselines(first.corpus),
+        baselines=corpus_baselines(first.corpus),
         not_tested="heads 3/4 'semantic keywords': the corpus has no word-level semantic labels",
     )
 
 
 def claims(r: MapResult) -> list[dict[str, Any]]:
     """:func:`map_claims` with their premise (:func:`map_premise`)."""
-    premise = map_premise([p.val_loss for p in r.per_seed], r.ngram_baselines["trigram"])
+    premise = map_premise([p.val_loss for p in r.per_seed], r.baselines.ngram_baselines["trigram"])
     return attach(map_claims([p.statistics for p in r.per_seed], r.seeds), lambda record: premise)
 
 

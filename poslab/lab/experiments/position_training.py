@@ -38,10 +38,11 @@ from poslab.display import plot_loss_by_position
 from poslab.lab.experiments.common import (
     LAB,
     NGRAM_ORDERS,
-    ngram_baselines,
+    Baselines,
+    baselines_field,
+    corpus_baselines,
     plot_seeded_curves,
     scheme_style_index,
-    unigram_entropy,
 )
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, RunSummary, declare, seeded_arms, to_json
 from poslab.lab.experiments.training import SEEDS, TIMING_STEPS, alternating_cpu_speed, planned_seeds, runs_table
@@ -213,9 +214,7 @@ class PositionResult:
 
     steps: int
     quick: bool
-    corpus: str
-    unigram_entropy_nats: float
-    ngram_baselines: dict[str, float]
+    baselines: Baselines = baselines_field()
     cpu_speed: dict[str, list[float]] | None
     seeds: list[int]
     runs: dict[str, list[RunSummary]]
@@ -279,9 +278,7 @@ def measure(runs: Runs[Setting]) -> PositionResult:
     return PositionResult(
         steps=s.steps,
         quick=s.quick,
-        corpus=s.corpus,
-        unigram_entropy_nats=unigram_entropy(s.corpus, s.val_fraction),
-        ngram_baselines=ngram_baselines(s.corpus, s.val_fraction),
+        baselines=corpus_baselines(s.corpus, s.val_fraction),
         cpu_speed=speed,
         seeds=list(s.seeds),
         runs=summaries,
@@ -294,7 +291,7 @@ def measure(runs: Runs[Setting]) -> PositionResult:
 def claims(r: PositionResult) -> list[dict[str, Any]]:
     """:func:`training_claims`, each with its premise: the timing's says how it was measured; the others need every
     seed of the arms they read below the bigram baseline."""
-    speed, bigram = r.cpu_speed, r.ngram_baselines["bigram"]
+    speed, bigram = r.cpu_speed, r.baselines.bigram
 
     def premise(record: ClaimRecord) -> Premise:
         if record.details.get("metric") == SPEED_METRIC and speed is not None:
@@ -314,10 +311,14 @@ def figures(r: PositionResult, out: Path) -> dict[str, Path]:
     position of the window against the n-gram baselines."""
     styles = scheme_style_index(list(r.runs))
     runs = {name: [x.val_curve for x in summaries] for name, summaries in r.runs.items()}
-    title = f"position schemes, same GPT ({r.steps} steps, {r.corpus})"
+    title = f"position schemes, same GPT ({r.steps} steps, {r.baselines.corpus})"
     drawn = {
         "plot": plot_seeded_curves(
-            runs, out / "position_training_curves.png", title, r.unigram_entropy_nats, r.ngram_baselines, styles
+            runs,
+            out / "position_training_curves.png",
+            title,
+            r.baselines,
+            styles,
         )
     }
     curves = {name: [x.loss_by_position for x in seeds if x.loss_by_position] for name, seeds in r.runs.items()}
@@ -327,8 +328,8 @@ def figures(r: PositionResult, out: Path) -> dict[str, Path]:
             curves,
             out / "loss_by_position.png",
             style_index=styles,
-            baselines={f"{k} count model": v for k, v in r.ngram_baselines.items() if k in NGRAM_ORDERS},
-            title=f"loss at each position of the {window}-token window, validation split ({r.corpus}); "
+            baselines={f"{k} count model": v for k, v in r.baselines.ngram_baselines.items() if k in NGRAM_ORDERS},
+            title=f"loss at each position of the {window}-token window, validation split ({r.baselines.corpus}); "
             "a model that uses its context falls below the bigram line",
         )
     return drawn

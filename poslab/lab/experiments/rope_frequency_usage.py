@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from poslab.display import new_figure, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, ngram_baselines
+from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.training import SEEDS, preset_arms
 from poslab.lab.premises import attach, below_bigram
@@ -147,7 +147,7 @@ class UsageResult:
     n_pairs: int
     per_seed: list[SeedReading]
     quick: bool
-    ngram_baselines: dict[str, float]
+    baselines: Baselines = baselines_field()
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ def measure(runs: Runs[Setting]) -> UsageResult:
         len(per_seed[0].inv_freq),
         per_seed,
         runs.setting.quick,
-        ngram_baselines(per_seed[0].corpus),
+        corpus_baselines(per_seed[0].corpus),
     )
 
 
@@ -268,7 +268,7 @@ def seed_claims(per_seed: list[SeedReading]) -> list[dict[str, Any]]:
 def claims(r: UsageResult) -> list[dict[str, Any]]:
     """:func:`seed_claims` with their premise: which frequencies a model's content uses is a question about a model
     that learned the language: every seed's model (a per-model capability) below the bigram baseline."""
-    premise = below_bigram({"rope": [s.val_loss for s in r.per_seed]}, r.ngram_baselines["bigram"])
+    premise = below_bigram({"rope": [s.val_loss for s in r.per_seed]}, r.baselines.bigram)
     return attach(seed_claims(r.per_seed), lambda record: premise)
 
 

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from poslab.analysis.eval import loss_by_position
 from poslab.analysis.heads import attention_weights, sink_scores
 from poslab.display import new_figure, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, ngram_baselines
+from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, preset_arms
 from poslab.lab.premises import all_of, attach, below_bigram, uses_context
@@ -94,7 +94,7 @@ class StreamingResult:
     seeds: list[int]
     per_seed: list[SeedReading]
     quick: bool
-    ngram_baselines: dict[str, float]
+    baselines: Baselines = baselines_field()
 
 
 @torch.no_grad()
@@ -194,7 +194,7 @@ def measure(runs: Runs[Setting]) -> StreamingResult:
         [r.seed for r in per_seed],
         per_seed,
         runs.setting.quick,
-        ngram_baselines(per_seed[0].corpus),
+        corpus_baselines(per_seed[0].corpus),
     )
 
 
@@ -228,7 +228,7 @@ def premise_of(per_seed: list[SeedReading], bigram: float) -> Premise:
 
 def claims(r: StreamingResult) -> list[dict[str, Any]]:
     """:func:`seed_claims` with its premise (:func:`premise_of`)."""
-    premise = premise_of(r.per_seed, r.ngram_baselines["bigram"])
+    premise = premise_of(r.per_seed, r.baselines.bigram)
     return attach(seed_claims(r.per_seed), lambda record: premise)
 
 

@@ -52,7 +52,7 @@ from typing import Any
 import torch
 
 from poslab.display import new_figure, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, ngram_baselines, unigram_entropy
+from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, RunSummary, declare, seeded_arms
 from poslab.lab.experiments.training import SEEDS, lm_premise
 from poslab.lab.experiments.transformer_xl_measure import (
@@ -156,9 +156,7 @@ class XLResult:
 
     quick: bool
     scheme: str
-    corpus: str
-    unigram_entropy_nats: float
-    ngram_baselines: dict[str, float]
+    baselines: Baselines = baselines_field()
     segment_length: int
     train_memory: int
     eval_memories: list[int]
@@ -215,9 +213,7 @@ def measure(runs: Runs[Setting]) -> XLResult:
     return XLResult(
         quick=s.form == "quick",
         scheme=SCHEME,
-        corpus=corpus,
-        unigram_entropy_nats=unigram_entropy(corpus, fraction),
-        ngram_baselines=ngram_baselines(corpus, fraction),
+        baselines=corpus_baselines(corpus, fraction),
         segment_length=L,
         train_memory=L,
         eval_memories=[f * L for f in EVAL_MEMORY_FACTORS],
@@ -302,7 +298,7 @@ def xl_claims(per_seed: list[SeedReading]) -> list[dict[str, Any]]:
 def claims(r: XLResult) -> list[dict[str, Any]]:
     """:func:`xl_claims` with their premise: every claim is about context past L, so both arms' models, every seed
     (a per-model capability), must be language models that use their context within L."""
-    premise = lm_premise(r.runs, list(ARMS), r.ngram_baselines["bigram"], context=True)
+    premise = lm_premise(r.runs, list(ARMS), r.baselines.bigram, context=True)
     return attach(xl_claims(r.per_seed), lambda record: premise)
 
 
@@ -323,7 +319,7 @@ def loss_table(r: XLResult) -> Table:
             )
         )
     return Table(
-        f"Transformer-XL on {r.corpus!r}: {r.model['n_layer']} layers, n_embd {r.model['n_embd']}, L = {L}, "
+        f"Transformer-XL on {r.baselines.corpus!r}: {r.model['n_layer']} layers, n_embd {r.model['n_embd']}, L = {L}, "
         f"{r.steps} steps; {r.eval_streams} validation streams read segment after segment; seeds {r.seeds}",
         ("evaluation", f"val loss (segments of {L})", "first quarter", "last quarter", "place 0"),
         tuple(rows),
@@ -334,7 +330,7 @@ def loss_table(r: XLResult) -> Table:
 
 def figures(r: XLResult, out: Path) -> dict[str, Path]:
     """Loss by place in the segment, one line per condition: mean over seeds, band min..max."""
-    per_seed, baseline, baselines = r.per_seed, r.unigram_entropy_nats, r.ngram_baselines
+    per_seed, baseline, baselines = r.per_seed, r.baselines.unigram_entropy_nats, r.baselines.ngram_baselines
     fig, ax = new_figure(size=(8.5, 5.0))
     L = r.segment_length
     places = list(range(L))
