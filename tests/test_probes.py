@@ -385,3 +385,20 @@ def test_run_takes_the_seeds(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="stop"):
         experiment.run(tmp_path, form="smoke", schemes=["rope"], workers=1, seeds=(7, 8, 9, 10))
     assert sorted(set(trained)) == [7, 8, 9, 10]
+
+
+def test_an_arm_the_plan_leaves_out_makes_its_claims_not_testable_in_any_form():
+    """The rule is the plan's, not the form's name: a full-size form that leaves alibi out defers alibi's claims
+    (not testable, the arm named), while a form that leaves nothing out measures the rest."""
+    accuracy = {s: dict(ABOVE) for s in experiment.RANKING if s != "alibi"}
+    full = dataclasses.replace(QUICK, name="full", left_out=("alibi",))
+    records = {r.claim: r for r in experiment.probe_claims(_table(accuracy), {}, full)}
+    for name in (
+        "t5 generalises past the training length better than alibi",
+        "alibi generalises past the training length better than rope",
+    ):
+        assert verdicts.not_testable(records[name]), name
+        assert records[name].premise.measured == "alibi: the full form only"
+    assert records["none generalises past the training length better than t5"].premise is None
+    kept = {r.claim: r for r in experiment.probe_claims(_table(accuracy), {}, dataclasses.replace(full, left_out=()))}
+    assert kept["t5 generalises past the training length better than alibi"].premise is None

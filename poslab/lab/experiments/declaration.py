@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from poslab.lab.experiments.common import Experiment
+from poslab.lab.plan import PILOT, QUICK_SEED_CAP, Design
 from poslab.lab.tables import KeyTable, print_tables
-from poslab.lab.verdicts import ClaimRecord
+from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, with_premise
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -165,6 +166,29 @@ def ensure_runs(plan: Plan[Any], workers: int | None = None) -> Runs[Any]:
     if plan.follow is not None:
         by_arm.update(ensure_runs(plan.follow(by_arm), workers).by_arm)
     return Runs(plan, by_arm, workers)
+
+
+# ------------------------------------------------------------------------------------ arms left to the full form
+#: why the quick lab leaves an arm to the full form (:data:`poslab.lab.plan.QUICK_SEEDS`)
+QUICK_PLAN = (
+    f"the quick lab trains an arm only where the pilot, {PILOT}, decides a claim it enters within {QUICK_SEED_CAP} "
+    "seeds; `poslab lab --full` or `--seeds N` trains every arm"
+)
+
+
+def not_trained(
+    claim: str, source: str, criterion: str, missing: Sequence[str], n_seeds: int, design: Design
+) -> ClaimRecord:
+    """The rule for a claim on arms the plan does not train at this form: not testable at this scale, its premise
+    naming the ``missing`` arms and why (:data:`QUICK_PLAN`); ``n_seeds`` and ``design`` are what the form that
+    trains them decides it with."""
+    premise = Premise(
+        text=f"its arms trained in this form ({QUICK_PLAN})",
+        measured=f"{', '.join(missing)}: the full form only",
+        met=False,
+    )
+    record = ClaimRecord(claim, source, criterion, "not trained in this form", None, None, 0, INCONCLUSIVE)
+    return with_premise(dataclasses.replace(record, n_seeds=n_seeds, design=design), premise)
 
 
 # ------------------------------------------------------------------------------------ typed results <-> JSON

@@ -11,8 +11,9 @@ from typing import Any
 
 from poslab.lab import verdicts
 from poslab.lab.evidence import SENTENCE_KEY
-from poslab.lab.experiments.probes_forms import FORMS, Form
-from poslab.lab.plan import PILOT, QUICK_SEED_CAP, Design, Test
+from poslab.lab.experiments.declaration import not_trained
+from poslab.lab.experiments.probes_forms import FORMS, HEADS_ARM, Form
+from poslab.lab.plan import Design, Test
 from poslab.lab.premises import above_chance, all_of, fits_length
 from poslab.nn import positions
 
@@ -106,32 +107,6 @@ def _heads_claim(few: int, many: int) -> str:
     return f"more heads carry more relations at once: {what}"
 
 
-def _deferred(
-    claim: str,
-    source: str,
-    criterion: str,
-    arms: tuple[str, ...],
-    table: dict[str, dict[str, dict[str, Any]]],
-    n_seeds: int,
-) -> verdicts.ClaimRecord:
-    """A claim whose arms the quick form leaves to the full form (:data:`poslab.lab.plan.QUICK_SEEDS`): not testable
-    at this scale, saying why."""
-    trained = {s for cells in table.values() for s in cells}
-    missing = [a for a in arms if a not in trained]
-    premise = verdicts.Premise(
-        text=(
-            "its arms trained in this form (the quick lab trains an arm only where the pilot, "
-            f"{PILOT}, decides a claim it enters within {QUICK_SEED_CAP} seeds; "
-            "`poslab lab --full` or `--seeds N` trains every arm)"
-        ),
-        measured=f"{', '.join(missing)}: the full form only",
-        met=False,
-    )
-    record = _unmeasurable(claim, source, criterion, "not trained in this form")
-    record = dataclasses.replace(record, n_seeds=n_seeds, design=Design(Test.PAIRED))
-    return verdicts.with_premise(record, premise)
-
-
 # ------------------------------------------------------------------------------------ claims
 def probe_premise(
     record: verdicts.ClaimRecord, table: dict[str, dict[str, dict[str, Any]]], heads: dict[int, list[float]], form: Form
@@ -144,7 +119,7 @@ def probe_premise(
       expected to fail);
     * the head-count claim: the arm with more heads reaches it at L on MQAR.
     """
-    if record.premise is not None:  # a claim whose arms this form does not train (:func:`_deferred`)
+    if record.premise is not None:  # a claim whose arms this form does not train (declaration.not_trained)
         return record.premise
     d = record.details
     if d["metric"].startswith("MQAR"):
@@ -186,17 +161,10 @@ def probe_claims(
                 )
             )
             continue
-        if form.name == "quick" and any(s not in table.get(t, {}) for s in (better, worse) for t in form.ranking_tasks):
-            out.append(
-                _deferred(
-                    claim,
-                    RANKING_SOURCE,
-                    f"{metric} of {better} higher than {worse}",
-                    (better, worse),
-                    table,
-                    len(seeds),
-                )
-            )
+        left_out = [s for s in (better, worse) if s in form.left_out]
+        if left_out:
+            criterion = f"{metric} of {better} higher than {worse}"
+            out.append(not_trained(claim, RANKING_SOURCE, criterion, left_out, len(seeds), Design(Test.PAIRED)))
             continue
         a, b = past_length_scores(table, better, form, used), past_length_scores(table, worse, form, used)
         if a is None or b is None:
@@ -227,17 +195,10 @@ def probe_claims(
         claim = f"attention needs position: on {task}, {POSITIONAL} beats NoPE in length"
         source = "seed 000 §2.1; Haviv et al. 2022"
         cells = table.get(task, {})
-        if (POSITIONAL in cells) != ("none" in cells) and form.name == "quick":
-            out.append(
-                _deferred(
-                    claim,
-                    source,
-                    f"accuracy at L of {POSITIONAL} higher than none",
-                    (POSITIONAL, "none"),
-                    table,
-                    len(seeds),
-                )
-            )
+        left_out = [s for s in (POSITIONAL, "none") if s in form.left_out]
+        if left_out:
+            criterion = f"accuracy at L of {POSITIONAL} higher than none"
+            out.append(not_trained(claim, source, criterion, left_out, len(seeds), Design(Test.PAIRED)))
             continue
         if POSITIONAL not in cells or "none" not in cells:
             out.append(
@@ -263,19 +224,14 @@ def probe_claims(
                 seeds=seeds,
             )
         )
-    if len(heads) < 2 and form.name == "quick":  # the plan leaves the head-count runs to the full form
-        few, many = min(FORMS["quick"].heads), max(FORMS["quick"].heads)
-        out.append(
-            _deferred(
-                _heads_claim(few, many),
-                HEADS_SOURCE,
-                f"MQAR accuracy at L of {many} heads higher than {few} head "
-                f"({HEADS_SCHEME}, n_embd {form.heads_recipe.n_embd})",
-                (f"{many} heads", f"{few} head"),
-                {},
-                len(seeds),
-            )
+    if HEADS_ARM in form.left_out:
+        few, many = min(FORMS[form.name].heads), max(FORMS[form.name].heads)
+        criterion = (
+            f"MQAR accuracy at L of {many} heads higher than {few} head ({HEADS_SCHEME}, n_embd "
+            f"{form.heads_recipe.n_embd})"
         )
+        claim, arms = _heads_claim(few, many), (f"{many} heads", f"{few} head")
+        out.append(not_trained(claim, HEADS_SOURCE, criterion, arms, len(seeds), Design(Test.PAIRED)))
     if len(heads) >= 2:
         few, many = min(heads), max(heads)
         record = verdicts.paired(

@@ -29,6 +29,8 @@ class Form:
         heads_recipe: the recipe of the head-count runs (its ``n_head`` is replaced).
         heads_size: ``L`` of the head-count runs (key-value pairs; ``None``: ``train_size``).
         schemes: the position schemes trained (``None``: every registered one).
+        left_out: the arms of the form the plan does not train at this form (:func:`planned_form`): their claims
+            are not testable at this scale (:func:`poslab.lab.experiments.declaration.not_trained`).
     """
 
     name: str
@@ -42,6 +44,7 @@ class Form:
     heads_recipe: ProbeRecipe = field(default_factory=ProbeRecipe)
     heads_size: int | None = None
     schemes: tuple[str, ...] | None = None
+    left_out: tuple[str, ...] = ()
 
     @property
     def mqar_size(self) -> int:
@@ -154,7 +157,7 @@ FORMS: ScaleTable[Form] = ScaleTable(
 def planned_form(form: Form) -> Form:
     """``form`` with the quick lab's arms and seeds (:data:`poslab.lab.plan.QUICK_SEEDS`): the schemes at their
     planned seeds (the same for every trained scheme: the claims pair them by seed), the head-count runs only
-    where the plan trains them; the arms at 0 are left to the full form."""
+    where the plan trains them; the arms at 0 are left to the full form (``left_out``)."""
     from poslab.lab.experiments.training import planned_seeds
 
     arms = planned_seeds(NAME, (*(form.schemes or ()), HEADS_ARM), quick=True)
@@ -163,7 +166,9 @@ def planned_form(form: Form) -> Form:
     if len(counts) > 1:
         raise ValueError(f"probes: the plan gives the schemes different seed counts {counts}: they must be paired")
     seeds = tuple(range(len(arms[schemes[0]]))) if schemes else form.seeds  # the form's seeds 0, 1, ...
-    return dataclasses.replace(form, schemes=schemes, seeds=seeds, heads=form.heads if HEADS_ARM in arms else ())
+    left_out = tuple(s for s in (*(form.schemes or ()), HEADS_ARM) if s not in arms)
+    heads = form.heads if HEADS_ARM in arms else ()
+    return dataclasses.replace(form, schemes=schemes, seeds=seeds, heads=heads, left_out=left_out)
 
 
 def form_of(quick: bool, form: str | None = None) -> Form:
