@@ -173,6 +173,23 @@ _QUICK_COSINE = dataclasses.replace(
     _QUICK, name="quick-cosine", steps=3000, lr=3e-3, warmup_steps=200, cooldown_steps=0
 )
 
+#: nanoGPT's shakespeare_char GPU recipe (expected times in the module docstring: estimates, not measured)
+_GPU = Scale(
+    name="gpu",
+    train_length=256,
+    n_layer=6,
+    n_head=6,
+    n_embd=384,
+    steps=5000,
+    batch_size=64,
+    lr=1e-3,
+    warmup_steps=100,
+    eval_windows=4,
+    finetune_steps=500,
+    entropy_batch=4,
+    device="cuda",
+)
+
 SIZES: ScaleTable[Scale] = ScaleTable(
     Scale(
         name="smoke",
@@ -195,63 +212,32 @@ SIZES: ScaleTable[Scale] = ScaleTable(
     # the quick geometry and arms at 3000 cosine steps at lr 3e-3: the bidirectional experiment's and the head
     # counts' quick base (their claims were measured on it), and a check of the quick recipe
     _QUICK_COSINE,
-    # nanoGPT's shakespeare_char GPU recipe (expected times in the module docstring: estimates, not measured)
-    Scale(
-        name="gpu",
-        train_length=256,
-        n_layer=6,
-        n_head=6,
-        n_embd=384,
-        steps=5000,
-        batch_size=64,
-        lr=1e-3,
-        warmup_steps=100,
-        eval_windows=4,
-        finetune_steps=500,
-        entropy_batch=4,
-        device="cuda",
-    ),
-    Scale(
-        name="gpu-large",
-        train_length=256,
-        n_layer=12,
-        n_head=12,
-        n_embd=768,
-        steps=5000,
-        batch_size=64,
-        lr=6e-4,
-        warmup_steps=200,
-        eval_windows=4,
-        finetune_steps=500,
-        entropy_batch=4,
-        device="cuda",
-    ),
+    _GPU,
+    dataclasses.replace(_GPU, name="gpu-large", n_layer=12, n_head=12, n_embd=768, lr=6e-4, warmup_steps=200),
 )
 
+_STREAM_QUICK = Scale(
+    name="quick",
+    train_length=32,
+    n_layer=2,
+    n_head=4,
+    n_embd=64,
+    steps=150,
+    batch_size=16,
+    lr=3e-3,
+    warmup_steps=20,
+    eval_interval=150,
+    eval_iters=2,
+    eval_windows=2,
+)
 #: the small RoPE models the streaming and RoPE-frequency-usage experiments train on tinyshakespeare with the
 #: ``shakespeare-char`` preset's recipe (:func:`preset_config`); ``eval_windows``: the streams the streaming
 #: experiment reads (the frequency experiment reads its own number of windows)
 STREAM_SCALES: ScaleTable[Scale] = ScaleTable(
-    Scale(
-        name="quick",
-        train_length=32,
-        n_layer=2,
-        n_head=4,
-        n_embd=64,
-        steps=150,
-        batch_size=16,
-        lr=3e-3,
-        warmup_steps=20,
-        eval_interval=150,
-        eval_iters=2,
-        eval_windows=2,
-    ),
-    Scale(
+    _STREAM_QUICK,
+    dataclasses.replace(
+        _STREAM_QUICK,
         name="full",
-        train_length=32,
-        n_layer=2,
-        n_head=4,
-        n_embd=64,
         steps=1500,
         batch_size=32,
         lr=2e-3,

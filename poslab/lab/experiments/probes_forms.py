@@ -76,6 +76,20 @@ QUICK_SCHEMES = ("none", "learned", "sinusoidal", "rope", "alibi", "t5")
 # and at 8 pairs (32 keys) not even the curriculum's first stage, 2 pairs, was learned in 3000 steps at
 # any lr from 5e-4 to 1e-2; at 4 pairs, 3000 steps at lr 1e-3 with 1200 steps of 2 pairs gave 8 heads
 # 0.966 and 4 heads 0.938 on the 5-seed mean (2 heads 0.622, 1 head 0.383), 25-36 s of one core each.
+#: the smoke form's recipe, for its probes and its head-count runs alike
+_SMOKE = ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=8)
+#: the quick form's head-count recipe (MQAR, 4 pairs, a size curriculum; the full form's runs it longer)
+_QUICK_HEADS = ProbeRecipe(
+    n_layer=2,
+    n_head=4,
+    n_embd=64,
+    steps=1600,
+    batch_size=64,
+    lr=1.5e-3,
+    warmup_steps=100,
+    eval_batch=128,
+    curriculum_steps=1000,
+)
 FORMS: ScaleTable[Form] = ScaleTable(
     Form(
         name="smoke",
@@ -84,13 +98,9 @@ FORMS: ScaleTable[Form] = ScaleTable(
         train_size=4,
         factors=(1, 2),
         seeds=(0, 1, 2),
-        recipe=ProbeRecipe(
-            n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=8
-        ),
+        recipe=_SMOKE,
         heads=(1, 2),
-        heads_recipe=ProbeRecipe(
-            n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=8
-        ),
+        heads_recipe=_SMOKE,
     ),
     Form(
         name="quick",
@@ -112,17 +122,7 @@ FORMS: ScaleTable[Form] = ScaleTable(
             mixed_sizes=True,
         ),
         heads=(1, 4),
-        heads_recipe=ProbeRecipe(
-            n_layer=2,
-            n_head=4,
-            n_embd=64,
-            steps=1600,
-            batch_size=64,
-            lr=1.5e-3,
-            warmup_steps=100,
-            eval_batch=128,
-            curriculum_steps=1000,
-        ),
+        heads_recipe=_QUICK_HEADS,
         heads_size=4,
         schemes=QUICK_SCHEMES,
     ),
@@ -137,17 +137,7 @@ FORMS: ScaleTable[Form] = ScaleTable(
             n_layer=2, n_head=4, n_embd=64, steps=1500, batch_size=64, lr=3e-3, warmup_steps=100, eval_batch=256
         ),
         heads=(1, 2, 4, 8),
-        heads_recipe=ProbeRecipe(
-            n_layer=2,
-            n_head=4,
-            n_embd=64,
-            steps=3000,
-            batch_size=64,
-            lr=1e-3,
-            warmup_steps=100,
-            eval_batch=256,
-            curriculum_steps=2400,
-        ),
+        heads_recipe=dataclasses.replace(_QUICK_HEADS, steps=3000, lr=1e-3, eval_batch=256, curriculum_steps=2400),
         heads_size=4,
     ),
     what="probes form",
