@@ -146,13 +146,7 @@ def below_bigram(losses: Mapping[str, Sequence[float]], bigram: float, margin: f
         losses: arm -> per-seed validation loss (nats/token).
         bigram: the corpus's bigram baseline on the validation split (nats/token).
     """
-    limit = bigram - margin
-    met = bool(losses) and all(v and max(v) <= limit for v in losses.values())
-    return Premise(
-        f"every seed's loss <= bigram baseline {bigram:.3f} - {margin:g} = {limit:.3f} nats/token",
-        "worst seed per arm: " + ", ".join(f"{a} {max(v):.3f}" for a, v in losses.items() if v),
-        met,
-    )
+    return below_baseline(losses, bigram, "bigram", margin)
 
 
 def below_baseline(

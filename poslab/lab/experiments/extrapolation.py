@@ -55,13 +55,13 @@ from poslab.lab.experiments.extrapolation_verdicts import (  # noqa: F401  (re-e
     undertrained_seeded,
 )
 from poslab.lab.experiments.lab_models import lab_model_arms
-from poslab.lab.experiments.training import CONTEXT_WINDOWS, planned_seeds
+from poslab.lab.experiments.training import CONTEXT_WINDOWS, baseline_note, planned_seeds
 from poslab.lab.premises import all_of, arms_of, attach, beats_nope, below_bigram, uses_context
 from poslab.lab.report.i18n import t
 from poslab.lab.scale import CORPUS, SEED, SEEDS, Scale, schemes_of, size_of  # noqa: F401  (SEED, SEEDS: the lab's seeds)
 from poslab.lab.scale import EXTRAPOLATION_FACTORS as FACTORS
 from poslab.lab.tables import KeyTable, Table, mean_cell, ppl_spread
-from poslab.lab.verdicts import ClaimRecord, Premise, num
+from poslab.lab.verdicts import ClaimRecord, Premise
 from poslab.runs import RunFolder, load_run
 
 #: how perplexity is measured past the training length, each its own table
@@ -278,12 +278,7 @@ def perplexity_table(r: ExtrapolationResult, mode: str) -> Table:
     def label(scheme: str) -> str:  # the seed count where the schemes trained different numbers of seeds
         return f"{scheme} (n={len(r.seeds_by_scheme[scheme])})" if len(counts) > 1 else scheme
 
-    baseline = t(
-        "key.baseline",
-        corpus=r.baselines.corpus,
-        value=num(r.baselines.unigram_entropy_nats),
-        ppl=num(math.exp(r.baselines.unigram_entropy_nats)),
-    )
+    baseline = baseline_note(r.baselines.corpus, r.baselines.unigram_entropy_nats)
     length = r.train_length
     return Table(
         t("key.extrapolation", label=t(f"key.{mode}"), length=length, seeds=r.seeds, baseline=baseline),

@@ -392,12 +392,11 @@ def print_claims(claims: Sequence[dict[str, Any] | ClaimRecord]) -> None:
     print("  counts: " + ", ".join(f"{k} {v}" for k, v in tally(records).items()) + " (full texts: results.json)")
 
 
-def baseline_note(results: dict) -> str:
-    """The corpus's unigram-entropy baseline as a caption clause (empty when results.json has none)."""
-    value = results.get("unigram_entropy_nats")
+def baseline_note(corpus: str | None, value: float | None) -> str:
+    """``corpus``'s unigram-entropy baseline ``value`` (nats) as a caption clause (empty without a value)."""
     if not isinstance(value, (int, float)):
         return ""
-    return t("key.baseline", corpus=results.get("corpus", "?"), value=num(value), ppl=num(math.exp(value)))
+    return t("key.baseline", corpus=corpus or "?", value=num(value), ppl=num(math.exp(value)))
 
 
 def runs_table(results: dict, label: str) -> Table:
@@ -424,7 +423,7 @@ def runs_table(results: dict, label: str) -> Table:
             steps=results.get("steps"),
             corpus=results.get("corpus", "?"),
             seeds=results.get("seeds"),
-            baseline=baseline_note(results),
+            baseline=baseline_note(results.get("corpus"), results.get("unigram_entropy_nats")),
         ),
         (t(label), t("key.train.val"), t("key.train.best"), t("key.train.params"), "tokens/s"),
         tuple(row for _, row in rows),
