@@ -73,6 +73,16 @@ def _gap(metric: str, better_label: str, worse_label: str, lower_is_better: bool
     return f"{metric} of {better_label} {gap}"
 
 
+def _arms(better: Sequence[float], worse: Sequence[float], better_label: str, worse_label: str) -> dict[str, Any]:
+    """A two-arm record's arms as its details hold them."""
+    return {
+        "better": [float(v) for v in better],
+        "worse": [float(v) for v in worse],
+        "better_label": better_label,
+        "worse_label": worse_label,
+    }
+
+
 def _scale_text(log: bool) -> str:
     return " (on ln of the values)" if log else ""
 
@@ -137,10 +147,7 @@ def compare(
     )
     sd = math.sqrt(((sb or 0.0) ** 2 + (sw or 0.0) ** 2) / 2) if sb is not None and sw is not None else noise_sd
     details: dict[str, Any] = {
-        "better": [float(v) for v in better],
-        "worse": [float(v) for v in worse],
-        "better_label": better_label,
-        "worse_label": worse_label,
+        **_arms(better, worse, better_label, worse_label),
         "metric": metric,
         "lower_is_better": lower_is_better,
         "offset": float(offset),
@@ -273,13 +280,7 @@ def paired(
         metric=metric,
         digits=digits,
         criterion=f"{criterion}{_scale_text(log)} (paired by seed: the per-seed differences, paired t)",
-        details={
-            "better": [float(v) for v in better],
-            "worse": [float(v) for v in worse],
-            "better_label": better_label,
-            "worse_label": worse_label,
-            "lower_is_better": lower_is_better,
-        },
+        details={**_arms(better, worse, better_label, worse_label), "lower_is_better": lower_is_better},
     )
     shown = [d + offset for d in diffs]
     measured = (
@@ -322,10 +323,7 @@ def equivalent(
     margin = inside.value
     verdict = decide(margin, noise, len(diffs))
     details: dict[str, Any] = {
-        "better": [float(v) for v in arm],
-        "worse": [float(v) for v in reference],
-        "better_label": labels[0],
-        "worse_label": labels[1],
+        **_arms(arm, reference, *labels),
         "metric": metric,
         "within": float(within),
         "paired": True,
