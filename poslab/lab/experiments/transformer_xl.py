@@ -250,18 +250,16 @@ def xl_claims(per_seed: list[SeedReading]) -> list[dict[str, Any]]:
         digits=4,
         seeds=seeds,
     )
-    gain_first = [
-        a - b for a, b in zip(values("a, no memory", "first_quarter"), values(f"b, memory {L}", "first_quarter"))
-    ]
-    gain_last = [
-        a - b for a, b in zip(values("a, no memory", "last_quarter"), values(f"b, memory {L}", "last_quarter"))
-    ]
+
+    def gain(key: str) -> list[float]:  # per seed: the loss memory L takes off on part ``key`` of the segment
+        return [a - b for a, b in zip(values("a, no memory", key), values(f"b, memory {L}", key))]
+
     where = paired(
         "what memory buys is at the start of a segment, where a fixed context is shortest: the gain on the first "
         "quarter of the segment exceeds the gain on the last quarter",
         SOURCE,
-        gain_first,
-        gain_last,
+        gain("first_quarter"),
+        gain("last_quarter"),
         better_label="gain on the first quarter",
         worse_label="gain on the last quarter",
         metric="loss of (a) without memory minus (b) with memory L",
