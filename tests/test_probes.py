@@ -402,3 +402,14 @@ def test_an_arm_the_plan_leaves_out_makes_its_claims_not_testable_in_any_form():
     assert records["none generalises past the training length better than t5"].premise is None
     kept = {r.claim: r for r in experiment.probe_claims(_table(accuracy), {}, dataclasses.replace(full, left_out=()))}
     assert kept["t5 generalises past the training length better than alibi"].premise is None
+
+
+def test_a_form_recorded_without_its_left_out_arms_loads_with_none_left_out():
+    from poslab.lab.experiments.declaration import load, to_json
+
+    data = to_json(QUICK)
+    del data["left_out"]
+    assert load(type(QUICK), data) == QUICK
+    del data["seeds"]
+    with pytest.raises(KeyError, match="seeds"):
+        load(type(QUICK), data)

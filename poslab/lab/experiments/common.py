@@ -197,6 +197,8 @@ def ngram_baselines(corpus: str, val_fraction: float = 0.1) -> dict[str, float]:
 
 #: a result's field that results.json holds inline, its own fields among the result's (a flat layout)
 INLINE = {"inline": True}
+#: a field an older results.json may lack: read as its default there (every other field must be present)
+OLDER = {"older": True}
 
 
 @dataclass(frozen=True)
@@ -212,8 +214,8 @@ class Baselines:
     """
 
     ngram_baselines: dict[str, float]
-    corpus: str | None = None
-    unigram_entropy_nats: float | None = None
+    corpus: str | None = field(default=None, metadata=OLDER)
+    unigram_entropy_nats: float | None = field(default=None, metadata=OLDER)
 
     @property
     def bigram(self) -> float:

@@ -216,8 +216,9 @@ def _plain(value: Any) -> Any:
 
 
 def load(kind: Any, data: Any) -> Any:
-    """``data`` (read from results.json) as ``kind``: a dataclass (every field without a default present, else
-    ``KeyError`` naming it; an :data:`~poslab.lab.experiments.common.INLINE` field read from the same object),
+    """``data`` (read from results.json) as ``kind``: a dataclass (every field present, else ``KeyError`` naming
+    it; an :data:`~poslab.lab.experiments.common.INLINE` field read from the same object, an
+    :data:`~poslab.lab.experiments.common.OLDER` one absent there keeping its default),
     ``list``/``tuple``/``dict`` of such, ``X | None``, or a plain value (``TypeError`` for one of another type)."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if kind is Any:
@@ -267,9 +268,8 @@ def load(kind: Any, data: Any) -> Any:
 
 
 def _read(f: dataclasses.Field, data: Mapping[str, Any]) -> bool:
-    """Whether :func:`load` reads field ``f`` from ``data``: absent, a field with a default keeps it."""
-    required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    return f.init and (required or f.name in data or bool(f.metadata.get("inline")))
+    """Whether :func:`load` reads field ``f`` from ``data`` (an absent ``OLDER`` field keeps its default)."""
+    return f.init and not (f.metadata.get("older") and f.name not in data)
 
 
 def _field(f: dataclasses.Field, data: Mapping[str, Any]) -> Any:

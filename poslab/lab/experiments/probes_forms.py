@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from poslab.analysis.probes import TASKS, ProbeRecipe
+from poslab.lab.experiments.common import OLDER
 from poslab.lab.scale import ScaleTable
 
 #: the experiment's name in :data:`poslab.lab.plan.QUICK_SEEDS`
@@ -44,7 +45,7 @@ class Form:
     heads_recipe: ProbeRecipe = field(default_factory=ProbeRecipe)
     heads_size: int | None = None
     schemes: tuple[str, ...] | None = None
-    left_out: tuple[str, ...] = ()
+    left_out: tuple[str, ...] = field(default=(), metadata=OLDER)
 
     @property
     def mqar_size(self) -> int:
