@@ -104,24 +104,20 @@ _NOTE = (
 )
 
 
+def _seeded_row(label: str, values: list[float], *bounds: float) -> tuple[str, str, str, str]:
+    """``label``, each seed's value, mean ± sd and the prediction interval (within ``bounds``, if given)."""
+    mean, sd = _spread(values)
+    shown = ", ".join(f"{v:.3f}" for v in values)
+    return label, shown, f"{mean:.3f} ± {sd:.3f}", _interval_text(mean, sd, len(values), 3, *bounds)
+
+
 def position_training(snap: dict) -> str:
     """The quick language models' validation loss per position scheme: per seed, mean ± sd, prediction interval."""
     lm = snap.get("language_models") or {}
     arms = lm.get("arms") or {}
     if not arms:
         return "（快照中没有 position-training 的结果）\n"
-    rows = []
-    for scheme, arm in arms.items():
-        losses = arm["loss"]
-        mean, sd = _spread(losses)
-        rows.append(
-            (
-                scheme,
-                ", ".join(f"{v:.3f}" for v in losses),
-                f"{mean:.3f} ± {sd:.3f}",
-                _interval_text(mean, sd, len(losses), 3),
-            )
-        )
+    rows = [_seeded_row(scheme, arm["loss"]) for scheme, arm in arms.items()]
     baselines = lm.get("baselines") or {}
     table = Table(
         "",
@@ -148,17 +144,7 @@ def probes(snap: dict) -> str:
             rows.append((f"倒序复述（reverse），{scheme}，训练长度上", reverse[scheme]["1"]))
     if not rows:
         return "（快照中没有 probes 的结果）\n"
-    shown = []
-    for label, values in rows:
-        mean, sd = _spread(values)
-        shown.append(
-            (
-                label,
-                ", ".join(f"{v:.3f}" for v in values),
-                f"{mean:.3f} ± {sd:.3f}",
-                _interval_text(mean, sd, len(values), 3, 0.0, 1.0),
-            )
-        )
+    shown = [_seeded_row(label, values, 0.0, 1.0) for label, values in rows]
     table = Table(
         "",
         ("任务", "每个种子的准确率", "均值 ± 标准差", "你的一次运行：95% 预测区间"),

@@ -127,6 +127,12 @@ def _one_model(text: str) -> str:
     return f"{text} (measured on the lab's one trained Tang model: a property of that model, not a seeded comparison)"
 
 
+def _strongest(text: str, source: str, score: str, measured: str, value: float, threshold: float) -> ClaimRecord:
+    """The strongest head's ``score`` (``value``) reaches ``threshold`` (:func:`at_least`, on the one model)."""
+    criterion = _one_model(f"the strongest head's {score} ≥ {num(threshold)}")
+    return at_least(text, source, criterion, measured, value=float(value), floor=float(threshold))
+
+
 def _previous_token(r: TangHeadsResult, text: str, source: str) -> ClaimRecord:
     counts = r.counts
     best = max(r.heads, key=lambda h: h.previous_token)
@@ -137,14 +143,7 @@ def _previous_token(r: TangHeadsResult, text: str, source: str) -> ClaimRecord:
         f"of {len(r.heads)} heads; strongest previous-token head L{best.layer}H{best.head} "
         f"({num(best.previous_token, 3)} of its attention on the previous token)"
     )
-    return at_least(
-        text,
-        source,
-        _one_model(f"the strongest head's previous-token score ≥ {num(threshold)}"),
-        measured,
-        value=float(best.previous_token),
-        floor=float(threshold),
-    )
+    return _strongest(text, source, "previous-token score", measured, best.previous_token, threshold)
 
 
 def _punctuation(r: TangHeadsResult, text: str, source: str) -> ClaimRecord:
@@ -157,14 +156,7 @@ def _punctuation(r: TangHeadsResult, text: str, source: str) -> ClaimRecord:
     )
     if not r.punctuation_ids:
         return ClaimRecord(text, source, "needs punctuation in the vocabulary", measured, None, None, 0, INCONCLUSIVE)
-    return at_least(
-        text,
-        source,
-        _one_model(f"the strongest head's share of attention on punctuation ≥ {num(threshold)}"),
-        measured,
-        value=float(best.punctuation),
-        floor=float(threshold),
-    )
+    return _strongest(text, source, "share of attention on punctuation", measured, best.punctuation, threshold)
 
 
 def _spare(r: TangHeadsResult, text: str, source: str) -> ClaimRecord:
