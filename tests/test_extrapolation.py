@@ -13,6 +13,8 @@ from poslab import GPT, GPTConfig
 from poslab.analysis.heads import attention_weights
 from poslab.lab import plan, scale, verdicts
 from poslab.lab.experiments import attention_entropy, attention_entropy_measure, extrapolation
+from poslab.lab.experiments.extrapolation_verdicts import LEARNED_IN_LENGTH, TRAINED_AT_THIS_SIZE
+from poslab.lab.records import ClaimRecord, not_testable
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, missing_premises
 
 # ------------------------------------------------------------------------------------ smoke runs
@@ -55,6 +57,17 @@ def test_extrapolation_smoke(lab: Path):
     assert {c["verdict"] for c in results["claims"]} == {INCONCLUSIVE}
     claims = {c["claim"]: c for c in results["claims"]}
     assert "unigram baseline" in claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["measured"]
+
+
+def test_a_claim_on_schemes_this_size_does_not_train_is_not_testable():
+    tables = _tables({"alibi": (1, 1, 1.05, 1.06, 1.07), "rope": (1, 1.3, 2.0, 3.0, 12.0)})
+    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}
+    t5 = claims["RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"]
+    assert t5["verdict"] == INCONCLUSIVE and t5["measured"].startswith("not measured at this size: needs rope, t5")
+    assert t5["premise"] == {"text": TRAINED_AT_THIS_SIZE, "measured": t5["measured"], "met": False}
+    assert not_testable(ClaimRecord.from_dict(t5))
+    at_8l = ClaimRecord.from_dict(claims["at 8x L: ALiBi < RoPE"])  # both arms trained: testable
+    assert at_8l.premise is None and at_8l.verdict != INCONCLUSIVE
     assert all("sliding_window" in c["details"] for c in results["claims"])
     # without the baseline guard the same tables give per-seed ratios, tested on the ln scale with their seeds
     claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(by_seed)}
@@ -418,7 +431,7 @@ def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):
         train(bad, progress=False)
 
 
-def test_a_model_that_did_not_train_makes_its_claims_inconclusive():
+def test_a_model_that_did_not_train_makes_its_claims_not_testable():
     tables = _tables(
         {
             "alibi": (1, 1, 1.05, 1.06, 1.07),
@@ -432,12 +445,25 @@ def test_a_model_that_did_not_train_makes_its_claims_inconclusive():
     claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}
     sinusoidal = claims["sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L"]
     assert sinusoidal["verdict"] == INCONCLUSIVE and "did not train" in sinusoidal["measured"]
+    assert sinusoidal["premise"] == {"text": LEARNED_IN_LENGTH, "measured": sinusoidal["measured"], "met": False}
+    assert not_testable(ClaimRecord.from_dict(sinusoidal))
     assert claims["at 8x L: RoPE < sinusoidal"]["verdict"] == INCONCLUSIVE
     assert claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["verdict"] == HELD
     # a model not below the corpus's unigram baseline learned nothing either: ln(10 * 1.0) = 2.30 > 2.0
     claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables, baseline=2.0)}
     assert claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["verdict"] == INCONCLUSIVE
     assert "unigram baseline" in claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["measured"]
+
+
+def test_a_claim_on_schemes_this_size_does_not_train_is_not_testable():
+    tables = _tables({"alibi": (1, 1, 1.05, 1.06, 1.07), "rope": (1, 1.3, 2.0, 3.0, 12.0)})
+    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}
+    t5 = claims["RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"]
+    assert t5["verdict"] == INCONCLUSIVE and t5["measured"].startswith("not measured at this size: needs rope, t5")
+    assert t5["premise"] == {"text": TRAINED_AT_THIS_SIZE, "measured": t5["measured"], "met": False}
+    assert not_testable(ClaimRecord.from_dict(t5))
+    at_8l = ClaimRecord.from_dict(claims["at 8x L: ALiBi < RoPE"])  # both arms trained: testable
+    assert at_8l.premise is None and at_8l.verdict != INCONCLUSIVE
 
 
 # ------------------------------------------------------------------------------------ the real quick forms

@@ -8,10 +8,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from poslab.lab.records import Premise, with_premise
 from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, best_of, bound, compare, on_common_seeds, paired, pm
 
 #: a model whose in-length perplexity exceeds this multiple of the median over schemes "did not train"
 UNDERTRAINED = 1.5
+#: the premises of every extrapolation claim: its schemes trained at this size, and each learned in-length
+TRAINED_AT_THIS_SIZE = (
+    "its schemes trained at this size (the quick size trains the five schemes of the lessons' main claims; the "
+    "full form trains every scheme)"
+)
+LEARNED_IN_LENGTH = (
+    f"each scheme learned in-length (perplexity at L below the corpus's unigram perplexity and at most {UNDERTRAINED}x "
+    "the median over schemes)"
+)
 
 
 def _per_seed(tables: dict[str, dict[str, dict]], scheme: str, factor: int, mode: str) -> dict[str, float] | None:
@@ -91,7 +101,9 @@ def extrapolation_claims(
         return None if top is None or base is None else {s: top[s] / base[s] for s in top}
 
     def missing(text: str, source: str, criterion: str, schemes: tuple[str, ...], needed: list | None) -> dict | None:
-        """An inconclusive record when a scheme was not measured or did not learn in-length (else ``None``)."""
+        """A record when a scheme did not learn in-length or this size does not train it (its premise unmet: not
+        testable) or was not evaluated at every length (inconclusive); else ``None``."""
+        premise = None
         bad = [s for s in schemes if s in failed]
         if bad:
             why = "; ".join(
@@ -104,16 +116,19 @@ def extrapolation_claims(
                 + "): its curve says nothing about extrapolation"
                 for s in bad
             )
+            premise = LEARNED_IN_LENGTH
         elif any(s not in tables for s in schemes):
             why = (
                 f"not measured at this size: needs {', '.join(schemes)}; this size trains {', '.join(tables)} "
                 "(the full form trains every scheme)"
             )
+            premise = TRAINED_AT_THIS_SIZE
         elif any(v is None for v in needed or [None]):
             why = f"not measured: needs {', '.join(schemes)} evaluated at every length"
         else:
             return None
-        return ClaimRecord(text, source, criterion, why, None, None, 0, INCONCLUSIVE).to_dict()
+        record = ClaimRecord(text, source, criterion, why, None, None, 0, INCONCLUSIVE)
+        return (record if premise is None else with_premise(record, Premise(premise, why, met=False))).to_dict()
 
     out: list[dict[str, Any]] = []
 

@@ -498,6 +498,23 @@ MEASURED: tuple[tuple[str, str], ...] = (
         r"every scheme\)",
         "此规模没有测量：需要 {a}；此规模只训练 {b}（完整版训练每一种编码）",
     ),
+    (
+        r"its schemes trained at this size \(the quick size trains the five schemes of the lessons' main claims; the "
+        r"full form trains every scheme\)",
+        "它的各编码在此规模下训练过（快速版只训练课文主要论断的五种编码；完整版训练每一种编码）",
+    ),
+    (
+        rf"each scheme learned in-length \(perplexity at L below the corpus's unigram perplexity and at most "
+        rf"(?P<x>{NUM})x the median over schemes\)",
+        "每种编码在训练长度内学到了东西（L 处的困惑度低于语料的一元困惑度，且至多为各编码中位数的 {x} 倍）",
+    ),
+    (
+        rf"(?P<s>\w+) did not train \(ppl at L (?P<a>{NUM}) (?P<rel>>=|>) (?P<t_b>.+?)\): its curve says nothing "
+        r"about extrapolation",
+        "{s} 没有训练好（L 处困惑度 {a} {rel} {t_b}）：它的曲线说明不了外推",
+    ),
+    (rf"the unigram baseline's (?P<b>{NUM})", "一元基线的 {b}"),
+    (rf"(?P<k>{NUM})x the median (?P<m>{NUM})", "中位数 {m} 的 {k} 倍"),
     (r"(?P<task>\w+) was not trained with both schemes in this form", "此版本中 {task} 任务没有用两种编码都训练"),
     (
         r"its arms trained in this form \(the quick lab trains an arm only where the pilot, (?P<f>[\w/._-]+), "
