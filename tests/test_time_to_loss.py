@@ -127,12 +127,12 @@ def test_fast_preset_is_listed_and_builds() -> None:
     cfg = TrainConfig.from_dict({**presets.preset_config("shakespeare-char-fast"), "name": "x"})
     assert cfg.stop_val_loss == pytest.approx(1.90) and cfg.eval_iters == 0
     assert cfg.model.block_size == 64  # the recipe's windows: its whole-split loss is comparable with nanoGPT's
-    # 3 layers under warmup-stable-decay: the peak lr until the cooldown, min_lr from step 850 (the crossing)
-    assert cfg.model.n_layer == 3 and lr_at(cfg.decay_steps - cfg.cooldown_steps, cfg) == cfg.lr
-    assert lr_at(849, cfg) > lr_at(850, cfg) == lr_at(999, cfg) == cfg.min_lr
-    # one whole-split evaluation where the decay ends (the crossing), one more at the last step for a miss
+    # warmup-stable-decay: the peak lr until the cooldown, then down to min_lr = 0 by the last step
+    assert cfg.decay_steps == cfg.max_steps and cfg.min_lr == 0.0
+    assert lr_at(cfg.decay_steps - cfg.cooldown_steps, cfg) == cfg.lr > lr_at(cfg.max_steps - 1, cfg) > 0.0
+    # one whole-split evaluation, at the last step: the only one that can find the crossing
     evaluated = [s for s in range(1, cfg.max_steps + 1) if s % cfg.eval_interval == 0 or s == cfg.max_steps]
-    assert evaluated == [cfg.lr_decay_steps, cfg.max_steps] == [850, 1000]
+    assert evaluated == [cfg.max_steps]
     quick = TrainConfig.from_dict({**presets.preset_config("shakespeare-char-fast", quick=True), "name": "x"})
     assert quick.stop_val_loss is None and quick.max_steps < cfg.max_steps
 
@@ -229,3 +229,40 @@ def test_whole_process_runs_both_contenders_launch_to_exit(tmp_path: Path, corpu
     assert "speedup_process_wall_s" not in summary["nanoGPT"]
     with pytest.raises(SystemExit, match="exited 3; its output"):
         time_to_loss.timed_process([sys.executable, "-c", "raise SystemExit(3)"], 1, tmp_path / "failed.log")
+
+
+def test_whole_process_table_divides_nanogpts_times_by_each_contenders() -> None:
+    """``time_to_loss_table.py``: per seed, nanoGPT's process times over the contender's (wall / CPU /
+    training steps), the crossing or the miss, and the mean ± sd of the per-seed wall and CPU ratios."""
+    import time_to_loss_table
+
+    def proc(name: str, seed: int, wall: float, cpu: float, steps: float, val: float | None = None) -> dict:
+        row = {"contender": name, "seed": seed, "process_wall_s": wall, "process_cpu_s": cpu, "train_time_s": steps}
+        if name != "nanoGPT":
+            cross = {"step": 900, "val_loss": val} if val is not None and val <= 1.9 else None
+            row.update(dtype="fp32", crossing=cross, final_val_loss=val)
+        return row
+
+    report = {
+        "seeds": [1, 2],
+        "processes": [
+            proc("nanoGPT", 1, 120.0, 118.0, 110.0),
+            proc("fast", 1, 40.0, 40.0, 33.0, val=1.8876),
+            proc("nanoGPT", 2, 132.0, 130.0, 121.0),
+            proc("fast", 2, 40.0, 39.0, 33.0, val=1.9012),
+        ],
+    }
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")] for line in time_to_loss_table.table(report).splitlines()
+    ]
+    assert rows[2] == [
+        "1",
+        "120.0 s / 118.0 s (110.0 s)",
+        "40.0 s / 40.0 s (33.0 s), step 900, 1.8876",
+        "3.00x / 2.95x (3.33x)",
+    ]
+    assert rows[3][2:] == ["40.0 s / 39.0 s (33.0 s), missed (1.9012)", "3.30x / 3.33x (3.67x)"]
+    # wall 3.00 and 3.30: mean 3.15, sd 0.21; CPU 2.95 and 3.33: mean 3.14, sd 0.27
+    assert rows[4] == ["mean ± sd", "", "", "**3.15 ± 0.21x** / 3.14 ± 0.27x (3.50x)"]
+    with pytest.raises(SystemExit, match="no nanoGPT process"):
+        time_to_loss_table.table({"seeds": [1], "processes": [proc("fast", 1, 40.0, 40.0, 33.0, val=1.88)]})
