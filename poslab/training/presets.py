@@ -23,7 +23,7 @@ than GPT-2's tanh approximation (poslab's ``GPTConfig`` default): on CPU its for
 costs about half as much.
 * ``shakespeare-char-fast``: time to quality (``benchmarks/time_to_loss.py``): the ``shakespeare-char``
   model with 3 layers instead of 4, an MLP of hidden width 256 (2x n_embd, not GPT-2's 4x) and RoPE:
-  0.76x the 3-layer 4x-MLP step's cost in fp32, 0.89x in bf16 (``benchmarks/preset_step_cost.py``).
+  0.74x the 3-layer 4x-MLP step's cost in fp32, 0.85x in bf16 (``benchmarks/preset_step_cost.py``).
   Warmup-stable-decay: lr 3e-3 (warmup 50) held until step 600, then linear to 0 at step 900, the
   last step; AdamW beta2 0.95; dtype auto. The whole validation split is evaluated once, at step
   900, where the run ends, reached val 1.90 (``stop_val_loss``) or not: after a decay to 0 more
@@ -185,7 +185,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "dropout": 0.0,
                 "bias": False,
                 "position": "rope",
-                # half GPT-2's 4x width: 0.76x the step in fp32 (0.89x in bf16), and with the schedule
+                # half GPT-2's 4x width: 0.74x the step in fp32 (0.85x in bf16), and with the schedule
                 # below it crosses 1.90 at step 900 at every selection seed
                 "mlp": {"activation": "gelu", "hidden": 256},
             },
