@@ -16,8 +16,8 @@ from poslab.nn import gpt_config, positions
 from poslab.nn.attention import MASK_TERMS, REGISTRY, AttentionConfig, AttentionSpec, MultiHeadAttention
 from poslab.nn.attention.backends import BACKENDS
 from poslab.nn.attention.cache import KVCache
+from poslab.nn.caches import CACHE_SPECS
 from poslab.nn.mla import MultiHeadLatentAttention
-from poslab.nn.model import GPT
 from poslab.nn.streaming import StreamingKVCache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,7 +114,7 @@ def test_the_backend_recipe_names_where_the_backends_live() -> None:
 
 
 def cache_types() -> list[type]:
-    """``KVCache`` and every subclass of it in the package (the modules ``GPT.make_cache`` builds from imported)."""
+    """``KVCache`` and every subclass of it in the package (the modules the cache specs build from imported)."""
     found, todo = [], [KVCache]
     while todo:
         cls = todo.pop()
@@ -133,4 +133,5 @@ def test_the_cache_recipe_names_where_every_cache_type_lives() -> None:
         tests = [f for f in files if f.startswith("tests/")]
         named = [p for p in sorted((ROOT / "tests").glob("test_*.py")) if listed(p.relative_to(ROOT).as_posix(), tests)]
         assert any(cls.__name__ in p.read_text(encoding="utf-8") for p in named), f"no listed test names {cls.__name__}"
-    assert source(GPT) in files  # make_cache
+    for spec in CACHE_SPECS:  # the types ``GPT.make_cache`` takes
+        assert listed(source(spec), files), f"cache spec {spec.__name__} lives in {source(spec)}"

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from poslab import GPT, GPTConfig, MultiHeadAttention, positions
+from poslab.nn.caches import DecodeSpec
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -290,8 +291,8 @@ CASES = [
     ),
     Case(
         "cache-capacity-0",
-        "`model.make_cache(1, capacity=0)`",
-        lambda: _tiny_gpt().make_cache(1, capacity=0),
+        "`model.make_cache(1, DecodeSpec(capacity=0))`",
+        lambda: _tiny_gpt().make_cache(1, DecodeSpec(capacity=0)),
         ValueError,
         r"capacity must be a positive integer \(or None = block_size\), got 0",
     ),
