@@ -19,6 +19,7 @@ import transformers
 import poslab
 from poslab.interop.gpt_oss import attention_from_hf
 from poslab.nn.attention import KVCache
+from poslab.nn.caches import DecodeSpec
 from poslab.nn.generate import generate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -43,7 +44,7 @@ def main() -> None:
         prompt = torch.randint(0, V, (2, 8))
         tokens, logits = hf_greedy(hf, prompt, 32)
         got = generate(ours, prompt, 32, temperature=0, max_len=40)
-        cache = ours.make_cache(2, capacity=40)
+        cache = ours.make_cache(2, DecodeSpec(capacity=40))
         seq = torch.cat([prompt, tokens], 1)
         with torch.no_grad():
             steps = [ours(prompt, cache=cache)[:, -1]] + [

@@ -3,6 +3,7 @@
 from poslab.interop import from_hf, to_hf
 from poslab.nn import positions
 from poslab.nn.attention import AttentionConfig, KVCache, MultiHeadAttention
+from poslab.nn.caches import DecodeSpec, SegmentMemorySpec, StreamingSpec
 from poslab.nn.model import GPT, GPTConfig, MLPConfig, NormConfig
 from poslab.version import __version__
 
@@ -13,6 +14,9 @@ __all__ = [
     "MLPConfig",
     "NormConfig",
     "KVCache",
+    "DecodeSpec",
+    "StreamingSpec",
+    "SegmentMemorySpec",
     "MultiHeadAttention",
     "from_hf",
     "positions",

@@ -314,6 +314,25 @@ def make_config(tmp_path, corpus):
 
 
 @pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory) -> dict[str, Any]:
+    """An experiment's ``base`` training values: 1 layer, 2 heads, width 16, 6 steps on 40,000 characters."""
+    return {
+        "corpus": str(corpus_text_file(tmp_path_factory.mktemp("corpus"), 40_000)),
+        "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
+        "max_steps": 6,
+        "batch_size": 4,
+        "warmup_steps": 1,
+        "lr_decay_steps": 6,
+        "eval_interval": 3,
+        "eval_iters": 2,
+        "ckpt_interval": 0,
+        "keep_checkpoints": 1,
+        "threads": 1,
+        "seed": 3,
+    }
+
+
+@pytest.fixture(scope="module")
 def tang_corpus(tmp_path_factory) -> str:
     """30,000 characters of Tang poems, the corpus of :func:`trained` (``白日`` is in its vocabulary)."""
     return str(corpus_text_file(tmp_path_factory.mktemp("tang"), 30_000, "tang5"))

@@ -29,6 +29,44 @@ SMALL = [
 ]
 
 
+def tiny_train_argv(corpus: str, out: Path, name: str, steps: int = 8, keep: int = 2) -> list[str]:
+    """``poslab train`` arguments of the ``tiny`` preset at block 16 with dropout, checkpoints every 2 steps."""
+    return [
+        "train",
+        "--preset",
+        "tiny",
+        "--name",
+        name,
+        "--out_dir",
+        str(out),
+        "--corpus",
+        corpus,
+        "--model.block_size",
+        "16",
+        "--model.dropout",
+        "0.1",
+        "--batch_size",
+        "4",
+        "--max_steps",
+        str(steps),
+        "--eval_interval",
+        "4",
+        "--eval_iters",
+        "1",
+        "--log_interval",
+        "1",
+        "--ckpt_interval",
+        "2",
+        "--keep_checkpoints",
+        str(keep),
+        "--seed",
+        "5",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
+
+
 def tiny(out: Path, corpus: Path | str, **overrides) -> TrainConfig:
     """:func:`conftest.tiny_config` named ``A``, with one checkpoint at the end."""
     return tiny_config(out, corpus, **{"name": "A", "ckpt_interval": 0, "seed": 5, **overrides})

@@ -1,5 +1,6 @@
 """docs/architecture.md's recipes: each core recipe's ``Files:`` line names the files that exist and
-that define today's schemes, mechanisms and backends (read from the registries and the classes)."""
+that define the registered schemes, mechanisms, backends, cache types and experiments (read from the
+registries and the classes)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,20 @@ from poslab.nn import gpt_config, positions
 from poslab.nn.attention import MASK_TERMS, REGISTRY, AttentionConfig, AttentionSpec, MultiHeadAttention
 from poslab.nn.attention.backends import BACKENDS
 from poslab.nn.attention.cache import KVCache
+from poslab.nn.caches import CACHE_SPECS
 from poslab.nn.mla import MultiHeadLatentAttention
-from poslab.nn.model import GPT
 from poslab.nn.streaming import StreamingKVCache
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
 #: the recipes whose ``Files:`` line the test holds to the tree
-CORE = ("add a position scheme", "add an attention mechanism", "add an attention backend", "add a KV-cache type")
+CORE = (
+    "add a position scheme",
+    "add an attention mechanism",
+    "add an attention backend",
+    "add a KV-cache type",
+    "add an experiment",
+)
 
 
 def recipe_files(title: str) -> list[str]:
@@ -114,7 +121,7 @@ def test_the_backend_recipe_names_where_the_backends_live() -> None:
 
 
 def cache_types() -> list[type]:
-    """``KVCache`` and every subclass of it in the package (the modules ``GPT.make_cache`` builds from imported)."""
+    """``KVCache`` and every subclass of it in the package (the modules the cache specs build from imported)."""
     found, todo = [], [KVCache]
     while todo:
         cls = todo.pop()
@@ -133,4 +140,20 @@ def test_the_cache_recipe_names_where_every_cache_type_lives() -> None:
         tests = [f for f in files if f.startswith("tests/")]
         named = [p for p in sorted((ROOT / "tests").glob("test_*.py")) if listed(p.relative_to(ROOT).as_posix(), tests)]
         assert any(cls.__name__ in p.read_text(encoding="utf-8") for p in named), f"no listed test names {cls.__name__}"
-    assert source(GPT) in files  # make_cache
+    for spec in CACHE_SPECS:  # the types ``GPT.make_cache`` takes
+        assert listed(source(spec), files), f"cache spec {spec.__name__} lives in {source(spec)}"
+
+
+def test_the_experiment_recipe_names_where_every_experiment_lives() -> None:
+    """Each registered experiment's module matches the recipe's ``<name>.py`` (a package's ``__init__`` too),
+    is one line of ``_MODULES`` in the listed ``__init__.py``, and the toy experiment's test is listed."""
+    from poslab.lab import experiments
+
+    files = recipe_files("add an experiment")
+    modules = experiments.registry()
+    assert len(modules) >= 10
+    for name, module in modules.items():
+        assert listed(source(module), files), f"experiment {name!r} lives in {source(module)}"
+        assert module.__name__ in experiments._MODULES
+    assert source(experiments) in files  # ``_MODULES``
+    assert "declare(" in (ROOT / "tests" / "test_experiments.py").read_text(encoding="utf-8")  # the toy one

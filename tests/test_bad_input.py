@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from poslab import GPT, GPTConfig, MultiHeadAttention, positions
+from poslab.nn.caches import DecodeSpec, StreamingSpec
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -290,10 +291,24 @@ CASES = [
     ),
     Case(
         "cache-capacity-0",
-        "`model.make_cache(1, capacity=0)`",
-        lambda: _tiny_gpt().make_cache(1, capacity=0),
+        "`model.make_cache(1, DecodeSpec(capacity=0))`",
+        lambda: _tiny_gpt().make_cache(1, DecodeSpec(capacity=0)),
         ValueError,
         r"capacity must be a positive integer \(or None = block_size\), got 0",
+    ),
+    Case(
+        "cache-spec-int",
+        "`model.make_cache(1, 64)` (a capacity where the cache spec goes)",
+        lambda: _tiny_gpt().make_cache(1, 64),  # type: ignore[arg-type]
+        TypeError,
+        r"spec must be one of DecodeSpec, StreamingSpec, SegmentMemorySpec, got int 64",
+    ),
+    Case(
+        "streaming-sinks-without-window",
+        "`StreamingSpec(sinks=4)`",
+        lambda: StreamingSpec(sinks=4),
+        ValueError,
+        r"sinks=4 needs window=W \(the StreamingLLM cache keeps the first sinks plus the last W tokens\)",
     ),
     Case(
         "segment-memory-length",

@@ -16,6 +16,7 @@ from lab_helpers import one_thread, tiny_run
 from run_helpers import tiny
 
 from poslab.cli.app import main
+from poslab.nn.caches import DecodeSpec
 from poslab.nn.model import GPT, GPTConfig
 
 pytestmark = pytest.mark.usefixtures("single_thread", "hostile_figures", "input_figures")
@@ -115,8 +116,8 @@ def test_make_cache_capacity_zero_is_refused():
         model = GPT(GPTConfig(vocab_size=10, n_layer=1, n_head=2, n_embd=8, block_size=8))
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match=r"capacity must be a positive integer \(or None = block_size\)"):
-            model.make_cache(1, capacity=bad)
-    assert len(model.make_cache(1, capacity=4)) == 1 and len(model.make_cache(1)) == 1
+            model.make_cache(1, DecodeSpec(capacity=bad))
+    assert len(model.make_cache(1, DecodeSpec(capacity=4))) == 1 and len(model.make_cache(1)) == 1
     tally(4)
 
 

@@ -32,6 +32,7 @@ from torch.testing import assert_close
 
 from poslab import MultiHeadAttention, positions
 from poslab.nn.attention import AttentionLayer
+from poslab.nn.caches import DecodeSpec
 from poslab.nn.positions.base import PositionScheme
 
 B, T = 2, 12
@@ -195,7 +196,7 @@ def test_kv_cache_decode_equals_full_forward(variant: Variant) -> None:
     model = make_gpt(variant)
     idx = _idx(T=16)
     full = model(idx)
-    cache = model.make_cache(B, capacity=32)
+    cache = model.make_cache(B, DecodeSpec(capacity=32))
     steps = [model(idx[:, :5], cache=cache)]
     steps += [model(idx[:, t : t + 1], cache=cache) for t in range(5, 16)]
     assert cache[0].length == 16
@@ -334,7 +335,7 @@ def test_rotary_variant_contract(variant: Variant) -> None:
     changed = idx[:, :T].clone()
     changed[:, 5] = (changed[:, 5] + 1) % VOCAB
     assert_close(model(changed)[:, :5], base[:, :5], atol=1e-6, rtol=0)
-    cache = model.make_cache(B, capacity=16)
+    cache = model.make_cache(B, DecodeSpec(capacity=16))
     steps = [model(idx[:, :5], cache=cache)] + [model(idx[:, t : t + 1], cache=cache) for t in range(5, 16)]
     assert_close(torch.cat(steps, dim=1), full, **TIGHT)
     attn = make_attention(variant, n_kv_heads=2)

@@ -24,6 +24,7 @@ from torch.testing import assert_close
 
 from poslab import GPT, GPTConfig, positions
 from poslab.nn.attention import AttentionConfig
+from poslab.nn.caches import DecodeSpec
 from poslab.nn.generate import generate
 from poslab.training.config import TrainConfig
 from poslab.training.optim import make_optimizer
@@ -136,7 +137,7 @@ def check_decode(variant: Variant, device: str, backend: str) -> None:
     idx = torch.randint(0, VOCAB, (B, 18), generator=torch.Generator().manual_seed(2)).to(device)
     with torch.no_grad():
         full = on_backend(model, "eager", idx)
-        cache = model.make_cache(B, capacity=18)
+        cache = model.make_cache(B, DecodeSpec(capacity=18))
         outs, t = [], 0
         for n in [9, 1, 1, 6, 1]:
             outs.append(model(idx[:, t : t + n], cache=cache))

@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 
 import pytest
+from run_helpers import tiny_train_argv
 from safetensors.torch import save as safetensors_bytes
 
 import poslab.training.checkpoint as ckpt
@@ -94,43 +95,6 @@ class _Metered:
         return self._handle.__exit__(*exc)
 
 
-def argv(corpus: str, out: Path, name: str) -> list[str]:
-    return [
-        "train",
-        "--preset",
-        "tiny",
-        "--name",
-        name,
-        "--out_dir",
-        str(out),
-        "--corpus",
-        corpus,
-        "--model.block_size",
-        "16",
-        "--model.dropout",
-        "0.1",
-        "--batch_size",
-        "4",
-        "--max_steps",
-        "8",
-        "--eval_interval",
-        "4",
-        "--eval_iters",
-        "1",
-        "--log_interval",
-        "1",
-        "--ckpt_interval",
-        "2",
-        "--keep_checkpoints",
-        "2",
-        "--seed",
-        "5",
-        "--threads",
-        "1",
-        "--no-progress",
-    ]
-
-
 def curve(run: Path) -> list[dict]:
     lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     return [{k: v for k, v in json.loads(line).items() if k not in ("tokens_per_s", "time_s")} for line in lines]
@@ -175,14 +139,14 @@ def _kind(name: str) -> str:
 
 def _sweep(tmp_path: Path, corpus: str, capsys, monkeypatch, every_write: bool) -> dict:
     out = tmp_path / "runs"
-    assert main(argv(corpus, out, "reference")) == 0
+    assert main(tiny_train_argv(corpus, out, "reference")) == 0
     reference = curve(out / "reference")
     # how much one run writes (metered, unlimited)
     meter = Disk(out / "metered", None)
     with monkeypatch.context() as patch:
         patch.setattr(builtins, "open", meter.open)
         patch.setattr(ckpt, "save_file", meter.save_file)
-        assert main(argv(corpus, out, "metered")) == 0
+        assert main(tiny_train_argv(corpus, out, "metered")) == 0
     # the disk fills up half-way through a write: of every kind of file (default) or every write (slow)
     events, seen = [], set()
     for index, (file_name, before, size) in enumerate(meter.events):
@@ -200,7 +164,7 @@ def _sweep(tmp_path: Path, corpus: str, capsys, monkeypatch, every_write: bool) 
         with monkeypatch.context() as patch:
             patch.setattr(builtins, "open", disk.open)
             patch.setattr(ckpt, "save_file", disk.save_file)
-            code = main(argv(corpus, out, name))
+            code = main(tiny_train_argv(corpus, out, name))
         figures["cases"] += 1
         assert code == 1, (kind, budget)
         line = one_line(capsys)
@@ -211,7 +175,7 @@ def _sweep(tmp_path: Path, corpus: str, capsys, monkeypatch, every_write: bool) 
         assert bad == [], (kind, bad)
         # space is back: continue (or start again if the run never got its config written)
         resume = ["--resume"] if (run / "config.json").exists() else []
-        assert main([*argv(corpus, out, name), *resume]) == 0, capsys.readouterr().err
+        assert main([*tiny_train_argv(corpus, out, name), *resume]) == 0, capsys.readouterr().err
         assert curve(run) == reference
         figures["resumed_equal"] += 1
     return figures
@@ -238,7 +202,7 @@ def _snapshot(run: Path) -> dict[str, str]:
 
 def test_read_only_file_system_is_refused_before_training(tmp_path, corpus, capsys, monkeypatch, request):
     out = tmp_path / "runs"
-    assert main(argv(corpus, out, "ro")) == 0
+    assert main(tiny_train_argv(corpus, out, "ro")) == 0
     run = out / "ro"
     (run / ckpt.CHECKPOINT_DIR / ".step_0000004.safetensors.tmp99").write_bytes(b"stale")  # a killed writer's leftover
     before = _snapshot(run)
@@ -254,7 +218,7 @@ def test_read_only_file_system_is_refused_before_training(tmp_path, corpus, caps
         patch.setattr(builtins, "open", disk.open)
         for name, function in real.items():
             patch.setattr(os, name, lambda *a, _f=function, **k: (refuse(*a[:2]), _f(*a, **k))[1])
-        code = main([*argv(corpus, out, "ro"), "--max_steps", "12", "--resume"])
+        code = main([*tiny_train_argv(corpus, out, "ro"), "--max_steps", "12", "--resume"])
     assert code == 2
     line = one_line(capsys)
     assert "is not writable: Read-only file system" in line, line
@@ -265,7 +229,7 @@ def test_read_only_file_system_is_refused_before_training(tmp_path, corpus, caps
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions: the read-only file system case covers it")
 def test_read_only_permissions_are_refused_before_training(tmp_path, corpus, capsys, request):
     out = tmp_path / "runs"
-    assert main(argv(corpus, out, "perm")) == 0
+    assert main(tiny_train_argv(corpus, out, "perm")) == 0
     run = out / "perm"
     before = _snapshot(run)
     folders = [run, run / ckpt.CHECKPOINT_DIR]
@@ -273,7 +237,7 @@ def test_read_only_permissions_are_refused_before_training(tmp_path, corpus, cap
         folder.chmod(0o555)
     try:
         capsys.readouterr()
-        assert main([*argv(corpus, out, "perm"), "--max_steps", "12", "--resume"]) == 2
+        assert main([*tiny_train_argv(corpus, out, "perm"), "--max_steps", "12", "--resume"]) == 2
         assert "is not writable: Permission denied" in one_line(capsys)
     finally:
         for folder in folders:
@@ -287,7 +251,7 @@ def test_disk_full_on_a_fresh_start_leaves_no_folder(tmp_path, corpus, capsys, m
     disk = Disk(out / "fresh", 200)  # fails on the first files, before config.json
     with monkeypatch.context() as patch:
         patch.setattr(builtins, "open", disk.open)
-        assert main(argv(corpus, out, "fresh")) == 1
+        assert main(tiny_train_argv(corpus, out, "fresh")) == 1
     assert "No space left on device" in one_line(capsys)
     assert not (out / "fresh").exists()
     _record(request, {"cases": 1, "clear_error": 1, "half_written_files": 0})

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_helpers import tiny_train_argv
 
 import poslab.training.checkpoint as ckpt
 from poslab.cli.app import main
@@ -132,7 +133,7 @@ def reference(tmp_path_factory):
     corpus = root / "corpus.txt"
     corpus.write_text(load_corpus("shakespeare")[:20_000], encoding="utf-8")
     out = root / "runs"
-    assert main(argv(str(corpus), out, "run")) == 0
+    assert main(tiny_train_argv(str(corpus), out, "run")) == 0
     run = out / "run"
     tensors = {step: ckpt.load_checkpoint(run, step)[0] for step in ckpt.list_checkpoints(run)}
     size = (run / ckpt.CHECKPOINT_DIR / f"{ckpt.checkpoint_name(8)}.safetensors").stat().st_size
@@ -143,43 +144,6 @@ def reference(tmp_path_factory):
         "tensors": tensors,
         "tensor_pages": -(-size // PAGE),
     }
-
-
-def argv(corpus: str, out: Path, name: str, steps: int = 8, keep: int = 2) -> list[str]:
-    return [
-        "train",
-        "--preset",
-        "tiny",
-        "--name",
-        name,
-        "--out_dir",
-        str(out),
-        "--corpus",
-        corpus,
-        "--model.block_size",
-        "16",
-        "--model.dropout",
-        "0.1",
-        "--batch_size",
-        "4",
-        "--max_steps",
-        str(steps),
-        "--eval_interval",
-        "4",
-        "--eval_iters",
-        "1",
-        "--log_interval",
-        "1",
-        "--ckpt_interval",
-        "2",
-        "--keep_checkpoints",
-        str(keep),
-        "--seed",
-        "5",
-        "--threads",
-        "1",
-        "--no-progress",
-    ]
 
 
 def curve(run: Path) -> list[dict]:
@@ -248,7 +212,7 @@ def _train_until_full(name: str, ref: dict, disks, capsys, figures: dict) -> Non
     disk = disks(pages * PAGE)
     out = disk.path / "runs"
     capsys.readouterr()
-    code = main(argv(ref["corpus"], out, "r"))
+    code = main(tiny_train_argv(ref["corpus"], out, "r"))
     figures["cases"] += 1
     assert code == 1, name
     named = one_line_disk_full(capsys, disk)
@@ -267,7 +231,7 @@ def _train_until_full(name: str, ref: dict, disks, capsys, figures: dict) -> Non
     # the disk grows: continue (or start again if the run never got its config written)
     disk.resize(pages * PAGE + 4 * ref["tensor_pages"] * PAGE)
     resume = ["--resume"] if (run / "config.json").exists() else []
-    assert main([*argv(ref["corpus"], out, "r"), *resume]) == 0, capsys.readouterr().err
+    assert main([*tiny_train_argv(ref["corpus"], out, "r"), *resume]) == 0, capsys.readouterr().err
     assert curve(run) == ref["curve"]
     final, _ = ckpt.load_checkpoint(run)
     assert all(torch.equal(final[k], ref["tensors"][8][k]) for k in final)
@@ -284,7 +248,7 @@ def start_pages(disks, ref: dict) -> int:
         disk = disks(PAGE * 16 + ref["tensor_pages"] * PAGE // 2)
         out = disk.path / "runs"
         with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):
-            assert main(argv(ref["corpus"], out, "probe")) == 1
+            assert main(tiny_train_argv(ref["corpus"], out, "probe")) == 1
         assert (out / "probe" / "config.json").exists() and not temporaries(disk.path)
         lock_pages = 0 if (out / ".probe.lock").exists() else 1  # the lock file (pid, host) is removed at exit
         _START["pages"] = disk.used() // PAGE + lock_pages
@@ -324,14 +288,14 @@ def test_resume_on_a_full_disk_keeps_every_earlier_file(disks, reference, capsys
     """A finished run (every checkpoint kept) resumed for 8 more steps on a full disk: nothing earlier changes."""
     disk = disks(PAGE * 16 + 10 * reference["tensor_pages"] * PAGE)  # 8 checkpoints of 16 steps fit
     out = disk.path / "runs"
-    assert main(argv(reference["corpus"], out, "r", keep=0)) == 0
+    assert main(tiny_train_argv(reference["corpus"], out, "r", keep=0)) == 0
     run = out / "r"
     before = snapshot(run)
     metrics_before = (run / "metrics.jsonl").read_bytes()
     config_before = json.loads((run / "config.json").read_text(encoding="utf-8"))
     disk.fill(leave_pages=8)  # room for the start of the resume; the first new checkpoint does not fit
     capsys.readouterr()
-    assert main([*argv(reference["corpus"], out, "r", steps=16, keep=0), "--resume"]) == 1
+    assert main([*tiny_train_argv(reference["corpus"], out, "r", steps=16, keep=0), "--resume"]) == 1
     one_line_disk_full(capsys, disk)
     after = snapshot(run)
     # appended to: metrics.jsonl; rewritten by the resume: config.json, with the new max_steps only
@@ -349,7 +313,7 @@ def test_resume_on_a_full_disk_keeps_every_earlier_file(disks, reference, capsys
     assert temporaries(disk.path) == []
     verified = check_run_after_failure(run, reference)
     (disk.path / "filler").unlink()  # space again: the run continues to step 16
-    assert main([*argv(reference["corpus"], out, "r", steps=16, keep=0), "--resume"]) == 0
+    assert main([*tiny_train_argv(reference["corpus"], out, "r", steps=16, keep=0), "--resume"]) == 0
     assert curve(run)[: len(reference["curve"])] == reference["curve"]
     _record(
         request,

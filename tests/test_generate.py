@@ -7,6 +7,7 @@ import torch
 
 from poslab import GPT, GPTConfig
 from poslab.data import CharTokenizer
+from poslab.nn.caches import DecodeSpec
 from poslab.nn.generate import filter_logits, generate, sample_text
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
@@ -36,7 +37,7 @@ def test_cached_logits_match_full_forward():
     seq = torch.randint(0, 13, (1, 10))
     with torch.no_grad():
         full = model(seq)  # [1, 10, V]
-        cache = model.make_cache(1, capacity=10)
+        cache = model.make_cache(1, DecodeSpec(capacity=10))
         steps = [model(seq[:, :4], cache=cache)[:, -1]]
         steps += [model(seq[:, t : t + 1], cache=cache)[:, -1] for t in range(4, 10)]
     torch.testing.assert_close(torch.stack(steps, 1), full[:, 3:], rtol=1e-5, atol=1e-5)

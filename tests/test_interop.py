@@ -24,6 +24,7 @@ from conftest import on_backend  # noqa: E402
 
 import poslab  # noqa: E402
 from poslab.interop.hf import SUPPORTED  # noqa: E402
+from poslab.nn.caches import DecodeSpec  # noqa: E402
 from poslab.nn.generate import generate  # noqa: E402
 from poslab.nn.gpt_config import MLPConfig, NormConfig  # noqa: E402
 from poslab.nn.positions.alibi import alibi_slopes  # noqa: E402
@@ -381,7 +382,7 @@ def test_greedy_generation_with_kv_cache_equals_transformers(case: str) -> None:
     got = generate(ours, prompt, 32, temperature=0, max_len=prompt_len + 32)
     assert torch.equal(got[:, prompt_len:], hf_tokens)
     # teacher-forced through the cache: every step's logits, not only their argmax
-    cache = ours.make_cache(2, capacity=prompt_len + 32)
+    cache = ours.make_cache(2, DecodeSpec(capacity=prompt_len + 32))
     seq = torch.cat([prompt, hf_tokens], dim=1)
     with torch.no_grad():
         steps = [ours(prompt, cache=cache)[:, -1]]

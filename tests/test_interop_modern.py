@@ -28,6 +28,7 @@ import poslab  # noqa: E402
 from poslab.interop.gpt_oss import attention_from_hf  # noqa: E402
 from poslab.interop.hf import FAMILY_MODULES  # noqa: E402
 from poslab.nn.attention import KVCache  # noqa: E402
+from poslab.nn.caches import DecodeSpec  # noqa: E402
 from poslab.nn.generate import generate  # noqa: E402
 
 transformers.logging.set_verbosity_error()
@@ -271,7 +272,7 @@ def test_deepseek_absorbed_decoding_equals_the_naive_path() -> None:
     tokens, hf_logits = hf_greedy(hf, prompt, 16)
     for block in ours.blocks:
         block.attn.absorb = True
-    cache = ours.make_cache(2, capacity=24)
+    cache = ours.make_cache(2, DecodeSpec(capacity=24))
     seq = torch.cat([prompt, tokens], dim=1)
     with torch.no_grad():
         steps = [ours(prompt, cache=cache)[:, -1]] + [ours(seq[:, t : t + 1], cache=cache)[:, -1] for t in range(8, 23)]
@@ -314,7 +315,7 @@ def test_greedy_generation_with_kv_cache_equals_transformers(case: str) -> None:
     hf_tokens, hf_logits = hf_greedy(hf, prompt, 32)
     got = generate(ours, prompt, 32, temperature=0, max_len=prompt_len + 32)
     assert torch.equal(got[:, prompt_len:], hf_tokens)
-    cache = ours.make_cache(2, capacity=prompt_len + 32)  # rolling rings on the windowed layers
+    cache = ours.make_cache(2, DecodeSpec(capacity=prompt_len + 32))  # rolling rings on the windowed layers
     seq = torch.cat([prompt, hf_tokens], dim=1)
     with torch.no_grad():
         steps = [ours(prompt, cache=cache)[:, -1]]

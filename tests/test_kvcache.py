@@ -3,6 +3,8 @@ chunked, rolling window, eager), and bad input gets a clear error."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from conftest import D_MODEL, N_HEADS, VARIANT_IDS, VARIANTS, VOCAB, Variant, make_attention, make_gpt, on_backend
@@ -10,6 +12,7 @@ from torch.testing import assert_close
 
 from poslab import KVCache
 from poslab.nn.attention import attend
+from poslab.nn.caches import DecodeSpec, SegmentMemorySpec, StreamingSpec
 
 B = 2
 TIGHT = {"atol": 1e-5, "rtol": 1e-5}
@@ -41,7 +44,7 @@ def test_prefill_and_decode_equal_full_forward(variant: Variant, n_kv_head: int)
     idx = torch.randint(0, VOCAB, (B, 16))
     with torch.no_grad():
         full = model(idx)
-        cache = model.make_cache(B, capacity=16)
+        cache = model.make_cache(B, DecodeSpec(capacity=16))
         assert cache[0].k.shape == (B, n_kv_head, 16, DK)  # stores the kv heads only
         got = _decode(model, idx, [5, 1, 1, 3, 1, 2, 3], cache)
     assert cache[0].length == 16
@@ -116,7 +119,7 @@ def test_reset_forgets_everything() -> None:
 # --------------------------------------------------------------------------------- bad input
 def test_overflow_is_a_clear_error() -> None:
     model = make_gpt(Variant("rope", "rope"))
-    cache = model.make_cache(B, capacity=8)
+    cache = model.make_cache(B, DecodeSpec(capacity=8))
     with torch.no_grad():
         model(torch.randint(0, VOCAB, (B, 6)), cache=cache)
         with pytest.raises(ValueError, match=r"KV cache overflow: 6 cached \+ 3 new tokens > capacity 8"):
@@ -219,3 +222,23 @@ def test_layer_rejects_a_mask_on_another_device() -> None:
     attn = make_attention(None)
     with pytest.raises(ValueError, match="attn_mask is on meta"):
         attn(torch.randn(B, 5, D_MODEL), mask=torch.ones(5, 5, dtype=torch.bool, device="meta"))
+
+
+def test_the_cache_kind_is_a_typed_spec() -> None:
+    """``make_cache`` takes one of the frozen specs: anything else (an int, a keyword) is a one-line
+    error naming it; a spec a model cannot serve is refused by its ``build``."""
+    model = make_gpt(Variant("rope", "rope"))
+    assert [c.capacity for c in model.make_cache(1, DecodeSpec(capacity=6))] == [6, 6]
+    assert [c.capacity for c in model.make_cache(1)] == [model.config.block_size] * 2
+    rule = "spec must be one of DecodeSpec, StreamingSpec, SegmentMemorySpec, got int 16"
+    with pytest.raises(TypeError, match=rule):
+        model.make_cache(1, 16)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="capacity"):
+        model.make_cache(1, capacity=16)  # type: ignore[call-arg]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DecodeSpec(4).capacity = 8  # type: ignore[misc]
+    mla = {"kv_lora_rank": 12, "q_lora_rank": 10, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 5}
+    latent = make_gpt(Variant("rope", "rope"), n_kv_head=None, mla=mla)
+    for spec, kind in ((SegmentMemorySpec(4), "segment-memory"), (StreamingSpec(window=4), "streaming")):
+        with pytest.raises(ValueError, match=f"a {kind} cache .* needs .*; this (model|one) sets mla"):
+            latent.make_cache(1, spec)

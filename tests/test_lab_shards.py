@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from poslab.cli.app import main
-from poslab.data import load_corpus
 from poslab.jobs import runner
 from poslab.lab import lab, scale
 from poslab.lab.experiments import position_training, training
@@ -24,26 +23,6 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread
 
 SEEDS = (3, 4, 5)
 SCHEMES = ["rope", "alibi"]
-
-
-@pytest.fixture(scope="module")
-def tiny_base(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_40k.txt"
-    path.write_text(load_corpus("shakespeare")[:40_000], encoding="utf-8")
-    return {
-        "corpus": str(path),
-        "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
-        "max_steps": 6,
-        "batch_size": 4,
-        "warmup_steps": 1,
-        "lr_decay_steps": 6,
-        "eval_interval": 3,
-        "eval_iters": 2,
-        "ckpt_interval": 0,
-        "keep_checkpoints": 1,
-        "threads": 1,
-        "seed": 3,
-    }
 
 
 def _position_training(out: Path, base: dict) -> dict:

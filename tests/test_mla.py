@@ -14,6 +14,7 @@ from test_modern_attention import TIGHT, B, T, _gpt
 from torch.testing import assert_close
 
 from poslab import AttentionConfig, GPTConfig
+from poslab.nn.caches import DecodeSpec
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -68,7 +69,7 @@ def test_mla_gpt_cache_and_errors() -> None:
     idx = torch.randint(0, VOCAB, (B, 16))
     with torch.no_grad():
         full = model(idx)
-        cache = model.make_cache(B, capacity=16)
+        cache = model.make_cache(B, DecodeSpec(capacity=16))
         steps = [model(idx[:, :5], cache=cache)] + [model(idx[:, t : t + 1], cache=cache) for t in range(5, 16)]
     assert_close(torch.cat(steps, dim=1), full, **TIGHT)
     assert model.position.config.head_dim == 4  # the scheme rotates qk_rope_head_dim dims
@@ -102,7 +103,7 @@ def test_kv_cache_bytes_per_token_mha_gqa_mqa_mla() -> None:
         ("mqa", {"n_kv_head": 1}),
         ("mla", {"n_kv_head": None, "mla": {**MLA_DIMS, "kv_lora_rank": 8}}),
     ):
-        cache = _gpt(position="rope", **extra).make_cache(1, capacity=10)[0]
+        cache = _gpt(position="rope", **extra).make_cache(1, DecodeSpec(capacity=10))[0]
         held = sum(b.numel() * b.element_size() for name, b in cache.named_buffers() if name != "pos")
         sizes[label] = held // 10
     assert sizes == {"mha": 2 * 4 * 8 * 4, "gqa": 2 * 2 * 8 * 4, "mqa": 2 * 8 * 4, "mla": (8 + 4) * 4}

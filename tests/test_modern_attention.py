@@ -23,6 +23,7 @@ from torch.testing import assert_close
 
 from poslab import GPT, AttentionConfig, GPTConfig, KVCache, MultiHeadAttention
 from poslab.nn.attention import AttendOptions, AttentionSpec, attend
+from poslab.nn.caches import DecodeSpec
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 B, T = 2, 12
@@ -350,7 +351,7 @@ def test_layer_pattern_gpt_contract(case: str) -> None:
         out = model(changed)
         assert_close(out[:, :9], full[:, :9], atol=1e-6, rtol=0)
         assert (out[:, 9:] - full[:, 9:]).abs().max() > 1e-4
-        cache = model.make_cache(B, capacity=20)
+        cache = model.make_cache(B, DecodeSpec(capacity=20))
         steps = [model(idx[:, :6], cache=cache)] + [model(idx[:, t : t + 1], cache=cache) for t in range(6, 20)]
         assert_close(torch.cat(steps, dim=1), full, **TIGHT)
         assert_close(model(idx, pos=torch.arange(20)), full, atol=0, rtol=0)
@@ -361,7 +362,10 @@ def test_layer_pattern_repeats_and_builds_per_layer_schemes() -> None:
     cfg = model.config
     assert [cfg.layer_value(i, "window") for i in range(4)] == [4, None, 4, None]
     assert [model.layer_position(i).config.base for i in range(4)] == [500.0, 10000.0, 500.0, 10000.0]
-    assert [(c.capacity, c.rolling) for c in model.make_cache(1, capacity=32)] == [(4, True), (32, False)] * 2
+    assert [(c.capacity, c.rolling) for c in model.make_cache(1, DecodeSpec(capacity=32))] == [
+        (4, True),
+        (32, False),
+    ] * 2
     again = GPT(GPTConfig.from_dict(cfg.to_dict()))
     again.load_state_dict(model.state_dict())
     idx = torch.randint(0, VOCAB, (1, 10))

@@ -17,6 +17,7 @@ from conftest import D_MODEL, N_HEADS, VOCAB
 from torch.testing import assert_close
 
 from poslab import GPT, AttentionConfig, GPTConfig, KVCache, MultiHeadAttention, positions
+from poslab.nn.caches import DecodeSpec
 from poslab.nn.positions.base import PositionScheme, relative_distance
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -103,7 +104,7 @@ def test_xpos_gpt_decodes_at_large_offsets() -> None:
     pos = torch.arange(200_000, 200_010)
     with torch.no_grad():
         full = model(idx, pos=pos)
-        cache = model.make_cache(1, capacity=10)
+        cache = model.make_cache(1, DecodeSpec(capacity=10))
         steps = [model(idx[:, :4], pos=pos[:4], cache=cache)] + [
             model(idx[:, t : t + 1], pos=pos[t : t + 1], cache=cache) for t in range(4, 10)
         ]

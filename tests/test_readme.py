@@ -147,6 +147,12 @@ def unreferenced(page: str, files: list[str]) -> list[str]:
     ]
 
 
+def test_the_benchmarks_page_holds_current_tables_and_commands_only() -> None:
+    """At most 300 lines: the tables, their commands and files, no narration."""
+    lines = (BENCHMARKS / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 300, f"benchmarks/README.md has {len(lines)} lines"
+
+
 def test_every_result_file_is_named_by_the_benchmarks_page() -> None:
     """A result file no page points at is a figure nobody reads: the page names each file or a folder above it."""
     files = sorted(str(path.relative_to(BENCHMARKS)) for path in (BENCHMARKS / "results").rglob("*") if path.is_file())

@@ -3,7 +3,7 @@
 The recurrence (``poslab.nn.memory.SegmentMemory``, ``GPT.forward(cache=SegmentMemory)``) is a model mechanism:
 the contract part runs over every registered scheme (``conftest.scheme_variants``). Two independent
 implementations are compared: the hidden-state memory (keys recomputed from the remembered layer
-inputs) and the segment-memory KV cache (``GPT.make_cache(B, memory=M)``, keys stored).
+inputs) and the segment-memory KV cache (``GPT.make_cache(B, SegmentMemorySpec(M))``, keys stored).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from torch.testing import assert_close
 
 from poslab import positions
 from poslab.nn.attention import KVCache, SegmentMemoryCache
+from poslab.nn.caches import SegmentMemorySpec
 from poslab.nn.memory import SegmentMemory
 from poslab.nn.model import GPT, GPTConfig
 from poslab.training import checkpoint as ckpt
@@ -120,7 +121,7 @@ def test_hidden_state_memory_equals_the_segment_memory_kv_cache(variant: Variant
     model = make_gpt(variant)
     T = 8
     idx = _idx(3 * T)
-    memory, cache = SegmentMemory(T), model.make_cache(B, memory=T)
+    memory, cache = SegmentMemory(T), model.make_cache(B, SegmentMemorySpec(T))
     for s in range(3):
         segment = idx[:, s * T : (s + 1) * T]
         assert_close(model(segment, cache=memory), model(segment, cache=cache), atol=2e-5, rtol=2e-5)
@@ -130,12 +131,12 @@ def test_hidden_state_memory_equals_the_segment_memory_kv_cache(variant: Variant
 def test_a_short_memory_forgets_and_a_decoded_token_attends_the_memory_plus_itself() -> None:
     model = _xl_gpt(2).eval()
     idx = _idx(12)
-    memory, cache = SegmentMemory(4), model.make_cache(B, memory=4)
+    memory, cache = SegmentMemory(4), model.make_cache(B, SegmentMemorySpec(4))
     for s in range(3):  # segments of 4 with a memory of 4 == the segment-memory cache
         segment = idx[:, 4 * s : 4 * s + 4]
         assert_close(model(segment, cache=memory), model(segment, cache=cache), atol=2e-5, rtol=2e-5)
     # one token at a time through the segment-memory cache: each sees the previous 4 tokens and itself
-    cache, memory = model.make_cache(B, memory=4), SegmentMemory(4)
+    cache, memory = model.make_cache(B, SegmentMemorySpec(4)), SegmentMemory(4)
     for t in range(8):
         tok = idx[:, t : t + 1]
         assert_close(model(tok, cache=cache), model(tok, cache=memory), atol=2e-5, rtol=2e-5)
@@ -184,7 +185,7 @@ def test_the_memory_is_a_cache_type_and_a_bad_cache_mem_len_or_batch_is_refused(
             SegmentMemory(bad)  # type: ignore[arg-type]
         if bad is not None:
             with pytest.raises(ValueError, match="memory .* must be a positive integer"):
-                model.make_cache(B, memory=bad)  # type: ignore[arg-type]
+                model.make_cache(B, SegmentMemorySpec(bad))  # type: ignore[arg-type]
     memory = SegmentMemory(4)
     model(idx, cache=memory)
     with pytest.raises(ValueError, match="segment memory holds 2 streams but the batch has 1"):
@@ -192,10 +193,10 @@ def test_the_memory_is_a_cache_type_and_a_bad_cache_mem_len_or_batch_is_refused(
 
 
 def test_the_segment_memory_cache_is_its_own_type() -> None:
-    """``make_cache(B, memory=M)`` gives :class:`SegmentMemoryCache` rings of ``M``; a plain cache has no
+    """``make_cache(B, SegmentMemorySpec(M))`` gives :class:`SegmentMemoryCache` rings of ``M``; a plain cache has no
     memory flag."""
     model = _xl_gpt(2)
-    caches = model.make_cache(B, memory=4)
+    caches = model.make_cache(B, SegmentMemorySpec(4))
     assert [type(c) for c in caches] == [SegmentMemoryCache] * 2
     assert all(c.mem_len == c.capacity == 4 and c.rolling for c in caches)
     with pytest.raises(TypeError, match="memory"):
@@ -211,7 +212,7 @@ def test_a_mask_with_a_segment_memory_cache_is_refused() -> None:
     idx = _idx(3)
     rule = r"mask= cannot be combined with a rolling cache \(SegmentMemoryCache, capacity 4\)"
     with pytest.raises(ValueError, match=rule):
-        model(idx, cache=model.make_cache(B, memory=4), mask=torch.ones(3, 3, dtype=torch.bool))
+        model(idx, cache=model.make_cache(B, SegmentMemorySpec(4)), mask=torch.ones(3, 3, dtype=torch.bool))
 
 
 def test_a_rolling_cache_without_a_window_still_needs_the_memory_flag() -> None:

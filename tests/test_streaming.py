@@ -10,6 +10,7 @@ from poslab import GPT, GPTConfig
 from poslab.lab.plan import Test as StatTest
 from poslab.lab.verdicts import HELD, check_records, missing_premises
 from poslab.nn.attention import use_backend
+from poslab.nn.caches import StreamingSpec
 from poslab.nn.streaming import StreamingKVCache
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -36,7 +37,7 @@ def test_window_larger_than_the_sequence_equals_the_full_pass(position, sinks):
     idx = torch.randint(0, 37, (2, 20), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         full = m(idx)
-        streamed = decode(m, idx, m.make_cache(2, sinks=sinks, window=30), prefill=5)
+        streamed = decode(m, idx, m.make_cache(2, StreamingSpec(window=30, sinks=sinks)), prefill=5)
     torch.testing.assert_close(streamed, full, atol=1e-5, rtol=1e-5)
 
 
@@ -47,9 +48,9 @@ def test_streaming_backends_agree_after_eviction(n_kv_head):
     idx = torch.randint(0, 37, (1, 30), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
         with use_backend(m, "eager"):
-            eager = decode(m, idx, m.make_cache(1, sinks=2, window=6))
+            eager = decode(m, idx, m.make_cache(1, StreamingSpec(window=6, sinks=2)))
         with use_backend(m, "sdpa"):
-            sdpa = decode(m, idx, m.make_cache(1, sinks=2, window=6))
+            sdpa = decode(m, idx, m.make_cache(1, StreamingSpec(window=6, sinks=2)))
     torch.testing.assert_close(sdpa, eager, atol=1e-5, rtol=1e-5)
 
 
@@ -62,7 +63,7 @@ def test_sinks_plus_window_equals_the_full_pass_on_the_kept_tokens(position):
     k, w, T = 3, 5, 24
     idx = torch.randint(0, 37, (1, T), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        streamed = decode(m, idx, m.make_cache(1, sinks=k, window=w))
+        streamed = decode(m, idx, m.make_cache(1, StreamingSpec(window=w, sinks=k)))
         for t in range(k + w, T):
             kept = torch.cat([idx[:, :k], idx[:, t - w + 1 : t + 1]], dim=1)  # [1, k+w]
             torch.testing.assert_close(streamed[:, t], m(kept)[:, -1], atol=1e-5, rtol=1e-5)
@@ -76,7 +77,7 @@ def test_sinks_plus_window_equals_the_full_pass_on_the_kept_tokens(position):
 def test_attends_exactly_sinks_plus_window_keys():
     m = model("rope", n_layer=2)
     k, w = 4, 6
-    cache = m.make_cache(1, sinks=k, window=w)
+    cache = m.make_cache(1, StreamingSpec(window=w, sinks=k))
     seen = []
     hooks = [
         b.attn.scores_probe.register_forward_hook(lambda _m, _i, out: seen.append(out.shape[-1])) for b in m.blocks
@@ -100,8 +101,8 @@ def test_plain_window_forgets_the_first_tokens_and_sinks_do_not():
         m.blocks[0].attn.qkv.weight.mul_(10.0)
     idx = torch.randint(0, 37, (1, 20), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
-        plain = decode(m, idx, m.make_cache(1, sinks=0, window=8))
-        sink = decode(m, idx, m.make_cache(1, sinks=4, window=4))
+        plain = decode(m, idx, m.make_cache(1, StreamingSpec(window=8, sinks=0)))
+        sink = decode(m, idx, m.make_cache(1, StreamingSpec(window=4, sinks=4)))
         window_only = m(idx[:, -8:])[:, -1]  # the last 8 tokens from place 0
     torch.testing.assert_close(plain[:, -1], window_only, atol=1e-5, rtol=1e-5)
     assert (plain[:, -1] - sink[:, -1]).abs().max() > 1e-4
@@ -110,14 +111,14 @@ def test_plain_window_forgets_the_first_tokens_and_sinks_do_not():
 def test_bad_streaming_options():
     m = model("rope")
     with pytest.raises(ValueError, match="needs window"):
-        m.make_cache(1, sinks=4)
+        m.make_cache(1, StreamingSpec(sinks=4))
     with pytest.raises(ValueError, match="sinks must be an integer >= 0"):
-        m.make_cache(1, sinks=-1, window=4)
+        m.make_cache(1, StreamingSpec(window=4, sinks=-1))
     with pytest.raises(ValueError, match="window must be an integer >= 1"):
-        m.make_cache(1, sinks=2, window=0)
+        m.make_cache(1, StreamingSpec(window=0, sinks=2))
     with pytest.raises(ValueError, match="full-attention model; this one sets attention.window"):
-        model("rope", attention={"window": 8}).make_cache(1, sinks=2, window=4)
-    cache = m.make_cache(1, sinks=2, window=3)
+        model("rope", attention={"window": 8}).make_cache(1, StreamingSpec(window=4, sinks=2))
+    cache = m.make_cache(1, StreamingSpec(window=3, sinks=2))
     with torch.no_grad():
         m(torch.zeros(1, 5, dtype=torch.long), cache=cache)  # fills it exactly
         with pytest.raises(ValueError, match="only one at a time"):

@@ -8,7 +8,6 @@ import math
 import pytest
 
 from poslab import positions
-from poslab.data import load_corpus
 from poslab.lab import plan
 from poslab.lab.experiments import head_count as heads
 from poslab.lab.experiments import position_training, run_experiment, training
@@ -16,26 +15,6 @@ from poslab.lab.experiments.common import unigram_entropy
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, equivalent, missing_premises
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
-
-
-@pytest.fixture(scope="module")
-def tiny_base(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "shakespeare_40k.txt"
-    path.write_text(load_corpus("shakespeare")[:40_000], encoding="utf-8")
-    return {
-        "corpus": str(path),
-        "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
-        "max_steps": 6,
-        "batch_size": 4,
-        "warmup_steps": 1,
-        "lr_decay_steps": 6,
-        "eval_interval": 3,
-        "eval_iters": 2,
-        "ckpt_interval": 0,
-        "keep_checkpoints": 1,
-        "threads": 1,
-        "seed": 3,
-    }
 
 
 SEEDS = (3, 4, 5)

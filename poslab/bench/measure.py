@@ -29,6 +29,7 @@ from poslab.bench.cases import (
     build_case,
 )
 from poslab.nn.attention import AttentionConfig
+from poslab.nn.caches import DecodeSpec
 
 #: the clock of every timing: wall time (``perf_counter``) or this process's CPU time (``process_time``)
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -221,7 +222,7 @@ def run_decode(
                         latencies[name].append(_clock() - start)
                         continue
                     model = models[name]
-                    cache = model.make_cache(1, capacity=context + steps)
+                    cache = model.make_cache(1, DecodeSpec(capacity=context + steps))
                     model(idx[:, :context], cache=cache)  # prefill (not timed)
                     for t in range(context, context + steps):
                         start = _clock()

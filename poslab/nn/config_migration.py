@@ -1,11 +1,11 @@
 """Reading a model config saved in the flat form (one ``GPTConfig`` field per setting).
 
-A run folder's ``config.json`` written before the settings were grouped names them flat
+A run folder's ``config.json`` in the flat form names each setting as a top-level key
 (``qk_norm``, ``norm_eps``, ``attn_chunk``, ...). :func:`migrate_model_config` rewrites such a
 mapping into the grouped form, value for value, so the run loads the identical model; the groups'
 ``None`` defaults ("the model's dropout / norm epsilon / bias") are exactly what the flat form
 derived from the model's fields. Anything a user writes (YAML, ``--model.KEY``, Python) uses the
-grouped names only: :func:`check_not_flat` names the new key of a flat one.
+grouped names only: :func:`check_not_flat` names the grouped key of a flat one.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from poslab.checks import int_at_least, is_number, positive_int
+from poslab.nn.caches import DecodeSpec
 from poslab.nn.model import GPT
 
 
@@ -115,7 +116,7 @@ def generate(
     steps = min(max_new_tokens, max_len - T0)
     if steps == 0:
         return idx
-    cache = model.make_cache(B, capacity=T0 + steps)
+    cache = model.make_cache(B, DecodeSpec(capacity=T0 + steps))
     logits = model(idx, cache=cache)[:, -1]  # prefill: [B, V] at the last prompt position
     out = [idx]
     for i in range(steps):

@@ -13,7 +13,7 @@ relative encoding sees the true distances; the context reaches ``n_layer * M`` t
     for segment in segments:          # [B, L] each, consecutive pieces of B streams
         logits, loss = model(segment, targets, cache=mem)
 
-The evaluation-time KV-cache form is ``GPT.make_cache(B, memory=M)`` (one
+The evaluation-time KV-cache form is ``GPT.make_cache(B, SegmentMemorySpec(M))`` (one
 :class:`~poslab.nn.attention.SegmentMemoryCache` per layer, a ring of the last ``M`` keys and
 values): the same function, tested equal.
 """

@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.checks import positive_int
 from poslab.nn import positions
-from poslab.nn.attention import KVCache, MultiHeadAttention, SegmentInputs, SegmentMemoryCache
+from poslab.nn.attention import KVCache, MultiHeadAttention, SegmentInputs
 from poslab.nn.attention.module import ClippedLinear  # noqa: F401  (re-exported)
+from poslab.nn.caches import CACHE_SPECS, CacheSpec, DecodeSpec
 from poslab.nn.gpt_config import (  # noqa: F401  (the config's public names, re-exported)
     ACTIVATIONS,
     LAYER_KEYS,
@@ -234,87 +234,22 @@ class GPT(nn.Module):
         return n
 
     def make_cache(
-        self,
-        batch_size: int,
-        capacity: int | None = None,
-        dtype: torch.dtype | None = None,
-        *,
-        sinks: int | None = None,
-        window: int | None = None,
-        memory: int | None = None,
+        self, batch_size: int, spec: CacheSpec | None = None, dtype: torch.dtype | None = None
     ) -> list[KVCache]:
-        """One preallocated :class:`KVCache` per layer.
+        """One preallocated cache per layer, of the kind ``spec`` names (:mod:`poslab.nn.caches`).
 
-        ``memory=M`` makes Transformer-XL segment-memory caches (:class:`SegmentMemoryCache`, rings of
-        ``M`` entries): each forward of a segment attends the previous ``M`` tokens plus itself, the
-        cached form of :class:`~poslab.nn.memory.SegmentMemory` (``capacity`` is then ignored).
-
-        With a sliding window the caches are rolling ring buffers of ``window`` entries (``capacity``
-        is then ignored): decoding runs for any length in constant memory.
-
-        ``window=w`` (with ``sinks=k``, default 0) makes StreamingLLM caches instead
-        (:class:`~poslab.nn.streaming.StreamingKVCache`, Xiao et al. 2023): the first ``k`` tokens
-        plus the last ``w``, positions by place in the cache; ``sinks=0`` is plain window attention.
+        ``DecodeSpec(capacity)`` (also ``spec=None``): the model's own caches for decoding
+        (``capacity`` entries, default ``block_size``; rolling rings of ``window`` on windowed layers,
+        so decoding runs for any length in constant memory; latent caches for MLA).
+        ``StreamingSpec(window, sinks)``: StreamingLLM caches. ``SegmentMemorySpec(length)``:
+        Transformer-XL segment-memory rings, the cached form of :class:`~poslab.nn.memory.SegmentMemory`.
         """
-        if capacity is not None:
-            positive_int("capacity", capacity, rule="a positive integer (or None = block_size)")
-        cfg = self.config
-        device = self.tok_emb.weight.device
-        dtype = dtype or self.tok_emb.weight.dtype
-        if memory is not None:
-            positive_int("memory (the segment memory's length M)", memory)
-            if window is not None or sinks is not None or cfg.mla is not None:
-                raise ValueError(
-                    "a segment-memory cache (memory=M) takes no window/sinks and needs standard attention (not mla)"
-                )
-            return [
-                SegmentMemoryCache(batch_size, cfg.kv_heads, cfg.head_dim, memory, dtype, device) for _ in self.blocks
-            ]
-        if sinks is not None and window is None:
-            raise ValueError(
-                f"sinks={sinks!r} needs window=W (the StreamingLLM cache keeps the first sinks plus the last W tokens)"
-            )
-        if window is not None:
-            from poslab.nn.streaming import StreamingKVCache
-
-            reason = (
-                "mla"
-                if cfg.mla is not None
-                else "layer_pattern"
-                if cfg.layer_pattern is not None
-                else "attention.window"
-                if cfg.attention.window is not None
-                else "attention.chunk"
-                if cfg.attention.chunk is not None
-                else None
-            )
-            if reason is not None:
-                raise ValueError(
-                    f"a streaming cache (window={window}) needs a full-attention model; this one sets {reason}"
-                )
-            return [
-                StreamingKVCache(batch_size, cfg.kv_heads, cfg.head_dim, sinks or 0, window, dtype, device)
-                for _ in self.blocks
-            ]
-        if cfg.mla is not None:
-            from poslab.nn.mla import LatentKVCache
-
-            mla = cfg.mla
-            return [
-                LatentKVCache(
-                    batch_size, mla["kv_lora_rank"], mla["qk_rope_head_dim"], capacity or cfg.block_size, dtype, device
-                )
-                for _ in self.blocks
-            ]
-        if cfg.layer_pattern is not None:
-            return self._make_layer_caches(batch_size, capacity, dtype, device)
-        if cfg.attention.window is not None:  # rolling: only the last `window` keys are ever attended
-            return [
-                KVCache(batch_size, cfg.kv_heads, cfg.head_dim, cfg.attention.window, dtype, device, rolling=True)
-                for _ in self.blocks
-            ]
-        capacity = capacity or cfg.block_size
-        return [KVCache(batch_size, cfg.kv_heads, cfg.head_dim, capacity, dtype, device) for _ in self.blocks]
+        spec = DecodeSpec() if spec is None else spec
+        if not isinstance(spec, CACHE_SPECS):
+            kinds = ", ".join(kind.__name__ for kind in CACHE_SPECS)
+            raise TypeError(f"spec must be one of {kinds}, got {type(spec).__name__} {spec!r}")
+        weight = self.tok_emb.weight
+        return spec.build(self, batch_size, dtype or weight.dtype, weight.device)
 
     def _check_targets(self, idx: Tensor, targets: Tensor) -> Tensor:
         """``targets`` as int64 ``[B, T]`` ids in ``[0, vocab_size)`` or ``-1``, else a one-line error."""
@@ -337,22 +272,6 @@ class GPT(nn.Module):
                     f"[0, {self.config.vocab_size}) or be -1 (ignored)"
                 )
         return targets.long()
-
-    def _make_layer_caches(
-        self, batch_size: int, capacity: int | None, dtype: torch.dtype, device: torch.device
-    ) -> list[KVCache]:
-        """Per-layer caches: a rolling ring of ``window`` entries on windowed layers, ``capacity`` elsewhere."""
-        cfg = self.config
-        caches = []
-        for block in self.blocks:
-            window = block.attn.window
-            if window is not None:
-                caches.append(KVCache(batch_size, cfg.kv_heads, cfg.head_dim, window, dtype, device, rolling=True))
-            else:
-                caches.append(
-                    KVCache(batch_size, cfg.kv_heads, cfg.head_dim, capacity or cfg.block_size, dtype, device)
-                )
-        return caches
 
     def layer_position(self, i: int) -> PositionScheme:
         """The scheme layer ``i`` runs: its ``layer_pattern`` one, else the model's ``position.for_layer(i)``."""

@@ -3,8 +3,8 @@
 The masked-LM objective (``TrainConfig.objective = "mlm"``) needs one id that no text encodes: the
 model of an MLM run gets one more vocabulary row than the tokenizer has ids, and that last id
 (``tokenizer.vocab_size``) is the ``[MASK]`` token (:func:`model_vocab_size`, :func:`mask_id_of`). The
-tokenizer itself is unchanged, so every run saved before the objective existed (and every causal run)
-loads as before; an MLM run's saved ``model.vocab_size`` is the tokenizer's plus one.
+tokenizer has no mask id, so a causal run's ``model.vocab_size`` is the tokenizer's and an MLM run's is
+the tokenizer's plus one.
 """
 
 from __future__ import annotations

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from poslab.analysis.eval import parse_rope_scaling
+from poslab.checks import is_int
 from poslab.jobs.runner import check_workers, default_workers
 from poslab.lab import verdicts
 from poslab.lab.experiments import read_results
@@ -112,7 +113,7 @@ def seeds_of(out: Path) -> list[int]:
     results = read_results(reused(out, EXTRAPOLATION, EXPERIMENT.reuses))
     listed = results.get("seeds", [results["seed"]] if isinstance(results.get("seed"), int) else [])
     for seed in listed if isinstance(listed, list) else []:
-        if isinstance(seed, int) and not isinstance(seed, bool) and seed not in seeds:
+        if is_int(seed) and seed not in seeds:
             seeds.append(seed)
     candidate = SEED
     while len(seeds) < MIN_SEEDS:

@@ -37,6 +37,7 @@ from poslab.lab.premises import all_of, attach, below_bigram, uses_context
 from poslab.lab.scale import STREAM_SCALES, Scale
 from poslab.lab.tables import KeyTable, Table
 from poslab.lab.verdicts import Premise, paired
+from poslab.nn.caches import StreamingSpec
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder, load_run
 
@@ -117,7 +118,7 @@ def stream_nll(
         k = sinks if method == "streaming" else 0
         if not 0 <= k < size:
             raise ValueError(f"sinks must lie in [0, {size}) for a cache of {size} entries, got {k}")
-        cache = model.make_cache(stream.shape[0], sinks=k, window=size - k)
+        cache = model.make_cache(stream.shape[0], StreamingSpec(window=size - k, sinks=k))
         logits = torch.cat(
             [model(stream[:, t : t + 1], cache=cache) for t in range(stream.shape[1] - 1)], dim=1
         )  # [B, N-1, V]

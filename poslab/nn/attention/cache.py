@@ -151,7 +151,7 @@ class KVCache(nn.Module):
             raise ValueError(
                 f"a rolling KV cache of capacity {self.capacity} keeps only the last {self.capacity} tokens, "
                 f"but this attention has window={window}; use window <= {self.capacity}, a non-rolling cache, "
-                "or a segment-memory cache (SegmentMemoryCache, GPT.make_cache(B, memory=M))"
+                "or a segment-memory cache (SegmentMemoryCache, GPT.make_cache(B, SegmentMemorySpec(M)))"
             )
 
     def update(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -222,7 +222,7 @@ class SegmentMemoryCache(KVCache):
     Every write of ``T`` tokens attends the previous ``mem_len`` tokens plus itself (causally), for
     any ``T`` (a single decoded token too) and whatever the attention's window: the ring is the
     context, so :meth:`check_window` accepts every window. It is the KV-cache form of
-    :class:`~poslab.nn.memory.SegmentMemory` with the same ``mem_len`` (``GPT.make_cache(B, memory=M)``).
+    :class:`~poslab.nn.memory.SegmentMemory` with the same ``mem_len`` (``GPT.make_cache(B, SegmentMemorySpec(M))``).
 
     Args:
         batch_size, n_kv_heads, head_dim: cache geometry.
