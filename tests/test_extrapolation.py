@@ -57,17 +57,6 @@ def test_extrapolation_smoke(lab: Path):
     assert {c["verdict"] for c in results["claims"]} == {INCONCLUSIVE}
     claims = {c["claim"]: c for c in results["claims"]}
     assert "unigram baseline" in claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["measured"]
-
-
-def test_a_claim_on_schemes_this_size_does_not_train_is_not_testable():
-    tables = _tables({"alibi": (1, 1, 1.05, 1.06, 1.07), "rope": (1, 1.3, 2.0, 3.0, 12.0)})
-    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}
-    t5 = claims["RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"]
-    assert t5["verdict"] == INCONCLUSIVE and t5["measured"].startswith("not measured at this size: needs rope, t5")
-    assert t5["premise"] == {"text": TRAINED_AT_THIS_SIZE, "measured": t5["measured"], "met": False}
-    assert not_testable(ClaimRecord.from_dict(t5))
-    at_8l = ClaimRecord.from_dict(claims["at 8x L: ALiBi < RoPE"])  # both arms trained: testable
-    assert at_8l.premise is None and at_8l.verdict != INCONCLUSIVE
     assert all("sliding_window" in c["details"] for c in results["claims"])
     # without the baseline guard the same tables give per-seed ratios, tested on the ln scale with their seeds
     claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(by_seed)}
@@ -85,9 +74,10 @@ def test_a_claim_on_schemes_this_size_does_not_train_is_not_testable():
     assert alibi_rope["details"]["seeds"] == list(extrapolation.SEEDS)
     assert check_records(list(claims.values())) == [] and check_records(results["claims"]) == []
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise
-    # schemes not trained in the smoke run: their claims are inconclusive, not guessed
+    # schemes not trained in the smoke run: their claims are not testable at this size, not guessed
     xl = claims["Transformer-XL's relative encoding solves long-sequence generalization"]
     assert xl["verdict"] == INCONCLUSIVE and xl["margin"] is None and "not measured" in xl["measured"]
+    assert xl["premise"]["text"] == TRAINED_AT_THIS_SIZE and not xl["premise"]["met"]
 
 
 def test_models_are_reused_not_retrained(lab: Path):
