@@ -515,3 +515,33 @@ def test_loading_never_unpickles(make_config, monkeypatch):
     train(make_config(TRAINING, max_steps=6, ckpt_interval=2), resume=True, progress=False)
     suffixes = {p.suffix for p in (cfg.run_dir / "checkpoints").iterdir()}
     assert suffixes == {".json", ".safetensors", ""}  # "" is the `latest` pointer
+
+
+def test_resuming_a_run_that_ended_keeps_its_results(make_config, capsys):
+    cfg = make_config(TRAINING, name="ended")
+    first = train(cfg, progress=False)
+    assert first["status"] == "completed" and first["tokens_per_s"] > 0
+    saved = (cfg.run_dir / "results.json").read_bytes()
+    metrics = (cfg.run_dir / "metrics.jsonl").read_bytes()
+    capsys.readouterr()
+    again = train(cfg, resume=True, progress=False)
+    assert again == first  # the measurements of the training that made the run, not an empty session's
+    assert (cfg.run_dir / "results.json").read_bytes() == saved
+    assert (cfg.run_dir / "metrics.jsonl").read_bytes() == metrics
+    assert f"already ended at step {cfg.max_steps} (completed)" in capsys.readouterr().err
+    longer = train(make_config(TRAINING, name="ended", max_steps=cfg.max_steps + 2), resume=True, progress=False)
+    assert longer["steps"] == cfg.max_steps + 2 and longer["resumed_from"] == cfg.max_steps  # a new end: trains on
+
+
+def test_a_run_that_reached_its_target_has_ended(make_config):
+    from poslab.jobs.sweep import run_state
+
+    cfg = make_config(TRAINING, name="target", stop_val_loss=100.0)  # reached at the first evaluation
+    first = train(cfg, progress=False)
+    assert first["status"] == "target reached" and first["steps"] < cfg.max_steps
+    run = RunFolder(cfg.run_dir)
+    assert run.state == "finished" and run.finished(cfg.max_steps)
+    assert run_state(cfg.run_dir, cfg.max_steps) == "done"  # a sweep does not retrain it as diverged
+    assert train(cfg, resume=True, progress=False) == first  # no step past the target
+    lower = train(make_config(TRAINING, name="target", stop_val_loss=0.01), resume=True, progress=False)
+    assert lower["steps"] == cfg.max_steps and lower["resumed_from"] == first["steps"]  # another target: on

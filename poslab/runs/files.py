@@ -49,8 +49,11 @@ CONFIG, TOKENIZER, METRICS, RESULTS, PEAK = (
 #: every file of the format (the test that no other module parses them reads this list)
 RUN_FILES = (CONFIG, TOKENIZER, METRICS, RESULTS, PEAK)
 #: a run's states: no run here / a live process trains it / stopped before the end (resumable) /
-#: completed / ended without completing (diverged)
+#: ended as asked (:data:`ENDED`) / ended otherwise (diverged)
 STATES = ("missing", "running", "interrupted", "finished", "failed")
+#: the ``results.json`` statuses of a run that ended as asked: trained to ``max_steps``, stopped at its
+#: ``stop_val_loss`` (time to quality), converted from another format, or averaged from checkpoints
+ENDED = ("completed", "target reached", "converted", "averaged")
 #: the splits of a run's own corpus
 SPLITS = ("val", "train")
 
@@ -254,18 +257,22 @@ class RunFiles:
             status = (self.results() or {}).get("status")
         except RunFileError:
             return "interrupted"  # a torn results.json: the run did not end cleanly
-        if status in ("completed", "converted", "averaged"):
+        if status in ENDED:
             return "finished"
         if status is not None:
             return "failed"
         return "interrupted"
 
     def finished(self, max_steps: int | None = None) -> bool:
-        """Completed (and, with ``max_steps``, trained at least that many steps)."""
+        """Ended (and, with ``max_steps``, trained at least that many steps or stopped at its ``stop_val_loss``)."""
         if self.state != "finished":
             return False
-        steps = (self.results() or {}).get("steps", 0)
-        return max_steps is None or number(steps, 0) >= max_steps
+        results = self.results() or {}
+        return (
+            max_steps is None
+            or results.get("status") == "target reached"
+            or number(results.get("steps"), 0) >= max_steps
+        )
 
     # -------------------------------------------------------------------------------- peak
     def matmul_peak(self, key: str, measure: Callable[[], float]) -> float:

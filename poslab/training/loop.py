@@ -102,6 +102,9 @@ class RunStore(Protocol):
     def metrics_appender(self, enabled: bool) -> contextlib.AbstractContextManager[Callable[[dict], None]]:
         """A context giving ``append(record)``; a no-op writer when not ``enabled``."""
 
+    def results(self) -> dict | None:
+        """The saved ``results.json`` (``None`` before the run ends)."""
+
     def write_results(self, results: dict) -> None:
         """Write ``results.json``."""
 
@@ -208,6 +211,7 @@ class _Trainer:
         self.last_val: tuple[int, float] | None = None  # (step, validation loss) of the latest evaluation
         self.resuming = False
         self.start_step = 0
+        self.ended: dict | None = None  # the saved results of a resumed run that had already ended
         self.notes: list[str] = []  # printed once the progress bar exists
 
     # -------------------------------------------------------------------------------- setup
@@ -228,7 +232,26 @@ class _Trainer:
         if dist.is_main:
             store.write_config(self.config_doc)
         self.start_step = self.state.step
+        self.ended = self._ended(resuming)
         self._start_progress()
+
+    def _ended(self, resuming: bool) -> dict | None:
+        """A resumed run that had already ended at the restored step (its ``max_steps``, or its ``stop_val_loss``
+        reached): its saved results, which this session keeps instead of training or overwriting the measurements
+        of the training that made them; else ``None``."""
+        if not resuming:
+            return None
+        try:
+            saved = self.store.results()
+        except (OSError, ValueError):  # a torn results.json: the run did not end cleanly
+            return None
+        if not isinstance(saved, dict) or saved.get("steps") != self.state.step:
+            return None
+        if saved.get("status") == "completed":
+            return saved if self.state.step >= self.cfg.max_steps else None
+        target = saved.get("target")
+        reached = saved.get("status") == "target reached" and isinstance(target, dict)
+        return saved if reached and target.get("stop_val_loss") == self.cfg.stop_val_loss else None
 
     def _resolve_precision(self, saved_doc: dict | None) -> None:
         """``dtype="auto"`` made concrete (measured once per machine); every rank takes rank 0's choice.
@@ -372,6 +395,8 @@ class _Trainer:
     # -------------------------------------------------------------------------------- steps
     def loop(self) -> None:
         """Optimizer steps until ``max_steps``; Ctrl-C saves a checkpoint and raises ``KeyboardInterrupt``."""
+        if self.ended is not None:
+            return
         self.model.train()
         with self.store.metrics_appender(self.dist.is_main) as append, InterruptFlag(self.bar.message) as interrupt:
             while self.state.step < self.cfg.max_steps:
@@ -568,6 +593,14 @@ class _Trainer:
     def finish(self) -> dict:
         """Final train/val losses, throughput and MFU; ``results.json`` written; the summary printed."""
         cfg, state, timing, dist, data = self.cfg, self.state, self.timing, self.dist, self.data
+        if self.ended is not None:
+            val = self.ended.get("final_val_loss")
+            loss = f"val {val:.4f} | " if isinstance(val, (int, float)) else ""
+            self.bar.close(
+                f"already ended at step {state.step} ({self.ended['status']}): {loss}its results.json kept | "
+                f"{self.store.path}"
+            )
+            return self.ended
         # the last step's evaluation is the final one (same weights, same windows): not computed twice
         last = self.last_val
         final_val = last[1] if last is not None and last[0] == state.step else self._evaluate(data.val, cfg.seed + 1)
