@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from poslab.data import CharTokenizer
-from poslab.lab import scale, verdicts
+from poslab.lab import plan, scale, verdicts
 from poslab.lab.experiments import context_extension, context_extension_tables, extrapolation
 from poslab.lab.experiments import context_extension_claims as cc
 from poslab.lab.experiments import context_extension_verdicts as cv
@@ -99,14 +99,21 @@ def test_context_extension_smoke(lab: Path):
     assert keys.rows[0][-1].mean == pytest.approx(sum(longest) / len(longest))
 
 
-def test_context_extension_seeds_come_from_extrapolation(tmp_path: Path):
+def test_context_extension_trains_extrapolation_s_rope_seeds_by_the_plan_not_by_its_results_file(tmp_path: Path):
+    def seeds(plan) -> list[int]:
+        return sorted(plan.arms[context_extension.BASE])
+
     out = tmp_path / "context-extension"
-    assert context_extension.seeds_of(out) == [extrapolation.SEED, extrapolation.SEED + 1, extrapolation.SEED + 2]
     (tmp_path / "extrapolation").mkdir()
-    (tmp_path / "extrapolation" / "results.json").write_text(json.dumps({"seeds": [7, 8, 9, 10]}))
-    assert context_extension.seeds_of(out) == [7, 8, 9, 10]
-    (tmp_path / "extrapolation" / "results.json").write_text(json.dumps({"seed": 5}))
-    assert context_extension.seeds_of(out) == [5, extrapolation.SEED, extrapolation.SEED + 1]  # topped up to 3
+    (tmp_path / "extrapolation" / "results.json").write_text(json.dumps({"seeds": [7, 8, 9, 10]}))  # not read
+    rope = extrapolation.plan(tmp_path / "extrapolation", False, "smoke").arms["rope"]
+    assert seeds(context_extension.plan(out, False, "smoke")) == sorted(rope) == list(scale.SEEDS)
+    quick = extrapolation.plan(tmp_path / "extrapolation", True).arms["rope"]
+    ctx = seeds(context_extension.plan(out, True))
+    assert ctx[: len(quick)] == sorted(quick) and len(ctx) == plan.QUICK_SEEDS["context-extension"]["rope"]
+    assert seeds(context_extension.plan(out, False, "smoke", seeds=(7, 8))) == [7, 8]
+    with pytest.raises(ValueError, match="at least one seed"):
+        context_extension.plan(out, False, "smoke", seeds=())
 
 
 def test_context_extension_reuses_the_rope_models_of_position_training(lab: Path, tmp_path: Path):

@@ -23,9 +23,10 @@ seed, on ln-perplexity):
 * Seed 000 Q4's Llama 3 recipe, checkpoint averaging "avoids catastrophic forgetting": the mean of the
   YaRN fine-tune's last k checkpoints, and base ⊕ fine-tuned, against the plain fine-tune (below).
 
-The RoPE models are the extrapolation experiment's, one per seed (at least :data:`MIN_SEEDS`): the
-seeds are read from that experiment's ``results.json`` when it lists them, completed identical runs
-anywhere under its ``models/SIZE`` folder are reused, and missing seeds are trained here. Each scaling
+The RoPE models are the extrapolation experiment's, one per seed: the seeds are the plan's (the quick form's
+from :data:`poslab.lab.plan.QUICK_SEEDS`, else :data:`~poslab.lab.scale.SEEDS`, as extrapolation's), completed
+identical runs under that experiment's (or position-training's) models folder are reused, and missing seeds
+are trained here. Each scaling
 is applied at inference by :func:`scale_rope` (factor 4, ``original_max_len = L``); the fine-tunes are
 new runs initialised from each seed's RoPE run (``TrainConfig.init_from``) with the scaling set and
 ``block_size = 4 L``, trained at the same tokens per step. A control run trains the same number of
@@ -62,10 +63,8 @@ from pathlib import Path
 from typing import Any
 
 from poslab.analysis.eval import parse_rope_scaling
-from poslab.checks import is_int
 from poslab.jobs.runner import check_workers, default_workers
 from poslab.lab import verdicts
-from poslab.lab.experiments import read_results
 from poslab.lab.experiments.common import LAB, Baselines, baselines_field, corpus_baselines
 from poslab.lab.experiments.context_extension_claims import (
     AVERAGED,
@@ -87,7 +86,7 @@ from poslab.lab.experiments.context_extension_passkey import (
 from poslab.lab.experiments.context_extension_tables import TABLES
 from poslab.lab.experiments.context_extension_verdicts import all_claims, attach_premises, premise_of
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
-from poslab.lab.experiments.lab_models import EXTRAPOLATION, POSITION_TRAINING, model_root, models_dir, reused
+from poslab.lab.experiments.lab_models import EXTRAPOLATION, POSITION_TRAINING, model_root, models_dir
 from poslab.lab.experiments.training import planned_seeds
 from poslab.lab.scale import CORPUS, SEED, Scale, size_of, train_config
 
@@ -106,23 +105,6 @@ BASE = "rope"
 
 
 # ------------------------------------------------------------------------------------ runs
-def seeds_of(out: Path) -> list[int]:
-    """The seeds of the RoPE models: the extrapolation experiment's (its ``results.json``) when it
-    lists them, topped up to :data:`MIN_SEEDS` with ``SEED, SEED + 1, ...``."""
-    seeds: list[int] = []
-    results = read_results(reused(out, EXTRAPOLATION, EXPERIMENT.reuses))
-    listed = results.get("seeds", [results["seed"]] if isinstance(results.get("seed"), int) else [])
-    for seed in listed if isinstance(listed, list) else []:
-        if is_int(seed) and seed not in seeds:
-            seeds.append(seed)
-    candidate = SEED
-    while len(seeds) < MIN_SEEDS:
-        if candidate not in seeds:
-            seeds.append(candidate)
-        candidate += 1
-    return seeds
-
-
 def with_seed(cfg: Any, seed: int, name: str) -> Any:
     """``cfg`` with another seed and run name."""
     from poslab.training.config import TrainConfig
@@ -277,13 +259,11 @@ def plan(
         quick: the lab's quick size (else full).
         size: a size name overriding ``quick`` (``smoke`` for tests).
         seeds: the RoPE models' seeds (default: the quick lab's seeds of its RoPE arm at the quick size,
-            :data:`poslab.lab.plan.QUICK_SEEDS`, else :func:`seeds_of`: the extrapolation experiment's, at
-            least :data:`MIN_SEEDS`); with fewer than :data:`MIN_SEEDS` every claim is inconclusive.
+            :data:`poslab.lab.plan.QUICK_SEEDS`, else :data:`~poslab.lab.scale.SEEDS`, the seeds extrapolation
+            trains by default); with fewer than :data:`MIN_SEEDS` every claim is inconclusive.
     """
     lab = size_of(quick, size)
-    if seeds is None and lab.name == "quick":
-        seeds = planned_seeds(EXPERIMENT.name, ("rope",), quick=True)["rope"]
-    chosen = tuple(seeds) if seeds is not None else tuple(seeds_of(out))
+    chosen = planned_seeds(EXPERIMENT.name, ("rope",), lab.name == "quick", seeds).get("rope", ())
     if not chosen:
         raise ValueError("seeds must name at least one seed")
     reuse = base_reuse(lab, out)
