@@ -493,3 +493,13 @@ def test_arms_with_more_seeds_are_paired_on_the_seeds_both_trained():
     assert pair["n_seeds"] == 3 and pair["details"]["paired"] and pair["design"]["test"] == "paired t-test"
     assert pair["details"]["seeds"] == ["0", "1", "2"] or pair["details"]["seeds"] == [0, 1, 2]
     assert claims["plain RoPE degrades past L: perplexity at 4x L at least 1.5x its value at L"]["n_seeds"] == 5
+
+
+def test_a_run_without_results_is_an_error_naming_it_not_a_missing_loss(tmp_path: Path):
+    from poslab.lab.experiments.extrapolation import _final_val_loss
+    from poslab.runs import RunFileError
+
+    with pytest.raises(RunFileError, match="has no results.json"):
+        _final_val_loss(tmp_path)
+    (tmp_path / "results.json").write_text(json.dumps({"final_val_loss": 1.5}))
+    assert _final_val_loss(tmp_path) == 1.5

@@ -62,7 +62,7 @@ from poslab.lab.scale import CORPUS, SEED, SEEDS, Scale, schemes_of, size_of  # 
 from poslab.lab.scale import EXTRAPOLATION_FACTORS as FACTORS
 from poslab.lab.tables import KeyTable, Table, mean_cell, ppl_spread
 from poslab.lab.verdicts import ClaimRecord, Premise
-from poslab.runs import RunFolder, load_run
+from poslab.runs import RunFileError, RunFolder, load_run
 
 #: how perplexity is measured past the training length, each its own table
 MODES = ("nonoverlapping", "sliding")
@@ -228,6 +228,14 @@ def plan(
     return Plan(setting, arms, reuse, summarise=False, what="lab models")
 
 
+def _final_val_loss(run_dir: Path) -> float:
+    """A finished run's final validation loss (``RunFileError`` naming the folder when it has no results)."""
+    results = RunFolder(run_dir).results()
+    if results is None:
+        raise RunFileError(f"{str(run_dir)!r} has no results.json: the run did not finish")
+    return results["final_val_loss"]
+
+
 def measure(runs: Runs[Setting]) -> ExtrapolationResult:
     """Every model read at every factor (non-overlapping and sliding) and position, aggregated over seeds."""
     s, lab = runs.setting, runs.setting.lab
@@ -252,8 +260,7 @@ def measure(runs: Runs[Setting]) -> ExtrapolationResult:
         },
         run_dirs={scheme: {str(seed): str(r.path) for seed, r in runs.by_arm[scheme].items()} for scheme in s.schemes},
         final_val_loss={
-            scheme: [(RunFolder(r.path).results() or {}).get("final_val_loss") for r in runs.by_arm[scheme].values()]
-            for scheme in s.schemes
+            scheme: [_final_val_loss(r.path) for r in runs.by_arm[scheme].values()] for scheme in s.schemes
         },
         seconds=time.perf_counter() - s.started,
         threads=torch.get_num_threads(),
