@@ -340,7 +340,8 @@ def nanogpt_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
 
 def summarise_processes(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per contender: mean process wall, CPU and training time; against nanoGPT's process of the same seed,
-    the speed-up (nanoGPT's time over the contender's) of each seed and its mean and sd."""
+    the speed-up (nanoGPT's time over the contender's) of each seed that reached the target, and its mean and sd
+    (a process that missed the target has no time to quality)."""
     out: dict[str, Any] = {}
     nano = {r["seed"]: r for r in rows if r["contender"] == "nanoGPT"}
     for name in dict.fromkeys(r["contender"] for r in rows):
@@ -352,7 +353,7 @@ def summarise_processes(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if name != "nanoGPT" and nano:
             entry["reached"] = sum(r["reached"] for r in mine)
             for key in ("process_wall_s", "process_cpu_s", "train_time_s"):
-                ratios = [nano[r["seed"]][key] / r[key] for r in mine if r["seed"] in nano]
+                ratios = [nano[r["seed"]][key] / r[key] for r in mine if r["seed"] in nano and r["reached"]]
                 if ratios:
                     entry[f"speedup_{key}"] = ratios
                     entry[f"speedup_{key}_mean"] = statistics.fmean(ratios)

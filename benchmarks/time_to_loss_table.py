@@ -1,7 +1,8 @@
 """The whole-process table of ``benchmarks/README.md`` ("Time to quality"), in Markdown, from the JSON
 that ``time_to_loss.py --whole-process --out FILE`` writes: one row per seed (nanoGPT's process and each
 variant's, wall / CPU with the training steps' time in brackets, the crossing's step and val loss, the
-speed-ups against nanoGPT's process of the same seed) and the mean ± sd of the speed-ups.
+speed-ups against nanoGPT's process of the same seed) and the mean ± sd of the speed-ups. A seed whose process
+never reached the target has no time to quality, so no speed-up: its row says so and the mean leaves it out.
 
     .venv/bin/python benchmarks/time_to_loss_table.py benchmarks/results/time_to_loss_whole_process.json
 """
@@ -52,14 +53,22 @@ def table(report: dict[str, Any]) -> str:
             reach = (
                 f"step {cross['step']}, {cross['val_loss']:.4f}" if cross else f"missed ({row['final_val_loss']:.4f})"
             )
+            if not cross:  # a process that never reached the target has no time to quality
+                cells += [f"{_times(row)}, {reach}", "none: missed the target"]
+                continue
             wall, cpu, steps = _speedups(nano[seed], row)
             ratios[name].append((wall, cpu, steps))
             cells += [f"{_times(row)}, {reach}", f"{wall:.2f}x / {cpu:.2f}x ({steps:.2f}x)"]
         lines.append("| " + " | ".join(cells) + " |")
     last = ["mean ± sd", ""]
     for name in names:
+        if not ratios[name]:
+            last += ["", "none: every seed missed the target"]
+            continue
         wall, cpu, steps = (list(column) for column in zip(*ratios[name], strict=True))
-        last += ["", f"**{_mean_sd(wall)}** / {_mean_sd(cpu)} ({statistics.fmean(steps):.2f}x)"]
+        missed = sum(1 for r in processes if r["contender"] == name and r["seed"] in nano and not r["crossing"])
+        over = f", over the {len(wall)} seeds that reached it ({missed} missed)" if missed else ""
+        last += ["", f"**{_mean_sd(wall)}** / {_mean_sd(cpu)} ({statistics.fmean(steps):.2f}x){over}"]
     lines.append("| " + " | ".join(last) + " |")
     return "\n".join(lines)
 

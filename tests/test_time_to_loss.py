@@ -231,6 +231,22 @@ def test_whole_process_runs_both_contenders_launch_to_exit(tmp_path: Path, corpu
         time_to_loss.timed_process([sys.executable, "-c", "raise SystemExit(3)"], 1, tmp_path / "failed.log")
 
 
+def test_a_process_that_missed_the_target_has_no_speed_up() -> None:
+    """``summarise_processes``: the speed-up is a time to quality, so only the seeds that reached the target
+    count; a contender that missed on every seed has none."""
+
+    def proc(name: str, seed: int, wall: float, reached: bool = True) -> dict:
+        return {"contender": name, "seed": seed, "process_wall_s": wall, "process_cpu_s": wall,
+                "train_time_s": wall - 5, "reached": reached}  # fmt: skip
+
+    rows = [proc("nanoGPT", 1, 120.0), proc("nanoGPT", 2, 130.0), proc("fast", 1, 40.0), proc("fast", 2, 26.0, False)]
+    rows += [proc("slow", 1, 60.0, False), proc("slow", 2, 60.0, False)]
+    summary = time_to_loss.summarise_processes(rows)
+    assert summary["fast"]["reached"] == 1 and summary["fast"]["speedup_process_wall_s"] == [3.0]
+    assert summary["fast"]["speedup_process_wall_s_mean"] == 3.0
+    assert summary["slow"]["reached"] == 0 and "speedup_process_wall_s_mean" not in summary["slow"]
+
+
 def test_whole_process_table_divides_nanogpts_times_by_each_contenders() -> None:
     """``time_to_loss_table.py``: per seed, nanoGPT's process times over the contender's (wall / CPU /
     training steps), the crossing or the miss, and the mean ± sd of the per-seed wall and CPU ratios."""
@@ -261,8 +277,13 @@ def test_whole_process_table_divides_nanogpts_times_by_each_contenders() -> None
         "40.0 s / 40.0 s (33.0 s), step 900, 1.8876",
         "3.00x / 2.95x (3.33x)",
     ]
-    assert rows[3][2:] == ["40.0 s / 39.0 s (33.0 s), missed (1.9012)", "3.30x / 3.33x (3.67x)"]
-    # wall 3.00 and 3.30: mean 3.15, sd 0.21; CPU 2.95 and 3.33: mean 3.14, sd 0.27
-    assert rows[4] == ["mean ± sd", "", "", "**3.15 ± 0.21x** / 3.14 ± 0.27x (3.50x)"]
+    # seed 2 missed 1.90: it has no time to quality, so no speed-up, and the mean is seed 1's alone
+    assert rows[3][2:] == ["40.0 s / 39.0 s (33.0 s), missed (1.9012)", "none: missed the target"]
+    assert rows[4] == [
+        "mean ± sd",
+        "",
+        "",
+        "**3.00 ± 0.00x** / 2.95 ± 0.00x (3.33x), over the 1 seeds that reached it (1 missed)",
+    ]
     with pytest.raises(SystemExit, match="no nanoGPT process"):
         time_to_loss_table.table({"seeds": [1], "processes": [proc("fast", 1, 40.0, 40.0, 33.0, val=1.88)]})
