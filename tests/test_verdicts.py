@@ -16,6 +16,7 @@ from poslab.lab.verdicts import (
     check_records,
     compare,
     deterministic,
+    equivalent,
     missed_by,
     on_common_seeds,
     paired,
@@ -186,3 +187,59 @@ def test_comparisons_carry_a_p_value_that_agrees_with_the_interval():
     assert ranked.verdict == HELD
     worst = compare("c", "s", Arm("1", [1.0, 1.1, 0.9]), Arm("3", [2.0, 2.1, 1.9]), Metric("m"))
     assert ranked.details["p_value"] == pytest.approx(worst.details["p_value"])  # the weakest pair decides
+
+
+def test_no_public_comparison_takes_more_than_eight_parameters():
+    import inspect
+
+    from poslab.lab import comparisons
+
+    public = [
+        f
+        for name, f in vars(comparisons).items()
+        if inspect.isfunction(f) and not name.startswith("_") and f.__module__ == comparisons.__name__
+    ]
+    assert {f.__name__ for f in public} >= {"compare", "paired", "bound", "equivalent", "best_of"}
+    wide = {f.__name__: len(inspect.signature(f).parameters) for f in public}
+    assert {name: n for name, n in wide.items() if n > 8} == {}
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda: Arm("rope", [1.0, 1.1, 1.2], [0, 1]), r"'rope': 3 values and 2 seeds \[0, 1\]: one seed per value"),
+        (lambda: Arm("rope", [1.0, 1.1], [4, 4]), r"'rope': seeds \[4, 4\] repeat a seed"),
+        (lambda: Arm("rope", []), r"'rope': needs at least one value"),
+        (lambda: Arm("rope", ["fast", 1.0]), r"'rope': values .* must be numbers"),
+        (lambda: Arm("", [1.0]), r"arm label '': must be a non-empty string"),
+        (lambda: Metric(""), r"metric name '': must be a non-empty string"),
+        (lambda: Metric("val loss", digits=-1), r"'val loss': digits -1 must be an integer >= 0"),
+    ],
+)
+def test_arms_and_metrics_refuse_what_a_test_cannot_read_in_one_line(make, says):
+    with pytest.raises(ValueError, match=says) as error:
+        make()
+    assert "\n" not in str(error.value)
+
+
+def test_paired_tests_refuse_arms_of_other_seeds():
+    a, b = [1.0, 1.1, 0.9], [3.0, 3.1, 2.9]
+    for test in (paired, lambda *arms: equivalent(*arms, within=0.1)):
+        # seed i of one arm against seed i of the other: the same seeds in the same order, or neither arm's
+        with pytest.raises(ValueError, match=r"'x' has seeds \[1, 2, 3\] and 'y' \[1, 3, 2\]"):
+            test("c", "s", Arm("x", a, [1, 2, 3]), Arm("y", b, [1, 3, 2]), Metric("m"))
+        with pytest.raises(ValueError, match=r"'x' has seeds \[1, 2, 3\] and 'y' None"):
+            test("c", "s", Arm("x", a, [1, 2, 3]), Arm("y", b), Metric("m"))
+    record = paired("c", "s", Arm("x", a, [1, 2, 3]), Arm("y", b, [1, 2, 3]), Metric("m"))
+    assert record.verdict == HELD and record.details["seeds"] == [1, 2, 3]
+
+
+def test_welch_refuses_one_arm_with_seeds_and_one_without():
+    with pytest.raises(ValueError, match=r"'x' has seeds \[1, 2, 3\] and 'y' None: give both arms' seeds or neither"):
+        compare("c", "s", Arm("x", [1.0, 1.1, 0.9], [1, 2, 3]), Arm("y", [3.0, 3.1, 2.9]), Metric("m"))
+
+
+def test_a_ranking_refuses_a_log_metric():
+    arms = {"a": [1.0, 1.1, 0.9], "b": [3.0, 3.1, 2.9]}
+    with pytest.raises(ValueError, match="a ranking tests the values as given; metric 'ppl' has log=True"):
+        best_of("c", "s", arms, ["a"], Metric("ppl", log=True))
