@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from scipy import stats
@@ -47,25 +47,23 @@ S = TypeVar("S", bound=Hashable)
 @dataclasses.dataclass(frozen=True)
 class Arm:
     """One arm of a claim: its ``label`` in the text, its ``values`` (one per seed) and, where known, the
-    ``seeds`` they come from (recorded; a paired test requires both arms' seeds to be the same)."""
+    ``seeds`` they come from (recorded; a paired test requires both arms' seeds to be the same). Values and
+    seeds are kept as tuples of floats and ints."""
 
     label: str
-    values: tuple[float, ...]
-    seeds: tuple[int, ...] | None = None
+    values: Sequence[float]
+    seeds: Sequence[int] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.label, str) or not self.label:
             raise ValueError(f"arm label {self.label!r}: must be a non-empty string")
-        try:
-            values = tuple(float(v) for v in self.values)
-        except (TypeError, ValueError):
-            raise ValueError(f"arm {self.label!r}: values {self.values!r} must be numbers, one per seed") from None
+        values = _numbers(self.label, "values", self.values, float)
         if not values:
             raise ValueError(f"arm {self.label!r}: needs at least one value (one per seed), got none")
         object.__setattr__(self, "values", values)
         if self.seeds is None:
             return
-        seeds = tuple(int(s) for s in self.seeds)
+        seeds = _numbers(self.label, "seeds", self.seeds, int)
         if len(seeds) != len(values):
             raise ValueError(
                 f"arm {self.label!r}: {len(values)} values and {len(seeds)} seeds {list(seeds)}: one seed per value"
@@ -75,10 +73,23 @@ class Arm:
         object.__setattr__(self, "seeds", seeds)
 
 
+def _numbers(label: str, what: str, given: Any, kind: type) -> tuple[Any, ...]:
+    """``given`` as a tuple of ``kind`` (float or int); anything else: an error naming the arm and the item."""
+    if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+        raise ValueError(f"arm {label!r}: {what} must be a sequence of numbers, one per seed, got {given!r}")
+    out = []
+    for item in given:
+        try:
+            out.append(kind(item))
+        except (TypeError, ValueError):
+            raise ValueError(f"arm {label!r}: {what} hold {item!r}, not a number (one per seed)") from None
+    return tuple(out)
+
+
 @dataclasses.dataclass(frozen=True)
 class Metric:
     """What an arm's values are: ``name`` in the text (``"val loss"``, ``"ppl at 4x L"``), whether lower is
-    better, ``log`` (test the natural log of the values: ln-perplexity) and the significant ``digits`` shown."""
+    better, ``log`` (test the natural log of the values: ln-perplexity) and the ``digits`` shown."""
 
     name: str
     _: dataclasses.KW_ONLY
