@@ -17,7 +17,7 @@ import torch
 from poslab.runs import RunFolder
 from poslab.training import distributed
 from poslab.training.config import RESUME_FREE_KEYS, TrainConfig
-from poslab.training.loop import TrainingDiverged, run_training
+from poslab.training.loop import Hooks, TrainingDiverged, run_training
 
 
 def train(
@@ -85,17 +85,8 @@ def train(
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     try:
-        return run_training(
-            cfg,
-            run,
-            resuming=resuming,
-            dist_ctx=dist_ctx,
-            progress=progress,
-            callback=callback,
-            init_from=init,
-            wall_start=wall_start,
-            on_started=started,
-        )
+        hooks = Hooks(progress, callback, started, wall_start)
+        return run_training(cfg, run, resuming=resuming, dist_ctx=dist_ctx, hooks=hooks, init_from=init)
     except BaseException:
         if dist_ctx.is_main and not resuming and not run.is_run and run.in_place():
             # nothing was written yet: leave no half folder (one put at its name by someone else is not ours)

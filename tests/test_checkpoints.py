@@ -428,7 +428,7 @@ def test_the_loop_checkpoints_through_the_checkpointer_it_is_given(make_config):
     from poslab.runs import RunFolder
     from poslab.training.checkpointer import Checkpointer
     from poslab.training.distributed import DistContext
-    from poslab.training.loop import run_training
+    from poslab.training.loop import Hooks, run_training
 
     class Recording(Checkpointer):
         def save(self, step, state, identity):
@@ -445,8 +445,9 @@ def test_the_loop_checkpoints_through_the_checkpointer_it_is_given(make_config):
         run = RunFolder(cfg.run_dir)
         with run.lock():
             run.prepare(resuming, False)
+            hooks = Hooks(progress=False)
             return run_training(
-                cfg, run, resuming=resuming, dist_ctx=DistContext(), progress=False, checkpointer=Recording(run, 1)
+                cfg, run, resuming=resuming, dist_ctx=DistContext(), hooks=hooks, checkpointer=Recording(run, 1)
             )
 
     run_it(make_config(TRAINING, max_steps=12, ckpt_interval=5), resuming=False)

@@ -203,7 +203,11 @@ def test_scalings_are_paired_by_seed_on_ln_perplexity():
     assert pi.design.test == Kind.PAIRED and pi.design.log and pi.details["seeds"] == SEEDS
     assert pi.verdict == HELD and pi.margin == pytest.approx(-math.log(0.9))
     welch = verdicts.compare(
-        "welch", "", inference["PI"], inference["none"], better_label="PI", worse_label="none", metric="ppl"
+        "welch",
+        "",
+        verdicts.Arm("PI", inference["PI"]),
+        verdicts.Arm("none", inference["none"]),
+        verdicts.Metric("ppl"),
     )
     assert welch.verdict == INCONCLUSIVE  # what the unpaired test made of the same numbers
 

@@ -310,7 +310,7 @@ from pathlib import Path
 from poslab.lab.experiments.common import LAB
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare, seeded_arms
 from poslab.lab.tables import KeyTable, MeanSd, Table
-from poslab.lab.verdicts import ClaimRecord, paired
+from poslab.lab.verdicts import Arm, ClaimRecord, Metric, paired
 
 BASE = {"corpus": CORPUS_FILE, "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}, "max_steps": 4,
         "batch_size": 2, "warmup_steps": 1, "eval_interval": 2, "eval_iters": 1, "ckpt_interval": 0, "threads": 1}
@@ -333,8 +333,8 @@ def measure(runs: Runs[None]) -> ToyResult:
 
 def claims(r: ToyResult) -> list[ClaimRecord]:
     rope, none = r.losses["rope"], r.losses["none"]
-    return [paired("toy: rope beats no positions", "a toy source", rope, none, better_label="rope",
-                   worse_label="none", metric="loss", seeds=list(SEEDS))]
+    return [paired("toy: rope beats no positions", "a toy source", Arm("rope", rope, SEEDS),
+                   Arm("none", none, SEEDS), Metric("loss"))]
 
 
 def table(r: ToyResult) -> Table:

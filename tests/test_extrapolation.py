@@ -274,11 +274,9 @@ def test_entropy_variants_are_paired_by_seed():
     unpaired = verdicts.compare(
         "x",
         "y",
-        rises["rope + YaRN x4"],
-        rises["rope + YaRN x4 no temperature"],
-        better_label="a",
-        worse_label="b",
-        metric="rise",
+        verdicts.Arm("a", rises["rope + YaRN x4"]),
+        verdicts.Arm("b", rises["rope + YaRN x4 no temperature"]),
+        verdicts.Metric("rise"),
     )
     assert unpaired.verdict == INCONCLUSIVE
 

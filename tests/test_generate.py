@@ -8,7 +8,7 @@ import torch
 from poslab import GPT, GPTConfig
 from poslab.data import CharTokenizer
 from poslab.nn.caches import DecodeSpec
-from poslab.nn.generate import filter_logits, generate, sample_text
+from poslab.nn.generate import Sampling, filter_logits, generate, sample_text
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
@@ -82,6 +82,25 @@ def test_sample_text_and_unknown_characters():
         sample_text(model, tok, "明月", 6)
     with pytest.raises(ValueError, match="empty"):
         sample_text(model, tok, "", 6)
+
+
+def test_sample_text_draws_as_its_sampling_says():
+    tok = CharTokenizer("白日依山尽黄河入海流，。\n")
+    model = model_with("learned")
+    greedy = generate(model, torch.tensor([tok.encode("白日")]), 6, temperature=0)
+    want = tok.decode(greedy[0].tolist())
+    # temperature 0 is greedy whatever the seed: the sampling reaches the decoder
+    assert {sample_text(model, tok, "白日", 6, sampling=Sampling(temperature=0), seed=s)[0] for s in (0, 1, 2)} == {
+        want
+    }
+    for bad, says in (
+        (dict(temperature=-1.0), "temperature must be a finite number >= 0"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_p=1.5), r"top_p must be in \(0, 1\] or None, got 1.5"),
+    ):
+        with pytest.raises(ValueError, match=says) as error:
+            Sampling(**bad)
+        assert "\n" not in str(error.value)
 
 
 def test_decoding_feeds_one_token_per_step():

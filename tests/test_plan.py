@@ -14,7 +14,9 @@ from poslab.lab.verdicts import (
     DID_NOT_HOLD,
     HELD,
     INCONCLUSIVE,
+    Arm,
     ClaimRecord,
+    Metric,
     Premise,
     bound,
     check_records,
@@ -28,7 +30,7 @@ from poslab.lab.verdicts import (
 
 def test_the_paired_test_is_scipy_s_ttest_rel_on_the_seeds():
     better, worse = [1.60, 1.65, 1.62, 1.70], [3.1, 3.3, 3.2, 3.0]
-    r = paired("a < b", "t", better, worse, better_label="a", worse_label="b", metric="loss", seeds=[1, 2, 3, 4])
+    r = paired("a < b", "t", Arm("a", better, [1, 2, 3, 4]), Arm("b", worse, [1, 2, 3, 4]), Metric("loss"))
     assert r.design.test == Test.PAIRED and r.design.paired and r.details["seeds"] == [1, 2, 3, 4]
     assert r.details["p_value"] == pytest.approx(stats.ttest_rel(worse, better).pvalue, rel=1e-9)
     ci = stats.ttest_rel(worse, better).confidence_interval(0.95)
@@ -41,20 +43,18 @@ def test_ln_perplexity_tests_the_ratio_per_seed():
     # consistent ratio (paired differences of ln), Welch on raw perplexity sees mostly the seed spread
     base = [5.0, 50.0, 12.0]
     scaled = [b * r for b, r in zip(base, (2.0, 2.2, 1.8))]
-    ln = paired("ntk < none", "t", base, scaled, better_label="ntk", worse_label="none", metric="ppl", log=True)
+    ln = paired("ntk < none", "t", Arm("ntk", base), Arm("none", scaled), Metric("ppl", log=True))
     assert ln.design.log and ln.verdict == HELD
     diffs = [math.log(s) - math.log(b) for b, s in zip(base, scaled)]
     assert ln.details["p_value"] == pytest.approx(stats.ttest_1samp(diffs, 0.0).pvalue, rel=1e-9)
-    raw = compare("ntk < none", "t", base, scaled, better_label="ntk", worse_label="none", metric="ppl")
+    raw = compare("ntk < none", "t", Arm("ntk", base), Arm("none", scaled), Metric("ppl"))
     assert raw.verdict == INCONCLUSIVE
 
 
 def test_welch_refuses_arms_that_share_their_seeds():
     with pytest.raises(ValueError, match="paired"):
-        compare("a", "t", [1.0, 1.1, 1.2], [2.0, 2.1, 2.2], better_label="a", worse_label="b", metric="m",
-                seeds=([0, 1, 2], [2, 1, 0]))  # fmt: skip
-    ok = compare("a", "t", [1.0, 1.1, 1.2], [2.0, 2.1, 2.2], better_label="a", worse_label="b", metric="m",
-                 seeds=([0, 1, 2], [3, 4, 5]))  # fmt: skip
+        compare("a", "t", Arm("a", [1.0, 1.1, 1.2], [0, 1, 2]), Arm("b", [2.0, 2.1, 2.2], [2, 1, 0]), Metric("m"))
+    ok = compare("a", "t", Arm("a", [1.0, 1.1, 1.2], [0, 1, 2]), Arm("b", [2.0, 2.1, 2.2], [3, 4, 5]), Metric("m"))
     assert ok.design.test == Test.WELCH and not design_problems(ok)
     assert ok.details["p_value"] == pytest.approx(
         stats.ttest_ind([1.0, 1.1, 1.2], [2.0, 2.1, 2.2], equal_var=False).pvalue, rel=1e-9
@@ -73,16 +73,16 @@ def test_a_seeded_record_without_a_design_is_a_problem():
 
 def test_tost_three_outcomes():
     ref = [2.00, 2.10, 1.90, 2.05]
-    inside = equivalent("close", "t", [2.01, 2.11, 1.91, 2.04], ref, labels=("a", "b"), metric="loss", within=0.05)
+    inside = equivalent("close", "t", Arm("a", [2.01, 2.11, 1.91, 2.04]), Arm("b", ref), Metric("loss"), within=0.05)
     assert inside.verdict == HELD and inside.design.test == Test.EQUIVALENCE
     # TOST by hand: both one-sided tests of the differences against -0.05 and +0.05
     d = [0.01, 0.01, 0.01, -0.01]
     p_low = stats.ttest_1samp(d, -0.05, alternative="greater").pvalue
     p_high = stats.ttest_1samp(d, 0.05, alternative="less").pvalue
     assert inside.details["p_equivalent"] == pytest.approx(max(p_low, p_high), rel=1e-9)
-    outside = equivalent("close", "t", [2.30, 2.41, 2.20, 2.36], ref, labels=("a", "b"), metric="loss", within=0.05)
+    outside = equivalent("close", "t", Arm("a", [2.30, 2.41, 2.20, 2.36]), Arm("b", ref), Metric("loss"), within=0.05)
     assert outside.verdict == DID_NOT_HOLD and outside.margin < -outside.noise
-    unsure = equivalent("close", "t", [2.0, 2.3, 1.8, 2.1], ref, labels=("a", "b"), metric="loss", within=0.05)
+    unsure = equivalent("close", "t", Arm("a", [2.0, 2.3, 1.8, 2.1]), Arm("b", ref), Metric("loss"), within=0.05)
     assert unsure.verdict == INCONCLUSIVE
 
 
@@ -148,23 +148,17 @@ def test_results_json_the_console_and_the_report_show_one_verdict(tmp_path, monk
             paired(
                 "strong",
                 "s",
-                [1.0, 1.1, 1.0, 1.05],
-                [2.0, 2.1, 2.05, 2.0],
-                better_label="a",
-                worse_label="b",
-                metric="m",
-                seeds=[0, 1, 2, 3],
+                Arm("a", [1.0, 1.1, 1.0, 1.05], [0, 1, 2, 3]),
+                Arm("b", [2.0, 2.1, 2.05, 2.0], [0, 1, 2, 3]),
+                Metric("m"),
             ),
             *(
                 paired(
                     name,
                     "s",
-                    [1.0, 1.1, 1.0, 1.05],
-                    [1.2, 1.15, 1.15, 1.35],
-                    better_label="a",
-                    worse_label="b",
-                    metric="m",
-                    seeds=[0, 1, 2, 3],
+                    Arm("a", [1.0, 1.1, 1.0, 1.05], [0, 1, 2, 3]),
+                    Arm("b", [1.2, 1.15, 1.15, 1.35], [0, 1, 2, 3]),
+                    Metric("m"),
                 )
                 for name in ("weak", "weak too")  # p = 0.044 each
             ),
@@ -192,7 +186,7 @@ def test_results_json_the_console_and_the_report_show_one_verdict(tmp_path, monk
 
 
 def test_design_round_trips_through_json():
-    r = bound("b", "s", [1.01, 1.02, 1.03], 1.10, below=True, label="x", metric="r", log=True)
+    r = bound("b", "s", Arm("x", [1.01, 1.02, 1.03]), 1.10, Metric("r", log=True), below=True)
     again = ClaimRecord.from_dict(json.loads(json.dumps(r.to_dict())))
     assert (
         again == r and again.design.test is Test.ONE_SAMPLE and again.design.threshold == pytest.approx(math.log(1.10))
@@ -206,7 +200,7 @@ def _fake_lab(tmp_path, names: tuple[str, ...]) -> list[dict]:
     """A lab folder ``tmp_path/lab`` whose one experiment, ``fake``, holds a clear and an unclear paired claim (in
     the order of ``names``) under the plan; returns the written records."""
     worse = {"clear": [2.0, 2.1, 2.05], "unclear": [1.2, 1.0, 1.15]}
-    records = [paired(n, "s", [1.0, 1.1, 1.0], worse[n], better_label="a", worse_label="b", metric="m") for n in names]
+    records = [paired(n, "s", Arm("a", [1.0, 1.1, 1.0]), Arm("b", worse[n]), Metric("m")) for n in names]
     folder = tmp_path / "lab" / "experiments" / "fake"
     folder.mkdir(parents=True)
     written = [r.to_dict() for r in adjust(records, "fake")]

@@ -9,7 +9,7 @@ import pytest
 from poslab.data import CORPORA
 from poslab.lab import premises
 from poslab.lab.experiments.common import ngram_baselines
-from poslab.lab.verdicts import HELD, INCONCLUSIVE, compare
+from poslab.lab.verdicts import HELD, INCONCLUSIVE, Arm, Metric, compare
 
 
 def test_ngram_baselines_by_hand(tmp_path):
@@ -74,7 +74,7 @@ def test_thresholds_are_the_documented_ones():
 def test_attach_gates_seeded_records_only():
     from poslab.lab.verdicts import deterministic, missing_premises
 
-    held = compare("a beats b", "t", [1.0, 1.1, 0.9], [3.0, 3.1, 2.9], better_label="a", worse_label="b", metric="m")
+    held = compare("a beats b", "t", Arm("a", [1.0, 1.1, 0.9]), Arm("b", [3.0, 3.1, 2.9]), Metric("m"))
     fixed = deterministic("d", "t", "c", "m", error=0.0, tolerance=0.0)
     assert missing_premises([held, fixed]) == ["a beats b"]
     out = premises.attach([held, fixed], lambda record: premises.fits_length({"a": [0.3]}))

@@ -350,12 +350,9 @@ def test_probe_arms_of_one_seed_are_compared_paired():
     welch = verdicts.compare(
         "c",
         "s",
-        record["details"]["better"],
-        record["details"]["worse"],
-        better_label="alibi",
-        worse_label="rope",
-        metric="m",
-        lower_is_better=False,
+        verdicts.Arm("alibi", record["details"]["better"]),
+        verdicts.Arm("rope", record["details"]["worse"]),
+        verdicts.Metric("m", lower_is_better=False),
     )
     assert welch.verdict == "inconclusive"
     heads = _claims(_table(accuracy), heads={1: [0.6, 0.66, 0.7], 4: [0.9, 0.95, 1.0]})

@@ -17,7 +17,7 @@ from poslab.lab import experiments, lab
 from poslab.lab.experiments import params, shapes
 from poslab.lab.report import build_report, claims, load_results
 from poslab.lab.report.sections import SECTIONS
-from poslab.lab.verdicts import bound, check_records, compare, get, not_testable, num, tally
+from poslab.lab.verdicts import Arm, Metric, bound, check_records, compare, get, not_testable, num, tally
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
@@ -116,16 +116,14 @@ def test_experiment_claim_lists_are_shown(tmp_path):
     folder = lab_dir / "experiments" / "extrapolation"
     folder.mkdir()
     flat = bound(
-        "ALiBi flat past L", "Press et al. 2022", [1.01, 1.02, 1.03], 1.10, below=True, label="alibi", metric="ratio"
+        "ALiBi flat past L", "Press et al. 2022", Arm("alibi", [1.01, 1.02, 1.03]), 1.10, Metric("ratio"), below=True
     )
     close = compare(
         "rope beats alibi",
         "seed 000 §4",
-        [2.30, 2.35, 2.28],
-        [2.31, 2.33, 2.30],
-        better_label="rope",
-        worse_label="alibi",
-        metric="val loss",
+        Arm("rope", [2.30, 2.35, 2.28]),
+        Arm("alibi", [2.31, 2.33, 2.30]),
+        Metric("val loss"),
     )
     assert close.verdict == "inconclusive"
     (folder / "results.json").write_text(
@@ -143,9 +141,9 @@ def test_experiment_claim_lists_are_shown(tmp_path):
 def test_margin_text():
     from poslab.lab.report.builder import margin_text
 
-    held = compare("a", "s", [1.0, 1.01, 0.99], [2.0, 2.01, 1.99], better_label="x", worse_label="y", metric="m")
+    held = compare("a", "s", Arm("x", [1.0, 1.01, 0.99]), Arm("y", [2.0, 2.01, 1.99]), Metric("m"))
     assert margin_text(held) == f"margin 1 vs noise ±{num(held.noise)} (n=3)"
-    few = compare("a", "s", [1.0, 1.01], [2.0, 2.01], better_label="x", worse_label="y", metric="m")
+    few = compare("a", "s", Arm("x", [1.0, 1.01]), Arm("y", [2.0, 2.01]), Metric("m"))
     assert few.verdict == "inconclusive" and margin_text(few).endswith("fewer than 3 seeds")
 
 

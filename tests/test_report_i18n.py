@@ -18,7 +18,7 @@ from poslab.lab.report import claims as report_claims
 from poslab.lab.report.builder import kind
 from poslab.lab.report.i18n import LESSONS, SECTION_ZH, STRINGS, name_lessons, use_language
 from poslab.lab.report.sections import SECTIONS
-from poslab.lab.verdicts import ClaimRecord, Premise, compare, deterministic, not_testable, with_premise
+from poslab.lab.verdicts import Arm, ClaimRecord, Metric, Premise, compare, deterministic, not_testable, with_premise
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -109,11 +109,9 @@ def four_kinds_lab(tmp_path: Path) -> Path:
     held = compare(
         "rope beats none",
         "seed 000 §2.2",
-        [1.0, 1.01, 0.99],
-        [2.0, 2.01, 1.99],
-        better_label="rope",
-        worse_label="none",
-        metric="val loss",
+        Arm("rope", [1.0, 1.01, 0.99]),
+        Arm("none", [2.0, 2.01, 1.99]),
+        Metric("val loss"),
     )
     wrong = deterministic(
         "the lesson's table is right",
@@ -129,11 +127,9 @@ def four_kinds_lab(tmp_path: Path) -> Path:
     close = compare(
         "learned beats none",
         "seed 001",
-        [1.0, 1.1, 0.9],
-        [1.02, 1.12, 0.92],
-        better_label="learned",
-        worse_label="none",
-        metric="val loss",
+        Arm("learned", [1.0, 1.1, 0.9]),
+        Arm("none", [1.02, 1.12, 0.92]),
+        Metric("val loss"),
     )
     folder = lab_dir / "experiments" / "position-training"
     folder.mkdir(parents=True)

@@ -173,12 +173,31 @@ def test_the_criteria_and_premises_the_comparisons_write_have_chinese():
     """The criterion and measured text of every kind of comparison, and the premises, on made-up numbers."""
     b, w = [1.0, 1.1, 0.9], [1.5, 1.6, 1.4]
     records = [
-        comparisons.compare("c", "s", b, w, better_label="rope", worse_label="none", metric="val loss"),
-        comparisons.compare("c", "s", b, w, better_label="rope", worse_label="none", metric="val loss", log=True),
-        comparisons.paired("c", "s", b, w, better_label="rope", worse_label="learned", metric="ppl at 4x L", log=True),
-        comparisons.bound("c", "s", b, 2.0, below=True, label="rope", metric="ppl(4L) / ppl(L)"),
-        comparisons.equivalent("c", "s", b, w, labels=("none", "learned"), metric="val loss", within=0.1),
-        comparisons.best_of("c", "s", {"rope": b, "alibi": w, "none": w}, ["rope"], metric="val loss"),
+        comparisons.compare(
+            "c", "s", comparisons.Arm("rope", b), comparisons.Arm("none", w), comparisons.Metric("val loss")
+        ),
+        comparisons.compare(
+            "c", "s", comparisons.Arm("rope", b), comparisons.Arm("none", w), comparisons.Metric("val loss", log=True)
+        ),
+        comparisons.paired(
+            "c",
+            "s",
+            comparisons.Arm("rope", b),
+            comparisons.Arm("learned", w),
+            comparisons.Metric("ppl at 4x L", log=True),
+        ),
+        comparisons.bound(
+            "c", "s", comparisons.Arm("rope", b), 2.0, comparisons.Metric("ppl(4L) / ppl(L)"), below=True
+        ),
+        comparisons.equivalent(
+            "c",
+            "s",
+            comparisons.Arm("none", b),
+            comparisons.Arm("learned", w),
+            comparisons.Metric("val loss"),
+            within=0.1,
+        ),
+        comparisons.best_of("c", "s", {"rope": b, "alibi": w, "none": w}, ["rope"], comparisons.Metric("val loss")),
     ]
     premise = premises.all_of(
         premises.below_bigram({"rope": [2.5, 2.6]}, 2.4), premises.fits_length({"rope": [0.85, 0.97]}, 0.9)

@@ -203,6 +203,13 @@ def test_heads_of_weights_whose_loss_is_not_finite_is_one_line_and_writes_nothin
     assert not out.exists()
 
 
+def test_a_callback_that_is_not_a_function_is_refused_before_training_and_leaves_no_folder(tmp_path, corpus):
+    cfg = tiny(tmp_path / "runs", corpus, max_steps=2)
+    with pytest.raises(ValueError, match=r"^callback 'print': must be a function or None$"):
+        train(cfg, callback="print", progress=False)
+    assert not cfg.run_dir.exists()
+
+
 # ------------------------------------------------------------------------------- a folder moved under a training
 @pytest.mark.parametrize("how", ["delete", "rename", "replace"])
 def test_a_run_folder_deleted_or_moved_during_training_stops_it(tmp_path, corpus, how, request):

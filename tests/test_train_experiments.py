@@ -12,7 +12,16 @@ from poslab.lab import plan
 from poslab.lab.experiments import head_count as heads
 from poslab.lab.experiments import position_training, run_experiment, training
 from poslab.lab.experiments.common import unigram_entropy
-from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, equivalent, missing_premises
+from poslab.lab.verdicts import (
+    DID_NOT_HOLD,
+    HELD,
+    INCONCLUSIVE,
+    Arm,
+    Metric,
+    check_records,
+    equivalent,
+    missing_premises,
+)
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one thread (conftest)
 
@@ -207,7 +216,7 @@ def test_training_claims_follow_the_numbers():
     unpaired = [r * 0.98 for r in reversed(rounds)]
     assert (
         equivalent(
-            "x", "y", unpaired, rounds, labels=("alibi", "none"), metric="tokens/s", within=math.log(1.1), log=True
+            "x", "y", Arm("alibi", unpaired), Arm("none", rounds), Metric("tokens/s", log=True), within=math.log(1.1)
         ).verdict
         != HELD
     )

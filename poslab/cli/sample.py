@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from poslab.nn.generate import sample_text
+from poslab.nn.generate import Sampling, sample_text
 from poslab.runs import load_run, resolve_run
 
 
@@ -29,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
     model, tokenizer, _ = load_run(resolve_run(args.run), step=args.step)
     texts = sample_text(
         model,
@@ -36,9 +37,7 @@ def run(args: argparse.Namespace) -> int:
         args.prompt,
         args.tokens,
         num_samples=args.num_samples,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
+        sampling=sampling,
         max_len=args.max_len,
         seed=args.seed,
     )

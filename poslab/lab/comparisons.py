@@ -12,15 +12,19 @@ Which one a claim uses follows the experiment's design (:mod:`poslab.lab.plan`):
 Each record's margin is the effect in the claim's direction minus the threshold it states, its noise
 the half-width of the test's interval (95% two-sided; 90% for TOST, its decision interval), its
 ``details["p_value"]`` the test's p-value (scipy.stats), ``details["sd"]`` the noise of one seed (for
-the plan's power) and ``design`` the test. ``log=True`` tests the natural log of the values (and of
-the bound): ln-perplexity for perplexity ratios.
+the plan's power) and ``design`` the test.
+
+A test takes each arm as an :class:`Arm` (its label, its per-seed values, their seeds) and what the values
+are as a :class:`Metric` (name, direction, digits shown, and ``log``: test the natural log of the values
+and of the bound, ln-perplexity for perplexity ratios). A metric that several claims share is one
+module constant.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from scipy import stats
@@ -38,6 +42,70 @@ from poslab.lab.records import (
 )
 
 S = TypeVar("S", bound=Hashable)
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One arm of a claim: its ``label`` in the text, its ``values`` (one per seed) and, where known, the
+    ``seeds`` they come from (recorded; a paired test requires both arms' seeds to be the same). Values and
+    seeds are kept as tuples of floats and ints."""
+
+    label: str
+    values: Sequence[float]
+    seeds: Sequence[int] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label, str) or not self.label:
+            raise ValueError(f"arm label {self.label!r}: must be a non-empty string")
+        values = _numbers(self.label, "values", self.values, float)
+        if not values:
+            raise ValueError(f"arm {self.label!r}: needs at least one value (one per seed), got none")
+        object.__setattr__(self, "values", values)
+        if self.seeds is None:
+            return
+        seeds = _numbers(self.label, "seeds", self.seeds, int)
+        if len(seeds) != len(values):
+            raise ValueError(
+                f"arm {self.label!r}: {len(values)} values and {len(seeds)} seeds {list(seeds)}: one seed per value"
+            )
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"arm {self.label!r}: seeds {list(seeds)} repeat a seed: one value per seed")
+        object.__setattr__(self, "seeds", seeds)
+
+
+def _numbers(label: str, what: str, given: Any, kind: type) -> tuple[Any, ...]:
+    """``given`` as a tuple of ``kind`` (float or int); anything else: an error naming the arm and the item."""
+    if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+        raise ValueError(f"arm {label!r}: {what} must be a sequence of numbers, one per seed, got {given!r}")
+    out = []
+    for item in given:
+        try:
+            out.append(kind(item))
+        except (TypeError, ValueError):
+            raise ValueError(f"arm {label!r}: {what} hold {item!r}, not a number (one per seed)") from None
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """What an arm's values are: ``name`` in the text (``"val loss"``, ``"ppl at 4x L"``), whether lower is
+    better, ``log`` (test the natural log of the values: ln-perplexity) and the ``digits`` shown."""
+
+    name: str
+    _: dataclasses.KW_ONLY
+    lower_is_better: bool = True
+    log: bool = False
+    digits: int = 3
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"metric name {self.name!r}: must be a non-empty string")
+        if isinstance(self.digits, bool) or not isinstance(self.digits, int) or self.digits < 0:
+            raise ValueError(f"metric {self.name!r}: digits {self.digits!r} must be an integer >= 0")
+
+
+#: the lab's trained-model comparisons: the loss over the whole validation split
+VAL_LOSS = Metric("val loss (whole validation split)")
 
 
 def on_common_seeds(by_arm: Mapping[str, Mapping[S, float]]) -> tuple[list[S], list[list[float]]]:
@@ -62,24 +130,25 @@ def _scaled(values: Sequence[float], log: bool, what: str) -> list[float]:
     return out
 
 
-def _gap(metric: str, better_label: str, worse_label: str, lower_is_better: bool, offset: float, digits: int) -> str:
-    word = "lower" if lower_is_better else "higher"
+def _gap(better: Arm, worse: Arm, metric: Metric, offset: float) -> str:
+    word = "lower" if metric.lower_is_better else "higher"
+    digits = metric.digits
     if offset == 0:
-        gap = f"{word} than {worse_label}"
+        gap = f"{word} than {worse.label}"
     elif offset > 0:
-        gap = f"{word} than {worse_label} by more than {offset:.{digits}g}"
+        gap = f"{word} than {worse.label} by more than {offset:.{digits}g}"
     else:
-        gap = f"at most {-offset:.{digits}g} {'higher' if lower_is_better else 'lower'} than {worse_label}"
-    return f"{metric} of {better_label} {gap}"
+        gap = f"at most {-offset:.{digits}g} {'higher' if metric.lower_is_better else 'lower'} than {worse.label}"
+    return f"{metric.name} of {better.label} {gap}"
 
 
-def _arms(better: Sequence[float], worse: Sequence[float], better_label: str, worse_label: str) -> dict[str, Any]:
+def _arms(better: Arm, worse: Arm) -> dict[str, Any]:
     """A two-arm record's arms as its details hold them."""
     return {
-        "better": [float(v) for v in better],
-        "worse": [float(v) for v in worse],
-        "better_label": better_label,
-        "worse_label": worse_label,
+        "better": list(better.values),
+        "worse": list(worse.values),
+        "better_label": better.label,
+        "worse_label": worse.label,
     }
 
 
@@ -87,48 +156,56 @@ def _scale_text(log: bool) -> str:
     return " (on ln of the values)" if log else ""
 
 
+def _same_seeds(test: str, a: Arm, b: Arm) -> list[int] | None:
+    """The seeds of two arms paired seed by seed (``None`` for neither arm's); arms with other seeds: an error."""
+    if a.seeds != b.seeds:
+        raise ValueError(
+            f"{test} pairs seed by seed: {a.label!r} has seeds {a.seeds and list(a.seeds)} and {b.label!r} "
+            f"{b.seeds and list(b.seeds)}; they must be the same seeds in the same order"
+        )
+    return None if a.seeds is None else list(a.seeds)
+
+
 def compare(
     claim: str,
     source: str,
-    better: Sequence[float],
-    worse: Sequence[float],
+    better: Arm,
+    worse: Arm,
+    metric: Metric,
     *,
-    better_label: str,
-    worse_label: str,
-    metric: str,
-    lower_is_better: bool = True,
-    noise_sd: float | None = None,
-    digits: int = 3,
     offset: float = 0.0,
     criterion: str | None = None,
-    seeds: tuple[Sequence[int], Sequence[int]] | None = None,
-    log: bool = False,
+    noise_sd: float | None = None,
 ) -> ClaimRecord:
     """Independently trained arms: the claim is that ``better`` beats ``worse`` on ``metric`` (by more than
     ``offset``), decided by Welch's t-test.
 
     Args:
         claim, source: the claim and where it is made.
-        better: the per-seed values of the arm the claim says wins; worse: the other arm's.
-        better_label, worse_label: names of the arms for the text.
-        metric: what the values are (``"val loss"``, ``"accuracy at 2L"``).
-        lower_is_better: the metric's direction.
-        noise_sd: a seed-to-seed sd measured by a repeat of the same setting (used when an arm has one seed).
+        better: the arm the claim says wins; worse: the other arm. Their seeds (both or neither) are
+            recorded; arms that share their seeds are paired by design.
+        metric: what the values are (``"val loss"``, ``"accuracy at 2L"``), their direction and scale.
         offset: the claim is that the advantage exceeds ``offset`` (on the tested scale; negative: "at
             most ``-offset`` worse", a non-inferiority claim). The margin is the advantage minus ``offset``.
         criterion: the criterion in words (default: generated from the labels and the rule).
-        seeds: the seeds of each arm's runs, recorded; arms that share their seeds are paired by design.
-        log: test the natural log of the values.
+        noise_sd: a seed-to-seed sd measured by a repeat of the same setting (used when an arm has one seed).
 
     Raises:
-        ValueError: the arms share their seeds (use :func:`paired`).
+        ValueError: the arms share their seeds (use :func:`paired`), or one arm has seeds and the other none.
     """
-    if seeds is not None and sorted(seeds[0]) == sorted(seeds[1]) and len(seeds[0]) > 1:
+    if (better.seeds is None) != (worse.seeds is None):
         raise ValueError(
-            f"{claim!r}: {better_label} and {worse_label} share the seeds {list(seeds[0])}: the design pairs "
-            f"them by seed, so a paired test decides it (poslab.lab.comparisons.paired), not Welch's"
+            f"{claim!r}: {better.label!r} has seeds {better.seeds and list(better.seeds)} and {worse.label!r} "
+            f"{worse.seeds and list(worse.seeds)}: give both arms' seeds or neither"
         )
-    b, w = _scaled(better, log, better_label), _scaled(worse, log, worse_label)
+    if better.seeds is not None and worse.seeds is not None:
+        if sorted(better.seeds) == sorted(worse.seeds) and len(better.seeds) > 1:
+            raise ValueError(
+                f"{claim!r}: {better.label} and {worse.label} share the seeds {list(better.seeds)}: the design "
+                f"pairs them by seed, so a paired test decides it (poslab.lab.comparisons.paired), not Welch's"
+            )
+    lower_is_better, digits, log = metric.lower_is_better, metric.digits, metric.log
+    b, w = _scaled(better.values, log, better.label), _scaled(worse.values, log, worse.label)
     mb, sb = mean_sd(b)
     mw, sw = mean_sd(w)
     margin = ((mw - mb) if lower_is_better else (mb - mw)) - offset
@@ -140,27 +217,27 @@ def compare(
     else:
         noise = None
     if criterion is None:
-        criterion = _gap(metric, better_label, worse_label, lower_is_better, offset, digits)
+        criterion = _gap(better, worse, metric, offset)
     criterion += (
         f"{_scale_text(log)}; decided when the margin exceeds the 95% interval of the difference of the means "
         f"(Welch, at least {MIN_SEEDS} seeds each)"
     )
     sd = math.sqrt(((sb or 0.0) ** 2 + (sw or 0.0) ** 2) / 2) if sb is not None and sw is not None else noise_sd
     details: dict[str, Any] = {
-        **_arms(better, worse, better_label, worse_label),
-        "metric": metric,
+        **_arms(better, worse),
+        "metric": metric.name,
         "lower_is_better": lower_is_better,
         "offset": float(offset),
         "p_value": welch_p(b, w, (-offset if lower_is_better else offset)),
         "sd": None if sd is None else float(sd),
     }
-    if seeds is not None:
-        details["seeds"] = [[int(s) for s in seeds[0]], [int(s) for s in seeds[1]]]
+    if better.seeds is not None and worse.seeds is not None:
+        details["seeds"] = [list(better.seeds), list(worse.seeds)]
     return ClaimRecord(
         claim,
         source,
         criterion,
-        f"{better_label} {pm(better, digits)} vs {worse_label} {pm(worse, digits)}",
+        f"{better.label} {pm(better.values, digits)} vs {worse.label} {pm(worse.values, digits)}",
         float(margin),
         None if noise is None else float(noise),
         n_seeds,
@@ -173,49 +250,49 @@ def compare(
 def bound(
     claim: str,
     source: str,
-    values: Sequence[float],
+    arm: Arm,
     limit: float,
+    metric: Metric,
     *,
     below: bool,
-    label: str,
-    metric: str,
-    digits: int = 3,
     criterion: str | None = None,
     details: dict[str, Any] | None = None,
-    log: bool = False,
 ) -> ClaimRecord:
-    """A seeded one-sample claim: the mean over seeds of ``values`` lies below (or above) ``limit``.
+    """A seeded one-sample claim: the mean over seeds of ``arm``'s values lies below (or above) ``limit``.
 
     The margin is ``limit - mean`` (``below``) or ``mean - limit``; the noise is the 95% half-width of
     the mean, ``t_{0.975, n-1} * sd / sqrt(n)``. Per-seed ratios of two readings of the same model
-    (``ppl(4L) / ppl(L)``, best with ``log=True``: the ln-ratio against ``ln(limit)``) are tested this way.
+    (``ppl(4L) / ppl(L)``, best with a ``log`` metric: the ln-ratio against ``ln(limit)``) are tested this way.
 
     Args:
-        values: one value per seed.
-        limit: the bound the claim states (on the values' own scale; ``log`` takes its ln too).
+        arm: one value per seed; its seeds, when it has them, are recorded first in the details.
+        limit: the bound the claim states (on the values' own scale; a ``log`` metric takes its ln too).
+        metric: what the values are (``"ppl(4L) / ppl(L)"``); its direction plays no part: ``below`` states
+            the claim.
         below: the claim is ``mean < limit`` (else ``mean > limit``).
-        label, metric: what the values are, for the text (``"ALiBi"``, ``"ppl(4L) / ppl(L)"``).
-        log: test the natural log of the values against ``ln(limit)``.
+        details: more to record (after the seeds).
     """
-    raw = [float(v) for v in values]
-    scaled = _scaled(raw, log, label)
+    digits, log = metric.digits, metric.log
+    raw = list(arm.values)
+    scaled = _scaled(raw, log, arm.label)
     tested_limit = math.log(limit) if log else float(limit)
     mean, sd = mean_sd(scaled)
     n = len(scaled)
     margin = (tested_limit - mean) if below else (mean - tested_limit)
     noise = None if sd is None else one_sample(scaled).halfwidth()
     if criterion is None:
-        criterion = f"{metric} of {label} {'below' if below else 'above'} {limit:.{digits}g}"
+        criterion = f"{metric.name} of {arm.label} {'below' if below else 'above'} {limit:.{digits}g}"
     criterion += (
         f"{_scale_text(log)}; decided when the margin exceeds the 95% interval of the mean "
         f"(one-sample t, at least {MIN_SEEDS} seeds)"
     )
     p_value = one_sample_p(scaled, tested_limit)
     info = dict(
-        details or {},
+        {} if arm.seeds is None else {"seeds": list(arm.seeds)},
+        **(details or {}),
         values=raw,
-        label=label,
-        metric=metric,
+        label=arm.label,
+        metric=metric.name,
         limit=float(limit),
         below=below,
         p_value=p_value,
@@ -225,7 +302,7 @@ def bound(
         claim,
         source,
         criterion,
-        f"{metric} of {label} {pm(raw, digits)} (limit {limit:.{digits}g})",
+        f"{metric.name} of {arm.label} {pm(raw, digits)} (limit {limit:.{digits}g})",
         float(margin),
         None if noise is None else float(noise),
         n,
@@ -235,87 +312,73 @@ def bound(
     )
 
 
-def _paired_diffs(
-    better: Sequence[float], worse: Sequence[float], lower_is_better: bool, log: bool, labels: tuple[str, str]
-) -> list[float]:
-    if len(better) != len(worse):
-        raise ValueError(f"paired measurements need one value per seed in each arm, got {len(better)} and {len(worse)}")
-    b, w = _scaled(better, log, labels[0]), _scaled(worse, log, labels[1])
+def _paired_diffs(better: Arm, worse: Arm, lower_is_better: bool, log: bool) -> list[float]:
+    if len(better.values) != len(worse.values):
+        raise ValueError(
+            f"paired measurements need one value per seed in each arm, got {len(better.values)} and {len(worse.values)}"
+        )
+    b, w = _scaled(better.values, log, better.label), _scaled(worse.values, log, worse.label)
     return [(wi - bi) if lower_is_better else (bi - wi) for bi, wi in zip(b, w)]
 
 
 def paired(
     claim: str,
     source: str,
-    better: Sequence[float],
-    worse: Sequence[float],
+    better: Arm,
+    worse: Arm,
+    metric: Metric,
     *,
-    better_label: str,
-    worse_label: str,
-    metric: str,
-    lower_is_better: bool = True,
-    digits: int = 3,
     offset: float = 0.0,
     criterion: str | None = None,
-    seeds: Sequence[int] | None = None,
-    log: bool = False,
 ) -> ClaimRecord:
-    """A paired comparison: ``better[i]`` and ``worse[i]`` share seed ``i``.
+    """A paired comparison: ``better``'s i-th value and ``worse``'s share a seed.
 
     Two readings of the same seed's model, or two models trained with the same seed (the same
     batches in the same order). The per-seed differences (in the claim's direction, minus ``offset`` as
     in :func:`compare`) are tested against 0 (paired t-test), so the variation common to both arms
-    of a seed cancels. ``seeds`` (recorded) names the seed of each pair.
+    of a seed cancels. The arms' seeds (recorded) must be the same, or neither arm's given.
     """
-    diffs = [d - offset for d in _paired_diffs(better, worse, lower_is_better, log, (better_label, worse_label))]
+    seeds = _same_seeds("a paired test", better, worse)
+    lower_is_better, digits, log = metric.lower_is_better, metric.digits, metric.log
+    diffs = [d - offset for d in _paired_diffs(better, worse, lower_is_better, log)]
     if criterion is None:
-        criterion = _gap(metric, better_label, worse_label, lower_is_better, offset, digits)
+        criterion = _gap(better, worse, metric, offset)
+    difference = f"{worse.label} - {better.label}" if lower_is_better else f"{better.label} - {worse.label}"
     record = bound(
         claim,
         source,
-        diffs,
+        Arm(difference, diffs),
         0.0,
+        Metric(metric.name, digits=digits),
         below=False,
-        label=f"{worse_label} - {better_label}" if lower_is_better else f"{better_label} - {worse_label}",
-        metric=metric,
-        digits=digits,
         criterion=f"{criterion}{_scale_text(log)} (paired by seed: the per-seed differences, paired t)",
-        details={**_arms(better, worse, better_label, worse_label), "lower_is_better": lower_is_better},
+        details={**_arms(better, worse), "lower_is_better": lower_is_better},
     )
     shown = [d + offset for d in diffs]
     measured = (
-        f"{better_label} {pm(better, digits)} vs {worse_label} {pm(worse, digits)}; "
+        f"{better.label} {pm(better.values, digits)} vs {worse.label} {pm(worse.values, digits)}; "
         f"paired difference{' of ln' if log else ''} {pm(shown, digits)}"
     )
     record.details.update(offset=float(offset), paired=True)
     if seeds is not None:
-        record.details["seeds"] = [int(s) for s in seeds]
+        record.details["seeds"] = seeds
     design = Design(Test.PAIRED, log=log, threshold=float(offset))
     return dataclasses.replace(record, measured=measured, design=design)
 
 
-def equivalent(
-    claim: str,
-    source: str,
-    arm: Sequence[float],
-    reference: Sequence[float],
-    *,
-    labels: tuple[str, str],
-    metric: str,
-    within: float,
-    digits: int = 3,
-    seeds: Sequence[int] | None = None,
-    log: bool = False,
-) -> ClaimRecord:
+def equivalent(claim: str, source: str, arm: Arm, reference: Arm, metric: Metric, *, within: float) -> ClaimRecord:
     """ "``arm`` is within ``±within`` of ``reference``" (paired by seed), decided by TOST.
 
-    The per-seed differences ``arm[i] - reference[i]`` (of the logs with ``log``: ``within = ln(1.1)``
-    is "within 10%") must lie within ``±within``: ``held`` when the 90% interval of their mean lies
+    The per-seed differences ``arm[i] - reference[i]`` (of the logs with a ``log`` metric: ``within =
+    ln(1.1)`` is "within 10%") must lie within ``±within``: ``held`` when the 90% interval of their mean lies
     inside (both one-sided tests reject at 5%), ``did not hold`` when it lies wholly outside (the mean
     is significantly beyond the margin), else ``inconclusive``. The margin is ``within - |mean|``, the
-    noise the 90% half-width.
+    noise the 90% half-width; the metric's direction plays no part. The arms' seeds (recorded) must be
+    the same, or neither arm's given.
     """
-    diffs = _paired_diffs(arm, reference, False, log, labels)
+    seeds = _same_seeds("an equivalence test", arm, reference)
+    digits, log = metric.digits, metric.log
+    diffs = _paired_diffs(arm, reference, False, log)
     if len(diffs) < 2:
         raise ValueError(f"{claim!r}: an equivalence test needs at least 2 seeds, got {len(diffs)}")
     inside, p_equivalent, p_outside = tost(diffs, within)
@@ -323,8 +386,8 @@ def equivalent(
     margin = inside.value
     verdict = decide(margin, noise, len(diffs))
     details: dict[str, Any] = {
-        **_arms(arm, reference, *labels),
-        "metric": metric,
+        **_arms(arm, reference),
+        "metric": metric.name,
         "within": float(within),
         "paired": True,
         "p_equivalent": p_equivalent,
@@ -334,14 +397,14 @@ def equivalent(
         "sd": mean_sd(diffs)[1],
     }
     if seeds is not None:
-        details["seeds"] = [int(s) for s in seeds]
+        details["seeds"] = seeds
     criterion = (
-        f"{metric} of {labels[0]} within ±{within:.{digits}g} of {labels[1]}{_scale_text(log)}, paired by seed; "
-        f"decided by two one-sided tests (the 90% interval of the mean difference inside ±{within:.{digits}g}: "
-        f"held; wholly outside: did not hold; at least {MIN_SEEDS} seeds)"
+        f"{metric.name} of {arm.label} within ±{within:.{digits}g} of {reference.label}{_scale_text(log)}, paired "
+        f"by seed; decided by two one-sided tests (the 90% interval of the mean difference inside "
+        f"±{within:.{digits}g}: held; wholly outside: did not hold; at least {MIN_SEEDS} seeds)"
     )
     measured = (
-        f"{labels[0]} {pm(arm, digits)} vs {labels[1]} {pm(reference, digits)}; "
+        f"{arm.label} {pm(arm.values, digits)} vs {reference.label} {pm(reference.values, digits)}; "
         f"paired difference{' of ln' if log else ''} {pm(diffs, digits)}"
     )
     return ClaimRecord(
@@ -361,12 +424,10 @@ def equivalent(
 def best_of(
     claim: str,
     source: str,
-    arms: dict[str, Sequence[float]],
+    arms: Mapping[str, Sequence[float]],
     predicted: Sequence[str],
+    metric: Metric,
     *,
-    metric: str,
-    lower_is_better: bool = True,
-    digits: int = 3,
     paired_seeds: bool = False,
 ) -> ClaimRecord:
     """A ranking claim: the best arm is one of ``predicted`` (e.g. the head counts nearest a rule).
@@ -376,8 +437,12 @@ def best_of(
     (each by more than its 95% interval); ``did not hold`` when some other arm beats every predicted arm
     so; otherwise ``inconclusive``. The record's margin and noise are those of the deciding (weakest)
     pair: for ``held`` the predicted arm's closest rival, for ``did not hold`` the closest predicted arm,
-    for ``inconclusive`` the best predicted arm against the best other arm.
+    for ``inconclusive`` the best predicted arm against the best other arm. The values are ranked as
+    given: a ``log`` metric is refused (pass the logs).
     """
+    if metric.log:
+        raise ValueError(f"{claim!r}: a ranking tests the values as given; metric {metric.name!r} has log=True")
+    lower_is_better, digits = metric.lower_is_better, metric.digits
     unknown = [p for p in predicted if p not in arms]
     if unknown or not predicted:
         raise ValueError(f"predicted arms {list(predicted)} must be among the arms {list(arms)}")
@@ -389,28 +454,18 @@ def best_of(
     details: dict[str, Any] = {
         "arms": {a: [float(x) for x in v] for a, v in arms.items()},
         "predicted": list(predicted),
-        "metric": metric,
+        "metric": metric.name,
         "lower_is_better": lower_is_better,
         "pairwise": pairwise.value,
     }
 
     def pair(b: str, w: str) -> ClaimRecord:
         test = paired if paired_seeds else compare
-        return test(
-            claim,
-            source,
-            arms[b],
-            arms[w],
-            better_label=b,
-            worse_label=w,
-            metric=metric,
-            lower_is_better=lower_is_better,
-            digits=digits,
-        )
+        return test(claim, source, Arm(b, arms[b]), Arm(w, arms[w]), metric)
 
     how = "paired by seed" if paired_seeds else "Welch"
     criterion = (
-        f"{metric}: the best arm is one of {list(predicted)}; decided pairwise (each pair's margin against "
+        f"{metric.name}: the best arm is one of {list(predicted)}; decided pairwise (each pair's margin against "
         f"its 95% interval, {how}, at least {MIN_SEEDS} seeds each)"
     )
     design = Design(Test.RANKING)

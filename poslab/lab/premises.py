@@ -43,8 +43,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from poslab.lab.tables import Table, values_text
-from poslab.lab.verdicts import HELD, ClaimRecord, Premise, bound, compare, with_premise
+from poslab.lab.verdicts import HELD, Arm, ClaimRecord, Metric, Premise, bound, compare, with_premise
 
+#: a premise's accuracy, tested above chance
+ACCURACY = Metric("accuracy", lower_is_better=False)
 #: fewest mean accuracy at L of each arm of a length-generalisation claim
 LENGTH_ACCURACY = 0.9
 #: passkey retrieval at L must reach this share of the way from chance to perfect
@@ -109,7 +111,7 @@ def above_chance(accuracy: Mapping[str, Sequence[float]], chance: float, where: 
             parts.append(f"{arm} -")
             met = False
             continue
-        record = bound("above chance", "premise", values, chance, below=False, label=arm, metric="accuracy")
+        record = bound("above chance", "premise", Arm(arm, values), chance, ACCURACY, below=False)
         above = record.verdict == HELD
         met = met and above
         noise = "-" if record.noise is None else f"{record.noise:.3f}"
@@ -201,14 +203,7 @@ def beats_nope(
 ) -> Premise:
     """The positional arm beats NoPE on ``metric`` by more than the 95% interval of the difference."""
     record = compare(
-        "premise",
-        "premise",
-        values,
-        nope,
-        better_label=arm,
-        worse_label="none",
-        metric=metric,
-        lower_is_better=lower_is_better,
+        "premise", "premise", Arm(arm, values), Arm("none", nope), Metric(metric, lower_is_better=lower_is_better)
     )
     return Premise(f"{arm} beats NoPE on {metric} by more than the noise", record.measured, record.verdict == HELD)
 

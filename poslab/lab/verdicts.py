@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from poslab.lab.comparisons import best_of, bound, compare, equivalent, on_common_seeds, paired
+from poslab.lab.comparisons import VAL_LOSS, Arm, Metric, best_of, bound, compare, equivalent, on_common_seeds, paired
 from poslab.lab.plan import ALPHA, Design, Test, adjust, one_sample_p, welch_p
 from poslab.lab.records import (
     DID_NOT_HOLD,
@@ -40,11 +40,14 @@ from poslab.lab.records import (
 
 __all__ = [
     "ALPHA",
+    "Arm",
     "DID_NOT_HOLD",
     "HELD",
     "INCONCLUSIVE",
     "MIN_SEEDS",
+    "Metric",
     "PREMISE_NOT_MET",
+    "VAL_LOSS",
     "VERDICTS",
     "ClaimRecord",
     "Design",

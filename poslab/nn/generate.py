@@ -9,6 +9,7 @@ temperature, then top-k (Fan et al. 2018, https://arxiv.org/abs/1805.04833), the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -65,6 +66,23 @@ def check_sampling_args(temperature: float, top_k: int | None, top_p: float | No
         positive_int("top_k", top_k, rule="a positive integer or None")
     if top_p is not None and (not is_number(top_p) or not 0.0 < top_p <= 1.0):
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """How :func:`sample_text` draws each next token: softmax ``temperature`` (0 = greedy), then the
+    ``top_k`` / ``top_p`` filters of :func:`filter_logits` (``None`` = all tokens).
+
+    Raises:
+        ValueError: a bad value, named with its allowed range (:func:`check_sampling_args`).
+    """
+
+    temperature: float = 0.8
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        check_sampling_args(self.temperature, self.top_k, self.top_p)
 
 
 @torch.no_grad()
@@ -183,13 +201,12 @@ def sample_text(
     tokens: int,
     *,
     num_samples: int = 1,
-    temperature: float = 0.8,
-    top_k: int | None = None,
-    top_p: float | None = None,
+    sampling: Sampling | None = None,
     max_len: int | None = None,
     seed: int | None = None,
 ) -> list[str]:
-    """Texts that continue ``prompt`` (each includes the prompt).
+    """Texts that continue ``prompt`` (each includes the prompt), drawn as ``sampling`` says (default
+    :class:`Sampling`'s: temperature 0.8, no filter); ``max_len`` and ``seed`` as :func:`generate` takes them.
 
     Raises:
         ValueError: an empty prompt, or characters the tokenizer does not know (char tokenizers
@@ -205,10 +222,26 @@ def sample_text(
     device = next(model.parameters()).device
     idx = torch.tensor([ids] * num_samples, dtype=torch.long, device=device)  # [n, T0]
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    sampling = Sampling() if sampling is None else sampling
     out = generate(
-        model, idx, tokens, temperature=temperature, top_k=top_k, top_p=top_p, max_len=max_len, generator=generator
+        model,
+        idx,
+        tokens,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        max_len=max_len,
+        generator=generator,
     )
     return [tokenizer.decode(row.tolist()) for row in out]
 
 
-__all__ = ["check_sampling_args", "check_sampling_memory", "sampling_bytes", "filter_logits", "generate", "sample_text"]
+__all__ = [
+    "Sampling",
+    "check_sampling_args",
+    "check_sampling_memory",
+    "sampling_bytes",
+    "filter_logits",
+    "generate",
+    "sample_text",
+]

@@ -115,6 +115,24 @@ class RunStore(Protocol):
         """The cached matmul peak for ``key`` (``dtype/threads``), measured with ``measure`` on first use."""
 
 
+@dataclass(frozen=True)
+class Hooks:
+    """What the caller sees of a session: the live progress bar (``progress``), ``callback(step, record)`` after
+    every optimizer step (raising ``KeyboardInterrupt`` in it acts like Ctrl-C), ``on_started()`` once the run's
+    config is written (the run exists from then on), and ``wall_start``, ``time.perf_counter()`` at the start of
+    the command (default: when training starts)."""
+
+    progress: bool = True
+    callback: Callable[[int, dict], None] | None = None
+    on_started: Callable[[], None] | None = None
+    wall_start: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("callback", "on_started"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise ValueError(f"{name} {getattr(self, name)!r}: must be a function or None")
+
+
 @dataclass
 class _Timing:
     """Wall-clock bookkeeping of one session (not saved: a resume measures its own)."""
@@ -134,11 +152,8 @@ def run_training(
     *,
     resuming: bool,
     dist_ctx: distributed.DistContext,
-    progress: bool = True,
-    callback: Callable[[int, dict], None] | None = None,
+    hooks: Hooks | None = None,
     init_from: RunStore | None = None,
-    wall_start: float | None = None,
-    on_started: Callable[[], None] | None = None,
     checkpointer: Checkpointer | None = None,
 ) -> dict:
     """Train as ``cfg`` says, reading and writing the run through ``store``.
@@ -149,12 +164,8 @@ def run_training(
         resuming: continue from the store's newest good checkpoint (the config must match the saved
             one except for :data:`RESUME_FREE_KEYS`).
         dist_ctx: the process group context (:func:`poslab.training.distributed.setup`).
-        progress: draw the live progress bar.
-        callback: ``callback(step, record)`` after every optimizer step; raising ``KeyboardInterrupt``
-            in it acts like Ctrl-C.
+        hooks: the progress bar, the callbacks and the command's start time (default: :class:`Hooks`'s).
         init_from: the run whose weights and tokenizer start this one (``cfg.init_from``).
-        wall_start: ``time.perf_counter()`` at the start of the command (default: now).
-        on_started: called once the run's config is written (the run exists from then on).
         checkpointer: saves and restores the training's state (default: a
             :class:`~poslab.training.checkpointer.Checkpointer` keeping ``cfg.keep_checkpoints`` of them in
             ``store``); the trainer sets its process group.
@@ -165,10 +176,12 @@ def run_training(
     dist_ctx = on_device(cfg.device, dist_ctx)
     checkpointer = checkpointer if checkpointer is not None else Checkpointer(store, cfg.keep_checkpoints)
     checkpointer.dist = dist_ctx
-    trainer = _Trainer(cfg, store, checkpointer, dist_ctx, progress, callback, wall_start or time.perf_counter())
+    hooks = Hooks() if hooks is None else hooks
+    started = hooks.wall_start or time.perf_counter()
+    trainer = _Trainer(cfg, store, checkpointer, dist_ctx, hooks.progress, hooks.callback, started)
     trainer.setup(resuming, init_from)
-    if on_started is not None:
-        on_started()
+    if hooks.on_started is not None:
+        hooks.on_started()
     trainer.loop()
     return trainer.finish()
 

@@ -47,7 +47,7 @@ from poslab.lab.report.i18n import t
 from poslab.lab.scale import CORPUS, SEEDS, Scale, schemes_of, size_of
 from poslab.lab.scale import EXTRAPOLATION_FACTORS as FACTORS
 from poslab.lab.tables import KeyTable, MeanSd, Table
-from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, bound, paired, pm
+from poslab.lab.verdicts import INCONCLUSIVE, Arm, ClaimRecord, Metric, Premise, bound, paired, pm
 
 #: a rise must be smaller by more than this (nats) to count as "reduced": a hundredth of a nat, 1.4% of the
 #: ln 2 a row gains by spreading evenly over twice as many keys; any reduction the papers describe is larger
@@ -166,14 +166,11 @@ def entropy_claims(models: dict[str, Variant], factor: int = 4) -> list[dict[str
         return paired(
             text,
             source,
-            a,
-            b,
-            better_label=better,
-            worse_label=worse,
-            metric=f"entropy rise at {factor}x L (nats)",
+            Arm(better, a, seeds),
+            Arm(worse, b, seeds),
+            Metric(f"entropy rise at {factor}x L (nats)"),
             offset=MARGIN,
             criterion=criterion + " (the same models read both ways)",
-            seeds=[int(s) for s in seeds],
         ).to_dict()
 
     out = []
@@ -190,13 +187,12 @@ def entropy_claims(models: dict[str, Variant], factor: int = 4) -> list[dict[str
         record = bound(
             text,
             source,
-            normalised_rises,
+            Arm("rope", normalised_rises, seeds),
             NORMALISED_MARGIN,
+            Metric(f"normalised entropy rise at {factor}x L"),
             below=False,
-            label="rope",
-            metric=f"normalised entropy rise at {factor}x L",
             criterion=criterion,
-            details={"seeds": [int(s) for s in seeds], "raw_rise": raw},
+            details={"raw_rise": raw},
         ).to_dict()
         if raw is not None:
             length = next(iter(models["rope"].by_seed.values())).entropy[key].length
@@ -245,11 +241,10 @@ def entropy_claims(models: dict[str, Variant], factor: int = 4) -> list[dict[str
         entry = bound(
             text,
             source,
-            rhos,
+            Arm("all variants", rhos),
             0.5,
+            Metric("Spearman correlation"),
             below=False,
-            label="all variants",
-            metric="Spearman correlation",
             criterion=criterion,
         ).to_dict()
     entry.setdefault("details", {}).update(

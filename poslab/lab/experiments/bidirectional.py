@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from poslab.lab import verdicts
 from poslab.lab.experiments.bidirectional_leak import (
     LEAK_LAYERS,
     TOLERANCE,
@@ -67,7 +68,7 @@ from poslab.lab.experiments.training import SEEDS
 from poslab.lab.premises import attach, below_baseline, below_bigram
 from poslab.lab.scale import Scale, lab_config, size_of
 from poslab.lab.tables import KeyTable, MeanSd, Table
-from poslab.lab.verdicts import ClaimRecord, Premise, equivalent, paired
+from poslab.lab.verdicts import ClaimRecord, Metric, Premise, equivalent, paired
 
 ARMS = {  # label -> (objective, position)
     "clm-none": ("clm", "none"),
@@ -162,18 +163,14 @@ def haviv_claims(losses: dict[str, list[float]], seeds: tuple[int, ...] | list[i
     Every arm trains from the same ``seeds`` on the same batches (module docstring): the arms are paired
     by seed. Losses are in nats, so their ratios are tested on their ln.
     """
-    metric = "val loss (whole validation split)"
+    metric = Metric("val loss (whole validation split)", log=True, digits=4)
     close = equivalent(
         f"a causal LM without positions (NoPos) is close to one with learned positions: within {CLOSE:.0%}",
         SOURCE,
-        losses["clm-none"],
-        losses["clm-learned"],
-        labels=("causal NoPos", "causal learned"),
-        metric=metric,
+        verdicts.Arm("causal NoPos", losses["clm-none"], seeds),
+        verdicts.Arm("causal learned", losses["clm-learned"], seeds),
+        metric,
         within=math.log(1 + CLOSE),
-        digits=4,
-        seeds=seeds,
-        log=True,
     )
     close.details.update(relative_margin=CLOSE)
     out = [close.to_dict()]
@@ -185,15 +182,10 @@ def haviv_claims(losses: dict[str, list[float]], seeds: tuple[int, ...] | list[i
             "a bidirectional masked LM without positions fails: more "
             f"than {FAR:.0%} worse than with {position} positions",
             SOURCE,
-            losses[label],
-            losses["mlm-none"],
-            better_label=f"MLM {position}",
-            worse_label="MLM NoPos",
-            metric=metric,
+            verdicts.Arm(f"MLM {position}", losses[label], seeds),
+            verdicts.Arm("MLM NoPos", losses["mlm-none"], seeds),
+            metric,
             offset=math.log(1 + FAR),
-            digits=4,
-            seeds=seeds,
-            log=True,
         )
         far.details.update(relative_margin=FAR)
         out.append(far.to_dict())

@@ -90,6 +90,10 @@ LLAMA3_NOTE = (
 )
 PPL4 = f"perplexity at {FACTOR}x L (non-overlapping)"
 LN_PPL4 = f"ln perplexity (nats/token) at {FACTOR}x L (non-overlapping)"
+#: the perplexity comparisons at 4x L: paired by seed on ln-perplexity, lower is better
+AT_4L = verdicts.Metric(PPL4, log=True)
+#: the rankings at 4x L, on per-seed ln-perplexities (the arms' values are the logs)
+LN_AT_4L = verdicts.Metric(LN_PPL4)
 
 
 def variance_seeds(ratio: float = SD_RATIO, alpha: float = ALPHA, power: float = POWER) -> int:
@@ -142,46 +146,16 @@ def _ln(values: Sequence[float]) -> list[float]:
     return [math.log(v) for v in values]
 
 
-def _paired(
-    claim: str,
-    source: str,
-    better: Sequence[float],
-    worse: Sequence[float],
-    labels: tuple[str, str],
-    metric: str,
-    seeds: Sequence[int],
-    *,
-    lower: bool = True,
-    log: bool = True,
-    offset: float = 0.0,
-) -> verdicts.ClaimRecord:
-    return verdicts.paired(
-        claim,
-        source,
-        better,
-        worse,
-        better_label=labels[0],
-        worse_label=labels[1],
-        metric=metric,
-        lower_is_better=lower,
-        seeds=seeds,
-        log=log,
-        offset=offset,
-    )
-
-
 def _ranking(
     claim: str,
     source: str,
     arms: dict[str, Sequence[float]],
     predicted: str,
     seeds: Sequence[int],
-    *,
-    lower: bool = True,
-    metric: str = LN_PPL4,
+    metric: verdicts.Metric = LN_AT_4L,
 ) -> verdicts.ClaimRecord:
     """``predicted`` ranks first among ``arms`` (per-seed values on the tested scale), every pair paired by seed."""
-    record = verdicts.best_of(claim, source, arms, [predicted], metric=metric, lower_is_better=lower, paired_seeds=True)
+    record = verdicts.best_of(claim, source, arms, [predicted], metric, paired_seeds=True)
     spreads = {k: verdicts.mean_sd(v)[1] for k, v in arms.items()}
     return dataclasses.replace(record, details=dict(record.details, seeds=list(seeds), sd_per_arm=spreads))
 
@@ -205,7 +179,12 @@ def _close_to(
             design=verdicts.Design(verdicts.Test.EQUIVALENCE, log=True, threshold=CLOSE_TO),
         )
     return verdicts.equivalent(
-        claim, source, arm, reference, labels=labels, metric=metric, within=CLOSE_TO, seeds=seeds, log=True
+        claim,
+        source,
+        verdicts.Arm(labels[0], arm, seeds),
+        verdicts.Arm(labels[1], reference, seeds),
+        verdicts.Metric(metric, log=True),
+        within=CLOSE_TO,
     )
 
 
@@ -227,26 +206,22 @@ def context_claims(
     """
     seeds = list(seeds)
     out = [
-        _paired(
+        verdicts.paired(
             f"without fine-tuning, {label} reads 4x L better than no scaling",
             SOURCE_SCALINGS,
-            inference[label],
-            inference["none"],
-            (label, "no scaling"),
-            PPL4,
-            seeds,
+            verdicts.Arm(label, inference[label], seeds),
+            verdicts.Arm("no scaling", inference["none"], seeds),
+            AT_4L,
         )
         for label in ("PI", "NTK", "dynamic NTK", "YaRN")
     ]
     out += [
-        _paired(
+        verdicts.paired(
             f'without fine-tuning, {label} reads 4x L better than PI ("YaRN or NTK-aware first, much better than PI")',
             "seed 000 §3.5",
-            inference[label],
-            inference["PI"],
-            (label, "PI"),
-            PPL4,
-            seeds,
+            verdicts.Arm(label, inference[label], seeds),
+            verdicts.Arm("PI", inference["PI"], seeds),
+            AT_4L,
         )
         for label in ("NTK", "YaRN")
     ]
@@ -274,14 +249,12 @@ def context_claims(
             dataclasses.replace(record, details=dict(record.details, steps=steps, paper_steps=PAPER_FINETUNE_STEPS))
         )
     out.append(
-        _paired(
+        verdicts.paired(
             "after fine-tuning, YaRN <= PI",
             "Peng et al. 2023 (YaRN)",
-            finetuned["YaRN"],
-            finetuned["PI"],
-            ("YaRN fine-tuned", "PI fine-tuned"),
-            PPL4,
-            seeds,
+            verdicts.Arm("YaRN fine-tuned", finetuned["YaRN"], seeds),
+            verdicts.Arm("PI fine-tuned", finetuned["PI"], seeds),
+            AT_4L,
         )
     )
     out.append(
@@ -291,8 +264,7 @@ def context_claims(
             {k: _ln(v) for k, v in finetuned.items()},
             "none",
             seeds,
-            lower=False,
-            metric=f"{LN_PPL4}, the highest is the worst",
+            verdicts.Metric(f"{LN_PPL4}, the highest is the worst", lower_is_better=False),
         )
     )
     return out
@@ -374,7 +346,7 @@ def reliability_claim(arms: dict[str, list[float]], seeds: list[int]) -> verdict
         deviations,
         "continued training",
         seeds,
-        metric=f"absolute deviation from the arm's median {LN_PPL4}",
+        verdicts.Metric(f"absolute deviation from the arm's median {LN_PPL4}"),
     )
     return verdicts.with_premise(
         dataclasses.replace(record, measured=f"{record.measured}; sd across seeds: {shown}"), premise

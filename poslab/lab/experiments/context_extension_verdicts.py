@@ -12,6 +12,7 @@ from typing import Any
 
 from poslab.lab import verdicts
 from poslab.lab.experiments.context_extension_claims import (
+    AT_4L,
     AVERAGED,
     AVERAGING,
     BASE_WEIGHT,
@@ -19,14 +20,12 @@ from poslab.lab.experiments.context_extension_claims import (
     FINETUNE,
     INFERENCE,
     PASSKEY_TOLERANCE,
-    PPL4,
     PPL_TOLERANCE,
     SCALINGS,
     SOURCE_AVERAGING,
     SOURCE_PASSKEY,
     SOURCE_WISE,
     Budget,
-    _paired,
     context_claims,
     continued_training_claims,
 )
@@ -34,6 +33,9 @@ from poslab.lab.experiments.context_extension_passkey import CHANCE, PASSKEY_FAC
 from poslab.lab.plan import ALPHA
 from poslab.lab.premises import PASSKEY_SHARE, all_of, below_bigram, retrieves, uses_context
 from poslab.lab.records import PREMISE_NOT_MET
+
+#: the passkey comparisons: accuracy at 4x L, higher is better, on the accuracies themselves
+PASSKEY_AT_4L = verdicts.Metric(f"passkey accuracy at {FACTOR}x L", lower_is_better=False)
 
 
 def passkey_claims(passkey: dict[str, Any], seeds: Sequence[int]) -> list[verdicts.ClaimRecord]:
@@ -45,7 +47,6 @@ def passkey_claims(passkey: dict[str, Any], seeds: Sequence[int]) -> list[verdic
         passkey: ``{"inference": {label: {factor: [per seed]}}, "finetuned": {...}, "base": {...}}``.
         seeds: the seeds, in the order of the values.
     """
-    acc = f"passkey accuracy at {FACTOR}x L"
     at = str(FACTOR)
     wanted = [
         (
@@ -67,9 +68,11 @@ def passkey_claims(passkey: dict[str, Any], seeds: Sequence[int]) -> list[verdic
     claims = []
     for claim, better, worse, labels in wanted:
         if None in better or None in worse:
-            claims.append(_does_not_fit(claim, SOURCE_PASSKEY, f"{acc} of {labels[0]} higher than {labels[1]}"))
+            criterion = f"{PASSKEY_AT_4L.name} of {labels[0]} higher than {labels[1]}"
+            claims.append(_does_not_fit(claim, SOURCE_PASSKEY, criterion))
             continue
-        claims.append(_paired(claim, SOURCE_PASSKEY, better, worse, labels, acc, seeds, lower=False, log=False))
+        arms = verdicts.Arm(labels[0], better, seeds), verdicts.Arm(labels[1], worse, seeds)
+        claims.append(verdicts.paired(claim, SOURCE_PASSKEY, *arms, PASSKEY_AT_4L))
     return claims
 
 
@@ -103,17 +106,18 @@ def averaging_claims(
     """
     seeds = list(seeds)
     avg, mix, ft, base = "last-k average", "base ⊕ fine-tuned", "fine-tuned", "base"
-    at_L, at_4L = "perplexity at L (non-overlapping)", PPL4
-    forgets = _paired(
+    at_L = verdicts.Metric("perplexity at L (non-overlapping)", log=True)
+
+    def arm(label: str, values: Sequence[float]) -> verdicts.Arm:
+        return verdicts.Arm(label, values, seeds)
+
+    forgets = verdicts.paired(
         f"the plain {AVERAGED} fine-tune forgets (higher perplexity at L than the base model; the premise "
         "of the forgetting claims below)",
         SOURCE_AVERAGING,
-        ppl_L[ft],
-        ppl_L[base],
-        ("plain fine-tune", "base"),
-        at_L,
-        seeds,
-        lower=False,
+        arm("plain fine-tune", ppl_L[ft]),
+        arm("base", ppl_L[base]),
+        dataclasses.replace(at_L, lower_is_better=False),
     )
     forgetting = verdicts.Premise(
         f"the plain {AVERAGED} fine-tune forgets (its claim held: ln perplexity at L above the base model's, "
@@ -124,15 +128,13 @@ def averaging_claims(
     claims = [
         forgets,
         verdicts.with_premise(
-            _paired(
+            verdicts.paired(
                 f"averaging the last {last} checkpoints of the {AVERAGED} fine-tune reduces forgetting "
                 "(lower perplexity at L than the plain fine-tune)",
                 SOURCE_AVERAGING,
-                ppl_L[avg],
-                ppl_L[ft],
-                (f"mean of the last {last}", "plain fine-tune"),
+                arm(f"mean of the last {last}", ppl_L[avg]),
+                arm("plain fine-tune", ppl_L[ft]),
                 at_L,
-                seeds,
             ),
             forgetting,
         ),
@@ -140,58 +142,46 @@ def averaging_claims(
             f"averaging the last {last} checkpoints does not hurt perplexity at {FACTOR}x L "
             f"(within {PPL_TOLERANCE - 1:.0%} of the plain fine-tune)",
             "seed 000 Q4 (the recipe keeps the extension)",
-            [a / b for a, b in zip(ppl_4L[avg], ppl_4L[ft])],
+            arm(f"mean of the last {last} / plain fine-tune", [a / b for a, b in zip(ppl_4L[avg], ppl_4L[ft])]),
             PPL_TOLERANCE,
+            verdicts.Metric(f"ratio of {AT_4L.name}", log=True),
             below=True,
-            label=f"mean of the last {last} / plain fine-tune",
-            metric=f"ratio of {at_4L}",
-            details={"seeds": seeds, "paired": True},
-            log=True,
+            details={"paired": True},
         ),
         verdicts.with_premise(
-            _paired(
+            verdicts.paired(
                 f"base ⊕ fine-tuned ({BASE_WEIGHT:g}/{1 - BASE_WEIGHT:g}) reduces forgetting (lower perplexity "
                 "at L than the plain fine-tune)",
                 f"{SOURCE_AVERAGING}; {SOURCE_WISE}",
-                ppl_L[mix],
-                ppl_L[ft],
-                ("base ⊕ fine-tuned", "plain fine-tune"),
+                arm("base ⊕ fine-tuned", ppl_L[mix]),
+                arm("plain fine-tune", ppl_L[ft]),
                 at_L,
-                seeds,
             ),
             forgetting,
         ),
-        _paired(
+        verdicts.paired(
             f"base ⊕ fine-tuned keeps the extension (lower perplexity at {FACTOR}x L than the base model "
             f"with {AVERAGED} at inference)",
             SOURCE_WISE,
-            ppl_4L[mix],
-            ppl_4L[base],
-            ("base ⊕ fine-tuned", f"base with {AVERAGED}"),
-            at_4L,
-            seeds,
+            arm("base ⊕ fine-tuned", ppl_4L[mix]),
+            arm(f"base with {AVERAGED}", ppl_4L[base]),
+            AT_4L,
         ),
     ]
     claim = (
         f"averaging the last {last} checkpoints keeps passkey retrieval at {FACTOR}x L "
         f"(at most {PASSKEY_TOLERANCE:g} below the plain fine-tune)"
     )
-    metric = f"passkey accuracy at {FACTOR}x L"
     if None in passkey_4L[avg] or None in passkey_4L[ft]:
-        claims.append(
-            _does_not_fit(claim, SOURCE_AVERAGING, f"{metric} of the mean at most {PASSKEY_TOLERANCE:g} below")
-        )
+        criterion = f"{PASSKEY_AT_4L.name} of the mean at most {PASSKEY_TOLERANCE:g} below"
+        claims.append(_does_not_fit(claim, SOURCE_AVERAGING, criterion))
         return claims
-    record = _paired(
+    record = verdicts.paired(
         claim,
         SOURCE_AVERAGING,
-        passkey_4L[avg],
-        passkey_4L[ft],
-        (f"mean of the last {last}", "plain fine-tune"),
-        metric,
-        seeds,
-        lower=False,
-        log=False,
+        arm(f"mean of the last {last}", passkey_4L[avg]),
+        arm("plain fine-tune", passkey_4L[ft]),
+        PASSKEY_AT_4L,
         offset=-PASSKEY_TOLERANCE,
     )
     found = retrieves_every_seed("the plain fine-tunes", passkey_4L[ft], seeds, FACTOR)

@@ -9,7 +9,18 @@ import math
 from typing import Any
 
 from poslab.lab.records import Premise, with_premise
-from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, best_of, bound, compare, on_common_seeds, paired, pm
+from poslab.lab.verdicts import (
+    INCONCLUSIVE,
+    Arm,
+    ClaimRecord,
+    Metric,
+    best_of,
+    bound,
+    compare,
+    on_common_seeds,
+    paired,
+    pm,
+)
 
 #: a model whose in-length perplexity exceeds this multiple of the median over schemes "did not train"
 UNDERTRAINED = 1.5
@@ -143,14 +154,11 @@ def extrapolation_claims(
             or bound(
                 text,
                 source,
-                list(values.values()),
+                Arm(scheme, list(values.values()), _seed_ids(values)),
                 limit,
+                Metric(f"ppl({factor}L) / ppl(L)", log=True),
                 below=below,
-                label=scheme,
-                metric=f"ppl({factor}L) / ppl(L)",
                 criterion=crit,
-                details={"seeds": _seed_ids(values)},
-                log=True,
             ).to_dict()
         )
 
@@ -159,32 +167,15 @@ def extrapolation_claims(
         crit = f"ln ppl at {factor}x L of {better} < that of {worse}"
         record = missing(text, source, crit, (better, worse), [a, b])
         seeds, (mine, theirs) = on_common_seeds({better: a or {}, worse: b or {}})
+        metric = Metric(f"ppl at {factor}x L", log=True)
         if record is None and seeds:
+            common = _seed_ids(seeds)
             record = paired(
-                text,
-                source,
-                mine,
-                theirs,
-                better_label=better,
-                worse_label=worse,
-                metric=f"ppl at {factor}x L",
-                criterion=crit,
-                seeds=_seed_ids(seeds),
-                log=True,
+                text, source, Arm(better, mine, common), Arm(worse, theirs, common), metric, criterion=crit
             ).to_dict()
         elif record is None:  # trained from different seeds: independent arms
-            record = compare(
-                text,
-                source,
-                list(a.values()),
-                list(b.values()),
-                better_label=better,
-                worse_label=worse,
-                metric=f"ppl at {factor}x L",
-                criterion=crit,
-                seeds=(_seed_ids(a), _seed_ids(b)),
-                log=True,
-            ).to_dict()
+            arm_a, arm_b = Arm(better, list(a.values()), _seed_ids(a)), Arm(worse, list(b.values()), _seed_ids(b))
+            record = compare(text, source, arm_a, arm_b, metric, criterion=crit).to_dict()
         out.append(record)
 
     ratio_bound(
@@ -241,7 +232,7 @@ def extrapolation_claims(
             source,
             {s: [math.log(x) for x in (mine if shared else v.values())] for (s, v), mine in zip(arms.items(), common)},
             ["rope"],
-            metric="ln(ppl(4L) / ppl(L))",
+            Metric("ln(ppl(4L) / ppl(L))"),
             paired_seeds=shared,
         ).to_dict()
         ranked["details"]["seeds"] = _seed_ids(seeds) if shared else {s: _seed_ids(v) for s, v in arms.items()}
@@ -304,19 +295,12 @@ def jump_claim(
     record = bound(
         text,
         source,
-        [at_16l[s] for s in seeds],
+        Arm("rope", [at_16l[s] for s in seeds], _seed_ids(seeds)),
         unigram,
+        Metric("ppl(16L)", log=True),
         below=False,
-        label="rope",
-        metric="ppl(16L)",
         criterion=crit,
-        details={
-            "seeds": _seed_ids(seeds),
-            "unigram_ppl": unigram,
-            "ppl_L": [at_l[s] for s in seeds],
-            "quote": JUMP_QUOTE,
-        },
-        log=True,
+        details={"unigram_ppl": unigram, "ppl_L": [at_l[s] for s in seeds], "quote": JUMP_QUOTE},
     ).to_dict()
     record["measured"] += f"; ppl(L) {pm([at_l[s] for s in seeds], 3)}"
     return record

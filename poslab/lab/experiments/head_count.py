@@ -44,7 +44,7 @@ from poslab.lab.premises import attach, below_bigram
 from poslab.lab.report.i18n import t
 from poslab.lab.scale import SIZES, Scale, lab_config, lesson_config
 from poslab.lab.tables import KeyTable, MeanSd, Table
-from poslab.lab.verdicts import best_of, paired
+from poslab.lab.verdicts import VAL_LOSS, Arm, best_of, paired
 
 HEADS = (1, 2, 4, 8, 16)
 #: the count-model baseline every seed of every head count must be clearly below
@@ -104,7 +104,7 @@ def head_claims(
             "seed 002 §3.2",
             arms,
             [f"{h} heads" for h in nearest],
-            metric="val loss (whole validation split)",
+            VAL_LOSS,
             paired_seeds=True,
         ).to_dict()
     ]
@@ -114,12 +114,9 @@ def head_claims(
             paired(
                 "减小 d_k 往往提升效果 — smaller heads (more of them) do better than one big head",
                 "seed 000 §1.4",
-                losses[most],
-                losses[one],
-                better_label=f"{most} heads (d_k {d_model // most})",
-                worse_label=f"{one} head (d_k {d_model // one})",
-                metric="val loss (whole validation split)",
-                seeds=seeds,
+                Arm(f"{most} heads (d_k {d_model // most})", losses[most], seeds),
+                Arm(f"{one} head (d_k {d_model // one})", losses[one], seeds),
+                VAL_LOSS,
             ).to_dict()
         )
     return out

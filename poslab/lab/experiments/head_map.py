@@ -47,7 +47,7 @@ from poslab.lab.experiments.head_map_probe import SPARE_LOSS, HeadRow, MapStatis
 from poslab.lab.experiments.training import SEEDS
 from poslab.lab.premises import attach, below_baseline
 from poslab.lab.tables import KeyTable, Table
-from poslab.lab.verdicts import ClaimRecord, Premise, bound
+from poslab.lab.verdicts import Arm, ClaimRecord, Metric, Premise, bound
 from poslab.training import presets
 
 N_HEAD = 8
@@ -106,35 +106,37 @@ def map_claims(per_seed: list[MapStatistics], seeds: list[int]) -> list[ClaimRec
     """
     source = "seed 002 §6.1"
     label = f"{PRESET} GPT, {N_HEAD} heads a layer"
+
+    def arm(values: list[float]) -> Arm:
+        return Arm(label, values)
+
     records = [
         bound(
             "the heads split into local heads and long-range heads (头1/2主要捕捉局部语法关系 … 头5/6处理长距离依赖)",
             source,
-            [r.ratio for r in per_seed],
+            arm([r.ratio for r in per_seed]),
             DISTANCE_FACTOR,
+            Metric(
+                "ratio of the two k-means clusters' median mean attention distances (long-range over local)", log=True
+            ),
             below=False,
-            label=label,
-            metric="ratio of the two k-means clusters' median mean attention distances (long-range over local)",
             details={"cluster_medians": [r.cluster_medians for r in per_seed]},
-            log=True,
         ),
         bound(
             "a head's role follows its index (heads 1/2 local, 3/4 keywords, 5/6 long range, 7/8 spare)",
             source,
-            [r.rho for r in per_seed],
+            arm([r.rho for r in per_seed]),
             INDEX_RHO,
+            Metric("Spearman correlation of head index and mean attention distance over all heads"),
             below=False,
-            label=label,
-            metric="Spearman correlation of head index and mean attention distance over all heads",
         ),
         bound(
             "some heads are spare channels (头7/8充当'备用通道')",
             source,
-            [r.spare_share for r in per_seed],
+            arm([r.spare_share for r in per_seed]),
             SPARE_SHARE,
+            Metric(f"share of the heads whose zeroing raises the loss by less than {SPARE_LOSS:.0%} of the base loss"),
             below=False,
-            label=label,
-            metric=f"share of the heads whose zeroing raises the loss by less than {SPARE_LOSS:.0%} of the base loss",
             details={"spare_heads": [r.spare_heads for r in per_seed]},
         ),
     ]

@@ -50,7 +50,17 @@ from poslab.lab.plan import own_family
 from poslab.lab.premises import arms_of, attach, below_bigram, language_models, premises_table
 from poslab.lab.scale import SIZES, lab_config, lesson_config, schemes_of
 from poslab.lab.tables import KeyTable
-from poslab.lab.verdicts import ClaimRecord, Premise, deterministic, equivalent, on_common_seeds, paired
+from poslab.lab.verdicts import (
+    VAL_LOSS,
+    Arm,
+    ClaimRecord,
+    Metric,
+    Premise,
+    deterministic,
+    equivalent,
+    on_common_seeds,
+    paired,
+)
 from poslab.nn import positions
 from poslab.runs import RunFolder
 
@@ -62,8 +72,7 @@ NOPE_MAX_GAP = 0.05
 ALIBI_SPEED_WITHIN = 0.10
 #: the family of the timing claim: a timing is not tested with the lesson's claims about training (poslab.lab.plan)
 TIMING_FAMILY = "position-training timing"
-METRIC = "val loss (whole validation split)"
-SPEED_METRIC = "training tokens per CPU second (arms alternating in one process)"
+SPEED_METRIC = Metric("training tokens per CPU second (arms alternating in one process)", log=True, digits=0)
 
 
 def quick_variants(schemes: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -104,12 +113,9 @@ def training_claims(
             paired(
                 "a causal model learns better with positions: the learned table beats none in-length",
                 "seed 001 (NoPE learns, 'only a little worse')",
-                learned,
-                none,
-                better_label="learned",
-                worse_label="none",
-                metric=METRIC,
-                seeds=both,
+                Arm("learned", learned, both),
+                Arm("none", none, both),
+                VAL_LOSS,
             ).to_dict()
         )
         gap = NOPE_MAX_GAP * sum(learned) / len(learned)
@@ -118,13 +124,10 @@ def training_claims(
                 "不加位置编码的因果语言模型也能学到位置信息，效果只比加了位置编码的差一点 — no position encoding is "
                 f"at most a little worse (within {NOPE_MAX_GAP:.0%} of the learned table's loss)",
                 "seed 001",
-                none,
-                learned,
-                better_label="none",
-                worse_label="learned",
-                metric=METRIC,
+                Arm("none", none, both),
+                Arm("learned", learned, both),
+                VAL_LOSS,
                 offset=-gap,
-                seeds=both,
             ).to_dict()
         )
     if have("rope", "alibi"):
@@ -133,12 +136,9 @@ def training_claims(
             paired(
                 "ALiBi 性能略低于 RoPE — ALiBi trains to a slightly worse loss than RoPE",
                 "seed 000 §4",
-                rope,
-                alibi,
-                better_label="rope",
-                worse_label="alibi",
-                metric=METRIC,
-                seeds=both,
+                Arm("rope", rope, both),
+                Arm("alibi", alibi, both),
+                VAL_LOSS,
             ).to_dict()
         )
     if have("rope", "learned", "sinusoidal"):
@@ -151,7 +151,7 @@ def training_claims(
             "seed 000 Q2",
             dict(zip(names, values)),
             ["rope"],
-            metric=METRIC,
+            VAL_LOSS,
             paired_seeds=True,
         ).to_dict()
         ranked["details"]["seeds"] = both
@@ -178,13 +178,10 @@ def training_claims(
             "ALiBi 不增加计算 — ALiBi trains at (nearly) the speed of no position encoding "
             f"(tokens/s within {ALIBI_SPEED_WITHIN:.0%} of it, either way)",
             "seed 000 §4",
-            speed["alibi"],
-            speed["none"],
-            labels=("alibi", "none"),
-            metric=SPEED_METRIC,
+            Arm("alibi", speed["alibi"]),
+            Arm("none", speed["none"]),
+            SPEED_METRIC,
             within=math.log(1 + ALIBI_SPEED_WITHIN),
-            digits=0,
-            log=True,
         )
         record.details["paired_by"] = "timing round (the arms alternate, round by round, in one process)"
         out.append(own_family(record, TIMING_FAMILY).to_dict())
@@ -294,7 +291,7 @@ def claims(r: PositionResult) -> list[dict[str, Any]]:
     speed, bigram = r.cpu_speed, r.baselines.bigram
 
     def premise(record: ClaimRecord) -> Premise:
-        if record.details.get("metric") == SPEED_METRIC and speed is not None:
+        if record.details.get("metric") == SPEED_METRIC.name and speed is not None:
             return Premise(
                 "timing: process CPU time of the arms alternating in one process",
                 f"{len(speed['alibi'])} rounds of {TIMING_STEPS} steps of each arm",

@@ -182,13 +182,9 @@ def probe_claims(
             verdicts.paired(
                 claim,
                 RANKING_SOURCE,
-                a,
-                b,
-                better_label=better,
-                worse_label=worse,
-                metric=metric,
-                lower_is_better=False,
-                seeds=seeds,
+                verdicts.Arm(better, a, seeds),
+                verdicts.Arm(worse, b, seeds),
+                verdicts.Metric(metric, lower_is_better=False),
             )
         )
     for task in NEEDS_POSITION_TASKS:
@@ -215,13 +211,9 @@ def probe_claims(
             verdicts.paired(
                 claim,
                 source,
-                cells[POSITIONAL]["accuracy"]["1"],
-                cells["none"]["accuracy"]["1"],
-                better_label=POSITIONAL,
-                worse_label="none",
-                metric=f"{task} accuracy at L",
-                lower_is_better=False,
-                seeds=seeds,
+                verdicts.Arm(POSITIONAL, cells[POSITIONAL]["accuracy"]["1"], seeds),
+                verdicts.Arm("none", cells["none"]["accuracy"]["1"], seeds),
+                verdicts.Metric(f"{task} accuracy at L", lower_is_better=False),
             )
         )
     if HEADS_ARM in form.left_out:
@@ -237,13 +229,11 @@ def probe_claims(
         record = verdicts.paired(
             _heads_claim(few, many),
             HEADS_SOURCE,
-            heads[many],
-            heads[few],
-            better_label=f"{many} heads",
-            worse_label=f"{few} head{'s' if few > 1 else ''}",
-            metric=f"MQAR accuracy at L ({HEADS_SCHEME}, n_embd {form.heads_recipe.n_embd})",
-            lower_is_better=False,
-            seeds=seeds,
+            verdicts.Arm(f"{many} heads", heads[many], seeds),
+            verdicts.Arm(f"{few} head{'s' if few > 1 else ''}", heads[few], seeds),
+            verdicts.Metric(
+                f"MQAR accuracy at L ({HEADS_SCHEME}, n_embd {form.heads_recipe.n_embd})", lower_is_better=False
+            ),
         )
         # the lab's one judge of seed 000 Q3's speculation 3, which says the same of heads (one verdict per sentence)
         out.append(dataclasses.replace(record, details=dict(record.details, **{SENTENCE_KEY: HEADS_SENTENCE})))

@@ -38,7 +38,7 @@ from poslab.lab.experiments.training import SEEDS, preset_arms
 from poslab.lab.premises import attach, below_bigram
 from poslab.lab.scale import STREAM_SCALES, Scale, ScaleTable
 from poslab.lab.tables import KeyTable, Table
-from poslab.lab.verdicts import paired
+from poslab.lab.verdicts import Arm, Metric, paired
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder, load_run
 from poslab.training.loop import evaluate_loss
@@ -239,28 +239,18 @@ def seed_claims(per_seed: list[SeedReading]) -> list[dict[str, Any]]:
     main = paired(
         "the lowest frequencies carry the largest q/k norms (semantic channels); the highest ones less",
         "Barbero et al. 2024 (Round and Round We Go), §4-5",
-        low,
-        high,
-        better_label="lowest-frequency quarter",
-        worse_label="highest-frequency quarter",
-        metric="mean q/k pair norm of trained models",
-        lower_is_better=False,
-        seeds=seeds,
-        log=True,
+        Arm("lowest-frequency quarter", low, seeds),
+        Arm("highest-frequency quarter", high, seeds),
+        Metric("mean q/k pair norm of trained models", lower_is_better=False, log=True),
     )
     ratio_trained = [r.trained.low_over_high for r in per_seed]
     ratio_untrained = [r.untrained.low_over_high for r in per_seed]
     control = paired(
         "training, not initialisation, moves q/k norm to the low frequencies",
         "Barbero et al. 2024, §4 (control)",
-        ratio_trained,
-        ratio_untrained,
-        better_label="trained",
-        worse_label="untrained (the seed's initialisation)",
-        metric="low/high quarter norm ratio",
-        lower_is_better=False,
-        seeds=seeds,
-        log=True,
+        Arm("trained", ratio_trained, seeds),
+        Arm("untrained (the seed's initialisation)", ratio_untrained, seeds),
+        Metric("low/high quarter norm ratio", lower_is_better=False, log=True),
     )
     return [main.to_dict(), control.to_dict()]
 

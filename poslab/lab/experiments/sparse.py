@@ -56,7 +56,7 @@ from poslab.lab.experiments.sparse_model import FULL, KINDS, QUICK, VOCAB, Recip
 from poslab.lab.plan import own_family
 from poslab.lab.premises import attach, fits_length
 from poslab.lab.tables import KeyTable, Table
-from poslab.lab.verdicts import ClaimRecord, Premise, paired
+from poslab.lab.verdicts import Arm, ClaimRecord, Metric, Premise, paired
 
 
 @dataclass(frozen=True)
@@ -114,9 +114,9 @@ def sparse_claims(runs: list[SparseRun], T: int) -> list[ClaimRecord]:
     """
     seeds = sorted({r.seed for r in runs if r.T == T})
 
-    def values(kind: str, key: str) -> list[float]:
+    def arm(kind: str, key: str) -> Arm:
         by_seed = {r.seed: getattr(r, key) for r in runs if r.kind == kind and r.T == T}
-        return [by_seed[s] for s in seeds]
+        return Arm(kind, [by_seed[s] for s in seeds], seeds)
 
     claims = []
     for kind in KINDS[1:]:
@@ -125,27 +125,17 @@ def sparse_claims(runs: list[SparseRun], T: int) -> list[ClaimRecord]:
                 f"full attention beats {kind} attention on a dependency "
                 f"T/2 back (T = {T}): what the sparse pattern gives up",
                 "seed 002 §3.1 (sparse patterns offered as drop-in fixes for O(n²))",
-                values("full", "eval_loss"),
-                values(kind, "eval_loss"),
-                better_label="full",
-                worse_label=kind,
-                metric=f"delayed-copy loss at T={T}",
-                lower_is_better=True,
-                seeds=seeds,
+                arm("full", "eval_loss"),
+                arm(kind, "eval_loss"),
+                Metric(f"delayed-copy loss at T={T}"),
             )
         )
     timing = paired(
         f"adaptive span takes less time per training step than full attention (T = {T})",
         "seed 002 §7.1 ('cuts computation by 23%', claimed on PG-19)",
-        values("adaptive", "step_ms"),
-        values("full", "step_ms"),
-        better_label="adaptive",
-        worse_label="full",
-        metric=f"ms per training step at T={T}",
-        lower_is_better=True,
-        digits=2,
-        seeds=seeds,
-        log=True,
+        arm("adaptive", "step_ms"),
+        arm("full", "step_ms"),
+        Metric(f"ms per training step at T={T}", log=True, digits=2),
     )
     claims.append(own_family(timing, TIMING_FAMILY))
     return claims

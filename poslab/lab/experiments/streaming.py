@@ -36,7 +36,7 @@ from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, preset_arms
 from poslab.lab.premises import all_of, attach, below_bigram, uses_context
 from poslab.lab.scale import STREAM_SCALES, Scale
 from poslab.lab.tables import KeyTable, Table
-from poslab.lab.verdicts import Premise, paired
+from poslab.lab.verdicts import Arm, Metric, Premise, paired
 from poslab.nn.caches import StreamingSpec
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder, load_run
@@ -202,16 +202,13 @@ def measure(runs: Runs[Setting]) -> StreamingResult:
 def seed_claims(per_seed: list[SeedReading]) -> list[dict[str, Any]]:
     """The paper's claim on the after-eviction perplexity: the two caches read the same seed's model, so
     the design is paired by seed, on ln-perplexity (the ratio of the two caches' perplexities per seed)."""
+    seeds = [r.seed for r in per_seed]
     record = paired(
         "keeping 4 attention sinks keeps perplexity stable where the plain window of the same size blows up",
         "Xiao et al. 2023 (StreamingLLM), Fig. 3 / Table 1",
-        [r.streaming.ppl_after_eviction for r in per_seed],
-        [r.window.ppl_after_eviction for r in per_seed],
-        better_label=f"{SINKS} sinks + window",
-        worse_label="plain window",
-        metric=f"perplexity after the first eviction on an {STREAM_FACTOR}x stream",
-        seeds=[r.seed for r in per_seed],
-        log=True,
+        Arm(f"{SINKS} sinks + window", [r.streaming.ppl_after_eviction for r in per_seed], seeds),
+        Arm("plain window", [r.window.ppl_after_eviction for r in per_seed], seeds),
+        Metric(f"perplexity after the first eviction on an {STREAM_FACTOR}x stream", log=True),
     )
     return [record.to_dict()]
 

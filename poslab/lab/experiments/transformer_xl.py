@@ -65,7 +65,7 @@ from poslab.lab.experiments.transformer_xl_measure import (
 )
 from poslab.lab.premises import attach
 from poslab.lab.tables import KeyTable, MeanSd, Table
-from poslab.lab.verdicts import paired
+from poslab.lab.verdicts import Arm, Metric, paired
 from poslab.runs import load_run
 from poslab.training import presets
 
@@ -236,19 +236,19 @@ def xl_claims(per_seed: list[SeedReading]) -> list[dict[str, Any]]:
     def values(label: str, key: str = "loss") -> list[float]:
         return [getattr(r.conditions[label], key) for r in per_seed]
 
-    metric = f"val loss over segments of L = {L}"
+    metric = Metric(f"val loss over segments of L = {L}", digits=4)
     seeds = [r.seed for r in per_seed]
+
+    def arm(text: str, label: str) -> Arm:
+        return Arm(text, values(label), seeds)
+
     # the arms of one seed share the seed's initialisation and batches (module docstring): paired by seed
     lowers = paired(
         "segment recurrence + relative encoding lowers the loss at segment length L",
         SOURCE,
-        values(f"b, memory {L}"),
-        values("a, no memory"),
-        better_label=f"(b) with memory {L}",
-        worse_label="(a) without memory",
-        metric=metric,
-        digits=4,
-        seeds=seeds,
+        arm(f"(b) with memory {L}", f"b, memory {L}"),
+        arm("(a) without memory", "a, no memory"),
+        metric,
     )
 
     def gain(key: str) -> list[float]:  # per seed: the loss memory L takes off on part ``key`` of the segment
@@ -258,37 +258,24 @@ def xl_claims(per_seed: list[SeedReading]) -> list[dict[str, Any]]:
         "what memory buys is at the start of a segment, where a fixed context is shortest: the gain on the first "
         "quarter of the segment exceeds the gain on the last quarter",
         SOURCE,
-        gain("first_quarter"),
-        gain("last_quarter"),
-        better_label="gain on the first quarter",
-        worse_label="gain on the last quarter",
-        metric="loss of (a) without memory minus (b) with memory L",
-        lower_is_better=False,
-        digits=4,
-        seeds=seeds,
+        Arm("gain on the first quarter", gain("first_quarter"), seeds),
+        Arm("gain on the last quarter", gain("last_quarter"), seeds),
+        Metric("loss of (a) without memory minus (b) with memory L", lower_is_better=False, digits=4),
     )
     longer = paired(
         f"a longer memory at evaluation helps further: (b) read with memory {longest} (4L) beats memory {L}",
         SOURCE,
-        values(f"b, memory {longest}"),
-        values(f"b, memory {L}"),
-        better_label=f"(b) memory {longest}",
-        worse_label=f"(b) memory {L}",
-        metric=metric,
-        digits=4,
-        seeds=seeds,
+        arm(f"(b) memory {longest}", f"b, memory {longest}"),
+        arm(f"(b) memory {L}", f"b, memory {L}"),
+        metric,
     )
     untrained = paired(
         "relative encoding alone lets a model use a memory it never trained with: (a) read with memory L beats (a) "
         "without",
         SOURCE,
-        values(f"a, memory {L}"),
-        values("a, no memory"),
-        better_label=f"(a) memory {L}",
-        worse_label="(a) no memory",
-        metric=metric,
-        digits=4,
-        seeds=seeds,
+        arm(f"(a) memory {L}", f"a, memory {L}"),
+        arm("(a) no memory", "a, no memory"),
+        metric,
     )
     return [r.to_dict() for r in (lowers, where, longer, untrained)]
 
