@@ -9,7 +9,7 @@ from typing import Any
 
 from poslab.display import new_figure, save_figure
 from poslab.lab import verdicts
-from poslab.lab.experiments.cells import MeanEvaluation
+from poslab.lab.experiments.cells import NONOVERLAPPING, MeanEvaluation
 from poslab.lab.experiments.common import draw_perplexity_baselines
 from poslab.lab.experiments.context_extension_claims import (
     AVERAGED,
@@ -36,7 +36,7 @@ def plot(
     names = list(inference)
 
     def sd(cell: MeanEvaluation) -> float:
-        return cell.score("nonoverlapping").ppl_sd or 0.0
+        return cell.score(NONOVERLAPPING).ppl_sd or 0.0
 
     axes[0].bar(
         names,

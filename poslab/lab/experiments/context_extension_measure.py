@@ -101,7 +101,7 @@ def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path
     tokens = RunFolder(base_run).split_tokens("val", tokenizer)
     base, passkey = _cell(model, tokens, length, n), SeedPasskey({}, {}, passkey_row(model, tokens, tokenizer, length))
     by_position = [float(v) for v in loss_by_position(model, tokens, length, CONTEXT_WINDOWS)]
-    inference = {}
+    inference = {}  # passkey's dicts fill as each model is read
     for label, spec in INFERENCE.items():  # scale_rope changes the model: every measurement at L comes first
         scale_rope(model, spec, length)
         inference[label] = _cell(model, tokens, long_length, n, spec)

@@ -37,7 +37,7 @@ import torch
 
 from poslab.analysis.eval import evaluate_length, loss_by_position
 from poslab.display import new_figure, save_figure, series_style
-from poslab.lab.experiments.cells import MODES, NONOVERLAPPING, Evaluation, MeanEvaluation
+from poslab.lab.experiments.cells import MODES, NONOVERLAPPING, SLIDING, Evaluation, MeanEvaluation
 from poslab.lab.experiments.common import (
     LAB,
     Baselines,
@@ -272,8 +272,8 @@ def claims(r: ExtrapolationResult) -> list[dict[str, Any]]:
     """:func:`~poslab.lab.experiments.extrapolation_verdicts.extrapolation_claims` on the non-overlapping reading,
     each with the sliding window's verdict in its details and its premise (:func:`premise_of`)."""
     tables, baseline = r.perplexity_by_seed, r.baselines.unigram_entropy_nats
-    records = extrapolation_claims(tables, MODES[0], baseline)
-    for c, s in zip(records, extrapolation_claims(tables, MODES[1], baseline)):
+    records = extrapolation_claims(tables, NONOVERLAPPING, baseline)
+    for c, s in zip(records, extrapolation_claims(tables, SLIDING, baseline)):
         c["details"]["sliding_window"] = {k: s.get(k) for k in ("measured", "margin", "noise", "verdict")}
     bigram = r.baselines.bigram
     return attach(records, lambda record: premise_of(record, tables, r.loss_by_position, bigram))
