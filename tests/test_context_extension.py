@@ -14,7 +14,8 @@ from poslab.lab import plan, scale, verdicts
 from poslab.lab.experiments import context_extension, context_extension_tables, extrapolation
 from poslab.lab.experiments import context_extension_claims as cc
 from poslab.lab.experiments import context_extension_verdicts as cv
-from poslab.lab.experiments.declaration import load
+from poslab.lab.experiments.context_extension_result import Passkeys
+from poslab.lab.experiments.declaration import load, to_json
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, missing_premises
 from poslab.lab.verdicts import Test as Kind
 
@@ -272,25 +273,21 @@ def test_reliability_is_decided_with_enough_seeds():
 
 def test_passkey_claims_are_paired():
     chance = 1 / len(context_extension.KEY_ALPHABET)
-    strong = {str(f): [0.9, 0.92, 0.88] for f in context_extension.PASSKEY_FACTORS}
-    weak = {str(f): [0.1, 0.12, 0.11] for f in context_extension.PASSKEY_FACTORS}
-    passkey = {
-        "base": strong,
-        "inference": {"PI": weak, "none": weak, "YaRN": weak},
-        "finetuned": {"PI": strong, "YaRN": strong},
-    }
+    strong = {f: [0.9, 0.92, 0.88] for f in context_extension.PASSKEY_FACTORS}
+    weak = {f: [0.1, 0.12, 0.11] for f in context_extension.PASSKEY_FACTORS}
+    passkey = Passkeys(strong, {"PI": weak, "none": weak, "YaRN": weak}, {"PI": strong, "YaRN": strong})
     verdict = {c.claim: c for c in cv.passkey_claims(passkey, SEEDS)}
     fine = verdict["fine-tuning at 4x L makes PI retrieve the passkey at 4x L better than PI without it"]
     assert fine.verdict == HELD and fine.design.test == Kind.PAIRED and fine.details["seeds"] == SEEDS
     assert (
         verdict["without fine-tuning, PI retrieves the passkey at 4x L better than no scaling"].verdict == INCONCLUSIVE
     )
-    assert cv.passkey_premise({str(f): [chance] * 3 for f in context_extension.PASSKEY_FACTORS}, SEEDS).met is False
+    assert cv.passkey_premise({f: [chance] * 3 for f in context_extension.PASSKEY_FACTORS}, SEEDS).met is False
 
 
 def test_premises_are_per_seed():
     # the passkey: two base models retrieve, one does not; their mean (0.69) is above the halfway bound (0.52)
-    passkey = {str(f): [0.95, 0.95, 0.18] for f in context_extension.PASSKEY_FACTORS}
+    passkey = {f: [0.95, 0.95, 0.18] for f in context_extension.PASSKEY_FACTORS}
     premise = cv.passkey_premise(passkey, SEEDS)
     assert not premise.met and "seed 1339" in premise.measured
     assert cv.passkey_premise({k: [0.95, 0.95, 0.9] for k in passkey}, SEEDS).met
@@ -387,3 +384,38 @@ def test_a_gate_joins_the_experiments_premise():
     attached = {c["claim"].rsplit(" (", 1)[0]: c for c in cv.attach_premises(records, lambda r: unmet)}
     assert attached["base ⊕ fine-tuned keeps the extension"]["verdict"] == INCONCLUSIVE
     assert check_records(list(attached.values())) == []
+
+
+RECORDED = Path(__file__).parent / "data" / "context_extension_results.json"
+
+
+def test_a_recorded_results_json_reads_back_into_typed_readings_and_writes_the_same_file():
+    """A smoke run's results.json as the lab wrote it (its claims left out): every reading typed, the same file back,
+    the same claims as the per-seed readings' dicts gave."""
+    data = json.loads(RECORDED.read_text(encoding="utf-8"))
+    result = load(context_extension.ContextResult, data)
+    seed = result.per_seed[1]
+    assert seed.finetuned["YaRN"].at_4L.ppl() == data["per_seed"][1]["finetuned"]["YaRN"]["4L"]["nonoverlapping"]["ppl"]
+    assert (
+        seed.averaging.variants()["base ⊕ fine-tuned"].passkey[4]
+        == data["per_seed"][1]["averaging"]["base ⊕ fine-tuned"]["passkey"]["4"]
+    )
+    assert result.passkey.seeds.inference["PI"][1] == [None, None] and result.equal_budget.budget.steps == 4
+    written = json.dumps(to_json(result))
+    assert written == json.dumps(
+        {k: v for k, v in data.items() if k not in ("experiment", "figure", "averaging_figure")}
+    )
+
+
+def test_a_reading_missing_a_field_fails_the_tables_naming_the_field():
+    from poslab.lab.tables import TableFailure, build_tables
+
+    tables = context_extension.EXPERIMENT.tables
+    for where, key in ((("averaging", "variants", "last-k average"), "4L"), (("per_seed", 0, "passkey"), "base")):
+        data = json.loads(RECORDED.read_text(encoding="utf-8"))
+        inner = data
+        for step in where:
+            inner = inner[step]
+        del inner[key]
+        built = build_tables("experiments/context-extension", tables, data)
+        assert built == [TableFailure("experiments/context-extension", t.name, field=key) for t in tables]

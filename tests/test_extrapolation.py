@@ -13,6 +13,8 @@ from poslab import GPT, GPTConfig
 from poslab.analysis.heads import attention_weights
 from poslab.lab import plan, scale, verdicts
 from poslab.lab.experiments import attention_entropy, attention_entropy_measure, extrapolation
+from poslab.lab.experiments.cells import MODES, Evaluation, Score
+from poslab.lab.experiments.declaration import load, to_json
 from poslab.lab.experiments.extrapolation_verdicts import LEARNED_IN_LENGTH, TRAINED_AT_THIS_SIZE
 from poslab.lab.records import ClaimRecord, not_testable
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, INCONCLUSIVE, check_records, missing_premises
@@ -59,7 +61,7 @@ def test_extrapolation_smoke(lab: Path):
     assert "unigram baseline" in claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["measured"]
     assert all("sliding_window" in c["details"] for c in results["claims"])
     # without the baseline guard the same tables give per-seed ratios, tested on the ln scale with their seeds
-    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(by_seed)}
+    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(load(extrapolation.Tables, by_seed))}
     flat = claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]
     ratios = [
         by_seed["alibi"][str(s)]["4"]["nonoverlapping"]["ppl"] / by_seed["alibi"][str(s)]["1"]["nonoverlapping"]["ppl"]
@@ -213,6 +215,20 @@ def _tables(ratios: dict[str, tuple[float, ...]], jitter: float = 0.002) -> dict
     return tables
 
 
+def _typed(tables: dict) -> extrapolation.Tables:
+    """:func:`_tables`' cells as evaluation cells (each perplexity's loss its ln, over one target)."""
+
+    def cell(c: dict) -> Evaluation:
+        ppl = c["nonoverlapping"]["ppl"]
+        return Evaluation(c["length"], Score(math.log(ppl), ppl, 1))
+
+    return {s: {k: {f: cell(c) for f, c in t.items()} for k, t in by_seed.items()} for s, by_seed in tables.items()}
+
+
+def _claims(tables: dict, **options) -> list[dict]:
+    return extrapolation.extrapolation_claims(_typed(tables), **options)
+
+
 def _entropy_results(rises: dict[str, list[float]], normalised: list[float], length: int = 64) -> dict:
     """Per-seed readings (:func:`attention_entropy_measure.measure_variant`'s type) for ``entropy_claims``: only the
     figures the claims read are set."""
@@ -293,7 +309,7 @@ def test_extrapolation_verdicts_follow_the_numbers():
         }
     )
     unigram = math.log(28.4)  # tinyshakespeare's unigram perplexity: the collapse level
-    verdict = {c["claim"]: c["verdict"] for c in extrapolation.extrapolation_claims(literature, baseline=unigram)}
+    verdict = {c["claim"]: c["verdict"] for c in _claims(literature, baseline=unigram)}
     assert verdict["ALiBi's perplexity at 4x L stays within 1.10x its value at L"] == HELD
     assert verdict["sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L"] == HELD
     assert verdict["at 8x L: ALiBi < RoPE"] == HELD and verdict["at 8x L: RoPE < sinusoidal"] == HELD
@@ -315,7 +331,7 @@ def test_extrapolation_verdicts_follow_the_numbers():
             "xl": (1, 1, 1, 1, 1),
         }
     )
-    records = extrapolation.extrapolation_claims(opposite, baseline=unigram)
+    records = _claims(opposite, baseline=unigram)
     verdict = {c["claim"]: c["verdict"] for c in records}
     assert verdict["RoPE's perplexity 'jumps from 10 to 100+' past the training length"] == DID_NOT_HOLD  # 13 < 28.4
     assert verdict["ALiBi's perplexity at 4x L stays within 1.10x its value at L"] == DID_NOT_HOLD
@@ -336,18 +352,16 @@ def test_rope_jump_is_judged_against_the_corpus_collapse_level():
         for cells in by_seed.values():
             for cell in cells.values():
                 cell["nonoverlapping"]["ppl"] /= 2  # ppl about 5 at L
-    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables, baseline=math.log(28.4))}
+    claims = {c["claim"]: c for c in _claims(tables, baseline=math.log(28.4))}
     jump = claims[JUMP]
     assert jump["verdict"] == HELD and jump["details"]["unigram_ppl"] == pytest.approx(28.4)
     assert extrapolation.JUMP_QUOTE in jump["criterion"] and "unigram" in jump["criterion"]
     assert jump["design"]["test"] == plan.Test.ONE_SAMPLE.value and jump["design"]["log"] is True
     assert jump["details"]["seeds"] == [0, 1, 2]
     # a corpus whose unigram perplexity is above 36: the same model has not collapsed
-    assert {c["claim"]: c for c in extrapolation.extrapolation_claims(tables, baseline=math.log(60))}[JUMP][
-        "verdict"
-    ] == DID_NOT_HOLD
+    assert {c["claim"]: c for c in _claims(tables, baseline=math.log(60))}[JUMP]["verdict"] == DID_NOT_HOLD
     # without the corpus's baseline the collapse level is unknown: not judged
-    unknown = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}[JUMP]
+    unknown = {c["claim"]: c for c in _claims(tables)}[JUMP]
     assert unknown["verdict"] == INCONCLUSIVE and "unigram perplexity" in unknown["measured"]
 
 
@@ -356,7 +370,7 @@ def test_ratios_are_tested_per_seed_on_the_ln_scale():
     tables = _tables({"learned": (1, 2.7, 6, 9, 12)}, jitter=0.0)
     for k, ratio in enumerate((2.5, 2.7, 2.9)):
         tables["learned"][str(k)]["2"]["nonoverlapping"]["ppl"] = 10 * ratio
-    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}
+    claims = {c["claim"]: c for c in _claims(tables)}
     learned = claims["a learned absolute table collapses past the training length (its rows past L were never trained)"]
     assert learned["verdict"] == HELD and learned["details"]["values"] == pytest.approx([2.5, 2.7, 2.9])
     assert learned["design"]["log"] is True
@@ -370,11 +384,11 @@ def test_schemes_are_paired_only_when_they_share_their_seeds():
         for scheme in shared:
             for cell in shared[scheme][str(k)].values():
                 cell["nonoverlapping"]["ppl"] *= level
-    record = {c["claim"]: c for c in extrapolation.extrapolation_claims(shared)}["at 8x L: ALiBi < RoPE"]
+    record = {c["claim"]: c for c in _claims(shared)}["at 8x L: ALiBi < RoPE"]
     assert record["verdict"] == HELD and record["design"]["test"] == plan.Test.PAIRED.value
     assert record["details"]["seeds"] == [0, 1, 2]
     apart = {"alibi": shared["alibi"], "rope": {str(k + 10): v for k, v in enumerate(shared["rope"].values())}}
-    records = extrapolation.extrapolation_claims(apart)
+    records = _claims(apart)
     record = {c["claim"]: c for c in records}["at 8x L: ALiBi < RoPE"]
     assert record["design"]["test"] == plan.Test.WELCH.value and record["details"]["seeds"] == [[0, 1, 2], [10, 11, 12]]
     assert record["verdict"] == INCONCLUSIVE  # unpaired, the seeds' spread swamps the 5%
@@ -385,7 +399,7 @@ def test_seed_noise_makes_a_close_comparison_inconclusive():
     close = _tables({"alibi": (1, 1, 1, 1.0, 1), "rope": (1, 1, 1, 1.001, 1)})
     for k, wobble in enumerate((1.05, 0.95, 1.0)):  # seed-to-seed noise that differs between the two schemes
         close["rope"][str(k)]["8"]["nonoverlapping"]["ppl"] *= wobble
-    record = {c["claim"]: c for c in extrapolation.extrapolation_claims(close)}["at 8x L: ALiBi < RoPE"]
+    record = {c["claim"]: c for c in _claims(close)}["at 8x L: ALiBi < RoPE"]
     assert record["verdict"] == INCONCLUSIVE and abs(record["margin"]) <= record["noise"]
 
 
@@ -429,8 +443,8 @@ def test_a_model_that_did_not_train_makes_its_claims_not_testable():
             "xl": (1, 1.5, 3, 5, 9),
         }
     )
-    assert set(extrapolation.undertrained_seeded(tables)) == {"sinusoidal"}  # ppl 30 at L vs a median of 10
-    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}
+    assert set(extrapolation.undertrained_seeded(_typed(tables))) == {"sinusoidal"}  # ppl 30 at L vs a median of 10
+    claims = {c["claim"]: c for c in _claims(tables)}
     sinusoidal = claims["sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L"]
     assert sinusoidal["verdict"] == INCONCLUSIVE and "did not train" in sinusoidal["measured"]
     assert sinusoidal["premise"] == {"text": LEARNED_IN_LENGTH, "measured": sinusoidal["measured"], "met": False}
@@ -438,14 +452,14 @@ def test_a_model_that_did_not_train_makes_its_claims_not_testable():
     assert claims["at 8x L: RoPE < sinusoidal"]["verdict"] == INCONCLUSIVE
     assert claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["verdict"] == HELD
     # a model not below the corpus's unigram baseline learned nothing either: ln(10 * 1.0) = 2.30 > 2.0
-    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables, baseline=2.0)}
+    claims = {c["claim"]: c for c in _claims(tables, baseline=2.0)}
     assert claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["verdict"] == INCONCLUSIVE
     assert "unigram baseline" in claims["ALiBi's perplexity at 4x L stays within 1.10x its value at L"]["measured"]
 
 
 def test_a_claim_on_schemes_this_size_does_not_train_is_not_testable():
     tables = _tables({"alibi": (1, 1, 1.05, 1.06, 1.07), "rope": (1, 1.3, 2.0, 3.0, 12.0)})
-    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}
+    claims = {c["claim"]: c for c in _claims(tables)}
     t5 = claims["RoPE extrapolates better than the relative-bias schemes T5 and ALiBi"]
     assert t5["verdict"] == INCONCLUSIVE and t5["measured"].startswith("not measured at this size: needs rope, t5")
     assert t5["premise"] == {"text": TRAINED_AT_THIS_SIZE, "measured": t5["measured"], "met": False}
@@ -486,7 +500,7 @@ def test_arms_with_more_seeds_are_paired_on_the_seeds_both_trained():
             f: {"length": c["length"], "nonoverlapping": {"ppl": c["nonoverlapping"]["ppl"] * (1 + 0.001 * k)}}
             for f, c in tables["rope"]["0"].items()
         }
-    claims = {c["claim"]: c for c in extrapolation.extrapolation_claims(tables)}
+    claims = {c["claim"]: c for c in _claims(tables)}
     pair = claims["at 8x L: ALiBi < RoPE"]
     assert pair["n_seeds"] == 3 and pair["details"]["paired"] and pair["design"]["test"] == "paired t-test"
     assert pair["details"]["seeds"] == ["0", "1", "2"] or pair["details"]["seeds"] == [0, 1, 2]
@@ -501,3 +515,28 @@ def test_a_run_without_results_is_an_error_naming_it_not_a_missing_loss(tmp_path
         _final_val_loss(tmp_path)
     (tmp_path / "results.json").write_text(json.dumps({"final_val_loss": 1.5}))
     assert _final_val_loss(tmp_path) == 1.5
+
+
+RECORDED = Path(__file__).parent / "data" / "extrapolation_results.json"
+
+
+def test_a_recorded_results_json_reads_back_into_typed_cells_and_writes_the_same_file():
+    """A smoke run's results.json as the lab wrote it (its claims left out): every cell typed, the same file back."""
+    from poslab.lab.experiments.cells import MeanEvaluation
+
+    data = json.loads(RECORDED.read_text(encoding="utf-8"))
+    result = load(extrapolation.ExtrapolationResult, data)
+    cell = result.perplexity["rope"]["4"]
+    assert isinstance(cell, MeanEvaluation) and cell.ppl("sliding") == data["perplexity"]["rope"]["4"]["sliding"]["ppl"]
+    assert result.perplexity_by_seed["alibi"]["1338"]["2"].sliding.stride == 16
+    written = json.dumps(to_json(result))
+    assert written == json.dumps({k: v for k, v in data.items() if k not in ("experiment", "figure")})
+
+
+def test_a_cell_missing_a_field_fails_its_table_naming_the_field():
+    from poslab.lab.tables import TableFailure, build_tables
+
+    data = json.loads(RECORDED.read_text(encoding="utf-8"))
+    del data["perplexity"]["rope"]["4"]["nonoverlapping"]["ppl_seeds"]
+    built = build_tables("experiments/extrapolation", extrapolation.EXPERIMENT.tables, data)
+    assert built == [TableFailure("experiments/extrapolation", f"perplexity ({m})", field="ppl_seeds") for m in MODES]

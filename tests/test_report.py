@@ -326,51 +326,18 @@ def test_lab_quick_end_to_end(tmp_path):
 
 
 def test_context_key_table_shows_checkpoint_averaging():
-    import dataclasses
-
     from poslab.lab.report.builder import key_tables
-    from poslab.lab.scale import SIZES
 
-    def cell(*values: float) -> dict:
-        return {"nonoverlapping": {"ppl": sum(values) / len(values), "ppl_seeds": list(values)}}
-
-    results = {
-        "size": dataclasses.asdict(SIZES["smoke"]),
-        "train_length": 64,
-        "eval_length": 256,
-        "factor": 4,
-        "n_targets": 8,
-        "seeds": [1, 2, 3],
-        "base_run": "rope",
-        "base_runs": ["rope"],
-        "base": {"L": cell(10.0)},
-        "inference": {"YaRN": {**cell(12.0), "rope_scaling": "yarn:4"}},
-        "finetune_runs": {},
-        "finetuned": {"YaRN": {"rope_scaling": "yarn:4", "4L": cell(10.5), "L": cell(10.25)}},
-        "control_more_steps_at_L": {},
-        "equal_budget": {"control_inference": {}},
-        "passkey": {},
-        "per_seed": [],
-        "ngram_baselines": {},
-        "seconds": 1.0,
-        "workers": 1,
-        "averaging": {
-            "fine_tune": "YaRN",
-            "last": 3,
-            "base_weight": 0.5,
-            "note": "Llama 3 averages in annealing",
-            "variants": {
-                "last-k average": {
-                    "L": cell(10.125, 10.375),
-                    "4L": cell(10.5),
-                    "passkey": {"4": [0.5, None]},
-                    "weight_distance_to_fine_tuned": [0.01, 0.03],
-                }
-            },
-        },
-    }
+    results = json.loads((Path(__file__).parent / "data" / "context_extension_results.json").read_text("utf-8"))
+    averaging = results["averaging"]
+    averaging["note"] = "Llama 3 averages in annealing"
+    seeds = {"ppl": 10.25, "ppl_sd": 0.1768, "ppl_seeds": [10.125, 10.375]}
+    averaging["variants"]["last-k average"].update(
+        {"L": {"length": 16, "nonoverlapping": seeds}, "passkey": {"4": [0.5, None]}},
+        weight_distance_to_fine_tuned=[0.01, 0.03],
+    )
     html = key_tables("experiments/context-extension", results)
-    assert "ppl at 256" in html and "checkpoint averaging of the YaRN fine-tune: last 3 checkpoints" in html
+    assert "ppl at 64" in html and "checkpoint averaging of the YaRN fine-tune: last 3 checkpoints" in html
     assert (
         "10.250 ± 0.177 (n=2)" in html and "0.0200 ± 0.0141 (n=2)" in html and "Llama 3 averages in annealing" in html
     )

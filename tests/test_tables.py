@@ -11,8 +11,6 @@ from poslab.lab.tables import (
     TableFailure,
     build_tables,
     mean_sd_text,
-    ppl,
-    ppl_spread,
     print_tables,
 )
 
@@ -23,14 +21,6 @@ def test_mean_sd_formats_mean_spread_and_count():
     assert str(MeanSd.of([1.0, None, 3.0], digits=1, show_n=False)) == "2.0 ± 1.4"
     assert MeanSd.of([None]) is None
     assert mean_sd_text([]) == "cannot" and mean_sd_text([0.5, 0.7]) == "0.600 ± 0.141"
-
-
-def test_perplexity_of_an_evaluation_cell():
-    cell = {"nonoverlapping": {"ppl": 12.5, "ppl_seeds": [12.0, 13.0]}, "sliding": {"ppl": 11.0}}
-    assert ppl(cell, "nonoverlapping") == 12.5 and ppl(cell, "sliding") == 11.0 and ppl(cell, "other") is None
-    assert str(ppl_spread(cell, "nonoverlapping")) == "12.500 ± 0.707 (n=2)"
-    assert ppl_spread(cell, "sliding") == 11.0
-    assert ppl({"cannot": "too long"}, "sliding") == ppl_spread({"cannot": "x"}, "sliding") == "cannot"
 
 
 TABLE = Table(
@@ -109,8 +99,9 @@ def test_the_console_prints_the_declared_tables_and_names_the_one_it_cannot_buil
 
     from poslab.lab.experiments import extrapolation
 
-    cell = {"nonoverlapping": {"ppl": 9.5, "ppl_seeds": [9.0, 10.0]}, "sliding": {"ppl": 9.0}}
-    results = extrapolation_result({"rope": {"1": cell, "2": {"cannot": "past its table"}}})
+    seeds = {"ppl": 9.5, "ppl_sd": 0.7, "ppl_seeds": [9.0, 10.0]}
+    cell = {"length": 32, "nonoverlapping": seeds, "sliding": {"ppl": 9.0, "ppl_sd": None, "ppl_seeds": [9.0]}}
+    results = extrapolation_result({"rope": {"1": cell, "2": {"length": 64, "cannot": "past its table"}}})
     tables = extrapolation.EXPERIMENT.tables
     print_tables("experiments/extrapolation", tables, results)
     built = [spec.build(results) for spec in tables]

@@ -76,42 +76,6 @@ def spread(values: Any, digits: int = 4) -> Any:
     return values
 
 
-def ppl(cell: Any, mode: str) -> Any:
-    """The perplexity of an evaluation cell (``{mode: {"ppl": ...}}`` or ``{"cannot": why}``); ``"cannot"`` for a
-    length the model cannot evaluate; a value that is not a cell as itself."""
-    if not isinstance(cell, dict):
-        return cell
-    if "cannot" in cell:
-        return "cannot"
-    return cell.get(mode, {}).get("ppl")
-
-
-def ppl_spread(cell: Any, mode: str) -> Any:
-    """:func:`ppl`, as mean ± sd over seeds where the cell keeps its per-seed values (:func:`mean_cell`)."""
-    if not isinstance(cell, dict) or "cannot" in cell:
-        return ppl(cell, mode)
-    inner = cell.get(mode, {})
-    seeds = inner.get("ppl_seeds")
-    return MeanSd.of(seeds, 3) if seeds else inner.get("ppl")
-
-
-def mean_cell(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One length's evaluation cells over seeds (:func:`poslab.analysis.eval.evaluate_length`'s, each
-    ``{"length": n, mode: {"ppl": ...}}``) as one cell: for each mode every seed has, the mean, the sd and the
-    per-seed perplexities (``{"ppl", "ppl_sd", "ppl_seeds"}``); ``{"length", "cannot"}`` where a seed cannot read
-    that length."""
-    blocked = next((c for c in cells if "cannot" in c), None)
-    if blocked is not None:
-        return {"length": blocked["length"], "cannot": blocked["cannot"]}
-    out: dict[str, Any] = {"length": cells[0]["length"]}
-    for mode in ("nonoverlapping", "sliding"):
-        values = [c[mode]["ppl"] for c in cells if c.get(mode)]
-        if len(values) == len(cells):
-            mean, sd = mean_sd(values)
-            out[mode] = {"ppl": mean, "ppl_sd": sd, "ppl_seeds": values}
-    return out
-
-
 #: what a table cell may hold
 Cell = str | int | float | bool | None | MeanSd | Sequence[Any] | Mapping[str, Any]
 

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from poslab.analysis.eval import apply_rope_scaling, evaluate_length, parse_rope_scaling
+from poslab.lab.experiments.cells import Evaluation
 from poslab.lab.scale import EXTRAPOLATION_FACTORS as FACTORS
 from poslab.lab.scale import Scale
 from poslab.nn import positions
@@ -217,7 +218,6 @@ def measure_variant(run_dir: Path, lab: Scale, scaling: dict[str, Any] | None, l
         entropy[str(factor)] = summarise(attention_entropy(model, idx), lab.train_length, bin_width)
     ppl: dict[str, float | None] = {}
     for factor in (1, 4):
-        cell = evaluate_length(model, tokens, factor * lab.train_length, lab.n_targets)
-        ppl[str(factor)] = None if "cannot" in cell else cell["nonoverlapping"]["ppl"]
+        ppl[str(factor)] = Evaluation.of(evaluate_length(model, tokens, factor * lab.train_length, lab.n_targets)).ppl()
     one, four = ppl["1"], ppl["4"]
     return Reading(entropy, ppl, None if one is None or four is None else four / one)

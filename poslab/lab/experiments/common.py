@@ -199,6 +199,13 @@ def ngram_baselines(corpus: str, val_fraction: float = 0.1) -> dict[str, float]:
 INLINE = {"inline": True}
 #: a field an older results.json may lack: read as its default there (every other field must be present)
 OLDER = {"older": True}
+#: a field results.json holds only when it has a value: left out when ``None``, read as ``None`` where absent
+WHEN_SET = {"when_set": True}
+
+
+def stored_as(key: str, **metadata: Any) -> dict[str, Any]:
+    """The metadata of a field results.json holds under ``key`` (a name that is no identifier, such as ``"4L"``)."""
+    return {"key": key, **metadata}
 
 
 @dataclass(frozen=True)

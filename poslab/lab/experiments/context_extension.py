@@ -56,7 +56,6 @@ The measurements are in :mod:`poslab.lab.experiments.context_extension_measure`,
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +64,7 @@ from typing import Any
 from poslab.analysis.eval import parse_rope_scaling
 from poslab.jobs.runner import check_workers, default_workers
 from poslab.lab import verdicts
+from poslab.lab.experiments.cells import MeanEvaluation
 from poslab.lab.experiments.common import LAB, Baselines, baselines_field, corpus_baselines
 from poslab.lab.experiments.context_extension_claims import (
     AVERAGED,
@@ -82,6 +82,13 @@ from poslab.lab.experiments.context_extension_passkey import (
     PASSKEY_FACTORS,
     PASSKEY_PROMPTS,
     passkey_prompts,
+)
+from poslab.lab.experiments.context_extension_result import (
+    Averaging,
+    EqualBudget,
+    MeanTuned,
+    PasskeyResult,
+    SeedReadings,
 )
 from poslab.lab.experiments.context_extension_tables import TABLES
 from poslab.lab.experiments.context_extension_verdicts import all_claims, attach_premises, premise_of
@@ -212,14 +219,14 @@ class Setting:
 
 @dataclass(frozen=True)
 class ContextResult:
-    """The means over seeds of every reading, and each seed's (:mod:`.context_extension_measure`: evaluation cells
-    ``{"length": n, mode: {"ppl": ..., "ppl_seeds": [...]}}``, passkey accuracies factor -> per seed).
+    """The means over seeds of every reading, and each seed's (:mod:`.context_extension_measure`; their types are
+    :mod:`.context_extension_result`'s).
 
     Attributes:
         base: the base models at ``L`` (``{"L": cell}``).
-        inference: scaling -> its cell at ``4 L`` and its ``rope_scaling``.
-        finetuned: fine-tune -> ``{"rope_scaling", "4L": cell, "L": cell}``.
-        control_more_steps_at_L: the control's ``{"4L": cell, "L": cell}``.
+        inference: scaling -> its cell at ``4 L`` (with its ``rope_scaling``).
+        finetuned: fine-tune -> its scaling and cells at ``4 L`` and ``L``.
+        control_more_steps_at_L: the control's cells at ``4 L`` and ``L``.
         equal_budget: the extra training's :class:`Budget`, plain fine-tuning at ``4 L`` and the control read at
             ``4 L`` with each scaling.
         passkey: ``base``, ``inference``, ``finetuned`` accuracies, with the prompts' factors, letters and chance.
@@ -235,15 +242,15 @@ class ContextResult:
     seeds: list[int]
     base_run: str
     base_runs: list[str]
-    base: dict[str, Any]
-    inference: dict[str, dict[str, Any]]
+    base: dict[str, MeanEvaluation]
+    inference: dict[str, MeanEvaluation]
     finetune_runs: dict[str, list[str]]
-    finetuned: dict[str, dict[str, Any]]
-    control_more_steps_at_L: dict[str, Any]
-    equal_budget: dict[str, Any]
-    passkey: dict[str, Any]
-    averaging: dict[str, Any]
-    per_seed: list[dict[str, Any]]
+    finetuned: dict[str, MeanTuned]
+    control_more_steps_at_L: MeanTuned
+    equal_budget: EqualBudget
+    passkey: PasskeyResult
+    averaging: Averaging
+    per_seed: list[SeedReadings]
     baselines: Baselines = baselines_field()
     seconds: float
     workers: int
@@ -307,21 +314,13 @@ def measure(runs: Runs[Setting]) -> ContextResult:
         base_runs=base_runs,
         base=means["base"],
         inference=means["inference"],
-        finetune_runs={label: [e["finetuned"][label]["run"] for e in per_seed] for label in labels},
+        finetune_runs={label: [e.finetuned[label].run for e in per_seed] for label in labels},
         finetuned=means["finetuned"],
         control_more_steps_at_L=means["control"],
-        equal_budget={
-            "budget": dataclasses.asdict(budget_of(lab)),
-            "continued_training": means["finetuned"]["none"]["4L"],
-            "control_inference": means["control_inference"],
-        },
-        passkey={
-            **means["passkey"],
-            "factors": list(PASSKEY_FACTORS),
-            "prompts": PASSKEY_PROMPTS,
-            "key_letters": KEY_LETTERS,
-            "chance": 1 / len(KEY_ALPHABET),
-        },
+        equal_budget=EqualBudget(budget_of(lab), means["finetuned"]["none"].at_4L, means["control_inference"]),
+        passkey=PasskeyResult(
+            means["passkey"], list(PASSKEY_FACTORS), PASSKEY_PROMPTS, KEY_LETTERS, 1 / len(KEY_ALPHABET)
+        ),
         averaging=averaging_summary(per_seed, lab, s.last),
         per_seed=per_seed,
         baselines=corpus_baselines(CORPUS),
@@ -333,24 +332,16 @@ def measure(runs: Runs[Setting]) -> ContextResult:
 def claims(r: ContextResult) -> list[verdicts.ClaimRecord]:
     """:func:`~.context_extension_claims.all_claims`, each with its premise (:func:`premise_of`)."""
     bigram = r.baselines.bigram
-    made = all_claims(r.per_seed, r.averaging["last"], r.size.finetune_steps, budget_of(r.size))
+    made = all_claims(r.per_seed, r.averaging.last, r.size.finetune_steps, budget_of(r.size))
     return attach_premises(made, lambda record: premise_of(record, r.per_seed, bigram))
 
 
 def figures(r: ContextResult, out: Path) -> dict[str, Path]:
     """Perplexity and passkey against length per scaling and fine-tune; checkpoint averaging per seed."""
-    base = r.base["L"]["nonoverlapping"]["ppl"]
-    means = {"inference": r.inference, "finetuned": r.finetuned}
-    figure = plot(
-        means["inference"],
-        means["finetuned"],
-        base,
-        r.size,
-        out / "context_extension.png",
-        r.passkey,
-        r.baselines.ngram_baselines,
-    )
-    averaging = plot_averaging(r.per_seed, r.size, r.averaging["last"], out / "checkpoint_averaging.png")
+    base = r.base["L"].ppl()
+    path = out / "context_extension.png"
+    figure = plot(r.inference, r.finetuned, base, r.size, path, r.passkey.seeds, r.baselines.ngram_baselines)
+    averaging = plot_averaging(r.per_seed, r.size, r.averaging.last, out / "checkpoint_averaging.png")
     return {"figure": figure, "averaging_figure": averaging}
 
 

@@ -3,11 +3,13 @@ the equal-budget comparison, passkey accuracy by length, and checkpoint averagin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from poslab.display import new_figure, save_figure
 from poslab.lab import verdicts
+from poslab.lab.experiments.cells import NONOVERLAPPING, MeanEvaluation
 from poslab.lab.experiments.common import draw_perplexity_baselines
 from poslab.lab.experiments.context_extension_claims import (
     AVERAGED,
@@ -16,16 +18,16 @@ from poslab.lab.experiments.context_extension_claims import (
     FACTOR,
 )
 from poslab.lab.experiments.context_extension_passkey import KEY_ALPHABET, PASSKEY_FACTORS
-from poslab.lab.tables import ppl
+from poslab.lab.experiments.context_extension_result import MeanTuned, Passkeys, SeedReadings, SeedVariant
 
 
 def plot(
-    inference: dict,
-    finetuned: dict,
-    base_L: float,
+    inference: dict[str, MeanEvaluation],
+    finetuned: dict[str, MeanTuned],
+    base_L: float | None,
     lab: Any,
     path: Path,
-    passkey: dict[str, Any] | None = None,
+    passkey: Passkeys | None = None,
     baselines: dict[str, float] | None = None,
 ) -> Path:
     """Perplexity at 4x L per scaling (bars, ± sd over seeds), fine-tuned at 4x L and at L, and passkey accuracy vs
@@ -33,12 +35,12 @@ def plot(
     fig, axes = new_figure(1, 3, size=(18.0, 4.8))
     names = list(inference)
 
-    def sd(cell: dict) -> float:
-        return cell["nonoverlapping"].get("ppl_sd") or 0.0
+    def sd(cell: MeanEvaluation) -> float:
+        return cell.score(NONOVERLAPPING).ppl_sd or 0.0
 
     axes[0].bar(
         names,
-        [ppl(inference[n], "nonoverlapping") for n in names],
+        [inference[n].ppl() for n in names],
         yerr=[sd(inference[n]) for n in names],
         color="tab:blue",
         capsize=3,
@@ -51,16 +53,16 @@ def plot(
     x = list(range(len(labels)))
     axes[1].bar(
         [i - 0.2 for i in x],
-        [ppl(finetuned[k]["4L"], "nonoverlapping") for k in labels],
-        yerr=[sd(finetuned[k]["4L"]) for k in labels],
+        [finetuned[k].at_4L.ppl() for k in labels],
+        yerr=[sd(finetuned[k].at_4L) for k in labels],
         width=0.4,
         capsize=3,
         label=f"at 4x L = {FACTOR * lab.train_length}",
     )
     axes[1].bar(
         [i + 0.2 for i in x],
-        [ppl(finetuned[k]["L"], "nonoverlapping") for k in labels],
-        yerr=[sd(finetuned[k]["L"]) for k in labels],
+        [finetuned[k].at_L.ppl() for k in labels],
+        yerr=[sd(finetuned[k].at_L) for k in labels],
         width=0.4,
         capsize=3,
         label=f"back at L = {lab.train_length}",
@@ -74,12 +76,12 @@ def plot(
         ax.grid(True, axis="y", alpha=0.3)
     ax = axes[2]
     if passkey is not None:
-        rows = [(f"{k} (inference)", v, "-") for k, v in passkey["inference"].items()]
-        rows += [(f"{k} fine-tuned", v, "--") for k, v in passkey["finetuned"].items()]
+        rows = [(f"{k} (inference)", v, "-") for k, v in passkey.inference.items()]
+        rows += [(f"{k} fine-tuned", v, "--") for k, v in passkey.finetuned.items()]
         for label, per_factor, style in rows:
             xs, ms, ss = [], [], []
             for f in PASSKEY_FACTORS:
-                values = [v for v in per_factor[str(f)] if v is not None]
+                values = [v for v in per_factor[f] if v is not None]
                 if values:
                     m, s = verdicts.mean_sd(values)
                     xs.append(f * lab.train_length)
@@ -103,21 +105,20 @@ def plot(
     return save_figure(fig, path)
 
 
-def plot_averaging(per_seed: list[dict[str, Any]], lab: Any, last: int, path: Path) -> Path:
+def plot_averaging(per_seed: list[SeedReadings], lab: Any, last: int, path: Path) -> Path:
     """Checkpoint averaging: perplexity at L, at 4x L and passkey accuracy at 4x L of each variant
     (:data:`AVERAGING`), one dot per seed, mean ± sd."""
     fig, axes = new_figure(1, 3, size=(16.0, 4.6))
     names = list(AVERAGING)
-    panels = [
-        ("L", f"perplexity at L = {lab.train_length} (forgetting)"),
-        ("4L", f"perplexity at 4x L = {FACTOR * lab.train_length}"),
-        ("passkey", f"passkey letter accuracy at 4x L = {FACTOR * lab.train_length}"),
+    panels: list[tuple[str, str, Callable[[SeedVariant], float | None]]] = [
+        ("L", f"perplexity at L = {lab.train_length} (forgetting)", lambda v: v.at_L.ppl()),
+        ("4L", f"perplexity at 4x L = {FACTOR * lab.train_length}", lambda v: v.at_4L.ppl()),
+        ("passkey", f"passkey letter accuracy at 4x L = {FACTOR * lab.train_length}", lambda v: v.passkey[FACTOR]),
     ]
-    for ax, (key, title) in zip(axes, panels):
+    for ax, (key, title, read) in zip(axes, panels):
         for x, name in enumerate(names):
-            cells = [e["averaging"][name] for e in per_seed]
-            values = [c["passkey"][str(FACTOR)] if key == "passkey" else ppl(c[key], "nonoverlapping") for c in cells]
-            values = [v for v in values if v is not None]
+            found = [read(e.averaging.variants()[name]) for e in per_seed]
+            values = [v for v in found if v is not None]
             if not values:
                 continue
             mean, sd = verdicts.mean_sd(values)
@@ -134,7 +135,7 @@ def plot_averaging(per_seed: list[dict[str, Any]], lab: Any, last: int, path: Pa
         ax.set_title(title, fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
         if key != "passkey":  # zoom on the differences
-            kept = [ppl(e["averaging"][n][key], "nonoverlapping") for e in per_seed for n in names]
+            kept = [v for e in per_seed for n in names if (v := read(e.averaging.variants()[n])) is not None]
             low, high = min(kept), max(kept)
             ax.set_ylim(low - 0.1 * (high - low + 1e-9), high + 0.1 * (high - low + 1e-9))
             ax.set_ylabel("perplexity (non-overlapping)")

@@ -1,9 +1,8 @@
 """The context-extension experiment's measurements of one seed's models (perplexity, passkey, checkpoint
 averaging) and their means over seeds; :mod:`poslab.lab.experiments.context_extension` declares the experiment.
 
-A seed's entry (:func:`measure_seed`) and the means (:func:`aggregate`) hold evaluation cells of
-:func:`poslab.analysis.eval.evaluate_length` (``{"length": n, mode: {"ppl": ...}}``), the shape the claims
-(:mod:`poslab.lab.experiments.context_extension_claims`) read.
+A seed's readings (:func:`measure_seed`) and the means (:func:`aggregate`) hold evaluation cells
+(:mod:`poslab.lab.experiments.cells`); their types are :mod:`poslab.lab.experiments.context_extension_result`'s.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from typing import Any
 import torch
 
 from poslab.analysis.eval import apply_rope_scaling, evaluate_length, loss_by_position, parse_rope_scaling
+from poslab.lab.experiments.cells import Evaluation, MeanEvaluation
 from poslab.lab.experiments.context_extension_claims import (
     AVERAGED,
     AVERAGING,
@@ -26,9 +26,19 @@ from poslab.lab.experiments.context_extension_claims import (
     PPL_TOLERANCE,
     SCALINGS,
 )
-from poslab.lab.experiments.context_extension_passkey import PASSKEY_FACTORS, passkey_row
+from poslab.lab.experiments.context_extension_passkey import passkey_row
+from poslab.lab.experiments.context_extension_result import (
+    Averaging,
+    MeanTuned,
+    MeanVariant,
+    Passkeys,
+    SeedAveraging,
+    SeedPasskey,
+    SeedReadings,
+    SeedTuned,
+    SeedVariant,
+)
 from poslab.lab.experiments.training import CONTEXT_WINDOWS
-from poslab.lab.tables import mean_cell
 from poslab.runs import RunFolder, load_run
 from poslab.training.averaging import average_state_dicts
 
@@ -43,8 +53,8 @@ def scale_rope(model: Any, spec: str, original_max_len: int) -> Any:
     return model
 
 
-def _cell(model: Any, tokens: torch.Tensor, length: int, n_targets: int) -> dict[str, Any]:
-    return evaluate_length(model, tokens, length, n_targets, stride=length // 2)
+def _cell(model: Any, tokens: torch.Tensor, length: int, n_targets: int, rope_scaling: str | None = None) -> Evaluation:
+    return Evaluation.of(evaluate_length(model, tokens, length, n_targets, stride=length // 2), rope_scaling)
 
 
 def weight_distance(model: Any, reference: Any) -> float:
@@ -75,7 +85,7 @@ def averaging_models(base: Any, run_dir: Path, last: int, base_weight: float = B
     return {"last-k average": averaged, "base ⊕ fine-tuned": mixed.eval(), "steps": steps}
 
 
-def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path], last: int) -> dict[str, Any]:
+def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path], last: int) -> SeedReadings:
     """Every measurement of one seed: the base at L, each inference-time scaling and fine-tune at 4 L
     and back at L, passkey retrieval of each, and the checkpoint-averaging variants.
 
@@ -86,134 +96,90 @@ def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path
         tuned_runs: fine-tune label (and ``"control"``) -> its run.
         last: checkpoints averaged (:func:`average_last`).
     """
-    long_length = FACTOR * lab.train_length
+    long_length, length, n = FACTOR * lab.train_length, lab.train_length, lab.n_targets
     model, tokenizer, _ = load_run(base_run)
     tokens = RunFolder(base_run).split_tokens("val", tokenizer)
-    entry: dict[str, Any] = {
-        "seed": seed,
-        "base_run": str(base_run),
-        "base": {"L": _cell(model, tokens, lab.train_length, lab.n_targets)},
-        "inference": {},
-        "finetuned": {},
-        "passkey": {"inference": {}, "finetuned": {}},
-    }
-    entry["passkey"]["base"] = passkey_row(model, tokens, tokenizer, lab.train_length)
-    entry["loss_by_position"] = [float(v) for v in loss_by_position(model, tokens, lab.train_length, CONTEXT_WINDOWS)]
+    base, passkey = _cell(model, tokens, length, n), SeedPasskey({}, {}, passkey_row(model, tokens, tokenizer, length))
+    by_position = [float(v) for v in loss_by_position(model, tokens, length, CONTEXT_WINDOWS)]
+    inference = {}  # passkey's dicts fill as each model is read
     for label, spec in INFERENCE.items():  # scale_rope changes the model: every measurement at L comes first
-        scale_rope(model, spec, lab.train_length)
-        entry["inference"][label] = {**_cell(model, tokens, long_length, lab.n_targets), "rope_scaling": spec}
-        entry["passkey"]["inference"][label] = passkey_row(model, tokens, tokenizer, lab.train_length)
+        scale_rope(model, spec, length)
+        inference[label] = _cell(model, tokens, long_length, n, spec)
+        passkey.inference[label] = passkey_row(model, tokens, tokenizer, length)
+    finetuned = {}
     for label, spec in [*FINETUNE.items(), ("control", "none")]:
         tuned, _, _ = load_run(tuned_runs[label])
-        entry["finetuned"][label] = {
-            "rope_scaling": spec,
-            "run": str(tuned_runs[label]),
-            "4L": _cell(tuned, tokens, long_length, lab.n_targets),
-            "L": _cell(tuned, tokens, lab.train_length, lab.n_targets),
-        }
-        entry["passkey"]["finetuned"][label] = passkey_row(tuned, tokens, tokenizer, lab.train_length)
+        at_4L, at_L = _cell(tuned, tokens, long_length, n), _cell(tuned, tokens, length, n)
+        finetuned[label] = SeedTuned(spec, str(tuned_runs[label]), at_4L, at_L)
+        passkey.finetuned[label] = passkey_row(tuned, tokens, tokenizer, length)
         if label == AVERAGED:
             final = tuned
     control, _, _ = load_run(tuned_runs["control"])
-    entry["control_inference"] = {}
+    control_inference = {}
     for label in SCALINGS:  # the control read at 4 L with each scaling: inference-only at the fine-tune's budget
-        scale_rope(control, INFERENCE[label], lab.train_length)
-        entry["control_inference"][label] = {
-            **_cell(control, tokens, long_length, lab.n_targets),
-            "rope_scaling": INFERENCE[label],
-        }
+        scale_rope(control, INFERENCE[label], length)
+        control_inference[label] = _cell(control, tokens, long_length, n, INFERENCE[label])
     made = averaging_models(model, tuned_runs[AVERAGED], last)
-    entry["averaging"] = {
-        "steps": made["steps"],
-        "base": {
-            "L": entry["base"]["L"],
-            "4L": entry["inference"][AVERAGED],
-            "passkey": entry["passkey"]["inference"][AVERAGED],
-        },
-        "fine-tuned": {
-            "L": entry["finetuned"][AVERAGED]["L"],
-            "4L": entry["finetuned"][AVERAGED]["4L"],
-            "passkey": entry["passkey"]["finetuned"][AVERAGED],
-        },
-        "weight_distance_to_fine_tuned": {"base": weight_distance(model, final)},
+    plain = finetuned[AVERAGED]
+    kept = {
+        "base": SeedVariant(base, inference[AVERAGED], passkey.inference[AVERAGED]),
+        "fine-tuned": SeedVariant(plain.at_L, plain.at_4L, passkey.finetuned[AVERAGED]),
     }
+    distance = {"base": weight_distance(model, final)}
     for label in ("last-k average", "base ⊕ fine-tuned"):
         averaged = made[label]
-        entry["averaging"][label] = {
-            "L": _cell(averaged, tokens, lab.train_length, lab.n_targets),
-            "4L": _cell(averaged, tokens, long_length, lab.n_targets),
-            "passkey": passkey_row(averaged, tokens, tokenizer, lab.train_length),
-        }
-        entry["averaging"]["weight_distance_to_fine_tuned"][label] = weight_distance(averaged, final)
-    return entry
+        at_L, at_4L = _cell(averaged, tokens, length, n), _cell(averaged, tokens, long_length, n)
+        kept[label] = SeedVariant(at_L, at_4L, passkey_row(averaged, tokens, tokenizer, length))
+        distance[label] = weight_distance(averaged, final)
+    variants = [kept[k] for k in AVERAGING]
+    averaging = SeedAveraging(made["steps"], *variants[:2], distance, *variants[2:])
+    return SeedReadings(
+        seed, str(base_run), {"L": base}, inference, finetuned, passkey, by_position, control_inference, averaging
+    )
 
 
-def aggregate(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
-    """The per-seed measurements as means over seeds: ``base``, ``inference``, ``finetuned``, ``control``,
-    ``passkey``."""
+def aggregate(per_seed: list[SeedReadings]) -> dict[str, Any]:
+    """The per-seed measurements as means over seeds: ``base`` (at ``L``), ``inference``, ``finetuned``,
+    ``control``, ``control_inference``, ``passkey``."""
 
-    def mean_of(get: Any) -> dict[str, Any]:
-        return mean_cell([get(e) for e in per_seed])
+    def mean(get: Any, rope_scaling: str | None = None) -> MeanEvaluation:
+        return MeanEvaluation.of([get(e) for e in per_seed], rope_scaling)
+
+    def tuned(label: str, rope_scaling: str | None = None) -> MeanTuned:
+        at_4L, at_L = mean(lambda e: e.finetuned[label].at_4L), mean(lambda e: e.finetuned[label].at_L)
+        return MeanTuned(rope_scaling=rope_scaling, at_4L=at_4L, at_L=at_L)
 
     return {
-        "base": {"L": mean_of(lambda e: e["base"]["L"])},
-        "inference": {
-            label: {**mean_of(lambda e, k=label: e["inference"][k]), "rope_scaling": spec}
-            for label, spec in INFERENCE.items()
-        },
-        "finetuned": {
-            label: {
-                "rope_scaling": spec,
-                "4L": mean_of(lambda e, k=label: e["finetuned"][k]["4L"]),
-                "L": mean_of(lambda e, k=label: e["finetuned"][k]["L"]),
-            }
-            for label, spec in FINETUNE.items()
-        },
-        "control": {
-            "4L": mean_of(lambda e: e["finetuned"]["control"]["4L"]),
-            "L": mean_of(lambda e: e["finetuned"]["control"]["L"]),
-        },
-        "control_inference": {
-            label: {**mean_of(lambda e, k=label: e["control_inference"][k]), "rope_scaling": INFERENCE[label]}
-            for label in SCALINGS
-        },
-        "passkey": {
-            "base": {str(f): [e["passkey"]["base"][str(f)] for e in per_seed] for f in PASSKEY_FACTORS},
-            "inference": {
-                k: {str(f): [e["passkey"]["inference"][k][str(f)] for e in per_seed] for f in PASSKEY_FACTORS}
-                for k in INFERENCE
-            },
-            "finetuned": {
-                k: {str(f): [e["passkey"]["finetuned"][k][str(f)] for e in per_seed] for f in PASSKEY_FACTORS}
-                for k in [*FINETUNE, "control"]
-            },
-        },
+        "base": {"L": mean(lambda e: e.base["L"])},
+        "inference": {k: mean(lambda e, k=k: e.inference[k], spec) for k, spec in INFERENCE.items()},
+        "finetuned": {label: tuned(label, spec) for label, spec in FINETUNE.items()},
+        "control": tuned("control"),
+        "control_inference": {k: mean(lambda e, k=k: e.control_inference[k], INFERENCE[k]) for k in SCALINGS},
+        "passkey": Passkeys.of(per_seed),
     }
 
 
-def averaging_summary(per_seed: list[dict[str, Any]], lab: Any, last: int) -> dict[str, Any]:
+def averaging_summary(per_seed: list[SeedReadings], lab: Any, last: int) -> Averaging:
     """The checkpoint-averaging block of results.json."""
-    return {
-        "fine_tune": AVERAGED,
-        "rope_scaling": FINETUNE[AVERAGED],
-        "last": last,
-        "base_weight": BASE_WEIGHT,
-        "ckpt_interval": max(1, lab.finetune_steps // 10),
-        "steps": [e["averaging"]["steps"] for e in per_seed],
-        "variants": {
-            name: {
-                "what": what,
-                "L": mean_cell([e["averaging"][name]["L"] for e in per_seed]),
-                "4L": mean_cell([e["averaging"][name]["4L"] for e in per_seed]),
-                "passkey": {
-                    str(f): [e["averaging"][name]["passkey"][str(f)] for e in per_seed] for f in PASSKEY_FACTORS
-                },
-                "weight_distance_to_fine_tuned": [
-                    e["averaging"]["weight_distance_to_fine_tuned"].get(name, 0.0) for e in per_seed
-                ],
-            }
-            for name, what in AVERAGING.items()
-        },
-        "tolerances": {"ppl_ratio": PPL_TOLERANCE, "passkey": PASSKEY_TOLERANCE},
-        "note": LLAMA3_NOTE,
-    }
+
+    def variant(name: str, what: str) -> MeanVariant:
+        kept = [e.averaging.variants()[name] for e in per_seed]
+        return MeanVariant(
+            what,
+            MeanEvaluation.of([v.at_L for v in kept]),
+            MeanEvaluation.of([v.at_4L for v in kept]),
+            {f: [v.passkey[f] for v in kept] for f in kept[0].passkey},
+            [e.averaging.weight_distance_to_fine_tuned.get(name, 0.0) for e in per_seed],
+        )
+
+    return Averaging(
+        fine_tune=AVERAGED,
+        rope_scaling=FINETUNE[AVERAGED],
+        last=last,
+        base_weight=BASE_WEIGHT,
+        ckpt_interval=max(1, lab.finetune_steps // 10),
+        steps=[e.averaging.steps for e in per_seed],
+        variants={name: variant(name, what) for name, what in AVERAGING.items()},
+        tolerances={"ppl_ratio": PPL_TOLERANCE, "passkey": PASSKEY_TOLERANCE},
+        note=LLAMA3_NOTE,
+    )

@@ -78,6 +78,6 @@ def passkey_accuracy(
     return hits / total
 
 
-def passkey_row(model: Any, tokens: torch.Tensor, tokenizer: Any, train_length: int) -> dict[str, float | None]:
+def passkey_row(model: Any, tokens: torch.Tensor, tokenizer: Any, train_length: int) -> dict[int, float | None]:
     """Passkey accuracy at each of :data:`PASSKEY_FACTORS` x L (the same prompts for every model)."""
-    return {str(f): passkey_accuracy(model, tokens, tokenizer, f * train_length, seed=f) for f in PASSKEY_FACTORS}
+    return {f: passkey_accuracy(model, tokens, tokenizer, f * train_length, seed=f) for f in PASSKEY_FACTORS}

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from poslab.lab import verdicts
+from poslab.lab.experiments.cells import Evaluation
 from poslab.lab.experiments.context_extension_claims import (
     AT_4L,
     AVERAGED,
@@ -30,6 +31,7 @@ from poslab.lab.experiments.context_extension_claims import (
     continued_training_claims,
 )
 from poslab.lab.experiments.context_extension_passkey import CHANCE, PASSKEY_FACTORS
+from poslab.lab.experiments.context_extension_result import Passkeys, PasskeySeeds, SeedReadings, ppls
 from poslab.lab.plan import ALPHA
 from poslab.lab.premises import PASSKEY_SHARE, all_of, below_bigram, retrieves, uses_context
 from poslab.lab.records import PREMISE_NOT_MET
@@ -38,21 +40,20 @@ from poslab.lab.records import PREMISE_NOT_MET
 PASSKEY_AT_4L = verdicts.Metric(f"passkey accuracy at {FACTOR}x L", lower_is_better=False)
 
 
-def passkey_claims(passkey: dict[str, Any], seeds: Sequence[int]) -> list[verdicts.ClaimRecord]:
+def passkey_claims(passkey: Passkeys, seeds: Sequence[int]) -> list[verdicts.ClaimRecord]:
     """Passkey claims at 4x L, paired by seed; inconclusive where 4x L is too short for the needle.
 
     Their premise (every base model retrieves in length) is :func:`premise_of`'s.
 
     Args:
-        passkey: ``{"inference": {label: {factor: [per seed]}}, "finetuned": {...}, "base": {...}}``.
+        passkey: each seed's accuracy per factor, of the base models, each scaling and each fine-tune.
         seeds: the seeds, in the order of the values.
     """
-    at = str(FACTOR)
     wanted = [
         (
             f"fine-tuning at 4x L makes {label} retrieve the passkey at 4x L better than {label} without it",
-            passkey["finetuned"][label][at],
-            passkey["inference"][label][at],
+            passkey.finetuned[label][FACTOR],
+            passkey.inference[label][FACTOR],
             (f"{label} fine-tuned", f"{label} inference-only"),
         )
         for label in ("PI", "YaRN")
@@ -60,8 +61,8 @@ def passkey_claims(passkey: dict[str, Any], seeds: Sequence[int]) -> list[verdic
     wanted.append(
         (
             "without fine-tuning, PI retrieves the passkey at 4x L better than no scaling",
-            passkey["inference"]["PI"][at],
-            passkey["inference"]["none"][at],
+            passkey.inference["PI"][FACTOR],
+            passkey.inference["none"][FACTOR],
             ("PI", "no scaling"),
         )
     )
@@ -212,29 +213,24 @@ def retrieves_every_seed(
     )
 
 
-def passkey_premise(base: dict[str, list[float | None]], seeds: Sequence[int]) -> verdicts.Premise:
+def passkey_premise(base: PasskeySeeds, seeds: Sequence[int]) -> verdicts.Premise:
     """Every base model (each seed) retrieves the key at the shortest length of :data:`PASSKEY_FACTORS` it fits in
     (:func:`poslab.lab.premises.retrieves`, one arm per seed)."""
-    first = next((f for f in PASSKEY_FACTORS if all(v is not None for v in base[str(f)])), None)
+    first = next((f for f in PASSKEY_FACTORS if all(v is not None for v in base[f])), None)
     if first is None:
         return verdicts.Premise("the passkey fits in some tested length", "it fits in none", False)
-    return retrieves_every_seed("the base models", base[str(first)], seeds, first)
+    return retrieves_every_seed("the base models", base[first], seeds, first)
 
 
-def premise_of(record: verdicts.ClaimRecord, per_seed: list[dict[str, Any]], bigram: float) -> verdicts.Premise:
+def premise_of(record: verdicts.ClaimRecord, per_seed: list[SeedReadings], bigram: float) -> verdicts.Premise:
     """Every claim here is about reading past ``L``: the base RoPE models must be language models that use
     their context within ``L`` (:func:`language_premise`, each seed). A passkey claim also needs every base
     model to retrieve the key (:func:`passkey_premise`)."""
-    language = language_premise(
-        [math.log(e["base"]["L"]["nonoverlapping"]["ppl"]) for e in per_seed],
-        [e["loss_by_position"] for e in per_seed],
-        bigram,
-    )
+    at_L = [math.log(v) for v in ppls(per_seed, lambda e: e.base["L"])]
+    language = language_premise(at_L, [e.loss_by_position for e in per_seed], bigram)
     if "passkey" not in record.details.get("metric", ""):
         return language
-    seeds = [e["seed"] for e in per_seed]
-    base = {str(f): [e["passkey"]["base"][str(f)] for e in per_seed] for f in PASSKEY_FACTORS}
-    return all_of(language, passkey_premise(base, seeds))
+    return all_of(language, passkey_premise(Passkeys.of(per_seed).base, [e.seed for e in per_seed]))
 
 
 def attach_premises(
@@ -258,43 +254,32 @@ def attach_premises(
     return out
 
 
-def all_claims(per_seed: list[dict[str, Any]], last: int, steps: int, budget: Budget) -> list[verdicts.ClaimRecord]:
+def all_claims(per_seed: list[SeedReadings], last: int, steps: int, budget: Budget) -> list[verdicts.ClaimRecord]:
     """The context-extension, continued-training, passkey and checkpoint-averaging claims from the per-seed
     measurements (:func:`poslab.lab.experiments.context_extension_measure.measure_seed`)."""
 
-    def ppls(get: Callable[[dict[str, Any]], dict[str, Any]]) -> list[float]:
-        return [get(e)["nonoverlapping"]["ppl"] for e in per_seed]
+    def ppl(get: Callable[[SeedReadings], Evaluation]) -> list[float]:
+        return ppls(per_seed, get)
 
-    seeds = [e["seed"] for e in per_seed]
+    seeds = [e.seed for e in per_seed]
     claims = context_claims(
-        {k: ppls(lambda e, k=k: e["inference"][k]) for k in INFERENCE},
-        {k: ppls(lambda e, k=k: e["finetuned"][k]["4L"]) for k in FINETUNE},
-        ppls(lambda e: e["base"]["L"]),
+        {k: ppl(lambda e, k=k: e.inference[k]) for k in INFERENCE},
+        {k: ppl(lambda e, k=k: e.finetuned[k].at_4L) for k in FINETUNE},
+        ppl(lambda e: e.base["L"]),
         seeds,
         steps,
     )
     claims += continued_training_claims(
-        ppls(lambda e: e["finetuned"]["none"]["4L"]),
-        {k: ppls(lambda e, k=k: e["control_inference"][k]) for k in SCALINGS},
+        ppl(lambda e: e.finetuned["none"].at_4L),
+        {k: ppl(lambda e, k=k: e.control_inference[k]) for k in SCALINGS},
         seeds,
         budget,
     )
-
-    def passkey(get: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, list[float | None]]:
-        return {str(f): [get(e)[str(f)] for e in per_seed] for f in PASSKEY_FACTORS}
-
-    claims += passkey_claims(
-        {
-            "base": passkey(lambda e: e["passkey"]["base"]),
-            "inference": {k: passkey(lambda e, k=k: e["passkey"]["inference"][k]) for k in INFERENCE},
-            "finetuned": {k: passkey(lambda e, k=k: e["passkey"]["finetuned"][k]) for k in FINETUNE},
-        },
-        seeds,
-    )
+    claims += passkey_claims(Passkeys.of(per_seed), seeds)
     claims += averaging_claims(
-        {k: ppls(lambda e, k=k: e["averaging"][k]["L"]) for k in AVERAGING},
-        {k: ppls(lambda e, k=k: e["averaging"][k]["4L"]) for k in AVERAGING},
-        {k: [e["averaging"][k]["passkey"][str(FACTOR)] for e in per_seed] for k in AVERAGING},
+        {k: ppl(lambda e, k=k: e.averaging.variants()[k].at_L) for k in AVERAGING},
+        {k: ppl(lambda e, k=k: e.averaging.variants()[k].at_4L) for k in AVERAGING},
+        {k: [e.averaging.variants()[k].passkey[FACTOR] for e in per_seed] for k in AVERAGING},
         last,
         seeds,
     )

@@ -194,7 +194,9 @@ def not_trained(
 # ------------------------------------------------------------------------------------ typed results <-> JSON
 def to_json(result: Any) -> Any:
     """A result (a dataclass, nested) as results.json holds it: dicts with string keys, lists, plain values; a
-    field marked :data:`~poslab.lab.experiments.common.INLINE` is written as its own fields among its owner's."""
+    field marked :data:`~poslab.lab.experiments.common.INLINE` is written as its own fields among its owner's, one
+    marked :data:`~poslab.lab.experiments.common.WHEN_SET` only when it is not ``None``, one marked
+    :func:`~poslab.lab.experiments.common.stored_as` under its key."""
     return json.loads(json.dumps(_plain(result), default=str))
 
 
@@ -202,11 +204,13 @@ def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         for f in dataclasses.fields(value):
-            inner = _plain(getattr(value, f.name))
+            inner = getattr(value, f.name)
+            if inner is None and f.metadata.get("when_set"):
+                continue
             if f.metadata.get("inline"):
-                out.update(inner)
+                out.update(_plain(inner))
             else:
-                out[f.name] = inner
+                out[_key(f)] = _plain(inner)
         return out
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
@@ -218,7 +222,8 @@ def _plain(value: Any) -> Any:
 def load(kind: Any, data: Any) -> Any:
     """``data`` (read from results.json) as ``kind``: a dataclass (every field present, else ``KeyError`` naming
     it; an :data:`~poslab.lab.experiments.common.INLINE` field read from the same object, an
-    :data:`~poslab.lab.experiments.common.OLDER` one absent there keeping its default),
+    :data:`~poslab.lab.experiments.common.OLDER` or :data:`~poslab.lab.experiments.common.WHEN_SET` one absent
+    there keeping its default),
     ``list``/``tuple``/``dict`` of such, ``X | None``, or a plain value (``TypeError`` for one of another type)."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if kind is Any:
@@ -268,12 +273,17 @@ def load(kind: Any, data: Any) -> Any:
 
 
 def _read(f: dataclasses.Field, data: Mapping[str, Any]) -> bool:
-    """Whether :func:`load` reads field ``f`` from ``data`` (an absent ``OLDER`` field keeps its default)."""
-    return f.init and not (f.metadata.get("older") and f.name not in data)
+    """Whether :func:`load` reads field ``f`` from ``data`` (an absent ``OLDER`` or ``WHEN_SET`` field keeps its
+    default)."""
+    return f.init and not ((f.metadata.get("older") or f.metadata.get("when_set")) and _key(f) not in data)
+
+
+def _key(f: dataclasses.Field) -> str:
+    return f.metadata.get("key", f.name)
 
 
 def _field(f: dataclasses.Field, data: Mapping[str, Any]) -> Any:
-    return data if f.metadata.get("inline") else data[f.name]
+    return data if f.metadata.get("inline") else data[_key(f)]
 
 
 def _items(kind: Any, data: Any) -> list[Any]:

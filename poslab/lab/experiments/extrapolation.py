@@ -37,6 +37,7 @@ import torch
 
 from poslab.analysis.eval import evaluate_length, loss_by_position
 from poslab.display import new_figure, save_figure, series_style
+from poslab.lab.experiments.cells import MODES, NONOVERLAPPING, SLIDING, Evaluation, MeanEvaluation
 from poslab.lab.experiments.common import (
     LAB,
     Baselines,
@@ -49,6 +50,7 @@ from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.extrapolation_verdicts import (  # noqa: F401  (re-exported: the claims of this experiment)
     JUMP_QUOTE,
     UNDERTRAINED,
+    Tables,
     extrapolation_claims,
     jump_claim,
     seed_perplexities,
@@ -60,15 +62,12 @@ from poslab.lab.premises import all_of, arms_of, attach, beats_nope, below_bigra
 from poslab.lab.report.i18n import t
 from poslab.lab.scale import CORPUS, SEED, SEEDS, Scale, schemes_of, size_of  # noqa: F401  (SEED, SEEDS: the lab's seeds)
 from poslab.lab.scale import EXTRAPOLATION_FACTORS as FACTORS
-from poslab.lab.tables import KeyTable, Table, mean_cell, ppl_spread
+from poslab.lab.tables import KeyTable, Table
 from poslab.lab.verdicts import ClaimRecord, Premise
 from poslab.runs import RunFileError, RunFolder, load_run
 
-#: how perplexity is measured past the training length, each its own table
-MODES = ("nonoverlapping", "sliding")
-#: an evaluation cell of :func:`poslab.analysis.eval.evaluate_length`: ``{mode: {"ppl": ...}, "length": n}``, or
-#: ``{"length": n, "cannot": why}`` for a length the model cannot read; aggregated over seeds by :func:`aggregate`
-Cells = dict[str, dict[str, Any]]
+#: factor -> one seed's evaluation cell there (:func:`evaluate_scheme`); over seeds by :func:`aggregate`
+Cells = dict[str, Evaluation]
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,8 @@ class ExtrapolationResult:
     """Every scheme read at every length factor, per seed and over seeds, with the corpus's baselines.
 
     Attributes:
-        perplexity: scheme -> factor -> :func:`aggregate`'s cell (mean, sd and per-seed perplexities per mode).
+        perplexity: scheme -> factor -> :func:`aggregate`'s cell (mean, sd and per-seed perplexities per mode; each
+            mode's table, :data:`~poslab.lab.experiments.cells.MODES`).
         perplexity_by_seed: scheme -> seed -> factor -> the evaluation cell of that seed's model.
         loss_by_position: scheme -> seed -> mean validation loss at each position of a window of ``L``.
         final_val_loss: scheme -> the training's final validation loss, per seed.
@@ -100,8 +100,8 @@ class ExtrapolationResult:
     factors: list[int]
     lengths: list[int]
     n_targets: int
-    perplexity: dict[str, Cells]
-    perplexity_by_seed: dict[str, dict[str, Cells]]
+    perplexity: dict[str, dict[str, MeanEvaluation]]
+    perplexity_by_seed: Tables
     loss_by_position: dict[str, dict[str, list[float]]]
     run_dirs: dict[str, dict[str, str]]
     final_val_loss: dict[str, list[float | None]]
@@ -109,14 +109,16 @@ class ExtrapolationResult:
     threads: int
 
 
-def evaluate_scheme(run_dir: Path, size: Scale) -> dict[str, Any]:
+def evaluate_scheme(run_dir: Path, size: Scale) -> Cells:
     """Every factor's cell (non-overlapping + sliding window with stride ``length/2``) of one trained model."""
     model, tokenizer, config = load_run(run_dir)
     tokens = RunFolder(run_dir).split_tokens("val", tokenizer)
     cells = {}
     for factor in FACTORS:
         length = factor * size.train_length
-        cells[str(factor)] = evaluate_length(model, tokens, length, size.n_targets, stride=max(1, length // 2))
+        cells[str(factor)] = Evaluation.of(
+            evaluate_length(model, tokens, length, size.n_targets, stride=max(1, length // 2))
+        )
     return cells
 
 
@@ -128,31 +130,33 @@ def context_curve(run_dir: Path, size: Scale) -> list[float]:
 
 
 def premise_of(
-    record: ClaimRecord, tables: dict[str, dict[str, Cells]], curves: dict[str, dict[str, list[float]]], bigram: float
+    record: ClaimRecord, tables: Tables, curves: dict[str, dict[str, list[float]]], bigram: float
 ) -> Premise:
     """A claim about reading past ``L``: every scheme it names is a language model (every seed's in-length
     loss clearly below the bigram baseline) that uses its context within ``L``; a comparison of two or
     more position schemes also needs each of them to beat NoPE in length by more than the noise (their
     positions matter to the model). :mod:`poslab.lab.premises` has the rules."""
     arms = arms_of(record, list(tables))
-    losses = {s: [math.log(v) for v in seed_perplexities(tables, s, 1, "nonoverlapping") or []] for s in arms}
+    losses = {s: [math.log(v) for v in seed_perplexities(tables, s, 1, NONOVERLAPPING) or []] for s in arms}
     found = [below_bigram(losses, bigram), uses_context({s: list(curves[s].values()) for s in arms})]
     positional = [s for s in arms if s != "none"]
     if len(positional) >= 2 and "none" in tables:
-        nope = [math.log(v) for v in seed_perplexities(tables, "none", 1, "nonoverlapping") or []]
+        nope = [math.log(v) for v in seed_perplexities(tables, "none", 1, NONOVERLAPPING) or []]
         found += [beats_nope(s, losses[s], nope, metric="in-length loss") for s in positional]
     return all_of(*found)
 
 
-def aggregate(tables: dict[str, dict[str, Cells]]) -> dict[str, Cells]:
-    """scheme -> factor -> the seeds' cells as one (:func:`poslab.lab.tables.mean_cell`)."""
+def aggregate(tables: Tables) -> dict[str, dict[str, MeanEvaluation]]:
+    """scheme -> factor -> the seeds' cells as one (:meth:`~poslab.lab.experiments.cells.MeanEvaluation.of`)."""
     return {
-        scheme: {str(f): mean_cell([t[str(f)] for t in by_seed.values()]) for f in FACTORS}
+        scheme: {str(f): MeanEvaluation.of([t[str(f)] for t in by_seed.values()]) for f in FACTORS}
         for scheme, by_seed in tables.items()
     }
 
 
-def plot(table: dict[str, dict[str, Any]], size: Scale, path: Path, baselines: dict[str, float] | None = None) -> Path:
+def plot(
+    table: dict[str, dict[str, MeanEvaluation]], size: Scale, path: Path, baselines: dict[str, float] | None = None
+) -> Path:
     """Log-log perplexity vs evaluation length, one line per scheme (non-overlapping and sliding).
 
     ``table`` is :func:`aggregate`'s: the line is the mean over seeds, the error bars the min..max.
@@ -167,16 +171,13 @@ def plot(table: dict[str, dict[str, Any]], size: Scale, path: Path, baselines: d
         (axes[1], "sliding", "sliding window (stride length/2)"),
     ):
         for scheme in table:
-            points = [
-                (f * size.train_length, table[scheme][str(f)][mode])
-                for f in FACTORS
-                if mode in table[scheme].get(str(f), {})
-            ]
+            cells = [(f * size.train_length, table[scheme].get(str(f))) for f in FACTORS]
+            points = [(x, score) for x, c in cells if c is not None and (score := c.score(mode)) is not None]
             if not points:
                 continue
             xs = [x for x, _ in points]
-            ys = [c["ppl"] for _, c in points]
-            seeds = [c.get("ppl_seeds") or [c["ppl"]] for _, c in points]
+            ys = [c.ppl for _, c in points]
+            seeds = [c.ppl_seeds for _, c in points]
             yerr = [[y - min(v) for y, v in zip(ys, seeds)], [max(v) - y for y, v in zip(ys, seeds)]]
             n = len(seeds[0])
             style = series_style(styles[scheme])
@@ -271,8 +272,8 @@ def claims(r: ExtrapolationResult) -> list[dict[str, Any]]:
     """:func:`~poslab.lab.experiments.extrapolation_verdicts.extrapolation_claims` on the non-overlapping reading,
     each with the sliding window's verdict in its details and its premise (:func:`premise_of`)."""
     tables, baseline = r.perplexity_by_seed, r.baselines.unigram_entropy_nats
-    records = extrapolation_claims(tables, "nonoverlapping", baseline)
-    for c, s in zip(records, extrapolation_claims(tables, "sliding", baseline)):
+    records = extrapolation_claims(tables, NONOVERLAPPING, baseline)
+    for c, s in zip(records, extrapolation_claims(tables, SLIDING, baseline)):
         c["details"]["sliding_window"] = {k: s.get(k) for k in ("measured", "margin", "noise", "verdict")}
     bigram = r.baselines.bigram
     return attach(records, lambda record: premise_of(record, tables, r.loss_by_position, bigram))
@@ -291,7 +292,7 @@ def perplexity_table(r: ExtrapolationResult, mode: str) -> Table:
         t("key.extrapolation", label=t(f"key.{mode}"), length=length, seeds=r.seeds, baseline=baseline),
         (t("key.scheme"), *(f"{f}×L = {f * length}" for f in r.factors)),
         tuple(
-            (label(scheme), *(ppl_spread(cells.get(str(f)), mode) for f in r.factors))
+            (label(scheme), *(c.spread(mode) if (c := cells.get(str(f))) else None for f in r.factors))
             for scheme, cells in r.perplexity.items()
         ),
     )

@@ -6,8 +6,10 @@ Every claim follows its design (:mod:`poslab.lab.plan`); :func:`extrapolation_cl
 from __future__ import annotations
 
 import math
+import typing
 from typing import Any
 
+from poslab.lab.experiments.cells import NONOVERLAPPING, Evaluation
 from poslab.lab.records import Premise, with_premise
 from poslab.lab.verdicts import (
     INCONCLUSIVE,
@@ -33,25 +35,25 @@ LEARNED_IN_LENGTH = (
     f"each scheme learned in-length (perplexity at L below the corpus's unigram perplexity and at most {UNDERTRAINED}x "
     "the median over schemes)"
 )
+#: scheme -> seed -> factor -> that seed's evaluation cell
+Tables = dict[str, dict[str, dict[str, Evaluation]]]
 
 
-def _per_seed(tables: dict[str, dict[str, dict]], scheme: str, factor: int, mode: str) -> dict[str, float] | None:
+def _per_seed(tables: Tables, scheme: str, factor: int, mode: str) -> dict[str, float] | None:
     """seed -> perplexity of ``scheme`` at ``factor`` x L (``None`` if the scheme or any seed lacks it)."""
-    cells = [(seed, table.get(str(factor))) for seed, table in (tables.get(scheme) or {}).items()]
-    if not cells or any(c is None or "cannot" in c or mode not in c for _, c in cells):
-        return None
-    return {seed: c[mode]["ppl"] for seed, c in cells}
+    found = {
+        seed: c.ppl(mode) if (c := table.get(str(factor))) else None for seed, table in tables.get(scheme, {}).items()
+    }
+    return None if not found or None in found.values() else typing.cast(dict[str, float], found)
 
 
-def seed_perplexities(tables: dict[str, dict[str, dict]], scheme: str, factor: int, mode: str) -> list[float] | None:
+def seed_perplexities(tables: Tables, scheme: str, factor: int, mode: str) -> list[float] | None:
     """Per-seed perplexities of ``scheme`` at ``factor`` x L (``None`` if any seed lacks it)."""
     found = _per_seed(tables, scheme, factor, mode)
     return None if found is None else list(found.values())
 
 
-def undertrained_seeded(
-    tables: dict[str, dict[str, dict]], mode: str = "nonoverlapping"
-) -> dict[str, dict[str, float]]:
+def undertrained_seeded(tables: Tables, mode: str = NONOVERLAPPING) -> dict[str, dict[str, float]]:
     """Schemes whose mean perplexity at L over their seeds is above :data:`UNDERTRAINED` x the median over all
     schemes (at least 3 of them).
 
@@ -72,7 +74,7 @@ def _seed_ids(keys: Any) -> list[int]:
 
 
 def extrapolation_claims(
-    tables: dict[str, dict[str, dict]], mode: str = "nonoverlapping", baseline: float | None = None
+    tables: Tables, mode: str = NONOVERLAPPING, baseline: float | None = None
 ) -> list[dict[str, Any]]:
     """The claims this experiment tests as :class:`poslab.lab.verdicts.ClaimRecord` dicts (see the module docstring).
 
