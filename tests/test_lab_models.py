@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import io
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +94,24 @@ def test_the_lab_gives_every_step_its_store(tmp_path):
     for step in lab.plan(tmp_path, "quick"):
         at = step.argv.index("--models")
         assert step.argv[at + 1] == str(tmp_path / "models"), step.argv
+
+
+def test_a_rerun_step_keeps_the_store_and_fresh_starts_it_afresh(tmp_path, monkeypatch):
+    lab_dir = tmp_path / "lab"
+    folder = lab_dir / "experiments" / "one"
+    code = f"import pathlib; p = pathlib.Path({str(folder)!r}); p.mkdir(parents=True); (p / 'results.json').touch()"
+    step = lab.Step("one", "experiments/one", [], command=[sys.executable, "-c", code])
+    monkeypatch.setattr(lab, "plan", lambda lab_dir_arg, mode: [step])
+    model = lab_dir / "models" / "smoke" / "rope" / "config.json"
+    model.parent.mkdir(parents=True)
+    model.write_text("{}")
+    assert lab.run_lab(lab_dir, "quick", stream=io.StringIO())["steps"][0]["status"] == "ok"
+    assert lab.run_lab(lab_dir, "full", stream=io.StringIO())["steps"][0]["status"] == "ok"  # rerun: its folder cleaned
+    assert model.is_file()
+    lab.run_lab(lab_dir, "full", fresh=True, only=["one"], stream=io.StringIO())  # one step afresh: the store stays
+    assert model.is_file()
+    lab.run_lab(lab_dir, "full", fresh=True, stream=io.StringIO())  # everything afresh: every lab model trained again
+    assert not (lab_dir / "models").exists() and (folder / "results.json").is_file()
 
 
 @pytest.mark.parametrize("bad", ["file", "under-a-file"])
