@@ -90,10 +90,25 @@ def test_a_lab_model_that_two_experiments_ask_for_belongs_to_one_shard(tmp_path,
     assert not shards["first", 1] & shards["first", 2]
 
 
-def test_the_lab_gives_every_step_its_store(tmp_path):
-    for step in lab.plan(tmp_path, "quick"):
+@pytest.mark.parametrize("mode", lab.MODES)
+def test_the_lab_gives_every_step_its_store_after_the_steps_it_reads(mode, tmp_path):
+    """One store for every step; the steps run one after another, each after those it names in ``after`` (which
+    are rerun first when rebuilt), so no two steps train one lab model at once."""
+    earlier: list[str] = []
+    for step in lab.plan(tmp_path, mode):
         at = step.argv.index("--models")
         assert step.argv[at + 1] == str(tmp_path / "models"), step.argv
+        assert all(need in earlier for need in step.needs), (step.name, step.needs)
+        earlier.append(step.folder)
+    readers = {s.name: s.needs for s in lab.plan(tmp_path, mode)}
+    assert (
+        readers["context-extension"]
+        == readers["attention-entropy"]
+        == (
+            "experiments/extrapolation",
+            "experiments/position-training",
+        )
+    )
 
 
 def test_a_rerun_step_keeps_the_store_and_fresh_starts_it_afresh(tmp_path, monkeypatch):
