@@ -66,6 +66,15 @@ def test_two_experiments_that_need_one_lab_model_train_it_once_in_the_store(tmp_
     assert [c.max_steps for c in calls] == [SMOKE.steps + 1] and calls[0].run_dir == store / "smoke" / "rope"
 
 
+def test_a_plan_asking_for_lab_models_needs_a_store(tmp_path, monkeypatch):
+    from poslab.lab.experiments.declaration import ensure_runs
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="the plan asks for lab models: give ensure_runs the lab model store"):
+        ensure_runs(Plan(None, lab_model_arms(("rope",), SMOKE, (scale.SEED,)), summarise=False), workers=1)
+    assert list(tmp_path.iterdir()) == []  # nothing trained in a folder nobody named
+
+
 def test_a_lab_model_that_two_experiments_ask_for_belongs_to_one_shard(tmp_path, monkeypatch):
     """Side-by-side shards never train one store folder at once: a lab model's shard is the same in every
     experiment's list of trainings, whatever its place there."""

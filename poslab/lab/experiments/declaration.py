@@ -140,15 +140,18 @@ def seeded_arms(
     return arms
 
 
-def ensure_runs(plan: Plan[Any], workers: int | None = None, models: Path = Path(MODELS)) -> Runs[Any]:
+def ensure_runs(plan: Plan[Any], workers: int | None = None, models: Path | None = None) -> Runs[Any]:
     """Every arm and seed of ``plan`` trained unless a finished identical run is in its folder (a lab model's
-    folder in the store ``models``), ``workers`` at a time; inside a sharded step only the shard's slice
-    (:func:`poslab.lab.experiments.training.ensure_many`), then each run summarised if the plan asks."""
+    folder in the store ``models``, which a plan asking for lab models needs), ``workers`` at a time; inside a
+    sharded step only the shard's slice (:func:`poslab.lab.experiments.training.ensure_many`), then each run
+    summarised if the plan asks."""
     from poslab.lab.experiments.training import ensure_many, summarise_many
     from poslab.training.config import TrainConfig
 
     keys = [(arm, seed) for arm, seeds in plan.arms.items() for seed in seeds]
     asked = [plan.arms[arm][seed] for arm, seed in keys]
+    if models is None and any(isinstance(a, LabModel) for a in asked):
+        raise ValueError("the plan asks for lab models: give ensure_runs the lab model store (models=)")
     configs = [a.config(models).to_dict() if isinstance(a, LabModel) else dict(a) for a in asked]
     paths = ensure_many([TrainConfig.from_dict(values) for values in configs], workers, what=plan.what)
     if plan.summarise:
