@@ -29,19 +29,25 @@ def seeds(x: float, spread: float = 0.1) -> list[float]:
 # ------------------------------------------------------------------------------------ smoke run
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A lab folder where the smoke extrapolation trained its RoPE models (reused by context extension)."""
+    """A lab folder where the smoke extrapolation trained its RoPE models into the lab model store ``models``
+    (reused by context extension)."""
     root = tmp_path_factory.mktemp("lab")
-    results = extrapolation.run(root / "extrapolation", size="smoke", schemes=("rope",), workers=1)
+    results = extrapolation.run(
+        root / "extrapolation", size="smoke", schemes=("rope",), workers=1, models=root / "models"
+    )
     (root / "extrapolation" / "results.json").write_text(json.dumps(results))
     return root
 
 
 def test_context_extension_smoke(lab: Path):
     two = tuple(extrapolation.SEEDS[:2])
-    results = context_extension.run(lab / "context-extension", size="smoke", seeds=two, workers=1)
+    results = context_extension.run(
+        lab / "context-extension", size="smoke", seeds=two, workers=1, models=lab / "models"
+    )
     L = results["train_length"]
     assert results["eval_length"] == 4 * L and results["seeds"] == list(two)
-    assert results["base_run"] == str(lab / "extrapolation" / "models" / "smoke" / "rope")  # the sibling's model
+    assert results["base_run"] == str(lab / "models" / "smoke" / "rope")  # the store's model, trained by extrapolation
+    assert not (lab / "context-extension" / "models").exists()  # its own runs only: fine-tunes and controls
     assert list(results["inference"]) == ["none", "PI", "NTK", "dynamic NTK", "YaRN", "Llama3"]
     ppl = {k: v["nonoverlapping"]["ppl"] for k, v in results["inference"].items()}
     assert len(set(ppl.values())) > 1  # the scalings change the model's output
@@ -117,23 +123,22 @@ def test_context_extension_trains_extrapolation_s_rope_seeds_by_the_plan_not_by_
         context_extension.plan(out, False, "smoke", seeds=())
 
 
-def test_context_extension_reuses_the_rope_models_of_position_training(lab: Path, tmp_path: Path):
-    import shutil
+def test_the_quick_experiments_ask_for_one_rope_model_per_seed_in_the_store(tmp_path: Path):
+    """Position-training's quick form, extrapolation, attention entropy and context extension ask for the quick RoPE
+    model of a seed by scheme, size and seed: one folder of the store, whichever experiment trains it."""
+    from poslab.lab.experiments import attention_entropy, position_training
 
-    from poslab.lab.experiments.training import ensure_many
-
-    size = scale.size_of(False, "smoke")
-    other = tmp_path / "lab"  # a lab where position-training trained the models and extrapolation kept none
-    shutil.copytree(
-        lab / "extrapolation" / "models" / "smoke" / "rope", other / "position-training" / "runs" / "rope-s1337"
-    )
-    out = other / "context-extension"
-    cfg = context_extension.base_config(size, out, extrapolation.SEED)
-    assert (other / "position-training" / "runs" / "rope-s1337") in context_extension.base_reuse(size, out)
-    assert ensure_many([(cfg, context_extension.base_reuse(size, out))], workers=1) == [
-        other / "position-training" / "runs" / "rope-s1337"
+    store = tmp_path / "models"
+    planned = [
+        position_training.plan(tmp_path / "position-training", True),
+        extrapolation.plan(tmp_path / "extrapolation", True),
+        attention_entropy.plan(tmp_path / "attention-entropy", True),
+        context_extension.plan(tmp_path / "context-extension", True),
     ]
-    assert not (out / "models").exists()  # nothing trained
+    folders = [{seed: arm.config(store).run_dir for seed, arm in p.arms["rope"].items()} for p in planned]
+    for seed in set.intersection(*(set(f) for f in folders)):
+        assert {f[seed] for f in folders} == {store / "quick" / ("rope" if seed == scale.SEED else f"rope-s{seed}")}
+    assert extrapolation.SEED in set.intersection(*(set(f) for f in folders))
 
 
 def test_passkey_prompts_hide_the_key_and_ask_for_it():

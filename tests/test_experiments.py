@@ -289,7 +289,7 @@ def test_every_experiment_is_described_once_and_the_lab_plans_from_the_descripti
     assert set(full) == set(described)
     for name, step in full.items():
         e = described[name]
-        assert step.needs == tuple(f"experiments/{n}" for n in e.reuses) and step.estimate == e.estimate[1]
+        assert step.needs == tuple(f"experiments/{n}" for n in e.after) and step.estimate == e.estimate[1]
         if name in quick:
             assert quick[name].estimate == e.estimate[0]
     assert [n for n in quick if described[n].tier == FOUNDATION] == [n for n in quick][

@@ -25,9 +25,12 @@ SMOKE_SCHEMES = ("learned", "sinusoidal", "rope", "alibi")
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A lab folder where the smoke extrapolation ran (its models are reused by the other two)."""
+    """A lab folder where the smoke extrapolation ran, its models in the lab model store ``models`` (reused by the
+    other two)."""
     root = tmp_path_factory.mktemp("lab")
-    results = extrapolation.run(root / "extrapolation", size="smoke", schemes=SMOKE_SCHEMES, workers=1)
+    results = extrapolation.run(
+        root / "extrapolation", size="smoke", schemes=SMOKE_SCHEMES, workers=1, models=root / "models"
+    )
     (root / "extrapolation" / "results.json").write_text(json.dumps(results))
     return root
 
@@ -82,25 +85,26 @@ def test_extrapolation_smoke(lab: Path):
     assert xl["premise"]["text"] == TRAINED_AT_THIS_SIZE and not xl["premise"]["met"]
 
 
-def test_models_are_reused_not_retrained(lab: Path):
-    from poslab.lab.experiments import context_extension
-    from poslab.lab.experiments.lab_models import reused, shared_model
+def test_models_are_reused_not_retrained(lab: Path, monkeypatch):
+    from poslab.lab.experiments.declaration import Plan, ensure_runs
+    from poslab.lab.experiments.lab_models import lab_model_arms
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished lab model of the store was trained again")
 
     size = scale.size_of(False, "smoke")
-    run_dir = lab / "extrapolation" / "models" / "smoke" / "rope"
+    run_dir = lab / "models" / "smoke" / "rope"
     before = (run_dir / "results.json").stat().st_mtime_ns
-    assert shared_model("rope", size, lab / "extrapolation", ("extrapolation",)) == run_dir
-    reader = context_extension.EXPERIMENT.reuses  # the experiment that names extrapolation in its reuses
-    assert shared_model("rope", size, lab / "context-extension", reader) == run_dir  # the sibling's model
+    monkeypatch.setattr("poslab.session.train", no_training)
+    another = Plan(None, lab_model_arms(("rope",), size, (extrapolation.SEED,)), summarise=False)
+    assert ensure_runs(another, workers=1, models=lab / "models").by_arm["rope"][extrapolation.SEED].path == run_dir
     assert (run_dir / "results.json").stat().st_mtime_ns == before
-    assert reused(lab / "context-extension", "extrapolation", reader) == lab / "extrapolation"
-    with pytest.raises(ValueError, match="'extrapolation' is not among the experiments this one reuses"):
-        reused(lab / "context-extension", "extrapolation", ("position-training",))  # undeclared: not read
+    assert not (lab / "extrapolation" / "models").exists()  # the experiment keeps no models of its own
 
 
 def test_attention_entropy_smoke(lab: Path):
     results = attention_entropy.run(
-        lab / "attention-entropy", size="smoke", schemes=("learned", "rope", "alibi"), workers=1
+        lab / "attention-entropy", size="smoke", schemes=("learned", "rope", "alibi"), workers=1, models=lab / "models"
     )
     models = results["models"]
     assert list(models) == [
@@ -409,7 +413,7 @@ def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):
     from poslab.training.config import TrainConfig
 
     size = scale.size_of(False, "smoke")
-    base_dir = lab / "extrapolation" / "models" / "smoke" / "rope"
+    base_dir = lab / "models" / "smoke" / "rope"
     cfg = scale.train_config(
         "rope",
         size,

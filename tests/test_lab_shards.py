@@ -41,10 +41,16 @@ def test_two_shards_then_a_collect_give_the_claims_of_one_unsharded_run(tmp_path
     with runner.use_shard((1, 2)), pytest.raises(runner.ShardFinished) as stop:
         _position_training(out, tiny_base)
     (stage,) = stop.value.stages
-    assert stage == {"what": "runs", "trained": 3, "in_shard": 3, "total": 6, "left": 3}
-    assert not (out / "results.json").exists()
     trained = sorted(p.name for p in (out / "runs").iterdir())
-    assert trained == ["alibi-s4", "rope-s3", "rope-s5"]  # every 2nd of the 6 from the 1st, in the stable order
+    assert 0 < len(trained) < 6  # the seeds of each arm go to the shards in turn
+    assert stage == {
+        "what": "runs",
+        "trained": len(trained),
+        "in_shard": len(trained),
+        "total": 6,
+        "left": 6 - len(trained),
+    }
+    assert not (out / "results.json").exists()
     with runner.use_shard((2, 2)):  # the last shard finds every run finished: the step goes on to its results
         last = _position_training(out, tiny_base)
     assert last["claims"] == one["claims"]
@@ -62,15 +68,16 @@ def test_ensure_many_trains_only_its_shard_and_stops_while_others_are_missing(tm
     from poslab.training.config import TrainConfig
 
     jobs = [
-        (TrainConfig.from_dict({**tiny_base, "name": f"r{i}", "out_dir": str(tmp_path), "seed": i}), ())
-        for i in range(3)
+        TrainConfig.from_dict({**tiny_base, "name": f"r{i}", "out_dir": str(tmp_path), "seed": i}) for i in range(3)
     ]
     with runner.use_shard((2, 2)), pytest.raises(runner.ShardFinished) as stop:
         training.ensure_many(jobs, workers=1, what="lab models")
-    assert stop.value.stages == [{"what": "lab models", "trained": 1, "in_shard": 1, "total": 3, "left": 2}]
-    assert "shard 2/2: trained 1 of 3 lab models" in str(stop.value)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["r1"]
-    with runner.use_shard((1, 2)):  # the other shard: its 2, then all 3 are finished and the paths come back
+    mine = sorted(p.name for p in tmp_path.iterdir())
+    n = len(mine)
+    assert mine in (["r1"], ["r0", "r2"])  # consecutive seeds of one config: the shards in turn
+    assert stop.value.stages == [{"what": "lab models", "trained": n, "in_shard": n, "total": 3, "left": 3 - n}]
+    assert f"shard 2/2: trained {n} of 3 lab models" in str(stop.value)
+    with runner.use_shard((1, 2)):  # the other shard: the rest, then all 3 are finished and the paths come back
         paths = training.ensure_many(jobs, workers=1)
     assert paths == [tmp_path / f"r{i}" for i in range(3)]
     monkeypatch.setattr("poslab.session.train", _no_training)
@@ -96,9 +103,9 @@ def test_a_plain_train_many_inside_a_shard_leaves_its_trainings_to_the_collect()
         runner.train_many([runner.Task("a", calls.append, (1,))], 1)
     assert calls == [] and stop.value.stages[0]["trained"] == 0 and stop.value.stages[0]["left"] == 1
     assert runner.train_many([runner.Task("a", calls.append, (1,))], 1) == [None] and calls == [1]  # unsharded
-    assert runner.current_shard() is None and runner.shard_indices(5) == [0, 1, 2, 3, 4]
+    assert runner.current_shard() is None
     with runner.use_shard((3, 3)):
-        assert runner.shard_indices(7) == [2, 5]
+        assert runner.current_shard() == (3, 3)
 
 
 def test_trainings_on_cuda_request_a_gpu_from_ray(tmp_path, tiny_base, monkeypatch):
@@ -111,7 +118,7 @@ def test_trainings_on_cuda_request_a_gpu_from_ray(tmp_path, tiny_base, monkeypat
         training, "train_many", lambda tasks, *a, **k: seen.extend(tasks) or [str(tmp_path)] * len(tasks)
     )
     jobs = [
-        (TrainConfig.from_dict({**tiny_base, "name": f"g{d}", "out_dir": str(tmp_path), "device": d}), ())
+        TrainConfig.from_dict({**tiny_base, "name": f"g{d}", "out_dir": str(tmp_path), "device": d})
         for d in ("cuda", "cpu")
     ]
     training.ensure_many(jobs, workers=2)

@@ -206,7 +206,7 @@ def experiment_crossings(folder: Path, names: list[str]) -> list[tuple[str, str,
 
 
 def test_no_experiment_imports_another():
-    """An experiment imports the shared modules only; one that reads another's models names it in ``reuses``."""
+    """An experiment imports the shared modules only; the lab models several share come from the store."""
     crossings = experiment_crossings(EXPERIMENTS, experiment_names())
     bad = [where for mine, theirs, where in crossings if (mine, theirs) not in KNOWN_CROSSINGS]
     assert not bad, "experiments importing other experiments:\n" + "\n".join(bad)
@@ -223,3 +223,47 @@ def test_the_experiment_import_check_can_fail(tmp_path):
     (tmp_path / "beta.py").write_text("import poslab.lab.experiments.alpha_tables\n")
     found = {(mine, theirs) for mine, theirs, _ in experiment_crossings(tmp_path, ["alpha", "beta"])}
     assert found == {("alpha", "beta"), ("beta", "alpha")}
+
+
+def folder_reads(folder: Path, names: dict[str, str]) -> list[str]:
+    """Where a module of ``folder`` computes another experiment's folder: it climbs out of a folder (``.parent``,
+    ``".."``) or joins another experiment's name (``names``: module -> experiment name) into a path (``/``)."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        module = ".".join(path.relative_to(folder).with_suffix("").parts)
+        others = set(names.values()) - {names.get(owner(module, list(names)) or "")}
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            where = f"{path.relative_to(folder)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Attribute) and node.attr in ("parent", "parents"):
+                found.append(f"{where} climbs out of a folder (.{node.attr})")
+            parts = [node.left, node.right] if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) else []
+            parts += node.args if isinstance(node, ast.Call) else []  # Path(out, "..", ...)
+            values = [p.value for p in parts if isinstance(p, ast.Constant)]
+            found += [f"{where} climbs out of a folder ('..')" for v in values if v == ".."]
+            found += [f"{where} joins the experiment {v!r} into a path" for v in values if v in others]
+    return found
+
+
+def test_no_experiment_reads_another_s_folder():
+    """The lab models several experiments read come from the store the pipeline gives them; no module under
+    ``poslab/lab/experiments`` climbs out of its folder or joins another experiment's name into a path."""
+    from poslab.lab.experiments import registry
+
+    names = {m.__name__.rsplit(".", 1)[1]: name for name, m in registry().items()}
+    assert folder_reads(EXPERIMENTS, names) == []
+
+
+def test_the_folder_check_can_fail(tmp_path):
+    (tmp_path / "alpha.py").write_text(
+        "from pathlib import Path\n"
+        "def models(out):\n    return Path(out) / 'models' / 'alpha'\n"  # its own name, in its own folder: fine
+        "def theirs(out):\n    return Path(out).parent / 'beta' / 'models'\n"
+        "def up(out):\n    return Path(out, '..', 'models')\n"
+        "EXPERIMENT = declare(name='alpha', after=('beta',))\n"  # naming it for order: fine
+    )
+    found = folder_reads(tmp_path, {"alpha": "alpha", "beta": "beta"})
+    assert sorted(f.split(" ", 1)[1] for f in found) == [
+        "climbs out of a folder ('..')",
+        "climbs out of a folder (.parent)",
+        "joins the experiment 'beta' into a path",
+    ], found

@@ -1,9 +1,9 @@
 """The training experiments' claim records at their smallest sizes, replayed against a recorded set.
 
-:func:`replay` runs every training experiment at its smoke size (or on a tiny base) in one lab folder,
-in the lab's order (extrapolation first, its models reused by attention entropy and context extension;
-tang-heads last, its Tang GPT trained from the preset with tiny overrides), and returns each experiment's
-claim records as ``results.json`` holds them (after the statistical plan).
+:func:`replay` runs every training experiment at its smoke size (or on a tiny base) in one lab folder with
+one lab model store, in the lab's order (extrapolation first, its models reused by attention entropy and context
+extension; tang-heads last, its Tang GPT trained from the preset with tiny overrides), and returns each
+experiment's claim records as ``results.json`` holds them (after the statistical plan).
 ``tests/data/replay_claims.json`` holds what the lab produced when it was recorded; the test compares
 every record's claim, verdict, measured text and design with it, so a refactoring of the lab that changes
 the science fails here. A decimal number inside a measured text may differ by one unit of its last printed
@@ -93,7 +93,7 @@ def replay(root: Path) -> dict[str, list[dict[str, Any]]]:
     claims = {}
     for name, options in runs.items():
         with contextlib.redirect_stdout(io.StringIO()):
-            results = settle(experiments[name].EXPERIMENT.run(root / name, **options), name)
+            results = settle(experiments[name].EXPERIMENT.run(root / name, models=root / "models", **options), name)
         (root / name / "results.json").write_text(json.dumps(results, default=float))
         claims[name] = [{key: record.get(key) for key in FIELDS} for record in results["claims"]]
     return claims

@@ -136,6 +136,7 @@ def test_every_sized_experiment_builds_its_configs_at_the_gpu_sizes(tmp_path):
     import inspect
 
     from poslab.lab.experiments import context_extension
+    from poslab.lab.experiments.lab_models import LabModel
 
     sized = [n for n, e in experiments.descriptions().items() if "size" in inspect.signature(e.run).parameters]
     assert sized == ["extrapolation", "context-extension", "attention-entropy"]
@@ -145,7 +146,7 @@ def test_every_sized_experiment_builds_its_configs_at_the_gpu_sizes(tmp_path):
         for scheme in sizes.SCHEMES:  # extrapolation and attention-entropy train these
             cfg = sizes.train_config(scheme, size, tmp_path)
             assert cfg.device == "cuda" and cfg.model.block_size == 256 and cfg.max_steps == size.steps
-        base = context_extension.base_config(size, tmp_path, 1337)
+        base = LabModel("rope", size, 1337).config(tmp_path)
         tuned = context_extension.finetune_config("PI", "linear:4", size, tmp_path / "base", tmp_path)
         assert base.device == tuned.device == "cuda" and tuned.model.block_size == 4 * 256
     assert (sizes.SIZES["gpu"].n_layer, sizes.SIZES["gpu"].n_head, sizes.SIZES["gpu"].n_embd) == (6, 6, 384)

@@ -158,7 +158,7 @@ def _lab(lab_dir: Path, size: str) -> list[str]:
 
 
 def _models(lab_dir: Path) -> Path:
-    return lab_dir / "experiments" / "extrapolation" / "models" / "stop"
+    return lab_dir / "models" / "stop"  # the lab model store
 
 
 @pytest.mark.slow  # the default run covers it: SIGTERM to an experiment (a lab step is one) and the lab's bookkeeping

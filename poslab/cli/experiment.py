@@ -1,6 +1,8 @@
-"""``poslab experiment NAME|all|list [--out DIR] [--quick] [--workers N] [--size SIZE] [--seeds N] [--shard i/N]``.
+"""``poslab experiment NAME|all|list [--out DIR] [--models DIR] [--quick] [--workers N] [--size SIZE] [--seeds N]
+[--shard i/N]``.
 
-``NAME`` runs one experiment and writes ``DIR/results.json`` (default ``runs/experiments/NAME``);
+``NAME`` runs one experiment and writes ``DIR/results.json`` (default ``runs/experiments/NAME``); the lab models it
+trains or reads are in the lab model store ``--models`` (default ``DIR/models``; the lab gives every step its own);
 with ``--shard i/N`` it trains only the i-th of N slices of its trainings and records what it trained
 in ``DIR/shards/I-of-N.json`` (a later call without ``--shard`` reuses them and decides the claims);
 ``all`` runs every experiment of tier ``all`` (the ones that train nothing), each into ``DIR/NAME`` (default
@@ -35,6 +37,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         help="output folder (default runs/experiments/NAME; with 'all', one subfolder per experiment)",
+    )
+    p.add_argument(
+        "--models",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the lab model store: where the lab models (one per scheme, size and seed) are trained, or reused when "
+        "a finished identical one is there (default OUT/models; the lab gives every step LAB/models)",
     )
     p.add_argument(
         "--quick",
@@ -99,6 +109,8 @@ def seeds_option(text: str | None) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     paths.output_folder(args.out, "--out")
+    if args.models is not None:
+        paths.writable_folder(args.models, "--models")
     registry = experiments.descriptions()
     if args.name == "list":
         width = max(len(name) for name in [*registry, "all"])
@@ -144,7 +156,7 @@ def _run_one(name: str, where: Path, args: argparse.Namespace) -> None:
 
     try:
         experiments.run_experiment(
-            name, where, quick=args.quick, workers=args.workers, size=args.size, seeds=args.seeds
+            name, where, quick=args.quick, workers=args.workers, size=args.size, seeds=args.seeds, models=args.models
         )
     except TrainingDiverged as err:
         raise TrainingDiverged(f"experiment {name}: {err}") from None

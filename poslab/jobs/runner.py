@@ -510,8 +510,9 @@ def shard_stages() -> list[dict[str, Any]]:
 def use_shard(shard: tuple[int, int] | None) -> Iterator[None]:
     """Inside the block, the lab's training helpers train only shard ``(i, N)`` of each list of trainings.
 
-    The slice is :func:`select_shard` of the full list in its stable order (finished trainings
-    included), so N shards, run in any order or side by side, are disjoint and cover every training.
+    Each training belongs to one shard by what it trains (:func:`poslab.lab.experiments.training.shard_key`,
+    finished trainings included), so N shards, run in any order or side by side, are disjoint and cover every
+    training, and two experiments that ask for the same lab model ask the same shard.
     A stage whose every training is finished once this shard's part is done lets the step go on to
     its next stage; otherwise :class:`ShardFinished` stops the step. ``None``: no sharding.
     """
@@ -522,11 +523,6 @@ def use_shard(shard: tuple[int, int] | None) -> Iterator[None]:
         yield
     finally:
         _shard, _stages = previous
-
-
-def shard_indices(count: int) -> list[int]:
-    """The positions of the current shard's trainings in a list of ``count`` (all of them when not sharded)."""
-    return select_shard(range(count), _shard)
 
 
 #: where a sharded step records its shards: ``STEP_FOLDER/shards/I-of-N.json``
@@ -584,7 +580,6 @@ __all__ = [
     "ray_connect_timeout",
     "select_shard",
     "shard_file",
-    "shard_indices",
     "shard_stages",
     "train_many",
     "use_executor",

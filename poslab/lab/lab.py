@@ -1,12 +1,14 @@
 """``poslab lab``: run every experiment of the lessons and write one self-contained ``report.html``.
 
 Every step is one experiment (``python -m poslab experiment NAME`` as a subprocess, into
-``LAB/experiments/NAME``, its output kept in ``LAB/logs/experiments_NAME.log``):
+``LAB/experiments/NAME``, its output kept in ``LAB/logs/experiments_NAME.log``), one after another; each gets the
+lab model store ``LAB/models`` (``--models``, :mod:`poslab.lab.experiments.lab_models`), where every lab model the
+steps ask for is trained once:
 
 1. the lessons' foundation experiments (tier ``all`` in their descriptions);
 2. the training experiments of tier ``lab`` (and, in the full lab, ``full``), ``--quick`` or full, every
-   arm with 3 seeds; in the quick form position-training trains the lab's quick extrapolation models,
-   which the experiments that name it in their ``reuses`` read; tang-heads trains the lessons' Tang-poem
+   arm with 3 seeds; in the quick form position-training trains the lab's quick models into the store, which
+   the experiments that run ``after`` it read there; tang-heads trains the lessons' Tang-poem
    GPT (preset ``tang-small``), analyses its heads and draws its attention on 白日依山尽，黄河入海流。;
 
 then ``LAB/report.html`` (:func:`poslab.lab.report.build_report`).
@@ -23,10 +25,11 @@ array, side by side or one after another) train every model once; a last call wi
 collects: it runs every step, reusing the finished trainings, decides the claims and writes the report.
 
 A step whose folder holds a finished result of the same mode and size (recorded in ``LAB/lab.json``) is reused
-unless ``--fresh``; an interrupted step (Ctrl-C, a signal) keeps its folder, and its trainings continue from
-their last checkpoints instead of starting again; a failed step is recorded and the lab goes on (its dependants are
-skipped), and the report says so. Progress: a status line with the step, its elapsed time and the lab's ETA
-(estimated from the last run's timings where there is one).
+unless ``--fresh`` (which starts the store afresh too, unless ``--only``); an interrupted step (Ctrl-C, a
+signal) keeps its folder, and its trainings continue from their last checkpoints instead of starting again; a
+failed step is recorded and the lab goes on (its dependants are skipped), and the report says so. Progress: a
+status line with the step, its elapsed time and the lab's ETA (estimated from the last run's timings where there
+is one).
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ class Step:
         folder: output folder relative to the lab folder.
         argv: arguments of ``python -m poslab``.
         done_file: the file whose presence (with a matching manifest entry) marks the step finished.
-        needs: folders of steps this one reads.
+        needs: folders of the steps this one runs after (:attr:`~poslab.lab.experiments.common.Experiment.after`:
+            it reads the lab models they train); rerun when one of them is.
         estimate: expected seconds (the experiment's own estimate, or the last run's time).
         command: the full command line instead of ``python -m poslab ARGV`` (tests).
         size: the values of the size given to the step (``--size``; ``None``: none, its mode decides);
@@ -93,8 +97,8 @@ def plan(
 
     The experiments come from their descriptions (:func:`poslab.lab.experiments.descriptions`): first
     every experiment of tier ``all``, then the training experiments of tier ``lab`` and, in the full
-    lab, ``full``; each in registry order, with the folders of the experiments it reuses as ``needs``
-    and its own time estimate.
+    lab, ``full``; each in registry order, with the folders of the experiments it runs after as ``needs``,
+    its own time estimate, and the lab model store ``LAB/models``.
 
     Args:
         size: a size (:func:`poslab.lab.scale.define_size` spec) given as ``--size`` to every
@@ -110,6 +114,7 @@ def plan(
     from poslab.jobs import runner
     from poslab.lab import experiments
     from poslab.lab.experiments.common import FOUNDATION, FULL_ONLY, LAB
+    from poslab.lab.experiments.lab_models import MODELS
     from poslab.lab.scale import define_size
 
     quick = ["--quick"] if mode == "quick" else []
@@ -136,9 +141,9 @@ def plan(
                 Step(
                     name,
                     f"experiments/{name}",
-                    ["experiment", name, "--out", str(folder), *quick, *extra],
+                    ["experiment", name, "--out", str(folder), "--models", str(lab_dir / MODELS), *quick, *extra],
                     done_file=done,
-                    needs=tuple(f"experiments/{n}" for n in experiment.reuses),
+                    needs=tuple(f"experiments/{n}" for n in experiment.after),
                     estimate=float(experiment.estimate[MODES.index(mode)]),
                     size=sized if takes_size else None,
                     seeds=seeds if takes_seeds else None,
@@ -395,7 +400,8 @@ def run_lab(
     Args:
         lab_dir: output folder.
         mode: ``quick`` (the demo; docs/lab.md gives its measured time) or ``full``.
-        fresh: rerun every step even where a finished result of the same mode exists.
+        fresh: rerun every step even where a finished result of the same mode exists; without ``only``, the lab
+            model store ``lab_dir/models`` is removed first (every lab model trained again).
         only: run only the steps with these names (plus reuse); others are left as they are.
         stream: where progress goes (default stderr).
         size: the size of every training experiment that takes one (:func:`poslab.lab.scale.define_size`
@@ -414,6 +420,7 @@ def run_lab(
     """
     import dataclasses
 
+    from poslab.lab.experiments.lab_models import MODELS
     from poslab.lab.experiments.training import seeds_for
     from poslab.lab.report import build_report, machine_info
     from poslab.lab.scale import define_size
@@ -436,6 +443,8 @@ def run_lab(
         raise ValueError(f"lab folder {str(lab_dir)!r} exists and is not a folder")
     lab_dir.mkdir(parents=True, exist_ok=True)
     previous = _read_manifest(lab_dir) if shard is None else {}
+    if fresh and not only:
+        _clean(lab_dir, MODELS)
     options = {k: v for k, v in (("size", size), ("shard", shard), ("seeds", seeds)) if v is not None}
     steps = plan(lab_dir, mode, **options)
     known = {s.name for s in steps}
@@ -515,7 +524,7 @@ def run_lab(
                     # that collects shards of this mode and size (it reuses their trainings), nor a step that was
                     # stopped (its trainings continue from their checkpoints)
                     if not stopped and shard is None and (fresh or not _sharded_here(step, lab_dir, mode)):
-                        _clean(lab_dir, step)
+                        _clean(lab_dir, step.folder)
                     display.begin(label, step.estimate, remaining)
                     if stopped:
                         display.message(
@@ -605,9 +614,9 @@ def _stopped(step: Step, previous: dict, mode: str) -> bool:
     )
 
 
-def _clean(lab_dir: Path, step: Step) -> None:
-    """Remove a step's previous output before rerunning it (only inside the lab folder)."""
-    target = (lab_dir / step.folder).resolve()
+def _clean(lab_dir: Path, folder: str) -> None:
+    """Remove a step's previous output (or the lab model store) before rerunning it (only inside the lab folder)."""
+    target = (lab_dir / folder).resolve()
     if lab_dir.resolve() not in target.parents:
         raise ValueError(f"refusing to clean {target}: outside the lab folder")
     if target.is_dir():

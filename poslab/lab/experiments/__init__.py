@@ -1,15 +1,17 @@
 """The lessons' experiments, one module each, run by ``poslab experiment NAME`` and planned by ``poslab lab``.
 
 Each module ends with ``EXPERIMENT``, its :class:`~poslab.lab.experiments.common.Experiment`: name,
-description, tier (``poslab experiment all`` / quick and full lab / full lab only), the experiments
-whose models it reuses, time estimates, and ``run(out: Path, quick: bool = False, ...) -> dict``. A declared
+description, tier (``poslab experiment all`` / quick and full lab / full lab only), the experiments it runs
+after, time estimates, and ``run(out: Path, quick: bool = False, ...) -> dict``. A declared
 experiment (:mod:`poslab.lab.experiments.declaration`: arms, a typed result, claims, tables, figures) gets its
 ``run`` from the pipeline there. ``run`` prints its tables and returns the results with their claim records under
 ``"claims"``; :func:`run_experiment` applies the statistical plan to them once (families, Holm,
 power: :func:`poslab.lab.plan.adjust`), prints them and writes the dict to ``out/results.json``, so
 the console, the file and the report show the same verdicts. Adding an experiment = one module
 + one line here. ``common``, ``training``, ``declaration`` and ``lab_models`` are the shared modules, not
-experiments; no experiment imports another (an experiment reading another's models names it in ``reuses``).
+experiments; no experiment imports another or reads another's folder: the lab models several share come from
+the lab model store the pipeline gives them (``lab_models``; an experiment that reads the models another trains
+names it in ``after``, for order).
 """
 
 from __future__ import annotations
@@ -70,8 +72,12 @@ def run_experiment(
     workers: int | None = None,
     size: str | None = None,
     seeds: int | None = None,
+    models: Path | None = None,
 ) -> dict:
     """Run one experiment, write ``out/results.json`` (default ``runs/experiments/NAME``), return the results.
+
+    ``models`` is the lab model store (:mod:`poslab.lab.experiments.lab_models`; default ``out/models``), given to
+    the declared experiments (the others train no lab model).
 
     ``workers`` (trainings at a time) goes to the experiments whose ``run`` takes it; the others
     ignore it. ``size`` names a size of :data:`poslab.lab.scale.SIZES` (or defines one,
@@ -89,11 +95,10 @@ def run_experiment(
     out = Path(out) if out is not None else Path("runs") / "experiments" / name
     out.mkdir(parents=True, exist_ok=True)
     experiment = experiments[name].EXPERIMENT
-    options = (
-        {"workers": workers}
-        if workers is not None and "workers" in inspect.signature(experiment.run).parameters
-        else {}
-    )
+    takes = inspect.signature(experiment.run).parameters
+    options: dict = {"workers": workers} if workers is not None and "workers" in takes else {}
+    if models is not None and "models" in takes:
+        options["models"] = Path(models)
     if size is not None:
         if "size" not in inspect.signature(experiment.run).parameters:
             sized = [n for n, m in experiments.items() if "size" in inspect.signature(m.EXPERIMENT.run).parameters]

@@ -90,15 +90,15 @@ def plan(
     schemes: tuple[str, ...] | None = None,
     seeds: tuple[int, ...] = SEEDS,
 ) -> Plan[Setting]:
-    """The lab models of every scheme and seed (reused from the experiments of ``reuses`` when finished there).
+    """The lab models of every scheme and seed (:func:`~poslab.lab.experiments.lab_models.lab_model_arms`: in the
+    store, reused where finished).
 
     ``schemes``: ``None`` for the size's (:func:`poslab.lab.scale.schemes_of`).
     """
     lab = size_of(quick, size)
     schemes = schemes_of(lab) if schemes is None else tuple(schemes)
-    arms, reuse = lab_model_arms(schemes, lab, out, EXPERIMENT.reuses, tuple(seeds))
     setting = Setting(lab, schemes, tuple(seeds), max(1, lab.train_length // 2), time.perf_counter())
-    return Plan(setting, arms, reuse, summarise=False, what="lab models")
+    return Plan(setting, lab_model_arms(schemes, lab, tuple(seeds)), summarise=False, what="lab models")
 
 
 def measure(runs: Runs[Setting]) -> EntropyResult:
@@ -361,7 +361,7 @@ EXPERIMENT = declare(
     declaration=Declaration(
         EntropyResult, plan, measure, claims, (KeyTable("attention entropy by length", entropy_table),), figures
     ),
-    reuses=("extrapolation", "position-training"),
+    after=("extrapolation", "position-training"),
     estimate=(15, 900),
 )
 run = EXPERIMENT.run

@@ -38,9 +38,9 @@ class Experiment:
         description: one line for ``poslab experiment list``.
         tier: :data:`FOUNDATION`, :data:`LAB` or :data:`FULL_ONLY`.
         run: ``run(out, quick=False, ...) -> dict`` (the dict becomes ``out/results.json``).
-        reuses: names of the experiments whose trained models (or results) this one reads from their sibling
-            folders, found through :mod:`poslab.lab.experiments.lab_models` given these names (rerun in the lab
-            when those are rebuilt); an experiment imports no other.
+        after: names of the experiments that train lab models this one reads, for order only: the lab runs them
+            first and reruns this one when they are rebuilt. The models themselves come from the lab model store
+            (:mod:`poslab.lab.experiments.lab_models`); an experiment imports no other and reads no other's folder.
         estimate: first-run guesses of wall seconds ``(quick, full)`` on 2 quiet cores (the lab replaces
             them with its last run's timings).
         tables: its key tables (:class:`poslab.lab.tables.KeyTable`), built from its results.json for the
@@ -51,7 +51,7 @@ class Experiment:
     description: str
     tier: str
     run: Callable[..., dict]
-    reuses: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
     estimate: tuple[float, float] = (4.0, 12.0)
     tables: tuple[KeyTable, ...] = ()
 

@@ -23,10 +23,11 @@ seed, on ln-perplexity):
 * Seed 000 Q4's Llama 3 recipe, checkpoint averaging "avoids catastrophic forgetting": the mean of the
   YaRN fine-tune's last k checkpoints, and base ⊕ fine-tuned, against the plain fine-tune (below).
 
-The RoPE models are the extrapolation experiment's, one per seed: the seeds are the plan's (the quick form's
-from :data:`poslab.lab.plan.QUICK_SEEDS`, else :data:`~poslab.lab.scale.SEEDS`, as extrapolation's), completed
-identical runs under that experiment's (or position-training's) models folder are reused, and missing seeds
-are trained here. Each scaling
+The RoPE models are the lab's RoPE models, one per seed, from the lab model store the pipeline gives the
+experiment (:mod:`poslab.lab.experiments.lab_models`, where extrapolation reads them too): the seeds are the
+plan's (the quick form's from :data:`poslab.lab.plan.QUICK_SEEDS`, else :data:`~poslab.lab.scale.SEEDS`, as
+extrapolation's), finished identical ones are reused, and missing seeds are trained there. The fine-tunes and
+controls are this experiment's own runs, ``OUT/runs/SIZE/NAME``. Each scaling
 is applied at inference by :func:`scale_rope` (factor 4, ``original_max_len = L``); the fine-tunes are
 new runs initialised from each seed's RoPE run (``TrainConfig.init_from``) with the scaling set and
 ``block_size = 4 L``, trained at the same tokens per step. A control run trains the same number of
@@ -93,7 +94,7 @@ from poslab.lab.experiments.context_extension_result import (
 from poslab.lab.experiments.context_extension_tables import TABLES
 from poslab.lab.experiments.context_extension_verdicts import all_claims, attach_premises, premise_of
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
-from poslab.lab.experiments.lab_models import EXTRAPOLATION, POSITION_TRAINING, model_root, models_dir
+from poslab.lab.experiments.lab_models import LabModel
 from poslab.lab.experiments.training import planned_seeds
 from poslab.lab.scale import CORPUS, SEED, Scale, size_of, train_config
 
@@ -123,19 +124,9 @@ def _seeded_name(name: str, seed: int) -> str:
     return name if seed == SEED else f"{name}-seed{seed}"
 
 
-def _run_folders(root: Path, depth: int = 3) -> list[Path]:
-    """Run folders (holding ``config.json``) under ``root``, at most ``depth`` levels down."""
-    if not root.is_dir():
-        return []
-    found, level = [], [root]
-    for _ in range(depth):
-        level = [p for d in level for p in sorted(d.iterdir()) if p.is_dir()]
-        found += [p for p in level if (p / "config.json").is_file()]
-    return found
-
-
-def base_config(lab: Any, out: Path, seed: int) -> Any:
-    return with_seed(train_config("rope", lab, models_dir(out, lab)), seed, _seeded_name("rope", seed))
+def runs_dir(out: Path, lab: Scale) -> Path:
+    """Where the experiment keeps its own runs (the fine-tunes and controls): ``OUT/runs/SIZE``."""
+    return Path(out) / "runs" / lab.name
 
 
 def finetune_config(label: str, spec: str, lab: Any, base_run: Path, out: Path, seed: int = SEED) -> Any:
@@ -146,7 +137,7 @@ def finetune_config(label: str, spec: str, lab: Any, base_run: Path, out: Path, 
     cfg = train_config(
         "rope",
         lab,
-        models_dir(out, lab),
+        runs_dir(out, lab),
         name=f"rope-finetune-{spec.split(':')[0]}",
         block_size=FACTOR * lab.train_length,
         position_config=position_config,
@@ -179,7 +170,7 @@ def control_config(lab: Any, base_run: Path, out: Path, seed: int = SEED) -> Any
     cfg = train_config(
         "rope",
         lab,
-        models_dir(out, lab),
+        runs_dir(out, lab),
         name="rope-control-more-steps-at-L",
         steps=lab.finetune_steps,
         lr=lab.lr / 3,
@@ -194,16 +185,6 @@ def budget_of(lab: Any) -> Budget:
     :func:`control_config` at ``L``): the same steps; tokens per step from their batch sizes."""
     batch = max(1, lab.batch_size // FACTOR)
     return Budget(lab.finetune_steps, batch * FACTOR * lab.train_length, lab.batch_size * lab.train_length)
-
-
-def base_reuse(lab: Any, out: Path) -> tuple[Path, ...]:
-    """Where the lab's RoPE base models may already be: the extrapolation experiment's models, and the
-    runs of position-training's quick form (which extrapolation itself reuses, so its own models folder
-    may hold none)."""
-    return tuple(
-        _run_folders(model_root(out, EXTRAPOLATION, lab, EXPERIMENT.reuses))
-        + _run_folders(model_root(out, POSITION_TRAINING, lab, EXPERIMENT.reuses), depth=1)
-    )
 
 
 # ------------------------------------------------------------------------------------ the declaration
@@ -259,8 +240,8 @@ class ContextResult:
 def plan(
     out: Path, quick: bool, size: str | Scale | None = None, seeds: tuple[int, ...] | None = None
 ) -> Plan[Setting]:
-    """The RoPE base model of each seed (reused from extrapolation or position-training when finished there), then
-    every fine-tune and control initialised from its seed's base.
+    """The RoPE base model of each seed (a lab model of the store, reused where finished), then every fine-tune
+    and control initialised from its seed's base.
 
     Args:
         quick: the lab's quick size (else full).
@@ -273,7 +254,6 @@ def plan(
     chosen = planned_seeds(EXPERIMENT.name, ("rope",), lab.name == "quick", seeds).get("rope", ())
     if not chosen:
         raise ValueError("seeds must name at least one seed")
-    reuse = base_reuse(lab, out)
 
     def tuned(bases: Any) -> Plan[None]:
         base_runs = {seed: run.path for seed, run in bases[BASE].items()}
@@ -286,8 +266,7 @@ def plan(
 
     return Plan(
         Setting(lab, chosen, average_last(lab), time.perf_counter()),
-        {BASE: {s: base_config(lab, out, s).to_dict() for s in chosen}},
-        {BASE: {s: reuse for s in chosen}},
+        {BASE: {s: LabModel("rope", lab, s) for s in chosen}},
         summarise=False,
         follow=tuned,
     )
@@ -351,7 +330,7 @@ EXPERIMENT = declare(
     "perplexity + passkey, 3 seeds (seed 000 §3.5, Q4)",
     tier=LAB,
     declaration=Declaration(ContextResult, plan, measure, claims, TABLES, figures),
-    reuses=("extrapolation", "position-training"),
+    after=("extrapolation", "position-training"),
     estimate=(65, 600),
 )
 run = EXPERIMENT.run

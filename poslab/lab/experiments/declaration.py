@@ -3,8 +3,8 @@
 Not an experiment. A declared experiment is one small module ending with ``EXPERIMENT = declare(...)``:
 
 * ``plan(out, quick, **options) -> Plan``: its arms (label -> seed -> training config, from the scale table or
-  :func:`poslab.lab.scale.lab_config`), where a finished identical run of another experiment may be reused, and
-  its typed setting (what the measurement reads besides the runs);
+  :func:`poslab.lab.scale.lab_config`, or a lab model of the store, :class:`~poslab.lab.experiments.lab_models.
+  LabModel`) and its typed setting (what the measurement reads besides the runs);
 * ``measure(runs) -> Result``: a frozen dataclass of typed fields (dataclasses, lists, dicts of them);
 * ``claims(result) -> [ClaimRecord]`` with their premises;
 * ``tables``: :class:`~poslab.lab.tables.KeyTable` values built from the typed ``Result``;
@@ -12,7 +12,8 @@ Not an experiment. A declared experiment is one small module ending with ``EXPER
 
 The pipeline (:func:`declare` makes the :class:`~poslab.lab.experiments.common.Experiment` the lab and the CLI
 run) owns the rest, once: every arm and seed trained or reused through one :func:`ensure_runs` (shards, Ray,
-workers, resume: :func:`poslab.lab.experiments.training.ensure_many`), the tables printed, the figures drawn,
+workers, resume: :func:`poslab.lab.experiments.training.ensure_many`; the lab models in the store it is given,
+:mod:`poslab.lab.experiments.lab_models`), the tables printed, the figures drawn,
 and the result serialised with its claims (:func:`poslab.lab.experiments.run_experiment` applies the
 statistical plan and writes results.json). The report reads results.json back into the same ``Result``
 (:func:`load`): a field a table needs that the file lacks is a failure naming the table and the field.
@@ -26,11 +27,12 @@ import json
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from poslab.lab.experiments.common import Experiment
+from poslab.lab.experiments.lab_models import MODELS, LabModel
 from poslab.lab.plan import PILOT, QUICK_SEED_CAP, Design
 from poslab.lab.tables import KeyTable, print_tables
 from poslab.lab.verdicts import INCONCLUSIVE, ClaimRecord, Premise, with_premise
@@ -46,9 +48,8 @@ class Plan(Generic[T]):
     Attributes:
         setting: the experiment's own typed setting (a scale, a corpus, the arms' parameters).
         arms: arm label -> seed -> training config (:class:`poslab.training.config.TrainConfig` values with
-            ``name``, ``out_dir`` and ``seed``), in the order they are trained and shown.
-        reuse: arm label -> seed -> folders where a finished identical run may already be (another
-            experiment's, named in its ``reuses``).
+            ``name``, ``out_dir`` and ``seed``) or lab model (:class:`LabModel`: trained in the store), in the
+            order they are trained and shown.
         summarise: give each run its summary (:class:`RunSummary`: whole-split validation loss, curves, speed).
         what: what the runs are called in progress lines and shard records.
         follow: runs that start from these: given every arm's runs, the plan of the next trainings (fine-tunes
@@ -57,8 +58,7 @@ class Plan(Generic[T]):
     """
 
     setting: T
-    arms: Mapping[str, Mapping[int, Mapping[str, Any]]]
-    reuse: Mapping[str, Mapping[int, tuple[Path, ...]]] = field(default_factory=dict)
+    arms: Mapping[str, Mapping[int, Mapping[str, Any] | LabModel]]
     summarise: bool = True
     what: str = "runs"
     follow: Callable[[Mapping[str, Mapping[int, Run]]], Plan[Any]] | None = None
@@ -140,20 +140,20 @@ def seeded_arms(
     return arms
 
 
-def ensure_runs(plan: Plan[Any], workers: int | None = None) -> Runs[Any]:
-    """Every arm and seed of ``plan`` trained unless a finished identical run exists (in its folder or one of its
-    reuse folders), ``workers`` at a time; inside a sharded step only the shard's slice
-    (:func:`poslab.lab.experiments.training.ensure_many`), then each run summarised if the plan asks."""
+def ensure_runs(plan: Plan[Any], workers: int | None = None, models: Path | None = None) -> Runs[Any]:
+    """Every arm and seed of ``plan`` trained unless a finished identical run is in its folder (a lab model's
+    folder in the store ``models``, which a plan asking for lab models needs), ``workers`` at a time; inside a
+    sharded step only the shard's slice (:func:`poslab.lab.experiments.training.ensure_many`), then each run
+    summarised if the plan asks."""
     from poslab.lab.experiments.training import ensure_many, summarise_many
     from poslab.training.config import TrainConfig
 
     keys = [(arm, seed) for arm, seeds in plan.arms.items() for seed in seeds]
-    configs = [dict(plan.arms[arm][seed]) for arm, seed in keys]
-    jobs = [
-        (TrainConfig.from_dict(values), tuple(plan.reuse.get(arm, {}).get(seed, ())))
-        for values, (arm, seed) in zip(configs, keys)
-    ]
-    paths = ensure_many(jobs, workers, what=plan.what)
+    asked = [plan.arms[arm][seed] for arm, seed in keys]
+    if models is None and any(isinstance(a, LabModel) for a in asked):
+        raise ValueError("the plan asks for lab models: give ensure_runs the lab model store (models=)")
+    configs = [a.config(models).to_dict() if isinstance(a, LabModel) else dict(a) for a in asked]
+    paths = ensure_many([TrainConfig.from_dict(values) for values in configs], workers, what=plan.what)
     if plan.summarise:
         summaries: list[RunSummary | None] = [
             load(RunSummary, s) for s in summarise_many(list(zip(configs, paths)), workers)
@@ -164,7 +164,7 @@ def ensure_runs(plan: Plan[Any], workers: int | None = None) -> Runs[Any]:
     for (arm, seed), path, summary in zip(keys, paths, summaries):
         by_arm[arm][seed] = Run(seed, path, summary)
     if plan.follow is not None:
-        by_arm.update(ensure_runs(plan.follow(by_arm), workers).by_arm)
+        by_arm.update(ensure_runs(plan.follow(by_arm), workers, models).by_arm)
     return Runs(plan, by_arm, workers)
 
 
@@ -318,11 +318,21 @@ class Declaration(Generic[R]):
         """The tables as results.json builds them: the file read back into the result type, then each table."""
         return tuple(KeyTable(k.name, _typed(k.build, self.result)) for k in self.tables)
 
-    def run(self, name: str, out: Path, quick: bool = False, workers: int | None = None, **options: Any) -> dict:
-        """Plan, train (:func:`ensure_runs`), measure, print the tables, draw the figures, claim."""
+    def run(
+        self,
+        name: str,
+        out: Path,
+        quick: bool = False,
+        workers: int | None = None,
+        models: Path | None = None,
+        **options: Any,
+    ) -> dict:
+        """Plan, train (:func:`ensure_runs`; lab models in the store ``models``, default ``OUT/models``), measure,
+        print the tables, draw the figures, claim."""
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        runs = ensure_runs(self.plan(out, quick, **options), workers)
+        store = Path(models) if models is not None else out / MODELS
+        runs = ensure_runs(self.plan(out, quick, **options), workers, store)
         result = self.measure(runs)
         data = to_json(result)
         print_tables(name, self.key_tables(), data)
@@ -340,23 +350,26 @@ def declare(
     description: str,
     tier: str,
     declaration: Declaration[Any],
-    reuses: tuple[str, ...] = (),
+    after: tuple[str, ...] = (),
     estimate: tuple[float, float] = (4.0, 12.0),
 ) -> Experiment:
-    """The :class:`Experiment` of a declaration: its ``run(out, quick=False, workers=None, <plan's options>)``
-    is the pipeline (:meth:`Declaration.run`); its tables build the typed result from results.json."""
+    """The :class:`Experiment` of a declaration: its ``run(out, quick=False, workers=None, models=None, <plan's
+    options>)`` is the pipeline (:meth:`Declaration.run`); its tables build the typed result from results.json."""
 
-    def run(out: Path, quick: bool = False, workers: int | None = None, **options: Any) -> dict:
-        return declaration.run(name, out, quick, workers, **options)
+    def run(
+        out: Path, quick: bool = False, workers: int | None = None, models: Path | None = None, **options: Any
+    ) -> dict:
+        return declaration.run(name, out, quick, workers, models, **options)
 
     own = [p for p in inspect.signature(declaration.plan).parameters.values() if p.name not in ("out", "quick")]
     head = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("out",)]
     head += [
         inspect.Parameter("quick", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=False),
         inspect.Parameter("workers", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("models", inspect.Parameter.KEYWORD_ONLY, default=None),
     ]
     run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         head + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
     )
     run.__doc__ = declaration.plan.__doc__
-    return Experiment(name, description, tier, run, reuses, estimate, declaration.key_tables())
+    return Experiment(name, description, tier, run, after, estimate, declaration.key_tables())

@@ -21,8 +21,9 @@ design calls for: a ratio ``ppl(fL) / ppl(L)`` per seed on the ln scale (one mod
 two schemes paired by seed (seed i trains every scheme on the same batches), RoPE's "10 to 100+"
 against the corpus's unigram perplexity (the level of a model that ignores its context).
 
-The models are the lab models of every scheme and seed (:mod:`poslab.lab.experiments.lab_models`), trained
-here or reused from position-training's quick runs; the other length experiments reuse them in turn.
+The models are the lab models of every scheme and seed, from the lab model store the pipeline gives the
+experiment (:mod:`poslab.lab.experiments.lab_models`): trained there, or the finished identical ones reused (the
+quick lab's position-training trains them first; the other length experiments read them in turn).
 """
 
 from __future__ import annotations
@@ -210,8 +211,8 @@ def plan(
     schemes: tuple[str, ...] | None = None,
     seeds: tuple[int, ...] | None = None,
 ) -> Plan[Setting]:
-    """The lab model of every scheme and seed (``OUT/models/SIZE/NAME``,
-    :func:`poslab.lab.experiments.lab_models.run_name`; reused from position-training when finished there).
+    """The lab model of every scheme and seed (:func:`~poslab.lab.experiments.lab_models.lab_model_arms`: in the
+    store, ``MODELS/SIZE/NAME``).
 
     Args:
         quick: the demo's size; ``size`` (a :class:`~poslab.lab.scale.Scale` or the name of one of
@@ -224,9 +225,8 @@ def plan(
     schemes = schemes_of(lab) if schemes is None else tuple(schemes)
     by_scheme = planned_seeds(EXPERIMENT.name, schemes, lab.name == "quick", seeds)
     schemes = tuple(s for s in schemes if s in by_scheme)
-    arms, reuse = lab_model_arms(schemes, lab, out, (EXPERIMENT.name, *EXPERIMENT.reuses), by_scheme)
     setting = Setting(lab, schemes, {s: tuple(by_scheme[s]) for s in schemes}, time.perf_counter())
-    return Plan(setting, arms, reuse, summarise=False, what="lab models")
+    return Plan(setting, lab_model_arms(schemes, lab, by_scheme), summarise=False, what="lab models")
 
 
 def _final_val_loss(run_dir: Path) -> float:
@@ -310,7 +310,7 @@ EXPERIMENT = declare(
     description="train one GPT per position scheme at L, perplexity at 1x..16x L (ALiBi paper; seeds 000, 002)",
     tier=LAB,
     declaration=Declaration(ExtrapolationResult, plan, measure, claims, TABLES, figures),
-    reuses=("position-training",),
+    after=("position-training",),
     estimate=(40, 3600),
 )
 run = EXPERIMENT.run

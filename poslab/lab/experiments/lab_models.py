@@ -1,23 +1,26 @@
-"""The lab models several experiments share: where each experiment keeps them, and reusing them across experiments.
+"""The lab model store: every lab model in one folder tree that the pipeline owns and hands the experiments.
 
-Not an experiment. An experiment reads another's models only when its :class:`~poslab.lab.experiments.common.
-Experiment` names that experiment in ``reuses`` (the lab then runs the provider first and reruns the reader when
-the provider is rebuilt); it passes those names here, and :func:`reused` gives it the provider's folder, a
-sibling of its own in the lab. :data:`MODEL_ROOTS` says where in its folder each provider keeps its lab models.
+Not an experiment. A lab model is one position scheme at one size and seed, trained with
+:func:`poslab.lab.scale.train_config`; the store keeps it at ``MODELS/SIZE/NAME`` (:func:`run_name`). A plan asks
+for one by scheme, size and seed (:class:`LabModel`, as an arm's value) and
+:func:`poslab.lab.experiments.declaration.ensure_runs` trains it into the store the pipeline was given, or reuses
+the finished identical run there (:func:`poslab.lab.experiments.training.ensure_trained`: a folder of that name
+trained with another config is trained again). The store is ``LAB/models`` in a lab and ``OUT/models`` for
+``poslab experiment NAME --out OUT`` unless ``--models DIR``; so every experiment of a lab reads the same lab
+models, and none reads another experiment's folder.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from poslab.lab.experiments.training import ensure_trained
 from poslab.lab.scale import SEED, SEEDS, Scale, train_config
 
-#: the experiment that trains the lab models at every size (:func:`models_dir`)
-EXTRAPOLATION = "extrapolation"
-#: the experiment whose quick form trains the quick lab models first (its runs are ``runs/SCHEME-sSEED``)
-POSITION_TRAINING = "position-training"
+#: the store's folder in an experiment's output folder when none is given (``poslab experiment NAME --out OUT``)
+MODELS = "models"
 
 
 def run_name(scheme: str, seed: int = SEED) -> str:
@@ -25,63 +28,24 @@ def run_name(scheme: str, seed: int = SEED) -> str:
     return scheme if seed == SEED else f"{scheme}-s{seed}"
 
 
-def models_dir(out: Path, size: Scale) -> Path:
-    """Where an experiment keeps the lab models it trains: ``OUT/models/SIZE``."""
-    return Path(out) / "models" / size.name
+@dataclass(frozen=True)
+class LabModel:
+    """One lab model, asked for by scheme, size and seed; :meth:`config` places it in a store."""
 
+    scheme: str
+    size: Scale
+    seed: int = SEED
 
-def reused(out: Path, provider: str, reuses: Sequence[str]) -> Path:
-    """The folder of ``provider``, an experiment named in ``reuses`` (the reader's own name and its ``reuses``),
-    next to the reader's folder ``out`` (``ValueError`` when the reader did not declare it)."""
-    if provider not in reuses:
-        raise ValueError(f"{provider!r} is not among the experiments this one reuses ({', '.join(reuses)})")
-    return Path(out).parent / provider
-
-
-def model_root(out: Path, provider: str, size: Scale, reuses: Sequence[str]) -> Path:
-    """The folder under which ``provider`` (:func:`reused`) keeps its lab models of ``size``."""
-    folder = reused(out, provider, reuses)
-    if provider == POSITION_TRAINING:
-        return folder / "runs"
-    return models_dir(folder, size)
-
-
-def _model_folder(out: Path, provider: str, scheme: str, size: Scale, seed: int, reuses: Sequence[str]) -> Path:
-    root = model_root(out, provider, size, reuses)
-    return root / (f"{scheme}-s{seed}" if provider == POSITION_TRAINING else run_name(scheme, seed))
-
-
-def reuse_candidates(scheme: str, size: Scale, out: Path, seed: int, reuses: Sequence[str]) -> tuple[Path, ...]:
-    """Where a finished lab model of ``scheme``, ``size`` and ``seed`` may already be: the folders of the
-    experiments in ``reuses`` that train lab models, in the order named."""
-    providers = [p for p in reuses if p in (EXTRAPOLATION, POSITION_TRAINING)]
-    return tuple(_model_folder(out, p, scheme, size, seed, reuses) for p in providers)
-
-
-def shared_model(scheme: str, size: Scale, out: Path, reuses: Sequence[str], seed: int = SEED) -> Path:
-    """The lab model of ``scheme`` for ``size`` and ``seed``: trained into ``OUT/models/SIZE/NAME``, or reused
-    from the experiments of ``reuses`` when one there is complete and identical."""
-    cfg = train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed)
-    return ensure_trained(cfg, reuse=reuse_candidates(scheme, size, out, seed, reuses))
+    def config(self, models: Path) -> Any:
+        """Its :class:`~poslab.training.config.TrainConfig`, trained into ``MODELS/SIZE/NAME``."""
+        folder = Path(models) / self.size.name
+        return train_config(self.scheme, self.size, folder, name=run_name(self.scheme, self.seed), seed=self.seed)
 
 
 def lab_model_arms(
-    schemes: Sequence[str],
-    size: Scale,
-    out: Path,
-    reuses: Sequence[str],
-    seeds: tuple[int, ...] | Mapping[str, tuple[int, ...]] = SEEDS,
-) -> tuple[dict[str, dict[int, dict]], dict[str, dict[int, tuple[Path, ...]]]]:
-    """The lab models of every scheme and seed as a declared experiment's arms: scheme -> seed -> training config
-    (trained into ``OUT/models/SIZE/NAME``), and scheme -> seed -> where a finished identical one may already be
-    (:func:`reuse_candidates`). ``seeds``: the seeds of every scheme, or scheme -> its seeds."""
-    by_scheme = {s: tuple(seeds[s]) if isinstance(seeds, Mapping) else tuple(seeds) for s in schemes}
-    arms = {
-        scheme: {
-            seed: train_config(scheme, size, models_dir(out, size), name=run_name(scheme, seed), seed=seed).to_dict()
-            for seed in by_scheme[scheme]
-        }
-        for scheme in schemes
-    }
-    reuse = {s: {seed: reuse_candidates(s, size, out, seed, reuses) for seed in by_scheme[s]} for s in schemes}
-    return arms, reuse
+    schemes: Sequence[str], size: Scale, seeds: tuple[int, ...] | Mapping[str, tuple[int, ...]] = SEEDS
+) -> dict[str, dict[int, LabModel]]:
+    """The lab models of every scheme and seed as a declared experiment's arms: scheme -> seed -> :class:`LabModel`.
+    ``seeds``: the seeds of every scheme, or scheme -> its seeds."""
+    chosen = {s: seeds[s] if isinstance(seeds, Mapping) else seeds for s in schemes}
+    return {scheme: {seed: LabModel(scheme, size, seed) for seed in chosen[scheme]} for scheme in schemes}

@@ -20,8 +20,9 @@ The full form trains ``tang-small`` (seed 001's GPT on the Tang poems, n_embd 12
 every registered scheme. The quick form trains on tinyshakespeare, not on the Tang poems: exactly the
 lab's quick extrapolation models (4 layers, n_embd 64, window 64, 1500 steps of warmup-stable-decay;
 :func:`poslab.lab.scale.train_config`) for the five arms of the lessons' main
-claims (NoPE, the learned and sinusoidal tables, RoPE, ALiBi: the quick size's ``schemes``), so the
-extrapolation, context-extension and attention-entropy experiments of the same lab reuse these runs
+claims (NoPE, the learned and sinusoidal tables, RoPE, ALiBi: the quick size's ``schemes``), trained in the
+lab model store the pipeline gives the experiment (:mod:`poslab.lab.experiments.lab_models`), so the
+extrapolation, context-extension and attention-entropy experiments of the same lab read these models
 instead of training them again. Fewer arms, each trained long enough to use its context, test the
 claims; every scheme at bigram level would not.
 """
@@ -45,6 +46,7 @@ from poslab.lab.experiments.common import (
     scheme_style_index,
 )
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, RunSummary, declare, seeded_arms, to_json
+from poslab.lab.experiments.lab_models import lab_model_arms
 from poslab.lab.experiments.training import SEEDS, TIMING_STEPS, alternating_cpu_speed, planned_seeds, runs_table
 from poslab.lab.plan import own_family
 from poslab.lab.premises import arms_of, attach, below_bigram, language_models, premises_table
@@ -227,7 +229,8 @@ def plan(
     base: dict[str, Any] | None = None,
     seeds: tuple[int, ...] | None = None,
 ) -> Plan[Setting]:
-    """One GPT per scheme and seed, runs ``out/runs/SCHEME-sSEED``.
+    """One GPT per scheme and seed: runs ``out/runs/SCHEME-sSEED``; in the quick form without ``base``, the lab
+    models of the quick size (:func:`~poslab.lab.experiments.lab_models.lab_model_arms`: in the store).
 
     Args:
         quick: the short form (the lab's quick models; see the module docstring).
@@ -247,8 +250,13 @@ def plan(
     else:
         base = base if base is not None else lesson_config()
         variants = {name: {"model": {"position": name, "position_config": {}}} for name in schemes}
-    by_scheme = planned_seeds(EXPERIMENT_NAME, schemes, quick and base_given is None, seeds)
-    arms = seeded_arms(out, base, variants, by_scheme)
+    lab_models = quick and base_given is None
+    by_scheme = planned_seeds(EXPERIMENT_NAME, schemes, lab_models, seeds)
+    arms: Mapping[str, Mapping[int, Any]]
+    if lab_models:
+        arms = lab_model_arms(tuple(by_scheme), SIZES["quick"], {s: tuple(v) for s, v in by_scheme.items()})
+    else:
+        arms = seeded_arms(out, base, variants, by_scheme)
     timed = [k for k in ("alibi", "none") if k in variants]
     timing = {k: {**base, "model": {**base.get("model", {}), **variants[k]["model"]}} for k in timed}
     setting = Setting(

@@ -10,7 +10,9 @@ through :func:`poslab.lab.experiments.declaration.ensure_runs`, which summarises
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -279,52 +281,55 @@ def preset_arms(out: Path, scale: Scale, seeds: Sequence[int]) -> dict[str, dict
     return {"rope": arms}
 
 
-def ensure_trained(cfg: Any, reuse: tuple[Path, ...] = (), progress: bool = False) -> Path:
-    """Train ``cfg`` unless a completed identical run exists in its folder or one of ``reuse``
-    (:func:`train_or_resume`: an interrupted one continues).
+def ensure_trained(cfg: Any, progress: bool = False) -> Path:
+    """Train ``cfg`` unless a completed identical run is in its folder (:func:`train_or_resume`: an interrupted one
+    continues; a finished run of another config there is trained again).
 
     Returns:
         The run folder holding the trained model.
     """
-    run_dir = Path(cfg.out_dir) / cfg.name
-    for candidate in (run_dir, *reuse):
-        if same_run(candidate, cfg):
-            return candidate
-    train_or_resume(cfg, progress)
-    return run_dir
+    if not same_run(cfg.run_dir, cfg):
+        train_or_resume(cfg, progress)
+    return Path(cfg.run_dir)
 
 
-def _ensure_in_worker(values: dict[str, Any], reuse: tuple[str, ...], progress: bool = False) -> str:
+def _ensure_in_worker(values: dict[str, Any], progress: bool = False) -> str:
     """Worker: :func:`ensure_trained` of one config given as a dict (a live progress bar when ``progress``);
     returns the run folder."""
     from poslab.training.config import TrainConfig
 
-    return str(ensure_trained(TrainConfig.from_dict(values), tuple(Path(r) for r in reuse), progress))
+    return str(ensure_trained(TrainConfig.from_dict(values), progress))
 
 
-def ensure_many(
-    jobs: Sequence[tuple[Any, tuple[Path, ...]]], workers: int | None = None, what: str = "runs"
-) -> list[Path]:
-    """:func:`ensure_trained` of every ``(config, reuse)`` pair, training the missing ones ``workers`` at a time.
+def shard_key(cfg: Any) -> int:
+    """The number that picks the shard of a training (``key % N``): its config without name, folder and threads (what
+    :func:`same_run` compares), plus its seed. One training lands in the same shard whichever experiment asks for it,
+    so two shards never train one lab model at once; the seeds of one config go to the shards in turn."""
+    values = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "out_dir", "threads", "seed")}
+    return zlib.crc32(json.dumps(values, sort_keys=True, default=str).encode()) + int(cfg.seed)
 
-    A config with a finished identical run in its folder or in one of its ``reuse`` folders is not
-    trained again. With more than one worker each training runs in its own process on one thread.
-    Inside a sharded step (:func:`poslab.jobs.runner.use_shard`) only the shard's slice of ``jobs`` is
-    trained, and :class:`poslab.jobs.runner.ShardFinished` stops the step while any job is unfinished.
+
+def ensure_many(configs: Sequence[Any], workers: int | None = None, what: str = "runs") -> list[Path]:
+    """:func:`ensure_trained` of every config, training the missing ones ``workers`` at a time.
+
+    A config with a finished identical run in its folder is not trained again. With more than one worker each
+    training runs in its own process on one thread. Inside a sharded step (:func:`poslab.jobs.runner.use_shard`)
+    only the shard's trainings (:func:`shard_key`) are trained, and :class:`poslab.jobs.runner.ShardFinished`
+    stops the step while any is unfinished.
 
     Returns:
-        The run folder of each job, in job order.
+        The run folder of each config, in order.
     """
     workers = default_workers() if workers is None else check_workers(workers)
-    mine = set(runner.shard_indices(len(jobs)))  # every job unless the step is sharded
+    shard = runner.current_shard()
+    mine = {i for i, c in enumerate(configs) if shard is None or shard_key(c) % shard[1] == shard[0] - 1}
 
     def finished(i: int) -> Path | None:
-        cfg, reuse = jobs[i]
-        return next((c for c in (Path(cfg.out_dir) / cfg.name, *reuse) if same_run(c, cfg)), None)
+        return configs[i].run_dir if same_run(configs[i].run_dir, configs[i]) else None
 
     found: dict[int, Path] = {}
     todo = []
-    for i in range(len(jobs)):
+    for i in range(len(configs)):
         done = finished(i)
         if done is not None:
             found[i] = done
@@ -333,34 +338,30 @@ def ensure_many(
     if todo:
         print(
             f"--- training {len(todo)} {what} ({min(workers, len(todo))} at a time): "
-            f"{', '.join(jobs[i][0].name for i in todo)}",
+            f"{', '.join(configs[i].name for i in todo)}",
             flush=True,
         )
     alone = workers == 1 or len(todo) <= 1
     tasks = [
         Task(
-            jobs[i][0].name,
+            configs[i].name,
             _ensure_in_worker,
-            (
-                {**jobs[i][0].to_dict(), **({} if alone else {"threads": jobs[i][0].threads or 1})},
-                tuple(str(p) for p in jobs[i][1]),
-                alone,
-            ),
-            gpus=runner.gpus_for(jobs[i][0].to_dict()),
+            ({**configs[i].to_dict(), **({} if alone else {"threads": configs[i].threads or 1})}, alone),
+            gpus=runner.gpus_for(configs[i].to_dict()),
         )
         for i in todo
     ]
     for i, path in zip(todo, train_many(tasks, 1 if alone else workers, sharded=True)):
         found[i] = Path(path)
-    if len(mine) < len(jobs):  # a sharded step: go on only once every shard's jobs are finished
-        for i in range(len(jobs)):
+    if shard is not None:  # a sharded step: go on only once every shard's trainings are finished
+        for i in range(len(configs)):
             if i not in found and (done := finished(i)) is not None:
                 found[i] = done
-        runner.end_of_stage(what, trained=len(todo), in_shard=len(mine), total=len(jobs), left=len(jobs) - len(found))
-    return [found[i] for i in range(len(jobs))]
+        left = len(configs) - len(found)
+        runner.end_of_stage(what, trained=len(todo), in_shard=len(mine), total=len(configs), left=left)
+    return [found[i] for i in range(len(configs))]
 
 
-# ------------------------------------------------------------------------------------ claims
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:.3g}"
