@@ -479,3 +479,25 @@ def test_a_plan_follows_its_runs_with_runs_that_start_from_them(tmp_path, corpus
     assert {arm: {s: r.path for s, r in v.items()} for arm, v in again.by_arm.items()} == {
         arm: {s: r.path for s, r in v.items()} for arm, v in runs.by_arm.items()
     }
+
+
+def test_every_experiment_says_which_options_its_run_takes():
+    """``Experiment.options`` is what the CLI and the lab read to pass ``--size``/``--seeds``/``--workers``/
+    ``--models``: for every registered experiment it names exactly the keywords its ``run`` accepts."""
+    import inspect
+
+    from poslab.lab.experiments.common import Option
+
+    for name, module in experiments.registry().items():
+        experiment = module.EXPERIMENT
+        accepted = set(inspect.signature(experiment.run).parameters)
+        assert {o for o in Option if o.value in accepted} == experiment.options, name
+    assert experiments.registry()["extrapolation"].EXPERIMENT.takes(Option.SIZE)
+    assert not experiments.registry()["heads"].EXPERIMENT.takes(Option.SIZE)
+
+
+def test_an_experiment_s_options_are_option_values():
+    from poslab.lab.experiments.common import LAB, Experiment
+
+    with pytest.raises(ValueError, match="options must be Option values, got 'size'"):
+        Experiment("x", "a stand-in", LAB, lambda out, quick=False: {}, options=frozenset({"size"}))

@@ -292,7 +292,7 @@ def _fake_registry(monkeypatch) -> dict:
     from types import SimpleNamespace
 
     from poslab.lab import experiments
-    from poslab.lab.experiments.common import LAB, Experiment
+    from poslab.lab.experiments.common import LAB, Experiment, Option
 
     got: dict = {}
 
@@ -305,8 +305,10 @@ def _fake_registry(monkeypatch) -> dict:
         return {"claims": []}
 
     fakes = {
-        name: SimpleNamespace(EXPERIMENT=Experiment(name=name, description="fake", tier=LAB, run=run, estimate=(1, 1)))
-        for name, run in (("seeded", seeded), ("plain", plain))
+        name: SimpleNamespace(
+            EXPERIMENT=Experiment(name, "fake", LAB, run, estimate=(1, 1), options=frozenset(options))
+        )
+        for name, run, options in (("seeded", seeded, {Option.SEEDS}), ("plain", plain, set()))
     }
     monkeypatch.setattr(experiments, "registry", lambda: fakes)
     return got

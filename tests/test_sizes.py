@@ -10,7 +10,7 @@ import pytest
 from poslab.cli.app import main
 from poslab.lab import experiments
 from poslab.lab import scale as sizes
-from poslab.lab.experiments.common import LAB, Experiment
+from poslab.lab.experiments.common import LAB, Experiment, Option
 
 
 @pytest.fixture
@@ -118,7 +118,8 @@ def test_experiment_size_reaches_the_experiments_that_take_one(table, monkeypatc
         seen["size"] = size
         return {}
 
-    fake = types.SimpleNamespace(EXPERIMENT=Experiment("sized", "a stand-in with sizes", LAB, run))
+    sized = Experiment("sized", "a stand-in with sizes", LAB, run, options=frozenset({Option.SIZE}))
+    fake = types.SimpleNamespace(EXPERIMENT=sized)
     plain = types.SimpleNamespace(
         EXPERIMENT=Experiment("plain", "a stand-in without", LAB, lambda out, quick=False: {})
     )

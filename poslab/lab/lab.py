@@ -109,11 +109,10 @@ def plan(
             (recorded in its :attr:`Step.seeds`).
     """
     import dataclasses
-    import inspect
 
     from poslab.jobs import runner
     from poslab.lab import experiments
-    from poslab.lab.experiments.common import FOUNDATION, FULL_ONLY, LAB
+    from poslab.lab.experiments.common import FOUNDATION, FULL_ONLY, LAB, Option
     from poslab.lab.experiments.lab_models import MODELS
     from poslab.lab.scale import define_size
 
@@ -129,9 +128,9 @@ def plan(
             if experiment.tier != tier:
                 continue
             folder = lab_dir / "experiments" / name
-            takes_size = sized is not None and "size" in inspect.signature(experiment.run).parameters
+            takes_size = sized is not None and experiment.takes(Option.SIZE)
             extra = ["--size", str(size)] if takes_size else []
-            takes_seeds = seeds is not None and "seeds" in inspect.signature(experiment.run).parameters
+            takes_seeds = seeds is not None and experiment.takes(Option.SEEDS)
             extra += ["--seeds", str(seeds)] if takes_seeds else []
             done = "results.json"
             if shard is not None:

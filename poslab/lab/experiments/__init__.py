@@ -17,13 +17,12 @@ names it in ``after``, for order).
 from __future__ import annotations
 
 import importlib
-import inspect
 from pathlib import Path
 from types import ModuleType
 
 from poslab.checks import positive_int
 from poslab.fileio import atomic_write_json
-from poslab.lab.experiments.common import TIERS, Experiment
+from poslab.lab.experiments.common import TIERS, Experiment, Option
 
 # one line per experiment module
 _MODULES = (
@@ -95,13 +94,12 @@ def run_experiment(
     out = Path(out) if out is not None else Path("runs") / "experiments" / name
     out.mkdir(parents=True, exist_ok=True)
     experiment = experiments[name].EXPERIMENT
-    takes = inspect.signature(experiment.run).parameters
-    options: dict = {"workers": workers} if workers is not None and "workers" in takes else {}
-    if models is not None and "models" in takes:
+    options: dict = {"workers": workers} if workers is not None and experiment.takes(Option.WORKERS) else {}
+    if models is not None and experiment.takes(Option.MODELS):
         options["models"] = Path(models)
     if size is not None:
-        if "size" not in inspect.signature(experiment.run).parameters:
-            sized = [n for n, m in experiments.items() if "size" in inspect.signature(m.EXPERIMENT.run).parameters]
+        if not experiment.takes(Option.SIZE):
+            sized = [n for n, m in experiments.items() if m.EXPERIMENT.takes(Option.SIZE)]
             raise ValueError(
                 f"--size {size!r}: experiment {name!r} has no sizes (those with sizes: {', '.join(sized)})"
             )
@@ -112,8 +110,8 @@ def run_experiment(
         from poslab.lab.experiments.training import seeds_for
 
         chosen = seeds_for(seeds)  # a bad number: one error before any work
-        if "seeds" not in inspect.signature(experiment.run).parameters:
-            seeded = [n for n, m in experiments.items() if "seeds" in inspect.signature(m.EXPERIMENT.run).parameters]
+        if not experiment.takes(Option.SEEDS):
+            seeded = [n for n, m in experiments.items() if m.EXPERIMENT.takes(Option.SEEDS)]
             raise ValueError(
                 f"--seeds {seeds!r}: experiment {name!r} trains no seeded arms (those with seeds: {', '.join(seeded)})"
             )

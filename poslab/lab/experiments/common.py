@@ -5,6 +5,7 @@ Not an experiment (the registry in ``__init__`` lists the experiment modules by 
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
 from collections import Counter
@@ -29,6 +30,19 @@ TIERS = (FOUNDATION, LAB, FULL_ONLY)
 LINE, SHUFFLED = "白日依山尽", "山依日白尽"
 
 
+class Option(enum.Enum):
+    """A command-line option that an experiment's ``run`` takes as the keyword of the same name."""
+
+    #: ``--size``: the lab scale (a :class:`~poslab.lab.scale.Scale`)
+    SIZE = "size"
+    #: ``--seeds``: the seeds of every seeded arm
+    SEEDS = "seeds"
+    #: ``--workers``: trainings at a time
+    WORKERS = "workers"
+    #: ``--models``: the lab model store
+    MODELS = "models"
+
+
 @dataclass(frozen=True)
 class Experiment:
     """One experiment, described once: what ``poslab experiment`` lists and ``poslab lab`` plans.
@@ -45,6 +59,7 @@ class Experiment:
             them with its last run's timings).
         tables: its key tables (:class:`poslab.lab.tables.KeyTable`), built from its results.json for the
             console and the report.
+        options: the options its ``run`` takes (:class:`Option`); the others are refused by name.
     """
 
     name: str
@@ -54,10 +69,18 @@ class Experiment:
     after: tuple[str, ...] = ()
     estimate: tuple[float, float] = (4.0, 12.0)
     tables: tuple[KeyTable, ...] = ()
+    options: frozenset[Option] = frozenset()
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
             raise ValueError(f"experiment {self.name!r}: tier must be one of {list(TIERS)}, got {self.tier!r}")
+        wrong = [o for o in self.options if not isinstance(o, Option)]
+        if wrong:
+            raise ValueError(f"experiment {self.name!r}: options must be Option values, got {wrong[0]!r}")
+
+    def takes(self, option: Option) -> bool:
+        """Whether its ``run`` takes ``option`` as a keyword."""
+        return option in self.options
 
     @property
     def in_all(self) -> bool:

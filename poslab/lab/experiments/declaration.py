@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from poslab.lab.experiments.common import Experiment
+from poslab.lab.experiments.common import Experiment, Option
 from poslab.lab.experiments.lab_models import MODELS, LabModel
 from poslab.lab.plan import PILOT, QUICK_SEED_CAP, Design
 from poslab.lab.tables import KeyTable, print_tables
@@ -372,4 +372,6 @@ def declare(
         head + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
     )
     run.__doc__ = declaration.plan.__doc__
-    return Experiment(name, description, tier, run, after, estimate, declaration.key_tables())
+    # the plan's own options (a scale, seeds) are what its run takes besides the pipeline's workers and store
+    options = {Option.WORKERS, Option.MODELS} | {o for o in Option if o.value in {p.name for p in own}}
+    return Experiment(name, description, tier, run, after, estimate, declaration.key_tables(), frozenset(options))
