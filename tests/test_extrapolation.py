@@ -482,9 +482,14 @@ MUST_RESOLVE = (
 
 @pytest.mark.slow
 def test_quick_extrapolation_resolves_its_claims(tmp_path: Path):
-    """The real quick form (3 seeds per scheme): every verdict obeys the rule, and the issue's claims are decided."""
+    """The real quick form (the plan's seeds per scheme): every verdict obeys the rule, and the issue's claims are
+    decided."""
+    from poslab.lab.experiments.training import planned_seeds
+    from poslab.lab.scale import schemes_of, size_of
+
     results = extrapolation.run(tmp_path / "extrapolation", quick=True)
-    assert results["seeds"] == list(extrapolation.SEEDS)
+    planned = planned_seeds("extrapolation", schemes_of(size_of(True)), quick=True)
+    assert results["seeds_by_scheme"] == {scheme: list(seeds) for scheme, seeds in planned.items()}
     assert check_records(results["claims"]) == []
     assert missing_premises(results["claims"]) == []  # every training claim carries its premise
     by_claim = {c["claim"]: c for c in results["claims"]}
