@@ -87,12 +87,13 @@ plt.show()
 # counted and each line parsed, the lesson's and the fixed one.
 
 # %%
-from poslab.lab.experiments import corrections  # noqa: E402
+from poslab.lab.experiments.corrections import lesson002_formulas  # noqa: E402
+from poslab.lab.lesson_quotes import QUOTES  # noqa: E402
 
-lesson_lines = corrections.QUOTES["pe_latex"][1].split("\n")
-for found in corrections.latex_faults(lesson_lines)["lines"]:
+lesson_lines = QUOTES["pe_latex"][1].split("\n")
+for found in lesson002_formulas.latex_faults(lesson_lines)["lines"]:
     print(found)
-print("fixed:\n" + corrections.FIXED_PE_LATEX)
+print("fixed:\n" + lesson002_formulas.FIXED_PE_LATEX)
 
 # %% [markdown]
 # ## 3.1 局部注意力的掩码 / The local-attention mask
@@ -200,7 +201,7 @@ for n_embd, block in ((128, 128), (512, 1024)):
 # pairs with the same offset (推导见笔记本 000 的 3.2 节 / the derivation is notebook 000, §3.2).
 
 # %%
-forms = corrections.rope_complex_forms()
+forms = lesson002_formulas.rope_complex_forms()
 print(f"poslab rope score at offset 3: {forms['score']:.4f} (spread over the pairs {forms['score_spread']:.1e})")
 print(f"RoFormer's Re[z_q conj(z_k) e^(i(m-n)θ)] vs the score: {forms['correct_vs_score']:.1e}")
 print(

@@ -17,7 +17,15 @@ import torch
 from poslab.cli.app import main
 from poslab.display import cut
 from poslab.lab import evidence, experiments, zoo
-from poslab.lab.experiments import corrections, permutation, probes, rope_relative
+from poslab.lab.experiments import permutation, probes, rope_relative
+from poslab.lab.experiments.corrections import (
+    lesson000_heads,
+    lesson000_reasons,
+    lesson000_rope,
+    lesson002_code,
+    lesson002_formulas,
+    lesson002_sources,
+)
 from poslab.lab.experiments.corrections.lesson000_contradictions import PASSAGES
 from poslab.lab.lesson_quotes import SENTENCES, quoted
 from poslab.lab.report.builder import kind
@@ -136,7 +144,7 @@ def test_each_quote_and_judged_sentence_is_the_lessons_verbatim(results):
 
 
 def test_alibi_lesson_formula_against_the_paper():
-    mats = corrections.alibi_matrices(T=6, n_heads=8)
+    mats = lesson000_heads.alibi_matrices(T=6, n_heads=8)
     slopes = torch.tensor([2.0**-k for k in range(1, 9)])
     assert torch.allclose(mats["slopes"], slopes)
     i, j = 4, 1
@@ -146,7 +154,7 @@ def test_alibi_lesson_formula_against_the_paper():
 
 
 def test_ntk_keeps_high_and_interpolates_low(results):
-    r = corrections.ntk_ratios()
+    r = lesson000_rope.ntk_ratios()
     d, s = 128, 4.0
     assert r["highest"] == pytest.approx(1.0)
     assert r["lowest"] == pytest.approx(s**-1, rel=1e-4)  # (s^(d/(d-2)))^(-(d-2)/d) = 1/s
@@ -157,7 +165,7 @@ def test_ntk_keeps_high_and_interpolates_low(results):
 
 
 def test_seven_b_count_is_llama2_7b():
-    c = corrections.seven_b_counts()
+    c = lesson002_sources.seven_b_counts()
     assert c["rope"] == LLAMA2_7B_PARAMS
     assert c["learned"] - c["rope"] == 4096 * 4096  # the position table
     assert (c["learned"] - c["rope"]) / c["learned"] < 0.01  # far from 12%
@@ -165,7 +173,7 @@ def test_seven_b_count_is_llama2_7b():
 
 def test_local_mask_is_the_window_inverted():
     T, W = 7, 2
-    lesson = corrections.lesson_local_keep(T, W)
+    lesson = lesson002_code.lesson_local_keep(T, W)
     i = torch.arange(T)
     far = (i[:, None] - i[None, :]).abs() >= W  # what the lesson's code keeps
     assert torch.equal(lesson, far)
@@ -173,7 +181,7 @@ def test_local_mask_is_the_window_inverted():
 
 
 def test_gradscaler_clipping_sees_unscaled_gradients():
-    n = corrections.clipping_norms(seed=1)
+    n = lesson002_code.clipping_norms(seed=1)
     assert n["scaled"] / n["fp32"] == pytest.approx(n["scale"], rel=1e-2)  # before unscale_: scale x larger
     assert n["relative_gap"] < 1e-3  # after unscale_: the fp32 norm (fp16 autocast rounding only)
     assert math.isfinite(n["unscaled"])
@@ -199,7 +207,7 @@ def test_llama3_averaging_is_placed_where_the_paper_puts_it(results):
 
 # ------------------------------------------------------------------ the records beside the first eleven
 def test_autocast_casts_the_lessons_float_scores_down():
-    m = corrections.autocast_scores_dtype()
+    m = lesson002_code.autocast_scores_dtype()
     assert m["lesson"] == "bfloat16"  # .float() inside autocast: the matmul still runs in low precision
     assert m["autocast_disabled"] == "float32"
     q = torch.randn(1, 2, 4, 8).bfloat16()
@@ -208,16 +216,16 @@ def test_autocast_casts_the_lessons_float_scores_down():
 
 
 def test_lessons_pe_cache_class_fails_on_d_model(results):
-    assert corrections.run_lesson_pe_cache() == "NameError: name 'd_model' is not defined"
+    assert lesson002_code.run_lesson_pe_cache() == "NameError: name 'd_model' is not defined"
     (c,) = by_source(results, "seed 002 §5.2")
     assert c["verdict"] == "did not hold" and "d_model" in c["measured"]
 
 
 def test_lessons_adaptive_mask_faults():
-    f = corrections.adaptive_mask_faults(seq_len=6, spans=(1, 2))
+    f = lesson002_code.adaptive_mask_faults(seq_len=6, spans=(1, 2))
     assert f["masked_pairs"] == 0 and f["future_pairs_kept"] == f["of_future_pairs"] == 15
     assert all(f["faults"].values())
-    mask = corrections.lesson_adaptive_mask(6, [1, 2])
+    mask = lesson002_code.lesson_adaptive_mask(6, [1, 2])
     assert mask[0, 5] == 3 and mask[5, 0] == 1  # far past: only the initial ones; the future: every head
 
 
@@ -226,18 +234,18 @@ def test_adaptive_span_heading_and_imagenet_rule(results):
     assert len(heading) == 1 and "动态头数调节" in heading[0]["details"]["quote"]
     (rule,) = [c for c in by_source(results, "seed 002 §3.2")]
     assert rule["verdict"] == "did not hold" and "ImageNet" in rule["details"]["quote"]
-    for _, d, h in corrections.VIT_CONFIGS:
+    for _, d, h in lesson002_sources.VIT_CONFIGS:
         assert h / math.sqrt(d / 16) > 1.25  # every ViT has far more heads than the rule
 
 
 def test_scaled_dot_product_variance_does_not_grow_with_dk():
-    v = corrections.score_variance(dims=(8, 512), n=8000, seed=3)
+    v = lesson000_heads.score_variance(dims=(8, 512), n=8000, seed=3)
     assert v["raw"][512] / v["raw"][8] == pytest.approx(64, rel=0.15)  # before ÷√d_k: proportional to d_k
     assert v["scaled"][8] == pytest.approx(1, abs=0.06) and v["scaled"][512] == pytest.approx(1, abs=0.06)
 
 
 def test_low_frequencies_leave_the_trained_range():
-    r = corrections.angles_out_of_range(d=64, base=10000.0, train=512, factor=4)
+    r = lesson000_rope.angles_out_of_range(d=64, base=10000.0, train=512, factor=4)
     inv = 1.0 / 10000.0 ** (torch.arange(0, 64, 2).float() / 64)
     periods = 2 * math.pi / inv
     assert r["out_of_range"] == [i for i in range(32) if periods[i] > 511]  # a period longer than the training length
@@ -247,7 +255,7 @@ def test_low_frequencies_leave_the_trained_range():
 def test_table_22_and_llama3(results):
     (table,) = [c for c in by_source(results, "seed 000 §2.2") if "four kinds" in c["claim"]]
     assert table["details"]["duplicated_rows"] == 1 and not table["details"]["sinusoidal_listed"]
-    c = corrections.llama3_vs_ntk()
+    c = lesson000_rope.llama3_vs_ntk()
     assert c["ntk_pairs_unchanged"] == 1  # NTK-aware moves every pair but the highest-frequency one
     assert c["llama3_pairs_unchanged"] > 10 and c["max_relative_difference"] > 0.5
     (llama,) = [r for r in by_source(results, "seed 000 Q4") if "Llama 3 extends" in r["claim"]]
@@ -255,8 +263,8 @@ def test_table_22_and_llama3(results):
 
 
 def test_rope_spread_is_1e5_not_1e6():
-    here = corrections.lesson_rope_spreads()
-    assert max(corrections.LESSON_SPREADS.values()) == pytest.approx(1.2e-5)
+    here = lesson000_rope.lesson_rope_spreads()
+    assert max(lesson000_rope.LESSON_SPREADS.values()) == pytest.approx(1.2e-5)
     assert 2e-6 < max(here.values()) < 1e-4  # fp32 rounding near |value| 3: of the order of 1e-5
 
 
@@ -295,7 +303,7 @@ def test_modern_llms_use_rope_not_alibi(results):
 
 
 def test_q2_reason_2_is_about_shared_coordinates_not_parameters(results):
-    shares = corrections.position_coordinates(d=32, T=8)
+    shares = lesson000_heads.position_coordinates(d=32, T=8)
     assert shares == {"sinusoidal": 1.0, "rope": 0.0}
     c = by_sentence(results, "挤占了表示内容的空间")
     assert c["verdict"] == "held" and "parameter" not in c["measured"]
@@ -317,7 +325,7 @@ def test_the_lessons_self_contradictions_are_records(results):
 
 # ------------------------------------------------------------------ the lesson items beside the corrections above
 def test_lesson_rope_form_depends_on_the_sum_without_the_conjugate(results):
-    f = corrections.rope_complex_forms(d=8, seed=5)
+    f = lesson002_formulas.rope_complex_forms(d=8, seed=5)
     assert f["correct_vs_score"] < 1e-5 and f["score_spread"] < 1e-5  # Re[z_q conj(z_k) e^{i(m-n)θ}] is the score
     assert f["lesson_lhs_spread"] > 0.1 and f["lesson_lhs_vs_score"] > 0.1  # no conjugate: it moves with m + n
     assert f["lesson_rhs_imaginary"] > 0.01  # no Re: a complex number where the score is real
@@ -337,20 +345,20 @@ def test_lesson_rope_form_depends_on_the_sum_without_the_conjugate(results):
 
 
 def test_the_sinusoid_latex_is_broken_and_the_fix_is_not(results):
-    lesson = corrections.latex_faults(["PE_{(pos,2i)} = \\sin(pos/10000^{2i/d_{model}}}) \\"])  # as written
+    lesson = lesson002_formulas.latex_faults(["PE_{(pos,2i)} = \\sin(pos/10000^{2i/d_{model}}}) \\"])  # as written
     (line,) = lesson["lines"]
     assert line["balance"] == -1 and line["single_backslash"] and not line["parses"]
-    fixed = corrections.latex_faults([r"PE_{(pos,2i)} = \sin(pos/10000^{2i/d_{model}})"])
+    fixed = lesson002_formulas.latex_faults([r"PE_{(pos,2i)} = \sin(pos/10000^{2i/d_{model}})"])
     assert fixed["faults"] == 0
-    assert "\\begin{aligned}" in corrections.FIXED_PE_LATEX and corrections.FIXED_PE_LATEX.count("{") == (
-        corrections.FIXED_PE_LATEX.count("}")
+    assert "\\begin{aligned}" in lesson002_formulas.FIXED_PE_LATEX and lesson002_formulas.FIXED_PE_LATEX.count("{") == (
+        lesson002_formulas.FIXED_PE_LATEX.count("}")
     )
     c = by_sentence(results, "PE_{(pos,2i)}")
     assert c["verdict"] == "did not hold" and c["details"]["fixed_faults"] == 0
 
 
 def test_alibi_penalty_is_fixed_and_rope_peaks_where_q_and_k_put_it(results):
-    p = corrections.distance_profiles(T=16, d=32, n_heads=4, targets=(2, 5, 9))
+    p = lesson000_reasons.distance_profiles(T=16, d=32, n_heads=4, targets=(2, 5, 9))
     assert p["alibi_rising_heads"] == 0 and p["rope_peaks"] == {2: 2, 5: 5, 9: 9}
     assert p["parameters"] == {"alibi": 0, "rope": 0, "t5": 32 * 4}
     c = by_sentence(results, "硬性惩罚远处 token")
@@ -358,7 +366,7 @@ def test_alibi_penalty_is_fixed_and_rope_peaks_where_q_and_k_put_it(results):
 
 
 def test_rope_rotation_is_orthogonal_but_moves_q_dot_k_across_positions(results):
-    o = corrections.rotation_orthogonality(d=16, positions_=(7, 300), seed=2)
+    o = lesson000_reasons.rotation_orthogonality(d=16, positions_=(7, 300), seed=2)
     assert o["orthogonality"] < 1e-5 and o["norm"] < 1e-5 and o["same_position"] < 1e-5
     assert o["cross_position"] > 0.1  # it keeps q·k only at one position: that is how it encodes the offset
     c = by_sentence(results, "正交变换")
@@ -366,7 +374,7 @@ def test_rope_rotation_is_orthogonal_but_moves_q_dot_k_across_positions(results)
 
 
 def test_q3_speculation_2_is_not_testable_here_and_4_is_a_source(results):
-    r = corrections.head_ranks(d_model=32, heads=(1, 8))
+    r = lesson000_reasons.head_ranks(d_model=32, heads=(1, 8))
     assert {h: (v["d_k"], v["rank"]) for h, v in r.items()} == {1: (32, 32), 8: (4, 4)}
     assert r[1]["parameters"] == r[8]["parameters"] == 4 * 32 * 32 + 4 * 32
     overfit = by_sentence(results, "更容易过拟合")

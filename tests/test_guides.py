@@ -279,50 +279,58 @@ def test_the_heads_experiment_is_described_as_the_code_runs_it() -> None:
 # ------------------------------------------------------------------------------ figures of the correction records
 def test_correction_figures_are_quoted_from_the_records() -> None:
     """The figures the guides quote from ``poslab experiment corrections`` are the records' own (recomputed here)."""
-    from poslab.lab.experiments import corrections  # noqa: PLC0415 (the corrections' helpers, this test only)
+    from poslab.lab.experiments.corrections import (  # noqa: PLC0415 (the corrections' helpers, this test only)
+        all_corrections,
+        lesson000_heads,
+        lesson000_reasons,
+        lesson000_rope,
+        lesson002_code,
+        lesson002_formulas,
+        lesson002_sources,
+    )
 
     g000, g002 = GUIDES["lesson_000.md"], GUIDES["lesson_002.md"]
-    mats = corrections.alibi_matrices()
+    mats = lesson000_heads.alibi_matrices()
     causal = torch.ones(8, 8, dtype=torch.bool).tril()
     lesson_err = (mats["poslab"] - mats["lesson"])[:, causal].abs().max().item()
     future = mats["lesson"][:, ~causal]
     assert f"最大差 {lesson_err:.3f}" in g000 and f"从 {future.min():.4f} 到 {future.max():.2f}" in g000
-    ntk = corrections.ntk_ratios()
+    ntk = lesson000_rope.ntk_ratios()
     assert f"拉伸 {ntk['highest']:.4f}" in g000 and f"除以 {1 / ntk['lowest']:.2f}" in g000
     assert f"增大**到 {ntk['new_base']:.0f}" in g000
-    shares = corrections.position_coordinates()
+    shares = lesson000_heads.position_coordinates()
     assert f"（{shares['sinusoidal']:.0%}）" in g000 and f"（{shares['rope']:.0%}）" in g000
-    peaks = corrections.distance_profiles()
+    peaks = lesson000_reasons.distance_profiles()
     assert "、".join(str(v) for v in peaks["rope_peaks"].values()) + " 处达到最大" in g000
     assert f"8 个头 {peaks['parameters']['t5']} 个参数" in g000
-    o = corrections.rotation_orthogonality()
+    o = lesson000_reasons.rotation_orthogonality()
     assert o["orthogonality"] < 1e-6 and o["same_position"] < 1e-5 and f"变化可达 {o['cross_position']:.2f}" in g000
-    ranks = corrections.head_ranks()
+    ranks = lesson000_reasons.head_ranks()
     assert "（1 个头 64、4 个头 16、16 个头 4）" in g000 and [v["rank"] for v in ranks.values()] == [64, 16, 4]
     assert f"都是 {ranks[1]['parameters']:,}" in g000
-    tensor = next(c for c in corrections.all_corrections() if "tensor core" in c["details"]["sentence"])
+    tensor = next(c for c in all_corrections() if "tensor core" in c["details"]["sentence"])
     dks = tensor["details"]["zoo_d_k"]
     assert f"{len(dks)} 种 d_k（{'、'.join(map(str, dks))}）" in g000
-    forms = corrections.rope_complex_forms()
+    forms = lesson002_formulas.rope_complex_forms()
     assert f"都是 {forms['score']:.4f}" in g002 and forms["correct_vs_score"] < 1e-5
     assert (
         f"最多差 {forms['lesson_lhs_vs_score']:.2f}" in g002
         and f"最大 {forms['lesson_rhs_imaginary']:.2f} 的虚部" in g002
     )
-    assert corrections.FIXED_PE_LATEX in g002
-    seven = corrections.seven_b_counts()
+    assert lesson002_formulas.FIXED_PE_LATEX in g002
+    seven = lesson002_sources.seven_b_counts()
     saved = seven["learned"] - seven["rope"]
     assert f"learned {seven['learned']:,} 个参数、rope {seven['rope']:,} 个" in g002
     assert f"{saved:,} = {saved / seven['learned']:.2%}" in g002 and f"只有 {seven['rope_buffers']} 个浮点数" in g002
-    n = corrections.clipping_norms()
+    n = lesson002_code.clipping_norms()
     assert f"fp32 的梯度范数 {n['fp32']:.5f}；fp16 autocast + GradScaler" in g002
     assert f"（scale {n['scale']:.0f}）时 `unscale_` 之前是 {n['scaled']:.1f}，之后 {n['unscaled']:.5f}" in g002
     assert (
         f"（相对差 {n['relative_gap']:.1e}）；裁剪到 max_norm {n['max_norm']} 后梯度相差 {n['clipped_grad_gap']:.1e}"
         in g002
     )
-    assert f"波动到 {max(corrections.LESSON_SPREADS.values()):.1e}" in g000
-    wrong = int((corrections.lesson_local_keep(8, 3) != torch.ones(8, 8, dtype=torch.bool).tril().triu(-2)).sum())
+    assert f"波动到 {max(lesson000_rope.LESSON_SPREADS.values()):.1e}" in g000
+    wrong = int((lesson002_code.lesson_local_keep(8, 3) != torch.ones(8, 8, dtype=torch.bool).tril().triu(-2)).sum())
     assert f"64 对里有 {wrong} 对不一致" in g002
 
 

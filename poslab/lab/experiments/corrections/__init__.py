@@ -28,122 +28,40 @@ from typing import Any
 
 from poslab.display import cut, print_table
 from poslab.lab.experiments.common import FOUNDATION, Experiment
-from poslab.lab.experiments.corrections.lesson000_contradictions import contradiction_claims
-from poslab.lab.experiments.corrections.lesson000_heads import (
-    alibi_claim,
-    alibi_matrices,
-    alibi_modern_claim,
-    dk_variance_claim,
-    position_coordinates,
-    q2_space_claim,
-    score_variance,
-    table_22_claim,
-)
-from poslab.lab.experiments.corrections.lesson000_reasons import (
-    distance_profiles,
-    head_ranks,
-    reason_claims,
-    rotation_orthogonality,
-)
-from poslab.lab.experiments.corrections.lesson000_rope import (
-    LESSON_SPREADS,
-    angles_out_of_range,
-    lesson_rope_spreads,
-    llama3_ntk_claim,
-    llama3_vs_ntk,
-    ntk_claims,
-    ntk_ratios,
-    q4_high_freq_claim,
-    rope_spread_claim,
-)
-from poslab.lab.experiments.corrections.lesson002_code import (
-    adaptive_mask_faults,
-    adaptive_span_code_claim,
-    autocast_claim,
-    autocast_scores_dtype,
-    clipping_norms,
-    fp16_claim,
-    lesson_adaptive_mask,
-    lesson_local_keep,
-    local_mask_claim,
-    pe_cache_code_claim,
-    run_lesson_pe_cache,
-)
-from poslab.lab.experiments.corrections.lesson002_formulas import (
-    FIXED_PE_LATEX,
-    formula_claims,
-    latex_faults,
-    rope_complex_forms,
-)
-from poslab.lab.experiments.corrections.lesson002_sources import (
-    VIT_CONFIGS,
-    XL_DATASETS,
-    adaptive_span_heading_claim,
-    citation_claims,
-    head_rule_imagenet_claim,
-    rope_memory_claim,
-    seven_b_counts,
-    xl_r_claim,
-)
+from poslab.lab.experiments.corrections import lesson000_contradictions as contradictions
+from poslab.lab.experiments.corrections import lesson000_heads as heads
+from poslab.lab.experiments.corrections import lesson000_reasons as reasons
+from poslab.lab.experiments.corrections import lesson000_rope as rope
+from poslab.lab.experiments.corrections import lesson002_code as code
+from poslab.lab.experiments.corrections import lesson002_formulas as formulas
+from poslab.lab.experiments.corrections import lesson002_sources as sources
 from poslab.lab.experiments.corrections.plots import plot_evidence
 from poslab.lab.lesson_quotes import EMPTY_TABLES, QUOTES
 
-__all__ = [
-    "CLAIMS",
-    "EMPTY_TABLES",
-    "EXPERIMENT",
-    "FIXED_PE_LATEX",
-    "LESSON_SPREADS",
-    "QUOTES",
-    "VIT_CONFIGS",
-    "XL_DATASETS",
-    "adaptive_mask_faults",
-    "alibi_matrices",
-    "all_corrections",
-    "angles_out_of_range",
-    "autocast_scores_dtype",
-    "clipping_norms",
-    "distance_profiles",
-    "head_ranks",
-    "latex_faults",
-    "lesson_adaptive_mask",
-    "lesson_local_keep",
-    "lesson_rope_spreads",
-    "llama3_vs_ntk",
-    "position_coordinates",
-    "rope_complex_forms",
-    "rotation_orthogonality",
-    "ntk_ratios",
-    "run",
-    "run_lesson_pe_cache",
-    "score_variance",
-    "seven_b_counts",
-]
-
 #: the registry: each entry makes one correction record (or a list of them), in the order the page shows them
 CLAIMS: tuple[Callable[[], dict[str, Any] | list[dict[str, Any]]], ...] = (
-    alibi_claim,
-    ntk_claims,
-    rope_memory_claim,
-    citation_claims,
-    xl_r_claim,
-    local_mask_claim,
-    fp16_claim,
-    autocast_claim,
-    pe_cache_code_claim,
-    adaptive_span_code_claim,
-    adaptive_span_heading_claim,
-    head_rule_imagenet_claim,
-    dk_variance_claim,
-    q4_high_freq_claim,
-    table_22_claim,
-    llama3_ntk_claim,
-    rope_spread_claim,
-    alibi_modern_claim,
-    q2_space_claim,
-    reason_claims,
-    formula_claims,
-    contradiction_claims,
+    heads.alibi_claim,
+    rope.ntk_claims,
+    sources.rope_memory_claim,
+    sources.citation_claims,
+    sources.xl_r_claim,
+    code.local_mask_claim,
+    code.fp16_claim,
+    code.autocast_claim,
+    code.pe_cache_code_claim,
+    code.adaptive_span_code_claim,
+    sources.adaptive_span_heading_claim,
+    sources.head_rule_imagenet_claim,
+    heads.dk_variance_claim,
+    rope.q4_high_freq_claim,
+    heads.table_22_claim,
+    rope.llama3_ntk_claim,
+    rope.rope_spread_claim,
+    heads.alibi_modern_claim,
+    heads.q2_space_claim,
+    reasons.reason_claims,
+    formulas.formula_claims,
+    contradictions.contradiction_claims,
 )
 
 
