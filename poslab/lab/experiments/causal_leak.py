@@ -110,18 +110,17 @@ def run(out: Path, quick: bool = False) -> dict:
         "two_plus_layers_no_positions_leak": deeper_leak,
         "lesson_printout": {str(n): v for n, v in LESSON.items()},
     }
-    records = claims(results)
-    return {**results, "claims": [c.to_dict() for c in records]}
+    return {**results, "claims": [c.to_dict() for c in claims(results)]}
 
 
 # ------------------------------------------------------------------------------------ claims
 
 
-def _causal_one_layer(r: dict, text: str, source: str) -> ClaimRecord:
+def _causal_one_layer(r: dict) -> ClaimRecord:
     diff, bound = get(r, "max_abs_diff_last_logits.1.none"), get(r, "noise_below")
     return deterministic(
-        text,
-        source,
+        "1 层：没有位置嵌入 3.7e-08 — one layer without positions cannot tell 白日依山尽 from 山依日白尽",
+        "seed 001",
         f"max |logit difference| of the two orders ≤ {num(bound)} (fp32 float tolerance)",
         f"1 layer, no positions: {num(diff)}; with learned positions: "
         f"{num(get(r, 'max_abs_diff_last_logits.1.learned'))}",
@@ -130,14 +129,14 @@ def _causal_one_layer(r: dict, text: str, source: str) -> ClaimRecord:
     )
 
 
-def _causal_leak(r: dict, text: str, source: str) -> ClaimRecord:
+def _causal_leak(r: dict) -> ClaimRecord:
     diffs = get(r, "max_abs_diff_last_logits")
     bound = get(r, "leak_above")
     deep = {layers: v["none"] for layers, v in diffs.items() if int(layers) >= 2}
     measured = ", ".join(f"{layers} layers: {num(v)}" for layers, v in deep.items())
     return at_least(
-        text,
-        source,
+        "因果掩码本身就泄露了顺序 — from two layers on, the causal mask leaks order",
+        "seed 001",
         f"from 2 layers on, the two orders' logits differ by ≥ {num(bound)} (far above float noise)",
         measured,
         value=float(min(deep.values())),
@@ -147,14 +146,7 @@ def _causal_leak(r: dict, text: str, source: str) -> ClaimRecord:
 
 def claims(results: dict) -> list[ClaimRecord]:
     """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
-    return [
-        _causal_one_layer(
-            results,
-            "1 层：没有位置嵌入 3.7e-08 — one layer without positions cannot tell 白日依山尽 from 山依日白尽",
-            "seed 001",
-        ),
-        _causal_leak(results, "因果掩码本身就泄露了顺序 — from two layers on, the causal mask leaks order", "seed 001"),
-    ]
+    return [_causal_one_layer(results), _causal_leak(results)]
 
 
 EXPERIMENT = Experiment(
@@ -162,5 +154,4 @@ EXPERIMENT = Experiment(
     description="a causal mask leaks word order from 2 layers on, even without positions (seed 001)",
     tier=FOUNDATION,
     run=run,
-    estimate=(4, 12),
 )

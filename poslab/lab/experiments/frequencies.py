@@ -166,21 +166,20 @@ def run(out: Path, quick: bool = False) -> dict:
         "scalings": spectra,
         "plot": str(path),
     }
-    records = claims(results)
-    return {**results, "claims": [c.to_dict() for c in records]}
+    return {**results, "claims": [c.to_dict() for c in claims(results)]}
 
 
 # ------------------------------------------------------------------------------------ claims
 
 
-def _frequencies(r: dict, text: str, source: str) -> ClaimRecord:
+def _frequencies(r: dict) -> ClaimRecord:
     table = get(r, "lesson_table_d8_base10000")
     periods = [row["period_positions"] for row in table]
     measured = "period per dimension: " + ", ".join(num(p, 3) for p in periods) + " positions"
     ratios = [b / a for a, b in zip(periods, periods[1:])]
     return at_least(
-        text,
-        source,
+        "低维度频率高、周期短；高维度频率低、周期长 — RoPE periods grow geometrically with the dimension",
+        "seed 000 exp. 4",
         "each dimension pair's period is longer than the previous one "
         "(smallest ratio of consecutive periods ≥ 1 + 1e-6)",
         measured,
@@ -191,13 +190,7 @@ def _frequencies(r: dict, text: str, source: str) -> ClaimRecord:
 
 def claims(results: dict) -> list[ClaimRecord]:
     """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
-    return [
-        _frequencies(
-            results,
-            "低维度频率高、周期短；高维度频率低、周期长 — RoPE periods grow geometrically with the dimension",
-            "seed 000 exp. 4",
-        ),
-    ]
+    return [_frequencies(results)]
 
 
 EXPERIMENT = Experiment(
@@ -205,5 +198,4 @@ EXPERIMENT = Experiment(
     description="RoPE frequencies and periods per dimension; how each scaling changes them (seed 000 exp. 4)",
     tier=FOUNDATION,
     run=run,
-    estimate=(4, 12),
 )

@@ -395,5 +395,4 @@ EXPERIMENT = Experiment(
     "config.json: d_k, sqrt(d/16) heads, GQA, 4d² (seeds 000, 002)",
     tier=FOUNDATION,
     run=run,
-    estimate=(4, 12),
 )

@@ -100,14 +100,13 @@ def run(out: Path, quick: bool = False) -> dict:
         "seed001_proj_params_by_heads": {str(r["n_heads"]): r["proj"] for r in mha_32},
         "gqa_counterpoint_32": gqa,
     }
-    records = claims(results)
-    return {**results, "claims": [c.to_dict() for c in records]}
+    return {**results, "claims": [c.to_dict() for c in claims(results)]}
 
 
 # ------------------------------------------------------------------------------------ claims
 
 
-def _params_same_total(r: dict, text: str, source: str) -> ClaimRecord:
+def _params_same_total(r: dict) -> ClaimRecord:
     rows = get(r, "multihead_attention_512")
     formula = get(r, "formula_4d2_plus_4d_512")
     small = get(r, "seed001_multihead_attention_32")
@@ -121,8 +120,8 @@ def _params_same_total(r: dict, text: str, source: str) -> ClaimRecord:
         [abs(x["total"] - formula) for x in rows] + [max(x["total"] for x in small) - min(x["total"] for x in small)]
     )
     return deterministic(
-        text,
-        source,
+        "多头不增加参数量 — multi-head attention has exactly the parameters of single-head (4·d²+4·d)",
+        "seed 000 §1.2–1.3",
         "every head count's parameter count equals 4d²+4d exactly (integer counts, tolerance 0)",
         measured,
         error=float(error),
@@ -130,7 +129,7 @@ def _params_same_total(r: dict, text: str, source: str) -> ClaimRecord:
     )
 
 
-def _params_lesson_printout(r: dict, text: str, source: str) -> ClaimRecord:
+def _params_lesson_printout(r: dict) -> ClaimRecord:
     one, four, ratio = (
         get(r, "seed000_one_linear_512"),
         get(r, "seed000_four_linear_512"),
@@ -138,8 +137,8 @@ def _params_lesson_printout(r: dict, text: str, source: str) -> ClaimRecord:
     )
     error = abs(one - 262_656) + abs(four - 1_050_624)
     return deterministic(
-        text,
-        source,
+        "单头 Linear(512,512): 262,656；多头 4 个矩阵: 1,050,624；倍数 4.0x — the lesson's printout",
+        "seed 000 §1.3",
         "parameter counts equal the lesson's 262,656 and 1,050,624 exactly (tolerance 0)",
         f"one Linear {num(one)}, four {num(four)}, ratio {ratio:.1f}x",
         error=float(error),
@@ -147,13 +146,13 @@ def _params_lesson_printout(r: dict, text: str, source: str) -> ClaimRecord:
     )
 
 
-def _params_seed001(r: dict, text: str, source: str) -> ClaimRecord:
+def _params_seed001(r: dict) -> ClaimRecord:
     qkv, proj = get(r, "seed001_qkv_params_by_heads"), get(r, "seed001_proj_params_by_heads")
     measured = "; ".join(f"h={h}: qkv {num(qkv[h])}, proj {num(proj[h])}" for h in qkv)
     error = max(abs(v - 3168) for v in qkv.values()) + max(abs(v - 1056) for v in proj.values())
     return deterministic(
-        text,
-        source,
+        "qkv 3168 个，proj 1056 个，头数多少都不影响这个数 — at n_embd 32 the head count does not change qkv/proj",
+        "seed 001 §2",
         "qkv = 3168 and proj = 1056 for every head count (tolerance 0)",
         measured,
         error=float(error),
@@ -163,23 +162,7 @@ def _params_seed001(r: dict, text: str, source: str) -> ClaimRecord:
 
 def claims(results: dict) -> list[ClaimRecord]:
     """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
-    return [
-        _params_same_total(
-            results,
-            "多头不增加参数量 — multi-head attention has exactly the parameters of single-head (4·d²+4·d)",
-            "seed 000 §1.2–1.3",
-        ),
-        _params_lesson_printout(
-            results,
-            "单头 Linear(512,512): 262,656；多头 4 个矩阵: 1,050,624；倍数 4.0x — the lesson's printout",
-            "seed 000 §1.3",
-        ),
-        _params_seed001(
-            results,
-            "qkv 3168 个，proj 1056 个，头数多少都不影响这个数 — at n_embd 32 the head count does not change qkv/proj",
-            "seed 001 §2",
-        ),
-    ]
+    return [_params_same_total(results), _params_lesson_printout(results), _params_seed001(results)]
 
 
 EXPERIMENT = Experiment(
@@ -187,5 +170,4 @@ EXPERIMENT = Experiment(
     description="multi-head attention has the same parameter count as single-head (seeds 000 §1.3, 001)",
     tier=FOUNDATION,
     run=run,
-    estimate=(4, 12),
 )

@@ -222,5 +222,4 @@ EXPERIMENT = Experiment(
     description="precomputed vs on-the-fly sinusoidal encoding: seed 002's '40x faster' (timed here)",
     tier=FOUNDATION,
     run=run,
-    estimate=(4, 12),
 )

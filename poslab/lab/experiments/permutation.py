@@ -147,19 +147,18 @@ def run(out: Path, quick: bool = False) -> dict:
         "schemes": schemes,
         "all_as_expected": lesson_diff < EQUIVARIANT_BELOW and all(s["as_expected"] for s in schemes),
     }
-    records = claims(results)
-    return {**results, "claims": [c.to_dict() for c in records]}
+    return {**results, "claims": [c.to_dict() for c in claims(results)]}
 
 
 # ------------------------------------------------------------------------------------ claims
 
 
-def _permutation_equivariant(r: dict, text: str, source: str) -> ClaimRecord:
+def _permutation_equivariant(r: dict) -> ClaimRecord:
     diff = get(r, "lesson_raw_matrices.max_abs_diff_after_unpermuting")
     bound = get(r, "equivariant_below")
     return deterministic(
-        text,
-        source,
+        "打乱顺序后，输出（对齐后）的差异为 0 — attention without positions is permutation-equivariant",
+        "seed 000 §2.1, exp. 3",
         f"max |difference| after un-permuting ≤ {num(bound)} (fp32 float tolerance)",
         f"max |difference| after un-permuting: {num(diff)} (0 up to fp32 float error, as §3.4 reads 1e-6: the "
         "lesson's own code prints its 差异为 0 without measuring it)",
@@ -169,7 +168,7 @@ def _permutation_equivariant(r: dict, text: str, source: str) -> ClaimRecord:
     )
 
 
-def _permutation_broken(r: dict, text: str, source: str) -> ClaimRecord:
+def _permutation_broken(r: dict) -> ClaimRecord:
     schemes = get(r, "schemes")
     encoding = [s for s in schemes if s["encodes_position"]]
     weakest = min(encoding, key=lambda s: s["max_abs_diff_after_unpermuting"])
@@ -179,8 +178,8 @@ def _permutation_broken(r: dict, text: str, source: str) -> ClaimRecord:
     )
     floor = get(r, "broken_above") if "broken_above" in r else get(r, "equivariant_below")
     return at_least(
-        text,
-        source,
+        "这就是为什么必须要有位置编码 — every position scheme breaks the equivariance",
+        "seed 000 §2.1",
         f"every position scheme changes the un-permuted output by ≥ {num(floor)} (far above the fp32 float noise)",
         measured,
         value=float(weakest["max_abs_diff_after_unpermuting"]),
@@ -190,16 +189,7 @@ def _permutation_broken(r: dict, text: str, source: str) -> ClaimRecord:
 
 def claims(results: dict) -> list[ClaimRecord]:
     """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
-    return [
-        _permutation_equivariant(
-            results,
-            "打乱顺序后，输出（对齐后）的差异为 0 — attention without positions is permutation-equivariant",
-            "seed 000 §2.1, exp. 3",
-        ),
-        _permutation_broken(
-            results, "这就是为什么必须要有位置编码 — every position scheme breaks the equivariance", "seed 000 §2.1"
-        ),
-    ]
+    return [_permutation_equivariant(results), _permutation_broken(results)]
 
 
 EXPERIMENT = Experiment(
@@ -207,5 +197,4 @@ EXPERIMENT = Experiment(
     description="no-position attention is permutation-equivariant; every scheme breaks it (seed 000 exp. 3)",
     tier=FOUNDATION,
     run=run,
-    estimate=(4, 12),
 )

@@ -232,14 +232,13 @@ def run(out: Path, quick: bool = False) -> dict:
         "scheme_checks": checks,
         "all_as_expected": all(c["as_expected"] for c in checks),
     }
-    records = claims(results)
-    return {**results, "claims": [c.to_dict() for c in records]}
+    return {**results, "claims": [c.to_dict() for c in claims(results)]}
 
 
 # ------------------------------------------------------------------------------------ claims
 
 
-def _rope_offset_only(r: dict, text: str, source: str) -> ClaimRecord:
+def _rope_offset_only(r: dict) -> ClaimRecord:
     table = get(r, "lesson_table")
     tolerance = get(r, "offset_only_tolerance")
     worst = max(row["spread_over_positions"] for row in table)
@@ -252,8 +251,9 @@ def _rope_offset_only(r: dict, text: str, source: str) -> ClaimRecord:
     if error == float("inf"):
         error = tolerance + 1.0
     return deterministic(
-        text,
-        source,
+        "<R_m q, R_n k> 只依赖相对距离，同一距离下内积完全一致 — RoPE inner products depend only on the offset "
+        "(the size of the spread, 波动仅 1e-6, is judged by experiment corrections)",
+        "seed 000 §3.4",
         f"spread of <R_m q, R_n k> over positions at a fixed offset ≤ {num(tolerance)} "
         "(fp32 float tolerance) and the lesson's 4 decimals reproduced",
         measured,
@@ -263,7 +263,7 @@ def _rope_offset_only(r: dict, text: str, source: str) -> ClaimRecord:
     )
 
 
-def _rope_variants(r: dict, text: str, source: str) -> ClaimRecord:
+def _rope_variants(r: dict) -> ClaimRecord:
     checks = get(r, "scheme_checks")
     relative = [c for c in checks if c["expected_offset_only"]]
     absolute = [c for c in checks if not c["expected_offset_only"]]
@@ -273,8 +273,8 @@ def _rope_variants(r: dict, text: str, source: str) -> ClaimRecord:
     )
     wrong = sum(c["offset_only"] != c["expected_offset_only"] for c in checks)
     return deterministic(
-        text,
-        source,
+        "RoPE 天然编码了相对位置 — every RoPE layout/scaling is offset-only; absolute codes are not",
+        "seed 000 §3.2",
         f"every scheme offset-only exactly when expected (spread ≤ "
         f"{num(get(r, 'offset_only_tolerance'))}; tolerance: 0 schemes wrong)",
         measured,
@@ -285,19 +285,7 @@ def _rope_variants(r: dict, text: str, source: str) -> ClaimRecord:
 
 def claims(results: dict) -> list[ClaimRecord]:
     """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
-    return [
-        _rope_offset_only(
-            results,
-            "<R_m q, R_n k> 只依赖相对距离，同一距离下内积完全一致 — RoPE inner products depend only on the offset "
-            "(the size of the spread, 波动仅 1e-6, is judged by experiment corrections)",
-            "seed 000 §3.4",
-        ),
-        _rope_variants(
-            results,
-            "RoPE 天然编码了相对位置 — every RoPE layout/scaling is offset-only; absolute codes are not",
-            "seed 000 §3.2",
-        ),
-    ]
+    return [_rope_offset_only(results), _rope_variants(results)]
 
 
 EXPERIMENT = Experiment(
@@ -305,5 +293,4 @@ EXPERIMENT = Experiment(
     description="RoPE inner products depend only on the offset; absolute schemes do not (seed 000 §3.4)",
     tier=FOUNDATION,
     run=run,
-    estimate=(4, 12),
 )

@@ -154,19 +154,18 @@ def run(out: Path, quick: bool = False) -> dict:
         "seed000_all_steps_match_lesson": all(r["matches_lesson"] for r in seed000),
         "seed001_walk": seed001,
     }
-    records = claims(results)
-    return {**results, "claims": [c.to_dict() for c in records]}
+    return {**results, "claims": [c.to_dict() for c in claims(results)]}
 
 
 # ------------------------------------------------------------------------------------ claims
 
 
-def _shapes(r: dict, text: str, source: str) -> ClaimRecord:
+def _shapes(r: dict) -> ClaimRecord:
     walk = get(r, "seed000_walk")
     matched = sum(bool(step.get("matches_lesson")) for step in walk)
     return deterministic(
-        text,
-        source,
+        "[batch, seq, d_model] → [batch, h, seq, d_k] → … → [batch, seq, d_model] — the head split/merge shape walk",
+        "seed 000 §1.2",
         "every step of the shape walk has the lesson's shape (tolerance: 0 mismatches)",
         f"{matched} of {len(walk)} steps of the shape walk have the lesson's shape",
         error=float(len(walk) - matched),
@@ -176,14 +175,7 @@ def _shapes(r: dict, text: str, source: str) -> ClaimRecord:
 
 def claims(results: dict) -> list[ClaimRecord]:
     """The lesson's claims this experiment tests, decided from its results (what ``run`` returns under ``claims``)."""
-    return [
-        _shapes(
-            results,
-            "[batch, seq, d_model] → [batch, h, seq, d_k] → … → "
-            "[batch, seq, d_model] — the head split/merge shape walk",
-            "seed 000 §1.2",
-        ),
-    ]
+    return [_shapes(results)]
 
 
 EXPERIMENT = Experiment(
@@ -191,5 +183,4 @@ EXPERIMENT = Experiment(
     description="the multi-head shape walk, recorded by hooks on the real module (seeds 000 §1.2, 001)",
     tier=FOUNDATION,
     run=run,
-    estimate=(4, 12),
 )

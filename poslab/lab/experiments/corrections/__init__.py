@@ -105,5 +105,4 @@ EXPERIMENT = Experiment(
     description="the lessons' wrong statements, each tested against a measurement (ALiBi sign, NTK, 12%, masks, fp16)",
     tier=FOUNDATION,
     run=run,
-    estimate=(4, 12),
 )
