@@ -92,14 +92,6 @@ def _call(function: Callable[..., Any], case: Case, k: int, name: str) -> Tensor
         ) from None
 
 
-def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
-    index = []
-    for size in reversed(shape):
-        index.append(flat % size)
-        flat //= size
-    return tuple(reversed(index))
-
-
 def compare(exercise: Exercise, want: Tensor, got: Tensor, k: int, case: Case) -> str | None:
     """``None`` when ``got`` matches ``want`` within the exercise's tolerance, else the one-line reason."""
     head = f"case {k} ({case.label})"
@@ -116,8 +108,7 @@ def compare(exercise: Exercise, want: Tensor, got: Tensor, k: int, case: Case) -
     bad = ~(diff <= exercise.atol + exercise.rtol * want64.abs())  # NaN counts as bad
     if not bool(bad.any()):
         return None
-    flat = int(bad.flatten().nonzero()[0])
-    where = _index(flat, want.shape)
+    where = tuple(int(i) for i in torch.unravel_index(bad.flatten().nonzero()[0, 0], want.shape))
     finite = diff[~diff.isnan()]
     worst = f"{float(finite.max()):.2e}" if finite.numel() else "nan"
     at = f" at index {list(where)}" if where else ""

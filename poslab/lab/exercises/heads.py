@@ -16,26 +16,16 @@ def split_reference(x: Tensor, n_head: int) -> Tensor:
     return SplitHeads(n_head)(x)
 
 
-def merge_reference(x: Tensor) -> Tensor:
-    return MergeHeads()(x)
-
-
 def split_cases(seed: int) -> list[Case]:
     g = torch.Generator().manual_seed(seed)
-    out = []
-    for B, T, h, dk in GEOMETRIES:
-        x = torch.randn(B, T, h * dk, generator=g)
-        out.append(Case((x, h), f"x {list(x.shape)}, n_head {h}"))
-    return out
+    xs = [(torch.randn(B, T, h * dk, generator=g), h) for B, T, h, dk in GEOMETRIES]
+    return [Case((x, h), f"x {list(x.shape)}, n_head {h}") for x, h in xs]
 
 
 def merge_cases(seed: int) -> list[Case]:
     g = torch.Generator().manual_seed(seed)
-    out = []
-    for B, T, h, dk in GEOMETRIES:
-        x = torch.randn(B, h, T, dk, generator=g)
-        out.append(Case((x,), f"x {list(x.shape)}"))
-    return out
+    xs = [torch.randn(B, h, T, dk, generator=g) for B, T, h, dk in GEOMETRIES]
+    return [Case((x,), f"x {list(x.shape)}") for x in xs]
 
 
 SPLIT = Exercise(
@@ -66,7 +56,7 @@ MERGE = Exercise(
         "返回 [B, T, n_head * d_k]：每个位置上依次是第 0、1、…… 个头的 d_k 维输出。"
     ),
     task_en="[B, n_head, T, d_k] -> [B, T, n_head * d_k], head 0 first (the inverse of split_heads)",
-    reference=merge_reference,
+    reference=MergeHeads(),
     cases=merge_cases,
     atol=0.0,
     rtol=0.0,
