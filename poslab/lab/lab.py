@@ -1,35 +1,16 @@
 """``poslab lab``: run every experiment of the lessons and write one self-contained ``report.html``.
 
 Every step is one experiment (``python -m poslab experiment NAME`` as a subprocess, into
-``LAB/experiments/NAME``, its output kept in ``LAB/logs/experiments_NAME.log``), one after another; each gets the
-lab model store ``LAB/models`` (``--models``, :mod:`poslab.lab.experiments.lab_models`), where every lab model the
-steps ask for is trained once:
+``LAB/experiments/NAME``, its output kept in ``LAB/logs/experiments_NAME.log``), one after another, all sharing
+the lab model store ``LAB/models`` (:mod:`poslab.lab.experiments.lab_models`): first the foundation experiments,
+then the training experiments of tier ``lab`` (and, in the full lab, ``full``); then ``LAB/report.html``
+(:func:`poslab.lab.report.build_report`). ``--size`` and ``--seeds`` go to the steps that take them; ``--shard i/N``
+runs only the training experiments' i-th slice of their trainings and records it in
+``LAB/shards/lab-I-of-N.json``, and a last call without it collects.
 
-1. the lessons' foundation experiments (tier ``all`` in their descriptions);
-2. the training experiments of tier ``lab`` (and, in the full lab, ``full``), ``--quick`` or full, every
-   arm with 3 seeds; in the quick form position-training trains the lab's quick models into the store, which
-   the experiments that run ``after`` it read there; tang-heads trains the lessons' Tang-poem
-   GPT (preset ``tang-small``), analyses its heads and draws its attention on 白日依山尽，黄河入海流。;
-
-then ``LAB/report.html`` (:func:`poslab.lab.report.build_report`).
-
-``--size SIZE`` (a size of :data:`poslab.lab.scale.SIZES`, or ``NEW=BASE,FIELD=VALUE,...``) goes to every
-training experiment that takes a size; the others keep their quick or full form. ``--seeds N`` (at least 3)
-goes to every experiment that trains seeded arms (its ``run`` takes ``seeds``): each arm gets ``N`` seeds
-(:func:`poslab.lab.experiments.training.seeds_for`); the others are unaffected.
-
-``--shard i/N`` runs only the training experiments, each training the i-th of N disjoint slices of
-its trainings (``poslab experiment NAME --shard i/N``) into the shared lab folder, and records the
-shard in ``LAB/shards/lab-I-of-N.json`` (not ``lab.json``; no report). N such calls (a batch job
-array, side by side or one after another) train every model once; a last call without ``--shard``
-collects: it runs every step, reusing the finished trainings, decides the claims and writes the report.
-
-A step whose folder holds a finished result of the same mode and size (recorded in ``LAB/lab.json``) is reused
-unless ``--fresh`` (which starts the store afresh too, unless ``--only``); an interrupted step (Ctrl-C, a
-signal) keeps its folder, and its trainings continue from their last checkpoints instead of starting again; a
-failed step is recorded and the lab goes on (its dependants are skipped), and the report says so. Progress: a
-status line with the step, its elapsed time and the lab's ETA (estimated from the last run's timings where there
-is one).
+A step whose folder holds a finished result of the same mode, size and seeds (recorded in ``LAB/lab.json``) is
+reused unless ``--fresh``; an interrupted step keeps its folder and its trainings resume from their checkpoints; a
+failed step is recorded and its dependants are skipped. docs/lab.md describes the progress line and the ETA.
 """
 
 from __future__ import annotations
@@ -61,18 +42,16 @@ class Step:
     """One unit of the lab: one experiment.
 
     Attributes:
-        name: the experiment's name, shown in the progress line and the report.
+        name: the experiment's name.
         folder: output folder relative to the lab folder.
         argv: arguments of ``python -m poslab``.
         done_file: the file whose presence (with a matching manifest entry) marks the step finished.
-        needs: folders of the steps this one runs after (:attr:`~poslab.lab.experiments.common.Experiment.after`:
-            it reads the lab models they train); rerun when one of them is.
+        needs: folders of the steps this one runs after (:attr:`~poslab.lab.experiments.common.Experiment.after`);
+            rerun when one of them is.
         estimate: expected seconds (the experiment's own estimate, or the last run's time).
         command: the full command line instead of ``python -m poslab ARGV`` (tests).
-        size: the values of the size given to the step (``--size``; ``None``: none, its mode decides);
-            a finished result of another size is not reused.
-        seeds: the seeds per arm given to the step (``--seeds``; ``None``: its default); a finished result of
-            other seeds is not reused.
+        size, seeds: the size's values and the seeds per arm given to the step (``None``: its default); a
+            finished result of another size or seeds is not reused.
     """
 
     name: str
@@ -93,20 +72,10 @@ def plan(
     shard: tuple[int, int] | None = None,
     seeds: int | None = None,
 ) -> list[Step]:
-    """The lab's steps for ``mode`` (``quick`` or ``full``), in order.
+    """The lab's steps for ``mode`` (``quick`` or ``full``), tier by tier in registry order.
 
-    The experiments come from their descriptions (:func:`poslab.lab.experiments.descriptions`): first
-    every experiment of tier ``all``, then the training experiments of tier ``lab`` and, in the full
-    lab, ``full``; each in registry order, with the folders of the experiments it runs after as ``needs``,
-    its own time estimate, and the lab model store ``LAB/models``.
-
-    Args:
-        size: a size (:func:`poslab.lab.scale.define_size` spec) given as ``--size`` to every
-            training experiment whose ``run`` takes one (recorded in its :attr:`Step.size`).
-        shard: ``(i, N)``: only the training experiments, each with ``--shard i/N``, its done file
-            the shard's record (:func:`poslab.jobs.runner.shard_file`).
-        seeds: seeds per arm, given as ``--seeds`` to every experiment whose ``run`` takes ``seeds``
-            (recorded in its :attr:`Step.seeds`).
+    ``size`` and ``seeds`` go to the experiments that take them; ``shard`` ``(i, N)``: only the training
+    experiments, each with ``--shard i/N``, its done file the shard's record (:func:`poslab.jobs.runner.shard_file`).
     """
     import dataclasses
 
@@ -275,6 +244,13 @@ def run_step(step: Step, log_path: Path, display: Display, append: bool = False)
         )
         assert process.stdout is not None
         pending = b""
+
+        def emit(text: str) -> None:
+            nonlocal tail
+            log.write(text + "\n")
+            tail = (tail + [text])[-15:]
+            display.output(text)
+
         try:
             while True:
                 chunk = os.read(process.stdout.fileno(), 4096)
@@ -290,15 +266,10 @@ def run_step(step: Step, log_path: Path, display: Display, append: bool = False)
                     pending = pending[cut + 1 :]
                     if transient:
                         display.output(text, transient=True)
-                        continue
-                    log.write(text + "\n")
-                    tail = (tail + [text])[-15:]
-                    display.output(text)
+                    else:
+                        emit(text)
             if pending:
-                text = pending.decode("utf-8", errors="replace")
-                log.write(text + "\n")
-                tail = (tail + [text])[-15:]
-                display.output(text)
+                emit(pending.decode("utf-8", errors="replace"))
             code = process.wait()
         except BaseException:
             _stop(process)
@@ -323,9 +294,10 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def _read_manifest(lab_dir: Path) -> dict:
+def _read_json(path: Path) -> dict:
+    """The JSON object in ``path``; ``{}`` if it is absent, unreadable or not an object."""
     try:
-        data = json.loads((lab_dir / "lab.json").read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -340,10 +312,7 @@ def _write_manifest(path: Path, manifest: dict) -> None:
 
 def _shard_outcome(path: Path) -> dict:
     """A sharded step's status (``sharded``, or ``ok`` when its experiment ran to the end) and what it trained."""
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        record = {}
+    record = _read_json(path)
     stages = record.get("stages") or []
     out: dict = {"status": "sharded" if record.get("status") == "sharded" else "ok", "stages": stages}
     if stages:
@@ -352,14 +321,18 @@ def _shard_outcome(path: Path) -> dict:
     return out
 
 
+def _same_form(record: dict, step: Step) -> bool:
+    """Whether ``record`` (a manifest's or a shard's) is of the step's size and seeds."""
+    return record.get("size") == step.size and record.get("seeds") == step.seeds
+
+
 def _finished(step: Step, lab_dir: Path, previous: dict, mode: str) -> bool:
     """Whether the step's result from an earlier run of the same mode can be reused."""
     record = previous.get("records", {}).get(step.folder, {})
     return (
         record.get("status") in ("ok", "reused")
         and record.get("mode") == mode
-        and record.get("size") == step.size
-        and record.get("seeds") == step.seeds
+        and _same_form(record, step)
         and (lab_dir / step.folder / step.done_file).is_file()
     )
 
@@ -369,19 +342,8 @@ def _sharded_here(step: Step, lab_dir: Path, mode: str) -> bool:
     from poslab.jobs.runner import SHARDS_DIR
 
     folder = lab_dir / step.folder / SHARDS_DIR
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if (
-            isinstance(record, dict)
-            and record.get("quick") == (mode == "quick")
-            and record.get("size") == step.size
-            and record.get("seeds") == step.seeds
-        ):
-            return True
-    return False
+    shards = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    return any(r.get("quick") == (mode == "quick") and _same_form(r, step) for r in map(_read_json, shards))
 
 
 def run_lab(
@@ -394,24 +356,18 @@ def run_lab(
     shard: tuple[int, int] | None = None,
     seeds: int | None = None,
 ) -> dict:
-    """Run the lab and write ``lab_dir/report.html``.
+    """Run the lab and write ``lab_dir/report.html``; return the manifest written to ``lab_dir/lab.json``.
 
     Args:
-        lab_dir: output folder.
         mode: ``quick`` (the demo; docs/lab.md gives its measured time) or ``full``.
         fresh: rerun every step even where a finished result of the same mode exists; without ``only``, the lab
-            model store ``lab_dir/models`` is removed first (every lab model trained again).
+            model store ``lab_dir/models`` is removed first.
         only: run only the steps with these names (plus reuse); others are left as they are.
         stream: where progress goes (default stderr).
-        size: the size of every training experiment that takes one (:func:`poslab.lab.scale.define_size`
-            spec); steps of another size are rerun.
-        shard: ``(i, N)``: train the i-th of N slices of the training experiments' trainings and stop
-            (the manifest goes to ``lab_dir/shards/lab-I-of-N.json``, no report); see the module doc.
-        seeds: seeds per arm of every experiment that trains seeded arms (at least 3); steps of other
-            seeds are rerun.
-
-    Returns:
-        The manifest written to ``lab_dir/lab.json`` (the shard's manifest with ``shard``).
+        size, seeds: the size (:func:`poslab.lab.scale.define_size` spec) and seeds per arm (at least 3) of the
+            steps that take them; steps of another size or seeds are rerun.
+        shard: ``(i, N)``: train the i-th of N slices of the training experiments' trainings and stop (the
+            manifest goes to ``lab_dir/shards/lab-I-of-N.json``, no report).
 
     Raises:
         ValueError: an unknown mode or step, a bad size (or a CUDA size without a GPU), fewer than 3
@@ -441,7 +397,7 @@ def run_lab(
     if lab_dir.exists() and not lab_dir.is_dir():
         raise ValueError(f"lab folder {str(lab_dir)!r} exists and is not a folder")
     lab_dir.mkdir(parents=True, exist_ok=True)
-    previous = _read_manifest(lab_dir) if shard is None else {}
+    previous = _read_json(lab_dir / "lab.json") if shard is None else {}
     if fresh and not only:
         _clean(lab_dir, MODELS)
     options = {k: v for k, v in (("size", size), ("shard", shard), ("seeds", seeds)) if v is not None}
@@ -605,12 +561,7 @@ def _stopped(step: Step, previous: dict, mode: str) -> bool:
     """Whether the step's last run, of the same mode and size, was interrupted (a signal, Ctrl-C): its folder is
     kept, and its trainings continue from their checkpoints."""
     record = previous.get("records", {}).get(step.folder, {})
-    return (
-        record.get("status") == "interrupted"
-        and record.get("mode") == mode
-        and record.get("size") == step.size
-        and record.get("seeds") == step.seeds
-    )
+    return record.get("status") == "interrupted" and record.get("mode") == mode and _same_form(record, step)
 
 
 def _clean(lab_dir: Path, folder: str) -> None:
