@@ -33,14 +33,8 @@ LESSON = {1: {"none": 3.7e-08, "learned": 2.8e-03}, 2: {"none": 1.9e-02, "learne
 
 
 def last_logit_difference(tok: CharTokenizer, n_layer: int, column: str, seed: int = SEED) -> float:
-    """Max |logits_a - logits_b| at the last position for the two lines, on a fresh untrained GPT.
-
-    Args:
-        tok: character tokenizer (vocabulary of ``tang5``).
-        n_layer: depth.
-        column: a position scheme name, or ``"learned_zeroed"`` (learned table set to zero).
-        seed: ``torch.manual_seed`` before building the model.
-    """
+    """Max |logits_a - logits_b| at the last position for the two lines, on a fresh untrained GPT of ``n_layer``
+    layers; ``column`` is a position scheme or ``"learned_zeroed"`` (the learned table set to zero)."""
     position = "learned" if column == "learned_zeroed" else column
     torch.manual_seed(seed)
     config = GPTConfig(

@@ -1,9 +1,6 @@
-"""Real models' head geometry (seed 000 §1.4 and Q3, seed 002 §3.2), from a table of published configs.
+"""Real models' head geometry (seed 000 §1.4 and Q3, seed 002 §3.2), from published configs (:mod:`poslab.lab.zoo`).
 
-``poslab/lab/data/model_zoo.json`` (package data, nothing is downloaded) holds, for 39 open models
-across families and sizes, the head geometry read from each model's published ``config.json`` (the
-row's ``source``; ``verified_via`` names the copy the values were read from; derived and missing
-fields are listed per row). This experiment tests the lessons' statements against it:
+This experiment tests the lessons' statements against the zoo's 39 open models:
 
 * seed 000 §1.4 / Q3: "几乎所有 LLM 的 d_k 都固定在 64 或 128，不管模型多大" (almost every LLM's d_k is
   64 or 128, whatever its size). The point is that ``d_k`` does not grow with the model. Criterion:

@@ -30,11 +30,7 @@ D_MODEL, N_HEADS, SEQ = 32, 4, 8
 
 
 def lesson_raw_attention() -> tuple[float, list[int]]:
-    """Seed 000 experiment 3, verbatim: single-head attention from raw ``Wq, Wk, Wv`` matrices.
-
-    Returns:
-        ``(max |out1 - out2_aligned|, perm)``.
-    """
+    """Seed 000 experiment 3, verbatim (single-head attention from raw ``Wq, Wk, Wv``): ``(max |difference|, perm)``."""
     torch.manual_seed(0)
     B, seq, d = 1, 6, 16
     X = torch.randn(B, seq, d)
@@ -65,11 +61,8 @@ def injection(scheme: PositionScheme) -> str:
 
 
 def permutation_difference(name: str, seed: int = 0) -> tuple[float, PositionScheme]:
-    """Max |attn(x) - unpermute(attn(permute(x)))| for a non-causal attention layer using scheme ``name``.
-
-    Returns:
-        ``(max abs difference, the scheme instance used)``.
-    """
+    """Max |attn(x) - unpermute(attn(permute(x)))| for a non-causal attention layer using scheme ``name``, and the
+    scheme."""
     torch.manual_seed(seed)
     context = {
         "n_embd": D_MODEL,

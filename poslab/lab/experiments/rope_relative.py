@@ -19,44 +19,13 @@ from torch import Tensor
 
 from poslab.display import print_table, sci
 from poslab.lab.evidence import SENTENCE_KEY
+from poslab.lab.experiments import seed000_rope as lesson
 from poslab.lab.experiments.common import FOUNDATION, Experiment
 from poslab.lab.verdicts import ClaimRecord, deterministic, get, num
 from poslab.nn import positions
 
-HEAD_DIM, MAX_POS, STRIDE = 16, 200, 20
-OFFSETS = (0, 1, 2, 4, 8, 16, 32)
-# what seed 000 §3.4 printed ("实测输出"), shown beside poslab's numbers
-LESSON_VALUES = {0: 2.9839, 1: 2.8449, 2: 1.2160, 4: -0.6933, 8: -2.6004, 16: -3.5409, 32: -2.6989}
-LESSON_SPREADS = {0: 1.2e-06, 1: 3.1e-06, 2: 2.4e-06, 4: 8.6e-06, 8: 1.0e-05, 16: 1.2e-05, 32: 3.3e-06}
 # a spread below this is floating-point noise (the lesson's spreads are <= 1.2e-5 on values ~3)
 OFFSET_ONLY_TOL = 1e-4
-
-
-def lesson_apply_rope(x: Tensor, pos: Tensor, base: float = 10000) -> Tensor:
-    """Seed 000's ``apply_rope``, verbatim: ``x [d]`` or ``[seq, d]``, ``pos [seq]`` -> ``[seq, d]``."""
-    d = x.shape[-1] // 2
-    inv_freq = 1.0 / (base ** (torch.arange(0, d).float() / d))
-    angles = pos[:, None].float() * inv_freq[None, :]
-    cos, sin = angles.cos(), angles.sin()
-    x1, x2 = x[..., :d], x[..., d:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
-
-
-def lesson_vectors() -> tuple[Tensor, Tensor]:
-    """The lesson's ``q, k`` (``torch.manual_seed(0)``; ``q = randn(16)``, ``k = randn(16)``)."""
-    torch.manual_seed(0)
-    q = torch.randn(HEAD_DIM)
-    k = torch.randn(HEAD_DIM)
-    return q, k
-
-
-def inner_products(Q: Tensor, K: Tensor) -> dict[int, list[float]]:
-    """``<Q[i], K[i + off]>`` for each offset, ``i`` every ``STRIDE`` positions (the lesson's sampling).
-
-    Args:
-        Q, K: ``[MAX_POS, d]`` query and key placed at every position.
-    """
-    return {off: [(Q[i] * K[i + off]).sum().item() for i in range(0, MAX_POS - off, STRIDE)] for off in OFFSETS}
 
 
 def place_everywhere(scheme: positions.PositionScheme, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
@@ -66,14 +35,14 @@ def place_everywhere(scheme: positions.PositionScheme, q: Tensor, k: Tensor) -> 
     ``embed``, which adds the position vector (q + p_i, k + p_j), as in an embedding-level model.
 
     Returns:
-        ``Q, K`` of shape ``[MAX_POS, d]``.
+        ``Q, K`` of shape ``[lesson.MAX_POS, d]``.
     """
-    pos = torch.arange(MAX_POS)
+    pos = torch.arange(lesson.MAX_POS)
     with torch.no_grad():
         if scheme.has_bias:
             raise ValueError(f"scheme {scheme.name!r} adds a score bias; this experiment compares q/k transforms")
-        q_all = q.expand(1, 1, MAX_POS, HEAD_DIM)  # [B=1, h=1, T, d]
-        k_all = k.expand(1, 1, MAX_POS, HEAD_DIM)
+        q_all = q.expand(1, 1, lesson.MAX_POS, lesson.HEAD_DIM)  # [B=1, h=1, T, d]
+        k_all = k.expand(1, 1, lesson.MAX_POS, lesson.HEAD_DIM)
         q_all, k_all = scheme.rotate(q_all, k_all, pos, pos)
         q_all = scheme.embed(q_all[0], pos)[0]  # [1, T, d] -> [T, d]
         k_all = scheme.embed(k_all[0], pos)[0]
@@ -82,7 +51,7 @@ def place_everywhere(scheme: positions.PositionScheme, q: Tensor, k: Tensor) -> 
 
 def variants() -> list[dict[str, Any]]:
     """Every scheme variant checked, with whether it should make the inner product offset-only."""
-    d, half = HEAD_DIM, HEAD_DIM // 2
+    d, half = lesson.HEAD_DIM, lesson.HEAD_DIM // 2
     short = torch.linspace(1.0, 1.5, half).tolist()  # illustrative LongRoPE factors (not a searched set)
     long = torch.linspace(1.0, 4.0, half).tolist()
     rope = [
@@ -124,7 +93,7 @@ def variants() -> list[dict[str, Any]]:
         {
             "label": "learned table (q + p_i, k + p_j)",
             "scheme": "learned",
-            "config": {"n_embd": d, "max_len": MAX_POS},
+            "config": {"n_embd": d, "max_len": lesson.MAX_POS},
             "expected_offset_only": False,
         }
     )
@@ -132,7 +101,7 @@ def variants() -> list[dict[str, Any]]:
         {
             "label": "sinusoidal (q + p_i, k + p_j)",
             "scheme": "sinusoidal",
-            "config": {"n_embd": d, "max_len": MAX_POS},
+            "config": {"n_embd": d, "max_len": lesson.MAX_POS},
             "expected_offset_only": False,
         }
     )
@@ -141,27 +110,27 @@ def variants() -> list[dict[str, Any]]:
 
 def run(out: Path, quick: bool = False) -> dict:
     """Print the lesson's table and the per-scheme check; return both (``out`` gets only results.json)."""
-    q, k = lesson_vectors()
-    pos = torch.arange(MAX_POS)
-    rope = positions.build("rope", head_dim=HEAD_DIM)
+    q, k = lesson.q_and_k()
+    pos = torch.arange(lesson.MAX_POS)
+    rope = positions.build("rope", head_dim=lesson.HEAD_DIM)
     Q, K = place_everywhere(rope, q, k)
-    Q_lesson, K_lesson = lesson_apply_rope(q, pos), lesson_apply_rope(k, pos)
+    Q_lesson, K_lesson = lesson.apply_rope(q, pos), lesson.apply_rope(k, pos)
     poslab_vs_lesson = max((Q - Q_lesson).abs().max().item(), (K - K_lesson).abs().max().item())
-    values = inner_products(Q, K)
+    values = lesson.inner_products(Q, K)
 
     rows, table = [], []
-    for off in OFFSETS:
+    for off in lesson.OFFSETS:
         vals = values[off]
         spread = max(vals) - min(vals)
         first3 = [f"{v:.4f}" for v in vals[:3]]
-        same = all(f"{v:.4f}" == f"{LESSON_VALUES[off]:.4f}" for v in vals[:3])
+        same = all(f"{v:.4f}" == f"{lesson.LESSON_VALUES[off]:.4f}" for v in vals[:3])
         rows.append(
             [
                 off,
                 ", ".join(first3),
                 sci(spread),
-                f"{LESSON_VALUES[off]:.4f}",
-                sci(LESSON_SPREADS[off]),
+                f"{lesson.LESSON_VALUES[off]:.4f}",
+                sci(lesson.LESSON_SPREADS[off]),
                 "yes" if same else "NO",
             ]
         )
@@ -171,8 +140,8 @@ def run(out: Path, quick: bool = False) -> dict:
                 "inner_products_sampled": vals,
                 "first_three_4dp": first3,
                 "spread_over_positions": spread,
-                "lesson_value": LESSON_VALUES[off],
-                "lesson_spread": LESSON_SPREADS[off],
+                "lesson_value": lesson.LESSON_VALUES[off],
+                "lesson_spread": lesson.LESSON_SPREADS[off],
                 "matches_lesson_4dp": same,
             }
         )
@@ -189,7 +158,7 @@ def run(out: Path, quick: bool = False) -> dict:
     for variant in variants():
         scheme = positions.build(variant["scheme"], **variant["config"])
         vq, vk = place_everywhere(scheme, q, k)
-        vvals = inner_products(vq, vk)
+        vvals = lesson.inner_products(vq, vk)
         spreads = {off: max(v) - min(v) for off, v in vvals.items()}
         worst = max(spreads.values())
         offset_only = worst < OFFSET_ONLY_TOL
@@ -222,9 +191,9 @@ def run(out: Path, quick: bool = False) -> dict:
         title="the same test for every RoPE layout and scaling, xPos and the absolute schemes (same q, k)",
     )
     results = {
-        "head_dim": HEAD_DIM,
-        "positions": MAX_POS,
-        "sample_stride": STRIDE,
+        "head_dim": lesson.HEAD_DIM,
+        "positions": lesson.MAX_POS,
+        "sample_stride": lesson.STRIDE,
         "offset_only_tolerance": OFFSET_ONLY_TOL,
         "poslab_vs_lesson_apply_rope_max_abs_diff": poslab_vs_lesson,
         "lesson_table": table,

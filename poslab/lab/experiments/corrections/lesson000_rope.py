@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from poslab.lab.evidence import WITHDRAWN
+from poslab.lab.experiments import seed000_rope as lesson
 from poslab.lab.lesson_quotes import quoted
 from poslab.lab.verdicts import INCONCLUSIVE, deterministic
 from poslab.lab.zoo import load_zoo
@@ -167,33 +168,17 @@ def llama3_ntk_claim() -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- seed 000 §3.4 spread
-#: the spreads seed 000 §3.4 prints (its 实测输出), by offset
 #: "1e-6" read as an order of magnitude: the values that round to 1e-6 on a log scale are below 10^-5.5
 ORDER_OF_1E6 = 10**-5.5
-LESSON_SPREADS = {0: 1.2e-6, 1: 3.1e-6, 2: 2.4e-6, 4: 8.6e-6, 8: 1.0e-5, 16: 1.2e-5, 32: 3.3e-6}
+LESSON_SPREADS = lesson.LESSON_SPREADS
 
 
 def lesson_rope_spreads() -> dict[int, float]:
     """Seed 000 §3.4's experiment as written (fp32, seed 0, d 16, 200 positions): the spread per offset."""
-    torch.manual_seed(0)
-    d, max_pos = 16, 200
-    half = d // 2
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, half).float() / half))
-    q, k = torch.randn(d), torch.randn(d)
-    pos = torch.arange(max_pos)
-
-    def apply_rope(x: torch.Tensor) -> torch.Tensor:
-        angles = pos[:, None].float() * inv_freq[None, :]  # [P, d/2]
-        cos, sin = angles.cos(), angles.sin()
-        x1, x2 = x[..., :half], x[..., half:]
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)  # [P, d]
-
-    Q, K = apply_rope(q), apply_rope(k)
-    spreads = {}
-    for off in LESSON_SPREADS:
-        vals = [(Q[i] * K[i + off]).sum().item() for i in range(0, max_pos - off, 20)]
-        spreads[off] = max(vals) - min(vals)
-    return spreads
+    q, k = lesson.q_and_k()
+    pos = torch.arange(lesson.MAX_POS)
+    values = lesson.inner_products(lesson.apply_rope(q, pos), lesson.apply_rope(k, pos))
+    return {off: max(vals) - min(vals) for off, vals in values.items()}
 
 
 def rope_spread_claim() -> dict[str, Any]:
