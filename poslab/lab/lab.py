@@ -186,10 +186,8 @@ class Display:
     def finish(self, text: str) -> None:
         """The running step ended: print ``text`` and drop the status line until the next step."""
         with self.lock:
-            self._clear()
             self.label, self.detail = "", ""
-            self.stream.write(text + "\n")
-            self.stream.flush()
+        self.message(text)
 
     def _clear(self) -> None:
         if self.tty:

@@ -75,16 +75,10 @@ def run_experiment(
 ) -> dict:
     """Run one experiment, write ``out/results.json`` (default ``runs/experiments/NAME``), return the results.
 
-    ``models`` is the lab model store (:mod:`poslab.lab.experiments.lab_models`; default ``out/models``), given to
-    the declared experiments (the others train no lab model).
-
-    ``workers`` (trainings at a time) goes to the experiments whose ``run`` takes it; the others
-    ignore it. ``size`` names a size of :data:`poslab.lab.scale.SIZES` (or defines one,
-    :func:`poslab.lab.scale.define_size`), given as its :class:`~poslab.lab.scale.Scale` to the experiments
-    whose ``run`` takes it; the others refuse it.
-    ``seeds`` (a number, at least 3) gives every seeded arm that many seeds
-    (:func:`poslab.lab.experiments.training.seeds_for`) in the experiments whose ``run`` takes ``seeds``; the
-    others refuse it.
+    Each option goes to the experiments that take it (:attr:`Experiment.options`): ``models``, the lab model store
+    (:mod:`poslab.lab.experiments.lab_models`; default ``out/models``), and ``workers`` (trainings at a time) are
+    ignored by the others; ``size`` (a size of :data:`poslab.lab.scale.SIZES`, or a new one,
+    :func:`poslab.lab.scale.define_size`) and ``seeds`` (seeds per seeded arm, at least 3) are refused by them.
     """
     experiments = registry()
     if name not in experiments:

@@ -186,7 +186,14 @@ def zoo_claims(
     """The claim records of this experiment (see the module docstring for the criteria)."""
     n = len(rows)
     others = ", ".join(f"{name} {d}" for name, d in dk["counter_examples"])
-    claims = [
+    mism = width_mismatches(rows)
+    built = [p for p in params if p.get("built") is not None]
+    mha = [p for p in built if p["n_kv_heads"] == p["n_heads"]]
+    gqa = [p for p in built if p["n_kv_heads"] != p["n_heads"]]
+    worst_mha = max(abs(p["built"] - p["four_d2"]) for p in mha)
+    worst_gqa = min(p["built"] / p["four_d2"] for p in gqa)
+    best_gqa = max(p["built"] / p["four_d2"] for p in gqa)
+    return [
         deterministic(
             "d_k does not grow with the model size (几乎所有 LLM 的 d_k 都固定在 64 或 128，不管模型多大)",
             "seed 000 §1.4 and Q3",
@@ -201,10 +208,7 @@ def zoo_claims(
             error=dk["slope_upper"],
             tolerance=DK_SLOPE_CEILING,
             details={"counts": dk["counts"], "counter_examples": dk["counter_examples"], "slope": dk["slope"]},
-        )
-    ]
-    mism = width_mismatches(rows)
-    claims.append(
+        ),
         deterministic(
             "d_model = h × d_k: the width is set by the number of heads at a fixed d_k",
             "seed 000 §1.2 and §1.4",
@@ -213,9 +217,7 @@ def zoo_claims(
             error=float(len(mism)),
             tolerance=0.0,
             details={"mismatches": mism},
-        )
-    )
-    claims.append(
+        ),
         deterministic(
             "optimal number of heads ≈ sqrt(d_model / 16) (最优头数 "
             "≈ √(d_model/16)), as the head counts real models chose",
@@ -228,13 +230,7 @@ def zoo_claims(
             error=RULE_SHARE_THRESHOLD - rule["share_within_factor"],
             tolerance=0.0,
             details={"fitted_exponent": rule["fitted_exponent"], "median_ratio": rule["median_ratio"]},
-        )
-    )
-    built = [p for p in params if p.get("built") is not None]
-    mha = [p for p in built if p["n_kv_heads"] == p["n_heads"]]
-    gqa = [p for p in built if p["n_kv_heads"] != p["n_heads"]]
-    worst_mha = max(abs(p["built"] - p["four_d2"]) for p in mha)
-    claims.append(
+        ),
         deterministic(
             "multi-head attention has 4·d_model² parameters (+4d biases) whatever the head count",
             "seed 000 §1.2",
@@ -243,13 +239,9 @@ def zoo_claims(
             f"{len(mha)} builds, largest difference {worst_mha}",
             error=float(worst_mha),
             tolerance=0.0,
-        )
-    )
-    worst_gqa = min(p["built"] / p["four_d2"] for p in gqa)
-    best_gqa = max(p["built"] / p["four_d2"] for p in gqa)
-    # The lessons make no claim on grouped-query attention: this record is poslab's own check of how far seed 000
-    # §1.2's count reaches, shown as a poslab note and never counted as a lesson error (details lesson_claim False).
-    claims.append(
+        ),
+        # The lessons make no claim on grouped-query attention: this record is poslab's own check of how far seed
+        # 000 §1.2's count reaches, shown as a poslab note and never counted as a lesson error (lesson_claim False).
         deterministic(
             "poslab note: the 4·d_model² count carries over to the grouped-query models of the zoo",
             "poslab (seed 000 §1.2's count applied to the zoo's GQA/MQA rows; the lessons make no GQA claim)",
@@ -258,9 +250,8 @@ def zoo_claims(
             error=max(abs(1 - p["built"] / p["four_d2"]) for p in gqa),
             tolerance=0.01,
             details={LESSON_CLAIM_KEY: False},
-        )
-    )
-    return claims
+        ),
+    ]
 
 
 # ------------------------------------------------------------------------------------ plots

@@ -10,9 +10,8 @@ on this machine:
 * a whole forward pass of a small GPT whose sinusoidal scheme is cached against one that recomputes
   the table every call, to show what the speed-up is worth inside a model.
 
-Timing is honest: the two variants alternate, each sample is the mean of several calls, and the
-reported figure is the median of the samples. It also checks two smaller claims of the same section:
-the values stay in [-1, 1], and the wavelengths run from 2*pi to (almost) 10000*2*pi.
+The two variants are timed alternately (:func:`time_pair`). It also checks two smaller claims of the same
+section: the values stay in [-1, 1], and the wavelengths run from 2*pi to (almost) 10000*2*pi.
 Vaswani et al. 2017 (https://arxiv.org/abs/1706.03762) define the encoding.
 """
 

@@ -81,30 +81,17 @@ def variants() -> list[dict[str, Any]]:
     ]
     # log-n scaling multiplies each query by log(n)/log(L0), a function of its absolute position
     out[-1]["expected_offset_only"] = False
-    out.append(
-        {
-            "label": "xpos (decayed, offset-only)",
-            "scheme": "xpos",
-            "config": {"head_dim": d},
-            "expected_offset_only": True,
-        }
+    # xPos decays the score by the offset only; the absolute schemes add p_i to q and p_j to k
+    absolute = {"n_embd": d, "max_len": lesson.MAX_POS}
+    others = (
+        ("xpos (decayed, offset-only)", "xpos", {"head_dim": d}, True),
+        ("learned table (q + p_i, k + p_j)", "learned", absolute, False),
+        ("sinusoidal (q + p_i, k + p_j)", "sinusoidal", absolute, False),
     )
-    out.append(
-        {
-            "label": "learned table (q + p_i, k + p_j)",
-            "scheme": "learned",
-            "config": {"n_embd": d, "max_len": lesson.MAX_POS},
-            "expected_offset_only": False,
-        }
-    )
-    out.append(
-        {
-            "label": "sinusoidal (q + p_i, k + p_j)",
-            "scheme": "sinusoidal",
-            "config": {"n_embd": d, "max_len": lesson.MAX_POS},
-            "expected_offset_only": False,
-        }
-    )
+    out += [
+        {"label": label, "scheme": scheme, "config": config, "expected_offset_only": expected}
+        for label, scheme, config, expected in others
+    ]
     return out
 
 
