@@ -15,6 +15,7 @@ failed step is recorded and its dependants are skipped. docs/lab.md describes th
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -77,8 +78,6 @@ def plan(
     ``size`` and ``seeds`` go to the experiments that take them; ``shard`` ``(i, N)``: only the training
     experiments, each with ``--shard i/N``, its done file the shard's record (:func:`poslab.jobs.runner.shard_file`).
     """
-    import dataclasses
-
     from poslab.jobs import runner
     from poslab.lab import experiments
     from poslab.lab.experiments.common import FOUNDATION, FULL_ONLY, LAB, Option
@@ -371,8 +370,6 @@ def run_lab(
         ValueError: an unknown mode or step, a bad size (or a CUDA size without a GPU), fewer than 3
             seeds, ``fresh`` with ``shard`` (a fresh shard would delete the other shards' trainings).
     """
-    import dataclasses
-
     from poslab.lab.experiments.lab_models import MODELS
     from poslab.lab.experiments.training import seeds_for
     from poslab.lab.report import build_report, machine_info
