@@ -1,10 +1,9 @@
 """RoPE's inner product depends only on the offset (seed 000 §3.4, experiment 2).
 
-The lesson fixes ``torch.manual_seed(0)``, draws one ``q`` and one ``k`` (d = 16), rotates both to
-each of 200 positions and prints ``<R_i q, R_{i+off} k>`` for offsets 0, 1, 2, 4, 8, 16, 32 sampled
-every 20 positions: 2.9839, 2.8449, 1.2160, -0.6933, -2.6004, -3.5409, -2.6989, with a spread over
-positions at floating-point level. This module reproduces that table with poslab's ``rope`` scheme
-(and checks it against the lesson's own ``apply_rope``), then runs the same test on every RoPE layout
+The lesson rotates one ``q`` and one ``k`` to each of 200 positions and prints ``<R_i q, R_{i+off} k>`` per
+offset (:mod:`poslab.lab.experiments.seed000_rope`), with a spread over positions at floating-point level. This
+module reproduces that table with poslab's ``rope`` scheme (and checks it against the lesson's own
+``apply_rope``), then runs the same test on every RoPE layout
 and scaling, on xPos, and on the absolute schemes, which fail it: adding a position vector to ``q`` and
 ``k`` makes the inner product depend on where the pair sits, not only on how far apart it is.
 """
