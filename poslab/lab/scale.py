@@ -1,34 +1,18 @@
 """The lab's scales: :class:`Scale`, the named tables of them (:class:`ScaleTable`), and the lab models' recipe.
 
-The training experiments' sizes are one named table (:data:`SIZES`) a user extends from the command line.
+:data:`SIZES` holds the training experiments' sizes: ``smoke`` (tests), ``quick`` (the demo), ``full`` and the GPU
+sizes; ``--size NAME=BASE,field=value,...`` defines another (:func:`define_size`, the table unchanged). The GPU
+sizes train on CUDA (``device="cuda"``); their costs are **estimated from FLOPs, not measured** (nanoGPT's
+``6 N + 12 n_layer d L``, :func:`poslab.training.mfu.matmul_flops_per_token`, at an assumed 25-50% of an
+H100-class GPU's 67 TFLOP/s fp32 peak):
 
-``smoke`` (tests), ``quick`` (the demo) and ``full`` are the extrapolation family's scales, used by
-every experiment that takes ``size`` (extrapolation, attention_entropy, context_extension) and, for
-``quick``, by head_count, position_training and bidirectional. ``poslab experiment X --size NAME``
-(and ``poslab lab --size NAME``) picks one; ``--size NAME=BASE,field=value,...`` picks ``BASE`` with those
-fields changed, named ``NAME`` (:func:`define_size`: a new :class:`Scale`, the table unchanged;
-:meth:`ScaleTable.with_scale` gives a table that holds it). The experiments' other scales are scales or tables
-of the same kind, built by keywords: the lessons' own training (:data:`LESSON`), the head counts' quick models,
-the streaming models (:data:`STREAM_SCALES`), the probes' forms.
+* ``gpu``: nanoGPT's Shakespeare-character GPU recipe (6 layers, 6 heads, width 384, ``L = 256``, 5,000 steps of
+  64 windows, lr 1e-3): 70.9 MFLOP per token x 81.9M tokens = 5.8 PFLOP, 3-6 minutes a training, 2-4 hours for
+  extrapolation's 39 trainings on one GPU.
+* ``gpu-large``: GPT-2 small's geometry (12 layers, 12 heads, width 768) at ``L = 256``, lr 6e-4: 538 MFLOP per
+  token, 44 PFLOP, 22-44 minutes a training, 14-29 hours for extrapolation's 39.
 
-The GPU sizes train on CUDA (``device="cuda"``: an error without a GPU):
-
-* ``gpu``: nanoGPT's Shakespeare-character GPU recipe, 6 layers, 6 heads, width 384 at ``L = 256``,
-  5,000 steps of 64 windows, lr 1e-3 with 100 warmup steps (no dropout, as every lab size). Expected,
-  **estimated from FLOPs, not measured** (no GPU here): 70.9 MFLOP per token (nanoGPT's
-  ``6 N + 12 n_layer d L``, :func:`poslab.training.mfu.matmul_flops_per_token`) x 81.9M training
-  tokens = 5.8 PFLOP a training, 3-6 minutes on one H100-class GPU at an assumed 25-50% of its
-  67 TFLOP/s fp32 peak (the lab's configs train in fp32), plus the first step's compilation of the
-  attention kernels; about 2-4 hours for extrapolation's 39 trainings (13 schemes x 3 seeds) on one GPU.
-  The other sized experiments reuse those models and add their own trainings (context extension's
-  fine-tunes at ``4 L``), not counted here.
-* ``gpu-large``: GPT-2 small's geometry, 12 layers, 12 heads, width 768, at ``L = 256``, 5,000 steps
-  of 64 windows, lr 6e-4 with 200 warmup steps. Estimated the same way: 538 MFLOP per token x 81.9M
-  tokens = 44 PFLOP a training, 22-44 minutes on one H100-class GPU in fp32; about 14-29 hours for
-  extrapolation's 39 trainings on one GPU (Ray or shards spread them over GPUs).
-
-Their evaluations run on the CPU after training (the experiments load every model there), at up to
-``16 L = 4096`` tokens: at these widths that takes minutes a model on a few cores, not counted above.
+Their evaluations run on the CPU after training, at up to ``16 L = 4096`` tokens (not counted above).
 """
 
 from __future__ import annotations
@@ -163,9 +147,6 @@ _QUICK = Scale(
     lr=6e-3,
     warmup_steps=100,
     cooldown_steps=300,
-    eval_windows=4,
-    finetune_steps=100,
-    entropy_batch=2,
     schemes=("none", "learned", "sinusoidal", "rope", "alibi"),
 )
 
@@ -184,7 +165,6 @@ _GPU = Scale(
     batch_size=64,
     lr=1e-3,
     warmup_steps=100,
-    eval_windows=4,
     finetune_steps=500,
     entropy_batch=4,
     device="cuda",
