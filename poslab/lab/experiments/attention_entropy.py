@@ -15,9 +15,6 @@ A uniform row over ``n`` keys has entropy ``ln n``, so some growth with the posi
 model that spreads attention; the normalised entropy ``H_i / ln(i + 1)`` separates that from a real
 loss of focus. Both are reported; the claim about RoPE tests the normalised one, and the variants (the
 same trained models read differently) are compared paired by seed.
-The measurement (the entropy maps and the typed readings) is in
-:mod:`poslab.lab.experiments.attention_entropy_measure`; this module declares the arms, the claims, the table
-and the figure.
 """
 
 from __future__ import annotations

@@ -20,12 +20,8 @@ each (the same 3 for every arm, so seed i gives every arm the same windows):
   nothing learned to tell positions apart, does: a test of "NoPos fails" needs an arm that uses
   positions at all.
 
-The metric is the loss on the whole validation split (the same windows, and for the MLM the same
-masks, for every run). The design is paired by seed: every arm trains from each seed (``seeded_arms``),
-and a run's batch generator is seeded by its seed alone, so the arms of one seed read the same
-batches in the same order (the masked LMs also the same masks); only the initialisation differs,
-as the parameters do. Both objectives' losses are in nats per predicted character; the unigram
-entropy of the corpus (a model of character frequencies only) is printed beside each.
+The metric is the loss on the whole validation split (the same windows and, for the MLM, masks for every run), in
+nats per predicted character, paired by seed: a run's batches (and masks) are seeded by its seed alone.
 
 Seed 001's leak experiment (:mod:`poslab.lab.experiments.causal_leak`) in bidirectional mode: the two
 lines '白日依山尽' and '山依日白尽' are permutations of the same characters. Without positions and
@@ -34,10 +30,8 @@ output is the same in both lines up to float noise -- at 1, 2 and 3 layers (a de
 per depth, tolerance :data:`TOLERANCE`). The same models with the causal mask differ by far more from
 2 layers on: the mask, not depth, leaks order.
 
-Quick form: tinyshakespeare, the lab's quick geometry at its cosine recipe (:data:`poslab.lab.scale.SIZES`
-``quick-cosine``: 4 layers, n_embd 64, window 64, lr 3e-3, 3000 steps; the masked LMs
-:data:`MLM_STEPS_FACTOR` times as many).
-Full form: the lab's full size (the same model at window 128).
+Quick form: tinyshakespeare at ``quick-cosine`` (:data:`poslab.lab.scale.SIZES`; the masked LMs
+:data:`MLM_STEPS_FACTOR` times as many steps). Full form: the lab's full size.
 """
 
 from __future__ import annotations

@@ -23,16 +23,11 @@ seed, on ln-perplexity):
 * Seed 000 Q4's Llama 3 recipe, checkpoint averaging "avoids catastrophic forgetting": the mean of the
   YaRN fine-tune's last k checkpoints, and base ⊕ fine-tuned, against the plain fine-tune (below).
 
-The RoPE models are the lab's RoPE models, one per seed, from the lab model store the pipeline gives the
-experiment (:mod:`poslab.lab.experiments.lab_models`, where extrapolation reads them too): the seeds are the
-plan's (the quick form's from :data:`poslab.lab.plan.QUICK_SEEDS`, else :data:`~poslab.lab.scale.SEEDS`, as
-extrapolation's), finished identical ones are reused, and missing seeds are trained there. The fine-tunes and
-controls are this experiment's own runs, ``OUT/runs/SIZE/NAME``. Each scaling
-is applied at inference by :func:`scale_rope` (factor 4, ``original_max_len = L``); the fine-tunes are
-new runs initialised from each seed's RoPE run (``TrainConfig.init_from``) with the scaling set and
-``block_size = 4 L``, trained at the same tokens per step. A control run trains the same number of
-extra steps at ``L`` without scaling, to separate what more training alone buys; read at ``4 L`` with
-each scaling, it is the inference-only arm at the fine-tune's token budget.
+The base models are the lab's RoPE models, one per seed (:mod:`poslab.lab.experiments.lab_models`). Each scaling
+is applied at inference by :func:`scale_rope` (factor 4, ``original_max_len = L``); the fine-tunes start from each
+seed's base model (``TrainConfig.init_from``) with the scaling set and ``block_size = 4 L``, at the same tokens per
+step. A control trains the same extra steps at ``L`` without scaling, to separate what more training alone buys;
+read at ``4 L`` with each scaling, it is the inference-only arm at the fine-tune's token budget.
 
 Checkpoint averaging (seed 000 Q4: 「LLaMA3 的做法：8K 预训练 → 分阶段扩展到 128K，中间用 NTK-aware + 继续预训练 +
 平均检查点（averaging checkpoints）避免灾难性遗忘。」, "Llama 3: pre-train at 8K, extend to 128K in stages, with
@@ -49,10 +44,6 @@ checkpoint averaging belongs to the annealing stage of pre-training (§3.4.3) an
 (§4.1.5, averaging models across RM / SFT / DPO runs), not to the long-context stage (§3.4.2) the lesson
 ties it to.
 
-The measurements are in :mod:`poslab.lab.experiments.context_extension_measure`, the claims in
-:mod:`poslab.lab.experiments.context_extension_claims`, the passkey in
-:mod:`poslab.lab.experiments.context_extension_passkey`, the tables and figures in
-:mod:`poslab.lab.experiments.context_extension_tables` and :mod:`poslab.lab.experiments.context_extension_display`.
 """
 
 from __future__ import annotations

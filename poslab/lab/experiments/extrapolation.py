@@ -11,19 +11,12 @@ Claims tested (never forced; each verdict is computed from the measured perplexi
   RoPE's perplexity "jumps from 10 to 100+".
 * Seed 002 §4.1: Transformer-XL's relative encoding "solves long-sequence generalization".
 
-Every scheme trains with the same data (tinyshakespeare, char-level), steps, batch and seed
-(:func:`poslab.session.train`), then :func:`poslab.analysis.eval.evaluate_length` scores the same validation
-targets at every length, both in non-overlapping chunks (the ALiBi paper's protocol, which carries
-the "early-token curse") and with a sliding window of stride ``length/2``.
-
-The claims are decided in :mod:`poslab.lab.experiments.extrapolation_verdicts`, each by the test its
-design calls for: a ratio ``ppl(fL) / ppl(L)`` per seed on the ln scale (one model read at two lengths),
-two schemes paired by seed (seed i trains every scheme on the same batches), RoPE's "10 to 100+"
-against the corpus's unigram perplexity (the level of a model that ignores its context).
-
-The models are the lab models of every scheme and seed, from the lab model store the pipeline gives the
-experiment (:mod:`poslab.lab.experiments.lab_models`): trained there, or the finished identical ones reused (the
-quick lab's position-training trains them first; the other length experiments read them in turn).
+Every scheme trains with the same data (tinyshakespeare), steps, batch and seed (the lab models,
+:mod:`poslab.lab.experiments.lab_models`); :func:`poslab.analysis.eval.evaluate_length` scores the same validation
+targets at every length, in non-overlapping chunks (the ALiBi paper's protocol, with its "early-token curse") and
+with a sliding window of stride ``length/2``. The claims (:mod:`poslab.lab.experiments.extrapolation_verdicts`)
+test a ratio ``ppl(fL) / ppl(L)`` per seed on the ln scale, two schemes paired by seed, and RoPE's "10 to 100+"
+against the corpus's unigram perplexity.
 """
 
 from __future__ import annotations

@@ -5,20 +5,14 @@ Seed 002 §6.1: "通过t-SNE降维展示8个头在文本分类任务中的关注
 capture local grammar, 3/4 attend to semantic keywords, 5/6 handle long-range dependencies, 7/8 are
 "spare channels"). No figure follows.
 
-Here a small GPT (the ``shakespeare-char`` preset: 4 layers, width 128, block 64, with 8 heads per layer
-and RoPE, trained on tiny Shakespeare) is probed on a
-fixed set of validation windows. Each head becomes one point: its attention weights on the probe
-windows (the lower triangle of every ``[T, T]`` map, concatenated). The points are projected to 2-D
-with PCA and t-SNE (scikit-learn) and coloured by layer and by the type ``poslab heads`` detects
-(:mod:`poslab.analysis.heads`: previous-token, induction, positional, punctuation); the map is drawn
-for the first seed's model.
+Here one small GPT per seed (the ``shakespeare-char`` preset with 8 heads per layer and RoPE) is probed on fixed
+validation windows: each head is one point, its attention weights on the windows (every ``[T, T]`` map's lower
+triangle), projected to 2-D with PCA and t-SNE (scikit-learn) and coloured by layer and by the type
+:mod:`poslab.analysis.heads` detects; the map shows the first seed's model.
 
-What of §6.1 can be tested, and how: one model per seed (:data:`~poslab.lab.experiments.training.SEEDS`),
-each giving one value of each statistic below; a claim is a one-sample t-test of the per-seed values
-against its bound (:func:`poslab.lab.verdicts.bound`), so a verdict is about models of this recipe,
-not one model. Each claim's premise: every seed's model (a per-model capability) is a language model
-clearly below the corpus's *trigram* baseline (:func:`poslab.lab.premises.below_baseline`): roles such
-as long-range heads mean little in a model that uses two characters of context.
+Each claim is a one-sample t-test of the per-seed values against its bound (:func:`poslab.lab.verdicts.bound`);
+its premise: every seed's model below the corpus's *trigram* baseline (roles such as long-range heads mean little
+in a model that uses two characters of context).
 
 * "local" vs "long-range" heads exist and separate: split the heads into two clusters (k-means on
   the PCA coordinates); the ratio of the clusters' median mean-attention-distances is at least 2

@@ -7,13 +7,9 @@ least three seeds. The quick form trains reverse only, for the schemes of the Ka
 ranking and the learned table (:data:`QUICK_SCHEMES`), plus the MQAR head-count runs. A scheme that
 cannot read a test length (a learned table: ``max_positions`` rows) is reported as such.
 
-Claims (seeded comparisons, accuracy higher is better). Every arm of a claim is trained from the
-same seeds, and a seed fixes the training batches, in the same order, and the test batches, whatever
-the scheme or head count (:func:`poslab.analysis.probes.train_probe`): the arms are paired by seed
-and compared with :func:`poslab.lab.verdicts.paired`, so what a seed's batches make easy or hard
-cancels. Premises are per seed: every seed of an arm must reach
-:data:`poslab.lab.premises.LENGTH_ACCURACY` at L, else the claim is not testable and the premise
-names the seed.
+Claims compare accuracies (higher is better), paired by seed: a seed fixes the training and test batches whatever
+the scheme or head count. Every seed of an arm must reach :data:`poslab.lab.premises.LENGTH_ACCURACY` at L
+(the premise), else the claim is not testable.
 
 * Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalization in
   Transformers" (https://arxiv.org/abs/2305.19466): length generalisation ranks NoPE > T5 > ALiBi >
@@ -26,10 +22,8 @@ names the seed.
 * Seed 000 Q1: more heads carry more relations at once: multi-query associative recall at fixed
   width, several heads beat one (in length).
 
-The forms are in :mod:`poslab.lab.experiments.probes_forms`, the claims in
-:mod:`poslab.lab.experiments.probes_claims`; this module declares the experiment. A probe model is a small GPT
-trained in memory on generated batches (:func:`poslab.analysis.probes.train_probe`), not a run folder, so the
-plan declares no arms and the measurement trains the probes (:func:`run_jobs`) and reads their accuracies.
+A probe model is a small GPT trained in memory on generated batches, not a run folder: the plan declares no arms
+and the measurement trains the probes (:func:`run_jobs`).
 """
 
 from __future__ import annotations

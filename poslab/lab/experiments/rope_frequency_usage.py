@@ -6,16 +6,11 @@ queries and keys put most of their norm on the *lowest* frequencies (pairs that 
 the context: they carry semantic content), while the highest frequencies are used by a few heads
 to build positional patterns (diagonal / previous-token heads).
 
-Seed 000's experiment 4 (``poslab experiment frequencies``) prints the frequencies and their periods;
-this experiment asks which of them a trained model actually uses. For small RoPE GPTs trained on
-tinyshakespeare (one per seed) it captures q and k as they enter the rotation, takes each rotary
-pair's 2-D norm ``||(q_a, q_b)||`` averaged over tokens, and reports it per layer x head x
-frequency pair (pair 0 = the highest frequency ``theta_0 = 1``), against the same models untrained
-(each seed's model as it started: the same config built from the same seed).
-The claims, paired by seed on the ln of the norms (:func:`~poslab.lab.verdicts.paired`): the
-lowest-frequency quarter of the pairs carries larger mean q/k norms than the highest-frequency
-quarter (two readings of one model per seed), and training, not initialisation, moves norm there
-(each seed's trained model against its own initialisation).
+For small RoPE GPTs trained on tinyshakespeare (one per seed) it takes each rotary pair's 2-D norm
+``||(q_a, q_b)||`` of q and k entering the rotation, averaged over tokens, per layer x head x pair (pair 0 = the
+highest frequency), against each seed's untrained model. The claims are paired by seed on the ln of the norms:
+the lowest-frequency quarter carries larger norms than the highest, and training, not initialisation, moves norm
+there.
 """
 
 from __future__ import annotations

@@ -17,23 +17,16 @@ by side:
   each query attends, summed over queries, relative to full causal attention
   (``sum_i min(i + 1, z_max + R) / sum_i (i + 1)``; the blocked path skips the rest).
 
-The model: token + learned absolute position embeddings, 2 pre-norm blocks (attention + GELU MLP),
-width 64, 4 heads. The attentions are poslab's real modules (``poslab/nn/sparse.py``,
-``MultiHeadAttention``): ``full`` (causal), ``window`` (``W = 16``, Mistral semantics: two layers reach 30 keys
-back, short of ``T/2``), ``axial`` (causal rows then columns of a ``T/w x w`` grid,
-``w = 2^ceil(log2(sqrt T))``), ``lsh`` (Reformer,
-shared QK, 4 buckets, chunk 32, one hash round) and ``adaptive`` (adaptive span, ``max_span = T``,
-ramp 16, spans initialised at the full ``T`` and shrunk by the L1 penalty; the span ratios
-learn at 3x the weights' rate so they settle within a short run).
+The model: learned absolute positions, 2 pre-norm blocks, width 64, 4 heads; the attentions are poslab's
+(``poslab/nn/sparse.py``, ``MultiHeadAttention``): ``full`` (causal), ``window`` (``W = 16``, Mistral semantics: two
+layers reach 30 keys back, short of ``T/2``), ``axial`` (causal rows then columns of a ``T/w x w`` grid,
+``w = 2^ceil(log2(sqrt T))``), ``lsh`` (Reformer: shared QK, 4 buckets, chunk 32, one round) and ``adaptive``
+(``max_span = T``, ramp 16, spans start at ``T``, shrunk by the L1 penalty, ratios at 3x the weights' lr).
 
-Claims (the verdict rule of ``poslab/lab/verdicts.py``, seeds per arm in the record): full attention
-beats each sparse pattern on the long-range task at the largest ``T`` (what the pattern gives up),
-and adaptive span takes less time per step than full attention (seed 002 §7.1's saving, here). The
-quick form runs one seed (its comparisons are inconclusive by rule); the full form runs three.
-Every kind trains from each seed on the same batches (the data generator is seeded by the seed
-alone) and is read on the same evaluation batches, so the claims are paired by seed; the losses
-are in nats (ln-perplexity), the step times tested on their ln (a ratio of times). The timing claim
-is not a lesson claim about quality and has a family of its own (:data:`TIMING_FAMILY`).
+Claims, paired by seed (every kind trains on the same batches and is read on the same evaluation batches): full
+attention beats each sparse pattern at the largest ``T`` (in nats), and adaptive span takes less time per step
+than full attention (on the ln of the times; a family of its own, :data:`TIMING_FAMILY`). The quick form runs one
+seed (inconclusive by rule), the full form three.
 """
 
 from __future__ import annotations
