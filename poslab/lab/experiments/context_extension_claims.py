@@ -1,26 +1,13 @@
 """The context-extension experiment's claims: which test decides each, fixed before any run (the passkey and
 averaging claims and every premise are :mod:`poslab.lab.experiments.context_extension_verdicts`'s).
 
-The test follows the design (:mod:`poslab.lab.plan`):
-
-* The inference-time scalings (no scaling, PI, NTK, dynamic NTK, YaRN, Llama3) are the **same base
-  models read differently**: every comparison between them is **paired by seed**, on ln-perplexity.
-* Every fine-tune (and the control, more steps at ``L``) starts from its seed's base model **with the
-  same seed** (the same batches in the same order): fine-tunes are paired by seed with each other, with
-  the base model and with the scalings read on the base or the control.
-* Passkey comparisons: the same prompts, the same base models or their fine-tunes: paired by seed.
-* A ranking ("the best", "the worst", "beats every") is every pair decided, paired by seed
-  (:func:`poslab.lab.verdicts.best_of`, on ln-perplexity).
-* "close to" is an equivalence (:func:`poslab.lab.verdicts.equivalent`, TOST) within the margin
-  :data:`CLOSE_TO`.
-* "continued training is the most reliable" is two claims: it reads ``4 L`` better than every
-  inference-only scaling **at an equal token budget** (each scaling read on the control, which trained
-  the same steps and tokens at ``L``), and its **spread** across seeds is smaller (a variance test,
-  not testable below :data:`VARIANCE_SEEDS` seeds).
-* The averaging claims about forgetting presuppose that the plain fine-tune forgets: where the
-  forgetting claim does not hold they are not testable (their premise names its result).
-* Premises are per seed: every base model below the bigram baseline and using its context; for a
-  passkey claim every base model retrieving the key at the shortest length it fits in.
+The test follows the design (:mod:`poslab.lab.plan`): the scalings are the same base models read differently, and
+every fine-tune and the control start from their seed's base model with the same seed (the same batches), so every
+comparison is paired by seed, on ln-perplexity; a ranking is every pair decided
+(:func:`poslab.lab.verdicts.best_of`); "close to" is a TOST within :data:`CLOSE_TO`. "Continued training is the
+most reliable" is two claims: it reads ``4 L`` better than every scaling **at an equal token budget** (each read on
+the control, which trained the same steps and tokens at ``L``), and its **spread** across seeds is smaller (a
+variance test, not testable below :data:`VARIANCE_SEEDS` seeds).
 """
 
 from __future__ import annotations
