@@ -79,18 +79,9 @@ QUICK_SCHEMES = ("none", "learned", "sinusoidal", "rope", "alibi", "t5")
 # 0.966 and 4 heads 0.938 on the 5-seed mean (2 heads 0.622, 1 head 0.383), 25-36 s of one core each.
 #: the smoke form's recipe, for its probes and its head-count runs alike
 _SMOKE = ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=8)
-#: the quick form's head-count recipe (MQAR, 4 pairs, a size curriculum; the full form's runs it longer)
-_QUICK_HEADS = ProbeRecipe(
-    n_layer=2,
-    n_head=4,
-    n_embd=64,
-    steps=1600,
-    batch_size=64,
-    lr=1.5e-3,
-    warmup_steps=100,
-    eval_batch=128,
-    curriculum_steps=1000,
-)
+#: the quick form's head-count recipe (MQAR, 4 pairs, a size curriculum; the full form's runs it longer); the
+#: recipes give what differs from :class:`~poslab.analysis.probes.ProbeRecipe`'s defaults (2 layers, 4 heads, 64 wide)
+_QUICK_HEADS = ProbeRecipe(steps=1600, batch_size=64, lr=1.5e-3, warmup_steps=100, curriculum_steps=1000)
 FORMS: ScaleTable[Form] = ScaleTable(
     Form(
         name="smoke",
@@ -111,16 +102,7 @@ FORMS: ScaleTable[Form] = ScaleTable(
         factors=(1, 2, 4),
         seeds=(0, 1, 2),
         recipe=ProbeRecipe(
-            n_layer=3,
-            n_head=4,
-            n_embd=64,
-            steps=1000,
-            batch_size=128,
-            lr=5e-3,
-            warmup_steps=100,
-            eval_batch=128,
-            min_size=3,
-            mixed_sizes=True,
+            n_layer=3, steps=1000, batch_size=128, lr=5e-3, warmup_steps=100, min_size=3, mixed_sizes=True
         ),
         heads=(1, 4),
         heads_recipe=_QUICK_HEADS,
@@ -134,9 +116,7 @@ FORMS: ScaleTable[Form] = ScaleTable(
         train_size=16,
         factors=(1, 2, 4),
         seeds=(0, 1, 2, 3, 4),
-        recipe=ProbeRecipe(
-            n_layer=2, n_head=4, n_embd=64, steps=1500, batch_size=64, lr=3e-3, warmup_steps=100, eval_batch=256
-        ),
+        recipe=ProbeRecipe(steps=1500, batch_size=64, warmup_steps=100, eval_batch=256),
         heads=(1, 2, 4, 8),
         heads_recipe=dataclasses.replace(_QUICK_HEADS, steps=3000, lr=1e-3, eval_batch=256, curriculum_steps=2400),
         heads_size=4,
