@@ -63,8 +63,6 @@ STEPS = {
         "warmup_steps": 15,
         "eval_interval": 75,
         "eval_iters": 4,
-        "ckpt_interval": 0,
-        "keep_checkpoints": 1,
     },
     "full": {
         "max_steps": 600,
@@ -73,8 +71,6 @@ STEPS = {
         "warmup_steps": 50,
         "eval_interval": 150,
         "eval_iters": 8,
-        "ckpt_interval": 0,
-        "keep_checkpoints": 1,
     },
 }
 #: validation streams read in parallel, and how many consecutive segments of each (None: all of them)
@@ -100,7 +96,7 @@ def train_config(
     """The training config mapping of one arm and seed (runs in ``out/runs/ARM-sSEED``; ``corpus``: tests)."""
     form = "quick" if quick else "full"
     geometry = dict(model or MODELS[form])
-    config = presets.preset_config("shakespeare-char")
+    config = {**presets.preset_config("shakespeare-char"), "ckpt_interval": 0, "keep_checkpoints": 1}
     config.update(steps or STEPS[form])
     if corpus is not None:
         config["corpus"] = corpus
