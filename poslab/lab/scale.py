@@ -525,23 +525,3 @@ def preset_config(scale: Scale, preset: str = "shakespeare-char", position: str 
     }
     return config
 
-
-__all__ = [
-    "CORPUS",
-    "EXTRAPOLATION_FACTORS",
-    "LESSON",
-    "SCHEMES",
-    "SEED",
-    "SEEDS",
-    "SIZES",
-    "STREAM_SCALES",
-    "Scale",
-    "ScaleTable",
-    "define_size",
-    "lab_config",
-    "lesson_config",
-    "preset_config",
-    "schemes_of",
-    "size_of",
-    "train_config",
-]
