@@ -6,6 +6,7 @@ Every claim follows its design (:mod:`poslab.lab.plan`); :func:`extrapolation_cl
 from __future__ import annotations
 
 import math
+import statistics
 import typing
 from typing import Any
 
@@ -61,11 +62,9 @@ def undertrained_seeded(tables: Tables, mode: str = NONOVERLAPPING) -> dict[str,
     claims about them are reported as not measurable (with the numbers).
     """
     at_l = {s: sum(v) / len(v) for s in tables if (v := seed_perplexities(tables, s, 1, mode))}
-    values = sorted(at_l.values())
-    if len(values) < 3:
+    if len(at_l) < 3:
         return {}
-    mid = len(values) // 2
-    median = values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
+    median = statistics.median(at_l.values())
     return {s: {"ppl_L": v, "median_L": median} for s, v in at_l.items() if v > UNDERTRAINED * median}
 
 
@@ -86,18 +85,11 @@ def extrapolation_claims(
             perplexity ``exp(baseline)`` is also the collapse level the "10 to 100+" claim is judged
             against; without it that claim is not measured.
 
-    The design decides the test (:mod:`poslab.lab.plan`):
-
-    * a ratio ``ppl(fL) / ppl(L)`` is one model read at two lengths: the per-seed ratios are tested on
-      the ln scale against ``ln(bound)`` (one-sample t, :func:`poslab.lab.verdicts.bound` with ``log``), so
-      the seeds' agreement counts and a ratio of 5 weighs as much above the bound as 1/5 below it;
-    * two schemes at one length are paired by seed: :func:`train_config` gives every scheme the same
-      ``seed``, ``batch_size`` and block size, and the trainer draws its batches from a generator seeded
-      by the seed alone (:func:`poslab.training.data.data_seed`), so seed ``i`` trains every scheme on the
-      same batches in the same order, and every model is scored on the same validation targets. The
-      per-seed differences of ln perplexity are tested (:func:`poslab.lab.verdicts.paired`, ``log``) over the
-      seeds both arms trained (the quick lab trains some arms more seeds than others: :data:`poslab.lab.plan.
-      QUICK_SEEDS`). Arms that share no seed (tables a user assembled) are independent and go to Welch's test.
+    The design decides the test (:mod:`poslab.lab.plan`): a ratio ``ppl(fL) / ppl(L)`` (one model read at two
+    lengths) is tested per seed on the ln scale against ``ln(bound)`` (:func:`poslab.lab.verdicts.bound`), so a
+    ratio of 5 weighs as much above the bound as 1/5 below it; two schemes at one length are paired by seed (seed
+    ``i`` trains every scheme on the same batches, :func:`poslab.training.data.data_seed`) on ln perplexity over the
+    seeds both trained; arms that share no seed (tables a user assembled) go to Welch's test.
     """
     failed = undertrained_seeded(tables, mode)
     if baseline is not None:
