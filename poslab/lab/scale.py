@@ -524,4 +524,3 @@ def preset_config(scale: Scale, preset: str = "shakespeare-char", position: str 
         "position": position,
     }
     return config
-
