@@ -50,12 +50,8 @@ def fits_length(
     threshold: float = LENGTH_ACCURACY,
     seeds: Sequence[int] | None = None,
 ) -> Premise:
-    """Every seed of every arm reaches ``threshold`` accuracy at the training length.
-
-    Args:
-        accuracy_at_L: arm -> per-seed accuracy at ``L``.
-        seeds: the seed of each value (the same order in every arm), named where one falls short.
-    """
+    """Every seed of every arm (``accuracy_at_L``: arm -> per-seed accuracy) reaches ``threshold`` at the training
+    length; ``seeds`` name the one that falls short."""
     short = [
         f"{arm} {_seed_name(seeds, i)}: {value:.3f}"
         for arm, values in accuracy_at_L.items()
@@ -76,12 +72,7 @@ def above_chance(accuracy: Mapping[str, Sequence[float]], chance: float, where: 
 
     One one-sample t-test per arm (:func:`poslab.lab.verdicts.bound`, ``held`` = the mean exceeds
     ``chance`` by more than the test's interval); an arm with fewer than
-    :data:`~poslab.lab.verdicts.MIN_SEEDS` seeds cannot show it.
-
-    Args:
-        accuracy: arm -> per-seed accuracy at one test length.
-        chance: the task's chance accuracy (:func:`poslab.analysis.probes.chance`).
-        where: what the values are, for the text (``"at 2L"``).
+    :data:`~poslab.lab.verdicts.MIN_SEEDS` seeds cannot show it. ``where``: what the values are (``"at 2L"``).
     """
     parts, met = [], bool(accuracy)
     for arm, values in accuracy.items():
@@ -120,12 +111,8 @@ def retrieves(
 
 
 def below_bigram(losses: Mapping[str, Sequence[float]], bigram: float, margin: float = BIGRAM_MARGIN) -> Premise:
-    """Every seed of every arm has a validation loss at least ``margin`` below the bigram baseline.
-
-    Args:
-        losses: arm -> per-seed validation loss (nats/token).
-        bigram: the corpus's bigram baseline on the validation split (nats/token).
-    """
+    """Every seed of every arm (``losses``: arm -> per-seed validation loss) at least ``margin`` below the bigram
+    baseline (nats/token)."""
     return below_baseline(losses, bigram, "bigram", margin)
 
 
@@ -153,12 +140,8 @@ def context_gain(by_position: Sequence[float]) -> float:
 
 
 def uses_context(by_position: Mapping[str, Sequence[Sequence[float]]], margin: float = CONTEXT_MARGIN) -> Premise:
-    """Every seed of every arm: loss at the window's last quarter at least ``margin`` below positions 1-4.
-
-    Args:
-        by_position: arm -> per seed, the mean loss at each window position ``[L]``
-            (:func:`poslab.analysis.eval.loss_by_position`).
-    """
+    """Every seed of every arm: loss at the window's last quarter at least ``margin`` below positions 1-4
+    (``by_position``: arm -> per seed, :func:`poslab.analysis.eval.loss_by_position`)."""
     shortest = min((len(c) for curves in by_position.values() for c in curves), default=0)
     if shortest < 2 * max(EARLY) + 2:
         return Premise(

@@ -1,16 +1,9 @@
 """The lab's verdicts, one import away: claim records, the seeded tests, the deterministic checks.
 
-A verdict is one of :data:`VERDICTS`: ``held``, ``did not hold`` or ``inconclusive`` (docs/lab.md, "How
-a verdict is decided", explains the rule for learners). The record and its rule live in
-:mod:`poslab.lab.records`, the seeded tests (paired, Welch, one-sample, TOST, ranking) in
-:mod:`poslab.lab.comparisons`, the plan that picks a test, a family and reports power in
-:mod:`poslab.lab.plan`; they are importable from here, where every experiment looks. This module adds
-the claims decided by a computation (:func:`deterministic`, :func:`at_least`: no seeds, ``noise`` is
-``None``, ``n_seeds`` is 0) and the checks every list of records must pass.
-
-Every record has the same fields: ``claim``, ``source``, ``criterion`` (in words), ``measured``,
-``margin``, ``noise`` (``None`` where not applicable), ``n_seeds``, ``verdict``, ``details``,
-``premise`` and, for seeded claims, ``design``.
+A verdict is one of :data:`VERDICTS` (docs/lab.md, "How a verdict is decided"). The records live in
+:mod:`poslab.lab.records`, the seeded tests in :mod:`poslab.lab.comparisons`, the plan in :mod:`poslab.lab.plan`;
+every experiment imports them from here. This module adds the claims decided by a computation
+(:func:`deterministic`, :func:`at_least`: no seeds, no noise) and the checks every list of records must pass.
 """
 
 from __future__ import annotations

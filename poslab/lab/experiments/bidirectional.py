@@ -203,14 +203,7 @@ def plan(
     seeds: tuple[int, ...] = SEEDS,
     leak_layers: tuple[int, ...] = LEAK_LAYERS,
 ) -> Plan[Setting]:
-    """The arms at every seed, runs ``out/runs/ARM-sSEED``.
-
-    Args:
-        quick: the short form (module docstring).
-        base: a config mapping replacing the base (tests use a tiny one).
-        seeds: training seeds (at least 3 for a conclusive verdict).
-        leak_layers: depths of the leak experiment.
-    """
+    """The arms at every seed, runs ``out/runs/ARM-sSEED`` (``base``: a config replacing the base, for tests)."""
     base = base if base is not None else base_config(quick)
     variants = {label: arm_overrides(label, base["max_steps"]) for label in ARMS}
     arm_steps = {label: variants[label].get("max_steps", base["max_steps"]) for label in ARMS}

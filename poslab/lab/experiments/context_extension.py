@@ -191,20 +191,7 @@ class Setting:
 
 @dataclass(frozen=True)
 class ContextResult:
-    """The means over seeds of every reading, and each seed's (:mod:`.context_extension_measure`; their types are
-    :mod:`.context_extension_result`'s).
-
-    Attributes:
-        base: the base models at ``L`` (``{"L": cell}``).
-        inference: scaling -> its cell at ``4 L`` (with its ``rope_scaling``).
-        finetuned: fine-tune -> its scaling and cells at ``4 L`` and ``L``.
-        control_more_steps_at_L: the control's cells at ``4 L`` and ``L``.
-        equal_budget: the extra training's :class:`Budget`, plain fine-tuning at ``4 L`` and the control read at
-            ``4 L`` with each scaling.
-        passkey: ``base``, ``inference``, ``finetuned`` accuracies, with the prompts' factors, letters and chance.
-        averaging: checkpoint averaging (:func:`~.context_extension_measure.averaging_summary`).
-        per_seed: every seed's measurements (:func:`~.context_extension_measure.measure_seed`).
-    """
+    """The means over seeds of every reading (:mod:`.context_extension_result`'s types), and each seed's."""
 
     size: Scale
     train_length: int
@@ -231,16 +218,10 @@ class ContextResult:
 def plan(
     out: Path, quick: bool, size: str | Scale | None = None, seeds: tuple[int, ...] | None = None
 ) -> Plan[Setting]:
-    """The RoPE base model of each seed (a lab model of the store, reused where finished), then every fine-tune
-    and control initialised from its seed's base.
-
-    Args:
-        quick: the lab's quick size (else full).
-        size: a size name overriding ``quick`` (``smoke`` for tests).
-        seeds: the RoPE models' seeds (default: the quick lab's seeds of its RoPE arm at the quick size,
-            :data:`poslab.lab.plan.QUICK_SEEDS`, else :data:`~poslab.lab.scale.SEEDS`, the seeds extrapolation
-            trains by default); with fewer than :data:`MIN_SEEDS` every claim is inconclusive.
-    """
+    """The RoPE base model of each seed (a lab model of the store), then every fine-tune and control initialised
+    from its seed's base. ``size`` overrides ``quick``; ``seeds`` default to the plan's
+    (:func:`~poslab.lab.experiments.training.planned_seeds`); with fewer than :data:`MIN_SEEDS` every claim is
+    inconclusive."""
     lab = size_of(quick, size)
     chosen = planned_seeds(EXPERIMENT.name, ("rope",), lab.name == "quick", seeds).get("rope", ())
     if not chosen:

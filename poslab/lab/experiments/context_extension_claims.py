@@ -182,15 +182,8 @@ def context_claims(
     seeds: Sequence[int],
     steps: int = 100,
 ) -> list[verdicts.ClaimRecord]:
-    """The scaling and fine-tuning claims, from per-seed perplexities (the i-th value of every arm is seed i's).
-
-    Args:
-        inference: scaling label (:data:`INFERENCE`) -> per-seed perplexity at 4x L of the base models.
-        finetuned: fine-tuned label (:data:`FINETUNE`) -> per-seed perplexity at 4x L.
-        base_L: per-seed perplexity of the base models at L.
-        seeds: the seeds, in the order of the values.
-        steps: fine-tuning steps (for the wording).
-    """
+    """The scaling and fine-tuning claims, from per-seed perplexities (the i-th value of every arm is seed i's):
+    ``inference`` (:data:`INFERENCE`) and ``finetuned`` (:data:`FINETUNE`) at 4x L, ``base_L`` at L."""
     seeds = list(seeds)
     out = [
         verdicts.paired(
@@ -264,13 +257,7 @@ def continued_training_claims(
 
     Both arms of a seed start from its base model with its seed and train :attr:`Budget.steps` more
     steps: the fine-tune at ``4 L``, the control at ``L`` (then read at ``4 L`` with each scaling), so
-    the comparison is at an equal token budget and paired by seed.
-
-    Args:
-        continued: per-seed perplexity at 4x L of the plain fine-tune.
-        control_inference: scaling label (:data:`SCALINGS`) -> per-seed perplexity at 4x L of the control.
-        seeds: the seeds, in the order of the values.
-        budget: the extra tokens of each arm (said in the records).
+    the comparison is at an equal token budget and paired by seed (per-seed perplexities at 4x L).
     """
     seeds = list(seeds)
     arms = {"continued training": _ln(continued)}

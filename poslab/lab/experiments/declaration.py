@@ -10,13 +10,10 @@ Not an experiment. A declared experiment is one small module ending with ``EXPER
 * ``tables``: :class:`~poslab.lab.tables.KeyTable` values built from the typed ``Result``;
 * ``figures(result, out) -> {key: path}``.
 
-The pipeline (:func:`declare` makes the :class:`~poslab.lab.experiments.common.Experiment` the lab and the CLI
-run) owns the rest, once: every arm and seed trained or reused through one :func:`ensure_runs` (shards, Ray,
-workers, resume: :func:`poslab.lab.experiments.training.ensure_many`; the lab models in the store it is given,
-:mod:`poslab.lab.experiments.lab_models`), the tables printed, the figures drawn,
-and the result serialised with its claims (:func:`poslab.lab.experiments.run_experiment` applies the
-statistical plan and writes results.json). The report reads results.json back into the same ``Result``
-(:func:`load`): a field a table needs that the file lacks is a failure naming the table and the field.
+The pipeline (:func:`declare`) owns the rest, once: every arm and seed trained or reused through
+:func:`ensure_runs`, the tables printed, the figures drawn, the result serialised with its claims; the report reads
+results.json back into the same ``Result`` (:func:`load`): a field a table needs that the file lacks is a failure
+naming the table and the field.
 """
 
 from __future__ import annotations

@@ -76,15 +76,8 @@ class Setting:
 
 @dataclass(frozen=True)
 class ExtrapolationResult:
-    """Every scheme read at every length factor, per seed and over seeds, with the corpus's baselines.
-
-    Attributes:
-        perplexity: scheme -> factor -> :func:`aggregate`'s cell (mean, sd and per-seed perplexities per mode; each
-            mode's table, :data:`~poslab.lab.experiments.cells.MODES`).
-        perplexity_by_seed: scheme -> seed -> factor -> the evaluation cell of that seed's model.
-        loss_by_position: scheme -> seed -> mean validation loss at each position of a window of ``L``.
-        final_val_loss: scheme -> the training's final validation loss, per seed.
-    """
+    """Every scheme read at every length factor, per seed (``perplexity_by_seed``: scheme -> seed -> factor) and
+    over seeds (``perplexity``: :func:`aggregate`'s), with the corpus's baselines."""
 
     size: Scale
     baselines: Baselines = baselines_field()
@@ -205,15 +198,9 @@ def plan(
     seeds: tuple[int, ...] | None = None,
 ) -> Plan[Setting]:
     """The lab model of every scheme and seed (:func:`~poslab.lab.experiments.lab_models.lab_model_arms`: in the
-    store, ``MODELS/SIZE/NAME``).
-
-    Args:
-        quick: the demo's size; ``size`` (a :class:`~poslab.lab.scale.Scale` or the name of one of
-            :data:`~poslab.lab.scale.SIZES`) instead.
-        schemes: position schemes to train (``None``: :func:`~poslab.lab.scale.schemes_of` the size).
-        seeds: training seeds of every scheme (at least 3 for conclusive verdicts; default: the quick lab's
-            seeds per scheme, :data:`poslab.lab.plan.QUICK_SEEDS`, at the quick size, else :data:`SEEDS`).
-    """
+    store, ``MODELS/SIZE/NAME``). ``size`` (a :class:`~poslab.lab.scale.Scale` or a name) overrides ``quick``;
+    ``schemes`` default to the size's (:func:`~poslab.lab.scale.schemes_of`), ``seeds`` to the plan's
+    (:func:`~poslab.lab.experiments.training.planned_seeds`)."""
     lab = size_of(quick, size)
     schemes = schemes_of(lab) if schemes is None else tuple(schemes)
     by_scheme = planned_seeds(EXPERIMENT.name, schemes, lab.name == "quick", seeds)

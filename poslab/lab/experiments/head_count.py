@@ -53,12 +53,8 @@ HEADS_QUICK = dataclasses.replace(
 
 
 def base_config(quick: bool, position: str = "learned", size: Scale | None = None) -> dict[str, Any]:
-    """The experiment's base config.
-
-    Full: the lessons' ``tang-small`` training (:func:`poslab.lab.scale.lesson_config`). Quick: a lab model on
-    tinyshakespeare (:func:`poslab.lab.scale.lab_config`) of ``size`` (default the lab's ``quick`` size), with
-    ``position``.
-    """
+    """Full: the lessons' ``tang-small`` training (:func:`poslab.lab.scale.lesson_config`); quick: a lab model of
+    ``size`` (default ``quick``) with ``position`` (:func:`poslab.lab.scale.lab_config`)."""
     return lab_config(position, size or SIZES["quick"]) if quick else lesson_config()
 
 
@@ -72,13 +68,8 @@ def nearest_counts(heads: list[int] | tuple[int, ...], d_model: int) -> list[int
 def head_claims(
     losses: dict[int, list[float]], d_model: int, seeds: tuple[int, ...] | None = None
 ) -> list[dict[str, Any]]:
-    """Seed 002's √(d/16) rule and seed 000's "smaller d_k does better", as claim records over seeds.
-
-    Args:
-        losses: head count -> per-seed validation losses.
-        d_model: the model width.
-        seeds: the seed of each loss (every count trained from the same seeds: paired by seed), recorded.
-    """
+    """Seed 002's √(d/16) rule and seed 000's "smaller d_k does better", as claim records over seeds
+    (``losses``: head count -> per-seed validation losses, every count from the same ``seeds``: paired)."""
     predicted = math.sqrt(d_model / 16)
     nearest = nearest_counts(list(losses), d_model)
     arms = {f"{h} heads": v for h, v in losses.items()}
@@ -140,15 +131,9 @@ def plan(
     base: dict[str, Any] | None = None,
     seeds: tuple[int, ...] | None = None,
 ) -> Plan[Setting]:
-    """Every head count with every seed, runs ``out/runs/heads-N-sSEED``.
-
-    Args:
-        quick: the short form (tinyshakespeare, the lab's quick model; see the module docstring).
-        heads: head counts to train (each must divide the width).
-        base: a config mapping replacing the base (tests use a tiny one).
-        seeds: training seeds (at least 3 for a conclusive verdict; default: the quick lab's seeds,
-            :data:`poslab.lab.plan.QUICK_SEEDS`, in the quick form, else :data:`SEEDS`).
-    """
+    """Every head count (each must divide the width) with every seed, runs ``out/runs/heads-N-sSEED``; ``base``
+    replaces the base config (tests use a tiny one), ``seeds`` default to the plan's
+    (:func:`~poslab.lab.experiments.training.planned_seeds`)."""
     if seeds is None:
         seeds = planned_seeds(EXPERIMENT.name, ("*",), quick)["*"]
     base = base if base is not None else base_config(quick, size=HEADS_QUICK)

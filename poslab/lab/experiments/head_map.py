@@ -92,12 +92,7 @@ class MapResult:
 
 
 def map_claims(per_seed: list[MapStatistics], seeds: list[int]) -> list[ClaimRecord]:
-    """Seed 002 §6.1's testable descriptions as one-sample claims over the seeds' models (module docstring).
-
-    Args:
-        per_seed: :func:`map_statistics` of each seed's model.
-        seeds: the seeds, in the same order (recorded).
-    """
+    """Seed 002 §6.1's testable descriptions as one-sample claims over the seeds' :func:`map_statistics`."""
     source = "seed 002 §6.1"
     label = f"{PRESET} GPT, {N_HEAD} heads a layer"
 

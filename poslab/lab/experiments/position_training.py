@@ -219,15 +219,8 @@ def plan(
 ) -> Plan[Setting]:
     """One GPT per scheme and seed: runs ``out/runs/SCHEME-sSEED``; in the quick form without ``base``, the lab
     models of the quick size (:func:`~poslab.lab.experiments.lab_models.lab_model_arms`: in the store).
-
-    Args:
-        quick: the short form (the lab's quick models; see the module docstring).
-        schemes: scheme names (default: every registered one; quick: the quick size's arms,
-            :func:`poslab.lab.scale.schemes_of`).
-        base: a config mapping replacing the base (tests use a tiny one; every scheme then trains on it
-            with ``position`` set).
-        seeds: training seeds of every scheme (at least 3 for a conclusive verdict; default: the quick lab's
-            seeds per scheme, :data:`poslab.lab.plan.QUICK_SEEDS`, for the quick models, else :data:`SEEDS`).
+    ``schemes`` default to every registered one (quick: the quick size's arms); ``base`` replaces the base config
+    (tests use a tiny one); ``seeds`` default to the plan's (:func:`~poslab.lab.experiments.training.planned_seeds`).
     """
     if schemes is None:
         schemes = list(schemes_of(SIZES["quick"])) if quick and base is None else positions.names()

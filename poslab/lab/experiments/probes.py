@@ -155,15 +155,9 @@ def plan(
     schemes: list[str] | None = None,
     seeds: tuple[int, ...] | None = None,
 ) -> Plan[Setting]:
-    """Every (task, scheme, seed) of the form, and the MQAR head-count runs (trained by :func:`measure`).
-
-    Args:
-        quick: the short form (reverse at L = 5 for :data:`QUICK_SCHEMES`, and the MQAR heads runs), at the quick
-            lab's planned arms and seeds (:func:`planned_form`) unless ``schemes`` or ``seeds`` are given.
-        form: a :data:`FORMS` name overriding ``quick`` (``smoke`` for tests).
-        schemes: position schemes (default: the form's, else every registered one).
-        seeds: the training seeds of every arm (default: the form's; ``poslab experiment probes --seeds N``).
-    """
+    """Every (task, scheme, seed) of the form, and the MQAR head-count runs (trained by :func:`measure`). ``form``
+    (a :data:`FORMS` name) overrides ``quick``; the quick form takes the quick lab's arms and seeds
+    (:func:`planned_form`) unless ``schemes`` or ``seeds`` are given."""
     spec = form_of(quick, form)
     if seeds is not None:
         spec = dataclasses.replace(spec, seeds=tuple(int(s) for s in seeds))

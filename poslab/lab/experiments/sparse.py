@@ -150,13 +150,8 @@ def sparse_premise(record: ClaimRecord, runs: list[SparseRun], T: int) -> Premis
 
 
 def plan(out: Path, quick: bool, config: Mapping[str, Any] | None = None) -> Plan[Setting]:
-    """Every kind at every length and seed (trained by :func:`measure`, one after another in its process).
-
-    Args:
-        quick: the short form (:data:`~poslab.lab.experiments.sparse_model.QUICK`: one seed, two lengths).
-        config: fields of the form's :class:`~poslab.lab.experiments.sparse_model.Recipe` replaced (tests use
-            one length and few steps).
-    """
+    """Every kind at every length and seed (trained by :func:`measure`, one after another in its process);
+    ``config``: fields of the form's :class:`~poslab.lab.experiments.sparse_model.Recipe` replaced (tests)."""
     recipe = dataclasses.replace(QUICK if quick else FULL, **dict(config or {}))
     recipe = dataclasses.replace(recipe, lengths=tuple(recipe.lengths), seeds=tuple(recipe.seeds))
     return Plan(Setting(quick, recipe), {}, summarise=False, what="sparse models")

@@ -102,14 +102,9 @@ class StreamingResult:
 def stream_nll(
     model: GPT, stream: torch.Tensor, method: str, sinks: int = SINKS, size: int | None = None
 ) -> torch.Tensor:
-    """Per-token negative log-likelihood ``[B, N-1]`` of predicting ``stream[:, 1:]`` (``stream [B, N]``).
-
-    Args:
-        model: the GPT.
-        method: ``streaming`` (``sinks`` + ``size - sinks`` window), ``window`` (``size`` window, no
-            sinks) or ``full`` (one pass, every key).
-        size: cache entries for the two cached methods (default: the model's ``block_size``).
-    """
+    """Per-token negative log-likelihood ``[B, N-1]`` of predicting ``stream[:, 1:]`` (``stream [B, N]``) by
+    ``method``: ``streaming`` (``sinks`` + ``size - sinks`` window), ``window`` (``size`` window, no sinks) or
+    ``full`` (one pass); ``size`` defaults to the model's ``block_size``."""
     model.eval()
     size = size or model.config.block_size
     if method == "full":

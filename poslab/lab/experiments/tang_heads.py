@@ -64,14 +64,8 @@ class Setting:
 
 
 def plan(out: Path, quick: bool, overrides: dict[str, Any] | None = None, trained: Path | None = None) -> Plan[Setting]:
-    """Train (or reuse) the Tang GPT in ``out/runs`` and analyse it into ``out``.
-
-    Args:
-        out: output folder.
-        quick: the preset's quick form and fewer evaluation batches.
-        overrides: training values on top of the preset (:func:`tang_config`).
-        trained: analyse this finished run folder instead of training one (nothing is trained).
-    """
+    """Train (or reuse) the Tang GPT in ``out/runs`` (``overrides`` on top of the preset: :func:`tang_config`), or
+    analyse the finished run folder ``trained`` instead (nothing is trained)."""
     setting = Setting(Path(out), quick, None if trained is None else Path(trained))
     if trained is not None:
         return Plan(setting, {}, summarise=False, what="Tang model")

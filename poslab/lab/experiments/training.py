@@ -1,10 +1,7 @@
 """What the lab's training experiments share: the seeds, training many runs, reusing finished ones, the claims table.
 
-Not an experiment (the registry in ``__init__`` lists the experiment modules by name). Every
-experiment that trains several models hands them to :func:`poslab.jobs.runner.train_many` through
-:func:`ensure_many` (configs trained unless an identical finished run exists): a declared experiment's arms
-through :func:`poslab.lab.experiments.declaration.ensure_runs`, which summarises them with
-:func:`summarise_many`, the others directly.
+Not an experiment. Every training goes through :func:`ensure_many` (trained unless an identical finished run
+exists), a declared experiment's arms through :func:`poslab.lab.experiments.declaration.ensure_runs`.
 """
 
 from __future__ import annotations
@@ -169,13 +166,7 @@ def alternating_cpu_speed(
     whatever else the machine is doing over every arm alike, and CPU time does not count the time a
     process waits for a core: unlike wall-clock tokens/s of trainings run side by side, the ratio
     does not follow the machine's load. The first round is a warm-up and is not returned.
-
-    Args:
-        configs: arm -> a training config mapping (:class:`poslab.training.config.TrainConfig` fields).
-        vocab_size: the vocabulary of the models.
-
-    Returns:
-        arm -> tokens per CPU second of each measured round (``rounds`` values).
+    ``configs``: arm -> a training config mapping; returns arm -> tokens per CPU second of each measured round.
     """
     import time
 
@@ -256,12 +247,8 @@ def same_run(run_dir: Path, cfg: Any, state: str = "finished") -> bool:
 
 
 def train_or_resume(cfg: Any, progress: bool = False) -> dict[str, Any]:
-    """Train ``cfg`` into its folder: continue an interrupted run of the same config from its checkpoint (a
-    stopped lab or experiment run again), else start afresh, replacing what the folder holds.
-
-    Returns:
-        The run's results (:func:`poslab.session.train`).
-    """
+    """Train ``cfg`` into its folder, returning its results: continue an interrupted run of the same config from
+    its checkpoint, else start afresh, replacing what the folder holds."""
     from poslab.session import train
 
     run_dir = Path(cfg.out_dir) / cfg.name
@@ -282,12 +269,7 @@ def preset_arms(out: Path, scale: Scale, seeds: Sequence[int]) -> dict[str, dict
 
 
 def ensure_trained(cfg: Any, progress: bool = False) -> Path:
-    """Train ``cfg`` unless a completed identical run is in its folder (:func:`train_or_resume`: an interrupted one
-    continues; a finished run of another config there is trained again).
-
-    Returns:
-        The run folder holding the trained model.
-    """
+    """The run folder of ``cfg``, trained (:func:`train_or_resume`) unless a completed identical run is there."""
     if not same_run(cfg.run_dir, cfg):
         train_or_resume(cfg, progress)
     return Path(cfg.run_dir)
@@ -315,10 +297,7 @@ def ensure_many(configs: Sequence[Any], workers: int | None = None, what: str = 
     A config with a finished identical run in its folder is not trained again. With more than one worker each
     training runs in its own process on one thread. Inside a sharded step (:func:`poslab.jobs.runner.use_shard`)
     only the shard's trainings (:func:`shard_key`) are trained, and :class:`poslab.jobs.runner.ShardFinished`
-    stops the step while any is unfinished.
-
-    Returns:
-        The run folder of each config, in order.
+    stops the step while any is unfinished. Returns the run folder of each config, in order.
     """
     workers = default_workers() if workers is None else check_workers(workers)
     shard = runner.current_shard()

@@ -154,14 +154,8 @@ def plan(
     steps: dict[str, Any] | None = None,
     corpus: str | None = None,
 ) -> Plan[Setting]:
-    """Both arms at every seed, runs ``out/runs/ARM-sSEED``.
-
-    Args:
-        quick: the short form (:data:`MODELS`, :data:`STEPS`).
-        seeds: training seeds (at least 3 for a conclusive verdict).
-        model, steps: geometry and training overrides (tests use tiny ones).
-        corpus: replaces the lab's corpus (tests use a short text).
-    """
+    """Both arms at every seed, runs ``out/runs/ARM-sSEED``; ``model``, ``steps`` and ``corpus`` replace the form's
+    (tests use tiny ones)."""
     first = train_config(out, quick, "a", seeds[0], model, steps, corpus)
     base = {k: v for k, v in first.items() if k not in ("name", "seed", "memory", "stream_batches")}
     variants = {arm: arm_overrides(arm, base["model"]["block_size"]) for arm in ARMS}
