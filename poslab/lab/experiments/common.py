@@ -5,11 +5,12 @@ Not an experiment (the registry in ``__init__`` lists the experiment modules by 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -337,6 +338,20 @@ def plot_seeded_curves(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     return save_figure(fig, path)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one thread inside the block, its thread count restored after: a tiny model gains nothing from more
+    threads, the machine is shared, and timings compare like with like."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:

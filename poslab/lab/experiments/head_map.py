@@ -32,10 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from poslab.display import new_figure, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines
+from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines, one_thread
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.head_map_probe import SPARE_LOSS, HeadRow, MapStatistics, Probe, SeedProbe, probe_model
 from poslab.lab.experiments.training import SEEDS
@@ -196,12 +194,8 @@ def plan(out: Path, quick: bool, seeds: tuple[int, ...] = SEEDS, steps: dict[str
 def measure(runs: Runs[Setting]) -> MapResult:
     """Every seed's model probed (on one thread, restored afterwards); the first seed's heads kept for the map."""
     s = runs.setting
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny GPT gains nothing from more threads, and the machine is shared
-    try:
+    with one_thread():
         probed = [probe_model(seed, runs.by_arm["head-map"][seed].path, s.quick) for seed in s.seeds]
-    finally:
-        torch.set_num_threads(threads)
     per_seed = [p for p, _ in probed]
     first, heads = probed[0]
     return MapResult(

@@ -39,11 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from poslab.display import new_figure, save_figure
 from poslab.jobs.runner import Task, train_many
-from poslab.lab.experiments.common import FULL_ONLY
+from poslab.lab.experiments.common import FULL_ONLY, one_thread
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.sparse_model import FULL, KINDS, QUICK, VOCAB, Recipe, SparseRun, train_one
 from poslab.lab.plan import own_family
@@ -161,18 +159,14 @@ def measure(runs: Runs[Setting]) -> SparseResult:
     """Train every kind at every length and seed on one thread, one after another in this process (the step times
     and peak memory compare like with like only so); the means over seeds and adaptive span's savings."""
     quick, cfg = runs.setting.quick, runs.setting.recipe
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: tiny models gain nothing from more, and the timings compare like with like
-    try:
-        tasks = [
-            Task(f"{kind}-T{T}-s{seed}", train_one, (kind, T, seed, cfg))
-            for T in cfg.lengths
-            for kind in KINDS
-            for seed in cfg.seeds
-        ]
+    tasks = [
+        Task(f"{kind}-T{T}-s{seed}", train_one, (kind, T, seed, cfg))
+        for T in cfg.lengths
+        for kind in KINDS
+        for seed in cfg.seeds
+    ]
+    with one_thread():
         trained: list[SparseRun] = train_many(tasks, 1, on_done=_done)
-    finally:
-        torch.set_num_threads(threads)
     summary: dict[str, dict[int, KindSummary]] = {}
     for kind in KINDS:
         summary[kind] = {}

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from poslab.analysis.eval import loss_by_position
 from poslab.analysis.heads import attention_weights, sink_scores
 from poslab.display import new_figure, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines
+from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines, one_thread
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, preset_arms
 from poslab.lab.premises import all_of, attach, below_bigram, uses_context
@@ -176,13 +176,9 @@ def plan(out: Path, quick: bool, seeds: tuple[int, ...] = SEEDS, scale: Scale | 
 
 def measure(runs: Runs[Setting]) -> StreamingResult:
     """Every seed's model read the three ways."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # token-by-token decoding of a tiny GPT: more threads only add overhead
-    try:
-        windows = runs.setting.scale.eval_windows
+    windows = runs.setting.scale.eval_windows
+    with one_thread():  # token-by-token decoding of a tiny GPT: more threads only add overhead
         per_seed = [read_seed(seed, run.path, windows) for seed, run in runs.by_arm["rope"].items()]
-    finally:
-        torch.set_num_threads(threads)
     return StreamingResult(
         SINKS,
         per_seed[0].block_size,

@@ -18,6 +18,7 @@ from poslab.checks import is_int
 from poslab.display import cut, print_table
 from poslab.jobs import runner
 from poslab.jobs.runner import Task, check_workers, default_workers, train_many
+from poslab.lab.experiments.common import one_thread
 from poslab.lab.premises import all_of, below_bigram, uses_context
 from poslab.lab.report.i18n import t
 from poslab.lab.scale import SEED, SEEDS, Scale, preset_config  # noqa: F401  (SEED re-exported: the experiments' seeds are here)
@@ -178,9 +179,7 @@ def alternating_cpu_speed(
 
     if steps < 1 or rounds < 3:
         raise ValueError(f"alternating timing needs steps >= 1 and rounds >= 3, got steps={steps!r}, rounds={rounds!r}")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         arms = {}
         for arm, values in configs.items():
             cfg = TrainConfig.from_dict({"name": f"timing-{arm}", **values})
@@ -204,8 +203,6 @@ def alternating_cpu_speed(
                 if round_ > 0:
                     out[arm].append(steps * cfg.batch_size * block / max(spent, 1e-9))
         return out
-    finally:
-        torch.set_num_threads(threads)
 
 
 #: the timing's training step: fp32, no gradient clipping (the arms differ only in their position scheme)

@@ -29,10 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from poslab.display import new_figure, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines
+from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines, one_thread
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, RunSummary, declare, seeded_arms
 from poslab.lab.experiments.training import SEEDS, lm_premise
 from poslab.lab.experiments.transformer_xl_measure import (
@@ -167,17 +165,13 @@ def measure(runs: Runs[Setting]) -> XLResult:
     """Every seed's two models read segment after segment under every condition; the step times of (b)."""
     s, base = runs.setting, runs.setting.base
     L = base["model"]["block_size"]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # segment after segment through a tiny GPT: a second thread only adds waiting
-    try:
+    with one_thread():  # segment after segment through a tiny GPT: a second thread only adds waiting
         per_seed = [
             read_seed(
                 seed, {arm: runs.by_arm[arm][seed].path for arm in ARMS}, EVAL_STREAMS[s.form], EVAL_SEGMENTS[s.form]
             )
             for seed in s.seeds
         ]
-    finally:
-        torch.set_num_threads(threads)
     timing_model, _, _ = load_run(runs.by_arm["b"][s.seeds[0]].path)
     corpus, fraction = base.get("corpus", "shakespeare"), base.get("val_fraction", 0.1)
     return XLResult(
