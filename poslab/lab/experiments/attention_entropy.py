@@ -5,11 +5,10 @@ attention distribution becomes unstable and its entropy rises sharply, the model
 YaRN (Peng et al. 2023, https://arxiv.org/abs/2309.00071, §3.4) adds a temperature (logits scaled by
 ``(0.1 ln s + 1)^2``) and Chiang & Cholak 2022 ("Overcoming a Theoretical Limitation of
 Self-Attention", https://arxiv.org/abs/2202.12172) scale logits by ``log n / log L`` so that entropy
-does not grow with the length. This experiment measures, for each lab model (one per position
-scheme, trained at ``L``; see :mod:`poslab.lab.experiments.extrapolation`), the Shannon entropy
-``H_i = -sum_j a_ij ln a_ij`` (nats) of every query's attention row, per layer and head, as a function
-of the query position and of the evaluation length (``1x .. 16x L``). The RoPE-family models are also
-read with YaRN (factor 4) with and without its temperature, and with log-n scaling.
+does not grow with the length. This experiment measures, for each lab model (one per scheme, trained at ``L``), the
+Shannon entropy ``H_i = -sum_j a_ij ln a_ij`` (nats) of every query's attention row, per layer and head, by query
+position and evaluation length (``1x .. 16x L``); the RoPE-family models also with YaRN (factor 4) with and without
+its temperature, and with log-n scaling.
 
 A uniform row over ``n`` keys has entropy ``ln n``, so some growth with the position is expected of any
 model that spreads attention; the normalised entropy ``H_i / ln(i + 1)`` separates that from a real

@@ -4,31 +4,23 @@ Haviv et al. 2022 ("Transformer Language Models without Positional Encodings Sti
 Information", https://arxiv.org/abs/2203.16634) train causal LMs without any position encoding
 (NoPos) and find them close to ones with learned positions; their control is a *masked* LM
 (bidirectional attention), which without positions is a bag of words and does much worse: the
-causal mask, not the architecture, is what tells a NoPos model where it is (§5). Here, at 3 seeds
-each (the same 3 for every arm, so seed i gives every arm the same windows):
+causal mask, not the architecture, is what tells a NoPos model where it is (§5). Here, paired by seed (a run's
+batches and masks are seeded by its seed alone), on the loss over the whole validation split (nats per predicted
+character):
 
-* ``clm-none`` vs ``clm-learned``: causal LMs (next-token loss). The claim that NoPos is *close*
-  is an equivalence claim, :func:`poslab.lab.verdicts.equivalent` (TOST) on the per-seed ln of the
-  losses: NoPos within ``±ln(1 + CLOSE)`` of learned, i.e. within ``CLOSE`` (relative).
-* ``mlm-none`` vs ``mlm-learned`` and ``mlm-rope``: masked LMs (``objective="mlm"``,
-  ``model.attention.causal=False``; loss on the 15% selected positions). The claim that NoPos *fails* is
-  :func:`poslab.lab.verdicts.paired` on the ln of the losses with ``offset = ln(1 + FAR)``: NoPos
-  is worse by more than ``FAR`` (relative). Haviv et al. used learned positions; RoPE is added
-  because at the quick size a learned table barely trains in a masked LM (measured: after 250
-  steps and after 800 steps the learned and the NoPos MLM are within 0.01 nats, both near the
-  bag-of-words level), while RoPE, which needs
-  nothing learned to tell positions apart, does: a test of "NoPos fails" needs an arm that uses
-  positions at all.
-
-The metric is the loss on the whole validation split (the same windows and, for the MLM, masks for every run), in
-nats per predicted character, paired by seed: a run's batches (and masks) are seeded by its seed alone.
+* ``clm-none`` vs ``clm-learned``: causal LMs. NoPos is *close*: a TOST of the per-seed ln losses within
+  ``±ln(1 + CLOSE)``.
+* ``mlm-none`` vs ``mlm-learned`` and ``mlm-rope``: masked LMs (``objective="mlm"``, ``causal=False``; loss on the
+  15% selected positions). NoPos *fails*: worse by more than ``FAR`` (paired, ln losses, offset ``ln(1 + FAR)``).
+  RoPE is added to Haviv et al.'s learned positions because at the quick size a learned table barely trains in a
+  masked LM (measured: after 250 and after 800 steps the learned and the NoPos MLM are within 0.01 nats, both near
+  the bag-of-words level), while RoPE, which needs nothing learned to tell positions apart, does.
 
 Seed 001's leak experiment (:mod:`poslab.lab.experiments.causal_leak`) in bidirectional mode: the two
-lines '白日依山尽' and '山依日白尽' are permutations of the same characters. Without positions and
-without the causal mask, attention is permutation-equivariant at every depth, so each character's
-output is the same in both lines up to float noise -- at 1, 2 and 3 layers (a deterministic claim
-per depth, tolerance :data:`TOLERANCE`). The same models with the causal mask differ by far more from
-2 layers on: the mask, not depth, leaks order.
+lines '白日依山尽' and '山依日白尽' are permutations of the same characters: without positions and the causal mask,
+attention is permutation-equivariant, so each character's output is the same in both lines up to float noise at
+every depth (a deterministic claim per depth, tolerance :data:`TOLERANCE`); with the mask they differ from 2 layers
+on: the mask, not depth, leaks order.
 
 Quick form: tinyshakespeare at ``quick-cosine`` (:data:`poslab.lab.scale.SIZES`; the masked LMs
 :data:`MLM_STEPS_FACTOR` times as many steps). Full form: the lab's full size.

@@ -1,10 +1,6 @@
 """Context extension of a RoPE model: inference-time scalings, then fine-tuning at 4x L; perplexity and passkey.
 
-Claims tested (verdicts computed from the measured values over seeds, never typed in; every claim is a
-:class:`poslab.lab.verdicts.ClaimRecord`; which test decides each, fixed before any run, is
-:mod:`poslab.lab.experiments.context_extension_claims`'s: the scalings are the same base models read
-differently and the fine-tunes start from their seed's base model with its seed, so both are paired by
-seed, on ln-perplexity):
+Claims tested (every test fixed before any run: :mod:`poslab.lab.experiments.context_extension_claims`):
 
 * Chen et al. 2023, "Extending Context Window of Large Language Models via Positional Interpolation"
   (PI, https://arxiv.org/abs/2306.15595); bloc97 2023 (NTK-aware); emozilla 2023 (dynamic NTK);
@@ -16,10 +12,8 @@ seed, on ln-perplexity):
   continued pre-training "slow but the most reliable": plain fine-tuning at 4x L against each scaling read
   on the control (the same extra steps and tokens at ``L``), and its spread across seeds.
 * Passkey retrieval (Mohtashami & Jaggi 2023, https://arxiv.org/abs/2305.16300; the test the PI,
-  YaRN and LongRoPE papers report): a random key of capital letters is hidden in validation text and
-  asked for at the end; accuracy of the model's argmax on the key's letters at 1x/2x/4x/8x L for each
-  scaling, without and with fine-tuning. Fine-tuning at 4x L should retrieve there better than the
-  same scaling without it.
+  YaRN and LongRoPE papers report): accuracy on a key of capital letters hidden in validation text, at 1x-8x L,
+  for each scaling without and with fine-tuning; fine-tuning at 4x L should retrieve there better.
 * Seed 000 Q4's Llama 3 recipe, checkpoint averaging "avoids catastrophic forgetting": the mean of the
   YaRN fine-tune's last k checkpoints, and base ⊕ fine-tuned, against the plain fine-tune (below).
 
@@ -32,18 +26,12 @@ read at ``4 L`` with each scaling, it is the inference-only arm at the fine-tune
 Checkpoint averaging (seed 000 Q4: 「LLaMA3 的做法：8K 预训练 → 分阶段扩展到 128K，中间用 NTK-aware + 继续预训练 +
 平均检查点（averaging checkpoints）避免灾难性遗忘。」, "Llama 3: pre-train at 8K, extend to 128K in stages, with
 NTK-aware + continued pre-training + averaging checkpoints to avoid catastrophic forgetting"). The
-:data:`AVERAGED` fine-tune keeps its last :data:`AVERAGE_LAST` checkpoints (every
-``finetune_steps // 10`` steps); four models of each seed are compared at ``L`` (forgetting), at
-``4 L`` and on the passkey: the base model (no scaling at ``L``; the fine-tune's scaling at inference
-at ``4 L``), the plain fine-tune (its final checkpoint), the mean of its last ``k`` checkpoints
-(:meth:`poslab.runs.RunFolder.averaged_model`), and base ⊕ fine-tune, the mean with weights
-:data:`BASE_WEIGHT` / ``1 - BASE_WEIGHT`` of the base's and the final fine-tune's weights (the same shapes:
-RoPE has no weights; the average uses the fine-tune's position config). Averaging costs no training
-step. In the Llama 3 paper (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv:2407.21783)
-checkpoint averaging belongs to the annealing stage of pre-training (§3.4.3) and to post-training
-(§4.1.5, averaging models across RM / SFT / DPO runs), not to the long-context stage (§3.4.2) the lesson
-ties it to.
-
+:data:`AVERAGED` fine-tune keeps its last :data:`AVERAGE_LAST` checkpoints; four models of each seed are compared at
+``L`` (forgetting), at ``4 L`` and on the passkey: the base model, the plain fine-tune, the mean of its last ``k``
+checkpoints (:meth:`poslab.runs.RunFolder.averaged_model`), and base ⊕ fine-tune (weights :data:`BASE_WEIGHT` /
+``1 - BASE_WEIGHT``). In the Llama 3 paper (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv:2407.21783)
+checkpoint averaging belongs to the annealing stage of pre-training (§3.4.3) and to post-training (§4.1.5), not
+to the long-context stage (§3.4.2) the lesson ties it to.
 """
 
 from __future__ import annotations

@@ -14,15 +14,12 @@ Each claim is a one-sample t-test of the per-seed values against its bound (:fun
 its premise: every seed's model below the corpus's *trigram* baseline (roles such as long-range heads mean little
 in a model that uses two characters of context).
 
-* "local" vs "long-range" heads exist and separate: split the heads into two clusters (k-means on
-  the PCA coordinates); the ratio of the clusters' median mean-attention-distances is at least 2
-  (tested on its ln against ln 2: a ratio).
-* the roles follow the head *index* (1/2 local, 5/6 long range): within each layer the head index
-  would rank the mean attention distance; the Spearman correlation between index and distance, over
-  all heads, is at least 0.5. (Heads are interchangeable under permutation, so an index carries no
-  role unless something breaks the symmetry.)
-* some heads are "spare": the share of the heads whose zeroing raises the loss by less than 1% of the
-  base loss is at least a quarter (2 of 8).
+* "local" vs "long-range" heads exist and separate: of two k-means clusters of the heads (on the PCA coordinates),
+  the ratio of their median mean attention distances is at least 2 (on its ln against ln 2).
+* the roles follow the head *index* (1/2 local, 5/6 long range): the Spearman correlation of index and distance
+  over all heads is at least 0.5 (heads are interchangeable under permutation, so an index carries no role unless
+  something breaks the symmetry).
+* some heads are "spare": at least a quarter (2 of 8) raise the loss by less than 1% when zeroed.
 * "semantic keywords" is not tested: it needs word-level semantic labels the corpus does not carry.
 """
 

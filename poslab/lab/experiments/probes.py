@@ -1,11 +1,9 @@
 """Probes: synthetic tasks where position decides the answer, trained at L and tested at L, 2L, 4L.
 
-In the full form every registered position scheme (``poslab.nn.positions.names()``) trains a tiny
-GPT on each task (:mod:`poslab.analysis.probes`: copy, reverse, retrieve-at-k, multi-query
-associative recall, counting, passkey retrieval) with the same recipe, data stream and seeds, for at
-least three seeds. The quick form trains reverse only, for the schemes of the Kazemnejad et al.
-ranking and the learned table (:data:`QUICK_SCHEMES`), plus the MQAR head-count runs. A scheme that
-cannot read a test length (a learned table: ``max_positions`` rows) is reported as such.
+In the full form every registered scheme trains a tiny GPT on each task (:mod:`poslab.analysis.probes`: copy,
+reverse, retrieve-at-k, multi-query associative recall, counting, passkey retrieval) with the same recipe, data and
+seeds; the quick form trains reverse only, for :data:`QUICK_SCHEMES`, plus the MQAR head-count runs. A scheme that
+cannot read a test length (a learned table) is reported as such.
 
 Claims compare accuracies (higher is better), paired by seed: a seed fixes the training and test batches whatever
 the scheme or head count. Every seed of an arm must reach :data:`poslab.lab.premises.LENGTH_ACCURACY` at L
@@ -13,10 +11,8 @@ the scheme or head count. Every seed of an arm must reach :data:`poslab.lab.prem
 
 * Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalization in
   Transformers" (https://arxiv.org/abs/2305.19466): length generalisation ranks NoPE > T5 > ALiBi >
-  RoPE > absolute (the paper's APE is Vaswani et al.'s sinusoidal code). Tested pairwise on adjacent
-  ranks, on each seed's accuracy past L (mean over the ranking tasks and over the test lengths past
-  L where both arms are above chance: :func:`comparable_factors`; at no such length the claim is not
-  testable at this scale, the reason shown).
+  RoPE > absolute (the paper's APE is Vaswani et al.'s sinusoidal code), tested pairwise on adjacent ranks on each
+  seed's accuracy past L, at the lengths where both arms are above chance (:func:`comparable_factors`).
 * Attention needs position (seed 000 §2.1; Haviv et al. 2022 for where NoPE still works): on
   reverse and retrieve-at-k, in length, a positional scheme (RoPE) beats NoPE.
 * Seed 000 Q1: more heads carry more relations at once: multi-query associative recall at fixed

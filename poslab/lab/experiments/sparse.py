@@ -3,19 +3,12 @@
 Seed 002 §3.1 lists local (sliding-window), axial and LSH attention as the fixes for attention's
 ``O(n²)`` cost, and §7.1 says Adaptive Attention Span "在PG-19任务上减少23%计算量" (cuts computation
 by 23% on PG-19; the paper is Sukhbaatar et al. 2019, Facebook AI Research,
-https://arxiv.org/abs/1905.07799, and reports text8 / enwik8). This experiment trains the same small
-model with each attention on a task whose answer lies far back, at growing ``T``, and measures side
-by side:
-
-* **quality**: cross-entropy on the predictable half of a *delayed copy* sequence: ``T/2`` random
-  tokens followed by the same ``T/2`` tokens again, so every target in the second half is the token
-  ``T/2`` positions earlier (an induction / long-range retrieval task; chance is ``ln V``);
-* **cost**: wall time of a training step (median over the timed steps) and the peak memory of one
-  step (forward + backward), read with the torch profiler's allocation records (``profile_memory``;
-  allocations summed in operator order, so it is the peak of live tensors, not of the process);
-* **adaptive span**: the learned span of every head (plotted), and what the spans save: the keys
-  each query attends, summed over queries, relative to full causal attention
-  (``sum_i min(i + 1, z_max + R) / sum_i (i + 1)``; the blocked path skips the rest).
+https://arxiv.org/abs/1905.07799, and reports text8 / enwik8). This experiment trains the same small model with
+each attention at growing ``T`` on a *delayed copy* (``T/2`` random tokens, then the same again: every target of the
+second half is ``T/2`` back; chance ``ln V``) and measures side by side the loss on the predictable half, the wall
+time of a training step (median) and the peak memory of one step (the torch profiler's allocations in operator
+order: live tensors, not the process), and adaptive span's learned spans and the keys they attend relative to full
+causal attention (``sum_i min(i + 1, z_max + R) / sum_i (i + 1)``).
 
 The model: learned absolute positions, 2 pre-norm blocks, width 64, 4 heads; the attentions are poslab's
 (``poslab/nn/sparse.py``, ``MultiHeadAttention``): ``full`` (causal), ``window`` (``W = 16``, Mistral semantics: two
