@@ -100,18 +100,8 @@ def deterministic(
     """
     if not (math.isfinite(error) and math.isfinite(tolerance)) or tolerance < 0:
         raise ValueError(f"error and tolerance must be finite, tolerance >= 0; got {error!r}, {tolerance!r}")
-    verdict = HELD if error <= tolerance else DID_NOT_HOLD
-    return ClaimRecord(
-        claim,
-        source,
-        criterion,
-        measured,
-        float(tolerance - error),
-        None,
-        0,
-        verdict,
-        dict(details or {}, error=float(error), tolerance=float(tolerance)),
-    )
+    found = dict(details or {}, error=float(error), tolerance=float(tolerance))
+    return _computed(claim, source, criterion, measured, tolerance - error, error <= tolerance, found)
 
 
 def at_least(
@@ -126,18 +116,16 @@ def at_least(
     """A claim decided by a computation: ``held`` when ``value >= floor`` (margin ``value - floor``), no seeds."""
     if not (math.isfinite(value) and math.isfinite(floor)):
         raise ValueError(f"value and floor must be finite; got {value!r}, {floor!r}")
-    verdict = HELD if value >= floor else DID_NOT_HOLD
-    return ClaimRecord(
-        claim,
-        source,
-        criterion,
-        measured,
-        float(value - floor),
-        None,
-        0,
-        verdict,
-        dict(details or {}, value=float(value), floor=float(floor)),
-    )
+    found = dict(details or {}, value=float(value), floor=float(floor))
+    return _computed(claim, source, criterion, measured, value - floor, value >= floor, found)
+
+
+def _computed(
+    claim: str, source: str, criterion: str, measured: str, margin: float, held: bool, details: dict[str, Any]
+) -> ClaimRecord:
+    """A record decided by a computation: no seeds, no noise."""
+    verdict = HELD if held else DID_NOT_HOLD
+    return ClaimRecord(claim, source, criterion, measured, float(margin), None, 0, verdict, details)
 
 
 def check_records(records: Sequence[dict[str, Any] | ClaimRecord]) -> list[str]:
