@@ -340,6 +340,16 @@ def plot_seeded_curves(
     return save_figure(fig, path)
 
 
+def even_windows(tokens: Any, n: int, length: int) -> Any:
+    """``[n, length]`` evenly spaced windows of the token ids ``tokens [N]`` (a fixed probe or stream set)."""
+    import torch
+
+    if tokens.numel() < length + 1:
+        raise ValueError(f"the validation text has {tokens.numel()} tokens, fewer than one window of {length}")
+    starts = torch.linspace(0, tokens.numel() - length - 1, n).long()
+    return torch.stack([tokens[s : s + length] for s in starts.tolist()])
+
+
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """torch on one thread inside the block, its thread count restored after: a tiny model gains nothing from more

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from poslab.analysis import heads as head_analysis
-from poslab.lab.experiments.common import spearman
+from poslab.lab.experiments.common import even_windows, spearman
 from poslab.runs import RunFolder, load_run
 from poslab.training.loop import evaluate_loss
 
@@ -73,12 +73,6 @@ class SeedProbe:
     pca_explained: list[float]
     counts: dict[str, Any]
     statistics: MapStatistics
-
-
-def probe_windows(tokens: torch.Tensor, n: int, length: int) -> torch.Tensor:
-    """``[n, length]`` evenly spaced windows of the validation tokens (the fixed probe set)."""
-    starts = torch.linspace(0, len(tokens) - length - 1, n).long()
-    return torch.stack([tokens[s : s + length] for s in starts.tolist()])
 
 
 def head_features(weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,7 +169,7 @@ def probe_model(seed: int, run_dir: Path, quick: bool) -> tuple[SeedProbe, list[
         punctuation=head_analysis.punctuation_ids(tokenizer),
     )
     n, length = PROBE["quick" if quick else "full"]
-    features, distance = head_features(head_analysis.attention_weights(model, probe_windows(tokens, n, length)))
+    features, distance = head_features(head_analysis.attention_weights(model, even_windows(tokens, n, length)))
     coords = project(features)
     clusters = two_clusters(coords["pca"])
     table = [

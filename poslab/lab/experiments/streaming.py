@@ -30,7 +30,14 @@ import torch.nn.functional as F
 from poslab.analysis.eval import loss_by_position
 from poslab.analysis.heads import attention_weights, sink_scores
 from poslab.display import new_figure, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines, one_thread
+from poslab.lab.experiments.common import (
+    FULL_ONLY,
+    Baselines,
+    baselines_field,
+    corpus_baselines,
+    even_windows,
+    one_thread,
+)
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, preset_arms
 from poslab.lab.premises import all_of, attach, below_bigram, uses_context
@@ -122,20 +129,12 @@ def stream_nll(
     return F.cross_entropy(logits.float().transpose(1, 2), stream[:, 1:], reduction="none")  # [B, N-1]
 
 
-def streams_of(tokens: torch.Tensor, n: int, length: int) -> torch.Tensor:
-    """``[n, length]`` evenly spaced windows of ``tokens``."""
-    if tokens.numel() < length + 1:
-        raise ValueError(f"the validation text has {tokens.numel()} tokens, fewer than one stream of {length}")
-    starts = torch.linspace(0, tokens.numel() - length - 1, n).long()
-    return torch.stack([tokens[s : s + length] for s in starts.tolist()])
-
-
 def read_seed(seed: int, run_dir: Path, n_streams: int) -> SeedReading:
     """Perplexities of the three methods on one trained run's validation stream."""
     model, tokenizer, _ = load_run(run_dir)
     L = model.config.block_size
     val = RunFolder(run_dir).split_tokens("val", tokenizer)
-    stream = streams_of(val, n_streams, STREAM_FACTOR * L)
+    stream = even_windows(val, n_streams, STREAM_FACTOR * L)
     # do the models have sinks at all? the head analysis' sink rate on the streams' first L tokens
     rates = sink_scores(attention_weights(model, stream[:, :L]))  # [n_layer, n_head]
     uniform = float((1.0 / torch.arange(2, L + 1, dtype=torch.float64)).mean())
