@@ -25,6 +25,7 @@ in a model that uses two characters of context).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,37 +36,33 @@ from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.head_map_probe import SPARE_LOSS, HeadRow, MapStatistics, Probe, SeedProbe, probe_model
 from poslab.lab.experiments.training import SEEDS
 from poslab.lab.premises import attach, below_baseline
+from poslab.lab.scale import Scale, ScaleTable, preset_config
 from poslab.lab.tables import KeyTable, Table
 from poslab.lab.verdicts import Arm, ClaimRecord, Metric, Premise, bound
-from poslab.training import presets
 
 N_HEAD = 8
 PRESET = "shakespeare-char"  # 65 characters: heads take shape within a few hundred steps
-QUICK = {
-    "max_steps": 400,
-    "batch_size": 16,
-    "lr": 3e-3,
-    "warmup_steps": 30,
-    "eval_interval": 100,
-    "eval_iters": 4,
-    "ckpt_interval": 0,
-    "keep_checkpoints": 1,
-}
-FULL = {
-    "max_steps": 2000,
-    "batch_size": 32,
-    "lr": 2e-3,
-    "warmup_steps": 100,
-    "eval_interval": 250,
-    "eval_iters": 20,
-    "ckpt_interval": 0,
-    "keep_checkpoints": 1,
-}
-MODEL = {
-    "n_head": N_HEAD,
-    "block_size": 64,
-    "position": "rope",
-}  # RoPE: attention takes shape sooner than with learned positions
+#: the probed models: the preset's geometry with :data:`N_HEAD` heads a layer, trained with RoPE (attention takes
+#: shape sooner than with learned positions) by :func:`~poslab.lab.scale.preset_config`
+_QUICK = Scale(
+    name="quick",
+    train_length=64,
+    n_layer=4,
+    n_head=N_HEAD,
+    n_embd=128,
+    steps=400,
+    batch_size=16,
+    lr=3e-3,
+    warmup_steps=30,
+    eval_interval=100,
+    eval_iters=4,
+)
+SCALES: ScaleTable[Scale] = ScaleTable(
+    _QUICK,
+    dataclasses.replace(
+        _QUICK, name="full", steps=2000, batch_size=32, lr=2e-3, warmup_steps=100, eval_interval=250, eval_iters=20
+    ),
+)
 DISTANCE_FACTOR, INDEX_RHO, SPARE_SHARE = 2.0, 0.5, 0.25
 
 
@@ -173,10 +170,8 @@ def plan(out: Path, quick: bool, seeds: tuple[int, ...] = SEEDS, steps: dict[str
     ones), one thread each: a tiny GPT gains nothing from more."""
     arms = {}
     for seed in seeds:
-        config = presets.preset_config(PRESET)
-        config.update(QUICK if quick else FULL)
+        config = preset_config(SCALES["quick" if quick else "full"], PRESET, "rope")
         config.update(steps or {})
-        config["model"] = {**config["model"], **MODEL}
         config.update(
             lr_decay_steps=config["max_steps"],
             name=f"head-map-s{seed}",

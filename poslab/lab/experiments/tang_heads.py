@@ -95,12 +95,6 @@ def measure(runs: Runs[Setting]) -> TangHeadsResult:
     return load(TangHeadsResult, {**results, "quick": s.quick, "training": training, "attention": attention})
 
 
-def analyse(run_dir: Path, out: Path, quick: bool = False) -> dict:
-    """The experiment on a trained run: its head analysis (``out/heads.png``), its attention on
-    :data:`DEFAULT_PROMPT` (``out/attention.png``), the key tables printed and the claims read off them."""
-    return EXPERIMENT.run(out, quick, trained=run_dir)
-
-
 def figures(r: TangHeadsResult, out: Path) -> dict[str, Path]:
     """The heads' scores and pruning curves (:func:`poslab.analysis.heads.plot`), beside the attention map that
     :func:`measure` drew."""
