@@ -86,11 +86,8 @@ def plan(
     schemes: tuple[str, ...] | None = None,
     seeds: tuple[int, ...] = SEEDS,
 ) -> Plan[Setting]:
-    """The lab models of every scheme and seed (:func:`~poslab.lab.experiments.lab_models.lab_model_arms`: in the
-    store, reused where finished).
-
-    ``schemes``: ``None`` for the size's (:func:`poslab.lab.scale.schemes_of`).
-    """
+    """The lab models of every scheme (default: the size's, :func:`poslab.lab.scale.schemes_of`) and seed
+    (:func:`~poslab.lab.experiments.lab_models.lab_model_arms`: in the store, reused where finished)."""
     lab = size_of(quick, size)
     schemes = schemes_of(lab) if schemes is None else tuple(schemes)
     setting = Setting(lab, schemes, tuple(seeds), max(1, lab.train_length // 2), time.perf_counter())

@@ -121,11 +121,8 @@ class BidirectionalResult:
 
 # ------------------------------------------------------------------------------------ training
 def base_config(quick: bool, size: str | Scale | None = None) -> dict[str, Any]:
-    """The lab's model at the quick (or full, or named) size, as a config mapping without name and folder.
-
-    The learned table has exactly ``block_size`` rows (this experiment never reads past the
-    training length).
-    """
+    """The lab's model at the quick (or full, or named) size, as a config mapping without name and folder; its
+    learned table has exactly ``block_size`` rows (this experiment never reads past the training length)."""
     lab = size_of(quick, size or ("quick-cosine" if quick else None))
     return lab_config("none", lab, block_size=lab.train_length)
 
@@ -144,11 +141,8 @@ def arm_overrides(label: str, steps: int | None = None) -> dict[str, Any]:
 
 
 def haviv_claims(losses: dict[str, list[float]], seeds: tuple[int, ...] | list[int]) -> list[dict[str, Any]]:
-    """The seeded claims of the control (module docstring), from arm -> per-seed whole-split losses.
-
-    Every arm trains from the same ``seeds`` on the same batches (module docstring): the arms are paired
-    by seed. Losses are in nats, so their ratios are tested on their ln.
-    """
+    """The seeded claims of the control (module docstring), from arm -> per-seed whole-split losses, paired by
+    seed; losses are in nats, so their ratios are tested on their ln."""
     metric = Metric("val loss (whole validation split)", log=True, digits=4)
     close = equivalent(
         f"a causal LM without positions (NoPos) is close to one with learned positions: within {CLOSE:.0%}",

@@ -141,11 +141,8 @@ def average_last(lab: Any) -> int:
 
 
 def control_config(lab: Any, base_run: Path, out: Path, seed: int = SEED) -> Any:
-    """The control: the same number of extra steps at the original length ``L``, no scaling.
-
-    It separates what more training alone buys (the base model is small and still learning) from
-    what training at 4x L buys.
-    """
+    """The control: the same number of extra steps at the original length ``L``, no scaling, to separate what
+    more training alone buys (the base model is small and still learning) from what training at 4x L buys."""
     cfg = train_config(
         "rope",
         lab,

@@ -40,11 +40,8 @@ from poslab.training.averaging import average_state_dicts
 
 
 def scale_rope(model: Any, spec: str, original_max_len: int) -> Any:
-    """Apply RoPE scaling ``spec`` (``"linear:4"``, ``"none"``, ...) to ``model`` at inference, in place.
-
-    The one place this experiment changes a trained model's positions (today
-    :func:`poslab.analysis.eval.apply_rope_scaling`).
-    """
+    """Apply RoPE scaling ``spec`` (``"linear:4"``, ``"none"``, ...) to ``model`` at inference, in place: the one
+    place this experiment changes a trained model's positions."""
     apply_rope_scaling(model, parse_rope_scaling(spec), original_max_len=original_max_len)
     return model
 

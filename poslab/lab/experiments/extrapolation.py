@@ -144,11 +144,8 @@ def aggregate(tables: Tables) -> dict[str, dict[str, MeanEvaluation]]:
 def plot(
     table: dict[str, dict[str, MeanEvaluation]], size: Scale, path: Path, baselines: dict[str, float] | None = None
 ) -> Path:
-    """Log-log perplexity vs evaluation length, one line per scheme (non-overlapping and sliding).
-
-    ``table`` is :func:`aggregate`'s: the line is the mean over seeds, the error bars the min..max.
-    ``baselines``: the corpus's n-gram baselines (nats), drawn as the perplexities ``exp(nats)``.
-    """
+    """Log-log perplexity vs evaluation length, one line per scheme (non-overlapping and sliding): the mean over
+    seeds, bars min..max; ``baselines`` (the corpus's n-gram baselines, nats) drawn as perplexities."""
     from matplotlib.ticker import ScalarFormatter
 
     styles = scheme_style_index(list(table))

@@ -104,11 +104,8 @@ def _job(
 
 
 def run_jobs(jobs: list[tuple[str, int, str, int, ProbeRecipe, tuple[int, ...]]], workers: int) -> list[dict[str, Any]]:
-    """Train every job (``(task, L, scheme, seed, recipe, factors)``), ``workers`` at a time, in job order.
-
-    Each job is one probe model (:func:`~poslab.analysis.probes.train_probe`) through
-    :func:`poslab.jobs.runner.train_many`, one process per model.
-    """
+    """Train every job (``(task, L, scheme, seed, recipe, factors)``: one probe model,
+    :func:`~poslab.analysis.probes.train_probe`), ``workers`` at a time, one process per model, in job order."""
     workers = check_workers(workers)
     alone = workers == 1 or len(jobs) <= 1
     if not alone:

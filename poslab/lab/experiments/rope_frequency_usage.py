@@ -72,10 +72,8 @@ def captured_qk(model: GPT) -> Iterator[list[tuple[Tensor, Tensor]]]:
 
 
 def pair_norms(x: Tensor, layout: str, rotary_dim: int | None = None) -> Tensor:
-    """Mean 2-D norm of each rotary pair, ``[h, r/2]``, from ``x [B, h, T, d_k]``.
-
-    ``half`` pairs ``(i, i + r/2)``, ``interleaved`` pairs ``(2i, 2i + 1)`` (poslab's RoPE layouts).
-    """
+    """Mean 2-D norm of each rotary pair, ``[h, r/2]``, from ``x [B, h, T, d_k]`` (``half`` pairs ``(i, i + r/2)``,
+    ``interleaved`` pairs ``(2i, 2i + 1)``: poslab's RoPE layouts)."""
     r = rotary_dim or x.shape[-1]
     rot = x[..., :r]
     if layout == "half":

@@ -91,11 +91,8 @@ TIMING_FAMILY = "sparse: timing"
 
 
 def sparse_claims(runs: list[SparseRun], T: int) -> list[ClaimRecord]:
-    """Full beats each sparse kind on loss at ``T``; adaptive span is faster per step than full at ``T``.
-
-    Paired by seed (module docstring): each kind's values are taken in the order of the seeds, and a
-    seed every kind of ``T`` has is a pair.
-    """
+    """Full beats each sparse kind on loss at ``T``; adaptive span is faster per step than full at ``T``; paired
+    by seed (every kind's values in the order of the seeds)."""
     seeds = sorted({r.seed for r in runs if r.T == T})
 
     def arm(kind: str, key: str) -> Arm:

@@ -345,10 +345,8 @@ def _fmt(value: Any) -> str:
 
 
 def print_claims(claims: Sequence[dict[str, Any] | ClaimRecord]) -> None:
-    """Print the verdicts as a table: verdict, claim, measured, margin against noise, premise; then the counts.
-
-    Takes :class:`poslab.lab.verdicts.ClaimRecord` values or their dicts.
-    """
+    """Print the verdicts (records or their dicts) as a table: verdict, claim, measured, margin against noise,
+    premise; then the counts."""
     rows = []
     records = []
     for c in claims:
