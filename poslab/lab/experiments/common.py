@@ -91,12 +91,8 @@ class Experiment:
 
 @functools.lru_cache(maxsize=8)
 def unigram_entropy(corpus: str, val_fraction: float = 0.1) -> float:
-    """Entropy (nats per character) of the character frequencies of ``corpus``'s training split.
-
-    The loss of a model that learned nothing but how often each character occurs: a trained model's
-    validation loss is only evidence of learned structure well below it. Same units as the loss
-    (natural log, per token of a character tokenizer).
-    """
+    """Entropy (nats per character) of the character frequencies of ``corpus``'s training split: the loss of a model
+    that learned nothing but how often each character occurs."""
     train, _ = split_text(load_text(corpus), val_fraction)
     counts = Counter(train)
     total = sum(counts.values())
@@ -191,18 +187,12 @@ def kneser_ney_probabilities(train: Any, val: Any, order: int, vocab: int, start
 def ngram_baselines(corpus: str, val_fraction: float = 0.1) -> dict[str, float]:
     """Unigram, bigram and trigram count models fitted on the training split, scored on the validation split.
 
-    Each model is interpolated Kneser–Ney (:func:`kneser_ney_probabilities`; Chen & Goodman 1998), over
-    the character set of the whole corpus (a character tokenizer's vocabulary). Unlike add-k smoothing,
-    which spreads a fixed mass over every unseen n-gram of a large vocabulary, it backs off to the
-    order below where its counts are thin, so even on a corpus of thousands of characters (the Tang
-    poems) each order scores better than the one below (``tests/test_premises.py`` checks every
-    shipped corpus). Every order is scored on the same validation targets (from the third
-    character on), in nats per character, so the three numbers compare with each other and with a
-    trained model's validation loss. A model that barely uses its context sits at the bigram level
-    (one character of context).
-
-    Returns:
-        ``{"unigram": nats, "bigram": nats, "trigram": nats}``.
+    Each is interpolated Kneser–Ney (:func:`kneser_ney_probabilities`; Chen & Goodman 1998) over the whole corpus's
+    character set: unlike add-k smoothing it backs off where its counts are thin, so even on a corpus of thousands
+    of characters (the Tang poems) each order beats the one below (``tests/test_premises.py`` checks every shipped
+    corpus). Every order is scored on the same validation targets (from the third character on), in nats per
+    character, comparable with a trained model's validation loss: ``{"unigram": nats, "bigram": nats, "trigram":
+    nats}``.
     """
     import numpy as np
 
@@ -291,16 +281,9 @@ def plot_seeded_curves(
     baselines: Baselines | None = None,
     style_index: dict[str, int] | None = None,
 ) -> Path:
-    """Validation-loss curves, mean over seeds (line) and min..max over seeds (band), one colour and line style per arm.
-
-    Args:
-        runs: arm label -> one validation curve per seed, ``[(step, val_loss), ...]`` (a run summary's ``val_curve``).
-        path: the PNG.
-        title: the figure title.
-        baselines: the corpus's unigram entropy (drawn dashed) and n-gram baselines (each drawn dotted), or ``None``.
-        style_index: arm label -> :func:`poslab.display.series_style` index (default: the order of
-            ``runs``; :func:`scheme_style_index` for position schemes).
-    """
+    """Validation-loss curves (``runs``: arm -> a run summary's ``val_curve`` per seed), mean over seeds (line) and
+    min..max (band), with the corpus's ``baselines``; ``style_index``: arm -> :func:`poslab.display.series_style`
+    index (default: the order of ``runs``; :func:`scheme_style_index` for position schemes)."""
     from poslab.display import new_figure, save_figure, series_style
 
     baseline = baselines.unigram_entropy_nats if baselines is not None else None

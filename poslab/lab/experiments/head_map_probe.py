@@ -76,15 +76,9 @@ class SeedProbe:
 
 
 def head_features(weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per head: the flattened lower-triangle attention on the probes, and the mean attention distance.
-
-    Args:
-        weights: per layer ``[B, h, T, T]``.
-
-    Returns:
-        features ``[L*h, B*T*(T+1)/2]`` and mean distance ``[L*h]`` (expected ``i - j`` under each
-        query's weights, averaged over queries ``i >= 1``).
-    """
+    """Per head, from each layer's weights ``[B, h, T, T]``: the flattened lower-triangle attention on the probes
+    ``[L*h, B*T*(T+1)/2]`` and the mean attention distance ``[L*h]`` (expected ``i - j`` under each query's weights,
+    averaged over queries ``i >= 1``)."""
     T = weights[0].shape[-1]
     rows, cols = torch.tril_indices(T, T)
     distance = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).clamp_min(0).float()  # [T, T]
@@ -120,13 +114,9 @@ def two_clusters(points: list[list[float]], seed: int = 0) -> list[int]:
 
 
 def map_statistics(table: list[HeadRow], clusters: list[int], base_loss: float) -> MapStatistics:
-    """One model's values of seed 002 §6.1's testable descriptions (criteria in the module docstring).
-
-    Returns:
-        ``ratio``: the long-range cluster's median mean attention distance over the local one's (1 when
-        both are 0); ``cluster_medians``, ``cluster_sizes`` (local first); ``rho``: Spearman of head index
-        and mean distance (0 when every head has one distance); ``spare_share`` and ``spare_heads``.
-    """
+    """One model's values of seed 002 §6.1's testable descriptions: ``ratio``, the long-range cluster's median mean
+    attention distance over the local one's (1 when both are 0); ``rho``, Spearman of head index and distance (0
+    when every head has one distance); the spare heads and their share."""
     dist = [h.mean_distance for h in table]
     by_cluster = [[d for d, c in zip(dist, clusters) if c == k] for k in (0, 1)]
     groups = sorted((g for g in by_cluster if g), key=statistics.median)
