@@ -42,16 +42,10 @@ T = TypeVar("T")
 class Plan(Generic[T]):
     """What a declared experiment trains and what its measurement reads besides the runs.
 
-    Attributes:
-        setting: the experiment's own typed setting (a scale, a corpus, the arms' parameters).
-        arms: arm label -> seed -> training config (:class:`poslab.training.config.TrainConfig` values with
-            ``name``, ``out_dir`` and ``seed``) or lab model (:class:`LabModel`: trained in the store), in the
-            order they are trained and shown.
-        summarise: give each run its summary (:class:`RunSummary`: whole-split validation loss, curves, speed).
-        what: what the runs are called in progress lines and shard records.
-        follow: runs that start from these: given every arm's runs, the plan of the next trainings (fine-tunes
-            initialised from a run's folder), trained once every run of this plan is finished; its arms join
-            these in :class:`Runs`.
+    ``arms``: arm label -> seed -> training config values (with ``name``, ``out_dir`` and ``seed``) or
+    :class:`LabModel`, in the order they are trained and shown; ``summarise``: give each run its :class:`RunSummary`;
+    ``what``: what progress lines and shard records call the runs; ``follow``: given every arm's runs, the plan of
+    the trainings that start from them (fine-tunes), whose arms join these in :class:`Runs`.
     """
 
     setting: T
