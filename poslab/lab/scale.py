@@ -47,18 +47,13 @@ class Scale:
         train_length: ``L``, the training block size.
         n_layer, n_head, n_embd: model geometry.
         steps, batch_size, lr, warmup_steps: training.
-        cooldown_steps: 0 for nanoGPT's cosine; else warmup-stable-decay (:func:`poslab.training.optim.lr_at`):
-            ``lr`` held after the warmup, then linear to ``lr / 10`` over the last ``cooldown_steps`` steps.
-            A training of other steps than the scale's (a fine-tune) keeps the cosine.
-        eval_windows: how much each evaluation reads: the extrapolation scores ``eval_windows * 16 * L``
-            validation targets at every length; the streaming experiments read that many streams or windows.
-        finetune_steps: context-extension fine-tuning steps at ``4 L``.
-        entropy_batch: sequences per length in the attention-entropy measurement.
-        eval_interval: steps between validation points (``None``: five points a training).
-        eval_iters: validation batches per point.
+        cooldown_steps: 0 for nanoGPT's cosine; else warmup-stable-decay (:func:`poslab.training.optim.lr_at`)
+            over the last ``cooldown_steps`` steps (a fine-tune, of other steps, keeps the cosine).
+        eval_windows: how much each evaluation reads (the extrapolation scores ``eval_windows * 16 * L`` targets at
+            every length; the streaming experiments read that many streams or windows).
+        finetune_steps, entropy_batch: context extension's steps at ``4 L``; attention entropy's sequences a length.
+        eval_interval, eval_iters: steps between validation points (``None``: five a training), batches per point.
         schemes: the position schemes trained at this scale (``None``: every scheme the experiment trains).
-            The quick size trains the arms of the lessons' main claims only, each long enough to meet
-            the claims' premises, instead of every scheme at bigram level.
         device: where its trainings run (``TrainConfig.device``: ``auto``, ``cpu`` or ``cuda``).
     """
 
@@ -338,6 +333,17 @@ def define_size(spec: str, table: ScaleTable[Scale] = SIZES) -> Scale:
 
 
 # ------------------------------------------------------------------------------------ the lab models' recipe
+def _context(size: Scale) -> dict[str, Any]:
+    """What a position scheme is built with in a causal GPT of ``size``."""
+    return {
+        "n_embd": size.n_embd,
+        "n_heads": size.n_head,
+        "head_dim": size.n_embd // size.n_head,
+        "max_len": size.train_length,
+        "bidirectional": False,
+    }
+
+
 def lab_schemes() -> tuple[str, ...]:
     """The schemes the extrapolation (and attention-entropy) lab trains: every registered scheme a GPT can be
     built with from its default config (``positions.names()`` order), so a newly registered scheme reaches
@@ -346,14 +352,7 @@ def lab_schemes() -> tuple[str, ...]:
     """
     from poslab.nn import positions
 
-    context = {
-        "n_embd": 64,
-        "n_heads": 4,
-        "head_dim": 16,
-        "max_len": 64,
-        "original_max_len": 64,
-        "bidirectional": False,
-    }
+    context = {**_context(_QUICK), "original_max_len": _QUICK.train_length}
     out = []
     for name in positions.names():
         try:
@@ -377,13 +376,7 @@ def _bounded(scheme: str, size: Scale) -> bool:
     """Whether ``scheme`` (default config at this size) encodes only a bounded number of positions (a table)."""
     from poslab.nn import positions
 
-    context = {
-        "n_embd": size.n_embd,
-        "n_heads": size.n_head,
-        "head_dim": size.n_embd // size.n_head,
-        "max_len": size.train_length,
-        "bidirectional": False,
-    }
+    context = _context(size)
     with torch.random.fork_rng(devices=[]), torch.device("meta"):
         built = positions.build_for_model(scheme, {}, context)
     return built.max_positions is not None
