@@ -103,13 +103,8 @@ VARIANCE_SEEDS = variance_seeds()
 
 @dataclass(frozen=True)
 class Budget:
-    """The extra training tokens of the two arms of the continued-training claim.
-
-    Attributes:
-        steps: extra steps of each arm (the fine-tune at ``4 L``, the control at ``L``).
-        finetune_tokens: tokens per step of the fine-tune at ``4 L``.
-        control_tokens: tokens per step of the control at ``L``.
-    """
+    """The extra training of the two arms of the continued-training claim: ``steps`` each, and the tokens per step
+    of the fine-tune at ``4 L`` and of the control at ``L``."""
 
     steps: int
     finetune_tokens: int

@@ -80,13 +80,10 @@ def training_claims(
 ) -> list[dict[str, Any]]:
     """The lessons' claims about training with each scheme, as claim records (schemes absent: skipped).
 
-    ``losses``: arm -> one value per seed, in the order of ``seeds`` (the seeds of every arm, or arm -> its
-    seeds): seed ``s`` of every arm trains on the same batches (:func:`plan`), so two arms are compared paired
-    on the seeds both trained. ``params``: arm -> its
-    model's parameter count. ``speed``: arm -> training tokens per CPU second of each round of the arms
-    alternating in one process (:func:`poslab.lab.experiments.training.alternating_cpu_speed`), paired by
-    round; without it the speed claim is not made (wall-clock speeds of trainings run at different moments
-    on a shared machine say nothing about compute).
+    ``losses``: arm -> one value per seed of ``seeds`` (every arm's, or arm -> its own), paired on the seeds both
+    arms trained. ``speed``: arm -> tokens per CPU second of each round of the arms alternating in one process,
+    paired by round; without it the speed claim is not made (wall-clock speeds of trainings run at different
+    moments on a shared machine say nothing about compute).
     """
     out = []
     by_arm = {arm: [int(x) for x in (seeds[arm] if isinstance(seeds, Mapping) else seeds)] for arm in losses}
@@ -152,17 +149,15 @@ def training_claims(
     ):
         if have(scheme, "none"):
             mine, none = params[scheme], params["none"]
-            out.append(
-                deterministic(
-                    text,
-                    source,
-                    "parameter count equals the no-position model's exactly (tolerance 0)",
-                    f"model parameters: {scheme} {mine:,}, no position encoding {none:,}",
-                    error=float(abs(mine - none)),
-                    tolerance=0.0,
-                )
+            record = deterministic(
+                text,
+                source,
+                "parameter count equals the no-position model's exactly (tolerance 0)",
+                f"model parameters: {scheme} {mine:,}, no position encoding {none:,}",
+                error=float(abs(mine - none)),
+                tolerance=0.0,
             )
-            out[-1] = out[-1].to_dict()
+            out.append(record.to_dict())
     if have("alibi", "none") and speed is not None:
         record = equivalent(
             "ALiBi 不增加计算 — ALiBi trains at (nearly) the speed of no position encoding "
