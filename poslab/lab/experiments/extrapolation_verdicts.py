@@ -36,6 +36,8 @@ LEARNED_IN_LENGTH = (
     f"each scheme learned in-length (perplexity at L below the corpus's unigram perplexity and at most {UNDERTRAINED}x "
     "the median over schemes)"
 )
+#: the source of the ALiBi paper's claims
+PRESS = "Press et al. 2022 (ALiBi)"
 #: scheme -> seed -> factor -> that seed's evaluation cell
 Tables = dict[str, dict[str, dict[str, Evaluation]]]
 
@@ -172,32 +174,12 @@ def extrapolation_claims(
             record = compare(text, source, arm_a, arm_b, metric, criterion=crit).to_dict()
         out.append(record)
 
-    ratio_bound(
-        "ALiBi's perplexity at 4x L stays within 1.10x its value at L",
-        "Press et al. 2022 (ALiBi)",
-        "alibi",
-        4,
-        1.10,
-        below=True,
-    )
-    ratio_bound(
-        "sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L",
-        "Press et al. 2022 (ALiBi)",
-        "sinusoidal",
-        4,
-        1.5,
-        below=False,
-    )
-    ratio_bound(
-        "plain RoPE degrades past L: perplexity at 4x L at least 1.5x its value at L",
-        "Press et al. 2022 (ALiBi)",
-        "rope",
-        4,
-        1.5,
-        below=False,
-    )
-    scheme_compare("at 8x L: ALiBi < RoPE", "Press et al. 2022 (ALiBi)", "alibi", "rope", 8)
-    scheme_compare("at 8x L: RoPE < sinusoidal", "Press et al. 2022 (ALiBi)", "rope", "sinusoidal", 8)
+    ratio_bound("ALiBi's perplexity at 4x L stays within 1.10x its value at L", PRESS, "alibi", 4, 1.10, below=True)
+    for name, scheme in (("sinusoidal", "sinusoidal"), ("plain RoPE", "rope")):
+        text = f"{name} degrades past L: perplexity at 4x L at least 1.5x its value at L"
+        ratio_bound(text, PRESS, scheme, 4, 1.5, below=False)
+    scheme_compare("at 8x L: ALiBi < RoPE", PRESS, "alibi", "rope", 8)
+    scheme_compare("at 8x L: RoPE < sinusoidal", PRESS, "rope", "sinusoidal", 8)
     ratio_bound(
         "a learned absolute table collapses past the training length (its rows past L were never trained)",
         "seed 000 §2.2 (超出训练长度就崩)",
@@ -233,14 +215,8 @@ def extrapolation_claims(
         record = ranked
     out.append(record)
     out.append(jump_claim(ppl("rope", 16), ppl("rope", 1), baseline, missing))
-    ratio_bound(
-        "Transformer-XL's relative encoding solves long-sequence generalization",
-        "seed 002 §4.1",
-        "xl",
-        4,
-        1.10,
-        below=True,
-    )
+    text = "Transformer-XL's relative encoding solves long-sequence generalization"
+    ratio_bound(text, "seed 002 §4.1", "xl", 4, 1.10, below=True)
     for c in out:
         c.setdefault("details", {})["mode"] = mode
     return out
