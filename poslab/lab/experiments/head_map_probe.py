@@ -1,8 +1,5 @@
 """The head-map experiment's probe: each head of a trained model as a point (its attention on fixed windows), its
-mean attention distance, its zeroing cost, and seed 002 §6.1's statistics of one model.
-
-Part of :mod:`poslab.lab.experiments.head_map` (its typed readings).
-"""
+mean attention distance, its zeroing cost, and seed 002 §6.1's statistics of one model."""
 
 from __future__ import annotations
 
