@@ -68,12 +68,9 @@ def fits_length(
 
 
 def above_chance(accuracy: Mapping[str, Sequence[float]], chance: float, where: str = "") -> Premise:
-    """Every arm's per-seed accuracy lies above ``chance`` by more than the 95% interval of its mean.
-
-    One one-sample t-test per arm (:func:`poslab.lab.verdicts.bound`, ``held`` = the mean exceeds
-    ``chance`` by more than the test's interval); an arm with fewer than
-    :data:`~poslab.lab.verdicts.MIN_SEEDS` seeds cannot show it. ``where``: what the values are (``"at 2L"``).
-    """
+    """Every arm's per-seed accuracy lies above ``chance`` by more than the 95% interval of its mean (one
+    :func:`poslab.lab.verdicts.bound` per arm; fewer than ``MIN_SEEDS`` seeds cannot show it); ``where``: what the
+    values are (``"at 2L"``)."""
     parts, met = [], bool(accuracy)
     for arm, values in accuracy.items():
         if not values:

@@ -89,13 +89,8 @@ def lm_premise(
 # ------------------------------------------------------------------------------------ training
 def summarise_run(values: dict[str, Any], run_dir: str) -> dict[str, Any]:
     """The summary of the finished run in ``run_dir`` trained with the config ``values``
-    (:class:`poslab.lab.experiments.declaration.RunSummary`'s fields).
-
-    ``val_loss_all`` is the loss on the whole validation split in consecutive windows of the training
-    length: the same tokens for every run and seed, so it carries no evaluation-sampling noise.
-    ``loss_by_position`` is the mean loss at each window position over the validation split's windows
-    (:data:`CONTEXT_WINDOWS`; causal models, ``None`` for a masked LM).
-    """
+    (:class:`poslab.lab.experiments.declaration.RunSummary`'s fields: its whole-split loss carries no
+    evaluation-sampling noise)."""
     from poslab.analysis.eval import loss_by_position
     from poslab.runs import RunFolder, load_run, read_metrics
     from poslab.training.config import TrainConfig
