@@ -286,17 +286,9 @@ def _items(kind: Any, data: Any) -> list[Any]:
 # ------------------------------------------------------------------------------------ the pipeline
 @dataclass(frozen=True)
 class Declaration(Generic[R]):
-    """A declared experiment (module docstring): its parts, which :func:`declare` turns into an :class:`Experiment`.
-
-    Attributes:
-        result: the type ``measure`` returns (a frozen dataclass), what results.json is read back into.
-        plan: ``plan(out, quick, **options) -> Plan``; its keyword options (``size``, ``seeds``, ``schemes``,
-            a tiny ``base`` ...) are those of ``poslab experiment NAME`` and the lab.
-        measure: ``measure(runs) -> result``.
-        claims: ``claims(result) -> [ClaimRecord]`` (premises attached; the plan is applied by the caller).
-        tables: the key tables, each built from the typed result.
-        figures: ``figures(result, out) -> {results.json key: PNG path}``.
-    """
+    """A declared experiment's parts (module docstring), which :func:`declare` turns into an :class:`Experiment`:
+    ``result`` is the type ``measure`` returns and results.json is read back into; the plan's keyword options are
+    those of ``poslab experiment NAME`` and the lab."""
 
     result: type[R]
     plan: Callable[..., Plan[Any]]
