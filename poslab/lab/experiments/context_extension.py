@@ -81,8 +81,6 @@ from poslab.lab.scale import CORPUS, SEED, Scale, size_of, train_config
 __all__ = ["AVERAGING", "FINETUNE", "INFERENCE", "KEY_ALPHABET", "KEY_LETTERS", "PASSKEY_FACTORS", "passkey_prompts"]
 __all__ += ["EXPERIMENT", "ContextResult", "run", "scale_rope"]
 
-#: fewest seeds the experiment runs (a comparison needs this many to be conclusive)
-MIN_SEEDS = verdicts.MIN_SEEDS
 #: checkpoints of the :data:`AVERAGED` fine-tune that are kept and averaged, per lab size
 AVERAGE_LAST = {"smoke": 3, "quick": 3, "full": 5}
 #: the arm of the control runs (the same extra steps at ``L``); the fine-tunes' arms are :data:`FINETUNE`'s labels
@@ -205,8 +203,8 @@ def plan(
 ) -> Plan[Setting]:
     """The RoPE base model of each seed (a lab model of the store), then every fine-tune and control initialised
     from its seed's base. ``size`` overrides ``quick``; ``seeds`` default to the plan's
-    (:func:`~poslab.lab.experiments.training.planned_seeds`); with fewer than :data:`MIN_SEEDS` every claim is
-    inconclusive."""
+    (:func:`~poslab.lab.experiments.training.planned_seeds`); with fewer than
+    :data:`~poslab.lab.verdicts.MIN_SEEDS` every claim is inconclusive."""
     lab = size_of(quick, size)
     chosen = planned_seeds(EXPERIMENT.name, ("rope",), lab.name == "quick", seeds).get("rope", ())
     if not chosen:
