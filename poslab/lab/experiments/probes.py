@@ -97,12 +97,6 @@ class Setting:
     started: float
 
 
-def _job(
-    task: str, size: int, scheme: str, seed: int, recipe: ProbeRecipe, factors: tuple[int, ...], threads: int | None
-) -> dict[str, Any]:
-    return train_probe(task, size, scheme, seed, recipe, factors, threads=threads)
-
-
 def run_jobs(jobs: list[tuple[str, int, str, int, ProbeRecipe, tuple[int, ...]]], workers: int) -> list[dict[str, Any]]:
     """Train every job (``(task, L, scheme, seed, recipe, factors)``: one probe model,
     :func:`~poslab.analysis.probes.train_probe`), ``workers`` at a time, one process per model, in job order."""
@@ -112,7 +106,7 @@ def run_jobs(jobs: list[tuple[str, int, str, int, ProbeRecipe, tuple[int, ...]]]
         print(
             f"--- training {len(jobs)} probe models, {min(workers, len(jobs))} at a time (one thread each)", flush=True
         )
-    tasks = [runner.Task(f"{job[0]}-{job[2]}-s{job[3]}", _job, (*job, None if alone else 1)) for job in jobs]
+    tasks = [runner.Task(f"{job[0]}-{job[2]}-s{job[3]}", train_probe, (*job, None if alone else 1)) for job in jobs]
     finished = []
 
     def done(task: runner.Task, result: dict[str, Any]) -> None:
