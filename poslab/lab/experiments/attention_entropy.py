@@ -120,17 +120,10 @@ def measure(runs: Runs[Setting]) -> EntropyResult:
 def entropy_claims(models: dict[str, Variant], factor: int = 4) -> list[dict[str, Any]]:
     """The claims this experiment tests, as :class:`poslab.lab.verdicts.ClaimRecord` dicts (at ``factor`` x L).
 
-    ``models``: variant label -> its readings. The design decides the test (:mod:`poslab.lab.plan`):
-
-    * RoPE's loss of focus past ``L`` is the rise of its *normalised* entropy ``H / ln(number of keys)``:
-      a query past ``L`` at ``4 L`` reads up to 4x more keys, and a uniform row over ``n`` keys has entropy
-      ``ln n``, so a raw rise near ``ln 4`` is expected of any model that spreads its attention
-      (:func:`uniform_rise`: 1.15 nats for uniform rows). The raw rise is a measured number (the table's
-      column, and this claim's details), not a claim. The
-      per-seed normalised rises are tested against :data:`NORMALISED_MARGIN` (one-sample t).
-    * The variants (YaRN with and without its temperature, log-n scaling) are the same trained models
-      read differently: their rises are compared paired by seed (:func:`poslab.lab.verdicts.paired`),
-      where the key counts, the model and the windows of a seed cancel.
+    ``models``: variant label -> its readings. RoPE's loss of focus is the rise of its *normalised* entropy, per seed
+    against :data:`NORMALISED_MARGIN` (one-sample t): a raw rise near ``ln 4`` is expected of any model that spreads
+    its attention over 4x more keys (:func:`uniform_rise`: 1.15 nats for uniform rows), so the raw rise is shown,
+    not claimed. The variants are the same models read differently: their rises are compared paired by seed.
     """
     key = str(factor)
     seeds = sorted({s for v in models.values() for s in v.by_seed}, key=int)

@@ -220,12 +220,8 @@ def figures(r: UsageResult, out: Path) -> dict[str, Path]:
 
 
 def seed_claims(per_seed: list[SeedReading]) -> list[dict[str, Any]]:
-    """Low-frequency quarter vs high-frequency quarter of the trained models; the untrained control.
-
-    Both are paired by seed: the quarters are two readings of one seed's model, and the control compares
-    each seed's trained model with its own initialisation. Norms and their ratios are positive scales,
-    tested on their ln (the per-seed ln of low / high, and its change with training).
-    """
+    """Low-frequency quarter vs high-frequency quarter of the trained models, and the untrained control, paired by
+    seed (two readings of one model; a model and its own initialisation), on the ln of the norms and ratios."""
     seeds = [r.seed for r in per_seed]
     low = [r.trained.low_quarter for r in per_seed]
     high = [r.trained.high_quarter for r in per_seed]

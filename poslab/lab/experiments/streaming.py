@@ -6,15 +6,10 @@ window attention (keep the last ``L`` tokens) blows up once the first tokens are
 keeping 4 initial tokens ("attention sinks") plus the window stays near the sliding-window-with-
 recomputation perplexity.
 
-Here: small RoPE GPTs trained on tinyshakespeare (block ``L``), one per seed, read a validation
-stream of ``8 L`` characters token by token through
-
-* ``streaming``: :class:`~poslab.nn.streaming.StreamingKVCache` with 4 sinks + ``L - 4`` window,
-* ``window``: the same cache with 0 sinks and an ``L`` window (same memory, same cache positions),
-* ``full``: one pass over the whole stream (every key, positions up to ``8 L``: past training).
-
-The claim is tested on the perplexity of the tokens after the first eviction (``t >= L``), paired by
-seed (both caches read the same model) on ln-perplexity.
+Here small RoPE GPTs trained on tinyshakespeare (block ``L``), one per seed, read a validation stream of ``8 L``
+characters token by token: ``streaming`` (4 sinks + an ``L - 4`` window), ``window`` (0 sinks, an ``L`` window: the
+same memory) and ``full`` (one pass, every key). The claim is tested on the perplexity after the first eviction
+(``t >= L``), paired by seed (both caches read the same model), on ln-perplexity.
 """
 
 from __future__ import annotations
