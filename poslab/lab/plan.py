@@ -58,13 +58,8 @@ class Test(str, enum.Enum):
 class Design:
     """A seeded claim's design, recorded on its :class:`~poslab.lab.verdicts.ClaimRecord`.
 
-    Attributes:
-        test: the test that decides it.
-        log: tested on the natural log of the values (ln-perplexity for perplexity ratios).
-        threshold: the offset, bound or equivalence margin the claim states, on the tested scale.
-        family: the Holm family (the experiment whose question it answers); empty until
-            :func:`adjust` assigns it, and for claims outside every family.
-        alpha: the family-wise error rate.
+    ``log``: tested on the natural log of the values; ``threshold``: the offset, bound or equivalence margin the
+    claim states, on the tested scale; ``family``: the Holm family (empty until :func:`adjust` assigns it).
     """
 
     test: Test

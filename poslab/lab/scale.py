@@ -406,11 +406,9 @@ def train_config(
     that too but slows the learned table down (measured at 2 layers, width 64, 1000 steps, one seed:
     validation loss 2.30 with the norm, 2.07 without; ``benchmarks/lm_recipe_search.py``).
 
-    The learned table has ``max(EXTRAPOLATION_FACTORS) * L`` rows, of which training only ever reads the first
-    ``L`` (as a GPT-2 checkpoint's table past the lengths it was trained on): the rows past ``L`` keep their
-    random initialisation, so the model can be read past ``L`` and the lesson's "collapse" measured.
-    Every model records its ``seed`` (model initialisation and batches); :data:`SEEDS` are the lab's.
-    A training of other ``steps`` than the scale's (a fine-tune) takes five validation points.
+    The learned table has ``max(EXTRAPOLATION_FACTORS) * L`` rows, of which training reads the first ``L`` (as a
+    GPT-2 checkpoint's table past its trained lengths): the rest keep their random initialisation, so the model can
+    be read past ``L`` and the lesson's "collapse" measured.
     """
     from poslab.training.config import TrainConfig
 

@@ -284,13 +284,10 @@ def shard_key(cfg: Any) -> int:
 
 
 def ensure_many(configs: Sequence[Any], workers: int | None = None, what: str = "runs") -> list[Path]:
-    """:func:`ensure_trained` of every config, training the missing ones ``workers`` at a time.
-
-    A config with a finished identical run in its folder is not trained again. With more than one worker each
-    training runs in its own process on one thread. Inside a sharded step (:func:`poslab.jobs.runner.use_shard`)
-    only the shard's trainings (:func:`shard_key`) are trained, and :class:`poslab.jobs.runner.ShardFinished`
-    stops the step while any is unfinished. Returns the run folder of each config, in order.
-    """
+    """The run folder of every config, in order: :func:`ensure_trained`, the missing ones ``workers`` at a time (each
+    in its own process on one thread when more than one). Inside a sharded step (:func:`poslab.jobs.runner.use_shard`)
+    only the shard's trainings (:func:`shard_key`) are trained, and :class:`poslab.jobs.runner.ShardFinished` stops
+    the step while any is unfinished."""
     workers = default_workers() if workers is None else check_workers(workers)
     shard = runner.current_shard()
     mine = {i for i, c in enumerate(configs) if shard is None or shard_key(c) % shard[1] == shard[0] - 1}
