@@ -345,14 +345,10 @@ def paired(
 
 
 def equivalent(claim: str, source: str, arm: Arm, reference: Arm, metric: Metric, *, within: float) -> ClaimRecord:
-    """ "``arm`` is within ``±within`` of ``reference``" (paired by seed), decided by TOST.
-
-    The per-seed differences ``arm[i] - reference[i]`` (of the logs with a ``log`` metric: ``within =
-    ln(1.1)`` is "within 10%") must lie within ``±within``: ``held`` when the 90% interval of their mean lies
-    inside (both one-sided tests reject at 5%), ``did not hold`` when it lies wholly outside (the mean
-    is significantly beyond the margin), else ``inconclusive``. The margin is ``within - |mean|``, the
-    noise the 90% half-width; the metric's direction plays no part. The arms' seeds (recorded) must be
-    the same, or neither arm's given.
+    """ "``arm`` is within ``±within`` of ``reference``" (paired by seed), decided by TOST on the per-seed differences
+    (of the logs with a ``log`` metric: ``within = ln(1.1)`` is "within 10%"): ``held`` when the 90% interval of
+    their mean lies inside ``±within``, ``did not hold`` when wholly outside, else ``inconclusive``. The margin is
+    ``within - |mean|``, the noise the 90% half-width.
     """
     seeds = _same_seeds("an equivalence test", arm, reference)
     digits, log = metric.digits, metric.log

@@ -53,13 +53,11 @@ class Experiment:
         description: one line for ``poslab experiment list``.
         tier: :data:`FOUNDATION`, :data:`LAB` or :data:`FULL_ONLY`.
         run: ``run(out, quick=False, ...) -> dict`` (the dict becomes ``out/results.json``).
-        after: names of the experiments that train lab models this one reads, for order only: the lab runs them
-            first and reruns this one when they are rebuilt. The models themselves come from the lab model store
-            (:mod:`poslab.lab.experiments.lab_models`); an experiment imports no other and reads no other's folder.
-        estimate: first-run guesses of wall seconds ``(quick, full)`` on 2 quiet cores (the lab replaces
-            them with its last run's timings).
-        tables: its key tables (:class:`poslab.lab.tables.KeyTable`), built from its results.json for the
-            console and the report.
+        after: the experiments that train lab models this one reads (from the store,
+            :mod:`poslab.lab.experiments.lab_models`), for order only: the lab runs them first and reruns this one
+            when they are rebuilt.
+        estimate: first-run guesses of wall seconds ``(quick, full)`` on 2 quiet cores (then the last run's).
+        tables: its key tables, built from its results.json for the console and the report.
         options: the options its ``run`` takes (:class:`Option`); the others are refused by name.
     """
 
