@@ -29,9 +29,8 @@ NTK-aware + continued pre-training + averaging checkpoints to avoid catastrophic
 :data:`AVERAGED` fine-tune keeps its last :data:`AVERAGE_LAST` checkpoints; four models of each seed are compared at
 ``L`` (forgetting), at ``4 L`` and on the passkey: the base model, the plain fine-tune, the mean of its last ``k``
 checkpoints (:meth:`poslab.runs.RunFolder.averaged_model`), and base ⊕ fine-tune (weights :data:`BASE_WEIGHT` /
-``1 - BASE_WEIGHT``). In the Llama 3 paper (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv:2407.21783)
-checkpoint averaging belongs to the annealing stage of pre-training (§3.4.3) and to post-training (§4.1.5), not
-to the long-context stage (§3.4.2) the lesson ties it to.
+``1 - BASE_WEIGHT``). Where the Llama 3 paper (Dubey et al. 2024, arXiv:2407.21783) puts checkpoint averaging:
+:data:`~poslab.lab.experiments.context_extension_claims.LLAMA3_NOTE`.
 """
 
 from __future__ import annotations
