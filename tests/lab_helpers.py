@@ -94,7 +94,7 @@ def make_lab(root: Path) -> Path:
         for name in CHEAP_EXPERIMENTS:
             experiments.run_experiment(name, root / "experiments" / name)
         out = root / TANG_HEADS
-        results = experiments.settle(tang_heads.analyse(tiny_run("rope"), out, quick=True), "tang-heads")
+        results = experiments.settle(tang_heads.run(out, quick=True, trained=tiny_run("rope")), "tang-heads")
         atomic_write_json(out / "results.json", results, default=float)
     return root
 

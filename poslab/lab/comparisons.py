@@ -1,23 +1,14 @@
 """The seeded tests: each turns per-seed values into a :class:`~poslab.lab.records.ClaimRecord` with its design.
 
-Which one a claim uses follows the experiment's design (:mod:`poslab.lab.plan`):
+Which one a claim uses follows the experiment's design (:mod:`poslab.lab.plan`): :func:`paired` (the same models
+read differently, or trained from the same seed), :func:`compare` (independent arms, Welch), :func:`bound` (one arm
+against a bound), :func:`equivalent` (TOST) and :func:`best_of` (a ranking, every pair decided).
 
-* :func:`paired`: the arms are the same trained models read differently, or trained from the same
-  seed by design; the per-seed differences are tested (paired t-test).
-* :func:`compare`: independently trained arms (Welch's t-test); it refuses arms that share their seeds.
-* :func:`bound`: one arm's per-seed values against a stated bound (one-sample t-test).
-* :func:`equivalent`: "within x" / "close to", paired differences inside ``±x`` (TOST).
-* :func:`best_of`: a ranking, every pair decided.
-
-Each record's margin is the effect in the claim's direction minus the threshold it states, its noise
-the half-width of the test's interval (95% two-sided; 90% for TOST, its decision interval), its
-``details["p_value"]`` the test's p-value (scipy.stats), ``details["sd"]`` the noise of one seed (for
-the plan's power) and ``design`` the test.
-
-A test takes each arm as an :class:`Arm` (its label, its per-seed values, their seeds) and what the values
-are as a :class:`Metric` (name, direction, digits shown, and ``log``: test the natural log of the values
-and of the bound, ln-perplexity for perplexity ratios). A metric that several claims share is one
-module constant.
+Each record's margin is the effect in the claim's direction minus the threshold it states, its noise the half-width
+of the test's interval (95% two-sided; 90% for TOST, its decision interval), ``details["p_value"]`` the test's
+p-value (scipy.stats), ``details["sd"]`` one seed's noise (for the plan's power). A test takes each arm as an
+:class:`Arm` (label, per-seed values, their seeds) and what the values are as a :class:`Metric` (name, direction,
+digits, and ``log``: test the natural log of the values and of the bound, ln-perplexity for perplexity ratios).
 """
 
 from __future__ import annotations
@@ -180,18 +171,10 @@ def compare(
     """Independently trained arms: the claim is that ``better`` beats ``worse`` on ``metric`` (by more than
     ``offset``), decided by Welch's t-test.
 
-    Args:
-        claim, source: the claim and where it is made.
-        better: the arm the claim says wins; worse: the other arm. Their seeds (both or neither) are
-            recorded; arms that share their seeds are paired by design.
-        metric: what the values are (``"val loss"``, ``"accuracy at 2L"``), their direction and scale.
-        offset: the claim is that the advantage exceeds ``offset`` (on the tested scale; negative: "at
-            most ``-offset`` worse", a non-inferiority claim). The margin is the advantage minus ``offset``.
-        criterion: the criterion in words (default: generated from the labels and the rule).
-        noise_sd: a seed-to-seed sd measured by a repeat of the same setting (used when an arm has one seed).
-
-    Raises:
-        ValueError: the arms share their seeds (use :func:`paired`), or one arm has seeds and the other none.
+    ``offset`` is on the tested scale (negative: "at most ``-offset`` worse", a non-inferiority claim); the margin
+    is the advantage minus it. ``criterion`` defaults to words made from the labels and the rule; ``noise_sd`` is a
+    seed-to-seed sd measured by a repeat of the same setting (used when an arm has one seed). ``ValueError`` for arms
+    that share their seeds (paired by design: use :func:`paired`) or one arm with seeds and the other without.
     """
     if (better.seeds is None) != (worse.seeds is None):
         raise ValueError(
@@ -264,13 +247,8 @@ def bound(
     the mean, ``t_{0.975, n-1} * sd / sqrt(n)``. Per-seed ratios of two readings of the same model
     (``ppl(4L) / ppl(L)``, best with a ``log`` metric: the ln-ratio against ``ln(limit)``) are tested this way.
 
-    Args:
-        arm: one value per seed; its seeds, when it has them, are recorded first in the details.
-        limit: the bound the claim states (on the values' own scale; a ``log`` metric takes its ln too).
-        metric: what the values are (``"ppl(4L) / ppl(L)"``); its direction plays no part: ``below`` states
-            the claim.
-        below: the claim is ``mean < limit`` (else ``mean > limit``).
-        details: more to record (after the seeds).
+    ``limit`` is on the values' own scale (a ``log`` metric takes its ln too); ``below`` states the claim's
+    direction (the metric's plays no part); ``details`` are recorded after the arm's seeds.
     """
     digits, log = metric.digits, metric.log
     raw = list(arm.values)
@@ -367,14 +345,10 @@ def paired(
 
 
 def equivalent(claim: str, source: str, arm: Arm, reference: Arm, metric: Metric, *, within: float) -> ClaimRecord:
-    """ "``arm`` is within ``±within`` of ``reference``" (paired by seed), decided by TOST.
-
-    The per-seed differences ``arm[i] - reference[i]`` (of the logs with a ``log`` metric: ``within =
-    ln(1.1)`` is "within 10%") must lie within ``±within``: ``held`` when the 90% interval of their mean lies
-    inside (both one-sided tests reject at 5%), ``did not hold`` when it lies wholly outside (the mean
-    is significantly beyond the margin), else ``inconclusive``. The margin is ``within - |mean|``, the
-    noise the 90% half-width; the metric's direction plays no part. The arms' seeds (recorded) must be
-    the same, or neither arm's given.
+    """ "``arm`` is within ``±within`` of ``reference``" (paired by seed), decided by TOST on the per-seed differences
+    (of the logs with a ``log`` metric: ``within = ln(1.1)`` is "within 10%"): ``held`` when the 90% interval of
+    their mean lies inside ``±within``, ``did not hold`` when wholly outside, else ``inconclusive``. The margin is
+    ``within - |mean|``, the noise the 90% half-width.
     """
     seeds = _same_seeds("an equivalence test", arm, reference)
     digits, log = metric.digits, metric.log

@@ -3,28 +3,20 @@
 The plan is code, fixed before any run and never tuned on results (docs/lab.md, "How a verdict is
 decided"; ``tests/test_plan.py`` pins it):
 
-* **The test follows the design.** Arms that are the same trained models read differently (one
-  model's perplexity at ``L`` and at ``4 L``; the same base models under two RoPE scalings), or arms
-  trained from the same seed by design (the same batches in the same order), are compared **paired**:
-  the per-seed differences are tested against 0 (:data:`Test.PAIRED`), so what the arms of one seed
-  share cancels. Independently trained arms are compared with **Welch's** t-test
-  (:data:`Test.WELCH`); :func:`poslab.lab.verdicts.compare` refuses arms that share their seeds. A
-  bound on one arm ("ppl(4L) / ppl(L) below 1.1") is a one-sample t-test (:data:`Test.ONE_SAMPLE`), and
-  "within x" / "close to" an equivalence test, two one-sided tests of the paired differences
-  (:data:`Test.EQUIVALENCE`, TOST). Perplexity ratios are tested on ln-perplexity (``log``).
-* **Families by question.** The Holm–Bonferroni correction (:func:`adjust`) runs within one
-  experiment's claims, the question that experiment asks, at a family-wise :data:`ALPHA`. A claim
-  about a literature fact, a premise check or a timing is not a lesson claim and stays out of every
-  family (``Design.family`` is empty; deterministic records have no p-value).
-* **Power you can see.** Every seeded record gets the minimum effect its test detects at its measured
-  noise (80% power at its Holm step) and the seeds that would detect the measured effect
-  (:func:`power`), so an inconclusive claim says what would decide it.
+* **The test follows the design.** Arms that are the same trained models read differently, or trained from the
+  same seed by design (the same batches in the same order), are compared **paired** (:data:`Test.PAIRED`), so what
+  the arms of one seed share cancels; independently trained arms with **Welch's** t-test (:data:`Test.WELCH`); a
+  bound on one arm with a one-sample t-test (:data:`Test.ONE_SAMPLE`); "within x" / "close to" with two one-sided
+  tests of the paired differences (:data:`Test.EQUIVALENCE`, TOST). Perplexity ratios are tested on ln-perplexity.
+* **Families by question.** Holm–Bonferroni (:func:`adjust`) runs within one experiment's claims at a family-wise
+  :data:`ALPHA`; a literature fact, a premise check or a timing stays out of every family.
+* **Power you can see.** Every seeded record gets the minimum effect its test detects at its measured noise (80%
+  power at its Holm step) and the seeds that would detect the measured effect (:func:`power`).
 * **Seeds per arm from a pilot.** The quick lab's seed counts (:data:`QUICK_SEEDS`) follow one rule
-  (:func:`arm_seeds`) from a pilot lab's seeds to decide each claim (:data:`PILOT`).
+  (:func:`arm_seeds`) from a pilot lab (:data:`PILOT`).
 
-The adjustment is made once, by the pipeline before the console, ``results.json`` and the report see
-the records (:func:`poslab.lab.experiments.run_experiment`), and recorded in each record's
-``details["holm"]``.
+The adjustment is made once, by the pipeline before the console, ``results.json`` and the report see the records
+(:func:`poslab.lab.experiments.run_experiment`), and recorded in each record's ``details["holm"]``.
 """
 
 from __future__ import annotations
@@ -66,13 +58,8 @@ class Test(str, enum.Enum):
 class Design:
     """A seeded claim's design, recorded on its :class:`~poslab.lab.verdicts.ClaimRecord`.
 
-    Attributes:
-        test: the test that decides it.
-        log: tested on the natural log of the values (ln-perplexity for perplexity ratios).
-        threshold: the offset, bound or equivalence margin the claim states, on the tested scale.
-        family: the Holm family (the experiment whose question it answers); empty until
-            :func:`adjust` assigns it, and for claims outside every family.
-        alpha: the family-wise error rate.
+    ``log``: tested on the natural log of the values; ``threshold``: the offset, bound or equivalence margin the
+    claim states, on the tested scale; ``family``: the Holm family (empty until :func:`adjust` assigns it).
     """
 
     test: Test

@@ -1,39 +1,17 @@
 """The premises of the lab's training claims: what the models must be able to do before a claim about them is tested.
 
-Each rule turns measurements of the same runs the claim is decided on into a
-:class:`poslab.lab.verdicts.Premise`; an experiment attaches it with
-:func:`poslab.lab.verdicts.with_premise`, which makes the claim ``inconclusive`` ("not testable at
-this scale") when the premise is unmet. The thresholds below are fixed here, before any run, and
-are never tuned to a result:
+Each rule turns measurements of the runs a claim is decided on into a :class:`poslab.lab.verdicts.Premise`;
+:func:`poslab.lab.verdicts.with_premise` makes the claim ``inconclusive`` ("not testable at this scale") when it is
+unmet. The thresholds are fixed here, before any run, never tuned to a result. Why each:
 
-* **length generalisation** (:func:`fits_length`): every seed's accuracy at the training length ``L``
-  is at least :data:`LENGTH_ACCURACY` (0.9) in every arm of the claim. A model that has not learned
-  the task at ``L`` says nothing about how it generalises past ``L``, and a mean over seeds would let
-  one such seed in (0.76 beside two at 1.0 has a mean of 0.92).
-* **above chance** (:func:`above_chance`): every arm's per-seed accuracy at a test length lies above
-  the task's chance level by more than the 95% interval of its mean (a one-sample t-test, the
-  interval of :func:`poslab.lab.verdicts.bound`): a comparison of accuracies at chance compares noise.
-* **passkey** (:func:`retrieves`): the mean retrieval accuracy at ``L`` is at least halfway from
-  chance to perfect, ``chance + PASSKEY_SHARE * (1 - chance)`` with :data:`PASSKEY_SHARE` = 0.5.
-* **language models** (:func:`below_bigram`): every seed's validation loss is at least
-  :data:`BIGRAM_MARGIN` (0.05 nats/token) below the corpus's bigram baseline
-  (:func:`poslab.lab.experiments.common.ngram_baselines`): a model at bigram level uses one
-  character of context, so claims about how it uses positions or context do not apply to it.
-* **positions** (:func:`beats_nope`): the positional arm's metric beats NoPE's by more than the
-  95% interval of the difference (the comparison rule of :func:`poslab.lab.verdicts.compare`).
-* **context past L** (:func:`uses_context`): for every seed, the mean loss at the last quarter of
-  the training window is at least :data:`CONTEXT_MARGIN` (0.1 nats/token) below the mean loss at
-  positions 1-4 (:data:`EARLY`; position 0 has no context at all). A bigram-level model has the
-  same loss at every position past 0 and fails it.
-* **masked LMs** (:func:`below_baseline`): a masked LM's loss on its masked positions is at least
-  :data:`BIGRAM_MARGIN` below the unigram baseline (a masked LM's loss is not comparable to a
-  causal bigram, whose context is one side only).
-* **analysed models** (:func:`below_baseline` with the trigram): a claim about what a trained model's
-  heads do (previous-token, punctuation, spare heads) needs a model at least :data:`BIGRAM_MARGIN`
-  below the text's trigram baseline: a model above it uses less context than a count of the last two
-  characters, so its heads have not learned what a language model's heads learn.
-
-:func:`all_of` joins several premises of one claim.
+* :func:`fits_length`: a model that has not learned the task at ``L`` says nothing about how it generalises past
+  ``L``; per seed, as a mean would let one such seed in (0.76 beside two at 1.0 has a mean of 0.92).
+* :func:`above_chance`: a comparison of accuracies at chance compares noise.
+* :func:`below_bigram`: a model at bigram level uses one character of context, so claims about how it uses
+  positions or context do not apply to it (:func:`below_baseline` with the unigram for a masked LM, whose
+  context is both sides; with the trigram for claims about what a model's heads learn).
+* :func:`uses_context`: a bigram-level model has the same loss at every position past 0 and fails it.
+* :func:`retrieves` (passkey) and :func:`beats_nope` (the positional arm beats NoPE beyond the noise).
 """
 
 from __future__ import annotations
@@ -72,12 +50,8 @@ def fits_length(
     threshold: float = LENGTH_ACCURACY,
     seeds: Sequence[int] | None = None,
 ) -> Premise:
-    """Every seed of every arm reaches ``threshold`` accuracy at the training length.
-
-    Args:
-        accuracy_at_L: arm -> per-seed accuracy at ``L``.
-        seeds: the seed of each value (the same order in every arm), named where one falls short.
-    """
+    """Every seed of every arm (``accuracy_at_L``: arm -> per-seed accuracy) reaches ``threshold`` at the training
+    length; ``seeds`` name the one that falls short."""
     short = [
         f"{arm} {_seed_name(seeds, i)}: {value:.3f}"
         for arm, values in accuracy_at_L.items()
@@ -94,17 +68,9 @@ def fits_length(
 
 
 def above_chance(accuracy: Mapping[str, Sequence[float]], chance: float, where: str = "") -> Premise:
-    """Every arm's per-seed accuracy lies above ``chance`` by more than the 95% interval of its mean.
-
-    One one-sample t-test per arm (:func:`poslab.lab.verdicts.bound`, ``held`` = the mean exceeds
-    ``chance`` by more than the test's interval); an arm with fewer than
-    :data:`~poslab.lab.verdicts.MIN_SEEDS` seeds cannot show it.
-
-    Args:
-        accuracy: arm -> per-seed accuracy at one test length.
-        chance: the task's chance accuracy (:func:`poslab.analysis.probes.chance`).
-        where: what the values are, for the text (``"at 2L"``).
-    """
+    """Every arm's per-seed accuracy lies above ``chance`` by more than the 95% interval of its mean (one
+    :func:`poslab.lab.verdicts.bound` per arm; fewer than ``MIN_SEEDS`` seeds cannot show it); ``where``: what the
+    values are (``"at 2L"``)."""
     parts, met = [], bool(accuracy)
     for arm, values in accuracy.items():
         if not values:
@@ -142,12 +108,8 @@ def retrieves(
 
 
 def below_bigram(losses: Mapping[str, Sequence[float]], bigram: float, margin: float = BIGRAM_MARGIN) -> Premise:
-    """Every seed of every arm has a validation loss at least ``margin`` below the bigram baseline.
-
-    Args:
-        losses: arm -> per-seed validation loss (nats/token).
-        bigram: the corpus's bigram baseline on the validation split (nats/token).
-    """
+    """Every seed of every arm (``losses``: arm -> per-seed validation loss) at least ``margin`` below the bigram
+    baseline (nats/token)."""
     return below_baseline(losses, bigram, "bigram", margin)
 
 
@@ -175,12 +137,8 @@ def context_gain(by_position: Sequence[float]) -> float:
 
 
 def uses_context(by_position: Mapping[str, Sequence[Sequence[float]]], margin: float = CONTEXT_MARGIN) -> Premise:
-    """Every seed of every arm: loss at the window's last quarter at least ``margin`` below positions 1-4.
-
-    Args:
-        by_position: arm -> per seed, the mean loss at each window position ``[L]``
-            (:func:`poslab.analysis.eval.loss_by_position`).
-    """
+    """Every seed of every arm: loss at the window's last quarter at least ``margin`` below positions 1-4
+    (``by_position``: arm -> per seed, :func:`poslab.analysis.eval.loss_by_position`)."""
     shortest = min((len(c) for curves in by_position.values() for c in curves), default=0)
     if shortest < 2 * max(EARLY) + 2:
         return Premise(

@@ -1,34 +1,18 @@
 """The lab's scales: :class:`Scale`, the named tables of them (:class:`ScaleTable`), and the lab models' recipe.
 
-The training experiments' sizes are one named table (:data:`SIZES`) a user extends from the command line.
+:data:`SIZES` holds the training experiments' sizes: ``smoke`` (tests), ``quick`` (the demo), ``full`` and the GPU
+sizes; ``--size NAME=BASE,field=value,...`` defines another (:func:`define_size`, the table unchanged). The GPU
+sizes train on CUDA (``device="cuda"``); their costs are **estimated from FLOPs, not measured** (nanoGPT's
+``6 N + 12 n_layer d L``, :func:`poslab.training.mfu.matmul_flops_per_token`, at an assumed 25-50% of an
+H100-class GPU's 67 TFLOP/s fp32 peak):
 
-``smoke`` (tests), ``quick`` (the demo) and ``full`` are the extrapolation family's scales, used by
-every experiment that takes ``size`` (extrapolation, attention_entropy, context_extension) and, for
-``quick``, by head_count, position_training and bidirectional. ``poslab experiment X --size NAME``
-(and ``poslab lab --size NAME``) picks one; ``--size NAME=BASE,field=value,...`` picks ``BASE`` with those
-fields changed, named ``NAME`` (:func:`define_size`: a new :class:`Scale`, the table unchanged;
-:meth:`ScaleTable.with_scale` gives a table that holds it). The experiments' other scales are scales or tables
-of the same kind, built by keywords: the lessons' own training (:data:`LESSON`), the head counts' quick models,
-the streaming models (:data:`STREAM_SCALES`), the probes' forms.
+* ``gpu``: nanoGPT's Shakespeare-character GPU recipe (6 layers, 6 heads, width 384, ``L = 256``, 5,000 steps of
+  64 windows, lr 1e-3): 70.9 MFLOP per token x 81.9M tokens = 5.8 PFLOP, 3-6 minutes a training, 2-4 hours for
+  extrapolation's 39 trainings on one GPU.
+* ``gpu-large``: GPT-2 small's geometry (12 layers, 12 heads, width 768) at ``L = 256``, lr 6e-4: 538 MFLOP per
+  token, 44 PFLOP, 22-44 minutes a training, 14-29 hours for extrapolation's 39.
 
-The GPU sizes train on CUDA (``device="cuda"``: an error without a GPU):
-
-* ``gpu``: nanoGPT's Shakespeare-character GPU recipe, 6 layers, 6 heads, width 384 at ``L = 256``,
-  5,000 steps of 64 windows, lr 1e-3 with 100 warmup steps (no dropout, as every lab size). Expected,
-  **estimated from FLOPs, not measured** (no GPU here): 70.9 MFLOP per token (nanoGPT's
-  ``6 N + 12 n_layer d L``, :func:`poslab.training.mfu.matmul_flops_per_token`) x 81.9M training
-  tokens = 5.8 PFLOP a training, 3-6 minutes on one H100-class GPU at an assumed 25-50% of its
-  67 TFLOP/s fp32 peak (the lab's configs train in fp32), plus the first step's compilation of the
-  attention kernels; about 2-4 hours for extrapolation's 39 trainings (13 schemes x 3 seeds) on one GPU.
-  The other sized experiments reuse those models and add their own trainings (context extension's
-  fine-tunes at ``4 L``), not counted here.
-* ``gpu-large``: GPT-2 small's geometry, 12 layers, 12 heads, width 768, at ``L = 256``, 5,000 steps
-  of 64 windows, lr 6e-4 with 200 warmup steps. Estimated the same way: 538 MFLOP per token x 81.9M
-  tokens = 44 PFLOP a training, 22-44 minutes on one H100-class GPU in fp32; about 14-29 hours for
-  extrapolation's 39 trainings on one GPU (Ray or shards spread them over GPUs).
-
-Their evaluations run on the CPU after training (the experiments load every model there), at up to
-``16 L = 4096`` tokens: at these widths that takes minutes a model on a few cores, not counted above.
+Their evaluations run on the CPU after training, at up to ``16 L = 4096`` tokens (not counted above).
 """
 
 from __future__ import annotations
@@ -63,18 +47,13 @@ class Scale:
         train_length: ``L``, the training block size.
         n_layer, n_head, n_embd: model geometry.
         steps, batch_size, lr, warmup_steps: training.
-        cooldown_steps: 0 for nanoGPT's cosine; else warmup-stable-decay (:func:`poslab.training.optim.lr_at`):
-            ``lr`` held after the warmup, then linear to ``lr / 10`` over the last ``cooldown_steps`` steps.
-            A training of other steps than the scale's (a fine-tune) keeps the cosine.
-        eval_windows: how much each evaluation reads: the extrapolation scores ``eval_windows * 16 * L``
-            validation targets at every length; the streaming experiments read that many streams or windows.
-        finetune_steps: context-extension fine-tuning steps at ``4 L``.
-        entropy_batch: sequences per length in the attention-entropy measurement.
-        eval_interval: steps between validation points (``None``: five points a training).
-        eval_iters: validation batches per point.
+        cooldown_steps: 0 for nanoGPT's cosine; else warmup-stable-decay (:func:`poslab.training.optim.lr_at`)
+            over the last ``cooldown_steps`` steps (a fine-tune, of other steps, keeps the cosine).
+        eval_windows: how much each evaluation reads (the extrapolation scores ``eval_windows * 16 * L`` targets at
+            every length; the streaming experiments read that many streams or windows).
+        finetune_steps, entropy_batch: context extension's steps at ``4 L``; attention entropy's sequences a length.
+        eval_interval, eval_iters: steps between validation points (``None``: five a training), batches per point.
         schemes: the position schemes trained at this scale (``None``: every scheme the experiment trains).
-            The quick size trains the arms of the lessons' main claims only, each long enough to meet
-            the claims' premises, instead of every scheme at bigram level.
         device: where its trainings run (``TrainConfig.device``: ``auto``, ``cpu`` or ``cuda``).
     """
 
@@ -163,9 +142,6 @@ _QUICK = Scale(
     lr=6e-3,
     warmup_steps=100,
     cooldown_steps=300,
-    eval_windows=4,
-    finetune_steps=100,
-    entropy_batch=2,
     schemes=("none", "learned", "sinusoidal", "rope", "alibi"),
 )
 
@@ -184,7 +160,6 @@ _GPU = Scale(
     batch_size=64,
     lr=1e-3,
     warmup_steps=100,
-    eval_windows=4,
     finetune_steps=500,
     entropy_batch=4,
     device="cuda",
@@ -358,6 +333,17 @@ def define_size(spec: str, table: ScaleTable[Scale] = SIZES) -> Scale:
 
 
 # ------------------------------------------------------------------------------------ the lab models' recipe
+def _context(size: Scale) -> dict[str, Any]:
+    """What a position scheme is built with in a causal GPT of ``size``."""
+    return {
+        "n_embd": size.n_embd,
+        "n_heads": size.n_head,
+        "head_dim": size.n_embd // size.n_head,
+        "max_len": size.train_length,
+        "bidirectional": False,
+    }
+
+
 def lab_schemes() -> tuple[str, ...]:
     """The schemes the extrapolation (and attention-entropy) lab trains: every registered scheme a GPT can be
     built with from its default config (``positions.names()`` order), so a newly registered scheme reaches
@@ -366,14 +352,7 @@ def lab_schemes() -> tuple[str, ...]:
     """
     from poslab.nn import positions
 
-    context = {
-        "n_embd": 64,
-        "n_heads": 4,
-        "head_dim": 16,
-        "max_len": 64,
-        "original_max_len": 64,
-        "bidirectional": False,
-    }
+    context = {**_context(_QUICK), "original_max_len": _QUICK.train_length}
     out = []
     for name in positions.names():
         try:
@@ -397,13 +376,7 @@ def _bounded(scheme: str, size: Scale) -> bool:
     """Whether ``scheme`` (default config at this size) encodes only a bounded number of positions (a table)."""
     from poslab.nn import positions
 
-    context = {
-        "n_embd": size.n_embd,
-        "n_heads": size.n_head,
-        "head_dim": size.n_embd // size.n_head,
-        "max_len": size.train_length,
-        "bidirectional": False,
-    }
+    context = _context(size)
     with torch.random.fork_rng(devices=[]), torch.device("meta"):
         built = positions.build_for_model(scheme, {}, context)
     return built.max_positions is not None
@@ -433,11 +406,9 @@ def train_config(
     that too but slows the learned table down (measured at 2 layers, width 64, 1000 steps, one seed:
     validation loss 2.30 with the norm, 2.07 without; ``benchmarks/lm_recipe_search.py``).
 
-    The learned table has ``max(EXTRAPOLATION_FACTORS) * L`` rows, of which training only ever reads the first
-    ``L`` (as a GPT-2 checkpoint's table past the lengths it was trained on): the rows past ``L`` keep their
-    random initialisation, so the model can be read past ``L`` and the lesson's "collapse" measured.
-    Every model records its ``seed`` (model initialisation and batches); :data:`SEEDS` are the lab's.
-    A training of other ``steps`` than the scale's (a fine-tune) takes five validation points.
+    The learned table has ``max(EXTRAPOLATION_FACTORS) * L`` rows, of which training reads the first ``L`` (as a
+    GPT-2 checkpoint's table past its trained lengths): the rest keep their random initialisation, so the model can
+    be read past ``L`` and the lesson's "collapse" measured.
     """
     from poslab.training.config import TrainConfig
 
@@ -544,24 +515,3 @@ def preset_config(scale: Scale, preset: str = "shakespeare-char", position: str 
         "position": position,
     }
     return config
-
-
-__all__ = [
-    "CORPUS",
-    "EXTRAPOLATION_FACTORS",
-    "LESSON",
-    "SCHEMES",
-    "SEED",
-    "SEEDS",
-    "SIZES",
-    "STREAM_SCALES",
-    "Scale",
-    "ScaleTable",
-    "define_size",
-    "lab_config",
-    "lesson_config",
-    "preset_config",
-    "schemes_of",
-    "size_of",
-    "train_config",
-]

@@ -1,16 +1,9 @@
 """The lab's verdicts, one import away: claim records, the seeded tests, the deterministic checks.
 
-A verdict is one of :data:`VERDICTS`: ``held``, ``did not hold`` or ``inconclusive`` (docs/lab.md, "How
-a verdict is decided", explains the rule for learners). The record and its rule live in
-:mod:`poslab.lab.records`, the seeded tests (paired, Welch, one-sample, TOST, ranking) in
-:mod:`poslab.lab.comparisons`, the plan that picks a test, a family and reports power in
-:mod:`poslab.lab.plan`; they are importable from here, where every experiment looks. This module adds
-the claims decided by a computation (:func:`deterministic`, :func:`at_least`: no seeds, ``noise`` is
-``None``, ``n_seeds`` is 0) and the checks every list of records must pass.
-
-Every record has the same fields: ``claim``, ``source``, ``criterion`` (in words), ``measured``,
-``margin``, ``noise`` (``None`` where not applicable), ``n_seeds``, ``verdict``, ``details``,
-``premise`` and, for seeded claims, ``design``.
+A verdict is one of :data:`VERDICTS` (docs/lab.md, "How a verdict is decided"). The records live in
+:mod:`poslab.lab.records`, the seeded tests in :mod:`poslab.lab.comparisons`, the plan in :mod:`poslab.lab.plan`;
+every experiment imports them from here. This module adds the claims decided by a computation
+(:func:`deterministic`, :func:`at_least`: no seeds, no noise) and the checks every list of records must pass.
 """
 
 from __future__ import annotations
@@ -107,18 +100,8 @@ def deterministic(
     """
     if not (math.isfinite(error) and math.isfinite(tolerance)) or tolerance < 0:
         raise ValueError(f"error and tolerance must be finite, tolerance >= 0; got {error!r}, {tolerance!r}")
-    verdict = HELD if error <= tolerance else DID_NOT_HOLD
-    return ClaimRecord(
-        claim,
-        source,
-        criterion,
-        measured,
-        float(tolerance - error),
-        None,
-        0,
-        verdict,
-        dict(details or {}, error=float(error), tolerance=float(tolerance)),
-    )
+    found = dict(details or {}, error=float(error), tolerance=float(tolerance))
+    return _computed(claim, source, criterion, measured, tolerance - error, error <= tolerance, found)
 
 
 def at_least(
@@ -133,18 +116,16 @@ def at_least(
     """A claim decided by a computation: ``held`` when ``value >= floor`` (margin ``value - floor``), no seeds."""
     if not (math.isfinite(value) and math.isfinite(floor)):
         raise ValueError(f"value and floor must be finite; got {value!r}, {floor!r}")
-    verdict = HELD if value >= floor else DID_NOT_HOLD
-    return ClaimRecord(
-        claim,
-        source,
-        criterion,
-        measured,
-        float(value - floor),
-        None,
-        0,
-        verdict,
-        dict(details or {}, value=float(value), floor=float(floor)),
-    )
+    found = dict(details or {}, value=float(value), floor=float(floor))
+    return _computed(claim, source, criterion, measured, value - floor, value >= floor, found)
+
+
+def _computed(
+    claim: str, source: str, criterion: str, measured: str, margin: float, held: bool, details: dict[str, Any]
+) -> ClaimRecord:
+    """A record decided by a computation: no seeds, no noise."""
+    verdict = HELD if held else DID_NOT_HOLD
+    return ClaimRecord(claim, source, criterion, measured, float(margin), None, 0, verdict, details)
 
 
 def check_records(records: Sequence[dict[str, Any] | ClaimRecord]) -> list[str]:

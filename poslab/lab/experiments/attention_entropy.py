@@ -5,19 +5,15 @@ attention distribution becomes unstable and its entropy rises sharply, the model
 YaRN (Peng et al. 2023, https://arxiv.org/abs/2309.00071, §3.4) adds a temperature (logits scaled by
 ``(0.1 ln s + 1)^2``) and Chiang & Cholak 2022 ("Overcoming a Theoretical Limitation of
 Self-Attention", https://arxiv.org/abs/2202.12172) scale logits by ``log n / log L`` so that entropy
-does not grow with the length. This experiment measures, for each lab model (one per position
-scheme, trained at ``L``; see :mod:`poslab.lab.experiments.extrapolation`), the Shannon entropy
-``H_i = -sum_j a_ij ln a_ij`` (nats) of every query's attention row, per layer and head, as a function
-of the query position and of the evaluation length (``1x .. 16x L``). The RoPE-family models are also
-read with YaRN (factor 4) with and without its temperature, and with log-n scaling.
+does not grow with the length. This experiment measures, for each lab model (one per scheme, trained at ``L``), the
+Shannon entropy ``H_i = -sum_j a_ij ln a_ij`` (nats) of every query's attention row, per layer and head, by query
+position and evaluation length (``1x .. 16x L``); the RoPE-family models also with YaRN (factor 4) with and without
+its temperature, and with log-n scaling.
 
 A uniform row over ``n`` keys has entropy ``ln n``, so some growth with the position is expected of any
 model that spreads attention; the normalised entropy ``H_i / ln(i + 1)`` separates that from a real
 loss of focus. Both are reported; the claim about RoPE tests the normalised one, and the variants (the
 same trained models read differently) are compared paired by seed.
-The measurement (the entropy maps and the typed readings) is in
-:mod:`poslab.lab.experiments.attention_entropy_measure`; this module declares the arms, the claims, the table
-and the figure.
 """
 
 from __future__ import annotations
@@ -90,11 +86,8 @@ def plan(
     schemes: tuple[str, ...] | None = None,
     seeds: tuple[int, ...] = SEEDS,
 ) -> Plan[Setting]:
-    """The lab models of every scheme and seed (:func:`~poslab.lab.experiments.lab_models.lab_model_arms`: in the
-    store, reused where finished).
-
-    ``schemes``: ``None`` for the size's (:func:`poslab.lab.scale.schemes_of`).
-    """
+    """The lab models of every scheme (default: the size's, :func:`poslab.lab.scale.schemes_of`) and seed
+    (:func:`~poslab.lab.experiments.lab_models.lab_model_arms`: in the store, reused where finished)."""
     lab = size_of(quick, size)
     schemes = schemes_of(lab) if schemes is None else tuple(schemes)
     setting = Setting(lab, schemes, tuple(seeds), max(1, lab.train_length // 2), time.perf_counter())
@@ -127,17 +120,10 @@ def measure(runs: Runs[Setting]) -> EntropyResult:
 def entropy_claims(models: dict[str, Variant], factor: int = 4) -> list[dict[str, Any]]:
     """The claims this experiment tests, as :class:`poslab.lab.verdicts.ClaimRecord` dicts (at ``factor`` x L).
 
-    ``models``: variant label -> its readings. The design decides the test (:mod:`poslab.lab.plan`):
-
-    * RoPE's loss of focus past ``L`` is the rise of its *normalised* entropy ``H / ln(number of keys)``:
-      a query past ``L`` at ``4 L`` reads up to 4x more keys, and a uniform row over ``n`` keys has entropy
-      ``ln n``, so a raw rise near ``ln 4`` is expected of any model that spreads its attention
-      (:func:`uniform_rise`: 1.15 nats for uniform rows). The raw rise is a measured number (the table's
-      column, and this claim's details), not a claim. The
-      per-seed normalised rises are tested against :data:`NORMALISED_MARGIN` (one-sample t).
-    * The variants (YaRN with and without its temperature, log-n scaling) are the same trained models
-      read differently: their rises are compared paired by seed (:func:`poslab.lab.verdicts.paired`),
-      where the key counts, the model and the windows of a seed cancel.
+    ``models``: variant label -> its readings. RoPE's loss of focus is the rise of its *normalised* entropy, per seed
+    against :data:`NORMALISED_MARGIN` (one-sample t): a raw rise near ``ln 4`` is expected of any model that spreads
+    its attention over 4x more keys (:func:`uniform_rise`: 1.15 nats for uniform rows), so the raw rise is shown,
+    not claimed. The variants are the same models read differently: their rises are compared paired by seed.
     """
     key = str(factor)
     seeds = sorted({s for v in models.values() for s in v.by_seed}, key=int)

@@ -1,9 +1,5 @@
-"""The attention-entropy experiment's measurement: every attention row's entropy, per layer, head and position.
-
-Part of :mod:`poslab.lab.experiments.attention_entropy` (its typed readings and how a model is read). Attention
-weights are computed per block of queries (``attend(..., need_weights=True)`` on a ``[B, h, block, keys]`` tile),
-so memory grows linearly with the length.
-"""
+"""The attention-entropy experiment's measurement: every attention row's entropy, per layer, head and position,
+computed per block of queries (a ``[B, h, block, keys]`` tile), so memory grows linearly with the length."""
 
 from __future__ import annotations
 

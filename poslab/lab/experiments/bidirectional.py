@@ -4,40 +4,26 @@ Haviv et al. 2022 ("Transformer Language Models without Positional Encodings Sti
 Information", https://arxiv.org/abs/2203.16634) train causal LMs without any position encoding
 (NoPos) and find them close to ones with learned positions; their control is a *masked* LM
 (bidirectional attention), which without positions is a bag of words and does much worse: the
-causal mask, not the architecture, is what tells a NoPos model where it is (§5). Here, at 3 seeds
-each (the same 3 for every arm, so seed i gives every arm the same windows):
+causal mask, not the architecture, is what tells a NoPos model where it is (§5). Here, paired by seed (a run's
+batches and masks are seeded by its seed alone), on the loss over the whole validation split (nats per predicted
+character):
 
-* ``clm-none`` vs ``clm-learned``: causal LMs (next-token loss). The claim that NoPos is *close*
-  is an equivalence claim, :func:`poslab.lab.verdicts.equivalent` (TOST) on the per-seed ln of the
-  losses: NoPos within ``±ln(1 + CLOSE)`` of learned, i.e. within ``CLOSE`` (relative).
-* ``mlm-none`` vs ``mlm-learned`` and ``mlm-rope``: masked LMs (``objective="mlm"``,
-  ``model.attention.causal=False``; loss on the 15% selected positions). The claim that NoPos *fails* is
-  :func:`poslab.lab.verdicts.paired` on the ln of the losses with ``offset = ln(1 + FAR)``: NoPos
-  is worse by more than ``FAR`` (relative). Haviv et al. used learned positions; RoPE is added
-  because at the quick size a learned table barely trains in a masked LM (measured: after 250
-  steps and after 800 steps the learned and the NoPos MLM are within 0.01 nats, both near the
-  bag-of-words level), while RoPE, which needs
-  nothing learned to tell positions apart, does: a test of "NoPos fails" needs an arm that uses
-  positions at all.
-
-The metric is the loss on the whole validation split (the same windows, and for the MLM the same
-masks, for every run). The design is paired by seed: every arm trains from each seed (``seeded_arms``),
-and a run's batch generator is seeded by its seed alone, so the arms of one seed read the same
-batches in the same order (the masked LMs also the same masks); only the initialisation differs,
-as the parameters do. Both objectives' losses are in nats per predicted character; the unigram
-entropy of the corpus (a model of character frequencies only) is printed beside each.
+* ``clm-none`` vs ``clm-learned``: causal LMs. NoPos is *close*: a TOST of the per-seed ln losses within
+  ``±ln(1 + CLOSE)``.
+* ``mlm-none`` vs ``mlm-learned`` and ``mlm-rope``: masked LMs (``objective="mlm"``, ``causal=False``; loss on the
+  15% selected positions). NoPos *fails*: worse by more than ``FAR`` (paired, ln losses, offset ``ln(1 + FAR)``).
+  RoPE is added to Haviv et al.'s learned positions because at the quick size a learned table barely trains in a
+  masked LM (measured: after 250 and after 800 steps the learned and the NoPos MLM are within 0.01 nats, both near
+  the bag-of-words level), while RoPE, which needs nothing learned to tell positions apart, does.
 
 Seed 001's leak experiment (:mod:`poslab.lab.experiments.causal_leak`) in bidirectional mode: the two
-lines '白日依山尽' and '山依日白尽' are permutations of the same characters. Without positions and
-without the causal mask, attention is permutation-equivariant at every depth, so each character's
-output is the same in both lines up to float noise -- at 1, 2 and 3 layers (a deterministic claim
-per depth, tolerance :data:`TOLERANCE`). The same models with the causal mask differ by far more from
-2 layers on: the mask, not depth, leaks order.
+lines '白日依山尽' and '山依日白尽' are permutations of the same characters: without positions and the causal mask,
+attention is permutation-equivariant, so each character's output is the same in both lines up to float noise at
+every depth (a deterministic claim per depth, tolerance :data:`TOLERANCE`); with the mask they differ from 2 layers
+on: the mask, not depth, leaks order.
 
-Quick form: tinyshakespeare, the lab's quick geometry at its cosine recipe (:data:`poslab.lab.scale.SIZES`
-``quick-cosine``: 4 layers, n_embd 64, window 64, lr 3e-3, 3000 steps; the masked LMs
-:data:`MLM_STEPS_FACTOR` times as many).
-Full form: the lab's full size (the same model at window 128).
+Quick form: tinyshakespeare at ``quick-cosine`` (:data:`poslab.lab.scale.SIZES`; the masked LMs
+:data:`MLM_STEPS_FACTOR` times as many steps). Full form: the lab's full size.
 """
 
 from __future__ import annotations
@@ -135,11 +121,8 @@ class BidirectionalResult:
 
 # ------------------------------------------------------------------------------------ training
 def base_config(quick: bool, size: str | Scale | None = None) -> dict[str, Any]:
-    """The lab's model at the quick (or full, or named) size, as a config mapping without name and folder.
-
-    The learned table has exactly ``block_size`` rows (this experiment never reads past the
-    training length).
-    """
+    """The lab's model at the quick (or full, or named) size, as a config mapping without name and folder; its
+    learned table has exactly ``block_size`` rows (this experiment never reads past the training length)."""
     lab = size_of(quick, size or ("quick-cosine" if quick else None))
     return lab_config("none", lab, block_size=lab.train_length)
 
@@ -158,11 +141,8 @@ def arm_overrides(label: str, steps: int | None = None) -> dict[str, Any]:
 
 
 def haviv_claims(losses: dict[str, list[float]], seeds: tuple[int, ...] | list[int]) -> list[dict[str, Any]]:
-    """The seeded claims of the control (module docstring), from arm -> per-seed whole-split losses.
-
-    Every arm trains from the same ``seeds`` on the same batches (module docstring): the arms are paired
-    by seed. Losses are in nats, so their ratios are tested on their ln.
-    """
+    """The seeded claims of the control (module docstring), from arm -> per-seed whole-split losses, paired by
+    seed; losses are in nats, so their ratios are tested on their ln."""
     metric = Metric("val loss (whole validation split)", log=True, digits=4)
     close = equivalent(
         f"a causal LM without positions (NoPos) is close to one with learned positions: within {CLOSE:.0%}",
@@ -209,14 +189,7 @@ def plan(
     seeds: tuple[int, ...] = SEEDS,
     leak_layers: tuple[int, ...] = LEAK_LAYERS,
 ) -> Plan[Setting]:
-    """The arms at every seed, runs ``out/runs/ARM-sSEED``.
-
-    Args:
-        quick: the short form (module docstring).
-        base: a config mapping replacing the base (tests use a tiny one).
-        seeds: training seeds (at least 3 for a conclusive verdict).
-        leak_layers: depths of the leak experiment.
-    """
+    """The arms at every seed, runs ``out/runs/ARM-sSEED`` (``base``: a config replacing the base, for tests)."""
     base = base if base is not None else base_config(quick)
     variants = {label: arm_overrides(label, base["max_steps"]) for label in ARMS}
     arm_steps = {label: variants[label].get("max_steps", base["max_steps"]) for label in ARMS}

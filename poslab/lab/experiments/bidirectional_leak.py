@@ -35,19 +35,10 @@ class Leak:
 
 
 def leak_differences(n_layer: int, causal: bool, position: str = "none", seed: int = 0) -> dict[str, float]:
-    """Seed 001's two lines through a fresh untrained GPT (4 heads, n_embd 128, ``tang5`` vocabulary).
-
-    Args:
-        n_layer: depth.
-        causal: the causal mask on (seed 001) or off (encoder mode).
-        position: the position scheme.
-        seed: ``torch.manual_seed`` before building the model.
-
-    Returns:
-        ``last``: max |logits_a - logits_b| at the last position (the same character '尽' in both
-        lines); ``all``: max over every position of |logits_b[i] - logits_a[perm[i]]|, where
-        ``perm`` maps each character of the shuffled line to its place in the first line.
-    """
+    """Seed 001's two lines through a fresh untrained GPT (4 heads, n_embd 128, ``tang5`` vocabulary, the causal
+    mask on or off): ``last``, max |logits_a - logits_b| at the last position (the same character '尽' in both
+    lines); ``all``, max over every position of |logits_b[i] - logits_a[perm[i]]| (``perm`` maps each character of
+    the shuffled line to its place in the first line)."""
     from poslab.data import CharTokenizer, load_corpus
     from poslab.nn.model import GPT, GPTConfig
 

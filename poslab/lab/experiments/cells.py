@@ -1,11 +1,6 @@
-"""Evaluation cells: one model read at one length, and the same reading over seeds, as results.json holds them.
-
-An :class:`Evaluation` is :func:`poslab.analysis.eval.evaluate_length`'s reading typed: the length and, per mode
-(:data:`MODES`: non-overlapping chunks, a sliding window), the loss, the perplexity and the targets scored; or why
-the model cannot read that length. A :class:`MeanEvaluation` is the same length over seeds
-(:meth:`MeanEvaluation.of`): per mode the mean perplexity, its sample sd and each seed's. Both read their
-perplexity one way (:meth:`Cell.ppl`, :meth:`Cell.shown`); a mode a cell lacks is left out of results.json
-(:data:`~poslab.lab.experiments.common.WHEN_SET`), so the file keeps the layout of the dicts it holds.
+"""Evaluation cells: one model read at one length (:class:`Evaluation`, :func:`poslab.analysis.eval.evaluate_length`'s
+reading typed), and the same reading over seeds (:class:`MeanEvaluation`), as results.json holds them. Both read
+their perplexity one way (:meth:`Cell.ppl`, :meth:`Cell.shown`); a mode a cell lacks is left out of results.json.
 """
 
 from __future__ import annotations

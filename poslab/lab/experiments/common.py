@@ -5,11 +5,12 @@ Not an experiment (the registry in ``__init__`` lists the experiment modules by 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,13 +53,11 @@ class Experiment:
         description: one line for ``poslab experiment list``.
         tier: :data:`FOUNDATION`, :data:`LAB` or :data:`FULL_ONLY`.
         run: ``run(out, quick=False, ...) -> dict`` (the dict becomes ``out/results.json``).
-        after: names of the experiments that train lab models this one reads, for order only: the lab runs them
-            first and reruns this one when they are rebuilt. The models themselves come from the lab model store
-            (:mod:`poslab.lab.experiments.lab_models`); an experiment imports no other and reads no other's folder.
-        estimate: first-run guesses of wall seconds ``(quick, full)`` on 2 quiet cores (the lab replaces
-            them with its last run's timings).
-        tables: its key tables (:class:`poslab.lab.tables.KeyTable`), built from its results.json for the
-            console and the report.
+        after: the experiments that train lab models this one reads (from the store,
+            :mod:`poslab.lab.experiments.lab_models`), for order only: the lab runs them first and reruns this one
+            when they are rebuilt.
+        estimate: first-run guesses of wall seconds ``(quick, full)`` on 2 quiet cores (then the last run's).
+        tables: its key tables, built from its results.json for the console and the report.
         options: the options its ``run`` takes (:class:`Option`); the others are refused by name.
     """
 
@@ -90,12 +89,8 @@ class Experiment:
 
 @functools.lru_cache(maxsize=8)
 def unigram_entropy(corpus: str, val_fraction: float = 0.1) -> float:
-    """Entropy (nats per character) of the character frequencies of ``corpus``'s training split.
-
-    The loss of a model that learned nothing but how often each character occurs: a trained model's
-    validation loss is only evidence of learned structure well below it. Same units as the loss
-    (natural log, per token of a character tokenizer).
-    """
+    """Entropy (nats per character) of the character frequencies of ``corpus``'s training split: the loss of a model
+    that learned nothing but how often each character occurs."""
     train, _ = split_text(load_text(corpus), val_fraction)
     counts = Counter(train)
     total = sum(counts.values())
@@ -190,18 +185,12 @@ def kneser_ney_probabilities(train: Any, val: Any, order: int, vocab: int, start
 def ngram_baselines(corpus: str, val_fraction: float = 0.1) -> dict[str, float]:
     """Unigram, bigram and trigram count models fitted on the training split, scored on the validation split.
 
-    Each model is interpolated Kneser–Ney (:func:`kneser_ney_probabilities`; Chen & Goodman 1998), over
-    the character set of the whole corpus (a character tokenizer's vocabulary). Unlike add-k smoothing,
-    which spreads a fixed mass over every unseen n-gram of a large vocabulary, it backs off to the
-    order below where its counts are thin, so even on a corpus of thousands of characters (the Tang
-    poems) each order scores better than the one below (``tests/test_premises.py`` checks every
-    shipped corpus). Every order is scored on the same validation targets (from the third
-    character on), in nats per character, so the three numbers compare with each other and with a
-    trained model's validation loss. A model that barely uses its context sits at the bigram level
-    (one character of context).
-
-    Returns:
-        ``{"unigram": nats, "bigram": nats, "trigram": nats}``.
+    Each is interpolated Kneser–Ney (:func:`kneser_ney_probabilities`; Chen & Goodman 1998) over the whole corpus's
+    character set: unlike add-k smoothing it backs off where its counts are thin, so even on a corpus of thousands
+    of characters (the Tang poems) each order beats the one below (``tests/test_premises.py`` checks every shipped
+    corpus). Every order is scored on the same validation targets (from the third character on), in nats per
+    character, comparable with a trained model's validation loss: ``{"unigram": nats, "bigram": nats, "trigram":
+    nats}``.
     """
     import numpy as np
 
@@ -290,16 +279,9 @@ def plot_seeded_curves(
     baselines: Baselines | None = None,
     style_index: dict[str, int] | None = None,
 ) -> Path:
-    """Validation-loss curves, mean over seeds (line) and min..max over seeds (band), one colour and line style per arm.
-
-    Args:
-        runs: arm label -> one validation curve per seed, ``[(step, val_loss), ...]`` (a run summary's ``val_curve``).
-        path: the PNG.
-        title: the figure title.
-        baselines: the corpus's unigram entropy (drawn dashed) and n-gram baselines (each drawn dotted), or ``None``.
-        style_index: arm label -> :func:`poslab.display.series_style` index (default: the order of
-            ``runs``; :func:`scheme_style_index` for position schemes).
-    """
+    """Validation-loss curves (``runs``: arm -> a run summary's ``val_curve`` per seed), mean over seeds (line) and
+    min..max (band), with the corpus's ``baselines``; ``style_index``: arm -> :func:`poslab.display.series_style`
+    index (default: the order of ``runs``; :func:`scheme_style_index` for position schemes)."""
     from poslab.display import new_figure, save_figure, series_style
 
     baseline = baselines.unigram_entropy_nats if baselines is not None else None
@@ -339,24 +321,34 @@ def plot_seeded_curves(
     return save_figure(fig, path)
 
 
+def even_windows(tokens: Any, n: int, length: int) -> Any:
+    """``[n, length]`` evenly spaced windows of the token ids ``tokens [N]`` (a fixed probe or stream set)."""
+    import torch
+
+    if tokens.numel() < length + 1:
+        raise ValueError(f"the validation text has {tokens.numel()} tokens, fewer than one window of {length}")
+    starts = torch.linspace(0, tokens.numel() - length - 1, n).long()
+    return torch.stack([tokens[s : s + length] for s in starts.tolist()])
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one thread inside the block, its thread count restored after: a tiny model gains nothing from more
+    threads, the machine is shared, and timings compare like with like."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def spearman(xs: list[float], ys: list[float]) -> float:
-    """Spearman rank correlation (average ranks for ties)."""
+    """Spearman rank correlation (average ranks for ties; NaN where either side is constant)."""
+    from scipy.stats import spearmanr
 
-    def ranks(values: list[float]) -> list[float]:
-        order = sorted(range(len(values)), key=lambda i: values[i])
-        out = [0.0] * len(values)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                out[order[k]] = (i + j) / 2
-            i = j + 1
-        return out
-
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    var = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
-    return cov / var if var > 0 else float("nan")
+    if len(set(xs)) < 2 or len(set(ys)) < 2:
+        return float("nan")
+    return float(spearmanr(xs, ys).statistic)

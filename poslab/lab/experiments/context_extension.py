@@ -1,10 +1,6 @@
 """Context extension of a RoPE model: inference-time scalings, then fine-tuning at 4x L; perplexity and passkey.
 
-Claims tested (verdicts computed from the measured values over seeds, never typed in; every claim is a
-:class:`poslab.lab.verdicts.ClaimRecord`; which test decides each, fixed before any run, is
-:mod:`poslab.lab.experiments.context_extension_claims`'s: the scalings are the same base models read
-differently and the fine-tunes start from their seed's base model with its seed, so both are paired by
-seed, on ln-perplexity):
+Claims tested (every test fixed before any run: :mod:`poslab.lab.experiments.context_extension_claims`):
 
 * Chen et al. 2023, "Extending Context Window of Large Language Models via Positional Interpolation"
   (PI, https://arxiv.org/abs/2306.15595); bloc97 2023 (NTK-aware); emozilla 2023 (dynamic NTK);
@@ -16,43 +12,25 @@ seed, on ln-perplexity):
   continued pre-training "slow but the most reliable": plain fine-tuning at 4x L against each scaling read
   on the control (the same extra steps and tokens at ``L``), and its spread across seeds.
 * Passkey retrieval (Mohtashami & Jaggi 2023, https://arxiv.org/abs/2305.16300; the test the PI,
-  YaRN and LongRoPE papers report): a random key of capital letters is hidden in validation text and
-  asked for at the end; accuracy of the model's argmax on the key's letters at 1x/2x/4x/8x L for each
-  scaling, without and with fine-tuning. Fine-tuning at 4x L should retrieve there better than the
-  same scaling without it.
+  YaRN and LongRoPE papers report): accuracy on a key of capital letters hidden in validation text, at 1x-8x L,
+  for each scaling without and with fine-tuning; fine-tuning at 4x L should retrieve there better.
 * Seed 000 Q4's Llama 3 recipe, checkpoint averaging "avoids catastrophic forgetting": the mean of the
   YaRN fine-tune's last k checkpoints, and base ⊕ fine-tuned, against the plain fine-tune (below).
 
-The RoPE models are the lab's RoPE models, one per seed, from the lab model store the pipeline gives the
-experiment (:mod:`poslab.lab.experiments.lab_models`, where extrapolation reads them too): the seeds are the
-plan's (the quick form's from :data:`poslab.lab.plan.QUICK_SEEDS`, else :data:`~poslab.lab.scale.SEEDS`, as
-extrapolation's), finished identical ones are reused, and missing seeds are trained there. The fine-tunes and
-controls are this experiment's own runs, ``OUT/runs/SIZE/NAME``. Each scaling
-is applied at inference by :func:`scale_rope` (factor 4, ``original_max_len = L``); the fine-tunes are
-new runs initialised from each seed's RoPE run (``TrainConfig.init_from``) with the scaling set and
-``block_size = 4 L``, trained at the same tokens per step. A control run trains the same number of
-extra steps at ``L`` without scaling, to separate what more training alone buys; read at ``4 L`` with
-each scaling, it is the inference-only arm at the fine-tune's token budget.
+The base models are the lab's RoPE models, one per seed (:mod:`poslab.lab.experiments.lab_models`). Each scaling
+is applied at inference by :func:`scale_rope` (factor 4, ``original_max_len = L``); the fine-tunes start from each
+seed's base model (``TrainConfig.init_from``) with the scaling set and ``block_size = 4 L``, at the same tokens per
+step. A control trains the same extra steps at ``L`` without scaling, to separate what more training alone buys;
+read at ``4 L`` with each scaling, it is the inference-only arm at the fine-tune's token budget.
 
 Checkpoint averaging (seed 000 Q4: 「LLaMA3 的做法：8K 预训练 → 分阶段扩展到 128K，中间用 NTK-aware + 继续预训练 +
 平均检查点（averaging checkpoints）避免灾难性遗忘。」, "Llama 3: pre-train at 8K, extend to 128K in stages, with
 NTK-aware + continued pre-training + averaging checkpoints to avoid catastrophic forgetting"). The
-:data:`AVERAGED` fine-tune keeps its last :data:`AVERAGE_LAST` checkpoints (every
-``finetune_steps // 10`` steps); four models of each seed are compared at ``L`` (forgetting), at
-``4 L`` and on the passkey: the base model (no scaling at ``L``; the fine-tune's scaling at inference
-at ``4 L``), the plain fine-tune (its final checkpoint), the mean of its last ``k`` checkpoints
-(:meth:`poslab.runs.RunFolder.averaged_model`), and base ⊕ fine-tune, the mean with weights
-:data:`BASE_WEIGHT` / ``1 - BASE_WEIGHT`` of the base's and the final fine-tune's weights (the same shapes:
-RoPE has no weights; the average uses the fine-tune's position config). Averaging costs no training
-step. In the Llama 3 paper (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv:2407.21783)
-checkpoint averaging belongs to the annealing stage of pre-training (§3.4.3) and to post-training
-(§4.1.5, averaging models across RM / SFT / DPO runs), not to the long-context stage (§3.4.2) the lesson
-ties it to.
-
-The measurements are in :mod:`poslab.lab.experiments.context_extension_measure`, the claims in
-:mod:`poslab.lab.experiments.context_extension_claims`, the passkey in
-:mod:`poslab.lab.experiments.context_extension_passkey`, the tables and figures in
-:mod:`poslab.lab.experiments.context_extension_tables` and :mod:`poslab.lab.experiments.context_extension_display`.
+:data:`AVERAGED` fine-tune keeps its last :data:`AVERAGE_LAST` checkpoints; four models of each seed are compared at
+``L`` (forgetting), at ``4 L`` and on the passkey: the base model, the plain fine-tune, the mean of its last ``k``
+checkpoints (:meth:`poslab.runs.RunFolder.averaged_model`), and base ⊕ fine-tune (weights :data:`BASE_WEIGHT` /
+``1 - BASE_WEIGHT``). Where the Llama 3 paper (Dubey et al. 2024, arXiv:2407.21783) puts checkpoint averaging:
+:data:`~poslab.lab.experiments.context_extension_claims.LLAMA3_NOTE`.
 """
 
 from __future__ import annotations
@@ -102,8 +80,6 @@ from poslab.lab.scale import CORPUS, SEED, Scale, size_of, train_config
 __all__ = ["AVERAGING", "FINETUNE", "INFERENCE", "KEY_ALPHABET", "KEY_LETTERS", "PASSKEY_FACTORS", "passkey_prompts"]
 __all__ += ["EXPERIMENT", "ContextResult", "run", "scale_rope"]
 
-#: fewest seeds the experiment runs (a comparison needs this many to be conclusive)
-MIN_SEEDS = verdicts.MIN_SEEDS
 #: checkpoints of the :data:`AVERAGED` fine-tune that are kept and averaged, per lab size
 AVERAGE_LAST = {"smoke": 3, "quick": 3, "full": 5}
 #: the arm of the control runs (the same extra steps at ``L``); the fine-tunes' arms are :data:`FINETUNE`'s labels
@@ -162,11 +138,8 @@ def average_last(lab: Any) -> int:
 
 
 def control_config(lab: Any, base_run: Path, out: Path, seed: int = SEED) -> Any:
-    """The control: the same number of extra steps at the original length ``L``, no scaling.
-
-    It separates what more training alone buys (the base model is small and still learning) from
-    what training at 4x L buys.
-    """
+    """The control: the same number of extra steps at the original length ``L``, no scaling, to separate what
+    more training alone buys (the base model is small and still learning) from what training at 4x L buys."""
     cfg = train_config(
         "rope",
         lab,
@@ -200,20 +173,7 @@ class Setting:
 
 @dataclass(frozen=True)
 class ContextResult:
-    """The means over seeds of every reading, and each seed's (:mod:`.context_extension_measure`; their types are
-    :mod:`.context_extension_result`'s).
-
-    Attributes:
-        base: the base models at ``L`` (``{"L": cell}``).
-        inference: scaling -> its cell at ``4 L`` (with its ``rope_scaling``).
-        finetuned: fine-tune -> its scaling and cells at ``4 L`` and ``L``.
-        control_more_steps_at_L: the control's cells at ``4 L`` and ``L``.
-        equal_budget: the extra training's :class:`Budget`, plain fine-tuning at ``4 L`` and the control read at
-            ``4 L`` with each scaling.
-        passkey: ``base``, ``inference``, ``finetuned`` accuracies, with the prompts' factors, letters and chance.
-        averaging: checkpoint averaging (:func:`~.context_extension_measure.averaging_summary`).
-        per_seed: every seed's measurements (:func:`~.context_extension_measure.measure_seed`).
-    """
+    """The means over seeds of every reading (:mod:`.context_extension_result`'s types), and each seed's."""
 
     size: Scale
     train_length: int
@@ -240,16 +200,10 @@ class ContextResult:
 def plan(
     out: Path, quick: bool, size: str | Scale | None = None, seeds: tuple[int, ...] | None = None
 ) -> Plan[Setting]:
-    """The RoPE base model of each seed (a lab model of the store, reused where finished), then every fine-tune
-    and control initialised from its seed's base.
-
-    Args:
-        quick: the lab's quick size (else full).
-        size: a size name overriding ``quick`` (``smoke`` for tests).
-        seeds: the RoPE models' seeds (default: the quick lab's seeds of its RoPE arm at the quick size,
-            :data:`poslab.lab.plan.QUICK_SEEDS`, else :data:`~poslab.lab.scale.SEEDS`, the seeds extrapolation
-            trains by default); with fewer than :data:`MIN_SEEDS` every claim is inconclusive.
-    """
+    """The RoPE base model of each seed (a lab model of the store), then every fine-tune and control initialised
+    from its seed's base. ``size`` overrides ``quick``; ``seeds`` default to the plan's
+    (:func:`~poslab.lab.experiments.training.planned_seeds`); with fewer than
+    :data:`~poslab.lab.verdicts.MIN_SEEDS` every claim is inconclusive."""
     lab = size_of(quick, size)
     chosen = planned_seeds(EXPERIMENT.name, ("rope",), lab.name == "quick", seeds).get("rope", ())
     if not chosen:

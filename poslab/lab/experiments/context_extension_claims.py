@@ -1,26 +1,13 @@
 """The context-extension experiment's claims: which test decides each, fixed before any run (the passkey and
 averaging claims and every premise are :mod:`poslab.lab.experiments.context_extension_verdicts`'s).
 
-The test follows the design (:mod:`poslab.lab.plan`):
-
-* The inference-time scalings (no scaling, PI, NTK, dynamic NTK, YaRN, Llama3) are the **same base
-  models read differently**: every comparison between them is **paired by seed**, on ln-perplexity.
-* Every fine-tune (and the control, more steps at ``L``) starts from its seed's base model **with the
-  same seed** (the same batches in the same order): fine-tunes are paired by seed with each other, with
-  the base model and with the scalings read on the base or the control.
-* Passkey comparisons: the same prompts, the same base models or their fine-tunes: paired by seed.
-* A ranking ("the best", "the worst", "beats every") is every pair decided, paired by seed
-  (:func:`poslab.lab.verdicts.best_of`, on ln-perplexity).
-* "close to" is an equivalence (:func:`poslab.lab.verdicts.equivalent`, TOST) within the margin
-  :data:`CLOSE_TO`.
-* "continued training is the most reliable" is two claims: it reads ``4 L`` better than every
-  inference-only scaling **at an equal token budget** (each scaling read on the control, which trained
-  the same steps and tokens at ``L``), and its **spread** across seeds is smaller (a variance test,
-  not testable below :data:`VARIANCE_SEEDS` seeds).
-* The averaging claims about forgetting presuppose that the plain fine-tune forgets: where the
-  forgetting claim does not hold they are not testable (their premise names its result).
-* Premises are per seed: every base model below the bigram baseline and using its context; for a
-  passkey claim every base model retrieving the key at the shortest length it fits in.
+The test follows the design (:mod:`poslab.lab.plan`): the scalings are the same base models read differently, and
+every fine-tune and the control start from their seed's base model with the same seed (the same batches), so every
+comparison is paired by seed, on ln-perplexity; a ranking is every pair decided
+(:func:`poslab.lab.verdicts.best_of`); "close to" is a TOST within :data:`CLOSE_TO`. "Continued training is the
+most reliable" is two claims: it reads ``4 L`` better than every scaling **at an equal token budget** (each read on
+the control, which trained the same steps and tokens at ``L``), and its **spread** across seeds is smaller (a
+variance test, not testable below :data:`VARIANCE_SEEDS` seeds).
 """
 
 from __future__ import annotations
@@ -116,13 +103,8 @@ VARIANCE_SEEDS = variance_seeds()
 
 @dataclass(frozen=True)
 class Budget:
-    """The extra training tokens of the two arms of the continued-training claim.
-
-    Attributes:
-        steps: extra steps of each arm (the fine-tune at ``4 L``, the control at ``L``).
-        finetune_tokens: tokens per step of the fine-tune at ``4 L``.
-        control_tokens: tokens per step of the control at ``L``.
-    """
+    """The extra training of the two arms of the continued-training claim: ``steps`` each, and the tokens per step
+    of the fine-tune at ``4 L`` and of the control at ``L``."""
 
     steps: int
     finetune_tokens: int
@@ -195,15 +177,8 @@ def context_claims(
     seeds: Sequence[int],
     steps: int = 100,
 ) -> list[verdicts.ClaimRecord]:
-    """The scaling and fine-tuning claims, from per-seed perplexities (the i-th value of every arm is seed i's).
-
-    Args:
-        inference: scaling label (:data:`INFERENCE`) -> per-seed perplexity at 4x L of the base models.
-        finetuned: fine-tuned label (:data:`FINETUNE`) -> per-seed perplexity at 4x L.
-        base_L: per-seed perplexity of the base models at L.
-        seeds: the seeds, in the order of the values.
-        steps: fine-tuning steps (for the wording).
-    """
+    """The scaling and fine-tuning claims, from per-seed perplexities (the i-th value of every arm is seed i's):
+    ``inference`` (:data:`INFERENCE`) and ``finetuned`` (:data:`FINETUNE`) at 4x L, ``base_L`` at L."""
     seeds = list(seeds)
     out = [
         verdicts.paired(
@@ -277,13 +252,7 @@ def continued_training_claims(
 
     Both arms of a seed start from its base model with its seed and train :attr:`Budget.steps` more
     steps: the fine-tune at ``4 L``, the control at ``L`` (then read at ``4 L`` with each scaling), so
-    the comparison is at an equal token budget and paired by seed.
-
-    Args:
-        continued: per-seed perplexity at 4x L of the plain fine-tune.
-        control_inference: scaling label (:data:`SCALINGS`) -> per-seed perplexity at 4x L of the control.
-        seeds: the seeds, in the order of the values.
-        budget: the extra tokens of each arm (said in the records).
+    the comparison is at an equal token budget and paired by seed (per-seed perplexities at 4x L).
     """
     seeds = list(seeds)
     arms = {"continued training": _ln(continued)}

@@ -51,22 +51,12 @@ def plot(
     axes[0].set_title(f"RoPE model at 4x L = {FACTOR * lab.train_length}, no fine-tuning")
     labels = list(finetuned)
     x = list(range(len(labels)))
-    axes[1].bar(
-        [i - 0.2 for i in x],
-        [finetuned[k].at_4L.ppl() for k in labels],
-        yerr=[sd(finetuned[k].at_4L) for k in labels],
-        width=0.4,
-        capsize=3,
-        label=f"at 4x L = {FACTOR * lab.train_length}",
-    )
-    axes[1].bar(
-        [i + 0.2 for i in x],
-        [finetuned[k].at_L.ppl() for k in labels],
-        yerr=[sd(finetuned[k].at_L) for k in labels],
-        width=0.4,
-        capsize=3,
-        label=f"back at L = {lab.train_length}",
-    )
+    for shift, cells, where in (
+        (-0.2, [finetuned[k].at_4L for k in labels], f"at 4x L = {FACTOR * lab.train_length}"),
+        (0.2, [finetuned[k].at_L for k in labels], f"back at L = {lab.train_length}"),
+    ):
+        xs = [i + shift for i in x]
+        axes[1].bar(xs, [c.ppl() for c in cells], yerr=[sd(c) for c in cells], width=0.4, capsize=3, label=where)
     axes[1].axhline(base_L, color="black", linestyle="--", linewidth=1, label="base model at L")
     axes[1].set_xticks(x, labels)
     axes[1].set_title(f"after {lab.finetune_steps} fine-tuning steps at 4x L")

@@ -1,9 +1,5 @@
 """The context-extension experiment's measurements of one seed's models (perplexity, passkey, checkpoint
-averaging) and their means over seeds; :mod:`poslab.lab.experiments.context_extension` declares the experiment.
-
-A seed's readings (:func:`measure_seed`) and the means (:func:`aggregate`) hold evaluation cells
-(:mod:`poslab.lab.experiments.cells`); their types are :mod:`poslab.lab.experiments.context_extension_result`'s.
-"""
+averaging) and their means over seeds."""
 
 from __future__ import annotations
 
@@ -44,11 +40,8 @@ from poslab.training.averaging import average_state_dicts
 
 
 def scale_rope(model: Any, spec: str, original_max_len: int) -> Any:
-    """Apply RoPE scaling ``spec`` (``"linear:4"``, ``"none"``, ...) to ``model`` at inference, in place.
-
-    The one place this experiment changes a trained model's positions (today
-    :func:`poslab.analysis.eval.apply_rope_scaling`).
-    """
+    """Apply RoPE scaling ``spec`` (``"linear:4"``, ``"none"``, ...) to ``model`` at inference, in place: the one
+    place this experiment changes a trained model's positions."""
     apply_rope_scaling(model, parse_rope_scaling(spec), original_max_len=original_max_len)
     return model
 
@@ -66,19 +59,9 @@ def weight_distance(model: Any, reference: Any) -> float:
 
 
 def averaging_models(base: Any, run_dir: Path, last: int, base_weight: float = BASE_WEIGHT) -> dict[str, Any]:
-    """The two averaged models of one seed: the mean of the fine-tune's last ``last`` checkpoints, and
-    base ⊕ fine-tuned (``base_weight`` on the base model's weights, the rest on the final fine-tune's).
-
-    Args:
-        base: the base model (its weights only are read).
-        run_dir: the fine-tune's run folder.
-        last: checkpoints averaged.
-        base_weight: the base model's weight in base ⊕ fine-tuned.
-
-    Returns:
-        ``{"last-k average": model, "base ⊕ fine-tuned": model, "steps": averaged steps}``; both models
-        carry the fine-tune's position config (its scaling).
-    """
+    """The two averaged models of one seed, ``{"last-k average": model, "base ⊕ fine-tuned": model, "steps":
+    averaged steps}``: the mean of the fine-tune's (``run_dir``) last ``last`` checkpoints, and ``base_weight`` on
+    the ``base`` model's weights with the rest on the final fine-tune's; both carry the fine-tune's scaling."""
     averaged, steps = RunFolder(run_dir).averaged_model(last)
     mixed, _, _ = load_run(run_dir)
     mixed.load_state_dict(average_state_dicts([base.state_dict(), mixed.state_dict()], [base_weight, 1 - base_weight]))
@@ -86,16 +69,9 @@ def averaging_models(base: Any, run_dir: Path, last: int, base_weight: float = B
 
 
 def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path], last: int) -> SeedReadings:
-    """Every measurement of one seed: the base at L, each inference-time scaling and fine-tune at 4 L
-    and back at L, passkey retrieval of each, and the checkpoint-averaging variants.
-
-    Args:
-        lab: the size.
-        seed: the seed (recorded).
-        base_run: the seed's RoPE run.
-        tuned_runs: fine-tune label (and ``"control"``) -> its run.
-        last: checkpoints averaged (:func:`average_last`).
-    """
+    """Every measurement of one seed: the base at L, each inference-time scaling and fine-tune (``tuned_runs``:
+    label, and ``"control"``, -> run) at 4 L and back at L, passkey retrieval of each, and the checkpoint-averaging
+    variants (``last`` checkpoints averaged)."""
     long_length, length, n = FACTOR * lab.train_length, lab.train_length, lab.n_targets
     model, tokenizer, _ = load_run(base_run)
     tokens = RunFolder(base_run).split_tokens("val", tokenizer)

@@ -1,7 +1,5 @@
-"""The context-extension experiment's readings, typed: one seed's (:class:`SeedReadings`, made by
-:func:`~poslab.lab.experiments.context_extension_measure.measure_seed`) and their means over seeds, as results.json
-holds them (a length's key, ``"L"`` or ``"4L"``, and a variant's label are the file's keys:
-:func:`~poslab.lab.experiments.common.stored_as`)."""
+"""The context-extension experiment's readings, typed: one seed's (:class:`SeedReadings`) and their means over
+seeds, as results.json holds them (under its keys, ``"L"``, ``"4L"``, a variant's label: ``stored_as``)."""
 
 from __future__ import annotations
 

@@ -41,14 +41,8 @@ PASSKEY_AT_4L = verdicts.Metric(f"passkey accuracy at {FACTOR}x L", lower_is_bet
 
 
 def passkey_claims(passkey: Passkeys, seeds: Sequence[int]) -> list[verdicts.ClaimRecord]:
-    """Passkey claims at 4x L, paired by seed; inconclusive where 4x L is too short for the needle.
-
-    Their premise (every base model retrieves in length) is :func:`premise_of`'s.
-
-    Args:
-        passkey: each seed's accuracy per factor, of the base models, each scaling and each fine-tune.
-        seeds: the seeds, in the order of the values.
-    """
+    """Passkey claims at 4x L, paired by seed; inconclusive where 4x L is too short for the needle (their premise
+    is :func:`premise_of`'s)."""
     wanted = [
         (
             f"fine-tuning at 4x L makes {label} retrieve the passkey at 4x L better than {label} without it",
@@ -96,14 +90,8 @@ def averaging_claims(
     The claims that averaging reduces forgetting presuppose forgetting: their premise is the forgetting
     claim's own verdict (held at its 5% test; premises are outside the experiment's Holm family). The
     passkey claim presupposes that the plain fine-tune retrieves at 4x L, every seed. The criteria and
-    tolerances (:data:`PPL_TOLERANCE`, :data:`PASSKEY_TOLERANCE`) were fixed before any run.
-
-    Args:
-        ppl_L: variant (:data:`AVERAGING`) -> per-seed perplexity at L (forgetting).
-        ppl_4L: variant -> per-seed perplexity at 4x L.
-        passkey_4L: variant -> per-seed passkey accuracy at 4x L (``None``: the needle does not fit).
-        last: checkpoints averaged (for the wording).
-        seeds: the seeds, in the order of the values.
+    tolerances (:data:`PPL_TOLERANCE`, :data:`PASSKEY_TOLERANCE`) were fixed before any run. ``ppl_L``,
+    ``ppl_4L``, ``passkey_4L``: variant (:data:`AVERAGING`) -> per-seed value (``None``: the needle does not fit).
     """
     seeds = list(seeds)
     avg, mix, ft, base = "last-k average", "base ⊕ fine-tuned", "fine-tuned", "base"

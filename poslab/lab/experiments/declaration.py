@@ -10,13 +10,10 @@ Not an experiment. A declared experiment is one small module ending with ``EXPER
 * ``tables``: :class:`~poslab.lab.tables.KeyTable` values built from the typed ``Result``;
 * ``figures(result, out) -> {key: path}``.
 
-The pipeline (:func:`declare` makes the :class:`~poslab.lab.experiments.common.Experiment` the lab and the CLI
-run) owns the rest, once: every arm and seed trained or reused through one :func:`ensure_runs` (shards, Ray,
-workers, resume: :func:`poslab.lab.experiments.training.ensure_many`; the lab models in the store it is given,
-:mod:`poslab.lab.experiments.lab_models`), the tables printed, the figures drawn,
-and the result serialised with its claims (:func:`poslab.lab.experiments.run_experiment` applies the
-statistical plan and writes results.json). The report reads results.json back into the same ``Result``
-(:func:`load`): a field a table needs that the file lacks is a failure naming the table and the field.
+The pipeline (:func:`declare`) owns the rest, once: every arm and seed trained or reused through
+:func:`ensure_runs`, the tables printed, the figures drawn, the result serialised with its claims; the report reads
+results.json back into the same ``Result`` (:func:`load`): a field a table needs that the file lacks is a failure
+naming the table and the field.
 """
 
 from __future__ import annotations
@@ -45,16 +42,10 @@ T = TypeVar("T")
 class Plan(Generic[T]):
     """What a declared experiment trains and what its measurement reads besides the runs.
 
-    Attributes:
-        setting: the experiment's own typed setting (a scale, a corpus, the arms' parameters).
-        arms: arm label -> seed -> training config (:class:`poslab.training.config.TrainConfig` values with
-            ``name``, ``out_dir`` and ``seed``) or lab model (:class:`LabModel`: trained in the store), in the
-            order they are trained and shown.
-        summarise: give each run its summary (:class:`RunSummary`: whole-split validation loss, curves, speed).
-        what: what the runs are called in progress lines and shard records.
-        follow: runs that start from these: given every arm's runs, the plan of the next trainings (fine-tunes
-            initialised from a run's folder), trained once every run of this plan is finished; its arms join
-            these in :class:`Runs`.
+    ``arms``: arm label -> seed -> training config values (with ``name``, ``out_dir`` and ``seed``) or
+    :class:`LabModel`, in the order they are trained and shown; ``summarise``: give each run its :class:`RunSummary`;
+    ``what``: what progress lines and shard records call the runs; ``follow``: given every arm's runs, the plan of
+    the trainings that start from them (fine-tunes), whose arms join these in :class:`Runs`.
     """
 
     setting: T
@@ -295,17 +286,9 @@ def _items(kind: Any, data: Any) -> list[Any]:
 # ------------------------------------------------------------------------------------ the pipeline
 @dataclass(frozen=True)
 class Declaration(Generic[R]):
-    """A declared experiment (module docstring): its parts, which :func:`declare` turns into an :class:`Experiment`.
-
-    Attributes:
-        result: the type ``measure`` returns (a frozen dataclass), what results.json is read back into.
-        plan: ``plan(out, quick, **options) -> Plan``; its keyword options (``size``, ``seeds``, ``schemes``,
-            a tiny ``base`` ...) are those of ``poslab experiment NAME`` and the lab.
-        measure: ``measure(runs) -> result``.
-        claims: ``claims(result) -> [ClaimRecord]`` (premises attached; the plan is applied by the caller).
-        tables: the key tables, each built from the typed result.
-        figures: ``figures(result, out) -> {results.json key: PNG path}``.
-    """
+    """A declared experiment's parts (module docstring), which :func:`declare` turns into an :class:`Experiment`:
+    ``result`` is the type ``measure`` returns and results.json is read back into; the plan's keyword options are
+    those of ``poslab experiment NAME`` and the lab."""
 
     result: type[R]
     plan: Callable[..., Plan[Any]]

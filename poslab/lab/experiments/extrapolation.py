@@ -11,19 +11,12 @@ Claims tested (never forced; each verdict is computed from the measured perplexi
   RoPE's perplexity "jumps from 10 to 100+".
 * Seed 002 §4.1: Transformer-XL's relative encoding "solves long-sequence generalization".
 
-Every scheme trains with the same data (tinyshakespeare, char-level), steps, batch and seed
-(:func:`poslab.session.train`), then :func:`poslab.analysis.eval.evaluate_length` scores the same validation
-targets at every length, both in non-overlapping chunks (the ALiBi paper's protocol, which carries
-the "early-token curse") and with a sliding window of stride ``length/2``.
-
-The claims are decided in :mod:`poslab.lab.experiments.extrapolation_verdicts`, each by the test its
-design calls for: a ratio ``ppl(fL) / ppl(L)`` per seed on the ln scale (one model read at two lengths),
-two schemes paired by seed (seed i trains every scheme on the same batches), RoPE's "10 to 100+"
-against the corpus's unigram perplexity (the level of a model that ignores its context).
-
-The models are the lab models of every scheme and seed, from the lab model store the pipeline gives the
-experiment (:mod:`poslab.lab.experiments.lab_models`): trained there, or the finished identical ones reused (the
-quick lab's position-training trains them first; the other length experiments read them in turn).
+Every scheme trains with the same data (tinyshakespeare), steps, batch and seed (the lab models,
+:mod:`poslab.lab.experiments.lab_models`); :func:`poslab.analysis.eval.evaluate_length` scores the same validation
+targets at every length, in non-overlapping chunks (the ALiBi paper's protocol, with its "early-token curse") and
+with a sliding window of stride ``length/2``. The claims (:mod:`poslab.lab.experiments.extrapolation_verdicts`)
+test a ratio ``ppl(fL) / ppl(L)`` per seed on the ln scale, two schemes paired by seed, and RoPE's "10 to 100+"
+against the corpus's unigram perplexity.
 """
 
 from __future__ import annotations
@@ -83,15 +76,8 @@ class Setting:
 
 @dataclass(frozen=True)
 class ExtrapolationResult:
-    """Every scheme read at every length factor, per seed and over seeds, with the corpus's baselines.
-
-    Attributes:
-        perplexity: scheme -> factor -> :func:`aggregate`'s cell (mean, sd and per-seed perplexities per mode; each
-            mode's table, :data:`~poslab.lab.experiments.cells.MODES`).
-        perplexity_by_seed: scheme -> seed -> factor -> the evaluation cell of that seed's model.
-        loss_by_position: scheme -> seed -> mean validation loss at each position of a window of ``L``.
-        final_val_loss: scheme -> the training's final validation loss, per seed.
-    """
+    """Every scheme read at every length factor, per seed (``perplexity_by_seed``: scheme -> seed -> factor) and
+    over seeds (``perplexity``: :func:`aggregate`'s), with the corpus's baselines."""
 
     size: Scale
     baselines: Baselines = baselines_field()
@@ -158,11 +144,8 @@ def aggregate(tables: Tables) -> dict[str, dict[str, MeanEvaluation]]:
 def plot(
     table: dict[str, dict[str, MeanEvaluation]], size: Scale, path: Path, baselines: dict[str, float] | None = None
 ) -> Path:
-    """Log-log perplexity vs evaluation length, one line per scheme (non-overlapping and sliding).
-
-    ``table`` is :func:`aggregate`'s: the line is the mean over seeds, the error bars the min..max.
-    ``baselines``: the corpus's n-gram baselines (nats), drawn as the perplexities ``exp(nats)``.
-    """
+    """Log-log perplexity vs evaluation length, one line per scheme (non-overlapping and sliding): the mean over
+    seeds, bars min..max; ``baselines`` (the corpus's n-gram baselines, nats) drawn as perplexities."""
     from matplotlib.ticker import ScalarFormatter
 
     styles = scheme_style_index(list(table))
@@ -212,15 +195,9 @@ def plan(
     seeds: tuple[int, ...] | None = None,
 ) -> Plan[Setting]:
     """The lab model of every scheme and seed (:func:`~poslab.lab.experiments.lab_models.lab_model_arms`: in the
-    store, ``MODELS/SIZE/NAME``).
-
-    Args:
-        quick: the demo's size; ``size`` (a :class:`~poslab.lab.scale.Scale` or the name of one of
-            :data:`~poslab.lab.scale.SIZES`) instead.
-        schemes: position schemes to train (``None``: :func:`~poslab.lab.scale.schemes_of` the size).
-        seeds: training seeds of every scheme (at least 3 for conclusive verdicts; default: the quick lab's
-            seeds per scheme, :data:`poslab.lab.plan.QUICK_SEEDS`, at the quick size, else :data:`SEEDS`).
-    """
+    store, ``MODELS/SIZE/NAME``). ``size`` (a :class:`~poslab.lab.scale.Scale` or a name) overrides ``quick``;
+    ``schemes`` default to the size's (:func:`~poslab.lab.scale.schemes_of`), ``seeds`` to the plan's
+    (:func:`~poslab.lab.experiments.training.planned_seeds`)."""
     lab = size_of(quick, size)
     schemes = schemes_of(lab) if schemes is None else tuple(schemes)
     by_scheme = planned_seeds(EXPERIMENT.name, schemes, lab.name == "quick", seeds)

@@ -6,6 +6,7 @@ Every claim follows its design (:mod:`poslab.lab.plan`); :func:`extrapolation_cl
 from __future__ import annotations
 
 import math
+import statistics
 import typing
 from typing import Any
 
@@ -35,6 +36,8 @@ LEARNED_IN_LENGTH = (
     f"each scheme learned in-length (perplexity at L below the corpus's unigram perplexity and at most {UNDERTRAINED}x "
     "the median over schemes)"
 )
+#: the source of the ALiBi paper's claims
+PRESS = "Press et al. 2022 (ALiBi)"
 #: scheme -> seed -> factor -> that seed's evaluation cell
 Tables = dict[str, dict[str, dict[str, Evaluation]]]
 
@@ -61,11 +64,9 @@ def undertrained_seeded(tables: Tables, mode: str = NONOVERLAPPING) -> dict[str,
     claims about them are reported as not measurable (with the numbers).
     """
     at_l = {s: sum(v) / len(v) for s in tables if (v := seed_perplexities(tables, s, 1, mode))}
-    values = sorted(at_l.values())
-    if len(values) < 3:
+    if len(at_l) < 3:
         return {}
-    mid = len(values) // 2
-    median = values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
+    median = statistics.median(at_l.values())
     return {s: {"ppl_L": v, "median_L": median} for s, v in at_l.items() if v > UNDERTRAINED * median}
 
 
@@ -86,18 +87,11 @@ def extrapolation_claims(
             perplexity ``exp(baseline)`` is also the collapse level the "10 to 100+" claim is judged
             against; without it that claim is not measured.
 
-    The design decides the test (:mod:`poslab.lab.plan`):
-
-    * a ratio ``ppl(fL) / ppl(L)`` is one model read at two lengths: the per-seed ratios are tested on
-      the ln scale against ``ln(bound)`` (one-sample t, :func:`poslab.lab.verdicts.bound` with ``log``), so
-      the seeds' agreement counts and a ratio of 5 weighs as much above the bound as 1/5 below it;
-    * two schemes at one length are paired by seed: :func:`train_config` gives every scheme the same
-      ``seed``, ``batch_size`` and block size, and the trainer draws its batches from a generator seeded
-      by the seed alone (:func:`poslab.training.data.data_seed`), so seed ``i`` trains every scheme on the
-      same batches in the same order, and every model is scored on the same validation targets. The
-      per-seed differences of ln perplexity are tested (:func:`poslab.lab.verdicts.paired`, ``log``) over the
-      seeds both arms trained (the quick lab trains some arms more seeds than others: :data:`poslab.lab.plan.
-      QUICK_SEEDS`). Arms that share no seed (tables a user assembled) are independent and go to Welch's test.
+    The design decides the test (:mod:`poslab.lab.plan`): a ratio ``ppl(fL) / ppl(L)`` (one model read at two
+    lengths) is tested per seed on the ln scale against ``ln(bound)`` (:func:`poslab.lab.verdicts.bound`), so a
+    ratio of 5 weighs as much above the bound as 1/5 below it; two schemes at one length are paired by seed (seed
+    ``i`` trains every scheme on the same batches, :func:`poslab.training.data.data_seed`) on ln perplexity over the
+    seeds both trained; arms that share no seed (tables a user assembled) go to Welch's test.
     """
     failed = undertrained_seeded(tables, mode)
     if baseline is not None:
@@ -180,32 +174,12 @@ def extrapolation_claims(
             record = compare(text, source, arm_a, arm_b, metric, criterion=crit).to_dict()
         out.append(record)
 
-    ratio_bound(
-        "ALiBi's perplexity at 4x L stays within 1.10x its value at L",
-        "Press et al. 2022 (ALiBi)",
-        "alibi",
-        4,
-        1.10,
-        below=True,
-    )
-    ratio_bound(
-        "sinusoidal degrades past L: perplexity at 4x L at least 1.5x its value at L",
-        "Press et al. 2022 (ALiBi)",
-        "sinusoidal",
-        4,
-        1.5,
-        below=False,
-    )
-    ratio_bound(
-        "plain RoPE degrades past L: perplexity at 4x L at least 1.5x its value at L",
-        "Press et al. 2022 (ALiBi)",
-        "rope",
-        4,
-        1.5,
-        below=False,
-    )
-    scheme_compare("at 8x L: ALiBi < RoPE", "Press et al. 2022 (ALiBi)", "alibi", "rope", 8)
-    scheme_compare("at 8x L: RoPE < sinusoidal", "Press et al. 2022 (ALiBi)", "rope", "sinusoidal", 8)
+    ratio_bound("ALiBi's perplexity at 4x L stays within 1.10x its value at L", PRESS, "alibi", 4, 1.10, below=True)
+    for name, scheme in (("sinusoidal", "sinusoidal"), ("plain RoPE", "rope")):
+        text = f"{name} degrades past L: perplexity at 4x L at least 1.5x its value at L"
+        ratio_bound(text, PRESS, scheme, 4, 1.5, below=False)
+    scheme_compare("at 8x L: ALiBi < RoPE", PRESS, "alibi", "rope", 8)
+    scheme_compare("at 8x L: RoPE < sinusoidal", PRESS, "rope", "sinusoidal", 8)
     ratio_bound(
         "a learned absolute table collapses past the training length (its rows past L were never trained)",
         "seed 000 §2.2 (超出训练长度就崩)",
@@ -241,14 +215,8 @@ def extrapolation_claims(
         record = ranked
     out.append(record)
     out.append(jump_claim(ppl("rope", 16), ppl("rope", 1), baseline, missing))
-    ratio_bound(
-        "Transformer-XL's relative encoding solves long-sequence generalization",
-        "seed 002 §4.1",
-        "xl",
-        4,
-        1.10,
-        below=True,
-    )
+    text = "Transformer-XL's relative encoding solves long-sequence generalization"
+    ratio_bound(text, "seed 002 §4.1", "xl", 4, 1.10, below=True)
     for c in out:
         c.setdefault("details", {})["mode"] = mode
     return out

@@ -1,26 +1,16 @@
 """How many heads? Seed 001 exercise 2, and seed 002's "optimal heads ≈ sqrt(d_model/16)".
 
-Seed 001 (exercise 2) asks to train its GPT with 1 and 8 heads instead of 4 (n_embd kept at 128) for
-1000 steps each and compare the validation loss; poslab adds 2 and 16 heads. Every run has the same
-seed, data, batches and schedule (``tang-small``: 4 layers, n_embd 128, block 128, five-character
-Tang poems), so only the head split differs — the parameter count is identical (seed 000 §1.2).
+Seed 001 (exercise 2) asks to train its GPT with 1 and 8 heads instead of 4 (n_embd kept at 128) for 1000 steps
+and compare the validation loss; poslab adds 2 and 16 heads. Only the head split differs (same seed, data,
+batches, schedule and parameter count, seed 000 §1.2). Seed 002 (§3.2) states, from "ImageNet classification
+experiments", that the optimal number of heads is about ``sqrt(d_model / 16)``; the claim is decided pairwise on
+the per-seed differences (:func:`poslab.lab.verdicts.best_of`, ``paired_seeds``). Michel et al. 2019 ("Are
+Sixteen Heads Really Better than One?", https://arxiv.org/abs/1905.10650) is the background: head count matters
+less than one might think.
 
-Seed 002 (§3.2) states, from "ImageNet classification experiments", that the optimal number of heads
-is about ``sqrt(d_model / 16)``: ``sqrt(8) ≈ 2.83`` for ``d_model = 128``. Every head count is trained
-with 3 seeds — the same 3 for every count, so seed i gives every count the same batches — and the claim
-is decided pairwise on the per-seed differences (:func:`poslab.lab.verdicts.best_of`, ``paired_seeds``):
-it *holds* when the best of the counts nearest the rule beats every other count by more than the 95%
-interval of the difference. The metric is the loss on the whole validation split (the same tokens
-for every run). Michel et al. 2019 ("Are Sixteen Heads Really Better than One?",
-https://arxiv.org/abs/1905.10650) is the background: head count matters less than one might think.
-
-The quick form (the demo) trains on tinyshakespeare (vocabulary 65), not on the Tang poems: on their
-7,721-character vocabulary a few hundred steps stay near the character-frequency baseline and the
-head counts cannot be told apart. It uses the lab's quick width and window (n_embd 64, window 64,
-lr 3e-3) at 2 layers and 600 steps (:data:`HEADS_QUICK`): the claims' premise is a loss clearly below
-the corpus's bigram baseline (:data:`PREMISE_BASELINE`, why that one and not the trigram: there), which
-these models reach. At n_embd 64 the rule predicts
-``sqrt(4) = 2`` heads. The full form is the lesson's own setting (Tang poems, n_embd 128).
+The quick form trains on tinyshakespeare (:data:`HEADS_QUICK`: at n_embd 64 the rule predicts 2 heads): on the
+Tang poems' 7,721-character vocabulary a few hundred steps stay near the character-frequency baseline and the
+head counts cannot be told apart. The full form is the lesson's own setting (Tang poems, n_embd 128).
 """
 
 from __future__ import annotations
@@ -47,34 +37,24 @@ from poslab.lab.tables import KeyTable, MeanSd, Table
 from poslab.lab.verdicts import VAL_LOSS, Arm, best_of, paired
 
 HEADS = (1, 2, 4, 8, 16)
-#: the count-model baseline every seed of every head count must be clearly below
-#: (:func:`claims`). Both claims are about the loss a head split reaches,
-#: not about what the heads learn: seed 000 §1.4 says "减小 d_k 往往提升效果" (a smaller d_k often improves the
-#: result) and seed 002 §3.2 "最优头数 ≈ √(d_model/16)" (the best head count), and seed 001's exercise 2, the
-#: lesson's own test of it, is "各訓練 1000 步，比較驗證損失" (train each for 1000 steps and compare the
-#: validation losses), with no bar on how good the models must be. The premise asks what such a comparison
-#: needs: language models that use their context through attention (below the bigram, which needs one
-#: character and no attention), where the head split can matter. The trigram bar belongs to claims about what
-#: heads learn (:func:`poslab.lab.experiments.tang_heads.analysed_model_premise`); the lesson's reasons for §1.4
-#: ("更多头 = 更多并行的关系模式", more heads carry more relations at once) are speculation it labels so, and
-#: poslab tests that one on a task that needs several relations (the probes' MQAR claim), not on these models.
+#: the count-model baseline every seed of every head count must be clearly below (:func:`claims`). Both claims
+#: are about the loss a head split reaches, not about what the heads learn (seed 000 §1.4 "减小 d_k 往往提升效果",
+#: seed 002 §3.2 "最优头数 ≈ √(d_model/16)", and seed 001's exercise 2 "各訓練 1000 步，比較驗證損失" set no bar on
+#: the models): they need language models that use their context through attention, below the bigram. The
+#: trigram bar belongs to claims about what heads learn
+#: (:func:`poslab.lab.experiments.tang_heads.analysed_model_premise`).
 PREMISE_BASELINE = "bigram"
 
-#: the quick form's models: the lab's quick geometry at 2 layers and 600 cosine steps at lr 3e-3. The heads
-#: claims need language models below the bigram baseline (their premise), not models that use a long context,
-#: so the quick form trains 15 small models (5 counts x 3 seeds) instead of 15 of the quick extrapolation size.
+#: the quick form's models: the lab's quick geometry at 2 layers and 600 cosine steps at lr 3e-3, enough for
+#: language models below the bigram baseline (the claims' premise)
 HEADS_QUICK = dataclasses.replace(
     SIZES["quick-cosine"], name="quick-heads", n_layer=2, steps=600, warmup_steps=60, schemes=None
 )
 
 
 def base_config(quick: bool, position: str = "learned", size: Scale | None = None) -> dict[str, Any]:
-    """The experiment's base config.
-
-    Full: the lessons' ``tang-small`` training (:func:`poslab.lab.scale.lesson_config`). Quick: a lab model on
-    tinyshakespeare (:func:`poslab.lab.scale.lab_config`) of ``size`` (default the lab's ``quick`` size), with
-    ``position``.
-    """
+    """Full: the lessons' ``tang-small`` training (:func:`poslab.lab.scale.lesson_config`); quick: a lab model of
+    ``size`` (default ``quick``) with ``position`` (:func:`poslab.lab.scale.lab_config`)."""
     return lab_config(position, size or SIZES["quick"]) if quick else lesson_config()
 
 
@@ -88,13 +68,8 @@ def nearest_counts(heads: list[int] | tuple[int, ...], d_model: int) -> list[int
 def head_claims(
     losses: dict[int, list[float]], d_model: int, seeds: tuple[int, ...] | None = None
 ) -> list[dict[str, Any]]:
-    """Seed 002's √(d/16) rule and seed 000's "smaller d_k does better", as claim records over seeds.
-
-    Args:
-        losses: head count -> per-seed validation losses.
-        d_model: the model width.
-        seeds: the seed of each loss (every count trained from the same seeds: paired by seed), recorded.
-    """
+    """Seed 002's √(d/16) rule and seed 000's "smaller d_k does better", as claim records over seeds
+    (``losses``: head count -> per-seed validation losses, every count from the same ``seeds``: paired)."""
     predicted = math.sqrt(d_model / 16)
     nearest = nearest_counts(list(losses), d_model)
     arms = {f"{h} heads": v for h, v in losses.items()}
@@ -156,15 +131,9 @@ def plan(
     base: dict[str, Any] | None = None,
     seeds: tuple[int, ...] | None = None,
 ) -> Plan[Setting]:
-    """Every head count with every seed, runs ``out/runs/heads-N-sSEED``.
-
-    Args:
-        quick: the short form (tinyshakespeare, the lab's quick model; see the module docstring).
-        heads: head counts to train (each must divide the width).
-        base: a config mapping replacing the base (tests use a tiny one).
-        seeds: training seeds (at least 3 for a conclusive verdict; default: the quick lab's seeds,
-            :data:`poslab.lab.plan.QUICK_SEEDS`, in the quick form, else :data:`SEEDS`).
-    """
+    """Every head count (each must divide the width) with every seed, runs ``out/runs/heads-N-sSEED``; ``base``
+    replaces the base config (tests use a tiny one), ``seeds`` default to the plan's
+    (:func:`~poslab.lab.experiments.training.planned_seeds`)."""
     if seeds is None:
         seeds = planned_seeds(EXPERIMENT.name, ("*",), quick)["*"]
     base = base if base is not None else base_config(quick, size=HEADS_QUICK)

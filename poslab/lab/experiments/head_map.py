@@ -5,78 +5,64 @@ Seed 002 §6.1: "通过t-SNE降维展示8个头在文本分类任务中的关注
 capture local grammar, 3/4 attend to semantic keywords, 5/6 handle long-range dependencies, 7/8 are
 "spare channels"). No figure follows.
 
-Here a small GPT (the ``shakespeare-char`` preset: 4 layers, width 128, block 64, with 8 heads per layer
-and RoPE, trained on tiny Shakespeare) is probed on a
-fixed set of validation windows. Each head becomes one point: its attention weights on the probe
-windows (the lower triangle of every ``[T, T]`` map, concatenated). The points are projected to 2-D
-with PCA and t-SNE (scikit-learn) and coloured by layer and by the type ``poslab heads`` detects
-(:mod:`poslab.analysis.heads`: previous-token, induction, positional, punctuation); the map is drawn
-for the first seed's model.
+Here one small GPT per seed (the ``shakespeare-char`` preset with 8 heads per layer and RoPE) is probed on fixed
+validation windows: each head is one point, its attention weights on the windows (every ``[T, T]`` map's lower
+triangle), projected to 2-D with PCA and t-SNE (scikit-learn) and coloured by layer and by the type
+:mod:`poslab.analysis.heads` detects; the map shows the first seed's model.
 
-What of §6.1 can be tested, and how: one model per seed (:data:`~poslab.lab.experiments.training.SEEDS`),
-each giving one value of each statistic below; a claim is a one-sample t-test of the per-seed values
-against its bound (:func:`poslab.lab.verdicts.bound`), so a verdict is about models of this recipe,
-not one model. Each claim's premise: every seed's model (a per-model capability) is a language model
-clearly below the corpus's *trigram* baseline (:func:`poslab.lab.premises.below_baseline`): roles such
-as long-range heads mean little in a model that uses two characters of context.
+Each claim is a one-sample t-test of the per-seed values against its bound (:func:`poslab.lab.verdicts.bound`);
+its premise: every seed's model below the corpus's *trigram* baseline (roles such as long-range heads mean little
+in a model that uses two characters of context).
 
-* "local" vs "long-range" heads exist and separate: split the heads into two clusters (k-means on
-  the PCA coordinates); the ratio of the clusters' median mean-attention-distances is at least 2
-  (tested on its ln against ln 2: a ratio).
-* the roles follow the head *index* (1/2 local, 5/6 long range): within each layer the head index
-  would rank the mean attention distance; the Spearman correlation between index and distance, over
-  all heads, is at least 0.5. (Heads are interchangeable under permutation, so an index carries no
-  role unless something breaks the symmetry.)
-* some heads are "spare": the share of the heads whose zeroing raises the loss by less than 1% of the
-  base loss is at least a quarter (2 of 8).
+* "local" vs "long-range" heads exist and separate: of two k-means clusters of the heads (on the PCA coordinates),
+  the ratio of their median mean attention distances is at least 2 (on its ln against ln 2).
+* the roles follow the head *index* (1/2 local, 5/6 long range): the Spearman correlation of index and distance
+  over all heads is at least 0.5 (heads are interchangeable under permutation, so an index carries no role unless
+  something breaks the symmetry).
+* some heads are "spare": at least a quarter (2 of 8) raise the loss by less than 1% when zeroed.
 * "semantic keywords" is not tested: it needs word-level semantic labels the corpus does not carry.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from poslab.display import new_figure, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines
+from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines, one_thread
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.head_map_probe import SPARE_LOSS, HeadRow, MapStatistics, Probe, SeedProbe, probe_model
 from poslab.lab.experiments.training import SEEDS
 from poslab.lab.premises import attach, below_baseline
+from poslab.lab.scale import Scale, ScaleTable, preset_config
 from poslab.lab.tables import KeyTable, Table
 from poslab.lab.verdicts import Arm, ClaimRecord, Metric, Premise, bound
-from poslab.training import presets
 
 N_HEAD = 8
 PRESET = "shakespeare-char"  # 65 characters: heads take shape within a few hundred steps
-QUICK = {
-    "max_steps": 400,
-    "batch_size": 16,
-    "lr": 3e-3,
-    "warmup_steps": 30,
-    "eval_interval": 100,
-    "eval_iters": 4,
-    "ckpt_interval": 0,
-    "keep_checkpoints": 1,
-}
-FULL = {
-    "max_steps": 2000,
-    "batch_size": 32,
-    "lr": 2e-3,
-    "warmup_steps": 100,
-    "eval_interval": 250,
-    "eval_iters": 20,
-    "ckpt_interval": 0,
-    "keep_checkpoints": 1,
-}
-MODEL = {
-    "n_head": N_HEAD,
-    "block_size": 64,
-    "position": "rope",
-}  # RoPE: attention takes shape sooner than with learned positions
+#: the probed models: the preset's geometry with :data:`N_HEAD` heads a layer, trained with RoPE (attention takes
+#: shape sooner than with learned positions) by :func:`~poslab.lab.scale.preset_config`
+_QUICK = Scale(
+    name="quick",
+    train_length=64,
+    n_layer=4,
+    n_head=N_HEAD,
+    n_embd=128,
+    steps=400,
+    batch_size=16,
+    lr=3e-3,
+    warmup_steps=30,
+    eval_interval=100,
+    eval_iters=4,
+)
+SCALES: ScaleTable[Scale] = ScaleTable(
+    _QUICK,
+    dataclasses.replace(
+        _QUICK, name="full", steps=2000, batch_size=32, lr=2e-3, warmup_steps=100, eval_interval=250, eval_iters=20
+    ),
+)
 DISTANCE_FACTOR, INDEX_RHO, SPARE_SHARE = 2.0, 0.5, 0.25
 
 
@@ -98,12 +84,7 @@ class MapResult:
 
 
 def map_claims(per_seed: list[MapStatistics], seeds: list[int]) -> list[ClaimRecord]:
-    """Seed 002 §6.1's testable descriptions as one-sample claims over the seeds' models (module docstring).
-
-    Args:
-        per_seed: :func:`map_statistics` of each seed's model.
-        seeds: the seeds, in the same order (recorded).
-    """
+    """Seed 002 §6.1's testable descriptions as one-sample claims over the seeds' :func:`map_statistics`."""
     source = "seed 002 §6.1"
     label = f"{PRESET} GPT, {N_HEAD} heads a layer"
 
@@ -189,10 +170,8 @@ def plan(out: Path, quick: bool, seeds: tuple[int, ...] = SEEDS, steps: dict[str
     ones), one thread each: a tiny GPT gains nothing from more."""
     arms = {}
     for seed in seeds:
-        config = presets.preset_config(PRESET)
-        config.update(QUICK if quick else FULL)
+        config = preset_config(SCALES["quick" if quick else "full"], PRESET, "rope")
         config.update(steps or {})
-        config["model"] = {**config["model"], **MODEL}
         config.update(
             lr_decay_steps=config["max_steps"],
             name=f"head-map-s{seed}",
@@ -207,12 +186,8 @@ def plan(out: Path, quick: bool, seeds: tuple[int, ...] = SEEDS, steps: dict[str
 def measure(runs: Runs[Setting]) -> MapResult:
     """Every seed's model probed (on one thread, restored afterwards); the first seed's heads kept for the map."""
     s = runs.setting
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny GPT gains nothing from more threads, and the machine is shared
-    try:
+    with one_thread():
         probed = [probe_model(seed, runs.by_arm["head-map"][seed].path, s.quick) for seed in s.seeds]
-    finally:
-        torch.set_num_threads(threads)
     per_seed = [p for p, _ in probed]
     first, heads = probed[0]
     return MapResult(

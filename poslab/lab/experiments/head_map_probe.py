@@ -1,8 +1,5 @@
 """The head-map experiment's probe: each head of a trained model as a point (its attention on fixed windows), its
-mean attention distance, its zeroing cost, and seed 002 §6.1's statistics of one model.
-
-Part of :mod:`poslab.lab.experiments.head_map` (its typed readings).
-"""
+mean attention distance, its zeroing cost, and seed 002 §6.1's statistics of one model."""
 
 from __future__ import annotations
 
@@ -15,7 +12,7 @@ from typing import Any
 import torch
 
 from poslab.analysis import heads as head_analysis
-from poslab.lab.experiments.common import spearman
+from poslab.lab.experiments.common import even_windows, spearman
 from poslab.runs import RunFolder, load_run
 from poslab.training.loop import evaluate_loss
 
@@ -75,22 +72,10 @@ class SeedProbe:
     statistics: MapStatistics
 
 
-def probe_windows(tokens: torch.Tensor, n: int, length: int) -> torch.Tensor:
-    """``[n, length]`` evenly spaced windows of the validation tokens (the fixed probe set)."""
-    starts = torch.linspace(0, len(tokens) - length - 1, n).long()
-    return torch.stack([tokens[s : s + length] for s in starts.tolist()])
-
-
 def head_features(weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per head: the flattened lower-triangle attention on the probes, and the mean attention distance.
-
-    Args:
-        weights: per layer ``[B, h, T, T]``.
-
-    Returns:
-        features ``[L*h, B*T*(T+1)/2]`` and mean distance ``[L*h]`` (expected ``i - j`` under each
-        query's weights, averaged over queries ``i >= 1``).
-    """
+    """Per head, from each layer's weights ``[B, h, T, T]``: the flattened lower-triangle attention on the probes
+    ``[L*h, B*T*(T+1)/2]`` and the mean attention distance ``[L*h]`` (expected ``i - j`` under each query's weights,
+    averaged over queries ``i >= 1``)."""
     T = weights[0].shape[-1]
     rows, cols = torch.tril_indices(T, T)
     distance = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).clamp_min(0).float()  # [T, T]
@@ -126,13 +111,9 @@ def two_clusters(points: list[list[float]], seed: int = 0) -> list[int]:
 
 
 def map_statistics(table: list[HeadRow], clusters: list[int], base_loss: float) -> MapStatistics:
-    """One model's values of seed 002 §6.1's testable descriptions (criteria in the module docstring).
-
-    Returns:
-        ``ratio``: the long-range cluster's median mean attention distance over the local one's (1 when
-        both are 0); ``cluster_medians``, ``cluster_sizes`` (local first); ``rho``: Spearman of head index
-        and mean distance (0 when every head has one distance); ``spare_share`` and ``spare_heads``.
-    """
+    """One model's values of seed 002 §6.1's testable descriptions: ``ratio``, the long-range cluster's median mean
+    attention distance over the local one's (1 when both are 0); ``rho``, Spearman of head index and distance (0
+    when every head has one distance); the spare heads and their share."""
     dist = [h.mean_distance for h in table]
     by_cluster = [[d for d, c in zip(dist, clusters) if c == k] for k in (0, 1)]
     groups = sorted((g for g in by_cluster if g), key=statistics.median)
@@ -175,7 +156,7 @@ def probe_model(seed: int, run_dir: Path, quick: bool) -> tuple[SeedProbe, list[
         punctuation=head_analysis.punctuation_ids(tokenizer),
     )
     n, length = PROBE["quick" if quick else "full"]
-    features, distance = head_features(head_analysis.attention_weights(model, probe_windows(tokens, n, length)))
+    features, distance = head_features(head_analysis.attention_weights(model, even_windows(tokens, n, length)))
     coords = project(features)
     clusters = two_clusters(coords["pca"])
     table = [

@@ -1,13 +1,9 @@
 """The lab model store: every lab model in one folder tree that the pipeline owns and hands the experiments.
 
-Not an experiment. A lab model is one position scheme at one size and seed, trained with
-:func:`poslab.lab.scale.train_config`; the store keeps it at ``MODELS/SIZE/NAME`` (:func:`run_name`). A plan asks
-for one by scheme, size and seed (:class:`LabModel`, as an arm's value) and
-:func:`poslab.lab.experiments.declaration.ensure_runs` trains it into the store the pipeline was given, or reuses
-the finished identical run there (:func:`poslab.lab.experiments.training.ensure_trained`: a folder of that name
-trained with another config is trained again). The store is ``LAB/models`` in a lab and ``OUT/models`` for
-``poslab experiment NAME --out OUT`` unless ``--models DIR``; so every experiment of a lab reads the same lab
-models, and none reads another experiment's folder.
+Not an experiment. A lab model is one position scheme at one size and seed (:func:`poslab.lab.scale.train_config`),
+kept at ``MODELS/SIZE/NAME`` (:func:`run_name`); a plan asks for one as an arm's value (:class:`LabModel`). The store
+is ``LAB/models`` in a lab, ``OUT/models`` for ``poslab experiment NAME --out OUT`` unless ``--models DIR``: every
+experiment of a lab reads the same lab models, and none reads another experiment's folder.
 """
 
 from __future__ import annotations

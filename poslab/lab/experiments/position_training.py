@@ -2,29 +2,17 @@
 
 Seed 001 keeps GPT-2's learned position table and, as a challenge (exercise 3), asks to add RoPE
 (Su et al. 2021, https://arxiv.org/abs/2104.09864), drop ``pos_emb`` and compare training. poslab
-trains its GPT once per registered scheme and seed — ``none`` (NoPE, Haviv et al. 2022), ``learned``,
-``sinusoidal``, ``rope``, ``xpos``, ``alibi``, ``t5``, ``kerple``, ``fire``, ``xl`` and any scheme
-registered later — with the same data, batches and schedule, and reports the validation loss (mean
-± sd over seeds, on the whole validation split), the curves (mean and band over seeds) and the
-training speed. Seed i trains on the same batches for every scheme (3 seeds a scheme; the quick lab's
-seeds per scheme are the plan's, :data:`poslab.lab.plan.QUICK_SEEDS`), so two schemes are compared on
-their per-seed differences over the seeds both trained (:func:`poslab.lab.verdicts.paired`), with the
-seeds recorded. The speed claim times the two arms alternating in one process
-(:func:`poslab.lab.experiments.training.alternating_cpu_speed`): round ``r`` of each arm runs back to back,
-so the rounds pair the arms, and "nearly the speed" is an equivalence (TOST) of ln tokens/s per round, in a
-family of its own (a timing, out of the lesson's family of training claims).
-Seed 001 predicts that NoPE still learns (the causal mask leaks position) but somewhat worse than
-explicit positions; the claims are decided by :mod:`poslab.lab.verdicts`.
+trains its GPT once per registered scheme and seed (NoPE, Haviv et al. 2022, among them) with the same data,
+batches and schedule: seed i trains on the same batches for every scheme, so two schemes are compared paired by
+seed on the seeds both trained. Seed 001 predicts that NoPE still learns (the causal mask leaks position) but
+somewhat worse than explicit positions. The speed claim times the two arms alternating in one process
+(:func:`poslab.lab.experiments.training.alternating_cpu_speed`), paired by round: "nearly the speed" is a TOST of
+ln tokens/s in a family of its own (a timing, not a training claim).
 
-The full form trains ``tang-small`` (seed 001's GPT on the Tang poems, n_embd 128, 1000 steps) with
-every registered scheme. The quick form trains on tinyshakespeare, not on the Tang poems: exactly the
-lab's quick extrapolation models (4 layers, n_embd 64, window 64, 1500 steps of warmup-stable-decay;
-:func:`poslab.lab.scale.train_config`) for the five arms of the lessons' main
-claims (NoPE, the learned and sinusoidal tables, RoPE, ALiBi: the quick size's ``schemes``), trained in the
-lab model store the pipeline gives the experiment (:mod:`poslab.lab.experiments.lab_models`), so the
-extrapolation, context-extension and attention-entropy experiments of the same lab read these models
-instead of training them again. Fewer arms, each trained long enough to use its context, test the
-claims; every scheme at bigram level would not.
+The full form trains ``tang-small`` (seed 001's GPT on the Tang poems, n_embd 128, 1000 steps). The quick form
+trains the lab's quick models on tinyshakespeare (:func:`poslab.lab.scale.train_config`) for the five arms of the
+lessons' main claims, in the lab model store, where the other length experiments read them: fewer arms, each
+trained long enough to use its context, test the claims; every scheme at bigram level would not.
 """
 
 from __future__ import annotations
@@ -92,13 +80,10 @@ def training_claims(
 ) -> list[dict[str, Any]]:
     """The lessons' claims about training with each scheme, as claim records (schemes absent: skipped).
 
-    ``losses``: arm -> one value per seed, in the order of ``seeds`` (the seeds of every arm, or arm -> its
-    seeds): seed ``s`` of every arm trains on the same batches (:func:`plan`), so two arms are compared paired
-    on the seeds both trained. ``params``: arm -> its
-    model's parameter count. ``speed``: arm -> training tokens per CPU second of each round of the arms
-    alternating in one process (:func:`poslab.lab.experiments.training.alternating_cpu_speed`), paired by
-    round; without it the speed claim is not made (wall-clock speeds of trainings run at different moments
-    on a shared machine say nothing about compute).
+    ``losses``: arm -> one value per seed of ``seeds`` (every arm's, or arm -> its own), paired on the seeds both
+    arms trained. ``speed``: arm -> tokens per CPU second of each round of the arms alternating in one process,
+    paired by round; without it the speed claim is not made (wall-clock speeds of trainings run at different
+    moments on a shared machine say nothing about compute).
     """
     out = []
     by_arm = {arm: [int(x) for x in (seeds[arm] if isinstance(seeds, Mapping) else seeds)] for arm in losses}
@@ -164,17 +149,15 @@ def training_claims(
     ):
         if have(scheme, "none"):
             mine, none = params[scheme], params["none"]
-            out.append(
-                deterministic(
-                    text,
-                    source,
-                    "parameter count equals the no-position model's exactly (tolerance 0)",
-                    f"model parameters: {scheme} {mine:,}, no position encoding {none:,}",
-                    error=float(abs(mine - none)),
-                    tolerance=0.0,
-                )
+            record = deterministic(
+                text,
+                source,
+                "parameter count equals the no-position model's exactly (tolerance 0)",
+                f"model parameters: {scheme} {mine:,}, no position encoding {none:,}",
+                error=float(abs(mine - none)),
+                tolerance=0.0,
             )
-            out[-1] = out[-1].to_dict()
+            out.append(record.to_dict())
     if have("alibi", "none") and speed is not None:
         record = equivalent(
             "ALiBi 不增加计算 — ALiBi trains at (nearly) the speed of no position encoding "
@@ -231,15 +214,8 @@ def plan(
 ) -> Plan[Setting]:
     """One GPT per scheme and seed: runs ``out/runs/SCHEME-sSEED``; in the quick form without ``base``, the lab
     models of the quick size (:func:`~poslab.lab.experiments.lab_models.lab_model_arms`: in the store).
-
-    Args:
-        quick: the short form (the lab's quick models; see the module docstring).
-        schemes: scheme names (default: every registered one; quick: the quick size's arms,
-            :func:`poslab.lab.scale.schemes_of`).
-        base: a config mapping replacing the base (tests use a tiny one; every scheme then trains on it
-            with ``position`` set).
-        seeds: training seeds of every scheme (at least 3 for a conclusive verdict; default: the quick lab's
-            seeds per scheme, :data:`poslab.lab.plan.QUICK_SEEDS`, for the quick models, else :data:`SEEDS`).
+    ``schemes`` default to every registered one (quick: the quick size's arms); ``base`` replaces the base config
+    (tests use a tiny one); ``seeds`` default to the plan's (:func:`~poslab.lab.experiments.training.planned_seeds`).
     """
     if schemes is None:
         schemes = list(schemes_of(SIZES["quick"])) if quick and base is None else positions.names()

@@ -1,35 +1,25 @@
 """Probes: synthetic tasks where position decides the answer, trained at L and tested at L, 2L, 4L.
 
-In the full form every registered position scheme (``poslab.nn.positions.names()``) trains a tiny
-GPT on each task (:mod:`poslab.analysis.probes`: copy, reverse, retrieve-at-k, multi-query
-associative recall, counting, passkey retrieval) with the same recipe, data stream and seeds, for at
-least three seeds. The quick form trains reverse only, for the schemes of the Kazemnejad et al.
-ranking and the learned table (:data:`QUICK_SCHEMES`), plus the MQAR head-count runs. A scheme that
-cannot read a test length (a learned table: ``max_positions`` rows) is reported as such.
+In the full form every registered scheme trains a tiny GPT on each task (:mod:`poslab.analysis.probes`: copy,
+reverse, retrieve-at-k, multi-query associative recall, counting, passkey retrieval) with the same recipe, data and
+seeds; the quick form trains reverse only, for :data:`QUICK_SCHEMES`, plus the MQAR head-count runs. A scheme that
+cannot read a test length (a learned table) is reported as such.
 
-Claims (seeded comparisons, accuracy higher is better). Every arm of a claim is trained from the
-same seeds, and a seed fixes the training batches, in the same order, and the test batches, whatever
-the scheme or head count (:func:`poslab.analysis.probes.train_probe`): the arms are paired by seed
-and compared with :func:`poslab.lab.verdicts.paired`, so what a seed's batches make easy or hard
-cancels. Premises are per seed: every seed of an arm must reach
-:data:`poslab.lab.premises.LENGTH_ACCURACY` at L, else the claim is not testable and the premise
-names the seed.
+Claims compare accuracies (higher is better), paired by seed: a seed fixes the training and test batches whatever
+the scheme or head count. Every seed of an arm must reach :data:`poslab.lab.premises.LENGTH_ACCURACY` at L
+(the premise), else the claim is not testable.
 
 * Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalization in
   Transformers" (https://arxiv.org/abs/2305.19466): length generalisation ranks NoPE > T5 > ALiBi >
-  RoPE > absolute (the paper's APE is Vaswani et al.'s sinusoidal code). Tested pairwise on adjacent
-  ranks, on each seed's accuracy past L (mean over the ranking tasks and over the test lengths past
-  L where both arms are above chance: :func:`comparable_factors`; at no such length the claim is not
-  testable at this scale, the reason shown).
+  RoPE > absolute (the paper's APE is Vaswani et al.'s sinusoidal code), tested pairwise on adjacent ranks on each
+  seed's accuracy past L, at the lengths where both arms are above chance (:func:`comparable_factors`).
 * Attention needs position (seed 000 §2.1; Haviv et al. 2022 for where NoPE still works): on
   reverse and retrieve-at-k, in length, a positional scheme (RoPE) beats NoPE.
 * Seed 000 Q1: more heads carry more relations at once: multi-query associative recall at fixed
   width, several heads beat one (in length).
 
-The forms are in :mod:`poslab.lab.experiments.probes_forms`, the claims in
-:mod:`poslab.lab.experiments.probes_claims`; this module declares the experiment. A probe model is a small GPT
-trained in memory on generated batches (:func:`poslab.analysis.probes.train_probe`), not a run folder, so the
-plan declares no arms and the measurement trains the probes (:func:`run_jobs`) and reads their accuracies.
+A probe model is a small GPT trained in memory on generated batches, not a run folder: the plan declares no arms
+and the measurement trains the probes (:func:`run_jobs`).
 """
 
 from __future__ import annotations
@@ -107,25 +97,16 @@ class Setting:
     started: float
 
 
-def _job(
-    task: str, size: int, scheme: str, seed: int, recipe: ProbeRecipe, factors: tuple[int, ...], threads: int | None
-) -> dict[str, Any]:
-    return train_probe(task, size, scheme, seed, recipe, factors, threads=threads)
-
-
 def run_jobs(jobs: list[tuple[str, int, str, int, ProbeRecipe, tuple[int, ...]]], workers: int) -> list[dict[str, Any]]:
-    """Train every job (``(task, L, scheme, seed, recipe, factors)``), ``workers`` at a time, in job order.
-
-    Each job is one probe model (:func:`~poslab.analysis.probes.train_probe`) through
-    :func:`poslab.jobs.runner.train_many`, one process per model.
-    """
+    """Train every job (``(task, L, scheme, seed, recipe, factors)``: one probe model,
+    :func:`~poslab.analysis.probes.train_probe`), ``workers`` at a time, one process per model, in job order."""
     workers = check_workers(workers)
     alone = workers == 1 or len(jobs) <= 1
     if not alone:
         print(
             f"--- training {len(jobs)} probe models, {min(workers, len(jobs))} at a time (one thread each)", flush=True
         )
-    tasks = [runner.Task(f"{job[0]}-{job[2]}-s{job[3]}", _job, (*job, None if alone else 1)) for job in jobs]
+    tasks = [runner.Task(f"{job[0]}-{job[2]}-s{job[3]}", train_probe, (*job, None if alone else 1)) for job in jobs]
     finished = []
 
     def done(task: runner.Task, result: dict[str, Any]) -> None:
@@ -161,15 +142,9 @@ def plan(
     schemes: list[str] | None = None,
     seeds: tuple[int, ...] | None = None,
 ) -> Plan[Setting]:
-    """Every (task, scheme, seed) of the form, and the MQAR head-count runs (trained by :func:`measure`).
-
-    Args:
-        quick: the short form (reverse at L = 5 for :data:`QUICK_SCHEMES`, and the MQAR heads runs), at the quick
-            lab's planned arms and seeds (:func:`planned_form`) unless ``schemes`` or ``seeds`` are given.
-        form: a :data:`FORMS` name overriding ``quick`` (``smoke`` for tests).
-        schemes: position schemes (default: the form's, else every registered one).
-        seeds: the training seeds of every arm (default: the form's; ``poslab experiment probes --seeds N``).
-    """
+    """Every (task, scheme, seed) of the form, and the MQAR head-count runs (trained by :func:`measure`). ``form``
+    (a :data:`FORMS` name) overrides ``quick``; the quick form takes the quick lab's arms and seeds
+    (:func:`planned_form`) unless ``schemes`` or ``seeds`` are given."""
     spec = form_of(quick, form)
     if seeds is not None:
         spec = dataclasses.replace(spec, seeds=tuple(int(s) for s in seeds))

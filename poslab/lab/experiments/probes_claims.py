@@ -151,29 +151,19 @@ def probe_claims(
         metric = (
             f"answer accuracy past L ({', '.join(f'{f}L' for f in used)}; mean over {', '.join(form.ranking_tasks)})"
         )
+        criterion = f"{metric} of {better} higher than {worse}"
         if not past or better not in known or worse not in known:
-            out.append(
-                _unmeasurable(
-                    claim,
-                    RANKING_SOURCE,
-                    f"{metric} of {better} higher than {worse}",
-                    "not measured (no test past L, or a scheme is not registered)",
-                )
-            )
+            why = "not measured (no test past L, or a scheme is not registered)"
+            out.append(_unmeasurable(claim, RANKING_SOURCE, criterion, why))
             continue
         left_out = [s for s in (better, worse) if s in form.left_out]
         if left_out:
-            criterion = f"{metric} of {better} higher than {worse}"
             out.append(not_trained(claim, RANKING_SOURCE, criterion, left_out, len(seeds), Design(Test.PAIRED)))
             continue
         a, b = past_length_scores(table, better, form, used), past_length_scores(table, worse, form, used)
         if a is None or b is None:
-            who = better if a is None else worse
-            out.append(
-                _unmeasurable(
-                    claim, RANKING_SOURCE, f"{metric} of {better} higher than {worse}", f"{who} cannot be tested past L"
-                )
-            )
+            why = f"{better if a is None else worse} cannot be tested past L"
+            out.append(_unmeasurable(claim, RANKING_SOURCE, criterion, why))
             continue
         # paired by seed: seed i trained both schemes on the same batches in the same order and tested them on
         # the same test batches (train_probe), so what those batches make easy or hard cancels in the difference
@@ -191,20 +181,14 @@ def probe_claims(
         claim = f"attention needs position: on {task}, {POSITIONAL} beats NoPE in length"
         source = "seed 000 §2.1; Haviv et al. 2022"
         cells = table.get(task, {})
+        criterion = f"accuracy at L of {POSITIONAL} higher than none"
         left_out = [s for s in (POSITIONAL, "none") if s in form.left_out]
         if left_out:
-            criterion = f"accuracy at L of {POSITIONAL} higher than none"
             out.append(not_trained(claim, source, criterion, left_out, len(seeds), Design(Test.PAIRED)))
             continue
         if POSITIONAL not in cells or "none" not in cells:
-            out.append(
-                _unmeasurable(
-                    claim,
-                    source,
-                    f"accuracy at L of {POSITIONAL} higher than none",
-                    f"{task} was not trained with both schemes in this form",
-                )
-            )
+            why = f"{task} was not trained with both schemes in this form"
+            out.append(_unmeasurable(claim, source, criterion, why))
             continue
         _same_seeds(table, (POSITIONAL, "none"), (task,), seeds)
         out.append(

@@ -57,40 +57,20 @@ HEADS_ARM = "heads"
 #: the schemes the quick form trains: the Kazemnejad et al. ranking and the learned table
 QUICK_SCHEMES = ("none", "learned", "sinusoidal", "rope", "alibi", "t5")
 
-# The quick form trains reverse (the ranking task, a Kazemnejad et al. task) at L = 5 for the ranking's
-# schemes and the learned table, 3 seeds. Why this recipe (benchmarks/probe_recipes.py, every run in
-# benchmarks/results/probe_recipes.json): at L = 8 or 6 with one size per batch no recipe of about
-# 400 steps brought RoPE and the learned table both to 0.9 at L; every size in every batch
-# (mixed_sizes) lifted the learned table (0.61 -> 0.81 at L = 6), L = 5 lifted it to 0.998, and
-# training sizes 3..5 (min_size 3) lifted RoPE (0.889 -> 0.969 at 400 steps). At 2 layers and 400 steps
-# ALiBi (0.53) and NoPE (0.43) did not learn reverse; at 2 layers and 1000 steps ALiBi did (0.944) but
-# NoPE learned it on some seeds only (0.848, 0.777, 0.495), and neither 1500 nor 2000 steps at 2 layers
-# nor 1500 at 3 layers and lr 1e-2 rescued its failing seed. A third layer at lr 5e-3 did: every
-# scheme of the ranking reaches 0.9 at L on the 3-seed mean (NoPE 0.947, ALiBi 0.921, T5 0.994,
-# sinusoidal 0.999, learned 1.000), about 33 s of one core per training.
-# The head-count runs train MQAR with 4 pairs under a size curriculum: without one, no recipe measured
-# (up to 8000 steps) formed the induction circuit MQAR needs (0.27-0.32 at L, chance 0.0625), while
-# 2 pairs are learned in about 300 steps; growing the largest size from 2 to 4 pairs over the first
-# 1000 of 1600 steps at lr 1.5e-3 carries the circuit to 4 pairs: 4 heads 1.0 at L on seeds 0-2 (and
-# 0.904-1.0 on seeds 3-5), about 17 s of one core per training. lr 2e-3 lost a late seed (0.262).
-# The full form's head-count runs (1, 2, 4, 8 heads, seeds 0-4) keep 4 pairs too: the task has 4 L keys,
-# and at 8 pairs (32 keys) not even the curriculum's first stage, 2 pairs, was learned in 3000 steps at
-# any lr from 5e-4 to 1e-2; at 4 pairs, 3000 steps at lr 1e-3 with 1200 steps of 2 pairs gave 8 heads
-# 0.966 and 4 heads 0.938 on the 5-seed mean (2 heads 0.622, 1 head 0.383), 25-36 s of one core each.
+# Why these recipes (benchmarks/probe_recipes.py; every run in benchmarks/results/probe_recipes.json): the quick form
+# trains reverse at L = 5 with every size in every batch (mixed_sizes) and sizes from 3 (min_size), which brought the
+# learned table (0.998) and RoPE (0.969) to 0.9 at L where L = 6 or 8 did not; a third layer at lr 5e-3 brings every
+# ranking scheme there on the 3-seed mean (NoPE 0.947, ALiBi 0.921, T5 0.994, sinusoidal 0.999, learned 1.000; at 2
+# layers NoPE failed some seeds at up to 2000 steps), about 33 s of one core a training. MQAR needs a size curriculum:
+# without one no recipe measured (up to 8000 steps) formed its induction circuit (0.27-0.32 at L, chance 0.0625);
+# 2 -> 4 pairs over the first 1000 of 1600 steps at lr 1.5e-3 gives 4 heads 1.0 at L, seeds 0-2 (lr 2e-3 lost
+# one). The full form keeps 4 pairs (at 8 pairs not even 2 were learned in 3000 steps at any lr from 5e-4 to 1e-2):
+# 8 heads 0.966, 4 heads 0.938, 2 heads 0.622, 1 head 0.383 on the 5-seed mean, 25-36 s of one core each.
 #: the smoke form's recipe, for its probes and its head-count runs alike
 _SMOKE = ProbeRecipe(n_layer=1, n_head=2, n_embd=16, steps=6, batch_size=8, lr=1e-2, warmup_steps=2, eval_batch=8)
-#: the quick form's head-count recipe (MQAR, 4 pairs, a size curriculum; the full form's runs it longer)
-_QUICK_HEADS = ProbeRecipe(
-    n_layer=2,
-    n_head=4,
-    n_embd=64,
-    steps=1600,
-    batch_size=64,
-    lr=1.5e-3,
-    warmup_steps=100,
-    eval_batch=128,
-    curriculum_steps=1000,
-)
+#: the quick form's head-count recipe (MQAR, 4 pairs, a size curriculum; the full form's runs it longer); the
+#: recipes give what differs from :class:`~poslab.analysis.probes.ProbeRecipe`'s defaults (2 layers, 4 heads, 64 wide)
+_QUICK_HEADS = ProbeRecipe(steps=1600, batch_size=64, lr=1.5e-3, warmup_steps=100, curriculum_steps=1000)
 FORMS: ScaleTable[Form] = ScaleTable(
     Form(
         name="smoke",
@@ -111,16 +91,7 @@ FORMS: ScaleTable[Form] = ScaleTable(
         factors=(1, 2, 4),
         seeds=(0, 1, 2),
         recipe=ProbeRecipe(
-            n_layer=3,
-            n_head=4,
-            n_embd=64,
-            steps=1000,
-            batch_size=128,
-            lr=5e-3,
-            warmup_steps=100,
-            eval_batch=128,
-            min_size=3,
-            mixed_sizes=True,
+            n_layer=3, steps=1000, batch_size=128, lr=5e-3, warmup_steps=100, min_size=3, mixed_sizes=True
         ),
         heads=(1, 4),
         heads_recipe=_QUICK_HEADS,
@@ -134,9 +105,7 @@ FORMS: ScaleTable[Form] = ScaleTable(
         train_size=16,
         factors=(1, 2, 4),
         seeds=(0, 1, 2, 3, 4),
-        recipe=ProbeRecipe(
-            n_layer=2, n_head=4, n_embd=64, steps=1500, batch_size=64, lr=3e-3, warmup_steps=100, eval_batch=256
-        ),
+        recipe=ProbeRecipe(steps=1500, batch_size=64, warmup_steps=100, eval_batch=256),
         heads=(1, 2, 4, 8),
         heads_recipe=dataclasses.replace(_QUICK_HEADS, steps=3000, lr=1e-3, eval_batch=256, curriculum_steps=2400),
         heads_size=4,

@@ -6,16 +6,11 @@ queries and keys put most of their norm on the *lowest* frequencies (pairs that 
 the context: they carry semantic content), while the highest frequencies are used by a few heads
 to build positional patterns (diagonal / previous-token heads).
 
-Seed 000's experiment 4 (``poslab experiment frequencies``) prints the frequencies and their periods;
-this experiment asks which of them a trained model actually uses. For small RoPE GPTs trained on
-tinyshakespeare (one per seed) it captures q and k as they enter the rotation, takes each rotary
-pair's 2-D norm ``||(q_a, q_b)||`` averaged over tokens, and reports it per layer x head x
-frequency pair (pair 0 = the highest frequency ``theta_0 = 1``), against the same models untrained
-(each seed's model as it started: the same config built from the same seed).
-The claims, paired by seed on the ln of the norms (:func:`~poslab.lab.verdicts.paired`): the
-lowest-frequency quarter of the pairs carries larger mean q/k norms than the highest-frequency
-quarter (two readings of one model per seed), and training, not initialisation, moves norm there
-(each seed's trained model against its own initialisation).
+For small RoPE GPTs trained on tinyshakespeare (one per seed) it takes each rotary pair's 2-D norm
+``||(q_a, q_b)||`` of q and k entering the rotation, averaged over tokens, per layer x head x pair (pair 0 = the
+highest frequency), against each seed's untrained model. The claims are paired by seed on the ln of the norms:
+the lowest-frequency quarter carries larger norms than the highest, and training, not initialisation, moves norm
+there.
 """
 
 from __future__ import annotations
@@ -77,10 +72,8 @@ def captured_qk(model: GPT) -> Iterator[list[tuple[Tensor, Tensor]]]:
 
 
 def pair_norms(x: Tensor, layout: str, rotary_dim: int | None = None) -> Tensor:
-    """Mean 2-D norm of each rotary pair, ``[h, r/2]``, from ``x [B, h, T, d_k]``.
-
-    ``half`` pairs ``(i, i + r/2)``, ``interleaved`` pairs ``(2i, 2i + 1)`` (poslab's RoPE layouts).
-    """
+    """Mean 2-D norm of each rotary pair, ``[h, r/2]``, from ``x [B, h, T, d_k]`` (``half`` pairs ``(i, i + r/2)``,
+    ``interleaved`` pairs ``(2i, 2i + 1)``: poslab's RoPE layouts)."""
     r = rotary_dim or x.shape[-1]
     rot = x[..., :r]
     if layout == "half":
@@ -227,12 +220,8 @@ def figures(r: UsageResult, out: Path) -> dict[str, Path]:
 
 
 def seed_claims(per_seed: list[SeedReading]) -> list[dict[str, Any]]:
-    """Low-frequency quarter vs high-frequency quarter of the trained models; the untrained control.
-
-    Both are paired by seed: the quarters are two readings of one seed's model, and the control compares
-    each seed's trained model with its own initialisation. Norms and their ratios are positive scales,
-    tested on their ln (the per-seed ln of low / high, and its change with training).
-    """
+    """Low-frequency quarter vs high-frequency quarter of the trained models, and the untrained control, paired by
+    seed (two readings of one model; a model and its own initialisation), on the ln of the norms and ratios."""
     seeds = [r.seed for r in per_seed]
     low = [r.trained.low_quarter for r in per_seed]
     high = [r.trained.high_quarter for r in per_seed]

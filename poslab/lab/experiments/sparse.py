@@ -3,37 +3,23 @@
 Seed 002 §3.1 lists local (sliding-window), axial and LSH attention as the fixes for attention's
 ``O(n²)`` cost, and §7.1 says Adaptive Attention Span "在PG-19任务上减少23%计算量" (cuts computation
 by 23% on PG-19; the paper is Sukhbaatar et al. 2019, Facebook AI Research,
-https://arxiv.org/abs/1905.07799, and reports text8 / enwik8). This experiment trains the same small
-model with each attention on a task whose answer lies far back, at growing ``T``, and measures side
-by side:
+https://arxiv.org/abs/1905.07799, and reports text8 / enwik8). This experiment trains the same small model with
+each attention at growing ``T`` on a *delayed copy* (``T/2`` random tokens, then the same again: every target of the
+second half is ``T/2`` back; chance ``ln V``) and measures side by side the loss on the predictable half, the wall
+time of a training step (median) and the peak memory of one step (the torch profiler's allocations in operator
+order: live tensors, not the process), and adaptive span's learned spans and the keys they attend relative to full
+causal attention (``sum_i min(i + 1, z_max + R) / sum_i (i + 1)``).
 
-* **quality**: cross-entropy on the predictable half of a *delayed copy* sequence: ``T/2`` random
-  tokens followed by the same ``T/2`` tokens again, so every target in the second half is the token
-  ``T/2`` positions earlier (an induction / long-range retrieval task; chance is ``ln V``);
-* **cost**: wall time of a training step (median over the timed steps) and the peak memory of one
-  step (forward + backward), read with the torch profiler's allocation records (``profile_memory``;
-  allocations summed in operator order, so it is the peak of live tensors, not of the process);
-* **adaptive span**: the learned span of every head (plotted), and what the spans save: the keys
-  each query attends, summed over queries, relative to full causal attention
-  (``sum_i min(i + 1, z_max + R) / sum_i (i + 1)``; the blocked path skips the rest).
+The model: learned absolute positions, 2 pre-norm blocks, width 64, 4 heads; the attentions are poslab's
+(``poslab/nn/sparse.py``, ``MultiHeadAttention``): ``full`` (causal), ``window`` (``W = 16``, Mistral semantics: two
+layers reach 30 keys back, short of ``T/2``), ``axial`` (causal rows then columns of a ``T/w x w`` grid,
+``w = 2^ceil(log2(sqrt T))``), ``lsh`` (Reformer: shared QK, 4 buckets, chunk 32, one round) and ``adaptive``
+(``max_span = T``, ramp 16, spans start at ``T``, shrunk by the L1 penalty, ratios at 3x the weights' lr).
 
-The model: token + learned absolute position embeddings, 2 pre-norm blocks (attention + GELU MLP),
-width 64, 4 heads. The attentions are poslab's real modules (``poslab/nn/sparse.py``,
-``MultiHeadAttention``): ``full`` (causal), ``window`` (``W = 16``, Mistral semantics: two layers reach 30 keys
-back, short of ``T/2``), ``axial`` (causal rows then columns of a ``T/w x w`` grid,
-``w = 2^ceil(log2(sqrt T))``), ``lsh`` (Reformer,
-shared QK, 4 buckets, chunk 32, one hash round) and ``adaptive`` (adaptive span, ``max_span = T``,
-ramp 16, spans initialised at the full ``T`` and shrunk by the L1 penalty; the span ratios
-learn at 3x the weights' rate so they settle within a short run).
-
-Claims (the verdict rule of ``poslab/lab/verdicts.py``, seeds per arm in the record): full attention
-beats each sparse pattern on the long-range task at the largest ``T`` (what the pattern gives up),
-and adaptive span takes less time per step than full attention (seed 002 §7.1's saving, here). The
-quick form runs one seed (its comparisons are inconclusive by rule); the full form runs three.
-Every kind trains from each seed on the same batches (the data generator is seeded by the seed
-alone) and is read on the same evaluation batches, so the claims are paired by seed; the losses
-are in nats (ln-perplexity), the step times tested on their ln (a ratio of times). The timing claim
-is not a lesson claim about quality and has a family of its own (:data:`TIMING_FAMILY`).
+Claims, paired by seed (every kind trains on the same batches and is read on the same evaluation batches): full
+attention beats each sparse pattern at the largest ``T`` (in nats), and adaptive span takes less time per step
+than full attention (on the ln of the times; a family of its own, :data:`TIMING_FAMILY`). The quick form runs one
+seed (inconclusive by rule), the full form three.
 """
 
 from __future__ import annotations
@@ -46,11 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from poslab.display import new_figure, save_figure
 from poslab.jobs.runner import Task, train_many
-from poslab.lab.experiments.common import FULL_ONLY
+from poslab.lab.experiments.common import FULL_ONLY, one_thread
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.sparse_model import FULL, KINDS, QUICK, VOCAB, Recipe, SparseRun, train_one
 from poslab.lab.plan import own_family
@@ -107,11 +91,8 @@ TIMING_FAMILY = "sparse: timing"
 
 
 def sparse_claims(runs: list[SparseRun], T: int) -> list[ClaimRecord]:
-    """Full beats each sparse kind on loss at ``T``; adaptive span is faster per step than full at ``T``.
-
-    Paired by seed (module docstring): each kind's values are taken in the order of the seeds, and a
-    seed every kind of ``T`` has is a pair.
-    """
+    """Full beats each sparse kind on loss at ``T``; adaptive span is faster per step than full at ``T``; paired
+    by seed (every kind's values in the order of the seeds)."""
     seeds = sorted({r.seed for r in runs if r.T == T})
 
     def arm(kind: str, key: str) -> Arm:
@@ -157,13 +138,8 @@ def sparse_premise(record: ClaimRecord, runs: list[SparseRun], T: int) -> Premis
 
 
 def plan(out: Path, quick: bool, config: Mapping[str, Any] | None = None) -> Plan[Setting]:
-    """Every kind at every length and seed (trained by :func:`measure`, one after another in its process).
-
-    Args:
-        quick: the short form (:data:`~poslab.lab.experiments.sparse_model.QUICK`: one seed, two lengths).
-        config: fields of the form's :class:`~poslab.lab.experiments.sparse_model.Recipe` replaced (tests use
-            one length and few steps).
-    """
+    """Every kind at every length and seed (trained by :func:`measure`, one after another in its process);
+    ``config``: fields of the form's :class:`~poslab.lab.experiments.sparse_model.Recipe` replaced (tests)."""
     recipe = dataclasses.replace(QUICK if quick else FULL, **dict(config or {}))
     recipe = dataclasses.replace(recipe, lengths=tuple(recipe.lengths), seeds=tuple(recipe.seeds))
     return Plan(Setting(quick, recipe), {}, summarise=False, what="sparse models")
@@ -173,18 +149,14 @@ def measure(runs: Runs[Setting]) -> SparseResult:
     """Train every kind at every length and seed on one thread, one after another in this process (the step times
     and peak memory compare like with like only so); the means over seeds and adaptive span's savings."""
     quick, cfg = runs.setting.quick, runs.setting.recipe
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: tiny models gain nothing from more, and the timings compare like with like
-    try:
-        tasks = [
-            Task(f"{kind}-T{T}-s{seed}", train_one, (kind, T, seed, cfg))
-            for T in cfg.lengths
-            for kind in KINDS
-            for seed in cfg.seeds
-        ]
+    tasks = [
+        Task(f"{kind}-T{T}-s{seed}", train_one, (kind, T, seed, cfg))
+        for T in cfg.lengths
+        for kind in KINDS
+        for seed in cfg.seeds
+    ]
+    with one_thread():
         trained: list[SparseRun] = train_many(tasks, 1, on_done=_done)
-    finally:
-        torch.set_num_threads(threads)
     summary: dict[str, dict[int, KindSummary]] = {}
     for kind in KINDS:
         summary[kind] = {}

@@ -1,8 +1,5 @@
-"""The sparse experiment's task, model, cost readings and training of one model (seed 002 §3.1, §7.1).
-
-The delayed copy task, the five attentions behind one interface, the model, the peak memory of a step and the
-keys adaptive span attends; :func:`train_one` trains one model with the shared training step
-(:func:`poslab.training.step.train_step`). The experiment itself: :mod:`poslab.lab.experiments.sparse`.
+"""The sparse experiment's task, model, cost readings and training of one model (seed 002 §3.1, §7.1): the delayed
+copy task, the five attentions behind one interface, the peak memory of a step and the keys adaptive span attends.
 """
 
 from __future__ import annotations

@@ -6,15 +6,10 @@ window attention (keep the last ``L`` tokens) blows up once the first tokens are
 keeping 4 initial tokens ("attention sinks") plus the window stays near the sliding-window-with-
 recomputation perplexity.
 
-Here: small RoPE GPTs trained on tinyshakespeare (block ``L``), one per seed, read a validation
-stream of ``8 L`` characters token by token through
-
-* ``streaming``: :class:`~poslab.nn.streaming.StreamingKVCache` with 4 sinks + ``L - 4`` window,
-* ``window``: the same cache with 0 sinks and an ``L`` window (same memory, same cache positions),
-* ``full``: one pass over the whole stream (every key, positions up to ``8 L``: past training).
-
-The claim is tested on the perplexity of the tokens after the first eviction (``t >= L``), paired by
-seed (both caches read the same model) on ln-perplexity.
+Here small RoPE GPTs trained on tinyshakespeare (block ``L``), one per seed, read a validation stream of ``8 L``
+characters token by token: ``streaming`` (4 sinks + an ``L - 4`` window), ``window`` (0 sinks, an ``L`` window: the
+same memory) and ``full`` (one pass, every key). The claim is tested on the perplexity after the first eviction
+(``t >= L``), paired by seed (both caches read the same model), on ln-perplexity.
 """
 
 from __future__ import annotations
@@ -30,7 +25,14 @@ import torch.nn.functional as F
 from poslab.analysis.eval import loss_by_position
 from poslab.analysis.heads import attention_weights, sink_scores
 from poslab.display import new_figure, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines
+from poslab.lab.experiments.common import (
+    FULL_ONLY,
+    Baselines,
+    baselines_field,
+    corpus_baselines,
+    even_windows,
+    one_thread,
+)
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.training import CONTEXT_WINDOWS, SEEDS, preset_arms
 from poslab.lab.premises import all_of, attach, below_bigram, uses_context
@@ -102,14 +104,9 @@ class StreamingResult:
 def stream_nll(
     model: GPT, stream: torch.Tensor, method: str, sinks: int = SINKS, size: int | None = None
 ) -> torch.Tensor:
-    """Per-token negative log-likelihood ``[B, N-1]`` of predicting ``stream[:, 1:]`` (``stream [B, N]``).
-
-    Args:
-        model: the GPT.
-        method: ``streaming`` (``sinks`` + ``size - sinks`` window), ``window`` (``size`` window, no
-            sinks) or ``full`` (one pass, every key).
-        size: cache entries for the two cached methods (default: the model's ``block_size``).
-    """
+    """Per-token negative log-likelihood ``[B, N-1]`` of predicting ``stream[:, 1:]`` (``stream [B, N]``) by
+    ``method``: ``streaming`` (``sinks`` + ``size - sinks`` window), ``window`` (``size`` window, no sinks) or
+    ``full`` (one pass); ``size`` defaults to the model's ``block_size``."""
     model.eval()
     size = size or model.config.block_size
     if method == "full":
@@ -127,20 +124,12 @@ def stream_nll(
     return F.cross_entropy(logits.float().transpose(1, 2), stream[:, 1:], reduction="none")  # [B, N-1]
 
 
-def streams_of(tokens: torch.Tensor, n: int, length: int) -> torch.Tensor:
-    """``[n, length]`` evenly spaced windows of ``tokens``."""
-    if tokens.numel() < length + 1:
-        raise ValueError(f"the validation text has {tokens.numel()} tokens, fewer than one stream of {length}")
-    starts = torch.linspace(0, tokens.numel() - length - 1, n).long()
-    return torch.stack([tokens[s : s + length] for s in starts.tolist()])
-
-
 def read_seed(seed: int, run_dir: Path, n_streams: int) -> SeedReading:
     """Perplexities of the three methods on one trained run's validation stream."""
     model, tokenizer, _ = load_run(run_dir)
     L = model.config.block_size
     val = RunFolder(run_dir).split_tokens("val", tokenizer)
-    stream = streams_of(val, n_streams, STREAM_FACTOR * L)
+    stream = even_windows(val, n_streams, STREAM_FACTOR * L)
     # do the models have sinks at all? the head analysis' sink rate on the streams' first L tokens
     rates = sink_scores(attention_weights(model, stream[:, :L]))  # [n_layer, n_head]
     uniform = float((1.0 / torch.arange(2, L + 1, dtype=torch.float64)).mean())
@@ -181,13 +170,9 @@ def plan(out: Path, quick: bool, seeds: tuple[int, ...] = SEEDS, scale: Scale | 
 
 def measure(runs: Runs[Setting]) -> StreamingResult:
     """Every seed's model read the three ways."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # token-by-token decoding of a tiny GPT: more threads only add overhead
-    try:
-        windows = runs.setting.scale.eval_windows
+    windows = runs.setting.scale.eval_windows
+    with one_thread():  # token-by-token decoding of a tiny GPT: more threads only add overhead
         per_seed = [read_seed(seed, run.path, windows) for seed, run in runs.by_arm["rope"].items()]
-    finally:
-        torch.set_num_threads(threads)
     return StreamingResult(
         SINKS,
         per_seed[0].block_size,

@@ -3,22 +3,14 @@
 Seed 000 Q1: 「有些头专门做「前一个词」的关注，有些头做「句号」的关注」 (some heads attend to the previous token,
 some to the full stop); seed 002 §6.1: 「头7/8充当"备用通道"」 (some heads are spare channels).
 
-One model, as the lessons have it: seed 001's GPT (preset ``tang-small``: 4 layers, 4 heads, n_embd 128, block
-128, learned positions) trained on the five-character Tang poems, its quick form (``poslab train --preset
-tang-small --quick``) in the quick lab, the whole preset in the full lab: the declaration's one arm, trained
-through the pipeline (:func:`poslab.lab.experiments.declaration.ensure_runs`: a finished identical run is reused,
-an interrupted one continues from its checkpoint, ``--shard`` trains it in one shard). Then the product's own
-analyses of it, typed (:class:`~poslab.lab.experiments.tang_heads_result.TangHeadsResult`):
-``poslab heads`` (:func:`poslab.analysis.heads.head_results`: previous-token, induction, positional and
-punctuation scores, each head's Δloss when masked, the loss with the least important 30% and 60% of the heads
-masked; ``heads.png``) and ``poslab attention`` (:func:`poslab.analysis.attention_map.draw_attention`: every
-layer and head on the poem's first line pair; ``attention.png``).
+One model, as the lessons have it: seed 001's GPT (preset ``tang-small``) trained on the five-character Tang
+poems (its quick form in the quick lab), the declaration's one arm. Then the product's analyses of it:
+``poslab heads`` (:func:`poslab.analysis.heads.head_results`) and ``poslab attention``
+(:func:`poslab.analysis.attention_map.draw_attention`, on the poem's first line pair).
 
-The claims are properties of that one trained model, not a seeded comparison (:func:`head_claims`): a
-previous-token head and a punctuation head exist (the strongest head's score against the analysis's
-threshold), and pruning the least important 30% of the heads costs at most 2% of the loss. Each needs the
-model to be a language model of its text clearly below the text's trigram count model
-(:func:`analysed_model_premise`).
+The claims are properties of that one model, not a seeded comparison (:func:`head_claims`): a previous-token head
+and a punctuation head exist, and pruning the least important 30% of the heads costs at most 2% of the loss. Each
+needs the model clearly below its text's trigram count model (:func:`analysed_model_premise`).
 """
 
 from __future__ import annotations
@@ -72,14 +64,8 @@ class Setting:
 
 
 def plan(out: Path, quick: bool, overrides: dict[str, Any] | None = None, trained: Path | None = None) -> Plan[Setting]:
-    """Train (or reuse) the Tang GPT in ``out/runs`` and analyse it into ``out``.
-
-    Args:
-        out: output folder.
-        quick: the preset's quick form and fewer evaluation batches.
-        overrides: training values on top of the preset (:func:`tang_config`).
-        trained: analyse this finished run folder instead of training one (nothing is trained).
-    """
+    """Train (or reuse) the Tang GPT in ``out/runs`` (``overrides`` on top of the preset: :func:`tang_config`), or
+    analyse the finished run folder ``trained`` instead (nothing is trained)."""
     setting = Setting(Path(out), quick, None if trained is None else Path(trained))
     if trained is not None:
         return Plan(setting, {}, summarise=False, what="Tang model")
@@ -107,12 +93,6 @@ def measure(runs: Runs[Setting]) -> TangHeadsResult:
         "unigram_entropy": unigram_entropy(train["corpus"], train.get("val_fraction", 0.1)),
     }
     return load(TangHeadsResult, {**results, "quick": s.quick, "training": training, "attention": attention})
-
-
-def analyse(run_dir: Path, out: Path, quick: bool = False) -> dict:
-    """The experiment on a trained run: its head analysis (``out/heads.png``), its attention on
-    :data:`DEFAULT_PROMPT` (``out/attention.png``), the key tables printed and the claims read off them."""
-    return EXPERIMENT.run(out, quick, trained=run_dir)
 
 
 def figures(r: TangHeadsResult, out: Path) -> dict[str, Path]:

@@ -1,7 +1,5 @@
-"""The tang-heads experiment's typed result: the head analysis of the lessons' Tang GPT, the run it analysed and
-its attention on the poem (the fields of :func:`poslab.analysis.heads.head_results` and
-:func:`poslab.analysis.attention_map.draw_attention`, each a typed value). The experiment itself:
-:mod:`poslab.lab.experiments.tang_heads`."""
+"""The tang-heads experiment's typed result: the fields of :func:`poslab.analysis.heads.head_results` and
+:func:`poslab.analysis.attention_map.draw_attention`, each a typed value."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """What the lab's training experiments share: the seeds, training many runs, reusing finished ones, the claims table.
 
-Not an experiment (the registry in ``__init__`` lists the experiment modules by name). Every
-experiment that trains several models hands them to :func:`poslab.jobs.runner.train_many` through
-:func:`ensure_many` (configs trained unless an identical finished run exists): a declared experiment's arms
-through :func:`poslab.lab.experiments.declaration.ensure_runs`, which summarises them with
-:func:`summarise_many`, the others directly.
+Not an experiment. Every training goes through :func:`ensure_many` (trained unless an identical finished run
+exists), a declared experiment's arms through :func:`poslab.lab.experiments.declaration.ensure_runs`.
 """
 
 from __future__ import annotations
@@ -21,6 +18,7 @@ from poslab.checks import is_int
 from poslab.display import cut, print_table
 from poslab.jobs import runner
 from poslab.jobs.runner import Task, check_workers, default_workers, train_many
+from poslab.lab.experiments.common import one_thread
 from poslab.lab.premises import all_of, below_bigram, uses_context
 from poslab.lab.report.i18n import t
 from poslab.lab.scale import SEED, SEEDS, Scale, preset_config  # noqa: F401  (SEED re-exported: the experiments' seeds are here)
@@ -91,13 +89,8 @@ def lm_premise(
 # ------------------------------------------------------------------------------------ training
 def summarise_run(values: dict[str, Any], run_dir: str) -> dict[str, Any]:
     """The summary of the finished run in ``run_dir`` trained with the config ``values``
-    (:class:`poslab.lab.experiments.declaration.RunSummary`'s fields).
-
-    ``val_loss_all`` is the loss on the whole validation split in consecutive windows of the training
-    length: the same tokens for every run and seed, so it carries no evaluation-sampling noise.
-    ``loss_by_position`` is the mean loss at each window position over the validation split's windows
-    (:data:`CONTEXT_WINDOWS`; causal models, ``None`` for a masked LM).
-    """
+    (:class:`poslab.lab.experiments.declaration.RunSummary`'s fields: its whole-split loss carries no
+    evaluation-sampling noise)."""
     from poslab.analysis.eval import loss_by_position
     from poslab.runs import RunFolder, load_run, read_metrics
     from poslab.training.config import TrainConfig
@@ -169,13 +162,7 @@ def alternating_cpu_speed(
     whatever else the machine is doing over every arm alike, and CPU time does not count the time a
     process waits for a core: unlike wall-clock tokens/s of trainings run side by side, the ratio
     does not follow the machine's load. The first round is a warm-up and is not returned.
-
-    Args:
-        configs: arm -> a training config mapping (:class:`poslab.training.config.TrainConfig` fields).
-        vocab_size: the vocabulary of the models.
-
-    Returns:
-        arm -> tokens per CPU second of each measured round (``rounds`` values).
+    ``configs``: arm -> a training config mapping; returns arm -> tokens per CPU second of each measured round.
     """
     import time
 
@@ -187,9 +174,7 @@ def alternating_cpu_speed(
 
     if steps < 1 or rounds < 3:
         raise ValueError(f"alternating timing needs steps >= 1 and rounds >= 3, got steps={steps!r}, rounds={rounds!r}")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         arms = {}
         for arm, values in configs.items():
             cfg = TrainConfig.from_dict({"name": f"timing-{arm}", **values})
@@ -213,8 +198,6 @@ def alternating_cpu_speed(
                 if round_ > 0:
                     out[arm].append(steps * cfg.batch_size * block / max(spent, 1e-9))
         return out
-    finally:
-        torch.set_num_threads(threads)
 
 
 #: the timing's training step: fp32, no gradient clipping (the arms differ only in their position scheme)
@@ -256,12 +239,8 @@ def same_run(run_dir: Path, cfg: Any, state: str = "finished") -> bool:
 
 
 def train_or_resume(cfg: Any, progress: bool = False) -> dict[str, Any]:
-    """Train ``cfg`` into its folder: continue an interrupted run of the same config from its checkpoint (a
-    stopped lab or experiment run again), else start afresh, replacing what the folder holds.
-
-    Returns:
-        The run's results (:func:`poslab.session.train`).
-    """
+    """Train ``cfg`` into its folder, returning its results: continue an interrupted run of the same config from
+    its checkpoint, else start afresh, replacing what the folder holds."""
     from poslab.session import train
 
     run_dir = Path(cfg.out_dir) / cfg.name
@@ -282,12 +261,7 @@ def preset_arms(out: Path, scale: Scale, seeds: Sequence[int]) -> dict[str, dict
 
 
 def ensure_trained(cfg: Any, progress: bool = False) -> Path:
-    """Train ``cfg`` unless a completed identical run is in its folder (:func:`train_or_resume`: an interrupted one
-    continues; a finished run of another config there is trained again).
-
-    Returns:
-        The run folder holding the trained model.
-    """
+    """The run folder of ``cfg``, trained (:func:`train_or_resume`) unless a completed identical run is there."""
     if not same_run(cfg.run_dir, cfg):
         train_or_resume(cfg, progress)
     return Path(cfg.run_dir)
@@ -310,16 +284,10 @@ def shard_key(cfg: Any) -> int:
 
 
 def ensure_many(configs: Sequence[Any], workers: int | None = None, what: str = "runs") -> list[Path]:
-    """:func:`ensure_trained` of every config, training the missing ones ``workers`` at a time.
-
-    A config with a finished identical run in its folder is not trained again. With more than one worker each
-    training runs in its own process on one thread. Inside a sharded step (:func:`poslab.jobs.runner.use_shard`)
-    only the shard's trainings (:func:`shard_key`) are trained, and :class:`poslab.jobs.runner.ShardFinished`
-    stops the step while any is unfinished.
-
-    Returns:
-        The run folder of each config, in order.
-    """
+    """The run folder of every config, in order: :func:`ensure_trained`, the missing ones ``workers`` at a time (each
+    in its own process on one thread when more than one). Inside a sharded step (:func:`poslab.jobs.runner.use_shard`)
+    only the shard's trainings (:func:`shard_key`) are trained, and :class:`poslab.jobs.runner.ShardFinished` stops
+    the step while any is unfinished."""
     workers = default_workers() if workers is None else check_workers(workers)
     shard = runner.current_shard()
     mine = {i for i, c in enumerate(configs) if shard is None or shard_key(c) % shard[1] == shard[0] - 1}
@@ -369,10 +337,8 @@ def _fmt(value: Any) -> str:
 
 
 def print_claims(claims: Sequence[dict[str, Any] | ClaimRecord]) -> None:
-    """Print the verdicts as a table: verdict, claim, measured, margin against noise, premise; then the counts.
-
-    Takes :class:`poslab.lab.verdicts.ClaimRecord` values or their dicts.
-    """
+    """Print the verdicts (records or their dicts) as a table: verdict, claim, measured, margin against noise,
+    premise; then the counts."""
     rows = []
     records = []
     for c in claims:

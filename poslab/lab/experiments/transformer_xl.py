@@ -8,39 +8,19 @@ every token see up to ``n_layer x M`` tokens back, and a longer memory at evalua
 helps further (their Table 6 / §4.2 ablations). Seed 002 §4.1 says relative encoding generalises to
 longer contexts; this is the paper's form of that claim: the encoding plus the recurrence.
 
-Here, on the lab's corpus (tinyshakespeare, characters), one small GPT with the Transformer-XL
-scheme (one ``W_R`` per layer, shared ``u, v``) per seed and arm, the same steps and seeds:
+Here one small GPT with the Transformer-XL scheme (one ``W_R`` per layer, shared ``u, v``) per seed and arm, on
+tinyshakespeare, trains on consecutive segments of ``L`` of contiguous streams: ``(a)`` each segment alone
+(``TrainConfig.stream_batches``: the paper's fixed-context baseline), ``(b)`` the same segments in the same order
+with the previous segment's states as memory (``TrainConfig.memory = L``). Same seed, initialisation and batches:
+the memory is the only difference, so every claim is paired by seed (random windows would also change the data:
+at the quick size that alone cost about 0.09 nats, measured).
 
-* ``(a) no memory``: trained on consecutive segments of ``L`` of contiguous streams, each segment
-  alone (``TrainConfig.stream_batches``: the paper's fixed-context baseline);
-* ``(b) memory M = L``: the same segments in the same order, with the previous segment's states as
-  memory (``TrainConfig.memory = L``).
-
-Same seed, same initialisation, same batches: the memory is the only difference between the arms
-(random windows would also change the data: at the quick size, 8 streams read contiguously cover
-less of the text than 8 random windows per step, which alone cost about 0.09 nats, measured).
-
-Both read the validation split as consecutive segments of ``L`` of :data:`EVAL_STREAMS` contiguous
-streams: (a) without memory (every segment alone, the fixed-context baseline) and with a memory of
-``L`` it never trained with; (b) with ``M = L``, ``2L`` and ``4L`` and without memory. The loss is
-reported by place inside the segment (plot: mean and min..max over seeds) and as the mean over the
-segment. Claims (the lab's one rule, ``poslab.lab.verdicts``):
-
-* recurrence + relative encoding lowers the loss at segment length ``L``: (b) with memory below (a)
-  without (paired by seed: the arms of a seed share their initialisation and batches, so the seed's
-  pair differs by the memory alone, :func:`~poslab.lab.verdicts.paired`);
-* the gain is where the fixed context is shortest: (b)-with-memory's advantage over (a) on the first
-  quarter of the segment is larger than on the last quarter (paired by seed);
-* a longer memory at evaluation helps further: (b) with ``4L`` below (b) with ``L`` (paired by seed:
-  the same model read twice);
-* relative encoding alone lets a model use memory it never trained with: (a) with memory ``L`` below
-  (a) without (paired by seed).
-
-Every claim records its seeds; the losses are in nats (ln-perplexity), so differences of losses are
-ln-perplexity ratios.
-
-The cost: forward + backward step time with and without the memory, measured side by side (process
-CPU time, one thread, alternating) on the (b) model's geometry.
+Both read the validation split as consecutive segments of :data:`EVAL_STREAMS` contiguous streams, (a) without
+memory and with a memory of ``L`` it never trained with, (b) with ``M = L``, ``2L``, ``4L`` and without; the loss is
+in nats by place inside the segment and over it. The claims (:func:`xl_claims`): (b) beats (a) at ``L``; the gain is
+larger on the segment's first quarter than its last; a ``4L`` memory beats ``L``; (a) uses a memory it never
+trained with. The cost: forward + backward step time with and without memory, side by side (process CPU time,
+one thread, alternating).
 """
 
 from __future__ import annotations
@@ -49,10 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from poslab.display import new_figure, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines
+from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines, one_thread
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, RunSummary, declare, seeded_arms
 from poslab.lab.experiments.training import SEEDS, lm_premise
 from poslab.lab.experiments.transformer_xl_measure import (
@@ -83,8 +61,6 @@ STEPS = {
         "warmup_steps": 15,
         "eval_interval": 75,
         "eval_iters": 4,
-        "ckpt_interval": 0,
-        "keep_checkpoints": 1,
     },
     "full": {
         "max_steps": 600,
@@ -93,8 +69,6 @@ STEPS = {
         "warmup_steps": 50,
         "eval_interval": 150,
         "eval_iters": 8,
-        "ckpt_interval": 0,
-        "keep_checkpoints": 1,
     },
 }
 #: validation streams read in parallel, and how many consecutive segments of each (None: all of them)
@@ -120,7 +94,7 @@ def train_config(
     """The training config mapping of one arm and seed (runs in ``out/runs/ARM-sSEED``; ``corpus``: tests)."""
     form = "quick" if quick else "full"
     geometry = dict(model or MODELS[form])
-    config = presets.preset_config("shakespeare-char")
+    config = {**presets.preset_config("shakespeare-char"), "ckpt_interval": 0, "keep_checkpoints": 1}
     config.update(steps or STEPS[form])
     if corpus is not None:
         config["corpus"] = corpus
@@ -178,14 +152,8 @@ def plan(
     steps: dict[str, Any] | None = None,
     corpus: str | None = None,
 ) -> Plan[Setting]:
-    """Both arms at every seed, runs ``out/runs/ARM-sSEED``.
-
-    Args:
-        quick: the short form (:data:`MODELS`, :data:`STEPS`).
-        seeds: training seeds (at least 3 for a conclusive verdict).
-        model, steps: geometry and training overrides (tests use tiny ones).
-        corpus: replaces the lab's corpus (tests use a short text).
-    """
+    """Both arms at every seed, runs ``out/runs/ARM-sSEED``; ``model``, ``steps`` and ``corpus`` replace the form's
+    (tests use tiny ones)."""
     first = train_config(out, quick, "a", seeds[0], model, steps, corpus)
     base = {k: v for k, v in first.items() if k not in ("name", "seed", "memory", "stream_batches")}
     variants = {arm: arm_overrides(arm, base["model"]["block_size"]) for arm in ARMS}
@@ -197,17 +165,13 @@ def measure(runs: Runs[Setting]) -> XLResult:
     """Every seed's two models read segment after segment under every condition; the step times of (b)."""
     s, base = runs.setting, runs.setting.base
     L = base["model"]["block_size"]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # segment after segment through a tiny GPT: a second thread only adds waiting
-    try:
+    with one_thread():  # segment after segment through a tiny GPT: a second thread only adds waiting
         per_seed = [
             read_seed(
                 seed, {arm: runs.by_arm[arm][seed].path for arm in ARMS}, EVAL_STREAMS[s.form], EVAL_SEGMENTS[s.form]
             )
             for seed in s.seeds
         ]
-    finally:
-        torch.set_num_threads(threads)
     timing_model, _, _ = load_run(runs.by_arm["b"][s.seeds[0]].path)
     corpus, fraction = base.get("corpus", "shakespeare"), base.get("val_fraction", 0.1)
     return XLResult(

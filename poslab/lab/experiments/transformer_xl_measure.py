@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from poslab.lab.experiments.common import one_thread
 from poslab.nn.memory import SegmentMemory
 from poslab.nn.model import GPT
 from poslab.runs import RunFolder, load_run
@@ -95,10 +96,8 @@ def step_times(model: GPT, batch: int, mem_len: int, steps: int) -> StepTime:
     model.train()
     memory = SegmentMemory(mem_len)
     model(x, x, cache=memory)  # fill the memory with one segment
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     times: dict[str, list[float]] = {"memory": [], "none": []}
-    try:
+    with one_thread():
         for i in range(steps + 1):
             for variant in ("memory", "none"):
                 start = time.process_time()
@@ -111,8 +110,6 @@ def step_times(model: GPT, batch: int, mem_len: int, steps: int) -> StepTime:
                 model.zero_grad(set_to_none=True)
                 if i:  # the first round warms up
                     times[variant].append(elapsed)
-    finally:
-        torch.set_num_threads(threads)
     memory_s, none_s = statistics.median(times["memory"]), statistics.median(times["none"])
     return StepTime(
         memory_s, none_s, memory_s / none_s, steps, batch, mem_len, "process CPU time, 1 thread, alternating"
