@@ -13,7 +13,6 @@ WORDS: dict[str, str] = {
     "held": "课文正确",
     "did not hold": "课文有误",
     "inconclusive": "无定论",
-    "not run in this lab": "本次实验没有运行",
     "bigram": "二元语法",
     "trigram": "三元语法",
     "unigram": "一元语法",
@@ -41,13 +40,10 @@ WORDS: dict[str, str] = {
     "val loss (whole validation split)": "验证损失（整个验证集）",
     "in-length loss": "训练长度内的损失",
     "Spearman correlation": "Spearman 相关系数",
-    "ppl(16L)": "ppl(16L)",
     "needs punctuation in the vocabulary": "词表中需要有标点",
-    "at least one head classified previous-token": "至少有一个头被归为前一个字头",
     "not measurable: the results do not name the character-level text of the loss": (
         "无法测量：结果没有写明损失所在的字符级文本"
     ),
-    "not measurable: the results hold no loss of the analysed model": "无法测量：结果中没有被分析模型的损失",
     "the plain YaRN fine-tune forgets (its claim held: ln perplexity at L above the base model's, paired t at 0.05)": (
         "普通的 YaRN 微调会遗忘（其论断成立：L 处的对数困惑度高于基座模型，配对 t 检验，0.05 水平）"
     ),
@@ -55,14 +51,12 @@ WORDS: dict[str, str] = {
     "(one-sample t per scheme and task)": "L 之外至少有一个测试长度上每组的准确率都高于随机水平且超出其 95% 区间"
     "（每种编码、每个任务做单样本 t 检验）",
     "the comparison is made at those lengths only": "比较只在这些长度上进行",
-    "the lab's analysed model": "实验室分析的模型",
     "table": "的表",
     # metrics the experiments compare on
     "perplexity (non-overlapping)": "困惑度（不重叠分块）",
     "non-overlapping": "不重叠分块",
     "nonoverlapping": "不重叠分块",
     "sliding": "滑动窗口",
-    "perplexity at L (non-overlapping)": "L 处的困惑度（不重叠分块）",
     "training tokens per CPU second (arms alternating in one process)": (
         "每 CPU 秒训练的 token 数（各组在同一进程中交替运行）"
     ),
@@ -313,7 +307,6 @@ SOURCES: dict[str, str] = {
     "WiSE-FT: interpolating base and fine-tuned weights": "WiSE-FT：在基座与微调权重之间插值",
     "继续预训练 ★★★ 慢但最可靠: continued pre-training, slow but the most reliable": "继续预训练 ★★★ 慢但最可靠",
     "the recipe keeps the extension": "这套做法保住了扩展",
-    "the lesson's GQA claim": "课文关于 GQA 的论断",
     "seed 000 §1.2's count applied to the zoo's GQA/MQA rows; the lessons make no GQA claim": (
         "把 seed 000 §1.2 的计数用在模型表的 GQA/MQA 行上；课文没有关于 GQA 的论断"
     ),

@@ -189,13 +189,6 @@ TEMPLATES: tuple[tuple[str, str], ...] = (
         r"not measurable: a window of (?P<n>\d+) positions is too short",
         "无法测量：{n} 个位置的窗口太短",
     ),
-    (
-        rf"at least (?P<n>\d+) seeds: a paired variance test detects a (?P<r>{NUM})x sd ratio with (?P<p>{NUM}) power "
-        rf"from that many \(Pitman–Morgan, Fisher's z\); with (?P<k>\d+) that test has (?P<df>\d+) degrees? of freedom",
-        "至少 {n} 个种子：配对方差检验要这么多种子才能以 {p} 的功效检测出"
-        " {r} 倍的标准差之比（Pitman–Morgan，Fisher z）；"
-        "{k} 个种子时这个检验只有 {df} 个自由度",
-    ),
     (r"(?P<n>\d+) seeds", "{n} 个种子"),
     (
         rf"at least (?P<n>\d+) seeds: a paired variance test detects a (?P<r>{NUM})x sd ratio with (?P<p>{NUM}) power "
