@@ -32,9 +32,10 @@ from typing import Any
 
 from poslab.lab import premises, reference_values
 from poslab.lab.experiments import descriptions, probes_tables, run_experiment
-from poslab.lab.report.builder import ALWAYS_COUNTED, NOT_TALLIED, decided_share, kind, load_manifest, load_results
+from poslab.lab.report.builder import ALWAYS_COUNTED, KINDS, NOT_TALLIED, decided_share, kind
 from poslab.lab.report.claims import evaluate
-from poslab.lab.report.i18n import name_lessons
+from poslab.lab.report.i18n import STRINGS, name_lessons
+from poslab.lab.report.reading import load_manifest, load_results
 from poslab.lab.tables import Table
 from poslab.lab.verdicts import ClaimRecord
 
@@ -42,17 +43,7 @@ SNAPSHOT = Path("docs/results/lab-quick.json")
 DOCS = ("lab.md", "extrapolation.md", "experiments.md", *(f"zh/lesson_00{i}.md" for i in range(3)), "zh/README.md")
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end -->)", re.S)
 #: what each kind of verdict is called in the docs (the report's English badges)
-KIND_NAMES = {
-    "held": "held",
-    "wrong": "did not hold",
-    "cited-held": "held (per source)",
-    "cited-wrong": "did not hold (per source)",
-    "untestable": "not testable",
-    "inconclusive": "inconclusive",
-    "withdrawn": "withdrawn",
-    "unusable": "unusable",
-    "note": "poslab note",
-}
+KIND_NAMES = {k: STRINGS[f"kind.{k}"]["en"] for k in KINDS}
 #: lab steps that are deterministic and take seconds: their part of the snapshot can be rerun alone
 RERUNNABLE = ("rope-relative", "permutation", "model-zoo", "corrections")
 POSITION_TRAINING = "experiments/position-training"
