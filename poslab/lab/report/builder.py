@@ -107,37 +107,37 @@ def cell(value: Any) -> str:
     return f"<span class='d'>{esc(cell_text(value))}</span>"
 
 
-def records_table(rows: list[dict], caption: str) -> str:
-    """A list of dicts as a table (scalar-ish columns only)."""
-    columns: list[str] = []
-    for row in rows:
-        for key, value in row.items():
-            if key not in columns and (_is_scalar(value) or isinstance(value, (list, dict))):
-                columns.append(key)
-    columns = columns[:MAX_COLUMNS]
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+def grid(caption: str, headers: list[str], rows: list[tuple[str | None, list[Any]]]) -> str:
+    """A captioned table: one ``(row header or None, cells)`` pair per row, each cell by :func:`cell`."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f"<td>{cell(row.get(c, ''))}</td>" for c in columns) + "</tr>" for row in rows[:MAX_TABLE_ROWS]
+        "<tr>" + ("" if k is None else f"<th>{esc(k)}</th>") + "".join(f"<td>{cell(v)}</td>" for v in cells) + "</tr>"
+        for k, cells in rows
     )
-    more = (
-        f"<p class='note'>{esc(t('folder.more', n=len(rows) - MAX_TABLE_ROWS))}</p>"
-        if len(rows) > MAX_TABLE_ROWS
-        else ""
+    return f"<table><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def kv_table(rows: Iterable[tuple[str, Any]]) -> str:
+    """Names and values, one per row."""
+    return (
+        "<table class='kv'><tbody>"
+        + "".join(f"<tr><th>{esc(k)}</th><td>{cell(v)}</td></tr>" for k, v in rows)
+        + "</tbody></table>"
     )
-    return f"<table><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
+
+
+def records_table(rows: list[dict], caption: str) -> str:
+    """A list of dicts as a table: the first :data:`MAX_COLUMNS` keys, the first :data:`MAX_TABLE_ROWS` rows."""
+    columns = list(dict.fromkeys(k for row in rows for k in row))[:MAX_COLUMNS]
+    more = len(rows) - MAX_TABLE_ROWS
+    note = f"<p class='note'>{esc(t('folder.more', n=more))}</p>" if more > 0 else ""
+    return grid(caption, columns, [(None, [row.get(c, "") for c in columns]) for row in rows[:MAX_TABLE_ROWS]]) + note
 
 
 def matrix_table(data: dict[str, dict], caption: str) -> str:
     """A dict of dicts of scalars as a 2-D table (rows = outer keys)."""
-    columns: list[str] = []
-    for inner in data.values():
-        columns += [k for k in inner if k not in columns]
-    head = "<th></th>" + "".join(f"<th>{esc(c)}</th>" for c in columns)
-    body = "".join(
-        f"<tr><th>{esc(k)}</th>" + "".join(f"<td>{cell(inner.get(c, ''))}</td>" for c in columns) + "</tr>"
-        for k, inner in data.items()
-    )
-    return f"<table><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    columns = list(dict.fromkeys(k for inner in data.values() for k in inner))
+    return grid(caption, ["", *columns], [(k, [inner.get(c, "") for c in columns]) for k, inner in data.items()])
 
 
 def numbers_html(results: dict, skip: tuple[str, ...] = ("claims",)) -> str:
@@ -165,11 +165,7 @@ def numbers_html(results: dict, skip: tuple[str, ...] = ("claims",)) -> str:
     for key, value in results.items():
         if key not in skip:
             walk(value, key, 1)
-    table = ""
-    if scalars:
-        rows = "".join(f"<tr><th>{esc(k)}</th><td>{cell(v)}</td></tr>" for k, v in scalars)
-        table = f"<table class='kv'><tbody>{rows}</tbody></table>"
-    return table + "".join(blocks)
+    return (kv_table(scalars) if scalars else "") + "".join(blocks)
 
 
 def kind(record: ClaimRecord) -> str:
@@ -466,7 +462,6 @@ def machine_html(manifest: dict) -> str:
     for key in ("mode", "started", "finished", "seconds", "command"):
         if key in manifest:
             rows.append((t("machine.lab", key=key), manifest[key]))
-    table = "".join(f"<tr><th>{esc(k)}</th><td>{cell(v)}</td></tr>" for k, v in rows)
     steps = manifest.get("steps") or []
     step_table = (
         records_table(
@@ -482,7 +477,7 @@ def machine_html(manifest: dict) -> str:
     return (
         f"<section id='machine'><h2>{esc(t('nav.machine'))}</h2>"
         f"<p class='note'>{esc(t('machine.shared', origin=origin))}"
-        f"</p><table class='kv'><tbody>{table}</tbody></table>{step_table}</section>"
+        f"</p>{kv_table(rows)}{step_table}</section>"
     )
 
 
