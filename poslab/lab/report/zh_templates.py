@@ -285,7 +285,6 @@ TEMPLATES: tuple[tuple[str, str], ...] = (
         rf"the analysed model's loss at least (?P<m>{NUM}) nats/token below its text's trigram baseline",
         "被分析模型的损失比其文本的三元语法基线至少低 {m} nats/token",
     ),
-    (r"(?P<e>[\w/-]+)/results.json has no field '(?P<f>[^']+)'", "{e}/results.json 中没有字段 '{f}'"),
 )
 
 #: every rule, in the order tried (a whole-text template before the lists it could be cut into)
