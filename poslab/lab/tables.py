@@ -1,15 +1,8 @@
 """One table type for the console, the report and the docs, and the reading of the cells they share.
 
-A :class:`Table` is a title, column headers, rows of typed cells and an optional note. It renders
-itself three ways: :meth:`Table.to_text` (the console, aligned), :meth:`Table.to_html` (the report,
-every text escaped) and :meth:`Table.to_markdown` (docs/). A cell is a scalar, a :class:`MeanSd`
-(mean ± sd over seeds, in :func:`poslab.lab.verdicts.pm_text`'s one form) or a short list or dict of scalars; every
-renderer formats it with :func:`cell_text`.
-
-An experiment declares its key tables as :class:`KeyTable` values (a name and a function of its
-results.json); :func:`build_tables` builds them, turning a table whose results lack a field into a
-:class:`TableFailure` that names the experiment, the table and the field, which the report shows
-instead of the table.
+An experiment declares its key tables as :class:`KeyTable` values; :func:`build_tables` builds them, a table
+whose results lack a field as a :class:`TableFailure` naming the experiment, the table and the field, which the
+report shows in the table's place.
 """
 
 from __future__ import annotations
