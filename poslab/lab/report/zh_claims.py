@@ -100,37 +100,13 @@ CLAIMS: dict[str, str] = {
     ),
     "from two layers on, the causal mask leaks order": "从两层起，因果掩码泄露了顺序",
     # context-extension
-    "without fine-tuning, PI reads 4x L better than no scaling": "不微调时，PI 在 4x L 上的困惑度低于不缩放",
-    "without fine-tuning, NTK reads 4x L better than no scaling": "不微调时，NTK 在 4x L 上的困惑度低于不缩放",
-    "without fine-tuning, dynamic NTK reads 4x L better than no scaling": (
-        "不微调时，动态 NTK 在 4x L 上的困惑度低于不缩放"
-    ),
-    "without fine-tuning, YaRN reads 4x L better than no scaling": "不微调时，YaRN 在 4x L 上的困惑度低于不缩放",
-    'without fine-tuning, NTK reads 4x L better than PI ("YaRN or NTK-aware first, much better than PI")': (
-        "不微调时，NTK 在 4x L 上的困惑度低于 PI（「第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」）"
-    ),
-    'without fine-tuning, YaRN reads 4x L better than PI ("YaRN or NTK-aware first, much better than PI")': (
-        "不微调时，YaRN 在 4x L 上的困惑度低于 PI（「第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」）"
-    ),
     "YaRN is the best inference-time scaling": "YaRN 是推理时最好的缩放",
-    "after 100 fine-tuning steps at 4x L, PI is close to the base model's in-length perplexity (within 5%; the PI "
-    "paper fine-tunes up to 1000 steps, this run 100)": "在 4x L 上微调 100 步后，PI 接近基座模型在训练长度内的困惑度"
-    "（相差 5% 以内；PI 论文最多微调 1000 步，本次 100 步）",
-    "after 100 fine-tuning steps at 4x L, YaRN is close to the base model's in-length perplexity (within 5%; the PI "
-    "paper fine-tunes up to 1000 steps, this run 100)": "在 4x L 上微调 100 步后，YaRN 接近基座模型在训练长度内的困惑度"
-    "（相差 5% 以内；PI 论文最多微调 1000 步，本次 100 步）",
     "after fine-tuning, YaRN <= PI": "微调之后，YaRN ≤ PI",
     "plain fine-tuning (no scaling) is the worst of the three": "普通微调（不缩放）是三者中最差的",
     "continued training (plain fine-tuning at 4x L) reads 4x L better than every inference-only scaling at an equal "
     "token budget": "同样的 token 预算下，继续训练（在 4x L 上普通微调）在 4x L 上的困惑度低于每一种只在推理时用的缩放",
     "continued training is the most reliable: its spread across seeds at 4x L is below every inference-only "
     "scaling's": "继续训练最可靠：它在 4x L 上的种子间离散度低于每一种只在推理时用的缩放",
-    "fine-tuning at 4x L makes PI retrieve the passkey at 4x L better than PI without it": (
-        "在 4x L 上微调后，PI 在 4x L 处的密钥检索比不微调的 PI 好"
-    ),
-    "fine-tuning at 4x L makes YaRN retrieve the passkey at 4x L better than YaRN without it": (
-        "在 4x L 上微调后，YaRN 在 4x L 处的密钥检索比不微调的 YaRN 好"
-    ),
     "without fine-tuning, PI retrieves the passkey at 4x L better than no scaling": (
         "不微调时，PI 在 4x L 处的密钥检索比不缩放好"
     ),
@@ -268,22 +244,10 @@ CLAIMS: dict[str, str] = {
     ),
     "ALiBi trains to a slightly worse loss than RoPE": "ALiBi 训练出的损失比 RoPE 略差",
     "RoPE beats adding a learned or sinusoidal position vector": "RoPE 胜过加一个可学习或正余弦的位置向量",
-    "ALiBi adds no parameters": "ALiBi 不增加参数",
-    "RoPE adds no parameters": "RoPE 不增加参数",
     "ALiBi trains at (nearly) the speed of no position encoding (tokens/s within 10% of it, either way)": (
         "ALiBi 的训练速度（几乎）与没有位置编码时一样（tokens/s 相差 10% 以内，快慢皆算）"
     ),
     # probes
-    "none generalises past the training length better than t5": "超过训练长度后，none 的泛化好于 t5",
-    "t5 generalises past the training length better than alibi": "超过训练长度后，t5 的泛化好于 alibi",
-    "alibi generalises past the training length better than rope": "超过训练长度后，alibi 的泛化好于 rope",
-    "rope generalises past the training length better than sinusoidal": "超过训练长度后，rope 的泛化好于 sinusoidal",
-    "attention needs position: on reverse, rope beats NoPE in length": (
-        "注意力需要位置：在 reverse 任务的训练长度内，rope 胜过 NoPE"
-    ),
-    "attention needs position: on retrieve, rope beats NoPE in length": (
-        "注意力需要位置：在 retrieve 任务的训练长度内，rope 胜过 NoPE"
-    ),
     "more heads carry more relations at once: 4 heads beat 1 on multi-query associative recall at fixed width": (
         "头越多，同时承载的关系越多：宽度固定时，4 个头在多查询联想回忆上胜过 1 个头"
     ),

@@ -232,6 +232,35 @@ TEMPLATES: tuple[tuple[str, str], ...] = (
         r"(?P<t_arm>.+?) beats NoPE on (?P<t_m>.+?) by more than the noise",
         "{t_arm} 在{t_m}上胜过 NoPE，且超出噪声",
     ),
+    # claims of one shape, one per arm (context-extension, probes, position-training)
+    (
+        r"without fine-tuning, (?P<t_a>.+?) reads 4x L better than no scaling",
+        "不微调时，{t_a} 在 4x L 上的困惑度低于不缩放",
+    ),
+    (
+        r"without fine-tuning, (?P<t_a>.+?) reads 4x L better than PI "
+        r'\("YaRN or NTK-aware first, much better than PI"\)',
+        "不微调时，{t_a} 在 4x L 上的困惑度低于 PI（「第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」）",
+    ),
+    (
+        r"after (?P<n>\d+) fine-tuning steps at 4x L, (?P<t_a>\w+) is close to the base model's in-length perplexity "
+        r"\(within 5%; the PI paper fine-tunes up to 1000 steps, this run (?P=n)\)",
+        "在 4x L 上微调 {n} 步后，{t_a} 接近基座模型在训练长度内的困惑度"
+        "（相差 5% 以内；PI 论文最多微调 1000 步，本次 {n} 步）",
+    ),
+    (
+        r"fine-tuning at 4x L makes (?P<t_a>\w+) retrieve the passkey at 4x L better than (?P=t_a) without it",
+        "在 4x L 上微调后，{t_a} 在 4x L 处的密钥检索比不微调的 {t_a} 好",
+    ),
+    (
+        r"(?P<a>[\w-]+) generalises past the training length better than (?P<b>[\w-]+)",
+        "超过训练长度后，{a} 的泛化好于 {b}",
+    ),
+    (
+        r"attention needs position: on (?P<task>\w+), rope beats NoPE in length",
+        "注意力需要位置：在 {task} 任务的训练长度内，rope 胜过 NoPE",
+    ),
+    (r"(?P<s>ALiBi|RoPE) adds no parameters", "{s} 不增加参数"),
     # metrics the comparisons name
     (r"ppl at (?P<f>\d+)x L", "{f}x L 处的困惑度"),
     (r"entropy rise at (?P<f>\d+)x L \(nats\)", "{f}x L 处的熵增（nats）"),
