@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -266,14 +267,10 @@ def verdict_table(verdicts: list[claims_mod.Verdict], with_folder: bool = False)
         "<colgroup><col style='width:11%'><col style='width:31%'><col style='width:28%'><col style='width:18%'>"
         "<col style='width:12%'></colgroup>"
     )
-    head = "".join(
-        f"<th>{esc(t(k))}</th>"
-        for k in ("table.lesson", "table.claim", "table.measured", "table.margin", "table.verdict")
-    )
     rows = []
     for v in verdicts:
         r = v.record
-        where = f"<div class='path'>{show(v.experiment + '/results.json')}</div>" if with_folder else ""
+        where = results_path(v) if with_folder else ""
         criterion = f"<div class='crit'>{esc(t('table.criterion'))} {show(r.criterion)}</div>" if r.criterion else ""
         evidence = r.details.get("evidence") if isinstance(r.details, dict) else None
         if kind(r) == "unusable":
@@ -289,7 +286,7 @@ def verdict_table(verdicts: list[claims_mod.Verdict], with_folder: bool = False)
             f"<td>{claim_text(r)}{criterion}</td><td>{show(r.measured)}</td><td>{esc(margin_text(r))}</td>"
             f"<td>{verdict_badge(r)}</td></tr>"
         )
-    return f"<table class='claims'>{colgroup}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return claims_table(("table.measured", "table.margin"), rows, colgroup)
 
 
 def untestable_table(verdicts: list[claims_mod.Verdict]) -> str:
@@ -299,24 +296,22 @@ def untestable_table(verdicts: list[claims_mod.Verdict]) -> str:
         r = v.record
         reason = r.details.get("reason") or (r.premise.text if r.premise else "")
         rows.append(
-            f"<tr class='v-untestable'><td class='src'>{show_source(r.source)}"
-            f"<div class='path'>{show(v.experiment + '/results.json')}</div></td><td>{claim_text(r)}</td>"
-            f"<td>{show(reason)}</td><td>{show(r.details.get('verdict_without_premise', ''))}</td>"
-            f"<td>{verdict_badge(r)}</td></tr>"
+            f"<tr class='v-untestable'><td class='src'>{show_source(r.source)}{results_path(v)}</td>"
+            f"<td>{claim_text(r)}</td><td>{show(reason)}</td>"
+            f"<td>{show(r.details.get('verdict_without_premise', ''))}</td><td>{verdict_badge(r)}</td></tr>"
         )
-    head = "".join(
-        f"<th>{esc(t(k))}</th>"
-        for k in ("table.lesson", "table.claim", "table.reason", "table.without", "table.verdict")
-    )
-    return f"<table class='claims'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return claims_table(("table.reason", "table.without"), rows)
 
 
-def kind_counts(verdicts: list[claims_mod.Verdict]) -> dict[str, int]:
-    """How many records of each of :data:`KINDS`."""
-    counts = dict.fromkeys(KINDS, 0)
-    for v in verdicts:
-        counts[kind(v.record)] += 1
-    return counts
+def claims_table(columns: tuple[str, ...], rows: list[str], colgroup: str = "") -> str:
+    """A table of claims: lesson, claim, the message ids of ``columns``, verdict; ``rows`` as HTML."""
+    head = "".join(f"<th>{esc(t(k))}</th>" for k in ("table.lesson", "table.claim", *columns, "table.verdict"))
+    return f"<table class='claims'>{colgroup}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def results_path(v: claims_mod.Verdict) -> str:
+    """The results file a verdict comes from, under its lesson."""
+    return f"<div class='path'>{show(v.experiment + '/results.json')}</div>"
 
 
 def decided_share(kinds: Iterable[tuple[str, int]]) -> tuple[int, int]:
@@ -328,7 +323,7 @@ def decided_share(kinds: Iterable[tuple[str, int]]) -> tuple[int, int]:
 
 def summary_counts(verdicts: list[claims_mod.Verdict], share: bool = False) -> str:
     """The count of each kind; with ``share``, also how many of the testable seeded claims were decided."""
-    counts = kind_counts(verdicts)
+    counts = Counter(kind(v.record) for v in verdicts)
     out = " ".join(
         f"<span class='count {k}'>{esc(t('count', n=counts[k], name=t('kind.' + k)))}</span>"
         for k in KINDS
