@@ -20,6 +20,7 @@ from scipy import stats
 
 from poslab.lab.report.i18n import name_lessons
 from poslab.lab.tables import Table
+from poslab.lab.verdicts import mean_sd
 
 #: a figure of a claim's measured text: "LABEL MEAN ± SD (n=N)"
 FIGURE = re.compile(r"^(?P<label>.*?)\s*(?P<mean>-?\d+(?:\.\d+)?) ± (?P<sd>\d+(?:\.\d+)?) \(n=(?P<n>\d+)\)")
@@ -48,12 +49,6 @@ def _interval_text(mean: float, sd: float, n: int, digits: int, lo: float = -mat
     if bounds is None:
         return "—"
     return f"{max(lo, bounds[0]):.{digits}f} – {min(hi, bounds[1]):.{digits}f}"
-
-
-def _spread(values: Sequence[float]) -> tuple[float, float]:
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
-    return mean, sd
 
 
 def figures(measured: str) -> list[tuple[str, str, float, float, int]]:
@@ -106,7 +101,8 @@ _NOTE = (
 
 def _seeded_row(label: str, values: list[float], *bounds: float) -> tuple[str, str, str, str]:
     """``label``, each seed's value, mean ± sd and the prediction interval (within ``bounds``, if given)."""
-    mean, sd = _spread(values)
+    mean, sd = mean_sd(values)
+    sd = 0.0 if sd is None else sd  # one seed: no spread
     shown = ", ".join(f"{v:.3f}" for v in values)
     return label, shown, f"{mean:.3f} ± {sd:.3f}", _interval_text(mean, sd, len(values), 3, *bounds)
 
