@@ -32,7 +32,7 @@ from typing import Any
 
 from poslab.lab import premises, reference_values
 from poslab.lab.experiments import descriptions, probes_tables, run_experiment
-from poslab.lab.report.builder import ALWAYS_COUNTED, KINDS, NOT_TALLIED, decided_share, kind
+from poslab.lab.report.builder import KINDS, decided_share, kind, tally
 from poslab.lab.report.claims import evaluate
 from poslab.lab.report.i18n import STRINGS, name_lessons
 from poslab.lab.report.reading import load_manifest, load_results
@@ -164,12 +164,7 @@ def _duration(seconds: float | None) -> str:
 
 
 def _counts(claims: Sequence[dict]) -> str:
-    counts = {k: sum(c["kind"] == k for c in claims) for k in KIND_NAMES}
-    return ", ".join(
-        f"{counts[k]} {name}"
-        for k, name in KIND_NAMES.items()
-        if (counts[k] or k in ALWAYS_COUNTED) and k not in NOT_TALLIED
-    )
+    return ", ".join(f"{n} {KIND_NAMES[k]}" for k, n in tally(c["kind"] for c in claims))
 
 
 def _table(claims: Sequence[dict], with_experiment: bool) -> str:

@@ -321,13 +321,17 @@ def decided_share(kinds: Iterable[tuple[str, int]]) -> tuple[int, int]:
     return sum(k in ("held", "wrong") for k in testable), len(testable)
 
 
+def tally(kinds: Iterable[str]) -> list[tuple[str, int]]:
+    """``(kind, count)`` of each kind a count line names, in the order of :data:`KINDS`."""
+    counts = Counter(kinds)
+    return [(k, counts[k]) for k in KINDS if (counts[k] or k in ALWAYS_COUNTED) and k not in NOT_TALLIED]
+
+
 def summary_counts(verdicts: list[claims_mod.Verdict], share: bool = False) -> str:
     """The count of each kind; with ``share``, also how many of the testable seeded claims were decided."""
-    counts = Counter(kind(v.record) for v in verdicts)
     out = " ".join(
-        f"<span class='count {k}'>{esc(t('count', n=counts[k], name=t('kind.' + k)))}</span>"
-        for k in KINDS
-        if (counts[k] or k in ALWAYS_COUNTED) and k not in NOT_TALLIED
+        f"<span class='count {k}'>{esc(t('count', n=n, name=t('kind.' + k)))}</span>"
+        for k, n in tally(kind(v.record) for v in verdicts)
     )
     decided, testable = decided_share((kind(v.record), v.record.n_seeds) for v in verdicts)
     if share and testable:
