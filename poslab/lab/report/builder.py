@@ -449,29 +449,21 @@ def section_text(section: Section, field: str) -> str:
 def machine_html(manifest: dict) -> str:
     machine = manifest.get("machine") or machine_info()
     origin = t("machine.recorded") if manifest.get("machine") else t("machine.here")
-    versions = machine.get("versions", {})
     rows = [
         (t("machine.cpu"), machine.get("cpu")),
         (t("machine.cores"), machine.get("cores")),
         (t("machine.threads"), machine.get("torch_threads")),
         (t("machine.cuda"), machine.get("cuda")),
         (t("machine.platform"), machine.get("platform")),
+        *machine.get("versions", {}).items(),
     ]
-    rows += [(name, version) for name, version in versions.items()]
     for key in ("mode", "started", "finished", "seconds", "command"):
         if key in manifest:
             rows.append((t("machine.lab", key=key), manifest[key]))
     steps = manifest.get("steps") or []
+    fields = ("name", "kind", "status", "seconds", "cpu_seconds", "folder", "error")
     step_table = (
-        records_table(
-            [
-                {k: s.get(k) for k in ("name", "kind", "status", "seconds", "cpu_seconds", "folder", "error") if k in s}
-                for s in steps
-            ],
-            t("machine.steps"),
-        )
-        if steps
-        else ""
+        records_table([{k: s[k] for k in fields if k in s} for s in steps], t("machine.steps")) if steps else ""
     )
     return (
         f"<section id='machine'><h2>{esc(t('nav.machine'))}</h2>"
