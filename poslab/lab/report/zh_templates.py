@@ -20,10 +20,6 @@ from poslab.lab.report.zh_text import NUM, PM, Rule, glossed, joined, split_top,
 TASKS = "copy|reverse|retrieve|mqar|count|counting|passkey"
 
 
-def _tr(text: str) -> str | None:
-    return translate(text)
-
-
 def _pair_split(text: str, word: str) -> list[tuple[str, str]]:
     """Every way of cutting ``text`` at `` word `` into two non-empty parts."""
     out, start = [], 0
@@ -37,7 +33,7 @@ def _pair_split(text: str, word: str) -> list[tuple[str, str]]:
 def metric_of(text: str) -> str | None:
     """``METRIC of LABEL`` (as :func:`poslab.lab.comparisons.bound` writes it): LABEL 的 METRIC, trying every cut."""
     for metric, label in _pair_split(text, "of"):
-        m, lab = _tr(metric), _tr(label)
+        m, lab = translate(metric), translate(label)
         if m is not None and lab is not None:
             return f"{spaced(lab, '的', m)}{' ' if m[-1:].isascii() else ''}"
     return None
@@ -76,12 +72,12 @@ def gap(text: str) -> str | None:
     if not match:
         return None
     if match["head"]:
-        head, worse = metric_of(match["head"]), _tr(match["worse"])
+        head, worse = metric_of(match["head"]), translate(match["worse"])
         if head is None or worse is None:
             return None
         by = f"，且差距大于 {match['by']}" if match["by"] else ""
         return spaced(head.rstrip(), _WORD[match["word"]], worse) + by
-    head, worse = metric_of(match["head2"]), _tr(match["worse2"])
+    head, worse = metric_of(match["head2"]), translate(match["worse2"])
     if head is None or worse is None:
         return None
     return spaced(head.rstrip(), "比", worse, "至多" + ("高" if match["word2"] == "higher" else "低"), match["at"])
@@ -109,9 +105,11 @@ def arm_list(text: str) -> str | None:
     out = []
     for item in items:
         match = re.fullmatch(rf"(?P<label>.+?)(?P<colon>:?) (?P<v>{PM}|-)", item)
-        label = _tr(match["label"]) if match else None
+        label = translate(match["label"]) if match else None
         if label is None or match is None:
-            whole = _tr(item) if len(items) > 1 else None  # an item of its own form (a probe's arm with its margin)
+            whole = (
+                translate(item) if len(items) > 1 else None
+            )  # an item of its own form (a probe's arm with its margin)
             if whole is None:
                 return None
             out.append(whole)

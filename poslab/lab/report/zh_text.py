@@ -72,17 +72,13 @@ def translate(text: str) -> str | None:
     return None
 
 
-def zh(text: str) -> str:
-    """:func:`translate`, or ``text`` itself where the catalogue has no Chinese."""
-    out = translate(text)
-    return text if out is None else out
-
-
 def localized(text: str) -> str:
-    """``text`` in the language of the page being built: :func:`zh` on the Chinese page, as written on the English."""
+    """``text`` in the language of the page being built: on the Chinese page :func:`translate`, or ``text`` itself
+    where the catalogue has no Chinese; as written on the English."""
     from poslab.lab.report.i18n import language
 
-    return zh(text) if language() == "zh" else text
+    out = translate(text) if language() == "zh" else None
+    return text if out is None else out
 
 
 def fields(match: re.Match[str]) -> dict[str, str] | None:
