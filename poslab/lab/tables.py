@@ -73,7 +73,8 @@ def spread(values: Any, digits: int = 4) -> Any:
 Cell = str | int | float | bool | None | MeanSd | Sequence[Any] | Mapping[str, Any]
 
 
-def _scalar(value: Any) -> bool:
+def is_scalar(value: Any) -> bool:
+    """Whether ``value`` is one cell value: none, a text, a number, a truth value or a :class:`MeanSd`."""
     return value is None or isinstance(value, (str, int, float, bool, MeanSd))
 
 
@@ -88,13 +89,13 @@ def cell_text(value: Any, digits: int = 4) -> str:
         return "—"
     if isinstance(value, (int, float)):
         return num(value, digits)
-    if _scalar(value):
+    if is_scalar(value):
         return str(value)
-    if isinstance(value, list) and all(_scalar(v) for v in value):
+    if isinstance(value, list) and all(is_scalar(v) for v in value):
         if len(value) <= 8:
             return ", ".join(cell_text(v, digits) for v in value)
         return t("cell.values", n=len(value), first=num(value[0]), second=num(value[1]), last=num(value[-1]))
-    if isinstance(value, dict) and all(_scalar(v) for v in value.values()) and len(value) <= 6:
+    if isinstance(value, dict) and all(is_scalar(v) for v in value.values()) and len(value) <= 6:
         return ", ".join(f"{k}={cell_text(v, digits)}" for k, v in value.items())
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 80 else text[:77] + "…"

@@ -30,7 +30,7 @@ from poslab.lab.report.i18n import LESSONS, language, name_lessons, t, use_langu
 from poslab.lab.report.reading import MANIFEST_ERRORS, UNREADABLE, load_manifest, load_results, png_files
 from poslab.lab.report.sections import KNOWN_FOLDERS, SECTIONS, Section
 from poslab.lab.report.zh_text import localized, parentheticals
-from poslab.lab.tables import KeyTable, TableFailure, build_tables, cell_text, esc
+from poslab.lab.tables import KeyTable, TableFailure, build_tables, cell_text, esc, is_scalar
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, MIN_SEEDS, ClaimRecord, not_testable, num
 
 MAX_TABLE_ROWS = 40
@@ -99,10 +99,6 @@ def image_tag(path: Path, alt: str) -> str:
     )
 
 
-def _is_scalar(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool))
-
-
 def cell(value: Any) -> str:
     """One table cell (a value from the results, marked as data): :func:`poslab.lab.tables.cell_text`, escaped."""
     return f"<span class='d'>{esc(cell_text(value))}</span>"
@@ -147,14 +143,14 @@ def numbers_html(results: dict, skip: tuple[str, ...] = ("claims",)) -> str:
     blocks: list[str] = []
 
     def walk(value: Any, path: str, depth: int) -> None:
-        if _is_scalar(value) or (isinstance(value, list) and all(_is_scalar(v) for v in value)):
+        if is_scalar(value) or (isinstance(value, list) and all(is_scalar(v) for v in value)):
             scalars.append((path, value))
         elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             blocks.append(records_table(value, path))
         elif (
             isinstance(value, dict)
             and value
-            and all(isinstance(v, dict) and all(_is_scalar(x) for x in v.values()) for v in value.values())
+            and all(isinstance(v, dict) and all(is_scalar(x) for x in v.values()) for v in value.values())
         ):
             blocks.append(matrix_table(value, path))
         elif isinstance(value, dict) and depth < 3:

@@ -26,10 +26,6 @@ class Verdict:
     experiment: str
     record: ClaimRecord
 
-    @property
-    def verdict(self) -> str:
-        return self.record.verdict
-
 
 #: the ``details`` key of a record the report cannot use: why, in one line (the page's "unusable" badge)
 UNUSABLE = "unusable"
