@@ -66,19 +66,10 @@ def snapshot(lab_dir: Path | str) -> dict[str, Any]:
     lab_dir = Path(lab_dir)
     if not (lab_dir / "lab.json").is_file():
         raise ValueError(f"--results {str(lab_dir)!r} has no lab.json; give the folder `poslab lab --out` wrote")
-    manifest = load_manifest(lab_dir)
-    claims = [_claim(v.experiment, v.record) for v in evaluate(load_results(lab_dir))]
-    steps = [
-        {
-            "name": s.get("name"),
-            "status": s.get("status"),
-            "seconds": s.get("seconds"),
-            "cpu_seconds": s.get("cpu_seconds"),
-        }
-        for s in manifest.get("steps", [])
-        if isinstance(s, dict)
-    ]
-    results = load_results(lab_dir)
+    manifest, results = load_manifest(lab_dir), load_results(lab_dir)
+    claims = [_claim(v.experiment, v.record) for v in evaluate(results)]
+    fields = ("name", "status", "seconds", "cpu_seconds")
+    steps = [{k: s.get(k) for k in fields} for s in manifest.get("steps", []) if isinstance(s, dict)]
     return {
         "mode": manifest.get("mode"),
         "command": manifest.get("command"),
