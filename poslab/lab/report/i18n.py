@@ -406,18 +406,15 @@ SECTION_ZH: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _section_strings() -> dict[str, dict[str, str]]:
-    out = {}
-    for s in SECTIONS:
-        title, claim, measured = SECTION_ZH.get(s.key, ("", "", ""))
-        out[f"section.{s.key}.title"] = {"en": s.title, "zh": title}
-        out[f"section.{s.key}.claim"] = {"en": s.claim, "zh": claim}
-        out[f"section.{s.key}.measured"] = {"en": s.measured, "zh": measured}
-    return out
-
-
 #: the one table: message id -> {"en": ..., "zh": ...}
-STRINGS: dict[str, dict[str, str]] = {**UI, **_section_strings()}
+STRINGS: dict[str, dict[str, str]] = {
+    **UI,
+    **{
+        f"section.{s.key}.{field}": {"en": getattr(s, field), "zh": zh}
+        for s in SECTIONS
+        for field, zh in zip(("title", "claim", "measured"), SECTION_ZH.get(s.key, ("", "", "")), strict=True)
+    },
+}
 
 
 def language() -> str:

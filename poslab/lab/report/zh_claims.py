@@ -8,6 +8,9 @@ numbers are templates (:mod:`poslab.lab.report.zh_templates`, :mod:`poslab.lab.r
 
 from __future__ import annotations
 
+from poslab.lab.report import zh_lesson_items
+from poslab.lab.report.zh_measured import STATIC
+
 #: verdict words, arm labels, metrics and small pieces other texts are made of
 WORDS: dict[str, str] = {
     "held": "课文正确",
@@ -277,14 +280,4 @@ SOURCES: dict[str, str] = {
 }
 
 #: the one table the catalogue looks texts up in (criteria, evidence, references and reasons: zh_measured.py)
-EXACT: dict[str, str] = {}
-
-
-def _build() -> dict[str, str]:
-    from poslab.lab.report import zh_lesson_items
-    from poslab.lab.report.zh_measured import STATIC
-
-    return {**WORDS, **CLAIMS, **SOURCES, **STATIC, **zh_lesson_items.STATIC}
-
-
-EXACT.update(_build())
+EXACT: dict[str, str] = {**WORDS, **CLAIMS, **SOURCES, **STATIC, **zh_lesson_items.STATIC}
