@@ -177,7 +177,7 @@ def test_results_json_the_console_and_the_report_show_one_verdict(tmp_path, monk
     assert by["strong"]["verdict"] == HELD and by["strong"]["design"]["family"] == "fake"
     assert "inconclusive" in printed and "held" in printed
     page = report_claims.evaluate({"experiments/fake": {"claims": written}})
-    shown = {v.record.claim: v.verdict for v in page if v.experiment == "experiments/fake"}
+    shown = {v.record.claim: v.record.verdict for v in page if v.experiment == "experiments/fake"}
     assert shown == {c: by[c]["verdict"] for c in by}
     # a seeded record written without a design (an older lab) is shown unusable, loudly, not with a verdict
     old = {**written[0], "design": None}

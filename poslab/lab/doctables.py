@@ -32,9 +32,10 @@ from typing import Any
 
 from poslab.lab import premises, reference_values
 from poslab.lab.experiments import descriptions, probes_tables, run_experiment
-from poslab.lab.report.builder import ALWAYS_COUNTED, NOT_TALLIED, decided_share, kind, load_manifest, load_results
+from poslab.lab.report.builder import KINDS, decided_share, kind, tally
 from poslab.lab.report.claims import evaluate
-from poslab.lab.report.i18n import name_lessons
+from poslab.lab.report.i18n import STRINGS, name_lessons
+from poslab.lab.report.reading import load_manifest, load_results
 from poslab.lab.tables import Table
 from poslab.lab.verdicts import ClaimRecord
 
@@ -42,17 +43,7 @@ SNAPSHOT = Path("docs/results/lab-quick.json")
 DOCS = ("lab.md", "extrapolation.md", "experiments.md", *(f"zh/lesson_00{i}.md" for i in range(3)), "zh/README.md")
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end -->)", re.S)
 #: what each kind of verdict is called in the docs (the report's English badges)
-KIND_NAMES = {
-    "held": "held",
-    "wrong": "did not hold",
-    "cited-held": "held (per source)",
-    "cited-wrong": "did not hold (per source)",
-    "untestable": "not testable",
-    "inconclusive": "inconclusive",
-    "withdrawn": "withdrawn",
-    "unusable": "unusable",
-    "note": "poslab note",
-}
+KIND_NAMES = {k: STRINGS[f"kind.{k}"]["en"] for k in KINDS}
 #: lab steps that are deterministic and take seconds: their part of the snapshot can be rerun alone
 RERUNNABLE = ("rope-relative", "permutation", "model-zoo", "corrections")
 POSITION_TRAINING = "experiments/position-training"
@@ -75,19 +66,10 @@ def snapshot(lab_dir: Path | str) -> dict[str, Any]:
     lab_dir = Path(lab_dir)
     if not (lab_dir / "lab.json").is_file():
         raise ValueError(f"--results {str(lab_dir)!r} has no lab.json; give the folder `poslab lab --out` wrote")
-    manifest = load_manifest(lab_dir)
-    claims = [_claim(v.experiment, v.record) for v in evaluate(load_results(lab_dir))]
-    steps = [
-        {
-            "name": s.get("name"),
-            "status": s.get("status"),
-            "seconds": s.get("seconds"),
-            "cpu_seconds": s.get("cpu_seconds"),
-        }
-        for s in manifest.get("steps", [])
-        if isinstance(s, dict)
-    ]
-    results = load_results(lab_dir)
+    manifest, results = load_manifest(lab_dir), load_results(lab_dir)
+    claims = [_claim(v.experiment, v.record) for v in evaluate(results)]
+    fields = ("name", "status", "seconds", "cpu_seconds")
+    steps = [{k: s.get(k) for k in fields} for s in manifest.get("steps", []) if isinstance(s, dict)]
     return {
         "mode": manifest.get("mode"),
         "command": manifest.get("command"),
@@ -173,12 +155,7 @@ def _duration(seconds: float | None) -> str:
 
 
 def _counts(claims: Sequence[dict]) -> str:
-    counts = {k: sum(c["kind"] == k for c in claims) for k in KIND_NAMES}
-    return ", ".join(
-        f"{counts[k]} {name}"
-        for k, name in KIND_NAMES.items()
-        if (counts[k] or k in ALWAYS_COUNTED) and k not in NOT_TALLIED
-    )
+    return ", ".join(f"{n} {KIND_NAMES[k]}" for k, n in tally(c["kind"] for c in claims))
 
 
 def _table(claims: Sequence[dict], with_experiment: bool) -> str:

@@ -240,17 +240,13 @@ EMPTY_TABLES = [
 ]
 
 
-#: the sentence of the lesson each record judges, verbatim (seed 000 or 002 contains it exactly): one verdict each
+#: the sentence of the lesson each record judges, verbatim (seed 000 or 002 contains it exactly): one verdict each;
+#: the quote itself where a record quotes one sentence whole
 SENTENCES: dict[str, str] = {
-    "alibi": r"$$\text{bias}_{ij} = \begin{cases} 0 & j \le i \\ -\alpha(i - j) & j > i \end{cases}$$",
-    "ntk_table": "NTK-aware\t修正 base 参数，低频维度保持、高频维度插值",
+    **{k: QUOTES[k][1] for k in ("alibi", "ntk_table", "dk", "rope_memory", "xl_pg19", "fp16_clip", "contra_alibi")},
     "ntk_q4": "而「保持不变」的直觉做法就是减小 base。",
-    "dk": "关键观察：几乎所有 LLM 的 $d_k$ 都固定在 64 或 128，不管模型多大。",
-    "rope_memory": "在7B参数模型上节省12%显存",
-    "xl_pg19": "在PG-19数据集上提升17%的perplexity",
     "xl_learned_r": "其中r是学习到的相对位置向量",
     "local_mask": "mask = torch.ones(L, L).tril(-window_size) + torch.ones(L, L).triu(window_size)",
-    "fp16_clip": "3. 梯度裁剪阈值需要调整为FP16适应范围",
     "llama3_averaging": "平均检查点（averaging checkpoints）避免灾难性遗忘",
     "adaptive_span": "Google最新研究的Adaptive Attention Span：",
     "autocast_fp32": "    scores = torch.matmul(q.float(), k.transpose(-2, -1).float())",
@@ -266,7 +262,6 @@ SENTENCES: dict[str, str] = {
     "alibi_modern": "现代 LLM 基本不用了",
     "q2_space": "加位置向量时，$d_{model}$ 维里有一部分专门用来存位置信息，挤占了表示内容的空间。",
     "contra_ntk": "NTK-aware scaling\t修正 base，高频少插值、低频多插值",
-    "contra_alibi": "• 外推性好：距离是线性的，理论上可外推",
     "contra_rope": "但实际上会退化。",
     "su_insight": "绝对位置嵌入会削弱注意力机制——因为「位置」和「内容」被混在一个向量里，无法分离。",
     "alibi_hard": "ALiBi 是「硬性惩罚远处 token」，而 RoPE 是「让模型自己学位置关系」。后者更灵活。",

@@ -1,13 +1,6 @@
-"""One claim record: what a tested claim holds, and the one rule a verdict obeys.
-
-A verdict is one of :data:`VERDICTS`: ``held``, ``did not hold`` or ``inconclusive``. The rule (docs/lab.md,
-"How a verdict is decided"): a seeded claim ``held`` when its margin (the measured effect in the
-claim's direction, minus the threshold it states) exceeds its noise (the half-width of the test's
-interval), ``did not hold`` when the margin is below minus the noise, and is ``inconclusive``
-otherwise, with fewer than :data:`MIN_SEEDS` seeds an arm, or on a premise the models did not meet.
-Deterministic claims (a computation, no seeds) hold when the error is within a stated tolerance. The
-tests that compute margins and noises are in :mod:`poslab.lab.comparisons`; which test a claim gets,
-its family and its power are the plan's (:mod:`poslab.lab.plan`).
+"""One claim record: what a tested claim holds, and the one rule a verdict obeys (:func:`decide`; docs/lab.md,
+"How a verdict is decided"). Deterministic claims (a computation, no seeds) hold when the error is within a stated
+tolerance; the seeded tests are in :mod:`poslab.lab.comparisons`, the choice of test in :mod:`poslab.lab.plan`.
 """
 
 from __future__ import annotations

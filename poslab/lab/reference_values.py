@@ -20,6 +20,7 @@ from scipy import stats
 
 from poslab.lab.report.i18n import name_lessons
 from poslab.lab.tables import Table
+from poslab.lab.verdicts import mean_sd
 
 #: a figure of a claim's measured text: "LABEL MEAN ± SD (n=N)"
 FIGURE = re.compile(r"^(?P<label>.*?)\s*(?P<mean>-?\d+(?:\.\d+)?) ± (?P<sd>\d+(?:\.\d+)?) \(n=(?P<n>\d+)\)")
@@ -48,12 +49,6 @@ def _interval_text(mean: float, sd: float, n: int, digits: int, lo: float = -mat
     if bounds is None:
         return "—"
     return f"{max(lo, bounds[0]):.{digits}f} – {min(hi, bounds[1]):.{digits}f}"
-
-
-def _spread(values: Sequence[float]) -> tuple[float, float]:
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
-    return mean, sd
 
 
 def figures(measured: str) -> list[tuple[str, str, float, float, int]]:
@@ -87,26 +82,29 @@ def claim_figures(*experiments: str) -> Callable[[dict], str]:
                 named = claim_text  # a claim's later figures leave its cell empty
         if not rows:
             return f"（快照中没有 {'、'.join(experiments)} 的带种子的数字）\n"
-        table = Table(
-            "",
-            ("论断（报告原文）", "测得的量", "快照：均值 ± 标准差", "种子数", "你的一次运行：95% 预测区间"),
-            tuple(rows),
-            align="llrrr",
-        )
-        return table.to_markdown() + "\n" + _NOTE.format(cores=snap.get("cores"))
+        headers = ("论断（报告原文）", "测得的量", "快照：均值 ± 标准差", "种子数", PREDICTED)
+        return _noted(snap, headers, rows, "llrrr")
 
     return render
 
 
+#: the last column of a table of seeded values
+PREDICTED = "你的一次运行：95% 预测区间"
 _NOTE = (
     "快照：`docs/results/lab-quick.json`（快速实验室，{cores} 核）。预测区间按 t 分布估计换一个种子再跑一次会落在哪里"
     "（同样的代码、相近的机器）；你的数字落在区间外，先检查代码版本和命令，再怀疑结论。\n"
 )
 
 
+def _noted(snap: dict, headers: tuple[str, ...], rows: Sequence[tuple], align: str) -> str:
+    """A table of the snapshot's seeded values, then the note on the snapshot and the prediction intervals."""
+    return Table("", headers, tuple(rows), align=align).to_markdown() + "\n" + _NOTE.format(cores=snap.get("cores"))
+
+
 def _seeded_row(label: str, values: list[float], *bounds: float) -> tuple[str, str, str, str]:
     """``label``, each seed's value, mean ± sd and the prediction interval (within ``bounds``, if given)."""
-    mean, sd = _spread(values)
+    mean, sd = mean_sd(values)
+    sd = 0.0 if sd is None else sd  # one seed: no spread
     shown = ", ".join(f"{v:.3f}" for v in values)
     return label, shown, f"{mean:.3f} ± {sd:.3f}", _interval_text(mean, sd, len(values), 3, *bounds)
 
@@ -119,17 +117,11 @@ def position_training(snap: dict) -> str:
         return "（快照中没有 position-training 的结果）\n"
     rows = [_seeded_row(scheme, arm["loss"]) for scheme, arm in arms.items()]
     baselines = lm.get("baselines") or {}
-    table = Table(
-        "",
-        ("位置编码", "每个种子的验证损失", "均值 ± 标准差", "你的一次运行：95% 预测区间"),
-        tuple(rows),
-        align="lrrr",
-    )
     caption = (
         f"快速实验室 `position-training`，语料 {lm.get('corpus')}，整个验证集上的损失（nats，越低越好）；"
         f"二元（bigram）基线 {baselines.get('bigram', float('nan')):.3f}。\n\n"
     )
-    return caption + table.to_markdown() + "\n" + _NOTE.format(cores=snap.get("cores"))
+    return caption + _noted(snap, ("位置编码", "每个种子的验证损失", "均值 ± 标准差", PREDICTED), rows, "lrrr")
 
 
 def probes(snap: dict) -> str:
@@ -145,13 +137,7 @@ def probes(snap: dict) -> str:
     if not rows:
         return "（快照中没有 probes 的结果）\n"
     shown = [_seeded_row(label, values, 0.0, 1.0) for label, values in rows]
-    table = Table(
-        "",
-        ("任务", "每个种子的准确率", "均值 ± 标准差", "你的一次运行：95% 预测区间"),
-        tuple(shown),
-        align="lrrr",
-    )
-    return table.to_markdown() + "\n" + _NOTE.format(cores=snap.get("cores"))
+    return _noted(snap, ("任务", "每个种子的准确率", "均值 ± 标准差", PREDICTED), shown, "lrrr")
 
 
 def head_analysis(snap: dict) -> str:

@@ -1,15 +1,8 @@
 """One table type for the console, the report and the docs, and the reading of the cells they share.
 
-A :class:`Table` is a title, column headers, rows of typed cells and an optional note. It renders
-itself three ways: :meth:`Table.to_text` (the console, aligned), :meth:`Table.to_html` (the report,
-every text escaped) and :meth:`Table.to_markdown` (docs/). A cell is a scalar, a :class:`MeanSd`
-(mean ± sd over seeds, in :func:`poslab.lab.verdicts.pm_text`'s one form) or a short list or dict of scalars; every
-renderer formats it with :func:`cell_text`.
-
-An experiment declares its key tables as :class:`KeyTable` values (a name and a function of its
-results.json); :func:`build_tables` builds them, turning a table whose results lack a field into a
-:class:`TableFailure` that names the experiment, the table and the field, which the report shows
-instead of the table.
+An experiment declares its key tables as :class:`KeyTable` values; :func:`build_tables` builds them, a table
+whose results lack a field as a :class:`TableFailure` naming the experiment, the table and the field, which the
+report shows in the table's place.
 """
 
 from __future__ import annotations
@@ -80,7 +73,8 @@ def spread(values: Any, digits: int = 4) -> Any:
 Cell = str | int | float | bool | None | MeanSd | Sequence[Any] | Mapping[str, Any]
 
 
-def _scalar(value: Any) -> bool:
+def is_scalar(value: Any) -> bool:
+    """Whether ``value`` is one cell value: none, a text, a number, a truth value or a :class:`MeanSd`."""
     return value is None or isinstance(value, (str, int, float, bool, MeanSd))
 
 
@@ -95,13 +89,13 @@ def cell_text(value: Any, digits: int = 4) -> str:
         return "—"
     if isinstance(value, (int, float)):
         return num(value, digits)
-    if _scalar(value):
+    if is_scalar(value):
         return str(value)
-    if isinstance(value, list) and all(_scalar(v) for v in value):
+    if isinstance(value, list) and all(is_scalar(v) for v in value):
         if len(value) <= 8:
             return ", ".join(cell_text(v, digits) for v in value)
         return t("cell.values", n=len(value), first=num(value[0]), second=num(value[1]), last=num(value[-1]))
-    if isinstance(value, dict) and all(_scalar(v) for v in value.values()) and len(value) <= 6:
+    if isinstance(value, dict) and all(is_scalar(v) for v in value.values()) and len(value) <= 6:
         return ", ".join(f"{k}={cell_text(v, digits)}" for k, v in value.items())
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 80 else text[:77] + "…"

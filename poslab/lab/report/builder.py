@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from poslab.lab.report.i18n import LESSONS, language, name_lessons, t, use_langu
 from poslab.lab.report.reading import MANIFEST_ERRORS, UNREADABLE, load_manifest, load_results, png_files
 from poslab.lab.report.sections import KNOWN_FOLDERS, SECTIONS, Section
 from poslab.lab.report.zh_text import localized, parentheticals
-from poslab.lab.tables import KeyTable, TableFailure, build_tables, cell_text, esc
+from poslab.lab.tables import KeyTable, TableFailure, build_tables, cell_text, esc, is_scalar
 from poslab.lab.verdicts import DID_NOT_HOLD, HELD, MIN_SEEDS, ClaimRecord, not_testable, num
 
 MAX_TABLE_ROWS = 40
@@ -98,46 +99,42 @@ def image_tag(path: Path, alt: str) -> str:
     )
 
 
-def _is_scalar(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool))
-
-
 def cell(value: Any) -> str:
     """One table cell (a value from the results, marked as data): :func:`poslab.lab.tables.cell_text`, escaped."""
     return f"<span class='d'>{esc(cell_text(value))}</span>"
 
 
-def records_table(rows: list[dict], caption: str) -> str:
-    """A list of dicts as a table (scalar-ish columns only)."""
-    columns: list[str] = []
-    for row in rows:
-        for key, value in row.items():
-            if key not in columns and (_is_scalar(value) or isinstance(value, (list, dict))):
-                columns.append(key)
-    columns = columns[:MAX_COLUMNS]
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+def grid(caption: str, headers: list[str], rows: list[tuple[str | None, list[Any]]]) -> str:
+    """A captioned table: one ``(row header or None, cells)`` pair per row, each cell by :func:`cell`."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f"<td>{cell(row.get(c, ''))}</td>" for c in columns) + "</tr>" for row in rows[:MAX_TABLE_ROWS]
+        "<tr>" + ("" if k is None else f"<th>{esc(k)}</th>") + "".join(f"<td>{cell(v)}</td>" for v in cells) + "</tr>"
+        for k, cells in rows
     )
-    more = (
-        f"<p class='note'>{esc(t('folder.more', n=len(rows) - MAX_TABLE_ROWS))}</p>"
-        if len(rows) > MAX_TABLE_ROWS
-        else ""
+    return f"<table><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def kv_table(rows: Iterable[tuple[str, Any]]) -> str:
+    """Names and values, one per row."""
+    return (
+        "<table class='kv'><tbody>"
+        + "".join(f"<tr><th>{esc(k)}</th><td>{cell(v)}</td></tr>" for k, v in rows)
+        + "</tbody></table>"
     )
-    return f"<table><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
+
+
+def records_table(rows: list[dict], caption: str) -> str:
+    """A list of dicts as a table: the first :data:`MAX_COLUMNS` keys, the first :data:`MAX_TABLE_ROWS` rows."""
+    columns = list(dict.fromkeys(k for row in rows for k in row))[:MAX_COLUMNS]
+    more = len(rows) - MAX_TABLE_ROWS
+    note = f"<p class='note'>{esc(t('folder.more', n=more))}</p>" if more > 0 else ""
+    return grid(caption, columns, [(None, [row.get(c, "") for c in columns]) for row in rows[:MAX_TABLE_ROWS]]) + note
 
 
 def matrix_table(data: dict[str, dict], caption: str) -> str:
     """A dict of dicts of scalars as a 2-D table (rows = outer keys)."""
-    columns: list[str] = []
-    for inner in data.values():
-        columns += [k for k in inner if k not in columns]
-    head = "<th></th>" + "".join(f"<th>{esc(c)}</th>" for c in columns)
-    body = "".join(
-        f"<tr><th>{esc(k)}</th>" + "".join(f"<td>{cell(inner.get(c, ''))}</td>" for c in columns) + "</tr>"
-        for k, inner in data.items()
-    )
-    return f"<table><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    columns = list(dict.fromkeys(k for inner in data.values() for k in inner))
+    return grid(caption, ["", *columns], [(k, [inner.get(c, "") for c in columns]) for k, inner in data.items()])
 
 
 def numbers_html(results: dict, skip: tuple[str, ...] = ("claims",)) -> str:
@@ -146,14 +143,14 @@ def numbers_html(results: dict, skip: tuple[str, ...] = ("claims",)) -> str:
     blocks: list[str] = []
 
     def walk(value: Any, path: str, depth: int) -> None:
-        if _is_scalar(value) or (isinstance(value, list) and all(_is_scalar(v) for v in value)):
+        if is_scalar(value) or (isinstance(value, list) and all(is_scalar(v) for v in value)):
             scalars.append((path, value))
         elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             blocks.append(records_table(value, path))
         elif (
             isinstance(value, dict)
             and value
-            and all(isinstance(v, dict) and all(_is_scalar(x) for x in v.values()) for v in value.values())
+            and all(isinstance(v, dict) and all(is_scalar(x) for x in v.values()) for v in value.values())
         ):
             blocks.append(matrix_table(value, path))
         elif isinstance(value, dict) and depth < 3:
@@ -165,11 +162,7 @@ def numbers_html(results: dict, skip: tuple[str, ...] = ("claims",)) -> str:
     for key, value in results.items():
         if key not in skip:
             walk(value, key, 1)
-    table = ""
-    if scalars:
-        rows = "".join(f"<tr><th>{esc(k)}</th><td>{cell(v)}</td></tr>" for k, v in scalars)
-        table = f"<table class='kv'><tbody>{rows}</tbody></table>"
-    return table + "".join(blocks)
+    return (kv_table(scalars) if scalars else "") + "".join(blocks)
 
 
 def kind(record: ClaimRecord) -> str:
@@ -270,14 +263,10 @@ def verdict_table(verdicts: list[claims_mod.Verdict], with_folder: bool = False)
         "<colgroup><col style='width:11%'><col style='width:31%'><col style='width:28%'><col style='width:18%'>"
         "<col style='width:12%'></colgroup>"
     )
-    head = "".join(
-        f"<th>{esc(t(k))}</th>"
-        for k in ("table.lesson", "table.claim", "table.measured", "table.margin", "table.verdict")
-    )
     rows = []
     for v in verdicts:
         r = v.record
-        where = f"<div class='path'>{show(v.experiment + '/results.json')}</div>" if with_folder else ""
+        where = results_path(v) if with_folder else ""
         criterion = f"<div class='crit'>{esc(t('table.criterion'))} {show(r.criterion)}</div>" if r.criterion else ""
         evidence = r.details.get("evidence") if isinstance(r.details, dict) else None
         if kind(r) == "unusable":
@@ -293,7 +282,7 @@ def verdict_table(verdicts: list[claims_mod.Verdict], with_folder: bool = False)
             f"<td>{claim_text(r)}{criterion}</td><td>{show(r.measured)}</td><td>{esc(margin_text(r))}</td>"
             f"<td>{verdict_badge(r)}</td></tr>"
         )
-    return f"<table class='claims'>{colgroup}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return claims_table(("table.measured", "table.margin"), rows, colgroup)
 
 
 def untestable_table(verdicts: list[claims_mod.Verdict]) -> str:
@@ -303,24 +292,22 @@ def untestable_table(verdicts: list[claims_mod.Verdict]) -> str:
         r = v.record
         reason = r.details.get("reason") or (r.premise.text if r.premise else "")
         rows.append(
-            f"<tr class='v-untestable'><td class='src'>{show_source(r.source)}"
-            f"<div class='path'>{show(v.experiment + '/results.json')}</div></td><td>{claim_text(r)}</td>"
-            f"<td>{show(reason)}</td><td>{show(r.details.get('verdict_without_premise', ''))}</td>"
-            f"<td>{verdict_badge(r)}</td></tr>"
+            f"<tr class='v-untestable'><td class='src'>{show_source(r.source)}{results_path(v)}</td>"
+            f"<td>{claim_text(r)}</td><td>{show(reason)}</td>"
+            f"<td>{show(r.details.get('verdict_without_premise', ''))}</td><td>{verdict_badge(r)}</td></tr>"
         )
-    head = "".join(
-        f"<th>{esc(t(k))}</th>"
-        for k in ("table.lesson", "table.claim", "table.reason", "table.without", "table.verdict")
-    )
-    return f"<table class='claims'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return claims_table(("table.reason", "table.without"), rows)
 
 
-def kind_counts(verdicts: list[claims_mod.Verdict]) -> dict[str, int]:
-    """How many records of each of :data:`KINDS`."""
-    counts = dict.fromkeys(KINDS, 0)
-    for v in verdicts:
-        counts[kind(v.record)] += 1
-    return counts
+def claims_table(columns: tuple[str, ...], rows: list[str], colgroup: str = "") -> str:
+    """A table of claims: lesson, claim, the message ids of ``columns``, verdict; ``rows`` as HTML."""
+    head = "".join(f"<th>{esc(t(k))}</th>" for k in ("table.lesson", "table.claim", *columns, "table.verdict"))
+    return f"<table class='claims'>{colgroup}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def results_path(v: claims_mod.Verdict) -> str:
+    """The results file a verdict comes from, under its lesson."""
+    return f"<div class='path'>{show(v.experiment + '/results.json')}</div>"
 
 
 def decided_share(kinds: Iterable[tuple[str, int]]) -> tuple[int, int]:
@@ -330,13 +317,17 @@ def decided_share(kinds: Iterable[tuple[str, int]]) -> tuple[int, int]:
     return sum(k in ("held", "wrong") for k in testable), len(testable)
 
 
+def tally(kinds: Iterable[str]) -> list[tuple[str, int]]:
+    """``(kind, count)`` of each kind a count line names, in the order of :data:`KINDS`."""
+    counts = Counter(kinds)
+    return [(k, counts[k]) for k in KINDS if (counts[k] or k in ALWAYS_COUNTED) and k not in NOT_TALLIED]
+
+
 def summary_counts(verdicts: list[claims_mod.Verdict], share: bool = False) -> str:
     """The count of each kind; with ``share``, also how many of the testable seeded claims were decided."""
-    counts = kind_counts(verdicts)
     out = " ".join(
-        f"<span class='count {k}'>{esc(t('count', n=counts[k], name=t('kind.' + k)))}</span>"
-        for k in KINDS
-        if (counts[k] or k in ALWAYS_COUNTED) and k not in NOT_TALLIED
+        f"<span class='count {k}'>{esc(t('count', n=n, name=t('kind.' + k)))}</span>"
+        for k, n in tally(kind(v.record) for v in verdicts)
     )
     decided, testable = decided_share((kind(v.record), v.record.n_seeds) for v in verdicts)
     if share and testable:
@@ -454,35 +445,26 @@ def section_text(section: Section, field: str) -> str:
 def machine_html(manifest: dict) -> str:
     machine = manifest.get("machine") or machine_info()
     origin = t("machine.recorded") if manifest.get("machine") else t("machine.here")
-    versions = machine.get("versions", {})
     rows = [
         (t("machine.cpu"), machine.get("cpu")),
         (t("machine.cores"), machine.get("cores")),
         (t("machine.threads"), machine.get("torch_threads")),
         (t("machine.cuda"), machine.get("cuda")),
         (t("machine.platform"), machine.get("platform")),
+        *machine.get("versions", {}).items(),
     ]
-    rows += [(name, version) for name, version in versions.items()]
     for key in ("mode", "started", "finished", "seconds", "command"):
         if key in manifest:
             rows.append((t("machine.lab", key=key), manifest[key]))
-    table = "".join(f"<tr><th>{esc(k)}</th><td>{cell(v)}</td></tr>" for k, v in rows)
     steps = manifest.get("steps") or []
+    fields = ("name", "kind", "status", "seconds", "cpu_seconds", "folder", "error")
     step_table = (
-        records_table(
-            [
-                {k: s.get(k) for k in ("name", "kind", "status", "seconds", "cpu_seconds", "folder", "error") if k in s}
-                for s in steps
-            ],
-            t("machine.steps"),
-        )
-        if steps
-        else ""
+        records_table([{k: s[k] for k in fields if k in s} for s in steps], t("machine.steps")) if steps else ""
     )
     return (
         f"<section id='machine'><h2>{esc(t('nav.machine'))}</h2>"
         f"<p class='note'>{esc(t('machine.shared', origin=origin))}"
-        f"</p><table class='kv'><tbody>{table}</tbody></table>{step_table}</section>"
+        f"</p>{kv_table(rows)}{step_table}</section>"
     )
 
 

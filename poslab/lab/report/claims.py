@@ -1,10 +1,5 @@
-"""The claim records the report shows: every experiment's own.
-
-Every claim on the page is one :class:`poslab.lab.verdicts.ClaimRecord` (claim, source, criterion,
-measured, margin, noise, n_seeds, verdict, premise). Experiments decide their claims themselves and
-return the records under the key ``"claims"`` of their results; :func:`evaluate` gathers them and
-:func:`normalize` shows an entry that is not a valid record, or breaks the verdict rule, as unusable.
-Nothing here holds a measured figure: every number shown comes from the results passed in.
+"""The claim records the report shows: every experiment's own ``"claims"`` (:func:`evaluate`), an entry that is
+not a valid record, or breaks the verdict rule, shown as unusable (:func:`normalize`).
 """
 
 from __future__ import annotations
@@ -31,10 +26,6 @@ class Verdict:
     experiment: str
     record: ClaimRecord
 
-    @property
-    def verdict(self) -> str:
-        return self.record.verdict
-
 
 #: the ``details`` key of a record the report cannot use: why, in one line (the page's "unusable" badge)
 UNUSABLE = "unusable"
@@ -45,17 +36,10 @@ def _number(value: Any) -> bool:
 
 
 def unusable_reason(record: ClaimRecord) -> str | None:
-    """Why a record read from a file cannot be shown as it says (``None``: it can).
-
-    The fields must have their types (texts, a ``details`` mapping), ``margin`` and ``noise`` must be
-    finite numbers or ``None`` (``noise >= 0``), ``n_seeds`` a non-negative int, a ``p_value`` in
-    ``details`` a number in [0, 1], and the verdict must be the one the rule of
-    :mod:`poslab.lab.verdicts` allows for the margin and noise: ``held`` needs ``margin > noise``
-    (``margin >= 0`` for a deterministic claim, no noise and no seeds), ``did not hold`` needs
-    ``margin < -noise`` (``margin < 0``), and a decided seeded claim at least
-    :data:`~poslab.lab.verdicts.MIN_SEEDS` seeds. ``inconclusive`` fits any margin: a premise or the
-    multiple-comparison correction may leave a clear margin undecided. A seeded record must carry its
-    design, and a Welch design arms of different seeds (:func:`~poslab.lab.verdicts.design_problems`).
+    """Why a record read from a file cannot be shown as it says (``None``: it can): a field of the wrong type, a
+    number that is not finite, or a verdict the rule does not give for its margin, noise, seeds and design.
+    ``inconclusive`` fits any margin: a premise or the multiple-comparison correction may leave a clear margin
+    undecided.
     """
     texts = {"claim": record.claim, "source": record.source, "criterion": record.criterion, "measured": record.measured}
     for name, value in texts.items():

@@ -1,14 +1,8 @@
-"""Every string the report shows, in English and in simplified Chinese, keyed by message id.
+"""Every string the report shows, in English and in simplified Chinese: :data:`STRINGS`, ``message id ->
+{"en": ..., "zh": ...}`` (``str.format`` fields in both), the sections' texts under ``section.KEY.FIELD``.
 
-:data:`STRINGS` is the one table: ``message id -> {"en": ..., "zh": ...}`` (``str.format`` fields
-such as ``{n}`` appear in both languages). The section texts of :mod:`poslab.lab.report.sections`
-join it under ``section.KEY.FIELD`` with their Chinese from :data:`SECTION_ZH`. :func:`t` looks a
-message up in the language :func:`language` sets for the page being built.
-
-Texts that experiments write (claims, criteria, measured figures, premises, reasons) are not messages of
-this table: the experiments write them in English, and the Chinese page shows them through the catalogue
-of :mod:`poslab.lab.report.zh_text` (keyed by the English text). :func:`name_lessons` names each lesson by
-its own title (「11 · 多头注意力与位置编码」, not "seed 000").
+The texts experiments write are not messages here: the Chinese page shows them through the catalogue of
+:mod:`poslab.lab.report.zh_text`, keyed by their English.
 """
 
 from __future__ import annotations
@@ -412,18 +406,15 @@ SECTION_ZH: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _section_strings() -> dict[str, dict[str, str]]:
-    out = {}
-    for s in SECTIONS:
-        title, claim, measured = SECTION_ZH.get(s.key, ("", "", ""))
-        out[f"section.{s.key}.title"] = {"en": s.title, "zh": title}
-        out[f"section.{s.key}.claim"] = {"en": s.claim, "zh": claim}
-        out[f"section.{s.key}.measured"] = {"en": s.measured, "zh": measured}
-    return out
-
-
 #: the one table: message id -> {"en": ..., "zh": ...}
-STRINGS: dict[str, dict[str, str]] = {**UI, **_section_strings()}
+STRINGS: dict[str, dict[str, str]] = {
+    **UI,
+    **{
+        f"section.{s.key}.{field}": {"en": getattr(s, field), "zh": zh}
+        for s in SECTIONS
+        for field, zh in zip(("title", "claim", "measured"), SECTION_ZH.get(s.key, ("", "", "")), strict=True)
+    },
+}
 
 
 def language() -> str:

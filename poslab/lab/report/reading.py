@@ -1,11 +1,7 @@
 """Every file the report reads, through the guarded reader: a malformed file is an entry naming it, never a crash.
 
-A lab folder is written by ``poslab lab`` but may be edited, copied or damaged by anyone, so each
-file is read with :func:`poslab.safe_load.load_json` (bounded nesting, no recursion error) and checked
-for the shape the page uses. What cannot be used is replaced by an error entry that names the file:
-``load_results`` gives ``{UNREADABLE: "unreadable experiments/x/results.json: ..."}`` for a folder,
-``load_manifest`` puts one line per problem of ``lab.json`` under ``MANIFEST_ERRORS`` and keeps only
-what has the right shape, and ``figures`` lists only regular ``*.png`` files.
+A lab folder may be edited, copied or damaged by anyone, so each file is read with
+:func:`poslab.safe_load.load_json` (bounded nesting) and checked for the shape the page uses.
 """
 
 from __future__ import annotations

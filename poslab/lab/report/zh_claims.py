@@ -8,12 +8,14 @@ numbers are templates (:mod:`poslab.lab.report.zh_templates`, :mod:`poslab.lab.r
 
 from __future__ import annotations
 
+from poslab.lab.report import zh_lesson_items
+from poslab.lab.report.zh_measured import STATIC
+
 #: verdict words, arm labels, metrics and small pieces other texts are made of
 WORDS: dict[str, str] = {
     "held": "课文正确",
     "did not hold": "课文有误",
     "inconclusive": "无定论",
-    "not run in this lab": "本次实验没有运行",
     "bigram": "二元语法",
     "trigram": "三元语法",
     "unigram": "一元语法",
@@ -41,13 +43,10 @@ WORDS: dict[str, str] = {
     "val loss (whole validation split)": "验证损失（整个验证集）",
     "in-length loss": "训练长度内的损失",
     "Spearman correlation": "Spearman 相关系数",
-    "ppl(16L)": "ppl(16L)",
     "needs punctuation in the vocabulary": "词表中需要有标点",
-    "at least one head classified previous-token": "至少有一个头被归为前一个字头",
     "not measurable: the results do not name the character-level text of the loss": (
         "无法测量：结果没有写明损失所在的字符级文本"
     ),
-    "not measurable: the results hold no loss of the analysed model": "无法测量：结果中没有被分析模型的损失",
     "the plain YaRN fine-tune forgets (its claim held: ln perplexity at L above the base model's, paired t at 0.05)": (
         "普通的 YaRN 微调会遗忘（其论断成立：L 处的对数困惑度高于基座模型，配对 t 检验，0.05 水平）"
     ),
@@ -55,14 +54,12 @@ WORDS: dict[str, str] = {
     "(one-sample t per scheme and task)": "L 之外至少有一个测试长度上每组的准确率都高于随机水平且超出其 95% 区间"
     "（每种编码、每个任务做单样本 t 检验）",
     "the comparison is made at those lengths only": "比较只在这些长度上进行",
-    "the lab's analysed model": "实验室分析的模型",
     "table": "的表",
     # metrics the experiments compare on
     "perplexity (non-overlapping)": "困惑度（不重叠分块）",
     "non-overlapping": "不重叠分块",
     "nonoverlapping": "不重叠分块",
     "sliding": "滑动窗口",
-    "perplexity at L (non-overlapping)": "L 处的困惑度（不重叠分块）",
     "training tokens per CPU second (arms alternating in one process)": (
         "每 CPU 秒训练的 token 数（各组在同一进程中交替运行）"
     ),
@@ -106,37 +103,13 @@ CLAIMS: dict[str, str] = {
     ),
     "from two layers on, the causal mask leaks order": "从两层起，因果掩码泄露了顺序",
     # context-extension
-    "without fine-tuning, PI reads 4x L better than no scaling": "不微调时，PI 在 4x L 上的困惑度低于不缩放",
-    "without fine-tuning, NTK reads 4x L better than no scaling": "不微调时，NTK 在 4x L 上的困惑度低于不缩放",
-    "without fine-tuning, dynamic NTK reads 4x L better than no scaling": (
-        "不微调时，动态 NTK 在 4x L 上的困惑度低于不缩放"
-    ),
-    "without fine-tuning, YaRN reads 4x L better than no scaling": "不微调时，YaRN 在 4x L 上的困惑度低于不缩放",
-    'without fine-tuning, NTK reads 4x L better than PI ("YaRN or NTK-aware first, much better than PI")': (
-        "不微调时，NTK 在 4x L 上的困惑度低于 PI（「第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」）"
-    ),
-    'without fine-tuning, YaRN reads 4x L better than PI ("YaRN or NTK-aware first, much better than PI")': (
-        "不微调时，YaRN 在 4x L 上的困惑度低于 PI（「第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」）"
-    ),
     "YaRN is the best inference-time scaling": "YaRN 是推理时最好的缩放",
-    "after 100 fine-tuning steps at 4x L, PI is close to the base model's in-length perplexity (within 5%; the PI "
-    "paper fine-tunes up to 1000 steps, this run 100)": "在 4x L 上微调 100 步后，PI 接近基座模型在训练长度内的困惑度"
-    "（相差 5% 以内；PI 论文最多微调 1000 步，本次 100 步）",
-    "after 100 fine-tuning steps at 4x L, YaRN is close to the base model's in-length perplexity (within 5%; the PI "
-    "paper fine-tunes up to 1000 steps, this run 100)": "在 4x L 上微调 100 步后，YaRN 接近基座模型在训练长度内的困惑度"
-    "（相差 5% 以内；PI 论文最多微调 1000 步，本次 100 步）",
     "after fine-tuning, YaRN <= PI": "微调之后，YaRN ≤ PI",
     "plain fine-tuning (no scaling) is the worst of the three": "普通微调（不缩放）是三者中最差的",
     "continued training (plain fine-tuning at 4x L) reads 4x L better than every inference-only scaling at an equal "
     "token budget": "同样的 token 预算下，继续训练（在 4x L 上普通微调）在 4x L 上的困惑度低于每一种只在推理时用的缩放",
     "continued training is the most reliable: its spread across seeds at 4x L is below every inference-only "
     "scaling's": "继续训练最可靠：它在 4x L 上的种子间离散度低于每一种只在推理时用的缩放",
-    "fine-tuning at 4x L makes PI retrieve the passkey at 4x L better than PI without it": (
-        "在 4x L 上微调后，PI 在 4x L 处的密钥检索比不微调的 PI 好"
-    ),
-    "fine-tuning at 4x L makes YaRN retrieve the passkey at 4x L better than YaRN without it": (
-        "在 4x L 上微调后，YaRN 在 4x L 处的密钥检索比不微调的 YaRN 好"
-    ),
     "without fine-tuning, PI retrieves the passkey at 4x L better than no scaling": (
         "不微调时，PI 在 4x L 处的密钥检索比不缩放好"
     ),
@@ -274,22 +247,10 @@ CLAIMS: dict[str, str] = {
     ),
     "ALiBi trains to a slightly worse loss than RoPE": "ALiBi 训练出的损失比 RoPE 略差",
     "RoPE beats adding a learned or sinusoidal position vector": "RoPE 胜过加一个可学习或正余弦的位置向量",
-    "ALiBi adds no parameters": "ALiBi 不增加参数",
-    "RoPE adds no parameters": "RoPE 不增加参数",
     "ALiBi trains at (nearly) the speed of no position encoding (tokens/s within 10% of it, either way)": (
         "ALiBi 的训练速度（几乎）与没有位置编码时一样（tokens/s 相差 10% 以内，快慢皆算）"
     ),
     # probes
-    "none generalises past the training length better than t5": "超过训练长度后，none 的泛化好于 t5",
-    "t5 generalises past the training length better than alibi": "超过训练长度后，t5 的泛化好于 alibi",
-    "alibi generalises past the training length better than rope": "超过训练长度后，alibi 的泛化好于 rope",
-    "rope generalises past the training length better than sinusoidal": "超过训练长度后，rope 的泛化好于 sinusoidal",
-    "attention needs position: on reverse, rope beats NoPE in length": (
-        "注意力需要位置：在 reverse 任务的训练长度内，rope 胜过 NoPE"
-    ),
-    "attention needs position: on retrieve, rope beats NoPE in length": (
-        "注意力需要位置：在 retrieve 任务的训练长度内，rope 胜过 NoPE"
-    ),
     "more heads carry more relations at once: 4 heads beat 1 on multi-query associative recall at fixed width": (
         "头越多，同时承载的关系越多：宽度固定时，4 个头在多查询联想回忆上胜过 1 个头"
     ),
@@ -313,21 +274,10 @@ SOURCES: dict[str, str] = {
     "WiSE-FT: interpolating base and fine-tuned weights": "WiSE-FT：在基座与微调权重之间插值",
     "继续预训练 ★★★ 慢但最可靠: continued pre-training, slow but the most reliable": "继续预训练 ★★★ 慢但最可靠",
     "the recipe keeps the extension": "这套做法保住了扩展",
-    "the lesson's GQA claim": "课文关于 GQA 的论断",
     "seed 000 §1.2's count applied to the zoo's GQA/MQA rows; the lessons make no GQA claim": (
         "把 seed 000 §1.2 的计数用在模型表的 GQA/MQA 行上；课文没有关于 GQA 的论断"
     ),
 }
 
 #: the one table the catalogue looks texts up in (criteria, evidence, references and reasons: zh_measured.py)
-EXACT: dict[str, str] = {}
-
-
-def _build() -> dict[str, str]:
-    from poslab.lab.report import zh_lesson_items
-    from poslab.lab.report.zh_measured import STATIC
-
-    return {**WORDS, **CLAIMS, **SOURCES, **STATIC, **zh_lesson_items.STATIC}
-
-
-EXACT.update(_build())
+EXACT: dict[str, str] = {**WORDS, **CLAIMS, **SOURCES, **STATIC, **zh_lesson_items.STATIC}

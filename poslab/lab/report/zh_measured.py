@@ -532,5 +532,4 @@ MEASURED: tuple[tuple[str, str], ...] = (
         r"sd of ln perplexity across seeds: (?P<t_l>.+)",
         "对数困惑度在种子间的标准差：{t_l}",
     ),
-    (rf"ppl\((?P<f>\d*)L\) (?P<v>{PM})", "ppl({f}L) {v}"),
 )

@@ -20,10 +20,6 @@ from poslab.lab.report.zh_text import NUM, PM, Rule, glossed, joined, split_top,
 TASKS = "copy|reverse|retrieve|mqar|count|counting|passkey"
 
 
-def _tr(text: str) -> str | None:
-    return translate(text)
-
-
 def _pair_split(text: str, word: str) -> list[tuple[str, str]]:
     """Every way of cutting ``text`` at `` word `` into two non-empty parts."""
     out, start = [], 0
@@ -37,7 +33,7 @@ def _pair_split(text: str, word: str) -> list[tuple[str, str]]:
 def metric_of(text: str) -> str | None:
     """``METRIC of LABEL`` (as :func:`poslab.lab.comparisons.bound` writes it): LABEL 的 METRIC, trying every cut."""
     for metric, label in _pair_split(text, "of"):
-        m, lab = _tr(metric), _tr(label)
+        m, lab = translate(metric), translate(label)
         if m is not None and lab is not None:
             return f"{spaced(lab, '的', m)}{' ' if m[-1:].isascii() else ''}"
     return None
@@ -76,12 +72,12 @@ def gap(text: str) -> str | None:
     if not match:
         return None
     if match["head"]:
-        head, worse = metric_of(match["head"]), _tr(match["worse"])
+        head, worse = metric_of(match["head"]), translate(match["worse"])
         if head is None or worse is None:
             return None
         by = f"，且差距大于 {match['by']}" if match["by"] else ""
         return spaced(head.rstrip(), _WORD[match["word"]], worse) + by
-    head, worse = metric_of(match["head2"]), _tr(match["worse2"])
+    head, worse = metric_of(match["head2"]), translate(match["worse2"])
     if head is None or worse is None:
         return None
     return spaced(head.rstrip(), "比", worse, "至多" + ("高" if match["word2"] == "higher" else "低"), match["at"])
@@ -109,9 +105,11 @@ def arm_list(text: str) -> str | None:
     out = []
     for item in items:
         match = re.fullmatch(rf"(?P<label>.+?)(?P<colon>:?) (?P<v>{PM}|-)", item)
-        label = _tr(match["label"]) if match else None
+        label = translate(match["label"]) if match else None
         if label is None or match is None:
-            whole = _tr(item) if len(items) > 1 else None  # an item of its own form (a probe's arm with its margin)
+            whole = (
+                translate(item) if len(items) > 1 else None
+            )  # an item of its own form (a probe's arm with its margin)
             if whole is None:
                 return None
             out.append(whole)
@@ -189,13 +187,6 @@ TEMPLATES: tuple[tuple[str, str], ...] = (
         r"not measurable: a window of (?P<n>\d+) positions is too short",
         "无法测量：{n} 个位置的窗口太短",
     ),
-    (
-        rf"at least (?P<n>\d+) seeds: a paired variance test detects a (?P<r>{NUM})x sd ratio with (?P<p>{NUM}) power "
-        rf"from that many \(Pitman–Morgan, Fisher's z\); with (?P<k>\d+) that test has (?P<df>\d+) degrees? of freedom",
-        "至少 {n} 个种子：配对方差检验要这么多种子才能以 {p} 的功效检测出"
-        " {r} 倍的标准差之比（Pitman–Morgan，Fisher z）；"
-        "{k} 个种子时这个检验只有 {df} 个自由度",
-    ),
     (r"(?P<n>\d+) seeds", "{n} 个种子"),
     (
         rf"at least (?P<n>\d+) seeds: a paired variance test detects a (?P<r>{NUM})x sd ratio with (?P<p>{NUM}) power "
@@ -239,6 +230,35 @@ TEMPLATES: tuple[tuple[str, str], ...] = (
         r"(?P<t_arm>.+?) beats NoPE on (?P<t_m>.+?) by more than the noise",
         "{t_arm} 在{t_m}上胜过 NoPE，且超出噪声",
     ),
+    # claims of one shape, one per arm (context-extension, probes, position-training)
+    (
+        r"without fine-tuning, (?P<t_a>.+?) reads 4x L better than no scaling",
+        "不微调时，{t_a} 在 4x L 上的困惑度低于不缩放",
+    ),
+    (
+        r"without fine-tuning, (?P<t_a>.+?) reads 4x L better than PI "
+        r'\("YaRN or NTK-aware first, much better than PI"\)',
+        "不微调时，{t_a} 在 4x L 上的困惑度低于 PI（「第一选择总是 YaRN 或 NTK-aware，比直接 PI 效果好得多」）",
+    ),
+    (
+        r"after (?P<n>\d+) fine-tuning steps at 4x L, (?P<t_a>\w+) is close to the base model's in-length perplexity "
+        r"\(within 5%; the PI paper fine-tunes up to 1000 steps, this run (?P=n)\)",
+        "在 4x L 上微调 {n} 步后，{t_a} 接近基座模型在训练长度内的困惑度"
+        "（相差 5% 以内；PI 论文最多微调 1000 步，本次 {n} 步）",
+    ),
+    (
+        r"fine-tuning at 4x L makes (?P<t_a>\w+) retrieve the passkey at 4x L better than (?P=t_a) without it",
+        "在 4x L 上微调后，{t_a} 在 4x L 处的密钥检索比不微调的 {t_a} 好",
+    ),
+    (
+        r"(?P<a>[\w-]+) generalises past the training length better than (?P<b>[\w-]+)",
+        "超过训练长度后，{a} 的泛化好于 {b}",
+    ),
+    (
+        r"attention needs position: on (?P<task>\w+), rope beats NoPE in length",
+        "注意力需要位置：在 {task} 任务的训练长度内，rope 胜过 NoPE",
+    ),
+    (r"(?P<s>ALiBi|RoPE) adds no parameters", "{s} 不增加参数"),
     # metrics the comparisons name
     (r"ppl at (?P<f>\d+)x L", "{f}x L 处的困惑度"),
     (r"entropy rise at (?P<f>\d+)x L \(nats\)", "{f}x L 处的熵增（nats）"),
@@ -292,7 +312,6 @@ TEMPLATES: tuple[tuple[str, str], ...] = (
         rf"the analysed model's loss at least (?P<m>{NUM}) nats/token below its text's trigram baseline",
         "被分析模型的损失比其文本的三元语法基线至少低 {m} nats/token",
     ),
-    (r"(?P<e>[\w/-]+)/results.json has no field '(?P<f>[^']+)'", "{e}/results.json 中没有字段 '{f}'"),
 )
 
 #: every rule, in the order tried (a whole-text template before the lists it could be cut into)

@@ -1,14 +1,10 @@
 """The Chinese of the texts experiments write (claims, criteria, measured figures, premises, reasons).
 
-A gettext-style catalogue: the English text an experiment writes is the message id. Static texts map
-exactly (:data:`poslab.lab.report.zh_claims.EXACT`); generated texts (``"rope 14.340 ± 2.125 (n=3) vs
-learned 23.520 ± 1.717 (n=3); paired difference of ln 0.501 ± 0.117 (n=3)"``, Holm reasons, premises)
-map through the templates of :mod:`poslab.lab.report.zh_templates`, whose named fields carry numbers
-and scheme names through untouched. The experiments keep writing English (the console, results.json
-and the English page read it); only the Chinese page asks :func:`translate`.
-
-A text the catalogue does not know has no Chinese: :func:`translate` returns ``None`` and the page
-shows the English (never a guess); the scan of ``tests/test_report_zh.py`` names every such text.
+A gettext-style catalogue keyed by the English text: static texts exactly
+(:data:`poslab.lab.report.zh_claims.EXACT`), generated ones (``"rope 14.340 ± 2.125 (n=3) vs learned ..."``)
+through the templates of :mod:`poslab.lab.report.zh_templates`, numbers and scheme names passing through.
+A text it does not know has no Chinese (:func:`translate` gives ``None``): the page shows the English, never a
+guess, and ``tests/test_report_zh.py`` names every such text.
 """
 
 from __future__ import annotations
@@ -76,17 +72,13 @@ def translate(text: str) -> str | None:
     return None
 
 
-def zh(text: str) -> str:
-    """:func:`translate`, or ``text`` itself where the catalogue has no Chinese."""
-    out = translate(text)
-    return text if out is None else out
-
-
 def localized(text: str) -> str:
-    """``text`` in the language of the page being built: :func:`zh` on the Chinese page, as written on the English."""
+    """``text`` in the language of the page being built: on the Chinese page :func:`translate`, or ``text`` itself
+    where the catalogue has no Chinese; as written on the English."""
     from poslab.lab.report.i18n import language
 
-    return zh(text) if language() == "zh" else text
+    out = translate(text) if language() == "zh" else None
+    return text if out is None else out
 
 
 def fields(match: re.Match[str]) -> dict[str, str] | None:
