@@ -219,7 +219,7 @@ def test_text_shorter_than_the_longest_length():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Two seconds-long trained runs (rope and learned, block 16) in a temporary folder."""
-    from poslab.lab.scale import size_of, train_config
+    from poslab.lab.scale import Overrides, size_of, train_config
     from poslab.session import train
 
     root = tmp_path_factory.mktemp("runs")
@@ -228,7 +228,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         # the learned table exactly as long as training (16 rows): eval must refuse 32 (extrapolation's
         # own default gives tables room past L)
         table = {"max_len": 16} if scheme == "learned" else None
-        train(train_config(scheme, size_of(False, "smoke"), root, steps=2, position_config=table), progress=False)
+        changes = Overrides(steps=2, position_config=table)
+        train(train_config(scheme, size_of(False, "smoke"), root, changes=changes), progress=False)
         out[scheme] = str(root / scheme)
     return out
 

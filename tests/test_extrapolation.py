@@ -414,11 +414,7 @@ def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):
 
     size = scale.size_of(False, "smoke")
     base_dir = lab / "models" / "smoke" / "rope"
-    cfg = scale.train_config(
-        "rope",
-        size,
-        tmp_path,
-        name="ft",
+    changes = scale.Overrides(
         block_size=4 * size.train_length,
         position_config={"scaling": "linear", "factor": 4.0, "original_max_len": size.train_length},
         steps=1,
@@ -426,6 +422,7 @@ def test_init_from_copies_the_weights(lab: Path, tmp_path: Path):
         warmup_steps=0,
         init_from=str(base_dir),
     )
+    cfg = scale.train_config("rope", size, tmp_path, name="ft", changes=changes)
     train(cfg, progress=False)
     base, _, _ = load_run(base_dir)
     tuned, _, config = load_run(tmp_path / "ft")

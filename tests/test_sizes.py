@@ -164,3 +164,33 @@ def test_a_size_can_change_its_device(table):
     assert (cpu.device, cpu.steps, cpu.n_embd) == ("cpu", 10, 384)
     with pytest.raises(ValueError, match="device must be one of auto, cpu, cuda, got 'tpu'"):
         sizes.define_size("x=gpu,device=tpu")
+
+
+@pytest.mark.parametrize(
+    ("changes", "rule"),
+    [
+        ({"steps": 0}, "steps 0: must be a whole number of at least 1"),
+        ({"block_size": 2.5}, "block_size 2.5: must be a whole number of at least 1"),
+        ({"batch_size": True}, "batch_size True: must be a whole number of at least 1"),
+        ({"warmup_steps": -1}, "warmup_steps -1: must be a whole number of at least 0"),
+        ({"lr": float("nan")}, "lr nan: must be a finite number above 0"),
+        ({"init_from": ""}, "init_from '': must name a run folder"),
+    ],
+)
+def test_a_bad_change_to_a_lab_recipe_is_one_line(changes, rule):
+    with pytest.raises(ValueError, match=re.escape(rule)) as caught:
+        sizes.Overrides(**changes)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_lab_run_changes_only_what_its_overrides_name(tmp_path):
+    """A continued run: other steps, rate and start; the rest is the size's recipe."""
+    quick = sizes.SIZES["quick"]
+    plain = sizes.train_config("rope", quick, tmp_path).to_dict()
+    changes = sizes.Overrides(steps=quick.steps + 7, lr=quick.lr / 3, init_from=str(tmp_path / "base"))
+    continued = sizes.train_config("rope", quick, tmp_path, changes=changes).to_dict()
+    differ = {k for k in plain.keys() | continued.keys() if plain.get(k) != continued.get(k)}
+    assert differ == {"max_steps", "lr", "min_lr", "init_from", "cooldown_steps", "eval_interval"}
+    assert continued["eval_interval"] == (quick.steps + 7) // 5  # other steps: five evaluations
+    assert continued["max_steps"] == quick.steps + 7 and continued["lr"] == quick.lr / 3
+    assert continued["init_from"] == str(tmp_path / "base") and continued["cooldown_steps"] == 0

@@ -382,20 +382,49 @@ def _bounded(scheme: str, size: Scale) -> bool:
     return built.max_positions is not None
 
 
+@dataclass(frozen=True)
+class Overrides:
+    """What a lab run changes from its size's recipe (:func:`train_config`); ``None`` keeps the size's own.
+
+    Attributes:
+        block_size: the training length (default the size's ``L``).
+        position_config: the position scheme's options (e.g. a RoPE scaling).
+        steps: training steps; a run with other steps than the size's has no cooldown and evaluates 5 times.
+        batch_size: sequences per step.
+        lr: the peak learning rate (``min_lr`` is a tenth of it).
+        warmup_steps: warmup steps.
+        init_from: the run folder whose weights the run starts from (a fine-tune or a continued run).
+    """
+
+    block_size: int | None = None
+    position_config: Mapping[str, Any] | None = None
+    steps: int | None = None
+    batch_size: int | None = None
+    lr: float | None = None
+    warmup_steps: int | None = None
+    init_from: str | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("block_size", "steps", "batch_size"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{key} {value!r}: must be a whole number of at least 1, or None for the size's own")
+        if self.warmup_steps is not None and (not isinstance(self.warmup_steps, int) or self.warmup_steps < 0):
+            raise ValueError(f"warmup_steps {self.warmup_steps!r}: must be a whole number of at least 0, or None")
+        if self.lr is not None and not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr {self.lr!r}: must be a finite number above 0, or None for the size's own")
+        if self.init_from is not None and not str(self.init_from):
+            raise ValueError("init_from '': must name a run folder, or be None")
+
+
 def train_config(
     scheme: str,
     size: Scale,
     models_dir: Path,
     *,
     name: str | None = None,
-    block_size: int | None = None,
-    position_config: dict | None = None,
-    steps: int | None = None,
-    batch_size: int | None = None,
-    lr: float | None = None,
-    warmup_steps: int | None = None,
-    init_from: str | None = None,
     seed: int = SEED,
+    changes: Overrides = Overrides(),
 ) -> Any:
     """The :class:`poslab.training.config.TrainConfig` of one lab model (same data, seed and recipe for every scheme).
 
@@ -412,10 +441,11 @@ def train_config(
     """
     from poslab.training.config import TrainConfig
 
-    own_steps = steps is None or steps == size.steps
-    steps = steps or size.steps
-    lr = lr or size.lr
-    position_config = dict(position_config or {})
+    own_steps = changes.steps is None or changes.steps == size.steps
+    steps = changes.steps or size.steps
+    lr = changes.lr or size.lr
+    block_size = changes.block_size
+    position_config = dict(changes.position_config or {})
     if block_size is None and "max_len" not in position_config and _bounded(scheme, size):
         position_config["max_len"] = max(EXTRAPOLATION_FACTORS) * size.train_length  # rows to read past L
     values: dict[str, Any] = {
@@ -435,10 +465,10 @@ def train_config(
             "position_config": position_config,
         },
         "max_steps": steps,
-        "batch_size": batch_size or size.batch_size,
+        "batch_size": changes.batch_size or size.batch_size,
         "lr": lr,
         "min_lr": lr / 10,
-        "warmup_steps": size.warmup_steps if warmup_steps is None else warmup_steps,
+        "warmup_steps": size.warmup_steps if changes.warmup_steps is None else changes.warmup_steps,
         "cooldown_steps": size.cooldown_steps if own_steps else 0,
         "beta2": 0.99,
         "weight_decay": 0.1,
@@ -452,15 +482,14 @@ def train_config(
         "device": size.device,  # a GPU size trains on CUDA
         "dtype": "auto",  # bf16 only where it measured faster on this machine (poslab.training.precision)
     }
-    if init_from is not None:
-        values["init_from"] = init_from
+    if changes.init_from is not None:
+        values["init_from"] = changes.init_from
     return TrainConfig.from_dict(values)
 
 
-def lab_config(position: str, size: Scale, **options: Any) -> dict[str, Any]:
-    """:func:`train_config` as a config mapping without name and folder: the base of a seeded experiment's arms
-    (``options``: :func:`train_config`'s keywords)."""
-    config = train_config(position, size, Path("runs"), **options).to_dict()
+def lab_config(position: str, size: Scale, changes: Overrides = Overrides()) -> dict[str, Any]:
+    """:func:`train_config` as a config mapping without name and folder: the base of a seeded experiment's arms."""
+    config = train_config(position, size, Path("runs"), changes=changes).to_dict()
     for key in ("name", "out_dir"):
         config.pop(key, None)
     return config

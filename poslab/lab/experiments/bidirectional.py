@@ -52,7 +52,7 @@ from poslab.lab.experiments.common import (
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, RunSummary, declare, seeded_arms
 from poslab.lab.experiments.training import SEEDS
 from poslab.lab.premises import attach, below_baseline, below_bigram
-from poslab.lab.scale import Scale, lab_config, size_of
+from poslab.lab.scale import Overrides, Scale, lab_config, size_of
 from poslab.lab.tables import KeyTable, MeanSd, Table
 from poslab.lab.verdicts import ClaimRecord, Metric, Premise, equivalent, paired
 
@@ -124,7 +124,7 @@ def base_config(quick: bool, size: str | Scale | None = None) -> dict[str, Any]:
     """The lab's model at the quick (or full, or named) size, as a config mapping without name and folder; its
     learned table has exactly ``block_size`` rows (this experiment never reads past the training length)."""
     lab = size_of(quick, size or ("quick-cosine" if quick else None))
-    return lab_config("none", lab, block_size=lab.train_length)
+    return lab_config("none", lab, Overrides(block_size=lab.train_length))
 
 
 def arm_overrides(label: str, steps: int | None = None) -> dict[str, Any]:

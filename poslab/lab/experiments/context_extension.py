@@ -74,7 +74,7 @@ from poslab.lab.experiments.context_extension_verdicts import all_claims, attach
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.lab_models import LabModel
 from poslab.lab.experiments.training import planned_seeds
-from poslab.lab.scale import CORPUS, SEED, Scale, size_of, train_config
+from poslab.lab.scale import CORPUS, SEED, Overrides, Scale, size_of, train_config
 
 #: what the experiment's claims and tests read from here (their owners are the claims and passkey modules)
 __all__ = ["AVERAGING", "FINETUNE", "INFERENCE", "KEY_ALPHABET", "KEY_LETTERS", "PASSKEY_FACTORS", "passkey_prompts"]
@@ -110,11 +110,7 @@ def finetune_config(label: str, spec: str, lab: Any, base_run: Path, out: Path, 
     scaling = parse_rope_scaling(spec)
     position_config = {} if scaling["scaling"] is None else {**scaling, "original_max_len": lab.train_length}
     batch = max(1, lab.batch_size // FACTOR)  # the same tokens per step as the base run
-    cfg = train_config(
-        "rope",
-        lab,
-        runs_dir(out, lab),
-        name=f"rope-finetune-{spec.split(':')[0]}",
+    changes = Overrides(
         block_size=FACTOR * lab.train_length,
         position_config=position_config,
         steps=lab.finetune_steps,
@@ -123,6 +119,7 @@ def finetune_config(label: str, spec: str, lab: Any, base_run: Path, out: Path, 
         warmup_steps=max(1, lab.finetune_steps // 10),
         init_from=str(base_run),
     )
+    cfg = train_config("rope", lab, runs_dir(out, lab), name=f"rope-finetune-{spec.split(':')[0]}", changes=changes)
     if label == AVERAGED:  # its last k checkpoints are averaged: keep them (saving costs no step)
         from poslab.training.config import TrainConfig
 
@@ -140,16 +137,10 @@ def average_last(lab: Any) -> int:
 def control_config(lab: Any, base_run: Path, out: Path, seed: int = SEED) -> Any:
     """The control: the same number of extra steps at the original length ``L``, no scaling, to separate what
     more training alone buys (the base model is small and still learning) from what training at 4x L buys."""
-    cfg = train_config(
-        "rope",
-        lab,
-        runs_dir(out, lab),
-        name="rope-control-more-steps-at-L",
-        steps=lab.finetune_steps,
-        lr=lab.lr / 3,
-        warmup_steps=max(1, lab.finetune_steps // 10),
-        init_from=str(base_run),
+    changes = Overrides(
+        steps=lab.finetune_steps, lr=lab.lr / 3, warmup_steps=max(1, lab.finetune_steps // 10), init_from=str(base_run)
     )
+    cfg = train_config("rope", lab, runs_dir(out, lab), name="rope-control-more-steps-at-L", changes=changes)
     return with_seed(cfg, seed, _seeded_name(cfg.name, seed))
 
 
