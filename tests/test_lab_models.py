@@ -99,6 +99,21 @@ def test_a_lab_model_that_two_experiments_ask_for_belongs_to_one_shard(tmp_path,
     assert not shards["first", 1] & shards["first", 2]
 
 
+def test_shards_on_machines_that_mount_the_lab_elsewhere_agree(tmp_path):
+    """A fine-tune's config names its base run by path: the shard of the training must not depend on where this
+    machine mounts the lab, or two machines would both train it (or neither)."""
+    from poslab.lab.scale import Overrides, train_config
+
+    def finetune(root: str, seed: int):
+        changes = Overrides(steps=3, init_from=f"{root}/models/smoke/rope-s{seed}")
+        return train_config("rope", SMOKE, Path(root) / "runs", name=f"ft-s{seed}", seed=seed, changes=changes)
+
+    for seed in range(1337, 1345):
+        keys = {training.shard_key(finetune(root, seed)) for root in ("/mnt/a/lab", "/scratch/user/lab", "lab")}
+        assert len(keys) == 1, seed
+    assert training.shard_key(finetune("lab", 1337)) != training.shard_key(finetune("lab", 1338))
+
+
 @pytest.mark.parametrize("mode", lab.MODES)
 def test_the_lab_gives_every_step_its_store_after_the_steps_it_reads(mode, tmp_path):
     """One store for every step; the steps run one after another, each after those it names in ``after`` (which

@@ -278,8 +278,12 @@ def _ensure_in_worker(values: dict[str, Any], progress: bool = False) -> str:
 def shard_key(cfg: Any) -> int:
     """The number that picks the shard of a training (``key % N``): its config without name, folder and threads (what
     :func:`same_run` compares), plus its seed. One training lands in the same shard whichever experiment asks for it,
-    so two shards never train one lab model at once; the seeds of one config go to the shards in turn."""
+    so two shards never train one lab model at once; the seeds of one config go to the shards in turn. A path in the
+    config counts by its last name only: shards on machines that mount the lab at other paths agree."""
     values = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "out_dir", "threads", "seed")}
+    for key in ("init_from", "corpus"):  # a run folder or a corpus file, wherever this machine keeps it
+        if isinstance(values.get(key), str):
+            values[key] = Path(values[key]).name
     return zlib.crc32(json.dumps(values, sort_keys=True, default=str).encode()) + int(cfg.seed)
 
 
