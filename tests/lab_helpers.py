@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
+from poslab.lab.experiments.common import one_thread  # noqa: F401  (re-exported for the tests)
 
 PROMPT = "白日依山尽，黄河入海流。"
 CHEAP_EXPERIMENTS = ("params", "shapes", "rope-relative", "permutation")
@@ -29,16 +29,6 @@ def base_dir() -> Path:
     path = Path(tempfile.mkdtemp(prefix="poslab-lab-tests-"))
     atexit.register(shutil.rmtree, path, True)
     return path
-
-
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager

@@ -174,6 +174,7 @@ def test_a_size_can_change_its_device(table):
         ({"batch_size": True}, "batch_size True: must be a whole number of at least 1"),
         ({"warmup_steps": -1}, "warmup_steps -1: must be a whole number of at least 0"),
         ({"lr": float("nan")}, "lr nan: must be a finite number above 0"),
+        ({"lr": True}, "lr True: must be a finite number above 0"),
         ({"init_from": ""}, "init_from '': must name a run folder"),
     ],
 )

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import os
 import resource
 import shutil
@@ -292,9 +291,11 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 def _read_json(path: Path) -> dict:
-    """The JSON object in ``path``; ``{}`` if it is absent, unreadable or not an object."""
+    """The JSON object in ``path``; ``{}`` if it is absent, unreadable, too deep or not an object."""
+    from poslab.safe_load import load_json
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path.read_text(encoding="utf-8"), repr(str(path)))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

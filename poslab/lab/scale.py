@@ -411,7 +411,8 @@ class Overrides:
                 raise ValueError(f"{key} {value!r}: must be a whole number of at least 1, or None for the size's own")
         if self.warmup_steps is not None and (not isinstance(self.warmup_steps, int) or self.warmup_steps < 0):
             raise ValueError(f"warmup_steps {self.warmup_steps!r}: must be a whole number of at least 0, or None")
-        if self.lr is not None and not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+        number = isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool)
+        if self.lr is not None and not (number and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr {self.lr!r}: must be a finite number above 0, or None for the size's own")
         if self.init_from is not None and not str(self.init_from):
             raise ValueError("init_from '': must name a run folder, or be None")

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from poslab.display import print_table
-from poslab.lab.experiments.common import FOUNDATION, Experiment
+from poslab.lab.experiments.common import FOUNDATION, Experiment, one_thread
 from poslab.lab.verdicts import at_least, deterministic
 from poslab.nn import positions
 from poslab.nn.model import GPT, GPTConfig
@@ -60,12 +60,8 @@ def run(out: Path, quick: bool = False) -> dict:
     One thread: these are small element-wise ops, and on a shared machine a second OpenMP thread
     turns microseconds into milliseconds of spin-waiting, which would measure the neighbours.
     """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         return _run(quick)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(quick: bool) -> dict:
