@@ -49,3 +49,10 @@ def test_a_cell_missing_a_field_is_an_error_naming_it():
         load(MeanEvaluation, {"length": 32, "nonoverlapping": {"ppl": 9.5, "ppl_sd": 0.7}})
     with pytest.raises(KeyError, match="length"):
         load(MeanEvaluation, {"cannot": "too long"})
+
+
+def test_a_mode_only_some_seeds_read_is_an_error_not_a_mean_of_fewer_seeds():
+    only_chunks = Evaluation.of({"length": 32, "nonoverlapping": READ["nonoverlapping"]})
+    with pytest.raises(ValueError, match="1 of 2 seeds read length 32 sliding"):
+        MeanEvaluation.of([Evaluation.of(READ), only_chunks])
+    assert MeanEvaluation.of([only_chunks, only_chunks]).sliding is None  # a mode no seed read stays out

@@ -424,3 +424,20 @@ def test_a_reading_missing_a_field_fails_the_tables_naming_the_field():
         del inner[key]
         built = build_tables("experiments/context-extension", tables, data)
         assert built == [TableFailure("experiments/context-extension", t.name, field=key) for t in tables]
+
+
+def test_the_averaging_block_comes_back_from_the_per_seed_readings_and_a_missing_distance_is_an_error():
+    """The recorded per-seed readings give the recorded averaging block; the fine-tune's distance to itself is 0, and
+    any other model's distance a seed lacks is a ``KeyError`` naming it, never a distance of 0."""
+    from types import SimpleNamespace
+
+    from poslab.lab.experiments.context_extension_measure import averaging_summary
+
+    data = json.loads(RECORDED.read_text(encoding="utf-8"))
+    result = load(context_extension.ContextResult, data)
+    lab = SimpleNamespace(finetune_steps=data["averaging"]["ckpt_interval"] * 10)
+    summary = to_json(averaging_summary(result.per_seed, lab, data["averaging"]["last"]))
+    assert json.dumps(summary) == json.dumps(data["averaging"])
+    del data["per_seed"][1]["averaging"]["weight_distance_to_fine_tuned"]["last-k average"]
+    with pytest.raises(KeyError, match="last-k average"):
+        averaging_summary(load(context_extension.ContextResult, data).per_seed, lab, data["averaging"]["last"])

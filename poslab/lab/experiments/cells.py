@@ -98,15 +98,21 @@ class MeanEvaluation(Cell):
 
     @classmethod
     def of(cls, cells: Sequence[Cell], rope_scaling: str | None = None) -> MeanEvaluation:
-        """The seeds' cells of one length as one: for each mode every seed has, the mean, the sd and the per-seed
-        perplexities; ``cannot`` (the first seed's reason) where a seed cannot read that length."""
+        """The seeds' cells of one length as one: for each mode the seeds read, the mean, the sd and the per-seed
+        perplexities; ``cannot`` (the first seed's reason) where a seed cannot read that length. A mode only some
+        seeds read is a ``ValueError``: its mean would not be over the seeds."""
         blocked = next((c for c in cells if c.cannot is not None), None)
         if blocked is not None:
             return cls(blocked.length, cannot=blocked.cannot, rope_scaling=rope_scaling)
         scores: dict[str, SeedsScore] = {}
         for mode in MODES:
             values = [v for c in cells if (v := c.ppl(mode)) is not None]
-            if len(values) == len(cells):
+            if values and len(values) != len(cells):
+                raise ValueError(
+                    f"{len(values)} of {len(cells)} seeds read length {cells[0].length} {mode}: a mean "
+                    "over seeds needs every seed's reading"
+                )
+            if values:
                 scores[mode] = SeedsScore(*mean_sd(values), values)
         return cls(cells[0].length, **scores, rope_scaling=rope_scaling)
 

@@ -145,7 +145,7 @@ def averaging_summary(per_seed: list[SeedReadings], lab: Any, last: int) -> Aver
             MeanEvaluation.of([v.at_L for v in kept]),
             MeanEvaluation.of([v.at_4L for v in kept]),
             {f: [v.passkey[f] for v in kept] for f in kept[0].passkey},
-            [e.averaging.weight_distance_to_fine_tuned.get(name, 0.0) for e in per_seed],
+            [0.0 if name == "fine-tuned" else e.averaging.weight_distance_to_fine_tuned[name] for e in per_seed],
         )
 
     return Averaging(
