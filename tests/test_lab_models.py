@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,3 +164,94 @@ def test_a_bad_models_folder_is_one_line(bad, tmp_path, capsys):
     assert len(err) == 1 and "--models" in err[0] and repr(str(models)) in err[0], err
     assert "is a file, not a folder" in err[0]
     assert not (tmp_path / "e" / "results.json").exists()
+
+
+def _own_run(folder: Path, name: str, tiny_base: dict) -> dict[str, bytes]:
+    """A run a user trained at ``folder/name`` with a config of their own (not a lab model's); its files' bytes."""
+    from poslab.session import train
+    from poslab.training.config import TrainConfig
+
+    train(TrainConfig.from_dict({**tiny_base, "name": name, "out_dir": str(folder)}), progress=False)
+    return _contents(folder / name)
+
+
+def _contents(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def _no_training(*args, **kwargs):
+    raise AssertionError("the lab trained over a run it did not make")
+
+
+def test_a_run_the_lab_did_not_make_in_a_models_folder_is_never_replaced(tmp_path, tiny_base, monkeypatch):
+    store = tmp_path / "my-models"  # --models DIR: a folder of the user's own runs
+    before = _own_run(store / "smoke", "rope", tiny_base)
+    monkeypatch.setattr("poslab.session.train", _no_training)
+    with pytest.raises(FileExistsError) as refused:
+        _toy("mine").run(tmp_path / "experiment", workers=1, models=store)
+    message = str(refused.value)
+    assert "\n" not in message and repr(str(store / "smoke" / "rope")) in message, message
+    assert "the lab replaces only runs it made" in message and "move it away" in message
+    assert _contents(store / "smoke" / "rope") == before
+
+
+@pytest.mark.parametrize("made_by", ["lab", "experiment"])
+def test_a_lab_run_with_a_changed_recipe_is_trained_again_and_one_put_in_its_place_is_not(
+    made_by, tmp_path, tiny_base, monkeypatch
+):
+    """A store as a lab (``lab.json``) or an experiment (its ``results.json``) made it before the lab kept records:
+    the lab's run is retrained after a recipe change; a user's run put at its name afterwards is the user's."""
+    if made_by == "lab":
+        store = tmp_path / "lab" / "models"
+        models, marker = store, (tmp_path / "lab" / "lab.json", "{}")
+
+        def out(name: str) -> Path:
+            return tmp_path / "lab" / "experiments" / name
+    else:
+        store = tmp_path / "experiment" / "models"
+        models, marker = None, (tmp_path / "experiment" / "results.json", '{"experiment": "first"}')
+
+        def out(name: str) -> Path:
+            return tmp_path / "experiment"  # one experiment's folder, run again with its own store
+
+    _toy("first").run(out("first"), workers=1, models=models)
+    shutil.rmtree(store / ".lab-runs", ignore_errors=True)  # the store as it was left without records
+    marker[0].write_text(marker[1])
+    calls = []
+    monkeypatch.setattr(
+        "poslab.lab.experiments.training.train_or_resume", lambda cfg, progress=False: calls.append(cfg)
+    )
+    longer = dataclasses.replace(SMOKE, steps=SMOKE.steps + 1)
+    _toy("second", longer).run(out("second"), workers=1, models=models)
+    assert [(c.run_dir, c.max_steps) for c in calls] == [(store / "smoke" / "rope", SMOKE.steps + 1)]
+
+    shutil.rmtree(store / "smoke" / "rope")
+    before = _own_run(store / "smoke", "rope", tiny_base)
+    with pytest.raises(FileExistsError, match="the lab replaces only runs it made"):
+        _toy("third", longer).run(out("third"), workers=1, models=models)
+    assert len(calls) == 1 and _contents(store / "smoke" / "rope") == before
+
+
+def test_a_run_the_lab_did_not_make_in_an_experiment_runs_folder_is_never_replaced(tmp_path, tiny_base, monkeypatch):
+    from poslab.lab.experiments.declaration import ensure_runs, seeded_arms
+
+    out = tmp_path / "experiment"
+    before = _own_run(out / "runs", "a-s3", tiny_base)
+    plan = Plan(None, seeded_arms(out, {**tiny_base, "max_steps": 4}, {"a": {"max_steps": 5}}, {"a": (3,)}))
+    monkeypatch.setattr("poslab.session.train", _no_training)
+    with pytest.raises(FileExistsError, match="the lab replaces only runs it made"):
+        ensure_runs(plan, workers=1)
+    assert _contents(out / "runs" / "a-s3") == before
+
+
+def test_the_cli_refuses_a_run_it_did_not_make_in_models_with_one_line(tmp_path, tiny_base, monkeypatch, capsys):
+    store = tmp_path / "my-models"
+    before = _own_run(store / "smoke", "rope", tiny_base)
+    monkeypatch.setattr("poslab.session.train", _no_training)
+    capsys.readouterr()  # the user's training's own output
+    argv = ["experiment", "extrapolation", "--size", "smoke", "--workers", "1", "--models", str(store)]
+    assert main([*argv, "--out", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and repr(str(store / "smoke" / "rope")) in err[0], err
+    assert "move it away" in err[0] and "--models" in err[0]
+    assert _contents(store / "smoke" / "rope") == before and not (tmp_path / "e" / "results.json").exists()

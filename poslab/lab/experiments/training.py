@@ -19,6 +19,7 @@ from poslab.display import cut, print_table
 from poslab.jobs import runner
 from poslab.jobs.runner import Task, check_workers, default_workers, train_many
 from poslab.lab.experiments.common import one_thread
+from poslab.lab.lab_runs import check_all, lab_training
 from poslab.lab.premises import all_of, below_bigram, uses_context
 from poslab.lab.report.i18n import t
 from poslab.lab.scale import SEED, SEEDS, Scale, preset_config  # noqa: F401  (SEED re-exported: the experiments' seeds are here)
@@ -261,15 +262,16 @@ def preset_arms(out: Path, scale: Scale, seeds: Sequence[int]) -> dict[str, dict
 
 
 def ensure_trained(cfg: Any, progress: bool = False) -> Path:
-    """The run folder of ``cfg``, trained (:func:`train_or_resume`) unless a completed identical run is there."""
+    """The run folder of ``cfg``, trained (:func:`train_or_resume`) unless a completed identical run is there; a run
+    the lab did not make is never replaced (:func:`poslab.lab.lab_runs.lab_training`)."""
     if not same_run(cfg.run_dir, cfg):
-        train_or_resume(cfg, progress)
+        with lab_training(cfg.run_dir, resumes=same_run(cfg.run_dir, cfg, state="interrupted")):
+            train_or_resume(cfg, progress)
     return Path(cfg.run_dir)
 
 
 def _ensure_in_worker(values: dict[str, Any], progress: bool = False) -> str:
-    """Worker: :func:`ensure_trained` of one config given as a dict (a live progress bar when ``progress``);
-    returns the run folder."""
+    """Worker: :func:`ensure_trained` of one config's dict (a live progress bar when ``progress``)."""
     from poslab.training.config import TrainConfig
 
     return str(ensure_trained(TrainConfig.from_dict(values), progress))
@@ -291,7 +293,8 @@ def ensure_many(configs: Sequence[Any], workers: int | None = None, what: str = 
     """The run folder of every config, in order: :func:`ensure_trained`, the missing ones ``workers`` at a time (each
     in its own process on one thread when more than one). Inside a sharded step (:func:`poslab.jobs.runner.use_shard`)
     only the shard's trainings (:func:`shard_key`) are trained, and :class:`poslab.jobs.runner.ShardFinished` stops
-    the step while any is unfinished."""
+    the step while any is unfinished. A run the lab did not make is never replaced: the step stops first with one line
+    (:func:`poslab.lab.lab_runs.check_all`)."""
     workers = default_workers() if workers is None else check_workers(workers)
     shard = runner.current_shard()
     mine = {i for i, c in enumerate(configs) if shard is None or shard_key(c) % shard[1] == shard[0] - 1}
@@ -299,14 +302,10 @@ def ensure_many(configs: Sequence[Any], workers: int | None = None, what: str = 
     def finished(i: int) -> Path | None:
         return configs[i].run_dir if same_run(configs[i].run_dir, configs[i]) else None
 
-    found: dict[int, Path] = {}
-    todo = []
-    for i in range(len(configs)):
-        done = finished(i)
-        if done is not None:
-            found[i] = done
-        elif i in mine:
-            todo.append(i)
+    found = {i: done for i in range(len(configs)) if (done := finished(i)) is not None}
+    todo = [i for i in sorted(mine) if i not in found]
+    # a run the lab did not make where one is trained afresh: one line, nothing trained
+    check_all([configs[i].run_dir for i in todo if not same_run(configs[i].run_dir, configs[i], state="interrupted")])
     if todo:
         print(
             f"--- training {len(todo)} {what} ({min(workers, len(todo))} at a time): "
