@@ -45,7 +45,7 @@ def worker(tree: str) -> None:
             if kind == "attn":
                 built[key] = build_case(find_cases([name])[0], T)
             else:
-                built[key] = train.poslab_step_fn((4, 4, 128, 128, 32), position=name)[0]
+                built[key] = train.poslab_step_fn(4, 4, 128, 128, 32, position=name)[0]
             built[key]()  # warm-up
         step = built[key]
         times = []

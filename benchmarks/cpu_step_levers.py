@@ -52,7 +52,7 @@ def main() -> None:
     ]
     steps = {(12, "fp32", "nanoGPT"): nanogpt_step_fn(4, 4, 128, 64, 12)}  # the recipe's step, per-tensor AdamW
     for batch, dtype, kernel in cases:
-        fn = poslab_step_fn((4, 4, 128, 64, batch), position="rope", dtype=dtype, bias=False, activation="gelu")[0]
+        fn = poslab_step_fn(4, 4, 128, 64, batch, position="rope", dtype=dtype, bias=False, activation="gelu")[0]
 
         def step(fn=fn, kernel=KERNELS[kernel]) -> None:
             # poslab's own choice sits inside the model (an inner sdpa_kernel wins): switch it off to force a kernel

@@ -55,7 +55,7 @@ NANOGPT_REFERENCE = {  # references.md, measured with nanoGPT on this machine (f
 
 
 def poslab_step_fn(
-    dims: tuple[int, int, int, int, int],
+    *dims: int,
     position: str = "learned",
     dtype: str = "fp32",
     bias: bool = True,
@@ -64,7 +64,7 @@ def poslab_step_fn(
     compile: bool = False,
     compile_mode: str | None = None,
 ) -> tuple[Callable[[], None], GPT]:
-    """One training step of a poslab GPT of ``dims = (n_layer, n_head, n_embd, block, batch)``, and the model."""
+    """One training step of a poslab GPT of ``dims = n_layer, n_head, n_embd, block, batch``, and the model."""
     n_layer, n_head, n_embd, block, batch = dims
     torch.manual_seed(0)
     model = GPT(
@@ -186,10 +186,10 @@ def section_hf(args: argparse.Namespace) -> dict:
         f"fp32, {torch.get_num_threads()} threads, learned positions"
     )
     contenders = {
-        "poslab GPT": poslab_step_fn(dims)[0],  # GPTConfig defaults: GPT-2's tanh GELU, as GPT2LMHeadModel
+        "poslab GPT": poslab_step_fn(*dims)[0],  # GPTConfig defaults: GPT-2's tanh GELU, as GPT2LMHeadModel
         "GPT2LMHeadModel": hf_step_fn(*dims),
-        "poslab exact GELU": poslab_step_fn(dims, activation="gelu")[0],  # the presets' (and nanoGPT's) choice
-        "poslab loop AdamW": poslab_step_fn(dims, loop_adamw=True)[0],  # nanoGPT's CPU optimizer: the fused lever
+        "poslab exact GELU": poslab_step_fn(*dims, activation="gelu")[0],  # the presets' (and nanoGPT's) choice
+        "poslab loop AdamW": poslab_step_fn(*dims, loop_adamw=True)[0],  # nanoGPT's CPU optimizer: the fused lever
     }
     stats = race(contenders, dims[3] * dims[4], args.steps, args.reps)
     for name, s in stats.items():
@@ -218,7 +218,7 @@ def section_schemes(args: argparse.Namespace) -> dict:
     dims = (4, 4, 128, 128, 32)
     names = args.schemes or positions.names()
     print(f"\n== per-scheme training cost vs 'none', {dims[0]}/{dims[1]}/{dims[2]}, T={dims[3]}, B={dims[4]}, fp32")
-    contenders = {name: poslab_step_fn(dims, position=name)[0] for name in names}
+    contenders = {name: poslab_step_fn(*dims, position=name)[0] for name in names}
     stats = race(contenders, dims[3] * dims[4], args.steps, args.reps)
     base = stats["none"]["median"] if "none" in stats else None
     goals = {"rope": 0.10, "alibi": 0.30, "t5": 0.30}
@@ -286,8 +286,8 @@ def section_nanogpt(args: argparse.Namespace) -> dict:
         flush=True,
     )
     for label, dims in (("4/4/128 T=128 B=32", (4, 4, 128, 128, 32)), ("6/6/384 T=256 B=16", (6, 6, 384, 256, 16))):
-        fp32_step, model = poslab_step_fn(dims, bias=False, activation="gelu")  # nanoGPT: no bias, exact GELU
-        bf16_step, _ = poslab_step_fn(dims, bias=False, activation="gelu", dtype="bf16")
+        fp32_step, model = poslab_step_fn(*dims, bias=False, activation="gelu")  # nanoGPT: no bias, exact GELU
+        bf16_step, _ = poslab_step_fn(*dims, bias=False, activation="gelu", dtype="bf16")
         contenders = {"nanoGPT-style fp32": nanogpt_step_fn(*dims), "fp32": fp32_step, "bf16": bf16_step}
         stats = race(contenders, dims[3] * dims[4], max(2, args.steps // (4 if dims[2] > 128 else 1)), args.reps)
         flops = matmul_flops_per_token(model, dims[3])
@@ -424,7 +424,7 @@ def section_compile(args: argparse.Namespace) -> dict:
             for compiled in (False, True):
                 tag = " compiled" if compiled else ""
                 step, built = poslab_step_fn(
-                    dims,
+                    *dims,
                     position=position,
                     bias=False,
                     activation="gelu",
@@ -470,7 +470,7 @@ def profile_step(steps: int = 10, config: str = "4/4/128 T=128 B=32", dtype: str
     from torch.profiler import ProfilerActivity, profile
 
     dims = COMPILE_CONFIGS[config][0]
-    step, _ = poslab_step_fn(dims, bias=False, activation="gelu", dtype=dtype)
+    step, _ = poslab_step_fn(*dims, bias=False, activation="gelu", dtype=dtype)
     for _ in range(3):
         step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
