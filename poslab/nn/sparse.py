@@ -174,6 +174,8 @@ def lsh_attention(
     Cost per round: ``O(T d n_buckets)`` hashing, ``O(T log T)`` sort, ``O(T 2c d)`` attention and
     ``O(T 2c)`` logits memory (``c = chunk_size``), vs ``O(T^2 d)`` and ``O(T^2)`` dense.
 
+    The logits are scaled by ``1/sqrt(d_k)``, as in dense attention.
+
     Args:
         qk: shared queries/keys ``[B, h, T, d_k]``; v: ``[B, h, T, d_v]``.
         n_buckets: 1 or an even number of buckets.
@@ -182,8 +184,6 @@ def lsh_attention(
         n_hashes: hash rounds when ``rotations`` is not given.
         causal: mask later positions.
         generator: draws the rotations when ``rotations`` is not given.
-
-    The logits are scaled by ``1/sqrt(d_k)``.
 
     Returns:
         ``[B, h, T, d_v]`` in ``v``'s dtype.
