@@ -55,11 +55,7 @@ NANOGPT_REFERENCE = {  # references.md, measured with nanoGPT on this machine (f
 
 
 def poslab_step_fn(
-    n_layer: int,
-    n_head: int,
-    n_embd: int,
-    block: int,
-    batch: int,
+    *dims: int,
     position: str = "learned",
     dtype: str = "fp32",
     bias: bool = True,
@@ -68,6 +64,8 @@ def poslab_step_fn(
     compile: bool = False,
     compile_mode: str | None = None,
 ) -> tuple[Callable[[], None], GPT]:
+    """One training step of a poslab GPT of ``dims = n_layer, n_head, n_embd, block, batch``, and the model."""
+    n_layer, n_head, n_embd, block, batch = dims
     torch.manual_seed(0)
     model = GPT(
         GPTConfig(

@@ -160,22 +160,22 @@ def make_attention(
     n_heads: int = N_HEADS,
     n_kv_heads: int | None = None,
     *,
-    causal: bool = True,
-    backend: str = "sdpa",
-    window: int | None = None,
     max_len: int = BLOCK,
     seed: int = 0,
+    **attention: Any,
 ) -> MultiHeadAttention:
-    """A seeded bare :class:`MultiHeadAttention` with the variant's scheme attached (eval mode)."""
+    """A seeded bare :class:`MultiHeadAttention` with the variant's scheme attached (eval mode).
+
+    ``attention``: :class:`AttentionConfig` fields (``causal``, ``window``, ``backend``, ...) over causal
+    attention on the ``sdpa`` backend."""
     torch.manual_seed(seed)
+    config = AttentionConfig(**{"causal": True, "backend": "sdpa", **attention})
     scheme = (
         None
         if variant is None
-        else make_scheme(variant, d_model=d_model, n_heads=n_heads, max_len=max_len, causal=causal)
+        else make_scheme(variant, d_model=d_model, n_heads=n_heads, max_len=max_len, causal=config.causal)
     )
-    attn = MultiHeadAttention(
-        d_model, n_heads, n_kv_heads, AttentionConfig(causal=causal, window=window, backend=backend), scheme
-    )
+    attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, config, scheme)
     _perturb(attn)
     return attn.eval()
 

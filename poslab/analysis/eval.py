@@ -483,9 +483,9 @@ def eval_run(
     split: str = "val",
     n_targets: int | None = None,
     step: int | None = None,
-    batch_tokens: int = DEFAULT_BATCH_TOKENS,
 ) -> dict[str, Any]:
-    """Evaluate a training run's checkpoint at every length (see the module docstring).
+    """Evaluate a training run's checkpoint at every length (see the module docstring), in batches of
+    :data:`DEFAULT_BATCH_TOKENS` tokens (:func:`evaluate` takes another batch size).
 
     Returns:
         JSON-ready results: run, step, split, scheme, train length, scaling, and one cell per length.
@@ -511,7 +511,7 @@ def eval_run(
             flush=True,
         )
     start = time.perf_counter()
-    cells = evaluate(model, tokens, lengths, stride=stride, n_targets=n_targets, batch_tokens=batch_tokens)
+    cells = evaluate(model, tokens, lengths, stride=stride, n_targets=n_targets)
     return {
         "run": str(run_dir),
         "step": step if step is not None else run.latest_step(),

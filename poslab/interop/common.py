@@ -317,15 +317,15 @@ def export_attention(
     sd: dict[str, Tensor],
     s: str,
     d: str,
-    q_rows: int,
-    kv_rows: int,
-    bias: bool,
+    cfg: Any,
     *,
     qk_norm: bool = False,
     norm_offset: float = 0.0,
 ) -> None:
-    """Inverse of :func:`attention` (poslab ``blocks.{i}.`` -> HF ``...self_attn.``)."""
-    for name in ("weight", "bias") if bias else ("weight",):
+    """Inverse of :func:`attention` (poslab ``blocks.{i}.`` -> HF ``...self_attn.``); ``cfg``: the model's
+    :class:`~poslab.nn.gpt_config.GPTConfig` (its head counts split the fused qkv rows, its attention bias)."""
+    q_rows, kv_rows = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    for name in ("weight", "bias") if cfg.bias_of("attn") else ("weight",):
         q, k, v = src[f"{s}attn.qkv.{name}"].split((q_rows, kv_rows, kv_rows), dim=0)  # rows of q | k | v
         sd[f"{d}q_proj.{name}"], sd[f"{d}k_proj.{name}"], sd[f"{d}v_proj.{name}"] = q, k, v
         sd[f"{d}o_proj.{name}"] = src[f"{s}attn.proj.{name}"]
@@ -353,7 +353,6 @@ def export_decoder(
         norm_offset: subtracted from every norm gain (Gemma stores ``w`` where poslab holds ``1 + w``).
     """
     cfg, src = gpt.config, gpt.state_dict()
-    q_rows, kv_rows = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     sd = {
         "model.embed_tokens.weight": src["tok_emb.weight"],
         "model.norm.weight": src["norm_f.weight"] - norm_offset,
@@ -361,9 +360,7 @@ def export_decoder(
     }
     for i in range(cfg.n_layer):
         s, d = f"blocks.{i}.", f"model.layers.{i}."
-        export_attention(
-            src, sd, s, f"{d}self_attn.", q_rows, kv_rows, cfg.bias_of("attn"), qk_norm=qk_norm, norm_offset=norm_offset
-        )
+        export_attention(src, sd, s, f"{d}self_attn.", cfg, qk_norm=qk_norm, norm_offset=norm_offset)
         for name in ("weight", "bias") if cfg.bias_of("mlp") else ("weight",):
             for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
                 sd[f"{d}{mlp}.{theirs}.{name}"] = src[f"{s}mlp.{ours}.{name}"]

@@ -153,7 +153,6 @@ def lsh_attention(
     rotations: Tensor | None = None,
     n_hashes: int = 1,
     causal: bool = True,
-    scale: float | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """Reformer's LSH attention (Kitaev et al. 2020, https://arxiv.org/abs/2001.04451).
@@ -175,6 +174,8 @@ def lsh_attention(
     Cost per round: ``O(T d n_buckets)`` hashing, ``O(T log T)`` sort, ``O(T 2c d)`` attention and
     ``O(T 2c)`` logits memory (``c = chunk_size``), vs ``O(T^2 d)`` and ``O(T^2)`` dense.
 
+    The logits are scaled by ``1/sqrt(d_k)``, as in dense attention.
+
     Args:
         qk: shared queries/keys ``[B, h, T, d_k]``; v: ``[B, h, T, d_v]``.
         n_buckets: 1 or an even number of buckets.
@@ -182,7 +183,7 @@ def lsh_attention(
         rotations: ``[d_k, n_hashes, n_buckets // 2]`` (default: fresh from ``generator``).
         n_hashes: hash rounds when ``rotations`` is not given.
         causal: mask later positions.
-        scale: logit scale (default ``1/sqrt(d_k)``).
+        generator: draws the rotations when ``rotations`` is not given.
 
     Returns:
         ``[B, h, T, d_v]`` in ``v``'s dtype.
@@ -200,7 +201,7 @@ def lsh_attention(
     if rotations.dim() != 3 or rotations.shape[0] != dk or rotations.shape[2] != max(n_buckets // 2, 1):
         raise ValueError(f"rotations must be [{dk}, n_hashes, {max(n_buckets // 2, 1)}], got {list(rotations.shape)}")
     n = rotations.shape[1]
-    scale = scale if scale is not None else 1.0 / math.sqrt(dk)
+    scale = 1.0 / math.sqrt(dk)
     c, n_chunks = chunk_size, T // chunk_size
 
     buckets = lsh_buckets(qk, n_buckets, rotations)  # [B, h, n, T]

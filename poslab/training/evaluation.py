@@ -29,7 +29,6 @@ def evaluate_loss(
     seed: int = 0,
     dtype: str = "fp32",
     objective: str = "clm",
-    mask_id: int | None = None,
 ) -> float:
     """Mean cross-entropy of ``model`` on ``data``: next-token (``clm``) or on masked positions (``mlm``).
 
@@ -43,8 +42,8 @@ def evaluate_loss(
         seed: seed of the random windows.
         dtype: ``"fp32"`` or ``"bf16"`` (autocast).
         objective: ``"clm"`` or ``"mlm"`` (the windows masked as in training, from a generator seeded
-            with ``seed + 1``: every call masks the same positions).
-        mask_id: the ``[MASK]`` id for ``mlm`` (default: the model's last id, :func:`mask_id_of`).
+            with ``seed + 1``: every call masks the same positions; the ``[MASK]`` id is the model's
+            last id, :func:`mask_id_of` of its config's ``vocab_size``, as training uses).
 
     Returns:
         The mean loss per (predicted) token (float; for ``mlm`` the mean over batches of each batch's
@@ -54,8 +53,7 @@ def evaluate_loss(
     model.eval()
     device = next(model.parameters()).device
     total, count = 0.0, 0
-    if objective == "mlm" and mask_id is None:
-        mask_id = mask_id_of(_config_of(model).vocab_size)
+    mask_id = mask_id_of(_config_of(model).vocab_size) if objective == "mlm" else None
     mask_rng = torch.Generator().manual_seed(seed + 1)
     try:
         if iters is None:
@@ -137,7 +135,10 @@ def _config_of(model: nn.Module) -> Any:
     while getattr(model, "config", None) is None:
         inner = getattr(model, "module", None) or getattr(model, "model", None)
         if inner is None:
-            raise ValueError(f"cannot find the model config of {type(model).__name__}; pass mask_id")
+            raise ValueError(
+                f"cannot find the model config of {type(model).__name__} (the mlm objective takes the [MASK] id "
+                "from its vocab_size); give it a .config or wrap it as .module or .model"
+            )
         model = inner
     return model.config
 

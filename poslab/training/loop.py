@@ -559,7 +559,6 @@ class _Trainer:
             seed=seed,
             dtype=self.cfg.dtype,
             objective=self.cfg.objective,
-            mask_id=self.mask_id,
         )
 
     def _stop_interrupted(self, step: int) -> None:

@@ -14,6 +14,7 @@ The package, bottom up (docs/attention.md describes it):
   computes; its position rule ``keep(q_pos, k_pos)`` (one :class:`MaskTerm` per mechanism) and its
   score transform (soft-cap, then bias).
 * :mod:`~poslab.nn.attention.inputs`: the input checks and mask merging.
+* :mod:`~poslab.nn.attention.call`: :class:`Call`, one call's tensors and per-call options.
 * :mod:`~poslab.nn.attention.blocked`: query blocking with recompute, a wrapper over any per-block kernel.
 * :mod:`~poslab.nn.attention.backends`: ``eager``, ``sdpa``, ``flex`` in a registry, each with a
   ``supports(spec, call)`` rule; ``auto`` takes the first (by priority) that is preferred on the

@@ -24,7 +24,6 @@ call raises ``ValueError`` with its reason, so no backend ever drops a mechanism
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -32,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from poslab.nn.attention.blocked import blocked
+from poslab.nn.attention.call import Call
 from poslab.nn.attention.inputs import combine_float, merge_masks
 from poslab.nn.attention.spec import AttentionSpec, LazyScoreMod, register, unregister
 from poslab.nn.footprint import check_eager_scores
@@ -44,63 +44,6 @@ CPU_LOWP_MATH_MAX_T = 128
 SINK_PAD = 8
 #: the block of CPU FlexAttention: inputs are padded to a multiple of it there
 FLEX_CPU_BLOCK = 128
-
-
-@dataclasses.dataclass
-class Call:
-    """The tensors and per-call options of one attention call (what the spec does not fix).
-
-    Attributes:
-        q: ``[B, h, Tq, d_k]``; k: ``[B, h_kv, Tk, d_k]``; v: ``[B, h_kv, Tk, d_v]``.
-        q_pos, k_pos: ``[Tq]``, ``[Tk]`` integer positions.
-        attn_mask: checked ``[B|1, h|1, Tq, Tk]`` mask (bool keep or float added) or ``None``.
-        scale: the softmax scale.
-        dropout: attention-weight dropout probability.
-        need_weights: return the ``[B, h, Tq, Tk]`` fp32 weights.
-        probe: applied to the eager weights.
-        query_chunk: the blocked path's query block.
-        recompute_threshold: key count from which blocks recompute their tiles in backward.
-        increasing: ``q_pos`` known strictly increasing (``None`` = look at the values).
-        device_type: overrides ``q.device.type`` (see :attr:`device`).
-    """
-
-    q: Tensor
-    k: Tensor
-    v: Tensor
-    q_pos: Tensor
-    k_pos: Tensor
-    attn_mask: Tensor | None = None
-    scale: float = 1.0
-    dropout: float = 0.0
-    need_weights: bool = False
-    probe: Callable[[Tensor], Tensor] | None = None
-    query_chunk: int = 128
-    recompute_threshold: int = 2048
-    increasing: bool | None = None
-    device_type: str = ""
-
-    @property
-    def device(self) -> str:
-        """The call's device type (``device_type`` when set: resolving for a device without tensors on it)."""
-        return self.device_type or self.q.device.type
-
-    def records_grad(self, spec: AttentionSpec) -> bool:
-        """Whether autograd would record this call."""
-        tensors = (self.q, self.k, self.v) + ((spec.sinks,) if spec.sinks is not None else ())
-        return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-
-    def one_run(self, spec: AttentionSpec) -> bool:
-        """Causal, and q and k share one increasing run of positions: SDPA's ``is_causal`` is exact."""
-        q_pos, k_pos = self.q_pos, self.k_pos
-        return (
-            spec.causal
-            and q_pos.shape[0] == k_pos.shape[0]
-            and (q_pos is k_pos or torch.equal(q_pos, k_pos))
-            and (self.increasing if self.increasing is not None else _increasing(q_pos))
-        )
-
-    def sorted(self) -> bool:
-        return _sorted(self.q_pos) and _sorted(self.k_pos)
 
 
 class Backend:
@@ -210,21 +153,7 @@ class Eager(Backend):
                     qb, kb, vb, _eager_tile(spec, qb, kb, qp, kp, mask), call.scale, call.dropout, None, spec
                 )[0]
 
-            recompute = k.shape[2] >= call.recompute_threshold and torch.is_grad_enabled()
-            out = blocked(
-                run_block,
-                q,
-                k,
-                v,
-                call.q_pos,
-                call.k_pos,
-                spec,
-                call.attn_mask,
-                call.query_chunk,
-                recompute,
-                keeps_tiles=True,
-            )
-            return out, None
+            return blocked(run_block, spec, call, keeps_tiles=True), None
         check_eager_scores(q.shape[0], q.shape[1], q.shape[2], k.shape[2])  # refuse what would exhaust the RAM
         combined = _eager_tile(spec, q, k, call.q_pos, call.k_pos, call.attn_mask)
         return _eager(q, k, v, combined, call.scale, call.dropout, call.probe, spec)
@@ -305,26 +234,10 @@ def _cpu_lowp_kernel(q: Tensor) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def _sorted(pos: Tensor) -> bool:
-    return pos.numel() <= 1 or bool((pos[1:] >= pos[:-1]).all())
-
-
-def _increasing(pos: Tensor) -> bool:
-    return pos.numel() <= 1 or bool((pos[1:] > pos[:-1]).all())
-
-
-def _sdpa_block(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    q_pos: Tensor,
-    k_pos: Tensor,
-    spec: AttentionSpec,
-    attn_mask: Tensor | None,
-    scale: float,
-    dropout: float,
-) -> Tensor:
-    """One SDPA call: the position rule, user mask and bias combined into one (bool or float) mask."""
+def _sdpa_mask(
+    spec: AttentionSpec, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, attn_mask: Tensor | None
+) -> Tensor | None:
+    """The position rule, user mask and bias of one SDPA call combined into one (bool or float) mask."""
     keep = spec.keep(q_pos[:, None], k_pos[None, :])  # [Tq, Tk] or None
     if keep is not None and q_pos.shape[0] == 1 and bool(keep.all()):
         keep = None  # decoding inside the window: nothing to mask
@@ -332,6 +245,13 @@ def _sdpa_block(
     combined = combine_float(merge_masks(keep, attn_mask), bias)
     if combined is not None and combined.dtype != torch.bool:
         combined = combined.to(q.dtype)
+    return combined
+
+
+def _sdpa_block(
+    q: Tensor, k: Tensor, v: Tensor, combined: Tensor | None, spec: AttentionSpec, scale: float, dropout: float
+) -> Tensor:
+    """One SDPA call under the mask :func:`_sdpa_mask` combined (the spec's sinks joined as a key column)."""
     if spec.sinks is not None:
         k, v, combined = _with_sink_column(q, k, v, combined, spec.sinks)
     return F.scaled_dot_product_attention(
@@ -343,24 +263,11 @@ def _blocked_sdpa(spec: AttentionSpec, call: Call) -> Tensor:
     """SDPA in query blocks (:func:`~poslab.nn.attention.blocked.blocked`), each over only its reach."""
 
     def run_block(qb: Tensor, kb: Tensor, vb: Tensor, qp: Tensor, kp: Tensor, mask: Tensor | None) -> Tensor:
-        return _sdpa_block(qb, kb, vb, qp, kp, spec, mask, call.scale, call.dropout)
+        return _sdpa_block(qb, kb, vb, _sdpa_mask(spec, qb, kb, qp, kp, mask), spec, call.scale, call.dropout)
 
     mask = call.attn_mask
     float_bias = spec.bias_fn is not None or (mask is not None and mask.dtype != torch.bool)
-    recompute = call.k.shape[2] >= call.recompute_threshold and torch.is_grad_enabled()
-    return blocked(
-        run_block,
-        call.q,
-        call.k,
-        call.v,
-        call.q_pos,
-        call.k_pos,
-        spec,
-        mask,
-        call.query_chunk,
-        recompute,
-        keeps_tiles=float_bias,
-    )
+    return blocked(run_block, spec, call, keeps_tiles=float_bias)
 
 
 class Sdpa(Backend):
@@ -397,7 +304,8 @@ class Sdpa(Backend):
             return _fused_causal_sinks(q, k, v, spec.sinks, call.scale, call.dropout, gqa), None
         if q.shape[2] > call.query_chunk and call.sorted():
             return _blocked_sdpa(spec, call), None
-        return _sdpa_block(q, k, v, call.q_pos, call.k_pos, spec, call.attn_mask, call.scale, call.dropout), None
+        combined = _sdpa_mask(spec, q, k, call.q_pos, call.k_pos, call.attn_mask)
+        return _sdpa_block(q, k, v, combined, spec, call.scale, call.dropout), None
 
 
 # ------------------------------------------------------------------------------------ flex

@@ -3,9 +3,10 @@
 Queries are cut into blocks of ``query_chunk``; each block attends only to the keys within its reach,
 found from the spec's position rule (:func:`key_reach`), with its own slice of the float bias, so
 ``[B, h, T, T]`` is never materialised. Causal blocks skip the future keys (about half the work); a
-sliding window ``W`` costs ``O(T (W + chunk))`` instead of ``O(T^2)``. With ``recompute``, blocks
-whose tiles would be kept for backward (a float bias, or the eager form's fp32 scores) over an
-unbounded reach are checkpointed: backward recomputes them, so memory stays linear in ``T``.
+sliding window ``W`` costs ``O(T (W + chunk))`` instead of ``O(T^2)``. From the call's
+``recompute_threshold`` keys (with gradients on), blocks whose tiles would be kept for backward (a
+float bias, or the eager form's fp32 scores) over an unbounded reach are checkpointed: backward
+recomputes them, so memory stays linear in ``T``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from poslab.nn.attention.call import Call
 from poslab.nn.attention.spec import AttentionSpec
 
 #: ``run_block(q_block, k_block, v_block, q_pos_block, k_pos_block, mask_block) -> out [B, h, tq, d_v]``
@@ -79,37 +81,25 @@ def key_reach(spec: AttentionSpec, qp: Tensor, k_pos: Tensor) -> tuple[int, int]
     return lo, max(hi, lo + 1)
 
 
-def blocked(
-    run_block: BlockFn,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    q_pos: Tensor,
-    k_pos: Tensor,
-    spec: AttentionSpec,
-    attn_mask: Tensor | None,
-    query_chunk: int,
-    recompute: bool,
-    keeps_tiles: bool,
-) -> Tensor:
-    """Run ``run_block`` over query blocks of ``query_chunk``, each over only the keys within its reach.
+def blocked(run_block: BlockFn, spec: AttentionSpec, call: Call, *, keeps_tiles: bool) -> Tensor:
+    """Run ``run_block`` over query blocks of ``call.query_chunk``, each over only the keys within its reach.
 
     Args:
         run_block: the per-block attention (any backend's kernel).
-        q: ``[B, h, Tq, d_k]``; k: ``[B, h_kv, Tk, d_k]``; v: ``[B, h_kv, Tk, d_v]``.
-        q_pos, k_pos: ``[Tq]``, ``[Tk]`` sorted positions.
         spec: the attention's spec (its position rule bounds each block's keys).
-        attn_mask: ``[B|1, h|1, Tq, Tk]`` or ``None``; each block gets its slice.
-        query_chunk: queries per block.
-        recompute: checkpoint blocks whose tiles would be kept for backward (no active term bounds
-            the reach, :meth:`AttentionSpec.local`).
+        call: the call's tensors: ``q [B, h, Tq, d_k]``, ``k [B, h_kv, Tk, d_k]``, ``v [B, h_kv, Tk, d_v]``,
+            sorted positions ``q_pos [Tq]`` and ``k_pos [Tk]``, ``attn_mask`` ``[B|1, h|1, Tq, Tk]`` or
+            ``None`` (each block gets its slice); ``query_chunk`` queries per block; from
+            ``recompute_threshold`` keys, with gradients on, blocks whose tiles would be kept for
+            backward are checkpointed (when no active term bounds the reach, :meth:`AttentionSpec.local`).
         keeps_tiles: ``run_block`` keeps ``O(tq tk)`` tensors for backward (a float bias, fp32 scores).
 
     Returns:
         ``[B, h, Tq, d_v]``.
     """
-    Tk, c = k.shape[2], query_chunk
-    recompute = recompute and keeps_tiles and not spec.local()
+    q, k, v, q_pos, k_pos, attn_mask = call.q, call.k, call.v, call.q_pos, call.k_pos, call.attn_mask
+    Tk, c = k.shape[2], call.query_chunk
+    recompute = Tk >= call.recompute_threshold and torch.is_grad_enabled() and keeps_tiles and not spec.local()
     # With autograd, slicing a block out of q/k/v costs a full-size zero tensor in backward for every
     # block (O(T^2 / c) traffic); splitting into c-sized blocks and concatenating the key blocks a
     # query block needs keeps backward to views and c-sized additions.
