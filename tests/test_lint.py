@@ -1,6 +1,7 @@
 """The code style the project states is the code style CI enforces: ``ruff check`` (line length 120 and
 at most 8 parameters per function, PLR0913, included) and ``ruff format --check`` over the whole
-repository, as ``make lint`` runs them."""
+repository, as ``make lint`` runs them; and the module sizes ruff does not check (at most 700 lines, an
+experiment's module at most 400)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,14 @@ def _ruff() -> list[str]:
 def test_ruff_is_clean(command):
     done = subprocess.run([*_ruff(), *command], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def _too_long(folder: Path, limit: int) -> list[str]:
+    sizes = {p: len(p.read_text(encoding="utf-8").splitlines()) for p in sorted(folder.rglob("*.py"))}
+    return [f"{p.relative_to(ROOT)}: {n} lines" for p, n in sizes.items() if n > limit]
+
+
+def test_no_module_is_over_700_lines_and_no_experiment_module_over_400():
+    assert _too_long(ROOT / "poslab", 700) == []
+    assert _too_long(ROOT / "poslab" / "lab" / "experiments", 400) == []
+    assert _too_long(ROOT / "poslab" / "lab" / "experiments", 300) != []  # the walk reads the experiments' modules
