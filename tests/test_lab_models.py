@@ -199,7 +199,7 @@ def test_a_run_the_lab_did_not_make_in_a_models_folder_is_never_replaced(tmp_pat
 def test_a_lab_run_with_a_changed_recipe_is_trained_again_and_one_put_in_its_place_is_not(
     made_by, tmp_path, tiny_base, monkeypatch
 ):
-    """A store as a lab (``lab.json``) or an experiment (its ``results.json``) made it before the lab kept records:
+    """A store as a lab (``lab.json``) or an experiment (its ``results.json``) made it, with no records:
     the lab's run is retrained after a recipe change; a user's run put at its name afterwards is the user's."""
     if made_by == "lab":
         store = tmp_path / "lab" / "models"

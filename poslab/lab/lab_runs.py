@@ -14,7 +14,7 @@ no two processes write one record, where a store-wide list would be rewritten by
 store's root alone cannot tell the lab's runs from a user's in one store, and a record inside the run would go
 with the run folder a retraining replaces.
 
-Runs made before the lab kept records: a folder without records whose ``models`` or ``runs`` folder lies in a
+Lab runs without records: a folder without records whose ``models`` or ``runs`` folder lies in a
 lab (``lab.json``, ``shards/``) or an experiment's output folder (its ``results.json`` naming the experiment,
 ``shards/``) is the lab's, every run in it. The first training there writes a record for each run the folder holds
 and puts the records in place with one rename, so a process beside it sees no records or all of them. A folder
@@ -69,7 +69,8 @@ def _made_by_lab(folder: Path) -> bool:
 
 
 def _lab_folder_without_records(folder: Path) -> bool:
-    """Whether ``folder`` holds runs a lab or an experiment made before records were kept (module docstring)."""
+    """Whether ``folder`` holds lab runs without records: it lies in a lab's or an experiment's output folder
+    (module docstring)."""
     if _records_of(folder).exists():
         return False
     child = folder.absolute()
@@ -89,7 +90,7 @@ def _write(path: Path, run_dir: Path, config: dict[str, Any] | None) -> None:
 def is_lab_run(run_dir: Path) -> bool:
     """Whether the lab made the run in ``run_dir``: its record says so and names the config the run holds (a record
     from before the training saved one: the lab's training stopped on the way), or it is in a folder of lab runs
-    made before records were kept."""
+    without records (module docstring)."""
     from poslab.safe_load import load_json
 
     run_dir = Path(run_dir)
@@ -123,7 +124,7 @@ def check_all(run_dirs: Sequence[Path]) -> None:
 
 def _records(folder: Path) -> Path:
     """The records of ``folder``, made when missing: with a record of every run the folder holds when those are lab runs
-    made before records were kept, put in place by one rename (a process beside this one may do the same)."""
+    without records, put in place by one rename (a process beside this one may do the same)."""
     records = _records_of(folder)
     if records.is_dir():
         return records
