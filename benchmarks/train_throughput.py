@@ -54,8 +54,12 @@ NANOGPT_REFERENCE = {  # references.md, measured with nanoGPT on this machine (f
 }
 
 
-def poslab_step_fn(
-    *dims: int,
+def poslab_step_fn(  # noqa: PLR0913  (five dims positional, as every tree's attention_ab harness calls it, + options)
+    n_layer: int,
+    n_head: int,
+    n_embd: int,
+    block: int,
+    batch: int,
     position: str = "learned",
     dtype: str = "fp32",
     bias: bool = True,
@@ -64,8 +68,7 @@ def poslab_step_fn(
     compile: bool = False,
     compile_mode: str | None = None,
 ) -> tuple[Callable[[], None], GPT]:
-    """One training step of a poslab GPT of ``dims = n_layer, n_head, n_embd, block, batch``, and the model."""
-    n_layer, n_head, n_embd, block, batch = dims
+    """One training step of a poslab GPT of these dims, and the model."""
     torch.manual_seed(0)
     model = GPT(
         GPTConfig(

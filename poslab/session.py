@@ -7,6 +7,7 @@ cleans up after a start that never got going.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -63,7 +64,7 @@ def train(
         TrainingDiverged: NaN/inf loss or gradient norm (names the step and the last good checkpoint).
         KeyboardInterrupt: after Ctrl-C, once the checkpoint of the last completed step is saved.
     """
-    wall_start = time.perf_counter()
+    hooks = Hooks(progress=progress, callback=callback, wall_start=time.perf_counter())  # a bad callback: no folder
     run = RunFolder(cfg.run_dir)
     init = RunFolder(cfg.init_from) if cfg.init_from is not None else None
     dist_ctx = distributed.setup(fsdp=fsdp)  # under torchrun: a gloo/nccl process group; else one plain process
@@ -85,7 +86,7 @@ def train(
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     try:
-        hooks = Hooks(progress, callback, started, wall_start)
+        hooks = dataclasses.replace(hooks, on_started=started)
         return run_training(cfg, run, resuming=resuming, dist_ctx=dist_ctx, hooks=hooks, init_from=init)
     except BaseException:
         if dist_ctx.is_main and not resuming and not run.is_run and run.in_place():

@@ -235,10 +235,10 @@ def single_thread():
     On a busy 2-core machine, two threads per tiny op wait on each other: a 2-layer GPT forward took
     ~0.5 s with 2 threads and ~7 ms with 1 while other jobs were running.
     """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    from poslab.lab.experiments.common import one_thread
+
+    with one_thread():
+        yield
 
 
 # ------------------------------------------------------------------------------------------ tiny trainings

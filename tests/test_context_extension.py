@@ -139,6 +139,9 @@ def test_the_quick_experiments_ask_for_one_rope_model_per_seed_in_the_store(tmp_
     for seed in set.intersection(*(set(f) for f in folders)):
         assert {f[seed] for f in folders} == {store / "quick" / ("rope" if seed == scale.SEED else f"rope-s{seed}")}
     assert extrapolation.SEED in set.intersection(*(set(f) for f in folders))
+    recipes = [{seed: arm.config(store).to_dict() for seed, arm in p.arms["rope"].items()} for p in planned]
+    for seed in set.intersection(*(set(r) for r in recipes)):  # one folder holds one recipe: every plan asks the same
+        assert all(r[seed] == recipes[0][seed] for r in recipes)
 
 
 def test_passkey_prompts_hide_the_key_and_ask_for_it():

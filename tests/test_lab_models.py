@@ -215,7 +215,7 @@ def test_a_lab_run_with_a_changed_recipe_is_trained_again_and_one_put_in_its_pla
             return tmp_path / "experiment"  # one experiment's folder, run again with its own store
 
     _toy("first").run(out("first"), workers=1, models=models)
-    shutil.rmtree(store / ".lab-runs", ignore_errors=True)  # the store as it was left without records
+    shutil.rmtree(store / ".lab-runs", ignore_errors=True)  # a store without records
     marker[0].write_text(marker[1])
     calls = []
     monkeypatch.setattr(

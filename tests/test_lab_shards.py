@@ -6,6 +6,7 @@ call without ``--shard`` reuses them and decides the claims, which equal one uns
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
 import json
@@ -43,6 +44,8 @@ def test_two_shards_then_a_collect_give_the_claims_of_one_unsharded_run(tmp_path
     (stage,) = stop.value.stages
     trained = sorted(p.name for p in (out / "runs").iterdir())
     assert 0 < len(trained) < 6  # the seeds of each arm go to the shards in turn
+    per_arm = collections.Counter(name.split("-s")[0] for name in trained)
+    assert set(per_arm) == {"alibi", "rope"} and all(n in (1, 2) for n in per_arm.values())  # 3 seeds: 2 and 1
     assert stage == {
         "what": "runs",
         "trained": len(trained),

@@ -1,7 +1,7 @@
 """The code style the project states is the code style CI enforces: ``ruff check`` (line length 120 and
 at most 8 parameters per function, PLR0913, included) and ``ruff format --check`` over the whole
-repository, as ``make lint`` runs them; and the module sizes ruff does not check (at most 700 lines, an
-experiment's module at most 400)."""
+repository, as ``make lint`` runs them; and the module sizes ruff does not check (the developers' guide's 700
+lines for any module, docs/architecture.md's 400 for an experiment's)."""
 
 from __future__ import annotations
 
@@ -37,4 +37,4 @@ def _too_long(folder: Path, limit: int) -> list[str]:
 def test_no_module_is_over_700_lines_and_no_experiment_module_over_400():
     assert _too_long(ROOT / "poslab", 700) == []
     assert _too_long(ROOT / "poslab" / "lab" / "experiments", 400) == []
-    assert _too_long(ROOT / "poslab" / "lab" / "experiments", 300) != []  # the walk reads the experiments' modules
+    assert len(list((ROOT / "poslab" / "lab" / "experiments").rglob("*.py"))) > 40  # the walk reads the modules

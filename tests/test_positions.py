@@ -18,8 +18,6 @@ from poslab.nn.positions.xl import rel_shift
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 # ------------------------------------------------------------------------------------------- RoPE
-SEED000_OFFSETS = (0, 1, 2, 4, 8, 16, 32)
-SEED000_VALUES = (2.9839, 2.8449, 1.2160, -0.6933, -2.6004, -3.5409, -2.6989)
 
 
 def _seed000_rotated(layout: str = "half") -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,7 +33,9 @@ def _seed000_rotated(layout: str = "half") -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_seed000_rope_inner_product_table_digit_for_digit() -> None:
     Q, K = _seed000_rotated()
-    for off, expected in zip(SEED000_OFFSETS, SEED000_VALUES):
+    from poslab.lab.experiments.seed000_rope import LESSON_VALUES  # what the lesson printed
+
+    for off, expected in LESSON_VALUES.items():
         values = [float((Q[i] * K[i + off]).sum()) for i in range(0, 200 - off, 20)]
         assert all(f"{v:.4f}" == f"{expected:.4f}" for v in values), (off, values)
         assert max(values) - min(values) < 1e-4  # depends on the offset only (float noise)
@@ -44,13 +44,7 @@ def test_seed000_rope_inner_product_table_digit_for_digit() -> None:
 def test_apply_rotary_matches_the_lessons_code() -> None:
     """poslab's rotation equals seed 000's ``apply_rope`` (half layout, same frequencies)."""
 
-    def apply_rope(x: torch.Tensor, pos: torch.Tensor, base: float = 10000) -> torch.Tensor:  # the lesson's code
-        d = x.shape[-1] // 2
-        inv_freq = 1.0 / (base ** (torch.arange(0, d).float() / d))
-        angles = pos[:, None].float() * inv_freq[None, :]
-        cos, sin = angles.cos(), angles.sin()
-        x1, x2 = x[..., :d], x[..., d:]
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    from poslab.lab.experiments.seed000_rope import apply_rope  # the lesson's code, verbatim
 
     x, pos = torch.randn(50, 16), torch.arange(50)
     rope = positions.build("rope", head_dim=16)

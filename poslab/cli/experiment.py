@@ -2,7 +2,8 @@
 [--shard i/N]``.
 
 ``NAME`` runs one experiment and writes ``DIR/results.json`` (default ``runs/experiments/NAME``); the lab models it
-trains or reads are in the lab model store ``--models`` (default ``DIR/models``; the lab gives every step its own);
+trains or reads are in the lab model store ``--models`` (default ``DIR/models``; the lab passes every step the
+shared ``LAB/models``);
 with ``--shard i/N`` it trains only the i-th of N slices of its trainings and records what it trained
 in ``DIR/shards/I-of-N.json`` (a later call without ``--shard`` reuses them and decides the claims);
 ``all`` runs every experiment of tier ``all`` (the ones that train nothing), each into ``DIR/NAME`` (default

@@ -177,8 +177,7 @@ def run_training(
     checkpointer = checkpointer if checkpointer is not None else Checkpointer(store, cfg.keep_checkpoints)
     checkpointer.dist = dist_ctx
     hooks = Hooks() if hooks is None else hooks
-    started = hooks.wall_start or time.perf_counter()
-    trainer = _Trainer(cfg, store, checkpointer, dist_ctx, hooks.progress, hooks.callback, started)
+    trainer = _Trainer(cfg, store, checkpointer, dist_ctx, hooks)
     trainer.setup(resuming, init_from)
     if hooks.on_started is not None:
         hooks.on_started()
@@ -212,13 +211,11 @@ class _Trainer:
         store: RunStore,
         checkpointer: Checkpointer,
         dist_ctx: distributed.DistContext,
-        show: bool,
-        callback: Callable[[int, dict], None] | None,
-        wall_start: float,
+        hooks: Hooks,
     ) -> None:
         self.cfg, self.store, self.checkpointer, self.dist = cfg, store, checkpointer, dist_ctx
-        self.show, self.callback = show, callback
-        self.timing = _Timing(wall_start)
+        self.show, self.callback = hooks.progress, hooks.callback
+        self.timing = _Timing(hooks.wall_start or time.perf_counter())
         self.state = Progress()
         self.target: dict[str, Any] = {}  # where stop_val_loss was reached (time to quality), empty until then
         self.last_val: tuple[int, float] | None = None  # (step, validation loss) of the latest evaluation

@@ -8,10 +8,10 @@ experiment (:mod:`poslab.lab.experiments.declaration`: arms, a typed result, cla
 ``"claims"``; :func:`run_experiment` applies the statistical plan to them once (families, Holm,
 power: :func:`poslab.lab.plan.adjust`), prints them and writes the dict to ``out/results.json``, so
 the console, the file and the report show the same verdicts. Adding an experiment = one module
-+ one line here. ``common``, ``training``, ``declaration``, ``lab_models`` and ``seed000_rope`` are shared modules,
-not experiments; no experiment imports another or reads another's folder: the lab models several share come from
-the lab model store the pipeline gives them (``lab_models``; an experiment that reads the models another trains
-names it in ``after``, for order).
++ one line here. ``common``, ``training``, ``declaration``, ``lab_models``, ``cells`` and ``seed000_rope`` are
+shared modules, not experiments; no experiment imports another or reads another's folder: the lab models several
+share come from the lab model store the pipeline gives them (``lab_models``; an experiment that reads the models
+another trains names it in ``after``, for order).
 """
 
 from __future__ import annotations

@@ -257,7 +257,7 @@ def claims(r: ContextResult) -> list[verdicts.ClaimRecord]:
     """:func:`~.context_extension_claims.all_claims`, each with its premise (:func:`premise_of`)."""
     bigram = r.baselines.bigram
     made = all_claims(r.per_seed, r.averaging.last, r.size.finetune_steps, budget_of(r.size))
-    return attach_premises(made, lambda record: premise_of(record, r.per_seed, bigram))
+    return attach_premises(made, premise_of(r.per_seed, bigram))
 
 
 def figures(r: ContextResult, out: Path) -> dict[str, Path]:

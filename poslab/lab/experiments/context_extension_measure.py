@@ -4,7 +4,7 @@ averaging) and their means over seeds."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -58,14 +58,22 @@ def weight_distance(model: Any, reference: Any) -> float:
     return (num / den) ** 0.5 if den else 0.0
 
 
-def averaging_models(base: Any, run_dir: Path, last: int, base_weight: float = BASE_WEIGHT) -> dict[str, Any]:
-    """The two averaged models of one seed, ``{"last-k average": model, "base ⊕ fine-tuned": model, "steps":
-    averaged steps}``: the mean of the fine-tune's (``run_dir``) last ``last`` checkpoints, and ``base_weight`` on
-    the ``base`` model's weights with the rest on the final fine-tune's; both carry the fine-tune's scaling."""
+class Averaged(NamedTuple):
+    """One seed's two averaged models by label (``"last-k average"``, ``"base ⊕ fine-tuned"``) and the fine-tune's
+    checkpoint steps the first averages."""
+
+    models: dict[str, Any]
+    steps: list[int]
+
+
+def averaging_models(base: Any, run_dir: Path, last: int, base_weight: float = BASE_WEIGHT) -> Averaged:
+    """The two averaged models of one seed: the mean of the fine-tune's (``run_dir``) last ``last`` checkpoints, and
+    ``base_weight`` on the ``base`` model's weights with the rest on the final fine-tune's; both carry the fine-tune's
+    scaling."""
     averaged, steps = RunFolder(run_dir).averaged_model(last)
     mixed, _, _ = load_run(run_dir)
     mixed.load_state_dict(average_state_dicts([base.state_dict(), mixed.state_dict()], [base_weight, 1 - base_weight]))
-    return {"last-k average": averaged, "base ⊕ fine-tuned": mixed.eval(), "steps": steps}
+    return Averaged({"last-k average": averaged, "base ⊕ fine-tuned": mixed.eval()}, steps)
 
 
 def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path], last: int) -> SeedReadings:
@@ -103,12 +111,18 @@ def measure_seed(lab: Any, seed: int, base_run: Path, tuned_runs: dict[str, Path
     }
     distance = {"base": weight_distance(model, final)}
     for label in ("last-k average", "base ⊕ fine-tuned"):
-        averaged = made[label]
+        averaged = made.models[label]
         at_L, at_4L = _cell(averaged, tokens, length, n), _cell(averaged, tokens, long_length, n)
         kept[label] = SeedVariant(at_L, at_4L, passkey_row(averaged, tokens, tokenizer, length))
         distance[label] = weight_distance(averaged, final)
-    variants = [kept[k] for k in AVERAGING]
-    averaging = SeedAveraging(made["steps"], *variants[:2], distance, *variants[2:])
+    averaging = SeedAveraging(
+        made.steps,
+        base=kept["base"],
+        fine_tuned=kept["fine-tuned"],
+        weight_distance_to_fine_tuned=distance,
+        last_k=kept["last-k average"],
+        mixed=kept["base ⊕ fine-tuned"],
+    )
     return SeedReadings(
         seed, str(base_run), {"L": base}, inference, finetuned, passkey, by_position, control_inference, averaging
     )

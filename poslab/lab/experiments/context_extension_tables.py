@@ -67,7 +67,7 @@ def averaging_table(r: ContextResult) -> Table:
                 label,
                 v.at_L.spread(),
                 v.at_4L.spread(),
-                spread([x for x in v.passkey.get(r.factor, []) if x is not None]),
+                spread([x for x in v.passkey[r.factor] if x is not None]),
                 spread(v.weight_distance_to_fine_tuned, 4),
             )
             for label, v in a.variants.items()

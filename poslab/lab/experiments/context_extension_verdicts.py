@@ -210,15 +210,14 @@ def passkey_premise(base: PasskeySeeds, seeds: Sequence[int]) -> verdicts.Premis
     return retrieves_every_seed("the base models", base[first], seeds, first)
 
 
-def premise_of(record: verdicts.ClaimRecord, per_seed: list[SeedReadings], bigram: float) -> verdicts.Premise:
-    """Every claim here is about reading past ``L``: the base RoPE models must be language models that use
-    their context within ``L`` (:func:`language_premise`, each seed). A passkey claim also needs every base
-    model to retrieve the key (:func:`passkey_premise`)."""
+def premise_of(per_seed: list[SeedReadings], bigram: float) -> Callable[[verdicts.ClaimRecord], verdicts.Premise]:
+    """The premise of each claim, both premises read once: every claim here is about reading past ``L``, so the
+    base RoPE models must be language models that use their context within ``L`` (:func:`language_premise`, each
+    seed); a passkey claim also needs every base model to retrieve the key (:func:`passkey_premise`)."""
     at_L = [math.log(v) for v in ppls(per_seed, lambda e: e.base["L"])]
     language = language_premise(at_L, [e.loss_by_position for e in per_seed], bigram)
-    if "passkey" not in record.details.get("metric", ""):
-        return language
-    return all_of(language, passkey_premise(Passkeys.of(per_seed).base, [e.seed for e in per_seed]))
+    passkey = all_of(language, passkey_premise(Passkeys.of(per_seed).base, [e.seed for e in per_seed]))
+    return lambda record: passkey if "passkey" in record.details.get("metric", "") else language  # a ranking: none
 
 
 def attach_premises(

@@ -155,7 +155,7 @@ def plot(
         (axes[1], "sliding", "sliding window (stride length/2)"),
     ):
         for scheme in table:
-            cells = [(f * size.train_length, table[scheme].get(str(f))) for f in FACTORS]
+            cells = [(f * size.train_length, table[scheme][str(f)]) for f in FACTORS]
             points = [(x, score) for x, c in cells if c is not None and (score := c.score(mode)) is not None]
             if not points:
                 continue

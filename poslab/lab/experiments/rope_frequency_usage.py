@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from poslab.display import new_figure, save_figure
-from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines
+from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines, even_windows
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.training import SEEDS, preset_arms
 from poslab.lab.premises import attach, below_bigram
@@ -157,8 +157,7 @@ def read_seed(seed: int, run_dir: Path, n_windows: int) -> SeedReading:
     model, tokenizer, _ = load_run(run)
     tokens = run.split_tokens("val", tokenizer)
     T = model.config.block_size
-    starts = torch.linspace(0, tokens.numel() - T - 1, n_windows).long()
-    idx = torch.stack([tokens[s : s + T] for s in starts.tolist()])  # [n, T]
+    idx = even_windows(tokens, n_windows, T)  # [n, T]
     torch.manual_seed(int(run.config()["train"]["seed"]))
     untrained = GPT(model.config).eval()
     val_loss = evaluate_loss(model.eval(), tokens, T, max(1, 8192 // T), None)

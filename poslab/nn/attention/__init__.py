@@ -36,7 +36,6 @@ from poslab.nn.attention.backends import (
     REGISTRY,
     SINK_PAD,
     Backend,
-    Call,
     backend_names,
     backend_trains,
     check_backend_name,
@@ -46,6 +45,7 @@ from poslab.nn.attention.backends import (
 )
 from poslab.nn.attention.blocked import TRIM_TILE_BYTES, blocked, key_reach, trim_heap
 from poslab.nn.attention.cache import KVCache, SegmentInputs, SegmentMemoryCache
+from poslab.nn.attention.call import Call
 from poslab.nn.attention.config import (
     DEFAULT_QUERY_CHUNK,
     DEFAULT_RECOMPUTE_THRESHOLD,

@@ -7,7 +7,8 @@ import math
 import torch
 from torch import Tensor
 
-from poslab.nn.attention.backends import Call, check_backend_name, resolve
+from poslab.nn.attention.backends import check_backend_name, resolve
+from poslab.nn.attention.call import Call
 from poslab.nn.attention.config import AttendOptions
 from poslab.nn.attention.inputs import check_mask, check_qkv
 from poslab.nn.attention.spec import AttentionSpec, check_mechanisms
