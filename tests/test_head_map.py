@@ -86,13 +86,13 @@ def test_head_type_order():
     assert head_map_probe.head_type([]) == "none"
 
 
-SHORT = {"max_steps": 20, "eval_interval": 20, "warmup_steps": 2, "eval_iters": 1}
+SHORT = dataclasses.replace(head_map.SCALES["quick"], steps=20, eval_interval=20, warmup_steps=2, eval_iters=1)
 
 
 def test_a_short_run_writes_seeded_claims_with_their_premise(tmp_path, capsys):
     """The quick form's code path with 20 training steps and 2 seeds: the fast version of ``test_quick_form``
     (test_map_claims_are_one_sample_tests_over_the_seeds decides claims on 3)."""
-    results = json.loads(json.dumps(head_map.run(tmp_path, quick=True, seeds=(1, 2), steps=SHORT, workers=1)))
+    results = json.loads(json.dumps(head_map.run(tmp_path, quick=True, seeds=(1, 2), scale=SHORT, workers=1)))
     _check(results, tmp_path, seeds=[1, 2])
     assert "seed 002 §6.1's descriptions per seed" in capsys.readouterr().out
 

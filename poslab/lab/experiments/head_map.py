@@ -34,9 +34,9 @@ from poslab.display import new_figure, save_figure
 from poslab.lab.experiments.common import FULL_ONLY, Baselines, baselines_field, corpus_baselines, one_thread
 from poslab.lab.experiments.declaration import Declaration, Plan, Runs, declare
 from poslab.lab.experiments.head_map_probe import SPARE_LOSS, HeadRow, MapStatistics, Probe, SeedProbe, probe_model
-from poslab.lab.experiments.training import SEEDS
+from poslab.lab.experiments.training import SEEDS, preset_arms
 from poslab.lab.premises import attach, below_baseline
-from poslab.lab.scale import Scale, ScaleTable, preset_config
+from poslab.lab.scale import Scale, ScaleTable
 from poslab.lab.tables import KeyTable, Table
 from poslab.lab.verdicts import Arm, ClaimRecord, Metric, Premise, bound
 
@@ -165,29 +165,18 @@ class Setting:
     seeds: tuple[int, ...]
 
 
-def plan(out: Path, quick: bool, seeds: tuple[int, ...] = SEEDS, steps: dict[str, Any] | None = None) -> Plan[Setting]:
-    """One probed GPT per seed, runs ``out/runs/head-map-sSEED`` (``steps``: training overrides, tests use short
-    ones), one thread each: a tiny GPT gains nothing from more."""
-    arms = {}
-    for seed in seeds:
-        config = preset_config(SCALES["quick" if quick else "full"], PRESET, "rope")
-        config.update(steps or {})
-        config.update(
-            lr_decay_steps=config["max_steps"],
-            name=f"head-map-s{seed}",
-            out_dir=str(out / "runs"),
-            seed=seed,
-            threads=1,
-        )
-        arms[seed] = config
-    return Plan(Setting(quick, tuple(seeds)), {"head-map": arms}, summarise=False)
+def plan(out: Path, quick: bool, seeds: tuple[int, ...] = SEEDS, scale: Scale | None = None) -> Plan[Setting]:
+    """One probed GPT per seed (:func:`~poslab.lab.experiments.training.preset_arms`: runs ``out/runs/seed-SEED``,
+    one thread each); ``scale``: the models (default :data:`SCALES` ``quick`` or ``full``; tests use a short one)."""
+    scale = scale or SCALES["quick" if quick else "full"]
+    return Plan(Setting(quick, tuple(seeds)), preset_arms(out, scale, seeds), summarise=False)
 
 
 def measure(runs: Runs[Setting]) -> MapResult:
     """Every seed's model probed (on one thread, restored afterwards); the first seed's heads kept for the map."""
     s = runs.setting
     with one_thread():
-        probed = [probe_model(seed, runs.by_arm["head-map"][seed].path, s.quick) for seed in s.seeds]
+        probed = [probe_model(seed, runs.by_arm["rope"][seed].path, s.quick) for seed in s.seeds]
     per_seed = [p for p, _ in probed]
     first, heads = probed[0]
     return MapResult(
